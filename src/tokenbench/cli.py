@@ -1,0 +1,355 @@
+"""Command line: parses, builds a typed config, calls one library function, prints.
+
+``main(argv)`` returns the exit code so tests call it in-process; only ``entrypoint()`` reads sys.argv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import __version__
+from .errors import TokenbenchError, UsageError
+from .metrics import SLO, LevelSummary, parse_duration_ms
+from .output import describe_run, format_sweep_markdown, print_sweep
+from .records import RequestRecord
+from .servers import normalize_base_url
+from .store import Store
+from .sweep import RunResult, SweepConfig, load_result, redact_command, run_sweep
+from .workload import resolve_shape
+
+#: The embedded engine's default sweep: small enough to finish in about a minute on a 2-core laptop.
+EMBEDDED_DEFAULTS = {"concurrency": "1,2,4,8", "requests": 16, "input_len": 128, "output_len": 64}
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{what} '{text}' is not a comma-separated list of integers, e.g. 1,4,8") from None
+    if not vals or any(v < 1 for v in vals):
+        raise UsageError(f"{what} '{text}' needs positive integers, e.g. 1,4,8")
+    return vals
+
+
+def _float_list(text: str, what: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{what} '{text}' is not a comma-separated list of numbers, e.g. 0.5,1,2") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise UsageError(f"{what} '{text}' needs positive numbers, e.g. 0.5,1,2")
+    return vals
+
+
+def _seconds(text: str | None, what: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        v = parse_duration_ms(text) / 1000.0
+    except ValueError:
+        raise UsageError(f"{what} '{text}' is not a duration: write e.g. 30s, 500ms or 2m") from None
+    if v <= 0:
+        raise UsageError(f"{what} must be positive")
+    return v
+
+
+class RichReporter:
+    def __init__(self, console: Console, enabled: bool) -> None:
+        self.console = console
+        self.enabled = enabled
+        self.progress: Progress | None = None
+        self.task: Any = None
+        self.run_id: str | None = None
+
+    def level_start(self, description: str, total: int | None, duration_s: float | None) -> None:
+        if not self.enabled:
+            return
+        if self.progress is None:
+            self.progress = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console,
+            )
+            self.progress.start()
+        self.task = self.progress.add_task(description, total=total, info="")
+
+    def request_done(self, record: RequestRecord) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.advance(self.task)
+
+    def level_end(self, summary: LevelSummary) -> None:
+        if self.progress is not None and self.task is not None:
+            info = f"{summary.output_throughput_tps:.1f} tok/s, TTFT p50 {summary.ttft_ms.p50 or 0:.0f} ms"
+            if summary.failed:
+                info += f", {summary.failed} failed"
+            self.progress.update(self.task, info=info)
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            self.console.print(text, style="dim", markup=False, highlight=False)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def _add_db(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", help="results database (default: $TOKENBENCH_DB or the user data dir)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="tokenbench", description="Measure LLM serving stacks you can trust.")
+    ap.add_argument("--version", action="version", version=f"tokenbench {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("sweep", help="load-test an OpenAI-compatible endpoint over concurrency or rate levels")
+    g = s.add_argument_group("endpoint")
+    g.add_argument("--url", help="OpenAI-compatible base URL (…/v1); omitted: start the embedded engine")
+    g.add_argument("--model", help="served model name (default: the first the server lists)")
+    g.add_argument("--api", choices=["completions", "chat"], default="completions",
+                   help="/v1/completions (exact prompt lengths, default) or /v1/chat/completions")
+    g.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY); used, never stored")
+    g.add_argument("--engine", choices=["transformers", "llamacpp"], default="transformers",
+                   help="embedded engine when no --url: Transformers continuous batching (default) or llama.cpp")
+    g.add_argument("--tokenizer", help="tokenizer.json or Hugging Face directory of the served model")
+    g = s.add_argument_group("workload")
+    g.add_argument("--shape", help="agentic (4096/512), short (128/128), pp512, tg128")
+    g.add_argument("--input-len", type=int, help="prompt tokens per request")
+    g.add_argument("--output-len", type=int, help="output tokens per request (fixed where the server allows)")
+    g.add_argument("--prefix-len", type=int, default=0, help="tokens shared by all prompts (default 0: all unique)")
+    g.add_argument("--no-fixed-output", action="store_true", help="let the model stop at EOS")
+    g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    g.add_argument("--extra-body", help="JSON object merged into every request body")
+    g.add_argument("--seed", type=int, help="workload seed (default: random, recorded)")
+    g = s.add_argument_group("load")
+    g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,8,16,32")
+    g.add_argument("--rate", help="open-loop levels in requests/s, e.g. 0.5,1,2 (instead of --concurrency)")
+    g.add_argument("--arrival", choices=["poisson", "constant"], default="poisson")
+    g.add_argument("--max-concurrency", type=int, help="open loop: cap on requests in flight")
+    g.add_argument("--requests", type=int, help="measured requests per level (default 32)")
+    g.add_argument("--duration", help="measure each level for this long instead, e.g. 60s")
+    g.add_argument("--warmup", type=int, help="uncounted full-length requests per level (default: one per slot)")
+    g.add_argument("--repetitions", type=int, default=1, help="repeat each level; report median and CV")
+    g.add_argument("--timeout", default="600s", help="per-request timeout (default 600s)")
+    g.add_argument("--stall-timeout", default="60s", help="fail a request after this long without a byte")
+    g.add_argument("--slo", help="e.g. ttft_p99=2s,tpot=50ms: goodput and pass/fail per level")
+    g = s.add_argument_group("output")
+    g.add_argument("--label", help="host label (default: this hostname, or embedded-ENGINE)")
+    g.add_argument("--price-per-hour", type=float, help="box price for cost per million output tokens")
+    g.add_argument("--currency", default="USD")
+    g.add_argument("--json", help="write the run to this JSON file (DESIGN.md's result contract)")
+    g.add_argument("--format", choices=["table", "markdown"], default="table")
+    g.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_db(s)
+
+    r = sub.add_parser("runs", help="list saved runs")
+    r.add_argument("--limit", type=int, default=30)
+    _add_db(r)
+
+    sh = sub.add_parser("show", help="print a saved run again")
+    sh.add_argument("run", help="run id, unique id prefix, or label")
+    sh.add_argument("--json", help="also write it to this JSON file")
+    sh.add_argument("--format", choices=["table", "markdown"], default="table")
+    _add_db(sh)
+    return ap
+
+
+def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
+    embedded = a.url is None
+    d = EMBEDDED_DEFAULTS if embedded else {}
+    if a.shape is None and a.input_len is None and a.output_len is None and embedded:
+        input_len, output_len = int(d["input_len"]), int(d["output_len"])
+    else:
+        input_len, output_len = resolve_shape(a.shape, a.input_len, a.output_len)
+    if input_len < 1 or output_len < 1:
+        raise UsageError("--input-len and --output-len must be at least 1")
+    if a.prefix_len < 0 or a.prefix_len >= max(input_len, 1) and a.prefix_len:
+        raise UsageError(f"--prefix-len must be between 0 and the input length ({input_len})")
+    if a.rate and a.concurrency:
+        raise UsageError("give --concurrency or --rate, not both")
+    extra: dict[str, Any] = {}
+    if a.extra_body:
+        try:
+            extra = json.loads(a.extra_body)
+        except ValueError as e:
+            raise UsageError(f"--extra-body is not valid JSON ({e.msg}): quote it, e.g. '{{\"top_k\": 1}}'") from None
+        if not isinstance(extra, dict):
+            raise UsageError("--extra-body must be a JSON object")
+    duration = _seconds(a.duration, "--duration")
+    requests = a.requests
+    if requests is None and duration is None:
+        requests = int(d.get("requests", 32))
+    if requests is not None and requests < 1:
+        raise UsageError("--requests must be at least 1")
+    if a.repetitions < 1:
+        raise UsageError("--repetitions must be at least 1")
+    try:
+        slo = SLO.parse(a.slo) if a.slo else None
+    except ValueError as e:
+        raise UsageError(f"--slo: {e}") from None
+    return SweepConfig(
+        url=normalize_base_url(a.url) if a.url else "",
+        model=a.model,
+        api=a.api,
+        api_key=a.api_key or os.environ.get("OPENAI_API_KEY"),
+        concurrency=_int_list(a.concurrency or str(d.get("concurrency", "1")), "--concurrency"),
+        rates=_float_list(a.rate, "--rate") if a.rate else [],
+        arrival=a.arrival,
+        max_concurrency=a.max_concurrency,
+        requests=requests,
+        duration_s=duration,
+        warmup=a.warmup,
+        repetitions=a.repetitions,
+        timeout_s=_seconds(a.timeout, "--timeout") or 600.0,
+        stall_timeout_s=_seconds(a.stall_timeout, "--stall-timeout") or 60.0,
+        input_len=input_len,
+        output_len=output_len,
+        shape=a.shape,
+        prefix_len=a.prefix_len,
+        tokenizer=a.tokenizer,
+        label=a.label or (f"embedded-{a.engine}" if embedded else socket.gethostname()),
+        price_per_hour=a.price_per_hour,
+        currency=a.currency,
+        slo=slo,
+        seed=a.seed,
+        temperature=a.temperature,
+        fixed_output=not a.no_fixed_output,
+        extra_body=extra,
+        command=redact_command(["tokenbench", *argv]),
+    )
+
+
+def _print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
+    levels = [o.summary for o in res.outcomes]
+    currency = res.manifest.get("currency") or "USD"
+    if fmt == "markdown":
+        console.print(format_sweep_markdown(levels, currency), markup=False, highlight=False, soft_wrap=True)
+    else:
+        console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
+        print_sweep(console, levels, currency)
+    console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False)
+
+
+def _write_json(path: str, res: RunResult) -> None:
+    Path(path).write_text(json.dumps(res.to_json(), indent=2) + "\n")
+
+
+def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
+    cfg = _sweep_config(a, argv)
+    store = Store(a.db)
+    reporter = RichReporter(err, enabled=not a.quiet)
+    engine = None
+    try:
+        if not a.url:
+            from .engines import launch, tiny
+
+            reporter.note(f"building the embedded model (cached after the first run) in {tiny.cache_dir()} …")
+            model = tiny.ensure()
+            reporter.note(f"starting the embedded {a.engine} engine …")
+            engine = launch.start(a.engine, model)
+            reporter.note(f"{a.engine} engine healthy after {engine.startup_s:.1f} s at {engine.base_url}")
+            cfg.url, cfg.model = engine.base_url, engine.model
+            cfg.tokenizer = cfg.tokenizer or str(model.hf_dir)
+            cfg.embedded = {"engine": a.engine, "startup_s": engine.startup_s, "command": engine.command,
+                            "model": model.name}
+        alive = engine.alive if engine is not None else None
+        try:
+            res = asyncio.run(run_sweep(cfg, store, reporter, alive=alive))
+        finally:
+            reporter.close()
+    except KeyboardInterrupt:
+        reporter.close()
+        rid = _latest_run(store)
+        if rid:
+            res = load_result(store, rid)
+            _print_result(console, res, a.format, store.path)
+            if a.json:
+                _write_json(a.json, res)
+        err.print("interrupted: the finished levels are saved; the level in progress is kept, marked interrupted",
+                  markup=False, highlight=False)
+        return 130
+    except TokenbenchError as e:
+        rid = getattr(e, "run_id", None)
+        if rid:
+            res = load_result(store, rid)
+            if res.outcomes:
+                _print_result(console, res, a.format, store.path)
+            if a.json:
+                _write_json(a.json, res)
+        raise
+    finally:
+        if engine is not None:
+            engine.stop()
+    _print_result(console, res, a.format, store.path)
+    if a.json:
+        _write_json(a.json, load_result(store, res.run_id))
+    return 0
+
+
+def _latest_run(store: Store) -> str | None:
+    runs = store.runs(limit=1)
+    return runs[0].id if runs else None
+
+
+def cmd_runs(a: argparse.Namespace, console: Console) -> int:
+    store = Store(a.db)
+    rows = store.runs(a.limit)
+    if not rows:
+        console.print(f"no runs in {store.path}", markup=False)
+        return 0
+    from rich.table import Table
+
+    t = Table(box=None)
+    for h in ("Run", "Started", "Kind", "Label", "Model", "Engine", "Levels", "Status"):
+        t.add_column(h)
+    for r in rows:
+        n = len({idx for idx, *_ in store.levels(r.id)})
+        t.add_row(r.id, r.started, r.kind, r.label or "", str(r.manifest.get("model") or ""),
+                  str(r.manifest.get("engine") or ""), str(n), r.status)
+    console.print(t)
+    return 0
+
+
+def cmd_show(a: argparse.Namespace, console: Console) -> int:
+    store = Store(a.db)
+    res = load_result(store, a.run)
+    _print_result(console, res, a.format, store.path)
+    if res.error:
+        console.print(f"this run ended early: {res.error}", style="yellow", markup=False, highlight=False)
+    if a.json:
+        _write_json(a.json, res)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    console = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    try:
+        if a.command == "sweep":
+            return cmd_sweep(a, argv, console, err)
+        if a.command == "runs":
+            return cmd_runs(a, console)
+        if a.command == "show":
+            return cmd_show(a, console)
+    except TokenbenchError as e:
+        err.print(f"tokenbench: error: {e}", markup=False, highlight=False)
+        return e.exit_code
+    parser.error(f"unknown command {a.command}")
+    return 2
+
+
+def entrypoint() -> None:
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""A deterministic OpenAI-compatible SSE server with a settable schedule and settable faults.
+
+It tests the tool, never the product: the client's parser and metrics against known timings (TTFT, ITL,
+tokens per chunk), the faults a real server will not produce on demand (a stall, a 500, a broken
+stream, malformed events, a prompt truncated), and the client's own overhead at high chunk rates
+(``benchmarks/client_overhead.py``). Run it alone with ``python -m tokenbench.emitter --port 8999``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aiohttp import web
+
+MODEL = "emitter"
+
+
+@dataclass(slots=True)
+class EmitterConfig:
+    ttft_s: float = 0.0  # delay before the first token-bearing chunk
+    itl_s: float = 0.0  # delay between token-bearing chunks
+    tokens_per_chunk: int = 1
+    usage: bool = True  # send a final usage chunk when asked with stream_options.include_usage
+    role_first: bool = True  # chat: an empty role-only chunk right away, as vLLM and Transformers do
+    reasoning_tokens: int = 0  # first tokens sent as reasoning_content
+    keepalive: bool = False  # ": keep-alive" comments between chunks
+    fault: str | None = None  # stall | http500 | broken | malformed | early_stop | truncate | error_event
+    fault_after: int = 2  # chunks sent before a stall/broken/malformed fault
+    early_stop_tokens: int = 3  # early_stop: stop after this many tokens with finish_reason "stop"
+    truncate_to: int = 16  # truncate: report this many prompt tokens
+    stall_s: float = 3600.0
+    owned_by: str = "emitter"
+
+
+def _count_prompt(body: dict[str, Any]) -> int:
+    if "prompt" in body:
+        return len(str(body["prompt"]).split())
+    return sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+
+
+class Emitter:
+    def __init__(self, config: EmitterConfig | None = None) -> None:
+        self.config = config or EmitterConfig()
+        self.requests_seen: list[dict[str, Any]] = []
+        self.vocab: dict[str, int] = {}
+        self.app = web.Application()
+        self.app.router.add_get("/v1/models", self.models)
+        self.app.router.add_post("/v1/completions", self.complete)
+        self.app.router.add_post("/v1/chat/completions", self.complete)
+        self.app.router.add_post("/tokenize", self.tokenize)
+        self.app.router.add_post("/detokenize", self.detokenize)
+        self.app.router.add_get("/version", self.version)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "emitter-1"})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": self.config.owned_by}]})
+
+    # One "token" per whitespace-separated word: the emitter's tokenizer, served like vLLM's /tokenize.
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        ids = [self.vocab.setdefault(w, len(self.vocab)) for w in str(body.get("prompt", "")).split()]
+        return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": 1_000_000})
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        words = {i: w for w, i in self.vocab.items()}
+        return web.json_response({"prompt": " ".join(words[i] for i in body.get("tokens", []))})
+
+    async def complete(self, request: web.Request) -> web.StreamResponse:
+        c = self.config
+        body = await request.json()
+        self.requests_seen.append(body)
+        if c.fault == "http500":
+            return web.json_response({"error": {"message": "boom: injected failure"}}, status=500)
+        model = body.get("model")
+        if model not in (None, MODEL):
+            return web.json_response({"error": {"message": f"model {model} not found"}}, status=404)
+        chat = request.path.endswith("chat/completions")
+        max_tokens = int(body.get("max_tokens") or 16)
+        n_tokens = min(max_tokens, c.early_stop_tokens) if c.fault == "early_stop" else max_tokens
+        prompt_tokens = c.truncate_to if c.fault == "truncate" else _count_prompt(body)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+
+        def chunk(text: str | None = None, reasoning: str | None = None, finish: str | None = None,
+                  role: bool = False) -> bytes:
+            if chat:
+                delta: dict[str, Any] = {}
+                if role:
+                    delta["role"] = "assistant"
+                    delta["content"] = ""
+                if text is not None:
+                    delta["content"] = text
+                if reasoning is not None:
+                    delta["reasoning_content"] = reasoning
+                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": text or "", "finish_reason": finish}
+            obj = {"id": "x", "object": "chat.completion.chunk" if chat else "text_completion",
+                   "model": MODEL, "choices": [choice]}
+            return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+        if chat and c.role_first:
+            await resp.write(chunk(role=True))
+        start = time.perf_counter()
+        sent = 0
+        n_chunks = 0
+        while sent < n_tokens:
+            k = min(c.tokens_per_chunk, n_tokens - sent)
+            due = start + c.ttft_s + n_chunks * c.itl_s
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if c.fault in ("stall", "broken", "malformed", "error_event") and n_chunks == c.fault_after:
+                if c.fault == "stall":
+                    await asyncio.sleep(c.stall_s)
+                if c.fault == "broken":
+                    assert request.transport is not None
+                    request.transport.close()
+                    return resp
+                if c.fault == "malformed":
+                    await resp.write(b'data: {"choices": [ {"text": \n\n')
+                if c.fault == "error_event":
+                    await resp.write(b'data: {"error": {"message": "out of memory"}}\n\n')
+                    return resp
+            text = "".join(f" w{sent + i}" for i in range(k))
+            if sent < c.reasoning_tokens:
+                await resp.write(chunk(reasoning=text))
+            else:
+                await resp.write(chunk(text=text))
+            if c.keepalive:
+                await resp.write(b": keep-alive\n\n")
+            sent += k
+            n_chunks += 1
+        finish = "length" if sent >= max_tokens else "stop"
+        await resp.write(chunk(finish=finish) if not chat else chunk(finish=finish))
+        so = body.get("stream_options") or {}
+        if c.usage and so.get("include_usage"):
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
+            if c.reasoning_tokens:
+                usage["completion_tokens_details"] = {"reasoning_tokens": min(c.reasoning_tokens, sent)}
+            await resp.write(b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+class BackgroundEmitter:
+    """The emitter on its own thread and event loop, so its schedule does not share the client's loop."""
+
+    def __init__(self, config: EmitterConfig | None = None, port: int = 0) -> None:
+        self.emitter = Emitter(config)
+        self._port = port
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self.port = 0
+
+    @property
+    def config(self) -> EmitterConfig:
+        return self.emitter.config
+
+    @config.setter
+    def config(self, c: EmitterConfig) -> None:
+        self.emitter.config = c
+
+    def configure(self, **kw: Any) -> None:
+        self.emitter.config = replace(self.emitter.config, **kw)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(self.emitter.app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self._port)
+        await site.start()
+        server = site._server
+        assert server is not None and server.sockets
+        self.port = server.sockets[0].getsockname()[1]
+
+    def __enter__(self) -> BackgroundEmitter:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="deterministic OpenAI-compatible SSE emitter")
+    ap.add_argument("--port", type=int, default=8999)
+    ap.add_argument("--ttft", type=float, default=0.0, help="seconds")
+    ap.add_argument("--itl", type=float, default=0.0, help="seconds")
+    ap.add_argument("--tokens-per-chunk", type=int, default=1)
+    a = ap.parse_args(argv)
+    em = Emitter(EmitterConfig(ttft_s=a.ttft, itl_s=a.itl, tokens_per_chunk=a.tokens_per_chunk))
+    web.run_app(em.app, host="127.0.0.1", port=a.port, access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main()

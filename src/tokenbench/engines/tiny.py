@@ -1,0 +1,233 @@
+"""Build (once, cached) a tiny random-weight Llama-style model offline: a Hugging Face directory with a
+byte-level BPE tokenizer trained locally, and a GGUF written from the same weights and tokenizer.
+
+Random weights are enough to measure an engine's speed. One thing is set on purpose: the row of the
+output projection for the end-of-sequence token is zero, so its logit is always 0 while the best of the
+other tokens' random logits is positive; greedy decoding therefore never ends a sequence early, and a
+benchmark of N output tokens gets N tokens from engines that cannot be told to ignore EOS. tokenbench
+still verifies every response's length.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+from ..errors import EngineError
+from ..workload import word_list
+
+#: Bump when the build changes, so caches built by an older tokenbench are rebuilt.
+BUILD_VERSION = "tiny-llama-v1"
+CACHE_ENV = "TOKENBENCH_CACHE"
+MODEL_NAME = "tokenbench-tiny-llama"
+
+CONFIG = {
+    "vocab_size": 0,  # set from the trained tokenizer
+    "hidden_size": 128,
+    "intermediate_size": 384,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+}
+VOCAB_TARGET = 1024
+SPECIAL = ["<s>", "</s>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+@dataclass(slots=True, frozen=True)
+class TinyModel:
+    hf_dir: Path
+    gguf_path: Path
+    eos_token_id: int
+    name: str = MODEL_NAME
+
+    @property
+    def tokenizer_json(self) -> Path:
+        return self.hf_dir / "tokenizer.json"
+
+
+def cache_dir() -> Path:
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path(platformdirs.user_cache_dir("tokenbench"))
+
+
+def _corpus(n_lines: int = 4000, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    words = word_list()
+    lines = []
+    for _ in range(n_lines):
+        ws = rng.choices(words, k=rng.randint(5, 20))
+        tag = f"{rng.randrange(16**6):06x}-{rng.randrange(1000)}: "
+        lines.append(tag + " ".join(ws) + rng.choice([".", ",", "?", "!", ""]))
+    return lines
+
+
+def _train_tokenizer(out: Path) -> object:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_TARGET,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "add_bos_token": False,
+                "add_eos_token": False,
+                "model_max_length": CONFIG["max_position_embeddings"],
+                "chat_template": CHAT_TEMPLATE,
+            },
+            indent=1,
+        )
+    )
+    return tok
+
+
+def _permute_for_gguf(w, n_head: int):  # type: ignore[no-untyped-def]
+    """HF Llama stores q/k rows for rotate-half RoPE; GGUF's llama expects interleaved pairs."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _write_gguf(hf_dir: Path, tok: object, state: dict, cfg: dict, path: Path) -> None:  # type: ignore[type-arg]
+    import gguf
+    import numpy as np
+
+    vocab = tok.get_vocab()  # type: ignore[attr-defined]
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    merges_raw = json.loads((hf_dir / "tokenizer.json").read_text())["model"]["merges"]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in merges_raw]
+    types = [gguf.TokenType.CONTROL if t in SPECIAL else gguf.TokenType.NORMAL for t in tokens]
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(MODEL_NAME)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_rope_dimension_count(cfg["head_dim"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_vocab_size(len(tokens))
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(vocab["<s>"])
+    w.add_eos_token_id(vocab["</s>"])
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHAT_TEMPLATE)
+
+    def t(name: str):  # type: ignore[no-untyped-def]
+        return state[name].float().numpy().astype(np.float32)
+
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    w.add_tensor("token_embd.weight", t("model.embed_tokens.weight"))
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w.add_tensor(f"blk.{i}.attn_norm.weight", t(p + "input_layernorm.weight"))
+        w.add_tensor(f"blk.{i}.attn_q.weight", _permute_for_gguf(t(p + "self_attn.q_proj.weight"), nh))
+        w.add_tensor(f"blk.{i}.attn_k.weight", _permute_for_gguf(t(p + "self_attn.k_proj.weight"), nkv))
+        w.add_tensor(f"blk.{i}.attn_v.weight", t(p + "self_attn.v_proj.weight"))
+        w.add_tensor(f"blk.{i}.attn_output.weight", t(p + "self_attn.o_proj.weight"))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", t(p + "post_attention_layernorm.weight"))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", t(p + "mlp.gate_proj.weight"))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", t(p + "mlp.up_proj.weight"))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", t(p + "mlp.down_proj.weight"))
+    w.add_tensor("output_norm.weight", t("model.norm.weight"))
+    w.add_tensor("output.weight", t("lm_head.weight"))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def build(dest: Path) -> TinyModel:
+    """Build the model into ``dest`` (a new directory)."""
+    try:
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as e:
+        raise EngineError(
+            f"the embedded engine needs the engine extra ({e.name} is missing): pip install -e '.[engine]' "
+            "(install torch==2.13.0 first)"
+        ) from e
+    hf_dir = dest / "hf"
+    hf_dir.mkdir(parents=True)
+    tok = _train_tokenizer(hf_dir)
+    vocab = tok.get_vocab()  # type: ignore[attr-defined]
+    cfg = dict(CONFIG, vocab_size=len(vocab))
+    eos = vocab["</s>"]
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        **cfg,
+        bos_token_id=vocab["<s>"],
+        eos_token_id=eos,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        # Random init at std 0.02 gives near-uniform logits; a larger spread gives the model preferences.
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.2 if "embed" in name or "lm_head" in name else 0.08)
+        model.lm_head.weight[eos].zero_()
+    model.generation_config.eos_token_id = eos
+    model.generation_config.bos_token_id = vocab["<s>"]
+    model.generation_config.do_sample = False
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    state = model.state_dict()
+    gguf_path = dest / f"{MODEL_NAME}-f32.gguf"
+    _write_gguf(hf_dir, tok, state, cfg, gguf_path)
+    (dest / "BUILD").write_text(BUILD_VERSION + "\n")
+    return TinyModel(hf_dir=hf_dir, gguf_path=gguf_path, eos_token_id=eos)
+
+
+def ensure(root: Path | None = None) -> TinyModel:
+    """The cached tiny model, built on first use. Safe against a build killed half way."""
+    base = (root or cache_dir()) / BUILD_VERSION
+    if (base / "BUILD").exists():
+        eos = json.loads((base / "hf" / "config.json").read_text())["eos_token_id"]
+        return TinyModel(hf_dir=base / "hf", gguf_path=base / f"{MODEL_NAME}-f32.gguf", eos_token_id=eos)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=base.parent))
+    try:
+        build(tmp)
+        try:
+            tmp.rename(base)
+        except OSError:
+            if not (base / "BUILD").exists():  # another process won the race only if it finished
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ensure(root)

@@ -1,0 +1,223 @@
+"""When to send: closed-loop concurrency levels, open-loop rate levels (Poisson or constant), warm-up
+as a recorded phase, a request count or a duration per level, and a watch on the client itself.
+
+The load generator defines the backend it needs (``Backend``); the streaming client implements it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import psutil
+
+from .client import PreparedRequest
+from .records import Phase, RequestRecord
+
+NS_PER_S = 1_000_000_000
+
+#: The client is the bottleneck when its event loop answers this late (p99 of 10 ms sleeps), when its one
+#: thread is this busy, or when it keeps fewer requests in flight than asked (closed loop) / sends late
+#: (open loop). Thresholds chosen so a healthy client on a 2-core laptop stays far below them.
+LOOP_LAG_P99_MS = 25.0
+CLIENT_CPU_PCT = 90.0
+INFLIGHT_SHORTFALL = 0.9
+SEND_DELAY_P90_MS = 10.0
+MONITOR_PERIOD_S = 0.01
+
+
+class Backend(Protocol):
+    async def send(self, req: PreparedRequest, record: RequestRecord) -> RequestRecord: ...
+
+
+class PromptSource(Protocol):
+    async def next(self) -> tuple[int, PreparedRequest]: ...
+
+
+@dataclass(slots=True, frozen=True)
+class Level:
+    concurrency: int | None = None
+    rate: float | None = None  # requests per second, open loop
+    arrival: Literal["poisson", "constant"] = "poisson"
+    max_concurrency: int | None = None  # open loop: cap on requests in flight (queueing shows as send delay)
+
+    def describe(self) -> str:
+        if self.rate is not None:
+            return f"rate {self.rate:g}/s {self.arrival}"
+        return f"concurrency {self.concurrency}"
+
+
+@dataclass(slots=True)
+class ClientWatch:
+    """Event-loop lag, the client's own CPU, requests in flight: is the client or the server the limit?"""
+
+    lags_ms: list[float] = field(default_factory=list)
+    inflight_samples: list[int] = field(default_factory=list)
+    inflight: int = 0
+    sampling_inflight: bool = True
+    cpu_pct: float | None = None
+    _task: asyncio.Task[None] | None = None
+    _cpu0: float = 0.0
+    _t0: float = 0.0
+
+    async def _run(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(MONITOR_PERIOD_S)
+            self.lags_ms.append(max(0.0, (time.perf_counter() - t - MONITOR_PERIOD_S) * 1000))
+            if self.sampling_inflight:
+                self.inflight_samples.append(self.inflight)
+
+    def start(self) -> None:
+        ct = psutil.Process().cpu_times()
+        self._cpu0 = ct.user + ct.system
+        self._t0 = time.perf_counter()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        ct = psutil.Process().cpu_times()
+        wall = time.perf_counter() - self._t0
+        self.cpu_pct = 100.0 * (ct.user + ct.system - self._cpu0) / wall if wall > 0 else None
+
+    def report(self) -> dict[str, Any]:
+        lags = sorted(self.lags_ms)
+        out: dict[str, Any] = {"cpu_pct": self.cpu_pct, "loop_lag_samples": len(lags)}
+        if lags:
+            out["loop_lag_ms_p50"] = lags[len(lags) // 2]
+            out["loop_lag_ms_p99"] = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
+            out["loop_lag_ms_max"] = lags[-1]
+        if self.inflight_samples:
+            out["inflight_mean"] = statistics.fmean(self.inflight_samples)
+        return out
+
+    def verdict(self, level: Level, send_delay_p90_ms: float | None) -> list[str]:
+        """Reasons the client, not the server, limited this level (empty: it did not)."""
+        r = self.report()
+        reasons = []
+        if r.get("loop_lag_ms_p99", 0) > LOOP_LAG_P99_MS:
+            reasons.append(f"event-loop lag p99 {r['loop_lag_ms_p99']:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
+        if (self.cpu_pct or 0) > CLIENT_CPU_PCT:
+            reasons.append(f"client CPU {self.cpu_pct:.0f}% of a core > {CLIENT_CPU_PCT:g}%")
+        if level.concurrency and r.get("inflight_mean") is not None and len(self.inflight_samples) >= 20:
+            if r["inflight_mean"] < INFLIGHT_SHORTFALL * level.concurrency:
+                reasons.append(f"kept {r['inflight_mean']:.1f} requests in flight of {level.concurrency} asked")
+        if level.rate and send_delay_p90_ms is not None and send_delay_p90_ms > SEND_DELAY_P90_MS:
+            capped = f" (capped at {level.max_concurrency} in flight)" if level.max_concurrency else ""
+            reasons.append(f"requests sent {send_delay_p90_ms:.1f} ms late at p90{capped}")
+        return reasons
+
+
+@dataclass(slots=True)
+class PhaseResult:
+    records: list[RequestRecord]
+    start_ns: int
+    end_ns: int
+
+
+OnDone = Callable[[RequestRecord], None]
+
+
+async def run_phase(
+    backend: Backend,
+    prompts: PromptSource,
+    level: Level,
+    phase: Phase,
+    *,
+    requests: int | None,
+    duration_s: float | None,
+    watch: ClientWatch | None = None,
+    on_done: OnDone | None = None,
+    seed: int = 0,
+    sink: list[RequestRecord] | None = None,
+) -> PhaseResult:
+    """Run one phase (warm-up or measured) of a level. Cancellation keeps the records gathered so far."""
+    if requests is None and duration_s is None:
+        raise ValueError("a level needs a request count or a duration")
+    records: list[RequestRecord] = [] if sink is None else sink  # the caller's list survives a cancel
+    start_ns = time.perf_counter_ns()
+    stop_ns = start_ns + int(duration_s * NS_PER_S) if duration_s else None
+    w = watch or ClientWatch()
+
+    async def one(req: PreparedRequest, rec: RequestRecord) -> None:
+        w.inflight += 1
+        try:
+            await backend.send(req, rec)
+        finally:
+            w.inflight -= 1
+        if on_done is not None:
+            on_done(rec)
+
+    try:
+        if level.rate is None:
+            issued = 0
+            n = level.concurrency or 1
+
+            async def worker() -> None:
+                nonlocal issued
+                while True:
+                    if requests is not None and issued >= requests:
+                        break
+                    if stop_ns is not None and time.perf_counter_ns() >= stop_ns:
+                        break
+                    issued += 1
+                    idx, req = await prompts.next()
+                    rec = RequestRecord(index=idx, phase=phase)
+                    records.append(rec)
+                    await one(req, rec)
+                w.sampling_inflight = False  # the tail of a level is not a shortfall of the client
+
+            await asyncio.gather(*(worker() for _ in range(n)))
+        else:
+            rng = random.Random(seed)
+            sem = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
+            tasks: list[asyncio.Task[None]] = []
+            t_next = 0.0
+            k = 0
+            while True:
+                if requests is not None and k >= requests:
+                    break
+                scheduled = start_ns + int(t_next * NS_PER_S)
+                if stop_ns is not None and scheduled >= stop_ns:
+                    break
+                idx, req = await prompts.next()
+                delay = (scheduled - time.perf_counter_ns()) / NS_PER_S
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                rec = RequestRecord(index=idx, phase=phase, scheduled_ns=scheduled)
+                records.append(rec)
+
+                async def capped(req: PreparedRequest = req, rec: RequestRecord = rec) -> None:
+                    if sem is None:
+                        await one(req, rec)
+                        return
+                    async with sem:
+                        await one(req, rec)
+
+                tasks.append(asyncio.get_running_loop().create_task(capped()))
+                k += 1
+                gap = rng.expovariate(level.rate) if level.arrival == "poisson" else 1.0 / level.rate
+                t_next += gap
+            w.sampling_inflight = False
+            await asyncio.gather(*tasks)
+    except asyncio.CancelledError:
+        # Ctrl-C: requests still in flight end as "interrupted"; finished ones are kept.
+        now = time.perf_counter_ns()
+        for r in records:
+            if r.end_ns is None and r.error_kind is None:
+                r.error_kind = "interrupted"
+                r.error = "the run was interrupted"
+                r.end_ns = now
+        raise
+    ends = [r.end_ns for r in records if r.end_ns is not None and r.phase == phase]
+    return PhaseResult(records=records, start_ns=start_ns, end_ns=max(ends) if ends else time.perf_counter_ns())

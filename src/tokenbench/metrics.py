@@ -1,0 +1,381 @@
+"""Pure functions from request records to a level summary. No I/O.
+
+Definitions follow DESIGN.md and match ``vllm bench serve`` so numbers are comparable:
+- TTFT: request sent -> first chunk carrying a generated token (reasoning or answer).
+- E2E: request sent -> last byte of the response.
+- TPOT: (E2E - TTFT) / (output_tokens - 1) per request; undefined for one output token.
+- ITL: gaps between successive token-bearing chunks (the per-chunk rule; a chunk may carry
+  several tokens, and ``tokens_per_chunk_mean`` says how many on average).
+- Percentiles: linear interpolation between closest ranks (numpy's default, as vLLM uses).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .records import RequestRecord
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+
+#: A p99 over fewer samples than this is an extrapolation from very few tail points.
+P99_MIN_SAMPLES = 100
+#: Outputs shorter than this share of what was asked are "short" (the server stopped early).
+OUTPUT_SHORT_RATIO = 1.0
+#: A prompt the server counted this much shorter than we built it was truncated (Ollama past num_ctx).
+#: Servers add a BOS token or a chat template, which only makes the count larger, so any real
+#: shortfall beyond a couple of tokens of tokenizer disagreement is truncation.
+PROMPT_TRUNCATION_SLACK_TOKENS = 2
+PROMPT_TRUNCATION_SLACK_RATIO = 0.02
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile of pre-sorted values (numpy 'linear' method), q in [0, 100]."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+@dataclass(slots=True)
+class Distribution:
+    """One type for every metric: count, mean, std, min, max and percentiles, in the unit of its name."""
+
+    n: int
+    mean: float | None = None
+    std: float | None = None
+    min: float | None = None
+    max: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def of(cls, values: list[float]) -> Distribution:
+        if not values:
+            return cls(n=0)
+        s = sorted(values)
+        return cls(
+            n=len(s),
+            mean=statistics.fmean(s),
+            std=statistics.pstdev(s) if len(s) > 1 else 0.0,
+            min=s[0],
+            max=s[-1],
+            p50=percentile(s, 50),
+            p90=percentile(s, 90),
+            p95=percentile(s, 95),
+            p99=percentile(s, 99),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class SLO:
+    """Service-level objectives: per-request limits in milliseconds, and per-level percentile limits."""
+
+    per_request_ms: dict[str, float] = field(default_factory=dict)  # ttft, tpot, e2e, itl
+    percentile_ms: dict[tuple[str, str], float] = field(default_factory=dict)  # (metric, "p99") -> ms
+
+    @classmethod
+    def parse(cls, text: str) -> SLO:
+        """``ttft_p99=2s,tpot=50ms,e2e=30s``. A bare metric is a per-request limit; ``_pNN`` a level limit
+        that is also applied per request for goodput (a request over the limit never counts as good)."""
+        slo = cls()
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise ValueError(f"SLO '{part}' has no value: write it as metric=limit, e.g. ttft_p99=2s")
+            metric, _, pct = key.strip().partition("_")
+            if metric not in ("ttft", "tpot", "e2e", "itl"):
+                raise ValueError(f"unknown SLO metric '{metric}': use ttft, tpot, e2e or itl")
+            limit = parse_duration_ms(value)
+            if pct:
+                if not (pct.startswith("p") and pct[1:].isdigit() and pct in ("p50", "p90", "p95", "p99")):
+                    raise ValueError(f"unknown SLO percentile '{pct}': use p50, p90, p95 or p99")
+                slo.percentile_ms[(metric, pct)] = limit
+            slo.per_request_ms[metric] = min(limit, slo.per_request_ms.get(metric, math.inf))
+        return slo
+
+    def describe(self) -> str:
+        parts = [f"{m}_{p}<={v:g}ms" for (m, p), v in self.percentile_ms.items()]
+        parts += [f"{m}<={v:g}ms" for m, v in self.per_request_ms.items() if not any(k[0] == m for k in self.percentile_ms)]
+        return ",".join(parts)
+
+
+def parse_duration_ms(text: str) -> float:
+    """``2s``, ``50ms``, ``1.5m``, ``250`` (ms) -> milliseconds."""
+    t = text.strip().lower()
+    for suffix, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1000.0), ("m", 60_000.0)):
+        if t.endswith(suffix):
+            return float(t[: -len(suffix)]) * scale
+    return float(t)
+
+
+def request_tpot_ms(r: RequestRecord) -> float | None:
+    if r.first_token_ns is None or r.end_ns is None or not r.output_tokens or r.output_tokens < 2:
+        return None
+    return (r.end_ns - r.first_token_ns) / NS_PER_MS / (r.output_tokens - 1)
+
+
+def request_itls_ms(r: RequestRecord) -> list[float]:
+    c = r.chunk_ns
+    return [(c[i] - c[i - 1]) / NS_PER_MS for i in range(1, len(c))]
+
+
+def request_meets(r: RequestRecord, per_request_ms: dict[str, float]) -> bool:
+    checks = {
+        "ttft": None if r.ttft_ns is None else r.ttft_ns / NS_PER_MS,
+        "tpot": request_tpot_ms(r),
+        "e2e": None if r.e2e_ns is None else r.e2e_ns / NS_PER_MS,
+        "itl": max(request_itls_ms(r), default=None),
+    }
+    for metric, limit in per_request_ms.items():
+        v = checks[metric]
+        if v is not None and v > limit:
+            return False
+        if v is None and metric in ("ttft", "e2e"):
+            return False
+    return True
+
+
+def cost_per_mtok(price_per_hour: float | None, tokens_per_s: float | None) -> float | None:
+    """Price per million tokens at a sustained rate: price_per_hour / (tps * 3600) * 1e6."""
+    if price_per_hour is None or not tokens_per_s:
+        return None
+    return price_per_hour / (tokens_per_s * 3600.0) * 1e6
+
+
+@dataclass(slots=True)
+class LevelSummary:
+    """One operating point, in the names of DESIGN.md's JSON result contract (extend, never rename)."""
+
+    concurrency: int | None
+    rate: float | None
+    completed: int
+    failed: int
+    errors: dict[str, int]
+    duration_s: float
+    output_throughput_tps: float
+    per_agent_tps: float | None
+    request_throughput_rps: float
+    input_tokens_mean: float | None
+    output_tokens_mean: float | None
+    output_tokens_source: str | None
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    itl_ms: Distribution
+    e2e_ms: Distribution
+    ttfb_ms: Distribution
+    time_to_first_answer_ms: Distribution
+    flags: list[str]
+    cost_per_mtok: float | None = None
+    # Extensions beyond the contract's original names.
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
+    reasoning_tokens_mean: float | None = None
+    output_tokens_min: int | None = None
+    output_tokens_max: int | None = None
+    expected_output_tokens: int | None = None
+    input_tokens_source: str | None = None
+    tokens_per_chunk_mean: float | None = None
+    itl_rule: str = "per_chunk"
+    prefill_tps: float | None = None  # input tokens / TTFT, reported at concurrency 1 only
+    decode_tps: float | None = None  # 1 / median TPOT, reported at concurrency 1 only
+    achieved_concurrency: float | None = None
+    send_delay_ms: Distribution | None = None  # open loop: actual - scheduled send time
+    goodput_rps: float | None = None
+    slo: str | None = None
+    slo_met: bool | None = None
+    warnings: list[str] = field(default_factory=list)
+    client: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LevelSummary:
+        d = dict(d)
+        for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms"):
+            if isinstance(d.get(k), dict):
+                d[k] = Distribution(**d[k])
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def _source(records: list[RequestRecord], attr: str) -> str | None:
+    sources = Counter(getattr(r, attr) for r in records if getattr(r, attr))
+    if not sources:
+        return None
+    if len(sources) == 1:
+        return next(iter(sources))
+    return "mixed:" + ",".join(f"{k}={v}" for k, v in sorted(sources.items()))
+
+
+def summarize(
+    records: list[RequestRecord],
+    *,
+    concurrency: int | None,
+    rate: float | None,
+    window_start_ns: int,
+    window_end_ns: int | None = None,
+    slo: SLO | None = None,
+    price_per_hour: float | None = None,
+) -> LevelSummary:
+    """Summarize the measured requests of one level. Warm-up records are ignored here."""
+    measured = [r for r in records if r.phase == "measured"]
+    ok = [r for r in measured if r.ok]
+    failed = [r for r in measured if not r.ok]
+    ends = [r.end_ns for r in measured if r.end_ns is not None]
+    end = window_end_ns if window_end_ns is not None else (max(ends) if ends else window_start_ns)
+    duration_s = max(end - window_start_ns, 1) / NS_PER_S
+
+    out_tokens = [r.output_tokens for r in ok if r.output_tokens is not None]
+    in_tokens = [r.input_tokens for r in ok if r.input_tokens is not None]
+    total_out = sum(out_tokens)
+    agg_tps = total_out / duration_s
+    flags: list[str] = []
+    warnings: list[str] = []
+
+    ttft = [r.ttft_ns / NS_PER_MS for r in ok if r.ttft_ns is not None]
+    tpot = [v for r in ok if (v := request_tpot_ms(r)) is not None]
+    itl = [v for r in ok for v in request_itls_ms(r)]
+    e2e = [r.e2e_ns / NS_PER_MS for r in ok if r.e2e_ns is not None]
+    ttfb = [(r.first_byte_ns - r.sent_ns) / NS_PER_MS for r in ok if r.first_byte_ns is not None]
+    ttfa = [(r.first_answer_ns - r.sent_ns) / NS_PER_MS for r in ok if r.first_answer_ns is not None]
+
+    chunks = sum(len(r.chunk_ns) for r in ok)
+    tokens_per_chunk = total_out / chunks if chunks else None
+    if tokens_per_chunk is not None and tokens_per_chunk > 1.05:
+        flags.append("multi_token_chunks")
+        warnings.append(
+            f"chunks carry {tokens_per_chunk:.2f} tokens on average: ITL is per chunk, TPOT is per token"
+        )
+
+    out_source = _source(ok, "output_tokens_source")
+    if ok and out_source != "usage":
+        flags.append("usage_absent")
+        warnings.append(
+            f"output token counts are estimated ({out_source}): the server sent no usage; "
+            "use a server that honours stream_options.include_usage for exact counts"
+        )
+
+    expected_out = next((r.expected_output_tokens for r in ok if r.expected_output_tokens), None)
+    short = [r for r in ok if r.expected_output_tokens and (r.output_tokens or 0) < r.expected_output_tokens]
+    if short:
+        flags.append("output_short")
+        lengths = sorted(r.output_tokens or 0 for r in short)
+        warnings.append(
+            f"{len(short)}/{len(ok)} outputs stopped before {expected_out} tokens "
+            f"(reached {lengths[0]}..{lengths[-1]}, finish_reason "
+            f"{','.join(sorted({str(r.finish_reason) for r in short}))}): the server does not honour "
+            "ignore_eos/min_tokens; compare TPOT, not throughput"
+        )
+
+    truncated = [
+        r
+        for r in ok
+        if r.expected_input_tokens
+        and r.input_tokens is not None
+        and r.input_tokens_source == "usage"
+        and r.input_tokens
+        < r.expected_input_tokens * (1 - PROMPT_TRUNCATION_SLACK_RATIO) - PROMPT_TRUNCATION_SLACK_TOKENS
+    ]
+    if truncated:
+        flags.append("prompt_truncated")
+        r0 = truncated[0]
+        warnings.append(
+            f"the server counted {r0.input_tokens} prompt tokens where {r0.expected_input_tokens} were sent "
+            f"({len(truncated)} requests): it truncates the prompt (Ollama: raise num_ctx); "
+            "prefill figures of this level are not valid"
+        )
+
+    if ok and len(ok) < P99_MIN_SAMPLES:
+        flags.append("p99_estimate")
+    if failed:
+        flags.append("errors")
+
+    summary = LevelSummary(
+        concurrency=concurrency,
+        rate=rate,
+        completed=len(ok),
+        failed=len(failed),
+        errors=dict(Counter(r.error_kind for r in failed if r.error_kind)),
+        duration_s=duration_s,
+        output_throughput_tps=agg_tps,
+        per_agent_tps=None,
+        request_throughput_rps=len(ok) / duration_s,
+        input_tokens_mean=statistics.fmean(in_tokens) if in_tokens else None,
+        output_tokens_mean=statistics.fmean(out_tokens) if out_tokens else None,
+        output_tokens_source=out_source,
+        ttft_ms=Distribution.of(ttft),
+        tpot_ms=Distribution.of(tpot),
+        itl_ms=Distribution.of(itl),
+        e2e_ms=Distribution.of(e2e),
+        ttfb_ms=Distribution.of(ttfb),
+        time_to_first_answer_ms=Distribution.of(ttfa),
+        flags=flags,
+        cost_per_mtok=cost_per_mtok(price_per_hour, agg_tps),
+        total_input_tokens=sum(in_tokens),
+        total_output_tokens=total_out,
+        reasoning_tokens_mean=(
+            statistics.fmean([r.reasoning_tokens or 0 for r in ok])
+            if any(r.reasoning_tokens for r in ok)
+            else None
+        ),
+        output_tokens_min=min(out_tokens) if out_tokens else None,
+        output_tokens_max=max(out_tokens) if out_tokens else None,
+        expected_output_tokens=expected_out,
+        input_tokens_source=_source(ok, "input_tokens_source"),
+        tokens_per_chunk_mean=tokens_per_chunk,
+        warnings=warnings,
+    )
+
+    busy_ns = sum(r.e2e_ns for r in measured if r.e2e_ns is not None)
+    summary.achieved_concurrency = busy_ns / (end - window_start_ns) if end > window_start_ns else None
+    if concurrency:
+        summary.per_agent_tps = agg_tps / concurrency
+    elif summary.achieved_concurrency:
+        summary.per_agent_tps = agg_tps / summary.achieved_concurrency
+
+    if concurrency == 1 and ok:
+        pp = [r.input_tokens / (r.ttft_ns / NS_PER_S) for r in ok if r.input_tokens and r.ttft_ns]
+        summary.prefill_tps = statistics.median(pp) if pp else None
+        if summary.tpot_ms.p50:
+            summary.decode_tps = 1000.0 / summary.tpot_ms.p50
+
+    delays = [(r.sent_ns - r.scheduled_ns) / NS_PER_MS for r in measured if r.scheduled_ns is not None]
+    if delays:
+        summary.send_delay_ms = Distribution.of(delays)
+
+    if slo is not None and (slo.per_request_ms or slo.percentile_ms):
+        good = [r for r in ok if request_meets(r, slo.per_request_ms)]
+        summary.goodput_rps = len(good) / duration_s
+        summary.slo = slo.describe()
+        met = True
+        for (metric, pct), limit in slo.percentile_ms.items():
+            dist: Distribution = getattr(summary, f"{metric}_ms")
+            value = getattr(dist, pct)
+            if value is None or value > limit:
+                met = False
+        summary.slo_met = met and not failed
+    return summary
+
+
+def coefficient_of_variation(values: list[float]) -> float | None:
+    vals = [v for v in values if v is not None]
+    if len(vals) < 2:
+        return None
+    mean = statistics.fmean(vals)
+    return statistics.stdev(vals) / mean if mean else None

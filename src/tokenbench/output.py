@@ -1,0 +1,137 @@
+"""The tables the published write-ups print, as rows of strings, rendered for a terminal or Markdown.
+``format_*`` functions return text so what users see is testable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from .metrics import LevelSummary
+
+
+def _num(v: float | None, digits: int = 1) -> str:
+    if v is None:
+        return "—"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}"
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "—"
+    if v >= 10_000:
+        return f"{v / 1000:.1f} s"
+    if v >= 100:
+        return f"{v:.0f} ms"
+    return f"{v:.1f} ms"
+
+
+def level_key(s: LevelSummary) -> str:
+    if s.rate is not None:
+        return f"{s.rate:g}/s"
+    return str(s.concurrency)
+
+
+def sweep_rows(levels: list[LevelSummary], currency: str = "USD") -> tuple[list[str], list[list[str]]]:
+    rate_mode = any(s.rate is not None for s in levels)
+    header = [
+        "Rate" if rate_mode else "Concurrency",
+        "Aggregate output tok/s",
+        "Per-agent tok/s",
+        "Median TTFT",
+        "P99 TTFT",
+        "Median TPOT",
+        f"{currency}/M output",
+        "OK/failed",
+        "Flags",
+    ]
+    rows = []
+    for s in levels:
+        p99 = _ms(s.ttft_ms.p99)
+        if s.ttft_ms.n and s.ttft_ms.n < 100:
+            p99 += "*"
+        rows.append(
+            [
+                level_key(s),
+                _num(s.output_throughput_tps),
+                _num(s.per_agent_tps),
+                _ms(s.ttft_ms.p50),
+                p99,
+                _ms(s.tpot_ms.p50),
+                _num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—",
+                f"{s.completed}/{s.failed}",
+                ",".join(f for f in s.flags if f != "p99_estimate") or "",
+            ]
+        )
+    return header, rows
+
+
+def single_stream_lines(levels: list[LevelSummary]) -> list[str]:
+    out = []
+    for s in levels:
+        if s.concurrency == 1 and (s.prefill_tps or s.decode_tps):
+            out.append(
+                f"Concurrency 1: prefill {_num(s.prefill_tps)} tok/s (input tokens / TTFT, median), "
+                f"single-stream decode {_num(s.decode_tps)} tok/s (1 / median TPOT)"
+            )
+            break
+    return out
+
+
+def notes(levels: list[LevelSummary]) -> list[str]:
+    out = []
+    if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
+        out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
+    for s in levels:
+        for w in s.warnings:
+            out.append(f"[{level_key(s)}] {w}")
+        if s.errors:
+            kinds = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items()))
+            out.append(f"[{level_key(s)}] failed requests: {kinds}")
+    return out
+
+
+def format_markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def format_sweep_markdown(levels: list[LevelSummary], currency: str = "USD") -> str:
+    header, rows = sweep_rows(levels, currency)
+    parts = [format_markdown(header, rows)]
+    parts += ["", *single_stream_lines(levels)] if single_stream_lines(levels) else []
+    return "\n".join(parts)
+
+
+def print_sweep(console: Console, levels: list[LevelSummary], currency: str, title: str | None = None) -> None:
+    header, rows = sweep_rows(levels, currency)
+    t = Table(title=title, box=box.SIMPLE_HEAVY)
+    for i, h in enumerate(header):
+        t.add_column(h, justify="left" if i in (0, len(header) - 1) else "right")
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
+    for line in single_stream_lines(levels):
+        console.print(line)
+    for line in notes(levels):
+        console.print(line, style="yellow", markup=False, highlight=False)
+
+
+def describe_run(manifest: dict[str, Any]) -> str:
+    wl = manifest.get("workload") or {}
+    parts = [
+        f"model {manifest.get('model')}",
+        f"engine {manifest.get('engine') or 'unknown'}" + (f" {manifest['engine_version']}" if manifest.get("engine_version") else ""),
+        f"{wl.get('input_len')} in / {wl.get('output_len')} out tokens" + (f" ({wl['shape']})" if wl.get("shape") else ""),
+        f"{wl.get('api')} API",
+        f"tokenizer: {manifest.get('tokenizer')}",
+    ]
+    emb = manifest.get("embedded")
+    if emb:
+        parts.append(f"embedded {emb.get('engine')} engine, healthy after {emb.get('startup_s', 0):.1f} s (cold start)")
+    return "; ".join(parts)

@@ -1,0 +1,69 @@
+"""The raw truth of one request. Everything reported is derived from these and can be recomputed."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Phase = Literal["warmup", "measured"]
+TokenSource = Literal["usage", "server_timings", "tokenizer", "chunks"]
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request. Times are ``time.perf_counter_ns()`` values taken as each network read returned."""
+
+    index: int
+    phase: Phase = "measured"
+    scheduled_ns: int | None = None  # open-loop levels: when the arrival process said to send
+    sent_ns: int = 0
+    first_byte_ns: int | None = None
+    first_token_ns: int | None = None  # first chunk carrying a generated token of any kind
+    first_answer_ns: int | None = None  # first chunk carrying answer (non-reasoning) content
+    end_ns: int | None = None  # last byte of the response
+    chunk_ns: list[int] = field(default_factory=list)  # token-bearing chunks only
+    chunk_chars: list[int] = field(default_factory=list)  # characters of text in each of those chunks
+    reasoning_chunks: int = 0
+    answer_text: str = ""
+    reasoning_text: str = ""
+    input_tokens: int | None = None
+    input_tokens_source: TokenSource | None = None
+    expected_input_tokens: int | None = None
+    output_tokens: int | None = None
+    output_tokens_source: TokenSource | None = None
+    reasoning_tokens: int | None = None
+    expected_output_tokens: int | None = None
+    finish_reason: str | None = None
+    server_timings: dict[str, Any] | None = None  # llama.cpp's "timings" object when sent
+    malformed_events: int = 0
+    http_status: int | None = None
+    error_kind: str | None = None  # None: success
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+    @property
+    def ttft_ns(self) -> int | None:
+        return None if self.first_token_ns is None else self.first_token_ns - self.sent_ns
+
+    @property
+    def e2e_ns(self) -> int | None:
+        return None if self.end_ns is None else self.end_ns - self.sent_ns
+
+    def to_dict(self, keep_text: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        if not keep_text:
+            # Generated text is large and not needed to recompute any metric; keep its length.
+            d["answer_chars"] = len(self.answer_text)
+            d["reasoning_chars"] = len(self.reasoning_text)
+            del d["answer_text"], d["reasoning_text"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
+        d = dict(d)
+        d.pop("answer_chars", None)
+        d.pop("reasoning_chars", None)
+        return cls(**d)

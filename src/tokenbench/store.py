@@ -1,0 +1,253 @@
+"""SQLite results database: runs, levels, every request's raw record, machine snapshots.
+
+The schema is versioned by named, append-only migrations (never edit one that has shipped; add the next).
+Each level is written in one transaction, so a killed run leaves the levels it finished.
+Location: ``--db PATH``, else ``TOKENBENCH_DB``, else the user data directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from .errors import UsageError
+from .metrics import LevelSummary
+from .records import RequestRecord
+
+DB_ENV = "TOKENBENCH_DB"
+
+
+def default_db_path() -> Path:
+    env = os.environ.get(DB_ENV)
+    if env:
+        return Path(env)
+    return Path(platformdirs.user_data_dir("tokenbench")) / "results.db"
+
+
+def _script(db: sqlite3.Connection, sql: str) -> None:
+    """Run statements one by one: ``executescript`` would commit the migration's transaction half way."""
+    for stmt in sql.split(";"):
+        lines = [ln.split("--", 1)[0] for ln in stmt.splitlines()]
+        if "".join(lines).strip():
+            db.execute("\n".join(lines))
+
+
+def _m001_initial(db: sqlite3.Connection) -> None:
+    _script(
+        db,
+        """
+        CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            label TEXT,
+            status TEXT NOT NULL,          -- running | complete | partial | interrupted | failed
+            started TEXT NOT NULL,
+            finished TEXT,
+            tool_version TEXT NOT NULL,
+            provenance TEXT NOT NULL DEFAULT 'measured',
+            error TEXT,
+            manifest TEXT NOT NULL         -- JSON: endpoint, model, engine, workload, machine, command, seed
+        );
+        CREATE INDEX runs_label ON runs(label);
+        CREATE TABLE levels (
+            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            idx INTEGER NOT NULL,          -- position in the sweep
+            repetition INTEGER NOT NULL,
+            concurrency INTEGER,
+            rate REAL,
+            status TEXT NOT NULL,          -- complete | interrupted | failed
+            started TEXT,
+            finished TEXT,
+            window_start_ns INTEGER,
+            window_end_ns INTEGER,
+            summary TEXT NOT NULL,         -- JSON LevelSummary
+            PRIMARY KEY (run_id, idx, repetition)
+        );
+        CREATE TABLE requests (
+            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            level_idx INTEGER NOT NULL,
+            repetition INTEGER NOT NULL,
+            idx INTEGER NOT NULL,
+            phase TEXT NOT NULL,
+            ok INTEGER NOT NULL,
+            record TEXT NOT NULL           -- JSON RequestRecord, raw perf_counter_ns timestamps
+        );
+        CREATE INDEX requests_level ON requests(run_id, level_idx, repetition);
+        """
+    )
+
+
+MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
+    ("001_initial", _m001_initial),
+]
+
+
+@dataclass(slots=True)
+class RunRow:
+    id: str
+    kind: str
+    label: str | None
+    status: str
+    started: str
+    finished: str | None
+    tool_version: str
+    provenance: str
+    error: str | None
+    manifest: dict[str, Any]
+
+
+class Store:
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(self.path, isolation_level=None)
+        except (OSError, sqlite3.Error) as e:
+            raise UsageError(f"cannot open the results database {self.path}: {e}; pass --db PATH") from e
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA foreign_keys = ON")
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.migrate()
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def migrate(self) -> None:
+        self.db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied TEXT NOT NULL)")
+        done = {r[0] for r in self.db.execute("SELECT name FROM _migrations")}
+        known = {name for name, _ in MIGRATIONS}
+        unknown = done - known
+        if unknown:
+            raise UsageError(
+                f"{self.path} was written by a newer tokenbench (migrations {sorted(unknown)}): upgrade tokenbench"
+            )
+        for name, fn in MIGRATIONS:
+            if name in done:
+                continue
+            with self.tx() as db:
+                fn(db)
+                db.execute("INSERT INTO _migrations VALUES (?, datetime('now'))", (name,))
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM _migrations").fetchone()[0])
+
+    # --- writing -------------------------------------------------------------------------------------
+
+    def create_run(
+        self, run_id: str, kind: str, label: str | None, started: str, tool_version: str, manifest: dict[str, Any]
+    ) -> None:
+        with self.tx() as db:
+            db.execute(
+                "INSERT INTO runs (id, kind, label, status, started, tool_version, manifest)"
+                " VALUES (?, ?, ?, 'running', ?, ?, ?)",
+                (run_id, kind, label, started, tool_version, json.dumps(manifest)),
+            )
+
+    def update_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
+        with self.tx() as db:
+            db.execute("UPDATE runs SET manifest = ? WHERE id = ?", (json.dumps(manifest), run_id))
+
+    def save_level(
+        self,
+        run_id: str,
+        idx: int,
+        repetition: int,
+        summary: LevelSummary,
+        records: list[RequestRecord],
+        *,
+        status: str,
+        started: str,
+        finished: str,
+        window: tuple[int, int],
+        level_idx_of: Callable[[RequestRecord], int] | None = None,
+    ) -> None:
+        with self.tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO levels VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    idx,
+                    repetition,
+                    summary.concurrency,
+                    summary.rate,
+                    status,
+                    started,
+                    finished,
+                    window[0],
+                    window[1],
+                    json.dumps(summary.to_dict()),
+                ),
+            )
+            db.executemany(
+                "INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (run_id, idx, repetition, r.index, r.phase, int(r.ok), json.dumps(r.to_dict()))
+                    for r in records
+                ],
+            )
+
+    def finish_run(self, run_id: str, status: str, finished: str, error: str | None = None) -> None:
+        with self.tx() as db:
+            db.execute(
+                "UPDATE runs SET status = ?, finished = ?, error = ? WHERE id = ?", (status, finished, error, run_id)
+            )
+
+    # --- reading -------------------------------------------------------------------------------------
+
+    def _row(self, r: sqlite3.Row) -> RunRow:
+        d = dict(r)
+        d["manifest"] = json.loads(d["manifest"])
+        return RunRow(**d)
+
+    def runs(self, limit: int = 50) -> list[RunRow]:
+        rows = self.db.execute("SELECT * FROM runs ORDER BY started DESC, id DESC LIMIT ?", (limit,))
+        return [self._row(r) for r in rows]
+
+    def resolve(self, ref: str) -> RunRow:
+        """A run by id, unique id prefix, or label (the newest run with that label)."""
+        r = self.db.execute("SELECT * FROM runs WHERE id = ?", (ref,)).fetchone()
+        if r is None:
+            rows = self.db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY started DESC", (ref + "%",)).fetchall()
+            if len(rows) > 1:
+                raise UsageError(f"run '{ref}' is ambiguous ({len(rows)} runs start so): give more of the id")
+            r = rows[0] if rows else None
+        if r is None:
+            r = self.db.execute(
+                "SELECT * FROM runs WHERE label = ? ORDER BY started DESC LIMIT 1", (ref,)
+            ).fetchone()
+        if r is None:
+            raise UsageError(f"no run '{ref}' in {self.path}: 'tokenbench runs' lists them")
+        return self._row(r)
+
+    def levels(self, run_id: str) -> list[tuple[int, int, str, LevelSummary]]:
+        rows = self.db.execute(
+            "SELECT idx, repetition, status, summary FROM levels WHERE run_id = ? ORDER BY idx, repetition", (run_id,)
+        )
+        return [(r[0], r[1], r[2], LevelSummary.from_dict(json.loads(r[3]))) for r in rows]
+
+    def requests(self, run_id: str, level_idx: int | None = None) -> list[RequestRecord]:
+        q = "SELECT record FROM requests WHERE run_id = ?"
+        args: tuple[Any, ...] = (run_id,)
+        if level_idx is not None:
+            q += " AND level_idx = ?"
+            args += (level_idx,)
+        return [RequestRecord.from_dict(json.loads(r[0])) for r in self.db.execute(q, args)]

@@ -1,0 +1,178 @@
+"""What to send: prompts of an exact token length for the served model's tokenizer, unique per request
+and per run so no prefix cache can serve them (unless a shared prefix is asked for), and the shapes
+published comparisons use."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+
+from .errors import UsageError
+
+#: name -> (input tokens, output tokens). pp512/tg128 follow llama-bench: prompt processing of 512
+#: tokens (one token generated so the server must finish the prefill), generation of 128 tokens.
+SHAPES: dict[str, tuple[int, int]] = {
+    "agentic": (4096, 512),
+    "short": (128, 128),
+    "pp512": (512, 1),
+    "tg128": (1, 128),
+}
+
+
+@dataclass(slots=True, frozen=True)
+class Workload:
+    input_len: int
+    output_len: int
+    shape: str | None = None
+    api: str = "completions"
+    prefix_len: int = 0  # tokens shared by every request (0: every prompt unique from its first token)
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve_shape(shape: str | None, input_len: int | None, output_len: int | None) -> tuple[int, int]:
+    if shape is not None:
+        if shape not in SHAPES:
+            raise UsageError(f"unknown shape '{shape}': use one of {', '.join(SHAPES)} or --input-len/--output-len")
+        i, o = SHAPES[shape]
+        return (input_len or i, output_len or o)
+    return (input_len or SHAPES["short"][0], output_len or SHAPES["short"][1])
+
+
+class Tokenizer(Protocol):
+    description: str
+
+    async def encode(self, text: str) -> list[int]: ...
+
+    async def decode(self, ids: list[int]) -> str: ...
+
+
+class LocalTokenizer:
+    """A tokenizer on this machine: a ``tokenizer.json`` file, or a Hugging Face directory or cached name."""
+
+    def __init__(self, path_or_name: str) -> None:
+        self.description = f"local {path_or_name}"
+        p = Path(path_or_name)
+        file = p / "tokenizer.json" if p.is_dir() else p
+        if file.suffix == ".json" and file.exists():
+            from tokenizers import Tokenizer as HFTokenizer
+
+            tok = HFTokenizer.from_file(str(file))
+            self._encode = lambda t: tok.encode(t, add_special_tokens=False).ids
+            self._decode = lambda ids: tok.decode(ids)
+            self.eos_token_id = _eos_from_dir(p if p.is_dir() else p.parent, tok)
+            return
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as e:
+            raise UsageError(
+                f"--tokenizer {path_or_name}: give a tokenizer.json path, or pip install 'tokenbench[tokenizer]'"
+            ) from e
+        try:
+            atok = AutoTokenizer.from_pretrained(path_or_name, local_files_only=True)
+        except Exception as e:  # transformers raises many kinds for a missing model
+            raise UsageError(
+                f"--tokenizer {path_or_name}: not found locally ({type(e).__name__}); "
+                "give a local directory or tokenizer.json (no hub downloads here)"
+            ) from e
+        self._encode = lambda t: atok.encode(t, add_special_tokens=False)
+        self._decode = lambda ids: atok.decode(ids)
+        self.eos_token_id = atok.eos_token_id
+
+    def count(self, text: str) -> int:
+        return len(self._encode(text))
+
+    async def encode(self, text: str) -> list[int]:
+        return list(self._encode(text))
+
+    async def decode(self, ids: list[int]) -> str:
+        return str(self._decode(ids))
+
+
+def _eos_from_dir(d: Path, tok: Any) -> int | None:
+    import json
+
+    for name in ("generation_config.json", "config.json"):
+        f = d / name
+        if f.exists():
+            eos = json.loads(f.read_text()).get("eos_token_id")
+            if isinstance(eos, list):
+                eos = eos[0] if eos else None
+            if isinstance(eos, int):
+                return eos
+    for cand in ("</s>", "<|endoftext|>", "<eos>", "<|eot_id|>"):
+        tid = tok.token_to_id(cand)
+        if tid is not None:
+            return int(tid)
+    return None
+
+
+def word_list() -> list[str]:
+    text = resources.files("tokenbench").joinpath("data/words.txt").read_text()
+    return [w for w in text.split() if w]
+
+
+class PromptBuilder:
+    """Builds prompts of exactly ``n`` tokens. Each starts with a tag unique to the run and the request,
+    followed by random words, so every prompt differs from its first tokens on."""
+
+    MAX_ROUNDS = 12
+
+    def __init__(self, tokenizer: Tokenizer, seed: int, run_tag: str) -> None:
+        self.tok = tokenizer
+        self.seed = seed
+        self.run_tag = run_tag
+        self.words = word_list()
+        self._tokens_per_word = 1.5
+
+    async def exact(self, head: str, n: int, rng: random.Random) -> tuple[str, int]:
+        """Text starting with ``head`` that encodes to exactly ``n`` tokens (or the nearest reached, returned)."""
+        if n <= 0:
+            return "", 0
+        words = max(1, int(n / self._tokens_per_word) + 8)
+        text = head + " ".join(rng.choices(self.words, k=words))
+        ids = await self.tok.encode(text)
+        while len(ids) < n:
+            text += " " + " ".join(rng.choices(self.words, k=max(8, int((n - len(ids)) / self._tokens_per_word) + 8)))
+            ids = await self.tok.encode(text)
+        self._tokens_per_word = max(0.5, len(ids) / max(1, len(text.split())))
+        best = (text, len(ids))
+        cut = n
+        for _ in range(self.MAX_ROUNDS):
+            candidate = await self.tok.decode(ids[:cut])
+            count = len(await self.tok.encode(candidate))
+            if count == n:
+                return candidate, n
+            if abs(count - n) < abs(best[1] - n):
+                best = (candidate, count)
+            cut += n - count  # re-tokenising the cut text merged or split a token: move the cut
+            cut = max(1, min(cut, len(ids)))
+        return best
+
+    async def build(self, count: int, input_len: int, prefix_len: int = 0, start_index: int = 0) -> list[tuple[str, int]]:
+        """``count`` prompts; each is (text, tokens as our tokenizer counts them)."""
+        prompts = []
+        prefix = ""
+        prefix_tokens = 0
+        if prefix_len:
+            prefix, prefix_tokens = await self.exact("", min(prefix_len, input_len), random.Random(self.seed))
+        for i in range(start_index, start_index + count):
+            rng = random.Random(f"{self.seed}/{i}")
+            head = f"{self.run_tag}-{i}: "
+            rest = input_len - prefix_tokens
+            if rest <= 0:
+                prompts.append((prefix, prefix_tokens))
+                continue
+            tail, tail_tokens = await self.exact(head, rest, rng)
+            if prefix:
+                text = prefix + " " + tail
+                total = len(await self.tok.encode(text))
+                prompts.append((text, total))
+            else:
+                prompts.append((tail, tail_tokens))
+        return prompts
