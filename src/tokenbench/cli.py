@@ -261,7 +261,7 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             cfg.url, cfg.model = engine.base_url, engine.model
             cfg.tokenizer = cfg.tokenizer or str(model.hf_dir)
             cfg.embedded = {"engine": a.engine, "startup_s": engine.startup_s, "command": engine.command,
-                            "model": model.name}
+                            "model": model.name, "engine_version": launch.engine_version(a.engine)}
         alive = engine.alive if engine is not None else None
         try:
             res = asyncio.run(run_sweep(cfg, store, reporter, alive=alive))
@@ -333,7 +333,8 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    console = Console(highlight=False)
+    # A table piped to a file or a CI log keeps its width instead of wrapping at 80 columns.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     err = Console(stderr=True, highlight=False)
     parser = build_parser()
     a = parser.parse_args(argv)

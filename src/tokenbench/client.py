@@ -46,6 +46,7 @@ class StreamClient:
     timeout_s: float = 600.0
     stall_timeout_s: float = 60.0
     counter: TokenCounter | None = None
+    one_token_per_chunk: bool = False  # the server streams one token per chunk (see servers.ONE_TOKEN_PER_CHUNK)
 
     @property
     def url(self) -> str:
@@ -207,7 +208,7 @@ class StreamClient:
         elif timings.get("predicted_n") is not None:
             record.output_tokens = int(timings["predicted_n"])
             record.output_tokens_source = "server_timings"
-        elif self.counter is not None:
+        elif self.counter is not None and not self.one_token_per_chunk:
             record.output_tokens = self.counter.count(record.reasoning_text + record.answer_text)
             record.output_tokens_source = "tokenizer"
         else:

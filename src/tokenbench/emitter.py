@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -36,6 +37,8 @@ class EmitterConfig:
     truncate_to: int = 16  # truncate: report this many prompt tokens
     stall_s: float = 3600.0
     owned_by: str = "emitter"
+    fault_from: int = 0  # the fault hits requests from this one on (0-based), so a preflight can pass
+    exit_after: int | None = None  # the process exits after serving this many requests (run it as a process)
 
 
 def _count_prompt(body: dict[str, Any]) -> int:
@@ -78,6 +81,10 @@ class Emitter:
         c = self.config
         body = await request.json()
         self.requests_seen.append(body)
+        if c.exit_after is not None and len(self.requests_seen) > c.exit_after:
+            os._exit(1)  # a server that dies mid-level
+        if len(self.requests_seen) <= c.fault_from:
+            c = replace(c, fault=None)
         if c.fault == "http500":
             return web.json_response({"error": {"message": "boom: injected failure"}}, status=500)
         model = body.get("model")
@@ -207,8 +214,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ttft", type=float, default=0.0, help="seconds")
     ap.add_argument("--itl", type=float, default=0.0, help="seconds")
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
+    ap.add_argument("--exit-after", type=int, help="exit after serving this many requests (a dying server)")
     a = ap.parse_args(argv)
-    em = Emitter(EmitterConfig(ttft_s=a.ttft, itl_s=a.itl, tokens_per_chunk=a.tokens_per_chunk))
+    em = Emitter(EmitterConfig(ttft_s=a.ttft, itl_s=a.itl, tokens_per_chunk=a.tokens_per_chunk,
+                               exit_after=a.exit_after))
     web.run_app(em.app, host="127.0.0.1", port=a.port, access_log=None, print=None)
 
 

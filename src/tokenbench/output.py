@@ -49,6 +49,9 @@ def sweep_rows(levels: list[LevelSummary], currency: str = "USD") -> tuple[list[
         "OK/failed",
         "Flags",
     ]
+    priced = any(s.cost_per_mtok is not None for s in levels)
+    if not priced:
+        header.remove(f"{currency}/M output")
     rows = []
     for s in levels:
         p99 = _ms(s.ttft_ms.p99)
@@ -62,7 +65,7 @@ def sweep_rows(levels: list[LevelSummary], currency: str = "USD") -> tuple[list[
                 _ms(s.ttft_ms.p50),
                 p99,
                 _ms(s.tpot_ms.p50),
-                _num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—",
+                *([_num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—"] if priced else []),
                 f"{s.completed}/{s.failed}",
                 ",".join(f for f in s.flags if f != "p99_estimate") or "",
             ]
@@ -86,12 +89,14 @@ def notes(levels: list[LevelSummary]) -> list[str]:
     out = []
     if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
         out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
+    by_text: dict[str, list[str]] = {}
     for s in levels:
         for w in s.warnings:
-            out.append(f"[{level_key(s)}] {w}")
+            by_text.setdefault(w, []).append(level_key(s))
         if s.errors:
             kinds = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items()))
-            out.append(f"[{level_key(s)}] failed requests: {kinds}")
+            by_text.setdefault(f"failed requests: {kinds}", []).append(level_key(s))
+    out += [f"[{','.join(keys)}] {text}" for text, keys in by_text.items()]
     return out
 
 
@@ -112,7 +117,7 @@ def print_sweep(console: Console, levels: list[LevelSummary], currency: str, tit
     header, rows = sweep_rows(levels, currency)
     t = Table(title=title, box=box.SIMPLE_HEAVY)
     for i, h in enumerate(header):
-        t.add_column(h, justify="left" if i in (0, len(header) - 1) else "right")
+        t.add_column(h, justify="left" if i in (0, len(header) - 1) else "right", no_wrap=i < len(header) - 1)
     for r in rows:
         t.add_row(*r)
     console.print(t)

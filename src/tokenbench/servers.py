@@ -21,6 +21,10 @@ import aiohttp
 
 from .errors import EndpointError
 
+#: Engines that stream exactly one generated token per chunk: without usage, counting chunks is exact,
+#: while re-tokenizing the generated text is not (text does not always re-tokenize to the same tokens).
+ONE_TOKEN_PER_CHUNK = frozenset({"llama-cpp-python"})
+
 KNOWN_ENGINES = ("vllm", "sglang", "llama.cpp", "llama-cpp-python", "transformers", "ollama", "openai")
 
 
@@ -138,11 +142,10 @@ async def discover(
         info.engine_version = ollama.get("version")
     elif "/extras/tokenize" in paths or "/v1/engines/copilot-codex/completions" in paths:
         info.engine = "llama-cpp-python"
-        info.engine_version = (lcp.get("info") or {}).get("version")
         info.tokenize_path = "/extras/tokenize"
-    elif "/v1/systemone" in paths or "/v1/responses" in paths and "uvicorn" in server_header:
+    elif "/v1/systemone" in paths or ("/v1/responses" in paths and "uvicorn" in server_header):
         info.engine = "transformers"
-        info.engine_version = (lcp.get("info") or {}).get("version")
+    # (OpenAPI's info.version is the app's own, FastAPI's default "0.1.0", not the engine's: not used.)
     return info
 
 
@@ -198,10 +201,13 @@ class ServerTokenizer:
         self.description = f"server {info.tokenize_path}"
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
-        async with self.session.post(f"{self.info.root}{path}", json=body, headers=self.headers) as r:
-            if r.status != 200:
-                raise EndpointError(f"{self.info.root}{path} answered HTTP {r.status}; pass --tokenizer instead")
-            return await r.json(content_type=None)
+        try:
+            async with self.session.post(f"{self.info.root}{path}", json=body, headers=self.headers) as r:
+                if r.status != 200:
+                    raise EndpointError(f"{self.info.root}{path} answered HTTP {r.status}; pass --tokenizer instead")
+                return await r.json(content_type=None)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            raise EndpointError(f"the server's tokenizer at {self.info.root}{path} failed ({e}); is it still up?") from e
 
     async def encode(self, text: str) -> list[int]:
         path = self.info.tokenize_path or ""

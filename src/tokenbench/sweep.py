@@ -19,7 +19,7 @@ from .errors import EndpointError, EngineError, LevelFailed, TokenbenchError, Us
 from .loadgen import ClientWatch, Level, run_phase
 from .metrics import SLO, LevelSummary, coefficient_of_variation, cost_per_mtok, summarize
 from .records import RequestRecord
-from .servers import ServerInfo, ServerTokenizer, discover, output_length_fields, slot_warnings
+from .servers import ONE_TOKEN_PER_CHUNK, ServerInfo, ServerTokenizer, discover, output_length_fields, slot_warnings
 from .store import Store
 from .workload import LocalTokenizer, PromptBuilder, Tokenizer, Workload
 
@@ -246,7 +246,9 @@ async def run_sweep(
         model = cfg.model or (info.models[0] if info.models else None)
         if model is None:
             raise EndpointError(f"{cfg.url} lists no models: pass --model")
-        if info.models and model not in info.models:
+        # Transformers serve lists its Hugging Face cache, not the model pinned on its command line: the
+        # preflight request tells whether the name is right.
+        if info.models and model not in info.models and info.engine != "transformers":
             raise EndpointError(
                 f"model '{model}' is not served at {cfg.url}; served: {', '.join(info.models[:10])}: pass one with --model"
             )
@@ -260,6 +262,7 @@ async def run_sweep(
             session=session, base_url=cfg.url, model=model, api=cfg.api, api_key=cfg.api_key,
             temperature=cfg.temperature, body_extras={k: v for k, v in extras.items() if k != "min_tokens"},
             timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s, counter=counter,
+            one_token_per_chunk=info.engine in ONE_TOKEN_PER_CHUNK,
         )
         builder = PromptBuilder(tokenizer, seed, run_id.rsplit("-", 1)[-1] + secrets.token_hex(2))
         await _preflight(client, builder)
@@ -269,7 +272,7 @@ async def run_sweep(
             "endpoint": cfg.url,
             "model": model,
             "engine": info.engine,
-            "engine_version": info.engine_version,
+            "engine_version": info.engine_version or (cfg.embedded or {}).get("engine_version"),
             "server": info.to_dict(),
             "server_flags": (cfg.embedded or {}).get("command"),
             "embedded": cfg.embedded,
@@ -317,7 +320,7 @@ async def run_sweep(
                     raise LevelFailed(
                         f"level {level.describe()} failed: {next(w for w in last.warnings if 'truncates' in w)}"
                     )
-                if last.completed == 0 and last.failed and set(last.errors) <= CONNECTION_ERRORS | {"stall", "timeout"}:
+                if set(last.errors) & CONNECTION_ERRORS or (last.failed and not last.completed):
                     if alive is not None and not alive():
                         raise EngineError(f"the embedded engine died during level {level.describe()}: see its log")
                     try:
@@ -331,7 +334,8 @@ async def run_sweep(
             store.finish_run(run_id, status, now_iso(), error)
             raise
         except TokenbenchError as e:
-            status, error = "partial" if outcomes else "failed", str(e)
+            status = "partial" if any(o.status == "complete" for o in outcomes) else "failed"
+            error = str(e)
             manifest["finished"] = now_iso()
             store.update_manifest(run_id, manifest)
             store.finish_run(run_id, status, manifest["finished"], error)

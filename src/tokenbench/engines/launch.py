@@ -22,6 +22,16 @@ ENGINES: tuple[str, ...] = ("transformers", "llamacpp")
 STARTUP_TIMEOUT_S = 300.0
 
 
+def engine_version(engine: str) -> str | None:
+    """The installed version of the package behind an embedded engine (its server does not say)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transformers" if engine == "transformers" else "llama-cpp-python")
+    except PackageNotFoundError:
+        return None
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -45,6 +55,8 @@ def command(engine: str, model: TinyModel, port: int) -> tuple[list[str], str]:
                 sys.executable, "-m", "llama_cpp.server", "--model", str(model.gguf_path),
                 "--model_alias", model.name, "--host", "127.0.0.1", "--port", str(port),
                 "--n_ctx", "8192", "--n_threads", str(max(1, min(4, os.cpu_count() or 1))),
+                # Its default cancels the running request when another arrives; a benchmark wants them queued.
+                "--interrupt_requests", "False",
             ],
             model.name,
         )
@@ -60,6 +72,11 @@ class RunningEngine:
     log_path: Path
     startup_s: float
     command: list[str] = field(default_factory=list)
+
+    @property
+    def health_url(self) -> str:
+        root = self.base_url[: -len("/v1")]
+        return root + "/health" if self.engine == "transformers" else self.base_url + "/models"
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -106,7 +123,12 @@ def start(engine: str, model: TinyModel, timeout_s: float = STARTUP_TIMEOUT_S) -
     logs = cache_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{engine}-{port}.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")
+    # Transformers serve lists the models of the Hugging Face cache at /v1/models and answers 500 when there
+    # is none; an empty cache of our own makes it list none (the served model is the one on its command line).
+    hub = cache_dir() / "hf-hub"
+    hub.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
+               HF_HUB_CACHE=str(hub))
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -118,7 +140,7 @@ def start(engine: str, model: TinyModel, timeout_s: float = STARTUP_TIMEOUT_S) -
                 f"the {engine} engine exited with code {proc.returncode} while starting; its log: {log_path}\n"
                 + running.log_tail()
             )
-        if _healthy(base + "/models"):
+        if _healthy(running.health_url):
             running.startup_s = time.perf_counter() - t0
             return running
         time.sleep(0.1)

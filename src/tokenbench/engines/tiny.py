@@ -1,11 +1,13 @@
 """Build (once, cached) a tiny random-weight Llama-style model offline: a Hugging Face directory with a
 byte-level BPE tokenizer trained locally, and a GGUF written from the same weights and tokenizer.
 
-Random weights are enough to measure an engine's speed. One thing is set on purpose: the row of the
+Random weights are enough to measure an engine's speed. Two things are set on purpose. The row of the
 output projection for the end-of-sequence token is zero, so its logit is always 0 while the best of the
-other tokens' random logits is positive; greedy decoding therefore never ends a sequence early, and a
-benchmark of N output tokens gets N tokens from engines that cannot be told to ignore EOS. tokenbench
-still verifies every response's length.
+other tokens' random logits is positive: greedy decoding never ends a sequence early, and a benchmark of
+N output tokens gets N tokens from engines that cannot be told to ignore EOS (tokenbench still verifies
+every response's length). The rows of tokens that are not text on their own (special tokens, lone bytes
+of a multi-byte UTF-8 character, control characters) are zero too, so every generated token streams
+as visible text and no engine holds a chunk back waiting for the rest of a character.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from ..errors import EngineError
 from ..workload import word_list
 
 #: Bump when the build changes, so caches built by an older tokenbench are rebuilt.
-BUILD_VERSION = "tiny-llama-v1"
+BUILD_VERSION = "tiny-llama-v2"
 CACHE_ENV = "TOKENBENCH_CACHE"
 MODEL_NAME = "tokenbench-tiny-llama"
 
@@ -105,6 +107,16 @@ def _train_tokenizer(out: Path) -> object:
         )
     )
     return tok
+
+
+def _silent_tokens(tok: object) -> list[int]:
+    """Ids of tokens that decode to no printable text on their own."""
+    out = []
+    for t, tid in tok.get_vocab().items():  # type: ignore[attr-defined]
+        text = tok.decode([tid], skip_special_tokens=False)  # type: ignore[attr-defined]
+        if t in SPECIAL or not text or "\ufffd" in text or any(ord(ch) < 32 for ch in text):
+            out.append(tid)
+    return sorted(out)
 
 
 def _permute_for_gguf(w, n_head: int):  # type: ignore[no-untyped-def]
@@ -201,7 +213,8 @@ def build(dest: Path) -> TinyModel:
         for name, p in model.named_parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.2 if "embed" in name or "lm_head" in name else 0.08)
-        model.lm_head.weight[eos].zero_()
+        for tid in _silent_tokens(tok):
+            model.lm_head.weight[tid].zero_()
     model.generation_config.eos_token_id = eos
     model.generation_config.bos_token_id = vocab["<s>"]
     model.generation_config.do_sample = False

@@ -1,0 +1,3 @@
+from .cli import entrypoint
+
+entrypoint()

@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tokenbench.metrics import (
+    SLO,
+    Distribution,
+    cost_per_mtok,
+    parse_duration_ms,
+    percentile,
+    request_tpot_ms,
+    summarize,
+)
+from tokenbench.records import RequestRecord
+
+MS = 1_000_000
+
+
+def rec(i: int, sent_ms: float, chunks_ms: list[float], out: int, inp: int = 100, **kw: object) -> RequestRecord:
+    r = RequestRecord(index=i, sent_ns=int(sent_ms * MS))
+    r.chunk_ns = [int(c * MS) for c in chunks_ms]
+    r.first_byte_ns = r.chunk_ns[0] if r.chunk_ns else None
+    r.first_token_ns = r.chunk_ns[0] if r.chunk_ns else None
+    r.end_ns = int((chunks_ms[-1] if chunks_ms else sent_ms) * MS) + 0
+    r.output_tokens, r.output_tokens_source = out, "usage"
+    r.input_tokens, r.input_tokens_source = inp, "usage"
+    r.expected_output_tokens = kw.pop("expected", out)  # type: ignore[assignment]
+    r.expected_input_tokens = kw.pop("expected_in", inp)  # type: ignore[assignment]
+    for k, v in kw.items():
+        setattr(r, k, v)
+    return r
+
+
+def test_percentile_matches_hand_computation() -> None:
+    vals = [1.0, 2.0, 3.0, 4.0, 10.0]
+    assert percentile(vals, 50) == 3.0
+    # p90: position 0.9 * 4 = 3.6 -> 4 + 0.6 * (10 - 4) = 7.6
+    assert percentile(vals, 90) == pytest.approx(7.6)
+    assert percentile(vals, 99) == pytest.approx(4 + 0.96 * 6)
+    assert percentile([5.0], 99) == 5.0
+    d = Distribution.of([3.0, 1.0, 2.0])
+    assert (d.n, d.mean, d.min, d.max, d.p50) == (3, 2.0, 1.0, 3.0, 2.0)
+    assert Distribution.of([]).n == 0
+
+
+def test_ttft_tpot_itl_e2e_by_hand() -> None:
+    # Sent at 0; tokens at 100, 110, 130, 160 ms: TTFT 100, E2E 160, TPOT (160-100)/3 = 20, ITL 10/20/30.
+    r = rec(0, 0, [100, 110, 130, 160], out=4)
+    s = summarize([r], concurrency=1, rate=None, window_start_ns=0)
+    assert s.ttft_ms.p50 == pytest.approx(100)
+    assert s.e2e_ms.p50 == pytest.approx(160)
+    assert s.tpot_ms.p50 == pytest.approx(20)
+    assert sorted([s.itl_ms.min, s.itl_ms.p50, s.itl_ms.max]) == pytest.approx([10, 20, 30])
+    assert s.itl_rule == "per_chunk"
+    # 4 tokens over a 160 ms window
+    assert s.output_throughput_tps == pytest.approx(4 / 0.160)
+    assert s.prefill_tps == pytest.approx(100 / 0.100)
+    assert s.decode_tps == pytest.approx(1000 / 20)
+
+
+def test_tpot_with_several_tokens_per_chunk_uses_token_count() -> None:
+    # 100 chunks 10 ms apart, 4 tokens each, usage 400: TPOT = 990 ms / 399 ≈ 2.48 ms; ITL per chunk 10 ms.
+    r = rec(0, 0, [10.0 * (i + 1) for i in range(100)], out=400)
+    s = summarize([r], concurrency=1, rate=None, window_start_ns=0)
+    assert s.tpot_ms.p50 == pytest.approx(990 / 399)
+    assert s.tpot_ms.p50 == pytest.approx(2.5, rel=0.01)
+    assert s.itl_ms.p50 == pytest.approx(10)
+    assert s.tokens_per_chunk_mean == pytest.approx(4)
+    assert "multi_token_chunks" in s.flags
+
+
+def test_tpot_undefined_for_one_token() -> None:
+    assert request_tpot_ms(rec(0, 0, [50], out=1)) is None
+
+
+def test_aggregate_and_per_agent_throughput() -> None:
+    # Two agents, each 10 tokens, window 0..1000 ms -> 20 tok/s aggregate, 10 per agent.
+    rs = [rec(0, 0, [100 * k for k in range(1, 11)], out=10), rec(1, 0, [100 * k for k in range(1, 11)], out=10)]
+    s = summarize(rs, concurrency=2, rate=None, window_start_ns=0)
+    assert s.output_throughput_tps == pytest.approx(20)
+    assert s.per_agent_tps == pytest.approx(10)
+    assert s.request_throughput_rps == pytest.approx(2)
+    assert s.prefill_tps is None  # only reported at concurrency 1
+
+
+def test_failed_requests_counted_by_kind_and_excluded_from_latency() -> None:
+    ok = rec(0, 0, [100, 200], out=2)
+    bad = rec(1, 0, [], out=0, error_kind="http_500", error="boom")
+    bad2 = rec(2, 0, [], out=0, error_kind="stall", error="no bytes")
+    s = summarize([ok, bad, bad2], concurrency=2, rate=None, window_start_ns=0)
+    assert (s.completed, s.failed) == (1, 2)
+    assert s.errors == {"http_500": 1, "stall": 1}
+    assert s.ttft_ms.n == 1 and "errors" in s.flags
+
+
+def test_warmup_not_counted() -> None:
+    w = rec(0, 0, [5000], out=1, phase="warmup")
+    m = rec(1, 0, [100, 200], out=2)
+    s = summarize([w, m], concurrency=1, rate=None, window_start_ns=0)
+    assert s.completed == 1 and s.ttft_ms.max == pytest.approx(100)
+
+
+def test_short_outputs_flagged_with_lengths_reached() -> None:
+    r = rec(0, 0, [10, 20, 30], out=3, expected=64, finish_reason="stop")
+    s = summarize([r], concurrency=1, rate=None, window_start_ns=0)
+    assert "output_short" in s.flags
+    assert any("reached 3..3" in w and "64" in w for w in s.warnings)
+
+
+def test_truncated_prompt_flagged_but_bos_or_template_is_not() -> None:
+    trunc = rec(0, 0, [10, 20], out=2, inp=2048, expected_in=4096)
+    plus_bos = rec(1, 0, [10, 20], out=2, inp=4097, expected_in=4096)
+    assert "prompt_truncated" in summarize([trunc], concurrency=1, rate=None, window_start_ns=0).flags
+    assert "prompt_truncated" not in summarize([plus_bos], concurrency=1, rate=None, window_start_ns=0).flags
+
+
+def test_usage_absent_is_labelled() -> None:
+    r = rec(0, 0, [10, 20], out=2)
+    r.output_tokens_source = "tokenizer"
+    s = summarize([r], concurrency=1, rate=None, window_start_ns=0)
+    assert s.output_tokens_source == "tokenizer" and "usage_absent" in s.flags
+
+
+def test_p99_under_100_samples_is_flagged_an_estimate() -> None:
+    rs = [rec(i, 0, [10, 20], out=2) for i in range(5)]
+    assert "p99_estimate" in summarize(rs, concurrency=1, rate=None, window_start_ns=0).flags
+    rs = [rec(i, 0, [10, 20], out=2) for i in range(100)]
+    assert "p99_estimate" not in summarize(rs, concurrency=1, rate=None, window_start_ns=0).flags
+
+
+def test_goodput_and_slo() -> None:
+    fast = [rec(i, 0, [100, 110], out=2) for i in range(3)]
+    slow = rec(9, 0, [3000, 3010], out=2)
+    slo = SLO.parse("ttft_p99=2s,tpot=50ms")
+    s = summarize([*fast, slow], concurrency=4, rate=None, window_start_ns=0, slo=slo)
+    assert s.goodput_rps == pytest.approx(3 / 3.010)
+    assert s.slo_met is False
+    s2 = summarize(fast, concurrency=4, rate=None, window_start_ns=0, slo=slo)
+    assert s2.slo_met is True
+
+
+def test_slo_parse_errors_say_what_to_write() -> None:
+    with pytest.raises(ValueError, match="metric=limit"):
+        SLO.parse("ttft")
+    with pytest.raises(ValueError, match="unknown SLO metric"):
+        SLO.parse("latency=2s")
+    assert parse_duration_ms("2s") == 2000 and parse_duration_ms("50ms") == 50 and parse_duration_ms("1.5m") == 90000
+
+
+def test_cost_per_million_tokens() -> None:
+    # 1.79 EUR/h at 684 tok/s: 1.79 / (684 * 3600) * 1e6 = 0.7270 EUR per million
+    assert cost_per_mtok(1.79, 684) == pytest.approx(1.79 / (684 * 3600) * 1e6)
+    assert math.isclose(cost_per_mtok(1.79, 684) or 0, 0.72694, rel_tol=1e-4)
+    assert cost_per_mtok(None, 684) is None and cost_per_mtok(1.0, 0) is None
+
+
+def test_rate_level_send_delay_and_achieved_concurrency() -> None:
+    r1 = rec(0, 10, [110, 210], out=2)
+    r1.scheduled_ns = 0
+    r2 = rec(1, 500, [600, 700], out=2)
+    r2.scheduled_ns = 500 * MS
+    s = summarize([r1, r2], concurrency=None, rate=2.0, window_start_ns=0)
+    assert s.send_delay_ms is not None and s.send_delay_ms.max == pytest.approx(10)
+    # busy 200 + 200 ms over a 700 ms window
+    assert s.achieved_concurrency == pytest.approx(400 / 700)

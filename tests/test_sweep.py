@@ -1,0 +1,196 @@
+"""Sweeps end to end against the emitter: what is stored, what fails and how."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.errors import EndpointError, LevelFailed
+from tokenbench.servers import normalize_base_url
+from tokenbench.store import Store
+from tokenbench.sweep import SweepConfig, load_result, run_sweep
+
+
+def sweep(url: str, store: Store, **kw: object) -> object:
+    cfg = SweepConfig(url=url, input_len=kw.pop("input_len", 24), output_len=kw.pop("output_len", 6), **kw)  # type: ignore[arg-type]
+    return asyncio.run(run_sweep(cfg, store))
+
+
+def test_sweep_stores_runs_levels_and_raw_requests(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(ttft_s=0.02, itl_s=0.002)
+    store = Store(tmp_path / "r.db")
+    res = sweep(emitter.url, store, concurrency=[1, 3], requests=6, warmup=2, label="box-a", seed=7)
+    assert res.status == "complete"  # type: ignore[attr-defined]
+    levels = store.levels(res.run_id)  # type: ignore[attr-defined]
+    assert [lv[3].concurrency for lv in levels] == [1, 3]
+    for _, _, status, s in levels:
+        assert status == "complete" and s.completed == 6 and s.failed == 0
+        assert s.output_tokens_mean == 6 and s.input_tokens_mean == 24
+    recs = store.requests(res.run_id)  # type: ignore[attr-defined]
+    assert len([r for r in recs if r.phase == "measured"]) == 12
+    assert len([r for r in recs if r.phase == "warmup"]) == 4
+    # Raw timestamps are kept: TTFT can be recomputed from them.
+    assert all(r.first_token_ns and r.first_token_ns > r.sent_ns for r in recs)
+    # Every prompt differs (no prefix cache can serve one), and has exactly 24 tokens for the server.
+    prompts = [b["prompt"] for b in emitter.emitter.requests_seen]
+    assert len(set(prompts)) == len(prompts)
+    assert all(len(p.split()) == 24 for p in prompts[1:])
+    m = store.resolve("box-a").manifest
+    assert m["engine"] == "vllm" and m["seed"] == 7 and m["workload"]["input_len"] == 24
+    assert m["machine"]["cpu_count_logical"] >= 1 and m["tokenizer"].startswith("server")
+    assert m["request_fields"] == {"ignore_eos": True, "min_tokens": 6}
+
+
+def test_two_runs_never_share_a_prompt(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    sweep(emitter.url, store, concurrency=[1], requests=3, warmup=0, seed=1)
+    first = {b["prompt"] for b in emitter.emitter.requests_seen[1:]}
+    emitter.emitter.requests_seen.clear()
+    sweep(emitter.url, store, concurrency=[1], requests=3, warmup=0, seed=1)
+    second = {b["prompt"] for b in emitter.emitter.requests_seen[1:]}
+    assert first and not first & second
+
+
+def test_shared_prefix_when_asked(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    sweep(emitter.url, Store(tmp_path / "r.db"), concurrency=[1], requests=3, warmup=0, prefix_len=10)
+    prompts = [b["prompt"].split() for b in emitter.emitter.requests_seen[1:]]
+    assert all(p[:10] == prompts[0][:10] for p in prompts) and len({" ".join(p) for p in prompts}) == 3
+
+
+def test_rate_levels_record_schedule(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    res = sweep(emitter.url, store, rates=[20.0], arrival="constant", requests=10, warmup=0)
+    (o,) = res.outcomes  # type: ignore[attr-defined]
+    assert o.summary.rate == 20.0 and o.summary.completed == 10
+    recs = [r for r in store.requests(res.run_id) if r.phase == "measured"]  # type: ignore[attr-defined]
+    sched = sorted(r.scheduled_ns for r in recs if r.scheduled_ns is not None)
+    gaps = [(b - a) / 1e6 for a, b in zip(sched, sched[1:])]
+    assert gaps == pytest.approx([50.0] * 9, abs=0.01)
+    assert o.summary.send_delay_ms is not None and o.summary.send_delay_ms.n == 10
+
+
+def test_duration_levels(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(itl_s=0.01)
+    res = sweep(emitter.url, Store(tmp_path / "r.db"), concurrency=[2], requests=None, duration_s=0.6, warmup=0)
+    s = res.outcomes[0].summary  # type: ignore[attr-defined]
+    # each request takes ~60 ms: about 10 per slot in 0.6 s
+    assert 8 <= s.completed <= 30
+
+
+def test_repetitions_report_median_and_cv(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    res = sweep(emitter.url, store, concurrency=[2], requests=4, warmup=0, repetitions=3)
+    (o,) = res.outcomes  # type: ignore[attr-defined]
+    assert len(o.repetitions) == 3
+    rep = res.to_json()["levels"][0]["repetitions"]  # type: ignore[attr-defined]
+    assert rep["n"] == 3 and len(rep["output_throughput_tps"]["values"]) == 3
+    assert rep["output_throughput_tps"]["cv"] is not None
+    assert len(store.levels(res.run_id)) == 3  # type: ignore[attr-defined]
+
+
+def test_failed_requests_counted_and_shown(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(fault="http500", fault_from=3)  # preflight + 2 requests pass
+    res = sweep(emitter.url, Store(tmp_path / "r.db"), concurrency=[1], requests=6, warmup=0)
+    s = res.outcomes[0].summary  # type: ignore[attr-defined]
+    assert s.completed == 2 and s.failed == 4 and s.errors == {"http_500": 4}
+
+
+def test_unreachable_endpoint_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(EndpointError, match=r"cannot reach .*is the server running\? check --url"):
+        sweep("http://127.0.0.1:9/v1", Store(tmp_path / "r.db"))
+
+
+def test_wrong_model_lists_served_models(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    with pytest.raises(EndpointError, match="model 'nope' is not served .* served: emitter"):
+        sweep(emitter.url, Store(tmp_path / "r.db"), model="nope")
+
+
+def test_server_refusing_the_request_is_explained(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(fault="http500")
+    with pytest.raises(EndpointError, match="first request failed"):
+        sweep(emitter.url, Store(tmp_path / "r.db"))
+
+
+def test_truncated_prompts_fail_the_level_and_keep_it(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(fault="truncate", truncate_to=8, fault_from=1)
+    store = Store(tmp_path / "r.db")
+    with pytest.raises(LevelFailed, match="truncates the prompt"):
+        sweep(emitter.url, store, concurrency=[1, 2], requests=3, warmup=0, input_len=64)
+    (run,) = store.runs()
+    assert run.status == "failed" and "truncates" in (run.error or "")
+    ((_, _, status, s),) = store.levels(run.id)
+    assert status == "failed" and "prompt_truncated" in s.flags
+
+
+def _emitter_process(*args: str) -> tuple[subprocess.Popen[bytes], str]:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen([sys.executable, "-m", "tokenbench.emitter", "--port", str(port), *args])
+    import urllib.request
+
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    return p, f"http://127.0.0.1:{port}/v1"
+
+
+def test_server_dying_mid_level_keeps_finished_levels(tmp_path: Path) -> None:
+    proc, url = _emitter_process("--exit-after", "6")  # preflight + 5 requests, then it dies
+    try:
+        store = Store(tmp_path / "r.db")
+        with pytest.raises(EndpointError, match="stopped answering during level concurrency 2"):
+            sweep(url, store, concurrency=[1, 2, 4], requests=4, warmup=0, stall_timeout_s=2)
+        (run,) = store.runs()
+        assert run.status == "partial"
+        res = load_result(store, run.id)
+        assert [o.summary.completed for o in res.outcomes] == [4, 1]
+        assert res.outcomes[1].summary.failed == 3
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
+    proc, url = _emitter_process("--itl", "0.05")
+    db = tmp_path / "r.db"
+    try:
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "tokenbench", "sweep", "--url", url, "--input-len", "8", "--output-len", "4",
+             "--concurrency", "1,2", "--requests", "200", "--warmup", "0", "--db", str(db), "--quiet"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        # wait until some requests are stored or in flight, then Ctrl-C
+        time.sleep(4)
+        cli.send_signal(signal.SIGINT)
+        out, err = cli.communicate(timeout=30)
+        assert cli.returncode == 130, err.decode()
+        assert b"interrupted" in err
+        store = Store(db)
+        (run,) = store.runs()
+        assert run.status == "interrupted"
+        levels = store.levels(run.id)
+        assert levels and levels[0][2] == "interrupted" and levels[0][3].completed > 5
+        assert b"Concurrency" in out  # the measured part is printed
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_normalize_base_url() -> None:
+    assert normalize_base_url("127.0.0.1:8000") == "http://127.0.0.1:8000/v1"
+    assert normalize_base_url("http://h:8000/v1/") == "http://h:8000/v1"
+    assert normalize_base_url("http://h/v1/chat/completions") == "http://h/v1"
