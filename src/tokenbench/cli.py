@@ -346,7 +346,11 @@ def main(argv: list[str] | None = None) -> int:
         if a.command == "show":
             return cmd_show(a, console)
     except TokenbenchError as e:
-        err.print(f"tokenbench: error: {e}", markup=False, highlight=False)
+        # One line, never wrapped: scripts and people grep it.
+        first, *rest = str(e).splitlines() or [""]
+        print(f"tokenbench: error: {first}", file=sys.stderr)
+        if rest:  # e.g. an engine's log tail, after the one line
+            print("\n".join(rest), file=sys.stderr)
         return e.exit_code
     parser.error(f"unknown command {a.command}")
     return 2

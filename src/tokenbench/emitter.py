@@ -37,6 +37,7 @@ class EmitterConfig:
     truncate_to: int = 16  # truncate: report this many prompt tokens
     stall_s: float = 3600.0
     owned_by: str = "emitter"
+    burst: bool = False  # write all token chunks at once (measures how fast a client can ingest)
     fault_from: int = 0  # the fault hits requests from this one on (0-based), so a preflight can pass
     exit_after: int | None = None  # the process exits after serving this many requests (run it as a process)
 
@@ -52,6 +53,9 @@ class Emitter:
         self.config = config or EmitterConfig()
         self.requests_seen: list[dict[str, Any]] = []
         self.vocab: dict[str, int] = {}
+        # prompt -> (received, first token chunk written, last chunk written), perf_counter_ns; the clock is
+        # CLOCK_MONOTONIC, shared by every process of the machine, so a client on it can compare.
+        self.stamps: dict[str, tuple[int, int, int]] = {}
         self.app = web.Application()
         self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_post("/v1/completions", self.complete)
@@ -59,6 +63,10 @@ class Emitter:
         self.app.router.add_post("/tokenize", self.tokenize)
         self.app.router.add_post("/detokenize", self.detokenize)
         self.app.router.add_get("/version", self.version)
+        self.app.router.add_get("/stats", self.stats)
+
+    async def stats(self, request: web.Request) -> web.Response:
+        return web.json_response({"stamps": self.stamps})
 
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": "emitter-1"})
@@ -79,6 +87,7 @@ class Emitter:
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
         c = self.config
+        t_recv = time.perf_counter_ns()
         body = await request.json()
         self.requests_seen.append(body)
         if c.exit_after is not None and len(self.requests_seen) > c.exit_after:
@@ -120,6 +129,15 @@ class Emitter:
         start = time.perf_counter()
         sent = 0
         n_chunks = 0
+        t_first = 0
+        if c.burst:
+            parts = []
+            while sent < n_tokens:
+                k = min(c.tokens_per_chunk, n_tokens - sent)
+                parts.append(chunk(text="".join(f" w{sent + i}" for i in range(k))))
+                sent += k
+            t_first = time.perf_counter_ns()
+            await resp.write(b"".join(parts))
         while sent < n_tokens:
             k = min(c.tokens_per_chunk, n_tokens - sent)
             due = start + c.ttft_s + n_chunks * c.itl_s
@@ -139,6 +157,8 @@ class Emitter:
                     await resp.write(b'data: {"error": {"message": "out of memory"}}\n\n')
                     return resp
             text = "".join(f" w{sent + i}" for i in range(k))
+            if not t_first:
+                t_first = time.perf_counter_ns()
             if sent < c.reasoning_tokens:
                 await resp.write(chunk(reasoning=text))
             else:
@@ -147,6 +167,8 @@ class Emitter:
                 await resp.write(b": keep-alive\n\n")
             sent += k
             n_chunks += 1
+        t_last = time.perf_counter_ns()
+        self.stamps[str(body.get("prompt", ""))[:64]] = (t_recv, t_first, t_last)
         finish = "length" if sent >= max_tokens else "stop"
         await resp.write(chunk(finish=finish) if not chat else chunk(finish=finish))
         so = body.get("stream_options") or {}
@@ -214,10 +236,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ttft", type=float, default=0.0, help="seconds")
     ap.add_argument("--itl", type=float, default=0.0, help="seconds")
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
+    ap.add_argument("--burst", action="store_true", help="write all token chunks at once")
     ap.add_argument("--exit-after", type=int, help="exit after serving this many requests (a dying server)")
     a = ap.parse_args(argv)
     em = Emitter(EmitterConfig(ttft_s=a.ttft, itl_s=a.itl, tokens_per_chunk=a.tokens_per_chunk,
-                               exit_after=a.exit_after))
+                               burst=a.burst, exit_after=a.exit_after))
     web.run_app(em.app, host="127.0.0.1", port=a.port, access_log=None, print=None)
 
 

@@ -109,7 +109,9 @@ def format_markdown(header: list[str], rows: list[list[str]]) -> str:
 def format_sweep_markdown(levels: list[LevelSummary], currency: str = "USD") -> str:
     header, rows = sweep_rows(levels, currency)
     parts = [format_markdown(header, rows)]
-    parts += ["", *single_stream_lines(levels)] if single_stream_lines(levels) else []
+    extra = single_stream_lines(levels) + notes(levels)
+    if extra:
+        parts += ["", *extra]
     return "\n".join(parts)
 
 

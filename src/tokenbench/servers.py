@@ -182,9 +182,7 @@ def slot_warnings(info: ServerInfo, concurrency: int | None, tokens_per_request:
                 "raise -c (context is split across slots)"
             )
     if info.engine == "llama-cpp-python" and concurrency and concurrency > 1:
-        out.append(
-            f"llama-cpp-python's server runs one request at a time: concurrency {concurrency} only queues"
-        )
+        out.append("llama-cpp-python's server runs one request at a time: concurrent requests only queue")
     return out
 
 

@@ -423,7 +423,10 @@ async def _run_level(
     reasons = watch.verdict(level, summary.send_delay_ms.p90 if summary.send_delay_ms else None)
     if reasons:
         summary.flags.append("client_bound")
-        summary.warnings.append("the client, not the server, was the limit: " + "; ".join(reasons))
+        summary.warnings.append(
+            "the client was a limit, so timings may read late (a server on the same cores competes with it): "
+            + "; ".join(reasons)
+        )
     total_tokens = cfg.input_len + cfg.output_len
     for w in slot_warnings(info, level.concurrency, total_tokens):
         summary.flags.append("slots_exceeded")

@@ -118,8 +118,9 @@ def word_list() -> list[str]:
 
 
 class PromptBuilder:
-    """Builds prompts of exactly ``n`` tokens. Each starts with a tag unique to the run and the request,
-    followed by random words, so every prompt differs from its first tokens on."""
+    """Builds prompts of exactly ``n`` tokens: random words drawn from a generator seeded by the run's
+    seed, the run's own tag and the request's index, so prompts differ from their first token on, between
+    requests and between runs (a radix cache such as SGLang's matches any shared leading tokens)."""
 
     MAX_ROUNDS = 12
 
@@ -162,13 +163,12 @@ class PromptBuilder:
         if prefix_len:
             prefix, prefix_tokens = await self.exact("", min(prefix_len, input_len), random.Random(self.seed))
         for i in range(start_index, start_index + count):
-            rng = random.Random(f"{self.seed}/{i}")
-            head = f"{self.run_tag}-{i}: "
+            rng = random.Random(f"{self.seed}/{self.run_tag}/{i}")
             rest = input_len - prefix_tokens
             if rest <= 0:
                 prompts.append((prefix, prefix_tokens))
                 continue
-            tail, tail_tokens = await self.exact(head, rest, rng)
+            tail, tail_tokens = await self.exact("", rest, rng)
             if prefix:
                 text = prefix + " " + tail
                 total = len(await self.tok.encode(text))

@@ -54,7 +54,8 @@ def command(engine: str, model: TinyModel, port: int) -> tuple[list[str], str]:
             [
                 sys.executable, "-m", "llama_cpp.server", "--model", str(model.gguf_path),
                 "--model_alias", model.name, "--host", "127.0.0.1", "--port", str(port),
-                "--n_ctx", "8192", "--n_threads", str(max(1, min(4, os.cpu_count() or 1))),
+                # Leave a core to the client measuring it: both run on this machine.
+                "--n_ctx", "8192", "--n_threads", str(max(1, min(4, (os.cpu_count() or 2) - 1))),
                 # Its default cancels the running request when another arrives; a benchmark wants them queued.
                 "--interrupt_requests", "False",
             ],

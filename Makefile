@@ -1,0 +1,36 @@
+# Set-up and run in one command each; every target creates the virtual environment it needs.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch first: an unpinned torch, pulled in by transformers, brings gigabytes of CUDA.
+TORCH ?= torch==2.13.0
+
+.PHONY: demo demo-llamacpp test test-fast bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[engine,test]"
+	touch $@
+
+## make demo: sweep the embedded engine (Transformers continuous batching) and print the table
+demo: $(VENV)/.installed
+	$(BIN)/tokenbench sweep
+
+demo-llamacpp: $(VENV)/.installed
+	$(BIN)/tokenbench sweep --engine llamacpp
+
+## make test: every test, the end-to-end ones against both real engines included
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest
+
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "not engine"
+
+## make bench: the client-overhead benchmark (a table; not a test)
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/client_overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

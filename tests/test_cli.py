@@ -1,0 +1,113 @@
+"""The command line, in-process through main(argv)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.emitter import BackgroundEmitter
+
+CONTRACT_LEVEL_KEYS = {
+    "concurrency", "rate", "completed", "failed", "errors", "duration_s", "output_throughput_tps",
+    "per_agent_tps", "request_throughput_rps", "input_tokens_mean", "output_tokens_mean",
+    "output_tokens_source", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms",
+    "flags", "cost_per_mtok",
+}
+DIST_KEYS = {"mean", "p50", "p90", "p95", "p99", "n"}
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--concurrency", "1,x"], "not a comma-separated list of integers"),
+        (["--concurrency", "0"], "needs positive integers"),
+        (["--rate", "1", "--concurrency", "2"], "not both"),
+        (["--slo", "latency=1s"], "unknown SLO metric"),
+        (["--extra-body", "{bad"], "--extra-body is not valid JSON"),
+        (["--shape", "huge"], "unknown shape"),
+        (["--duration", "soon"], "is not a duration"),
+        (["--requests", "0"], "at least 1"),
+    ],
+)
+def test_bad_input_one_line_error_nonzero_exit(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["sweep", "--url", "http://127.0.0.1:9/v1", *argv], capsys)
+    assert code != 0
+    assert message in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("tokenbench: error:")
+
+
+def test_unreachable_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["sweep", "--url", "http://127.0.0.1:9/v1", "--quiet"], capsys)
+    assert code == 3 and "cannot reach" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sweep_table_json_runs_show(emitter: BackgroundEmitter, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    emitter.configure(ttft_s=0.01, itl_s=0.001)
+    out_json = tmp_path / "result.json"
+    db = tmp_path / "results.db"
+    code, out, err = run(
+        ["sweep", "--url", emitter.url, "--input-len", "16", "--output-len", "8", "--concurrency", "1,2",
+         "--requests", "4", "--json", str(out_json), "--db", str(db), "--label", "emit", "--quiet",
+         "--price-per-hour", "1.79", "--currency", "EUR", "--api-key", "sk-very-secret"],
+        capsys,
+    )
+    assert code == 0, err
+    for col in ("Concurrency", "Aggregate output tok/s", "Per-agent tok/s", "Median TTFT", "P99 TTFT",
+                "Median TPOT", "EUR/M output"):
+        assert col in out
+    assert "Concurrency 1: prefill" in out and "single-stream decode" in out
+    doc = json.loads(out_json.read_text())
+    assert doc["tool"] == "tokenbench" and doc["kind"] == "sweep" and doc["run_id"]
+    for key in ("endpoint", "model", "engine", "engine_version", "label", "command", "started", "finished",
+                "workload", "machine"):
+        assert key in doc["manifest"]
+    assert len(doc["levels"]) == 2
+    for level in doc["levels"]:
+        assert CONTRACT_LEVEL_KEYS <= set(level)
+        assert DIST_KEYS <= set(level["ttft_ms"])
+        assert level["completed"] == 4 and level["output_tokens_mean"] == 8
+        assert level["cost_per_mtok"] == pytest.approx(1.79 / (level["output_throughput_tps"] * 3600) * 1e6)
+    # The API key was sent but is in no result file or database.
+    assert emitter.emitter.requests_seen
+    assert b"sk-very-secret" not in out_json.read_bytes()
+    assert all(b"sk-very-secret" not in p.read_bytes() for p in tmp_path.glob("results.db*"))
+    assert "--api-key ***" in doc["manifest"]["command"]
+
+    code, out, _ = run(["runs", "--db", str(db)], capsys)
+    assert code == 0 and doc["run_id"] in out and "emit" in out
+    code, out2, _ = run(["show", "emit", "--db", str(db), "--format", "markdown"], capsys)
+    assert code == 0 and out2.startswith("| Concurrency |")
+    code, _, err = run(["show", "nope", "--db", str(db)], capsys)
+    assert code != 0 and "no run 'nope'" in err
+
+
+def test_api_key_from_environment_is_not_stored(emitter: BackgroundEmitter, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env-secret")
+    db = tmp_path / "k.db"
+    code, _, err = run(["sweep", "--url", emitter.url, "--input-len", "8", "--output-len", "2",
+                        "--requests", "2", "--db", str(db), "--quiet"], capsys)
+    assert code == 0, err
+    assert all(b"sk-env-secret" not in p.read_bytes() for p in tmp_path.glob("k.db*"))
+
+
+def test_failed_run_keeps_partial_json(emitter: BackgroundEmitter, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    emitter.configure(fault="truncate", truncate_to=4, fault_from=1)
+    out_json = tmp_path / "r.json"
+    code, out, err = run(["sweep", "--url", emitter.url, "--input-len", "32", "--output-len", "2",
+                          "--requests", "2", "--json", str(out_json), "--quiet"], capsys)
+    assert code == 5
+    assert "truncates the prompt" in err
+    doc = json.loads(out_json.read_text())
+    assert doc["status"] == "failed" and doc["levels"][0]["status"] == "failed"
+    assert "prompt_truncated" in doc["levels"][0]["flags"]

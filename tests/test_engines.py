@@ -1,0 +1,88 @@
+"""End to end: the embedded engines, real servers on loopback, through the command line."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.store import Store
+
+pytestmark = pytest.mark.engine
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("llama_cpp")
+pytest.importorskip("gguf")
+
+
+@pytest.fixture(autouse=True)
+def _cache(model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
+    yield
+
+
+def sweep(tmp_path: Path, engine: str, concurrency: str, requests: int, capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
+    out = tmp_path / f"{engine}.json"
+    code = main(["sweep", "--engine", engine, "--input-len", "96", "--output-len", "48", "--concurrency",
+                 concurrency, "--requests", str(requests), "--json", str(out), "--quiet"])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+def test_transformers_continuous_batching_scales(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = sweep(tmp_path, "transformers", "1,4", 12, capsys)
+    c1, c4 = doc["levels"]
+    for lv in (c1, c4):
+        assert lv["completed"] == 12 and lv["failed"] == 0
+        assert lv["output_tokens_mean"] == 48 and lv["output_tokens_source"] == "usage"
+        assert lv["input_tokens_mean"] == 96 and "output_short" not in lv["flags"]
+    # A batching engine serves 4 agents faster in aggregate than 1.
+    assert c4["output_throughput_tps"] > 1.3 * c1["output_throughput_tps"]
+    m = doc["manifest"]
+    assert m["engine"] == "transformers" and m["engine_version"]
+    assert m["embedded"]["startup_s"] > 0 and "--continuous-batching" in m["server_flags"]
+    # the run is in the database (TOKENBENCH_DB, set per test)
+    run = Store().resolve(doc["run_id"])
+    assert run.status == "complete" and run.label == "embedded-transformers"
+
+
+def test_llamacpp_serves_one_stream_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = sweep(tmp_path, "llamacpp", "1,4", 8, capsys)
+    c1, c4 = doc["levels"]
+    for lv in (c1, c4):
+        assert lv["completed"] == 8 and lv["failed"] == 0
+        assert lv["output_tokens_mean"] == 48 and lv["output_tokens_source"] == "chunks"
+        assert "usage_absent" in lv["flags"]
+    # Sequential: no aggregate gain from concurrency, and requests wait in the queue.
+    assert c4["output_throughput_tps"] < 1.25 * c1["output_throughput_tps"]
+    assert c4["ttft_ms"]["p50"] > 2 * c1["ttft_ms"]["p50"]
+    assert "slots_exceeded" in c4["flags"]
+    assert doc["manifest"]["engine"] == "llama-cpp-python"
+
+
+def test_gguf_holds_the_same_weights(model_cache: Path) -> None:
+    """Greedy decoding of the same prompts agrees between the HF weights and the GGUF written from them."""
+    from tokenbench.engines import launch, tiny
+
+    model = tiny.ensure()
+    prompts = ["the number of people", "memory kernel server token", "silver river", "a b c", "garden bridge",
+               "every found still", "water long little very", "kernel cache batch"]
+    outs: dict[str, list[str]] = {}
+    for engine in ("transformers", "llamacpp"):
+        with launch.start(engine, model) as r:
+            outs[engine] = []
+            for p in prompts:
+                body = {"model": r.model, "prompt": p, "max_tokens": 1, "temperature": 0.0}
+                req = urllib.request.Request(r.base_url + "/completions", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=60) as f:
+                    outs[engine].append(json.loads(f.read())["choices"][0]["text"])
+    same = sum(a == b for a, b in zip(outs["transformers"], outs["llamacpp"]))
+    # Random weights leave near-ties where float rounding may pick another token; a wrong tensor layout
+    # (e.g. RoPE rows not permuted) would agree on almost none.
+    assert same >= 6, outs

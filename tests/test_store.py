@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tokenbench.errors import UsageError
+from tokenbench.metrics import summarize
+from tokenbench.records import RequestRecord
+from tokenbench.store import MIGRATIONS, Store, default_db_path
+
+
+def _level(store: Store, run_id: str, idx: int) -> None:
+    r = RequestRecord(index=idx, sent_ns=0, first_token_ns=10, end_ns=20, chunk_ns=[10, 20], output_tokens=2)
+    s = summarize([r], concurrency=1, rate=None, window_start_ns=0)
+    store.save_level(run_id, idx, 0, s, [r], status="complete", started="t", finished="t", window=(0, 20))
+
+
+def test_env_var_moves_the_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOKENBENCH_DB", str(tmp_path / "x.db"))
+    assert default_db_path() == tmp_path / "x.db"
+
+
+def test_migrations_applied_once_and_versioned(tmp_path: Path) -> None:
+    s = Store(tmp_path / "a.db")
+    assert s.schema_version == len(MIGRATIONS)
+    s.close()
+    s2 = Store(tmp_path / "a.db")  # re-opening applies nothing twice
+    assert s2.schema_version == len(MIGRATIONS)
+
+
+def test_newer_database_is_refused(tmp_path: Path) -> None:
+    Store(tmp_path / "a.db").close()
+    db = sqlite3.connect(tmp_path / "a.db")
+    db.execute("INSERT INTO _migrations VALUES ('999_future', 'now')")
+    db.commit()
+    db.close()
+    with pytest.raises(UsageError, match="newer tokenbench"):
+        Store(tmp_path / "a.db")
+
+
+def test_resolve_by_id_prefix_and_label(tmp_path: Path) -> None:
+    s = Store(tmp_path / "a.db")
+    s.create_run("20260101-000000-aaaa", "sweep", "h100", "2026-01-01T00:00:00", "0", {"model": "m"})
+    s.create_run("20260102-000000-bbbb", "sweep", "h100", "2026-01-02T00:00:00", "0", {"model": "m"})
+    assert s.resolve("20260101-000000-aaaa").id.endswith("aaaa")
+    assert s.resolve("20260102").id.endswith("bbbb")
+    assert s.resolve("h100").id.endswith("bbbb")  # newest with that label
+    with pytest.raises(UsageError, match="ambiguous"):
+        s.resolve("2026010")
+    with pytest.raises(UsageError, match="tokenbench runs"):
+        s.resolve("nope")
+
+
+def test_levels_and_records_round_trip(tmp_path: Path) -> None:
+    s = Store(tmp_path / "a.db")
+    s.create_run("r1", "sweep", None, "2026", "0", {})
+    _level(s, "r1", 0)
+    _level(s, "r1", 1)
+    s.finish_run("r1", "complete", "2026")
+    assert [idx for idx, *_ in s.levels("r1")] == [0, 1]
+    (rec,) = s.requests("r1", 1)
+    assert rec.chunk_ns == [10, 20] and rec.output_tokens == 2
+    assert s.resolve("r1").status == "complete"
+
+
+def test_a_failed_write_leaves_no_half_level(tmp_path: Path) -> None:
+    s = Store(tmp_path / "a.db")
+    s.create_run("r1", "sweep", None, "2026", "0", {})
+    _level(s, "r1", 0)
+    with pytest.raises(sqlite3.IntegrityError):
+        # a level for a run that does not exist: the level row and its requests are rolled back together
+        _level(s, "missing", 0)
+    assert s.db.execute("SELECT COUNT(*) FROM requests WHERE run_id='missing'").fetchone()[0] == 0
