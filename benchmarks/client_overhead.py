@@ -23,37 +23,20 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from typing import Any
 
 import aiohttp
 
 from tokenbench.client import PreparedRequest, StreamClient
+from tokenbench.emitter import EmitterProcess
 from tokenbench.loadgen import ClientWatch, Level, run_phase
 from tokenbench.metrics import percentile
 
 TTFT_S = 0.050
 ITL_S = 0.010
-
-
-def start_emitter(*args: str) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-m", "tokenbench.emitter", "--port", str(port), *args])
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1)
-            return p, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.05)
-    p.kill()
-    raise RuntimeError("emitter did not start")
 
 
 class Prompts:
@@ -110,24 +93,16 @@ def main() -> None:
     a = ap.parse_args()
     levels = [1, 8, 64] if a.quick else [1, 8, 64, 256, 512]
     rows: list[dict[str, Any]] = []
-    proc, root = start_emitter("--ttft", str(TTFT_S), "--itl", str(ITL_S))
-    try:
+    with EmitterProcess("--ttft", str(TTFT_S), "--itl", str(ITL_S)) as em:
         for c in levels:
-            r = asyncio.run(one_level(root, c, max(2 * c, 16), 64, f"paced{c}"))
+            r = asyncio.run(one_level(em.root, c, max(2 * c, 16), 64, f"paced{c}"))
             r["mode"], r["offered"] = "paced", c / ITL_S
             rows.append(r)
-    finally:
-        proc.kill()
-        proc.wait()
-    proc, root = start_emitter("--burst")
-    try:
+    with EmitterProcess("--burst") as em:
         for c in ([1, 8, 64] if a.quick else [1, 8, 64, 512]):
-            r = asyncio.run(one_level(root, c, c * 2, 2000 if c <= 64 else 200, f"burst{c}"))
+            r = asyncio.run(one_level(em.root, c, c * 2, 2000 if c <= 64 else 200, f"burst{c}"))
             r["mode"], r["offered"] = "burst", None
             rows.append(r)
-    finally:
-        proc.kill()
-        proc.wait()
 
     head = ["mode", "conc.", "ok/failed", "offered chunks/s", "ingested chunks/s", "TTFT err p50/p99 ms",
             "delivery p50/p99 ms", "TPOT err p50 ms", "client CPU %", "loop lag p99 ms"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenbench.emitter import BackgroundEmitter
+from tokenbench.emitter import BackgroundEmitter, EmitterProcess
 from tokenbench.errors import EndpointError, LevelFailed
 from tokenbench.servers import normalize_base_url
 from tokenbench.store import Store
@@ -130,51 +130,37 @@ def test_truncated_prompts_fail_the_level_and_keep_it(emitter: BackgroundEmitter
     assert status == "failed" and "prompt_truncated" in s.flags
 
 
-def _emitter_process(*args: str) -> tuple[subprocess.Popen[bytes], str]:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-m", "tokenbench.emitter", "--port", str(port), *args])
-    import urllib.request
-
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
-    return p, f"http://127.0.0.1:{port}/v1"
-
-
 def test_server_dying_mid_level_keeps_finished_levels(tmp_path: Path) -> None:
-    proc, url = _emitter_process("--exit-after", "6")  # preflight + 5 requests, then it dies
-    try:
+    with EmitterProcess("--exit-after", "6") as em:  # preflight + 5 requests, then it dies
         store = Store(tmp_path / "r.db")
         with pytest.raises(EndpointError, match="stopped answering during level concurrency 2"):
-            sweep(url, store, concurrency=[1, 2, 4], requests=4, warmup=0, stall_timeout_s=2)
+            sweep(em.url, store, concurrency=[1, 2, 4], requests=4, warmup=0, stall_timeout_s=2)
         (run,) = store.runs()
         assert run.status == "partial"
         res = load_result(store, run.id)
         assert [o.summary.completed for o in res.outcomes] == [4, 1]
         assert res.outcomes[1].summary.failed == 3
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
-    proc, url = _emitter_process("--itl", "0.05")
     db = tmp_path / "r.db"
-    try:
+    with EmitterProcess("--itl", "0.05") as em:
+        url = em.url
         cli = subprocess.Popen(
             [sys.executable, "-m", "tokenbench", "sweep", "--url", url, "--input-len", "8", "--output-len", "4",
              "--concurrency", "1,2", "--requests", "200", "--warmup", "0", "--db", str(db), "--quiet"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )
-        # wait until some requests are stored or in flight, then Ctrl-C
-        time.sleep(4)
+        # wait until the emitter has served some requests, then Ctrl-C
+        import json
+        import urllib.request
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(em.root + "/stats") as r:
+                if len(json.load(r)["stamps"]) >= 8:
+                    break
+            time.sleep(0.1)
         cli.send_signal(signal.SIGINT)
         out, err = cli.communicate(timeout=30)
         assert cli.returncode == 130, err.decode()
@@ -185,9 +171,6 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
         levels = store.levels(run.id)
         assert levels and levels[0][2] == "interrupted" and levels[0][3].completed > 5
         assert b"Concurrency" in out  # the measured part is printed
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_normalize_base_url() -> None:

@@ -230,6 +230,42 @@ class BackgroundEmitter:
         self._loop.close()
 
 
+class EmitterProcess:
+    """The emitter in a process of its own (``python -m tokenbench.emitter``): it can die, be killed, or run
+    beside a client without sharing its event loop. ``url`` is the OpenAI base (…/v1)."""
+
+    def __init__(self, *args: str) -> None:
+        import socket
+        import subprocess
+        import sys
+        import urllib.request
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.root = f"http://127.0.0.1:{port}"
+        self.url = self.root + "/v1"
+        self.proc = subprocess.Popen([sys.executable, "-m", "tokenbench.emitter", "--port", str(port), *args])
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(self.url + "/models", timeout=1)
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.close()
+        raise RuntimeError("the emitter process did not start")
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def __enter__(self) -> EmitterProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="deterministic OpenAI-compatible SSE emitter")
     ap.add_argument("--port", type=int, default=8999)
