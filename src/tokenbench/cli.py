@@ -156,12 +156,166 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--limit", type=int, default=30)
     _add_db(r)
 
+    hw = sub.add_parser("hardware", help="list the hardware catalog, with sources")
+    hw.add_argument("--format", choices=["table", "markdown"], default="table")
+    md = sub.add_parser("models", help="list the model catalog, with sources")
+    md.add_argument("--format", choices=["table", "markdown"], default="table")
+
+    fp = sub.add_parser("fit", help="does a model and its KV cache fit a box? largest context and concurrency")
+    _add_setup(fp, default_engine="llama.cpp")
+    fp.add_argument("--context", default="8192", help="tokens per sequence, e.g. 65536 or 64k")
+    fp.add_argument("--concurrency", type=int, default=1, help="sequences held at once")
+
+    pp = sub.add_parser("predict", help="predicted speed (roofline ceiling and calibrated estimate)")
+    _add_setup(pp, default_engine="vllm", required=False)
+    pp.add_argument("--input-len", type=int, default=4096)
+    pp.add_argument("--output-len", type=int, default=512)
+    pp.add_argument("--concurrency", default="1", help="serving levels, e.g. 1,4,8,16,32")
+    pp.add_argument("--test", choices=["tg128", "pp512", "depth"], help="llama-bench style tests at --depth")
+    pp.add_argument("--depth", default="0", help="tokens already in the cache, e.g. 0,8k,32k,65536")
+    pp.add_argument("--spec-tokens", type=int, help="speculative decoding / MTP: drafted tokens per step")
+    pp.add_argument("--acceptance", type=float, help="per-token acceptance rate (0..1)")
+    pp.add_argument("--acceptance-length", type=float, help="mean acceptance length (vLLM's τ)")
+    pp.add_argument("--draft-cost", type=float, help="draft cost per token relative to the target (default: MTP 1/layers)")
+    pp.add_argument("--against", help="predict every row of a file in the published.csv layout")
+    pp.add_argument("--calibration", help="efficiency TOML to use instead of the packaged one")
+    pp.add_argument("--json", help="write the predictions to this JSON file")
+    pp.add_argument("--format", choices=["table", "markdown"], default="table")
+
+    cp = sub.add_parser("calibrate", help="fit per-backend efficiencies on published measurements")
+    cp.add_argument("file", help="measurements in the published.csv layout")
+    cp.add_argument("--out", required=True, help="efficiency TOML to write")
+
     sh = sub.add_parser("show", help="print a saved run again")
     sh.add_argument("run", help="run id, unique id prefix, or label")
     sh.add_argument("--json", help="also write it to this JSON file")
     sh.add_argument("--format", choices=["table", "markdown"], default="table")
     _add_db(sh)
     return ap
+
+
+def _add_setup(p: argparse.ArgumentParser, default_engine: str, required: bool = True) -> None:
+    p.add_argument("--hardware", required=required, help="hardware id ('tokenbench hardware' lists them)")
+    p.add_argument("--model", required=required, help="model id, or a config.json / .gguf path")
+    p.add_argument("--weights", help="weight format: BF16, FP8, AWQ, Q4_K_M, Q8_0, ... (default BF16, "
+                   "or Q4_K_M for llama.cpp)")
+    p.add_argument("--kv", default="auto", help="KV-cache format: auto (model dtype), fp8, q8_0, q4_0, f16")
+    p.add_argument("--engine", default=default_engine, help="vllm, sglang, llama.cpp [cuda|vulkan|rocm|metal|cpu]")
+
+
+def _tokens(text: str, what: str) -> int:
+    t = text.strip().lower()
+    try:
+        return int(float(t[:-1]) * 1024) if t.endswith("k") else int(t)
+    except ValueError:
+        raise UsageError(f"{what} '{text}' is not a token count: write e.g. 65536 or 64k") from None
+
+
+def _setup(a: argparse.Namespace) -> Any:
+    from .predict.calibration import Calibration
+    from .predict.predictor import Setup
+    from .predict.specs import Catalog
+
+    cal = Calibration.packaged() if not getattr(a, "calibration", None) else \
+        Calibration.from_toml(Path(a.calibration).read_text())
+    engine = a.engine
+    weights = a.weights or ("Q4_K_M" if engine.lower().startswith("llama") else "BF16")
+    kv = a.kv.upper()
+    if kv == "AUTO" and engine.lower().startswith("llama"):
+        kv = "F16"
+    return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine), cal
+
+
+def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
+    from .output import print_table
+    from .predict import report
+    from .predict.specs import Catalog
+
+    cat = Catalog.load()
+    head, rows = report.hardware_table(cat) if a.command == "hardware" else report.models_table(cat)
+    print_table(console, head, rows, a.format)
+    if cat.user_file:
+        console.print(f"including entries from {cat.user_file}", style="dim", markup=False)
+    return 0
+
+
+def cmd_fit(a: argparse.Namespace, console: Console) -> int:
+    from .predict import report
+
+    s, _ = _setup(a)
+    ctx = _tokens(a.context, "--context")
+    if a.concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    f = s.fit(ctx, a.concurrency)
+    for line in report.fit_lines(s, f, ctx, a.concurrency):
+        console.print(line, markup=False, highlight=False)
+    return 0
+
+
+def cmd_predict(a: argparse.Namespace, console: Console) -> int:
+    from .output import print_table
+    from .predict import report
+    from .predict import roofline as rf
+
+    if a.against:
+        from .predict.calibration import Calibration
+        from .predict.predictor import against
+        from .predict.published import read_rows
+        from .predict.specs import Catalog
+
+        cal = Calibration.packaged() if not a.calibration else Calibration.from_toml(Path(a.calibration).read_text())
+        rep = against(Catalog.load(), cal, read_rows(Path(a.against)))
+        head, rows = report.against_table(rep)
+        print_table(console, head, rows, a.format)
+        for line in report.summary_lines(rep):
+            console.print(line, markup=False, highlight=False)
+        if a.json:
+            Path(a.json).write_text(json.dumps(rep.to_json(), indent=2) + "\n")
+        return 0
+    if not a.hardware or not a.model:
+        raise UsageError("predict needs --hardware and --model (or --against FILE)")
+    s, _ = _setup(a)
+    if a.spec_tokens:
+        if (a.acceptance is None) == (a.acceptance_length is None):
+            raise UsageError("with --spec-tokens give one of --acceptance (0..1) or --acceptance-length")
+        alpha = a.acceptance if a.acceptance is not None else rf.alpha_from_acceptance_length(a.acceptance_length, a.spec_tokens)
+        if not 0 <= alpha <= 1:
+            raise UsageError("--acceptance is a probability between 0 and 1")
+        cost = a.draft_cost if a.draft_cost is not None else (1 / s.model.layers if s.model.mtp else 0.05)
+        s.spec_speedup = rf.spec_speedup(alpha, a.spec_tokens, cost)
+        console.print(f"speculative decoding: {a.spec_tokens} tokens, acceptance {alpha:.2f}, "
+                      f"{rf.expected_tokens(alpha, a.spec_tokens):.2f} tokens per target pass, draft cost {cost:.3f} "
+                      f"-> decode x{s.spec_speedup:.2f}", markup=False, highlight=False)
+    console.print(f"PREDICTED for {s.model.id} ({s.quant.weights}, {s.quant.kv.lower()} KV) on {s.hw.id}, "
+                  f"{s.engine} ({s.backend}: {s.eff.source}); the ceiling is the physical limit at efficiency 1",
+                  markup=False, highlight=False)
+    if a.test:
+        depths = [_tokens(d, "--depth") for d in a.depth.split(",") if d.strip()]
+        head, rows = report.depth_table(s, depths, 512, 128)
+    else:
+        levels = _int_list(a.concurrency, "--concurrency")
+        head, rows = report.serve_table(s, levels, a.input_len, a.output_len)
+        if s.kind == "sequential":
+            console.print("llama.cpp serves one stream at a time: concurrency only queues", markup=False)
+    print_table(console, head, rows, a.format)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"predicted": True, "columns": head, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> int:
+    from .predict.calibration import write
+    from .predict.predictor import fit_calibration
+    from .predict.published import read_rows
+    from .predict.specs import Catalog
+
+    cal = fit_calibration(Catalog.load(), read_rows(Path(a.file)), "tokenbench " + " ".join(argv))
+    write(cal, Path(a.out))
+    for name, e in sorted(cal.backends.items()):
+        console.print(f"{name}: decode bandwidth efficiency {e.eta_bw:.2f}, fixed {e.decode_b * 1000:.1f} ms/token; "
+                      f"prefill matmul efficiency {e.eta_compute:.2f} ({e.rows} rows)", markup=False)
+    console.print(f"wrote {a.out}", markup=False)
+    return 0
 
 
 def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
@@ -345,6 +499,14 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_runs(a, console)
         if a.command == "show":
             return cmd_show(a, console)
+        if a.command in ("hardware", "models"):
+            return cmd_catalog(a, console)
+        if a.command == "fit":
+            return cmd_fit(a, console)
+        if a.command == "predict":
+            return cmd_predict(a, console)
+        if a.command == "calibrate":
+            return cmd_calibrate(a, argv, console)
     except TokenbenchError as e:
         # One line, never wrapped: scripts and people grep it.
         first, *rest = str(e).splitlines() or [""]

@@ -142,3 +142,17 @@ def describe_run(manifest: dict[str, Any]) -> str:
     if emb:
         parts.append(f"embedded {emb.get('engine')} engine, healthy after {emb.get('startup_s', 0):.1f} s (cold start)")
     return "; ".join(parts)
+
+
+def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",
+                title: str | None = None) -> None:
+    """Any (header, rows) table, for a terminal or as Markdown."""
+    if fmt == "markdown":
+        console.print(format_markdown(header, rows), markup=False, highlight=False, soft_wrap=True)
+        return
+    t = Table(title=title, box=box.SIMPLE_HEAVY)
+    for i, h in enumerate(header):
+        t.add_column(h, overflow="fold")
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)

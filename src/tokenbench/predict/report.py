@@ -1,0 +1,128 @@
+"""Tables of the predictor as (header, rows) of strings: the CLI renders them, tests read them."""
+
+from __future__ import annotations
+
+from .predictor import AgainstReport, Setup
+from .roofline import Fit, kv_bytes, state_bytes
+from .specs import Catalog
+
+Table = tuple[list[str], list[list[str]]]
+
+
+def _f(v: float | None, d: int = 1) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.{d}f}"
+
+
+def hardware_table(cat: Catalog) -> Table:
+    head = ["Hardware", "Name", "Memory GB", "BW GB/s", "BF16 TFLOPS", "FP8 TFLOPS", "Source"]
+    rows = [[h.id, h.name, _f(h.mem_gb, 0), _f(h.bw_gbs, 0), _f(h.bf16_tflops), _f(h.fp8_tflops), h.source]
+            for h in cat.hardware.values()]
+    return head, rows
+
+
+def models_table(cat: Catalog) -> Table:
+    head = ["Model", "Params B", "Active B", "Layers", "Attention", "KV KiB/token (BF16)", "Source"]
+    rows = []
+    for m in cat.models.values():
+        kinds = []
+        if m.kv_lora_rank:
+            kinds.append("MLA")
+        else:
+            kinds.append(f"GQA {m.heads}/{m.kv_heads}")
+        if m.local_layers:
+            kinds.append(f"{m.local_layers} local (W={m.window})")
+        if m.linear_layers:
+            kinds.append(f"{m.linear_layers} linear")
+        if m.experts:
+            kinds.append(f"MoE {m.experts} top-{m.top_k}")
+        kv = m.kv_elems_per_token_layer() * 2 * (m.n_full + m.local_layers) / 1024
+        active = (m.active_nonemb_params + m.lm_params + (m.emb_params if m.tied else 0)) / 1e9
+        rows.append([m.id, _f(m.total_b), _f(active), str(m.layers), ", ".join(kinds), _f(kv, 0), m.source])
+    return head, rows
+
+
+def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
+    m = s.model
+    lines = [
+        f"{m.id} ({s.quant.weights} weights, {s.quant.kv.lower()} KV) on {s.hw.id} with {s.engine}: "
+        f"{context:,} tokens x {concurrency} sequence(s)",
+        f"  weights      {f.weights_gb:8.2f} GB   (all experts)" if m.is_moe else f"  weights      {f.weights_gb:8.2f} GB",
+        f"  KV cache     {f.kv_gb:8.2f} GB   ({kv_bytes(m, s.quant, context) / 1e9:.3f} GB per sequence)",
+    ]
+    if m.linear_layers:
+        lines.append(f"  state        {f.state_gb:8.2f} GB   ({state_bytes(m) / 1e6:.1f} MB per sequence, fp32)")
+    lines += [
+        f"  runtime      {f.overhead_gb:8.2f} GB",
+        f"  total        {f.total_gb:8.2f} GB of {f.usable_gb:.1f} GB usable -> "
+        + ("fits" if f.fits else "does NOT fit"),
+        f"  largest context at {concurrency} sequence(s): {f.max_context:,} tokens; "
+        f"most sequences at {context:,} tokens: {f.max_concurrency}",
+    ]
+    if not f.fits:
+        lines.append(
+            f"  hybrid split (llama.cpp -ngl {f.gpu_layers}): {f.gpu_layers} of {m.layers} layers on the GPU, "
+            f"{f.offload_fraction:.0%} of the weights in host memory ({s.hw.host_bw_gbs:g} GB/s): they are read "
+            "in sequence with the GPU's, so the times add"
+        )
+        dec_gpu = s.decode(context) if s.kind == "sequential" else None
+        if dec_gpu is not None:
+            lines.append(f"  predicted decode with that split: {1 / dec_gpu.estimate:.1f} tok/s "
+                         f"(ceiling {1 / dec_gpu.ceiling:.1f})")
+    return lines
+
+
+def depth_table(s: Setup, depths: list[int], pp: int, tg: int) -> Table:
+    head = ["Depth", f"pp{pp} tok/s", f"pp{pp} ceiling", f"tg{tg} tok/s", f"tg{tg} ceiling", "fits"]
+    rows = []
+    for d in depths:
+        p = s.prefill(pp, d)
+        t = s.decode(d + tg // 2)
+        f = s.fit(d + pp + tg, 1)
+        rows.append([f"{d:,}", _f(pp / p.estimate), _f(pp / p.ceiling), _f(1 / t.estimate), _f(1 / t.ceiling),
+                     "yes" if f.fits else f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)"])
+    return head, rows
+
+
+def serve_table(s: Setup, concurrency: list[int], prompt: int, output: int) -> Table:
+    head = ["Concurrency", "Aggregate tok/s", "ceiling", "Per-agent tok/s", "TTFT", "TPOT", "fits"]
+    rows = []
+    for n in concurrency:
+        p = s.serve(n, prompt, output)
+        f = s.fit(prompt + output, n)
+        rows.append([str(n), _f(p.throughput[1]), _f(p.throughput[0]), _f(p.per_agent[1]),
+                     f"{p.ttft_s.estimate * 1000:,.0f} ms", f"{p.tpot_s.estimate * 1000:.1f} ms",
+                     "yes" if f.fits else "no"])
+    return head, rows
+
+
+def against_table(rep: AgainstReport) -> Table:
+    head = ["Host", "Model", "Test", "Depth", "Conc.", "Metric", "Measured", "Predicted", "Error %",
+            "Measured/ceiling", "Flags"]
+    rows = []
+    for r in rep.results:
+        rows.append([r.row.raw.get("host", r.row.hardware), r.row.model, r.row.test, str(r.row.depth),
+                     str(r.row.concurrency), r.row.metric, f"{_f(r.row.value)} {r.row.unit}",
+                     _f(r.predicted), _f(r.error_pct, 0) if r.error_pct is not None else "—",
+                     f"{r.measured_over_ceiling:.2f}" if r.measured_over_ceiling is not None else "—",
+                     "; ".join(r.flags)])
+    return head, rows
+
+
+def summary_lines(rep: AgainstReport) -> list[str]:
+    out = []
+    for split in ("train", "holdout", "all"):
+        parts = []
+        for g in ("decode", "prefill", "serve", "serve_throughput"):
+            d = rep.summary[split][g]
+            if d["n"]:
+                parts.append(f"{g} {d['median_abs_error_pct']:.1f}% (n={d['n']})")
+        if parts:
+            out.append(f"median |error| {split}: " + ", ".join(parts))
+    fb = rep.summary["faster_box"]
+    out.append(f"faster box predicted right: {fb['right']}/{fb['pairs']} pairs with a measured ratio >= 1.5 "
+               "(flagged rows left out)")
+    if rep.summary["flagged"]:
+        out.append(f"{rep.summary['flagged']} row(s) flagged as a likely software bottleneck")
+    return out

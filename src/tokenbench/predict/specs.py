@@ -1,0 +1,339 @@
+"""Hardware and model specs: the packaged TOML catalogs, a user's own catalog, Hugging Face ``config.json``
+files and GGUF headers."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from ..errors import UsageError
+
+CATALOG_ENV = "TOKENBENCH_CATALOG"
+
+
+@dataclass(slots=True)
+class HardwareSpec:
+    id: str
+    name: str
+    mem_gb: float
+    bw_gbs: float
+    bf16_tflops: float
+    kind: str = "gpu"
+    unified: bool = False
+    usable_gb: float | None = None
+    bw_measured_gbs: float | None = None
+    fp8_tflops: float | None = None
+    int8_tflops: float | None = None
+    tdp_w: float | None = None
+    pcie_gbs: float = 31.5  # PCIe Gen4 x16 per direction
+    host_bw_gbs: float = 89.6  # dual-channel DDR5-5600
+    default_backend: str = "cuda"
+    aliases: list[str] = field(default_factory=list)
+    notes: str = ""
+    source: str = ""
+
+    @property
+    def has_fp8(self) -> bool:
+        return bool(self.fp8_tflops)
+
+    @property
+    def usable_bytes(self) -> float:
+        return (self.usable_gb if self.usable_gb is not None else self.mem_gb) * 1e9
+
+
+@dataclass(slots=True)
+class ModelSpec:
+    id: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    total_b: float
+    name: str = ""
+    ffn: int = 0
+    tied: bool = False
+    experts: int = 0
+    top_k: int = 0
+    shared_experts: int = 0
+    moe_ffn: int = 0
+    dense_layers: int = 0
+    full_layers: int | None = None
+    local_layers: int = 0
+    window: int = 0
+    linear_layers: int = 0
+    lin_k_heads: int = 0
+    lin_v_heads: int = 0
+    lin_k_dim: int = 0
+    lin_v_dim: int = 0
+    conv_kernel: int = 4
+    kv_lora_rank: int = 0
+    qk_rope_dim: int = 0
+    expert_bpw: float | None = None
+    mtp: bool = False
+    file_bytes: int | None = None  # the real weights file, when given
+    notes: str = ""
+    source: str = ""
+
+    # --- derived -------------------------------------------------------------------------------------
+    @property
+    def n_full(self) -> int:
+        if self.full_layers is not None:
+            return self.full_layers
+        return self.layers - self.local_layers - self.linear_layers
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.experts else 0
+
+    @property
+    def emb_params(self) -> float:
+        return float(self.vocab * self.hidden)
+
+    @property
+    def lm_params(self) -> float:
+        return 0.0 if self.tied else float(self.vocab * self.hidden)
+
+    @property
+    def routed_params(self) -> float:
+        return float(self.moe_layers * self.experts * 3 * self.hidden * self.moe_ffn)
+
+    @property
+    def dense_nonemb_params(self) -> float:
+        """Everything read for every token: attention, shared experts, dense MLPs, norms, routers."""
+        return max(self.total_b * 1e9 - self.emb_params - self.lm_params - self.routed_params, 0.05 * self.total_b * 1e9)
+
+    @property
+    def active_nonemb_params(self) -> float:
+        routed = self.routed_params * self.top_k / self.experts if self.experts else 0.0
+        return self.dense_nonemb_params + routed
+
+    def kv_elems_per_token_layer(self) -> int:
+        """Cached elements per token per attention layer: K and V, or MLA's one latent."""
+        if self.kv_lora_rank:
+            return self.kv_lora_rank + self.qk_rope_dim
+        return 2 * self.kv_heads * self.head_dim
+
+    def linear_state_elems(self) -> int:
+        """Gated DeltaNet state per sequence per linear layer: conv (2·nk·dk + nv·dv)·(kernel−1) + ssm nv·dv·dk."""
+        if not self.linear_layers:
+            return 0
+        conv = (2 * self.lin_k_heads * self.lin_k_dim + self.lin_v_heads * self.lin_v_dim) * (self.conv_kernel - 1)
+        ssm = self.lin_v_heads * self.lin_v_dim * self.lin_k_dim
+        return conv + ssm
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+
+def _from_table(cls: type, ident: str, table: dict[str, Any], what: str) -> Any:
+    names = {f.name for f in fields(cls)}
+    unknown = set(table) - names
+    if unknown:
+        raise UsageError(f"{what} '{ident}': unknown field(s) {sorted(unknown)}; known: {sorted(names - {'id'})}")
+    try:
+        return cls(id=ident, **table)
+    except TypeError as e:
+        raise UsageError(f"{what} '{ident}': {e}") from None
+
+
+def user_catalog_path() -> Path:
+    env = os.environ.get(CATALOG_ENV)
+    return Path(env) if env else Path(platformdirs.user_config_dir("tokenbench")) / "catalog.toml"
+
+
+@dataclass(slots=True)
+class Catalog:
+    hardware: dict[str, HardwareSpec]
+    models: dict[str, ModelSpec]
+    user_file: Path | None = None
+
+    @classmethod
+    def load(cls, user_file: Path | None = None) -> Catalog:
+        pkg = resources.files("tokenbench").joinpath("data")
+        hw_raw = tomllib.loads(pkg.joinpath("hardware.toml").read_text())
+        mdl_raw = tomllib.loads(pkg.joinpath("models.toml").read_text())
+        path = user_file or user_catalog_path()
+        used = None
+        if path.exists():
+            try:
+                user = tomllib.loads(path.read_text())
+            except tomllib.TOMLDecodeError as e:
+                raise UsageError(f"{path} is not valid TOML ({e}): fix it or move it away") from None
+            hw_raw.update(user.get("hardware", {}))
+            mdl_raw.update(user.get("models", {}))
+            used = path
+        hw = {k: _from_table(HardwareSpec, k, v, "hardware") for k, v in hw_raw.items()}
+        models = {k: _from_table(ModelSpec, k, v, "model") for k, v in mdl_raw.items()}
+        return cls(hw, models, used)
+
+    def find_hardware(self, ident: str) -> HardwareSpec:
+        if ident in self.hardware:
+            return self.hardware[ident]
+        for hw in self.hardware.values():
+            if ident in hw.aliases:
+                return hw
+        names = list(self.hardware) + [a for h in self.hardware.values() for a in h.aliases]
+        raise UsageError(f"unknown hardware '{ident}'{_suggest(ident, names)}; 'tokenbench hardware' lists them")
+
+    def find_model(self, ident: str) -> ModelSpec:
+        p = Path(ident)
+        if p.suffix == ".gguf" and p.exists():
+            return model_from_gguf(p)
+        if p.exists() and (p.name == "config.json" or (p / "config.json").exists()):
+            return model_from_config(p if p.name == "config.json" else p / "config.json")
+        key = ident.lower().split("/")[-1]
+        for k in (ident, key):
+            if k in self.models:
+                return self.models[k]
+        raise UsageError(
+            f"unknown model '{ident}'{_suggest(key, list(self.models))}; 'tokenbench models' lists them, "
+            "or give a config.json or .gguf path"
+        )
+
+
+def _suggest(ident: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(ident, names, n=3, cutoff=0.4)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+# --- Hugging Face config.json ----------------------------------------------------------------------------
+
+def _estimate_total(m: ModelSpec) -> float:
+    """Parameters from the architecture, for configs that do not state them."""
+    attn = m.hidden * m.heads * m.head_dim * 2 + m.hidden * m.kv_heads * m.head_dim * 2
+    if m.kv_lora_rank:
+        attn = m.hidden * m.heads * m.head_dim + m.hidden * (m.kv_lora_rank + m.qk_rope_dim) \
+            + m.kv_lora_rank * m.heads * (m.head_dim - m.qk_rope_dim + 128) + m.heads * 128 * m.hidden
+    lin = m.hidden * (2 * m.lin_k_heads * m.lin_k_dim + 2 * m.lin_v_heads * m.lin_v_dim) \
+        + m.lin_v_heads * m.lin_v_dim * m.hidden
+    n_attn = m.layers - m.linear_layers
+    mlp_dense = 3 * m.hidden * m.ffn
+    moe = m.experts * 3 * m.hidden * m.moe_ffn + m.shared_experts * 3 * m.hidden * m.moe_ffn + m.hidden * m.experts
+    per_layer_mlp = (m.layers - m.dense_layers) * (moe if m.experts else mlp_dense) + m.dense_layers * mlp_dense
+    total = n_attn * attn + m.linear_layers * lin + per_layer_mlp + m.vocab * m.hidden * (1 if m.tied else 2)
+    return total / 1e9
+
+
+def model_from_config(path: Path) -> ModelSpec:
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read {path}: {e}") from None
+    cfg = {**cfg, **(cfg.get("text_config") or {})}
+
+    def g(*keys: str, default: Any = 0) -> Any:
+        for k in keys:
+            if cfg.get(k) is not None:
+                return cfg[k]
+        return default
+
+    heads = int(g("num_attention_heads"))
+    hidden = int(g("hidden_size"))
+    layers = int(g("num_hidden_layers"))
+    if not (heads and hidden and layers):
+        raise UsageError(f"{path}: no num_hidden_layers/hidden_size/num_attention_heads: is it a language model's config.json?")
+    types = cfg.get("layer_types") or []
+    local = sum(t == "sliding_attention" for t in types)
+    linear = sum(t == "linear_attention" for t in types)
+    window = int(g("sliding_window", default=0) or 0)
+    if not types and window and cfg.get("model_type", "").startswith("gemma3"):
+        pattern = int(g("sliding_window_pattern", default=6))
+        local = layers - layers // pattern
+    experts = int(g("num_experts", "num_local_experts", "n_routed_experts"))
+    qk_nope = int(g("qk_nope_head_dim"))
+    qk_rope = int(g("qk_rope_head_dim"))
+    m = ModelSpec(
+        id=str(path.parent.name or path.stem),
+        name=str(cfg.get("_name_or_path") or path.parent.name),
+        layers=layers, hidden=hidden, heads=heads,
+        kv_heads=int(g("num_key_value_heads", default=heads)),
+        head_dim=int(g("head_dim", default=(qk_nope + qk_rope) or hidden // heads)),
+        vocab=int(g("vocab_size")), total_b=0.0,
+        ffn=int(g("intermediate_size")), tied=bool(g("tie_word_embeddings", default=False)),
+        experts=experts, top_k=int(g("num_experts_per_tok", "moe_topk")) if experts else 0,
+        shared_experts=int(g("n_shared_experts", default=1 if g("shared_expert_intermediate_size") else 0)),
+        moe_ffn=int(g("moe_intermediate_size")) if experts else 0,
+        dense_layers=int(g("first_k_dense_replace")) if experts else 0,
+        full_layers=layers - local - linear, local_layers=local, window=window if local else 0,
+        linear_layers=linear,
+        lin_k_heads=int(g("linear_num_key_heads")), lin_v_heads=int(g("linear_num_value_heads")),
+        lin_k_dim=int(g("linear_key_head_dim")), lin_v_dim=int(g("linear_value_head_dim")),
+        conv_kernel=int(g("linear_conv_kernel_dim", default=4)),
+        kv_lora_rank=int(g("kv_lora_rank")), qk_rope_dim=qk_rope,
+        mtp=bool(g("num_nextn_predict_layers", "mtp_num_hidden_layers")),
+        source=f"config.json {path}",
+    )
+    m.total_b = _estimate_total(m)
+    m.notes = "parameter count estimated from the architecture"
+    return m
+
+
+# --- GGUF header -----------------------------------------------------------------------------------------
+
+def model_from_gguf(path: Path) -> ModelSpec:
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise UsageError("reading a GGUF needs the gguf package: pip install gguf") from None
+    try:
+        r = GGUFReader(str(path))
+    except Exception as e:  # the reader raises several kinds on a damaged file
+        raise UsageError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e})") from None
+
+    def val(key: str, default: Any = None) -> Any:
+        f = r.fields.get(key)
+        if f is None:
+            return default
+        if f.types and f.types[0].name == "ARRAY":
+            return len(f.data)
+        v = f.parts[f.data[0]]
+        if f.types and f.types[0].name == "STRING":
+            return bytes(v).decode()
+        return v.tolist()[0] if hasattr(v, "tolist") else v
+
+    arch = val("general.architecture")
+    if not arch:
+        raise UsageError(f"{path}: no general.architecture in the GGUF header")
+    a = f"{arch}."
+    heads = int(val(a + "attention.head_count", 0))
+    hidden = int(val(a + "embedding_length", 0))
+    layers = int(val(a + "block_count", 0))
+    names = [t.name for t in r.tensors]
+    linear = len({n.split(".")[1] for n in names if n.startswith("blk.") and ".ssm_" in n})
+    window = int(val(a + "attention.sliding_window", 0) or 0)
+    local = 0
+    if window:
+        local = layers - layers // 6 if arch.startswith("gemma3") else layers // 2
+    experts = int(val(a + "expert_count", 0) or 0)
+    total = sum(int(t.n_elements) for t in r.tensors)
+    m = ModelSpec(
+        id=path.stem, name=str(val("general.name", path.stem)), layers=layers, hidden=hidden, heads=heads,
+        kv_heads=int(val(a + "attention.head_count_kv", heads)),
+        head_dim=int(val(a + "attention.key_length", hidden // heads if heads else 0)),
+        vocab=int(val(a + "vocab_size", 0) or val("tokenizer.ggml.tokens", 0)),
+        total_b=total / 1e9, ffn=int(val(a + "feed_forward_length", 0) or 0),
+        tied="output.weight" not in names,
+        experts=experts, top_k=int(val(a + "expert_used_count", 0) or 0),
+        shared_experts=int(val(a + "expert_shared_count", 0) or 0),
+        moe_ffn=int(val(a + "expert_feed_forward_length", 0) or 0),
+        dense_layers=int(val(a + "leading_dense_block_count", 0) or 0),
+        full_layers=layers - local - linear, local_layers=local, window=window if local else 0,
+        linear_layers=linear,
+        kv_lora_rank=int(val(a + "attention.kv_lora_rank", 0) or 0),
+        file_bytes=path.stat().st_size,
+        source=f"GGUF header {path}",
+    )
+    if not (heads and hidden and layers):
+        raise UsageError(f"{path}: the GGUF header lacks {arch}.block_count/embedding_length/attention.head_count")
+    return m
