@@ -84,7 +84,7 @@ def fit_linear(features: list[list[float]], times: list[float], min_slope: float
         xs = [[(f[i] if i < k else 1.0) for i in free] for f in features]
         ys = [t - sum(v * (f[i] if i < k else 1.0) for i, v in pinned.items()) for f, t in zip(features, times)]
         sol = _lstsq(xs, ys) if free else []
-        if sol is None:
+        if sol is None:  # collinear features: the data cannot tell the slopes apart
             break
         coef = dict(zip(free, sol)) | pinned
         bad = [i for i in free if coef[i] < (min_slope if i < k else 0.0)]
@@ -92,7 +92,10 @@ def fit_linear(features: list[list[float]], times: list[float], min_slope: float
             return [coef[i] for i in range(k)], coef[k]
         worst = min(bad, key=lambda i: coef[i])
         pinned[worst] = min_slope if worst < k else 0.0
-    return [min_slope] * k, default_b
+    if k > 1:  # tie the slopes together and fit that one
+        slopes, b = fit_linear([[sum(f)] for f in features], times, min_slope, default_b)
+        return slopes * k, b
+    return [min_slope], default_b
 
 
 @dataclass(slots=True)

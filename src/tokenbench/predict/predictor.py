@@ -224,10 +224,14 @@ def faster_box_check(results: list[RowResult], min_ratio: float = 1.5) -> dict[s
 
 
 def against(cat: Catalog, cal: Calibration, rows: list[Row]) -> AgainstReport:
+    """Predict every row. The summary splits rows calibration fitted ("train") from rows it never saw
+    ("holdout": held-out models, and metrics that are never fitted, such as serving under load)."""
     results = [predict_row(cat, cal, r) for r in rows]
+    work = calibration_work(cat, cal)
+    fitted = {id(r) for r in results if r.row.model not in cal.holdout_models and work(r.row) is not None}
     summary: dict[str, Any] = {}
-    for split, keep in (("train", lambda r: r.row.model not in cal.holdout_models),
-                        ("holdout", lambda r: r.row.model in cal.holdout_models),
+    for split, keep in (("train", lambda r: id(r) in fitted),
+                        ("holdout", lambda r: id(r) not in fitted),
                         ("all", lambda r: True)):
         sel = [r for r in results if keep(r)]
         summary[split] = {

@@ -1,0 +1,282 @@
+"""The predictor: every formula against a hand computation, spec readers, the fit boundary, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.errors import UsageError
+from tokenbench.predict import roofline as rf
+from tokenbench.predict.calibration import Calibration, backend_key, fit_linear
+from tokenbench.predict.predictor import Setup, against, fit_calibration
+from tokenbench.predict.published import read_rows
+from tokenbench.predict.specs import Catalog, model_from_config, model_from_gguf
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published.csv"
+BF16 = rf.Quant("BF16", "BF16")
+
+
+@pytest.fixture(scope="module")
+def cat() -> Catalog:
+    return Catalog.load()
+
+
+def test_dense_gqa_kv_and_decode_bytes(cat: Catalog) -> None:
+    m, hw = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-h100-sxm")
+    # 2 (K,V) * 32 layers * 8 KV heads * 128 head_dim * 2 bytes = 128 KiB per token (roofline.md)
+    assert rf.kv_bytes(m, BF16, 1) == 2 * 32 * 8 * 128 * 2 == 128 * 1024
+    assert rf.kv_bytes(m, BF16, 1000) == 131072 * 1000
+    assert rf.total_weight_bytes(m, BF16) == pytest.approx(8.03e9 * 2)
+    c = rf.decode_cost(m, hw, BF16, 1, 0, "cuda")
+    emb = 128256 * 4096
+    dense = 8.03e9 - 2 * emb
+    assert c.bytes == pytest.approx((dense + emb) * 2 + 4096 * 2)
+    assert c.t_weights == pytest.approx(c.bytes / 3350e9)
+    # At depth 4096 the step also reads 4096 tokens of KV.
+    c2 = rf.decode_cost(m, hw, BF16, 1, 4096, "cuda")
+    assert c2.t_kv == pytest.approx(131072 * 4096 / 3350e9)
+
+
+def test_moe_expert_coverage_grows_with_batch(cat: Catalog) -> None:
+    m = cat.find_model("qwen3-30b-a3b-2507")
+    assert rf.expert_coverage(m, 1) == pytest.approx(8)
+    assert rf.expert_coverage(m, 2) == pytest.approx(128 * (1 - (120 / 128) ** 2))
+    assert rf.expert_coverage(m, 10_000) == pytest.approx(128)
+    hw = cat.find_hardware("nvidia-h100-sxm")
+    w = rf.weight_bytes(m, BF16)
+    c1 = rf.decode_cost(m, hw, BF16, 1, 0, "cuda")
+    c16 = rf.decode_cost(m, hw, BF16, 16, 0, "cuda")
+    routed1 = w["experts"] * 8 / 128
+    assert c1.bytes == pytest.approx(w["dense"] + routed1 + w["lm_head"] + w["embedding"] / m.vocab)
+    # 16 sequences touch more experts than 1, fewer than all
+    assert routed1 < c16.bytes - c1.bytes + routed1 < w["experts"]
+
+
+def test_mla_caches_one_latent(cat: Catalog) -> None:
+    m = cat.find_model("deepseek-coder-v2-lite")
+    # (kv_lora_rank 512 + rope 64) per layer, not x2 and not per head: 27 * 576 * 2 bytes
+    assert m.kv_elems_per_token_layer() == 576
+    assert rf.kv_bytes(m, BF16, 1) == 27 * 576 * 2
+
+
+def test_sliding_window_layers_hold_at_most_the_window(cat: Catalog) -> None:
+    m = cat.find_model("gemma-3-4b-it")
+    per = 2 * 4 * 256 * 2
+    assert rf.kv_bytes(m, BF16, 8192) == per * (6 * 8192 + 28 * 1024)
+    assert rf.kv_bytes(m, BF16, 512) == per * 34 * 512
+
+
+def test_hybrid_linear_attention_state_and_kv(cat: Catalog) -> None:
+    m = cat.find_model("qwen3-coder-next-80b-a3b")
+    # conv (2*16*128 + 32*128) * (4-1) + ssm 32*128*128 per layer, fp32, 36 linear layers
+    assert m.linear_state_elems() == (2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128
+    assert rf.state_bytes(m) == 36 * 548864 * 4
+    assert rf.kv_bytes(m, BF16, 1) == 12 * 2 * 2 * 256 * 2 == 24 * 1024  # 24 KiB (roofline.md)
+    # decode reads and writes the state every step
+    hw = cat.find_hardware("nvidia-h100-sxm")
+    c = rf.decode_cost(m, hw, BF16, 1, 0, "cuda")
+    assert c.t_kv == pytest.approx(2 * rf.state_bytes(m) / 3350e9)
+
+
+def test_prefill_attention_is_causal(cat: Catalog) -> None:
+    m, hw = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-h100-sxm")
+    c = rf.prefill_cost(m, hw, BF16, 2048, 0, "cuda")
+    hand = 4 * 32 * 128 * (2048 * 2048 / 2) * 32  # 4·n_q·d_h·T²/2 per layer, 32 layers
+    assert c.t_attention * 989e12 == pytest.approx(hand)
+    # after c0 cached tokens each new token also attends to them: + T·c0
+    c2 = rf.prefill_cost(m, hw, BF16, 512, 8192, "cuda")
+    assert c2.t_attention * 989e12 == pytest.approx(4 * 32 * 128 * (512 * 8192 + 512 * 512 / 2) * 32)
+
+
+def test_fit_boundary(cat: Catalog) -> None:
+    m, hw = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-a30")
+    f = rf.fit(m, hw, BF16, 4096, 1, "llama.cpp")
+    assert f.fits and f.max_context > 4096
+    assert rf.fit(m, hw, BF16, f.max_context, 1, "llama.cpp").fits
+    assert not rf.fit(m, hw, BF16, f.max_context + 1, 1, "llama.cpp").fits
+    # most sequences at a context: one more does not fit
+    g = rf.fit(m, hw, BF16, 4096, 1, "llama.cpp")
+    assert rf.fit(m, hw, BF16, 4096, g.max_concurrency, "llama.cpp").fits
+    assert not rf.fit(m, hw, BF16, 4096, g.max_concurrency + 1, "llama.cpp").fits
+
+
+def test_offload_times_add(cat: Catalog) -> None:
+    cal = Calibration.packaged()
+    s = Setup.make(cat, cal, "nvidia-a30", "qwen3-coder-next-80b-a3b", "Q4_K_M", "Q4_0", "llama.cpp cuda")
+    f = s.fit(513, 1)
+    assert not f.fits and 0 < (f.gpu_layers or 0) < s.model.layers
+    est = s.decode(0)
+    gpu = rf.decode_cost(s.model, s.hw, s.quant, 1, 0, s.backend, on_gpu_fraction=1 - f.offload_fraction)
+    w = rf.weight_bytes(s.model, s.quant)
+    host = (w["dense"] + w["experts"] * s.model.top_k / s.model.experts) * f.offload_fraction / 128e9
+    assert est.ceiling == pytest.approx(gpu.ceiling + host)  # in sequence, not max()
+
+
+def test_speculative_decoding() -> None:
+    assert rf.expected_tokens(0.7, 2) == pytest.approx((1 - 0.7**3) / 0.3)
+    assert rf.alpha_from_acceptance_length(rf.expected_tokens(0.6, 3), 3) == pytest.approx(0.6, abs=1e-6)
+    assert rf.spec_speedup(0.7, 2, 0.05) == pytest.approx(2.19 / 1.1)
+    with pytest.raises(UsageError):
+        rf.alpha_from_acceptance_length(5.0, 2)
+
+
+def test_batching_scales_and_sequential_does_not(cat: Catalog) -> None:
+    cal = Calibration.packaged()
+    v = Setup.make(cat, cal, "nvidia-h100-sxm", "qwen3.6-27b", "FP8", "AUTO", "vllm")
+    t1, t16 = v.serve(1, 4096, 512).throughput[1], v.serve(16, 4096, 512).throughput[1]
+    assert t16 > 4 * t1
+    l = Setup.make(cat, cal, "amd-ryzen-ai-max-395", "qwen3.6-35b-a3b", "Q4_K_M", "Q8_0", "llama.cpp")
+    a, b = l.serve(1, 512, 200), l.serve(16, 512, 200)
+    assert b.throughput[1] == pytest.approx(a.throughput[1])
+    assert b.ttft_s.estimate > 10 * a.ttft_s.estimate  # each agent waits for the others
+
+
+def test_least_squares_respects_physical_bounds() -> None:
+    feats = [[x, 0.1 * x] for x in (1.0, 2.0, 3.0, 4.0, 5.0)]
+    times = [2.0 * f[0] + 0.01 for f in feats]
+    (a, b_kv), b = fit_linear(feats, times)
+    assert a >= 1 and b_kv >= 1 and b >= 0
+    assert 2 * 3.0 + 0.01 == pytest.approx(a * 3.0 + b_kv * 0.3 + b, rel=0.05)
+
+
+def test_config_json(tmp_path: Path) -> None:
+    cfg = {
+        "model_type": "qwen3_next", "num_hidden_layers": 8, "hidden_size": 1024, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 32000, "num_experts": 64,
+        "num_experts_per_tok": 4, "moe_intermediate_size": 256, "shared_expert_intermediate_size": 256,
+        "layer_types": ["linear_attention"] * 6 + ["full_attention"] * 2, "linear_num_key_heads": 4,
+        "linear_num_value_heads": 8, "linear_key_head_dim": 64, "linear_value_head_dim": 64,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = model_from_config(tmp_path / "config.json")
+    assert (m.layers, m.heads, m.kv_heads, m.head_dim) == (8, 8, 2, 256)
+    assert (m.experts, m.top_k, m.shared_experts, m.linear_layers, m.n_full) == (64, 4, 1, 6, 2)
+    assert m.total_b > 0
+    gemma = {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 12,
+             "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
+             "vocab_size": 1000, "intermediate_size": 512, "sliding_window": 512}}
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "config.json").write_text(json.dumps(gemma))
+    g = model_from_config(tmp_path / "g" / "config.json")
+    assert (g.local_layers, g.n_full, g.window) == (10, 2, 512)
+
+
+def test_gguf_header(tmp_path: Path) -> None:
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    path = tmp_path / "small.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_embedding_length(64)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_feed_forward_length(128)
+    w.add_context_length(512)
+    w.add_vocab_size(100)
+    w.add_tensor("token_embd.weight", np.zeros((100, 64), dtype=np.float32))
+    for i in range(2):
+        w.add_tensor(f"blk.{i}.attn_q.weight", np.zeros((64, 64), dtype=np.float32))
+    w.add_tensor("output.weight", np.zeros((100, 64), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    m = model_from_gguf(path)
+    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn, m.vocab) == (2, 64, 4, 2, 16, 128, 100)
+    assert m.total_b == pytest.approx((100 * 64 * 2 + 2 * 64 * 64) / 1e9)
+    assert m.file_bytes == path.stat().st_size and not m.tied
+    # the real file size drives the weight bytes
+    assert rf.total_weight_bytes(m, rf.Quant("Q4_K_M", "F16")) == pytest.approx(path.stat().st_size)
+    assert Catalog.load().find_model(str(path)).layers == 2
+
+
+def test_unknown_ids_suggest_close_ones(cat: Catalog) -> None:
+    with pytest.raises(UsageError, match="did you mean nvidia-a30"):
+        cat.find_hardware("nvidia-a3")
+    with pytest.raises(UsageError, match="did you mean qwen3.6-35b-a3b"):
+        cat.find_model("qwen3.6-35b")
+    assert cat.find_hardware("nvidia-a100-80gb").id.startswith("nvidia-a100")
+
+
+def test_required_ids_in_catalog(cat: Catalog) -> None:
+    for h in ("nvidia-a100-80gb", "nvidia-h100-sxm", "amd-ryzen-ai-max-395", "nvidia-a30", "nvidia-dgx-spark"):
+        assert cat.find_hardware(h).source
+    for m in ("llama-4-scout-17b-16e", "granite-3.1-8b-instruct", "qwen3-4b-2507", "mistral-small-3.2-24b",
+              "gpt-oss-120b", "qwen3.6-27b", "deepseek-coder-v2-lite"):
+        assert cat.find_model(m).source
+
+
+def test_user_catalog_adds_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "catalog.toml"
+    f.write_text('[hardware.my-box]\nname = "Mine"\nmem_gb = 16\nbw_gbs = 100\nbf16_tflops = 10\nsource = "me"\n')
+    monkeypatch.setenv("TOKENBENCH_CATALOG", str(f))
+    assert Catalog.load().find_hardware("my-box").bw_gbs == 100
+    f.write_text('[hardware.bad]\nname = "x"\nmem_gb = 1\nbw_gbs = 1\nbf16_tflops = 1\nbandwidth = 3\n')
+    with pytest.raises(UsageError, match="unknown field"):
+        Catalog.load()
+
+
+def test_backend_keys() -> None:
+    assert backend_key("vllm 0.21", "cuda") == "vllm-cuda"
+    assert backend_key("llama.cpp vulkan", "cuda") == "llamacpp-vulkan"
+    assert backend_key("llama.cpp", "vulkan") == "llamacpp-vulkan"
+
+
+@pytest.mark.skipif(not PUBLISHED.exists(), reason="shared/reference/published.csv is not beside the checkout")
+def test_committed_calibration_is_what_the_command_produces(cat: Catalog) -> None:
+    fresh = fit_calibration(cat, read_rows(PUBLISHED), "")
+    packaged = Calibration.packaged()
+    assert set(fresh.backends) == set(packaged.backends)
+    for name, e in fresh.backends.items():
+        p = packaged.backends[name]
+        assert e.decode_a_w == pytest.approx(p.decode_a_w, rel=1e-4)
+        assert e.prefill_a_c == pytest.approx(p.prefill_a_c, rel=1e-4)
+
+
+@pytest.mark.skipif(not PUBLISHED.exists(), reason="shared/reference/published.csv is not beside the checkout")
+def test_against_json_keeps_every_row_in_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = PUBLISHED.read_text().splitlines()
+    header = [ln for ln in src if ln.startswith("source,")][0]
+    body = [ln for ln in src if ln and not ln.startswith(("#", "source,"))][:4]
+    # an unknown box, and a decode far below what its backend reaches: a software bottleneck
+    body.append("x,Mystery,nvidia-z99,llama.cpp cuda,phi-4,Q4_K_M,q4_0,tg128,0,1,0,128,decode_tps,5.0,tok/s,")
+    f = tmp_path / "m.csv"
+    f.write_text("\n".join([header, *body]) + "\n")
+    out = tmp_path / "o.json"
+    assert main(["predict", "--against", str(f), "--json", str(out)]) == 0
+    capsys.readouterr()
+    doc = json.loads(out.read_text())
+    assert [r["value"] for r in doc["rows"]] == [ln.split(",")[13] for ln in body[:4]] + ["5.0"]
+    assert all({"predicted", "ceiling", "error_pct", "flags"} <= set(r) for r in doc["rows"])
+    assert doc["rows"][3]["predicted"] is not None
+    bad = doc["rows"][-1]
+    assert bad["predicted"] is None and "unknown hardware 'nvidia-z99'" in bad["flags"][0]
+    body[-1] = body[-1].replace("nvidia-z99", "nvidia-a30").replace("Mystery", "A30")
+    f.write_text("\n".join([header, *body]) + "\n")
+    rep = against(Catalog.load(), Calibration.packaged(), read_rows(f))
+    assert any("likely software bottleneck" in fl for fl in rep.results[-1].flags)
+    assert "summary" in doc and "faster_box" in doc["summary"]
+
+
+def test_cli_fit_predict_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", "--hardware", "nvidia-a30", "--model", "qwen3-coder-next-80b-a3b", "--weights", "Q4_K_M",
+                 "--kv", "q4_0", "--context", "64k"]) == 0
+    out = capsys.readouterr().out
+    assert "does NOT fit" in out and "hybrid split" in out and "times add" in out
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "qwen3.6-35b-a3b", "--weights", "FP8",
+                 "--kv", "fp8", "--concurrency", "1,4", "--spec-tokens", "2", "--acceptance", "0.7"]) == 0
+    out = capsys.readouterr().out
+    assert "PREDICTED" in out and "ceiling" in out and "2.19 tokens per target pass" in out
+    assert main(["predict", "--hardware", "amd-ryzen-ai-max-395", "--model", "gpt-oss-20b", "--engine", "llama.cpp",
+                 "--kv", "q8_0", "--test", "tg128", "--depth", "0,8k,32k"]) == 0
+    assert "32,768" in capsys.readouterr().out
+    assert main(["predict", "--hardware", "nvidia-a30", "--model", "qwen3.6-27b", "--weights", "FP8"]) == 2
+    assert "FP8 needs FP8 tensor cores" in capsys.readouterr().err
+    assert main(["fit", "--hardware", "nvidia-a30", "--model", "phi-4", "--context", "lots"]) == 2
+    assert "not a token count" in capsys.readouterr().err
+    assert main(["hardware"]) == 0 and "datasheet" in capsys.readouterr().out
+    assert main(["models", "--format", "markdown"]) == 0 and "| qwen3.6-27b |" in capsys.readouterr().out
