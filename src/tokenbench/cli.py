@@ -186,6 +186,37 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("file", help="measurements in the published.csv layout")
     cp.add_argument("--out", required=True, help="efficiency TOML to write")
 
+    c = sub.add_parser("compare", help="two runs side by side: ratios, winners, crossovers, effective serving")
+    c.add_argument("a", help="run id, id prefix or label")
+    c.add_argument("b", help="run id, id prefix or label")
+    c.add_argument("--agents", type=int, default=16, help="effective-serving line: this many agents ... (default 16)")
+    c.add_argument("--tokens", type=int, default=200, help="... each asking for this many tokens (default 200)")
+    c.add_argument("--format", choices=["table", "markdown"], default="table")
+    _add_db(c)
+
+    co = sub.add_parser("cost", help="price per million output tokens at each operating point")
+    co.add_argument("run", nargs="?", help="run id, id prefix or label (or give --tps)")
+    co.add_argument("--tps", type=float, help="an aggregate output rate instead of a run")
+    co.add_argument("--price-per-hour", type=float, help="rented: price per hour")
+    co.add_argument("--busy-hours", type=float, default=24.0, help="rented: hours a day it does this work")
+    co.add_argument("--owned", action="store_true", help="an owned box: --purchase, --life-years, --watts, --kwh-price")
+    co.add_argument("--purchase", type=float)
+    co.add_argument("--life-years", type=float, default=3.0)
+    co.add_argument("--watts", type=float, default=0.0, help="power draw under this load")
+    co.add_argument("--kwh-price", type=float, default=0.0)
+    co.add_argument("--hours-per-day", type=float, default=24.0, help="owned: hours a day it does this work")
+    co.add_argument("--currency", default=None, help="the box's currency (default: the run's, else USD)")
+    co.add_argument("--api-price", type=float, help="an API's price per million output tokens, to compare")
+    co.add_argument("--api-currency", help="the API price's currency (default: --currency)")
+    co.add_argument("--exchange-rate", type=float, help="units of --currency per 1 --api-currency")
+    co.add_argument("--format", choices=["table", "markdown"], default="table")
+    _add_db(co)
+
+    im = sub.add_parser("import", help="vllm bench serve / llama-bench / GuideLLM / published.csv results into the store")
+    im.add_argument("files", nargs="+")
+    im.add_argument("--label", help="label for the imported runs (default: from the file)")
+    _add_db(im)
+
     sh = sub.add_parser("show", help="print a saved run again")
     sh.add_argument("run", help="run id, unique id prefix, or label")
     sh.add_argument("--json", help="also write it to this JSON file")
@@ -300,6 +331,80 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     print_table(console, head, rows, a.format)
     if a.json:
         Path(a.json).write_text(json.dumps({"predicted": True, "columns": head, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+def cmd_compare(a: argparse.Namespace, console: Console) -> int:
+    from .compare import compare, table
+    from .output import print_table
+
+    store = Store(a.db)
+    c = compare(load_result(store, a.a), load_result(store, a.b), a.agents, a.tokens)
+    for w in c.warnings:
+        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+    head, rows = table(c)
+    print_table(console, head, rows, a.format)
+    for line in c.crossovers:
+        console.print(line, markup=False, highlight=False)
+    if c.effective:
+        console.print(f"{a.agents} agents x {a.tokens} tokens: " + "; ".join(c.effective), markup=False, highlight=False)
+    return 0
+
+
+def cmd_cost(a: argparse.Namespace, console: Console) -> int:
+    from .cost import Pricing, api_in
+    from .output import print_table
+
+    res = None
+    if a.run:
+        res = load_result(Store(a.db), a.run)
+    elif a.tps is None:
+        raise UsageError("give a run, or --tps RATE for a rate you know")
+    currency = a.currency or (res.manifest.get("currency") if res else None) or "USD"
+    price = a.price_per_hour
+    if price is None and not a.owned and res is not None:
+        price = res.manifest.get("price_per_hour")
+    if a.owned and a.purchase is None:
+        raise UsageError("--owned needs --purchase PRICE (and --life-years, --watts, --kwh-price)")
+    pricing = Pricing(currency=currency, price_per_hour=None if a.owned else price, busy_hours_per_day=a.busy_hours,
+                      purchase=a.purchase if a.owned else None, life_years=a.life_years, watts=a.watts,
+                      kwh_price=a.kwh_price, hours_per_day=a.hours_per_day)
+    api = api_in(currency, a.api_price, a.api_currency, a.exchange_rate)
+    points: list[tuple[str, float]] = []
+    if res is not None:
+        for o in res.outcomes:
+            s = o.summary
+            rate = s.output_throughput_tps or s.decode_tps or s.tg_tps
+            if rate:
+                key = f"{s.test or 'serve'} c={s.concurrency}" + (f" depth={s.depth}" if s.depth else "") \
+                    + (f" prompt={s.input_tokens_mean:.0f}" if s.input_tokens_mean else "")
+                points.append((key, rate))
+    else:
+        points.append(("given rate", a.tps))
+    head = ["Operating point", "Output tok/s", f"{currency}/M output"]
+    if api is not None:
+        head += [f"API {currency}/M", "Box vs API"]
+    rows = []
+    for key, rate in points:
+        c = pricing.per_mtok(rate)
+        row = [key, f"{rate:,.1f}", f"{c:.2f}" if c is not None else "—"]
+        if api is not None and c:
+            row += [f"{api:.2f}", f"{api / c:.1f}x cheaper" if c < api else f"{c / api:.1f}x dearer"]
+        rows.append(row)
+    console.print(pricing.describe(), markup=False, highlight=False)
+    print_table(console, head, rows, a.format)
+    return 0
+
+
+def cmd_import(a: argparse.Namespace, console: Console) -> int:
+    from .importers import import_file
+
+    store = Store(a.db)
+    for f in a.files:
+        fmt, ids = import_file(store, Path(f), a.label)
+        labels = sorted({store.resolve(i).label or i for i in ids})
+        console.print(f"{f}: {fmt}, {len(ids)} run(s) imported: {', '.join(labels[:6])}"
+                      + (" ..." if len(labels) > 6 else ""), markup=False, highlight=False)
     return 0
 
 
@@ -507,6 +612,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_predict(a, console)
         if a.command == "calibrate":
             return cmd_calibrate(a, argv, console)
+        if a.command == "compare":
+            return cmd_compare(a, console)
+        if a.command == "cost":
+            return cmd_cost(a, console)
+        if a.command == "import":
+            return cmd_import(a, console)
     except TokenbenchError as e:
         # One line, never wrapped: scripts and people grep it.
         first, *rest = str(e).splitlines() or [""]

@@ -200,9 +200,30 @@ class LevelSummary:
     slo_met: bool | None = None
     warnings: list[str] = field(default_factory=list)
     client: dict[str, Any] = field(default_factory=dict)
+    # llama-bench style levels (depth runs, imported llama-bench results): DESIGN.md's depth fields.
+    test: str | None = None  # "serve", "pp512", "tg128", ...
+    depth: int | None = None
+    pp_tps: float | None = None
+    tg_tps: float | None = None
+    pp_tps_sd: float | None = None
+    tg_tps_sd: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def empty(cls, concurrency: int | None = 1, rate: float | None = None, **kw: Any) -> LevelSummary:
+        """A level known only by the figures given (an import or a prediction); everything else unknown."""
+        d = Distribution(n=0)
+        base: dict[str, Any] = dict(
+            concurrency=concurrency, rate=rate, completed=0, failed=0, errors={}, duration_s=0.0,
+            output_throughput_tps=0.0, per_agent_tps=None, request_throughput_rps=0.0, input_tokens_mean=None,
+            output_tokens_mean=None, output_tokens_source=None, ttft_ms=d, tpot_ms=Distribution(n=0),
+            itl_ms=Distribution(n=0), e2e_ms=Distribution(n=0), ttfb_ms=Distribution(n=0),
+            time_to_first_answer_ms=Distribution(n=0), flags=[],
+        )
+        base.update(kw)
+        return cls(**base)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LevelSummary:

@@ -153,14 +153,35 @@ class Store:
     # --- writing -------------------------------------------------------------------------------------
 
     def create_run(
-        self, run_id: str, kind: str, label: str | None, started: str, tool_version: str, manifest: dict[str, Any]
+        self, run_id: str, kind: str, label: str | None, started: str, tool_version: str, manifest: dict[str, Any],
+        provenance: str = "measured",
     ) -> None:
         with self.tx() as db:
             db.execute(
-                "INSERT INTO runs (id, kind, label, status, started, tool_version, manifest)"
-                " VALUES (?, ?, ?, 'running', ?, ?, ?)",
-                (run_id, kind, label, started, tool_version, json.dumps(manifest)),
+                "INSERT INTO runs (id, kind, label, status, started, tool_version, manifest, provenance)"
+                " VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
+                (run_id, kind, label, started, tool_version, json.dumps(manifest), provenance),
             )
+
+    def save_run(self, run_id: str, kind: str, label: str | None, manifest: dict[str, Any], provenance: str,
+                 levels: list[LevelSummary], tool_version: str, started: str, finished: str) -> None:
+        """A whole run at once (an import or a prediction): all of it or none of it."""
+        with self.tx():
+            self.save_run_in_tx(run_id, kind, label, manifest, provenance, levels, tool_version, started, finished)
+
+    def save_run_in_tx(self, run_id: str, kind: str, label: str | None, manifest: dict[str, Any], provenance: str,
+                       levels: list[LevelSummary], tool_version: str, started: str, finished: str) -> None:
+        """save_run inside a transaction the caller holds (several runs of one file, all or none)."""
+        self.db.execute(
+            "INSERT INTO runs (id, kind, label, status, started, finished, tool_version, manifest, provenance)"
+            " VALUES (?, ?, ?, 'complete', ?, ?, ?, ?, ?)",
+            (run_id, kind, label, started, finished, tool_version, json.dumps(manifest), provenance),
+        )
+        self.db.executemany(
+            "INSERT INTO levels VALUES (?, ?, 0, ?, ?, 'complete', ?, ?, NULL, NULL, ?)",
+            [(run_id, i, s.concurrency, s.rate, started, finished, json.dumps(s.to_dict()))
+             for i, s in enumerate(levels)],
+        )
 
     def update_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
         with self.tx() as db:
@@ -178,7 +199,6 @@ class Store:
         started: str,
         finished: str,
         window: tuple[int, int],
-        level_idx_of: Callable[[RequestRecord], int] | None = None,
     ) -> None:
         with self.tx() as db:
             db.execute(

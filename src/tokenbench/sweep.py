@@ -454,4 +454,7 @@ def load_result(store: Store, ref: str) -> RunResult:
         first = reps[0]
         level = Level(concurrency=first.concurrency, rate=first.rate)
         outcomes.append(LevelOutcome(idx, level, _combine(reps), status, reps))
-    return RunResult(row.id, row.manifest, outcomes, row.status, row.error)
+    manifest = dict(row.manifest)
+    manifest.setdefault("provenance", row.provenance)
+    manifest.setdefault("label", row.label)
+    return RunResult(row.id, manifest, outcomes, row.status, row.error)

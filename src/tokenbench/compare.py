@@ -1,0 +1,174 @@
+"""Two runs side by side: rows aligned on the shared workload axes (test, depth, concurrency), a ratio
+column with the winner named, crossovers, the effective-serving line, and the "different model shapes" trap.
+
+Works on any kind of run (sweeps, depth runs, imports, predictions) since all are levels in the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .cost import effective_serving_s
+from .metrics import LevelSummary
+from .sweep import RunResult
+
+#: Ratios closer to 1 than this are a tie, not a win.
+TIE = 1.05
+SEQUENTIAL_ENGINES = ("llama.cpp", "llama-cpp-python", "ollama")
+
+Getter = Callable[[LevelSummary], float | None]
+#: (name, unit, higher is better, getter)
+METRICS: list[tuple[str, str, bool, Getter]] = [
+    ("Aggregate output", "tok/s", True, lambda s: s.output_throughput_tps or None),
+    ("Per-agent", "tok/s", True, lambda s: s.per_agent_tps),
+    ("Median TTFT", "ms", False, lambda s: s.ttft_ms.p50),
+    ("P99 TTFT", "ms", False, lambda s: s.ttft_ms.p99),
+    ("Median TPOT", "ms", False, lambda s: s.tpot_ms.p50),
+    ("Prefill", "tok/s", True, lambda s: s.prefill_tps),
+    ("Decode", "tok/s", True, lambda s: s.decode_tps),
+    ("pp", "tok/s", True, lambda s: s.pp_tps),
+    ("tg", "tok/s", True, lambda s: s.tg_tps),
+]
+
+
+def level_key(s: LevelSummary) -> tuple[str, int, int, int]:
+    """The workload axes a row is aligned on: test, depth, concurrency, and the prompt length (to the nearest
+    64 tokens, so a BOS token or a chat template does not split a row)."""
+    return (s.test or "serve", s.depth or 0, s.concurrency or 0, round((s.input_tokens_mean or 0) / 64) * 64)
+
+
+@dataclass(slots=True)
+class CompareRow:
+    test: str
+    depth: int
+    concurrency: int
+    input_len: int
+    metric: str
+    unit: str
+    a: float
+    b: float
+    higher_better: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.a / self.b if self.b else float("inf")
+
+    def winner(self) -> int:
+        """0: a tie; 1: A is better; 2: B is better."""
+        r = self.ratio
+        if 1 / TIE < r < TIE:
+            return 0
+        return 1 if (r > 1) == self.higher_better else 2
+
+    def factor(self) -> float:
+        r = self.ratio
+        return r if r >= 1 else 1 / r
+
+
+@dataclass(slots=True)
+class Comparison:
+    a: str
+    b: str
+    rows: list[CompareRow]
+    crossovers: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    effective: list[str] = field(default_factory=list)
+
+
+def _name(res: RunResult) -> str:
+    return str(res.manifest.get("label") or res.run_id)
+
+
+def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
+    out = []
+    ma, mb = a.manifest, b.manifest
+    for key, what in (("model", "models"), ("weights", "weight formats")):
+        va, vb = ma.get(key), mb.get(key)
+        if va and vb and str(va).lower() != str(vb).lower():
+            out.append(f"the two sides ran different {what} ({va} vs {vb}): a ratio compares boxes only for the "
+                       "same model shape")
+    wa, wb = ma.get("workload") or {}, mb.get("workload") or {}
+    la = (wa.get("input_len"), wa.get("output_len"))
+    lb = (wb.get("input_len"), wb.get("output_len"))
+    if all(la) and all(lb) and la != lb:
+        out.append(f"the workloads differ ({la[0]}/{la[1]} vs {lb[0]}/{lb[1]} tokens in/out)")
+    for r in (a, b):
+        if r.manifest.get("provenance") == "predicted" or r.manifest.get("predicted"):
+            out.append(f"{_name(r)} is PREDICTED, not measured")
+    return out
+
+
+def _sequential(res: RunResult) -> bool:
+    return str(res.manifest.get("engine") or "").lower().startswith(SEQUENTIAL_ENGINES)
+
+
+def effective_line(res: RunResult, agents: int, tokens: int) -> str | None:
+    """How long `agents` requests of `tokens` tokens take: batched at concurrency N, or one sequential stream."""
+    levels = [o.summary for o in res.outcomes]
+    serve = [s for s in levels if (s.test or "serve") == "serve" and s.concurrency and s.output_throughput_tps]
+    single = next((s.decode_tps or s.tg_tps for s in levels if (s.decode_tps or s.tg_tps) and not s.depth), None)
+    name = _name(res)
+    if serve and not _sequential(res):
+        at = [s for s in serve if s.concurrency and s.concurrency <= agents]
+        s = max(at, key=lambda x: x.concurrency or 0) if at else min(serve, key=lambda x: x.concurrency or 0)
+        t = effective_serving_s(agents, tokens, s.output_throughput_tps)
+        note = "" if s.concurrency == agents else f" (measured at concurrency {s.concurrency}, the nearest)"
+        return f"{name}: ~{t:,.1f} s batched, {s.output_throughput_tps:,.0f} tok/s aggregate{note}"
+    rate = single or (serve[0].output_throughput_tps if serve else None)
+    if rate:
+        t = effective_serving_s(agents, tokens, rate)
+        return f"{name}: ~{t:,.1f} s as one sequential stream at {rate:,.1f} tok/s"
+    return None
+
+
+def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200) -> Comparison:
+    la = {level_key(o.summary): o.summary for o in a.outcomes}
+    lb = {level_key(o.summary): o.summary for o in b.outcomes}
+    rows = []
+    for key in sorted(set(la) & set(lb)):
+        sa, sb = la[key], lb[key]
+        for name, unit, higher, get in METRICS:
+            va, vb = get(sa), get(sb)
+            if va and vb:
+                rows.append(CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher))
+    cmp = Comparison(_name(a), _name(b), rows, warnings=_shape_warnings(a, b))
+    if not rows:
+        cmp.warnings.append("the two runs share no operating point (test, depth, concurrency): nothing to align")
+    # crossovers: along depth for llama-bench tests, along concurrency for serving
+    series: dict[tuple[str, str, int], list[CompareRow]] = {}
+    for r in rows:
+        fixed = r.concurrency if r.test != "serve" else r.depth
+        series.setdefault((r.test, r.metric, fixed * 1_000_000 + r.input_len), []).append(r)
+    for (test, metric, _), rs in series.items():
+        axis = "depth" if test != "serve" else "concurrency"
+        rs.sort(key=lambda r: r.depth if axis == "depth" else r.concurrency)
+        decided = [r for r in rs if r.winner()]
+        for p, q in zip(decided, decided[1:]):
+            if p.winner() != q.winner():
+                at = (lambda r: f"{r.depth // 1024}K" if r.depth >= 1024 else str(r.depth)) if axis == "depth" \
+                    else (lambda r: str(r.concurrency))
+                cmp.crossovers.append(
+                    f"faster box changes between {at(p)} and {at(q)} {axis} ({test} {metric}): "
+                    f"{cmp.a if p.winner() == 1 else cmp.b} then {cmp.a if q.winner() == 1 else cmp.b}"
+                )
+    for res in (a, b):
+        line = effective_line(res, agents, tokens)
+        if line:
+            cmp.effective.append(line)
+    return cmp
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
+def table(c: Comparison) -> tuple[list[str], list[list[str]]]:
+    head = ["Test", "Depth", "Concurrency", "Prompt", "Metric", f"A: {c.a}", f"B: {c.b}", "A/B", "Winner"]
+    out = []
+    for r in c.rows:
+        w = r.winner()
+        note = "≈ tie" if w == 0 else (f"→ {c.a} wins {r.factor():.1f}×" if w == 1 else f"← {c.b} wins {r.factor():.1f}×")
+        out.append([r.test, f"{r.depth:,}", str(r.concurrency), str(r.input_len or "—"), f"{r.metric} ({r.unit})",
+                    _fmt(r.a), _fmt(r.b), f"{r.ratio:.2f}", note])
+    return head, out

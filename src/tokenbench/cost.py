@@ -1,0 +1,84 @@
+"""What a million output tokens cost at an operating point, rented or owned, against an API price.
+
+Rented: price_per_hour / (tokens/s · 3600) · 10⁶, and a box rented around the clock but busy only some hours
+a day costs that much more per token. Owned: the purchase spread over its service life plus power draw times
+the electricity price, per hour used. These reproduce the published figures in shared/reference/README.md:
+EUR 1.79/hour at 75, 441, 684, 1284 tok/s -> EUR 6.63, 1.13, 0.73, 0.39 per million output tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import UsageError
+from .metrics import cost_per_mtok
+
+HOURS_PER_YEAR = 365 * 24
+
+
+@dataclass(slots=True, frozen=True)
+class Pricing:
+    """An hourly price in ``currency``: rented, or owned (purchase, life, power)."""
+
+    currency: str = "USD"
+    price_per_hour: float | None = None
+    busy_hours_per_day: float = 24.0
+    purchase: float | None = None
+    life_years: float = 3.0
+    watts: float = 0.0
+    kwh_price: float = 0.0
+    hours_per_day: float = 24.0  # owned: hours a day the box does this work
+
+    def __post_init__(self) -> None:
+        if (self.price_per_hour is None) == (self.purchase is None):
+            raise UsageError("give a rental price (--price-per-hour) or an owned box (--owned --purchase PRICE)")
+        for name in ("busy_hours_per_day", "hours_per_day"):
+            v = getattr(self, name)
+            if not 0 < v <= 24:
+                raise UsageError(f"--{name.replace('_', '-')} must be between 0 and 24, got {v:g}")
+        if self.life_years <= 0:
+            raise UsageError("--life-years must be positive")
+
+    @property
+    def owned(self) -> bool:
+        return self.purchase is not None
+
+    def effective_hourly(self) -> float:
+        """The cost of one hour of useful work."""
+        if self.price_per_hour is not None:
+            return self.price_per_hour * 24.0 / self.busy_hours_per_day
+        assert self.purchase is not None
+        capital = self.purchase / (self.life_years * 365 * self.hours_per_day)
+        power = self.watts / 1000.0 * self.kwh_price
+        return capital + power
+
+    def per_mtok(self, tokens_per_s: float | None) -> float | None:
+        return cost_per_mtok(self.effective_hourly(), tokens_per_s)
+
+    def describe(self) -> str:
+        if self.price_per_hour is not None:
+            busy = "" if self.busy_hours_per_day == 24 else f", busy {self.busy_hours_per_day:g} h/day"
+            return f"rented at {self.price_per_hour:g} {self.currency}/hour{busy}"
+        return (f"owned: {self.purchase:g} {self.currency} over {self.life_years:g} years at "
+                f"{self.hours_per_day:g} h/day, {self.watts:g} W at {self.kwh_price:g} {self.currency}/kWh "
+                f"= {self.effective_hourly():.3f} {self.currency}/hour")
+
+
+def api_in(currency: str, api_price: float | None, api_currency: str | None, exchange_rate: float | None) -> float | None:
+    """An API's price per million tokens in ``currency``; ``exchange_rate`` is units of ``currency`` per unit
+    of ``api_currency``."""
+    if api_price is None:
+        return None
+    if not api_currency or api_currency.upper() == currency.upper():
+        return api_price
+    if exchange_rate is None:
+        raise UsageError(
+            f"the API price is in {api_currency} and the box in {currency}: pass --exchange-rate "
+            f"({currency} per 1 {api_currency})"
+        )
+    return api_price * exchange_rate
+
+
+def effective_serving_s(agents: int, tokens: int, tokens_per_s: float) -> float:
+    """How long ``agents`` requests of ``tokens`` output tokens take at an aggregate rate."""
+    return agents * tokens / tokens_per_s

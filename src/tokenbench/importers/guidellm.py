@@ -1,0 +1,75 @@
+"""GuideLLM benchmark JSON (``guidellm benchmark --output-path x.json``): one level per benchmark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..metrics import Distribution, LevelSummary
+from . import FieldError, Imported, load_json, need
+
+
+def detect(path: Path, text: str) -> bool:
+    return text.lstrip().startswith("{") and '"benchmarks"' in text and '"time_to_first_token_ms"' in text
+
+
+def _dist(m: dict[str, Any], key: str, path: Path, where: str, scale: float = 1.0) -> Distribution:
+    sd = m.get(key)
+    if sd is None:
+        return Distribution(n=0)
+    ok = need(sd, "successful", path, f"{where}.{key}", kind=dict)
+    pct = ok.get("percentiles") or {}
+
+    def g(v: Any) -> float | None:
+        return None if v is None else float(v) * scale
+
+    return Distribution(n=int(ok.get("count") or 0), mean=g(ok.get("mean")), std=g(ok.get("std_dev")),
+                        min=g(ok.get("min")), max=g(ok.get("max")), p50=g(ok.get("median", pct.get("p50"))),
+                        p90=g(pct.get("p90")), p95=g(pct.get("p95")), p99=g(pct.get("p99")))
+
+
+def _strategy(b: dict[str, Any]) -> dict[str, Any]:
+    for holder in (b.get("config"), b.get("args"), b.get("scheduler"), b):
+        if isinstance(holder, dict) and isinstance(holder.get("strategy"), dict):
+            return holder["strategy"]
+    return {}
+
+
+def parse(path: Path, text: str, label: str | None) -> list[Imported]:
+    d = load_json(path, text)
+    benches = need(d, "benchmarks", path, "", kind=list)
+    levels = []
+    model = None
+    for i, b in enumerate(benches):
+        where = f"benchmarks[{i}]"
+        m = need(b, "metrics", path, where, kind=dict)
+        out = need(m, "output_tokens_per_second", path, f"{where}.metrics", kind=dict)
+        out_ok = need(out, "successful", path, f"{where}.metrics.output_tokens_per_second", kind=dict)
+        tps = need(out_ok, "mean", path, f"{where}.metrics.output_tokens_per_second.successful")
+        st = _strategy(b)
+        kind = str(st.get("type_") or st.get("type") or "")
+        conc = int(st["streams"]) if st.get("streams") else (1 if kind == "synchronous" else None)
+        rate = float(st["rate"]) if st.get("rate") and not conc else None
+        totals = m.get("request_totals") or {}
+        s = LevelSummary.empty(
+            concurrency=conc, rate=rate, completed=int(totals.get("successful") or 0),
+            failed=int(totals.get("errored") or 0), output_throughput_tps=float(tps),
+            ttft_ms=_dist(m, "time_to_first_token_ms", path, where),
+            tpot_ms=_dist(m, "time_per_output_token_ms", path, where),
+            itl_ms=_dist(m, "inter_token_latency_ms", path, where),
+            e2e_ms=_dist(m, "request_latency", path, where, scale=1000.0), test="serve",
+        )
+        rps = m.get("requests_per_second", {}).get("successful", {}).get("mean")
+        s.request_throughput_rps = float(rps or 0.0)
+        pt = (m.get("prompt_token_count") or {}).get("successful", {}).get("mean")
+        ot = (m.get("output_token_count") or {}).get("successful", {}).get("mean")
+        s.input_tokens_mean, s.output_tokens_mean = pt, ot
+        if conc:
+            s.per_agent_tps = s.output_throughput_tps / conc
+        levels.append(s)
+        model = model or (b.get("config") or b.get("args") or {}).get("model")
+    if not levels:
+        raise FieldError(path, "benchmarks", "empty")
+    manifest = {"model": model or (d.get("args") or {}).get("model"), "engine": None, "tool": "guidellm",
+                "workload": {}}
+    return [Imported(label or path.stem, "sweep", manifest, levels)]

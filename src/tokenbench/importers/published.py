@@ -1,0 +1,62 @@
+"""The published.csv layout (shared/reference/published.csv): one figure per row, grouped into one run per
+source, host, model and weights, labelled HOST/MODEL/WEIGHTS (or LABEL/MODEL/WEIGHTS with --label)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UsageError
+from ..metrics import Distribution, LevelSummary
+from ..predict.published import COLUMNS, read_rows
+from . import Imported
+
+
+def detect(path: Path, text: str) -> bool:
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    return bool(lines) and lines[0].startswith(",".join(COLUMNS[:5]))
+
+
+def parse(path: Path, text: str, label: str | None) -> list[Imported]:
+    try:
+        rows = read_rows(path)
+    except UsageError as e:
+        raise UsageError(f"{e}; nothing was imported") from None
+    runs: dict[tuple[str, str, str, str], Imported] = {}
+    for r in rows:
+        key = (r.raw["source"], r.raw["host"], r.model, r.weights)
+        run = runs.get(key)
+        if run is None:
+            host = r.raw["host"].lower().replace(" ", "-")
+            name = f"{label or host}/{r.model}/{r.weights}"
+            manifest = {"model": r.model, "weights": r.weights, "kv": r.kv, "engine": r.engine,
+                        "hardware": r.hardware, "source": r.raw["source"], "host": r.raw["host"],
+                        "workload": {}, "tool": "published"}
+            run = runs[key] = Imported(name, "bench", manifest)
+        test = r.test if r.test != "serve" else "serve"
+        lv = next((s for s in run.levels if (s.test, s.depth, s.concurrency, s.input_tokens_mean) ==
+                   (test, r.depth, r.concurrency, float(r.input_len or 0) or None)), None)
+        if lv is None:
+            lv = LevelSummary.empty(concurrency=r.concurrency, test=test, depth=r.depth,
+                                    input_tokens_mean=float(r.input_len) or None,
+                                    output_tokens_mean=float(r.output_len) or None)
+            run.levels.append(lv)
+        if r.metric == "prefill_tps":
+            if test.startswith("pp"):
+                lv.pp_tps = r.value
+            else:
+                lv.prefill_tps = r.value
+        elif r.metric == "decode_tps":
+            if test.startswith("tg"):
+                lv.tg_tps = r.value
+            else:
+                lv.decode_tps = r.value
+        elif r.metric == "output_tps":
+            lv.output_throughput_tps = r.value
+            lv.per_agent_tps = r.value / max(1, r.concurrency)
+        elif r.metric == "ttft_median":
+            lv.ttft_ms = Distribution(n=0, p50=r.value) if lv.ttft_ms.p99 is None else Distribution(n=0, p50=r.value, p99=lv.ttft_ms.p99)
+        elif r.metric == "ttft_p99":
+            lv.ttft_ms = Distribution(n=0, p50=lv.ttft_ms.p50, p99=r.value)
+        elif r.metric == "tpot_median":
+            lv.tpot_ms = Distribution(n=0, p50=r.value)
+    return list(runs.values())
