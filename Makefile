@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[engine,test]"
+	$(BIN)/pip install -q -e ".[engine,report,test]"
 	touch $@
 
 ## make demo: sweep the embedded engine (Transformers continuous batching) and print the table

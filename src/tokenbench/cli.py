@@ -180,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--against", help="predict every row of a file in the published.csv layout")
     pp.add_argument("--calibration", help="efficiency TOML to use instead of the packaged one")
     pp.add_argument("--json", help="write the predictions to this JSON file")
+    pp.add_argument("--save", metavar="LABEL", help="store the predictions as a run (provenance 'predicted')")
+    _add_db(pp)
     pp.add_argument("--format", choices=["table", "markdown"], default="table")
 
     cp = sub.add_parser("calibrate", help="fit per-backend efficiencies on published measurements")
@@ -216,6 +218,31 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("files", nargs="+")
     im.add_argument("--label", help="label for the imported runs (default: from the file)")
     _add_db(im)
+
+    rp = sub.add_parser("report", help="Markdown (BENCHMARKS.md), a self-contained HTML report with plots, PNGs")
+    rp.add_argument("runs", nargs="+", help="run ids, id prefixes or labels (predicted runs are drawn dashed)")
+    rp.add_argument("--html", help="write the HTML report here")
+    rp.add_argument("--md", help="append or rewrite each run's section of this Markdown file")
+    rp.add_argument("--png", help="write each plot as a PNG into this directory")
+    rp.add_argument("--price-per-hour", type=float, help="for the cost plot (default: each run's own price)")
+    rp.add_argument("--currency")
+    rp.add_argument("--title", default="tokenbench report")
+    _add_db(rp)
+
+    rc = sub.add_parser("recommend", help="rank boxes by cost per million tokens among those that fit and meet SLOs")
+    rc.add_argument("--model", required=True)
+    rc.add_argument("--agents", type=int, default=16)
+    rc.add_argument("--input-len", type=int, default=4096)
+    rc.add_argument("--output-len", type=int, default=512)
+    rc.add_argument("--ttft-p99", help="SLO, e.g. 2s")
+    rc.add_argument("--tpot", help="SLO, e.g. 50ms")
+    rc.add_argument("--currency", default="EUR")
+    rc.add_argument("--price", action="append", default=[], metavar="ID=PER_HOUR", help="a rental price (repeat)")
+    rc.add_argument("--owned", action="append", default=[], metavar="ID=PURCHASE:YEARS:WATTS", help="an owned box (repeat)")
+    rc.add_argument("--kwh-price", type=float, default=0.30, help="electricity price for owned boxes")
+    rc.add_argument("--runs", nargs="*", default=[], help="measured runs (ids or labels) to rank beside the predictions")
+    rc.add_argument("--format", choices=["table", "markdown"], default="table")
+    _add_db(rc)
 
     sh = sub.add_parser("show", help="print a saved run again")
     sh.add_argument("run", help="run id, unique id prefix, or label")
@@ -320,6 +347,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     console.print(f"PREDICTED for {s.model.id} ({s.quant.weights}, {s.quant.kv.lower()} KV) on {s.hw.id}, "
                   f"{s.engine} ({s.backend}: {s.eff.source}); the ceiling is the physical limit at efficiency 1",
                   markup=False, highlight=False)
+    depths = levels = None
     if a.test:
         depths = [_tokens(d, "--depth") for d in a.depth.split(",") if d.strip()]
         head, rows = report.depth_table(s, depths, 512, 128)
@@ -329,6 +357,9 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         if s.kind == "sequential":
             console.print("llama.cpp serves one stream at a time: concurrency only queues", markup=False)
     print_table(console, head, rows, a.format)
+    if a.save:
+        rid = _save_prediction(a, s, depths, levels)
+        console.print(f"saved as run {rid} (label {a.save}, provenance predicted)", markup=False)
     if a.json:
         Path(a.json).write_text(json.dumps({"predicted": True, "columns": head, "rows": rows}, indent=2) + "\n")
     return 0
@@ -393,6 +424,91 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
         rows.append(row)
     console.print(pricing.describe(), markup=False, highlight=False)
     print_table(console, head, rows, a.format)
+    return 0
+
+
+def cmd_report(a: argparse.Namespace, console: Console) -> int:
+    from .report import html, markdown, plots, series
+
+    if not (a.html or a.md or a.png):
+        raise UsageError("say what to write: --html FILE, --md FILE and/or --png DIR")
+    store = Store(a.db)
+    runs = [load_result(store, r) for r in a.runs]
+    if a.md:
+        markdown.write(Path(a.md), runs)
+        console.print(f"wrote {len(runs)} section(s) to {a.md}", markup=False)
+    data = series.build(runs, a.price_per_hour, a.currency or runs[0].manifest.get("currency"))
+    if a.html:
+        Path(a.html).write_text(html.render(runs, [(p, plots.svg(p)) for p in data], a.title))
+        console.print(f"wrote {a.html} ({len(data)} plots)", markup=False)
+    if a.png:
+        out = Path(a.png)
+        out.mkdir(parents=True, exist_ok=True)
+        for p in data:
+            plots.png(p, out / f"{p.id}.png")
+        console.print(f"wrote {len(data)} PNGs to {out}", markup=False)
+    return 0
+
+
+def _save_prediction(a: argparse.Namespace, s: Any, depths: list[int] | None, levels_n: list[int] | None) -> str:
+    from . import __version__
+    from .metrics import Distribution, LevelSummary
+    from .sweep import new_run_id, now_iso
+
+    levels = []
+    if depths is not None:
+        for d in depths:
+            p, t = s.prefill(512, d), s.decode(d + 64)
+            levels.append(LevelSummary.empty(concurrency=1, test="pp512", depth=d, pp_tps=512 / p.estimate))
+            levels.append(LevelSummary.empty(concurrency=1, test="tg128", depth=d, tg_tps=1 / t.estimate))
+    else:
+        for n in levels_n or []:
+            pt = s.serve(n, a.input_len, a.output_len)
+            levels.append(LevelSummary.empty(
+                concurrency=n, test="serve", output_throughput_tps=pt.throughput[1], per_agent_tps=pt.per_agent[1],
+                ttft_ms=Distribution(n=0, p50=pt.ttft_s.estimate * 1000), tpot_ms=Distribution(n=0, p50=pt.tpot_s.estimate * 1000),
+                input_tokens_mean=float(a.input_len), output_tokens_mean=float(a.output_len)))
+    manifest = {"model": s.model.id, "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine,
+                "hardware": s.hw.id, "predicted": True, "backend": s.backend, "calibration": s.eff.source,
+                "workload": {"input_len": a.input_len, "output_len": a.output_len} if depths is None else {},
+                "label": a.save}
+    rid = new_run_id()
+    Store(a.db).save_run(rid, "predict", a.save, manifest, "predicted", levels, __version__, now_iso(), now_iso())
+    return rid
+
+
+def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
+    from .output import print_table
+    from .predict.calibration import Calibration
+    from .predict.specs import Catalog
+    from .recommend import Workload, measured, parse_prices, predicted, rank
+
+    if a.agents < 1:
+        raise UsageError("--agents must be at least 1")
+    w = Workload(a.model, a.agents, a.input_len, a.output_len,
+                 parse_duration_ms(a.ttft_p99) if a.ttft_p99 else None, parse_duration_ms(a.tpot) if a.tpot else None,
+                 a.currency)
+    cat = Catalog.load()
+    cat.find_model(a.model)  # an unknown model is an error, not a table of exclusions
+    prices = parse_prices(a.price, a.owned, a.currency, a.kwh_price)
+    cands = predicted(cat, Calibration.packaged(), w, prices)
+    if a.runs:
+        store = Store(a.db)
+        cands += measured([load_result(store, r) for r in a.runs], w, prices)
+    ok, excluded = rank(cands)
+    console.print(f"{a.agents} agents, {a.input_len} in / {a.output_len} out tokens, model {a.model}"
+                  + (f", TTFT p99 <= {a.ttft_p99}" if a.ttft_p99 else "") + (f", TPOT <= {a.tpot}" if a.tpot else ""),
+                  markup=False, highlight=False)
+    head = ["Rank", "Box", "Engine", "Source", "Aggregate tok/s", "TTFT p99", "TPOT", f"{a.currency}/M output", "Notes"]
+    rows = [[str(i + 1), c.box, c.setup, c.source.upper() if c.source == "predicted" else c.source,
+             f"{c.throughput:,.0f}" if c.throughput else "—",
+             f"{c.ttft_p99_ms:,.0f} ms" if c.ttft_p99_ms else "—", f"{c.tpot_ms:.1f} ms" if c.tpot_ms else "—",
+             f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)] for i, c in enumerate(ok)]
+    print_table(console, head, rows, a.format)
+    if not ok:
+        console.print("no box fits, meets the SLOs and has a price", style="yellow", markup=False)
+    for c in excluded:
+        console.print(f"excluded {c.box} ({c.source}): {c.excluded}", markup=False, highlight=False)
     return 0
 
 
@@ -618,6 +734,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_cost(a, console)
         if a.command == "import":
             return cmd_import(a, console)
+        if a.command == "report":
+            return cmd_report(a, console)
+        if a.command == "recommend":
+            return cmd_recommend(a, console)
     except TokenbenchError as e:
         # One line, never wrapped: scripts and people grep it.
         first, *rest = str(e).splitlines() or [""]

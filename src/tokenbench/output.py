@@ -66,7 +66,7 @@ def sweep_rows(levels: list[LevelSummary], currency: str = "USD") -> tuple[list[
                 p99,
                 _ms(s.tpot_ms.p50),
                 *([_num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—"] if priced else []),
-                f"{s.completed}/{s.failed}",
+                f"{s.completed}/{s.failed}" if s.completed or s.failed else "—",
                 ",".join(f for f in s.flags if f != "p99_estimate") or "",
             ]
         )
@@ -100,9 +100,14 @@ def notes(levels: list[LevelSummary]) -> list[str]:
     return out
 
 
+def md_escape(text: str) -> str:
+    """Untrusted text (a model name, a label) made inert in Markdown: no HTML, no table breaks."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
 def format_markdown(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    lines = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
 

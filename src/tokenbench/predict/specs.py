@@ -36,6 +36,9 @@ class HardwareSpec:
     pcie_gbs: float = 31.5  # PCIe Gen4 x16 per direction
     host_bw_gbs: float = 89.6  # dual-channel DDR5-5600
     default_backend: str = "cuda"
+    price_per_hour: float | None = None  # a known rental price, with its currency and source
+    price_currency: str = "USD"
+    price_source: str = ""
     aliases: list[str] = field(default_factory=list)
     notes: str = ""
     source: str = ""

@@ -1,0 +1,149 @@
+"""Which box, for a workload and SLOs: rank the catalog's boxes (predicted) and any measured runs by cost per
+million output tokens among those that fit and meet the SLOs, and say why each other box is excluded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .cost import Pricing
+from .errors import UsageError
+from .predict import roofline as rf
+from .predict.calibration import Calibration
+from .predict.predictor import Setup
+from .predict.specs import Catalog, HardwareSpec
+from .sweep import RunResult
+
+
+@dataclass(slots=True)
+class Workload:
+    model: str
+    agents: int
+    input_len: int
+    output_len: int
+    ttft_p99_ms: float | None = None
+    tpot_ms: float | None = None
+    currency: str = "EUR"
+
+
+@dataclass(slots=True)
+class Candidate:
+    box: str
+    setup: str  # engine and weights
+    source: str  # measured | predicted
+    throughput: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_ms: float | None = None
+    cost_per_mtok: float | None = None
+    excluded: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def default_setup(hw: HardwareSpec) -> tuple[str, str, str]:
+    """The engine, weights and KV format people run on such a box."""
+    if hw.kind == "gpu":
+        return ("vllm", "FP8", "FP8") if hw.has_fp8 else ("vllm", "BF16", "AUTO")
+    return (f"llama.cpp {hw.default_backend}", "Q4_K_M", "Q8_0")
+
+
+def _pricing(hw_id: str, hw: HardwareSpec | None, prices: dict[str, Pricing], currency: str) -> tuple[Pricing | None, str | None]:
+    if hw_id in prices:
+        return prices[hw_id], None
+    if hw is not None and hw.price_per_hour is not None:
+        if hw.price_currency.upper() != currency.upper():
+            return None, f"its catalog price is in {hw.price_currency}: pass --price {hw_id}=PRICE in {currency}"
+        return Pricing(currency=currency, price_per_hour=hw.price_per_hour), None
+    return None, f"no price: pass --price {hw_id}=PER_HOUR or --owned {hw_id}=PURCHASE:YEARS:WATTS"
+
+
+def _slo(c: Candidate, w: Workload) -> None:
+    if w.ttft_p99_ms is not None and c.ttft_p99_ms is not None and c.ttft_p99_ms > w.ttft_p99_ms:
+        c.excluded = f"misses TTFT p99: {c.ttft_p99_ms:,.0f} ms > {w.ttft_p99_ms:,.0f} ms"
+    elif w.tpot_ms is not None and c.tpot_ms is not None and c.tpot_ms > w.tpot_ms:
+        c.excluded = f"misses TPOT: {c.tpot_ms:.1f} ms > {w.tpot_ms:.1f} ms"
+
+
+def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pricing]) -> list[Candidate]:
+    out = []
+    for hw in cat.hardware.values():
+        engine, weights, kv = default_setup(hw)
+        c = Candidate(hw.id, f"{engine} {weights}", "predicted")
+        out.append(c)
+        try:
+            s = Setup.make(cat, cal, hw.id, w.model, weights, kv, engine)
+        except UsageError as e:
+            c.excluded = str(e)
+            continue
+        f = s.fit(w.input_len + w.output_len, w.agents)
+        if not f.fits:
+            if engine == "vllm" and weights == "BF16":  # try a 4-bit format before giving up
+                s = Setup.make(cat, cal, hw.id, w.model, "AWQ", kv, engine)
+                c.setup = f"{engine} AWQ"
+                f = s.fit(w.input_len + w.output_len, w.agents)
+            if not f.fits:
+                c.excluded = f"does not fit: needs {f.total_gb:,.0f} GB of {f.usable_gb:,.0f} GB for {w.agents} agents"
+                continue
+        p = s.serve(w.agents, w.input_len, w.output_len)
+        pf = s.prefill(w.input_len)
+        c.throughput = p.throughput[1]
+        c.tpot_ms = p.tpot_s.estimate * 1000
+        c.ttft_p99_ms = (w.agents * pf.estimate + p.tpot_s.estimate) * 1000 if s.kind == "batching" \
+            else p.ttft_s.estimate * 1000
+        if s.kind == "sequential":
+            c.notes.append("one stream at a time")
+        _slo(c, w)
+        pricing, why = _pricing(hw.id, hw, prices, w.currency)
+        if pricing is None:
+            c.excluded = c.excluded or why
+        else:
+            c.cost_per_mtok = pricing.per_mtok(c.throughput)
+    return out
+
+
+def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing]) -> list[Candidate]:
+    out = []
+    for r in runs:
+        label = str(r.manifest.get("label") or r.run_id)
+        c = Candidate(label, f"{r.manifest.get('engine') or '?'} {r.manifest.get('weights') or ''}".strip(), "measured")
+        out.append(c)
+        levels = [o.summary for o in r.outcomes if o.summary.concurrency == w.agents and o.summary.output_throughput_tps]
+        if not levels:
+            c.excluded = f"no measured level at {w.agents} agents"
+            continue
+        s = max(levels, key=lambda x: x.input_tokens_mean or 0)
+        c.throughput, c.ttft_p99_ms, c.tpot_ms = s.output_throughput_tps, s.ttft_ms.p99, s.tpot_ms.p50
+        if r.manifest.get("model") and str(r.manifest["model"]).split("/")[-1].lower() != w.model.lower():
+            c.notes.append(f"measured with {r.manifest['model']}")
+        _slo(c, w)
+        price = r.manifest.get("price_per_hour")
+        pricing = prices.get(label) or (Pricing(currency=w.currency, price_per_hour=price) if price else None)
+        if pricing is None:
+            c.excluded = c.excluded or f"no price: pass --price {label}=PER_HOUR"
+        else:
+            c.cost_per_mtok = pricing.per_mtok(c.throughput)
+    return out
+
+
+def rank(cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+    ok = sorted((c for c in cands if not c.excluded and c.cost_per_mtok), key=lambda c: c.cost_per_mtok or 0)
+    return ok, [c for c in cands if c.excluded]
+
+
+def parse_prices(prices: list[str], owned: list[str], currency: str, kwh_price: float) -> dict[str, Pricing]:
+    out: dict[str, Pricing] = {}
+    for p in prices:
+        key, sep, val = p.partition("=")
+        try:
+            out[key] = Pricing(currency=currency, price_per_hour=float(val))
+        except ValueError:
+            raise UsageError(f"--price {p}: write ID=PER_HOUR, e.g. nvidia-l40s=0.9") from None
+        if not sep:
+            raise UsageError(f"--price {p}: write ID=PER_HOUR, e.g. nvidia-l40s=0.9")
+    for o in owned:
+        key, _, val = o.partition("=")
+        parts = val.split(":")
+        try:
+            purchase, years, watts = float(parts[0]), float(parts[1]), float(parts[2])
+        except (IndexError, ValueError):
+            raise UsageError(f"--owned {o}: write ID=PURCHASE:YEARS:WATTS, e.g. amd-ryzen-ai-max-395=2500:3:120") from None
+        out[key] = Pricing(currency=currency, purchase=purchase, life_years=years, watts=watts, kwh_price=kwh_price)
+    return out

@@ -1,0 +1,262 @@
+"""Compare, cost, import, report, recommend: golden tables on fixed runs, published cost figures,
+importers on real-shaped files, the HTML report in real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.compare import compare, table
+from tokenbench.cost import Pricing, api_in
+from tokenbench.errors import UsageError
+from tokenbench.importers import import_file
+from tokenbench.metrics import Distribution, LevelSummary
+from tokenbench.store import Store
+from tokenbench.sweep import load_result
+
+DATA = Path(__file__).parent / "data"
+PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published.csv"
+
+
+def _run(store: Store, label: str, levels: list[LevelSummary], **manifest: object) -> str:
+    rid = f"run-{label}"
+    store.save_run(rid, "sweep", label, {"label": label, **manifest}, "measured", levels, "0", "2026", "2026")
+    return rid
+
+
+def serve(c: int, tps: float, ttft: float, tpot: float) -> LevelSummary:
+    return LevelSummary.empty(concurrency=c, test="serve", output_throughput_tps=tps, per_agent_tps=tps / c,
+                              ttft_ms=Distribution(n=8, p50=ttft, p99=ttft * 2), tpot_ms=Distribution(n=8, p50=tpot),
+                              input_tokens_mean=128.0)
+
+
+# --- cost ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("tps", "eur"), [(75, "6.63"), (441, "1.13"), (684, "0.73"), (1284, "0.39")])
+def test_cost_reproduces_published_figures(tps: float, eur: str) -> None:
+    assert f"{Pricing(currency='EUR', price_per_hour=1.79).per_mtok(tps):.2f}" == eur
+
+
+def test_owned_and_busy_hours_by_hand() -> None:
+    owned = Pricing(currency="EUR", purchase=2500, life_years=3, watts=100, kwh_price=0.25)
+    hourly = 2500 / (3 * 365 * 24) + 0.1 * 0.25
+    assert owned.effective_hourly() == pytest.approx(hourly)
+    assert owned.per_mtok(54) == pytest.approx(hourly / (54 * 3600) * 1e6)
+    half = Pricing(currency="EUR", price_per_hour=1.79, busy_hours_per_day=12)
+    assert half.per_mtok(684) == pytest.approx(2 * Pricing(currency="EUR", price_per_hour=1.79).per_mtok(684))
+    assert api_in("EUR", 14, "USD", 0.9) == pytest.approx(12.6)
+    with pytest.raises(UsageError, match="--exchange-rate"):
+        api_in("EUR", 14, "USD", None)
+    with pytest.raises(UsageError):
+        Pricing(currency="EUR")
+
+
+def test_cost_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", "--tps", "684", "--price-per-hour", "1.79", "--currency", "EUR", "--api-price", "14",
+                 "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "| given rate | 684.0 | 0.73 | 14.00 | 19.3x cheaper |"  # 14 / 0.7269 in out
+    assert main(["cost", "--price-per-hour", "1"]) == 2
+    assert "give a run, or --tps" in capsys.readouterr().err
+
+
+# --- compare ---------------------------------------------------------------------------------------------
+
+def test_compare_golden_table_crossover_and_effective_line(tmp_path: Path) -> None:
+    store = Store(tmp_path / "c.db")
+    # A: one fast stream (llama.cpp-like, flat); B: batching, slow alone, fast together.
+    _run(store, "mini-pc", [serve(1, 60, 50, 16), serve(4, 62, 400, 16), serve(16, 61, 2000, 16)],
+         model="m", engine="llama.cpp vulkan")
+    _run(store, "gpu", [serve(1, 40, 80, 25), serve(4, 150, 120, 26), serve(16, 500, 300, 32)],
+         model="m", engine="vllm")
+    c = compare(load_result(store, "mini-pc"), load_result(store, "gpu"), agents=16, tokens=200)
+    head, rows = table(c)
+    assert head == ["Test", "Depth", "Concurrency", "Prompt", "Metric", "A: mini-pc", "B: gpu", "A/B", "Winner"]
+    agg = [r for r in rows if r[4] == "Aggregate output (tok/s)"]
+    assert agg == [
+        ["serve", "0", "1", "128", "Aggregate output (tok/s)", "60.0", "40.0", "1.50", "→ mini-pc wins 1.5×"],
+        ["serve", "0", "4", "128", "Aggregate output (tok/s)", "62.0", "150", "0.41", "← gpu wins 2.4×"],
+        ["serve", "0", "16", "128", "Aggregate output (tok/s)", "61.0", "500", "0.12", "← gpu wins 8.2×"],
+    ]
+    ttft = [r for r in rows if r[4] == "Median TTFT (ms)"]
+    assert ttft[0][-1] == "→ mini-pc wins 1.6×"  # lower is better for latency
+    assert any("between 1 and 4 concurrency (serve Aggregate output): mini-pc then gpu" in x for x in c.crossovers)
+    assert c.effective == ["mini-pc: ~53.3 s as one sequential stream at 60.0 tok/s",
+                           "gpu: ~6.4 s batched, 500 tok/s aggregate"]
+    assert c.warnings == []
+
+
+def test_compare_warns_on_different_model_shapes_and_still_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = Store(tmp_path / "c.db")
+    _run(store, "a", [serve(1, 60, 50, 16)], model="qwen3.6-27b", weights="FP8")
+    _run(store, "b", [serve(1, 50, 50, 16)], model="qwen3.6-35b-a3b", weights="Q8_0")
+    assert main(["compare", "a", "b", "--db", str(tmp_path / "c.db"), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "different models (qwen3.6-27b vs qwen3.6-35b-a3b)" in out and "different weight formats" in out
+    assert "| serve | 0 | 1 | 128 | Aggregate output (tok/s) | 60.0 | 50.0 | 1.20 | → a wins 1.2× |" in out
+
+
+@pytest.mark.skipif(not PUBLISHED.exists(), reason="shared/reference/published.csv is not beside the checkout")
+def test_published_effective_serving_example(tmp_path: Path) -> None:
+    store = Store(tmp_path / "p.db")
+    fmt, ids = import_file(store, PUBLISHED)
+    assert fmt == "published.csv" and len(ids) == 24
+    c = compare(load_result(store, "h100-80gb-sxm/qwen3.6-27b/FP8"), load_result(store, "strix-halo/qwen3.6-35b-a3b/Q8_0"))
+    # "16 agents x 200 tokens: ~60 s vs ~5 s"
+    assert c.effective == ["h100-80gb-sxm/qwen3.6-27b/FP8: ~4.7 s batched, 684 tok/s aggregate",
+                           "strix-halo/qwen3.6-35b-a3b/Q8_0: ~59.3 s as one sequential stream at 54.0 tok/s"]
+    assert any("different models" in w for w in c.warnings)
+    d = compare(load_result(store, "strix-halo/gpt-oss-20b/Q4_K_M"), load_result(store, "a30/gpt-oss-20b/Q4_K_M"))
+    tg = [r for r in d.rows if r.test == "tg128"]
+    assert [r.depth for r in tg] == [0, 8192, 32768, 65536] and all(r.winner() == 2 for r in tg)
+
+
+# --- import ----------------------------------------------------------------------------------------------
+
+def test_import_vllm_bench_serve(tmp_path: Path) -> None:
+    store = Store(tmp_path / "i.db")
+    fmt, (rid,) = import_file(store, DATA / "vllm_serve_result.json", "h100")
+    assert fmt == "vllm bench serve"
+    run = store.resolve(rid)
+    assert run.provenance == "imported" and run.label == "h100" and run.manifest["model"] == "Qwen/Qwen3.6-27B-FP8"
+    ((_, _, _, s),) = store.levels(rid)
+    assert (s.concurrency, s.output_throughput_tps, s.ttft_ms.p50, s.ttft_ms.p99, s.tpot_ms.p50) == (16, 684.0, 1420.0, 3700.0, 20.3)
+    assert s.input_tokens_mean == 4096 and s.per_agent_tps == pytest.approx(684 / 16)
+
+
+@pytest.mark.parametrize("name", ["llama_bench.json", "llama_bench.jsonl", "llama_bench.csv"])
+def test_import_llama_bench(tmp_path: Path, name: str) -> None:
+    store = Store(tmp_path / "i.db")
+    fmt, (rid,) = import_file(store, DATA / name, "strix")
+    assert fmt == "llama-bench"
+    levels = [s for *_, s in store.levels(rid)]
+    assert [(s.test, s.depth) for s in levels] == [("pp512", 0), ("tg128", 0), ("tg128", 32768)]
+    assert levels[0].pp_tps == 1287.0 and levels[0].pp_tps_sd == 6.8 and levels[2].tg_tps == 56.9
+    assert store.resolve(rid).manifest["engine"] == "llama.cpp vulkan"
+
+
+def test_import_guidellm(tmp_path: Path) -> None:
+    store = Store(tmp_path / "i.db")
+    fmt, (rid,) = import_file(store, DATA / "guidellm_benchmarks.json")
+    assert fmt == "guidellm"
+    levels = [s for *_, s in store.levels(rid)]
+    assert [(s.concurrency, s.output_throughput_tps, s.ttft_ms.p50) for s in levels] == [(1, 75.0, 243.0), (4, 259.0, 876.0)]
+    assert levels[0].e2e_ms.p50 == pytest.approx(6900.0)  # request latency seconds -> ms
+
+
+def test_malformed_import_names_file_and_field_and_stores_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "i.db"
+    bad = json.loads((DATA / "guidellm_benchmarks.json").read_text())
+    del bad["benchmarks"][1]["metrics"]["output_tokens_per_second"]["successful"]["mean"]
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(bad))
+    assert main(["import", str(DATA / "vllm_serve_result.json"), str(f), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert str(f) in err and "benchmarks[1].metrics.output_tokens_per_second.successful.mean: missing" in err
+    assert len(Store(db).runs()) == 1  # the good file before it stays; nothing of the bad one
+    f.write_text('{"completed": "many", "duration": 1, "output_throughput": 2, "median_ttft_ms": 3}')
+    assert main(["import", str(f), "--db", str(db)]) == 2
+    assert "completed: expected" in capsys.readouterr().err
+    f.write_text("hello")
+    assert main(["import", str(f), "--db", str(db)]) == 2
+    assert "not a format tokenbench imports" in capsys.readouterr().err
+    assert len(Store(db).runs()) == 1
+
+
+# --- report ----------------------------------------------------------------------------------------------
+
+HOSTILE = "<script>alert(1)</script>|evil"
+
+
+def _report_runs(tmp_path: Path) -> Path:
+    db = tmp_path / "r.db"
+    store = Store(db)
+    _run(store, "gpu", [serve(1, 40, 80, 25), serve(4, 150, 120, 26), serve(16, 500, 300, 32)],
+         model=HOSTILE, price_per_hour=1.79, currency="EUR")
+    import_file(store, DATA / "llama_bench.json", "strix")
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "qwen3.6-27b", "--weights", "FP8",
+                 "--concurrency", "1,4,16", "--save", "h100-pred", "--db", str(db)]) == 0
+    return db
+
+
+def test_markdown_report_appends_then_rewrites_its_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = _report_runs(tmp_path)
+    md = tmp_path / "BENCHMARKS.md"
+    md.write_text("# Benchmarks\n\nNotes written by hand.\n")
+    for _ in range(2):
+        assert main(["report", "gpu", "strix", "h100-pred", "--md", str(md), "--db", str(db)]) == 0
+    text = md.read_text()
+    assert text.startswith("# Benchmarks\n\nNotes written by hand.")
+    assert text.count("<!-- tokenbench:run run-gpu -->") == 1  # rewritten, not appended twice
+    assert "## h100-pred (PREDICTED)" in text and "| tg128 | 32,768 | 56.9 ± 0.3 |" in text
+    assert "<script>" not in text and "&lt;script&gt;" in text
+
+
+def test_html_report_self_contained_escaped_with_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    db = _report_runs(tmp_path)
+    out = tmp_path / "report.html"
+    assert main(["report", "gpu", "strix", "h100-pred", "--html", str(out), "--png", str(tmp_path / "png"),
+                 "--db", str(db)]) == 0
+    html = out.read_text()
+    assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    import re
+
+    # nothing is fetched from elsewhere: no external src/href, no stylesheet links
+    assert re.findall(r'(?:src|href)\s*=\s*"(?:https?:)?//', html) == [] and "<link" not in html
+    ids = {"aggregate", "per_agent", "ttft", "tpot", "decode_depth", "prefill_depth", "cost"}
+    assert {p.stem for p in (tmp_path / "png").glob("*.png")} == ids
+    assert all(f'id="{i}"' in html for i in ids)
+    assert "stroke-dasharray" in html  # the predicted series is dashed
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (.ci/run installs it: apt-get install chromium)")
+def test_html_report_in_headless_chromium(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    db = _report_runs(tmp_path)
+    out = tmp_path / "report.html"
+    assert main(["report", "gpu", "strix", "h100-pred", "--html", str(out), "--db", str(db)]) == 0
+    proc = subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+         "--virtual-time-budget=5000", "--dump-dom", out.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )
+    dom = proc.stdout
+    assert 'data-ready="1"' in dom, proc.stderr[-2000:]
+    import re
+
+    rendered = re.findall(r'<figure class="plot" id="([a-z_]+)" data-points="(\d+)" data-rendered-points="(\d+)"', dom)
+    assert len(rendered) == 7
+    assert all(int(points) > 0 and int(drawn) >= int(points) for _, points, drawn in rendered), rendered
+    errors = [ln for ln in proc.stderr.splitlines() if "Uncaught" in ln or ("CONSOLE" in ln and "error" in ln.lower())]
+    assert errors == []
+    assert "alert(1)" not in re.sub(r"&lt;script&gt;alert\(1\)&lt;/script&gt;", "", dom)
+
+
+# --- recommend -------------------------------------------------------------------------------------------
+
+def test_recommend_ranks_by_cost_and_says_why_others_are_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "r.db"
+    _run(Store(db), "my-h100", [serve(16, 700, 1000, 20)], model="qwen3.6-35b-a3b", price_per_hour=1.79)
+    assert main(["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "10s",
+                 "--price", "nvidia-l40s=0.9", "--runs", "my-h100", "--db", str(db), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith("| ") and not ln.startswith("| Rank")]
+    costs = [float(r.split("|")[8]) for r in rows]
+    assert costs == sorted(costs) and len(rows) >= 3
+    assert any("| my-h100 |" in r and "| measured |" in r for r in rows)
+    assert any("| nvidia-h100-sxm |" in r and "PREDICTED" in r for r in rows)
+    assert "excluded nvidia-a30 (predicted): does not fit" in out
+    assert "excluded nvidia-h200-sxm (predicted): no price: pass --price nvidia-h200-sxm=PER_HOUR" in out
+    assert main(["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "1s", "--db", str(db)]) == 0
+    assert "misses TTFT p99" in capsys.readouterr().out
