@@ -156,6 +156,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--limit", type=int, default=30)
     _add_db(r)
 
+    dp = sub.add_parser("depth", help="llama-bench style pp/tg at context depths, over HTTP")
+    dp.add_argument("--url", help="OpenAI-compatible base URL; omitted: the embedded llama.cpp engine")
+    dp.add_argument("--model")
+    dp.add_argument("--api-key")
+    dp.add_argument("--tokenizer")
+    dp.add_argument("--depths", help="tokens of context, e.g. 0,8k,32k,65k (embedded default 0,1k,4k)")
+    dp.add_argument("--pp", type=int, default=512, help="prompt tokens processed on top of the depth")
+    dp.add_argument("--tg", type=int, default=128, help="tokens generated on top of the depth")
+    dp.add_argument("--repetitions", type=int, default=3)
+    dp.add_argument("--label")
+    dp.add_argument("--seed", type=int)
+    dp.add_argument("--json", help="write the run to this JSON file")
+    dp.add_argument("--llama-bench", metavar="PATH", help="drive a local llama-bench binary instead, and import its JSON")
+    dp.add_argument("--model-file", help="with --llama-bench: the GGUF to bench")
+    dp.add_argument("--format", choices=["table", "markdown"], default="table")
+    _add_db(dp)
+
     hw = sub.add_parser("hardware", help="list the hardware catalog, with sources")
     hw.add_argument("--format", choices=["table", "markdown"], default="table")
     md = sub.add_parser("models", help="list the model catalog, with sources")
@@ -282,6 +299,92 @@ def _setup(a: argparse.Namespace) -> Any:
     if kv == "AUTO" and engine.lower().startswith("llama"):
         kv = "F16"
     return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine), cal
+
+
+def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
+    head = ["Model", "Test", "Depth", "t/s"]
+    rows = []
+    for o in res.outcomes:
+        s = o.summary
+        v, sd = (s.pp_tps, s.pp_tps_sd) if s.pp_tps is not None else (s.tg_tps, s.tg_tps_sd)
+        rows.append([str(res.manifest.get("model") or ""), f"{s.test} @ d{s.depth}", f"{s.depth:,}",
+                     f"{v:,.2f} ± {sd or 0:.2f}" if v is not None else "—"])
+    return head, rows
+
+
+def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console) -> int:
+    import subprocess
+    import tempfile
+
+    from .importers import import_file
+
+    if not a.model_file:
+        raise UsageError("--llama-bench needs --model-file MODEL.gguf")
+    cmd = [a.llama_bench, "-m", a.model_file, "-p", str(a.pp), "-n", str(a.tg), "-d", ",".join(map(str, depths)),
+           "-r", str(a.repetitions), "-o", "json"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except OSError as e:
+        raise UsageError(f"cannot run {a.llama_bench}: {e}") from None
+    if proc.returncode != 0:
+        raise UsageError(f"llama-bench exited with {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] or ''}")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        f.write(proc.stdout)
+    store = Store(a.db)
+    _, ids = import_file(store, Path(f.name), a.label or Path(a.model_file).stem)
+    Path(f.name).unlink()
+    res = load_result(store, ids[0])
+    from .output import print_table
+
+    print_table(console, *depth_rows(res), a.format)
+    console.print(f"run {res.run_id} (llama-bench, imported) saved in {store.path}", markup=False)
+    if a.json:
+        _write_json(a.json, res)
+    return 0
+
+
+def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
+    from .depth import DepthConfig, run_depth
+    from .output import print_table
+
+    depths = [_tokens(d, "--depths") for d in (a.depths or ("0,1k,4k" if not a.url else "0,8k,32k")).split(",")
+              if d.strip()]
+    if a.llama_bench:
+        return _llama_bench(a, depths, console)
+    cfg = DepthConfig(url=normalize_base_url(a.url) if a.url else "", depths=depths, pp=a.pp, tg=a.tg,
+                      repetitions=a.repetitions, model=a.model, api_key=a.api_key or os.environ.get("OPENAI_API_KEY"),
+                      tokenizer=a.tokenizer, label=a.label, seed=a.seed, command=redact_command(["tokenbench", *argv]))
+    store = Store(a.db)
+    note = (lambda t: err.print(t, style="dim", markup=False, highlight=False))
+    engine = None
+    try:
+        if not a.url:
+            from .engines import launch, tiny
+
+            model = tiny.ensure()
+            note("starting the embedded llamacpp engine ...")
+            engine = launch.start("llamacpp", model)
+            cfg.url, cfg.model, cfg.tokenizer = engine.base_url, engine.model, cfg.tokenizer or str(model.hf_dir)
+            cfg.label = cfg.label or "embedded-llamacpp"
+            cfg.embedded = {"engine": "llamacpp", "startup_s": engine.startup_s, "command": engine.command,
+                            "engine_version": launch.engine_version("llamacpp")}
+        res = asyncio.run(run_depth(cfg, store, note))
+    except TokenbenchError as e:
+        rid = getattr(e, "run_id", None)
+        if rid and a.json:
+            _write_json(a.json, load_result(store, rid))
+        raise
+    finally:
+        if engine is not None:
+            engine.stop()
+    print_table(console, *depth_rows(res), a.format)
+    for o in res.outcomes:
+        for w in o.summary.warnings:
+            console.print(f"[{o.summary.test} @ d{o.summary.depth}] {w}", style="yellow", markup=False, highlight=False)
+    console.print(f"run {res.run_id} (depth) saved in {store.path}", style="dim", markup=False)
+    if a.json:
+        _write_json(a.json, load_result(store, res.run_id))
+    return 0
 
 
 def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
@@ -720,6 +823,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_runs(a, console)
         if a.command == "show":
             return cmd_show(a, console)
+        if a.command == "depth":
+            return cmd_depth(a, argv, console, err)
         if a.command in ("hardware", "models"):
             return cmd_catalog(a, console)
         if a.command == "fit":

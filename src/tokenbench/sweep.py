@@ -80,6 +80,7 @@ class RunResult:
     outcomes: list[LevelOutcome]
     status: str
     error: str | None = None
+    kind: str = "sweep"
 
     def to_json(self) -> dict[str, Any]:
         """The JSON result contract of DESIGN.md."""
@@ -94,7 +95,7 @@ class RunResult:
             "tool": "tokenbench",
             "version": __version__,
             "run_id": self.run_id,
-            "kind": "sweep",
+            "kind": self.kind,
             "status": self.status,
             "error": self.error,
             "manifest": self.manifest,
@@ -457,4 +458,4 @@ def load_result(store: Store, ref: str) -> RunResult:
     manifest = dict(row.manifest)
     manifest.setdefault("provenance", row.provenance)
     manifest.setdefault("label", row.label)
-    return RunResult(row.id, manifest, outcomes, row.status, row.error)
+    return RunResult(row.id, manifest, outcomes, row.status, row.error, kind=row.kind)

@@ -1,0 +1,218 @@
+"""Depth sweeps: llama-bench semantics over HTTP.
+
+For each depth d and repetition: (1) fill the server's KV cache with d tokens of unique context (one request,
+not counted); (2) send the same context plus ``pp`` new tokens and time their prompt processing alone (the
+context is already cached); (3) send the context again and time the generation of ``tg`` tokens on top of it.
+Reported like llama-bench: mean ± standard deviation over repetitions, tokens per second.
+
+A server that cannot keep the context warm (no prefix cache: vLLM without --enable-prefix-caching, a slot
+reused by another client) re-processes the depth in step 2; that is detected (the pp step takes nearly as long
+as the fill) and said, instead of publishing a prefill rate that includes the depth. llama.cpp's ``timings``
+are used when the server sends them and cross-checked against the client's clock.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from . import __version__, machine
+from .client import PreparedRequest, StreamClient
+from .errors import EndpointError, UsageError
+from .metrics import NS_PER_S, LevelSummary
+from .records import RequestRecord
+from .servers import discover, output_length_fields
+from .store import Store
+from .sweep import RunResult, LevelOutcome, _pick_tokenizer, new_run_id, now_iso, SweepConfig
+from .loadgen import Level
+from .workload import PromptBuilder
+
+#: The pp step re-processed the context when it took more than this share of the fill's time while the
+#: depth is much longer than pp (a warm prefix makes it far shorter).
+COLD_SHARE = 0.5
+#: Server timings and the client's clock may disagree by this much before it is flagged.
+TIMINGS_TOLERANCE = 0.25
+
+
+@dataclass(slots=True)
+class DepthConfig:
+    url: str
+    depths: list[int]
+    pp: int = 512
+    tg: int = 128
+    repetitions: int = 3
+    model: str | None = None
+    api_key: str | None = None
+    tokenizer: str | None = None
+    label: str | None = None
+    seed: int | None = None
+    timeout_s: float = 600.0
+    command: str = ""
+    embedded: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Step:
+    fill_s: float | None
+    pp_s: float
+    pp_tokens: int
+    tg_s: float
+    tg_tokens: int
+    server_pp_tps: float | None = None
+    server_tg_tps: float | None = None
+    cached_tokens: int | None = None
+    records: list[RequestRecord] = field(default_factory=list)
+
+
+def _extras(engine: str | None, tg: int, eos: int | None) -> dict[str, Any]:
+    out = output_length_fields(engine, tg, eos, "completions")
+    if engine == "llama.cpp":
+        out["cache_prompt"] = True  # the point here is a warm cache
+    return out
+
+
+async def _send(client: StreamClient, prompt: str, max_tokens: int, expected: int, extras: dict[str, Any],
+                idx: int, phase: str) -> RequestRecord:
+    rec = RequestRecord(index=idx, phase=phase)  # type: ignore[arg-type]
+    await client.send(PreparedRequest(prompt, max_tokens, expected, extras), rec)
+    if not rec.ok:
+        raise EndpointError(f"a depth request failed ({rec.error_kind}: {rec.error}); check the server's log")
+    return rec
+
+
+def _t(rec: RequestRecord) -> float:
+    return (rec.ttft_ns or 0) / NS_PER_S
+
+
+async def run_step(client: StreamClient, builder: PromptBuilder, depth: int, pp: int, tg: int, rep: int,
+                   engine: str | None, eos: int | None, idx: int) -> Step:
+    rng = random.Random(f"{builder.seed}/{builder.run_tag}/depth/{depth}/{rep}")
+    context, _ = await builder.exact("", depth, rng) if depth else ("", 0)
+    new, _ = await builder.exact("", pp, rng)
+    prompt_pp = (context + " " + new) if context else new
+    fill_s = None
+    records = []
+    one = {k: v for k, v in _extras(engine, 1, eos).items() if k not in ("min_tokens",)}
+    if depth:
+        r = await _send(client, context, 1, depth, one, idx, "warmup")
+        fill_s = _t(r)
+        records.append(r)
+    r_pp = await _send(client, prompt_pp, 1, depth + pp, one, idx + 1, "measured")
+    records.append(r_pp)
+    # tg on top of the same d tokens: the context is cached (a prefix of the last prompt)
+    tg_prompt = context if context else new[: max(1, len(new) // 64)]
+    r_tg = await _send(client, tg_prompt, tg, depth, _extras(engine, tg, eos), idx + 2, "measured")
+    records.append(r_tg)
+    tg_tokens = r_tg.output_tokens or 0
+    tg_s = ((r_tg.end_ns or 0) - (r_tg.first_token_ns or 0)) / NS_PER_S
+    step = Step(fill_s, _t(r_pp), pp, tg_s, max(tg_tokens - 1, 0), records=records)
+    t = r_pp.server_timings or {}
+    if t.get("prompt_ms") and t.get("prompt_n"):
+        step.server_pp_tps = t["prompt_n"] / (t["prompt_ms"] / 1000)
+        step.cached_tokens = t.get("cache_n")
+    t = r_tg.server_timings or {}
+    if t.get("predicted_ms") and t.get("predicted_n"):
+        step.server_tg_tps = t["predicted_n"] / (t["predicted_ms"] / 1000)
+    return step
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[LevelSummary, LevelSummary]:
+    pp_rates = [s.pp_tokens / s.pp_s for s in steps if s.pp_s > 0]
+    tg_rates = [s.tg_tokens / s.tg_s for s in steps if s.tg_s > 0 and s.tg_tokens]
+    pp_mean, pp_sd = _mean_sd(pp_rates) if pp_rates else (None, None)
+    tg_mean, tg_sd = _mean_sd(tg_rates) if tg_rates else (None, None)
+    lp = LevelSummary.empty(concurrency=1, test=f"pp{pp}", depth=depth, pp_tps=pp_mean, pp_tps_sd=pp_sd,
+                            completed=len(pp_rates))
+    lt = LevelSummary.empty(concurrency=1, test=f"tg{tg}", depth=depth, tg_tps=tg_mean, tg_tps_sd=tg_sd,
+                            completed=len(tg_rates), output_tokens_mean=statistics.fmean(s.tg_tokens + 1 for s in steps))
+    fills = [s.fill_s for s in steps if s.fill_s]
+    if fills and depth >= 4 * pp:
+        cold = [s for s in steps if s.fill_s and s.pp_s > COLD_SHARE * s.fill_s]
+        if cold:
+            lp.flags.append("context_not_warm")
+            lp.warnings.append(
+                f"the pp step took {cold[0].pp_s * 1000:.0f} ms against {cold[0].fill_s * 1000:.0f} ms to fill the "
+                f"{depth}-token context: the server did not keep it warm, so pp includes the depth's prefill "
+                "(vLLM: --enable-prefix-caching; llama.cpp: one client per slot)"
+            )
+    lp.client = {"fill_ms": [round((s.fill_s or 0) * 1000, 2) for s in steps],
+                 "pp_ms": [round(s.pp_s * 1000, 2) for s in steps]}
+    server_pp = [s.server_pp_tps for s in steps if s.server_pp_tps]
+    if server_pp and pp_mean:
+        lp.client["server_pp_tps"] = statistics.fmean(server_pp)
+        if abs(statistics.fmean(server_pp) - pp_mean) / pp_mean > TIMINGS_TOLERANCE:
+            lp.flags.append("timings_disagree")
+            lp.warnings.append(f"the server's timings say {statistics.fmean(server_pp):,.0f} tok/s prefill, the "
+                               f"client measured {pp_mean:,.0f}: network or queueing time is in the client's figure")
+    server_tg = [s.server_tg_tps for s in steps if s.server_tg_tps]
+    if server_tg:
+        lt.client["server_tg_tps"] = statistics.fmean(server_tg)
+    return lp, lt
+
+
+async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResult:
+    if any(d < 0 for d in cfg.depths) or cfg.pp < 1 or cfg.tg < 2 or cfg.repetitions < 1:
+        raise UsageError("depths must be >= 0, --pp >= 1, --tg >= 2 and --repetitions >= 1")
+    seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
+    run_id = new_run_id()
+    async with aiohttp.ClientSession() as session:
+        info = await discover(session, cfg.url, cfg.api_key)
+        model = cfg.model or (info.models[0] if info.models else None)
+        if model is None:
+            raise EndpointError(f"{cfg.url} lists no models: pass --model")
+        if info.models and model not in info.models and info.engine != "transformers":
+            raise EndpointError(f"model '{model}' is not served at {cfg.url}; served: {', '.join(info.models[:10])}")
+        scfg = SweepConfig(url=cfg.url, model=model, tokenizer=cfg.tokenizer, api_key=cfg.api_key)
+        tokenizer, counter = await _pick_tokenizer(scfg, session, info, model)
+        if info.slot_ctx and max(cfg.depths) + cfg.pp + cfg.tg > info.slot_ctx:
+            raise UsageError(f"depth {max(cfg.depths)} + pp {cfg.pp} + tg {cfg.tg} exceeds the server's "
+                             f"{info.slot_ctx}-token slot context: lower --depths or raise the server's -c")
+        client = StreamClient(session=session, base_url=cfg.url, model=model, api_key=cfg.api_key,
+                              timeout_s=cfg.timeout_s, counter=counter,
+                              one_token_per_chunk=info.engine == "llama-cpp-python")
+        builder = PromptBuilder(tokenizer, seed, run_id.rsplit("-", 1)[-1])
+        eos = getattr(tokenizer, "eos_token_id", None)
+        manifest = {
+            "endpoint": cfg.url, "model": model, "engine": info.engine,
+            "engine_version": info.engine_version or (cfg.embedded or {}).get("engine_version"),
+            "server": info.to_dict(), "embedded": cfg.embedded, "label": cfg.label, "command": cfg.command,
+            "started": now_iso(), "finished": None, "tokenizer": tokenizer.description, "seed": seed,
+            "workload": {"depths": cfg.depths, "pp": cfg.pp, "tg": cfg.tg, "repetitions": cfg.repetitions},
+            "machine": machine.snapshot(),
+        }
+        store.create_run(run_id, "depth", cfg.label, manifest["started"], __version__, manifest)
+        if note:
+            note("warm-up: one uncounted pp/tg pass at depth 0")
+        await run_step(client, builder, 0, min(cfg.pp, 64), 4, -1, info.engine, eos, 0)
+        outcomes = []
+        try:
+            for i, d in enumerate(cfg.depths):
+                steps = []
+                for r in range(cfg.repetitions):
+                    steps.append(await run_step(client, builder, d, cfg.pp, cfg.tg, r, info.engine, eos, 1000 * i + 10 * r))
+                lp, lt = summarize_depth(d, cfg.pp, cfg.tg, steps)
+                recs = [rec for s in steps for rec in s.records]
+                now = now_iso()
+                store.save_level(run_id, 2 * i, 0, lp, recs, status="complete", started=now, finished=now, window=(0, 0))
+                store.save_level(run_id, 2 * i + 1, 0, lt, [], status="complete", started=now, finished=now, window=(0, 0))
+                outcomes += [LevelOutcome(2 * i, Level(concurrency=1), lp, "complete", [lp]),
+                             LevelOutcome(2 * i + 1, Level(concurrency=1), lt, "complete", [lt])]
+                if note:
+                    note(f"depth {d}: pp{cfg.pp} {lp.pp_tps or 0:,.1f} ± {lp.pp_tps_sd or 0:.1f} tok/s, "
+                         f"tg{cfg.tg} {lt.tg_tps or 0:,.1f} ± {lt.tg_tps_sd or 0:.1f} tok/s")
+        except BaseException as e:
+            store.finish_run(run_id, "partial" if outcomes else "failed", now_iso(), str(e) or type(e).__name__)
+            e.run_id = run_id  # type: ignore[attr-defined]
+            raise
+        manifest["finished"] = now_iso()
+        store.update_manifest(run_id, manifest)
+        store.finish_run(run_id, "complete", manifest["finished"])
+        return RunResult(run_id, manifest, outcomes, "complete", kind="depth")
