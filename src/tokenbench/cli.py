@@ -150,7 +150,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", help="write the run to this JSON file (DESIGN.md's result contract)")
     g.add_argument("--format", choices=["table", "markdown"], default="table")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g = s.add_argument_group("clean bench")
+    g.add_argument("--guard", choices=["strict", "warn", "off"], default="warn",
+                   help="strict: refuse to start, and stop before a level, on a dirty bench; warn: record; off")
+    g.add_argument("--guard-config", help="guard thresholds TOML (default: packaged, then the user config dir)")
+    g.add_argument("--no-metrics", action="store_true", help="do not sample the server's /metrics")
     _add_db(s)
+
+    gd = sub.add_parser("guard", help="check the machine is clean enough to measure (exit 1 if not)")
+    gd.add_argument("--guard-config", help="thresholds TOML")
+    gd.add_argument("--url", help="the server to be measured, if on this machine (not counted against the bench)")
+    gd.add_argument("--root", default="/", help=argparse.SUPPRESS)
+    gd.add_argument("--json", help="write the snapshot to this JSON file")
 
     r = sub.add_parser("runs", help="list saved runs")
     r.add_argument("--limit", type=int, default=30)
@@ -299,6 +310,40 @@ def _setup(a: argparse.Namespace) -> Any:
     if kv == "AUTO" and engine.lower().startswith("llama"):
         kv = "F16"
     return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine), cal
+
+
+def cmd_guard(a: argparse.Namespace, console: Console) -> int:
+    from . import guard
+    from .output import print_table
+
+    env = guard.GuardEnv(root=Path(a.root), config=guard.load_config(Path(a.guard_config) if a.guard_config else None),
+                         target_pids=guard_targets(a.url) if a.url else set())
+    snap = guard.snapshot(env)
+    rows = [[c["name"], c["status"], c["observed"], c["threshold"], c["advice"]] for c in snap["checks"]]
+    print_table(console, ["Check", "Status", "Observed", "Threshold", "Advice"], rows)
+    console.print("clean: ready to measure" if snap["clean"] else "DIRTY: fix the failed checks before measuring",
+                  markup=False)
+    if a.json:
+        Path(a.json).write_text(json.dumps(snap, indent=2) + "\n")
+    return 0 if snap["clean"] else 1
+
+
+def guard_targets(url: str | None) -> set[int]:
+    """Processes of a server measured on this machine: the guard must not count them against the bench."""
+    if not url:
+        return set()
+    from urllib.parse import urlparse
+
+    import psutil
+
+    u = urlparse(url if "://" in url else "http://" + url)
+    if u.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0") or not u.port:
+        return set()
+    try:
+        return {c.pid for c in psutil.net_connections(kind="tcp")
+                if c.laddr and c.laddr.port == u.port and c.status == psutil.CONN_LISTEN and c.pid}
+    except (psutil.AccessDenied, OSError):
+        return set()
 
 
 def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
@@ -642,6 +687,12 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
     return 0
 
 
+def _guard_config(path: str | None) -> Any:
+    from . import guard
+
+    return guard.load_config(Path(path) if path else None)
+
+
 def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
     embedded = a.url is None
     d = EMBEDDED_DEFAULTS if embedded else {}
@@ -700,6 +751,10 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         currency=a.currency,
         slo=slo,
         seed=a.seed,
+        guard=a.guard,
+        guard_config=_guard_config(a.guard_config),
+        target_pids=guard_targets(a.url),
+        metrics_interval_s=None if a.no_metrics else 1.0,
         temperature=a.temperature,
         fixed_output=not a.no_fixed_output,
         extra_body=extra,
@@ -740,6 +795,7 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             cfg.tokenizer = cfg.tokenizer or str(model.hf_dir)
             cfg.embedded = {"engine": a.engine, "startup_s": engine.startup_s, "command": engine.command,
                             "model": model.name, "engine_version": launch.engine_version(a.engine)}
+            cfg.target_pids = {engine.proc.pid}
         alive = engine.alive if engine is not None else None
         try:
             res = asyncio.run(run_sweep(cfg, store, reporter, alive=alive))
@@ -823,6 +879,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_runs(a, console)
         if a.command == "show":
             return cmd_show(a, console)
+        if a.command == "guard":
+            return cmd_guard(a, console)
         if a.command == "depth":
             return cmd_depth(a, argv, console, err)
         if a.command in ("hardware", "models"):

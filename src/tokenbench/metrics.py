@@ -207,6 +207,8 @@ class LevelSummary:
     tg_tps: float | None = None
     pp_tps_sd: float | None = None
     tg_tps_sd: float | None = None
+    guard: dict[str, Any] | None = None  # the clean-bench guard's snapshot taken before this level
+    telemetry: dict[str, Any] | None = None  # what the server's /metrics (and NVML) said during this level
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -57,6 +57,10 @@ class SweepConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)
     command: str = ""
     embedded: dict[str, Any] | None = None  # the embedded engine's facts (engine, startup_s, command)
+    guard: str = "warn"  # strict | warn | off
+    guard_config: Any = None  # guard.GuardEnv config (dict), loaded by the caller
+    target_pids: set[int] = field(default_factory=set)
+    metrics_interval_s: float | None = 1.0  # sample the server's /metrics this often (None: never)
 
     def levels(self) -> list[Level]:
         if self.rates:
@@ -300,6 +304,9 @@ async def run_sweep(
             "seed": seed,
             "machine": machine.snapshot(),
         }
+        manifest["guard"] = cfg.guard
+        first = await _guard(cfg, "before the run")  # strict: refuse before anything is stored
+        manifest["guard_before_run"] = first
         store.create_run(run_id, "sweep", cfg.label, manifest["started"], __version__, manifest)
         prompts = _Prompts(builder, workload, {})
         outcomes: list[LevelOutcome] = []
@@ -371,6 +378,19 @@ def _combine(reps: list[LevelSummary]) -> LevelSummary:
     return base
 
 
+async def _guard(cfg: SweepConfig, where: str) -> dict[str, Any] | None:
+    """The guard's snapshot, or None with --guard off. Strict mode refuses a dirty bench."""
+    if cfg.guard == "off":
+        return None
+    from . import guard
+
+    env = guard.GuardEnv(config=cfg.guard_config or guard.load_config(), target_pids=cfg.target_pids)
+    snap = await asyncio.to_thread(guard.snapshot, env)
+    if cfg.guard == "strict" and not snap["clean"]:
+        raise guard.GuardFailed(guard.refuse_message(snap, where))
+    return snap
+
+
 async def _run_level(
     cfg: SweepConfig,
     store: Store,
@@ -386,6 +406,7 @@ async def _run_level(
 ) -> tuple[LevelSummary, str]:
     n_warm = cfg.warmup if cfg.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
     n_req = cfg.requests
+    snap = await _guard(cfg, f"before level {level.describe()}")
     await prompts.prepare(n_warm + (n_req or max(8, 2 * (level.concurrency or 4))))
     started = now_iso()
     records: list[RequestRecord] = []
@@ -421,6 +442,11 @@ async def _run_level(
         window_end_ns=window[1], slo=cfg.slo, price_per_hour=cfg.price_per_hour,
     )
     summary.client = watch.report()
+    summary.guard = snap
+    if snap is not None and not snap["clean"]:
+        summary.flags.append("dirty_bench")
+        bad = ", ".join(c["name"] for c in snap["checks"] if c["status"] == "fail")
+        summary.warnings.append(f"the guard found the bench dirty before this level ({bad}): see its snapshot")
     reasons = watch.verdict(level, summary.send_delay_ms.p90 if summary.send_delay_ms else None)
     if reasons:
         summary.flags.append("client_bound")

@@ -1,0 +1,155 @@
+"""The clean-bench guard against a fake /proc and /sys tree, and against real processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tokenbench import guard
+from tokenbench.cli import main
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.store import Store
+
+
+def fake_tree(root: Path, *, avail_kb: int = 20_000_000, hot_mc: int = 45000, governor: str = "performance",
+              procs: dict[int, str] | None = None, busy_pct: float = 1.0, gpu_busy: int = 0) -> Path:
+    (root / "proc").mkdir(parents=True)
+    (root / "proc/meminfo").write_text(f"MemTotal: 32000000 kB\nMemFree: 1000 kB\nMemAvailable: {avail_kb} kB\n")
+    (root / "proc/vmstat").write_text("pswpin 100\npswpout 50\n")
+    total = 100_000
+    busy = int(total * busy_pct / 100)
+    (root / "proc/stat").write_text(f"cpu  {busy} 0 0 {total - busy} 0 0 0 0 0 0\ncpu0 1 0 0 1 0 0 0 0 0 0\n")
+    for pid, cmd in ({1: "/sbin/init"} | (procs or {})).items():
+        d = root / f"proc/{pid}"
+        d.mkdir()
+        (d / "cmdline").write_bytes(cmd.replace(" ", "\0").encode() + b"\0")
+        (d / "stat").write_text(f"{pid} (x) S 1 0 0\n")
+    hw = root / "sys/class/hwmon/hwmon0"
+    hw.mkdir(parents=True)
+    (hw / "name").write_text("k10temp\n")
+    (hw / "temp1_input").write_text(f"{hot_mc}\n")
+    (hw / "fan1_input").write_text("1200\n")
+    cpu = root / "sys/devices/system/cpu/cpu0/cpufreq"
+    cpu.mkdir(parents=True)
+    (cpu / "scaling_governor").write_text(governor + "\n")
+    rapl = root / "sys/class/powercap/intel-rapl:0"
+    rapl.mkdir(parents=True)
+    (rapl / "constraint_0_power_limit_uw").write_text("120000000\n")
+    card = root / "sys/class/drm/card0/device"
+    card.mkdir(parents=True)
+    (card / "gpu_busy_percent").write_text(f"{gpu_busy}\n")
+    (card / "mem_info_vram_used").write_text("2000000000\n")
+    return root
+
+
+def run(root: Path, **kw: object) -> dict[str, guard.CheckResult]:
+    env = guard.GuardEnv(root=root, config=guard.load_config(), sample_s=0.01, **kw)  # type: ignore[arg-type]
+    return {r.name: r for r in guard.run_checks(env)}
+
+
+def test_clean_fake_machine_every_check_reads(tmp_path: Path) -> None:
+    r = run(fake_tree(tmp_path))
+    assert {k: v.status for k, v in r.items()} == {
+        "serving_processes": "pass", "free_memory": "pass", "swap_activity": "pass", "cpu_load": "pass",
+        "gpu_nvml": "not available", "gpu_amd": "pass", "temperature": "pass", "fans": "pass",
+        "cpu_governor": "pass", "power_cap": "pass",
+    }
+    assert r["free_memory"].observed == "20.5 GB free (62%)"
+    assert r["temperature"].observed == "hottest k10temp/temp1 45 C (1 sensors)"
+    assert r["fans"].observed == "k10temp/fan1 1200 rpm"
+    assert r["power_cap"].observed == "intel-rapl:0 120 W"
+    assert r["gpu_amd"].observed == "card0 0% busy, 2.0 GB VRAM used"
+
+
+def test_dirty_fake_machine_each_failure_says_what_to_do(tmp_path: Path) -> None:
+    r = run(fake_tree(tmp_path, avail_kb=500_000, hot_mc=97000, governor="powersave", busy_pct=60, gpu_busy=80,
+                      procs={4242: "/opt/llama/llama-server -m x.gguf", 4343: "python -m vllm.entrypoints.openai.api_server",
+                             4444: "/usr/bin/bash"}))
+    assert r["serving_processes"].status == "fail"
+    assert r["serving_processes"].observed == "llama.cpp server (pid 4242), vLLM (pid 4343)"
+    assert r["free_memory"].status == "fail" and r["temperature"].status == "fail"
+    assert r["cpu_load"].status == "fail" and r["gpu_amd"].status == "fail"
+    assert r["cpu_governor"].status == "warn"  # recorded, does not make the bench dirty by default
+    assert "cpupower frequency-set -g performance" in r["cpu_governor"].advice
+    assert all(v.advice for v in r.values() if v.status == "fail")
+
+
+def test_the_target_and_its_children_are_not_counted(tmp_path: Path) -> None:
+    root = fake_tree(tmp_path, procs={4242: "llama-server -m x.gguf", 4243: "llama-server --child"})
+    (root / "proc/4243/stat").write_text("4243 (llama-server) S 4242 0 0\n")
+    assert run(root, target_pids={4242})["serving_processes"].status == "pass"
+
+
+def test_missing_tree_is_not_available_never_pass(tmp_path: Path) -> None:
+    r = run(tmp_path)
+    assert all(v.status == "not available" for v in r.values()), {k: v.status for k, v in r.items()}
+
+
+def test_thresholds_from_a_toml_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "guard.toml"
+    cfg.write_text("[temperature]\nmax_c = 40.0\n[cpu_governor]\nseverity = 'fail'\nallowed = ['schedutil']\n")
+    env = guard.GuardEnv(root=fake_tree(tmp_path / "t"), config=guard.load_config(cfg), sample_s=0.01)
+    r = {x.name: x for x in guard.run_checks(env)}
+    assert r["temperature"].status == "fail" and r["temperature"].threshold == "<= 40 C"
+    assert r["cpu_governor"].status == "fail"
+
+
+def test_a_real_second_server_process_is_found() -> None:
+    # a real process whose command line is a llama.cpp server's (bash's exec -a sets argv[0])
+    p = subprocess.Popen(["bash", "-c", "exec -a llama-server sleep 30"])
+    try:
+        time.sleep(0.3)
+        env = guard.GuardEnv(config=guard.load_config(), sample_s=0.05)
+        r = {x.name: x for x in guard.run_checks(env)}
+        assert r["serving_processes"].status == "fail" and f"pid {p.pid}" in r["serving_processes"].observed
+        env.target_pids = {p.pid}
+        assert guard.ServingProcesses().run(env).status == "pass"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_guard_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clean = fake_tree(tmp_path / "c")
+    assert main(["guard", "--root", str(clean), "--json", str(tmp_path / "g.json")]) == 0
+    assert "clean: ready to measure" in capsys.readouterr().out
+    assert json.loads((tmp_path / "g.json").read_text())["clean"] is True
+    dirty = fake_tree(tmp_path / "d", procs={7: "ollama serve"})
+    assert main(["guard", "--root", str(dirty)]) == 1
+    out = capsys.readouterr().out
+    assert "DIRTY" in out and "Ollama (pid 7)" in out
+
+
+def test_sweep_records_the_guard_before_each_level_and_strict_refuses(emitter: BackgroundEmitter, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "g.db"
+    args = ["sweep", "--url", emitter.url, "--input-len", "8", "--output-len", "2", "--requests", "2",
+            "--concurrency", "1,2", "--quiet", "--db", str(db)]
+    assert main(args) == 0
+    capsys.readouterr()
+    (run_row,) = Store(db).runs()
+    levels = Store(db).levels(run_row.id)
+    assert all(s.guard and {c["name"] for c in s.guard["checks"]} >= {"serving_processes", "cpu_load"} for *_, s in levels)
+    # detached from pytest: the emitter runs in this process, which is the target, and the target's
+    # children are rightly not counted against the bench
+    out = subprocess.run(["bash", "-c", "(exec -a llama-server sleep 30) >/dev/null 2>&1 & echo $!"],
+                         capture_output=True, text=True, check=True)
+    pid = int(out.stdout.strip())
+    try:
+        time.sleep(0.3)
+        assert main([*args, "--guard", "strict"]) == 6
+        err = capsys.readouterr().err
+        assert "the bench is dirty before the run: serving_processes: llama.cpp server" in err
+        assert len(Store(db).runs()) == 1  # refused before anything was stored
+        assert main([*args, "--guard", "warn"]) == 0
+        assert "dirty_bench" in capsys.readouterr().out
+    finally:
+        import os
+        import signal
+
+        os.kill(pid, signal.SIGKILL)
