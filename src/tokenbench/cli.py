@@ -184,6 +184,18 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--format", choices=["table", "markdown"], default="table")
     _add_db(dp)
 
+    cs = sub.add_parser("coldstart", help="time a server from start to healthy and to its first token, repeatedly")
+    cs.add_argument("--cmd", required=True, help="the server's command line; {port} is replaced by --url's port")
+    cs.add_argument("--url", required=True, help="its OpenAI-compatible base URL")
+    cs.add_argument("--health", help="the URL that answers 200 when it is up (default: URL/models)")
+    cs.add_argument("--model")
+    cs.add_argument("--repeat", type=int, default=3, help="boots; the first is the cold one")
+    cs.add_argument("--timeout", default="600s")
+    cs.add_argument("--label")
+    cs.add_argument("--json", help="write the boots to this JSON file")
+    cs.add_argument("--log", help="append the server's output to this file")
+    _add_db(cs)
+
     hw = sub.add_parser("hardware", help="list the hardware catalog, with sources")
     hw.add_argument("--format", choices=["table", "markdown"], default="table")
     md = sub.add_parser("models", help="list the model catalog, with sources")
@@ -310,6 +322,45 @@ def _setup(a: argparse.Namespace) -> Any:
     if kv == "AUTO" and engine.lower().startswith("llama"):
         kv = "F16"
     return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine), cal
+
+
+def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> int:
+    from urllib.parse import urlparse
+
+    from . import __version__
+    from .coldstart import boot
+    from .output import print_table
+    from .sweep import new_run_id, now_iso
+
+    if a.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    base = normalize_base_url(a.url)
+    port = urlparse(base).port
+    cmd = a.cmd.replace("{port}", str(port or ""))
+    health = a.health or base + "/models"
+    timeout = _seconds(a.timeout, "--timeout") or 600.0
+    boots = []
+    for n in range(a.repeat):
+        b = boot(n + 1, cmd, base, health, a.model, timeout, a.log)
+        boots.append(b)
+        if b.error:
+            raise UsageError(f"boot {n + 1}: {b.error}; see the server's output (--log FILE)")
+    rows = [[str(b.n) + (" (cold)" if b.n == 1 else ""), f"{b.healthy_s:.2f} s",
+             f"{b.first_token_s:.2f} s" if b.first_token_s is not None else "—"] for b in boots]
+    print_table(console, ["Boot", "Start -> healthy", "Start -> first token"], rows)
+    if len(boots) > 1:
+        later = [b.healthy_s for b in boots[1:]]
+        console.print(f"first boot {boots[0].healthy_s:.2f} s to healthy; later boots {min(later):.2f}..{max(later):.2f} s "
+                      "(cached weights and compiled kernels)", markup=False)
+    manifest = {"command": redact_command(["tokenbench", *argv]), "server_command": cmd, "endpoint": base,
+                "model": boots[0].model, "boots": [b.to_dict() for b in boots], "label": a.label}
+    rid = new_run_id()
+    Store(a.db).save_run(rid, "coldstart", a.label, manifest, "measured", [], __version__, now_iso(), now_iso())
+    if a.json:
+        Path(a.json).write_text(json.dumps({"tool": "tokenbench", "kind": "coldstart", "run_id": rid, **manifest},
+                                           indent=2) + "\n")
+    console.print(f"run {rid} (coldstart) saved", style="dim", markup=False)
+    return 0
 
 
 def cmd_guard(a: argparse.Namespace, console: Console) -> int:
@@ -879,6 +930,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_runs(a, console)
         if a.command == "show":
             return cmd_show(a, console)
+        if a.command == "coldstart":
+            return cmd_coldstart(a, argv, console)
         if a.command == "guard":
             return cmd_guard(a, console)
         if a.command == "depth":

@@ -25,7 +25,8 @@ from .client import PreparedRequest, StreamClient
 from .errors import EndpointError, UsageError
 from .metrics import NS_PER_S, LevelSummary
 from .records import RequestRecord
-from .servers import discover, output_length_fields
+from .servers import discover, output_length_fields, root_url
+from .telemetry import MetricsSampler, kept
 from .store import Store
 from .sweep import RunResult, LevelOutcome, _pick_tokenizer, new_run_id, now_iso, SweepConfig
 from .loadgen import Level
@@ -53,6 +54,7 @@ class DepthConfig:
     timeout_s: float = 600.0
     command: str = ""
     embedded: dict[str, Any] | None = None
+    metrics: bool = True  # sample the server's /metrics during each depth
 
 
 @dataclass(slots=True)
@@ -196,9 +198,16 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
         try:
             for i, d in enumerate(cfg.depths):
                 steps = []
+                sampler = MetricsSampler(session, root_url(cfg.url), 0.5) if cfg.metrics else None
+                if sampler:
+                    sampler.start()
                 for r in range(cfg.repetitions):
                     steps.append(await run_step(client, builder, d, cfg.pp, cfg.tg, r, info.engine, eos, 1000 * i + 10 * r))
                 lp, lt = summarize_depth(d, cfg.pp, cfg.tg, steps)
+                if sampler:
+                    lp.telemetry = lt.telemetry = await sampler.stop()
+                    if sampler.samples:
+                        store.save_telemetry(run_id, 2 * i, 0, [(int(t * 1e9), kept(v)) for t, v in sampler.samples])
                 recs = [rec for s in steps for rec in s.records]
                 now = now_iso()
                 store.save_level(run_id, 2 * i, 0, lp, recs, status="complete", started=now, finished=now, window=(0, 0))

@@ -40,6 +40,7 @@ class EmitterConfig:
     burst: bool = False  # write all token chunks at once (measures how fast a client can ingest)
     fault_from: int = 0  # the fault hits requests from this one on (0-based), so a preflight can pass
     exit_after: int | None = None  # the process exits after serving this many requests (run it as a process)
+    metrics: bool = True  # serve a vLLM-shaped /metrics
 
 
 def _count_prompt(body: dict[str, Any]) -> int:
@@ -64,6 +65,33 @@ class Emitter:
         self.app.router.add_post("/detokenize", self.detokenize)
         self.app.router.add_get("/version", self.version)
         self.app.router.add_get("/stats", self.stats)
+        self.app.router.add_get("/metrics", self.metrics)
+        self.generated = 0
+        self.running = 0
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """vLLM-shaped Prometheus counters; speculative decoding proposes 3 tokens per step and 2 are accepted."""
+        if not self.config.metrics:
+            raise web.HTTPNotFound()
+        steps = self.generated // 3
+        text = (
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="{MODEL}"}} {self.running}\n'
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f'vllm:kv_cache_usage_perc{{engine="0",model_name="{MODEL}"}} {min(1.0, self.running / 8)}\n'
+            "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
+            "# TYPE vllm:generation_tokens_total counter\n"
+            f'vllm:generation_tokens_total{{engine="0",model_name="{MODEL}"}} {self.generated}.0\n'
+            "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+            f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="{MODEL}"}} {steps}.0\n'
+            "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+            f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="{MODEL}"}} {3 * steps}.0\n'
+            "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+            f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="{MODEL}"}} {2 * steps}.0\n'
+        )
+        return web.Response(text=text, content_type="text/plain")
 
     async def stats(self, request: web.Request) -> web.Response:
         return web.json_response({"stamps": self.stamps})
@@ -105,6 +133,14 @@ class Emitter:
         prompt_tokens = c.truncate_to if c.fault == "truncate" else _count_prompt(body)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        self.running += 1
+        try:
+            return await self._stream(request, resp, body, c, chat, n_tokens, max_tokens, prompt_tokens, t_recv)
+        finally:
+            self.running -= 1
+
+    async def _stream(self, request: web.Request, resp: web.StreamResponse, body: dict[str, Any], c: EmitterConfig,
+                      chat: bool, n_tokens: int, max_tokens: int, prompt_tokens: int, t_recv: int) -> web.StreamResponse:
 
         def chunk(text: str | None = None, reasoning: str | None = None, finish: str | None = None,
                   role: bool = False) -> bytes:
@@ -166,6 +202,7 @@ class Emitter:
             if c.keepalive:
                 await resp.write(b": keep-alive\n\n")
             sent += k
+            self.generated += k
             n_chunks += 1
         t_last = time.perf_counter_ns()
         self.stamps[str(body.get("prompt", ""))[:64]] = (t_recv, t_first, t_last)

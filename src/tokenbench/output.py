@@ -97,6 +97,23 @@ def notes(levels: list[LevelSummary]) -> list[str]:
             kinds = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items()))
             by_text.setdefault(f"failed requests: {kinds}", []).append(level_key(s))
     out += [f"[{','.join(keys)}] {text}" for text, keys in by_text.items()]
+    for s in levels:
+        t = s.telemetry or {}
+        parts = []
+        if t.get("kv_cache_usage_max") is not None:
+            parts.append(f"peak KV cache {t['kv_cache_usage_max']:.0%}")
+        if t.get("waiting_max"):
+            parts.append(f"up to {t['waiting_max']:.0f} requests waiting")
+        if t.get("spec_acceptance_rate") is not None:
+            mal = t.get("spec_mean_acceptance_length")
+            parts.append(f"speculative acceptance {t['spec_acceptance_rate']:.2f}"
+                         + (f" (mean acceptance length {mal:.2f})" if mal else ""))
+        if t.get("prefix_cache_hit_rate") is not None:
+            parts.append(f"prefix-cache hits {t['prefix_cache_hit_rate']:.0%}")
+        if t.get("j_per_output_token") is not None:
+            parts.append(f"{t['j_per_output_token']:.2f} J/token, {t.get('output_tokens_per_watt') or 0:.2f} tok/s per W")
+        if parts:
+            out.append(f"[{level_key(s)}] server: " + ", ".join(parts))
     return out
 
 

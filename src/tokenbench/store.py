@@ -85,8 +85,26 @@ def _m001_initial(db: sqlite3.Connection) -> None:
     )
 
 
+def _m002_telemetry(db: sqlite3.Connection) -> None:
+    _script(
+        db,
+        """
+        CREATE TABLE telemetry (
+            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            level_idx INTEGER NOT NULL,
+            repetition INTEGER NOT NULL,
+            t_ns INTEGER NOT NULL,         -- perf_counter_ns of the sample
+            source TEXT NOT NULL,          -- 'metrics' (the server's /metrics), 'nvml'
+            sample TEXT NOT NULL           -- JSON {metric name: value}, the names telemetry.py summarizes
+        );
+        CREATE INDEX telemetry_level ON telemetry(run_id, level_idx, repetition)
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("001_initial", _m001_initial),
+    ("002_telemetry", _m002_telemetry),
 ]
 
 
@@ -224,6 +242,22 @@ class Store:
                     for r in records
                 ],
             )
+
+    def save_telemetry(self, run_id: str, level_idx: int, repetition: int,
+                       samples: list[tuple[int, dict[str, float]]], source: str = "metrics") -> None:
+        with self.tx() as db:
+            db.executemany(
+                "INSERT INTO telemetry VALUES (?, ?, ?, ?, ?, ?)",
+                [(run_id, level_idx, repetition, t, source, json.dumps(v)) for t, v in samples],
+            )
+
+    def telemetry(self, run_id: str, level_idx: int | None = None) -> list[tuple[int, int, int, dict[str, float]]]:
+        q = "SELECT level_idx, repetition, t_ns, sample FROM telemetry WHERE run_id = ?"
+        args: tuple[Any, ...] = (run_id,)
+        if level_idx is not None:
+            q += " AND level_idx = ?"
+            args += (level_idx,)
+        return [(r[0], r[1], r[2], json.loads(r[3])) for r in self.db.execute(q + " ORDER BY t_ns", args)]
 
     def finish_run(self, run_id: str, status: str, finished: str, error: str | None = None) -> None:
         with self.tx() as db:

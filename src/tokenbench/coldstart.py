@@ -1,0 +1,101 @@
+"""Cold start: start a server, time it to its first healthy answer and to its first generated token, stop it.
+Repeated, the first boot (nothing cached: weights from disk, kernels compiled) is told apart from later ones
+(page cache warm, compile caches filled)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import aiohttp
+
+from .client import PreparedRequest, StreamClient
+from .errors import EndpointError, UsageError
+from .records import RequestRecord
+from .servers import discover
+
+
+@dataclass(slots=True)
+class Boot:
+    n: int
+    healthy_s: float
+    first_token_s: float | None
+    model: str | None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _up(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=15)
+
+
+async def _first_token(base_url: str, model: str | None) -> tuple[float, str | None]:
+    async with aiohttp.ClientSession() as session:
+        info = await discover(session, base_url)
+        name = model or (info.models[0] if info.models else None)
+        if name is None:
+            raise EndpointError(f"{base_url} lists no models: pass --model")
+        client = StreamClient(session=session, base_url=base_url, model=name, timeout_s=600)
+        rec = RequestRecord(index=0)
+        await client.send(PreparedRequest("Hello", 4), rec)
+        if not rec.ok:
+            raise EndpointError(f"the first request failed ({rec.error_kind}: {rec.error})")
+        return rec.first_token_ns or 0, name
+
+
+def boot(n: int, cmd: str, base_url: str, health_url: str, model: str | None, timeout_s: float,
+         log_path: str | None = None) -> Boot:
+    argv = shlex.split(cmd)
+    if not argv:
+        raise UsageError("--cmd is empty: give the server's command line")
+    log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    t0_ns = time.perf_counter_ns()
+    try:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as e:
+        raise UsageError(f"cannot start '{argv[0]}': {e}") from None
+    try:
+        while True:
+            if proc.poll() is not None:
+                return Boot(n, (time.perf_counter_ns() - t0_ns) / 1e9, None, model,
+                            error=f"the server exited with code {proc.returncode} before it was healthy")
+            if _up(health_url):
+                break
+            if (time.perf_counter_ns() - t0_ns) / 1e9 > timeout_s:
+                return Boot(n, timeout_s, None, model, error=f"not healthy within {timeout_s:g} s")
+            time.sleep(0.05)
+        healthy = (time.perf_counter_ns() - t0_ns) / 1e9
+        first_ns, name = asyncio.run(_first_token(base_url, model))
+        return Boot(n, healthy, (first_ns - t0_ns) / 1e9, name)
+    finally:
+        _stop(proc)
+        if log_path:
+            log.close()  # type: ignore[union-attr]

@@ -1,0 +1,235 @@
+"""Depth sweeps, server telemetry and cold start."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokenbench import telemetry
+from tokenbench.cli import main
+from tokenbench.depth import Step, summarize_depth
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.store import Store
+
+DATA = Path(__file__).parent / "data"
+
+# Written from vLLM's documented /metrics output (V1 engine): labels per engine, histograms with buckets.
+VLLM_METRICS = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="Qwen/Qwen3.6-27B-FP8"} 16.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="Qwen/Qwen3.6-27B-FP8"} 3.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen3.6-27B-FP8"} 0.42
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="Qwen/Qwen3.6-27B-FP8"} 65536.0
+# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen3.6-27B-FP8"} 0.0
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="Qwen/Qwen3.6-27B-FP8"} 1000.0
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="Qwen/Qwen3.6-27B-FP8"} 2000.0
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="Qwen/Qwen3.6-27B-FP8"} 1400.0
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="Qwen/Qwen3.6-27B-FP8"} 32768.0
+# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.5",model_name="Qwen/Qwen3.6-27B-FP8"} 10.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="Qwen/Qwen3.6-27B-FP8"} 64.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="Qwen/Qwen3.6-27B-FP8"} 64.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="Qwen/Qwen3.6-27B-FP8"} 91.2
+"""
+
+# Written from llama.cpp's server README (--metrics).
+LLAMACPP_METRICS = """\
+# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 5120
+# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 1280
+# HELP llamacpp:tokens_drafted_total Number of speculative decoding tokens processed.
+# TYPE llamacpp:tokens_drafted_total counter
+llamacpp:tokens_drafted_total 800
+# HELP llamacpp:tokens_drafted_accepted_total Number of speculative decoding tokens to be accepted.
+# TYPE llamacpp:tokens_drafted_accepted_total counter
+llamacpp:tokens_drafted_accepted_total 600
+# HELP llamacpp:kv_cache_usage_ratio KV-cache usage. 1 means 100 percent usage.
+# TYPE llamacpp:kv_cache_usage_ratio gauge
+llamacpp:kv_cache_usage_ratio 0.25
+# HELP llamacpp:requests_processing Number of request processing.
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 1
+# HELP llamacpp:requests_deferred Number of request deferred.
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 2
+"""
+
+
+def _bump(text: str, factor: float) -> str:
+    """The same page later: every counter grown by ``factor``."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#") or "_total" not in line.split(" ")[0]:
+            out.append(line)
+            continue
+        name, value = line.rsplit(" ", 1)
+        out.append(f"{name} {float(value) * factor}")
+    return "\n".join(out) + "\n"
+
+
+def test_parse_vllm_metrics_sums_labels_and_drops_buckets() -> None:
+    p = telemetry.parse(VLLM_METRICS)
+    assert p["vllm:num_requests_running"] == 16 and p["vllm:kv_cache_usage_perc"] == 0.42
+    assert p["vllm:spec_decode_num_accepted_tokens_total"] == 1400
+    assert not any(k.endswith("_bucket") for k in p) and p["vllm:time_to_first_token_seconds_count"] == 64
+
+
+def test_vllm_level_summary_uses_deltas_not_lifetime_totals() -> None:
+    s = telemetry.summarize([(0.0, telemetry.parse(VLLM_METRICS)), (1.0, telemetry.parse(_bump(VLLM_METRICS, 2)))])
+    # over the level: 1000 more drafts, 2000 more draft tokens, 1400 more accepted
+    assert s["spec_acceptance_rate"] == pytest.approx(0.7)
+    assert s["spec_mean_acceptance_length"] == pytest.approx(2.4)
+    assert s["kv_cache_usage_max"] == 0.42 and s["waiting_max"] == 3 and s["running_max"] == 16
+    assert s["prefix_cache_hit_rate"] == 0.0
+    assert s["counters"]["generation_tokens"] == 32768
+
+
+def test_llamacpp_metrics_summary() -> None:
+    s = telemetry.summarize([(0.0, telemetry.parse(LLAMACPP_METRICS)), (1.0, telemetry.parse(_bump(LLAMACPP_METRICS, 3)))])
+    assert s["spec_acceptance_rate"] == pytest.approx(0.75)
+    assert "spec_mean_acceptance_length" not in s  # llama.cpp does not count drafts
+    assert s["kv_cache_usage_max"] == 0.25 and s["waiting_max"] == 2 and s["running_max"] == 1
+    assert s["counters"]["prompt_tokens"] == 10240
+
+
+def test_sweep_samples_metrics_into_the_store(emitter: BackgroundEmitter, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    emitter.configure(itl_s=0.01)
+    db = tmp_path / "t.db"
+    assert main(["sweep", "--url", emitter.url, "--input-len", "8", "--output-len", "30", "--requests", "6",
+                 "--concurrency", "2", "--quiet", "--guard", "off", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "speculative acceptance 0.67 (mean acceptance length 3.00)" in out
+    store = Store(db)
+    (run,) = store.runs()
+    ((_, _, _, s),) = store.levels(run.id)
+    assert s.telemetry["available"] is True and s.telemetry["samples"] >= 2
+    assert s.telemetry["counters"]["generation_tokens"] == 6 * 30
+    series = store.telemetry(run.id)
+    assert len(series) >= 2 and "vllm:generation_tokens_total" in series[-1][3]
+    assert s.telemetry["gpu_power"] == "not available"
+
+
+def test_server_without_metrics_says_so(emitter: BackgroundEmitter, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    emitter.configure(metrics=False)
+    db = tmp_path / "t.db"
+    assert main(["sweep", "--url", emitter.url, "--input-len", "8", "--output-len", "4", "--requests", "2",
+                 "--quiet", "--guard", "off", "--db", str(db)]) == 0
+    capsys.readouterr()
+    ((_, _, _, s),) = Store(db).levels(Store(db).runs()[0].id)
+    assert s.telemetry == {"available": False, "note": "the server exposes no Prometheus /metrics",
+                           "gpu_power": "not available"}
+
+
+# --- depth -----------------------------------------------------------------------------------------------
+
+def test_depth_summary_flags_a_cold_context_and_disagreeing_timings() -> None:
+    warm = [Step(fill_s=2.0, pp_s=0.1, pp_tokens=512, tg_s=1.0, tg_tokens=127) for _ in range(3)]
+    lp, lt = summarize_depth(8192, 512, 128, warm)
+    assert lp.pp_tps == pytest.approx(5120) and lp.pp_tps_sd == 0 and lt.tg_tps == pytest.approx(127)
+    assert "context_not_warm" not in lp.flags
+    cold = [Step(fill_s=2.0, pp_s=1.9, pp_tokens=512, tg_s=1.0, tg_tokens=127, server_pp_tps=9000.0)]
+    lp, _ = summarize_depth(8192, 512, 128, cold)
+    assert "context_not_warm" in lp.flags and "did not keep it warm" in lp.warnings[0]
+    assert "timings_disagree" in lp.flags
+    # mean ± sample standard deviation, as llama-bench reports
+    lp, _ = summarize_depth(0, 100, 10, [Step(None, 0.1, 100, 1, 9), Step(None, 0.2, 100, 1, 9)])
+    assert lp.pp_tps == pytest.approx(750) and lp.pp_tps_sd == pytest.approx(353.553, rel=1e-4)
+
+
+def test_llama_bench_binary_is_driven_and_imported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # No llama-bench is installed here: a stand-in that checks its arguments and prints llama-bench's JSON.
+    fake = tmp_path / "llama-bench"
+    fake.write_text(f"#!{sys.executable}\nimport sys\nargs = sys.argv[1:]\n"
+                    "assert args[args.index('-d') + 1] == '0,32768' and args[args.index('-o') + 1] == 'json', args\n"
+                    f"print(open({str(DATA / 'llama_bench.json')!r}).read())\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    out = tmp_path / "d.json"
+    assert main(["depth", "--llama-bench", str(fake), "--model-file", "gpt-oss-20b-Q4_K_M.gguf", "--depths", "0,32k",
+                 "--json", str(out), "--db", str(tmp_path / "d.db")]) == 0
+    text = capsys.readouterr().out
+    assert "tg128 @ d32768" in text and "56.90 ± 0.30" in text
+    doc = json.loads(out.read_text())
+    assert [(lv["test"], lv["depth"]) for lv in doc["levels"]] == [("pp512", 0), ("tg128", 0), ("tg128", 32768)]
+
+
+@pytest.mark.engine
+def test_depth_on_the_embedded_llamacpp_engine(model_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("llama_cpp")
+    monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
+    out = tmp_path / "depth.json"
+    assert main(["depth", "--depths", "0,4096", "--pp", "256", "--tg", "64", "--repetitions", "2",
+                 "--json", str(out), "--db", str(tmp_path / "d.db")]) == 0
+    capsys.readouterr()
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "depth"
+    lv = {(x["test"], x["depth"]): x for x in doc["levels"]}
+    tg0, tg4k = lv[("tg64", 0)], lv[("tg64", 4096)]
+    pp4k = lv[("pp256", 4096)]
+    # decode at depth 4096 reads 4096 more tokens of KV per token: not faster than at depth 0 beyond noise
+    assert tg4k["tg_tps"] < tg0["tg_tps"] * 1.1
+    # the depth's own prefill is excluded: the pp step on top of a warm context is far shorter than the fill
+    fills, pps = pp4k["client"]["fill_ms"], pp4k["client"]["pp_ms"]
+    assert all(p < 0.5 * f for p, f in zip(pps, fills)), (fills, pps)
+    assert "context_not_warm" not in pp4k["flags"]
+    assert pp4k["pp_tps_sd"] is not None and tg4k["tg_tps_sd"] is not None
+
+
+# --- cold start ------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_coldstart_times_real_boots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    port = _free_port()
+    out = tmp_path / "c.json"
+    assert main(["coldstart", "--cmd", f"{sys.executable} -m tokenbench.emitter --port {{port}}",
+                 "--url", f"http://127.0.0.1:{port}/v1", "--repeat", "2", "--json", str(out),
+                 "--db", str(tmp_path / "c.db")]) == 0
+    text = capsys.readouterr().out
+    assert "1 (cold)" in text and "first boot" in text
+    doc = json.loads(out.read_text())
+    assert len(doc["boots"]) == 2
+    for b in doc["boots"]:
+        assert 0 < b["healthy_s"] <= b["first_token_s"] < 60 and b["model"] == "emitter"
+
+
+def test_coldstart_of_a_server_that_dies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    port = _free_port()
+    code = main(["coldstart", "--cmd", f"{sys.executable} -c 'raise SystemExit(3)'", "--url",
+                 f"http://127.0.0.1:{port}/v1", "--repeat", "1", "--db", str(tmp_path / "c.db")])
+    err = capsys.readouterr().err
+    assert code == 2 and "exited with code 3 before it was healthy" in err and len(err.strip().splitlines()) == 1
+    assert os.environ.get("TOKENBENCH_DB")  # the autouse fixture kept the user's database out of it
