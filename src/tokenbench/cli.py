@@ -923,37 +923,26 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False)
     parser = build_parser()
     a = parser.parse_args(argv)
+    handlers = {
+        "sweep": lambda: cmd_sweep(a, argv, console, err),
+        "runs": lambda: cmd_runs(a, console),
+        "show": lambda: cmd_show(a, console),
+        "coldstart": lambda: cmd_coldstart(a, argv, console),
+        "guard": lambda: cmd_guard(a, console),
+        "depth": lambda: cmd_depth(a, argv, console, err),
+        "hardware": lambda: cmd_catalog(a, console),
+        "models": lambda: cmd_catalog(a, console),
+        "fit": lambda: cmd_fit(a, console),
+        "predict": lambda: cmd_predict(a, console),
+        "calibrate": lambda: cmd_calibrate(a, argv, console),
+        "compare": lambda: cmd_compare(a, console),
+        "cost": lambda: cmd_cost(a, console),
+        "import": lambda: cmd_import(a, console),
+        "report": lambda: cmd_report(a, console),
+        "recommend": lambda: cmd_recommend(a, console),
+    }
     try:
-        if a.command == "sweep":
-            return cmd_sweep(a, argv, console, err)
-        if a.command == "runs":
-            return cmd_runs(a, console)
-        if a.command == "show":
-            return cmd_show(a, console)
-        if a.command == "coldstart":
-            return cmd_coldstart(a, argv, console)
-        if a.command == "guard":
-            return cmd_guard(a, console)
-        if a.command == "depth":
-            return cmd_depth(a, argv, console, err)
-        if a.command in ("hardware", "models"):
-            return cmd_catalog(a, console)
-        if a.command == "fit":
-            return cmd_fit(a, console)
-        if a.command == "predict":
-            return cmd_predict(a, console)
-        if a.command == "calibrate":
-            return cmd_calibrate(a, argv, console)
-        if a.command == "compare":
-            return cmd_compare(a, console)
-        if a.command == "cost":
-            return cmd_cost(a, console)
-        if a.command == "import":
-            return cmd_import(a, console)
-        if a.command == "report":
-            return cmd_report(a, console)
-        if a.command == "recommend":
-            return cmd_recommend(a, console)
+        return int(handlers[a.command]())
     except TokenbenchError as e:
         # One line, never wrapped: scripts and people grep it.
         first, *rest = str(e).splitlines() or [""]
@@ -961,8 +950,6 @@ def main(argv: list[str] | None = None) -> int:
         if rest:  # e.g. an engine's log tail, after the one line
             print("\n".join(rest), file=sys.stderr)
         return e.exit_code
-    parser.error(f"unknown command {a.command}")
-    return 2
 
 
 def entrypoint() -> None:

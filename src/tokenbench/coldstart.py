@@ -10,8 +10,6 @@ import shlex
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,7 +18,7 @@ import aiohttp
 from .client import PreparedRequest, StreamClient
 from .errors import EndpointError, UsageError
 from .records import RequestRecord
-from .servers import discover
+from .servers import discover, http_ok
 
 
 @dataclass(slots=True)
@@ -33,14 +31,6 @@ class Boot:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _up(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -87,7 +77,7 @@ def boot(n: int, cmd: str, base_url: str, health_url: str, model: str | None, ti
             if proc.poll() is not None:
                 return Boot(n, (time.perf_counter_ns() - t0_ns) / 1e9, None, model,
                             error=f"the server exited with code {proc.returncode} before it was healthy")
-            if _up(health_url):
+            if http_ok(health_url):
                 break
             if (time.perf_counter_ns() - t0_ns) / 1e9 > timeout_s:
                 return Boot(n, timeout_s, None, model, error=f"not healthy within {timeout_s:g} s")

@@ -18,6 +18,7 @@ import psutil
 
 from .client import PreparedRequest
 from .records import Phase, RequestRecord
+from .tasks import cancel_and_wait
 
 NS_PER_S = 1_000_000_000
 
@@ -80,12 +81,7 @@ class ClientWatch:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
         ct = psutil.Process().cpu_times()
         wall = time.perf_counter() - self._t0
         self.cpu_pct = 100.0 * (ct.user + ct.system - self._cpu0) / wall if wall > 0 else None

@@ -56,6 +56,18 @@ class ServerInfo:
         }
 
 
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """A blocking probe: does ``url`` answer 200? (For waiting on a server that is starting.)"""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def normalize_base_url(url: str) -> str:
     url = url.rstrip("/")
     for suffix in ("/chat/completions", "/completions"):

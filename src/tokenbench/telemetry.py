@@ -16,6 +16,8 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from .tasks import cancel_and_wait
+
 #: What each engine calls the quantities we summarize (first name found wins).
 GAUGES = {
     "running": ["vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs"],
@@ -133,12 +135,7 @@ class MetricsSampler:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> dict[str, Any]:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
         if self.available:
             await self.sample()  # the level's end
         if not self.available:
@@ -183,12 +180,7 @@ class PowerSampler:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self, output_tokens: int, seconds: float) -> dict[str, Any]:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
         if not self.available or not self.watts:
             return {"gpu_power": "not available"}
         mean_w = sum(self.watts) / len(self.watts)

@@ -8,13 +8,12 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from ..errors import EngineError
+from ..servers import http_ok
 from .tiny import TinyModel, cache_dir
 
 EngineName = Literal["transformers", "llamacpp"]
@@ -109,14 +108,6 @@ class RunningEngine:
         self.stop()
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
 def start(engine: str, model: TinyModel, timeout_s: float = STARTUP_TIMEOUT_S) -> RunningEngine:
     """Start ``engine`` serving ``model``; returns once ``/v1/models`` answers. Startup time is measured."""
     port = free_port()
@@ -141,7 +132,7 @@ def start(engine: str, model: TinyModel, timeout_s: float = STARTUP_TIMEOUT_S) -
                 f"the {engine} engine exited with code {proc.returncode} while starting; its log: {log_path}\n"
                 + running.log_tail()
             )
-        if _healthy(running.health_url):
+        if http_ok(running.health_url):
             running.startup_s = time.perf_counter() - t0
             return running
         time.sleep(0.1)
