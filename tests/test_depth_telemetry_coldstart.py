@@ -200,6 +200,7 @@ def test_depth_on_the_embedded_llamacpp_engine(model_cache: Path, tmp_path: Path
     assert all(p < 0.5 * f for p, f in zip(pps, fills)), (fills, pps)
     assert "context_not_warm" not in pp4k["flags"]
     assert pp4k["pp_tps_sd"] is not None and tg4k["tg_tps_sd"] is not None
+    assert pp4k["guard"]["checks"] and tg0["guard"]["checks"]  # a snapshot before every depth
 
 
 # --- cold start ------------------------------------------------------------------------------------------

@@ -182,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--llama-bench", metavar="PATH", help="drive a local llama-bench binary instead, and import its JSON")
     dp.add_argument("--model-file", help="with --llama-bench: the GGUF to bench")
     dp.add_argument("--format", choices=["table", "markdown"], default="table")
+    dp.add_argument("--guard", choices=["strict", "warn", "off"], default="warn")
+    dp.add_argument("--guard-config")
+    dp.add_argument("--no-metrics", action="store_true")
     _add_db(dp)
 
     cs = sub.add_parser("coldstart", help="time a server from start to healthy and to its first token, repeatedly")
@@ -449,7 +452,9 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
         return _llama_bench(a, depths, console)
     cfg = DepthConfig(url=normalize_base_url(a.url) if a.url else "", depths=depths, pp=a.pp, tg=a.tg,
                       repetitions=a.repetitions, model=a.model, api_key=a.api_key or os.environ.get("OPENAI_API_KEY"),
-                      tokenizer=a.tokenizer, label=a.label, seed=a.seed, command=redact_command(["tokenbench", *argv]))
+                      tokenizer=a.tokenizer, label=a.label, seed=a.seed, command=redact_command(["tokenbench", *argv]),
+                      metrics=not a.no_metrics, guard=a.guard, guard_config=_guard_config(a.guard_config),
+                      target_pids=guard_targets(a.url))
     store = Store(a.db)
     note = (lambda t: err.print(t, style="dim", markup=False, highlight=False))
     engine = None
@@ -464,6 +469,7 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             cfg.label = cfg.label or "embedded-llamacpp"
             cfg.embedded = {"engine": "llamacpp", "startup_s": engine.startup_s, "command": engine.command,
                             "engine_version": launch.engine_version("llamacpp")}
+            cfg.target_pids = {engine.proc.pid}
         res = asyncio.run(run_depth(cfg, store, note))
     except TokenbenchError as e:
         rid = getattr(e, "run_id", None)

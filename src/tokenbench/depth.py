@@ -28,7 +28,7 @@ from .records import RequestRecord
 from .servers import discover, output_length_fields, root_url
 from .telemetry import MetricsSampler, kept
 from .store import Store
-from .sweep import RunResult, LevelOutcome, _pick_tokenizer, new_run_id, now_iso, SweepConfig
+from .sweep import LevelOutcome, RunResult, SweepConfig, _guard, _pick_tokenizer, new_run_id, now_iso
 from .loadgen import Level
 from .workload import PromptBuilder
 
@@ -55,6 +55,9 @@ class DepthConfig:
     command: str = ""
     embedded: dict[str, Any] | None = None
     metrics: bool = True  # sample the server's /metrics during each depth
+    guard: str = "warn"  # strict | warn | off, as for sweeps
+    guard_config: Any = None
+    target_pids: set[int] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -197,6 +200,8 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
         outcomes = []
         try:
             for i, d in enumerate(cfg.depths):
+                snap = await _guard(SweepConfig(url=cfg.url, guard=cfg.guard, guard_config=cfg.guard_config,
+                                                target_pids=cfg.target_pids), f"before depth {d}")
                 steps = []
                 sampler = MetricsSampler(session, root_url(cfg.url), 0.5) if cfg.metrics else None
                 if sampler:
@@ -204,6 +209,9 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
                 for r in range(cfg.repetitions):
                     steps.append(await run_step(client, builder, d, cfg.pp, cfg.tg, r, info.engine, eos, 1000 * i + 10 * r))
                 lp, lt = summarize_depth(d, cfg.pp, cfg.tg, steps)
+                lp.guard = lt.guard = snap
+                if snap is not None and not snap["clean"]:
+                    lp.flags.append("dirty_bench")
                 if sampler:
                     lp.telemetry = lt.telemetry = await sampler.stop()
                     if sampler.samples:
