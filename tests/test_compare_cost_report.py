@@ -61,6 +61,10 @@ def test_cost_cli(capsys: pytest.CaptureFixture[str]) -> None:
                  "--format", "markdown"]) == 0
     out = capsys.readouterr().out
     assert "| given rate | 684.0 | 0.73 | 14.00 | 19.3x cheaper |"  # 14 / 0.7269 in out
+    # the issue's own example: an API priced in USD, the box in EUR, no rate given: shown, not guessed
+    assert main(["cost", "--tps", "684", "--price-per-hour", "1.79", "--currency", "EUR", "--api-price", "14",
+                 "--api-currency", "USD"]) == 0
+    assert "API: 14 USD/M output tokens; pass --exchange-rate (EUR per 1 USD)" in capsys.readouterr().out
     assert main(["cost", "--price-per-hour", "1"]) == 2
     assert "give a run, or --tps" in capsys.readouterr().err
 

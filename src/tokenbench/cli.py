@@ -605,7 +605,14 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
     pricing = Pricing(currency=currency, price_per_hour=None if a.owned else price, busy_hours_per_day=a.busy_hours,
                       purchase=a.purchase if a.owned else None, life_years=a.life_years, watts=a.watts,
                       kwh_price=a.kwh_price, hours_per_day=a.hours_per_day)
-    api = api_in(currency, a.api_price, a.api_currency, a.exchange_rate)
+    api_note = None
+    try:
+        api = api_in(currency, a.api_price, a.api_currency, a.exchange_rate)
+    except UsageError:
+        # an API priced in another currency and no rate: show it as given rather than guess a rate
+        api = None
+        api_note = (f"API: {a.api_price:g} {a.api_currency}/M output tokens; pass --exchange-rate "
+                    f"({currency} per 1 {a.api_currency}) to compare in {currency}")
     points: list[tuple[str, float]] = []
     if res is not None:
         for o in res.outcomes:
@@ -629,6 +636,8 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
         rows.append(row)
     console.print(pricing.describe(), markup=False, highlight=False)
     print_table(console, head, rows, a.format)
+    if api_note:
+        console.print(api_note, markup=False, highlight=False)
     return 0
 
 

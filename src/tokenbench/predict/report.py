@@ -86,13 +86,15 @@ def depth_table(s: Setup, depths: list[int], pp: int, tg: int) -> Table:
 
 
 def serve_table(s: Setup, concurrency: list[int], prompt: int, output: int) -> Table:
-    head = ["Concurrency", "Aggregate tok/s", "ceiling", "Per-agent tok/s", "TTFT", "TPOT", "fits"]
+    head = ["Concurrency", "Aggregate tok/s", "ceiling", "Per-agent tok/s", "TTFT", "ceiling", "TPOT", "ceiling",
+            "fits"]
     rows = []
     for n in concurrency:
         p = s.serve(n, prompt, output)
         f = s.fit(prompt + output, n)
         rows.append([str(n), _f(p.throughput[1]), _f(p.throughput[0]), _f(p.per_agent[1]),
-                     f"{p.ttft_s.estimate * 1000:,.0f} ms", f"{p.tpot_s.estimate * 1000:.1f} ms",
+                     f"{p.ttft_s.estimate * 1000:,.0f} ms", f"{p.ttft_s.ceiling * 1000:,.0f} ms",
+                     f"{p.tpot_s.estimate * 1000:.1f} ms", f"{p.tpot_s.ceiling * 1000:.1f} ms",
                      "yes" if f.fits else "no"])
     return head, rows
 
