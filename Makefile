@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The CPU build of torch first: an unpinned torch, pulled in by transformers, brings gigabytes of CUDA.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo demo-llamacpp test test-fast bench clean
+.PHONY: demo demo-llamacpp test test-fast lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,9 +21,12 @@ demo: $(VENV)/.installed
 demo-llamacpp: $(VENV)/.installed
 	$(BIN)/tokenbench sweep --engine llamacpp
 
-## make test: every test, the end-to-end ones against both real engines included
-test: $(VENV)/.installed
+## make test: pyflakes, then every test, the end-to-end ones against both real engines included
+test: lint
 	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed
+	$(BIN)/python -m pyflakes src tests benchmarks
 
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -m "not engine"

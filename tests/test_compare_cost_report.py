@@ -60,7 +60,7 @@ def test_cost_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cost", "--tps", "684", "--price-per-hour", "1.79", "--currency", "EUR", "--api-price", "14",
                  "--format", "markdown"]) == 0
     out = capsys.readouterr().out
-    assert "| given rate | 684.0 | 0.73 | 14.00 | 19.3x cheaper |"  # 14 / 0.7269 in out
+    assert "| given rate | 684.0 | 0.73 | 14.00 | 19.3x cheaper |" in out  # 14 / 0.7269 = 19.3
     # the issue's own example: an API priced in USD, the box in EUR, no rate given: shown, not guessed
     assert main(["cost", "--tps", "684", "--price-per-hour", "1.79", "--currency", "EUR", "--api-price", "14",
                  "--api-currency", "USD"]) == 0

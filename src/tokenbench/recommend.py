@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from .cost import Pricing
 from .errors import UsageError
-from .predict import roofline as rf
 from .predict.calibration import Calibration
 from .predict.predictor import Setup
 from .predict.specs import Catalog, HardwareSpec

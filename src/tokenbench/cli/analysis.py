@@ -1,0 +1,151 @@
+"""Commands that read the store: compare, cost, import, report, recommend."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from rich.console import Console
+from ..errors import UsageError
+from ..metrics import parse_duration_ms
+from ..store import Store
+from ..sweep import load_result
+
+
+def cmd_compare(a: argparse.Namespace, console: Console) -> int:
+    from ..compare import compare, table
+    from ..output import print_table
+
+    store = Store(a.db)
+    c = compare(load_result(store, a.a), load_result(store, a.b), a.agents, a.tokens)
+    for w in c.warnings:
+        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+    head, rows = table(c)
+    print_table(console, head, rows, a.format)
+    for line in c.crossovers:
+        console.print(line, markup=False, highlight=False)
+    if c.effective:
+        console.print(f"{a.agents} agents x {a.tokens} tokens: " + "; ".join(c.effective), markup=False, highlight=False)
+    return 0
+
+
+def cmd_cost(a: argparse.Namespace, console: Console) -> int:
+    from ..cost import Pricing, api_in
+    from ..output import print_table
+
+    res = None
+    if a.run:
+        res = load_result(Store(a.db), a.run)
+    elif a.tps is None:
+        raise UsageError("give a run, or --tps RATE for a rate you know")
+    currency = a.currency or (res.manifest.get("currency") if res else None) or "USD"
+    price = a.price_per_hour
+    if price is None and not a.owned and res is not None:
+        price = res.manifest.get("price_per_hour")
+    if a.owned and a.purchase is None:
+        raise UsageError("--owned needs --purchase PRICE (and --life-years, --watts, --kwh-price)")
+    pricing = Pricing(currency=currency, price_per_hour=None if a.owned else price, busy_hours_per_day=a.busy_hours,
+                      purchase=a.purchase if a.owned else None, life_years=a.life_years, watts=a.watts,
+                      kwh_price=a.kwh_price, hours_per_day=a.hours_per_day)
+    api_note = None
+    try:
+        api = api_in(currency, a.api_price, a.api_currency, a.exchange_rate)
+    except UsageError:
+        # an API priced in another currency and no rate: show it as given rather than guess a rate
+        api = None
+        api_note = (f"API: {a.api_price:g} {a.api_currency}/M output tokens; pass --exchange-rate "
+                    f"({currency} per 1 {a.api_currency}) to compare in {currency}")
+    points: list[tuple[str, float]] = []
+    if res is not None:
+        for o in res.outcomes:
+            s = o.summary
+            rate = s.output_throughput_tps or s.decode_tps or s.tg_tps
+            if rate:
+                key = f"{s.test or 'serve'} c={s.concurrency}" + (f" depth={s.depth}" if s.depth else "") \
+                    + (f" prompt={s.input_tokens_mean:.0f}" if s.input_tokens_mean else "")
+                points.append((key, rate))
+    else:
+        points.append(("given rate", a.tps))
+    head = ["Operating point", "Output tok/s", f"{currency}/M output"]
+    if api is not None:
+        head += [f"API {currency}/M", "Box vs API"]
+    rows = []
+    for key, rate in points:
+        c = pricing.per_mtok(rate)
+        row = [key, f"{rate:,.1f}", f"{c:.2f}" if c is not None else "—"]
+        if api is not None and c:
+            row += [f"{api:.2f}", f"{api / c:.1f}x cheaper" if c < api else f"{c / api:.1f}x dearer"]
+        rows.append(row)
+    console.print(pricing.describe(), markup=False, highlight=False)
+    print_table(console, head, rows, a.format)
+    if api_note:
+        console.print(api_note, markup=False, highlight=False)
+    return 0
+
+
+def cmd_report(a: argparse.Namespace, console: Console) -> int:
+    from ..report import html, markdown, plots, series
+
+    if not (a.html or a.md or a.png):
+        raise UsageError("say what to write: --html FILE, --md FILE and/or --png DIR")
+    store = Store(a.db)
+    runs = [load_result(store, r) for r in a.runs]
+    if a.md:
+        markdown.write(Path(a.md), runs)
+        console.print(f"wrote {len(runs)} section(s) to {a.md}", markup=False)
+    data = series.build(runs, a.price_per_hour, a.currency or runs[0].manifest.get("currency"))
+    if a.html:
+        Path(a.html).write_text(html.render(runs, [(p, plots.svg(p)) for p in data], a.title))
+        console.print(f"wrote {a.html} ({len(data)} plots)", markup=False)
+    if a.png:
+        out = Path(a.png)
+        out.mkdir(parents=True, exist_ok=True)
+        for p in data:
+            plots.png(p, out / f"{p.id}.png")
+        console.print(f"wrote {len(data)} PNGs to {out}", markup=False)
+    return 0
+
+
+def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
+    from ..output import print_table
+    from ..predict.calibration import Calibration
+    from ..predict.specs import Catalog
+    from ..recommend import Workload, measured, parse_prices, predicted, rank
+
+    if a.agents < 1:
+        raise UsageError("--agents must be at least 1")
+    w = Workload(a.model, a.agents, a.input_len, a.output_len,
+                 parse_duration_ms(a.ttft_p99) if a.ttft_p99 else None, parse_duration_ms(a.tpot) if a.tpot else None,
+                 a.currency)
+    cat = Catalog.load()
+    cat.find_model(a.model)  # an unknown model is an error, not a table of exclusions
+    prices = parse_prices(a.price, a.owned, a.currency, a.kwh_price)
+    cands = predicted(cat, Calibration.packaged(), w, prices)
+    if a.runs:
+        store = Store(a.db)
+        cands += measured([load_result(store, r) for r in a.runs], w, prices)
+    ok, excluded = rank(cands)
+    console.print(f"{a.agents} agents, {a.input_len} in / {a.output_len} out tokens, model {a.model}"
+                  + (f", TTFT p99 <= {a.ttft_p99}" if a.ttft_p99 else "") + (f", TPOT <= {a.tpot}" if a.tpot else ""),
+                  markup=False, highlight=False)
+    head = ["Rank", "Box", "Engine", "Source", "Aggregate tok/s", "TTFT p99", "TPOT", f"{a.currency}/M output", "Notes"]
+    rows = [[str(i + 1), c.box, c.setup, c.source.upper() if c.source == "predicted" else c.source,
+             f"{c.throughput:,.0f}" if c.throughput else "—",
+             f"{c.ttft_p99_ms:,.0f} ms" if c.ttft_p99_ms else "—", f"{c.tpot_ms:.1f} ms" if c.tpot_ms else "—",
+             f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)] for i, c in enumerate(ok)]
+    print_table(console, head, rows, a.format)
+    if not ok:
+        console.print("no box fits, meets the SLOs and has a price", style="yellow", markup=False)
+    for c in excluded:
+        console.print(f"excluded {c.box} ({c.source}): {c.excluded}", markup=False, highlight=False)
+    return 0
+
+
+def cmd_import(a: argparse.Namespace, console: Console) -> int:
+    from ..importers import import_file
+
+    store = Store(a.db)
+    for f in a.files:
+        fmt, ids = import_file(store, Path(f), a.label)
+        labels = sorted({store.resolve(i).label or i for i in ids})
+        console.print(f"{f}: {fmt}, {len(ids)} run(s) imported: {', '.join(labels[:6])}"
+                      + (" ..." if len(labels) > 6 else ""), markup=False, highlight=False)
+    return 0

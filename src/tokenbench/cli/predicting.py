@@ -1,0 +1,149 @@
+"""Commands of the predictor: hardware, models, fit, predict, calibrate."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from rich.console import Console
+from typing import Any
+from ..errors import UsageError
+from ..store import Store
+from .common import int_list, tokens
+
+
+def _setup(a: argparse.Namespace) -> Any:
+    from ..predict.calibration import Calibration
+    from ..predict.predictor import Setup
+    from ..predict.specs import Catalog
+
+    cal = Calibration.packaged() if not getattr(a, "calibration", None) else \
+        Calibration.from_toml(Path(a.calibration).read_text())
+    engine = a.engine
+    weights = a.weights or ("Q4_K_M" if engine.lower().startswith("llama") else "BF16")
+    kv = a.kv.upper()
+    if kv == "AUTO" and engine.lower().startswith("llama"):
+        kv = "F16"
+    return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine), cal
+
+
+def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
+    from ..output import print_table
+    from ..predict import report
+    from ..predict.specs import Catalog
+
+    cat = Catalog.load()
+    head, rows = report.hardware_table(cat) if a.command == "hardware" else report.models_table(cat)
+    print_table(console, head, rows, a.format)
+    if cat.user_file:
+        console.print(f"including entries from {cat.user_file}", style="dim", markup=False)
+    return 0
+
+
+def cmd_fit(a: argparse.Namespace, console: Console) -> int:
+    from ..predict import report
+
+    s, _ = _setup(a)
+    ctx = tokens(a.context, "--context")
+    if a.concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    f = s.fit(ctx, a.concurrency)
+    for line in report.fit_lines(s, f, ctx, a.concurrency):
+        console.print(line, markup=False, highlight=False)
+    return 0
+
+
+def cmd_predict(a: argparse.Namespace, console: Console) -> int:
+    from ..output import print_table
+    from ..predict import report
+    from ..predict import roofline as rf
+
+    if a.against:
+        from ..predict.calibration import Calibration
+        from ..predict.predictor import against
+        from ..predict.published import read_rows
+        from ..predict.specs import Catalog
+
+        cal = Calibration.packaged() if not a.calibration else Calibration.from_toml(Path(a.calibration).read_text())
+        rep = against(Catalog.load(), cal, read_rows(Path(a.against)))
+        head, rows = report.against_table(rep)
+        print_table(console, head, rows, a.format)
+        for line in report.summary_lines(rep):
+            console.print(line, markup=False, highlight=False)
+        if a.json:
+            Path(a.json).write_text(json.dumps(rep.to_json(), indent=2) + "\n")
+        return 0
+    if not a.hardware or not a.model:
+        raise UsageError("predict needs --hardware and --model (or --against FILE)")
+    s, _ = _setup(a)
+    if a.spec_tokens:
+        if (a.acceptance is None) == (a.acceptance_length is None):
+            raise UsageError("with --spec-tokens give one of --acceptance (0..1) or --acceptance-length")
+        alpha = a.acceptance if a.acceptance is not None else rf.alpha_from_acceptance_length(a.acceptance_length, a.spec_tokens)
+        if not 0 <= alpha <= 1:
+            raise UsageError("--acceptance is a probability between 0 and 1")
+        cost = a.draft_cost if a.draft_cost is not None else (1 / s.model.layers if s.model.mtp else 0.05)
+        s.spec_speedup = rf.spec_speedup(alpha, a.spec_tokens, cost)
+        console.print(f"speculative decoding: {a.spec_tokens} tokens, acceptance {alpha:.2f}, "
+                      f"{rf.expected_tokens(alpha, a.spec_tokens):.2f} tokens per target pass, draft cost {cost:.3f} "
+                      f"-> decode x{s.spec_speedup:.2f}", markup=False, highlight=False)
+    console.print(f"PREDICTED for {s.model.id} ({s.quant.weights}, {s.quant.kv.lower()} KV) on {s.hw.id}, "
+                  f"{s.engine} ({s.backend}: {s.eff.source}); the ceiling is the physical limit at efficiency 1",
+                  markup=False, highlight=False)
+    depths = levels = None
+    if a.test:
+        depths = [tokens(d, "--depth") for d in a.depth.split(",") if d.strip()]
+        head, rows = report.depth_table(s, depths, 512, 128)
+    else:
+        levels = int_list(a.concurrency, "--concurrency")
+        head, rows = report.serve_table(s, levels, a.input_len, a.output_len)
+        if s.kind == "sequential":
+            console.print("llama.cpp serves one stream at a time: concurrency only queues", markup=False)
+    print_table(console, head, rows, a.format)
+    if a.save:
+        rid = _save_prediction(a, s, depths, levels)
+        console.print(f"saved as run {rid} (label {a.save}, provenance predicted)", markup=False)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"predicted": True, "columns": head, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+def _save_prediction(a: argparse.Namespace, s: Any, depths: list[int] | None, levels_n: list[int] | None) -> str:
+    from .. import __version__
+    from ..metrics import Distribution, LevelSummary
+    from ..sweep import new_run_id, now_iso
+
+    levels = []
+    if depths is not None:
+        for d in depths:
+            p, t = s.prefill(512, d), s.decode(d + 64)
+            levels.append(LevelSummary.empty(concurrency=1, test="pp512", depth=d, pp_tps=512 / p.estimate))
+            levels.append(LevelSummary.empty(concurrency=1, test="tg128", depth=d, tg_tps=1 / t.estimate))
+    else:
+        for n in levels_n or []:
+            pt = s.serve(n, a.input_len, a.output_len)
+            levels.append(LevelSummary.empty(
+                concurrency=n, test="serve", output_throughput_tps=pt.throughput[1], per_agent_tps=pt.per_agent[1],
+                ttft_ms=Distribution(n=0, p50=pt.ttft_s.estimate * 1000), tpot_ms=Distribution(n=0, p50=pt.tpot_s.estimate * 1000),
+                input_tokens_mean=float(a.input_len), output_tokens_mean=float(a.output_len)))
+    manifest = {"model": s.model.id, "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine,
+                "hardware": s.hw.id, "predicted": True, "backend": s.backend, "calibration": s.eff.source,
+                "workload": {"input_len": a.input_len, "output_len": a.output_len} if depths is None else {},
+                "label": a.save}
+    rid = new_run_id()
+    Store(a.db).save_run(rid, "predict", a.save, manifest, "predicted", levels, __version__, now_iso(), now_iso())
+    return rid
+
+
+def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> int:
+    from ..predict.calibration import write
+    from ..predict.predictor import fit_calibration
+    from ..predict.published import read_rows
+    from ..predict.specs import Catalog
+
+    cal = fit_calibration(Catalog.load(), read_rows(Path(a.file)), "tokenbench " + " ".join(argv))
+    write(cal, Path(a.out))
+    for name, e in sorted(cal.backends.items()):
+        console.print(f"{name}: decode bandwidth efficiency {e.eta_bw:.2f}, fixed {e.decode_b * 1000:.1f} ms/token; "
+                      f"prefill matmul efficiency {e.eta_compute:.2f} ({e.rows} rows)", markup=False)
+    console.print(f"wrote {a.out}", markup=False)
+    return 0
