@@ -152,3 +152,17 @@ def test_sweep_records_the_guard_before_each_level_and_strict_refuses(emitter: B
         import signal
 
         os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.engine
+def test_a_real_llamacpp_server_beside_the_target_is_found(model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("llama_cpp")
+    from tokenbench.engines import launch, tiny
+
+    monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
+    with launch.start("llamacpp", tiny.ensure()) as other:
+        env = guard.GuardEnv(config=guard.load_config(), sample_s=0.05)
+        r = guard.ServingProcesses().run(env)
+        assert r.status == "fail" and f"llama-cpp-python server (pid {other.proc.pid})" in r.observed
+        env.target_pids = {other.proc.pid}  # the server being measured is not counted against the bench
+        assert guard.ServingProcesses().run(env).status == "pass"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 from ..errors import UsageError
@@ -42,11 +43,21 @@ def seconds(text: str | None, what: str) -> float | None:
 
 
 def tokens(text: str, what: str) -> int:
+    """A token count: 65536, or 64k. ``Nk`` means the power of two people mean by it when N thousand or N·1024 is
+    within 2.5% of one ("8k" 8,192; "65K" 65,536; "131K" 131,072), else N·1024."""
     t = text.strip().lower()
     try:
-        return int(float(t[:-1]) * 1024) if t.endswith("k") else int(t)
+        if not t.endswith("k"):
+            return int(t)
+        n = float(t[:-1])
     except ValueError:
         raise UsageError(f"{what} '{text}' is not a token count: write e.g. 65536 or 64k") from None
+    binary = int(n * 1024)
+    if binary > 0:
+        p2 = 1 << round(math.log2(binary))
+        if min(abs(p2 - n * 1000), abs(p2 - binary)) <= 0.025 * p2:
+            return p2
+    return binary
 
 
 def write_json(path: str, res: RunResult) -> None:
