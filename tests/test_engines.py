@@ -41,8 +41,9 @@ def test_transformers_continuous_batching_scales(tmp_path: Path, capsys: pytest.
         assert lv["completed"] == 12 and lv["failed"] == 0
         assert lv["output_tokens_mean"] == 48 and lv["output_tokens_source"] == "usage"
         assert lv["input_tokens_mean"] == 96 and "output_short" not in lv["flags"]
-    # A batching engine serves 4 agents faster in aggregate than 1.
+    # A batching engine serves 4 agents faster in aggregate than 1, and faster than one stream can generate.
     assert c4["output_throughput_tps"] > 1.3 * c1["output_throughput_tps"]
+    assert c4["output_throughput_tps"] > 1.2 * c1["decode_tps"]
     m = doc["manifest"]
     assert m["engine"] == "transformers" and m["engine_version"]
     assert m["embedded"]["startup_s"] > 0 and "--continuous-batching" in m["server_flags"]
@@ -58,8 +59,10 @@ def test_llamacpp_serves_one_stream_at_a_time(tmp_path: Path, capsys: pytest.Cap
         assert lv["completed"] == 8 and lv["failed"] == 0
         assert lv["output_tokens_mean"] == 48 and lv["output_tokens_source"] == "chunks"
         assert "usage_absent" in lv["flags"]
-    # Sequential: no aggregate gain from concurrency, and requests wait in the queue.
-    assert c4["output_throughput_tps"] < 1.25 * c1["output_throughput_tps"]
+    # Sequential: concurrent agents together never get more than one stream's generation rate (1 / TPOT at
+    # concurrency 1); queueing may hide the per-request overhead, which is pipelining, not batching. And
+    # requests wait in the queue.
+    assert c4["output_throughput_tps"] < 1.1 * c1["decode_tps"]
     assert c4["ttft_ms"]["p50"] > 2 * c1["ttft_ms"]["p50"]
     assert "slots_exceeded" in c4["flags"]
     assert doc["manifest"]["engine"] == "llama-cpp-python"
