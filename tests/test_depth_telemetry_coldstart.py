@@ -216,13 +216,16 @@ def _free_port() -> int:
 def test_coldstart_times_real_boots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     port = _free_port()
     out = tmp_path / "c.json"
-    assert main(["coldstart", "--cmd", f"{sys.executable} -m tokenbench.emitter --port {{port}}",
+    # the emitter ignores unknown options after --: a secret on the server's command line must not be stored
+    assert main(["coldstart", "--cmd", f"{sys.executable} -m tokenbench.emitter --port {{port}} --api-key sk-srv",
                  "--url", f"http://127.0.0.1:{port}/v1", "--repeat", "2", "--json", str(out),
                  "--db", str(tmp_path / "c.db")]) == 0
     text = capsys.readouterr().out
     assert "1 (cold)" in text and "first boot" in text
     doc = json.loads(out.read_text())
     assert len(doc["boots"]) == 2
+    assert "sk-srv" not in out.read_text() and "--api-key ***" in doc["server_command"]
+    assert all(b"sk-srv" not in f.read_bytes() for f in tmp_path.glob("c.db*"))
     for b in doc["boots"]:
         assert 0 < b["healthy_s"] <= b["first_token_s"] < 60 and b["model"] == "emitter"
 

@@ -311,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--burst", action="store_true", help="write all token chunks at once")
     ap.add_argument("--exit-after", type=int, help="exit after serving this many requests (a dying server)")
+    ap.add_argument("--api-key", help="accepted and ignored (as a real server's would be checked)")
     a = ap.parse_args(argv)
     em = Emitter(EmitterConfig(ttft_s=a.ttft, itl_s=a.itl, tokens_per_chunk=a.tokens_per_chunk,
                                burst=a.burst, exit_after=a.exit_after))

@@ -7,6 +7,7 @@ import asyncio
 import datetime as dt
 import random
 import secrets
+import shlex
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -205,18 +206,25 @@ async def _pick_tokenizer(
     )
 
 
+#: Options whose value is a secret, in tokenbench's own command line and in the server commands it records.
+SECRET_OPTIONS = ("--api-key", "--api_key", "--hf-token", "--token")
+
+
 def redact_command(argv: list[str]) -> str:
+    """A command line as it may be stored: the values of secret options replaced by ***."""
     out: list[str] = []
     hide = False
     for a in argv:
         if hide:
             out.append("***")
             hide = False
-        elif a == "--api-key":
+        elif a in SECRET_OPTIONS:
             out.append(a)
             hide = True
-        elif a.startswith("--api-key="):
-            out.append("--api-key=***")
+        elif a.startswith(tuple(f"{o}=" for o in SECRET_OPTIONS)):
+            out.append(a.split("=", 1)[0] + "=***")
+        elif " " in a and any(o in a for o in SECRET_OPTIONS):  # a quoted command line, e.g. coldstart --cmd
+            out.append(shlex.quote(redact_command(shlex.split(a))))
         else:
             out.append(a)
     return " ".join(out)

@@ -5,6 +5,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import socket
 from pathlib import Path
 from rich.console import Console
@@ -349,7 +350,7 @@ def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> i
         later = [b.healthy_s for b in boots[1:]]
         console.print(f"first boot {boots[0].healthy_s:.2f} s to healthy; later boots {min(later):.2f}..{max(later):.2f} s "
                       "(cached weights and compiled kernels)", markup=False)
-    manifest = {"command": redact_command(["tokenbench", *argv]), "server_command": cmd, "endpoint": base,
+    manifest = {"command": redact_command(["tokenbench", *argv]), "server_command": redact_command(shlex.split(cmd)), "endpoint": base,
                 "model": boots[0].model, "boots": [b.to_dict() for b in boots], "label": a.label}
     rid = new_run_id()
     Store(a.db).save_run(rid, "coldstart", a.label, manifest, "measured", [], __version__, now_iso(), now_iso())
