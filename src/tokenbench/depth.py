@@ -26,7 +26,7 @@ from .errors import EndpointError, UsageError
 from .metrics import NS_PER_S, LevelSummary
 from .records import RequestRecord
 from .servers import discover, output_length_fields, root_url
-from .telemetry import MetricsSampler, kept
+from .telemetry import LevelTelemetry
 from .store import Store
 from .sweep import LevelOutcome, RunResult, SweepConfig, _guard, _pick_tokenizer, new_run_id, now_iso
 from .loadgen import Level
@@ -203,19 +203,25 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
                 snap = await _guard(SweepConfig(url=cfg.url, guard=cfg.guard, guard_config=cfg.guard_config,
                                                 target_pids=cfg.target_pids), f"before depth {d}")
                 steps = []
-                sampler = MetricsSampler(session, root_url(cfg.url), 0.5) if cfg.metrics else None
-                if sampler:
-                    sampler.start()
-                for r in range(cfg.repetitions):
-                    steps.append(await run_step(client, builder, d, cfg.pp, cfg.tg, r, info.engine, eos, 1000 * i + 10 * r))
+                tele = LevelTelemetry(session, root_url(cfg.url), 0.5) if cfg.metrics else None
+                if tele:
+                    tele.start()
+                try:
+                    for r in range(cfg.repetitions):
+                        steps.append(await run_step(client, builder, d, cfg.pp, cfg.tg, r, info.engine, eos,
+                                                    1000 * i + 10 * r))
+                finally:
+                    if tele:
+                        await tele.stop()
                 lp, lt = summarize_depth(d, cfg.pp, cfg.tg, steps)
                 lp.guard = lt.guard = snap
                 if snap is not None and not snap["clean"]:
                     lp.flags.append("dirty_bench")
-                if sampler:
-                    lp.telemetry = lt.telemetry = await sampler.stop()
-                    if sampler.samples:
-                        store.save_telemetry(run_id, 2 * i, 0, [(int(t * 1e9), kept(v)) for t, v in sampler.samples])
+                if tele:
+                    tg_tokens = sum(s.tg_tokens + 1 for s in steps)
+                    lp.telemetry = lt.telemetry = tele.summary(tg_tokens, sum(s.tg_s for s in steps))
+                    if tele.series():
+                        store.save_telemetry(run_id, 2 * i, 0, tele.series())
                 recs = [rec for s in steps for rec in s.records]
                 now = now_iso()
                 store.save_level(run_id, 2 * i, 0, lp, recs, status="complete", started=now, finished=now, window=(0, 0))

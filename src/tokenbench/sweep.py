@@ -23,6 +23,7 @@ from .records import RequestRecord
 from .servers import (ONE_TOKEN_PER_CHUNK, ServerInfo, ServerTokenizer, discover, output_length_fields, root_url,
                       slot_warnings)
 from .store import Store
+from .telemetry import LevelTelemetry
 from .workload import LocalTokenizer, PromptBuilder, Tokenizer, Workload
 
 CONNECTION_ERRORS = {"connection", "disconnected", "stream_broken"}
@@ -429,15 +430,11 @@ async def _run_level(
             await run_phase(client, prompts, level, "warmup", requests=n_warm, duration_s=None, seed=seed, sink=records)
         rep.level_start(desc, n_req, cfg.duration_s)
         watch.start()
-        sampler = power = None
+        tele = None
         if cfg.metrics_interval_s:
-            from .telemetry import MetricsSampler, PowerSampler
-
-            sampler = MetricsSampler(client.session, root_url(cfg.url), cfg.metrics_interval_s,
-                                     {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {})
-            sampler.start()
-            power = PowerSampler()
-            power.start()
+            tele = LevelTelemetry(client.session, root_url(cfg.url), cfg.metrics_interval_s,
+                                  {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {})
+            tele.start()
         try:
             res = await run_phase(
                 client, prompts, level, "measured", requests=n_req, duration_s=cfg.duration_s,
@@ -445,8 +442,8 @@ async def _run_level(
             )
         finally:
             await watch.stop()
-            if sampler is not None:
-                telemetry = await sampler.stop()
+            if tele is not None:
+                await tele.stop()
         window = (res.start_ns, res.end_ns)
     except asyncio.CancelledError:
         status = "interrupted"
@@ -463,13 +460,10 @@ async def _run_level(
     )
     summary.client = watch.report()
     summary.guard = snap
-    if sampler is not None and power is not None:
-        from .telemetry import kept
-
-        telemetry.update(await power.stop(summary.total_output_tokens, summary.duration_s))
-        summary.telemetry = telemetry
-        if sampler.samples:
-            store.save_telemetry(run_id, idx, repetition, [(int(t * 1e9), kept(v)) for t, v in sampler.samples])
+    if tele is not None:
+        summary.telemetry = tele.summary(summary.total_output_tokens, summary.duration_s)
+        if tele.series():
+            store.save_telemetry(run_id, idx, repetition, tele.series())
     if snap is not None and not snap["clean"]:
         summary.flags.append("dirty_bench")
         bad = ", ".join(c["name"] for c in snap["checks"] if c["status"] == "fail")

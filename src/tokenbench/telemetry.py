@@ -179,8 +179,11 @@ class PowerSampler:
         if self.available:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
-    async def stop(self, output_tokens: int, seconds: float) -> dict[str, Any]:
+    async def stop(self) -> None:
         await cancel_and_wait(self._task)
+        self._task = None
+
+    def summary(self, output_tokens: int, seconds: float) -> dict[str, Any]:
         if not self.available or not self.watts:
             return {"gpu_power": "not available"}
         mean_w = sum(self.watts) / len(self.watts)
@@ -189,3 +192,31 @@ class PowerSampler:
             out["j_per_output_token"] = self.joules / output_tokens
             out["output_tokens_per_watt"] = (output_tokens / seconds) / mean_w if seconds and mean_w else None
         return out
+
+
+class LevelTelemetry:
+    """Everything sampled while one level runs: the server's /metrics and, where present, GPU power.
+    ``stop()`` always stops both (also on Ctrl-C); ``summary()`` then combines them with the level's tokens."""
+
+    def __init__(self, session: aiohttp.ClientSession, root: str, interval_s: float,
+                 headers: dict[str, str] | None = None) -> None:
+        self.metrics = MetricsSampler(session, root, interval_s, headers or {})
+        self.power = PowerSampler()
+        self.metrics_summary: dict[str, Any] = {}
+
+    def start(self) -> None:
+        self.metrics.start()
+        self.power.start()
+
+    async def stop(self) -> None:
+        try:
+            self.metrics_summary = await self.metrics.stop()
+        finally:
+            await self.power.stop()
+
+    def summary(self, output_tokens: int, seconds: float) -> dict[str, Any]:
+        return {**self.metrics_summary, **self.power.summary(output_tokens, seconds)}
+
+    def series(self) -> list[tuple[int, dict[str, float]]]:
+        """The samples worth storing, as (perf_counter_ns, {name: value})."""
+        return [(int(t * 1e9), kept(v)) for t, v in self.metrics.samples]
