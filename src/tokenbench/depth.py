@@ -28,7 +28,7 @@ from .records import RequestRecord
 from .servers import discover, output_length_fields, root_url
 from .telemetry import LevelTelemetry
 from .store import Store
-from .sweep import LevelOutcome, RunResult, SweepConfig, _guard, _pick_tokenizer, new_run_id, now_iso
+from .sweep import LevelOutcome, RunResult, guard_snapshot, new_run_id, now_iso, pick_tokenizer
 from .loadgen import Level
 from .workload import PromptBuilder
 
@@ -175,8 +175,7 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
             raise EndpointError(f"{cfg.url} lists no models: pass --model")
         if info.models and model not in info.models and info.engine != "transformers":
             raise EndpointError(f"model '{model}' is not served at {cfg.url}; served: {', '.join(info.models[:10])}")
-        scfg = SweepConfig(url=cfg.url, model=model, tokenizer=cfg.tokenizer, api_key=cfg.api_key)
-        tokenizer, counter = await _pick_tokenizer(scfg, session, info, model)
+        tokenizer, counter = await pick_tokenizer(cfg.tokenizer, cfg.api_key, session, info, model)
         if info.slot_ctx and max(cfg.depths) + cfg.pp + cfg.tg > info.slot_ctx:
             raise UsageError(f"depth {max(cfg.depths)} + pp {cfg.pp} + tg {cfg.tg} exceeds the server's "
                              f"{info.slot_ctx}-token slot context: lower --depths or raise the server's -c")
@@ -200,8 +199,7 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
         outcomes = []
         try:
             for i, d in enumerate(cfg.depths):
-                snap = await _guard(SweepConfig(url=cfg.url, guard=cfg.guard, guard_config=cfg.guard_config,
-                                                target_pids=cfg.target_pids), f"before depth {d}")
+                snap = await guard_snapshot(cfg.guard, cfg.guard_config, cfg.target_pids, f"before depth {d}")
                 steps = []
                 tele = LevelTelemetry(session, root_url(cfg.url), 0.5) if cfg.metrics else None
                 if tele:

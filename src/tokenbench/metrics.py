@@ -24,8 +24,6 @@ NS_PER_S = 1_000_000_000
 
 #: A p99 over fewer samples than this is an extrapolation from very few tail points.
 P99_MIN_SAMPLES = 100
-#: Outputs shorter than this share of what was asked are "short" (the server stopped early).
-OUTPUT_SHORT_RATIO = 1.0
 #: A prompt the server counted this much shorter than we built it was truncated (Ollama past num_ctx).
 #: Servers add a BOS token or a chat template, which only makes the count larger, so any real
 #: shortfall beyond a couple of tokens of tokenizer disagreement is truncation.

@@ -30,7 +30,7 @@ def _ms(v: float | None) -> str:
     return f"{v:.1f} ms"
 
 
-def level_key(s: LevelSummary) -> str:
+def level_label(s: LevelSummary) -> str:
     if s.rate is not None:
         return f"{s.rate:g}/s"
     return str(s.concurrency)
@@ -59,7 +59,7 @@ def sweep_rows(levels: list[LevelSummary], currency: str = "USD") -> tuple[list[
             p99 += "*"
         rows.append(
             [
-                level_key(s),
+                level_label(s),
                 _num(s.output_throughput_tps),
                 _num(s.per_agent_tps),
                 _ms(s.ttft_ms.p50),
@@ -92,10 +92,10 @@ def notes(levels: list[LevelSummary]) -> list[str]:
     by_text: dict[str, list[str]] = {}
     for s in levels:
         for w in s.warnings:
-            by_text.setdefault(w, []).append(level_key(s))
+            by_text.setdefault(w, []).append(level_label(s))
         if s.errors:
             kinds = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items()))
-            by_text.setdefault(f"failed requests: {kinds}", []).append(level_key(s))
+            by_text.setdefault(f"failed requests: {kinds}", []).append(level_label(s))
     out += [f"[{','.join(keys)}] {text}" for text, keys in by_text.items()]
     for s in levels:
         t = s.telemetry or {}
@@ -113,7 +113,7 @@ def notes(levels: list[LevelSummary]) -> list[str]:
         if t.get("j_per_output_token") is not None:
             parts.append(f"{t['j_per_output_token']:.2f} J/token, {t.get('output_tokens_per_watt') or 0:.2f} tok/s per W")
         if parts:
-            out.append(f"[{level_key(s)}] server: " + ", ".join(parts))
+            out.append(f"[{level_label(s)}] server: " + ", ".join(parts))
     return out
 
 

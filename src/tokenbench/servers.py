@@ -25,8 +25,6 @@ from .errors import EndpointError
 #: while re-tokenizing the generated text is not (text does not always re-tokenize to the same tokens).
 ONE_TOKEN_PER_CHUNK = frozenset({"llama-cpp-python"})
 
-KNOWN_ENGINES = ("vllm", "sglang", "llama.cpp", "llama-cpp-python", "transformers", "ollama", "openai")
-
 
 @dataclass(slots=True)
 class ServerInfo:

@@ -183,14 +183,16 @@ class _Prompts:
         return self.pool.pop(0)
 
 
-async def _pick_tokenizer(
-    cfg: SweepConfig, session: aiohttp.ClientSession, info: ServerInfo, model: str
+async def pick_tokenizer(
+    path: str | None, api_key: str | None, session: aiohttp.ClientSession, info: ServerInfo, model: str
 ) -> tuple[Tokenizer, LocalTokenizer | None]:
-    if cfg.tokenizer:
-        t = LocalTokenizer(cfg.tokenizer)
+    """The served model's tokenizer: ``path`` if given, else the server's own endpoint, else a local one by the
+    model's name. Also returns the local one, if any, for counting tokens."""
+    if path:
+        t = LocalTokenizer(path)
         return t, t
     if info.tokenize_path:
-        st = ServerTokenizer(session, info, model, cfg.api_key)
+        st = ServerTokenizer(session, info, model, api_key)
         try:
             if await st.encode("hello world"):
                 return st, None
@@ -267,7 +269,7 @@ async def run_sweep(
             raise EndpointError(
                 f"model '{model}' is not served at {cfg.url}; served: {', '.join(info.models[:10])}: pass one with --model"
             )
-        tokenizer, counter = await _pick_tokenizer(cfg, session, info, model)
+        tokenizer, counter = await pick_tokenizer(cfg.tokenizer, cfg.api_key, session, info, model)
         eos = getattr(tokenizer, "eos_token_id", None)
         extras: dict[str, Any] = {}
         if cfg.fixed_output:
@@ -315,7 +317,7 @@ async def run_sweep(
             "machine": machine.snapshot(),
         }
         manifest["guard"] = cfg.guard
-        first = await _guard(cfg, "before the run")  # strict: refuse before anything is stored
+        first = await guard_snapshot(cfg.guard, cfg.guard_config, cfg.target_pids, "before the run")  # strict: refuse before anything is stored
         manifest["guard_before_run"] = first
         store.create_run(run_id, "sweep", cfg.label, manifest["started"], __version__, manifest)
         prompts = _Prompts(builder, workload, {})
@@ -388,15 +390,15 @@ def _combine(reps: list[LevelSummary]) -> LevelSummary:
     return base
 
 
-async def _guard(cfg: SweepConfig, where: str) -> dict[str, Any] | None:
-    """The guard's snapshot, or None with --guard off. Strict mode refuses a dirty bench."""
-    if cfg.guard == "off":
+async def guard_snapshot(mode: str, config: Any, target_pids: set[int], where: str) -> dict[str, Any] | None:
+    """The guard's snapshot, or None with mode "off". Strict mode refuses a dirty bench."""
+    if mode == "off":
         return None
     from . import guard
 
-    env = guard.GuardEnv(config=cfg.guard_config or guard.load_config(), target_pids=cfg.target_pids)
+    env = guard.GuardEnv(config=config or guard.load_config(), target_pids=target_pids)
     snap = await asyncio.to_thread(guard.snapshot, env)
-    if cfg.guard == "strict" and not snap["clean"]:
+    if mode == "strict" and not snap["clean"]:
         raise guard.GuardFailed(guard.refuse_message(snap, where))
     return snap
 
@@ -416,7 +418,7 @@ async def _run_level(
 ) -> tuple[LevelSummary, str]:
     n_warm = cfg.warmup if cfg.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
     n_req = cfg.requests
-    snap = await _guard(cfg, f"before level {level.describe()}")
+    snap = await guard_snapshot(cfg.guard, cfg.guard_config, cfg.target_pids, f"before level {level.describe()}")
     await prompts.prepare(n_warm + (n_req or max(8, 2 * (level.concurrency or 4))))
     started = now_iso()
     records: list[RequestRecord] = []

@@ -99,7 +99,6 @@ class MetricsSampler:
     interval_s: float = 1.0
     headers: dict[str, str] = field(default_factory=dict)
     samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
-    raw: list[tuple[int, str]] = field(default_factory=list)
     available: bool | None = None
     _task: asyncio.Task[None] | None = None
 
@@ -122,7 +121,6 @@ class MetricsSampler:
         self.available = True
         now = time.perf_counter_ns()
         self.samples.append((now / 1e9, parsed))
-        self.raw.append((now, text))
 
     async def _loop(self) -> None:
         while True:

@@ -31,7 +31,6 @@ class RichReporter:
         self.enabled = enabled
         self.progress: Progress | None = None
         self.task: Any = None
-        self.run_id: str | None = None
 
     def level_start(self, description: str, total: int | None, duration_s: float | None) -> None:
         if not self.enabled:

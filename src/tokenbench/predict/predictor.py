@@ -209,7 +209,6 @@ def faster_box_check(results: list[RowResult], min_ratio: float = 1.5) -> dict[s
                     continue
                 if any(f.startswith(("likely software", "cannot")) for f in a.flags + b.flags):
                     continue
-                lower_better = a.row.unit == "ms"
                 meas = a.row.value / b.row.value
                 if max(meas, 1 / meas) < min_ratio:
                     continue
@@ -219,7 +218,6 @@ def faster_box_check(results: list[RowResult], min_ratio: float = 1.5) -> dict[s
                     right += 1
                 else:
                     wrong.append(f"{a.row.model} {a.row.metric} {a.row.hardware} vs {b.row.hardware}")
-                _ = lower_better
     return {"pairs": pairs, "right": right, "wrong": wrong}
 
 
