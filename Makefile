@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The CPU build of torch first: an unpinned torch, pulled in by transformers, brings gigabytes of CUDA.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo demo-llamacpp test test-fast lint bench clean
+.PHONY: demo demo-vllm demo-llama-server engines engine-vllm engine-llama-server test test-fast lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -14,20 +14,39 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[engine,report,test]"
 	touch $@
 
+# llama-cpp-python compiles llama.cpp while it installs (about 6 minutes on 2 cores, then cached by pip).
+$(VENV)/.installed-llama-cpp-python: $(VENV)/.installed
+	@echo "pip install llama-cpp-python: compiles llama.cpp, about 6 minutes the first time ..."
+	$(BIN)/pip install -q -e ".[llama-cpp-python]"
+	touch $@
+
 ## make demo: sweep the embedded engine (Transformers continuous batching) and print the table
 demo: $(VENV)/.installed
 	$(BIN)/tokenbench sweep
 
-demo-llamacpp: $(VENV)/.installed
-	$(BIN)/tokenbench sweep --engine llamacpp
+demo-vllm: $(VENV)/.installed
+	$(BIN)/tokenbench sweep --engine vllm
 
-## make test: pyflakes, then every test, the end-to-end ones against both real engines included
-test: lint
+demo-llama-server: $(VENV)/.installed
+	$(BIN)/tokenbench sweep --engine llama-server
+
+## make engines: build llama.cpp's tools and vLLM's environment into the user cache (once; ~15 minutes)
+engines: engine-llama-server engine-vllm
+
+engine-llama-server: $(VENV)/.installed
+	$(BIN)/tokenbench engines build llama-server
+
+engine-vllm: $(VENV)/.installed
+	$(BIN)/tokenbench engines build vllm
+
+## make test: pyflakes, then every test: the real engines and the cross-checks against the reference tools included
+test: lint engines $(VENV)/.installed-llama-cpp-python
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.installed
 	$(BIN)/python -m pyflakes src tests benchmarks
 
+## make test-fast: every test that needs no engine (about a minute)
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -m "not engine"
 

@@ -23,6 +23,22 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(env) if env else tmp_path_factory.mktemp("tokenbench-cache")
 
 
+#: Set by CI (.ci/run): a real engine that is not built fails its tests instead of skipping them.
+REQUIRE_ENV = "TOKENBENCH_REQUIRE_ENGINES"
+
+
+def need_engine(name: str) -> None:
+    """Skip (or, under CI, fail) unless the embedded engine ``name`` is ready on this machine."""
+    from tokenbench.engines import status
+
+    if status.status(name).ready:
+        return
+    why = f"the {name} engine is not ready here: run `tokenbench engines build {name}` (or make engines)"
+    if os.environ.get(REQUIRE_ENV):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
 @pytest.fixture
 def emitter() -> Iterator[BackgroundEmitter]:
     with BackgroundEmitter(EmitterConfig()) as em:

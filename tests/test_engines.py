@@ -15,7 +15,6 @@ from tokenbench.store import Store
 pytestmark = pytest.mark.engine
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 
 
@@ -52,8 +51,9 @@ def test_transformers_continuous_batching_scales(tmp_path: Path, capsys: pytest.
     assert run.status == "complete" and run.label == "embedded-transformers"
 
 
-def test_llamacpp_serves_one_stream_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    doc = sweep(tmp_path, "llamacpp", "1,4", 8, capsys)
+def test_llama_cpp_python_serves_one_stream_at_a_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("llama_cpp")
+    doc = sweep(tmp_path, "llama-cpp-python", "1,4", 8, capsys)
     c1, c4 = doc["levels"]
     for lv in (c1, c4):
         assert lv["completed"] == 8 and lv["failed"] == 0
@@ -66,17 +66,21 @@ def test_llamacpp_serves_one_stream_at_a_time(tmp_path: Path, capsys: pytest.Cap
     assert c4["ttft_ms"]["p50"] > 2 * c1["ttft_ms"]["p50"]
     assert "slots_exceeded" in c4["flags"]
     assert doc["manifest"]["engine"] == "llama-cpp-python"
+    assert doc["manifest"]["server"]["batches"] is False
 
 
 def test_gguf_holds_the_same_weights(model_cache: Path) -> None:
-    """Greedy decoding of the same prompts agrees between the HF weights and the GGUF written from them."""
-    from tokenbench.engines import launch, tiny
+    """Greedy decoding of the same prompts agrees between the HF weights (Transformers serve) and the GGUF
+    written from them (llama.cpp's own llama-server): the same model on every engine."""
+    from tokenbench.engines import launch, status, tiny
 
+    if not status.status("llama-server").ready:
+        pytest.skip("llama-server is not built: tokenbench engines build llama-server")
     model = tiny.ensure()
     prompts = ["the number of people", "memory kernel server token", "silver river", "a b c", "garden bridge",
                "every found still", "water long little very", "kernel cache batch"]
     outs: dict[str, list[str]] = {}
-    for engine in ("transformers", "llamacpp"):
+    for engine in ("transformers", "llama-server"):
         with launch.start(engine, model) as r:
             outs[engine] = []
             for p in prompts:
@@ -85,7 +89,7 @@ def test_gguf_holds_the_same_weights(model_cache: Path) -> None:
                                              headers={"Content-Type": "application/json"})
                 with urllib.request.urlopen(req, timeout=60) as f:
                     outs[engine].append(json.loads(f.read())["choices"][0]["text"])
-    same = sum(a == b for a, b in zip(outs["transformers"], outs["llamacpp"]))
+    same = sum(a == b for a, b in zip(outs["transformers"], outs["llama-server"]))
     # Random weights leave near-ties where float rounding may pick another token; a wrong tensor layout
     # (e.g. RoPE rows not permuted) would agree on almost none.
     assert same >= 6, outs

@@ -9,10 +9,15 @@ A server that cannot keep the context warm (no prefix cache: vLLM without --enab
 reused by another client) re-processes the depth in step 2; that is detected (the pp step takes nearly as long
 as the fill) and said, instead of publishing a prefill rate that includes the depth. llama.cpp's ``timings``
 are used when the server sends them and cross-checked against the client's clock.
+
+Impossible numbers are not published as measurements: a rate whose spread is over half its mean is flagged
+``unstable`` with its repetitions shown, a tg faster than the server's own timings allow is withheld
+(``exceeds_server_timings``), and depths that do not fit the server's slot context are kept as ``skipped``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import statistics
 from dataclasses import dataclass, field
@@ -25,7 +30,8 @@ from .client import PreparedRequest, StreamClient
 from .errors import EndpointError, UsageError
 from .metrics import NS_PER_S, LevelSummary
 from .records import RequestRecord
-from .servers import discover, output_length_fields, root_url
+from .adapters import Adapter
+from .servers import check_model, discover, root_url
 from .telemetry import LevelTelemetry
 from .store import Store
 from .sweep import LevelOutcome, RunResult, guard_snapshot, new_run_id, now_iso, pick_tokenizer
@@ -37,6 +43,11 @@ from .workload import PromptBuilder
 COLD_SHARE = 0.5
 #: Server timings and the client's clock may disagree by this much before it is flagged.
 TIMINGS_TOLERANCE = 0.25
+#: A rate whose standard deviation is above this share of its mean is no measurement (the issue's rule;
+#: pyperf warns at 10%, llama-bench prints whatever it got).
+UNSTABLE_SD_SHARE = 0.5
+#: The client's tg may read a little above the server's (it cannot see the server's first step), never more.
+SERVER_TG_MARGIN = 0.10
 
 
 @dataclass(slots=True)
@@ -55,6 +66,7 @@ class DepthConfig:
     command: str = ""
     embedded: dict[str, Any] | None = None
     metrics: bool = True  # sample the server's /metrics during each depth
+    metrics_interval_s: float = 5.0  # as for sweeps: a sample costs the server a page
     guard: str = "warn"  # strict | warn | off, as for sweeps
     guard_config: Any = None
     target_pids: set[int] = field(default_factory=set)
@@ -73,10 +85,9 @@ class Step:
     records: list[RequestRecord] = field(default_factory=list)
 
 
-def _extras(engine: str | None, tg: int, eos: int | None) -> dict[str, Any]:
-    out = output_length_fields(engine, tg, eos, "completions")
-    if engine == "llama.cpp":
-        out["cache_prompt"] = True  # the point here is a warm cache
+def _extras(adapter: Adapter, tg: int, eos: int | None) -> dict[str, Any]:
+    out = adapter.output_length_fields(tg, eos, "completions")
+    out.update(adapter.warm_context_fields())  # the point here is a warm cache
     return out
 
 
@@ -94,14 +105,14 @@ def _t(rec: RequestRecord) -> float:
 
 
 async def run_step(client: StreamClient, builder: PromptBuilder, depth: int, pp: int, tg: int, rep: int,
-                   engine: str | None, eos: int | None, idx: int) -> Step:
+                   adapter: Adapter, eos: int | None, idx: int) -> Step:
     rng = random.Random(f"{builder.seed}/{builder.run_tag}/depth/{depth}/{rep}")
     context, _ = await builder.exact("", depth, rng) if depth else ("", 0)
     new, _ = await builder.exact("", pp, rng)
     prompt_pp = (context + " " + new) if context else new
     fill_s = None
     records = []
-    one = {k: v for k, v in _extras(engine, 1, eos).items() if k not in ("min_tokens",)}
+    one = {k: v for k, v in _extras(adapter, 1, eos).items() if k not in ("min_tokens",)}
     if depth:
         r = await _send(client, context, 1, depth, one, idx, "warmup")
         fill_s = _t(r)
@@ -110,18 +121,15 @@ async def run_step(client: StreamClient, builder: PromptBuilder, depth: int, pp:
     records.append(r_pp)
     # tg on top of the same d tokens: the context is cached (a prefix of the last prompt)
     tg_prompt = context if context else new[: max(1, len(new) // 64)]
-    r_tg = await _send(client, tg_prompt, tg, depth, _extras(engine, tg, eos), idx + 2, "measured")
+    r_tg = await _send(client, tg_prompt, tg, depth, _extras(adapter, tg, eos), idx + 2, "measured")
     records.append(r_tg)
     tg_tokens = r_tg.output_tokens or 0
     tg_s = ((r_tg.end_ns or 0) - (r_tg.first_token_ns or 0)) / NS_PER_S
     step = Step(fill_s, _t(r_pp), pp, tg_s, max(tg_tokens - 1, 0), records=records)
-    t = r_pp.server_timings or {}
-    if t.get("prompt_ms") and t.get("prompt_n"):
-        step.server_pp_tps = t["prompt_n"] / (t["prompt_ms"] / 1000)
-        step.cached_tokens = t.get("cache_n")
-    t = r_tg.server_timings or {}
-    if t.get("predicted_ms") and t.get("predicted_n"):
-        step.server_tg_tps = t["predicted_n"] / (t["predicted_ms"] / 1000)
+    step.server_pp_tps, _ = adapter.server_rates(r_pp.server_timings)
+    cached = (r_pp.server_timings or {}).get("cache_n")
+    step.cached_tokens = cached if isinstance(cached, int) else None
+    _, step.server_tg_tps = adapter.server_rates(r_tg.server_timings)
     return step
 
 
@@ -138,6 +146,16 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[Le
                             completed=len(pp_rates))
     lt = LevelSummary.empty(concurrency=1, test=f"tg{tg}", depth=depth, tg_tps=tg_mean, tg_tps_sd=tg_sd,
                             completed=len(tg_rates), output_tokens_mean=statistics.fmean(s.tg_tokens + 1 for s in steps))
+    lp.client = {"pp_tps_reps": [round(v, 2) for v in pp_rates]}
+    lt.client = {"tg_tps_reps": [round(v, 2) for v in tg_rates]}
+    for lvl, kind, mean, sd, reps in ((lp, "pp", pp_mean, pp_sd, pp_rates), (lt, "tg", tg_mean, tg_sd, tg_rates)):
+        if mean and sd is not None and sd > UNSTABLE_SD_SHARE * mean:
+            lvl.flags.append("unstable")
+            lvl.warnings.append(
+                f"{kind} varies {sd / mean:.0%} of its mean over {len(reps)} repetitions "
+                f"({', '.join(f'{v:,.1f}' for v in reps)} tok/s): not a measurement; quiet the machine, raise "
+                "--repetitions or --tg"
+            )
     fills = [s.fill_s for s in steps if s.fill_s]
     if fills and depth >= 4 * pp:
         cold = [s for s in steps if s.fill_s and s.pp_s > COLD_SHARE * s.fill_s]
@@ -148,8 +166,8 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[Le
                 f"{depth}-token context: the server did not keep it warm, so pp includes the depth's prefill "
                 "(vLLM: --enable-prefix-caching; llama.cpp: one client per slot)"
             )
-    lp.client = {"fill_ms": [round((s.fill_s or 0) * 1000, 2) for s in steps],
-                 "pp_ms": [round(s.pp_s * 1000, 2) for s in steps]}
+    lp.client.update({"fill_ms": [round((s.fill_s or 0) * 1000, 2) for s in steps],
+                      "pp_ms": [round(s.pp_s * 1000, 2) for s in steps]})
     server_pp = [s.server_pp_tps for s in steps if s.server_pp_tps]
     if server_pp and pp_mean:
         lp.client["server_pp_tps"] = statistics.fmean(server_pp)
@@ -159,8 +177,33 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[Le
                                f"client measured {pp_mean:,.0f}: network or queueing time is in the client's figure")
     server_tg = [s.server_tg_tps for s in steps if s.server_tg_tps]
     if server_tg:
-        lt.client["server_tg_tps"] = statistics.fmean(server_tg)
+        ceiling = statistics.fmean(server_tg)
+        lt.client["server_tg_tps"] = ceiling
+        if tg_mean and tg_mean > ceiling * (1 + SERVER_TG_MARGIN):
+            lt.client["tg_tps_client"] = tg_mean
+            lt.tg_tps = lt.tg_tps_sd = None
+            lt.flags.append("exceeds_server_timings")
+            lt.warnings.append(
+                f"the client timed tg at {tg_mean:,.1f} tok/s, faster than the server's own timings allow "
+                f"({ceiling:,.1f} tok/s): chunks were held back and sent together; not published"
+            )
     return lp, lt
+
+
+def skipped_depth(depth: int, pp: int, tg: int, slot_ctx: int) -> tuple[LevelSummary, LevelSummary]:
+    """Levels for a depth that does not fit the server's context: kept, marked, with no numbers."""
+    out = []
+    for test in (f"pp{pp}", f"tg{tg}"):
+        lvl = LevelSummary.empty(concurrency=1, test=test, depth=depth)
+        lvl.flags.append("exceeds_context")
+        lvl.warnings.append(f"depth {depth} + pp {pp} + tg {tg} does not fit the server's {slot_ctx}-token "
+                            "slot context: not run (raise the server's -c, or fewer slots)")
+        out.append(lvl)
+    return out[0], out[1]
+
+
+def _rate(mean: float | None, sd: float | None) -> str:
+    return "not published (see the warnings)" if mean is None else f"{mean:,.1f} ± {sd or 0:.1f} tok/s"
 
 
 async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResult:
@@ -169,19 +212,20 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
     run_id = new_run_id()
     async with aiohttp.ClientSession() as session:
-        info = await discover(session, cfg.url, cfg.api_key)
-        model = cfg.model or (info.models[0] if info.models else None)
-        if model is None:
-            raise EndpointError(f"{cfg.url} lists no models: pass --model")
-        if info.models and model not in info.models and info.engine != "transformers":
-            raise EndpointError(f"model '{model}' is not served at {cfg.url}; served: {', '.join(info.models[:10])}")
+        info = await discover(session, cfg.url, cfg.api_key, model=cfg.model)
+        if info.models_error and note:
+            note(f"warning: {info.models_error}; measuring '{cfg.model}' as given by --model")
+        model = check_model(info, cfg.model, cfg.url)
+        adapter = info.adapter
         tokenizer, counter = await pick_tokenizer(cfg.tokenizer, cfg.api_key, session, info, model)
-        if info.slot_ctx and max(cfg.depths) + cfg.pp + cfg.tg > info.slot_ctx:
-            raise UsageError(f"depth {max(cfg.depths)} + pp {cfg.pp} + tg {cfg.tg} exceeds the server's "
-                             f"{info.slot_ctx}-token slot context: lower --depths or raise the server's -c")
+        fits = [d for d in cfg.depths if not info.slot_ctx or d + cfg.pp + cfg.tg <= info.slot_ctx]
+        if not fits:
+            raise UsageError(f"no depth fits the server's {info.slot_ctx}-token slot context with pp {cfg.pp} and "
+                             f"tg {cfg.tg}: lower --depths or raise the server's -c")
         client = StreamClient(session=session, base_url=cfg.url, model=model, api_key=cfg.api_key,
                               timeout_s=cfg.timeout_s, counter=counter,
-                              one_token_per_chunk=info.engine == "llama-cpp-python")
+                              one_token_per_chunk=adapter.one_token_per_chunk,
+                              fresh_connection=adapter.closes_after_stream)
         builder = PromptBuilder(tokenizer, seed, run_id.rsplit("-", 1)[-1])
         eos = getattr(tokenizer, "eos_token_id", None)
         manifest = {
@@ -192,21 +236,34 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
             "workload": {"depths": cfg.depths, "pp": cfg.pp, "tg": cfg.tg, "repetitions": cfg.repetitions},
             "machine": machine.snapshot(),
         }
+        # strict: refuse before anything runs or is stored
+        first_snap = await guard_snapshot(cfg.guard, cfg.guard_config, cfg.target_pids, f"before depth {fits[0]}")
         store.create_run(run_id, "depth", cfg.label, manifest["started"], __version__, manifest)
         if note:
             note("warm-up: one uncounted pp/tg pass at depth 0")
-        await run_step(client, builder, 0, min(cfg.pp, 64), 4, -1, info.engine, eos, 0)
-        outcomes = []
+        outcomes: list[LevelOutcome] = []
         try:
+            await run_step(client, builder, 0, min(cfg.pp, 64), 4, -1, adapter, eos, 0)
             for i, d in enumerate(cfg.depths):
-                snap = await guard_snapshot(cfg.guard, cfg.guard_config, cfg.target_pids, f"before depth {d}")
+                if d not in fits:
+                    lp, lt = skipped_depth(d, cfg.pp, cfg.tg, info.slot_ctx or 0)
+                    now = now_iso()
+                    for j, lvl in ((2 * i, lp), (2 * i + 1, lt)):
+                        store.save_level(run_id, j, 0, lvl, [], status="skipped", started=now, finished=now,
+                                         window=(0, 0))
+                        outcomes.append(LevelOutcome(j, Level(concurrency=1), lvl, "skipped", [lvl]))
+                    if note:
+                        note(f"depth {d}: skipped, it does not fit the server's {info.slot_ctx}-token context")
+                    continue
+                snap = first_snap if d == fits[0] else await guard_snapshot(
+                    cfg.guard, cfg.guard_config, cfg.target_pids, f"before depth {d}")
                 steps = []
-                tele = LevelTelemetry(session, root_url(cfg.url), 0.5) if cfg.metrics else None
+                tele = LevelTelemetry(session, root_url(cfg.url), cfg.metrics_interval_s) if cfg.metrics else None
                 if tele:
                     tele.start()
                 try:
                     for r in range(cfg.repetitions):
-                        steps.append(await run_step(client, builder, d, cfg.pp, cfg.tg, r, info.engine, eos,
+                        steps.append(await run_step(client, builder, d, cfg.pp, cfg.tg, r, adapter, eos,
                                                     1000 * i + 10 * r))
                 finally:
                     if tele:
@@ -227,13 +284,17 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
                 outcomes += [LevelOutcome(2 * i, Level(concurrency=1), lp, "complete", [lp]),
                              LevelOutcome(2 * i + 1, Level(concurrency=1), lt, "complete", [lt])]
                 if note:
-                    note(f"depth {d}: pp{cfg.pp} {lp.pp_tps or 0:,.1f} ± {lp.pp_tps_sd or 0:.1f} tok/s, "
-                         f"tg{cfg.tg} {lt.tg_tps or 0:,.1f} ± {lt.tg_tps_sd or 0:.1f} tok/s")
+                    note(f"depth {d}: pp{cfg.pp} {_rate(lp.pp_tps, lp.pp_tps_sd)}, tg{cfg.tg} {_rate(lt.tg_tps, lt.tg_tps_sd)}")
         except BaseException as e:
-            store.finish_run(run_id, "partial" if outcomes else "failed", now_iso(), str(e) or type(e).__name__)
+            done = any(o.status == "complete" for o in outcomes)
+            status = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else \
+                ("partial" if done else "failed")
+            store.finish_run(run_id, status, now_iso(), str(e) or type(e).__name__)
             e.run_id = run_id  # type: ignore[attr-defined]
             raise
         manifest["finished"] = now_iso()
         store.update_manifest(run_id, manifest)
-        store.finish_run(run_id, "complete", manifest["finished"])
-        return RunResult(run_id, manifest, outcomes, "complete", kind="depth")
+        status = "complete" if len(fits) == len(cfg.depths) else "partial"
+        error = None if status == "complete" else "some depths do not fit the server's context: see the skipped levels"
+        store.finish_run(run_id, status, manifest["finished"], error)
+        return RunResult(run_id, manifest, outcomes, status, error, kind="depth")

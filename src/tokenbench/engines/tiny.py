@@ -1,5 +1,8 @@
-"""Build (once, cached) a tiny random-weight Llama-style model offline: a Hugging Face directory with a
-byte-level BPE tokenizer trained locally, and a GGUF written from the same weights and tokenizer.
+"""Build (once, cached) random-weight Llama-style models offline: a Hugging Face directory with a byte-level
+BPE tokenizer trained locally, and a GGUF written from the same weights and tokenizer, so every engine serves
+the same model. Two sizes: ``tiny`` (4 layers of width 128, 0.9M parameters: fast tests, where HTTP overhead
+dominates) and ``small`` (12 layers of width 1024, about 140M parameters: decode bound by memory and compute,
+so depth, tg and cross-checks mean something; its GGUF is F16, and ``llama-quantize`` makes Q8_0 from it).
 
 Random weights are enough to measure an engine's speed. Two things are set on purpose. The row of the
 output projection for the end-of-sequence token is zero, so its logit is always 0 while the best of the
@@ -19,6 +22,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
@@ -28,7 +32,9 @@ from ..workload import word_list
 #: Bump when the build changes, so caches built by an older tokenbench are rebuilt.
 BUILD_VERSION = "tiny-llama-v2"
 CACHE_ENV = "TOKENBENCH_CACHE"
+TOOLS_ENV = "TOKENBENCH_TOOLS"
 MODEL_NAME = "tokenbench-tiny-llama"
+SIZES = ("tiny", "small")
 
 CONFIG = {
     "vocab_size": 0,  # set from the trained tokenizer
@@ -42,6 +48,9 @@ CONFIG = {
     "rms_norm_eps": 1e-5,
     "rope_theta": 10000.0,
 }
+#: ~140M parameters: 12 layers x (2.6M attention + 8.7M MLP) + 2M embeddings.
+SMALL_CONFIG = dict(CONFIG, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+                    num_attention_heads=16, num_key_value_heads=4, head_dim=64)
 VOCAB_TARGET = 1024
 SPECIAL = ["<s>", "</s>"]
 CHAT_TEMPLATE = (
@@ -56,6 +65,25 @@ class TinyModel:
     gguf_path: Path
     eos_token_id: int
     name: str = MODEL_NAME
+    size: str = "tiny"
+
+    def gguf(self, qtype: str | None = None) -> Path:
+        """The GGUF as written (F32 tiny, F16 small), or quantized with llama-quantize (cached beside it)."""
+        if qtype is None or qtype.upper() in ("F32", "F16") and qtype.upper() in self.gguf_path.name.upper():
+            return self.gguf_path
+        from .llamacpp_build import quantize
+
+        dest = self.gguf_path.with_name(f"{self.name}-{qtype.lower()}.gguf")
+        return quantize(self.gguf_path, dest, qtype.upper())
+
+
+def _spec(size: str) -> tuple[dict[str, Any], str, str, str]:
+    """(config, build directory, model name, GGUF type) of a size."""
+    if size == "tiny":
+        return CONFIG, BUILD_VERSION, MODEL_NAME, "f32"
+    if size == "small":
+        return SMALL_CONFIG, "small-llama-v1", "tokenbench-small-llama", "f16"
+    raise EngineError(f"unknown model size '{size}': use one of {', '.join(SIZES)}")
 
     @property
     def tokenizer_json(self) -> Path:
@@ -63,7 +91,15 @@ class TinyModel:
 
 
 def cache_dir() -> Path:
+    """Models and logs: ``$TOKENBENCH_CACHE``, else the user cache directory."""
     env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path(platformdirs.user_cache_dir("tokenbench"))
+
+
+def tools_dir() -> Path:
+    """Built engines (llama.cpp's tools, vLLM's environment), slow to make and shared by every model cache:
+    ``$TOKENBENCH_TOOLS``, else the user cache directory."""
+    env = os.environ.get(TOOLS_ENV)
     return Path(env) if env else Path(platformdirs.user_cache_dir("tokenbench"))
 
 
@@ -124,7 +160,8 @@ def _permute_for_gguf(w, n_head: int):  # type: ignore[no-untyped-def]
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _write_gguf(hf_dir: Path, tok: object, state: dict, cfg: dict, path: Path) -> None:  # type: ignore[type-arg]
+def _write_gguf(hf_dir: Path, tok: object, state: dict, cfg: dict, path: Path, name: str,  # type: ignore[type-arg]
+                ftype: str) -> None:
     import gguf
     import numpy as np
 
@@ -135,7 +172,7 @@ def _write_gguf(hf_dir: Path, tok: object, state: dict, cfg: dict, path: Path) -
     types = [gguf.TokenType.CONTROL if t in SPECIAL else gguf.TokenType.NORMAL for t in tokens]
 
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name(MODEL_NAME)
+    w.add_name(name)
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
@@ -148,7 +185,7 @@ def _write_gguf(hf_dir: Path, tok: object, state: dict, cfg: dict, path: Path) -
     w.add_rope_freq_base(cfg["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_vocab_size(len(tokens))
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if ftype == "f16" else gguf.LlamaFileType.ALL_F32)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
@@ -160,7 +197,9 @@ def _write_gguf(hf_dir: Path, tok: object, state: dict, cfg: dict, path: Path) -
     w.add_chat_template(CHAT_TEMPLATE)
 
     def t(name: str):  # type: ignore[no-untyped-def]
-        return state[name].float().numpy().astype(np.float32)
+        a = state[name].float().numpy().astype(np.float32)
+        # F16 for matrices (as convert_hf_to_gguf writes --outtype f16); norms stay F32
+        return a.astype(np.float16) if ftype == "f16" and a.ndim == 2 else a
 
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     w.add_tensor("token_embd.weight", t("model.embed_tokens.weight"))
@@ -183,8 +222,9 @@ def _write_gguf(hf_dir: Path, tok: object, state: dict, cfg: dict, path: Path) -
     w.close()
 
 
-def build(dest: Path) -> TinyModel:
-    """Build the model into ``dest`` (a new directory)."""
+def build(dest: Path, size: str = "tiny") -> TinyModel:
+    """Build the model of ``size`` into ``dest`` (a new directory)."""
+    base_cfg, _, model_name, ftype = _spec(size)
     try:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -197,7 +237,7 @@ def build(dest: Path) -> TinyModel:
     hf_dir.mkdir(parents=True)
     tok = _train_tokenizer(hf_dir)
     vocab = tok.get_vocab()  # type: ignore[attr-defined]
-    cfg = dict(CONFIG, vocab_size=len(vocab))
+    cfg = dict(base_cfg, vocab_size=len(vocab))
     eos = vocab["</s>"]
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -220,22 +260,24 @@ def build(dest: Path) -> TinyModel:
     model.generation_config.do_sample = False
     model.save_pretrained(hf_dir, safe_serialization=True)
     state = model.state_dict()
-    gguf_path = dest / f"{MODEL_NAME}-f32.gguf"
-    _write_gguf(hf_dir, tok, state, cfg, gguf_path)
-    (dest / "BUILD").write_text(BUILD_VERSION + "\n")
-    return TinyModel(hf_dir=hf_dir, gguf_path=gguf_path, eos_token_id=eos)
+    gguf_path = dest / f"{model_name}-{ftype}.gguf"
+    _write_gguf(hf_dir, tok, state, cfg, gguf_path, model_name, ftype)
+    (dest / "BUILD").write_text(_spec(size)[1] + "\n")
+    return TinyModel(hf_dir=hf_dir, gguf_path=gguf_path, eos_token_id=eos, name=model_name, size=size)
 
 
-def ensure(root: Path | None = None) -> TinyModel:
-    """The cached tiny model, built on first use. Safe against a build killed half way."""
-    base = (root or cache_dir()) / BUILD_VERSION
+def ensure(root: Path | None = None, size: str = "tiny") -> TinyModel:
+    """The cached model of ``size``, built on first use. Safe against a build killed half way."""
+    _, build_dir, name, ftype = _spec(size)
+    base = (root or cache_dir()) / build_dir
     if (base / "BUILD").exists():
         eos = json.loads((base / "hf" / "config.json").read_text())["eos_token_id"]
-        return TinyModel(hf_dir=base / "hf", gguf_path=base / f"{MODEL_NAME}-f32.gguf", eos_token_id=eos)
+        return TinyModel(hf_dir=base / "hf", gguf_path=base / f"{name}-{ftype}.gguf", eos_token_id=eos,
+                         name=name, size=size)
     base.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=base.parent))
     try:
-        build(tmp)
+        build(tmp, size)
         try:
             tmp.rename(base)
         except OSError:
@@ -243,4 +285,4 @@ def ensure(root: Path | None = None) -> TinyModel:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return ensure(root)
+    return ensure(root, size)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
 from ..metrics import LevelSummary
-from . import FieldError, Imported, load_json, need
+from ..wire import WireError, loads
+from . import FieldError, Imported, load_json, need, number
 
 KEYS = ("n_prompt", "n_gen", "avg_ts")
 
@@ -35,19 +35,17 @@ def _records(path: Path, text: str) -> list[dict[str, Any]]:
         for n, line in enumerate(t.splitlines(), 1):
             if line.strip():
                 try:
-                    out.append(json.loads(line))
-                except ValueError as e:
-                    raise UsageError(f"{path}: line {n} is not valid JSON ({e}); nothing was imported") from None
+                    out.append(loads(line, f"line {n}"))
+                except WireError as e:
+                    raise UsageError(f"{path}: {e}; nothing was imported") from None
         return out
     return list(csv.DictReader(io.StringIO(t)))
 
 
-def _num(rec: dict[str, Any], key: str, path: Path, i: int) -> float:
-    v = need(rec, key, path, f"test[{i}]", kind=None)
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        raise FieldError(path, f"test[{i}].{key}", f"expected a number, got {v!r}") from None
+def _num(rec: dict[str, Any], key: str, path: Path, i: int, default: float | None = None) -> float:
+    if default is not None and not (isinstance(rec, dict) and rec.get(key) not in (None, "")):
+        return default
+    return number(need(rec, key, path, f"test[{i}]", kind=None), path, f"test[{i}].{key}")
 
 
 def parse(path: Path, text: str, label: str | None) -> list[Imported]:
@@ -55,8 +53,8 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
     levels = []
     for i, r in enumerate(recs):
         n_prompt, n_gen, ts = (_num(r, k, path, i) for k in KEYS)
-        depth = int(float(r.get("n_depth") or 0))
-        sd = float(r.get("stddev_ts") or 0.0)
+        depth = int(_num(r, "n_depth", path, i, default=0))
+        sd = _num(r, "stddev_ts", path, i, default=0.0)
         if n_prompt and not n_gen:
             test, kw = f"pp{int(n_prompt)}", {"pp_tps": ts, "pp_tps_sd": sd}
         elif n_gen and not n_prompt:
@@ -72,5 +70,7 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         "engine_version": r0.get("build_commit"), "gpu": r0.get("gpu_info"), "cpu": r0.get("cpu_info"),
         "weights": None, "kv": r0.get("type_k"), "n_gpu_layers": r0.get("n_gpu_layers"),
         "flash_attn": r0.get("flash_attn"), "started": r0.get("test_time"), "tool": "llama-bench",
+        "threads": r0.get("n_threads"), "n_batch": r0.get("n_batch"), "n_ubatch": r0.get("n_ubatch"),
+        "type_k": r0.get("type_k"), "type_v": r0.get("type_v"),
     }
     return [Imported(label or path.stem, "bench", manifest, levels)]

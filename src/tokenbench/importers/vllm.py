@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..metrics import Distribution, LevelSummary
-from . import Imported, load_json, need
+from . import FieldError, Imported, load_json, need
 
 
 def detect(path: Path, text: str) -> bool:
@@ -24,6 +24,8 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
     d = load_json(path, text)
     completed = int(need(d, "completed", path, ""))
     duration = float(need(d, "duration", path, ""))
+    if duration <= 0:
+        raise FieldError(path, "duration", f"{duration!r} s: a run takes time")
     out_tps = float(need(d, "output_throughput", path, ""))
     need(d, "median_ttft_ms", path, "")
     conc = d.get("max_concurrency")

@@ -1,0 +1,50 @@
+"""Server adapters: one module per serving engine, all behind ``base.Adapter``.
+
+``detect`` tries them in the order of ``ADAPTERS`` (the most specific probes first); a server none of them
+recognises is driven as a plain OpenAI-compatible endpoint by ``GENERIC``.
+"""
+
+from __future__ import annotations
+
+from .base import Adapter, Probes, ServerFacts
+from .llama_cpp_python import LlamaCppPython
+from .llamacpp import LlamaCpp
+from .ollama import Ollama
+from .sglang import SGLang
+from .transformers import Transformers
+from .vllm import VLLM
+
+ADAPTERS: tuple[Adapter, ...] = (LlamaCpp(), SGLang(), VLLM(), Ollama(), LlamaCppPython(), Transformers())
+GENERIC = Adapter()
+
+__all__ = ["ADAPTERS", "GENERIC", "Adapter", "Probes", "ServerFacts", "by_name", "detect", "metric_names",
+           "process_patterns"]
+
+
+def detect(p: Probes) -> Adapter:
+    for a in ADAPTERS:
+        if a.detect(p):
+            return a
+    return GENERIC
+
+
+def by_name(name: str | None) -> Adapter:
+    """The adapter for an engine name as stored in a result (any spelling); GENERIC when unknown."""
+    key = (name or "").strip().lower().split()[0] if (name or "").strip() else ""
+    for a in ADAPTERS:
+        if key == a.name or key in a.aliases:
+            return a
+    return GENERIC
+
+
+def metric_names() -> dict[str, tuple[str, ...]]:
+    """Every engine's Prometheus names per summarized quantity."""
+    out: dict[str, tuple[str, ...]] = {}
+    for a in ADAPTERS:
+        for key, names in a.metric_names.items():
+            out[key] = out.get(key, ()) + names
+    return out
+
+
+def process_patterns() -> list[tuple[str, str]]:
+    return [pat for a in ADAPTERS for pat in a.process_patterns]

@@ -1,0 +1,103 @@
+"""llama.cpp's own ``llama-server``.
+
+- Found by ``/props`` (``default_generation_settings``, ``total_slots``, ``build_info``).
+- ``ignore_eos`` fixes the length; ``n_predict`` has priority over ``max_tokens``, so it is sent with the
+  same value (and the short check request must send its own short one). ``cache_prompt: false`` keeps its
+  prompt cache from serving a repeated prefix; a depth run turns it on to keep its context warm.
+- ``-np N`` slots are batched together in one decode; one slot serves one stream at a time.
+- Its HTTP library closes the connection after every streamed reply although it answers
+  ``Keep-Alive: timeout=5, max=100`` (``tools/server/server-http.cpp``: the streaming callback returns false
+  at the end, which the library takes as cancelled), so each request gets a fresh connection.
+- ``timings`` in the last chunk: ``predicted_ms`` spans the n-1 steps after the first token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Adapter, Probes, ServerFacts
+
+
+class LlamaCpp(Adapter):
+    name = "llama.cpp"
+    aliases = ("llama-server", "llama_cpp", "llamacpp-server")
+    process_patterns = (("llama.cpp server", r"(^|/)llama-server(\s|$)"),)
+    tokenize_path = "/tokenize"
+    closes_after_stream = True
+    batches_default = None  # it depends on the slots
+    metric_names = {
+        "running": ("llamacpp:requests_processing",),
+        "waiting": ("llamacpp:requests_deferred",),
+        "kv_cache_usage": ("llamacpp:kv_cache_usage_ratio",),  # exported by older builds only
+        "prefix_hits": ("llamacpp:prompt_tokens_cached_total",),  # tokens reused from the cache
+        # Current names first (llama.cpp 2026: spec_decode_num_*), the pre-2026 names after them.
+        "drafts": ("llamacpp:spec_decode_num_drafts_total",),
+        "draft_tokens": ("llamacpp:spec_decode_num_draft_tokens_total", "llamacpp:tokens_drafted_total"),
+        "accepted_tokens": ("llamacpp:spec_decode_num_accepted_tokens_total",
+                            "llamacpp:tokens_drafted_accepted_total"),
+        "generation_tokens": ("llamacpp:tokens_predicted_total",),
+        "prompt_tokens": ("llamacpp:prompt_tokens_total",),
+        "busy_slots_per_decode": ("llamacpp:n_busy_slots_per_decode",),
+    }
+    health_path = "/health"
+
+    def detect(self, p: Probes) -> bool:
+        return p.props is not None and ("default_generation_settings" in p.props or "total_slots" in p.props)
+
+    def facts(self, p: Probes) -> ServerFacts:
+        props = p.props or {}
+        gen = props.get("default_generation_settings")
+        gen = gen if isinstance(gen, dict) else {}
+        build = props.get("build_info")
+        slots = props.get("total_slots")
+        ctx = gen.get("n_ctx") or props.get("n_ctx")
+        return ServerFacts(
+            version=build if isinstance(build, str) else None,
+            slots=slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None,
+            slot_ctx=ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else None,
+            props=props,
+        )
+
+    def batches(self, slots: int | None) -> bool | None:
+        return None if slots is None else slots > 1
+
+    def output_length_fields(self, max_tokens: int, eos_token_id: int | None, api: str) -> dict[str, Any]:
+        return {"ignore_eos": True, "n_predict": max_tokens, "cache_prompt": False}
+
+    def warm_context_fields(self) -> dict[str, Any]:
+        return {"cache_prompt": True}
+
+    def tokenize_request(self, text: str, model: str) -> dict[str, Any]:
+        return {"content": text, "add_special": False}
+
+    def detokenize_request(self, ids: list[int], model: str) -> dict[str, Any]:
+        return {"tokens": ids}
+
+    def detokenized_text(self, body: dict[str, Any]) -> str:
+        return str(body["content"])
+
+    def server_rates(self, timings: dict[str, Any] | None) -> tuple[float | None, float | None]:
+        t = timings or {}
+        pp = tg = None
+        prompt_n, prompt_ms = t.get("prompt_n"), t.get("prompt_ms")
+        if _pos(prompt_n) and _pos(prompt_ms):
+            pp = prompt_n / (prompt_ms / 1000)
+        pred_n, pred_ms = t.get("predicted_n"), t.get("predicted_ms")
+        if _pos(pred_n) and pred_n > 1 and _pos(pred_ms):
+            tg = (pred_n - 1) / (pred_ms / 1000)  # the first token comes out of the prompt's pass
+        return pp, tg
+
+    def slot_warnings(self, slots: int | None, slot_ctx: int | None, concurrency: int | None,
+                      tokens_per_request: int) -> list[str]:
+        out = []
+        if concurrency and slots and concurrency > slots:
+            out.append(f"concurrency {concurrency} exceeds the server's {slots} slots: requests queue; "
+                       f"start llama-server with -np {concurrency} for a true level")
+        if slot_ctx and tokens_per_request > slot_ctx:
+            out.append(f"a request needs {tokens_per_request} tokens of context but each slot has {slot_ctx}: "
+                       "raise -c (context is split across slots)")
+        return out
+
+
+def _pos(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and v == v and v != float("inf")

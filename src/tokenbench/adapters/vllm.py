@@ -1,0 +1,39 @@
+"""vLLM's OpenAI server: ``ignore_eos`` and ``min_tokens`` fix the length; ``/version``, ``/tokenize``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Adapter, Probes, ServerFacts
+
+
+class VLLM(Adapter):
+    name = "vllm"
+    process_patterns = (("vLLM", r"(^|/|\s)vllm(\s+serve|\.entrypoints)"),)
+    tokenize_path = "/tokenize"
+    batches_default = True
+    metric_names = {
+        "running": ("vllm:num_requests_running",),
+        "waiting": ("vllm:num_requests_waiting",),
+        "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+        "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+        "drafts": ("vllm:spec_decode_num_drafts_total",),
+        "draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+        "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
+        "generation_tokens": ("vllm:generation_tokens_total",),
+        "prompt_tokens": ("vllm:prompt_tokens_total",),
+    }
+    health_path = "/health"
+
+    def detect(self, p: Probes) -> bool:
+        if p.owned_by == "vllm":
+            return True
+        return p.version is not None and "version" in p.version and p.owned_by != "llamacpp"
+
+    def facts(self, p: Probes) -> ServerFacts:
+        v = (p.version or {}).get("version")
+        return ServerFacts(version=v if isinstance(v, str) else None)
+
+    def output_length_fields(self, max_tokens: int, eos_token_id: int | None, api: str) -> dict[str, Any]:
+        return {"ignore_eos": True, "min_tokens": max_tokens}

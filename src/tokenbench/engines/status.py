@@ -1,0 +1,58 @@
+"""What each embedded engine needs, whether it is ready here, and making the slow ones ahead of time."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import EngineError
+from . import llamacpp_build, vllm_env
+from .launch import ENGINES, canonical
+
+#: What making each engine costs on a 2-core, 24 GiB machine, measured (README: Engines).
+NEEDS = {
+    "transformers": "extra 'engine': 1.5 GB; starts in ~8 s",
+    "vllm": "own env on first use: 3-5 min, 3.4 GB; starts in ~90 s",
+    "llama-server": "built on first use: ~10 min, 35 MB; starts in < 1 s",
+    "llama-cpp-python": "extra 'llama-cpp-python': compiles ~6 min",
+}
+
+
+@dataclass(slots=True, frozen=True)
+class EngineStatus:
+    name: str
+    ready: bool
+    where: str
+    needs: str
+
+
+def status(name: str) -> EngineStatus:
+    name = canonical(name)
+    if name == "transformers":
+        ok = importlib.util.find_spec("transformers") is not None and importlib.util.find_spec("torch") is not None
+        where = "this Python environment"
+    elif name == "vllm":
+        ok, where = vllm_env.ready(), str(vllm_env.env_dir())
+    elif name == "llama-server":
+        ok, where = all(llamacpp_build.tool(t) for t in llamacpp_build.TARGETS), str(llamacpp_build.bin_dir())
+    else:
+        ok = importlib.util.find_spec("llama_cpp") is not None
+        where = "this Python environment"
+    return EngineStatus(name, ok, where, NEEDS[name])
+
+
+def build(name: str, progress: Callable[[str], None]) -> None:
+    """Make ``name`` ready: build or install what it needs (the pip extras are the user's to install)."""
+    name = canonical(name)
+    if name == "vllm":
+        vllm_env.ensure(progress)
+    elif name == "llama-server":
+        llamacpp_build.ensure_tools(progress)
+    elif not status(name).ready:
+        extra = "engine" if name == "transformers" else "llama-cpp-python"
+        raise EngineError(f"the {name} engine needs the '{extra}' extra: pip install -e '.[{extra}]' "
+                          "(install torch==2.13.0 first)")
+
+
+__all__ = ["ENGINES", "EngineStatus", "build", "status"]

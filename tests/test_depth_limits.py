@@ -1,0 +1,88 @@
+"""Depth refuses impossible numbers: an unstable spread, a tg faster than the server's own timings, and depths
+that do not fit the server's context (run what fits, mark the rest)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.depth import Step, summarize_depth
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.store import Store
+
+
+def test_a_spread_over_half_the_mean_is_flagged_with_its_repetitions() -> None:
+    # What the embedded engine published on a busy machine: 40,000 ± 56,000 tok/s.
+    steps = [Step(None, 0.1, 64, tg_s, 31) for tg_s in (0.0005, 0.012, 0.011)]
+    _, lt = summarize_depth(0, 64, 32, steps)
+    assert "unstable" in lt.flags
+    assert lt.client["tg_tps_reps"] == [62000.0, 2583.33, 2818.18]
+    assert "not a measurement" in lt.warnings[0] and "62,000.0" in lt.warnings[0]
+    steady = [Step(None, 0.1, 64, tg_s, 31) for tg_s in (0.010, 0.011, 0.012)]
+    _, lt = summarize_depth(0, 64, 32, steady)
+    assert "unstable" not in lt.flags
+
+
+def test_a_tg_faster_than_the_server_timings_allow_is_not_published() -> None:
+    # chunks held back and sent together: the client sees 31 tokens in 1 ms, the server took 100 ms for them
+    steps = [Step(None, 0.1, 64, 0.001, 31, server_tg_tps=310.0) for _ in range(3)]
+    _, lt = summarize_depth(0, 64, 32, steps)
+    assert lt.tg_tps is None and "exceeds_server_timings" in lt.flags
+    assert lt.client["tg_tps_client"] == pytest.approx(31000.0)
+    ok = [Step(None, 0.1, 64, 0.1, 31, server_tg_tps=300.0) for _ in range(3)]
+    _, lt = summarize_depth(0, 64, 32, ok)
+    assert lt.tg_tps == pytest.approx(310.0) and "exceeds_server_timings" not in lt.flags
+
+
+def test_depths_beyond_the_slot_context_are_skipped_and_marked(emitter: BackgroundEmitter, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    emitter.configure(slot_ctx=2048)  # looks like llama-server with -c 2048
+    out = tmp_path / "d.json"
+    code = main(["depth", "--url", emitter.url, "--depths", "0,1k,4k", "--pp", "64", "--tg", "8",
+                 "--repetitions", "2", "--json", str(out), "--guard", "off", "--no-metrics"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "partial" and "context" in doc["error"]
+    by = {(lv["test"], lv["depth"]): lv for lv in doc["levels"]}
+    assert by[("pp64", 1024)]["pp_tps"] > 0 and by[("tg8", 1024)]["status"] == "complete"
+    assert by[("pp64", 4096)]["status"] == "skipped" and "exceeds_context" in by[("tg8", 4096)]["flags"]
+    assert by[("tg8", 4096)]["tg_tps"] is None
+    assert doc["manifest"]["engine"] == "llama.cpp"
+    assert Store().resolve(doc["run_id"]).status == "partial"
+
+
+def test_depth_guard_strict_refuses_before_anything_runs(emitter: BackgroundEmitter, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    strict = tmp_path / "g.toml"
+    strict.write_text("[free_memory]\nseverity = \"fail\"\nmin_free_gb = 1e9\n")  # no machine passes this
+    code = main(["depth", "--url", emitter.url, "--depths", "0", "--pp", "8", "--tg", "4", "--guard", "strict",
+                 "--guard-config", str(strict), "--no-metrics"])
+    assert code != 0
+    assert "the bench is dirty before depth 0" in capsys.readouterr().err
+    assert emitter.emitter.requests_seen == []  # not even the warm-up ran
+    assert Store().runs() == []  # and no failed run was left behind
+
+
+def test_llama_options_are_spelled_for_each_tool() -> None:
+    import argparse
+
+    from tokenbench.cli.measure import llama_options
+    from tokenbench.engines import launch, tiny
+
+    a = argparse.Namespace(threads=3, flash_attn="1", batch_size=None, ubatch_size=256, cache_type_k="q8_0",
+                           cache_type_v=None, n_gpu_layers=None)
+    assert llama_options(a) == ["-t", "3", "-fa", "1", "-ub", "256", "-ctk", "q8_0"]  # llama-bench: 0/1
+    server = llama_options(a, server=True)
+    assert server == ["-t", "3", "-fa", "on", "-ub", "256", "-ctk", "q8_0"]  # llama-server: on/off
+    model = tiny.TinyModel(hf_dir=Path("hf"), gguf_path=Path("m.gguf"), eos_token_id=1)
+    from tokenbench.engines import llamacpp_build
+
+    if llamacpp_build.tool("llama-server") is None:
+        return  # the command line needs the built binary's path
+    argv = launch.command("llama-server", model, 8080, extra=tuple(server)).argv
+    # given after tokenbench's own -t, so the user's value wins
+    assert argv[-len(server):] == server and argv.index("-t") < len(argv) - len(server)

@@ -1,0 +1,283 @@
+"""The real serving stacks in the loop: llama.cpp's own llama-server and llama-bench, and vLLM, each cross-checked
+against its reference tool on the same server and the same model.
+
+These need the engines built (`make engines`, or `tokenbench engines build vllm llama-server`): they skip
+without them, and fail instead under CI (TOKENBENCH_REQUIRE_ENGINES=1).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import need_engine
+from tokenbench.cli import main
+from tokenbench.engines import launch, tiny, vllm_env
+from tokenbench.engines.launch import RunningEngine
+from tokenbench.store import Store
+from tokenbench.telemetry import parse
+
+pytestmark = pytest.mark.engine
+pytest.importorskip("torch")
+pytest.importorskip("gguf")
+
+REFERENCE = Path(__file__).parent / "reference"
+
+
+@pytest.fixture(autouse=True)
+def _cache(model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
+
+
+def _metrics(engine: RunningEngine) -> dict[str, float]:
+    with urllib.request.urlopen(engine.base_url[:-3] + "/metrics", timeout=10) as f:
+        return parse(f.read().decode())
+
+
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+# --- llama.cpp's llama-server ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("slots", [1, 4])
+def test_llama_server_sweep_and_depth_lose_no_request(slots: int, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """llama-server closes the connection after every stream: 31-50% of requests used to be lost. At -np 1 and
+    -np 4, a sweep and a depth run now finish with 0 failed requests."""
+    need_engine("llama-server")
+    with launch.start("llama-server", tiny.ensure(), parallel=slots) as server:
+        before = _metrics(server)
+        out = tmp_path / "sweep.json"
+        assert main(["sweep", "--url", server.base_url, "--input-len", "64", "--output-len", "32",
+                     "--concurrency", "1,4", "--requests", "16", "--json", str(out), "--quiet"]) == 0, \
+            capsys.readouterr().err
+        doc = _json(out)
+        assert [(lv["completed"], lv["failed"]) for lv in doc["levels"]] == [(16, 0), (16, 0)]
+        assert all(lv["output_tokens_mean"] == 32 for lv in doc["levels"])
+        m = doc["manifest"]
+        assert m["engine"] == "llama.cpp" and m["server"]["slots"] == slots
+        # "one stream at a time" comes from the slots it reports, not from the engine's name
+        assert m["server"]["batches"] is (slots > 1)
+        assert ("slots_exceeded" in doc["levels"][1]["flags"]) is (slots == 1)
+        # The server generated exactly what was asked: warm-ups (1 + 4) and measured requests (2 x 16) of 32
+        # tokens, and 2 for the check request (it once sent n_predict = output length, 32 here).
+        generated = _metrics(server)["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
+        assert generated == (1 + 4 + 32) * 32 + 2
+
+        dout = tmp_path / "depth.json"
+        assert main(["depth", "--url", server.base_url, "--depths", "0,1k,16k", "--pp", "64", "--tg", "16",
+                     "--repetitions", "2", "--json", str(dout)]) == 0, capsys.readouterr().err
+        d = _json(dout)
+        by = {(lv["test"], lv["depth"]): lv for lv in d["levels"]}
+        assert by[("tg16", 1024)]["status"] == "complete" and by[("pp64", 1024)]["pp_tps"] > 0
+        # 16K does not fit an 8K slot: kept and marked, the rest measured
+        assert by[("tg16", 16384)]["status"] == "skipped" and d["status"] == "partial"
+        recs = Store().requests(d["run_id"])
+        assert recs and all(r.ok for r in recs)
+        assert sum(r.connection_retries for r in recs) == 0  # a fresh connection per request: none needed
+
+
+def _rates(doc: dict[str, Any]) -> dict[tuple[str, int], float]:
+    """A depth run's rate per (test, depth)."""
+    return {(lv["test"], lv["depth"]): lv.get("pp_tps") or lv.get("tg_tps") for lv in doc["levels"]}
+
+
+def within_reference(ours: float, reference_runs: list[float], tolerance: float) -> bool:
+    """Our value lies within the reference tool's own run range, widened by ``tolerance``. On 2 shared cores the
+    reference tools disagree with themselves from run to run, so a band around one reference value would fail on
+    the reference's own noise."""
+    return (1 - tolerance) * min(reference_runs) <= ours <= (1 + tolerance) * max(reference_runs)
+
+
+@pytest.mark.timeout(900)
+def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """tokenbench depth over HTTP against llama-server, and llama-bench -d on the same GGUF and thread count,
+    three rounds each, interleaved. Two rules:
+
+    - tokenbench's pp and tg, timed by the client, agree within 3% with llama-server's own timings of the same
+      requests at every depth. This is the client's honesty: nothing of the HTTP path is in the rate.
+    - llama-bench and tokenbench, paired round by round, agree within 25% at each depth (median of the rounds).
+      They are two harnesses over one engine, and on a 2-core VM the engine itself drifts: the same tool's tg at
+      depth 0 read 74 and 87 tok/s in two runs here, and one CI machine read llama-server 20-25% faster than
+      llama-bench at depth 2048 in three rounds while this one read it 7-13% slower, each time with the client
+      within 1% of the server's own timings. 25% still fails a rate measured at the wrong depth (tg at 2048 is
+      45% below depth 0) or a pp that prefilled the whole context (half the rate).
+
+    Also: depth --llama-bench imports exactly llama-bench's own values, records its options and keeps its JSON."""
+    need_engine("llama-server")
+    tiny.ensure(size="small")
+    threads = str(launch.server_threads())
+    common = ["--model-size", "small", "--depths", "0,1k,2k", "--pp", "128", "--tg", "32", "--repetitions", "3"]
+    http, bench = [], []
+    for i in range(3):
+        out = tmp_path / f"http{i}.json"
+        assert main(["depth", "--engine", "llama-server", *common, "--json", str(out)]) == 0, capsys.readouterr().err
+        http.append(_json(out))
+        out = tmp_path / f"bench{i}.json"
+        assert main(["depth", "--llama-bench", *common, "-t", threads, "--json", str(out)]) == 0, \
+            capsys.readouterr().err
+        bench.append(_json(out))
+    keys = {(t, d) for t in ("pp128", "tg32") for d in (0, 1024, 2048)}
+    assert all(set(_rates(doc)) == keys for doc in http + bench)
+
+    server = {}
+    for doc in http:
+        for lv in doc["levels"]:
+            ours = lv.get("pp_tps") or lv.get("tg_tps")
+            own = lv["client"].get("server_pp_tps") or lv["client"].get("server_tg_tps")
+            server.setdefault((lv["test"], lv["depth"]), []).append((round(ours, 1), round(own, 1)))
+    print("tokenbench vs llama-server's own timings:", server)
+    for k, pairs in server.items():
+        assert all(abs(ours / own - 1) <= 0.03 for ours, own in pairs), (k, pairs)
+
+    ratios = {k: [_rates(h)[k] / _rates(b)[k] for h, b in zip(http, bench)] for k in sorted(keys)}
+    table = {k: (f"{statistics.median(r) - 1:+.1%}", [f"{x - 1:+.0%}" for x in r]) for k, r in ratios.items()}
+    print("tokenbench vs llama-bench, paired rounds (median, each):", table)
+    for k, r in ratios.items():
+        assert abs(statistics.median(r) - 1) <= 0.25, table
+    # the embedded server ran on the same threads as llama-bench
+    assert f"-t {threads}" in " ".join(http[0]["manifest"]["embedded"]["command"])
+    # the import is llama-bench's own numbers, exactly
+    raw = json.loads(bench[0]["manifest"]["llama_bench"]["raw"])
+    assert bench[0]["manifest"]["llama_bench"]["options"] == ["-t", threads]
+    for rec, lv in zip(raw, bench[0]["levels"]):
+        assert (lv["pp_tps"] or lv["tg_tps"]) == rec["avg_ts"]
+        assert (lv["pp_tps_sd"] if lv["pp_tps"] else lv["tg_tps_sd"]) == rec["stddev_ts"]
+        assert lv["depth"] == rec["n_depth"]
+    assert bench[0]["manifest"]["threads"] == int(threads)
+
+
+# --- vLLM --------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def vllm_server(model_cache: Path) -> Iterator[tuple[RunningEngine, tiny.TinyModel]]:
+    need_engine("vllm")
+    model = tiny.ensure(model_cache, size="small")
+    with launch.start("vllm", model, parallel=4, ctx=2048) as server:
+        yield server, model
+
+
+def _vllm_bench(server: RunningEngine, model: tiny.TinyModel, concurrency: int, n: int, seed: int,
+                out: Path) -> dict[str, Any]:
+    # A new --seed every run: with its default seed vllm bench serve sends the same prompts every run, and vLLM's
+    # prefix cache serves them (measured: 512 of 3,080 prompt tokens from the cache on a repeat, median TTFT at
+    # concurrency 4 down 19%). No ready check: it would be one more request in the server's own TTFT metrics.
+    cmd = [str(vllm_env.python()), str(REFERENCE / "vllm_bench_serve.py"), "--backend", "openai",
+           "--base-url", server.base_url[:-3], "--model", server.model, "--tokenizer", str(model.hf_dir),
+           "--dataset-name", "random", "--random-input-len", "128", "--random-output-len", "32",
+           "--num-prompts", str(n), "--max-concurrency", str(concurrency), "--ignore-eos", "--seed", str(seed),
+           "--ready-check-timeout-sec", "0", "--save-result", "--save-detailed", "--result-filename", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return _json(out)  # type: ignore[no-any-return]
+
+
+TTFT_SUM, TTFT_COUNT = "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+
+
+@pytest.mark.timeout(1500)  # vLLM's start (~90 s) and twelve interleaved runs
+def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.TinyModel], tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """tokenbench sweep and vllm bench serve on the same vLLM server (the 140M model), 128 in / 32 out, three
+    rounds each, interleaved A-B-B-A, each tool with fresh prompts every run. Definitions are the same
+    (DESIGN.md); tokenbench runs with --no-metrics because the reference tool does not poll /metrics (each poll
+    stalls vLLM's streams on 2 cores); the test reads /metrics only between runs.
+
+    Rules, at concurrency 1 and 4:
+    - TTFT over the server's own: each tool's mean TTFT minus vLLM's mean time_to_first_token over the same
+      requests (its /metrics histogram, read before and after the run) is what the client and HTTP add. Measured
+      here: 2.7-3.9 ms for tokenbench, 3.0-4.4 ms for vllm bench serve. tokenbench's may exceed the reference's
+      largest by 10 ms at most; the issue's +76% (about 100 ms) fails it.
+    - Medians of TPOT, ITL and TTFT (pooled over every request) and of output throughput (over runs) lie within
+      the range of the reference tool's own run medians, widened by 10%.
+    - Except TTFT at concurrency 4, widened by 25%: equal-length requests drive vLLM in lock-step waves (one
+      request of each wave prefilled alone, three together), so a run's median TTFT is one of two modes, and the
+      reference tool's own run medians spread by up to 29% (1,078 to 1,392 ms measured here). The overhead rule
+      above is the tight one there.
+    - Neither tool's prompts came from vLLM's prefix cache during tokenbench's runs."""
+    server, model = vllm_server
+    n = {1: 12, 4: 24}
+    keys = ("ttft", "tpot", "itl", "tps")
+    ours: dict[int, dict[str, list[float]]] = {c: {k: [] for k in keys} for c in n}
+    theirs: dict[int, dict[str, list[float]]] = {c: {k: [] for k in keys} for c in n}
+    their_runs: dict[int, dict[str, list[float]]] = {c: {k: [] for k in keys} for c in n}
+    overhead: dict[tuple[str, int], list[float]] = {}
+    our_prefix_hits = 0.0
+
+    def server_ttft(before: dict[str, float], after: dict[str, float]) -> tuple[float, float]:
+        """Sum (ms) and count of vLLM's own TTFTs between two /metrics reads."""
+        return (after[TTFT_SUM] - before[TTFT_SUM]) * 1000, after[TTFT_COUNT] - before[TTFT_COUNT]
+
+    def run_ours(c: int, rnd: int) -> None:
+        nonlocal our_prefix_hits
+        out = tmp_path / f"tb-{rnd}-{c}.json"
+        before = _metrics(server)
+        assert main(["sweep", "--url", server.base_url, "--tokenizer", str(model.hf_dir), "--input-len", "128",
+                     "--output-len", "32", "--concurrency", str(c), "--requests", str(n[c]), "--json", str(out),
+                     "--quiet", "--guard", "off", "--no-metrics"]) == 0, capsys.readouterr().err
+        after = _metrics(server)
+        our_prefix_hits += after[PREFIX_HITS] - before[PREFIX_HITS]
+        doc = _json(out)
+        lv = doc["levels"][0]
+        assert lv["completed"] == n[c] and lv["failed"] == 0
+        ours[c]["tps"].append(lv["output_throughput_tps"])
+        recs = Store().requests(doc["run_id"])
+        for r in recs:
+            if r.phase == "measured":
+                ours[c]["ttft"].append(r.ttft_ns / 1e6)
+                ours[c]["tpot"].append((r.end_ns - r.first_token_ns) / 1e6 / (r.output_tokens - 1))
+                ours[c]["itl"] += [(b - a) / 1e6 for a, b in zip(r.chunk_ns, r.chunk_ns[1:])]
+        # every request the server saw: the check request, the warm-ups and the measured ones
+        client = [r.ttft_ns / 1e6 for r in recs] + [doc["manifest"]["check_request"]["ttft_ms"]]
+        total, count = server_ttft(before, after)
+        assert count == len(client)
+        overhead.setdefault(("tokenbench", c), []).append(statistics.fmean(client) - total / count)
+
+    def run_theirs(c: int, rnd: int) -> None:
+        before = _metrics(server)
+        ref = _vllm_bench(server, model, c, n[c], 1000 * rnd + c, tmp_path / f"vb-{rnd}-{c}.json")
+        after = _metrics(server)
+        assert ref["completed"] == n[c] and ref["total_output_tokens"] == 32 * n[c]
+        one = {"tps": [ref["output_throughput"]], "ttft": [t * 1000 for t in ref["ttfts"]],
+               "tpot": [(lat - t) * 1000 / (o - 1)
+                        for lat, t, o in zip(ref["latencies"], ref["ttfts"], ref["output_lens"])],
+               "itl": [x * 1000 for itls in ref["itls"] for x in itls]}
+        for k in keys:
+            theirs[c][k] += one[k]
+            their_runs[c][k].append(statistics.median(one[k]))
+        total, count = server_ttft(before, after)
+        assert count == n[c]
+        overhead.setdefault(("vllm bench serve", c), []).append(statistics.fmean(one["ttft"]) - total / count)
+
+    for rnd in range(3):
+        for c in n:
+            first, second = (run_ours, run_theirs) if rnd % 2 == 0 else (run_theirs, run_ours)
+            first(c, rnd)
+            second(c, rnd)
+    table = {}
+    for c in n:
+        for k in keys:
+            a, b = statistics.median(ours[c][k]), statistics.median(theirs[c][k])
+            lo, hi = min(their_runs[c][k]), max(their_runs[c][k])
+            table[f"c{c} {k}"] = (round(a, 2), round(b, 2), f"{a / b - 1:+.1%}", f"ref runs {lo:.2f}..{hi:.2f}")
+    print("tokenbench vs vllm bench serve (median):", table)
+    print("TTFT over the server's own (ms):", {f"{t} c{c}": [round(x, 1) for x in v] for (t, c), v in overhead.items()})
+    for c in n:
+        for k in keys:
+            band = 0.25 if (c, k) == (4, "ttft") else 0.10
+            assert within_reference(statistics.median(ours[c][k]), their_runs[c][k], band), table
+        assert all(x > -2 for x in overhead[("tokenbench", c)] + overhead[("vllm bench serve", c)]), overhead
+        assert statistics.median(overhead[("tokenbench", c)]) <= max(overhead[("vllm bench serve", c)]) + 10, overhead
+    assert our_prefix_hits == 0  # tokenbench's prompts are new every run: no prefix cache served them
+    # the rule can fail: the issue's first report, 239-258 ms against the reference's 132-181 ms
+    assert not within_reference(239.0, [132.0, 181.0], 0.25)
