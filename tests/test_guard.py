@@ -155,14 +155,36 @@ def test_sweep_records_the_guard_before_each_level_and_strict_refuses(emitter: B
 
 
 @pytest.mark.engine
-def test_a_real_llamacpp_server_beside_the_target_is_found(model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("llama_cpp")
+def test_a_real_llama_server_beside_the_target_is_found(model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import need_engine
     from tokenbench.engines import launch, tiny
 
+    need_engine("llama-server")
     monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
-    with launch.start("llamacpp", tiny.ensure()) as other:
+    with launch.start("llama-server", tiny.ensure()) as other:
         env = guard.GuardEnv(config=guard.load_config(), sample_s=0.05)
         r = guard.ServingProcesses().run(env)
-        assert r.status == "fail" and f"llama-cpp-python server (pid {other.proc.pid})" in r.observed
+        assert r.status == "fail" and f"llama.cpp server (pid {other.proc.pid})" in r.observed
         env.target_pids = {other.proc.pid}  # the server being measured is not counted against the bench
         assert guard.ServingProcesses().run(env).status == "pass"
+
+
+def test_the_measured_servers_own_children_are_not_other_work() -> None:
+    # vLLM runs its engine and workers as child processes: their CPU is the target's, not another job's.
+    import sys
+
+    busy_child = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'while True: pass'])"
+    parent = subprocess.Popen([sys.executable, "-c", busy_child])
+    try:
+        time.sleep(0.5)
+        cfg = guard.load_config()
+        env = guard.GuardEnv(config=cfg, sample_s=1.0)
+        other = guard.CpuLoad(guard.Sampled(env)).run(env)
+        env = guard.GuardEnv(config=cfg, sample_s=1.0, target_pids={parent.pid})
+        target = guard.CpuLoad(guard.Sampled(env)).run(env)
+        busy = [float(r.observed.split("%")[0]) for r in (other, target)]
+        assert busy[0] - busy[1] > 30, (other.observed, target.observed)  # one core of two, minus noise
+    finally:
+        subprocess.run(["pkill", "-P", str(parent.pid)], check=False)
+        parent.kill()
+        parent.wait()

@@ -46,7 +46,9 @@ def test_resolve_by_id_prefix_and_label(tmp_path: Path) -> None:
     s.create_run("20260102-000000-bbbb", "sweep", "h100", "2026-01-02T00:00:00", "0", {"model": "m"})
     assert s.resolve("20260101-000000-aaaa").id.endswith("aaaa")
     assert s.resolve("20260102").id.endswith("bbbb")
-    assert s.resolve("h100").id.endswith("bbbb")  # newest with that label
+    with pytest.raises(UsageError, match="label 'h100' names 2 runs"):  # shared: refused, never picked silently
+        s.resolve("h100")
+    assert s.resolve("h100", latest=True).id.endswith("bbbb")  # --latest: the newest with that label
     with pytest.raises(UsageError, match="ambiguous"):
         s.resolve("2026010")
     with pytest.raises(UsageError, match="tokenbench runs"):

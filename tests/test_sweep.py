@@ -102,6 +102,9 @@ def test_failed_requests_counted_and_shown(emitter: BackgroundEmitter, tmp_path:
     res = sweep(emitter.url, Store(tmp_path / "r.db"), concurrency=[1], requests=6, warmup=0)
     s = res.outcomes[0].summary  # type: ignore[attr-defined]
     assert s.completed == 2 and s.failed == 4 and s.errors == {"http_500": 4}
+    # 4 of 6 failed is above --max-error-rate (10%): the level is kept, marked failed, and so is the run
+    assert res.outcomes[0].status == "failed" and "error_rate" in s.flags  # type: ignore[attr-defined]
+    assert res.status == "failed" and "1 of 1 levels failed" in (res.error or "")  # type: ignore[attr-defined]
 
 
 def test_unreachable_endpoint_one_line_error(tmp_path: Path) -> None:
@@ -151,6 +154,8 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
             [sys.executable, "-m", "tokenbench", "sweep", "--url", url, "--input-len", "8", "--output-len", "4",
              "--concurrency", "1,2", "--requests", "200", "--warmup", "0", "--db", str(db), "--quiet"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            # a shell's background job ignores SIGINT, and its children inherit that: give Ctrl-C back to the CLI
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         # wait until the emitter has served some requests, then Ctrl-C
         import json

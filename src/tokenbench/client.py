@@ -16,6 +16,7 @@ import aiohttp
 
 from .records import RequestRecord
 from .sse import SSEParser
+from .wire import MAX_EVENT_BYTES, Usage, WireError, loads, parse_chunk
 
 Api = Literal["completions", "chat"]
 
@@ -32,6 +33,10 @@ class PreparedRequest:
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
+#: Sends of one request when its connection dies before the server answered a byte (the server never saw it).
+SEND_ATTEMPTS = 3
+
+
 @dataclass(slots=True)
 class StreamClient:
     """One endpoint, one model. ``body_extras`` are the server-specific fields (ignore_eos, ...)."""
@@ -46,7 +51,10 @@ class StreamClient:
     timeout_s: float = 600.0
     stall_timeout_s: float = 60.0
     counter: TokenCounter | None = None
-    one_token_per_chunk: bool = False  # the server streams one token per chunk (see servers.ONE_TOKEN_PER_CHUNK)
+    one_token_per_chunk: bool = False  # the server streams one token per chunk (its adapter says)
+    #: A fresh connection per request, for servers that close after every stream although they advertise
+    #: keep-alive (llama.cpp's llama-server): reusing the pooled connection would lose the request.
+    fresh_connection: bool = False
 
     @property
     def url(self) -> str:
@@ -56,6 +64,8 @@ class StreamClient:
         h = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if self.api_key:
             h["Authorization"] = f"Bearer {self.api_key}"
+        if self.fresh_connection:
+            h["Connection"] = "close"
         return h
 
     def body(self, req: PreparedRequest) -> dict[str, Any]:
@@ -76,21 +86,42 @@ class StreamClient:
         return b
 
     async def send(self, req: PreparedRequest, record: RequestRecord) -> RequestRecord:
-        """Send one streaming request and fill ``record``. Never raises for server faults: they are recorded."""
+        """Send one streaming request and fill ``record``. Never raises for server faults: they are recorded.
+
+        A send whose connection dies before the server answered a byte is, almost always, a connection kept
+        alive from an earlier request that the server has closed meanwhile (llama-server does after every
+        stream): the server never saw it. It is sent once more on a fresh connection, its clock restarted, and
+        counted in ``connection_retries``; only SEND_ATTEMPTS such failures in a row are recorded as the server's."""
         record.expected_input_tokens = req.expected_input_tokens
         record.expected_output_tokens = req.max_tokens
         payload = json.dumps(self.body(req)).encode()
+        headers = self.headers()
+        for attempt in range(SEND_ATTEMPTS):
+            if await self._send_once(payload, headers, record) or attempt == SEND_ATTEMPTS - 1:
+                break
+            record.connection_retries += 1
+            record.error_kind = record.error = None
+            headers = {**headers, "Connection": "close"}
+            # let the loop see the closes already on the wire, so the pool drops those connections too (at
+            # concurrency 4, several pooled connections can die at once: one retry once met a second dead one)
+            await asyncio.sleep(0)
+        if record.end_ns is None:
+            record.end_ns = time.perf_counter_ns()
+        return record
+
+    async def _send_once(self, payload: bytes, headers: dict[str, str], record: RequestRecord) -> bool:
+        """One attempt. False when its connection died before the server answered."""
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_read=self.stall_timeout_s)
         record.sent_ns = time.perf_counter_ns()
         try:
-            async with self.session.post(self.url, data=payload, headers=self.headers(), timeout=timeout) as resp:
+            async with self.session.post(self.url, data=payload, headers=headers, timeout=timeout) as resp:
                 record.http_status = resp.status
                 if resp.status != 200:
-                    text = (await resp.text(errors="replace"))[:500]
+                    text = (await resp.content.read(4096)).decode("utf-8", "replace")[:500]  # never the whole body
                     record.end_ns = time.perf_counter_ns()
                     record.error_kind = f"http_{resp.status}"
                     record.error = _error_message(text) or resp.reason or ""
-                    return record
+                    return True
                 await self._consume(resp, record)
         except aiohttp.ServerTimeoutError:
             record.error_kind = "stall"
@@ -104,107 +135,39 @@ class StreamClient:
         except aiohttp.ServerDisconnectedError as e:
             record.error_kind = "stream_broken" if record.first_byte_ns else "disconnected"
             record.error = str(e)[:300] or "server closed the connection"
+            return record.http_status is not None
         except aiohttp.ClientConnectorError as e:
             record.error_kind = "connection"
             record.error = str(e)[:300]
+        except aiohttp.ClientOSError as e:  # "Can not write request body": a socket the server had closed
+            record.error_kind = "client_error"
+            record.error = f"{type(e).__name__}: {e}"[:300]
+            return record.http_status is not None
         except aiohttp.ClientError as e:
             record.error_kind = "client_error"
             record.error = f"{type(e).__name__}: {e}"[:300]
-        if record.end_ns is None:
-            record.end_ns = time.perf_counter_ns()
-        return record
+        return True
 
     async def _consume(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
-        parser = SSEParser()
-        answer: list[str] = []
-        reasoning: list[str] = []
-        usage: dict[str, Any] | None = None
-        done = False
-        chat = self.api == "chat"
+        decoder = StreamDecoder(record, chat=self.api == "chat")
         content = resp.content
         perf = time.perf_counter_ns
         while True:
             data = await content.readany()
-            now = perf()
             if not data:
                 break
-            if record.first_byte_ns is None:
-                record.first_byte_ns = now
-            for ev in parser.feed(data):
-                if ev.data == "[DONE]":
-                    done = True
-                    continue
-                try:
-                    obj = json.loads(ev.data)
-                except ValueError:
-                    record.malformed_events += 1
-                    continue
-                if not isinstance(obj, dict):
-                    record.malformed_events += 1
-                    continue
-                if obj.get("usage"):
-                    usage = obj["usage"]
-                if "timings" in obj:
-                    record.server_timings = obj["timings"]
-                if "error" in obj and not obj.get("choices"):
-                    err = obj["error"]
-                    record.error_kind = "server_error_event"
-                    record.error = (err.get("message") if isinstance(err, dict) else str(err))[:300]
-                    continue
-                for choice in obj.get("choices") or ():
-                    if choice.get("index", 0) != 0:
-                        continue
-                    if chat:
-                        delta = choice.get("delta") or {}
-                        text = delta.get("content")
-                        think = delta.get("reasoning_content") or delta.get("reasoning")
-                    else:
-                        text = choice.get("text")
-                        think = choice.get("reasoning_content") or choice.get("reasoning")
-                    if choice.get("finish_reason"):
-                        record.finish_reason = choice["finish_reason"]
-                    if not text and not think:
-                        continue  # role-only or empty chunk: not a token
-                    if record.first_token_ns is None:
-                        record.first_token_ns = now
-                    record.chunk_ns.append(now)
-                    n = 0
-                    if think:
-                        record.reasoning_chunks += 1
-                        reasoning.append(think)
-                        n += len(think)
-                    if text:
-                        if record.first_answer_ns is None:
-                            record.first_answer_ns = now
-                        answer.append(text)
-                        n += len(text)
-                    record.chunk_chars.append(n)
-        for ev in parser.close():
-            if ev.data == "[DONE]":
-                done = True
-        record.end_ns = perf()
-        record.answer_text = "".join(answer)
-        record.reasoning_text = "".join(reasoning)
-        if record.error_kind:
-            return
-        if record.malformed_events:
-            record.error_kind = "malformed_event"
-            record.error = f"{record.malformed_events} events were not valid JSON"
-            return
-        if not done and record.finish_reason is None:
-            record.error_kind = "stream_incomplete"
-            record.error = "the stream ended without [DONE] or a finish_reason"
-            return
-        self._count_tokens(record, usage)
+            decoder.feed(data, perf())
+            if decoder.overflowed:
+                break
+        if decoder.close(perf()):
+            self._count_tokens(record, decoder.usage)
 
-    def _count_tokens(self, record: RequestRecord, usage: dict[str, Any] | None) -> None:
+    def _count_tokens(self, record: RequestRecord, usage: Usage | None) -> None:
         timings = record.server_timings or {}
-        if usage and usage.get("completion_tokens") is not None:
-            record.output_tokens = int(usage["completion_tokens"])
+        if usage is not None and usage.completion_tokens is not None:
+            record.output_tokens = usage.completion_tokens
             record.output_tokens_source = "usage"
-            details = usage.get("completion_tokens_details") or {}
-            if details.get("reasoning_tokens") is not None:
-                record.reasoning_tokens = int(details["reasoning_tokens"])
+            record.reasoning_tokens = usage.reasoning_tokens
         elif timings.get("predicted_n") is not None:
             record.output_tokens = int(timings["predicted_n"])
             record.output_tokens_source = "server_timings"
@@ -219,8 +182,8 @@ class StreamClient:
                 record.reasoning_tokens = self.counter.count(record.reasoning_text)
             else:
                 record.reasoning_tokens = record.reasoning_chunks
-        if usage and usage.get("prompt_tokens") is not None:
-            record.input_tokens = int(usage["prompt_tokens"])
+        if usage is not None and usage.prompt_tokens is not None:
+            record.input_tokens = usage.prompt_tokens
             record.input_tokens_source = "usage"
         elif timings.get("prompt_n") is not None and not timings.get("cache_n"):
             record.input_tokens = int(timings["prompt_n"])
@@ -230,11 +193,107 @@ class StreamClient:
             record.input_tokens_source = "tokenizer"
 
 
+class StreamDecoder:
+    """One streamed response's bytes in, its record filled: SSE framing, then the typed wire boundary (wire.py).
+
+    Pure and synchronous, so the whole path from bytes to record is tested without a server. Never raises for
+    what a server sends: an event it cannot use is counted and makes the request an error of that kind."""
+
+    __slots__ = ("record", "chat", "usage", "_parser", "_answer", "_reasoning", "_refused", "_done")
+
+    def __init__(self, record: RequestRecord, chat: bool) -> None:
+        self.record = record
+        self.chat = chat
+        self.usage: Usage | None = None
+        self._parser = SSEParser()
+        self._answer: list[str] = []
+        self._reasoning: list[str] = []
+        self._refused: WireError | None = None  # the first event the wire boundary refused
+        self._done = False
+
+    @property
+    def overflowed(self) -> bool:
+        """A line or event past MAX_EVENT_BYTES: the rest of the stream is not read (memory stays bounded)."""
+        return self._parser.pending_bytes > MAX_EVENT_BYTES
+
+    def feed(self, data: bytes, now: int) -> None:
+        record = self.record
+        if record.first_byte_ns is None:
+            record.first_byte_ns = now
+        for ev in self._parser.feed(data):
+            self._event(ev.data, now)
+        if self.overflowed and self._refused is None:
+            record.malformed_events += 1
+            self._refused = WireError("malformed_event", f"an event over {MAX_EVENT_BYTES >> 20} MiB")
+
+    def _event(self, data: str, now: int) -> None:
+        record = self.record
+        if data == "[DONE]":
+            self._done = True
+            return
+        if not data.strip():
+            return  # "data:" with nothing: a keep-alive some proxies send, not a chunk
+        try:
+            c = parse_chunk(data, self.chat)
+        except (ValueError, OverflowError) as e:  # WireError is a ValueError; the others, a backstop
+            e = e if isinstance(e, WireError) else WireError("malformed_event", f"{type(e).__name__}: {e}"[:200])
+            record.malformed_events += 1
+            self._refused = self._refused or e
+            return
+        if c.usage is not None:
+            self.usage = c.usage
+        if c.timings is not None:
+            record.server_timings = c.timings
+        if c.error is not None:
+            record.error_kind = "server_error_event"
+            record.error = c.error
+            return
+        if c.finish_reason:
+            record.finish_reason = c.finish_reason
+        text, think = c.text, c.reasoning
+        if not text and not think:
+            return  # role-only or empty chunk: not a token
+        if record.first_token_ns is None:
+            record.first_token_ns = now
+        record.chunk_ns.append(now)
+        n = 0
+        if think:
+            record.reasoning_chunks += 1
+            self._reasoning.append(think)
+            n += len(think)
+        if text:
+            if record.first_answer_ns is None:
+                record.first_answer_ns = now
+            self._answer.append(text)
+            n += len(text)
+        record.chunk_chars.append(n)
+
+    def close(self, now: int) -> bool:
+        """End of the stream. True when the request succeeded and its tokens are to be counted."""
+        record = self.record
+        for ev in self._parser.close():
+            self._event(ev.data, now)
+        record.end_ns = now
+        record.answer_text = "".join(self._answer)
+        record.reasoning_text = "".join(self._reasoning)
+        if record.error_kind:
+            return False
+        if self._refused is not None:
+            record.error_kind = self._refused.kind
+            record.error = f"{record.malformed_events} unusable event(s), the first: {self._refused}"
+            return False
+        if not self._done and record.finish_reason is None:
+            record.error_kind = "stream_incomplete"
+            record.error = "the stream ended without [DONE] or a finish_reason"
+            return False
+        return True
+
+
 def _error_message(text: str) -> str:
     """The server's own words from an error body (OpenAI ``{"error": {"message"}}``, FastAPI ``detail``)."""
     try:
-        obj = json.loads(text)
-    except ValueError:
+        obj = loads(text, "error body")
+    except WireError:
         return " ".join(text.split())[:300]
     if isinstance(obj, dict):
         err = obj.get("error", obj.get("detail", obj.get("message")))

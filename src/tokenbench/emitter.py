@@ -31,7 +31,7 @@ class EmitterConfig:
     role_first: bool = True  # chat: an empty role-only chunk right away, as vLLM and Transformers do
     reasoning_tokens: int = 0  # first tokens sent as reasoning_content
     keepalive: bool = False  # ": keep-alive" comments between chunks
-    fault: str | None = None  # stall | http500 | broken | malformed | early_stop | truncate | error_event
+    fault: str | None = None  # stall | http500 | broken | malformed | early_stop | truncate | error_event | poison
     fault_after: int = 2  # chunks sent before a stall/broken/malformed fault
     early_stop_tokens: int = 3  # early_stop: stop after this many tokens with finish_reason "stop"
     truncate_to: int = 16  # truncate: report this many prompt tokens
@@ -41,6 +41,13 @@ class EmitterConfig:
     fault_from: int = 0  # the fault hits requests from this one on (0-based), so a preflight can pass
     exit_after: int | None = None  # the process exits after serving this many requests (run it as a process)
     metrics: bool = True  # serve a vLLM-shaped /metrics
+    #: Close the connection this long after each stream while advertising keep-alive, as llama.cpp's
+    #: llama-server does: a client that reuses the pooled connection sends into a socket about to close.
+    close_after_stream_s: float | None = None
+    models_status: int = 200  # /v1/models answers this (Transformers serve without an HF cache: 500)
+    slot_ctx: int | None = None  # serve llama-server's /props with this context per slot (it then looks like one)
+    metrics_fail_first: int = 0  # answer this many /metrics GETs with 500 (a server busy or restarting)
+    poison: str = "{}"  # fault "poison": this event data is sent in place of a token chunk, then the stream goes on
 
 
 def _count_prompt(body: dict[str, Any]) -> int:
@@ -66,6 +73,7 @@ class Emitter:
         self.app.router.add_get("/version", self.version)
         self.app.router.add_get("/stats", self.stats)
         self.app.router.add_get("/metrics", self.metrics)
+        self.app.router.add_get("/props", self.props)
         self.generated = 0
         self.running = 0
 
@@ -73,6 +81,9 @@ class Emitter:
         """vLLM-shaped Prometheus counters; speculative decoding proposes 3 tokens per step and 2 are accepted."""
         if not self.config.metrics:
             raise web.HTTPNotFound()
+        if self.config.metrics_fail_first > 0:
+            self.config = replace(self.config, metrics_fail_first=self.config.metrics_fail_first - 1)
+            raise web.HTTPInternalServerError()
         steps = self.generated // 3
         text = (
             "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
@@ -99,19 +110,29 @@ class Emitter:
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": "emitter-1"})
 
+    async def props(self, request: web.Request) -> web.Response:
+        if self.config.slot_ctx is None:
+            raise web.HTTPNotFound()
+        return web.json_response({"default_generation_settings": {"n_ctx": self.config.slot_ctx},
+                                  "total_slots": 1, "build_info": "emitter"})
+
     async def models(self, request: web.Request) -> web.Response:
+        if self.config.models_status != 200:
+            return web.json_response({"detail": "no cache"}, status=self.config.models_status)
         return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": self.config.owned_by}]})
 
     # One "token" per whitespace-separated word: the emitter's tokenizer, served like vLLM's /tokenize.
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
-        ids = [self.vocab.setdefault(w, len(self.vocab)) for w in str(body.get("prompt", "")).split()]
+        text = body.get("prompt", body.get("content", ""))  # vLLM's field, llama-server's
+        ids = [self.vocab.setdefault(w, len(self.vocab)) for w in str(text).split()]
         return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": 1_000_000})
 
     async def detokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
         words = {i: w for w, i in self.vocab.items()}
-        return web.json_response({"prompt": " ".join(words[i] for i in body.get("tokens", []))})
+        text = " ".join(words[i] for i in body.get("tokens", []))
+        return web.json_response({"prompt": text, "content": text})
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
         c = self.config
@@ -131,7 +152,10 @@ class Emitter:
         max_tokens = int(body.get("max_tokens") or 16)
         n_tokens = min(max_tokens, c.early_stop_tokens) if c.fault == "early_stop" else max_tokens
         prompt_tokens = c.truncate_to if c.fault == "truncate" else _count_prompt(body)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        headers = {"Content-Type": "text/event-stream"}
+        if c.close_after_stream_s is not None:
+            headers["Keep-Alive"] = "timeout=5, max=100"
+        resp = web.StreamResponse(headers=headers)
         await resp.prepare(request)
         self.running += 1
         try:
@@ -180,7 +204,7 @@ class Emitter:
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if c.fault in ("stall", "broken", "malformed", "error_event") and n_chunks == c.fault_after:
+            if c.fault in ("stall", "broken", "malformed", "error_event", "poison") and n_chunks == c.fault_after:
                 if c.fault == "stall":
                     await asyncio.sleep(c.stall_s)
                 if c.fault == "broken":
@@ -189,6 +213,8 @@ class Emitter:
                     return resp
                 if c.fault == "malformed":
                     await resp.write(b'data: {"choices": [ {"text": \n\n')
+                if c.fault == "poison":
+                    await resp.write(b"data: " + c.poison.encode() + b"\n\n")
                 if c.fault == "error_event":
                     await resp.write(b'data: {"error": {"message": "out of memory"}}\n\n')
                     return resp
@@ -216,6 +242,8 @@ class Emitter:
             await resp.write(b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
+        if c.close_after_stream_s is not None and request.transport is not None:
+            asyncio.get_running_loop().call_later(c.close_after_stream_s, request.transport.close)
         return resp
 
 
@@ -312,9 +340,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--burst", action="store_true", help="write all token chunks at once")
     ap.add_argument("--exit-after", type=int, help="exit after serving this many requests (a dying server)")
     ap.add_argument("--api-key", help="accepted and ignored (as a real server's would be checked)")
+    ap.add_argument("--close-after-stream", type=float, metavar="S",
+                    help="close each connection S seconds after its stream, as llama-server does")
     a = ap.parse_args(argv)
     em = Emitter(EmitterConfig(ttft_s=a.ttft, itl_s=a.itl, tokens_per_chunk=a.tokens_per_chunk,
-                               burst=a.burst, exit_after=a.exit_after))
+                               burst=a.burst, exit_after=a.exit_after, close_after_stream_s=a.close_after_stream))
     web.run_app(em.app, host="127.0.0.1", port=a.port, access_log=None, print=None)
 
 

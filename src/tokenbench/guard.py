@@ -19,19 +19,16 @@ from typing import Any
 
 import platformdirs
 
+from . import adapters
 from .errors import TokenbenchError, UsageError
 
 PASS, FAIL, WARN, NA = "pass", "fail", "warn", "not available"
 
 #: Model servers a bench must not share the machine with (regex on the command line).
+#: The adapters' own patterns, then servers tokenbench has no adapter for.
 SERVING_PATTERNS: list[tuple[str, str]] = [
-    ("llama.cpp server", r"(^|/)llama-server(\s|$)"),
-    ("llama-cpp-python server", r"llama_cpp\.server"),
-    ("vLLM", r"(^|/|\s)vllm(\s+serve|\.entrypoints)"),
-    ("SGLang", r"sglang\.launch_server|sglang\.srt"),
-    ("Ollama", r"(^|/)ollama(\s+(serve|runner)|$)"),
+    *adapters.process_patterns(),
     ("TGI", r"text-generation-(launcher|server)"),
-    ("Transformers serve", r"transformers(\.cli\.transformers)?\s+serve|(^|/)transformers\s+serve"),
     ("LM Studio", r"(?i)lm[ -]?studio|(^|/)lms\s+server"),
 ]
 
@@ -204,10 +201,22 @@ class Sampled:
 
 
 def _own_cpu(env: GuardEnv) -> float:
+    """CPU seconds used by this process and by the server being measured (its whole process tree: vLLM runs
+    its engine and workers as children), which are not "other work"."""
     if env.root != Path("/"):
         return 0.0
     t = os.times()
-    return t.user + t.system
+    ticks = 0
+    for pid in _descendants(env, env.target_pids) if env.target_pids else ():
+        try:
+            text = (env.root / "proc" / str(pid) / "stat").read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[-1].split()
+        if len(fields) > 12:
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return t.user + t.system + ticks / hz
 
 
 class SwapActivity(Check):

@@ -112,13 +112,19 @@ class SLO:
         return ",".join(parts)
 
 
-def parse_duration_ms(text: str) -> float:
-    """``2s``, ``50ms``, ``1.5m``, ``250`` (ms) -> milliseconds."""
+def parse_duration_ms(text: str, bare_ms: float = 1.0) -> float:
+    """``2s``, ``50ms``, ``1.5m``, ``1h`` -> milliseconds. A bare number is ``bare_ms`` milliseconds each: 1 for SLO
+    targets (as vllm bench serve's --goodput), 1000 for run durations and timeouts (as ``timeout`` and GuideLLM)."""
     t = text.strip().lower()
-    for suffix, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1000.0), ("m", 60_000.0)):
+    for suffix, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1000.0), ("m", 60_000.0), ("h", 3_600_000.0)):
         if t.endswith(suffix):
-            return float(t[: -len(suffix)]) * scale
-    return float(t)
+            v = float(t[: -len(suffix)]) * scale
+            break
+    else:
+        v = float(t) * bare_ms
+    if not math.isfinite(v):
+        raise ValueError(f"{text} is not a finite duration")
+    return v
 
 
 def request_tpot_ms(r: RequestRecord) -> float | None:
@@ -400,3 +406,18 @@ def coefficient_of_variation(values: list[float]) -> float | None:
         return None
     mean = statistics.fmean(vals)
     return statistics.stdev(vals) / mean if mean else None
+
+
+def peak_in_flight(records: list[RequestRecord]) -> int:
+    """The most requests that were in flight at once (from each request's send to its last byte)."""
+    events = []
+    for r in records:
+        if r.end_ns is not None:
+            events.append((r.sent_ns, 1))
+            events.append((r.end_ns, -1))
+    events.sort(key=lambda e: (e[0], e[1]))  # an end and a send at the same instant do not overlap
+    peak = cur = 0
+    for _, d in events:
+        cur += d
+        peak = max(peak, cur)
+    return peak

@@ -35,8 +35,9 @@ class RequestRecord:
     expected_output_tokens: int | None = None
     finish_reason: str | None = None
     server_timings: dict[str, Any] | None = None  # llama.cpp's "timings" object when sent
-    malformed_events: int = 0
+    malformed_events: int = 0  # events the wire boundary refused (wire.py)
     http_status: int | None = None
+    connection_retries: int = 0  # sends that died on a dead kept-alive connection before the server saw them
     error_kind: str | None = None  # None: success
     error: str | None = None
 

@@ -21,11 +21,12 @@ class SSEEvent:
 class SSEParser:
     """Feed raw bytes as they arrive; get back the events they complete."""
 
-    __slots__ = ("_buf", "_data", "_event", "_pending_cr")
+    __slots__ = ("_buf", "_data", "_data_bytes", "_event", "_pending_cr")
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._buf = bytearray()
         self._data: list[str] = []
+        self._data_bytes = 0
         self._event = ""
         self._pending_cr = False
 
@@ -39,17 +40,19 @@ class SSEParser:
             if chunk.endswith(b"\r"):
                 self._pending_cr = True
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        buf = self._buf + chunk if self._buf else chunk
-        if b"\n" not in buf:
-            self._buf = buf
+        if b"\n" not in chunk:
+            self._buf += chunk  # a bytearray grows in place: a line split over many reads costs linear time
             return []
-        *lines, self._buf = buf.split(b"\n")
+        buf = bytes(self._buf) + chunk if self._buf else chunk
+        *lines, rest = buf.split(b"\n")
+        self._buf = bytearray(rest)
         events: list[SSEEvent] = []
         for raw in lines:
             if not raw:
                 if self._data:
                     events.append(SSEEvent("\n".join(self._data), self._event or "message"))
                 self._data = []
+                self._data_bytes = 0
                 self._event = ""
                 continue
             if raw[:1] == b":":
@@ -59,10 +62,16 @@ class SSEParser:
                 value = value[1:]
             if field == b"data":
                 self._data.append(value.decode("utf-8", errors="replace"))
+                self._data_bytes += len(value)
             elif field == b"event":
                 self._event = value.decode("utf-8", errors="replace")
             # "id" and "retry" are irrelevant to a benchmark client.
         return events
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes held for a line or an event not finished yet."""
+        return len(self._buf) + self._data_bytes
 
     def close(self) -> list[SSEEvent]:
         """End of stream: an event not followed by a blank line is still delivered."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
+import psutil
 
 from .errors import UsageError
 from .metrics import LevelSummary
@@ -108,6 +111,24 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
 ]
 
 
+def process_mark() -> dict[str, Any]:
+    """This process, so that a reader can tell whether the process that opened a run still runs it."""
+    me = psutil.Process()
+    return {"host": socket.gethostname(), "pid": me.pid, "pid_started": me.create_time()}
+
+
+def process_gone(mark: Any) -> bool:
+    """True when ``mark`` names a process on this host that no longer exists (or whose pid was reused)."""
+    if not isinstance(mark, dict) or mark.get("host") != socket.gethostname() or not isinstance(mark.get("pid"), int):
+        return False  # another machine's run, or an old run without a mark: cannot tell
+    try:
+        return bool(psutil.Process(mark["pid"]).create_time() != mark.get("pid_started"))
+    except psutil.NoSuchProcess:
+        return True
+    except (psutil.AccessDenied, ValueError):
+        return False
+
+
 @dataclass(slots=True)
 class RunRow:
     id: str
@@ -122,18 +143,76 @@ class RunRow:
     manifest: dict[str, Any]
 
 
+#: How long a write waits for another writer's lock before it gives up (SQLite's busy timeout), seconds.
+LOCK_WAIT_S = 60.0
+#: Files up to this size are checked with PRAGMA quick_check when opened (a few ms); larger ones on request.
+QUICK_CHECK_BYTES = 64 << 20
+
+
 class Store:
-    def __init__(self, path: Path | str | None = None) -> None:
+    """The results database. ``readonly`` opens an existing database for reading only: it never creates a file
+    or a directory, and works on a database the user may not write."""
+
+    def __init__(self, path: Path | str | None = None, readonly: bool = False) -> None:
         self.path = Path(path) if path is not None else default_db_path()
+        self.readonly = readonly
+        where = f"the results database {self.path}"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(self.path, isolation_level=None)
-        except (OSError, sqlite3.Error) as e:
-            raise UsageError(f"cannot open the results database {self.path}: {e}; pass --db PATH") from e
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA foreign_keys = ON")
-        self.db.execute("PRAGMA journal_mode = WAL")
-        self.migrate()
+            if readonly:
+                if not self.path.is_file():
+                    raise UsageError(f"no results database at {self.path}: run a sweep first, or pass --db PATH")
+                self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                          isolation_level=None, timeout=LOCK_WAIT_S)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.db = sqlite3.connect(self.path, isolation_level=None, timeout=LOCK_WAIT_S)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA foreign_keys = ON")
+            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as e:
+            raise UsageError(f"{where} is not an SQLite database ({e}): pass --db PATH for a new one") from None
+        except OSError as e:
+            raise UsageError(f"cannot open {where}: {e.strerror or e}; pass --db PATH") from None
+        if tables and "_migrations" not in tables:
+            raise UsageError(f"{where} holds another program's tables ({', '.join(sorted(tables)[:4])}): give "
+                             "tokenbench a database of its own with --db PATH")
+        self._check_integrity()
+        if readonly:
+            if not tables:
+                raise UsageError(f"{where} is empty: run a sweep first, or pass --db PATH")
+            return
+        try:
+            self._wal()
+            self.migrate()
+        except sqlite3.OperationalError as e:
+            if "readonly" in str(e) or "read-only" in str(e):
+                raise UsageError(f"{where} is read-only here: reading commands (runs, show, compare) still work; "
+                                 "pass --db PATH to write elsewhere") from None
+            raise UsageError(f"{where} cannot be written ({e}); pass --db PATH") from None
+
+    def _wal(self) -> None:
+        """Write-ahead logging, so readers never block a sweep. Switching to it skips SQLite's busy wait, so two
+        first uses at once retry instead of failing on "database is locked"."""
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                self.db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _check_integrity(self) -> None:
+        try:
+            if self.path.stat().st_size > QUICK_CHECK_BYTES:
+                return
+            bad = [r[0] for r in self.db.execute("PRAGMA quick_check(3)")]
+        except (OSError, sqlite3.DatabaseError) as e:
+            bad = [str(e)]
+        if bad != ["ok"]:
+            raise UsageError(f"the results database {self.path} is damaged ({'; '.join(bad)[:200]}): restore it "
+                             "from a copy, or pass --db PATH for a new one")
 
     def close(self) -> None:
         self.db.close()
@@ -149,9 +228,11 @@ class Store:
         self.db.execute("COMMIT")
 
     def migrate(self) -> None:
+        """Apply the missing migrations. Each is checked and applied under one write lock, so two processes opening
+        a new database at once cannot both apply it (one used to fail: "table telemetry already exists")."""
         self.db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied TEXT NOT NULL)")
-        done = {r[0] for r in self.db.execute("SELECT name FROM _migrations")}
         known = {name for name, _ in MIGRATIONS}
+        done = {r[0] for r in self.db.execute("SELECT name FROM _migrations")}
         unknown = done - known
         if unknown:
             raise UsageError(
@@ -161,6 +242,8 @@ class Store:
             if name in done:
                 continue
             with self.tx() as db:
+                if db.execute("SELECT 1 FROM _migrations WHERE name = ?", (name,)).fetchone():
+                    continue
                 fn(db)
                 db.execute("INSERT INTO _migrations VALUES (?, datetime('now'))", (name,))
 
@@ -174,6 +257,8 @@ class Store:
         self, run_id: str, kind: str, label: str | None, started: str, tool_version: str, manifest: dict[str, Any],
         provenance: str = "measured",
     ) -> None:
+        # who runs it: a run left 'running' by a process that is gone reads as abandoned
+        manifest = {**manifest, "process": process_mark()}
         with self.tx() as db:
             db.execute(
                 "INSERT INTO runs (id, kind, label, status, started, tool_version, manifest, provenance)"
@@ -270,14 +355,19 @@ class Store:
     def _row(self, r: sqlite3.Row) -> RunRow:
         d = dict(r)
         d["manifest"] = json.loads(d["manifest"])
+        if d["status"] == "running" and process_gone(d["manifest"].get("process")):
+            d["status"] = "abandoned"
+            d["error"] = d["error"] or "the process running it is gone (killed, or the machine restarted)"
         return RunRow(**d)
 
     def runs(self, limit: int = 50) -> list[RunRow]:
         rows = self.db.execute("SELECT * FROM runs ORDER BY started DESC, id DESC LIMIT ?", (limit,))
         return [self._row(r) for r in rows]
 
-    def resolve(self, ref: str) -> RunRow:
-        """A run by id, unique id prefix, or label (the newest run with that label)."""
+    def resolve(self, ref: str, latest: bool = False, kinds: tuple[str, ...] | None = None,
+                command: str = "") -> RunRow:
+        """A run by id, unique id prefix, or label. A label several runs share is refused with the candidates,
+        unless ``latest`` (then the newest is taken); a run whose kind is not in ``kinds`` is refused by name."""
         r = self.db.execute("SELECT * FROM runs WHERE id = ?", (ref,)).fetchone()
         if r is None:
             rows = self.db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY started DESC", (ref + "%",)).fetchall()
@@ -285,16 +375,43 @@ class Store:
                 raise UsageError(f"run '{ref}' is ambiguous ({len(rows)} runs start so): give more of the id")
             r = rows[0] if rows else None
         if r is None:
-            r = self.db.execute(
-                "SELECT * FROM runs WHERE label = ? ORDER BY started DESC LIMIT 1", (ref,)
-            ).fetchone()
+            rows = self.db.execute("SELECT * FROM runs WHERE label = ? ORDER BY started DESC, id DESC",
+                                   (ref,)).fetchall()
+            if kinds and not latest:
+                rows = [x for x in rows if x["kind"] in kinds] or rows
+            if len(rows) > 1 and not latest:
+                shown = "; ".join(f"{x['id']} ({x['kind']}, {x['started']})" for x in rows[:5])
+                more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+                raise UsageError(f"label '{ref}' names {len(rows)} runs: {shown}{more}; give a run id, or --latest "
+                                 "for the newest")
+            r = rows[0] if rows else None
         if r is None:
             raise UsageError(f"no run '{ref}' in {self.path}: 'tokenbench runs' lists them")
+        if kinds and r["kind"] not in kinds:
+            raise UsageError(f"run {r['id']} is a {r['kind']} run: {command or 'this command'} takes "
+                             f"{' or '.join(kinds)} runs")
         return self._row(r)
 
-    def levels(self, run_id: str) -> list[tuple[int, int, str, LevelSummary]]:
+    def level_counts(self, run_ids: list[str]) -> dict[str, int]:
+        """Levels per run, counted in SQL (loading every level's summary made `runs` take 22 s on a big import)."""
+        if not run_ids:
+            return {}
+        marks = ",".join("?" * len(run_ids))
+        rows = self.db.execute(f"SELECT run_id, COUNT(DISTINCT idx) FROM levels WHERE run_id IN ({marks}) "
+                               "GROUP BY run_id", run_ids)
+        return {r[0]: r[1] for r in rows}
+
+    def runs_from_source(self, digest: str) -> list[str]:
+        """Runs imported from a file with these bytes (its SHA-256), oldest first."""
+        rows = self.db.execute("SELECT id FROM runs WHERE json_extract(manifest, '$.source_sha256') = ? "
+                               "ORDER BY started, id", (digest,))
+        return [r[0] for r in rows]
+
+    def levels(self, run_id: str, first: int | None = None) -> list[tuple[int, int, str, LevelSummary]]:
+        """The run's levels; ``first``: only those of the first ``first`` positions."""
         rows = self.db.execute(
-            "SELECT idx, repetition, status, summary FROM levels WHERE run_id = ? ORDER BY idx, repetition", (run_id,)
+            "SELECT idx, repetition, status, summary FROM levels WHERE run_id = ? AND idx < ? ORDER BY idx, repetition",
+            (run_id, first if first is not None else 2**62),
         )
         return [(r[0], r[1], r[2], LevelSummary.from_dict(json.loads(r[3]))) for r in rows]
 

@@ -7,7 +7,6 @@ import asyncio
 import datetime as dt
 import random
 import secrets
-import shlex
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,10 +17,10 @@ from . import __version__, machine
 from .client import Api, PreparedRequest, StreamClient
 from .errors import EndpointError, EngineError, LevelFailed, TokenbenchError, UsageError
 from .loadgen import ClientWatch, Level, run_phase
-from .metrics import SLO, LevelSummary, coefficient_of_variation, cost_per_mtok, summarize
+from .metrics import SLO, LevelSummary, coefficient_of_variation, cost_per_mtok, peak_in_flight, summarize
 from .records import RequestRecord
-from .servers import (ONE_TOKEN_PER_CHUNK, ServerInfo, ServerTokenizer, discover, output_length_fields, root_url,
-                      slot_warnings)
+from . import redact
+from .servers import ServerInfo, ServerTokenizer, check_model, discover, root_url
 from .store import Store
 from .telemetry import LevelTelemetry
 from .workload import LocalTokenizer, PromptBuilder, Tokenizer, Workload
@@ -63,7 +62,11 @@ class SweepConfig:
     guard: str = "warn"  # strict | warn | off
     guard_config: Any = None  # guard.GuardEnv config (dict), loaded by the caller
     target_pids: set[int] = field(default_factory=set)
-    metrics_interval_s: float | None = 1.0  # sample the server's /metrics this often (None: never)
+    #: Sample the server's /metrics this often (None: never). Each sample costs the server a page: on 2 CPU cores
+    #: a vLLM /metrics GET stalled every stream for 70-145 ms, so 1 s polling slowed what it measured.
+    metrics_interval_s: float | None = 5.0
+    #: A level whose share of failed measured requests is above this is failed, not published as a result.
+    max_error_rate: float = 0.1
 
     def levels(self) -> list[Level]:
         if self.rates:
@@ -111,13 +114,18 @@ class RunResult:
 
 
 class Reporter(Protocol):
+    run_id: str | None  # set once the run is stored: the one run an interrupt may show
+
     def level_start(self, description: str, total: int | None, duration_s: float | None) -> None: ...
     def request_done(self, record: RequestRecord) -> None: ...
     def level_end(self, summary: LevelSummary) -> None: ...
     def note(self, text: str) -> None: ...
+    def warn(self, text: str) -> None: ...
 
 
 class QuietReporter:
+    run_id: str | None = None
+
     def level_start(self, description: str, total: int | None, duration_s: float | None) -> None:
         pass
 
@@ -128,6 +136,9 @@ class QuietReporter:
         pass
 
     def note(self, text: str) -> None:
+        pass
+
+    def warn(self, text: str) -> None:
         pass
 
 
@@ -209,34 +220,36 @@ async def pick_tokenizer(
     )
 
 
-#: Options whose value is a secret, in tokenbench's own command line and in the server commands it records.
-SECRET_OPTIONS = ("--api-key", "--api_key", "--hf-token", "--token")
+def ensure_open_files(concurrency: int) -> None:
+    """Each request in flight holds a socket: raise this process's open-file limit to what ``concurrency`` needs,
+    or refuse with advice before the level crashes on "Too many open files" (macOS allows 256 by default)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX: nothing to check
+        return
+    need = concurrency + 64  # the sockets, and room for the database, logs and the event loop
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        target = soft
+    if target < need:
+        raise UsageError(f"concurrency {concurrency} needs about {need} open files, and this shell allows {target}: "
+                         f"raise it first (ulimit -n {need}) or lower --concurrency")
 
 
-def redact_command(argv: list[str]) -> str:
-    """A command line as it may be stored: the values of secret options replaced by ***."""
-    out: list[str] = []
-    hide = False
-    for a in argv:
-        if hide:
-            out.append("***")
-            hide = False
-        elif a in SECRET_OPTIONS:
-            out.append(a)
-            hide = True
-        elif a.startswith(tuple(f"{o}=" for o in SECRET_OPTIONS)):
-            out.append(a.split("=", 1)[0] + "=***")
-        elif " " in a and any(o in a for o in SECRET_OPTIONS):  # a quoted command line, e.g. coldstart --cmd
-            out.append(shlex.quote(redact_command(shlex.split(a))))
-        else:
-            out.append(a)
-    return " ".join(out)
+def _ms(ns: int | None) -> float | None:
+    return None if ns is None else round(ns / 1e6, 3)
 
 
-async def _preflight(client: StreamClient, builder: PromptBuilder) -> RequestRecord:
+async def _preflight(client: StreamClient, builder: PromptBuilder, fields: dict[str, Any]) -> RequestRecord:
+    """A 2-token check request with ``fields``: the run's own kind of request, with a short output."""
     text, n = await builder.exact("preflight: ", 8, random.Random())
     rec = RequestRecord(index=-1, phase="warmup")
-    await client.send(PreparedRequest(text, 2, n), rec)
+    await client.send(PreparedRequest(text, 2, n, fields), rec)
     if rec.error_kind is None:
         return rec
     if rec.http_status is not None and 400 <= rec.http_status < 500:
@@ -255,35 +268,35 @@ async def run_sweep(
 ) -> RunResult:
     """Run a sweep and store it. ``alive`` (optional callable) tells whether an embedded server still runs."""
     rep = reporter or QuietReporter()
+    ensure_open_files(max([lv.concurrency or lv.max_concurrency or 1 for lv in cfg.levels()]))
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
     run_id = new_run_id()
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(connector=connector) as session:
-        info = await discover(session, cfg.url, cfg.api_key)
-        model = cfg.model or (info.models[0] if info.models else None)
-        if model is None:
-            raise EndpointError(f"{cfg.url} lists no models: pass --model")
-        # Transformers serve lists its Hugging Face cache, not the model pinned on its command line: the
-        # preflight request tells whether the name is right.
-        if info.models and model not in info.models and info.engine != "transformers":
-            raise EndpointError(
-                f"model '{model}' is not served at {cfg.url}; served: {', '.join(info.models[:10])}: pass one with --model"
-            )
+        info = await discover(session, cfg.url, cfg.api_key, model=cfg.model)
+        if info.models_error:
+            rep.warn(f"warning: {info.models_error}; measuring '{cfg.model}' as given by --model")
+        model = check_model(info, cfg.model, cfg.url)
         tokenizer, counter = await pick_tokenizer(cfg.tokenizer, cfg.api_key, session, info, model)
         eos = getattr(tokenizer, "eos_token_id", None)
+        adapter = info.adapter
         extras: dict[str, Any] = {}
+        check: dict[str, Any] = {}
         if cfg.fixed_output:
-            extras.update(output_length_fields(info.engine, cfg.output_len, eos, cfg.api))
+            extras.update(adapter.output_length_fields(cfg.output_len, eos, cfg.api))
+            check.update(adapter.check_fields(2, eos, cfg.api))
         extras.update(cfg.extra_body)
+        check.update(cfg.extra_body)
         client = StreamClient(
             session=session, base_url=cfg.url, model=model, api=cfg.api, api_key=cfg.api_key,
-            temperature=cfg.temperature, body_extras={k: v for k, v in extras.items() if k != "min_tokens"},
-            timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s, counter=counter,
-            one_token_per_chunk=info.engine in ONE_TOKEN_PER_CHUNK,
+            temperature=cfg.temperature, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s,
+            counter=counter, one_token_per_chunk=adapter.one_token_per_chunk,
+            fresh_connection=adapter.closes_after_stream,
         )
         builder = PromptBuilder(tokenizer, seed, run_id.rsplit("-", 1)[-1] + secrets.token_hex(2))
-        await _preflight(client, builder)
-        client.body_extras = extras  # min_tokens only for the real requests (the preflight asks for 2)
+        # The check request names the model too: with a server that cannot list its models, it proves the name.
+        probe = await _preflight(client, builder, check)
+        client.body_extras = extras
         workload = Workload(cfg.input_len, cfg.output_len, cfg.shape, cfg.api, cfg.prefix_len, seed)
         manifest: dict[str, Any] = {
             "endpoint": cfg.url,
@@ -291,6 +304,9 @@ async def run_sweep(
             "engine": info.engine,
             "engine_version": info.engine_version or (cfg.embedded or {}).get("engine_version"),
             "server": info.to_dict(),
+            # the one uncounted request before any level: the server counts it in its own metrics
+            "check_request": {"ttft_ms": _ms(probe.ttft_ns), "e2e_ms": _ms(probe.e2e_ns),
+                              "output_tokens": probe.output_tokens},
             "server_flags": (cfg.embedded or {}).get("command"),
             "embedded": cfg.embedded,
             "label": cfg.label,
@@ -299,7 +315,7 @@ async def run_sweep(
             "finished": None,
             "workload": workload.to_dict(),
             "tokenizer": tokenizer.description,
-            "request_fields": extras,
+            "request_fields": redact.body(extras),
             "load": {
                 "levels": [lv.describe() for lv in cfg.levels()],
                 "requests": cfg.requests,
@@ -320,6 +336,7 @@ async def run_sweep(
         first = await guard_snapshot(cfg.guard, cfg.guard_config, cfg.target_pids, "before the run")  # strict: refuse before anything is stored
         manifest["guard_before_run"] = first
         store.create_run(run_id, "sweep", cfg.label, manifest["started"], __version__, manifest)
+        rep.run_id = run_id
         prompts = _Prompts(builder, workload, {})
         outcomes: list[LevelOutcome] = []
         status, error = "complete", None
@@ -344,7 +361,7 @@ async def run_sweep(
                     if alive is not None and not alive():
                         raise EngineError(f"the embedded engine died during level {level.describe()}: see its log")
                     try:
-                        await discover(session, cfg.url, cfg.api_key, timeout=5)
+                        await discover(session, cfg.url, cfg.api_key, timeout=5, model=model)
                     except EndpointError as e:
                         raise EndpointError(
                             f"the server stopped answering during level {level.describe()}: {e}"
@@ -353,14 +370,19 @@ async def run_sweep(
             status, error = "interrupted", "interrupted by the user"
             store.finish_run(run_id, status, now_iso(), error)
             raise
-        except TokenbenchError as e:
+        except Exception as e:  # a user-facing error, or a bug: either way the run is closed, its levels kept
             status = "partial" if any(o.status == "complete" for o in outcomes) else "failed"
-            error = str(e)
+            error = str(e) if isinstance(e, TokenbenchError) else f"crashed: {type(e).__name__}: {e}"[:500]
             manifest["finished"] = now_iso()
             store.update_manifest(run_id, manifest)
             store.finish_run(run_id, status, manifest["finished"], error)
             e.run_id = run_id  # type: ignore[attr-defined]
             raise
+        failed = [o for o in outcomes if o.status != "complete"]
+        if failed:
+            status = "partial" if len(failed) < len(outcomes) else "failed"
+            error = f"{len(failed)} of {len(outcomes)} levels failed: " + "; ".join(
+                f"{o.level.describe()}: {', '.join(o.summary.flags) or o.status}" for o in failed)
         manifest["finished"] = now_iso()
         store.update_manifest(run_id, manifest)
         store.finish_run(run_id, status, manifest["finished"], error)
@@ -425,7 +447,9 @@ async def _run_level(
     status = "complete"
     watch = ClientWatch()
     window = (0, 0)
-    desc = level.describe() + (f" (rep {repetition + 1}/{cfg.repetitions})" if cfg.repetitions > 1 else "")
+    n_levels = len(cfg.levels())
+    desc = (f"level {idx + 1}/{n_levels} " if n_levels > 1 else "") + level.describe() + \
+        (f" (rep {repetition + 1}/{cfg.repetitions})" if cfg.repetitions > 1 else "")
     try:
         if n_warm:
             rep.note(f"{desc}: {n_warm} warm-up requests (not counted)")
@@ -478,11 +502,31 @@ async def _run_level(
             + "; ".join(reasons)
         )
     total_tokens = cfg.input_len + cfg.output_len
-    for w in slot_warnings(info, level.concurrency, total_tokens):
+    for w in info.adapter.slot_warnings(info.slots, info.slot_ctx, level.concurrency, total_tokens):
         summary.flags.append("slots_exceeded")
         summary.warnings.append(w)
+    if level.concurrency and level.concurrency > 1:
+        measured = [r for r in records if r.phase == "measured"]
+        peak = peak_in_flight(measured)
+        if measured and peak < level.concurrency:
+            why = (f"only {n_req} requests were asked for" if n_req is not None and n_req < level.concurrency
+                   else "requests ended before the others were sent")
+            summary.flags.append("concurrency_not_reached")
+            summary.warnings.append(
+                f"the level never had {level.concurrency} requests in flight (at most {peak}): {why}; "
+                f"raise --requests to at least {2 * level.concurrency} or give --duration"
+            )
     if summary.cost_per_mtok is None and cfg.price_per_hour is not None:
         summary.cost_per_mtok = cost_per_mtok(cfg.price_per_hour, summary.output_throughput_tps)
+    attempted = summary.completed + summary.failed
+    if status == "complete" and attempted and summary.failed / attempted > cfg.max_error_rate:
+        status = "failed"
+        summary.flags.append("error_rate")
+        kinds = ", ".join(f"{k} x{n}" for k, n in sorted(summary.errors.items()))
+        summary.warnings.append(
+            f"{summary.failed} of {attempted} requests failed ({summary.failed / attempted:.0%}, above "
+            f"--max-error-rate {cfg.max_error_rate:.0%}): {kinds}; the level is failed, not a result"
+        )
     if "prompt_truncated" in summary.flags:
         status = "failed"
     store.save_level(run_id, idx, repetition, summary, records, status=status, started=started,
@@ -491,11 +535,13 @@ async def _run_level(
     return summary, status
 
 
-def load_result(store: Store, ref: str) -> RunResult:
-    """A stored run, as the sweep returned it (finished levels only if it was cut short)."""
-    row = store.resolve(ref)
+def load_result(store: Store, ref: str, first: int | None = None, latest: bool = False,
+                kinds: tuple[str, ...] | None = None, command: str = "") -> RunResult:
+    """A stored run, as the sweep returned it (finished levels only if it was cut short); ``first``: only the
+    first levels (a 200,000-level import loads in seconds, not a second)."""
+    row = store.resolve(ref, latest, kinds, command)
     by_idx: dict[int, list[tuple[str, LevelSummary]]] = {}
-    for idx, _rep, status, summary in store.levels(row.id):
+    for idx, _rep, status, summary in store.levels(row.id, first):
         by_idx.setdefault(idx, []).append((status, summary))
     outcomes = []
     for idx, items in sorted(by_idx.items()):

@@ -9,6 +9,7 @@ Counters are reported as their change over the level, never as the server's life
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,35 +17,33 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from . import adapters
 from .tasks import cancel_and_wait
 
-#: What each engine calls the quantities we summarize (first name found wins).
-GAUGES = {
-    "running": ["vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs"],
-    "waiting": ["vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs"],
-    "kv_cache_usage": ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio",
-                       "sglang:token_usage"],
-}
-COUNTERS = {
-    "prefix_queries": ["vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"],
-    "prefix_hits": ["vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"],
-    "drafts": ["vllm:spec_decode_num_drafts_total"],
-    "draft_tokens": ["vllm:spec_decode_num_draft_tokens_total", "llamacpp:tokens_drafted_total"],
-    "accepted_tokens": ["vllm:spec_decode_num_accepted_tokens_total", "llamacpp:tokens_drafted_accepted_total"],
-    "generation_tokens": ["vllm:generation_tokens_total", "llamacpp:tokens_predicted_total",
-                          "sglang:generation_tokens_total"],
-    "prompt_tokens": ["vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total", "sglang:prompt_tokens_total"],
-}
+#: The quantities summarized per level; each engine's adapter says what it calls them (first name found wins).
+GAUGE_KEYS = ("running", "waiting", "kv_cache_usage", "busy_slots_per_decode")
+COUNTER_KEYS = ("prefix_queries", "prefix_hits", "drafts", "draft_tokens", "accepted_tokens", "generation_tokens",
+                "prompt_tokens")
+_NAMES = adapters.metric_names()
+GAUGES = {k: list(_NAMES.get(k, ())) for k in GAUGE_KEYS}
+COUNTERS = {k: list(_NAMES.get(k, ())) for k in COUNTER_KEYS}
+#: Failed GETs in a row, before any success, after which a server is taken to have no /metrics.
+GIVE_UP_AFTER = 3
 
 
 def parse(text: str) -> dict[str, float]:
-    """Prometheus text -> {sample name: value}, summed over label sets (engines, GPUs); buckets dropped."""
+    """Prometheus text -> {sample name: value}, summed over label sets (engines, GPUs); buckets and values that
+    are not finite dropped. Text that is not Prometheus' raises ValueError, whatever the parser tripped on."""
     out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name.endswith(("_bucket", "_created")):
-                continue
-            out[s.name] = out.get(s.name, 0.0) + float(s.value)
+    try:
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                v = float(s.value)
+                if s.name.endswith(("_bucket", "_created")) or not math.isfinite(v):
+                    continue
+                out[s.name] = out.get(s.name, 0.0) + v
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:
+        raise ValueError(f"not Prometheus text: {type(e).__name__}") from None
     return out
 
 
@@ -82,6 +81,11 @@ def summarize(samples: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
     out["counters"] = delta
     if delta.get("prefix_queries"):
         out["prefix_cache_hit_rate"] = delta.get("prefix_hits", 0.0) / delta["prefix_queries"]
+    elif "prefix_queries" not in delta and delta.get("prefix_hits") is not None and delta.get("prompt_tokens") is not None:
+        # llama.cpp counts cached prompt tokens apart from processed ones
+        seen = delta["prefix_hits"] + delta["prompt_tokens"]
+        if seen:
+            out["prefix_cache_hit_rate"] = delta["prefix_hits"] / seen
     if delta.get("draft_tokens"):
         out["spec_acceptance_rate"] = delta.get("accepted_tokens", 0.0) / delta["draft_tokens"]
     if delta.get("drafts"):
@@ -91,8 +95,9 @@ def summarize(samples: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class MetricsSampler:
-    """Polls ``root/metrics`` every ``interval_s`` while a level runs; gives up quietly (and says so) on a
-    server without it."""
+    """Polls ``root/metrics`` every ``interval_s`` while a level runs. It gives up (and says so) on a server
+    without it: a 404, or ``GIVE_UP_AFTER`` failures in a row before any success. Once a page was read, a failed
+    GET is counted in ``failed`` and sampling goes on."""
 
     session: aiohttp.ClientSession
     root: str
@@ -100,25 +105,34 @@ class MetricsSampler:
     headers: dict[str, str] = field(default_factory=dict)
     samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     available: bool | None = None
+    failed: int = 0
+    _in_a_row: int = 0
     _task: asyncio.Task[None] | None = None
+
+    def _fail(self, absent: bool = False) -> None:
+        self.failed += 1
+        self._in_a_row += 1
+        if not self.available and (absent or self._in_a_row >= GIVE_UP_AFTER):
+            self.available = False
 
     async def sample(self) -> None:
         try:
             async with self.session.get(f"{self.root}/metrics", headers=self.headers,
                                         timeout=aiohttp.ClientTimeout(total=5)) as r:
                 if r.status != 200:
-                    self.available = False
+                    self._fail(absent=r.status in (404, 405, 501))
                     return
-                text = await r.text()
+                text = await r.text(errors="replace")
         except (aiohttp.ClientError, asyncio.TimeoutError):
-            self.available = False
+            self._fail()
             return
         try:
             parsed = parse(text)
         except ValueError:
-            self.available = False
+            self._fail(absent=True)
             return
         self.available = True
+        self._in_a_row = 0
         now = time.perf_counter_ns()
         self.samples.append((now / 1e9, parsed))
 
@@ -138,7 +152,7 @@ class MetricsSampler:
             await self.sample()  # the level's end
         if not self.available:
             return {"available": False, "note": "the server exposes no Prometheus /metrics"}
-        return {"available": True, **summarize(self.samples)}
+        return {"available": True, "failed_gets": self.failed, **summarize(self.samples)}
 
 
 class PowerSampler:

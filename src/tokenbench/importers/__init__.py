@@ -7,7 +7,8 @@ A malformed file raises an error naming the file and the field; nothing of it is
 from __future__ import annotations
 
 import datetime as dt
-import json
+import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 from .. import __version__
 from ..errors import UsageError
 from ..metrics import LevelSummary
+from ..wire import WireError, loads
 
 
 @dataclass(slots=True)
@@ -31,20 +33,40 @@ class FieldError(UsageError):
         super().__init__(f"{path}: {where}: {problem}; nothing was imported")
 
 
-def need(obj: Any, key: str, path: Path, where: str, kind: type | tuple[type, ...] = (int, float)) -> Any:
-    """obj[key], checked: a missing or mistyped field names the file and the field."""
-    if not isinstance(obj, dict) or key not in obj:
-        raise FieldError(path, f"{where}.{key}" if where else key, "missing")
+def need(obj: Any, key: str, path: Path, where: str, kind: type | tuple[type, ...] | None = (int, float)) -> Any:
+    """obj[key], checked: a missing or mistyped field names the file and the field. A number must be finite and
+    not negative: no measurement tokenbench imports can be NaN, infinite or below zero."""
+    name = f"{where}.{key}" if where else key
+    if not isinstance(obj, dict):
+        raise FieldError(path, where or "top level", f"expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise FieldError(path, name, "missing")
     v = obj[key]
     if kind is not None and not isinstance(v, kind) or isinstance(v, bool) and kind == (int, float):
-        raise FieldError(path, f"{where}.{key}" if where else key, f"expected {getattr(kind, '__name__', 'a number')}, got {type(v).__name__}")
+        raise FieldError(path, name, f"expected {getattr(kind, '__name__', 'a number')}, got {type(v).__name__}")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        number(v, path, name)
     return v
 
 
-def load_json(path: Path, text: str) -> Any:
+def number(v: Any, path: Path, where: str) -> float:
+    """A measured number: finite and not negative, else a FieldError naming the field."""
     try:
-        return json.loads(text)
-    except ValueError as e:
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
+        raise FieldError(path, where, f"expected a number, got {str(v)[:40]!r}") from None
+    if not math.isfinite(f) or f > 2**53:
+        raise FieldError(path, where, f"{v!r} is not a finite number")
+    if f < 0:
+        raise FieldError(path, where, f"{v!r} is negative")
+    return f
+
+
+def load_json(path: Path, text: str) -> Any:
+    """JSON, strictly (wire.loads): NaN, Infinity and nesting too deep to parse are refused."""
+    try:
+        return loads(text, "the file", max_bytes=None)
+    except WireError as e:
         raise UsageError(f"{path}: not valid JSON ({e}); nothing was imported") from None
 
 
@@ -62,18 +84,49 @@ def _register() -> None:
     ])
 
 
+def read_text(path: Path) -> tuple[str, str]:
+    """The file as text, and its SHA-256 (to recognise a file imported before)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8-sig"), hashlib.sha256(data).hexdigest()
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text (a binary or UTF-16 file?); nothing was imported") from None
+
+
+def _parse(name: str, parse: Callable[[Path, str, str | None], list[Imported]], path: Path, text: str,
+           label: str | None) -> list[Imported]:
+    try:
+        runs = parse(path, text, label)
+    except UsageError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError, OverflowError) as e:
+        # a shape no field check foresaw: still one line, still nothing stored
+        raise UsageError(f"{path}: a malformed {name} file ({type(e).__name__}: {str(e)[:120]}); "
+                         "nothing was imported") from None
+    if not runs:
+        raise UsageError(f"{path}: a {name} file with no results in it; nothing was imported")
+    for r in runs:
+        for lv in r.levels:
+            for field_name in ("output_throughput_tps", "pp_tps", "tg_tps", "duration_s", "input_tokens_mean",
+                               "output_tokens_mean", "request_throughput_rps"):
+                v = getattr(lv, field_name, None)
+                if v is not None:
+                    number(v, path, f"{lv.test or 'level'} {field_name}")
+    return runs
+
+
 def parse_file(path: Path, label: str | None = None) -> tuple[str, list[Imported]]:
     if not FORMATS:
         _register()
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e}") from None
+    text, digest = read_text(path)
     for name, detect, parse in FORMATS:
         if detect(path, text):
-            runs = parse(path, text, label)
-            if not runs:
-                raise UsageError(f"{path}: a {name} file with no results in it; nothing was imported")
+            runs = _parse(name, parse, path, text, label)
+            for r in runs:
+                r.manifest["source_sha256"] = digest
             return name, runs
     raise UsageError(
         f"{path}: not a format tokenbench imports (vllm bench serve JSON, llama-bench JSON/CSV/JSONL, GuideLLM "
@@ -83,17 +136,47 @@ def parse_file(path: Path, label: str | None = None) -> tuple[str, list[Imported
 
 def import_file(store: Any, path: Path, label: str | None = None) -> tuple[str, list[str]]:
     """Parse, then store every run of the file in one transaction. Returns (format, run ids)."""
+    ((fmt, ids, _),) = import_files(store, [path], label)
+    return fmt, ids
+
+
+def import_files(store: Any, paths: list[Path], label: str | None = None) -> list[tuple[str, list[str], bool]]:
+    """All files or none: each is parsed first, then every new one is stored in one transaction. A file imported
+    before (same bytes) is recognised and not stored twice. Returns (format, run ids, new) per file."""
+    parsed = [(path, *parse_file(path, label)) for path in paths]
+    out: list[tuple[str, list[str], bool]] = []
+    with store.tx():
+        for path, fmt, runs in parsed:
+            digest = runs[0].manifest["source_sha256"]
+            before = store.runs_from_source(digest)
+            if before:
+                out.append((fmt, before, False))
+                continue
+            out.append((fmt, _store_in_tx(store, fmt, runs, str(path), {}), True))
+    return out
+
+
+def import_records(store: Any, fmt: str, text: str, source: Path, label: str | None,
+                   extra: dict[str, Any]) -> list[str]:
+    """Import a tool's output held in memory (``fmt`` names the format), with ``extra`` added to each manifest."""
+    if not FORMATS:
+        _register()
+    parse = next(p for name, _, p in FORMATS if name == fmt)
+    runs = _parse(fmt, parse, source, text, label)
+    with store.tx():
+        return _store_in_tx(store, fmt, runs, str(source), extra)
+
+
+def _store_in_tx(store: Any, fmt: str, runs: list[Imported], source: str, extra: dict[str, Any]) -> list[str]:
     from ..sweep import new_run_id
 
-    fmt, runs = parse_file(path, label)
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    ids = []
-    with store.tx():
-        for r in runs:
-            rid = new_run_id()
-            while rid in ids:
-                rid = new_run_id()
-            r.manifest.update(provenance="imported", imported_from=str(path), format=fmt, label=r.label)
-            store.save_run_in_tx(rid, r.kind, r.label, r.manifest, "imported", r.levels, __version__, now, now)
-            ids.append(rid)
-    return fmt, ids
+    ids: list[str] = []
+    for r in runs:
+        rid = new_run_id()
+        while rid in ids or store.db.execute("SELECT 1 FROM runs WHERE id = ?", (rid,)).fetchone():
+            rid = new_run_id()  # ids are a second and 2 random bytes: many runs in one second can collide
+        r.manifest.update(provenance="imported", imported_from=source, format=fmt, label=r.label, **extra)
+        store.save_run_in_tx(rid, r.kind, r.label, r.manifest, "imported", r.levels, __version__, now, now)
+        ids.append(rid)
+    return ids

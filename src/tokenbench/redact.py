@@ -1,0 +1,107 @@
+"""Secrets never reach a file, the database, a report or a message: what is stored passes through here first.
+
+Three routes a secret takes into a recorded value, each replaced by ``***``:
+- the value of a secret option (``--api-key sk-…``, ``--api-key=sk-…``; abbreviations are refused by the parser);
+- ``KEY=value`` where the name looks like a secret (``OPENAI_API_KEY=…``, ``HF_TOKEN=…``), as in ``env`` prefixes
+  of a server command given to ``coldstart --cmd``;
+- userinfo in a URL (``http://user:pass@host``) and body fields named like secrets (``{"api_key": …}``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+SECRET_OPTIONS = ("--api-key", "--api_key", "--hf-token", "--token", "--password")
+#: A name that holds a secret: KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL, AUTH, as a word of the name.
+SECRET_NAME = re.compile(r"(^|[_\-.])(api[_\-]?key|key|token|secret|password|passwd|credentials?|auth|"
+                         r"authorization|bearer)($|[_\-.])", re.IGNORECASE)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_ASSIGN = re.compile(r"^(-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)=(.*)$", re.DOTALL)
+_URL_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.\-]*://)[^/?#\s]*@")  # to the last @ of the authority
+_QUERY_SECRET = re.compile(r"([?&][^=&#\s]+)=([^&#\s]*)")
+
+HIDDEN = "***"
+
+
+def is_secret_name(name: str) -> bool:
+    """``api_key``, ``HF_TOKEN``, ``accessToken``, ``clientSecret``: a word of the name says secret."""
+    return bool(SECRET_NAME.search(_CAMEL.sub("_", name)))
+
+
+def url(text: str) -> str:
+    """``text`` with the userinfo of every URL in it, and secret-named query parameters, replaced."""
+    text = _URL_USERINFO.sub(lambda m: m.group(1) + HIDDEN + "@", text)
+    if "://" in text and "?" in text:
+        text = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}={HIDDEN}" if is_secret_name(m.group(1)[1:]) else m.group(0),
+                                 text)
+    return text
+
+
+def _json_arg(text: str) -> str | None:
+    """A JSON object or list given as an argument, with its secrets hidden; None when it is not JSON."""
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        return json.dumps(body(json.loads(text)))
+    except (ValueError, RecursionError):
+        return None
+
+
+def has_userinfo(u: str) -> bool:
+    try:
+        return bool(urlsplit(u).username or urlsplit(u).password)
+    except ValueError:
+        return "@" in u
+
+
+def strip_userinfo(u: str) -> str:
+    parts = urlsplit(u)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def body(obj: Any) -> Any:
+    """A request body with the values of secret-named fields replaced, at any depth."""
+    if isinstance(obj, dict):
+        return {k: HIDDEN if isinstance(k, str) and is_secret_name(k) else body(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [body(v) for v in obj]
+    if isinstance(obj, str):
+        return url(obj)
+    return obj
+
+
+def command(argv: list[str]) -> str:
+    """A command line as it may be stored."""
+    out: list[str] = []
+    hide = False
+    for a in argv:
+        if hide:
+            out.append(HIDDEN)
+            hide = False
+            continue
+        if a in SECRET_OPTIONS:
+            out.append(a)
+            hide = True
+            continue
+        js = _json_arg(a)  # a JSON argument, e.g. --extra-body '{"api_key": …}'
+        if js is not None:
+            out.append(shlex.quote(js))
+            continue
+        m = _ASSIGN.match(a)
+        if m and _json_arg(m.group(2)) is not None:  # --extra-body='{"api_key": …}'
+            out.append(shlex.quote(f"{m.group(1)}={_json_arg(m.group(2))}"))
+        elif m and (m.group(1) in SECRET_OPTIONS or is_secret_name(m.group(1).lstrip("-"))):
+            out.append(f"{m.group(1)}={HIDDEN}")
+        elif " " in a.strip() and (any(o in a for o in SECRET_OPTIONS) or "=" in a or "@" in a):
+            try:  # a quoted command line, e.g. coldstart --cmd "env OPENAI_API_KEY=… server"
+                out.append(shlex.quote(command(shlex.split(a))))
+            except ValueError:
+                out.append(url(a))
+        else:
+            out.append(url(a))
+    return " ".join(out)

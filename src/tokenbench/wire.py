@@ -1,0 +1,154 @@
+"""The one boundary where a server's streamed bytes become typed values.
+
+Every ``data:`` payload of an OpenAI-compatible stream goes through :func:`parse_chunk`, which returns a
+:class:`Chunk` holding only values of the right type and range, or raises :class:`WireError` with a kind the client
+counts (``malformed_event``: not JSON, not an object, a field of the wrong shape; ``invalid_usage``: a token count
+or timing that is not a finite, non-negative number). Nothing past this module indexes raw server JSON, so a
+hostile or broken server makes counted errors, never an exception in the client.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+MAX_EVENT_BYTES = 8 << 20  # one event larger than 8 MiB is not a token chunk
+MAX_COUNT = 2**53  # no token count or timing is larger; a 400-digit integer would overflow a float downstream
+
+
+class WireError(ValueError):
+    """An event the client cannot use. ``kind`` names it for the error record."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(slots=True, frozen=True)
+class Usage:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Chunk:
+    """What one event says, typed. Absent fields are None."""
+
+    text: str | None = None  # answer content of choice 0
+    reasoning: str | None = None  # reasoning content of choice 0
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    timings: dict[str, float] | None = None  # llama.cpp's "timings": numeric fields only
+    error: str | None = None  # an error event's message
+
+
+def _object(value: Any, what: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise WireError("malformed_event", f"{what} is {type(value).__name__}, not an object")
+    return value
+
+
+def _text(value: Any, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise WireError("malformed_event", f"{what} is {type(value).__name__}, not a string")
+
+
+def count(value: Any, what: str) -> int | None:
+    """A token count: a non-negative integer (a float with no fraction is accepted), or None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WireError("invalid_usage", f"{what} is {value!r}, not a count")
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        raise WireError("invalid_usage", f"{what} is {value!r}, not a count")
+    if value < 0:
+        raise WireError("invalid_usage", f"{what} is {value!r}, a negative count")
+    if value > MAX_COUNT:
+        raise WireError("invalid_usage", f"{what} is larger than any count can be")
+    return int(value)
+
+
+def _usage(value: Any) -> Usage | None:
+    obj = _object(value, "usage")
+    if not obj:
+        return None
+    details = _object(obj.get("completion_tokens_details"), "usage.completion_tokens_details") or {}
+    return Usage(count(obj.get("prompt_tokens"), "usage.prompt_tokens"),
+                 count(obj.get("completion_tokens"), "usage.completion_tokens"),
+                 count(details.get("reasoning_tokens"), "usage.completion_tokens_details.reasoning_tokens"))
+
+
+def _timings(value: Any) -> dict[str, float] | None:
+    """llama.cpp's timings: its numbers, each finite and non-negative. Non-numeric fields are dropped."""
+    obj = _object(value, "timings")
+    if obj is None:
+        return None
+    out: dict[str, float] = {}
+    for key, v in obj.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if v < 0 or v > MAX_COUNT or not math.isfinite(v):  # the bound first: a 400-digit int overflows isfinite
+            raise WireError("invalid_usage", f"timings.{key} is out of range")
+        out[str(key)] = v
+    return out
+
+
+def _error_text(err: Any) -> str:
+    if isinstance(err, dict):
+        msg = err.get("message")
+        if isinstance(msg, str):
+            return msg[:300]
+        return json.dumps(err, default=str)[:300]
+    return str(err)[:300]
+
+
+def _reject_constant(name: str) -> Any:
+    raise WireError("invalid_usage", f"{name} is not a number JSON allows")
+
+
+def loads(data: str | bytes, what: str = "event", max_bytes: int | None = MAX_EVENT_BYTES) -> Any:
+    """JSON, strictly: NaN and Infinity are refused, and so is nesting too deep to parse (and, for what a server
+    streams, a document over ``max_bytes``)."""
+    if max_bytes is not None and len(data) > max_bytes:
+        raise WireError("malformed_event", f"{what} is {len(data):,} bytes")
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except RecursionError:
+        raise WireError("malformed_event", f"{what} is nested too deep") from None
+    except ValueError as e:
+        if isinstance(e, WireError):
+            raise
+        raise WireError("malformed_event", f"{what} is not valid JSON") from None
+
+
+def parse_chunk(data: str, chat: bool) -> Chunk:
+    """One streamed event's ``data`` (not ``[DONE]``) as a :class:`Chunk`, or :class:`WireError`."""
+    obj = loads(data)
+    if not isinstance(obj, dict):
+        raise WireError("malformed_event", f"event is {type(obj).__name__}, not an object")
+    usage = _usage(obj.get("usage"))
+    timings = _timings(obj.get("timings"))
+    choices = obj.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        raise WireError("malformed_event", f"choices is {type(choices).__name__}, not a list")
+    if obj.get("error") is not None and not choices:
+        return Chunk(usage=usage, timings=timings, error=_error_text(obj["error"]))
+    text = reasoning = finish = None
+    for choice in choices or ():
+        choice = _object(choice, "a choice")
+        index = choice.get("index", 0) if choice else 0
+        if not choice or index not in (0, None):
+            continue
+        part = (_object(choice.get("delta"), "delta") or {}) if chat else choice
+        text = _text(part.get("content") if chat else part.get("text"), "the token text")
+        reasoning = (_text(part.get("reasoning_content"), "reasoning_content")
+                     or _text(part.get("reasoning"), "reasoning"))
+        finish = _text(choice.get("finish_reason"), "finish_reason")
+        break
+    return Chunk(text or None, reasoning or None, finish or None, usage, timings)

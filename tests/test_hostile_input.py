@@ -1,0 +1,126 @@
+"""A careless user and hostile names: bad arguments are one-line errors before any work, and no name breaks
+output (issue 9)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.cli.common import seconds
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.output import md_escape
+
+DEAD = "http://127.0.0.1:9/v1"  # nothing listens: an argument error must come before any attempt to connect
+
+
+@pytest.mark.parametrize("argv", [
+    ["sweep", "--url", DEAD, "--input-len", "0"],
+    ["sweep", "--url", DEAD, "--output-len", "-4"],
+    ["sweep", "--url", DEAD, "--warmup", "-1"],
+    ["sweep", "--url", DEAD, "--temperature", "-1"],
+    ["sweep", "--url", DEAD, "--price-per-hour", "-2"],
+    ["sweep", "--url", DEAD, "--currency", "EURO"],
+    ["sweep", "--url", DEAD, "--rate", "nan"],
+    ["sweep", "--url", DEAD, "--duration", "inf"],
+    ["sweep", "--url", "ftp://host/v1"],
+    ["cost", "--tps", "-5", "--price-per-hour", "2"],
+    ["fit", "--context", "-5"],
+    ["predict", "--input-len", "-100"],
+    ["fit", "--context", "infk"],
+    ["depth", "--url", DEAD, "--depths", "0,nank"],
+    ["depth", "--url", DEAD, "--depths", "9" * 400],
+    ["runs", "--limit", "9223372036854775808"],
+    ["sweep", "--url", "http://127.0.0.1:99999/v1"],
+])
+def test_bad_arguments_are_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "error" in err and "Traceback" not in err
+    assert "cannot reach" not in err  # refused before any work
+
+
+def test_a_bare_duration_is_seconds() -> None:
+    """`--duration 60` measured 60 ms and `--timeout 600` meant 0.6 s: a bare number is now seconds."""
+    assert seconds("60", "--duration") == 60.0 and seconds("600", "--timeout") == 600.0
+    assert seconds("500ms", "--timeout") == 0.5 and seconds("2m", "--duration") == 120.0
+
+
+def test_an_output_file_that_cannot_be_written_is_refused_first(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "--url", DEAD, "--json", str(tmp_path / "no" / "such" / "dir" / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "cannot reach" not in err
+    assert main(["depth", "--url", DEAD, "--json", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("label", ["[/bold]", "[red]x[/]", "$x^$", "a\n# injected"])
+def test_hostile_labels_break_no_output(label: str, emitter: BackgroundEmitter, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "r.db")
+    assert main(["sweep", "--url", emitter.url, "--label", label, "--requests", "2", "--input-len", "8",
+                 "--output-len", "4", "--quiet", "--db", db]) == 0, capsys.readouterr().err
+    assert main(["runs", "--db", db]) == 0
+    assert label.splitlines()[0] in capsys.readouterr().out  # shown as text, not read as a style
+    assert main(["show", label, "--db", db, "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "\n# injected" not in md
+    pytest.importorskip("matplotlib")
+    assert main(["report", label, "--db", db, "--html", str(tmp_path / "r.html")]) == 0, capsys.readouterr().err
+
+
+def test_md_escape_keeps_a_name_on_one_line() -> None:
+    assert md_escape("a\n# b|c<d>") == "a # b\\|c&lt;d&gt;"
+
+
+def test_max_error_rate_json_is_valid(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    assert main(["sweep", "--url", emitter.url, "--requests", "2", "--input-len", "8", "--output-len", "4",
+                 "--quiet", "--db", str(tmp_path / "r.db"), "--json", str(out)]) == 0
+    json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+
+
+def test_concurrency_beyond_the_open_file_limit_is_refused_with_advice(tmp_path: Path) -> None:
+    """With 256 open files allowed (macOS's default; here the hard limit too), concurrency 512 crashed with
+    'Too many open files'. Now: one line with the ulimit to set, before any request."""
+    import resource
+    import subprocess
+    import sys
+
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    proc = subprocess.run([sys.executable, "-m", "tokenbench", "sweep", "--url", DEAD, "--concurrency", "512",
+                           "--db", str(tmp_path / "r.db")], capture_output=True, text=True, preexec_fn=low,
+                          timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "ulimit -n 576" in proc.stderr and "cannot reach" not in proc.stderr
+
+
+def test_coldstart_refuses_a_port_already_taken(emitter: BackgroundEmitter, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """It used to time the server already there instead of the one it started."""
+    assert main(["coldstart", "--url", emitter.url, "--cmd", "sleep 60", "--db", str(tmp_path / "r.db")]) == 2
+    assert "already answers" in capsys.readouterr().err
+
+
+def test_report_and_predict_outputs_and_inputs_are_checked_first(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """--html into a missing directory, --png onto an existing file, and a missing --calibration used to fail
+    with a traceback, after the work."""
+    db = tmp_path / "r.db"
+    assert main(["import", str(Path(__file__).parent / "data" / "vllm_serve_result.json"), "--db", str(db)]) == 0
+    capsys.readouterr()
+    run = __import__("tokenbench.store", fromlist=["Store"]).Store(db).runs()[0].id
+    assert main(["report", run, "--db", str(db), "--html", str(tmp_path / "no" / "r.html")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "a.png").write_text("x")
+    assert main(["report", run, "--db", str(db), "--png", str(tmp_path / "a.png")]) == 2
+    assert "is a file" in capsys.readouterr().err
+    assert main(["predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
+                 "--calibration", str(tmp_path / "missing.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "--calibration" in err and "Traceback" not in err

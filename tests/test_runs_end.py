@@ -1,0 +1,190 @@
+"""Every run ends in a final state, and no secret reaches a file, the database, a report or a message (issue 9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenbench import redact
+from tokenbench.cli import main
+from tokenbench.emitter import BackgroundEmitter, EmitterProcess
+from tokenbench.store import Store
+
+
+def _start_sweep(url: str, db: Path, out: Path, *extra: str, sigint: Any = signal.SIG_DFL) -> subprocess.Popen[bytes]:
+    """The CLI as its own process. ``sigint``: its Ctrl-C disposition (a shell's background job inherits SIG_IGN)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tokenbench", "sweep", "--url", url, "--input-len", "8", "--output-len", "4",
+         "--concurrency", "1,2", "--requests", "200", "--warmup", "0", "--db", str(db), "--quiet", "--json",
+         str(out), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
+    )
+
+
+def _wait_served(root: str, n: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(root + "/stats") as r:
+            if len(json.load(r)["stamps"]) >= n:
+                return
+        time.sleep(0.1)
+    raise AssertionError("the sweep never got going")
+
+
+@pytest.mark.parametrize("sig, sigint", [(signal.SIGTERM, signal.SIG_DFL), (signal.SIGHUP, signal.SIG_DFL),
+                                         (signal.SIGTERM, signal.SIG_IGN)])
+def test_sigterm_and_sighup_end_a_run_as_ctrl_c_does(sig: signal.Signals, sigint: Any, tmp_path: Path) -> None:
+    """What `timeout`, Docker and CI cancellation send: the run used to stay 'running' with nothing printed and
+    no JSON. Now: exit 130, the run interrupted, the level in progress kept and marked, the JSON written; also
+    in a script's background job, where Ctrl-C itself is ignored."""
+    db, out = tmp_path / "r.db", tmp_path / "r.json"
+    with EmitterProcess("--itl", "0.05") as em:
+        cli = _start_sweep(em.url, db, out, sigint=sigint)
+        _wait_served(em.root, 8)
+        cli.send_signal(sig)
+        _, err = cli.communicate(timeout=30)
+    assert cli.returncode == 130, err.decode()
+    assert b"interrupted" in err and b"Traceback" not in err
+    (run,) = Store(db).runs()
+    assert run.status == "interrupted"
+    ((_, _, status, summary),) = Store(db).levels(run.id)
+    assert status == "interrupted" and summary.completed > 5
+    assert json.loads(out.read_text())["status"] == "interrupted"
+
+
+def test_a_killed_run_reads_as_abandoned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """kill -9 leaves no chance to close the run: its process mark says it is gone, so runs and show say
+    'abandoned' instead of 'running' forever."""
+    db, out = tmp_path / "r.db", tmp_path / "r.json"
+    with EmitterProcess("--itl", "0.05") as em:
+        cli = _start_sweep(em.url, db, out)
+        _wait_served(em.root, 4)
+        assert Store(db).runs()[0].status == "running"  # alive: still running
+        cli.kill()
+        cli.wait(timeout=10)
+    (run,) = Store(db).runs()
+    assert run.status == "abandoned" and "gone" in (run.error or "")
+    assert main(["runs", "--db", str(db)]) == 0
+    assert "abandoned" in capsys.readouterr().out
+
+
+SECRET = "sk-tb-0123456789abcdef"
+
+
+def _everything_written(tmp_path: Path, db: Path, out: str) -> str:
+    """The database's bytes (and its WAL), every file under tmp_path, and what the CLI printed."""
+    text = out
+    for f in tmp_path.rglob("*"):
+        if f.is_file():
+            text += f.read_bytes().decode("utf-8", "replace")
+    return text
+
+
+def test_no_route_leaks_a_secret(emitter: BackgroundEmitter, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "r.db"
+    common = ["--input-len", "8", "--output-len", "4", "--requests", "2", "--quiet", "--db", str(db)]
+    # 1-2: the key as an option value, both spellings; 3: a secret-named field of --extra-body; 4: the environment
+    assert main(["sweep", "--url", emitter.url, "--api-key", SECRET, *common, "--json", str(tmp_path / "a.json"),
+                 "--extra-body", json.dumps({"api_key": SECRET, "top_k": 1})]) == 0
+    assert main(["sweep", "--url", emitter.url, f"--api-key={SECRET}", *common,
+                 "--json", str(tmp_path / "b.json")]) == 0
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    assert main(["sweep", "--url", emitter.url, *common, "--json", str(tmp_path / "c.json")]) == 0
+    # the key reached the server each time: it is used, just never kept
+    assert all(r.get("api_key", SECRET) == SECRET for r in emitter.emitter.requests_seen)
+    assert main(["show", "--db", str(db), "--json", str(tmp_path / "show.json"),
+                 Store(db).runs()[-1].id]) == 0
+    # 5: an abbreviation, refused without echoing its value
+    assert main(["sweep", "--url", emitter.url, "--api-ke", SECRET]) == 2
+    # 6-7: a URL with userinfo, alone and with --api-key: refused, the credentials not repeated
+    for extra in ([], ["--api-key", "x"]):
+        assert main(["sweep", "--url", f"http://user:{SECRET}@127.0.0.1:9/v1", *extra, *common]) == 2
+    captured = capsys.readouterr()
+    leaked = _everything_written(tmp_path, db, captured.out + captured.err)
+    at = leaked.find(SECRET)
+    assert at < 0, leaked[max(0, at - 300):at + 50]
+    assert "***" in json.loads((tmp_path / "a.json").read_text())["manifest"]["command"]
+
+
+@pytest.mark.parametrize("argv, hidden", [
+    (["tokenbench", "sweep", "--api-key", SECRET], "--api-key ***"),
+    (["tokenbench", "sweep", f"--api-key={SECRET}"], "--api-key=***"),
+    (["env", f"OPENAI_API_KEY={SECRET}", "vllm", "serve"], "OPENAI_API_KEY=***"),
+    (["server", f"--hf-token={SECRET}"], "--hf-token=***"),
+    (["curl", f"http://me:{SECRET}@host/v1"], "http://***@host/v1"),
+    (["tokenbench", "coldstart", "--cmd", f"env HF_TOKEN={SECRET} llama-server --api-key {SECRET}"], "HF_TOKEN=***"),
+    (["tokenbench", "sweep", '--extra-body={"api_key": "' + SECRET + '", "top_k": 1}'], '"api_key": "***"'),
+    (["tokenbench", "sweep", "--extra-body", '{"accessToken": "' + SECRET + '"}'], '"accessToken": "***"'),
+    (["curl", f"http://me:p@{SECRET}@host/v1"], "http://***@host/v1"),
+    (["curl", f"http://host/v1?x=1&token={SECRET}"], "&token=***"),
+])
+def test_recorded_commands_hide_secrets(argv: list[str], hidden: str) -> None:
+    line = redact.command(argv)
+    assert SECRET not in line and hidden in line
+
+
+def test_an_unknown_option_never_echoes_its_value(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", f"--api_key={SECRET}"]) == 2
+    assert main(["runs", "--api-key", SECRET]) == 2
+    err = capsys.readouterr().err
+    assert SECRET not in err and "--api_key=***" in err
+
+
+def test_secret_named_body_fields_are_hidden_at_any_depth() -> None:
+    body = {"api_key": SECRET, "top_k": 1, "nested": {"Authorization": SECRET, "x": [{"token": SECRET}]},
+            "max_tokens": 4}
+    out = redact.body(body)
+    assert SECRET not in json.dumps(out) and out["top_k"] == 1 and out["max_tokens"] == 4
+
+
+def test_a_crash_closes_the_run_and_prints_one_line(emitter: BackgroundEmitter, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug mid-sweep used to leave the run 'running' behind a traceback. Now the run is closed, failed, and the
+    CLI says so in one line with exit 70."""
+    from tokenbench import sweep
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("an unforeseen bug")
+
+    monkeypatch.setattr(sweep, "peak_in_flight", boom)  # called after the first level with concurrency > 1
+    db = tmp_path / "r.db"
+    code = main(["sweep", "--url", emitter.url, "--concurrency", "2", "--requests", "4", "--input-len", "8",
+                 "--output-len", "4", "--quiet", "--db", str(db)])
+    err = capsys.readouterr().err
+    assert code == 70 and "internal error: RuntimeError: an unforeseen bug" in err and "Traceback" not in err
+    (run,) = Store(db).runs()
+    assert run.status == "failed" and "crashed" in (run.error or "")
+
+
+def test_exit_codes_are_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for code in ("0 ", "2 ", "3 ", "5 ", "70 ", "130 "):
+        assert f"\n  {code}" in out
+
+
+def test_sigterm_ends_a_depth_run_in_one_line(tmp_path: Path) -> None:
+    """depth closes its run on any exception; the CLI used to let the KeyboardInterrupt out as a traceback."""
+    db = tmp_path / "r.db"
+    with EmitterProcess("--itl", "0.05") as em:
+        cli = subprocess.Popen([sys.executable, "-m", "tokenbench", "depth", "--url", em.url, "--depths", "0,64,128",
+                                "--pp", "16", "--tg", "64", "--repetitions", "5", "--db", str(db)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _wait_served(em.root, 3)
+        cli.send_signal(signal.SIGTERM)
+        _, err = cli.communicate(timeout=30)
+    assert cli.returncode == 130 and b"Traceback" not in err, err.decode()
+    (run,) = Store(db).runs()
+    assert run.status in ("interrupted", "partial", "failed") and run.status != "running"
