@@ -35,7 +35,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
         (["--extra-body", "{bad"], "--extra-body is not valid JSON"),
         (["--shape", "huge"], "unknown shape"),
         (["--duration", "soon"], "is not a duration"),
-        (["--requests", "0"], "at least 1"),
+        (["--requests", "0"], "is not a positive whole number"),
     ],
 )
 def test_bad_input_one_line_error_nonzero_exit(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -162,14 +162,14 @@ def test_malformed_import_names_file_and_field_and_stores_nothing(tmp_path: Path
     assert main(["import", str(DATA / "vllm_serve_result.json"), str(f), "--db", str(db)]) == 2
     err = capsys.readouterr().err
     assert str(f) in err and "benchmarks[1].metrics.output_tokens_per_second.successful.mean: missing" in err
-    assert len(Store(db).runs()) == 1  # the good file before it stays; nothing of the bad one
+    assert Store(db).runs() == []  # all or nothing: the good file before it is not kept either
     f.write_text('{"completed": "many", "duration": 1, "output_throughput": 2, "median_ttft_ms": 3}')
     assert main(["import", str(f), "--db", str(db)]) == 2
     assert "completed: expected" in capsys.readouterr().err
     f.write_text("hello")
     assert main(["import", str(f), "--db", str(db)]) == 2
     assert "not a format tokenbench imports" in capsys.readouterr().err
-    assert len(Store(db).runs()) == 1
+    assert Store(db).runs() == []
 
 
 # --- report ----------------------------------------------------------------------------------------------

@@ -223,7 +223,7 @@ def test_user_catalog_adds_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_token_counts_with_k() -> None:
     from tokenbench.cli.common import tokens
 
-    assert [tokens(x, "--depths") for x in ("0", "8k", "32k", "65k", "64k", "131k", "100k", "1.5k")] == \
+    assert [tokens(x, "--depths", zero=True) for x in ("0", "8k", "32k", "65k", "64k", "131k", "100k", "1.5k")] == \
         [0, 8192, 32768, 65536, 65536, 131072, 102400, 1536]
 
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import adapters
 from .cost import effective_serving_s
 from .metrics import LevelSummary
 from .sweep import RunResult
 
 #: Ratios closer to 1 than this are a tie, not a win.
 TIE = 1.05
-SEQUENTIAL_ENGINES = ("llama.cpp", "llama-cpp-python", "ollama")
+#: Aggregate throughput at the highest concurrency over single-stream throughput above which a server whose
+#: batching is unknown is taken to batch (queued requests alone gain a little from hidden HTTP overhead).
+BATCHING_GAIN = 1.3
 
 Getter = Callable[[LevelSummary], float | None]
 #: (name, unit, higher is better, getter)
@@ -100,7 +103,18 @@ def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
 
 
 def _sequential(res: RunResult) -> bool:
-    return str(res.manifest.get("engine") or "").lower().startswith(SEQUENTIAL_ENGINES)
+    """One stream at a time: from what the server said of itself (its adapter and slots), else measured."""
+    server = res.manifest.get("server") if isinstance(res.manifest.get("server"), dict) else {}
+    batches = server.get("batches") if "batches" in server else \
+        adapters.by_name(res.manifest.get("engine")).batches(server.get("slots"))
+    if batches is not None:
+        return not batches
+    serve = sorted((o.summary for o in res.outcomes if (o.summary.test or "serve") == "serve"
+                    and o.summary.concurrency and o.summary.output_throughput_tps),
+                   key=lambda s: s.concurrency or 0)
+    if len(serve) < 2 or serve[0].concurrency != 1:
+        return True  # nothing measured shows batching
+    return serve[-1].output_throughput_tps < BATCHING_GAIN * serve[0].output_throughput_tps
 
 
 def effective_line(res: RunResult, agents: int, tokens: int) -> str | None:

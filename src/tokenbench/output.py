@@ -118,7 +118,9 @@ def notes(levels: list[LevelSummary]) -> list[str]:
 
 
 def md_escape(text: str) -> str:
-    """Untrusted text (a model name, a label) made inert in Markdown: no HTML, no table breaks."""
+    """Untrusted text (a model name, a label) made inert in Markdown: no HTML, no table breaks, and no line break
+    (a newline in a label used to start a heading of its own)."""
+    text = " ".join(text.splitlines())
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
 
 
@@ -137,14 +139,35 @@ def format_sweep_markdown(levels: list[LevelSummary], currency: str = "USD") -> 
     return "\n".join(parts)
 
 
+def fits(console: Console, header: list[str], rows: list[list[str]]) -> bool:
+    """Whether the table fits the console's width with every cell whole (Rich would cut cells to "…")."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows if i < len(r)]) for i, h in enumerate(header)]
+    return sum(widths) + 3 * len(widths) + 2 <= console.width
+
+
+def print_vertical(console: Console, header: list[str], rows: list[list[str]], title: str | None = None) -> None:
+    """A table too wide for the terminal, one block per row, every value whole: never a cut number or flag."""
+    if title:
+        console.print(title, markup=False, highlight=False)
+    width = max(len(h) for h in header[1:]) if len(header) > 1 else 0
+    for r in rows:
+        console.print(f"{header[0]} {r[0]}", style="bold", markup=False, highlight=False)
+        for h, v in zip(header[1:], r[1:]):
+            if v:
+                console.print(f"  {h:<{width}}  {v}", markup=False, highlight=False, soft_wrap=True)
+
+
 def print_sweep(console: Console, levels: list[LevelSummary], currency: str, title: str | None = None) -> None:
     header, rows = sweep_rows(levels, currency)
-    t = Table(title=title, box=box.SIMPLE_HEAVY)
-    for i, h in enumerate(header):
-        t.add_column(h, justify="left" if i in (0, len(header) - 1) else "right", no_wrap=i < len(header) - 1)
-    for r in rows:
-        t.add_row(*r)
-    console.print(t)
+    if not fits(console, header, rows):
+        print_vertical(console, header, rows, title)
+    else:
+        t = Table(title=title, box=box.SIMPLE_HEAVY)
+        for i, h in enumerate(header):
+            t.add_column(h, justify="left" if i in (0, len(header) - 1) else "right", no_wrap=i < len(header) - 1)
+        for r in rows:
+            t.add_row(*r)
+        console.print(t)
     for line in single_stream_lines(levels):
         console.print(line)
     for line in notes(levels):
@@ -171,6 +194,9 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     """Any (header, rows) table, for a terminal or as Markdown."""
     if fmt == "markdown":
         console.print(format_markdown(header, rows), markup=False, highlight=False, soft_wrap=True)
+        return
+    if not fits(console, header, rows):
+        print_vertical(console, header, rows, title)
         return
     t = Table(title=title, box=box.SIMPLE_HEAVY)
     for i, h in enumerate(header):

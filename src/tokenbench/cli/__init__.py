@@ -7,32 +7,50 @@ The commands live by what they do: ``measure.py``, ``predicting.py``, ``analysis
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
 
+from .. import redact
 from ..errors import TokenbenchError
 from .analysis import cmd_compare, cmd_cost, cmd_import, cmd_recommend, cmd_report
-from .measure import cmd_coldstart, cmd_depth, cmd_guard, cmd_runs, cmd_show, cmd_sweep
+from .measure import cmd_coldstart, cmd_depth, cmd_engines, cmd_guard, cmd_runs, cmd_show, cmd_sweep
 from .parser import build_parser
 from .predicting import cmd_calibrate, cmd_catalog, cmd_fit, cmd_predict
 
 __all__ = ["main", "entrypoint"]
 
+INTERNAL_ERROR = 70  # EX_SOFTWARE
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # A table piped to a file or a CI log keeps its width instead of wrapping at 80 columns.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    err = Console(stderr=True, highlight=False)
+    # markup off: a label or model name like "[/bold]" is text, not a style (it used to crash the tables)
+    # $COLUMNS, when set, wins (Rich reads it); otherwise a pipe gets 160 so tables keep their columns in a log
+    wide = sys.stdout.isatty() or "COLUMNS" in os.environ
+    console = Console(highlight=False, markup=False, width=None if wide else 160)
+    err = Console(stderr=True, highlight=False, markup=False)
     parser = build_parser()
-    a = parser.parse_args(argv)
+    try:
+        a = parser.parse_args(argv)
+    except SystemExit as e:  # --help, or a one-line argument error already printed
+        return int(e.code or 0)
+    if getattr(a, "json", None) == "-":  # the JSON owns stdout: tables and messages go to stderr
+        console = Console(stderr=True, highlight=False, markup=False)
     handlers = {
         "sweep": lambda: cmd_sweep(a, argv, console, err),
         "runs": lambda: cmd_runs(a, console),
         "show": lambda: cmd_show(a, console),
         "coldstart": lambda: cmd_coldstart(a, argv, console),
         "guard": lambda: cmd_guard(a, console),
+        "engines": lambda: cmd_engines(a, console, err),
         "depth": lambda: cmd_depth(a, argv, console, err),
         "hardware": lambda: cmd_catalog(a, console),
         "models": lambda: cmd_catalog(a, console),
@@ -46,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         "recommend": lambda: cmd_recommend(a, console),
     }
     try:
-        return int(handlers[a.command]())
+        with _terminate_as_interrupt():
+            return int(handlers[a.command]())
     except TokenbenchError as e:
         # One line, never wrapped: scripts and people grep it.
         first, *rest = str(e).splitlines() or [""]
@@ -54,6 +73,46 @@ def main(argv: list[str] | None = None) -> int:
         if rest:  # e.g. an engine's log tail, after the one line
             print("\n".join(rest), file=sys.stderr)
         return e.exit_code
+    except KeyboardInterrupt:  # commands that keep no partial result themselves (the run, if any, is closed)
+        print("tokenbench: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug in tokenbench: one line, the run (if any) already closed; the trace on request
+        if os.environ.get("TOKENBENCH_DEBUG"):
+            raise
+        print(f"tokenbench: internal error: {type(e).__name__}: {redact.url(str(e))[:300]} (a bug: rerun with "
+              "TOKENBENCH_DEBUG=1 for the traceback and report it)", file=sys.stderr)
+        return INTERNAL_ERROR
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (timeout, Docker, CI cancellation) and SIGHUP (a closed terminal) end a run as Ctrl-C does: the
+    level in progress is kept and marked interrupted, the run closed, the JSON written, exit 130."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    wanted = [sig for sig in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if sig]
+    before = {sig: signal.getsignal(sig) for sig in wanted}
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # a script's background job: asyncio installs its cancel-the-run handler only over Python's default one,
+        # and a KeyboardInterrupt raised anywhere else could skip closing the run
+        before[signal.SIGINT] = signal.SIG_IGN
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def as_interrupt(signum: int, frame: Any) -> None:
+        handler = signal.getsignal(signal.SIGINT)  # asyncio's during a run: it cancels the run's task
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    for sig in wanted:
+        signal.signal(sig, as_interrupt)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def entrypoint() -> None:

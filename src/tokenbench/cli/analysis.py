@@ -8,14 +8,20 @@ from ..errors import UsageError
 from ..metrics import parse_duration_ms
 from ..store import Store
 from ..sweep import load_result
+from .common import check_output
+
+
+#: Runs measured (or predicted) at load levels: what compare, cost and recommend work on.
+LOADED = ("sweep", "predict")
 
 
 def cmd_compare(a: argparse.Namespace, console: Console) -> int:
     from ..compare import compare, table
     from ..output import print_table
 
-    store = Store(a.db)
-    c = compare(load_result(store, a.a), load_result(store, a.b), a.agents, a.tokens)
+    store = Store(a.db, readonly=True)
+    c = compare(*(load_result(store, ref, latest=a.latest, kinds=LOADED, command="compare") for ref in (a.a, a.b)),
+                a.agents, a.tokens)
     for w in c.warnings:
         console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
     head, rows = table(c)
@@ -33,7 +39,7 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
 
     res = None
     if a.run:
-        res = load_result(Store(a.db), a.run)
+        res = load_result(Store(a.db, readonly=True), a.run, latest=a.latest, kinds=LOADED, command="cost")
     elif a.tps is None:
         raise UsageError("give a run, or --tps RATE for a rate you know")
     currency = a.currency or (res.manifest.get("currency") if res else None) or "USD"
@@ -86,8 +92,12 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
 
     if not (a.html or a.md or a.png):
         raise UsageError("say what to write: --html FILE, --md FILE and/or --png DIR")
-    store = Store(a.db)
-    runs = [load_result(store, r) for r in a.runs]
+    check_output(a.html, "--html")
+    check_output(a.md, "--md")
+    if a.png and Path(a.png).exists() and not Path(a.png).is_dir():
+        raise UsageError(f"--png {a.png} is a file: give a directory for the PNGs")
+    store = Store(a.db, readonly=True)
+    runs = [load_result(store, r, latest=a.latest) for r in a.runs]
     if a.md:
         markdown.write(Path(a.md), runs)
         console.print(f"wrote {len(runs)} section(s) to {a.md}", markup=False)
@@ -120,8 +130,9 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     prices = parse_prices(a.price, a.owned, a.currency, a.kwh_price)
     cands = predicted(cat, Calibration.packaged(), w, prices)
     if a.runs:
-        store = Store(a.db)
-        cands += measured([load_result(store, r) for r in a.runs], w, prices)
+        store = Store(a.db, readonly=True)
+        cands += measured([load_result(store, r, latest=a.latest, kinds=LOADED, command="recommend")
+                           for r in a.runs], w, prices)
     ok, excluded = rank(cands)
     console.print(f"{a.agents} agents, {a.input_len} in / {a.output_len} out tokens, model {a.model}"
                   + (f", TTFT p99 <= {a.ttft_p99}" if a.ttft_p99 else "") + (f", TPOT <= {a.tpot}" if a.tpot else ""),
@@ -140,12 +151,16 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_import(a: argparse.Namespace, console: Console) -> int:
-    from ..importers import import_file
+    from ..importers import import_files
 
     store = Store(a.db)
-    for f in a.files:
-        fmt, ids = import_file(store, Path(f), a.label)
+    # every file parsed before any is stored: a bad file leaves the database as it was
+    for f, (fmt, ids, new) in zip(a.files, import_files(store, [Path(f) for f in a.files], a.label)):
         labels = sorted({store.resolve(i).label or i for i in ids})
-        console.print(f"{f}: {fmt}, {len(ids)} run(s) imported: {', '.join(labels[:6])}"
-                      + (" ..." if len(labels) > 6 else ""), markup=False, highlight=False)
+        shown = ", ".join(labels[:6]) + (" ..." if len(labels) > 6 else "")
+        if new:
+            console.print(f"{f}: {fmt}, {len(ids)} run(s) imported: {shown}", markup=False, highlight=False)
+        else:
+            console.print(f"{f}: imported before, as {len(ids)} run(s) ({', '.join(ids[:3])}): not imported again",
+                          markup=False, highlight=False)
     return 0

@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import math
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
+
+from rich.console import Console
 from ..errors import UsageError
 from ..metrics import parse_duration_ms
 from ..sweep import RunResult
@@ -25,7 +30,7 @@ def float_list(text: str, what: str) -> list[float]:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise UsageError(f"{what} '{text}' is not a comma-separated list of numbers, e.g. 0.5,1,2") from None
-    if not vals or any(v <= 0 for v in vals):
+    if not vals or any(not (0 < v < math.inf) for v in vals):
         raise UsageError(f"{what} '{text}' needs positive numbers, e.g. 0.5,1,2")
     return vals
 
@@ -34,7 +39,7 @@ def seconds(text: str | None, what: str) -> float | None:
     if text is None:
         return None
     try:
-        v = parse_duration_ms(text) / 1000.0
+        v = parse_duration_ms(text, bare_ms=1000.0) / 1000.0  # a bare number is seconds, as for `timeout`
     except ValueError:
         raise UsageError(f"{what} '{text}' is not a duration: write e.g. 30s, 500ms or 2m") from None
     if v <= 0:
@@ -42,16 +47,25 @@ def seconds(text: str | None, what: str) -> float | None:
     return v
 
 
-def tokens(text: str, what: str) -> int:
+def tokens(text: str, what: str, zero: bool = False) -> int:
+    n = _tokens(text, what)
+    if n < 0 or (n == 0 and not zero):
+        raise UsageError(f"{what} '{text}' must be a positive token count, e.g. 65536 or 64k")
+    return n
+
+
+def _tokens(text: str, what: str) -> int:
     """A token count: 65536, or 64k. ``Nk`` means the power of two people mean by it when N thousand or N·1024 is
     within 2.5% of one ("8k" 8,192; "65K" 65,536; "131K" 131,072), else N·1024."""
     t = text.strip().lower()
     try:
-        if not t.endswith("k"):
-            return int(t)
-        n = float(t[:-1])
-    except ValueError:
+        n = float(int(t)) if not t.endswith("k") else float(t[:-1])
+        if not math.isfinite(n) or abs(n) > 2**31:
+            raise ValueError
+    except (ValueError, OverflowError):  # "9" * 400 is an int no float holds
         raise UsageError(f"{what} '{text}' is not a token count: write e.g. 65536 or 64k") from None
+    if not t.endswith("k"):
+        return int(n)
     binary = int(n * 1024)
     if binary > 0:
         p2 = 1 << round(math.log2(binary))
@@ -60,8 +74,43 @@ def tokens(text: str, what: str) -> int:
     return binary
 
 
+def check_output(path: str | None, what: str) -> None:
+    """Refuse, before any work, an output file that could not be written at the end."""
+    if path is None or path == "-":
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{what} {path} is a directory: give a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{what} {path}: the directory {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"{what} {path} cannot be written here (permission denied)")
+
+
+def finite(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None: the JSON written is always valid JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def emit_json(path: str, obj: Any) -> None:
+    """``obj`` as JSON into ``path``, or onto stdout for ``-`` (the tables then go to stderr: see cli.main)."""
+    text = json.dumps(finite(obj), indent=2, allow_nan=False) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        Path(path).write_text(text)
+
+
 def write_json(path: str, res: RunResult) -> None:
-    Path(path).write_text(json.dumps(res.to_json(), indent=2) + "\n")
+    emit_json(path, res.to_json())
 
 
 def guard_targets(url: str | None) -> set[int]:
@@ -86,3 +135,8 @@ def guard_config(path: str | None) -> Any:
     from .. import guard
 
     return guard.load_config(Path(path) if path else None)
+
+
+def notifier(err: Console) -> Callable[[str], None]:
+    """Progress notes on stderr: dim, never wrapped (a log keeps each note on one line)."""
+    return lambda t: err.print(t, style="dim", markup=False, highlight=False, soft_wrap=True)

@@ -7,33 +7,47 @@ import json
 import os
 import shlex
 import socket
+import sys
+import time
 from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from typing import Any
-from ..errors import TokenbenchError, UsageError
+from .. import redact
+from ..errors import LevelFailed, TokenbenchError, UsageError
 from ..metrics import SLO, LevelSummary
-from ..output import describe_run, format_sweep_markdown, print_sweep
+from ..output import describe_run, format_sweep_markdown, print_sweep, print_table
 from ..records import RequestRecord
 from ..servers import normalize_base_url
 from ..store import Store
-from ..sweep import RunResult, SweepConfig, load_result, redact_command, run_sweep
+from ..sweep import RunResult, SweepConfig, load_result, run_sweep
 from ..workload import resolve_shape
-from .common import float_list, guard_config, int_list, seconds, tokens, write_json, guard_targets
+from .common import check_output, emit_json, float_list, guard_config, guard_targets, int_list, notifier, seconds, tokens, write_json
 
 
 EMBEDDED_DEFAULTS = {"concurrency": "1,2,4,8", "requests": 16, "input_len": 128, "output_len": 64}
 
 
 class RichReporter:
+    """Progress on stderr: a live bar on a terminal; piped into a file or a CI log, one line per level as it
+    finishes (a bar there printed nothing until the end: 6 minutes of silence in one run)."""
+
     def __init__(self, console: Console, enabled: bool) -> None:
         self.console = console
         self.enabled = enabled
+        self.run_id: str | None = None
+        self.live = console.is_terminal
         self.progress: Progress | None = None
         self.task: Any = None
+        self.description = ""
+        self.t0 = time.monotonic()
+        self.level_t0 = self.t0
 
     def level_start(self, description: str, total: int | None, duration_s: float | None) -> None:
         if not self.enabled:
+            return
+        self.description, self.level_t0 = description, time.monotonic()
+        if not self.live:
             return
         if self.progress is None:
             self.progress = Progress(
@@ -48,15 +62,24 @@ class RichReporter:
             self.progress.advance(self.task)
 
     def level_end(self, summary: LevelSummary) -> None:
+        info = f"{summary.output_throughput_tps:.1f} tok/s, TTFT p50 {summary.ttft_ms.p50 or 0:.0f} ms"
+        if summary.failed:
+            info += f", {summary.failed} failed"
         if self.progress is not None and self.task is not None:
-            info = f"{summary.output_throughput_tps:.1f} tok/s, TTFT p50 {summary.ttft_ms.p50 or 0:.0f} ms"
-            if summary.failed:
-                info += f", {summary.failed} failed"
             self.progress.update(self.task, info=info)
+        elif self.enabled and not self.live:
+            now = time.monotonic()
+            flags = f" [{', '.join(summary.flags)}]" if summary.flags else ""
+            self.console.print(f"{self.description}: {info}, {summary.completed} ok{flags} "
+                               f"({now - self.level_t0:.1f} s; {now - self.t0:.0f} s elapsed)",
+                               markup=False, highlight=False, soft_wrap=True)
 
     def note(self, text: str) -> None:
         if self.enabled:
             self.console.print(text, style="dim", markup=False, highlight=False)
+
+    def warn(self, text: str) -> None:
+        self.console.print(text, style="yellow", markup=False, highlight=False)
 
     def close(self) -> None:
         if self.progress is not None:
@@ -125,11 +148,12 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         guard=a.guard,
         guard_config=guard_config(a.guard_config),
         target_pids=guard_targets(a.url),
-        metrics_interval_s=None if a.no_metrics else 1.0,
+        metrics_interval_s=None if a.no_metrics else seconds(a.metrics_interval, "--metrics-interval"),
+        max_error_rate=a.max_error_rate,
         temperature=a.temperature,
         fixed_output=not a.no_fixed_output,
         extra_body=extra,
-        command=redact_command(["tokenbench", *argv]),
+        command=redact.command(["tokenbench", *argv]),
     )
 
 
@@ -144,24 +168,44 @@ def _print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
     console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False)
 
 
+def start_embedded(a: argparse.Namespace, note: Any, parallel: int = 1, ctx: int = 8192) -> tuple[Any, Any]:
+    """Build (once) the embedded model and start ``a.engine`` on it: (running engine, model)."""
+    from ..engines import launch, tiny
+
+    note(f"building the embedded {a.model_size} model (cached after the first run) in {tiny.cache_dir()} …")
+    model = tiny.ensure(size=a.model_size)
+    gguf = model.gguf(a.quant) if a.quant and a.engine in ("llama-server", "llama-cpp-python") else None
+    if a.quant and gguf is None:
+        raise UsageError(f"--quant applies to the llama engines only, not {a.engine}")
+    note(f"starting the embedded {a.engine} engine …")
+    extra = tuple(llama_options(a, server=True)) if a.engine == "llama-server" else ()
+    engine = launch.start(a.engine, model, parallel=parallel, ctx=ctx, progress=note, gguf=gguf, extra=extra)
+    note(f"{a.engine} engine healthy after {engine.startup_s:.1f} s at {engine.base_url}")
+    return engine, model
+
+
+def embedded_facts(a: argparse.Namespace, engine: Any, model: Any) -> dict[str, Any]:
+    from ..engines import launch
+
+    return {"engine": a.engine, "startup_s": engine.startup_s, "command": engine.command, "model": model.name,
+            "model_size": a.model_size, "quant": a.quant, "engine_version": launch.engine_version(a.engine)}
+
+
 def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
+    check_output(a.json, "--json")
     cfg = _sweep_config(a, argv)
     store = Store(a.db)
     reporter = RichReporter(err, enabled=not a.quiet)
     engine = None
     try:
         if not a.url:
-            from ..engines import launch, tiny
-
-            reporter.note(f"building the embedded model (cached after the first run) in {tiny.cache_dir()} …")
-            model = tiny.ensure()
-            reporter.note(f"starting the embedded {a.engine} engine …")
-            engine = launch.start(a.engine, model)
-            reporter.note(f"{a.engine} engine healthy after {engine.startup_s:.1f} s at {engine.base_url}")
+            note = notifier(err)
+            # each slot holds one request: its prompt and output, rounded up to a KV block
+            ctx = max(2048, -(-(cfg.input_len + cfg.output_len + 64) // 256) * 256)
+            engine, model = start_embedded(a, note, parallel=max(cfg.concurrency or [1]), ctx=ctx)
             cfg.url, cfg.model = engine.base_url, engine.model
             cfg.tokenizer = cfg.tokenizer or str(model.hf_dir)
-            cfg.embedded = {"engine": a.engine, "startup_s": engine.startup_s, "command": engine.command,
-                            "model": model.name, "engine_version": launch.engine_version(a.engine)}
+            cfg.embedded = embedded_facts(a, engine, model)
             cfg.target_pids = {engine.proc.pid}
         alive = engine.alive if engine is not None else None
         try:
@@ -170,7 +214,7 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             reporter.close()
     except KeyboardInterrupt:
         reporter.close()
-        rid = _latest_run(store)
+        rid = reporter.run_id  # this sweep's run, never another's (none if it was stopped before storing one)
         if rid:
             res = load_result(store, rid)
             _print_result(console, res, a.format, store.path)
@@ -194,41 +238,64 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     _print_result(console, res, a.format, store.path)
     if a.json:
         write_json(a.json, load_result(store, res.run_id))
+    if res.status != "complete":
+        # the levels are kept and shown, marked; the exit code tells a script or CI that the run failed
+        print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
+        return LevelFailed.exit_code
     return 0
 
 
-def _latest_run(store: Store) -> str | None:
-    runs = store.runs(limit=1)
-    return runs[0].id if runs else None
-
 
 def cmd_runs(a: argparse.Namespace, console: Console) -> int:
-    store = Store(a.db)
+    store = Store(a.db, readonly=True)
     rows = store.runs(a.limit)
     if not rows:
         console.print(f"no runs in {store.path}", markup=False)
         return 0
     from rich.table import Table
 
+    from ..output import fits, print_vertical
+
+    header = ["Run", "Started", "Kind", "Label", "Model", "Engine", "Levels", "Status"]
+    counts = store.level_counts([r.id for r in rows])
+    cells = [[r.id, r.started, r.kind, r.label or "", str(r.manifest.get("model") or ""),
+              str(r.manifest.get("engine") or ""), str(counts.get(r.id, 0)), r.status] for r in rows]
+    if not fits(console, header, cells):  # at 80 columns: one block per run, ids whole for show
+        print_vertical(console, header, cells)
+        return 0
     t = Table(box=None)
-    for h in ("Run", "Started", "Kind", "Label", "Model", "Engine", "Levels", "Status"):
-        t.add_column(h)
-    for r in rows:
-        n = len({idx for idx, *_ in store.levels(r.id)})
-        t.add_row(r.id, r.started, r.kind, r.label or "", str(r.manifest.get("model") or ""),
-                  str(r.manifest.get("engine") or ""), str(n), r.status)
+    for h in header:
+        t.add_column(h, no_wrap=True)
+    for c in cells:
+        t.add_row(*c)
     console.print(t)
     return 0
 
 
+#: show prints at most this many levels unless --all: a 200,000-level import took 290 s to print.
+SHOW_LEVELS = 200
+
+
 def cmd_show(a: argparse.Namespace, console: Console) -> int:
-    store = Store(a.db)
-    res = load_result(store, a.run)
-    _print_result(console, res, a.format, store.path)
+    check_output(a.json, "--json")
+    store = Store(a.db, readonly=True)
+    row = store.resolve(a.run, a.latest)
+    total = store.level_counts([row.id]).get(row.id, 0)
+    res = load_result(store, row.id, None if a.all else SHOW_LEVELS)
+    if res.kind in ("depth", "bench"):  # pp/tg at depths (depth runs, llama-bench imports): their own table
+        console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
+        print_table(console, *depth_rows(res), a.format)
+        console.print(f"run {res.run_id} ({res.status}) saved in {store.path}", style="dim", markup=False,
+                      highlight=False)
+    else:
+        _print_result(console, res, a.format, store.path)
+    if len(res.outcomes) < total:
+        console.print(f"showing the first {len(res.outcomes):,} of {total:,} levels: --all prints every one, "
+                      "--json FILE writes them", style="yellow", markup=False, highlight=False)
     if res.error:
         console.print(f"this run ended early: {res.error}", style="yellow", markup=False, highlight=False)
     if a.json:
-        write_json(a.json, res)
+        write_json(a.json, res if len(res.outcomes) == total else load_result(store, row.id))
     return 0
 
 
@@ -243,27 +310,52 @@ def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console) -> int:
+#: depth's llama-bench options -> llama-bench's own flags (the same spellings llama-server takes).
+LLAMA_BENCH_FLAGS = {"threads": "-t", "flash_attn": "-fa", "batch_size": "-b", "ubatch_size": "-ub",
+                     "cache_type_k": "-ctk", "cache_type_v": "-ctv", "n_gpu_layers": "-ngl"}
+
+
+def llama_options(a: argparse.Namespace, server: bool = False) -> list[str]:
+    """The llama.cpp options the user gave, as flags (llama-server spells flash attention on/off, llama-bench 1/0)."""
+    out: list[str] = []
+    for key, flag in LLAMA_BENCH_FLAGS.items():
+        v = getattr(a, key, None)
+        if v is not None:
+            out += [flag, {"1": "on", "0": "off"}[v] if server and key == "flash_attn" else str(v)]
+    return out
+
+
+def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err: Console) -> int:
     import subprocess
-    import tempfile
 
-    from ..importers import import_file
+    from ..importers import import_records
 
-    if not a.model_file:
-        raise UsageError("--llama-bench needs --model-file MODEL.gguf")
-    cmd = [a.llama_bench, "-m", a.model_file, "-p", str(a.pp), "-n", str(a.tg), "-d", ",".join(map(str, depths)),
-           "-r", str(a.repetitions), "-o", "json"]
+    note = notifier(err)
+    exe = a.llama_bench
+    if exe == "built":
+        from ..engines.llamacpp_build import ensure_tools
+
+        exe = str(ensure_tools(note) / "llama-bench")
+    model_file = a.model_file
+    if not model_file:
+        from ..engines import tiny
+
+        model = tiny.ensure(size=a.model_size)
+        model_file = str(model.gguf(a.quant))
+    opts = llama_options(a)
+    cmd = [exe, "-m", model_file, "-p", str(a.pp), "-n", str(a.tg), "-d", ",".join(map(str, depths)),
+           "-r", str(a.repetitions), *opts, "-o", "json"]
+    note("running " + " ".join(cmd))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except OSError as e:
-        raise UsageError(f"cannot run {a.llama_bench}: {e}") from None
+        raise UsageError(f"cannot run {exe}: {e}") from None
     if proc.returncode != 0:
         raise UsageError(f"llama-bench exited with {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] or ''}")
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        f.write(proc.stdout)
     store = Store(a.db)
-    _, ids = import_file(store, Path(f.name), a.label or Path(a.model_file).stem)
-    Path(f.name).unlink()
+    # llama-bench's own JSON is kept whole in the run's manifest, with the command that made it.
+    extra = {"llama_bench": {"command": redact.command(cmd), "options": opts, "raw": proc.stdout}}
+    ids = import_records(store, "llama-bench", proc.stdout, Path(model_file), a.label or Path(model_file).stem, extra)
     res = load_result(store, ids[0])
     from ..output import print_table
 
@@ -278,29 +370,25 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     from ..depth import DepthConfig, run_depth
     from ..output import print_table
 
-    depths = [tokens(d, "--depths") for d in (a.depths or ("0,1k,4k" if not a.url else "0,8k,32k")).split(",")
+    check_output(a.json, "--json")
+    depths = [tokens(d, "--depths", zero=True) for d in (a.depths or ("0,1k,4k" if not a.url else "0,8k,32k")).split(",")
               if d.strip()]
     if a.llama_bench:
-        return _llama_bench(a, depths, console)
+        return _llama_bench(a, depths, console, err)
     cfg = DepthConfig(url=normalize_base_url(a.url) if a.url else "", depths=depths, pp=a.pp, tg=a.tg,
                       repetitions=a.repetitions, model=a.model, api_key=a.api_key or os.environ.get("OPENAI_API_KEY"),
-                      tokenizer=a.tokenizer, label=a.label, seed=a.seed, command=redact_command(["tokenbench", *argv]),
+                      tokenizer=a.tokenizer, label=a.label, seed=a.seed, command=redact.command(["tokenbench", *argv]),
                       metrics=not a.no_metrics, guard=a.guard, guard_config=guard_config(a.guard_config),
                       target_pids=guard_targets(a.url))
     store = Store(a.db)
-    note = (lambda t: err.print(t, style="dim", markup=False, highlight=False))
+    note = notifier(err)
     engine = None
     try:
         if not a.url:
-            from ..engines import launch, tiny
-
-            model = tiny.ensure()
-            note("starting the embedded llamacpp engine ...")
-            engine = launch.start("llamacpp", model)
+            engine, model = start_embedded(a, note)
             cfg.url, cfg.model, cfg.tokenizer = engine.base_url, engine.model, cfg.tokenizer or str(model.hf_dir)
-            cfg.label = cfg.label or "embedded-llamacpp"
-            cfg.embedded = {"engine": "llamacpp", "startup_s": engine.startup_s, "command": engine.command,
-                            "engine_version": launch.engine_version("llamacpp")}
+            cfg.label = cfg.label or f"embedded-{a.engine}"
+            cfg.embedded = embedded_facts(a, engine, model)
             cfg.target_pids = {engine.proc.pid}
         res = asyncio.run(run_depth(cfg, store, note))
     except TokenbenchError as e:
@@ -321,6 +409,20 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     return 0
 
 
+def _answers(url: str) -> bool:
+    """Whether any server answers at ``url`` now (any HTTP status counts: the port is taken)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> int:
     from urllib.parse import urlparse
 
@@ -336,6 +438,9 @@ def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> i
     cmd = a.cmd.replace("{port}", str(port or ""))
     health = a.health or base + "/models"
     timeout = seconds(a.timeout, "--timeout") or 600.0
+    if _answers(health):
+        raise UsageError(f"something already answers at {health}: stop it first, or give the server another port "
+                         "(--cmd '... --port {port}' with a free port in --url); it would be timed instead")
     boots = []
     for n in range(a.repeat):
         b = boot(n + 1, cmd, base, health, a.model, timeout, a.log)
@@ -349,13 +454,12 @@ def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> i
         later = [b.healthy_s for b in boots[1:]]
         console.print(f"first boot {boots[0].healthy_s:.2f} s to healthy; later boots {min(later):.2f}..{max(later):.2f} s "
                       "(cached weights and compiled kernels)", markup=False)
-    manifest = {"command": redact_command(["tokenbench", *argv]), "server_command": redact_command(shlex.split(cmd)), "endpoint": base,
+    manifest = {"command": redact.command(["tokenbench", *argv]), "server_command": redact.command(shlex.split(cmd)), "endpoint": base,
                 "model": boots[0].model, "boots": [b.to_dict() for b in boots], "label": a.label}
     rid = new_run_id()
     Store(a.db).save_run(rid, "coldstart", a.label, manifest, "measured", [], __version__, now_iso(), now_iso())
     if a.json:
-        Path(a.json).write_text(json.dumps({"tool": "tokenbench", "kind": "coldstart", "run_id": rid, **manifest},
-                                           indent=2) + "\n")
+        emit_json(a.json, {"tool": "tokenbench", "kind": "coldstart", "run_id": rid, **manifest})
     console.print(f"run {rid} (coldstart) saved", style="dim", markup=False)
     return 0
 
@@ -372,5 +476,22 @@ def cmd_guard(a: argparse.Namespace, console: Console) -> int:
     console.print("clean: ready to measure" if snap["clean"] else "DIRTY: fix the failed checks before measuring",
                   markup=False)
     if a.json:
-        Path(a.json).write_text(json.dumps(snap, indent=2) + "\n")
+        emit_json(a.json, snap)
     return 0 if snap["clean"] else 1
+
+
+def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
+    from ..engines import status
+    from ..output import print_table
+
+    names = list(status.ENGINES) if not a.names or a.names == ["all"] else a.names
+    bad = [n for n in names if n not in status.ENGINES and n != "llamacpp"]
+    if bad:
+        raise UsageError(f"unknown engine {bad[0]!r}: use {', '.join(status.ENGINES)} or all")
+    if a.build:
+        note = notifier(err)
+        for n in names:
+            status.build(n, note)  # returns at once for an engine that is ready
+    rows = [[s.name, "ready" if s.ready else "not yet", s.where, s.needs] for s in map(status.status, names)]
+    print_table(console, ["Engine", "State", "Where", "What it needs"], rows)
+    return 0

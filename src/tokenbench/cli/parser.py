@@ -2,17 +2,145 @@
 from __future__ import annotations
 
 import argparse
-from .. import __version__
+import re
+from typing import Any, NoReturn
+from .. import __version__, redact
+
+
+def _number(kind: type, low: float, strict: bool, what: str) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not {what}") from None
+        if v != v or abs(v) > 2**31 or (v <= low if strict else v < low):
+            raise argparse.ArgumentTypeError(f"'{text}' is not {what}")
+        return v
+    parse.__name__ = what
+    return parse
+
+
+POSITIVE_INT = _number(int, 0, True, "a positive whole number")
+NONNEG_INT = _number(int, 0, False, "a whole number, 0 or more")
+POSITIVE = _number(float, 0, True, "a positive number")
+NONNEG = _number(float, 0, False, "a number, 0 or more")
+
+
+def SHARE(text: str) -> float:
+    v = NONNEG(text)
+    if v > 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a share from 0 to 1")
+    return float(v)
+
+
+def CURRENCY(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z]{3}", text.strip()):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a currency code: write e.g. USD or EUR")
+    return text.strip().upper()
+
+
+def add_latest(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--latest", action="store_true",
+                   help="a label several runs share means the newest of them (default: refuse, listing them)")
 
 
 def add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", help="results database (default: $TOKENBENCH_DB or the user data dir)")
 
 
+def engine_name(value: str) -> str:
+    from ..engines.launch import ALIASES
+
+    return ALIASES.get(value, value)
+
+
+def add_embedded(g: argparse._ActionsContainer, default: str) -> None:
+    g.add_argument("--engine", type=engine_name, default=default,
+                   choices=["transformers", "vllm", "llama-server", "llama-cpp-python"],
+                   help=f"embedded engine when no --url (default {default}); vllm and llama-server are made on "
+                        "first use (minutes; see the README)")
+    g.add_argument("--model-size", choices=["tiny", "small"], default="tiny",
+                   help="embedded model: tiny (0.9M parameters, default) or small (140M)")
+    g.add_argument("--quant", help="llama engines: a llama-quantize type for the embedded GGUF, e.g. Q8_0")
+
+
+EXIT_CODES = """exit codes:
+  0    done: every level measured
+  1    guard: the bench is dirty
+  2    bad arguments or input (one line says what to do)
+  3    the endpoint cannot be used (unreachable, wrong model, refused, died)
+  4    the embedded engine could not be built or started
+  5    a level failed (error rate above --max-error-rate, truncated prompts);
+       its results are kept and marked
+  70   a bug in tokenbench (TOKENBENCH_DEBUG=1 shows the traceback)
+  130  interrupted (Ctrl-C, SIGTERM, SIGHUP); finished levels kept"""
+
+
+#: Help for options that mean the same in every command that takes them.
+SHARED_HELP = {
+    "--format": "table for a terminal, markdown to paste",
+    "--model": "the served model name (default: the only one the server lists)",
+    "--api-key": "bearer key (default: $OPENAI_API_KEY); sent, never stored",
+    "--tokenizer": "a local tokenizer.json or Hugging Face directory, for exact prompt lengths",
+    "--label": "a name for this run, to find it again (default: this hostname)",
+    "--seed": "workload seed (default: random, recorded)",
+    "--currency": "currency code of the prices",
+    "--repetitions": "passes at each depth; the rate's mean and spread are over them",
+    "--guard": "strict: refuse on a dirty bench; warn: record it; off: do not check",
+    "--guard-config": "guard thresholds TOML (default: packaged, then the user config dir)",
+    "--no-metrics": "do not sample the server's /metrics",
+    "--timeout": "how long to wait for the server to come up",
+    "--limit": "list at most this many runs, newest first",
+    "--arrival": "open loop: poisson (random gaps) or constant gaps",
+    "--input-len": "prompt tokens per request",
+    "--output-len": "output tokens per request",
+    "--agents": "concurrent agents the box must serve",
+    "--purchase": "owned: purchase price of the box",
+    "--life-years": "owned: years to write the purchase off over",
+    "--kwh-price": "owned: electricity price per kWh",
+    "--title": "the report's title",
+}
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option says its default, unless its help already does."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and "default" not in text and action.option_strings:
+            text += (" " if text else "") + "(default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse without abbreviations ("--api-ke sk-…" would be read as --api-key and slip past the redaction of
+    secrets), and with a one-line error that never echoes the value of an argument it did not recognise."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def format_help(self) -> str:
+        for action in self._actions:  # argument groups' options are here too
+            if not action.help and action.option_strings:
+                action.help = SHARED_HELP.get(action.option_strings[-1])
+        return super().format_help()
+
+    def error(self, message: str) -> NoReturn:
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            words = message[len(prefix):].split()
+            message = prefix + " ".join((w.split("=", 1)[0] + "=***" if "=" in w else w) if w.startswith("-")
+                                        else "***" for w in words)
+        self.exit(2, f"tokenbench: error: {redact.url(message)}; see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tokenbench", description="Measure LLM serving stacks you can trust.")
+    ap = Parser(prog="tokenbench", description="Measure LLM serving stacks you can trust.", epilog=EXIT_CODES,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"tokenbench {__version__}")
-    sub = ap.add_subparsers(dest="command", required=True)
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
 
     s = sub.add_parser("sweep", help="load-test an OpenAI-compatible endpoint over concurrency or rate levels")
     g = s.add_argument_group("endpoint")
@@ -21,68 +149,90 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--api", choices=["completions", "chat"], default="completions",
                    help="/v1/completions (exact prompt lengths, default) or /v1/chat/completions")
     g.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY); used, never stored")
-    g.add_argument("--engine", choices=["transformers", "llamacpp"], default="transformers",
-                   help="embedded engine when no --url: Transformers continuous batching (default) or llama.cpp")
+    add_embedded(g, "transformers")
     g.add_argument("--tokenizer", help="tokenizer.json or Hugging Face directory of the served model")
     g = s.add_argument_group("workload")
     g.add_argument("--shape", help="agentic (4096/512), short (128/128), pp512, tg128")
-    g.add_argument("--input-len", type=int, help="prompt tokens per request")
-    g.add_argument("--output-len", type=int, help="output tokens per request (fixed where the server allows)")
-    g.add_argument("--prefix-len", type=int, default=0, help="tokens shared by all prompts (default 0: all unique)")
+    g.add_argument("--input-len", type=POSITIVE_INT, help="prompt tokens per request")
+    g.add_argument("--output-len", type=POSITIVE_INT, help="output tokens per request (fixed where the server allows)")
+    g.add_argument("--prefix-len", type=NONNEG_INT, default=0, help="tokens shared by all prompts (default 0: all unique)")
     g.add_argument("--no-fixed-output", action="store_true", help="let the model stop at EOS")
-    g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    g.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature (default 0: greedy)")
     g.add_argument("--extra-body", help="JSON object merged into every request body")
     g.add_argument("--seed", type=int, help="workload seed (default: random, recorded)")
     g = s.add_argument_group("load")
     g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,8,16,32")
     g.add_argument("--rate", help="open-loop levels in requests/s, e.g. 0.5,1,2 (instead of --concurrency)")
     g.add_argument("--arrival", choices=["poisson", "constant"], default="poisson")
-    g.add_argument("--max-concurrency", type=int, help="open loop: cap on requests in flight")
-    g.add_argument("--requests", type=int, help="measured requests per level (default 32)")
+    g.add_argument("--max-concurrency", type=POSITIVE_INT, help="open loop: cap on requests in flight")
+    g.add_argument("--requests", type=POSITIVE_INT, help="measured requests per level (default 32)")
     g.add_argument("--duration", help="measure each level for this long instead, e.g. 60s")
-    g.add_argument("--warmup", type=int, help="uncounted full-length requests per level (default: one per slot)")
-    g.add_argument("--repetitions", type=int, default=1, help="repeat each level; report median and CV")
+    g.add_argument("--warmup", type=NONNEG_INT, help="uncounted full-length requests per level (default: one per slot)")
+    g.add_argument("--repetitions", type=POSITIVE_INT, default=1, help="repeat each level; report median and CV")
     g.add_argument("--timeout", default="600s", help="per-request timeout (default 600s)")
     g.add_argument("--stall-timeout", default="60s", help="fail a request after this long without a byte")
     g.add_argument("--slo", help="e.g. ttft_p99=2s,tpot=50ms: goodput and pass/fail per level")
+    g.add_argument("--max-error-rate", type=SHARE, default=0.1,
+                   help="a level with a larger share of failed requests is failed, and the run exits 5 "
+                        "(default 0.1)")
     g = s.add_argument_group("output")
     g.add_argument("--label", help="host label (default: this hostname, or embedded-ENGINE)")
-    g.add_argument("--price-per-hour", type=float, help="box price for cost per million output tokens")
-    g.add_argument("--currency", default="USD")
-    g.add_argument("--json", help="write the run to this JSON file (DESIGN.md's result contract)")
+    g.add_argument("--price-per-hour", type=POSITIVE, help="box price for cost per million output tokens")
+    g.add_argument("--currency", default="USD", type=CURRENCY)
+    g.add_argument("--json", help="write the run to this JSON file (DESIGN.md's result contract); - for stdout")
     g.add_argument("--format", choices=["table", "markdown"], default="table")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
     g = s.add_argument_group("clean bench")
     g.add_argument("--guard", choices=["strict", "warn", "off"], default="warn",
-                   help="strict: refuse to start, and stop before a level, on a dirty bench; warn: record; off")
+                   help="strict: refuse to start, and stop before a level, on a dirty bench; warn: record it; "
+                        "off: do not check")
     g.add_argument("--guard-config", help="guard thresholds TOML (default: packaged, then the user config dir)")
     g.add_argument("--no-metrics", action="store_true", help="do not sample the server's /metrics")
+    g.add_argument("--metrics-interval", default="5s",
+                   help="sample /metrics this often (default 5s; each sample costs the server a page: on 2 CPU "
+                        "cores one vLLM /metrics GET stalled every stream for 70-145 ms)")
     add_db(s)
 
     gd = sub.add_parser("guard", help="check the machine is clean enough to measure (exit 1 if not)")
     gd.add_argument("--guard-config", help="thresholds TOML")
     gd.add_argument("--url", help="the server to be measured, if on this machine (not counted against the bench)")
     gd.add_argument("--root", default="/", help=argparse.SUPPRESS)
-    gd.add_argument("--json", help="write the snapshot to this JSON file")
+    gd.add_argument("--json", help="write the snapshot to this JSON file; - for stdout")
+
+    en = sub.add_parser("engines", help="the embedded engines: which are ready, what each needs; build them")
+    en.add_argument("build", nargs="?", choices=["build"], help="make the named engines ready now")
+    en.add_argument("names", nargs="*", metavar="ENGINE",
+                    help="transformers, vllm, llama-server, llama-cpp-python, or all")
 
     r = sub.add_parser("runs", help="list saved runs")
-    r.add_argument("--limit", type=int, default=30)
+    r.add_argument("--limit", type=POSITIVE_INT, default=30)
     add_db(r)
 
     dp = sub.add_parser("depth", help="llama-bench style pp/tg at context depths, over HTTP")
-    dp.add_argument("--url", help="OpenAI-compatible base URL; omitted: the embedded llama.cpp engine")
+    dp.add_argument("--url", help="OpenAI-compatible base URL; omitted: start the embedded engine")
+    add_embedded(dp, "llama-server")
     dp.add_argument("--model")
     dp.add_argument("--api-key")
     dp.add_argument("--tokenizer")
     dp.add_argument("--depths", help="tokens of context, e.g. 0,8k,32k,65k (embedded default 0,1k,4k)")
-    dp.add_argument("--pp", type=int, default=512, help="prompt tokens processed on top of the depth")
-    dp.add_argument("--tg", type=int, default=128, help="tokens generated on top of the depth")
-    dp.add_argument("--repetitions", type=int, default=3)
+    dp.add_argument("--pp", type=POSITIVE_INT, default=512, help="prompt tokens processed on top of the depth")
+    dp.add_argument("--tg", type=POSITIVE_INT, default=128, help="tokens generated on top of the depth")
+    dp.add_argument("--repetitions", type=POSITIVE_INT, default=3)
     dp.add_argument("--label")
     dp.add_argument("--seed", type=int)
-    dp.add_argument("--json", help="write the run to this JSON file")
-    dp.add_argument("--llama-bench", metavar="PATH", help="drive a local llama-bench binary instead, and import its JSON")
-    dp.add_argument("--model-file", help="with --llama-bench: the GGUF to bench")
+    dp.add_argument("--json", help="write the run to this JSON file; - for stdout")
+    dp.add_argument("--llama-bench", metavar="PATH", nargs="?", const="built",
+                    help="drive llama-bench instead and import its JSON (no PATH: the one tokenbench builds)")
+    dp.add_argument("--model-file", help="with --llama-bench: the GGUF to bench (default: the embedded model's)")
+    lb = dp.add_argument_group("llama.cpp options: passed to llama-bench, or to the embedded llama-server, and "
+                               "recorded")
+    lb.add_argument("-t", "--threads", type=POSITIVE_INT, help="CPU threads")
+    lb.add_argument("-fa", "--flash-attn", choices=["0", "1"], help="flash attention off/on")
+    lb.add_argument("-b", "--batch-size", type=POSITIVE_INT, help="logical batch size")
+    lb.add_argument("-ub", "--ubatch-size", type=POSITIVE_INT, help="physical batch size")
+    lb.add_argument("-ctk", "--cache-type-k", help="KV cache type for K (f16, q8_0, ...)")
+    lb.add_argument("-ctv", "--cache-type-v", help="KV cache type for V (f16, q8_0, ...)")
+    lb.add_argument("-ngl", "--n-gpu-layers", type=NONNEG_INT, help="layers offloaded to the GPU")
     dp.add_argument("--format", choices=["table", "markdown"], default="table")
     dp.add_argument("--guard", choices=["strict", "warn", "off"], default="warn")
     dp.add_argument("--guard-config")
@@ -94,10 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
     cs.add_argument("--url", required=True, help="its OpenAI-compatible base URL")
     cs.add_argument("--health", help="the URL that answers 200 when it is up (default: URL/models)")
     cs.add_argument("--model")
-    cs.add_argument("--repeat", type=int, default=3, help="boots; the first is the cold one")
+    cs.add_argument("--repeat", type=POSITIVE_INT, default=3, help="boots; the first is the cold one")
     cs.add_argument("--timeout", default="600s")
     cs.add_argument("--label")
-    cs.add_argument("--json", help="write the boots to this JSON file")
+    cs.add_argument("--json", help="write the boots to this JSON file; - for stdout")
     cs.add_argument("--log", help="append the server's output to this file")
     add_db(cs)
 
@@ -109,22 +259,22 @@ def build_parser() -> argparse.ArgumentParser:
     fp = sub.add_parser("fit", help="does a model and its KV cache fit a box? largest context and concurrency")
     add_setup(fp, default_engine="llama.cpp")
     fp.add_argument("--context", default="8192", help="tokens per sequence, e.g. 65536 or 64k")
-    fp.add_argument("--concurrency", type=int, default=1, help="sequences held at once")
+    fp.add_argument("--concurrency", type=POSITIVE_INT, default=1, help="sequences held at once")
 
     pp = sub.add_parser("predict", help="predicted speed (roofline ceiling and calibrated estimate)")
     add_setup(pp, default_engine="vllm", required=False)
-    pp.add_argument("--input-len", type=int, default=4096)
-    pp.add_argument("--output-len", type=int, default=512)
+    pp.add_argument("--input-len", type=POSITIVE_INT, default=4096)
+    pp.add_argument("--output-len", type=POSITIVE_INT, default=512)
     pp.add_argument("--concurrency", default="1", help="serving levels, e.g. 1,4,8,16,32")
     pp.add_argument("--test", choices=["tg128", "pp512", "depth"], help="llama-bench style tests at --depth")
     pp.add_argument("--depth", default="0", help="tokens already in the cache, e.g. 0,8k,32k,65536")
-    pp.add_argument("--spec-tokens", type=int, help="speculative decoding / MTP: drafted tokens per step")
-    pp.add_argument("--acceptance", type=float, help="per-token acceptance rate (0..1)")
-    pp.add_argument("--acceptance-length", type=float, help="mean acceptance length (vLLM's τ)")
-    pp.add_argument("--draft-cost", type=float, help="draft cost per token relative to the target (default: MTP 1/layers)")
+    pp.add_argument("--spec-tokens", type=POSITIVE_INT, help="speculative decoding / MTP: drafted tokens per step")
+    pp.add_argument("--acceptance", type=SHARE, help="per-token acceptance rate (0..1)")
+    pp.add_argument("--acceptance-length", type=POSITIVE, help="mean acceptance length (vLLM's τ)")
+    pp.add_argument("--draft-cost", type=POSITIVE, help="draft cost per token relative to the target (default: MTP 1/layers)")
     pp.add_argument("--against", help="predict every row of a file in the published.csv layout")
     pp.add_argument("--calibration", help="efficiency TOML to use instead of the packaged one")
-    pp.add_argument("--json", help="write the predictions to this JSON file")
+    pp.add_argument("--json", help="write the predictions to this JSON file; - for stdout")
     pp.add_argument("--save", metavar="LABEL", help="store the predictions as a run (provenance 'predicted')")
     add_db(pp)
     pp.add_argument("--format", choices=["table", "markdown"], default="table")
@@ -136,27 +286,29 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="two runs side by side: ratios, winners, crossovers, effective serving")
     c.add_argument("a", help="run id, id prefix or label")
     c.add_argument("b", help="run id, id prefix or label")
-    c.add_argument("--agents", type=int, default=16, help="effective-serving line: this many agents ... (default 16)")
-    c.add_argument("--tokens", type=int, default=200, help="... each asking for this many tokens (default 200)")
+    c.add_argument("--agents", type=POSITIVE_INT, default=16, help="effective-serving line: this many agents ... (default 16)")
+    c.add_argument("--tokens", type=POSITIVE_INT, default=200, help="... each asking for this many tokens (default 200)")
     c.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_latest(c)
     add_db(c)
 
     co = sub.add_parser("cost", help="price per million output tokens at each operating point")
     co.add_argument("run", nargs="?", help="run id, id prefix or label (or give --tps)")
-    co.add_argument("--tps", type=float, help="an aggregate output rate instead of a run")
-    co.add_argument("--price-per-hour", type=float, help="rented: price per hour")
-    co.add_argument("--busy-hours", type=float, default=24.0, help="rented: hours a day it does this work")
+    co.add_argument("--tps", type=POSITIVE, help="an aggregate output rate instead of a run")
+    co.add_argument("--price-per-hour", type=POSITIVE, help="rented: price per hour")
+    co.add_argument("--busy-hours", type=NONNEG, default=24.0, help="rented: hours a day it does this work")
     co.add_argument("--owned", action="store_true", help="an owned box: --purchase, --life-years, --watts, --kwh-price")
-    co.add_argument("--purchase", type=float)
-    co.add_argument("--life-years", type=float, default=3.0)
-    co.add_argument("--watts", type=float, default=0.0, help="power draw under this load")
-    co.add_argument("--kwh-price", type=float, default=0.0)
-    co.add_argument("--hours-per-day", type=float, default=24.0, help="owned: hours a day it does this work")
-    co.add_argument("--currency", default=None, help="the box's currency (default: the run's, else USD)")
-    co.add_argument("--api-price", type=float, help="an API's price per million output tokens, to compare")
-    co.add_argument("--api-currency", help="the API price's currency (default: --currency)")
-    co.add_argument("--exchange-rate", type=float, help="units of --currency per 1 --api-currency")
+    co.add_argument("--purchase", type=POSITIVE)
+    co.add_argument("--life-years", type=POSITIVE, default=3.0)
+    co.add_argument("--watts", type=NONNEG, default=0.0, help="power draw under this load")
+    co.add_argument("--kwh-price", type=NONNEG, default=0.0)
+    co.add_argument("--hours-per-day", type=NONNEG, default=24.0, help="owned: hours a day it does this work")
+    co.add_argument("--currency", default=None, type=CURRENCY, help="the box's currency (default: the run's, else USD)")
+    co.add_argument("--api-price", type=POSITIVE, help="an API's price per million output tokens, to compare")
+    co.add_argument("--api-currency", type=CURRENCY, help="the API price's currency (default: --currency)")
+    co.add_argument("--exchange-rate", type=POSITIVE, help="units of --currency per 1 --api-currency")
     co.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_latest(co)
     add_db(co)
 
     im = sub.add_parser("import", help="vllm bench serve / llama-bench / GuideLLM / published.csv results into the store")
@@ -169,30 +321,34 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--html", help="write the HTML report here")
     rp.add_argument("--md", help="append or rewrite each run's section of this Markdown file")
     rp.add_argument("--png", help="write each plot as a PNG into this directory")
-    rp.add_argument("--price-per-hour", type=float, help="for the cost plot (default: each run's own price)")
-    rp.add_argument("--currency")
+    rp.add_argument("--price-per-hour", type=POSITIVE, help="for the cost plot (default: each run's own price)")
+    rp.add_argument("--currency", type=CURRENCY)
     rp.add_argument("--title", default="tokenbench report")
+    add_latest(rp)
     add_db(rp)
 
     rc = sub.add_parser("recommend", help="rank boxes by cost per million tokens among those that fit and meet SLOs")
     rc.add_argument("--model", required=True)
-    rc.add_argument("--agents", type=int, default=16)
-    rc.add_argument("--input-len", type=int, default=4096)
-    rc.add_argument("--output-len", type=int, default=512)
+    rc.add_argument("--agents", type=POSITIVE_INT, default=16)
+    rc.add_argument("--input-len", type=POSITIVE_INT, default=4096)
+    rc.add_argument("--output-len", type=POSITIVE_INT, default=512)
     rc.add_argument("--ttft-p99", help="SLO, e.g. 2s")
     rc.add_argument("--tpot", help="SLO, e.g. 50ms")
-    rc.add_argument("--currency", default="EUR")
+    rc.add_argument("--currency", default="EUR", type=CURRENCY)
     rc.add_argument("--price", action="append", default=[], metavar="ID=PER_HOUR", help="a rental price (repeat)")
     rc.add_argument("--owned", action="append", default=[], metavar="ID=PURCHASE:YEARS:WATTS", help="an owned box (repeat)")
-    rc.add_argument("--kwh-price", type=float, default=0.30, help="electricity price for owned boxes")
+    rc.add_argument("--kwh-price", type=NONNEG, default=0.30, help="electricity price for owned boxes")
     rc.add_argument("--runs", nargs="*", default=[], help="measured runs (ids or labels) to rank beside the predictions")
     rc.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_latest(rc)
     add_db(rc)
 
     sh = sub.add_parser("show", help="print a saved run again")
     sh.add_argument("run", help="run id, unique id prefix, or label")
-    sh.add_argument("--json", help="also write it to this JSON file")
+    sh.add_argument("--json", help="also write it to this JSON file (every level); - for stdout")
+    sh.add_argument("--all", action="store_true", help="print every level (default: the first 200)")
     sh.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_latest(sh)
     add_db(sh)
     return ap
 

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from rich.console import Console
 from typing import Any
 from ..errors import UsageError
 from ..store import Store
-from .common import int_list, tokens
+from .common import emit_json, int_list, tokens
 
 
 def _setup(a: argparse.Namespace) -> Any:
@@ -17,13 +16,21 @@ def _setup(a: argparse.Namespace) -> Any:
     from ..predict.specs import Catalog
 
     cal = Calibration.packaged() if not getattr(a, "calibration", None) else \
-        Calibration.from_toml(Path(a.calibration).read_text())
+        Calibration.from_toml(read_calibration(a.calibration))
     engine = a.engine
     weights = a.weights or ("Q4_K_M" if engine.lower().startswith("llama") else "BF16")
     kv = a.kv.upper()
     if kv == "AUTO" and engine.lower().startswith("llama"):
         kv = "F16"
     return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine), cal
+
+
+def read_calibration(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--calibration {path}: cannot read it ({getattr(e, 'strerror', None) or e}); "
+                         "give the TOML that tokenbench calibrate wrote") from None
 
 
 def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
@@ -63,14 +70,14 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         from ..predict.published import read_rows
         from ..predict.specs import Catalog
 
-        cal = Calibration.packaged() if not a.calibration else Calibration.from_toml(Path(a.calibration).read_text())
+        cal = Calibration.packaged() if not a.calibration else Calibration.from_toml(read_calibration(a.calibration))
         rep = against(Catalog.load(), cal, read_rows(Path(a.against)))
         head, rows = report.against_table(rep)
         print_table(console, head, rows, a.format)
         for line in report.summary_lines(rep):
             console.print(line, markup=False, highlight=False)
         if a.json:
-            Path(a.json).write_text(json.dumps(rep.to_json(), indent=2) + "\n")
+            emit_json(a.json, rep.to_json())
         return 0
     if not a.hardware or not a.model:
         raise UsageError("predict needs --hardware and --model (or --against FILE)")
@@ -91,7 +98,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
                   markup=False, highlight=False)
     depths = levels = None
     if a.test:
-        depths = [tokens(d, "--depth") for d in a.depth.split(",") if d.strip()]
+        depths = [tokens(d, "--depth", zero=True) for d in a.depth.split(",") if d.strip()]
         head, rows = report.depth_table(s, depths, 512, 128)
     else:
         levels = int_list(a.concurrency, "--concurrency")
@@ -103,7 +110,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         rid = _save_prediction(a, s, depths, levels)
         console.print(f"saved as run {rid} (label {a.save}, provenance predicted)", markup=False)
     if a.json:
-        Path(a.json).write_text(json.dumps({"predicted": True, "columns": head, "rows": rows}, indent=2) + "\n")
+        emit_json(a.json, {"predicted": True, "columns": head, "rows": rows})
     return 0
 
 

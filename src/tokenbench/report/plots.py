@@ -18,6 +18,7 @@ def _figure(plot: Plot):  # type: ignore[no-untyped-def]
     except ImportError:
         raise UsageError("plots need Matplotlib: pip install 'tokenbench[report]'") from None
     plt.rcParams["svg.fonttype"] = "path"  # text as paths: no markup from result names reaches the SVG
+    plt.rcParams["text.parse_math"] = False  # "$5/h vs $7/h" is a label, not mathtext ("$x^$" used to crash)
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
     for i, line in enumerate(plot.lines):
         (h,) = ax.plot(line.xs, line.ys, marker="o", linestyle="--" if line.predicted else "-", label=line.name)

@@ -1,0 +1,130 @@
+"""Run references are unambiguous: a label several runs share is refused with the candidates (unless --latest),
+and a run of the wrong kind is refused by name (issue 10)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.metrics import LevelSummary
+from tokenbench.store import Store
+
+
+def _db(tmp_path: Path) -> Path:
+    db = tmp_path / "r.db"
+    store = Store(db)
+    for i, kind in enumerate(("sweep", "sweep", "bench")):
+        lv = LevelSummary.empty(concurrency=1, test="tg128" if kind == "bench" else None, tg_tps=50.0)
+        store.save_run(f"run-{i}", kind, "box" if i < 2 else "mini", {"model": "m"}, "measured", [lv], "0",
+                       f"2026-01-0{i + 1}T00:00:00", f"2026-01-0{i + 1}T00:01:00")
+    return db
+
+
+def test_a_shared_label_is_refused_with_its_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(_db(tmp_path))
+    assert main(["show", "box", "--db", db]) == 2
+    err = capsys.readouterr().err
+    assert "label 'box' names 2 runs: run-1 (sweep" in err and "run-0 (sweep" in err and "--latest" in err
+    assert main(["show", "box", "--db", db, "--latest"]) == 0
+    assert "run run-1 " in capsys.readouterr().out  # the newest
+
+
+def test_a_run_of_the_wrong_kind_is_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """compare once picked a depth run and printed an empty table."""
+    db = str(_db(tmp_path))
+    assert main(["compare", "run-0", "mini", "--db", db]) == 2
+    assert "run run-2 is a bench run: compare takes sweep or predict runs" in capsys.readouterr().err
+    assert main(["cost", "mini", "--price-per-hour", "2", "--db", db]) == 2
+    assert "cost takes sweep or predict runs" in capsys.readouterr().err
+
+
+def test_every_option_has_help_and_says_its_default() -> None:
+    import argparse
+
+    from tokenbench.cli.parser import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sp in sub.choices.items():
+        text = sp.format_help()
+        for a in sp._actions:
+            if a.option_strings and a.dest != "help" and a.help != argparse.SUPPRESS:
+                assert a.help, f"{name} {a.option_strings[-1]} has no help"
+                if a.default not in (None, False) and isinstance(a.default, (int, float, str)):
+                    assert "default" in a.help or "default" in text, (name, a.option_strings)
+    assert "(default: USD)" in sub.choices["sweep"].format_help()
+
+
+def test_piped_progress_is_one_line_per_level_as_it_finishes(tmp_path: Path) -> None:
+    """Piped into a file or a CI log, a sweep printed nothing until the end; now each level's line, with
+    level k of N and the elapsed time, comes as the level finishes."""
+    import subprocess
+    import sys
+
+    from tokenbench.emitter import EmitterProcess
+
+    with EmitterProcess("--itl", "0.01") as em:
+        proc = subprocess.Popen([sys.executable, "-m", "tokenbench", "sweep", "--url", em.url, "--concurrency", "1,2",
+                                 "--requests", "4", "--input-len", "8", "--output-len", "4", "--db",
+                                 str(tmp_path / "r.db")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        first = ""
+        while "tok/s" not in first:
+            first = proc.stderr.readline()
+            assert first, "stderr ended without a level line"
+        rest, _ = proc.communicate(timeout=60)[1], None
+    assert proc.returncode == 0
+    assert "level 1/2 concurrency 1:" in first and "tok/s" in first and "s elapsed" in first
+    assert "level 2/2 concurrency 2:" in rest
+
+
+def test_runs_keeps_ids_whole_at_80_columns(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    db = _db(tmp_path)
+    Store(db).save_run("20261122-101010-abcd", "sweep", "a-rather-long-label-for-a-box", {"model": "org/a-long-model-name-8B"},
+                       "measured", [], "0", "2026-01-09T00:00:00", "2026-01-09T00:00:00")
+    out = subprocess.run([sys.executable, "-m", "tokenbench", "runs", "--db", str(db)], capture_output=True,
+                         text=True, env={**__import__("os").environ, "COLUMNS": "80"}, check=True).stdout
+    assert "20261122-101010-abcd" in out and "complete" in out
+
+
+def test_json_to_stdout_leaves_stdout_pure_json(tmp_path: Path) -> None:
+    """`--json -`: the JSON alone on stdout, for a pipe into jq; the table goes to stderr."""
+    import json
+    import subprocess
+    import sys
+
+    from tokenbench.emitter import EmitterProcess
+
+    db = str(tmp_path / "r.db")
+    with EmitterProcess() as em:
+        out = subprocess.run([sys.executable, "-m", "tokenbench", "sweep", "--url", em.url, "--requests", "2",
+                              "--input-len", "8", "--output-len", "4", "--quiet", "--db", db, "--json", "-"],
+                             capture_output=True, text=True, timeout=120, check=True)
+    doc = json.loads(out.stdout)
+    assert doc["levels"][0]["completed"] == 2 and "Concurrency" in out.stderr
+    shown = subprocess.run([sys.executable, "-m", "tokenbench", "show", doc["run_id"], "--db", db, "--json", "-"],
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(shown.stdout)["run_id"] == doc["run_id"]
+
+
+def test_a_sweep_table_at_80_columns_cuts_no_number_and_no_flag() -> None:
+    """At 80 columns the table dropped its Flags column and cut '831 ms' to '83…'; now it turns vertical."""
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.output import print_sweep, sweep_rows
+
+    lv = LevelSummary.empty(concurrency=16, output_throughput_tps=77425.0, completed=64)
+    lv.flags += ["dirty_bench", "client_bound"]
+    for width in (80, 200):
+        buf = io.StringIO()
+        print_sweep(Console(file=buf, width=width), [lv], "EUR")
+        out = buf.getvalue()
+        assert "…" not in out and "dirty_bench" in out and "client_bound" in out and "77,425" in out
+        header, rows = sweep_rows([lv], "EUR")
+        assert all(cell in out for cell in rows[0] if cell)
