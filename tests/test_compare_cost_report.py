@@ -252,7 +252,7 @@ def test_html_report_in_headless_chromium(tmp_path: Path, capsys: pytest.Capture
 def test_recommend_ranks_by_cost_and_says_why_others_are_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.db"
     _run(Store(db), "my-h100", [serve(16, 700, 1000, 20)], model="qwen3.6-35b-a3b", price_per_hour=1.79)
-    assert main(["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "10s",
+    assert main(["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "10s", "--currency", "EUR",
                  "--price", "nvidia-l40s=0.9", "--runs", "my-h100", "--db", str(db), "--format", "markdown"]) == 0
     out = capsys.readouterr().out
     rows = [ln for ln in out.splitlines() if ln.startswith("| ") and not ln.startswith("| Rank")]

@@ -16,11 +16,15 @@ from .metrics import cost_per_mtok
 HOURS_PER_YEAR = 365 * 24
 
 
+#: The one currency default of every command (sweep, cost, report, recommend): prices are in it unless told.
+DEFAULT_CURRENCY = "USD"
+
+
 @dataclass(slots=True, frozen=True)
 class Pricing:
     """An hourly price in ``currency``: rented, or owned (purchase, life, power)."""
 
-    currency: str = "USD"
+    currency: str = DEFAULT_CURRENCY
     price_per_hour: float | None = None
     busy_hours_per_day: float = 24.0
     purchase: float | None = None

@@ -52,6 +52,9 @@ def sweep_rows(levels: list[LevelSummary], currency: str = "USD") -> tuple[list[
     priced = any(s.cost_per_mtok is not None for s in levels)
     if not priced:
         header.remove(f"{currency}/M output")
+    slo = any(s.slo for s in levels)
+    if slo:  # --slo given: its verdict and goodput per level, before the counts
+        header[-2:-2] = ["SLO", "Goodput req/s"]
     rows = []
     for s in levels:
         p99 = _ms(s.ttft_ms.p99)
@@ -66,11 +69,18 @@ def sweep_rows(levels: list[LevelSummary], currency: str = "USD") -> tuple[list[
                 p99,
                 _ms(s.tpot_ms.p50),
                 *([_num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—"] if priced else []),
+                *([slo_verdict(s), _num(s.goodput_rps, 2)] if slo else []),
                 f"{s.completed}/{s.failed}" if s.completed or s.failed else "—",
                 ",".join(f for f in s.flags if f != "p99_estimate") or "",
             ]
         )
     return header, rows
+
+
+def slo_verdict(s: LevelSummary) -> str:
+    if s.slo_met is None:
+        return "—"
+    return "pass" if s.slo_met else "FAIL"
 
 
 def single_stream_lines(levels: list[LevelSummary]) -> list[str]:
@@ -87,6 +97,10 @@ def single_stream_lines(levels: list[LevelSummary]) -> list[str]:
 
 def notes(levels: list[LevelSummary]) -> list[str]:
     out = []
+    slos = {s.slo for s in levels if s.slo}
+    if slos:
+        out.append(f"SLO {', '.join(sorted(slos))}: pass when every percentile limit holds and no request failed; "
+                   "goodput counts the requests within every per-request limit")
     if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
         out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
     by_text: dict[str, list[str]] = {}
@@ -177,12 +191,16 @@ def print_sweep(console: Console, levels: list[LevelSummary], currency: str, tit
 def describe_run(manifest: dict[str, Any]) -> str:
     wl = manifest.get("workload") or {}
     parts = [
-        f"model {manifest.get('model')}",
+        f"model {manifest.get('model') or 'unknown'}",
         f"engine {manifest.get('engine') or 'unknown'}" + (f" {manifest['engine_version']}" if manifest.get("engine_version") else ""),
-        f"{wl.get('input_len')} in / {wl.get('output_len')} out tokens" + (f" ({wl['shape']})" if wl.get("shape") else ""),
-        f"{wl.get('api')} API",
-        f"tokenizer: {manifest.get('tokenizer')}",
     ]
+    # facts an imported or predicted run does not have are left out, never printed as "None"
+    if wl.get("input_len") is not None and wl.get("output_len") is not None:
+        parts.append(f"{wl['input_len']} in / {wl['output_len']} out tokens" + (f" ({wl['shape']})" if wl.get("shape") else ""))
+    if wl.get("api"):
+        parts.append(f"{wl['api']} API")
+    if manifest.get("tokenizer"):
+        parts.append(f"tokenizer: {manifest['tokenizer']}")
     emb = manifest.get("embedded")
     if emb:
         parts.append(f"embedded {emb.get('engine')} engine, healthy after {emb.get('startup_s', 0):.1f} s (cold start)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .cost import Pricing
+from .cost import DEFAULT_CURRENCY, Pricing
 from .errors import UsageError
 from .predict.calibration import Calibration
 from .predict.predictor import Setup
@@ -21,7 +21,7 @@ class Workload:
     output_len: int
     ttft_p99_ms: float | None = None
     tpot_ms: float | None = None
-    currency: str = "EUR"
+    currency: str = DEFAULT_CURRENCY
 
 
 @dataclass(slots=True)
@@ -49,7 +49,8 @@ def _pricing(hw_id: str, hw: HardwareSpec | None, prices: dict[str, Pricing], cu
         return prices[hw_id], None
     if hw is not None and hw.price_per_hour is not None:
         if hw.price_currency.upper() != currency.upper():
-            return None, f"its catalog price is in {hw.price_currency}: pass --price {hw_id}=PRICE in {currency}"
+            return None, (f"its catalog price is in {hw.price_currency}: pass --currency {hw.price_currency}, or "
+                          f"--price {hw_id}=PRICE in {currency}")
         return Pricing(currency=currency, price_per_hour=hw.price_per_hour), None
     return None, f"no price: pass --price {hw_id}=PER_HOUR or --owned {hw_id}=PURCHASE:YEARS:WATTS"
 

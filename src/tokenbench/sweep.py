@@ -493,7 +493,8 @@ async def _run_level(
     if snap is not None and not snap["clean"]:
         summary.flags.append("dirty_bench")
         bad = ", ".join(c["name"] for c in snap["checks"] if c["status"] == "fail")
-        summary.warnings.append(f"the guard found the bench dirty before this level ({bad}): see its snapshot")
+        summary.warnings.append(f"the guard found the bench dirty before this level ({bad}): "
+                                f"'tokenbench show {run_id} --guard' prints the snapshots")
     reasons = watch.verdict(level, summary.send_delay_ms.p90 if summary.send_delay_ms else None)
     if reasons:
         summary.flags.append("client_bound")

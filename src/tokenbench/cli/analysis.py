@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 from rich.console import Console
 from ..errors import UsageError
 from ..metrics import parse_duration_ms
 from ..store import Store
 from ..sweep import load_result
-from .common import check_output
+from .common import check_output, emit_json
 
 
 #: Runs measured (or predicted) at load levels: what compare, cost and recommend work on.
@@ -16,9 +17,12 @@ LOADED = ("sweep", "predict")
 
 
 def cmd_compare(a: argparse.Namespace, console: Console) -> int:
+    from dataclasses import asdict
+
     from ..compare import compare, table
     from ..output import print_table
 
+    check_output(a.json, "--json")
     store = Store(a.db, readonly=True)
     c = compare(*(load_result(store, ref, latest=a.latest, kinds=LOADED, command="compare") for ref in (a.a, a.b)),
                 a.agents, a.tokens)
@@ -30,19 +34,25 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
         console.print(line, markup=False, highlight=False)
     if c.effective:
         console.print(f"{a.agents} agents x {a.tokens} tokens: " + "; ".join(c.effective), markup=False, highlight=False)
+    if a.json:
+        doc = asdict(c)
+        for row, r in zip(doc["rows"], c.rows):
+            row.update(ratio=r.ratio, winner={0: None, 1: c.a, 2: c.b}[r.winner()])
+        emit_json(a.json, {"tool": "tokenbench", "kind": "compare", **doc})
     return 0
 
 
 def cmd_cost(a: argparse.Namespace, console: Console) -> int:
-    from ..cost import Pricing, api_in
+    from ..cost import DEFAULT_CURRENCY, Pricing, api_in
     from ..output import print_table
 
+    check_output(a.json, "--json")
     res = None
     if a.run:
         res = load_result(Store(a.db, readonly=True), a.run, latest=a.latest, kinds=LOADED, command="cost")
     elif a.tps is None:
         raise UsageError("give a run, or --tps RATE for a rate you know")
-    currency = a.currency or (res.manifest.get("currency") if res else None) or "USD"
+    currency = a.currency or (res.manifest.get("currency") if res else None) or DEFAULT_CURRENCY
     price = a.price_per_hour
     if price is None and not a.owned and res is not None:
         price = res.manifest.get("price_per_hour")
@@ -74,16 +84,21 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
     if api is not None:
         head += [f"API {currency}/M", "Box vs API"]
     rows = []
+    doc: list[dict[str, Any]] = []
     for key, rate in points:
         c = pricing.per_mtok(rate)
         row = [key, f"{rate:,.1f}", f"{c:.2f}" if c is not None else "—"]
         if api is not None and c:
             row += [f"{api:.2f}", f"{api / c:.1f}x cheaper" if c < api else f"{c / api:.1f}x dearer"]
         rows.append(row)
+        doc.append({"operating_point": key, "output_tps": rate, "cost_per_mtok": c, "api_cost_per_mtok": api})
     console.print(pricing.describe(), markup=False, highlight=False)
     print_table(console, head, rows, a.format)
     if api_note:
         console.print(api_note, markup=False, highlight=False)
+    if a.json:
+        emit_json(a.json, {"tool": "tokenbench", "kind": "cost", "currency": currency, "run_id": res.run_id if res else None,
+                           "pricing": pricing.describe(), "points": doc})
     return 0
 
 
@@ -115,11 +130,14 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
+    from dataclasses import asdict
+
     from ..output import print_table
     from ..predict.calibration import Calibration
     from ..predict.specs import Catalog
     from ..recommend import Workload, measured, parse_prices, predicted, rank
 
+    check_output(a.json, "--json")
     if a.agents < 1:
         raise UsageError("--agents must be at least 1")
     w = Workload(a.model, a.agents, a.input_len, a.output_len,
@@ -147,6 +165,9 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
         console.print("no box fits, meets the SLOs and has a price", style="yellow", markup=False)
     for c in excluded:
         console.print(f"excluded {c.box} ({c.source}): {c.excluded}", markup=False, highlight=False)
+    if a.json:
+        emit_json(a.json, {"tool": "tokenbench", "kind": "recommend", "currency": a.currency, "workload": asdict(w),
+                           "ranked": [asdict(c) for c in ok], "excluded": [asdict(c) for c in excluded]})
     return 0
 
 

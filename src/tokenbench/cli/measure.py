@@ -164,7 +164,7 @@ def _print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
         console.print(format_sweep_markdown(levels, currency), markup=False, highlight=False, soft_wrap=True)
     else:
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
-        print_sweep(console, levels, currency)
+        print_sweep(console, levels, currency, "PREDICTED (not measured)" if res.kind == "predict" else None)
     console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False)
 
 
@@ -247,8 +247,14 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
 
 
 def cmd_runs(a: argparse.Namespace, console: Console) -> int:
+    check_output(a.json, "--json")
     store = Store(a.db, readonly=True)
     rows = store.runs(a.limit)
+    counts = store.level_counts([r.id for r in rows])
+    if a.json:
+        emit_json(a.json, [{"run_id": r.id, "started": r.started, "kind": r.kind, "label": r.label,
+                            "model": r.manifest.get("model"), "engine": r.manifest.get("engine"),
+                            "levels": counts.get(r.id, 0), "status": r.status} for r in rows])
     if not rows:
         console.print(f"no runs in {store.path}", markup=False)
         return 0
@@ -257,7 +263,6 @@ def cmd_runs(a: argparse.Namespace, console: Console) -> int:
     from ..output import fits, print_vertical
 
     header = ["Run", "Started", "Kind", "Label", "Model", "Engine", "Levels", "Status"]
-    counts = store.level_counts([r.id for r in rows])
     cells = [[r.id, r.started, r.kind, r.label or "", str(r.manifest.get("model") or ""),
               str(r.manifest.get("engine") or ""), str(counts.get(r.id, 0)), r.status] for r in rows]
     if not fits(console, header, cells):  # at 80 columns: one block per run, ids whole for show
@@ -282,9 +287,24 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     row = store.resolve(a.run, a.latest)
     total = store.level_counts([row.id]).get(row.id, 0)
     res = load_result(store, row.id, None if a.all else SHOW_LEVELS)
-    if res.kind in ("depth", "bench"):  # pp/tg at depths (depth runs, llama-bench imports): their own table
+    if a.guard is not None:
+        return _show_guard(a, console, res)
+    if res.kind == "predict":
+        m = res.manifest
+        console.print(f"PREDICTED for {m.get('model')} ({m.get('weights')}, {str(m.get('kv') or '').lower()} KV) on "
+                      f"{m.get('hardware')}, {m.get('engine')} ({m.get('backend')}: {m.get('calibration')}): "
+                      "not measured", markup=False, highlight=False)
+    if res.kind == "coldstart":
+        console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
+        print_table(console, *boot_rows(res.manifest.get("boots") or []), a.format)
+        console.print(f"run {res.run_id} ({res.status}) saved in {store.path}", style="dim", markup=False,
+                      highlight=False)
+    elif any(o.summary.test not in (None, "serve") for o in res.outcomes):
+        # pp/tg at depths (depth runs, llama-bench and published imports, predicted depths): their own table
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
         print_table(console, *depth_rows(res), a.format)
+        for line in depth_notes(res):
+            console.print(line, style="yellow", markup=False, highlight=False)
         console.print(f"run {res.run_id} ({res.status}) saved in {store.path}", style="dim", markup=False,
                       highlight=False)
     else:
@@ -299,14 +319,63 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _show_guard(a: argparse.Namespace, console: Console, res: RunResult) -> int:
+    """The guard's snapshot before each level (or level ``--guard K``): what a dirty_bench warning points at."""
+    snaps = [(i + 1, o) for i, o in enumerate(res.outcomes) if o.summary.guard]
+    if a.guard:
+        if not 1 <= a.guard <= len(res.outcomes):
+            raise UsageError(f"--guard {a.guard}: run {res.run_id} has levels 1..{len(res.outcomes)}")
+        snaps = [(k, o) for k, o in snaps if k == a.guard]
+    if not snaps:
+        console.print(f"run {res.run_id} stored no guard snapshot" + (f" for level {a.guard}" if a.guard else "")
+                      + " (it ran with --guard off, or was imported)", markup=False, highlight=False)
+        return 0
+    for k, o in snaps:
+        snap = o.summary.guard or {}
+        title = f"level {k}/{len(res.outcomes)} ({o.level.describe() if o.summary.test in (None, 'serve') else f'{o.summary.test} @ d{o.summary.depth}'}): " \
+            + ("clean" if snap.get("clean") else "DIRTY")
+        print_table(console, *guard_rows(snap), a.format, title=title)
+    if a.json:
+        emit_json(a.json, [{"level": k, "guard": o.summary.guard} for k, o in snaps])
+    return 0
+
+
+def guard_rows(snap: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    return (["Check", "Status", "Observed", "Threshold", "Advice"],
+            [[str(c.get(k) or "") for k in ("name", "status", "observed", "threshold", "advice")]
+             for c in snap.get("checks") or []])
+
+
+def boot_rows(boots: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """A cold start's boots: the first is the cold one (nothing cached)."""
+    rows = [[str(b["n"]) + (" (cold)" if b["n"] == 1 else ""), f"{b['healthy_s']:.2f} s",
+             f"{b['first_token_s']:.2f} s" if b.get("first_token_s") is not None else "—"] for b in boots]
+    return ["Boot", "Start -> healthy", "Start -> first token"], rows
+
+
+def depth_notes(res: RunResult) -> list[str]:
+    """The warnings of pp/tg rows, each once, with the rows it concerns (the Flags column names them)."""
+    by_text: dict[str, list[str]] = {}
+    for o in res.outcomes:
+        for w in o.summary.warnings:
+            by_text.setdefault(w, []).append(f"{o.summary.test} @ d{o.summary.depth}")
+    return [f"[{', '.join(rows)}] {text}" for text, rows in by_text.items()]
+
+
 def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
-    head = ["Model", "Test", "Depth", "t/s"]
+    """pp/tg per depth, as llama-bench prints them; flags on the row they concern, never below the table only."""
+    predicted = res.kind == "predict"
+    head = ["Model", "Test", "Depth", "t/s (PREDICTED)" if predicted else "t/s", "Flags"]
     rows = []
     for o in res.outcomes:
         s = o.summary
         v, sd = (s.pp_tps, s.pp_tps_sd) if s.pp_tps is not None else (s.tg_tps, s.tg_tps_sd)
-        rows.append([str(res.manifest.get("model") or ""), f"{s.test} @ d{s.depth}", f"{s.depth:,}",
-                     f"{v:,.2f} ± {sd or 0:.2f}" if v is not None else "—"])
+        value = "—" if v is None else f"{v:,.2f}" if predicted else f"{v:,.2f} ± {sd or 0:.2f}"
+        rows.append([str(res.manifest.get("model") or ""), f"{s.test} @ d{s.depth}", f"{s.depth or 0:,}", value,
+                     ",".join(f for f in s.flags if f != "p99_estimate")])
+    if not any(r[-1] for r in rows):
+        head.pop()
+        rows = [r[:-1] for r in rows]
     return head, rows
 
 
@@ -447,9 +516,7 @@ def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> i
         boots.append(b)
         if b.error:
             raise UsageError(f"boot {n + 1}: {b.error}; see the server's output (--log FILE)")
-    rows = [[str(b.n) + (" (cold)" if b.n == 1 else ""), f"{b.healthy_s:.2f} s",
-             f"{b.first_token_s:.2f} s" if b.first_token_s is not None else "—"] for b in boots]
-    print_table(console, ["Boot", "Start -> healthy", "Start -> first token"], rows)
+    print_table(console, *boot_rows([b.to_dict() for b in boots]))
     if len(boots) > 1:
         later = [b.healthy_s for b in boots[1:]]
         console.print(f"first boot {boots[0].healthy_s:.2f} s to healthy; later boots {min(later):.2f}..{max(later):.2f} s "
@@ -471,8 +538,7 @@ def cmd_guard(a: argparse.Namespace, console: Console) -> int:
     env = guard.GuardEnv(root=Path(a.root), config=guard.load_config(Path(a.guard_config) if a.guard_config else None),
                          target_pids=guard_targets(a.url) if a.url else set())
     snap = guard.snapshot(env)
-    rows = [[c["name"], c["status"], c["observed"], c["threshold"], c["advice"]] for c in snap["checks"]]
-    print_table(console, ["Check", "Status", "Observed", "Threshold", "Advice"], rows)
+    print_table(console, *guard_rows(snap))
     console.print("clean: ready to measure" if snap["clean"] else "DIRTY: fix the failed checks before measuring",
                   markup=False)
     if a.json:
@@ -484,6 +550,7 @@ def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
     from ..engines import status
     from ..output import print_table
 
+    check_output(a.json, "--json")
     names = list(status.ENGINES) if not a.names or a.names == ["all"] else a.names
     bad = [n for n in names if n not in status.ENGINES and n != "llamacpp"]
     if bad:
@@ -492,6 +559,9 @@ def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
         note = notifier(err)
         for n in names:
             status.build(n, note)  # returns at once for an engine that is ready
-    rows = [[s.name, "ready" if s.ready else "not yet", s.where, s.needs] for s in map(status.status, names)]
+    states = [status.status(n) for n in names]
+    rows = [[s.name, "ready" if s.ready else "not yet", s.where, s.needs] for s in states]
     print_table(console, ["Engine", "State", "Where", "What it needs"], rows)
+    if a.json:
+        emit_json(a.json, [{"engine": s.name, "ready": s.ready, "where": s.where, "needs": s.needs} for s in states])
     return 0

@@ -5,6 +5,7 @@ import argparse
 import re
 from typing import Any, NoReturn
 from .. import __version__, redact
+from ..cost import DEFAULT_CURRENCY
 
 
 def _number(kind: type, low: float, strict: bool, what: str) -> Any:
@@ -42,6 +43,11 @@ def CURRENCY(text: str) -> str:
 def add_latest(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latest", action="store_true",
                    help="a label several runs share means the newest of them (default: refuse, listing them)")
+
+
+def add_json(p: argparse.ArgumentParser, what: str = "the table") -> None:
+    p.add_argument("--json", help=f"also write {what} to this JSON file, numbers unformatted; - for stdout "
+                   "(the table then goes to stderr)")
 
 
 def add_db(p: argparse.ArgumentParser) -> None:
@@ -178,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = s.add_argument_group("output")
     g.add_argument("--label", help="host label (default: this hostname, or embedded-ENGINE)")
     g.add_argument("--price-per-hour", type=POSITIVE, help="box price for cost per million output tokens")
-    g.add_argument("--currency", default="USD", type=CURRENCY)
+    g.add_argument("--currency", default=DEFAULT_CURRENCY, type=CURRENCY)
     g.add_argument("--json", help="write the run to this JSON file (DESIGN.md's result contract); - for stdout")
     g.add_argument("--format", choices=["table", "markdown"], default="table")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -203,9 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("build", nargs="?", choices=["build"], help="make the named engines ready now")
     en.add_argument("names", nargs="*", metavar="ENGINE",
                     help="transformers, vllm, llama-server, llama-cpp-python, or all")
+    add_json(en, "each engine's state")
 
     r = sub.add_parser("runs", help="list saved runs")
-    r.add_argument("--limit", type=POSITIVE_INT, default=30)
+    r.add_argument("--limit", type=POSITIVE_INT, default=30, help="the newest this many runs (default 30)")
+    add_json(r, "the list")
     add_db(r)
 
     dp = sub.add_parser("depth", help="llama-bench style pp/tg at context depths, over HTTP")
@@ -289,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--agents", type=POSITIVE_INT, default=16, help="effective-serving line: this many agents ... (default 16)")
     c.add_argument("--tokens", type=POSITIVE_INT, default=200, help="... each asking for this many tokens (default 200)")
     c.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_json(c, "the comparison")
     add_latest(c)
     add_db(c)
 
@@ -303,11 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--watts", type=NONNEG, default=0.0, help="power draw under this load")
     co.add_argument("--kwh-price", type=NONNEG, default=0.0)
     co.add_argument("--hours-per-day", type=NONNEG, default=24.0, help="owned: hours a day it does this work")
-    co.add_argument("--currency", default=None, type=CURRENCY, help="the box's currency (default: the run's, else USD)")
+    co.add_argument("--currency", default=None, type=CURRENCY, help=f"the box's currency (default: the run's, else {DEFAULT_CURRENCY})")
     co.add_argument("--api-price", type=POSITIVE, help="an API's price per million output tokens, to compare")
     co.add_argument("--api-currency", type=CURRENCY, help="the API price's currency (default: --currency)")
     co.add_argument("--exchange-rate", type=POSITIVE, help="units of --currency per 1 --api-currency")
     co.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_json(co, "the cost per operating point")
     add_latest(co)
     add_db(co)
 
@@ -334,12 +344,14 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--output-len", type=POSITIVE_INT, default=512)
     rc.add_argument("--ttft-p99", help="SLO, e.g. 2s")
     rc.add_argument("--tpot", help="SLO, e.g. 50ms")
-    rc.add_argument("--currency", default="EUR", type=CURRENCY)
+    rc.add_argument("--currency", default=DEFAULT_CURRENCY, type=CURRENCY,
+                    help="of every price; a catalog price in another currency is left out, with a note")
     rc.add_argument("--price", action="append", default=[], metavar="ID=PER_HOUR", help="a rental price (repeat)")
     rc.add_argument("--owned", action="append", default=[], metavar="ID=PURCHASE:YEARS:WATTS", help="an owned box (repeat)")
     rc.add_argument("--kwh-price", type=NONNEG, default=0.30, help="electricity price for owned boxes")
     rc.add_argument("--runs", nargs="*", default=[], help="measured runs (ids or labels) to rank beside the predictions")
     rc.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_json(rc, "the ranking and the exclusions")
     add_latest(rc)
     add_db(rc)
 
@@ -347,6 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("run", help="run id, unique id prefix, or label")
     sh.add_argument("--json", help="also write it to this JSON file (every level); - for stdout")
     sh.add_argument("--all", action="store_true", help="print every level (default: the first 200)")
+    sh.add_argument("--guard", nargs="?", const=0, type=POSITIVE_INT, metavar="LEVEL",
+                    help="print the guard's snapshot taken before each level, or before level LEVEL (1 is the first)")
     sh.add_argument("--format", choices=["table", "markdown"], default="table")
     add_latest(sh)
     add_db(sh)

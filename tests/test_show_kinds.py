@@ -1,0 +1,120 @@
+"""show prints every kind of run in the table that fits it, and the guard snapshot of any level; SLO verdicts
+sit on their level's row; every command that prints a table can write JSON (issue 10)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.metrics import SLO, Distribution, LevelSummary
+from tokenbench.output import format_sweep_markdown
+from tokenbench.store import Store
+
+DIRTY = {"clean": False, "checks": [
+    {"name": "cpu_load", "status": "fail", "observed": "load 3.1", "threshold": "< 0.5", "advice": "stop the build"},
+    {"name": "swap", "status": "ok", "observed": "0 MB", "threshold": "0", "advice": ""}]}
+
+
+def _save(store: Store, rid: str, kind: str, manifest: dict[str, object], levels: list[LevelSummary],
+          provenance: str = "measured") -> None:
+    store.save_run(rid, kind, manifest.get("label"), manifest, provenance, levels, "0",  # type: ignore[arg-type]
+                   "2026-01-01T00:00:00", "2026-01-01T00:01:00")
+
+
+def test_show_prints_a_cold_start_as_its_boots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It printed an empty table: a cold start has no levels, only boots."""
+    db = tmp_path / "r.db"
+    boots = [{"n": 1, "healthy_s": 41.5, "first_token_s": 43.25, "model": "m", "error": None},
+             {"n": 2, "healthy_s": 9.75, "first_token_s": None, "model": "m", "error": None}]
+    _save(Store(db), "cs-1", "coldstart", {"label": "boot", "model": "m", "boots": boots}, [])
+    assert main(["show", "boot", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "1 (cold)" in out and "41.50 s" in out and "43.25 s" in out and "9.75 s" in out
+    assert "None" not in out
+
+
+def test_show_marks_a_prediction_predicted_and_leaves_out_what_it_lacks(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "r.db"
+    manifest = {"label": "h100-pred", "model": "gpt-oss-20b", "weights": "MXFP4", "kv": "FP8", "engine": "vllm",
+                "hardware": "nvidia-h100-sxm", "backend": "vllm-cuda", "calibration": "fitted", "predicted": True,
+                "workload": {"input_len": 4096, "output_len": 512}}
+    lv = LevelSummary.empty(concurrency=1, test="serve", output_throughput_tps=250.0, per_agent_tps=250.0,
+                            ttft_ms=Distribution(n=0, p50=98.0), tpot_ms=Distribution(n=0, p50=3.9))
+    _save(Store(db), "p-1", "predict", manifest, [lv], "predicted")
+    depth = dict(manifest, label="h100-depth", workload={})
+    _save(Store(db), "p-2", "predict", depth, [LevelSummary.empty(concurrency=1, test="tg128", depth=8192, tg_tps=268.5)],
+          "predicted")
+    assert main(["show", "h100-pred", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "PREDICTED for gpt-oss-20b" in out and "PREDICTED (not measured)" in out and "250.0" in out
+    assert main(["show", "h100-depth", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "t/s (PREDICTED)" in out and "268.50" in out and "tg128 @ d8192" in out
+    assert "None" not in out  # "None in / None out tokens; None API; tokenizer: None" before
+
+
+def test_show_guard_prints_each_levels_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The dirty_bench warning said "see its snapshot" and no command printed it."""
+    db = tmp_path / "r.db"
+    a = LevelSummary.empty(concurrency=1, output_throughput_tps=10.0)
+    b = LevelSummary.empty(concurrency=4, output_throughput_tps=30.0)
+    a.guard, b.guard = {"clean": True, "checks": [DIRTY["checks"][1]]}, DIRTY
+    b.flags.append("dirty_bench")
+    _save(Store(db), "s-1", "sweep", {"label": "box", "model": "m"}, [a, b])
+    assert main(["show", "box", "--guard", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "level 1/2 (concurrency 1): clean" in out and "level 2/2 (concurrency 4): DIRTY" in out
+    assert "load 3.1" in out and "stop the build" in out
+    assert main(["show", "box", "--guard", "2", "--db", str(db), "--json", "-"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out) == [{"level": 2, "guard": DIRTY}] and "level 1/2" not in cap.err
+    assert main(["show", "box", "--guard", "3", "--db", str(db)]) == 2
+    assert "--guard 3: run s-1 has levels 1..2" in capsys.readouterr().err
+    assert main(["show", "box", "--db", str(db)]) == 0
+    assert "dirty_bench" in capsys.readouterr().out  # on the row, not only below the table
+
+
+def test_slo_verdict_and_goodput_are_on_each_row() -> None:
+    """They were computed into the JSON only, while the README promised them per level."""
+    slo = SLO.parse("ttft_p99=2s")
+    ok = LevelSummary.empty(concurrency=1, output_throughput_tps=10.0, goodput_rps=0.5, slo=slo.describe(), slo_met=True)
+    bad = LevelSummary.empty(concurrency=8, output_throughput_tps=40.0, goodput_rps=0.25, slo=slo.describe(),
+                             slo_met=False)
+    md = format_sweep_markdown([ok, bad])
+    head, row1, row2 = (ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln)
+    cols = [c.strip() for c in head.strip("|").split("|")]
+    assert "SLO" in cols and "Goodput req/s" in cols
+    at = cols.index("SLO")
+    assert [c.strip() for c in row1.strip("|").split("|")][at:at + 2] == ["pass", "0.50"]
+    assert [c.strip() for c in row2.strip("|").split("|")][at:at + 2] == ["FAIL", "0.25"]
+    assert "SLO ttft_p99<=2000ms" in md
+    assert "SLO" not in format_sweep_markdown([LevelSummary.empty(concurrency=1, output_throughput_tps=10.0)])
+
+
+def test_table_commands_write_json_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "r.db"
+    store = Store(db)
+    for rid, label, tps in (("a-1", "fast", 100.0), ("b-1", "slow", 25.0)):
+        _save(store, rid, "sweep", {"label": label, "model": "m"},
+              [LevelSummary.empty(concurrency=1, output_throughput_tps=tps, ttft_ms=Distribution(n=10, p50=50.0))])
+    assert main(["runs", "--db", str(db), "--json", "-"]) == 0
+    cap = capsys.readouterr()
+    assert {r["run_id"]: r["label"] for r in json.loads(cap.out)} == {"a-1": "fast", "b-1": "slow"}
+    assert "a-1" in cap.err  # the table went to stderr
+    assert main(["compare", "fast", "slow", "--db", str(db), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    row = next(r for r in doc["rows"] if r["unit"] == "tok/s" and r["concurrency"] == 1)
+    assert (row["a"], row["b"], row["ratio"], row["winner"]) == (100.0, 25.0, 4.0, "fast")
+    assert main(["cost", "slow", "--price-per-hour", "0.9", "--db", str(db), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["currency"] == "USD" and doc["points"][0]["cost_per_mtok"] == pytest.approx(0.9 / (25 * 3600) * 1e6)
+    assert main(["recommend", "--model", "qwen3.6-35b-a3b", "--db", str(db), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    h100 = next(c for c in doc["excluded"] if c["box"] == "nvidia-h100-sxm")
+    assert "pass --currency EUR" in h100["excluded"]  # one default currency (USD); the catalog price is in EUR
+    assert main(["engines", "--json", "-"]) == 0
+    assert {e["engine"] for e in json.loads(capsys.readouterr().out)} >= {"transformers", "vllm", "llama-server"}
