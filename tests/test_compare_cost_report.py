@@ -122,6 +122,23 @@ def test_published_effective_serving_example(tmp_path: Path) -> None:
 
 # --- import ----------------------------------------------------------------------------------------------
 
+def test_import_label_prefixes_hosts_of_a_file_of_several(tmp_path: Path) -> None:
+    """--label a30-r740 once relabelled every host, so the Strix Halo rows read as a30-r740/..."""
+    one = "source,host,hardware,engine,model,weights,kv,test,depth,concurrency,input_len,output_len,metric,value,unit,note"
+    rows = [one, "w1,A30,nvidia-a30,llama.cpp cuda,gpt-oss-20b,Q4_K_M,f16,tg128,0,1,0,128,decode_tps,70,tok/s,",
+            "w1,Strix Halo,amd-ryzen-ai-max-395,llama.cpp vulkan,gpt-oss-20b,Q4_K_M,f16,tg128,0,1,0,128,decode_tps,60,tok/s,"]
+    f = tmp_path / "two.csv"
+    f.write_text("\n".join(rows) + "\n")
+    store = Store(tmp_path / "p.db")
+    _, ids = import_file(store, f, "lab")
+    assert sorted(store.resolve(i).label or "" for i in ids) == ["lab/a30/gpt-oss-20b/Q4_K_M",
+                                                                 "lab/strix-halo/gpt-oss-20b/Q4_K_M"]
+    g = tmp_path / "one.csv"
+    g.write_text("\n".join(rows[:2]) + "\n")
+    _, ids = import_file(Store(tmp_path / "q.db"), g, "a30-r740")
+    assert Store(tmp_path / "q.db").resolve(ids[0]).label == "a30-r740/gpt-oss-20b/Q4_K_M"
+
+
 def test_import_vllm_bench_serve(tmp_path: Path) -> None:
     store = Store(tmp_path / "i.db")
     fmt, (rid,) = import_file(store, DATA / "vllm_serve_result.json", "h100")

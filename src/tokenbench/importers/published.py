@@ -1,5 +1,7 @@
 """The published.csv layout (shared/reference/published.csv): one figure per row, grouped into one run per
-source, host, model and weights, labelled HOST/MODEL/WEIGHTS (or LABEL/MODEL/WEIGHTS with --label)."""
+source, host, model and weights, labelled HOST/MODEL/WEIGHTS. --label replaces the host in a file of one
+host (LABEL/MODEL/WEIGHTS) and prefixes it in a file of several (LABEL/HOST/MODEL/WEIGHTS): it once
+relabelled every host, so a Strix Halo row read as the A30 the user named."""
 
 from __future__ import annotations
 
@@ -22,12 +24,13 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
     except UsageError as e:
         raise UsageError(f"{e}; nothing was imported") from None
     runs: dict[tuple[str, str, str, str], Imported] = {}
+    several_hosts = len({r.raw["host"] for r in rows}) > 1
     for r in rows:
         key = (r.raw["source"], r.raw["host"], r.model, r.weights)
         run = runs.get(key)
         if run is None:
             host = r.raw["host"].lower().replace(" ", "-")
-            name = f"{label or host}/{r.model}/{r.weights}"
+            name = f"{label + '/' + host if label and several_hosts else label or host}/{r.model}/{r.weights}"
             manifest = {"model": r.model, "weights": r.weights, "kv": r.kv, "engine": r.engine,
                         "hardware": r.hardware, "source": r.raw["source"], "host": r.raw["host"],
                         "workload": {}, "tool": "published"}
