@@ -105,6 +105,17 @@ def test_compare_warns_on_different_model_shapes_and_still_prints(tmp_path: Path
     assert "| serve | 0 | 1 | 128 | Aggregate output (tok/s) | 60.0 | 50.0 | 1.20 | → a wins 1.2× |" in out
 
 
+def test_a_served_name_and_the_catalog_id_of_one_model_are_the_same_shape(tmp_path: Path) -> None:
+    """A measured vLLM run names Qwen/Qwen3.6-27B-FP8; its prediction names qwen3.6-27b. compare called them
+    different models."""
+    store = Store(tmp_path / "c.db")
+    a = load_result(store, _run(store, "a", [serve(16, 684, 1420, 20)], model="Qwen/Qwen3.6-27B-FP8"))
+    b = load_result(store, _run(store, "b", [serve(16, 616, 1282, 26)], model="qwen3.6-27b", weights="FP8"))
+    c = load_result(store, _run(store, "c", [serve(16, 500, 900, 30)], model="Qwen/Qwen3.6-35B-A3B-FP8"))
+    assert not any("different models" in w for w in compare(a, b).warnings)
+    assert any("different models" in w for w in compare(a, c).warnings)
+
+
 @pytest.mark.skipif(not PUBLISHED.exists(), reason="shared/reference/published.csv is not beside the checkout")
 def test_published_effective_serving_example(tmp_path: Path) -> None:
     store = Store(tmp_path / "p.db")

@@ -6,6 +6,8 @@ Works on any kind of run (sweeps, depth runs, imports, predictions) since all ar
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -83,12 +85,25 @@ def _name(res: RunResult) -> str:
     return str(res.manifest.get("label") or res.run_id)
 
 
+#: Suffixes of served names that say the weight format, not the model (Qwen/Qwen3.6-27B-FP8 is qwen3.6-27b).
+FORMAT_SUFFIXES = re.compile(r"[-_.](fp8|fp16|bf16|awq|gptq|int4|int8|w4a16|w8a8|gguf|mlx|mxfp4|nvfp4)$")
+
+
+def _model_key(name: str) -> str:
+    """A model name as the catalog and a server's listing both spell it: no organisation, no case, no format
+    suffix (a measured run names the served model, a prediction the catalog id)."""
+    key = name.strip().lower().rsplit("/", 1)[-1]
+    while (m := FORMAT_SUFFIXES.search(key)) is not None:
+        key = key[: m.start()]
+    return key
+
+
 def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
     out = []
     ma, mb = a.manifest, b.manifest
     for key, what in (("model", "models"), ("weights", "weight formats")):
         va, vb = ma.get(key), mb.get(key)
-        if va and vb and str(va).lower() != str(vb).lower():
+        if va and vb and _model_key(str(va)) != _model_key(str(vb)):
             out.append(f"the two sides ran different {what} ({va} vs {vb}): a ratio compares boxes only for the "
                        "same model shape")
     wa, wb = ma.get("workload") or {}, mb.get("workload") or {}
