@@ -116,9 +116,9 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
     if a.md:
         markdown.write(Path(a.md), runs)
         console.print(f"wrote {len(runs)} section(s) to {a.md}", markup=False)
-    data = series.build(runs, a.price_per_hour, a.currency or runs[0].manifest.get("currency"))
+    data = series.build(runs, a.price_per_hour, a.currency)
     if a.html:
-        Path(a.html).write_text(html.render(runs, [(p, plots.svg(p)) for p in data], a.title))
+        Path(a.html).write_text(html.render(runs, data, a.title, a.price_per_hour, a.currency), encoding="utf-8")
         console.print(f"wrote {a.html} ({len(data)} plots)", markup=False)
     if a.png:
         out = Path(a.png)

@@ -1,35 +1,102 @@
-"""One self-contained HTML file: a summary table per run and inline SVG plots (no scripts or styles fetched)."""
+"""One self-contained HTML file, laid out as the published write-ups are: the runs side by side (what ran,
+the machine, its state and the flags), each pair compared row by row with the ratio, the winner, the
+crossovers and the cost beside the speed, the interactive plots, then each run's levels.
+
+Nothing is fetched: the styles, plotly.js and the figures are all inline. Every name from a result is
+escaped. A script checks, once the plots are drawn, that each one rendered and that every measured point
+is drawn inside its plot and under no PREDICTED marker, and writes what it found on the figure
+(``data-series``, ``data-measured-visible``) for a browser, or a test, to read.
+"""
 
 from __future__ import annotations
 
+import datetime
 import html
-import json
+from collections.abc import Callable
 
+from .. import __version__
+from ..metrics import LevelSummary
 from ..sweep import RunResult
-from .series import Plot, is_predicted, run_name
+from . import comparison, facts, figures, style
+from .series import Plot, is_predicted, output_rate, pricing, run_name
 
-# Counts the drawn points of every plot when the page loads, so a browser (and the tests) can see that
-# each plot has data: every series is an SVG group "series-N" whose markers are <use> or <path> elements.
-CHECK_SCRIPT = """
-document.addEventListener('DOMContentLoaded', function () {
-  document.querySelectorAll('figure.plot').forEach(function (f) {
-    var n = 0;
-    f.querySelectorAll('g[id^="series-"]').forEach(function (g) { n += g.querySelectorAll('use, path').length; });
-    f.setAttribute('data-rendered-points', String(n));
-  });
-  document.body.setAttribute('data-ready', '1');
-});
+BOOT_SCRIPT = """
+(function () {
+  function rect(el) { return el.getBoundingClientRect(); }
+  function centre(b) { return [b.left + b.width / 2, b.top + b.height / 2]; }
+  function within(b, c) { return c[0] >= b.left - 1 && c[0] <= b.right + 1 && c[1] >= b.top - 1 && c[1] <= b.bottom + 1; }
+  function check(fig, gd) {
+    var area = rect(gd.querySelector('.nsewdrag'));
+    var full = gd._fullData || [];
+    var all = gd.querySelectorAll('.scatterlayer .trace');
+    var per = gd.data.map(function (t, i) {
+      var uid = full[i] && full[i].uid;
+      var g = (uid && gd.querySelector('.scatterlayer .trace' + CSS.escape(uid))) || all[i];
+      var shown = g && getComputedStyle(g).opacity !== '0' && getComputedStyle(g).visibility !== 'hidden';
+      var boxes = g && shown ? Array.prototype.map.call(g.querySelectorAll('path.point'), rect) : [];
+      return {run: t.meta.run, measured: t.meta.measured, expected: t.x.length,
+              boxes: boxes.filter(function (b) { return b.width > 0 && b.height > 0; })};
+    });
+    var expected = 0, visible = 0, drawn = 0;
+    per.forEach(function (s, i) {
+      drawn += s.boxes.length;
+      s.visible = s.boxes.filter(function (b) {
+        var c = centre(b);
+        if (!within(area, c)) return false;
+        for (var j = i + 1; j < per.length; j++) {
+          if (!per[j].measured && per[j].boxes.some(function (p) { return within(p, c); })) return false;
+        }
+        return true;
+      }).length;
+      if (s.measured) { expected += s.expected; visible += s.visible; }
+    });
+    fig.setAttribute('data-series', JSON.stringify(per.map(function (s) {
+      return {run: s.run, measured: s.measured, expected: s.expected, drawn: s.boxes.length, visible: s.visible};
+    })));
+    fig.setAttribute('data-rendered-points', String(drawn));
+    fig.setAttribute('data-measured-visible', visible + '/' + expected);
+  }
+  function boot() {
+    var pending = [];
+    document.querySelectorAll('figure.plot').forEach(function (fig) {
+      var gd = fig.querySelector('.chart');
+      if (typeof Plotly === 'undefined') { fig.setAttribute('data-error', 'plotly.js missing'); return; }
+      var s = JSON.parse(fig.querySelector('script.spec').textContent);
+      pending.push(Plotly.newPlot(gd, s.data, s.layout, s.config).then(
+        function () { check(fig, gd); },
+        function (e) { fig.setAttribute('data-error', String(e)); }));
+    });
+    Promise.all(pending).then(function () { document.body.setAttribute('data-ready', '1'); });
+  }
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', boot); else boot();
+})();
 """
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-.predicted { color: #8a4b00; font-weight: bold; }
-figure.plot { margin: 1em 0; }
-figure.plot svg { max-width: 100%; height: auto; }
+body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 2em auto; max-width: 1200px;
+       padding: 0 1em; color: #222; line-height: 1.4; }
+h1 { margin-bottom: 0.2em; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
+table { border-collapse: collapse; margin: 0.5em 0 1.2em; font-size: 0.9em; }
+th, td { border: 1px solid #d6d6d6; padding: 0.3em 0.6em; text-align: right; vertical-align: top; }
+th:first-child, td:first-child, td.text, th.text { text-align: left; }
+td:first-child { white-space: nowrap; }
+table.sides td { text-align: left; max-width: 30em; }
+table.sides th.run, table.cmp th.run { border-top: 5px solid var(--c); }
+tr.group th { background: #f4f4f4; text-align: left; }
+td.win { font-weight: 600; color: var(--c); } td.tie { color: #666; }
+td.cheaper { font-weight: 600; }
+.swatch { display: inline-block; width: 0.9em; height: 0.9em; border-radius: 2px; background: var(--c);
+          vertical-align: -0.1em; margin-right: 0.35em; }
+.predicted { color: #8a4b00; font-weight: 600; }
+.dirty { color: #b00020; font-weight: 600; }
+.callout { border-left: 4px solid #888; background: #f7f7f7; padding: 0.4em 0.8em; margin: 0.4em 0; }
+.callout.crossover { border-color: #0072B2; background: #eef5fb; }
+.callout.warn { border-color: #c77700; background: #fff6e8; }
 .meta { color: #555; font-size: 0.9em; }
+.plots { display: grid; grid-template-columns: repeat(auto-fit, minmax(540px, 1fr)); gap: 1em; }
+figure.plot { margin: 0; border: 1px solid #e3e3e3; border-radius: 4px; padding: 0.3em; }
+figure.plot figcaption { font-size: 0.85em; color: #555; padding: 0 0.5em 0.3em; }
+.chart { min-height: 460px; }
 """
 
 
@@ -37,41 +104,185 @@ def _e(x: object) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _table(res: RunResult) -> str:
-    rows = []
-    for o in res.outcomes:
-        s = o.summary
-        cells = [s.test or "serve", s.depth or 0, s.concurrency or (f"{s.rate:g}/s" if s.rate else ""),
-                 f"{s.output_throughput_tps:,.1f}" if s.output_throughput_tps else "",
-                 f"{s.per_agent_tps:,.1f}" if s.per_agent_tps else "",
-                 f"{s.ttft_ms.p50:,.0f}" if s.ttft_ms.p50 else "", f"{s.ttft_ms.p99:,.0f}" if s.ttft_ms.p99 else "",
-                 f"{s.tpot_ms.p50:.1f}" if s.tpot_ms.p50 else "",
-                 f"{s.pp_tps:,.1f}" if s.pp_tps else "", f"{s.tg_tps:,.1f}" if s.tg_tps else "",
-                 ", ".join(s.flags)]
-        rows.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
-    head = ["Test", "Depth", "Concurrency", "Aggregate tok/s", "Per-agent tok/s", "TTFT p50 ms", "TTFT p99 ms",
-            "TPOT p50 ms", "pp tok/s", "tg tok/s", "Flags"]
-    return "<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
+def _swatch(i: int) -> str:
+    return f'<span class="swatch" style="--c:{style.colour(i)}"></span>'
 
 
-def render(runs: list[RunResult], plots: list[tuple[Plot, str]], title: str = "tokenbench report") -> str:
+def _run_head(i: int, r: RunResult) -> str:
+    cls = "run predicted" if is_predicted(r) else "run"
+    return f'<th class="{cls}" style="--c:{style.colour(i)}">{_swatch(i)}{_e(run_name(r))}</th>'
+
+
+def _sides(runs: list[RunResult], price: float | None, currency: str | None) -> str:
+    cells = [facts.facts(r, price, currency) for r in runs]
+    out = ['<table class="sides"><tr><th></th>' + "".join(_run_head(i, r) for i, r in enumerate(runs)) + "</tr>"]
+    for key in facts.ROWS:
+        if not any(key in c for c in cells):
+            continue
+        tds = []
+        for c in cells:
+            v = c.get(key, "—")
+            cls = ' class="dirty"' if key == "Machine state" and v.startswith("DIRTY") else \
+                ' class="predicted"' if v == "PREDICTED" else ""
+            tds.append(f"<td{cls}>{_e(v)}</td>")
+        out.append(f"<tr><th class=\"text\">{_e(key)}</th>{''.join(tds)}</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _pair(p: comparison.Pair, runs: list[RunResult]) -> str:
+    c = p.cmp
+    a, b = runs[p.a], runs[p.b]
+    parts = [f"<h3>{_swatch(p.a)}{_e(run_name(a))} vs {_swatch(p.b)}{_e(run_name(b))}</h3>"]
+    for w in c.warnings:
+        parts.append(f'<p class="callout warn">Note: {_e(w)}</p>')
+    for x in c.crossovers:
+        parts.append(f'<p class="callout crossover"><b>Crossover:</b> {_e(x)}</p>')
+    if c.effective:
+        parts.append(f'<p class="callout">{comparison.AGENTS} agents × {comparison.TOKENS} output tokens each: '
+                     + _e("; ".join(c.effective)) + "</p>")
+    cost_head = ""
+    if p.priced:
+        cost_head = "".join(f'<th class="run" style="--c:{style.colour(i)}">{_e(run_name(r))}<br>'
+                            f'{_e(pr.currency if pr else "")} per M output tokens</th>'
+                            for i, r, pr in ((p.a, a, p.price_a), (p.b, b, p.price_b)))
+    head = (f'<table class="cmp"><tr><th>Operating point</th>{_run_head(p.a, a)}{_run_head(p.b, b)}'
+            f"<th>A/B</th><th class=\"text\">Winner</th>{cost_head}</tr>")
+    rows = [head]
+    ncols = 5 + (2 if p.priced else 0)
+    prompts = len({r.input_len for r in c.rows if r.test == "serve"})
+    for metric, unit, group in p.groups():
+        better = "higher" if group[0].higher_better else "lower"
+        rows.append(f'<tr class="group"><th colspan="{ncols}">{_e(metric)} ({_e(unit)}, {better} is better)</th></tr>')
+        for r in group:
+            w = r.winner()
+            if w == 0:
+                win = '<td class="text tie">≈ tie (within 5%)</td>'
+            else:
+                i = p.a if w == 1 else p.b
+                name = c.a if w == 1 else c.b
+                win = (f'<td class="text win" style="--c:{style.colour(i)}">{_swatch(i)}{_e(name)} '
+                       f"{r.factor():.2f}× {'faster' if r.higher_better else 'lower'}</td>")
+            cells = [f'<td class="text">{_e(comparison.point(r, prompts))}</td>',
+                     f"<td>{_e(style.number(r.a))} {_e(unit)}</td>", f"<td>{_e(style.number(r.b))} {_e(unit)}</td>",
+                     f"<td>{r.ratio:.2f}×</td>", win]
+            if p.priced:
+                ca, cb = p.cost(r)
+                for v, pr, other in ((ca, p.price_a, cb), (cb, p.price_b, ca)):
+                    if v is None or pr is None:
+                        cells.append("<td>—</td>" if r.metric not in comparison.OUTPUT_RATES else
+                                     "<td>no price</td>")
+                    else:
+                        cheaper = other is not None and v < other and (p.price_a and p.price_b
+                                                                       and p.price_a.currency == p.price_b.currency)
+                        cls = ' class="cheaper"' if cheaper else ""
+                        cells.append(f"<td{cls}>{_e(style.number(v))} {_e(pr.currency)}/M</td>")
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+    rows.append("</table>")
+    return "\n".join(parts + rows)
+
+
+TEXT = ' class="text"'
+Column = tuple[str, Callable[[LevelSummary], str | None]]
+
+
+def _pm(v: float | None, sd: float | None) -> str | None:
+    if not v:
+        return None
+    return style.number(v) + (f" ± {style.number(sd)}" if sd else "")
+
+
+def _levels(r: RunResult, price: float | None, currency: str | None) -> str:
+    pr = pricing(r, price, currency)
+    cols: list[Column] = [
+        ("Level", facts.level_name),
+        ("Aggregate output (tok/s)", lambda s: style.number(s.output_throughput_tps) if s.output_throughput_tps else None),
+        ("Per-agent (tok/s)", lambda s: style.number(s.per_agent_tps) if s.per_agent_tps else None),
+        ("TTFT p50 (ms)", lambda s: style.number(s.ttft_ms.p50) if s.ttft_ms.p50 else None),
+        ("TTFT p99 (ms)", lambda s: style.number(s.ttft_ms.p99) if s.ttft_ms.p99 else None),
+        ("TPOT p50 (ms)", lambda s: style.number(s.tpot_ms.p50) if s.tpot_ms.p50 else None),
+        ("Prefill pp (tok/s)", lambda s: _pm(s.pp_tps, s.pp_tps_sd)),
+        ("Decode tg (tok/s)", lambda s: _pm(s.tg_tps, s.tg_tps_sd)),
+        (f"Cost ({pr.currency if pr else ''}/M output tokens)",
+         lambda s: style.number(c) if pr and (c := pr.per_mtok(output_rate(s))) else None),
+        ("OK / failed (requests)", lambda s: f"{s.completed} / {s.failed}" if s.completed or s.failed else None),
+        ("Flags", lambda s: ", ".join(s.flags) or None),
+    ]
+    levels = [o.summary for o in r.outcomes]
+    table = [[get(s) for _, get in cols] for s in levels]
+    keep = [k for k in range(len(cols)) if k == 0 or any(row[k] for row in table)]
+    out = ["<table><tr>" + "".join(f"<th{TEXT if cols[k][0] in ('Level', 'Flags') else ''}>{_e(cols[k][0])}</th>"
+                                   for k in keep) + "</tr>"]
+    for row in table:
+        out.append("<tr>" + "".join(f"<td{TEXT if cols[k][0] in ('Level', 'Flags') else ''}>{_e(row[k] or '')}</td>"
+                                    for k in keep) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _guard(r: RunResult) -> str:
+    g = facts.guard_state(r)
+    if not g.problems:
+        return ""
+    out = ['<table><tr><th class="text">Check</th><th class="text">Status</th><th class="text">Observed</th>'
+           '<th class="text">Threshold</th><th class="text">Advice</th><th class="text">First seen</th>'
+           "<th>Snapshots</th></tr>"]
+    for where, name, status, observed, threshold, advice, n in g.problems:
+        cls = "dirty" if status == facts.FAIL else ""
+        out.append(f'<tr><td>{_e(name)}</td><td class="text {cls}">{_e(status)}</td><td class="text">{_e(observed)}</td>'
+                   f'<td class="text">{_e(threshold)}</td><td class="text">{_e(advice)}</td>'
+                   f'<td class="text">{_e(where)}</td><td>{n} of {g.recorded}</td></tr>')
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _figure(plot: Plot) -> str:
+    return (f'<figure class="plot" id="{_e(plot.id)}" data-points="{plot.points}" '
+            f'data-measured-points="{plot.measured_points}"><div class="chart"></div>'
+            f'<script type="application/json" class="spec">{figures.script_json(figures.spec(plot))}</script>'
+            f"<figcaption>{_e(plot.title)}: {_e(plot.ylabel)} against {_e(plot.xlabel)}"
+            f"{'; log scale' if plot.logy else ''}.</figcaption></figure>")
+
+
+def render(runs: list[RunResult], plots: list[Plot], title: str = "tokenbench report",
+           price_per_hour: float | None = None, currency: str | None = None) -> str:
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{_e(title)}</title><style>{STYLE}</style>",
-        f"<script>{CHECK_SCRIPT}</script></head><body>",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
+        f'<p class="meta">{len(runs)} run{"s" if len(runs) != 1 else ""}, written {now} by tokenbench '
+        f"{_e(__version__)}. Each run keeps its colour in every table and plot. Measured: solid lines, filled "
+        "markers, drawn on top. PREDICTED: dashed lines, open markers. p50 solid, p99 dotted.</p>",
+        '<h2 id="sides">The runs side by side</h2>', _sides(runs, price_per_hour, currency),
     ]
-    for r in runs:
-        m = r.manifest
+    pairs, apart = comparison.pairs(runs, price_per_hour, currency)
+    if pairs or apart:
+        parts.append('<h2 id="comparison">Comparison</h2>')
+        parts.append('<p class="meta">A/B is the first run\'s value over the second\'s; a ratio within 5% is a tie. '
+                     "Cost per million output tokens is priced at each row's output rate.</p>")
+        parts += [_pair(p, runs) for p in pairs]
+        parts += [f'<p class="meta">{_e(x)}.</p>' for x in apart]
+    if plots:
+        w, h = style.SLIDE_PX
+        parts.append('<h2 id="plots">Plots</h2>')
+        parts.append(f'<p class="meta">Hover for values, drag to zoom (double-click resets), click a legend entry '
+                     f"to hide or show a series; the camera button saves a {w}×{h} px PNG.</p>")
+        parts.append('<div class="plots">' + "".join(_figure(p) for p in plots) + "</div>")
+    parts.append('<h2 id="runs">Each run</h2>')
+    for i, r in enumerate(runs):
         cls = ' class="predicted"' if is_predicted(r) else ""
-        parts.append(f"<h2{cls}>{_e(run_name(r))}</h2>")
-        meta = {k: m.get(k) for k in ("model", "weights", "engine", "engine_version", "hardware", "endpoint",
-                                      "provenance", "started") if m.get(k)}
-        parts.append(f'<p class="meta">{_e(json.dumps(meta))} — run {_e(r.run_id)}</p>')
-        parts.append(_table(r))
-    parts.append("<h2>Plots</h2><p class=\"meta\">Dashed lines are PREDICTED, solid lines measured.</p>")
-    for plot, svg_text in plots:
-        parts.append(f'<figure class="plot" id="{_e(plot.id)}" data-points="{plot.points}">{svg_text}'
-                     f"<figcaption>{_e(plot.title)}</figcaption></figure>")
-    parts.append("</body></html>")
+        parts.append(f"<h3{cls}>{_swatch(i)}{_e(run_name(r))}</h3>")
+        parts.append(f'<p class="meta">run {_e(r.run_id)}; {_e(facts.source(r))}; status {_e(r.status)}</p>')
+        parts.append(_levels(r, price_per_hour, currency))
+        guard = _guard(r)
+        if guard:
+            parts.append(f"<p>Machine state: {_e(facts.guard_state(r).summary())}</p>{guard}")
+        notes = list(dict.fromkeys(w for o in r.outcomes for w in o.summary.warnings))
+        if notes:
+            parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+    if plots:
+        parts.append(f"<script>{figures.plotly_js()}</script>")
+    parts.append(f"<script>{BOOT_SCRIPT}</script></body></html>")
     return "\n".join(parts)

@@ -1,12 +1,15 @@
-"""Plots as SVG (for the HTML report) and PNG (for export), drawn with Matplotlib's Agg backend."""
+"""Plots as slide-sized PNGs (``report --png DIR``), drawn with Matplotlib's Agg backend in the same colours,
+line styles, scales and ticks as the page's interactive plots (``style.py``)."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 from ..errors import UsageError
+from . import style
 from .series import Plot
+
+DPI = 150
 
 
 def _figure(plot: Plot):  # type: ignore[no-untyped-def]
@@ -15,38 +18,41 @@ def _figure(plot: Plot):  # type: ignore[no-untyped-def]
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FixedLocator, NullLocator
     except ImportError:
-        raise UsageError("plots need Matplotlib: pip install 'tokenbench[report]'") from None
-    plt.rcParams["svg.fonttype"] = "path"  # text as paths: no markup from result names reaches the SVG
+        raise UsageError("PNG plots need Matplotlib: pip install 'tokenbench[report]'") from None
     plt.rcParams["text.parse_math"] = False  # "$5/h vs $7/h" is a label, not mathtext ("$x^$" used to crash)
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
-    for i, line in enumerate(plot.lines):
-        (h,) = ax.plot(line.xs, line.ys, marker="o", linestyle="--" if line.predicted else "-", label=line.name)
-        h.set_gid(f"series-{i}")
+    w, h = style.SLIDE_PX
+    fig, ax = plt.subplots(figsize=(w / DPI, h / DPI), dpi=DPI, layout="constrained")  # room for the legend
+    for z, line in enumerate(plot.drawn()):  # PREDICTED first, measured on top
+        c = style.colour(line.run)
+        measured = not line.predicted
+        ax.plot(line.xs, line.ys, color=c, linestyle=style.MPL_DASH[style.dash(line.predicted, line.pct)],
+                linewidth=2.5 if measured else 1.8, marker="o", markersize=7 if measured else 6,
+                markerfacecolor=c if measured else "white", markeredgecolor=c, markeredgewidth=1.5,
+                alpha=1.0 if measured else 0.8, label=line.name, zorder=(3 if measured else 2) + z / 100)
     if plot.logx and all(x > 0 for line in plot.lines for x in line.xs):
         ax.set_xscale("log", base=2)
-        ticks = sorted({x for line in plot.lines for x in line.xs})
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([f"{t:g}" for t in ticks])
-    ax.set_title(plot.title)
-    ax.set_xlabel(plot.xlabel)
-    ax.set_ylabel(plot.ylabel)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    vals, texts = plot.ticks()
+    ax.xaxis.set_major_locator(FixedLocator(vals))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels(texts)
+    if plot.logy:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_title(plot.title, loc="left", fontsize=15)
+    ax.set_xlabel(plot.xlabel, fontsize=12)
+    ax.set_ylabel(plot.ylabel + (" (log scale)" if plot.logy else ""), fontsize=12)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(handles)), key=lambda k: (plot.drawn()[k].run, plot.drawn()[k].pct or ""))
+    ax.legend([handles[k] for k in order], [labels[k] for k in order], fontsize=10, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig, plt
-
-
-def svg(plot: Plot) -> str:
-    fig, plt = _figure(plot)
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg")
-    plt.close(fig)
-    text = buf.getvalue()
-    return text[text.index("<svg"):]
 
 
 def png(plot: Plot, path: Path) -> None:
     fig, plt = _figure(plot)
-    fig.savefig(path, format="png")
+    fig.savefig(path, format="png", dpi=DPI)
     plt.close(fig)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from ..metrics import cost_per_mtok
+from ..cost import Pricing
+from ..metrics import LevelSummary
 from ..sweep import RunResult
+from . import style
 
 
 @dataclass(slots=True)
@@ -14,6 +17,8 @@ class Line:
     xs: list[float]
     ys: list[float]
     predicted: bool = False
+    run: int = 0  # the run's place in the report: its colour in every plot
+    pct: str | None = None  # "p50" or "p99": one colour, two line styles
 
 
 @dataclass(slots=True)
@@ -24,10 +29,33 @@ class Plot:
     ylabel: str
     lines: list[Line] = field(default_factory=list)
     logx: bool = False
+    axis: str = "concurrency"  # or "depth": what x is, for its ticks and the hover text
+    unit: str = ""  # the y values' unit, shown on hover
 
     @property
     def points(self) -> int:
         return sum(len(line.xs) for line in self.lines)
+
+    @property
+    def measured_points(self) -> int:
+        return sum(len(line.xs) for line in self.lines if not line.predicted)
+
+    @property
+    def logy(self) -> bool:
+        return style.wide(y for line in self.lines for y in line.ys)
+
+    def drawn(self) -> list[Line]:
+        """The lines in drawing order: PREDICTED first, so a measured point is never hidden under one."""
+        return sorted(self.lines, key=lambda line: not line.predicted)
+
+    def ticks(self) -> tuple[list[float], list[str]]:
+        xs = sorted({x for line in self.lines for x in line.xs})
+        if self.axis == "depth":
+            return xs, [style.depth_label(x) for x in xs]
+        return xs, [f"{x:g}" for x in xs]
+
+    def x_text(self, x: float) -> str:
+        return f"depth {style.depth_label(x)}" if self.axis == "depth" else f"concurrency {x:g}"
 
 
 def is_predicted(r: RunResult) -> bool:
@@ -39,50 +67,86 @@ def run_name(r: RunResult) -> str:
     return base + (" (PREDICTED)" if is_predicted(r) else "")
 
 
-def _serve(r: RunResult) -> list:  # type: ignore[type-arg]
+def pricing(r: RunResult, price_per_hour: float | None = None, currency: str | None = None) -> Pricing | None:
+    """A run's rental price as the cost command reads it: ``price_per_hour`` given for the report, else the
+    run's own; None where neither is known."""
+    price = price_per_hour if price_per_hour is not None else r.manifest.get("price_per_hour")
+    if not price:
+        return None
+    return Pricing(currency=str(currency or r.manifest.get("currency") or "USD"), price_per_hour=float(price))
+
+
+def output_rate(s: LevelSummary) -> float | None:
+    """The output tokens per second a level sustains, the rate its cost is priced at (as in ``cost``)."""
+    return s.output_throughput_tps or s.decode_tps or s.tg_tps or None
+
+
+def _serve(r: RunResult) -> list[LevelSummary]:
     lv = [o.summary for o in r.outcomes if (o.summary.test or "serve") == "serve" and o.summary.concurrency]
-    by: dict[int, object] = {}
+    by: dict[int, LevelSummary] = {}
     for s in lv:  # one point per concurrency: the longest prompt (the run's main workload)
-        cur = by.get(s.concurrency)  # type: ignore[arg-type]
-        if cur is None or (s.input_tokens_mean or 0) > (getattr(cur, "input_tokens_mean", 0) or 0):
-            by[s.concurrency] = s  # type: ignore[index]
+        c = s.concurrency or 0
+        cur = by.get(c)
+        if cur is None or (s.input_tokens_mean or 0) > (cur.input_tokens_mean or 0):
+            by[c] = s
     return [by[k] for k in sorted(by)]
 
 
+def _line(name: str, pts: list[tuple[float, float]], pred: bool, run: int, pct: str | None = None) -> Line:
+    pts = [(x, y) for x, y in pts if math.isfinite(x) and math.isfinite(y)]
+    return Line(name, [x for x, _ in pts], [y for _, y in pts], pred, run, pct)
+
+
 def build(runs: list[RunResult], price_per_hour: float | None = None, currency: str | None = None) -> list[Plot]:
+    prices = [pricing(r, price_per_hour, currency) for r in runs]
+    currencies = {p.currency for p in prices if p}
+    one = next(iter(currencies)) if len(currencies) == 1 else None
+    conc = "concurrent agents"
     plots = {
-        "aggregate": Plot("aggregate", "Aggregate output throughput vs concurrency", "concurrent agents", "output tok/s", logx=True),
-        "per_agent": Plot("per_agent", "Per-agent throughput vs concurrency", "concurrent agents", "tok/s per agent", logx=True),
-        "ttft": Plot("ttft", "TTFT p50 and p99 vs concurrency", "concurrent agents", "ms", logx=True),
-        "tpot": Plot("tpot", "TPOT (median) vs concurrency", "concurrent agents", "ms per output token", logx=True),
-        "prefill_depth": Plot("prefill_depth", "Prefill vs context depth", "depth (tokens in cache)", "prompt tok/s"),
-        "decode_depth": Plot("decode_depth", "Decode vs context depth", "depth (tokens in cache)", "generated tok/s"),
-        "cost": Plot("cost", "Cost per million output tokens vs concurrency", "concurrent agents",
-                     f"{currency or 'price'} per million output tokens", logx=True),
+        "aggregate": Plot("aggregate", "Aggregate output throughput vs concurrency", conc, "output tok/s", logx=True,
+                          unit="tok/s"),
+        "per_agent": Plot("per_agent", "Per-agent throughput vs concurrency", conc, "tok/s per agent", logx=True,
+                          unit="tok/s per agent"),
+        "ttft": Plot("ttft", "TTFT p50 (solid) and p99 (dotted) vs concurrency", conc, "TTFT (ms)", logx=True, unit="ms"),
+        "tpot": Plot("tpot", "TPOT (median) vs concurrency", conc, "TPOT (ms per output token)", logx=True,
+                     unit="ms per output token"),
+        "prefill_depth": Plot("prefill_depth", "Prefill vs context depth", "depth (tokens in cache)",
+                              "prompt tok/s", axis="depth", unit="prompt tok/s"),
+        "decode_depth": Plot("decode_depth", "Decode vs context depth", "depth (tokens in cache)",
+                             "generated tok/s", axis="depth", unit="generated tok/s"),
+        "cost": Plot("cost", "Cost per million output tokens vs concurrency", conc,
+                     f"{one or 'cost'} per million output tokens", logx=True,
+                     unit=f"{one}/M output tokens" if one else "per M output tokens"),
     }
-    for r in runs:
+    for i, r in enumerate(runs):
         name, pred = run_name(r), is_predicted(r)
-        sv = [s for s in _serve(r) if s.output_throughput_tps]
+        serve = _serve(r)
+        sv = [s for s in serve if s.output_throughput_tps]
         if sv:
-            xs = [float(s.concurrency) for s in sv]
-            plots["aggregate"].lines.append(Line(name, xs, [s.output_throughput_tps for s in sv], pred))
-            pa = [(float(s.concurrency), s.per_agent_tps) for s in sv if s.per_agent_tps]
+            plots["aggregate"].lines.append(_line(name, [(float(s.concurrency or 0), s.output_throughput_tps)
+                                                         for s in sv], pred, i))
+            pa = [(float(s.concurrency or 0), s.per_agent_tps) for s in sv if s.per_agent_tps]
             if pa:
-                plots["per_agent"].lines.append(Line(name, [x for x, _ in pa], [y for _, y in pa], pred))
-            price = price_per_hour if price_per_hour is not None else r.manifest.get("price_per_hour")
-            if price:
-                cs = [(float(s.concurrency), cost_per_mtok(price, s.output_throughput_tps)) for s in sv]
-                plots["cost"].lines.append(Line(name, [x for x, _ in cs], [y for _, y in cs if y], pred))
+                plots["per_agent"].lines.append(_line(name, pa, pred, i))
+            p = prices[i]
+            if p:
+                cs = [(float(s.concurrency or 0), p.per_mtok(s.output_throughput_tps)) for s in sv]
+                label = name if one else f"{name} ({p.currency})"
+                plots["cost"].lines.append(_line(label, [(x, y) for x, y in cs if y], pred, i))
         for pct in ("p50", "p99"):
-            pts = [(float(s.concurrency), getattr(s.ttft_ms, pct)) for s in _serve(r) if getattr(s.ttft_ms, pct)]
+            pts = [(float(s.concurrency or 0), getattr(s.ttft_ms, pct)) for s in serve if getattr(s.ttft_ms, pct)]
             if pts:
-                plots["ttft"].lines.append(Line(f"{name} {pct}", [x for x, _ in pts], [y for _, y in pts], pred))
-        pts = [(float(s.concurrency), s.tpot_ms.p50) for s in _serve(r) if s.tpot_ms.p50]
+                plots["ttft"].lines.append(_line(f"{name} {pct}", pts, pred, i, pct))
+        pts = [(float(s.concurrency or 0), s.tpot_ms.p50) for s in serve if s.tpot_ms.p50]
         if pts:
-            plots["tpot"].lines.append(Line(name, [x for x, _ in pts], [y for _, y in pts], pred))
+            plots["tpot"].lines.append(_line(name, pts, pred, i))
         levels = [o.summary for o in r.outcomes]
         for key, attr in (("prefill_depth", "pp_tps"), ("decode_depth", "tg_tps")):
-            pts = sorted((float(s.depth or 0), getattr(s, attr)) for s in levels if getattr(s, attr))
-            if pts:
-                plots[key].lines.append(Line(name, [x for x, _ in pts], [y for _, y in pts], pred))
+            by_test: dict[str, list[tuple[float, float]]] = {}
+            for s in levels:
+                if getattr(s, attr):
+                    by_test.setdefault(s.test or "", []).append((float(s.depth or 0), getattr(s, attr)))
+            for test, pts in by_test.items():
+                label = name if len(by_test) == 1 else f"{name} {test}"
+                plots[key].lines.append(_line(label, sorted(pts), pred, i))
     return [p for p in plots.values() if p.points]

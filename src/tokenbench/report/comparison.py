@@ -1,0 +1,75 @@
+"""The report's comparison of runs, in the shape of the published write-ups: for each pair of runs that share
+operating points, both sides' values, the ratio, the winner per row, the crossovers, and the cost per
+million output tokens beside each output rate. The rows, ratios and crossovers are ``compare.compare``'s; the
+cost is ``cost.Pricing``'s: this module only arranges them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+from ..compare import METRICS, CompareRow, Comparison, compare
+from ..cost import Pricing
+from ..sweep import RunResult
+from .series import pricing
+from .style import depth_label
+
+#: The metrics whose value is an output rate: the rate a row's cost is priced at.
+OUTPUT_RATES = {"Aggregate output", "Decode", "tg"}
+#: The effective-serving line: how long this many agents asking for this many tokens each take.
+AGENTS, TOKENS = 16, 200
+
+
+@dataclass(slots=True)
+class Pair:
+    a: int  # places of the two runs in the report (their colours)
+    b: int
+    cmp: Comparison
+    price_a: Pricing | None
+    price_b: Pricing | None
+
+    def groups(self) -> list[tuple[str, str, list[CompareRow]]]:
+        """Rows by metric, in ``compare.METRICS`` order: (metric, unit, rows along the workload axes)."""
+        out = []
+        for name, unit, _, _ in METRICS:
+            rows = [r for r in self.cmp.rows if r.metric == name]
+            if rows:
+                out.append((name, unit, sorted(rows, key=lambda r: (r.test, r.input_len, r.depth, r.concurrency))))
+        return out
+
+    def cost(self, row: CompareRow) -> tuple[float | None, float | None]:
+        if row.metric not in OUTPUT_RATES:
+            return None, None
+        return (self.price_a.per_mtok(row.a) if self.price_a else None,
+                self.price_b.per_mtok(row.b) if self.price_b else None)
+
+    @property
+    def priced(self) -> bool:
+        return bool(self.price_a or self.price_b)
+
+
+def point(row: CompareRow, prompts: int) -> str:
+    """A row's operating point in words: "concurrency 4", "tg128 at depth 32K"."""
+    if row.test == "serve":
+        out = f"concurrency {row.concurrency}"
+        if row.depth:
+            out += f" at depth {depth_label(row.depth)}"
+        if prompts > 1 and row.input_len:
+            out += f", ~{row.input_len:,}-token prompts"
+        return out
+    out = f"{row.test} at depth {depth_label(row.depth)}"
+    return out + (f", concurrency {row.concurrency}" if row.concurrency and row.concurrency != 1 else "")
+
+
+def pairs(runs: list[RunResult], price_per_hour: float | None = None,
+          currency: str | None = None) -> tuple[list[Pair], list[str]]:
+    """Every pair of runs that share an operating point, and a line for each pair that shares none."""
+    out, apart = [], []
+    for i, j in combinations(range(len(runs)), 2):
+        c = compare(runs[i], runs[j], AGENTS, TOKENS)
+        if c.rows:
+            out.append(Pair(i, j, c, pricing(runs[i], price_per_hour, currency),
+                            pricing(runs[j], price_per_hour, currency)))
+        else:
+            apart.append(f"{c.a} and {c.b} share no operating point (test, depth, concurrency, prompt length)")
+    return out, apart

@@ -1,0 +1,171 @@
+"""What a reader needs to trust a run, as readable rows: what ran where, the machine and its state (the
+clean-bench guard's snapshots), and the flags its levels carry. Never a raw dict."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from ..sweep import RunResult
+from .series import is_predicted, pricing
+from .style import depth_label
+
+#: The guard's statuses (guard.py), as a reader sees them.
+FAIL, WARN = "fail", "warn"
+
+
+@dataclass(slots=True)
+class GuardState:
+    """A run's machine state: how many snapshots, how many dirty, and each check that failed or warned."""
+
+    recorded: int
+    dirty: int
+    mode: str | None
+    #: (where first seen, check, status, what it observed, threshold, advice, in how many snapshots)
+    problems: list[tuple[str, str, str, str, str, str, int]]
+
+    def summary(self) -> str:
+        if not self.recorded:
+            return "guard off" if self.mode == "off" else "not recorded"
+        if not self.dirty and not self.problems:
+            return f"clean ({self.recorded} snapshot{'s' if self.recorded != 1 else ''})"
+        names = ", ".join(dict.fromkeys(p[1] for p in self.problems))
+        if not self.dirty:
+            return f"clean with warnings: {names} ({self.recorded} snapshots)"
+        return f"DIRTY in {self.dirty} of {self.recorded} snapshots: {names}"
+
+
+def _snapshots(r: RunResult) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    before = r.manifest.get("guard_before_run")
+    if isinstance(before, dict):
+        out.append(("before the run", before))
+    for o in r.outcomes:
+        s = o.summary
+        if isinstance(s.guard, dict):
+            out.append((level_name(s), s.guard))
+    return out
+
+
+def guard_state(r: RunResult) -> GuardState:
+    snaps = _snapshots(r)
+    seen: dict[tuple[str, str, str], list[Any]] = {}
+    dirty = 0
+    for where, snap in snaps:
+        if snap.get("clean") is False:
+            dirty += 1
+        for c in snap.get("checks") or []:
+            if not isinstance(c, dict) or c.get("status") not in (FAIL, WARN):
+                continue
+            key = (str(c.get("name")), str(c.get("status")))
+            observed = str(c.get("observed"))
+            if key in seen:
+                seen[key][-1] += 1
+                if observed not in seen[key][3]:
+                    seen[key][3].append(observed)
+            else:
+                seen[key] = [where, key[0], key[1], [observed], str(c.get("threshold") or ""),
+                             str(c.get("advice") or ""), 1]
+    mode = r.manifest.get("guard")
+    problems = [(v[0], v[1], v[2], "; ".join(v[3][:3]) + (f"; … {len(v[3]) - 3} more" if len(v[3]) > 3 else ""),
+                 v[4], v[5], v[6]) for v in seen.values()]
+    return GuardState(len(snaps), dirty, str(mode) if mode else None, problems)
+
+
+def level_name(s: Any) -> str:
+    test = s.test or "serve"
+    if test == "serve":
+        what = f"concurrency {s.concurrency}" if s.concurrency else (f"rate {s.rate:g}/s" if s.rate else "serve")
+        return what + (f" at depth {depth_label(s.depth)}" if s.depth else "")
+    return f"{test} at depth {depth_label(s.depth or 0)}"
+
+
+def flags(r: RunResult) -> str:
+    levels = [o.summary for o in r.outcomes]
+    n = Counter(f for s in levels for f in s.flags)
+    if not n:
+        return "none"
+    return ", ".join(f"{f} ({k} of {len(levels)} levels)" for f, k in n.most_common())
+
+
+def _machine(m: dict[str, Any]) -> str | None:
+    mc = m.get("machine")
+    parts: list[str] = []
+    if isinstance(mc, dict):
+        cpu = mc.get("cpu_model")
+        if cpu:
+            cores = mc.get("cpu_count_logical")
+            parts.append(f"{cpu}" + (f", {cores} threads" if cores else ""))
+        if mc.get("mem_total_gib") is not None:
+            free = mc.get("mem_available_gib")
+            parts.append(f"{mc['mem_total_gib']:g} GiB RAM" + (f" ({free:g} GiB free)" if free is not None else ""))
+        gpus = mc.get("gpus") or []
+        for g in gpus if isinstance(gpus, list) else []:
+            if isinstance(g, dict):
+                parts.append(f"{g.get('name')} ({g.get('memory_total_mib')} MiB, driver {g.get('driver')})")
+        if not gpus:
+            parts.append("no NVIDIA GPU seen")
+        load = mc.get("load_avg")
+        if isinstance(load, list) and load:
+            parts.append(f"load average {load[0]:.1f} at the start")
+        if mc.get("hostname"):
+            parts.append(f"host {mc['hostname']}")
+    for key, what in (("gpu", "GPU"), ("cpu", "CPU")):  # imported llama-bench results
+        if m.get(key):
+            parts.append(f"{what}: {m[key]}")
+    return "; ".join(parts) or None
+
+
+def _workload(r: RunResult) -> str | None:
+    wl = r.manifest.get("workload") or {}
+    if not isinstance(wl, dict) or not wl.get("input_len"):
+        return None
+    out = f"{wl['input_len']:,} in / {wl.get('output_len') or '?'} out tokens per request"
+    if wl.get("shape"):
+        out += f" ({wl['shape']})"
+    if wl.get("prefix_len"):
+        out += f", {wl['prefix_len']:,}-token shared prefix"
+    return out
+
+
+def source(r: RunResult) -> str:
+    if is_predicted(r):
+        return "PREDICTED"
+    prov = str(r.manifest.get("provenance") or "measured")
+    tool = r.manifest.get("tool")
+    return f"{prov} ({tool})" if prov == "imported" and tool else prov
+
+
+#: The rows of the side-by-side table, in order.
+ROWS = ("Source", "Model", "Weights", "Engine", "Hardware", "Machine", "Machine state", "Flags", "Workload",
+        "Levels", "Endpoint", "Price", "Started", "Run id")
+
+
+def facts(r: RunResult, price_per_hour: float | None = None, currency: str | None = None) -> dict[str, str]:
+    """The side-by-side table's cells for one run; a fact not known is absent."""
+    m = r.manifest
+    engine = " ".join(str(x) for x in (m.get("engine"), m.get("engine_version")) if x)
+    if m.get("backend"):
+        engine += f" ({m['backend']})"
+    hw = m.get("hardware") or m.get("host")
+    p = pricing(r, price_per_hour, currency)
+    levels = [o.summary for o in r.outcomes]
+    out = {
+        "Source": source(r),
+        "Model": m.get("model"),
+        "Weights": " / ".join(f"{k} {m[k]}" if k == "kv" else str(m[k]) for k in ("weights", "kv") if m.get(k)),
+        "Engine": engine,
+        "Hardware": hw,
+        "Machine": _machine(m),
+        "Machine state": None if is_predicted(r) else guard_state(r).summary(),
+        "Flags": flags(r),
+        "Workload": _workload(r),
+        "Levels": f"{len(levels)}: " + ", ".join(level_name(s) for s in levels[:6])
+                  + (f", … {len(levels) - 6} more" if len(levels) > 6 else "") if levels else "none",
+        "Endpoint": m.get("endpoint"),
+        "Price": p.describe() if p else None,
+        "Started": m.get("started"),
+        "Run id": r.run_id,
+    }
+    return {k: str(v) for k, v in out.items() if v}

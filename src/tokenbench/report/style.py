@@ -1,0 +1,59 @@
+"""How a report draws: one colour per run in every plot, line styles for p50/p99 and for PREDICTED, the axis
+scales and tick labels. The interactive plots (``figures.py``) and the PNGs (``plots.py``) both read these,
+so a run looks the same on the page and on a slide."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+#: Okabe & Ito's colour-blind-safe palette (yellow dropped: unreadable on white), then two more.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C6D31")
+
+#: A y axis turns logarithmic when its largest value is this many times its smallest: one series at 200 ms
+#: must not flatten another at 10 ms into the floor.
+WIDE = 10.0
+
+#: PNG export, on the page's camera button and by ``--png``: a full-HD slide.
+SLIDE_PX = (1920, 1080)
+
+
+def colour(run: int) -> str:
+    return PALETTE[run % len(PALETTE)]
+
+
+def dash(predicted: bool, pct: str | None) -> str:
+    """Plotly's dash name: measured solid (p99 dotted), PREDICTED dashed (p99 dash-dotted)."""
+    if predicted:
+        return "dashdot" if pct == "p99" else "dash"
+    return "dot" if pct == "p99" else "solid"
+
+
+#: The same styles for Matplotlib.
+MPL_DASH = {"solid": "-", "dot": ":", "dash": "--", "dashdot": "-."}
+
+
+def wide(values: Iterable[float]) -> bool:
+    v = [x for x in values if x is not None]
+    return bool(v) and min(v) > 0 and max(v) / min(v) > WIDE
+
+
+def depth_label(d: float) -> str:
+    """Depths as published tables write them: 8192 -> 8K, 65536 -> 64K, 512 -> 512."""
+    n = int(d)
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024}K"
+    if n >= 1000 and n % 1000 == 0:
+        return f"{n // 1000}k"
+    return f"{n:,}"
+
+
+def number(v: float) -> str:
+    """Three significant figures or more, with thousands separators: 684, 56.9, 0.73, 12,345."""
+    a = abs(v)
+    if a >= 100:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3g}"

@@ -1,0 +1,186 @@
+"""The HTML report as a page to share: runs side by side with machine state and flags, each pair compared
+with ratio, winner, crossover and cost beside speed; one colour per run; PREDICTED told apart and drawn
+under measured points; log axes where spans are wide; depth ticks as 8K/32K/64K; slide-sized PNGs; no raw
+dicts. The page itself is opened in headless Chromium by tests/test_compare_cost_report.py and below."""
+
+from __future__ import annotations
+
+import html as htmllib
+import json
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.cost import Pricing
+from tokenbench.metrics import Distribution, LevelSummary
+from tokenbench.report import figures, series, style
+from tokenbench.store import Store
+from tokenbench.sweep import load_result
+
+from test_compare_cost_report import CHROMIUM, chromium_dom, figures_in
+
+DIRTY = {"clean": False, "taken": "2026-11-23T10:00:00+0000", "checks": [
+    {"name": "cpu_load", "status": "fail", "observed": "85% of all cores busy with other work",
+     "threshold": "<= 15%", "advice": "other processes use the CPU: stop them (see top)"},
+    {"name": "free_memory", "status": "pass", "observed": "22 GB free (90%)", "threshold": ">= 2 GB", "advice": ""}]}
+CLEAN = {"clean": True, "taken": "2026-11-23T10:00:00+0000", "checks": [
+    {"name": "cpu_load", "status": "pass", "observed": "2% busy", "threshold": "<= 15%", "advice": ""}]}
+MACHINE = {"hostname": "box", "cpu_model": "AMD RYZEN AI MAX+ 395", "cpu_count_logical": 32, "mem_total_gib": 124.0,
+           "mem_available_gib": 110.0, "gpus": [], "load_avg": [0.4, 0.3, 0.2]}
+
+
+def serve(c: int, tps: float, ttft: float, tpot: float, **kw: object) -> LevelSummary:
+    return LevelSummary.empty(concurrency=c, test="serve", output_throughput_tps=tps, per_agent_tps=tps / c,
+                              ttft_ms=Distribution(n=8, p50=ttft, p99=ttft * 2), tpot_ms=Distribution(n=8, p50=tpot),
+                              input_tokens_mean=128.0, **kw)
+
+
+def _store(tmp_path: Path) -> Path:
+    """A sequential mini PC (owned price) and a batching GPU (rented): the faster box changes with concurrency."""
+    db = tmp_path / "r.db"
+    store = Store(db)
+    store.save_run("run-mini", "sweep", "mini-pc", {
+        "label": "mini-pc", "model": "m", "engine": "llama.cpp", "engine_version": "b6000", "price_per_hour": 0.5,
+        "currency": "EUR", "machine": MACHINE, "guard": "warn", "guard_before_run": CLEAN,
+        "workload": {"input_len": 128, "output_len": 200}, "endpoint": "http://mini:8080/v1"}, "measured",
+        [serve(1, 60, 50, 16, guard=CLEAN), serve(4, 62, 400, 16, guard=DIRTY, flags=["dirty_bench"]),
+         serve(16, 61, 2000, 16.2, guard=CLEAN)], "0", "2026", "2026")
+    store.save_run("run-gpu", "sweep", "gpu", {
+        "label": "gpu", "model": "m", "engine": "vllm", "price_per_hour": 1.79, "currency": "EUR",
+        "hardware": "nvidia-h100-sxm", "guard": "off", "workload": {"input_len": 128, "output_len": 200}},
+        "measured", [serve(1, 40, 80, 25), serve(4, 150, 120, 26), serve(16, 500, 300, 320)], "0", "2026", "2026")
+    # a prediction with exactly the GPU's numbers: its markers sit on the measured ones and must not hide them
+    store.save_run("run-pred", "predict", "gpu-pred", {"label": "gpu-pred", "model": "m", "predicted": True,
+                                                        "hardware": "nvidia-h100-sxm"}, "predicted",
+                   [serve(1, 40, 80, 25), serve(4, 150, 120, 26), serve(16, 500, 300, 320)], "0", "2026", "2026")
+    return db
+
+
+def _visible(page: str) -> str:
+    """What a reader sees: the page without its scripts and tags."""
+    text = re.sub(r"<script\b.*?</script>", "", page, flags=re.S)
+    return htmllib.unescape(re.sub(r"<[^>]+>", " ", text))
+
+
+def _rows(page: str) -> list[str]:
+    """Each table row as its cells' text joined by " | "."""
+    out = []
+    for tr in re.findall(r"<tr\b.*?</tr>", re.sub(r"<script\b.*?</script>", "", page, flags=re.S), flags=re.S):
+        cells = re.findall(r"<t[dh]\b[^>]*>(.*?)</t[dh]>", tr, flags=re.S)
+        out.append(" | ".join(re.sub(r"\s+", " ", htmllib.unescape(re.sub(r"<[^>]+>", "", c))).strip() for c in cells))
+    return out
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> str:
+    pytest.importorskip("plotly")
+    db = _store(tmp_path)
+    out = tmp_path / "report.html"
+    assert main(["report", "mini-pc", "gpu", "gpu-pred", "--html", str(out), "--db", str(db)]) == 0
+    return out.read_text(encoding="utf-8")
+
+
+def test_runs_side_by_side_with_machine_state_and_flags(page: str) -> None:
+    rows = _rows(page)
+    assert rows[0] == " | mini-pc | gpu | gpu-pred (PREDICTED)"
+    assert "Source | measured | measured | PREDICTED" in rows
+    assert "Machine state | DIRTY in 1 of 4 snapshots: cpu_load | guard off | —" in rows
+    assert "Flags | dirty_bench (1 of 3 levels) | none | none" in rows
+    assert any(r.startswith("Machine | AMD RYZEN AI MAX+ 395, 32 threads; 124 GiB RAM (110 GiB free)") for r in rows)
+    assert "Price | rented at 0.5 EUR/hour | rented at 1.79 EUR/hour | —" in rows
+    # the guard's failing check, with what it saw, its threshold and the remedy
+    assert ("cpu_load | fail | 85% of all cores busy with other work | <= 15% | other processes use the CPU: stop "
+            "them (see top) | concurrency 4 | 1 of 4") in rows
+
+
+def test_comparison_has_ratio_winner_crossover_and_cost_beside_speed(page: str) -> None:
+    rows = _rows(page)
+    # cost from the one definition the cost command uses
+    mini, gpu = Pricing("EUR", 0.5).per_mtok(60), Pricing("EUR", 1.79).per_mtok(40)
+    assert f"{mini:.2f}" == "2.31" and f"{gpu:.1f}" == "12.4"
+    assert ("concurrency 1 | 60.0 tok/s | 40.0 tok/s | 1.50× | mini-pc 1.50× faster | 2.31 EUR/M | 12.4 EUR/M"
+            in rows)
+    assert ("concurrency 16 | 61.0 tok/s | 500 tok/s | 0.12× | gpu 8.20× faster | 2.28 EUR/M | 0.994 EUR/M"
+            in rows)
+    assert "concurrency 1 | 50.0 ms | 80.0 ms | 0.62× | mini-pc 1.60× lower | — | —" in rows
+    text = _visible(page)
+    assert "Crossover: faster box changes between 1 and 4 concurrency (serve Aggregate output): mini-pc then gpu" \
+        in re.sub(r"\s+", " ", text)
+    assert "gpu-pred is PREDICTED, not measured" in text
+    assert "16 agents × 200 output tokens each: mini-pc: ~53.3 s as one sequential stream at 60.0 tok/s" in text
+    # the GPU against its own prediction: every row a tie
+    assert "concurrency 4 | 150 tok/s | 150 tok/s | 1.00× | ≈ tie (within 5%) | 3.31 EUR/M | no price" in rows
+
+
+def test_no_raw_dicts_anywhere(page: str) -> None:
+    text = _visible(page)
+    assert not re.search(r"[{\[]\s*['\"]", text), re.search(r".{60}[{\[]\s*['\"].{60}", text)
+    assert "': " not in text and '": ' not in text
+
+
+def test_styles_one_colour_per_run_p50_p99_predicted_log_and_depth_ticks(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    store.save_run("a", "sweep", "a", {"label": "a"}, "measured",
+                   [serve(1, 60, 10, 5), serve(8, 400, 40, 90)], "0", "2026", "2026")
+    store.save_run("p", "predict", "p", {"label": "p", "predicted": True}, "predicted",
+                   [serve(1, 50, 12, 6), serve(8, 300, 60, 8)], "0", "2026", "2026")
+    store.save_run("d", "bench", "d", {"label": "d"}, "imported",
+                   [LevelSummary.empty(concurrency=1, test="tg128", depth=d, tg_tps=t)
+                    for d, t in ((0, 80.0), (8192, 70.0), (32768, 60.0), (65536, 50.0))], "0", "2026", "2026")
+    runs = [load_result(store, r) for r in ("a", "p", "d")]
+    plots = {p.id: p for p in series.build(runs)}
+    specs = {k: figures.spec(p) for k, p in plots.items()}
+    colours: dict[int, set[str]] = {}
+    for s in specs.values():
+        for t in s["data"]:
+            colours.setdefault(t["meta"]["run"], set()).update({t["line"]["color"], t["marker"]["color"]})
+    assert colours == {0: {style.colour(0)}, 1: {style.colour(1)}, 2: {style.colour(2)}}
+    ttft = specs["ttft"]["data"]
+    assert [(t["name"], t["line"]["dash"], t["marker"]["symbol"]) for t in ttft] == [
+        ("p (PREDICTED) p50", "dash", "circle-open"), ("p (PREDICTED) p99", "dashdot", "circle-open"),
+        ("a p50", "solid", "circle"), ("a p99", "dot", "circle")]  # PREDICTED first: measured drawn on top
+    assert specs["tpot"]["layout"]["yaxis"]["type"] == "log"  # 5 to 90 ms: a >10x span
+    assert specs["aggregate"]["layout"]["yaxis"]["type"] == "linear"  # 50 to 400 tok/s
+    assert specs["aggregate"]["layout"]["xaxis"]["type"] == "log"
+    assert specs["aggregate"]["layout"]["xaxis"]["ticktext"] == ["1", "8"]
+    assert specs["decode_depth"]["layout"]["xaxis"]["ticktext"] == ["0", "8K", "32K", "64K"]
+    assert specs["aggregate"]["config"]["toImageButtonOptions"]["width"] >= 1600
+    assert [style.depth_label(d) for d in (512, 8192, 60000, 65536)] == ["512", "8K", "60k", "64K"]
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_png_export_is_slide_sized(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    db = _store(tmp_path)
+    out = tmp_path / "png"
+    assert main(["report", "mini-pc", "gpu-pred", "--png", str(out), "--db", str(db)]) == 0
+    sizes = {p.stem: _png_size(p) for p in out.glob("*.png")}
+    assert set(sizes) == {"aggregate", "per_agent", "ttft", "tpot", "cost"}
+    assert all(w >= 1600 and w * 9 == h * 16 for w, h in sizes.values()), sizes
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (.ci/run installs it: apt-get install chromium)")
+def test_measured_points_visible_under_an_identical_prediction(tmp_path: Path, page: str) -> None:
+    out = tmp_path / "page.html"
+    out.write_text(page, encoding="utf-8")
+    dom, _ = chromium_dom(out, tmp_path)
+    figs = figures_in(dom)
+    assert set(figs) == {"aggregate", "per_agent", "ttft", "tpot", "cost"}
+    for fid, f in figs.items():
+        by_run: dict[int, int] = {}
+        for s in json.loads(f["data-series"]):
+            if s["measured"]:
+                assert s["drawn"] == s["visible"] == s["expected"] == 3, (fid, s)
+                by_run[s["run"]] = by_run.get(s["run"], 0) + s["visible"]
+            else:
+                assert s["drawn"] == s["expected"] == 3, (fid, s)
+        # both measured runs on every plot but cost (the prediction has no price), p50 and p99 on TTFT
+        assert by_run == {0: 6 if fid == "ttft" else 3, 1: 6 if fid == "ttft" else 3}, (fid, by_run)
