@@ -74,3 +74,20 @@ def test_runnable_blocks_run_as_written(tmp_path: Path) -> None:
     for made in ("demo.json", "report.html", "BENCHMARKS.md"):
         assert (scratch / made).is_file() and not (ROOT / made).exists(), made
     assert any((scratch / "plots").iterdir())
+
+
+def test_every_command_has_examples_in_its_help_and_they_parse() -> None:
+    import argparse
+
+    from tokenbench.cli.parser import EXAMPLES
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(EXAMPLES) == set(sub.choices), set(sub.choices) ^ set(EXAMPLES)
+    for name, sp in sub.choices.items():
+        assert "examples:\n  tokenbench " + name in sp.format_help(), name
+        for example in EXAMPLES[name]:
+            try:
+                build_parser().parse_args(shlex.split(example, comments=True)[1:])
+            except SystemExit as e:
+                pytest.fail(f"tokenbench {name} --help: `{example}` does not parse (exit {e.code})")

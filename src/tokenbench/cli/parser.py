@@ -108,6 +108,34 @@ SHARED_HELP = {
 }
 
 
+#: One or two examples per command, printed at the end of its --help (a test parses every one of them).
+EXAMPLES: dict[str, list[str]] = {
+    "sweep": ["tokenbench sweep                      # the embedded engine, concurrency 1,2,4,8",
+              "tokenbench sweep --url http://gpu-box:8000/v1 --concurrency 1,4,16 --requests 64 --label h100"],
+    "depth": ["tokenbench depth                      # embedded llama-server, depths 0,1k,4k",
+              "tokenbench depth --url http://strix:8080/v1 --depths 0,8k,32k,65k --repetitions 3"],
+    "guard": ["tokenbench guard", "tokenbench guard --url http://127.0.0.1:8080/v1 --json guard.json"],
+    "coldstart": ['tokenbench coldstart --cmd "llama-server -m model.gguf --port {port}" '
+                  "--url http://127.0.0.1:8080/v1"],
+    "engines": ["tokenbench engines", "tokenbench engines build vllm llama-server"],
+    "runs": ["tokenbench runs", "tokenbench runs --limit 5 --json -"],
+    "show": ["tokenbench show h100 --format markdown", "tokenbench show h100 --guard 2"],
+    "fit": ["tokenbench fit --hardware nvidia-a30 --model gpt-oss-20b --weights Q4_K_M --context 65536"],
+    "predict": ["tokenbench predict --hardware nvidia-h100-sxm --model qwen3.6-27b --weights FP8 --concurrency 1,16",
+                "tokenbench predict --hardware amd-ryzen-ai-max-395 --model gpt-oss-20b --engine llama.cpp "
+                "--test depth --depth 0,32k"],
+    "hardware": ["tokenbench hardware"],
+    "models": ["tokenbench models"],
+    "calibrate": ["tokenbench calibrate measurements.csv --out my-efficiency.toml"],
+    "compare": ["tokenbench compare h100 strix --agents 16 --tokens 200"],
+    "cost": ["tokenbench cost h100 --price-per-hour 1.79 --currency EUR",
+             "tokenbench cost --tps 684 --price-per-hour 1.79 --api-price 14"],
+    "import": ["tokenbench import vllm-result.json llama-bench.json --label a30"],
+    "report": ["tokenbench report h100 strix --html report.html --md BENCHMARKS.md"],
+    "recommend": ["tokenbench recommend --model qwen3.6-35b-a3b --agents 16 --ttft-p99 2s --currency EUR"],
+}
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """Every option says its default, unless its help already does."""
 
@@ -131,7 +159,9 @@ class Parser(argparse.ArgumentParser):
         for action in self._actions:  # argument groups' options are here too
             if not action.help and action.option_strings:
                 action.help = SHARED_HELP.get(action.option_strings[-1])
-        return super().format_help()
+        examples = EXAMPLES.get(self.prog.split()[-1]) if self.prog != "tokenbench" else None
+        text = super().format_help()
+        return text + ("\nexamples:\n" + "".join(f"  {e}\n" for e in examples) if examples else "")
 
     def error(self, message: str) -> NoReturn:
         prefix = "unrecognized arguments: "
