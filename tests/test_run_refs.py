@@ -79,6 +79,32 @@ def test_piped_progress_is_one_line_per_level_as_it_finishes(tmp_path: Path) -> 
     assert "level 2/2 concurrency 2:" in rest
 
 
+def test_the_live_bar_of_a_timed_level_counts_time_not_an_unknown_total() -> None:
+    """With --duration the bar read '54/?'; now it fills with time and says how many requests finished."""
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.cli.measure import RichReporter
+    from tokenbench.records import RequestRecord
+
+    buf = io.StringIO()
+    rep = RichReporter(Console(file=buf, force_terminal=True, width=120), enabled=True)
+    rep.level_start("concurrency 4", None, 30.0)
+    for i in range(3):
+        rep.request_done(RequestRecord(index=i, phase="measured"))
+    assert rep.progress is not None
+    task = rep.progress.tasks[0]
+    assert task.total == 30.0 and 0 <= task.completed < 30 and task.fields["count"].startswith("3 requests, ")
+    rep.close()
+    rep.level_start("concurrency 8", 16, None)
+    rep.request_done(RequestRecord(index=0, phase="measured"))
+    assert rep.progress is not None
+    assert rep.progress.tasks[-1].fields["count"] == "1/16" and rep.progress.tasks[-1].completed == 1
+    rep.close()
+    assert "/?" not in buf.getvalue() and "left" in buf.getvalue()
+
+
 def test_runs_keeps_ids_whole_at_80_columns(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from typing import Any
 from .. import redact
 from ..errors import LevelFailed, TokenbenchError, UsageError
@@ -42,24 +42,42 @@ class RichReporter:
         self.description = ""
         self.t0 = time.monotonic()
         self.level_t0 = self.t0
+        self.total: int | None = None
+        self.duration_s: float | None = None
+        self.done = 0
 
     def level_start(self, description: str, total: int | None, duration_s: float | None) -> None:
         if not self.enabled:
             return
         self.description, self.level_t0 = description, time.monotonic()
+        self.total, self.duration_s, self.done = total, duration_s, 0
         if not self.live:
             return
         if self.progress is None:
+            # a level bounded by time fills its bar with time (it read "54/?"); one bounded by a count, with
+            # requests; both say how long is left
             self.progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console,
+                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
+                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                console=self.console,
             )
             self.progress.start()
-        self.task = self.progress.add_task(description, total=total, info="")
+        self.task = self.progress.add_task(description, total=duration_s if total is None else total,
+                                           info="", count=self._count())
+
+    def _count(self) -> str:
+        if self.total is None and self.duration_s:
+            return f"{self.done} requests, {time.monotonic() - self.level_t0:.0f}/{self.duration_s:g} s"
+        return f"{self.done}/{self.total}" if self.total else f"{self.done} requests"
 
     def request_done(self, record: RequestRecord) -> None:
+        self.done += 1
         if self.progress is not None and self.task is not None:
-            self.progress.advance(self.task)
+            if self.total is None and self.duration_s:
+                self.progress.update(self.task, completed=min(time.monotonic() - self.level_t0, self.duration_s),
+                                     count=self._count())
+            else:
+                self.progress.update(self.task, advance=1, count=self._count())
 
     def level_end(self, summary: LevelSummary) -> None:
         info = f"{summary.output_throughput_tps:.1f} tok/s, TTFT p50 {summary.ttft_ms.p50 or 0:.0f} ms"
