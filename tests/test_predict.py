@@ -10,12 +10,13 @@ import pytest
 from tokenbench.cli import main
 from tokenbench.errors import UsageError
 from tokenbench.predict import roofline as rf
-from tokenbench.predict.calibration import Calibration, backend_key, fit_linear
+from tokenbench.predict.calibration import Calibration, backend_key, fit_constants
 from tokenbench.predict.predictor import Setup, against, fit_calibration
 from tokenbench.predict.published import read_rows
 from tokenbench.predict.specs import Catalog, model_from_config, model_from_gguf
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published.csv"
+PUBLISHED_MORE = PUBLISHED.with_name("published-more.csv")
 BF16 = rf.Quant("BF16", "BF16")
 
 
@@ -134,12 +135,23 @@ def test_batching_scales_and_sequential_does_not(cat: Catalog) -> None:
     assert b.ttft_s.estimate > 10 * a.ttft_s.estimate  # each agent waits for the others
 
 
-def test_least_squares_respects_physical_bounds() -> None:
-    feats = [[x, 0.1 * x] for x in (1.0, 2.0, 3.0, 4.0, 5.0)]
-    times = [2.0 * f[0] + 0.01 for f in feats]
-    (a, b_kv), b = fit_linear(feats, times)
-    assert a >= 1 and b_kv >= 1 and b >= 0
-    assert 2 * 3.0 + 0.01 == pytest.approx(a * 3.0 + b_kv * 0.3 + b, rel=0.05)
+def test_fit_recovers_constants_and_keeps_them_physical() -> None:
+    """Rows made from known constants give those constants back; a row faster than any share of the peak
+    allows pins its constant at the bound (no backend beats its hardware)."""
+    truth = rf.Efficiency(eta_w=0.8, t_layer=50e-6)
+    costs = [rf.StepCost(t_weights=tw, t_kv=0.0, t_compute=0.0, bytes=0.0, flops=0.0, layers=layers)
+             for tw in (0.001, 0.002, 0.005, 0.01, 0.02) for layers in (24, 32, 48, 64, 80, 96, 120, 160)]
+    import math
+
+    def row(c: rf.StepCost, measured: float):  # type: ignore[no-untyped-def]
+        return lambda e: math.log(rf.decode_time(c, e) / measured)
+
+    fitted = fit_constants([row(c, rf.decode_time(c, truth)) for c in costs], rf.Efficiency())
+    # 40 rows outweigh the pull toward the priors (0.65, 30 µs)
+    assert fitted.eta_w == pytest.approx(0.8, rel=0.03)
+    assert fitted.t_layer == pytest.approx(50e-6, rel=0.05)
+    too_fast = fit_constants([row(c, 0.5 * c.t_weights) for c in costs], rf.Efficiency())
+    assert too_fast.eta_w <= 1.0 and too_fast.t_layer >= 0.0
 
 
 def test_config_json(tmp_path: Path) -> None:
@@ -235,13 +247,16 @@ def test_backend_keys() -> None:
 
 @pytest.mark.skipif(not PUBLISHED.exists(), reason="shared/reference/published.csv is not beside the checkout")
 def test_committed_calibration_is_what_the_command_produces(cat: Catalog) -> None:
-    fresh = fit_calibration(cat, read_rows(PUBLISHED), "")
+    fresh = fit_calibration(cat, read_rows(PUBLISHED) + read_rows(PUBLISHED_MORE), "")
     packaged = Calibration.packaged()
     assert set(fresh.backends) == set(packaged.backends)
     for name, e in fresh.backends.items():
         p = packaged.backends[name]
-        assert e.decode_a_w == pytest.approx(p.decode_a_w, rel=1e-4)
-        assert e.prefill_a_c == pytest.approx(p.prefill_a_c, rel=1e-4)
+        for k in rf.PARAM_BOUNDS:
+            assert getattr(e, k) == pytest.approx(getattr(p, k), rel=1e-4), (name, k)
+        assert e.rows == p.rows and fresh.sources[name] == packaged.sources[name]
+        assert {m: b.pct for m, b in fresh.bands[name].items()} == \
+            pytest.approx({m: b.pct for m, b in packaged.bands[name].items()}, rel=1e-3)
 
 
 @pytest.mark.skipif(not PUBLISHED.exists(), reason="shared/reference/published.csv is not beside the checkout")

@@ -301,8 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     pp = sub.add_parser("predict", help="predicted speed (roofline ceiling and calibrated estimate)")
     add_setup(pp, default_engine="vllm", required=False)
-    pp.add_argument("--input-len", type=POSITIVE_INT, default=4096)
-    pp.add_argument("--output-len", type=POSITIVE_INT, default=512)
+    pp.add_argument("--input-len", type=POSITIVE_INT,
+                    help="prompt tokens (default 4096 when serving; with --test, the pp length, default 512)")
+    pp.add_argument("--output-len", type=POSITIVE_INT,
+                    help="output tokens (default 512 when serving; with --test, the tg length, default 128)")
+    pp.add_argument("--ubatch", type=POSITIVE_INT, default=512, help="llama.cpp micro-batch (-ub) for prompt processing")
     pp.add_argument("--concurrency", default="1", help="serving levels, e.g. 1,4,8,16,32")
     pp.add_argument("--test", choices=["tg128", "pp512", "depth"], help="llama-bench style tests at --depth")
     pp.add_argument("--depth", default="0", help="tokens already in the cache, e.g. 0,8k,32k,65536")
@@ -318,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--format", choices=["table", "markdown"], default="table")
 
     cp = sub.add_parser("calibrate", help="fit per-backend efficiencies on published measurements")
-    cp.add_argument("file", help="measurements in the published.csv layout")
+    cp.add_argument("file", nargs="+", help="measurements in the published.csv layout (every source is fitted)")
     cp.add_argument("--out", required=True, help="efficiency TOML to write")
 
     c = sub.add_parser("compare", help="two runs side by side: ratios, winners, crossovers, effective serving")

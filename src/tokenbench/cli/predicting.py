@@ -16,13 +16,14 @@ def _setup(a: argparse.Namespace) -> Any:
     from ..predict.specs import Catalog
 
     cal = Calibration.packaged() if not getattr(a, "calibration", None) else \
-        Calibration.from_toml(read_calibration(a.calibration))
+        Calibration.from_toml(read_calibration(a.calibration), origin=a.calibration)
     engine = a.engine
     weights = a.weights or ("Q4_K_M" if engine.lower().startswith("llama") else "BF16")
     kv = a.kv.upper()
     if kv == "AUTO" and engine.lower().startswith("llama"):
         kv = "F16"
-    return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine), cal
+    return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine,
+                      ubatch=getattr(a, "ubatch", None) or 512), cal
 
 
 def read_calibration(path: str) -> str:
@@ -70,7 +71,8 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         from ..predict.published import read_rows
         from ..predict.specs import Catalog
 
-        cal = Calibration.packaged() if not a.calibration else Calibration.from_toml(read_calibration(a.calibration))
+        cal = Calibration.packaged() if not a.calibration else \
+            Calibration.from_toml(read_calibration(a.calibration), origin=a.calibration)
         rep = against(Catalog.load(), cal, read_rows(Path(a.against)))
         head, rows = report.against_table(rep)
         print_table(console, head, rows, a.format)
@@ -81,7 +83,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         return 0
     if not a.hardware or not a.model:
         raise UsageError("predict needs --hardware and --model (or --against FILE)")
-    s, _ = _setup(a)
+    s, cal = _setup(a)
     if a.spec_tokens:
         if (a.acceptance is None) == (a.acceptance_length is None):
             raise UsageError("with --spec-tokens give one of --acceptance (0..1) or --acceptance-length")
@@ -94,23 +96,33 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
                       f"{rf.expected_tokens(alpha, a.spec_tokens):.2f} tokens per target pass, draft cost {cost:.3f} "
                       f"-> decode x{s.spec_speedup:.2f}", markup=False, highlight=False)
     console.print(f"PREDICTED for {s.model.id} ({s.quant.weights}, {s.quant.kv.lower()} KV) on {s.hw.id}, "
-                  f"{s.engine} ({s.backend}: {s.eff.source}); the ceiling is the physical limit at efficiency 1",
-                  markup=False, highlight=False)
+                  f"{s.engine} ({s.backend}: {s.eff.source}; calibration {cal.origin}); the ceiling is the "
+                  "physical limit at efficiency 1", markup=False, highlight=False)
     depths = levels = None
     if a.test:
+        a.input_len, a.output_len = a.input_len or 512, a.output_len or 128
         depths = [tokens(d, "--depth", zero=True) for d in a.depth.split(",") if d.strip()]
-        head, rows = report.depth_table(s, depths, 512, 128)
+        head, rows = report.depth_table(s, cal, depths, a.input_len, a.output_len)
+        metrics = ["prefill", "decode"]
     else:
+        a.input_len, a.output_len = a.input_len or 4096, a.output_len or 512
         levels = int_list(a.concurrency, "--concurrency")
-        head, rows = report.serve_table(s, levels, a.input_len, a.output_len)
+        head, rows = report.serve_table(s, cal, levels, a.input_len, a.output_len)
+        metrics = ["throughput", "ttft", "tpot"]
         if s.kind == "sequential":
             console.print("llama.cpp serves one stream at a time: concurrency only queues", markup=False)
     print_table(console, head, rows, a.format)
+    note = report.band_note(s, cal, metrics)
+    console.print(note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
     if a.save:
         rid = _save_prediction(a, s, depths, levels)
         console.print(f"saved as run {rid} (label {a.save}, provenance predicted)", markup=False)
     if a.json:
-        emit_json(a.json, {"predicted": True, "columns": head, "rows": rows})
+        bands = {m: (cal.band(s.backend, m).pct if cal.band(s.backend, m) else None) for m in metrics}  # type: ignore[union-attr]
+        emit_json(a.json, {"predicted": True, "calibrated": s.calibrated, "backend": s.backend,
+                           "calibration": {"origin": cal.origin, "source": s.eff.source, "rows": s.eff.rows},
+                           "band_pct": bands if s.calibrated else None, "note": note,
+                           "columns": head, "rows": rows})
     return 0
 
 
@@ -121,10 +133,11 @@ def _save_prediction(a: argparse.Namespace, s: Any, depths: list[int] | None, le
 
     levels = []
     if depths is not None:
+        pp, tg = a.input_len, a.output_len
         for d in depths:
-            p, t = s.prefill(512, d), s.decode(d + 64)
-            levels.append(LevelSummary.empty(concurrency=1, test="pp512", depth=d, pp_tps=512 / p.estimate))
-            levels.append(LevelSummary.empty(concurrency=1, test="tg128", depth=d, tg_tps=1 / t.estimate))
+            p, t = s.prefill(pp, d), s.decode(d + tg // 2)
+            levels.append(LevelSummary.empty(concurrency=1, test=f"pp{pp}", depth=d, pp_tps=pp / p.estimate))
+            levels.append(LevelSummary.empty(concurrency=1, test=f"tg{tg}", depth=d, tg_tps=1 / t.estimate))
     else:
         for n in levels_n or []:
             pt = s.serve(n, a.input_len, a.output_len)
@@ -134,6 +147,7 @@ def _save_prediction(a: argparse.Namespace, s: Any, depths: list[int] | None, le
                 input_tokens_mean=float(a.input_len), output_tokens_mean=float(a.output_len)))
     manifest = {"model": s.model.id, "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine,
                 "hardware": s.hw.id, "predicted": True, "backend": s.backend, "calibration": s.eff.source,
+                "calibrated": s.calibrated,
                 "workload": {"input_len": a.input_len, "output_len": a.output_len} if depths is None else {},
                 "label": a.save}
     rid = new_run_id()
@@ -147,10 +161,13 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
     from ..predict.published import read_rows
     from ..predict.specs import Catalog
 
-    cal = fit_calibration(Catalog.load(), read_rows(Path(a.file)), "tokenbench " + " ".join(argv))
+    rows = [r for f in a.file for r in read_rows(Path(f))]
+    cal = fit_calibration(Catalog.load(), rows, "tokenbench " + " ".join(argv))
     write(cal, Path(a.out))
     for name, e in sorted(cal.backends.items()):
-        console.print(f"{name}: decode bandwidth efficiency {e.eta_bw:.2f}, fixed {e.decode_b * 1000:.1f} ms/token; "
-                      f"prefill matmul efficiency {e.eta_compute:.2f} ({e.rows} rows)", markup=False)
+        bands = ", ".join(f"{m} ±{b.pct:.0f}%" for m, b in sorted(cal.bands.get(name, {}).items()))
+        console.print(f"{name}: bandwidth share {e.eta_w:.2f}, {e.t_layer * 1e6:.0f} µs per layer; matmul share "
+                      f"{e.eta_c:.2f}, attention {e.eta_att:.2f} ({e.rows} rows; cross-validated bands: "
+                      f"{bands or 'none'})", markup=False)
     console.print(f"wrote {a.out}", markup=False)
     return 0

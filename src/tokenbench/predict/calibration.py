@@ -1,33 +1,61 @@
-"""Per-backend efficiency factors, fitted on published measurements by least squares.
+"""Per-backend constants, fitted on published measurements, and how far to trust them.
 
-    tokenbench calibrate ../shared/reference/published.csv --out src/tokenbench/data/efficiency.toml
+    tokenbench calibrate ../shared/reference/published.csv ../shared/reference/published-more.csv \
+        --out src/tokenbench/data/efficiency.toml
 
-Decode rows fit  t = a_w·t_weights + a_kv·t_kv + b  (t = 1/decode rate; t_* the times at nominal bandwidth),
-prefill rows fit t = a_c·t_matmul + a_att·t_attention + a_w·t_weights + b (t = tokens/prefill rate; a time to
-first token at concurrency 1 is a prefill too). Attention gets its own slope: flash-attention kernels at
-depth run far from the matmul peak. Coefficients are kept
-physical (a ≥ 1: no backend beats its peak; b ≥ 0); with too few rows a backend keeps only its slope.
-Rows of HOLDOUT_MODELS are never fitted, so their errors measure prediction on unseen models; rows that need
-hybrid offload are not fitted either (they test the offload model, not the backend).
+Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has seven physical constants
+(roofline.PARAM_BOUNDS): the shares of nominal bandwidth reached streaming weights, an f16 KV cache and a
+block-quantized one; a fixed cost per layer per forward pass; the shares of the arithmetic peak reached by the
+weight matmuls and by attention; and, for batching engines, the share of a burst of prefills a new request
+waits behind. They are bounded (no backend beats its hardware), start from the physical priors below, and are
+fitted on every row of every source by minimising the squared log error (a robust soft-L1 loss, so one odd row
+cannot pull a constant), plus a penalty for straying from the prior (so a backend with two rows keeps the
+prior for what its rows cannot tell). Rows that need hybrid offload are not fitted (they test the offload
+model, not the backend).
+
+How sure a prediction is comes from leave-one-source-out cross-validation: every source is predicted by a fit
+on all the others, and the residuals per backend and metric give the band a prediction shows. A backend that
+no row stands behind is UNCALIBRATED: its priors are shown as such.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import tomllib
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .published import Row
-from .roofline import Efficiency
+from ..errors import UsageError
+from .roofline import PARAM_BOUNDS, Efficiency
 
-#: Models whose rows calibration never sees (chosen to span dense, sliding-window and MoE shapes).
-#: Fixed per-token decode cost (launches, sampling, scheduling) for a backend with too few rows to fit one:
-#: the llama.cpp CUDA and Vulkan backends fit 2.5 to 3.5 ms on the published rows; roofline.md: 0.5–3 ms.
-DEFAULT_DECODE_B = 0.0025
-HOLDOUT_MODELS = frozenset({"gemma-3-12b-it", "phi-4", "qwen3-30b-a3b-2507", "mistral-small-3.2-24b"})
+#: Physical priors per backend family, and where they come from (roofline.md "Efficiency evidence").
+#: llama.cpp tg128 reaches 0.59–0.66 of nominal bandwidth on RTX 3090/4090 and M3 Max, 0.38 on ROCm (7900
+#: XTX); Strix Halo's BF16 GEMM reaches 36.9 of 59.4 TF (0.62). An f16 KV stream is a stream like the
+#: weights'; a dequantizing (q8_0/q4_0) KV read runs well below it. roofline.md's fixed step cost, 0.5–3 ms,
+#: over ~32 layers is ~15–90 µs per layer. Batching engines: a closed loop is half way between prompts folded
+#: into running steps (no wait) and a burst that queues behind every prefill.
+PRIORS: dict[str, Efficiency] = {
+    "default": Efficiency(),
+    "llamacpp-rocm": Efficiency(eta_w=0.38, eta_kv=0.38),
+    "llamacpp-metal": Efficiency(eta_w=0.59, eta_kv=0.59),
+    "vllm": Efficiency(eta_w=0.7, eta_kv=0.7, t_layer=10e-6, eta_c=0.5, eta_att=0.4),
+}
+#: The fitted constants: all of roofline.PARAM_BOUNDS.
+PARAMS = tuple(PARAM_BOUNDS)
+#: Weight of the pull toward the prior, per constant, against one row's squared log error.
+PRIOR_WEIGHT = 0.5
+#: Scale of the soft-L1 loss on log errors: rows off by more than ~20% count linearly, not squared.
+LOSS_SCALE = 0.2
+#: Offsets that keep log() finite for constants whose bound is 0.
+_LOG_OFFSET = {"t_layer": 10e-6, "burst": 0.05}
+#: Share of a backend's cross-validated absolute errors a band covers.
+BAND_QUANTILE = 0.8
+#: Fewer cross-validated residuals than this give no band.
+BAND_MIN_N = 3
 
 
 def backend_key(engine: str, default_backend: str) -> str:
@@ -43,18 +71,41 @@ def backend_key(engine: str, default_backend: str) -> str:
 
 
 def engine_kind(engine: str) -> str:
-    return "sequential" if engine.lower().startswith(("llama.cpp", "llamacpp", "ollama")) else "batching"
+    return "sequential" if engine.lower().startswith(("llama.cpp", "llamacpp", "ollama", "mlx")) else "batching"
 
 
-def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float] | None:
-    """Least squares by the normal equations (k ≤ 3 unknowns); None when singular."""
-    k = len(xs[0])
-    a = [[sum(x[i] * x[j] for x in xs) for j in range(k)] for i in range(k)]
-    b = [sum(x[i] * y for x, y in zip(xs, ys)) for i in range(k)]
+def prior(backend: str) -> Efficiency:
+    if backend in PRIORS:
+        return PRIORS[backend]
+    if backend.startswith("vllm"):
+        return PRIORS["vllm"]
+    return PRIORS["default"]
+
+
+# --- the fit ---------------------------------------------------------------------------------------------
+
+def _to_z(name: str, v: float) -> float:
+    lo, hi = PARAM_BOUNDS[name]
+    p = min(max((v - lo) / (hi - lo), 1e-6), 1 - 1e-6)
+    return math.log(p / (1 - p))
+
+
+def _from_z(name: str, z: float) -> float:
+    lo, hi = PARAM_BOUNDS[name]
+    return lo + (hi - lo) / (1 + math.exp(-max(-40.0, min(40.0, z))))
+
+
+def _glog(name: str, v: float) -> float:
+    return math.log(v + _LOG_OFFSET.get(name, 0.0))
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; None when singular."""
+    k = len(b)
     m = [row[:] + [bv] for row, bv in zip(a, b)]
     for c in range(k):
         p = max(range(c, k), key=lambda r: abs(m[r][c]))
-        if abs(m[p][c]) < 1e-30:
+        if abs(m[p][c]) < 1e-300:
             return None
         m[c], m[p] = m[p], m[c]
         for r in range(k):
@@ -64,119 +115,164 @@ def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float] | None:
     return [m[i][k] / m[i][i] for i in range(k)]
 
 
-def fit_linear(features: list[list[float]], times: list[float], min_slope: float = 1.0,
-               default_b: float = 0.001) -> tuple[list[float], float]:
-    """Fit times ≈ Σ a_i·f_i + b with every a_i ≥ min_slope (no backend beats its peak) and b ≥ 0.
+Evaluator = Callable[[Efficiency], float]  # a row's log(predicted / measured) under some constants
 
-    A small active-set method: solve freely, pin any coefficient that breaks its bound at the bound, and
-    solve again for the others. With fewer rows than unknowns, the slopes are tied to one value."""
-    k = len(features[0])
-    if k > 1 and len(times) < k + 2:
-        features = [[sum(f)] for f in features]
-        if len(times) < 2:
-            x = features[0][0]
-            return [max(min_slope, (times[0] - default_b) / x if x else min_slope)] * k, default_b
-        slopes, b = fit_linear(features, times, min_slope, default_b)
-        return slopes * k, b
-    pinned: dict[int, float] = {}  # index (k = intercept) -> fixed value
-    for _ in range(k + 2):
-        free = [i for i in range(k + 1) if i not in pinned]
-        xs = [[(f[i] if i < k else 1.0) for i in free] for f in features]
-        ys = [t - sum(v * (f[i] if i < k else 1.0) for i, v in pinned.items()) for f, t in zip(features, times)]
-        sol = _lstsq(xs, ys) if free else []
-        if sol is None:  # collinear features: the data cannot tell the slopes apart
+
+def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int = 40) -> Efficiency:
+    """Levenberg–Marquardt on the constants (bounded through a logistic map), minimising the soft-L1 loss
+    of each row's log error plus PRIOR_WEIGHT·(log θ − log θ_prior)² per constant."""
+    names = PARAMS
+    z = [_to_z(n, getattr(start, n)) for n in names]
+    g0 = [_glog(n, getattr(start, n)) for n in names]
+    wp = math.sqrt(PRIOR_WEIGHT)
+
+    def residuals(zs: list[float]) -> tuple[list[float], list[float]]:
+        eff = replace(start, **{n: _from_z(n, v) for n, v in zip(names, zs)})
+        rs = [f(eff) for f in rows]
+        prior_r = [wp * (_glog(n, getattr(eff, n)) - g) for n, g in zip(names, g0)]
+        return rs, prior_r
+
+    def loss(rs: list[float], pr: list[float]) -> float:
+        s2 = LOSS_SCALE**2
+        return sum(2 * s2 * (math.sqrt(1 + r * r / s2) - 1) for r in rs) + sum(p * p for p in pr)
+
+    rs, pr = residuals(z)
+    cur = loss(rs, pr)
+    lam = 1e-2
+    h = 1e-4
+    for _ in range(iterations):
+        # IRLS weights of the soft-L1 loss, then a damped Gauss–Newton step on the weighted residuals
+        wts = [1 / math.sqrt(math.sqrt(1 + r * r / LOSS_SCALE**2)) for r in rs]
+        res = [w * r for w, r in zip(wts, rs)] + pr
+        jac_cols = []
+        for j in range(len(names)):
+            zj = z[:]
+            zj[j] += h
+            rj, pj = residuals(zj)
+            jac_cols.append([(w * (a - b)) / h for w, a, b in zip(wts, rj, rs)] + [(a - b) / h for a, b in zip(pj, pr)])
+        k = len(names)
+        jtj = [[sum(x * y for x, y in zip(jac_cols[i], jac_cols[j])) for j in range(k)] for i in range(k)]
+        jtr = [sum(x * y for x, y in zip(jac_cols[i], res)) for i in range(k)]
+        improved = False
+        for _ in range(8):
+            a = [[jtj[i][j] + (lam * (jtj[i][i] + 1e-9) if i == j else 0.0) for j in range(k)] for i in range(k)]
+            step = _solve(a, [-v for v in jtr])
+            if step is None:
+                lam *= 10
+                continue
+            zn = [v + s for v, s in zip(z, step)]
+            rn, pn = residuals(zn)
+            new = loss(rn, pn)
+            if new < cur:
+                z, rs, pr = zn, rn, pn
+                improved = cur - new > 1e-10 * (1 + cur)
+                cur = new
+                lam = max(lam / 3, 1e-7)
+                break
+            lam *= 10
+        if not improved:
             break
-        coef = dict(zip(free, sol)) | pinned
-        bad = [i for i in free if coef[i] < (min_slope if i < k else 0.0)]
-        if not bad:
-            return [coef[i] for i in range(k)], coef[k]
-        worst = min(bad, key=lambda i: coef[i])
-        pinned[worst] = min_slope if worst < k else 0.0
-    if k > 1:  # tie the slopes together and fit that one
-        slopes, b = fit_linear([[sum(f)] for f in features], times, min_slope, default_b)
-        return slopes * k, b
-    return [min_slope], default_b
+    return replace(start, **{n: _from_z(n, v) for n, v in zip(names, z)})
+
+
+# --- the calibration file --------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Band:
+    """Cross-validated absolute errors of one backend and metric: BAND_QUANTILE of them lie within ``pct``."""
+
+    pct: float
+    median_pct: float
+    n: int
 
 
 @dataclass(slots=True)
 class Calibration:
     backends: dict[str, Efficiency]
-    usual_ratio: dict[str, dict[str, float]]  # backend -> group -> median measured/ceiling of training rows
-    holdout_models: frozenset[str] = HOLDOUT_MODELS
+    usual_ratio: dict[str, dict[str, float]]  # backend -> group -> median measured/ceiling of fitted rows
+    bands: dict[str, dict[str, Band]] = field(default_factory=dict)  # backend -> metric -> band
+    sources: dict[str, list[str]] = field(default_factory=dict)  # backend -> sources of its fitted rows
     command: str = ""
+    origin: str = "packaged"
 
     def efficiency(self, backend: str) -> Efficiency:
+        """The fitted constants, or the backend's priors marked UNCALIBRATED (never another backend's fit)."""
         if backend in self.backends:
             return self.backends[backend]
-        family = backend.split("-")[0]
-        for k, v in self.backends.items():
-            if k.startswith(family):
-                return Efficiency(**{f.name: getattr(v, f.name) for f in fields(Efficiency) if f.name != "source"},
-                                  source=f"{k} (nearest calibrated backend)")
-        return Efficiency()
+        return replace(prior(backend), source=f"UNCALIBRATED: no measurements of {backend} behind this "
+                                              "calibration; physical priors only")
+
+    def band(self, backend: str, metric: str) -> Band | None:
+        return self.bands.get(backend, {}).get(metric)
 
     def to_toml(self) -> str:
         lines = [
-            "# Per-backend efficiency factors fitted on published measurements. Do not edit by hand: re-run",
+            "# Per-backend constants fitted on published measurements. Do not edit by hand: re-run",
             f"#   {self.command}",
-            f"# Held out (never fitted): {', '.join(sorted(self.holdout_models))}.",
-            "# decode:  t = decode_a_w * t_weights + decode_a_kv * t_kv + decode_b   (seconds per token)",
-            "# prefill: t = prefill_a_c * t_matmul + prefill_a_att * t_attention + prefill_a_w * t_weights + prefill_b",
-            "# usual_*: median measured/ceiling of the training rows, for the software-bottleneck flag.",
+            "# decode:  t = max(t_weights/eta_w + t_kv/eta_kv + t_kvq/eta_kvq, t_matmul/eta_c + t_att/eta_att)"
+            " + layers*t_layer",
+            "# prefill: t = max(t_matmul/(eta_c*eta_q if quantized) + t_att/eta_att, weight reads/eta_w + KV/eta_kv)"
+            " + passes*layers*t_layer + expert_gemms*t_expert",
+            "# TTFT under closed-loop load: t_pf*(1 + burst*(N-1)/2) + t_decode.",
+            "# usual_*: median measured/ceiling of the fitted rows, for the software-bottleneck flag.",
+            "# band_*: leave-one-source-out absolute error (%) that 80% of the held-out rows stay within,"
+            " median, n.",
             "",
         ]
         for name, e in sorted(self.backends.items()):
             lines.append(f"[{name}]")
             for f in fields(Efficiency):
                 v = getattr(e, f.name)
-                lines.append(f'{f.name} = "{v}"' if isinstance(v, str) else f"{f.name} = {v:.6g}")
+                if isinstance(v, bool):
+                    lines.append(f"{f.name} = {'true' if v else 'false'}")
+                elif isinstance(v, str):
+                    lines.append(f'{f.name} = "{v}"')
+                else:
+                    lines.append(f"{f.name} = {v:.6g}")
+            lines.append("sources = [" + ", ".join(f'"{s}"' for s in self.sources.get(name, [])) + "]")
             for g, r in sorted(self.usual_ratio.get(name, {}).items()):
                 lines.append(f"usual_{g} = {r:.4g}")
+            for metric, b in sorted(self.bands.get(name, {}).items()):
+                lines.append(f"band_{metric} = [{b.pct:.4g}, {b.median_pct:.4g}, {b.n}]")
+            lines.append("")
+        # bands of backends no row calibrates (their held-out rows were predicted from priors)
+        for name in sorted(set(self.bands) - set(self.backends)):
+            lines.append(f"[uncalibrated.{name}]")
+            for metric, b in sorted(self.bands[name].items()):
+                lines.append(f"band_{metric} = [{b.pct:.4g}, {b.median_pct:.4g}, {b.n}]")
             lines.append("")
         return "\n".join(lines)
 
     @classmethod
-    def from_toml(cls, text: str) -> Calibration:
-        data: dict[str, Any] = tomllib.loads(text)
-        backends, usual = {}, {}
-        names = {f.name for f in fields(Efficiency)}
-        for name, t in data.items():
-            backends[name] = Efficiency(**{k: v for k, v in t.items() if k in names})
-            usual[name] = {k[len("usual_"):]: v for k, v in t.items() if k.startswith("usual_")}
-        return cls(backends, usual)
+    def from_toml(cls, text: str, origin: str = "packaged") -> Calibration:
+        try:
+            data: dict[str, Any] = tomllib.loads(text)
+            backends, usual, bands, sources = {}, {}, {}, {}
+            names = {f.name for f in fields(Efficiency)}
+            for name, t in data.items():
+                if name == "uncalibrated":
+                    for b, tb in t.items():
+                        bands[b] = {k[len("band_"):]: Band(*v) for k, v in tb.items() if k.startswith("band_")}
+                    continue
+                backends[name] = Efficiency(**{k: v for k, v in t.items() if k in names})
+                usual[name] = {k[len("usual_"):]: v for k, v in t.items() if k.startswith("usual_")}
+                bands[name] = {k[len("band_"):]: Band(*v) for k, v in t.items() if k.startswith("band_")}
+                sources[name] = list(t.get("sources", []))
+        except (tomllib.TOMLDecodeError, TypeError, AttributeError, ValueError) as e:
+            raise UsageError(f"calibration {origin} is not a file tokenbench calibrate wrote ({e})") from None
+        return cls(backends, usual, bands, sources, origin=origin)
 
     @classmethod
     def packaged(cls) -> Calibration:
         return cls.from_toml(resources.files("tokenbench").joinpath("data/efficiency.toml").read_text())
 
 
-def calibrate(rows: list[Row], work: Any, command: str) -> Calibration:
-    """``work(row)`` gives (backend, group, features, measured_time, ceiling_time) or None (not fittable)."""
-    by: dict[tuple[str, str], list[tuple[list[float], float, float]]] = {}
-    for r in rows:
-        if r.model in HOLDOUT_MODELS:
-            continue
-        w = work(r)
-        if w is None:
-            continue
-        backend, group, feats, t_meas, t_ceil = w
-        by.setdefault((backend, group), []).append((feats, t_meas, t_ceil))
-    backends: dict[str, dict[str, Any]] = {}
-    usual: dict[str, dict[str, float]] = {}
-    for (backend, group), items in sorted(by.items()):
-        feats = [f for f, _, _ in items]
-        times = [t for _, t, _ in items]
-        d = backends.setdefault(backend, {"rows": 0})
-        d["rows"] += len(items)
-        usual.setdefault(backend, {})[group] = statistics.median(c / t for _, t, c in items)
-        if group == "decode":
-            (a_w, a_kv), b = fit_linear(feats, times, default_b=DEFAULT_DECODE_B)
-            d.update(decode_a_w=a_w, decode_a_kv=a_kv, decode_b=b)
-        elif group == "prefill":
-            (a_c, a_att, a_w), b = fit_linear(feats, times, default_b=0.005)
-            d.update(prefill_a_c=a_c, prefill_a_att=a_att, prefill_a_w=a_w, prefill_b=b)
-    effs = {k: Efficiency(**v, source=f"fitted on {v['rows']} published rows") for k, v in backends.items()}
-    return Calibration(effs, usual, HOLDOUT_MODELS, command)
+def make_band(errors_pct: list[float]) -> Band | None:
+    if len(errors_pct) < BAND_MIN_N:
+        return None
+    e = sorted(abs(x) for x in errors_pct)
+    idx = min(len(e) - 1, math.ceil(BAND_QUANTILE * len(e)) - 1)
+    return Band(e[idx], statistics.median(e), len(e))
 
 
 def write(cal: Calibration, out: Path) -> None:

@@ -1,20 +1,26 @@
-"""One entry point per question: fit, decode at depth, prefill, serving at concurrency N, rows of a file."""
+"""One entry point per question: fit, decode at depth, prefill, serving at concurrency N, rows of a file, the
+calibration fit on rows, and its leave-one-source-out cross-validation."""
 
 from __future__ import annotations
 
+import math
+import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
 from . import roofline as rf
-from .calibration import Calibration, backend_key, calibrate, engine_kind
+from .calibration import Band, Calibration, backend_key, engine_kind, fit_constants, make_band, prior
 from .published import Row
 from .specs import Catalog, HardwareSpec, ModelSpec
 
 #: A row is a likely software bottleneck when it reaches less than this share of its backend's usual
 #: measured/ceiling ratio.
 BOTTLENECK_SHARE = 0.5
+#: Metrics the fit uses (a p99 is a tail, not what the constants describe).
+FITTED_METRICS = {"decode_tps", "prefill_tps", "output_tps", "ttft_median", "tpot_median"}
 
 
 @dataclass(slots=True)
@@ -27,41 +33,76 @@ class Setup:
     eff: rf.Efficiency
     kind: str
     spec_speedup: float = 1.0
+    ubatch: int = rf.UBATCH
+    costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
 
     @classmethod
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
-             engine: str, check: bool = True) -> Setup:
+             engine: str, check: bool = True, ubatch: int = rf.UBATCH) -> Setup:
         hw = cat.find_hardware(hardware)
         m = cat.find_model(model)
         q = rf.Quant.parse(weights, kv)
+        rf.check_engine(hw, engine)
         if check:
             rf.check_combination(hw, q, engine)
         backend = backend_key(engine, hw.default_backend)
-        return cls(m, hw, q, engine, backend, cal.efficiency(backend), engine_kind(engine))
+        return cls(m, hw, q, engine, backend, cal.efficiency(backend), engine_kind(engine), ubatch=ubatch)
+
+    @property
+    def calibrated(self) -> bool:
+        return self.eff.calibrated
+
+    def _decode_cost(self, n: int, context: int) -> rf.StepCost:
+        key = ("d", n, context)
+        if key not in self.costs:
+            self.costs[key] = rf.decode_cost(self.model, self.hw, self.quant, n, context, self.backend)
+        return self.costs[key]
+
+    def _prefill_cost(self, tokens: int, cached: int, ubatch: int) -> rf.StepCost:
+        key = ("p", tokens, cached, ubatch)
+        if key not in self.costs:
+            self.costs[key] = rf.prefill_cost(self.model, self.hw, self.quant, tokens, cached, self.backend, ubatch)
+        return self.costs[key]
 
     def fit(self, context: int, concurrency: int = 1) -> rf.Fit:
-        return rf.fit(self.model, self.hw, self.quant, context, concurrency, self.engine)
+        return rf.fit(self.model, self.hw, self.quant, context, concurrency, self.engine, self.ubatch)
 
     def decode(self, depth: int, n: int = 1) -> rf.Estimate:
         f = self.fit(depth + 1, n)
         if not f.fits and self.kind == "sequential":
             return rf.offload_decode(self.model, self.hw, self.quant, depth, self.backend, f, self.eff)
-        c = rf.decode_cost(self.model, self.hw, self.quant, n, depth, self.backend)
+        c = self._decode_cost(n, depth)
         return rf.Estimate(c.ceiling / self.spec_speedup, rf.decode_time(c, self.eff) / self.spec_speedup)
 
     def prefill(self, tokens: int, depth: int = 0) -> rf.Estimate:
         f = self.fit(depth + tokens, 1)
         if not f.fits and self.kind == "sequential":
-            return rf.offload_prefill(self.model, self.hw, self.quant, tokens, depth, self.backend, f, self.eff)
-        c = rf.prefill_cost(self.model, self.hw, self.quant, tokens, depth, self.backend)
+            return rf.offload_prefill(self.model, self.hw, self.quant, tokens, depth, self.backend, f, self.eff,
+                                      self.ubatch)
+        ub = self.ubatch if self.kind == "sequential" else rf.CHUNK_TOKENS
+        c = self._prefill_cost(tokens, depth, ub)
         return rf.Estimate(c.ceiling, rf.prefill_time(c, self.eff))
 
     def serve(self, n: int, prompt: int, output: int) -> rf.ServePoint:
         return rf.serve_point(self.model, self.hw, self.quant, self.backend, self.eff, self.kind,  # type: ignore[arg-type]
-                              n, prompt, output, self.spec_speedup)
+                              n, prompt, output, self.spec_speedup, self.ubatch)
 
 
 # --- rows of the published.csv layout --------------------------------------------------------------------
+
+def band_metric(r: Row) -> str:
+    """The metric a row's error band is kept under."""
+    if r.metric.startswith("ttft"):
+        return "ttft"
+    return {"decode_tps": "decode", "prefill_tps": "prefill", "output_tps": "throughput",
+            "tpot_median": "tpot"}.get(r.metric, r.metric)
+
+
+def row_ubatch(r: Row) -> int:
+    """llama-bench's -ub from the row's note, else llama.cpp's default."""
+    m = re.search(r"-ub\s+(\d+)", r.raw.get("note") or "")
+    return int(m.group(1)) if m else rf.UBATCH
+
 
 @dataclass(slots=True)
 class RowResult:
@@ -70,6 +111,9 @@ class RowResult:
     ceiling: float | None = None  # the same quantity at efficiency 1
     flags: list[str] = field(default_factory=list)
     backend: str | None = None
+    calibrated: bool = False
+    band: Band | None = None
+    split: str = "unseen"  # "fitted" when the calibration used this row, else "unseen"
 
     @property
     def error_pct(self) -> float | None:
@@ -88,13 +132,64 @@ class RowResult:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(self.row.raw)
         d.update(predicted=self.predicted, ceiling=self.ceiling, error_pct=self.error_pct,
-                 measured_over_ceiling=self.measured_over_ceiling, backend=self.backend, flags=self.flags)
+                 measured_over_ceiling=self.measured_over_ceiling, backend=self.backend, flags=self.flags,
+                 calibrated=self.calibrated, split=self.split,
+                 band_pct=self.band.pct if self.band else None)
         return d
+
+
+Valuer = Callable[[rf.Efficiency], tuple[float | None, float | None]]  # constants -> (ceiling, predicted)
 
 
 def _row_setup(cat: Catalog, cal: Calibration, r: Row) -> Setup:
     kv = "AUTO" if r.kv.lower() == "auto" else r.kv
-    return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False)
+    return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False, ubatch=row_ubatch(r))
+
+
+def _row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
+    """How a row's quantity follows from a backend's constants, in the row's unit."""
+    n = max(1, r.concurrency)
+    if r.metric == "prefill_tps":
+        t = r.input_len or 512
+
+        def v(e: rf.Efficiency) -> tuple[float | None, float | None]:
+            s.eff = e
+            return s.prefill(t, r.depth).rate(t)
+        return v
+    if r.metric == "decode_tps":
+        ctx = r.depth + (r.output_len // 2 if r.test.startswith("tg") else 0)
+
+        def v(e: rf.Efficiency) -> tuple[float | None, float | None]:
+            s.eff = e
+            return s.decode(ctx).rate()
+        return v
+    if r.metric in ("output_tps", "ttft_median", "ttft_p99", "tpot_median"):
+        prompt, output = r.input_len, r.output_len
+        if not prompt and not output:
+            notes.append("lengths unknown: predicted as pure decode at a short context")
+            if r.metric != "output_tps":
+                return None
+
+            def v(e: rf.Efficiency) -> tuple[float | None, float | None]:
+                s.eff = e
+                d = s.decode(256, n) if s.kind == "batching" else s.decode(256)
+                return (n / d.ceiling, n / d.estimate) if s.kind == "batching" else d.rate()
+            return v
+
+        def v(e: rf.Efficiency) -> tuple[float | None, float | None]:
+            s.eff = e
+            p = s.serve(n, prompt, output)
+            if r.metric == "output_tps":
+                return p.throughput
+            if r.metric == "tpot_median":
+                return p.tpot_s.ceiling * 1000, p.tpot_s.estimate * 1000
+            if r.metric == "ttft_median":
+                return p.ttft_s.ceiling * 1000, p.ttft_s.estimate * 1000
+            # p99 of a closed loop: near the worst case, a request behind every other prefill
+            pf = s.prefill(prompt)
+            return (pf.ceiling + p.tpot_s.ceiling) * 1000, (n * pf.estimate + p.tpot_s.estimate) * 1000
+        return v
+    return None
 
 
 def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
@@ -104,43 +199,24 @@ def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
     except UsageError as e:
         res.flags.append(f"cannot predict: {e}")
         return res
-    res.backend = s.backend
-    n = max(1, r.concurrency)
-    if r.metric == "prefill_tps":
-        t = r.input_len or 512
-        e = s.prefill(t, r.depth)
-        res.ceiling, res.predicted = e.rate(t)
-    elif r.metric == "decode_tps":
-        ctx = r.depth + (r.output_len // 2 if r.test.startswith("tg") else 0)
-        e = s.decode(ctx)
-        res.ceiling, res.predicted = e.rate()
-    elif r.metric in ("output_tps", "ttft_median", "ttft_p99", "tpot_median"):
-        prompt, output = r.input_len, r.output_len
-        if not prompt and not output:
-            res.flags.append("lengths unknown: predicted as pure decode at a short context")
-            d = s.decode(256, n) if s.kind == "batching" else s.decode(256)
-            rate = (n / d.ceiling, n / d.estimate) if s.kind == "batching" else d.rate()
-            res.ceiling, res.predicted = rate if r.metric == "output_tps" else (None, None)
-        else:
-            p = s.serve(n, prompt, output)
-            if r.metric == "output_tps":
-                res.ceiling, res.predicted = p.throughput
-            elif r.metric == "tpot_median":
-                res.ceiling, res.predicted = p.tpot_s.ceiling * 1000, p.tpot_s.estimate * 1000
-            elif r.metric == "ttft_median":
-                res.ceiling, res.predicted = p.ttft_s.ceiling * 1000, p.ttft_s.estimate * 1000
-            else:  # p99 of a closed loop: near the worst case, a request behind every other prefill
-                pf = s.prefill(prompt)
-                res.ceiling = (n * pf.ceiling + p.tpot_s.ceiling) * 1000
-                res.predicted = (n * pf.estimate + p.tpot_s.estimate) * 1000
-    else:
-        res.flags.append(f"cannot predict: unknown metric '{r.metric}'")
+    res.backend, res.calibrated = s.backend, s.calibrated
+    res.band = cal.band(s.backend, band_metric(r))
+    v = _row_valuer(s, r, res.flags)
+    if v is None:
+        res.flags.append(f"cannot predict: no model for metric '{r.metric}' without lengths"
+                         if r.metric in rf_metrics() else f"cannot predict: unknown metric '{r.metric}'")
         return res
+    res.ceiling, res.predicted = v(cal.efficiency(s.backend))
+    if not s.calibrated:
+        res.flags.append(f"UNCALIBRATED: no measurements of {s.backend}; priors only")
+    n = max(1, r.concurrency)
     f = s.fit(r.depth + r.input_len + r.output_len + 1, n)
     if not f.fits:
         res.flags.append(f"hybrid offload: {f.gpu_layers} of {s.model.layers} layers fit on the GPU")
-    usual = cal.usual_ratio.get(s.backend, {}).get(r.group)
     ratio = res.measured_over_ceiling
+    if ratio is not None and ratio > 1.0:
+        res.flags.append(f"beats its physical ceiling ({ratio:.2f}x): a wrong spec, shape or format")
+    usual = cal.usual_ratio.get(s.backend, {}).get(r.group)
     if usual and ratio is not None and ratio < BOTTLENECK_SHARE * usual:
         res.flags.append(
             f"likely software bottleneck: measured is {ratio:.0%} of the ceiling where {s.backend} usually "
@@ -149,34 +225,101 @@ def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
     return res
 
 
-def calibration_work(cat: Catalog, cal: Calibration):  # type: ignore[no-untyped-def]
-    """What calibration fits for a row: (backend, group, features, measured time, ceiling time)."""
+def rf_metrics() -> set[str]:
+    return {"output_tps", "ttft_median", "ttft_p99", "tpot_median", "decode_tps", "prefill_tps"}
 
-    def work(r: Row) -> tuple[str, str, list[float], float, float] | None:
+
+# --- calibration -----------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Fittable:
+    row: Row
+    backend: str
+    value: Valuer
+    source: str
+
+
+def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
+    """Rows the fit can use: a known box, model, format and engine, a fitted metric, and no hybrid offload."""
+    out = []
+    blank = Calibration({}, {})
+    for r in rows:
+        if r.metric not in FITTED_METRICS or r.value <= 0:
+            continue
         try:
-            s = _row_setup(cat, cal, r)
+            s = _row_setup(cat, blank, r)
         except UsageError:
-            return None
-        if not s.fit(r.depth + r.input_len + r.output_len + 1).fits:
-            return None
-        if r.metric == "decode_tps":
-            ctx = r.depth + (r.output_len // 2 if r.test.startswith("tg") else 0)
-            c = rf.decode_cost(s.model, s.hw, s.quant, 1, ctx, s.backend)
-            return s.backend, "decode", [c.t_weights, c.t_kv], 1 / r.value, c.ceiling
-        if r.metric == "prefill_tps" or (r.metric == "ttft_median" and r.concurrency == 1 and r.input_len):
-            t = r.input_len or 512
-            c = rf.prefill_cost(s.model, s.hw, s.quant, t, r.depth, s.backend)
-            measured = t / r.value if r.metric == "prefill_tps" else r.value / 1000
-            feats = [c.t_compute - c.t_attention, c.t_attention, c.t_weights + c.t_kv]
-            return s.backend, "prefill", feats, measured, c.ceiling
-        return None
-
-    return work
+            continue
+        if not s.fit(r.depth + r.input_len + r.output_len + 1, max(1, r.concurrency)).fits:
+            continue
+        v = _row_valuer(s, r, [])
+        if v is not None:
+            out.append(Fittable(r, s.backend, v, r.raw.get("source", "")))
+    return out
 
 
-def fit_calibration(cat: Catalog, rows: list[Row], command: str) -> Calibration:
-    return calibrate(rows, calibration_work(cat, Calibration({}, {})), command)
+def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict[str, dict[str, float]]]:
+    by: dict[str, list[Fittable]] = {}
+    for it in items:
+        by.setdefault(it.backend, []).append(it)
+    effs, usual = {}, {}
+    for backend, its in sorted(by.items()):
+        def residual(it: Fittable) -> Callable[[rf.Efficiency], float]:
+            unit_ms = it.row.unit == "ms"
 
+            def f(e: rf.Efficiency) -> float:
+                pred = it.value(e)[1]
+                if not pred or pred <= 0:
+                    return 0.0
+                return math.log(pred / it.row.value) if not unit_ms else math.log(pred / it.row.value)
+            return f
+        fitted = fit_constants([residual(it) for it in its], prior(backend))
+        srcs = sorted({it.source for it in its})
+        effs[backend] = rf.Efficiency(**{n: getattr(fitted, n) for n in rf.PARAM_BOUNDS}, rows=len(its),
+                                      calibrated=True,
+                                      source=f"fitted on {len(its)} published rows from {', '.join(srcs)}")
+        groups: dict[str, list[float]] = {}
+        for it in its:
+            c = it.value(effs[backend])[0]
+            if c:
+                groups.setdefault(it.row.group, []).append(c / it.row.value if it.row.unit == "ms" else it.row.value / c)
+        usual[backend] = {g: statistics.median(v) for g, v in groups.items()}
+    return effs, usual
+
+
+def cross_validate(cat: Catalog, rows: list[Row]) -> list[RowResult]:
+    """Leave one source out: every source's rows predicted by a fit on all the other sources."""
+    items = fittable_rows(cat, rows)
+    sources = sorted({r.raw.get("source", "") for r in rows})
+    out: list[RowResult] = []
+    for src in sources:
+        effs, usual = _fit_backends([it for it in items if it.source != src])
+        cal = Calibration(effs, usual, origin=f"all sources but {src}")
+        out += [predict_row(cat, cal, r) for r in rows if r.raw.get("source", "") == src]
+    return out
+
+
+def fit_calibration(cat: Catalog, rows: list[Row], command: str, bands: bool = True) -> Calibration:
+    items = fittable_rows(cat, rows)
+    effs, usual = _fit_backends(items)
+    srcs: dict[str, set[str]] = {}
+    for it in items:
+        srcs.setdefault(it.backend, set()).add(it.source)
+    cal = Calibration(effs, usual, {}, {k: sorted(v) for k, v in srcs.items()}, command, origin="fitted")
+    if bands:
+        errs: dict[str, dict[str, list[float]]] = {}
+        for res in cross_validate(cat, rows):
+            if res.backend and res.error_pct is not None:
+                errs.setdefault(res.backend, {}).setdefault(band_metric(res.row), []).append(res.error_pct)
+        for backend, per in errs.items():
+            for metric, e in per.items():
+                b = make_band(e)
+                if b is not None:
+                    cal.bands.setdefault(backend, {})[metric] = b
+    return cal
+
+
+# --- accuracy --------------------------------------------------------------------------------------------
 
 @dataclass(slots=True)
 class AgainstReport:
@@ -187,12 +330,17 @@ class AgainstReport:
         return {"rows": [r.to_dict() for r in self.results], "summary": self.summary}
 
 
-def _mape(results: list[RowResult]) -> dict[str, Any]:
+def error_stats(results: list[RowResult]) -> dict[str, Any]:
     errs = [abs(r.error_pct) for r in results if r.error_pct is not None]
-    return {"n": len(errs), "median_abs_error_pct": statistics.median(errs) if errs else None}
+    return {"n": len(errs), "median_abs_error_pct": statistics.median(errs) if errs else None,
+            "within_25_pct": sum(e <= 25 for e in errs) / len(errs) if errs else None}
 
 
-def faster_box_check(results: list[RowResult], min_ratio: float = 1.5) -> dict[str, Any]:
+def _mape(results: list[RowResult]) -> dict[str, Any]:
+    return error_stats(results)
+
+
+def faster_box_check(results: list[RowResult], min_ratio: float = 1.2) -> dict[str, Any]:
     """Pairs of rows measuring the same thing on two boxes: is the faster one predicted faster?"""
     key = lambda r: (r.row.model, r.row.weights, r.row.test, r.row.depth, r.row.concurrency,  # noqa: E731
                      r.row.input_len, r.row.output_len, r.row.metric)
@@ -207,8 +355,6 @@ def faster_box_check(results: list[RowResult], min_ratio: float = 1.5) -> dict[s
                 a, b = items[i], items[j]
                 if a.row.hardware == b.row.hardware:
                     continue
-                if any(f.startswith(("likely software", "cannot")) for f in a.flags + b.flags):
-                    continue
                 meas = a.row.value / b.row.value
                 if max(meas, 1 / meas) < min_ratio:
                     continue
@@ -218,24 +364,35 @@ def faster_box_check(results: list[RowResult], min_ratio: float = 1.5) -> dict[s
                     right += 1
                 else:
                     wrong.append(f"{a.row.model} {a.row.metric} {a.row.hardware} vs {b.row.hardware}")
-    return {"pairs": pairs, "right": right, "wrong": wrong}
+    return {"pairs": pairs, "right": right, "wrong": wrong, "min_ratio": min_ratio}
+
+
+def accuracy(results: list[RowResult]) -> dict[str, Any]:
+    """Per metric, overall and per backend: median absolute error, share within 25%, n."""
+    out: dict[str, Any] = {}
+    for r in results:
+        if r.error_pct is None:
+            continue
+        m = band_metric(r.row)
+        out.setdefault(m, {}).setdefault("all", []).append(r)
+        out[m].setdefault(r.backend or "?", []).append(r)
+    return {m: {b: error_stats(rs) for b, rs in sorted(per.items())} for m, per in out.items()}
 
 
 def against(cat: Catalog, cal: Calibration, rows: list[Row]) -> AgainstReport:
-    """Predict every row. The summary splits rows calibration fitted ("train") from rows it never saw
-    ("holdout": held-out models, and metrics that are never fitted, such as serving under load)."""
+    """Predict every row. A row is "fitted" only when the calibration in use was fitted on its source and
+    the fit could use it; every other row is "unseen"."""
     results = [predict_row(cat, cal, r) for r in rows]
-    work = calibration_work(cat, cal)
-    fitted = {id(r) for r in results if r.row.model not in cal.holdout_models and work(r.row) is not None}
+    fit_ids = {id(it.row) for it in fittable_rows(cat, rows)}
+    for res in results:
+        srcs = cal.sources.get(res.backend or "", [])
+        if id(res.row) in fit_ids and res.row.raw.get("source", "") in srcs:
+            res.split = "fitted"
     summary: dict[str, Any] = {}
-    for split, keep in (("train", lambda r: id(r) in fitted),
-                        ("holdout", lambda r: id(r) not in fitted),
-                        ("all", lambda r: True)):
-        sel = [r for r in results if keep(r)]
-        summary[split] = {
-            g: _mape([r for r in sel if r.row.group == g]) for g in ("decode", "prefill", "serve")
-        }
-        summary[split]["serve_throughput"] = _mape([r for r in sel if r.row.metric == "output_tps"])
+    for split in ("fitted", "unseen", "all"):
+        sel = [r for r in results if split == "all" or r.split == split]
+        summary[split] = {g: error_stats([r for r in sel if r.row.group == g]) for g in ("decode", "prefill", "serve")}
+        summary[split]["serve_throughput"] = error_stats([r for r in sel if r.row.metric == "output_tps"])
     summary["faster_box"] = faster_box_check(results)
     summary["flagged"] = sum(1 for r in results if any(f.startswith("likely software") for f in r.flags))
     summary["unpredicted"] = sum(1 for r in results if r.predicted is None)

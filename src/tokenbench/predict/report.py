@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .calibration import Calibration
 from .predictor import AgainstReport, Setup
 from .roofline import Fit, kv_bytes, state_bytes
 from .specs import Catalog
@@ -16,7 +17,7 @@ def _f(v: float | None, d: int = 1) -> str:
 
 
 def hardware_table(cat: Catalog) -> Table:
-    head = ["Hardware", "Name", "Memory GB", "BW GB/s", "BF16 TFLOPS", "FP8 TFLOPS", "Source"]
+    head = ["Hardware", "Name", "Memory GiB", "BW GB/s", "BF16 TFLOPS", "FP8 TFLOPS", "Source"]
     rows = [[h.id, h.name, _f(h.mem_gb, 0), _f(h.bw_gbs, 0), _f(h.bf16_tflops), _f(h.fp8_tflops), h.source]
             for h in cat.hardware.values()]
     return head, rows
@@ -48,14 +49,14 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
     lines = [
         f"{m.id} ({s.quant.weights} weights, {s.quant.kv.lower()} KV) on {s.hw.id} with {s.engine}: "
         f"{context:,} tokens x {concurrency} sequence(s)",
-        f"  weights      {f.weights_gb:8.2f} GB   (all experts)" if m.is_moe else f"  weights      {f.weights_gb:8.2f} GB",
-        f"  KV cache     {f.kv_gb:8.2f} GB   ({kv_bytes(m, s.quant, context) / 1e9:.3f} GB per sequence)",
+        f"  weights      {f.weights_gb:8.2f} GiB  (all experts)" if m.is_moe else f"  weights      {f.weights_gb:8.2f} GiB",
+        f"  KV cache     {f.kv_gb:8.2f} GiB  ({kv_bytes(m, s.quant, context) / 2**30:.3f} GiB per sequence)",
     ]
     if m.linear_layers:
-        lines.append(f"  state        {f.state_gb:8.2f} GB   ({state_bytes(m) / 1e6:.1f} MB per sequence, fp32)")
+        lines.append(f"  state        {f.state_gb:8.2f} GiB  ({state_bytes(m) / 1e6:.1f} MB per sequence, fp32)")
     lines += [
-        f"  runtime      {f.overhead_gb:8.2f} GB",
-        f"  total        {f.total_gb:8.2f} GB of {f.usable_gb:.1f} GB usable -> "
+        f"  runtime      {f.overhead_gb:8.2f} GiB",
+        f"  total        {f.total_gb:8.2f} GiB of {f.usable_gb:.1f} GiB usable (a vendor's \"GB\" of memory is GiB) -> "
         + ("fits" if f.fits else "does NOT fit"),
         f"  largest context at {concurrency} sequence(s): {f.max_context:,} tokens; "
         f"most sequences at {context:,} tokens: {f.max_concurrency}",
@@ -73,40 +74,64 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
     return lines
 
 
-def depth_table(s: Setup, depths: list[int], pp: int, tg: int) -> Table:
+def estimate_cell(s: Setup, cal: Calibration, metric: str, text: str) -> str:
+    """A calibrated estimate with its cross-validated band, or UNCALIBRATED where no fit stands behind it."""
+    if not s.calibrated:
+        return "UNCALIBRATED"
+    b = cal.band(s.backend, metric)
+    return f"{text} ±{b.pct:.0f}%" if b else f"{text} (no CV band)"
+
+
+def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
+    if not s.calibrated:
+        return (f"UNCALIBRATED: no measurements of {s.backend} stand behind a fitted estimate; only the physical "
+                "ceiling is shown")
+    parts = []
+    for m in metrics:
+        b = cal.band(s.backend, m)
+        parts.append(f"{m} ±{b.pct:.0f}% (n={b.n})" if b else f"{m}: too few held-out rows for a band")
+    return ("bands: 80% of held-out published rows of " + s.backend + " were within " + ", ".join(parts)
+            + " (leave-one-source-out)")
+
+
+def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int) -> Table:
     head = ["Depth", f"pp{pp} tok/s", f"pp{pp} ceiling", f"tg{tg} tok/s", f"tg{tg} ceiling", "fits"]
     rows = []
     for d in depths:
         p = s.prefill(pp, d)
         t = s.decode(d + tg // 2)
         f = s.fit(d + pp + tg, 1)
-        rows.append([f"{d:,}", _f(pp / p.estimate), _f(pp / p.ceiling), _f(1 / t.estimate), _f(1 / t.ceiling),
+        rows.append([f"{d:,}", estimate_cell(s, cal, "prefill", _f(pp / p.estimate)), _f(pp / p.ceiling),
+                     estimate_cell(s, cal, "decode", _f(1 / t.estimate)), _f(1 / t.ceiling),
                      "yes" if f.fits else f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)"])
     return head, rows
 
 
-def serve_table(s: Setup, concurrency: list[int], prompt: int, output: int) -> Table:
+def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int, output: int) -> Table:
     head = ["Concurrency", "Aggregate tok/s", "ceiling", "Per-agent tok/s", "TTFT", "ceiling", "TPOT", "ceiling",
             "fits"]
     rows = []
     for n in concurrency:
         p = s.serve(n, prompt, output)
         f = s.fit(prompt + output, n)
-        rows.append([str(n), _f(p.throughput[1]), _f(p.throughput[0]), _f(p.per_agent[1]),
-                     f"{p.ttft_s.estimate * 1000:,.0f} ms", f"{p.ttft_s.ceiling * 1000:,.0f} ms",
-                     f"{p.tpot_s.estimate * 1000:.1f} ms", f"{p.tpot_s.ceiling * 1000:.1f} ms",
-                     "yes" if f.fits else "no"])
+        rows.append([str(n), estimate_cell(s, cal, "throughput", _f(p.throughput[1])), _f(p.throughput[0]),
+                     estimate_cell(s, cal, "throughput", _f(p.per_agent[1])),
+                     estimate_cell(s, cal, "ttft", f"{p.ttft_s.estimate * 1000:,.0f} ms"),
+                     f"{p.ttft_s.ceiling * 1000:,.0f} ms",
+                     estimate_cell(s, cal, "tpot", f"{p.tpot_s.estimate * 1000:.1f} ms"),
+                     f"{p.tpot_s.ceiling * 1000:.1f} ms", "yes" if f.fits else "no"])
     return head, rows
 
 
 def against_table(rep: AgainstReport) -> Table:
-    head = ["Host", "Model", "Test", "Depth", "Conc.", "Metric", "Measured", "Predicted", "Error %",
+    head = ["Host", "Model", "Test", "Depth", "Conc.", "Metric", "Measured", "Predicted", "Error %", "Split",
             "Measured/ceiling", "Flags"]
     rows = []
     for r in rep.results:
+        pred = _f(r.predicted) if r.calibrated or r.predicted is None else f"{_f(r.predicted)} UNCALIBRATED"
         rows.append([r.row.raw.get("host", r.row.hardware), r.row.model, r.row.test, str(r.row.depth),
                      str(r.row.concurrency), r.row.metric, f"{_f(r.row.value)} {r.row.unit}",
-                     _f(r.predicted), _f(r.error_pct, 0) if r.error_pct is not None else "—",
+                     pred, _f(r.error_pct, 0) if r.error_pct is not None else "—", r.split,
                      f"{r.measured_over_ceiling:.2f}" if r.measured_over_ceiling is not None else "—",
                      "; ".join(r.flags)])
     return head, rows
@@ -114,7 +139,7 @@ def against_table(rep: AgainstReport) -> Table:
 
 def summary_lines(rep: AgainstReport) -> list[str]:
     out = []
-    for split in ("train", "holdout", "all"):
+    for split in ("fitted", "unseen", "all"):
         parts = []
         for g in ("decode", "prefill", "serve", "serve_throughput"):
             d = rep.summary[split][g]
@@ -123,8 +148,10 @@ def summary_lines(rep: AgainstReport) -> list[str]:
         if parts:
             out.append(f"median |error| {split}: " + ", ".join(parts))
     fb = rep.summary["faster_box"]
-    out.append(f"faster box predicted right: {fb['right']}/{fb['pairs']} pairs with a measured ratio >= 1.5 "
-               "(flagged rows left out)")
+    out.append(f"faster box predicted right: {fb['right']}/{fb['pairs']} pairs with a measured ratio >= "
+               f"{fb['min_ratio']:g}")
+    out.append("'fitted' rows are ones this calibration was fitted on (in-sample); cross-validated accuracy: "
+               "python benchmarks/predictor_accuracy.py")
     if rep.summary["flagged"]:
         out.append(f"{rep.summary['flagged']} row(s) flagged as a likely software bottleneck")
     return out

@@ -16,17 +16,30 @@ from typing import Literal
 from ..errors import UsageError
 from .specs import HardwareSpec, ModelSpec
 
-#: Bits per weight of each format. GGUF K-quant mixes use llama.cpp's whole-file effective bpw
-#: (quantize README, Llama-3.1-8B); 4-bit GPU formats keep embeddings and lm_head in BF16.
+#: Bits per weight of each format. GGUF K-quant mixes use llama.cpp's whole-file effective bpw (quantize
+#: README: Llama-3.1-8B for Q4_K_M, Q5_K_M, Q6_K, Q8_0; its Llama 2 7B table for Q2_K, Q3_K_*, Q4_K_S,
+#: Q5_K_S); single-type formats their block size (Q4_0: 18 bytes per 32 weights = 4.5; IQ types per
+#: llama-quantize's list). 4-bit GPU formats keep embeddings and lm_head in BF16. MLX 4/8-bit: group 64 with an
+#: fp16 scale and bias (+0.5 bpw).
 WEIGHT_BPW: dict[str, float] = {
     "BF16": 16, "FP16": 16, "F16": 16.0005, "F32": 32, "FP8": 8.0, "INT8": 8.0, "W8A8": 8.0,
-    "AWQ": 4.156, "GPTQ": 4.156, "MXFP4": 4.25, "NVFP4": 4.5,
-    "Q8_0": 8.501, "Q6_K": 6.563, "Q5_K_M": 5.704, "Q5_K": 5.5, "Q4_K_M": 4.894, "Q4_K": 4.5, "Q4_0": 4.5,
+    "AWQ": 4.156, "GPTQ": 4.156, "MXFP4": 4.25, "NVFP4": 4.5, "MLX4": 4.5, "MLX8": 8.5,
+    "Q8_0": 8.501, "Q6_K": 6.563, "Q5_K_M": 5.704, "Q5_K_S": 5.52, "Q5_K": 5.5, "Q5_1": 6.0, "Q5_0": 5.5,
+    "Q4_K_M": 4.894, "Q4_K_S": 4.58, "Q4_K": 4.5, "Q4_1": 5.0, "Q4_0": 4.5,
+    "Q3_K_L": 4.27, "Q3_K_M": 3.91, "Q3_K_S": 3.50, "Q2_K": 3.35,
+    "IQ4_NL": 4.5, "IQ4_XS": 4.25, "IQ3_M": 3.66, "IQ3_S": 3.44, "IQ3_XS": 3.3, "IQ3_XXS": 3.06,
+    "IQ2_M": 2.7, "IQ2_S": 2.5, "IQ2_XS": 2.31, "IQ2_XXS": 2.06, "IQ1_M": 1.75, "IQ1_S": 1.56,
 }
 EMB_KEPT_BF16 = {"AWQ", "GPTQ", "MXFP4", "NVFP4", "FP8", "W8A8"}
-GGUF_FORMATS = {"F16", "F32", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K", "Q4_K_M", "Q4_K", "Q4_0"}
-#: KV-cache bits per element: llama.cpp -ctk q8_0 / q4_0 carry block scales.
-KV_BITS: dict[str, float] = {"F16": 16, "BF16": 16, "AUTO": 16, "F32": 32, "FP8": 8, "Q8_0": 8.5, "Q4_0": 4.5}
+#: Formats stored in GGUF files: block-quantized weights and the float ones.
+GGUF_FORMATS = {k for k in WEIGHT_BPW if k.startswith(("Q", "IQ"))} | {"F16", "F32"}
+#: Weights llama.cpp's CUDA backend multiplies through its int8 MMQ kernels (MXFP4 included: gpt-oss GGUFs).
+MMQ_FORMATS = (GGUF_FORMATS - {"F16", "F32"}) | {"MXFP4"}
+#: KV-cache bits per element: llama.cpp -ctk q8_0 / q4_0 / ... carry block scales.
+KV_BITS: dict[str, float] = {"F16": 16, "BF16": 16, "AUTO": 16, "F32": 32, "FP8": 8, "Q8_0": 8.5,
+                             "Q5_1": 6.0, "Q5_0": 5.5, "Q4_1": 5.0, "Q4_0": 4.5, "IQ4_NL": 4.5}
+#: Block-quantized KV caches, read through dequantizing attention kernels (their own efficiency).
+QUANT_KV = {"Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0", "IQ4_NL"}
 #: Recurrent (Gated DeltaNet) state is kept in fp32.
 STATE_BYTES = 4
 #: Host memory reached from a GPU-offloading llama.cpp: the CPU runs its layers at this share of the host's
@@ -34,10 +47,17 @@ STATE_BYTES = 4
 CPU_ETA_BW = 0.30
 #: PCIe transfers reach this share of the link's nominal rate (roofline.md: 80–85%).
 PCIE_ETA = 0.8
-#: llama.cpp re-reads the weights for every micro-batch of prompt processing (-ub default).
+#: llama.cpp's default micro-batch (-ub): weights are read once per micro-batch of prompt processing.
 UBATCH = 512
+#: vLLM/SGLang prefill a prompt in chunks of their token budget (max_num_batched_tokens), one weight pass each.
+CHUNK_TOKENS = 8192
+GIB = 2**30
 
 EngineKind = Literal["batching", "sequential"]
+
+#: Engines the predictor knows, and the llama.cpp backends.
+ENGINES = ("vllm", "sglang", "llama.cpp", "llamacpp", "ollama", "transformers", "mlx")
+LLAMACPP_BACKENDS = ("cuda", "vulkan", "rocm", "metal", "cpu", "sycl")
 
 
 @dataclass(slots=True, frozen=True)
@@ -53,14 +73,42 @@ class Quant:
     def kv_bytes(self) -> float:
         return KV_BITS[self.kv] / 8
 
+    @property
+    def kv_quantized(self) -> bool:
+        return self.kv in QUANT_KV
+
     @classmethod
     def parse(cls, weights: str, kv: str) -> Quant:
-        w, k = weights.upper(), kv.upper()
+        w, k = weights.upper().replace("-", "_"), kv.upper().replace("-", "_")
         if w not in WEIGHT_BPW:
             raise UsageError(f"unknown weight format '{weights}': use one of {', '.join(WEIGHT_BPW)}")
         if k not in KV_BITS:
             raise UsageError(f"unknown KV-cache format '{kv}': use one of {', '.join(k.lower() for k in KV_BITS)}")
         return cls(w, k)
+
+
+def check_engine(hw: HardwareSpec, engine: str) -> None:
+    """Refuse an engine the predictor does not know, or one that does not run on the box."""
+    e = engine.lower().strip()
+    if not e.startswith(ENGINES):
+        raise UsageError(f"unknown engine '{engine}': use one of vllm, sglang, llama.cpp [{'|'.join(LLAMACPP_BACKENDS)}], "
+                         "ollama, transformers, mlx")
+    apple = hw.default_backend == "metal"
+    if apple and e.startswith(("vllm", "sglang")):
+        raise UsageError(f"{engine.split()[0]} does not run on Apple GPUs ({hw.id}): use llama.cpp (Metal) or mlx")
+    if e.startswith("mlx") and not apple:
+        raise UsageError(f"mlx runs on Apple silicon only, not on {hw.id}")
+    parts = e.replace("llamacpp", "llama.cpp").split()
+    if parts[0] == "llama.cpp" and len(parts) > 1:
+        b = parts[1]
+        if b not in LLAMACPP_BACKENDS:
+            raise UsageError(f"unknown llama.cpp backend '{b}': use one of {', '.join(LLAMACPP_BACKENDS)}")
+        if b == "metal" and not apple:
+            raise UsageError(f"llama.cpp's Metal backend runs on Apple silicon only, not on {hw.id}")
+        if b in ("cuda", "rocm", "vulkan", "sycl") and apple:
+            raise UsageError(f"{hw.id} is an Apple GPU: llama.cpp runs there with Metal, not {b}")
+        if b == "cuda" and hw.id.startswith(("amd-", "intel-")):
+            raise UsageError(f"{hw.id} is not an NVIDIA GPU: use llama.cpp vulkan or rocm")
 
 
 def check_combination(hw: HardwareSpec, q: Quant, engine: str) -> None:
@@ -72,6 +120,8 @@ def check_combination(hw: HardwareSpec, q: Quant, engine: str) -> None:
         )
     if q.weights in GGUF_FORMATS - {"F16", "F32"} and engine.startswith(("vllm", "sglang")):
         raise UsageError(f"{engine} does not serve GGUF {q.weights} weights efficiently: use llama.cpp, or AWQ/GPTQ/FP8")
+    if q.weights.startswith("MLX") and not engine.lower().startswith("mlx"):
+        raise UsageError(f"{q.weights} weights are MLX's format: use --engine mlx, or a GGUF quant for llama.cpp")
 
 
 # --- sizes -----------------------------------------------------------------------------------------------
@@ -99,25 +149,31 @@ def total_weight_bytes(m: ModelSpec, q: Quant) -> float:
     return w["dense"] + w["experts"] + w["embedding"] + (0.0 if m.tied else w["lm_head"])
 
 
+def _kv_tokens(m: ModelSpec, context: float) -> float:
+    """Cached token-layers at ``context``: full layers hold all, local layers min(ctx, W)."""
+    return m.n_full * context + m.local_layers * min(context, m.window or context)
+
+
 def kv_bytes(m: ModelSpec, q: Quant, context: int) -> float:
     """KV cache of one sequence at ``context`` tokens: full layers hold all, local layers min(ctx, W)."""
-    per = m.kv_elems_per_token_layer() * q.kv_bytes
-    return per * (m.n_full * context + m.local_layers * min(context, m.window or context))
+    return m.kv_elems_per_token_layer() * q.kv_bytes * _kv_tokens(m, context)
 
 
 def state_bytes(m: ModelSpec) -> float:
     return m.linear_layers * m.linear_state_elems() * STATE_BYTES
 
 
-def overhead_bytes(m: ModelSpec, engine: str, hw: HardwareSpec) -> float:
+def overhead_bytes(m: ModelSpec, engine: str, hw: HardwareSpec, ubatch: int = UBATCH) -> float:
     """Runtime memory beside weights and cache: compute buffers, logits, CUDA context; vLLM keeps 10% free."""
     if engine.startswith(("vllm", "sglang")):
-        return 0.10 * hw.mem_gb * 1e9 + 2e9
-    return 0.5e9 + UBATCH * m.vocab * 4 + UBATCH * m.hidden * 4 * 8
+        return 0.10 * hw.mem_gb * GIB + 2 * GIB
+    return 0.5 * GIB + ubatch * m.vocab * 4 + ubatch * m.hidden * 4 * 8
 
 
 @dataclass(slots=True)
 class Fit:
+    """Memory in GiB (the unit vendors' "GB" of VRAM means)."""
+
     weights_gb: float
     kv_gb: float
     state_gb: float
@@ -131,11 +187,12 @@ class Fit:
     offload_fraction: float = 0.0  # share of the weights left in host memory
 
 
-def fit(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, concurrency: int, engine: str) -> Fit:
+def fit(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, concurrency: int, engine: str,
+        ubatch: int = UBATCH) -> Fit:
     w = total_weight_bytes(m, q)
     kv = kv_bytes(m, q, context) * concurrency
     st = state_bytes(m) * concurrency
-    ov = overhead_bytes(m, engine, hw)
+    ov = overhead_bytes(m, engine, hw, ubatch)
     usable = hw.usable_bytes
     total = w + kv + st + ov
     free = usable - w - ov
@@ -151,7 +208,7 @@ def fit(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, concurrency: int
             else:
                 hi = mid - 1
         max_ctx = lo
-    f = Fit(w / 1e9, kv / 1e9, st / 1e9, ov / 1e9, total / 1e9, usable / 1e9, total <= usable, max_ctx, max_conc)
+    f = Fit(w / GIB, kv / GIB, st / GIB, ov / GIB, total / GIB, usable / GIB, total <= usable, max_ctx, max_conc)
     if not f.fits:
         # llama.cpp keeps the cache and as many whole layers as fit on the GPU (-ngl); the rest stay on the host.
         per_layer = w / (m.layers + 1)
@@ -171,30 +228,49 @@ def expert_coverage(m: ModelSpec, tokens: float) -> float:
     return m.experts * (1 - (1 - m.top_k / m.experts) ** tokens)
 
 
+def fp16_peak(hw: HardwareSpec) -> float:
+    """The FP16 tensor peak with FP16 accumulate where the box has one above its BF16 figure (GeForce cards run
+    FP32 accumulate at half rate), else the BF16/FP16 peak."""
+    return hw.fp16_tflops or hw.bf16_tflops
+
+
 def peak_tflops(hw: HardwareSpec, q: Quant, backend: str) -> float:
-    """The peak of the arithmetic actually used: FP8 for FP8 weights, int8 MMQ for llama.cpp k-quants on
-    CUDA, FP16/BF16 otherwise."""
+    """The peak of the arithmetic the weight matmuls use: FP8 for FP8 weights; for llama.cpp on CUDA the FP16
+    tensor peak (cuBLAS F16 and the MMQ kernels alike: llama-bench pp512 of Q4_K_M runs at 0.74-0.91 of F16's
+    on every GPU of published-more.csv, whatever the GPU's INT8:FP16 ratio, so the INT8 peak describes none
+    of them); FP16/BF16 otherwise."""
     if q.weights in ("FP8", "W8A8") and hw.fp8_tflops:
         return hw.fp8_tflops
-    if q.weights in GGUF_FORMATS and backend.endswith("cuda") and hw.int8_tflops:
-        return hw.int8_tflops
+    if backend.startswith("llamacpp") and backend.endswith("cuda"):
+        return fp16_peak(hw)
     return hw.bf16_tflops
+
+
+def attention_peak(hw: HardwareSpec, backend: str) -> float:
+    """Flash attention runs in FP16: with FP16 accumulate in llama.cpp's CUDA kernels."""
+    return fp16_peak(hw) if backend.startswith("llamacpp") and backend.endswith("cuda") else hw.bf16_tflops
 
 
 @dataclass(slots=True)
 class StepCost:
     """The physical work of one step, as times at the nominal peaks (seconds)."""
 
-    t_weights: float  # weight bytes / bandwidth
-    t_kv: float  # KV and recurrent-state bytes / bandwidth
-    t_compute: float  # FLOPs / peak
+    t_weights: float  # weight bytes / bandwidth (every read, all micro-batches)
+    t_kv: float  # f16/fp8 KV and recurrent-state bytes / bandwidth
+    t_compute: float  # matmul FLOPs / the weights' arithmetic peak
     bytes: float
     flops: float
-    t_attention: float = 0.0  # the attention part of t_compute
+    t_attention: float = 0.0  # attention FLOPs / the FP16 peak (flash attention runs in FP16)
+    t_kvq: float = 0.0  # block-quantized KV bytes / bandwidth
+    layers: int = 0
+    passes: int = 1  # forward passes (micro-batches) in the step
+    quantized: bool = False  # block-quantized weights: the matmuls dequantize
+    expert_gemms: float = 0.0  # prefill: routed-expert matmuls launched (touched experts x 3 x MoE layers x passes)
 
     @property
     def ceiling(self) -> float:
-        return max(self.t_weights + self.t_kv, self.t_compute)
+        """Memory traffic and arithmetic overlap: the slower of the two, at the nominal peaks."""
+        return max(self.t_weights + self.t_kv + self.t_kvq, self.t_compute + self.t_attention)
 
 
 def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, backend: str,
@@ -203,65 +279,95 @@ def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, 
     w = weight_bytes(m, q)
     routed = w["experts"] * (expert_coverage(m, n) / m.experts if m.is_moe else 0.0)
     wbytes = (w["dense"] + routed) * on_gpu_fraction + w["lm_head"] + w["embedding"] / m.vocab * n
-    per_tok = m.kv_elems_per_token_layer() * q.kv_bytes
-    kv = n * per_tok * (m.n_full * context + m.local_layers * min(context, m.window or context))
-    kv += n * state_bytes(m) * 2  # recurrent state read and written every step
-    flops = n * (2 * m.active_nonemb_params + 2 * m.hidden * m.vocab
-                 + 4 * m.heads * m.head_dim * (m.n_full * context + m.local_layers * min(context, m.window or context)))
+    kv = n * m.kv_elems_per_token_layer() * q.kv_bytes * _kv_tokens(m, context)
+    state = n * state_bytes(m) * 2  # recurrent state read and written every step
+    mm = n * (2 * m.active_nonemb_params + 2 * m.hidden * m.vocab)
+    att = n * 4 * m.heads * m.head_dim * _kv_tokens(m, context)
     bw = hw.bw_gbs * 1e9
-    return StepCost(wbytes / bw, kv / bw, flops / (peak_tflops(hw, q, backend) * 1e12), wbytes + kv, flops)
+    t_kv, t_kvq = ((state / bw, kv / bw) if q.kv_quantized else ((kv + state) / bw, 0.0))
+    return StepCost(wbytes / bw, t_kv, mm / (peak_tflops(hw, q, backend) * 1e12), wbytes + kv + state, mm + att,
+                    att / (attention_peak(hw, backend) * 1e12), t_kvq, m.layers, 1, q.weights in MMQ_FORMATS)
 
 
-def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: int, backend: str) -> StepCost:
-    """Prefill of ``tokens`` new tokens after ``cached`` ones: causal attention, weights re-read per ubatch."""
+def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: int, backend: str,
+                 ubatch: int = UBATCH) -> StepCost:
+    """Prefill of ``tokens`` new tokens after ``cached`` ones: causal attention; the weights are read once per
+    micro-batch (``ubatch``, llama.cpp's -ub), and those reads overlap the arithmetic."""
     t, c0 = tokens, cached
     attn_full = 4 * m.heads * m.head_dim * (t * c0 + t * t / 2) * m.n_full
     attn_local = 4 * m.heads * m.head_dim * t * min(m.window or (c0 + t), c0 + t) * m.local_layers
-    flops = 2 * m.active_nonemb_params * t + attn_full + attn_local + 2 * m.hidden * m.vocab
+    mm = 2 * m.active_nonemb_params * t + 2 * m.hidden * m.vocab
     w = weight_bytes(m, q)
-    ubatches = max(1, math.ceil(t / UBATCH))
-    per_ub = min(t, UBATCH)
+    ub = max(1, ubatch)
+    passes = max(1, math.ceil(t / ub))
+    per_ub = min(t, ub)
     routed = w["experts"] * (expert_coverage(m, per_ub) / m.experts if m.is_moe else 0.0)
-    wbytes = ubatches * (w["dense"] + routed + w["lm_head"] / ubatches)
-    kvb = m.kv_elems_per_token_layer() * q.kv_bytes * (m.n_full * (c0 + t) + m.local_layers * min(c0 + t, m.window or c0 + t))
+    wbytes = passes * (w["dense"] + routed) + w["lm_head"]
+    kvb = m.kv_elems_per_token_layer() * q.kv_bytes * _kv_tokens(m, c0 + t)
     bw = hw.bw_gbs * 1e9
-    peak = peak_tflops(hw, q, backend) * 1e12
-    return StepCost(wbytes / bw, kvb / bw, flops / peak, wbytes + kvb, flops, (attn_full + attn_local) / peak)
+    t_kv, t_kvq = (0.0, kvb / bw) if q.kv_quantized else (kvb / bw, 0.0)
+    gemms = passes * expert_coverage(m, per_ub) * 3 * m.moe_layers if m.is_moe else 0.0
+    return StepCost(wbytes / bw, t_kv, mm / (peak_tflops(hw, q, backend) * 1e12), wbytes + kvb,
+                    mm + attn_full + attn_local, (attn_full + attn_local) / (attention_peak(hw, backend) * 1e12),
+                    t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms)
+
+
+#: The calibrated constants: name -> (lower bound, upper bound). Shares of a nominal peak lie in (0, 1]: no
+#: backend beats its hardware. The per-layer fixed cost is a launch/sync time per layer per forward pass.
+PARAM_BOUNDS: dict[str, tuple[float, float]] = {
+    "eta_w": (0.2, 1.0),  # share of nominal bandwidth reached streaming weights
+    "eta_kv": (0.1, 1.0),  # ... streaming an f16/fp8 KV cache and recurrent state
+    "eta_kvq": (0.01, 1.0),  # ... reading a block-quantized KV cache through dequantizing kernels
+    "t_layer": (0.0, 300e-6),  # fixed seconds per layer per forward pass (kernel launches, syncs)
+    "eta_c": (0.02, 1.0),  # share of the arithmetic peak reached by the weight matmuls
+    "eta_q": (0.2, 1.0),  # ... of that, kept when the weights are block-quantized (dequantizing matmuls)
+    "t_expert": (0.0, 100e-6),  # prefill: fixed seconds per routed-expert matmul (one small GEMM per expert)
+    "eta_att": (0.01, 1.0),  # share of the FP16 peak reached by attention (prefill at depth)
+    "burst": (0.0, 1.0),  # batching engines under a closed loop: share of (N−1)/2 prefills a new request waits
+}
 
 
 @dataclass(slots=True, frozen=True)
 class Efficiency:
-    """A backend's calibrated costs: estimate = a_w·t_weights + a_kv·t_kv + b (decode), and
-    a_c·t_matmul + a_att·t_attention + a_pw·t_weights + b_p (prefill). 1/a_w is the achieved share of bandwidth."""
+    """A backend's calibrated constants (see PARAM_BOUNDS); the defaults are the physical priors every fit
+    starts from and shrinks toward (calibration.PRIORS says where each comes from)."""
 
-    decode_a_w: float = 1 / 0.7
-    decode_a_kv: float = 1 / 0.7
-    decode_b: float = 0.001
-    prefill_a_c: float = 2.0
-    prefill_a_att: float = 4.0
-    prefill_a_w: float = 1.0
-    prefill_b: float = 0.005
+    eta_w: float = 0.65
+    eta_kv: float = 0.65
+    eta_kvq: float = 0.3
+    t_layer: float = 30e-6
+    eta_c: float = 0.4
+    eta_q: float = 1.0
+    t_expert: float = 5e-6
+    eta_att: float = 0.3
+    burst: float = 0.5
     rows: int = 0
-    source: str = "default (no calibration rows for this backend)"
+    calibrated: bool = False
+    source: str = "UNCALIBRATED: no measurements of this backend; physical priors only"
 
     @property
     def eta_bw(self) -> float:
-        return 1 / self.decode_a_w
+        return self.eta_w
 
     @property
     def eta_compute(self) -> float:
-        return 1 / self.prefill_a_c if self.prefill_a_c else 1.0
+        return self.eta_c
+
+
+def _arith(c: StepCost, eff: Efficiency) -> float:
+    return c.t_compute / (eff.eta_c * (eff.eta_q if c.quantized else 1.0)) + c.t_attention / eff.eta_att
 
 
 def decode_time(c: StepCost, eff: Efficiency) -> float:
-    mem = eff.decode_a_w * c.t_weights + eff.decode_a_kv * c.t_kv
-    return max(mem, c.t_compute * eff.prefill_a_c) + eff.decode_b
+    """Memory streams and arithmetic overlap (the slower wins), plus a fixed cost per layer."""
+    mem = c.t_weights / eff.eta_w + c.t_kv / eff.eta_kv + c.t_kvq / eff.eta_kvq
+    return max(mem, _arith(c, eff)) + c.passes * c.layers * eff.t_layer
 
 
 def prefill_time(c: StepCost, eff: Efficiency) -> float:
-    matmul = c.t_compute - c.t_attention
-    return eff.prefill_a_c * matmul + eff.prefill_a_att * c.t_attention + eff.prefill_a_w * (c.t_weights + c.t_kv) \
-        + eff.prefill_b
+    """As decode, plus a fixed cost per routed-expert matmul (MoE prompts run one small GEMM per expert)."""
+    mem = c.t_weights / eff.eta_w + c.t_kv / eff.eta_kv + c.t_kvq / eff.eta_kvq
+    return max(_arith(c, eff), mem) + c.passes * c.layers * eff.t_layer + c.expert_gemms * eff.t_expert
 
 
 @dataclass(slots=True)
@@ -288,11 +394,11 @@ def offload_decode(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, backe
 
 
 def offload_prefill(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: int, backend: str, f: Fit,
-                    eff: Efficiency) -> Estimate:
+                    eff: Efficiency, ubatch: int = UBATCH) -> Estimate:
     """With weights on the host, llama.cpp uploads them over PCIe for every micro-batch of the prompt."""
-    c = prefill_cost(m, hw, q, tokens, cached, backend)
+    c = prefill_cost(m, hw, q, tokens, cached, backend, ubatch)
     host_bytes = total_weight_bytes(m, q) * f.offload_fraction
-    t_pcie = max(1, math.ceil(tokens / UBATCH)) * host_bytes / (hw.pcie_gbs * 1e9)
+    t_pcie = c.passes * host_bytes / (hw.pcie_gbs * 1e9)
     return Estimate(c.ceiling + t_pcie, prefill_time(c, eff) + t_pcie / PCIE_ETA)
 
 
@@ -309,14 +415,16 @@ class ServePoint:
 
 
 def serve_point(m: ModelSpec, hw: HardwareSpec, q: Quant, backend: str, eff: Efficiency, kind: EngineKind,
-                n: int, prompt: int, output: int, spec_speedup: float = 1.0) -> ServePoint:
+                n: int, prompt: int, output: int, spec_speedup: float = 1.0, ubatch: int = UBATCH) -> ServePoint:
     """Closed loop, N agents, prompt P, output O (roofline.md "Continuous batching").
 
-    batching: cycle ≈ O·t_dec(N, P+O/2) + N·t_pf(P); TPOT ≈ t_dec + N·t_pf/O; TTFT ≈ t_pf + t_dec + queueing
-    (a burst of N waits ≈ (N−1)/2 prefills). sequential (llama.cpp as one stream): one request at a time, so
+    batching: cycle ≈ O·t_dec(N, P+O/2) + N·t_pf(P); TPOT ≈ t_dec + N·t_pf/O. TTFT ≈ t_pf + t_dec + a wait:
+    in a steady closed loop a new prompt is folded into the running decode steps (no wait; the ceiling), while
+    requests that arrive together queue behind each other's prefills ((N−1)/2 of them); the calibrated
+    ``burst`` is the share of that queue seen. sequential (llama.cpp as one stream): one request at a time, so
     aggregate stays at the single-stream rate and each agent waits for the others."""
     ctx = prompt + output // 2
-    pf = prefill_cost(m, hw, q, max(prompt, 1), 0, backend)
+    pf = prefill_cost(m, hw, q, max(prompt, 1), 0, backend, ubatch if kind == "sequential" else CHUNK_TOKENS)
     t_pf = Estimate(pf.ceiling, prefill_time(pf, eff)) if prompt else Estimate(0.0, 0.0)
     if kind == "sequential":
         d = decode_cost(m, hw, q, 1, ctx, backend)
@@ -330,8 +438,8 @@ def serve_point(m: ModelSpec, hw: HardwareSpec, q: Quant, backend: str, eff: Eff
     cyc_c = output * t_dec.ceiling + n * t_pf.ceiling
     cyc_e = output * t_dec.estimate + n * t_pf.estimate
     tpot = Estimate(t_dec.ceiling + n * t_pf.ceiling / max(output, 1), t_dec.estimate + n * t_pf.estimate / max(output, 1))
-    wait = (n - 1) / 2
-    ttft = Estimate(t_pf.ceiling * (1 + wait) + t_dec.ceiling, t_pf.estimate * (1 + wait) + t_dec.estimate)
+    wait = eff.burst * (n - 1) / 2
+    ttft = Estimate(t_pf.ceiling + t_dec.ceiling, t_pf.estimate * (1 + wait) + t_dec.estimate)
     thr = (n * output / cyc_c, n * output / cyc_e) if output else (n / t_dec.ceiling, n / t_dec.estimate)
     return ServePoint(n, ttft, tpot, thr, (thr[0] / n, thr[1] / n))
 

@@ -17,6 +17,8 @@ import platformdirs
 from ..errors import UsageError
 
 CATALOG_ENV = "TOKENBENCH_CATALOG"
+#: Bytes in the "GB" of a memory size (vendors quote VRAM and RAM in binary units).
+GIB = 2**30
 
 
 @dataclass(slots=True)
@@ -31,6 +33,7 @@ class HardwareSpec:
     usable_gb: float | None = None
     bw_measured_gbs: float | None = None
     fp8_tflops: float | None = None
+    fp16_tflops: float | None = None  # FP16 tensor peak with FP16 accumulate, where above bf16_tflops (GeForce)
     int8_tflops: float | None = None
     tdp_w: float | None = None
     pcie_gbs: float = 31.5  # PCIe Gen4 x16 per direction
@@ -49,7 +52,8 @@ class HardwareSpec:
 
     @property
     def usable_bytes(self) -> float:
-        return (self.usable_gb if self.usable_gb is not None else self.mem_gb) * 1e9
+        """Vendors' "GB" of VRAM and unified memory are binary: a "16 GB" card holds 16 GiB."""
+        return (self.usable_gb if self.usable_gb is not None else self.mem_gb) * GIB
 
 
 @dataclass(slots=True)
@@ -112,8 +116,14 @@ class ModelSpec:
 
     @property
     def dense_nonemb_params(self) -> float:
-        """Everything read for every token: attention, shared experts, dense MLPs, norms, routers."""
-        return max(self.total_b * 1e9 - self.emb_params - self.lm_params - self.routed_params, 0.05 * self.total_b * 1e9)
+        """Everything read for every token: attention, shared experts, dense MLPs, norms, routers.
+
+        A dense model: the stated total less the embeddings. A mixture of experts: counted from the shape
+        (attention, linear-attention, shared experts, dense layers, routers), since the total less the routed
+        experts is a small difference of large, rounded numbers."""
+        if self.is_moe:
+            return shape_nonexpert_params(self)
+        return max(self.total_b * 1e9 - self.emb_params - self.lm_params, 0.0)
 
     @property
     def active_nonemb_params(self) -> float:
@@ -141,6 +151,12 @@ class ModelSpec:
 
 def _from_table(cls: type, ident: str, table: dict[str, Any], what: str) -> Any:
     names = {f.name for f in fields(cls)}
+    nested = [k for k, v in table.items() if isinstance(v, dict)]
+    if nested:  # TOML reads [models.qwen2.5-coder-7b] as table "qwen2" holding "5-coder-7b"
+        dotted = f"{ident}.{nested[0]}"
+        section = "hardware" if what == "hardware" else "models"
+        raise UsageError(f"{what} id '{dotted}' has a dot, which TOML splits into nested tables: "
+                         f'quote it, [{section}."{dotted}"]')
     unknown = set(table) - names
     if unknown:
         raise UsageError(f"{what} '{ident}': unknown field(s) {sorted(unknown)}; known: {sorted(names - {'id'})}")
@@ -212,19 +228,32 @@ def _suggest(ident: str, names: list[str]) -> str:
 
 # --- Hugging Face config.json ----------------------------------------------------------------------------
 
-def _estimate_total(m: ModelSpec) -> float:
-    """Parameters from the architecture, for configs that do not state them."""
+def _attention_params(m: ModelSpec) -> tuple[float, float]:
+    """Parameters of one attention layer and of one linear-attention (Gated DeltaNet) layer."""
     attn = m.hidden * m.heads * m.head_dim * 2 + m.hidden * m.kv_heads * m.head_dim * 2
     if m.kv_lora_rank:
         attn = m.hidden * m.heads * m.head_dim + m.hidden * (m.kv_lora_rank + m.qk_rope_dim) \
             + m.kv_lora_rank * m.heads * (m.head_dim - m.qk_rope_dim + 128) + m.heads * 128 * m.hidden
     lin = m.hidden * (2 * m.lin_k_heads * m.lin_k_dim + 2 * m.lin_v_heads * m.lin_v_dim) \
         + m.lin_v_heads * m.lin_v_dim * m.hidden
+    return float(attn), float(lin)
+
+
+def shape_nonexpert_params(m: ModelSpec) -> float:
+    """Non-embedding parameters outside the routed experts, from the shape: attention (or linear attention),
+    shared experts, routers, the leading dense MLP layers, and two norms per layer."""
+    attn, lin = _attention_params(m)
     n_attn = m.layers - m.linear_layers
-    mlp_dense = 3 * m.hidden * m.ffn
-    moe = m.experts * 3 * m.hidden * m.moe_ffn + m.shared_experts * 3 * m.hidden * m.moe_ffn + m.hidden * m.experts
-    per_layer_mlp = (m.layers - m.dense_layers) * (moe if m.experts else mlp_dense) + m.dense_layers * mlp_dense
-    total = n_attn * attn + m.linear_layers * lin + per_layer_mlp + m.vocab * m.hidden * (1 if m.tied else 2)
+    moe_layers = m.layers - m.dense_layers if m.experts else 0
+    shared = moe_layers * (m.shared_experts * 3 * m.hidden * m.moe_ffn + m.hidden * m.experts)
+    dense_mlp = (m.layers - moe_layers) * 3 * m.hidden * m.ffn
+    return float(n_attn * attn + m.linear_layers * lin + shared + dense_mlp + 2 * m.layers * m.hidden)
+
+
+def _estimate_total(m: ModelSpec) -> float:
+    """Parameters from the architecture, for configs that do not state them."""
+    routed = (m.layers - m.dense_layers) * m.experts * 3 * m.hidden * m.moe_ffn if m.experts else 0
+    total = shape_nonexpert_params(m) + routed + m.vocab * m.hidden * (1 if m.tied else 2)
     return total / 1e9
 
 
