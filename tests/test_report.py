@@ -143,6 +143,7 @@ def test_styles_one_colour_per_run_p50_p99_predicted_log_and_depth_ticks(tmp_pat
         ("p (PREDICTED) p50", "dash", "circle-open"), ("p (PREDICTED) p99", "dashdot", "circle-open"),
         ("a p50", "solid", "circle"), ("a p99", "dot", "circle")]  # PREDICTED first: measured drawn on top
     assert specs["tpot"]["layout"]["yaxis"]["type"] == "log"  # 5 to 90 ms: a >10x span
+    assert specs["tpot"]["layout"]["yaxis"]["ticktext"] == ["5", "10", "20", "50", "100"]  # 1-2-5, not 2..9
     assert specs["aggregate"]["layout"]["yaxis"]["type"] == "linear"  # 50 to 400 tok/s
     assert specs["aggregate"]["layout"]["xaxis"]["type"] == "log"
     assert specs["aggregate"]["layout"]["xaxis"]["ticktext"] == ["1", "8"]

@@ -55,7 +55,10 @@ def spec(plot: Plot) -> dict[str, Any]:
     logy = plot.logy
     yaxis: dict[str, Any] = {"title": {"text": _e(plot.ylabel + (" (log scale)" if logy else ""))},
                              "type": "log" if logy else "linear", "gridcolor": "#e6e6e6", "zeroline": False}
-    if not logy:
+    if logy:
+        ticks = style.log_ticks(y for line in plot.lines for y in line.ys)
+        yaxis.update(tickvals=ticks, ticktext=[f"{t:,g}" for t in ticks])
+    else:
         yaxis["rangemode"] = "tozero"
     layout = {
         "title": {"text": _e(plot.title), "x": 0.01, "xanchor": "left"},

@@ -255,22 +255,23 @@ def render(runs: list[RunResult], plots: list[Plot], title: str = "tokenbench re
         f'<p class="meta">{len(runs)} run{"s" if len(runs) != 1 else ""}, written {now} by tokenbench '
         f"{_e(__version__)}. Each run keeps its colour in every table and plot. Measured: solid lines, filled "
         "markers, drawn on top. PREDICTED: dashed lines, open markers. p50 solid, p99 dotted.</p>",
-        '<h2 id="sides">The runs side by side</h2>', _sides(runs, price_per_hour, currency),
+        '<section id="sides"><h2>The runs side by side</h2>', _sides(runs, price_per_hour, currency), "</section>",
     ]
     pairs, apart = comparison.pairs(runs, price_per_hour, currency)
     if pairs or apart:
-        parts.append('<h2 id="comparison">Comparison</h2>')
+        parts.append('<section id="comparison"><h2>Comparison</h2>')
         parts.append('<p class="meta">A/B is the first run\'s value over the second\'s; a ratio within 5% is a tie. '
                      "Cost per million output tokens is priced at each row's output rate.</p>")
         parts += [_pair(p, runs) for p in pairs]
         parts += [f'<p class="meta">{_e(x)}.</p>' for x in apart]
+        parts.append("</section>")
     if plots:
         w, h = style.SLIDE_PX
-        parts.append('<h2 id="plots">Plots</h2>')
+        parts.append('<section id="plots"><h2>Plots</h2>')
         parts.append(f'<p class="meta">Hover for values, drag to zoom (double-click resets), click a legend entry '
                      f"to hide or show a series; the camera button saves a {w}×{h} px PNG.</p>")
-        parts.append('<div class="plots">' + "".join(_figure(p) for p in plots) + "</div>")
-    parts.append('<h2 id="runs">Each run</h2>')
+        parts.append('<div class="plots">' + "".join(_figure(p) for p in plots) + "</div></section>")
+    parts.append('<section id="runs"><h2>Each run</h2>')
     for i, r in enumerate(runs):
         cls = ' class="predicted"' if is_predicted(r) else ""
         parts.append(f"<h3{cls}>{_swatch(i)}{_e(run_name(r))}</h3>")
@@ -282,6 +283,7 @@ def render(runs: list[RunResult], plots: list[Plot], title: str = "tokenbench re
         notes = list(dict.fromkeys(w for o in r.outcomes for w in o.summary.warnings))
         if notes:
             parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+    parts.append("</section>")
     if plots:
         parts.append(f"<script>{figures.plotly_js()}</script>")
     parts.append(f"<script>{BOOT_SCRIPT}</script></body></html>")

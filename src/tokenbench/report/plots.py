@@ -39,6 +39,12 @@ def _figure(plot: Plot):  # type: ignore[no-untyped-def]
     ax.set_xticklabels(texts)
     if plot.logy:
         ax.set_yscale("log")
+        ticks = style.log_ticks(y for line in plot.lines for y in line.ys)
+        lo, hi = ax.get_ylim()
+        ax.yaxis.set_major_locator(FixedLocator(ticks))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.set_yticklabels([f"{t:,g}" for t in ticks])
+        ax.set_ylim(lo, hi)
     else:
         ax.set_ylim(bottom=0)
     ax.set_title(plot.title, loc="left", fontsize=15)

@@ -4,6 +4,7 @@ so a run looks the same on the page and on a slide."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 #: Okabe & Ito's colour-blind-safe palette (yellow dropped: unreadable on white), then two more.
@@ -35,6 +36,20 @@ MPL_DASH = {"solid": "-", "dot": ":", "dash": "--", "dashdot": "-."}
 def wide(values: Iterable[float]) -> bool:
     v = [x for x in values if x is not None]
     return bool(v) and min(v) > 0 and max(v) / min(v) > WIDE
+
+
+def log_ticks(values: Iterable[float]) -> list[float]:
+    """1-2-5 ticks covering the values on a log axis: readable where every decade labels 2 through 9 crowds."""
+    v = [x for x in values if x and x > 0]
+    if not v:
+        return []
+    lo, hi = min(v), max(v)
+    out: list[float] = []
+    k = math.floor(math.log10(lo))
+    while 10.0 ** k <= hi * 5:
+        out += [m * 10.0 ** k for m in (1, 2, 5) if lo / 2 <= m * 10.0 ** k <= hi * 2]
+        k += 1
+    return out
 
 
 def depth_label(d: float) -> str:
