@@ -185,3 +185,18 @@ def test_measured_points_visible_under_an_identical_prediction(tmp_path: Path, p
                 assert s["drawn"] == s["expected"] == 3, (fid, s)
         # both measured runs on every plot but cost (the prediction has no price), p50 and p99 on TTFT
         assert by_run == {0: 6 if fid == "ttft" else 3, 1: 6 if fid == "ttft" else 3}, (fid, by_run)
+
+
+def test_foreign_manifest_fields_do_not_break_the_page(tmp_path: Path) -> None:
+    """A store written by another version may hold strings where numbers were: shown or left out, never a crash."""
+    pytest.importorskip("plotly")
+    db = tmp_path / "f.db"
+    Store(db).save_run("odd", "sweep", "odd", {
+        "label": "odd", "machine": {"cpu_model": "x", "cpu_count_logical": "many", "mem_total_gib": "lots",
+                                    "gpus": "none", "load_avg": ["high"]},
+        "workload": {"input_len": "4k", "prefix_len": "some"}, "guard_before_run": {"checks": "n/a"},
+        "price_per_hour": 1.0}, "measured", [serve(1, 10, 10, 10)], "0", "2026", "2026")
+    out = tmp_path / "odd.html"
+    assert main(["report", "odd", "--html", str(out), "--db", str(db)]) == 0
+    rows = _rows(out.read_text(encoding="utf-8"))
+    assert "Machine | x; no NVIDIA GPU seen" in rows and "Machine state | clean (1 snapshot)" in rows

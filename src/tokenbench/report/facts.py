@@ -55,7 +55,8 @@ def guard_state(r: RunResult) -> GuardState:
     for where, snap in snaps:
         if snap.get("clean") is False:
             dirty += 1
-        for c in snap.get("checks") or []:
+        checks = snap.get("checks")
+        for c in checks if isinstance(checks, list) else []:
             if not isinstance(c, dict) or c.get("status") not in (FAIL, WARN):
                 continue
             key = (str(c.get("name")), str(c.get("status")))
@@ -89,26 +90,31 @@ def flags(r: RunResult) -> str:
     return ", ".join(f"{f} ({k} of {len(levels)} levels)" for f, k in n.most_common())
 
 
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def _machine(m: dict[str, Any]) -> str | None:
+    """The machine snapshot in words; a field of the wrong type (an old or foreign store) is left out."""
     mc = m.get("machine")
     parts: list[str] = []
     if isinstance(mc, dict):
         cpu = mc.get("cpu_model")
         if cpu:
-            cores = mc.get("cpu_count_logical")
-            parts.append(f"{cpu}" + (f", {cores} threads" if cores else ""))
-        if mc.get("mem_total_gib") is not None:
-            free = mc.get("mem_available_gib")
-            parts.append(f"{mc['mem_total_gib']:g} GiB RAM" + (f" ({free:g} GiB free)" if free is not None else ""))
-        gpus = mc.get("gpus") or []
-        for g in gpus if isinstance(gpus, list) else []:
+            cores = _num(mc.get("cpu_count_logical"))
+            parts.append(f"{cpu}" + (f", {cores:g} threads" if cores else ""))
+        total, free = _num(mc.get("mem_total_gib")), _num(mc.get("mem_available_gib"))
+        if total is not None:
+            parts.append(f"{total:g} GiB RAM" + (f" ({free:g} GiB free)" if free is not None else ""))
+        gpus = mc.get("gpus") if isinstance(mc.get("gpus"), list) else []
+        for g in gpus:
             if isinstance(g, dict):
                 parts.append(f"{g.get('name')} ({g.get('memory_total_mib')} MiB, driver {g.get('driver')})")
         if not gpus:
             parts.append("no NVIDIA GPU seen")
         load = mc.get("load_avg")
-        if isinstance(load, list) and load:
-            parts.append(f"load average {load[0]:.1f} at the start")
+        if isinstance(load, list) and load and _num(load[0]) is not None:
+            parts.append(f"load average {_num(load[0]):.1f} at the start")
         if mc.get("hostname"):
             parts.append(f"host {mc['hostname']}")
     for key, what in (("gpu", "GPU"), ("cpu", "CPU")):  # imported llama-bench results
@@ -119,12 +125,12 @@ def _machine(m: dict[str, Any]) -> str | None:
 
 def _workload(r: RunResult) -> str | None:
     wl = r.manifest.get("workload") or {}
-    if not isinstance(wl, dict) or not wl.get("input_len"):
+    if not isinstance(wl, dict) or not _num(wl.get("input_len")):
         return None
     out = f"{wl['input_len']:,} in / {wl.get('output_len') or '?'} out tokens per request"
     if wl.get("shape"):
         out += f" ({wl['shape']})"
-    if wl.get("prefix_len"):
+    if _num(wl.get("prefix_len")):
         out += f", {wl['prefix_len']:,}-token shared prefix"
     return out
 
