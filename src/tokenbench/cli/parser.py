@@ -364,7 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--html", help="write the HTML report here")
     rp.add_argument("--md", help="append or rewrite each run's section of this Markdown file")
     rp.add_argument("--png", help="write each plot as a PNG into this directory")
-    rp.add_argument("--price-per-hour", type=POSITIVE, help="for the cost plot (default: each run's own price)")
+    rp.add_argument("--price-per-hour", type=POSITIVE,
+                    help="price per hour for the cost columns and plot (default: each run's own price, if it has one)")
     rp.add_argument("--currency", type=CURRENCY)
     rp.add_argument("--title", default="tokenbench report")
     add_latest(rp)
