@@ -118,3 +118,21 @@ def test_table_commands_write_json_to_stdout(tmp_path: Path, capsys: pytest.Capt
     assert "pass --currency EUR" in h100["excluded"]  # one default currency (USD); the catalog price is in EUR
     assert main(["engines", "--json", "-"]) == 0
     assert {e["engine"] for e in json.loads(capsys.readouterr().out)} >= {"transformers", "vllm", "llama-server"}
+
+
+def test_published_rows_show_what_they_have_not_zeros() -> None:
+    """show of an imported published run printed rows of '1 | 0.0 | —': a prefill-only row at concurrency 1
+    beside a serving row at concurrency 1, with nothing to tell them apart."""
+    pre = LevelSummary.empty(concurrency=1, test="serve", input_tokens_mean=512.0, prefill_tps=11378.0)
+    dec = LevelSummary.empty(concurrency=1, test="serve", decode_tps=77.0)
+    srv = LevelSummary.empty(concurrency=1, test="serve", input_tokens_mean=4096.0, output_throughput_tps=75.0,
+                             per_agent_tps=75.0, ttft_ms=Distribution(n=0, p50=243.0))
+    md = format_sweep_markdown([pre, dec, srv])
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in md.splitlines() if ln.startswith("| ")]
+    head = rows[0]
+    assert "Prompt tokens" in head and "Prefill tok/s" in head and "Decode tok/s" in head
+    col = {h: i for i, h in enumerate(head)}
+    assert rows[1][col["Prompt tokens"]] == "512" and rows[1][col["Prefill tok/s"]] == "11,378"
+    assert rows[1][col["Aggregate output tok/s"]] == "—" and rows[2][col["Decode tok/s"]] == "77.0"
+    assert rows[3][col["Aggregate output tok/s"]] == "75.0"
+    assert "0.0 |" not in md

@@ -55,21 +55,34 @@ def sweep_rows(levels: list[LevelSummary], currency: str = "USD") -> tuple[list[
     slo = any(s.slo for s in levels)
     if slo:  # --slo given: its verdict and goodput per level, before the counts
         header[-2:-2] = ["SLO", "Goodput req/s"]
+    # imported rows at one concurrency can differ by prompt length only: say which is which
+    keys = [(level_label(s), s.input_tokens_mean) for s in levels]
+    prompt = len(set(keys)) > len({k for k, _ in keys})
+    if prompt:
+        header.insert(1, "Prompt tokens")
+    # published rows that give only a prefill or a decode rate: those columns, or the row would be blank
+    rates = any((s.prefill_tps or s.decode_tps) and not (s.completed or s.failed) for s in levels)
+    if rates:
+        header[-2:-2] = ["Prefill tok/s", "Decode tok/s"]
     rows = []
     for s in levels:
         p99 = _ms(s.ttft_ms.p99)
         if s.ttft_ms.n and s.ttft_ms.n < 100:
             p99 += "*"
+        measured = s.completed or s.failed
         rows.append(
             [
                 level_label(s),
-                _num(s.output_throughput_tps),
+                *([f"{s.input_tokens_mean:,.0f}" if s.input_tokens_mean else "—"] if prompt else []),
+                # an imported or predicted row without this figure has 0.0 stored: not a measured zero
+                _num(s.output_throughput_tps) if s.output_throughput_tps or measured else "—",
                 _num(s.per_agent_tps),
                 _ms(s.ttft_ms.p50),
                 p99,
                 _ms(s.tpot_ms.p50),
                 *([_num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—"] if priced else []),
                 *([slo_verdict(s), _num(s.goodput_rps, 2)] if slo else []),
+                *([_num(s.prefill_tps), _num(s.decode_tps)] if rates else []),
                 f"{s.completed}/{s.failed}" if s.completed or s.failed else "—",
                 ",".join(f for f in s.flags if f != "p99_estimate") or "",
             ]
@@ -87,10 +100,9 @@ def single_stream_lines(levels: list[LevelSummary]) -> list[str]:
     out = []
     for s in levels:
         if s.concurrency == 1 and (s.prefill_tps or s.decode_tps):
-            out.append(
-                f"Concurrency 1: prefill {_num(s.prefill_tps)} tok/s (input tokens / TTFT, median), "
-                f"single-stream decode {_num(s.decode_tps)} tok/s (1 / median TPOT)"
-            )
+            parts = ([f"prefill {_num(s.prefill_tps)} tok/s (input tokens / TTFT, median)"] if s.prefill_tps else []) \
+                + ([f"single-stream decode {_num(s.decode_tps)} tok/s (1 / median TPOT)"] if s.decode_tps else [])
+            out.append("Concurrency 1: " + ", ".join(parts))
             break
     return out
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from typing import Any
 from .. import redact
+from ..cost import DEFAULT_CURRENCY
 from ..errors import LevelFailed, TokenbenchError, UsageError
 from ..metrics import SLO, LevelSummary
 from ..output import describe_run, format_sweep_markdown, print_sweep, print_table
@@ -177,7 +178,7 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
 
 def _print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
     levels = [o.summary for o in res.outcomes]
-    currency = res.manifest.get("currency") or "USD"
+    currency = res.manifest.get("currency") or DEFAULT_CURRENCY
     if fmt == "markdown":
         console.print(format_sweep_markdown(levels, currency), markup=False, highlight=False, soft_wrap=True)
     else:
@@ -318,11 +319,19 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         console.print(f"run {res.run_id} ({res.status}) saved in {store.path}", style="dim", markup=False,
                       highlight=False)
     elif any(o.summary.test not in (None, "serve") for o in res.outcomes):
-        # pp/tg at depths (depth runs, llama-bench and published imports, predicted depths): their own table
+        # pp/tg at depths (depth runs, llama-bench and published imports, predicted depths): their own table;
+        # a published run that also has serving levels gets the sweep table for those as well
+        from dataclasses import replace
+
+        serve = [o for o in res.outcomes if o.summary.test in (None, "serve")]
+        bench = replace(res, outcomes=[o for o in res.outcomes if o.summary.test not in (None, "serve")])
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
-        print_table(console, *depth_rows(res), a.format)
-        for line in depth_notes(res):
+        print_table(console, *depth_rows(bench), a.format)
+        for line in depth_notes(bench):
             console.print(line, style="yellow", markup=False, highlight=False)
+        if serve:
+            print_sweep(console, [o.summary for o in serve], res.manifest.get("currency") or DEFAULT_CURRENCY,
+                        "PREDICTED (not measured)" if res.kind == "predict" else "serving")
         console.print(f"run {res.run_id} ({res.status}) saved in {store.path}", style="dim", markup=False,
                       highlight=False)
     else:
