@@ -182,6 +182,7 @@ def _vllm_bench(server: RunningEngine, model: tiny.TinyModel, concurrency: int, 
 
 
 TTFT_SUM, TTFT_COUNT = "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count"
+DECODE_SUM, DECODE_COUNT = "vllm:request_decode_time_seconds_sum", "vllm:request_decode_time_seconds_count"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
 
@@ -193,17 +194,22 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
     (DESIGN.md); tokenbench runs with --no-metrics because the reference tool does not poll /metrics (each poll
     stalls vLLM's streams on 2 cores); the test reads /metrics only between runs.
 
-    Rules, at concurrency 1 and 4:
-    - TTFT over the server's own: each tool's mean TTFT minus vLLM's mean time_to_first_token over the same
-      requests (its /metrics histogram, read before and after the run) is what the client and HTTP add. Measured
-      here: 2.7-3.9 ms for tokenbench, 3.0-4.4 ms for vllm bench serve. tokenbench's may exceed the reference's
-      largest by 10 ms at most; the issue's +76% (about 100 ms) fails it.
-    - Medians of TPOT, ITL and TTFT (pooled over every request) and of output throughput (over runs) lie within
-      the range of the reference tool's own run medians, widened by 10%.
-    - Except TTFT at concurrency 4, widened by 25%: equal-length requests drive vLLM in lock-step waves (one
-      request of each wave prefilled alone, three together), so a run's median TTFT is one of two modes, and the
-      reference tool's own run medians spread by up to 29% (1,078 to 1,392 ms measured here). The overhead rule
-      above is the tight one there.
+    The tight rules hold each tool to vLLM's own account of the same requests (its /metrics histograms, read
+    before and after each run: every request the server saw, the check request and warm-ups included):
+    - TTFT: each tool's mean TTFT minus vLLM's mean time_to_first_token is what the client and HTTP add.
+      Measured: 2.4-6.2 ms for tokenbench, 3.1-6.5 ms for vllm bench serve. tokenbench's may exceed the
+      reference's largest by 10 ms at most; the issue's +76% (about 100 ms) fails it.
+    - Decode: each tool's mean first-to-last-token time per request is within 3% of vLLM's mean
+      request_decode_time (its engine's own first and last token stamps).
+    Against the reference tool, medians (pooled over every request) and throughput (over runs) lie within the
+    range of the reference's own run medians, widened by 10%:
+    - every metric at concurrency 1;
+    - throughput and TTFT at concurrency 4, TTFT widened by 25%. Equal-length requests drive vLLM in lock-step
+      waves whose split is set by which engine step each request lands in: all four decoding together, or
+      1+3 or 2+2 with one group's prefill stalling the other's decode. A run's median TPOT is then one of
+      several modes, 36-39 ms or 42-65 ms measured here, whichever tool sends (a CI run read tokenbench in the
+      slow mode and the reference in the fast one, +40%; the same tokenbench runs were within 3% of vLLM's own
+      decode times). So at concurrency 4 TPOT and ITL are held to the server's account, not to the other tool.
     - Neither tool's prompts came from vLLM's prefix cache during tokenbench's runs."""
     server, model = vllm_server
     n = {1: 12, 4: 24}
@@ -211,12 +217,19 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
     ours: dict[int, dict[str, list[float]]] = {c: {k: [] for k in keys} for c in n}
     theirs: dict[int, dict[str, list[float]]] = {c: {k: [] for k in keys} for c in n}
     their_runs: dict[int, dict[str, list[float]]] = {c: {k: [] for k in keys} for c in n}
+    our_runs: dict[int, list[float]] = {c: [] for c in n}  # each run's median TPOT, to show the modes
     overhead: dict[tuple[str, int], list[float]] = {}
+    decode: dict[tuple[str, int], list[float]] = {}  # each run: the tool's mean decode time / vLLM's, minus 1
     our_prefix_hits = 0.0
 
     def server_ttft(before: dict[str, float], after: dict[str, float]) -> tuple[float, float]:
         """Sum (ms) and count of vLLM's own TTFTs between two /metrics reads."""
         return (after[TTFT_SUM] - before[TTFT_SUM]) * 1000, after[TTFT_COUNT] - before[TTFT_COUNT]
+
+    def server_decode(before: dict[str, float], after: dict[str, float], n_requests: int) -> float:
+        """vLLM's mean decode time (ms, first to last token) per request between two /metrics reads."""
+        assert after[DECODE_COUNT] - before[DECODE_COUNT] == n_requests
+        return (after[DECODE_SUM] - before[DECODE_SUM]) * 1000 / n_requests
 
     def run_ours(c: int, rnd: int) -> None:
         nonlocal our_prefix_hits
@@ -232,16 +245,22 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
         assert lv["completed"] == n[c] and lv["failed"] == 0
         ours[c]["tps"].append(lv["output_throughput_tps"])
         recs = Store().requests(doc["run_id"])
+        our_runs[c].append(statistics.median((r.end_ns - r.first_token_ns) / 1e6 / (r.output_tokens - 1)
+                                             for r in recs if r.phase == "measured"))
         for r in recs:
             if r.phase == "measured":
                 ours[c]["ttft"].append(r.ttft_ns / 1e6)
                 ours[c]["tpot"].append((r.end_ns - r.first_token_ns) / 1e6 / (r.output_tokens - 1))
                 ours[c]["itl"] += [(b - a) / 1e6 for a, b in zip(r.chunk_ns, r.chunk_ns[1:])]
         # every request the server saw: the check request, the warm-ups and the measured ones
-        client = [r.ttft_ns / 1e6 for r in recs] + [doc["manifest"]["check_request"]["ttft_ms"]]
+        check = doc["manifest"]["check_request"]
+        client = [r.ttft_ns / 1e6 for r in recs] + [check["ttft_ms"]]
         total, count = server_ttft(before, after)
         assert count == len(client)
         overhead.setdefault(("tokenbench", c), []).append(statistics.fmean(client) - total / count)
+        ours_decode = [(r.end_ns - r.first_token_ns) / 1e6 for r in recs] + [check["e2e_ms"] - check["ttft_ms"]]
+        decode.setdefault(("tokenbench", c), []).append(
+            statistics.fmean(ours_decode) / server_decode(before, after, len(ours_decode)) - 1)
 
     def run_theirs(c: int, rnd: int) -> None:
         before = _metrics(server)
@@ -258,6 +277,9 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
         total, count = server_ttft(before, after)
         assert count == n[c]
         overhead.setdefault(("vllm bench serve", c), []).append(statistics.fmean(one["ttft"]) - total / count)
+        theirs_decode = [(lat - t) * 1000 for lat, t in zip(ref["latencies"], ref["ttfts"])]
+        decode.setdefault(("vllm bench serve", c), []).append(
+            statistics.fmean(theirs_decode) / server_decode(before, after, n[c]) - 1)
 
     for rnd in range(3):
         for c in n:
@@ -272,12 +294,20 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
             table[f"c{c} {k}"] = (round(a, 2), round(b, 2), f"{a / b - 1:+.1%}", f"ref runs {lo:.2f}..{hi:.2f}")
     print("tokenbench vs vllm bench serve (median):", table)
     print("TTFT over the server's own (ms):", {f"{t} c{c}": [round(x, 1) for x in v] for (t, c), v in overhead.items()})
+    print("decode time against the server's own:", {f"{t} c{c}": [f"{x:+.1%}" for x in v] for (t, c), v in decode.items()})
+    print("run medians, TPOT (ms):", {f"c{c}": {"tokenbench": [round(x, 1) for x in our_runs[c]],
+                                                 "vllm bench serve": [round(x, 1) for x in their_runs[c]["tpot"]]}
+                                       for c in n})
     for c in n:
         for k in keys:
+            if c > 1 and k in ("tpot", "itl"):
+                continue  # lock-step wave modes: held to the server's own decode times below
             band = 0.25 if (c, k) == (4, "ttft") else 0.10
             assert within_reference(statistics.median(ours[c][k]), their_runs[c][k], band), table
         assert all(x > -2 for x in overhead[("tokenbench", c)] + overhead[("vllm bench serve", c)]), overhead
         assert statistics.median(overhead[("tokenbench", c)]) <= max(overhead[("vllm bench serve", c)]) + 10, overhead
+        for tool in ("tokenbench", "vllm bench serve"):
+            assert all(abs(x) <= 0.03 for x in decode[(tool, c)]), decode
     assert our_prefix_hits == 0  # tokenbench's prompts are new every run: no prefix cache served them
     # the rule can fail: the issue's first report, 239-258 ms against the reference's 132-181 ms
     assert not within_reference(239.0, [132.0, 181.0], 0.25)
