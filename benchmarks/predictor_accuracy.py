@@ -5,7 +5,7 @@ predict that source's rows. Prints, per metric and per backend, the median absol
 within 25%, and n; and how often the faster of two boxes is predicted faster (pairs whose measured ratio is at
 least 1.2). Never in-sample: a row is always predicted by a fit that did not see its source.
 
-    python benchmarks/predictor_accuracy.py [FILE.csv ...]     (default: shared/reference/published*.csv)
+    python benchmarks/predictor_accuracy.py [FILE.csv ...]     (default: the shipped src/tokenbench/data/published*.csv)
 
 Targets (issue 11), on held-out sources: decode <= 15%, prefill <= 20%, serving throughput <= 15%,
 TTFT <= 30%; the faster box right in >= 97% of pairs with a measured ratio >= 1.2.
@@ -20,7 +20,7 @@ from tokenbench.predict.predictor import accuracy, cross_validate, faster_box_ch
 from tokenbench.predict.published import read_rows
 from tokenbench.predict.specs import Catalog
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference"
+REF = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"  # the shipped copies of shared/reference
 DEFAULT = [REF / "published.csv", REF / "published-more.csv"]
 TARGETS = {"decode": 15.0, "prefill": 20.0, "throughput": 15.0, "ttft": 30.0}
 ORDER = ["decode", "prefill", "throughput", "ttft", "tpot"]

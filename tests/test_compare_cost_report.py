@@ -20,7 +20,7 @@ from tokenbench.store import Store
 from tokenbench.sweep import load_result
 
 DATA = Path(__file__).parent / "data"
-PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "reference" / "published.csv"
+PUBLISHED = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data" / "published.csv"  # shipped copy
 
 
 def _run(store: Store, label: str, levels: list[LevelSummary], **manifest: object) -> str:
@@ -116,7 +116,6 @@ def test_a_served_name_and_the_catalog_id_of_one_model_are_the_same_shape(tmp_pa
     assert any("different models" in w for w in compare(a, c).warnings)
 
 
-@pytest.mark.skipif(not PUBLISHED.exists(), reason="shared/reference/published.csv is not beside the checkout")
 def test_published_effective_serving_example(tmp_path: Path) -> None:
     store = Store(tmp_path / "p.db")
     fmt, ids = import_file(store, PUBLISHED)

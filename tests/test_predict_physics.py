@@ -17,7 +17,7 @@ from tokenbench.predict.predictor import Setup, against, fit_calibration, predic
 from tokenbench.predict.published import read_rows
 from tokenbench.predict.specs import GIB, Catalog
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference"
+REF = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"  # the shipped copies of shared/reference
 FILES = [REF / "published.csv", REF / "published-more.csv"]
 needs_ref = pytest.mark.skipif(not all(f.exists() for f in FILES), reason="shared/reference is not beside the checkout")
 

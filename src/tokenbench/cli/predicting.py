@@ -155,13 +155,18 @@ def _save_prediction(a: argparse.Namespace, s: Any, depths: list[int] | None, le
     return rid
 
 
+#: The published measurements the package ships (copies of shared/reference's, a test keeps them equal):
+#: what `calibrate` fits with no file given, and what the committed efficiency.toml was fitted on.
+PUBLISHED_FILES = [Path(__file__).resolve().parents[1] / "data" / n for n in ("published.csv", "published-more.csv")]
+
+
 def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> int:
     from ..predict.calibration import write
     from ..predict.predictor import fit_calibration
     from ..predict.published import read_rows
     from ..predict.specs import Catalog
 
-    rows = [r for f in a.file for r in read_rows(Path(f))]
+    rows = [r for f in (a.file or PUBLISHED_FILES) for r in read_rows(Path(f))]
     cal = fit_calibration(Catalog.load(), rows, "tokenbench " + " ".join(argv))
     write(cal, Path(a.out))
     for name, e in sorted(cal.backends.items()):

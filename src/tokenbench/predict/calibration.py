@@ -1,7 +1,6 @@
 """Per-backend constants, fitted on published measurements, and how far to trust them.
 
-    tokenbench calibrate ../shared/reference/published.csv ../shared/reference/published-more.csv \
-        --out src/tokenbench/data/efficiency.toml
+    tokenbench calibrate --out src/tokenbench/data/efficiency.toml   # the shipped published*.csv
 
 Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has seven physical constants
 (roofline.PARAM_BOUNDS): the shares of nominal bandwidth reached streaming weights, an f16 KV cache and a
