@@ -105,9 +105,38 @@ def _m002_telemetry(db: sqlite3.Connection) -> None:
     )
 
 
+def _m003_quality_items(db: sqlite3.Connection) -> None:
+    _script(
+        db,
+        """
+        CREATE TABLE quality_items (
+            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            task TEXT NOT NULL,            -- niah, agreement, knob ..., or an lm-evaluation-harness task
+            idx INTEGER NOT NULL,
+            key TEXT NOT NULL,             -- pairs the item with the same item of another run
+            status TEXT NOT NULL,          -- pass | fail | done | timeout | error
+            score REAL,
+            latency_ms REAL,
+            prompt_tokens INTEGER,         -- the server's usage
+            expected_prompt_tokens INTEGER,  -- our tokenizer's count of what was sent
+            output_tokens INTEGER,
+            reasoning_tokens INTEGER,
+            prompt TEXT NOT NULL,
+            response TEXT NOT NULL,
+            reasoning TEXT NOT NULL,
+            expected TEXT,
+            error TEXT,
+            detail TEXT NOT NULL,          -- JSON: the task's own facts (depth, needle, token ids, metrics)
+            PRIMARY KEY (run_id, task, idx)
+        )
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("001_initial", _m001_initial),
     ("002_telemetry", _m002_telemetry),
+    ("003_quality_items", _m003_quality_items),
 ]
 
 
@@ -422,3 +451,27 @@ class Store:
             q += " AND level_idx = ?"
             args += (level_idx,)
         return [RequestRecord.from_dict(json.loads(r[0])) for r in self.db.execute(q, args)]
+
+    # --- quality items (quality/items.py's Item rows) --------------------------------------------------
+
+    QUALITY_COLUMNS = ("task", "idx", "key", "status", "score", "latency_ms", "prompt_tokens",
+                       "expected_prompt_tokens", "output_tokens", "reasoning_tokens", "prompt", "response",
+                       "reasoning", "expected", "error", "detail")
+
+    def save_quality_items(self, run_id: str, rows: list[dict[str, Any]]) -> None:
+        """Items of a quality run, each as it finishes (a killed run keeps those it finished)."""
+        cols = self.QUALITY_COLUMNS
+        with self.tx() as db:
+            db.executemany(f"INSERT OR REPLACE INTO quality_items (run_id, {', '.join(cols)}) "
+                           f"VALUES (?, {', '.join('?' * len(cols))})",
+                           [(run_id, *(r[c] for c in cols)) for r in rows])
+
+    def quality_items(self, run_id: str, task: str | None = None) -> list[dict[str, Any]]:
+        if "quality_items" not in {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}:
+            return []  # a read-only database from before migration 003
+        q = f"SELECT {', '.join(self.QUALITY_COLUMNS)} FROM quality_items WHERE run_id = ?"
+        args: tuple[Any, ...] = (run_id,)
+        if task is not None:
+            q += " AND task = ?"
+            args += (task,)
+        return [dict(r) for r in self.db.execute(q + " ORDER BY task, idx", args)]

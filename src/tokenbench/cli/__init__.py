@@ -23,6 +23,7 @@ from .analysis import cmd_compare, cmd_cost, cmd_import, cmd_recommend, cmd_repo
 from .measure import cmd_coldstart, cmd_depth, cmd_engines, cmd_guard, cmd_runs, cmd_show, cmd_sweep
 from .parser import build_parser
 from .predicting import cmd_calibrate, cmd_catalog, cmd_fit, cmd_predict
+from .quality import cmd_quality
 
 __all__ = ["main", "entrypoint"]
 
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "import": lambda: cmd_import(a, console),
         "report": lambda: cmd_report(a, console),
         "recommend": lambda: cmd_recommend(a, console),
+        "quality": lambda: cmd_quality(a, argv, console, err),
     }
     try:
         with _terminate_as_interrupt():

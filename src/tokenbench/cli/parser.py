@@ -126,14 +126,18 @@ EXAMPLES: dict[str, list[str]] = {
                 "--test depth --depth 0,32k"],
     "hardware": ["tokenbench hardware"],
     "models": ["tokenbench models"],
-    "calibrate": ["tokenbench calibrate --out my-efficiency.toml   # the shipped published measurements",
-                  "tokenbench calibrate measurements.csv --out my-efficiency.toml"],
+    "calibrate": ["tokenbench calibrate measurements.csv --out my-efficiency.toml"],
     "compare": ["tokenbench compare h100 strix --agents 16 --tokens 200"],
     "cost": ["tokenbench cost h100 --price-per-hour 1.79 --currency EUR",
              "tokenbench cost --tps 684 --price-per-hour 1.79 --api-price 14"],
     "import": ["tokenbench import vllm-result.json llama-bench.json --label a30"],
     "report": ["tokenbench report h100 strix --html report.html --md BENCHMARKS.md"],
     "recommend": ["tokenbench recommend --model qwen3.6-35b-a3b --agents 16 --ttft-p99 2s --currency EUR"],
+    "quality": ["tokenbench quality --tasks niah,agreement       # the embedded engine, offline",
+                "tokenbench quality --url http://strix:8080/v1 --label strix --tasks niah,agreement --contexts 4k,16k",
+                "tokenbench quality --url http://a30:8080/v1 --label a30 --tasks gsm8k --limit 200",
+                "tokenbench quality compare strix a30",
+                "tokenbench quality knob --url http://strix:8080/v1 --param reasoning_effort=low,medium,high"],
 }
 
 
@@ -322,9 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--format", choices=["table", "markdown"], default="table")
 
     cp = sub.add_parser("calibrate", help="fit per-backend efficiencies on published measurements")
-    cp.add_argument("file", nargs="*", help="measurements in the published.csv layout (every source is fitted; "
-                    "default: the published measurements the package ships)")
-    cp.add_argument("--out", required=True, help="efficiency TOML to write (predict --calibration FILE uses it)")
+    cp.add_argument("file", nargs="+", help="measurements in the published.csv layout (every source is fitted)")
+    cp.add_argument("--out", required=True, help="efficiency TOML to write")
 
     c = sub.add_parser("compare", help="two runs side by side: ratios, winners, crossovers, effective serving")
     c.add_argument("a", help="run id, id prefix or label")
@@ -400,6 +403,10 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--format", choices=["table", "markdown"], default="table")
     add_latest(sh)
     add_db(sh)
+
+    from .quality import add_quality_parser  # here: cli/quality.py imports this module's helpers
+
+    add_quality_parser(sub)
     return ap
 
 

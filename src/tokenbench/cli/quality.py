@@ -1,0 +1,296 @@
+"""quality: run quality tasks on an endpoint (or the embedded engine), compare two runs, check a knob."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from .. import redact
+from ..errors import LevelFailed, TokenbenchError, UsageError
+from ..servers import normalize_base_url
+from ..store import Store
+from .common import check_output, emit_json, int_list, notifier, seconds, tokens
+from .parser import EXAMPLES, NONNEG, POSITIVE_INT, SHARED_HELP, Parser, add_db, add_embedded, add_json, add_latest
+
+#: Embedded defaults: the tiny model's 8K positions, and the 2-core machines tests run on.
+EMBEDDED_CONTEXTS = "1k,2k,4k"
+REMOTE_CONTEXTS = "4k,16k,32k"
+
+
+class QualityParser(Parser):
+    """``quality compare`` and ``quality knob`` show their own examples (the generic lookup by the last word of
+    the program name would show the top-level compare's)."""
+
+    def format_help(self) -> str:
+        for action in self._actions:
+            if not action.help and action.option_strings:
+                action.help = SHARED_HELP.get(action.option_strings[-1])
+        mine = [e for e in EXAMPLES["quality"] if e.startswith(self.prog + " ")]
+        text = argparse.ArgumentParser.format_help(self)
+        return text + ("\nexamples:\n" + "".join(f"  {e}\n" for e in mine) if mine else "")
+
+
+def _endpoint(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("endpoint")
+    g.add_argument("--url", help="OpenAI-compatible base URL (…/v1); omitted: start the embedded engine")
+    g.add_argument("--model", help="served model name (default: the only one the server lists)")
+    g.add_argument("--api", choices=["chat", "completions"], default="chat",
+                   help="/v1/chat/completions (default: what instruction-tuned models answer) or /v1/completions")
+    g.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY); used, never stored")
+    g.add_argument("--tokenizer", help="tokenizer.json or Hugging Face directory of the served model (default: "
+                   "the server's own tokenize endpoint)")
+    add_embedded(g, "transformers")
+    g.add_argument("--timeout", default="300s", help="per item: longer is recorded as a timeout (default 300s)")
+
+
+def _items(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--items", type=POSITIVE_INT, default=16, help="prompts of agreement and knob checks (default 16)")
+    p.add_argument("--max-tokens", type=POSITIVE_INT, default=64, help="output tokens per item at most (default 64)")
+    p.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature (default 0: greedy)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="item seed; two runs pair their items only with the same seed (default 0)")
+    p.add_argument("--label", help="a name for this run (default: this hostname, or embedded-ENGINE)")
+    add_json(p, "the run")
+    add_db(p)
+
+
+def add_quality_parser(sub: Any) -> None:
+    q = sub.add_parser("quality", help="quality parity: needle in a haystack, agreement, lm-eval tasks; compare, "
+                       "knob check")
+    _endpoint(q)
+    q.add_argument("--tasks", default="niah,agreement",
+                   help="niah, agreement, tokenbench_arith (shipped) or any lm-eval task, comma-separated "
+                        "(default niah,agreement)")
+    q.add_argument("--contexts", help=f"needle contexts in tokens (default {REMOTE_CONTEXTS}; embedded "
+                   f"{EMBEDDED_CONTEXTS})")
+    q.add_argument("--depths", default="10,50,90", help="needle depths, percent of the context (default 10,50,90)")
+    q.add_argument("--limit", type=POSITIVE_INT, help="lm-eval tasks: items per task (default: all)")
+    q.add_argument("--extra-body", help="JSON object merged into every request body")
+    q.add_argument("--format", choices=["table", "markdown"], default="table")
+    _items(q)
+    qs = q.add_subparsers(dest="quality_command", parser_class=QualityParser, metavar="{compare,knob}")
+    c = qs.add_parser("compare", help="two quality runs item by item: difference, 95%% interval, p-value, verdict")
+    c.add_argument("a", help="run id, id prefix or label")
+    c.add_argument("b", help="run id, id prefix or label")
+    c.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_json(c, "the comparison")
+    add_latest(c)
+    add_db(c)
+    k = qs.add_parser("knob", help="does a request parameter change the outputs more than sampling noise?")
+    _endpoint(k)
+    k.add_argument("--param", required=True, metavar="NAME=V1,V2,...",
+                   help="e.g. reasoning_effort=low,medium,high or chat_template_kwargs.enable_thinking=true,false")
+    _items(k)
+
+
+# --- handlers ---------------------------------------------------------------------------------------------
+
+def _config(a: argparse.Namespace, argv: list[str], tasks: list[str]) -> Any:
+    from ..quality.runner import QualityConfig
+
+    embedded = a.url is None
+    contexts_text = getattr(a, "contexts", None) or (EMBEDDED_CONTEXTS if embedded else REMOTE_CONTEXTS)
+    contexts = [tokens(c, "--contexts") for c in contexts_text.split(",") if c.strip()]
+    depths = int_list(getattr(a, "depths", None) or "10,50,90", "--depths") if hasattr(a, "depths") else [10, 50, 90]
+    if any(d > 100 for d in depths):
+        raise UsageError("--depths are percents of the context, from 1 to 100")
+    extra: dict[str, Any] = {}
+    if getattr(a, "extra_body", None):
+        try:
+            extra = json.loads(a.extra_body)
+        except ValueError as e:
+            raise UsageError(f"--extra-body is not valid JSON ({e.msg}): quote it, e.g. '{{\"top_k\": 1}}'") from None
+        if not isinstance(extra, dict):
+            raise UsageError("--extra-body must be a JSON object")
+    return QualityConfig(
+        url=normalize_base_url(a.url) if a.url else "", tasks=tasks, model=a.model, api=a.api,
+        api_key=a.api_key or os.environ.get("OPENAI_API_KEY"), tokenizer=a.tokenizer,
+        label=a.label or (f"embedded-{a.engine}" if embedded else socket.gethostname()),
+        contexts=contexts, depths=depths, items=a.items, max_tokens=a.max_tokens,
+        timeout_s=seconds(a.timeout, "--timeout") or 300.0, seed=a.seed, temperature=a.temperature,
+        extra_body=extra, limit=getattr(a, "limit", None), command=redact.command(["tokenbench", *argv]))
+
+
+def _tasks(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise UsageError("--tasks is empty: e.g. --tasks niah,agreement")
+    if len(set(names)) < len(names):
+        raise UsageError(f"--tasks '{text}' names a task twice")
+    return names
+
+
+class _Embedded:
+    """The embedded engine for a run without --url, sized for its longest prompt; stopped on exit."""
+
+    def __init__(self, a: argparse.Namespace, cfg: Any, err: Console) -> None:
+        self.a, self.cfg, self.note, self.engine = a, cfg, notifier(err), None
+
+    def __enter__(self) -> _Embedded:
+        if self.cfg.url:
+            return self
+        from .measure import embedded_facts, start_embedded
+
+        longest = max(self.cfg.contexts) if "niah" in self.cfg.tasks else 1024
+        ctx = -(-(longest + self.cfg.max_tokens + 256) // 256) * 256
+        self.engine, model = start_embedded(self.a, self.note, parallel=1, ctx=max(2048, ctx))
+        self.cfg.url, self.cfg.model = self.engine.base_url, self.engine.model
+        self.cfg.tokenizer = self.cfg.tokenizer or str(model.hf_dir)
+        self.cfg.embedded = embedded_facts(self.a, self.engine, model)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.engine is not None:
+            self.engine.stop()
+
+
+def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
+    check_output(getattr(a, "json", None), "--json")
+    if a.quality_command == "compare":
+        return _compare(a, console)
+    if a.quality_command == "knob":
+        return _knob(a, argv, console, err)
+    from ..quality.runner import run_quality
+
+    tasks = _tasks(a.tasks)
+    cfg = _config(a, argv, tasks)
+    store = Store(a.db)
+    try:
+        with _Embedded(a, cfg, err):
+            res = run_quality(cfg, store, notifier(err))
+    except TokenbenchError as e:
+        rid = getattr(e, "run_id", None)
+        if rid:
+            err.print(f"run {rid} kept what it finished ({type(e).__name__})", markup=False, highlight=False)
+        raise
+    _print_run(console, res, a.format, cfg)
+    console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False)
+    if a.json:
+        emit_json(a.json, run_json(res))
+    if res.status != "complete":
+        print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
+        return LevelFailed.exit_code
+    return 0
+
+
+def run_json(res: Any) -> dict[str, Any]:
+    from .. import __version__
+
+    return {"tool": "tokenbench", "version": __version__, "run_id": res.run_id, "kind": "quality",
+            "status": res.status, "error": res.error, "manifest": res.manifest,
+            "items": [{k: v for k, v in it.to_row().items() if k not in ("prompt", "detail")}
+                      | {"detail": it.detail} for it in res.items]}
+
+
+def _s(ms: float | None) -> str:
+    return "—" if ms is None else f"{ms / 1000:.2f} s"
+
+
+def _print_run(console: Console, res: Any, fmt: str, cfg: Any) -> None:
+    from ..output import print_table
+
+    summary = res.manifest.get("summary") or {}
+    rows = []
+    for task, t in summary.items():
+        score = "—" if t["score"] is None or task == "agreement" else f"{100 * t['score']:.1f}"
+        rows.append([task, str(t["items"]), str(t["pass"]), str(t["fail"]), str(t["timeout"]), str(t["error"]),
+                     score, _s(t["latency_ms_median"])])
+    print_table(console, ["Task", "Items", "Pass", "Fail", "Timeout", "Error", "Score", "Median time"], rows, fmt)
+    niah = [it for it in res.items if it.task == "niah"]
+    if niah:
+        depths = sorted({it.detail["depth"] for it in niah})
+        grid: dict[int, dict[int, Any]] = {}
+        for it in niah:
+            grid.setdefault(it.detail["context"], {})[it.detail["depth"]] = it
+        head = ["Context", *[f"{d}%" for d in depths], "Prompt tokens sent / counted by the server"]
+        body = []
+        for ctx, cells in grid.items():
+            row = [f"{ctx:,}"]
+            for d in depths:
+                it = cells.get(d)
+                row.append("—" if it is None else f"{it.status} {_s(it.latency_ms)}")
+            sent = [f"{c.expected_prompt_tokens or '?'}/{c.prompt_tokens if c.prompt_tokens is not None else '?'}"
+                    + ("" if c.detail.get("usage_check") in ("ok", "absent") else f" {c.detail['usage_check']}")
+                    for c in cells.values()]
+            row.append(", ".join(sent))
+            body.append(row)
+        print_table(console, head, body, fmt, title="needle in a haystack: pass/fail/timeout and time per cell")
+        if any(c.detail.get("usage_check") == "truncated" for c in niah):
+            console.print("the server counted fewer prompt tokens than were sent: it truncated the context, so a "
+                          "failed cell may never have seen its needle", style="yellow", markup=False)
+
+
+def _compare(a: argparse.Namespace, console: Console) -> int:
+    from ..output import print_table
+    from ..quality.parity import compare_runs
+
+    store = Store(a.db, readonly=True)
+    ra, rb, cmp = compare_runs(store, a.a, a.b, a.latest)
+    la, lb = ra.label or ra.id, rb.label or rb.id
+    if la == lb:
+        la, lb = ra.id, rb.id
+    console.print(f"A: {la} ({ra.id}, {ra.manifest.get('engine') or '?'}, {ra.manifest.get('model')})\n"
+                  f"B: {lb} ({rb.id}, {rb.manifest.get('engine') or '?'}, {rb.manifest.get('model')})",
+                  style="dim", markup=False, highlight=False)
+    rows = []
+    for tc in cmp:
+        s = tc.scores
+        if s is None:
+            continue
+        verdict = s.verdict.replace("A better", f"{la} better").replace("B better", f"{lb} better")
+        timeouts = f" ({tc.timeouts[0]}/{tc.timeouts[1]} timeouts)" if any(tc.timeouts) else ""
+        rows.append([tc.task, str(s.n), f"{s.mean_a * 100:.1f}", f"{s.mean_b * 100:.1f}",
+                     f"{s.diff_points:+.1f} [{s.ci_points[0]:+.1f}, {s.ci_points[1]:+.1f}]", f"{s.p_value:.3g}",
+                     verdict + timeouts, f"{s.items_needed:,}" if s.items_needed else "—"])
+    if rows:
+        print_table(console, ["Task", "Items", "A", "B", "A-B points [95% CI]", "p", "Verdict", "Items for ±2 pts"],
+                    rows, a.format)
+    agree = [[tc.task, str(tc.agreement.n), f"{tc.agreement.identical} ({tc.agreement.share:.0%})",
+              f"{100 * tc.agreement.interval[0]:.0f}-{100 * tc.agreement.interval[1]:.0f}%",
+              "—" if tc.agreement.first_diff_median is None else f"{tc.agreement.first_diff_median:g} {tc.agreement.unit}",
+              f"{tc.agreement.mean_length:.0f} {tc.agreement.unit}"]
+             for tc in cmp if tc.agreement is not None]
+    if agree:
+        print_table(console, ["Task", "Pairs", "Identical outputs", "95% CI", "First difference (median)",
+                              "Output length"], agree, a.format, title="agreement of outputs")
+    for tc in cmp:
+        for n in tc.notes:
+            console.print(f"{tc.task}: {n}", style="yellow", markup=False, highlight=False)
+    if a.json:
+        emit_json(a.json, {"a": {"run_id": ra.id, "label": ra.label}, "b": {"run_id": rb.id, "label": rb.label},
+                           "tasks": [tc.to_dict() for tc in cmp]})
+    return 0
+
+
+def _knob(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
+    from ..output import print_table
+    from ..quality import knob
+    from ..quality.runner import run_knob
+
+    name, values = knob.parse_param(a.param)
+    cfg = _config(a, argv, ["knob"])
+    store = Store(a.db)
+    with _Embedded(a, cfg, err):
+        res = run_knob(cfg, name, values, store, notifier(err))
+    fx = knob.effects(name, values, res.items)
+    rows = []
+    for i, e in enumerate(fx):
+        what = json.dumps(e.value) + (" (repeat: the noise)" if i == 1 else " (baseline)" if i == 0 else "")
+        rows.append([what, str(e.n), "—" if i == 0 else f"{e.changed}", "—" if e.p_value is None else f"{e.p_value:.3g}",
+                     "—" if e.output_tokens_mean is None else f"{e.output_tokens_mean:.1f}",
+                     "—" if e.reasoning_tokens_mean is None else f"{e.reasoning_tokens_mean:.1f}", str(e.failed)])
+    print_table(console, [name, "Prompts", "Outputs changed", "p vs noise", "Output tokens", "Reasoning tokens",
+                          "Failed"], rows)
+    text = knob.finding(name, fx)
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"run {res.run_id} (quality, knob) saved in {store.path}", style="dim", markup=False)
+    if a.json:
+        doc = run_json(res)
+        doc["knob"] = {"param": name, "values": values, "effects": [e.to_dict() for e in fx], "finding": text}
+        emit_json(a.json, doc)
+    return 0

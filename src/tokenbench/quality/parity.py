@@ -1,0 +1,102 @@
+"""Two quality runs compared task by task, item by item: scores, the difference with its 95% interval, a
+p-value and a verdict; for outputs kept for comparison only (agreement), the share of identical outputs and
+where they first differ.
+
+Items are paired by task and key (the same cell, the same prompt, the same harness document); the runs must
+have used the same items (the same --seed, contexts and depths): unpaired items are counted and left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UsageError
+from ..store import Store
+from .agreement import Agreement, agreement
+from .items import Item
+from .stats import Paired, compare_paired
+
+
+@dataclass(slots=True)
+class TaskComparison:
+    task: str
+    paired: int
+    only_a: int
+    only_b: int
+    scores: Paired | None  # tasks with a score (niah, harness tasks)
+    agreement: Agreement | None  # every task whose outputs both runs kept
+    timeouts: tuple[int, int] = (0, 0)
+    errors: tuple[int, int] = (0, 0)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "paired": self.paired, "only_a": self.only_a, "only_b": self.only_b,
+                "scores": self.scores.to_dict() if self.scores else None,
+                "agreement": self.agreement.to_dict() if self.agreement else None,
+                "timeouts": list(self.timeouts), "errors": list(self.errors), "notes": self.notes}
+
+
+def _outputs(a: Item, b: Item) -> tuple[list[int] | str, list[int] | str, str]:
+    ta, tb = a.detail.get("tokens"), b.detail.get("tokens")
+    if isinstance(ta, list) and isinstance(tb, list):
+        return ta, tb, "tokens"
+    return a.response, b.response, "characters"
+
+
+def compare_items(items_a: list[Item], items_b: list[Item], seed: int = 0) -> list[TaskComparison]:
+    by_a: dict[str, dict[str, Item]] = {}
+    by_b: dict[str, dict[str, Item]] = {}
+    for it in items_a:
+        by_a.setdefault(it.task, {})[it.key] = it
+    for it in items_b:
+        by_b.setdefault(it.task, {})[it.key] = it
+    out = []
+    for task in [t for t in by_a if t in by_b]:
+        a, b = by_a[task], by_b[task]
+        keys = [k for k in a if k in b]
+        tc = TaskComparison(task, len(keys), len(a) - len(keys), len(b) - len(keys), None, None,
+                            (sum(i.status == "timeout" for i in a.values()), sum(i.status == "timeout" for i in b.values())),
+                            (sum(i.status == "error" for i in a.values()), sum(i.status == "error" for i in b.values())))
+        if not keys:
+            tc.notes.append("no item in common: were both runs made with the same --seed, contexts and depths?")
+            out.append(tc)
+            continue
+        scored = [k for k in keys if a[k].scored and b[k].scored]
+        if scored:
+            tc.scores = compare_paired([a[k].value for k in scored], [b[k].value for k in scored], seed)
+        both = [k for k in keys if a[k].status not in ("timeout", "error") and b[k].status not in ("timeout", "error")]
+        if both:
+            pairs = [_outputs(a[k], b[k]) for k in both]
+            if all(u == "tokens" for _, _, u in pairs):
+                tc.agreement = agreement([(x, y) for x, y, _ in pairs], "tokens")
+            else:
+                tc.agreement = agreement([(a[k].response, b[k].response) for k in both], "characters")
+        if tc.only_a or tc.only_b:
+            tc.notes.append(f"{tc.only_a + tc.only_b} items are in one run only (different --seed, contexts or "
+                            "--items?): left out")
+        out.append(tc)
+    return out
+
+
+def load_items(store: Store, run_id: str) -> list[Item]:
+    return [Item.from_row(r) for r in store.quality_items(run_id)]
+
+
+def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False) -> tuple[Any, Any, list[TaskComparison]]:
+    """(run A, run B, per task comparisons) of two stored quality runs."""
+    ra = store.resolve(ref_a, latest, ("quality",), "quality compare")
+    rb = store.resolve(ref_b, latest, ("quality",), "quality compare")
+    if ra.id == rb.id:
+        raise UsageError(f"'{ref_a}' and '{ref_b}' are the same run ({ra.id}): compare two runs")
+    cmp = compare_items(load_items(store, ra.id), load_items(store, rb.id))
+    if not cmp:
+        ta = sorted({i.task for i in load_items(store, ra.id)})
+        tb = sorted({i.task for i in load_items(store, rb.id)})
+        raise UsageError(f"runs {ra.id} ({', '.join(ta) or 'no items'}) and {rb.id} ({', '.join(tb) or 'no items'}) "
+                         "have no task in common")
+    for tc in cmp:
+        ma, mb = ra.manifest.get("seed"), rb.manifest.get("seed")
+        if ma != mb:
+            tc.notes.append(f"the runs used different seeds ({ma} and {mb}): their items differ")
+    return ra, rb, cmp

@@ -1,0 +1,326 @@
+"""Run quality tasks against an endpoint and store every item: the built-in ones (niah, agreement, knob) through
+the streaming client, the standard ones through lm-evaluation-harness (``harness``).
+
+One run of kind ``quality`` per command; its items in ``quality_items``, each stored as it finishes, so a run
+that is killed keeps what it did and reads as interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from .. import __version__, machine, redact
+from ..client import Api, PreparedRequest, StreamClient
+from ..errors import EndpointError, TokenbenchError
+from ..records import RequestRecord
+from ..servers import ServerInfo, check_model, discover
+from ..store import Store
+from ..sweep import new_run_id, now_iso, pick_tokenizer
+from ..workload import Tokenizer
+from . import agreement, haystack
+from .knob import knob_task, nest
+from .items import Item, Status, prompt_key
+
+BUILTIN = ("niah", "agreement")
+#: Tokens a prompt's server count may differ from ours before it is flagged (BPE merges across the template).
+USAGE_TOLERANCE = 2
+Note = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class QualityConfig:
+    url: str
+    tasks: list[str]
+    model: str | None = None
+    api: Api = "chat"
+    api_key: str | None = None
+    tokenizer: str | None = None
+    label: str | None = None
+    contexts: list[int] = field(default_factory=lambda: [4096, 16384, 32768])
+    depths: list[int] = field(default_factory=lambda: list(haystack.DEFAULT_DEPTHS))
+    items: int = agreement.DEFAULT_ITEMS
+    max_tokens: int = 64
+    timeout_s: float = 300.0
+    seed: int = 0  # fixed by default: two hosts must get the same items to be compared
+    temperature: float = 0.0
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    limit: int | None = None  # harness tasks: items per task
+    command: str = ""
+    embedded: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class QualityResult:
+    run_id: str
+    status: str
+    manifest: dict[str, Any]
+    items: list[Item]
+    error: str | None = None
+
+
+def outcome(rec: RequestRecord) -> Status | None:
+    """timeout or error for a failed request; None when it succeeded (the task scores it)."""
+    if rec.ok:
+        return None
+    return "timeout" if rec.error_kind in ("timeout", "stall") else "error"
+
+
+class Session:
+    """One endpoint, discovered and checked, with the tokenizer and the client every task sends through."""
+
+    def __init__(self, cfg: QualityConfig, http: aiohttp.ClientSession, info: ServerInfo, model: str,
+                 tokenizer: Tokenizer, counter: Any) -> None:
+        self.cfg, self.http, self.info, self.model, self.tokenizer = cfg, http, info, model, tokenizer
+        self.client = StreamClient(session=http, base_url=cfg.url, model=model, api=cfg.api, api_key=cfg.api_key,
+                                   temperature=cfg.temperature, timeout_s=cfg.timeout_s,
+                                   # a long prompt sends nothing until its prefill ends: the cell's limit is its time
+                                   stall_timeout_s=cfg.timeout_s, counter=counter,
+                                   one_token_per_chunk=info.adapter.one_token_per_chunk,
+                                   fresh_connection=info.adapter.closes_after_stream)
+        self.template_tokens = 0  # tokens the server adds around a prompt (a chat template, a BOS)
+
+    @classmethod
+    async def open(cls, cfg: QualityConfig, http: aiohttp.ClientSession, note: Note) -> Session:
+        info = await discover(http, cfg.url, cfg.api_key, model=cfg.model)
+        if info.models_error:
+            note(f"warning: {info.models_error}; using '{cfg.model}' as given by --model")
+        model = check_model(info, cfg.model, cfg.url)
+        tokenizer, counter = await pick_tokenizer(cfg.tokenizer, cfg.api_key, http, info, model)
+        s = cls(cfg, http, info, model, tokenizer, counter)
+        await s.check()
+        return s
+
+    async def check(self) -> None:
+        """One short request: the server takes this kind of request (a refusal is one line, before any task),
+        and how many tokens it adds around a prompt, so that every prompt's count can be checked against usage."""
+        text = "Say OK."
+        rec = RequestRecord(index=-1, phase="warmup")
+        await self.client.send(PreparedRequest(text, 2, None, dict(self.cfg.extra_body)), rec)
+        if not rec.ok:
+            if rec.http_status is not None and 400 <= rec.http_status < 500:
+                raise EndpointError(f"the server refused a {self.cfg.api} request (HTTP {rec.http_status}: "
+                                    f"{rec.error}); check --model and --api")
+            raise EndpointError(f"the first request failed ({rec.error_kind}: {rec.error}); check the server")
+        if rec.input_tokens is not None and rec.input_tokens_source == "usage":
+            self.template_tokens = rec.input_tokens - len(await self.tokenizer.encode(text))
+
+    async def send(self, prompt: str, idx: int, expected_tokens: int | None = None,
+                   extra: dict[str, Any] | None = None, max_tokens: int | None = None) -> RequestRecord:
+        rec = RequestRecord(index=idx)
+        expected = None if expected_tokens is None else expected_tokens + self.template_tokens
+        body = dict(self.cfg.extra_body)
+        body.update(extra or {})
+        await self.client.send(PreparedRequest(prompt, max_tokens or self.cfg.max_tokens, expected, body), rec)
+        return rec
+
+    def item(self, task: str, idx: int, key: str, prompt: str, rec: RequestRecord) -> Item:
+        """An item from a finished request: its response, tokens, latency; timeout/error when it failed."""
+        it = Item(task=task, idx=idx, key=key, prompt=prompt, status=outcome(rec) or "done",
+                  response=rec.answer_text, reasoning=rec.reasoning_text,
+                  latency_ms=None if rec.e2e_ns is None else round(rec.e2e_ns / 1e6, 3),
+                  prompt_tokens=rec.input_tokens if rec.input_tokens_source == "usage" else None,
+                  expected_prompt_tokens=rec.expected_input_tokens, output_tokens=rec.output_tokens,
+                  reasoning_tokens=rec.reasoning_tokens, error=None if rec.ok else f"{rec.error_kind}: {rec.error}")
+        if rec.first_token_ns is not None:
+            it.detail["ttft_ms"] = round((rec.first_token_ns - rec.sent_ns) / 1e6, 3)
+        if rec.first_answer_ns is not None:
+            it.detail["first_answer_ms"] = round((rec.first_answer_ns - rec.sent_ns) / 1e6, 3)
+        it.detail["finish_reason"] = rec.finish_reason
+        it.detail["usage_check"] = usage_check(it.prompt_tokens, it.expected_prompt_tokens)
+        return it
+
+
+def usage_check(server: int | None, ours: int | None) -> str:
+    """ok, truncated (the server saw fewer tokens than were sent), mismatch, or absent (no usage)."""
+    if server is None or ours is None:
+        return "absent"
+    if server < ours - USAGE_TOLERANCE:
+        return "truncated"
+    return "ok" if abs(server - ours) <= USAGE_TOLERANCE else "mismatch"
+
+
+# --- the built-in tasks -------------------------------------------------------------------------------------
+
+async def run_niah(s: Session, save: Callable[[Item], None], note: Note) -> list[Item]:
+    cfg, chat = s.cfg, s.cfg.api == "chat"
+    counts: dict[str, int] = {}
+    out = []
+    idx = 0
+    for ctx in cfg.contexts:
+        for depth in cfg.depths:
+            cell = await haystack.build_cell(s.tokenizer, ctx, depth, cfg.seed, chat, counts)
+            rec = await s.send(cell.prompt, idx, cell.prompt_tokens)
+            it = s.item("niah", idx, cell.key, cell.prompt, rec)
+            it.expected = cell.needle
+            if it.status == "done":
+                passed = haystack.score(rec.answer_text, cell.needle)
+                it.status, it.score = ("pass" if passed else "fail"), float(passed)
+                it.detail["tokens"] = await s.tokenizer.encode(rec.answer_text) if rec.answer_text else []
+            it.detail.update(context=ctx, depth=depth, actual_depth=round(cell.actual_depth, 2))
+            save(it)
+            out.append(it)
+            note(f"niah {cell.key}: {it.status} in {(it.latency_ms or 0) / 1000:.2f} s, {it.expected_prompt_tokens or 0:,} "
+                 f"prompt tokens sent, the server counted {it.prompt_tokens if it.prompt_tokens is not None else '?'}"
+                 + ("" if it.detail["usage_check"] in ("ok", "absent") else f" ({it.detail['usage_check']})"))
+            idx += 1
+    return out
+
+
+async def run_prompts(s: Session, task: str, texts: list[str], save: Callable[[Item], None],
+                      extra: dict[str, Any] | None = None) -> list[Item]:
+    """Greedy (or as configured) outputs of ``texts``, with their token ids, for agreement and knob checks."""
+    out = []
+    for i, text in enumerate(texts):
+        rec = await s.send(text, i, len(await s.tokenizer.encode(text)), extra)
+        it = s.item(task, i, prompt_key(text), text, rec)
+        if it.status == "done":
+            it.detail["tokens"] = await s.tokenizer.encode(rec.answer_text) if rec.answer_text else []
+        if extra:
+            it.detail["request_fields"] = redact.body(extra)
+        save(it)
+        out.append(it)
+    return out
+
+
+# --- a run --------------------------------------------------------------------------------------------------
+
+def _manifest(cfg: QualityConfig, s: Session, kind_extra: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "endpoint": cfg.url, "model": s.model, "engine": s.info.engine,
+        "engine_version": s.info.engine_version or (cfg.embedded or {}).get("engine_version"),
+        "server": s.info.to_dict(), "embedded": cfg.embedded, "label": cfg.label, "command": cfg.command,
+        "started": now_iso(), "finished": None, "tokenizer": s.tokenizer.description,
+        "template_tokens": s.template_tokens, "seed": cfg.seed,
+        "workload": {"tasks": cfg.tasks, "api": cfg.api, "contexts": cfg.contexts, "depths": cfg.depths,
+                     "items": cfg.items, "max_tokens": cfg.max_tokens, "temperature": cfg.temperature,
+                     "timeout_s": cfg.timeout_s, "limit": cfg.limit, "request_fields": redact.body(cfg.extra_body),
+                     **kind_extra},
+        "machine": machine.snapshot(),
+    }
+
+
+def task_summary(items: list[Item]) -> dict[str, dict[str, Any]]:
+    """Per task: items, passes, timeouts, errors, score (timeouts and errors count as not passed)."""
+    out: dict[str, dict[str, Any]] = {}
+    for it in items:
+        t = out.setdefault(it.task, {"items": 0, "pass": 0, "fail": 0, "timeout": 0, "error": 0, "done": 0,
+                                     "score_sum": 0.0, "scored": 0, "latency_ms": []})
+        t["items"] += 1
+        t[it.status] += 1
+        if it.scored:
+            t["scored"] += 1
+            t["score_sum"] += it.value
+        if it.latency_ms is not None:
+            t["latency_ms"].append(it.latency_ms)
+    for t in out.values():
+        t["score"] = t.pop("score_sum") / t["scored"] if t["scored"] else None
+        lat = sorted(t.pop("latency_ms"))
+        t["latency_ms_median"] = lat[len(lat) // 2] if lat else None
+    return out
+
+
+class Recorder:
+    """Creates the run, stores each item as it finishes, closes the run in every case."""
+
+    def __init__(self, store: Store, label: str | None) -> None:
+        self.store, self.label = store, label
+        self.run_id = new_run_id()
+        self.items: list[Item] = []
+        self.manifest: dict[str, Any] = {}
+
+    def open(self, manifest: dict[str, Any]) -> None:
+        self.manifest = manifest
+        self.store.create_run(self.run_id, "quality", self.label, manifest["started"], __version__, manifest)
+
+    def save(self, it: Item) -> None:
+        self.items.append(it)
+        self.store.save_quality_items(self.run_id, [it.to_row()])
+
+    def close(self, status: str, error: str | None = None) -> QualityResult:
+        self.manifest["finished"] = now_iso()
+        self.manifest["summary"] = task_summary(self.items)
+        self.store.update_manifest(self.run_id, self.manifest)
+        self.store.finish_run(self.run_id, status, self.manifest["finished"], error)
+        return QualityResult(self.run_id, status, self.manifest, self.items, error)
+
+
+def run_quality(cfg: QualityConfig, store: Store, note: Note = lambda t: None) -> QualityResult:
+    """Run ``cfg.tasks`` (built-in and harness tasks) against ``cfg.url`` and store them as one run."""
+    from . import harness
+
+    harness_tasks = [t for t in cfg.tasks if t not in BUILTIN]
+    if harness_tasks:
+        harness.check_tasks(harness_tasks)  # unknown tasks or no lm-eval: refused before anything runs
+    rec = Recorder(store, cfg.label)
+
+    async def builtin() -> None:
+        async with aiohttp.ClientSession() as http:
+            s = await Session.open(cfg, http, note)
+            rec.open(_manifest(cfg, s, {}))
+            for task in cfg.tasks:
+                if task == "niah":
+                    await run_niah(s, rec.save, note)
+                elif task == "agreement":
+                    done = await run_prompts(s, "agreement", agreement.prompts(cfg.items, cfg.seed, cfg.api == "chat"),
+                                             rec.save)
+                    note(f"agreement: {len(done)} greedy outputs stored; compare two runs with "
+                         "'tokenbench quality compare A B'")
+            rec.manifest["model"] = s.model
+
+    try:
+        asyncio.run(builtin())
+        errors = []
+        for task in harness_tasks:
+            try:
+                for it in harness.evaluate(task, cfg, rec.manifest["model"], note):
+                    rec.save(it)
+            except TokenbenchError as e:  # this task could not run (its data is not here): the others still do
+                errors.append(str(e))
+                note(f"{task}: {e}")
+    except BaseException as e:
+        if rec.manifest:
+            status = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else \
+                ("partial" if rec.items else "failed")
+            rec.close(status, str(e) or type(e).__name__)
+            e.run_id = rec.run_id  # type: ignore[attr-defined]
+        raise
+    if errors:
+        return rec.close("partial" if rec.items else "failed", "; ".join(errors))
+    return rec.close("complete")
+
+
+# --- the knob check -----------------------------------------------------------------------------------------
+
+def run_knob(cfg: QualityConfig, name: str, values: list[Any], store: Store,
+             note: Note = lambda t: None) -> QualityResult:
+    """The same prompts under each value of one request parameter, and the first value twice: the repeat is
+    the noise floor (what differs between two runs of the same setting)."""
+    rec = Recorder(store, cfg.label)
+    texts = agreement.prompts(cfg.items, cfg.seed, cfg.api == "chat")
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as http:
+            s = await Session.open(cfg, http, note)
+            rec.open(_manifest(cfg, s, {"knob": {"param": name, "values": values}}))
+            plan = [(values[0], False), (values[0], True), *[(v, False) for v in values[1:]]]
+            for value, repeat in plan:
+                task = knob_task(name, value, repeat)
+                done = await run_prompts(s, task, texts, rec.save, nest(name, value))
+                bad = [it for it in done if it.status != "done"]
+                note(f"{task}: {len(done) - len(bad)}/{len(done)} outputs"
+                     + (f"; {len(bad)} failed ({bad[0].error})" if bad else ""))
+
+    try:
+        asyncio.run(go())
+    except BaseException as e:
+        if rec.manifest:
+            rec.close("interrupted" if isinstance(e, KeyboardInterrupt) else "partial" if rec.items else "failed",
+                      str(e) or type(e).__name__)
+            e.run_id = rec.run_id  # type: ignore[attr-defined]
+        raise
+    return rec.close("complete")

@@ -1,0 +1,328 @@
+"""Quality parity without a real engine: the statistics against hand computations, the haystack, the knob
+parser, the store, and the whole command against a fake server that answers needles right, half wrong, or
+too slowly (a fake to inject what a real engine will not do on demand; tests/test_quality_engines.py runs the
+real ones)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sqlite3
+from pathlib import Path
+import pytest
+from aiohttp import web
+
+from tokenbench.cli import main
+from tokenbench.emitter import BackgroundEmitter, Emitter, EmitterConfig
+from tokenbench.quality import agreement, haystack, knob, stats
+from tokenbench.quality.items import Item
+from tokenbench.store import Store
+
+# --- statistics, against hand computations -------------------------------------------------------------------
+
+
+def test_mcnemar_exact_matches_the_binomial_by_hand() -> None:
+    # b=1, c=9: 2 * (C(10,0) + C(10,1)) / 2^10 = 22/1024
+    assert stats.mcnemar_exact(1, 9) == pytest.approx(22 / 1024)
+    assert stats.mcnemar_exact(9, 1) == pytest.approx(22 / 1024)
+    # b=0, c=6: 2 * 1/64
+    assert stats.mcnemar_exact(0, 6) == pytest.approx(2 / 64)
+    # b=2, c=5: 2 * (1 + 7 + 21) / 128
+    assert stats.mcnemar_exact(2, 5) == pytest.approx(58 / 128)
+    assert stats.mcnemar_exact(3, 3) == 1.0 and stats.mcnemar_exact(0, 0) == 1.0
+
+
+def test_bootstrap_is_seeded_and_brackets_the_mean() -> None:
+    assert stats.bootstrap_interval([0.25] * 7) == (0.25, 0.25)
+    diffs = [1.0] * 5 + [0.0] * 5
+    lo, hi = stats.bootstrap_interval(diffs, seed=3)
+    assert (lo, hi) == stats.bootstrap_interval(diffs, seed=3)
+    # normal approximation by hand: 0.5 ± 1.96 * sqrt(0.25 / 10) = 0.5 ± 0.31
+    assert lo == pytest.approx(0.19, abs=0.1) and hi == pytest.approx(0.81, abs=0.1)
+
+
+def test_items_needed_by_hand() -> None:
+    # Connor (1987) with psi = delta = 0.02 (identical runs): (1.95996*0.141421 + 0.841621*0.14)^2 / 0.0004
+    assert stats.items_needed_binary(0.0) == 391
+    # psi = 0.1: (1.95996*0.316228 + 0.841621*0.315595)^2 / 0.0004 = 1959.9
+    assert stats.items_needed_binary(0.1) == 1960
+    # scores: ((1.95996 + 0.841621) * 0.3 / 0.02)^2 = 1765.99
+    assert stats.items_needed_scores(0.3) == 1766
+    assert stats.items_needed_scores(0.0) is None
+
+
+def test_wilson_interval_by_hand() -> None:
+    lo, hi = stats.wilson_interval(8, 10)
+    assert lo == pytest.approx(0.4902, abs=1e-3) and hi == pytest.approx(0.9433, abs=1e-3)
+
+
+def test_compare_paired_verdicts() -> None:
+    a = [1.0] * 16
+    worse = [1.0, 0.0] * 8
+    p = stats.compare_paired(a, worse)
+    assert (p.a_only, p.b_only, p.test) == (8, 0, "mcnemar")
+    assert p.p_value == pytest.approx(2 / 256) and p.verdict == "A better"
+    assert p.diff_points == pytest.approx(50.0) and p.ci_points[0] > 0
+    same = stats.compare_paired(a, a)
+    assert same.verdict == "same within noise" and same.p_value == 1.0 and same.items_needed == 391
+    scores = stats.compare_paired([0.5, 0.7, 0.9, 0.6] * 5, [0.4, 0.6, 0.9, 0.5] * 5)
+    assert scores.test == "sign-flip" and scores.verdict == "A better"
+
+
+# --- the haystack, agreement, knob parsing --------------------------------------------------------------------
+
+
+class Words:
+    """A whitespace tokenizer: one token per word."""
+
+    async def encode(self, text: str) -> list[int]:
+        return [hash(w) % 1000 for w in text.split()]
+
+
+def test_needle_scoring_is_exact() -> None:
+    assert haystack.score(" 4821930.", "4821930")
+    assert haystack.score("The secret number is 4,821,930", "4821930")
+    assert not haystack.score("482193", "4821930")
+    assert not haystack.score("48219301", "4821930")
+    assert not haystack.score("I think 1234567, or 4821930", "4821930")
+    assert not haystack.score("", "4821930")
+
+
+def _cell(context: int, depth: int, seed: int) -> haystack.Cell:
+    return asyncio.run(haystack.build_cell(Words(), context, depth, seed=seed, chat=True))
+
+
+def test_cells_fit_their_context_and_place_the_needle() -> None:
+    for depth in (10, 50, 90):
+        cell = _cell(1000, depth, 1)
+        assert 900 < cell.prompt_tokens <= 1000
+        assert haystack.needle_sentence(cell.needle) in cell.prompt
+        assert abs(cell.actual_depth - depth) < 5
+        before = cell.prompt.index(cell.needle) / len(cell.prompt)
+        assert abs(before - depth / 100) < 0.08
+    again = _cell(1000, 50, 1)
+    assert again == _cell(1000, 50, 1) and _cell(1000, 50, 2).needle != again.needle
+    assert not any(ch.isdigit() for s in haystack.filler_sentences() for ch in s)
+
+
+def test_agreement_first_difference() -> None:
+    assert agreement.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert agreement.first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert agreement.first_difference([1, 2], [1, 2, 3]) == 2
+    ag = agreement.agreement([([1, 2], [1, 2]), ([1, 2, 3], [1, 9, 3]), ([4, 4, 4], [4, 4, 5])], "tokens")
+    assert (ag.identical, ag.n, ag.first_diff_median) == (1, 3, 1.5)
+    assert agreement.prompts(4, 0, True) == agreement.prompts(4, 0, True) != agreement.prompts(4, 1, True)
+
+
+def test_param_parsing_and_nesting() -> None:
+    assert knob.parse_param("reasoning_effort=low,medium,high") == ("reasoning_effort", ["low", "medium", "high"])
+    assert knob.parse_param("chat_template_kwargs.enable_thinking=true,false") == \
+        ("chat_template_kwargs.enable_thinking", [True, False])
+    assert knob.parse_param("temperature=0,0.7") == ("temperature", [0, 0.7])
+    assert knob.nest("a.b.c", 1) == {"a": {"b": {"c": 1}}}
+    for bad in ("reasoning_effort", "x=", "x=low", "=a,b", "a..b=1,2", "x=a,,b", "x=a,a", "api_key=a,b"):
+        with pytest.raises(Exception) as e:
+            knob.parse_param(bad)
+        assert type(e.value).__name__ == "UsageError"
+
+
+def _items(task: str, texts: list[str]) -> list[Item]:
+    return [Item(task=task, idx=i, key=str(i), prompt="p", response=t) for i, t in enumerate(texts)]
+
+
+def test_knob_effects_against_the_noise_floor() -> None:
+    same = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    items = (_items(knob.knob_task("k", "low"), same) + _items(knob.knob_task("k", "low", True), same)
+             + _items(knob.knob_task("k", "high"), same))
+    fx = knob.effects("k", ["low", "high"], items)
+    assert [e.changed for e in fx] == [0, 0, 0] and fx[2].p_value == 1.0
+    assert "the knob has no measurable effect" in knob.finding("k", fx)
+    items = items[:16] + _items(knob.knob_task("k", "high"), [t + "!" for t in same])
+    fx = knob.effects("k", ["low", "high"], items)
+    assert fx[2].changed == 8 and fx[2].effect and fx[2].p_value == pytest.approx(2 / 256)
+    assert knob.finding("k", fx).startswith("k has an effect")
+
+
+# --- the store -----------------------------------------------------------------------------------------------
+
+
+def test_migration_adds_the_items_table_to_an_old_database(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied TEXT NOT NULL)")
+    db.commit()
+    db.close()
+    from tokenbench import store as store_mod
+
+    s = Store(path)
+    assert "003_quality_items" in {r[0] for r in s.db.execute("SELECT name FROM _migrations")}
+    assert s.schema_version == len(store_mod.MIGRATIONS)
+    s.create_run("r1", "quality", "x", "2026-01-01T00:00:00+00:00", "0", {})
+    it = Item(task="niah", idx=0, key="1024@50%", prompt="p", status="pass", score=1.0, detail={"depth": 50})
+    s.save_quality_items("r1", [it.to_row()])
+    assert [Item.from_row(r) for r in s.quality_items("r1")] == [it]
+
+
+# --- the command, against a fake server ----------------------------------------------------------------------
+
+NEEDLE = re.compile(r"The secret number is (\d+)\.")
+ARITH = re.compile(r"What is (\d+) (plus|minus|times) (\d+)\?")
+
+
+class Answering(Emitter):
+    """The emitter, answering: the needle (or a wrong one on every ``wrong_every``-th needle), the sum asked,
+    else the emitter's words. ``slow_words``: prompts longer than this wait ``slow_s`` before answering."""
+
+    def __init__(self, wrong_every: int = 0, slow_words: int | None = None, slow_s: float = 0.0) -> None:
+        super().__init__(EmitterConfig())
+        self.wrong_every, self.slow_words, self.slow_s = wrong_every, slow_words, slow_s
+        self.needles = 0
+
+    async def complete(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests_seen.append(body)
+        text = body["messages"][-1]["content"] if "messages" in body else body["prompt"]
+        if self.slow_words and len(text.split()) > self.slow_words:
+            await asyncio.sleep(self.slow_s)
+        m, q = NEEDLE.search(text), ARITH.search(text)
+        if m:
+            self.needles += 1
+            wrong = self.wrong_every and self.needles % self.wrong_every == 0
+            answer = str(int(m.group(1)) + 1) if wrong else m.group(1)
+        elif q:
+            a, op, b = int(q.group(1)), q.group(2), int(q.group(3))
+            answer = str(a + b if op == "plus" else a - b if op == "minus" else a * b)
+        else:
+            answer = " ".join(text.split()[:5])
+        chat = "messages" in body
+        choice = {"index": 0, "delta": {"content": answer}} if chat else {"index": 0, "text": answer}
+        if not body.get("stream"):
+            msg = {"message": {"role": "assistant", "content": answer}} if chat else {"text": answer}
+            return web.json_response({"id": "x", "choices": [{"index": 0, "finish_reason": "stop", **msg}],
+                                      "usage": {"prompt_tokens": len(text.split()), "completion_tokens": 1}})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for ev in ({"id": "x", "choices": [choice]}, {"id": "x", "choices": [{"index": 0, "delta": {}, "text": "",
+                                                                               "finish_reason": "stop"}]},
+                   {"id": "x", "choices": [], "usage": {"prompt_tokens": len(text.split()),
+                                                       "completion_tokens": len(answer.split())}}):
+            await resp.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+
+def serve(emitter: Emitter) -> BackgroundEmitter:
+    bg = BackgroundEmitter()
+    bg.emitter = emitter
+    return bg
+
+
+NIAH = ["--tasks", "niah", "--contexts", "200,300,400,500", "--depths", "10,40,60,90", "--timeout", "5s"]
+
+
+def _run(url: str, label: str, *extra: str) -> None:
+    assert main(["quality", "--url", url, "--label", label, *NIAH, *extra]) == 0
+
+
+def test_verdict_a_degraded_host_is_worse_and_a_copy_is_the_same(capsys: pytest.CaptureFixture[str],
+                                                                   tmp_path: Path) -> None:
+    with serve(Answering()) as good:
+        _run(good.url, "good")
+        _run(good.url, "good-again")
+    with serve(Answering(wrong_every=2)) as bad:
+        _run(bad.url, "degraded")
+    capsys.readouterr()
+    out = tmp_path / "cmp.json"
+    assert main(["quality", "compare", "good", "degraded", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    niah = next(t for t in doc["tasks"] if t["task"] == "niah")
+    s = niah["scores"]
+    assert (s["n"], s["score_a"], s["score_b"], s["a_only"], s["b_only"]) == (16, 1.0, 0.5, 8, 0)
+    assert s["verdict"] == "A better" and s["p_value"] < 0.05 and s["ci_points"][0] > 0
+    assert "good better" in text and "+50.0" in text
+    assert main(["quality", "compare", "good", "good-again", "--json", str(out)]) == 0
+    s = json.loads(out.read_text())["tasks"][0]["scores"]
+    assert s["verdict"] == "same within noise" and s["p_value"] == 1.0 and s["diff_points"] == 0
+    assert "same within noise" in capsys.readouterr().out
+
+
+def test_cells_record_tokens_and_timeouts_are_kept(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with serve(Answering(slow_words=350, slow_s=3.0)) as slow:
+        out = tmp_path / "run.json"
+        assert main(["quality", "--url", slow.url, "--label", "slow", "--tasks", "niah", "--contexts", "200,500",
+                     "--timeout", "1s", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    cells = {(i["detail"]["context"], i["detail"]["depth"]): i for i in doc["items"]}
+    assert len(cells) == 6  # every cell, the timed-out ones too
+    assert {cells[(200, d)]["status"] for d in (10, 50, 90)} == {"pass"}
+    assert {cells[(500, d)]["status"] for d in (10, 50, 90)} == {"timeout"}
+    assert all(c["latency_ms"] >= 900 for k, c in cells.items() if k[0] == 500)
+    for c in cells.values():
+        if c["status"] == "pass":  # the fake counts words as the test's tokenizer does
+            assert c["prompt_tokens"] == c["expected_prompt_tokens"] and c["detail"]["usage_check"] == "ok"
+    assert doc["manifest"]["summary"]["niah"]["score"] == 0.5  # timeouts count as not passed
+    text = capsys.readouterr().out
+    assert "timeout" in text and "pass" in text
+    assert main(["runs"]) == 0 and "quality" in capsys.readouterr().out
+
+
+def test_agreement_between_two_hosts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with serve(Answering()) as a:
+        assert main(["quality", "--url", a.url, "--label", "a", "--tasks", "agreement", "--items", "6"]) == 0
+        assert main(["quality", "--url", a.url, "--label", "b", "--tasks", "agreement", "--items", "6",
+                     "--seed", "5"]) == 0
+        assert main(["quality", "--url", a.url, "--label", "c", "--tasks", "agreement", "--items", "6"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "c.json"
+    assert main(["quality", "compare", "a", "c", "--json", str(out)]) == 0
+    ag = json.loads(out.read_text())["tasks"][0]["agreement"]
+    assert (ag["n"], ag["identical"], ag["unit"]) == (6, 6, "tokens")
+    assert main(["quality", "compare", "a", "b"]) == 0
+    assert "no item in common" in capsys.readouterr().out
+
+
+def test_knob_check_finds_no_effect_on_a_server_that_ignores_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with serve(Answering()) as a:
+        assert main(["quality", "knob", "--url", a.url, "--param", "reasoning_effort=low,high", "--items", "4"]) == 0
+        sent = [b.get("reasoning_effort") for b in a.emitter.requests_seen]
+    # the check request, then low twice (the repeat is the noise floor), then high
+    assert sent == [None] + ["low"] * 8 + ["high"] * 4
+    assert "the knob has no measurable effect" in capsys.readouterr().out
+
+
+def test_shipped_lm_eval_task_stores_every_item(tmp_path: Path) -> None:
+    pytest.importorskip("lm_eval")
+    out = tmp_path / "h.json"
+    with serve(Answering()) as a:
+        assert main(["quality", "--url", a.url, "--label", "h", "--tasks", "tokenbench_arith", "--limit", "6",
+                     "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert len(doc["items"]) == 6 and {i["status"] for i in doc["items"]} == {"pass"}
+    assert all(i["latency_ms"] is not None and i["score"] == 1.0 for i in doc["items"])
+    rows = Store().quality_items(doc["run_id"])
+    assert len(rows) == 6 and all("What is" in r["prompt"] and r["response"] for r in rows)
+
+
+def test_bad_input_is_one_line_and_secrets_stay_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["quality", "knob", "--url", "http://127.0.0.1:9/v1", "--param", "temperature"]) == 2
+    assert main(["quality", "--url", "http://127.0.0.1:9/v1", "--tasks", "niah"]) == 3
+    assert main(["quality", "--url", "http://127.0.0.1:9/v1", "--contexts", "lots"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 3 and "Traceback" not in err
+    out = tmp_path / "s.json"
+    with serve(Answering()) as a:
+        assert main(["quality", "--url", a.url, "--tasks", "agreement", "--items", "2", "--api-key", "sk-SECRET1",
+                     "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "sk-SECRET1" not in captured.out + captured.err + out.read_text()
+    db = Path(Store().path)
+    assert b"sk-SECRET1" not in b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+
+
+def test_unknown_task_is_refused_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("lm_eval")
+    assert main(["quality", "--url", "http://127.0.0.1:9/v1", "--tasks", "niah,no_such_task_xyz"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown task 'no_such_task_xyz'" in err and len(err.strip().splitlines()) == 1
