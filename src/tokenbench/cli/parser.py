@@ -126,7 +126,8 @@ EXAMPLES: dict[str, list[str]] = {
                 "--test depth --depth 0,32k"],
     "hardware": ["tokenbench hardware"],
     "models": ["tokenbench models"],
-    "calibrate": ["tokenbench calibrate measurements.csv --out my-efficiency.toml"],
+    "calibrate": ["tokenbench calibrate --out my-efficiency.toml   # the shipped published measurements",
+                  "tokenbench calibrate measurements.csv --out my-efficiency.toml"],
     "compare": ["tokenbench compare h100 strix --agents 16 --tokens 200"],
     "cost": ["tokenbench cost h100 --price-per-hour 1.79 --currency EUR",
              "tokenbench cost --tps 684 --price-per-hour 1.79 --api-price 14"],
@@ -326,8 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--format", choices=["table", "markdown"], default="table")
 
     cp = sub.add_parser("calibrate", help="fit per-backend efficiencies on published measurements")
-    cp.add_argument("file", nargs="+", help="measurements in the published.csv layout (every source is fitted)")
-    cp.add_argument("--out", required=True, help="efficiency TOML to write")
+    cp.add_argument("file", nargs="*", help="measurements in the published.csv layout (every source is fitted; "
+                    "default: the published measurements the package ships)")
+    cp.add_argument("--out", required=True, help="efficiency TOML to write (predict --calibration FILE uses it)")
 
     c = sub.add_parser("compare", help="two runs side by side: ratios, winners, crossovers, effective serving")
     c.add_argument("a", help="run id, id prefix or label")
