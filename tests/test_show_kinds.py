@@ -136,3 +136,14 @@ def test_published_rows_show_what_they_have_not_zeros() -> None:
     assert rows[1][col["Aggregate output tok/s"]] == "—" and rows[2][col["Decode tok/s"]] == "77.0"
     assert rows[3][col["Aggregate output tok/s"]] == "75.0"
     assert "0.0 |" not in md
+
+
+def test_recommend_marks_a_box_no_measurement_stands_behind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """vLLM on an AMD GPU has no published row: its figures are priors, and the ranking must say so."""
+    assert main(["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "4", "--ttft-p99", "60s", "--price",
+                 "amd-mi300x=2", "--price", "nvidia-l40s=0.9", "--db", str(tmp_path / "r.db"), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_box = {c["box"]: c for c in doc["ranked"]}
+    assert any("UNCALIBRATED" in n for n in by_box["amd-mi300x"]["notes"])
+    assert not any("UNCALIBRATED" in n for n in by_box["nvidia-l40s"]["notes"])
+    assert all(" GiB of " in c["excluded"] for c in doc["excluded"] if "does not fit" in (c["excluded"] or ""))

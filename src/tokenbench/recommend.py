@@ -80,7 +80,7 @@ def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pri
                 c.setup = f"{engine} AWQ"
                 f = s.fit(w.input_len + w.output_len, w.agents)
             if not f.fits:
-                c.excluded = f"does not fit: needs {f.total_gb:,.0f} GB of {f.usable_gb:,.0f} GB for {w.agents} agents"
+                c.excluded = f"does not fit: needs {f.total_gb:,.0f} GiB of {f.usable_gb:,.0f} GiB for {w.agents} agents"
                 continue
         p = s.serve(w.agents, w.input_len, w.output_len)
         pf = s.prefill(w.input_len)
@@ -90,6 +90,8 @@ def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pri
             else p.ttft_s.estimate * 1000
         if s.kind == "sequential":
             c.notes.append("one stream at a time")
+        if not s.calibrated:  # priors only: no measurement of this backend stands behind the figures
+            c.notes.append(f"UNCALIBRATED ({s.backend})")
         _slo(c, w)
         pricing, why = _pricing(hw.id, hw, prices, w.currency)
         if pricing is None:
