@@ -256,6 +256,8 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
               f"{tc.agreement.mean_length:.0f} {tc.agreement.unit}"]
              for tc in cmp if tc.agreement is not None]
     if agree:
+        if rows and a.format == "markdown":
+            console.print()
         print_table(console, ["Task", "Pairs", "Identical outputs", "95% CI", "First difference (median)",
                               "Output length"], agree, a.format, title="agreement of outputs")
     for tc in cmp:
