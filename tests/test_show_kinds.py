@@ -147,3 +147,22 @@ def test_recommend_marks_a_box_no_measurement_stands_behind(tmp_path: Path, caps
     assert any("UNCALIBRATED" in n for n in by_box["amd-mi300x"]["notes"])
     assert not any("UNCALIBRATED" in n for n in by_box["nvidia-l40s"]["notes"])
     assert all(" GiB of " in c["excluded"] for c in doc["excluded"] if "does not fit" in (c["excluded"] or ""))
+
+
+def test_show_prints_a_quality_run_as_its_tasks_and_needle_grid(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """show of a quality run printed an empty table: it has items, not levels."""
+    from tokenbench.quality.items import Item
+    from tokenbench.quality.runner import task_summary
+
+    db = tmp_path / "r.db"
+    items = [Item("niah", i, f"k{i}", "p", status="pass" if i else "timeout", score=1.0 if i else None,
+                  latency_ms=1500.0 + i, prompt_tokens=1000, expected_prompt_tokens=1000,
+                  detail={"context": 1024, "depth": d, "usage_check": "ok"}) for i, d in enumerate((10, 50, 90))]
+    store = Store(db)
+    _save(store, "q-1", "quality", {"label": "strix", "model": "m", "summary": task_summary(items)}, [])
+    store.save_quality_items("q-1", [it.to_row() for it in items])
+    assert main(["show", "strix", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "niah" in out and "timeout 1.50 s" in out and "pass 1.50 s" in out and "1000/1000" in out
+    assert "66.7" in out  # 2 of 3 passed: the timeout counts against the score

@@ -113,6 +113,19 @@ def write_json(path: str, res: RunResult) -> None:
     emit_json(path, res.to_json())
 
 
+def json_object(text: str | None, flag: str) -> dict[str, Any]:
+    """An option's JSON object (``--extra-body '{"top_k": 1}'``), or a one-line error that says how to write it."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise UsageError(f"{flag} is not valid JSON ({e.msg}): quote it, e.g. '{{\"top_k\": 1}}'") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} must be a JSON object")
+    return value
+
+
 def guard_targets(url: str | None) -> set[int]:
     """Processes of a server measured on this machine: the guard must not count them against the bench."""
     if not url:

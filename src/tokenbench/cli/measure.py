@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shlex
 import socket
@@ -23,7 +22,7 @@ from ..servers import normalize_base_url
 from ..store import Store
 from ..sweep import RunResult, SweepConfig, load_result, run_sweep
 from ..workload import resolve_shape
-from .common import check_output, emit_json, float_list, guard_config, guard_targets, int_list, notifier, seconds, tokens, write_json
+from .common import check_output, emit_json, float_list, json_object, guard_config, guard_targets, int_list, notifier, seconds, tokens, write_json
 
 
 EMBEDDED_DEFAULTS = {"concurrency": "1,2,4,8", "requests": 16, "input_len": 128, "output_len": 64}
@@ -119,14 +118,7 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         raise UsageError(f"--prefix-len must be between 0 and the input length ({input_len})")
     if a.rate and a.concurrency:
         raise UsageError("give --concurrency or --rate, not both")
-    extra: dict[str, Any] = {}
-    if a.extra_body:
-        try:
-            extra = json.loads(a.extra_body)
-        except ValueError as e:
-            raise UsageError(f"--extra-body is not valid JSON ({e.msg}): quote it, e.g. '{{\"top_k\": 1}}'") from None
-        if not isinstance(extra, dict):
-            raise UsageError("--extra-body must be a JSON object")
+    extra = json_object(a.extra_body, "--extra-body")
     duration = seconds(a.duration, "--duration")
     requests = a.requests
     if requests is None and duration is None:
@@ -308,6 +300,16 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     res = load_result(store, row.id, None if a.all else SHOW_LEVELS)
     if a.guard is not None:
         return _show_guard(a, console, res)
+    if res.kind == "quality":
+        from types import SimpleNamespace
+
+        from ..quality.parity import load_items
+        from .quality import print_quality_run
+
+        print_quality_run(console, SimpleNamespace(manifest=res.manifest, items=load_items(store, res.run_id)), a.format)
+        console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False,
+                      highlight=False)
+        return 0
     if res.kind == "predict":
         m = res.manifest
         console.print(f"PREDICTED for {m.get('model')} ({m.get('weights')}, {str(m.get('kv') or '').lower()} KV) on "

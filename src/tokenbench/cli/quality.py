@@ -14,7 +14,7 @@ from .. import redact
 from ..errors import LevelFailed, TokenbenchError, UsageError
 from ..servers import normalize_base_url
 from ..store import Store
-from .common import check_output, emit_json, int_list, notifier, seconds, tokens
+from .common import check_output, emit_json, int_list, json_object, notifier, seconds, tokens
 from .parser import EXAMPLES, NONNEG, POSITIVE_INT, SHARED_HELP, Parser, add_db, add_embedded, add_json, add_latest
 
 #: Embedded defaults: the tiny model's 8K positions, and the 2-core machines tests run on.
@@ -99,14 +99,7 @@ def _config(a: argparse.Namespace, argv: list[str], tasks: list[str]) -> Any:
     depths = int_list(getattr(a, "depths", None) or "10,50,90", "--depths") if hasattr(a, "depths") else [10, 50, 90]
     if any(d > 100 for d in depths):
         raise UsageError("--depths are percents of the context, from 1 to 100")
-    extra: dict[str, Any] = {}
-    if getattr(a, "extra_body", None):
-        try:
-            extra = json.loads(a.extra_body)
-        except ValueError as e:
-            raise UsageError(f"--extra-body is not valid JSON ({e.msg}): quote it, e.g. '{{\"top_k\": 1}}'") from None
-        if not isinstance(extra, dict):
-            raise UsageError("--extra-body must be a JSON object")
+    extra = json_object(getattr(a, "extra_body", None), "--extra-body")
     return QualityConfig(
         url=normalize_base_url(a.url) if a.url else "", tasks=tasks, model=a.model, api=a.api,
         api_key=a.api_key or os.environ.get("OPENAI_API_KEY"), tokenizer=a.tokenizer,
@@ -168,7 +161,7 @@ def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: C
         if rid:
             err.print(f"run {rid} kept what it finished ({type(e).__name__})", markup=False, highlight=False)
         raise
-    _print_run(console, res, a.format, cfg)
+    print_quality_run(console, res, a.format)
     console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False)
     if a.json:
         emit_json(a.json, run_json(res))
@@ -191,7 +184,8 @@ def _s(ms: float | None) -> str:
     return "—" if ms is None else f"{ms / 1000:.2f} s"
 
 
-def _print_run(console: Console, res: Any, fmt: str, cfg: Any) -> None:
+def print_quality_run(console: Console, res: Any, fmt: str) -> None:
+    """A quality run's tasks, and its needle grid: after the run, and by `show`."""
     from ..output import print_table
 
     summary = res.manifest.get("summary") or {}
