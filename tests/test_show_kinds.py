@@ -166,3 +166,16 @@ def test_show_prints_a_quality_run_as_its_tasks_and_needle_grid(tmp_path: Path,
     out = capsys.readouterr().out
     assert "niah" in out and "timeout 1.50 s" in out and "pass 1.50 s" in out and "1000/1000" in out
     assert "66.7" in out  # 2 of 3 passed: the timeout counts against the score
+
+
+def test_catalog_and_fit_write_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["hardware", "--json", "-"]) == 0
+    hw = json.loads(capsys.readouterr().out)["entries"]
+    assert any(e["id"] == "nvidia-h100-sxm" and e["mem_gb"] == 80 for e in hw)
+    assert main(["models", "--json", "-"]) == 0
+    assert any(e["id"] == "llama-3.1-8b" for e in json.loads(capsys.readouterr().out)["entries"])
+    assert main(["fit", "--hardware", "nvidia-rtx-4080", "--model", "llama-3.1-8b", "--weights", "F16",
+                 "--context", "8192", "--json", "-"]) == 0
+    f = json.loads(capsys.readouterr().out)
+    assert f["unit"] == "GiB" and f["usable_gb"] == 16.0
+    assert f["fits"] == (f["total_gb"] <= f["usable_gb"]) and 0 < f["max_context"] < 8192

@@ -297,13 +297,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     hw = sub.add_parser("hardware", help="list the hardware catalog, with sources")
     hw.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_json(hw, "every entry with all its fields")
     md = sub.add_parser("models", help="list the model catalog, with sources")
     md.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_json(md, "every entry with all its fields")
 
     fp = sub.add_parser("fit", help="does a model and its KV cache fit a box? largest context and concurrency")
     add_setup(fp, default_engine="llama.cpp")
     fp.add_argument("--context", default="8192", help="tokens per sequence, e.g. 65536 or 64k")
     fp.add_argument("--concurrency", type=POSITIVE_INT, default=1, help="sequences held at once")
+    add_json(fp, "the memory budget, in GiB")
 
     pp = sub.add_parser("predict", help="predicted speed (roofline ceiling and calibrated estimate)")
     add_setup(pp, default_engine="vllm", required=False)

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 from rich.console import Console
 from typing import Any
 from ..errors import UsageError
 from ..store import Store
-from .common import emit_json, int_list, tokens
+from .common import check_output, emit_json, int_list, tokens
 
 
 def _setup(a: argparse.Namespace) -> Any:
@@ -39,17 +40,23 @@ def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
     from ..predict import report
     from ..predict.specs import Catalog
 
+    check_output(a.json, "--json")
     cat = Catalog.load()
     head, rows = report.hardware_table(cat) if a.command == "hardware" else report.models_table(cat)
     print_table(console, head, rows, a.format)
     if cat.user_file:
         console.print(f"including entries from {cat.user_file}", style="dim", markup=False)
+    if a.json:
+        entries = cat.hardware if a.command == "hardware" else cat.models
+        emit_json(a.json, {"tool": "tokenbench", "kind": a.command, "user_file": str(cat.user_file or "") or None,
+                           "entries": [asdict(e) for e in entries.values()]})
     return 0
 
 
 def cmd_fit(a: argparse.Namespace, console: Console) -> int:
     from ..predict import report
 
+    check_output(a.json, "--json")
     s, _ = _setup(a)
     ctx = tokens(a.context, "--context")
     if a.concurrency < 1:
@@ -57,6 +64,10 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
     f = s.fit(ctx, a.concurrency)
     for line in report.fit_lines(s, f, ctx, a.concurrency):
         console.print(line, markup=False, highlight=False)
+    if a.json:
+        emit_json(a.json, {"tool": "tokenbench", "kind": "fit", "hardware": s.hw.id, "model": s.model.id,
+                           "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine, "context": ctx,
+                           "concurrency": a.concurrency, "unit": "GiB", **asdict(f)})
     return 0
 
 
