@@ -155,3 +155,21 @@ def test_api_key_sent_as_bearer(emitter: BackgroundEmitter) -> None:
             return c.headers()
 
     assert asyncio.run(go())["Authorization"] == "Bearer sk-secret"
+
+
+def test_a_sweep_says_how_much_of_the_output_was_reasoning(emitter: BackgroundEmitter,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Reasoning tokens count as output, so a level's tok/s overstates the answers: 6 of 8 tokens reasoning
+    leave a quarter of the rate for answers (issue 12: about 80% reasoning halved useful throughput)."""
+    import json
+
+    from tokenbench.cli import main
+
+    emitter.configure(reasoning_tokens=6)
+    assert main(["sweep", "--url", emitter.url, "--api", "chat", "--input-len", "8", "--output-len", "8",
+                 "--concurrency", "2", "--requests", "4", "--guard", "off", "--no-metrics", "--json", "-"]) == 0
+    cap = capsys.readouterr()
+    lv = json.loads(cap.out)["levels"][0]
+    assert lv["reasoning_share"] == pytest.approx(6 / 8)
+    assert lv["answer_throughput_tps"] == pytest.approx(lv["output_throughput_tps"] / 4)
+    assert "reasoning took 75% of the output tokens" in cap.err

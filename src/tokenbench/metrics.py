@@ -189,6 +189,9 @@ class LevelSummary:
     total_input_tokens: int = 0
     total_output_tokens: int = 0
     reasoning_tokens_mean: float | None = None
+    #: share of output tokens spent on reasoning, and the answer tokens per second that leaves (issue 12)
+    reasoning_share: float | None = None
+    answer_throughput_tps: float | None = None
     output_tokens_min: int | None = None
     output_tokens_max: int | None = None
     expected_output_tokens: int | None = None
@@ -368,6 +371,11 @@ def summarize(
         tokens_per_chunk_mean=tokens_per_chunk,
         warnings=warnings,
     )
+
+    if summary.reasoning_tokens_mean is not None and total_out:
+        # reasoning tokens are output tokens: the share of the output budget they took, and what is left
+        summary.reasoning_share = min(1.0, sum(r.reasoning_tokens or 0 for r in ok) / total_out)
+        summary.answer_throughput_tps = agg_tps * (1 - summary.reasoning_share)
 
     busy_ns = sum(r.e2e_ns for r in measured if r.e2e_ns is not None)
     summary.achieved_concurrency = busy_ns / (end - window_start_ns) if end > window_start_ns else None

@@ -124,6 +124,10 @@ def notes(levels: list[LevelSummary]) -> list[str]:
             by_text.setdefault(f"failed requests: {kinds}", []).append(level_label(s))
     out += [f"[{','.join(keys)}] {text}" for text, keys in by_text.items()]
     for s in levels:
+        if s.reasoning_share is not None and s.answer_throughput_tps is not None:
+            out.append(f"[{level_label(s)}] reasoning took {s.reasoning_share:.0%} of the output tokens: answers "
+                       f"came at {_num(s.answer_throughput_tps)} of {_num(s.output_throughput_tps)} tok/s")
+    for s in levels:
         t = s.telemetry or {}
         parts = []
         if t.get("kv_cache_usage_max") is not None:
