@@ -10,6 +10,7 @@ from .errors import UsageError
 from .predict.calibration import Calibration
 from .predict.predictor import Setup
 from .predict.specs import Catalog, HardwareSpec
+from .store import Store
 from .sweep import RunResult
 
 
@@ -149,3 +150,35 @@ def parse_prices(prices: list[str], owned: list[str], currency: str, kwh_price: 
             raise UsageError(f"--owned {o}: write ID=PURCHASE:YEARS:WATTS, e.g. amd-ryzen-ai-max-395=2500:3:120") from None
         out[key] = Pricing(currency=currency, purchase=purchase, life_years=years, watts=watts, kwh_price=kwh_price)
     return out
+
+
+def require_parity(store: Store, cands: list[Candidate], reference: str) -> None:
+    """Exclude every candidate whose quality is not shown to match the reference box's: measured boxes need a
+    quality run under their label that no task of the reference's beats (paired verdict); a prediction has no
+    quality at all."""
+    from .quality.parity import beside, newest_quality_run
+
+    if newest_quality_run(store, reference) is None:
+        raise UsageError(f"--parity-with {reference}: no quality run labelled '{reference}' "
+                         f"(tokenbench quality --label {reference} ...)")
+    for c in cands:
+        if c.excluded:
+            continue
+        if c.source != "measured":
+            c.excluded = f"quality not measured: a prediction cannot show parity with {reference}"
+            continue
+        if c.box == reference:
+            c.notes.append("the parity reference")
+            continue
+        q = beside(store, c.box, reference)
+        if q is None:
+            c.excluded = (f"no quality run labelled '{c.box}' sharing a task with {reference}'s: "
+                          f"tokenbench quality --label {c.box} ...")
+            continue
+        worse = [(tc.task, tc.scores) for tc in q.tasks if tc.scores is not None and tc.scores.verdict == "B better"]
+        if worse:
+            task, s = worse[0]
+            c.excluded = (f"quality below {reference} on {task}: {100 * s.mean_a:.1f} vs {100 * s.mean_b:.1f} "
+                          f"points, p = {s.p_value:.2g}")
+        else:
+            c.notes.append(f"quality as {reference}: " + "; ".join(q.lines(c.box, reference)))

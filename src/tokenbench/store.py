@@ -393,6 +393,11 @@ class Store:
         rows = self.db.execute("SELECT * FROM runs ORDER BY started DESC, id DESC LIMIT ?", (limit,))
         return [self._row(r) for r in rows]
 
+    def runs_labelled(self, label: str) -> list[RunRow]:
+        """Every run with this label, newest first."""
+        rows = self.db.execute("SELECT * FROM runs WHERE label = ? ORDER BY started DESC, id DESC", (label,))
+        return [self._row(r) for r in rows]
+
     def resolve(self, ref: str, latest: bool = False, kinds: tuple[str, ...] | None = None,
                 command: str = "") -> RunRow:
         """A run by id, unique id prefix, or label. A label several runs share is refused with the candidates,

@@ -14,6 +14,8 @@ from .common import check_output, emit_json
 
 #: Runs measured (or predicted) at load levels: what compare, cost and recommend work on.
 LOADED = ("sweep", "predict")
+#: Runs the report draws: every kind with levels.
+REPORTED = ("sweep", "predict", "depth", "bench")
 
 
 def cmd_compare(a: argparse.Namespace, console: Console) -> int:
@@ -24,8 +26,8 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
 
     check_output(a.json, "--json")
     store = Store(a.db, readonly=True)
-    c = compare(*(load_result(store, ref, latest=a.latest, kinds=LOADED, command="compare") for ref in (a.a, a.b)),
-                a.agents, a.tokens)
+    ra, rb = (load_result(store, ref, latest=a.latest, kinds=LOADED, command="compare") for ref in (a.a, a.b))
+    c = compare(ra, rb, a.agents, a.tokens)
     for w in c.warnings:
         console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
     head, rows = table(c)
@@ -34,12 +36,23 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
         console.print(line, markup=False, highlight=False)
     if c.effective:
         console.print(f"{a.agents} agents x {a.tokens} tokens: " + "; ".join(c.effective), markup=False, highlight=False)
+    q = quality_beside(store, ra, rb)
+    if q is not None:  # the boxes' quality runs, found by the speed runs' labels
+        console.print(f"quality (runs {q.run_a} and {q.run_b}): " + "; ".join(q.lines(c.a, c.b)), markup=False,
+                      highlight=False)
     if a.json:
         doc = asdict(c)
+        doc["quality"] = q.to_dict() if q is not None else None
         for row, r in zip(doc["rows"], c.rows):
             row.update(ratio=r.ratio, winner={0: None, 1: c.a, 2: c.b}[r.winner()])
         emit_json(a.json, {"tool": "tokenbench", "kind": "compare", **doc})
     return 0
+
+
+def quality_beside(store: Store, ra: Any, rb: Any) -> Any:
+    from ..quality.parity import beside
+
+    return beside(store, ra.manifest.get("label"), rb.manifest.get("label"))
 
 
 def cmd_cost(a: argparse.Namespace, console: Console) -> int:
@@ -112,13 +125,23 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
     if a.png and Path(a.png).exists() and not Path(a.png).is_dir():
         raise UsageError(f"--png {a.png} is a file: give a directory for the PNGs")
     store = Store(a.db, readonly=True)
-    runs = [load_result(store, r, latest=a.latest) for r in a.runs]
+    # what the report draws: a label a quality run shares with a sweep means the sweep here
+    runs = [load_result(store, r, latest=a.latest, kinds=REPORTED, command="report") for r in a.runs]
     if a.md:
         markdown.write(Path(a.md), runs)
         console.print(f"wrote {len(runs)} section(s) to {a.md}", markup=False)
     data = series.build(runs, a.price_per_hour, a.currency)
     if a.html:
-        Path(a.html).write_text(html.render(runs, data, a.title, a.price_per_hour, a.currency), encoding="utf-8")
+        from itertools import combinations
+
+        quality = {}
+        for ra, rb in combinations(runs, 2):
+            q = quality_beside(store, ra, rb)
+            if q is not None:
+                quality[(ra.run_id, rb.run_id)] = q.lines(str(ra.manifest.get("label") or ra.run_id),
+                                                          str(rb.manifest.get("label") or rb.run_id))
+        Path(a.html).write_text(html.render(runs, data, a.title, a.price_per_hour, a.currency, quality),
+                                encoding="utf-8")
         console.print(f"wrote {a.html} ({len(data)} plots)", markup=False)
     if a.png:
         out = Path(a.png)
@@ -147,10 +170,14 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     cat.find_model(a.model)  # an unknown model is an error, not a table of exclusions
     prices = parse_prices(a.price, a.owned, a.currency, a.kwh_price)
     cands = predicted(cat, Calibration.packaged(), w, prices)
-    if a.runs:
-        store = Store(a.db, readonly=True)
+    store = Store(a.db, readonly=True) if a.runs or a.parity_with else None
+    if a.runs and store is not None:
         cands += measured([load_result(store, r, latest=a.latest, kinds=LOADED, command="recommend")
                            for r in a.runs], w, prices)
+    if a.parity_with and store is not None:
+        from ..recommend import require_parity
+
+        require_parity(store, cands, a.parity_with)
     ok, excluded = rank(cands)
     console.print(f"{a.agents} agents, {a.input_len} in / {a.output_len} out tokens, model {a.model}"
                   + (f", TTFT p99 <= {a.ttft_p99}" if a.ttft_p99 else "") + (f", TPOT <= {a.tpot}" if a.tpot else ""),

@@ -394,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--owned", action="append", default=[], metavar="ID=PURCHASE:YEARS:WATTS", help="an owned box (repeat)")
     rc.add_argument("--kwh-price", type=NONNEG, default=0.30, help="electricity price for owned boxes")
     rc.add_argument("--runs", nargs="*", default=[], help="measured runs (ids or labels) to rank beside the predictions")
+    rc.add_argument("--parity-with", metavar="LABEL",
+                    help="keep only measured boxes whose quality runs (tokenbench quality --label BOX) are the "
+                    "same within noise as, or better than, this box's")
     rc.add_argument("--format", choices=["table", "markdown"], default="table")
     add_json(rc, "the ranking and the exclusions")
     add_latest(rc)

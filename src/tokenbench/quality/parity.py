@@ -100,3 +100,50 @@ def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False) -> 
         if ma != mb:
             tc.notes.append(f"the runs used different seeds ({ma} and {mb}): their items differ")
     return ra, rb, cmp
+
+
+@dataclass(slots=True)
+class Beside:
+    """The quality of two boxes, as a speed comparison shows it: their newest quality runs under the same
+    labels as the speed runs, compared task by task."""
+
+    run_a: str
+    run_b: str
+    tasks: list[TaskComparison]
+
+    def verdicts(self) -> dict[str, str]:
+        """Per scored task: "same within noise", "A better" or "B better"."""
+        return {tc.task: tc.scores.verdict for tc in self.tasks if tc.scores is not None}
+
+    def lines(self, name_a: str, name_b: str) -> list[str]:
+        out = []
+        for tc in self.tasks:
+            if tc.scores is not None:
+                s = tc.scores
+                verdict = s.verdict.replace("A better", f"{name_a} better").replace("B better", f"{name_b} better")
+                out.append(f"{tc.task}: {verdict} ({100 * s.mean_a:.1f} vs {100 * s.mean_b:.1f} points, "
+                           f"p = {s.p_value:.2g}, {s.n} items)")
+            elif tc.agreement is not None:
+                g = tc.agreement
+                out.append(f"{tc.task}: {g.identical} of {g.n} outputs identical ({g.share:.0%})")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"quality_run_a": self.run_a, "quality_run_b": self.run_b, "tasks": [t.to_dict() for t in self.tasks]}
+
+
+def newest_quality_run(store: Store, label: str | None) -> Any:
+    """The newest quality run with this label (a speed run and the quality run of the same box share it)."""
+    if not label:
+        return None
+    rows = [r for r in store.runs_labelled(label) if r.kind == "quality"]
+    return rows[0] if rows else None
+
+
+def beside(store: Store, label_a: str | None, label_b: str | None) -> Beside | None:
+    """Quality beside speed: None unless both labels have a quality run with a task in common."""
+    qa, qb = newest_quality_run(store, label_a), newest_quality_run(store, label_b)
+    if qa is None or qb is None or qa.id == qb.id:
+        return None
+    tasks = compare_items(load_items(store, qa.id), load_items(store, qb.id))
+    return Beside(qa.id, qb.id, tasks) if tasks else None

@@ -91,6 +91,7 @@ td.cheaper { font-weight: 600; }
 .dirty { color: #b00020; font-weight: 600; }
 .callout { border-left: 4px solid #888; background: #f7f7f7; padding: 0.4em 0.8em; margin: 0.4em 0; }
 .callout.crossover { border-color: #0072B2; background: #eef5fb; }
+.callout.quality { border-color: #009E73; background: #eefaf5; }
 .callout.warn { border-color: #c77700; background: #fff6e8; }
 .meta { color: #555; font-size: 0.9em; }
 .plots { display: grid; grid-template-columns: repeat(auto-fit, minmax(540px, 1fr)); gap: 1em; }
@@ -130,12 +131,14 @@ def _sides(runs: list[RunResult], price: float | None, currency: str | None) -> 
     return "\n".join(out)
 
 
-def _pair(p: comparison.Pair, runs: list[RunResult]) -> str:
+def _pair(p: comparison.Pair, runs: list[RunResult], quality: dict[tuple[str, str], list[str]]) -> str:
     c = p.cmp
     a, b = runs[p.a], runs[p.b]
     parts = [f"<h3>{_swatch(p.a)}{_e(run_name(a))} vs {_swatch(p.b)}{_e(run_name(b))}</h3>"]
     for w in c.warnings:
         parts.append(f'<p class="callout warn">Note: {_e(w)}</p>')
+    for line in quality.get((a.run_id, b.run_id), []):
+        parts.append(f'<p class="callout quality"><b>Quality:</b> {_e(line)}</p>')
     for x in c.crossovers:
         parts.append(f'<p class="callout crossover"><b>Crossover:</b> {_e(x)}</p>')
     if c.effective:
@@ -245,7 +248,9 @@ def _figure(plot: Plot) -> str:
 
 
 def render(runs: list[RunResult], plots: list[Plot], title: str = "tokenbench report",
-           price_per_hour: float | None = None, currency: str | None = None) -> str:
+           price_per_hour: float | None = None, currency: str | None = None,
+           quality: dict[tuple[str, str], list[str]] | None = None) -> str:
+    """The page. ``quality``: per pair of run ids, lines on the two boxes' quality runs (quality beside speed)."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -262,7 +267,7 @@ def render(runs: list[RunResult], plots: list[Plot], title: str = "tokenbench re
         parts.append('<section id="comparison"><h2>Comparison</h2>')
         parts.append('<p class="meta">A/B is the first run\'s value over the second\'s; a ratio within 5% is a tie. '
                      "Cost per million output tokens is priced at each row's output rate.</p>")
-        parts += [_pair(p, runs) for p in pairs]
+        parts += [_pair(p, runs, quality or {}) for p in pairs]
         parts += [f'<p class="meta">{_e(x)}.</p>' for x in apart]
         parts.append("</section>")
     if plots:

@@ -1,0 +1,86 @@
+"""Quality beside speed (issue 12): compare, report and recommend find each box's quality run by the speed run's
+label and show the paired verdict; recommend --parity-with keeps only boxes shown to match a reference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.metrics import Distribution, LevelSummary
+from tokenbench.quality.items import Item
+from tokenbench.quality.runner import task_summary
+from tokenbench.store import Store
+
+MODEL = "qwen3.6-35b-a3b"
+
+
+def _speed(store: Store, label: str, tps: float) -> None:
+    lv = LevelSummary.empty(concurrency=16, test="serve", output_throughput_tps=tps, per_agent_tps=tps / 16,
+                            ttft_ms=Distribution(n=16, p50=500.0, p99=900.0), tpot_ms=Distribution(n=16, p50=20.0),
+                            input_tokens_mean=4096.0, output_tokens_mean=512.0, completed=16)
+    store.save_run(f"s-{label}", "sweep", label, {"label": label, "model": MODEL, "price_per_hour": 2.0}, "measured",
+                   [lv], "0", "2026-01-01T00:00:00", "2026-01-01T00:01:00")
+
+
+def _quality(store: Store, label: str, wrong_every: int | None) -> None:
+    """16 needle cells; every ``wrong_every``-th answered wrong."""
+    items = [Item("niah", i, f"cell{i}", "p", status="fail" if wrong_every and i % wrong_every == 0 else "pass",
+                  score=0.0 if wrong_every and i % wrong_every == 0 else 1.0, latency_ms=100.0,
+                  detail={"context": 1024, "depth": 50}) for i in range(16)]
+    store.save_run(f"q-{label}", "quality", label, {"label": label, "model": MODEL, "seed": 0,
+                                                     "summary": task_summary(items)}, "measured", [], "0",
+                   "2026-01-02T00:00:00", "2026-01-02T00:01:00")
+    store.save_quality_items(f"q-{label}", [it.to_row() for it in items])
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    store = Store(tmp_path / "r.db")
+    _speed(store, "fast", 800.0)
+    _speed(store, "slow", 300.0)
+    _quality(store, "fast", None)
+    _quality(store, "slow", 2)  # half the needles wrong
+    _quality(store, "ref", None)
+    return str(tmp_path / "r.db")
+
+
+def test_compare_prints_the_quality_verdict_beside_the_speed(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "fast", "slow", "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "quality (runs q-fast and q-slow): niah: fast better (100.0 vs 50.0 points, p = 0.0078, 16 items)" in out
+    assert main(["compare", "fast", "slow", "--db", db, "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["quality"]["tasks"][0]["scores"]["verdict"] == "A better"
+
+
+def test_a_box_without_a_quality_run_is_compared_on_speed_alone(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    store = Store(tmp_path / "r.db")
+    _speed(store, "a", 800.0)
+    _speed(store, "b", 300.0)
+    _quality(store, "a", None)
+    assert main(["compare", "a", "b", "--db", str(tmp_path / "r.db")]) == 0
+    assert "quality" not in capsys.readouterr().out
+
+
+def test_report_shows_quality_in_the_comparison(db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page = tmp_path / "r.html"
+    assert main(["report", "fast", "slow", "--html", str(page), "--db", db]) == 0
+    text = page.read_text()
+    assert "<b>Quality:</b> niah: fast better (100.0 vs 50.0 points, p = 0.0078, 16 items)" in text
+
+
+def test_recommend_parity_keeps_only_boxes_shown_to_match(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["recommend", "--model", MODEL, "--agents", "16", "--ttft-p99", "60s", "--runs", "fast", "slow",
+                 "--parity-with", "ref", "--currency", "EUR", "--db", db, "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [c["box"] for c in doc["ranked"]] == ["fast"]
+    assert any(n.startswith("quality as ref: niah: same within noise") for n in doc["ranked"][0]["notes"])
+    why = {c["box"]: c["excluded"] for c in doc["excluded"]}
+    assert why["slow"] == "quality below ref on niah: 50.0 vs 100.0 points, p = 0.0078"
+    assert why["nvidia-h100-sxm"].startswith("quality not measured")
+    assert main(["recommend", "--model", MODEL, "--runs", "fast", "--parity-with", "nobody", "--db", db]) == 2
+    assert "--parity-with nobody: no quality run labelled 'nobody'" in capsys.readouterr().err
