@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import asyncio
 import os
 import signal
@@ -97,6 +99,20 @@ def test_repetitions_report_median_and_cv(emitter: BackgroundEmitter, tmp_path: 
     assert len(store.levels(res.run_id)) == 3  # type: ignore[attr-defined]
 
 
+def test_repetitions_keep_the_cost_at_the_median_throughput(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """A priced run with --repetitions above 1 dropped its cost altogether (issue 8, confirmed)."""
+    from tokenbench.metrics import cost_per_mtok
+    from tokenbench.sweep import load_result
+
+    store = Store(tmp_path / "r.db")
+    res = sweep(emitter.url, store, concurrency=[2], requests=4, warmup=0, repetitions=3, price_per_hour=2.0)
+    for r in (res, load_result(store, res.run_id)):  # type: ignore[attr-defined]
+        (o,) = r.outcomes
+        tps = statistics.median(x.output_throughput_tps for x in o.repetitions)
+        assert o.summary.output_throughput_tps == tps
+        assert o.summary.cost_per_mtok == pytest.approx(cost_per_mtok(2.0, tps))
+
+
 def test_failed_requests_counted_and_shown(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     emitter.configure(fault="http500", fault_from=3)  # preflight + 2 requests pass
     res = sweep(emitter.url, Store(tmp_path / "r.db"), concurrency=[1], requests=6, warmup=0)
@@ -147,7 +163,14 @@ def test_server_dying_mid_level_keeps_finished_levels(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
+    """Also: the run printed is this sweep's, not the newest in the database (issue 8: another sweep sharing the
+    database, here one dated later, used to be printed as "the finished levels")."""
+    from tokenbench.metrics import LevelSummary
+
     db = tmp_path / "r.db"
+    Store(db).save_run("other-run", "sweep", "other", {"model": "m"}, "measured",
+                       [LevelSummary.empty(concurrency=9, output_throughput_tps=1.0)], "0", "2099-01-01T00:00:00",
+                       "2099-01-01T00:00:01")
     with EmitterProcess("--itl", "0.05") as em:
         url = em.url
         cli = subprocess.Popen(
@@ -172,11 +195,12 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
         assert cli.returncode == 130, err.decode()
         assert b"interrupted" in err
         store = Store(db)
-        (run,) = store.runs()
+        (run,) = [r for r in store.runs() if r.id != "other-run"]
         assert run.status == "interrupted"
         levels = store.levels(run.id)
         assert levels and levels[0][2] == "interrupted" and levels[0][3].completed > 5
         assert b"Concurrency" in out  # the measured part is printed
+        assert run.id.encode() in out and b"other-run" not in out
 
 
 def test_normalize_base_url() -> None:

@@ -351,7 +351,7 @@ async def run_sweep(
                     reps.append(summary)
                     if level_status != "complete":
                         break
-                outcomes.append(LevelOutcome(idx, level, _combine(reps), level_status, reps))
+                outcomes.append(LevelOutcome(idx, level, _combine(reps, cfg.price_per_hour), level_status, reps))
                 last = reps[-1]
                 if "prompt_truncated" in last.flags:
                     raise LevelFailed(
@@ -389,8 +389,16 @@ async def run_sweep(
         return RunResult(run_id, manifest, outcomes, status, error)
 
 
-def _combine(reps: list[LevelSummary]) -> LevelSummary:
-    """Repetitions of a level: the first summary with throughput and medians replaced by their medians."""
+def _price(manifest: dict[str, Any]) -> float | None:
+    """The run's price per hour, as recorded (a number, or nothing)."""
+    p = manifest.get("price_per_hour")
+    return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0 else None
+
+
+def _combine(reps: list[LevelSummary], price_per_hour: float | None) -> LevelSummary:
+    """Repetitions of a level: the first summary with throughput and medians replaced by their medians, and the
+    cost per million tokens at the median throughput (it was dropped: a priced run with --repetitions 3 showed
+    no cost at all)."""
     if len(reps) == 1:
         return reps[0]
     base = LevelSummary.from_dict(reps[0].to_dict())
@@ -408,7 +416,7 @@ def _combine(reps: list[LevelSummary]) -> LevelSummary:
         p50s = [getattr(r, attr).p50 for r in reps if getattr(r, attr).p50 is not None]
         if p50s:
             dist.p50 = statistics.median(p50s)
-    base.cost_per_mtok = None
+    base.cost_per_mtok = cost_per_mtok(price_per_hour, base.output_throughput_tps)
     return base
 
 
@@ -550,7 +558,7 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
         status = next((st for st, _ in items if st != "complete"), "complete")
         first = reps[0]
         level = Level(concurrency=first.concurrency, rate=first.rate)
-        outcomes.append(LevelOutcome(idx, level, _combine(reps), status, reps))
+        outcomes.append(LevelOutcome(idx, level, _combine(reps, _price(row.manifest)), status, reps))
     manifest = dict(row.manifest)
     manifest.setdefault("provenance", row.provenance)
     manifest.setdefault("label", row.label)
