@@ -39,12 +39,13 @@ engine-llama-server: $(VENV)/.installed
 engine-vllm: $(VENV)/.installed
 	$(BIN)/tokenbench engines build vllm
 
-## make test: pyflakes, then every test: the real engines and the cross-checks against the reference tools included
+## make test: pyflakes and mypy, then every test: the real engines and the cross-checks against the reference tools included
 test: lint engines $(VENV)/.installed-llama-cpp-python
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.installed
 	$(BIN)/python -m pyflakes src tests benchmarks
+	$(BIN)/python -m mypy src
 
 ## make test-fast: every test that needs no engine (about a minute)
 test-fast: $(VENV)/.installed

@@ -111,3 +111,10 @@ def test_failed_run_keeps_partial_json(emitter: BackgroundEmitter, tmp_path: Pat
     doc = json.loads(out_json.read_text())
     assert doc["status"] == "failed" and doc["levels"][0]["status"] == "failed"
     assert "prompt_truncated" in doc["levels"][0]["flags"]
+
+
+def test_extra_body_with_a_number_too_long_to_convert_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """json.loads raises a plain ValueError (no .msg) for a 5,000-digit integer: that was a crash (exit 70)."""
+    body = '{"seed": ' + "1" * 5000 + "}"
+    code, _, err = run(["sweep", "--url", "http://127.0.0.1:9/v1", "--extra-body", body], capsys)
+    assert code == 2 and "--extra-body is not valid JSON (Exceeds the limit" in err and len(err.splitlines()) == 1

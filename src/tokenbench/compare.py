@@ -10,6 +10,7 @@ import re
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import adapters
 from .cost import effective_serving_s
@@ -119,7 +120,8 @@ def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
 
 def _sequential(res: RunResult) -> bool:
     """One stream at a time: from what the server said of itself (its adapter and slots), else measured."""
-    server = res.manifest.get("server") if isinstance(res.manifest.get("server"), dict) else {}
+    found = res.manifest.get("server")
+    server: dict[str, Any] = found if isinstance(found, dict) else {}
     batches = server.get("batches") if "batches" in server else \
         adapters.by_name(res.manifest.get("engine")).batches(server.get("slots"))
     if batches is not None:

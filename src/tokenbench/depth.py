@@ -162,7 +162,7 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[Le
         if cold:
             lp.flags.append("context_not_warm")
             lp.warnings.append(
-                f"the pp step took {cold[0].pp_s * 1000:.0f} ms against {cold[0].fill_s * 1000:.0f} ms to fill the "
+                f"the pp step took {cold[0].pp_s * 1000:.0f} ms against {(cold[0].fill_s or 0) * 1000:.0f} ms to fill the "
                 f"{depth}-token context: the server did not keep it warm, so pp includes the depth's prefill "
                 "(vLLM: --enable-prefix-caching; llama.cpp: one client per slot)"
             )
@@ -238,7 +238,7 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
         }
         # strict: refuse before anything runs or is stored
         first_snap = await guard_snapshot(cfg.guard, cfg.guard_config, cfg.target_pids, f"before depth {fits[0]}")
-        store.create_run(run_id, "depth", cfg.label, manifest["started"], __version__, manifest)
+        store.create_run(run_id, "depth", cfg.label, str(manifest["started"]), __version__, manifest)
         if note:
             note("warm-up: one uncounted pp/tg pass at depth 0")
         outcomes: list[LevelOutcome] = []
@@ -296,5 +296,5 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
         store.update_manifest(run_id, manifest)
         status = "complete" if len(fits) == len(cfg.depths) else "partial"
         error = None if status == "complete" else "some depths do not fit the server's context: see the skipped levels"
-        store.finish_run(run_id, status, manifest["finished"], error)
+        store.finish_run(run_id, status, str(manifest["finished"]), error)
         return RunResult(run_id, manifest, outcomes, status, error, kind="depth")

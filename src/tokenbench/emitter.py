@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -236,7 +236,8 @@ class Emitter:
         await resp.write(chunk(finish=finish) if not chat else chunk(finish=finish))
         so = body.get("stream_options") or {}
         if c.usage and so.get("include_usage"):
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
+            usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
+                                     "total_tokens": prompt_tokens + sent}
             if c.reasoning_tokens:
                 usage["completion_tokens_details"] = {"reasoning_tokens": min(c.reasoning_tokens, sent)}
             await resp.write(b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n")
@@ -278,7 +279,7 @@ class BackgroundEmitter:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self._port)
         await site.start()
-        server = site._server
+        server = cast(asyncio.base_events.Server, site._server)  # a TCP site's server has sockets
         assert server is not None and server.sockets
         self.port = server.sockets[0].getsockname()[1]
 

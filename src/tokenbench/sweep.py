@@ -556,8 +556,7 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
     for idx, items in sorted(by_idx.items()):
         reps = [s for _, s in items]
         status = next((st for st, _ in items if st != "complete"), "complete")
-        first = reps[0]
-        level = Level(concurrency=first.concurrency, rate=first.rate)
+        level = Level(concurrency=reps[0].concurrency, rate=reps[0].rate)
         outcomes.append(LevelOutcome(idx, level, _combine(reps, _price(row.manifest)), status, reps))
     manifest = dict(row.manifest)
     manifest.setdefault("provenance", row.provenance)

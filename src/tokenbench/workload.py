@@ -81,7 +81,7 @@ class LocalTokenizer:
                 "give a local directory or tokenizer.json (no hub downloads here)"
             ) from e
         self._encode = lambda t: atok.encode(t, add_special_tokens=False)
-        self._decode = lambda ids: atok.decode(ids)
+        self._decode = lambda ids: str(atok.decode(ids))
         self.eos_token_id = atok.eos_token_id
 
     def count(self, text: str) -> int:

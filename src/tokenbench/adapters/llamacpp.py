@@ -79,11 +79,11 @@ class LlamaCpp(Adapter):
     def server_rates(self, timings: dict[str, Any] | None) -> tuple[float | None, float | None]:
         t = timings or {}
         pp = tg = None
-        prompt_n, prompt_ms = t.get("prompt_n"), t.get("prompt_ms")
-        if _pos(prompt_n) and _pos(prompt_ms):
+        prompt_n, prompt_ms = _pos(t.get("prompt_n")), _pos(t.get("prompt_ms"))
+        if prompt_n is not None and prompt_ms is not None:
             pp = prompt_n / (prompt_ms / 1000)
-        pred_n, pred_ms = t.get("predicted_n"), t.get("predicted_ms")
-        if _pos(pred_n) and pred_n > 1 and _pos(pred_ms):
+        pred_n, pred_ms = _pos(t.get("predicted_n")), _pos(t.get("predicted_ms"))
+        if pred_n is not None and pred_n > 1 and pred_ms is not None:
             tg = (pred_n - 1) / (pred_ms / 1000)  # the first token comes out of the prompt's pass
         return pp, tg
 
@@ -99,5 +99,7 @@ class LlamaCpp(Adapter):
         return out
 
 
-def _pos(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and v == v and v != float("inf")
+def _pos(v: Any) -> float | None:
+    """A positive finite number, or None."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and v == v and v != float("inf")
+    return float(v) if ok else None

@@ -119,8 +119,9 @@ def json_object(text: str | None, flag: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(text)
-    except ValueError as e:
-        raise UsageError(f"{flag} is not valid JSON ({e.msg}): quote it, e.g. '{{\"top_k\": 1}}'") from None
+    except ValueError as e:  # JSONDecodeError, or a number too long to convert (no .msg then)
+        why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+        raise UsageError(f"{flag} is not valid JSON ({why}): quote it, e.g. '{{\"top_k\": 1}}'") from None
     if not isinstance(value, dict):
         raise UsageError(f"{flag} must be a JSON object")
     return value

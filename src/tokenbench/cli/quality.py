@@ -131,8 +131,9 @@ class _Embedded:
 
         longest = max(self.cfg.contexts) if "niah" in self.cfg.tasks else 1024
         ctx = -(-(longest + self.cfg.max_tokens + 256) // 256) * 256
-        self.engine, model = start_embedded(self.a, self.note, parallel=1, ctx=max(2048, ctx))
-        self.cfg.url, self.cfg.model = self.engine.base_url, self.engine.model
+        engine, model = start_embedded(self.a, self.note, parallel=1, ctx=max(2048, ctx))
+        self.engine = engine
+        self.cfg.url, self.cfg.model = engine.base_url, engine.model
         self.cfg.tokenizer = self.cfg.tokenizer or str(model.hf_dir)
         self.cfg.embedded = embedded_facts(self.a, self.engine, model)
         return self

@@ -85,10 +85,6 @@ def _spec(size: str) -> tuple[dict[str, Any], str, str, str]:
         return SMALL_CONFIG, "small-llama-v1", "tokenbench-small-llama", "f16"
     raise EngineError(f"unknown model size '{size}': use one of {', '.join(SIZES)}")
 
-    @property
-    def tokenizer_json(self) -> Path:
-        return self.hf_dir / "tokenizer.json"
-
 
 def cache_dir() -> Path:
     """Models and logs: ``$TOKENBENCH_CACHE``, else the user cache directory."""
@@ -240,7 +236,7 @@ def build(dest: Path, size: str = "tiny") -> TinyModel:
     cfg = dict(base_cfg, vocab_size=len(vocab))
     eos = vocab["</s>"]
     torch.manual_seed(0)
-    config = LlamaConfig(
+    config = LlamaConfig(  # type: ignore[call-arg]  # torch_dtype is read through **kwargs
         **cfg,
         bos_token_id=vocab["<s>"],
         eos_token_id=eos,

@@ -70,6 +70,6 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         model = model or (b.get("config") or b.get("args") or {}).get("model")
     if not levels:
         raise FieldError(path, "benchmarks", "empty")
-    manifest = {"model": model or (d.get("args") or {}).get("model"), "engine": None, "tool": "guidellm",
+    manifest: dict[str, Any] = {"model": model or (d.get("args") or {}).get("model"), "engine": None, "tool": "guidellm",
                 "workload": {}}
     return [Imported(label or path.stem, "sweep", manifest, levels)]

@@ -126,7 +126,7 @@ def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int 
     wp = math.sqrt(PRIOR_WEIGHT)
 
     def residuals(zs: list[float]) -> tuple[list[float], list[float]]:
-        eff = replace(start, **{n: _from_z(n, v) for n, v in zip(names, zs)})
+        eff = _with(start, {n: _from_z(n, v) for n, v in zip(names, zs)})
         rs = [f(eff) for f in rows]
         prior_r = [wp * (_glog(n, getattr(eff, n)) - g) for n, g in zip(names, g0)]
         return rs, prior_r
@@ -171,7 +171,13 @@ def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int 
             lam *= 10
         if not improved:
             break
-    return replace(start, **{n: _from_z(n, v) for n, v in zip(names, z)})
+    return _with(start, {n: _from_z(n, v) for n, v in zip(names, z)})
+
+
+def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
+    """``e`` with some of its float constants replaced (by name, from PARAMS)."""
+    changes: dict[str, Any] = constants
+    return replace(e, **changes)
 
 
 # --- the calibration file --------------------------------------------------------------------------------

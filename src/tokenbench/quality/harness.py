@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..errors import EndpointError, TokenbenchError, UsageError
-from .items import Item, prompt_key
+from .items import Item, Status, prompt_key
 
 if TYPE_CHECKING:
     from .runner import QualityConfig
@@ -204,7 +204,7 @@ def _item(task: str, s: dict[str, Any], metrics: list[str], calls: dict[str, Any
     values = {m: s[m] for m in metrics if m in s and isinstance(s[m], (int, float, bool))}
     score = float(values[metrics[0]]) if metrics and metrics[0] in values else None
     ms, usage = calls.get(prompt, (None, {}))
-    status = "done" if score is None else "pass" if score == 1.0 else "fail" if score == 0.0 else "done"
+    status: Status = "done" if score is None else "pass" if score == 1.0 else "fail" if score == 0.0 else "done"
     filtered = s.get("filtered_resps")
     return Item(task=task, idx=int(s.get("doc_id", 0)), key=f"doc{s.get('doc_id')}/{prompt_key(prompt)[:8]}",
                 prompt=prompt, status=status, score=score, response=response, expected=str(s.get("target")),

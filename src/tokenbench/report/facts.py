@@ -50,7 +50,7 @@ def _snapshots(r: RunResult) -> list[tuple[str, dict[str, Any]]]:
 
 def guard_state(r: RunResult) -> GuardState:
     snaps = _snapshots(r)
-    seen: dict[tuple[str, str, str], list[Any]] = {}
+    seen: dict[tuple[str, str], list[Any]] = {}
     dirty = 0
     for where, snap in snaps:
         if snap.get("clean") is False:
@@ -106,7 +106,8 @@ def _machine(m: dict[str, Any]) -> str | None:
         total, free = _num(mc.get("mem_total_gib")), _num(mc.get("mem_available_gib"))
         if total is not None:
             parts.append(f"{total:g} GiB RAM" + (f" ({free:g} GiB free)" if free is not None else ""))
-        gpus = mc.get("gpus") if isinstance(mc.get("gpus"), list) else []
+        found = mc.get("gpus")
+        gpus = found if isinstance(found, list) else []
         for g in gpus:
             if isinstance(g, dict):
                 parts.append(f"{g.get('name')} ({g.get('memory_total_mib')} MiB, driver {g.get('driver')})")

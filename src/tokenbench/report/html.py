@@ -158,13 +158,13 @@ def _pair(p: comparison.Pair, runs: list[RunResult], quality: dict[tuple[str, st
         better = "higher" if group[0].higher_better else "lower"
         rows.append(f'<tr class="group"><th colspan="{ncols}">{_e(metric)} ({_e(unit)}, {better} is better)</th></tr>')
         for r in group:
-            w = r.winner()
-            if w == 0:
+            best = r.winner()
+            if best == 0:
                 win = '<td class="text tie">≈ tie (within 5%)</td>'
             else:
-                i = p.a if w == 1 else p.b
-                name = c.a if w == 1 else c.b
-                win = (f'<td class="text win" style="--c:{style.colour(i)}">{_swatch(i)}{_e(name)} '
+                side = p.a if best == 1 else p.b
+                name = c.a if best == 1 else c.b
+                win = (f'<td class="text win" style="--c:{style.colour(side)}">{_swatch(side)}{_e(name)} '
                        f"{r.factor():.2f}× {'faster' if r.higher_better else 'lower'}</td>")
             cells = [f'<td class="text">{_e(comparison.point(r, prompts))}</td>',
                      f"<td>{_e(style.number(r.a))} {_e(unit)}</td>", f"<td>{_e(style.number(r.b))} {_e(unit)}</td>",
