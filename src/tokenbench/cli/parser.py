@@ -127,7 +127,8 @@ EXAMPLES: dict[str, list[str]] = {
     "hardware": ["tokenbench hardware"],
     "models": ["tokenbench models"],
     "calibrate": ["tokenbench calibrate --out my-efficiency.toml   # the shipped published measurements",
-                  "tokenbench calibrate measurements.csv --out my-efficiency.toml"],
+                  "tokenbench calibrate --runs strix-depth --hardware amd-ryzen-ai-max-395 --model gpt-oss-20b "
+                  "--weights Q4_K_M --out strix.toml"],
     "compare": ["tokenbench compare h100 strix --agents 16 --tokens 200"],
     "cost": ["tokenbench cost h100 --price-per-hour 1.79 --currency EUR",
              "tokenbench cost --tps 684 --price-per-hour 1.79 --api-price 14"],
@@ -333,6 +334,17 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("file", nargs="*", help="measurements in the published.csv layout (every source is fitted; "
                     "default: the published measurements the package ships)")
     cp.add_argument("--out", required=True, help="efficiency TOML to write (predict --calibration FILE uses it)")
+    own = cp.add_argument_group("your own runs (anchor the fit on the box you measured)")
+    own.add_argument("--runs", nargs="+", default=[], metavar="RUN",
+                     help="stored sweep, depth or llama-bench runs (ids or labels) of one box, model and weights")
+    own.add_argument("--hardware", help="with --runs: the box they ran on ('tokenbench hardware' lists ids)")
+    own.add_argument("--model", help="with --runs: the catalog model they served")
+    own.add_argument("--weights", help="with --runs: weight format, e.g. Q4_K_M, FP8 (default: the runs' own)")
+    own.add_argument("--kv", help="with --runs: KV cache format (default: the runs' own, else F16)")
+    own.add_argument("--engine", help="with --runs: engine and backend, e.g. 'llama.cpp vulkan', vllm "
+                     "(default: the runs' own, with the box's backend)")
+    add_latest(cp)
+    add_db(cp)
 
     c = sub.add_parser("compare", help="two runs side by side: ratios, winners, crossovers, effective serving")
     c.add_argument("a", help="run id, id prefix or label")

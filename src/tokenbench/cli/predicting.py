@@ -6,6 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 from rich.console import Console
 from typing import Any
+from .. import redact
 from ..errors import UsageError
 from ..store import Store
 from .common import check_output, emit_json, int_list, tokens
@@ -171,6 +172,38 @@ def _save_prediction(a: argparse.Namespace, s: Any, depths: list[int] | None, le
 PUBLISHED_FILES = [Path(__file__).resolve().parents[1] / "data" / n for n in ("published.csv", "published-more.csv")]
 
 
+def _own_rows(a: argparse.Namespace, cat: Any) -> list[Any]:
+    """The user's stored runs as calibration rows, for the box, model and weights they name."""
+    from ..predict.published import run_rows
+    from ..sweep import load_result
+
+    if not a.hardware or not a.model:
+        raise UsageError("--runs needs --hardware ID and --model ID: the box they ran on and the catalog model "
+                         "they served ('tokenbench hardware', 'tokenbench models')")
+    hw = cat.find_hardware(a.hardware)
+    model = cat.find_model(a.model)
+    store = Store(a.db, readonly=True)
+    rows = []
+    for ref in a.runs:
+        run = load_result(store, ref, latest=a.latest, kinds=("sweep", "depth", "bench"), command="calibrate --runs")
+        m = run.manifest
+        engine = a.engine or str(m.get("engine") or "")
+        if not engine:
+            raise UsageError(f"run {run.run_id} does not say which engine served it: give --engine")
+        if engine.lower().startswith(("llama-server", "llama.cpp", "llamacpp", "llama-cpp-python")) \
+                and len(engine.split()) == 1:
+            engine = f"llama.cpp {hw.default_backend}"  # the box's backend: say --engine otherwise
+        weights = a.weights or str(m.get("weights") or m.get("quant") or "")
+        if not weights:
+            raise UsageError(f"run {run.run_id} does not say its weight format: give --weights")
+        got = run_rows(run, hw.id, engine, model.id, weights.upper(), (a.kv or str(m.get("kv") or "F16")).upper())
+        if not got:
+            raise UsageError(f"run {run.run_id} has no level calibration can use (complete, unflagged pp/tg or "
+                             "serving levels)")
+        rows += got
+    return rows
+
+
 def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> int:
     from ..predict.calibration import write
     from ..predict.predictor import fit_calibration
@@ -178,7 +211,15 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
     from ..predict.specs import Catalog
 
     rows = [r for f in (a.file or PUBLISHED_FILES) for r in read_rows(Path(f))]
-    cal = fit_calibration(Catalog.load(), rows, "tokenbench " + " ".join(argv))
+    cat = Catalog.load()
+    if a.runs:
+        own = _own_rows(a, cat)
+        console.print(f"{len(own)} measurements from {len(a.runs)} run(s) of your own, on {a.hardware}",
+                      markup=False, highlight=False)
+        rows += own
+    elif a.hardware or a.model:
+        raise UsageError("--hardware and --model go with --runs RUN...: the box and model of your own runs")
+    cal = fit_calibration(cat, rows, "tokenbench " + redact.command(argv))
     write(cal, Path(a.out))
     for name, e in sorted(cal.backends.items()):
         bands = ", ".join(f"{m} ±{b.pct:.0f}%" for m, b in sorted(cal.bands.get(name, {}).items()))

@@ -117,13 +117,19 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
 Evaluator = Callable[[Efficiency], float]  # a row's log(predicted / measured) under some constants
 
 
-def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int = 40) -> Efficiency:
+#: The pull toward the published fit when the user's own runs anchor a backend (calibrate --runs): weaker, so
+#: their box's measurements decide what they constrain, and the published fit holds only the rest.
+ANCHOR_PRIOR_WEIGHT = 0.05
+
+
+def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int = 40,
+                  prior_weight: float = PRIOR_WEIGHT) -> Efficiency:
     """Levenberg–Marquardt on the constants (bounded through a logistic map), minimising the soft-L1 loss
     of each row's log error plus PRIOR_WEIGHT·(log θ − log θ_prior)² per constant."""
     names = PARAMS
     z = [_to_z(n, getattr(start, n)) for n in names]
     g0 = [_glog(n, getattr(start, n)) for n in names]
-    wp = math.sqrt(PRIOR_WEIGHT)
+    wp = math.sqrt(prior_weight)
 
     def residuals(zs: list[float]) -> tuple[list[float], list[float]]:
         eff = _with(start, {n: _from_z(n, v) for n, v in zip(names, zs)})

@@ -12,7 +12,8 @@ from typing import Any
 
 from ..errors import UsageError
 from . import roofline as rf
-from .calibration import Band, Calibration, backend_key, engine_kind, fit_constants, make_band, prior
+from .calibration import (ANCHOR_PRIOR_WEIGHT, Band, Calibration, backend_key, engine_kind, fit_constants, make_band,
+                          prior)
 from .published import Row
 from .specs import Catalog, HardwareSpec, ModelSpec
 
@@ -258,12 +259,18 @@ def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
     return out
 
 
+#: Source names of rows from the user's own stored runs (``calibrate --runs``).
+RUN_SOURCE = "run:"
+
+
 def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict[str, dict[str, float]]]:
     by: dict[str, list[Fittable]] = {}
     for it in items:
         by.setdefault(it.backend, []).append(it)
     effs, usual = {}, {}
     for backend, its in sorted(by.items()):
+        own = [it for it in its if it.source.startswith(RUN_SOURCE)]
+        published = len(its) - len(own)
         def residual(it: Fittable) -> Callable[[rf.Efficiency], float]:
             unit_ms = it.row.unit == "ms"
 
@@ -273,11 +280,18 @@ def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict
                     return 0.0
                 return math.log(pred / it.row.value) if not unit_ms else math.log(pred / it.row.value)
             return f
-        fitted = fit_constants([residual(it) for it in its], prior(backend))
+        pub = [it for it in its if not it.source.startswith(RUN_SOURCE)]
+        fitted = fit_constants([residual(it) for it in pub], prior(backend)) if pub else prior(backend)
+        if own:
+            # the user's own runs anchor their backend on their box: refit on them alone, pulled toward the
+            # published fit, so what they measured moves the constants it constrains and leaves the others
+            fitted = fit_constants([residual(it) for it in own], fitted, prior_weight=ANCHOR_PRIOR_WEIGHT)
         srcs = sorted({it.source for it in its})
+        source = f"fitted on {len(its)} published rows from {', '.join(srcs)}" if not own else \
+            f"fitted on {published} published rows, then anchored on {len(own)} of your own runs' " \
+            f"({', '.join(s for s in srcs if s.startswith(RUN_SOURCE))})"
         effs[backend] = rf.Efficiency(**{n: getattr(fitted, n) for n in rf.PARAM_BOUNDS}, rows=len(its),
-                                      calibrated=True,
-                                      source=f"fitted on {len(its)} published rows from {', '.join(srcs)}")
+                                      calibrated=True, source=source)
         groups: dict[str, list[float]] = {}
         for it in its:
             c = it.value(effs[backend])[0]

@@ -5,8 +5,12 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..sweep import RunResult
 
 COLUMNS = ["source", "host", "hardware", "engine", "model", "weights", "kv", "test", "depth", "concurrency",
            "input_len", "output_len", "metric", "value", "unit", "note"]
@@ -61,3 +65,39 @@ def read_rows(path: Path) -> list[Row]:
         except (TypeError, ValueError) as e:
             raise UsageError(f"{path}: data row {n - 1} is malformed ({e}): fix that row") from None
     return rows
+
+
+def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: str, kv: str) -> list[Row]:
+    """A stored run's measurements as rows of this layout, so the user's own runs calibrate like published ones:
+    pp/tg levels (depth runs, llama-bench imports) as prefill and decode rates at their depth; sweep levels as
+    output throughput, median TTFT and median TPOT at their concurrency and lengths. Flagged levels (unstable,
+    dirty, cold context, client-bound, failed requests) are left out: they are not what the box does."""
+    label = str(run.manifest.get("label") or run.run_id)
+    skip = {"unstable", "dirty_bench", "context_not_warm", "client_bound", "errors", "exceeds_server_timings",
+            "prompt_truncated", "slots_exceeded"}
+    out: list[Row] = []
+
+    def add(test: str, depth: int, conc: int, inp: int, outp: int, metric: str, value: float | None, unit: str) -> None:
+        if value is None or not value > 0:
+            return
+        raw = {"source": f"run:{label}", "host": label, "hardware": hardware, "engine": engine, "model": model,
+               "weights": weights, "kv": kv, "test": test, "depth": str(depth), "concurrency": str(conc),
+               "input_len": str(inp), "output_len": str(outp), "metric": metric, "value": f"{value:g}",
+               "unit": unit, "note": f"run {run.run_id}"}
+        out.append(Row(raw, hardware, engine, model, weights, kv, test, depth, conc, inp, outp, metric, value, unit))
+
+    for o in run.outcomes:
+        s = o.summary
+        if o.status != "complete" or skip & set(s.flags):
+            continue
+        depth = s.depth or 0
+        if s.test and s.test.startswith("pp") and s.test[2:].isdigit():
+            add(s.test, depth, 1, int(s.test[2:]), 0, "prefill_tps", s.pp_tps, "tok/s")
+        elif s.test and s.test.startswith("tg") and s.test[2:].isdigit():
+            add(s.test, depth, 1, 0, int(s.test[2:]), "decode_tps", s.tg_tps, "tok/s")
+        elif s.test in (None, "serve") and s.concurrency and s.input_tokens_mean and s.output_tokens_mean:
+            inp, outp, c = round(s.input_tokens_mean), round(s.output_tokens_mean), s.concurrency
+            add("serve", depth, c, inp, outp, "output_tps", s.output_throughput_tps, "tok/s")
+            add("serve", depth, c, inp, outp, "ttft_median", s.ttft_ms.p50, "ms")
+            add("serve", depth, c, inp, outp, "tpot_median", s.tpot_ms.p50, "ms")
+    return out

@@ -1,0 +1,77 @@
+"""calibrate --runs: the user's own stored runs anchor the fit of their backend, so "measure the box you own,
+predict the box you don't" uses real data from the user's stack (issue 11, must-have 3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.metrics import LevelSummary
+from tokenbench.predict.calibration import Calibration
+from tokenbench.predict.predictor import Setup
+from tokenbench.predict.specs import Catalog
+from tokenbench.store import Store
+
+BOX, MODEL, WEIGHTS, KV, ENGINE = "amd-ryzen-ai-max-395", "gpt-oss-20b", "Q4_K_M", "Q8_0", "llama.cpp vulkan"
+
+
+def _setup(cal: Calibration) -> Setup:
+    return Setup.make(Catalog.load(), cal, BOX, MODEL, WEIGHTS, KV, ENGINE)
+
+
+def _decode(cal: Calibration, depth: int) -> float:
+    return _setup(cal).decode(depth + 64).rate()[1]
+
+
+def _prefill(cal: Calibration, depth: int) -> float:
+    return _setup(cal).prefill(512, depth).rate(512)[1]
+
+
+def _depth_run(store: Store, scale: float) -> None:
+    """A depth run on the box whose rates are ``scale`` times what the packaged calibration predicts."""
+    packaged = Calibration.packaged()
+    levels = []
+    for d in (0, 8192, 32768):
+        levels.append(LevelSummary.empty(concurrency=1, test="pp512", depth=d, pp_tps=scale * _prefill(packaged, d)))
+        levels.append(LevelSummary.empty(concurrency=1, test="tg128", depth=d, tg_tps=scale * _decode(packaged, d)))
+    store.save_run("my-run", "depth", "my-strix", {"label": "my-strix", "model": "gpt-oss-20b-Q4_K_M.gguf",
+                                                   "engine": "llama.cpp", "weights": WEIGHTS, "kv": KV},
+                   "measured", levels, "0", "2026-01-01T00:00:00", "2026-01-01T00:10:00")
+
+
+def test_own_runs_pull_the_backend_toward_what_the_box_measured(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    db, out = tmp_path / "r.db", tmp_path / "mine.toml"
+    _depth_run(Store(db), 1.6)
+    assert main(["calibrate", "--runs", "my-strix", "--hardware", BOX, "--model", MODEL, "--out", str(out),
+                 "--db", str(db)]) == 0
+    assert "6 measurements from 1 run(s) of your own" in capsys.readouterr().out
+    packaged = Calibration.packaged()
+    mine = Calibration.from_toml(out.read_text(), origin=str(out))
+    assert "of your own runs'" in mine.efficiency("llamacpp-vulkan").source
+    for d in (0, 8192, 32768):
+        measured = 1.6 * _decode(packaged, d)
+        # anchored: at least halfway from the packaged estimate to what the box measured
+        assert abs(_decode(mine, d) - measured) < 0.5 * abs(_decode(packaged, d) - measured), d
+    # other backends keep their published fit
+    assert mine.efficiency("llamacpp-cuda").eta_w == pytest.approx(packaged.efficiency("llamacpp-cuda").eta_w,
+                                                                    rel=1e-6)
+    assert main(["predict", "--hardware", BOX, "--model", MODEL, "--weights", WEIGHTS, "--kv", KV, "--engine",
+                 ENGINE, "--test", "tg128", "--calibration", str(out)]) == 0
+    said = " ".join(capsys.readouterr().out.split())  # predict says which calibration it used
+    assert "anchored on 6 of your own runs' (run:my-strix)" in said and f"calibration {out}" in said
+
+
+def test_calibrate_runs_refuses_what_it_cannot_place(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, out = str(tmp_path / "r.db"), str(tmp_path / "o.toml")
+    _depth_run(Store(db), 1.0)
+    assert main(["calibrate", "--runs", "my-strix", "--out", out, "--db", db]) == 2
+    assert "--runs needs --hardware ID and --model ID" in capsys.readouterr().err
+    assert main(["calibrate", "--hardware", BOX, "--out", out, "--db", db]) == 2
+    assert "go with --runs" in capsys.readouterr().err
+    assert main(["calibrate", "--runs", "nothing", "--hardware", BOX, "--model", MODEL, "--out", out,
+                 "--db", db]) == 2
+    assert "no run 'nothing'" in capsys.readouterr().err
+    assert not Path(out).exists()
