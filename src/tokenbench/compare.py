@@ -15,7 +15,7 @@ from typing import Any
 from . import adapters
 from .cost import effective_serving_s
 from .metrics import LevelSummary
-from .sweep import RunResult
+from .results import RunResult
 
 #: Ratios closer to 1 than this are a tie, not a win.
 TIE = 1.05

@@ -34,7 +34,8 @@ from .adapters import Adapter
 from .servers import check_model, discover, root_url
 from .telemetry import LevelTelemetry
 from .store import Store
-from .sweep import LevelOutcome, RunResult, guard_snapshot, new_run_id, now_iso, pick_tokenizer
+from .sweep import guard_snapshot, pick_tokenizer
+from .results import LevelOutcome, RunResult, new_run_id, now_iso
 from .loadgen import Level
 from .workload import PromptBuilder
 

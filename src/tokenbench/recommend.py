@@ -11,7 +11,7 @@ from .predict.calibration import Calibration
 from .predict.predictor import Setup
 from .predict.specs import Catalog, HardwareSpec
 from .store import Store
-from .sweep import RunResult
+from .results import RunResult
 
 
 @dataclass(slots=True)

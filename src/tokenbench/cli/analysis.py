@@ -8,7 +8,7 @@ from rich.console import Console
 from ..errors import UsageError
 from ..metrics import parse_duration_ms
 from ..store import Store
-from ..sweep import load_result
+from ..results import load_result
 from .common import check_output, emit_json
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from ..errors import UsageError
 from ..metrics import parse_duration_ms
-from ..sweep import RunResult
+from ..results import RunResult
 
 
 def int_list(text: str, what: str) -> list[int]:

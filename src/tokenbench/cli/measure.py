@@ -20,7 +20,8 @@ from ..output import describe_run, format_sweep_markdown, print_sweep, print_tab
 from ..records import RequestRecord
 from ..servers import normalize_base_url
 from ..store import Store
-from ..sweep import RunResult, SweepConfig, load_result, run_sweep
+from ..sweep import SweepConfig, run_sweep
+from ..results import RunResult, load_result
 from ..workload import resolve_shape
 from .common import check_output, emit_json, float_list, json_object, guard_config, guard_targets, int_list, notifier, seconds, tokens, write_json
 
@@ -527,7 +528,7 @@ def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> i
     from .. import __version__
     from ..coldstart import boot
     from ..output import print_table
-    from ..sweep import new_run_id, now_iso
+    from ..results import new_run_id, now_iso
 
     if a.repeat < 1:
         raise UsageError("--repeat must be at least 1")

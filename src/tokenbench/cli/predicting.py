@@ -141,7 +141,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
 def _save_prediction(a: argparse.Namespace, s: Any, depths: list[int] | None, levels_n: list[int] | None) -> str:
     from .. import __version__
     from ..metrics import Distribution, LevelSummary
-    from ..sweep import new_run_id, now_iso
+    from ..results import new_run_id, now_iso
 
     levels = []
     if depths is not None:
@@ -175,7 +175,7 @@ PUBLISHED_FILES = [Path(__file__).resolve().parents[1] / "data" / n for n in ("p
 def _own_rows(a: argparse.Namespace, cat: Any) -> list[Any]:
     """The user's stored runs as calibration rows, for the box, model and weights they name."""
     from ..predict.published import run_rows
-    from ..sweep import load_result
+    from ..results import load_result
 
     if not a.hardware or not a.model:
         raise UsageError("--runs needs --hardware ID and --model ID: the box they ran on and the catalog model "

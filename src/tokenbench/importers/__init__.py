@@ -168,7 +168,7 @@ def import_records(store: Any, fmt: str, text: str, source: Path, label: str | N
 
 
 def _store_in_tx(store: Any, fmt: str, runs: list[Imported], source: str, extra: dict[str, Any]) -> list[str]:
-    from ..sweep import new_run_id
+    from ..results import new_run_id
 
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     ids: list[str] = []

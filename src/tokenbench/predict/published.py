@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from ..sweep import RunResult
+    from ..results import RunResult
 
 COLUMNS = ["source", "host", "hardware", "engine", "model", "weights", "kv", "test", "depth", "concurrency",
            "input_len", "output_len", "metric", "value", "unit", "note"]

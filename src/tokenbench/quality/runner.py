@@ -20,7 +20,8 @@ from ..errors import EndpointError, TokenbenchError
 from ..records import RequestRecord
 from ..servers import ServerInfo, check_model, discover
 from ..store import Store
-from ..sweep import new_run_id, now_iso, pick_tokenizer
+from ..sweep import pick_tokenizer
+from ..results import new_run_id, now_iso
 from ..workload import Tokenizer
 from . import agreement, haystack
 from .knob import knob_task, nest

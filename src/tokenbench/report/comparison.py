@@ -10,7 +10,7 @@ from itertools import combinations
 
 from ..compare import METRICS, CompareRow, Comparison, compare
 from ..cost import Pricing
-from ..sweep import RunResult
+from ..results import RunResult
 from .series import pricing
 from .style import depth_label
 

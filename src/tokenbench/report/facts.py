@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..sweep import RunResult
+from ..results import RunResult
 from .series import is_predicted, pricing
 from .style import depth_label
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from .. import __version__
 from ..metrics import LevelSummary
-from ..sweep import RunResult
+from ..results import RunResult
 from . import comparison, facts, figures, style
 from .series import Plot, is_predicted, output_rate, pricing, run_name
 

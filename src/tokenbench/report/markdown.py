@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from ..output import format_markdown, format_sweep_markdown, md_escape
-from ..sweep import RunResult
+from ..results import RunResult
 from .series import run_name
 
 

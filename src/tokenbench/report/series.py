@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..cost import Pricing
 from ..metrics import LevelSummary
-from ..sweep import RunResult
+from ..results import RunResult
 from . import style
 
 

@@ -1,0 +1,131 @@
+"""A run's result, as every command that makes one returns it and every reader loads it: its levels (with
+their repetitions combined), its manifest, its final state, the JSON result contract of DESIGN.md, and run
+ids. Readers (compare, cost, report, recommend, importers) import this and the store, never a runner."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import __version__
+from .loadgen import Level
+from .metrics import LevelSummary, coefficient_of_variation, cost_per_mtok
+from .store import Store
+
+
+@dataclass(slots=True)
+class LevelOutcome:
+    idx: int
+    level: Level
+    summary: LevelSummary
+    status: str  # complete | interrupted | failed
+    repetitions: list[LevelSummary] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RunResult:
+    run_id: str
+    manifest: dict[str, Any]
+    outcomes: list[LevelOutcome]
+    status: str
+    error: str | None = None
+    kind: str = "sweep"
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON result contract of DESIGN.md."""
+        levels = []
+        for o in self.outcomes:
+            d = o.summary.to_dict()
+            d["status"] = o.status
+            if len(o.repetitions) > 1:
+                d["repetitions"] = repetition_stats(o.repetitions)
+            levels.append(d)
+        return {
+            "tool": "tokenbench",
+            "version": __version__,
+            "run_id": self.run_id,
+            "kind": self.kind,
+            "status": self.status,
+            "error": self.error,
+            "manifest": self.manifest,
+            "levels": levels,
+        }
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def repetition_stats(reps: list[LevelSummary]) -> dict[str, Any]:
+    def stat(values: list[float | None]) -> dict[str, Any]:
+        vals = [v for v in values if v is not None]
+        return {
+            "values": vals,
+            "median": statistics.median(vals) if vals else None,
+            "cv": coefficient_of_variation(vals),
+        }
+
+    return {
+        "n": len(reps),
+        "output_throughput_tps": stat([r.output_throughput_tps for r in reps]),
+        "ttft_ms_p50": stat([r.ttft_ms.p50 for r in reps]),
+        "tpot_ms_p50": stat([r.tpot_ms.p50 for r in reps]),
+    }
+
+
+def run_price(manifest: dict[str, Any]) -> float | None:
+    """The run's price per hour, as recorded (a number, or nothing)."""
+    p = manifest.get("price_per_hour")
+    return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0 else None
+
+
+def combine_repetitions(reps: list[LevelSummary], price_per_hour: float | None) -> LevelSummary:
+    """Repetitions of a level: the first summary with throughput and medians replaced by their medians, and the
+    cost per million tokens at the median throughput (it was dropped: a priced run with --repetitions 3 showed
+    no cost at all)."""
+    if len(reps) == 1:
+        return reps[0]
+    base = LevelSummary.from_dict(reps[0].to_dict())
+    base.output_throughput_tps = statistics.median(r.output_throughput_tps for r in reps)
+    if base.concurrency:
+        base.per_agent_tps = base.output_throughput_tps / base.concurrency
+    base.completed = sum(r.completed for r in reps)
+    base.failed = sum(r.failed for r in reps)
+    cv = coefficient_of_variation([r.output_throughput_tps for r in reps])
+    if cv is not None and cv >= 0.10:
+        base.flags = sorted(set(base.flags) | {"unstable"})
+        base.warnings.append(f"throughput varies {cv:.0%} between repetitions: the bench is noisy")
+    for attr in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        dist = getattr(base, attr)
+        p50s = [getattr(r, attr).p50 for r in reps if getattr(r, attr).p50 is not None]
+        if p50s:
+            dist.p50 = statistics.median(p50s)
+    base.cost_per_mtok = cost_per_mtok(price_per_hour, base.output_throughput_tps)
+    return base
+
+
+def load_result(store: Store, ref: str, first: int | None = None, latest: bool = False,
+                kinds: tuple[str, ...] | None = None, command: str = "") -> RunResult:
+    """A stored run, as the sweep returned it (finished levels only if it was cut short); ``first``: only the
+    first levels (a 200,000-level import loads in seconds, not a second)."""
+    row = store.resolve(ref, latest, kinds, command)
+    by_idx: dict[int, list[tuple[str, LevelSummary]]] = {}
+    for idx, _rep, status, summary in store.levels(row.id, first):
+        by_idx.setdefault(idx, []).append((status, summary))
+    outcomes = []
+    for idx, items in sorted(by_idx.items()):
+        reps = [s for _, s in items]
+        status = next((st for st, _ in items if st != "complete"), "complete")
+        level = Level(concurrency=reps[0].concurrency, rate=reps[0].rate)
+        outcomes.append(LevelOutcome(idx, level, combine_repetitions(reps, run_price(row.manifest)), status, reps))
+    manifest = dict(row.manifest)
+    manifest.setdefault("provenance", row.provenance)
+    manifest.setdefault("label", row.label)
+    return RunResult(row.id, manifest, outcomes, row.status, row.error, kind=row.kind)
