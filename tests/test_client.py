@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -173,3 +174,27 @@ def test_a_sweep_says_how_much_of_the_output_was_reasoning(emitter: BackgroundEm
     assert lv["reasoning_share"] == pytest.approx(6 / 8)
     assert lv["answer_throughput_tps"] == pytest.approx(lv["output_throughput_tps"] / 4)
     assert "reasoning took 75% of the output tokens" in cap.err
+
+
+def test_the_socket_write_is_stamped_and_the_clients_wait_reported_apart(emitter: BackgroundEmitter,
+                                                                          tmp_path: Path) -> None:
+    """TTFT starts when tokenbench starts a request; the request reaches the socket later. That wait is the
+    client's (issue 13: 41-128 ms at 512 streams), reported as send_queue_ms and judged client_bound when
+    large, so it can never pass as the server's time unnoticed."""
+    import asyncio as aio
+
+    from tokenbench.loadgen import SEND_QUEUE_P90_MS, ClientWatch, Level
+    from tokenbench.store import Store
+    from tokenbench.sweep import SweepConfig, run_sweep
+
+    emitter.configure(ttft_s=0.05, itl_s=0.001)
+    res = aio.run(run_sweep(SweepConfig(url=emitter.url, input_len=8, output_len=4, concurrency=[2], requests=6,
+                                        warmup=0, guard="off"), Store(tmp_path / "r.db")))
+    recs = Store(tmp_path / "r.db").requests(res.run_id)
+    assert recs and all(r.written_ns is not None and r.sent_ns <= r.written_ns <= (r.first_byte_ns or 0)
+                        for r in recs)
+    q = res.outcomes[0].summary.send_queue_ms
+    assert q is not None and q.n == 6 and 0 <= (q.p50 or 0) < 50  # the emitter answers after 50 ms
+    watch = ClientWatch()
+    assert watch.verdict(Level(concurrency=2), None, SEND_QUEUE_P90_MS + 5)[0].startswith("requests waited")
+    assert watch.verdict(Level(concurrency=2), None, SEND_QUEUE_P90_MS / 2) == []

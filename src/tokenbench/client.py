@@ -37,6 +37,21 @@ class PreparedRequest:
 SEND_ATTEMPTS = 3
 
 
+async def _stamp_written(session: aiohttp.ClientSession, ctx: Any, params: Any) -> None:
+    record = ctx.trace_request_ctx
+    if isinstance(record, RequestRecord):  # the last chunk of the body wins: the request is on the wire
+        record.written_ns = time.perf_counter_ns()
+
+
+def trace_config() -> aiohttp.TraceConfig:
+    """Stamps when each request's body is handed to the socket, so the time a request waited in the client
+    (building it, a busy event loop, the connection pool) is reported apart from the server's TTFT
+    (``send_queue_ms``). A session measuring requests is made with ``trace_configs=[trace_config()]``."""
+    tc = aiohttp.TraceConfig()
+    tc.on_request_chunk_sent.append(_stamp_written)
+    return tc
+
+
 @dataclass(slots=True)
 class StreamClient:
     """One endpoint, one model. ``body_extras`` are the server-specific fields (ignore_eos, ...)."""
@@ -114,7 +129,8 @@ class StreamClient:
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_read=self.stall_timeout_s)
         record.sent_ns = time.perf_counter_ns()
         try:
-            async with self.session.post(self.url, data=payload, headers=headers, timeout=timeout) as resp:
+            async with self.session.post(self.url, data=payload, headers=headers, timeout=timeout,
+                                         trace_request_ctx=record) as resp:
                 record.http_status = resp.status
                 if resp.status != 200:
                     text = (await resp.content.read(4096)).decode("utf-8", "replace")[:500]  # never the whole body

@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 
 from . import __version__, machine
-from .client import PreparedRequest, StreamClient
+from .client import PreparedRequest, StreamClient, trace_config
 from .errors import EndpointError, UsageError
 from .metrics import NS_PER_S, LevelSummary
 from .records import RequestRecord
@@ -212,7 +212,7 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
         raise UsageError("depths must be >= 0, --pp >= 1, --tg >= 2 and --repetitions >= 1")
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
     run_id = new_run_id()
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
         info = await discover(session, cfg.url, cfg.api_key, model=cfg.model)
         if info.models_error and note:
             note(f"warning: {info.models_error}; measuring '{cfg.model}' as given by --model")

@@ -29,6 +29,9 @@ LOOP_LAG_P99_MS = 25.0
 CLIENT_CPU_PCT = 90.0
 INFLIGHT_SHORTFALL = 0.9
 SEND_DELAY_P90_MS = 10.0
+#: A request that waits this long in the client (p90) before its body reaches the socket: the client's time,
+#: which would otherwise read as the server's TTFT (issue 13: 41-128 ms at 512 streams).
+SEND_QUEUE_P90_MS = 10.0
 MONITOR_PERIOD_S = 0.01
 
 
@@ -97,10 +100,14 @@ class ClientWatch:
             out["inflight_mean"] = statistics.fmean(self.inflight_samples)
         return out
 
-    def verdict(self, level: Level, send_delay_p90_ms: float | None) -> list[str]:
+    def verdict(self, level: Level, send_delay_p90_ms: float | None,
+                send_queue_p90_ms: float | None = None) -> list[str]:
         """Reasons the client, not the server, limited this level (empty: it did not)."""
         r = self.report()
         reasons = []
+        if send_queue_p90_ms is not None and send_queue_p90_ms > SEND_QUEUE_P90_MS:
+            reasons.append(f"requests waited {send_queue_p90_ms:.1f} ms at p90 in the client before reaching the "
+                           f"socket (TTFT includes it)")
         if r.get("loop_lag_ms_p99", 0) > LOOP_LAG_P99_MS:
             reasons.append(f"event-loop lag p99 {r['loop_lag_ms_p99']:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
         if (self.cpu_pct or 0) > CLIENT_CPU_PCT:

@@ -202,6 +202,7 @@ class LevelSummary:
     decode_tps: float | None = None  # 1 / median TPOT, reported at concurrency 1 only
     achieved_concurrency: float | None = None
     send_delay_ms: Distribution | None = None  # open loop: actual - scheduled send time
+    send_queue_ms: Distribution | None = None  # request on the socket - request started: the client's own wait
     goodput_rps: float | None = None
     slo: str | None = None
     slo_met: bool | None = None
@@ -237,7 +238,8 @@ class LevelSummary:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LevelSummary:
         d = dict(d)
-        for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms"):
+        for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms",
+                  "send_queue_ms"):
             if isinstance(d.get(k), dict):
                 d[k] = Distribution(**d[k])
         known = set(cls.__dataclass_fields__)
@@ -393,6 +395,9 @@ def summarize(
     delays = [(r.sent_ns - r.scheduled_ns) / NS_PER_MS for r in measured if r.scheduled_ns is not None]
     if delays:
         summary.send_delay_ms = Distribution.of(delays)
+    queued = [(r.written_ns - r.sent_ns) / NS_PER_MS for r in measured if r.written_ns is not None]
+    if queued:
+        summary.send_queue_ms = Distribution.of(queued)
 
     if slo is not None and (slo.per_request_ms or slo.percentile_ms):
         good = [r for r in ok if request_meets(r, slo.per_request_ms)]

@@ -17,6 +17,7 @@ class RequestRecord:
     phase: Phase = "measured"
     scheduled_ns: int | None = None  # open-loop levels: when the arrival process said to send
     sent_ns: int = 0
+    written_ns: int | None = None  # the request's last byte handed to the socket (client.trace_config)
     first_byte_ns: int | None = None
     first_token_ns: int | None = None  # first chunk carrying a generated token of any kind
     first_answer_ns: int | None = None  # first chunk carrying answer (non-reasoning) content
@@ -64,7 +65,5 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
-        d = dict(d)
-        d.pop("answer_chars", None)
-        d.pop("reasoning_chars", None)
-        return cls(**d)
+        known = set(cls.__dataclass_fields__)  # a record stored before a field existed reads with its default
+        return cls(**{k: v for k, v in d.items() if k in known})

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from . import __version__, machine
-from .client import Api, PreparedRequest, StreamClient
+from .client import Api, PreparedRequest, StreamClient, trace_config
 from .errors import EndpointError, EngineError, LevelFailed, TokenbenchError, UsageError
 from .loadgen import ClientWatch, Level, run_phase
 from .metrics import SLO, LevelSummary, cost_per_mtok, peak_in_flight, summarize
@@ -207,7 +207,7 @@ async def run_sweep(
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
     run_id = new_run_id()
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with aiohttp.ClientSession(connector=connector, trace_configs=[trace_config()]) as session:
         info = await discover(session, cfg.url, cfg.api_key, model=cfg.model)
         if info.models_error:
             rep.warn(f"warning: {info.models_error}; measuring '{cfg.model}' as given by --model")
@@ -407,7 +407,8 @@ async def _run_level(
         bad = ", ".join(c["name"] for c in snap["checks"] if c["status"] == "fail")
         summary.warnings.append(f"the guard found the bench dirty before this level ({bad}): "
                                 f"'tokenbench show {run_id} --guard' prints the snapshots")
-    reasons = watch.verdict(level, summary.send_delay_ms.p90 if summary.send_delay_ms else None)
+    reasons = watch.verdict(level, summary.send_delay_ms.p90 if summary.send_delay_ms else None,
+                            summary.send_queue_ms.p90 if summary.send_queue_ms else None)
     if reasons:
         summary.flags.append("client_bound")
         summary.warnings.append(
