@@ -190,8 +190,20 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     print_table(console, head, rows, a.format)
     if not ok:
         console.print("no box fits, meets the SLOs and has a price", style="yellow", markup=False)
+    # measured boxes one by one; predicted ones by reason (the catalog is long: 40 lines of it hid the ranking)
+    groups: dict[str, list[Any]] = {}
     for c in excluded:
-        console.print(f"excluded {c.box} ({c.source}): {c.excluded}", markup=False, highlight=False)
+        if c.source == "measured":
+            console.print(f"excluded {c.box} (measured): {c.excluded}", markup=False, highlight=False)
+        else:
+            groups.setdefault(str(c.excluded).split(":")[0], []).append(c)
+    for reason, cs in groups.items():
+        if len(cs) == 1:
+            console.print(f"excluded {cs[0].box} (predicted): {cs[0].excluded}", markup=False, highlight=False)
+            continue
+        remedy = " (give --price ID=PER_HOUR or --owned ID=PURCHASE:YEARS:WATTS)" if reason == "no price" else ""
+        console.print(f"excluded, {reason}{remedy}: {', '.join(c.box for c in cs)} ({len(cs)} predicted boxes; "
+                      "--json has each one's figures)", markup=False, highlight=False, soft_wrap=True)
     if a.json:
         emit_json(a.json, {"tool": "tokenbench", "kind": "recommend", "currency": a.currency, "workload": asdict(w),
                            "ranked": [asdict(c) for c in ok], "excluded": [asdict(c) for c in excluded]})
