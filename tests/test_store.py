@@ -75,3 +75,18 @@ def test_a_failed_write_leaves_no_half_level(tmp_path: Path) -> None:
         # a level for a run that does not exist: the level row and its requests are rolled back together
         _level(s, "missing", 0)
     assert s.db.execute("SELECT COUNT(*) FROM requests WHERE run_id='missing'").fetchone()[0] == 0
+
+
+def test_a_record_stores_and_loads_whole_without_copying_its_stamps() -> None:
+    """to_dict is a shallow view (asdict deep-copied every chunk stamp): the JSON round trip is unchanged."""
+    import json
+
+    from tokenbench.records import RequestRecord
+
+    r = RequestRecord(index=3, sent_ns=10, written_ns=12, first_token_ns=40, end_ns=90, chunk_ns=[40, 60, 90],
+                      chunk_chars=[2, 3, 1], answer_text="abcdef", output_tokens=3, server_timings={"prompt_n": 5})
+    d = r.to_dict()
+    assert d["chunk_ns"] is r.chunk_ns and d["answer_chars"] == 6 and "answer_text" not in d
+    back = RequestRecord.from_dict(json.loads(json.dumps(d)))
+    assert back.chunk_ns == [40, 60, 90] and back.written_ns == 12 and back.server_timings == {"prompt_n": 5}
+    assert back.answer_text == "" and back.ttft_ns == 30 and back.e2e_ns == 80

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Phase = Literal["warmup", "measured"]
@@ -55,7 +55,10 @@ class RequestRecord:
         return None if self.end_ns is None else self.end_ns - self.sent_ns
 
     def to_dict(self, keep_text: bool = False) -> dict[str, Any]:
-        d = asdict(self)
+        """The record's fields, shallow: its lists are shared, not copied (``dataclasses.asdict`` deep-copied
+        every chunk stamp, 657 µs for a 512-token record against 1.7 µs; issue 13 measured 14.5% of the client's
+        time in storing records). Serialise it; do not change it."""
+        d = {name: getattr(self, name) for name in _FIELDS}
         if not keep_text:
             # Generated text is large and not needed to recompute any metric; keep its length.
             d["answer_chars"] = len(self.answer_text)
@@ -67,3 +70,6 @@ class RequestRecord:
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
         known = set(cls.__dataclass_fields__)  # a record stored before a field existed reads with its default
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+_FIELDS = tuple(RequestRecord.__dataclass_fields__)
