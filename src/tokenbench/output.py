@@ -188,16 +188,7 @@ def print_vertical(console: Console, header: list[str], rows: list[list[str]], t
 
 
 def print_sweep(console: Console, levels: list[LevelSummary], currency: str, title: str | None = None) -> None:
-    header, rows = sweep_rows(levels, currency)
-    if not fits(console, header, rows):
-        print_vertical(console, header, rows, title)
-    else:
-        t = Table(title=title, box=box.SIMPLE_HEAVY)
-        for i, h in enumerate(header):
-            t.add_column(h, justify="left" if i in (0, len(header) - 1) else "right", no_wrap=i < len(header) - 1)
-        for r in rows:
-            t.add_row(*r)
-        console.print(t)
+    print_table(console, *sweep_rows(levels, currency), title=title, numeric=True)
     for line in single_stream_lines(levels):
         console.print(line)
     for line in notes(levels):
@@ -224,8 +215,9 @@ def describe_run(manifest: dict[str, Any]) -> str:
 
 
 def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",
-                title: str | None = None) -> None:
-    """Any (header, rows) table, for a terminal or as Markdown."""
+                title: str | None = None, numeric: bool = False) -> None:
+    """Any (header, rows) table, for a terminal or as Markdown; one block per row when it is too wide.
+    ``numeric``: the middle columns are numbers, right-aligned and never wrapped (the sweep table)."""
     if fmt == "markdown":
         console.print(format_markdown(header, rows), markup=False, highlight=False, soft_wrap=True)
         return
@@ -233,8 +225,12 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
         print_vertical(console, header, rows, title)
         return
     t = Table(title=title, box=box.SIMPLE_HEAVY)
+    last = len(header) - 1
     for i, h in enumerate(header):
-        t.add_column(h, overflow="fold")
+        if numeric:
+            t.add_column(h, justify="left" if i in (0, last) else "right", no_wrap=i < last)
+        else:
+            t.add_column(h, overflow="fold")
     for r in rows:
         t.add_row(*r)
     console.print(t)

@@ -177,6 +177,10 @@ def _print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
     else:
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
         print_sweep(console, levels, currency, "PREDICTED (not measured)" if res.kind == "predict" else None)
+    _saved(console, res, db)
+
+
+def _saved(console: Console, res: RunResult, db: Path) -> None:
     console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False)
 
 
@@ -319,8 +323,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     if res.kind == "coldstart":
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
         print_table(console, *boot_rows(res.manifest.get("boots") or []), a.format)
-        console.print(f"run {res.run_id} ({res.status}) saved in {store.path}", style="dim", markup=False,
-                      highlight=False)
+        _saved(console, res, store.path)
     elif any(o.summary.test not in (None, "serve") for o in res.outcomes):
         # pp/tg at depths (depth runs, llama-bench and published imports, predicted depths): their own table;
         # a published run that also has serving levels gets the sweep table for those as well
@@ -335,8 +338,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         if serve:
             print_sweep(console, [o.summary for o in serve], res.manifest.get("currency") or DEFAULT_CURRENCY,
                         "PREDICTED (not measured)" if res.kind == "predict" else "serving")
-        console.print(f"run {res.run_id} ({res.status}) saved in {store.path}", style="dim", markup=False,
-                      highlight=False)
+        _saved(console, res, store.path)
     else:
         _print_result(console, res, a.format, store.path)
     if len(res.outcomes) < total:
@@ -456,8 +458,6 @@ def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err
     extra = {"llama_bench": {"command": redact.command(cmd), "options": opts, "raw": proc.stdout}}
     ids = import_records(store, "llama-bench", proc.stdout, Path(model_file), a.label or Path(model_file).stem, extra)
     res = load_result(store, ids[0])
-    from ..output import print_table
-
     print_table(console, *depth_rows(res), a.format)
     console.print(f"run {res.run_id} (llama-bench, imported) saved in {store.path}", markup=False)
     if a.json:
@@ -467,7 +467,6 @@ def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err
 
 def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
     from ..depth import DepthConfig, run_depth
-    from ..output import print_table
 
     check_output(a.json, "--json")
     depths = [tokens(d, "--depths", zero=True) for d in (a.depths or ("0,1k,4k" if not a.url else "0,8k,32k")).split(",")
@@ -527,7 +526,6 @@ def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> i
 
     from .. import __version__
     from ..coldstart import boot
-    from ..output import print_table
     from ..results import new_run_id, now_iso
 
     if a.repeat < 1:
@@ -563,7 +561,6 @@ def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> i
 
 def cmd_guard(a: argparse.Namespace, console: Console) -> int:
     from .. import guard
-    from ..output import print_table
 
     env = guard.GuardEnv(root=Path(a.root), config=guard.load_config(Path(a.guard_config) if a.guard_config else None),
                          target_pids=guard_targets(a.url) if a.url else set())
@@ -578,7 +575,6 @@ def cmd_guard(a: argparse.Namespace, console: Console) -> int:
 
 def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
     from ..engines import status
-    from ..output import print_table
 
     check_output(a.json, "--json")
     names = list(status.ENGINES) if not a.names or a.names == ["all"] else a.names
