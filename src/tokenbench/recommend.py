@@ -35,7 +35,13 @@ class Candidate:
     tpot_ms: float | None = None
     cost_per_mtok: float | None = None
     excluded: str | None = None
+    reason: str | None = None  # what kind of reason excluded it, the key the table groups exclusions by
     notes: list[str] = field(default_factory=list)
+
+    def exclude(self, reason: str, message: str) -> None:
+        """Out of the ranking for the first reason found: a box that does not fit is not also 'no price'."""
+        if self.excluded is None:
+            self.reason, self.excluded = reason, message
 
 
 def default_setup(hw: HardwareSpec) -> tuple[str, str, str]:
@@ -45,22 +51,26 @@ def default_setup(hw: HardwareSpec) -> tuple[str, str, str]:
     return (f"llama.cpp {hw.default_backend}", "Q4_K_M", "Q8_0")
 
 
-def _pricing(hw_id: str, hw: HardwareSpec | None, prices: dict[str, Pricing], currency: str) -> tuple[Pricing | None, str | None]:
-    if hw_id in prices:
-        return prices[hw_id], None
-    if hw is not None and hw.price_per_hour is not None:
+def _pricing(c: Candidate, hw: HardwareSpec, prices: dict[str, Pricing], currency: str) -> Pricing | None:
+    """The box's price, or None with the candidate excluded for the want of one."""
+    if hw.id in prices:
+        return prices[hw.id]
+    if hw.price_per_hour is not None:
         if hw.price_currency.upper() != currency.upper():
-            return None, (f"its catalog price is in {hw.price_currency}: pass --currency {hw.price_currency}, or "
-                          f"--price {hw_id}=PRICE in {currency}")
-        return Pricing(currency=currency, price_per_hour=hw.price_per_hour), None
-    return None, f"no price: pass --price {hw_id}=PER_HOUR or --owned {hw_id}=PURCHASE:YEARS:WATTS"
+            c.exclude(f"its catalog price is in {hw.price_currency}",
+                      f"its catalog price is in {hw.price_currency}: pass --currency {hw.price_currency}, or "
+                      f"--price {hw.id}=PRICE in {currency}")
+            return None
+        return Pricing(currency=currency, price_per_hour=hw.price_per_hour)
+    c.exclude("no price", f"no price: pass --price {hw.id}=PER_HOUR or --owned {hw.id}=PURCHASE:YEARS:WATTS")
+    return None
 
 
 def _slo(c: Candidate, w: Workload) -> None:
     if w.ttft_p99_ms is not None and c.ttft_p99_ms is not None and c.ttft_p99_ms > w.ttft_p99_ms:
-        c.excluded = f"misses TTFT p99: {c.ttft_p99_ms:,.0f} ms > {w.ttft_p99_ms:,.0f} ms"
+        c.exclude("misses TTFT p99", f"misses TTFT p99: {c.ttft_p99_ms:,.0f} ms > {w.ttft_p99_ms:,.0f} ms")
     elif w.tpot_ms is not None and c.tpot_ms is not None and c.tpot_ms > w.tpot_ms:
-        c.excluded = f"misses TPOT: {c.tpot_ms:.1f} ms > {w.tpot_ms:.1f} ms"
+        c.exclude("misses TPOT", f"misses TPOT: {c.tpot_ms:.1f} ms > {w.tpot_ms:.1f} ms")
 
 
 def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pricing]) -> list[Candidate]:
@@ -72,7 +82,7 @@ def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pri
         try:
             s = Setup.make(cat, cal, hw.id, w.model, weights, kv, engine)
         except UsageError as e:
-            c.excluded = str(e)
+            c.exclude("cannot run it", str(e))
             continue
         f = s.fit(w.input_len + w.output_len, w.agents)
         if not f.fits:
@@ -81,7 +91,8 @@ def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pri
                 c.setup = f"{engine} AWQ"
                 f = s.fit(w.input_len + w.output_len, w.agents)
             if not f.fits:
-                c.excluded = f"does not fit: needs {f.total_gb:,.0f} GiB of {f.usable_gb:,.0f} GiB for {w.agents} agents"
+                c.exclude("does not fit",
+                          f"does not fit: needs {f.total_gb:,.0f} GiB of {f.usable_gb:,.0f} GiB for {w.agents} agents")
                 continue
         p = s.serve(w.agents, w.input_len, w.output_len)
         pf = s.prefill(w.input_len)
@@ -94,10 +105,8 @@ def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pri
         if not s.calibrated:  # priors only: no measurement of this backend stands behind the figures
             c.notes.append(f"UNCALIBRATED ({s.backend})")
         _slo(c, w)
-        pricing, why = _pricing(hw.id, hw, prices, w.currency)
-        if pricing is None:
-            c.excluded = c.excluded or why
-        else:
+        pricing = _pricing(c, hw, prices, w.currency)
+        if pricing is not None:
             c.cost_per_mtok = pricing.per_mtok(c.throughput)
     return out
 
@@ -110,7 +119,7 @@ def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing]) -> 
         out.append(c)
         levels = [o.summary for o in r.outcomes if o.summary.concurrency == w.agents and o.summary.output_throughput_tps]
         if not levels:
-            c.excluded = f"no measured level at {w.agents} agents"
+            c.exclude("no measured level", f"no measured level at {w.agents} agents")
             continue
         s = max(levels, key=lambda x: x.input_tokens_mean or 0)
         c.throughput, c.ttft_p99_ms, c.tpot_ms = s.output_throughput_tps, s.ttft_ms.p99, s.tpot_ms.p50
@@ -120,7 +129,7 @@ def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing]) -> 
         price = r.manifest.get("price_per_hour")
         pricing = prices.get(label) or (Pricing(currency=w.currency, price_per_hour=price) if price else None)
         if pricing is None:
-            c.excluded = c.excluded or f"no price: pass --price {label}=PER_HOUR"
+            c.exclude("no price", f"no price: pass --price {label}=PER_HOUR")
         else:
             c.cost_per_mtok = pricing.per_mtok(c.throughput)
     return out
@@ -165,20 +174,20 @@ def require_parity(store: Store, cands: list[Candidate], reference: str) -> None
         if c.excluded:
             continue
         if c.source != "measured":
-            c.excluded = f"quality not measured: a prediction cannot show parity with {reference}"
+            c.exclude("quality not measured", f"quality not measured: a prediction cannot show parity with {reference}")
             continue
         if c.box == reference:
             c.notes.append("the parity reference")
             continue
         q = beside(store, c.box, reference)
         if q is None:
-            c.excluded = (f"no quality run labelled '{c.box}' sharing a task with {reference}'s: "
-                          f"tokenbench quality --label {c.box} ...")
+            c.exclude("no quality run", f"no quality run labelled '{c.box}' sharing a task with {reference}'s: "
+                      f"tokenbench quality --label {c.box} ...")
             continue
         worse = [(tc.task, tc.scores) for tc in q.tasks if tc.scores is not None and tc.scores.verdict == "B better"]
         if worse:
             task, s = worse[0]
-            c.excluded = (f"quality below {reference} on {task}: {100 * s.mean_a:.1f} vs {100 * s.mean_b:.1f} "
-                          f"points, p = {s.p_value:.2g}")
+            c.exclude("quality below the reference", f"quality below {reference} on {task}: {100 * s.mean_a:.1f} "
+                      f"vs {100 * s.mean_b:.1f} points, p = {s.p_value:.2g}")
         else:
             c.notes.append(f"quality as {reference}: " + "; ".join(q.lines(c.box, reference)))

@@ -196,7 +196,7 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
         if c.source == "measured":
             console.print(f"excluded {c.box} (measured): {c.excluded}", markup=False, highlight=False)
         else:
-            groups.setdefault(str(c.excluded).split(":")[0], []).append(c)
+            groups.setdefault(c.reason or "", []).append(c)
     for reason, cs in groups.items():
         if len(cs) == 1:
             console.print(f"excluded {cs[0].box} (predicted): {cs[0].excluded}", markup=False, highlight=False)
