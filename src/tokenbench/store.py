@@ -471,12 +471,8 @@ class Store:
                            f"VALUES (?, {', '.join('?' * len(cols))})",
                            [(run_id, *(r[c] for c in cols)) for r in rows])
 
-    def quality_items(self, run_id: str, task: str | None = None) -> list[dict[str, Any]]:
+    def quality_items(self, run_id: str) -> list[dict[str, Any]]:
         if "quality_items" not in {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}:
             return []  # a read-only database from before migration 003
-        q = f"SELECT {', '.join(self.QUALITY_COLUMNS)} FROM quality_items WHERE run_id = ?"
-        args: tuple[Any, ...] = (run_id,)
-        if task is not None:
-            q += " AND task = ?"
-            args += (task,)
-        return [dict(r) for r in self.db.execute(q + " ORDER BY task, idx", args)]
+        q = f"SELECT {', '.join(self.QUALITY_COLUMNS)} FROM quality_items WHERE run_id = ? ORDER BY task, idx"
+        return [dict(r) for r in self.db.execute(q, (run_id,))]

@@ -306,12 +306,10 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     if a.guard is not None:
         return _show_guard(a, console, res)
     if res.kind == "quality":
-        from types import SimpleNamespace
-
         from ..quality.parity import load_items
         from .quality import print_quality_run
 
-        print_quality_run(console, SimpleNamespace(manifest=res.manifest, items=load_items(store, res.run_id)), a.format)
+        print_quality_run(console, res.manifest, load_items(store, res.run_id), a.format)
         console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False,
                       highlight=False)
         return 0

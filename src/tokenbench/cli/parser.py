@@ -166,7 +166,10 @@ class Parser(argparse.ArgumentParser):
         for action in self._actions:  # argument groups' options are here too
             if not action.help and action.option_strings:
                 action.help = SHARED_HELP.get(action.option_strings[-1])
-        examples = EXAMPLES.get(self.prog.split()[-1]) if self.prog != "tokenbench" else None
+        # a command's examples, and a subcommand's (`quality compare`) only its own
+        words = self.prog.split()
+        examples = [e for e in EXAMPLES.get(words[1], []) if e == self.prog or e.startswith(self.prog + " ")] \
+            if len(words) > 1 else []
         text = super().format_help()
         return text + ("\nexamples:\n" + "".join(f"  {e}\n" for e in examples) if examples else "")
 

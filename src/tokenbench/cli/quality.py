@@ -15,24 +15,11 @@ from ..errors import LevelFailed, TokenbenchError, UsageError
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import check_output, emit_json, int_list, json_object, notifier, seconds, tokens
-from .parser import EXAMPLES, NONNEG, POSITIVE_INT, SHARED_HELP, Parser, add_db, add_embedded, add_json, add_latest
+from .parser import NONNEG, POSITIVE_INT, Parser, add_db, add_embedded, add_json, add_latest
 
 #: Embedded defaults: the tiny model's 8K positions, and the 2-core machines tests run on.
 EMBEDDED_CONTEXTS = "1k,2k,4k"
 REMOTE_CONTEXTS = "4k,16k,32k"
-
-
-class QualityParser(Parser):
-    """``quality compare`` and ``quality knob`` show their own examples (the generic lookup by the last word of
-    the program name would show the top-level compare's)."""
-
-    def format_help(self) -> str:
-        for action in self._actions:
-            if not action.help and action.option_strings:
-                action.help = SHARED_HELP.get(action.option_strings[-1])
-        mine = [e for e in EXAMPLES["quality"] if e.startswith(self.prog + " ")]
-        text = argparse.ArgumentParser.format_help(self)
-        return text + ("\nexamples:\n" + "".join(f"  {e}\n" for e in mine) if mine else "")
 
 
 def _endpoint(p: argparse.ArgumentParser) -> None:
@@ -73,7 +60,7 @@ def add_quality_parser(sub: Any) -> None:
     q.add_argument("--extra-body", help="JSON object merged into every request body")
     q.add_argument("--format", choices=["table", "markdown"], default="table")
     _items(q)
-    qs = q.add_subparsers(dest="quality_command", parser_class=QualityParser, metavar="{compare,knob}")
+    qs = q.add_subparsers(dest="quality_command", parser_class=Parser, metavar="{compare,knob}")
     c = qs.add_parser("compare", help="two quality runs item by item: difference, 95%% interval, p-value, verdict")
     c.add_argument("a", help="run id, id prefix or label")
     c.add_argument("b", help="run id, id prefix or label")
@@ -162,7 +149,7 @@ def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: C
         if rid:
             err.print(f"run {rid} kept what it finished ({type(e).__name__})", markup=False, highlight=False)
         raise
-    print_quality_run(console, res, a.format)
+    print_quality_run(console, res.manifest, res.items, a.format)
     console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False)
     if a.json:
         emit_json(a.json, run_json(res))
@@ -185,18 +172,18 @@ def _s(ms: float | None) -> str:
     return "—" if ms is None else f"{ms / 1000:.2f} s"
 
 
-def print_quality_run(console: Console, res: Any, fmt: str) -> None:
+def print_quality_run(console: Console, manifest: dict[str, Any], items: list[Any], fmt: str) -> None:
     """A quality run's tasks, and its needle grid: after the run, and by `show`."""
     from ..output import print_table
 
-    summary = res.manifest.get("summary") or {}
+    summary = manifest.get("summary") or {}
     rows = []
     for task, t in summary.items():
         score = "—" if t["score"] is None or task == "agreement" else f"{100 * t['score']:.1f}"
         rows.append([task, str(t["items"]), str(t["pass"]), str(t["fail"]), str(t["timeout"]), str(t["error"]),
                      score, _s(t["latency_ms_median"])])
     print_table(console, ["Task", "Items", "Pass", "Fail", "Timeout", "Error", "Score", "Median time"], rows, fmt)
-    niah = [it for it in res.items if it.task == "niah"]
+    niah = [it for it in items if it.task == "niah"]
     if niah:
         depths = sorted({it.detail["depth"] for it in niah})
         grid: dict[int, dict[int, Any]] = {}
@@ -237,7 +224,7 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
         s = tc.scores
         if s is None:
             continue
-        verdict = s.verdict.replace("A better", f"{la} better").replace("B better", f"{lb} better")
+        verdict = s.verdict_for(la, lb)
         timeouts = f" ({tc.timeouts[0]}/{tc.timeouts[1]} timeouts)" if any(tc.timeouts) else ""
         rows.append([tc.task, str(s.n), f"{s.mean_a * 100:.1f}", f"{s.mean_b * 100:.1f}",
                      f"{s.diff_points:+.1f} [{s.ci_points[0]:+.1f}, {s.ci_points[1]:+.1f}]", f"{s.p_value:.3g}",

@@ -6,7 +6,6 @@ A malformed file raises an error naming the file and the field; nothing of it is
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import math
 from collections.abc import Callable
@@ -168,9 +167,9 @@ def import_records(store: Any, fmt: str, text: str, source: Path, label: str | N
 
 
 def _store_in_tx(store: Any, fmt: str, runs: list[Imported], source: str, extra: dict[str, Any]) -> list[str]:
-    from ..results import new_run_id
+    from ..results import new_run_id, now_iso
 
-    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    now = now_iso()
     ids: list[str] = []
     for r in runs:
         rid = new_run_id()

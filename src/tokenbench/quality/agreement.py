@@ -59,14 +59,6 @@ class Agreement:
                 "first_diff_median": self.first_diff_median, "first_diff": self.first_diff, "unit": self.unit,
                 "mean_length": self.mean_length}
 
-    def describe(self) -> str:
-        lo, hi = self.interval
-        text = f"{self.identical}/{self.n} identical ({self.share:.0%}, 95% CI {lo:.0%}-{hi:.0%})"
-        if self.first_diff_median is not None:
-            text += (f"; where they differ, the first differing token is at {self.first_diff_median:g} (median "
-                     f"of {len(self.first_diff)}; outputs {self.mean_length:.0f} {self.unit} long)")
-        return text
-
 
 def agreement(pairs: list[tuple[list[int] | str, list[int] | str]], unit: str) -> Agreement:
     """Agreement over paired outputs (tokens or texts)."""

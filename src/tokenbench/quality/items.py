@@ -10,7 +10,6 @@ from typing import Any, Literal
 #: pass/fail: scored by exact match; done: an output kept for comparison only (agreement, knob);
 #: timeout: the item did not finish within the limit (recorded, never dropped); error: the server failed it.
 Status = Literal["pass", "fail", "done", "timeout", "error"]
-STATUSES: tuple[str, ...] = ("pass", "fail", "done", "timeout", "error")
 
 
 def prompt_key(text: str) -> str:

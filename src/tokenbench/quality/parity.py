@@ -89,16 +89,15 @@ def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False) -> 
     rb = store.resolve(ref_b, latest, ("quality",), "quality compare")
     if ra.id == rb.id:
         raise UsageError(f"'{ref_a}' and '{ref_b}' are the same run ({ra.id}): compare two runs")
-    cmp = compare_items(load_items(store, ra.id), load_items(store, rb.id))
+    items_a, items_b = load_items(store, ra.id), load_items(store, rb.id)
+    cmp = compare_items(items_a, items_b)
     if not cmp:
-        ta = sorted({i.task for i in load_items(store, ra.id)})
-        tb = sorted({i.task for i in load_items(store, rb.id)})
+        ta, tb = sorted({i.task for i in items_a}), sorted({i.task for i in items_b})
         raise UsageError(f"runs {ra.id} ({', '.join(ta) or 'no items'}) and {rb.id} ({', '.join(tb) or 'no items'}) "
                          "have no task in common")
-    for tc in cmp:
-        ma, mb = ra.manifest.get("seed"), rb.manifest.get("seed")
-        if ma != mb:
-            tc.notes.append(f"the runs used different seeds ({ma} and {mb}): their items differ")
+    ma, mb = ra.manifest.get("seed"), rb.manifest.get("seed")
+    for tc in cmp if ma != mb else []:
+        tc.notes.append(f"the runs used different seeds ({ma} and {mb}): their items differ")
     return ra, rb, cmp
 
 
@@ -111,17 +110,12 @@ class Beside:
     run_b: str
     tasks: list[TaskComparison]
 
-    def verdicts(self) -> dict[str, str]:
-        """Per scored task: "same within noise", "A better" or "B better"."""
-        return {tc.task: tc.scores.verdict for tc in self.tasks if tc.scores is not None}
-
     def lines(self, name_a: str, name_b: str) -> list[str]:
         out = []
         for tc in self.tasks:
             if tc.scores is not None:
                 s = tc.scores
-                verdict = s.verdict.replace("A better", f"{name_a} better").replace("B better", f"{name_b} better")
-                out.append(f"{tc.task}: {verdict} ({100 * s.mean_a:.1f} vs {100 * s.mean_b:.1f} points, "
+                out.append(f"{tc.task}: {s.verdict_for(name_a, name_b)} ({100 * s.mean_a:.1f} vs {100 * s.mean_b:.1f} points, "
                            f"p = {s.p_value:.2g}, {s.n} items)")
             elif tc.agreement is not None:
                 g = tc.agreement

@@ -242,6 +242,15 @@ class Recorder:
         self.items.append(it)
         self.store.save_quality_items(self.run_id, [it.to_row()])
 
+    def fail(self, e: BaseException) -> None:
+        """Close the run an exception ends, if it was opened, and tie the run to the exception for the CLI: an
+        interrupt reads 'interrupted', anything else 'partial' (some items stored) or 'failed'."""
+        if self.manifest:
+            status = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else \
+                ("partial" if self.items else "failed")
+            self.close(status, str(e) or type(e).__name__)
+            e.run_id = self.run_id  # type: ignore[attr-defined]
+
     def close(self, status: str, error: str | None = None) -> QualityResult:
         self.manifest["finished"] = now_iso()
         self.manifest["summary"] = task_summary(self.items)
@@ -284,11 +293,7 @@ def run_quality(cfg: QualityConfig, store: Store, note: Note = lambda t: None) -
                 errors.append(str(e))
                 note(f"{task}: {e}")
     except BaseException as e:
-        if rec.manifest:
-            status = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else \
-                ("partial" if rec.items else "failed")
-            rec.close(status, str(e) or type(e).__name__)
-            e.run_id = rec.run_id  # type: ignore[attr-defined]
+        rec.fail(e)
         raise
     if errors:
         return rec.close("partial" if rec.items else "failed", "; ".join(errors))
@@ -319,9 +324,6 @@ def run_knob(cfg: QualityConfig, name: str, values: list[Any], store: Store,
     try:
         asyncio.run(go())
     except BaseException as e:
-        if rec.manifest:
-            rec.close("interrupted" if isinstance(e, KeyboardInterrupt) else "partial" if rec.items else "failed",
-                      str(e) or type(e).__name__)
-            e.run_id = rec.run_id  # type: ignore[attr-defined]
+        rec.fail(e)
         raise
     return rec.close("complete")

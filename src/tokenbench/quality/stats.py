@@ -120,6 +120,10 @@ class Paired:
     items_needed: int | None  # to detect a DETECT_POINTS difference
     verdict: Verdict
 
+    def verdict_for(self, name_a: str, name_b: str) -> str:
+        """The verdict with the runs' names for A and B."""
+        return self.verdict.replace("A better", f"{name_a} better").replace("B better", f"{name_b} better")
+
     def to_dict(self) -> dict[str, object]:
         return {"n": self.n, "score_a": self.mean_a, "score_b": self.mean_b, "diff_points": self.diff_points,
                 "ci_points": list(self.ci_points), "p_value": self.p_value, "test": self.test,
