@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .calibration import Calibration
 from .predictor import AgainstReport, Setup
-from .roofline import Fit, kv_bytes, state_bytes
+from .roofline import GIB, Fit, kv_bytes, state_bytes
 from .specs import Catalog
 
 Table = tuple[list[str], list[list[str]]]
@@ -50,7 +50,7 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
         f"{m.id} ({s.quant.weights} weights, {s.quant.kv.lower()} KV) on {s.hw.id} with {s.engine}: "
         f"{context:,} tokens x {concurrency} sequence(s)",
         f"  weights      {f.weights_gb:8.2f} GiB  (all experts)" if m.is_moe else f"  weights      {f.weights_gb:8.2f} GiB",
-        f"  KV cache     {f.kv_gb:8.2f} GiB  ({kv_bytes(m, s.quant, context) / 2**30:.3f} GiB per sequence)",
+        f"  KV cache     {f.kv_gb:8.2f} GiB  ({kv_bytes(m, s.quant, context) / GIB:.3f} GiB per sequence)",
     ]
     if m.linear_layers:
         lines.append(f"  state        {f.state_gb:8.2f} GiB  ({state_bytes(m) / 1e6:.1f} MB per sequence, fp32)")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import UsageError
-from .specs import HardwareSpec, ModelSpec
+from .specs import GIB, HardwareSpec, ModelSpec
 
 #: Bits per weight of each format. GGUF K-quant mixes use llama.cpp's whole-file effective bpw (quantize
 #: README: Llama-3.1-8B for Q4_K_M, Q5_K_M, Q6_K, Q8_0; its Llama 2 7B table for Q2_K, Q3_K_*, Q4_K_S,
@@ -51,7 +51,6 @@ PCIE_ETA = 0.8
 UBATCH = 512
 #: vLLM/SGLang prefill a prompt in chunks of their token budget (max_num_batched_tokens), one weight pass each.
 CHUNK_TOKENS = 8192
-GIB = 2**30
 
 EngineKind = Literal["batching", "sequential"]
 
@@ -344,14 +343,6 @@ class Efficiency:
     rows: int = 0
     calibrated: bool = False
     source: str = "UNCALIBRATED: no measurements of this backend; physical priors only"
-
-    @property
-    def eta_bw(self) -> float:
-        return self.eta_w
-
-    @property
-    def eta_compute(self) -> float:
-        return self.eta_c
 
 
 def _arith(c: StepCost, eff: Efficiency) -> float:
