@@ -113,7 +113,7 @@ async def run_step(client: StreamClient, builder: PromptBuilder, depth: int, pp:
     prompt_pp = (context + " " + new) if context else new
     fill_s = None
     records = []
-    one = {k: v for k, v in _extras(adapter, 1, eos).items() if k not in ("min_tokens",)}
+    one = adapter.check_fields(1, eos, "completions") | adapter.warm_context_fields()  # one token, warm cache
     if depth:
         r = await _send(client, context, 1, depth, one, idx, "warmup")
         fill_s = _t(r)

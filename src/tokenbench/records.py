@@ -68,8 +68,9 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
-        known = set(cls.__dataclass_fields__)  # a record stored before a field existed reads with its default
-        return cls(**{k: v for k, v in d.items() if k in known})
+        # a record stored before a field existed reads with its default
+        return cls(**{k: v for k, v in d.items() if k in _KNOWN})
 
 
 _FIELDS = tuple(RequestRecord.__dataclass_fields__)
+_KNOWN = frozenset(_FIELDS)

@@ -13,7 +13,7 @@ import json
 import re
 import shlex
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 SECRET_OPTIONS = ("--api-key", "--api_key", "--hf-token", "--token", "--password")
 #: A name that holds a secret: KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL, AUTH, as a word of the name.
@@ -53,15 +53,10 @@ def _json_arg(text: str) -> str | None:
 
 def has_userinfo(u: str) -> bool:
     try:
-        return bool(urlsplit(u).username or urlsplit(u).password)
+        parts = urlsplit(u)
+        return bool(parts.username or parts.password)
     except ValueError:
         return "@" in u
-
-
-def strip_userinfo(u: str) -> str:
-    parts = urlsplit(u)
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
 def body(obj: Any) -> Any:

@@ -130,7 +130,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         rid = _save_prediction(a, s, depths, levels)
         console.print(f"saved as run {rid} (label {a.save}, provenance predicted)", markup=False)
     if a.json:
-        bands = {m: (cal.band(s.backend, m).pct if cal.band(s.backend, m) else None) for m in metrics}  # type: ignore[union-attr]
+        bands = {m: (b.pct if (b := cal.band(s.backend, m)) else None) for m in metrics}
         emit_json(a.json, {"predicted": True, "calibrated": s.calibrated, "backend": s.backend,
                            "calibration": {"origin": cal.origin, "source": s.eff.source, "rows": s.eff.rows},
                            "band_pct": bands if s.calibrated else None, "note": note,

@@ -223,8 +223,7 @@ def _levels(r: RunResult, price: float | None, currency: str | None) -> str:
     return "\n".join(out)
 
 
-def _guard(r: RunResult) -> str:
-    g = facts.guard_state(r)
+def _guard(g: facts.GuardState) -> str:
     if not g.problems:
         return ""
     out = ['<table><tr><th class="text">Check</th><th class="text">Status</th><th class="text">Observed</th>'
@@ -282,9 +281,10 @@ def render(runs: list[RunResult], plots: list[Plot], title: str = "tokenbench re
         parts.append(f"<h3{cls}>{_swatch(i)}{_e(run_name(r))}</h3>")
         parts.append(f'<p class="meta">run {_e(r.run_id)}; {_e(facts.source(r))}; status {_e(r.status)}</p>')
         parts.append(_levels(r, price_per_hour, currency))
-        guard = _guard(r)
+        g = facts.guard_state(r)
+        guard = _guard(g)
         if guard:
-            parts.append(f"<p>Machine state: {_e(facts.guard_state(r).summary())}</p>{guard}")
+            parts.append(f"<p>Machine state: {_e(g.summary())}</p>{guard}")
         notes = list(dict.fromkeys(w for o in r.outcomes for w in o.summary.warnings))
         if notes:
             parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")

@@ -24,7 +24,8 @@ def _figure(plot: Plot):  # type: ignore[no-untyped-def]
     plt.rcParams["text.parse_math"] = False  # "$5/h vs $7/h" is a label, not mathtext ("$x^$" used to crash)
     w, h = style.SLIDE_PX
     fig, ax = plt.subplots(figsize=(w / DPI, h / DPI), dpi=DPI, layout="constrained")  # room for the legend
-    for z, line in enumerate(plot.drawn()):  # PREDICTED first, measured on top
+    drawn = plot.drawn()
+    for z, line in enumerate(drawn):  # PREDICTED first, measured on top
         c = style.colour(line.run)
         measured = not line.predicted
         ax.plot(line.xs, line.ys, color=c, linestyle=style.MPL_DASH[style.dash(line.predicted, line.pct)],
@@ -53,7 +54,7 @@ def _figure(plot: Plot):  # type: ignore[no-untyped-def]
     ax.grid(True, which="major", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
     handles, labels = ax.get_legend_handles_labels()
-    order = sorted(range(len(handles)), key=lambda k: (plot.drawn()[k].run, plot.drawn()[k].pct or ""))
+    order = sorted(range(len(handles)), key=lambda k: (drawn[k].run, drawn[k].pct or ""))
     ax.legend([handles[k] for k in order], [labels[k] for k in order], fontsize=10, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig, plt
 
