@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from bisect import bisect_right
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -16,7 +18,7 @@ import aiohttp
 
 from .records import RequestRecord
 from .sse import SSEParser
-from .wire import MAX_EVENT_BYTES, Usage, WireError, loads, parse_chunk
+from .wire import MAX_EVENT_BYTES, Usage, WireError, loads, parse_event
 
 Api = Literal["completions", "chat"]
 
@@ -32,6 +34,9 @@ class PreparedRequest:
     expected_input_tokens: int | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
 
+
+#: Bytes of a stream held unparsed before they are decoded (a long stream's memory stays bounded by this).
+REPLAY_BYTES = 1 << 20
 
 #: Sends of one request when its connection dies before the server answered a byte (the server never saw it).
 SEND_ATTEMPTS = 3
@@ -165,16 +170,31 @@ class StreamClient:
         return True
 
     async def _consume(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
+        """The timing path: each read is stamped and kept as bytes, nothing more. The bytes become events and
+        the record later, in batches (``StreamDecoder.replay``): at the end of the stream, or every
+        REPLAY_BYTES, which bounds the memory of a long stream. A read's stamp is when its bytes arrived, so
+        deferring the parse changes no timing; it keeps the parse out of the way of the other streams' reads."""
         decoder = StreamDecoder(record, chat=self.api == "chat")
-        content = resp.content
+        read = resp.content.readany
         perf = time.perf_counter_ns
-        while True:
-            data = await content.readany()
-            if not data:
-                break
-            decoder.feed(data, perf())
-            if decoder.overflowed:
-                break
+        reads: list[bytes] = []
+        stamps: list[int] = []
+        held = 0
+        try:
+            while True:
+                data = await read()
+                if not data:
+                    break
+                stamps.append(perf())
+                reads.append(data)
+                held += len(data)
+                if held > REPLAY_BYTES:
+                    decoder.replay(reads, stamps)
+                    reads, stamps, held = [], [], 0
+                    if decoder.overflowed:
+                        break
+        finally:  # a stream that broke, timed out or was interrupted keeps the events it delivered
+            decoder.replay(reads, stamps)
         if decoder.close(perf()):
             self._count_tokens(record, decoder.usage)
 
@@ -213,9 +233,15 @@ class StreamDecoder:
     """One streamed response's bytes in, its record filled: SSE framing, then the typed wire boundary (wire.py).
 
     Pure and synchronous, so the whole path from bytes to record is tested without a server. Never raises for
-    what a server sends: an event it cannot use is counted and makes the request an error of that kind."""
+    what a server sends: an event it cannot use is counted and makes the request an error of that kind.
 
-    __slots__ = ("record", "chat", "usage", "_parser", "_answer", "_reasoning", "_refused", "_done")
+    Two ways in, same result: ``feed`` one read at a time (the general SSE parser), or ``replay`` a batch of
+    reads with their stamps. ``replay`` splits the joined bytes on blank lines and gives each event the stamp of
+    the read that brought its last byte; an event that is not a lone ``data:`` line, and any stream with a CR in
+    it, goes through the general parser."""
+
+    __slots__ = ("record", "chat", "usage", "_parser", "_answer", "_reasoning", "_refused", "_done", "_tail",
+                 "_general")
 
     def __init__(self, record: RequestRecord, chat: bool) -> None:
         self.record = record
@@ -226,31 +252,72 @@ class StreamDecoder:
         self._reasoning: list[str] = []
         self._refused: WireError | None = None  # the first event the wire boundary refused
         self._done = False
+        self._tail = b""  # replay: the bytes of an event not finished yet
+        self._general = False  # replay: this stream needs the general parser (a CR, or fed read by read)
 
     @property
     def overflowed(self) -> bool:
         """A line or event past MAX_EVENT_BYTES: the rest of the stream is not read (memory stays bounded)."""
-        return self._parser.pending_bytes > MAX_EVENT_BYTES
+        return self._parser.pending_bytes > MAX_EVENT_BYTES or len(self._tail) > MAX_EVENT_BYTES
 
     def feed(self, data: bytes, now: int) -> None:
         record = self.record
         if record.first_byte_ns is None:
             record.first_byte_ns = now
+        if self._tail:  # a replay left half an event: the general parser takes it from here
+            tail, self._tail = self._tail, b""
+            for ev in self._parser.feed(tail):
+                self._event(ev.data, now)
+        self._general = True
         for ev in self._parser.feed(data):
             self._event(ev.data, now)
         if self.overflowed and self._refused is None:
             record.malformed_events += 1
             self._refused = WireError("malformed_event", f"an event over {MAX_EVENT_BYTES >> 20} MiB")
 
-    def _event(self, data: str, now: int) -> None:
+    def replay(self, reads: list[bytes], stamps: list[int]) -> None:
+        if not reads:
+            return
+        data = self._tail + (reads[0] if len(reads) == 1 else b"".join(reads))
+        if self._general or b"\r" in data:
+            for d, t in zip(reads, stamps):
+                self.feed(d, t)
+            return
         record = self.record
-        if data == "[DONE]":
+        if record.first_byte_ns is None:
+            record.first_byte_ns = stamps[0]
+        ends = list(accumulate(map(len, reads), initial=len(self._tail)))[1:]  # offset after each read
+        blocks = data.split(b"\n\n")
+        self._tail = blocks.pop()
+        pos = 0
+        event = self._event
+        for block in blocks:
+            pos += len(block) + 2
+            now = stamps[bisect_right(ends, pos - 1)]
+            if block[:6] == b"data: " and b"\n" not in block:
+                event(block[6:], now)
+            elif len(block) > MAX_EVENT_BYTES:
+                self._refuse_oversized()
+            else:
+                for ev in SSEParser().feed(block + b"\n\n"):
+                    event(ev.data, now)
+        if self.overflowed:
+            self._refuse_oversized()
+
+    def _refuse_oversized(self) -> None:
+        if self._refused is None:
+            self.record.malformed_events += 1
+            self._refused = WireError("malformed_event", f"an event over {MAX_EVENT_BYTES >> 20} MiB")
+
+    def _event(self, data: bytes | str, now: int) -> None:
+        record = self.record
+        if data == b"[DONE]" or data == "[DONE]":
             self._done = True
             return
         if not data.strip():
             return  # "data:" with nothing: a keep-alive some proxies send, not a chunk
         try:
-            c = parse_chunk(data, self.chat)
+            c = parse_event(data, self.chat)
         except (ValueError, OverflowError) as e:  # WireError is a ValueError; the others, a backstop
             e = e if isinstance(e, WireError) else WireError("malformed_event", f"{type(e).__name__}: {e}"[:200])
             record.malformed_events += 1
@@ -287,6 +354,10 @@ class StreamDecoder:
     def close(self, now: int) -> bool:
         """End of the stream. True when the request succeeded and its tokens are to be counted."""
         record = self.record
+        if self._tail:  # a last event with no blank line after it is still an event, as the parser says
+            tail, self._tail = self._tail, b""
+            for ev in self._parser.feed(tail):
+                self._event(ev.data, now)
         for ev in self._parser.close():
             self._event(ev.data, now)
         record.end_ns = now

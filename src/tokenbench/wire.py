@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 MAX_EVENT_BYTES = 8 << 20  # one event larger than 8 MiB is not a token chunk
 MAX_COUNT = 2**53  # no token count or timing is larger; a 400-digit integer would overflow a float downstream
 
@@ -152,3 +154,66 @@ def parse_chunk(data: str, chat: bool) -> Chunk:
         finish = _text(choice.get("finish_reason"), "finish_reason")
         break
     return Chunk(text or None, reasoning or None, finish or None, usage, timings)
+
+
+# The fast path for the one event shape servers send thousands of times per second: a single choice with text
+# or a delta, and nothing else. msgspec checks the types in C (about 1 µs an event against 5 µs for json.loads and
+# the checks above). Anything else — usage, timings, an error, several choices, a wrong type, invalid UTF-8,
+# NaN, deep nesting — takes parse_chunk, so the two paths cannot disagree: the fast one only ever returns what
+# parse_chunk would for the events it accepts.
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    index: int | None = 0
+    text: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _Event(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: Any = None
+    timings: Any = None
+    error: Any = None
+
+
+_decode_event = msgspec.json.Decoder(_Event).decode
+_FAST_FAILS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError)
+
+
+def parse_event(data: bytes | str, chat: bool) -> Chunk:
+    """:func:`parse_chunk` for an event's raw ``data`` bytes, through the fast path when the event is the common
+    token chunk. Same result, same errors."""
+    if len(data) <= MAX_EVENT_BYTES:
+        try:
+            ev = _decode_event(data)
+        except _FAST_FAILS:
+            ev = None
+        if ev is not None and ev.usage is None and ev.timings is None and ev.error is None:
+            choices = ev.choices
+            if not choices:
+                return _EMPTY
+            if len(choices) == 1:
+                choice = choices[0]
+                if choice.index not in (0, None):
+                    return _EMPTY
+                if chat:
+                    d = choice.delta
+                    text = reasoning = None
+                    if d is not None:
+                        text, reasoning = d.content, d.reasoning_content or d.reasoning
+                else:
+                    text, reasoning = choice.text, choice.reasoning_content or choice.reasoning
+                return Chunk(text or None, reasoning or None, choice.finish_reason or None)
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", errors="replace")
+    return parse_chunk(data, chat)
+
+
+_EMPTY = Chunk()
