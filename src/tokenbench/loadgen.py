@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 import psutil
 
 from .client import PreparedRequest
+from .metrics import percentile
 from .records import Phase, RequestRecord
 from .tasks import cancel_and_wait
 
@@ -93,8 +94,8 @@ class ClientWatch:
         lags = sorted(self.lags_ms)
         out: dict[str, Any] = {"cpu_pct": self.cpu_pct, "loop_lag_samples": len(lags)}
         if lags:
-            out["loop_lag_ms_p50"] = lags[len(lags) // 2]
-            out["loop_lag_ms_p99"] = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
+            out["loop_lag_ms_p50"] = percentile(lags, 50)  # the one percentile definition (metrics)
+            out["loop_lag_ms_p99"] = percentile(lags, 99)
             out["loop_lag_ms_max"] = lags[-1]
         if self.inflight_samples:
             out["inflight_mean"] = statistics.fmean(self.inflight_samples)
@@ -143,12 +144,19 @@ async def run_phase(
     on_done: OnDone | None = None,
     seed: int = 0,
     sink: list[RequestRecord] | None = None,
+    start_at_ns: int | None = None,
+    offset_s: float = 0.0,
 ) -> PhaseResult:
-    """Run one phase (warm-up or measured) of a level. Cancellation keeps the records gathered so far."""
+    """Run one phase (warm-up or measured) of a level. Cancellation keeps the records gathered so far.
+
+    ``start_at_ns`` (perf_counter_ns) starts the phase at that moment, so workers sharing a level start together;
+    ``offset_s`` delays an open-loop worker's first arrival (constant arrivals split over workers interleave)."""
     if requests is None and duration_s is None:
         raise ValueError("a level needs a request count or a duration")
     records: list[RequestRecord] = [] if sink is None else sink  # the caller's list survives a cancel
-    start_ns = time.perf_counter_ns()
+    if start_at_ns is not None and start_at_ns > time.perf_counter_ns():
+        await asyncio.sleep((start_at_ns - time.perf_counter_ns()) / NS_PER_S)
+    start_ns = start_at_ns if start_at_ns is not None else time.perf_counter_ns()
     stop_ns = start_ns + int(duration_s * NS_PER_S) if duration_s else None
     w = watch or ClientWatch()
 
@@ -185,7 +193,7 @@ async def run_phase(
             rng = random.Random(seed)
             sem = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
             tasks: list[asyncio.Task[None]] = []
-            t_next = 0.0
+            t_next = offset_s
             k = 0
             while True:
                 if requests is not None and k >= requests:

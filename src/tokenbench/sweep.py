@@ -15,6 +15,7 @@ from . import __version__, machine
 from .client import Api, PreparedRequest, StreamClient, trace_config
 from .errors import EndpointError, EngineError, LevelFailed, TokenbenchError, UsageError
 from .loadgen import ClientWatch, Level, run_phase
+from .workers import ClientSpec, WorkerPool, auto_workers
 from .metrics import SLO, LevelSummary, cost_per_mtok, peak_in_flight, summarize
 from .records import RequestRecord
 from . import redact
@@ -66,6 +67,10 @@ class SweepConfig:
     metrics_interval_s: float | None = 5.0
     #: A level whose share of failed measured requests is above this is failed, not published as a result.
     max_error_rate: float = 0.1
+    #: Load-generating processes (None: ``auto``, one per workers.STREAMS_PER_WORKER streams, at most one a core).
+    workers: int | None = 1
+    #: A Ray cluster to place the workers on (an address, or "auto"); None: this machine only.
+    ray: str | None = None
 
     def levels(self) -> list[Level]:
         if self.rates:
@@ -127,6 +132,12 @@ class _Prompts:
         if not self.pool:
             await self.prepare(1)
         return self.pool.pop(0)
+
+    async def take(self, n: int) -> list[tuple[int, PreparedRequest]]:
+        """The next ``n`` prompts, for a worker (workers.WorkerPool)."""
+        await self.prepare(n)
+        out, self.pool = self.pool[:n], self.pool[n:]
+        return out
 
 
 async def pick_tokenizer(
@@ -232,6 +243,7 @@ async def run_sweep(
         # The check request names the model too: with a server that cannot list its models, it proves the name.
         probe = await _preflight(client, builder, check)
         client.body_extras = extras
+        pool = await _start_workers(cfg, client, counter is not None and (cfg.tokenizer or model) or None, rep)
         workload = Workload(cfg.input_len, cfg.output_len, cfg.shape, cfg.api, cfg.prefix_len, seed)
         manifest: dict[str, Any] = {
             "endpoint": cfg.url,
@@ -260,6 +272,7 @@ async def run_sweep(
                 "timeout_s": cfg.timeout_s,
                 "stall_timeout_s": cfg.stall_timeout_s,
                 "temperature": cfg.temperature,
+                "workers": pool.describe() if pool is not None else {"kind": "in-process", "workers": 1},
             },
             "price_per_hour": cfg.price_per_hour,
             "currency": cfg.currency,
@@ -281,7 +294,7 @@ async def run_sweep(
                 level_status = "complete"
                 for r in range(cfg.repetitions):
                     summary, level_status = await _run_level(
-                        cfg, store, run_id, idx, r, level, client, prompts, rep, info, seed
+                        cfg, store, run_id, idx, r, level, client, prompts, rep, info, seed, pool
                     )
                     reps.append(summary)
                     if level_status != "complete":
@@ -313,6 +326,9 @@ async def run_sweep(
             store.finish_run(run_id, status, manifest["finished"], error)
             e.run_id = run_id  # type: ignore[attr-defined]
             raise
+        finally:
+            if pool is not None:
+                await pool.close()
         failed = [o for o in outcomes if o.status != "complete"]
         if failed:
             status = "partial" if len(failed) < len(outcomes) else "failed"
@@ -322,6 +338,23 @@ async def run_sweep(
         store.update_manifest(run_id, manifest)
         store.finish_run(run_id, status, manifest["finished"], error)
         return RunResult(run_id, manifest, outcomes, status, error)
+
+
+async def _start_workers(cfg: SweepConfig, client: StreamClient, counter_path: str | None,
+                         rep: Reporter) -> WorkerPool | None:
+    """The load-generating workers (workers.py), or None to run every level in this process."""
+    n = cfg.workers if cfg.workers is not None else auto_workers(cfg.levels())
+    spec = ClientSpec.of(client, counter_path)
+    if cfg.ray:
+        from .raypool import ray_pool
+
+        pool = await ray_pool(cfg.ray, spec, cfg.workers)
+    elif n > 1:
+        pool = await WorkerPool.local(spec, n)
+    else:
+        return None
+    rep.note(f"load from {pool.size} workers ({pool.kind})")
+    return pool
 
 
 async def guard_snapshot(mode: str, config: Any, target_pids: set[int], where: str) -> dict[str, Any] | None:
@@ -349,6 +382,7 @@ async def _run_level(
     rep: Reporter,
     info: ServerInfo,
     seed: int,
+    pool: WorkerPool | None = None,
 ) -> tuple[LevelSummary, str]:
     n_warm = cfg.warmup if cfg.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
     n_req = cfg.requests
@@ -362,10 +396,19 @@ async def _run_level(
     n_levels = len(cfg.levels())
     desc = (f"level {idx + 1}/{n_levels} " if n_levels > 1 else "") + level.describe() + \
         (f" (rep {repetition + 1}/{cfg.repetitions})" if cfg.repetitions > 1 else "")
+    client_report: dict[str, Any] = {}
+    reasons: list[str] = []
+    lost: list[str] = []
+    node_snaps = await pool.guards(cfg.guard, cfg.guard_config) if pool is not None else []
     try:
         if n_warm:
             rep.note(f"{desc}: {n_warm} warm-up requests (not counted)")
-            await run_phase(client, prompts, level, "warmup", requests=n_warm, duration_s=None, seed=seed, sink=records)
+            if pool is None:
+                await run_phase(client, prompts, level, "warmup", requests=n_warm, duration_s=None, seed=seed,
+                                sink=records)
+            else:
+                lost += (await pool.run_phase(level, "warmup", requests=n_warm, duration_s=None, seed=seed,
+                                              prompts=prompts, sink=records)).lost
         rep.level_start(desc, n_req, cfg.duration_s)
         watch.start()
         tele = None
@@ -373,16 +416,24 @@ async def _run_level(
             tele = LevelTelemetry(client.session, root_url(cfg.url), cfg.metrics_interval_s,
                                   {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {})
             tele.start()
+        level_seed = seed + idx * 7919 + repetition
         try:
-            res = await run_phase(
-                client, prompts, level, "measured", requests=n_req, duration_s=cfg.duration_s,
-                watch=watch, on_done=rep.request_done, seed=seed + idx * 7919 + repetition, sink=records,
-            )
+            if pool is None:
+                res = await run_phase(
+                    client, prompts, level, "measured", requests=n_req, duration_s=cfg.duration_s,
+                    watch=watch, on_done=rep.request_done, seed=level_seed, sink=records,
+                )
+                window = (res.start_ns, res.end_ns)
+            else:
+                merged = await pool.run_phase(level, "measured", requests=n_req, duration_s=cfg.duration_s,
+                                              seed=level_seed, prompts=prompts, sink=records,
+                                              on_done=rep.request_done)
+                window = (merged.start_ns, merged.end_ns)
+                client_report, reasons, lost = merged.client, merged.reasons, lost + merged.lost
         finally:
             await watch.stop()
             if tele is not None:
                 await tele.stop()
-        window = (res.start_ns, res.end_ns)
     except asyncio.CancelledError:
         status = "interrupted"
         measured = [r for r in records if r.phase == "measured"]
@@ -396,7 +447,7 @@ async def _run_level(
         records, concurrency=level.concurrency, rate=level.rate, window_start_ns=window[0],
         window_end_ns=window[1], slo=cfg.slo, price_per_hour=cfg.price_per_hour,
     )
-    summary.client = watch.report()
+    summary.client = client_report or watch.report()
     summary.guard = snap
     if tele is not None:
         summary.telemetry = tele.summary(summary.total_output_tokens, summary.duration_s)
@@ -407,8 +458,21 @@ async def _run_level(
         bad = ", ".join(c["name"] for c in snap["checks"] if c["status"] == "fail")
         summary.warnings.append(f"the guard found the bench dirty before this level ({bad}): "
                                 f"'tokenbench show {run_id} --guard' prints the snapshots")
-    reasons = watch.verdict(level, summary.send_delay_ms.p90 if summary.send_delay_ms else None,
-                            summary.send_queue_ms.p90 if summary.send_queue_ms else None)
+    for node in node_snaps:
+        if not node["clean"]:
+            summary.flags.append("dirty_bench")
+            bad = ", ".join(c["name"] for c in node["checks"] if c["status"] == "fail")
+            summary.warnings.append(f"the guard found load-generating node {node['node']} dirty before this level "
+                                    f"({bad})")
+    if node_snaps:
+        summary.client["node_guards"] = node_snaps
+    if pool is None:
+        reasons = watch.verdict(level, summary.send_delay_ms.p90 if summary.send_delay_ms else None,
+                                summary.send_queue_ms.p90 if summary.send_queue_ms else None)
+    if lost:
+        status = "partial"
+        summary.flags.append("worker_lost")
+        summary.warnings.extend(lost)
     if reasons:
         summary.flags.append("client_bound")
         summary.warnings.append(

@@ -22,6 +22,7 @@ from ..servers import normalize_base_url
 from ..store import Store
 from ..sweep import SweepConfig, run_sweep
 from ..results import RunResult, load_result
+from ..workers import parse_workers
 from ..workload import resolve_shape
 from .common import check_output, emit_json, float_list, json_object, guard_config, guard_targets, int_list, notifier, seconds, tokens, write_json
 
@@ -162,6 +163,8 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         target_pids=guard_targets(a.url),
         metrics_interval_s=None if a.no_metrics else seconds(a.metrics_interval, "--metrics-interval"),
         max_error_rate=a.max_error_rate,
+        workers=parse_workers(a.workers),
+        ray=a.ray,
         temperature=a.temperature,
         fixed_output=not a.no_fixed_output,
         extra_body=extra,

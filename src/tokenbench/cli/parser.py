@@ -221,6 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-error-rate", type=SHARE, default=0.1,
                    help="a level with a larger share of failed requests is failed, and the run exits 5 "
                         "(default 0.1)")
+    g.add_argument("--workers", default="auto",
+                   help="load-generating processes, each with its own event loop; auto (default): one per 64 "
+                        "streams of the busiest level, at most one per core")
+    g.add_argument("--ray", metavar="ADDRESS",
+                   help="place the workers on a Ray cluster (its address, or auto on a node of it): one per node "
+                        "unless --workers says how many; needs pip install 'tokenbench[ray]'")
     g = s.add_argument_group("output")
     g.add_argument("--label", help="host label (default: this hostname, or embedded-ENGINE)")
     g.add_argument("--price-per-hour", type=POSITIVE, help="box price for cost per million output tokens")

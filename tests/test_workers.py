@@ -1,0 +1,147 @@
+"""Load from several processes (``--workers``): a level split exactly, merged into one, the same statistics as
+one process on the deterministic emitter, and a worker killed mid-level ending the level as partial with what it
+had finished kept (issue 13)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import threading
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenbench.cli import main
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.loadgen import Level
+from tokenbench.records import RequestRecord
+from tokenbench.store import Store
+from tokenbench.sweep import QuietReporter, SweepConfig, run_sweep
+from tokenbench.workers import auto_workers, split_level
+
+
+@settings(max_examples=500, deadline=None)
+@given(c=st.integers(1, 600), n=st.integers(1, 16), req=st.one_of(st.none(), st.integers(1, 5000)))
+def test_a_closed_loop_level_is_split_exactly(c: int, n: int, req: int | None) -> None:
+    shares = split_level(Level(concurrency=c), req, n)
+    conc = [s.concurrency or 0 for s, _, _ in shares]
+    if req is None or req >= c:  # every worker has a share, the shares differ by one at most
+        assert sum(conc) == c and len(shares) == min(c, n) and max(conc) - min(conc) <= 1
+    else:  # fewer requests than slots: a worker with none to send sits out, the rest still fill the requests
+        assert min(c, req) <= sum(conc) <= c
+    if req is not None:
+        assert sum(k or 0 for _, k, _ in shares) == req
+        assert all(k and k > 0 for _, k, _ in shares)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rate=st.floats(0.1, 1000), n=st.integers(1, 8), req=st.integers(1, 5000),
+       arrival=st.sampled_from(["poisson", "constant"]))
+def test_an_open_loop_level_is_split_exactly(rate: float, n: int, req: int, arrival: Any) -> None:
+    shares = split_level(Level(rate=rate, arrival=arrival), req, n)
+    assert sum(k or 0 for _, k, _ in shares) == req
+    assert sum(s.rate or 0 for s, _, _ in shares) == pytest.approx(rate * len(shares) / n)
+    if arrival == "constant":  # interleaved: worker k starts k/rate late, so the merged arrivals stay 1/rate apart
+        assert [o for _, _, o in shares] == pytest.approx([k / rate for k in range(len(shares))])
+
+
+def test_auto_uses_a_worker_per_64_streams_and_at_most_the_cores() -> None:
+    assert auto_workers([Level(concurrency=1), Level(concurrency=64)], cores=16) == 1
+    assert auto_workers([Level(concurrency=65)], cores=16) == 2
+    assert auto_workers([Level(concurrency=512)], cores=16) == 8
+    assert auto_workers([Level(concurrency=512)], cores=2) == 2
+
+
+def _sweep(url: str, store: Store, workers: int, reporter: Any = None, **kw: Any) -> Any:
+    cfg = SweepConfig(url=url, input_len=16, output_len=24, guard="off", metrics_interval_s=None, workers=workers,
+                      **kw)
+    return asyncio.run(run_sweep(cfg, store, reporter))
+
+
+def test_two_workers_give_the_statistics_one_gives(tmp_path: Path) -> None:
+    with BackgroundEmitter() as em:
+        em.configure(ttft_s=0.05, itl_s=0.01)
+        one = _sweep(em.url, Store(tmp_path / "a.db"), 1, concurrency=[6], requests=24, seed=3)
+        two = _sweep(em.url, Store(tmp_path / "b.db"), 2, concurrency=[6], requests=24, seed=3)
+    a, b = one.outcomes[0].summary, two.outcomes[0].summary
+    assert one.manifest["load"]["workers"]["workers"] == 1 and two.manifest["load"]["workers"]["workers"] == 2
+    assert (a.completed, a.failed, b.completed, b.failed) == (24, 0, 24, 0)
+    assert b.output_tokens_mean == a.output_tokens_mean == 24
+    # the emitter's schedule is 50 ms to the first token, 10 ms a token: both must read it, within a few ms
+    for s in (a, b):
+        assert 50 <= s.ttft_ms.p50 < 65 and 9.5 <= s.tpot_ms.p50 < 11
+    assert b.ttft_ms.p50 == pytest.approx(a.ttft_ms.p50, abs=8)
+    assert b.tpot_ms.p50 == pytest.approx(a.tpot_ms.p50, rel=0.05)
+    assert b.output_throughput_tps == pytest.approx(a.output_throughput_tps, rel=0.15)
+    assert b.achieved_concurrency == pytest.approx(a.achieved_concurrency, rel=0.15)
+    workers = b.client["workers"]
+    assert len(workers) == 2 and sum(w["inflight_mean"] for w in workers) == pytest.approx(6, rel=0.2)
+    assert all(c["same_clock"] for c in b.client["clocks"])  # one machine: one monotonic clock, no mapping
+    # every prompt unique across the workers, every request of the level stored once
+    store = Store(tmp_path / "b.db")
+    recs = [r for r in store.requests(two.run_id) if r.phase == "measured"]
+    assert len(recs) == 24 and len({r.index for r in recs}) == 24
+
+
+def test_an_open_loop_level_over_two_workers_keeps_its_rate(tmp_path: Path) -> None:
+    with BackgroundEmitter() as em:
+        em.configure(ttft_s=0.01, itl_s=0.001)
+        res = _sweep(em.url, Store(tmp_path / "r.db"), 2, rates=[40.0], arrival="constant", requests=40, seed=1)
+    s = res.outcomes[0].summary
+    assert s.completed == 40 and s.request_throughput_rps == pytest.approx(40, rel=0.15)
+    recs = sorted((r for r in Store(tmp_path / "r.db").requests(res.run_id) if r.phase == "measured"),
+                  key=lambda r: r.scheduled_ns or 0)
+    gaps = [(b.scheduled_ns - a.scheduled_ns) / 1e6 for a, b in zip(recs, recs[1:])]  # type: ignore[operator]
+    assert statistics.median(gaps) == pytest.approx(25, abs=3)  # interleaved: 25 ms apart, not pairs
+
+
+def _worker_pids() -> list[int]:
+    return [p.pid for p in psutil.Process().children(recursive=True)
+            if "child_main" in " ".join(p.cmdline())]
+
+
+class _KillAfter(QuietReporter):
+    def __init__(self, n: int) -> None:
+        self.n, self.seen, self.killed = n, 0, 0
+
+    def request_done(self, record: RequestRecord) -> None:
+        self.seen += 1
+        if self.seen == self.n and not self.killed:
+            pid = _worker_pids()[0]
+            os.kill(pid, signal.SIGKILL)
+            self.killed = pid
+
+
+def test_a_worker_killed_mid_level_leaves_a_partial_level_with_its_finished_requests(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    with BackgroundEmitter() as em:
+        em.configure(ttft_s=0.02, itl_s=0.005)
+        rep = _KillAfter(10)
+        res = _sweep(em.url, store, 2, reporter=rep, concurrency=[4], requests=60, warmup=0)
+    assert rep.killed
+    out = res.outcomes[0]
+    assert out.status == "partial" and res.status in ("partial", "failed")
+    assert "worker_lost" in out.summary.flags
+    assert any("lost mid-level" in w and "are kept" in w for w in out.summary.warnings)
+    kept = [r for r in store.requests(res.run_id) if r.phase == "measured"]
+    assert 10 <= len(kept) < 60 and all(r.ok for r in kept)  # what was finished, not what was in flight
+    assert out.summary.completed == len(kept)
+    assert store.levels(res.run_id)[0][2] == "partial"
+
+
+def test_the_cli_takes_workers_and_refuses_a_bad_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "--url", "http://127.0.0.1:9/v1", "--workers", "zero"]) == 2
+    err = capsys.readouterr().err
+    assert "--workers zero" in err and "auto" in err and len(err.strip().splitlines()) == 1
+    with BackgroundEmitter() as em:
+        rc = main(["sweep", "--url", em.url, "--concurrency", "4", "--requests", "8", "--workers", "2",
+                   "--guard", "off", "--quiet", "--input-len", "8", "--output-len", "4",
+                   "--json", str(tmp_path / "r.json")])
+    assert rc == 0
+    assert threading.active_count() < 20
