@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[engine,report,quality,test]"
+	$(BIN)/pip install -q -e ".[engine,report,quality,test,ray]"
 	touch $@
 
 # llama-cpp-python compiles llama.cpp while it installs (about 6 minutes on 2 cores, then cached by pip).

@@ -139,6 +139,10 @@ def test_the_cli_takes_workers_and_refuses_a_bad_count(tmp_path: Path, capsys: p
     assert main(["sweep", "--url", "http://127.0.0.1:9/v1", "--workers", "zero"]) == 2
     err = capsys.readouterr().err
     assert "--workers zero" in err and "auto" in err and len(err.strip().splitlines()) == 1
+    with BackgroundEmitter() as em:  # Ray would retry an address nobody answers for minutes: refused at once
+        assert main(["sweep", "--url", em.url, "--ray", "127.0.0.1:1", "--guard", "off", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--ray 127.0.0.1:1" in err and len(err.strip().splitlines()) == 1
     with BackgroundEmitter() as em:
         rc = main(["sweep", "--url", em.url, "--concurrency", "4", "--requests", "8", "--workers", "2",
                    "--guard", "off", "--quiet", "--input-len", "8", "--output-len", "4",
