@@ -40,8 +40,10 @@ from .roofline import PARAM_BOUNDS, Efficiency
 PRIORS: dict[str, Efficiency] = {
     "default": Efficiency(),
     "llamacpp-rocm": Efficiency(eta_w=0.38, eta_kv=0.38),
-    "llamacpp-metal": Efficiency(eta_w=0.59, eta_kv=0.59),
-    "vllm": Efficiency(eta_w=0.7, eta_kv=0.7, t_layer=10e-6, eta_c=0.5, eta_att=0.4),
+    # Metal prompt processing: llama-bench pp512 of Llama-3.2-3B Q4_K_M on an M1 Ultra 64c, 2142.6 t/s
+    # (geerlingguy/ai-benchmarks issue 48): 2·2.82e9 FLOPs/token × 2142.6 = 12.1 TF of the 21 TF FP16 peak, 0.57.
+    "llamacpp-metal": Efficiency(eta_w=0.59, eta_kv=0.59, eta_c=0.57),
+    "vllm": Efficiency(eta_w=0.7, eta_kv=0.7, t_layer=10e-6, eta_c=0.5, eta_att=0.4, flops_per_w=2.0),
 }
 #: The fitted constants: all of roofline.PARAM_BOUNDS.
 PARAMS = tuple(PARAM_BOUNDS)
@@ -79,6 +81,22 @@ def prior(backend: str) -> Efficiency:
     if backend.startswith("vllm"):
         return PRIORS["vllm"]
     return PRIORS["default"]
+
+
+def family(backend: str) -> str:
+    """The engine family a backend belongs to: llama.cpp's backends share ggml's kernels and scheduler."""
+    return "llamacpp" if backend.startswith("llamacpp") else backend
+
+
+def backend_prior(backend: str, family_fit: Efficiency | None) -> Efficiency:
+    """Where a backend's fit starts: its family's fit when there is one, with the literature values PRIORS sets
+    for this backend itself (those that differ from the generic defaults) kept on top."""
+    own = prior(backend)
+    if family_fit is None:
+        return own
+    base = PRIORS["default"]
+    keep = {n: getattr(own, n) for n in PARAM_BOUNDS if getattr(own, n) != getattr(base, n)}
+    return _with(replace(family_fit, rows=0, calibrated=False), keep)
 
 
 # --- the fit ---------------------------------------------------------------------------------------------
@@ -205,11 +223,17 @@ class Calibration:
     sources: dict[str, list[str]] = field(default_factory=dict)  # backend -> sources of its fitted rows
     command: str = ""
     origin: str = "packaged"
+    families: dict[str, Efficiency] = field(default_factory=dict)  # engine family -> fit on all its backends
 
     def efficiency(self, backend: str) -> Efficiency:
-        """The fitted constants, or the backend's priors marked UNCALIBRATED (never another backend's fit)."""
+        """The fitted constants, or UNCALIBRATED priors: the family's fit on its other backends where there is one
+        (llama.cpp's backends share ggml's kernels), else the physical priors; never another backend's own fit."""
         if backend in self.backends:
             return self.backends[backend]
+        fam = self.families.get(family(backend))
+        if fam is not None:
+            return replace(backend_prior(backend, fam), source=f"UNCALIBRATED: no measurements of {backend} behind "
+                           f"this calibration; priors fitted on the other {family(backend)} backends")
         return replace(prior(backend), source=f"UNCALIBRATED: no measurements of {backend} behind this "
                                               "calibration; physical priors only")
 
@@ -220,10 +244,12 @@ class Calibration:
         lines = [
             "# Per-backend constants fitted on published measurements. Do not edit by hand: re-run",
             f"#   {self.command}",
-            "# decode:  t = max(t_weights/eta_w + t_kv/eta_kv + t_kvq/eta_kvq, t_matmul/eta_c + t_att/eta_att)"
-            " + layers*t_layer",
-            "# prefill: t = max(t_matmul/(eta_c*eta_q if quantized) + t_att/eta_att, weight reads/eta_w + KV/eta_kv)"
-            " + passes*layers*t_layer + expert_gemms*t_expert",
+            "# arith = (t_matmul + t_routed*(1/eta_moe - 1))/(eta_c*eta_q if quantized) + t_att/eta_att"
+            " + fp16_flops/(TDP*flops_per_w)",
+            "# decode:  t = max(t_weights/eta_w + t_kv/eta_kv + t_kvq/eta_kvq, arith) + layers*t_layer",
+            "# prefill: t = max(arith, weight reads/eta_w + KV/eta_kv) + passes*layers*t_layer"
+            " + expert_gemms*t_expert",
+            "# [family.*]: one fit on all backends of an engine family, the prior each of them starts from.",
             "# TTFT under closed-loop load: t_pf*(1 + burst*(N-1)/2) + t_decode.",
             "# usual_*: median measured/ceiling of the fitted rows, for the software-bottleneck flag.",
             "# band_*: leave-one-source-out absolute error (%) that 80% of the held-out rows stay within,"
@@ -246,6 +272,10 @@ class Calibration:
             for metric, b in sorted(self.bands.get(name, {}).items()):
                 lines.append(f"band_{metric} = [{b.pct:.4g}, {b.median_pct:.4g}, {b.n}]")
             lines.append("")
+        for name, e in sorted(self.families.items()):
+            lines.append(f"[family.{name}]")
+            lines += [f"{n} = {getattr(e, n):.6g}" for n in PARAM_BOUNDS]
+            lines.append("")
         # bands of backends no row calibrates (their held-out rows were predicted from priors)
         for name in sorted(set(self.bands) - set(self.backends)):
             lines.append(f"[uncalibrated.{name}]")
@@ -260,7 +290,12 @@ class Calibration:
             data: dict[str, Any] = tomllib.loads(text)
             backends, usual, bands, sources = {}, {}, {}, {}
             names = {f.name for f in fields(Efficiency)}
+            families = {}
             for name, t in data.items():
+                if name == "family":
+                    families = {f: Efficiency(**{k: v for k, v in tf.items() if k in PARAM_BOUNDS})
+                                for f, tf in t.items()}
+                    continue
                 if name == "uncalibrated":
                     for b, tb in t.items():
                         bands[b] = {k[len("band_"):]: Band(*v) for k, v in tb.items() if k.startswith("band_")}
@@ -271,7 +306,7 @@ class Calibration:
                 sources[name] = list(t.get("sources", []))
         except (tomllib.TOMLDecodeError, TypeError, AttributeError, ValueError) as e:
             raise UsageError(f"calibration {origin} is not a file tokenbench calibrate wrote ({e})") from None
-        return cls(backends, usual, bands, sources, origin=origin)
+        return cls(backends, usual, bands, sources, origin=origin, families=families)
 
     @classmethod
     def packaged(cls) -> Calibration:

@@ -12,8 +12,8 @@ from typing import Any
 
 from ..errors import UsageError
 from . import roofline as rf
-from .calibration import (ANCHOR_PRIOR_WEIGHT, Band, Calibration, backend_key, engine_kind, fit_constants, make_band,
-                          prior)
+from .calibration import (ANCHOR_PRIOR_WEIGHT, Band, Calibration, backend_key, backend_prior, engine_kind, family,
+                          fit_constants, make_band, prior)
 from .published import METRICS, Row
 from .specs import Catalog, HardwareSpec, ModelSpec
 
@@ -265,23 +265,41 @@ def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
 RUN_SOURCE = "run:"
 
 
-def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict[str, dict[str, float]]]:
+def _residual(it: Fittable) -> Callable[[rf.Efficiency], float]:
+    def f(e: rf.Efficiency) -> float:
+        pred = it.value(e)[1]
+        if not pred or pred <= 0:
+            return 0.0
+        return math.log(pred / it.row.value)  # ms or tok/s alike: a log error
+    return f
+
+
+def _family_priors(items: list[Fittable]) -> dict[str, rf.Efficiency]:
+    """Priors per engine family, fitted on the published rows of all its backends together: a llama.cpp backend
+    with few rows (Metal, Vulkan) then starts from what ggml's kernels reach on the others, not from generic
+    defaults, and keeps the literature values PRIORS sets for it on top (hierarchical shrinkage)."""
+    fams: dict[str, list[Fittable]] = {}
+    for it in items:
+        if not it.source.startswith(RUN_SOURCE):
+            fams.setdefault(family(it.backend), []).append(it)
+    return {f: fit_constants([_residual(it) for it in its], prior(f)) for f, its in sorted(fams.items())
+            if len({it.backend for it in its}) > 1}
+
+
+def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict[str, dict[str, float]],
+                                                  dict[str, rf.Efficiency]]:
     by: dict[str, list[Fittable]] = {}
     for it in items:
         by.setdefault(it.backend, []).append(it)
+    fam = _family_priors(items)
     effs, usual = {}, {}
     for backend, its in sorted(by.items()):
         own = [it for it in its if it.source.startswith(RUN_SOURCE)]
         published = len(its) - len(own)
-        def residual(it: Fittable) -> Callable[[rf.Efficiency], float]:
-            def f(e: rf.Efficiency) -> float:
-                pred = it.value(e)[1]
-                if not pred or pred <= 0:
-                    return 0.0
-                return math.log(pred / it.row.value)  # ms or tok/s alike: a log error
-            return f
+        residual = _residual
+        start = backend_prior(backend, fam.get(family(backend)))
         pub = [it for it in its if not it.source.startswith(RUN_SOURCE)]
-        fitted = fit_constants([residual(it) for it in pub], prior(backend)) if pub else prior(backend)
+        fitted = fit_constants([residual(it) for it in pub], start) if pub else start
         if own:
             # the user's own runs anchor their backend on their box: refit on them alone, pulled toward the
             # published fit, so what they measured moves the constants it constrains and leaves the others
@@ -298,7 +316,7 @@ def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict
             if c:
                 groups.setdefault(it.row.group, []).append(c / it.row.value if it.row.unit == "ms" else it.row.value / c)
         usual[backend] = {g: statistics.median(v) for g, v in groups.items()}
-    return effs, usual
+    return effs, usual, fam
 
 
 def cross_validate(cat: Catalog, rows: list[Row]) -> list[RowResult]:
@@ -307,19 +325,20 @@ def cross_validate(cat: Catalog, rows: list[Row]) -> list[RowResult]:
     sources = sorted({r.raw.get("source", "") for r in rows})
     out: list[RowResult] = []
     for src in sources:
-        effs, usual = _fit_backends([it for it in items if it.source != src])
-        cal = Calibration(effs, usual, origin=f"all sources but {src}")
+        effs, usual, fam = _fit_backends([it for it in items if it.source != src])
+        cal = Calibration(effs, usual, origin=f"all sources but {src}", families=fam)
         out += [predict_row(cat, cal, r) for r in rows if r.raw.get("source", "") == src]
     return out
 
 
 def fit_calibration(cat: Catalog, rows: list[Row], command: str, bands: bool = True) -> Calibration:
     items = fittable_rows(cat, rows)
-    effs, usual = _fit_backends(items)
+    effs, usual, fam = _fit_backends(items)
     srcs: dict[str, set[str]] = {}
     for it in items:
         srcs.setdefault(it.backend, set()).add(it.source)
-    cal = Calibration(effs, usual, {}, {k: sorted(v) for k, v in srcs.items()}, command, origin="fitted")
+    cal = Calibration(effs, usual, {}, {k: sorted(v) for k, v in srcs.items()}, command, origin="fitted",
+                      families=fam)
     if bands:
         errs: dict[str, dict[str, list[float]]] = {}
         for res in cross_validate(cat, rows):

@@ -265,11 +265,29 @@ class StepCost:
     passes: int = 1  # forward passes (micro-batches) in the step
     quantized: bool = False  # block-quantized weights: the matmuls dequantize
     expert_gemms: float = 0.0  # prefill: routed-expert matmuls launched (touched experts x 3 x MoE layers x passes)
+    t_routed: float = 0.0  # the part of t_compute spent in routed-expert matmuls (MoE)
+    t_power: float = 0.0  # all FLOPs / (board power in W x 1e12): the time at 1 TFLOPS per watt; 0 without a TDP
 
     @property
     def ceiling(self) -> float:
         """Memory traffic and arithmetic overlap: the slower of the two, at the nominal peaks."""
         return max(self.t_weights + self.t_kv + self.t_kvq, self.t_compute + self.t_attention)
+
+
+def _active_routed(m: ModelSpec) -> float:
+    """Routed-expert parameters each token runs through (top-k of E per MoE layer)."""
+    return m.routed_params * m.top_k / m.experts if m.is_moe else 0.0
+
+
+def _t_power(hw: HardwareSpec, q: Quant, backend: str, matmul: float, attention: float) -> float:
+    """The step's FLOPs at 1 TFLOPS per watt of the box's TDP, counted in FP16 FLOPs: a tensor core doing FP8 at
+    twice the FP16 rate spends about half the energy per FLOP (the datasheets give both peaks at one TDP).
+    0 when the catalog gives no TDP: then no power term."""
+    if not hw.tdp_w:
+        return 0.0
+    ref = fp16_peak(hw)
+    fp16_flops = matmul * ref / peak_tflops(hw, q, backend) + attention * ref / attention_peak(hw, backend)
+    return fp16_flops / (hw.tdp_w * 1e12)
 
 
 def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, backend: str,
@@ -281,11 +299,14 @@ def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, 
     kv = n * m.kv_elems_per_token_layer() * q.kv_bytes * _kv_tokens(m, context)
     state = n * state_bytes(m) * 2  # recurrent state read and written every step
     mm = n * (2 * m.active_nonemb_params + 2 * m.hidden * m.vocab)
+    routed_mm = n * 2 * _active_routed(m)
     att = n * 4 * m.heads * m.head_dim * _kv_tokens(m, context)
     bw = hw.bw_gbs * 1e9
+    peak = peak_tflops(hw, q, backend) * 1e12
     t_kv, t_kvq = ((state / bw, kv / bw) if q.kv_quantized else ((kv + state) / bw, 0.0))
-    return StepCost(wbytes / bw, t_kv, mm / (peak_tflops(hw, q, backend) * 1e12), wbytes + kv + state, mm + att,
-                    att / (attention_peak(hw, backend) * 1e12), t_kvq, m.layers, 1, q.weights in MMQ_FORMATS)
+    return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kv + state, mm + att,
+                    att / (attention_peak(hw, backend) * 1e12), t_kvq, m.layers, 1, q.weights in MMQ_FORMATS,
+                    t_routed=routed_mm / peak, t_power=_t_power(hw, q, backend, mm, att))
 
 
 def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: int, backend: str,
@@ -306,9 +327,11 @@ def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: 
     bw = hw.bw_gbs * 1e9
     t_kv, t_kvq = (0.0, kvb / bw) if q.kv_quantized else (kvb / bw, 0.0)
     gemms = passes * expert_coverage(m, per_ub) * 3 * m.moe_layers if m.is_moe else 0.0
-    return StepCost(wbytes / bw, t_kv, mm / (peak_tflops(hw, q, backend) * 1e12), wbytes + kvb,
+    peak = peak_tflops(hw, q, backend) * 1e12
+    return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kvb,
                     mm + attn_full + attn_local, (attn_full + attn_local) / (attention_peak(hw, backend) * 1e12),
-                    t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms)
+                    t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms, 2 * _active_routed(m) * t / peak,
+                    _t_power(hw, q, backend, mm, attn_full + attn_local))
 
 
 #: The calibrated constants: name -> (lower bound, upper bound). Shares of a nominal peak lie in (0, 1]: no
@@ -320,8 +343,10 @@ PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "t_layer": (0.0, 300e-6),  # fixed seconds per layer per forward pass (kernel launches, syncs)
     "eta_c": (0.02, 1.0),  # share of the arithmetic peak reached by the weight matmuls
     "eta_q": (0.2, 1.0),  # ... of that, kept when the weights are block-quantized (dequantizing matmuls)
+    "eta_moe": (0.1, 1.0),  # share of the dense matmul rate kept by routed-expert matmuls (gathered rows, few per expert)
     "t_expert": (0.0, 100e-6),  # prefill: fixed seconds per routed-expert matmul (one small GEMM per expert)
     "eta_att": (0.01, 1.0),  # share of the FP16 peak reached by attention (prefill at depth)
+    "flops_per_w": (0.05, 2.0),  # sustained TFLOPS per watt of board power (TDP) under a dense GEMM load
     "burst": (0.0, 1.0),  # batching engines under a closed loop: share of (N−1)/2 prefills a new request waits
 }
 
@@ -335,10 +360,12 @@ class Efficiency:
     eta_kv: float = 0.65
     eta_kvq: float = 0.3
     t_layer: float = 30e-6
-    eta_c: float = 0.4
+    eta_c: float = 0.6
     eta_q: float = 1.0
+    eta_moe: float = 1.0
     t_expert: float = 5e-6
     eta_att: float = 0.3
+    flops_per_w: float = 1.0
     burst: float = 0.5
     rows: int = 0
     calibrated: bool = False
@@ -346,7 +373,10 @@ class Efficiency:
 
 
 def _arith(c: StepCost, eff: Efficiency) -> float:
-    return c.t_compute / (eff.eta_c * (eff.eta_q if c.quantized else 1.0)) + c.t_attention / eff.eta_att
+    """Arithmetic time: each FLOP costs time at the peak and energy out of the board's power budget. A GPU held
+    at its TDP lowers its clocks, so sustained throughput F obeys 1/F = 1/(eta_c·peak) + 1/(flops_per_w·TDP)."""
+    mm = (c.t_compute - c.t_routed + c.t_routed / eff.eta_moe) / (eff.eta_c * (eff.eta_q if c.quantized else 1.0))
+    return mm + c.t_attention / eff.eta_att + c.t_power / eff.flops_per_w
 
 
 def decode_time(c: StepCost, eff: Efficiency) -> float:

@@ -1,0 +1,77 @@
+"""The terms that carry the fit from the boxes it saw to the boxes it did not: the board-power limit on
+arithmetic, routed-expert matmuls, and the engine family's prior for backends with few or no rows. Each against
+a hand computation."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenbench.predict import roofline as rf
+from tokenbench.predict.calibration import PRIORS, Calibration, backend_prior
+from tokenbench.predict.specs import Catalog
+
+
+@pytest.fixture(scope="module")
+def cat() -> Catalog:
+    return Catalog.load()
+
+
+def test_power_term_is_fp16_flops_over_the_tdp(cat: Catalog) -> None:
+    m = cat.find_model("llama-3.1-8b")
+    pcie = cat.find_hardware("nvidia-h100-pcie")  # 350 W
+    c = rf.prefill_cost(m, pcie, rf.Quant.parse("F16", "F16"), 512, 0, "llamacpp-cuda")
+    mm = 2 * m.active_nonemb_params * 512 + 2 * m.hidden * m.vocab
+    att = 4 * m.heads * m.head_dim * (512 * 512 / 2) * m.n_full
+    assert c.t_power == pytest.approx((mm + att) / (350 * 1e12))
+    # FP8 runs at twice the FP16 rate at the same TDP: half the energy per FLOP, so its matmuls count half
+    sxm = cat.find_hardware("nvidia-h100-sxm")
+    c8 = rf.prefill_cost(m, sxm, rf.Quant.parse("FP8", "FP8"), 512, 0, "vllm-cuda")
+    assert c8.t_power == pytest.approx((mm * 989 / 1979 + att) / (700 * 1e12))
+    # a box without a TDP in the catalog has no power term
+    apple = cat.find_hardware("apple-m3-max-40c")
+    assert apple.tdp_w is None
+    assert rf.prefill_cost(m, apple, rf.Quant.parse("F16", "F16"), 512, 0, "llamacpp-metal").t_power == 0.0
+
+
+def test_sustained_arithmetic_is_harmonic_in_peak_and_power() -> None:
+    # 1/F = 1/(eta_c·peak) + 1/(flops_per_w·TDP): an RTX 3090 (142 TF FP16, 350 W) and an RTX 6000 Ada
+    # (364 TF, 300 W) at eta_c 0.645 and 0.42 TF/W: 56.4 and 82.0 TF sustained, as llama-bench pp512 of
+    # Llama-3.1-8B Q4_K_M measures them within 1% and 1.5% (4030 and 5792 t/s x 2·6.98 GFLOP per token).
+    eff = rf.Efficiency(eta_c=0.645, flops_per_w=0.42, eta_att=1.0)
+    for peak, tdp, hand in ((142, 350, 56.4), (364.2, 300, 82.0)):
+        flops = 1e15
+        c = rf.StepCost(0.0, 0.0, flops / (peak * 1e12), 0.0, flops, t_power=flops / (tdp * 1e12))
+        assert flops / rf._arith(c, eff) / 1e12 == pytest.approx(hand, rel=0.01)
+
+
+def test_routed_expert_matmuls_keep_their_own_share(cat: Catalog) -> None:
+    m = cat.find_model("qwen3-30b-a3b-2507")
+    hw = cat.find_hardware("nvidia-a30")
+    c = rf.prefill_cost(m, hw, rf.Quant.parse("Q4_K_M", "Q4_0"), 512, 0, "llamacpp-cuda")
+    routed = 48 * 8 * 3 * 2048 * 768  # 48 MoE layers, top-8 of 128 experts, gate/up/down of 2048x768
+    assert c.t_routed == pytest.approx(2 * routed * 512 / (165 * 1e12))
+    assert 0 < c.t_routed < c.t_compute
+    base = rf.Efficiency(eta_c=0.5, eta_q=1.0, eta_att=1.0, flops_per_w=2.0)
+    slow = rf.Efficiency(eta_c=0.5, eta_q=1.0, eta_att=1.0, flops_per_w=2.0, eta_moe=0.5)
+    # halving the routed matmuls' rate adds exactly their time once more
+    assert rf._arith(c, slow) - rf._arith(c, base) == pytest.approx(c.t_routed / 0.5)
+    # a dense model has none
+    dense = rf.prefill_cost(cat.find_model("llama-3.1-8b"), hw, rf.Quant.parse("Q4_K_M", "F16"), 512, 0, "llamacpp-cuda")
+    assert dense.t_routed == 0.0
+
+
+def test_a_backend_without_rows_starts_from_its_family_fit() -> None:
+    fam = rf.Efficiency(eta_w=0.8, eta_c=0.3, eta_q=0.7, eta_moe=0.4, flops_per_w=0.6)
+    cal = Calibration({}, {}, families={"llamacpp": fam})
+    e = cal.efficiency("llamacpp-metal")
+    assert not e.calibrated and e.source.startswith("UNCALIBRATED")
+    # the family's fit where Metal's own literature priors say nothing, those priors where they do
+    assert (e.eta_q, e.eta_moe, e.flops_per_w) == (0.7, 0.4, 0.6)
+    metal = PRIORS["llamacpp-metal"]
+    assert (e.eta_w, e.eta_c) == (metal.eta_w, metal.eta_c)
+    # a backend of another family keeps the plain priors
+    assert cal.efficiency("vllm-cuda").eta_c == PRIORS["vllm"].eta_c
+    assert backend_prior("llamacpp-cuda", None) == PRIORS["default"]
+    # the family survives the calibration file
+    back = Calibration.from_toml(Calibration({}, {}, families={"llamacpp": fam}).to_toml())
+    assert back.families["llamacpp"].eta_moe == pytest.approx(0.4)
