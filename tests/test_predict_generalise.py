@@ -4,6 +4,8 @@ a hand computation."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tokenbench.predict import roofline as rf
@@ -75,3 +77,38 @@ def test_a_backend_without_rows_starts_from_its_family_fit() -> None:
     # the family survives the calibration file
     back = Calibration.from_toml(Calibration({}, {}, families={"llamacpp": fam}).to_toml())
     assert back.families["llamacpp"].eta_moe == pytest.approx(0.4)
+
+
+def test_each_fold_builds_its_own_rows(cat: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenbench.predict import predictor
+    from tokenbench.predict.published import read_rows
+
+    ref = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"
+    rows = [r for f in ("published.csv", "published-more.csv") for r in read_rows(ref / f)]
+    seen: list[set[str]] = []
+    real = predictor.fittable_rows
+
+    def spy(c: Catalog, rs: list[predictor.Row]) -> list[predictor.Fittable]:
+        seen.append({r.raw["source"] for r in rs})
+        return real(c, rs)
+
+    monkeypatch.setattr(predictor, "fittable_rows", spy)
+    predictor.cross_validate(cat, rows)
+    sources = {r.raw["source"] for r in rows}
+    # one build per fold, each from every source but the one it predicts
+    assert sorted(map(sorted, seen)) == sorted(sorted(sources - {s}) for s in sources)
+
+
+def test_serving_reuses_the_memoised_costs(cat: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenbench.predict.predictor import Setup
+
+    s = Setup.make(cat, Calibration.packaged(), "nvidia-h100-sxm", "qwen3.6-27b", "FP8", "auto", "vllm")
+    calls = []
+    real_p, real_d = rf.prefill_cost, rf.decode_cost
+    monkeypatch.setattr(rf, "prefill_cost", lambda *a, **k: calls.append("p") or real_p(*a, **k))
+    monkeypatch.setattr(rf, "decode_cost", lambda *a, **k: calls.append("d") or real_d(*a, **k))
+    first = s.serve(8, 4096, 512)
+    for _ in range(5):
+        again = s.serve(8, 4096, 512)
+    assert calls == ["p", "d"]  # each shape's physical work is counted once
+    assert again.throughput == first.throughput

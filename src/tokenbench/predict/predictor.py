@@ -91,8 +91,12 @@ class Setup:
         return rf.Estimate(c.ceiling, rf.prefill_time(c, self.eff))
 
     def serve(self, n: int, prompt: int, output: int) -> rf.ServePoint:
-        return rf.serve_point(self.model, self.hw, self.quant, self.backend, self.eff, self.kind,  # type: ignore[arg-type]
-                              n, prompt, output, self.spec_speedup, self.ubatch)
+        """A closed loop of ``n`` agents, from the memoised per-shape costs (the fit evaluates each row often)."""
+        sequential = self.kind == "sequential"
+        pf = self._prefill_cost(max(prompt, 1), 0, self.ubatch if sequential else rf.CHUNK_TOKENS)
+        d = self._decode_cost(1 if sequential else n, prompt + output // 2)
+        return rf.serve_point(pf, d, self.eff, self.kind, n, prompt, output,  # type: ignore[arg-type]
+                              self.spec_speedup)
 
 
 # --- rows of the published.csv layout --------------------------------------------------------------------
@@ -320,12 +324,14 @@ def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict
 
 
 def cross_validate(cat: Catalog, rows: list[Row]) -> list[RowResult]:
-    """Leave one source out: every source's rows predicted by a fit on all the other sources."""
-    items = fittable_rows(cat, rows)
+    """Leave one source out: every source's rows predicted by a fit on all the other sources. Each fold builds
+    its own fittable rows from the rows it keeps, so nothing the full fit built (setups, memoised costs, the
+    constants its valuers were last evaluated at) reaches a fold."""
     sources = sorted({r.raw.get("source", "") for r in rows})
     out: list[RowResult] = []
     for src in sources:
-        effs, usual, fam = _fit_backends([it for it in items if it.source != src])
+        kept = [r for r in rows if r.raw.get("source", "") != src]
+        effs, usual, fam = _fit_backends(fittable_rows(cat, kept))
         cal = Calibration(effs, usual, origin=f"all sources but {src}", families=fam)
         out += [predict_row(cat, cal, r) for r in rows if r.raw.get("source", "") == src]
     return out

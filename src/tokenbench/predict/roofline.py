@@ -435,26 +435,24 @@ class ServePoint:
     notes: list[str] = field(default_factory=list)
 
 
-def serve_point(m: ModelSpec, hw: HardwareSpec, q: Quant, backend: str, eff: Efficiency, kind: EngineKind,
-                n: int, prompt: int, output: int, spec_speedup: float = 1.0, ubatch: int = UBATCH) -> ServePoint:
-    """Closed loop, N agents, prompt P, output O (roofline.md "Continuous batching").
+def serve_point(pf: StepCost, d: StepCost, eff: Efficiency, kind: EngineKind, n: int, prompt: int, output: int,
+                spec_speedup: float = 1.0) -> ServePoint:
+    """Closed loop, N agents, prompt P, output O (roofline.md "Continuous batching"), from the prefill cost of
+    one prompt (``pf``) and the decode-step cost at the loop's mean context (``d``: N sequences when batching,
+    one when sequential); the caller computes both, once per shape (``Setup`` memoises them).
 
     batching: cycle ≈ O·t_dec(N, P+O/2) + N·t_pf(P); TPOT ≈ t_dec + N·t_pf/O. TTFT ≈ t_pf + t_dec + a wait:
     in a steady closed loop a new prompt is folded into the running decode steps (no wait; the ceiling), while
     requests that arrive together queue behind each other's prefills ((N−1)/2 of them); the calibrated
     ``burst`` is the share of that queue seen. sequential (llama.cpp as one stream): one request at a time, so
     aggregate stays at the single-stream rate and each agent waits for the others."""
-    ctx = prompt + output // 2
-    pf = prefill_cost(m, hw, q, max(prompt, 1), 0, backend, ubatch if kind == "sequential" else CHUNK_TOKENS)
     t_pf = Estimate(pf.ceiling, prefill_time(pf, eff)) if prompt else Estimate(0.0, 0.0)
     if kind == "sequential":
-        d = decode_cost(m, hw, q, 1, ctx, backend)
         t_dec = Estimate(d.ceiling / spec_speedup, decode_time(d, eff) / spec_speedup)
         t_req = Estimate(t_pf.ceiling + output * t_dec.ceiling, t_pf.estimate + output * t_dec.estimate)
         ttft = Estimate((n - 1) * t_req.ceiling + t_pf.ceiling, (n - 1) * t_req.estimate + t_pf.estimate)
         thr = (output / t_req.ceiling, output / t_req.estimate)
         return ServePoint(n, ttft, t_dec, thr, (thr[0] / n, thr[1] / n), ["one stream at a time: requests queue"])
-    d = decode_cost(m, hw, q, n, ctx, backend)
     t_dec = Estimate(d.ceiling / spec_speedup, decode_time(d, eff) / spec_speedup)
     cyc_c = output * t_dec.ceiling + n * t_pf.ceiling
     cyc_e = output * t_dec.estimate + n * t_pf.estimate
