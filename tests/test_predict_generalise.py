@@ -112,3 +112,10 @@ def test_serving_reuses_the_memoised_costs(cat: Catalog, monkeypatch: pytest.Mon
         again = s.serve(8, 4096, 512)
     assert calls == ["p", "d"]  # each shape's physical work is counted once
     assert again.throughput == first.throughput
+
+
+def test_the_power_constant_is_the_familys() -> None:
+    cal = Calibration.packaged()
+    fam = cal.families["llamacpp"]
+    for name in ("llamacpp-cuda", "llamacpp-metal", "llamacpp-vulkan"):
+        assert cal.backends[name].flops_per_w == pytest.approx(fam.flops_per_w, rel=1e-4)

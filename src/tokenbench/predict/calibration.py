@@ -141,10 +141,10 @@ ANCHOR_PRIOR_WEIGHT = 0.05
 
 
 def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int = 40,
-                  prior_weight: float = PRIOR_WEIGHT) -> Efficiency:
+                  prior_weight: float = PRIOR_WEIGHT, fixed: frozenset[str] = frozenset()) -> Efficiency:
     """Levenberg–Marquardt on the constants (bounded through a logistic map), minimising the soft-L1 loss
     of each row's log error plus PRIOR_WEIGHT·(log θ − log θ_prior)² per constant."""
-    names = PARAMS
+    names = tuple(n for n in PARAMS if n not in fixed)
     z = [_to_z(n, getattr(start, n)) for n in names]
     g0 = [_glog(n, getattr(start, n)) for n in names]
     wp = math.sqrt(prior_weight)

@@ -278,6 +278,12 @@ def _residual(it: Fittable) -> Callable[[rf.Efficiency], float]:
     return f
 
 
+#: Constants fitted once per engine family and held there by its backends: the power term needs boxes whose
+#: TDP:peak ratios differ (GeForce 0.4-0.7 TF/W of peak, low-TDP pro cards and H100 PCIe 1-2), which one
+#: backend's rows rarely span, so per backend it trades off freely against eta_c.
+FAMILY_CONSTANTS = frozenset({"flops_per_w"})
+
+
 def _family_priors(items: list[Fittable]) -> dict[str, rf.Efficiency]:
     """Priors per engine family, fitted on the published rows of all its backends together: a llama.cpp backend
     with few rows (Metal, Vulkan) then starts from what ggml's kernels reach on the others, not from generic
@@ -303,7 +309,8 @@ def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict
         residual = _residual
         start = backend_prior(backend, fam.get(family(backend)))
         pub = [it for it in its if not it.source.startswith(RUN_SOURCE)]
-        fitted = fit_constants([residual(it) for it in pub], start) if pub else start
+        fixed = FAMILY_CONSTANTS if family(backend) in fam else frozenset()
+        fitted = fit_constants([residual(it) for it in pub], start, fixed=fixed) if pub else start
         if own:
             # the user's own runs anchor their backend on their box: refit on them alone, pulled toward the
             # published fit, so what they measured moves the constants it constrains and leaves the others
