@@ -68,9 +68,15 @@ def test_a_backend_without_rows_starts_from_its_family_fit() -> None:
     e = cal.efficiency("llamacpp-metal")
     assert not e.calibrated and e.source.startswith("UNCALIBRATED")
     # the family's fit where Metal's own literature priors say nothing, those priors where they do
-    assert (e.eta_q, e.eta_moe, e.flops_per_w) == (0.7, 0.4, 0.6)
+    assert (e.eta_moe, e.flops_per_w) == (0.4, 0.6)
     metal = PRIORS["llamacpp-metal"]
-    assert (e.eta_w, e.eta_c) == (metal.eta_w, metal.eta_c)
+    assert (e.eta_w, e.eta_c, e.eta_q) == (metal.eta_w, metal.eta_c, 1.0)
+    # M1 Ultra 64c, llama-bench pp512 of Llama-3.2-3B Q4_K_M, 2142.6 t/s (geerlingguy/ai-benchmarks#48): the
+    # product eta_c·eta_q it gives, by hand
+    nonemb = 3.21e9 - 128256 * 3072
+    assert metal.eta_c * metal.eta_q == pytest.approx(2 * nonemb * 2142.6 / 21e12, abs=0.01)
+    # a backend no literature names keeps the family's quantized-matmul share
+    assert cal.efficiency("llamacpp-sycl").eta_q == 0.7
     # a backend of another family keeps the plain priors
     assert cal.efficiency("vllm-cuda").eta_c == PRIORS["vllm"].eta_c
     assert backend_prior("llamacpp-cuda", None) == PRIORS["default"]

@@ -31,20 +31,34 @@ from typing import Any
 from ..errors import UsageError
 from .roofline import PARAM_BOUNDS, Efficiency
 
+
+def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
+    """``e`` with some of its float constants replaced (by name, from PARAMS)."""
+    changes: dict[str, Any] = constants
+    return replace(e, **changes)
+
+
 #: Physical priors per backend family, and where they come from (roofline.md "Efficiency evidence").
 #: llama.cpp tg128 reaches 0.59–0.66 of nominal bandwidth on RTX 3090/4090 and M3 Max, 0.38 on ROCm (7900
 #: XTX); Strix Halo's BF16 GEMM reaches 36.9 of 59.4 TF (0.62). An f16 KV stream is a stream like the
 #: weights'; a dequantizing (q8_0/q4_0) KV read runs well below it. roofline.md's fixed step cost, 0.5–3 ms,
 #: over ~32 layers is ~15–90 µs per layer. Batching engines: a closed loop is half way between prompts folded
 #: into running steps (no wait) and a burst that queues behind every prefill.
-PRIORS: dict[str, Efficiency] = {
-    "default": Efficiency(),
-    "llamacpp-rocm": Efficiency(eta_w=0.38, eta_kv=0.38),
+#: What the literature says about one backend, beyond the generic defaults: these values win over the
+#: family's fit a backend starts from (calibration.backend_prior).
+LITERATURE: dict[str, dict[str, float]] = {
+    "llamacpp-rocm": {"eta_w": 0.38, "eta_kv": 0.38},
     # Metal prompt processing: llama-bench pp512 of Llama-3.2-3B Q4_K_M on an M1 Ultra 64c, 2142.6 t/s
-    # (geerlingguy/ai-benchmarks issue 48): 2·2.82e9 FLOPs/token × 2142.6 = 12.1 TF of the 21 TF FP16 peak, 0.57.
-    "llamacpp-metal": Efficiency(eta_w=0.59, eta_kv=0.59, eta_c=0.57),
-    "vllm": Efficiency(eta_w=0.7, eta_kv=0.7, t_layer=10e-6, eta_c=0.5, eta_att=0.4, flops_per_w=2.0),
+    # (geerlingguy/ai-benchmarks issue 48): 2·2.82e9 FLOPs/token × 2142.6 = 12.1 TF of the 21 TF FP16 peak,
+    # 0.57 (the same author's M3 Ultra 80c, geerlingguy/beowulf-ai-cluster issue 17: Llama 3.3 70B Q4_K_M
+    # pp512 162.3 t/s, 0.68 of 32.8 TF). It is a K-quant figure, so it is the product eta_c·eta_q; with no F16 figure beside it, it is all
+    # put in eta_c and Metal's dequantizing matmuls get no further penalty (eta_q 1).
+    "llamacpp-metal": {"eta_w": 0.59, "eta_kv": 0.59, "eta_c": 0.57, "eta_q": 1.0},
+    # datacenter BLAS (cuBLAS/CUTLASS) run dense GEMMs near their rated peak within the TDP the datasheet rates
+    # them at (H100 SXM: 989 TF at 700 W, 1.4 TF/W): no power penalty beyond eta_c, so the bound's 2.0.
+    "vllm": {"eta_w": 0.7, "eta_kv": 0.7, "t_layer": 10e-6, "eta_c": 0.5, "eta_att": 0.4, "flops_per_w": 2.0},
 }
+PRIORS: dict[str, Efficiency] = {"default": Efficiency(), **{k: _with(Efficiency(), v) for k, v in LITERATURE.items()}}
 #: The fitted constants: all of roofline.PARAM_BOUNDS.
 PARAMS = tuple(PARAM_BOUNDS)
 #: Weight of the pull toward the prior, per constant, against one row's squared log error.
@@ -91,11 +105,9 @@ def family(backend: str) -> str:
 def backend_prior(backend: str, family_fit: Efficiency | None) -> Efficiency:
     """Where a backend's fit starts: its family's fit when there is one, with the literature values PRIORS sets
     for this backend itself (those that differ from the generic defaults) kept on top."""
-    own = prior(backend)
     if family_fit is None:
-        return own
-    base = PRIORS["default"]
-    keep = {n: getattr(own, n) for n in PARAM_BOUNDS if getattr(own, n) != getattr(base, n)}
+        return prior(backend)
+    keep = LITERATURE.get(backend, LITERATURE["vllm"] if backend.startswith("vllm") else {})
     return _with(replace(family_fit, rows=0, calibrated=False), keep)
 
 
@@ -196,12 +208,6 @@ def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int 
         if not improved:
             break
     return _with(start, {n: _from_z(n, v) for n, v in zip(names, z)})
-
-
-def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
-    """``e`` with some of its float constants replaced (by name, from PARAMS)."""
-    changes: dict[str, Any] = constants
-    return replace(e, **changes)
 
 
 # --- the calibration file --------------------------------------------------------------------------------

@@ -360,12 +360,12 @@ class Efficiency:
     eta_kv: float = 0.65
     eta_kvq: float = 0.3
     t_layer: float = 30e-6
-    eta_c: float = 0.6
+    eta_c: float = 0.6  # Strix Halo's hipBLASLt BF16 GEMM reaches 36.9 of 59.4 TF (roofline.md): 0.62
     eta_q: float = 1.0
     eta_moe: float = 1.0
     t_expert: float = 5e-6
     eta_att: float = 0.3
-    flops_per_w: float = 1.0
+    flops_per_w: float = 1.0  # H100 SXM datasheet: 989 TF at 700 W is 1.4 TF/W at the peak; GEMMs sit below it
     burst: float = 0.5
     rows: int = 0
     calibrated: bool = False
