@@ -125,3 +125,51 @@ def test_the_power_constant_is_the_familys() -> None:
     fam = cal.families["llamacpp"]
     for name in ("llamacpp-cuda", "llamacpp-metal", "llamacpp-vulkan"):
         assert cal.backends[name].flops_per_w == pytest.approx(fam.flops_per_w, rel=1e-4)
+
+
+def test_llamacpp_parallel_slots_batch_and_queue(cat: Catalog) -> None:
+    from tokenbench.errors import UsageError
+    from tokenbench.predict.predictor import Setup
+
+    cal = Calibration.packaged()
+    one = Setup.make(cat, cal, "nvidia-dgx-spark", "gpt-oss-20b", "MXFP4", "F16", "llama.cpp")
+    np8 = Setup.make(cat, cal, "nvidia-dgx-spark", "gpt-oss-20b", "MXFP4", "F16", "llama.cpp", parallel=8)
+    # one slot: 8 agents share one stream; eight slots: one decode step serves all eight
+    assert np8.serve(8, 512, 128).throughput[1] > 2 * one.serve(8, 512, 128).throughput[1]
+    # up to the slots a batch of n sequences decodes as the batching model says
+    d8 = np8.decode(512 + 64, 8)
+    assert np8.serve(8, 512, 128).tpot_s.estimate >= d8.estimate
+    # more agents than slots: the slots stay full, and by Little's law each request waits
+    # (n/slots - 1) service times, a service time being slots·O/throughput
+    full, over = np8.serve(8, 512, 128), np8.serve(24, 512, 128)
+    assert over.throughput == full.throughput
+    assert over.ttft_s.estimate - full.ttft_s.estimate == pytest.approx((24 / 8 - 1) * 8 * 128 / full.throughput[1])
+    assert over.per_agent[1] == pytest.approx(full.throughput[1] / 24)
+    with pytest.raises(UsageError, match="-np"):
+        Setup.make(cat, cal, "nvidia-h100-sxm", "qwen3.6-27b", "FP8", "auto", "vllm", parallel=4)
+
+
+def test_speculative_verification_costs_arithmetic_not_reads(cat: Catalog) -> None:
+    m = cat.find_model("qwen3.6-27b")
+    hw = cat.find_hardware("nvidia-h100-sxm")
+    q = rf.Quant.parse("FP8", "FP8")
+    one, four = (rf.decode_cost(m, hw, q, 8, 4096, "vllm-cuda", per_seq=t) for t in (1, 4))
+    assert four.t_weights == pytest.approx(one.t_weights, rel=1e-3)  # one embedding row per token aside
+    assert four.t_kv == one.t_kv
+    assert four.flops == pytest.approx(4 * one.flops)
+
+
+def test_speculative_gain_is_leviathan_while_memory_bound_and_shrinks_with_batch(cat: Catalog) -> None:
+    from tokenbench.predict.predictor import Setup
+
+    s = Setup.make(cat, Calibration.packaged(), "nvidia-h100-sxm", "qwen3.6-27b", "FP8", "auto", "vllm")
+    spec = rf.Spec(0.7, 3, 1 / 64)
+    base1, base256 = s.decode(128, 1).estimate, s.decode(128, 256).estimate
+    s.spec = spec
+    gain1, gain256 = base1 / s.decode(128, 1).estimate, base256 / s.decode(128, 256).estimate
+    # one sequence: verifying 4 tokens reads what one token does, so the gain is E/(1 + γ·c), within the
+    # small arithmetic share of a memory-bound step
+    assert gain1 == pytest.approx(rf.spec_speedup(0.7, 3, 1 / 64), rel=0.1)
+    assert spec.expected == pytest.approx((1 - 0.7**4) / 0.3)
+    # 256 short sequences: the verification is compute-bound and most of the gain is gone
+    assert gain256 < 0.7 * gain1

@@ -320,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="output tokens (default 512 when serving; with --test, the tg length, default 128)")
     pp.add_argument("--ubatch", type=POSITIVE_INT, default=512, help="llama.cpp micro-batch (-ub) for prompt processing")
     pp.add_argument("--concurrency", default="1", help="serving levels, e.g. 1,4,8,16,32")
+    pp.add_argument("--parallel", type=POSITIVE_INT, default=1,
+                    help="llama.cpp server slots (-np N): up to N sequences decode in one batch")
     pp.add_argument("--test", choices=["tg128", "pp512", "depth"], help="llama-bench style tests at --depth")
     pp.add_argument("--depth", default="0", help="tokens already in the cache, e.g. 0,8k,32k,65536")
     pp.add_argument("--spec-tokens", type=POSITIVE_INT, help="speculative decoding / MTP: drafted tokens per step")

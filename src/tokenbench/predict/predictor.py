@@ -33,14 +33,15 @@ class Setup:
     backend: str
     eff: rf.Efficiency
     kind: str
-    spec_speedup: float = 1.0
+    spec: rf.Spec | None = None  # speculative decoding / MTP
     ubatch: int = rf.UBATCH
+    parallel: int = 1  # llama.cpp server slots (-np): that many sequences decode in one batch
     costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
     fits: dict[tuple[Any, ...], rf.Fit] = field(default_factory=dict)  # memory per shape, memoised
 
     @classmethod
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
-             engine: str, check: bool = True, ubatch: int = rf.UBATCH) -> Setup:
+             engine: str, check: bool = True, ubatch: int = rf.UBATCH, parallel: int = 1) -> Setup:
         hw = cat.find_hardware(hardware)
         m = cat.find_model(model)
         q = rf.Quant.parse(weights, kv)
@@ -48,17 +49,29 @@ class Setup:
         if check:
             rf.check_combination(hw, q, engine)
         backend = backend_key(engine, hw.default_backend)
-        return cls(m, hw, q, engine, backend, cal.efficiency(backend), engine_kind(engine), ubatch=ubatch)
+        kind = engine_kind(engine)
+        if parallel > 1 and kind != "sequential":
+            raise UsageError(f"--parallel is llama.cpp's -np (server slots); {engine} batches by itself")
+        return cls(m, hw, q, engine, backend, cal.efficiency(backend), kind, ubatch=ubatch, parallel=parallel)
 
     @property
     def calibrated(self) -> bool:
         return self.eff.calibrated
 
-    def _decode_cost(self, n: int, context: int) -> rf.StepCost:
-        key = ("d", n, context)
+    def _decode_cost(self, n: int, context: int, per_seq: int = 1) -> rf.StepCost:
+        key = ("d", n, context, per_seq)
         if key not in self.costs:
-            self.costs[key] = rf.decode_cost(self.model, self.hw, self.quant, n, context, self.backend)
+            self.costs[key] = rf.decode_cost(self.model, self.hw, self.quant, n, context, self.backend,
+                                             per_seq=per_seq)
         return self.costs[key]
+
+    def _decode_step(self, n: int, context: int) -> rf.Estimate:
+        """Seconds per output token of a decode step of ``n`` sequences (speculative decoding included)."""
+        plain = self._decode_cost(n, context)
+        if self.spec is None:
+            return rf.Estimate(plain.ceiling, rf.decode_time(plain, self.eff))
+        verify = self._decode_cost(n, context, self.spec.gamma + 1)
+        return rf.spec_decode(verify, plain, self.spec, self.eff)
 
     def _prefill_cost(self, tokens: int, cached: int, ubatch: int) -> rf.StepCost:
         key = ("p", tokens, cached, ubatch)
@@ -78,8 +91,7 @@ class Setup:
         f = self.fit(depth + 1, n)
         if not f.fits and self.kind == "sequential":
             return rf.offload_decode(self.model, self.hw, self.quant, depth, self.backend, f, self.eff)
-        c = self._decode_cost(n, depth)
-        return rf.Estimate(c.ceiling / self.spec_speedup, rf.decode_time(c, self.eff) / self.spec_speedup)
+        return self._decode_step(n, depth)
 
     def prefill(self, tokens: int, depth: int = 0) -> rf.Estimate:
         f = self.fit(depth + tokens, 1)
@@ -91,12 +103,19 @@ class Setup:
         return rf.Estimate(c.ceiling, rf.prefill_time(c, self.eff))
 
     def serve(self, n: int, prompt: int, output: int) -> rf.ServePoint:
-        """A closed loop of ``n`` agents, from the memoised per-shape costs (the fit evaluates each row often)."""
+        """A closed loop of ``n`` agents, from the memoised per-shape costs (the fit evaluates each row often).
+        llama.cpp with ``parallel`` slots batches up to that many sequences (continuous batching, as a batching
+        engine, prompts in its micro-batches); more agents wait for a slot."""
+        ctx = prompt + output // 2
+        if self.kind == "sequential" and self.parallel > 1:
+            b = min(n, self.parallel)
+            pf = self._prefill_cost(max(prompt, 1), 0, self.ubatch)
+            p = rf.serve_point(pf, self._decode_step(b, ctx), self.eff, "batching", b, prompt, output)
+            return rf.behind_slots(p, n, output)
         sequential = self.kind == "sequential"
         pf = self._prefill_cost(max(prompt, 1), 0, self.ubatch if sequential else rf.CHUNK_TOKENS)
-        d = self._decode_cost(1 if sequential else n, prompt + output // 2)
-        return rf.serve_point(pf, d, self.eff, self.kind, n, prompt, output,  # type: ignore[arg-type]
-                              self.spec_speedup)
+        t_dec = self._decode_step(1 if sequential else n, ctx)
+        return rf.serve_point(pf, t_dec, self.eff, self.kind, n, prompt, output)  # type: ignore[arg-type]
 
 
 # --- rows of the published.csv layout --------------------------------------------------------------------
@@ -107,6 +126,12 @@ def band_metric(r: Row) -> str:
         return "ttft"
     return {"decode_tps": "decode", "prefill_tps": "prefill", "output_tps": "throughput",
             "tpot_median": "tpot"}.get(r.metric, r.metric)
+
+
+def row_parallel(r: Row) -> int:
+    """llama-server's -np (parallel slots) from the row's note, else one slot."""
+    m = re.search(r"-np\s+(\d+)", r.raw.get("note") or "")
+    return int(m.group(1)) if m else 1
 
 
 def row_ubatch(r: Row) -> int:
@@ -154,7 +179,9 @@ Valuer = Callable[[rf.Efficiency], tuple[float | None, float | None]]  # constan
 
 def _row_setup(cat: Catalog, cal: Calibration, r: Row) -> Setup:
     kv = "AUTO" if r.kv.lower() == "auto" else r.kv
-    return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False, ubatch=row_ubatch(r))
+    parallel = row_parallel(r) if engine_kind(r.engine) == "sequential" else 1
+    return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False, ubatch=row_ubatch(r),
+                      parallel=parallel)
 
 
 def _row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:

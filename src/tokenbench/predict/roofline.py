@@ -291,16 +291,19 @@ def _t_power(hw: HardwareSpec, q: Quant, backend: str, matmul: float, attention:
 
 
 def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, backend: str,
-                on_gpu_fraction: float = 1.0) -> StepCost:
-    """One decode step for ``n`` sequences each ``context`` tokens deep (weights on the device only)."""
+                on_gpu_fraction: float = 1.0, per_seq: int = 1) -> StepCost:
+    """One decode step for ``n`` sequences each ``context`` tokens deep (weights on the device only), each
+    sequence bringing ``per_seq`` query tokens (1; γ+1 when speculative decoding verifies γ drafted tokens):
+    the weights and the KV cache are read once, the arithmetic and the experts touched grow with n·per_seq."""
+    toks = n * per_seq
     w = weight_bytes(m, q)
-    routed = w["experts"] * (expert_coverage(m, n) / m.experts if m.is_moe else 0.0)
-    wbytes = (w["dense"] + routed) * on_gpu_fraction + w["lm_head"] + w["embedding"] / m.vocab * n
+    routed = w["experts"] * (expert_coverage(m, toks) / m.experts if m.is_moe else 0.0)
+    wbytes = (w["dense"] + routed) * on_gpu_fraction + w["lm_head"] + w["embedding"] / m.vocab * toks
     kv = n * m.kv_elems_per_token_layer() * q.kv_bytes * _kv_tokens(m, context)
     state = n * state_bytes(m) * 2  # recurrent state read and written every step
-    mm = n * (2 * m.active_nonemb_params + 2 * m.hidden * m.vocab)
-    routed_mm = n * 2 * _active_routed(m)
-    att = n * 4 * m.heads * m.head_dim * _kv_tokens(m, context)
+    mm = toks * (2 * m.active_nonemb_params + 2 * m.hidden * m.vocab)
+    routed_mm = toks * 2 * _active_routed(m)
+    att = toks * 4 * m.heads * m.head_dim * _kv_tokens(m, context)
     bw = hw.bw_gbs * 1e9
     peak = peak_tflops(hw, q, backend) * 1e12
     t_kv, t_kvq = ((state / bw, kv / bw) if q.kv_quantized else ((kv + state) / bw, 0.0))
@@ -435,11 +438,12 @@ class ServePoint:
     notes: list[str] = field(default_factory=list)
 
 
-def serve_point(pf: StepCost, d: StepCost, eff: Efficiency, kind: EngineKind, n: int, prompt: int, output: int,
-                spec_speedup: float = 1.0) -> ServePoint:
+def serve_point(pf: StepCost, t_dec: Estimate, eff: Efficiency, kind: EngineKind, n: int, prompt: int,
+                output: int) -> ServePoint:
     """Closed loop, N agents, prompt P, output O (roofline.md "Continuous batching"), from the prefill cost of
-    one prompt (``pf``) and the decode-step cost at the loop's mean context (``d``: N sequences when batching,
-    one when sequential); the caller computes both, once per shape (``Setup`` memoises them).
+    one prompt (``pf``) and the time per output token of the decode step at the loop's mean context
+    (``t_dec``: N sequences when batching, one when sequential; speculative decoding already in it); the
+    caller computes both, once per shape (``Setup`` memoises them).
 
     batching: cycle ≈ O·t_dec(N, P+O/2) + N·t_pf(P); TPOT ≈ t_dec + N·t_pf/O. TTFT ≈ t_pf + t_dec + a wait:
     in a steady closed loop a new prompt is folded into the running decode steps (no wait; the ceiling), while
@@ -448,12 +452,10 @@ def serve_point(pf: StepCost, d: StepCost, eff: Efficiency, kind: EngineKind, n:
     aggregate stays at the single-stream rate and each agent waits for the others."""
     t_pf = Estimate(pf.ceiling, prefill_time(pf, eff)) if prompt else Estimate(0.0, 0.0)
     if kind == "sequential":
-        t_dec = Estimate(d.ceiling / spec_speedup, decode_time(d, eff) / spec_speedup)
         t_req = Estimate(t_pf.ceiling + output * t_dec.ceiling, t_pf.estimate + output * t_dec.estimate)
         ttft = Estimate((n - 1) * t_req.ceiling + t_pf.ceiling, (n - 1) * t_req.estimate + t_pf.estimate)
         thr = (output / t_req.ceiling, output / t_req.estimate)
         return ServePoint(n, ttft, t_dec, thr, (thr[0] / n, thr[1] / n), ["one stream at a time: requests queue"])
-    t_dec = Estimate(d.ceiling / spec_speedup, decode_time(d, eff) / spec_speedup)
     cyc_c = output * t_dec.ceiling + n * t_pf.ceiling
     cyc_e = output * t_dec.estimate + n * t_pf.estimate
     tpot = Estimate(t_dec.ceiling + n * t_pf.ceiling / max(output, 1), t_dec.estimate + n * t_pf.estimate / max(output, 1))
@@ -461,6 +463,22 @@ def serve_point(pf: StepCost, d: StepCost, eff: Efficiency, kind: EngineKind, n:
     ttft = Estimate(t_pf.ceiling + t_dec.ceiling, t_pf.estimate * (1 + wait) + t_dec.estimate)
     thr = (n * output / cyc_c, n * output / cyc_e) if output else (n / t_dec.ceiling, n / t_dec.estimate)
     return ServePoint(n, ttft, tpot, thr, (thr[0] / n, thr[1] / n))
+
+
+def behind_slots(p: ServePoint, n: int, output: int) -> ServePoint:
+    """``n`` agents in a closed loop on a server with ``p.concurrency`` slots (llama.cpp -np), ``p`` being
+    the saturated loop of that many: the slots stay full, so aggregate throughput is p's, and by Little's law
+    each request waits (n/slots − 1) service times for a slot, a service time being slots·O / throughput."""
+    b = p.concurrency
+    if n <= b:
+        return p
+
+    def wait(thr: float) -> float:
+        return (n / b - 1) * b * output / thr if thr > 0 and output else 0.0
+
+    ttft = Estimate(p.ttft_s.ceiling + wait(p.throughput[0]), p.ttft_s.estimate + wait(p.throughput[1]))
+    return ServePoint(n, ttft, p.tpot_s, p.throughput, (p.throughput[0] / n, p.throughput[1] / n),
+                      p.notes + [f"{b} slots: {n - b} of {n} requests wait for a free one"])
 
 
 # --- speculative decoding --------------------------------------------------------------------------------
@@ -487,5 +505,31 @@ def alpha_from_acceptance_length(tau: float, gamma: int) -> float:
 
 
 def spec_speedup(alpha: float, gamma: int, draft_cost: float, overhead: float = 0.0) -> float:
-    """Speed-up of decoding: E / (1 + γ·c + δ)."""
+    """Speed-up of decoding while the step is memory-bound (verifying γ+1 tokens costs one plain step):
+    E / (1 + γ·c + δ)."""
     return expected_tokens(alpha, gamma) / (1 + gamma * draft_cost + overhead)
+
+
+@dataclass(slots=True, frozen=True)
+class Spec:
+    """Speculative decoding (a draft model, EAGLE heads or MTP layers): γ drafted tokens per step, each
+    accepted with probability α, a draft token costing ``draft_cost`` of a plain target step."""
+
+    alpha: float
+    gamma: int
+    draft_cost: float
+
+    @property
+    def expected(self) -> float:
+        return expected_tokens(self.alpha, self.gamma)
+
+
+def spec_decode(verify: StepCost, plain: StepCost, spec: Spec, eff: Efficiency) -> Estimate:
+    """Time per output token with speculative decoding: one target pass verifying γ+1 tokens per sequence
+    (``verify``: the weights and KV read once, γ+1 times the arithmetic) plus γ draft steps at draft_cost of a
+    plain step each, over the E tokens a pass yields (Leviathan et al. 2023). While the step is memory-bound
+    this is the familiar E/(1 + γ·c) speed-up; as the batch grows the verification becomes compute-bound and
+    the gain shrinks (at large batch it can be a loss)."""
+    draft_c = spec.gamma * spec.draft_cost * plain.ceiling
+    draft_e = spec.gamma * spec.draft_cost * decode_time(plain, eff)
+    return Estimate((verify.ceiling + draft_c) / spec.expected, (decode_time(verify, eff) + draft_e) / spec.expected)
