@@ -173,3 +173,47 @@ def test_speculative_gain_is_leviathan_while_memory_bound_and_shrinks_with_batch
     assert spec.expected == pytest.approx((1 - 0.7**4) / 0.3)
     # 256 short sequences: the verification is compute-bound and most of the gain is gone
     assert gain256 < 0.7 * gain1
+
+
+def test_tensor_parallel_splits_the_work_and_pays_two_all_reduces_per_layer(cat: Catalog) -> None:
+    from tokenbench.errors import UsageError
+    from tokenbench.predict.predictor import Setup
+
+    m = cat.find_model("llama-3.1-70b")  # 80 layers, hidden 8192, 8 KV heads
+    sxm = cat.find_hardware("nvidia-h100-sxm")
+    q = rf.Quant.parse("FP8", "FP8")
+    one = rf.decode_cost(m, sxm, q, 16, 4096, "vllm-cuda")
+    four = rf.tensor_parallel(one, m, sxm, 4, 16)
+    assert four.t_weights == pytest.approx(one.t_weights / 4)
+    assert four.t_compute == pytest.approx(one.t_compute / 4)
+    assert four.t_kv == pytest.approx(one.t_kv / 4)
+    # two all-reduces per layer of 16 tokens x 8192 x 2 bytes; a ring moves 2(n-1)/n of it over NVLink's 450 GB/s
+    hand = 2 * 3 / 4 * (2 * 80 * 16 * 8192 * 2) / 450e9
+    assert four.t_comm == pytest.approx(hand)
+    assert four.comm_ops == 160
+    assert rf.decode_time(four, rf.Efficiency()) - rf.decode_time(replace_comm(four), rf.Efficiency()) == \
+        pytest.approx(hand / rf.LINK_ETA + 160 * rf.ALLREDUCE_LATENCY_S)
+    # 16 GPUs but 8 KV heads: a KV head is not split, each GPU keeps one
+    sixteen = rf.tensor_parallel(one, m, sxm, 16, 16)
+    assert sixteen.t_kv == pytest.approx(one.t_kv / 8)
+    # without NVLink the all-reduce crosses PCIe
+    pcie = cat.find_hardware("nvidia-h100-pcie")
+    p2 = rf.tensor_parallel(rf.decode_cost(m, pcie, q, 16, 4096, "vllm-cuda"), m, pcie, 2, 16)
+    assert p2.t_comm == pytest.approx(2 * 1 / 2 * (2 * 80 * 16 * 8192 * 2) / (pcie.pcie_gbs * 1e9))
+    # through Setup: memory pools across the GPUs, one stream gets faster, llama.cpp is refused
+    cal = Calibration.packaged()
+    s1 = Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-70b", "BF16", "auto", "vllm")
+    s2 = Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-70b", "BF16", "auto", "vllm", tp=2)
+    assert not s1.fit(8192).fits and s2.fit(8192).fits
+    assert s2.fit(8192).usable_gb == pytest.approx(2 * s1.fit(8192).usable_gb)
+    f1 = Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-70b", "FP8", "auto", "vllm")
+    f2 = Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-70b", "FP8", "auto", "vllm", tp=2)
+    assert 1.4 < f1.decode(4096).estimate / f2.decode(4096).estimate < 2.0
+    with pytest.raises(UsageError, match="tensor parallelism"):
+        Setup.make(cat, cal, "nvidia-rtx-4090", "llama-3.1-8b", "Q4_K_M", "F16", "llama.cpp", tp=2)
+
+
+def replace_comm(c: rf.StepCost) -> rf.StepCost:
+    from dataclasses import replace
+
+    return replace(c, t_comm=0.0, comm_ops=0)

@@ -442,3 +442,5 @@ def add_setup(p: argparse.ArgumentParser, default_engine: str, required: bool = 
                    "or Q4_K_M for llama.cpp)")
     p.add_argument("--kv", default="auto", help="KV-cache format: auto (model dtype), fp8, q8_0, q4_0, f16")
     p.add_argument("--engine", default=default_engine, help="vllm, sglang, llama.cpp [cuda|vulkan|rocm|metal|cpu]")
+    p.add_argument("--tp", type=POSITIVE_INT, default=1,
+                   help="tensor parallelism: GPUs of the box sharing every layer (vLLM/SGLang --tensor-parallel-size)")

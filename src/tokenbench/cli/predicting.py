@@ -25,7 +25,8 @@ def _setup(a: argparse.Namespace) -> Any:
     if kv == "AUTO" and engine.lower().startswith("llama"):
         kv = "F16"
     return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine,
-                      ubatch=getattr(a, "ubatch", None) or 512, parallel=getattr(a, "parallel", None) or 1), cal
+                      ubatch=getattr(a, "ubatch", None) or 512, parallel=getattr(a, "parallel", None) or 1,
+                      tp=getattr(a, "tp", None) or 1), cal
 
 
 def read_calibration(path: str) -> str:
@@ -108,7 +109,8 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
                       f"{s.spec.expected:.2f} tokens per target pass, draft cost {cost:.3f} -> decode "
                       f"x{rf.spec_speedup(alpha, a.spec_tokens, cost):.2f} while memory-bound (less as the batch "
                       "makes verification compute-bound)", markup=False, highlight=False)
-    console.print(f"PREDICTED for {s.model.id} ({s.quant.weights}, {s.quant.kv.lower()} KV) on {s.hw.id}, "
+    box = s.hw.id if s.tp == 1 else f"{s.tp}x {s.hw.id} (tensor parallel)"
+    console.print(f"PREDICTED for {s.model.id} ({s.quant.weights}, {s.quant.kv.lower()} KV) on {box}, "
                   f"{s.engine} ({s.backend}: {s.eff.source}; calibration {cal.origin}); the ceiling is the "
                   "physical limit at efficiency 1", markup=False, highlight=False)
     depths = levels = None

@@ -7,7 +7,7 @@ import math
 import re
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import UsageError
@@ -36,12 +36,13 @@ class Setup:
     spec: rf.Spec | None = None  # speculative decoding / MTP
     ubatch: int = rf.UBATCH
     parallel: int = 1  # llama.cpp server slots (-np): that many sequences decode in one batch
+    tp: int = 1  # tensor parallelism: GPUs of one box sharing every layer (vLLM/SGLang --tensor-parallel-size)
     costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
     fits: dict[tuple[Any, ...], rf.Fit] = field(default_factory=dict)  # memory per shape, memoised
 
     @classmethod
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
-             engine: str, check: bool = True, ubatch: int = rf.UBATCH, parallel: int = 1) -> Setup:
+             engine: str, check: bool = True, ubatch: int = rf.UBATCH, parallel: int = 1, tp: int = 1) -> Setup:
         hw = cat.find_hardware(hardware)
         m = cat.find_model(model)
         q = rf.Quant.parse(weights, kv)
@@ -52,7 +53,13 @@ class Setup:
         kind = engine_kind(engine)
         if parallel > 1 and kind != "sequential":
             raise UsageError(f"--parallel is llama.cpp's -np (server slots); {engine} batches by itself")
-        return cls(m, hw, q, engine, backend, cal.efficiency(backend), kind, ubatch=ubatch, parallel=parallel)
+        if tp > 1 and kind == "sequential":
+            raise UsageError(f"--tp is tensor parallelism as vLLM and SGLang run it; {engine} splits a model by "
+                             "layers across GPUs (-sm layer), which adds no speed to one stream")
+        if tp > 1 and hw.kind != "gpu":
+            raise UsageError(f"{hw.id} is one {hw.kind}, not a box of GPUs: --tp needs discrete GPUs")
+        return cls(m, hw, q, engine, backend, cal.efficiency(backend), kind, ubatch=ubatch, parallel=parallel,
+                   tp=tp)
 
     @property
     def calibrated(self) -> bool:
@@ -61,8 +68,8 @@ class Setup:
     def _decode_cost(self, n: int, context: int, per_seq: int = 1) -> rf.StepCost:
         key = ("d", n, context, per_seq)
         if key not in self.costs:
-            self.costs[key] = rf.decode_cost(self.model, self.hw, self.quant, n, context, self.backend,
-                                             per_seq=per_seq)
+            c = rf.decode_cost(self.model, self.hw, self.quant, n, context, self.backend, per_seq=per_seq)
+            self.costs[key] = rf.tensor_parallel(c, self.model, self.hw, self.tp, n * per_seq)
         return self.costs[key]
 
     def _decode_step(self, n: int, context: int) -> rf.Estimate:
@@ -76,7 +83,8 @@ class Setup:
     def _prefill_cost(self, tokens: int, cached: int, ubatch: int) -> rf.StepCost:
         key = ("p", tokens, cached, ubatch)
         if key not in self.costs:
-            self.costs[key] = rf.prefill_cost(self.model, self.hw, self.quant, tokens, cached, self.backend, ubatch)
+            c = rf.prefill_cost(self.model, self.hw, self.quant, tokens, cached, self.backend, ubatch)
+            self.costs[key] = rf.tensor_parallel(c, self.model, self.hw, self.tp, tokens)
         return self.costs[key]
 
     def fit(self, context: int, concurrency: int = 1) -> rf.Fit:
@@ -84,7 +92,10 @@ class Setup:
         calibration fit evaluates each row thousands of times; unmemoised, this was 86% of `calibrate`)."""
         key = ("f", context, concurrency)
         if key not in self.fits:
-            self.fits[key] = rf.fit(self.model, self.hw, self.quant, context, concurrency, self.engine, self.ubatch)
+            hw = self.hw if self.tp == 1 else replace(  # tp GPUs pool their memory (each runs the engine)
+                self.hw, mem_gb=self.hw.mem_gb * self.tp,
+                usable_gb=self.hw.usable_gb * self.tp if self.hw.usable_gb is not None else None)
+            self.fits[key] = rf.fit(self.model, hw, self.quant, context, concurrency, self.engine, self.ubatch)
         return self.fits[key]
 
     def decode(self, depth: int, n: int = 1) -> rf.Estimate:

@@ -10,7 +10,7 @@ coverage growing with batch, offloaded layers in sequence (times add), per-engin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..errors import UsageError
@@ -266,12 +266,14 @@ class StepCost:
     quantized: bool = False  # block-quantized weights: the matmuls dequantize
     expert_gemms: float = 0.0  # prefill: routed-expert matmuls launched (touched experts x 3 x MoE layers x passes)
     t_routed: float = 0.0  # the part of t_compute spent in routed-expert matmuls (MoE)
+    t_comm: float = 0.0  # tensor parallelism: all-reduce bytes over the GPU-to-GPU link at its nominal rate
+    comm_ops: int = 0  # ... and how many all-reduces (each pays a fixed latency)
     t_power: float = 0.0  # all FLOPs / (board power in W x 1e12): the time at 1 TFLOPS per watt; 0 without a TDP
 
     @property
     def ceiling(self) -> float:
         """Memory traffic and arithmetic overlap: the slower of the two, at the nominal peaks."""
-        return max(self.t_weights + self.t_kv + self.t_kvq, self.t_compute + self.t_attention)
+        return max(self.t_weights + self.t_kv + self.t_kvq, self.t_compute + self.t_attention) + self.t_comm
 
 
 def _active_routed(m: ModelSpec) -> float:
@@ -333,8 +335,8 @@ def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: 
     peak = peak_tflops(hw, q, backend) * 1e12
     return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kvb,
                     mm + attn_full + attn_local, (attn_full + attn_local) / (attention_peak(hw, backend) * 1e12),
-                    t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms, 2 * _active_routed(m) * t / peak,
-                    _t_power(hw, q, backend, mm, attn_full + attn_local))
+                    t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms,
+                    t_routed=2 * _active_routed(m) * t / peak, t_power=_t_power(hw, q, backend, mm, attn_full + attn_local))
 
 
 #: The calibrated constants: name -> (lower bound, upper bound). Shares of a nominal peak lie in (0, 1]: no
@@ -385,13 +387,46 @@ def _arith(c: StepCost, eff: Efficiency) -> float:
 def decode_time(c: StepCost, eff: Efficiency) -> float:
     """Memory streams and arithmetic overlap (the slower wins), plus a fixed cost per layer."""
     mem = c.t_weights / eff.eta_w + c.t_kv / eff.eta_kv + c.t_kvq / eff.eta_kvq
-    return max(mem, _arith(c, eff)) + c.passes * c.layers * eff.t_layer
+    return max(mem, _arith(c, eff)) + c.passes * c.layers * eff.t_layer + _comm(c)
 
 
 def prefill_time(c: StepCost, eff: Efficiency) -> float:
     """As decode, plus a fixed cost per routed-expert matmul (MoE prompts run one small GEMM per expert)."""
     mem = c.t_weights / eff.eta_w + c.t_kv / eff.eta_kv + c.t_kvq / eff.eta_kvq
-    return max(_arith(c, eff), mem) + c.passes * c.layers * eff.t_layer + c.expert_gemms * eff.t_expert
+    return max(_arith(c, eff), mem) + c.passes * c.layers * eff.t_layer + c.expert_gemms * eff.t_expert + _comm(c)
+
+
+# --- tensor parallelism ----------------------------------------------------------------------------------
+
+#: NCCL's all-reduce reaches this share of the link's nominal rate on large buffers (an 8x A100 NVLink
+#: node's nccl-tests run: 195 of 300 GB/s each way, li-plus/playground cuda/nccl.md).
+LINK_ETA = 0.65
+#: ... and a small all-reduce costs this much whatever its size (nccl-tests all_reduce_perf, 2 GPUs:
+#: ~15 µs for 8 B to 16 KiB; the "Time" section of nccl-tests' PERFORMANCE.md explains the constant).
+ALLREDUCE_LATENCY_S = 15e-6
+
+
+def _comm(c: StepCost) -> float:
+    return c.t_comm / LINK_ETA + c.comm_ops * ALLREDUCE_LATENCY_S
+
+
+def tensor_parallel(c: StepCost, m: ModelSpec, hw: HardwareSpec, tp: int, tokens: int) -> StepCost:
+    """One step split Megatron-style over ``tp`` GPUs of one box (Shoeybi et al. 2019): each GPU holds 1/tp of
+    every layer's weights and of the KV heads (a KV head is never split: with fewer KV heads than GPUs they
+    are replicated) and does 1/tp of the arithmetic; each layer then all-reduces its activations twice (after
+    attention and after the MLP), ``tokens`` x hidden x 2 bytes each. A ring all-reduce moves 2(tp−1)/tp of
+    the buffer over each GPU's link (nccl-tests PERFORMANCE.md, bus bandwidth), NVLink where the box has it,
+    else PCIe; it sits on the critical path, so its time adds."""
+    if tp <= 1:
+        return c
+    kv_share = 1 / min(tp, max(1, m.kv_heads))
+    link = (hw.nvlink_gbs or hw.pcie_gbs) * 1e9
+    ops = 2 * m.layers * c.passes
+    comm_bytes = 2 * m.layers * tokens * m.hidden * 2
+    return replace(c, t_weights=c.t_weights / tp, t_kv=c.t_kv * kv_share, t_kvq=c.t_kvq * kv_share,
+                   t_compute=c.t_compute / tp, t_attention=c.t_attention / tp, t_routed=c.t_routed / tp,
+                   t_power=c.t_power / tp, bytes=c.bytes / tp, flops=c.flops / tp,
+                   t_comm=2 * (tp - 1) / tp * comm_bytes / link, comm_ops=ops)
 
 
 @dataclass(slots=True)
