@@ -54,9 +54,9 @@ LITERATURE: dict[str, dict[str, float]] = {
     # pp512 162.3 t/s, 0.68 of 32.8 TF). It is a K-quant figure, so it is the product eta_c·eta_q; with no F16 figure beside it, it is all
     # put in eta_c and Metal's dequantizing matmuls get no further penalty (eta_q 1).
     "llamacpp-metal": {"eta_w": 0.59, "eta_kv": 0.59, "eta_c": 0.57, "eta_q": 1.0},
-    # datacenter BLAS (cuBLAS/CUTLASS) run dense GEMMs near their rated peak within the TDP the datasheet rates
-    # them at (H100 SXM: 989 TF at 700 W, 1.4 TF/W): no power penalty beyond eta_c, so the bound's 2.0.
-    "vllm": {"eta_w": 0.7, "eta_kv": 0.7, "t_layer": 10e-6, "eta_c": 0.5, "eta_att": 0.4, "flops_per_w": 2.0},
+    # eta_c 0.5 is already an end-to-end share of an H100 SXM's peak, measured at its TDP, throttling and all:
+    # a power term on top would count the limit twice, so the prior leaves it off (the bound, 10 TF/W).
+    "vllm": {"eta_w": 0.7, "eta_kv": 0.7, "t_layer": 10e-6, "eta_c": 0.5, "eta_att": 0.4, "flops_per_w": 10.0},
 }
 PRIORS: dict[str, Efficiency] = {"default": Efficiency(), **{k: _with(Efficiency(), v) for k, v in LITERATURE.items()}}
 #: The fitted constants: all of roofline.PARAM_BOUNDS.
