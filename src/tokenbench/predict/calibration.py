@@ -43,16 +43,17 @@ def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
 #: XTX); Strix Halo's BF16 GEMM reaches 36.9 of 59.4 TF (0.62). An f16 KV stream is a stream like the
 #: weights'; a dequantizing (q8_0/q4_0) KV read runs well below it. roofline.md's fixed step cost, 0.5–3 ms,
 #: over ~32 layers is ~15–90 µs per layer. Batching engines: a closed loop is half way between prompts folded
-#: into running steps (no wait) and a burst that queues behind every prefill.
-#: What the literature says about one backend, beyond the generic defaults: these values win over the
-#: family's fit a backend starts from (calibration.backend_prior).
+#: into running steps (no wait) and a burst that queues behind every prefill. (The generic defaults are
+#: roofline.Efficiency's.) LITERATURE: what the literature says about one backend, beyond the generic
+#: defaults; these values win over the family's fit a backend starts from (backend_prior).
 LITERATURE: dict[str, dict[str, float]] = {
     "llamacpp-rocm": {"eta_w": 0.38, "eta_kv": 0.38},
     # Metal prompt processing: llama-bench pp512 of Llama-3.2-3B Q4_K_M on an M1 Ultra 64c, 2142.6 t/s
     # (geerlingguy/ai-benchmarks issue 48): 2·2.82e9 FLOPs/token × 2142.6 = 12.1 TF of the 21 TF FP16 peak,
     # 0.57 (the same author's M3 Ultra 80c, geerlingguy/beowulf-ai-cluster issue 17: Llama 3.3 70B Q4_K_M
-    # pp512 162.3 t/s, 0.68 of 32.8 TF). It is a K-quant figure, so it is the product eta_c·eta_q; with no F16 figure beside it, it is all
-    # put in eta_c and Metal's dequantizing matmuls get no further penalty (eta_q 1).
+    # pp512 162.3 t/s, 0.68 of 32.8 TF). Both are K-quant figures, so they give the product eta_c·eta_q; with
+    # no F16 figure beside them it is all put in eta_c, and Metal's dequantizing matmuls get no further
+    # penalty (eta_q 1).
     "llamacpp-metal": {"eta_w": 0.59, "eta_kv": 0.59, "eta_c": 0.57, "eta_q": 1.0},
     # eta_c 0.5 is already an end-to-end share of an H100 SXM's peak, measured at its TDP, throttling and all:
     # a power term on top would count the limit twice, so the prior leaves it off (the bound, 10 TF/W).
