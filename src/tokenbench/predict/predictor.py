@@ -17,8 +17,10 @@ from .calibration import (ANCHOR_PRIOR_WEIGHT, Band, Calibration, backend_key, b
 from .published import METRICS, Row
 from .specs import Catalog, HardwareSpec, ModelSpec
 
-#: A row is a likely software bottleneck when it reaches less than this share of its backend's usual
-#: measured/ceiling ratio.
+#: A row is a likely software bottleneck when it reaches less than this share of what its backend's
+#: calibration predicts for the same shape. (Against the calibrated estimate, not a backend-wide median of
+#: measured/ceiling: that median mixed dense and MoE rows, small and large models, depth and none, and flagged
+#: every MoE prompt as a bottleneck.)
 BOTTLENECK_SHARE = 0.5
 #: Metrics the fit uses (a p99 is a tail, not what the constants describe).
 FITTED_METRICS = METRICS - {"ttft_p99"}
@@ -265,12 +267,14 @@ def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
     ratio = res.measured_over_ceiling
     if ratio is not None and ratio > 1.0:
         res.flags.append(f"beats its physical ceiling ({ratio:.2f}x): a wrong spec, shape or format")
-    usual = cal.usual_ratio.get(s.backend, {}).get(r.group)
-    if usual and ratio is not None and ratio < BOTTLENECK_SHARE * usual:
-        res.flags.append(
-            f"likely software bottleneck: measured is {ratio:.0%} of the ceiling where {s.backend} usually "
-            f"reaches {usual:.0%} on {r.group}; not a hardware limit"
-        )
+    if s.calibrated and res.predicted and r.value > 0:
+        share = res.predicted / r.value if r.unit == "ms" else r.value / res.predicted
+        if share < BOTTLENECK_SHARE:
+            reached = f" ({ratio:.0%} of the ceiling)" if ratio is not None else ""
+            res.flags.append(
+                f"likely software bottleneck: measured is {share:.0%} of what {s.backend}'s calibration predicts "
+                f"for this shape{reached}; not a hardware limit"
+            )
     return res
 
 
