@@ -2,19 +2,22 @@
 
     tokenbench calibrate --out src/tokenbench/data/efficiency.toml   # the shipped published*.csv
 
-Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has seven physical constants
+Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has eleven physical constants
 (roofline.PARAM_BOUNDS): the shares of nominal bandwidth reached streaming weights, an f16 KV cache and a
 block-quantized one; a fixed cost per layer per forward pass; the shares of the arithmetic peak reached by the
-weight matmuls and by attention; and, for batching engines, the share of a burst of prefills a new request
-waits behind. They are bounded (no backend beats its hardware), start from the physical priors below, and are
-fitted on every row of every source by minimising the squared log error (a robust soft-L1 loss, so one odd row
-cannot pull a constant), plus a penalty for straying from the prior (so a backend with two rows keeps the
-prior for what its rows cannot tell). Rows that need hybrid offload are not fitted (they test the offload
-model, not the backend).
+weight matmuls (and kept by dequantizing and by routed-expert ones) and by attention; the TFLOPS per watt of
+TDP the arithmetic may draw; a fixed cost per routed-expert matmul; and, for batching engines, the share of a
+burst of prefills a new request waits behind. They are bounded (no backend beats its hardware) and fitted on
+every row of every source by minimising the squared log error (a robust soft-L1 loss, so one odd row cannot
+pull a constant), plus a penalty for straying from a prior (so a backend with two rows keeps the prior for
+what its rows cannot tell). The prior is hierarchical: one fit on all the rows of an engine family (every
+llama.cpp backend together) starts from the physical priors below, and each backend starts from that family
+fit with its own literature values (LITERATURE) on top; the power constant is the family's alone. Rows that
+need hybrid offload are not fitted (they test the offload model, not the backend).
 
 How sure a prediction is comes from leave-one-source-out cross-validation: every source is predicted by a fit
 on all the others, and the residuals per backend and metric give the band a prediction shows. A backend that
-no row stands behind is UNCALIBRATED: its priors are shown as such.
+no row stands behind is UNCALIBRATED: its priors (its family's fit where there is one) are shown as such.
 """
 
 from __future__ import annotations
