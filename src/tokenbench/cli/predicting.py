@@ -228,7 +228,8 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
     for name, e in sorted(cal.backends.items()):
         bands = ", ".join(f"{m} ±{b.pct:.0f}%" for m, b in sorted(cal.bands.get(name, {}).items()))
         console.print(f"{name}: bandwidth share {e.eta_w:.2f}, {e.t_layer * 1e6:.0f} µs per layer; matmul share "
-                      f"{e.eta_c:.2f}, attention {e.eta_att:.2f} ({e.rows} rows; cross-validated bands: "
-                      f"{bands or 'none'})", markup=False)
+                      f"{e.eta_c:.2f} (routed experts x{e.eta_moe:.2f}), attention {e.eta_att:.2f}, "
+                      f"{e.flops_per_w:.2f} TF/W of TDP ({e.rows} rows; cross-validated bands: {bands or 'none'})",
+                      markup=False)
     console.print(f"wrote {a.out}", markup=False)
     return 0
