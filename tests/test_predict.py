@@ -256,6 +256,10 @@ def test_committed_calibration_is_what_the_command_produces(cat: Catalog) -> Non
         assert e.rows == p.rows and fresh.sources[name] == packaged.sources[name]
         assert {m: b.pct for m, b in fresh.bands[name].items()} == \
             pytest.approx({m: b.pct for m, b in packaged.bands[name].items()}, rel=1e-3)
+    assert set(fresh.families) == set(packaged.families)
+    for name, e in fresh.families.items():
+        for k in rf.PARAM_BOUNDS:
+            assert getattr(e, k) == pytest.approx(getattr(packaged.families[name], k), rel=1e-4), (name, k)
 
 
 def test_against_json_keeps_every_row_in_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

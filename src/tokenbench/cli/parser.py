@@ -326,6 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="output tokens (default 512 when serving; with --test, the tg length, default 128)")
     pp.add_argument("--ubatch", type=POSITIVE_INT, default=512, help="llama.cpp micro-batch (-ub) for prompt processing")
     pp.add_argument("--concurrency", default="1", help="serving levels, e.g. 1,4,8,16,32")
+    pp.add_argument("--parallel", type=POSITIVE_INT, default=1,
+                    help="llama.cpp server slots (-np N): up to N sequences decode in one batch")
     pp.add_argument("--test", choices=["tg128", "pp512", "depth"], help="llama-bench style tests at --depth")
     pp.add_argument("--depth", default="0", help="tokens already in the cache, e.g. 0,8k,32k,65536")
     pp.add_argument("--spec-tokens", type=POSITIVE_INT, help="speculative decoding / MTP: drafted tokens per step")
@@ -446,3 +448,5 @@ def add_setup(p: argparse.ArgumentParser, default_engine: str, required: bool = 
                    "or Q4_K_M for llama.cpp)")
     p.add_argument("--kv", default="auto", help="KV-cache format: auto (model dtype), fp8, q8_0, q4_0, f16")
     p.add_argument("--engine", default=default_engine, help="vllm, sglang, llama.cpp [cuda|vulkan|rocm|metal|cpu]")
+    p.add_argument("--tp", type=POSITIVE_INT, default=1,
+                   help="tensor parallelism: GPUs of the box sharing every layer (vLLM/SGLang --tensor-parallel-size)")

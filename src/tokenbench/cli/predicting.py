@@ -25,7 +25,8 @@ def _setup(a: argparse.Namespace) -> Any:
     if kv == "AUTO" and engine.lower().startswith("llama"):
         kv = "F16"
     return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine,
-                      ubatch=getattr(a, "ubatch", None) or 512), cal
+                      ubatch=getattr(a, "ubatch", None) or 512, parallel=getattr(a, "parallel", None) or 1,
+                      tp=getattr(a, "tp", None) or 1), cal
 
 
 def read_calibration(path: str) -> str:
@@ -103,11 +104,13 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         if not 0 <= alpha <= 1:
             raise UsageError("--acceptance is a probability between 0 and 1")
         cost = a.draft_cost if a.draft_cost is not None else (1 / s.model.layers if s.model.mtp else 0.05)
-        s.spec_speedup = rf.spec_speedup(alpha, a.spec_tokens, cost)
+        s.spec = rf.Spec(alpha, a.spec_tokens, cost)
         console.print(f"speculative decoding: {a.spec_tokens} tokens, acceptance {alpha:.2f}, "
-                      f"{rf.expected_tokens(alpha, a.spec_tokens):.2f} tokens per target pass, draft cost {cost:.3f} "
-                      f"-> decode x{s.spec_speedup:.2f}", markup=False, highlight=False)
-    console.print(f"PREDICTED for {s.model.id} ({s.quant.weights}, {s.quant.kv.lower()} KV) on {s.hw.id}, "
+                      f"{s.spec.expected:.2f} tokens per target pass, draft cost {cost:.3f} -> decode "
+                      f"x{rf.spec_speedup(alpha, a.spec_tokens, cost):.2f} while memory-bound (less as the batch "
+                      "makes verification compute-bound)", markup=False, highlight=False)
+    box = s.hw.id if s.tp == 1 else f"{s.tp}x {s.hw.id} (tensor parallel)"
+    console.print(f"PREDICTED for {s.model.id} ({s.quant.weights}, {s.quant.kv.lower()} KV) on {box}, "
                   f"{s.engine} ({s.backend}: {s.eff.source}; calibration {cal.origin}); the ceiling is the "
                   "physical limit at efficiency 1", markup=False, highlight=False)
     depths = levels = None
@@ -121,8 +124,9 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         levels = int_list(a.concurrency, "--concurrency")
         head, rows = report.serve_table(s, cal, levels, a.input_len, a.output_len)
         metrics = ["throughput", "ttft", "tpot"]
-        if s.kind == "sequential":
-            console.print("llama.cpp serves one stream at a time: concurrency only queues", markup=False)
+        if s.kind == "sequential" and s.parallel == 1:
+            console.print("llama.cpp serves one stream at a time (-np 1): concurrency only queues; "
+                          "--parallel N models N slots", markup=False)
     print_table(console, head, rows, a.format)
     note = report.band_note(s, cal, metrics)
     console.print(note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
@@ -224,7 +228,8 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
     for name, e in sorted(cal.backends.items()):
         bands = ", ".join(f"{m} ±{b.pct:.0f}%" for m, b in sorted(cal.bands.get(name, {}).items()))
         console.print(f"{name}: bandwidth share {e.eta_w:.2f}, {e.t_layer * 1e6:.0f} µs per layer; matmul share "
-                      f"{e.eta_c:.2f}, attention {e.eta_att:.2f} ({e.rows} rows; cross-validated bands: "
-                      f"{bands or 'none'})", markup=False)
+                      f"{e.eta_c:.2f} (routed experts x{e.eta_moe:.2f}), attention {e.eta_att:.2f}, "
+                      f"{e.flops_per_w:.2f} TF/W of TDP ({e.rows} rows; cross-validated bands: {bands or 'none'})",
+                      markup=False)
     console.print(f"wrote {a.out}", markup=False)
     return 0

@@ -2,19 +2,22 @@
 
     tokenbench calibrate --out src/tokenbench/data/efficiency.toml   # the shipped published*.csv
 
-Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has seven physical constants
+Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has eleven physical constants
 (roofline.PARAM_BOUNDS): the shares of nominal bandwidth reached streaming weights, an f16 KV cache and a
 block-quantized one; a fixed cost per layer per forward pass; the shares of the arithmetic peak reached by the
-weight matmuls and by attention; and, for batching engines, the share of a burst of prefills a new request
-waits behind. They are bounded (no backend beats its hardware), start from the physical priors below, and are
-fitted on every row of every source by minimising the squared log error (a robust soft-L1 loss, so one odd row
-cannot pull a constant), plus a penalty for straying from the prior (so a backend with two rows keeps the
-prior for what its rows cannot tell). Rows that need hybrid offload are not fitted (they test the offload
-model, not the backend).
+weight matmuls (and kept by dequantizing and by routed-expert ones) and by attention; the TFLOPS per watt of
+TDP the arithmetic may draw; a fixed cost per routed-expert matmul; and, for batching engines, the share of a
+burst of prefills a new request waits behind. They are bounded (no backend beats its hardware) and fitted on
+every row of every source by minimising the squared log error (a robust soft-L1 loss, so one odd row cannot
+pull a constant), plus a penalty for straying from a prior (so a backend with two rows keeps the prior for
+what its rows cannot tell). The prior is hierarchical: one fit on all the rows of an engine family (every
+llama.cpp backend together) starts from the physical priors below, and each backend starts from that family
+fit with its own literature values (LITERATURE) on top; the power constant is the family's alone. Rows that
+need hybrid offload are not fitted (they test the offload model, not the backend).
 
 How sure a prediction is comes from leave-one-source-out cross-validation: every source is predicted by a fit
 on all the others, and the residuals per backend and metric give the band a prediction shows. A backend that
-no row stands behind is UNCALIBRATED: its priors are shown as such.
+no row stands behind is UNCALIBRATED: its priors (its family's fit where there is one) are shown as such.
 """
 
 from __future__ import annotations
@@ -31,18 +34,35 @@ from typing import Any
 from ..errors import UsageError
 from .roofline import PARAM_BOUNDS, Efficiency
 
+
+def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
+    """``e`` with some of its float constants replaced (by name, from PARAMS)."""
+    changes: dict[str, Any] = constants
+    return replace(e, **changes)
+
+
 #: Physical priors per backend family, and where they come from (roofline.md "Efficiency evidence").
 #: llama.cpp tg128 reaches 0.59–0.66 of nominal bandwidth on RTX 3090/4090 and M3 Max, 0.38 on ROCm (7900
 #: XTX); Strix Halo's BF16 GEMM reaches 36.9 of 59.4 TF (0.62). An f16 KV stream is a stream like the
 #: weights'; a dequantizing (q8_0/q4_0) KV read runs well below it. roofline.md's fixed step cost, 0.5–3 ms,
 #: over ~32 layers is ~15–90 µs per layer. Batching engines: a closed loop is half way between prompts folded
-#: into running steps (no wait) and a burst that queues behind every prefill.
-PRIORS: dict[str, Efficiency] = {
-    "default": Efficiency(),
-    "llamacpp-rocm": Efficiency(eta_w=0.38, eta_kv=0.38),
-    "llamacpp-metal": Efficiency(eta_w=0.59, eta_kv=0.59),
-    "vllm": Efficiency(eta_w=0.7, eta_kv=0.7, t_layer=10e-6, eta_c=0.5, eta_att=0.4),
+#: into running steps (no wait) and a burst that queues behind every prefill. (The generic defaults are
+#: roofline.Efficiency's.) LITERATURE: what the literature says about one backend, beyond the generic
+#: defaults; these values win over the family's fit a backend starts from (backend_prior).
+LITERATURE: dict[str, dict[str, float]] = {
+    "llamacpp-rocm": {"eta_w": 0.38, "eta_kv": 0.38},
+    # Metal prompt processing: llama-bench pp512 of Llama-3.2-3B Q4_K_M on an M1 Ultra 64c, 2142.6 t/s
+    # (geerlingguy/ai-benchmarks issue 48): 2·2.82e9 FLOPs/token × 2142.6 = 12.1 TF of the 21 TF FP16 peak,
+    # 0.57 (the same author's M3 Ultra 80c, geerlingguy/beowulf-ai-cluster issue 17: Llama 3.3 70B Q4_K_M
+    # pp512 162.3 t/s, 0.68 of 32.8 TF). Both are K-quant figures, so they give the product eta_c·eta_q; with
+    # no F16 figure beside them it is all put in eta_c, and Metal's dequantizing matmuls get no further
+    # penalty (eta_q 1).
+    "llamacpp-metal": {"eta_w": 0.59, "eta_kv": 0.59, "eta_c": 0.57, "eta_q": 1.0},
+    # eta_c 0.5 is already an end-to-end share of an H100 SXM's peak, measured at its TDP, throttling and all:
+    # a power term on top would count the limit twice, so the prior leaves it off (the bound, 10 TF/W).
+    "vllm": {"eta_w": 0.7, "eta_kv": 0.7, "t_layer": 10e-6, "eta_c": 0.5, "eta_att": 0.4, "flops_per_w": 10.0},
 }
+PRIORS: dict[str, Efficiency] = {"default": Efficiency(), **{k: _with(Efficiency(), v) for k, v in LITERATURE.items()}}
 #: The fitted constants: all of roofline.PARAM_BOUNDS.
 PARAMS = tuple(PARAM_BOUNDS)
 #: Weight of the pull toward the prior, per constant, against one row's squared log error.
@@ -79,6 +99,20 @@ def prior(backend: str) -> Efficiency:
     if backend.startswith("vllm"):
         return PRIORS["vllm"]
     return PRIORS["default"]
+
+
+def family(backend: str) -> str:
+    """The engine family a backend belongs to: llama.cpp's backends share ggml's kernels and scheduler."""
+    return "llamacpp" if backend.startswith("llamacpp") else backend
+
+
+def backend_prior(backend: str, family_fit: Efficiency | None) -> Efficiency:
+    """Where a backend's fit starts: its family's fit when there is one, with the literature values PRIORS sets
+    for this backend itself (those that differ from the generic defaults) kept on top."""
+    if family_fit is None:
+        return prior(backend)
+    keep = LITERATURE.get(backend, LITERATURE["vllm"] if backend.startswith("vllm") else {})
+    return _with(replace(family_fit, rows=0, calibrated=False), keep)
 
 
 # --- the fit ---------------------------------------------------------------------------------------------
@@ -123,10 +157,10 @@ ANCHOR_PRIOR_WEIGHT = 0.05
 
 
 def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int = 40,
-                  prior_weight: float = PRIOR_WEIGHT) -> Efficiency:
+                  prior_weight: float = PRIOR_WEIGHT, fixed: frozenset[str] = frozenset()) -> Efficiency:
     """Levenberg–Marquardt on the constants (bounded through a logistic map), minimising the soft-L1 loss
     of each row's log error plus PRIOR_WEIGHT·(log θ − log θ_prior)² per constant."""
-    names = PARAMS
+    names = tuple(n for n in PARAMS if n not in fixed)
     z = [_to_z(n, getattr(start, n)) for n in names]
     g0 = [_glog(n, getattr(start, n)) for n in names]
     wp = math.sqrt(prior_weight)
@@ -180,12 +214,6 @@ def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int 
     return _with(start, {n: _from_z(n, v) for n, v in zip(names, z)})
 
 
-def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
-    """``e`` with some of its float constants replaced (by name, from PARAMS)."""
-    changes: dict[str, Any] = constants
-    return replace(e, **changes)
-
-
 # --- the calibration file --------------------------------------------------------------------------------
 
 @dataclass(slots=True)
@@ -205,11 +233,17 @@ class Calibration:
     sources: dict[str, list[str]] = field(default_factory=dict)  # backend -> sources of its fitted rows
     command: str = ""
     origin: str = "packaged"
+    families: dict[str, Efficiency] = field(default_factory=dict)  # engine family -> fit on all its backends
 
     def efficiency(self, backend: str) -> Efficiency:
-        """The fitted constants, or the backend's priors marked UNCALIBRATED (never another backend's fit)."""
+        """The fitted constants, or UNCALIBRATED priors: the family's fit on its other backends where there is one
+        (llama.cpp's backends share ggml's kernels), else the physical priors; never another backend's own fit."""
         if backend in self.backends:
             return self.backends[backend]
+        fam = self.families.get(family(backend))
+        if fam is not None:
+            return replace(backend_prior(backend, fam), source=f"UNCALIBRATED: no measurements of {backend} behind "
+                           f"this calibration; priors fitted on the other {family(backend)} backends")
         return replace(prior(backend), source=f"UNCALIBRATED: no measurements of {backend} behind this "
                                               "calibration; physical priors only")
 
@@ -220,10 +254,12 @@ class Calibration:
         lines = [
             "# Per-backend constants fitted on published measurements. Do not edit by hand: re-run",
             f"#   {self.command}",
-            "# decode:  t = max(t_weights/eta_w + t_kv/eta_kv + t_kvq/eta_kvq, t_matmul/eta_c + t_att/eta_att)"
-            " + layers*t_layer",
-            "# prefill: t = max(t_matmul/(eta_c*eta_q if quantized) + t_att/eta_att, weight reads/eta_w + KV/eta_kv)"
-            " + passes*layers*t_layer + expert_gemms*t_expert",
+            "# arith = (t_matmul + t_routed*(1/eta_moe - 1))/(eta_c*eta_q if quantized) + t_att/eta_att"
+            " + fp16_flops/(TDP*flops_per_w)",
+            "# decode:  t = max(t_weights/eta_w + t_kv/eta_kv + t_kvq/eta_kvq, arith) + layers*t_layer",
+            "# prefill: t = max(arith, weight reads/eta_w + KV/eta_kv) + passes*layers*t_layer"
+            " + expert_gemms*t_expert",
+            "# [family.*]: one fit on all backends of an engine family, the prior each of them starts from.",
             "# TTFT under closed-loop load: t_pf*(1 + burst*(N-1)/2) + t_decode.",
             "# usual_*: median measured/ceiling of the fitted rows, for the software-bottleneck flag.",
             "# band_*: leave-one-source-out absolute error (%) that 80% of the held-out rows stay within,"
@@ -246,6 +282,10 @@ class Calibration:
             for metric, b in sorted(self.bands.get(name, {}).items()):
                 lines.append(f"band_{metric} = [{b.pct:.4g}, {b.median_pct:.4g}, {b.n}]")
             lines.append("")
+        for name, e in sorted(self.families.items()):
+            lines.append(f"[family.{name}]")
+            lines += [f"{n} = {getattr(e, n):.6g}" for n in PARAM_BOUNDS]
+            lines.append("")
         # bands of backends no row calibrates (their held-out rows were predicted from priors)
         for name in sorted(set(self.bands) - set(self.backends)):
             lines.append(f"[uncalibrated.{name}]")
@@ -260,7 +300,12 @@ class Calibration:
             data: dict[str, Any] = tomllib.loads(text)
             backends, usual, bands, sources = {}, {}, {}, {}
             names = {f.name for f in fields(Efficiency)}
+            families = {}
             for name, t in data.items():
+                if name == "family":
+                    families = {f: Efficiency(**{k: v for k, v in tf.items() if k in PARAM_BOUNDS})
+                                for f, tf in t.items()}
+                    continue
                 if name == "uncalibrated":
                     for b, tb in t.items():
                         bands[b] = {k[len("band_"):]: Band(*v) for k, v in tb.items() if k.startswith("band_")}
@@ -271,7 +316,7 @@ class Calibration:
                 sources[name] = list(t.get("sources", []))
         except (tomllib.TOMLDecodeError, TypeError, AttributeError, ValueError) as e:
             raise UsageError(f"calibration {origin} is not a file tokenbench calibrate wrote ({e})") from None
-        return cls(backends, usual, bands, sources, origin=origin)
+        return cls(backends, usual, bands, sources, origin=origin, families=families)
 
     @classmethod
     def packaged(cls) -> Calibration:

@@ -7,18 +7,20 @@ import math
 import re
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import UsageError
 from . import roofline as rf
-from .calibration import (ANCHOR_PRIOR_WEIGHT, Band, Calibration, backend_key, engine_kind, fit_constants, make_band,
-                          prior)
+from .calibration import (ANCHOR_PRIOR_WEIGHT, Band, Calibration, backend_key, backend_prior, engine_kind, family,
+                          fit_constants, make_band, prior)
 from .published import METRICS, Row
 from .specs import Catalog, HardwareSpec, ModelSpec
 
-#: A row is a likely software bottleneck when it reaches less than this share of its backend's usual
-#: measured/ceiling ratio.
+#: A row is a likely software bottleneck when it reaches less than this share of what its backend's
+#: calibration predicts for the same shape. (Against the calibrated estimate, not a backend-wide median of
+#: measured/ceiling: that median mixed dense and MoE rows, small and large models, depth and none, and flagged
+#: every MoE prompt as a bottleneck.)
 BOTTLENECK_SHARE = 0.5
 #: Metrics the fit uses (a p99 is a tail, not what the constants describe).
 FITTED_METRICS = METRICS - {"ttft_p99"}
@@ -33,14 +35,16 @@ class Setup:
     backend: str
     eff: rf.Efficiency
     kind: str
-    spec_speedup: float = 1.0
+    spec: rf.Spec | None = None  # speculative decoding / MTP
     ubatch: int = rf.UBATCH
+    parallel: int = 1  # llama.cpp server slots (-np): that many sequences decode in one batch
+    tp: int = 1  # tensor parallelism: GPUs of one box sharing every layer (vLLM/SGLang --tensor-parallel-size)
     costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
     fits: dict[tuple[Any, ...], rf.Fit] = field(default_factory=dict)  # memory per shape, memoised
 
     @classmethod
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
-             engine: str, check: bool = True, ubatch: int = rf.UBATCH) -> Setup:
+             engine: str, check: bool = True, ubatch: int = rf.UBATCH, parallel: int = 1, tp: int = 1) -> Setup:
         hw = cat.find_hardware(hardware)
         m = cat.find_model(model)
         q = rf.Quant.parse(weights, kv)
@@ -48,22 +52,41 @@ class Setup:
         if check:
             rf.check_combination(hw, q, engine)
         backend = backend_key(engine, hw.default_backend)
-        return cls(m, hw, q, engine, backend, cal.efficiency(backend), engine_kind(engine), ubatch=ubatch)
+        kind = engine_kind(engine)
+        if parallel > 1 and kind != "sequential":
+            raise UsageError(f"--parallel is llama.cpp's -np (server slots); {engine} batches by itself")
+        if tp > 1 and kind == "sequential":
+            raise UsageError(f"--tp is tensor parallelism as vLLM and SGLang run it; {engine} splits a model by "
+                             "layers across GPUs (-sm layer), which adds no speed to one stream")
+        if tp > 1 and hw.kind != "gpu":
+            raise UsageError(f"{hw.id} is one {hw.kind}, not a box of GPUs: --tp needs discrete GPUs")
+        return cls(m, hw, q, engine, backend, cal.efficiency(backend), kind, ubatch=ubatch, parallel=parallel,
+                   tp=tp)
 
     @property
     def calibrated(self) -> bool:
         return self.eff.calibrated
 
-    def _decode_cost(self, n: int, context: int) -> rf.StepCost:
-        key = ("d", n, context)
+    def _decode_cost(self, n: int, context: int, per_seq: int = 1) -> rf.StepCost:
+        key = ("d", n, context, per_seq)
         if key not in self.costs:
-            self.costs[key] = rf.decode_cost(self.model, self.hw, self.quant, n, context, self.backend)
+            c = rf.decode_cost(self.model, self.hw, self.quant, n, context, self.backend, per_seq=per_seq)
+            self.costs[key] = rf.tensor_parallel(c, self.model, self.hw, self.tp, n * per_seq)
         return self.costs[key]
+
+    def _decode_step(self, n: int, context: int) -> rf.Estimate:
+        """Seconds per output token of a decode step of ``n`` sequences (speculative decoding included)."""
+        plain = self._decode_cost(n, context)
+        if self.spec is None:
+            return rf.Estimate(plain.ceiling, rf.decode_time(plain, self.eff))
+        verify = self._decode_cost(n, context, self.spec.gamma + 1)
+        return rf.spec_decode(verify, plain, self.spec, self.eff)
 
     def _prefill_cost(self, tokens: int, cached: int, ubatch: int) -> rf.StepCost:
         key = ("p", tokens, cached, ubatch)
         if key not in self.costs:
-            self.costs[key] = rf.prefill_cost(self.model, self.hw, self.quant, tokens, cached, self.backend, ubatch)
+            c = rf.prefill_cost(self.model, self.hw, self.quant, tokens, cached, self.backend, ubatch)
+            self.costs[key] = rf.tensor_parallel(c, self.model, self.hw, self.tp, tokens)
         return self.costs[key]
 
     def fit(self, context: int, concurrency: int = 1) -> rf.Fit:
@@ -71,15 +94,17 @@ class Setup:
         calibration fit evaluates each row thousands of times; unmemoised, this was 86% of `calibrate`)."""
         key = ("f", context, concurrency)
         if key not in self.fits:
-            self.fits[key] = rf.fit(self.model, self.hw, self.quant, context, concurrency, self.engine, self.ubatch)
+            hw = self.hw if self.tp == 1 else replace(  # tp GPUs pool their memory (each runs the engine)
+                self.hw, mem_gb=self.hw.mem_gb * self.tp,
+                usable_gb=self.hw.usable_gb * self.tp if self.hw.usable_gb is not None else None)
+            self.fits[key] = rf.fit(self.model, hw, self.quant, context, concurrency, self.engine, self.ubatch)
         return self.fits[key]
 
     def decode(self, depth: int, n: int = 1) -> rf.Estimate:
         f = self.fit(depth + 1, n)
         if not f.fits and self.kind == "sequential":
             return rf.offload_decode(self.model, self.hw, self.quant, depth, self.backend, f, self.eff)
-        c = self._decode_cost(n, depth)
-        return rf.Estimate(c.ceiling / self.spec_speedup, rf.decode_time(c, self.eff) / self.spec_speedup)
+        return self._decode_step(n, depth)
 
     def prefill(self, tokens: int, depth: int = 0) -> rf.Estimate:
         f = self.fit(depth + tokens, 1)
@@ -91,8 +116,19 @@ class Setup:
         return rf.Estimate(c.ceiling, rf.prefill_time(c, self.eff))
 
     def serve(self, n: int, prompt: int, output: int) -> rf.ServePoint:
-        return rf.serve_point(self.model, self.hw, self.quant, self.backend, self.eff, self.kind,  # type: ignore[arg-type]
-                              n, prompt, output, self.spec_speedup, self.ubatch)
+        """A closed loop of ``n`` agents, from the memoised per-shape costs (the fit evaluates each row often).
+        llama.cpp with ``parallel`` slots batches up to that many sequences (continuous batching, as a batching
+        engine, prompts in its micro-batches); more agents wait for a slot."""
+        ctx = prompt + output // 2
+        if self.kind == "sequential" and self.parallel > 1:
+            b = min(n, self.parallel)
+            pf = self._prefill_cost(max(prompt, 1), 0, self.ubatch)
+            p = rf.serve_point(pf, self._decode_step(b, ctx), self.eff, "batching", b, prompt, output)
+            return rf.behind_slots(p, n, output)
+        sequential = self.kind == "sequential"
+        pf = self._prefill_cost(max(prompt, 1), 0, self.ubatch if sequential else rf.CHUNK_TOKENS)
+        t_dec = self._decode_step(1 if sequential else n, ctx)
+        return rf.serve_point(pf, t_dec, self.eff, self.kind, n, prompt, output)  # type: ignore[arg-type]
 
 
 # --- rows of the published.csv layout --------------------------------------------------------------------
@@ -103,6 +139,12 @@ def band_metric(r: Row) -> str:
         return "ttft"
     return {"decode_tps": "decode", "prefill_tps": "prefill", "output_tps": "throughput",
             "tpot_median": "tpot"}.get(r.metric, r.metric)
+
+
+def row_parallel(r: Row) -> int:
+    """llama-server's -np (parallel slots) from the row's note, else one slot."""
+    m = re.search(r"-np\s+(\d+)", r.raw.get("note") or "")
+    return int(m.group(1)) if m else 1
 
 
 def row_ubatch(r: Row) -> int:
@@ -150,7 +192,9 @@ Valuer = Callable[[rf.Efficiency], tuple[float | None, float | None]]  # constan
 
 def _row_setup(cat: Catalog, cal: Calibration, r: Row) -> Setup:
     kv = "AUTO" if r.kv.lower() == "auto" else r.kv
-    return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False, ubatch=row_ubatch(r))
+    parallel = row_parallel(r) if engine_kind(r.engine) == "sequential" else 1
+    return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False, ubatch=row_ubatch(r),
+                      parallel=parallel)
 
 
 def _row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
@@ -223,12 +267,14 @@ def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
     ratio = res.measured_over_ceiling
     if ratio is not None and ratio > 1.0:
         res.flags.append(f"beats its physical ceiling ({ratio:.2f}x): a wrong spec, shape or format")
-    usual = cal.usual_ratio.get(s.backend, {}).get(r.group)
-    if usual and ratio is not None and ratio < BOTTLENECK_SHARE * usual:
-        res.flags.append(
-            f"likely software bottleneck: measured is {ratio:.0%} of the ceiling where {s.backend} usually "
-            f"reaches {usual:.0%} on {r.group}; not a hardware limit"
-        )
+    if s.calibrated and res.predicted and r.value > 0:
+        share = res.predicted / r.value if r.unit == "ms" else r.value / res.predicted
+        if share < BOTTLENECK_SHARE:
+            reached = f" ({ratio:.0%} of the ceiling)" if ratio is not None else ""
+            res.flags.append(
+                f"likely software bottleneck: measured is {share:.0%} of what {s.backend}'s calibration predicts "
+                f"for this shape{reached}; not a hardware limit"
+            )
     return res
 
 
@@ -265,23 +311,48 @@ def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
 RUN_SOURCE = "run:"
 
 
-def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict[str, dict[str, float]]]:
+def _residual(it: Fittable) -> Callable[[rf.Efficiency], float]:
+    def f(e: rf.Efficiency) -> float:
+        pred = it.value(e)[1]
+        if not pred or pred <= 0:
+            return 0.0
+        return math.log(pred / it.row.value)  # ms or tok/s alike: a log error
+    return f
+
+
+#: Constants fitted once per engine family and held there by its backends: the power term needs boxes whose
+#: TDP:peak ratios differ (GeForce 0.4-0.7 TF/W of peak, low-TDP pro cards and H100 PCIe 1-2), which one
+#: backend's rows rarely span, so per backend it trades off freely against eta_c.
+FAMILY_CONSTANTS = frozenset({"flops_per_w"})
+
+
+def _family_priors(items: list[Fittable]) -> dict[str, rf.Efficiency]:
+    """Priors per engine family, fitted on the published rows of all its backends together: a llama.cpp backend
+    with few rows (Metal, Vulkan) then starts from what ggml's kernels reach on the others, not from generic
+    defaults, and keeps the literature values PRIORS sets for it on top (hierarchical shrinkage)."""
+    fams: dict[str, list[Fittable]] = {}
+    for it in items:
+        if not it.source.startswith(RUN_SOURCE):
+            fams.setdefault(family(it.backend), []).append(it)
+    return {f: fit_constants([_residual(it) for it in its], prior(f)) for f, its in sorted(fams.items())
+            if len({it.backend for it in its}) > 1}
+
+
+def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict[str, dict[str, float]],
+                                                  dict[str, rf.Efficiency]]:
     by: dict[str, list[Fittable]] = {}
     for it in items:
         by.setdefault(it.backend, []).append(it)
+    fam = _family_priors(items)
     effs, usual = {}, {}
     for backend, its in sorted(by.items()):
         own = [it for it in its if it.source.startswith(RUN_SOURCE)]
         published = len(its) - len(own)
-        def residual(it: Fittable) -> Callable[[rf.Efficiency], float]:
-            def f(e: rf.Efficiency) -> float:
-                pred = it.value(e)[1]
-                if not pred or pred <= 0:
-                    return 0.0
-                return math.log(pred / it.row.value)  # ms or tok/s alike: a log error
-            return f
+        residual = _residual
+        start = backend_prior(backend, fam.get(family(backend)))
         pub = [it for it in its if not it.source.startswith(RUN_SOURCE)]
-        fitted = fit_constants([residual(it) for it in pub], prior(backend)) if pub else prior(backend)
+        fixed = FAMILY_CONSTANTS if family(backend) in fam else frozenset()
+        fitted = fit_constants([residual(it) for it in pub], start, fixed=fixed) if pub else start
         if own:
             # the user's own runs anchor their backend on their box: refit on them alone, pulled toward the
             # published fit, so what they measured moves the constants it constrains and leaves the others
@@ -298,28 +369,31 @@ def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict
             if c:
                 groups.setdefault(it.row.group, []).append(c / it.row.value if it.row.unit == "ms" else it.row.value / c)
         usual[backend] = {g: statistics.median(v) for g, v in groups.items()}
-    return effs, usual
+    return effs, usual, fam
 
 
 def cross_validate(cat: Catalog, rows: list[Row]) -> list[RowResult]:
-    """Leave one source out: every source's rows predicted by a fit on all the other sources."""
-    items = fittable_rows(cat, rows)
+    """Leave one source out: every source's rows predicted by a fit on all the other sources. Each fold builds
+    its own fittable rows from the rows it keeps, so nothing the full fit built (setups, memoised costs, the
+    constants its valuers were last evaluated at) reaches a fold."""
     sources = sorted({r.raw.get("source", "") for r in rows})
     out: list[RowResult] = []
     for src in sources:
-        effs, usual = _fit_backends([it for it in items if it.source != src])
-        cal = Calibration(effs, usual, origin=f"all sources but {src}")
+        kept = [r for r in rows if r.raw.get("source", "") != src]
+        effs, usual, fam = _fit_backends(fittable_rows(cat, kept))
+        cal = Calibration(effs, usual, origin=f"all sources but {src}", families=fam)
         out += [predict_row(cat, cal, r) for r in rows if r.raw.get("source", "") == src]
     return out
 
 
 def fit_calibration(cat: Catalog, rows: list[Row], command: str, bands: bool = True) -> Calibration:
     items = fittable_rows(cat, rows)
-    effs, usual = _fit_backends(items)
+    effs, usual, fam = _fit_backends(items)
     srcs: dict[str, set[str]] = {}
     for it in items:
         srcs.setdefault(it.backend, set()).add(it.source)
-    cal = Calibration(effs, usual, {}, {k: sorted(v) for k, v in srcs.items()}, command, origin="fitted")
+    cal = Calibration(effs, usual, {}, {k: sorted(v) for k, v in srcs.items()}, command, origin="fitted",
+                      families=fam)
     if bands:
         errs: dict[str, dict[str, list[float]]] = {}
         for res in cross_validate(cat, rows):

@@ -44,10 +44,14 @@ def models_table(cat: Catalog) -> Table:
     return head, rows
 
 
+def _box(s: Setup) -> str:
+    return s.hw.id if s.tp == 1 else f"{s.tp}x {s.hw.id} (tensor parallel, memory pooled)"
+
+
 def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
     m = s.model
     lines = [
-        f"{m.id} ({s.quant.weights} weights, {s.quant.kv.lower()} KV) on {s.hw.id} with {s.engine}: "
+        f"{m.id} ({s.quant.weights} weights, {s.quant.kv.lower()} KV) on {_box(s)} with {s.engine}: "
         f"{context:,} tokens x {concurrency} sequence(s)",
         f"  weights      {f.weights_gb:8.2f} GiB  (all experts)" if m.is_moe else f"  weights      {f.weights_gb:8.2f} GiB",
         f"  KV cache     {f.kv_gb:8.2f} GiB  ({kv_bytes(m, s.quant, context) / GIB:.3f} GiB per sequence)",

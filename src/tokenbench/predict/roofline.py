@@ -1,16 +1,19 @@
-"""The roofline model: memory fit, decode and prefill ceilings, batching, offload, speculative decoding.
+"""The roofline model: memory fit, decode and prefill ceilings, batching (llama.cpp slots included), offload,
+tensor parallelism, speculative decoding.
 
 Every time has two forms: the physical *ceiling* (efficiency 1: nominal bandwidth and peak FLOPs, no
 overhead) and the calibrated *estimate* (a backend's fitted efficiencies and fixed costs, see
 ``calibration.py``). Formulas follow shared/reference/roofline.md, where the existing tools go wrong:
 causal prefill attention (T²/2, not T²), KV traffic with KV heads and the config's head_dim, MoE expert
-coverage growing with batch, offloaded layers in sequence (times add), per-engine efficiencies.
+coverage growing with batch, offloaded layers in sequence (times add), per-engine efficiencies. Beyond it:
+arithmetic limited by the board's power as well as its peak, routed-expert matmuls at their own rate, and
+all-reduces on the critical path of a tensor-parallel step.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..errors import UsageError
@@ -265,27 +268,53 @@ class StepCost:
     passes: int = 1  # forward passes (micro-batches) in the step
     quantized: bool = False  # block-quantized weights: the matmuls dequantize
     expert_gemms: float = 0.0  # prefill: routed-expert matmuls launched (touched experts x 3 x MoE layers x passes)
+    t_routed: float = 0.0  # the part of t_compute spent in routed-expert matmuls (MoE)
+    t_comm: float = 0.0  # tensor parallelism: all-reduce bytes over the GPU-to-GPU link at its nominal rate
+    comm_ops: int = 0  # ... and how many all-reduces (each pays a fixed latency)
+    t_power: float = 0.0  # all FLOPs / (board power in W x 1e12): the time at 1 TFLOPS per watt; 0 without a TDP
 
     @property
     def ceiling(self) -> float:
         """Memory traffic and arithmetic overlap: the slower of the two, at the nominal peaks."""
-        return max(self.t_weights + self.t_kv + self.t_kvq, self.t_compute + self.t_attention)
+        return max(self.t_weights + self.t_kv + self.t_kvq, self.t_compute + self.t_attention) + self.t_comm
+
+
+def _active_routed(m: ModelSpec) -> float:
+    """Routed-expert parameters each token runs through (top-k of E per MoE layer)."""
+    return m.routed_params * m.top_k / m.experts if m.is_moe else 0.0
+
+
+def _t_power(hw: HardwareSpec, q: Quant, backend: str, matmul: float, attention: float) -> float:
+    """The step's FLOPs at 1 TFLOPS per watt of the box's TDP, counted in FP16 FLOPs: a tensor core doing FP8 at
+    twice the FP16 rate spends about half the energy per FLOP (the datasheets give both peaks at one TDP).
+    0 when the catalog gives no TDP: then no power term."""
+    if not hw.tdp_w:
+        return 0.0
+    ref = fp16_peak(hw)
+    fp16_flops = matmul * ref / peak_tflops(hw, q, backend) + attention * ref / attention_peak(hw, backend)
+    return fp16_flops / (hw.tdp_w * 1e12)
 
 
 def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, backend: str,
-                on_gpu_fraction: float = 1.0) -> StepCost:
-    """One decode step for ``n`` sequences each ``context`` tokens deep (weights on the device only)."""
+                on_gpu_fraction: float = 1.0, per_seq: int = 1) -> StepCost:
+    """One decode step for ``n`` sequences each ``context`` tokens deep (weights on the device only), each
+    sequence bringing ``per_seq`` query tokens (1; γ+1 when speculative decoding verifies γ drafted tokens):
+    the weights and the KV cache are read once, the arithmetic and the experts touched grow with n·per_seq."""
+    toks = n * per_seq
     w = weight_bytes(m, q)
-    routed = w["experts"] * (expert_coverage(m, n) / m.experts if m.is_moe else 0.0)
-    wbytes = (w["dense"] + routed) * on_gpu_fraction + w["lm_head"] + w["embedding"] / m.vocab * n
+    routed = w["experts"] * (expert_coverage(m, toks) / m.experts if m.is_moe else 0.0)
+    wbytes = (w["dense"] + routed) * on_gpu_fraction + w["lm_head"] + w["embedding"] / m.vocab * toks
     kv = n * m.kv_elems_per_token_layer() * q.kv_bytes * _kv_tokens(m, context)
     state = n * state_bytes(m) * 2  # recurrent state read and written every step
-    mm = n * (2 * m.active_nonemb_params + 2 * m.hidden * m.vocab)
-    att = n * 4 * m.heads * m.head_dim * _kv_tokens(m, context)
+    mm = toks * (2 * m.active_nonemb_params + 2 * m.hidden * m.vocab)
+    routed_mm = toks * 2 * _active_routed(m)
+    att = toks * 4 * m.heads * m.head_dim * _kv_tokens(m, context)
     bw = hw.bw_gbs * 1e9
+    peak = peak_tflops(hw, q, backend) * 1e12
     t_kv, t_kvq = ((state / bw, kv / bw) if q.kv_quantized else ((kv + state) / bw, 0.0))
-    return StepCost(wbytes / bw, t_kv, mm / (peak_tflops(hw, q, backend) * 1e12), wbytes + kv + state, mm + att,
-                    att / (attention_peak(hw, backend) * 1e12), t_kvq, m.layers, 1, q.weights in MMQ_FORMATS)
+    return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kv + state, mm + att,
+                    att / (attention_peak(hw, backend) * 1e12), t_kvq, m.layers, 1, q.weights in MMQ_FORMATS,
+                    t_routed=routed_mm / peak, t_power=_t_power(hw, q, backend, mm, att))
 
 
 def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: int, backend: str,
@@ -306,9 +335,11 @@ def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: 
     bw = hw.bw_gbs * 1e9
     t_kv, t_kvq = (0.0, kvb / bw) if q.kv_quantized else (kvb / bw, 0.0)
     gemms = passes * expert_coverage(m, per_ub) * 3 * m.moe_layers if m.is_moe else 0.0
-    return StepCost(wbytes / bw, t_kv, mm / (peak_tflops(hw, q, backend) * 1e12), wbytes + kvb,
+    peak = peak_tflops(hw, q, backend) * 1e12
+    return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kvb,
                     mm + attn_full + attn_local, (attn_full + attn_local) / (attention_peak(hw, backend) * 1e12),
-                    t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms)
+                    t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms,
+                    t_routed=2 * _active_routed(m) * t / peak, t_power=_t_power(hw, q, backend, mm, attn_full + attn_local))
 
 
 #: The calibrated constants: name -> (lower bound, upper bound). Shares of a nominal peak lie in (0, 1]: no
@@ -320,8 +351,10 @@ PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "t_layer": (0.0, 300e-6),  # fixed seconds per layer per forward pass (kernel launches, syncs)
     "eta_c": (0.02, 1.0),  # share of the arithmetic peak reached by the weight matmuls
     "eta_q": (0.2, 1.0),  # ... of that, kept when the weights are block-quantized (dequantizing matmuls)
+    "eta_moe": (0.1, 1.0),  # share of the dense matmul rate kept by routed-expert matmuls (gathered rows, few per expert)
     "t_expert": (0.0, 100e-6),  # prefill: fixed seconds per routed-expert matmul (one small GEMM per expert)
     "eta_att": (0.01, 1.0),  # share of the FP16 peak reached by attention (prefill at depth)
+    "flops_per_w": (0.05, 10.0),  # TFLOPS per watt of board power (TDP) the arithmetic may draw; 10: no limit
     "burst": (0.0, 1.0),  # batching engines under a closed loop: share of (N−1)/2 prefills a new request waits
 }
 
@@ -335,10 +368,12 @@ class Efficiency:
     eta_kv: float = 0.65
     eta_kvq: float = 0.3
     t_layer: float = 30e-6
-    eta_c: float = 0.4
+    eta_c: float = 0.6  # Strix Halo's hipBLASLt BF16 GEMM reaches 36.9 of 59.4 TF (roofline.md): 0.62
     eta_q: float = 1.0
+    eta_moe: float = 1.0
     t_expert: float = 5e-6
     eta_att: float = 0.3
+    flops_per_w: float = 1.0  # H100 SXM datasheet: 989 TF at 700 W is 1.4 TF/W at the peak; GEMMs sit below it
     burst: float = 0.5
     rows: int = 0
     calibrated: bool = False
@@ -346,19 +381,55 @@ class Efficiency:
 
 
 def _arith(c: StepCost, eff: Efficiency) -> float:
-    return c.t_compute / (eff.eta_c * (eff.eta_q if c.quantized else 1.0)) + c.t_attention / eff.eta_att
+    """Arithmetic time: each FLOP costs time at the peak and energy out of the board's power budget. A GPU held
+    at its TDP lowers its clocks, so sustained throughput F obeys 1/F = 1/(eta_c·peak) + 1/(flops_per_w·TDP)."""
+    mm = (c.t_compute - c.t_routed + c.t_routed / eff.eta_moe) / (eff.eta_c * (eff.eta_q if c.quantized else 1.0))
+    return mm + c.t_attention / eff.eta_att + c.t_power / eff.flops_per_w
 
 
 def decode_time(c: StepCost, eff: Efficiency) -> float:
     """Memory streams and arithmetic overlap (the slower wins), plus a fixed cost per layer."""
     mem = c.t_weights / eff.eta_w + c.t_kv / eff.eta_kv + c.t_kvq / eff.eta_kvq
-    return max(mem, _arith(c, eff)) + c.passes * c.layers * eff.t_layer
+    return max(mem, _arith(c, eff)) + c.passes * c.layers * eff.t_layer + _comm(c)
 
 
 def prefill_time(c: StepCost, eff: Efficiency) -> float:
     """As decode, plus a fixed cost per routed-expert matmul (MoE prompts run one small GEMM per expert)."""
     mem = c.t_weights / eff.eta_w + c.t_kv / eff.eta_kv + c.t_kvq / eff.eta_kvq
-    return max(_arith(c, eff), mem) + c.passes * c.layers * eff.t_layer + c.expert_gemms * eff.t_expert
+    return max(_arith(c, eff), mem) + c.passes * c.layers * eff.t_layer + c.expert_gemms * eff.t_expert + _comm(c)
+
+
+# --- tensor parallelism ----------------------------------------------------------------------------------
+
+#: NCCL's all-reduce reaches this share of the link's nominal rate on large buffers (an 8x A100 NVLink
+#: node's nccl-tests run: 195 of 300 GB/s each way, li-plus/playground cuda/nccl.md).
+LINK_ETA = 0.65
+#: ... and a small all-reduce costs this much whatever its size (nccl-tests all_reduce_perf, 2 GPUs:
+#: ~15 µs for 8 B to 16 KiB; the "Time" section of nccl-tests' PERFORMANCE.md explains the constant).
+ALLREDUCE_LATENCY_S = 15e-6
+
+
+def _comm(c: StepCost) -> float:
+    return c.t_comm / LINK_ETA + c.comm_ops * ALLREDUCE_LATENCY_S
+
+
+def tensor_parallel(c: StepCost, m: ModelSpec, hw: HardwareSpec, tp: int, tokens: int) -> StepCost:
+    """One step split Megatron-style over ``tp`` GPUs of one box (Shoeybi et al. 2019): each GPU holds 1/tp of
+    every layer's weights and of the KV heads (a KV head is never split: with fewer KV heads than GPUs they
+    are replicated) and does 1/tp of the arithmetic; each layer then all-reduces its activations twice (after
+    attention and after the MLP), ``tokens`` x hidden x 2 bytes each. A ring all-reduce moves 2(tp−1)/tp of
+    the buffer over each GPU's link (nccl-tests PERFORMANCE.md, bus bandwidth), NVLink where the box has it,
+    else PCIe; it sits on the critical path, so its time adds."""
+    if tp <= 1:
+        return c
+    kv_share = 1 / min(tp, max(1, m.kv_heads))
+    link = (hw.nvlink_gbs or hw.pcie_gbs) * 1e9
+    ops = 2 * m.layers * c.passes
+    comm_bytes = 2 * m.layers * tokens * m.hidden * 2
+    return replace(c, t_weights=c.t_weights / tp, t_kv=c.t_kv * kv_share, t_kvq=c.t_kvq * kv_share,
+                   t_compute=c.t_compute / tp, t_attention=c.t_attention / tp, t_routed=c.t_routed / tp,
+                   t_power=c.t_power / tp, bytes=c.bytes / tp, flops=c.flops / tp,
+                   t_comm=2 * (tp - 1) / tp * comm_bytes / link, comm_ops=ops)
 
 
 @dataclass(slots=True)
@@ -405,27 +476,24 @@ class ServePoint:
     notes: list[str] = field(default_factory=list)
 
 
-def serve_point(m: ModelSpec, hw: HardwareSpec, q: Quant, backend: str, eff: Efficiency, kind: EngineKind,
-                n: int, prompt: int, output: int, spec_speedup: float = 1.0, ubatch: int = UBATCH) -> ServePoint:
-    """Closed loop, N agents, prompt P, output O (roofline.md "Continuous batching").
+def serve_point(pf: StepCost, t_dec: Estimate, eff: Efficiency, kind: EngineKind, n: int, prompt: int,
+                output: int) -> ServePoint:
+    """Closed loop, N agents, prompt P, output O (roofline.md "Continuous batching"), from the prefill cost of
+    one prompt (``pf``) and the time per output token of the decode step at the loop's mean context
+    (``t_dec``: N sequences when batching, one when sequential; speculative decoding already in it); the
+    caller computes both, once per shape (``Setup`` memoises them).
 
     batching: cycle ≈ O·t_dec(N, P+O/2) + N·t_pf(P); TPOT ≈ t_dec + N·t_pf/O. TTFT ≈ t_pf + t_dec + a wait:
     in a steady closed loop a new prompt is folded into the running decode steps (no wait; the ceiling), while
     requests that arrive together queue behind each other's prefills ((N−1)/2 of them); the calibrated
     ``burst`` is the share of that queue seen. sequential (llama.cpp as one stream): one request at a time, so
     aggregate stays at the single-stream rate and each agent waits for the others."""
-    ctx = prompt + output // 2
-    pf = prefill_cost(m, hw, q, max(prompt, 1), 0, backend, ubatch if kind == "sequential" else CHUNK_TOKENS)
     t_pf = Estimate(pf.ceiling, prefill_time(pf, eff)) if prompt else Estimate(0.0, 0.0)
     if kind == "sequential":
-        d = decode_cost(m, hw, q, 1, ctx, backend)
-        t_dec = Estimate(d.ceiling / spec_speedup, decode_time(d, eff) / spec_speedup)
         t_req = Estimate(t_pf.ceiling + output * t_dec.ceiling, t_pf.estimate + output * t_dec.estimate)
         ttft = Estimate((n - 1) * t_req.ceiling + t_pf.ceiling, (n - 1) * t_req.estimate + t_pf.estimate)
         thr = (output / t_req.ceiling, output / t_req.estimate)
         return ServePoint(n, ttft, t_dec, thr, (thr[0] / n, thr[1] / n), ["one stream at a time: requests queue"])
-    d = decode_cost(m, hw, q, n, ctx, backend)
-    t_dec = Estimate(d.ceiling / spec_speedup, decode_time(d, eff) / spec_speedup)
     cyc_c = output * t_dec.ceiling + n * t_pf.ceiling
     cyc_e = output * t_dec.estimate + n * t_pf.estimate
     tpot = Estimate(t_dec.ceiling + n * t_pf.ceiling / max(output, 1), t_dec.estimate + n * t_pf.estimate / max(output, 1))
@@ -433,6 +501,22 @@ def serve_point(m: ModelSpec, hw: HardwareSpec, q: Quant, backend: str, eff: Eff
     ttft = Estimate(t_pf.ceiling + t_dec.ceiling, t_pf.estimate * (1 + wait) + t_dec.estimate)
     thr = (n * output / cyc_c, n * output / cyc_e) if output else (n / t_dec.ceiling, n / t_dec.estimate)
     return ServePoint(n, ttft, tpot, thr, (thr[0] / n, thr[1] / n))
+
+
+def behind_slots(p: ServePoint, n: int, output: int) -> ServePoint:
+    """``n`` agents in a closed loop on a server with ``p.concurrency`` slots (llama.cpp -np), ``p`` being
+    the saturated loop of that many: the slots stay full, so aggregate throughput is p's, and by Little's law
+    each request waits (n/slots − 1) service times for a slot, a service time being slots·O / throughput."""
+    b = p.concurrency
+    if n <= b:
+        return p
+
+    def wait(thr: float) -> float:
+        return (n / b - 1) * b * output / thr if thr > 0 and output else 0.0
+
+    ttft = Estimate(p.ttft_s.ceiling + wait(p.throughput[0]), p.ttft_s.estimate + wait(p.throughput[1]))
+    return ServePoint(n, ttft, p.tpot_s, p.throughput, (p.throughput[0] / n, p.throughput[1] / n),
+                      p.notes + [f"{b} slots: {n - b} of {n} requests wait for a free one"])
 
 
 # --- speculative decoding --------------------------------------------------------------------------------
@@ -459,5 +543,31 @@ def alpha_from_acceptance_length(tau: float, gamma: int) -> float:
 
 
 def spec_speedup(alpha: float, gamma: int, draft_cost: float, overhead: float = 0.0) -> float:
-    """Speed-up of decoding: E / (1 + γ·c + δ)."""
+    """Speed-up of decoding while the step is memory-bound (verifying γ+1 tokens costs one plain step):
+    E / (1 + γ·c + δ)."""
     return expected_tokens(alpha, gamma) / (1 + gamma * draft_cost + overhead)
+
+
+@dataclass(slots=True, frozen=True)
+class Spec:
+    """Speculative decoding (a draft model, EAGLE heads or MTP layers): γ drafted tokens per step, each
+    accepted with probability α, a draft token costing ``draft_cost`` of a plain target step."""
+
+    alpha: float
+    gamma: int
+    draft_cost: float
+
+    @property
+    def expected(self) -> float:
+        return expected_tokens(self.alpha, self.gamma)
+
+
+def spec_decode(verify: StepCost, plain: StepCost, spec: Spec, eff: Efficiency) -> Estimate:
+    """Time per output token with speculative decoding: one target pass verifying γ+1 tokens per sequence
+    (``verify``: the weights and KV read once, γ+1 times the arithmetic) plus γ draft steps at draft_cost of a
+    plain step each, over the E tokens a pass yields (Leviathan et al. 2023). While the step is memory-bound
+    this is the familiar E/(1 + γ·c) speed-up; as the batch grows the verification becomes compute-bound and
+    the gain shrinks (at large batch it can be a loss)."""
+    draft_c = spec.gamma * spec.draft_cost * plain.ceiling
+    draft_e = spec.gamma * spec.draft_cost * decode_time(plain, eff)
+    return Estimate((verify.ceiling + draft_c) / spec.expected, (decode_time(verify, eff) + draft_e) / spec.expected)

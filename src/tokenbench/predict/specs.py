@@ -37,6 +37,7 @@ class HardwareSpec:
     int8_tflops: float | None = None
     tdp_w: float | None = None
     pcie_gbs: float = 31.5  # PCIe Gen4 x16 per direction
+    nvlink_gbs: float | None = None  # GPU-to-GPU link per GPU per direction (NVLink, Infinity Fabric); else PCIe
     host_bw_gbs: float = 89.6  # dual-channel DDR5-5600
     default_backend: str = "cuda"
     price_per_hour: float | None = None  # a known rental price, with its currency and source
