@@ -1,20 +1,22 @@
 """How much does the client itself distort what it measures, and how fast can it ingest a stream?
 
-A local emitter (``tokenbench.emitter``, its own process) streams on a known schedule and stamps when
-it actually wrote each request's first and last token chunk (perf_counter_ns: CLOCK_MONOTONIC, shared by
-both processes). The client measures as it always does. For each concurrency we print:
+A local emitter (``tokenbench.emitter``, its own process, pinned to core 0 when there are two or more) streams on
+a known schedule and stamps when it really wrote each request's first token (perf_counter_ns: CLOCK_MONOTONIC,
+one clock for every process of the machine). Each measurement runs in a fresh child process pinned to the other
+cores: this tree's tokenbench, with 1 or more ``--workers``, and beside it, interleaved, a baseline version
+(``--baseline REF``, a git ref of this repository, run from a temporary checkout), so every ratio is measured side
+by side in one run. Printed per row, medians over ``--repeats``:
 
-- TTFT error: measured TTFT minus the schedule's TTFT (what a user would see as error: the emitter's own
-  lateness, the kernel and the client);
-- delivery latency: the client's read time of the first token minus the emitter's write time (the
-  client and kernel alone);
-- TPOT error: measured TPOT minus the schedule's;
-- ingest: token chunks per second the client parsed, with the client's CPU use and event-loop lag.
+- TTFT excess: measured TTFT minus the schedule's 50 ms (the emitter's own lateness, the kernel and the client);
+- delivery: the client's read of the first token minus the emitter's write of it (the kernel and the client);
+- send queue: the request's last byte on the socket minus when the client began the send (the client alone);
+- ingest: token chunks per second the client took in; CPU of the client (all its processes, % of its cores)
+  and of the emitter; the limit: whichever was above 85%, else the schedule itself.
 
-"paced" rows follow a schedule (TTFT 50 ms, one chunk every 10 ms); "burst" rows write every chunk at once,
-so the limit is how fast the client parses. This is a benchmark, not a test: it prints a table.
+"paced" rows follow the schedule (TTFT 50 ms, a chunk every 10 ms per stream); "burst" rows write every chunk at
+once, so the limit is how fast the client parses. This is a benchmark, not a test: it prints tables.
 
-    python benchmarks/client_overhead.py [--quick]
+    python benchmarks/client_overhead.py [--quick] [--workers 1,2] [--baseline c5f8e15] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -23,110 +25,289 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
-
-import aiohttp
-
-from tokenbench.client import PreparedRequest, StreamClient
-from tokenbench.emitter import EmitterProcess
-from tokenbench.loadgen import ClientWatch, Level, run_phase
-from tokenbench.metrics import percentile
 
 TTFT_S = 0.050
 ITL_S = 0.010
+HERE = Path(__file__).resolve().parent.parent
+#: The client version before issue 13's hot path and workers.
+DEFAULT_BASELINE = "c5f8e15"
 
 
-class Prompts:
+# ---- the child: one measurement, with whichever tokenbench is on its path ------------------------------------------
+
+class _Prompts:
     def __init__(self, tag: str, out: int) -> None:
         self.tag, self.out, self.i = tag, out, 0
 
-    async def next(self) -> tuple[int, PreparedRequest]:
+    async def next(self) -> tuple[int, Any]:
+        from tokenbench.client import PreparedRequest
+
         self.i += 1
         return self.i, PreparedRequest(f"{self.tag}-{self.i} x", self.out, 2)
 
+    async def prepare(self, n: int) -> None:
+        pass
 
-async def one_level(root: str, concurrency: int, requests: int, out_tokens: int, tag: str) -> dict[str, Any]:
-    conn = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=conn) as session:
-        client = StreamClient(session=session, base_url=root + "/v1", model="emitter", stall_timeout_s=120)
+    async def take(self, n: int) -> list[tuple[int, Any]]:
+        return [await self.next() for _ in range(n)]
+
+
+def _cpu(pids: list[int]) -> float:
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+async def _measure(job: dict[str, Any]) -> dict[str, Any]:
+    import aiohttp
+
+    from tokenbench import client as tc
+    from tokenbench.loadgen import ClientWatch, Level, run_phase
+
+    root, c, n_req, out, tag, workers = job["root"], job["streams"], job["requests"], job["out"], job["tag"], \
+        job["workers"]
+    level = Level(concurrency=c)
+    pids = [os.getpid()]
+    trace = [tc.trace_config()] if hasattr(tc, "trace_config") else []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trace_configs=trace) as session:
+        client = tc.StreamClient(session=session, base_url=root + "/v1", model="emitter", stall_timeout_s=120)
+        pool = None
+        if workers > 1:
+            from tokenbench.workers import ClientSpec, WorkerPool
+
+            pool = await WorkerPool.local(ClientSpec.of(client, None), workers)
+            pids += [m.handle.proc.pid for m in pool.members]  # type: ignore[attr-defined]
         watch = ClientWatch()
-        watch.start()
-        t0 = time.perf_counter()
-        res = await run_phase(client, Prompts(tag, out_tokens), Level(concurrency=concurrency), "measured",
-                              requests=requests, duration_s=None, watch=watch)
-        wall = time.perf_counter() - t0
-        await watch.stop()
+        try:  # a warm-up wave opens the connections, as a sweep's warm-up does
+            if pool is None:
+                await run_phase(client, _Prompts(tag + "w", 4), level, "warmup", requests=c, duration_s=None)
+            else:
+                await pool.run_phase(level, "warmup", requests=c, duration_s=None, seed=0,
+                                     prompts=_Prompts(tag + "w", 4), sink=[])
+            cpu0, t0 = _cpu(pids), time.perf_counter()
+            if pool is None:
+                watch.start()
+                res = await run_phase(client, _Prompts(tag, out), level, "measured", requests=n_req,
+                                      duration_s=None, watch=watch)
+                await watch.stop()
+                records, lag = res.records, watch.report().get("loop_lag_ms_p99")
+            else:
+                merged = await pool.run_phase(level, "measured", requests=n_req, duration_s=None, seed=1,
+                                              prompts=_Prompts(tag, out), sink=[])
+                records, lag = merged.records, merged.client.get("loop_lag_ms_p99")
+            wall, cpu = time.perf_counter() - t0, _cpu(pids) - cpu0
+        finally:
+            if pool is not None:
+                await pool.close()
         async with session.get(root + "/stats") as r:
             stamps = (await r.json())["stamps"]
-    ok = [r for r in res.records if r.ok]
-    ttft_err, deliver, tpot_err = [], [], []
+    ok = [r for r in records if r.ok and r.phase == "measured"]
+    excess, deliver, queue = [], [], []
     for r in ok:
         key = f"{tag}-{r.index} x"
-        if key not in stamps or r.first_token_ns is None or r.end_ns is None:
+        if r.first_token_ns is None:
             continue
-        _recv, t_first, _t_last = stamps[key]
-        ttft_err.append((r.first_token_ns - r.sent_ns) / 1e6 - TTFT_S * 1000)
-        deliver.append((r.first_token_ns - t_first) / 1e6)
-        if r.output_tokens and r.output_tokens > 1:
-            tpot = (r.chunk_ns[-1] - r.first_token_ns) / 1e6 / (r.output_tokens - 1)
-            tpot_err.append(tpot - ITL_S * 1000)
-    chunks = sum(len(r.chunk_ns) for r in ok)
-    rep = watch.report()
+        excess.append((r.first_token_ns - r.sent_ns) / 1e6 - TTFT_S * 1000)
+        if key in stamps:
+            deliver.append((r.first_token_ns - stamps[key][1]) / 1e6)
+        if getattr(r, "written_ns", None):
+            queue.append((r.written_ns - r.sent_ns) / 1e6)
+    return {"ok": len(ok), "failed": len([r for r in records if r.phase == "measured"]) - len(ok),
+            "chunks_per_s": sum(len(r.chunk_ns) for r in ok) / wall, "wall_s": wall,
+            "client_cpu_pct": 100 * cpu / wall / len(os.sched_getaffinity(0)), "lag_p99": lag,
+            "excess": excess, "deliver": deliver, "queue": queue}
+
+
+def child(argv: list[str]) -> None:
+    job = json.loads(argv[0])
+    os.sched_setaffinity(0, set(job["cores"]))
+    print(json.dumps(asyncio.run(_measure(job))))
+
+
+# ---- the parent: emitters, versions, rows, tables ---------------------------------------------------------------
+
+def _baseline_tree(ref: str) -> Path | None:
+    """``ref``'s src/ in a temporary directory (git archive; nothing in this checkout changes), or None."""
+    tmp = Path(tempfile.mkdtemp(prefix="tokenbench-baseline-"))
+    try:
+        data = subprocess.run(["git", "-C", str(HERE), "archive", "--format=tar", ref, "src"], check=True,
+                              capture_output=True).stdout
+    except (subprocess.CalledProcessError, FileNotFoundError) as e:
+        print(f"baseline {ref}: not available here ({e}); its column is left out", file=sys.stderr)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return None
+    with tarfile.open(fileobj=__import__("io").BytesIO(data)) as t:
+        t.extractall(tmp, filter="data")
+    return tmp / "src"
+
+
+def _run_child(src: Path, job: dict[str, Any], emitter_pid: int) -> dict[str, Any]:
+    import psutil
+
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    em = psutil.Process(emitter_pid)
+    e0, t0 = sum(em.cpu_times()[:2]), time.perf_counter()
+    p = subprocess.run([sys.executable, __file__, "--child", json.dumps(job)], env=env, capture_output=True,
+                       text=True, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"child failed: {p.stderr.strip().splitlines()[-1:]}")
+    out: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])
+    # the emitter's CPU over the whole child (start-up included): a lower bound of its share during the level
+    out["emitter_cpu_pct"] = 100 * (sum(em.cpu_times()[:2]) - e0) / (time.perf_counter() - t0)
+    return out
+
+
+def _pct(vals: list[float], q: float) -> float:
+    s = sorted(vals)
+    pos = (len(s) - 1) * q / 100
+    lo = int(pos)
+    return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (pos - lo)
+
+
+def _summary(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    def med(f: Any) -> float | None:
+        vals = [f(r) for r in reps if f(r) is not None]
+        return statistics.median(vals) if vals else None
+
     return {
-        "concurrency": concurrency, "ok": len(ok), "failed": len(res.records) - len(ok),
-        "chunks_per_s": chunks / wall, "ttft_err": ttft_err, "deliver": deliver, "tpot_err": tpot_err,
-        "cpu": rep.get("cpu_pct"), "lag_p99": rep.get("loop_lag_ms_p99"),
+        "ok": sum(r["ok"] for r in reps), "failed": sum(r["failed"] for r in reps),
+        "chunks_per_s": med(lambda r: r["chunks_per_s"]),
+        **{f"excess_p{q}": med(lambda r, q=q: _pct(r["excess"], q) if r["excess"] else None) for q in (50, 90, 99)},
+        "deliver_p99": med(lambda r: _pct(r["deliver"], 99) if r["deliver"] else None),
+        "queue_p99": med(lambda r: _pct(r["queue"], 99) if r["queue"] else None),
+        "client_cpu_pct": med(lambda r: r["client_cpu_pct"]), "emitter_cpu_pct": med(lambda r: r["emitter_cpu_pct"]),
+        "lag_p99": med(lambda r: r["lag_p99"]),
     }
 
 
-def q(vals: list[float], p: float) -> str:
-    return f"{percentile(sorted(vals), p):.2f}" if vals else "—"
+def _limit(s: dict[str, Any], client_cores: int) -> str:
+    if (s["client_cpu_pct"] or 0) >= 85:
+        return f"client CPU ({client_cores} core{'s' if client_cores > 1 else ''})"
+    if (s["emitter_cpu_pct"] or 0) >= 85:
+        return "emitter CPU"
+    return "schedule"
+
+
+def _f(v: float | None, spec: str = ".1f") -> str:
+    return "—" if v is None else format(v, spec)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="fewer levels (about 30 s)")
+    ap = argparse.ArgumentParser(description="client overhead: a table, not a test")
+    ap.add_argument("--quick", action="store_true", help="fewer rows, one repeat (about 2 minutes)")
+    ap.add_argument("--workers", default="1,2", help="worker counts for this tree, e.g. 1,2 (default)")
+    ap.add_argument("--baseline", default=DEFAULT_BASELINE, help="git ref to compare with ('' for none)")
+    ap.add_argument("--repeats", type=int, help="runs per cell, interleaved; the median is shown (default 3)")
     ap.add_argument("--json", help="also write the rows here")
     a = ap.parse_args()
-    levels = [1, 8, 64] if a.quick else [1, 8, 64, 256, 512]
+    repeats = a.repeats or (1 if a.quick else 3)
+    workers = [int(w) for w in a.workers.split(",")]
+    cores = sorted(os.sched_getaffinity(0))
+    emitter_core, client_cores = (cores[:1], cores[1:]) if len(cores) > 1 else (cores, cores)
+    tools: list[tuple[str, Path, int]] = [(f"now, {w} worker{'s' if w > 1 else ''}", HERE / "src", w)
+                                          for w in workers]
+    base = _baseline_tree(a.baseline) if a.baseline else None
+    if base is not None:
+        tools.insert(0, (f"baseline {a.baseline}", base, 1))
+    paced = [1, 64, 256] if a.quick else [1, 64, 256, 512]
+    burst = [64] if a.quick else [64, 512]
     rows: list[dict[str, Any]] = []
-    with EmitterProcess("--ttft", str(TTFT_S), "--itl", str(ITL_S)) as em:
-        for c in levels:
-            r = asyncio.run(one_level(em.root, c, max(2 * c, 16), 64, f"paced{c}"))
-            r["mode"], r["offered"] = "paced", c / ITL_S
-            rows.append(r)
-    with EmitterProcess("--burst") as em:
-        for c in ([1, 8, 64] if a.quick else [1, 8, 64, 512]):
-            r = asyncio.run(one_level(em.root, c, c * 2, 2000 if c <= 64 else 200, f"burst{c}"))
-            r["mode"], r["offered"] = "burst", None
-            rows.append(r)
+    for mode, streams_list, args in (("paced", paced, ["--ttft", str(TTFT_S), "--itl", str(ITL_S)]),
+                                     ("burst", burst, ["--burst"])):
+        for streams in streams_list:
+            out = 64 if mode == "paced" else (2000 if streams <= 64 else 200)
+            reps: dict[str, list[dict[str, Any]]] = {t[0]: [] for t in tools}
+            for rep in range(repeats):  # tools interleaved, each on a fresh emitter
+                for name, src, w in tools:
+                    if w > streams:
+                        continue
+                    em, root = _start_emitter(args)
+                    try:
+                        os.sched_setaffinity(em.pid, set(emitter_core))
+                        job = {"root": root, "streams": streams, "requests": max(2 * streams, 16), "out": out,
+                               "tag": f"{mode}{streams}r{rep}", "workers": w, "cores": client_cores}
+                        reps[name].append(_run_child(src, job, em.pid))
+                    finally:
+                        em.kill()
+                        em.wait()
+            for name, src, w in tools:
+                if reps[name]:
+                    rows.append({"mode": mode, "streams": streams, "tool": name, "workers": w,
+                                 "offered": streams / ITL_S if mode == "paced" else None, **_summary(reps[name])})
+                    print(f"  {mode} {streams} {name}: {rows[-1]['chunks_per_s']:,.0f} chunks/s", file=sys.stderr)
+    _print(rows, len(client_cores), emitter_core, client_cores, repeats, a.baseline if base else None)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    if base is not None:
+        shutil.rmtree(base.parent, ignore_errors=True)
 
-    head = ["mode", "conc.", "ok/failed", "offered chunks/s", "ingested chunks/s", "TTFT err p50/p99 ms",
-            "delivery p50/p99 ms", "TPOT err p50 ms", "client CPU %", "loop lag p99 ms"]
-    print(f"client overhead on {os.cpu_count()} cores, python {sys.version.split()[0]}; "
-          f"schedule: TTFT {TTFT_S * 1000:.0f} ms, ITL {ITL_S * 1000:.0f} ms")
+
+def _start_emitter(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    em = subprocess.Popen([sys.executable, "-m", "tokenbench.emitter", "--port", str(port), *args],
+                          env={**os.environ, "PYTHONPATH": str(HERE / "src")})
+    root = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(root + "/v1/models", timeout=1)
+            return em, root
+        except OSError:
+            time.sleep(0.05)
+    em.kill()
+    raise RuntimeError("the emitter did not start")
+
+
+def _print(rows: list[dict[str, Any]], n_client: int, emitter_core: list[int], client_cores: list[int],
+           repeats: int, baseline: str | None) -> None:
+    print(f"client overhead, python {sys.version.split()[0]}: emitter on core {emitter_core}, client on cores "
+          f"{client_cores}; median of {repeats}; schedule TTFT {TTFT_S * 1000:.0f} ms, a chunk every "
+          f"{ITL_S * 1000:.0f} ms per stream (paced)")
+    head = ["mode", "streams", "client", "ok/failed", "offered chunks/s", "ingested chunks/s", "x baseline",
+            "TTFT excess p50/p90/p99 ms", "x baseline p99", "delivery p99 ms", "send queue p99 ms", "client CPU %",
+            "emitter CPU %", "limit"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
+    base = {(r["mode"], r["streams"]): r for r in rows if r["tool"].startswith("baseline")}
     for r in rows:
+        b = base.get((r["mode"], r["streams"]))
+        is_base = r["tool"].startswith("baseline")
+        ratio = r["chunks_per_s"] / b["chunks_per_s"] if b and not is_base and b["chunks_per_s"] else None
+        p99 = (r["excess_p99"] / b["excess_p99"] if b and not is_base and r["excess_p99"] is not None
+               and b["excess_p99"] else None)
+        paced = r["mode"] == "paced"
         print("| " + " | ".join([
-            r["mode"], str(r["concurrency"]), f"{r['ok']}/{r['failed']}",
-            f"{r['offered']:,.0f}" if r["offered"] else "as fast as possible",
-            f"{r['chunks_per_s']:,.0f}",
-            f"{q(r['ttft_err'], 50)} / {q(r['ttft_err'], 99)}" if r["mode"] == "paced" else "—",
-            f"{q(r['deliver'], 50)} / {q(r['deliver'], 99)}",
-            q(r["tpot_err"], 50) if r["mode"] == "paced" else "—",
-            f"{r['cpu']:.0f}" if r["cpu"] is not None else "—",
-            f"{r['lag_p99']:.1f}" if r["lag_p99"] is not None else "—",
+            r["mode"], str(r["streams"]), r["tool"], f"{r['ok']}/{r['failed']}",
+            f"{r['offered']:,.0f}" if r["offered"] else "all at once", f"{r['chunks_per_s']:,.0f}",
+            _f(ratio, ".2f"),
+            (f"{_f(r['excess_p50'])} / {_f(r['excess_p90'])} / {_f(r['excess_p99'])}" if paced else "—"),
+            _f(p99, ".2f") if paced else "—", _f(r["deliver_p99"]), _f(r["queue_p99"]),
+            _f(r["client_cpu_pct"], ".0f"), _f(r["emitter_cpu_pct"], ".0f"), _limit(r, n_client),
         ]) + " |")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump([{k: v for k, v in r.items() if not isinstance(v, list)} | {
-                "ttft_err_p50": statistics.median(r["ttft_err"]) if r["ttft_err"] else None,
-                "deliver_p50": statistics.median(r["deliver"]) if r["deliver"] else None} for r in rows], f, indent=1)
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        child(sys.argv[2:])
+    else:
+        main()

@@ -11,6 +11,8 @@ import json
 import time
 from bisect import bisect_right
 from itertools import accumulate
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -57,6 +59,49 @@ def trace_config() -> aiohttp.TraceConfig:
     return tc
 
 
+OnDecoded = Callable[[RequestRecord], None]
+
+
+class DeferredDecoding:
+    """Streams whose bytes are decoded after they end, one stream per turn of the event loop.
+
+    When a wave of streams ends together (a deterministic server, or vLLM's lock-step batches), decoding them all
+    at once would hold the loop for milliseconds while new requests wait to be sent and first tokens wait to be
+    read. Here each decode yields the loop to whatever is ready (reads, sends) before the next one runs. ``flush``
+    decodes what is left at once: a phase calls it before it reads its records."""
+
+    __slots__ = ("jobs", "_task", "error")
+
+    def __init__(self) -> None:
+        self.jobs: deque[Callable[[], None]] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+
+    def put(self, job: Callable[[], None]) -> None:
+        self.jobs.append(job)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while self.jobs:
+            self._one()
+            await asyncio.sleep(0)
+
+    def _one(self) -> None:
+        job = self.jobs.popleft()
+        try:
+            job()
+        except Exception as e:  # a caller's callback failed: kept for flush to raise where it can be handled
+            self.error = self.error or e
+
+    def flush(self) -> None:
+        while self.jobs:
+            self._one()
+        if self.error is not None:
+            err, self.error = self.error, None
+            raise err
+
+
 @dataclass(slots=True)
 class StreamClient:
     """One endpoint, one model. ``body_extras`` are the server-specific fields (ignore_eos, ...)."""
@@ -75,6 +120,8 @@ class StreamClient:
     #: A fresh connection per request, for servers that close after every stream although they advertise
     #: keep-alive (llama.cpp's llama-server): reusing the pooled connection would lose the request.
     fresh_connection: bool = False
+    #: Where a stream sent with an ``on_done`` callback is decoded after it ends (run_phase's sends).
+    deferred: DeferredDecoding = field(default_factory=DeferredDecoding)
 
     @property
     def url(self) -> str:
@@ -105,8 +152,17 @@ class StreamClient:
         b.update(req.extra_body)
         return b
 
-    async def send(self, req: PreparedRequest, record: RequestRecord) -> RequestRecord:
+    def flush(self) -> None:
+        """Decode every stream still waiting (see DeferredDecoding); their ``on_done`` callbacks run."""
+        self.deferred.flush()
+
+    async def send(self, req: PreparedRequest, record: RequestRecord,
+                   on_done: OnDecoded | None = None) -> RequestRecord:
         """Send one streaming request and fill ``record``. Never raises for server faults: they are recorded.
+
+        Without ``on_done`` the record is complete when this returns. With it, a stream that ended normally is
+        decoded later (``DeferredDecoding``: its timings are already stamped) and ``on_done`` gets the record then;
+        call ``flush`` before reading such records.
 
         A send whose connection dies before the server answered a byte is, almost always, a connection kept
         alive from an earlier request that the server has closed meanwhile (llama-server does after every
@@ -116,8 +172,10 @@ class StreamClient:
         record.expected_output_tokens = req.max_tokens
         payload = json.dumps(self.body(req)).encode()
         headers = self.headers()
+        deferred = False
         for attempt in range(SEND_ATTEMPTS):
-            if await self._send_once(payload, headers, record) or attempt == SEND_ATTEMPTS - 1:
+            done, deferred = await self._send_once(payload, headers, record, on_done)
+            if done or attempt == SEND_ATTEMPTS - 1:
                 break
             record.connection_retries += 1
             record.error_kind = record.error = None
@@ -127,10 +185,14 @@ class StreamClient:
             await asyncio.sleep(0)
         if record.end_ns is None:
             record.end_ns = time.perf_counter_ns()
+        if on_done is not None and not deferred:
+            on_done(record)
         return record
 
-    async def _send_once(self, payload: bytes, headers: dict[str, str], record: RequestRecord) -> bool:
-        """One attempt. False when its connection died before the server answered."""
+    async def _send_once(self, payload: bytes, headers: dict[str, str], record: RequestRecord,
+                         on_done: OnDecoded | None = None) -> tuple[bool, bool]:
+        """One attempt: (False when its connection died before the server answered, True when the stream's
+        decoding was deferred)."""
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_read=self.stall_timeout_s)
         record.sent_ns = time.perf_counter_ns()
         try:
@@ -142,8 +204,8 @@ class StreamClient:
                     record.end_ns = time.perf_counter_ns()
                     record.error_kind = f"http_{resp.status}"
                     record.error = _error_message(text) or resp.reason or ""
-                    return True
-                await self._consume(resp, record)
+                    return True, False
+                return True, await self._consume(resp, record, on_done)
         except aiohttp.ServerTimeoutError:
             record.error_kind = "stall"
             record.error = f"no bytes for {self.stall_timeout_s:g} s"
@@ -156,24 +218,26 @@ class StreamClient:
         except aiohttp.ServerDisconnectedError as e:
             record.error_kind = "stream_broken" if record.first_byte_ns else "disconnected"
             record.error = str(e)[:300] or "server closed the connection"
-            return record.http_status is not None
+            return record.http_status is not None, False
         except aiohttp.ClientConnectorError as e:
             record.error_kind = "connection"
             record.error = str(e)[:300]
         except aiohttp.ClientOSError as e:  # "Can not write request body": a socket the server had closed
             record.error_kind = "client_error"
             record.error = f"{type(e).__name__}: {e}"[:300]
-            return record.http_status is not None
+            return record.http_status is not None, False
         except aiohttp.ClientError as e:
             record.error_kind = "client_error"
             record.error = f"{type(e).__name__}: {e}"[:300]
-        return True
+        return True, False
 
-    async def _consume(self, resp: aiohttp.ClientResponse, record: RequestRecord) -> None:
+    async def _consume(self, resp: aiohttp.ClientResponse, record: RequestRecord,
+                       on_done: OnDecoded | None = None) -> bool:
         """The timing path: each read is stamped and kept as bytes, nothing more. The bytes become events and
-        the record later, in batches (``StreamDecoder.replay``): at the end of the stream, or every
-        REPLAY_BYTES, which bounds the memory of a long stream. A read's stamp is when its bytes arrived, so
-        deferring the parse changes no timing; it keeps the parse out of the way of the other streams' reads."""
+        the record later, in batches (``StreamDecoder.replay``): every REPLAY_BYTES (which bounds the memory of a
+        long stream), then at the end of the stream, or with ``on_done`` after it (DeferredDecoding; True is
+        returned). A read's stamp is when its bytes arrived, so decoding later changes no timing; it keeps the
+        parse out of the way of the other streams' reads and sends."""
         decoder = StreamDecoder(record, chat=self.api == "chat")
         read = resp.content.readany
         perf = time.perf_counter_ns
@@ -193,10 +257,26 @@ class StreamClient:
                     reads, stamps, held = [], [], 0
                     if decoder.overflowed:
                         break
-        finally:  # a stream that broke, timed out or was interrupted keeps the events it delivered
+        except BaseException:  # a stream that broke, timed out or was interrupted keeps the events it delivered
             decoder.replay(reads, stamps)
-        if decoder.close(perf()):
-            self._count_tokens(record, decoder.usage)
+            raise
+        end = perf()
+        record.end_ns = end
+        if on_done is None:
+            self._decode(decoder, reads, stamps, end)
+            return False
+
+        def job() -> None:
+            self._decode(decoder, reads, stamps, end)
+            on_done(record)
+
+        self.deferred.put(job)
+        return True
+
+    def _decode(self, decoder: StreamDecoder, reads: list[bytes], stamps: list[int], end: int) -> None:
+        decoder.replay(reads, stamps)
+        if decoder.close(end):
+            self._count_tokens(decoder.record, decoder.usage)
 
     def _count_tokens(self, record: RequestRecord, usage: Usage | None) -> None:
         timings = record.server_timings or {}

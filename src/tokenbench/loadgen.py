@@ -37,7 +37,10 @@ MONITOR_PERIOD_S = 0.01
 
 
 class Backend(Protocol):
-    async def send(self, req: PreparedRequest, record: RequestRecord) -> RequestRecord: ...
+    async def send(self, req: PreparedRequest, record: RequestRecord,
+                   on_done: Callable[[RequestRecord], None] | None = None) -> RequestRecord: ...
+
+    def flush(self) -> None: ...
 
 
 class PromptSource(Protocol):
@@ -132,6 +135,10 @@ class PhaseResult:
 OnDone = Callable[[RequestRecord], None]
 
 
+def _ignore(record: RequestRecord) -> None:
+    pass
+
+
 async def run_phase(
     backend: Backend,
     prompts: PromptSource,
@@ -160,14 +167,14 @@ async def run_phase(
     stop_ns = start_ns + int(duration_s * NS_PER_S) if duration_s else None
     w = watch or ClientWatch()
 
+    done = on_done or _ignore
+
     async def one(req: PreparedRequest, rec: RequestRecord) -> None:
         w.inflight += 1
-        try:
-            await backend.send(req, rec)
+        try:  # decoded later (client.DeferredDecoding): ``done`` runs then, and flush() below waits for the rest
+            await backend.send(req, rec, done)
         finally:
             w.inflight -= 1
-        if on_done is not None:
-            on_done(rec)
 
     try:
         if level.rate is None:
@@ -223,6 +230,7 @@ async def run_phase(
             await asyncio.gather(*tasks)
     except asyncio.CancelledError:
         # Ctrl-C: requests still in flight end as "interrupted"; finished ones are kept.
+        backend.flush()
         now = time.perf_counter_ns()
         for r in records:
             if r.end_ns is None and r.error_kind is None:
@@ -230,5 +238,6 @@ async def run_phase(
                 r.error = "the run was interrupted"
                 r.end_ns = now
         raise
+    backend.flush()
     ends = [r.end_ns for r in records if r.end_ns is not None and r.phase == phase]
     return PhaseResult(records=records, start_ns=start_ns, end_ns=max(ends) if ends else time.perf_counter_ns())
