@@ -11,9 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import UsageError
-from .metrics import cost_per_mtok
 
 HOURS_PER_YEAR = 365 * 24
+
+
+def cost_per_mtok(price_per_hour: float | None, tokens_per_s: float | None) -> float | None:
+    """Price per million tokens at a sustained rate: price_per_hour / (tps * 3600) * 1e6. The one definition of
+    the number; everything else reaches it through ``Pricing``."""
+    if price_per_hour is None or not tokens_per_s:
+        return None
+    return price_per_hour / (tokens_per_s * 3600.0) * 1e6
 
 
 #: The one currency default of every command (sweep, cost, report, recommend): prices are in it unless told.
@@ -59,6 +66,13 @@ class Pricing:
     def per_mtok(self, tokens_per_s: float | None) -> float | None:
         return cost_per_mtok(self.effective_hourly(), tokens_per_s)
 
+    @classmethod
+    def rented(cls, price_per_hour: float | None, currency: str | None = None) -> Pricing | None:
+        """A run's recorded rental price (None: the run has none)."""
+        if price_per_hour is None:
+            return None
+        return cls(currency=currency or DEFAULT_CURRENCY, price_per_hour=price_per_hour)
+
     def describe(self) -> str:
         if self.price_per_hour is not None:
             busy = "" if self.busy_hours_per_day == 24 else f", busy {self.busy_hours_per_day:g} h/day"
@@ -66,6 +80,12 @@ class Pricing:
         return (f"owned: {self.purchase:g} {self.currency} over {self.life_years:g} years at "
                 f"{self.hours_per_day:g} h/day, {self.watts:g} W at {self.kwh_price:g} {self.currency}/kWh "
                 f"= {self.effective_hourly():.3f} {self.currency}/hour")
+
+
+def level_cost(price_per_hour: float | None, currency: str | None, tokens_per_s: float | None) -> float | None:
+    """A level's ``cost_per_mtok`` as stored in its summary: its run's rental price at its output rate."""
+    pricing = Pricing.rented(price_per_hour, currency)
+    return pricing.per_mtok(tokens_per_s) if pricing else None
 
 
 def api_in(currency: str, api_price: float | None, api_currency: str | None, exchange_rate: float | None) -> float | None:

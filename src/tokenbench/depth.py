@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from . import __version__, machine
+from . import __version__, findings, machine
 from .client import PreparedRequest, StreamClient, trace_config
 from .errors import EndpointError, UsageError
 from .metrics import NS_PER_S, LevelSummary
@@ -38,18 +38,6 @@ from .sweep import guard_snapshot, pick_tokenizer
 from .results import LevelOutcome, RunResult, new_run_id, now_iso
 from .loadgen import Level
 from .workload import PromptBuilder
-
-#: The pp step re-processed the context when it took more than this share of the fill's time while the
-#: depth is much longer than pp (a warm prefix makes it far shorter).
-COLD_SHARE = 0.5
-#: Server timings and the client's clock may disagree by this much before it is flagged.
-TIMINGS_TOLERANCE = 0.25
-#: A rate whose standard deviation is above this share of its mean is no measurement (the issue's rule;
-#: pyperf warns at 10%, llama-bench prints whatever it got).
-UNSTABLE_SD_SHARE = 0.5
-#: The client's tg may read a little above the server's (it cannot see the server's first step), never more.
-SERVER_TG_MARGIN = 0.10
-
 
 @dataclass(slots=True)
 class DepthConfig:
@@ -134,6 +122,10 @@ async def run_step(client: StreamClient, builder: PromptBuilder, depth: int, pp:
     return step
 
 
+def _add(level: LevelSummary, finding: findings.Finding | None) -> bool:
+    return finding is not None and level.add(finding)
+
+
 def _mean_sd(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
@@ -150,44 +142,21 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[Le
     lp.client = {"pp_tps_reps": [round(v, 2) for v in pp_rates]}
     lt.client = {"tg_tps_reps": [round(v, 2) for v in tg_rates]}
     for lvl, kind, mean, sd, reps in ((lp, "pp", pp_mean, pp_sd, pp_rates), (lt, "tg", tg_mean, tg_sd, tg_rates)):
-        if mean and sd is not None and sd > UNSTABLE_SD_SHARE * mean:
-            lvl.flags.append("unstable")
-            lvl.warnings.append(
-                f"{kind} varies {sd / mean:.0%} of its mean over {len(reps)} repetitions "
-                f"({', '.join(f'{v:,.1f}' for v in reps)} tok/s): not a measurement; quiet the machine, raise "
-                "--repetitions or --tg"
-            )
-    fills = [s.fill_s for s in steps if s.fill_s]
-    if fills and depth >= 4 * pp:
-        cold = [s for s in steps if s.fill_s and s.pp_s > COLD_SHARE * s.fill_s]
-        if cold:
-            lp.flags.append("context_not_warm")
-            lp.warnings.append(
-                f"the pp step took {cold[0].pp_s * 1000:.0f} ms against {(cold[0].fill_s or 0) * 1000:.0f} ms to fill the "
-                f"{depth}-token context: the server did not keep it warm, so pp includes the depth's prefill "
-                "(vLLM: --enable-prefix-caching; llama.cpp: one client per slot)"
-            )
+        _add(lvl, findings.unstable_depth_rate(kind, mean, sd, reps))
+    _add(lp, findings.context_not_warm(depth, pp, [(s.fill_s, s.pp_s) for s in steps]))
     lp.client.update({"fill_ms": [round((s.fill_s or 0) * 1000, 2) for s in steps],
                       "pp_ms": [round(s.pp_s * 1000, 2) for s in steps]})
     server_pp = [s.server_pp_tps for s in steps if s.server_pp_tps]
     if server_pp and pp_mean:
         lp.client["server_pp_tps"] = statistics.fmean(server_pp)
-        if abs(statistics.fmean(server_pp) - pp_mean) / pp_mean > TIMINGS_TOLERANCE:
-            lp.flags.append("timings_disagree")
-            lp.warnings.append(f"the server's timings say {statistics.fmean(server_pp):,.0f} tok/s prefill, the "
-                               f"client measured {pp_mean:,.0f}: network or queueing time is in the client's figure")
+        _add(lp, findings.timings_disagree(statistics.fmean(server_pp), pp_mean))
     server_tg = [s.server_tg_tps for s in steps if s.server_tg_tps]
     if server_tg:
         ceiling = statistics.fmean(server_tg)
         lt.client["server_tg_tps"] = ceiling
-        if tg_mean and tg_mean > ceiling * (1 + SERVER_TG_MARGIN):
+        if tg_mean and _add(lt, findings.exceeds_server_timings(tg_mean, ceiling)):
             lt.client["tg_tps_client"] = tg_mean
             lt.tg_tps = lt.tg_tps_sd = None
-            lt.flags.append("exceeds_server_timings")
-            lt.warnings.append(
-                f"the client timed tg at {tg_mean:,.1f} tok/s, faster than the server's own timings allow "
-                f"({ceiling:,.1f} tok/s): chunks were held back and sent together; not published"
-            )
     return lp, lt
 
 
@@ -196,9 +165,7 @@ def skipped_depth(depth: int, pp: int, tg: int, slot_ctx: int) -> tuple[LevelSum
     out = []
     for test in (f"pp{pp}", f"tg{tg}"):
         lvl = LevelSummary.empty(concurrency=1, test=test, depth=depth)
-        lvl.flags.append("exceeds_context")
-        lvl.warnings.append(f"depth {depth} + pp {pp} + tg {tg} does not fit the server's {slot_ctx}-token "
-                            "slot context: not run (raise the server's -c, or fewer slots)")
+        lvl.add(findings.exceeds_context(depth, pp, tg, slot_ctx))
         out.append(lvl)
     return out[0], out[1]
 
@@ -271,8 +238,7 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResu
                         await tele.stop()
                 lp, lt = summarize_depth(d, cfg.pp, cfg.tg, steps)
                 lp.guard = lt.guard = snap
-                if snap is not None and not snap["clean"]:
-                    lp.flags.append("dirty_bench")
+                _add(lp, findings.guard_finding(snap, run_id))
                 if tele:
                     tg_tokens = sum(s.tg_tokens + 1 for s in steps)
                     lp.telemetry = lt.telemetry = tele.summary(tg_tokens, sum(s.tg_s for s in steps))

@@ -11,11 +11,13 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from . import __version__, machine
+from . import __version__, findings, machine
 from .client import Api, PreparedRequest, StreamClient, trace_config
 from .errors import EndpointError, EngineError, LevelFailed, TokenbenchError, UsageError
 from .loadgen import ClientWatch, Level, run_phase
-from .metrics import SLO, LevelSummary, cost_per_mtok, peak_in_flight, summarize
+from .cost import level_cost
+from .findings import Code
+from .metrics import SLO, LevelSummary, peak_in_flight, summarize
 from .records import RequestRecord
 from . import redact
 from .servers import ServerInfo, ServerTokenizer, check_model, discover, root_url
@@ -286,12 +288,11 @@ async def run_sweep(
                     reps.append(summary)
                     if level_status != "complete":
                         break
-                outcomes.append(LevelOutcome(idx, level, combine_repetitions(reps, cfg.price_per_hour), level_status, reps))
+                outcomes.append(LevelOutcome(idx, level, combine_repetitions(reps, cfg.price_per_hour, cfg.currency), level_status, reps))
                 last = reps[-1]
-                if "prompt_truncated" in last.flags:
-                    raise LevelFailed(
-                        f"level {level.describe()} failed: {next(w for w in last.warnings if 'truncates' in w)}"
-                    )
+                truncated = last.finding(Code.PROMPT_TRUNCATED)
+                if truncated is not None:
+                    raise LevelFailed(f"level {level.describe()} failed: {truncated.text}")
                 if set(last.errors) & CONNECTION_ERRORS or (last.failed and not last.completed):
                     if alive is not None and not alive():
                         raise EngineError(f"the embedded engine died during level {level.describe()}: see its log")
@@ -335,6 +336,19 @@ async def guard_snapshot(mode: str, config: Any, target_pids: set[int], where: s
     if mode == "strict" and not snap["clean"]:
         raise guard.GuardFailed(guard.refuse_message(snap, where))
     return snap
+
+
+def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: LevelSummary,
+           watch: ClientWatch, info: ServerInfo, snap: dict[str, Any] | None) -> findings.LevelFacts:
+    """What the finding rules look at for a finished level: the client watch's reasons, the adapter's slot
+    limits, the guard's snapshot and the most requests in flight."""
+    reasons = watch.verdict(level, summary.send_delay_ms.p90 if summary.send_delay_ms else None,
+                            summary.send_queue_ms.p90 if summary.send_queue_ms else None)
+    slots = info.adapter.slot_warnings(info.slots, info.slot_ctx, level.concurrency, cfg.input_len + cfg.output_len)
+    measured = [r for r in records if r.phase == "measured"]
+    return findings.LevelFacts(
+        records, summary, level.concurrency, cfg.requests, run_id=run_id, guard=snap, client_reasons=reasons,
+        slot_reasons=slots, max_error_rate=cfg.max_error_rate, peak_in_flight=peak_in_flight(measured))
 
 
 async def _run_level(
@@ -388,60 +402,21 @@ async def _run_level(
         measured = [r for r in records if r.phase == "measured"]
         summary = summarize(records, concurrency=level.concurrency, rate=level.rate,
                             window_start_ns=min((r.sent_ns for r in measured), default=0))
-        summary.flags.append("interrupted")
+        findings.assess(findings.LevelFacts(records, summary, level.concurrency, n_req, interrupted=True))
         store.save_level(run_id, idx, repetition, summary, records, status=status, started=started,
                          finished=now_iso(), window=window)
         raise
-    summary = summarize(
-        records, concurrency=level.concurrency, rate=level.rate, window_start_ns=window[0],
-        window_end_ns=window[1], slo=cfg.slo, price_per_hour=cfg.price_per_hour,
-    )
+    summary = summarize(records, concurrency=level.concurrency, rate=level.rate, window_start_ns=window[0],
+                        window_end_ns=window[1], slo=cfg.slo)
+    summary.cost_per_mtok = level_cost(cfg.price_per_hour, cfg.currency, summary.output_throughput_tps)
     summary.client = watch.report()
     summary.guard = snap
     if tele is not None:
         summary.telemetry = tele.summary(summary.total_output_tokens, summary.duration_s)
         if tele.series():
             store.save_telemetry(run_id, idx, repetition, tele.series())
-    if snap is not None and not snap["clean"]:
-        summary.flags.append("dirty_bench")
-        bad = ", ".join(c["name"] for c in snap["checks"] if c["status"] == "fail")
-        summary.warnings.append(f"the guard found the bench dirty before this level ({bad}): "
-                                f"'tokenbench show {run_id} --guard' prints the snapshots")
-    reasons = watch.verdict(level, summary.send_delay_ms.p90 if summary.send_delay_ms else None,
-                            summary.send_queue_ms.p90 if summary.send_queue_ms else None)
-    if reasons:
-        summary.flags.append("client_bound")
-        summary.warnings.append(
-            "the client was a limit, so timings may read late (a server on the same cores competes with it): "
-            + "; ".join(reasons)
-        )
-    total_tokens = cfg.input_len + cfg.output_len
-    for w in info.adapter.slot_warnings(info.slots, info.slot_ctx, level.concurrency, total_tokens):
-        summary.flags.append("slots_exceeded")
-        summary.warnings.append(w)
-    if level.concurrency and level.concurrency > 1:
-        measured = [r for r in records if r.phase == "measured"]
-        peak = peak_in_flight(measured)
-        if measured and peak < level.concurrency:
-            why = (f"only {n_req} requests were asked for" if n_req is not None and n_req < level.concurrency
-                   else "requests ended before the others were sent")
-            summary.flags.append("concurrency_not_reached")
-            summary.warnings.append(
-                f"the level never had {level.concurrency} requests in flight (at most {peak}): {why}; "
-                f"raise --requests to at least {2 * level.concurrency} or give --duration"
-            )
-    if summary.cost_per_mtok is None and cfg.price_per_hour is not None:
-        summary.cost_per_mtok = cost_per_mtok(cfg.price_per_hour, summary.output_throughput_tps)
-    attempted = summary.completed + summary.failed
-    if status == "complete" and attempted and summary.failed / attempted > cfg.max_error_rate:
-        status = "failed"
-        summary.flags.append("error_rate")
-        kinds = ", ".join(f"{k} x{n}" for k, n in sorted(summary.errors.items()))
-        summary.warnings.append(
-            f"{summary.failed} of {attempted} requests failed ({summary.failed / attempted:.0%}, above "
-            f"--max-error-rate {cfg.max_error_rate:.0%}): {kinds}; the level is failed, not a result"
-        )
-    if "prompt_truncated" in summary.flags:
+    findings.assess(_facts(cfg, run_id, level, records, summary, watch, info, snap))
+    if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED):
         status = "failed"
     store.save_level(run_id, idx, repetition, summary, records, status=status, started=started,
                      finished=now_iso(), window=window)
