@@ -11,20 +11,21 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from . import __version__, findings, machine
+from . import findings, redact
 from .client import Api, PreparedRequest, StreamClient, trace_config
-from .errors import EndpointError, EngineError, LevelFailed, TokenbenchError, UsageError
-from .loadgen import ClientWatch, Level, run_phase
 from .cost import level_cost
+from .endpoint import Endpoint, RunLog
+from .errors import EndpointError, EngineError, LevelFailed, UsageError
 from .findings import Code
+from .guard import snapshot_before
+from .loadgen import ClientWatch, Level, run_phase
 from .metrics import SLO, LevelSummary, peak_in_flight, summarize
 from .records import RequestRecord
-from . import redact
-from .servers import ServerInfo, ServerTokenizer, check_model, discover, root_url
+from .results import LevelOutcome, RunResult, combine_repetitions, new_run_id, now_iso
+from .servers import ServerInfo, discover, root_url
 from .store import Store
 from .telemetry import LevelTelemetry
-from .results import LevelOutcome, RunResult, combine_repetitions, new_run_id, now_iso
-from .workload import LocalTokenizer, PromptBuilder, Tokenizer, Workload
+from .workload import PromptBuilder, Workload
 
 CONNECTION_ERRORS = {"connection", "disconnected", "stream_broken"}
 
@@ -131,32 +132,6 @@ class _Prompts:
         return self.pool.pop(0)
 
 
-async def pick_tokenizer(
-    path: str | None, api_key: str | None, session: aiohttp.ClientSession, info: ServerInfo, model: str
-) -> tuple[Tokenizer, LocalTokenizer | None]:
-    """The served model's tokenizer: ``path`` if given, else the server's own endpoint, else a local one by the
-    model's name. Also returns the local one, if any, for counting tokens."""
-    if path:
-        t = LocalTokenizer(path)
-        return t, t
-    if info.tokenize_path:
-        st = ServerTokenizer(session, info, model, api_key)
-        try:
-            if await st.encode("hello world"):
-                return st, None
-        except (TokenbenchError, aiohttp.ClientError, KeyError, ValueError, asyncio.TimeoutError):
-            pass
-    try:
-        t = LocalTokenizer(model)
-        return t, t
-    except (UsageError, ValueError, OSError):
-        pass
-    raise UsageError(
-        f"no tokenizer for exact prompt lengths of '{model}': pass --tokenizer PATH "
-        "(a tokenizer.json or a Hugging Face directory of the served model)"
-    )
-
-
 def ensure_open_files(concurrency: int) -> None:
     """Each request in flight holds a socket: raise this process's open-file limit to what ``concurrency`` needs,
     or refuse with advice before the level crashes on "Too many open files" (macOS allows 256 by default)."""
@@ -197,6 +172,91 @@ async def _preflight(client: StreamClient, builder: PromptBuilder, fields: dict[
     raise EndpointError(f"the first request failed ({rec.error_kind}: {rec.error}); check the server's log")
 
 
+def _manifest(cfg: SweepConfig, ep: Endpoint, workload: Workload, probe: RequestRecord, extras: dict[str, Any],
+              seed: int) -> dict[str, Any]:
+    return ep.manifest(
+        cfg.embedded, cfg.label, cfg.command,
+        # the one uncounted request before any level: the server counts it in its own metrics
+        check_request={"ttft_ms": _ms(probe.ttft_ns), "e2e_ms": _ms(probe.e2e_ns),
+                       "output_tokens": probe.output_tokens},
+        server_flags=(cfg.embedded or {}).get("command"),
+        workload=workload.to_dict(),
+        request_fields=redact.body(extras),
+        load={
+            "levels": [lv.describe() for lv in cfg.levels()],
+            "requests": cfg.requests,
+            "duration_s": cfg.duration_s,
+            "warmup": cfg.warmup,
+            "repetitions": cfg.repetitions,
+            "timeout_s": cfg.timeout_s,
+            "stall_timeout_s": cfg.stall_timeout_s,
+            "temperature": cfg.temperature,
+        },
+        price_per_hour=cfg.price_per_hour,
+        currency=cfg.currency,
+        slo=cfg.slo.describe() if cfg.slo else None,
+        seed=seed,
+    )
+
+
+def _request_fields(cfg: SweepConfig, ep: Endpoint) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields of every measured request (fixed output length, by what the server honours) and of the check
+    request before the run (the same kind, a short output); the user's --extra-body on top of both."""
+    extras: dict[str, Any] = {}
+    check: dict[str, Any] = {}
+    if cfg.fixed_output:
+        extras.update(ep.info.adapter.output_length_fields(cfg.output_len, ep.eos_token_id, cfg.api))
+        check.update(ep.info.adapter.check_fields(2, ep.eos_token_id, cfg.api))
+    return extras | cfg.extra_body, check | cfg.extra_body
+
+
+class _Sweep:
+    """One sweep's levels in order, each with its repetitions, stopping on what makes the rest meaningless."""
+
+    def __init__(self, cfg: SweepConfig, store: Store, run_id: str, ep: Endpoint, client: StreamClient,
+                 prompts: _Prompts, rep: Reporter, seed: int, alive: Any) -> None:
+        self.cfg, self.store, self.run_id, self.ep, self.client = cfg, store, run_id, ep, client
+        self.prompts, self.rep, self.seed, self.alive = prompts, rep, seed, alive
+        self.outcomes: list[LevelOutcome] = []
+
+    async def run(self) -> None:
+        for idx, level in enumerate(self.cfg.levels()):
+            reps: list[LevelSummary] = []
+            level_status = "complete"
+            for r in range(self.cfg.repetitions):
+                summary, level_status = await _run_level(
+                    self.cfg, self.store, self.run_id, idx, r, level, self.client, self.prompts, self.rep,
+                    self.ep.info, self.seed)
+                reps.append(summary)
+                if level_status != "complete":
+                    break
+            combined = combine_repetitions(reps, self.cfg.price_per_hour, self.cfg.currency)
+            self.outcomes.append(LevelOutcome(idx, level, combined, level_status, reps))
+            await self.stop_if_broken(level, reps[-1])
+
+    async def stop_if_broken(self, level: Level, last: LevelSummary) -> None:
+        """A truncated prompt fails the run; lost connections ask whether the server is still there."""
+        truncated = last.finding(Code.PROMPT_TRUNCATED)
+        if truncated is not None:
+            raise LevelFailed(f"level {level.describe()} failed: {truncated.text}")
+        if not (set(last.errors) & CONNECTION_ERRORS or (last.failed and not last.completed)):
+            return
+        if self.alive is not None and not self.alive():
+            raise EngineError(f"the embedded engine died during level {level.describe()}: see its log")
+        try:
+            await discover(self.ep.http, self.cfg.url, self.cfg.api_key, timeout=5, model=self.ep.model)
+        except EndpointError as e:
+            raise EndpointError(f"the server stopped answering during level {level.describe()}: {e}") from e
+
+    def verdict(self) -> tuple[str, str | None]:
+        failed = [o for o in self.outcomes if o.status != "complete"]
+        if not failed:
+            return "complete", None
+        status = "partial" if len(failed) < len(self.outcomes) else "failed"
+        return status, f"{len(failed)} of {len(self.outcomes)} levels failed: " + "; ".join(
+            f"{o.level.describe()}: {', '.join(o.summary.flags) or o.status}" for o in failed)
+
+
 async def run_sweep(
     cfg: SweepConfig,
     store: Store,
@@ -207,135 +267,34 @@ async def run_sweep(
     rep = reporter or QuietReporter()
     ensure_open_files(max([lv.concurrency or lv.max_concurrency or 1 for lv in cfg.levels()]))
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
-    run_id = new_run_id()
+    log = RunLog(store, new_run_id(), "sweep", cfg.label)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(connector=connector, trace_configs=[trace_config()]) as session:
-        info = await discover(session, cfg.url, cfg.api_key, model=cfg.model)
-        if info.models_error:
-            rep.warn(f"warning: {info.models_error}; measuring '{cfg.model}' as given by --model")
-        model = check_model(info, cfg.model, cfg.url)
-        tokenizer, counter = await pick_tokenizer(cfg.tokenizer, cfg.api_key, session, info, model)
-        eos = getattr(tokenizer, "eos_token_id", None)
-        adapter = info.adapter
-        extras: dict[str, Any] = {}
-        check: dict[str, Any] = {}
-        if cfg.fixed_output:
-            extras.update(adapter.output_length_fields(cfg.output_len, eos, cfg.api))
-            check.update(adapter.check_fields(2, eos, cfg.api))
-        extras.update(cfg.extra_body)
-        check.update(cfg.extra_body)
-        client = StreamClient(
-            session=session, base_url=cfg.url, model=model, api=cfg.api, api_key=cfg.api_key,
-            temperature=cfg.temperature, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s,
-            counter=counter, one_token_per_chunk=adapter.one_token_per_chunk,
-            fresh_connection=adapter.closes_after_stream,
-        )
-        builder = PromptBuilder(tokenizer, seed, run_id.rsplit("-", 1)[-1] + secrets.token_hex(2))
+        ep = await Endpoint.open(session, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, rep.warn)
+        extras, check = _request_fields(cfg, ep)
+        client = ep.client(cfg.api, temperature=cfg.temperature, timeout_s=cfg.timeout_s,
+                           stall_timeout_s=cfg.stall_timeout_s)
+        builder = PromptBuilder(ep.tokenizer, seed, log.run_id.rsplit("-", 1)[-1] + secrets.token_hex(2))
         # The check request names the model too: with a server that cannot list its models, it proves the name.
         probe = await _preflight(client, builder, check)
         client.body_extras = extras
         workload = Workload(cfg.input_len, cfg.output_len, cfg.shape, cfg.api, cfg.prefix_len, seed)
-        manifest: dict[str, Any] = {
-            "endpoint": cfg.url,
-            "model": model,
-            "engine": info.engine,
-            "engine_version": info.engine_version or (cfg.embedded or {}).get("engine_version"),
-            "server": info.to_dict(),
-            # the one uncounted request before any level: the server counts it in its own metrics
-            "check_request": {"ttft_ms": _ms(probe.ttft_ns), "e2e_ms": _ms(probe.e2e_ns),
-                              "output_tokens": probe.output_tokens},
-            "server_flags": (cfg.embedded or {}).get("command"),
-            "embedded": cfg.embedded,
-            "label": cfg.label,
-            "command": cfg.command,
-            "started": now_iso(),
-            "finished": None,
-            "workload": workload.to_dict(),
-            "tokenizer": tokenizer.description,
-            "request_fields": redact.body(extras),
-            "load": {
-                "levels": [lv.describe() for lv in cfg.levels()],
-                "requests": cfg.requests,
-                "duration_s": cfg.duration_s,
-                "warmup": cfg.warmup,
-                "repetitions": cfg.repetitions,
-                "timeout_s": cfg.timeout_s,
-                "stall_timeout_s": cfg.stall_timeout_s,
-                "temperature": cfg.temperature,
-            },
-            "price_per_hour": cfg.price_per_hour,
-            "currency": cfg.currency,
-            "slo": cfg.slo.describe() if cfg.slo else None,
-            "seed": seed,
-            "machine": machine.snapshot(),
-        }
+        manifest = _manifest(cfg, ep, workload, probe, extras, seed)
         manifest["guard"] = cfg.guard
-        first = await guard_snapshot(cfg.guard, cfg.guard_config, cfg.target_pids, "before the run")  # strict: refuse before anything is stored
-        manifest["guard_before_run"] = first
-        store.create_run(run_id, "sweep", cfg.label, manifest["started"], __version__, manifest)
-        rep.run_id = run_id
-        prompts = _Prompts(builder, workload, {})
-        outcomes: list[LevelOutcome] = []
-        status, error = "complete", None
+        # strict: refuse before anything is stored
+        manifest["guard_before_run"] = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids,
+                                                             "before the run")
+        log.create(manifest)
+        rep.run_id = log.run_id
+        sweep = _Sweep(cfg, store, log.run_id, ep, client, _Prompts(builder, workload, {}), rep, seed, alive)
         try:
-            for idx, level in enumerate(cfg.levels()):
-                reps: list[LevelSummary] = []
-                level_status = "complete"
-                for r in range(cfg.repetitions):
-                    summary, level_status = await _run_level(
-                        cfg, store, run_id, idx, r, level, client, prompts, rep, info, seed
-                    )
-                    reps.append(summary)
-                    if level_status != "complete":
-                        break
-                outcomes.append(LevelOutcome(idx, level, combine_repetitions(reps, cfg.price_per_hour, cfg.currency), level_status, reps))
-                last = reps[-1]
-                truncated = last.finding(Code.PROMPT_TRUNCATED)
-                if truncated is not None:
-                    raise LevelFailed(f"level {level.describe()} failed: {truncated.text}")
-                if set(last.errors) & CONNECTION_ERRORS or (last.failed and not last.completed):
-                    if alive is not None and not alive():
-                        raise EngineError(f"the embedded engine died during level {level.describe()}: see its log")
-                    try:
-                        await discover(session, cfg.url, cfg.api_key, timeout=5, model=model)
-                    except EndpointError as e:
-                        raise EndpointError(
-                            f"the server stopped answering during level {level.describe()}: {e}"
-                        ) from e
-        except asyncio.CancelledError:
-            status, error = "interrupted", "interrupted by the user"
-            store.finish_run(run_id, status, now_iso(), error)
+            await sweep.run()
+        except BaseException as e:  # an interrupt, a user-facing error or a bug: the run is closed, its levels kept
+            log.abort(e, any(o.status == "complete" for o in sweep.outcomes))
             raise
-        except Exception as e:  # a user-facing error, or a bug: either way the run is closed, its levels kept
-            status = "partial" if any(o.status == "complete" for o in outcomes) else "failed"
-            error = str(e) if isinstance(e, TokenbenchError) else f"crashed: {type(e).__name__}: {e}"[:500]
-            manifest["finished"] = now_iso()
-            store.update_manifest(run_id, manifest)
-            store.finish_run(run_id, status, manifest["finished"], error)
-            e.run_id = run_id  # type: ignore[attr-defined]
-            raise
-        failed = [o for o in outcomes if o.status != "complete"]
-        if failed:
-            status = "partial" if len(failed) < len(outcomes) else "failed"
-            error = f"{len(failed)} of {len(outcomes)} levels failed: " + "; ".join(
-                f"{o.level.describe()}: {', '.join(o.summary.flags) or o.status}" for o in failed)
-        manifest["finished"] = now_iso()
-        store.update_manifest(run_id, manifest)
-        store.finish_run(run_id, status, manifest["finished"], error)
-        return RunResult(run_id, manifest, outcomes, status, error)
-
-
-async def guard_snapshot(mode: str, config: Any, target_pids: set[int], where: str) -> dict[str, Any] | None:
-    """The guard's snapshot, or None with mode "off". Strict mode refuses a dirty bench."""
-    if mode == "off":
-        return None
-    from . import guard
-
-    env = guard.GuardEnv(config=config or guard.load_config(), target_pids=target_pids)
-    snap = await asyncio.to_thread(guard.snapshot, env)
-    if mode == "strict" and not snap["clean"]:
-        raise guard.GuardFailed(guard.refuse_message(snap, where))
-    return snap
+        status, error = sweep.verdict()
+        log.finish(status, error)
+        return RunResult(log.run_id, manifest, sweep.outcomes, status, error)
 
 
 def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: LevelSummary,
@@ -366,7 +325,7 @@ async def _run_level(
 ) -> tuple[LevelSummary, str]:
     n_warm = cfg.warmup if cfg.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
     n_req = cfg.requests
-    snap = await guard_snapshot(cfg.guard, cfg.guard_config, cfg.target_pids, f"before level {level.describe()}")
+    snap = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids, f"before level {level.describe()}")
     await prompts.prepare(n_warm + (n_req or max(8, 2 * (level.concurrency or 4))))
     started = now_iso()
     records: list[RequestRecord] = []
