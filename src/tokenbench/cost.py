@@ -9,8 +9,12 @@ EUR 1.79/hour at 75, 441, 684, 1284 tok/s -> EUR 6.63, 1.13, 0.73, 0.39 per mill
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .metrics import LevelSummary
 
 HOURS_PER_YEAR = 365 * 24
 
@@ -106,3 +110,38 @@ def api_in(currency: str, api_price: float | None, api_currency: str | None, exc
 def effective_serving_s(agents: int, tokens: int, tokens_per_s: float) -> float:
     """How long ``agents`` requests of ``tokens`` output tokens take at an aggregate rate."""
     return agents * tokens / tokens_per_s
+
+
+def output_rate(s: LevelSummary) -> float | None:
+    """The output tokens per second a level sustains: the rate its cost is priced at (a serving level's aggregate
+    throughput, else a single-stream decode rate, else a depth run's tg)."""
+    return s.output_throughput_tps or s.decode_tps or s.tg_tps or None
+
+
+def operating_point(s: LevelSummary) -> str:
+    """A level as the cost table names it: test, concurrency, depth and prompt length."""
+    return (f"{s.test or 'serve'} c={s.concurrency}" + (f" depth={s.depth}" if s.depth else "")
+            + (f" prompt={s.input_tokens_mean:.0f}" if s.input_tokens_mean else ""))
+
+
+@dataclass(slots=True, frozen=True)
+class CostPoint:
+    """One operating point priced: the names of ``cost --json``'s points."""
+
+    operating_point: str
+    output_tps: float
+    cost_per_mtok: float | None
+    api_cost_per_mtok: float | None = None
+
+    def vs_api(self) -> str | None:
+        """"3.2x cheaper" or "1.5x dearer" than the API, or None without both prices."""
+        c, api = self.cost_per_mtok, self.api_cost_per_mtok
+        if api is None or not c:
+            return None
+        return f"{api / c:.1f}x cheaper" if c < api else f"{c / api:.1f}x dearer"
+
+
+def cost_points(pricing: Pricing, levels: list[LevelSummary], api: float | None = None) -> list[CostPoint]:
+    """Every level with an output rate, priced by ``pricing``, beside the API's price per million tokens."""
+    return [CostPoint(operating_point(s), rate, pricing.per_mtok(rate), api) for s in levels
+            if (rate := output_rate(s))]

@@ -18,7 +18,8 @@ from .. import __version__
 from ..metrics import LevelSummary
 from ..results import RunResult
 from . import comparison, facts, figures, style
-from .series import Plot, is_predicted, output_rate, pricing, run_name
+from ..cost import output_rate
+from .series import Plot, is_predicted, pricing, run_name
 
 BOOT_SCRIPT = """
 (function () {
