@@ -106,10 +106,9 @@ class RichReporter:
             self.progress = None
 
 
-def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
-    embedded = a.url is None
-    d = EMBEDDED_DEFAULTS if embedded else {}
-    if a.shape is None and a.input_len is None and a.output_len is None and embedded:
+def _lengths(a: argparse.Namespace, d: dict[str, Any]) -> tuple[int, int]:
+    """(input, output) tokens per request: the embedded defaults, a --shape, or the lengths given."""
+    if a.shape is None and a.input_len is None and a.output_len is None and d:
         input_len, output_len = int(d["input_len"]), int(d["output_len"])
     else:
         input_len, output_len = resolve_shape(a.shape, a.input_len, a.output_len)
@@ -117,10 +116,11 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         raise UsageError("--input-len and --output-len must be at least 1")
     if a.prefix_len < 0 or a.prefix_len >= max(input_len, 1) and a.prefix_len:
         raise UsageError(f"--prefix-len must be between 0 and the input length ({input_len})")
-    if a.rate and a.concurrency:
-        raise UsageError("give --concurrency or --rate, not both")
-    extra = json_object(a.extra_body, "--extra-body")
-    duration = seconds(a.duration, "--duration")
+    return input_len, output_len
+
+
+def _requests(a: argparse.Namespace, d: dict[str, Any], duration: float | None) -> int | None:
+    """Requests per level: as given, else the default unless a --duration bounds the level instead."""
     requests = a.requests
     if requests is None and duration is None:
         requests = int(d.get("requests", 32))
@@ -128,10 +128,26 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         raise UsageError("--requests must be at least 1")
     if a.repetitions < 1:
         raise UsageError("--repetitions must be at least 1")
+    return requests
+
+
+def _slo(text: str | None) -> SLO | None:
     try:
-        slo = SLO.parse(a.slo) if a.slo else None
+        return SLO.parse(text) if text else None
     except ValueError as e:
         raise UsageError(f"--slo: {e}") from None
+
+
+def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
+    embedded = a.url is None
+    d: dict[str, Any] = dict(EMBEDDED_DEFAULTS) if embedded else {}
+    input_len, output_len = _lengths(a, d)
+    if a.rate and a.concurrency:
+        raise UsageError("give --concurrency or --rate, not both")
+    extra = json_object(a.extra_body, "--extra-body")
+    duration = seconds(a.duration, "--duration")
+    requests = _requests(a, d, duration)
+    slo = _slo(a.slo)
     return SweepConfig(
         url=normalize_base_url(a.url) if a.url else "",
         model=a.model,
