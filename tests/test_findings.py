@@ -6,7 +6,7 @@ import json
 
 from tokenbench import findings
 from tokenbench.findings import Code, Finding, LevelFacts
-from tokenbench.metrics import LevelSummary, summarize
+from tokenbench.metrics import Distribution, LevelSummary, summarize
 from tokenbench.records import RequestRecord
 
 MS = 1_000_000
@@ -93,3 +93,31 @@ def test_every_rule_has_a_reason_and_one_code() -> None:
     assert len(codes) == len(set(codes))
     assert all(len(r.reason) > 20 for r in findings.LEVEL_RULES)
     assert set(codes) <= set(Code)
+
+
+def test_derived_rates_are_properties_with_one_definition() -> None:
+    """Per-agent throughput and decode rate were assigned in 6 and 2 places (issue 8): now derived once."""
+    lv = LevelSummary.empty(8, test="serve", output_throughput_tps=400.0)
+    assert lv.per_agent_tps == 50.0
+    lv.output_throughput_tps = 800.0  # a combined repetition's median: per agent follows
+    assert lv.per_agent_tps == 100.0
+    assert LevelSummary.empty(1, test="tg128", depth=0, tg_tps=50.0).per_agent_tps is None  # no throughput figure
+    rs = [rec(i) for i in range(3)]  # 4 tokens 10 ms apart: TPOT 10 ms
+    s = level(rs)
+    assert s.decode_tps == 100.0
+    d = s.to_dict()
+    assert d["decode_tps"] == 100.0 and d["per_agent_tps"] == s.per_agent_tps and "given_decode_tps" not in d
+    assert list(d).index("per_agent_tps") == list(d).index("output_throughput_tps") + 1
+    # a decode rate a published table gave is kept, stored and loaded as such
+    pub = LevelSummary.empty(1, test="serve", decode_tps=77.0)
+    assert pub.decode_tps == 77.0 and LevelSummary.from_dict(pub.to_dict()).decode_tps == 77.0
+    # a predicted level (nothing measured) derives no decode rate from its TPOT
+    assert LevelSummary.empty(1, test="serve", output_throughput_tps=9.0,
+                              tpot_ms=Distribution(n=0, p50=5.0)).decode_tps is None
+
+
+def test_imported_levels_are_built_by_typed_keywords() -> None:
+    import pytest
+
+    with pytest.raises(TypeError):
+        LevelSummary.empty(1, output_throughput=5.0)  # type: ignore[call-arg]  # misspelt: refused, not dropped

@@ -157,7 +157,6 @@ class LevelSummary:
     errors: dict[str, int]
     duration_s: float
     output_throughput_tps: float
-    per_agent_tps: float | None
     request_throughput_rps: float
     input_tokens_mean: float | None
     output_tokens_mean: float | None
@@ -184,7 +183,8 @@ class LevelSummary:
     tokens_per_chunk_mean: float | None = None
     itl_rule: str = "per_chunk"
     prefill_tps: float | None = None  # input tokens / TTFT, reported at concurrency 1 only
-    decode_tps: float | None = None  # 1 / median TPOT, reported at concurrency 1 only
+    #: a decode rate a source gave as such (a published table); otherwise ``decode_tps`` is derived
+    given_decode_tps: float | None = None
     achieved_concurrency: float | None = None
     send_delay_ms: Distribution | None = None  # open loop: actual - scheduled send time
     send_queue_ms: Distribution | None = None  # request on the socket - request started: the client's own wait
@@ -205,10 +205,38 @@ class LevelSummary:
     #: the typed findings (findings.py) behind ``flags`` and ``warnings``, which are their view
     findings: list[Finding] = field(default_factory=list)
 
+    @property
+    def per_agent_tps(self) -> float | None:
+        """Aggregate output throughput / concurrency (how the published tables define it); an open-loop level
+        divides by the concurrency it achieved. None for a level with no throughput figure (a depth row)."""
+        agents = self.concurrency or self.achieved_concurrency
+        if not agents or not (self.output_throughput_tps or self.completed or self.failed):
+            return None
+        return self.output_throughput_tps / agents
+
+    @property
+    def decode_tps(self) -> float | None:
+        """Single-stream decode rate, 1 / median TPOT of the requests measured at concurrency 1 (llama-bench's
+        "tg"), unless a source gave one."""
+        if self.given_decode_tps is not None:
+            return self.given_decode_tps
+        if self.concurrency == 1 and self.completed and self.tpot_ms.p50:
+            return 1000.0 / self.tpot_ms.p50
+        return None
+
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["findings"] = [f.to_dict() for f in self.findings]
-        return d
+        """The level in the result contract's names, derived rates included where the contract lists them."""
+        out: dict[str, Any] = {}
+        for k, v in asdict(self).items():
+            if k == "given_decode_tps":
+                continue
+            out[k] = v
+            if k == "output_throughput_tps":
+                out["per_agent_tps"] = self.per_agent_tps
+            elif k == "prefill_tps":
+                out["decode_tps"] = self.decode_tps
+        out["findings"] = [f.to_dict() for f in self.findings]
+        return out
 
     def add(self, finding: Finding) -> bool:
         """Record a finding, once per code, and keep ``flags`` and ``warnings`` (its view) in step. Returns
@@ -226,18 +254,32 @@ class LevelSummary:
         return next((f for f in self.findings if f.code == code), None)
 
     @classmethod
-    def empty(cls, concurrency: int | None = 1, rate: float | None = None, **kw: Any) -> LevelSummary:
-        """A level known only by the figures given (an import or a prediction); everything else unknown."""
-        d = Distribution(n=0)
-        base: dict[str, Any] = dict(
-            concurrency=concurrency, rate=rate, completed=0, failed=0, errors={}, duration_s=0.0,
-            output_throughput_tps=0.0, per_agent_tps=None, request_throughput_rps=0.0, input_tokens_mean=None,
-            output_tokens_mean=None, output_tokens_source=None, ttft_ms=d, tpot_ms=Distribution(n=0),
-            itl_ms=Distribution(n=0), e2e_ms=Distribution(n=0), ttfb_ms=Distribution(n=0),
-            time_to_first_answer_ms=Distribution(n=0), flags=[],
+    def empty(
+        cls, concurrency: int | None = 1, rate: float | None = None, *, test: str | None = None,
+        depth: int | None = None, completed: int = 0, failed: int = 0, duration_s: float = 0.0,
+        output_throughput_tps: float = 0.0, request_throughput_rps: float = 0.0,
+        input_tokens_mean: float | None = None, output_tokens_mean: float | None = None,
+        output_tokens_source: str | None = None, ttft_ms: Distribution | None = None,
+        tpot_ms: Distribution | None = None, itl_ms: Distribution | None = None, e2e_ms: Distribution | None = None,
+        prefill_tps: float | None = None, decode_tps: float | None = None, pp_tps: float | None = None,
+        pp_tps_sd: float | None = None, tg_tps: float | None = None, tg_tps_sd: float | None = None,
+        goodput_rps: float | None = None, slo: str | None = None, slo_met: bool | None = None,
+    ) -> LevelSummary:
+        """A level known only by the figures given (an import or a prediction); everything else unknown. Every
+        figure is a typed keyword: a misspelt one is an error, not a silently empty column."""
+        def d(x: Distribution | None) -> Distribution:
+            return x if x is not None else Distribution(n=0)
+
+        return cls(
+            concurrency=concurrency, rate=rate, completed=completed, failed=failed, errors={}, duration_s=duration_s,
+            output_throughput_tps=output_throughput_tps, request_throughput_rps=request_throughput_rps,
+            input_tokens_mean=input_tokens_mean, output_tokens_mean=output_tokens_mean,
+            output_tokens_source=output_tokens_source, ttft_ms=d(ttft_ms), tpot_ms=d(tpot_ms), itl_ms=d(itl_ms),
+            e2e_ms=d(e2e_ms), ttfb_ms=Distribution(n=0), time_to_first_answer_ms=Distribution(n=0), flags=[],
+            prefill_tps=prefill_tps, given_decode_tps=decode_tps, test=test, depth=depth, pp_tps=pp_tps,
+            pp_tps_sd=pp_tps_sd, tg_tps=tg_tps, tg_tps_sd=tg_tps_sd, goodput_rps=goodput_rps, slo=slo,
+            slo_met=slo_met,
         )
-        base.update(kw)
-        return cls(**base)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LevelSummary:
@@ -248,6 +290,12 @@ class LevelSummary:
                 d[k] = Distribution(**d[k])
         # runs stored before findings have flags and warnings only: they load with no findings
         d["findings"] = [f for x in d.get("findings") or [] if isinstance(x, dict) and (f := Finding.from_dict(x))]
+        # per_agent_tps and decode_tps are derived; a stored decode rate is kept only where nothing derives it
+        decode = d.get("decode_tps")
+        tpot = d.get("tpot_ms")
+        derived = d.get("concurrency") == 1 and d.get("completed") and isinstance(tpot, Distribution) and tpot.p50
+        if decode is not None and not derived:
+            d.setdefault("given_decode_tps", decode)
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
 
@@ -281,13 +329,10 @@ def _latencies(ok: list[RequestRecord]) -> tuple[Distribution, ...]:
     )
 
 
-def _concurrency(summary: LevelSummary, measured: list[RequestRecord], start_ns: int, end_ns: int) -> None:
-    """The requests in flight on average over the window (busy time / window), and the per-agent throughput:
-    aggregate / concurrency asked for, else / concurrency achieved (an open-loop level)."""
+def _achieved_concurrency(measured: list[RequestRecord], start_ns: int, end_ns: int) -> float | None:
+    """The requests in flight on average over the window: busy time / window."""
     busy_ns = sum(r.e2e_ns for r in measured if r.e2e_ns is not None)
-    summary.achieved_concurrency = busy_ns / (end_ns - start_ns) if end_ns > start_ns else None
-    agents = summary.concurrency or summary.achieved_concurrency
-    summary.per_agent_tps = summary.output_throughput_tps / agents if agents else None
+    return busy_ns / (end_ns - start_ns) if end_ns > start_ns else None
 
 
 def _mean(values: list[int]) -> float | None:
@@ -304,14 +349,13 @@ def _reasoning(summary: LevelSummary, ok: list[RequestRecord]) -> None:
         summary.answer_throughput_tps = summary.output_throughput_tps * (1 - summary.reasoning_share)
 
 
-def _single_stream_rates(summary: LevelSummary, ok: list[RequestRecord]) -> None:
-    """Prefill (input tokens / TTFT) and decode (1 / median TPOT), llama-bench's pp and tg: concurrency 1 only."""
-    if summary.concurrency != 1 or not ok:
-        return
+def _prefill_tps(summary: LevelSummary, ok: list[RequestRecord]) -> float | None:
+    """Prefill rate, median input tokens / TTFT (llama-bench's "pp"): concurrency 1 only. The decode rate is
+    derived from TPOT (``LevelSummary.decode_tps``)."""
+    if summary.concurrency != 1:
+        return None
     pp = [r.input_tokens / (r.ttft_ns / NS_PER_S) for r in ok if r.input_tokens and r.ttft_ns]
-    summary.prefill_tps = statistics.median(pp) if pp else None
-    if summary.tpot_ms.p50:
-        summary.decode_tps = 1000.0 / summary.tpot_ms.p50
+    return statistics.median(pp) if pp else None
 
 
 def _client_delays(summary: LevelSummary, measured: list[RequestRecord]) -> None:
@@ -363,7 +407,6 @@ def summarize(
         errors=dict(Counter(r.error_kind for r in failed if r.error_kind)),
         duration_s=duration_s,
         output_throughput_tps=sum(out_tokens) / duration_s,
-        per_agent_tps=None,
         request_throughput_rps=len(ok) / duration_s,
         input_tokens_mean=_mean(in_tokens),
         output_tokens_mean=_mean(out_tokens),
@@ -379,8 +422,8 @@ def summarize(
         tokens_per_chunk_mean=sum(out_tokens) / chunks if chunks else None,
     )
     _reasoning(summary, ok)
-    _concurrency(summary, measured, window_start_ns, end)
-    _single_stream_rates(summary, ok)
+    summary.achieved_concurrency = _achieved_concurrency(measured, window_start_ns, end)
+    summary.prefill_tps = _prefill_tps(summary, ok)
     _client_delays(summary, measured)
     _goodput(summary, ok, slo)
     return summary

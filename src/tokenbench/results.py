@@ -97,8 +97,6 @@ def combine_repetitions(reps: list[LevelSummary], price_per_hour: float | None,
         return reps[0]
     base = LevelSummary.from_dict(reps[0].to_dict())
     base.output_throughput_tps = statistics.median(r.output_throughput_tps for r in reps)
-    if base.concurrency:
-        base.per_agent_tps = base.output_throughput_tps / base.concurrency
     base.completed = sum(r.completed for r in reps)
     base.failed = sum(r.failed for r in reps)
     unstable = findings.unstable_repetitions(coefficient_of_variation([r.output_throughput_tps for r in reps]),

@@ -154,7 +154,7 @@ def _save_prediction(a: argparse.Namespace, s: Any, depths: list[int] | None, le
         for n in levels_n or []:
             pt = s.serve(n, a.input_len, a.output_len)
             levels.append(LevelSummary.empty(
-                concurrency=n, test="serve", output_throughput_tps=pt.throughput[1], per_agent_tps=pt.per_agent[1],
+                concurrency=n, test="serve", output_throughput_tps=pt.throughput[1],
                 ttft_ms=Distribution(n=0, p50=pt.ttft_s.estimate * 1000), tpot_ms=Distribution(n=0, p50=pt.tpot_s.estimate * 1000),
                 input_tokens_mean=float(a.input_len), output_tokens_mean=float(a.output_len)))
     manifest = {"model": s.model.id, "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine,
