@@ -1,0 +1,63 @@
+"""Library entry points the CLI only parses for (issue 8): llama-bench runs, speculative decoding, the embedded
+engine's slot context."""
+
+from __future__ import annotations
+
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokenbench.engines.embedded import slot_context
+from tokenbench.engines.llamabench import LlamaBenchConfig, run_llama_bench
+from tokenbench.errors import UsageError
+from tokenbench.results import load_result
+from tokenbench.store import Store
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_llama_bench_runs_and_is_imported_with_its_command(tmp_path: Path) -> None:
+    exe = tmp_path / "llama-bench"
+    exe.write_text(f"#!{sys.executable}\nimport sys\nprint(open({str(DATA / 'llama_bench.json')!r}).read())\n"
+                   "open(sys.argv[0] + '.args', 'w').write(' '.join(sys.argv[1:]))\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    store = Store(tmp_path / "r.db")
+    notes: list[str] = []
+    cfg = LlamaBenchConfig(str(exe), str(model), [0, 4096], pp=64, tg=16, repetitions=2, options=["-fa", "1"])
+    res = load_result(store, run_llama_bench(cfg, store, notes.append))
+    assert res.kind == "bench" and res.outcomes and res.manifest["llama_bench"]["options"] == ["-fa", "1"]
+    args = (tmp_path / "llama-bench.args").read_text()
+    assert args == f"-m {model} -p 64 -n 16 -d 0,4096 -r 2 -fa 1 -o json" and notes[0].startswith("running ")
+
+
+def test_llama_bench_failure_is_one_line(tmp_path: Path) -> None:
+    cfg = LlamaBenchConfig(str(tmp_path / "missing"), str(tmp_path / "m.gguf"), [0])
+    with pytest.raises(UsageError, match="cannot run"):
+        run_llama_bench(cfg, Store(tmp_path / "r.db"), lambda t: None)
+
+
+def test_speculation_from_acceptance_or_its_length() -> None:
+    from tokenbench.predict.calibration import Calibration
+    from tokenbench.predict.predictor import Setup
+    from tokenbench.predict.runs import DEFAULT_DRAFT_COST, speculation
+    from tokenbench.predict.specs import Catalog
+
+    cat = Catalog.load()
+    hw, model = next(iter(cat.hardware)), next(m for m, spec in cat.models.items() if not spec.mtp)
+    s = Setup.make(cat, Calibration.packaged(), hw, model, "BF16", "AUTO", "vllm", check=False)
+    a = speculation(s, 4, 0.8, None, None)
+    assert a.draft_cost == DEFAULT_DRAFT_COST and a.tokens_per_pass == pytest.approx((1 - 0.8 ** 5) / 0.2)
+    b = speculation(s, 4, None, a.tokens_per_pass, None)
+    assert b.acceptance == pytest.approx(0.8) and b.speedup == pytest.approx(a.speedup)
+    with pytest.raises(UsageError, match="one of"):
+        speculation(s, 4, 0.8, 3.0, None)
+
+
+def test_slot_context_rounds_up_to_a_kv_block() -> None:
+    assert slot_context(128 + 64) == 2048  # never below the minimum
+    assert slot_context(4096 + 512) == 4864  # 4672 with the template's margin, rounded up to 19 blocks
+    assert slot_context(32768 + 64, margin=256) == 33280
