@@ -61,3 +61,18 @@ def test_slot_context_rounds_up_to_a_kv_block() -> None:
     assert slot_context(128 + 64) == 2048  # never below the minimum
     assert slot_context(4096 + 512) == 4864  # 4672 with the template's margin, rounded up to 19 blocks
     assert slot_context(32768 + 64, margin=256) == 33280
+
+
+def test_one_step_runner_for_builds_and_installs() -> None:
+    """llamacpp_build._run and vllm_env._step were two copies of this (issue 8)."""
+    from tokenbench.engines.steps import ninja_progress, pip_progress, run_step
+    from tokenbench.errors import EngineError
+
+    said: list[str] = []
+    script = "print('[1/10] a'); print('[2/10] b'); print('[5/10] c'); print('Collecting x')"
+    run_step([sys.executable, "-c", script], said.append, "never", ninja_progress("  build"))
+    assert said == ["  build: 10% (1/10)", "  build: 20% (2/10)", "  build: 50% (5/10)"]
+    assert pip_progress("Collecting torch==2\n") == "    Collecting torch==2" and pip_progress("x") is None
+    with pytest.raises(EngineError, match=r"(?s)step failed \(exit 3\):\n.*line 2"):
+        run_step([sys.executable, "-c", "print('line 1'); print('line 2'); raise SystemExit(3)"], said.append,
+                 "step failed")
