@@ -9,7 +9,7 @@ EUR 1.79/hour at 75, 441, 684, 1284 tok/s -> EUR 6.63, 1.13, 0.73, 0.39 per mill
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
 
@@ -72,10 +72,17 @@ class Pricing:
 
     @classmethod
     def rented(cls, price_per_hour: float | None, currency: str | None = None) -> Pricing | None:
-        """A run's recorded rental price (None: the run has none)."""
-        if price_per_hour is None:
+        """A rental price per hour (None: no price, or a price of 0)."""
+        if not price_per_hour:
             return None
-        return cls(currency=currency or DEFAULT_CURRENCY, price_per_hour=price_per_hour)
+        return cls(currency=str(currency or DEFAULT_CURRENCY), price_per_hour=float(price_per_hour))
+
+    @classmethod
+    def of_run(cls, manifest: dict[str, Any], price_per_hour: float | None = None,
+               currency: str | None = None) -> Pricing | None:
+        """A run's rental price as recorded in its manifest, unless one is given (a report's --price-per-hour)."""
+        price = price_per_hour if price_per_hour is not None else run_price(manifest)
+        return cls.rented(price, currency or manifest.get("currency"))
 
     def describe(self) -> str:
         if self.price_per_hour is not None:
@@ -84,6 +91,12 @@ class Pricing:
         return (f"owned: {self.purchase:g} {self.currency} over {self.life_years:g} years at "
                 f"{self.hours_per_day:g} h/day, {self.watts:g} W at {self.kwh_price:g} {self.currency}/kWh "
                 f"= {self.effective_hourly():.3f} {self.currency}/hour")
+
+
+def run_price(manifest: dict[str, Any]) -> float | None:
+    """The run's price per hour, as recorded (a positive number, or nothing)."""
+    p = manifest.get("price_per_hour")
+    return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0 else None
 
 
 def level_cost(price_per_hour: float | None, currency: str | None, tokens_per_s: float | None) -> float | None:

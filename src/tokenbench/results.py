@@ -13,7 +13,7 @@ from typing import Any
 from . import __version__
 from .loadgen import Level
 from . import findings
-from .cost import level_cost
+from .cost import level_cost, run_price
 from .metrics import LevelSummary, coefficient_of_variation
 from .store import Store
 
@@ -82,12 +82,6 @@ def repetition_stats(reps: list[LevelSummary]) -> dict[str, Any]:
     }
 
 
-def run_price(manifest: dict[str, Any]) -> float | None:
-    """The run's price per hour, as recorded (a number, or nothing)."""
-    p = manifest.get("price_per_hour")
-    return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0 else None
-
-
 def combine_repetitions(reps: list[LevelSummary], price_per_hour: float | None,
                         currency: str | None = None) -> LevelSummary:
     """Repetitions of a level: the first summary with throughput and medians replaced by their medians, and the
@@ -125,8 +119,8 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
         reps = [s for _, s in items]
         status = next((st for st, _ in items if st != "complete"), "complete")
         level = Level(concurrency=reps[0].concurrency, rate=reps[0].rate)
-        outcomes.append(LevelOutcome(idx, level, combine_repetitions(reps, run_price(row.manifest), row.manifest.get("currency")), status,
-                                     reps))
+        combined = combine_repetitions(reps, run_price(row.manifest), row.manifest.get("currency"))
+        outcomes.append(LevelOutcome(idx, level, combined, status, reps))
     manifest = dict(row.manifest)
     manifest.setdefault("provenance", row.provenance)
     manifest.setdefault("label", row.label)

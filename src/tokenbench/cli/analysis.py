@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 from rich.console import Console
-from ..cost import Pricing
+from ..cost import Pricing, run_price
 from ..errors import UsageError
 from ..metrics import parse_duration_ms
 from ..store import Store
@@ -60,7 +60,7 @@ def _pricing(a: argparse.Namespace, currency: str, res: RunResult | None) -> Pri
     """The box's price as the options give it: rented at --price-per-hour (else the run's own), or owned."""
     price = a.price_per_hour
     if price is None and not a.owned and res is not None:
-        price = res.manifest.get("price_per_hour")
+        price = run_price(res.manifest)
     if a.owned and a.purchase is None:
         raise UsageError("--owned needs --purchase PRICE (and --life-years, --watts, --kwh-price)")
     return Pricing(currency=currency, price_per_hour=None if a.owned else price, busy_hours_per_day=a.busy_hours,

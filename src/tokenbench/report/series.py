@@ -71,10 +71,7 @@ def run_name(r: RunResult) -> str:
 def pricing(r: RunResult, price_per_hour: float | None = None, currency: str | None = None) -> Pricing | None:
     """A run's rental price as the cost command reads it: ``price_per_hour`` given for the report, else the
     run's own; None where neither is known."""
-    price = price_per_hour if price_per_hour is not None else r.manifest.get("price_per_hour")
-    if not price:
-        return None
-    return Pricing(currency=str(currency or r.manifest.get("currency") or "USD"), price_per_hour=float(price))
+    return Pricing.of_run(r.manifest, price_per_hour, currency)
 
 
 def _serve(r: RunResult) -> list[LevelSummary]:
