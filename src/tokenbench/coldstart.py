@@ -15,7 +15,8 @@ from typing import Any
 
 import aiohttp
 
-from .client import PreparedRequest, StreamClient
+from .client import PreparedRequest
+from .endpoint import stream_client
 from .errors import EndpointError, UsageError
 from .records import RequestRecord
 from .servers import discover, http_ok
@@ -53,7 +54,7 @@ async def _first_token(base_url: str, model: str | None) -> tuple[float, str | N
         name = model or (info.models[0] if info.models else None)
         if name is None:
             raise EndpointError(f"{base_url} lists no models: pass --model")
-        client = StreamClient(session=session, base_url=base_url, model=name, timeout_s=600)
+        client = stream_client(session, base_url, name, info.adapter, timeout_s=600)
         rec = RequestRecord(index=0)
         await client.send(PreparedRequest("Hello", 4), rec)
         if not rec.ok:

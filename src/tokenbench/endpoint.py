@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from . import __version__, machine
+from .adapters import Adapter
 from .client import Api, StreamClient
 from .errors import TokenbenchError, UsageError
 from .results import now_iso
@@ -50,6 +51,13 @@ async def pick_tokenizer(
     )
 
 
+def stream_client(http: aiohttp.ClientSession, url: str, model: str, adapter: Adapter, **kw: Any) -> StreamClient:
+    """A streaming client with the flags the server's adapter sets (one token per chunk, a fresh connection per
+    stream): the one place they are passed. ``kw``: the API, key, timeouts, temperature, token counter."""
+    return StreamClient(session=http, base_url=url, model=model, one_token_per_chunk=adapter.one_token_per_chunk,
+                        fresh_connection=adapter.closes_after_stream, **kw)
+
+
 @dataclass(slots=True)
 class Endpoint:
     """A discovered server, the model to request, its tokenizer, and what makes streaming clients for it."""
@@ -81,10 +89,8 @@ class Endpoint:
     def client(self, api: Api = "completions", **kw: Any) -> StreamClient:
         """A streaming client for this endpoint, with the flags its adapter sets (one token per chunk, a fresh
         connection per stream); ``kw``: timeouts, temperature."""
-        adapter = self.info.adapter
-        return StreamClient(session=self.http, base_url=self.url, model=self.model, api=api, api_key=self.api_key,
-                            counter=self.counter, one_token_per_chunk=adapter.one_token_per_chunk,
-                            fresh_connection=adapter.closes_after_stream, **kw)
+        return stream_client(self.http, self.url, self.model, self.info.adapter, api=api, api_key=self.api_key,
+                             counter=self.counter, **kw)
 
     def manifest(self, embedded: dict[str, Any] | None, label: str | None, command: str,
                  **fields: Any) -> dict[str, Any]:
