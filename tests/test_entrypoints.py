@@ -76,3 +76,26 @@ def test_one_step_runner_for_builds_and_installs() -> None:
     with pytest.raises(EngineError, match=r"(?s)step failed \(exit 3\):\n.*line 2"):
         run_step([sys.executable, "-c", "print('line 1'); print('line 2'); raise SystemExit(3)"], said.append,
                  "step failed")
+
+
+def test_run_log_closes_a_run_once_with_the_state_its_end_gives(tmp_path: Path) -> None:
+    """One lifecycle for sweep, depth and quality (issue 8): the run an exception ends is closed and named on it."""
+    import asyncio
+
+    from tokenbench.endpoint import RunLog
+    from tokenbench.errors import EndpointError
+
+    store = Store(tmp_path / "r.db")
+    cases = [(asyncio.CancelledError(), False, "interrupted", "interrupted by the user"),
+             (EndpointError("the server went away"), True, "partial", "the server went away"),
+             (ValueError("bug"), False, "failed", "crashed: ValueError: bug")]
+    for i, (exc, done, status, error) in enumerate(cases):
+        log = RunLog(store, f"run-{i}", "sweep", "box")
+        log.create({"started": "2026-01-01T00:00:00+00:00", "finished": None})
+        log.abort(exc, done)
+        row = store.resolve(f"run-{i}")
+        assert (row.status, row.error, exc.run_id) == (status, error, f"run-{i}")  # type: ignore[attr-defined]
+        assert row.manifest["finished"] is not None
+    never = RunLog(store, "never", "sweep", None)
+    never.abort(KeyboardInterrupt(), False)  # not created: nothing to close, no run named on the interrupt
+    assert len(store.runs()) == 3
