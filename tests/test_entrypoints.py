@@ -99,3 +99,26 @@ def test_run_log_closes_a_run_once_with_the_state_its_end_gives(tmp_path: Path) 
     never = RunLog(store, "never", "sweep", None)
     never.abort(KeyboardInterrupt(), False)  # not created: nothing to close, no run named on the interrupt
     assert len(store.runs()) == 3
+
+
+def test_the_embedded_engine_points_each_run_config_at_itself(tmp_path: Path) -> None:
+    """sweep, depth and quality each did this by hand (issue 8); no engine is started here."""
+    from types import SimpleNamespace
+
+    from tokenbench.depth import DepthConfig
+    from tokenbench.engines.embedded import Embedded, EmbeddedSpec
+    from tokenbench.quality.runner import QualityConfig
+    from tokenbench.sweep import SweepConfig
+
+    running = SimpleNamespace(base_url="http://127.0.0.1:5/v1", model="tiny", startup_s=1.5, command=["srv"],
+                              proc=SimpleNamespace(pid=4242))
+    model = SimpleNamespace(hf_dir=tmp_path / "hf", name="tiny-llama")
+    emb = Embedded(EmbeddedSpec("llama-server", quant="Q8_0"), running, model)  # type: ignore[arg-type]
+    for cfg in (SweepConfig(url=""), DepthConfig(url="", depths=[0]), QualityConfig(url="", tasks=["niah"])):
+        emb.configure(cfg)
+        assert (cfg.url, cfg.model, cfg.tokenizer) == ("http://127.0.0.1:5/v1", "tiny", str(tmp_path / "hf"))
+        assert cfg.embedded is not None and cfg.embedded["startup_s"] == 1.5 and cfg.embedded["quant"] == "Q8_0"
+        assert getattr(cfg, "target_pids", {4242}) == {4242}
+    given = SweepConfig(url="", tokenizer="/my/tokenizer.json")
+    emb.configure(given)
+    assert given.tokenizer == "/my/tokenizer.json"  # a tokenizer the user gave wins
