@@ -133,6 +133,23 @@ def _mean_sd(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
+def _against_server_timings(lp: LevelSummary, lt: LevelSummary, steps: list[Step], pp_mean: float | None,
+                            tg_mean: float | None) -> None:
+    """The server's own timings beside the client's clock: a prefill that disagrees is flagged; a tg faster than
+    the server allows is withheld (chunks were held back), the client's figure kept apart."""
+    server_pp = [s.server_pp_tps for s in steps if s.server_pp_tps]
+    if server_pp and pp_mean:
+        lp.client["server_pp_tps"] = statistics.fmean(server_pp)
+        _add(lp, findings.timings_disagree(statistics.fmean(server_pp), pp_mean))
+    server_tg = [s.server_tg_tps for s in steps if s.server_tg_tps]
+    if server_tg:
+        ceiling = statistics.fmean(server_tg)
+        lt.client["server_tg_tps"] = ceiling
+        if tg_mean and _add(lt, findings.exceeds_server_timings(tg_mean, ceiling)):
+            lt.client["tg_tps_client"] = tg_mean
+            lt.tg_tps = lt.tg_tps_sd = None
+
+
 def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[LevelSummary, LevelSummary]:
     pp_rates = [s.pp_tokens / s.pp_s for s in steps if s.pp_s > 0]
     tg_rates = [s.tg_tokens / s.tg_s for s in steps if s.tg_s > 0 and s.tg_tokens]
@@ -149,17 +166,7 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[Le
     _add(lp, findings.context_not_warm(depth, pp, [(s.fill_s, s.pp_s) for s in steps]))
     lp.client.update({"fill_ms": [round((s.fill_s or 0) * 1000, 2) for s in steps],
                       "pp_ms": [round(s.pp_s * 1000, 2) for s in steps]})
-    server_pp = [s.server_pp_tps for s in steps if s.server_pp_tps]
-    if server_pp and pp_mean:
-        lp.client["server_pp_tps"] = statistics.fmean(server_pp)
-        _add(lp, findings.timings_disagree(statistics.fmean(server_pp), pp_mean))
-    server_tg = [s.server_tg_tps for s in steps if s.server_tg_tps]
-    if server_tg:
-        ceiling = statistics.fmean(server_tg)
-        lt.client["server_tg_tps"] = ceiling
-        if tg_mean and _add(lt, findings.exceeds_server_timings(tg_mean, ceiling)):
-            lt.client["tg_tps_client"] = tg_mean
-            lt.tg_tps = lt.tg_tps_sd = None
+    _against_server_timings(lp, lt, steps, pp_mean, tg_mean)
     return lp, lt
 
 
