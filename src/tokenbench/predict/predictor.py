@@ -121,6 +121,7 @@ class RowResult:
     calibrated: bool = False
     band: Band | None = None
     split: str = "unseen"  # "fitted" when the calibration used this row, else "unseen"
+    bottleneck: bool = False  # far below what its backend usually reaches: a software limit, not the hardware
 
     @property
     def error_pct(self) -> float | None:
@@ -225,6 +226,7 @@ def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
         res.flags.append(f"beats its physical ceiling ({ratio:.2f}x): a wrong spec, shape or format")
     usual = cal.usual_ratio.get(s.backend, {}).get(r.group)
     if usual and ratio is not None and ratio < BOTTLENECK_SHARE * usual:
+        res.bottleneck = True
         res.flags.append(
             f"likely software bottleneck: measured is {ratio:.0%} of the ceiling where {s.backend} usually "
             f"reaches {usual:.0%} on {r.group}; not a hardware limit"
@@ -404,6 +406,6 @@ def against(cat: Catalog, cal: Calibration, rows: list[Row]) -> AgainstReport:
         summary[split] = {g: error_stats([r for r in sel if r.row.group == g]) for g in ("decode", "prefill", "serve")}
         summary[split]["serve_throughput"] = error_stats([r for r in sel if r.row.metric == "output_tps"])
     summary["faster_box"] = faster_box_check(results)
-    summary["flagged"] = sum(1 for r in results if any(f.startswith("likely software") for f in r.flags))
+    summary["flagged"] = sum(1 for r in results if r.bottleneck)
     summary["unpredicted"] = sum(1 for r in results if r.predicted is None)
     return AgainstReport(results, summary)
