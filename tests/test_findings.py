@@ -121,3 +121,10 @@ def test_imported_levels_are_built_by_typed_keywords() -> None:
 
     with pytest.raises(TypeError):
         LevelSummary.empty(1, output_throughput=5.0)  # type: ignore[call-arg]  # misspelt: refused, not dropped
+
+
+def test_findings_of_odd_shapes_in_a_stored_level_are_left_out() -> None:
+    base = level([rec(0)]).to_dict()
+    for odd in (5, "x", [5, {"code": ["list"]}, {"code": "unstable", "message": "m", "bogus": 1}], None):
+        d = dict(base, findings=odd)
+        assert LevelSummary.from_dict(d).findings in ([], [Finding(Code.UNSTABLE, "m")])

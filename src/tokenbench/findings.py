@@ -74,10 +74,13 @@ class Finding:
         """A stored finding, or None for a code this version does not know (a newer tool wrote it)."""
         try:
             code = Code(d["code"])
-        except (KeyError, ValueError):
+        except (KeyError, ValueError, TypeError):
             return None
         known = set(cls.__dataclass_fields__) - {"code"}
-        return cls(code=code, **{k: v for k, v in d.items() if k in known})
+        try:
+            return cls(code=code, **{k: v for k, v in d.items() if k in known})
+        except TypeError:  # a field of another shape: the flag and warning still say it
+            return None
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -289,7 +289,9 @@ class LevelSummary:
             if isinstance(d.get(k), dict):
                 d[k] = Distribution(**d[k])
         # runs stored before findings have flags and warnings only: they load with no findings
-        d["findings"] = [f for x in d.get("findings") or [] if isinstance(x, dict) and (f := Finding.from_dict(x))]
+        stored = d.get("findings")
+        d["findings"] = [f for x in (stored if isinstance(stored, list) else [])
+                         if isinstance(x, dict) and (f := Finding.from_dict(x))]
         # per_agent_tps and decode_tps are derived; a stored decode rate is kept only where nothing derives it
         decode = d.get("decode_tps")
         tpot = d.get("tpot_ms")
