@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tokenbench import findings
 from tokenbench.client import PreparedRequest, StreamClient
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.metrics import summarize
@@ -81,7 +82,7 @@ def test_usage_absent_is_labelled_estimated(emitter: BackgroundEmitter) -> None:
     r2 = send(emitter.url, max_tokens=5)
     assert r2.output_tokens == 5 and r2.output_tokens_source == "chunks"
     s = summarize([r2], concurrency=1, rate=None, window_start_ns=r2.sent_ns)
-    assert "usage_absent" in s.flags
+    assert "usage_absent" in [f.code for f in findings.assess(findings.LevelFacts([r2], s, 1))]
 
 
 def test_server_that_echoes_ignore_eos_but_stops_early_is_flagged(emitter: BackgroundEmitter) -> None:
@@ -90,7 +91,7 @@ def test_server_that_echoes_ignore_eos_but_stops_early_is_flagged(emitter: Backg
     assert r.ok and r.output_tokens == 3 and r.finish_reason == "stop"
     assert emitter.emitter.requests_seen[-1]["ignore_eos"] is True
     s = summarize([r], concurrency=1, rate=None, window_start_ns=r.sent_ns)
-    assert "output_short" in s.flags
+    assert "output_short" in [f.code for f in findings.assess(findings.LevelFacts([r], s, 1))]
 
 
 def test_keepalive_comments_between_chunks(emitter: BackgroundEmitter) -> None:

@@ -30,7 +30,7 @@ def _run(store: Store, label: str, levels: list[LevelSummary], **manifest: objec
 
 
 def serve(c: int, tps: float, ttft: float, tpot: float) -> LevelSummary:
-    return LevelSummary.empty(concurrency=c, test="serve", output_throughput_tps=tps, per_agent_tps=tps / c,
+    return LevelSummary.empty(concurrency=c, test="serve", output_throughput_tps=tps,
                               ttft_ms=Distribution(n=8, p50=ttft, p99=ttft * 2), tpot_ms=Distribution(n=8, p50=tpot),
                               input_tokens_mean=128.0)
 

@@ -4,10 +4,12 @@ import math
 
 import pytest
 
+from tokenbench import findings
+from tokenbench.cost import cost_per_mtok
 from tokenbench.metrics import (
     SLO,
     Distribution,
-    cost_per_mtok,
+    LevelSummary,
     parse_duration_ms,
     percentile,
     request_tpot_ms,
@@ -31,6 +33,13 @@ def rec(i: int, sent_ms: float, chunks_ms: list[float], out: int, inp: int = 100
     for k, v in kw.items():
         setattr(r, k, v)
     return r
+
+
+def assessed(records: list[RequestRecord], concurrency: int | None = 1) -> LevelSummary:
+    """A level's statistics with the findings its records alone decide (summarize keeps statistics only)."""
+    s = summarize(records, concurrency=concurrency, rate=None, window_start_ns=0)
+    findings.assess(findings.LevelFacts(records, s, concurrency))
+    return s
 
 
 def test_percentile_matches_hand_computation() -> None:
@@ -63,7 +72,7 @@ def test_ttft_tpot_itl_e2e_by_hand() -> None:
 def test_tpot_with_several_tokens_per_chunk_uses_token_count() -> None:
     # 100 chunks 10 ms apart, 4 tokens each, usage 400: TPOT = 990 ms / 399 ≈ 2.48 ms; ITL per chunk 10 ms.
     r = rec(0, 0, [10.0 * (i + 1) for i in range(100)], out=400)
-    s = summarize([r], concurrency=1, rate=None, window_start_ns=0)
+    s = assessed([r])
     assert s.tpot_ms.p50 == pytest.approx(990 / 399)
     assert s.tpot_ms.p50 == pytest.approx(2.5, rel=0.01)
     assert s.itl_ms.p50 == pytest.approx(10)
@@ -89,7 +98,7 @@ def test_failed_requests_counted_by_kind_and_excluded_from_latency() -> None:
     ok = rec(0, 0, [100, 200], out=2)
     bad = rec(1, 0, [], out=0, error_kind="http_500", error="boom")
     bad2 = rec(2, 0, [], out=0, error_kind="stall", error="no bytes")
-    s = summarize([ok, bad, bad2], concurrency=2, rate=None, window_start_ns=0)
+    s = assessed([ok, bad, bad2], concurrency=2)
     assert (s.completed, s.failed) == (1, 2)
     assert s.errors == {"http_500": 1, "stall": 1}
     assert s.ttft_ms.n == 1 and "errors" in s.flags
@@ -104,7 +113,7 @@ def test_warmup_not_counted() -> None:
 
 def test_short_outputs_flagged_with_lengths_reached() -> None:
     r = rec(0, 0, [10, 20, 30], out=3, expected=64, finish_reason="stop")
-    s = summarize([r], concurrency=1, rate=None, window_start_ns=0)
+    s = assessed([r])
     assert "output_short" in s.flags
     assert any("reached 3..3" in w and "64" in w for w in s.warnings)
 
@@ -112,22 +121,22 @@ def test_short_outputs_flagged_with_lengths_reached() -> None:
 def test_truncated_prompt_flagged_but_bos_or_template_is_not() -> None:
     trunc = rec(0, 0, [10, 20], out=2, inp=2048, expected_in=4096)
     plus_bos = rec(1, 0, [10, 20], out=2, inp=4097, expected_in=4096)
-    assert "prompt_truncated" in summarize([trunc], concurrency=1, rate=None, window_start_ns=0).flags
-    assert "prompt_truncated" not in summarize([plus_bos], concurrency=1, rate=None, window_start_ns=0).flags
+    assert "prompt_truncated" in assessed([trunc]).flags
+    assert "prompt_truncated" not in assessed([plus_bos]).flags
 
 
 def test_usage_absent_is_labelled() -> None:
     r = rec(0, 0, [10, 20], out=2)
     r.output_tokens_source = "tokenizer"
-    s = summarize([r], concurrency=1, rate=None, window_start_ns=0)
+    s = assessed([r])
     assert s.output_tokens_source == "tokenizer" and "usage_absent" in s.flags
 
 
 def test_p99_under_100_samples_is_flagged_an_estimate() -> None:
     rs = [rec(i, 0, [10, 20], out=2) for i in range(5)]
-    assert "p99_estimate" in summarize(rs, concurrency=1, rate=None, window_start_ns=0).flags
+    assert "p99_estimate" in assessed(rs).flags
     rs = [rec(i, 0, [10, 20], out=2) for i in range(100)]
-    assert "p99_estimate" not in summarize(rs, concurrency=1, rate=None, window_start_ns=0).flags
+    assert "p99_estimate" not in assessed(rs).flags
 
 
 def test_goodput_and_slo() -> None:

@@ -9,6 +9,7 @@ import html as htmllib
 import json
 import re
 import struct
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -32,10 +33,13 @@ MACHINE = {"hostname": "box", "cpu_model": "AMD RYZEN AI MAX+ 395", "cpu_count_l
            "mem_available_gib": 110.0, "gpus": [], "load_avg": [0.4, 0.3, 0.2]}
 
 
-def serve(c: int, tps: float, ttft: float, tpot: float, **kw: object) -> LevelSummary:
-    return LevelSummary.empty(concurrency=c, test="serve", output_throughput_tps=tps, per_agent_tps=tps / c,
-                              ttft_ms=Distribution(n=8, p50=ttft, p99=ttft * 2), tpot_ms=Distribution(n=8, p50=tpot),
-                              input_tokens_mean=128.0, **kw)
+def serve(c: int, tps: float, ttft: float, tpot: float, guard: dict[str, Any] | None = None,
+          flags: list[str] | None = None) -> LevelSummary:
+    s = LevelSummary.empty(concurrency=c, test="serve", output_throughput_tps=tps,
+                           ttft_ms=Distribution(n=8, p50=ttft, p99=ttft * 2), tpot_ms=Distribution(n=8, p50=tpot),
+                           input_tokens_mean=128.0)
+    s.guard, s.flags = guard, flags or []  # not figures: set on the level, as the sweep does
+    return s
 
 
 def _store(tmp_path: Path) -> Path:

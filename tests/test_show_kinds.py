@@ -42,7 +42,7 @@ def test_show_marks_a_prediction_predicted_and_leaves_out_what_it_lacks(tmp_path
     manifest = {"label": "h100-pred", "model": "gpt-oss-20b", "weights": "MXFP4", "kv": "FP8", "engine": "vllm",
                 "hardware": "nvidia-h100-sxm", "backend": "vllm-cuda", "calibration": "fitted", "predicted": True,
                 "workload": {"input_len": 4096, "output_len": 512}}
-    lv = LevelSummary.empty(concurrency=1, test="serve", output_throughput_tps=250.0, per_agent_tps=250.0,
+    lv = LevelSummary.empty(concurrency=1, test="serve", output_throughput_tps=250.0,
                             ttft_ms=Distribution(n=0, p50=98.0), tpot_ms=Distribution(n=0, p50=3.9))
     _save(Store(db), "p-1", "predict", manifest, [lv], "predicted")
     depth = dict(manifest, label="h100-depth", workload={})
@@ -126,7 +126,7 @@ def test_published_rows_show_what_they_have_not_zeros() -> None:
     pre = LevelSummary.empty(concurrency=1, test="serve", input_tokens_mean=512.0, prefill_tps=11378.0)
     dec = LevelSummary.empty(concurrency=1, test="serve", decode_tps=77.0)
     srv = LevelSummary.empty(concurrency=1, test="serve", input_tokens_mean=4096.0, output_throughput_tps=75.0,
-                             per_agent_tps=75.0, ttft_ms=Distribution(n=0, p50=243.0))
+                             ttft_ms=Distribution(n=0, p50=243.0))
     md = format_sweep_markdown([pre, dec, srv])
     rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in md.splitlines() if ln.startswith("| ")]
     head = rows[0]

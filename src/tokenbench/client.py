@@ -37,6 +37,9 @@ class PreparedRequest:
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
+_BLANK = " \t\n\r\x0b\x0c"
+_BLANK_B = _BLANK.encode()
+
 #: Bytes of a stream held unparsed before they are decoded (a long stream's memory stays bounded by this).
 REPLAY_BYTES = 1 << 20
 
@@ -394,8 +397,8 @@ class StreamDecoder:
         if data == b"[DONE]" or data == "[DONE]":
             self._done = True
             return
-        if not data.strip():
-            return  # "data:" with nothing: a keep-alive some proxies send, not a chunk
+        if not (data.strip(_BLANK_B) if isinstance(data, bytes) else data.strip(_BLANK)):
+            return  # "data:" with nothing (ASCII blanks, as JSON counts them): a keep-alive some proxies send
         try:
             c = parse_event(data, self.chat)
         except (ValueError, OverflowError) as e:  # WireError is a ValueError; the others, a backstop

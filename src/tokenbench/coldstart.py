@@ -15,7 +15,8 @@ from typing import Any
 
 import aiohttp
 
-from .client import PreparedRequest, StreamClient
+from .client import PreparedRequest
+from .endpoint import stream_client
 from .errors import EndpointError, UsageError
 from .records import RequestRecord
 from .servers import discover, http_ok
@@ -53,7 +54,7 @@ async def _first_token(base_url: str, model: str | None) -> tuple[float, str | N
         name = model or (info.models[0] if info.models else None)
         if name is None:
             raise EndpointError(f"{base_url} lists no models: pass --model")
-        client = StreamClient(session=session, base_url=base_url, model=name, timeout_s=600)
+        client = stream_client(session, base_url, name, info.adapter, timeout_s=600)
         rec = RequestRecord(index=0)
         await client.send(PreparedRequest("Hello", 4), rec)
         if not rec.ok:
@@ -89,3 +90,70 @@ def boot(n: int, cmd: str, base_url: str, health_url: str, model: str | None, ti
         _stop(proc)
         if log_path:
             log.close()  # type: ignore[union-attr]
+
+
+def answers(url: str) -> bool:
+    """Whether any server answers at ``url`` now (any HTTP status counts: the port is taken)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+@dataclass(slots=True)
+class ColdStartConfig:
+    cmd: str  # the server's command line, its port filled in
+    base_url: str
+    health_url: str
+    model: str | None = None
+    timeout_s: float = 600.0
+    repeat: int = 1
+    log_path: str | None = None
+    label: str | None = None
+    command: str = ""  # tokenbench's own command line, redacted
+
+
+@dataclass(slots=True)
+class ColdStartResult:
+    run_id: str
+    manifest: dict[str, Any]
+    boots: list[Boot]
+
+    def summary_line(self) -> str | None:
+        """The first boot against the later ones (cached weights and compiled kernels), when there are later."""
+        if len(self.boots) < 2:
+            return None
+        later = [b.healthy_s for b in self.boots[1:]]
+        return (f"first boot {self.boots[0].healthy_s:.2f} s to healthy; later boots {min(later):.2f}..{max(later):.2f} s "
+                "(cached weights and compiled kernels)")
+
+
+def run_coldstart(cfg: ColdStartConfig, store: Any) -> ColdStartResult:
+    """Boot the server ``cfg.repeat`` times and store the boots as one run of kind coldstart. Refuses when
+    something already answers at the health URL (it would be timed instead)."""
+    from . import __version__, redact
+    from .results import new_run_id, now_iso
+
+    if cfg.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    if answers(cfg.health_url):
+        raise UsageError(f"something already answers at {cfg.health_url}: stop it first, or give the server another "
+                         "port (--cmd '... --port {port}' with a free port in --url); it would be timed instead")
+    boots = []
+    for n in range(cfg.repeat):
+        b = boot(n + 1, cfg.cmd, cfg.base_url, cfg.health_url, cfg.model, cfg.timeout_s, cfg.log_path)
+        boots.append(b)
+        if b.error:
+            raise UsageError(f"boot {n + 1}: {b.error}; see the server's output (--log FILE)")
+    manifest = {"command": cfg.command, "server_command": redact.command(shlex.split(cfg.cmd)),
+                "endpoint": cfg.base_url, "model": boots[0].model, "boots": [b.to_dict() for b in boots],
+                "label": cfg.label}
+    rid = new_run_id()
+    store.save_run(rid, "coldstart", cfg.label, manifest, "measured", [], __version__, now_iso(), now_iso())
+    return ColdStartResult(rid, manifest, boots)

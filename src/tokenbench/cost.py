@@ -9,11 +9,22 @@ EUR 1.79/hour at 75, 441, 684, 1284 tok/s -> EUR 6.63, 1.13, 0.73, 0.39 per mill
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
-from .metrics import cost_per_mtok
+
+if TYPE_CHECKING:
+    from .metrics import LevelSummary
 
 HOURS_PER_YEAR = 365 * 24
+
+
+def cost_per_mtok(price_per_hour: float | None, tokens_per_s: float | None) -> float | None:
+    """Price per million tokens at a sustained rate: price_per_hour / (tps * 3600) * 1e6. The one definition of
+    the number; everything else reaches it through ``Pricing``."""
+    if price_per_hour is None or not tokens_per_s:
+        return None
+    return price_per_hour / (tokens_per_s * 3600.0) * 1e6
 
 
 #: The one currency default of every command (sweep, cost, report, recommend): prices are in it unless told.
@@ -59,6 +70,20 @@ class Pricing:
     def per_mtok(self, tokens_per_s: float | None) -> float | None:
         return cost_per_mtok(self.effective_hourly(), tokens_per_s)
 
+    @classmethod
+    def rented(cls, price_per_hour: float | None, currency: str | None = None) -> Pricing | None:
+        """A rental price per hour (None: no price, or a price of 0)."""
+        if not price_per_hour:
+            return None
+        return cls(currency=str(currency or DEFAULT_CURRENCY), price_per_hour=float(price_per_hour))
+
+    @classmethod
+    def of_run(cls, manifest: dict[str, Any], price_per_hour: float | None = None,
+               currency: str | None = None) -> Pricing | None:
+        """A run's rental price as recorded in its manifest, unless one is given (a report's --price-per-hour)."""
+        price = price_per_hour if price_per_hour is not None else run_price(manifest)
+        return cls.rented(price, currency or manifest.get("currency"))
+
     def describe(self) -> str:
         if self.price_per_hour is not None:
             busy = "" if self.busy_hours_per_day == 24 else f", busy {self.busy_hours_per_day:g} h/day"
@@ -66,6 +91,18 @@ class Pricing:
         return (f"owned: {self.purchase:g} {self.currency} over {self.life_years:g} years at "
                 f"{self.hours_per_day:g} h/day, {self.watts:g} W at {self.kwh_price:g} {self.currency}/kWh "
                 f"= {self.effective_hourly():.3f} {self.currency}/hour")
+
+
+def run_price(manifest: dict[str, Any]) -> float | None:
+    """The run's price per hour, as recorded (a positive number, or nothing)."""
+    p = manifest.get("price_per_hour")
+    return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0 else None
+
+
+def level_cost(price_per_hour: float | None, currency: str | None, tokens_per_s: float | None) -> float | None:
+    """A level's ``cost_per_mtok`` as stored in its summary: its run's rental price at its output rate."""
+    pricing = Pricing.rented(price_per_hour, currency)
+    return pricing.per_mtok(tokens_per_s) if pricing else None
 
 
 def api_in(currency: str, api_price: float | None, api_currency: str | None, exchange_rate: float | None) -> float | None:
@@ -86,3 +123,38 @@ def api_in(currency: str, api_price: float | None, api_currency: str | None, exc
 def effective_serving_s(agents: int, tokens: int, tokens_per_s: float) -> float:
     """How long ``agents`` requests of ``tokens`` output tokens take at an aggregate rate."""
     return agents * tokens / tokens_per_s
+
+
+def output_rate(s: LevelSummary) -> float | None:
+    """The output tokens per second a level sustains: the rate its cost is priced at (a serving level's aggregate
+    throughput, else a single-stream decode rate, else a depth run's tg)."""
+    return s.output_throughput_tps or s.decode_tps or s.tg_tps or None
+
+
+def operating_point(s: LevelSummary) -> str:
+    """A level as the cost table names it: test, concurrency, depth and prompt length."""
+    return (f"{s.test or 'serve'} c={s.concurrency}" + (f" depth={s.depth}" if s.depth else "")
+            + (f" prompt={s.input_tokens_mean:.0f}" if s.input_tokens_mean else ""))
+
+
+@dataclass(slots=True, frozen=True)
+class CostPoint:
+    """One operating point priced: the names of ``cost --json``'s points."""
+
+    operating_point: str
+    output_tps: float
+    cost_per_mtok: float | None
+    api_cost_per_mtok: float | None = None
+
+    def vs_api(self) -> str | None:
+        """"3.2x cheaper" or "1.5x dearer" than the API, or None without both prices."""
+        c, api = self.cost_per_mtok, self.api_cost_per_mtok
+        if api is None or not c:
+            return None
+        return f"{api / c:.1f}x cheaper" if c < api else f"{c / api:.1f}x dearer"
+
+
+def cost_points(pricing: Pricing, levels: list[LevelSummary], api: float | None = None) -> list[CostPoint]:
+    """Every level with an output rate, priced by ``pricing``, beside the API's price per million tokens."""
+    return [CostPoint(operating_point(s), rate, pricing.per_mtok(rate), api) for s in levels
+            if (rate := output_rate(s))]

@@ -17,39 +17,30 @@ Impossible numbers are not published as measurements: a rate whose spread is ove
 
 from __future__ import annotations
 
-import asyncio
 import random
+from collections.abc import Callable
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
-from . import __version__, machine
+from . import findings
+from .adapters import Adapter
 from .client import PreparedRequest, StreamClient, trace_config
+from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, UsageError
+from .guard import snapshot_before
+from .loadgen import Level
 from .metrics import NS_PER_S, LevelSummary
 from .records import RequestRecord
-from .adapters import Adapter
-from .servers import check_model, discover, root_url
-from .telemetry import LevelTelemetry
-from .store import Store
-from .sweep import guard_snapshot, pick_tokenizer
 from .results import LevelOutcome, RunResult, new_run_id, now_iso
-from .loadgen import Level
+from .servers import root_url
+from .store import Store
+from .telemetry import LevelTelemetry
 from .workload import PromptBuilder
 
-#: The pp step re-processed the context when it took more than this share of the fill's time while the
-#: depth is much longer than pp (a warm prefix makes it far shorter).
-COLD_SHARE = 0.5
-#: Server timings and the client's clock may disagree by this much before it is flagged.
-TIMINGS_TOLERANCE = 0.25
-#: A rate whose standard deviation is above this share of its mean is no measurement (the issue's rule;
-#: pyperf warns at 10%, llama-bench prints whatever it got).
-UNSTABLE_SD_SHARE = 0.5
-#: The client's tg may read a little above the server's (it cannot see the server's first step), never more.
-SERVER_TG_MARGIN = 0.10
-
+Note = Callable[[str], None]
 
 @dataclass(slots=True)
 class DepthConfig:
@@ -134,8 +125,29 @@ async def run_step(client: StreamClient, builder: PromptBuilder, depth: int, pp:
     return step
 
 
+def _add(level: LevelSummary, finding: findings.Finding | None) -> bool:
+    return finding is not None and level.add(finding)
+
+
 def _mean_sd(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def _against_server_timings(lp: LevelSummary, lt: LevelSummary, steps: list[Step], pp_mean: float | None,
+                            tg_mean: float | None) -> None:
+    """The server's own timings beside the client's clock: a prefill that disagrees is flagged; a tg faster than
+    the server allows is withheld (chunks were held back), the client's figure kept apart."""
+    server_pp = [s.server_pp_tps for s in steps if s.server_pp_tps]
+    if server_pp and pp_mean:
+        lp.client["server_pp_tps"] = statistics.fmean(server_pp)
+        _add(lp, findings.timings_disagree(statistics.fmean(server_pp), pp_mean))
+    server_tg = [s.server_tg_tps for s in steps if s.server_tg_tps]
+    if server_tg:
+        ceiling = statistics.fmean(server_tg)
+        lt.client["server_tg_tps"] = ceiling
+        if tg_mean and _add(lt, findings.exceeds_server_timings(tg_mean, ceiling)):
+            lt.client["tg_tps_client"] = tg_mean
+            lt.tg_tps = lt.tg_tps_sd = None
 
 
 def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[LevelSummary, LevelSummary]:
@@ -150,44 +162,11 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[Le
     lp.client = {"pp_tps_reps": [round(v, 2) for v in pp_rates]}
     lt.client = {"tg_tps_reps": [round(v, 2) for v in tg_rates]}
     for lvl, kind, mean, sd, reps in ((lp, "pp", pp_mean, pp_sd, pp_rates), (lt, "tg", tg_mean, tg_sd, tg_rates)):
-        if mean and sd is not None and sd > UNSTABLE_SD_SHARE * mean:
-            lvl.flags.append("unstable")
-            lvl.warnings.append(
-                f"{kind} varies {sd / mean:.0%} of its mean over {len(reps)} repetitions "
-                f"({', '.join(f'{v:,.1f}' for v in reps)} tok/s): not a measurement; quiet the machine, raise "
-                "--repetitions or --tg"
-            )
-    fills = [s.fill_s for s in steps if s.fill_s]
-    if fills and depth >= 4 * pp:
-        cold = [s for s in steps if s.fill_s and s.pp_s > COLD_SHARE * s.fill_s]
-        if cold:
-            lp.flags.append("context_not_warm")
-            lp.warnings.append(
-                f"the pp step took {cold[0].pp_s * 1000:.0f} ms against {(cold[0].fill_s or 0) * 1000:.0f} ms to fill the "
-                f"{depth}-token context: the server did not keep it warm, so pp includes the depth's prefill "
-                "(vLLM: --enable-prefix-caching; llama.cpp: one client per slot)"
-            )
+        _add(lvl, findings.unstable_depth_rate(kind, mean, sd, reps))
+    _add(lp, findings.context_not_warm(depth, pp, [(s.fill_s, s.pp_s) for s in steps]))
     lp.client.update({"fill_ms": [round((s.fill_s or 0) * 1000, 2) for s in steps],
                       "pp_ms": [round(s.pp_s * 1000, 2) for s in steps]})
-    server_pp = [s.server_pp_tps for s in steps if s.server_pp_tps]
-    if server_pp and pp_mean:
-        lp.client["server_pp_tps"] = statistics.fmean(server_pp)
-        if abs(statistics.fmean(server_pp) - pp_mean) / pp_mean > TIMINGS_TOLERANCE:
-            lp.flags.append("timings_disagree")
-            lp.warnings.append(f"the server's timings say {statistics.fmean(server_pp):,.0f} tok/s prefill, the "
-                               f"client measured {pp_mean:,.0f}: network or queueing time is in the client's figure")
-    server_tg = [s.server_tg_tps for s in steps if s.server_tg_tps]
-    if server_tg:
-        ceiling = statistics.fmean(server_tg)
-        lt.client["server_tg_tps"] = ceiling
-        if tg_mean and tg_mean > ceiling * (1 + SERVER_TG_MARGIN):
-            lt.client["tg_tps_client"] = tg_mean
-            lt.tg_tps = lt.tg_tps_sd = None
-            lt.flags.append("exceeds_server_timings")
-            lt.warnings.append(
-                f"the client timed tg at {tg_mean:,.1f} tok/s, faster than the server's own timings allow "
-                f"({ceiling:,.1f} tok/s): chunks were held back and sent together; not published"
-            )
+    _against_server_timings(lp, lt, steps, pp_mean, tg_mean)
     return lp, lt
 
 
@@ -196,9 +175,7 @@ def skipped_depth(depth: int, pp: int, tg: int, slot_ctx: int) -> tuple[LevelSum
     out = []
     for test in (f"pp{pp}", f"tg{tg}"):
         lvl = LevelSummary.empty(concurrency=1, test=test, depth=depth)
-        lvl.flags.append("exceeds_context")
-        lvl.warnings.append(f"depth {depth} + pp {pp} + tg {tg} does not fit the server's {slot_ctx}-token "
-                            "slot context: not run (raise the server's -c, or fewer slots)")
+        lvl.add(findings.exceeds_context(depth, pp, tg, slot_ctx))
         out.append(lvl)
     return out[0], out[1]
 
@@ -207,95 +184,100 @@ def _rate(mean: float | None, sd: float | None) -> str:
     return "not published (see the warnings)" if mean is None else f"{mean:,.1f} ± {sd or 0:.1f} tok/s"
 
 
-async def run_depth(cfg: DepthConfig, store: Store, note: Any = None) -> RunResult:
+def _note(note: Note | None, text: str) -> None:
+    if note is not None:
+        note(text)
+
+
+class _DepthRun:
+    """The depths of one run in order: each skipped (it does not fit) or measured, and stored at once."""
+
+    def __init__(self, cfg: DepthConfig, store: Store, run_id: str, ep: Endpoint, client: StreamClient,
+                 builder: PromptBuilder, fits: list[int], first_snap: dict[str, Any] | None,
+                 note: Note | None) -> None:
+        self.cfg, self.store, self.run_id, self.ep, self.client = cfg, store, run_id, ep, client
+        self.builder, self.fits, self.first_snap, self.note = builder, fits, first_snap, note
+        self.outcomes: list[LevelOutcome] = []
+
+    async def run(self) -> None:
+        cfg = self.cfg
+        await run_step(self.client, self.builder, 0, min(cfg.pp, 64), 4, -1, self.ep.info.adapter,
+                       self.ep.eos_token_id, 0)
+        for i, d in enumerate(cfg.depths):
+            if d in self.fits:
+                await self.measure(i, d)
+            else:
+                self.skip(i, d)
+
+    def _save(self, idx: int, lvl: LevelSummary, records: list[RequestRecord], status: str, now: str) -> None:
+        self.store.save_level(self.run_id, idx, 0, lvl, records, status=status, started=now, finished=now,
+                              window=(0, 0))
+        self.outcomes.append(LevelOutcome(idx, Level(concurrency=1), lvl, status, [lvl]))
+
+    def skip(self, i: int, d: int) -> None:
+        slot_ctx = self.ep.info.slot_ctx or 0
+        lp, lt = skipped_depth(d, self.cfg.pp, self.cfg.tg, slot_ctx)
+        now = now_iso()
+        self._save(2 * i, lp, [], "skipped", now)
+        self._save(2 * i + 1, lt, [], "skipped", now)
+        _note(self.note, f"depth {d}: skipped, it does not fit the server's {slot_ctx}-token context")
+
+    async def measure(self, i: int, d: int) -> None:
+        cfg = self.cfg
+        snap = self.first_snap if d == self.fits[0] else await snapshot_before(
+            cfg.guard, cfg.guard_config, cfg.target_pids, f"before depth {d}")
+        tele = LevelTelemetry(self.ep.http, root_url(cfg.url), cfg.metrics_interval_s) if cfg.metrics else None
+        if tele:
+            tele.start()
+        steps = []
+        try:
+            for r in range(cfg.repetitions):
+                steps.append(await run_step(self.client, self.builder, d, cfg.pp, cfg.tg, r, self.ep.info.adapter,
+                                            self.ep.eos_token_id, 1000 * i + 10 * r))
+        finally:
+            if tele:
+                await tele.stop()
+        lp, lt = summarize_depth(d, cfg.pp, cfg.tg, steps)
+        lp.guard = lt.guard = snap
+        _add(lp, findings.guard_finding(snap, self.run_id))
+        if tele:
+            lp.telemetry = lt.telemetry = tele.summary(sum(s.tg_tokens + 1 for s in steps), sum(s.tg_s for s in steps))
+            if tele.series():
+                self.store.save_telemetry(self.run_id, 2 * i, 0, tele.series())
+        now = now_iso()
+        self._save(2 * i, lp, [rec for s in steps for rec in s.records], "complete", now)
+        self._save(2 * i + 1, lt, [], "complete", now)
+        _note(self.note, f"depth {d}: pp{cfg.pp} {_rate(lp.pp_tps, lp.pp_tps_sd)}, "
+                         f"tg{cfg.tg} {_rate(lt.tg_tps, lt.tg_tps_sd)}")
+
+
+async def run_depth(cfg: DepthConfig, store: Store, note: Note | None = None) -> RunResult:
     if any(d < 0 for d in cfg.depths) or cfg.pp < 1 or cfg.tg < 2 or cfg.repetitions < 1:
         raise UsageError("depths must be >= 0, --pp >= 1, --tg >= 2 and --repetitions >= 1")
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
-    run_id = new_run_id()
+    log = RunLog(store, new_run_id(), "depth", cfg.label)
     async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
-        info = await discover(session, cfg.url, cfg.api_key, model=cfg.model)
-        if info.models_error and note:
-            note(f"warning: {info.models_error}; measuring '{cfg.model}' as given by --model")
-        model = check_model(info, cfg.model, cfg.url)
-        adapter = info.adapter
-        tokenizer, counter = await pick_tokenizer(cfg.tokenizer, cfg.api_key, session, info, model)
-        fits = [d for d in cfg.depths if not info.slot_ctx or d + cfg.pp + cfg.tg <= info.slot_ctx]
+        ep = await Endpoint.open(session, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, note)
+        slot_ctx = ep.info.slot_ctx
+        fits = [d for d in cfg.depths if not slot_ctx or d + cfg.pp + cfg.tg <= slot_ctx]
         if not fits:
-            raise UsageError(f"no depth fits the server's {info.slot_ctx}-token slot context with pp {cfg.pp} and "
+            raise UsageError(f"no depth fits the server's {slot_ctx}-token slot context with pp {cfg.pp} and "
                              f"tg {cfg.tg}: lower --depths or raise the server's -c")
-        client = StreamClient(session=session, base_url=cfg.url, model=model, api_key=cfg.api_key,
-                              timeout_s=cfg.timeout_s, counter=counter,
-                              one_token_per_chunk=adapter.one_token_per_chunk,
-                              fresh_connection=adapter.closes_after_stream)
-        builder = PromptBuilder(tokenizer, seed, run_id.rsplit("-", 1)[-1])
-        eos = getattr(tokenizer, "eos_token_id", None)
-        manifest = {
-            "endpoint": cfg.url, "model": model, "engine": info.engine,
-            "engine_version": info.engine_version or (cfg.embedded or {}).get("engine_version"),
-            "server": info.to_dict(), "embedded": cfg.embedded, "label": cfg.label, "command": cfg.command,
-            "started": now_iso(), "finished": None, "tokenizer": tokenizer.description, "seed": seed,
-            "workload": {"depths": cfg.depths, "pp": cfg.pp, "tg": cfg.tg, "repetitions": cfg.repetitions},
-            "machine": machine.snapshot(),
-        }
+        client = ep.client(timeout_s=cfg.timeout_s)
+        builder = PromptBuilder(ep.tokenizer, seed, log.run_id.rsplit("-", 1)[-1])
+        manifest = ep.manifest(cfg.embedded, cfg.label, cfg.command, seed=seed, workload={
+            "depths": cfg.depths, "pp": cfg.pp, "tg": cfg.tg, "repetitions": cfg.repetitions})
         # strict: refuse before anything runs or is stored
-        first_snap = await guard_snapshot(cfg.guard, cfg.guard_config, cfg.target_pids, f"before depth {fits[0]}")
-        store.create_run(run_id, "depth", cfg.label, str(manifest["started"]), __version__, manifest)
-        if note:
-            note("warm-up: one uncounted pp/tg pass at depth 0")
-        outcomes: list[LevelOutcome] = []
+        first_snap = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids, f"before depth {fits[0]}")
+        log.create(manifest)
+        _note(note, "warm-up: one uncounted pp/tg pass at depth 0")
+        run = _DepthRun(cfg, store, log.run_id, ep, client, builder, fits, first_snap, note)
         try:
-            await run_step(client, builder, 0, min(cfg.pp, 64), 4, -1, adapter, eos, 0)
-            for i, d in enumerate(cfg.depths):
-                if d not in fits:
-                    lp, lt = skipped_depth(d, cfg.pp, cfg.tg, info.slot_ctx or 0)
-                    now = now_iso()
-                    for j, lvl in ((2 * i, lp), (2 * i + 1, lt)):
-                        store.save_level(run_id, j, 0, lvl, [], status="skipped", started=now, finished=now,
-                                         window=(0, 0))
-                        outcomes.append(LevelOutcome(j, Level(concurrency=1), lvl, "skipped", [lvl]))
-                    if note:
-                        note(f"depth {d}: skipped, it does not fit the server's {info.slot_ctx}-token context")
-                    continue
-                snap = first_snap if d == fits[0] else await guard_snapshot(
-                    cfg.guard, cfg.guard_config, cfg.target_pids, f"before depth {d}")
-                steps = []
-                tele = LevelTelemetry(session, root_url(cfg.url), cfg.metrics_interval_s) if cfg.metrics else None
-                if tele:
-                    tele.start()
-                try:
-                    for r in range(cfg.repetitions):
-                        steps.append(await run_step(client, builder, d, cfg.pp, cfg.tg, r, adapter, eos,
-                                                    1000 * i + 10 * r))
-                finally:
-                    if tele:
-                        await tele.stop()
-                lp, lt = summarize_depth(d, cfg.pp, cfg.tg, steps)
-                lp.guard = lt.guard = snap
-                if snap is not None and not snap["clean"]:
-                    lp.flags.append("dirty_bench")
-                if tele:
-                    tg_tokens = sum(s.tg_tokens + 1 for s in steps)
-                    lp.telemetry = lt.telemetry = tele.summary(tg_tokens, sum(s.tg_s for s in steps))
-                    if tele.series():
-                        store.save_telemetry(run_id, 2 * i, 0, tele.series())
-                recs = [rec for s in steps for rec in s.records]
-                now = now_iso()
-                store.save_level(run_id, 2 * i, 0, lp, recs, status="complete", started=now, finished=now, window=(0, 0))
-                store.save_level(run_id, 2 * i + 1, 0, lt, [], status="complete", started=now, finished=now, window=(0, 0))
-                outcomes += [LevelOutcome(2 * i, Level(concurrency=1), lp, "complete", [lp]),
-                             LevelOutcome(2 * i + 1, Level(concurrency=1), lt, "complete", [lt])]
-                if note:
-                    note(f"depth {d}: pp{cfg.pp} {_rate(lp.pp_tps, lp.pp_tps_sd)}, tg{cfg.tg} {_rate(lt.tg_tps, lt.tg_tps_sd)}")
+            await run.run()
         except BaseException as e:
-            done = any(o.status == "complete" for o in outcomes)
-            status = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else \
-                ("partial" if done else "failed")
-            store.finish_run(run_id, status, now_iso(), str(e) or type(e).__name__)
-            e.run_id = run_id  # type: ignore[attr-defined]
+            log.abort(e, any(o.status == "complete" for o in run.outcomes))
             raise
-        manifest["finished"] = now_iso()
-        store.update_manifest(run_id, manifest)
         status = "complete" if len(fits) == len(cfg.depths) else "partial"
         error = None if status == "complete" else "some depths do not fit the server's context: see the skipped levels"
-        store.finish_run(run_id, status, str(manifest["finished"]), error)
-        return RunResult(run_id, manifest, outcomes, status, error, kind="depth")
+        log.finish(status, error)
+        return RunResult(log.run_id, manifest, run.outcomes, status, error, kind="depth")

@@ -165,27 +165,8 @@ class Emitter:
 
     async def _stream(self, request: web.Request, resp: web.StreamResponse, body: dict[str, Any], c: EmitterConfig,
                       chat: bool, n_tokens: int, max_tokens: int, prompt_tokens: int, t_recv: int) -> web.StreamResponse:
-
-        def chunk(text: str | None = None, reasoning: str | None = None, finish: str | None = None,
-                  role: bool = False) -> bytes:
-            if chat:
-                delta: dict[str, Any] = {}
-                if role:
-                    delta["role"] = "assistant"
-                    delta["content"] = ""
-                if text is not None:
-                    delta["content"] = text
-                if reasoning is not None:
-                    delta["reasoning_content"] = reasoning
-                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
-            else:
-                choice = {"index": 0, "text": text or "", "finish_reason": finish}
-            obj = {"id": "x", "object": "chat.completion.chunk" if chat else "text_completion",
-                   "model": MODEL, "choices": [choice]}
-            return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
         if chat and c.role_first:
-            await resp.write(chunk(role=True))
+            await resp.write(_chunk(chat, role=True))
         start = time.perf_counter()
         sent = 0
         n_chunks = 0
@@ -194,7 +175,7 @@ class Emitter:
             parts = []
             while sent < n_tokens:
                 k = min(c.tokens_per_chunk, n_tokens - sent)
-                parts.append(chunk(text="".join(f" w{sent + i}" for i in range(k))))
+                parts.append(_chunk(chat, text="".join(f" w{sent + i}" for i in range(k))))
                 sent += k
             t_first = time.perf_counter_ns()
             await resp.write(b"".join(parts))
@@ -204,27 +185,15 @@ class Emitter:
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if c.fault in ("stall", "broken", "malformed", "error_event", "poison") and n_chunks == c.fault_after:
-                if c.fault == "stall":
-                    await asyncio.sleep(c.stall_s)
-                if c.fault == "broken":
-                    assert request.transport is not None
-                    request.transport.close()
-                    return resp
-                if c.fault == "malformed":
-                    await resp.write(b'data: {"choices": [ {"text": \n\n')
-                if c.fault == "poison":
-                    await resp.write(b"data: " + c.poison.encode() + b"\n\n")
-                if c.fault == "error_event":
-                    await resp.write(b'data: {"error": {"message": "out of memory"}}\n\n')
-                    return resp
+            if n_chunks == c.fault_after and await _inject_fault(request, resp, c):
+                return resp
             text = "".join(f" w{sent + i}" for i in range(k))
             if not t_first:
                 t_first = time.perf_counter_ns()
             if sent < c.reasoning_tokens:
-                await resp.write(chunk(reasoning=text))
+                await resp.write(_chunk(chat, reasoning=text))
             else:
-                await resp.write(chunk(text=text))
+                await resp.write(_chunk(chat, text=text))
             if c.keepalive:
                 await resp.write(b": keep-alive\n\n")
             sent += k
@@ -232,20 +201,61 @@ class Emitter:
             n_chunks += 1
         t_last = time.perf_counter_ns()
         self.stamps[str(body.get("prompt", ""))[:64]] = (t_recv, t_first, t_last)
-        finish = "length" if sent >= max_tokens else "stop"
-        await resp.write(chunk(finish=finish) if not chat else chunk(finish=finish))
+        await resp.write(_chunk(chat, finish="length" if sent >= max_tokens else "stop"))
         so = body.get("stream_options") or {}
         if c.usage and so.get("include_usage"):
-            usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
-                                     "total_tokens": prompt_tokens + sent}
-            if c.reasoning_tokens:
-                usage["completion_tokens_details"] = {"reasoning_tokens": min(c.reasoning_tokens, sent)}
-            await resp.write(b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n")
+            await resp.write(_usage_chunk(prompt_tokens, sent, c.reasoning_tokens))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         if c.close_after_stream_s is not None and request.transport is not None:
             asyncio.get_running_loop().call_later(c.close_after_stream_s, request.transport.close)
         return resp
+
+
+def _chunk(chat: bool, text: str | None = None, reasoning: str | None = None, finish: str | None = None,
+           role: bool = False) -> bytes:
+    """One SSE event: a chat delta (role, content, reasoning) or a completions text choice."""
+    if chat:
+        delta: dict[str, Any] = {}
+        if role:
+            delta["role"] = "assistant"
+            delta["content"] = ""
+        if text is not None:
+            delta["content"] = text
+        if reasoning is not None:
+            delta["reasoning_content"] = reasoning
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+    else:
+        choice = {"index": 0, "text": text or "", "finish_reason": finish}
+    obj = {"id": "x", "object": "chat.completion.chunk" if chat else "text_completion",
+           "model": MODEL, "choices": [choice]}
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def _usage_chunk(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> bytes:
+    usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                             "total_tokens": prompt_tokens + completion_tokens}
+    if reasoning_tokens:
+        usage["completion_tokens_details"] = {"reasoning_tokens": min(reasoning_tokens, completion_tokens)}
+    return b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n"
+
+
+async def _inject_fault(request: web.Request, resp: web.StreamResponse, c: EmitterConfig) -> bool:
+    """The configured mid-stream fault, at its chunk; True when it ends the stream."""
+    if c.fault == "stall":
+        await asyncio.sleep(c.stall_s)
+    elif c.fault == "broken":
+        assert request.transport is not None
+        request.transport.close()
+        return True
+    elif c.fault == "malformed":
+        await resp.write(b'data: {"choices": [ {"text": \n\n')
+    elif c.fault == "poison":
+        await resp.write(b"data: " + c.poison.encode() + b"\n\n")
+    elif c.fault == "error_event":
+        await resp.write(b'data: {"error": {"message": "out of memory"}}\n\n')
+        return True
+    return False
 
 
 class BackgroundEmitter:

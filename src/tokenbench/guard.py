@@ -8,6 +8,7 @@ never passes silently. Everything is read from a root directory (``/`` by defaul
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import time
@@ -402,6 +403,18 @@ def snapshot(env: GuardEnv) -> dict[str, Any]:
     results = run_checks(env)
     return {"clean": not dirty(results), "checks": [r.to_dict() for r in results],
             "taken": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+async def snapshot_before(mode: str, config: Any, target_pids: set[int], where: str) -> dict[str, Any] | None:
+    """The guard's snapshot before a run or a level, or None with mode "off". Strict mode refuses a dirty bench
+    (``GuardFailed``); warn mode records it, and the level's findings say so (findings.guard_finding)."""
+    if mode == "off":
+        return None
+    env = GuardEnv(config=config or load_config(), target_pids=target_pids)
+    snap = await asyncio.to_thread(snapshot, env)
+    if mode == "strict" and not snap["clean"]:
+        raise GuardFailed(refuse_message(snap, where))
+    return snap
 
 
 def refuse_message(snap: dict[str, Any], where: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 import psutil
 
 from .client import PreparedRequest
-from .metrics import percentile
+from .metrics import client_delays, percentile
 from .records import Phase, RequestRecord
 from .tasks import cancel_and_wait
 
@@ -104,6 +104,11 @@ class ClientWatch:
             out["inflight_mean"] = statistics.fmean(self.inflight_samples)
         return out
 
+    def judge(self, level: Level, records: list[RequestRecord]) -> list[str]:
+        """``verdict`` on a phase's measured records (metrics.client_delays: the one definition of both delays)."""
+        delay, queue = client_delays([r for r in records if r.phase == "measured"])
+        return self.verdict(level, delay.p90 if delay else None, queue.p90 if queue else None)
+
     def verdict(self, level: Level, send_delay_p90_ms: float | None,
                 send_queue_p90_ms: float | None = None) -> list[str]:
         """Reasons the client, not the server, limited this level (empty: it did not)."""
@@ -133,6 +138,68 @@ class PhaseResult:
 
 
 OnDone = Callable[[RequestRecord], None]
+
+
+class _Phase:
+    """The sending loops of one phase: closed (N senders, each sends when its last request ends) or open (a
+    request at each arrival of the process, however many are in flight)."""
+
+    def __init__(self, backend: Backend, prompts: PromptSource, phase: Phase, records: list[RequestRecord],
+                 watch: ClientWatch, done: OnDone, requests: int | None, stop_ns: int | None) -> None:
+        self.backend, self.prompts, self.phase, self.records = backend, prompts, phase, records
+        self.watch, self.done, self.requests, self.stop_ns = watch, done, requests, stop_ns
+        self.issued = 0
+
+    async def one(self, req: PreparedRequest, rec: RequestRecord) -> None:
+        self.watch.inflight += 1
+        try:  # decoded later (client.DeferredDecoding): ``done`` runs then, and run_phase's flush() waits
+            await self.backend.send(req, rec, self.done)
+        finally:
+            self.watch.inflight -= 1
+
+    def more(self) -> bool:
+        return (self.requests is None or self.issued < self.requests) and \
+            (self.stop_ns is None or time.perf_counter_ns() < self.stop_ns)
+
+    async def closed_loop(self, n: int) -> None:
+        async def sender() -> None:
+            while self.more():
+                self.issued += 1
+                idx, req = await self.prompts.next()
+                rec = RequestRecord(index=idx, phase=self.phase)
+                self.records.append(rec)
+                await self.one(req, rec)
+            self.watch.sampling_inflight = False  # the tail of a level is not a shortfall of the client
+
+        await asyncio.gather(*(sender() for _ in range(n)))
+
+    async def open_loop(self, level: Level, start_ns: int, offset_s: float, rng: random.Random) -> None:
+        assert level.rate is not None
+        sem = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
+        tasks: list[asyncio.Task[None]] = []
+        t_next = offset_s
+        while self.requests is None or self.issued < self.requests:
+            scheduled = start_ns + int(t_next * NS_PER_S)
+            if self.stop_ns is not None and scheduled >= self.stop_ns:
+                break
+            idx, req = await self.prompts.next()
+            delay = (scheduled - time.perf_counter_ns()) / NS_PER_S
+            if delay > 0:
+                await asyncio.sleep(delay)
+            rec = RequestRecord(index=idx, phase=self.phase, scheduled_ns=scheduled)
+            self.records.append(rec)
+            tasks.append(asyncio.get_running_loop().create_task(self._capped(sem, req, rec)))
+            self.issued += 1
+            t_next += rng.expovariate(level.rate) if level.arrival == "poisson" else 1.0 / level.rate
+        self.watch.sampling_inflight = False
+        await asyncio.gather(*tasks)
+
+    async def _capped(self, sem: asyncio.Semaphore | None, req: PreparedRequest, rec: RequestRecord) -> None:
+        if sem is None:
+            await self.one(req, rec)
+            return
+        async with sem:
+            await self.one(req, rec)
 
 
 def _ignore(record: RequestRecord) -> None:
@@ -165,69 +232,12 @@ async def run_phase(
         await asyncio.sleep((start_at_ns - time.perf_counter_ns()) / NS_PER_S)
     start_ns = start_at_ns if start_at_ns is not None else time.perf_counter_ns()
     stop_ns = start_ns + int(duration_s * NS_PER_S) if duration_s else None
-    w = watch or ClientWatch()
-
-    done = on_done or _ignore
-
-    async def one(req: PreparedRequest, rec: RequestRecord) -> None:
-        w.inflight += 1
-        try:  # decoded later (client.DeferredDecoding): ``done`` runs then, and flush() below waits for the rest
-            await backend.send(req, rec, done)
-        finally:
-            w.inflight -= 1
-
+    run = _Phase(backend, prompts, phase, records, watch or ClientWatch(), on_done or _ignore, requests, stop_ns)
     try:
         if level.rate is None:
-            issued = 0
-            n = level.concurrency or 1
-
-            async def worker() -> None:
-                nonlocal issued
-                while True:
-                    if requests is not None and issued >= requests:
-                        break
-                    if stop_ns is not None and time.perf_counter_ns() >= stop_ns:
-                        break
-                    issued += 1
-                    idx, req = await prompts.next()
-                    rec = RequestRecord(index=idx, phase=phase)
-                    records.append(rec)
-                    await one(req, rec)
-                w.sampling_inflight = False  # the tail of a level is not a shortfall of the client
-
-            await asyncio.gather(*(worker() for _ in range(n)))
+            await run.closed_loop(level.concurrency or 1)
         else:
-            rng = random.Random(seed)
-            sem = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
-            tasks: list[asyncio.Task[None]] = []
-            t_next = offset_s
-            k = 0
-            while True:
-                if requests is not None and k >= requests:
-                    break
-                scheduled = start_ns + int(t_next * NS_PER_S)
-                if stop_ns is not None and scheduled >= stop_ns:
-                    break
-                idx, req = await prompts.next()
-                delay = (scheduled - time.perf_counter_ns()) / NS_PER_S
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                rec = RequestRecord(index=idx, phase=phase, scheduled_ns=scheduled)
-                records.append(rec)
-
-                async def capped(req: PreparedRequest = req, rec: RequestRecord = rec) -> None:
-                    if sem is None:
-                        await one(req, rec)
-                        return
-                    async with sem:
-                        await one(req, rec)
-
-                tasks.append(asyncio.get_running_loop().create_task(capped()))
-                k += 1
-                gap = rng.expovariate(level.rate) if level.arrival == "poisson" else 1.0 / level.rate
-                t_next += gap
-            w.sampling_inflight = False
-            await asyncio.gather(*tasks)
+            await run.open_loop(level, start_ns, offset_s, random.Random(seed))
     except asyncio.CancelledError:
         # Ctrl-C: requests still in flight end as "interrupted"; finished ones are kept.
         backend.flush()

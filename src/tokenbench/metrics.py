@@ -17,19 +17,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .findings import Code, Finding
 from .records import RequestRecord
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
-
-#: A p99 over fewer samples than this is an extrapolation from very few tail points.
-P99_MIN_SAMPLES = 100
-#: A prompt the server counted this much shorter than we built it was truncated (Ollama past num_ctx).
-#: Servers add a BOS token or a chat template, which only makes the count larger, so any real
-#: shortfall beyond a couple of tokens of tokenizer disagreement is truncation.
-PROMPT_TRUNCATION_SLACK_TOKENS = 2
-PROMPT_TRUNCATION_SLACK_RATIO = 0.02
-
 
 def percentile(sorted_values: list[float], q: float) -> float:
     """Linear-interpolated percentile of pre-sorted values (numpy 'linear' method), q in [0, 100]."""
@@ -154,13 +146,6 @@ def request_meets(r: RequestRecord, per_request_ms: dict[str, float]) -> bool:
     return True
 
 
-def cost_per_mtok(price_per_hour: float | None, tokens_per_s: float | None) -> float | None:
-    """Price per million tokens at a sustained rate: price_per_hour / (tps * 3600) * 1e6."""
-    if price_per_hour is None or not tokens_per_s:
-        return None
-    return price_per_hour / (tokens_per_s * 3600.0) * 1e6
-
-
 @dataclass(slots=True)
 class LevelSummary:
     """One operating point, in the names of DESIGN.md's JSON result contract (extend, never rename)."""
@@ -172,7 +157,6 @@ class LevelSummary:
     errors: dict[str, int]
     duration_s: float
     output_throughput_tps: float
-    per_agent_tps: float | None
     request_throughput_rps: float
     input_tokens_mean: float | None
     output_tokens_mean: float | None
@@ -199,7 +183,8 @@ class LevelSummary:
     tokens_per_chunk_mean: float | None = None
     itl_rule: str = "per_chunk"
     prefill_tps: float | None = None  # input tokens / TTFT, reported at concurrency 1 only
-    decode_tps: float | None = None  # 1 / median TPOT, reported at concurrency 1 only
+    #: a decode rate a source gave as such (a published table); otherwise ``decode_tps`` is derived
+    given_decode_tps: float | None = None
     achieved_concurrency: float | None = None
     send_delay_ms: Distribution | None = None  # open loop: actual - scheduled send time
     send_queue_ms: Distribution | None = None  # request on the socket - request started: the client's own wait
@@ -217,23 +202,84 @@ class LevelSummary:
     tg_tps_sd: float | None = None
     guard: dict[str, Any] | None = None  # the clean-bench guard's snapshot taken before this level
     telemetry: dict[str, Any] | None = None  # what the server's /metrics (and NVML) said during this level
+    #: the typed findings (findings.py) behind ``flags`` and ``warnings``, which are their view
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def per_agent_tps(self) -> float | None:
+        """Aggregate output throughput / concurrency (how the published tables define it); an open-loop level
+        divides by the concurrency it achieved. None for a level with no throughput figure (a depth row)."""
+        agents = self.concurrency or self.achieved_concurrency
+        if not agents or not (self.output_throughput_tps or self.completed or self.failed):
+            return None
+        return self.output_throughput_tps / agents
+
+    @property
+    def decode_tps(self) -> float | None:
+        """Single-stream decode rate, 1 / median TPOT of the requests measured at concurrency 1 (llama-bench's
+        "tg"), unless a source gave one."""
+        if self.given_decode_tps is not None:
+            return self.given_decode_tps
+        if self.concurrency == 1 and self.completed and self.tpot_ms.p50:
+            return 1000.0 / self.tpot_ms.p50
+        return None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The level in the result contract's names, derived rates included where the contract lists them."""
+        out: dict[str, Any] = {}
+        for k, v in asdict(self).items():
+            if k == "given_decode_tps":
+                continue
+            out[k] = v
+            if k == "output_throughput_tps":
+                out["per_agent_tps"] = self.per_agent_tps
+            elif k == "prefill_tps":
+                out["decode_tps"] = self.decode_tps
+        out["findings"] = [f.to_dict() for f in self.findings]
+        return out
+
+    def add(self, finding: Finding) -> bool:
+        """Record a finding, once per code, and keep ``flags`` and ``warnings`` (its view) in step. Returns
+        whether it was new."""
+        if self.finding(finding.code) is not None:
+            return False
+        self.findings.append(finding)
+        if finding.code.value not in self.flags:
+            self.flags.append(finding.code.value)
+        if finding.severity == "warning":
+            self.warnings.append(finding.text)
+        return True
+
+    def finding(self, code: Code) -> Finding | None:
+        return next((f for f in self.findings if f.code == code), None)
 
     @classmethod
-    def empty(cls, concurrency: int | None = 1, rate: float | None = None, **kw: Any) -> LevelSummary:
-        """A level known only by the figures given (an import or a prediction); everything else unknown."""
-        d = Distribution(n=0)
-        base: dict[str, Any] = dict(
-            concurrency=concurrency, rate=rate, completed=0, failed=0, errors={}, duration_s=0.0,
-            output_throughput_tps=0.0, per_agent_tps=None, request_throughput_rps=0.0, input_tokens_mean=None,
-            output_tokens_mean=None, output_tokens_source=None, ttft_ms=d, tpot_ms=Distribution(n=0),
-            itl_ms=Distribution(n=0), e2e_ms=Distribution(n=0), ttfb_ms=Distribution(n=0),
-            time_to_first_answer_ms=Distribution(n=0), flags=[],
+    def empty(
+        cls, concurrency: int | None = 1, rate: float | None = None, *, test: str | None = None,
+        depth: int | None = None, completed: int = 0, failed: int = 0, duration_s: float = 0.0,
+        output_throughput_tps: float = 0.0, request_throughput_rps: float = 0.0,
+        input_tokens_mean: float | None = None, output_tokens_mean: float | None = None,
+        output_tokens_source: str | None = None, ttft_ms: Distribution | None = None,
+        tpot_ms: Distribution | None = None, itl_ms: Distribution | None = None, e2e_ms: Distribution | None = None,
+        prefill_tps: float | None = None, decode_tps: float | None = None, pp_tps: float | None = None,
+        pp_tps_sd: float | None = None, tg_tps: float | None = None, tg_tps_sd: float | None = None,
+        goodput_rps: float | None = None, slo: str | None = None, slo_met: bool | None = None,
+    ) -> LevelSummary:
+        """A level known only by the figures given (an import or a prediction); everything else unknown. Every
+        figure is a typed keyword: a misspelt one is an error, not a silently empty column."""
+        def d(x: Distribution | None) -> Distribution:
+            return x if x is not None else Distribution(n=0)
+
+        return cls(
+            concurrency=concurrency, rate=rate, completed=completed, failed=failed, errors={}, duration_s=duration_s,
+            output_throughput_tps=output_throughput_tps, request_throughput_rps=request_throughput_rps,
+            input_tokens_mean=input_tokens_mean, output_tokens_mean=output_tokens_mean,
+            output_tokens_source=output_tokens_source, ttft_ms=d(ttft_ms), tpot_ms=d(tpot_ms), itl_ms=d(itl_ms),
+            e2e_ms=d(e2e_ms), ttfb_ms=Distribution(n=0), time_to_first_answer_ms=Distribution(n=0), flags=[],
+            prefill_tps=prefill_tps, given_decode_tps=decode_tps, test=test, depth=depth, pp_tps=pp_tps,
+            pp_tps_sd=pp_tps_sd, tg_tps=tg_tps, tg_tps_sd=tg_tps_sd, goodput_rps=goodput_rps, slo=slo,
+            slo_met=slo_met,
         )
-        base.update(kw)
-        return cls(**base)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LevelSummary:
@@ -242,6 +288,16 @@ class LevelSummary:
                   "send_queue_ms"):
             if isinstance(d.get(k), dict):
                 d[k] = Distribution(**d[k])
+        # runs stored before findings have flags and warnings only: they load with no findings
+        stored = d.get("findings")
+        d["findings"] = [f for x in (stored if isinstance(stored, list) else [])
+                         if isinstance(x, dict) and (f := Finding.from_dict(x))]
+        # per_agent_tps and decode_tps are derived; a stored decode rate is kept only where nothing derives it
+        decode = d.get("decode_tps")
+        tpot = d.get("tpot_ms")
+        derived = d.get("concurrency") == 1 and d.get("completed") and isinstance(tpot, Distribution) and tpot.p50
+        if decode is not None and not derived:
+            d.setdefault("given_decode_tps", decode)
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
 
@@ -255,6 +311,79 @@ def _source(records: list[RequestRecord], attr: str) -> str | None:
     return "mixed:" + ",".join(f"{k}={v}" for k, v in sorted(sources.items()))
 
 
+def _ms_since_sent(records: list[RequestRecord], attr: str) -> list[float]:
+    return [(t - r.sent_ns) / NS_PER_MS for r in records if (t := getattr(r, attr)) is not None]
+
+
+def _ends(records: list[RequestRecord]) -> list[int]:
+    return [r.end_ns for r in records if r.end_ns is not None]
+
+
+def _latencies(ok: list[RequestRecord]) -> tuple[Distribution, ...]:
+    """TTFT, TPOT, ITL, E2E, TTFB and time to first answer of the successful requests, in that order."""
+    return (
+        Distribution.of([r.ttft_ns / NS_PER_MS for r in ok if r.ttft_ns is not None]),
+        Distribution.of([v for r in ok if (v := request_tpot_ms(r)) is not None]),
+        Distribution.of([v for r in ok for v in request_itls_ms(r)]),
+        Distribution.of([r.e2e_ns / NS_PER_MS for r in ok if r.e2e_ns is not None]),
+        Distribution.of(_ms_since_sent(ok, "first_byte_ns")),
+        Distribution.of(_ms_since_sent(ok, "first_answer_ns")),
+    )
+
+
+def _achieved_concurrency(measured: list[RequestRecord], start_ns: int, end_ns: int) -> float | None:
+    """The requests in flight on average over the window: busy time / window."""
+    busy_ns = sum(r.e2e_ns for r in measured if r.e2e_ns is not None)
+    return busy_ns / (end_ns - start_ns) if end_ns > start_ns else None
+
+
+def _mean(values: list[int]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _reasoning(summary: LevelSummary, ok: list[RequestRecord]) -> None:
+    """Reasoning tokens are output tokens: the share of the output budget they took, and what is left."""
+    if not any(r.reasoning_tokens for r in ok):
+        return
+    summary.reasoning_tokens_mean = statistics.fmean([r.reasoning_tokens or 0 for r in ok])
+    if summary.total_output_tokens:
+        summary.reasoning_share = min(1.0, sum(r.reasoning_tokens or 0 for r in ok) / summary.total_output_tokens)
+        summary.answer_throughput_tps = summary.output_throughput_tps * (1 - summary.reasoning_share)
+
+
+def _prefill_tps(summary: LevelSummary, ok: list[RequestRecord]) -> float | None:
+    """Prefill rate, median input tokens / TTFT (llama-bench's "pp"): concurrency 1 only. The decode rate is
+    derived from TPOT (``LevelSummary.decode_tps``)."""
+    if summary.concurrency != 1:
+        return None
+    pp = [r.input_tokens / (r.ttft_ns / NS_PER_S) for r in ok if r.input_tokens and r.ttft_ns]
+    return statistics.median(pp) if pp else None
+
+
+def client_delays(measured: list[RequestRecord]) -> tuple[Distribution | None, Distribution | None]:
+    """The client's own lateness: sends after their scheduled arrival (open loop), and the wait from the start
+    of a send to its last byte on the socket (``send_queue_ms``)."""
+    delays = [(r.sent_ns - r.scheduled_ns) / NS_PER_MS for r in measured if r.scheduled_ns is not None]
+    queued = [(r.written_ns - r.sent_ns) / NS_PER_MS for r in measured if r.written_ns is not None]
+    return (Distribution.of(delays) if delays else None), (Distribution.of(queued) if queued else None)
+
+
+def _client_delays(summary: LevelSummary, measured: list[RequestRecord]) -> None:
+    summary.send_delay_ms, summary.send_queue_ms = client_delays(measured)
+
+
+def _goodput(summary: LevelSummary, ok: list[RequestRecord], slo: SLO | None) -> None:
+    if slo is None or not (slo.per_request_ms or slo.percentile_ms):
+        return
+    good = [r for r in ok if request_meets(r, slo.per_request_ms)]
+    summary.goodput_rps = len(good) / summary.duration_s
+    summary.slo = slo.describe()
+    values = [getattr(getattr(summary, f"{metric}_ms"), pct) for (metric, pct) in slo.percentile_ms]
+    limits = list(slo.percentile_ms.values())
+    met = all(v is not None and v <= limit for v, limit in zip(values, limits))
+    summary.slo_met = met and not summary.failed
+
+
 def summarize(
     records: list[RequestRecord],
     *,
@@ -263,81 +392,18 @@ def summarize(
     window_start_ns: int,
     window_end_ns: int | None = None,
     slo: SLO | None = None,
-    price_per_hour: float | None = None,
 ) -> LevelSummary:
-    """Summarize the measured requests of one level. Warm-up records are ignored here."""
+    """The statistics of one level's measured requests (warm-up records are ignored here). What the numbers
+    cannot say by themselves is decided in ``findings``, and what they cost in ``cost``."""
     measured = [r for r in records if r.phase == "measured"]
     ok = [r for r in measured if r.ok]
     failed = [r for r in measured if not r.ok]
-    ends = [r.end_ns for r in measured if r.end_ns is not None]
-    end = window_end_ns if window_end_ns is not None else (max(ends) if ends else window_start_ns)
+    end = window_end_ns if window_end_ns is not None else max(_ends(measured), default=window_start_ns)
     duration_s = max(end - window_start_ns, 1) / NS_PER_S
-
     out_tokens = [r.output_tokens for r in ok if r.output_tokens is not None]
     in_tokens = [r.input_tokens for r in ok if r.input_tokens is not None]
-    total_out = sum(out_tokens)
-    agg_tps = total_out / duration_s
-    flags: list[str] = []
-    warnings: list[str] = []
-
-    ttft = [r.ttft_ns / NS_PER_MS for r in ok if r.ttft_ns is not None]
-    tpot = [v for r in ok if (v := request_tpot_ms(r)) is not None]
-    itl = [v for r in ok for v in request_itls_ms(r)]
-    e2e = [r.e2e_ns / NS_PER_MS for r in ok if r.e2e_ns is not None]
-    ttfb = [(r.first_byte_ns - r.sent_ns) / NS_PER_MS for r in ok if r.first_byte_ns is not None]
-    ttfa = [(r.first_answer_ns - r.sent_ns) / NS_PER_MS for r in ok if r.first_answer_ns is not None]
-
     chunks = sum(len(r.chunk_ns) for r in ok)
-    tokens_per_chunk = total_out / chunks if chunks else None
-    if tokens_per_chunk is not None and tokens_per_chunk > 1.05:
-        flags.append("multi_token_chunks")
-        warnings.append(
-            f"chunks carry {tokens_per_chunk:.2f} tokens on average: ITL is per chunk, TPOT is per token"
-        )
-
-    out_source = _source(ok, "output_tokens_source")
-    if ok and out_source != "usage":
-        flags.append("usage_absent")
-        warnings.append(
-            f"output token counts are estimated ({out_source}): the server sent no usage; "
-            "use a server that honours stream_options.include_usage for exact counts"
-        )
-
-    expected_out = next((r.expected_output_tokens for r in ok if r.expected_output_tokens), None)
-    short = [r for r in ok if r.expected_output_tokens and (r.output_tokens or 0) < r.expected_output_tokens]
-    if short:
-        flags.append("output_short")
-        lengths = sorted(r.output_tokens or 0 for r in short)
-        warnings.append(
-            f"{len(short)}/{len(ok)} outputs stopped before {expected_out} tokens "
-            f"(reached {lengths[0]}..{lengths[-1]}, finish_reason "
-            f"{','.join(sorted({str(r.finish_reason) for r in short}))}): the server does not honour "
-            "ignore_eos/min_tokens; compare TPOT, not throughput"
-        )
-
-    truncated = [
-        r
-        for r in ok
-        if r.expected_input_tokens
-        and r.input_tokens is not None
-        and r.input_tokens_source == "usage"
-        and r.input_tokens
-        < r.expected_input_tokens * (1 - PROMPT_TRUNCATION_SLACK_RATIO) - PROMPT_TRUNCATION_SLACK_TOKENS
-    ]
-    if truncated:
-        flags.append("prompt_truncated")
-        r0 = truncated[0]
-        warnings.append(
-            f"the server counted {r0.input_tokens} prompt tokens where {r0.expected_input_tokens} were sent "
-            f"({len(truncated)} requests): it truncates the prompt (Ollama: raise num_ctx); "
-            "prefill figures of this level are not valid"
-        )
-
-    if ok and len(ok) < P99_MIN_SAMPLES:
-        flags.append("p99_estimate")
-    if failed:
-        flags.append("errors")
-
+    ttft, tpot, itl, e2e, ttfb, ttfa = _latencies(ok)
     summary = LevelSummary(
         concurrency=concurrency,
         rate=rate,
@@ -345,71 +411,26 @@ def summarize(
         failed=len(failed),
         errors=dict(Counter(r.error_kind for r in failed if r.error_kind)),
         duration_s=duration_s,
-        output_throughput_tps=agg_tps,
-        per_agent_tps=None,
+        output_throughput_tps=sum(out_tokens) / duration_s,
         request_throughput_rps=len(ok) / duration_s,
-        input_tokens_mean=statistics.fmean(in_tokens) if in_tokens else None,
-        output_tokens_mean=statistics.fmean(out_tokens) if out_tokens else None,
-        output_tokens_source=out_source,
-        ttft_ms=Distribution.of(ttft),
-        tpot_ms=Distribution.of(tpot),
-        itl_ms=Distribution.of(itl),
-        e2e_ms=Distribution.of(e2e),
-        ttfb_ms=Distribution.of(ttfb),
-        time_to_first_answer_ms=Distribution.of(ttfa),
-        flags=flags,
-        cost_per_mtok=cost_per_mtok(price_per_hour, agg_tps),
+        input_tokens_mean=_mean(in_tokens),
+        output_tokens_mean=_mean(out_tokens),
+        output_tokens_source=_source(ok, "output_tokens_source"),
+        ttft_ms=ttft, tpot_ms=tpot, itl_ms=itl, e2e_ms=e2e, ttfb_ms=ttfb, time_to_first_answer_ms=ttfa,
+        flags=[],
         total_input_tokens=sum(in_tokens),
-        total_output_tokens=total_out,
-        reasoning_tokens_mean=(
-            statistics.fmean([r.reasoning_tokens or 0 for r in ok])
-            if any(r.reasoning_tokens for r in ok)
-            else None
-        ),
-        output_tokens_min=min(out_tokens) if out_tokens else None,
-        output_tokens_max=max(out_tokens) if out_tokens else None,
-        expected_output_tokens=expected_out,
+        total_output_tokens=sum(out_tokens),
+        output_tokens_min=min(out_tokens, default=None),
+        output_tokens_max=max(out_tokens, default=None),
+        expected_output_tokens=next((r.expected_output_tokens for r in ok if r.expected_output_tokens), None),
         input_tokens_source=_source(ok, "input_tokens_source"),
-        tokens_per_chunk_mean=tokens_per_chunk,
-        warnings=warnings,
+        tokens_per_chunk_mean=sum(out_tokens) / chunks if chunks else None,
     )
-
-    if summary.reasoning_tokens_mean is not None and total_out:
-        # reasoning tokens are output tokens: the share of the output budget they took, and what is left
-        summary.reasoning_share = min(1.0, sum(r.reasoning_tokens or 0 for r in ok) / total_out)
-        summary.answer_throughput_tps = agg_tps * (1 - summary.reasoning_share)
-
-    busy_ns = sum(r.e2e_ns for r in measured if r.e2e_ns is not None)
-    summary.achieved_concurrency = busy_ns / (end - window_start_ns) if end > window_start_ns else None
-    if concurrency:
-        summary.per_agent_tps = agg_tps / concurrency
-    elif summary.achieved_concurrency:
-        summary.per_agent_tps = agg_tps / summary.achieved_concurrency
-
-    if concurrency == 1 and ok:
-        pp = [r.input_tokens / (r.ttft_ns / NS_PER_S) for r in ok if r.input_tokens and r.ttft_ns]
-        summary.prefill_tps = statistics.median(pp) if pp else None
-        if summary.tpot_ms.p50:
-            summary.decode_tps = 1000.0 / summary.tpot_ms.p50
-
-    delays = [(r.sent_ns - r.scheduled_ns) / NS_PER_MS for r in measured if r.scheduled_ns is not None]
-    if delays:
-        summary.send_delay_ms = Distribution.of(delays)
-    queued = [(r.written_ns - r.sent_ns) / NS_PER_MS for r in measured if r.written_ns is not None]
-    if queued:
-        summary.send_queue_ms = Distribution.of(queued)
-
-    if slo is not None and (slo.per_request_ms or slo.percentile_ms):
-        good = [r for r in ok if request_meets(r, slo.per_request_ms)]
-        summary.goodput_rps = len(good) / duration_s
-        summary.slo = slo.describe()
-        met = True
-        for (metric, pct), limit in slo.percentile_ms.items():
-            dist: Distribution = getattr(summary, f"{metric}_ms")
-            value = getattr(dist, pct)
-            if value is None or value > limit:
-                met = False
-        summary.slo_met = met and not failed
+    _reasoning(summary, ok)
+    summary.achieved_concurrency = _achieved_concurrency(measured, window_start_ns, end)
+    summary.prefill_tps = _prefill_tps(summary, ok)
+    _client_delays(summary, measured)
+    _goodput(summary, ok, slo)
     return summary
 
 

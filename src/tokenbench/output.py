@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich import box
@@ -36,58 +37,43 @@ def level_label(s: LevelSummary) -> str:
     return str(s.concurrency)
 
 
-def sweep_rows(levels: list[LevelSummary], currency: str = "USD") -> tuple[list[str], list[list[str]]]:
-    rate_mode = any(s.rate is not None for s in levels)
-    header = [
-        "Rate" if rate_mode else "Concurrency",
-        "Aggregate output tok/s",
-        "Per-agent tok/s",
-        "Median TTFT",
-        "P99 TTFT",
-        "Median TPOT",
-        f"{currency}/M output",
-        "OK/failed",
-        "Flags",
-    ]
-    priced = any(s.cost_per_mtok is not None for s in levels)
-    if not priced:
-        header.remove(f"{currency}/M output")
-    slo = any(s.slo for s in levels)
-    if slo:  # --slo given: its verdict and goodput per level, before the counts
-        header[-2:-2] = ["SLO", "Goodput req/s"]
+Column = tuple[str, Callable[[LevelSummary], str]]
+
+
+def _p99_ttft(s: LevelSummary) -> str:
+    return _ms(s.ttft_ms.p99) + ("*" if s.ttft_ms.n and s.ttft_ms.n < 100 else "")
+
+
+def _aggregate(s: LevelSummary) -> str:
+    # an imported or predicted row without this figure has 0.0 stored: not a measured zero
+    return _num(s.output_throughput_tps) if s.output_throughput_tps or s.completed or s.failed else "—"
+
+
+def _sweep_columns(levels: list[LevelSummary], currency: str) -> list[Column]:
+    """The sweep table's columns: the fixed ones, and those only some runs have a figure for."""
     # imported rows at one concurrency can differ by prompt length only: say which is which
     keys = [(level_label(s), s.input_tokens_mean) for s in levels]
-    prompt = len(set(keys)) > len({k for k, _ in keys})
-    if prompt:
-        header.insert(1, "Prompt tokens")
+    cols: list[Column] = [("Rate" if any(s.rate is not None for s in levels) else "Concurrency", level_label)]
+    if len(set(keys)) > len({k for k, _ in keys}):
+        cols.append(("Prompt tokens", lambda s: f"{s.input_tokens_mean:,.0f}" if s.input_tokens_mean else "—"))
+    cols += [("Aggregate output tok/s", _aggregate), ("Per-agent tok/s", lambda s: _num(s.per_agent_tps)),
+             ("Median TTFT", lambda s: _ms(s.ttft_ms.p50)), ("P99 TTFT", _p99_ttft),
+             ("Median TPOT", lambda s: _ms(s.tpot_ms.p50))]
+    if any(s.cost_per_mtok is not None for s in levels):
+        cols.append((f"{currency}/M output", lambda s: _num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—"))
+    if any(s.slo for s in levels):  # --slo given: its verdict and goodput per level, before the counts
+        cols += [("SLO", slo_verdict), ("Goodput req/s", lambda s: _num(s.goodput_rps, 2))]
     # published rows that give only a prefill or a decode rate: those columns, or the row would be blank
-    rates = any((s.prefill_tps or s.decode_tps) and not (s.completed or s.failed) for s in levels)
-    if rates:
-        header[-2:-2] = ["Prefill tok/s", "Decode tok/s"]
-    rows = []
-    for s in levels:
-        p99 = _ms(s.ttft_ms.p99)
-        if s.ttft_ms.n and s.ttft_ms.n < 100:
-            p99 += "*"
-        measured = s.completed or s.failed
-        rows.append(
-            [
-                level_label(s),
-                *([f"{s.input_tokens_mean:,.0f}" if s.input_tokens_mean else "—"] if prompt else []),
-                # an imported or predicted row without this figure has 0.0 stored: not a measured zero
-                _num(s.output_throughput_tps) if s.output_throughput_tps or measured else "—",
-                _num(s.per_agent_tps),
-                _ms(s.ttft_ms.p50),
-                p99,
-                _ms(s.tpot_ms.p50),
-                *([_num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—"] if priced else []),
-                *([slo_verdict(s), _num(s.goodput_rps, 2)] if slo else []),
-                *([_num(s.prefill_tps), _num(s.decode_tps)] if rates else []),
-                f"{s.completed}/{s.failed}" if s.completed or s.failed else "—",
-                ",".join(f for f in s.flags if f != "p99_estimate") or "",
-            ]
-        )
-    return header, rows
+    if any((s.prefill_tps or s.decode_tps) and not (s.completed or s.failed) for s in levels):
+        cols += [("Prefill tok/s", lambda s: _num(s.prefill_tps)), ("Decode tok/s", lambda s: _num(s.decode_tps))]
+    cols += [("OK/failed", lambda s: f"{s.completed}/{s.failed}" if s.completed or s.failed else "—"),
+             ("Flags", lambda s: ",".join(f for f in s.flags if f != "p99_estimate") or "")]
+    return cols
+
+
+def sweep_rows(levels: list[LevelSummary], currency: str = "USD") -> tuple[list[str], list[list[str]]]:
+    cols = _sweep_columns(levels, currency)
+    return [h for h, _ in cols], [[cell(s) for _, cell in cols] for s in levels]
 
 
 def slo_verdict(s: LevelSummary) -> str:

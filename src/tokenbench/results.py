@@ -12,7 +12,9 @@ from typing import Any
 
 from . import __version__
 from .loadgen import Level
-from .metrics import LevelSummary, coefficient_of_variation, cost_per_mtok
+from . import findings
+from .cost import level_cost, run_price
+from .metrics import LevelSummary, coefficient_of_variation
 from .store import Store
 
 
@@ -80,13 +82,8 @@ def repetition_stats(reps: list[LevelSummary]) -> dict[str, Any]:
     }
 
 
-def run_price(manifest: dict[str, Any]) -> float | None:
-    """The run's price per hour, as recorded (a number, or nothing)."""
-    p = manifest.get("price_per_hour")
-    return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0 else None
-
-
-def combine_repetitions(reps: list[LevelSummary], price_per_hour: float | None) -> LevelSummary:
+def combine_repetitions(reps: list[LevelSummary], price_per_hour: float | None,
+                        currency: str | None = None) -> LevelSummary:
     """Repetitions of a level: the first summary with throughput and medians replaced by their medians, and the
     cost per million tokens at the median throughput (it was dropped: a priced run with --repetitions 3 showed
     no cost at all)."""
@@ -94,20 +91,18 @@ def combine_repetitions(reps: list[LevelSummary], price_per_hour: float | None) 
         return reps[0]
     base = LevelSummary.from_dict(reps[0].to_dict())
     base.output_throughput_tps = statistics.median(r.output_throughput_tps for r in reps)
-    if base.concurrency:
-        base.per_agent_tps = base.output_throughput_tps / base.concurrency
     base.completed = sum(r.completed for r in reps)
     base.failed = sum(r.failed for r in reps)
-    cv = coefficient_of_variation([r.output_throughput_tps for r in reps])
-    if cv is not None and cv >= 0.10:
-        base.flags = sorted(set(base.flags) | {"unstable"})
-        base.warnings.append(f"throughput varies {cv:.0%} between repetitions: the bench is noisy")
+    unstable = findings.unstable_repetitions(coefficient_of_variation([r.output_throughput_tps for r in reps]),
+                                             len(reps))
+    if unstable is not None:
+        base.add(unstable)
     for attr in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         dist = getattr(base, attr)
         p50s = [getattr(r, attr).p50 for r in reps if getattr(r, attr).p50 is not None]
         if p50s:
             dist.p50 = statistics.median(p50s)
-    base.cost_per_mtok = cost_per_mtok(price_per_hour, base.output_throughput_tps)
+    base.cost_per_mtok = level_cost(price_per_hour, currency, base.output_throughput_tps)
     return base
 
 
@@ -124,7 +119,8 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
         reps = [s for _, s in items]
         status = next((st for st, _ in items if st != "complete"), "complete")
         level = Level(concurrency=reps[0].concurrency, rate=reps[0].rate)
-        outcomes.append(LevelOutcome(idx, level, combine_repetitions(reps, run_price(row.manifest)), status, reps))
+        combined = combine_repetitions(reps, run_price(row.manifest), row.manifest.get("currency"))
+        outcomes.append(LevelOutcome(idx, level, combined, status, reps))
     manifest = dict(row.manifest)
     manifest.setdefault("provenance", row.provenance)
     manifest.setdefault("label", row.label)

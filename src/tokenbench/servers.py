@@ -5,7 +5,7 @@ own tokenizer endpoint. Everything that differs per engine lives in its adapter 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 from typing import Any
 
@@ -23,14 +23,21 @@ class ServerInfo:
     base_url: str
     models: list[str]
     owned_by: str | None = None
-    engine: str | None = None
     engine_version: str | None = None
     slots: int | None = None  # llama.cpp: parallel slots
     slot_ctx: int | None = None  # llama.cpp: context per slot
-    tokenize_path: str | None = None  # root-relative path of the server's tokenizer endpoint
-    props: dict[str, Any] = field(default_factory=dict)
-    adapter: Adapter = adapters.GENERIC
+    adapter: Adapter = adapters.GENERIC  # the server's quirks: everything that differs per server
     models_error: str | None = None  # why /v1/models could not be read, when --model made it optional
+
+    @property
+    def engine(self) -> str | None:
+        """The engine's name, as its adapter knows it (None: a generic OpenAI-compatible server)."""
+        return None if self.adapter is adapters.GENERIC else self.adapter.name
+
+    @property
+    def tokenize_path(self) -> str | None:
+        """The root-relative path of the server's tokenizer endpoint, if its adapter knows one."""
+        return self.adapter.tokenize_path
 
     @property
     def batches(self) -> bool | None:
@@ -156,9 +163,8 @@ async def discover(
     # (OpenAPI's info.version is the app's own, FastAPI's default "0.1.0", not the engine's: not used.)
     return ServerInfo(
         base_url=base_url, models=[i for i in ids if isinstance(i, str)], owned_by=probes.owned_by,
-        engine=adapter.name if adapter is not adapters.GENERIC else None, engine_version=facts.version,
-        slots=facts.slots, slot_ctx=facts.slot_ctx, tokenize_path=adapter.tokenize_path, props=facts.props,
-        adapter=adapter, models_error=models_error,
+        engine_version=facts.version, slots=facts.slots, slot_ctx=facts.slot_ctx, adapter=adapter,
+        models_error=models_error,
     )
 
 

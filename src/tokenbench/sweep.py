@@ -11,19 +11,22 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from . import __version__, machine
+from . import findings, redact
 from .client import Api, PreparedRequest, StreamClient, trace_config
-from .errors import EndpointError, EngineError, LevelFailed, TokenbenchError, UsageError
+from .cost import level_cost
+from .endpoint import Endpoint, RunLog
+from .errors import EndpointError, EngineError, LevelFailed, UsageError
+from .findings import Code
+from .guard import snapshot_before
 from .loadgen import ClientWatch, Level, run_phase
+from .metrics import SLO, LevelSummary, peak_in_flight, summarize
 from .workers import ClientSpec, WorkerPool, auto_workers
-from .metrics import SLO, LevelSummary, cost_per_mtok, peak_in_flight, summarize
 from .records import RequestRecord
-from . import redact
-from .servers import ServerInfo, ServerTokenizer, check_model, discover, root_url
+from .results import LevelOutcome, RunResult, combine_repetitions, new_run_id, now_iso
+from .servers import ServerInfo, discover, root_url
 from .store import Store
 from .telemetry import LevelTelemetry
-from .results import LevelOutcome, RunResult, combine_repetitions, new_run_id, now_iso
-from .workload import LocalTokenizer, PromptBuilder, Tokenizer, Workload
+from .workload import PromptBuilder, Workload
 
 CONNECTION_ERRORS = {"connection", "disconnected", "stream_broken"}
 
@@ -140,32 +143,6 @@ class _Prompts:
         return out
 
 
-async def pick_tokenizer(
-    path: str | None, api_key: str | None, session: aiohttp.ClientSession, info: ServerInfo, model: str
-) -> tuple[Tokenizer, LocalTokenizer | None]:
-    """The served model's tokenizer: ``path`` if given, else the server's own endpoint, else a local one by the
-    model's name. Also returns the local one, if any, for counting tokens."""
-    if path:
-        t = LocalTokenizer(path)
-        return t, t
-    if info.tokenize_path:
-        st = ServerTokenizer(session, info, model, api_key)
-        try:
-            if await st.encode("hello world"):
-                return st, None
-        except (TokenbenchError, aiohttp.ClientError, KeyError, ValueError, asyncio.TimeoutError):
-            pass
-    try:
-        t = LocalTokenizer(model)
-        return t, t
-    except (UsageError, ValueError, OSError):
-        pass
-    raise UsageError(
-        f"no tokenizer for exact prompt lengths of '{model}': pass --tokenizer PATH "
-        "(a tokenizer.json or a Hugging Face directory of the served model)"
-    )
-
-
 def ensure_open_files(concurrency: int) -> None:
     """Each request in flight holds a socket: raise this process's open-file limit to what ``concurrency`` needs,
     or refuse with advice before the level crashes on "Too many open files" (macOS allows 256 by default)."""
@@ -206,6 +183,92 @@ async def _preflight(client: StreamClient, builder: PromptBuilder, fields: dict[
     raise EndpointError(f"the first request failed ({rec.error_kind}: {rec.error}); check the server's log")
 
 
+def _manifest(cfg: SweepConfig, ep: Endpoint, workload: Workload, probe: RequestRecord, extras: dict[str, Any],
+              seed: int, pool: WorkerPool | None) -> dict[str, Any]:
+    return ep.manifest(
+        cfg.embedded, cfg.label, cfg.command,
+        # the one uncounted request before any level: the server counts it in its own metrics
+        check_request={"ttft_ms": _ms(probe.ttft_ns), "e2e_ms": _ms(probe.e2e_ns),
+                       "output_tokens": probe.output_tokens},
+        server_flags=(cfg.embedded or {}).get("command"),
+        workload=workload.to_dict(),
+        request_fields=redact.body(extras),
+        load={
+            "levels": [lv.describe() for lv in cfg.levels()],
+            "requests": cfg.requests,
+            "duration_s": cfg.duration_s,
+            "warmup": cfg.warmup,
+            "repetitions": cfg.repetitions,
+            "timeout_s": cfg.timeout_s,
+            "stall_timeout_s": cfg.stall_timeout_s,
+            "temperature": cfg.temperature,
+            "workers": pool.describe() if pool is not None else {"kind": "in-process", "workers": 1},
+        },
+        price_per_hour=cfg.price_per_hour,
+        currency=cfg.currency,
+        slo=cfg.slo.describe() if cfg.slo else None,
+        seed=seed,
+    )
+
+
+def _request_fields(cfg: SweepConfig, ep: Endpoint) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields of every measured request (fixed output length, by what the server honours) and of the check
+    request before the run (the same kind, a short output); the user's --extra-body on top of both."""
+    extras: dict[str, Any] = {}
+    check: dict[str, Any] = {}
+    if cfg.fixed_output:
+        extras.update(ep.info.adapter.output_length_fields(cfg.output_len, ep.eos_token_id, cfg.api))
+        check.update(ep.info.adapter.check_fields(2, ep.eos_token_id, cfg.api))
+    return extras | cfg.extra_body, check | cfg.extra_body
+
+
+class _Sweep:
+    """One sweep's levels in order, each with its repetitions, stopping on what makes the rest meaningless."""
+
+    def __init__(self, cfg: SweepConfig, store: Store, run_id: str, ep: Endpoint, client: StreamClient,
+                 prompts: _Prompts, rep: Reporter, seed: int, alive: Any, pool: WorkerPool | None = None) -> None:
+        self.cfg, self.store, self.run_id, self.ep, self.client = cfg, store, run_id, ep, client
+        self.prompts, self.rep, self.seed, self.alive, self.pool = prompts, rep, seed, alive, pool
+        self.outcomes: list[LevelOutcome] = []
+
+    async def run(self) -> None:
+        for idx, level in enumerate(self.cfg.levels()):
+            reps: list[LevelSummary] = []
+            level_status = "complete"
+            for r in range(self.cfg.repetitions):
+                summary, level_status = await _run_level(
+                    self.cfg, self.store, self.run_id, idx, r, level, self.client, self.prompts, self.rep,
+                    self.ep.info, self.seed, self.pool)
+                reps.append(summary)
+                if level_status != "complete":
+                    break
+            combined = combine_repetitions(reps, self.cfg.price_per_hour, self.cfg.currency)
+            self.outcomes.append(LevelOutcome(idx, level, combined, level_status, reps))
+            await self.stop_if_broken(level, reps[-1])
+
+    async def stop_if_broken(self, level: Level, last: LevelSummary) -> None:
+        """A truncated prompt fails the run; lost connections ask whether the server is still there."""
+        truncated = last.finding(Code.PROMPT_TRUNCATED)
+        if truncated is not None:
+            raise LevelFailed(f"level {level.describe()} failed: {truncated.text}")
+        if not (set(last.errors) & CONNECTION_ERRORS or (last.failed and not last.completed)):
+            return
+        if self.alive is not None and not self.alive():
+            raise EngineError(f"the embedded engine died during level {level.describe()}: see its log")
+        try:
+            await discover(self.ep.http, self.cfg.url, self.cfg.api_key, timeout=5, model=self.ep.model)
+        except EndpointError as e:
+            raise EndpointError(f"the server stopped answering during level {level.describe()}: {e}") from e
+
+    def verdict(self) -> tuple[str, str | None]:
+        failed = [o for o in self.outcomes if o.status != "complete"]
+        if not failed:
+            return "complete", None
+        status = "partial" if len(failed) < len(self.outcomes) else "failed"
+        return status, f"{len(failed)} of {len(self.outcomes)} levels failed: " + "; ".join(
+            f"{o.level.describe()}: {', '.join(o.summary.flags) or o.status}" for o in failed)
+
+
 async def run_sweep(
     cfg: SweepConfig,
     store: Store,
@@ -216,128 +279,38 @@ async def run_sweep(
     rep = reporter or QuietReporter()
     ensure_open_files(max([lv.concurrency or lv.max_concurrency or 1 for lv in cfg.levels()]))
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
-    run_id = new_run_id()
+    log = RunLog(store, new_run_id(), "sweep", cfg.label)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(connector=connector, trace_configs=[trace_config()]) as session:
-        info = await discover(session, cfg.url, cfg.api_key, model=cfg.model)
-        if info.models_error:
-            rep.warn(f"warning: {info.models_error}; measuring '{cfg.model}' as given by --model")
-        model = check_model(info, cfg.model, cfg.url)
-        tokenizer, counter = await pick_tokenizer(cfg.tokenizer, cfg.api_key, session, info, model)
-        eos = getattr(tokenizer, "eos_token_id", None)
-        adapter = info.adapter
-        extras: dict[str, Any] = {}
-        check: dict[str, Any] = {}
-        if cfg.fixed_output:
-            extras.update(adapter.output_length_fields(cfg.output_len, eos, cfg.api))
-            check.update(adapter.check_fields(2, eos, cfg.api))
-        extras.update(cfg.extra_body)
-        check.update(cfg.extra_body)
-        client = StreamClient(
-            session=session, base_url=cfg.url, model=model, api=cfg.api, api_key=cfg.api_key,
-            temperature=cfg.temperature, timeout_s=cfg.timeout_s, stall_timeout_s=cfg.stall_timeout_s,
-            counter=counter, one_token_per_chunk=adapter.one_token_per_chunk,
-            fresh_connection=adapter.closes_after_stream,
-        )
-        builder = PromptBuilder(tokenizer, seed, run_id.rsplit("-", 1)[-1] + secrets.token_hex(2))
+        ep = await Endpoint.open(session, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, rep.warn)
+        extras, check = _request_fields(cfg, ep)
+        client = ep.client(cfg.api, temperature=cfg.temperature, timeout_s=cfg.timeout_s,
+                           stall_timeout_s=cfg.stall_timeout_s)
+        builder = PromptBuilder(ep.tokenizer, seed, log.run_id.rsplit("-", 1)[-1] + secrets.token_hex(2))
         # The check request names the model too: with a server that cannot list its models, it proves the name.
         probe = await _preflight(client, builder, check)
         client.body_extras = extras
-        pool = await _start_workers(cfg, client, counter is not None and (cfg.tokenizer or model) or None, rep)
+        pool = await _start_workers(cfg, client, ep.counter.path if ep.counter is not None else None, rep)
         workload = Workload(cfg.input_len, cfg.output_len, cfg.shape, cfg.api, cfg.prefix_len, seed)
-        manifest: dict[str, Any] = {
-            "endpoint": cfg.url,
-            "model": model,
-            "engine": info.engine,
-            "engine_version": info.engine_version or (cfg.embedded or {}).get("engine_version"),
-            "server": info.to_dict(),
-            # the one uncounted request before any level: the server counts it in its own metrics
-            "check_request": {"ttft_ms": _ms(probe.ttft_ns), "e2e_ms": _ms(probe.e2e_ns),
-                              "output_tokens": probe.output_tokens},
-            "server_flags": (cfg.embedded or {}).get("command"),
-            "embedded": cfg.embedded,
-            "label": cfg.label,
-            "command": cfg.command,
-            "started": now_iso(),
-            "finished": None,
-            "workload": workload.to_dict(),
-            "tokenizer": tokenizer.description,
-            "request_fields": redact.body(extras),
-            "load": {
-                "levels": [lv.describe() for lv in cfg.levels()],
-                "requests": cfg.requests,
-                "duration_s": cfg.duration_s,
-                "warmup": cfg.warmup,
-                "repetitions": cfg.repetitions,
-                "timeout_s": cfg.timeout_s,
-                "stall_timeout_s": cfg.stall_timeout_s,
-                "temperature": cfg.temperature,
-                "workers": pool.describe() if pool is not None else {"kind": "in-process", "workers": 1},
-            },
-            "price_per_hour": cfg.price_per_hour,
-            "currency": cfg.currency,
-            "slo": cfg.slo.describe() if cfg.slo else None,
-            "seed": seed,
-            "machine": machine.snapshot(),
-        }
+        manifest = _manifest(cfg, ep, workload, probe, extras, seed, pool)
         manifest["guard"] = cfg.guard
-        first = await guard_snapshot(cfg.guard, cfg.guard_config, cfg.target_pids, "before the run")  # strict: refuse before anything is stored
-        manifest["guard_before_run"] = first
-        store.create_run(run_id, "sweep", cfg.label, manifest["started"], __version__, manifest)
-        rep.run_id = run_id
-        prompts = _Prompts(builder, workload, {})
-        outcomes: list[LevelOutcome] = []
-        status, error = "complete", None
+        # strict: refuse before anything is stored
+        manifest["guard_before_run"] = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids,
+                                                             "before the run")
+        log.create(manifest)
+        rep.run_id = log.run_id
+        sweep = _Sweep(cfg, store, log.run_id, ep, client, _Prompts(builder, workload, {}), rep, seed, alive, pool)
         try:
-            for idx, level in enumerate(cfg.levels()):
-                reps: list[LevelSummary] = []
-                level_status = "complete"
-                for r in range(cfg.repetitions):
-                    summary, level_status = await _run_level(
-                        cfg, store, run_id, idx, r, level, client, prompts, rep, info, seed, pool
-                    )
-                    reps.append(summary)
-                    if level_status != "complete":
-                        break
-                outcomes.append(LevelOutcome(idx, level, combine_repetitions(reps, cfg.price_per_hour), level_status, reps))
-                last = reps[-1]
-                if "prompt_truncated" in last.flags:
-                    raise LevelFailed(
-                        f"level {level.describe()} failed: {next(w for w in last.warnings if 'truncates' in w)}"
-                    )
-                if set(last.errors) & CONNECTION_ERRORS or (last.failed and not last.completed):
-                    if alive is not None and not alive():
-                        raise EngineError(f"the embedded engine died during level {level.describe()}: see its log")
-                    try:
-                        await discover(session, cfg.url, cfg.api_key, timeout=5, model=model)
-                    except EndpointError as e:
-                        raise EndpointError(
-                            f"the server stopped answering during level {level.describe()}: {e}"
-                        ) from e
-        except asyncio.CancelledError:
-            status, error = "interrupted", "interrupted by the user"
-            store.finish_run(run_id, status, now_iso(), error)
-            raise
-        except Exception as e:  # a user-facing error, or a bug: either way the run is closed, its levels kept
-            status = "partial" if any(o.status == "complete" for o in outcomes) else "failed"
-            error = str(e) if isinstance(e, TokenbenchError) else f"crashed: {type(e).__name__}: {e}"[:500]
-            manifest["finished"] = now_iso()
-            store.update_manifest(run_id, manifest)
-            store.finish_run(run_id, status, manifest["finished"], error)
-            e.run_id = run_id  # type: ignore[attr-defined]
+            await sweep.run()
+        except BaseException as e:  # an interrupt, a user-facing error or a bug: the run is closed, its levels kept
+            log.abort(e, any(o.status == "complete" for o in sweep.outcomes))
             raise
         finally:
             if pool is not None:
                 await pool.close()
-        failed = [o for o in outcomes if o.status != "complete"]
-        if failed:
-            status = "partial" if len(failed) < len(outcomes) else "failed"
-            error = f"{len(failed)} of {len(outcomes)} levels failed: " + "; ".join(
-                f"{o.level.describe()}: {', '.join(o.summary.flags) or o.status}" for o in failed)
-        manifest["finished"] = now_iso()
-        store.update_manifest(run_id, manifest)
-        store.finish_run(run_id, status, manifest["finished"], error)
-        return RunResult(run_id, manifest, outcomes, status, error)
+        status, error = sweep.verdict()
+        log.finish(status, error)
+        return RunResult(log.run_id, manifest, sweep.outcomes, status, error)
 
 
 async def _start_workers(cfg: SweepConfig, client: StreamClient, counter_path: str | None,
@@ -357,17 +330,58 @@ async def _start_workers(cfg: SweepConfig, client: StreamClient, counter_path: s
     return pool
 
 
-async def guard_snapshot(mode: str, config: Any, target_pids: set[int], where: str) -> dict[str, Any] | None:
-    """The guard's snapshot, or None with mode "off". Strict mode refuses a dirty bench."""
-    if mode == "off":
-        return None
-    from . import guard
+def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: LevelSummary,
+           reasons: list[str], info: ServerInfo, snap: dict[str, Any] | None, node_snaps: list[dict[str, Any]],
+           lost: list[str]) -> findings.LevelFacts:
+    """What the finding rules look at for a finished level: the client's reasons (its watch, or each worker's),
+    the adapter's slot limits, the guard's snapshots (this machine's and each load-generating node's), workers
+    lost, and the most requests in flight."""
+    slots = info.adapter.slot_warnings(info.slots, info.slot_ctx, level.concurrency, cfg.input_len + cfg.output_len)
+    measured = [r for r in records if r.phase == "measured"]
+    return findings.LevelFacts(
+        records, summary, level.concurrency, cfg.requests, run_id=run_id, guard=snap, client_reasons=reasons,
+        slot_reasons=slots, max_error_rate=cfg.max_error_rate, peak_in_flight=peak_in_flight(measured),
+        node_guards=node_snaps, lost_workers=lost)
 
-    env = guard.GuardEnv(config=config or guard.load_config(), target_pids=target_pids)
-    snap = await asyncio.to_thread(guard.snapshot, env)
-    if mode == "strict" and not snap["clean"]:
-        raise guard.GuardFailed(guard.refuse_message(snap, where))
-    return snap
+
+class _Load:
+    """Where a level's requests come from: this process (run_phase), or the workers (workers.WorkerPool). Either
+    way, after ``measured``: the measured window, the client's report and its reasons to be called the limit,
+    and the workers lost (the window is kept as far as it got, for a level cut short)."""
+
+    def __init__(self, client: StreamClient, prompts: _Prompts, pool: WorkerPool | None) -> None:
+        self.stream, self.prompts, self.pool = client, prompts, pool
+        self.window = (0, 0)
+        self.client_report: dict[str, Any] = {}
+        self.reasons: list[str] = []
+        self.lost: list[str] = []
+
+    async def warmup(self, level: Level, n: int, seed: int, records: list[RequestRecord]) -> None:
+        if self.pool is None:
+            await run_phase(self.stream, self.prompts, level, "warmup", requests=n, duration_s=None, seed=seed,
+                            sink=records)
+        else:
+            self.lost += (await self.pool.run_phase(level, "warmup", requests=n, duration_s=None, seed=seed,
+                                                    prompts=self.prompts, sink=records)).lost
+
+    async def measured(self, level: Level, n: int | None, duration_s: float | None, seed: int,
+                       records: list[RequestRecord], on_done: Any) -> None:
+        if self.pool is not None:
+            merged = await self.pool.run_phase(level, "measured", requests=n, duration_s=duration_s, seed=seed,
+                                               prompts=self.prompts, sink=records, on_done=on_done)
+            self.window = (merged.start_ns, merged.end_ns)
+            self.client_report, self.reasons, self.lost = merged.client, merged.reasons, self.lost + merged.lost
+            return
+        watch = ClientWatch()
+        watch.start()
+        try:
+            res = await run_phase(self.stream, self.prompts, level, "measured", requests=n, duration_s=duration_s,
+                                  watch=watch, on_done=on_done, seed=seed, sink=records)
+            self.window = (res.start_ns, res.end_ns)
+        finally:
+            await watch.stop()
+            self.client_report = watch.report()
+        self.reasons = watch.judge(level, records)
 
 
 async def _run_level(
@@ -386,52 +400,30 @@ async def _run_level(
 ) -> tuple[LevelSummary, str]:
     n_warm = cfg.warmup if cfg.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
     n_req = cfg.requests
-    snap = await guard_snapshot(cfg.guard, cfg.guard_config, cfg.target_pids, f"before level {level.describe()}")
+    snap = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids, f"before level {level.describe()}")
     await prompts.prepare(n_warm + (n_req or max(8, 2 * (level.concurrency or 4))))
     started = now_iso()
     records: list[RequestRecord] = []
     status = "complete"
-    watch = ClientWatch()
-    window = (0, 0)
     n_levels = len(cfg.levels())
     desc = (f"level {idx + 1}/{n_levels} " if n_levels > 1 else "") + level.describe() + \
         (f" (rep {repetition + 1}/{cfg.repetitions})" if cfg.repetitions > 1 else "")
-    client_report: dict[str, Any] = {}
-    reasons: list[str] = []
-    lost: list[str] = []
+    load = _Load(client, prompts, pool)
     node_snaps = await pool.guards(cfg.guard, cfg.guard_config) if pool is not None else []
     try:
         if n_warm:
             rep.note(f"{desc}: {n_warm} warm-up requests (not counted)")
-            if pool is None:
-                await run_phase(client, prompts, level, "warmup", requests=n_warm, duration_s=None, seed=seed,
-                                sink=records)
-            else:
-                lost += (await pool.run_phase(level, "warmup", requests=n_warm, duration_s=None, seed=seed,
-                                              prompts=prompts, sink=records)).lost
+            await load.warmup(level, n_warm, seed, records)
         rep.level_start(desc, n_req, cfg.duration_s)
-        watch.start()
         tele = None
         if cfg.metrics_interval_s:
             tele = LevelTelemetry(client.session, root_url(cfg.url), cfg.metrics_interval_s,
                                   {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {})
             tele.start()
-        level_seed = seed + idx * 7919 + repetition
         try:
-            if pool is None:
-                res = await run_phase(
-                    client, prompts, level, "measured", requests=n_req, duration_s=cfg.duration_s,
-                    watch=watch, on_done=rep.request_done, seed=level_seed, sink=records,
-                )
-                window = (res.start_ns, res.end_ns)
-            else:
-                merged = await pool.run_phase(level, "measured", requests=n_req, duration_s=cfg.duration_s,
-                                              seed=level_seed, prompts=prompts, sink=records,
-                                              on_done=rep.request_done)
-                window = (merged.start_ns, merged.end_ns)
-                client_report, reasons, lost = merged.client, merged.reasons, lost + merged.lost
+            await load.measured(level, n_req, cfg.duration_s, seed + idx * 7919 + repetition, records,
+                                rep.request_done)
         finally:
-            await watch.stop()
             if tele is not None:
                 await tele.stop()
     except asyncio.CancelledError:
@@ -439,73 +431,26 @@ async def _run_level(
         measured = [r for r in records if r.phase == "measured"]
         summary = summarize(records, concurrency=level.concurrency, rate=level.rate,
                             window_start_ns=min((r.sent_ns for r in measured), default=0))
-        summary.flags.append("interrupted")
+        findings.assess(findings.LevelFacts(records, summary, level.concurrency, n_req, interrupted=True))
         store.save_level(run_id, idx, repetition, summary, records, status=status, started=started,
-                         finished=now_iso(), window=window)
+                         finished=now_iso(), window=load.window)
         raise
-    summary = summarize(
-        records, concurrency=level.concurrency, rate=level.rate, window_start_ns=window[0],
-        window_end_ns=window[1], slo=cfg.slo, price_per_hour=cfg.price_per_hour,
-    )
-    summary.client = client_report or watch.report()
+    window = load.window
+    summary = summarize(records, concurrency=level.concurrency, rate=level.rate, window_start_ns=window[0],
+                        window_end_ns=window[1], slo=cfg.slo)
+    summary.cost_per_mtok = level_cost(cfg.price_per_hour, cfg.currency, summary.output_throughput_tps)
+    summary.client = load.client_report
     summary.guard = snap
     if tele is not None:
         summary.telemetry = tele.summary(summary.total_output_tokens, summary.duration_s)
         if tele.series():
             store.save_telemetry(run_id, idx, repetition, tele.series())
-    if snap is not None and not snap["clean"]:
-        summary.flags.append("dirty_bench")
-        bad = ", ".join(c["name"] for c in snap["checks"] if c["status"] == "fail")
-        summary.warnings.append(f"the guard found the bench dirty before this level ({bad}): "
-                                f"'tokenbench show {run_id} --guard' prints the snapshots")
-    for node in node_snaps:
-        if not node["clean"]:
-            summary.flags.append("dirty_bench")
-            bad = ", ".join(c["name"] for c in node["checks"] if c["status"] == "fail")
-            summary.warnings.append(f"the guard found load-generating node {node['node']} dirty before this level "
-                                    f"({bad})")
     if node_snaps:
         summary.client["node_guards"] = node_snaps
-    if pool is None:
-        reasons = watch.verdict(level, summary.send_delay_ms.p90 if summary.send_delay_ms else None,
-                                summary.send_queue_ms.p90 if summary.send_queue_ms else None)
-    if lost:
+    findings.assess(_facts(cfg, run_id, level, records, summary, load.reasons, info, snap, node_snaps, load.lost))
+    if load.lost and status == "complete":
         status = "partial"
-        summary.flags.append("worker_lost")
-        summary.warnings.extend(lost)
-    if reasons:
-        summary.flags.append("client_bound")
-        summary.warnings.append(
-            "the client was a limit, so timings may read late (a server on the same cores competes with it): "
-            + "; ".join(reasons)
-        )
-    total_tokens = cfg.input_len + cfg.output_len
-    for w in info.adapter.slot_warnings(info.slots, info.slot_ctx, level.concurrency, total_tokens):
-        summary.flags.append("slots_exceeded")
-        summary.warnings.append(w)
-    if level.concurrency and level.concurrency > 1:
-        measured = [r for r in records if r.phase == "measured"]
-        peak = peak_in_flight(measured)
-        if measured and peak < level.concurrency:
-            why = (f"only {n_req} requests were asked for" if n_req is not None and n_req < level.concurrency
-                   else "requests ended before the others were sent")
-            summary.flags.append("concurrency_not_reached")
-            summary.warnings.append(
-                f"the level never had {level.concurrency} requests in flight (at most {peak}): {why}; "
-                f"raise --requests to at least {2 * level.concurrency} or give --duration"
-            )
-    if summary.cost_per_mtok is None and cfg.price_per_hour is not None:
-        summary.cost_per_mtok = cost_per_mtok(cfg.price_per_hour, summary.output_throughput_tps)
-    attempted = summary.completed + summary.failed
-    if status == "complete" and attempted and summary.failed / attempted > cfg.max_error_rate:
-        status = "failed"
-        summary.flags.append("error_rate")
-        kinds = ", ".join(f"{k} x{n}" for k, n in sorted(summary.errors.items()))
-        summary.warnings.append(
-            f"{summary.failed} of {attempted} requests failed ({summary.failed / attempted:.0%}, above "
-            f"--max-error-rate {cfg.max_error_rate:.0%}): {kinds}; the level is failed, not a result"
-        )
-    if "prompt_truncated" in summary.flags:
+    if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED):
         status = "failed"
     store.save_level(run_id, idx, repetition, summary, records, status=status, started=started,
                      finished=now_iso(), window=window)

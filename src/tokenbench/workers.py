@@ -42,7 +42,6 @@ import aiohttp
 from .client import Api, PreparedRequest, StreamClient, trace_config
 from .errors import UsageError
 from .loadgen import ClientWatch, Level, run_phase
-from .metrics import percentile
 from .records import Phase, RequestRecord
 
 NS_PER_S = 1_000_000_000
@@ -250,11 +249,7 @@ class LoadWorker:
         reasons: list[str] = []
         if self._watch is not None:
             client = self._watch.report()
-            measured = [r for r in self._records if r.phase == "measured" and r.ok]
-            delay = sorted((r.sent_ns - r.scheduled_ns) / 1e6 for r in measured if r.scheduled_ns is not None)
-            queue = sorted((r.written_ns - r.sent_ns) / 1e6 for r in measured if r.written_ns is not None)
-            reasons = self._watch.verdict(self._level, percentile(delay, 90) if delay else None,
-                                          percentile(queue, 90) if queue else None)
+            reasons = self._watch.judge(self._level, self._records)
         return WorkerReport(rest, start, end, client, reasons, error)
 
     async def guard(self, mode: str, config: Any) -> dict[str, Any] | None:

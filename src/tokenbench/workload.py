@@ -56,6 +56,7 @@ class LocalTokenizer:
     """A tokenizer on this machine: a ``tokenizer.json`` file, or a Hugging Face directory or cached name."""
 
     def __init__(self, path_or_name: str) -> None:
+        self.path = path_or_name  # what a worker process loads the same tokenizer from (workers.ClientSpec)
         self.description = f"local {path_or_name}"
         p = Path(path_or_name)
         file = p / "tokenizer.json" if p.is_dir() else p

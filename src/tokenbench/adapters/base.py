@@ -8,7 +8,7 @@ process names the guard looks for. Adding a server means adding one module besid
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 
@@ -58,7 +58,6 @@ class ServerFacts:
     version: str | None = None
     slots: int | None = None  # parallel slots (llama.cpp)
     slot_ctx: int | None = None  # context per slot (llama.cpp)
-    props: dict[str, Any] = field(default_factory=dict)
 
 
 class Adapter:

@@ -55,7 +55,6 @@ class LlamaCpp(Adapter):
             version=build if isinstance(build, str) else None,
             slots=slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None,
             slot_ctx=ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else None,
-            props=props,
         )
 
     def batches(self, slots: int | None) -> bool | None:

@@ -5,10 +5,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 from rich.console import Console
+from ..cost import Pricing, run_price
 from ..errors import UsageError
 from ..metrics import parse_duration_ms
 from ..store import Store
-from ..results import load_result
+from ..results import RunResult, load_result
 from .common import check_output, emit_json
 
 
@@ -55,8 +56,34 @@ def quality_beside(store: Store, ra: Any, rb: Any) -> Any:
     return beside(store, ra.manifest.get("label"), rb.manifest.get("label"))
 
 
+def _pricing(a: argparse.Namespace, currency: str, res: RunResult | None) -> Pricing:
+    """The box's price as the options give it: rented at --price-per-hour (else the run's own), or owned."""
+    price = a.price_per_hour
+    if price is None and not a.owned and res is not None:
+        price = run_price(res.manifest)
+    if a.owned and a.purchase is None:
+        raise UsageError("--owned needs --purchase PRICE (and --life-years, --watts, --kwh-price)")
+    return Pricing(currency=currency, price_per_hour=None if a.owned else price, busy_hours_per_day=a.busy_hours,
+                   purchase=a.purchase if a.owned else None, life_years=a.life_years, watts=a.watts,
+                   kwh_price=a.kwh_price, hours_per_day=a.hours_per_day)
+
+
+def _api_price(a: argparse.Namespace, currency: str) -> tuple[float | None, str | None]:
+    """The API's price in ``currency``, or None and a note when it is in another currency and no rate is given
+    (shown as given rather than a guessed rate)."""
+    from ..cost import api_in
+
+    try:
+        return api_in(currency, a.api_price, a.api_currency, a.exchange_rate), None
+    except UsageError:
+        return None, (f"API: {a.api_price:g} {a.api_currency}/M output tokens; pass --exchange-rate "
+                      f"({currency} per 1 {a.api_currency}) to compare in {currency}")
+
+
 def cmd_cost(a: argparse.Namespace, console: Console) -> int:
-    from ..cost import DEFAULT_CURRENCY, Pricing, api_in
+    from dataclasses import asdict
+
+    from ..cost import DEFAULT_CURRENCY, CostPoint, cost_points
     from ..output import print_table
 
     check_output(a.json, "--json")
@@ -66,45 +93,22 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
     elif a.tps is None:
         raise UsageError("give a run, or --tps RATE for a rate you know")
     currency = a.currency or (res.manifest.get("currency") if res else None) or DEFAULT_CURRENCY
-    price = a.price_per_hour
-    if price is None and not a.owned and res is not None:
-        price = res.manifest.get("price_per_hour")
-    if a.owned and a.purchase is None:
-        raise UsageError("--owned needs --purchase PRICE (and --life-years, --watts, --kwh-price)")
-    pricing = Pricing(currency=currency, price_per_hour=None if a.owned else price, busy_hours_per_day=a.busy_hours,
-                      purchase=a.purchase if a.owned else None, life_years=a.life_years, watts=a.watts,
-                      kwh_price=a.kwh_price, hours_per_day=a.hours_per_day)
-    api_note = None
-    try:
-        api = api_in(currency, a.api_price, a.api_currency, a.exchange_rate)
-    except UsageError:
-        # an API priced in another currency and no rate: show it as given rather than guess a rate
-        api = None
-        api_note = (f"API: {a.api_price:g} {a.api_currency}/M output tokens; pass --exchange-rate "
-                    f"({currency} per 1 {a.api_currency}) to compare in {currency}")
-    points: list[tuple[str, float]] = []
+    pricing = _pricing(a, currency, res)
+    api, api_note = _api_price(a, currency)
     if res is not None:
-        for o in res.outcomes:
-            s = o.summary
-            rate = s.output_throughput_tps or s.decode_tps or s.tg_tps
-            if rate:
-                key = f"{s.test or 'serve'} c={s.concurrency}" + (f" depth={s.depth}" if s.depth else "") \
-                    + (f" prompt={s.input_tokens_mean:.0f}" if s.input_tokens_mean else "")
-                points.append((key, rate))
+        points = cost_points(pricing, [o.summary for o in res.outcomes], api)
     else:
-        points.append(("given rate", a.tps))
+        points = [CostPoint("given rate", a.tps, pricing.per_mtok(a.tps), api)]
     head = ["Operating point", "Output tok/s", f"{currency}/M output"]
     if api is not None:
         head += [f"API {currency}/M", "Box vs API"]
     rows = []
-    doc: list[dict[str, Any]] = []
-    for key, rate in points:
-        c = pricing.per_mtok(rate)
-        row = [key, f"{rate:,.1f}", f"{c:.2f}" if c is not None else "—"]
-        if api is not None and c:
-            row += [f"{api:.2f}", f"{api / c:.1f}x cheaper" if c < api else f"{c / api:.1f}x dearer"]
-        rows.append(row)
-        doc.append({"operating_point": key, "output_tps": rate, "cost_per_mtok": c, "api_cost_per_mtok": api})
+    for p in points:
+        vs = p.vs_api()
+        rows.append([p.operating_point, f"{p.output_tps:,.1f}",
+                     f"{p.cost_per_mtok:.2f}" if p.cost_per_mtok is not None else "—",
+                     *([f"{api:.2f}", vs] if api is not None and vs else [])])
+    doc = [asdict(p) for p in points]
     console.print(pricing.describe(), markup=False, highlight=False)
     print_table(console, head, rows, a.format)
     if api_note:
@@ -152,6 +156,30 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _recommend_row(i: int, c: Any) -> list[str]:
+    return [str(i + 1), c.box, c.setup, c.source.upper() if c.source == "predicted" else c.source,
+            f"{c.throughput:,.0f}" if c.throughput else "—",
+            f"{c.ttft_p99_ms:,.0f} ms" if c.ttft_p99_ms else "—", f"{c.tpot_ms:.1f} ms" if c.tpot_ms else "—",
+            f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)]
+
+
+def _print_excluded(console: Console, excluded: list[Any]) -> None:
+    """Measured boxes one by one; predicted ones by reason (the catalog is long: 40 lines of it hid the ranking)."""
+    groups: dict[str, list[Any]] = {}
+    for c in excluded:
+        if c.source == "measured":
+            console.print(f"excluded {c.box} (measured): {c.excluded}", markup=False, highlight=False)
+        else:
+            groups.setdefault(c.reason or "", []).append(c)
+    for reason, cs in groups.items():
+        if len(cs) == 1:
+            console.print(f"excluded {cs[0].box} (predicted): {cs[0].excluded}", markup=False, highlight=False)
+            continue
+        remedy = " (give --price ID=PER_HOUR or --owned ID=PURCHASE:YEARS:WATTS)" if reason == "no price" else ""
+        console.print(f"excluded, {reason}{remedy}: {', '.join(c.box for c in cs)} ({len(cs)} predicted boxes; "
+                      "--json has each one's figures)", markup=False, highlight=False, soft_wrap=True)
+
+
 def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     from dataclasses import asdict
 
@@ -183,27 +211,10 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
                   + (f", TTFT p99 <= {a.ttft_p99}" if a.ttft_p99 else "") + (f", TPOT <= {a.tpot}" if a.tpot else ""),
                   markup=False, highlight=False)
     head = ["Rank", "Box", "Engine", "Source", "Aggregate tok/s", "TTFT p99", "TPOT", f"{a.currency}/M output", "Notes"]
-    rows = [[str(i + 1), c.box, c.setup, c.source.upper() if c.source == "predicted" else c.source,
-             f"{c.throughput:,.0f}" if c.throughput else "—",
-             f"{c.ttft_p99_ms:,.0f} ms" if c.ttft_p99_ms else "—", f"{c.tpot_ms:.1f} ms" if c.tpot_ms else "—",
-             f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)] for i, c in enumerate(ok)]
-    print_table(console, head, rows, a.format)
+    print_table(console, head, [_recommend_row(i, c) for i, c in enumerate(ok)], a.format)
     if not ok:
         console.print("no box fits, meets the SLOs and has a price", style="yellow", markup=False)
-    # measured boxes one by one; predicted ones by reason (the catalog is long: 40 lines of it hid the ranking)
-    groups: dict[str, list[Any]] = {}
-    for c in excluded:
-        if c.source == "measured":
-            console.print(f"excluded {c.box} (measured): {c.excluded}", markup=False, highlight=False)
-        else:
-            groups.setdefault(c.reason or "", []).append(c)
-    for reason, cs in groups.items():
-        if len(cs) == 1:
-            console.print(f"excluded {cs[0].box} (predicted): {cs[0].excluded}", markup=False, highlight=False)
-            continue
-        remedy = " (give --price ID=PER_HOUR or --owned ID=PURCHASE:YEARS:WATTS)" if reason == "no price" else ""
-        console.print(f"excluded, {reason}{remedy}: {', '.join(c.box for c in cs)} ({len(cs)} predicted boxes; "
-                      "--json has each one's figures)", markup=False, highlight=False, soft_wrap=True)
+    _print_excluded(console, excluded)
     if a.json:
         emit_json(a.json, {"tool": "tokenbench", "kind": "recommend", "currency": a.currency, "workload": asdict(w),
                            "ranked": [asdict(c) for c in ok], "excluded": [asdict(c) for c in excluded]})

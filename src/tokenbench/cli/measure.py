@@ -4,14 +4,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shlex
 import socket
 import sys
 import time
 from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from .. import redact
 from ..cost import DEFAULT_CURRENCY
 from ..errors import LevelFailed, TokenbenchError, UsageError
@@ -24,6 +23,8 @@ from ..sweep import SweepConfig, run_sweep
 from ..results import RunResult, load_result
 from ..workers import parse_workers
 from ..workload import resolve_shape
+if TYPE_CHECKING:
+    from ..engines.embedded import Embedded
 from .common import check_output, emit_json, float_list, json_object, guard_config, guard_targets, int_list, notifier, seconds, tokens, write_json
 
 
@@ -107,10 +108,9 @@ class RichReporter:
             self.progress = None
 
 
-def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
-    embedded = a.url is None
-    d = EMBEDDED_DEFAULTS if embedded else {}
-    if a.shape is None and a.input_len is None and a.output_len is None and embedded:
+def _lengths(a: argparse.Namespace, d: dict[str, Any]) -> tuple[int, int]:
+    """(input, output) tokens per request: the embedded defaults, a --shape, or the lengths given."""
+    if a.shape is None and a.input_len is None and a.output_len is None and d:
         input_len, output_len = int(d["input_len"]), int(d["output_len"])
     else:
         input_len, output_len = resolve_shape(a.shape, a.input_len, a.output_len)
@@ -118,10 +118,11 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         raise UsageError("--input-len and --output-len must be at least 1")
     if a.prefix_len < 0 or a.prefix_len >= max(input_len, 1) and a.prefix_len:
         raise UsageError(f"--prefix-len must be between 0 and the input length ({input_len})")
-    if a.rate and a.concurrency:
-        raise UsageError("give --concurrency or --rate, not both")
-    extra = json_object(a.extra_body, "--extra-body")
-    duration = seconds(a.duration, "--duration")
+    return input_len, output_len
+
+
+def _requests(a: argparse.Namespace, d: dict[str, Any], duration: float | None) -> int | None:
+    """Requests per level: as given, else the default unless a --duration bounds the level instead."""
     requests = a.requests
     if requests is None and duration is None:
         requests = int(d.get("requests", 32))
@@ -129,10 +130,26 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         raise UsageError("--requests must be at least 1")
     if a.repetitions < 1:
         raise UsageError("--repetitions must be at least 1")
+    return requests
+
+
+def _slo(text: str | None) -> SLO | None:
     try:
-        slo = SLO.parse(a.slo) if a.slo else None
+        return SLO.parse(text) if text else None
     except ValueError as e:
         raise UsageError(f"--slo: {e}") from None
+
+
+def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
+    embedded = a.url is None
+    d: dict[str, Any] = dict(EMBEDDED_DEFAULTS) if embedded else {}
+    input_len, output_len = _lengths(a, d)
+    if a.rate and a.concurrency:
+        raise UsageError("give --concurrency or --rate, not both")
+    extra = json_object(a.extra_body, "--extra-body")
+    duration = seconds(a.duration, "--duration")
+    requests = _requests(a, d, duration)
+    slo = _slo(a.slo)
     return SweepConfig(
         url=normalize_base_url(a.url) if a.url else "",
         model=a.model,
@@ -187,27 +204,12 @@ def _saved(console: Console, res: RunResult, db: Path) -> None:
     console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False)
 
 
-def start_embedded(a: argparse.Namespace, note: Any, parallel: int = 1, ctx: int = 8192) -> tuple[Any, Any]:
-    """Build (once) the embedded model and start ``a.engine`` on it: (running engine, model)."""
-    from ..engines import launch, tiny
+def start_embedded(a: argparse.Namespace, note: Any, parallel: int = 1, ctx: int = 8192) -> Embedded:
+    """The embedded engine the options name (--engine, --model-size, --quant, llama.cpp options), started."""
+    from ..engines.embedded import Embedded, EmbeddedSpec
 
-    note(f"building the embedded {a.model_size} model (cached after the first run) in {tiny.cache_dir()} …")
-    model = tiny.ensure(size=a.model_size)
-    gguf = model.gguf(a.quant) if a.quant and a.engine in ("llama-server", "llama-cpp-python") else None
-    if a.quant and gguf is None:
-        raise UsageError(f"--quant applies to the llama engines only, not {a.engine}")
-    note(f"starting the embedded {a.engine} engine …")
-    extra = tuple(llama_options(a, server=True)) if a.engine == "llama-server" else ()
-    engine = launch.start(a.engine, model, parallel=parallel, ctx=ctx, progress=note, gguf=gguf, extra=extra)
-    note(f"{a.engine} engine healthy after {engine.startup_s:.1f} s at {engine.base_url}")
-    return engine, model
-
-
-def embedded_facts(a: argparse.Namespace, engine: Any, model: Any) -> dict[str, Any]:
-    from ..engines import launch
-
-    return {"engine": a.engine, "startup_s": engine.startup_s, "command": engine.command, "model": model.name,
-            "model_size": a.model_size, "quant": a.quant, "engine_version": launch.engine_version(a.engine)}
+    spec = EmbeddedSpec(a.engine, a.model_size, a.quant, tuple(llama_options(a, server=True)))
+    return Embedded.start(spec, note, parallel=parallel, ctx=ctx)
 
 
 def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
@@ -218,14 +220,12 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     engine = None
     try:
         if not a.url:
-            note = notifier(err)
-            # each slot holds one request: its prompt and output, rounded up to a KV block
-            ctx = max(2048, -(-(cfg.input_len + cfg.output_len + 64) // 256) * 256)
-            engine, model = start_embedded(a, note, parallel=max(cfg.concurrency or [1]), ctx=ctx)
-            cfg.url, cfg.model = engine.base_url, engine.model
-            cfg.tokenizer = cfg.tokenizer or str(model.hf_dir)
-            cfg.embedded = embedded_facts(a, engine, model)
-            cfg.target_pids = {engine.proc.pid}
+            from ..engines.embedded import slot_context
+
+            # each slot holds one request: its prompt and output
+            engine = start_embedded(a, notifier(err), parallel=max(cfg.concurrency or [1]),
+                                    ctx=slot_context(cfg.input_len + cfg.output_len))
+            engine.configure(cfg)
         alive = engine.alive if engine is not None else None
         try:
             res = asyncio.run(run_sweep(cfg, store, reporter, alive=alive))
@@ -428,37 +428,12 @@ def llama_options(a: argparse.Namespace, server: bool = False) -> list[str]:
 
 
 def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err: Console) -> int:
-    import subprocess
+    from ..engines.llamabench import LlamaBenchConfig, run_llama_bench
 
-    from ..importers import import_records
-
-    note = notifier(err)
-    exe = a.llama_bench
-    if exe == "built":
-        from ..engines.llamacpp_build import ensure_tools
-
-        exe = str(ensure_tools(note) / "llama-bench")
-    model_file = a.model_file
-    if not model_file:
-        from ..engines import tiny
-
-        model = tiny.ensure(size=a.model_size)
-        model_file = str(model.gguf(a.quant))
-    opts = llama_options(a)
-    cmd = [exe, "-m", model_file, "-p", str(a.pp), "-n", str(a.tg), "-d", ",".join(map(str, depths)),
-           "-r", str(a.repetitions), *opts, "-o", "json"]
-    note("running " + " ".join(cmd))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    except OSError as e:
-        raise UsageError(f"cannot run {exe}: {e}") from None
-    if proc.returncode != 0:
-        raise UsageError(f"llama-bench exited with {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] or ''}")
+    cfg = LlamaBenchConfig(a.llama_bench, a.model_file, depths, a.pp, a.tg, a.repetitions, llama_options(a),
+                           a.model_size, a.quant, a.label)
     store = Store(a.db)
-    # llama-bench's own JSON is kept whole in the run's manifest, with the command that made it.
-    extra = {"llama_bench": {"command": redact.command(cmd), "options": opts, "raw": proc.stdout}}
-    ids = import_records(store, "llama-bench", proc.stdout, Path(model_file), a.label or Path(model_file).stem, extra)
-    res = load_result(store, ids[0])
+    res = load_result(store, run_llama_bench(cfg, store, notifier(err)))
     print_table(console, *depth_rows(res), a.format)
     console.print(f"run {res.run_id} (llama-bench, imported) saved in {store.path}", markup=False)
     if a.json:
@@ -484,11 +459,9 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     engine = None
     try:
         if not a.url:
-            engine, model = start_embedded(a, note)
-            cfg.url, cfg.model, cfg.tokenizer = engine.base_url, engine.model, cfg.tokenizer or str(model.hf_dir)
+            engine = start_embedded(a, note)
+            engine.configure(cfg)
             cfg.label = cfg.label or f"embedded-{a.engine}"
-            cfg.embedded = embedded_facts(a, engine, model)
-            cfg.target_pids = {engine.proc.pid}
         res = asyncio.run(run_depth(cfg, store, note))
     except TokenbenchError as e:
         rid = getattr(e, "run_id", None)
@@ -508,55 +481,24 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     return 0
 
 
-def _answers(url: str) -> bool:
-    """Whether any server answers at ``url`` now (any HTTP status counts: the port is taken)."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except (OSError, ValueError):
-        return False
-
-
 def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> int:
     from urllib.parse import urlparse
 
-    from .. import __version__
-    from ..coldstart import boot
-    from ..results import new_run_id, now_iso
+    from ..coldstart import ColdStartConfig, run_coldstart
 
-    if a.repeat < 1:
-        raise UsageError("--repeat must be at least 1")
     base = normalize_base_url(a.url)
-    port = urlparse(base).port
-    cmd = a.cmd.replace("{port}", str(port or ""))
-    health = a.health or base + "/models"
-    timeout = seconds(a.timeout, "--timeout") or 600.0
-    if _answers(health):
-        raise UsageError(f"something already answers at {health}: stop it first, or give the server another port "
-                         "(--cmd '... --port {port}' with a free port in --url); it would be timed instead")
-    boots = []
-    for n in range(a.repeat):
-        b = boot(n + 1, cmd, base, health, a.model, timeout, a.log)
-        boots.append(b)
-        if b.error:
-            raise UsageError(f"boot {n + 1}: {b.error}; see the server's output (--log FILE)")
-    print_table(console, *boot_rows([b.to_dict() for b in boots]))
-    if len(boots) > 1:
-        later = [b.healthy_s for b in boots[1:]]
-        console.print(f"first boot {boots[0].healthy_s:.2f} s to healthy; later boots {min(later):.2f}..{max(later):.2f} s "
-                      "(cached weights and compiled kernels)", markup=False)
-    manifest = {"command": redact.command(["tokenbench", *argv]), "server_command": redact.command(shlex.split(cmd)), "endpoint": base,
-                "model": boots[0].model, "boots": [b.to_dict() for b in boots], "label": a.label}
-    rid = new_run_id()
-    Store(a.db).save_run(rid, "coldstart", a.label, manifest, "measured", [], __version__, now_iso(), now_iso())
+    cfg = ColdStartConfig(cmd=a.cmd.replace("{port}", str(urlparse(base).port or "")), base_url=base,
+                          health_url=a.health or base + "/models", model=a.model,
+                          timeout_s=seconds(a.timeout, "--timeout") or 600.0, repeat=a.repeat, log_path=a.log,
+                          label=a.label, command=redact.command(["tokenbench", *argv]))
+    res = run_coldstart(cfg, Store(a.db))
+    print_table(console, *boot_rows([b.to_dict() for b in res.boots]))
+    line = res.summary_line()
+    if line:
+        console.print(line, markup=False)
     if a.json:
-        emit_json(a.json, {"tool": "tokenbench", "kind": "coldstart", "run_id": rid, **manifest})
-    console.print(f"run {rid} (coldstart) saved", style="dim", markup=False)
+        emit_json(a.json, {"tool": "tokenbench", "kind": "coldstart", "run_id": res.run_id, **res.manifest})
+    console.print(f"run {res.run_id} (coldstart) saved", style="dim", markup=False)
     return 0
 
 

@@ -73,42 +73,41 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _predict_against(a: argparse.Namespace, console: Console) -> int:
+    """Predict every row of a published-measurements file and set each prediction beside its measurement."""
+    from ..output import print_table
+    from ..predict import report
+    from ..predict.calibration import Calibration
+    from ..predict.predictor import against
+    from ..predict.published import read_rows
+    from ..predict.specs import Catalog
+
+    cal = Calibration.packaged() if not a.calibration else \
+        Calibration.from_toml(read_calibration(a.calibration), origin=a.calibration)
+    rep = against(Catalog.load(), cal, read_rows(Path(a.against)))
+    head, rows = report.against_table(rep)
+    print_table(console, head, rows, a.format)
+    for line in report.summary_lines(rep):
+        console.print(line, markup=False, highlight=False)
+    if a.json:
+        emit_json(a.json, rep.to_json())
+    return 0
+
+
 def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     from ..output import print_table
     from ..predict import report
-    from ..predict import roofline as rf
+    from ..predict.runs import depth_levels, save_prediction, serve_levels, speculation
 
     if a.against:
-        from ..predict.calibration import Calibration
-        from ..predict.predictor import against
-        from ..predict.published import read_rows
-        from ..predict.specs import Catalog
-
-        cal = Calibration.packaged() if not a.calibration else \
-            Calibration.from_toml(read_calibration(a.calibration), origin=a.calibration)
-        rep = against(Catalog.load(), cal, read_rows(Path(a.against)))
-        head, rows = report.against_table(rep)
-        print_table(console, head, rows, a.format)
-        for line in report.summary_lines(rep):
-            console.print(line, markup=False, highlight=False)
-        if a.json:
-            emit_json(a.json, rep.to_json())
-        return 0
+        return _predict_against(a, console)
     if not a.hardware or not a.model:
         raise UsageError("predict needs --hardware and --model (or --against FILE)")
     s, cal = _setup(a)
     if a.spec_tokens:
-        if (a.acceptance is None) == (a.acceptance_length is None):
-            raise UsageError("with --spec-tokens give one of --acceptance (0..1) or --acceptance-length")
-        alpha = a.acceptance if a.acceptance is not None else rf.alpha_from_acceptance_length(a.acceptance_length, a.spec_tokens)
-        if not 0 <= alpha <= 1:
-            raise UsageError("--acceptance is a probability between 0 and 1")
-        cost = a.draft_cost if a.draft_cost is not None else (1 / s.model.layers if s.model.mtp else 0.05)
-        s.spec = rf.Spec(alpha, a.spec_tokens, cost)
-        console.print(f"speculative decoding: {a.spec_tokens} tokens, acceptance {alpha:.2f}, "
-                      f"{s.spec.expected:.2f} tokens per target pass, draft cost {cost:.3f} -> decode "
-                      f"x{rf.spec_speedup(alpha, a.spec_tokens, cost):.2f} while memory-bound (less as the batch "
-                      "makes verification compute-bound)", markup=False, highlight=False)
+        spec = speculation(s, a.spec_tokens, a.acceptance, a.acceptance_length, a.draft_cost)
+        s.spec = spec.spec()
+        console.print(spec.describe(), markup=False, highlight=False)
     box = s.hw.id if s.tp == 1 else f"{s.tp}x {s.hw.id} (tensor parallel)"
     console.print(f"PREDICTED for {s.model.id} ({s.quant.weights}, {s.quant.kv.lower()} KV) on {box}, "
                   f"{s.engine} ({s.backend}: {s.eff.source}; calibration {cal.origin}); the ceiling is the "
@@ -131,7 +130,12 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     note = report.band_note(s, cal, metrics)
     console.print(note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
     if a.save:
-        rid = _save_prediction(a, s, depths, levels)
+        if depths is not None:
+            saved, workload = depth_levels(s, depths, a.input_len, a.output_len), None
+        else:
+            saved = serve_levels(s, levels or [], a.input_len, a.output_len)
+            workload = {"input_len": a.input_len, "output_len": a.output_len}
+        rid = save_prediction(Store(a.db), a.save, s, saved, workload)
         console.print(f"saved as run {rid} (label {a.save}, provenance predicted)", markup=False)
     if a.json:
         bands = {m: (b.pct if (b := cal.band(s.backend, m)) else None) for m in metrics}
@@ -140,35 +144,6 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
                            "band_pct": bands if s.calibrated else None, "note": note,
                            "columns": head, "rows": rows})
     return 0
-
-
-def _save_prediction(a: argparse.Namespace, s: Any, depths: list[int] | None, levels_n: list[int] | None) -> str:
-    from .. import __version__
-    from ..metrics import Distribution, LevelSummary
-    from ..results import new_run_id, now_iso
-
-    levels = []
-    if depths is not None:
-        pp, tg = a.input_len, a.output_len
-        for d in depths:
-            p, t = s.prefill(pp, d), s.decode(d + tg // 2)
-            levels.append(LevelSummary.empty(concurrency=1, test=f"pp{pp}", depth=d, pp_tps=pp / p.estimate))
-            levels.append(LevelSummary.empty(concurrency=1, test=f"tg{tg}", depth=d, tg_tps=1 / t.estimate))
-    else:
-        for n in levels_n or []:
-            pt = s.serve(n, a.input_len, a.output_len)
-            levels.append(LevelSummary.empty(
-                concurrency=n, test="serve", output_throughput_tps=pt.throughput[1], per_agent_tps=pt.per_agent[1],
-                ttft_ms=Distribution(n=0, p50=pt.ttft_s.estimate * 1000), tpot_ms=Distribution(n=0, p50=pt.tpot_s.estimate * 1000),
-                input_tokens_mean=float(a.input_len), output_tokens_mean=float(a.output_len)))
-    manifest = {"model": s.model.id, "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine,
-                "hardware": s.hw.id, "predicted": True, "backend": s.backend, "calibration": s.eff.source,
-                "calibrated": s.calibrated,
-                "workload": {"input_len": a.input_len, "output_len": a.output_len} if depths is None else {},
-                "label": a.save}
-    rid = new_run_id()
-    Store(a.db).save_run(rid, "predict", a.save, manifest, "predicted", levels, __version__, now_iso(), now_iso())
-    return rid
 
 
 #: The published measurements the package ships (copies of shared/reference's, a test keeps them equal):

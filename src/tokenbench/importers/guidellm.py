@@ -64,8 +64,6 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         pt = (m.get("prompt_token_count") or {}).get("successful", {}).get("mean")
         ot = (m.get("output_token_count") or {}).get("successful", {}).get("mean")
         s.input_tokens_mean, s.output_tokens_mean = pt, ot
-        if conc:
-            s.per_agent_tps = s.output_throughput_tps / conc
         levels.append(s)
         model = model or (b.get("config") or b.get("args") or {}).get("model")
     if not levels:

@@ -56,12 +56,12 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         depth = int(_num(r, "n_depth", path, i, default=0))
         sd = _num(r, "stddev_ts", path, i, default=0.0)
         if n_prompt and not n_gen:
-            test, kw = f"pp{int(n_prompt)}", {"pp_tps": ts, "pp_tps_sd": sd}
+            lv = LevelSummary.empty(1, test=f"pp{int(n_prompt)}", depth=depth, pp_tps=ts, pp_tps_sd=sd)
         elif n_gen and not n_prompt:
-            test, kw = f"tg{int(n_gen)}", {"tg_tps": ts, "tg_tps_sd": sd}
+            lv = LevelSummary.empty(1, test=f"tg{int(n_gen)}", depth=depth, tg_tps=ts, tg_tps_sd=sd)
         else:
-            test, kw = f"pp{int(n_prompt)}+tg{int(n_gen)}", {"tg_tps": ts}
-        levels.append(LevelSummary.empty(concurrency=1, test=test, depth=depth, **kw))
+            lv = LevelSummary.empty(1, test=f"pp{int(n_prompt)}+tg{int(n_gen)}", depth=depth, tg_tps=ts)
+        levels.append(lv)
     r0 = recs[0] if recs else {}
     backend = str(r0.get("backends") or "").lower()
     manifest = {

@@ -52,10 +52,9 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
             if test.startswith("tg"):
                 lv.tg_tps = r.value
             else:
-                lv.decode_tps = r.value
+                lv.given_decode_tps = r.value
         elif r.metric == "output_tps":
             lv.output_throughput_tps = r.value
-            lv.per_agent_tps = r.value / max(1, r.concurrency)
         elif r.metric == "ttft_median":
             lv.ttft_ms = Distribution(n=0, p50=r.value) if lv.ttft_ms.p99 is None else Distribution(n=0, p50=r.value, p99=lv.ttft_ms.p99)
         elif r.metric == "ttft_p99":

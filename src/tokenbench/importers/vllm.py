@@ -40,10 +40,6 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         output_tokens_source="usage", ttft_ms=_dist(d, "ttft", completed), tpot_ms=_dist(d, "tpot", completed),
         itl_ms=_dist(d, "itl", completed), e2e_ms=_dist(d, "e2el", completed), test="serve",
     )
-    if conc:
-        s.per_agent_tps = out_tps / int(conc)
-    if conc == 1 and s.tpot_ms.p50:
-        s.decode_tps = 1000.0 / s.tpot_ms.p50
     manifest = {
         "model": d.get("model_id"), "engine": d.get("backend") or d.get("endpoint_type") or "vllm",
         "engine_version": None, "endpoint": d.get("base_url"), "started": d.get("date"),

@@ -156,6 +156,23 @@ Evaluator = Callable[[Efficiency], float]  # a row's log(predicted / measured) u
 ANCHOR_PRIOR_WEIGHT = 0.05
 
 
+def _normal_equations(residuals: Callable[[list[float]], tuple[list[float], list[float]]], z: list[float],
+                      rs: list[float], pr: list[float], wts: list[float],
+                      h: float) -> tuple[list[list[float]], list[float]]:
+    """JᵀJ and Jᵀr of the weighted residuals at ``z``, the Jacobian by forward differences of step ``h``."""
+    res = [w * r for w, r in zip(wts, rs)] + pr
+    jac_cols = []
+    for j in range(len(z)):
+        zj = z[:]
+        zj[j] += h
+        rj, pj = residuals(zj)
+        jac_cols.append([(w * (a - b)) / h for w, a, b in zip(wts, rj, rs)] + [(a - b) / h for a, b in zip(pj, pr)])
+    k = len(z)
+    jtj = [[sum(x * y for x, y in zip(jac_cols[i], jac_cols[j])) for j in range(k)] for i in range(k)]
+    jtr = [sum(x * y for x, y in zip(jac_cols[i], res)) for i in range(k)]
+    return jtj, jtr
+
+
 def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int = 40,
                   prior_weight: float = PRIOR_WEIGHT, fixed: frozenset[str] = frozenset()) -> Efficiency:
     """Levenberg–Marquardt on the constants (bounded through a logistic map), minimising the soft-L1 loss
@@ -182,16 +199,8 @@ def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int 
     for _ in range(iterations):
         # IRLS weights of the soft-L1 loss, then a damped Gauss–Newton step on the weighted residuals
         wts = [1 / math.sqrt(math.sqrt(1 + r * r / LOSS_SCALE**2)) for r in rs]
-        res = [w * r for w, r in zip(wts, rs)] + pr
-        jac_cols = []
-        for j in range(len(names)):
-            zj = z[:]
-            zj[j] += h
-            rj, pj = residuals(zj)
-            jac_cols.append([(w * (a - b)) / h for w, a, b in zip(wts, rj, rs)] + [(a - b) / h for a, b in zip(pj, pr)])
+        jtj, jtr = _normal_equations(residuals, z, rs, pr, wts, h)
         k = len(names)
-        jtj = [[sum(x * y for x, y in zip(jac_cols[i], jac_cols[j])) for j in range(k)] for i in range(k)]
-        jtr = [sum(x * y for x, y in zip(jac_cols[i], res)) for i in range(k)]
         improved = False
         for _ in range(8):
             a = [[jtj[i][j] + (lam * (jtj[i][i] + 1e-9) if i == j else 0.0) for j in range(k)] for i in range(k)]

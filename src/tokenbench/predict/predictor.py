@@ -163,6 +163,7 @@ class RowResult:
     calibrated: bool = False
     band: Band | None = None
     split: str = "unseen"  # "fitted" when the calibration used this row, else "unseen"
+    bottleneck: bool = False  # far below what its backend usually reaches: a software limit, not the hardware
 
     @property
     def error_pct(self) -> float | None:
@@ -270,6 +271,7 @@ def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
     if s.calibrated and res.predicted and r.value > 0:
         share = res.predicted / r.value if r.unit == "ms" else r.value / res.predicted
         if share < BOTTLENECK_SHARE:
+            res.bottleneck = True
             reached = f" ({ratio:.0%} of the ceiling)" if ratio is not None else ""
             res.flags.append(
                 f"likely software bottleneck: measured is {share:.0%} of what {s.backend}'s calibration predicts "
@@ -478,6 +480,6 @@ def against(cat: Catalog, cal: Calibration, rows: list[Row]) -> AgainstReport:
         summary[split] = {g: error_stats([r for r in sel if r.row.group == g]) for g in ("decode", "prefill", "serve")}
         summary[split]["serve_throughput"] = error_stats([r for r in sel if r.row.metric == "output_tps"])
     summary["faster_box"] = faster_box_check(results)
-    summary["flagged"] = sum(1 for r in results if any(f.startswith("likely software") for f in r.flags))
+    summary["flagged"] = sum(1 for r in results if r.bottleneck)
     summary["unpredicted"] = sum(1 for r in results if r.predicted is None)
     return AgainstReport(results, summary)

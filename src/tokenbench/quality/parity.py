@@ -44,39 +44,53 @@ def _outputs(a: Item, b: Item) -> tuple[list[int] | str, list[int] | str, str]:
     return a.response, b.response, "characters"
 
 
+def _by_task(items: list[Item]) -> dict[str, dict[str, Item]]:
+    by: dict[str, dict[str, Item]] = {}
+    for it in items:
+        by.setdefault(it.task, {})[it.key] = it
+    return by
+
+
+def _count(items: dict[str, Item], status: str) -> int:
+    return sum(i.status == status for i in items.values())
+
+
+def _answered(it: Item) -> bool:
+    return it.status not in ("timeout", "error")
+
+
+def _agreement(a: dict[str, Item], b: dict[str, Item], keys: list[str]) -> Agreement | None:
+    """How often the paired outputs agree: by token ids where both runs stored them, else by characters."""
+    both = [k for k in keys if _answered(a[k]) and _answered(b[k])]
+    if not both:
+        return None
+    pairs = [_outputs(a[k], b[k]) for k in both]
+    if all(u == "tokens" for _, _, u in pairs):
+        return agreement([(x, y) for x, y, _ in pairs], "tokens")
+    return agreement([(a[k].response, b[k].response) for k in both], "characters")
+
+
+def compare_task(task: str, a: dict[str, Item], b: dict[str, Item], seed: int = 0) -> TaskComparison:
+    """One task of two runs, item by item on the items both have."""
+    keys = [k for k in a if k in b]
+    tc = TaskComparison(task, len(keys), len(a) - len(keys), len(b) - len(keys), None, None,
+                        (_count(a, "timeout"), _count(b, "timeout")), (_count(a, "error"), _count(b, "error")))
+    if not keys:
+        tc.notes.append("no item in common: were both runs made with the same --seed, contexts and depths?")
+        return tc
+    scored = [k for k in keys if a[k].scored and b[k].scored]
+    if scored:
+        tc.scores = compare_paired([a[k].value for k in scored], [b[k].value for k in scored], seed)
+    tc.agreement = _agreement(a, b, keys)
+    if tc.only_a or tc.only_b:
+        tc.notes.append(f"{tc.only_a + tc.only_b} items are in one run only (different --seed, contexts or "
+                        "--items?): left out")
+    return tc
+
+
 def compare_items(items_a: list[Item], items_b: list[Item], seed: int = 0) -> list[TaskComparison]:
-    by_a: dict[str, dict[str, Item]] = {}
-    by_b: dict[str, dict[str, Item]] = {}
-    for it in items_a:
-        by_a.setdefault(it.task, {})[it.key] = it
-    for it in items_b:
-        by_b.setdefault(it.task, {})[it.key] = it
-    out = []
-    for task in [t for t in by_a if t in by_b]:
-        a, b = by_a[task], by_b[task]
-        keys = [k for k in a if k in b]
-        tc = TaskComparison(task, len(keys), len(a) - len(keys), len(b) - len(keys), None, None,
-                            (sum(i.status == "timeout" for i in a.values()), sum(i.status == "timeout" for i in b.values())),
-                            (sum(i.status == "error" for i in a.values()), sum(i.status == "error" for i in b.values())))
-        if not keys:
-            tc.notes.append("no item in common: were both runs made with the same --seed, contexts and depths?")
-            out.append(tc)
-            continue
-        scored = [k for k in keys if a[k].scored and b[k].scored]
-        if scored:
-            tc.scores = compare_paired([a[k].value for k in scored], [b[k].value for k in scored], seed)
-        both = [k for k in keys if a[k].status not in ("timeout", "error") and b[k].status not in ("timeout", "error")]
-        if both:
-            pairs = [_outputs(a[k], b[k]) for k in both]
-            if all(u == "tokens" for _, _, u in pairs):
-                tc.agreement = agreement([(x, y) for x, y, _ in pairs], "tokens")
-            else:
-                tc.agreement = agreement([(a[k].response, b[k].response) for k in both], "characters")
-        if tc.only_a or tc.only_b:
-            tc.notes.append(f"{tc.only_a + tc.only_b} items are in one run only (different --seed, contexts or "
-                            "--items?): left out")
-        out.append(tc)
-    return out
+    by_a, by_b = _by_task(items_a), _by_task(items_b)
+    return [compare_task(task, by_a[task], by_b[task], seed) for task in by_a if task in by_b]
 
 
 def load_items(store: Store, run_id: str) -> list[Item]:

@@ -14,15 +14,13 @@ from typing import Any
 
 import aiohttp
 
-from .. import __version__, machine, redact
-from ..client import Api, PreparedRequest, StreamClient
+from .. import redact
+from ..client import Api, PreparedRequest
+from ..endpoint import Endpoint, RunLog
 from ..errors import EndpointError, TokenbenchError
 from ..records import RequestRecord
-from ..servers import ServerInfo, check_model, discover
+from ..results import new_run_id
 from ..store import Store
-from ..sweep import pick_tokenizer
-from ..results import new_run_id, now_iso
-from ..workload import Tokenizer
 from . import agreement, haystack
 from .knob import knob_task, nest
 from .items import Item, Status, prompt_key
@@ -74,25 +72,16 @@ def outcome(rec: RequestRecord) -> Status | None:
 class Session:
     """One endpoint, discovered and checked, with the tokenizer and the client every task sends through."""
 
-    def __init__(self, cfg: QualityConfig, http: aiohttp.ClientSession, info: ServerInfo, model: str,
-                 tokenizer: Tokenizer, counter: Any) -> None:
-        self.cfg, self.http, self.info, self.model, self.tokenizer = cfg, http, info, model, tokenizer
-        self.client = StreamClient(session=http, base_url=cfg.url, model=model, api=cfg.api, api_key=cfg.api_key,
-                                   temperature=cfg.temperature, timeout_s=cfg.timeout_s,
-                                   # a long prompt sends nothing until its prefill ends: the cell's limit is its time
-                                   stall_timeout_s=cfg.timeout_s, counter=counter,
-                                   one_token_per_chunk=info.adapter.one_token_per_chunk,
-                                   fresh_connection=info.adapter.closes_after_stream)
+    def __init__(self, cfg: QualityConfig, ep: Endpoint) -> None:
+        self.cfg, self.ep, self.info, self.model, self.tokenizer = cfg, ep, ep.info, ep.model, ep.tokenizer
+        self.client = ep.client(cfg.api, temperature=cfg.temperature, timeout_s=cfg.timeout_s,
+                                # a long prompt sends nothing until its prefill ends: the cell's limit is its time
+                                stall_timeout_s=cfg.timeout_s)
         self.template_tokens = 0  # tokens the server adds around a prompt (a chat template, a BOS)
 
     @classmethod
     async def open(cls, cfg: QualityConfig, http: aiohttp.ClientSession, note: Note) -> Session:
-        info = await discover(http, cfg.url, cfg.api_key, model=cfg.model)
-        if info.models_error:
-            note(f"warning: {info.models_error}; using '{cfg.model}' as given by --model")
-        model = check_model(info, cfg.model, cfg.url)
-        tokenizer, counter = await pick_tokenizer(cfg.tokenizer, cfg.api_key, http, info, model)
-        s = cls(cfg, http, info, model, tokenizer, counter)
+        s = cls(cfg, await Endpoint.open(http, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, note))
         await s.check()
         return s
 
@@ -191,18 +180,12 @@ async def run_prompts(s: Session, task: str, texts: list[str], save: Callable[[I
 # --- a run --------------------------------------------------------------------------------------------------
 
 def _manifest(cfg: QualityConfig, s: Session, kind_extra: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "endpoint": cfg.url, "model": s.model, "engine": s.info.engine,
-        "engine_version": s.info.engine_version or (cfg.embedded or {}).get("engine_version"),
-        "server": s.info.to_dict(), "embedded": cfg.embedded, "label": cfg.label, "command": cfg.command,
-        "started": now_iso(), "finished": None, "tokenizer": s.tokenizer.description,
-        "template_tokens": s.template_tokens, "seed": cfg.seed,
-        "workload": {"tasks": cfg.tasks, "api": cfg.api, "contexts": cfg.contexts, "depths": cfg.depths,
-                     "items": cfg.items, "max_tokens": cfg.max_tokens, "temperature": cfg.temperature,
-                     "timeout_s": cfg.timeout_s, "limit": cfg.limit, "request_fields": redact.body(cfg.extra_body),
-                     **kind_extra},
-        "machine": machine.snapshot(),
-    }
+    return s.ep.manifest(
+        cfg.embedded, cfg.label, cfg.command, template_tokens=s.template_tokens, seed=cfg.seed,
+        workload={"tasks": cfg.tasks, "api": cfg.api, "contexts": cfg.contexts, "depths": cfg.depths,
+                  "items": cfg.items, "max_tokens": cfg.max_tokens, "temperature": cfg.temperature,
+                  "timeout_s": cfg.timeout_s, "limit": cfg.limit, "request_fields": redact.body(cfg.extra_body),
+                  **kind_extra})
 
 
 def task_summary(items: list[Item]) -> dict[str, dict[str, Any]]:
@@ -229,14 +212,20 @@ class Recorder:
     """Creates the run, stores each item as it finishes, closes the run in every case."""
 
     def __init__(self, store: Store, label: str | None) -> None:
-        self.store, self.label = store, label
-        self.run_id = new_run_id()
+        self.store = store
+        self.log = RunLog(store, new_run_id(), "quality", label)
         self.items: list[Item] = []
-        self.manifest: dict[str, Any] = {}
+
+    @property
+    def run_id(self) -> str:
+        return self.log.run_id
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.log.manifest
 
     def open(self, manifest: dict[str, Any]) -> None:
-        self.manifest = manifest
-        self.store.create_run(self.run_id, "quality", self.label, manifest["started"], __version__, manifest)
+        self.log.create(manifest)
 
     def save(self, it: Item) -> None:
         self.items.append(it)
@@ -245,17 +234,12 @@ class Recorder:
     def fail(self, e: BaseException) -> None:
         """Close the run an exception ends, if it was opened, and tie the run to the exception for the CLI: an
         interrupt reads 'interrupted', anything else 'partial' (some items stored) or 'failed'."""
-        if self.manifest:
-            status = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else \
-                ("partial" if self.items else "failed")
-            self.close(status, str(e) or type(e).__name__)
-            e.run_id = self.run_id  # type: ignore[attr-defined]
+        self.manifest["summary"] = task_summary(self.items)
+        self.log.abort(e, bool(self.items))
 
     def close(self, status: str, error: str | None = None) -> QualityResult:
-        self.manifest["finished"] = now_iso()
         self.manifest["summary"] = task_summary(self.items)
-        self.store.update_manifest(self.run_id, self.manifest)
-        self.store.finish_run(self.run_id, status, self.manifest["finished"], error)
+        self.log.finish(status, error)
         return QualityResult(self.run_id, status, self.manifest, self.items, error)
 
 

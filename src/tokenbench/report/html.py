@@ -15,10 +15,12 @@ import html
 from collections.abc import Callable
 
 from .. import __version__
+from ..compare import CompareRow
+from ..cost import output_rate
 from ..metrics import LevelSummary
 from ..results import RunResult
 from . import comparison, facts, figures, style
-from .series import Plot, is_predicted, output_rate, pricing, run_name
+from .series import Plot, is_predicted, pricing, run_name
 
 BOOT_SCRIPT = """
 (function () {
@@ -131,19 +133,48 @@ def _sides(runs: list[RunResult], price: float | None, currency: str | None) -> 
     return "\n".join(out)
 
 
-def _pair(p: comparison.Pair, runs: list[RunResult], quality: dict[tuple[str, str], list[str]]) -> str:
+def _callouts(p: comparison.Pair, a: RunResult, b: RunResult, quality: dict[tuple[str, str], list[str]]) -> list[str]:
+    """What a pair's table cannot say: notes, the boxes' quality, crossovers, and the effective time per task."""
     c = p.cmp
-    a, b = runs[p.a], runs[p.b]
-    parts = [f"<h3>{_swatch(p.a)}{_e(run_name(a))} vs {_swatch(p.b)}{_e(run_name(b))}</h3>"]
-    for w in c.warnings:
-        parts.append(f'<p class="callout warn">Note: {_e(w)}</p>')
-    for line in quality.get((a.run_id, b.run_id), []):
-        parts.append(f'<p class="callout quality"><b>Quality:</b> {_e(line)}</p>')
-    for x in c.crossovers:
-        parts.append(f'<p class="callout crossover"><b>Crossover:</b> {_e(x)}</p>')
+    parts = [f'<p class="callout warn">Note: {_e(w)}</p>' for w in c.warnings]
+    parts += [f'<p class="callout quality"><b>Quality:</b> {_e(line)}</p>'
+              for line in quality.get((a.run_id, b.run_id), [])]
+    parts += [f'<p class="callout crossover"><b>Crossover:</b> {_e(x)}</p>' for x in c.crossovers]
     if c.effective:
         parts.append(f'<p class="callout">{comparison.AGENTS} agents × {comparison.TOKENS} output tokens each: '
                      + _e("; ".join(c.effective)) + "</p>")
+    return parts
+
+
+def _winner(p: comparison.Pair, r: CompareRow) -> str:
+    best = r.winner()
+    if best == 0:
+        return '<td class="text tie">≈ tie (within 5%)</td>'
+    side = p.a if best == 1 else p.b
+    name = p.cmp.a if best == 1 else p.cmp.b
+    return (f'<td class="text win" style="--c:{style.colour(side)}">{_swatch(side)}{_e(name)} '
+            f"{r.factor():.2f}× {'faster' if r.higher_better else 'lower'}</td>")
+
+
+def _cost_cells(p: comparison.Pair, r: CompareRow) -> list[str]:
+    """Each side's cost per million output tokens at the row's rate; the cheaper one marked (same currency)."""
+    ca, cb = p.cost(r)
+    same = bool(p.price_a and p.price_b and p.price_a.currency == p.price_b.currency)
+    cells = []
+    for v, pr, other in ((ca, p.price_a, cb), (cb, p.price_b, ca)):
+        if v is None or pr is None:
+            cells.append("<td>—</td>" if r.metric not in comparison.OUTPUT_RATES else "<td>no price</td>")
+            continue
+        cls = ' class="cheaper"' if same and other is not None and v < other else ""
+        cells.append(f"<td{cls}>{_e(style.number(v))} {_e(pr.currency)}/M</td>")
+    return cells
+
+
+def _pair(p: comparison.Pair, runs: list[RunResult], quality: dict[tuple[str, str], list[str]]) -> str:
+    c = p.cmp
+    a, b = runs[p.a], runs[p.b]
+    parts = [f"<h3>{_swatch(p.a)}{_e(run_name(a))} vs {_swatch(p.b)}{_e(run_name(b))}</h3>",
+             *_callouts(p, a, b, quality)]
     cost_head = ""
     if p.priced:
         cost_head = "".join(f'<th class="run" style="--c:{style.colour(i)}">{_e(run_name(r))}<br>'
@@ -158,28 +189,9 @@ def _pair(p: comparison.Pair, runs: list[RunResult], quality: dict[tuple[str, st
         better = "higher" if group[0].higher_better else "lower"
         rows.append(f'<tr class="group"><th colspan="{ncols}">{_e(metric)} ({_e(unit)}, {better} is better)</th></tr>')
         for r in group:
-            best = r.winner()
-            if best == 0:
-                win = '<td class="text tie">≈ tie (within 5%)</td>'
-            else:
-                side = p.a if best == 1 else p.b
-                name = c.a if best == 1 else c.b
-                win = (f'<td class="text win" style="--c:{style.colour(side)}">{_swatch(side)}{_e(name)} '
-                       f"{r.factor():.2f}× {'faster' if r.higher_better else 'lower'}</td>")
             cells = [f'<td class="text">{_e(comparison.point(r, prompts))}</td>',
                      f"<td>{_e(style.number(r.a))} {_e(unit)}</td>", f"<td>{_e(style.number(r.b))} {_e(unit)}</td>",
-                     f"<td>{r.ratio:.2f}×</td>", win]
-            if p.priced:
-                ca, cb = p.cost(r)
-                for v, pr, other in ((ca, p.price_a, cb), (cb, p.price_b, ca)):
-                    if v is None or pr is None:
-                        cells.append("<td>—</td>" if r.metric not in comparison.OUTPUT_RATES else
-                                     "<td>no price</td>")
-                    else:
-                        cheaper = other is not None and v < other and (p.price_a and p.price_b
-                                                                       and p.price_a.currency == p.price_b.currency)
-                        cls = ' class="cheaper"' if cheaper else ""
-                        cells.append(f"<td{cls}>{_e(style.number(v))} {_e(pr.currency)}/M</td>")
+                     f"<td>{r.ratio:.2f}×</td>", _winner(p, r), *(_cost_cells(p, r) if p.priced else [])]
             rows.append("<tr>" + "".join(cells) + "</tr>")
     rows.append("</table>")
     return "\n".join(parts + rows)

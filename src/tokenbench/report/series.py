@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..cost import Pricing
@@ -70,15 +71,7 @@ def run_name(r: RunResult) -> str:
 def pricing(r: RunResult, price_per_hour: float | None = None, currency: str | None = None) -> Pricing | None:
     """A run's rental price as the cost command reads it: ``price_per_hour`` given for the report, else the
     run's own; None where neither is known."""
-    price = price_per_hour if price_per_hour is not None else r.manifest.get("price_per_hour")
-    if not price:
-        return None
-    return Pricing(currency=str(currency or r.manifest.get("currency") or "USD"), price_per_hour=float(price))
-
-
-def output_rate(s: LevelSummary) -> float | None:
-    """The output tokens per second a level sustains, the rate its cost is priced at (as in ``cost``)."""
-    return s.output_throughput_tps or s.decode_tps or s.tg_tps or None
+    return Pricing.of_run(r.manifest, price_per_hour, currency)
 
 
 def _serve(r: RunResult) -> list[LevelSummary]:
@@ -95,6 +88,42 @@ def _serve(r: RunResult) -> list[LevelSummary]:
 def _line(name: str, pts: list[tuple[float, float]], pred: bool, run: int, pct: str | None = None) -> Line:
     pts = [(x, y) for x, y in pts if math.isfinite(x) and math.isfinite(y)]
     return Line(name, [x for x, _ in pts], [y for _, y in pts], pred, run, pct)
+
+
+def _add(plot: Plot, label: str, pts: list[tuple[float, float]], r: RunResult, i: int, pct: str | None = None) -> None:
+    if pts:
+        plot.lines.append(_line(label, pts, is_predicted(r), i, pct))
+
+
+def _points(levels: list[LevelSummary], value: Callable[[LevelSummary], float | None]) -> list[tuple[float, float]]:
+    """(concurrency, value) of the levels that have the value."""
+    return [(float(s.concurrency or 0), v) for s in levels if (v := value(s))]
+
+
+def _serve_lines(plots: dict[str, Plot], r: RunResult, i: int, price: Pricing | None, one: str | None) -> None:
+    """A run's serving levels: throughput, per agent, cost, TTFT and TPOT against concurrency."""
+    name, serve = run_name(r), _serve(r)
+    sv = [s for s in serve if s.output_throughput_tps]
+    _add(plots["aggregate"], name, _points(sv, lambda s: s.output_throughput_tps), r, i)
+    _add(plots["per_agent"], name, _points(sv, lambda s: s.per_agent_tps), r, i)
+    if price:
+        _add(plots["cost"], name if one else f"{name} ({price.currency})",
+             _points(sv, lambda s: price.per_mtok(s.output_throughput_tps)), r, i)
+    for pct in ("p50", "p99"):
+        _add(plots["ttft"], f"{name} {pct}", _points(serve, lambda s: getattr(s.ttft_ms, pct)), r, i, pct)
+    _add(plots["tpot"], name, _points(serve, lambda s: s.tpot_ms.p50), r, i)
+
+
+def _depth_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
+    """A run's depth levels: prefill and decode against the tokens in cache, one line per test."""
+    name = run_name(r)
+    for key, attr in (("prefill_depth", "pp_tps"), ("decode_depth", "tg_tps")):
+        by_test: dict[str, list[tuple[float, float]]] = {}
+        for s in (o.summary for o in r.outcomes):
+            if getattr(s, attr):
+                by_test.setdefault(s.test or "", []).append((float(s.depth or 0), getattr(s, attr)))
+        for test, pts in by_test.items():
+            _add(plots[key], name if len(by_test) == 1 else f"{name} {test}", sorted(pts), r, i)
 
 
 def build(runs: list[RunResult], price_per_hour: float | None = None, currency: str | None = None) -> list[Plot]:
@@ -119,34 +148,6 @@ def build(runs: list[RunResult], price_per_hour: float | None = None, currency: 
                      unit=f"{one}/M output tokens" if one else "per M output tokens"),
     }
     for i, r in enumerate(runs):
-        name, pred = run_name(r), is_predicted(r)
-        serve = _serve(r)
-        sv = [s for s in serve if s.output_throughput_tps]
-        if sv:
-            plots["aggregate"].lines.append(_line(name, [(float(s.concurrency or 0), s.output_throughput_tps)
-                                                         for s in sv], pred, i))
-            pa = [(float(s.concurrency or 0), s.per_agent_tps) for s in sv if s.per_agent_tps]
-            if pa:
-                plots["per_agent"].lines.append(_line(name, pa, pred, i))
-            p = prices[i]
-            if p:
-                cs = [(float(s.concurrency or 0), p.per_mtok(s.output_throughput_tps)) for s in sv]
-                label = name if one else f"{name} ({p.currency})"
-                plots["cost"].lines.append(_line(label, [(x, y) for x, y in cs if y], pred, i))
-        for pct in ("p50", "p99"):
-            pts = [(float(s.concurrency or 0), getattr(s.ttft_ms, pct)) for s in serve if getattr(s.ttft_ms, pct)]
-            if pts:
-                plots["ttft"].lines.append(_line(f"{name} {pct}", pts, pred, i, pct))
-        pts = [(float(s.concurrency or 0), s.tpot_ms.p50) for s in serve if s.tpot_ms.p50]
-        if pts:
-            plots["tpot"].lines.append(_line(name, pts, pred, i))
-        levels = [o.summary for o in r.outcomes]
-        for key, attr in (("prefill_depth", "pp_tps"), ("decode_depth", "tg_tps")):
-            by_test: dict[str, list[tuple[float, float]]] = {}
-            for s in levels:
-                if getattr(s, attr):
-                    by_test.setdefault(s.test or "", []).append((float(s.depth or 0), getattr(s, attr)))
-            for test, pts in by_test.items():
-                label = name if len(by_test) == 1 else f"{name} {test}"
-                plots[key].lines.append(_line(label, sorted(pts), pred, i))
+        _serve_lines(plots, r, i, prices[i], one)
+        _depth_lines(plots, r, i)
     return [p for p in plots.values() if p.points]

@@ -1,0 +1,147 @@
+"""An endpoint opened for a run, and a run's life in the store: what sweep, depth and quality share.
+
+``Endpoint.open`` discovers the server (its adapter holds the server's quirks), checks the model, picks the
+tokenizer and builds the streaming client with the flags its adapter gives. ``RunLog`` creates the stored run
+and closes it in every case: finished, or aborted by an error or an interrupt, with the run tied to the
+exception so the CLI shows this run and no other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from . import __version__, machine
+from .adapters import Adapter
+from .client import Api, StreamClient
+from .errors import TokenbenchError, UsageError
+from .results import now_iso
+from .servers import ServerInfo, ServerTokenizer, check_model, discover
+from .store import Store
+from .workload import LocalTokenizer, Tokenizer
+
+
+async def pick_tokenizer(
+    path: str | None, api_key: str | None, session: aiohttp.ClientSession, info: ServerInfo, model: str
+) -> tuple[Tokenizer, LocalTokenizer | None]:
+    """The served model's tokenizer: ``path`` if given, else the server's own endpoint, else a local one by the
+    model's name. Also returns the local one, if any, for counting tokens."""
+    if path:
+        t = LocalTokenizer(path)
+        return t, t
+    if info.tokenize_path:
+        st = ServerTokenizer(session, info, model, api_key)
+        try:
+            if await st.encode("hello world"):
+                return st, None
+        except (TokenbenchError, aiohttp.ClientError, KeyError, ValueError, asyncio.TimeoutError):
+            pass
+    try:
+        t = LocalTokenizer(model)
+        return t, t
+    except (UsageError, ValueError, OSError):
+        pass
+    raise UsageError(
+        f"no tokenizer for exact prompt lengths of '{model}': pass --tokenizer PATH "
+        "(a tokenizer.json or a Hugging Face directory of the served model)"
+    )
+
+
+def stream_client(http: aiohttp.ClientSession, url: str, model: str, adapter: Adapter, **kw: Any) -> StreamClient:
+    """A streaming client with the flags the server's adapter sets (one token per chunk, a fresh connection per
+    stream): the one place they are passed. ``kw``: the API, key, timeouts, temperature, token counter."""
+    return StreamClient(session=http, base_url=url, model=model, one_token_per_chunk=adapter.one_token_per_chunk,
+                        fresh_connection=adapter.closes_after_stream, **kw)
+
+
+@dataclass(slots=True)
+class Endpoint:
+    """A discovered server, the model to request, its tokenizer, and what makes streaming clients for it."""
+
+    http: aiohttp.ClientSession
+    url: str
+    api_key: str | None
+    info: ServerInfo
+    model: str
+    tokenizer: Tokenizer
+    counter: LocalTokenizer | None  # a local tokenizer to count output tokens with, if there is one
+
+    @classmethod
+    async def open(cls, http: aiohttp.ClientSession, url: str, api_key: str | None, model: str | None,
+                   tokenizer: str | None, warn: Callable[[str], None] | None = None) -> Endpoint:
+        """Discover ``url``, check ``model`` (or take the one it serves) and pick the tokenizer."""
+        info = await discover(http, url, api_key, model=model)
+        if info.models_error and warn is not None:
+            warn(f"warning: {info.models_error}; measuring '{model}' as given by --model")
+        chosen = check_model(info, model, url)
+        tok, counter = await pick_tokenizer(tokenizer, api_key, http, info, chosen)
+        return cls(http, url, api_key, info, chosen, tok, counter)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        return eos if isinstance(eos, int) else None
+
+    def client(self, api: Api = "completions", **kw: Any) -> StreamClient:
+        """A streaming client for this endpoint, with the flags its adapter sets (one token per chunk, a fresh
+        connection per stream); ``kw``: timeouts, temperature."""
+        return stream_client(self.http, self.url, self.model, self.info.adapter, api=api, api_key=self.api_key,
+                             counter=self.counter, **kw)
+
+    def manifest(self, embedded: dict[str, Any] | None, label: str | None, command: str,
+                 **fields: Any) -> dict[str, Any]:
+        """The provenance every run carries (DESIGN.md), then the run's own ``fields``."""
+        return {
+            "endpoint": self.url,
+            "model": self.model,
+            "engine": self.info.engine,
+            "engine_version": self.info.engine_version or (embedded or {}).get("engine_version"),
+            "server": self.info.to_dict(),
+            "embedded": embedded,
+            "label": label,
+            "command": command,
+            "started": now_iso(),
+            "finished": None,
+            "tokenizer": self.tokenizer.description,
+            **fields,
+            "machine": machine.snapshot(),
+        }
+
+
+@dataclass(slots=True)
+class RunLog:
+    """A run in the store: created once, closed once, whatever happens between."""
+
+    store: Store
+    run_id: str
+    kind: str
+    label: str | None
+    manifest: dict[str, Any] = field(default_factory=dict)
+    opened: bool = False
+
+    def create(self, manifest: dict[str, Any]) -> None:
+        self.manifest = manifest
+        self.store.create_run(self.run_id, self.kind, self.label, str(manifest["started"]), __version__, manifest)
+        self.opened = True
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        self.manifest["finished"] = now_iso()
+        self.store.update_manifest(self.run_id, self.manifest)
+        self.store.finish_run(self.run_id, status, str(self.manifest["finished"]), error)
+
+    def abort(self, e: BaseException, done: bool) -> None:
+        """Close the run ``e`` ends, if it was created: interrupted by the user, else partial (``done``: some of it
+        finished) or failed; and tie the run to ``e`` for the CLI."""
+        if not self.opened:
+            return
+        if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)):
+            status, error = "interrupted", "interrupted by the user"
+        else:
+            status = "partial" if done else "failed"
+            error = str(e) if isinstance(e, TokenbenchError) else f"crashed: {type(e).__name__}: {e}"[:500]
+        self.finish(status, error)
+        e.run_id = self.run_id  # type: ignore[attr-defined]

@@ -1,0 +1,60 @@
+"""llama-bench run here, its JSON imported as a run: depth's --llama-bench mode, llama.cpp's own numbers beside
+tokenbench's over HTTP. The JSON is kept whole in the run's manifest, with the command that made it."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import redact
+from ..errors import UsageError
+from ..store import Store
+
+
+@dataclass(slots=True)
+class LlamaBenchConfig:
+    exe: str  # a llama-bench binary, or "built": the one tokenbench builds
+    model_file: str | None  # a GGUF; None: the embedded model's
+    depths: list[int]
+    pp: int = 512
+    tg: int = 128
+    repetitions: int = 3
+    options: list[str] = field(default_factory=list)  # llama.cpp flags as llama-bench spells them
+    model_size: str = "tiny"
+    quant: str | None = None
+    label: str | None = None
+
+
+def command(cfg: LlamaBenchConfig, exe: str, model_file: str) -> list[str]:
+    return [exe, "-m", model_file, "-p", str(cfg.pp), "-n", str(cfg.tg), "-d", ",".join(map(str, cfg.depths)),
+            "-r", str(cfg.repetitions), *cfg.options, "-o", "json"]
+
+
+def run_llama_bench(cfg: LlamaBenchConfig, store: Store, note: Callable[[str], None]) -> str:
+    """Run llama-bench and import what it printed; returns the stored run's id."""
+    from ..importers import import_records
+
+    exe = cfg.exe
+    if exe == "built":
+        from .llamacpp_build import ensure_tools
+
+        exe = str(ensure_tools(note) / "llama-bench")
+    model_file = cfg.model_file
+    if not model_file:
+        from . import tiny
+
+        model_file = str(tiny.ensure(size=cfg.model_size).gguf(cfg.quant))
+    cmd = command(cfg, exe, model_file)
+    note("running " + " ".join(cmd))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except OSError as e:
+        raise UsageError(f"cannot run {exe}: {e}") from None
+    if proc.returncode != 0:
+        raise UsageError(f"llama-bench exited with {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] or ''}")
+    extra = {"llama_bench": {"command": redact.command(cmd), "options": cfg.options, "raw": proc.stdout}}
+    ids = import_records(store, "llama-bench", proc.stdout, Path(model_file), cfg.label or Path(model_file).stem,
+                         extra)
+    return ids[0]

@@ -1,0 +1,396 @@
+"""Findings: what a level's numbers cannot say by themselves, decided here and nowhere else.
+
+A ``Finding`` is a typed value (hyperfine's ``Warnings``, guidellm's ``BenchmarkWarning``): a code from a closed
+set, a message, a remedy, and the observed value against its threshold, with its unit and the number of samples
+it rests on. The detection rules are the ordered list ``LEVEL_RULES``; each names its threshold constant and
+says why the threshold is what it is. The depth rules and the repetition rule follow below it.
+
+``flags`` and ``warnings`` of the JSON result contract are a view of a level's findings (``LevelSummary.add``
+keeps them), so scripts that read them keep working and stored runs made before findings still load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Literal
+
+from .records import RequestRecord
+
+if TYPE_CHECKING:  # the summary carries its findings; this module only reads it
+    from .metrics import LevelSummary
+
+
+class Code(StrEnum):
+    """The closed set of findings. The value is the flag of the JSON contract: extend, never rename."""
+
+    MULTI_TOKEN_CHUNKS = "multi_token_chunks"
+    USAGE_ABSENT = "usage_absent"
+    OUTPUT_SHORT = "output_short"
+    PROMPT_TRUNCATED = "prompt_truncated"
+    P99_ESTIMATE = "p99_estimate"
+    ERRORS = "errors"
+    INTERRUPTED = "interrupted"
+    DIRTY_BENCH = "dirty_bench"
+    CLIENT_BOUND = "client_bound"
+    SLOTS_EXCEEDED = "slots_exceeded"
+    CONCURRENCY_NOT_REACHED = "concurrency_not_reached"
+    ERROR_RATE = "error_rate"
+    UNSTABLE = "unstable"
+    CONTEXT_NOT_WARM = "context_not_warm"
+    TIMINGS_DISAGREE = "timings_disagree"
+    EXCEEDS_SERVER_TIMINGS = "exceeds_server_timings"
+    EXCEEDS_CONTEXT = "exceeds_context"
+    WORKER_LOST = "worker_lost"
+
+
+#: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.
+Severity = Literal["warning", "note"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    code: Code
+    message: str
+    remedy: str = ""
+    observed: float | None = None
+    threshold: float | None = None
+    unit: str = ""
+    n: int | None = None  # the samples the observed value rests on
+    severity: Severity = "warning"
+
+    @property
+    def text(self) -> str:
+        """The finding as one line: what was seen, then what to do (the ``warnings`` entry)."""
+        return f"{self.message}; {self.remedy}" if self.remedy else self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["code"] = self.code.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding | None:
+        """A stored finding, or None for a code this version does not know (a newer tool wrote it)."""
+        try:
+            code = Code(d["code"])
+        except (KeyError, ValueError, TypeError):
+            return None
+        known = set(cls.__dataclass_fields__) - {"code"}
+        try:
+            return cls(code=code, **{k: v for k, v in d.items() if k in known})
+        except TypeError:  # a field of another shape: the flag and warning still say it
+            return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Named thresholds, each with its reason.
+
+#: A p99 over fewer samples than this is an extrapolation from very few tail points (DESIGN.md: "a p99 over fewer
+#: than 100 samples is flagged as an estimate"; with 100 samples the p99 rests on its top one or two).
+P99_MIN_SAMPLES = 100
+#: Chunks carry several tokens when the mean is above this: speculative decoding or server-side batching of
+#: chunks (DESIGN.md's ITL rule); 5% leaves room for one odd chunk (a final usage chunk, a two-token word).
+MULTI_TOKEN_CHUNK_MEAN = 1.05
+#: A prompt the server counted this much shorter than we built it was truncated (Ollama past num_ctx).
+#: Servers add a BOS token or a chat template, which only makes the count larger, so any real
+#: shortfall beyond a couple of tokens of tokenizer disagreement is truncation.
+PROMPT_TRUNCATION_SLACK_TOKENS = 2
+PROMPT_TRUNCATION_SLACK_RATIO = 0.02
+#: Throughput varying this much (coefficient of variation) between repetitions: the bench is noisy (pyperf
+#: warns when the standard deviation is at least 10% of the mean).
+UNSTABLE_REPETITION_CV = 0.10
+#: Depth: the pp step re-processed the context when it took more than this share of the fill's time while the
+#: depth is much longer than pp (a warm prefix makes it far shorter).
+COLD_SHARE = 0.5
+#: Depth: server timings and the client's clock may disagree by this much before it is flagged.
+TIMINGS_TOLERANCE = 0.25
+#: Depth: a rate whose standard deviation is above this share of its mean is no measurement (the issue's rule;
+#: pyperf warns at 10%, llama-bench prints whatever it got).
+UNSTABLE_SD_SHARE = 0.5
+#: Depth: the client's tg may read a little above the server's (it cannot see the server's first step), never more.
+SERVER_TG_MARGIN = 0.10
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The level rules, in the order their flags are listed.
+
+
+@dataclass(slots=True)
+class LevelFacts:
+    """What a level's rules look at: its records and summary, and what the runner saw around them."""
+
+    records: list[RequestRecord]  # all of the level's records; the rules read the measured ones
+    summary: LevelSummary
+    concurrency: int | None = None
+    requests: int | None = None  # the requests asked for (None: a duration)
+    interrupted: bool = False
+    run_id: str = ""
+    guard: dict[str, Any] | None = None  # the guard's snapshot before the level
+    client_reasons: Sequence[str] = ()  # ClientWatch.verdict: why the client was the limit
+    slot_reasons: Sequence[str] = ()  # the adapter's slot warnings for this level
+    max_error_rate: float | None = None  # None: the level's error share is not judged
+    peak_in_flight: int | None = None
+    node_guards: Sequence[dict[str, Any]] = ()  # the guard on each load-generating node but this one (workers.py)
+    lost_workers: Sequence[str] = ()  # workers lost mid-level, each said in a sentence (workers.WorkerPool)
+    measured: list[RequestRecord] = field(init=False)
+    ok: list[RequestRecord] = field(init=False)
+    failed: list[RequestRecord] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.measured = [r for r in self.records if r.phase == "measured"]
+        self.ok = [r for r in self.measured if r.ok]
+        self.failed = [r for r in self.measured if not r.ok]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    code: Code
+    reason: str  # why the rule exists and where its threshold comes from
+    check: Callable[[LevelFacts], Finding | None]
+
+
+def _multi_token_chunks(f: LevelFacts) -> Finding | None:
+    tpc = f.summary.tokens_per_chunk_mean
+    if tpc is None or tpc <= MULTI_TOKEN_CHUNK_MEAN:
+        return None
+    return Finding(Code.MULTI_TOKEN_CHUNKS, f"chunks carry {tpc:.2f} tokens on average",
+                   "ITL is per chunk, TPOT is per token", tpc, MULTI_TOKEN_CHUNK_MEAN, "tokens/chunk", len(f.ok))
+
+
+def _usage_absent(f: LevelFacts) -> Finding | None:
+    source = f.summary.output_tokens_source
+    if not f.ok or source == "usage":
+        return None
+    return Finding(Code.USAGE_ABSENT, f"output token counts are estimated ({source}): the server sent no usage",
+                   "use a server that honours stream_options.include_usage for exact counts", n=len(f.ok))
+
+
+def _output_short(f: LevelFacts) -> Finding | None:
+    short = [r for r in f.ok if r.expected_output_tokens and (r.output_tokens or 0) < r.expected_output_tokens]
+    if not short:
+        return None
+    expected = f.summary.expected_output_tokens
+    lengths = sorted(r.output_tokens or 0 for r in short)
+    reasons = ",".join(sorted({str(r.finish_reason) for r in short}))
+    return Finding(
+        Code.OUTPUT_SHORT,
+        f"{len(short)}/{len(f.ok)} outputs stopped before {expected} tokens (reached {lengths[0]}..{lengths[-1]}, "
+        f"finish_reason {reasons}): the server does not honour ignore_eos/min_tokens",
+        "compare TPOT, not throughput", lengths[0], expected, "tokens", len(f.ok))
+
+
+def _is_truncated(r: RequestRecord) -> bool:
+    return bool(r.expected_input_tokens and r.input_tokens is not None and r.input_tokens_source == "usage"
+                and r.input_tokens < r.expected_input_tokens * (1 - PROMPT_TRUNCATION_SLACK_RATIO)
+                - PROMPT_TRUNCATION_SLACK_TOKENS)
+
+
+def _prompt_truncated(f: LevelFacts) -> Finding | None:
+    truncated = [r for r in f.ok if _is_truncated(r)]
+    if not truncated:
+        return None
+    r0 = truncated[0]
+    return Finding(
+        Code.PROMPT_TRUNCATED,
+        f"the server counted {r0.input_tokens} prompt tokens where {r0.expected_input_tokens} were sent "
+        f"({len(truncated)} requests): it truncates the prompt (Ollama: raise num_ctx)",
+        "prefill figures of this level are not valid", r0.input_tokens, r0.expected_input_tokens, "tokens",
+        len(f.ok))
+
+
+def _p99_estimate(f: LevelFacts) -> Finding | None:
+    if not f.ok or len(f.ok) >= P99_MIN_SAMPLES:
+        return None
+    return Finding(Code.P99_ESTIMATE, f"p99 over {len(f.ok)} requests is an estimate",
+                   observed=len(f.ok), threshold=P99_MIN_SAMPLES, unit="requests", n=len(f.ok), severity="note")
+
+
+def _errors(f: LevelFacts) -> Finding | None:
+    if not f.failed:
+        return None
+    return Finding(Code.ERRORS, f"{len(f.failed)} requests failed", observed=len(f.failed), unit="requests",
+                   n=len(f.measured), severity="note")
+
+
+def _interrupted(f: LevelFacts) -> Finding | None:
+    if not f.interrupted:
+        return None
+    return Finding(Code.INTERRUPTED, "the level was cut short", n=len(f.measured), severity="note")
+
+
+def _dirty_bench(f: LevelFacts) -> Finding | None:
+    here = guard_finding(f.guard, f.run_id)
+    nodes = [n for n in f.node_guards if not n.get("clean", True)]
+    if not nodes:
+        return here
+    said = "; ".join(f"load-generating node {n.get('node')} dirty before this level ("
+                     + ", ".join(str(c.get("name")) for c in n.get("checks", []) if c.get("status") == "fail") + ")"
+                     for n in nodes)
+    message = f"{here.message}; the guard found {said}" if here else f"the guard found {said}"
+    return Finding(Code.DIRTY_BENCH, message, here.remedy if here else "the level's client.node_guards say more",
+                   observed=((here.observed or 0) if here else 0) + len(nodes), threshold=0, unit="dirty machines")
+
+
+def _worker_lost(f: LevelFacts) -> Finding | None:
+    if not f.lost_workers:
+        return None
+    return Finding(Code.WORKER_LOST, "; ".join(f.lost_workers),
+                   "the level is partial: its finished requests are a result of fewer workers than asked",
+                   observed=len(f.lost_workers), threshold=0, unit="workers", n=len(f.measured))
+
+
+def _client_bound(f: LevelFacts) -> Finding | None:
+    if not f.client_reasons:
+        return None
+    return Finding(Code.CLIENT_BOUND,
+                   "the client was a limit, so timings may read late (a server on the same cores competes with it): "
+                   + "; ".join(f.client_reasons), n=len(f.measured))
+
+
+def _slots_exceeded(f: LevelFacts) -> Finding | None:
+    if not f.slot_reasons:
+        return None
+    return Finding(Code.SLOTS_EXCEEDED, "; ".join(f.slot_reasons), observed=f.concurrency, unit="requests")
+
+
+def _concurrency_not_reached(f: LevelFacts) -> Finding | None:
+    c, peak = f.concurrency, f.peak_in_flight
+    if not c or c <= 1 or not f.measured or peak is None or peak >= c:
+        return None
+    why = (f"only {f.requests} requests were asked for" if f.requests is not None and f.requests < c
+           else "requests ended before the others were sent")
+    return Finding(Code.CONCURRENCY_NOT_REACHED,
+                   f"the level never had {c} requests in flight (at most {peak}): {why}",
+                   f"raise --requests to at least {2 * c} or give --duration", peak, c, "requests", len(f.measured))
+
+
+def _error_rate(f: LevelFacts) -> Finding | None:
+    s = f.summary
+    attempted = s.completed + s.failed
+    if f.max_error_rate is None or f.interrupted or not attempted or s.failed / attempted <= f.max_error_rate:
+        return None
+    share = s.failed / attempted
+    kinds = ", ".join(f"{k} x{n}" for k, n in sorted(s.errors.items()))
+    return Finding(Code.ERROR_RATE,
+                   f"{s.failed} of {attempted} requests failed ({share:.0%}, above --max-error-rate "
+                   f"{f.max_error_rate:.0%}): {kinds}", "the level is failed, not a result",
+                   share, f.max_error_rate, "share", attempted)
+
+
+#: The level rules, in order. A level's flags list them in this order, each at most once.
+LEVEL_RULES: tuple[Rule, ...] = (
+    Rule(Code.MULTI_TOKEN_CHUNKS, "ITL is per chunk; one chunk carrying several tokens makes ITL and TPOT differ "
+         "(DESIGN.md, metric definitions)", _multi_token_chunks),
+    Rule(Code.USAGE_ABSENT, "output tokens counted by a local tokenizer or by chunks are estimates "
+         "(DESIGN.md: usage, else server timings, else the tokenizer; record which)", _usage_absent),
+    Rule(Code.OUTPUT_SHORT, "a server that ignores ignore_eos/min_tokens ends early, so throughput is not "
+         "comparable (DESIGN.md: verify on every response; never assume)", _output_short),
+    Rule(Code.PROMPT_TRUNCATED, "Ollama silently truncates prompts past num_ctx; the usage count shows it "
+         "(PROMPT_TRUNCATION_SLACK_*)", _prompt_truncated),
+    Rule(Code.P99_ESTIMATE, "DESIGN.md: a p99 over fewer than 100 samples is flagged as an estimate "
+         "(P99_MIN_SAMPLES)", _p99_estimate),
+    Rule(Code.ERRORS, "failed requests are left out of the latencies; the level says there were some", _errors),
+    Rule(Code.INTERRUPTED, "a level cut short by the user keeps what it measured, marked", _interrupted),
+    Rule(Code.WORKER_LOST, "a load-generating worker (a process, or a Ray node) lost mid-level takes its requests in "
+         "flight with it; what it had finished is kept and the level is partial (workers.py)", _worker_lost),
+    Rule(Code.DIRTY_BENCH, "the clean-bench guard failed a check before the level (guard.py, pyperf's system "
+         "checks)", _dirty_bench),
+    Rule(Code.CLIENT_BOUND, "the client's own limits (loop lag, CPU, send delay; loadgen.ClientWatch and its "
+         "thresholds) make timings read late", _client_bound),
+    Rule(Code.SLOTS_EXCEEDED, "the server's slots or slot context cannot hold the level (the adapter's "
+         "slot_warnings: each server's own limits)", _slots_exceeded),
+    Rule(Code.CONCURRENCY_NOT_REACHED, "a level that never had its concurrency in flight did not measure it",
+         _concurrency_not_reached),
+    Rule(Code.ERROR_RATE, "a level with more failures than --max-error-rate is failed, not published",
+         _error_rate),
+)
+
+
+def assess(facts: LevelFacts, rules: Iterable[Rule] = LEVEL_RULES) -> list[Finding]:
+    """Run the rules over a level and add what they find to its summary (each code once); returns the findings
+    added."""
+    added = []
+    for rule in rules:
+        found = rule.check(facts)
+        if found is not None and facts.summary.add(found):
+            added.append(found)
+    return added
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The guard, repetitions and depth runs.
+
+
+def guard_finding(snap: dict[str, Any] | None, run_id: str = "") -> Finding | None:
+    """A dirty guard snapshot as a finding: the failed checks, what each observed, and their advice."""
+    if snap is None or snap.get("clean", True):
+        return None
+    bad = [c for c in snap.get("checks", []) if c.get("status") == "fail"]
+    names = ", ".join(str(c.get("name")) for c in bad)
+    where = f"'tokenbench show {run_id} --guard' prints the snapshots" if run_id else "the guard's snapshot says more"
+    return Finding(Code.DIRTY_BENCH, f"the guard found the bench dirty before this level ({names})", where,
+                   observed=len(bad), threshold=0, unit="failed checks", n=len(snap.get("checks", [])))
+
+
+def unstable_repetitions(cv: float | None, n: int) -> Finding | None:
+    """Throughput that varies between repetitions of one level (``UNSTABLE_REPETITION_CV``)."""
+    if cv is None or cv < UNSTABLE_REPETITION_CV:
+        return None
+    return Finding(Code.UNSTABLE, f"throughput varies {cv:.0%} between repetitions: the bench is noisy",
+                   observed=cv, threshold=UNSTABLE_REPETITION_CV, unit="cv", n=n)
+
+
+def unstable_depth_rate(kind: str, mean: float | None, sd: float | None, reps: list[float]) -> Finding | None:
+    """A depth pp or tg rate whose spread is over ``UNSTABLE_SD_SHARE`` of its mean."""
+    if not mean or sd is None or sd <= UNSTABLE_SD_SHARE * mean:
+        return None
+    return Finding(Code.UNSTABLE,
+                   f"{kind} varies {sd / mean:.0%} of its mean over {len(reps)} repetitions "
+                   f"({', '.join(f'{v:,.1f}' for v in reps)} tok/s): not a measurement",
+                   "quiet the machine, raise --repetitions or --tg", sd / mean, UNSTABLE_SD_SHARE, "sd/mean", len(reps))
+
+
+def context_not_warm(depth: int, pp: int, steps: Sequence[tuple[float | None, float]]) -> Finding | None:
+    """Depth: (fill_s, pp_s) per repetition; the pp step re-processed the context (``COLD_SHARE``)."""
+    fills = [fill for fill, _ in steps if fill]
+    if not fills or depth < 4 * pp:
+        return None
+    cold = [(fill or 0.0, pp_s) for fill, pp_s in steps if fill and pp_s > COLD_SHARE * fill]
+    if not cold:
+        return None
+    fill_s, pp_s = cold[0]
+    return Finding(Code.CONTEXT_NOT_WARM,
+                   f"the pp step took {pp_s * 1000:.0f} ms against {fill_s * 1000:.0f} ms to fill the {depth}-token "
+                   "context: the server did not keep it warm, so pp includes the depth's prefill",
+                   "vLLM: --enable-prefix-caching; llama.cpp: one client per slot",
+                   pp_s / fill_s, COLD_SHARE, "pp time / fill time", len(steps))
+
+
+def timings_disagree(server_pp: float, client_pp: float) -> Finding | None:
+    """Depth: the server's prefill rate and the client's differ by more than ``TIMINGS_TOLERANCE``."""
+    off = abs(server_pp - client_pp) / client_pp
+    if off <= TIMINGS_TOLERANCE:
+        return None
+    return Finding(Code.TIMINGS_DISAGREE,
+                   f"the server's timings say {server_pp:,.0f} tok/s prefill, the client measured {client_pp:,.0f}: "
+                   "network or queueing time is in the client's figure", observed=off, threshold=TIMINGS_TOLERANCE,
+                   unit="relative difference")
+
+
+def exceeds_server_timings(client_tg: float, server_tg: float) -> Finding | None:
+    """Depth: the client's tg above what the server's own timings allow (``SERVER_TG_MARGIN``)."""
+    if client_tg <= server_tg * (1 + SERVER_TG_MARGIN):
+        return None
+    return Finding(Code.EXCEEDS_SERVER_TIMINGS,
+                   f"the client timed tg at {client_tg:,.1f} tok/s, faster than the server's own timings allow "
+                   f"({server_tg:,.1f} tok/s): chunks were held back and sent together", "not published",
+                   client_tg, server_tg * (1 + SERVER_TG_MARGIN), "tok/s")
+
+
+def exceeds_context(depth: int, pp: int, tg: int, slot_ctx: int) -> Finding:
+    """Depth: a depth that does not fit the server's slot context, kept as skipped."""
+    return Finding(Code.EXCEEDS_CONTEXT,
+                   f"depth {depth} + pp {pp} + tg {tg} does not fit the server's {slot_ctx}-token slot context",
+                   "not run (raise the server's -c, or fewer slots)", depth + pp + tg, slot_ctx, "tokens")

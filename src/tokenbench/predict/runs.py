@@ -1,0 +1,90 @@
+"""A prediction as a stored run, and the speculative-decoding settings a prediction applies.
+
+``save_prediction`` turns a setup's predicted depth or serving figures into levels (typed, like an import's)
+and stores them as one run of kind ``predict`` with provenance ``predicted``, so compare, cost, report and
+recommend read it beside measured runs. ``speculation`` works out a speculative-decoding speed-up from what the
+user knows: an acceptance probability or a mean acceptance length (as vLLM reports it), and a draft cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import __version__
+from ..errors import UsageError
+from ..metrics import Distribution, LevelSummary
+from ..results import new_run_id, now_iso
+from ..store import Store
+from . import roofline as rf
+from .predictor import Setup
+
+#: A draft model's cost per drafted token, as a share of the target's pass, when none is given (a small draft
+#: model); a model with its own multi-token-prediction head drafts with about one layer's work.
+DEFAULT_DRAFT_COST = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Speculation:
+    tokens: int  # drafted tokens per target pass (γ)
+    acceptance: float  # probability each drafted token is accepted (α)
+    draft_cost: float  # a drafted token's cost as a share of a target pass
+    tokens_per_pass: float
+    speedup: float
+
+    def spec(self) -> rf.Spec:
+        """What the decode model takes (each step verifies tokens + 1; roofline.spec_decode)."""
+        return rf.Spec(self.acceptance, self.tokens, self.draft_cost)
+
+    def describe(self) -> str:
+        return (f"speculative decoding: {self.tokens} tokens, acceptance {self.acceptance:.2f}, "
+                f"{self.tokens_per_pass:.2f} tokens per target pass, draft cost {self.draft_cost:.3f} "
+                f"-> decode x{self.speedup:.2f} while memory-bound (less as the batch makes verification "
+                "compute-bound)")
+
+
+def speculation(s: Setup, tokens: int, acceptance: float | None, acceptance_length: float | None,
+                draft_cost: float | None) -> Speculation:
+    """The speed-up of ``tokens`` drafted tokens, from one of an acceptance probability or a mean acceptance
+    length (Leviathan et al. 2023; roofline.md "Speculative decoding")."""
+    if (acceptance is None) == (acceptance_length is None):
+        raise UsageError("with --spec-tokens give one of --acceptance (0..1) or --acceptance-length")
+    alpha = acceptance if acceptance is not None else rf.alpha_from_acceptance_length(acceptance_length or 0.0,
+                                                                                     tokens)
+    if not 0 <= alpha <= 1:
+        raise UsageError("--acceptance is a probability between 0 and 1")
+    cost = draft_cost if draft_cost is not None else (1 / s.model.layers if s.model.mtp else DEFAULT_DRAFT_COST)
+    return Speculation(tokens, alpha, cost, rf.expected_tokens(alpha, tokens), rf.spec_speedup(alpha, tokens, cost))
+
+
+def depth_levels(s: Setup, depths: list[int], pp: int, tg: int) -> list[LevelSummary]:
+    """Predicted pp and tg rates per depth, as a depth run stores them (tg at the middle of its output)."""
+    levels = []
+    for d in depths:
+        p, t = s.prefill(pp, d), s.decode(d + tg // 2)
+        levels.append(LevelSummary.empty(1, test=f"pp{pp}", depth=d, pp_tps=pp / p.estimate))
+        levels.append(LevelSummary.empty(1, test=f"tg{tg}", depth=d, tg_tps=1 / t.estimate))
+    return levels
+
+
+def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: int) -> list[LevelSummary]:
+    """Predicted serving levels: aggregate throughput, median TTFT and TPOT per concurrency."""
+    levels = []
+    for n in concurrency:
+        pt = s.serve(n, input_len, output_len)
+        levels.append(LevelSummary.empty(
+            n, test="serve", output_throughput_tps=pt.throughput[1],
+            ttft_ms=Distribution(n=0, p50=pt.ttft_s.estimate * 1000),
+            tpot_ms=Distribution(n=0, p50=pt.tpot_s.estimate * 1000),
+            input_tokens_mean=float(input_len), output_tokens_mean=float(output_len)))
+    return levels
+
+
+def save_prediction(store: Store, label: str, s: Setup, levels: list[LevelSummary],
+                    workload: dict[str, int] | None) -> str:
+    """Store predicted levels as one run (kind predict, provenance predicted); returns its id."""
+    manifest = {"model": s.model.id, "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine,
+                "hardware": s.hw.id, "predicted": True, "backend": s.backend, "calibration": s.eff.source,
+                "calibrated": s.calibrated, "workload": workload or {}, "label": label}
+    rid = new_run_id()
+    store.save_run(rid, "predict", label, manifest, "predicted", levels, __version__, now_iso(), now_iso())
+    return rid

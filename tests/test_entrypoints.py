@@ -1,0 +1,124 @@
+"""Library entry points the CLI only parses for (issue 8): llama-bench runs, speculative decoding, the embedded
+engine's slot context."""
+
+from __future__ import annotations
+
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokenbench.engines.embedded import slot_context
+from tokenbench.engines.llamabench import LlamaBenchConfig, run_llama_bench
+from tokenbench.errors import UsageError
+from tokenbench.results import load_result
+from tokenbench.store import Store
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_llama_bench_runs_and_is_imported_with_its_command(tmp_path: Path) -> None:
+    exe = tmp_path / "llama-bench"
+    exe.write_text(f"#!{sys.executable}\nimport sys\nprint(open({str(DATA / 'llama_bench.json')!r}).read())\n"
+                   "open(sys.argv[0] + '.args', 'w').write(' '.join(sys.argv[1:]))\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    store = Store(tmp_path / "r.db")
+    notes: list[str] = []
+    cfg = LlamaBenchConfig(str(exe), str(model), [0, 4096], pp=64, tg=16, repetitions=2, options=["-fa", "1"])
+    res = load_result(store, run_llama_bench(cfg, store, notes.append))
+    assert res.kind == "bench" and res.outcomes and res.manifest["llama_bench"]["options"] == ["-fa", "1"]
+    args = (tmp_path / "llama-bench.args").read_text()
+    assert args == f"-m {model} -p 64 -n 16 -d 0,4096 -r 2 -fa 1 -o json" and notes[0].startswith("running ")
+
+
+def test_llama_bench_failure_is_one_line(tmp_path: Path) -> None:
+    cfg = LlamaBenchConfig(str(tmp_path / "missing"), str(tmp_path / "m.gguf"), [0])
+    with pytest.raises(UsageError, match="cannot run"):
+        run_llama_bench(cfg, Store(tmp_path / "r.db"), lambda t: None)
+
+
+def test_speculation_from_acceptance_or_its_length() -> None:
+    from tokenbench.predict.calibration import Calibration
+    from tokenbench.predict.predictor import Setup
+    from tokenbench.predict.runs import DEFAULT_DRAFT_COST, speculation
+    from tokenbench.predict.specs import Catalog
+
+    cat = Catalog.load()
+    hw, model = next(iter(cat.hardware)), next(m for m, spec in cat.models.items() if not spec.mtp)
+    s = Setup.make(cat, Calibration.packaged(), hw, model, "BF16", "AUTO", "vllm", check=False)
+    a = speculation(s, 4, 0.8, None, None)
+    assert a.draft_cost == DEFAULT_DRAFT_COST and a.tokens_per_pass == pytest.approx((1 - 0.8 ** 5) / 0.2)
+    b = speculation(s, 4, None, a.tokens_per_pass, None)
+    assert b.acceptance == pytest.approx(0.8) and b.speedup == pytest.approx(a.speedup)
+    with pytest.raises(UsageError, match="one of"):
+        speculation(s, 4, 0.8, 3.0, None)
+
+
+def test_slot_context_rounds_up_to_a_kv_block() -> None:
+    assert slot_context(128 + 64) == 2048  # never below the minimum
+    assert slot_context(4096 + 512) == 4864  # 4672 with the template's margin, rounded up to 19 blocks
+    assert slot_context(32768 + 64, margin=256) == 33280
+
+
+def test_one_step_runner_for_builds_and_installs() -> None:
+    """llamacpp_build._run and vllm_env._step were two copies of this (issue 8)."""
+    from tokenbench.engines.steps import ninja_progress, pip_progress, run_step
+    from tokenbench.errors import EngineError
+
+    said: list[str] = []
+    script = "print('[1/10] a'); print('[2/10] b'); print('[5/10] c'); print('Collecting x')"
+    run_step([sys.executable, "-c", script], said.append, "never", ninja_progress("  build"))
+    assert said == ["  build: 10% (1/10)", "  build: 20% (2/10)", "  build: 50% (5/10)"]
+    assert pip_progress("Collecting torch==2\n") == "    Collecting torch==2" and pip_progress("x") is None
+    with pytest.raises(EngineError, match=r"(?s)step failed \(exit 3\):\n.*line 2"):
+        run_step([sys.executable, "-c", "print('line 1'); print('line 2'); raise SystemExit(3)"], said.append,
+                 "step failed")
+
+
+def test_run_log_closes_a_run_once_with_the_state_its_end_gives(tmp_path: Path) -> None:
+    """One lifecycle for sweep, depth and quality (issue 8): the run an exception ends is closed and named on it."""
+    import asyncio
+
+    from tokenbench.endpoint import RunLog
+    from tokenbench.errors import EndpointError
+
+    store = Store(tmp_path / "r.db")
+    cases = [(asyncio.CancelledError(), False, "interrupted", "interrupted by the user"),
+             (EndpointError("the server went away"), True, "partial", "the server went away"),
+             (ValueError("bug"), False, "failed", "crashed: ValueError: bug")]
+    for i, (exc, done, status, error) in enumerate(cases):
+        log = RunLog(store, f"run-{i}", "sweep", "box")
+        log.create({"started": "2026-01-01T00:00:00+00:00", "finished": None})
+        log.abort(exc, done)
+        row = store.resolve(f"run-{i}")
+        assert (row.status, row.error, exc.run_id) == (status, error, f"run-{i}")  # type: ignore[attr-defined]
+        assert row.manifest["finished"] is not None
+    never = RunLog(store, "never", "sweep", None)
+    never.abort(KeyboardInterrupt(), False)  # not created: nothing to close, no run named on the interrupt
+    assert len(store.runs()) == 3
+
+
+def test_the_embedded_engine_points_each_run_config_at_itself(tmp_path: Path) -> None:
+    """sweep, depth and quality each did this by hand (issue 8); no engine is started here."""
+    from types import SimpleNamespace
+
+    from tokenbench.depth import DepthConfig
+    from tokenbench.engines.embedded import Embedded, EmbeddedSpec
+    from tokenbench.quality.runner import QualityConfig
+    from tokenbench.sweep import SweepConfig
+
+    running = SimpleNamespace(base_url="http://127.0.0.1:5/v1", model="tiny", startup_s=1.5, command=["srv"],
+                              proc=SimpleNamespace(pid=4242))
+    model = SimpleNamespace(hf_dir=tmp_path / "hf", name="tiny-llama")
+    emb = Embedded(EmbeddedSpec("llama-server", quant="Q8_0"), running, model)  # type: ignore[arg-type]
+    for cfg in (SweepConfig(url=""), DepthConfig(url="", depths=[0]), QualityConfig(url="", tasks=["niah"])):
+        emb.configure(cfg)
+        assert (cfg.url, cfg.model, cfg.tokenizer) == ("http://127.0.0.1:5/v1", "tiny", str(tmp_path / "hf"))
+        assert cfg.embedded is not None and cfg.embedded["startup_s"] == 1.5 and cfg.embedded["quant"] == "Q8_0"
+        assert getattr(cfg, "target_pids", {4242}) == {4242}
+    given = SweepConfig(url="", tokenizer="/my/tokenizer.json")
+    emb.configure(given)
+    assert given.tokenizer == "/my/tokenizer.json"  # a tokenizer the user gave wins

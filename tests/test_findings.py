@@ -1,0 +1,130 @@
+"""Typed findings: a closed set of codes, one rule list, flags and warnings as their view (issue 8)."""
+
+from __future__ import annotations
+
+import json
+
+from tokenbench import findings
+from tokenbench.findings import Code, Finding, LevelFacts
+from tokenbench.metrics import Distribution, LevelSummary, summarize
+from tokenbench.records import RequestRecord
+
+MS = 1_000_000
+
+
+def rec(i: int, out: int = 4, **kw: object) -> RequestRecord:
+    r = RequestRecord(index=i, sent_ns=0)
+    r.chunk_ns = [(k + 1) * 10 * MS for k in range(out)]
+    r.first_byte_ns = r.first_token_ns = r.chunk_ns[0]
+    r.end_ns = r.chunk_ns[-1]
+    r.output_tokens, r.output_tokens_source = out, "usage"
+    r.input_tokens, r.input_tokens_source = 100, "usage"
+    for k, v in kw.items():
+        setattr(r, k, v)
+    return r
+
+
+def level(records: list[RequestRecord], concurrency: int = 1) -> LevelSummary:
+    return summarize(records, concurrency=concurrency, rate=None, window_start_ns=0)
+
+
+def test_summarize_keeps_statistics_only() -> None:
+    r = rec(0, expected_output_tokens=64, finish_reason="stop")
+    s = level([r])
+    assert s.flags == [] and s.warnings == [] and s.findings == [] and s.cost_per_mtok is None
+    codes = [f.code for f in findings.assess(LevelFacts([r], s, 1))]
+    assert codes == [Code.OUTPUT_SHORT, Code.P99_ESTIMATE]
+
+
+def test_flags_and_warnings_are_a_view_of_the_findings() -> None:
+    rs = [rec(i, expected_output_tokens=64, finish_reason="stop") for i in range(3)]
+    s = level(rs, concurrency=4)
+    findings.assess(LevelFacts(rs, s, 4, 3, client_reasons=["client CPU 99% of a core > 80%"], peak_in_flight=3))
+    assert s.flags == [f.code.value for f in s.findings]
+    assert s.warnings == [f.text for f in s.findings if f.severity == "warning"]
+    assert s.flags == ["output_short", "p99_estimate", "client_bound", "concurrency_not_reached"]
+    short = s.finding(Code.OUTPUT_SHORT)
+    assert short is not None and (short.observed, short.threshold, short.unit, short.n) == (4, 64, "tokens", 3)
+    assert short.remedy == "compare TPOT, not throughput" and short.text.endswith(short.remedy)
+
+
+def test_slots_exceeded_is_added_once() -> None:
+    """Two slot warnings from the adapter used to add the flag twice to one level."""
+    r = rec(0)
+    s = level([r])
+    reasons = ["concurrency 8 exceeds the server's 1 slots", "a request needs 9000 tokens of context"]
+    findings.assess(LevelFacts([r], s, 8, slot_reasons=reasons))
+    findings.assess(LevelFacts([r], s, 8, slot_reasons=reasons))  # a second pass adds nothing
+    assert s.flags.count("slots_exceeded") == 1
+    assert len([w for w in s.warnings if "slots" in w]) == 1
+    assert not s.add(Finding(Code.SLOTS_EXCEEDED, "again"))
+
+
+def test_control_flow_reads_codes_not_wording() -> None:
+    r = rec(0, input_tokens=2048, expected_input_tokens=4096)
+    s = level([r])
+    findings.assess(LevelFacts([r], s, 1))
+    found = s.finding(Code.PROMPT_TRUNCATED)
+    assert found is not None and found.observed == 2048 and found.threshold == 4096
+
+
+def test_findings_round_trip_and_old_runs_load() -> None:
+    r = rec(0, output_tokens_source="tokenizer")
+    s = level([r])
+    findings.assess(LevelFacts([r], s, 1, guard={"clean": False, "checks": [
+        {"name": "cpu_load", "status": "fail", "observed": "93%", "advice": "stop the build"}]}, run_id="x"))
+    d = json.loads(json.dumps(s.to_dict()))
+    assert [f["code"] for f in d["findings"]] == d["flags"] == ["usage_absent", "p99_estimate", "dirty_bench"]
+    back = LevelSummary.from_dict(d)
+    assert back.findings == s.findings and back.flags == s.flags and back.warnings == s.warnings
+    dirty = back.finding(Code.DIRTY_BENCH)
+    assert dirty is not None and "cpu_load" in dirty.message and dirty.observed == 1
+    # a run stored before findings: flags and warnings as they were, no findings
+    d.pop("findings")
+    old = LevelSummary.from_dict(d)
+    assert old.findings == [] and old.flags == s.flags
+    # a code from a newer version is left out, not a crash
+    d["findings"] = [{"code": "from_the_future", "message": "?"}]
+    assert LevelSummary.from_dict(d).findings == []
+
+
+def test_every_rule_has_a_reason_and_one_code() -> None:
+    codes = [r.code for r in findings.LEVEL_RULES]
+    assert len(codes) == len(set(codes))
+    assert all(len(r.reason) > 20 for r in findings.LEVEL_RULES)
+    assert set(codes) <= set(Code)
+
+
+def test_derived_rates_are_properties_with_one_definition() -> None:
+    """Per-agent throughput and decode rate were assigned in 6 and 2 places (issue 8): now derived once."""
+    lv = LevelSummary.empty(8, test="serve", output_throughput_tps=400.0)
+    assert lv.per_agent_tps == 50.0
+    lv.output_throughput_tps = 800.0  # a combined repetition's median: per agent follows
+    assert lv.per_agent_tps == 100.0
+    assert LevelSummary.empty(1, test="tg128", depth=0, tg_tps=50.0).per_agent_tps is None  # no throughput figure
+    rs = [rec(i) for i in range(3)]  # 4 tokens 10 ms apart: TPOT 10 ms
+    s = level(rs)
+    assert s.decode_tps == 100.0
+    d = s.to_dict()
+    assert d["decode_tps"] == 100.0 and d["per_agent_tps"] == s.per_agent_tps and "given_decode_tps" not in d
+    assert list(d).index("per_agent_tps") == list(d).index("output_throughput_tps") + 1
+    # a decode rate a published table gave is kept, stored and loaded as such
+    pub = LevelSummary.empty(1, test="serve", decode_tps=77.0)
+    assert pub.decode_tps == 77.0 and LevelSummary.from_dict(pub.to_dict()).decode_tps == 77.0
+    # a predicted level (nothing measured) derives no decode rate from its TPOT
+    assert LevelSummary.empty(1, test="serve", output_throughput_tps=9.0,
+                              tpot_ms=Distribution(n=0, p50=5.0)).decode_tps is None
+
+
+def test_imported_levels_are_built_by_typed_keywords() -> None:
+    import pytest
+
+    with pytest.raises(TypeError):
+        LevelSummary.empty(1, output_throughput=5.0)  # type: ignore[call-arg]  # misspelt: refused, not dropped
+
+
+def test_findings_of_odd_shapes_in_a_stored_level_are_left_out() -> None:
+    base = level([rec(0)]).to_dict()
+    for odd in (5, "x", [5, {"code": ["list"]}, {"code": "unstable", "message": "m", "bogus": 1}], None):
+        d = dict(base, findings=odd)
+        assert LevelSummary.from_dict(d).findings in ([], [Finding(Code.UNSTABLE, "m")])
