@@ -4,19 +4,24 @@ A local emitter (``tokenbench.emitter``, its own process, pinned to core 0 when 
 a known schedule and stamps when it really wrote each request's first token (perf_counter_ns: CLOCK_MONOTONIC,
 one clock for every process of the machine). Each measurement runs in a fresh child process pinned to the other
 cores: this tree's tokenbench, with 1 or more ``--workers``, and beside it, interleaved, a baseline version
-(``--baseline REF``, a git ref of this repository, run from a temporary checkout), so every ratio is measured side
-by side in one run. Printed per row, medians over ``--repeats``:
+(``--baseline REF``, a git ref of this repository, run from a temporary checkout), and, when installed
+(``python benchmarks/peers.py install``; ``--peers``), GuideLLM and AIPerf through their own CLIs at the same fixed
+concurrency (``benchmarks/peers.py`` says how each is driven and read), so every ratio is measured side by side
+in one run. Printed per row, medians over ``--repeats``:
 
 - TTFT excess: measured TTFT minus the schedule's 50 ms (the emitter's own lateness, the kernel and the client);
 - delivery: the client's read of the first token minus the emitter's write of it (the kernel and the client);
 - send queue: the request's last byte on the socket minus when the client began the send (the client alone);
 - ingest: token chunks per second the client took in; CPU of the client (all its processes, % of its cores)
-  and of the emitter; the limit: whichever was above 85%, else the schedule itself.
+  and of the emitter; the limit: whichever was above 85%, else the schedule itself;
+- x PEER, on the "now, 1 worker" row: its ingest, then its TTFT excess p99, as ratios to the peer's on that row
+  (above 1 ingests more; below 1 adds less TTFT).
 
 "paced" rows follow the schedule (TTFT 50 ms, a chunk every 10 ms per stream); "burst" rows write every chunk at
 once, so the limit is how fast the client parses. This is a benchmark, not a test: it prints tables.
 
     python benchmarks/client_overhead.py [--quick] [--workers 1,2] [--baseline c5f8e15] [--repeats 3]
+                                         [--peers guidellm,aiperf]
 """
 
 from __future__ import annotations
@@ -32,8 +37,11 @@ import sys
 import tarfile
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import peers  # benchmarks/peers.py, beside this file (a script's directory is on its path)
 
 TTFT_S = 0.050
 ITL_S = 0.010
@@ -142,6 +150,14 @@ def child(argv: list[str]) -> None:
 
 # ---- the parent: emitters, versions, rows, tables ---------------------------------------------------------------
 
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    src: Path | None  # a tokenbench tree's src/ (None for a peer)
+    workers: int = 1
+    peer: str | None = None  # a key of peers.PEERS
+
+
 def _baseline_tree(ref: str) -> Path | None:
     """``ref``'s src/ in a temporary directory (git archive; nothing in this checkout changes), or None."""
     tmp = Path(tempfile.mkdtemp(prefix="tokenbench-baseline-"))
@@ -157,18 +173,27 @@ def _baseline_tree(ref: str) -> Path | None:
     return tmp / "src"
 
 
-def _run_child(src: Path, job: dict[str, Any], emitter_pid: int) -> dict[str, Any]:
-    import psutil
-
+def _run_child(src: Path, job: dict[str, Any]) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    em = psutil.Process(emitter_pid)
-    e0, t0 = sum(em.cpu_times()[:2]), time.perf_counter()
     p = subprocess.run([sys.executable, __file__, "--child", json.dumps(job)], env=env, capture_output=True,
                        text=True, timeout=600)
     if p.returncode != 0:
         raise RuntimeError(f"child failed: {p.stderr.strip().splitlines()[-1:]}")
     out: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])
-    # the emitter's CPU over the whole child (start-up included): a lower bound of its share during the level
+    return out
+
+
+def _run_tool(tool: Tool, job: dict[str, Any], emitter_pid: int) -> dict[str, Any]:
+    import psutil
+
+    em = psutil.Process(emitter_pid)
+    e0, t0 = sum(em.cpu_times()[:2]), time.perf_counter()
+    if tool.peer is not None:
+        out = peers.measure(tool.peer, job)
+    else:
+        assert tool.src is not None
+        out = _run_child(tool.src, job)
+    # the emitter's CPU over the whole run (start-up included): a lower bound of its share during the level
     out["emitter_cpu_pct"] = 100 * (sum(em.cpu_times()[:2]) - e0) / (time.perf_counter() - t0)
     return out
 
@@ -214,17 +239,20 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2", help="worker counts for this tree, e.g. 1,2 (default)")
     ap.add_argument("--baseline", default=DEFAULT_BASELINE, help="git ref to compare with ('' for none)")
     ap.add_argument("--repeats", type=int, help="runs per cell, interleaved; the median is shown (default 3)")
+    ap.add_argument("--peers", default=None,
+                    help="peers to run beside, e.g. guidellm,aiperf ('' for none; default: those installed, "
+                         "see benchmarks/peers.py install)")
     ap.add_argument("--json", help="also write the rows here")
     a = ap.parse_args()
     repeats = a.repeats or (1 if a.quick else 3)
     workers = [int(w) for w in a.workers.split(",")]
     cores = sorted(os.sched_getaffinity(0))
     emitter_core, client_cores = (cores[:1], cores[1:]) if len(cores) > 1 else (cores, cores)
-    tools: list[tuple[str, Path, int]] = [(f"now, {w} worker{'s' if w > 1 else ''}", HERE / "src", w)
-                                          for w in workers]
+    tools = [Tool(f"now, {w} worker{'s' if w > 1 else ''}", HERE / "src", w) for w in workers]
     base = _baseline_tree(a.baseline) if a.baseline else None
     if base is not None:
-        tools.insert(0, (f"baseline {a.baseline}", base, 1))
+        tools.insert(0, Tool(f"baseline {a.baseline}", base))
+    tools += [Tool(peers.label(p), None, 1, p) for p in _peers(a.peers)]
     paced = [1, 64, 256] if a.quick else [1, 64, 256, 512]
     burst = [64] if a.quick else [64, 512]
     rows: list[dict[str, Any]] = []
@@ -232,30 +260,55 @@ def main() -> None:
                                      ("burst", burst, ["--burst"])):
         for streams in streams_list:
             out = 64 if mode == "paced" else (2000 if streams <= 64 else 200)
-            reps: dict[str, list[dict[str, Any]]] = {t[0]: [] for t in tools}
+            reps: dict[str, list[dict[str, Any]]] = {t.name: [] for t in tools}
             for rep in range(repeats):  # tools interleaved, each on a fresh emitter
-                for name, src, w in tools:
-                    if w > streams:
+                for tool in tools:
+                    if tool.workers > streams:
                         continue
                     em, root = _start_emitter(args)
                     try:
                         os.sched_setaffinity(em.pid, set(emitter_core))
                         job = {"root": root, "streams": streams, "requests": max(2 * streams, 16), "out": out,
-                               "tag": f"{mode}{streams}r{rep}", "workers": w, "cores": client_cores}
-                        reps[name].append(_run_child(src, job, em.pid))
+                               "tag": f"{mode}{streams}r{rep}", "workers": tool.workers, "cores": client_cores,
+                               "paced": mode == "paced"}
+                        reps[tool.name].append(_run_tool(tool, job, em.pid))
+                    except RuntimeError as e:
+                        if tool.peer is None:
+                            raise
+                        print(f"  {mode} {streams} {tool.name}: failed: {e}", file=sys.stderr)
                     finally:
                         em.kill()
                         em.wait()
-            for name, src, w in tools:
-                if reps[name]:
-                    rows.append({"mode": mode, "streams": streams, "tool": name, "workers": w,
-                                 "offered": streams / ITL_S if mode == "paced" else None, **_summary(reps[name])})
-                    print(f"  {mode} {streams} {name}: {rows[-1]['chunks_per_s']:,.0f} chunks/s", file=sys.stderr)
-    _print(rows, len(client_cores), emitter_core, client_cores, repeats, a.baseline if base else None)
+            for tool in tools:
+                if reps[tool.name]:
+                    rows.append({"mode": mode, "streams": streams, "tool": tool.name, "workers": tool.workers,
+                                 "peer": tool.peer, "offered": streams / ITL_S if mode == "paced" else None,
+                                 **_summary(reps[tool.name])})
+                    print(f"  {mode} {streams} {tool.name}: {rows[-1]['chunks_per_s']:,.0f} chunks/s",
+                          file=sys.stderr)
+    peer_labels = [t.name for t in tools if t.peer is not None]
+    _print(rows, len(client_cores), emitter_core, client_cores, repeats, a.baseline if base else None, peer_labels)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     if base is not None:
         shutil.rmtree(base.parent, ignore_errors=True)
+
+
+def _peers(arg: str | None) -> list[str]:
+    """The peers to run: ``--peers`` (comma-separated; '' for none), else every installed one."""
+    if arg is None:
+        return peers.installed()
+    names = [n.strip() for n in arg.split(",") if n.strip()]
+    chosen = []
+    for n in names:
+        if n not in peers.PEERS:
+            raise SystemExit(f"unknown peer '{n}': choose from {', '.join(peers.PEERS)}")
+        if peers.version(n) is None:
+            print(f"peer {n}: not installed (python benchmarks/peers.py install {n}); its rows are left out",
+                  file=sys.stderr)
+        else:
+            chosen.append(n)
+    return chosen
 
 
 def _start_emitter(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
@@ -278,32 +331,50 @@ def _start_emitter(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("the emitter did not start")
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
 def _print(rows: list[dict[str, Any]], n_client: int, emitter_core: list[int], client_cores: list[int],
-           repeats: int, baseline: str | None) -> None:
+           repeats: int, baseline: str | None, peer_labels: list[str]) -> None:
     print(f"client overhead, python {sys.version.split()[0]}: emitter on core {emitter_core}, client on cores "
           f"{client_cores}; median of {repeats}; schedule TTFT {TTFT_S * 1000:.0f} ms, a chunk every "
           f"{ITL_S * 1000:.0f} ms per stream (paced)")
     head = ["mode", "streams", "client", "ok/failed", "offered chunks/s", "ingested chunks/s", "x baseline",
             "TTFT excess p50/p90/p99 ms", "x baseline p99", "delivery p99 ms", "send queue p99 ms", "client CPU %",
-            "emitter CPU %", "limit"]
+            "emitter CPU %", "limit", *(f"x {p}: ingest / p99" for p in peer_labels)]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     base = {(r["mode"], r["streams"]): r for r in rows if r["tool"].startswith("baseline")}
+    by_tool = {(r["mode"], r["streams"], r["tool"]): r for r in rows}
     for r in rows:
         b = base.get((r["mode"], r["streams"]))
-        is_base = r["tool"].startswith("baseline")
+        is_base = r["tool"].startswith("baseline") or r.get("peer") is not None  # no "x baseline" on these rows
         ratio = r["chunks_per_s"] / b["chunks_per_s"] if b and not is_base and b["chunks_per_s"] else None
         p99 = (r["excess_p99"] / b["excess_p99"] if b and not is_base and r["excess_p99"] is not None
                and b["excess_p99"] else None)
         paced = r["mode"] == "paced"
+        vs_peer = []  # tokenbench with one worker against each peer, on this row only
+        for p in peer_labels:
+            q = by_tool.get((r["mode"], r["streams"], p))
+            if r["tool"] != "now, 1 worker" or q is None:
+                vs_peer.append("")
+                continue
+            ingest = _ratio(r["chunks_per_s"], q["chunks_per_s"])
+            vs_peer.append(f"{_f(ingest, '.2f')} / {_f(_ratio(r['excess_p99'], q['excess_p99']), '.2f')}"
+                           if paced else _f(ingest, ".2f"))
         print("| " + " | ".join([
             r["mode"], str(r["streams"]), r["tool"], f"{r['ok']}/{r['failed']}",
             f"{r['offered']:,.0f}" if r["offered"] else "all at once", f"{r['chunks_per_s']:,.0f}",
             _f(ratio, ".2f"),
             (f"{_f(r['excess_p50'])} / {_f(r['excess_p90'])} / {_f(r['excess_p99'])}" if paced else "—"),
             _f(p99, ".2f") if paced else "—", _f(r["deliver_p99"]), _f(r["queue_p99"]),
-            _f(r["client_cpu_pct"], ".0f"), _f(r["emitter_cpu_pct"], ".0f"), _limit(r, n_client),
+            _f(r["client_cpu_pct"], ".0f"), _f(r["emitter_cpu_pct"], ".0f"), _limit(r, n_client), *vs_peer,
         ]) + " |")
+    if peer_labels:
+        print(f"peers ({', '.join(peer_labels)}): each through its own CLI and per-request results file, a first "
+              "wave of `streams` requests not counted; ingest over the measured requests' own window; TTFT as the "
+              "peer reports it; client CPU sampled over all its processes (benchmarks/peers.py).")
 
 
 if __name__ == "__main__":
