@@ -149,3 +149,57 @@ def test_the_cli_takes_workers_and_refuses_a_bad_count(tmp_path: Path, capsys: p
                    "--json", str(tmp_path / "r.json")])
     assert rc == 0
     assert threading.active_count() < 20
+
+
+def test_a_worker_builds_the_client_the_driver_has() -> None:
+    from tokenbench.client import StreamClient
+    from tokenbench.workers import ClientSpec
+
+    c = StreamClient(session=None, base_url="http://h:1/v1", model="m", api="chat", api_key="k",  # type: ignore[arg-type]
+                     temperature=0.7, body_extras={"ignore_eos": True}, timeout_s=9, stall_timeout_s=3,
+                     one_token_per_chunk=True, fresh_connection=True)
+    w = ClientSpec.of(c, None).build(None)  # type: ignore[arg-type]
+    fields = ("base_url", "model", "api", "api_key", "temperature", "body_extras", "timeout_s", "stall_timeout_s",
+              "one_token_per_chunk", "fresh_connection")
+    assert [getattr(w, f) for f in fields] == [getattr(c, f) for f in fields]
+
+
+class _RemoteClock:
+    """A worker on another machine: its monotonic clock 1000 s ahead, its wall clock 2.5 s fast."""
+
+    name = "remote"
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    async def call(self, method: str, *args: Any) -> Any:
+        import time
+
+        from tokenbench.workers import ClockSample
+
+        await asyncio.sleep(self.delay_s)  # half the round trip before the reading, half after
+        s = ClockSample(time.perf_counter_ns() + 1000 * 10**9, time.time_ns() + 2_500_000_000, "far", "other-boot",
+                        1, "other-node")
+        await asyncio.sleep(self.delay_s)
+        return s
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_remote_worker_is_mapped_onto_the_driver_clock_within_its_stated_uncertainty() -> None:
+    import time
+
+    from tokenbench.workers import WorkerPool
+
+    async def go() -> tuple[Any, int, int]:
+        pool = WorkerPool([_RemoteClock(0.002)], "ray")
+        await pool.sync_clocks()
+        remote_now = time.perf_counter_ns() + 1000 * 10**9  # what the worker's clock reads now
+        return pool.members[0], remote_now + pool.members[0].offset_ns, time.perf_counter_ns()
+
+    m, mapped, here = asyncio.run(go())
+    assert not m.clock["same_clock"] and m.clock["skew_ms"] == pytest.approx(2500, abs=5)
+    error_ms = abs(mapped - here) / 1e6
+    assert error_ms <= m.clock["clock_uncertainty_ms"] + 1.0  # the exchange's bound holds (1 ms for scheduling)
+    assert 1.5 <= m.clock["clock_uncertainty_ms"] < 10
