@@ -29,15 +29,21 @@ class LevelOutcome:
 
 @dataclass(slots=True)
 class RunResult:
+    """What every command that produces results returns (sweep, depth, coldstart, predict, import, quality's
+    runs through the store), and what ``load_result`` reads back. ``run_id`` is empty only for a result that was
+    not stored (a prediction without --save; its JSON says ``"run_id": null``). ``legacy``: top-level keys a command's JSON carried before it
+    went through this contract, kept beside it for the scripts that read them (extend, never rename)."""
+
     run_id: str
     manifest: dict[str, Any]
     outcomes: list[LevelOutcome]
     status: str
     error: str | None = None
     kind: str = "sweep"
+    legacy: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON result contract of DESIGN.md."""
+        """The JSON result contract of DESIGN.md (the one writer every ``--json`` of a result goes through)."""
         levels = []
         for o in self.outcomes:
             d = o.summary.to_dict()
@@ -45,16 +51,17 @@ class RunResult:
             if len(o.repetitions) > 1:
                 d["repetitions"] = repetition_stats(o.repetitions)
             levels.append(d)
-        return {
+        doc = {
             "tool": "tokenbench",
             "version": __version__,
-            "run_id": self.run_id,
+            "run_id": self.run_id or None,
             "kind": self.kind,
             "status": self.status,
             "error": self.error,
             "manifest": self.manifest,
             "levels": levels,
         }
+        return {**doc, **{k: v for k, v in self.legacy.items() if k not in doc}}
 
 
 def now_iso() -> str:

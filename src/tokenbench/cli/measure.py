@@ -484,7 +484,7 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
 def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> int:
     from urllib.parse import urlparse
 
-    from ..coldstart import ColdStartConfig, run_coldstart
+    from ..coldstart import ColdStartConfig, boot_summary, run_coldstart
 
     base = normalize_base_url(a.url)
     cfg = ColdStartConfig(cmd=a.cmd.replace("{port}", str(urlparse(base).port or "")), base_url=base,
@@ -492,12 +492,13 @@ def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> i
                           timeout_s=seconds(a.timeout, "--timeout") or 600.0, repeat=a.repeat, log_path=a.log,
                           label=a.label, command=redact.command(["tokenbench", *argv]))
     res = run_coldstart(cfg, Store(a.db))
-    print_table(console, *boot_rows([b.to_dict() for b in res.boots]))
-    line = res.summary_line()
+    boots = res.manifest["boots"]
+    print_table(console, *boot_rows(boots))
+    line = boot_summary(boots)
     if line:
         console.print(line, markup=False)
     if a.json:
-        emit_json(a.json, {"tool": "tokenbench", "kind": "coldstart", "run_id": res.run_id, **res.manifest})
+        write_json(a.json, res)
     console.print(f"run {res.run_id} (coldstart) saved", style="dim", markup=False)
     return 0
 
