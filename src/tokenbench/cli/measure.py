@@ -243,7 +243,7 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
                   markup=False, highlight=False)
         return 130
     except TokenbenchError as e:
-        rid = getattr(e, "run_id", None)
+        rid = e.run_id
         if rid:
             res = load_result(store, rid)
             if res.outcomes:
@@ -464,7 +464,7 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             cfg.label = cfg.label or f"embedded-{a.engine}"
         res = asyncio.run(run_depth(cfg, store, note))
     except TokenbenchError as e:
-        rid = getattr(e, "run_id", None)
+        rid = e.run_id
         if rid and a.json:
             write_json(a.json, load_result(store, rid))
         raise

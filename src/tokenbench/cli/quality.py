@@ -144,7 +144,7 @@ def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: C
         with _Embedded(a, cfg, err):
             res = run_quality(cfg, store, notifier(err))
     except TokenbenchError as e:
-        rid = getattr(e, "run_id", None)
+        rid = e.run_id
         if rid:
             err.print(f"run {rid} kept what it finished ({type(e).__name__})", markup=False, highlight=False)
         raise
