@@ -29,7 +29,7 @@ def test_llama_bench_runs_and_is_imported_with_its_command(tmp_path: Path) -> No
     notes: list[str] = []
     cfg = LlamaBenchConfig(str(exe), str(model), [0, 4096], pp=64, tg=16, repetitions=2, options=["-fa", "1"])
     res = load_result(store, run_llama_bench(cfg, store, notes.append))
-    assert res.kind == "bench" and res.outcomes and res.manifest["llama_bench"]["options"] == ["-fa", "1"]
+    assert res.kind == "bench" and res.outcomes and res.manifest.extra["llama_bench"]["options"] == ["-fa", "1"]
     args = (tmp_path / "llama-bench.args").read_text()
     assert args == f"-m {model} -p 64 -n 16 -d 0,4096 -r 2 -fa 1 -o json" and notes[0].startswith("running ")
 

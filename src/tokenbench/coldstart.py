@@ -19,7 +19,7 @@ from .client import PreparedRequest
 from .endpoint import stream_client
 from .errors import EndpointError, UsageError
 from .records import RequestRecord
-from .results import RunResult, new_run_id, now_iso
+from .results import Manifest, RunResult, new_run_id, now_iso
 from .servers import discover, http_ok
 from .store import Store
 
@@ -153,4 +153,4 @@ def run_coldstart(cfg: ColdStartConfig, store: Store) -> RunResult:
                 "label": cfg.label}
     rid = new_run_id()
     store.save_run(rid, "coldstart", cfg.label, manifest, "measured", [], __version__, now_iso(), now_iso())
-    return RunResult(rid, manifest, [], "complete", kind="coldstart", legacy=dict(manifest))
+    return RunResult(rid, Manifest.from_dict(manifest), [], "complete", kind="coldstart", legacy=dict(manifest))

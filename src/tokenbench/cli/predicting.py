@@ -177,16 +177,16 @@ def _own_rows(a: argparse.Namespace, cat: Any) -> list[Any]:
     for ref in a.runs:
         run = load_result(store, ref, latest=a.latest, kinds=("sweep", "depth", "bench"), command="calibrate --runs")
         m = run.manifest
-        engine = a.engine or str(m.get("engine") or "")
+        engine = a.engine or m.engine or ""
         if not engine:
             raise UsageError(f"run {run.run_id} does not say which engine served it: give --engine")
         if engine.lower().startswith(("llama-server", "llama.cpp", "llamacpp", "llama-cpp-python")) \
                 and len(engine.split()) == 1:
             engine = f"llama.cpp {hw.default_backend}"  # the box's backend: say --engine otherwise
-        weights = a.weights or str(m.get("weights") or m.get("quant") or "")
+        weights = a.weights or m.weights or m.quant or ""
         if not weights:
             raise UsageError(f"run {run.run_id} does not say its weight format: give --weights")
-        got = run_rows(run, hw.id, engine, model.id, weights.upper(), (a.kv or str(m.get("kv") or "F16")).upper())
+        got = run_rows(run, hw.id, engine, model.id, weights.upper(), (a.kv or m.kv or "F16").upper())
         if not got:
             raise UsageError(f"run {run.run_id} has no level calibration can use (complete, unflagged pp/tg or "
                              "serving levels)")

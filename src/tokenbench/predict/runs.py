@@ -14,7 +14,7 @@ from .. import __version__
 from ..errors import UsageError
 from ..metrics import Distribution, LevelSummary
 from ..loadgen import Level
-from ..results import LevelOutcome, RunResult, new_run_id, now_iso
+from ..results import LevelOutcome, Manifest, RunResult, new_run_id, now_iso
 from ..store import Store
 from . import roofline as rf
 from .predictor import Setup
@@ -88,14 +88,14 @@ def prediction(s: Setup, levels: list[LevelSummary], workload: dict[str, int] | 
                 "calibrated": s.calibrated, "workload": workload or {}, "label": label}
     outcomes = [LevelOutcome(i, Level(concurrency=lv.concurrency, rate=lv.rate), lv, "complete")
                 for i, lv in enumerate(levels)]
-    return RunResult("", manifest, outcomes, "complete", kind="predict")
+    return RunResult("", Manifest.from_dict(manifest), outcomes, "complete", kind="predict")
 
 
 def save_prediction(store: Store, res: RunResult, label: str) -> RunResult:
     """Store a prediction as one run (kind predict, provenance predicted) labelled ``label``; the result with
     its run id."""
     rid = new_run_id()
-    manifest = {**res.manifest, "label": label}
-    store.save_run(rid, "predict", label, manifest, "predicted", [o.summary for o in res.outcomes], __version__,
-                   now_iso(), now_iso())
+    manifest = replace(res.manifest, label=label)
+    store.save_run(rid, "predict", label, manifest.to_dict(), "predicted", [o.summary for o in res.outcomes],
+                   __version__, now_iso(), now_iso())
     return replace(res, run_id=rid, manifest=manifest)
