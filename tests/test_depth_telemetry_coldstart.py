@@ -207,6 +207,10 @@ def test_coldstart_times_real_boots(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "1 (cold)" in text and "first boot" in text
     doc = json.loads(out.read_text())
     assert len(doc["boots"]) == 2
+    # the one result contract (as sweep --json), with the keys coldstart --json wrote before kept beside it
+    assert doc["tool"] == "tokenbench" and doc["kind"] == "coldstart" and doc["status"] == "complete"
+    assert doc["levels"] == [] and doc["manifest"]["boots"] == doc["boots"] and doc["version"]
+    assert doc["server_command"] == doc["manifest"]["server_command"] and doc["endpoint"].endswith("/v1")
     assert "sk-srv" not in out.read_text() and "--api-key ***" in doc["server_command"]
     assert all(b"sk-srv" not in f.read_bytes() for f in tmp_path.glob("c.db*"))
     for b in doc["boots"]:

@@ -104,6 +104,23 @@ def test_failed_requests_counted_by_kind_and_excluded_from_latency() -> None:
     assert s.ttft_ms.n == 1 and "errors" in s.flags
 
 
+def test_e2e_latency_is_split_by_success_and_error() -> None:
+    """E2E's error split (issue 8): how long failed requests took to fail, beside the successes' e2e_ms."""
+    ok = rec(0, 0, [100, 200], out=2)
+    slow_fail = rec(1, 0, [], out=0, error_kind="stall", error="no bytes", end_ns=60_000 * MS)
+    quick_fail = rec(2, 10, [], out=0, error_kind="http_500", error="boom", end_ns=30 * MS)
+    s = assessed([ok, slow_fail, quick_fail], concurrency=3)
+    assert (s.e2e_ms.n, s.e2e_ms.p50) == (1, 200.0)  # successes only, as before
+    assert s.e2e_failed_ms is not None and (s.e2e_failed_ms.n, s.e2e_failed_ms.min, s.e2e_failed_ms.max) == \
+        (2, 20.0, 60_000.0)
+    d = s.to_dict()
+    assert d["e2e_failed_ms"]["n"] == 2 and d["e2e_ms"]["n"] == 1  # a new key; e2e_ms keeps its meaning
+    assert LevelSummary.from_dict(d).e2e_failed_ms == s.e2e_failed_ms
+    assert assessed([ok]).e2e_failed_ms == Distribution(n=0)
+    old = {k: v for k, v in d.items() if k != "e2e_failed_ms"}  # a level stored before the split
+    assert LevelSummary.from_dict(old).e2e_failed_ms is None
+
+
 def test_warmup_not_counted() -> None:
     w = rec(0, 0, [5000], out=1, phase="warmup")
     m = rec(1, 0, [100, 200], out=2)

@@ -163,6 +163,19 @@ def test_predict_test_honours_input_len_and_shows_bands(capsys: pytest.CaptureFi
     assert "pp2048" in text and "tg128" in text and "±" in text and "leave-one-source-out" in text
     doc = json.loads(out.read_text())
     assert doc["calibrated"] is True and doc["band_pct"]["decode"] > 0 and doc["calibration"]["rows"] > 0
+    # the one result contract (as sweep --json); the keys predict --json wrote before are kept beside it
+    assert doc["kind"] == "predict" and doc["run_id"] is None and doc["manifest"]["predicted"] is True
+    assert [(lv["test"], lv["depth"]) for lv in doc["levels"]][:2] == [("pp2048", 0), ("tg128", 0)]
+    assert doc["levels"][0]["pp_tps"] > 0 and doc["columns"][0] == "Depth" and len(doc["rows"]) == 2
+    saved = tmp_path / "s.json"
+    assert main(["predict", "--hardware", "nvidia-dgx-spark", "--model", "gpt-oss-20b", "--engine", "llama.cpp",
+                 "--concurrency", "1,4", "--save", "spark", "--db", str(tmp_path / "p.db"), "--json", str(saved)]) == 0
+    doc = json.loads(saved.read_text())
+    assert doc["run_id"] and doc["manifest"]["label"] == "spark" and len(doc["levels"]) == 2
+    shown = tmp_path / "shown.json"
+    assert main(["show", doc["run_id"], "--db", str(tmp_path / "p.db"), "--json", str(shown)]) == 0
+    assert [lv["output_throughput_tps"] for lv in json.loads(shown.read_text())["levels"]] == \
+        [lv["output_throughput_tps"] for lv in doc["levels"]]
     assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--engine", "transformers",
                  "--concurrency", "1"]) == 0
     text = capsys.readouterr().out

@@ -55,7 +55,7 @@ def test_a_two_node_sweep_gives_the_statistics_one_process_gives(cluster: Any, t
                      workers=None)
     assert not ray.is_initialized()  # the sweep connected, and let go when it ended
     a, b = one.outcomes[0].summary, two.outcomes[0].summary
-    load = two.manifest["load"]["workers"]
+    load = (two.manifest.load or {})["workers"]
     assert load["kind"] == "ray" and load["workers"] == 2
     assert len({c["node"] for c in load["clocks"]}) == 2  # one worker on each node
     assert (b.completed, b.failed) == (24, 0) and b.output_tokens_mean == 24

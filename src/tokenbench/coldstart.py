@@ -19,7 +19,9 @@ from .client import PreparedRequest
 from .endpoint import stream_client
 from .errors import EndpointError, UsageError
 from .records import RequestRecord
+from .results import Manifest, RunResult, new_run_id, now_iso
 from .servers import discover, http_ok
+from .store import Store
 
 
 @dataclass(slots=True)
@@ -119,26 +121,21 @@ class ColdStartConfig:
     command: str = ""  # tokenbench's own command line, redacted
 
 
-@dataclass(slots=True)
-class ColdStartResult:
-    run_id: str
-    manifest: dict[str, Any]
-    boots: list[Boot]
-
-    def summary_line(self) -> str | None:
-        """The first boot against the later ones (cached weights and compiled kernels), when there are later."""
-        if len(self.boots) < 2:
-            return None
-        later = [b.healthy_s for b in self.boots[1:]]
-        return (f"first boot {self.boots[0].healthy_s:.2f} s to healthy; later boots {min(later):.2f}..{max(later):.2f} s "
-                "(cached weights and compiled kernels)")
+def boot_summary(boots: list[dict[str, Any]]) -> str | None:
+    """The first boot against the later ones (cached weights and compiled kernels), when there are later."""
+    if len(boots) < 2:
+        return None
+    later = [float(b["healthy_s"]) for b in boots[1:]]
+    return (f"first boot {float(boots[0]['healthy_s']):.2f} s to healthy; later boots {min(later):.2f}..{max(later):.2f} s "
+            "(cached weights and compiled kernels)")
 
 
-def run_coldstart(cfg: ColdStartConfig, store: Any) -> ColdStartResult:
-    """Boot the server ``cfg.repeat`` times and store the boots as one run of kind coldstart. Refuses when
-    something already answers at the health URL (it would be timed instead)."""
+def run_coldstart(cfg: ColdStartConfig, store: Store) -> RunResult:
+    """Boot the server ``cfg.repeat`` times and store the boots as one run of kind coldstart (its manifest holds
+    the boots; it has no levels). Refuses when something already answers at the health URL (it would be timed
+    instead). The result's JSON keeps, at its top level, the keys ``coldstart --json`` wrote before it went
+    through the result contract (tool, kind, run_id and the manifest's keys: boots, server_command, ...)."""
     from . import __version__, redact
-    from .results import new_run_id, now_iso
 
     if cfg.repeat < 1:
         raise UsageError("--repeat must be at least 1")
@@ -156,4 +153,4 @@ def run_coldstart(cfg: ColdStartConfig, store: Any) -> ColdStartResult:
                 "label": cfg.label}
     rid = new_run_id()
     store.save_run(rid, "coldstart", cfg.label, manifest, "measured", [], __version__, now_iso(), now_iso())
-    return ColdStartResult(rid, manifest, boots)
+    return RunResult(rid, Manifest.from_dict(manifest), [], "complete", kind="coldstart", legacy=dict(manifest))

@@ -10,7 +10,6 @@ import re
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from . import adapters
 from .cost import effective_serving_s
@@ -83,7 +82,7 @@ class Comparison:
 
 
 def _name(res: RunResult) -> str:
-    return str(res.manifest.get("label") or res.run_id)
+    return str(res.manifest.label or res.run_id)
 
 
 #: Suffixes of served names that say the weight format, not the model (Qwen/Qwen3.6-27B-FP8 is qwen3.6-27b).
@@ -102,28 +101,26 @@ def _model_key(name: str) -> str:
 def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
     out = []
     ma, mb = a.manifest, b.manifest
-    for key, what in (("model", "models"), ("weights", "weight formats")):
-        va, vb = ma.get(key), mb.get(key)
+    for va, vb, what in ((ma.model, mb.model, "models"), (ma.weights, mb.weights, "weight formats")):
         if va and vb and _model_key(str(va)) != _model_key(str(vb)):
             out.append(f"the two sides ran different {what} ({va} vs {vb}): a ratio compares boxes only for the "
                        "same model shape")
-    wa, wb = ma.get("workload") or {}, mb.get("workload") or {}
+    wa, wb = ma.workload or {}, mb.workload or {}
     la = (wa.get("input_len"), wa.get("output_len"))
     lb = (wb.get("input_len"), wb.get("output_len"))
     if all(la) and all(lb) and la != lb:
         out.append(f"the workloads differ ({la[0]}/{la[1]} vs {lb[0]}/{lb[1]} tokens in/out)")
     for r in (a, b):
-        if r.manifest.get("provenance") == "predicted" or r.manifest.get("predicted"):
+        if r.manifest.provenance == "predicted" or r.manifest.predicted:
             out.append(f"{_name(r)} is PREDICTED, not measured")
     return out
 
 
 def _sequential(res: RunResult) -> bool:
     """One stream at a time: from what the server said of itself (its adapter and slots), else measured."""
-    found = res.manifest.get("server")
-    server: dict[str, Any] = found if isinstance(found, dict) else {}
+    server = res.manifest.server or {}
     batches = server.get("batches") if "batches" in server else \
-        adapters.by_name(res.manifest.get("engine")).batches(server.get("slots"))
+        adapters.by_name(res.manifest.engine).batches(server.get("slots"))
     if batches is not None:
         return not batches
     serve = sorted((o.summary for o in res.outcomes if (o.summary.test or "serve") == "serve"

@@ -9,12 +9,13 @@ EUR 1.79/hour at 75, 441, 684, 1284 tok/s -> EUR 6.63, 1.13, 0.73, 0.39 per mill
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import UsageError
 
 if TYPE_CHECKING:
     from .metrics import LevelSummary
+    from .results import Manifest
 
 HOURS_PER_YEAR = 365 * 24
 
@@ -78,11 +79,11 @@ class Pricing:
         return cls(currency=str(currency or DEFAULT_CURRENCY), price_per_hour=float(price_per_hour))
 
     @classmethod
-    def of_run(cls, manifest: dict[str, Any], price_per_hour: float | None = None,
+    def of_run(cls, manifest: Manifest, price_per_hour: float | None = None,
                currency: str | None = None) -> Pricing | None:
         """A run's rental price as recorded in its manifest, unless one is given (a report's --price-per-hour)."""
         price = price_per_hour if price_per_hour is not None else run_price(manifest)
-        return cls.rented(price, currency or manifest.get("currency"))
+        return cls.rented(price, currency or manifest.currency)
 
     def describe(self) -> str:
         if self.price_per_hour is not None:
@@ -93,10 +94,10 @@ class Pricing:
                 f"= {self.effective_hourly():.3f} {self.currency}/hour")
 
 
-def run_price(manifest: dict[str, Any]) -> float | None:
+def run_price(manifest: Manifest) -> float | None:
     """The run's price per hour, as recorded (a positive number, or nothing)."""
-    p = manifest.get("price_per_hour")
-    return float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0 else None
+    p = manifest.price_per_hour
+    return float(p) if p is not None and p > 0 else None
 
 
 def level_cost(price_per_hour: float | None, currency: str | None, tokens_per_s: float | None) -> float | None:

@@ -34,7 +34,7 @@ from .guard import snapshot_before
 from .loadgen import Level
 from .metrics import NS_PER_S, LevelSummary
 from .records import RequestRecord
-from .results import LevelOutcome, RunResult, new_run_id, now_iso
+from .results import LevelOutcome, Manifest, RunResult, new_run_id, now_iso
 from .servers import root_url
 from .store import Store
 from .telemetry import LevelTelemetry
@@ -280,4 +280,4 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Note | None = None) ->
         status = "complete" if len(fits) == len(cfg.depths) else "partial"
         error = None if status == "complete" else "some depths do not fit the server's context: see the skipped levels"
         log.finish(status, error)
-        return RunResult(log.run_id, manifest, run.outcomes, status, error, kind="depth")
+        return RunResult(log.run_id, Manifest.from_dict(manifest), run.outcomes, status, error, kind="depth")

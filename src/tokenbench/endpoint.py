@@ -135,7 +135,9 @@ class RunLog:
 
     def abort(self, e: BaseException, done: bool) -> None:
         """Close the run ``e`` ends, if it was created: interrupted by the user, else partial (``done``: some of it
-        finished) or failed; and tie the run to ``e`` for the CLI."""
+        finished) or failed; and tie the run to ``e`` for the CLI: a ``TokenbenchError`` carries it in its typed
+        ``run_id``. An interrupt is told by the command that started the run (it holds the run id, e.g. the
+        sweep's reporter); a bug carries the run id in a note on its traceback."""
         if not self.opened:
             return
         if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)):
@@ -144,4 +146,7 @@ class RunLog:
             status = "partial" if done else "failed"
             error = str(e) if isinstance(e, TokenbenchError) else f"crashed: {type(e).__name__}: {e}"[:500]
         self.finish(status, error)
-        e.run_id = self.run_id  # type: ignore[attr-defined]
+        if isinstance(e, TokenbenchError):
+            e.run_id = self.run_id
+        elif isinstance(e, Exception):
+            e.add_note(f"run {self.run_id} was closed as {status}")

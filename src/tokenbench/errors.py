@@ -4,9 +4,12 @@ from __future__ import annotations
 
 
 class TokenbenchError(Exception):
-    """Base: the CLI prints ``str(err)`` on one line and exits non-zero."""
+    """Base: the CLI prints ``str(err)`` on one line and exits non-zero. ``run_id``: the stored run this error
+    ended, set by ``endpoint.RunLog.abort`` once the run is closed as partial or failed, so the CLI shows and
+    writes that run and no other (None: the error came before a run was stored)."""
 
     exit_code = 2
+    run_id: str | None = None
 
 
 class UsageError(TokenbenchError):

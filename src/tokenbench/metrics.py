@@ -188,6 +188,10 @@ class LevelSummary:
     achieved_concurrency: float | None = None
     send_delay_ms: Distribution | None = None  # open loop: actual - scheduled send time
     send_queue_ms: Distribution | None = None  # request on the socket - request started: the client's own wait
+    #: the error split of E2E latency: request sent -> failure (its last byte, or the client giving up), over
+    #: the failed requests; ``e2e_ms`` is the success split. None for a level not measured here (an import,
+    #: a prediction, a run stored before the split)
+    e2e_failed_ms: Distribution | None = None
     goodput_rps: float | None = None
     slo: str | None = None
     slo_met: bool | None = None
@@ -285,7 +289,7 @@ class LevelSummary:
     def from_dict(cls, d: dict[str, Any]) -> LevelSummary:
         d = dict(d)
         for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms",
-                  "send_queue_ms"):
+                  "send_queue_ms", "e2e_failed_ms"):
             if isinstance(d.get(k), dict):
                 d[k] = Distribution(**d[k])
         # runs stored before findings have flags and warnings only: they load with no findings
@@ -329,6 +333,11 @@ def _latencies(ok: list[RequestRecord]) -> tuple[Distribution, ...]:
         Distribution.of(_ms_since_sent(ok, "first_byte_ns")),
         Distribution.of(_ms_since_sent(ok, "first_answer_ns")),
     )
+
+
+def _failure_times(failed: list[RequestRecord]) -> Distribution:
+    """E2E latency's error split: how long each failed request took to fail, in milliseconds."""
+    return Distribution.of([r.e2e_ns / NS_PER_MS for r in failed if r.e2e_ns is not None])
 
 
 def _achieved_concurrency(measured: list[RequestRecord], start_ns: int, end_ns: int) -> float | None:
@@ -417,6 +426,7 @@ def summarize(
         output_tokens_mean=_mean(out_tokens),
         output_tokens_source=_source(ok, "output_tokens_source"),
         ttft_ms=ttft, tpot_ms=tpot, itl_ms=itl, e2e_ms=e2e, ttfb_ms=ttfb, time_to_first_answer_ms=ttfa,
+        e2e_failed_ms=_failure_times(failed),
         flags=[],
         total_input_tokens=sum(in_tokens),
         total_output_tokens=sum(out_tokens),

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from .metrics import LevelSummary
+
+if TYPE_CHECKING:
+    from .results import Manifest
 
 
 def _num(v: float | None, digits: int = 1) -> str:
@@ -181,20 +184,20 @@ def print_sweep(console: Console, levels: list[LevelSummary], currency: str, tit
         console.print(line, style="yellow", markup=False, highlight=False)
 
 
-def describe_run(manifest: dict[str, Any]) -> str:
-    wl = manifest.get("workload") or {}
+def describe_run(manifest: Manifest) -> str:
+    wl = manifest.workload or {}
     parts = [
-        f"model {manifest.get('model') or 'unknown'}",
-        f"engine {manifest.get('engine') or 'unknown'}" + (f" {manifest['engine_version']}" if manifest.get("engine_version") else ""),
+        f"model {manifest.model or 'unknown'}",
+        f"engine {manifest.engine or 'unknown'}" + (f" {manifest.engine_version}" if manifest.engine_version else ""),
     ]
     # facts an imported or predicted run does not have are left out, never printed as "None"
     if wl.get("input_len") is not None and wl.get("output_len") is not None:
         parts.append(f"{wl['input_len']} in / {wl['output_len']} out tokens" + (f" ({wl['shape']})" if wl.get("shape") else ""))
     if wl.get("api"):
         parts.append(f"{wl['api']} API")
-    if manifest.get("tokenizer"):
-        parts.append(f"tokenizer: {manifest['tokenizer']}")
-    emb = manifest.get("embedded")
+    if manifest.tokenizer:
+        parts.append(f"tokenizer: {manifest.tokenizer}")
+    emb = manifest.embedded
     if emb:
         parts.append(f"embedded {emb.get('engine')} engine, healthy after {emb.get('startup_s', 0):.1f} s (cold start)")
     return "; ".join(parts)

@@ -114,8 +114,9 @@ def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pri
 def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing]) -> list[Candidate]:
     out = []
     for r in runs:
-        label = str(r.manifest.get("label") or r.run_id)
-        c = Candidate(label, f"{r.manifest.get('engine') or '?'} {r.manifest.get('weights') or ''}".strip(), "measured")
+        m = r.manifest
+        label = str(m.label or r.run_id)
+        c = Candidate(label, f"{m.engine or '?'} {m.weights or ''}".strip(), "measured")
         out.append(c)
         levels = [o.summary for o in r.outcomes if o.summary.concurrency == w.agents and o.summary.output_throughput_tps]
         if not levels:
@@ -123,10 +124,10 @@ def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing]) -> 
             continue
         s = max(levels, key=lambda x: x.input_tokens_mean or 0)
         c.throughput, c.ttft_p99_ms, c.tpot_ms = s.output_throughput_tps, s.ttft_ms.p99, s.tpot_ms.p50
-        if r.manifest.get("model") and str(r.manifest["model"]).split("/")[-1].lower() != w.model.lower():
-            c.notes.append(f"measured with {r.manifest['model']}")
+        if m.model and m.model.split("/")[-1].lower() != w.model.lower():
+            c.notes.append(f"measured with {m.model}")
         _slo(c, w)
-        price = r.manifest.get("price_per_hour")
+        price = m.price_per_hour
         pricing = prices.get(label) or (Pricing(currency=w.currency, price_per_hour=price) if price else None)
         if pricing is None:
             c.exclude("no price", f"no price: pass --price {label}=PER_HOUR")

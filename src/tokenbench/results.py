@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import __version__
@@ -16,6 +16,100 @@ from . import findings
 from .cost import level_cost, run_price
 from .metrics import LevelSummary, coefficient_of_variation
 from .store import Store
+
+
+@dataclass(slots=True)
+class Manifest:
+    """A run's provenance (DESIGN.md: "Every result carries provenance"), typed: the keys runs carry, each an
+    attribute a reader reads and mypy checks. Every attribute may be missing (None): an older or imported run
+    lacks most of them. Stored as JSON in the run's row; ``from_dict`` reads it, ``to_dict`` writes the same
+    keys with the same values, in the same order.
+
+    A key this type does not name (an importer's ``llama_bench``, a quality run's ``template_tokens``, the
+    store's ``process``), and a named key whose stored value has another type (a foreign store's ``"seed":
+    "x"``), are kept whole in ``extra``: written back unchanged, never read as a typed attribute."""
+
+    # where and what: the endpoint, the model served, the engine serving it
+    endpoint: str | None = None
+    model: str | None = None
+    engine: str | None = None
+    engine_version: str | None = None
+    server: dict[str, Any] | None = None  # servers.ServerInfo.to_dict()
+    embedded: dict[str, Any] | None = None  # the embedded engine, when tokenbench started it
+    # how it ran
+    label: str | None = None
+    command: str | None = None  # tokenbench's own command line, redacted
+    started: str | None = None  # ISO-8601
+    finished: str | None = None
+    tokenizer: str | None = None
+    workload: dict[str, Any] | None = None
+    load: dict[str, Any] | None = None  # levels, requests, warm-up, repetitions, workers
+    seed: int | None = None
+    machine: dict[str, Any] | None = None  # machine.snapshot()
+    guard: str | None = None  # the guard's mode
+    guard_before_run: dict[str, Any] | None = None  # its snapshot before the first level
+    # money
+    price_per_hour: float | None = None
+    currency: str | None = None
+    # where the figures came from: measured, imported (by which tool) or predicted (on which box, how)
+    provenance: str | None = None
+    tool: str | None = None
+    predicted: bool | None = None
+    hardware: str | None = None
+    host: str | None = None
+    gpu: str | None = None
+    cpu: str | None = None
+    weights: str | None = None
+    quant: str | None = None
+    kv: str | None = None
+    backend: str | None = None
+    calibration: str | None = None
+    calibrated: bool | None = None
+    # a cold start's boots; a quality run's per-task summary
+    boots: list[dict[str, Any]] | None = None
+    summary: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    key_order: tuple[str, ...] = ()  # the keys as they were read, so to_dict writes them in that order
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Manifest:
+        """A stored manifest: a missing key is None, an unknown key or one of another type goes to ``extra``."""
+        m = cls(key_order=tuple(d))
+        for k, v in d.items():
+            kinds = _MANIFEST_TYPES.get(k)
+            if kinds is None or v is None:
+                if kinds is None:
+                    m.extra[k] = v
+                continue
+            if isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds):
+                setattr(m, k, v)
+            else:
+                m.extra[k] = v
+        return m
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest as stored and as the JSON contract writes it: the keys read, in their order, then any
+        attribute set since."""
+        out: dict[str, Any] = {}
+        for k in (*self.key_order, *_MANIFEST_TYPES, *self.extra):
+            if k in out:
+                continue
+            v = getattr(self, k) if k in _MANIFEST_TYPES else None
+            if v is not None:
+                out[k] = v
+            elif k in self.extra:
+                out[k] = self.extra[k]
+            elif k in self.key_order:
+                out[k] = None
+        return out
+
+
+#: Each typed key of a manifest and the JSON types its value may have (an int is a float too).
+_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    f.name: {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,),
+             "list": (list,)}[str(f.type).split("[")[0].split(" ")[0]]
+    for f in fields(Manifest) if f.name not in ("extra", "key_order")
+}
 
 
 @dataclass(slots=True)
@@ -29,15 +123,21 @@ class LevelOutcome:
 
 @dataclass(slots=True)
 class RunResult:
+    """What every command that produces results returns (sweep, depth, coldstart, predict, import, quality's
+    runs through the store), and what ``load_result`` reads back. ``run_id`` is empty only for a result that was
+    not stored (a prediction without --save; its JSON says ``"run_id": null``). ``legacy``: top-level keys a command's JSON carried before it
+    went through this contract, kept beside it for the scripts that read them (extend, never rename)."""
+
     run_id: str
-    manifest: dict[str, Any]
+    manifest: Manifest
     outcomes: list[LevelOutcome]
     status: str
     error: str | None = None
     kind: str = "sweep"
+    legacy: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON result contract of DESIGN.md."""
+        """The JSON result contract of DESIGN.md (the one writer every ``--json`` of a result goes through)."""
         levels = []
         for o in self.outcomes:
             d = o.summary.to_dict()
@@ -45,16 +145,17 @@ class RunResult:
             if len(o.repetitions) > 1:
                 d["repetitions"] = repetition_stats(o.repetitions)
             levels.append(d)
-        return {
+        doc = {
             "tool": "tokenbench",
             "version": __version__,
-            "run_id": self.run_id,
+            "run_id": self.run_id or None,
             "kind": self.kind,
             "status": self.status,
             "error": self.error,
-            "manifest": self.manifest,
+            "manifest": self.manifest.to_dict(),
             "levels": levels,
         }
+        return {**doc, **{k: v for k, v in self.legacy.items() if k not in doc}}
 
 
 def now_iso() -> str:
@@ -111,6 +212,10 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
     """A stored run, as the sweep returned it (finished levels only if it was cut short); ``first``: only the
     first levels (a 200,000-level import loads in seconds, not a second)."""
     row = store.resolve(ref, latest, kinds, command)
+    stored = dict(row.manifest)
+    stored.setdefault("provenance", row.provenance)
+    stored.setdefault("label", row.label)
+    manifest = Manifest.from_dict(stored)
     by_idx: dict[int, list[tuple[str, LevelSummary]]] = {}
     for idx, _rep, status, summary in store.levels(row.id, first):
         by_idx.setdefault(idx, []).append((status, summary))
@@ -119,9 +224,6 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
         reps = [s for _, s in items]
         status = next((st for st, _ in items if st != "complete"), "complete")
         level = Level(concurrency=reps[0].concurrency, rate=reps[0].rate)
-        combined = combine_repetitions(reps, run_price(row.manifest), row.manifest.get("currency"))
+        combined = combine_repetitions(reps, run_price(manifest), manifest.currency)
         outcomes.append(LevelOutcome(idx, level, combined, status, reps))
-    manifest = dict(row.manifest)
-    manifest.setdefault("provenance", row.provenance)
-    manifest.setdefault("label", row.label)
     return RunResult(row.id, manifest, outcomes, row.status, row.error, kind=row.kind)

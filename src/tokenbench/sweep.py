@@ -22,7 +22,7 @@ from .loadgen import ClientWatch, Level, run_phase
 from .metrics import SLO, LevelSummary, peak_in_flight, summarize
 from .workers import ClientSpec, WorkerPool, auto_workers
 from .records import RequestRecord
-from .results import LevelOutcome, RunResult, combine_repetitions, new_run_id, now_iso
+from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
 from .servers import ServerInfo, discover, root_url
 from .store import Store
 from .telemetry import LevelTelemetry
@@ -310,7 +310,7 @@ async def run_sweep(
                 await pool.close()
         status, error = sweep.verdict()
         log.finish(status, error)
-        return RunResult(log.run_id, manifest, sweep.outcomes, status, error)
+        return RunResult(log.run_id, Manifest.from_dict(manifest), sweep.outcomes, status, error)
 
 
 async def _start_workers(cfg: SweepConfig, client: StreamClient, counter_path: str | None,

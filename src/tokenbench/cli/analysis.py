@@ -50,10 +50,10 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def quality_beside(store: Store, ra: Any, rb: Any) -> Any:
+def quality_beside(store: Store, ra: RunResult, rb: RunResult) -> Any:
     from ..quality.parity import beside
 
-    return beside(store, ra.manifest.get("label"), rb.manifest.get("label"))
+    return beside(store, ra.manifest.label, rb.manifest.label)
 
 
 def _pricing(a: argparse.Namespace, currency: str, res: RunResult | None) -> Pricing:
@@ -92,7 +92,7 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
         res = load_result(Store(a.db, readonly=True), a.run, latest=a.latest, kinds=LOADED, command="cost")
     elif a.tps is None:
         raise UsageError("give a run, or --tps RATE for a rate you know")
-    currency = a.currency or (res.manifest.get("currency") if res else None) or DEFAULT_CURRENCY
+    currency = a.currency or (res.manifest.currency if res else None) or DEFAULT_CURRENCY
     pricing = _pricing(a, currency, res)
     api, api_note = _api_price(a, currency)
     if res is not None:
@@ -142,8 +142,8 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
         for ra, rb in combinations(runs, 2):
             q = quality_beside(store, ra, rb)
             if q is not None:
-                quality[(ra.run_id, rb.run_id)] = q.lines(str(ra.manifest.get("label") or ra.run_id),
-                                                          str(rb.manifest.get("label") or rb.run_id))
+                quality[(ra.run_id, rb.run_id)] = q.lines(ra.manifest.label or ra.run_id,
+                                                          rb.manifest.label or rb.run_id)
         Path(a.html).write_text(html.render(runs, data, a.title, a.price_per_hour, a.currency, quality),
                                 encoding="utf-8")
         console.print(f"wrote {a.html} ({len(data)} plots)", markup=False)

@@ -20,7 +20,7 @@ from ..records import RequestRecord
 from ..servers import normalize_base_url
 from ..store import Store
 from ..sweep import SweepConfig, run_sweep
-from ..results import RunResult, load_result
+from ..results import Manifest, RunResult, load_result
 from ..workers import parse_workers
 from ..workload import resolve_shape
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
 
 def _print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
     levels = [o.summary for o in res.outcomes]
-    currency = res.manifest.get("currency") or DEFAULT_CURRENCY
+    currency = res.manifest.currency or DEFAULT_CURRENCY
     if fmt == "markdown":
         console.print(format_sweep_markdown(levels, currency), markup=False, highlight=False, soft_wrap=True)
     else:
@@ -243,7 +243,7 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
                   markup=False, highlight=False)
         return 130
     except TokenbenchError as e:
-        rid = getattr(e, "run_id", None)
+        rid = e.run_id
         if rid:
             res = load_result(store, rid)
             if res.outcomes:
@@ -270,9 +270,10 @@ def cmd_runs(a: argparse.Namespace, console: Console) -> int:
     store = Store(a.db, readonly=True)
     rows = store.runs(a.limit)
     counts = store.level_counts([r.id for r in rows])
+    manifests = {r.id: Manifest.from_dict(r.manifest) for r in rows}
     if a.json:
         emit_json(a.json, [{"run_id": r.id, "started": r.started, "kind": r.kind, "label": r.label,
-                            "model": r.manifest.get("model"), "engine": r.manifest.get("engine"),
+                            "model": manifests[r.id].model, "engine": manifests[r.id].engine,
                             "levels": counts.get(r.id, 0), "status": r.status} for r in rows])
     if not rows:
         console.print(f"no runs in {store.path}", markup=False)
@@ -282,8 +283,8 @@ def cmd_runs(a: argparse.Namespace, console: Console) -> int:
     from ..output import fits, print_vertical
 
     header = ["Run", "Started", "Kind", "Label", "Model", "Engine", "Levels", "Status"]
-    cells = [[r.id, r.started, r.kind, r.label or "", str(r.manifest.get("model") or ""),
-              str(r.manifest.get("engine") or ""), str(counts.get(r.id, 0)), r.status] for r in rows]
+    cells = [[r.id, r.started, r.kind, r.label or "", manifests[r.id].model or "",
+              manifests[r.id].engine or "", str(counts.get(r.id, 0)), r.status] for r in rows]
     if not fits(console, header, cells):  # at 80 columns: one block per run, ids whole for show
         print_vertical(console, header, cells)
         return 0
@@ -312,18 +313,18 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         from ..quality.parity import load_items
         from .quality import print_quality_run
 
-        print_quality_run(console, res.manifest, load_items(store, res.run_id), a.format)
+        print_quality_run(console, res.manifest.summary or {}, load_items(store, res.run_id), a.format)
         console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False,
                       highlight=False)
         return 0
     if res.kind == "predict":
         m = res.manifest
-        console.print(f"PREDICTED for {m.get('model')} ({m.get('weights')}, {str(m.get('kv') or '').lower()} KV) on "
-                      f"{m.get('hardware')}, {m.get('engine')} ({m.get('backend')}: {m.get('calibration')}): "
+        console.print(f"PREDICTED for {m.model} ({m.weights}, {(m.kv or '').lower()} KV) on "
+                      f"{m.hardware}, {m.engine} ({m.backend}: {m.calibration}): "
                       "not measured", markup=False, highlight=False)
     if res.kind == "coldstart":
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
-        print_table(console, *boot_rows(res.manifest.get("boots") or []), a.format)
+        print_table(console, *boot_rows(res.manifest.boots or []), a.format)
         _saved(console, res, store.path)
     elif any(o.summary.test not in (None, "serve") for o in res.outcomes):
         # pp/tg at depths (depth runs, llama-bench and published imports, predicted depths): their own table;
@@ -337,7 +338,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         for line in depth_notes(bench):
             console.print(line, style="yellow", markup=False, highlight=False)
         if serve:
-            print_sweep(console, [o.summary for o in serve], res.manifest.get("currency") or DEFAULT_CURRENCY,
+            print_sweep(console, [o.summary for o in serve], res.manifest.currency or DEFAULT_CURRENCY,
                         "PREDICTED (not measured)" if res.kind == "predict" else "serving")
         _saved(console, res, store.path)
     else:
@@ -404,7 +405,7 @@ def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
         s = o.summary
         v, sd = (s.pp_tps, s.pp_tps_sd) if s.pp_tps is not None else (s.tg_tps, s.tg_tps_sd)
         value = "—" if v is None else f"{v:,.2f}" if predicted else f"{v:,.2f} ± {sd or 0:.2f}"
-        rows.append([str(res.manifest.get("model") or ""), f"{s.test} @ d{s.depth}", f"{s.depth or 0:,}", value,
+        rows.append([res.manifest.model or "", f"{s.test} @ d{s.depth}", f"{s.depth or 0:,}", value,
                      ",".join(f for f in s.flags if f != "p99_estimate")])
     if not any(r[-1] for r in rows):
         head.pop()
@@ -464,7 +465,7 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             cfg.label = cfg.label or f"embedded-{a.engine}"
         res = asyncio.run(run_depth(cfg, store, note))
     except TokenbenchError as e:
-        rid = getattr(e, "run_id", None)
+        rid = e.run_id
         if rid and a.json:
             write_json(a.json, load_result(store, rid))
         raise
@@ -484,7 +485,7 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
 def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> int:
     from urllib.parse import urlparse
 
-    from ..coldstart import ColdStartConfig, run_coldstart
+    from ..coldstart import ColdStartConfig, boot_summary, run_coldstart
 
     base = normalize_base_url(a.url)
     cfg = ColdStartConfig(cmd=a.cmd.replace("{port}", str(urlparse(base).port or "")), base_url=base,
@@ -492,12 +493,13 @@ def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> i
                           timeout_s=seconds(a.timeout, "--timeout") or 600.0, repeat=a.repeat, log_path=a.log,
                           label=a.label, command=redact.command(["tokenbench", *argv]))
     res = run_coldstart(cfg, Store(a.db))
-    print_table(console, *boot_rows([b.to_dict() for b in res.boots]))
-    line = res.summary_line()
+    boots = res.manifest.boots or []
+    print_table(console, *boot_rows(boots))
+    line = boot_summary(boots)
     if line:
         console.print(line, markup=False)
     if a.json:
-        emit_json(a.json, {"tool": "tokenbench", "kind": "coldstart", "run_id": res.run_id, **res.manifest})
+        write_json(a.json, res)
     console.print(f"run {res.run_id} (coldstart) saved", style="dim", markup=False)
     return 0
 

@@ -9,7 +9,7 @@ from typing import Any
 from .. import redact
 from ..errors import UsageError
 from ..store import Store
-from .common import check_output, emit_json, int_list, tokens
+from .common import check_output, emit_json, int_list, tokens, write_json
 
 
 def _setup(a: argparse.Namespace) -> Any:
@@ -97,7 +97,7 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
 def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     from ..output import print_table
     from ..predict import report
-    from ..predict.runs import depth_levels, save_prediction, serve_levels, speculation
+    from ..predict.runs import speculation
 
     if a.against:
         return _predict_against(a, console)
@@ -129,21 +129,32 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     print_table(console, head, rows, a.format)
     note = report.band_note(s, cal, metrics)
     console.print(note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
-    if a.save:
-        if depths is not None:
-            saved, workload = depth_levels(s, depths, a.input_len, a.output_len), None
-        else:
-            saved = serve_levels(s, levels or [], a.input_len, a.output_len)
-            workload = {"input_len": a.input_len, "output_len": a.output_len}
-        rid = save_prediction(Store(a.db), a.save, s, saved, workload)
-        console.print(f"saved as run {rid} (label {a.save}, provenance predicted)", markup=False)
-    if a.json:
-        bands = {m: (b.pct if (b := cal.band(s.backend, m)) else None) for m in metrics}
-        emit_json(a.json, {"predicted": True, "calibrated": s.calibrated, "backend": s.backend,
-                           "calibration": {"origin": cal.origin, "source": s.eff.source, "rows": s.eff.rows},
-                           "band_pct": bands if s.calibrated else None, "note": note,
-                           "columns": head, "rows": rows})
+    if a.save or a.json:
+        _predicted_result(a, console, s, cal, depths, levels, {"note": note, "columns": head, "rows": rows, "metrics": metrics})
     return 0
+
+
+def _predicted_result(a: argparse.Namespace, console: Console, s: Any, cal: Any, depths: list[int] | None, levels: list[int] | None,
+                      shown: dict[str, Any]) -> None:
+    """The prediction as a result (kind predict): stored with --save, written with --json."""
+    from ..predict import report
+    from ..predict.runs import depth_levels, prediction, save_prediction, serve_levels
+
+    if depths is not None:
+        res = prediction(s, depth_levels(s, depths, a.input_len, a.output_len), None)
+    else:
+        res = prediction(s, serve_levels(s, levels or [], a.input_len, a.output_len),
+                         {"input_len": a.input_len, "output_len": a.output_len})
+    if a.save:
+        res = save_prediction(Store(a.db), res, a.save)
+        console.print(f"saved as run {res.run_id} (label {a.save}, provenance predicted)", markup=False)
+    if a.json:
+        # the keys predict --json wrote before it went through the result contract, kept beside it
+        res.legacy = {"predicted": True, "calibrated": s.calibrated, "backend": s.backend,
+                      "calibration": {"origin": cal.origin, "source": s.eff.source, "rows": s.eff.rows},
+                      "band_pct": report.bands(s, cal, shown["metrics"]), "note": shown["note"],
+                      "columns": shown["columns"], "rows": shown["rows"]}
+        write_json(a.json, res)
 
 
 #: The published measurements the package ships (copies of shared/reference's, a test keeps them equal):
@@ -166,16 +177,16 @@ def _own_rows(a: argparse.Namespace, cat: Any) -> list[Any]:
     for ref in a.runs:
         run = load_result(store, ref, latest=a.latest, kinds=("sweep", "depth", "bench"), command="calibrate --runs")
         m = run.manifest
-        engine = a.engine or str(m.get("engine") or "")
+        engine = a.engine or m.engine or ""
         if not engine:
             raise UsageError(f"run {run.run_id} does not say which engine served it: give --engine")
         if engine.lower().startswith(("llama-server", "llama.cpp", "llamacpp", "llama-cpp-python")) \
                 and len(engine.split()) == 1:
             engine = f"llama.cpp {hw.default_backend}"  # the box's backend: say --engine otherwise
-        weights = a.weights or str(m.get("weights") or m.get("quant") or "")
+        weights = a.weights or m.weights or m.quant or ""
         if not weights:
             raise UsageError(f"run {run.run_id} does not say its weight format: give --weights")
-        got = run_rows(run, hw.id, engine, model.id, weights.upper(), (a.kv or str(m.get("kv") or "F16")).upper())
+        got = run_rows(run, hw.id, engine, model.id, weights.upper(), (a.kv or m.kv or "F16").upper())
         if not got:
             raise UsageError(f"run {run.run_id} has no level calibration can use (complete, unflagged pp/tg or "
                              "serving levels)")

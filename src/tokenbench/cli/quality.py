@@ -12,6 +12,7 @@ from rich.console import Console
 
 from .. import redact
 from ..errors import LevelFailed, TokenbenchError, UsageError
+from ..results import Manifest
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import check_output, emit_json, int_list, json_object, notifier, seconds, tokens
@@ -144,11 +145,11 @@ def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: C
         with _Embedded(a, cfg, err):
             res = run_quality(cfg, store, notifier(err))
     except TokenbenchError as e:
-        rid = getattr(e, "run_id", None)
+        rid = e.run_id
         if rid:
             err.print(f"run {rid} kept what it finished ({type(e).__name__})", markup=False, highlight=False)
         raise
-    print_quality_run(console, res.manifest, res.items, a.format)
+    print_quality_run(console, Manifest.from_dict(res.manifest).summary or {}, res.items, a.format)
     console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False)
     if a.json:
         emit_json(a.json, run_json(res))
@@ -171,11 +172,10 @@ def _s(ms: float | None) -> str:
     return "—" if ms is None else f"{ms / 1000:.2f} s"
 
 
-def print_quality_run(console: Console, manifest: dict[str, Any], items: list[Any], fmt: str) -> None:
-    """A quality run's tasks, and its needle grid: after the run, and by `show`."""
+def print_quality_run(console: Console, summary: dict[str, Any], items: list[Any], fmt: str) -> None:
+    """A quality run's tasks (its manifest's ``summary``), and its needle grid: after the run, and by `show`."""
     from ..output import print_table
 
-    summary = manifest.get("summary") or {}
     rows = []
     for task, t in summary.items():
         score = "—" if t["score"] is None or task == "agreement" else f"{100 * t['score']:.1f}"
@@ -215,8 +215,9 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
     la, lb = ra.label or ra.id, rb.label or rb.id
     if la == lb:
         la, lb = ra.id, rb.id
-    console.print(f"A: {la} ({ra.id}, {ra.manifest.get('engine') or '?'}, {ra.manifest.get('model')})\n"
-                  f"B: {lb} ({rb.id}, {rb.manifest.get('engine') or '?'}, {rb.manifest.get('model')})",
+    ma, mb = Manifest.from_dict(ra.manifest), Manifest.from_dict(rb.manifest)
+    console.print(f"A: {la} ({ra.id}, {ma.engine or '?'}, {ma.model})\n"
+                  f"B: {lb} ({rb.id}, {mb.engine or '?'}, {mb.model})",
                   style="dim", markup=False, highlight=False)
     rows = []
     for tc in cmp:

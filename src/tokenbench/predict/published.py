@@ -72,7 +72,7 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
     pp/tg levels (depth runs, llama-bench imports) as prefill and decode rates at their depth; sweep levels as
     output throughput, median TTFT and median TPOT at their concurrency and lengths. Flagged levels (unstable,
     dirty, cold context, client-bound, failed requests) are left out: they are not what the box does."""
-    label = str(run.manifest.get("label") or run.run_id)
+    label = str(run.manifest.label or run.run_id)
     skip = {"unstable", "dirty_bench", "context_not_warm", "client_bound", "errors", "exceeds_server_timings",
             "prompt_truncated", "slots_exceeded"}
     out: list[Row] = []

@@ -86,6 +86,13 @@ def estimate_cell(s: Setup, cal: Calibration, metric: str, text: str) -> str:
     return f"{text} ±{b.pct:.0f}%" if b else f"{text} (no CV band)"
 
 
+def bands(s: Setup, cal: Calibration, metrics: list[str]) -> dict[str, float | None] | None:
+    """Each metric's cross-validated band in percent (None: too few held-out rows); None when uncalibrated."""
+    if not s.calibrated:
+        return None
+    return {m: (b.pct if (b := cal.band(s.backend, m)) else None) for m in metrics}
+
+
 def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
     if not s.calibrated:
         return (f"UNCALIBRATED: no measurements of {s.backend} stand behind a fitted estimate; only the physical "

@@ -1,19 +1,20 @@
 """A prediction as a stored run, and the speculative-decoding settings a prediction applies.
 
-``save_prediction`` turns a setup's predicted depth or serving figures into levels (typed, like an import's)
-and stores them as one run of kind ``predict`` with provenance ``predicted``, so compare, cost, report and
+``prediction`` turns a setup's predicted depth or serving figures into levels (typed, like an import's) as a
+``RunResult`` of kind ``predict``; ``save_prediction`` stores it as one run with provenance ``predicted``, so compare, cost, report and
 recommend read it beside measured runs. ``speculation`` works out a speculative-decoding speed-up from what the
 user knows: an acceptance probability or a mean acceptance length (as vLLM reports it), and a draft cost.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import __version__
 from ..errors import UsageError
 from ..metrics import Distribution, LevelSummary
-from ..results import new_run_id, now_iso
+from ..loadgen import Level
+from ..results import LevelOutcome, Manifest, RunResult, new_run_id, now_iso
 from ..store import Store
 from . import roofline as rf
 from .predictor import Setup
@@ -79,12 +80,22 @@ def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: i
     return levels
 
 
-def save_prediction(store: Store, label: str, s: Setup, levels: list[LevelSummary],
-                    workload: dict[str, int] | None) -> str:
-    """Store predicted levels as one run (kind predict, provenance predicted); returns its id."""
+def prediction(s: Setup, levels: list[LevelSummary], workload: dict[str, int] | None,
+               label: str | None = None) -> RunResult:
+    """Predicted levels as a result (kind predict), not stored: ``run_id`` is empty until ``save_prediction``."""
     manifest = {"model": s.model.id, "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine,
                 "hardware": s.hw.id, "predicted": True, "backend": s.backend, "calibration": s.eff.source,
                 "calibrated": s.calibrated, "workload": workload or {}, "label": label}
+    outcomes = [LevelOutcome(i, Level(concurrency=lv.concurrency, rate=lv.rate), lv, "complete")
+                for i, lv in enumerate(levels)]
+    return RunResult("", Manifest.from_dict(manifest), outcomes, "complete", kind="predict")
+
+
+def save_prediction(store: Store, res: RunResult, label: str) -> RunResult:
+    """Store a prediction as one run (kind predict, provenance predicted) labelled ``label``; the result with
+    its run id."""
     rid = new_run_id()
-    store.save_run(rid, "predict", label, manifest, "predicted", levels, __version__, now_iso(), now_iso())
-    return rid
+    manifest = replace(res.manifest, label=label)
+    store.save_run(rid, "predict", label, manifest.to_dict(), "predicted", [o.summary for o in res.outcomes],
+                   __version__, now_iso(), now_iso())
+    return replace(res, run_id=rid, manifest=manifest)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
+from ..results import Manifest
 from ..store import Store
 from .agreement import Agreement, agreement
 from .items import Item
@@ -109,7 +110,7 @@ def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False) -> 
         ta, tb = sorted({i.task for i in items_a}), sorted({i.task for i in items_b})
         raise UsageError(f"runs {ra.id} ({', '.join(ta) or 'no items'}) and {rb.id} ({', '.join(tb) or 'no items'}) "
                          "have no task in common")
-    ma, mb = ra.manifest.get("seed"), rb.manifest.get("seed")
+    ma, mb = Manifest.from_dict(ra.manifest).seed, Manifest.from_dict(rb.manifest).seed
     for tc in cmp if ma != mb else []:
         tc.notes.append(f"the runs used different seeds ({ma} and {mb}): their items differ")
     return ra, rb, cmp

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..results import RunResult
+from ..results import Manifest, RunResult
 from .series import is_predicted, pricing
 from .style import depth_label
 
@@ -38,8 +38,8 @@ class GuardState:
 
 def _snapshots(r: RunResult) -> list[tuple[str, dict[str, Any]]]:
     out: list[tuple[str, dict[str, Any]]] = []
-    before = r.manifest.get("guard_before_run")
-    if isinstance(before, dict):
+    before = r.manifest.guard_before_run
+    if before is not None:
         out.append(("before the run", before))
     for o in r.outcomes:
         s = o.summary
@@ -68,7 +68,7 @@ def guard_state(r: RunResult) -> GuardState:
             else:
                 seen[key] = [where, key[0], key[1], [observed], str(c.get("threshold") or ""),
                              str(c.get("advice") or ""), 1]
-    mode = r.manifest.get("guard")
+    mode = r.manifest.guard
     problems = [(v[0], v[1], v[2], "; ".join(v[3][:3]) + (f"; … {len(v[3]) - 3} more" if len(v[3]) > 3 else ""),
                  v[4], v[5], v[6]) for v in seen.values()]
     return GuardState(len(snaps), dirty, str(mode) if mode else None, problems)
@@ -94,11 +94,11 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _machine(m: dict[str, Any]) -> str | None:
+def _machine(m: Manifest) -> str | None:
     """The machine snapshot in words; a field of the wrong type (an old or foreign store) is left out."""
-    mc = m.get("machine")
+    mc = m.machine
     parts: list[str] = []
-    if isinstance(mc, dict):
+    if mc is not None:
         cpu = mc.get("cpu_model")
         if cpu:
             cores = _num(mc.get("cpu_count_logical"))
@@ -118,15 +118,15 @@ def _machine(m: dict[str, Any]) -> str | None:
             parts.append(f"load average {_num(load[0]):.1f} at the start")
         if mc.get("hostname"):
             parts.append(f"host {mc['hostname']}")
-    for key, what in (("gpu", "GPU"), ("cpu", "CPU")):  # imported llama-bench results
-        if m.get(key):
-            parts.append(f"{what}: {m[key]}")
+    for value, what in ((m.gpu, "GPU"), (m.cpu, "CPU")):  # imported llama-bench results
+        if value:
+            parts.append(f"{what}: {value}")
     return "; ".join(parts) or None
 
 
 def _workload(r: RunResult) -> str | None:
-    wl = r.manifest.get("workload") or {}
-    if not isinstance(wl, dict) or not _num(wl.get("input_len")):
+    wl = r.manifest.workload or {}
+    if not _num(wl.get("input_len")):
         return None
     out = f"{wl['input_len']:,} in / {wl.get('output_len') or '?'} out tokens per request"
     if wl.get("shape"):
@@ -139,8 +139,8 @@ def _workload(r: RunResult) -> str | None:
 def source(r: RunResult) -> str:
     if is_predicted(r):
         return "PREDICTED"
-    prov = str(r.manifest.get("provenance") or "measured")
-    tool = r.manifest.get("tool")
+    prov = r.manifest.provenance or "measured"
+    tool = r.manifest.tool
     return f"{prov} ({tool})" if prov == "imported" and tool else prov
 
 
@@ -152,16 +152,16 @@ ROWS = ("Source", "Model", "Weights", "Engine", "Hardware", "Machine", "Machine 
 def facts(r: RunResult, price_per_hour: float | None = None, currency: str | None = None) -> dict[str, str]:
     """The side-by-side table's cells for one run; a fact not known is absent."""
     m = r.manifest
-    engine = " ".join(str(x) for x in (m.get("engine"), m.get("engine_version")) if x)
-    if m.get("backend"):
-        engine += f" ({m['backend']})"
-    hw = m.get("hardware") or m.get("host")
+    engine = " ".join(str(x) for x in (m.engine, m.engine_version) if x)
+    if m.backend:
+        engine += f" ({m.backend})"
+    hw = m.hardware or m.host
     p = pricing(r, price_per_hour, currency)
     levels = [o.summary for o in r.outcomes]
     out = {
         "Source": source(r),
-        "Model": m.get("model"),
-        "Weights": " / ".join(f"{k} {m[k]}" if k == "kv" else str(m[k]) for k in ("weights", "kv") if m.get(k)),
+        "Model": m.model,
+        "Weights": " / ".join(x for x in (m.weights, f"kv {m.kv}" if m.kv else None) if x),
         "Engine": engine,
         "Hardware": hw,
         "Machine": _machine(m),
@@ -170,9 +170,9 @@ def facts(r: RunResult, price_per_hour: float | None = None, currency: str | Non
         "Workload": _workload(r),
         "Levels": f"{len(levels)}: " + ", ".join(level_name(s) for s in levels[:6])
                   + (f", … {len(levels) - 6} more" if len(levels) > 6 else "") if levels else "none",
-        "Endpoint": m.get("endpoint"),
+        "Endpoint": m.endpoint,
         "Price": p.describe() if p else None,
-        "Started": m.get("started"),
+        "Started": m.started,
         "Run id": r.run_id,
     }
     return {k: str(v) for k, v in out.items() if v}

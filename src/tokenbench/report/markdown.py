@@ -10,21 +10,26 @@ from ..results import RunResult
 from .series import run_name
 
 
+def _heading(r: RunResult) -> list[str]:
+    """The run's name, what ran, where it came from and when, and its workload."""
+    m = r.manifest
+    wl = m.workload or {}
+    what = ", ".join(str(x) for x in (m.model, m.weights, m.engine, m.engine_version) if x)
+    lines = [f"<!-- tokenbench:run {r.run_id} -->", f"## {md_escape(run_name(r))}", "",
+             md_escape(f"{what}; {m.provenance or 'measured'} {m.started or ''}".strip())]
+    if wl.get("input_len"):
+        lines.append(f"workload: {wl.get('input_len')} in / {wl.get('output_len')} out tokens")
+    return lines + [""]
+
+
 def section(r: RunResult) -> str:
     m = r.manifest
     levels = [o.summary for o in r.outcomes]
-    wl = m.get("workload") or {}
-    what = ", ".join(str(x) for x in (m.get("model"), m.get("weights"), m.get("engine"),
-                                      m.get("engine_version")) if x)
-    lines = [f"<!-- tokenbench:run {r.run_id} -->", f"## {md_escape(run_name(r))}", "",
-             md_escape(f"{what}; {m.get('provenance', 'measured')} {m.get('started') or ''}".strip())]
-    if wl.get("input_len"):
-        lines.append(f"workload: {wl.get('input_len')} in / {wl.get('output_len')} out tokens")
-    lines.append("")
+    lines = _heading(r)
     serve = [s for s in levels if (s.test or "serve") == "serve" and (s.output_throughput_tps or s.ttft_ms.p50)]
     bench = [s for s in levels if s.test and s.test != "serve"]
     if serve:
-        lines.append(format_sweep_markdown(serve, m.get("currency") or "USD"))
+        lines.append(format_sweep_markdown(serve, m.currency or "USD"))
     if bench:
         rows = [[s.test or "", f"{s.depth or 0:,}",
                  f"{s.pp_tps or s.tg_tps:,.1f}" + (f" ± {(s.pp_tps_sd or s.tg_tps_sd):.1f}" if (s.pp_tps_sd or s.tg_tps_sd) else "")]

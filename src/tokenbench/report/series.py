@@ -60,11 +60,11 @@ class Plot:
 
 
 def is_predicted(r: RunResult) -> bool:
-    return r.manifest.get("provenance") == "predicted" or bool(r.manifest.get("predicted"))
+    return r.manifest.provenance == "predicted" or bool(r.manifest.predicted)
 
 
 def run_name(r: RunResult) -> str:
-    base = str(r.manifest.get("label") or r.run_id)
+    base = str(r.manifest.label or r.run_id)
     return base + (" (PREDICTED)" if is_predicted(r) else "")
 
 

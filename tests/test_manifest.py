@@ -1,0 +1,83 @@
+"""The typed manifest (issue 8): readers read attributes, the stored JSON and the JSON contract stay as they were."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenbench.cli import main
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.results import Manifest, load_result
+from tokenbench.store import Store
+
+#: What each writer stores, as it stores it (key order included): a sweep's endpoint manifest, a llama-bench
+#: import, a prediction, a cold start, a quality run, and a run stored before most of these keys existed.
+WRITTEN: list[dict[str, object]] = [
+    {"endpoint": "http://h:8000/v1", "model": "m", "engine": "vllm", "engine_version": "0.11.0",
+     "server": {"engine": "vllm", "slots": None}, "embedded": None, "label": "box", "command": "tokenbench sweep",
+     "started": "2026-01-01T00:00:00+00:00", "finished": None, "tokenizer": "server /tokenize",
+     "check_request": {"ttft_ms": 1.0}, "server_flags": None, "workload": {"input_len": 24, "output_len": 6},
+     "request_fields": {"ignore_eos": True}, "load": {"levels": ["concurrency 1"], "workers": {"workers": 1}},
+     "price_per_hour": 2, "currency": "EUR", "slo": None, "seed": 7, "machine": {"cpu_count_logical": 2},
+     "guard": "warn", "guard_before_run": {"clean": True, "checks": []}, "process": {"pid": 1}},
+    {"model": "gpt-oss", "model_file": "x.gguf", "engine": "llama.cpp vulkan", "engine_version": "abc",
+     "gpu": "RTX", "cpu": "EPYC", "weights": None, "kv": "f16", "n_gpu_layers": 99, "tool": "llama-bench",
+     "provenance": "imported", "imported_from": "/tmp/x.json", "format": "llama-bench", "label": "lb"},
+    {"model": "gpt-oss-20b", "weights": "MXFP4", "kv": "FP8", "engine": "vllm", "hardware": "h100",
+     "predicted": True, "backend": "cuda", "calibration": "fitted", "calibrated": True, "workload": {},
+     "label": None},
+    {"command": "tokenbench coldstart", "server_command": "srv --port 1", "endpoint": "http://h/v1",
+     "model": "emitter", "boots": [{"n": 1, "healthy_s": 0.5}], "label": None},
+    {"endpoint": "http://h/v1", "template_tokens": 9, "seed": 1, "summary": {"niah": {"items": 2}}},
+    {"endpoint": "http://old/v1", "model": "m", "started": "2025"},
+]
+
+
+def test_every_written_manifest_reads_back_and_writes_the_same_json() -> None:
+    for d in WRITTEN:
+        m = Manifest.from_dict(d)
+        assert json.dumps(m.to_dict()) == json.dumps(d)  # the same keys, values and order: byte for byte
+    sweep = Manifest.from_dict(WRITTEN[0])
+    assert (sweep.engine, sweep.seed, sweep.price_per_hour, sweep.currency) == ("vllm", 7, 2, "EUR")
+    assert sweep.load == {"levels": ["concurrency 1"], "workers": {"workers": 1}} and sweep.guard == "warn"
+    assert sweep.extra["process"] == {"pid": 1} and "check_request" in sweep.extra  # unknown keys kept whole
+    imported = Manifest.from_dict(WRITTEN[1])
+    assert (imported.gpu, imported.tool, imported.weights, imported.extra["n_gpu_layers"]) == \
+        ("RTX", "llama-bench", None, 99)
+    assert Manifest.from_dict(WRITTEN[3]).boots == [{"n": 1, "healthy_s": 0.5}]
+
+
+def test_an_older_or_foreign_manifest_is_read_never_a_crash() -> None:
+    old = Manifest.from_dict({"model": "m"})
+    assert old.engine is None and old.workload is None and old.to_dict() == {"model": "m"}  # nothing added
+    # another version's store: a value of another type is never read as the typed attribute, and kept whole
+    odd = {"seed": "seven", "price_per_hour": "cheap", "predicted": 1, "machine": "big", "workload": None,
+           "calibrated": "yes", "started": 2026}
+    m = Manifest.from_dict(odd)
+    assert (m.seed, m.price_per_hour, m.predicted, m.machine, m.workload, m.calibrated, m.started) == \
+        (None,) * 7
+    assert json.dumps(m.to_dict()) == json.dumps(odd)
+    assert Manifest.from_dict({"seed": True}).seed is None  # a bool is not a number here
+    assert Manifest.from_dict({"price_per_hour": 1.5}).price_per_hour == 1.5
+    # an attribute set after reading is written after the keys read
+    m = Manifest.from_dict({"model": "m"})
+    m.label = "box"
+    assert m.to_dict() == {"model": "m", "label": "box"}
+
+
+def test_a_sweeps_manifest_is_stored_and_written_unchanged(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """The stored manifest, sweep --json's and show --json's are the same object: the typed manifest changes
+    neither the database nor the JSON contract."""
+    db, out, shown = tmp_path / "r.db", tmp_path / "s.json", tmp_path / "show.json"
+    assert main(["sweep", "--url", emitter.url, "--concurrency", "1", "--requests", "2", "--input-len", "16",
+                 "--output-len", "4", "--guard", "off", "--price-per-hour", "3", "--label", "box",
+                 "--json", str(out), "--db", str(db), "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    row = Store(db, readonly=True).resolve(doc["run_id"])
+    stored = dict(row.manifest, provenance=row.provenance)
+    assert doc["manifest"] == stored and list(doc["manifest"]) == list(row.manifest) + ["provenance"]
+    assert main(["show", doc["run_id"], "--json", str(shown), "--db", str(db)]) == 0
+    assert json.loads(shown.read_text())["manifest"] == doc["manifest"]
+    res = load_result(Store(db, readonly=True), doc["run_id"])
+    assert (res.manifest.label, res.manifest.price_per_hour, res.manifest.endpoint) == ("box", 3, emitter.url)
+    assert res.manifest.provenance == "measured" and res.manifest.extra["check_request"]["output_tokens"] >= 1
