@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokenbench.metrics import percentile
+
 import peers  # benchmarks/peers.py, beside this file (a script's directory is on its path)
 
 TTFT_S = 0.050
@@ -199,10 +201,7 @@ def _run_tool(tool: Tool, job: dict[str, Any], emitter_pid: int) -> dict[str, An
 
 
 def _pct(vals: list[float], q: float) -> float:
-    s = sorted(vals)
-    pos = (len(s) - 1) * q / 100
-    lo = int(pos)
-    return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (pos - lo)
+    return percentile(sorted(vals), q)  # tokenbench's one definition (linear, as numpy and vLLM)
 
 
 def _summary(reps: list[dict[str, Any]]) -> dict[str, Any]:

@@ -354,9 +354,8 @@ class StreamDecoder:
         self._general = True
         for ev in self._parser.feed(data):
             self._event(ev.data, now)
-        if self.overflowed and self._refused is None:
-            record.malformed_events += 1
-            self._refused = WireError("malformed_event", f"an event over {MAX_EVENT_BYTES >> 20} MiB")
+        if self.overflowed:
+            self._refuse_oversized()
 
     def replay(self, reads: list[bytes], stamps: list[int]) -> None:
         if not reads:

@@ -253,13 +253,11 @@ class LoadWorker:
         return WorkerReport(rest, start, end, client, reasons, error)
 
     async def guard(self, mode: str, config: Any) -> dict[str, Any] | None:
-        """This machine's guard snapshot (the driver asks one worker per machine)."""
-        if mode == "off":
-            return None
+        """This machine's guard snapshot (the driver asks one worker per machine). A dirty node marks the level
+        (findings: dirty_bench); it is recorded as warn mode does, never refused here."""
         from . import guard
 
-        env = guard.GuardEnv(config=config or guard.load_config(), target_pids=set())
-        return await asyncio.to_thread(guard.snapshot, env)
+        return await guard.snapshot_before("off" if mode == "off" else "warn", config, set(), "on this node")
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():
