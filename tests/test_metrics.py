@@ -121,6 +121,26 @@ def test_e2e_latency_is_split_by_success_and_error() -> None:
     assert LevelSummary.from_dict(old).e2e_failed_ms is None
 
 
+def test_ttft_itl_and_ttfb_are_split_by_success_and_error_too() -> None:
+    """A stream that dies mid-way had a first token and gaps between its chunks: they go to the error split,
+    never into the successes' ttft_ms and itl_ms (issue 8); an HTTP error's body is a first byte of a failure."""
+    ok = rec(0, 0, [100, 200], out=2)
+    died = rec(1, 0, [40, 90, 5_090], out=0, error_kind="disconnect", error="server closed the stream")
+    refused = rec(2, 0, [], out=0, error_kind="http_503", error="busy", end_ns=7 * MS, first_byte_ns=6 * MS)
+    s = assessed([ok, died, refused], concurrency=3)
+    assert (s.ttft_ms.n, s.ttft_ms.max, s.itl_ms.n, s.itl_ms.max) == (1, 100.0, 1, 100.0)  # successes only
+    assert s.ttft_failed_ms is not None and (s.ttft_failed_ms.n, s.ttft_failed_ms.p50) == (1, 40.0)
+    assert s.itl_failed_ms is not None and (s.itl_failed_ms.n, s.itl_failed_ms.min, s.itl_failed_ms.max) == \
+        (2, 50.0, 5_000.0)
+    assert s.ttfb_failed_ms is not None and (s.ttfb_failed_ms.n, s.ttfb_failed_ms.min) == (2, 6.0)
+    d = s.to_dict()
+    back = LevelSummary.from_dict(d)
+    assert (back.ttft_failed_ms, back.itl_failed_ms, back.ttfb_failed_ms) == \
+        (s.ttft_failed_ms, s.itl_failed_ms, s.ttfb_failed_ms)
+    assert all(d[k]["n"] == 0 for k in ("ttft_failed_ms", "itl_failed_ms", "ttfb_failed_ms")
+               for d in [assessed([ok]).to_dict()])
+
+
 def test_warmup_not_counted() -> None:
     w = rec(0, 0, [5000], out=1, phase="warmup")
     m = rec(1, 0, [100, 200], out=2)

@@ -188,10 +188,15 @@ class LevelSummary:
     achieved_concurrency: float | None = None
     send_delay_ms: Distribution | None = None  # open loop: actual - scheduled send time
     send_queue_ms: Distribution | None = None  # request on the socket - request started: the client's own wait
-    #: the error split of E2E latency: request sent -> failure (its last byte, or the client giving up), over
-    #: the failed requests; ``e2e_ms`` is the success split. None for a level not measured here (an import,
-    #: a prediction, a run stored before the split)
+    #: the error split of each latency, over the failed requests (``ttft_ms``, ``itl_ms``, ``e2e_ms`` and
+    #: ``ttfb_ms`` are the success split): request sent -> failure (its last byte, or the client giving up);
+    #: the first token and the gaps between chunks of a stream that then failed (a server that dies mid-stream,
+    #: a stall); the first byte of an answer that failed (an HTTP error's body, a stream's error event). None
+    #: for a level not measured here (an import, a prediction, a run stored before the split)
     e2e_failed_ms: Distribution | None = None
+    ttft_failed_ms: Distribution | None = None
+    itl_failed_ms: Distribution | None = None
+    ttfb_failed_ms: Distribution | None = None
     goodput_rps: float | None = None
     slo: str | None = None
     slo_met: bool | None = None
@@ -289,7 +294,7 @@ class LevelSummary:
     def from_dict(cls, d: dict[str, Any]) -> LevelSummary:
         d = dict(d)
         for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms",
-                  "send_queue_ms", "e2e_failed_ms"):
+                  "send_queue_ms", *FAILED_SPLITS):
             if isinstance(d.get(k), dict):
                 d[k] = Distribution(**d[k])
         # runs stored before findings have flags and warnings only: they load with no findings
@@ -324,7 +329,8 @@ def _ends(records: list[RequestRecord]) -> list[int]:
 
 
 def _latencies(ok: list[RequestRecord]) -> tuple[Distribution, ...]:
-    """TTFT, TPOT, ITL, E2E, TTFB and time to first answer of the successful requests, in that order."""
+    """TTFT, TPOT, ITL, E2E, TTFB and time to first answer of the requests (the successful ones, or the failed
+    ones for the error split), in that order."""
     return (
         Distribution.of([r.ttft_ns / NS_PER_MS for r in ok if r.ttft_ns is not None]),
         Distribution.of([v for r in ok if (v := request_tpot_ms(r)) is not None]),
@@ -335,9 +341,14 @@ def _latencies(ok: list[RequestRecord]) -> tuple[Distribution, ...]:
     )
 
 
-def _failure_times(failed: list[RequestRecord]) -> Distribution:
-    """E2E latency's error split: how long each failed request took to fail, in milliseconds."""
-    return Distribution.of([r.e2e_ns / NS_PER_MS for r in failed if r.e2e_ns is not None])
+#: The latencies with an error split, as ``LevelSummary`` names them.
+FAILED_SPLITS = ("e2e_failed_ms", "ttft_failed_ms", "itl_failed_ms", "ttfb_failed_ms")
+
+
+def _failure_split(summary: LevelSummary, failed: list[RequestRecord]) -> None:
+    """Each latency's error split: the same definitions as the success split, over the failed requests."""
+    ttft, _tpot, itl, e2e, ttfb, _ttfa = _latencies(failed)
+    summary.e2e_failed_ms, summary.ttft_failed_ms, summary.itl_failed_ms, summary.ttfb_failed_ms = e2e, ttft, itl, ttfb
 
 
 def _achieved_concurrency(measured: list[RequestRecord], start_ns: int, end_ns: int) -> float | None:
@@ -426,7 +437,6 @@ def summarize(
         output_tokens_mean=_mean(out_tokens),
         output_tokens_source=_source(ok, "output_tokens_source"),
         ttft_ms=ttft, tpot_ms=tpot, itl_ms=itl, e2e_ms=e2e, ttfb_ms=ttfb, time_to_first_answer_ms=ttfa,
-        e2e_failed_ms=_failure_times(failed),
         flags=[],
         total_input_tokens=sum(in_tokens),
         total_output_tokens=sum(out_tokens),
@@ -436,6 +446,7 @@ def summarize(
         input_tokens_source=_source(ok, "input_tokens_source"),
         tokens_per_chunk_mean=sum(out_tokens) / chunks if chunks else None,
     )
+    _failure_split(summary, failed)
     _reasoning(summary, ok)
     summary.achieved_concurrency = _achieved_concurrency(measured, window_start_ns, end)
     summary.prefill_tps = _prefill_tps(summary, ok)
