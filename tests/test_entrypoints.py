@@ -83,6 +83,7 @@ def test_run_log_closes_a_run_once_with_the_state_its_end_gives(tmp_path: Path) 
     import asyncio
 
     from tokenbench.endpoint import RunLog
+    from tokenbench.results import Manifest
     from tokenbench.errors import EndpointError
 
     store = Store(tmp_path / "r.db")
@@ -91,19 +92,23 @@ def test_run_log_closes_a_run_once_with_the_state_its_end_gives(tmp_path: Path) 
              (ValueError("bug"), False, "failed", "crashed: ValueError: bug")]
     for i, (exc, done, status, error) in enumerate(cases):
         log = RunLog(store, f"run-{i}", "sweep", "box")
-        log.create({"started": "2026-01-01T00:00:00+00:00", "finished": None})
-        log.abort(exc, done)
+        log.create(Manifest(started="2026-01-01T00:00:00+00:00"))
+        stop = log.abort(exc, done)
         row = store.resolve(f"run-{i}")
         assert (row.status, row.error) == (status, error)
         assert row.manifest["finished"] is not None
-        # a user-facing error names its run in a typed attribute (no setattr); a bug, in a note on its traceback;
-        # an interrupt is named by the command that started the run (the sweep's reporter holds its id)
+        # a user-facing error carries its run in typed attributes (no setattr); a bug, in a note on its
+        # traceback; an interrupt is answered with a RunInterrupted carrying the run, raised in its place
         if isinstance(exc, EndpointError):
-            assert exc.run_id == f"run-{i}"
+            assert stop is None and exc.run_id == f"run-{i}" and exc.result is not None
+            assert (exc.result.run_id, exc.result.status) == (f"run-{i}", "partial")
         elif isinstance(exc, ValueError):
-            assert exc.__notes__ == [f"run run-{i} was closed as failed"]
+            assert stop is None and exc.__notes__ == [f"run run-{i} was closed as failed"]
+        else:
+            assert stop is not None and stop.run_id == f"run-{i}" and stop.exit_code == 130
+            assert stop.result is not None and stop.result.status == "interrupted"
     never = RunLog(store, "never", "sweep", None)
-    never.abort(KeyboardInterrupt(), False)  # not created: nothing to close, no run named on the interrupt
+    assert never.abort(KeyboardInterrupt(), False) is None  # not created: nothing to close, the interrupt stays
     early = EndpointError("refused before the run was stored")
     never.abort(early, False)
     assert early.run_id is None and len(store.runs()) == 3

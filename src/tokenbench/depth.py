@@ -34,7 +34,7 @@ from .guard import snapshot_before
 from .loadgen import Level
 from .metrics import NS_PER_S, LevelSummary
 from .records import RequestRecord
-from .results import LevelOutcome, Manifest, RunResult, new_run_id, now_iso
+from .results import LevelOutcome, RunResult, new_run_id, now_iso
 from .servers import root_url
 from .store import Store
 from .telemetry import LevelTelemetry
@@ -274,10 +274,11 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Note | None = None) ->
         run = _DepthRun(cfg, store, log.run_id, ep, client, builder, fits, first_snap, note)
         try:
             await run.run()
-        except BaseException as e:
-            log.abort(e, any(o.status == "complete" for o in run.outcomes))
+        except BaseException as e:  # the run is closed, its levels kept; an interrupt becomes RunInterrupted
+            if (stop := log.abort(e, any(o.status == "complete" for o in run.outcomes))) is not None:
+                raise stop from None
             raise
         status = "complete" if len(fits) == len(cfg.depths) else "partial"
         error = None if status == "complete" else "some depths do not fit the server's context: see the skipped levels"
         log.finish(status, error)
-        return RunResult(log.run_id, Manifest.from_dict(manifest), run.outcomes, status, error, kind="depth")
+        return RunResult(log.run_id, manifest, run.outcomes, status, error, kind="depth")

@@ -18,8 +18,8 @@ import aiohttp
 from . import __version__, machine
 from .adapters import Adapter
 from .client import Api, StreamClient
-from .errors import TokenbenchError, UsageError
-from .results import now_iso
+from .errors import RunInterrupted, TokenbenchError, UsageError
+from .results import Manifest, RunResult, load_result, now_iso
 from .servers import ServerInfo, ServerTokenizer, check_model, discover
 from .store import Store
 from .workload import LocalTokenizer, Tokenizer
@@ -93,9 +93,10 @@ class Endpoint:
                              counter=self.counter, **kw)
 
     def manifest(self, embedded: dict[str, Any] | None, label: str | None, command: str,
-                 **fields: Any) -> dict[str, Any]:
-        """The provenance every run carries (DESIGN.md), then the run's own ``fields``."""
-        return {
+                 **fields: Any) -> Manifest:
+        """The provenance every run carries (DESIGN.md), then the run's own ``fields``: typed from here on (a
+        field ``Manifest`` does not name, such as a sweep's ``check_request``, is kept in its ``extra``)."""
+        return Manifest.from_dict({
             "endpoint": self.url,
             "model": self.model,
             "engine": self.info.engine,
@@ -109,7 +110,7 @@ class Endpoint:
             "tokenizer": self.tokenizer.description,
             **fields,
             "machine": machine.snapshot(),
-        }
+        })
 
 
 @dataclass(slots=True)
@@ -120,33 +121,52 @@ class RunLog:
     run_id: str
     kind: str
     label: str | None
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest = field(default_factory=Manifest)
     opened: bool = False
 
-    def create(self, manifest: dict[str, Any]) -> None:
+    def create(self, manifest: Manifest) -> None:
+        """Store the run, its manifest as the JSON the store keeps (the store's boundary takes plain JSON)."""
         self.manifest = manifest
-        self.store.create_run(self.run_id, self.kind, self.label, str(manifest["started"]), __version__, manifest)
+        manifest.started = manifest.started or now_iso()
+        self.store.create_run(self.run_id, self.kind, self.label, manifest.started, __version__, manifest.to_dict())
         self.opened = True
 
     def finish(self, status: str, error: str | None = None) -> None:
-        self.manifest["finished"] = now_iso()
-        self.store.update_manifest(self.run_id, self.manifest)
-        self.store.finish_run(self.run_id, status, str(self.manifest["finished"]), error)
+        self.manifest.finished = finished = now_iso()
+        self.store.update_manifest(self.run_id, self.manifest.to_dict())
+        self.store.finish_run(self.run_id, status, finished, error)
 
-    def abort(self, e: BaseException, done: bool) -> None:
+    def abort(self, e: BaseException, done: bool) -> RunInterrupted | None:
         """Close the run ``e`` ends, if it was created: interrupted by the user, else partial (``done``: some of it
-        finished) or failed; and tie the run to ``e`` for the CLI: a ``TokenbenchError`` carries it in its typed
-        ``run_id``. An interrupt is told by the command that started the run (it holds the run id, e.g. the
-        sweep's reporter); a bug carries the run id in a note on its traceback."""
+        finished) or failed; and tie the run to ``e`` for the CLI. A ``TokenbenchError`` carries it (its typed
+        ``run_id`` and ``result``); an interrupt (KeyboardInterrupt, or asyncio's cancellation of the run on
+        SIGINT) is answered with a ``RunInterrupted`` carrying it, which the runner raises in its place:
+
+            except BaseException as e:
+                if (stop := log.abort(e, done)) is not None:
+                    raise stop from None
+                raise
+
+        A bug carries the run id in a note on its traceback. None: raise ``e`` itself."""
         if not self.opened:
-            return
-        if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)):
+            return None
+        interrupt = isinstance(e, (KeyboardInterrupt, asyncio.CancelledError))
+        if interrupt:
             status, error = "interrupted", "interrupted by the user"
         else:
             status = "partial" if done else "failed"
             error = str(e) if isinstance(e, TokenbenchError) else f"crashed: {type(e).__name__}: {e}"[:500]
         self.finish(status, error)
+        if interrupt:
+            stop = RunInterrupted(f"interrupted: run {self.run_id} keeps what it finished, marked interrupted")
+            stop.run_id, stop.result = self.run_id, self.result()
+            return stop
         if isinstance(e, TokenbenchError):
-            e.run_id = self.run_id
+            e.run_id, e.result = self.run_id, self.result()
         elif isinstance(e, Exception):
             e.add_note(f"run {self.run_id} was closed as {status}")
+        return None
+
+    def result(self) -> RunResult:
+        """The run as stored, read back as every reader reads it."""
+        return load_result(self.store, self.run_id)

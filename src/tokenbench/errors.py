@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .results import RunResult
+
 
 class TokenbenchError(Exception):
-    """Base: the CLI prints ``str(err)`` on one line and exits non-zero. ``run_id``: the stored run this error
-    ended, set by ``endpoint.RunLog.abort`` once the run is closed as partial or failed, so the CLI shows and
-    writes that run and no other (None: the error came before a run was stored)."""
+    """Base: the CLI prints ``str(err)`` on one line and exits non-zero. ``run_id`` and ``result``: the stored run
+    this error ended and that run as ``results.load_result`` reads it back (its finished levels or items, its
+    final state), set by ``endpoint.RunLog.abort`` once the run is closed, so the CLI shows and writes that run
+    and no other (None: the error came before a run was stored)."""
 
     exit_code = 2
     run_id: str | None = None
+    result: RunResult | None = None
 
 
 class UsageError(TokenbenchError):
@@ -32,3 +39,11 @@ class LevelFailed(TokenbenchError):
     """A level produced results that must not be published (e.g. the server truncated prompts)."""
 
     exit_code = 5
+
+
+class RunInterrupted(TokenbenchError):
+    """The user stopped a stored run (Ctrl-C, SIGTERM, SIGHUP): raised by the runner in the interrupt's place once
+    the run is closed as interrupted, carrying it (``run_id``, ``result``). An interrupt before any run was stored
+    stays a KeyboardInterrupt."""
+
+    exit_code = 130

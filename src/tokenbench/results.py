@@ -15,6 +15,7 @@ from .loadgen import Level
 from . import findings
 from .cost import level_cost, run_price
 from .metrics import LevelSummary, coefficient_of_variation
+from .quality.items import Item
 from .store import Store
 
 
@@ -135,6 +136,7 @@ class RunResult:
     error: str | None = None
     kind: str = "sweep"
     legacy: dict[str, Any] = field(default_factory=dict)
+    items: list[Item] = field(default_factory=list)  # a quality run's evaluated items (it has no levels)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON result contract of DESIGN.md (the one writer every ``--json`` of a result goes through)."""
@@ -155,6 +157,9 @@ class RunResult:
             "manifest": self.manifest.to_dict(),
             "levels": levels,
         }
+        if self.kind == "quality":  # every item, its prompt left out (it can be long; its key pairs it)
+            doc["items"] = [{k: v for k, v in it.to_row().items() if k not in ("prompt", "detail")}
+                            | {"detail": it.detail} for it in self.items]
         return {**doc, **{k: v for k, v in self.legacy.items() if k not in doc}}
 
 
@@ -226,4 +231,5 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
         level = Level(concurrency=reps[0].concurrency, rate=reps[0].rate)
         combined = combine_repetitions(reps, run_price(manifest), manifest.currency)
         outcomes.append(LevelOutcome(idx, level, combined, status, reps))
-    return RunResult(row.id, manifest, outcomes, row.status, row.error, kind=row.kind)
+    quality_items = [Item.from_row(r) for r in store.quality_items(row.id)] if row.kind == "quality" else []
+    return RunResult(row.id, manifest, outcomes, row.status, row.error, kind=row.kind, items=quality_items)

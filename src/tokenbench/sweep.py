@@ -82,8 +82,6 @@ class SweepConfig:
 
 
 class Reporter(Protocol):
-    run_id: str | None  # set once the run is stored: the one run an interrupt may show
-
     def level_start(self, description: str, total: int | None, duration_s: float | None) -> None: ...
     def request_done(self, record: RequestRecord) -> None: ...
     def level_end(self, summary: LevelSummary) -> None: ...
@@ -92,8 +90,6 @@ class Reporter(Protocol):
 
 
 class QuietReporter:
-    run_id: str | None = None
-
     def level_start(self, description: str, total: int | None, duration_s: float | None) -> None:
         pass
 
@@ -184,7 +180,7 @@ async def _preflight(client: StreamClient, builder: PromptBuilder, fields: dict[
 
 
 def _manifest(cfg: SweepConfig, ep: Endpoint, workload: Workload, probe: RequestRecord, extras: dict[str, Any],
-              seed: int, pool: WorkerPool | None) -> dict[str, Any]:
+              seed: int, pool: WorkerPool | None) -> Manifest:
     return ep.manifest(
         cfg.embedded, cfg.label, cfg.command,
         # the one uncounted request before any level: the server counts it in its own metrics
@@ -293,24 +289,25 @@ async def run_sweep(
         pool = await _start_workers(cfg, client, ep.counter.path if ep.counter is not None else None, rep)
         workload = Workload(cfg.input_len, cfg.output_len, cfg.shape, cfg.api, cfg.prefix_len, seed)
         manifest = _manifest(cfg, ep, workload, probe, extras, seed, pool)
-        manifest["guard"] = cfg.guard
+        manifest.guard = cfg.guard
         # strict: refuse before anything is stored
-        manifest["guard_before_run"] = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids,
+        manifest.guard_before_run = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids,
                                                              "before the run")
         log.create(manifest)
-        rep.run_id = log.run_id
         sweep = _Sweep(cfg, store, log.run_id, ep, client, _Prompts(builder, workload, {}), rep, seed, alive, pool)
         try:
             await sweep.run()
         except BaseException as e:  # an interrupt, a user-facing error or a bug: the run is closed, its levels kept
-            log.abort(e, any(o.status == "complete" for o in sweep.outcomes))
+            # an interrupt is raised as RunInterrupted, carrying the run (asyncio.run passes it through as it is)
+            if (stop := log.abort(e, any(o.status == "complete" for o in sweep.outcomes))) is not None:
+                raise stop from None
             raise
         finally:
             if pool is not None:
                 await pool.close()
         status, error = sweep.verdict()
         log.finish(status, error)
-        return RunResult(log.run_id, Manifest.from_dict(manifest), sweep.outcomes, status, error)
+        return RunResult(log.run_id, manifest, sweep.outcomes, status, error)
 
 
 async def _start_workers(cfg: SweepConfig, client: StreamClient, counter_path: str | None,

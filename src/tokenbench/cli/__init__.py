@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from .. import redact
-from ..errors import TokenbenchError
+from ..errors import RunInterrupted, TokenbenchError
 from .analysis import cmd_compare, cmd_cost, cmd_import, cmd_recommend, cmd_report
 from .measure import cmd_coldstart, cmd_depth, cmd_engines, cmd_guard, cmd_runs, cmd_show, cmd_sweep
 from .parser import build_parser
@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _terminate_as_interrupt():
             return int(handlers[a.command]())
+    except RunInterrupted as e:  # a stored run the user stopped, closed as interrupted (the command showed it)
+        print(f"tokenbench: {e}", file=sys.stderr)
+        return e.exit_code
     except TokenbenchError as e:
         # One line, never wrapped: scripts and people grep it.
         first, *rest = str(e).splitlines() or [""]
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         if rest:  # e.g. an engine's log tail, after the one line
             print("\n".join(rest), file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:  # commands that keep no partial result themselves (the run, if any, is closed)
+    except KeyboardInterrupt:  # before any run was stored, or in a command that stores none
         print("tokenbench: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # a bug in tokenbench: one line, the run (if any) already closed; the trace on request

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from typing import TYPE_CHECKING, Any
 from .. import redact
 from ..cost import DEFAULT_CURRENCY
-from ..errors import LevelFailed, TokenbenchError, UsageError
+from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
 from ..metrics import SLO, LevelSummary
 from ..output import describe_run, format_sweep_markdown, print_sweep, print_table
 from ..records import RequestRecord
@@ -38,7 +38,6 @@ class RichReporter:
     def __init__(self, console: Console, enabled: bool) -> None:
         self.console = console
         self.enabled = enabled
-        self.run_id: str | None = None
         self.live = console.is_terminal
         self.progress: Progress | None = None
         self.task: Any = None
@@ -231,25 +230,21 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             res = asyncio.run(run_sweep(cfg, store, reporter, alive=alive))
         finally:
             reporter.close()
-    except KeyboardInterrupt:
+    except RunInterrupted as e:  # this sweep's run, never another's, as the runner closed it
         reporter.close()
-        rid = reporter.run_id  # this sweep's run, never another's (none if it was stopped before storing one)
-        if rid:
-            res = load_result(store, rid)
-            _print_result(console, res, a.format, store.path)
+        if e.result is not None:
+            _print_result(console, e.result, a.format, store.path)
             if a.json:
-                write_json(a.json, res)
+                write_json(a.json, e.result)
         err.print("interrupted: the finished levels are saved; the level in progress is kept, marked interrupted",
                   markup=False, highlight=False)
         return 130
     except TokenbenchError as e:
-        rid = e.run_id
-        if rid:
-            res = load_result(store, rid)
-            if res.outcomes:
-                _print_result(console, res, a.format, store.path)
+        if e.result is not None:
+            if e.result.outcomes:
+                _print_result(console, e.result, a.format, store.path)
             if a.json:
-                write_json(a.json, res)
+                write_json(a.json, e.result)
         raise
     finally:
         if engine is not None:
@@ -310,12 +305,13 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     if a.guard is not None:
         return _show_guard(a, console, res)
     if res.kind == "quality":
-        from ..quality.parity import load_items
         from .quality import print_quality_run
 
-        print_quality_run(console, res.manifest.summary or {}, load_items(store, res.run_id), a.format)
+        print_quality_run(console, res.manifest.summary or {}, res.items, a.format)
         console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False,
                       highlight=False)
+        if a.json:
+            write_json(a.json, res)
         return 0
     if res.kind == "predict":
         m = res.manifest
@@ -464,10 +460,12 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             engine.configure(cfg)
             cfg.label = cfg.label or f"embedded-{a.engine}"
         res = asyncio.run(run_depth(cfg, store, note))
-    except TokenbenchError as e:
-        rid = e.run_id
-        if rid and a.json:
-            write_json(a.json, load_result(store, rid))
+    except TokenbenchError as e:  # an interrupt or an error after the run was stored: the depths it finished
+        if e.result is not None:
+            if e.result.outcomes:
+                print_table(console, *depth_rows(e.result), a.format)
+            if a.json:
+                write_json(a.json, e.result)
         raise
     finally:
         if engine is not None:

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from .. import redact
 from ..errors import LevelFailed, TokenbenchError, UsageError
-from ..results import Manifest
+from ..results import Manifest, RunResult
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import check_output, emit_json, int_list, json_object, notifier, seconds, tokens
@@ -144,28 +144,25 @@ def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: C
     try:
         with _Embedded(a, cfg, err):
             res = run_quality(cfg, store, notifier(err))
-    except TokenbenchError as e:
-        rid = e.run_id
-        if rid:
-            err.print(f"run {rid} kept what it finished ({type(e).__name__})", markup=False, highlight=False)
+    except TokenbenchError as e:  # an interrupt or an error after the run was stored: what it finished, shown
+        if e.result is not None:
+            _print_run(console, e.result, store, a.format)
+            if a.json:
+                emit_json(a.json, e.result.to_json())
         raise
-    print_quality_run(console, Manifest.from_dict(res.manifest).summary or {}, res.items, a.format)
-    console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False)
+    _print_run(console, res, store, a.format)
     if a.json:
-        emit_json(a.json, run_json(res))
+        emit_json(a.json, res.to_json())
     if res.status != "complete":
         print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
         return LevelFailed.exit_code
     return 0
 
 
-def run_json(res: Any) -> dict[str, Any]:
-    from .. import __version__
-
-    return {"tool": "tokenbench", "version": __version__, "run_id": res.run_id, "kind": "quality",
-            "status": res.status, "error": res.error, "manifest": res.manifest,
-            "items": [{k: v for k, v in it.to_row().items() if k not in ("prompt", "detail")}
-                      | {"detail": it.detail} for it in res.items]}
+def _print_run(console: Console, res: RunResult, store: Store, fmt: str) -> None:
+    print_quality_run(console, res.manifest.summary or {}, res.items, fmt)
+    console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False,
+                  highlight=False)
 
 
 def _s(ms: float | None) -> str:
@@ -274,7 +271,7 @@ def _knob(a: argparse.Namespace, argv: list[str], console: Console, err: Console
     console.print(text, markup=False, highlight=False, soft_wrap=True)
     console.print(f"run {res.run_id} (quality, knob) saved in {store.path}", style="dim", markup=False)
     if a.json:
-        doc = run_json(res)
+        doc = res.to_json()
         doc["knob"] = {"param": name, "values": values, "effects": [e.to_dict() for e in fx], "finding": text}
         emit_json(a.json, doc)
     return 0

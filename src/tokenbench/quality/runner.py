@@ -17,9 +17,9 @@ import aiohttp
 from .. import redact
 from ..client import Api, PreparedRequest
 from ..endpoint import Endpoint, RunLog
-from ..errors import EndpointError, TokenbenchError
+from ..errors import EndpointError, RunInterrupted, TokenbenchError
 from ..records import RequestRecord
-from ..results import new_run_id
+from ..results import Manifest, RunResult, new_run_id
 from ..store import Store
 from . import agreement, haystack
 from .knob import knob_task, nest
@@ -51,15 +51,6 @@ class QualityConfig:
     limit: int | None = None  # harness tasks: items per task
     command: str = ""
     embedded: dict[str, Any] | None = None
-
-
-@dataclass(slots=True)
-class QualityResult:
-    run_id: str
-    status: str
-    manifest: dict[str, Any]
-    items: list[Item]
-    error: str | None = None
 
 
 def outcome(rec: RequestRecord) -> Status | None:
@@ -179,7 +170,7 @@ async def run_prompts(s: Session, task: str, texts: list[str], save: Callable[[I
 
 # --- a run --------------------------------------------------------------------------------------------------
 
-def _manifest(cfg: QualityConfig, s: Session, kind_extra: dict[str, Any]) -> dict[str, Any]:
+def _manifest(cfg: QualityConfig, s: Session, kind_extra: dict[str, Any]) -> Manifest:
     return s.ep.manifest(
         cfg.embedded, cfg.label, cfg.command, template_tokens=s.template_tokens, seed=cfg.seed,
         workload={"tasks": cfg.tasks, "api": cfg.api, "contexts": cfg.contexts, "depths": cfg.depths,
@@ -221,29 +212,32 @@ class Recorder:
         return self.log.run_id
 
     @property
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> Manifest:
         return self.log.manifest
 
-    def open(self, manifest: dict[str, Any]) -> None:
+    def open(self, manifest: Manifest) -> None:
         self.log.create(manifest)
 
     def save(self, it: Item) -> None:
         self.items.append(it)
         self.store.save_quality_items(self.run_id, [it.to_row()])
 
-    def fail(self, e: BaseException) -> None:
+    def fail(self, e: BaseException) -> RunInterrupted | None:
         """Close the run an exception ends, if it was opened, and tie the run to the exception for the CLI: an
-        interrupt reads 'interrupted', anything else 'partial' (some items stored) or 'failed'."""
-        self.manifest["summary"] = task_summary(self.items)
-        self.log.abort(e, bool(self.items))
+        interrupt reads 'interrupted' (and is answered with the RunInterrupted to raise in its place), anything
+        else 'partial' (some items stored) or 'failed' (``endpoint.RunLog.abort``)."""
+        self.manifest.summary = task_summary(self.items)
+        return self.log.abort(e, bool(self.items))
 
-    def close(self, status: str, error: str | None = None) -> QualityResult:
-        self.manifest["summary"] = task_summary(self.items)
+    def close(self, status: str, error: str | None = None) -> RunResult:
+        """The run's final state; the result every command returns, of kind quality: its items, no levels."""
+        self.manifest.summary = task_summary(self.items)
         self.log.finish(status, error)
-        return QualityResult(self.run_id, status, self.manifest, self.items, error)
+        return RunResult(self.run_id, self.manifest, [], status, error, kind="quality",
+                         items=list(self.items))
 
 
-def run_quality(cfg: QualityConfig, store: Store, note: Note = lambda t: None) -> QualityResult:
+def run_quality(cfg: QualityConfig, store: Store, note: Note = lambda t: None) -> RunResult:
     """Run ``cfg.tasks`` (built-in and harness tasks) against ``cfg.url`` and store them as one run."""
     from . import harness
 
@@ -252,7 +246,8 @@ def run_quality(cfg: QualityConfig, store: Store, note: Note = lambda t: None) -
         harness.check_tasks(harness_tasks)  # unknown tasks or no lm-eval: refused before anything runs
     rec = Recorder(store, cfg.label)
 
-    async def builtin() -> None:
+    async def builtin() -> str:
+        """The built-in tasks; the model the endpoint serves (the harness tasks then name it)."""
         async with aiohttp.ClientSession() as http:
             s = await Session.open(cfg, http, note)
             rec.open(_manifest(cfg, s, {}))
@@ -264,20 +259,22 @@ def run_quality(cfg: QualityConfig, store: Store, note: Note = lambda t: None) -
                                              rec.save)
                     note(f"agreement: {len(done)} greedy outputs stored; compare two runs with "
                          "'tokenbench quality compare A B'")
-            rec.manifest["model"] = s.model
+            rec.manifest.model = s.model
+            return s.model
 
     try:
-        asyncio.run(builtin())
+        model = asyncio.run(builtin())
         errors = []
         for task in harness_tasks:
             try:
-                for it in harness.evaluate(task, cfg, rec.manifest["model"], note):
+                for it in harness.evaluate(task, cfg, model, note):
                     rec.save(it)
             except TokenbenchError as e:  # this task could not run (its data is not here): the others still do
                 errors.append(str(e))
                 note(f"{task}: {e}")
     except BaseException as e:
-        rec.fail(e)
+        if (stop := rec.fail(e)) is not None:
+            raise stop from None
         raise
     if errors:
         return rec.close("partial" if rec.items else "failed", "; ".join(errors))
@@ -287,7 +284,7 @@ def run_quality(cfg: QualityConfig, store: Store, note: Note = lambda t: None) -
 # --- the knob check -----------------------------------------------------------------------------------------
 
 def run_knob(cfg: QualityConfig, name: str, values: list[Any], store: Store,
-             note: Note = lambda t: None) -> QualityResult:
+             note: Note = lambda t: None) -> RunResult:
     """The same prompts under each value of one request parameter, and the first value twice: the repeat is
     the noise floor (what differs between two runs of the same setting)."""
     rec = Recorder(store, cfg.label)
@@ -308,6 +305,7 @@ def run_knob(cfg: QualityConfig, name: str, values: list[Any], store: Store,
     try:
         asyncio.run(go())
     except BaseException as e:
-        rec.fail(e)
+        if (stop := rec.fail(e)) is not None:
+            raise stop from None
         raise
     return rec.close("complete")

@@ -1,0 +1,129 @@
+"""Every command that produces results returns one type, and the error that ends a stored run carries that run
+(issue 8): an interrupt as a ``RunInterrupted``, a user-facing error in its ``result``, each the run as a reader
+loads it back. The interrupts are real SIGINTs, sent to a child process that calls the library as a script would."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tokenbench.emitter import BackgroundEmitter, EmitterProcess
+from tokenbench.errors import LevelFailed
+from tokenbench.metrics import LevelSummary
+from tokenbench.quality.runner import QualityConfig, run_quality
+from tokenbench.results import RunResult
+from tokenbench.store import Store
+
+#: A script that runs one command through the library and prints what ended it, as JSON on its last line.
+SCRIPT = """
+import asyncio, json, sys
+from pathlib import Path
+from tokenbench.errors import RunInterrupted
+from tokenbench.store import Store
+url, db, what = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+try:
+    if what == "sweep":
+        from tokenbench.sweep import SweepConfig, run_sweep
+        cfg = SweepConfig(url=url, input_len=8, output_len=4, concurrency=[1, 2], requests=200, warmup=0,
+                          guard="off")
+        asyncio.run(run_sweep(cfg, Store(db)))
+    else:
+        from tokenbench.quality.runner import QualityConfig, run_quality
+        run_quality(QualityConfig(url=url, tasks=["agreement"], items=400, max_tokens=4), Store(db))
+    print(json.dumps({"ended": "returned"}))
+except RunInterrupted as e:
+    print(json.dumps({"ended": type(e).__name__, "message": str(e), "run_id": e.run_id,
+                      "result": e.result.to_json() if e.result is not None else None}))
+"""
+
+
+def _served(root: str, db: Path, what: str) -> int:
+    """How far the child is: requests the emitter served (a sweep), items the run stored (quality)."""
+    if what == "quality":
+        runs = [r for r in Store(db).runs() if r.id != "other-run"] if db.exists() else []
+        return len(Store(db).quality_items(runs[0].id)) if runs else 0
+    with urllib.request.urlopen(root + "/stats") as r:
+        return len(json.load(r)["stamps"])
+
+
+def _interrupt(what: str, db: Path) -> dict:
+    with EmitterProcess("--itl", "0.03") as em:
+        child = subprocess.Popen([sys.executable, "-c", SCRIPT, em.url, str(db), what], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.monotonic() + 60
+        while _served(em.root, db, what) < 8:
+            assert time.monotonic() < deadline and child.poll() is None, "the child never got going"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+    assert child.returncode == 0, err.decode()
+    return json.loads(out.decode().splitlines()[-1])
+
+
+def _other_run(db: Path) -> None:
+    """Another run in the same database, dated later: the interrupt must never carry it."""
+    Store(db).save_run("other-run", "sweep", "other", {"model": "m"}, "measured",
+                       [LevelSummary.empty(concurrency=9, output_throughput_tps=1.0)], "0", "2099-01-01T00:00:00",
+                       "2099-01-01T00:00:01")
+
+
+def test_an_interrupted_sweep_raises_its_own_run(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    _other_run(db)
+    said = _interrupt("sweep", db)
+    assert said["ended"] == "RunInterrupted", said
+    (run,) = [r for r in Store(db).runs() if r.id != "other-run"]
+    assert said["run_id"] == run.id and run.status == "interrupted" and run.id in said["message"]
+    doc = said["result"]
+    assert doc["run_id"] == run.id and doc["kind"] == "sweep" and doc["status"] == "interrupted"
+    (level,) = doc["levels"]  # the level in progress, kept and marked
+    assert level["status"] == "interrupted" and level["completed"] > 3
+
+
+def test_an_interrupted_quality_run_raises_its_own_run_with_its_items(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    _other_run(db)
+    said = _interrupt("quality", db)
+    assert said["ended"] == "RunInterrupted", said
+    (run,) = [r for r in Store(db).runs() if r.id != "other-run"]
+    doc = said["result"]
+    assert doc["run_id"] == run.id == said["run_id"] and doc["kind"] == "quality"
+    assert doc["status"] == "interrupted" == run.status and doc["levels"] == []
+    stored = Store(db).quality_items(run.id)
+    assert 0 < len(stored) < 400 and len(doc["items"]) == len(stored)  # what it finished, every one of them
+
+
+def test_quality_returns_the_result_every_command_returns(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    res = run_quality(QualityConfig(url=emitter.url, tasks=["agreement"], items=3, max_tokens=4), store)
+    assert isinstance(res, RunResult) and res.kind == "quality" and res.status == "complete"
+    doc = res.to_json()
+    assert doc["levels"] == [] and len(doc["items"]) == 3 and all("prompt" not in i for i in doc["items"])
+    assert doc["manifest"]["summary"]["agreement"]["items"] == 3
+    from tokenbench.results import load_result
+
+    assert load_result(store, res.run_id).to_json() | {"manifest": None} == doc | {"manifest": None}
+
+
+def test_a_failed_run_carries_its_result(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    import asyncio
+
+    from tokenbench.sweep import SweepConfig, run_sweep
+
+    emitter.configure(fault="truncate", truncate_to=8, fault_from=1)
+    store = Store(tmp_path / "r.db")
+    cfg = SweepConfig(url=emitter.url, input_len=64, output_len=6, concurrency=[1, 2], requests=3, warmup=0,
+                      guard="off")
+    with pytest.raises(LevelFailed) as ei:
+        asyncio.run(run_sweep(cfg, store))
+    res = ei.value.result
+    assert res is not None and res.run_id == ei.value.run_id == store.runs()[0].id
+    assert res.status == "failed" and [o.status for o in res.outcomes] == ["failed"]
+    assert "prompt_truncated" in res.outcomes[0].summary.flags
