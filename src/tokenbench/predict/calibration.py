@@ -2,12 +2,13 @@
 
     tokenbench calibrate --out src/tokenbench/data/efficiency.toml   # the shipped published*.csv
 
-Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has eleven physical constants
+Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has twelve physical constants
 (roofline.PARAM_BOUNDS): the shares of nominal bandwidth reached streaming weights, an f16 KV cache and a
 block-quantized one; a fixed cost per layer per forward pass; the shares of the arithmetic peak reached by the
 weight matmuls (and kept by dequantizing and by routed-expert ones) and by attention; the TFLOPS per watt of
-TDP the arithmetic may draw; a fixed cost per routed-expert matmul; and, for batching engines, the share of a
-burst of prefills a new request waits behind. They are bounded (no backend beats its hardware) and fitted on
+TDP the arithmetic may draw; a fixed cost per routed-expert matmul; the bytes per quantized weight a separate
+dequantize pass of a prompt moves; and, for batching engines, the share of a burst of prefills a new request
+waits behind. They are bounded (no backend beats its hardware) and fitted on
 every row of every source by minimising the squared log error (a robust soft-L1 loss, so one odd row cannot
 pull a constant), plus a penalty for straying from a prior (so a backend with two rows keeps the prior for
 what its rows cannot tell). The prior is hierarchical: one fit on all the rows of an engine family (every
@@ -49,6 +50,11 @@ def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
 #: into running steps (no wait) and a burst that queues behind every prefill. (The generic defaults are
 #: roofline.Efficiency's.) LITERATURE: what the literature says about one backend, beyond the generic
 #: defaults; these values win over the family's fit a backend starts from (backend_prior).
+#: deq_bytes (generic default 2.6): llama.cpp's CUDA backend as of May 2024 (ggml-cuda.cu, MMQ_MAX_BATCH_SIZE 32:
+#: "max batch size to use MMQ kernels when tensor cores are available") sent every quantized matmul of more than
+#: 32 tokens to a dequantize-to-F16 kernel and then cuBLAS: Q4_K_M's 0.61 bytes per weight read, 2 written, a
+#: pass of its own before the GEMM. llama.cpp PR 8075 (June 2024) made its int8 MMQ kernels the default, which
+#: dequantize tile by tile inside the matmul; the fit finds where between the two a backend's rows sit.
 LITERATURE: dict[str, dict[str, float]] = {
     "llamacpp-rocm": {"eta_w": 0.38, "eta_kv": 0.38},
     # Metal prompt processing: llama-bench pp512 of Llama-3.2-3B Q4_K_M on an M1 Ultra 64c, 2142.6 t/s
@@ -56,11 +62,14 @@ LITERATURE: dict[str, dict[str, float]] = {
     # 0.57 (the same author's M3 Ultra 80c, geerlingguy/beowulf-ai-cluster issue 17: Llama 3.3 70B Q4_K_M
     # pp512 162.3 t/s, 0.68 of 32.8 TF). Both are K-quant figures, so they give the product eta_c·eta_q; with
     # no F16 figure beside them it is all put in eta_c, and Metal's dequantizing matmuls get no further
-    # penalty (eta_q 1).
-    "llamacpp-metal": {"eta_w": 0.59, "eta_kv": 0.59, "eta_c": 0.57, "eta_q": 1.0},
+    # penalty (eta_q 1). Metal's matmul kernels dequantize each tile into threadgroup memory, with no pass of
+    # their own: deq_bytes 0.
+    "llamacpp-metal": {"eta_w": 0.59, "eta_kv": 0.59, "eta_c": 0.57, "eta_q": 1.0, "deq_bytes": 0.0},
     # eta_c 0.5 is already an end-to-end share of an H100 SXM's peak, measured at its TDP, throttling and all:
-    # a power term on top would count the limit twice, so the prior leaves it off (the bound, 10 TF/W).
-    "vllm": {"eta_w": 0.7, "eta_kv": 0.7, "t_layer": 10e-6, "eta_c": 0.5, "eta_att": 0.4, "flops_per_w": 10.0},
+    # a power term on top would count the limit twice, so the prior leaves it off (the bound, 10 TF/W). Its
+    # quantized kernels (Marlin, CUTLASS FP8) dequantize in registers: deq_bytes 0.
+    "vllm": {"eta_w": 0.7, "eta_kv": 0.7, "t_layer": 10e-6, "eta_c": 0.5, "eta_att": 0.4, "flops_per_w": 10.0,
+             "deq_bytes": 0.0},
 }
 PRIORS: dict[str, Efficiency] = {"default": Efficiency(), **{k: _with(Efficiency(), v) for k, v in LITERATURE.items()}}
 #: The fitted constants: all of roofline.PARAM_BOUNDS.
@@ -70,7 +79,7 @@ PRIOR_WEIGHT = 0.5
 #: Scale of the soft-L1 loss on log errors: rows off by more than ~20% count linearly, not squared.
 LOSS_SCALE = 0.2
 #: Offsets that keep log() finite for constants whose bound is 0.
-_LOG_OFFSET = {"t_layer": 10e-6, "burst": 0.05}
+_LOG_OFFSET = {"t_layer": 10e-6, "burst": 0.05, "deq_bytes": 0.1}
 #: Share of a backend's cross-validated absolute errors a band covers.
 BAND_QUANTILE = 0.8
 #: Fewer cross-validated residuals than this give no band.
@@ -267,7 +276,7 @@ class Calibration:
             " + fp16_flops/(TDP*flops_per_w)",
             "# decode:  t = max(t_weights/eta_w + t_kv/eta_kv + t_kvq/eta_kvq, arith) + layers*t_layer",
             "# prefill: t = max(arith, weight reads/eta_w + KV/eta_kv) + passes*layers*t_layer"
-            " + expert_gemms*t_expert",
+            " + expert_gemms*t_expert + passes*dense_quantized_weights*deq_bytes/(bw*eta_w)",
             "# [family.*]: one fit on all backends of an engine family, the prior each of them starts from.",
             "# TTFT under closed-loop load: t_pf*(1 + burst*(N-1)/2) + t_decode.",
             "# usual_*: median measured/ceiling of the fitted rows, for the software-bottleneck flag.",

@@ -272,6 +272,7 @@ class StepCost:
     t_comm: float = 0.0  # tensor parallelism: all-reduce bytes over the GPU-to-GPU link at its nominal rate
     comm_ops: int = 0  # ... and how many all-reduces (each pays a fixed latency)
     t_power: float = 0.0  # all FLOPs / (board power in W x 1e12): the time at 1 TFLOPS per watt; 0 without a TDP
+    t_deq: float = 0.0  # prefill: one byte per dense block-quantized weight per pass, over the bandwidth
 
     @property
     def ceiling(self) -> float:
@@ -339,7 +340,8 @@ def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: 
     return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kvb,
                     mm + attn_full + attn_local, (attn_full + attn_local) / (attention_peak(hw, backend) * 1e12),
                     t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms,
-                    t_routed=2 * _active_routed(m) * t / peak, t_power=_t_power(hw, q, backend, mm, attn_full + attn_local))
+                    t_routed=2 * _active_routed(m) * t / peak, t_power=_t_power(hw, q, backend, mm, attn_full + attn_local),
+                    t_deq=passes * w["dense"] / (q.bpw / 8) / bw if q.weights in MMQ_FORMATS else 0.0)
 
 
 #: The calibrated constants: name -> (lower bound, upper bound). Shares of a nominal peak lie in (0, 1]: no
@@ -356,6 +358,7 @@ PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "eta_att": (0.01, 1.0),  # share of the FP16 peak reached by attention (prefill at depth)
     "flops_per_w": (0.05, 10.0),  # TFLOPS per watt of board power (TDP) the arithmetic may draw; 10: no limit
     "burst": (0.0, 1.0),  # batching engines under a closed loop: share of (N−1)/2 prefills a new request waits
+    "deq_bytes": (0.0, 8.0),  # prompt matmuls: bytes per block-quantized weight a separate dequantize pass moves
 }
 
 
@@ -375,6 +378,7 @@ class Efficiency:
     eta_att: float = 0.3
     flops_per_w: float = 1.0  # H100 SXM datasheet: 989 TF at 700 W is 1.4 TF/W at the peak; GEMMs sit below it
     burst: float = 0.5
+    deq_bytes: float = 2.6  # Q4_K_M's 0.61 bytes per weight read, 2 written as F16 (calibration.PRIORS says where)
     rows: int = 0
     calibrated: bool = False
     source: str = "UNCALIBRATED: no measurements of this backend; physical priors only"
@@ -394,9 +398,14 @@ def decode_time(c: StepCost, eff: Efficiency) -> float:
 
 
 def prefill_time(c: StepCost, eff: Efficiency) -> float:
-    """As decode, plus a fixed cost per routed-expert matmul (MoE prompts run one small GEMM per expert)."""
+    """As decode, plus a fixed cost per routed-expert matmul (MoE prompts run one small GEMM per expert), plus a
+    dequantize pass over the dense block-quantized weights: a kernel of its own that streams ``deq_bytes`` per
+    weight per micro-batch before the matmul starts, so its time adds (it does not overlap the arithmetic). It
+    costs the same FLOPs everywhere but time in inverse proportion to the bandwidth: a GDDR card with 2-3 times
+    less bandwidth per FLOP than an HBM one loses more of its prompt rate to it."""
     mem = c.t_weights / eff.eta_w + c.t_kv / eff.eta_kv + c.t_kvq / eff.eta_kvq
-    return max(_arith(c, eff), mem) + c.passes * c.layers * eff.t_layer + c.expert_gemms * eff.t_expert + _comm(c)
+    deq = c.t_deq * eff.deq_bytes / eff.eta_w
+    return max(_arith(c, eff), mem) + c.passes * c.layers * eff.t_layer + c.expert_gemms * eff.t_expert + deq + _comm(c)
 
 
 # --- tensor parallelism ----------------------------------------------------------------------------------
@@ -428,7 +437,7 @@ def tensor_parallel(c: StepCost, m: ModelSpec, hw: HardwareSpec, tp: int, tokens
     comm_bytes = 2 * m.layers * tokens * m.hidden * 2
     return replace(c, t_weights=c.t_weights / tp, t_kv=c.t_kv * kv_share, t_kvq=c.t_kvq * kv_share,
                    t_compute=c.t_compute / tp, t_attention=c.t_attention / tp, t_routed=c.t_routed / tp,
-                   t_power=c.t_power / tp, bytes=c.bytes / tp, flops=c.flops / tp,
+                   t_power=c.t_power / tp, t_deq=c.t_deq / tp, bytes=c.bytes / tp, flops=c.flops / tp,
                    t_comm=2 * (tp - 1) / tp * comm_bytes / link, comm_ops=ops)
 
 
