@@ -60,7 +60,7 @@ class DepthConfig:
     metrics: bool = True  # sample the server's /metrics during each depth
     metrics_interval_s: float = 5.0  # as for sweeps: a sample costs the server a page
     guard: str = "warn"  # strict | warn | off, as for sweeps
-    guard_config: Any = None
+    guard_config: dict[str, dict[str, Any]] | None = None
     target_pids: set[int] = field(default_factory=set)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -63,7 +64,7 @@ class SweepConfig:
     command: str = ""
     embedded: dict[str, Any] | None = None  # the embedded engine's facts (engine, startup_s, command)
     guard: str = "warn"  # strict | warn | off
-    guard_config: Any = None  # guard.GuardEnv config (dict), loaded by the caller
+    guard_config: dict[str, dict[str, Any]] | None = None  # guard.load_config's tables, loaded by the caller
     target_pids: set[int] = field(default_factory=set)
     #: Sample the server's /metrics this often (None: never). Each sample costs the server a page: on 2 CPU cores
     #: a vLLM /metrics GET stalled every stream for 70-145 ms, so 1 s polling slowed what it measured.
@@ -222,7 +223,8 @@ class _Sweep:
     """One sweep's levels in order, each with its repetitions, stopping on what makes the rest meaningless."""
 
     def __init__(self, cfg: SweepConfig, store: Store, run_id: str, ep: Endpoint, client: StreamClient,
-                 prompts: _Prompts, rep: Reporter, seed: int, alive: Any, pool: WorkerPool | None = None) -> None:
+                 prompts: _Prompts, rep: Reporter, seed: int, alive: Callable[[], bool] | None,
+                 pool: WorkerPool | None = None) -> None:
         self.cfg, self.store, self.run_id, self.ep, self.client = cfg, store, run_id, ep, client
         self.prompts, self.rep, self.seed, self.alive, self.pool = prompts, rep, seed, alive, pool
         self.outcomes: list[LevelOutcome] = []
@@ -269,7 +271,7 @@ async def run_sweep(
     cfg: SweepConfig,
     store: Store,
     reporter: Reporter | None = None,
-    alive: Any = None,
+    alive: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Run a sweep and store it. ``alive`` (optional callable) tells whether an embedded server still runs."""
     rep = reporter or QuietReporter()

@@ -3,13 +3,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from ..cost import Pricing, run_price
 from ..errors import UsageError
 from ..metrics import parse_duration_ms
 from ..store import Store
 from ..results import RunResult, load_result
+
+if TYPE_CHECKING:
+    from ..quality.parity import Beside
+    from ..recommend import Candidate
 from .common import check_output, emit_json
 
 
@@ -50,7 +54,7 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def quality_beside(store: Store, ra: RunResult, rb: RunResult) -> Any:
+def quality_beside(store: Store, ra: RunResult, rb: RunResult) -> Beside | None:
     from ..quality.parity import beside
 
     return beside(store, ra.manifest.label, rb.manifest.label)
@@ -156,7 +160,7 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _recommend_row(i: int, c: Any) -> list[str]:
+def _recommend_row(i: int, c: Candidate) -> list[str]:
     return [str(i + 1), c.box, c.setup, c.source.upper() if c.source == "predicted" else c.source,
             f"{c.throughput:,.0f}" if c.throughput else "—",
             f"{c.ttft_p99_ms:,.0f} ms" if c.ttft_p99_ms else "—", f"{c.tpot_ms:.1f} ms" if c.tpot_ms else "—",

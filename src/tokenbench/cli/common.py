@@ -145,7 +145,7 @@ def guard_targets(url: str | None) -> set[int]:
         return set()
 
 
-def guard_config(path: str | None) -> Any:
+def guard_config(path: str | None) -> dict[str, dict[str, Any]]:
     from .. import guard
 
     return guard.load_config(Path(path) if path else None)

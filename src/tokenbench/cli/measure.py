@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -203,7 +204,7 @@ def _saved(console: Console, res: RunResult, db: Path) -> None:
     console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False)
 
 
-def start_embedded(a: argparse.Namespace, note: Any, parallel: int = 1, ctx: int = 8192) -> Embedded:
+def start_embedded(a: argparse.Namespace, note: Callable[[str], None], parallel: int = 1, ctx: int = 8192) -> Embedded:
     """The embedded engine the options name (--engine, --model-size, --quant, llama.cpp options), started."""
     from ..engines.embedded import Embedded, EmbeddedSpec
 

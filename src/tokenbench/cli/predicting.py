@@ -5,14 +5,18 @@ import argparse
 from dataclasses import asdict
 from pathlib import Path
 from rich.console import Console
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from .. import redact
 from ..errors import UsageError
 from ..store import Store
 from .common import check_output, emit_json, int_list, tokens, write_json
 
+if TYPE_CHECKING:
+    from ..predict.calibration import Calibration
+    from ..predict.predictor import Setup
 
-def _setup(a: argparse.Namespace) -> Any:
+
+def _setup(a: argparse.Namespace) -> tuple[Setup, Calibration]:
     from ..predict.calibration import Calibration
     from ..predict.predictor import Setup
     from ..predict.specs import Catalog
@@ -134,7 +138,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _predicted_result(a: argparse.Namespace, console: Console, s: Any, cal: Any, depths: list[int] | None, levels: list[int] | None,
+def _predicted_result(a: argparse.Namespace, console: Console, s: Setup, cal: Calibration, depths: list[int] | None, levels: list[int] | None,
                       shown: dict[str, Any]) -> None:
     """The prediction as a result (kind predict): stored with --save, written with --json."""
     from ..predict import report

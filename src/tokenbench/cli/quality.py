@@ -6,13 +6,17 @@ import json
 import os
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from .. import redact
 from ..errors import LevelFailed, TokenbenchError, UsageError
 from ..results import Manifest, RunResult
+
+if TYPE_CHECKING:
+    from ..engines.embedded import Embedded
+    from ..quality.runner import QualityConfig
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import check_output, emit_json, int_list, json_object, notifier, seconds, tokens
@@ -78,7 +82,7 @@ def add_quality_parser(sub: Any) -> None:
 
 # --- handlers ---------------------------------------------------------------------------------------------
 
-def _config(a: argparse.Namespace, argv: list[str], tasks: list[str]) -> Any:
+def _config(a: argparse.Namespace, argv: list[str], tasks: list[str]) -> QualityConfig:
     from ..quality.runner import QualityConfig
 
     embedded = a.url is None
@@ -109,9 +113,9 @@ def _tasks(text: str) -> list[str]:
 class _Embedded:
     """The embedded engine for a run without --url, sized for its longest prompt; stopped on exit."""
 
-    def __init__(self, a: argparse.Namespace, cfg: Any, err: Console) -> None:
+    def __init__(self, a: argparse.Namespace, cfg: QualityConfig, err: Console) -> None:
         self.a, self.cfg, self.note = a, cfg, notifier(err)
-        self.engine: Any = None  # the started engines.embedded.Embedded
+        self.engine: Embedded | None = None
 
     def __enter__(self) -> _Embedded:
         if self.cfg.url:

@@ -16,6 +16,7 @@ from typing import Any
 from .. import __version__
 from ..errors import UsageError
 from ..metrics import LevelSummary
+from ..store import Store
 from ..wire import WireError, loads
 
 
@@ -133,13 +134,13 @@ def parse_file(path: Path, label: str | None = None) -> tuple[str, list[Imported
     )
 
 
-def import_file(store: Any, path: Path, label: str | None = None) -> tuple[str, list[str]]:
+def import_file(store: Store, path: Path, label: str | None = None) -> tuple[str, list[str]]:
     """Parse, then store every run of the file in one transaction. Returns (format, run ids)."""
     ((fmt, ids, _),) = import_files(store, [path], label)
     return fmt, ids
 
 
-def import_files(store: Any, paths: list[Path], label: str | None = None) -> list[tuple[str, list[str], bool]]:
+def import_files(store: Store, paths: list[Path], label: str | None = None) -> list[tuple[str, list[str], bool]]:
     """All files or none: each is parsed first, then every new one is stored in one transaction. A file imported
     before (same bytes) is recognised and not stored twice. Returns (format, run ids, new) per file."""
     parsed = [(path, *parse_file(path, label)) for path in paths]
@@ -155,7 +156,7 @@ def import_files(store: Any, paths: list[Path], label: str | None = None) -> lis
     return out
 
 
-def import_records(store: Any, fmt: str, text: str, source: Path, label: str | None,
+def import_records(store: Store, fmt: str, text: str, source: Path, label: str | None,
                    extra: dict[str, Any]) -> list[str]:
     """Import a tool's output held in memory (``fmt`` names the format), with ``extra`` added to each manifest."""
     if not FORMATS:
@@ -166,7 +167,7 @@ def import_records(store: Any, fmt: str, text: str, source: Path, label: str | N
         return _store_in_tx(store, fmt, runs, str(source), extra)
 
 
-def _store_in_tx(store: Any, fmt: str, runs: list[Imported], source: str, extra: dict[str, Any]) -> list[str]:
+def _store_in_tx(store: Store, fmt: str, runs: list[Imported], source: str, extra: dict[str, Any]) -> list[str]:
     from ..results import new_run_id, now_iso
 
     now = now_iso()

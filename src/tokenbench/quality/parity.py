@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..results import Manifest
-from ..store import Store
+from ..store import RunRow, Store
 from .agreement import Agreement, agreement
 from .items import Item
 from .stats import Paired, compare_paired
@@ -98,7 +98,7 @@ def load_items(store: Store, run_id: str) -> list[Item]:
     return [Item.from_row(r) for r in store.quality_items(run_id)]
 
 
-def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False) -> tuple[Any, Any, list[TaskComparison]]:
+def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False) -> tuple[RunRow, RunRow, list[TaskComparison]]:
     """(run A, run B, per task comparisons) of two stored quality runs."""
     ra = store.resolve(ref_a, latest, ("quality",), "quality compare")
     rb = store.resolve(ref_b, latest, ("quality",), "quality compare")
@@ -141,7 +141,7 @@ class Beside:
         return {"quality_run_a": self.run_a, "quality_run_b": self.run_b, "tasks": [t.to_dict() for t in self.tasks]}
 
 
-def newest_quality_run(store: Store, label: str | None) -> Any:
+def newest_quality_run(store: Store, label: str | None) -> RunRow | None:
     """The newest quality run with this label (a speed run and the quality run of the same box share it)."""
     if not label:
         return None

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ..metrics import LevelSummary
 from ..results import Manifest, RunResult
 from .series import is_predicted, pricing
 from .style import depth_label
@@ -74,7 +75,7 @@ def guard_state(r: RunResult) -> GuardState:
     return GuardState(len(snaps), dirty, str(mode) if mode else None, problems)
 
 
-def level_name(s: Any) -> str:
+def level_name(s: LevelSummary) -> str:
     test = s.test or "serve"
     if test == "serve":
         what = f"concurrency {s.concurrency}" if s.concurrency else (f"rate {s.rate:g}/s" if s.rate else "serve")
