@@ -81,3 +81,22 @@ def test_a_sweeps_manifest_is_stored_and_written_unchanged(emitter: BackgroundEm
     res = load_result(Store(db, readonly=True), doc["run_id"])
     assert (res.manifest.label, res.manifest.price_per_hour, res.manifest.endpoint) == ("box", 3, emitter.url)
     assert res.manifest.provenance == "measured" and res.manifest.extra["check_request"]["output_tokens"] >= 1
+
+
+def test_an_imported_files_values_are_typed_at_the_boundary(tmp_path: Path) -> None:
+    """Importers build their manifest through Manifest.from_dict (issue 8): a field of the wrong type in a
+    foreign file is kept whole, never read as the typed attribute; the typed attributes set on import (its
+    provenance, file, format, digest) are stored and read back."""
+    from tokenbench.importers import import_file
+
+    doc = json.loads((Path(__file__).parent / "data" / "vllm_serve_result.json").read_text())
+    doc["model_id"], doc["base_url"] = 7, "http://h:8000/v1"  # a number where a name belongs
+    src = tmp_path / "odd.json"
+    src.write_text(json.dumps(doc))
+    store = Store(tmp_path / "r.db")
+    _, (rid,) = import_file(store, src, "odd")
+    m = load_result(store, rid).manifest
+    assert m.model is None and m.extra["model"] == 7 and m.endpoint == "http://h:8000/v1"
+    assert (m.provenance, m.imported_from, m.format, m.label) == ("imported", str(src), "vllm bench serve", "odd")
+    assert m.source_sha256 is not None and len(m.source_sha256) == 64
+    assert store.runs_from_source(m.source_sha256) == [rid]  # the store finds it by the digest it wrote

@@ -148,9 +148,9 @@ def run_coldstart(cfg: ColdStartConfig, store: Store) -> RunResult:
         boots.append(b)
         if b.error:
             raise UsageError(f"boot {n + 1}: {b.error}; see the server's output (--log FILE)")
-    manifest = {"command": cfg.command, "server_command": redact.command(shlex.split(cfg.cmd)),
-                "endpoint": cfg.base_url, "model": boots[0].model, "boots": [b.to_dict() for b in boots],
-                "label": cfg.label}
+    manifest = Manifest(command=cfg.command, endpoint=cfg.base_url, model=boots[0].model,
+                        boots=[b.to_dict() for b in boots], label=cfg.label, key_order=("label",),
+                        extra={"server_command": redact.command(shlex.split(cfg.cmd))})
     rid = new_run_id()
-    store.save_run(rid, "coldstart", cfg.label, manifest, "measured", [], __version__, now_iso(), now_iso())
-    return RunResult(rid, Manifest.from_dict(manifest), [], "complete", kind="coldstart", legacy=dict(manifest))
+    store.save_run(rid, "coldstart", cfg.label, manifest.to_dict(), "measured", [], __version__, now_iso(), now_iso())
+    return RunResult(rid, manifest, [], "complete", kind="coldstart", legacy=manifest.to_dict())

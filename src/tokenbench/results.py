@@ -66,6 +66,12 @@ class Manifest:
     backend: str | None = None
     calibration: str | None = None
     calibrated: bool | None = None
+    # an import: the file it came from, its digest (a file imported twice is recognised), its format, and
+    # for published rows the write-up they came from
+    imported_from: str | None = None
+    source_sha256: str | None = None
+    format: str | None = None
+    source: str | None = None
     # a cold start's boots; a quality run's per-task summary
     boots: list[dict[str, Any]] | None = None
     summary: dict[str, Any] | None = None
@@ -74,19 +80,27 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Manifest:
-        """A stored manifest: a missing key is None, an unknown key or one of another type goes to ``extra``."""
-        m = cls(key_order=tuple(d))
+        """A stored manifest, or one built from a foreign file's values (an importer's): a missing key is None,
+        an unknown key or one of another type goes to ``extra``."""
+        m = cls()
+        m.update(d)
+        return m
+
+    def update(self, d: dict[str, Any]) -> None:
+        """Set each key of ``d`` as ``from_dict`` reads it (typed, or kept whole in ``extra``); to_dict writes them
+        after the keys already there, in ``d``'s order."""
+        self.key_order = (*self.key_order, *(k for k in d if k not in self.key_order))
         for k, v in d.items():
             kinds = _MANIFEST_TYPES.get(k)
-            if kinds is None or v is None:
-                if kinds is None:
-                    m.extra[k] = v
+            if kinds is None:
+                self.extra[k] = v
                 continue
-            if isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds):
-                setattr(m, k, v)
+            typed = v is not None and isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds)
+            setattr(self, k, v if typed else None)
+            if typed or v is None:
+                self.extra.pop(k, None)
             else:
-                m.extra[k] = v
-        return m
+                self.extra[k] = v
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as stored and as the JSON contract writes it: the keys read, in their order, then any

@@ -16,6 +16,7 @@ from typing import Any
 from .. import __version__
 from ..errors import UsageError
 from ..metrics import LevelSummary
+from ..results import Manifest, new_run_id, now_iso
 from ..store import Store
 from ..wire import WireError, loads
 
@@ -24,7 +25,7 @@ from ..wire import WireError, loads
 class Imported:
     label: str
     kind: str  # sweep | bench
-    manifest: dict[str, Any]
+    manifest: Manifest  # a foreign file's values through Manifest.from_dict: typed where they have the type
     levels: list[LevelSummary] = field(default_factory=list)
 
 
@@ -126,7 +127,7 @@ def parse_file(path: Path, label: str | None = None) -> tuple[str, list[Imported
         if detect(path, text):
             runs = _parse(name, parse, path, text, label)
             for r in runs:
-                r.manifest["source_sha256"] = digest
+                r.manifest.source_sha256 = digest
             return name, runs
     raise UsageError(
         f"{path}: not a format tokenbench imports (vllm bench serve JSON, llama-bench JSON/CSV/JSONL, GuideLLM "
@@ -147,7 +148,8 @@ def import_files(store: Store, paths: list[Path], label: str | None = None) -> l
     out: list[tuple[str, list[str], bool]] = []
     with store.tx():
         for path, fmt, runs in parsed:
-            digest = runs[0].manifest["source_sha256"]
+            digest = runs[0].manifest.source_sha256
+            assert digest is not None  # parse_file sets it on every run it returns
             before = store.runs_from_source(digest)
             if before:
                 out.append((fmt, before, False))
@@ -168,15 +170,15 @@ def import_records(store: Store, fmt: str, text: str, source: Path, label: str |
 
 
 def _store_in_tx(store: Store, fmt: str, runs: list[Imported], source: str, extra: dict[str, Any]) -> list[str]:
-    from ..results import new_run_id, now_iso
-
     now = now_iso()
     ids: list[str] = []
     for r in runs:
         rid = new_run_id()
         while rid in ids or store.db.execute("SELECT 1 FROM runs WHERE id = ?", (rid,)).fetchone():
             rid = new_run_id()  # ids are a second and 2 random bytes: many runs in one second can collide
-        r.manifest.update(provenance="imported", imported_from=source, format=fmt, label=r.label, **extra)
-        store.save_run_in_tx(rid, r.kind, r.label, r.manifest, "imported", r.levels, __version__, now, now)
+        m = r.manifest
+        m.provenance, m.imported_from, m.format, m.label = "imported", source, fmt, r.label
+        m.update(extra)
+        store.save_run_in_tx(rid, r.kind, r.label, m.to_dict(), "imported", r.levels, __version__, now, now)
         ids.append(rid)
     return ids

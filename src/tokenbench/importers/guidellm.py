@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..metrics import Distribution, LevelSummary
+from ..results import Manifest
 from . import FieldError, Imported, load_json, need
 
 
@@ -68,6 +69,6 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         model = model or (b.get("config") or b.get("args") or {}).get("model")
     if not levels:
         raise FieldError(path, "benchmarks", "empty")
-    manifest: dict[str, Any] = {"model": model or (d.get("args") or {}).get("model"), "engine": None, "tool": "guidellm",
-                "workload": {}}
+    manifest = Manifest.from_dict({"model": model or (d.get("args") or {}).get("model"), "engine": None,
+                                   "tool": "guidellm", "workload": {}})
     return [Imported(label or path.stem, "sweep", manifest, levels)]

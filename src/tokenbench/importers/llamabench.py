@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..metrics import LevelSummary
+from ..results import Manifest
 from ..wire import WireError, loads
 from . import FieldError, Imported, load_json, need, number
 
@@ -64,7 +65,7 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         levels.append(lv)
     r0 = recs[0] if recs else {}
     backend = str(r0.get("backends") or "").lower()
-    manifest = {
+    manifest = Manifest.from_dict({  # the file's values, typed where they have the type
         "model": r0.get("model_type") or r0.get("model_filename"), "model_file": r0.get("model_filename"),
         "engine": "llama.cpp" + (f" {backend.split(',')[0]}" if backend else ""),
         "engine_version": r0.get("build_commit"), "gpu": r0.get("gpu_info"), "cpu": r0.get("cpu_info"),
@@ -72,5 +73,5 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         "flash_attn": r0.get("flash_attn"), "started": r0.get("test_time"), "tool": "llama-bench",
         "threads": r0.get("n_threads"), "n_batch": r0.get("n_batch"), "n_ubatch": r0.get("n_ubatch"),
         "type_k": r0.get("type_k"), "type_v": r0.get("type_v"),
-    }
+    })
     return [Imported(label or path.stem, "bench", manifest, levels)]

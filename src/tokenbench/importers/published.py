@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..metrics import Distribution, LevelSummary
+from ..results import Manifest
 from ..predict.published import COLUMNS, read_rows
 from . import Imported
 
@@ -31,9 +32,8 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         if run is None:
             host = r.raw["host"].lower().replace(" ", "-")
             name = f"{label + '/' + host if label and several_hosts else label or host}/{r.model}/{r.weights}"
-            manifest = {"model": r.model, "weights": r.weights, "kv": r.kv, "engine": r.engine,
-                        "hardware": r.hardware, "source": r.raw["source"], "host": r.raw["host"],
-                        "workload": {}, "tool": "published"}
+            manifest = Manifest(model=r.model, weights=r.weights, kv=r.kv, engine=r.engine, hardware=r.hardware,
+                                source=r.raw["source"], host=r.raw["host"], workload={}, tool="published")
             run = runs[key] = Imported(name, "bench", manifest)
         test = r.test if r.test != "serve" else "serve"
         lv = next((s for s in run.levels if (s.test, s.depth, s.concurrency, s.input_tokens_mean) ==

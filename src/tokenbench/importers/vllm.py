@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..metrics import Distribution, LevelSummary
+from ..results import Manifest
 from . import FieldError, Imported, load_json, need
 
 
@@ -40,12 +41,12 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         output_tokens_source="usage", ttft_ms=_dist(d, "ttft", completed), tpot_ms=_dist(d, "tpot", completed),
         itl_ms=_dist(d, "itl", completed), e2e_ms=_dist(d, "e2el", completed), test="serve",
     )
-    manifest = {
+    manifest = Manifest.from_dict({  # the file's values, typed where they have the type
         "model": d.get("model_id"), "engine": d.get("backend") or d.get("endpoint_type") or "vllm",
         "engine_version": None, "endpoint": d.get("base_url"), "started": d.get("date"),
         "workload": {"input_len": round(s.input_tokens_mean) if s.input_tokens_mean else None,
                      "output_len": round(s.output_tokens_mean) if s.output_tokens_mean else None,
                      "num_prompts": d.get("num_prompts")},
         "tool": "vllm bench serve",
-    }
+    })
     return [Imported(label or str(d.get("label") or path.stem), "sweep", manifest, [s])]

@@ -83,12 +83,12 @@ def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: i
 def prediction(s: Setup, levels: list[LevelSummary], workload: dict[str, int] | None,
                label: str | None = None) -> RunResult:
     """Predicted levels as a result (kind predict), not stored: ``run_id`` is empty until ``save_prediction``."""
-    manifest = {"model": s.model.id, "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine,
-                "hardware": s.hw.id, "predicted": True, "backend": s.backend, "calibration": s.eff.source,
-                "calibrated": s.calibrated, "workload": workload or {}, "label": label}
+    manifest = Manifest(model=s.model.id, weights=s.quant.weights, kv=s.quant.kv, engine=s.engine, hardware=s.hw.id,
+                        predicted=True, backend=s.backend, calibration=s.eff.source, calibrated=s.calibrated,
+                        workload=dict(workload or {}), label=label, key_order=("label",))
     outcomes = [LevelOutcome(i, Level(concurrency=lv.concurrency, rate=lv.rate), lv, "complete")
                 for i, lv in enumerate(levels)]
-    return RunResult("", Manifest.from_dict(manifest), outcomes, "complete", kind="predict")
+    return RunResult("", manifest, outcomes, "complete", kind="predict")
 
 
 def save_prediction(store: Store, res: RunResult, label: str) -> RunResult:
