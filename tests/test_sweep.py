@@ -97,6 +97,8 @@ def test_repetitions_report_median_and_cv(emitter: BackgroundEmitter, tmp_path: 
     rep = res.to_json()["levels"][0]["repetitions"]  # type: ignore[attr-defined]
     assert rep["n"] == 3 and len(rep["output_throughput_tps"]["values"]) == 3
     assert rep["output_throughput_tps"]["cv"] is not None
+    dist = rep["output_throughput_tps"]["distribution"]  # as every measured quantity (issue 8)
+    assert dist["n"] == 3 and dist["min"] <= rep["output_throughput_tps"]["median"] <= dist["max"]
     assert len(store.levels(res.run_id)) == 3  # type: ignore[attr-defined]
 
 

@@ -32,7 +32,7 @@ from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, UsageError
 from .guard import snapshot_before
 from .loadgen import Level
-from .metrics import NS_PER_S, LevelSummary
+from .metrics import NS_PER_S, Distribution, LevelSummary
 from .records import RequestRecord
 from .results import LevelOutcome, RunResult, new_run_id, now_iso
 from .servers import root_url
@@ -147,7 +147,7 @@ def _against_server_timings(lp: LevelSummary, lt: LevelSummary, steps: list[Step
         lt.client["server_tg_tps"] = ceiling
         if tg_mean and _add(lt, findings.exceeds_server_timings(tg_mean, ceiling)):
             lt.client["tg_tps_client"] = tg_mean
-            lt.tg_tps = lt.tg_tps_sd = None
+            lt.tg_tps = lt.tg_tps_sd = lt.tg_tps_dist = None
 
 
 def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[LevelSummary, LevelSummary]:
@@ -159,6 +159,7 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[Le
                             completed=len(pp_rates))
     lt = LevelSummary.empty(concurrency=1, test=f"tg{tg}", depth=depth, tg_tps=tg_mean, tg_tps_sd=tg_sd,
                             completed=len(tg_rates), output_tokens_mean=statistics.fmean(s.tg_tokens + 1 for s in steps))
+    lp.pp_tps_dist, lt.tg_tps_dist = Distribution.of(pp_rates), Distribution.of(tg_rates)
     lp.client = {"pp_tps_reps": [round(v, 2) for v in pp_rates]}
     lt.client = {"tg_tps_reps": [round(v, 2) for v in tg_rates]}
     for lvl, kind, mean, sd, reps in ((lp, "pp", pp_mean, pp_sd, pp_rates), (lt, "tg", tg_mean, tg_sd, tg_rates)):

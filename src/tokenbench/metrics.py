@@ -209,6 +209,10 @@ class LevelSummary:
     tg_tps: float | None = None
     pp_tps_sd: float | None = None
     tg_tps_sd: float | None = None
+    #: a measured depth level's rate over its repetitions, as every other measured quantity: a Distribution
+    #: (its std the population's; ``pp_tps_sd``/``tg_tps_sd`` are llama-bench's sample standard deviation)
+    pp_tps_dist: Distribution | None = None
+    tg_tps_dist: Distribution | None = None
     guard: dict[str, Any] | None = None  # the clean-bench guard's snapshot taken before this level
     telemetry: dict[str, Any] | None = None  # what the server's /metrics (and NVML) said during this level
     #: the typed findings (findings.py) behind ``flags`` and ``warnings``, which are their view
@@ -294,7 +298,7 @@ class LevelSummary:
     def from_dict(cls, d: dict[str, Any]) -> LevelSummary:
         d = dict(d)
         for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms",
-                  "send_queue_ms", *FAILED_SPLITS):
+                  "send_queue_ms", "pp_tps_dist", "tg_tps_dist", *FAILED_SPLITS):
             if isinstance(d.get(k), dict):
                 d[k] = Distribution(**d[k])
         # runs stored before findings have flags and warnings only: they load with no findings

@@ -14,7 +14,7 @@ from . import __version__
 from .loadgen import Level
 from . import findings
 from .cost import level_cost, run_price
-from .metrics import LevelSummary, coefficient_of_variation
+from .metrics import Distribution, LevelSummary, coefficient_of_variation
 from .quality.items import Item
 from .store import Store
 
@@ -192,6 +192,7 @@ def repetition_stats(reps: list[LevelSummary]) -> dict[str, Any]:
             "values": vals,
             "median": statistics.median(vals) if vals else None,
             "cv": coefficient_of_variation(vals),
+            "distribution": Distribution.of(vals).to_dict(),  # as every other measured quantity
         }
 
     return {
