@@ -127,3 +127,29 @@ def test_a_failed_run_carries_its_result(emitter: BackgroundEmitter, tmp_path: P
     assert res is not None and res.run_id == ei.value.run_id == store.runs()[0].id
     assert res.status == "failed" and [o.status for o in res.outcomes] == ["failed"]
     assert "prompt_truncated" in res.outcomes[0].summary.flags
+
+
+def test_ctrl_c_on_quality_and_depth_prints_and_writes_the_run_it_ended(tmp_path: Path) -> None:
+    """Through the CLI: exit 130, the run named, its JSON written with what it finished (quality and depth
+    printed nothing of their run on Ctrl-C before)."""
+    for what, args in (("quality", ["quality", "--tasks", "agreement", "--items", "400", "--max-tokens", "4"]),
+                       ("depth", ["depth", "--depths", ",".join(str(16 * i) for i in range(40)), "--pp", "8", "--tg", "200",
+                                  "--guard", "off"])):
+        db, out = tmp_path / f"{what}.db", tmp_path / f"{what}.json"
+        with EmitterProcess("--itl", "0.01") as em:
+            cli = subprocess.Popen([sys.executable, "-m", "tokenbench", *args, "--url", em.url, "--db", str(db),
+                                    "--json", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            deadline = time.monotonic() + 90
+            while not (db.exists() and Store(db).runs() and (what == "depth" and Store(db).levels(Store(db).runs()[0].id)
+                                                           or what == "quality" and _served(em.root, db, what) >= 8)):
+                assert time.monotonic() < deadline and cli.poll() is None, f"{what} never got going"
+                time.sleep(0.1)
+            cli.send_signal(signal.SIGINT)
+            _, err = cli.communicate(timeout=60)
+        (run,) = Store(db).runs()
+        assert cli.returncode == 130, err.decode()
+        assert f"tokenbench: interrupted: run {run.id}".encode() in err and b"Traceback" not in err
+        doc = json.loads(out.read_text())
+        assert doc["run_id"] == run.id and doc["status"] == "interrupted" == run.status and doc["kind"] == what
+        assert (doc["items"] if what == "quality" else doc["levels"]), doc
