@@ -60,6 +60,20 @@ def engine_name(value: str) -> str:
     return ALIASES.get(value, value)
 
 
+def add_endpoint(g: argparse._ActionsContainer, engine: str, api: str | None = None, api_help: str = "") -> None:
+    """The endpoint every measuring command talks to (sweep, depth, quality), one set of flags with one help
+    each (SHARED_HELP): its URL or the embedded ``engine``, the model, the key, the tokenizer, and for the
+    commands that send either kind of request the ``api`` they send by default."""
+    g.add_argument("--url", help="OpenAI-compatible base URL (…/v1); omitted: start the embedded engine")
+    g.add_argument("--model")
+    if api is not None:
+        g.add_argument("--api", choices=["completions", "chat"], default=api,
+                       help=f"/v1/completions or /v1/chat/completions (default {api}: {api_help})")
+    g.add_argument("--api-key")
+    g.add_argument("--tokenizer")
+    add_embedded(g, engine)
+
+
 def add_embedded(g: argparse._ActionsContainer, default: str) -> None:
     g.add_argument("--engine", type=engine_name, default=default,
                    choices=["transformers", "vllm", "llama-server", "llama-cpp-python"],
@@ -85,9 +99,10 @@ EXIT_CODES = """exit codes:
 #: Help for options that mean the same in every command that takes them.
 SHARED_HELP = {
     "--format": "table for a terminal, markdown to paste",
-    "--model": "the served model name (default: the only one the server lists)",
+    "--model": "the served model name (default: the first the server lists)",
     "--api-key": "bearer key (default: $OPENAI_API_KEY); sent, never stored",
-    "--tokenizer": "a local tokenizer.json or Hugging Face directory, for exact prompt lengths",
+    "--tokenizer": "a local tokenizer.json or Hugging Face directory of the served model (default: the "
+                   "server's own tokenize endpoint, else a local estimate)",
     "--label": "a name for this run, to find it again (default: this hostname)",
     "--seed": "workload seed (default: random, recorded)",
     "--currency": "currency code of the prices",
@@ -189,14 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
 
     s = sub.add_parser("sweep", help="load-test an OpenAI-compatible endpoint over concurrency or rate levels")
-    g = s.add_argument_group("endpoint")
-    g.add_argument("--url", help="OpenAI-compatible base URL (…/v1); omitted: start the embedded engine")
-    g.add_argument("--model", help="served model name (default: the first the server lists)")
-    g.add_argument("--api", choices=["completions", "chat"], default="completions",
-                   help="/v1/completions (exact prompt lengths, default) or /v1/chat/completions")
-    g.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY); used, never stored")
-    add_embedded(g, "transformers")
-    g.add_argument("--tokenizer", help="tokenizer.json or Hugging Face directory of the served model")
+    add_endpoint(s.add_argument_group("endpoint"), "transformers", "completions", "exact prompt lengths")
     g = s.add_argument_group("workload")
     g.add_argument("--shape", help="agentic (4096/512), short (128/128), pp512, tg128")
     g.add_argument("--input-len", type=POSITIVE_INT, help="prompt tokens per request")
@@ -263,11 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_db(r)
 
     dp = sub.add_parser("depth", help="llama-bench style pp/tg at context depths, over HTTP")
-    dp.add_argument("--url", help="OpenAI-compatible base URL; omitted: start the embedded engine")
-    add_embedded(dp, "llama-server")
-    dp.add_argument("--model")
-    dp.add_argument("--api-key")
-    dp.add_argument("--tokenizer")
+    add_endpoint(dp, "llama-server")
     dp.add_argument("--depths", help="tokens of context, e.g. 0,8k,32k,65k (embedded default 0,1k,4k)")
     dp.add_argument("--pp", type=POSITIVE_INT, default=512, help="prompt tokens processed on top of the depth")
     dp.add_argument("--tg", type=POSITIVE_INT, default=128, help="tokens generated on top of the depth")

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import check_output, emit_json, int_list, json_object, notifier, seconds, tokens
-from .parser import NONNEG, POSITIVE_INT, Parser, add_db, add_embedded, add_json, add_latest
+from .parser import NONNEG, POSITIVE_INT, Parser, add_db, add_endpoint, add_json, add_latest
 
 #: Embedded defaults: the tiny model's 8K positions, and the 2-core machines tests run on.
 EMBEDDED_CONTEXTS = "1k,2k,4k"
@@ -29,14 +29,7 @@ REMOTE_CONTEXTS = "4k,16k,32k"
 
 def _endpoint(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("endpoint")
-    g.add_argument("--url", help="OpenAI-compatible base URL (…/v1); omitted: start the embedded engine")
-    g.add_argument("--model", help="served model name (default: the only one the server lists)")
-    g.add_argument("--api", choices=["chat", "completions"], default="chat",
-                   help="/v1/chat/completions (default: what instruction-tuned models answer) or /v1/completions")
-    g.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY); used, never stored")
-    g.add_argument("--tokenizer", help="tokenizer.json or Hugging Face directory of the served model (default: "
-                   "the server's own tokenize endpoint)")
-    add_embedded(g, "transformers")
+    add_endpoint(g, "transformers", "chat", "what instruction-tuned models answer")
     g.add_argument("--timeout", default="300s", help="per item: longer is recorded as a timeout (default 300s)")
 
 
