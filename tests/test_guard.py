@@ -188,3 +188,23 @@ def test_the_measured_servers_own_children_are_not_other_work() -> None:
         subprocess.run(["pkill", "-P", str(parent.pid)], check=False)
         parent.kill()
         parent.wait()
+
+
+def test_strict_refuses_a_dirty_load_generating_node_as_it_refuses_the_driver(tmp_path: Path) -> None:
+    """--workers on Ray: each node's snapshot comes back to the driver; strict used to only mark the level for a
+    dirty node while refusing a dirty driver. Now the driver refuses the level, naming the node and the check."""
+    from tokenbench.sweep import refuse_dirty_nodes
+
+    def snap(name: str, **kw: object) -> dict:
+        env = guard.GuardEnv(root=fake_tree(tmp_path / name, **kw), config=guard.load_config(),  # type: ignore[arg-type]
+                             sample_s=0.01)
+        return guard.snapshot(env) | {"node": f"{name} (0123abcd)"}
+
+    clean, dirty = snap("gen-a"), snap("gen-b", avail_kb=500_000)
+    assert clean["clean"] and not dirty["clean"]
+    refuse_dirty_nodes("warn", [clean, dirty], "before level concurrency 8")  # recorded: the level is marked
+    refuse_dirty_nodes("off", [dirty], "before level concurrency 8")
+    refuse_dirty_nodes("strict", [clean], "before level concurrency 8")
+    with pytest.raises(guard.GuardFailed, match=r"dirty on load-generating node gen-b \(0123abcd\) before level "
+                                                r"concurrency 8: free_memory: .*--guard warn"):
+        refuse_dirty_nodes("strict", [clean, dirty], "before level concurrency 8")

@@ -18,7 +18,7 @@ from .cost import level_cost
 from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, EngineError, LevelFailed, UsageError
 from .findings import Code
-from .guard import snapshot_before
+from .guard import GuardFailed, refuse_message, snapshot_before
 from .loadgen import ClientWatch, Level, run_phase
 from .metrics import SLO, LevelSummary, peak_in_flight, summarize
 from .workers import ClientSpec, WorkerPool, auto_workers
@@ -383,6 +383,16 @@ class _Load:
         self.reasons = watch.judge(level, records)
 
 
+def refuse_dirty_nodes(mode: str, node_snaps: list[dict[str, Any]], where: str) -> None:
+    """Strict mode refuses a dirty load-generating node as it refuses a dirty driver: before the level, with
+    nothing of it stored (``GuardFailed``); warn mode records it and the level's findings say so."""
+    if mode != "strict":
+        return
+    for snap in node_snaps:
+        if not snap.get("clean", True):
+            raise GuardFailed(refuse_message(snap, f"on load-generating node {snap.get('node')} {where}"))
+
+
 async def _run_level(
     cfg: SweepConfig,
     store: Store,
@@ -409,6 +419,7 @@ async def _run_level(
         (f" (rep {repetition + 1}/{cfg.repetitions})" if cfg.repetitions > 1 else "")
     load = _Load(client, prompts, pool)
     node_snaps = await pool.guards(cfg.guard, cfg.guard_config) if pool is not None else []
+    refuse_dirty_nodes(cfg.guard, node_snaps, f"before level {level.describe()}")
     try:
         if n_warm:
             rep.note(f"{desc}: {n_warm} warm-up requests (not counted)")

@@ -253,8 +253,9 @@ class LoadWorker:
         return WorkerReport(rest, start, end, client, reasons, error)
 
     async def guard(self, mode: str, config: Any) -> dict[str, Any] | None:
-        """This machine's guard snapshot (the driver asks one worker per machine). A dirty node marks the level
-        (findings: dirty_bench); it is recorded as warn mode does, never refused here."""
+        """This machine's guard snapshot (the driver asks one worker per machine), taken as warn mode takes it:
+        the driver decides, marking the level (findings: dirty_bench) or, in strict mode, refusing it
+        (sweep.refuse_dirty_nodes)."""
         from . import guard
 
         return await guard.snapshot_before("off" if mode == "off" else "warn", config, set(), "on this node")
