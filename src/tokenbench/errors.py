@@ -42,8 +42,9 @@ class LevelFailed(TokenbenchError):
 
 
 class RunInterrupted(TokenbenchError):
-    """The user stopped a stored run (Ctrl-C, SIGTERM, SIGHUP): raised by the runner in the interrupt's place once
-    the run is closed as interrupted, carrying it (``run_id``, ``result``). An interrupt before any run was stored
-    stays a KeyboardInterrupt."""
+    """The user stopped a stored run (Ctrl-C, SIGTERM, SIGHUP), or a caller cancelled the task running it (a
+    library user's ``asyncio.wait_for``): raised by the runner in the interrupt's place once the run is closed
+    as interrupted, carrying it (``run_id``, ``result``). An interrupt before any run was stored stays a
+    KeyboardInterrupt (or the CancelledError)."""
 
     exit_code = 130
