@@ -135,3 +135,28 @@ def test_the_embedded_engine_points_each_run_config_at_itself(tmp_path: Path) ->
     given = SweepConfig(url="", tokenizer="/my/tokenizer.json")
     emb.configure(given)
     assert given.tokenizer == "/my/tokenizer.json"  # a tokenizer the user gave wins
+
+
+def test_an_error_whose_run_cannot_be_read_back_goes_on_without_it(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The error that ends a run may be the store's own: reading the run back must not replace that error."""
+    import sqlite3
+
+    from tokenbench import endpoint
+    from tokenbench.errors import EndpointError
+    from tokenbench.results import Manifest
+
+    def broken(*a: object, **kw: object) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    store = Store(tmp_path / "r.db")
+    log = endpoint.RunLog(store, "run-x", "sweep", None)
+    log.create(Manifest(started="2026-01-01T00:00:00+00:00"))
+    monkeypatch.setattr(endpoint, "load_result", broken)
+    err = EndpointError("the server went away")
+    assert log.abort(err, True) is None
+    assert err.run_id == "run-x" and err.result is None and store.resolve("run-x").status == "partial"
+    stop = endpoint.RunLog(store, "run-y", "sweep", None)
+    stop.create(Manifest(started="2026-01-01T00:00:00+00:00"))
+    interrupted = stop.abort(KeyboardInterrupt(), False)
+    assert interrupted is not None and interrupted.run_id == "run-y" and interrupted.result is None

@@ -167,6 +167,10 @@ class RunLog:
             e.add_note(f"run {self.run_id} was closed as {status}")
         return None
 
-    def result(self) -> RunResult:
-        """The run as stored, read back as every reader reads it."""
-        return load_result(self.store, self.run_id)
+    def result(self) -> RunResult | None:
+        """The run as stored, read back as every reader reads it; None when the store cannot give it back (the
+        error that ended the run may be the store's own): the error then goes on without it, never replaced."""
+        try:
+            return load_result(self.store, self.run_id)
+        except Exception:
+            return None

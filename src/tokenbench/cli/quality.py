@@ -13,14 +13,14 @@ from rich.console import Console
 from .. import redact
 from ..errors import LevelFailed, TokenbenchError, UsageError
 from ..results import Manifest, RunResult
-
-if TYPE_CHECKING:
-    from ..engines.embedded import Embedded
-    from ..quality.runner import QualityConfig
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import check_output, emit_json, int_list, json_object, notifier, seconds, tokens
 from .parser import NONNEG, POSITIVE_INT, Parser, add_db, add_endpoint, add_json, add_latest
+
+if TYPE_CHECKING:
+    from ..engines.embedded import Embedded
+    from ..quality.runner import QualityConfig
 
 #: Embedded defaults: the tiny model's 8K positions, and the 2-core machines tests run on.
 EMBEDDED_CONTEXTS = "1k,2k,4k"
