@@ -160,6 +160,8 @@ class Emitter:
         self.running += 1
         try:
             return await self._stream(request, resp, body, c, chat, n_tokens, max_tokens, prompt_tokens, t_recv)
+        except ConnectionResetError:  # the client went away mid-stream (an interrupted run): nothing to answer
+            return resp
         finally:
             self.running -= 1
 

@@ -113,6 +113,12 @@ class Endpoint:
         })
 
 
+#: What an interrupted run of each kind keeps, for the one line that says so.
+IN_PROGRESS = {"sweep": "its finished levels and the level in progress (its finished requests)",
+               "depth": "its finished depths (the depth in progress is not kept)",
+               "quality": "its finished items (the items in flight are not kept)"}
+
+
 @dataclass(slots=True)
 class RunLog:
     """A run in the store: created once, closed once, whatever happens between."""
@@ -158,7 +164,8 @@ class RunLog:
             error = str(e) if isinstance(e, TokenbenchError) else f"crashed: {type(e).__name__}: {e}"[:500]
         self.finish(status, error)
         if interrupt:
-            stop = RunInterrupted(f"interrupted: run {self.run_id} keeps what it finished, marked interrupted")
+            stop = RunInterrupted(f"interrupted: run {self.run_id} is saved, marked interrupted, with "
+                                  f"{IN_PROGRESS.get(self.kind, 'what it finished')}")
             stop.run_id, stop.result = self.run_id, self.result()
             return stop
         if isinstance(e, TokenbenchError):

@@ -231,15 +231,13 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             res = asyncio.run(run_sweep(cfg, store, reporter, alive=alive))
         finally:
             reporter.close()
-    except RunInterrupted as e:  # this sweep's run, never another's, as the runner closed it
+    except RunInterrupted as e:  # this sweep's run, never another's, as the runner closed it; cli.main says so
         reporter.close()
         if e.result is not None:
             _print_result(console, e.result, a.format, store.path)
             if a.json:
                 write_json(a.json, e.result)
-        err.print("interrupted: the finished levels are saved; the level in progress is kept, marked interrupted",
-                  markup=False, highlight=False)
-        return 130
+        raise
     except TokenbenchError as e:
         if e.result is not None:
             if e.result.outcomes:
