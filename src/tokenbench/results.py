@@ -246,5 +246,10 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
         level = Level(concurrency=reps[0].concurrency, rate=reps[0].rate)
         combined = combine_repetitions(reps, run_price(manifest), manifest.currency)
         outcomes.append(LevelOutcome(idx, level, combined, status, reps))
-    quality_items = [Item.from_row(r) for r in store.quality_items(row.id)] if row.kind == "quality" else []
+    quality_items = load_items(store, row.id) if row.kind == "quality" else []
     return RunResult(row.id, manifest, outcomes, row.status, row.error, kind=row.kind, items=quality_items)
+
+
+def load_items(store: Store, run_id: str) -> list[Item]:
+    """A quality run's evaluated items, as stored."""
+    return [Item.from_row(r) for r in store.quality_items(run_id)]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from ..results import Manifest
+from ..results import Manifest, load_items
 from ..store import RunRow, Store
 from .agreement import Agreement, agreement
 from .items import Item
@@ -92,10 +92,6 @@ def compare_task(task: str, a: dict[str, Item], b: dict[str, Item], seed: int = 
 def compare_items(items_a: list[Item], items_b: list[Item], seed: int = 0) -> list[TaskComparison]:
     by_a, by_b = _by_task(items_a), _by_task(items_b)
     return [compare_task(task, by_a[task], by_b[task], seed) for task in by_a if task in by_b]
-
-
-def load_items(store: Store, run_id: str) -> list[Item]:
-    return [Item.from_row(r) for r in store.quality_items(run_id)]
 
 
 def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False) -> tuple[RunRow, RunRow, list[TaskComparison]]:
