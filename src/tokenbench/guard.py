@@ -412,9 +412,15 @@ async def snapshot_before(mode: str, config: Any, target_pids: set[int], where: 
         return None
     env = GuardEnv(config=config or load_config(), target_pids=target_pids)
     snap = await asyncio.to_thread(snapshot, env)
-    if mode == "strict" and not snap["clean"]:
-        raise GuardFailed(refuse_message(snap, where))
+    refuse_if_dirty(mode, snap, where)
     return snap
+
+
+def refuse_if_dirty(mode: str, snap: dict[str, Any], where: str) -> None:
+    """Strict mode's one rule, for this machine's snapshot and for each load-generating node's: a dirty bench
+    is refused (``GuardFailed``) before anything of what it would measure is stored."""
+    if mode == "strict" and not snap.get("clean", True):
+        raise GuardFailed(refuse_message(snap, where))
 
 
 def refuse_message(snap: dict[str, Any], where: str) -> str:

@@ -18,7 +18,7 @@ from .cost import level_cost
 from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, EngineError, LevelFailed, UsageError
 from .findings import Code
-from .guard import GuardFailed, refuse_message, snapshot_before
+from .guard import refuse_if_dirty, snapshot_before
 from .loadgen import ClientWatch, Level, run_phase
 from .metrics import SLO, LevelSummary, peak_in_flight, summarize
 from .workers import ClientSpec, WorkerPool, auto_workers
@@ -384,13 +384,10 @@ class _Load:
 
 
 def refuse_dirty_nodes(mode: str, node_snaps: list[dict[str, Any]], where: str) -> None:
-    """Strict mode refuses a dirty load-generating node as it refuses a dirty driver: before the level, with
-    nothing of it stored (``GuardFailed``); warn mode records it and the level's findings say so."""
-    if mode != "strict":
-        return
+    """Strict mode refuses a dirty load-generating node as it refuses a dirty driver (``guard.refuse_if_dirty``);
+    warn mode records it and the level's findings say so."""
     for snap in node_snaps:
-        if not snap.get("clean", True):
-            raise GuardFailed(refuse_message(snap, f"on load-generating node {snap.get('node')} {where}"))
+        refuse_if_dirty(mode, snap, f"on load-generating node {snap.get('node')} {where}")
 
 
 async def _run_level(
