@@ -306,9 +306,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     if res.kind == "quality":
         from .quality import print_quality_run
 
-        print_quality_run(console, res.manifest.summary or {}, res.items, a.format)
-        console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False,
-                      highlight=False)
+        print_quality_run(console, res, store, a.format)
         if a.json:
             write_json(a.json, res)
         return 0

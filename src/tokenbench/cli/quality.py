@@ -20,6 +20,7 @@ from .parser import NONNEG, POSITIVE_INT, Parser, add_db, add_endpoint, add_json
 
 if TYPE_CHECKING:
     from ..engines.embedded import Embedded
+    from ..quality.items import Item
     from ..quality.runner import QualityConfig
 
 #: Embedded defaults: the tiny model's 8K positions, and the 2-core machines tests run on.
@@ -143,11 +144,11 @@ def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: C
             res = run_quality(cfg, store, notifier(err))
     except TokenbenchError as e:  # an interrupt or an error after the run was stored: what it finished, shown
         if e.result is not None:
-            _print_run(console, e.result, store, a.format)
+            print_quality_run(console, e.result, store, a.format)
             if a.json:
                 emit_json(a.json, e.result.to_json())
         raise
-    _print_run(console, res, store, a.format)
+    print_quality_run(console, res, store, a.format)
     if a.json:
         emit_json(a.json, res.to_json())
     if res.status != "complete":
@@ -156,18 +157,19 @@ def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: C
     return 0
 
 
-def _print_run(console: Console, res: RunResult, store: Store, fmt: str) -> None:
-    print_quality_run(console, res.manifest.summary or {}, res.items, fmt)
-    console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False,
-                  highlight=False)
-
-
 def _s(ms: float | None) -> str:
     return "—" if ms is None else f"{ms / 1000:.2f} s"
 
 
-def print_quality_run(console: Console, summary: dict[str, Any], items: list[Any], fmt: str) -> None:
-    """A quality run's tasks (its manifest's ``summary``), and its needle grid: after the run, and by `show`."""
+def print_quality_run(console: Console, res: RunResult, store: Store, fmt: str) -> None:
+    """A quality run's tasks (its manifest's ``summary``), its needle grid and where it is saved: after the run,
+    after an interrupt or an error, and by `show`."""
+    _print_tasks(console, res.manifest.summary or {}, res.items, fmt)
+    console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False,
+                  highlight=False)
+
+
+def _print_tasks(console: Console, summary: dict[str, Any], items: list[Item], fmt: str) -> None:
     from ..output import print_table
 
     rows = []
@@ -179,7 +181,7 @@ def print_quality_run(console: Console, summary: dict[str, Any], items: list[Any
     niah = [it for it in items if it.task == "niah"]
     if niah:
         depths = sorted({it.detail["depth"] for it in niah})
-        grid: dict[int, dict[int, Any]] = {}
+        grid: dict[int, dict[int, Item]] = {}
         for it in niah:
             grid.setdefault(it.detail["context"], {})[it.detail["depth"]] = it
         head = ["Context", *[f"{d}%" for d in depths], "Prompt tokens sent / counted by the server"]
@@ -187,8 +189,8 @@ def print_quality_run(console: Console, summary: dict[str, Any], items: list[Any
         for ctx, cells in grid.items():
             row = [f"{ctx:,}"]
             for d in depths:
-                it = cells.get(d)
-                row.append("—" if it is None else f"{it.status} {_s(it.latency_ms)}")
+                cell = cells.get(d)
+                row.append("—" if cell is None else f"{cell.status} {_s(cell.latency_ms)}")
             sent = [f"{c.expected_prompt_tokens or '?'}/{c.prompt_tokens if c.prompt_tokens is not None else '?'}"
                     + ("" if c.detail.get("usage_check") in ("ok", "absent") else f" {c.detail['usage_check']}")
                     for c in cells.values()]
