@@ -231,16 +231,9 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             res = asyncio.run(run_sweep(cfg, store, reporter, alive=alive))
         finally:
             reporter.close()
-    except RunInterrupted as e:  # this sweep's run, never another's, as the runner closed it; cli.main says so
-        reporter.close()
-        if e.result is not None:
-            _print_result(console, e.result, a.format, store.path)
-            if a.json:
-                write_json(a.json, e.result)
-        raise
-    except TokenbenchError as e:
-        if e.result is not None:
-            if e.result.outcomes:
+    except TokenbenchError as e:  # an interrupt or an error after the run was stored: this sweep's run, never
+        if e.result is not None:  # another's, as the runner closed it (an interrupted one is shown even empty)
+            if e.result.outcomes or isinstance(e, RunInterrupted):
                 _print_result(console, e.result, a.format, store.path)
             if a.json:
                 write_json(a.json, e.result)
