@@ -19,7 +19,7 @@ from tokenbench.errors import LevelFailed
 from tokenbench.metrics import LevelSummary
 from tokenbench.quality.runner import QualityConfig, run_quality
 from tokenbench.results import RunResult
-from tokenbench.store import Store
+from tokenbench.store import RunRow, Store
 
 #: A script that runs one command through the library and prints what ended it, as JSON on its last line.
 SCRIPT = """
@@ -74,12 +74,17 @@ def _other_run(db: Path) -> None:
                        "2099-01-01T00:00:01")
 
 
-def test_an_interrupted_sweep_raises_its_own_run(tmp_path: Path) -> None:
-    db = tmp_path / "r.db"
+def _interrupted(what: str, db: Path) -> tuple[dict, RunRow]:
+    """What the child said when its run was interrupted, and that run, beside another in the same database."""
     _other_run(db)
-    said = _interrupt("sweep", db)
+    said = _interrupt(what, db)
     assert said["ended"] == "RunInterrupted", said
     (run,) = [r for r in Store(db).runs() if r.id != "other-run"]
+    return said, run
+
+
+def test_an_interrupted_sweep_raises_its_own_run(tmp_path: Path) -> None:
+    said, run = _interrupted("sweep", tmp_path / "r.db")
     assert said["run_id"] == run.id and run.status == "interrupted" and run.id in said["message"]
     doc = said["result"]
     assert doc["run_id"] == run.id and doc["kind"] == "sweep" and doc["status"] == "interrupted"
@@ -89,10 +94,7 @@ def test_an_interrupted_sweep_raises_its_own_run(tmp_path: Path) -> None:
 
 def test_an_interrupted_quality_run_raises_its_own_run_with_its_items(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
-    _other_run(db)
-    said = _interrupt("quality", db)
-    assert said["ended"] == "RunInterrupted", said
-    (run,) = [r for r in Store(db).runs() if r.id != "other-run"]
+    said, run = _interrupted("quality", db)
     doc = said["result"]
     assert doc["run_id"] == run.id == said["run_id"] and doc["kind"] == "quality"
     assert doc["status"] == "interrupted" == run.status and doc["levels"] == []
