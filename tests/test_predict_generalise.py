@@ -149,6 +149,22 @@ def test_llamacpp_parallel_slots_batch_and_queue(cat: Catalog) -> None:
         Setup.make(cat, cal, "nvidia-h100-sxm", "qwen3.6-27b", "FP8", "auto", "vllm", parallel=4)
 
 
+def test_batching_tpot_counts_the_other_agents_prefills_not_its_own(cat: Catalog) -> None:
+    # an agent's own prompt is prefilled before its first token (TTFT); while it decodes its O tokens the
+    # other N-1 prompts of the cycle are prefilled between its steps: TPOT = t_dec + (N-1)·t_pf/O
+    m, hw = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-h100-sxm")
+    eff = Calibration.packaged().efficiency("vllm-cuda")
+    pf = rf.prefill_cost(m, hw, rf.Quant.parse("BF16", "auto"), 2048, 0, "vllm-cuda", rf.CHUNK_TOKENS)
+    t_pf = rf.prefill_time(pf, eff)
+    dec = rf.Estimate(0.004, 0.006)
+    alone = rf.serve_point(pf, dec, eff, "batching", 1, 2048, 256)
+    assert alone.tpot_s.estimate == dec.estimate and alone.tpot_s.ceiling == dec.ceiling
+    eight = rf.serve_point(pf, dec, eff, "batching", 8, 2048, 256)
+    assert eight.tpot_s.estimate == pytest.approx(dec.estimate + 7 * t_pf / 256)
+    # the cycle still holds all N prefills: aggregate = N·O / (O·t_dec + N·t_pf)
+    assert eight.throughput[1] == pytest.approx(8 * 256 / (256 * dec.estimate + 8 * t_pf))
+
+
 def test_speculative_verification_costs_arithmetic_not_reads(cat: Catalog) -> None:
     m = cat.find_model("qwen3.6-27b")
     hw = cat.find_hardware("nvidia-h100-sxm")

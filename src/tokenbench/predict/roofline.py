@@ -492,7 +492,9 @@ def serve_point(pf: StepCost, t_dec: Estimate, eff: Efficiency, kind: EngineKind
     (``t_dec``: N sequences when batching, one when sequential; speculative decoding already in it); the
     caller computes both, once per shape (``Setup`` memoises them).
 
-    batching: cycle ≈ O·t_dec(N, P+O/2) + N·t_pf(P); TPOT ≈ t_dec + N·t_pf/O. TTFT ≈ t_pf + t_dec + a wait:
+    batching: cycle ≈ O·t_dec(N, P+O/2) + N·t_pf(P); TPOT ≈ t_dec + (N−1)·t_pf/O: while an agent decodes, the
+    other N−1 prompts of the cycle are prefilled between its steps (its own prefill came before its first
+    token, so it is in TTFT, not TPOT; one agent alone decodes at t_dec). TTFT ≈ t_pf + t_dec + a wait:
     in a steady closed loop a new prompt is folded into the running decode steps (no wait; the ceiling), while
     requests that arrive together queue behind each other's prefills ((N−1)/2 of them); the calibrated
     ``burst`` is the share of that queue seen. sequential (llama.cpp as one stream): one request at a time, so
@@ -505,7 +507,8 @@ def serve_point(pf: StepCost, t_dec: Estimate, eff: Efficiency, kind: EngineKind
         return ServePoint(n, ttft, t_dec, thr, (thr[0] / n, thr[1] / n), ["one stream at a time: requests queue"])
     cyc_c = output * t_dec.ceiling + n * t_pf.ceiling
     cyc_e = output * t_dec.estimate + n * t_pf.estimate
-    tpot = Estimate(t_dec.ceiling + n * t_pf.ceiling / max(output, 1), t_dec.estimate + n * t_pf.estimate / max(output, 1))
+    others = (n - 1) / max(output, 1)
+    tpot = Estimate(t_dec.ceiling + others * t_pf.ceiling, t_dec.estimate + others * t_pf.estimate)
     wait = eff.burst * (n - 1) / 2
     ttft = Estimate(t_pf.ceiling + t_dec.ceiling, t_pf.estimate * (1 + wait) + t_dec.estimate)
     thr = (n * output / cyc_c, n * output / cyc_e) if output else (n / t_dec.ceiling, n / t_dec.estimate)
