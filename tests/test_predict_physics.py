@@ -113,6 +113,15 @@ def test_no_silent_fallbacks(cat: Catalog) -> None:
     with pytest.raises(UsageError, match="unknown engine"):
         Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-8b", "BF16", "auto", "tensorrt-llm")
     assert Setup.make(cat, cal, "apple-m3-max-40c", "llama-3.1-8b", "Q4_K_M", "f16", "llama.cpp metal").calibrated
+    # SGLang is its own backend: never vLLM's fit and its bands; vLLM on an AMD box is vLLM ROCm, not CUDA
+    sgl = Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-8b", "BF16", "auto", "sglang")
+    assert (sgl.backend, sgl.calibrated) == ("sglang-cuda", False) and cal.band(sgl.backend, "throughput") is None
+    amd = Setup.make(cat, cal, "amd-ryzen-ai-max-395", "llama-3.1-8b", "BF16", "auto", "vllm")
+    assert (amd.backend, amd.calibrated) == ("vllm-rocm", False)
+    assert Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-8b", "BF16", "auto", "vllm 0.21").calibrated
+    for engine, says in [("vllmx", "unknown engine"), ("llama.cpp rocm", "AMD GPUs"), ("llama.cpp cpu", "host's CPU")]:
+        with pytest.raises(UsageError, match=says):
+            Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-8b", "Q4_K_M", "f16", engine)
 
 
 def test_vllm_ttft_under_load_folds_prefills(cat: Catalog) -> None:

@@ -89,7 +89,9 @@ BAND_MIN_N = 3
 def backend_key(engine: str, default_backend: str) -> str:
     e = engine.lower().strip()
     if e.startswith(("vllm", "sglang")):
-        return "vllm-" + ("rocm" if default_backend == "rocm" else "cuda")
+        # each batching engine is its own backend (SGLang never borrows vLLM's fit); an AMD box (ROCm or, for
+        # llama.cpp, Vulkan by default) runs them on ROCm
+        return e.split()[0] + "-" + ("rocm" if default_backend in ("rocm", "vulkan") else "cuda")
     if e.startswith("llama.cpp") or e.startswith("llamacpp"):
         parts = e.replace("llamacpp", "llama.cpp").split()
         return "llamacpp-" + (parts[1] if len(parts) > 1 else default_backend)
@@ -105,7 +107,7 @@ def engine_kind(engine: str) -> str:
 def prior(backend: str) -> Efficiency:
     if backend in PRIORS:
         return PRIORS[backend]
-    if backend.startswith("vllm"):
+    if backend.startswith(("vllm", "sglang")):
         return PRIORS["vllm"]
     return PRIORS["default"]
 
@@ -120,7 +122,7 @@ def backend_prior(backend: str, family_fit: Efficiency | None) -> Efficiency:
     for this backend itself (those that differ from the generic defaults) kept on top."""
     if family_fit is None:
         return prior(backend)
-    keep = LITERATURE.get(backend, LITERATURE["vllm"] if backend.startswith("vllm") else {})
+    keep = LITERATURE.get(backend, LITERATURE["vllm"] if backend.startswith(("vllm", "sglang")) else {})
     return _with(replace(family_fit, rows=0, calibrated=False), keep)
 
 

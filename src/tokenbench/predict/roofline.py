@@ -92,7 +92,7 @@ class Quant:
 def check_engine(hw: HardwareSpec, engine: str) -> None:
     """Refuse an engine the predictor does not know, or one that does not run on the box."""
     e = engine.lower().strip()
-    if not e.startswith(ENGINES):
+    if not e or e.split()[0] not in ENGINES:  # the engine's own name, then a version or backend: not "vllmx"
         raise UsageError(f"unknown engine '{engine}': use one of vllm, sglang, llama.cpp [{'|'.join(LLAMACPP_BACKENDS)}], "
                          "ollama, transformers, mlx")
     apple = hw.default_backend == "metal"
@@ -111,6 +111,12 @@ def check_engine(hw: HardwareSpec, engine: str) -> None:
             raise UsageError(f"{hw.id} is an Apple GPU: llama.cpp runs there with Metal, not {b}")
         if b == "cuda" and hw.id.startswith(("amd-", "intel-")):
             raise UsageError(f"{hw.id} is not an NVIDIA GPU: use llama.cpp vulkan or rocm")
+        if b == "rocm" and not hw.id.startswith("amd-"):
+            raise UsageError(f"llama.cpp's ROCm backend runs on AMD GPUs, not on {hw.id}: use llama.cpp "
+                             f"{hw.default_backend}")
+        if b == "cpu" and hw.kind == "gpu":
+            raise UsageError(f"llama.cpp cpu runs on the host's CPU, which the catalog does not describe for {hw.id}: "
+                             f"use llama.cpp {hw.default_backend}")
 
 
 def check_combination(hw: HardwareSpec, q: Quant, engine: str) -> None:
