@@ -191,6 +191,33 @@ def test_predict_test_honours_input_len_and_shows_bands(capsys: pytest.CaptureFi
     assert "UNCALIBRATED" in text.split("\n", 1)[1]  # in the table itself, not only in the header
 
 
+def test_a_stored_prediction_keeps_its_shape_and_its_uncalibrated_mark(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    db, out = str(tmp_path / "p.db"), tmp_path / "tp.json"
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-70b", "--weights", "FP8",
+                 "--kv", "fp8", "--tp", "2", "--spec-tokens", "2", "--acceptance", "0.7", "--concurrency", "1,8",
+                 "--save", "tp", "--db", db, "--json", str(out)]) == 0
+    shape = json.loads(out.read_text())["manifest"]["shape"]
+    assert shape["gpus"] == 2 and shape["speculation"] == {"tokens": 2, "acceptance": 0.7, "draft_cost": 0.05}
+    live = capsys.readouterr().out
+    assert main(["show", "tp", "--db", db]) == 0
+    shown = capsys.readouterr().out
+    # the same headline as predict printed: two GPUs and speculation, never "on nvidia-h100-sxm" alone
+    for text in (live, shown):
+        assert "2x nvidia-h100-sxm (tensor parallel)" in " ".join(text.split())
+        assert "speculative decoding, 2 tokens at acceptance 0.7" in " ".join(text.split())
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--engine", "ollama",
+                 "--weights", "Q4_K_M", "--concurrency", "1,4", "--save", "ol", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["show", "ol", "--db", db]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("PREDICTED, UNCALIBRATED for llama-3.1-8b") and "PREDICTED, UNCALIBRATED (not measured)" in shown
+    assert main(["compare", "tp", "ol", "--db", db]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "ol is PREDICTED, UNCALIBRATED, not measured" in text and "predicted at concurrency 8" in text
+    assert "measured at concurrency" not in text
+
+
 @needs_ref
 def test_against_says_fitted_only_for_rows_the_fit_used(cat: Catalog) -> None:
     rows = [r for f in FILES for r in read_rows(f)]

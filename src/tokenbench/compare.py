@@ -111,8 +111,8 @@ def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
     if all(la) and all(lb) and la != lb:
         out.append(f"the workloads differ ({la[0]}/{la[1]} vs {lb[0]}/{lb[1]} tokens in/out)")
     for r in (a, b):
-        if r.manifest.provenance == "predicted" or r.manifest.predicted:
-            out.append(f"{_name(r)} is PREDICTED, not measured")
+        if r.manifest.predicted_mark:
+            out.append(f"{_name(r)} is {r.manifest.predicted_mark}, not measured")
     return out
 
 
@@ -141,7 +141,8 @@ def effective_line(res: RunResult, agents: int, tokens: int) -> str | None:
         at = [s for s in serve if s.concurrency and s.concurrency <= agents]
         s = max(at, key=lambda x: x.concurrency or 0) if at else min(serve, key=lambda x: x.concurrency or 0)
         t = effective_serving_s(agents, tokens, s.output_throughput_tps)
-        note = "" if s.concurrency == agents else f" (measured at concurrency {s.concurrency}, the nearest)"
+        how = "predicted" if res.manifest.predicted_mark else "measured"
+        note = "" if s.concurrency == agents else f" ({how} at concurrency {s.concurrency}, the nearest)"
         return f"{name}: ~{t:,.1f} s batched, {s.output_throughput_tps:,.0f} tok/s aggregate{note}"
     rate = single or (serve[0].output_throughput_tps if serve else None)
     if rate:

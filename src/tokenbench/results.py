@@ -72,11 +72,22 @@ class Manifest:
     source_sha256: str | None = None
     format: str | None = None
     source: str | None = None
+    # a prediction's shape beyond box, model and formats: GPUs (tensor parallel), llama.cpp slots and micro-batch,
+    # speculative decoding (predict.runs.shape)
+    shape: dict[str, Any] | None = None
     # a cold start's boots; a quality run's per-task summary
     boots: list[dict[str, Any]] | None = None
     summary: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     key_order: tuple[str, ...] = ()  # the keys as they were read, so to_dict writes them in that order
+
+    @property
+    def predicted_mark(self) -> str | None:
+        """How a predicted run is named wherever it is shown: PREDICTED, and UNCALIBRATED where no measurement
+        of its backend stood behind the estimate (physical priors only); None for a measured or imported run."""
+        if not (self.provenance == "predicted" or self.predicted):
+            return None
+        return "PREDICTED, UNCALIBRATED" if self.calibrated is False else "PREDICTED"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Manifest:

@@ -101,7 +101,7 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
 def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     from ..output import print_table
     from ..predict import report
-    from ..predict.runs import speculation
+    from ..predict.runs import headline, manifest, speculation
 
     if a.against:
         return _predict_against(a, console)
@@ -112,10 +112,8 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         spec = speculation(s, a.spec_tokens, a.acceptance, a.acceptance_length, a.draft_cost)
         s.spec = spec.spec()
         console.print(spec.describe(), markup=False, highlight=False)
-    box = s.hw.id if s.tp == 1 else f"{s.tp}x {s.hw.id} (tensor parallel)"
-    console.print(f"PREDICTED for {s.model.id} ({s.quant.weights}, {s.quant.kv.lower()} KV) on {box}, "
-                  f"{s.engine} ({s.backend}: {s.eff.source}; calibration {cal.origin}); the ceiling is the "
-                  "physical limit at efficiency 1", markup=False, highlight=False)
+    console.print(f"{headline(manifest(s))}; calibration {cal.origin}; the ceiling is the physical limit at "
+                  "efficiency 1", markup=False, highlight=False)
     depths = levels = None
     if a.test:
         a.input_len, a.output_len = a.input_len or 512, a.output_len or 128

@@ -9,6 +9,7 @@ user knows: an acceptance probability or a mean acceptance length (as vLLM repor
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .. import __version__
 from ..errors import UsageError
@@ -80,15 +81,46 @@ def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: i
     return levels
 
 
+def shape(s: Setup) -> dict[str, Any]:
+    """What a prediction assumed beyond box, model and formats, as its manifest keeps it: the GPUs sharing each
+    layer (tensor parallel), llama.cpp's slots (-np) and micro-batch (-ub), and speculative decoding."""
+    out: dict[str, Any] = {"gpus": s.tp, "parallel": s.parallel, "ubatch": s.ubatch}
+    if s.spec is not None:
+        out["speculation"] = {"tokens": s.spec.gamma, "acceptance": round(s.spec.alpha, 4),
+                              "draft_cost": round(s.spec.draft_cost, 4)}
+    return out
+
+
+def manifest(s: Setup, workload: dict[str, int] | None = None, label: str | None = None) -> Manifest:
+    return Manifest(model=s.model.id, weights=s.quant.weights, kv=s.quant.kv, engine=s.engine, hardware=s.hw.id,
+                    predicted=True, backend=s.backend, calibration=s.eff.source, calibrated=s.calibrated,
+                    workload=dict(workload or {}), label=label, shape=shape(s), key_order=("label",))
+
+
+def headline(m: Manifest) -> str:
+    """The line above a prediction, printed by predict and by show of a stored one: what, on which box and in
+    which shape, by which calibration (UNCALIBRATED included: it is the calibration's own text)."""
+    sh = m.shape or {}
+    gpus = sh.get("gpus") or 1
+    box = m.hardware if gpus == 1 else f"{gpus}x {m.hardware} (tensor parallel)"
+    extras = []
+    if (sh.get("parallel") or 1) > 1:
+        extras.append(f"{sh['parallel']} slots (-np)")
+    if sh.get("ubatch") not in (None, rf.UBATCH) and m.engine and m.engine.lower().startswith(("llama", "ollama")):
+        extras.append(f"-ub {sh['ubatch']}")
+    if isinstance(sp := sh.get("speculation"), dict):
+        extras.append(f"speculative decoding, {sp.get('tokens')} tokens at acceptance {sp.get('acceptance')}")
+    return (f"{m.predicted_mark or 'PREDICTED'} for {m.model} ({m.weights}, {(m.kv or '').lower()} KV) on {box}, "
+            f"{m.engine}" + "".join(f", {e}" for e in extras) + f" ({m.backend}: {m.calibration})")
+
+
 def prediction(s: Setup, levels: list[LevelSummary], workload: dict[str, int] | None,
                label: str | None = None) -> RunResult:
     """Predicted levels as a result (kind predict), not stored: ``run_id`` is empty until ``save_prediction``."""
-    manifest = Manifest(model=s.model.id, weights=s.quant.weights, kv=s.quant.kv, engine=s.engine, hardware=s.hw.id,
-                        predicted=True, backend=s.backend, calibration=s.eff.source, calibrated=s.calibrated,
-                        workload=dict(workload or {}), label=label, key_order=("label",))
+    manifest_ = manifest(s, workload, label)
     outcomes = [LevelOutcome(i, Level(concurrency=lv.concurrency, rate=lv.rate), lv, "complete")
                 for i, lv in enumerate(levels)]
-    return RunResult("", manifest, outcomes, "complete", kind="predict")
+    return RunResult("", manifest_, outcomes, "complete", kind="predict")
 
 
 def save_prediction(store: Store, res: RunResult, label: str) -> RunResult:

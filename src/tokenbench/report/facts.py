@@ -139,7 +139,7 @@ def _workload(r: RunResult) -> str | None:
 
 def source(r: RunResult) -> str:
     if is_predicted(r):
-        return "PREDICTED"
+        return r.manifest.predicted_mark or "PREDICTED"
     prov = r.manifest.provenance or "measured"
     tool = r.manifest.tool
     return f"{prov} ({tool})" if prov == "imported" and tool else prov

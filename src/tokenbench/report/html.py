@@ -126,7 +126,7 @@ def _sides(runs: list[RunResult], price: float | None, currency: str | None) -> 
         for c in cells:
             v = c.get(key, "—")
             cls = ' class="dirty"' if key == "Machine state" and v.startswith("DIRTY") else \
-                ' class="predicted"' if v == "PREDICTED" else ""
+                ' class="predicted"' if v.startswith("PREDICTED") else ""
             tds.append(f"<td{cls}>{_e(v)}</td>")
         out.append(f"<tr><th class=\"text\">{_e(key)}</th>{''.join(tds)}</tr>")
     out.append("</table>")
