@@ -29,15 +29,17 @@ def _prefill(cal: Calibration, depth: int) -> float:
     return _setup(cal).prefill(512, depth).rate(512)[1]
 
 
-def _depth_run(store: Store, scale: float) -> None:
-    """A depth run on the box whose rates are ``scale`` times what the packaged calibration predicts."""
+def _depth_run(store: Store, scale: float, gpu: str = "Radeon 8060S Graphics (RADV GFX1151)") -> None:
+    """A depth run on the box whose rates are ``scale`` times what the packaged calibration predicts (as
+    llama-bench's import keeps it: the GPU it names)."""
     packaged = Calibration.packaged()
     levels = []
     for d in (0, 8192, 32768):
         levels.append(LevelSummary.empty(concurrency=1, test="pp512", depth=d, pp_tps=scale * _prefill(packaged, d)))
         levels.append(LevelSummary.empty(concurrency=1, test="tg128", depth=d, tg_tps=scale * _decode(packaged, d)))
     store.save_run("my-run", "depth", "my-strix", {"label": "my-strix", "model": "gpt-oss-20b-Q4_K_M.gguf",
-                                                   "engine": "llama.cpp", "weights": WEIGHTS, "kv": KV},
+                                                   "engine": "llama.cpp", "weights": WEIGHTS, "kv": KV,
+                                                   "gpu": gpu},
                    "measured", levels, "0", "2026-01-01T00:00:00", "2026-01-01T00:10:00")
 
 
@@ -50,7 +52,7 @@ def test_own_runs_pull_the_backend_toward_what_the_box_measured(tmp_path: Path,
     assert "6 measurements from 1 run(s) of your own" in capsys.readouterr().out
     packaged = Calibration.packaged()
     mine = Calibration.from_toml(out.read_text(), origin=str(out))
-    assert "of your own runs'" in mine.efficiency("llamacpp-vulkan").source
+    assert "anchored on 6 measurements of your own" in mine.efficiency("llamacpp-vulkan").source
     for d in (0, 8192, 32768):
         measured = 1.6 * _decode(packaged, d)
         # anchored: at least halfway from the packaged estimate to what the box measured
@@ -61,7 +63,7 @@ def test_own_runs_pull_the_backend_toward_what_the_box_measured(tmp_path: Path,
     assert main(["predict", "--hardware", BOX, "--model", MODEL, "--weights", WEIGHTS, "--kv", KV, "--engine",
                  ENGINE, "--test", "tg128", "--calibration", str(out)]) == 0
     said = " ".join(capsys.readouterr().out.split())  # predict says which calibration it used
-    assert "anchored on 6 of your own runs' (run:my-strix)" in said and f"calibration {out}" in said
+    assert "anchored on 6 measurements of your own (run:my-strix)" in said and f"calibration {out}" in said
 
 
 def test_calibrate_runs_refuses_what_it_cannot_place(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,4 +76,14 @@ def test_calibrate_runs_refuses_what_it_cannot_place(tmp_path: Path, capsys: pyt
     assert main(["calibrate", "--runs", "nothing", "--hardware", BOX, "--model", MODEL, "--out", out,
                  "--db", db]) == 2
     assert "no run 'nothing'" in capsys.readouterr().err
+    # a run that says it ran on another box: an AMD GPU's figures never calibrate an H100's backend
+    assert main(["calibrate", "--runs", "my-strix", "--hardware", "nvidia-h100-sxm", "--model", MODEL, "--out", out,
+                 "--db", db]) == 2
+    assert "ran on 'Radeon 8060S Graphics (RADV GFX1151)', an AMD device, not nvidia-h100-sxm" in \
+        capsys.readouterr().err
+    Store(db).save_run("pub-run", "depth", "pub", {"label": "pub", "hardware": "nvidia-rtx-4090", "engine": "llama.cpp",
+                                                   "weights": WEIGHTS}, "imported", [], "0", "2026-01-01T00:00:00",
+                       "2026-01-01T00:10:00")
+    assert main(["calibrate", "--runs", "pub", "--hardware", BOX, "--model", MODEL, "--out", out, "--db", db]) == 2
+    assert f"run pub-run ran on nvidia-rtx-4090, not {BOX}" in capsys.readouterr().err
     assert not Path(out).exists()

@@ -164,6 +164,27 @@ def _predicted_result(a: argparse.Namespace, console: Console, s: Setup, cal: Ca
 PUBLISHED_FILES = [Path(__file__).resolve().parents[1] / "data" / n for n in ("published.csv", "published-more.csv")]
 
 
+#: GPU vendors by the words a device name carries (llama-bench's gpu_info, e.g. "Radeon 8060S Graphics (RADV
+#: GFX1151)"), and the catalog id prefix of each vendor's boxes.
+_VENDOR_WORDS = {"nvidia": ("nvidia", "geforce", "rtx", "tesla", "quadro"), "amd": ("amd", "radeon", "instinct"),
+                 "apple": ("apple",)}
+
+
+def _same_box(run_id: str, hardware: str | None, gpu: str | None, hw: Any, cat: Any) -> None:
+    """Refuse a run that says it ran on another box than --hardware: calibrating one box's backend with another
+    box's figures moves its constants to wherever the two disagree (a Strix Halo run given as an H100 pushed
+    llama.cpp Vulkan's bandwidth share to its bound). Only what the run itself says counts: a published or
+    predicted run's catalog id, an imported llama-bench run's GPU; a sweep's own machine is the client's."""
+    if hardware and hardware != hw.id and hardware not in hw.aliases and hardware in cat.hardware:
+        raise UsageError(f"run {run_id} ran on {hardware}, not {hw.id}: give --hardware {hardware}, or runs of "
+                         f"{hw.id}")
+    words = set((gpu or "").lower().replace("(", " ").replace(")", " ").split())
+    said = [v for v, w in _VENDOR_WORDS.items() if words & set(w)]
+    if len(said) == 1 and not hw.id.startswith(said[0] + "-"):
+        raise UsageError(f"run {run_id} ran on '{gpu}', an {said[0].upper()} device, not {hw.id}: give the "
+                         "--hardware it ran on ('tokenbench hardware' lists them)")
+
+
 def _own_rows(a: argparse.Namespace, cat: Any) -> list[Any]:
     """The user's stored runs as calibration rows, for the box, model and weights they name."""
     from ..predict.published import run_rows
@@ -179,6 +200,7 @@ def _own_rows(a: argparse.Namespace, cat: Any) -> list[Any]:
     for ref in a.runs:
         run = load_result(store, ref, latest=a.latest, kinds=("sweep", "depth", "bench"), command="calibrate --runs")
         m = run.manifest
+        _same_box(run.run_id, m.hardware, m.gpu, hw, cat)
         engine = a.engine or m.engine or ""
         if not engine:
             raise UsageError(f"run {run.run_id} does not say which engine served it: give --engine")

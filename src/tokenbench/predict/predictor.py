@@ -361,7 +361,7 @@ def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict
             fitted = fit_constants([residual(it) for it in own], fitted, prior_weight=ANCHOR_PRIOR_WEIGHT)
         srcs = sorted({it.source for it in its})
         source = f"fitted on {len(its)} published rows from {', '.join(srcs)}" if not own else \
-            f"fitted on {published} published rows, then anchored on {len(own)} of your own runs' " \
+            f"fitted on {published} published rows, then anchored on {len(own)} measurements of your own " \
             f"({', '.join(s for s in srcs if s.startswith(RUN_SOURCE))})"
         effs[backend] = rf.Efficiency(**{n: getattr(fitted, n) for n in rf.PARAM_BOUNDS}, rows=len(its),
                                       calibrated=True, source=source)

@@ -101,8 +101,8 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
     for m in metrics:
         b = cal.band(s.backend, m)
         parts.append(f"{m} ±{b.pct:.0f}% (n={b.n})" if b else f"{m}: too few held-out rows for a band")
-    return ("bands: 80% of held-out published rows of " + s.backend + " were within " + ", ".join(parts)
-            + " (leave-one-source-out)")
+    return ("bands: 80% of held-out rows of " + s.backend + " were within " + ", ".join(parts)
+            + " (leave-one-source-out: each source predicted by a fit on the others)")
 
 
 def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int) -> Table:
