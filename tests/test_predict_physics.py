@@ -237,3 +237,29 @@ def test_band_is_a_quantile_of_absolute_errors() -> None:
     assert b is not None and b.n == 5 and b.median_pct == 10.0 and b.pct == 20.0
     assert make_band([1.0, 2.0]) is None
     assert math.isclose(make_band([3.0] * 10).pct, 3.0)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--acceptance", "0.7"], "go with --spec-tokens"),
+    (["--engine", "vllm", "--ubatch", "64"], "--ubatch is llama.cpp's -ub"),
+    (["--depth", "8k"], "--depth goes with --test"),
+    (["--engine", "llama.cpp", "--test", "depth", "--parallel", "8"], "--test predicts llama-bench's one stream"),
+    (["--engine", "llama.cpp", "--test", "depth", "--concurrency", "4"], "--test predicts llama-bench's one stream"),
+    (["--tp", "3"], "does not split llama-3.1-70b's 64 attention heads"),
+    (["--tp", "16"], "at most 8 GPUs"),
+    (["--engine", "llama.cpp", "--kv", "fp8"], "llama.cpp has no FP8 KV cache"),
+    (["--kv", "q8_0"], "is a llama.cpp cache type"),
+])
+def test_flags_that_would_be_ignored_are_refused_before_anything_prints(
+        args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-70b", *args]) == 2
+    out = capsys.readouterr()
+    assert says in out.err and out.out == ""
+
+
+def test_a_hand_edited_calibration_constant_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = Calibration.packaged().to_toml().replace("eta_w = ", 'eta_w = "abc" #', 1)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--calibration", str(bad)]) == 2
+    assert "eta_w = 'abc' is not a number" in capsys.readouterr().err

@@ -328,12 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="prompt tokens (default 4096 when serving; with --test, the pp length, default 512)")
     pp.add_argument("--output-len", type=POSITIVE_INT,
                     help="output tokens (default 512 when serving; with --test, the tg length, default 128)")
-    pp.add_argument("--ubatch", type=POSITIVE_INT, default=512, help="llama.cpp micro-batch (-ub) for prompt processing")
-    pp.add_argument("--concurrency", default="1", help="serving levels, e.g. 1,4,8,16,32")
-    pp.add_argument("--parallel", type=POSITIVE_INT, default=1,
-                    help="llama.cpp server slots (-np N): up to N sequences decode in one batch")
+    pp.add_argument("--ubatch", type=POSITIVE_INT, help="llama.cpp micro-batch (-ub) for prompt processing (default 512)")
+    pp.add_argument("--concurrency", help="serving levels, e.g. 1,4,8,16,32 (default 1)")
+    pp.add_argument("--parallel", type=POSITIVE_INT,
+                    help="llama.cpp server slots (-np N): up to N sequences decode in one batch (default 1)")
     pp.add_argument("--test", choices=["tg128", "pp512", "depth"], help="llama-bench style tests at --depth")
-    pp.add_argument("--depth", default="0", help="tokens already in the cache, e.g. 0,8k,32k,65536")
+    pp.add_argument("--depth", help="with --test: tokens already in the cache, e.g. 0,8k,32k,65536 (default 0)")
     pp.add_argument("--spec-tokens", type=POSITIVE_INT, help="speculative decoding / MTP: drafted tokens per step")
     pp.add_argument("--acceptance", type=SHARE, help="per-token acceptance rate (0..1)")
     pp.add_argument("--acceptance-length", type=POSITIVE, help="mean acceptance length (vLLM's τ)")

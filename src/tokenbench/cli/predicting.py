@@ -107,26 +107,26 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         return _predict_against(a, console)
     if not a.hardware or not a.model:
         raise UsageError("predict needs --hardware and --model (or --against FILE)")
+    depths, levels = _check_flags(a)
     s, cal = _setup(a)
+    if a.ubatch and s.kind != "sequential":
+        raise UsageError(f"--ubatch is llama.cpp's -ub; {s.engine} prefills in chunks of its own token budget")
     if a.spec_tokens:
         spec = speculation(s, a.spec_tokens, a.acceptance, a.acceptance_length, a.draft_cost)
         s.spec = spec.spec()
         console.print(spec.describe(), markup=False, highlight=False)
     console.print(f"{headline(manifest(s))}; calibration {cal.origin}; the ceiling is the physical limit at "
                   "efficiency 1", markup=False, highlight=False)
-    depths = levels = None
-    if a.test:
+    if depths is not None:
         a.input_len, a.output_len = a.input_len or 512, a.output_len or 128
-        depths = [tokens(d, "--depth", zero=True) for d in a.depth.split(",") if d.strip()]
         head, rows = report.depth_table(s, cal, depths, a.input_len, a.output_len)
         metrics = ["prefill", "decode"]
     else:
         a.input_len, a.output_len = a.input_len or 4096, a.output_len or 512
-        levels = int_list(a.concurrency, "--concurrency")
         head, rows = report.serve_table(s, cal, levels, a.input_len, a.output_len)
         metrics = ["throughput", "ttft", "tpot"]
         if s.kind == "sequential" and s.parallel == 1:
-            console.print("llama.cpp serves one stream at a time (-np 1): concurrency only queues; "
+            console.print(f"{s.engine} serves one stream at a time (one slot): concurrency only queues; "
                           "--parallel N models N slots", markup=False)
     print_table(console, head, rows, a.format)
     note = report.band_note(s, cal, metrics)
@@ -134,6 +134,22 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     if a.save or a.json:
         _predicted_result(a, console, s, cal, depths, levels, {"note": note, "columns": head, "rows": rows, "metrics": metrics})
     return 0
+
+
+def _check_flags(a: argparse.Namespace) -> tuple[list[int] | None, list[int]]:
+    """Refuse flags that would be accepted and ignored, before anything is printed; the depths of --test (else
+    None) and the serving levels."""
+    if not a.spec_tokens and (a.acceptance is not None or a.acceptance_length is not None or a.draft_cost is not None):
+        raise UsageError("--acceptance, --acceptance-length and --draft-cost go with --spec-tokens N (drafted tokens "
+                         "per step)")
+    if a.test and (a.concurrency or a.parallel):
+        raise UsageError("--concurrency and --parallel describe serving; --test predicts llama-bench's one stream: "
+                         "drop one or the other")
+    if a.depth and not a.test:
+        raise UsageError("--depth goes with --test tg128|pp512|depth; a serving prediction's context is --input-len")
+    if a.test:
+        return [tokens(d, "--depth", zero=True) for d in (a.depth or "0").split(",") if d.strip()], []
+    return None, int_list(a.concurrency or "1", "--concurrency")
 
 
 def _predicted_result(a: argparse.Namespace, console: Console, s: Setup, cal: Calibration, depths: list[int] | None, levels: list[int] | None,

@@ -323,13 +323,14 @@ class Calibration:
             families = {}
             for name, t in data.items():
                 if name == "family":
-                    families = {f: Efficiency(**{k: v for k, v in tf.items() if k in PARAM_BOUNDS})
-                                for f, tf in t.items()}
+                    families = {f: Efficiency(**{k: v for k, v in _numbers(f"family.{f}", tf).items()
+                                                 if k in PARAM_BOUNDS}) for f, tf in t.items()}
                     continue
                 if name == "uncalibrated":
                     for b, tb in t.items():
                         bands[b] = {k[len("band_"):]: Band(*v) for k, v in tb.items() if k.startswith("band_")}
                     continue
+                _numbers(name, t)
                 backends[name] = Efficiency(**{k: v for k, v in t.items() if k in names})
                 usual[name] = {k[len("usual_"):]: v for k, v in t.items() if k.startswith("usual_")}
                 bands[name] = {k[len("band_"):]: Band(*v) for k, v in t.items() if k.startswith("band_")}
@@ -341,6 +342,16 @@ class Calibration:
     @classmethod
     def packaged(cls) -> Calibration:
         return cls.from_toml(resources.files("tokenbench").joinpath("data/efficiency.toml").read_text())
+
+
+def _numbers(section: str, t: dict[str, Any]) -> dict[str, Any]:
+    """A section of a calibration file, its constants checked: each a finite number (a hand edit can make one
+    a string, which would fail deep inside a prediction)."""
+    for k in PARAM_BOUNDS:
+        v = t.get(k, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"[{section}] {k} = {v!r} is not a number")
+    return t
 
 
 def make_band(errors_pct: list[float]) -> Band | None:

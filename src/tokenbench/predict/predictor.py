@@ -26,6 +26,10 @@ BOTTLENECK_SHARE = 0.5
 FITTED_METRICS = METRICS - {"ttft_p99"}
 
 
+#: The most GPUs one box holds (an HGX/DGX board): --tp beyond it would span boxes.
+MAX_TP = 8
+
+
 @dataclass(slots=True)
 class Setup:
     model: ModelSpec
@@ -60,6 +64,12 @@ class Setup:
                              "layers across GPUs (-sm layer), which adds no speed to one stream")
         if tp > 1 and hw.kind != "gpu":
             raise UsageError(f"{hw.id} is one {hw.kind}, not a box of GPUs: --tp needs discrete GPUs")
+        if tp > MAX_TP:
+            raise UsageError(f"--tp {tp}: one box holds at most {MAX_TP} GPUs (tensor parallelism across boxes is "
+                             "not modelled)")
+        if tp > 1 and (m.heads % tp or m.kv_heads % tp and tp % m.kv_heads):
+            raise UsageError(f"--tp {tp} does not split {m.id}'s {m.heads} attention heads ({m.kv_heads} KV heads) "
+                             "evenly, as vLLM and SGLang require: use a divisor, e.g. 2, 4 or 8")
         return cls(m, hw, q, engine, backend, cal.efficiency(backend), kind, ubatch=ubatch, parallel=parallel,
                    tp=tp)
 

@@ -97,12 +97,14 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
     if not s.calibrated:
         return (f"UNCALIBRATED: no measurements of {s.backend} stand behind a fitted estimate; only the physical "
                 "ceiling is shown")
+    banded = {m: b for m in metrics if (b := cal.band(s.backend, m))}
     parts = []
-    for m in metrics:
-        b = cal.band(s.backend, m)
-        parts.append(f"{m} ±{b.pct:.0f}% (n={b.n})" if b else f"{m}: too few held-out rows for a band")
-    return ("bands: 80% of held-out rows of " + s.backend + " were within " + ", ".join(parts)
-            + " (leave-one-source-out: each source predicted by a fit on the others)")
+    if banded:
+        parts.append(f"bands: 80% of held-out rows of {s.backend} were within "
+                     + ", ".join(f"{m} ±{b.pct:.0f}% (n={b.n})" for m, b in banded.items()))
+    if len(banded) < len(metrics):
+        parts.append("too few held-out rows for a band: " + ", ".join(m for m in metrics if m not in banded))
+    return "; ".join(parts) + " (leave-one-source-out: each source predicted by a fit on the others)"
 
 
 def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int) -> Table:

@@ -126,6 +126,12 @@ def check_combination(hw: HardwareSpec, q: Quant, engine: str) -> None:
             f"FP8 needs FP8 tensor cores (Hopper, Ada, Blackwell, MI300), which {hw.id} lacks: use BF16, INT8, "
             "AWQ/GPTQ or a GGUF quant (vLLM's weight-only FP8 fallback runs at BF16 speed)"
         )
+    llama = engine.lower().startswith(("llama", "ollama"))
+    if llama and q.kv == "FP8":
+        raise UsageError("llama.cpp has no FP8 KV cache: use --kv f16, q8_0 or q4_0 (-ctk/-ctv)")
+    if not llama and q.kv_quantized and not engine.lower().startswith("mlx"):
+        raise UsageError(f"--kv {q.kv.lower()} is a llama.cpp cache type; {engine.split()[0]} keeps its KV cache in "
+                         "auto (the model's dtype) or fp8")
     if q.weights in GGUF_FORMATS - {"F16", "F32"} and engine.startswith(("vllm", "sglang")):
         raise UsageError(f"{engine} does not serve GGUF {q.weights} weights efficiently: use llama.cpp, or AWQ/GPTQ/FP8")
     if q.weights.startswith("MLX") and not engine.lower().startswith("mlx"):
