@@ -165,6 +165,36 @@ def test_batching_tpot_counts_the_other_agents_prefills_not_its_own(cat: Catalog
     assert eight.throughput[1] == pytest.approx(8 * 256 / (256 * dec.estimate + 8 * t_pf))
 
 
+def test_without_flash_attention_every_score_goes_through_memory(cat: Catalog) -> None:
+    from tokenbench.errors import UsageError
+    from tokenbench.predict.predictor import Setup
+
+    m, hw, q = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-rtx-4090"), rf.Quant.parse("Q4_0", "F16")
+    bw = hw.bw_gbs * 1e9
+    # decode at 32K: 32 query heads x 32768 cached tokens x 32 layers scores, 16 bytes each (KQ written in F32,
+    # read and written by the softmax, read by KQ.V), beside the cache
+    on = rf.decode_cost(m, hw, q, 1, 32768, "llamacpp-cuda")
+    off = rf.decode_cost(m, hw, q, 1, 32768, "llamacpp-cuda", flash_attn=False)
+    assert off.t_kv - on.t_kv == pytest.approx(32 * 32768 * 32 * 16 / bw)
+    assert off.t_weights == on.t_weights and off.flops == on.flops
+    # prefill of 512 after 4096 in micro-batches of 256: each computes its whole masked block, so the pairs are
+    # t*c0 + t*(t+ub)/2 = 512*4096 + 512*768/2, not the causal 512*4096 + 512*512/2
+    on = rf.prefill_cost(m, hw, q, 512, 4096, "llamacpp-cuda", 256)
+    off = rf.prefill_cost(m, hw, q, 512, 4096, "llamacpp-cuda", 256, flash_attn=False)
+    pairs_on, pairs_off = 512 * 4096 + 512 * 512 / 2, 512 * 4096 + 512 * 768 / 2
+    assert off.t_kv - on.t_kv == pytest.approx(32 * pairs_off * 32 * 16 / bw)
+    assert off.flops - on.flops == pytest.approx(4 * 32 * 128 * (pairs_off - pairs_on) * 32)
+    cal = Calibration.packaged()
+    s_on = Setup.make(cat, cal, "nvidia-rtx-4090", "llama-3.1-8b", "Q4_0", "f16", "llama.cpp")
+    s_off = Setup.make(cat, cal, "nvidia-rtx-4090", "llama-3.1-8b", "Q4_0", "f16", "llama.cpp", flash_attn=False)
+    assert s_off.prefill(512, 32768).estimate > 1.3 * s_on.prefill(512, 32768).estimate  # far slower at depth
+    assert s_off.prefill(512, 0).estimate < 1.05 * s_on.prefill(512, 0).estimate  # about the same empty
+    with pytest.raises(UsageError, match="always runs flash-attention"):
+        Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-8b", "BF16", "auto", "vllm", flash_attn=False)
+    with pytest.raises(UsageError, match="quantized V cache"):
+        Setup.make(cat, cal, "nvidia-rtx-4090", "llama-3.1-8b", "Q4_0", "q8_0", "llama.cpp", flash_attn=False)
+
+
 def test_speculative_verification_costs_arithmetic_not_reads(cat: Catalog) -> None:
     m = cat.find_model("qwen3.6-27b")
     hw = cat.find_hardware("nvidia-h100-sxm")

@@ -330,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="output tokens (default 512 when serving; with --test, the tg length, default 128)")
     pp.add_argument("--ubatch", type=POSITIVE_INT, help="llama.cpp micro-batch (-ub) for prompt processing (default 512)")
     pp.add_argument("--concurrency", help="serving levels, e.g. 1,4,8,16,32 (default 1)")
+    pp.add_argument("--flash-attn", choices=["on", "off"], default="on",
+                    help="llama.cpp flash attention (-fa 1 / -fa 0; default on, llama.cpp's auto): off writes every "
+                    "score to memory, slower at depth")
     pp.add_argument("--parallel", type=POSITIVE_INT,
                     help="llama.cpp server slots (-np N): up to N sequences decode in one batch (default 1)")
     pp.add_argument("--test", choices=["tg128", "pp512", "depth"], help="llama-bench style tests at --depth")

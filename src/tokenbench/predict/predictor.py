@@ -43,12 +43,14 @@ class Setup:
     ubatch: int = rf.UBATCH
     parallel: int = 1  # llama.cpp server slots (-np): that many sequences decode in one batch
     tp: int = 1  # tensor parallelism: GPUs of one box sharing every layer (vLLM/SGLang --tensor-parallel-size)
+    flash_attn: bool = True  # llama.cpp -fa 1 (its default since 2025: auto); batching engines always
     costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
     fits: dict[tuple[Any, ...], rf.Fit] = field(default_factory=dict)  # memory per shape, memoised
 
     @classmethod
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
-             engine: str, check: bool = True, ubatch: int = rf.UBATCH, parallel: int = 1, tp: int = 1) -> Setup:
+             engine: str, check: bool = True, ubatch: int = rf.UBATCH, parallel: int = 1, tp: int = 1,
+             flash_attn: bool = True) -> Setup:
         hw = cat.find_hardware(hardware)
         m = cat.find_model(model)
         q = rf.Quant.parse(weights, kv)
@@ -64,6 +66,11 @@ class Setup:
                              "layers across GPUs (-sm layer), which adds no speed to one stream")
         if tp > 1 and hw.kind != "gpu":
             raise UsageError(f"{hw.id} is one {hw.kind}, not a box of GPUs: --tp needs discrete GPUs")
+        if not flash_attn and kind != "sequential":
+            raise UsageError(f"--flash-attn off is llama.cpp's -fa 0; {engine} always runs flash-attention kernels")
+        if not flash_attn and q.kv_quantized:
+            raise UsageError(f"llama.cpp needs flash attention for a quantized V cache ({q.kv.lower()}): use "
+                             "--flash-attn on, or --kv f16")
         if tp > MAX_TP:
             raise UsageError(f"--tp {tp}: one box holds at most {MAX_TP} GPUs (tensor parallelism across boxes is "
                              "not modelled)")
@@ -71,7 +78,7 @@ class Setup:
             raise UsageError(f"--tp {tp} does not split {m.id}'s {m.heads} attention heads ({m.kv_heads} KV heads) "
                              "evenly, as vLLM and SGLang require: use a divisor, e.g. 2, 4 or 8")
         return cls(m, hw, q, engine, backend, cal.efficiency(backend), kind, ubatch=ubatch, parallel=parallel,
-                   tp=tp)
+                   tp=tp, flash_attn=flash_attn)
 
     @property
     def calibrated(self) -> bool:
@@ -80,7 +87,8 @@ class Setup:
     def _decode_cost(self, n: int, context: int, per_seq: int = 1) -> rf.StepCost:
         key = ("d", n, context, per_seq)
         if key not in self.costs:
-            c = rf.decode_cost(self.model, self.hw, self.quant, n, context, self.backend, per_seq=per_seq)
+            c = rf.decode_cost(self.model, self.hw, self.quant, n, context, self.backend, per_seq=per_seq,
+                               flash_attn=self.flash_attn)
             self.costs[key] = rf.tensor_parallel(c, self.model, self.hw, self.tp, n * per_seq)
         return self.costs[key]
 
@@ -95,7 +103,7 @@ class Setup:
     def _prefill_cost(self, tokens: int, cached: int, ubatch: int) -> rf.StepCost:
         key = ("p", tokens, cached, ubatch)
         if key not in self.costs:
-            c = rf.prefill_cost(self.model, self.hw, self.quant, tokens, cached, self.backend, ubatch)
+            c = rf.prefill_cost(self.model, self.hw, self.quant, tokens, cached, self.backend, ubatch, self.flash_attn)
             self.costs[key] = rf.tensor_parallel(c, self.model, self.hw, self.tp, tokens)
         return self.costs[key]
 
@@ -113,14 +121,15 @@ class Setup:
     def decode(self, depth: int, n: int = 1) -> rf.Estimate:
         f = self.fit(depth + 1, n)
         if not f.fits and self.kind == "sequential":
-            return rf.offload_decode(self.model, self.hw, self.quant, depth, self.backend, f, self.eff)
+            return rf.offload_decode(self.model, self.hw, self.quant, depth, self.backend, f, self.eff,
+                                     self.flash_attn)
         return self._decode_step(n, depth)
 
     def prefill(self, tokens: int, depth: int = 0) -> rf.Estimate:
         f = self.fit(depth + tokens, 1)
         if not f.fits and self.kind == "sequential":
             return rf.offload_prefill(self.model, self.hw, self.quant, tokens, depth, self.backend, f, self.eff,
-                                      self.ubatch)
+                                      self.ubatch, self.flash_attn)
         ub = self.ubatch if self.kind == "sequential" else rf.CHUNK_TOKENS
         c = self._prefill_cost(tokens, depth, ub)
         return rf.Estimate(c.ceiling, rf.prefill_time(c, self.eff))
@@ -161,6 +170,11 @@ def row_ubatch(r: Row) -> int:
     """llama-bench's -ub from the row's note, else llama.cpp's default."""
     m = re.search(r"-ub\s+(\d+)", r.raw.get("note") or "")
     return int(m.group(1)) if m else rf.UBATCH
+
+
+def row_flash_attn(r: Row) -> bool:
+    """llama-bench's -fa from the row's note ("-fa 0": off), else on (llama.cpp's default, auto, since 2025)."""
+    return not re.search(r"-fa\s+0\b", r.raw.get("note") or "")
 
 
 @dataclass(slots=True)
@@ -205,7 +219,7 @@ def _row_setup(cat: Catalog, cal: Calibration, r: Row) -> Setup:
     kv = "AUTO" if r.kv.lower() == "auto" else r.kv
     parallel = row_parallel(r) if engine_kind(r.engine) == "sequential" else 1
     return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False, ubatch=row_ubatch(r),
-                      parallel=parallel)
+                      parallel=parallel, flash_attn=row_flash_attn(r) or engine_kind(r.engine) != "sequential")
 
 
 def _row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:

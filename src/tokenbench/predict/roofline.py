@@ -54,6 +54,9 @@ PCIE_ETA = 0.8
 UBATCH = 512
 #: vLLM/SGLang prefill a prompt in chunks of their token budget (max_num_batched_tokens), one weight pass each.
 CHUNK_TOKENS = 8192
+#: llama.cpp without flash attention (-fa 0) materialises each layer's scores: KQ written in F32, read and
+#: written by the softmax, read by KQ·V: 4 passes of 4 bytes per score. With it (-fa 1) the scores stay on chip.
+SCORE_BYTES = 16
 
 EngineKind = Literal["batching", "sequential"]
 
@@ -309,16 +312,20 @@ def _t_power(hw: HardwareSpec, q: Quant, backend: str, matmul: float, attention:
 
 
 def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, backend: str,
-                on_gpu_fraction: float = 1.0, per_seq: int = 1) -> StepCost:
+                on_gpu_fraction: float = 1.0, per_seq: int = 1, flash_attn: bool = True) -> StepCost:
     """One decode step for ``n`` sequences each ``context`` tokens deep (weights on the device only), each
     sequence bringing ``per_seq`` query tokens (1; γ+1 when speculative decoding verifies γ drafted tokens):
-    the weights and the KV cache are read once, the arithmetic and the experts touched grow with n·per_seq."""
+    the weights and the KV cache are read once, the arithmetic and the experts touched grow with n·per_seq.
+    Without flash attention the scores of every query against every cached token make SCORE_BYTES of traffic
+    each, streamed beside the cache."""
     toks = n * per_seq
     w = weight_bytes(m, q)
     routed = w["experts"] * (expert_coverage(m, toks) / m.experts if m.is_moe else 0.0)
     wbytes = (w["dense"] + routed) * on_gpu_fraction + w["lm_head"] + w["embedding"] / m.vocab * toks
     kv = n * m.kv_elems_per_token_layer() * q.kv_bytes * _kv_tokens(m, context)
     state = n * state_bytes(m) * 2  # recurrent state read and written every step
+    if not flash_attn:
+        state += toks * m.heads * _kv_tokens(m, context) * SCORE_BYTES
     mm = toks * (2 * m.active_nonemb_params + 2 * m.hidden * m.vocab)
     routed_mm = toks * 2 * _active_routed(m)
     att = toks * 4 * m.heads * m.head_dim * _kv_tokens(m, context)
@@ -331,25 +338,30 @@ def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, 
 
 
 def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: int, backend: str,
-                 ubatch: int = UBATCH) -> StepCost:
+                 ubatch: int = UBATCH, flash_attn: bool = True) -> StepCost:
     """Prefill of ``tokens`` new tokens after ``cached`` ones: causal attention; the weights are read once per
-    micro-batch (``ubatch``, llama.cpp's -ub), and those reads overlap the arithmetic."""
+    micro-batch (``ubatch``, llama.cpp's -ub), and those reads overlap the arithmetic. Without flash attention
+    (llama.cpp -fa 0) each micro-batch computes its whole masked score block, t·c0 + t·(t+ub)/2 per head and
+    layer rather than the causal t·c0 + t²/2, and moves SCORE_BYTES per score through memory."""
     t, c0 = tokens, cached
-    attn_full = 4 * m.heads * m.head_dim * (t * c0 + t * t / 2) * m.n_full
-    attn_local = 4 * m.heads * m.head_dim * t * min(m.window or (c0 + t), c0 + t) * m.local_layers
-    mm = 2 * m.active_nonemb_params * t + 2 * m.hidden * m.vocab
-    w = weight_bytes(m, q)
     ub = max(1, ubatch)
     passes = max(1, math.ceil(t / ub))
     per_ub = min(t, ub)
+    pairs = t * c0 + (t * t / 2 if flash_attn else t * (t + per_ub) / 2)  # query-key pairs of a full layer
+    local_pairs = t * min(m.window or (c0 + t), c0 + t)
+    attn_full = 4 * m.heads * m.head_dim * pairs * m.n_full
+    attn_local = 4 * m.heads * m.head_dim * local_pairs * m.local_layers
+    scores = 0.0 if flash_attn else m.heads * (pairs * m.n_full + local_pairs * m.local_layers) * SCORE_BYTES
+    mm = 2 * m.active_nonemb_params * t + 2 * m.hidden * m.vocab
+    w = weight_bytes(m, q)
     routed = w["experts"] * (expert_coverage(m, per_ub) / m.experts if m.is_moe else 0.0)
     wbytes = passes * (w["dense"] + routed) + w["lm_head"]
     kvb = m.kv_elems_per_token_layer() * q.kv_bytes * _kv_tokens(m, c0 + t)
     bw = hw.bw_gbs * 1e9
-    t_kv, t_kvq = (0.0, kvb / bw) if q.kv_quantized else (kvb / bw, 0.0)
+    t_kv, t_kvq = (scores / bw, kvb / bw) if q.kv_quantized else ((kvb + scores) / bw, 0.0)
     gemms = passes * expert_coverage(m, per_ub) * 3 * m.moe_layers if m.is_moe else 0.0
     peak = peak_tflops(hw, q, backend) * 1e12
-    return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kvb,
+    return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kvb + scores,
                     mm + attn_full + attn_local, (attn_full + attn_local) / (attention_peak(hw, backend) * 1e12),
                     t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms,
                     t_routed=2 * _active_routed(m) * t / peak, t_power=_t_power(hw, q, backend, mm, attn_full + attn_local),
@@ -464,10 +476,10 @@ class Estimate:
 
 
 def offload_decode(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, backend: str, f: Fit,
-                   eff: Efficiency) -> Estimate:
+                   eff: Efficiency, flash_attn: bool = True) -> Estimate:
     """Hybrid llama.cpp split: GPU layers then host layers, in sequence, so the times add."""
     gpu_share = 1 - f.offload_fraction
-    c_gpu = decode_cost(m, hw, q, 1, context, backend, on_gpu_fraction=gpu_share)
+    c_gpu = decode_cost(m, hw, q, 1, context, backend, on_gpu_fraction=gpu_share, flash_attn=flash_attn)
     w = weight_bytes(m, q)
     routed = w["experts"] * (m.top_k / m.experts if m.is_moe else 0.0)
     host_bytes = (w["dense"] + routed) * f.offload_fraction
@@ -477,9 +489,9 @@ def offload_decode(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, backe
 
 
 def offload_prefill(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: int, backend: str, f: Fit,
-                    eff: Efficiency, ubatch: int = UBATCH) -> Estimate:
+                    eff: Efficiency, ubatch: int = UBATCH, flash_attn: bool = True) -> Estimate:
     """With weights on the host, llama.cpp uploads them over PCIe for every micro-batch of the prompt."""
-    c = prefill_cost(m, hw, q, tokens, cached, backend, ubatch)
+    c = prefill_cost(m, hw, q, tokens, cached, backend, ubatch, flash_attn)
     host_bytes = total_weight_bytes(m, q) * f.offload_fraction
     t_pcie = c.passes * host_bytes / (hw.pcie_gbs * 1e9)
     return Estimate(c.ceiling + t_pcie, prefill_time(c, eff) + t_pcie / PCIE_ETA)

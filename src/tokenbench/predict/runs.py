@@ -84,7 +84,7 @@ def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: i
 def shape(s: Setup) -> dict[str, Any]:
     """What a prediction assumed beyond box, model and formats, as its manifest keeps it: the GPUs sharing each
     layer (tensor parallel), llama.cpp's slots (-np) and micro-batch (-ub), and speculative decoding."""
-    out: dict[str, Any] = {"gpus": s.tp, "parallel": s.parallel, "ubatch": s.ubatch}
+    out: dict[str, Any] = {"gpus": s.tp, "parallel": s.parallel, "ubatch": s.ubatch, "flash_attn": s.flash_attn}
     if s.spec is not None:
         out["speculation"] = {"tokens": s.spec.gamma, "acceptance": round(s.spec.alpha, 4),
                               "draft_cost": round(s.spec.draft_cost, 4)}
@@ -108,6 +108,8 @@ def headline(m: Manifest) -> str:
         extras.append(f"{sh['parallel']} slots (-np)")
     if sh.get("ubatch") not in (None, rf.UBATCH) and m.engine and m.engine.lower().startswith(("llama", "ollama")):
         extras.append(f"-ub {sh['ubatch']}")
+    if sh.get("flash_attn") is False:
+        extras.append("no flash attention (-fa 0)")
     if isinstance(sp := sh.get("speculation"), dict):
         extras.append(f"speculative decoding, {sp.get('tokens')} tokens at acceptance {sp.get('acceptance')}")
     return (f"{m.predicted_mark or 'PREDICTED'} for {m.model} ({m.weights}, {(m.kv or '').lower()} KV) on {box}, "
