@@ -14,6 +14,7 @@ from tokenbench.predict.predictor import Setup
 from tokenbench.predict.specs import Catalog
 from tokenbench.store import Store
 
+SCALE = 1.3
 BOX, MODEL, WEIGHTS, KV, ENGINE = "amd-ryzen-ai-max-395", "gpt-oss-20b", "Q4_K_M", "Q8_0", "llama.cpp vulkan"
 
 
@@ -46,7 +47,9 @@ def _depth_run(store: Store, scale: float, gpu: str = "Radeon 8060S Graphics (RA
 def test_own_runs_pull_the_backend_toward_what_the_box_measured(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     db, out = tmp_path / "r.db", tmp_path / "mine.toml"
-    _depth_run(Store(db), 1.6)
+    # 1.3x the packaged estimate: the box is faster than the fit says, yet under its physical ceiling (tg128 at
+    # depth 0: 127 tok/s against the estimate's 88; 1.6x would be 141, a measurement no box can make)
+    _depth_run(Store(db), SCALE)
     assert main(["calibrate", "--runs", "my-strix", "--hardware", BOX, "--model", MODEL, "--out", str(out),
                  "--db", str(db)]) == 0
     assert "6 measurements from 1 run(s) of your own" in capsys.readouterr().out
@@ -54,7 +57,8 @@ def test_own_runs_pull_the_backend_toward_what_the_box_measured(tmp_path: Path,
     mine = Calibration.from_toml(out.read_text(), origin=str(out))
     assert "anchored on 6 measurements of your own" in mine.efficiency("llamacpp-vulkan").source
     for d in (0, 8192, 32768):
-        measured = 1.6 * _decode(packaged, d)
+        measured = SCALE * _decode(packaged, d)
+        assert measured < _setup(packaged).decode(d + 64).rate()[0]  # under the ceiling
         # anchored: at least halfway from the packaged estimate to what the box measured
         assert abs(_decode(mine, d) - measured) < 0.5 * abs(_decode(packaged, d) - measured), d
     # other backends keep their published fit

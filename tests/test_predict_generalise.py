@@ -4,6 +4,7 @@ a hand computation."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -332,3 +333,32 @@ def test_held_out_a100s_beat_ada_pro_cards_on_quantized_70b_prompts(cat: Catalog
     assert pred["nvidia-a100-pcie-80gb"] > pred["nvidia-rtx-6000-ada"]
     assert pred["nvidia-a100-sxm-80gb"] > pred["nvidia-rtx-6000-ada"]
     assert pred["nvidia-a100-sxm-80gb"] > pred["nvidia-l40s"]
+
+
+def test_fixed_per_layer_cost_is_gpu_cycles(cat: Catalog) -> None:
+    # a layer's fixed cost (kernel launch, ramp and drain) is cycles: stated at REF_GHZ, it takes REF/clock
+    m, q = cat.find_model("llama-3.1-8b"), rf.Quant.parse("F16", "F16")
+    a100, h100 = cat.find_hardware("nvidia-a100-sxm-80gb"), cat.find_hardware("nvidia-h100-pcie")
+    assert (a100.boost_ghz, h100.boost_ghz) == (1.41, 1.755)  # datasheets
+    eff = rf.Efficiency(t_layer=100e-6)
+    for hw in (a100, h100):
+        c = rf.decode_cost(m, hw, q, 1, 512, "llamacpp-cuda")
+        assert c.cycles == pytest.approx(rf.REF_GHZ / hw.boost_ghz)
+        fixed = rf.decode_time(c, eff) - rf.decode_time(c, rf.Efficiency(t_layer=0.0))
+        assert fixed == pytest.approx(32 * 100e-6 * rf.REF_GHZ / hw.boost_ghz)
+    # a box the catalog gives no clock for pays the stated time
+    assert rf.cycle_scale(dataclasses.replace(a100, boost_ghz=None)) == 1.0
+
+
+def test_held_out_h100_pcie_decodes_faster_than_a100_sxm_at_the_same_bandwidth(cat: Catalog) -> None:
+    # llama-bench tg512 of Llama 3 8B F16 (xdai-llama3): H100 PCIe 68.0, A100 SXM 53.5 t/s at 2.0 and 2.04 TB/s.
+    # Bandwidth alone ranks them the other way; the A100's slower clock makes its fixed per-layer costs longer.
+    from tokenbench.predict.predictor import cross_validate
+    from tokenbench.predict.published import read_rows
+
+    ref = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"
+    rows = [r for n in ("published.csv", "published-more.csv") for r in read_rows(ref / n)]
+    res = [x for x in cross_validate(cat, rows) if x.row.raw.get("source") == "xdai-llama3"
+           and x.row.model == "llama-3.1-8b" and x.row.weights == "F16" and x.row.test == "tg512"]
+    pred = {x.row.hardware: x.predicted or 0.0 for x in res}
+    assert pred["nvidia-h100-pcie"] > pred["nvidia-a100-sxm-80gb"]

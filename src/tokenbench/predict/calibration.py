@@ -4,7 +4,8 @@
 
 Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has twelve physical constants
 (roofline.PARAM_BOUNDS): the shares of nominal bandwidth reached streaming weights, an f16 KV cache and a
-block-quantized one; a fixed cost per layer per forward pass; the shares of the arithmetic peak reached by the
+block-quantized one; a fixed cost per layer per forward pass (GPU cycles: stated at 1.8 GHz, scaled by the box's
+clock); the shares of the arithmetic peak reached by the
 weight matmuls (and kept by dequantizing and by routed-expert ones) and by attention; the TFLOPS per watt of
 TDP the arithmetic may draw; a fixed cost per routed-expert matmul; the bytes per quantized weight a separate
 dequantize pass of a prompt moves; and, for batching engines, the share of a burst of prefills a new request
@@ -276,9 +277,10 @@ class Calibration:
             f"#   {self.command}",
             "# arith = (t_matmul + t_routed*(1/eta_moe - 1))/(eta_c*eta_q if quantized) + t_att/eta_att"
             " + fp16_flops/(TDP*flops_per_w)",
-            "# decode:  t = max(t_weights/eta_w + t_kv/eta_kv + t_kvq/eta_kvq, arith) + layers*t_layer",
-            "# prefill: t = max(arith, weight reads/eta_w + KV/eta_kv) + passes*layers*t_layer"
+            "# decode:  t = max(t_weights/eta_w + t_kv/eta_kv + t_kvq/eta_kvq, arith) + layers*t_layer*cyc",
+            "# prefill: t = max(arith, weight reads/eta_w + KV/eta_kv) + passes*layers*t_layer*cyc"
             " + expert_gemms*t_expert + passes*dense_quantized_weights*deq_bytes/(bw*eta_w)",
+            "# cyc = 1.8 GHz / the box's boost clock: t_layer is GPU cycles, stated at 1.8 GHz.",
             "# [family.*]: one fit on all backends of an engine family, the prior each of them starts from.",
             "# TTFT under closed-loop load: t_pf*(1 + burst*(N-1)/2) + t_decode.",
             "# usual_*: median measured/ceiling of the fitted rows, for the software-bottleneck flag.",

@@ -6,8 +6,9 @@ overhead) and the calibrated *estimate* (a backend's fitted efficiencies and fix
 ``calibration.py``). Formulas follow shared/reference/roofline.md, where the existing tools go wrong:
 causal prefill attention (T²/2, not T²), KV traffic with KV heads and the config's head_dim, MoE expert
 coverage growing with batch, offloaded layers in sequence (times add), per-engine efficiencies. Beyond it:
-arithmetic limited by the board's power as well as its peak, routed-expert matmuls at their own rate, and
-all-reduces on the critical path of a tensor-parallel step.
+arithmetic limited by the board's power as well as its peak, routed-expert matmuls at their own rate,
+all-reduces on the critical path of a tensor-parallel step, and fixed per-layer costs counted in GPU cycles
+(a 1.41 GHz A100 pays more per layer than a 1.755 GHz H100 PCIe with the same bandwidth).
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ PCIE_ETA = 0.8
 UBATCH = 512
 #: vLLM/SGLang prefill a prompt in chunks of their token budget (max_num_batched_tokens), one weight pass each.
 CHUNK_TOKENS = 8192
+#: The clock the fixed costs (t_layer, t_expert) are stated at, about the catalog's median boost clock (1.755
+#: GHz). A kernel's launch, ramp and drain on the GPU take cycles, so on a box at ``boost_ghz`` they take
+#: REF_GHZ/boost_ghz of that time: the A100's 1.41 GHz pays 1.3x what the H100 PCIe's 1.755 GHz does per layer.
+REF_GHZ = 1.8
 #: llama.cpp without flash attention (-fa 0) materialises each layer's scores: KQ written in F32, read and
 #: written by the softmax, read by KQ·V: 4 passes of 4 bytes per score. With it (-fa 1) the scores stay on chip.
 SCORE_BYTES = 16
@@ -288,11 +293,18 @@ class StepCost:
     comm_ops: int = 0  # ... and how many all-reduces (each pays a fixed latency)
     t_power: float = 0.0  # all FLOPs / (board power in W x 1e12): the time at 1 TFLOPS per watt; 0 without a TDP
     t_deq: float = 0.0  # prefill: one byte per dense block-quantized weight per pass, over the bandwidth
+    cycles: float = 1.0  # the fixed costs' scale on this box: REF_GHZ / its clock (cycle_scale)
 
     @property
     def ceiling(self) -> float:
         """Memory traffic and arithmetic overlap: the slower of the two, at the nominal peaks."""
         return max(self.t_weights + self.t_kv + self.t_kvq, self.t_compute + self.t_attention) + self.t_comm
+
+
+def cycle_scale(hw: HardwareSpec) -> float:
+    """How long a fixed cost stated at REF_GHZ takes on ``hw``: REF_GHZ / its boost clock (1 when the catalog
+    gives none, as a user's entry may not)."""
+    return REF_GHZ / hw.boost_ghz if hw.boost_ghz else 1.0
 
 
 def _active_routed(m: ModelSpec) -> float:
@@ -334,7 +346,7 @@ def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, 
     t_kv, t_kvq = ((state / bw, kv / bw) if q.kv_quantized else ((kv + state) / bw, 0.0))
     return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kv + state, mm + att,
                     att / (attention_peak(hw, backend) * 1e12), t_kvq, m.layers, 1, q.weights in MMQ_FORMATS,
-                    t_routed=routed_mm / peak, t_power=_t_power(hw, q, backend, mm, att))
+                    t_routed=routed_mm / peak, t_power=_t_power(hw, q, backend, mm, att), cycles=cycle_scale(hw))
 
 
 def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: int, backend: str,
@@ -365,7 +377,8 @@ def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: 
                     mm + attn_full + attn_local, (attn_full + attn_local) / (attention_peak(hw, backend) * 1e12),
                     t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms,
                     t_routed=2 * _active_routed(m) * t / peak, t_power=_t_power(hw, q, backend, mm, attn_full + attn_local),
-                    t_deq=passes * w["dense"] / (q.bpw / 8) / bw if q.weights in MMQ_FORMATS else 0.0)
+                    t_deq=passes * w["dense"] / (q.bpw / 8) / bw if q.weights in MMQ_FORMATS else 0.0,
+                    cycles=cycle_scale(hw))
 
 
 #: The calibrated constants: name -> (lower bound, upper bound). Shares of a nominal peak lie in (0, 1]: no
@@ -374,7 +387,7 @@ PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "eta_w": (0.2, 1.0),  # share of nominal bandwidth reached streaming weights
     "eta_kv": (0.1, 1.0),  # ... streaming an f16/fp8 KV cache and recurrent state
     "eta_kvq": (0.01, 1.0),  # ... reading a block-quantized KV cache through dequantizing kernels
-    "t_layer": (0.0, 300e-6),  # fixed seconds per layer per forward pass (kernel launches, syncs)
+    "t_layer": (0.0, 300e-6),  # fixed seconds per layer per forward pass at REF_GHZ (kernel launches, syncs)
     "eta_c": (0.02, 1.0),  # share of the arithmetic peak reached by the weight matmuls
     "eta_q": (0.2, 1.0),  # ... of that, kept when the weights are block-quantized (dequantizing matmuls)
     "eta_moe": (0.1, 1.0),  # share of the dense matmul rate kept by routed-expert matmuls (gathered rows, few per expert)
@@ -418,7 +431,7 @@ def _arith(c: StepCost, eff: Efficiency) -> float:
 def decode_time(c: StepCost, eff: Efficiency) -> float:
     """Memory streams and arithmetic overlap (the slower wins), plus a fixed cost per layer."""
     mem = c.t_weights / eff.eta_w + c.t_kv / eff.eta_kv + c.t_kvq / eff.eta_kvq
-    return max(mem, _arith(c, eff)) + c.passes * c.layers * eff.t_layer + _comm(c)
+    return max(mem, _arith(c, eff)) + c.passes * c.layers * eff.t_layer * c.cycles + _comm(c)
 
 
 def prefill_time(c: StepCost, eff: Efficiency) -> float:
@@ -429,7 +442,8 @@ def prefill_time(c: StepCost, eff: Efficiency) -> float:
     less bandwidth per FLOP than an HBM one loses more of its prompt rate to it."""
     mem = c.t_weights / eff.eta_w + c.t_kv / eff.eta_kv + c.t_kvq / eff.eta_kvq
     deq = c.t_deq * eff.deq_bytes / eff.eta_w
-    return max(_arith(c, eff), mem) + c.passes * c.layers * eff.t_layer + c.expert_gemms * eff.t_expert + deq + _comm(c)
+    return (max(_arith(c, eff), mem) + c.passes * c.layers * eff.t_layer * c.cycles + c.expert_gemms * eff.t_expert
+            + deq + _comm(c))
 
 
 # --- tensor parallelism ----------------------------------------------------------------------------------
