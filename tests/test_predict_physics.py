@@ -200,6 +200,7 @@ def test_a_stored_prediction_keeps_its_shape_and_its_uncalibrated_mark(tmp_path:
     shape = json.loads(out.read_text())["manifest"]["shape"]
     assert shape["gpus"] == 2 and shape["speculation"] == {"tokens": 2, "acceptance": 0.7, "draft_cost": 0.05}
     live = capsys.readouterr().out
+    assert "the bands are plain decoding's" in " ".join(live.split())
     assert main(["show", "tp", "--db", db]) == 0
     shown = capsys.readouterr().out
     # the same headline as predict printed: two GPUs and speculation, never "on nvidia-h100-sxm" alone

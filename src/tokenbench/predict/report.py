@@ -104,7 +104,11 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
                      + ", ".join(f"{m} ±{b.pct:.0f}% (n={b.n})" for m, b in banded.items()))
     if len(banded) < len(metrics):
         parts.append("too few held-out rows for a band: " + ", ".join(m for m in metrics if m not in banded))
-    return "; ".join(parts) + " (leave-one-source-out: each source predicted by a fit on the others)"
+    tail = " (leave-one-source-out: each source predicted by a fit on the others)"
+    if s.spec is not None:
+        tail += ("; no published row used speculative decoding: the bands are plain decoding's, the acceptance "
+                 "rate you gave adds its own uncertainty")
+    return "; ".join(parts) + tail
 
 
 def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int) -> Table:
