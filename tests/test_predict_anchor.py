@@ -91,3 +91,37 @@ def test_calibrate_runs_refuses_what_it_cannot_place(tmp_path: Path, capsys: pyt
     assert main(["calibrate", "--runs", "pub", "--hardware", BOX, "--model", MODEL, "--out", out, "--db", db]) == 2
     assert f"run pub-run ran on nvidia-rtx-4090, not {BOX}" in capsys.readouterr().err
     assert not Path(out).exists()
+
+
+def test_calibrate_runs_checks_the_run_against_what_it_says_of_itself(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # llama-bench's own record of a Strix Halo run: Vulkan, gpt-oss-20b-Q4_K_M.gguf, pp512 and tg128 at 0 and 32K
+    db, out = str(tmp_path / "r.db"), str(tmp_path / "o.toml")
+    data = Path(__file__).resolve().parent / "data" / "llama_bench.json"
+    assert main(["import", str(data), "--label", "lb", "--db", db]) == 0
+    base = ["calibrate", "--runs", "lb", "--out", out, "--db", db]
+    for extra, says in [
+        (["--hardware", BOX, "--model", "llama-3.1-8b"], "which is gpt-oss-20b, not llama-3.1-8b"),
+        (["--hardware", BOX, "--model", MODEL, "--engine", "vllm"], "ran on llama.cpp vulkan, not vllm"),
+        (["--hardware", BOX, "--model", MODEL, "--engine", "llama.cpp metal"], "Apple silicon only"),
+        (["--hardware", BOX, "--model", MODEL, "--weights", "F16"], "whose weights are Q4_K_M, not F16"),
+    ]:
+        capsys.readouterr()
+        assert main(base + extra) == 2, extra
+        assert says in capsys.readouterr().err, extra
+        assert not Path(out).exists()
+    # the weight format comes from the file's name; another box of the same vendor is warned about
+    assert main(base + ["--hardware", "amd-mi300x", "--model", MODEL]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "3 of its 3 measurements are under a third of what the packaged calibration predicts on amd-mi300x" in said
+    assert main(base + ["--hardware", BOX, "--model", MODEL]) == 0
+    assert "under a third" not in capsys.readouterr().out
+
+
+def test_a_measurement_beyond_the_physical_limit_is_not_anchored(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    db, out = tmp_path / "r.db", str(tmp_path / "o.toml")
+    _depth_run(Store(db), 3.0)  # 3x the packaged decode: above the box's ceiling (127 tok/s at depth 0)
+    assert main(["calibrate", "--runs", "my-strix", "--hardware", BOX, "--model", MODEL, "--out", out,
+                 "--db", str(db)]) == 2
+    assert "beyond the physical limit of gpt-oss-20b (Q4_K_M) on amd-ryzen-ai-max-395" in capsys.readouterr().err

@@ -73,6 +73,9 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
     output throughput, median TTFT and median TPOT at their concurrency and lengths. Flagged levels (unstable,
     dirty, cold context, client-bound, failed requests) are left out: they are not what the box does."""
     label = str(run.manifest.label or run.run_id)
+    ex = run.manifest.extra  # what llama-bench's import kept: its micro-batch and flash attention, read as rows' notes
+    shape = (f" -ub {ex['n_ubatch']}" if isinstance(ex.get("n_ubatch"), int) else "") + \
+        (" -fa 0" if ex.get("flash_attn") is False else "")
     skip = {"unstable", "dirty_bench", "context_not_warm", "client_bound", "errors", "exceeds_server_timings",
             "prompt_truncated", "slots_exceeded"}
     out: list[Row] = []
@@ -83,7 +86,7 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
         raw = {"source": f"run:{label}", "host": label, "hardware": hardware, "engine": engine, "model": model,
                "weights": weights, "kv": kv, "test": test, "depth": str(depth), "concurrency": str(conc),
                "input_len": str(inp), "output_len": str(outp), "metric": metric, "value": f"{value:g}",
-               "unit": unit, "note": f"run {run.run_id}"}
+               "unit": unit, "note": f"run {run.run_id}{shape}"}
         out.append(Row(raw, hardware, engine, model, weights, kv, test, depth, conc, inp, outp, metric, value, unit))
 
     for o in run.outcomes:
