@@ -163,6 +163,38 @@ def test_dotted_catalog_id_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.
     assert "has a dot" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("field,value,says", [
+    ("boost_ghz", "-1.5", "boost_ghz = -1.5 must be a number above 0"),
+    ("boost_ghz", "nan", "boost_ghz = nan must be a number above 0"),
+    ("boost_ghz", '"fast"', "boost_ghz = 'fast' must be a number above 0"),
+    ("boost_ghz", "true", "boost_ghz = True must be a number above 0"),
+    ("bw_gbs", "0", "bw_gbs = 0 must be a number above 0"),
+])
+def test_a_user_catalog_value_is_checked_where_it_is_read(field: str, value: str, says: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "catalog.toml"
+    table = {"name": '"mine"', "mem_gb": "24", "bw_gbs": "1000", "bf16_tflops": "100", field: value}
+    f.write_text("[hardware.mybox]\n" + "".join(f"{k} = {v}\n" for k, v in table.items()))
+    monkeypatch.setenv("TOKENBENCH_CATALOG", str(f))
+    assert main(["predict", "--hardware", "mybox", "--model", "llama-3.1-8b", "--engine", "llama.cpp",
+                 "--test", "tg128"]) == 2
+    out = capsys.readouterr()
+    assert says in out.err and out.out == ""
+
+
+def test_a_user_table_for_a_packaged_box_overrides_only_its_fields(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "catalog.toml"
+    f.write_text('[hardware.nvidia-rtx-4090]\nprice_per_hour = 0.4\n[hardware.half]\nname = "x"\nmem_gb = 8\n')
+    monkeypatch.setenv("TOKENBENCH_CATALOG", str(f))
+    with pytest.raises(UsageError, match="hardware 'half': missing field\\(s\\) bw_gbs, bf16_tflops"):
+        Catalog.load()
+    f.write_text('[hardware.nvidia-rtx-4090]\nprice_per_hour = 0.4\n')
+    hw = Catalog.load().find_hardware("nvidia-rtx-4090")
+    assert hw.price_per_hour == 0.4 and hw.bw_gbs == 1008 and hw.boost_ghz == 2.52
+
+
 def test_predict_test_honours_input_len_and_shows_bands(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = tmp_path / "p.json"
     assert main(["predict", "--hardware", "nvidia-dgx-spark", "--model", "gpt-oss-20b", "--engine", "llama.cpp",

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -162,10 +163,41 @@ def _from_table(cls: type, ident: str, table: dict[str, Any], what: str) -> Any:
     unknown = set(table) - names
     if unknown:
         raise UsageError(f"{what} '{ident}': unknown field(s) {sorted(unknown)}; known: {sorted(names - {'id'})}")
-    try:
-        return cls(id=ident, **table)
-    except TypeError as e:
-        raise UsageError(f"{what} '{ident}': {e}") from None
+    required = [f.name for f in fields(cls) if f.name != "id" and f.default is MISSING
+                and f.default_factory is MISSING and f.name not in table]
+    if required:
+        raise UsageError(f"{what} '{ident}': missing field(s) {', '.join(required)}")
+    for f in fields(cls):
+        if f.name in table:
+            _check_field(what, ident, f.name, str(f.type), table[f.name])
+    return cls(id=ident, **table)
+
+
+#: A model's sizes every formula divides by or multiplies through: none may be 0.
+_POSITIVE_MODEL_FIELDS = {"layers", "hidden", "heads", "kv_heads", "head_dim", "vocab", "total_b"}
+
+
+def _check_field(what: str, ident: str, name: str, kind: str, v: Any) -> None:
+    """One catalog value against its field's type: a number is a finite number, a hardware figure (bandwidth, peak,
+    clock, TDP, memory) above 0 and a model's counts at least 0; a hand edit can make any of them anything."""
+    base = kind.split("|")[0].strip()
+    if v is None and "None" in kind:
+        return
+    if base in ("float", "int"):
+        positive = name in _POSITIVE_MODEL_FIELDS if what == "model" else name != "price_per_hour"
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
+            (v > 0 if positive else v >= 0) and (base == "float" or isinstance(v, int))
+        need = ("a whole number" if base == "int" else "a number") + (" above 0" if positive else " of at least 0")
+    elif base == "bool":
+        ok, need = isinstance(v, bool), "true or false"
+    elif base == "str":
+        ok, need = isinstance(v, str), "a string"
+    elif base.startswith("list"):
+        ok, need = isinstance(v, list), "a list"
+    else:
+        return
+    if not ok:
+        raise UsageError(f"{what} '{ident}': {name} = {v!r} must be {need}")
 
 
 def user_catalog_path() -> Path:
@@ -191,8 +223,12 @@ class Catalog:
                 user = tomllib.loads(path.read_text())
             except tomllib.TOMLDecodeError as e:
                 raise UsageError(f"{path} is not valid TOML ({e}): fix it or move it away") from None
-            hw_raw.update(user.get("hardware", {}))
-            mdl_raw.update(user.get("models", {}))
+            # a user's table for a packaged id overrides the fields it names and keeps the others
+            for raw, mine in ((hw_raw, user.get("hardware", {})), (mdl_raw, user.get("models", {}))):
+                if not isinstance(mine, dict):
+                    raise UsageError(f"{path}: [hardware.ID] and [models.ID] must be tables")
+                for k, v in mine.items():
+                    raw[k] = {**raw[k], **v} if isinstance(v, dict) and isinstance(raw.get(k), dict) else v
             used = path
         hw = {k: _from_table(HardwareSpec, k, v, "hardware") for k, v in hw_raw.items()}
         models = {k: _from_table(ModelSpec, k, v, "model") for k, v in mdl_raw.items()}
