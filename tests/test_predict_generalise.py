@@ -190,6 +190,10 @@ def test_without_flash_attention_every_score_goes_through_memory(cat: Catalog) -
     s_off = Setup.make(cat, cal, "nvidia-rtx-4090", "llama-3.1-8b", "Q4_0", "f16", "llama.cpp", flash_attn=False)
     assert s_off.prefill(512, 32768).estimate > 1.3 * s_on.prefill(512, 32768).estimate  # far slower at depth
     assert s_off.prefill(512, 0).estimate < 1.05 * s_on.prefill(512, 0).estimate  # about the same empty
+    # and its compute buffer holds one layer's F32 scores: ubatch x heads x context x 4 bytes
+    f_on, f_off = s_on.fit(110_000), s_off.fit(110_000)
+    assert (f_off.overhead_gb - f_on.overhead_gb) * rf.GIB == pytest.approx(512 * 32 * 110_000 * 4)
+    assert f_on.fits and not f_off.fits
     with pytest.raises(UsageError, match="always runs flash-attention"):
         Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-8b", "BF16", "auto", "vllm", flash_attn=False)
     with pytest.raises(UsageError, match="quantized V cache"):

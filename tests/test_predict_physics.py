@@ -239,15 +239,20 @@ def test_a_stored_prediction_keeps_its_shape_and_its_uncalibrated_mark(tmp_path:
     for text in (live, shown):
         assert "2x nvidia-h100-sxm (tensor parallel)" in " ".join(text.split())
         assert "speculative decoding, 2 tokens at acceptance 0.7" in " ".join(text.split())
+    # an UNCALIBRATED prediction has no estimate predict would show (only ceilings): none is stored to be compared
     assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--engine", "ollama",
-                 "--weights", "Q4_K_M", "--concurrency", "1,4", "--save", "ol", "--db", db]) == 0
+                 "--weights", "Q4_K_M", "--concurrency", "1,4", "--save", "ol", "--db", db]) == 2
+    out = capsys.readouterr()
+    assert "no measurements of ollama stand behind an estimate" in out.err and out.out == ""
+    # one stored before this rule (a manifest with calibrated false) is still named for what it is
+    from tokenbench.results import Manifest
+    assert Manifest(predicted=True, calibrated=False).predicted_mark == "PREDICTED, UNCALIBRATED"
+    assert main(["predict", "--hardware", "nvidia-dgx-spark", "--model", "gpt-oss-20b", "--engine", "llama.cpp",
+                 "--weights", "MXFP4", "--concurrency", "1,4", "--save", "spark", "--db", db]) == 0
     capsys.readouterr()
-    assert main(["show", "ol", "--db", db]) == 0
-    shown = capsys.readouterr().out
-    assert shown.startswith("PREDICTED, UNCALIBRATED for llama-3.1-8b") and "PREDICTED, UNCALIBRATED (not measured)" in shown
-    assert main(["compare", "tp", "ol", "--db", db]) == 0
+    assert main(["compare", "tp", "spark", "--db", db]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "ol is PREDICTED, UNCALIBRATED, not measured" in text and "predicted at concurrency 8" in text
+    assert "tp is PREDICTED, not measured" in text and "predicted at concurrency 8" in text
     assert "measured at concurrency" not in text
 
 
@@ -282,6 +287,11 @@ def test_band_is_a_quantile_of_absolute_errors() -> None:
     (["--tp", "16"], "at most 8 GPUs"),
     (["--engine", "llama.cpp", "--kv", "fp8"], "llama.cpp has no FP8 KV cache"),
     (["--kv", "q8_0"], "is a llama.cpp cache type"),
+    (["--engine", "vllm banana"], "after vllm give its version"),
+    (["--engine", "vllm rocm"], "vllm rocm does not run on nvidia-h100-sxm"),
+    (["--engine", "llama.cpp", "--weights", "FP8"], "llama.cpp runs GGUF weights, not FP8"),
+    (["--model", "phi-4", "--weights", "FP8", "--tp", "4"], "40 attention heads (10 KV heads) evenly, as vLLM and "
+     "SGLang require: use 2, 5"),
 ])
 def test_flags_that_would_be_ignored_are_refused_before_anything_prints(
         args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -109,6 +109,9 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         raise UsageError("predict needs --hardware and --model (or --against FILE)")
     depths, levels = _check_flags(a)
     s, cal = _setup(a)
+    if a.save and not s.calibrated:
+        raise UsageError(f"--save: no measurements of {s.backend} stand behind an estimate, so there is none to store "
+                         "beside measured runs (predict shows only the ceiling); anchor it first with calibrate --runs")
     if a.ubatch and s.kind != "sequential":
         raise UsageError(f"--ubatch is llama.cpp's -ub; {s.engine} prefills in chunks of its own token budget")
     if a.spec_tokens:

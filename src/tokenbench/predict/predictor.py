@@ -74,9 +74,11 @@ class Setup:
         if tp > MAX_TP:
             raise UsageError(f"--tp {tp}: one box holds at most {MAX_TP} GPUs (tensor parallelism across boxes is "
                              "not modelled)")
-        if tp > 1 and (m.heads % tp or m.kv_heads % tp and tp % m.kv_heads):
+        splits = [t for t in range(2, MAX_TP + 1) if not (m.heads % t or m.kv_heads % t and t % m.kv_heads)]
+        if tp > 1 and tp not in splits:
             raise UsageError(f"--tp {tp} does not split {m.id}'s {m.heads} attention heads ({m.kv_heads} KV heads) "
-                             "evenly, as vLLM and SGLang require: use a divisor, e.g. 2, 4 or 8")
+                             "evenly, as vLLM and SGLang require: "
+                             + (f"use {', '.join(map(str, splits))}" if splits else "it runs on one GPU"))
         return cls(m, hw, q, engine, backend, cal.efficiency(backend), kind, ubatch=ubatch, parallel=parallel,
                    tp=tp, flash_attn=flash_attn)
 
@@ -115,7 +117,8 @@ class Setup:
             hw = self.hw if self.tp == 1 else replace(  # tp GPUs pool their memory (each runs the engine)
                 self.hw, mem_gb=self.hw.mem_gb * self.tp,
                 usable_gb=self.hw.usable_gb * self.tp if self.hw.usable_gb is not None else None)
-            self.fits[key] = rf.fit(self.model, hw, self.quant, context, concurrency, self.engine, self.ubatch)
+            self.fits[key] = rf.fit(self.model, hw, self.quant, context, concurrency, self.engine, self.ubatch,
+                                    self.flash_attn)
         return self.fits[key]
 
     def decode(self, depth: int, n: int = 1) -> rf.Estimate:

@@ -104,6 +104,13 @@ def check_engine(hw: HardwareSpec, engine: str) -> None:
         raise UsageError(f"unknown engine '{engine}': use one of vllm, sglang, llama.cpp [{'|'.join(LLAMACPP_BACKENDS)}], "
                          "ollama, transformers, mlx")
     apple = hw.default_backend == "metal"
+    words = e.split()
+    if words[0] in ("vllm", "sglang") and len(words) > 1:
+        b = words[1]
+        if b not in ("cuda", "rocm") and not b[:1].isdigit():
+            raise UsageError(f"'{engine}': after {words[0]} give its version (e.g. '{words[0]} 0.21') or cuda|rocm")
+        if b == "rocm" and not hw.id.startswith("amd-") or b == "cuda" and hw.id.startswith(("amd-", "intel-")):
+            raise UsageError(f"{words[0]} {b} does not run on {hw.id}: give '{words[0]}' and the box decides")
     if apple and e.startswith(("vllm", "sglang")):
         raise UsageError(f"{engine.split()[0]} does not run on Apple GPUs ({hw.id}): use llama.cpp (Metal) or mlx")
     if e.startswith("mlx") and not apple:
@@ -135,6 +142,8 @@ def check_combination(hw: HardwareSpec, q: Quant, engine: str) -> None:
             "AWQ/GPTQ or a GGUF quant (vLLM's weight-only FP8 fallback runs at BF16 speed)"
         )
     llama = engine.lower().startswith(("llama", "ollama"))
+    if llama and q.weights not in GGUF_FORMATS | {"MXFP4", "BF16"}:
+        raise UsageError(f"llama.cpp runs GGUF weights, not {q.weights}: use a GGUF quant (Q4_K_M, Q8_0, ...), F16 or BF16")
     if llama and q.kv == "FP8":
         raise UsageError("llama.cpp has no FP8 KV cache: use --kv f16, q8_0 or q4_0 (-ctk/-ctv)")
     if not llama and q.kv_quantized and not engine.lower().startswith("mlx"):
@@ -185,11 +194,15 @@ def state_bytes(m: ModelSpec) -> float:
     return m.linear_layers * m.linear_state_elems() * STATE_BYTES
 
 
-def overhead_bytes(m: ModelSpec, engine: str, hw: HardwareSpec, ubatch: int = UBATCH) -> float:
-    """Runtime memory beside weights and cache: compute buffers, logits, CUDA context; vLLM keeps 10% free."""
+def overhead_bytes(m: ModelSpec, engine: str, hw: HardwareSpec, ubatch: int = UBATCH, context: int = 0,
+                   flash_attn: bool = True) -> float:
+    """Runtime memory beside weights and cache: compute buffers, logits, CUDA context; vLLM keeps 10% free.
+    Without flash attention llama.cpp's compute buffer also holds one layer's F32 scores, ubatch × heads ×
+    context."""
     if engine.startswith(("vllm", "sglang")):
         return 0.10 * hw.mem_gb * GIB + 2 * GIB
-    return 0.5 * GIB + ubatch * m.vocab * 4 + ubatch * m.hidden * 4 * 8
+    scores = 0.0 if flash_attn else min(ubatch, max(context, 1)) * m.heads * context * 4
+    return 0.5 * GIB + ubatch * m.vocab * 4 + ubatch * m.hidden * 4 * 8 + scores
 
 
 @dataclass(slots=True)
@@ -210,11 +223,11 @@ class Fit:
 
 
 def fit(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, concurrency: int, engine: str,
-        ubatch: int = UBATCH) -> Fit:
+        ubatch: int = UBATCH, flash_attn: bool = True) -> Fit:
     w = total_weight_bytes(m, q)
     kv = kv_bytes(m, q, context) * concurrency
     st = state_bytes(m) * concurrency
-    ov = overhead_bytes(m, engine, hw, ubatch)
+    ov = overhead_bytes(m, engine, hw, ubatch, context, flash_attn)
     usable = hw.usable_bytes
     total = w + kv + st + ov
     free = usable - w - ov
