@@ -254,6 +254,26 @@ def test_a_stored_prediction_keeps_its_shape_and_its_uncalibrated_mark(tmp_path:
     text = " ".join(capsys.readouterr().out.split())
     assert "tp is PREDICTED, not measured" in text and "predicted at concurrency 8" in text
     assert "measured at concurrency" not in text
+    assert "the two predictions assume different shapes (2x nvidia-h100-sxm (tensor parallel), speculative " \
+        "decoding, 2 tokens at acceptance 0.7 vs nvidia-dgx-spark)" in text
+    # beside a measured run, what the prediction assumed is said
+    data = Path(__file__).resolve().parent / "data" / "vllm_serve_result.json"
+    assert main(["import", str(data), "--label", "h100-vllm", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["compare", "h100-vllm", "tp", "--db", db]) == 0
+    assert "tp assumes 2x nvidia-h100-sxm (tensor parallel), speculative decoding, 2 tokens at acceptance 0.7" in \
+        " ".join(capsys.readouterr().out.split())
+    # the report says the same of it, in Markdown and in the HTML side-by-side table
+    md, html = tmp_path / "r.md", tmp_path / "r.html"
+    assert main(["report", "tp", "spark", "--db", db, "--md", str(md), "--html", str(html)]) == 0
+    assert "speculative decoding, 2 tokens at acceptance 0.7, on 2x nvidia-h100-sxm (tensor parallel)" in md.read_text()
+    assert "2x nvidia-h100-sxm (tensor parallel)" in html.read_text()
+    assert main(["predict", "--hardware", "nvidia-dgx-spark", "--model", "gpt-oss-20b", "--engine", "llama.cpp",
+                 "--weights", "MXFP4", "--concurrency", "1,4", "--parallel", "4", "--save", "np4", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["compare", "np4", "spark", "--db", db]) == 0
+    assert "the two predictions assume different shapes (nvidia-dgx-spark, 4 slots (-np) vs nvidia-dgx-spark)" in \
+        " ".join(capsys.readouterr().out.split())
 
 
 @needs_ref

@@ -110,6 +110,13 @@ def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
     lb = (wb.get("input_len"), wb.get("output_len"))
     if all(la) and all(lb) and la != lb:
         out.append(f"the workloads differ ({la[0]}/{la[1]} vs {lb[0]}/{lb[1]} tokens in/out)")
+    # what a prediction assumed (GPUs, slots, micro-batch, flash attention, speculation) is part of what it compares
+    sa, sb = (", ".join([m.box or "", *m.shape_parts]) for m in (ma, mb))
+    if ma.shape and mb.shape and sa != sb:
+        out.append(f"the two predictions assume different shapes ({sa} vs {sb})")
+    else:
+        out += [f"{_name(r)} assumes {', '.join([r.manifest.box or '', *r.manifest.shape_parts])}" for r in (a, b)
+                if r.manifest.shape and ((r.manifest.shape.get("gpus") or 1) > 1 or r.manifest.shape_parts)]
     for r in (a, b):
         if r.manifest.predicted_mark:
             out.append(f"{_name(r)} is {r.manifest.predicted_mark}, not measured")

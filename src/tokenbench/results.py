@@ -89,6 +89,29 @@ class Manifest:
             return None
         return "PREDICTED, UNCALIBRATED" if self.calibrated is False else "PREDICTED"
 
+    @property
+    def box(self) -> str | None:
+        """The hardware, with a prediction's GPU count: "2x nvidia-h100-sxm (tensor parallel)"."""
+        gpus = (self.shape or {}).get("gpus") or 1
+        return self.hardware if gpus == 1 or not self.hardware else f"{gpus}x {self.hardware} (tensor parallel)"
+
+    @property
+    def shape_parts(self) -> list[str]:
+        """What a prediction assumed of the engine beyond its defaults, in words: slots, micro-batch, flash
+        attention, speculative decoding (empty for a measured run, whose server said what it ran)."""
+        sh = self.shape or {}
+        parts = []
+        if isinstance(sh.get("parallel"), int) and sh["parallel"] > 1:
+            parts.append(f"{sh['parallel']} slots (-np)")
+        if isinstance(sh.get("ubatch"), int) and sh["ubatch"] != 512 and (self.engine or "").lower().startswith(
+                ("llama", "ollama")):
+            parts.append(f"-ub {sh['ubatch']}")
+        if sh.get("flash_attn") is False:
+            parts.append("no flash attention (-fa 0)")
+        if isinstance(sp := sh.get("speculation"), dict):
+            parts.append(f"speculative decoding, {sp.get('tokens')} tokens at acceptance {sp.get('acceptance')}")
+        return parts
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Manifest:
         """A stored manifest, or one built from a foreign file's values (an importer's): a missing key is None,

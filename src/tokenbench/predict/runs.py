@@ -100,20 +100,8 @@ def manifest(s: Setup, workload: dict[str, int] | None = None, label: str | None
 def headline(m: Manifest) -> str:
     """The line above a prediction, printed by predict and by show of a stored one: what, on which box and in
     which shape, by which calibration (UNCALIBRATED included: it is the calibration's own text)."""
-    sh = m.shape or {}
-    gpus = sh.get("gpus") or 1
-    box = m.hardware if gpus == 1 else f"{gpus}x {m.hardware} (tensor parallel)"
-    extras = []
-    if (sh.get("parallel") or 1) > 1:
-        extras.append(f"{sh['parallel']} slots (-np)")
-    if sh.get("ubatch") not in (None, rf.UBATCH) and m.engine and m.engine.lower().startswith(("llama", "ollama")):
-        extras.append(f"-ub {sh['ubatch']}")
-    if sh.get("flash_attn") is False:
-        extras.append("no flash attention (-fa 0)")
-    if isinstance(sp := sh.get("speculation"), dict):
-        extras.append(f"speculative decoding, {sp.get('tokens')} tokens at acceptance {sp.get('acceptance')}")
-    return (f"{m.predicted_mark or 'PREDICTED'} for {m.model} ({m.weights}, {(m.kv or '').lower()} KV) on {box}, "
-            f"{m.engine}" + "".join(f", {e}" for e in extras) + f" ({m.backend}: {m.calibration})")
+    return (f"{m.predicted_mark or 'PREDICTED'} for {m.model} ({m.weights}, {(m.kv or '').lower()} KV) on {m.box}, "
+            f"{m.engine}" + "".join(f", {e}" for e in m.shape_parts) + f" ({m.backend}: {m.calibration})")
 
 
 def prediction(s: Setup, levels: list[LevelSummary], workload: dict[str, int] | None,

@@ -156,7 +156,8 @@ def facts(r: RunResult, price_per_hour: float | None = None, currency: str | Non
     engine = " ".join(str(x) for x in (m.engine, m.engine_version) if x)
     if m.backend:
         engine += f" ({m.backend})"
-    hw = m.hardware or m.host
+    engine += "".join(f", {part}" for part in m.shape_parts)
+    hw = m.box or m.host
     p = pricing(r, price_per_hour, currency)
     levels = [o.summary for o in r.outcomes]
     out = {

@@ -14,7 +14,8 @@ def _heading(r: RunResult) -> list[str]:
     """The run's name, what ran, where it came from and when, and its workload."""
     m = r.manifest
     wl = m.workload or {}
-    what = ", ".join(str(x) for x in (m.model, m.weights, m.engine, m.engine_version) if x)
+    what = ", ".join(str(x) for x in (m.model, m.weights, m.engine, m.engine_version, *m.shape_parts,
+                                      f"on {m.box}" if m.box else None) if x)
     lines = [f"<!-- tokenbench:run {r.run_id} -->", f"## {md_escape(run_name(r))}", "",
              md_escape(f"{what}; {m.provenance or 'measured'} {m.started or ''}".strip())]
     if wl.get("input_len"):
