@@ -181,7 +181,7 @@ def _print_excluded(console: Console, excluded: list[Any]) -> None:
             continue
         remedy = " (give --price ID=PER_HOUR or --owned ID=PURCHASE:YEARS:WATTS)" if reason == "no price" else ""
         console.print(f"excluded, {reason}{remedy}: {', '.join(c.box for c in cs)} ({len(cs)} predicted boxes; "
-                      "--json has each one's figures)", markup=False, highlight=False, soft_wrap=True)
+                      "--json has each one's figures)", markup=False, highlight=False)
 
 
 def cmd_recommend(a: argparse.Namespace, console: Console) -> int:

@@ -412,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_db(rp)
 
     rc = sub.add_parser("recommend", help="rank boxes by cost per million tokens among those that fit and meet SLOs")
-    rc.add_argument("--model", required=True)
+    rc.add_argument("--model", required=True, help="the catalog model to serve ('tokenbench models' lists them)")
     rc.add_argument("--agents", type=POSITIVE_INT, default=16)
     rc.add_argument("--input-len", type=POSITIVE_INT, default=4096)
     rc.add_argument("--output-len", type=POSITIVE_INT, default=512)

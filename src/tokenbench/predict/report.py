@@ -17,9 +17,9 @@ def _f(v: float | None, d: int = 1) -> str:
 
 
 def hardware_table(cat: Catalog) -> Table:
-    head = ["Hardware", "Name", "Memory GiB", "BW GB/s", "BF16 TFLOPS", "FP8 TFLOPS", "Source"]
-    rows = [[h.id, h.name, _f(h.mem_gb, 0), _f(h.bw_gbs, 0), _f(h.bf16_tflops), _f(h.fp8_tflops), h.source]
-            for h in cat.hardware.values()]
+    head = ["Hardware", "Name", "Memory GiB", "BW GB/s", "BF16 TFLOPS", "FP8 TFLOPS", "GHz", "Source"]
+    rows = [[h.id, h.name, _f(h.mem_gb, 0), _f(h.bw_gbs, 0), _f(h.bf16_tflops), _f(h.fp8_tflops),
+             _f(h.boost_ghz, 2), h.source] for h in cat.hardware.values()]
     return head, rows
 
 
