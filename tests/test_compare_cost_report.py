@@ -338,7 +338,7 @@ def test_recommend_ranks_by_cost_and_says_why_others_are_out(tmp_path: Path, cap
     assert costs == sorted(costs) and len(rows) >= 3
     assert any("| my-h100 |" in r and "| measured |" in r for r in rows)
     assert any("| nvidia-h100-sxm |" in r and "PREDICTED" in r for r in rows)
-    fits = next(ln for ln in out.splitlines() if ln.startswith("excluded, does not fit"))
+    fits = " ".join(out.split()).split("excluded, does not fit", 1)[1].split("excluded", 1)[0]  # wrapped at the width
     assert "nvidia-a30" in fits and "predicted boxes" in fits
     price = next(ln for ln in out.splitlines() if ln.startswith("excluded, no price (give --price ID=PER_HOUR"))
     assert "nvidia-h200-sxm" in price
