@@ -254,12 +254,39 @@ def _physical(run_id: str, rows: list[Any], cat: Any, console: Console) -> None:
                       "check that it ran there", style="yellow", markup=False, highlight=False)
 
 
-def _own_rows(a: argparse.Namespace, cat: Any, console: Console) -> list[Any]:
-    """The user's stored runs as calibration rows, for the box, model and weights they name, each checked
-    against what the run says of itself (its box, engine, model, weights) and against physics."""
+def _run_engine(given: str | None, run_id: str, ran: str, hw: Any) -> str:
+    """The engine a run calibrates: --engine, else the run's own; never one the box cannot run or the run did not."""
     from ..predict.calibration import backend_key
     from ..predict.roofline import check_engine
 
+    engine = given or ran
+    if not engine:
+        raise UsageError(f"run {run_id} does not say which engine served it: give --engine")
+    if engine.lower().startswith(("llama-server", "llama.cpp", "llamacpp", "llama-cpp-python")) \
+            and len(engine.split()) == 1:
+        engine = f"llama.cpp {hw.default_backend}"  # the box's backend: say --engine otherwise
+    check_engine(hw, engine)
+    if given and len(ran.split()) > 1 and backend_key(ran, hw.default_backend) != backend_key(engine, hw.default_backend):
+        raise UsageError(f"run {run_id} ran on {ran}, not {given}: give --engine '{ran}'")
+    return engine
+
+
+def _run_weights(given: str | None, run_id: str, m: Any) -> str:
+    """The weight format: --weights, else the run's own, else its model file's name; never against that name."""
+    said = str(m.extra.get("model_file") or m.model or "")
+    in_name = _weights_in(said)
+    weights = (given or m.weights or m.quant or in_name or "").upper()
+    if not weights:
+        raise UsageError(f"run {run_id} does not say its weight format: give --weights")
+    if in_name and weights.replace("-", "_") != in_name:
+        raise UsageError(f"run {run_id} served {said}, whose weights are {in_name}, not {weights}: give "
+                         f"--weights {in_name}")
+    return weights
+
+
+def _own_rows(a: argparse.Namespace, cat: Any, console: Console) -> list[Any]:
+    """The user's stored runs as calibration rows, for the box, model and weights they name, each checked
+    against what the run says of itself (its box, engine, model, weights) and against physics."""
     from ..predict.published import run_rows
     from ..results import load_result
 
@@ -274,26 +301,9 @@ def _own_rows(a: argparse.Namespace, cat: Any, console: Console) -> list[Any]:
         run = load_result(store, ref, latest=a.latest, kinds=("sweep", "depth", "bench"), command="calibrate --runs")
         m = run.manifest
         _same_box(run.run_id, m.hardware, m.gpu, hw, cat)
-        engine = a.engine or m.engine or ""
-        if not engine:
-            raise UsageError(f"run {run.run_id} does not say which engine served it: give --engine")
-        if engine.lower().startswith(("llama-server", "llama.cpp", "llamacpp", "llama-cpp-python")) \
-                and len(engine.split()) == 1:
-            engine = f"llama.cpp {hw.default_backend}"  # the box's backend: say --engine otherwise
-        check_engine(hw, engine)
-        ran = m.engine or ""
-        if a.engine and ran and len(ran.split()) > 1 and \
-                backend_key(ran, hw.default_backend) != backend_key(engine, hw.default_backend):
-            raise UsageError(f"run {run.run_id} ran on {ran}, not {a.engine}: give --engine '{ran}'")
-        said = str(m.extra.get("model_file") or m.model or "")
+        engine = _run_engine(a.engine, run.run_id, m.engine or "", hw)
         _same_model(run.run_id, [str(x) for x in (m.model, m.extra.get("model_file")) if x], model, cat)
-        in_name = _weights_in(str(m.extra.get("model_file") or m.model or ""))
-        weights = (a.weights or m.weights or m.quant or in_name or "").upper()
-        if not weights:
-            raise UsageError(f"run {run.run_id} does not say its weight format: give --weights")
-        if in_name and weights.replace("-", "_") != in_name:
-            raise UsageError(f"run {run.run_id} served {said}, whose weights are {in_name}, not {weights}: give "
-                             f"--weights {in_name}")
+        weights = _run_weights(a.weights, run.run_id, m)
         got = run_rows(run, hw.id, engine, model.id, weights, (a.kv or m.kv or "F16").upper())
         if not got:
             raise UsageError(f"run {run.run_id} has no level calibration can use (complete, unflagged pp/tg or "

@@ -117,21 +117,26 @@ def check_engine(hw: HardwareSpec, engine: str) -> None:
         raise UsageError(f"mlx runs on Apple silicon only, not on {hw.id}")
     parts = e.replace("llamacpp", "llama.cpp").split()
     if parts[0] == "llama.cpp" and len(parts) > 1:
-        b = parts[1]
-        if b not in LLAMACPP_BACKENDS:
-            raise UsageError(f"unknown llama.cpp backend '{b}': use one of {', '.join(LLAMACPP_BACKENDS)}")
-        if b == "metal" and not apple:
-            raise UsageError(f"llama.cpp's Metal backend runs on Apple silicon only, not on {hw.id}")
-        if b in ("cuda", "rocm", "vulkan", "sycl") and apple:
-            raise UsageError(f"{hw.id} is an Apple GPU: llama.cpp runs there with Metal, not {b}")
-        if b == "cuda" and hw.id.startswith(("amd-", "intel-")):
-            raise UsageError(f"{hw.id} is not an NVIDIA GPU: use llama.cpp vulkan or rocm")
-        if b == "rocm" and not hw.id.startswith("amd-"):
-            raise UsageError(f"llama.cpp's ROCm backend runs on AMD GPUs, not on {hw.id}: use llama.cpp "
-                             f"{hw.default_backend}")
-        if b == "cpu" and hw.kind == "gpu":
-            raise UsageError(f"llama.cpp cpu runs on the host's CPU, which the catalog does not describe for {hw.id}: "
-                             f"use llama.cpp {hw.default_backend}")
+        _check_llamacpp_backend(hw, parts[1])
+
+
+def _check_llamacpp_backend(hw: HardwareSpec, b: str) -> None:
+    """llama.cpp's backend against the box's vendor."""
+    apple = hw.default_backend == "metal"
+    if b not in LLAMACPP_BACKENDS:
+        raise UsageError(f"unknown llama.cpp backend '{b}': use one of {', '.join(LLAMACPP_BACKENDS)}")
+    if b == "metal" and not apple:
+        raise UsageError(f"llama.cpp's Metal backend runs on Apple silicon only, not on {hw.id}")
+    if b in ("cuda", "rocm", "vulkan", "sycl") and apple:
+        raise UsageError(f"{hw.id} is an Apple GPU: llama.cpp runs there with Metal, not {b}")
+    if b == "cuda" and hw.id.startswith(("amd-", "intel-")):
+        raise UsageError(f"{hw.id} is not an NVIDIA GPU: use llama.cpp vulkan or rocm")
+    if b == "rocm" and not hw.id.startswith("amd-"):
+        raise UsageError(f"llama.cpp's ROCm backend runs on AMD GPUs, not on {hw.id}: use llama.cpp "
+                         f"{hw.default_backend}")
+    if b == "cpu" and hw.kind == "gpu":
+        raise UsageError(f"llama.cpp cpu runs on the host's CPU, which the catalog does not describe for {hw.id}: "
+                         f"use llama.cpp {hw.default_backend}")
 
 
 def check_combination(hw: HardwareSpec, q: Quant, engine: str) -> None:
