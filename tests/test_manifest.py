@@ -100,3 +100,13 @@ def test_an_imported_files_values_are_typed_at_the_boundary(tmp_path: Path) -> N
     assert (m.provenance, m.imported_from, m.format, m.label) == ("imported", str(src), "vllm bench serve", "odd")
     assert m.source_sha256 is not None and len(m.source_sha256) == 64
     assert store.runs_from_source(m.source_sha256) == [rid]  # the store finds it by the digest it wrote
+
+
+def test_a_stored_prediction_shape_of_any_type_is_read_without_a_crash() -> None:
+    from tokenbench.results import Manifest
+
+    odd = Manifest.from_dict({"predicted": True, "hardware": "nvidia-h100-sxm",
+                              "shape": {"gpus": "x", "parallel": "8", "speculation": 3}})
+    assert odd.box == "nvidia-h100-sxm" and odd.shape_parts == []
+    two = Manifest.from_dict({"predicted": True, "hardware": "nvidia-h100-sxm", "shape": {"gpus": 2}})
+    assert two.box == "2x nvidia-h100-sxm (tensor parallel)"

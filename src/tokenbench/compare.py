@@ -116,7 +116,7 @@ def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
         out.append(f"the two predictions assume different shapes ({sa} vs {sb})")
     else:
         out += [f"{_name(r)} assumes {', '.join([r.manifest.box or '', *r.manifest.shape_parts])}" for r in (a, b)
-                if r.manifest.shape and ((r.manifest.shape.get("gpus") or 1) > 1 or r.manifest.shape_parts)]
+                if r.manifest.shape and (r.manifest.box != r.manifest.hardware or r.manifest.shape_parts)]
     for r in (a, b):
         if r.manifest.predicted_mark:
             out.append(f"{_name(r)} is {r.manifest.predicted_mark}, not measured")

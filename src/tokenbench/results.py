@@ -72,8 +72,8 @@ class Manifest:
     source_sha256: str | None = None
     format: str | None = None
     source: str | None = None
-    # a prediction's shape beyond box, model and formats: GPUs (tensor parallel), llama.cpp slots and micro-batch,
-    # speculative decoding (predict.runs.shape)
+    # a prediction's shape beyond box, model and formats: GPUs (tensor parallel), llama.cpp slots, micro-batch and
+    # flash attention, speculative decoding (predict.runs.shape)
     shape: dict[str, Any] | None = None
     # a cold start's boots; a quality run's per-task summary
     boots: list[dict[str, Any]] | None = None
@@ -92,8 +92,10 @@ class Manifest:
     @property
     def box(self) -> str | None:
         """The hardware, with a prediction's GPU count: "2x nvidia-h100-sxm (tensor parallel)"."""
-        gpus = (self.shape or {}).get("gpus") or 1
-        return self.hardware if gpus == 1 or not self.hardware else f"{gpus}x {self.hardware} (tensor parallel)"
+        gpus = (self.shape or {}).get("gpus")
+        if not isinstance(gpus, int) or gpus < 2 or not self.hardware:  # a stored value may be anything
+            return self.hardware
+        return f"{gpus}x {self.hardware} (tensor parallel)"
 
     @property
     def shape_parts(self) -> list[str]:

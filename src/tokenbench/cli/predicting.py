@@ -101,7 +101,7 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
 def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     from ..output import print_table
     from ..predict import report
-    from ..predict.runs import headline, manifest, speculation
+    from ..predict.runs import headline, prediction_manifest, speculation
 
     if a.against:
         return _predict_against(a, console)
@@ -118,7 +118,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         spec = speculation(s, a.spec_tokens, a.acceptance, a.acceptance_length, a.draft_cost)
         s.spec = spec.spec()
         console.print(spec.describe(), markup=False, highlight=False)
-    console.print(f"{headline(manifest(s))}; calibration {cal.origin}; the ceiling is the physical limit at "
+    console.print(f"{headline(prediction_manifest(s))}; calibration {cal.origin}; the ceiling is the physical limit at "
                   "efficiency 1", markup=False, highlight=False)
     if depths is not None:
         a.input_len, a.output_len = a.input_len or 512, a.output_len or 128

@@ -83,7 +83,8 @@ def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: i
 
 def shape(s: Setup) -> dict[str, Any]:
     """What a prediction assumed beyond box, model and formats, as its manifest keeps it: the GPUs sharing each
-    layer (tensor parallel), llama.cpp's slots (-np) and micro-batch (-ub), and speculative decoding."""
+    layer (tensor parallel), llama.cpp's slots (-np), micro-batch (-ub) and flash attention (-fa), and
+    speculative decoding."""
     out: dict[str, Any] = {"gpus": s.tp, "parallel": s.parallel, "ubatch": s.ubatch, "flash_attn": s.flash_attn}
     if s.spec is not None:
         out["speculation"] = {"tokens": s.spec.gamma, "acceptance": round(s.spec.alpha, 4),
@@ -91,7 +92,8 @@ def shape(s: Setup) -> dict[str, Any]:
     return out
 
 
-def manifest(s: Setup, workload: dict[str, int] | None = None, label: str | None = None) -> Manifest:
+def prediction_manifest(s: Setup, workload: dict[str, int] | None = None, label: str | None = None) -> Manifest:
+    """A prediction's provenance: what was predicted, on which box, in which shape, by which calibration."""
     return Manifest(model=s.model.id, weights=s.quant.weights, kv=s.quant.kv, engine=s.engine, hardware=s.hw.id,
                     predicted=True, backend=s.backend, calibration=s.eff.source, calibrated=s.calibrated,
                     workload=dict(workload or {}), label=label, shape=shape(s), key_order=("label",))
@@ -107,10 +109,10 @@ def headline(m: Manifest) -> str:
 def prediction(s: Setup, levels: list[LevelSummary], workload: dict[str, int] | None,
                label: str | None = None) -> RunResult:
     """Predicted levels as a result (kind predict), not stored: ``run_id`` is empty until ``save_prediction``."""
-    manifest_ = manifest(s, workload, label)
+    manifest = prediction_manifest(s, workload, label)
     outcomes = [LevelOutcome(i, Level(concurrency=lv.concurrency, rate=lv.rate), lv, "complete")
                 for i, lv in enumerate(levels)]
-    return RunResult("", manifest_, outcomes, "complete", kind="predict")
+    return RunResult("", manifest, outcomes, "complete", kind="predict")
 
 
 def save_prediction(store: Store, res: RunResult, label: str) -> RunResult:
