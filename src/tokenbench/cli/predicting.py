@@ -183,136 +183,6 @@ def _predicted_result(a: argparse.Namespace, console: Console, s: Setup, cal: Ca
 PUBLISHED_FILES = [Path(__file__).resolve().parents[1] / "data" / n for n in ("published.csv", "published-more.csv")]
 
 
-#: GPU vendors by the words a device name carries (llama-bench's gpu_info, e.g. "Radeon 8060S Graphics (RADV
-#: GFX1151)"), and the catalog id prefix of each vendor's boxes.
-_VENDOR_WORDS = {"nvidia": ("nvidia", "geforce", "rtx", "tesla", "quadro"), "amd": ("amd", "radeon", "instinct"),
-                 "apple": ("apple",)}
-
-
-def _same_box(run_id: str, hardware: str | None, gpu: str | None, hw: Any, cat: Any) -> None:
-    """Refuse a run that says it ran on another box than --hardware: calibrating one box's backend with another
-    box's figures moves its constants to wherever the two disagree (a Strix Halo run given as an H100 pushed
-    llama.cpp Vulkan's bandwidth share to its bound). Only what the run itself says counts: a published or
-    predicted run's catalog id, an imported llama-bench run's GPU; a sweep's own machine is the client's."""
-    if hardware and hardware != hw.id and hardware not in hw.aliases and hardware in cat.hardware:
-        raise UsageError(f"run {run_id} ran on {hardware}, not {hw.id}: give --hardware {hardware}, or runs of "
-                         f"{hw.id}")
-    words = set((gpu or "").lower().replace("(", " ").replace(")", " ").split())
-    said = [v for v, w in _VENDOR_WORDS.items() if words & set(w)]
-    if len(said) == 1 and not hw.id.startswith(said[0] + "-"):
-        raise UsageError(f"run {run_id} ran on '{gpu}', an {said[0].upper()} device, not {hw.id}: give the "
-                         "--hardware it ran on ('tokenbench hardware' lists them)")
-
-
-def _norm(text: str) -> str:
-    return "".join(ch for ch in text.lower() if ch.isalnum())
-
-
-def _weights_in(name: str) -> str | None:
-    """The GGUF weight format a model file's name carries (gpt-oss-20b-Q4_K_M.gguf: Q4_K_M), the longest match."""
-    from ..predict.roofline import GGUF_FORMATS
-
-    up = name.upper().replace("-", "_").replace(".", "_")
-    found = [f for f in GGUF_FORMATS if f"_{f}_" in f"_{up}_"]
-    return max(found, key=len) if found else None
-
-
-def _same_model(run_id: str, names: list[str], model: Any, cat: Any) -> None:
-    """Refuse a run whose own model names (served name, file) name another catalog model than --model (a
-    gpt-oss-20b file given as llama-3.1-8b would pull the backend's constants to wherever the shapes disagree)."""
-    text = _norm(" ".join(names))
-    named = [m for m in cat.models if _norm(m) and _norm(m) in text]
-    if named and model.id not in named:
-        raise UsageError(f"run {run_id} served {names[-1]}, which is {max(named, key=len)}, not {model.id}: give "
-                         f"--model {max(named, key=len)}")
-
-
-def _physical(run_id: str, rows: list[Any], cat: Any, console: Console) -> None:
-    """A measurement above the physical ceiling of the box, model and formats named cannot be theirs: refuse it.
-    One far below what the packaged calibration predicts is said, not refused (a slow box is possible)."""
-    from ..predict.calibration import Calibration
-    from ..predict.predictor import predict_row
-
-    cal = Calibration.packaged()
-    low: list[tuple[float, Any]] = []
-    for r in rows:
-        res = predict_row(cat, cal, r)
-        if res.ceiling is None or res.predicted is None:
-            continue
-        above = r.value < res.ceiling if r.unit == "ms" else r.value > res.ceiling
-        if above:
-            raise UsageError(f"run {run_id}: {r.test} at depth {r.depth} measured {r.value:g} {r.unit}, beyond the "
-                             f"physical limit of {r.model} ({r.weights}) on {r.hardware} ({res.ceiling:.4g}): it ran "
-                             "another box, model or format than --hardware, --model and --weights say")
-        share = res.predicted / r.value if r.unit == "ms" else r.value / res.predicted
-        if share < 1 / 3:
-            low.append((share, r))
-    if low:
-        share, r = min(low, key=lambda x: x[0])
-        console.print(f"warning: run {run_id}: {len(low)} of its {len(rows)} measurements are under a third of what "
-                      f"the packaged calibration predicts on {r.hardware} ({r.test} at depth {r.depth}: {share:.0%}): "
-                      "check that it ran there", style="yellow", markup=False, highlight=False)
-
-
-def _run_engine(given: str | None, run_id: str, ran: str, hw: Any) -> str:
-    """The engine a run calibrates: --engine, else the run's own; never one the box cannot run or the run did not."""
-    from ..predict.calibration import backend_key
-    from ..predict.roofline import check_engine
-
-    engine = given or ran
-    if not engine:
-        raise UsageError(f"run {run_id} does not say which engine served it: give --engine")
-    if engine.lower().startswith(("llama-server", "llama.cpp", "llamacpp", "llama-cpp-python")) \
-            and len(engine.split()) == 1:
-        engine = f"llama.cpp {hw.default_backend}"  # the box's backend: say --engine otherwise
-    check_engine(hw, engine)
-    if given and len(ran.split()) > 1 and backend_key(ran, hw.default_backend) != backend_key(engine, hw.default_backend):
-        raise UsageError(f"run {run_id} ran on {ran}, not {given}: give --engine '{ran}'")
-    return engine
-
-
-def _run_weights(given: str | None, run_id: str, m: Any) -> str:
-    """The weight format: --weights, else the run's own, else its model file's name; never against that name."""
-    said = str(m.extra.get("model_file") or m.model or "")
-    in_name = _weights_in(said)
-    weights = (given or m.weights or m.quant or in_name or "").upper()
-    if not weights:
-        raise UsageError(f"run {run_id} does not say its weight format: give --weights")
-    if in_name and weights.replace("-", "_") != in_name:
-        raise UsageError(f"run {run_id} served {said}, whose weights are {in_name}, not {weights}: give "
-                         f"--weights {in_name}")
-    return weights
-
-
-def _own_rows(a: argparse.Namespace, cat: Any, console: Console) -> list[Any]:
-    """The user's stored runs as calibration rows, for the box, model and weights they name, each checked
-    against what the run says of itself (its box, engine, model, weights) and against physics."""
-    from ..predict.published import run_rows
-    from ..results import load_result
-
-    if not a.hardware or not a.model:
-        raise UsageError("--runs needs --hardware ID and --model ID: the box they ran on and the catalog model "
-                         "they served ('tokenbench hardware', 'tokenbench models')")
-    hw = cat.find_hardware(a.hardware)
-    model = cat.find_model(a.model)
-    store = Store(a.db, readonly=True)
-    rows = []
-    for ref in a.runs:
-        run = load_result(store, ref, latest=a.latest, kinds=("sweep", "depth", "bench"), command="calibrate --runs")
-        m = run.manifest
-        _same_box(run.run_id, m.hardware, m.gpu, hw, cat)
-        engine = _run_engine(a.engine, run.run_id, m.engine or "", hw)
-        _same_model(run.run_id, [str(x) for x in (m.model, m.extra.get("model_file")) if x], model, cat)
-        weights = _run_weights(a.weights, run.run_id, m)
-        got = run_rows(run, hw.id, engine, model.id, weights, (a.kv or m.kv or "F16").upper())
-        if not got:
-            raise UsageError(f"run {run.run_id} has no level calibration can use (complete, unflagged pp/tg or "
-                             "serving levels)")
-        _physical(run.run_id, got, cat, console)
-        rows += got
-    return rows
-
-
 def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> int:
     from ..predict.calibration import write
     from ..predict.predictor import fit_calibration
@@ -322,7 +192,12 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
     rows = [r for f in (a.file or PUBLISHED_FILES) for r in read_rows(Path(f))]
     cat = Catalog.load()
     if a.runs:
-        own = _own_rows(a, cat, console)
+        from ..predict.own import own_rows
+
+        own, warnings = own_rows(Store(a.db, readonly=True), a.runs, a.latest, cat, a.hardware, a.model, a.engine,
+                                 a.weights, a.kv)
+        for w in warnings:
+            console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
         console.print(f"{len(own)} measurements from {len(a.runs)} run(s) of your own, on {a.hardware}",
                       markup=False, highlight=False)
         rows += own
