@@ -169,6 +169,7 @@ def test_dotted_catalog_id_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.
     ("boost_ghz", '"fast"', "boost_ghz = 'fast' must be a number above 0"),
     ("boost_ghz", "true", "boost_ghz = True must be a number above 0"),
     ("bw_gbs", "0", "bw_gbs = 0 must be a number above 0"),
+    ("bw_gbs", "1" + "0" * 400, "must be a number above 0"),  # TOML's ints have no bound; a float cannot hold it
 ])
 def test_a_user_catalog_value_is_checked_where_it_is_read(field: str, value: str, says: str, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch,
@@ -321,8 +322,10 @@ def test_flags_that_would_be_ignored_are_refused_before_anything_prints(
 
 
 def test_a_hand_edited_calibration_constant_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = Calibration.packaged().to_toml().replace("eta_w = ", 'eta_w = "abc" #', 1)
-    bad = tmp_path / "bad.toml"
-    bad.write_text(text)
-    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--calibration", str(bad)]) == 2
-    assert "eta_w = 'abc' is not a number" in capsys.readouterr().err
+    for value, says in (('"abc"', "eta_w = 'abc' is not a number"), ("1" + "0" * 400, "is not a number")):
+        text = Calibration.packaged().to_toml().replace("eta_w = ", f"eta_w = {value} #", 1)
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text)
+        assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--calibration",
+                     str(bad)]) == 2
+        assert says in capsys.readouterr().err

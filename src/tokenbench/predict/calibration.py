@@ -35,6 +35,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .roofline import PARAM_BOUNDS, Efficiency
+from .specs import finite_number
 
 
 def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
@@ -351,8 +352,8 @@ def _numbers(section: str, t: dict[str, Any]) -> dict[str, Any]:
     a string, which would fail deep inside a prediction)."""
     for k in PARAM_BOUNDS:
         v = t.get(k, 0.0)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"[{section}] {k} = {v!r} is not a number")
+        if not finite_number(v):
+            raise ValueError(f"[{section}] {k} = {repr(v)[:40]} is not a number")
     return t
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import os
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields
@@ -173,6 +172,12 @@ def _from_table(cls: type, ident: str, table: dict[str, Any], what: str) -> Any:
     return cls(id=ident, **table)
 
 
+def finite_number(v: Any) -> bool:
+    """A number as a hand-edited catalog or calibration file may give one: an int or a float, not a bool, and
+    finite (an integer too large for a float is not: math.isfinite cannot even take it)."""
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) < 1e300
+
+
 #: A model's sizes every formula divides by or multiplies through: none may be 0.
 _POSITIVE_MODEL_FIELDS = {"layers", "hidden", "heads", "kv_heads", "head_dim", "vocab", "total_b"}
 
@@ -185,8 +190,7 @@ def _check_field(what: str, ident: str, name: str, kind: str, v: Any) -> None:
         return
     if base in ("float", "int"):
         positive = name in _POSITIVE_MODEL_FIELDS if what == "model" else name != "price_per_hour"
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
-            (v > 0 if positive else v >= 0) and (base == "float" or isinstance(v, int))
+        ok = finite_number(v) and (v > 0 if positive else v >= 0) and (base == "float" or isinstance(v, int))
         need = ("a whole number" if base == "int" else "a number") + (" above 0" if positive else " of at least 0")
     elif base == "bool":
         ok, need = isinstance(v, bool), "true or false"
@@ -197,7 +201,7 @@ def _check_field(what: str, ident: str, name: str, kind: str, v: Any) -> None:
     else:
         return
     if not ok:
-        raise UsageError(f"{what} '{ident}': {name} = {v!r} must be {need}")
+        raise UsageError(f"{what} '{ident}': {name} = {repr(v)[:40]} must be {need}")
 
 
 def user_catalog_path() -> Path:
