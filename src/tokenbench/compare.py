@@ -115,7 +115,7 @@ def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
     if ma.shape and mb.shape and sa != sb:
         out.append(f"the two predictions assume different shapes ({sa} vs {sb})")
     else:
-        out += [f"{_name(r)} assumes {', '.join([r.manifest.box or '', *r.manifest.shape_parts])}" for r in (a, b)
+        out += [f"{_name(r)} assumes {said}" for r, said in ((a, sa), (b, sb))
                 if r.manifest.shape and (r.manifest.box != r.manifest.hardware or r.manifest.shape_parts)]
     for r in (a, b):
         if r.manifest.predicted_mark:

@@ -55,9 +55,10 @@ PCIE_ETA = 0.8
 UBATCH = 512
 #: vLLM/SGLang prefill a prompt in chunks of their token budget (max_num_batched_tokens), one weight pass each.
 CHUNK_TOKENS = 8192
-#: The clock the fixed costs (t_layer, t_expert) are stated at, about the catalog's median boost clock (1.755
+#: The clock the per-layer fixed cost (t_layer) is stated at, about the catalog's median boost clock (1.755
 #: GHz). A kernel's launch, ramp and drain on the GPU take cycles, so on a box at ``boost_ghz`` they take
-#: REF_GHZ/boost_ghz of that time: the A100's 1.41 GHz pays 1.3x what the H100 PCIe's 1.755 GHz does per layer.
+#: REF_GHZ/boost_ghz of that time: the A100's 1.41 GHz pays 1.24x what the H100 PCIe's 1.755 GHz does per
+#: layer. The per-expert cost (t_expert) stays in seconds: MoE prompts launched one GEMM per expert from the host.
 REF_GHZ = 1.8
 #: llama.cpp without flash attention (-fa 0) materialises each layer's scores: KQ written in F32, read and
 #: written by the softmax, read by KQ·V: 4 passes of 4 bytes per score. With it (-fa 1) the scores stay on chip.
@@ -311,7 +312,7 @@ class StepCost:
     comm_ops: int = 0  # ... and how many all-reduces (each pays a fixed latency)
     t_power: float = 0.0  # all FLOPs / (board power in W x 1e12): the time at 1 TFLOPS per watt; 0 without a TDP
     t_deq: float = 0.0  # prefill: one byte per dense block-quantized weight per pass, over the bandwidth
-    cycles: float = 1.0  # the fixed costs' scale on this box: REF_GHZ / its clock (cycle_scale)
+    cycles: float = 1.0  # the per-layer cost's scale on this box: REF_GHZ / its clock (cycle_scale)
 
     @property
     def ceiling(self) -> float:
