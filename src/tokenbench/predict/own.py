@@ -20,8 +20,8 @@ from .roofline import GGUF_FORMATS, check_engine
 from .specs import Catalog, HardwareSpec, ModelSpec
 
 
-#: GPU vendors by the words a device name carries (llama-bench's gpu_info, e.g. "Radeon 8060S Graphics (RADV
-#: GFX1151)"), and the catalog id prefix of each vendor's boxes.
+#: GPU vendors (HardwareSpec.vendor) by the words a device name carries (llama-bench's gpu_info, e.g. "Radeon
+#: 8060S Graphics (RADV GFX1151)").
 _VENDOR_WORDS = {"nvidia": ("nvidia", "geforce", "rtx", "tesla", "quadro"), "amd": ("amd", "radeon", "instinct"),
                  "apple": ("apple",)}
 
@@ -35,7 +35,7 @@ def _same_box(run_id: str, hardware: str | None, gpu: str | None, hw: HardwareSp
                          f"{hw.id}")
     words = set((gpu or "").lower().replace("(", " ").replace(")", " ").split())
     said = [v for v, w in _VENDOR_WORDS.items() if words & set(w)]
-    if len(said) == 1 and not hw.id.startswith(said[0] + "-"):
+    if len(said) == 1 and hw.vendor != said[0]:
         raise UsageError(f"run {run_id} ran on '{gpu}', an {said[0].upper()} device, not {hw.id}: give the "
                          "--hardware it ran on ('tokenbench hardware' lists them)")
 

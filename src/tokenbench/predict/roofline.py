@@ -110,7 +110,7 @@ def check_engine(hw: HardwareSpec, engine: str) -> None:
         b = words[1]
         if b not in ("cuda", "rocm") and not b[:1].isdigit():
             raise UsageError(f"'{engine}': after {words[0]} give its version (e.g. '{words[0]} 0.21') or cuda|rocm")
-        if b == "rocm" and not hw.id.startswith("amd-") or b == "cuda" and hw.id.startswith(("amd-", "intel-")):
+        if b == "rocm" and hw.vendor != "amd" or b == "cuda" and hw.vendor in ("amd", "intel"):
             raise UsageError(f"{words[0]} {b} does not run on {hw.id}: give '{words[0]}' and the box decides")
     if apple and e.startswith(("vllm", "sglang")):
         raise UsageError(f"{engine.split()[0]} does not run on Apple GPUs ({hw.id}): use llama.cpp (Metal) or mlx")
@@ -130,9 +130,9 @@ def _check_llamacpp_backend(hw: HardwareSpec, b: str) -> None:
         raise UsageError(f"llama.cpp's Metal backend runs on Apple silicon only, not on {hw.id}")
     if b in ("cuda", "rocm", "vulkan", "sycl") and apple:
         raise UsageError(f"{hw.id} is an Apple GPU: llama.cpp runs there with Metal, not {b}")
-    if b == "cuda" and hw.id.startswith(("amd-", "intel-")):
+    if b == "cuda" and hw.vendor in ("amd", "intel"):
         raise UsageError(f"{hw.id} is not an NVIDIA GPU: use llama.cpp vulkan or rocm")
-    if b == "rocm" and not hw.id.startswith("amd-"):
+    if b == "rocm" and hw.vendor != "amd":
         raise UsageError(f"llama.cpp's ROCm backend runs on AMD GPUs, not on {hw.id}: use llama.cpp "
                          f"{hw.default_backend}")
     if b == "cpu" and hw.kind == "gpu":

@@ -53,6 +53,11 @@ class HardwareSpec:
         return bool(self.fp8_tflops)
 
     @property
+    def vendor(self) -> str:
+        """Who made the GPU, as the catalog's ids say it: their prefix (nvidia, amd, apple, intel)."""
+        return self.id.split("-", 1)[0]
+
+    @property
     def usable_bytes(self) -> float:
         """Vendors' "GB" of VRAM and unified memory are binary: a "16 GB" card holds 16 GiB."""
         return (self.usable_gb if self.usable_gb is not None else self.mem_gb) * GIB
