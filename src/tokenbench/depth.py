@@ -31,7 +31,7 @@ from .client import PreparedRequest, StreamClient, trace_config
 from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, UsageError
 from .guard import snapshot_before
-from .loadgen import Level
+from .loadgen import Level, still_heap
 from .metrics import NS_PER_S, Distribution, LevelSummary
 from .records import RequestRecord
 from .results import LevelOutcome, RunResult, new_run_id, now_iso
@@ -274,7 +274,8 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Note | None = None) ->
         _note(note, "warm-up: one uncounted pp/tg pass at depth 0")
         run = _DepthRun(cfg, store, log.run_id, ep, client, builder, fits, first_snap, note)
         try:
-            await run.run()
+            with still_heap():  # no collection of the whole heap stops a timed step (loadgen.still_heap)
+                await run.run()
         except BaseException as e:  # the run is closed, its levels kept; an interrupt becomes RunInterrupted
             if (stop := log.abort(e, any(o.status == "complete" for o in run.outcomes))) is not None:
                 raise stop from None

@@ -19,7 +19,7 @@ from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, EngineError, LevelFailed, UsageError
 from .findings import Code
 from .guard import refuse_if_dirty, snapshot_before
-from .loadgen import ClientWatch, Level, run_phase
+from .loadgen import ClientWatch, Level, run_phase, still_heap
 from .metrics import SLO, LevelSummary, peak_in_flight, summarize
 from .workers import ClientSpec, WorkerPool, auto_workers
 from .records import RequestRecord
@@ -298,7 +298,8 @@ async def run_sweep(
         log.create(manifest)
         sweep = _Sweep(cfg, store, log.run_id, ep, client, _Prompts(builder, workload, {}), rep, seed, alive, pool)
         try:
-            await sweep.run()
+            with still_heap():  # the heap as it stands (tokenizer, prompts) is collected once, never while timing
+                await sweep.run()
         except BaseException as e:  # an interrupt, a user-facing error or a bug: the run is closed, its levels kept
             # an interrupt is raised as RunInterrupted, carrying the run (asyncio.run passes it through as it is)
             if (stop := log.abort(e, any(o.status == "complete" for o in sweep.outcomes))) is not None:
