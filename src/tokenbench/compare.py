@@ -85,8 +85,10 @@ def _name(res: RunResult) -> str:
     return str(res.manifest.label or res.run_id)
 
 
-#: Suffixes of served names that say the weight format, not the model (Qwen/Qwen3.6-27B-FP8 is qwen3.6-27b).
-FORMAT_SUFFIXES = re.compile(r"[-_.](fp8|fp16|bf16|awq|gptq|int4|int8|w4a16|w8a8|gguf|mlx|mxfp4|nvfp4)$")
+#: Suffixes of served names and model files that say the weight format, not the model (Qwen/Qwen3.6-27B-FP8 and
+#: gpt-oss-20b-Q4_K_M.gguf are qwen3.6-27b and gpt-oss-20b).
+FORMAT_SUFFIXES = re.compile(r"[-_.](fp8|fp16|bf16|f16|f32|awq|gptq|int4|int8|w4a16|w8a8|gguf|mlx|mxfp4|nvfp4"
+                             r"|i?q[1-8](_[a-z0-9]+)*)$")
 
 
 def _model_key(name: str) -> str:
@@ -101,7 +103,11 @@ def _model_key(name: str) -> str:
 def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
     out = []
     ma, mb = a.manifest, b.manifest
-    for va, vb, what in ((ma.model, mb.model, "models"), (ma.weights, mb.weights, "weight formats")):
+    # a llama-bench import names its model file too: llama.cpp's own description of it ("gpt-oss 20B Q4_K -
+    # Medium") is no served name or catalog id
+    files = [m.extra.get("model_file") if isinstance(m.extra.get("model_file"), str) else None for m in (ma, mb)]
+    for va, vb, what in ((files[0] or ma.model, files[1] or mb.model, "models"),
+                         (ma.weights, mb.weights, "weight formats")):
         if va and vb and _model_key(str(va)) != _model_key(str(vb)):
             out.append(f"the two sides ran different {what} ({va} vs {vb}): a ratio compares boxes only for the "
                        "same model shape")
