@@ -114,6 +114,12 @@ def test_a_served_name_and_the_catalog_id_of_one_model_are_the_same_shape(tmp_pa
     c = load_result(store, _run(store, "c", [serve(16, 500, 900, 30)], model="Qwen/Qwen3.6-35B-A3B-FP8"))
     assert not any("different models" in w for w in compare(a, b).warnings)
     assert any("different models" in w for w in compare(a, c).warnings)
+    # a llama-bench import: llama.cpp describes its model as "gpt-oss 20B Q4_K - Medium"; its file names it
+    _, (rid,) = import_file(store, DATA / "llama_bench.json", "strix")
+    bench = load_result(store, rid)
+    d = load_result(store, _run(store, "d", [serve(1, 80, 300, 12)], model="gpt-oss-20b", weights="Q4_K_M"))
+    assert not any("different models" in w for w in compare(bench, d).warnings)
+    assert any("different models (gpt-oss-20b-Q4_K_M.gguf vs qwen3.6-27b)" in w for w in compare(bench, b).warnings)
 
 
 def test_published_effective_serving_example(tmp_path: Path) -> None:
@@ -128,6 +134,20 @@ def test_published_effective_serving_example(tmp_path: Path) -> None:
     d = compare(load_result(store, "strix-halo/gpt-oss-20b/Q4_K_M"), load_result(store, "a30/gpt-oss-20b/Q4_K_M"))
     tg = [r for r in d.rows if r.test == "tg128"]
     assert [r.depth for r in tg] == [0, 8192, 32768, 65536] and all(r.winner() == 2 for r in tg)
+
+
+def test_compare_cli_takes_llama_bench_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The published write-up's llama-bench rows, Strix Halo beside the A30, through the command (it once
+    refused every imported llama-bench run as not a sweep)."""
+    db = str(tmp_path / "p.db")
+    assert main(["import", str(PUBLISHED), "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["compare", "strix-halo/gpt-oss-20b/Q4_K_M", "a30/gpt-oss-20b/Q4_K_M", "--db", db,
+                 "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    tg = [r for r in rows if r["test"] == "tg128"]
+    assert [r["depth"] for r in tg] == [0, 8192, 32768, 65536]
+    assert all(r["winner"] == "a30/gpt-oss-20b/Q4_K_M" and r["ratio"] < 1 for r in tg)
 
 
 # --- import ----------------------------------------------------------------------------------------------

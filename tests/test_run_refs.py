@@ -32,12 +32,22 @@ def test_a_shared_label_is_refused_with_its_runs(tmp_path: Path, capsys: pytest.
 
 
 def test_a_run_of_the_wrong_kind_is_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """compare once picked a depth run and printed an empty table."""
+    """compare once picked a depth run beside a sweep and printed an empty table; it compares runs of any kind
+    that share an operating point (or that each have a decode rate for the effective-serving line), and says why
+    when they share nothing. cost prices load levels only."""
     db = str(_db(tmp_path))
-    assert main(["compare", "run-0", "mini", "--db", db]) == 2
-    assert "run run-2 is a bench run: compare takes sweep or predict runs" in capsys.readouterr().err
+    store = Store(db)
+    store.save_run("run-3", "depth", "deep", {"model": "m"}, "measured",
+                   [LevelSummary.empty(concurrency=1, test="pp512", depth=4096, pp_tps=900.0)], "0",
+                   "2026-01-04T00:00:00", "2026-01-04T00:01:00")
+    assert main(["compare", "run-0", "deep", "--db", db]) == 2
+    err = capsys.readouterr().err
+    assert "runs run-0 (sweep) and run-3 (depth) share no operating point" in err and err.count("\n") == 1
+    assert main(["compare", "run-0", "mini", "--db", db]) == 0  # no shared row; each has a decode rate
+    out = capsys.readouterr().out
+    assert "share no operating point" in out and "one sequential stream at 50.0 tok/s" in out and "Metric" not in out
     assert main(["cost", "mini", "--price-per-hour", "2", "--db", db]) == 2
-    assert "cost takes sweep or predict runs" in capsys.readouterr().err
+    assert "run run-2 is a bench run: cost takes sweep or predict runs" in capsys.readouterr().err
 
 
 def test_every_option_has_help_and_says_its_default() -> None:

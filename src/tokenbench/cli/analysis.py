@@ -17,9 +17,9 @@ if TYPE_CHECKING:
 from .common import check_output, emit_json
 
 
-#: Runs measured (or predicted) at load levels: what compare, cost and recommend work on.
+#: Runs measured (or predicted) at load levels: what cost and recommend work on.
 LOADED = ("sweep", "predict")
-#: Runs the report draws: every kind with levels.
+#: Every kind with levels: what the report draws and compare aligns (test, depth, concurrency).
 REPORTED = ("sweep", "predict", "depth", "bench")
 
 
@@ -31,12 +31,17 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
 
     check_output(a.json, "--json")
     store = Store(a.db, readonly=True)
-    ra, rb = (load_result(store, ref, latest=a.latest, kinds=LOADED, command="compare") for ref in (a.a, a.b))
+    ra, rb = (load_result(store, ref, latest=a.latest, kinds=REPORTED, command="compare") for ref in (a.a, a.b))
     c = compare(ra, rb, a.agents, a.tokens)
+    if not c.rows and len(c.effective) < 2:  # a sweep beside a llama-bench run once printed an empty table
+        raise UsageError(f"runs {ra.run_id} ({ra.kind}) and {rb.run_id} ({rb.kind}) share no operating point "
+                         f"(test, depth, concurrency): compare sweeps and predictions with each other, and "
+                         f"llama-bench or depth runs with each other")
     for w in c.warnings:
         console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
-    head, rows = table(c)
-    print_table(console, head, rows, a.format)
+    if c.rows:
+        head, rows = table(c)
+        print_table(console, head, rows, a.format)
     for line in c.crossovers:
         console.print(line, markup=False, highlight=False)
     if c.effective:
