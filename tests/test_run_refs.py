@@ -164,3 +164,25 @@ def test_a_sweep_table_at_80_columns_cuts_no_number_and_no_flag() -> None:
         assert "…" not in out and "dirty_bench" in out and "client_bound" in out and "77,425" in out
         header, rows = sweep_rows([lv], "EUR")
         assert all(cell in out for cell in rows[0] if cell)
+
+
+def test_a_long_value_in_a_card_wraps_between_words_under_its_column() -> None:
+    """predict --against printed a 165-character Flags line at 80 columns; it wraps, no word or number cut."""
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.output import print_table
+
+    flag = ("likely software bottleneck: measured is 8% of what llamacpp-cuda's calibration predicts for this "
+            "shape (3% of the ceiling); not a hardware limit")
+    buf = io.StringIO()
+    print_table(Console(file=buf, width=80), ["Host", "Model", "Measured", "Predicted", "Flags"],
+                [["L40S 48GB", "llama-3.1-8b", "1,234.5 tok/s", "15,000", flag]])
+    lines = buf.getvalue().splitlines()
+    flags = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("Flags")]
+    assert len(flags) == 1 and all(len(ln) <= 80 for ln in lines)
+    col = lines[flags[0]].index("likely")
+    tail = lines[flags[0]:]
+    assert all(ln[:col].strip() == "" for ln in tail[1:]) and len(tail) > 1
+    assert " ".join(ln[col:].strip() for ln in tail) == flag

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -165,15 +166,20 @@ def fits(console: Console, header: list[str], rows: list[list[str]]) -> bool:
 
 
 def print_vertical(console: Console, header: list[str], rows: list[list[str]], title: str | None = None) -> None:
-    """A table too wide for the terminal, one block per row, every value whole: never a cut number or flag."""
+    """A table too wide for the terminal, one block per row, every value whole: never a cut number or flag. A long
+    value (a flag's sentence) wraps between words under its own column."""
     if title:
         console.print(title, markup=False, highlight=False)
     width = max(len(h) for h in header[1:]) if len(header) > 1 else 0
+    indent = " " * (width + 4)
     for r in rows:
         console.print(f"{header[0]} {r[0]}", style="bold", markup=False, highlight=False)
         for h, v in zip(header[1:], r[1:]):
             if v:
-                console.print(f"  {h:<{width}}  {v}", markup=False, highlight=False, soft_wrap=True)
+                lines = textwrap.wrap(v, max(20, console.width - len(indent)), break_long_words=False,
+                                      break_on_hyphens=False) or [v]
+                console.print(f"  {h:<{width}}  " + f"\n{indent}".join(lines), markup=False, highlight=False,
+                              soft_wrap=True)
 
 
 def print_sweep(console: Console, levels: list[LevelSummary], currency: str, title: str | None = None) -> None:
