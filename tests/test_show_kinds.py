@@ -55,6 +55,14 @@ def test_show_marks_a_prediction_predicted_and_leaves_out_what_it_lacks(tmp_path
     out = capsys.readouterr().out
     assert "t/s (PREDICTED)" in out and "268.50" in out and "tg128 @ d8192" in out
     assert "None" not in out  # "None in / None out tokens; None API; tokenizer: None" before
+    # a predict run whose stored manifest lost its mark: show said PREDICTED, report and compare said measured
+    bare = {k: v for k, v in depth.items() if k != "predicted"} | {"label": "bare"}
+    _save(Store(db), "p-3", "predict", bare, [LevelSummary.empty(concurrency=1, test="tg128", depth=8192, tg_tps=300.0)])
+    from tokenbench.report.facts import source
+    from tokenbench.results import load_result
+    assert source(load_result(Store(db), "bare")) == "PREDICTED"
+    assert main(["compare", "h100-depth", "bare", "--db", str(db)]) == 0
+    assert "bare is PREDICTED, not measured" in capsys.readouterr().out
 
 
 def test_show_guard_prints_each_levels_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

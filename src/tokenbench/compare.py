@@ -124,8 +124,8 @@ def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
         out += [f"{_name(r)} assumes {said}" for r, said in ((a, sa), (b, sb))
                 if r.manifest.shape and (r.manifest.box != r.manifest.hardware or r.manifest.shape_parts)]
     for r in (a, b):
-        if r.manifest.predicted_mark:
-            out.append(f"{_name(r)} is {r.manifest.predicted_mark}, not measured")
+        if r.predicted_mark:
+            out.append(f"{_name(r)} is {r.predicted_mark}, not measured")
     return out
 
 
@@ -154,7 +154,7 @@ def effective_line(res: RunResult, agents: int, tokens: int) -> str | None:
         at = [s for s in serve if s.concurrency and s.concurrency <= agents]
         s = max(at, key=lambda x: x.concurrency or 0) if at else min(serve, key=lambda x: x.concurrency or 0)
         t = effective_serving_s(agents, tokens, s.output_throughput_tps)
-        how = "predicted" if res.manifest.predicted_mark else "measured"
+        how = "predicted" if res.predicted_mark else "measured"
         note = "" if s.concurrency == agents else f" ({how} at concurrency {s.concurrency}, the nearest)"
         return f"{name}: ~{t:,.1f} s batched, {s.output_throughput_tps:,.0f} tok/s aggregate{note}"
     rate = single or (serve[0].output_throughput_tps if serve else None)

@@ -188,6 +188,12 @@ class RunResult:
     legacy: dict[str, Any] = field(default_factory=dict)
     items: list[Item] = field(default_factory=list)  # a quality run's evaluated items (it has no levels)
 
+    @property
+    def predicted_mark(self) -> str | None:
+        """How a predicted run is named wherever it is shown (``Manifest.predicted_mark``); a predict run is one
+        whatever its stored manifest says."""
+        return self.manifest.predicted_mark or ("PREDICTED" if self.kind == "predict" else None)
+
     def to_json(self) -> dict[str, Any]:
         """The JSON result contract of DESIGN.md (the one writer every ``--json`` of a result goes through)."""
         levels = []

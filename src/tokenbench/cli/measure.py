@@ -196,7 +196,7 @@ def _print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
         console.print(format_sweep_markdown(levels, currency), markup=False, highlight=False, soft_wrap=True)
     else:
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
-        print_sweep(console, levels, currency, f"{res.manifest.predicted_mark or 'PREDICTED'} (not measured)" if res.kind == "predict" else None)
+        print_sweep(console, levels, currency, f"{res.predicted_mark} (not measured)" if res.predicted_mark else None)
     _saved(console, res, db)
 
 
@@ -325,7 +325,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
             console.print(line, style="yellow", markup=False, highlight=False)
         if serve:
             print_sweep(console, [o.summary for o in serve], res.manifest.currency or DEFAULT_CURRENCY,
-                        f"{res.manifest.predicted_mark or 'PREDICTED'} (not measured)" if res.kind == "predict" else "serving")
+                        f"{res.predicted_mark} (not measured)" if res.predicted_mark else "serving")
         _saved(console, res, store.path)
     else:
         _print_result(console, res, a.format, store.path)
@@ -384,8 +384,8 @@ def depth_notes(res: RunResult) -> list[str]:
 
 def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
     """pp/tg per depth, as llama-bench prints them; flags on the row they concern, never below the table only."""
-    predicted = res.kind == "predict"
-    head = ["Model", "Test", "Depth", f"t/s ({res.manifest.predicted_mark or 'PREDICTED'})" if predicted else "t/s", "Flags"]
+    predicted = res.predicted_mark is not None
+    head = ["Model", "Test", "Depth", f"t/s ({res.predicted_mark})" if predicted else "t/s", "Flags"]
     rows = []
     for o in res.outcomes:
         s = o.summary

@@ -138,8 +138,8 @@ def _workload(r: RunResult) -> str | None:
 
 
 def source(r: RunResult) -> str:
-    if is_predicted(r):
-        return r.manifest.predicted_mark or "PREDICTED"
+    if r.predicted_mark:
+        return r.predicted_mark
     prov = r.manifest.provenance or "measured"
     tool = r.manifest.tool
     return f"{prov} ({tool})" if prov == "imported" and tool else prov

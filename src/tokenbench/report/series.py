@@ -60,12 +60,12 @@ class Plot:
 
 
 def is_predicted(r: RunResult) -> bool:
-    return r.manifest.predicted_mark is not None
+    return r.predicted_mark is not None
 
 
 def run_name(r: RunResult) -> str:
     base = str(r.manifest.label or r.run_id)
-    return base + (f" ({r.manifest.predicted_mark})" if is_predicted(r) else "")
+    return base + (f" ({r.predicted_mark})" if is_predicted(r) else "")
 
 
 def pricing(r: RunResult, price_per_hour: float | None = None, currency: str | None = None) -> Pricing | None:
