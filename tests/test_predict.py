@@ -102,6 +102,12 @@ def test_fit_boundary(cat: Catalog) -> None:
     g = rf.fit(m, hw, BF16, 4096, 1, "llama.cpp")
     assert rf.fit(m, hw, BF16, 4096, g.max_concurrency, "llama.cpp").fits
     assert not rf.fit(m, hw, BF16, 4096, g.max_concurrency + 1, "llama.cpp").fits
+    # without flash attention the F32 scores grow with the context too: the largest context is where both fit
+    # (it once counted only the cache and named a context that did not fit)
+    off = rf.fit(m, hw, BF16, 4096, 1, "llama.cpp", flash_attn=False)
+    assert off.overhead_gb > f.overhead_gb and off.max_context < f.max_context
+    assert rf.fit(m, hw, BF16, off.max_context, 1, "llama.cpp", flash_attn=False).fits
+    assert not rf.fit(m, hw, BF16, off.max_context + 1, 1, "llama.cpp", flash_attn=False).fits
 
 
 def test_offload_times_add(cat: Catalog) -> None:
@@ -303,6 +309,13 @@ def test_cli_fit_predict_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "32,768" in capsys.readouterr().out
     assert main(["predict", "--hardware", "nvidia-a30", "--model", "qwen3.6-27b", "--weights", "FP8"]) == 2
     assert "FP8 needs FP8 tensor cores" in capsys.readouterr().err
+    runtime = {}
+    for fa in ("on", "off"):  # fit takes --flash-attn as predict does: off holds a layer's F32 scores
+        assert main(["fit", "--hardware", "nvidia-a30", "--model", "llama-3.1-8b", "--weights", "Q4_K_M", "--kv", "f16",
+                     "--context", "32k", "--flash-attn", fa]) == 0
+        line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("runtime"))
+        runtime[fa] = float(line.split()[1])
+    assert runtime["off"] - runtime["on"] == pytest.approx(512 * 32 * 32768 * 4 / 2**30, abs=0.01)
     assert main(["fit", "--hardware", "nvidia-a30", "--model", "phi-4", "--context", "lots"]) == 2
     assert "not a token count" in capsys.readouterr().err
     assert main(["hardware"]) == 0 and "datasheet" in capsys.readouterr().out

@@ -320,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_setup(fp, default_engine="llama.cpp")
     fp.add_argument("--context", default="8192", help="tokens per sequence, e.g. 65536 or 64k")
     fp.add_argument("--concurrency", type=POSITIVE_INT, default=1, help="sequences held at once")
+    add_flash_attn(fp, "its F32 score buffer takes memory")
     add_json(fp, "the memory budget, in GiB")
 
     pp = sub.add_parser("predict", help="predicted speed (roofline ceiling and calibrated estimate)")
@@ -330,9 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="output tokens (default 512 when serving; with --test, the tg length, default 128)")
     pp.add_argument("--ubatch", type=POSITIVE_INT, help="llama.cpp micro-batch (-ub) for prompt processing (default 512)")
     pp.add_argument("--concurrency", help="serving levels, e.g. 1,4,8,16,32 (default 1)")
-    pp.add_argument("--flash-attn", choices=["on", "off"], default="on",
-                    help="llama.cpp flash attention (-fa 1 / -fa 0; default on, llama.cpp's auto): off writes every "
-                    "score to memory, slower at depth")
+    add_flash_attn(pp, "slower at depth")
     pp.add_argument("--parallel", type=POSITIVE_INT,
                     help="llama.cpp server slots (-np N): up to N sequences decode in one batch (default 1)")
     pp.add_argument("--test", choices=["tg128", "pp512", "depth"], help="llama-bench style tests at --depth")
@@ -446,6 +445,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_quality_parser(sub)
     return ap
+
+
+def add_flash_attn(p: argparse.ArgumentParser, off_means: str) -> None:
+    p.add_argument("--flash-attn", choices=["on", "off"], default="on",
+                   help=f"llama.cpp flash attention (-fa 1 / -fa 0; default on, llama.cpp's auto): off writes every "
+                   f"score to memory, {off_means}")
 
 
 def add_setup(p: argparse.ArgumentParser, default_engine: str, required: bool = True) -> None:

@@ -239,12 +239,16 @@ def fit(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, concurrency: int
     free = usable - w - ov
     per_seq = kv_bytes(m, q, context) + state_bytes(m)
     max_conc = max(0, int(free // per_seq)) if per_seq > 0 else 10**6
+
+    def held(ctx: int) -> float:  # what grows with the context: the caches, and without flash attention the scores
+        return (kv_bytes(m, q, ctx) + state_bytes(m)) * concurrency + overhead_bytes(m, engine, hw, ubatch, ctx,
+                                                                                     flash_attn)
     max_ctx = 0
-    if free > 0:
+    if held(0) < usable - w:
         lo, hi = 0, 1 << 22
         while lo < hi:  # largest context whose cache for `concurrency` sequences fits
             mid = (lo + hi + 1) // 2
-            if (kv_bytes(m, q, mid) + state_bytes(m)) * concurrency <= free:
+            if held(mid) <= usable - w:
                 lo = mid
             else:
                 hi = mid - 1
