@@ -118,8 +118,31 @@ def test_a_served_name_and_the_catalog_id_of_one_model_are_the_same_shape(tmp_pa
     _, (rid,) = import_file(store, DATA / "llama_bench.json", "strix")
     bench = load_result(store, rid)
     d = load_result(store, _run(store, "d", [serve(1, 80, 300, 12)], model="gpt-oss-20b", weights="Q4_K_M"))
-    assert not any("different models" in w for w in compare(bench, d).warnings)
+    assert not any("different" in w for w in compare(bench, d).warnings)
     assert any("different models (gpt-oss-20b-Q4_K_M.gguf vs qwen3.6-27b)" in w for w in compare(bench, b).warnings)
+    # the format a file names is the run's format: a Q8_0 file beside a Q4_K_M prediction is said
+    e = load_result(store, _run(store, "e", [serve(1, 80, 300, 12)], model="gpt-oss-20b", weights="Q8_0"))
+    assert any("different weight formats (Q4_K_M vs Q8_0)" in w for w in compare(bench, e).warnings)
+
+
+@pytest.mark.parametrize("name, same_as, weights", [
+    ("gpt-oss-20b-UD-Q4_K_XL.gguf", "gpt-oss-20b", "Q4_K_XL"),
+    ("gpt-oss-20b-MXFP4_MOE.gguf", "gpt-oss-20b", "MXFP4"),
+    ("gpt-oss-20b-Q4_K_M-00001-of-00002.gguf", "gpt-oss-20b", "Q4_K_M"),
+    ("qwen3-8b:q4_k_m", "qwen3-8b", "Q4_K_M"),
+    ("mlx-community/Qwen3-8B-4bit", "qwen3-8b", "MLX4"),
+    ("Qwen/Qwen3-8B-FP8-dynamic", "qwen3-8b", "FP8"),
+    ("Qwen3-8B-TQ1_0.gguf", "qwen3-8b", "TQ1_0"),
+    ("model-q4_instruct", "model-q4_instruct", None),  # no known format: the name stays whole
+    ("kimi-k2-q3", "kimi-k2-q3", None),
+    ("llama-2-7b-chat", "llama-2-7b-chat", None),
+])
+def test_a_model_name_sheds_its_format_and_nothing_else(name: str, same_as: str, weights: str | None) -> None:
+    """The audit's names: common GGUF, Ollama and MLX spellings read as another model than their catalog id, and
+    an unbounded suffix pattern cut fine-tune names down to their base model."""
+    from tokenbench.compare import model_identity
+
+    assert model_identity(name) == (same_as, weights)
 
 
 def test_published_effective_serving_example(tmp_path: Path) -> None:
@@ -148,6 +171,12 @@ def test_compare_cli_takes_llama_bench_runs(tmp_path: Path, capsys: pytest.Captu
     tg = [r for r in rows if r["test"] == "tg128"]
     assert [r["depth"] for r in tg] == [0, 8192, 32768, 65536]
     assert all(r["winner"] == "a30/gpt-oss-20b/Q4_K_M" and r["ratio"] < 1 for r in tg)
+    # published.csv states pp512's prompt length, llama-bench's JSON does not: the row aligns all the same
+    assert main(["import", str(DATA / "llama_bench.json"), "--label", "strix-lb", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["compare", "strix-lb", "strix-halo/gpt-oss-20b/Q4_K_M", "--db", db, "--json", "-"]) == 0
+    tests = {(r["test"], r["depth"]) for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert ("pp512", 0) in tests and ("tg128", 0) in tests
 
 
 # --- import ----------------------------------------------------------------------------------------------

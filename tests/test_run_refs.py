@@ -42,7 +42,8 @@ def test_a_run_of_the_wrong_kind_is_refused_by_name(tmp_path: Path, capsys: pyte
                    "2026-01-04T00:00:00", "2026-01-04T00:01:00")
     assert main(["compare", "run-0", "deep", "--db", db]) == 2
     err = capsys.readouterr().err
-    assert "runs run-0 (sweep) and run-3 (depth) share no operating point" in err and err.count("\n") == 1
+    assert ("runs run-0 and run-3 share no operating point to compare: the first has concurrency 1; the second "
+            "pp512 at depth 4096") in err and err.count("\n") == 1
     assert main(["compare", "run-0", "mini", "--db", db]) == 0  # no shared row; each has a decode rate
     out = capsys.readouterr().out
     assert "share no operating point" in out and "one sequential stream at 50.0 tok/s" in out and "Metric" not in out
@@ -186,3 +187,9 @@ def test_a_long_value_in_a_card_wraps_between_words_under_its_column() -> None:
     tail = lines[flags[0]:]
     assert all(ln[:col].strip() == "" for ln in tail[1:]) and len(tail) > 1
     assert " ".join(ln[col:].strip() for ln in tail) == flag
+    # a column named by a 64-character run label: each value goes on the lines under its name
+    label = "A: strix-halo-radeon-8060s-llama-cpp-vulkan-gpt-oss-20b-2026-11-23"
+    buf = io.StringIO()
+    print_table(Console(file=buf, width=80), ["Test", label, "Winner"], [["pp512", "1,287", "→ " + label[3:]]])
+    lines = buf.getvalue().splitlines()
+    assert all(len(ln) <= 80 for ln in lines) and "    1,287" in lines and f"    → {label[3:]}" in lines

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from . import adapters
 from .cost import effective_serving_s
 from .metrics import LevelSummary
+from .predict.roofline import WEIGHT_BPW
 from .results import RunResult
 
 #: Ratios closer to 1 than this are a tie, not a win.
@@ -38,9 +39,21 @@ METRICS: list[tuple[str, str, bool, Getter]] = [
 
 
 def level_key(s: LevelSummary) -> tuple[str, int, int, int]:
-    """The workload axes a row is aligned on: test, depth, concurrency, and the prompt length (to the nearest
-    64 tokens, so a BOS token or a chat template does not split a row)."""
-    return (s.test or "serve", s.depth or 0, s.concurrency or 0, round((s.input_tokens_mean or 0) / 64) * 64)
+    """The workload axes a row is aligned on: test, depth, concurrency, and a serving level's prompt length (to
+    the nearest 64 tokens, so a BOS token or a chat template does not split a row). A llama-bench test names its
+    own length (pp512), which some sources also state as a prompt length and others do not."""
+    test = s.test or "serve"
+    prompt = round((s.input_tokens_mean or 0) / 64) * 64 if test == "serve" else 0
+    return (test, s.depth or 0, s.concurrency or 0, prompt)
+
+
+def points(res: RunResult, most: int = 4) -> str:
+    """A run's operating points, as compare aligns them: "pp512 at depth 0, tg128 at depth 32768" or
+    "concurrency 1 at 4096 tokens in, concurrency 4 at 4096 tokens in"."""
+    keys = sorted({level_key(o.summary) for o in res.outcomes})
+    said = [(f"concurrency {c}" + (f" at {p} tokens in" if p else "")) if t == "serve" else f"{t} at depth {d}"
+            for t, d, c, p in keys]
+    return ", ".join(said[:most]) + (f" and {len(said) - most} more" if len(said) > most else "") or "no levels"
 
 
 @dataclass(slots=True)
@@ -85,19 +98,31 @@ def _name(res: RunResult) -> str:
     return str(res.manifest.label or res.run_id)
 
 
-#: Suffixes of served names and model files that say the weight format, not the model (Qwen/Qwen3.6-27B-FP8 and
-#: gpt-oss-20b-Q4_K_M.gguf are qwen3.6-27b and gpt-oss-20b).
-FORMAT_SUFFIXES = re.compile(r"[-_.](fp8|fp16|bf16|f16|f32|awq|gptq|int4|int8|w4a16|w8a8|gguf|mlx|mxfp4|nvfp4"
-                             r"|i?q[1-8](_[a-z0-9]+)*)$")
+#: Weight formats a served name or a model file carries after the model's own name, beside the catalog's: Unsloth's
+#: dynamic quants (UD-Q4_K_XL), ternary GGUFs, gpt-oss's MXFP4_MOE, MLX's 4bit/8bit, FP8-dynamic checkpoints.
+_NAMED_FORMATS = sorted({f.lower() for f in WEIGHT_BPW} | {f"q{b}_k_xl" for b in range(2, 9)} |
+                        {"tq1_0", "tq2_0", "mxfp4_moe", "4bit", "8bit", "fp8-dynamic", "int4", "w4a16"},
+                        key=len, reverse=True)
+#: One suffix that says how a model is stored, not which model it is: a format (after an optional "UD-"), a
+#: split file's part ("-00001-of-00003"), an importance-matrix tag, the extension.
+FORMAT_SUFFIX = re.compile(r"[-_.:](?:ud-)?(?P<format>" + "|".join(map(re.escape, _NAMED_FORMATS)) +
+                           r")$|[-_.](?:\d{5}-of-\d{5}|imat(?:rix)?|gguf)$")
 
 
-def _model_key(name: str) -> str:
-    """A model name as the catalog and a server's listing both spell it: no organisation, no case, no format
-    suffix (a measured run names the served model, a prediction the catalog id)."""
-    key = name.strip().lower().rsplit("/", 1)[-1]
-    while (m := FORMAT_SUFFIXES.search(key)) is not None:
+#: A format's other spellings, as the catalog names it.
+_FORMAT_ALIASES = {"MXFP4_MOE": "MXFP4", "FP8-DYNAMIC": "FP8", "4BIT": "MLX4", "8BIT": "MLX8"}
+
+
+def model_identity(name: str) -> tuple[str, str | None]:
+    """A model name as the catalog and a server's listing both spell it (no organisation, no case, no format
+    suffix: Qwen/Qwen3.6-27B-FP8, gpt-oss-20b-UD-Q4_K_XL.gguf, qwen3-8b:q4_k_m), and the weight format its
+    suffix named, if any. A suffix that is no known format (model-q4_instruct, kimi-k2-q3) stays in the name."""
+    key, weights = name.strip().lower().rsplit("/", 1)[-1], None
+    while (m := FORMAT_SUFFIX.search(key)) is not None:
+        said = (m.group("format") or "").upper()
+        weights = weights or _FORMAT_ALIASES.get(said, said) or None
         key = key[: m.start()]
-    return key
+    return key, weights
 
 
 def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
@@ -105,12 +130,16 @@ def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
     ma, mb = a.manifest, b.manifest
     # a llama-bench import names its model file too: llama.cpp's own description of it ("gpt-oss 20B Q4_K -
     # Medium") is no served name or catalog id
-    files = [m.extra.get("model_file") if isinstance(m.extra.get("model_file"), str) else None for m in (ma, mb)]
-    for va, vb, what in ((files[0] or ma.model, files[1] or mb.model, "models"),
-                         (ma.weights, mb.weights, "weight formats")):
-        if va and vb and _model_key(str(va)) != _model_key(str(vb)):
-            out.append(f"the two sides ran different {what} ({va} vs {vb}): a ratio compares boxes only for the "
-                       "same model shape")
+    names = [str(m.extra["model_file"]) if isinstance(m.extra.get("model_file"), str) else m.model for m in (ma, mb)]
+    ids = [model_identity(n) if n else ("", None) for n in names]
+    if all(names) and ids[0][0] != ids[1][0]:
+        out.append(f"the two sides ran different models ({names[0]} vs {names[1]}): a ratio compares boxes only for "
+                   "the same model shape")
+    # the format a run states, else the one its model's name carries (a llama-bench import states none)
+    fa, fb = ((m.weights or i[1] or "").upper().replace("-", "_") or None for m, i in ((ma, ids[0]), (mb, ids[1])))
+    if fa and fb and fa != fb:
+        out.append(f"the two sides ran different weight formats ({fa} vs {fb}): a ratio compares boxes only for the "
+                   "same model shape")
     wa, wb = ma.workload or {}, mb.workload or {}
     la = (wa.get("input_len"), wa.get("output_len"))
     lb = (wb.get("input_len"), wb.get("output_len"))

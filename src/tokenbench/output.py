@@ -171,15 +171,16 @@ def print_vertical(console: Console, header: list[str], rows: list[list[str]], t
     if title:
         console.print(title, markup=False, highlight=False)
     width = max(len(h) for h in header[1:]) if len(header) > 1 else 0
-    indent = " " * (width + 4)
+    beside = width + 4 <= console.width // 2  # else (a long run label names a column) each value goes under it
+    indent = " " * (width + 4 if beside else 4)
     for r in rows:
         console.print(f"{header[0]} {r[0]}", style="bold", markup=False, highlight=False)
         for h, v in zip(header[1:], r[1:]):
             if v:
                 lines = textwrap.wrap(v, max(20, console.width - len(indent)), break_long_words=False,
                                       break_on_hyphens=False) or [v]
-                console.print(f"  {h:<{width}}  " + f"\n{indent}".join(lines), markup=False, highlight=False,
-                              soft_wrap=True)
+                head = f"  {h:<{width}}  " if beside else f"  {h}\n{indent}"
+                console.print(head + f"\n{indent}".join(lines), markup=False, highlight=False, soft_wrap=True)
 
 
 def print_sweep(console: Console, levels: list[LevelSummary], currency: str, title: str | None = None) -> None:

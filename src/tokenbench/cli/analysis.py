@@ -26,7 +26,7 @@ REPORTED = ("sweep", "predict", "depth", "bench")
 def cmd_compare(a: argparse.Namespace, console: Console) -> int:
     from dataclasses import asdict
 
-    from ..compare import compare, table
+    from ..compare import compare, points, table
     from ..output import print_table
 
     check_output(a.json, "--json")
@@ -34,9 +34,8 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
     ra, rb = (load_result(store, ref, latest=a.latest, kinds=REPORTED, command="compare") for ref in (a.a, a.b))
     c = compare(ra, rb, a.agents, a.tokens)
     if not c.rows and len(c.effective) < 2:  # a sweep beside a llama-bench run once printed an empty table
-        raise UsageError(f"runs {ra.run_id} ({ra.kind}) and {rb.run_id} ({rb.kind}) share no operating point "
-                         f"(test, depth, concurrency): compare sweeps and predictions with each other, and "
-                         f"llama-bench or depth runs with each other")
+        raise UsageError(f"runs {ra.run_id} and {rb.run_id} share no operating point to compare: the first has "
+                         f"{points(ra)}; the second {points(rb)}")
     for w in c.warnings:
         console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
     if c.rows:
