@@ -220,6 +220,7 @@ def test_no_collection_of_the_whole_heap_stops_a_timed_phase(emitter: Background
     still happens is named."""
     import gc
 
+    from tokenbench import loadgen
     from tokenbench.loadgen import LOOP_STALL_MS, ClientWatch, Level, still_heap
     from tokenbench.sweep import QuietReporter
 
@@ -240,6 +241,14 @@ def test_no_collection_of_the_whole_heap_stops_a_timed_phase(emitter: Background
             pass
         assert gc.get_freeze_count() >= len(held)
     assert gc.get_freeze_count() == 0
+    loadgen.freeze_heap()  # a load worker's process: frozen for good, its phases' exits included
+    try:
+        with still_heap():
+            pass
+        assert gc.get_freeze_count() >= len(held)
+    finally:
+        loadgen._frozen_depth -= 1  # this process is the test's: give it its collector back
+        gc.unfreeze()
     watch = ClientWatch(lags_ms=[0.5] * 200 + [LOOP_STALL_MS * 3])  # p99 fine, one long stop
     assert watch.verdict(Level(concurrency=2), None)[0].startswith("the event loop stopped once for 300 ms")
     assert ClientWatch(lags_ms=[0.5] * 200 + [LOOP_STALL_MS / 2]).verdict(Level(concurrency=2), None) == []

@@ -53,15 +53,22 @@ def still_heap() -> Iterator[None]:
     timed code makes is still collected, and it is young and small. A nested use freezes only what is new; the
     outermost exit unfreezes, so a library caller's heap is collected as before."""
     global _frozen_depth
-    gc.collect()
-    gc.freeze()
-    _frozen_depth += 1
+    freeze_heap()
     try:
         yield
     finally:
         _frozen_depth -= 1
         if _frozen_depth == 0:
             gc.unfreeze()
+
+
+def freeze_heap() -> None:
+    """Collect, freeze what exists, and keep it frozen: an enclosing ``still_heap`` for the rest of the process
+    (a load worker's process, which only sends requests), or until the ``still_heap`` that called it exits."""
+    global _frozen_depth
+    gc.collect()
+    gc.freeze()
+    _frozen_depth += 1
 
 
 class Backend(Protocol):

@@ -27,7 +27,6 @@ and handed over are kept, what it had in flight is lost and counted.
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import math
 import os
@@ -42,7 +41,7 @@ import aiohttp
 
 from .client import Api, PreparedRequest, StreamClient, trace_config
 from .errors import UsageError
-from .loadgen import ClientWatch, Level, run_phase
+from .loadgen import ClientWatch, Level, freeze_heap, run_phase
 from .records import Phase, RequestRecord
 
 NS_PER_S = 1_000_000_000
@@ -187,8 +186,7 @@ class LoadWorker:
         self._result: tuple[int, int] | None = None
         # The worker's process is its own (a --workers child, a Ray actor): what it holds now is frozen for good,
         # so a phase's still_heap (run_phase) collects only what is new before the shared start time.
-        gc.collect()
-        gc.freeze()
+        freeze_heap()
 
     async def clock(self) -> ClockSample:
         return clock_sample(self.node)
