@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .calibration import Calibration
 from .predictor import AgainstReport, Setup
-from .roofline import GIB, Fit, kv_bytes, state_bytes
+from .roofline import FIT_SEARCH_TOKENS, GIB, Fit, kv_bytes, state_bytes
 from .specs import Catalog
 
 Table = tuple[list[str], list[list[str]]]
@@ -62,7 +62,9 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
         f"  runtime      {f.overhead_gb:8.2f} GiB",
         f"  total        {f.total_gb:8.2f} GiB of {f.usable_gb:.1f} GiB usable (a vendor's \"GB\" of memory is GiB) -> "
         + ("fits" if f.fits else "does NOT fit"),
-        f"  largest context at {concurrency} sequence(s): {f.max_context:,} tokens; "
+        f"  largest context at {concurrency} sequence(s): "
+        + (f"{f.max_context:,} tokens; " if f.max_context < FIT_SEARCH_TOKENS else
+           f"{FIT_SEARCH_TOKENS:,} tokens or more (memory is not the limit); ") +
         f"most sequences at {context:,} tokens: {f.max_concurrency}",
     ]
     if not f.fits:

@@ -228,6 +228,10 @@ class Fit:
     offload_fraction: float = 0.0  # share of the weights left in host memory
 
 
+#: The largest context fit looks for: past it, memory is not what limits a sequence.
+FIT_SEARCH_TOKENS = 1 << 22
+
+
 def fit(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, concurrency: int, engine: str,
         ubatch: int = UBATCH, flash_attn: bool = True) -> Fit:
     w = total_weight_bytes(m, q)
@@ -245,7 +249,7 @@ def fit(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, concurrency: int
                                                                                      flash_attn)
     max_ctx = 0
     if held(0) < usable - w:
-        lo, hi = 0, 1 << 22
+        lo, hi = 0, FIT_SEARCH_TOKENS
         while lo < hi:  # largest context whose cache for `concurrency` sequences fits
             mid = (lo + hi + 1) // 2
             if held(mid) <= usable - w:
