@@ -15,7 +15,7 @@ from . import adapters
 from .cost import effective_serving_s
 from .metrics import LevelSummary
 from .predict.roofline import WEIGHT_BPW
-from .results import RunResult
+from .results import Manifest, RunResult
 
 #: Ratios closer to 1 than this are a tie, not a win.
 TIE = 1.05
@@ -125,9 +125,9 @@ def model_identity(name: str) -> tuple[str, str | None]:
     return key, weights
 
 
-def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
+def _model_warnings(ma: Manifest, mb: Manifest) -> list[str]:
+    """Different models, or different weight formats, on the two sides."""
     out = []
-    ma, mb = a.manifest, b.manifest
     # a llama-bench import names its model file too: llama.cpp's own description of it ("gpt-oss 20B Q4_K -
     # Medium") is no served name or catalog id
     names = [str(m.extra["model_file"]) if isinstance(m.extra.get("model_file"), str) else m.model for m in (ma, mb)]
@@ -140,6 +140,12 @@ def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
     if fa and fb and fa != fb:
         out.append(f"the two sides ran different weight formats ({fa} vs {fb}): a ratio compares boxes only for the "
                    "same model shape")
+    return out
+
+
+def _shape_warnings(a: RunResult, b: RunResult) -> list[str]:
+    ma, mb = a.manifest, b.manifest
+    out = _model_warnings(ma, mb)
     wa, wb = ma.workload or {}, mb.workload or {}
     la = (wa.get("input_len"), wa.get("output_len"))
     lb = (wb.get("input_len"), wb.get("output_len"))
