@@ -301,15 +301,23 @@ class StreamClient:
                 record.reasoning_tokens = self.counter.count(record.reasoning_text)
             else:
                 record.reasoning_tokens = record.reasoning_chunks
+        cache_n = timings.get("cache_n")
         if usage is not None and usage.prompt_tokens is not None:
             record.input_tokens = usage.prompt_tokens
             record.input_tokens_source = "usage"
-        elif timings.get("prompt_n") is not None and not timings.get("cache_n"):
-            record.input_tokens = int(timings["prompt_n"])
+        elif timings.get("prompt_n") is not None:
+            # llama.cpp: prompt_n is what it prefilled, cache_n what its slot already held
+            record.input_tokens = int(timings["prompt_n"]) + int(cache_n or 0)
             record.input_tokens_source = "server_timings"
         elif record.expected_input_tokens is not None:
             record.input_tokens = record.expected_input_tokens
             record.input_tokens_source = "tokenizer"
+        if usage is not None and usage.cached_tokens is not None:
+            record.cached_tokens = usage.cached_tokens
+            record.cached_tokens_source = "usage"
+        elif cache_n is not None:
+            record.cached_tokens = int(cache_n)
+            record.cached_tokens_source = "server_timings"
 
 
 class StreamDecoder:

@@ -34,6 +34,16 @@ class RequestRecord:
     output_tokens_source: TokenSource | None = None
     reasoning_tokens: int | None = None
     expected_output_tokens: int | None = None
+    #: prompt tokens the server served from its prefix cache: ``usage.prompt_tokens_details.cached_tokens``, or
+    #: llama.cpp's ``timings.cache_n``; None where the server did not say
+    cached_tokens: int | None = None
+    cached_tokens_source: TokenSource | None = None
+    #: an agent session's request (sessions.py): which session, which turn (0 first), the time the agent thought
+    #: before it (ms), and whether the turn began with a marker that kept every cache from serving it
+    session: int | None = None
+    turn: int | None = None
+    think_ms: float | None = None
+    cache_busted: bool | None = None
     finish_reason: str | None = None
     server_timings: dict[str, Any] | None = None  # llama.cpp's "timings" object when sent
     malformed_events: int = 0  # events the wire boundary refused (wire.py)

@@ -33,6 +33,7 @@ class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     reasoning_tokens: int | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens: served from the prefix cache
 
 
 @dataclass(slots=True, frozen=True)
@@ -81,9 +82,11 @@ def _usage(value: Any) -> Usage | None:
     if not obj:
         return None
     details = _object(obj.get("completion_tokens_details"), "usage.completion_tokens_details") or {}
+    prompt_details = _object(obj.get("prompt_tokens_details"), "usage.prompt_tokens_details") or {}
     return Usage(count(obj.get("prompt_tokens"), "usage.prompt_tokens"),
                  count(obj.get("completion_tokens"), "usage.completion_tokens"),
-                 count(details.get("reasoning_tokens"), "usage.completion_tokens_details.reasoning_tokens"))
+                 count(details.get("reasoning_tokens"), "usage.completion_tokens_details.reasoning_tokens"),
+                 count(prompt_details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens"))
 
 
 def _timings(value: Any) -> dict[str, float] | None:
