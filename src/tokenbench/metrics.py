@@ -147,6 +147,100 @@ def request_meets(r: RequestRecord, per_request_ms: dict[str, float]) -> bool:
 
 
 @dataclass(slots=True)
+class TurnPoint:
+    """One turn of an agent session, over every session of a level that reached it: the context the turn sent,
+    how much of it the server's prefix cache served, and what the turn cost in time."""
+
+    turn: int  # 0: the first turn
+    n: int  # successful requests at this turn
+    context_tokens_mean: float | None  # the whole prompt the turn sent (system, history, new tool result)
+    cached_tokens_mean: float | None  # of which the server said it served from its cache (None: it did not say)
+    uncached_tokens_mean: float | None  # the rest, which it prefilled
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+
+    @property
+    def decode_tps(self) -> float | None:
+        """1 / median TPOT: the turn's decode rate at its context."""
+        return 1000.0 / self.tpot_ms.p50 if self.tpot_ms.p50 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["decode_tps"] = self.decode_tps
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TurnPoint:
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        for k in ("ttft_ms", "tpot_ms"):
+            d[k] = Distribution(**d[k]) if isinstance(d.get(k), dict) else Distribution(n=0)
+        return cls(**d)
+
+
+@dataclass(slots=True)
+class SessionStats:
+    """An agent-session level (sessions.py): sessions that grow turn by turn, re-sending their history. ``cache``
+    says whether the history could be served from the prefix cache (``warm``) or every turn began with a marker
+    no cache can serve (``busted``, the baseline that says what the cache bought)."""
+
+    cache: str  # "warm" or "busted"
+    sessions: int  # sessions started in the measured window
+    sessions_finished: int  # ... whose every turn succeeded
+    turns_per_session: float | None  # turns sent, mean over sessions
+    session_s: Distribution  # first turn sent -> last turn's last byte, think times included (finished sessions)
+    cached_share: float | None  # cached prompt tokens / prompt tokens, over the turns whose server said
+    cached_source: str | None  # where the cached counts came from ("usage", "server_timings", mixed)
+    #: the server's own prefix-cache hit share over the level (/metrics), beside the responses' ``cached_share``
+    server_hit_share: float | None = None
+    compactions: int = 0  # sessions that reached the context cap and were compacted
+    capped: int = 0  # sessions that reached the context cap and ended
+    turns: list[TurnPoint] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["turns"] = [t.to_dict() for t in self.turns]
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SessionStats:
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        d["session_s"] = Distribution(**d["session_s"]) if isinstance(d.get("session_s"), dict) else Distribution(n=0)
+        d["turns"] = [TurnPoint.from_dict(t) for t in d.get("turns") or [] if isinstance(t, dict)]
+        return cls(**d)
+
+
+def session_stats(records: list[RequestRecord], cache: str) -> SessionStats:
+    """The session view of a level's measured records (each carries its ``session`` and ``turn``)."""
+    measured = [r for r in records if r.phase == "measured" and r.session is not None]
+    by_session: dict[int, list[RequestRecord]] = {}
+    for r in measured:
+        by_session.setdefault(r.session or 0, []).append(r)
+    finished = [rs for rs in by_session.values() if rs and all(r.ok for r in rs)]
+    session_s = [(max(r.end_ns or r.sent_ns for r in rs) - min(r.sent_ns for r in rs)) / NS_PER_S for rs in finished]
+    ok = [r for r in measured if r.ok]
+    said = [r for r in ok if r.cached_tokens is not None and r.input_tokens]
+    prompt = sum(r.input_tokens or 0 for r in said)
+    turns = []
+    for k in sorted({r.turn for r in ok if r.turn is not None}):
+        at = [r for r in ok if r.turn == k]
+        ctx = [r.input_tokens for r in at if r.input_tokens is not None]
+        cached = [r.cached_tokens for r in at if r.cached_tokens is not None]
+        uncached = [r.input_tokens - r.cached_tokens for r in at
+                    if r.input_tokens is not None and r.cached_tokens is not None]
+        turns.append(TurnPoint(
+            turn=k, n=len(at), context_tokens_mean=_mean(ctx), cached_tokens_mean=_mean(cached),
+            uncached_tokens_mean=_mean(uncached),
+            ttft_ms=Distribution.of([r.ttft_ns / NS_PER_MS for r in at if r.ttft_ns is not None]),
+            tpot_ms=Distribution.of([v for r in at if (v := request_tpot_ms(r)) is not None])))
+    return SessionStats(
+        cache=cache, sessions=len(by_session), sessions_finished=len(finished),
+        turns_per_session=statistics.fmean(len(rs) for rs in by_session.values()) if by_session else None,
+        session_s=Distribution.of(session_s),
+        cached_share=sum(r.cached_tokens or 0 for r in said) / prompt if prompt else None,
+        cached_source=_source(said, "cached_tokens_source"), turns=turns)
+
+
+@dataclass(slots=True)
 class LevelSummary:
     """One operating point, in the names of DESIGN.md's JSON result contract (extend, never rename)."""
 
@@ -217,6 +311,8 @@ class LevelSummary:
     telemetry: dict[str, Any] | None = None  # what the server's /metrics (and NVML) said during this level
     #: the typed findings (findings.py) behind ``flags`` and ``warnings``, which are their view
     findings: list[Finding] = field(default_factory=list)
+    #: an agent-session level: its turns, sessions and what the prefix cache served (None: not a session level)
+    session: SessionStats | None = None
 
     @property
     def per_agent_tps(self) -> float | None:
@@ -249,6 +345,7 @@ class LevelSummary:
             elif k == "prefill_tps":
                 out["decode_tps"] = self.decode_tps
         out["findings"] = [f.to_dict() for f in self.findings]
+        out["session"] = self.session.to_dict() if self.session is not None else None
         return out
 
     def add(self, finding: Finding) -> bool:
@@ -301,6 +398,7 @@ class LevelSummary:
                   "send_queue_ms", "pp_tps_dist", "tg_tps_dist", *FAILED_SPLITS):
             if isinstance(d.get(k), dict):
                 d[k] = Distribution(**d[k])
+        d["session"] = SessionStats.from_dict(d["session"]) if isinstance(d.get("session"), dict) else None
         # runs stored before findings have flags and warnings only: they load with no findings
         stored = d.get("findings")
         d["findings"] = [f for x in (stored if isinstance(stored, list) else [])
