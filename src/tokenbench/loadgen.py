@@ -88,10 +88,13 @@ class Level:
     rate: float | None = None  # requests per second, open loop
     arrival: Literal["poisson", "constant"] = "poisson"
     max_concurrency: int | None = None  # open loop: cap on requests in flight (queueing shows as send delay)
+    cache: Literal["warm", "busted"] | None = None  # an agent-session level (sessions.py): its prefix cache
 
     def describe(self) -> str:
         if self.rate is not None:
             return f"rate {self.rate:g}/s {self.arrival}"
+        if self.cache is not None:
+            return f"{self.concurrency} agents, cache {self.cache}"
         return f"concurrency {self.concurrency}"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
@@ -38,6 +38,8 @@ def _ms(v: float | None) -> str:
 def level_label(s: LevelSummary) -> str:
     if s.rate is not None:
         return f"{s.rate:g}/s"
+    if s.session is not None:
+        return f"{s.concurrency} {s.session.cache}"
     return str(s.concurrency)
 
 
@@ -57,7 +59,9 @@ def _sweep_columns(levels: list[LevelSummary], currency: str) -> list[Column]:
     """The sweep table's columns: the fixed ones, and those only some runs have a figure for."""
     # imported rows at one concurrency can differ by prompt length only: say which is which
     keys = [(level_label(s), s.input_tokens_mean) for s in levels]
-    cols: list[Column] = [("Rate" if any(s.rate is not None for s in levels) else "Concurrency", level_label)]
+    first = "Rate" if any(s.rate is not None for s in levels) else \
+        "Agents" if any(s.session is not None for s in levels) else "Concurrency"
+    cols: list[Column] = [(first, level_label)]
     if len(set(keys)) > len({k for k, _ in keys}):
         cols.append(("Prompt tokens", lambda s: f"{s.input_tokens_mean:,.0f}" if s.input_tokens_mean else "—"))
     cols += [("Aggregate output tok/s", _aggregate), ("Per-agent tok/s", lambda s: _num(s.per_agent_tps)),
@@ -183,8 +187,99 @@ def print_vertical(console: Console, header: list[str], rows: list[list[str]], t
                 console.print(head + f"\n{indent}".join(lines), markup=False, highlight=False, soft_wrap=True)
 
 
+#: A session table shows every turn up to this many, then a readable subset (the first turns, every k-th, the last).
+SESSION_TURNS_SHOWN = 12
+
+
+def _shown_turns(turns: list[int]) -> list[int]:
+    if len(turns) <= SESSION_TURNS_SHOWN:
+        return turns
+    step = -(-len(turns) // (SESSION_TURNS_SHOWN - 3))
+    keep = set(turns[:3]) | set(turns[step - 1::step]) | {turns[-1]}
+    return [t for t in turns if t in keep]
+
+
+def _share(part: float | None, whole: float | None) -> str:
+    return f"{100 * part / whole:.0f}%" if part is not None and whole else "—"
+
+
+def session_rows(warm: LevelSummary, busted: LevelSummary | None) -> tuple[list[str], list[list[str]]]:
+    """One agent count's turns: the context each turn sent, the share the server served from its cache, TTFT with
+    the cache warm and busted (p50 over the sessions), what the cache bought, and the decode rate at that turn."""
+    assert warm.session is not None
+    cold = {t.turn: t for t in busted.session.turns} if busted is not None and busted.session is not None else {}
+    by_turn = {t.turn: t for t in warm.session.turns}
+    header = ["Turn", "Context", "Cached", "TTFT warm", "TTFT busted", "Gain", "Decode tok/s"]
+    rows = []
+    for k in _shown_turns(sorted(by_turn)):
+        t, b = by_turn[k], cold.get(k)
+        gain = b.ttft_ms.p50 / t.ttft_ms.p50 if b is not None and b.ttft_ms.p50 and t.ttft_ms.p50 else None
+        rows.append([str(k + 1), _num(t.context_tokens_mean, 0), _share(t.cached_tokens_mean, t.context_tokens_mean),
+                     _ms(t.ttft_ms.p50), _ms(b.ttft_ms.p50) if b is not None else "—",
+                     f"{gain:.1f}x" if gain else "—", _num(t.decode_tps)])
+    return header, rows
+
+
+def session_lines(s: LevelSummary) -> list[str]:
+    """A session level's totals: sessions finished and their time, what the cache served by the responses' count
+    and by the server's own counters."""
+    st = s.session
+    if st is None:
+        return []
+    line = f"{level_label(s)}: {st.sessions_finished}/{st.sessions} sessions finished"
+    if st.session_s.p50 is not None:
+        line += f", session time p50 {st.session_s.p50:.1f} s (p90 {st.session_s.p90:.1f} s)"
+    if st.cached_share is not None:
+        line += f"; cached {100 * st.cached_share:.0f}% of prompt tokens ({st.cached_source})"
+    else:
+        line += "; the server reported no cached tokens"
+    if st.server_hit_share is not None:
+        line += f", server prefix-cache hits {100 * st.server_hit_share:.0f}% (/metrics)"
+    if st.capped or st.compactions:
+        line += f"; at the context cap {st.capped} ended, {st.compactions} compacted"
+    return [line]
+
+
+def session_headline(warm: LevelSummary, busted: LevelSummary | None) -> str | None:
+    """What the cache bought at the last turn both modes reached: 'turn 20 at 4,810 tokens: TTFT 0.08 s cached,
+    1.12 s uncached (14x)'."""
+    if warm.session is None or busted is None or busted.session is None:
+        return None
+    cold = {t.turn: t for t in busted.session.turns}
+    both = [t for t in warm.session.turns if t.turn in cold and t.ttft_ms.p50 and cold[t.turn].ttft_ms.p50]
+    if not both:
+        return None
+    t = both[-1]
+    b = cold[t.turn]
+    assert t.ttft_ms.p50 is not None and b.ttft_ms.p50 is not None
+    return (f"{warm.concurrency} agents, turn {t.turn + 1} at {_num(t.context_tokens_mean, 0)} tokens of context: "
+            f"TTFT {t.ttft_ms.p50 / 1000:.2f} s cached, {b.ttft_ms.p50 / 1000:.2f} s uncached "
+            f"({b.ttft_ms.p50 / t.ttft_ms.p50:.1f}x)")
+
+
+def session_pairs(levels: list[LevelSummary]) -> list[tuple[LevelSummary, LevelSummary | None]]:
+    """Each agent count's warm level and its busted baseline (None where it was not run)."""
+    busted = {s.concurrency: s for s in levels if s.session is not None and s.session.cache == "busted"}
+    return [(s, busted.get(s.concurrency)) for s in levels if s.session is not None and s.session.cache == "warm"]
+
+
+def print_sessions(console: Console, levels: list[LevelSummary], fmt: str = "table") -> None:
+    """The session view of a run: per agent count, TTFT against the turn and its context, warm and busted."""
+    for warm, busted in session_pairs(levels):
+        print_table(console, *session_rows(warm, busted), fmt,
+                    title=f"{warm.concurrency} agents: each turn, p50 over the sessions", numeric=True)
+        headline = session_headline(warm, busted)
+        if headline:
+            console.print(headline, markup=False, highlight=False)
+    for s in levels:
+        for line in session_lines(s):
+            console.print(line, markup=False, highlight=False)
+
+
 def print_sweep(console: Console, levels: list[LevelSummary], currency: str, title: str | None = None) -> None:
     print_table(console, *sweep_rows(levels, currency), title=title, numeric=True)
+    if any(s.session is not None for s in levels):
+        print_sessions(console, levels)
     for line in single_stream_lines(levels):
         console.print(line)
     for line in notes(levels):
@@ -200,6 +295,8 @@ def describe_run(manifest: Manifest) -> str:
     # facts an imported or predicted run does not have are left out, never printed as "None"
     if wl.get("input_len") is not None and wl.get("output_len") is not None:
         parts.append(f"{wl['input_len']} in / {wl['output_len']} out tokens" + (f" ({wl['shape']})" if wl.get("shape") else ""))
+    if wl.get("kind") == "sessions":
+        parts.append(_session_workload(wl))
     if wl.get("api"):
         parts.append(f"{wl['api']} API")
     if manifest.tokenizer:
@@ -208,6 +305,21 @@ def describe_run(manifest: Manifest) -> str:
     if emb:
         parts.append(f"embedded {emb.get('engine')} engine, healthy after {emb.get('startup_s', 0):.1f} s (cold start)")
     return "; ".join(parts)
+
+
+def _session_workload(wl: dict[str, Any]) -> str:
+    """A session run's workload as a run's description states it (the manifest's texts, written by SessionPlan)."""
+    def text(key: str) -> str:
+        d = wl.get(key)
+        return str(d.get("text")) if isinstance(d, dict) else "?"
+
+    out = f"{wl.get('sessions')} sessions x {wl.get('turns')} turns, shared prompt {wl.get('shared_prefix')}, " \
+          f"task {text('task')}, tool {text('tool')}, output {text('output')} tokens"
+    if text("think") not in ("0 s", "?"):
+        out += f", think {text('think')}"
+    if wl.get("max_context"):
+        out += f", cap {wl['max_context']} ({wl.get('on_cap')})"
+    return out
 
 
 def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",

@@ -7,7 +7,7 @@ import asyncio
 import random
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import aiohttp
@@ -20,13 +20,14 @@ from .errors import EndpointError, EngineError, LevelFailed, UsageError
 from .findings import Code
 from .guard import refuse_if_dirty, snapshot_before
 from .loadgen import ClientWatch, Level, run_phase, still_heap
-from .metrics import SLO, LevelSummary, peak_in_flight, summarize
+from .metrics import SLO, LevelSummary, SessionStats, peak_in_flight, session_stats, summarize
 from .workers import ClientSpec, WorkerPool, auto_workers
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
 from .servers import ServerInfo, discover, root_url
 from .store import Store
 from .telemetry import LevelTelemetry
+from .sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
 from .workload import PromptBuilder, Workload
 
 CONNECTION_ERRORS = {"connection", "disconnected", "stream_broken"}
@@ -75,8 +76,14 @@ class SweepConfig:
     workers: int | None = 1
     #: A Ray cluster to place the workers on (an address, or "auto"); None: this machine only.
     ray: str | None = None
+    #: Agent sessions instead of independent requests (sessions.py): each concurrency level runs them with the
+    #: prefix cache warm, then (the plan's baseline) busted.
+    sessions: SessionPlan | None = None
 
     def levels(self) -> list[Level]:
+        if self.sessions is not None:
+            modes: list[CacheMode] = ["warm", "busted"] if self.sessions.baseline else ["warm"]
+            return [Level(concurrency=c, cache=m) for c in self.concurrency for m in modes]
         if self.rates:
             return [Level(rate=r, arrival=self.arrival, max_concurrency=self.max_concurrency) for r in self.rates]  # type: ignore[arg-type]
         return [Level(concurrency=c) for c in self.concurrency]
@@ -188,7 +195,7 @@ def _manifest(cfg: SweepConfig, ep: Endpoint, workload: Workload, probe: Request
         check_request={"ttft_ms": _ms(probe.ttft_ns), "e2e_ms": _ms(probe.e2e_ns),
                        "output_tokens": probe.output_tokens},
         server_flags=(cfg.embedded or {}).get("command"),
-        workload=workload.to_dict(),
+        workload=cfg.sessions.to_dict() | {"seed": seed} if cfg.sessions is not None else workload.to_dict(),
         request_fields=redact.body(extras),
         load={
             "levels": [lv.describe() for lv in cfg.levels()],
@@ -228,6 +235,7 @@ class _Sweep:
         self.cfg, self.store, self.run_id, self.ep, self.client = cfg, store, run_id, ep, client
         self.prompts, self.rep, self.seed, self.alive, self.pool = prompts, rep, seed, alive, pool
         self.outcomes: list[LevelOutcome] = []
+        self.sessions: _SessionWork | None = None
 
     async def run(self) -> None:
         for idx, level in enumerate(self.cfg.levels()):
@@ -236,7 +244,7 @@ class _Sweep:
             for r in range(self.cfg.repetitions):
                 summary, level_status = await _run_level(
                     self.cfg, self.store, self.run_id, idx, r, level, self.client, self.prompts, self.rep,
-                    self.ep.info, self.seed, self.pool)
+                    self.ep.info, self.seed, self.pool, self.sessions)
                 reps.append(summary)
                 if level_status != "complete":
                     break
@@ -281,13 +289,17 @@ async def run_sweep(
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(connector=connector, trace_configs=[trace_config()]) as session:
         ep = await Endpoint.open(session, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, rep.warn)
+        if cfg.sessions is not None and cfg.sessions.max_context is None and ep.info.slot_ctx:
+            # a session ends where the server's slot would overflow (llama.cpp answers a longer prompt with an error)
+            cfg.sessions = replace(cfg.sessions, max_context=ep.info.slot_ctx - int(cfg.sessions.output.maximum()))
         extras, check = _request_fields(cfg, ep)
         client = ep.client(cfg.api, temperature=cfg.temperature, timeout_s=cfg.timeout_s,
                            stall_timeout_s=cfg.stall_timeout_s)
         builder = PromptBuilder(ep.tokenizer, seed, log.run_id.rsplit("-", 1)[-1] + secrets.token_hex(2))
         # The check request names the model too: with a server that cannot list its models, it proves the name.
         probe = await _preflight(client, builder, check)
-        client.body_extras = extras
+        # a session's turns carry their own fields (each its output length, its agent's slot): sessions.SessionLevel
+        client.body_extras = extras if cfg.sessions is None else {}
         pool = await _start_workers(cfg, client, ep.counter.path if ep.counter is not None else None, rep)
         workload = Workload(cfg.input_len, cfg.output_len, cfg.shape, cfg.api, cfg.prefix_len, seed)
         manifest = _manifest(cfg, ep, workload, probe, extras, seed, pool)
@@ -297,6 +309,8 @@ async def run_sweep(
                                                              "before the run")
         log.create(manifest)
         sweep = _Sweep(cfg, store, log.run_id, ep, client, _Prompts(builder, workload, {}), rep, seed, alive, pool)
+        if cfg.sessions is not None:
+            sweep.sessions = _SessionWork(cfg, ep, SessionTexts(builder, cfg.sessions, seed, builder.run_tag))
         try:
             with still_heap():  # the heap as it stands (tokenizer, prompts) is collected once, never while timing
                 await sweep.run()
@@ -330,13 +344,40 @@ async def _start_workers(cfg: SweepConfig, client: StreamClient, counter_path: s
     return pool
 
 
+class _SessionWork:
+    """What a session level needs beyond the sweep's: the texts, and each turn's request fields (its output length
+    fixed as the server allows, the cache kept warm for its agent, the user's --extra-body on top)."""
+
+    def __init__(self, cfg: SweepConfig, ep: Endpoint, texts: SessionTexts) -> None:
+        self.cfg, self.ep, self.texts = cfg, ep, texts
+        self.last: SessionLevel | None = None
+
+    def fields(self, agent: int, out_len: int) -> dict[str, Any]:
+        adapter = self.ep.info.adapter
+        fixed = adapter.output_length_fields(out_len, self.ep.eos_token_id, "chat") if self.cfg.fixed_output else {}
+        return fixed | adapter.session_fields(agent, self.ep.info.slots) | self.cfg.extra_body
+
+    def level(self, client: StreamClient, idx: int, level: Level, records: list[RequestRecord],
+              on_done: Any) -> SessionLevel:
+        assert self.cfg.sessions is not None and level.cache is not None
+        counter = self.ep.counter.count if self.ep.counter is not None else None
+        self.last = SessionLevel(client, self.texts, self.cfg.sessions, idx, level.concurrency or 1, level.cache,
+                                 self.fields, records, on_done, counter)
+        return self.last
+
+
+def _tokens_per_request(cfg: SweepConfig) -> int:
+    """The context one request can need: a session's longest turn, or a prompt and its output."""
+    return cfg.sessions.longest_context() if cfg.sessions is not None else cfg.input_len + cfg.output_len
+
+
 def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: LevelSummary,
            reasons: list[str], info: ServerInfo, snap: dict[str, Any] | None, node_snaps: list[dict[str, Any]],
            lost: list[str]) -> findings.LevelFacts:
     """What the finding rules look at for a finished level: the client's reasons (its watch, or each worker's),
     the adapter's slot limits, the guard's snapshots (this machine's and each load-generating node's), workers
     lost, and the most requests in flight."""
-    slots = info.adapter.slot_warnings(info.slots, info.slot_ctx, level.concurrency, cfg.input_len + cfg.output_len)
+    slots = info.adapter.slot_warnings(info.slots, info.slot_ctx, level.concurrency, _tokens_per_request(cfg))
     measured = [r for r in records if r.phase == "measured"]
     return findings.LevelFacts(
         records, summary, level.concurrency, cfg.requests, run_id=run_id, guard=snap, client_reasons=reasons,
@@ -383,6 +424,19 @@ class _Load:
             self.client_report = watch.report()
         self.reasons = watch.judge(level, records)
 
+    async def sessions(self, work: SessionLevel, level: Level, records: list[RequestRecord]) -> None:
+        """A session level, in this process (each turn waits for the answer before it, so no worker pool). Agents
+        think between turns: fewer turns in flight than agents is the workload, not a client falling behind."""
+        watch = ClientWatch(sampling_inflight=False)
+        watch.start()
+        try:
+            with still_heap():
+                self.window = await work.run()
+        finally:
+            await watch.stop()
+            self.client_report = watch.report()
+        self.reasons = watch.judge(level, records)
+
 
 def refuse_dirty_nodes(mode: str, node_snaps: list[dict[str, Any]], where: str) -> None:
     """Strict mode refuses a dirty load-generating node as it refuses a dirty driver (``guard.refuse_if_dirty``);
@@ -404,11 +458,15 @@ async def _run_level(
     info: ServerInfo,
     seed: int,
     pool: WorkerPool | None = None,
+    sessions: _SessionWork | None = None,
 ) -> tuple[LevelSummary, str]:
     n_warm = cfg.warmup if cfg.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
     n_req = cfg.requests
+    if sessions is not None:  # a session's first turn is cold by nature; nothing is sent before it
+        n_warm, n_req = 0, None
     snap = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids, f"before level {level.describe()}")
-    await prompts.prepare(n_warm + (n_req or max(8, 2 * (level.concurrency or 4))))
+    if sessions is None:
+        await prompts.prepare(n_warm + (n_req or max(8, 2 * (level.concurrency or 4))))
     started = now_iso()
     records: list[RequestRecord] = []
     status = "complete"
@@ -429,8 +487,11 @@ async def _run_level(
                                   {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {})
             tele.start()
         try:
-            await load.measured(level, n_req, cfg.duration_s, seed + idx * 7919 + repetition, records,
-                                rep.request_done)
+            if sessions is not None:
+                await load.sessions(sessions.level(client, idx, level, records, rep.request_done), level, records)
+            else:
+                await load.measured(level, n_req, cfg.duration_s, seed + idx * 7919 + repetition, records,
+                                    rep.request_done)
         finally:
             if tele is not None:
                 await tele.stop()
@@ -453,6 +514,8 @@ async def _run_level(
         summary.telemetry = tele.summary(summary.total_output_tokens, summary.duration_s)
         if tele.series():
             store.save_telemetry(run_id, idx, repetition, tele.series())
+    if sessions is not None and sessions.last is not None and level.cache is not None:
+        summary.session = _session_summary(records, level.cache, sessions.last, summary.telemetry)
     if node_snaps:
         summary.client["node_guards"] = node_snaps
     findings.assess(_facts(cfg, run_id, level, records, summary, load.reasons, info, snap, node_snaps, load.lost))
@@ -464,3 +527,14 @@ async def _run_level(
                      finished=now_iso(), window=window)
     rep.level_end(summary)
     return summary, status
+
+
+def _session_summary(records: list[RequestRecord], cache: CacheMode, work: SessionLevel,
+                     telemetry: dict[str, Any] | None) -> SessionStats:
+    """The level's session view, with what the runner alone knows (compactions, caps) and the server's own
+    prefix-cache hit share over the level (/metrics), beside the responses' cached share."""
+    stats = session_stats(records, cache)
+    stats.compactions, stats.capped = work.compactions, work.capped
+    hit = (telemetry or {}).get("prefix_cache_hit_rate")
+    stats.server_hit_share = hit if isinstance(hit, (int, float)) else None
+    return stats

@@ -108,6 +108,11 @@ class Adapter:
         """Fields that let a depth run reuse the context it just filled (a prefix cache)."""
         return {}
 
+    def session_fields(self, agent: int, slots: int | None) -> dict[str, Any]:
+        """Fields that let an agent's next turn reuse the history its last turn left in the server's cache (a prefix
+        cache is on by default where the server has one: vLLM, SGLang; llama.cpp needs to be asked, per slot)."""
+        return self.warm_context_fields()
+
     def tokenize_request(self, text: str, model: str) -> dict[str, Any]:
         return {"model": model, "prompt": text, "add_special_tokens": False}
 

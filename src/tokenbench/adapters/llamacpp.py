@@ -66,6 +66,14 @@ class LlamaCpp(Adapter):
     def warm_context_fields(self) -> dict[str, Any]:
         return {"cache_prompt": True}
 
+    def session_fields(self, agent: int, slots: int | None) -> dict[str, Any]:
+        """``cache_prompt`` and slot affinity: agent i keeps slot i mod slots (``id_slot``), so its next turn finds
+        its own history in that slot's cache instead of whichever slot is free (tools/server/README.md)."""
+        fields: dict[str, Any] = {"cache_prompt": True}
+        if slots:
+            fields["id_slot"] = agent % slots
+        return fields
+
     def tokenize_request(self, text: str, model: str) -> dict[str, Any]:
         return {"content": text, "add_special": False}
 

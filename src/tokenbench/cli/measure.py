@@ -8,6 +8,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -24,6 +25,9 @@ from ..sweep import SweepConfig, run_sweep
 from ..results import Manifest, RunResult, load_result
 from ..workers import parse_workers
 from ..workload import resolve_shape
+from .. import draws
+from ..draws import Draw
+from ..sessions import SessionPlan
 if TYPE_CHECKING:
     from ..engines.embedded import Embedded
 from .common import check_output, emit_json, float_list, json_object, guard_config, guard_targets, int_list, notifier, seconds, tokens, write_json
@@ -140,10 +144,44 @@ def _slo(text: str | None) -> SLO | None:
         raise UsageError(f"--slo: {e}") from None
 
 
+def _draw(text: str, what: str, unit: str = "tokens") -> Draw:
+    try:
+        return draws.parse(text, what, unit)
+    except draws.DrawError as e:
+        raise UsageError(str(e)) from None
+
+
+def _session_plan(a: argparse.Namespace, argv: list[str], input_len: int, output_len: int) -> SessionPlan | None:
+    """The agent-session workload ``--sessions`` asks for, or None; refuses what it cannot be combined with."""
+    if a.sessions is None:
+        return None
+    given = {w.split("=", 1)[0] for w in argv if w.startswith("--")}
+    clash = [f for f in ("--rate", "--requests", "--duration", "--prefix-len", "--ray") if f in given]
+    if clash:
+        raise UsageError(f"--sessions runs whole sessions, closed loop over agents: drop {', '.join(clash)} "
+                         "(--shared-prefix sets the shared system prompt)")
+    if "--api" in given and a.api != "chat":
+        raise UsageError("--sessions sends chat conversations: drop --api completions")
+    if a.workers not in ("auto", "1"):
+        raise UsageError("--sessions runs in one process (each turn waits for the answer before it): drop --workers")
+    agents = int_list(a.concurrency, "--concurrency") if a.concurrency else [a.sessions]
+    if max(agents) > a.sessions:
+        raise UsageError(f"--sessions {a.sessions} gives {max(agents)} agents nothing to do: run at least as many "
+                         "sessions as agents")
+    return SessionPlan(
+        sessions=a.sessions, turns=a.turns, shared_prefix=a.shared_prefix, task=Draw.fixed(input_len),
+        tool=_draw(a.tool_len, "--tool-len"), output=Draw.fixed(output_len),
+        think=_draw(a.think_time, "--think-time", "s"), max_context=a.max_context, on_cap=a.on_cap,
+        baseline=not a.no_baseline)
+
+
 def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
     embedded = a.url is None
     d: dict[str, Any] = dict(EMBEDDED_DEFAULTS) if embedded else {}
     input_len, output_len = _lengths(a, d)
+    plan = _session_plan(a, argv, input_len, output_len)
+    if plan is not None:
+        d["concurrency"] = str(plan.sessions)
     if a.rate and a.concurrency:
         raise UsageError("give --concurrency or --rate, not both")
     extra = json_object(a.extra_body, "--extra-body")
@@ -153,7 +191,7 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
     return SweepConfig(
         url=normalize_base_url(a.url) if a.url else "",
         model=a.model,
-        api=a.api,
+        api="chat" if plan is not None else a.api,
         api_key=a.api_key or os.environ.get("OPENAI_API_KEY"),
         concurrency=int_list(a.concurrency or str(d.get("concurrency", "1")), "--concurrency"),
         rates=float_list(a.rate, "--rate") if a.rate else [],
@@ -180,7 +218,8 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         target_pids=guard_targets(a.url),
         metrics_interval_s=None if a.no_metrics else seconds(a.metrics_interval, "--metrics-interval"),
         max_error_rate=a.max_error_rate,
-        workers=parse_workers(a.workers),
+        workers=1 if plan is not None else parse_workers(a.workers),
+        sessions=plan,
         ray=a.ray,
         temperature=a.temperature,
         fixed_output=not a.no_fixed_output,
@@ -212,6 +251,23 @@ def start_embedded(a: argparse.Namespace, note: Callable[[str], None], parallel:
     return Embedded.start(spec, note, parallel=parallel, ctx=ctx)
 
 
+def _embedded_ctx(cfg: SweepConfig) -> int:
+    """Each slot of the embedded engine holds one request, its prompt and output: a session's longest turn, up to
+    what the embedded model was trained for; a session plan without a cap is capped there."""
+    from ..engines.embedded import slot_context
+    from ..engines.tiny import CONFIG
+
+    limit = int(CONFIG["max_position_embeddings"])
+    if cfg.sessions is None:
+        return slot_context(cfg.input_len + cfg.output_len)
+    ctx = min(limit, slot_context(cfg.sessions.longest_context()))
+    if cfg.sessions.max_context is None:
+        cfg.sessions = replace(cfg.sessions, max_context=ctx - 64 - int(cfg.sessions.output.maximum()))
+    elif cfg.sessions.max_context > ctx:
+        raise UsageError(f"--max-context {cfg.sessions.max_context}: the embedded model holds {limit} tokens")
+    return ctx
+
+
 def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
     check_output(a.json, "--json")
     cfg = _sweep_config(a, argv)
@@ -220,11 +276,7 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     engine = None
     try:
         if not a.url:
-            from ..engines.embedded import slot_context
-
-            # each slot holds one request: its prompt and output
-            engine = start_embedded(a, notifier(err), parallel=max(cfg.concurrency or [1]),
-                                    ctx=slot_context(cfg.input_len + cfg.output_len))
+            engine = start_embedded(a, notifier(err), parallel=max(cfg.concurrency or [1]), ctx=_embedded_ctx(cfg))
             engine.configure(cfg)
         alive = engine.alive if engine is not None else None
         try:

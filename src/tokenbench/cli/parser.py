@@ -214,6 +214,24 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature (default 0: greedy)")
     g.add_argument("--extra-body", help="JSON object merged into every request body")
     g.add_argument("--seed", type=int, help="workload seed (default: random, recorded)")
+    g = s.add_argument_group("agent sessions (a conversation that grows turn by turn, the prefix cache on)")
+    g.add_argument("--sessions", type=POSITIVE_INT,
+                   help="run agent sessions: this many per level, by --concurrency agents (default: one each); "
+                        "--input-len is the task, --output-len each answer")
+    g.add_argument("--turns", type=POSITIVE_INT, default=10, help="turns per session")
+    g.add_argument("--shared-prefix", type=NONNEG_INT, default=512,
+                   help="tokens of the system prompt every agent shares")
+    g.add_argument("--tool-len", default="uniform:64-192",
+                   help="tokens of the tool result each turn appends: a number, uniform:LOW-HIGH, normal:MEAN,SD "
+                        "or file:PATH")
+    g.add_argument("--think-time", default="0s", help="an agent's pause between turns, e.g. 2s or uniform:1s-5s")
+    g.add_argument("--max-context", type=POSITIVE_INT,
+                   help="a session whose next turn would pass this many tokens ends (or is compacted: --on-cap) "
+                        "(default: the server's slot context where it says, else none)")
+    g.add_argument("--on-cap", choices=["end", "compact"], default="end",
+                   help="at the cap: end the session, or replace its history by a summary and go on")
+    g.add_argument("--no-baseline", action="store_true",
+                   help="skip the baseline: the same sessions with a marker at each turn's start that busts the cache")
     g = s.add_argument_group("load")
     g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,8,16,32")
     g.add_argument("--rate", help="open-loop levels in requests/s, e.g. 0.5,1,2 (instead of --concurrency)")

@@ -107,7 +107,9 @@ def command(engine: str, model: TinyModel, port: int, parallel: int = 1, ctx: in
         py = vllm_env.ensure(progress)
         return Launch([str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model.hf_dir),
                        "--served-model-name", model.name, *host, "--dtype", "float32",
-                       "--max-model-len", str(ctx), "--max-num-seqs", str(max(4, parallel))],
+                       "--max-model-len", str(ctx), "--max-num-seqs", str(max(4, parallel)),
+                       # usage.prompt_tokens_details.cached_tokens: what its prefix cache served, per request
+                       "--enable-prompt-tokens-details"],
                       model.name, {"VLLM_CPU_KVCACHE_SPACE": str(VLLM_KV_GIB)})
     if name == "llama-server":
         from .llamacpp_build import ensure_tools
