@@ -231,7 +231,10 @@ def session_stats(records: list[RequestRecord], cache: str) -> SessionStats:
             turn=k, n=len(at), context_tokens_mean=_mean(ctx), cached_tokens_mean=_mean(cached),
             uncached_tokens_mean=_mean(uncached),
             ttft_ms=Distribution.of([r.ttft_ns / NS_PER_MS for r in at if r.ttft_ns is not None]),
-            tpot_ms=Distribution.of([v for r in at if (v := request_tpot_ms(r)) is not None])))
+            # a response whose tokens all arrived in one network read (a stalled client, a server that buffers)
+            # has no decode time to measure: 0 ms per token would read as millions of tokens per second
+            tpot_ms=Distribution.of([v for r in at if len(set(r.chunk_ns)) > 1
+                                     and (v := request_tpot_ms(r)) is not None])))
     return SessionStats(
         cache=cache, sessions=len(by_session), sessions_finished=len(finished),
         turns_per_session=statistics.fmean(len(rs) for rs in by_session.values()) if by_session else None,

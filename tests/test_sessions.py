@@ -1,0 +1,170 @@
+"""Agent sessions (sweep --sessions) against the emitter: what each turn sends, the busted baseline, the context cap,
+think time, what is stored, and the refusals. The prefix cache itself is measured against the real engines in
+tests/test_sessions_engines.py: the emitter has none."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.results import load_result
+from tokenbench.store import Store
+
+
+def _run(emitter: BackgroundEmitter, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    out = tmp_path / "run.json"
+    code = main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "3",
+                 "--input-len", "20", "--output-len", "6", "--tool-len", "12", "--shared-prefix", "16",
+                 "--json", str(out), *extra])
+    return code, json.loads(out.read_text()) if out.exists() else {}
+
+
+def _turns(emitter: BackgroundEmitter) -> list[dict[str, Any]]:
+    """The measured turns the emitter saw (the first request is tokenbench's check request)."""
+    return [b for b in emitter.emitter.requests_seen[1:] if "messages" in b]
+
+
+def _by_session(bodies: list[dict[str, Any]]) -> dict[str, list[list[dict[str, str]]]]:
+    """Each session's turns, keyed by its task (the first user message, which no other session shares)."""
+    out: dict[str, list[list[dict[str, str]]]] = {}
+    for b in bodies:
+        msgs = b["messages"]
+        task = next(m["content"] for m in msgs if m["role"] == "user")
+        out.setdefault(task, []).append(msgs)
+    return out
+
+
+def test_each_turn_resends_the_conversation_and_adds_an_answer_and_a_tool_result(
+        emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(ttft_s=0.005, itl_s=0.001)
+    code, run = _run(emitter, tmp_path, "--sessions", "3", "--concurrency", "2", "--turns", "4", "--no-baseline")
+    assert code == 0
+    sessions = _by_session(_turns(emitter))
+    assert len(sessions) == 3 and all(len(turns) == 4 for turns in sessions.values())
+    systems = set()
+    for turns in sessions.values():
+        for k, msgs in enumerate(turns):
+            # system, task, then an (answer, tool result) pair per earlier turn: the whole history, re-sent as is
+            assert [m["role"] for m in msgs] == ["system", "user"] + ["assistant", "user"] * k
+            if k:
+                assert msgs[:len(turns[k - 1])] == turns[k - 1]
+                assert len(msgs[-1]["content"].split()) == 12  # the tool result: --tool-len tokens (emitter: words)
+                assert msgs[-2]["content"].strip()  # the answer the server gave at the turn before
+            systems.add(msgs[0]["content"])
+    assert len(systems) == 1 and len(next(iter(systems)).split()) == 16  # one system prompt, shared by every agent
+    level = run["levels"][0]
+    st = level["session"]
+    assert st["cache"] == "warm" and st["sessions"] == 3 and st["sessions_finished"] == 3
+    assert [t["turn"] for t in st["turns"]] == [0, 1, 2, 3]
+    contexts = [t["context_tokens_mean"] for t in st["turns"]]
+    assert contexts == sorted(contexts) and contexts[-1] > contexts[0] + 3 * 12
+    assert st["cached_share"] is None  # the emitter reports no cached tokens, and none are made up
+    assert run["manifest"]["workload"]["kind"] == "sessions" and run["manifest"]["workload"]["turns"] == 4
+    # every turn asked for its answer's length, as the server allows (the emitter is a vLLM: min_tokens)
+    assert all(b["min_tokens"] == 6 and b["max_tokens"] == 6 for b in _turns(emitter))
+
+
+def test_the_baseline_busts_every_turn_from_its_first_token(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(ttft_s=0.005, itl_s=0.001)
+    code, run = _run(emitter, tmp_path, "--sessions", "2", "--turns", "3")
+    assert code == 0
+    assert [(lv["concurrency"], lv["session"]["cache"]) for lv in run["levels"]] == [(2, "warm"), (2, "busted")]
+    bodies = _turns(emitter)
+    warm, busted = bodies[:6], bodies[6:]
+    assert len(busted) == 6
+    system = warm[0]["messages"][0]["content"]
+    firsts = [b["messages"][0]["content"] for b in busted]
+    assert len(set(firsts)) == 6  # a marker of its own for every turn
+    assert all(f.endswith(system) and not f.startswith(system[:8]) for f in firsts)
+    assert all(b["messages"][0]["content"] == system for b in warm)
+
+
+def test_a_session_ends_or_is_compacted_at_the_context_cap(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(ttft_s=0.002, itl_s=0.001)
+    # a turn adds about 6 + 12 tokens and two messages' template: the cap stops sessions after a few turns
+    code, run = _run(emitter, tmp_path, "--sessions", "2", "--turns", "8", "--no-baseline", "--max-context", "110")
+    assert code == 0
+    st = run["levels"][0]["session"]
+    assert st["capped"] == 2 and st["compactions"] == 0
+    ended = len(st["turns"])
+    assert 1 < ended < 8
+    emitter.emitter.requests_seen.clear()
+    code, run = _run(emitter, tmp_path, "--sessions", "2", "--turns", "8", "--no-baseline", "--max-context", "110",
+                     "--on-cap", "compact")
+    assert code == 0
+    st = run["levels"][0]["session"]
+    assert st["capped"] == 0 and st["compactions"] >= 2 and len(st["turns"]) == 8
+    # a compacted session starts again from the shared system prompt and a new summary in place of its history
+    bodies = _turns(emitter)
+    assert len(_by_session(bodies)) == 2 + st["compactions"]
+    assert len({b["messages"][0]["content"] for b in bodies}) == 1
+    assert min(len(b["messages"]) for b in bodies[2:]) == 3  # system, summary, the new tool result
+
+
+def test_think_time_paces_each_session(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(ttft_s=0.002, itl_s=0.001)
+    code, run = _run(emitter, tmp_path, "--sessions", "1", "--turns", "3", "--no-baseline", "--think-time", "300ms")
+    assert code == 0
+    st = run["levels"][0]["session"]
+    assert st["session_s"]["p50"] >= 0.6  # two pauses of 300 ms between three turns
+    recs = load_result(Store(None), run["run_id"])
+    del recs  # the stored run loads back as a result, its session view typed
+    stored = Store(None).requests(run["run_id"])
+    assert [r.think_ms for r in sorted(stored, key=lambda r: r.turn or 0)] == [None, 300.0, 300.0]
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--rate", "2"], "drop --rate"),
+    (["--requests", "5"], "drop --requests"),
+    (["--api", "completions"], "chat conversations"),
+    (["--concurrency", "4"], "at least as many sessions as agents"),
+    (["--workers", "2"], "one process"),
+    (["--tool-len", "uniform:9-3"], "the wrong way round"),
+    (["--think-time", "soon"], "not a time"),
+])
+def test_refusals_are_one_line(emitter: BackgroundEmitter, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                               extra: list[str], says: str) -> None:
+    code, _ = _run(emitter, tmp_path, "--sessions", "2", *extra)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and says in err and len(err.splitlines()) == 1
+
+
+def test_a_session_run_prints_its_turns_at_80_columns(emitter: BackgroundEmitter, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    emitter.configure(ttft_s=0.002, itl_s=0.001)
+    code, run = _run(emitter, tmp_path, "--sessions", "2", "--turns", "14")
+    assert code == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "2 agents: each turn, p50 over the sessions" in out
+    assert "TTFT warm" in out and "TTFT busted" in out
+    rows = [line.split()[0] for line in out.splitlines() if line.strip()[:2].strip().isdigit()
+            and "sessions finished" not in line]
+    # 14 turns: the first ones, every k-th and the last, not all 14
+    assert "1" in rows and "14" in rows and len([r for r in rows if r.isdigit()]) < 14
+    flat = " ".join(out.split())  # lines wrap at 80 columns
+    assert "2 warm: 2/2 sessions finished" in flat and "the server reported no cached tokens" in flat
+
+
+def test_a_turn_read_in_one_piece_has_no_decode_rate() -> None:
+    """Its tokens arrived together (the client's loop stalled, or the server buffered): TPOT would be about 0 and
+    the decode rate millions of tokens per second. Measured on vLLM while the machine compiled: 7,919,747 tok/s."""
+    from tokenbench.metrics import session_stats
+    from tokenbench.records import RequestRecord
+
+    def rec(i: int, stamps: list[int]) -> RequestRecord:
+        return RequestRecord(index=i, session=i, turn=0, sent_ns=0, first_token_ns=stamps[0], end_ns=stamps[-1] + 10,
+                             chunk_ns=stamps, output_tokens=len(stamps), input_tokens=50)
+
+    burst = rec(0, [5_000_000] * 16)
+    paced = rec(1, [5_000_000 + k * 2_000_000 for k in range(16)])
+    t = session_stats([burst, paced], "warm").turns[0]
+    assert t.tpot_ms.n == 1 and t.decode_tps is not None and 400 < t.decode_tps < 600
+    assert session_stats([burst], "warm").turns[0].decode_tps is None
