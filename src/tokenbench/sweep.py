@@ -20,7 +20,7 @@ from .errors import EndpointError, EngineError, LevelFailed, UsageError
 from .findings import Code
 from .guard import refuse_if_dirty, snapshot_before
 from .loadgen import ClientWatch, Level, run_phase, still_heap
-from .metrics import SLO, LevelSummary, SessionStats, peak_in_flight, session_stats, summarize
+from .metrics import SLO, LevelSummary, peak_in_flight, session_stats, summarize
 from .workers import ClientSpec, WorkerPool, auto_workers
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
@@ -481,25 +481,13 @@ async def _run_level(
             rep.note(f"{desc}: {n_warm} warm-up requests (not counted)")
             await load.warmup(level, n_warm, seed, records)
         rep.level_start(desc, n_req, cfg.duration_s)
-        tele = None
-        if cfg.metrics_interval_s:
-            tele = LevelTelemetry(client.session, root_url(cfg.url), cfg.metrics_interval_s,
-                                  {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {})
-            tele.start()
-        try:
-            if sessions is not None:
-                await load.sessions(sessions.level(client, idx, level, records, rep.request_done), level, records)
-            else:
-                await load.measured(level, n_req, cfg.duration_s, seed + idx * 7919 + repetition, records,
-                                    rep.request_done)
-        finally:
-            if tele is not None:
-                await tele.stop()
+        tele = await _measure(cfg, client, load, level, (idx, repetition, seed), records, rep, sessions)
     except asyncio.CancelledError:
         status = "interrupted"
         measured = [r for r in records if r.phase == "measured"]
         summary = summarize(records, concurrency=level.concurrency, rate=level.rate,
                             window_start_ns=min((r.sent_ns for r in measured), default=0))
+        _attach_session(summary, records, level, sessions)
         findings.assess(findings.LevelFacts(records, summary, level.concurrency, n_req, interrupted=True))
         store.save_level(run_id, idx, repetition, summary, records, status=status, started=started,
                          finished=now_iso(), window=load.window)
@@ -514,8 +502,7 @@ async def _run_level(
         summary.telemetry = tele.summary(summary.total_output_tokens, summary.duration_s)
         if tele.series():
             store.save_telemetry(run_id, idx, repetition, tele.series())
-    if sessions is not None and sessions.last is not None and level.cache is not None:
-        summary.session = _session_summary(records, level.cache, sessions.last, summary.telemetry)
+    _attach_session(summary, records, level, sessions)
     if node_snaps:
         summary.client["node_guards"] = node_snaps
     findings.assess(_facts(cfg, run_id, level, records, summary, load.reasons, info, snap, node_snaps, load.lost))
@@ -529,12 +516,38 @@ async def _run_level(
     return summary, status
 
 
-def _session_summary(records: list[RequestRecord], cache: CacheMode, work: SessionLevel,
-                     telemetry: dict[str, Any] | None) -> SessionStats:
-    """The level's session view, with what the runner alone knows (compactions, caps) and the server's own
-    prefix-cache hit share over the level (/metrics), beside the responses' cached share."""
-    stats = session_stats(records, cache)
-    stats.compactions, stats.capped = work.compactions, work.capped
-    hit = (telemetry or {}).get("prefix_cache_hit_rate")
+async def _measure(cfg: SweepConfig, client: StreamClient, load: _Load, level: Level, at: tuple[int, int, int],
+                   records: list[RequestRecord], rep: Reporter,
+                   sessions: _SessionWork | None) -> LevelTelemetry | None:
+    """The measured phase of a level (its requests, or its agents' sessions), with the server's /metrics sampled
+    meanwhile; returns the telemetry, stopped."""
+    idx, repetition, seed = at
+    tele = None
+    if cfg.metrics_interval_s:
+        tele = LevelTelemetry(client.session, root_url(cfg.url), cfg.metrics_interval_s,
+                              {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {})
+        tele.start()
+    try:
+        if sessions is not None:
+            await load.sessions(sessions.level(client, idx, level, records, rep.request_done), level, records)
+        else:
+            await load.measured(level, cfg.requests, cfg.duration_s, seed + idx * 7919 + repetition, records,
+                                rep.request_done)
+    finally:
+        if tele is not None:
+            await tele.stop()
+    return tele
+
+
+def _attach_session(summary: LevelSummary, records: list[RequestRecord], level: Level,
+                    sessions: _SessionWork | None) -> None:
+    """A session level's view (``summary.session``), with what the runner alone knows (compactions, caps) and the
+    server's own prefix-cache hit share over the level (/metrics, once the telemetry is in), beside the responses'
+    cached share."""
+    if sessions is None or sessions.last is None or level.cache is None:
+        return
+    stats = session_stats(records, level.cache)
+    stats.compactions, stats.capped = sessions.last.compactions, sessions.last.capped
+    hit = (summary.telemetry or {}).get("prefix_cache_hit_rate")
     stats.server_hit_share = hit if isinstance(hit, (int, float)) else None
-    return stats
+    summary.session = stats
