@@ -138,7 +138,9 @@ EXAMPLES: dict[str, list[str]] = {
     "fit": ["tokenbench fit --hardware nvidia-a30 --model gpt-oss-20b --weights Q4_K_M --context 65536"],
     "predict": ["tokenbench predict --hardware nvidia-h100-sxm --model qwen3.6-27b --weights FP8 --concurrency 1,16",
                 "tokenbench predict --hardware amd-ryzen-ai-max-395 --model gpt-oss-20b --engine llama.cpp "
-                "--test depth --depth 0,32k"],
+                "--test depth --depth 0,32k",
+                "tokenbench predict --hardware amd-ryzen-ai-max-395 --model gpt-oss-20b --engine llama.cpp --sessions "
+                "--turns 20 --shared-prefix 2000 --input-len 1000 --tool-len 800 --output-len 400 --think-time 5s"],
     "hardware": ["tokenbench hardware"],
     "models": ["tokenbench models"],
     "calibrate": ["tokenbench calibrate --out my-efficiency.toml   # the shipped published measurements",
@@ -343,10 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     pp = sub.add_parser("predict", help="predicted speed (roofline ceiling and calibrated estimate)")
     add_setup(pp, default_engine="vllm", required=False)
-    pp.add_argument("--input-len", type=POSITIVE_INT,
-                    help="prompt tokens (default 4096 when serving; with --test, the pp length, default 512)")
-    pp.add_argument("--output-len", type=POSITIVE_INT,
-                    help="output tokens (default 512 when serving; with --test, the tg length, default 128)")
+    pp.add_argument("--input-len",
+                    help="prompt tokens (default 4096 when serving; with --test, the pp length, default 512; with "
+                    "--sessions, the task of turn 1, default 1024, or a draw such as uniform:512-2048)")
+    pp.add_argument("--output-len",
+                    help="output tokens (default 512 when serving; with --test, the tg length, default 128; with "
+                    "--sessions, each answer, default 256, or a draw)")
     pp.add_argument("--ubatch", type=POSITIVE_INT, help="llama.cpp micro-batch (-ub) for prompt processing (default 512)")
     pp.add_argument("--concurrency", help="serving levels, e.g. 1,4,8,16,32 (default 1)")
     add_flash_attn(pp, "slower at depth")
@@ -358,6 +362,17 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--acceptance", type=SHARE, help="per-token acceptance rate (0..1)")
     pp.add_argument("--acceptance-length", type=POSITIVE, help="mean acceptance length (vLLM's τ)")
     pp.add_argument("--draft-cost", type=POSITIVE, help="draft cost per token relative to the target (default: MTP 1/layers)")
+    ss = pp.add_argument_group("agent sessions (as sweep --sessions measures them)")
+    ss.add_argument("--sessions", nargs="?", type=POSITIVE_INT, const=0, metavar="N",
+                    help="predict an agent's session turn by turn, with and without the prefix cache; N: sessions "
+                    "in all (default one per agent, --concurrency)")
+    ss.add_argument("--turns", type=POSITIVE_INT, help="turns per session (default 10)")
+    ss.add_argument("--shared-prefix", metavar="T", help="system-prompt tokens every session shares (default 0)")
+    ss.add_argument("--tool-len", metavar="DRAW", help="tokens of each tool result (default 512)")
+    ss.add_argument("--think-time", metavar="DRAW", help="the agent's time between an answer and its next turn, "
+                    "e.g. 5s or uniform:1s-10s (default 0)")
+    ss.add_argument("--max-context", metavar="T",
+                    help="the session ends at the first turn whose prompt and answer pass T tokens")
     pp.add_argument("--against", help="predict every row of a file in the published.csv layout")
     pp.add_argument("--calibration", help="efficiency TOML to use instead of the packaged one")
     pp.add_argument("--json", help="write the predictions to this JSON file; - for stdout")

@@ -14,6 +14,8 @@ from .common import check_output, emit_json, int_list, tokens, write_json
 if TYPE_CHECKING:
     from ..predict.calibration import Calibration
     from ..predict.predictor import Setup
+    from ..predict.session import SessionShape
+    from ..results import RunResult
 
 
 def _setup(a: argparse.Namespace) -> tuple[Setup, Calibration]:
@@ -104,10 +106,14 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     from ..predict.runs import headline, prediction_manifest, speculation
 
     if a.against:
+        if a.sessions is not None:
+            raise UsageError("--against predicts the rows of a file; --sessions predicts an agent's session: drop one "
+                             "or the other")
         return _predict_against(a, console)
     if not a.hardware or not a.model:
         raise UsageError("predict needs --hardware and --model (or --against FILE)")
     depths, levels = _check_flags(a)
+    shape = _session_shape(a, levels)
     s, cal = _setup(a)
     if a.save and not s.calibrated:
         raise UsageError(f"--save: no measurements of {s.backend} stand behind an estimate, so there is none to store "
@@ -120,6 +126,8 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         console.print(spec.describe(), markup=False, highlight=False)
     console.print(f"{headline(prediction_manifest(s))}; calibration {cal.origin}; the ceiling is the physical limit at "
                   "efficiency 1", markup=False, highlight=False)
+    if shape is not None:
+        return _predict_sessions(a, console, s, cal, shape, levels)
     if depths is not None:
         a.input_len, a.output_len = a.input_len or 512, a.output_len or 128
         head, rows = report.depth_table(s, cal, depths, a.input_len, a.output_len)
@@ -145,27 +153,129 @@ def _check_flags(a: argparse.Namespace) -> tuple[list[int] | None, list[int]]:
     if not a.spec_tokens and (a.acceptance is not None or a.acceptance_length is not None or a.draft_cost is not None):
         raise UsageError("--acceptance, --acceptance-length and --draft-cost go with --spec-tokens N (drafted tokens "
                          "per step)")
+    if a.sessions is not None and (a.test or a.depth):
+        raise UsageError(f"{'--test' if a.test else '--depth'} predicts llama-bench's one stream at a depth; "
+                         "--sessions predicts an agent's session, whose depth grows turn by turn: drop one or the other")
     if a.test and (a.concurrency or a.parallel):
         raise UsageError("--concurrency and --parallel describe serving; --test predicts llama-bench's one stream: "
                          "drop one or the other")
     if a.depth and not a.test:
         raise UsageError("--depth goes with --test tg128|pp512|depth; a serving prediction's context is --input-len")
+    if a.sessions is None:
+        given = [f for f, v in SESSION_FLAGS.items() if getattr(a, v) is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} an agent's session: add "
+                             "--sessions")
+        a.input_len, a.output_len = _length(a.input_len, "--input-len"), _length(a.output_len, "--output-len")
     if a.test:
         return [tokens(d, "--depth", zero=True) for d in (a.depth or "0").split(",") if d.strip()], []
     return None, int_list(a.concurrency or "1", "--concurrency")
 
 
+#: The options only a session prediction reads, and their attributes.
+SESSION_FLAGS = {"--turns": "turns", "--shared-prefix": "shared_prefix", "--tool-len": "tool_len",
+                 "--think-time": "think_time", "--max-context": "max_context"}
+
+
+def _length(text: str | None, what: str) -> int | None:
+    """A serving or depth prediction's one length; a drawn one (uniform:, normal:, file:) is a session's."""
+    if text is None:
+        return None
+    if ":" in text:
+        raise UsageError(f"{what} {text}: a drawn length goes with --sessions; a serving or --test prediction takes "
+                         "one length, e.g. 4096 or 4k")
+    return tokens(text, what)
+
+
+def _session_shape(a: argparse.Namespace, agents: list[int]) -> SessionShape | None:
+    """The session --sessions asks for (None without it), its lengths parsed as sweep --sessions parses them."""
+    from .. import draws
+    from ..predict import session as ps
+
+    if a.sessions is None:
+        return None
+    if a.sessions and max(agents) > a.sessions:
+        raise UsageError(f"--sessions {a.sessions} with --concurrency {max(agents)}: only {a.sessions} agents could "
+                         f"run at once; give --concurrency {a.sessions} or less, or more sessions")
+
+    def draw(text: str | None, what: str, default: float, unit: str = "tokens") -> draws.Draw:
+        try:
+            return draws.parse(text, what, unit) if text is not None else draws.Draw.fixed(default, unit)
+        except draws.DrawError as e:
+            raise UsageError(str(e)) from None
+
+    shape = ps.SessionShape(
+        turns=a.turns or ps.DEFAULT_TURNS,
+        shared_prefix=tokens(a.shared_prefix, "--shared-prefix", zero=True) if a.shared_prefix else 0,
+        input_len=draw(a.input_len, "--input-len", ps.DEFAULT_INPUT_LEN),
+        tool_len=draw(a.tool_len, "--tool-len", ps.DEFAULT_TOOL_LEN),
+        output_len=draw(a.output_len, "--output-len", ps.DEFAULT_OUTPUT_LEN),
+        think_time=draw(a.think_time, "--think-time", 0.0, "s"),
+        max_context=tokens(a.max_context, "--max-context") if a.max_context else None)
+    shape.check()
+    return shape
+
+
+def _predict_sessions(a: argparse.Namespace, console: Console, s: Setup, cal: Calibration, shape: SessionShape,
+                      agents: list[int]) -> int:
+    """One table per number of agents, each with its session's time and tokens and what it assumed; a level per
+    number of agents, with the prefix cache (a measured session level's ``cache`` "warm"), stored with --save and
+    written with --json (whose tables keep the figures without the cache too)."""
+    from ..output import print_table
+    from ..predict import report
+    from ..predict.runs import prediction, session_level
+    from ..predict.session import predict_session
+
+    sh = shape
+    console.print(f"session: {sh.turns} turns; shared prefix {sh.shared_prefix}, task {sh.input_len.describe()}, "
+                  f"tool results {sh.tool_len.describe()}, answers {sh.output_len.describe()}, think "
+                  f"{sh.think_time.describe()}" + (f"; max context {sh.max_context:,}" if sh.max_context else "")
+                  + " (tokens)", markup=False, highlight=False)
+    said: set[str] = set()
+    levels, tables, metrics = [], [], []
+    for n in agents:
+        p = predict_session(s, sh, n)
+        head, rows = report.session_table(s, cal, p)
+        lines = report.session_lines(s, p, a.sessions or None)
+        console.print(f"{n} agent{'s' if n > 1 else ''}:", markup=False, highlight=False)
+        print_table(console, head, rows, a.format)
+        for line in lines:
+            console.print(line, markup=False, highlight=False)
+        for note in p.notes:
+            if note not in said:
+                console.print(note, markup=False, highlight=False, style="dim")
+                said.add(note)
+        levels.append(session_level(p, a.sessions or None))
+        tables.append({"agents": n, "columns": head, "rows": rows, "lines": lines})
+        metrics += [m for m in report.session_metrics(n) if m not in metrics]
+    note = report.band_note(s, cal, metrics)
+    console.print(note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
+    if a.save or a.json:
+        res = prediction(s, levels, sh.workload(a.sessions or None))
+        _store_and_write(a, console, s, cal, res, {"note": note, "tables": tables, "metrics": metrics})
+    return 0
+
+
 def _predicted_result(a: argparse.Namespace, console: Console, s: Setup, cal: Calibration, depths: list[int] | None, levels: list[int] | None,
                       shown: dict[str, Any]) -> None:
     """The prediction as a result (kind predict): stored with --save, written with --json."""
-    from ..predict import report
-    from ..predict.runs import depth_levels, prediction, save_prediction, serve_levels
+    from ..predict.runs import depth_levels, prediction, serve_levels
 
     if depths is not None:
         res = prediction(s, depth_levels(s, depths, a.input_len, a.output_len), None)
     else:
         res = prediction(s, serve_levels(s, levels or [], a.input_len, a.output_len),
                          {"input_len": a.input_len, "output_len": a.output_len})
+    _store_and_write(a, console, s, cal, res, shown)
+
+
+def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Calibration, res: RunResult,
+                     shown: dict[str, Any]) -> None:
+    """A prediction stored with --save and written with --json, beside what the terminal showed (``shown``: the
+    band note and metrics, and the table's columns and rows, or a session's tables)."""
+    from ..predict import report
+    from ..predict.runs import save_prediction
+
     if a.save:
         res = save_prediction(Store(a.db), res, a.save)
         console.print(f"saved as run {res.run_id} (label {a.save}, provenance predicted)", markup=False)
@@ -173,8 +283,8 @@ def _predicted_result(a: argparse.Namespace, console: Console, s: Setup, cal: Ca
         # the keys predict --json wrote before it went through the result contract, kept beside it
         res.legacy = {"predicted": True, "calibrated": s.calibrated, "backend": s.backend,
                       "calibration": {"origin": cal.origin, "source": s.eff.source, "rows": s.eff.rows},
-                      "band_pct": report.bands(s, cal, shown["metrics"]), "note": shown["note"],
-                      "columns": shown["columns"], "rows": shown["rows"]}
+                      "band_pct": report.bands(s, cal, shown["metrics"]),
+                      **{k: v for k, v in shown.items() if k != "metrics"}}
         write_json(a.json, res)
 
 

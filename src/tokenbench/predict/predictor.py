@@ -137,18 +137,20 @@ class Setup:
         c = self._prefill_cost(tokens, depth, ub)
         return rf.Estimate(c.ceiling, rf.prefill_time(c, self.eff))
 
-    def serve(self, n: int, prompt: int, output: int) -> rf.ServePoint:
+    def serve(self, n: int, prompt: int, output: int, cached: int = 0) -> rf.ServePoint:
         """A closed loop of ``n`` agents, from the memoised per-shape costs (the fit evaluates each row often).
         llama.cpp with ``parallel`` slots batches up to that many sequences (continuous batching, as a batching
-        engine, prompts in its micro-batches); more agents wait for a slot."""
-        ctx = prompt + output // 2
+        engine, prompts in its micro-batches); more agents wait for a slot. ``cached``: tokens of each prompt
+        already in the prefix cache before its ``prompt`` new ones (an agent's turn): only the new ones are
+        prefilled, at that depth, and decoding runs at the whole context."""
+        ctx = cached + prompt + output // 2
         if self.kind == "sequential" and self.parallel > 1:
             b = min(n, self.parallel)
-            pf = self._prefill_cost(max(prompt, 1), 0, self.ubatch)
+            pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch)
             p = rf.serve_point(pf, self._decode_step(b, ctx), self.eff, "batching", b, prompt, output)
             return rf.behind_slots(p, n, output)
         sequential = self.kind == "sequential"
-        pf = self._prefill_cost(max(prompt, 1), 0, self.ubatch if sequential else rf.CHUNK_TOKENS)
+        pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch if sequential else rf.CHUNK_TOKENS)
         t_dec = self._decode_step(1 if sequential else n, ctx)
         return rf.serve_point(pf, t_dec, self.eff, self.kind, n, prompt, output)  # type: ignore[arg-type]
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from . import roofline as rf
 from .calibration import Calibration
 from .predictor import AgainstReport, Setup
 from .roofline import FIT_SEARCH_TOKENS, GIB, Fit, kv_bytes, state_bytes
+from .session import SessionPrediction, rounds
 from .specs import Catalog
 
 Table = tuple[list[str], list[list[str]]]
@@ -174,3 +176,95 @@ def summary_lines(rep: AgainstReport) -> list[str]:
     if rep.summary["flagged"]:
         out.append(f"{rep.summary['flagged']} row(s) flagged as a likely software bottleneck")
     return out
+
+
+#: Turns a session table shows at most, as columns beside the row names: five fit 80 columns.
+SESSION_COLUMNS = 5
+
+
+def shown_turns(turns: int, most: int = SESSION_COLUMNS) -> list[int]:
+    """The turns a session table shows: all of them when they fit, else 1, 2, 5, 10, 20, 50, ... and the last,
+    dropping the smallest of the middle ones until ``most`` are left."""
+    if turns <= most:
+        return list(range(1, turns + 1))
+    picks, step = [1, 2], 5
+    while step < turns:
+        picks.append(step)
+        step = step * 5 // 2 if str(step)[0] == "2" else step * 2  # 5, 10, 20, 50, 100, 200, 500, ...
+    picks.append(turns)
+    while len(picks) > most:
+        del picks[2]
+    return picks
+
+
+def _seconds(v: float) -> str:
+    """A time in a cell at most 7 wide: 5.3 ms, 46 ms, 1.76 s, 13.7 s, 147 s, 1,175 s."""
+    if v < 1:
+        return f"{v * 1000:.1f} ms" if v < 0.01 else f"{v * 1000:.0f} ms"
+    if v >= 1000:
+        return f"{v:,.0f} s"
+    if v >= 100:
+        return f"{v:.0f} s"
+    return f"{v:.1f} s" if v >= 10 else f"{v:.2f} s"
+
+
+def session_metrics(agents: int) -> tuple[str, str]:
+    """The band metrics behind a session's TTFT and decode rate: one agent's come from the depth estimates (a
+    prompt's prefill, a decode step), so their held-out errors are prefill's and decode's; N agents' from the
+    serving loop, whose errors are TTFT's and TPOT's."""
+    return ("prefill", "decode") if agents == 1 else ("ttft", "tpot")
+
+
+def session_table(s: Setup, cal: Calibration, p: SessionPrediction) -> Table:
+    """One agent's session, turns as columns (a readable subset, ``shown_turns``): the context the turn sends, the
+    uncached tokens it prefills, TTFT with the prefix cache and without it, the decode rate at that depth (per
+    agent), each beside its ceiling, and whether the contexts fit. Uncalibrated: the ceilings only."""
+    shown = [t for t in p.turns if t.turn in shown_turns(len(p.turns))]
+    ttft_m, dec_m = session_metrics(p.agents)
+
+    def label(name: str, metric: str) -> str:
+        b = cal.band(s.backend, metric) if s.calibrated else None
+        return f"{name} ±{b.pct:.0f}%" if b else name
+
+    rows = [["Context"] + [f"{t.context:,}" for t in shown], ["Uncached"] + [f"{t.uncached:,}" for t in shown]]
+    for name, metric, get, fmt in (
+            ("TTFT cached", ttft_m, lambda t: t.ttft_s, _seconds),
+            ("TTFT uncached", ttft_m, lambda t: t.cold_ttft_s, _seconds),
+            ("Decode tok/s", dec_m, lambda t: rf.Estimate(1 / t.tpot_s.ceiling, 1 / t.tpot_s.estimate), _f)):
+        if s.calibrated:
+            rows.append([label(name, metric)] + [fmt(get(t).estimate) for t in shown])
+        rows.append(["  ceiling" if s.calibrated else f"{name}, ceiling"] + [fmt(get(t).ceiling) for t in shown])
+    rows.append(["Fits"] + ["offload" if t.offload else "yes" if t.fits else "NO" for t in shown])
+    return ["Turn"] + [str(t.turn) for t in shown], rows
+
+
+def session_lines(s: Setup, p: SessionPrediction, sessions: int | None = None) -> list[str]:
+    """The lines under a session table: its last turn, the session's time as the sum of its parts (with the
+    cache and without it), the tokens of one session, for N agents their aggregate rate, and with ``sessions``
+    how long they take. Uncalibrated: the ceilings (the least time the box allows), said so."""
+    est = s.calibrated
+    pick = (lambda e: e.estimate) if est else (lambda e: e.ceiling)
+    last, sh = p.turns[-1], p.shape
+    warm, cold = p.time(True), p.time(False)
+    what = "" if est else " (ceilings: UNCALIBRATED, no estimate)"
+    think = f" + {_seconds(warm.think_s)} thinking ({len(p.turns) - 1} x {sh.think_time.describe()})" \
+        if warm.think_s else ""
+    lines = [
+        f"turn {last.turn}{what}: TTFT {_seconds(pick(last.ttft_s))} with the prefix cache, "
+        f"{_seconds(pick(last.cold_ttft_s))} without; decode {_f(1 / pick(last.tpot_s))} tok/s at "
+        f"{last.context:,} tokens",
+        f"session ({len(p.turns)} turns){what}: {_seconds(pick(warm.total))} = {_seconds(pick(warm.ttft))} to first "
+        f"tokens + {_seconds(pick(warm.decode))} decoding ({len(p.turns)} x {sh.output - 1} tokens after the first)"
+        f"{think}; without the cache {_seconds(pick(cold.total))}",
+        f"per session: {p.output_tokens:,} output tokens; {p.prompt_tokens:,} prompt tokens sent, "
+        f"{p.prefilled_tokens:,} prefilled ({1 - p.prefilled_tokens / p.prompt_tokens:.0%} from the cache)",
+    ]
+    if p.agents > 1:
+        thr = p.throughput(True)
+        lines.append(f"{p.agents} agents, sessions back to back: {_f(thr[1] if est else thr[0])} output tok/s in all"
+                     + what)
+    if sessions:
+        r = rounds(sessions, p.agents)
+        lines.append(f"{sessions} sessions on {p.agents} agent{'s' if p.agents > 1 else ''}: {r} after another, "
+                     f"{_seconds(r * pick(warm.total))}{what}")
+    return lines

@@ -8,17 +8,19 @@ user knows: an acceptance probability or a mean acceptance length (as vLLM repor
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import __version__
 from ..errors import UsageError
-from ..metrics import Distribution, LevelSummary
+from ..metrics import Distribution, LevelSummary, SessionStats, TurnPoint
 from ..loadgen import Level
 from ..results import LevelOutcome, Manifest, RunResult, new_run_id, now_iso
 from ..store import Store
 from . import roofline as rf
 from .predictor import Setup
+from .session import SessionPrediction
 
 #: A draft model's cost per drafted token, as a share of the target's pass, when none is given (a small draft
 #: model); a model with its own multi-token-prediction head drafts with about one layer's work.
@@ -81,6 +83,44 @@ def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: i
     return levels
 
 
+def _turn_points(p: SessionPrediction, cache: bool) -> list[TurnPoint]:
+    return [TurnPoint(turn=t.turn - 1, n=0, context_tokens_mean=float(t.context),
+                      cached_tokens_mean=float(t.cached if cache else 0),
+                      uncached_tokens_mean=float(t.uncached if cache else t.context),
+                      ttft_ms=Distribution(n=0, p50=(t.ttft_s if cache else t.cold_ttft_s).estimate * 1000),
+                      tpot_ms=Distribution(n=0, p50=(t.tpot_s if cache else t.cold_tpot_s).estimate * 1000))
+            for t in p.turns]
+
+
+def _ms(values: list[float]) -> Distribution:
+    """Predicted figures over the turns of a session (each turn once, as a measured level holds each session's
+    turns): their mean and median, no samples."""
+    d = Distribution.of(values)
+    return Distribution(n=0, mean=d.mean, p50=d.p50)
+
+
+def session_level(p: SessionPrediction, sessions: int | None = None, cache: bool = True) -> LevelSummary:
+    """A predicted session as a measured session level stores it: a serving level of ``p.agents`` agents whose
+    ``session`` holds the predicted turns (``n`` 0: no request was measured), the estimates (not the ceilings),
+    with the prefix cache serving each turn's history (``cache``: "warm") or without it ("busted", the baseline
+    that says what the cache bought). The level's TTFT and TPOT are over the turns, each once, as a measured
+    level holds every turn of its sessions."""
+    turns = _turn_points(p, cache)
+    t = p.time(cache)
+    n = sessions or p.agents
+    lv = LevelSummary.empty(
+        p.agents, test="serve", output_throughput_tps=p.throughput(cache)[1],
+        input_tokens_mean=statistics.fmean(x.context for x in p.turns), output_tokens_mean=float(p.shape.output),
+        ttft_ms=_ms([x.ttft_ms.p50 or 0.0 for x in turns]), tpot_ms=_ms([x.tpot_ms.p50 or 0.0 for x in turns]))
+    prompt = p.prompt_tokens
+    lv.session = SessionStats(
+        cache="warm" if cache else "busted", sessions=n, sessions_finished=n, turns_per_session=float(len(p.turns)),
+        session_s=Distribution(n=0, mean=t.total.estimate, p50=t.total.estimate),
+        cached_share=(1 - p.prefilled_tokens / prompt if cache else 0.0) if prompt else None,
+        cached_source="predicted", capped=n if p.capped else 0, turns=turns)
+    return lv
+
+
 def shape(s: Setup) -> dict[str, Any]:
     """What a prediction assumed beyond box, model and formats, as its manifest keeps it: the GPUs sharing each
     layer (tensor parallel), llama.cpp's slots (-np), micro-batch (-ub) and flash attention (-fa), and
@@ -92,7 +132,7 @@ def shape(s: Setup) -> dict[str, Any]:
     return out
 
 
-def prediction_manifest(s: Setup, workload: dict[str, int] | None = None, label: str | None = None) -> Manifest:
+def prediction_manifest(s: Setup, workload: dict[str, Any] | None = None, label: str | None = None) -> Manifest:
     """A prediction's provenance: what was predicted, on which box, in which shape, by which calibration."""
     return Manifest(model=s.model.id, weights=s.quant.weights, kv=s.quant.kv, engine=s.engine, hardware=s.hw.id,
                     predicted=True, backend=s.backend, calibration=s.eff.source, calibrated=s.calibrated,
@@ -106,7 +146,7 @@ def headline(m: Manifest) -> str:
             f"{m.engine}" + "".join(f", {e}" for e in m.shape_parts) + f" ({m.backend}: {m.calibration})")
 
 
-def prediction(s: Setup, levels: list[LevelSummary], workload: dict[str, int] | None,
+def prediction(s: Setup, levels: list[LevelSummary], workload: dict[str, Any] | None,
                label: str | None = None) -> RunResult:
     """Predicted levels as a result (kind predict), not stored: ``run_id`` is empty until ``save_prediction``."""
     manifest = prediction_manifest(s, workload, label)

@@ -1,0 +1,243 @@
+"""predict --sessions: an agent session on a box you do not own, turn by turn, with the prefix cache and without it
+(issue 25). The figures come from the depth and serving estimates, so they are checked against those, not
+against numbers written here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.draws import Draw
+from tokenbench.predict.calibration import Calibration
+from tokenbench.predict.predictor import Setup
+from tokenbench.predict.report import _seconds, session_table, shown_turns
+from tokenbench.predict.session import SessionShape, predict_session
+from tokenbench.predict.specs import Catalog
+from tokenbench.results import load_result
+from tokenbench.store import Store
+
+STRIX = ("amd-ryzen-ai-max-395", "gpt-oss-20b", "Q4_K_M", "F16", "llama.cpp")
+H100 = ("nvidia-h100-sxm", "gpt-oss-20b", "MXFP4", "AUTO", "vllm")
+SESSION = ["--sessions", "--turns", "20", "--shared-prefix", "2000", "--input-len", "1000", "--tool-len", "800",
+           "--output-len", "400"]
+STRIX_ARGS = ["predict", "--hardware", STRIX[0], "--model", STRIX[1], "--engine", STRIX[4], *SESSION]
+
+
+@pytest.fixture(scope="module")
+def cat() -> Catalog:
+    return Catalog.load()
+
+
+@pytest.fixture(scope="module")
+def cal() -> Calibration:
+    return Calibration.packaged()
+
+
+def shape(**kw: object) -> SessionShape:
+    base: dict[str, object] = dict(turns=20, shared_prefix=2000, input_len=Draw.fixed(1000),
+                                   tool_len=Draw.fixed(800), output_len=Draw.fixed(400),
+                                   think_time=Draw.fixed(5.0, "s"))
+    base.update(kw)
+    return SessionShape(**base)  # type: ignore[arg-type]
+
+
+def setup(cat: Catalog, cal: Calibration, box: tuple[str, ...], parallel: int = 1) -> Setup:
+    return Setup.make(cat, cal, *box, parallel=parallel)
+
+
+@pytest.fixture
+def screen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An 80-column terminal, whatever the caller's environment says of colour, locale, zone or home."""
+    monkeypatch.setenv("COLUMNS", "80")
+    for var, value in (("NO_COLOR", "1"), ("LANG", "C"), ("TZ", "Pacific/Kiritimati")):
+        monkeypatch.setenv(var, value)
+
+
+def test_a_turn_sends_the_whole_conversation_and_prefills_only_what_is_new() -> None:
+    sh = shape()
+    assert [sh.context(k) for k in (1, 2, 3)] == [3000, 4200, 5400]
+    assert sh.cached(1) == 2000 and sh.cached(2) == 3000 and sh.cached(3) == 4200  # the previous prompt
+    assert sh.context(2) - sh.cached(2) == 400 + 800  # the previous answer and the new tool result
+
+
+@pytest.mark.parametrize("box,agents", [(STRIX, 1), (STRIX, 8), (H100, 1), (H100, 8)])
+def test_cached_ttft_is_below_uncached_after_the_first_turn_and_the_gap_grows(
+        cat: Catalog, cal: Calibration, box: tuple[str, ...], agents: int) -> None:
+    p = predict_session(setup(cat, cal, box), shape(), agents)
+    assert len(p.turns) == 20
+    later = p.turns[1:]
+    assert all(t.ttft_s.estimate < t.cold_ttft_s.estimate for t in later)
+    assert all(t.ttft_s.ceiling < t.cold_ttft_s.ceiling for t in later)
+    gaps = [t.cold_ttft_s.estimate - t.ttft_s.estimate for t in p.turns]
+    assert all(b > a for a, b in zip(gaps, gaps[1:]))
+
+
+def test_one_agent_is_the_depth_prediction(cat: Catalog, cal: Calibration) -> None:
+    """The uncached TTFT of turn k is the whole prompt's prefill at that context, the cached one the prefill of the
+    new tokens after the cached ones, and the decode rate tg at the middle of the answer: what --test depth
+    predicts, by the same calls."""
+    s = setup(cat, cal, STRIX)
+    p = predict_session(s, shape(), 1)
+    for t in p.turns:
+        whole = s.prefill(t.context)
+        assert (t.cold_ttft_s.estimate, t.cold_ttft_s.ceiling) == (whole.estimate, whole.ceiling)
+        assert t.ttft_s.estimate == s.prefill(t.uncached, t.cached).estimate
+        assert t.tpot_s.estimate == s.decode(t.context + 400 // 2).estimate
+    # and the printed cell is that prefill, rounded
+    head, rows = session_table(s, cal, p)
+    col = head.index("20")
+    uncached = next(r for r in rows if r[0].startswith("TTFT uncached"))
+    assert uncached[col] == _seconds(s.prefill(p.turns[19].context).estimate)
+
+
+def test_several_agents_go_through_the_serving_loop(cat: Catalog, cal: Calibration) -> None:
+    s = setup(cat, cal, H100)
+    p = predict_session(s, shape(), 8)
+    t = p.turns[9]
+    served = s.serve(8, t.uncached, 400, t.cached)
+    assert t.ttft_s.estimate == served.ttft_s.estimate and t.tpot_s.estimate == served.tpot_s.estimate
+    cold = s.serve(8, t.context, 400)
+    assert t.cold_ttft_s.estimate == cold.ttft_s.estimate
+    one = predict_session(s, shape(), 1).turns[9]
+    assert t.ttft_s.estimate > one.ttft_s.estimate and t.tpot_s.estimate > one.tpot_s.estimate  # shared
+
+
+@pytest.mark.parametrize("agents", [1, 8])
+def test_an_h100_beats_a_strix_halo_on_ttft_for_the_same_session(cat: Catalog, cal: Calibration, agents: int) -> None:
+    h100 = predict_session(setup(cat, cal, H100), shape(), agents)
+    strix = predict_session(setup(cat, cal, STRIX), shape(), agents)
+    for a, b in zip(h100.turns, strix.turns):
+        assert a.ttft_s.estimate < b.ttft_s.estimate and a.cold_ttft_s.estimate < b.cold_ttft_s.estimate
+    assert h100.time().total.estimate < strix.time().total.estimate
+
+
+def test_session_time_adds_up_to_its_parts(cat: Catalog, cal: Calibration) -> None:
+    p = predict_session(setup(cat, cal, STRIX), shape(), 1)
+    t = p.time()
+    ttft = sum(x.ttft_s.estimate for x in p.turns)
+    decode = sum(399 * x.tpot_s.estimate for x in p.turns)
+    assert t.ttft.estimate == pytest.approx(ttft) and t.decode.estimate == pytest.approx(decode)
+    assert t.think_s == 19 * 5.0
+    assert t.total.estimate == pytest.approx(ttft + decode + 95.0)
+    assert t.total.ceiling == pytest.approx(t.ttft.ceiling + t.decode.ceiling + 95.0)
+    cold = p.time(cache=False)
+    assert cold.total.estimate > t.total.estimate and cold.think_s == t.think_s
+    assert p.output_tokens == 20 * 400 and p.prompt_tokens == sum(3000 + 1200 * k for k in range(20))
+    assert p.prefilled_tokens == 1000 + 19 * 1200
+
+
+def test_max_context_ends_the_session_and_a_first_turn_past_it_is_refused(cat: Catalog, cal: Calibration) -> None:
+    sh = shape(max_context=10_000)
+    assert sh.sent() == 6  # turn 6 sends 9,000 and answers 400; turn 7 would need 10,600
+    p = predict_session(setup(cat, cal, STRIX), sh, 1)
+    assert len(p.turns) == 6 and p.capped
+    assert any("ends after turn 6 of 20" in n and "10,600" in n for n in p.notes)
+    with pytest.raises(Exception, match="first turn already needs 3,400 tokens"):
+        predict_session(setup(cat, cal, STRIX), shape(max_context=3000), 1)
+
+
+def test_contexts_past_the_box_are_flagged(cat: Catalog, cal: Calibration) -> None:
+    s = Setup.make(cat, cal, "nvidia-l4", "llama-3.1-8b", "FP8", "AUTO", "vllm")
+    p = predict_session(s, shape(turns=60, tool_len=Draw.fixed(2000), output_len=Draw.fixed(500)), 4)
+    assert p.turns[0].fits and not p.turns[-1].fits
+    first = next(t.turn for t in p.turns if not t.fits)
+    assert any(f"from turn {first} the box cannot hold 4 contexts" in n and "evicts cached prefixes" in n
+               for n in p.notes)
+    head, rows = session_table(s, cal, p)
+    assert rows[-1][0] == "Fits" and rows[-1][-1] == "NO"
+
+
+def test_shown_turns_are_all_or_a_readable_subset() -> None:
+    assert shown_turns(4) == [1, 2, 3, 4]
+    assert shown_turns(20) == [1, 2, 5, 10, 20]
+    assert shown_turns(30) == [1, 2, 10, 20, 30]
+    assert all(len(shown_turns(k)) <= 5 and shown_turns(k)[-1] == k for k in range(1, 500))
+
+
+def _table_cell(out: str, row: str, turn: str) -> str:
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:1] == ["Turn"])
+    turns = lines[head].split()[1:]
+    cells = re.split(r"\s{2,}", next(line for line in lines[head:] if line.strip().startswith(row)).strip())
+    return cells[1 + turns.index(turn)]
+
+
+@pytest.mark.usefixtures("screen")
+def test_the_table_fits_80_columns_and_the_headline_is_read_off_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*STRIX_ARGS, "--concurrency", "1,8", "--think-time", "5s"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert out.count("PREDICTED") >= 1 and "1 agent:" in out and "8 agents:" in out
+    assert re.search(r"^\s+Turn\s+1\s+2\s+5\s+10\s+20\s*$", out, re.M)  # a table, not one block per value
+    cached = _table_cell(out, "TTFT cached", "20")
+    uncached = _table_cell(out, "TTFT uncached", "20")
+    text = " ".join(out.split())  # the lines under the table wrap at 80 columns
+    assert f"turn 20: TTFT {cached} with the prefix cache, {uncached} without" in text
+    assert re.search(r"TTFT cached ±\d+%", out)  # the band, on the estimate's row
+    assert "8 agents on one slot" in text and "host-memory prompt cache" in text
+    m = re.search(r"session \(20 turns\): ([\d.,]+) s = ([\d.,]+) s to first tokens \+ ([\d.,]+) s decoding "
+                  r"\(20 x 399 tokens after the first\) \+ ([\d.,]+) s thinking \(19 x 5 s\)", text)
+    assert m, out
+    total, *parts = (float(g.replace(",", "")) for g in m.groups())
+    assert total == pytest.approx(sum(parts), abs=1.5)  # each printed to 3 figures
+
+
+@pytest.mark.usefixtures("screen")
+def test_an_uncalibrated_backend_shows_ceilings_marked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--hardware", STRIX[0], "--model", STRIX[1], "--engine", "llama.cpp rocm",
+                 *SESSION]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "TTFT cached, ceiling" in out
+    text = " ".join(out.split())
+    assert "PREDICTED, UNCALIBRATED" in text and "(ceilings: UNCALIBRATED, no estimate)" in text
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--sessions", "--test", "depth"], "--test predicts llama-bench's one stream"),
+    (["--sessions", "--depth", "8k"], "--depth predicts llama-bench's one stream"),
+    (["--sessions", "--against", "rows.csv"], "--against predicts the rows of a file"),
+    (["--turns", "20"], "--turns describes an agent's session: add --sessions"),
+    (["--tool-len", "800", "--think-time", "5s"], "--tool-len, --think-time describe an agent's session"),
+    (["--max-context", "32k"], "add --sessions"),
+    (["--input-len", "uniform:500-1500"], "a drawn length goes with --sessions"),
+    (["--sessions", "4", "--concurrency", "1,8"], "only 4 agents could run at once"),
+    (["--sessions", "--tool-len", "lots"], "--tool-len: 'lots' is not a token count"),
+    (["--sessions", "--think-time", "soon"], "--think-time: 'soon' is not a time"),
+    (["--sessions", "--input-len", "2000", "--max-context", "2k"], "the first turn already needs"),
+])
+def test_flags_that_make_no_sense_with_sessions_are_refused_in_one_line(
+        args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--hardware", H100[0], "--model", H100[1], *args]) == 2
+    out = capsys.readouterr()
+    assert says in out.err and out.out == "" and len(out.err.strip().splitlines()) == 1
+
+
+def test_a_saved_session_prediction_round_trips_through_the_store(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "r.db")
+    assert main([*STRIX_ARGS, "--concurrency", "1,8", "--think-time", "5s", "--sessions", "16", "--save",
+                 "strix-session", "--db", db]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "saved as run" in out and "16 sessions on 8 agents: 2 after another" in out
+    res = load_result(Store(db, readonly=True), "strix-session")
+    assert res.kind == "predict" and res.manifest.predicted_mark == "PREDICTED"
+    assert res.manifest.workload is not None and res.manifest.workload["turns"] == 20
+    assert [o.summary.concurrency for o in res.outcomes] == [1, 8]
+    s = Setup.make(Catalog.load(), Calibration.packaged(), *STRIX)
+    for o in res.outcomes:
+        st = o.summary.session
+        assert st is not None and st.cache == "warm" and st.sessions == 16 and st.cached_source == "predicted"
+        p = predict_session(s, shape(), o.summary.concurrency or 1)
+        assert [t.turn for t in st.turns] == list(range(20))  # TurnPoint counts from 0
+        for tp, t in zip(st.turns, p.turns):
+            assert tp.context_tokens_mean == t.context and tp.cached_tokens_mean == t.cached
+            assert tp.uncached_tokens_mean == t.uncached and tp.n == 0
+            assert tp.ttft_ms.p50 == pytest.approx(t.ttft_s.estimate * 1000)
+            assert tp.decode_tps == pytest.approx(1 / t.tpot_s.estimate)
+        assert st.session_s.p50 == pytest.approx(p.time().total.estimate)
+    assert main(["show", "strix-session", "--db", db]) == 0
+    assert "PREDICTED" in capsys.readouterr().out
