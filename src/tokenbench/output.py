@@ -226,9 +226,10 @@ def session_lines(s: LevelSummary) -> list[str]:
     st = s.session
     if st is None:
         return []
-    line = f"{level_label(s)}: {st.sessions_finished}/{st.sessions} sessions finished"
+    line = f"{level_label(s)}: " + (f"{st.sessions_finished}/{st.sessions} sessions finished, " if st.sessions else "")
     if st.session_s.p50 is not None:
-        line += f", session time p50 {st.session_s.p50:.1f} s (p90 {st.session_s.p90:.1f} s)"
+        line += f"session time p50 {st.session_s.p50:.1f} s" + \
+            (f" (p90 {st.session_s.p90:.1f} s)" if st.session_s.p90 is not None and st.session_s.n > 1 else "")
     if st.cached_share is not None:
         line += f"; cached {100 * st.cached_share:.0f}% of prompt tokens ({st.cached_source})"
     else:
