@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tokenbench.cli import main
 from tokenbench.dataset import Item, load, measure
+from tokenbench.emitter import BackgroundEmitter
 from tokenbench.errors import UsageError
+from tokenbench.store import Store
 
 DATA = Path(__file__).parent / "data"
 
@@ -268,3 +271,85 @@ def test_nothing_usable(tmp_path: Path) -> None:
 def test_a_file_that_cannot_be_read(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"^--dataset .*missing\.jsonl: cannot read it: No such file"):
         load(tmp_path / "missing.jsonl")
+
+
+# --- the command line -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"messages": "hi"}\n', ':1: "messages" is a string, not a list'),
+    ('{"prompt": "a", "max_tokens": 0}\n', ':1: "max_tokens" is 0, not a positive whole number of tokens'),
+    (b"\x00\x01", ":1: a NUL byte: a binary file, not JSON lines or JSON"),
+])
+def test_the_cli_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | bytes,
+                                        message: str) -> None:
+    p = tmp_path / "data.jsonl"
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    # --url: refused before any server is asked (the address is never reached)
+    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--api", "chat", "--dataset", str(p), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"tokenbench: error: {p}{message}\n"
+
+
+@pytest.mark.parametrize("extra", [["--input-len", "64"], ["--shape", "short"], ["--prefix-len", "4"]])
+def test_the_cli_refuses_synthetic_lengths_beside_a_dataset(extra: list[str],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--dataset", str(DATA / "prompts.jsonl"), *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("tokenbench: error: --dataset's prompts are its own") and err.count("\n") == 1
+
+
+# --- through a sweep (the emitter counts words: its /tokenize and its usage agree) --------------------------
+
+def test_a_prompt_file_sweep_sends_each_item_with_its_own_output(emitter: BackgroundEmitter, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run.json"
+    code = main(["sweep", "--url", emitter.url, "--dataset", str(DATA / "prompts.jsonl"), "--output-len", "10",
+                 "--concurrency", "1,2", "--requests", "7", "--warmup", "0", "--seed", "3", "--guard", "off",
+                 "--json", str(out)])
+    std = capsys.readouterr()
+    assert code == 0, std.err
+    err = " ".join(std.err.split())
+    assert "prompts.jsonl: read 8 items, used 7, skipped 1: 1 empty prompt" in err  # said as the run starts
+    out_text = " ".join(std.out.split())
+    assert "output from the file for 4 of them, else 10 tokens" in out_text
+    items = {i.prompt: i for i in load(DATA / "prompts.jsonl").items}
+    bodies = emitter.emitter.requests_seen[1:]
+    assert len(bodies) == 14
+    for b in bodies:
+        item = items[b["prompt"]]  # the file's text, as it is
+        assert b["max_tokens"] == b["min_tokens"] == (item.output_len or 10)
+    # 14 requests from 7 items: every item in the first level, in the seed's order, then the same again
+    order = [b["prompt"] for b in bodies]
+    assert sorted(order[:7]) == sorted(items) and order[7:] == order[:7]
+    assert "the dataset's 7 items are used up: from request 8 on they repeat" in err
+    assert order[:7] == [i.prompt for i in load(DATA / "prompts.jsonl").shuffled(3)]
+    doc = json.loads(out.read_text())
+    wl = doc["manifest"]["workload"]
+    assert wl["input_len"] is None and wl["dataset"]["used"] == 7 and wl["dataset"]["skipped"] == {"empty prompt": 1}
+    assert wl["dataset"]["path"] == str(DATA / "prompts.jsonl") and len(wl["dataset"]["sha256"]) == 64
+    assert all(lv["failed"] == 0 and "output_short" not in lv["flags"] for lv in doc["levels"])
+    recs = Store().requests(doc["run_id"])
+    assert all(r.input_tokens == r.expected_input_tokens == len(r_prompt.split())
+               for r, r_prompt in zip(sorted(recs, key=lambda r: r.index), order))
+
+
+def test_a_chat_file_sweep_sends_the_conversations(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    code = main(["sweep", "--url", emitter.url, "--api", "chat", "--dataset", str(DATA / "chat.jsonl"),
+                 "--output-len", "6", "--concurrency", "1", "--requests", "5", "--warmup", "0", "--guard", "off",
+                 "--quiet"])
+    assert code == 0
+    sent = [b["messages"] for b in emitter.emitter.requests_seen[1:]]
+    wanted = [i.wire_messages() for i in load(DATA / "chat.jsonl", "chat").items]
+    assert sorted(map(json.dumps, sent)) == sorted(map(json.dumps, wanted))
+    # the transcript's reply (10 words by the emitter's count) is its output length
+    by_first = {json.dumps(b["messages"][0]): b["max_tokens"] for b in emitter.emitter.requests_seen[1:]}
+    assert by_first[json.dumps({"role": "user", "content": "Give me a word that rhymes with orange."})] == 10
+
+
+def test_prompt_items_on_the_chat_api_are_one_user_message(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    assert main(["sweep", "--url", emitter.url, "--api", "chat", "--dataset", str(DATA / "prompts.jsonl"),
+                 "--concurrency", "1", "--requests", "2", "--warmup", "0", "--guard", "off", "--quiet"]) == 0
+    prompts = {i.prompt for i in load(DATA / "prompts.jsonl").items}
+    for b in emitter.emitter.requests_seen[1:]:
+        (m,) = b["messages"]
+        assert m["role"] == "user" and m["content"] in prompts

@@ -35,6 +35,8 @@ class PreparedRequest:
     max_tokens: int
     expected_input_tokens: int | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    #: chat requests: the turns to send (a dataset's conversation); None sends ``prompt`` as one user message
+    messages: list[dict[str, Any]] | None = None
 
 
 _BLANK = " \t\n\r\x0b\x0c"
@@ -146,7 +148,7 @@ class StreamClient:
             "max_tokens": req.max_tokens,
         }
         if self.api == "chat":
-            b["messages"] = [{"role": "user", "content": req.prompt}]
+            b["messages"] = req.messages if req.messages is not None else [{"role": "user", "content": req.prompt}]
         else:
             b["prompt"] = req.prompt
         if self.temperature is not None:
