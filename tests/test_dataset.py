@@ -257,6 +257,25 @@ def test_a_list_item_names_its_own_line(tmp_path: Path) -> None:
     assert refused(tmp_path, text, name="d.json") == ':3: "conversations" is a string, not a list'
 
 
+def test_a_fault_inside_a_list_item_names_its_own_line(tmp_path: Path) -> None:
+    text = '[\n {"conversations": [\n  {"from": "human",\n   "value": "a" "b"}]}\n]\n'
+    assert refused(tmp_path, text, name="d.json") == ":4: not JSON (Expecting ',' delimiter, column 17)"
+
+
+def test_a_big_list_is_read_in_one_pass(tmp_path: Path) -> None:
+    """ShareGPT_V3 is 673 MB in one JSON list: each item's line is counted on from the last (counting from the
+    start for every item was quadratic: hours for that file)."""
+    import time
+
+    p = tmp_path / "big.json"
+    turn = {"from": "human", "value": "word " * 200}
+    p.write_text(json.dumps([{"conversations": [turn]}] * 20_000, indent=1))  # 22 MB, 8 lines an item
+    t = time.perf_counter()
+    ds = load(p)
+    assert ds.used == 20_000 and [i.line for i in ds.items[:2]] == [2, 10] and ds.items[-1].line == 2 + 8 * 19_999
+    assert time.perf_counter() - t < 10
+
+
 def test_a_broken_list(tmp_path: Path) -> None:
     assert refused(tmp_path, '[{"prompt": "a"}\n {"prompt": "b"}]', name="d.json") == \
         ":2: not JSON (expected ',' or ']' after an item)"

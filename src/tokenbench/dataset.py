@@ -237,16 +237,17 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 _BLANK = re.compile(r"[ \t\n\r]*")
 
 
-def _parse(text: str, where: str, pos: int = 0) -> tuple[Any, int]:
-    """One JSON value at ``pos``: (value, end), or UsageError naming the line of the fault."""
+def _parse(text: str, pos: int, name: str, first_line: int, item_line: int) -> tuple[Any, int]:
+    """One JSON value at ``pos`` of ``text`` (whose first line is the file's ``first_line``): (value, end), or
+    UsageError naming the line of the fault (the item's, where the parser gives no position)."""
     try:
         return _DECODER.raw_decode(text, pos)
     except json.JSONDecodeError as e:
-        raise UsageError(f"{where}: not JSON ({e.msg}, column {e.colno})") from None
+        raise UsageError(f"{name}:{first_line + e.lineno - 1}: not JSON ({e.msg}, column {e.colno})") from None
     except RecursionError:
-        raise UsageError(f"{where}: not JSON (nested too deep)") from None
+        raise UsageError(f"{name}:{item_line}: not JSON (nested too deep)") from None
     except ValueError as e:  # NaN, Infinity; an integer with too many digits
-        raise UsageError(f"{where}: not JSON ({e})") from None
+        raise UsageError(f"{name}:{item_line}: not JSON ({e})") from None
 
 
 def _values(text: str, name: str) -> Iterator[tuple[int, Any]]:
@@ -260,7 +261,7 @@ def _values(text: str, name: str) -> Iterator[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            obj, end = _parse(line, f"{name}:{n}")
+            obj, end = _parse(line, 0, name, n, n)
         except UsageError:
             if n == 1 + text.count("\n", 0, start) and _one_object(text, start):
                 raise UsageError(f"{name}:{n}: one JSON object over several lines: write one item per line "
@@ -281,15 +282,20 @@ def _one_object(text: str, start: int) -> bool:
 
 
 def _list(text: str, name: str, pos: int) -> Iterator[tuple[int, Any]]:
+    line, counted = 1, 0  # the line at ``counted``: counted on as the items go, so a big list is read in one pass
+
     def where(p: int) -> str:
-        return f"{name}:{text.count(chr(10), 0, p) + 1}"
+        nonlocal line, counted
+        line, counted = line + text.count("\n", counted, p), p
+        return f"{name}:{line}"
 
     pos = _BLANK.match(text, pos).end()  # type: ignore[union-attr]
     if text.startswith("]", pos):
         raise UsageError(f"{where(pos)}: the list is empty: it holds no items")
     while True:
-        obj, end = _parse(text, where(pos), pos)
-        yield text.count("\n", 0, pos) + 1, obj
+        where(pos)
+        obj, end = _parse(text, pos, name, 1, line)
+        yield line, obj
         pos = _BLANK.match(text, end).end()  # type: ignore[union-attr]
         if text.startswith(",", pos):
             pos = _BLANK.match(text, pos + 1).end()  # type: ignore[union-attr]
