@@ -318,3 +318,72 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
     assert our_prefix_hits == 0  # tokenbench's prompts are new every run: no prefix cache served them
     # the rule can fail: the issue's first report, 239-258 ms against the reference's 132-181 ms
     assert not within_reference(239.0, [132.0, 181.0], 0.25)
+
+
+# --- lengths that vary, and prompts from a file, on vLLM ----------------------------------------------------
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.timeout(900)
+def test_dataset_and_drawn_lengths_come_back_exactly_from_vllm(vllm_server: tuple[RunningEngine, tiny.TinyModel],
+                                                               tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Per request, against the server's own usage:
+    - a --dataset run of completion prompts: vLLM's usage.prompt_tokens is the local tokenizer's count of the
+      very item that request sent (the run's seed orders the items), and its completion_tokens the item's own
+      max_tokens, else --output-len;
+    - ShareGPT on the chat API: completion_tokens is the token count of the item's first reply;
+    - --input-len uniform:32-96 --output-len uniform:8-24: each request gets exactly the lengths it drew."""
+    from tokenbench.dataset import load
+    from tokenbench.workload import LocalTokenizer, Workload
+    from tokenbench.draws import parse as parse_draw
+
+    server, model = vllm_server
+    tok = LocalTokenizer(str(model.hf_dir))
+    common = ["--url", server.base_url, "--tokenizer", str(model.hf_dir), "--no-metrics", "--quiet", "--seed", "4"]
+
+    def records(argv: list[str]) -> tuple[dict[str, Any], list[Any]]:
+        out = tmp_path / f"run{len(list(tmp_path.iterdir()))}.json"
+        assert main(["sweep", *common, *argv, "--json", str(out)]) == 0, capsys.readouterr().err
+        doc = _json(out)
+        assert all(lv["failed"] == 0 and not {"output_short", "prompt_truncated"} & set(lv["flags"])
+                   for lv in doc["levels"]), doc["levels"]
+        return doc, sorted(Store().requests(doc["run_id"]), key=lambda r: r.index)
+
+    # completion prompts from a file: every request, warm-ups included
+    _, recs = records(["--dataset", str(DATA / "prompts.jsonl"), "--output-len", "16", "--concurrency", "1,4",
+                       "--requests", "7"])
+    items = load(DATA / "prompts.jsonl").shuffled(4)
+    assert len(recs) == 1 + 7 + 4 + 7
+    for r in recs:
+        item = items[r.index % len(items)]
+        assert r.input_tokens_source == "usage" and r.output_tokens_source == "usage"
+        assert r.input_tokens == r.expected_input_tokens == tok.count(item.text()), (r.index, item.line)
+        assert r.output_tokens == r.expected_output_tokens == (item.output_len or 16)
+    print("dataset prompt tokens (usage = local count):", sorted({r.input_tokens for r in recs}))
+
+    # ShareGPT on the chat API: the first reply's token count is the output length
+    _, recs = records(["--dataset", str(DATA / "sharegpt.json"), "--api", "chat", "--output-len", "9",
+                       "--concurrency", "2", "--requests", "5"])
+    items = load(DATA / "sharegpt.json", "chat").shuffled(4)
+    for r in recs:
+        item = items[r.index % len(items)]
+        want = tok.count(item.reply) if item.reply is not None else 9
+        assert r.output_tokens == r.expected_output_tokens == want
+        # the chat template adds its own tokens: the server counts more than the messages' text, never less
+        assert (r.input_tokens or 0) > (r.expected_input_tokens or 0) > 0
+
+    # drawn lengths: each request's own, exactly
+    doc, recs = records(["--input-len", "uniform:32-96", "--output-len", "uniform:8-24", "--concurrency", "1,4",
+                         "--requests", "12"])
+    w = Workload(64, 16, seed=4, input_draw=parse_draw("uniform:32-96", "--input-len"),
+                 output_draw=parse_draw("uniform:8-24", "--output-len"))
+    assert len(recs) == 1 + 12 + 4 + 12
+    for r in recs:
+        n_in, n_out = w.request_lengths(r.index)
+        assert (r.input_tokens, r.output_tokens) == (n_in, n_out), (r.index, r.input_tokens, r.output_tokens)
+        assert r.finish_reason == "length"
+    assert len({r.output_tokens for r in recs}) >= 8
+    assert doc["manifest"]["request_fields"] == {"ignore_eos": True, "min_tokens": "per request"}
+    print("drawn (input, output) per request:", [(r.input_tokens, r.output_tokens) for r in recs])

@@ -168,3 +168,17 @@ def test_a_turn_read_in_one_piece_has_no_decode_rate() -> None:
     t = session_stats([burst, paced], "warm").turns[0]
     assert t.tpot_ms.n == 1 and t.decode_tps is not None and 400 < t.decode_tps < 600
     assert session_stats([burst], "warm").turns[0].decode_tps is None
+
+
+def test_a_session_draws_each_answer_and_tool_result_length(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(ttft_s=0.002, itl_s=0.001)
+    code, run = _run(emitter, tmp_path, "--sessions", "2", "--turns", "5", "--no-baseline",
+                     "--output-len", "uniform:3-9", "--tool-len", "normal:12,4")
+    assert code == 0
+    bodies = _turns(emitter)
+    outs = [b["max_tokens"] for b in bodies]
+    assert all(3 <= n <= 9 and b["min_tokens"] == n for n, b in zip(outs, bodies)) and len(set(outs)) > 1
+    tools = {len(b["messages"][-1]["content"].split()) for b in bodies if len(b["messages"]) > 2}
+    assert len(tools) > 1 and all(1 <= n <= 28 for n in tools)
+    wl = run["manifest"]["workload"]
+    assert wl["output"]["text"] == "uniform 3-9" and wl["tool"]["kind"] == "normal"

@@ -35,8 +35,8 @@ class PreparedRequest:
     max_tokens: int
     expected_input_tokens: int | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
-    #: a whole chat conversation (an agent session's turn); None: ``prompt`` as one user message
-    messages: list[dict[str, str]] | None = None
+    #: chat requests: the turns to send (a dataset's conversation); None sends ``prompt`` as one user message
+    messages: list[dict[str, Any]] | None = None
 
 
 _BLANK = " \t\n\r\x0b\x0c"

@@ -76,6 +76,14 @@ class Draw:
             return self.mean
         return sum(self.values) / len(self.values)
 
+    def minimum(self) -> float:
+        """The smallest value a draw can have."""
+        if self.kind == "fixed":
+            return self.value
+        if self.kind in ("uniform", "normal"):
+            return self.low
+        return min(self.values)
+
     def maximum(self) -> float:
         """The largest value a draw can have (what an engine's context must hold)."""
         if self.kind == "fixed":

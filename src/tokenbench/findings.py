@@ -168,17 +168,21 @@ def _usage_absent(f: LevelFacts) -> Finding | None:
 
 
 def _output_short(f: LevelFacts) -> Finding | None:
+    # each request against its own length: where lengths vary (draws, a dataset) no level-wide length exists
     short = [r for r in f.ok if r.expected_output_tokens and (r.output_tokens or 0) < r.expected_output_tokens]
     if not short:
         return None
-    expected = f.summary.expected_output_tokens
     lengths = sorted(r.output_tokens or 0 for r in short)
+    asked = sorted({r.expected_output_tokens or 0 for r in short})
+    worst = min(short, key=lambda r: (r.output_tokens or 0) / (r.expected_output_tokens or 1))
     reasons = ",".join(sorted({str(r.finish_reason) for r in short}))
+    before = f"{asked[0]} tokens" if len(asked) == 1 else \
+        f"the length each asked for ({asked[0]}..{asked[-1]} tokens)"
     return Finding(
         Code.OUTPUT_SHORT,
-        f"{len(short)}/{len(f.ok)} outputs stopped before {expected} tokens (reached {lengths[0]}..{lengths[-1]}, "
+        f"{len(short)}/{len(f.ok)} outputs stopped before {before} (reached {lengths[0]}..{lengths[-1]}, "
         f"finish_reason {reasons}): the server does not honour ignore_eos/min_tokens",
-        "compare TPOT, not throughput", lengths[0], expected, "tokens", len(f.ok))
+        "compare TPOT, not throughput", worst.output_tokens or 0, worst.expected_output_tokens, "tokens", len(f.ok))
 
 
 def _is_truncated(r: RequestRecord) -> bool:

@@ -293,8 +293,9 @@ def describe_run(manifest: Manifest) -> str:
         f"model {manifest.model or 'unknown'}",
         f"engine {manifest.engine or 'unknown'}" + (f" {manifest.engine_version}" if manifest.engine_version else ""),
     ]
-    # facts an imported or predicted run does not have are left out, never printed as "None"
-    if wl.get("input_len") is not None and wl.get("output_len") is not None:
+    # facts an imported or predicted run does not have are left out, never printed as "None"; lengths that vary
+    # are stated on a line of their own (lengths_line)
+    if wl.get("input_len") is not None and wl.get("output_len") is not None and lengths_line(manifest) is None:
         parts.append(f"{wl['input_len']} in / {wl['output_len']} out tokens" + (f" ({wl['shape']})" if wl.get("shape") else ""))
     if wl.get("kind") == "sessions":
         parts.append(_session_workload(wl))
@@ -321,6 +322,28 @@ def _session_workload(wl: dict[str, Any]) -> str:
     if wl.get("max_context"):
         out += f", cap {wl['max_context']} ({wl.get('on_cap')})"
     return out
+
+
+def _text(d: object, fallback: object) -> str:
+    """A recorded distribution's words (draws.Draw.to_dict's ``text``), or the fixed length."""
+    text = d.get("text") if isinstance(d, dict) else None
+    return str(text) if isinstance(text, str) else str(fallback)
+
+
+def lengths_line(manifest: Manifest) -> str | None:
+    """The lengths a run drew, as the line above its table states them, where they vary:
+    ``input uniform 64-256 tokens, output normal 128 sd 32 (1-256) tokens``, or the dataset the prompts came from;
+    None where every request had the same lengths."""
+    wl = manifest.workload or {}
+    ds = wl.get("dataset")
+    out = f"output {_text(wl.get('output'), wl.get('output_len'))} tokens"
+    if isinstance(ds, dict):
+        digest = str(ds.get("sha256") or "")[:12]
+        return (f"prompts from {ds.get('path')} (sha256 {digest}...): {ds.get('summary')}; output from the file "
+                f"for {ds.get('output_from_file', 0):,} of them, else {out[7:]}")
+    if not isinstance(wl.get("input"), dict) and not isinstance(wl.get("output"), dict):
+        return None
+    return f"input {_text(wl.get('input'), wl.get('input_len'))} tokens, {out}"
 
 
 def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",

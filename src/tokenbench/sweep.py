@@ -15,6 +15,8 @@ import aiohttp
 from . import findings, redact
 from .client import Api, PreparedRequest, StreamClient, trace_config
 from .cost import level_cost
+from .dataset import Dataset, Item, measure
+from .draws import Draw
 from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, EngineError, LevelFailed, UsageError
 from .findings import Code
@@ -79,6 +81,32 @@ class SweepConfig:
     #: Agent sessions instead of independent requests (sessions.py): each concurrency level runs them with the
     #: prefix cache warm, then (the plan's baseline) busted.
     sessions: SessionPlan | None = None
+    #: Lengths that vary (draws.py): each request draws its own. None: every request ``input_len``/``output_len``
+    #: tokens (with a draw, the CLI sets those to its largest, what a slot must hold).
+    input_draw: Draw | None = None
+    output_draw: Draw | None = None
+    #: Prompts from a file (dataset.py) instead of built ones; output lengths from it where it gives them, else
+    #: ``output_len``/``output_draw``.
+    dataset: Dataset | None = None
+
+    def longest_request(self) -> int:
+        """The most tokens (prompt and output) one request can need: what an engine's slot must hold. For a
+        dataset, a bound from its bytes (a byte-level tokenizer's count is never more); for sessions, the longest
+        turn."""
+        if self.sessions is not None:
+            return self.sessions.longest_context()
+        out = int(self.output_draw.maximum()) if self.output_draw is not None else self.output_len
+        if self.dataset is not None:
+            return self.dataset.longest(out)
+        return (int(self.input_draw.maximum()) if self.input_draw is not None else self.input_len) + out
+
+    def workload(self, seed: int) -> Workload:
+        """What the run sends, as its manifest records it: a distribution by its expected lengths and itself."""
+        ins = self.input_draw or Draw.fixed(self.input_len)
+        outs = self.output_draw or Draw.fixed(self.output_len)
+        return Workload(None if self.dataset is not None else round(ins.expected()), round(outs.expected()),
+                        self.shape, self.api, self.prefix_len, seed, None if self.dataset else self.input_draw,
+                        self.output_draw, self.dataset.describe() if self.dataset is not None else None)
 
     def levels(self) -> list[Level]:
         if self.sessions is not None:
@@ -114,26 +142,51 @@ class QuietReporter:
         pass
 
 
-class _Prompts:
-    """Unique prompts, built ahead of the level so building never delays a send."""
+LengthFields = Callable[[int], dict[str, Any]]
 
-    def __init__(self, builder: PromptBuilder, workload: Workload, extra: dict[str, Any]) -> None:
+
+class _Prompts:
+    """Unique prompts, built ahead of the level so building never delays a send. Request ``i`` has its own lengths
+    (``Workload.request_lengths``: the same seed draws the same lengths), or from a dataset the next of its
+    ``items`` (in the run's shuffled order) with the output length it gives, else the drawn one. ``fields`` gives
+    the request fields that fix one output length, put in each request when lengths vary (None: every request's
+    are the client's ``body_extras``)."""
+
+    def __init__(self, builder: PromptBuilder, workload: Workload, extra: dict[str, Any],
+                 fields: LengthFields | None = None, items: list[Item] | None = None,
+                 warn: Callable[[str], None] | None = None) -> None:
         self.builder = builder
         self.workload = workload
         self.extra = extra
+        self.fields = fields
+        self.items = items or []
+        self.warn = warn
         self.pool: list[tuple[int, PreparedRequest]] = []
         self.counter = 0
+        self.longest = 0  # the most tokens (prompt and output) of a request prepared so far
 
     async def prepare(self, n: int) -> None:
-        missing = n - len(self.pool)
-        if missing <= 0:
-            return
-        built = await self.builder.build(missing, self.workload.input_len, self.workload.prefix_len, self.counter)
-        for text, count in built:
-            self.pool.append(
-                (self.counter, PreparedRequest(text, self.workload.output_len, count, self.extra))
-            )
+        for _ in range(n - len(self.pool)):
+            self.pool.append((self.counter, await self._one(self.counter)))
             self.counter += 1
+
+    async def _one(self, i: int) -> PreparedRequest:
+        n_in, n_out = self.workload.request_lengths(i)
+        messages = None
+        if self.items:
+            item = self.items[i % len(self.items)]
+            if i == len(self.items) and self.warn is not None:
+                self.warn(f"the dataset's {len(self.items):,} items are used up: from request {i + 1:,} on they "
+                          "repeat, and a server's prefix cache can serve a repeated prompt")
+            count, reply = await measure(item, self.builder.tok)
+            n_out = item.output_len or reply or n_out
+            text = item.text()
+            messages = item.wire_messages() if self.workload.api == "chat" else None
+        else:
+            text, count = await self.builder.one(i, n_in, self.workload.prefix_len)
+        self.longest = max(self.longest, count + n_out)
+        extra = self.extra if self.fields is None else self.fields(n_out)
+        return PreparedRequest(text, n_out, count, extra, messages)
 
     async def next(self) -> tuple[int, PreparedRequest]:
         if not self.pool:
@@ -215,15 +268,34 @@ def _manifest(cfg: SweepConfig, ep: Endpoint, workload: Workload, probe: Request
     )
 
 
-def _request_fields(cfg: SweepConfig, ep: Endpoint) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The fields of every measured request (fixed output length, by what the server honours) and of the check
-    request before the run (the same kind, a short output); the user's --extra-body on top of both."""
+def _request_fields(cfg: SweepConfig, ep: Endpoint, varies: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields of every measured request (fixed output length, by what the server honours; where lengths vary
+    each request carries its own, ``_length_fields``) and of the check request before the run (the same kind, a
+    short output); the user's --extra-body on top of both."""
     extras: dict[str, Any] = {}
     check: dict[str, Any] = {}
     if cfg.fixed_output:
-        extras.update(ep.info.adapter.output_length_fields(cfg.output_len, ep.eos_token_id, cfg.api))
+        if not varies:
+            extras.update(ep.info.adapter.output_length_fields(cfg.output_len, ep.eos_token_id, cfg.api))
         check.update(ep.info.adapter.check_fields(2, ep.eos_token_id, cfg.api))
     return extras | cfg.extra_body, check | cfg.extra_body
+
+
+def _length_fields(cfg: SweepConfig, ep: Endpoint) -> LengthFields | None:
+    """Where lengths vary: the fields that fix one request's output length, the user's --extra-body on top (the
+    client applies a request's own fields after its body_extras). None: the output is not fixed."""
+    if not cfg.fixed_output:
+        return None
+    adapter, eos, api, user = ep.info.adapter, ep.eos_token_id, cfg.api, cfg.extra_body
+    return lambda n: adapter.output_length_fields(n, eos, api) | user
+
+
+def _recorded_fields(extras: dict[str, Any], fields: LengthFields | None) -> dict[str, Any]:
+    """The request fields a manifest records: a field whose value follows each request's length says so."""
+    if fields is None:
+        return extras
+    one, two = fields(1), fields(2)
+    return extras | {k: v if one.get(k) == v else "per request" for k, v in two.items()}
 
 
 class _Sweep:
@@ -292,7 +364,9 @@ async def run_sweep(
         if cfg.sessions is not None and cfg.sessions.max_context is None and ep.info.slot_ctx:
             # a session ends where the server's slot would overflow (llama.cpp answers a longer prompt with an error)
             cfg.sessions = replace(cfg.sessions, max_context=ep.info.slot_ctx - int(cfg.sessions.output.maximum()))
-        extras, check = _request_fields(cfg, ep)
+        workload = cfg.workload(seed)
+        extras, check = _request_fields(cfg, ep, workload.varies)
+        fields = _length_fields(cfg, ep) if workload.varies else None
         client = ep.client(cfg.api, temperature=cfg.temperature, timeout_s=cfg.timeout_s,
                            stall_timeout_s=cfg.stall_timeout_s)
         builder = PromptBuilder(ep.tokenizer, seed, log.run_id.rsplit("-", 1)[-1] + secrets.token_hex(2))
@@ -301,14 +375,14 @@ async def run_sweep(
         # a session's turns carry their own fields (each its output length, its agent's slot): sessions.SessionLevel
         client.body_extras = extras if cfg.sessions is None else {}
         pool = await _start_workers(cfg, client, ep.counter.path if ep.counter is not None else None, rep)
-        workload = Workload(cfg.input_len, cfg.output_len, cfg.shape, cfg.api, cfg.prefix_len, seed)
-        manifest = _manifest(cfg, ep, workload, probe, extras, seed, pool)
+        manifest = _manifest(cfg, ep, workload, probe, _recorded_fields(extras, fields), seed, pool)
         manifest.guard = cfg.guard
         # strict: refuse before anything is stored
         manifest.guard_before_run = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids,
                                                              "before the run")
         log.create(manifest)
-        sweep = _Sweep(cfg, store, log.run_id, ep, client, _Prompts(builder, workload, {}), rep, seed, alive, pool)
+        sweep = _Sweep(cfg, store, log.run_id, ep, client, _prompts(cfg, builder, workload, fields, rep), rep, seed,
+                       alive, pool)
         if cfg.sessions is not None:
             sweep.sessions = _SessionWork(cfg, ep, SessionTexts(builder, cfg.sessions, seed, builder.run_tag))
         try:
@@ -325,6 +399,18 @@ async def run_sweep(
         status, error = sweep.verdict()
         log.finish(status, error)
         return RunResult(log.run_id, manifest, sweep.outcomes, status, error)
+
+
+def _prompts(cfg: SweepConfig, builder: PromptBuilder, workload: Workload, fields: LengthFields | None,
+             rep: Reporter) -> _Prompts:
+    """The run's prompts: built, or a dataset's items in the order of the run's seed (what it read and skipped
+    said first)."""
+    if cfg.dataset is None:
+        return _Prompts(builder, workload, {}, fields)
+    rep.note(f"{cfg.dataset.path}: {cfg.dataset.summary()}")
+    for line in cfg.dataset.notes:
+        rep.warn(f"{cfg.dataset.path}: {line}")
+    return _Prompts(builder, workload, {}, fields, cfg.dataset.shuffled(workload.seed), rep.warn)
 
 
 async def _start_workers(cfg: SweepConfig, client: StreamClient, counter_path: str | None,
@@ -366,18 +452,13 @@ class _SessionWork:
         return self.last
 
 
-def _tokens_per_request(cfg: SweepConfig) -> int:
-    """The context one request can need: a session's longest turn, or a prompt and its output."""
-    return cfg.sessions.longest_context() if cfg.sessions is not None else cfg.input_len + cfg.output_len
-
-
 def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: LevelSummary,
            reasons: list[str], info: ServerInfo, snap: dict[str, Any] | None, node_snaps: list[dict[str, Any]],
-           lost: list[str]) -> findings.LevelFacts:
+           lost: list[str], longest: int) -> findings.LevelFacts:
     """What the finding rules look at for a finished level: the client's reasons (its watch, or each worker's),
-    the adapter's slot limits, the guard's snapshots (this machine's and each load-generating node's), workers
-    lost, and the most requests in flight."""
-    slots = info.adapter.slot_warnings(info.slots, info.slot_ctx, level.concurrency, _tokens_per_request(cfg))
+    the adapter's slot limits (against ``longest``, the most tokens a request of the run needed), the guard's
+    snapshots (this machine's and each load-generating node's), workers lost, and the most requests in flight."""
+    slots = info.adapter.slot_warnings(info.slots, info.slot_ctx, level.concurrency, longest or cfg.longest_request())
     measured = [r for r in records if r.phase == "measured"]
     return findings.LevelFacts(
         records, summary, level.concurrency, cfg.requests, run_id=run_id, guard=snap, client_reasons=reasons,
@@ -505,7 +586,8 @@ async def _run_level(
     _attach_session(summary, records, level, sessions)
     if node_snaps:
         summary.client["node_guards"] = node_snaps
-    findings.assess(_facts(cfg, run_id, level, records, summary, load.reasons, info, snap, node_snaps, load.lost))
+    findings.assess(_facts(cfg, run_id, level, records, summary, load.reasons, info, snap, node_snaps, load.lost,
+                           prompts.longest))
     if load.lost and status == "complete":
         status = "partial"
     if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED):

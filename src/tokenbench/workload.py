@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
+from .draws import Draw
 from .errors import UsageError
 
 #: name -> (input tokens, output tokens). pp512/tg128 follow llama-bench: prompt processing of 512
@@ -24,15 +25,45 @@ SHAPES: dict[str, tuple[int, int]] = {
 
 @dataclass(slots=True, frozen=True)
 class Workload:
-    input_len: int
+    """What a run sends, as its manifest records it. Lengths that vary (``input_draw``, ``output_draw``; None or a
+    fixed draw: every request ``input_len``/``output_len``) are drawn per request by ``request_lengths``;
+    ``input_len``/``output_len`` are then the draws' expected values, rounded. ``dataset``: what a --dataset file
+    gave (``dataset.Dataset.describe``)."""
+
+    input_len: int | None  # None: a dataset's prompts, of their own lengths
     output_len: int
     shape: str | None = None
     api: str = "completions"
     prefix_len: int = 0  # tokens shared by every request (0: every prompt unique from its first token)
     seed: int = 0
+    input_draw: Draw | None = None
+    output_draw: Draw | None = None
+    dataset: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["input_draw"], out["output_draw"], out["dataset"]
+        # only what varies is added, so a fixed run's workload reads as it always has
+        for key, draw in (("input", self.input_draw), ("output", self.output_draw)):
+            if draw is not None and not draw.is_fixed:
+                out[key] = draw.to_dict()
+        if self.dataset is not None:
+            out["dataset"] = self.dataset
+        return out
+
+    @property
+    def varies(self) -> bool:
+        """Requests differ in length (a distribution, or a dataset's own prompts and outputs)."""
+        return self.dataset is not None or any(d is not None and not d.is_fixed
+                                               for d in (self.input_draw, self.output_draw))
+
+    def request_lengths(self, index: int) -> tuple[int, int]:
+        """Request ``index``'s (input, output) tokens: its own draw, from a generator seeded by the run's seed and
+        the index alone, so the same seed draws the same lengths in every run (and in any worker)."""
+        rng = random.Random(f"lengths/{self.seed}/{index}")
+        n_in = self.input_draw.draw(rng) if self.input_draw is not None else self.input_len or 0
+        n_out = self.output_draw.draw(rng) if self.output_draw is not None else self.output_len
+        return n_in, n_out
 
 
 def resolve_shape(shape: str | None, input_len: int | None, output_len: int | None) -> tuple[int, int]:
@@ -131,6 +162,7 @@ class PromptBuilder:
         self.run_tag = run_tag
         self.words = word_list()
         self._tokens_per_word = 1.5
+        self._prefixes: dict[int, tuple[str, int]] = {}
 
     async def exact(self, head: str, n: int, rng: random.Random) -> tuple[str, int]:
         """Text starting with ``head`` that encodes to exactly ``n`` tokens (or the nearest reached, returned)."""
@@ -158,22 +190,22 @@ class PromptBuilder:
 
     async def build(self, count: int, input_len: int, prefix_len: int = 0, start_index: int = 0) -> list[tuple[str, int]]:
         """``count`` prompts; each is (text, tokens as our tokenizer counts them)."""
-        prompts = []
-        prefix = ""
-        prefix_tokens = 0
+        return [await self.one(i, input_len, prefix_len) for i in range(start_index, start_index + count)]
+
+    async def one(self, index: int, input_len: int, prefix_len: int = 0) -> tuple[str, int]:
+        """Prompt ``index`` of ``input_len`` tokens, its first ``prefix_len`` shared with every other prompt (the
+        shared prefix is built once per length, from the run's seed alone)."""
+        prefix, prefix_tokens = "", 0
         if prefix_len:
-            prefix, prefix_tokens = await self.exact("", min(prefix_len, input_len), random.Random(self.seed))
-        for i in range(start_index, start_index + count):
-            rng = random.Random(f"{self.seed}/{self.run_tag}/{i}")
-            rest = input_len - prefix_tokens
-            if rest <= 0:
-                prompts.append((prefix, prefix_tokens))
-                continue
-            tail, tail_tokens = await self.exact("", rest, rng)
-            if prefix:
-                text = prefix + " " + tail
-                total = len(await self.tok.encode(text))
-                prompts.append((text, total))
-            else:
-                prompts.append((tail, tail_tokens))
-        return prompts
+            n = min(prefix_len, input_len)
+            if n not in self._prefixes:
+                self._prefixes[n] = await self.exact("", n, random.Random(self.seed))
+            prefix, prefix_tokens = self._prefixes[n]
+        rest = input_len - prefix_tokens
+        if rest <= 0:
+            return prefix, prefix_tokens
+        tail, tail_tokens = await self.exact("", rest, random.Random(f"{self.seed}/{self.run_tag}/{index}"))
+        if not prefix:
+            return tail, tail_tokens
+        text = prefix + " " + tail
+        return text, len(await self.tok.encode(text))

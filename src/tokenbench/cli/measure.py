@@ -14,10 +14,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from typing import TYPE_CHECKING, Any
 from .. import redact
+from .. import draws
 from ..cost import DEFAULT_CURRENCY
+from ..dataset import load as load_dataset
+from ..draws import Draw
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
 from ..metrics import SLO, LevelSummary
-from ..output import describe_run, format_sweep_markdown, print_sweep, print_table
+from ..output import describe_run, format_sweep_markdown, lengths_line, print_sweep, print_table
 from ..records import RequestRecord
 from ..servers import normalize_base_url
 from ..store import Store
@@ -25,8 +28,6 @@ from ..sweep import SweepConfig, run_sweep
 from ..results import Manifest, RunResult, load_result
 from ..workers import parse_workers
 from ..workload import resolve_shape
-from .. import draws
-from ..draws import Draw
 from ..sessions import SessionPlan
 if TYPE_CHECKING:
     from ..engines.embedded import Embedded
@@ -112,17 +113,28 @@ class RichReporter:
             self.progress = None
 
 
-def _lengths(a: argparse.Namespace, d: dict[str, Any]) -> tuple[int, int]:
-    """(input, output) tokens per request: the embedded defaults, a --shape, or the lengths given."""
-    if a.shape is None and a.input_len is None and a.output_len is None and d:
-        input_len, output_len = int(d["input_len"]), int(d["output_len"])
+def _draw(text: str | None, what: str, unit: str = "tokens") -> Draw | None:
+    try:
+        return draws.parse(text, what, unit) if text is not None else None
+    except draws.DrawError as e:
+        raise UsageError(str(e)) from None
+
+
+def _lengths(a: argparse.Namespace, d: dict[str, Any]) -> tuple[Draw, Draw]:
+    """(input, output) tokens per request, each a number or a distribution drawn per request: the embedded
+    defaults, a --shape, or the lengths given (one given beside a --shape replaces the shape's)."""
+    given_in, given_out = _draw(a.input_len, "--input-len"), _draw(a.output_len, "--output-len")
+    if a.dataset is not None and (given_in is not None or a.shape is not None or a.prefix_len):
+        raise UsageError("--dataset's prompts are its own: drop --input-len, --shape and --prefix-len "
+                         "(--output-len gives the items without a length theirs)")
+    if a.shape is None and given_in is None and given_out is None and d:
+        base = int(d["input_len"]), int(d["output_len"])
     else:
-        input_len, output_len = resolve_shape(a.shape, a.input_len, a.output_len)
-    if input_len < 1 or output_len < 1:
-        raise UsageError("--input-len and --output-len must be at least 1")
-    if a.prefix_len < 0 or a.prefix_len >= max(input_len, 1) and a.prefix_len:
-        raise UsageError(f"--prefix-len must be between 0 and the input length ({input_len})")
-    return input_len, output_len
+        base = resolve_shape(a.shape, None, None)
+    ins, outs = given_in or Draw.fixed(base[0]), given_out or Draw.fixed(base[1])
+    if a.prefix_len < 0 or a.prefix_len >= max(ins.minimum(), 1) and a.prefix_len:
+        raise UsageError(f"--prefix-len must be between 0 and the shortest input length ({ins.minimum():g})")
+    return ins, outs
 
 
 def _requests(a: argparse.Namespace, d: dict[str, Any], duration: float | None) -> int | None:
@@ -144,19 +156,14 @@ def _slo(text: str | None) -> SLO | None:
         raise UsageError(f"--slo: {e}") from None
 
 
-def _draw(text: str, what: str, unit: str = "tokens") -> Draw:
-    try:
-        return draws.parse(text, what, unit)
-    except draws.DrawError as e:
-        raise UsageError(str(e)) from None
-
-
-def _session_plan(a: argparse.Namespace, argv: list[str], input_len: int, output_len: int) -> SessionPlan | None:
+def _session_plan(a: argparse.Namespace, argv: list[str], task: Draw, output: Draw,
+                  dataset: bool) -> SessionPlan | None:
     """The agent-session workload ``--sessions`` asks for, or None; refuses what it cannot be combined with."""
     if a.sessions is None:
         return None
     given = {w.split("=", 1)[0] for w in argv if w.startswith("--")}
-    clash = [f for f in ("--rate", "--requests", "--duration", "--prefix-len", "--ray") if f in given]
+    clash = [f for f in ("--rate", "--requests", "--duration", "--prefix-len", "--ray", "--dataset", "--shape")
+             if f in given or (f == "--dataset" and dataset)]
     if clash:
         raise UsageError(f"--sessions runs whole sessions, closed loop over agents: drop {', '.join(clash)} "
                          "(--shared-prefix sets the shared system prompt)")
@@ -169,17 +176,18 @@ def _session_plan(a: argparse.Namespace, argv: list[str], input_len: int, output
         raise UsageError(f"--sessions {a.sessions} gives {max(agents)} agents nothing to do: run at least as many "
                          "sessions as agents")
     return SessionPlan(
-        sessions=a.sessions, turns=a.turns, shared_prefix=a.shared_prefix, task=Draw.fixed(input_len),
-        tool=_draw(a.tool_len, "--tool-len"), output=Draw.fixed(output_len),
-        think=_draw(a.think_time, "--think-time", "s"), max_context=a.max_context, on_cap=a.on_cap,
-        baseline=not a.no_baseline)
+        sessions=a.sessions, turns=a.turns, shared_prefix=a.shared_prefix, task=task,
+        tool=_draw(a.tool_len, "--tool-len") or Draw.fixed(128), output=output,
+        think=_draw(a.think_time, "--think-time", "s") or Draw.fixed(0, "s"), max_context=a.max_context,
+        on_cap=a.on_cap, baseline=not a.no_baseline)
 
 
 def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
     embedded = a.url is None
     d: dict[str, Any] = dict(EMBEDDED_DEFAULTS) if embedded else {}
-    input_len, output_len = _lengths(a, d)
-    plan = _session_plan(a, argv, input_len, output_len)
+    ins, outs = _lengths(a, d)
+    dataset = load_dataset(a.dataset, a.api) if a.dataset is not None else None
+    plan = _session_plan(a, argv, ins, outs, dataset is not None)
     if plan is not None:
         d["concurrency"] = str(plan.sessions)
     if a.rate and a.concurrency:
@@ -203,8 +211,12 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         repetitions=a.repetitions,
         timeout_s=seconds(a.timeout, "--timeout") or 600.0,
         stall_timeout_s=seconds(a.stall_timeout, "--stall-timeout") or 60.0,
-        input_len=input_len,
-        output_len=output_len,
+        # a distribution's largest: what a slot must hold; each request draws its own (input_draw, output_draw)
+        input_len=int(ins.maximum()),
+        output_len=int(outs.maximum()),
+        input_draw=None if ins.is_fixed else ins,
+        output_draw=None if outs.is_fixed else outs,
+        dataset=dataset,
         shape=a.shape,
         prefix_len=a.prefix_len,
         tokenizer=a.tokenizer,
@@ -231,16 +243,30 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
 def _print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
     levels = [o.summary for o in res.outcomes]
     currency = res.manifest.currency or DEFAULT_CURRENCY
+    lengths = lengths_line(res.manifest)  # lengths that vary: the distribution or the dataset each level drew
     if fmt == "markdown":
+        if lengths:
+            console.print(lengths + "\n", markup=False, highlight=False, soft_wrap=True)
         console.print(format_sweep_markdown(levels, currency), markup=False, highlight=False, soft_wrap=True)
     else:
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
+        if lengths:
+            console.print(lengths, markup=False, highlight=False)
         print_sweep(console, levels, currency, f"{res.predicted_mark} (not measured)" if res.predicted_mark else None)
     _saved(console, res, db)
 
 
 def _saved(console: Console, res: RunResult, db: Path) -> None:
     console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False)
+
+
+def embedded_tokens(cfg: SweepConfig) -> int:
+    """The tokens the embedded engine's slot must hold for ``cfg``'s longest request. A dataset's bound (its bytes)
+    is capped at what the embedded models can hold: a longer item fails on its own, as it would on any server."""
+    from ..engines import tiny
+
+    longest = cfg.longest_request()
+    return min(longest, int(tiny.CONFIG["max_position_embeddings"]) - 64) if cfg.dataset is not None else longest
 
 
 def start_embedded(a: argparse.Namespace, note: Callable[[str], None], parallel: int = 1, ctx: int = 8192) -> Embedded:
@@ -259,7 +285,7 @@ def _embedded_ctx(cfg: SweepConfig) -> int:
 
     limit = int(CONFIG["max_position_embeddings"])
     if cfg.sessions is None:
-        return slot_context(cfg.input_len + cfg.output_len)
+        return slot_context(embedded_tokens(cfg))
     ctx = min(limit, slot_context(cfg.sessions.longest_context()))
     if cfg.sessions.max_context is None:
         cfg.sessions = replace(cfg.sessions, max_context=ctx - 64 - int(cfg.sessions.output.maximum()))

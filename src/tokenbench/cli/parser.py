@@ -209,8 +209,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_endpoint(s.add_argument_group("endpoint"), "transformers", "completions", "exact prompt lengths")
     g = s.add_argument_group("workload")
     g.add_argument("--shape", help="agentic (4096/512), short (128/128), pp512, tg128")
-    g.add_argument("--input-len", type=POSITIVE_INT, help="prompt tokens per request")
-    g.add_argument("--output-len", type=POSITIVE_INT, help="output tokens per request (fixed where the server allows)")
+    g.add_argument("--input-len", metavar="N|DIST",
+                   help="prompt tokens per request: N, or drawn per request from uniform:LOW-HIGH, "
+                        "normal:MEAN,SD or file:PATH (a list of lengths)")
+    g.add_argument("--output-len", metavar="N|DIST",
+                   help="output tokens per request (fixed where the server allows), N or a distribution as "
+                        "--input-len; with --dataset, for items that give no length")
+    g.add_argument("--dataset", metavar="FILE",
+                   help="prompts from a file, shuffled by --seed: JSON lines of {\"prompt\"} (and max_tokens) or "
+                        "{\"messages\"} (--api chat), or ShareGPT conversations (JSON lines or a JSON list)")
     g.add_argument("--prefix-len", type=NONNEG_INT, default=0, help="tokens shared by all prompts (default 0: all unique)")
     g.add_argument("--no-fixed-output", action="store_true", help="let the model stop at EOS")
     g.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature (default 0: greedy)")
