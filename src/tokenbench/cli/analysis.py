@@ -12,6 +12,7 @@ from ..store import Store
 from ..results import RunResult, load_result
 
 if TYPE_CHECKING:
+    from ..compare import Comparison, SessionComparison
     from ..quality.parity import Beside
     from ..recommend import Candidate
 from .common import check_output, emit_json
@@ -24,14 +25,18 @@ REPORTED = ("sweep", "predict", "depth", "bench")
 
 
 def cmd_compare(a: argparse.Namespace, console: Console) -> int:
-    from dataclasses import asdict
-
     from ..compare import compare, points, table
     from ..output import print_table
+    from ..session_view import is_session_run, mismatch
 
     check_output(a.json, "--json")
     store = Store(a.db, readonly=True)
     ra, rb = (load_result(store, ref, latest=a.latest, kinds=REPORTED, command="compare") for ref in (a.a, a.b))
+    why = mismatch(ra, rb)  # a session run beside a plain sweep: refused in one line
+    if why is not None:
+        raise UsageError(why)
+    if is_session_run(ra):
+        return _compare_sessions(a, console, store, ra, rb)
     c = compare(ra, rb, a.agents, a.tokens)
     if not c.rows and len(c.effective) < 2:  # a sweep beside a llama-bench run once printed an empty table
         raise UsageError(f"runs {ra.run_id} and {rb.run_id} share no operating point to compare: the first has "
@@ -45,6 +50,47 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
         console.print(line, markup=False, highlight=False)
     if c.effective:
         console.print(f"{a.agents} agents x {a.tokens} tokens: " + "; ".join(c.effective), markup=False, highlight=False)
+    _compare_tail(a, console, store, ra, rb, c, None)
+    return 0
+
+
+def _compare_sessions(a: argparse.Namespace, console: Console, store: Store, ra: RunResult, rb: RunResult) -> int:
+    """Two agent-session runs: at each shared concurrency, TTFT per turn against context (warm and busted, both
+    boxes), the levels' session time, and what each box's cache bought."""
+    from ..compare import compare, compare_sessions, session_level_table, session_turn_table
+    from ..output import print_table
+
+    sc = compare_sessions(ra, rb)
+    for w in sc.warnings:
+        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+    console.print(f"agent sessions: A = {sc.a}, B = {sc.b}. TTFT p50 in seconds at each turn (turn 1 is the first); "
+                  "warm: the history re-sent for the prefix cache to serve; busted: a marker at the start of every "
+                  "turn, so no cache serves it. A/B: A's figure over B's (a time below 1, or a rate above 1: A is faster).",
+                  markup=False, highlight=False)
+    for block in sc.blocks:
+        console.print(f"\nconcurrency {block.concurrency} ({block.concurrency} sessions at once)", markup=False,
+                      highlight=False)
+        gap = "\n" if a.format == "markdown" else ""  # two Markdown tables apart, not one
+        head, rows = session_turn_table(block)
+        print_table(console, head, rows, a.format, numeric=True)
+        if len(rows) < len(block.turns):
+            console.print(f"{len(rows)} of {len(block.turns)} turns shown; --json has every turn", markup=False,
+                          highlight=False)
+        console.print(gap, end="")
+        head, rows = session_level_table(block)
+        print_table(console, head, rows, a.format, numeric=True)
+        console.print(gap, end="")
+        for line in block.gains:
+            console.print(f"the cache's gain on {line}", markup=False, highlight=False)
+    _compare_tail(a, console, store, ra, rb, compare(ra, rb, a.agents, a.tokens), sc)
+    return 0
+
+
+def _compare_tail(a: argparse.Namespace, console: Console, store: Store, ra: RunResult, rb: RunResult,
+                  c: Comparison, sessions: SessionComparison | None) -> None:
+    """The boxes' quality beside their speed, and --json: the rows, and a session comparison's turns and levels."""
+    from dataclasses import asdict
+
     q = quality_beside(store, ra, rb)
     if q is not None:  # the boxes' quality runs, found by the speed runs' labels
         console.print(f"quality (runs {q.run_a} and {q.run_b}): " + "; ".join(q.lines(c.a, c.b)), markup=False,
@@ -54,8 +100,12 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
         doc["quality"] = q.to_dict() if q is not None else None
         for row, r in zip(doc["rows"], c.rows):
             row.update(ratio=r.ratio, winner={0: None, 1: c.a, 2: c.b}[r.winner()])
+        if sessions is not None:
+            doc["sessions"] = asdict(sessions)
+            for block, b in zip(doc["sessions"]["blocks"], sessions.blocks):
+                for turn, t in zip(block["turns"], b.turns):
+                    turn.update(warm_ratio=t.warm_ratio, busted_ratio=t.busted_ratio)
         emit_json(a.json, {"tool": "tokenbench", "kind": "compare", **doc})
-    return 0
 
 
 def quality_beside(store: Store, ra: RunResult, rb: RunResult) -> Beside | None:

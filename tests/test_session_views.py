@@ -1,0 +1,224 @@
+"""Agent-session runs read back (issue 25): compare puts two boxes' sessions side by side turn by turn, cost
+prices a finished session, the report draws turn TTFT against context and the interactivity view. Session levels
+are made from synthetic records through metrics.session_stats, as the session runner makes them; every figure
+checked here is computed by hand from the records' formula."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.compare import compare, compare_sessions, session_level_table, session_turn_table
+from tokenbench.errors import UsageError
+from tokenbench.metrics import Distribution, LevelSummary, session_stats, summarize
+from tokenbench.records import RequestRecord
+from tokenbench.results import load_result
+from tokenbench.session_view import gain_line, shown_turns, tokens, warnings
+from tokenbench.store import Store
+
+NS_PER_MS = 1_000_000
+#: A label as long as the published ones: it must never widen a table.
+LONG = "h100-80gb-sxm/qwen3.6-27b/FP8-with-a-very-long-label"
+
+
+def session_level(c: int, cache: str, *, sessions: int = 8, turns: int = 5, prefix: int = 2000, grow: int = 4000,
+                  base_ms: float = 50.0, prefill_tps: float = 5000.0, tpot_ms: float = 20.0, out: int = 100,
+                  think_ms: float = 500.0, fail: int = 0, extra_context: int = 0) -> LevelSummary:
+    """``sessions`` sessions of ``turns`` turns, ``c`` at a time, back to back. Turn k sends prefix + grow*(k+1)
+    tokens; warm, the cache serves all but the new ``grow``; busted, none of it. TTFT = base + uncached /
+    prefill rate. The first ``fail`` sessions fail their last turn."""
+    recs, i = [], 0
+    for sid in range(sessions):
+        t, rows = 0.0, []
+        for k in range(turns):
+            ctx = prefix + grow * (k + 1) + extra_context
+            cached = ctx - grow if cache == "warm" else 0
+            ttft = base_ms + (ctx - cached) / prefill_tps * 1000
+            e2e = ttft + tpot_ms * (out - 1)
+            rows.append((k, ctx, cached, t, ttft, e2e))
+            t += e2e + think_ms
+        start = (sid // c) * t
+        for k, ctx, cached, t0, ttft, e2e in rows:
+            sent = int((start + t0) * NS_PER_MS)
+            r = RequestRecord(index=i, sent_ns=sent, first_token_ns=sent + int(ttft * NS_PER_MS),
+                              end_ns=sent + int(e2e * NS_PER_MS), input_tokens=ctx, output_tokens=out,
+                              output_tokens_source="usage", input_tokens_source="usage", cached_tokens=cached,
+                              cached_tokens_source="usage", session=sid, turn=k, cache_busted=cache == "busted")
+            if sid < fail and k == turns - 1:
+                r.error_kind, r.error = "http_500", "boom"
+            recs.append(r)
+            i += 1
+    s = summarize(recs, concurrency=c, rate=None, window_start_ns=0)
+    s.session = session_stats(recs, cache)
+    return s
+
+
+def _store(store: Store, label: str, levels: list[LevelSummary], turns: int = 5, **manifest: object) -> str:
+    rid = f"run-{label.replace('/', '-')}"
+    wl = {"kind": "sessions", "turns": turns, "shared_prefix": 2000, "tool_tokens": "uniform:3000-5000"}
+    store.save_run(rid, "sweep", label, {"label": label, "model": "m", "workload": wl, **manifest}, "measured",
+                   levels, "0", "2026", "2026")
+    return rid
+
+
+def _serve(c: int, tps: float) -> LevelSummary:
+    return LevelSummary.empty(concurrency=c, output_throughput_tps=tps, input_tokens_mean=128.0,
+                              ttft_ms=Distribution(n=8, p50=100, p99=200), tpot_ms=Distribution(n=8, p50=20))
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A fast box (h100) at concurrency 1 and 4, a slow one (strix) at 4 and 8 whose busted levels lost a
+    session each, and a plain sweep."""
+    path = tmp_path / "s.db"
+    store = Store(path)
+    _store(store, "h100", [session_level(c, m, prefill_tps=20000, tpot_ms=10) for c in (1, 4)
+                           for m in ("warm", "busted")], price_per_hour=2.5, currency="EUR")
+    _store(store, "strix", [session_level(c, m, prefill_tps=800, tpot_ms=25, fail=int(m == "busted"))
+                            for c in (4, 8) for m in ("warm", "busted")])
+    store.save_run("run-plain", "sweep", "plain", {"label": "plain", "model": "m"}, "measured",
+                   [_serve(1, 50), _serve(4, 150)], "0", "2026", "2026")
+    return path
+
+
+@pytest.fixture
+def narrow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An 80-column terminal whatever the caller's environment says."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("NO_COLOR", "1")
+
+
+def _is_table(out: str, *heads: str) -> bool:
+    """The headings on one line: a table, not a block per row."""
+    return any(all(h in line for h in heads) for line in out.splitlines())
+
+
+# --- the session view of one run --------------------------------------------------------------------------
+
+def test_turns_warm_beside_busted_and_the_gain_in_words(db: Path) -> None:
+    h100 = load_result(Store(db), "h100")
+    # turn 5 sends 2000 + 5 * 4000 = 22,000 tokens; warm prefills 4,000 of them at 20,000 tok/s: 50 + 200 ms;
+    # busted all 22,000: 50 + 1,100 ms
+    assert gain_line(h100, 4) == ("turn 5 at 22K context: TTFT 0.25 s cached, 1.15 s uncached (4.6x faster with "
+                                  "the cache; the server said its cache served 71% of the warm prompt tokens)")
+    cached = sum(2000 + 4000 * k for k in range(5)) / sum(2000 + 4000 * (k + 1) for k in range(5))
+    assert f"{cached:.0%}" == "71%"
+    assert warnings(h100) == []
+    strix = load_result(Store(db), "strix")
+    assert "strix at concurrency 4 busted: 1 of 8 sessions did not finish (a turn failed)" in warnings(strix)
+
+
+def test_a_cache_that_did_not_serve_and_a_baseline_it_did_are_said(tmp_path: Path) -> None:
+    store = Store(tmp_path / "w.db")
+    warm = session_level(4, "warm")
+    assert warm.session is not None
+    warm.session.cached_share = 0.05  # the server's cache was off
+    busted = session_level(4, "busted")
+    assert busted.session is not None
+    busted.session.cached_share = 0.6  # the marker did not bust it
+    _store(store, "odd", [warm, busted, session_level(8, "warm")])
+    said = " ".join(warnings(load_result(store, "odd")))
+    assert "served only 5% of the warm prompt tokens: is its prefix cache on" in said
+    assert "still had 60% of its prompt tokens served from the cache: it is no uncached baseline" in said
+    assert "odd at concurrency 8 has no busted level: what the cache bought cannot be said" in said
+
+
+def test_long_sessions_show_a_sample_of_turns_first_and_last_kept() -> None:
+    turns = list(range(40))
+    shown = shown_turns(turns)
+    assert shown[0] == 0 and shown[-1] == 39 and len(shown) <= 16
+    assert shown_turns(list(range(16))) == list(range(16))
+    assert [tokens(n) for n in (812, 4123, 9949, 48_213, 1_250_000)] == ["812", "4.1K", "9.9K", "48K", "1,250K"]
+
+
+# --- compare ----------------------------------------------------------------------------------------------
+
+def test_compare_sessions_turn_by_turn(db: Path) -> None:
+    store = Store(db)
+    sc = compare_sessions(load_result(store, "h100"), load_result(store, "strix"))
+    assert [b.concurrency for b in sc.blocks] == [4]  # the one concurrency both ran
+    (block,) = sc.blocks
+    head, rows = session_turn_table(block)
+    assert head == ["Turn", "Context", "A warm", "A busted", "B warm", "B busted", "Warm A/B"]
+    # strix: warm 50 + 4000/800 s = 5.05 s; busted 50 ms + 22000/800 s = 27.55 s at turn 5
+    assert rows[0] == ["1", "6.0K", "0.25", "0.35", "5.05", "7.55", "0.05×"]
+    assert rows[-1] == ["5", "22K", "0.25", "1.15", "5.05", "27.6", "0.05×"]
+    head, rows = session_level_table(block)
+    assert rows[0] == ["Sessions done", "8/8", "8/8", "8/8", "7/8", ""]
+    assert [r[0] for r in rows] == ["Sessions done", "Session p50 (s)", "Session p90 (s)", "Cached share",
+                                    "Output tok/s", "Per-agent tok/s"]  # no server hit share: a row left out
+    assert block.gains[1].startswith("strix: turn 5 at 22K context: TTFT 5.05 s cached, 27.6 s uncached (5.5x")
+    assert any("1 of 8 sessions did not finish" in w for w in sc.warnings)
+    assert not any("workloads differ" in w for w in sc.warnings)
+
+
+def test_level_rows_keep_warm_and_busted_apart(db: Path) -> None:
+    """Two levels share a concurrency: keyed by concurrency alone, the busted one replaced the warm one."""
+    store = Store(db)
+    c = compare(load_result(store, "h100"), load_result(store, "strix"))
+    ttft = {(r.concurrency, r.cache): (r.a, r.b) for r in c.rows if r.metric == "Median TTFT"}
+    assert set(ttft) == {(4, "warm"), (4, "busted")}
+    assert ttft[(4, "warm")] == (pytest.approx(250.0), pytest.approx(5050.0))
+    assert c.effective == []  # N agents x M tokens is no question a session run answers
+
+
+def test_contexts_that_differ_are_both_shown(tmp_path: Path) -> None:
+    store = Store(tmp_path / "c.db")
+    _store(store, "a", [session_level(4, m) for m in ("warm", "busted")])
+    _store(store, "b", [session_level(4, m, extra_context=1000) for m in ("warm", "busted")])  # another tokenizer
+    (block,) = compare_sessions(load_result(store, "a"), load_result(store, "b")).blocks
+    _, rows = session_turn_table(block)
+    assert rows[0][1] == "6.0K/7.0K"  # 14% apart: both said
+    assert rows[-1][1] == "22K"  # 22,000 against 23,000: within SAME_CONTEXT, one context
+
+
+def test_compare_cli_sessions_fit_80_columns(db: Path, narrow: None, capsys: pytest.CaptureFixture[str]) -> None:
+    store = Store(db)
+    _store(store, LONG, [session_level(4, m, turns=40, grow=1200, prefill_tps=9000) for m in ("warm", "busted")],
+           turns=40)
+    assert main(["compare", LONG, "strix", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert _is_table(out, "Turn", "Context", "A warm", "A busted", "B warm", "B busted", "Warm A/B"), out
+    assert _is_table(out, "Per level", "A warm", "B busted", "Warm A/B"), out
+    assert "concurrency 4 (4 sessions at once)" in out
+    assert "turns shown; --json has every turn" in out  # 40 turns against strix's 5: a sample
+    assert re.search(r"^\s*1\s+3\.2K/6\.0K\s", out, re.M), out  # the sides sent different contexts: both said
+    flat = " ".join(out.split())
+    assert f"A = {LONG}, B = strix" in flat
+    assert "warning: the session workloads differ (turns 40 vs 5)" in flat
+    assert "the cache's gain on strix: turn 5 at 22K context: TTFT 5.05 s cached, 27.6 s uncached" in flat
+
+
+def test_compare_cli_sessions_json_and_markdown(db: Path, narrow: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "h100", "strix", "--db", str(db), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (block,) = doc["sessions"]["blocks"]
+    assert block["concurrency"] == 4 and [t["turn"] for t in block["turns"]] == [0, 1, 2, 3, 4]
+    assert block["turns"][4]["a_busted_ms"] == pytest.approx(1150.0)
+    assert block["turns"][4]["warm_ratio"] == pytest.approx(250.0 / 5050.0)
+    assert block["a"]["warm"]["sessions_finished"] == 8 and block["b"]["busted"]["sessions_finished"] == 7
+    assert {(r["concurrency"], r["cache"]) for r in doc["rows"]} == {(4, "warm"), (4, "busted")}
+    assert main(["compare", "h100", "strix", "--db", str(db), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "| 5 | 22K | 0.25 | 1.15 | 5.05 | 27.6 | 0.05× |" in out
+    assert "|\n\n| Per level |" in out  # two tables, a blank line apart
+
+
+@pytest.mark.parametrize("a, b", [("h100", "plain"), ("plain", "strix")])
+def test_a_session_run_beside_a_plain_sweep_is_refused_in_one_line(db: Path, narrow: None, a: str, b: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", a, b, "--db", str(db)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.strip().splitlines()
+    assert "is an agent-session run and" in line or "is a plain sweep and" in line
+    assert "compare session runs with session runs" in line
+    store = Store(db)
+    _store(store, "only8", [session_level(8, m) for m in ("warm", "busted")])
+    with pytest.raises(UsageError, match="share no session concurrency: the first ran 1, 4; the second 8"):
+        compare_sessions(load_result(store, "h100"), load_result(store, "only8"))
