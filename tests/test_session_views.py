@@ -13,6 +13,7 @@ import pytest
 
 from tokenbench.cli import main
 from tokenbench.compare import compare, compare_sessions, session_level_table, session_turn_table
+from tokenbench.cost import Pricing, cost_per_session, session_cost_points
 from tokenbench.errors import UsageError
 from tokenbench.metrics import Distribution, LevelSummary, session_stats, summarize
 from tokenbench.records import RequestRecord
@@ -222,3 +223,45 @@ def test_a_session_run_beside_a_plain_sweep_is_refused_in_one_line(db: Path, nar
     _store(store, "only8", [session_level(8, m) for m in ("warm", "busted")])
     with pytest.raises(UsageError, match="share no session concurrency: the first ran 1, 4; the second 8"):
         compare_sessions(load_result(store, "h100"), load_result(store, "only8"))
+
+
+# --- cost -------------------------------------------------------------------------------------------------
+
+def test_cost_per_session_by_hand() -> None:
+    # 4 agents, 2 sessions each of 60 s back to back: the box is held 120 s for 8 sessions; that is the price
+    # of 60 s of box shared by 4
+    assert cost_per_session(3.6, 120.0, 8) == pytest.approx(3.6 * 60 / 3600 / 4) == pytest.approx(0.015)
+    assert cost_per_session(3.6, 120.0, 0) is None and cost_per_session(None, 120.0, 8) is None
+    owned = Pricing(currency="EUR", purchase=2500, life_years=3, watts=100, kwh_price=0.25)
+    assert owned.per_session(3600.0, 10) == pytest.approx(owned.effective_hourly() / 10)
+
+
+def test_session_cost_points_warm_and_busted(db: Path) -> None:
+    strix = load_result(Store(db), "strix")
+    price = Pricing(currency="EUR", price_per_hour=0.4)
+    points = session_cost_points(price, [o.summary for o in strix.outcomes], api=3.0)
+    assert [p.level for p in points] == ["4 warm", "4 busted", "8 warm", "8 busted"]
+    warm, busted = points[0], points[1]
+    level = strix.outcomes[0].summary
+    assert warm.cost_per_session == pytest.approx(0.4 * level.duration_s / 3600 / 8)
+    assert warm.box_hours == pytest.approx(level.duration_s / 3600)
+    assert warm.cost_per_mtok == pytest.approx(price.per_mtok(level.output_throughput_tps))
+    # the busted level is slower and lost a session: a finished session costs more
+    assert busted.sessions_finished == 7 and (busted.cost_per_session or 0) > 2 * (warm.cost_per_session or 0)
+    assert warm.vs_api() == "1.4x cheaper"
+
+
+def test_cost_cli_prices_sessions_in_80_columns(db: Path, narrow: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", "h100", "--db", str(db), "--api-price", "3"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert _is_table(out, "Level", "Sessions", "Session p50", "EUR/session", "tok/s", "EUR/M output"), out
+    assert re.search(r"^\s*4 warm\s+8/8\s+8\.2 s\s+0\.0015\s+236\.7\s+2\.93\s*$", out, re.M), out
+    flat = " ".join(out.split())
+    assert "rented at 2.5 EUR/hour" in flat and "API 3.00 EUR/M output tokens: the box is" in flat
+    assert "1.0x cheaper at 4 warm" in flat
+    assert main(["cost", "strix", "--db", str(db), "--price-per-hour", "0.4", "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(p["level"], p["sessions_finished"]) for p in doc["sessions"]] == [
+        ("4 warm", 8), ("4 busted", 7), ("8 warm", 8), ("8 busted", 7)]
+    assert [p["operating_point"] for p in doc["points"]][:2] == ["serve c=4 warm", "serve c=4 busted"]

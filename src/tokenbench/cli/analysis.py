@@ -143,6 +143,7 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
 
     from ..cost import DEFAULT_CURRENCY, CostPoint, cost_points
     from ..output import print_table
+    from ..session_view import is_session_run
 
     check_output(a.json, "--json")
     res = None
@@ -153,6 +154,8 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
     currency = a.currency or (res.manifest.currency if res else None) or DEFAULT_CURRENCY
     pricing = _pricing(a, currency, res)
     api, api_note = _api_price(a, currency)
+    if res is not None and is_session_run(res):
+        return _cost_sessions(a, console, res, pricing, currency, api, api_note)
     if res is not None:
         points = cost_points(pricing, [o.summary for o in res.outcomes], api)
     else:
@@ -174,6 +177,45 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
     if a.json:
         emit_json(a.json, {"tool": "tokenbench", "kind": "cost", "currency": currency, "run_id": res.run_id if res else None,
                            "pricing": pricing.describe(), "points": doc})
+    return 0
+
+
+def _money(v: float | None) -> str:
+    return "—" if v is None else f"{v:,.2f}" if v >= 1 else f"{v:.2g}"
+
+
+def _cost_sessions(a: argparse.Namespace, console: Console, res: RunResult, pricing: Pricing, currency: str,
+                   api: float | None, api_note: str | None) -> int:
+    """An agent-session run priced level by level, warm and busted: per finished session and per million output
+    tokens."""
+    from dataclasses import asdict
+
+    from ..cost import cost_points, session_cost_points
+    from ..output import print_table
+    from ..session_view import seconds
+
+    levels = [o.summary for o in res.outcomes]
+    points = session_cost_points(pricing, levels, api)
+    console.print(pricing.describe(), markup=False, highlight=False)
+    console.print(f"agent sessions. Level: concurrency and cache mode. {currency}/session: the price of the hours "
+                  "the level held the box, over the sessions it finished (about price x session time / "
+                  f"concurrency). tok/s: the level's aggregate output rate, which {currency}/M output is priced at.",
+                  markup=False, highlight=False)
+    head = ["Level", "Sessions", "Session p50", f"{currency}/session", "tok/s", f"{currency}/M output"]
+    rows = [[p.level, f"{p.sessions_finished}/{p.sessions}", f"{seconds(p.session_p50_s * 1000)} s"
+             if p.session_p50_s is not None else "—", _money(p.cost_per_session),
+             f"{p.output_tps:,.1f}" if p.output_tps else "—", _money(p.cost_per_mtok)] for p in points]
+    print_table(console, head, rows, a.format, numeric=True)
+    said = [f"{vs} at {p.level}" for p in points if (vs := p.vs_api())]
+    if api is not None and said:
+        console.print(f"API {api:.2f} {currency}/M output tokens: the box is " + ", ".join(said), markup=False,
+                      highlight=False)
+    if api_note:
+        console.print(api_note, markup=False, highlight=False)
+    if a.json:
+        emit_json(a.json, {"tool": "tokenbench", "kind": "cost", "currency": currency, "run_id": res.run_id,
+                           "pricing": pricing.describe(), "points": [asdict(p) for p in cost_points(pricing, levels, api)],
+                           "sessions": [dict(asdict(p), level=p.level) for p in points]})
     return 0
 
 
