@@ -17,6 +17,7 @@ from tokenbench.cost import Pricing, cost_per_session, session_cost_points
 from tokenbench.errors import UsageError
 from tokenbench.metrics import Distribution, LevelSummary, session_stats, summarize
 from tokenbench.records import RequestRecord
+from tokenbench.report import figures, series
 from tokenbench.results import load_result
 from tokenbench.session_view import gain_line, shown_turns, tokens, warnings
 from tokenbench.store import Store
@@ -265,3 +266,41 @@ def test_cost_cli_prices_sessions_in_80_columns(db: Path, narrow: None, capsys: 
     assert [(p["level"], p["sessions_finished"]) for p in doc["sessions"]] == [
         ("4 warm", 8), ("4 busted", 7), ("8 warm", 8), ("8 busted", 7)]
     assert [p["operating_point"] for p in doc["points"]][:2] == ["serve c=4 warm", "serve c=4 busted"]
+
+
+# --- report -----------------------------------------------------------------------------------------------
+
+def test_series_keep_warm_and_busted_apart_and_draw_the_interactivity_view(db: Path) -> None:
+    store = Store(db)
+    runs = [load_result(store, r) for r in ("h100", "strix", "plain")]
+    plots = {p.id: p for p in series.build(runs)}
+    # aggregate against per-agent tok/s: one curve per box, a session run's warm and busted apart, a sweep too
+    inter = plots["interactivity"]
+    assert inter.axis == "interactivity" and inter.xlabel == "interactivity: output tok/s per agent"
+    assert [ln.name for ln in inter.lines] == ["h100 warm", "h100 busted", "strix warm", "strix busted", "plain"]
+    plain = inter.lines[-1]
+    assert plain.xs == [pytest.approx(37.5), pytest.approx(50.0)] and plain.ys == [150, 50]
+    assert plain.labels == ["concurrency 4, 37.5 tok/s per agent", "concurrency 1, 50.0 tok/s per agent"]
+    assert figures.spec(inter)["data"][-1]["text"] == plain.labels  # the hover says which level a point is
+    # cost against interactivity: only the priced box, through the one definition
+    cost = plots["cost_interactivity"]
+    h100 = [o.summary for o in runs[0].outcomes if o.summary.session and o.summary.session.cache == "warm"]
+    assert [ln.name for ln in cost.lines] == ["h100 warm", "h100 busted"]
+    assert cost.lines[0].ys == [pytest.approx(Pricing("EUR", 2.5).per_mtok(s.output_throughput_tps)) for s in h100]
+    # the concurrency plots: warm and busted are two lines, not one point chosen between them; busted a diamond
+    agg = plots["aggregate"]
+    assert [ln.name for ln in agg.lines][:2] == ["h100 warm", "h100 busted"]
+    assert [t["marker"]["symbol"] for t in figures.spec(agg)["data"]][:2] == ["circle", "diamond"]
+    ttft = [ln.name for ln in plots["ttft"].lines][:4]
+    assert ttft == ["h100 warm p50", "h100 warm p99", "h100 busted p50", "h100 busted p99"]
+
+
+def test_report_pairs_a_session_run_with_a_sweep_never(db: Path) -> None:
+    from tokenbench.report import comparison
+
+    store = Store(db)
+    pairs, apart = comparison.pairs([load_result(store, r) for r in ("h100", "strix", "plain")])
+    assert [(p.a, p.b) for p in pairs] == [(0, 1)]
+    assert [x.split(":")[0] for x in apart] == ["h100 is an agent-session run and plain is a plain sweep",
+                                              "strix is an agent-session run and plain is a plain sweep"]
+    assert comparison.point(pairs[0].cmp.rows[0], 1) == "concurrency 4, warm cache"

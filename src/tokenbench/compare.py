@@ -233,7 +233,7 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200) -> 
     la = {level_key(o.summary): o.summary for o in a.outcomes}
     lb = {level_key(o.summary): o.summary for o in b.outcomes}
     rows = []
-    for key in sorted(set(la) & set(lb)):
+    for key in sorted(set(la) & set(lb), key=lambda k: (*k[:4], k[4] == BUSTED)):  # warm before busted
         sa, sb = la[key], lb[key]
         for name, unit, higher, get in METRICS:
             va, vb = get(sa), get(sb)

@@ -36,9 +36,12 @@ def _ms(v: float | None) -> str:
 
 
 def level_label(s: LevelSummary) -> str:
+    """A level in a table's first column: its rate or concurrency, and an agent session's cache mode ("4 warm":
+    a session run measures each concurrency twice)."""
+    cache = f" {s.session.cache}" if s.session is not None else ""
     if s.rate is not None:
-        return f"{s.rate:g}/s"
-    return str(s.concurrency)
+        return f"{s.rate:g}/s{cache}"
+    return f"{s.concurrency}{cache}"
 
 
 Column = tuple[str, Callable[[LevelSummary], str]]

@@ -79,6 +79,7 @@ def level_name(s: LevelSummary) -> str:
     test = s.test or "serve"
     if test == "serve":
         what = f"concurrency {s.concurrency}" if s.concurrency else (f"rate {s.rate:g}/s" if s.rate else "serve")
+        what += f", {s.session.cache} cache" if s.session is not None else ""
         return what + (f" at depth {depth_label(s.depth)}" if s.depth else "")
     return f"{test} at depth {depth_label(s.depth or 0)}"
 
