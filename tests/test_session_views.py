@@ -22,6 +22,9 @@ from tokenbench.results import load_result
 from tokenbench.session_view import gain_line, shown_turns, tokens, warnings
 from tokenbench.store import Store
 
+from test_compare_cost_report import CHROMIUM, chromium_dom, figures_in
+from test_report import _rows, _visible
+
 NS_PER_MS = 1_000_000
 #: A label as long as the published ones: it must never widen a table.
 LONG = "h100-80gb-sxm/qwen3.6-27b/FP8-with-a-very-long-label"
@@ -295,6 +298,27 @@ def test_series_keep_warm_and_busted_apart_and_draw_the_interactivity_view(db: P
     assert ttft == ["h100 warm p50", "h100 warm p99", "h100 busted p50", "h100 busted p99"]
 
 
+def test_series_draw_each_turn_against_its_context_and_session_time(db: Path) -> None:
+    store = Store(db)
+    plots = {p.id: p for p in series.build([load_result(store, r) for r in ("h100", "strix", "plain")])}
+    assert [p for p in plots if p.startswith("session_")] == ["session_ttft_c1", "session_ttft_c4", "session_ttft_c8",
+                                                               "session_time"]
+    c4 = plots["session_ttft_c4"]  # one plot per concurrency, a line per box and cache mode
+    assert [ln.name for ln in c4.lines] == ["h100 warm", "h100 busted", "strix warm", "strix busted"]
+    assert c4.lines[1].xs == [6000, 10000, 14000, 18000, 22000]
+    assert c4.lines[1].ys == pytest.approx([0.35, 0.55, 0.75, 0.95, 1.15])
+    assert c4.ticks()[1][:2] == ["6.0K", "8.0K"]
+    spec = figures.spec(c4)
+    assert [t["marker"]["symbol"] for t in spec["data"]] == ["circle", "diamond", "circle", "diamond"]
+    assert spec["data"][1]["text"][4] == "turn 5, 22K tokens of context"  # busted: nothing cached
+    assert spec["data"][0]["text"][4] == "turn 5, 22K tokens of context (18K cached)"
+    assert spec["layout"]["yaxis"]["type"] == "log"  # 0.25 s warm to 27.6 s busted
+    time = plots["session_time"]
+    assert [ln.name for ln in time.lines][:4] == ["h100 warm p50", "h100 warm p90", "h100 busted p50",
+                                                  "h100 busted p90"]
+    assert time.lines[0].xs == [1, 4] and figures.spec(time)["data"][1]["line"]["dash"] == "dot"
+
+
 def test_report_pairs_a_session_run_with_a_sweep_never(db: Path) -> None:
     from tokenbench.report import comparison
 
@@ -304,3 +328,65 @@ def test_report_pairs_a_session_run_with_a_sweep_never(db: Path) -> None:
     assert [x.split(":")[0] for x in apart] == ["h100 is an agent-session run and plain is a plain sweep",
                                               "strix is an agent-session run and plain is a plain sweep"]
     assert comparison.point(pairs[0].cmp.rows[0], 1) == "concurrency 4, warm cache"
+
+
+def test_html_report_has_a_session_section_and_compares_sessions(db: Path, tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    out = tmp_path / "r.html"
+    assert main(["report", "h100", "strix", "plain", "--html", str(out), "--db", str(db)]) == 0
+    page = out.read_text(encoding="utf-8")
+    rows = _rows(page)
+    text = re.sub(r"\s+", " ", _visible(page))
+    assert '<section id="sessions">' in page
+    assert "The cache's gain at concurrency 4, turn 5 at 22K context: TTFT 0.25 s cached, 1.15 s uncached" in text
+    assert "5 | 22K | 18K | 0.25 | 1.15 | 4.6×" in rows  # h100's own turn table
+    assert any(r.startswith("concurrency 4, busted | 7 of 8 |") for r in rows)  # strix's level table
+    assert any(r.startswith("concurrency 4, warm | 8 of 8 | 8.2 | 8.2 | 5.0 | 71% | — | 237 | 59.2 | 0.00147 |")
+               for r in rows), [r for r in rows if r.startswith("concurrency 4, warm")]
+    # the two session runs compared turn by turn, names in the headings
+    assert "Turn | Context | h100 warm | h100 busted | strix warm | strix busted | Warm A/B" in rows
+    assert "5 | 22K | 0.25 | 1.15 | 5.05 | 27.6 | 0.05×" in rows
+    # a session run beside the plain sweep: said why, no table
+    assert "h100 is an agent-session run and plain is a plain sweep" in text
+    assert any(r.startswith("Workload | agent sessions of 5 turns, 2,000-token shared prefix, tool tokens "
+                            "uniform:3000-5000 |") for r in rows), [r for r in rows if r.startswith("Workload")]
+    for fid in ("session_ttft_c4", "session_time", "interactivity", "cost_interactivity"):
+        assert f'id="{fid}"' in page
+
+
+def test_markdown_and_png_of_a_session_run(db: Path, tmp_path: Path) -> None:
+    md = tmp_path / "B.md"
+    assert main(["report", "h100", "--md", str(md), "--db", str(db)]) == 0
+    text = md.read_text()
+    assert "workload: agent sessions of 5 turns, 2,000-token shared prefix" in text
+    assert "| 1 warm | 57.9 |" in text and "| 1 busted | 44.9 |" in text  # a level per cache mode
+    assert "| 5 | 22K | 18K | 0.25 | 1.15 | 4.6× |" in text
+    assert "the cache's gain at concurrency 1, turn 5 at 22K context" in text
+    assert "prefill 56,000" not in text  # a warm level's input / TTFT is no prefill rate
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "png"
+    assert main(["report", "h100", "strix", "--png", str(png), "--db", str(db)]) == 0
+    assert {"session_ttft_c1", "session_ttft_c4", "session_ttft_c8", "session_time", "interactivity",
+            "cost_interactivity"} <= {p.stem for p in png.glob("*.png")}
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (.ci/run installs it: apt-get install chromium)")
+def test_session_plots_render_every_point_in_headless_chromium(db: Path, tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    out = tmp_path / "r.html"
+    assert main(["report", "h100", "strix", "plain", "--html", str(out), "--db", str(db)]) == 0
+    dom, _ = chromium_dom(out, tmp_path)
+    figs = figures_in(dom)
+    # each series' points, counted from the runs: h100 (0) at 1 and 4, strix (1) at 4 and 8, plain (2) at 1
+    # and 4; every session level has 5 turns; only h100 has a price
+    expected = {"session_ttft_c1": {0: 10}, "session_ttft_c4": {0: 10, 1: 10}, "session_ttft_c8": {1: 10},
+                "session_time": {0: 8, 1: 8}, "interactivity": {0: 4, 1: 4, 2: 2}, "cost_interactivity": {0: 4},
+                "aggregate": {0: 4, 1: 4, 2: 2}}
+    for fid, want in expected.items():
+        f = figs[fid]
+        assert "data-error" not in f, f
+        got: dict[int, int] = {}
+        for s in json.loads(f["data-series"]):
+            assert s["measured"] and s["drawn"] == s["visible"] == s["expected"] > 0, (fid, s)
+            got[s["run"]] = got.get(s["run"], 0) + s["visible"]
+        assert got == want, (fid, got)

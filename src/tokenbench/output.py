@@ -92,6 +92,8 @@ def slo_verdict(s: LevelSummary) -> str:
 def single_stream_lines(levels: list[LevelSummary]) -> list[str]:
     out = []
     for s in levels:
+        if s.session is not None and s.session.cache == "warm":
+            continue  # its prompts were mostly served from the cache: input / TTFT is no prefill rate
         if s.concurrency == 1 and (s.prefill_tps or s.decode_tps):
             parts = ([f"prefill {_num(s.prefill_tps)} tok/s (input tokens / TTFT, median)"] if s.prefill_tps else []) \
                 + ([f"single-stream decode {_num(s.decode_tps)} tok/s (1 / median TPOT)"] if s.decode_tps else [])

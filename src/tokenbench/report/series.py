@@ -2,8 +2,9 @@
 
 Against concurrency: aggregate and per-agent throughput, TTFT, TPOT, cost. Against interactivity (per-agent
 tok/s, the view SemiAnalysis' InferenceMAX compares boxes by): aggregate throughput and cost per million output
-tokens, one curve per box. Against depth: prefill and decode. A session run's two levels at a concurrency (warm
-and busted, issue 25) are two lines, never one point chosen between them.
+tokens, one curve per box. Against depth: prefill and decode. Agent sessions (issue 25): each turn's TTFT
+against its context at each concurrency, and session time against concurrency. A session run's two levels at a
+concurrency (warm and busted) are two lines, never one point chosen between them.
 """
 
 from __future__ import annotations
@@ -170,6 +171,30 @@ def _interactivity_lines(plots: dict[str, Plot], name: str, levels: list[LevelSu
              [(x, c) for x, c, _ in costs], r, i, cache=cache, labels=[lab for *_, lab in costs])
 
 
+def _session_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
+    """An agent-session run: each turn's TTFT p50 against the context it sent, one plot per concurrency and a
+    line per cache mode; session time p50 and p90 against concurrency."""
+    by = session_view.levels(r)
+    for (c, cache), s in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] == BUSTED)):
+        st = s.session
+        assert st is not None
+        plot = plots.setdefault(f"session_ttft_c{c}", Plot(
+            f"session_ttft_c{c}", f"Agent sessions at concurrency {c}: each turn's TTFT p50 vs its context",
+            "context the turn sent (tokens)", "TTFT p50 (s)", axis="context", unit="s"))
+        pts = [(t.context_tokens_mean, t.ttft_ms.p50 / 1000) for t in st.turns
+               if t.context_tokens_mean is not None and t.ttft_ms.p50 is not None]
+        labels = [f"turn {t.turn + 1}, {session_view.tokens(t.context_tokens_mean)} tokens of context"
+                  + (f" ({session_view.tokens(t.cached_tokens_mean)} cached)" if t.cached_tokens_mean else "")
+                  for t in st.turns if t.context_tokens_mean is not None and t.ttft_ms.p50 is not None]
+        _add(plot, f"{run_name(r)} {cache}", pts, r, i, cache=cache, labels=labels)
+    for cache in session_view.CACHES:
+        levels = sorted((s for (c, k), s in by.items() if k == cache), key=lambda s: s.concurrency or 0)
+        for pct in ("p50", "p90"):
+            pts = [(float(s.concurrency or 0), v) for s in levels
+                   if s.session is not None and (v := getattr(s.session.session_s, pct)) is not None]
+            _add(plots["session_time"], f"{run_name(r)} {cache} {pct}", pts, r, i, pct, cache)
+
+
 def _depth_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
     """A run's depth levels: prefill and decode against the tokens in cache, one line per test."""
     name = run_name(r)
@@ -208,11 +233,15 @@ def build(runs: list[RunResult], price_per_hour: float | None = None, currency: 
         "cost_interactivity": Plot("cost_interactivity", "Cost per million output tokens vs interactivity", inter,
                                    f"{one or 'cost'} per million output tokens", axis="interactivity",
                                    unit=f"{one}/M output tokens" if one else "per M output tokens"),
+        "session_time": Plot("session_time", "Agent sessions: session time p50 (solid) and p90 (dotted) vs "
+                             "concurrency", "concurrent sessions", "session time (s)", logx=True, unit="s"),
     }
     for i, r in enumerate(runs):
         _serve_lines(plots, r, i, prices[i], one)
         _depth_lines(plots, r, i)
+        _session_lines(plots, r, i)
     for p in plots.values():
         if p.axis == "interactivity":  # per-agent rates span decades from one stream to hundreds
             p.logx = style.wide(x for line in p.lines for x in line.xs)
+    plots["session_time"] = plots.pop("session_time")  # after the turns it sums up
     return [p for p in plots.values() if p.points]
