@@ -271,6 +271,20 @@ def test_cost_cli_prices_sessions_in_80_columns(db: Path, narrow: None, capsys: 
     assert [p["operating_point"] for p in doc["points"]][:2] == ["serve c=4 warm", "serve c=4 busted"]
 
 
+# --- recommend ------------------------------------------------------------------------------------------
+
+def test_recommend_takes_a_session_run_at_its_warm_level(db: Path) -> None:
+    """The busted level is the no-cache baseline, not how the box serves; it has the longer prompts (its marker),
+    so the longest-prompt rule picked it."""
+    from tokenbench.recommend import Workload, measured
+
+    store = Store(db)
+    warm = session_level(4, "warm")
+    _store(store, "marked", [warm, session_level(4, "busted", extra_context=8)], price_per_hour=1.0)
+    (c,) = measured([load_result(store, "marked")], Workload("m", 4, 4096, 100), {})
+    assert c.throughput == pytest.approx(warm.output_throughput_tps)
+
+
 # --- report -----------------------------------------------------------------------------------------------
 
 def test_series_keep_warm_and_busted_apart_and_draw_the_interactivity_view(db: Path) -> None:
