@@ -209,31 +209,38 @@ class SessionStats:
         return cls(**d)
 
 
+def _turn_point(k: int, at: list[RequestRecord]) -> TurnPoint:
+    """One turn over the successful requests that reached it."""
+    ctx = [r.input_tokens for r in at if r.input_tokens is not None]
+    cached = [r.cached_tokens for r in at if r.cached_tokens is not None]
+    uncached = [r.input_tokens - r.cached_tokens for r in at
+                if r.input_tokens is not None and r.cached_tokens is not None]
+    return TurnPoint(
+        turn=k, n=len(at), context_tokens_mean=_mean(ctx), cached_tokens_mean=_mean(cached),
+        uncached_tokens_mean=_mean(uncached),
+        ttft_ms=Distribution.of([r.ttft_ns / NS_PER_MS for r in at if r.ttft_ns is not None]),
+        tpot_ms=Distribution.of([v for r in at if (v := request_tpot_ms(r)) is not None]))
+
+
+def _finished_sessions_s(by_session: dict[int, list[RequestRecord]]) -> list[float]:
+    """Each finished session's time: first turn sent -> last turn's last byte, in seconds."""
+    finished = [rs for rs in by_session.values() if rs and all(r.ok for r in rs)]
+    return [(max(r.end_ns or r.sent_ns for r in rs) - min(r.sent_ns for r in rs)) / NS_PER_S for rs in finished]
+
+
 def session_stats(records: list[RequestRecord], cache: str) -> SessionStats:
     """The session view of a level's measured records (each carries its ``session`` and ``turn``)."""
     measured = [r for r in records if r.phase == "measured" and r.session is not None]
     by_session: dict[int, list[RequestRecord]] = {}
     for r in measured:
         by_session.setdefault(r.session or 0, []).append(r)
-    finished = [rs for rs in by_session.values() if rs and all(r.ok for r in rs)]
-    session_s = [(max(r.end_ns or r.sent_ns for r in rs) - min(r.sent_ns for r in rs)) / NS_PER_S for rs in finished]
+    session_s = _finished_sessions_s(by_session)
     ok = [r for r in measured if r.ok]
     said = [r for r in ok if r.cached_tokens is not None and r.input_tokens]
     prompt = sum(r.input_tokens or 0 for r in said)
-    turns = []
-    for k in sorted({r.turn for r in ok if r.turn is not None}):
-        at = [r for r in ok if r.turn == k]
-        ctx = [r.input_tokens for r in at if r.input_tokens is not None]
-        cached = [r.cached_tokens for r in at if r.cached_tokens is not None]
-        uncached = [r.input_tokens - r.cached_tokens for r in at
-                    if r.input_tokens is not None and r.cached_tokens is not None]
-        turns.append(TurnPoint(
-            turn=k, n=len(at), context_tokens_mean=_mean(ctx), cached_tokens_mean=_mean(cached),
-            uncached_tokens_mean=_mean(uncached),
-            ttft_ms=Distribution.of([r.ttft_ns / NS_PER_MS for r in at if r.ttft_ns is not None]),
-            tpot_ms=Distribution.of([v for r in at if (v := request_tpot_ms(r)) is not None])))
+    turns = [_turn_point(k, [r for r in ok if r.turn == k]) for k in sorted({r.turn for r in ok if r.turn is not None})]
     return SessionStats(
-        cache=cache, sessions=len(by_session), sessions_finished=len(finished),
+        cache=cache, sessions=len(by_session), sessions_finished=len(session_s),
         turns_per_session=statistics.fmean(len(rs) for rs in by_session.values()) if by_session else None,
         session_s=Distribution.of(session_s),
         cached_share=sum(r.cached_tokens or 0 for r in said) / prompt if prompt else None,
