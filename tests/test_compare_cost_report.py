@@ -23,6 +23,12 @@ DATA = Path(__file__).parent / "data"
 PUBLISHED = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data" / "published.csv"  # shipped copy
 
 
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The golden tables are read as a pipe gets them (160 columns), whatever the caller's $COLUMNS says."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def _run(store: Store, label: str, levels: list[LevelSummary], **manifest: object) -> str:
     rid = f"run-{label}"
     store.save_run(rid, "sweep", label, {"label": label, **manifest}, "measured", levels, "0", "2026", "2026")
