@@ -57,10 +57,11 @@ def _imports(path: Path) -> set[str]:
     return mods
 
 
-@pytest.mark.parametrize("reader", ["compare.py", "cost.py", "recommend.py", "report", "importers", "quality"])
+@pytest.mark.parametrize("reader", ["compare.py", "cost.py", "recommend.py", "session_view.py", "report", "importers",
+                                    "quality"])
 def test_readers_do_not_import_a_runner(reader: str) -> None:
     paths = [SRC / reader] if reader.endswith(".py") else sorted((SRC / reader).rglob("*.py"))
-    runners = {"sweep", "depth", "coldstart"}
+    runners = {"sweep", "depth", "coldstart", "sessions"}
     bad = [f"{p.name} imports {m}" for p in paths for m in _imports(p) if m in runners]
     assert not bad, bad
 

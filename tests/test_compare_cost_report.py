@@ -23,6 +23,12 @@ DATA = Path(__file__).parent / "data"
 PUBLISHED = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data" / "published.csv"  # shipped copy
 
 
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The golden tables are read as a pipe gets them (160 columns), whatever the caller's $COLUMNS says."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def _run(store: Store, label: str, levels: list[LevelSummary], **manifest: object) -> str:
     rid = f"run-{label}"
     store.save_run(rid, "sweep", label, {"label": label, **manifest}, "measured", levels, "0", "2026", "2026")
@@ -296,7 +302,8 @@ def test_html_report_self_contained_escaped_with_png(tmp_path: Path, capsys: pyt
     tags = re.findall(r"<(?:script|link|img|iframe|object|embed)\b[^>]*>", html)
     assert all(t == "<script>" or t.startswith('<script type="application/json"') for t in tags), set(tags)
     assert "plotly" in html.lower() and len(html) > 1_000_000  # plotly.js inlined, not linked
-    ids = {"aggregate", "per_agent", "ttft", "tpot", "decode_depth", "prefill_depth", "cost"}
+    ids = {"aggregate", "per_agent", "ttft", "tpot", "decode_depth", "prefill_depth", "cost", "interactivity",
+           "cost_interactivity"}
     pngs = {p.stem: p for p in (tmp_path / "png").glob("*.png")}
     assert set(pngs) == ids and all(_png_width(p) >= 1600 for p in pngs.values())
     assert all(f'id="{i}"' in html for i in ids)
@@ -343,11 +350,12 @@ def test_html_report_in_headless_chromium(tmp_path: Path, capsys: pytest.Capture
     assert main(["report", "gpu", "strix", "h100-pred", evil, "--html", str(out), "--db", str(db)]) == 0
     dom, _ = chromium_dom(out, tmp_path)
     figs = figures_in(dom)
-    assert set(figs) == {"aggregate", "per_agent", "ttft", "tpot", "decode_depth", "prefill_depth", "cost"}
+    assert set(figs) == {"aggregate", "per_agent", "ttft", "tpot", "decode_depth", "prefill_depth", "cost",
+                         "interactivity", "cost_interactivity"}
     # what each measured series should show, counted from the runs themselves: gpu 3 levels (0), strix's
     # llama-bench file 1 pp and 2 tg levels (1); the prediction (2) is drawn too but is not measured
     expected = {"aggregate": {0: 3, 3: 1}, "per_agent": {0: 3, 3: 1}, "ttft": {0: 6, 3: 2}, "tpot": {0: 3, 3: 1},
-                "cost": {0: 3},
+                "cost": {0: 3}, "interactivity": {0: 3, 3: 1}, "cost_interactivity": {0: 3},
                 "prefill_depth": {1: 1}, "decode_depth": {1: 2}}
     for fid, f in figs.items():
         assert "data-error" not in f, f

@@ -168,7 +168,7 @@ def test_png_export_is_slide_sized(tmp_path: Path) -> None:
     out = tmp_path / "png"
     assert main(["report", "mini-pc", "gpu-pred", "--png", str(out), "--db", str(db)]) == 0
     sizes = {p.stem: _png_size(p) for p in out.glob("*.png")}
-    assert set(sizes) == {"aggregate", "per_agent", "ttft", "tpot", "cost"}
+    assert set(sizes) == {"aggregate", "per_agent", "ttft", "tpot", "cost", "interactivity", "cost_interactivity"}
     assert all(w >= 1600 and w * 9 == h * 16 for w, h in sizes.values()), sizes
 
 
@@ -178,7 +178,7 @@ def test_measured_points_visible_under_an_identical_prediction(tmp_path: Path, p
     out.write_text(page, encoding="utf-8")
     dom, _ = chromium_dom(out, tmp_path)
     figs = figures_in(dom)
-    assert set(figs) == {"aggregate", "per_agent", "ttft", "tpot", "cost"}
+    assert set(figs) == {"aggregate", "per_agent", "ttft", "tpot", "cost", "interactivity", "cost_interactivity"}
     for fid, f in figs.items():
         by_run: dict[int, int] = {}
         for s in json.loads(f["data-series"]):

@@ -1,7 +1,9 @@
 """Two runs side by side: rows aligned on the shared workload axes (test, depth, concurrency), a ratio
 column with the winner named, crossovers, the effective-serving line, and the "different model shapes" trap.
 
-Works on any kind of run (sweeps, depth runs, imports, predictions) since all are levels in the store.
+Works on any kind of run (sweeps, depth runs, imports, predictions) since all are levels in the store. Two
+agent-session runs are also compared turn by turn (``compare_sessions``): TTFT against context, warm and busted,
+session time, and what each box's prefix cache bought; a session run beside one that is not is refused.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import adapters
+from . import adapters, session_view
 from .cost import effective_serving_s
+from .errors import UsageError
 from .metrics import LevelSummary
 from .predict.roofline import WEIGHT_BPW
 from .results import Manifest, RunResult
+from .session_view import BUSTED, WARM, cache_of, is_session_run
 
 #: Ratios closer to 1 than this are a tie, not a win.
 TIE = 1.05
@@ -38,21 +42,24 @@ METRICS: list[tuple[str, str, bool, Getter]] = [
 ]
 
 
-def level_key(s: LevelSummary) -> tuple[str, int, int, int]:
-    """The workload axes a row is aligned on: test, depth, concurrency, and a serving level's prompt length (to
-    the nearest 64 tokens, so a BOS token or a chat template does not split a row). A llama-bench test names its
-    own length (pp512), which some sources also state as a prompt length and others do not."""
+def level_key(s: LevelSummary) -> tuple[str, int, int, int, str]:
+    """The workload axes a row is aligned on: test, depth, concurrency, a serving level's prompt length (to the
+    nearest 64 tokens, so a BOS token or a chat template does not split a row) and a session level's cache mode
+    (a session run measures each concurrency twice, warm and busted; its prompts grow turn by turn, so their mean
+    length aligns nothing). A llama-bench test names its own length (pp512), which some sources also state as a
+    prompt length and others do not."""
     test = s.test or "serve"
-    prompt = round((s.input_tokens_mean or 0) / 64) * 64 if test == "serve" else 0
-    return (test, s.depth or 0, s.concurrency or 0, prompt)
+    cache = cache_of(s) or ""
+    prompt = round((s.input_tokens_mean or 0) / 64) * 64 if test == "serve" and not cache else 0
+    return (test, s.depth or 0, s.concurrency or 0, prompt, cache)
 
 
 def points(res: RunResult, most: int = 4) -> str:
     """A run's operating points, as compare aligns them: "pp512 at depth 0, tg128 at depth 32768" or
-    "concurrency 1 at 4096 tokens in, concurrency 4 at 4096 tokens in"."""
+    "concurrency 1 at 4096 tokens in, concurrency 4 at 4096 tokens in" or "concurrency 4, warm cache"."""
     keys = sorted({level_key(o.summary) for o in res.outcomes})
-    said = [(f"concurrency {c}" + (f" at {p} tokens in" if p else "")) if t == "serve" else f"{t} at depth {d}"
-            for t, d, c, p in keys]
+    said = [(f"concurrency {c}" + (f" at {p} tokens in" if p else "") + (f", {k} cache" if k else ""))
+            if t == "serve" else f"{t} at depth {d}" for t, d, c, p, k in keys]
     return ", ".join(said[:most]) + (f" and {len(said) - most} more" if len(said) > most else "") or "no levels"
 
 
@@ -67,6 +74,7 @@ class CompareRow:
     a: float
     b: float
     higher_better: bool
+    cache: str | None = None  # a session level's cache mode (warm, busted)
 
     @property
     def ratio(self) -> float:
@@ -199,25 +207,15 @@ def effective_line(res: RunResult, agents: int, tokens: int) -> str | None:
     return None
 
 
-def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200) -> Comparison:
-    la = {level_key(o.summary): o.summary for o in a.outcomes}
-    lb = {level_key(o.summary): o.summary for o in b.outcomes}
-    rows = []
-    for key in sorted(set(la) & set(lb)):
-        sa, sb = la[key], lb[key]
-        for name, unit, higher, get in METRICS:
-            va, vb = get(sa), get(sb)
-            if va and vb:
-                rows.append(CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher))
-    cmp = Comparison(_name(a), _name(b), rows, warnings=_shape_warnings(a, b))
-    if not rows:
-        cmp.warnings.append("the two runs share no operating point (test, depth, concurrency): nothing to align")
-    # crossovers: along depth for llama-bench tests, along concurrency for serving
-    series: dict[tuple[str, str, int], list[CompareRow]] = {}
+def crossovers(rows: list[CompareRow], a: str, b: str) -> list[str]:
+    """Where the faster box changes: along depth for llama-bench tests, along concurrency for serving (a session
+    run's warm and busted levels each a series of their own)."""
+    out = []
+    series: dict[tuple[str, str, int, str], list[CompareRow]] = {}
     for r in rows:
         fixed = r.concurrency if r.test != "serve" else r.depth
-        series.setdefault((r.test, r.metric, fixed * 1_000_000 + r.input_len), []).append(r)
-    for (test, metric, _), rs in series.items():
+        series.setdefault((r.test, r.metric, fixed * 1_000_000 + r.input_len, r.cache or ""), []).append(r)
+    for (test, metric, _, cache), rs in series.items():
         axis = "depth" if test != "serve" else "concurrency"
         rs.sort(key=lambda r: r.depth if axis == "depth" else r.concurrency)
         decided = [r for r in rs if r.winner()]
@@ -225,12 +223,29 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200) -> 
             if p.winner() != q.winner():
                 at = (lambda r: f"{r.depth // 1024}K" if r.depth >= 1024 else str(r.depth)) if axis == "depth" \
                     else (lambda r: str(r.concurrency))
-                cmp.crossovers.append(
-                    f"faster box changes between {at(p)} and {at(q)} {axis} ({test} {metric}): "
-                    f"{cmp.a if p.winner() == 1 else cmp.b} then {cmp.a if q.winner() == 1 else cmp.b}"
-                )
+                out.append(f"faster box changes between {at(p)} and {at(q)} {axis} ({test}"
+                           f"{' ' + cache if cache else ''} {metric}): {a if p.winner() == 1 else b} then "
+                           f"{a if q.winner() == 1 else b}")
+    return out
+
+
+def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200) -> Comparison:
+    la = {level_key(o.summary): o.summary for o in a.outcomes}
+    lb = {level_key(o.summary): o.summary for o in b.outcomes}
+    rows = []
+    for key in sorted(set(la) & set(lb), key=lambda k: (*k[:4], k[4] == BUSTED)):  # warm before busted
+        sa, sb = la[key], lb[key]
+        for name, unit, higher, get in METRICS:
+            va, vb = get(sa), get(sb)
+            if va and vb:
+                rows.append(CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, key[4] or None))
+    cmp = Comparison(_name(a), _name(b), rows, warnings=_shape_warnings(a, b))
+    if not rows:
+        cmp.warnings.append("the two runs share no operating point (test, depth, concurrency): nothing to align")
+    cmp.crossovers = crossovers(rows, cmp.a, cmp.b)
     for res in (a, b):
-        line = effective_line(res, agents, tokens)
+        # a session's requests grow turn by turn: N agents x M tokens is no question a session run answers
+        line = None if is_session_run(res) else effective_line(res, agents, tokens)
         if line:
             cmp.effective.append(line)
     return cmp
@@ -246,6 +261,175 @@ def table(c: Comparison) -> tuple[list[str], list[list[str]]]:
     for r in c.rows:
         w = r.winner()
         note = "≈ tie" if w == 0 else (f"→ {c.a} wins {r.factor():.1f}×" if w == 1 else f"← {c.b} wins {r.factor():.1f}×")
-        out.append([r.test, f"{r.depth:,}", str(r.concurrency), str(r.input_len or "—"), f"{r.metric} ({r.unit})",
+        out.append([r.test + (f" {r.cache}" if r.cache else ""), f"{r.depth:,}", str(r.concurrency), str(r.input_len or "—"), f"{r.metric} ({r.unit})",
                     _fmt(r.a), _fmt(r.b), f"{r.ratio:.2f}", note])
     return head, out
+
+
+# --- agent sessions (issue 25) ----------------------------------------------------------------------------
+
+#: Two sides' contexts at a turn closer than this are one context (a chat template or a marker apart).
+SAME_CONTEXT = 0.05
+
+
+@dataclass(slots=True)
+class SessionTurn:
+    """One turn at one concurrency on both sides: the context each sent and its TTFT p50, warm and busted."""
+
+    turn: int  # as stored: 0 is the first turn
+    context_a: float | None
+    context_b: float | None
+    a_warm_ms: float | None
+    a_busted_ms: float | None
+    b_warm_ms: float | None
+    b_busted_ms: float | None
+
+    @property
+    def warm_ratio(self) -> float | None:
+        """A's warm TTFT over B's: below 1, A's first token came sooner."""
+        return self.a_warm_ms / self.b_warm_ms if self.a_warm_ms and self.b_warm_ms else None
+
+    @property
+    def busted_ratio(self) -> float | None:
+        return self.a_busted_ms / self.b_busted_ms if self.a_busted_ms and self.b_busted_ms else None
+
+    def context(self) -> str:
+        """One context where both sides sent about the same, else A's and B's ("48K/51K")."""
+        a, b = self.context_a, self.context_b
+        if a is None or b is None or abs(a - b) <= SAME_CONTEXT * max(a, b):
+            return session_view.tokens(a if a is not None else b)
+        return f"{session_view.tokens(a)}/{session_view.tokens(b)}"
+
+
+@dataclass(slots=True)
+class SessionSide:
+    """One side's session level at one concurrency and cache mode: what a finished session took."""
+
+    cache: str
+    sessions: int
+    sessions_finished: int
+    session_p50_s: float | None
+    session_p90_s: float | None
+    cached_share: float | None  # the responses' cached prompt tokens / prompt tokens
+    server_hit_share: float | None  # the server's own prefix-cache hit share (/metrics)
+    output_tps: float | None
+    per_agent_tps: float | None
+
+    @classmethod
+    def of(cls, s: LevelSummary) -> SessionSide:
+        st = s.session
+        assert st is not None
+        return cls(st.cache, st.sessions, st.sessions_finished, st.session_s.p50, st.session_s.p90, st.cached_share,
+                   st.server_hit_share, s.output_throughput_tps or None, s.per_agent_tps)
+
+
+@dataclass(slots=True)
+class SessionBlock:
+    """Both sides at one shared concurrency: the turns, each side's levels by cache mode, the cache's gain."""
+
+    concurrency: int
+    turns: list[SessionTurn]
+    a: dict[str, SessionSide]
+    b: dict[str, SessionSide]
+    gains: list[str]  # "NAME: turn 20 at 48K context: TTFT 0.31 s cached, 9.8 s uncached (...)"
+
+
+@dataclass(slots=True)
+class SessionComparison:
+    a: str
+    b: str
+    blocks: list[SessionBlock]
+    warnings: list[str] = field(default_factory=list)
+
+
+def _session_turns(a: RunResult, b: RunResult, c: int) -> list[SessionTurn]:
+    ta = {t.turn: t for t in session_view.turn_rows(a, c)}
+    tb = {t.turn: t for t in session_view.turn_rows(b, c)}
+    out = []
+    for k in sorted(set(ta) | set(tb)):
+        x, y = ta.get(k), tb.get(k)
+        out.append(SessionTurn(k, x.context_tokens if x else None, y.context_tokens if y else None,
+                               x.warm_ttft_ms if x else None, x.busted_ttft_ms if x else None,
+                               y.warm_ttft_ms if y else None, y.busted_ttft_ms if y else None))
+    return out
+
+
+def _session_workload_warnings(a: RunResult, b: RunResult) -> list[str]:
+    """The session parameters the two runs' manifests give differently (turns, shared prefix, distributions)."""
+    wa, wb = a.manifest.workload or {}, b.manifest.workload or {}
+    said = [f"{k} {wa.get(k, '(not given)')} vs {wb.get(k, '(not given)')}" for k in dict.fromkeys([*wa, *wb])
+            if wa.get(k) != wb.get(k)]
+    return [f"the session workloads differ ({'; '.join(said)})"] if said else []
+
+
+def compare_sessions(a: RunResult, b: RunResult) -> SessionComparison:
+    """Two agent-session runs side by side at each concurrency both ran: per turn, the context and the TTFT p50
+    on each side, warm and busted; per level, the session time; per side, what the cache bought. Refuses
+    (``UsageError``) a session run beside one that is not, and two session runs that share no concurrency."""
+    why = session_view.mismatch(a, b)
+    if why is None and not session_view.is_session_run(a):
+        why = f"{_name(a)} and {_name(b)} are no agent-session runs: compare them as sweeps"
+    if why is None and not set(session_view.concurrencies(a)) & set(session_view.concurrencies(b)):
+        why = (f"{_name(a)} and {_name(b)} share no session concurrency: the first ran "
+               f"{', '.join(map(str, session_view.concurrencies(a))) or 'none'}; the second "
+               f"{', '.join(map(str, session_view.concurrencies(b))) or 'none'}")
+    if why is not None:
+        raise UsageError(why)
+    la, lb = session_view.levels(a), session_view.levels(b)
+    blocks = []
+    for c in sorted(set(session_view.concurrencies(a)) & set(session_view.concurrencies(b))):
+        gains = [f"{_name(r)}: {g}" for r in (a, b) if (g := session_view.gain_line(r, c))]
+        blocks.append(SessionBlock(
+            c, _session_turns(a, b, c),
+            {k: SessionSide.of(s) for (cc, k), s in la.items() if cc == c},
+            {k: SessionSide.of(s) for (cc, k), s in lb.items() if cc == c}, gains))
+    warnings = _model_warnings(a.manifest, b.manifest) + _session_workload_warnings(a, b)
+    warnings += session_view.warnings(a) + session_view.warnings(b)
+    warnings += [f"{_name(r)} is {r.predicted_mark}, not measured" for r in (a, b) if r.predicted_mark]
+    return SessionComparison(_name(a), _name(b), blocks, warnings)
+
+
+def _ratio(x: float | None, y: float | None) -> str:
+    if not (x and y):
+        return "—"
+    r = x / y
+    return f"{r:.2f}×" if r >= 0.1 else f"{r:.2g}×"
+
+
+def session_turn_table(block: SessionBlock, every: bool = False) -> tuple[list[str], list[list[str]]]:
+    """TTFT p50 in seconds at each turn shown (turns counted from 1; ``every``: all of them, else a sample of a
+    long session), both sides, warm and busted: seven columns that fit 80 (the sides' names go in the heading
+    above the table, never in a column)."""
+    head = ["Turn", "Context", "A warm", "A busted", "B warm", "B busted", "Warm A/B"]
+    turns = [t.turn for t in block.turns]
+    shown = set(turns if every else session_view.shown_turns(turns))
+    s = session_view.seconds
+    rows = [[str(t.turn + 1), t.context(), s(t.a_warm_ms), s(t.a_busted_ms), s(t.b_warm_ms), s(t.b_busted_ms),
+             _ratio(t.a_warm_ms, t.b_warm_ms)] for t in block.turns if t.turn in shown]
+    return head, rows
+
+
+#: The session table's rows: (label, the figure of one side's level, how it is written, a ratio makes sense).
+_SESSION_ROWS: list[tuple[str, Callable[[SessionSide], float | None], Callable[[float | None], str], bool]] = [
+    ("Session p50 (s)", lambda x: x.session_p50_s, lambda v: session_view.seconds(v * 1000 if v is not None else None),
+     True),
+    ("Session p90 (s)", lambda x: x.session_p90_s, lambda v: session_view.seconds(v * 1000 if v is not None else None),
+     True),
+    ("Cached share", lambda x: x.cached_share, session_view.share, False),
+    ("Server hits", lambda x: x.server_hit_share, session_view.share, False),
+    ("Output tok/s", lambda x: x.output_tps, lambda v: "—" if v is None else _fmt(v), True),
+    ("Per-agent tok/s", lambda x: x.per_agent_tps, lambda v: "—" if v is None else _fmt(v), True),
+]
+
+
+def session_level_table(block: SessionBlock) -> tuple[list[str], list[list[str]]]:
+    """Each side's levels at the block's concurrency, warm and busted: sessions finished, session time, what
+    the cache served, throughput. A row no level has a figure for is left out."""
+    sides = [block.a.get(WARM), block.a.get(BUSTED), block.b.get(WARM), block.b.get(BUSTED)]
+    head = ["Per level", "A warm", "A busted", "B warm", "B busted", "Warm A/B"]
+    rows = [["Sessions done", *(f"{x.sessions_finished}/{x.sessions}" if x else "—" for x in sides), ""]]
+    for label, get, fmt, ratio in _SESSION_ROWS:
+        values = [get(x) if x else None for x in sides]
+        if any(v is not None for v in values):
+            rows.append([label, *map(fmt, values), _ratio(values[0], values[2]) if ratio else ""])
+    return head, rows

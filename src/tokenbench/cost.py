@@ -4,6 +4,9 @@ Rented: price_per_hour / (tokens/s · 3600) · 10⁶, and a box rented around th
 a day costs that much more per token. Owned: the purchase spread over its service life plus power draw times
 the electricity price, per hour used. These reproduce the published figures in shared/reference/README.md:
 EUR 1.79/hour at 75, 441, 684, 1284 tok/s -> EUR 6.63, 1.13, 0.73, 0.39 per million output tokens.
+
+An agent-session level (issue 25) is also priced per finished session (``cost_per_session``): the hours the
+level held the box, shared by the sessions it finished.
 """
 
 from __future__ import annotations
@@ -26,6 +29,18 @@ def cost_per_mtok(price_per_hour: float | None, tokens_per_s: float | None) -> f
     if price_per_hour is None or not tokens_per_s:
         return None
     return price_per_hour / (tokens_per_s * 3600.0) * 1e6
+
+
+def cost_per_session(price_per_hour: float | None, box_s: float | None, sessions_finished: int) -> float | None:
+    """Price of one finished agent session: price_per_hour x box_s / 3600 / sessions_finished, where ``box_s`` is
+    the level's measured window (``LevelSummary.duration_s``: the seconds its sessions held the box) and
+    ``sessions_finished`` the sessions whose every turn succeeded in it. At concurrency N with sessions back to
+    back, the window is about session time x sessions finished / N, so this is about price x session time / N:
+    the box-hours of one session when N share the box. A failed or unfinished session's time is paid by the
+    finished ones. The one definition of the number; everything else reaches it through ``Pricing``."""
+    if price_per_hour is None or not box_s or sessions_finished <= 0:
+        return None
+    return price_per_hour * box_s / 3600.0 / sessions_finished
 
 
 #: The one currency default of every command (sweep, cost, report, recommend): prices are in it unless told.
@@ -70,6 +85,9 @@ class Pricing:
 
     def per_mtok(self, tokens_per_s: float | None) -> float | None:
         return cost_per_mtok(self.effective_hourly(), tokens_per_s)
+
+    def per_session(self, box_s: float | None, sessions_finished: int) -> float | None:
+        return cost_per_session(self.effective_hourly(), box_s, sessions_finished)
 
     @classmethod
     def rented(cls, price_per_hour: float | None, currency: str | None = None) -> Pricing | None:
@@ -133,7 +151,10 @@ def output_rate(s: LevelSummary) -> float | None:
 
 
 def operating_point(s: LevelSummary) -> str:
-    """A level as the cost table names it: test, concurrency, depth and prompt length."""
+    """A level as the cost table names it: test, concurrency, depth and prompt length; a session level's cache
+    mode in place of its prompt length (its prompts grow turn by turn)."""
+    if s.session is not None:
+        return f"{s.test or 'serve'} c={s.concurrency} {s.session.cache}"
     return (f"{s.test or 'serve'} c={s.concurrency}" + (f" depth={s.depth}" if s.depth else "")
             + (f" prompt={s.input_tokens_mean:.0f}" if s.input_tokens_mean else ""))
 
@@ -149,13 +170,56 @@ class CostPoint:
 
     def vs_api(self) -> str | None:
         """"3.2x cheaper" or "1.5x dearer" than the API, or None without both prices."""
-        c, api = self.cost_per_mtok, self.api_cost_per_mtok
-        if api is None or not c:
-            return None
-        return f"{api / c:.1f}x cheaper" if c < api else f"{c / api:.1f}x dearer"
+        return vs_api(self.cost_per_mtok, self.api_cost_per_mtok)
+
+
+def vs_api(cost: float | None, api: float | None) -> str | None:
+    """"3.2x cheaper" or "1.5x dearer" than the API, or None without both prices."""
+    if api is None or not cost:
+        return None
+    return f"{api / cost:.1f}x cheaper" if cost < api else f"{cost / api:.1f}x dearer"
 
 
 def cost_points(pricing: Pricing, levels: list[LevelSummary], api: float | None = None) -> list[CostPoint]:
     """Every level with an output rate, priced by ``pricing``, beside the API's price per million tokens."""
     return [CostPoint(operating_point(s), rate, pricing.per_mtok(rate), api) for s in levels
             if (rate := output_rate(s))]
+
+
+@dataclass(slots=True, frozen=True)
+class SessionCostPoint:
+    """One agent-session level priced: per finished session and per million output tokens (``cost --json``'s
+    ``sessions``)."""
+
+    concurrency: int | None
+    cache: str  # warm or busted
+    sessions: int
+    sessions_finished: int
+    session_p50_s: float | None
+    box_hours: float  # the level's measured window: the hours its sessions held the box
+    cost_per_session: float | None
+    output_tps: float | None
+    cost_per_mtok: float | None
+    api_cost_per_mtok: float | None = None
+
+    @property
+    def level(self) -> str:
+        return f"{self.concurrency} {self.cache}"
+
+    def vs_api(self) -> str | None:
+        return vs_api(self.cost_per_mtok, self.api_cost_per_mtok)
+
+
+def session_cost_points(pricing: Pricing, levels: list[LevelSummary], api: float | None = None) -> list[SessionCostPoint]:
+    """Every agent-session level priced by ``pricing``: per finished session (``cost_per_session``) and per
+    million output tokens at the level's output rate, warm and busted alike."""
+    out = []
+    for s in levels:
+        st = s.session
+        if st is None:
+            continue
+        rate = output_rate(s)
+        out.append(SessionCostPoint(s.concurrency, st.cache, st.sessions, st.sessions_finished, st.session_s.p50,
+                                    s.duration_s / 3600.0, pricing.per_session(s.duration_s, st.sessions_finished),
+                                    rate, pricing.per_mtok(rate), api))
+    return out

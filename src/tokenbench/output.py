@@ -36,11 +36,12 @@ def _ms(v: float | None) -> str:
 
 
 def level_label(s: LevelSummary) -> str:
+    """A level in a table's first column: its rate or concurrency, and an agent session's cache mode ("4 warm":
+    a session run measures each concurrency twice)."""
+    cache = f" {s.session.cache}" if s.session is not None else ""
     if s.rate is not None:
-        return f"{s.rate:g}/s"
-    if s.session is not None:
-        return f"{s.concurrency} {s.session.cache}"
-    return str(s.concurrency)
+        return f"{s.rate:g}/s{cache}"
+    return f"{s.concurrency}{cache}"
 
 
 Column = tuple[str, Callable[[LevelSummary], str]]
@@ -93,6 +94,8 @@ def slo_verdict(s: LevelSummary) -> str:
 def single_stream_lines(levels: list[LevelSummary]) -> list[str]:
     out = []
     for s in levels:
+        if s.session is not None and s.session.cache == "warm":
+            continue  # its prompts were mostly served from the cache: input / TTFT is no prefill rate
         if s.concurrency == 1 and (s.prefill_tps or s.decode_tps):
             parts = ([f"prefill {_num(s.prefill_tps)} tok/s (input tokens / TTFT, median)"] if s.prefill_tps else []) \
                 + ([f"single-stream decode {_num(s.decode_tps)} tok/s (1 / median TPOT)"] if s.decode_tps else [])

@@ -118,7 +118,9 @@ def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing]) -> 
         label = str(m.label or r.run_id)
         c = Candidate(label, f"{m.engine or '?'} {m.weights or ''}".strip(), "measured")
         out.append(c)
-        levels = [o.summary for o in r.outcomes if o.summary.concurrency == w.agents and o.summary.output_throughput_tps]
+        # an agent session's busted level is the no-cache baseline, not how the box serves: its warm level is
+        levels = [o.summary for o in r.outcomes if o.summary.concurrency == w.agents and o.summary.output_throughput_tps
+                  and not (o.summary.session is not None and o.summary.session.cache == "busted")]
         if not levels:
             c.exclude("no measured level", f"no measured level at {w.agents} agents")
             continue

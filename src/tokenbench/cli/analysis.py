@@ -12,6 +12,7 @@ from ..store import Store
 from ..results import RunResult, load_result
 
 if TYPE_CHECKING:
+    from ..compare import Comparison, SessionComparison
     from ..quality.parity import Beside
     from ..recommend import Candidate
 from .common import check_output, emit_json
@@ -24,14 +25,18 @@ REPORTED = ("sweep", "predict", "depth", "bench")
 
 
 def cmd_compare(a: argparse.Namespace, console: Console) -> int:
-    from dataclasses import asdict
-
     from ..compare import compare, points, table
     from ..output import print_table
+    from ..session_view import is_session_run, mismatch
 
     check_output(a.json, "--json")
     store = Store(a.db, readonly=True)
     ra, rb = (load_result(store, ref, latest=a.latest, kinds=REPORTED, command="compare") for ref in (a.a, a.b))
+    why = mismatch(ra, rb)  # a session run beside a plain sweep: refused in one line
+    if why is not None:
+        raise UsageError(why)
+    if is_session_run(ra):
+        return _compare_sessions(a, console, store, ra, rb)
     c = compare(ra, rb, a.agents, a.tokens)
     if not c.rows and len(c.effective) < 2:  # a sweep beside a llama-bench run once printed an empty table
         raise UsageError(f"runs {ra.run_id} and {rb.run_id} share no operating point to compare: the first has "
@@ -45,6 +50,47 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
         console.print(line, markup=False, highlight=False)
     if c.effective:
         console.print(f"{a.agents} agents x {a.tokens} tokens: " + "; ".join(c.effective), markup=False, highlight=False)
+    _compare_tail(a, console, store, ra, rb, c, None)
+    return 0
+
+
+def _compare_sessions(a: argparse.Namespace, console: Console, store: Store, ra: RunResult, rb: RunResult) -> int:
+    """Two agent-session runs: at each shared concurrency, TTFT per turn against context (warm and busted, both
+    boxes), the levels' session time, and what each box's cache bought."""
+    from ..compare import compare, compare_sessions, session_level_table, session_turn_table
+    from ..output import print_table
+
+    sc = compare_sessions(ra, rb)
+    for w in sc.warnings:
+        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+    console.print(f"agent sessions: A = {sc.a}, B = {sc.b}. TTFT p50 in seconds at each turn (turn 1 is the first); "
+                  "warm: the history re-sent for the prefix cache to serve; busted: a marker at the start of every "
+                  "turn, so no cache serves it. A/B: A's figure over B's (a time below 1, or a rate above 1: A is faster).",
+                  markup=False, highlight=False)
+    for block in sc.blocks:
+        console.print(f"\nconcurrency {block.concurrency} ({block.concurrency} sessions at once)", markup=False,
+                      highlight=False)
+        gap = "\n" if a.format == "markdown" else ""  # two Markdown tables apart, not one
+        head, rows = session_turn_table(block)
+        print_table(console, head, rows, a.format, numeric=True)
+        if len(rows) < len(block.turns):
+            console.print(f"{len(rows)} of {len(block.turns)} turns shown; --json has every turn", markup=False,
+                          highlight=False)
+        console.print(gap, end="")
+        head, rows = session_level_table(block)
+        print_table(console, head, rows, a.format, numeric=True)
+        console.print(gap, end="")
+        for line in block.gains:
+            console.print(f"the cache's gain on {line}", markup=False, highlight=False)
+    _compare_tail(a, console, store, ra, rb, compare(ra, rb, a.agents, a.tokens), sc)
+    return 0
+
+
+def _compare_tail(a: argparse.Namespace, console: Console, store: Store, ra: RunResult, rb: RunResult,
+                  c: Comparison, sessions: SessionComparison | None) -> None:
+    """The boxes' quality beside their speed, and --json: the rows, and a session comparison's turns and levels."""
+    from dataclasses import asdict
+
     q = quality_beside(store, ra, rb)
     if q is not None:  # the boxes' quality runs, found by the speed runs' labels
         console.print(f"quality (runs {q.run_a} and {q.run_b}): " + "; ".join(q.lines(c.a, c.b)), markup=False,
@@ -54,8 +100,12 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
         doc["quality"] = q.to_dict() if q is not None else None
         for row, r in zip(doc["rows"], c.rows):
             row.update(ratio=r.ratio, winner={0: None, 1: c.a, 2: c.b}[r.winner()])
+        if sessions is not None:
+            doc["sessions"] = asdict(sessions)
+            for block, b in zip(doc["sessions"]["blocks"], sessions.blocks):
+                for turn, t in zip(block["turns"], b.turns):
+                    turn.update(warm_ratio=t.warm_ratio, busted_ratio=t.busted_ratio)
         emit_json(a.json, {"tool": "tokenbench", "kind": "compare", **doc})
-    return 0
 
 
 def quality_beside(store: Store, ra: RunResult, rb: RunResult) -> Beside | None:
@@ -93,6 +143,7 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
 
     from ..cost import DEFAULT_CURRENCY, CostPoint, cost_points
     from ..output import print_table
+    from ..session_view import is_session_run
 
     check_output(a.json, "--json")
     res = None
@@ -103,6 +154,8 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
     currency = a.currency or (res.manifest.currency if res else None) or DEFAULT_CURRENCY
     pricing = _pricing(a, currency, res)
     api, api_note = _api_price(a, currency)
+    if res is not None and is_session_run(res):
+        return _cost_sessions(a, console, res, pricing, currency, api, api_note)
     if res is not None:
         points = cost_points(pricing, [o.summary for o in res.outcomes], api)
     else:
@@ -124,6 +177,45 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
     if a.json:
         emit_json(a.json, {"tool": "tokenbench", "kind": "cost", "currency": currency, "run_id": res.run_id if res else None,
                            "pricing": pricing.describe(), "points": doc})
+    return 0
+
+
+def _money(v: float | None) -> str:
+    return "—" if v is None else f"{v:,.2f}" if v >= 1 else f"{v:.2g}"
+
+
+def _cost_sessions(a: argparse.Namespace, console: Console, res: RunResult, pricing: Pricing, currency: str,
+                   api: float | None, api_note: str | None) -> int:
+    """An agent-session run priced level by level, warm and busted: per finished session and per million output
+    tokens."""
+    from dataclasses import asdict
+
+    from ..cost import cost_points, session_cost_points
+    from ..output import print_table
+    from ..session_view import seconds
+
+    levels = [o.summary for o in res.outcomes]
+    points = session_cost_points(pricing, levels, api)
+    console.print(pricing.describe(), markup=False, highlight=False)
+    console.print(f"agent sessions. Level: concurrency and cache mode. {currency}/session: the price of the hours "
+                  "the level held the box, over the sessions it finished (about price x session time / "
+                  f"concurrency). tok/s: the level's aggregate output rate, which {currency}/M output is priced at.",
+                  markup=False, highlight=False)
+    head = ["Level", "Sessions", "Session p50", f"{currency}/session", "tok/s", f"{currency}/M output"]
+    rows = [[p.level, f"{p.sessions_finished}/{p.sessions}", f"{seconds(p.session_p50_s * 1000)} s"
+             if p.session_p50_s is not None else "—", _money(p.cost_per_session),
+             f"{p.output_tps:,.1f}" if p.output_tps else "—", _money(p.cost_per_mtok)] for p in points]
+    print_table(console, head, rows, a.format, numeric=True)
+    said = [f"{vs} at {p.level}" for p in points if (vs := p.vs_api())]
+    if api is not None and said:
+        console.print(f"API {api:.2f} {currency}/M output tokens: the box is " + ", ".join(said), markup=False,
+                      highlight=False)
+    if api_note:
+        console.print(api_note, markup=False, highlight=False)
+    if a.json:
+        emit_json(a.json, {"tool": "tokenbench", "kind": "cost", "currency": currency, "run_id": res.run_id,
+                           "pricing": pricing.describe(), "points": [asdict(p) for p in cost_points(pricing, levels, api)],
+                           "sessions": [dict(asdict(p), level=p.level) for p in points]})
     return 0
 
 

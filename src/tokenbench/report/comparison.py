@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations
 
+from .. import session_view
 from ..compare import METRICS, CompareRow, Comparison, compare
 from ..cost import Pricing
 from ..results import RunResult
@@ -34,7 +35,8 @@ class Pair:
         for name, unit, _, _ in METRICS:
             rows = [r for r in self.cmp.rows if r.metric == name]
             if rows:
-                out.append((name, unit, sorted(rows, key=lambda r: (r.test, r.input_len, r.depth, r.concurrency))))
+                out.append((name, unit, sorted(rows, key=lambda r: (r.test, r.input_len, r.depth, r.concurrency,
+                                                                    r.cache == session_view.BUSTED))))
         return out
 
     def cost(self, row: CompareRow) -> tuple[float | None, float | None]:
@@ -51,7 +53,7 @@ class Pair:
 def point(row: CompareRow, prompts: int) -> str:
     """A row's operating point in words: "concurrency 4", "tg128 at depth 32K"."""
     if row.test == "serve":
-        out = f"concurrency {row.concurrency}"
+        out = f"concurrency {row.concurrency}" + (f", {row.cache} cache" if row.cache else "")
         if row.depth:
             out += f" at depth {depth_label(row.depth)}"
         if prompts > 1 and row.input_len:
@@ -66,6 +68,10 @@ def pairs(runs: list[RunResult], price_per_hour: float | None = None,
     """Every pair of runs that share an operating point, and a line for each pair that shares none."""
     out, apart = [], []
     for i, j in combinations(range(len(runs)), 2):
+        why = session_view.mismatch(runs[i], runs[j])
+        if why is not None:  # a session run beside a plain sweep: said, never a table of unlike numbers
+            apart.append(why)
+            continue
         c = compare(runs[i], runs[j], AGENTS, TOKENS)
         if c.rows:
             out.append(Pair(i, j, c, pricing(runs[i], price_per_hour, currency),

@@ -79,6 +79,7 @@ def level_name(s: LevelSummary) -> str:
     test = s.test or "serve"
     if test == "serve":
         what = f"concurrency {s.concurrency}" if s.concurrency else (f"rate {s.rate:g}/s" if s.rate else "serve")
+        what += f", {s.session.cache} cache" if s.session is not None else ""
         return what + (f" at depth {depth_label(s.depth)}" if s.depth else "")
     return f"{test} at depth {depth_label(s.depth or 0)}"
 
@@ -125,8 +126,25 @@ def _machine(m: Manifest) -> str | None:
     return "; ".join(parts) or None
 
 
-def _workload(r: RunResult) -> str | None:
+#: The keys of a session workload said in their own words; the other parameters are named as given.
+_SESSION_KEYS = ("kind", "turns", "shared_prefix")
+
+
+def _session_workload(wl: dict[str, Any]) -> str:
+    """An agent-session workload: turns, the shared prefix, and its other parameters (distributions as text)."""
+    turns, prefix = _num(wl.get("turns")), _num(wl.get("shared_prefix"))
+    out = "agent sessions" + (f" of {turns:g} turns" if turns else "")
+    if prefix:
+        out += f", {prefix:,.0f}-token shared prefix"
+    rest = [f"{str(k).replace('_', ' ')} {v}" for k, v in wl.items()
+            if k not in _SESSION_KEYS and isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != ""]
+    return out + "".join(f", {x}" for x in rest)
+
+
+def workload(r: RunResult) -> str | None:
     wl = r.manifest.workload or {}
+    if wl.get("kind") == "sessions":
+        return _session_workload(wl)
     if not _num(wl.get("input_len")):
         return None
     out = f"{wl['input_len']:,} in / {wl.get('output_len') or '?'} out tokens per request"
@@ -169,7 +187,7 @@ def facts(r: RunResult, price_per_hour: float | None = None, currency: str | Non
         "Machine": _machine(m),
         "Machine state": None if is_predicted(r) else guard_state(r).summary(),
         "Flags": flags(r),
-        "Workload": _workload(r),
+        "Workload": workload(r),
         "Levels": f"{len(levels)}: " + ", ".join(level_name(s) for s in levels[:6])
                   + (f", … {len(levels) - 6} more" if len(levels) > 6 else "") if levels else "none",
         "Endpoint": m.endpoint,

@@ -38,15 +38,17 @@ def spec(plot: Plot) -> dict[str, Any]:
     for line in plot.drawn():
         c = style.colour(line.run)
         measured = not line.predicted
+        text = line.labels if line.labels is not None else [plot.x_text(x) for x in line.xs]
         data.append({
             "type": "scatter", "mode": "lines+markers", "name": _e(line.name),
-            "x": line.xs, "y": line.ys, "text": [_e(plot.x_text(x)) for x in line.xs],
+            "x": line.xs, "y": line.ys, "text": [_e(t) for t in text],
             "hovertemplate": f"<b>%{{fullData.name}}</b><br>%{{text}}<br>%{{y:,.4~g}} {_e(plot.unit)}<extra></extra>",
-            "line": {"color": c, "dash": style.dash(line.predicted, line.pct), "width": 3 if measured else 2},
-            "marker": {"color": c, "size": 10 if measured else 9, "symbol": "circle" if measured else "circle-open",
+            "line": {"color": c, "dash": style.dash(line.predicted, line.secondary), "width": 3 if measured else 2},
+            "marker": {"color": c, "size": 10 if measured else 9, "symbol": style.marker(line.predicted, line.cache),
                        "line": {"color": c, "width": 2}},
             "opacity": 1.0 if measured else 0.8,
-            "legendgroup": f"run-{line.run}", "legendrank": 100 + 10 * line.run + (line.pct == "p99"),
+            "legendgroup": f"run-{line.run}",
+            "legendrank": 100 + 10 * line.run + 2 * (line.cache == "busted") + line.secondary,
             "meta": {"run": line.run, "measured": measured},
         })
     tickvals, ticktext = plot.ticks()

@@ -1,6 +1,7 @@
 """One self-contained HTML file, laid out as the published write-ups are: the runs side by side (what ran,
 the machine, its state and the flags), each pair compared row by row with the ratio, the winner, the
-crossovers and the cost beside the speed, the interactive plots, then each run's levels.
+crossovers and the cost beside the speed, agent sessions turn by turn (warm beside busted), the interactive
+plots, then each run's levels.
 
 Nothing is fetched: the styles, plotly.js and the figures are all inline. Every name from a result is
 escaped. A script checks, once the plots are drawn, that each one rendered and that every measured point
@@ -14,12 +15,12 @@ import datetime
 import html
 from collections.abc import Callable
 
-from .. import __version__
+from .. import __version__, session_view
 from ..compare import CompareRow
 from ..cost import output_rate
 from ..metrics import LevelSummary
 from ..results import RunResult
-from . import comparison, facts, figures, style
+from . import comparison, facts, figures, sessions, style
 from .series import Plot, is_predicted, pricing, run_name
 
 BOOT_SCRIPT = """
@@ -170,6 +171,68 @@ def _cost_cells(p: comparison.Pair, r: CompareRow) -> list[str]:
     return cells
 
 
+def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> str:
+    """A plain table of text cells: the first ``text_cols`` columns left-aligned, the numbers right."""
+    def cls(k: int) -> str:
+        return TEXT if k < text_cols else ""
+
+    out = ["<table><tr>" + "".join(f"<th{cls(k)}>{_e(h)}</th>" for k, h in enumerate(head)) + "</tr>"]
+    out += ["<tr>" + "".join(f"<td{cls(k)}>{_e(c)}</td>" for k, c in enumerate(row)) + "</tr>" for row in rows]
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _pair_sessions(p: comparison.Pair, runs: list[RunResult]) -> list[str]:
+    """Two agent-session runs turn by turn at each concurrency both ran: TTFT p50 against context, warm and
+    busted on each side (compare's session view, every turn)."""
+    from ..compare import compare_sessions, session_level_table, session_turn_table
+    from ..errors import UsageError
+
+    try:
+        sc = compare_sessions(runs[p.a], runs[p.b])
+    except UsageError as e:
+        return [f'<p class="meta">{_e(e)}.</p>']
+    a, b = run_name(runs[p.a]), run_name(runs[p.b])
+
+    def named(head: list[str]) -> list[str]:  # "A warm" -> "h100 warm": a page has room for the names
+        return [f"{a}{h[1:]}" if h.startswith("A ") else f"{b}{h[1:]}" if h.startswith("B ") else h for h in head]
+
+    parts = []
+    for block in sc.blocks:
+        head, rows = session_turn_table(block, every=True)
+        parts.append(f"<h4>Agent sessions at concurrency {block.concurrency}: each turn's TTFT p50 (s)</h4>")
+        parts.append(_table(named(head), rows))
+        head, rows = session_level_table(block)
+        parts.append(_table(named(head), rows))
+        parts += [f'<p class="callout"><b>The cache\'s gain</b> on {_e(g)}</p>' for g in block.gains]
+    return parts
+
+
+def _sessions(runs: list[RunResult], price: float | None, currency: str | None) -> list[str]:
+    """Each agent-session run: what the cache bought, each turn's TTFT against its context at each concurrency
+    (warm beside busted), and each level's session time, cache share, throughput and cost."""
+    parts = []
+    for i, r in enumerate(runs):
+        if not session_view.is_session_run(r):
+            continue
+        parts.append(f"<h3>{_swatch(i)}{_e(run_name(r))}</h3>")
+        parts += [f'<p class="callout warn">Note: {_e(w)}</p>' for w in session_view.warnings(r)]
+        parts += [f'<p class="callout"><b>The cache\'s gain</b> at {_e(g)}</p>' for g in sessions.gains(r)]
+        for c in session_view.concurrencies(r):
+            parts.append(f"<h4>Concurrency {c}: each turn</h4>")
+            parts.append(_table(*sessions.turn_table(r, c)))
+        parts.append("<h4>Each level</h4>")
+        parts.append(_table(*sessions.level_table(r, pricing(r, price, currency))))
+    if not parts:
+        return []
+    return ['<section id="sessions"><h2>Agent sessions</h2>',
+            '<p class="meta">Each turn re-sends the whole conversation. Warm: the history re-sent as it is, for the '
+            "server's prefix cache to serve. Busted: a marker at the start of every turn, so no cache serves it: "
+            "the baseline that says what the cache bought. Turns are counted from 1; times are medians (p50) unless "
+            "named. The cost of a session is the price of the hours its level held the box over the sessions it "
+            "finished.</p>", *parts, "</section>"]
+
+
 def _pair(p: comparison.Pair, runs: list[RunResult], quality: dict[tuple[str, str], list[str]]) -> str:
     c = p.cmp
     a, b = runs[p.a], runs[p.b]
@@ -194,6 +257,8 @@ def _pair(p: comparison.Pair, runs: list[RunResult], quality: dict[tuple[str, st
                      f"<td>{r.ratio:.2f}×</td>", _winner(p, r), *(_cost_cells(p, r) if p.priced else [])]
             rows.append("<tr>" + "".join(cells) + "</tr>")
     rows.append("</table>")
+    if session_view.is_session_run(a) and session_view.is_session_run(b):
+        rows += _pair_sessions(p, runs)
     return "\n".join(parts + rows)
 
 
@@ -281,6 +346,7 @@ def render(runs: list[RunResult], plots: list[Plot], title: str = "tokenbench re
         parts += [_pair(p, runs, quality or {}) for p in pairs]
         parts += [f'<p class="meta">{_e(x)}.</p>' for x in apart]
         parts.append("</section>")
+    parts += _sessions(runs, price_per_hour, currency)
     if plots:
         w, h = style.SLIDE_PX
         parts.append('<section id="plots"><h2>Plots</h2>')

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .. import session_view
 from ..output import format_markdown, format_sweep_markdown, md_escape
 from ..results import RunResult
-from .series import run_name
+from . import facts, sessions
+from .series import pricing, run_name
 
 
 def _heading(r: RunResult) -> list[str]:
@@ -18,9 +20,23 @@ def _heading(r: RunResult) -> list[str]:
                                       f"on {m.box}" if m.box else None) if x)
     lines = [f"<!-- tokenbench:run {r.run_id} -->", f"## {md_escape(run_name(r))}", "",
              md_escape(f"{what}; {m.provenance or 'measured'} {m.started or ''}".strip())]
-    if wl.get("input_len"):
+    if wl.get("kind") == "sessions":
+        lines.append(md_escape(f"workload: {facts.workload(r)}"))
+    elif wl.get("input_len"):
         lines.append(f"workload: {wl.get('input_len')} in / {wl.get('output_len')} out tokens")
     return lines + [""]
+
+
+def _sessions(r: RunResult) -> list[str]:
+    """An agent-session run: what the cache bought, each turn at each concurrency, each level's session time."""
+    lines = ["", "### Agent sessions", "", "Warm: the history re-sent for the prefix cache to serve; busted: a marker "
+             "at the start of every turn, so no cache serves it. Turns are counted from 1.", ""]
+    lines += [md_escape(f"- the cache's gain at {g}") for g in sessions.gains(r)]
+    lines += [md_escape(f"- note: {w}") for w in session_view.warnings(r)]
+    for c in session_view.concurrencies(r):
+        lines += ["", f"Concurrency {c}:", "", format_markdown(*sessions.turn_table(r, c))]
+    lines += ["", format_markdown(*sessions.level_table(r, pricing(r)))]
+    return lines
 
 
 def section(r: RunResult) -> str:
@@ -36,6 +52,8 @@ def section(r: RunResult) -> str:
                  f"{s.pp_tps or s.tg_tps:,.1f}" + (f" ± {(s.pp_tps_sd or s.tg_tps_sd):.1f}" if (s.pp_tps_sd or s.tg_tps_sd) else "")]
                 for s in bench]
         lines.append(format_markdown(["Test", "Depth", "tok/s"], rows))
+    if session_view.is_session_run(r):
+        lines += _sessions(r)
     lines += ["", f"<!-- /tokenbench:run {r.run_id} -->"]
     return "\n".join(lines)
 

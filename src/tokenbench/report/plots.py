@@ -28,16 +28,19 @@ def _figure(plot: Plot):  # type: ignore[no-untyped-def]
     for z, line in enumerate(drawn):  # PREDICTED first, measured on top
         c = style.colour(line.run)
         measured = not line.predicted
-        ax.plot(line.xs, line.ys, color=c, linestyle=style.MPL_DASH[style.dash(line.predicted, line.pct)],
-                linewidth=2.5 if measured else 1.8, marker="o", markersize=7 if measured else 6,
+        shape = style.MPL_MARKER[style.marker(False, line.cache)]
+        ax.plot(line.xs, line.ys, color=c, linestyle=style.MPL_DASH[style.dash(line.predicted, line.secondary)],
+                linewidth=2.5 if measured else 1.8, marker=shape, markersize=7 if measured else 6,
                 markerfacecolor=c if measured else "white", markeredgecolor=c, markeredgewidth=1.5,
                 alpha=1.0 if measured else 0.8, label=line.name, zorder=(3 if measured else 2) + z / 100)
     if plot.logx and all(x > 0 for line in plot.lines for x in line.xs):
-        ax.set_xscale("log", base=2)
+        ax.set_xscale("log", base=2 if plot.axis == "concurrency" else 10)
     vals, texts = plot.ticks()
+    left, right = ax.get_xlim()  # 1-2-5 ticks may reach past the data: they must not widen the axis
     ax.xaxis.set_major_locator(FixedLocator(vals))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels(texts)
+    ax.set_xlim(left, right)
     if plot.logy:
         ax.set_yscale("log")
         ticks = style.log_ticks(y for line in plot.lines for y in line.ys)
@@ -54,7 +57,7 @@ def _figure(plot: Plot):  # type: ignore[no-untyped-def]
     ax.grid(True, which="major", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
     handles, labels = ax.get_legend_handles_labels()
-    order = sorted(range(len(handles)), key=lambda k: (drawn[k].run, drawn[k].pct or ""))
+    order = sorted(range(len(handles)), key=lambda k: (drawn[k].run, drawn[k].cache == "busted", drawn[k].pct or ""))
     ax.legend([handles[k] for k in order], [labels[k] for k in order], fontsize=10, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig, plt
 

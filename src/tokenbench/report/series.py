@@ -1,4 +1,11 @@
-"""The plotted data of a set of runs, one object all exporters read."""
+"""The plotted data of a set of runs, one object all exporters read.
+
+Against concurrency: aggregate and per-agent throughput, TTFT, TPOT, cost. Against interactivity (per-agent
+tok/s, the view SemiAnalysis' InferenceMAX compares boxes by): aggregate throughput and cost per million output
+tokens, one curve per box. Against depth: prefill and decode. Agent sessions (issue 25): each turn's TTFT
+against its context at each concurrency, and session time against concurrency. A session run's two levels at a
+concurrency (warm and busted) are two lines, never one point chosen between them.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +13,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import session_view
 from ..cost import Pricing
 from ..metrics import LevelSummary
 from ..results import RunResult
+from ..session_view import BUSTED, cache_of
 from . import style
 
 
@@ -19,7 +28,14 @@ class Line:
     ys: list[float]
     predicted: bool = False
     run: int = 0  # the run's place in the report: its colour in every plot
-    pct: str | None = None  # "p50" or "p99": one colour, two line styles
+    pct: str | None = None  # "p50", "p90" or "p99": one colour, a line style for each
+    cache: str | None = None  # a session level's cache mode: busted lines have their own marker
+    labels: list[str] | None = None  # each point's own hover text (else the x axis says where it is)
+
+    @property
+    def secondary(self) -> bool:
+        """A tail percentile: drawn dotted beside the solid median."""
+        return self.pct not in (None, "p50")
 
 
 @dataclass(slots=True)
@@ -30,7 +46,9 @@ class Plot:
     ylabel: str
     lines: list[Line] = field(default_factory=list)
     logx: bool = False
-    axis: str = "concurrency"  # or "depth": what x is, for its ticks and the hover text
+    #: what x is, for its ticks and the hover text: "concurrency", "depth", "context" (tokens a turn sent) or
+    #: "interactivity" (per-agent tok/s)
+    axis: str = "concurrency"
     unit: str = ""  # the y values' unit, shown on hover
 
     @property
@@ -50,13 +68,27 @@ class Plot:
         return sorted(self.lines, key=lambda line: not line.predicted)
 
     def ticks(self) -> tuple[list[float], list[str]]:
+        """The x ticks both exporters draw: each level's own value on a concurrency or depth axis, 1-2-5 steps on
+        a continuous one."""
         xs = sorted({x for line in self.lines for x in line.xs})
         if self.axis == "depth":
             return xs, [style.depth_label(x) for x in xs]
+        if self.axis == "context":
+            ticks = style.linear_ticks(xs)
+            return ticks, [session_view.tokens(t) for t in ticks]
+        if self.axis == "interactivity":
+            ticks = style.log_ticks(xs) if self.logx else style.linear_ticks(xs)
+            return ticks, [f"{t:,g}" for t in ticks]
         return xs, [f"{x:g}" for x in xs]
 
     def x_text(self, x: float) -> str:
-        return f"depth {style.depth_label(x)}" if self.axis == "depth" else f"concurrency {x:g}"
+        if self.axis == "depth":
+            return f"depth {style.depth_label(x)}"
+        if self.axis == "context":
+            return f"{session_view.tokens(x)} tokens of context"
+        if self.axis == "interactivity":
+            return f"{style.number(x)} tok/s per agent"
+        return f"concurrency {x:g}"
 
 
 def is_predicted(r: RunResult) -> bool:
@@ -74,25 +106,33 @@ def pricing(r: RunResult, price_per_hour: float | None = None, currency: str | N
     return Pricing.of_run(r.manifest, price_per_hour, currency)
 
 
-def _serve(r: RunResult) -> list[LevelSummary]:
+def _serve(r: RunResult) -> dict[str | None, list[LevelSummary]]:
+    """A run's serving levels by cache mode (None for a run that is no session run), one per concurrency: the
+    longest prompt (the run's main workload) where a concurrency has several."""
     lv = [o.summary for o in r.outcomes if (o.summary.test or "serve") == "serve" and o.summary.concurrency]
-    by: dict[int, LevelSummary] = {}
-    for s in lv:  # one point per concurrency: the longest prompt (the run's main workload)
-        c = s.concurrency or 0
-        cur = by.get(c)
+    by: dict[tuple[str | None, int], LevelSummary] = {}
+    for s in lv:
+        key = (cache_of(s), s.concurrency or 0)
+        cur = by.get(key)
         if cur is None or (s.input_tokens_mean or 0) > (cur.input_tokens_mean or 0):
-            by[c] = s
-    return [by[k] for k in sorted(by)]
+            by[key] = s
+    out: dict[str | None, list[LevelSummary]] = {}
+    for cache, c in sorted(by, key=lambda k: (k[0] == BUSTED, k[0] or "", k[1])):  # warm before busted
+        out.setdefault(cache, []).append(by[(cache, c)])
+    return out
 
 
-def _line(name: str, pts: list[tuple[float, float]], pred: bool, run: int, pct: str | None = None) -> Line:
-    pts = [(x, y) for x, y in pts if math.isfinite(x) and math.isfinite(y)]
-    return Line(name, [x for x, _ in pts], [y for _, y in pts], pred, run, pct)
+def _line(name: str, pts: list[tuple[float, float]], pred: bool, run: int, pct: str | None = None,
+          cache: str | None = None, labels: list[str] | None = None) -> Line:
+    keep = [k for k, (x, y) in enumerate(pts) if math.isfinite(x) and math.isfinite(y)]
+    return Line(name, [pts[k][0] for k in keep], [pts[k][1] for k in keep], pred, run, pct, cache,
+                [labels[k] for k in keep] if labels is not None else None)
 
 
-def _add(plot: Plot, label: str, pts: list[tuple[float, float]], r: RunResult, i: int, pct: str | None = None) -> None:
+def _add(plot: Plot, label: str, pts: list[tuple[float, float]], r: RunResult, i: int, pct: str | None = None,
+         cache: str | None = None, labels: list[str] | None = None) -> None:
     if pts:
-        plot.lines.append(_line(label, pts, is_predicted(r), i, pct))
+        plot.lines.append(_line(label, pts, is_predicted(r), i, pct, cache, labels))
 
 
 def _points(levels: list[LevelSummary], value: Callable[[LevelSummary], float | None]) -> list[tuple[float, float]]:
@@ -101,17 +141,58 @@ def _points(levels: list[LevelSummary], value: Callable[[LevelSummary], float | 
 
 
 def _serve_lines(plots: dict[str, Plot], r: RunResult, i: int, price: Pricing | None, one: str | None) -> None:
-    """A run's serving levels: throughput, per agent, cost, TTFT and TPOT against concurrency."""
-    name, serve = run_name(r), _serve(r)
-    sv = [s for s in serve if s.output_throughput_tps]
-    _add(plots["aggregate"], name, _points(sv, lambda s: s.output_throughput_tps), r, i)
-    _add(plots["per_agent"], name, _points(sv, lambda s: s.per_agent_tps), r, i)
+    """A run's serving levels: throughput, per agent, cost, TTFT and TPOT against concurrency, and throughput and
+    cost against interactivity; a session run's warm and busted levels as two lines each."""
+    for cache, serve in _serve(r).items():
+        name = run_name(r) + (f" {cache}" if cache else "")
+        sv = [s for s in serve if s.output_throughput_tps]
+        _add(plots["aggregate"], name, _points(sv, lambda s: s.output_throughput_tps), r, i, cache=cache)
+        _add(plots["per_agent"], name, _points(sv, lambda s: s.per_agent_tps), r, i, cache=cache)
+        if price:
+            _add(plots["cost"], name if one else f"{name} ({price.currency})",
+                 _points(sv, lambda s: price.per_mtok(s.output_throughput_tps)), r, i, cache=cache)
+        for pct in ("p50", "p99"):
+            _add(plots["ttft"], f"{name} {pct}", _points(serve, lambda s: getattr(s.ttft_ms, pct)), r, i, pct, cache)
+        _add(plots["tpot"], name, _points(serve, lambda s: s.tpot_ms.p50), r, i, cache=cache)
+        _interactivity_lines(plots, name, sv, r, i, price, one, cache)
+
+
+def _interactivity_lines(plots: dict[str, Plot], name: str, levels: list[LevelSummary], r: RunResult, i: int,
+                         price: Pricing | None, one: str | None, cache: str | None) -> None:
+    """InferenceMAX's view: aggregate output and cost per million output tokens against per-agent tok/s (how
+    interactive each agent's stream is), one curve per box; each point says its concurrency on hover."""
+    pts = sorted((a, s) for s in levels if (a := s.per_agent_tps))
+    labels = [f"concurrency {s.concurrency}, {style.number(x)} tok/s per agent" for x, s in pts]
+    _add(plots["interactivity"], name, [(x, s.output_throughput_tps) for x, s in pts], r, i, cache=cache,
+         labels=labels)
     if price:
-        _add(plots["cost"], name if one else f"{name} ({price.currency})",
-             _points(sv, lambda s: price.per_mtok(s.output_throughput_tps)), r, i)
-    for pct in ("p50", "p99"):
-        _add(plots["ttft"], f"{name} {pct}", _points(serve, lambda s: getattr(s.ttft_ms, pct)), r, i, pct)
-    _add(plots["tpot"], name, _points(serve, lambda s: s.tpot_ms.p50), r, i)
+        costs = [(x, c, lab) for (x, s), lab in zip(pts, labels) if (c := price.per_mtok(s.output_throughput_tps))]
+        _add(plots["cost_interactivity"], name if one else f"{name} ({price.currency})",
+             [(x, c) for x, c, _ in costs], r, i, cache=cache, labels=[lab for *_, lab in costs])
+
+
+def _session_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
+    """An agent-session run: each turn's TTFT p50 against the context it sent, one plot per concurrency and a
+    line per cache mode; session time p50 and p90 against concurrency."""
+    by = session_view.levels(r)
+    for (c, cache), s in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] == BUSTED)):
+        st = s.session
+        assert st is not None
+        plot = plots.setdefault(f"session_ttft_c{c}", Plot(
+            f"session_ttft_c{c}", f"Agent sessions at concurrency {c}: each turn's TTFT p50 vs its context",
+            "context the turn sent (tokens)", "TTFT p50 (s)", axis="context", unit="s"))
+        pts = [(t.context_tokens_mean, t.ttft_ms.p50 / 1000) for t in st.turns
+               if t.context_tokens_mean is not None and t.ttft_ms.p50 is not None]
+        labels = [f"turn {t.turn + 1}, {session_view.tokens(t.context_tokens_mean)} tokens of context"
+                  + (f" ({session_view.tokens(t.cached_tokens_mean)} cached)" if t.cached_tokens_mean else "")
+                  for t in st.turns if t.context_tokens_mean is not None and t.ttft_ms.p50 is not None]
+        _add(plot, f"{run_name(r)} {cache}", pts, r, i, cache=cache, labels=labels)
+    for cache in session_view.CACHES:
+        levels = sorted((s for (c, k), s in by.items() if k == cache), key=lambda s: s.concurrency or 0)
+        for pct in ("p50", "p90"):
+            pts = [(float(s.concurrency or 0), v) for s in levels
+                   if s.session is not None and (v := getattr(s.session.session_s, pct)) is not None]
+            _add(plots["session_time"], f"{run_name(r)} {cache} {pct}", pts, r, i, pct, cache)
 
 
 def _depth_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
@@ -131,6 +212,7 @@ def build(runs: list[RunResult], price_per_hour: float | None = None, currency: 
     currencies = {p.currency for p in prices if p}
     one = next(iter(currencies)) if len(currencies) == 1 else None
     conc = "concurrent agents"
+    inter = "interactivity: output tok/s per agent"
     plots = {
         "aggregate": Plot("aggregate", "Aggregate output throughput vs concurrency", conc, "output tok/s", logx=True,
                           unit="tok/s"),
@@ -146,8 +228,20 @@ def build(runs: list[RunResult], price_per_hour: float | None = None, currency: 
         "cost": Plot("cost", "Cost per million output tokens vs concurrency", conc,
                      f"{one or 'cost'} per million output tokens", logx=True,
                      unit=f"{one}/M output tokens" if one else "per M output tokens"),
+        "interactivity": Plot("interactivity", "Aggregate output throughput vs interactivity (per-agent tok/s)",
+                              inter, "output tok/s", axis="interactivity", unit="tok/s"),
+        "cost_interactivity": Plot("cost_interactivity", "Cost per million output tokens vs interactivity", inter,
+                                   f"{one or 'cost'} per million output tokens", axis="interactivity",
+                                   unit=f"{one}/M output tokens" if one else "per M output tokens"),
+        "session_time": Plot("session_time", "Agent sessions: session time p50 (solid) and p90 (dotted) vs "
+                             "concurrency", "concurrent sessions", "session time (s)", logx=True, unit="s"),
     }
     for i, r in enumerate(runs):
         _serve_lines(plots, r, i, prices[i], one)
         _depth_lines(plots, r, i)
+        _session_lines(plots, r, i)
+    for p in plots.values():
+        if p.axis == "interactivity":  # per-agent rates span decades from one stream to hundreds
+            p.logx = style.wide(x for line in p.lines for x in line.xs)
+    plots["session_time"] = plots.pop("session_time")  # after the turns it sums up
     return [p for p in plots.values() if p.points]

@@ -22,15 +22,27 @@ def colour(run: int) -> str:
     return PALETTE[run % len(PALETTE)]
 
 
-def dash(predicted: bool, pct: str | None) -> str:
-    """Plotly's dash name: measured solid (p99 dotted), PREDICTED dashed (p99 dash-dotted)."""
+def dash(predicted: bool, secondary: bool) -> str:
+    """Plotly's dash name: measured solid (a tail percentile, p90 or p99, dotted), PREDICTED dashed (its tail
+    dash-dotted)."""
     if predicted:
-        return "dashdot" if pct == "p99" else "dash"
-    return "dot" if pct == "p99" else "solid"
+        return "dashdot" if secondary else "dash"
+    return "dot" if secondary else "solid"
 
 
 #: The same styles for Matplotlib.
 MPL_DASH = {"solid": "-", "dot": ":", "dash": "--", "dashdot": "-."}
+
+
+def marker(predicted: bool, cache: str | None) -> str:
+    """Plotly's marker symbol: a circle, a diamond for an agent session's busted level (no prefix cache, the
+    baseline), open where PREDICTED. The line style stays free for measured/PREDICTED and the percentiles."""
+    shape = "diamond" if cache == "busted" else "circle"
+    return shape if not predicted else f"{shape}-open"
+
+
+#: The same shapes for Matplotlib.
+MPL_MARKER = {"circle": "o", "diamond": "D"}
 
 
 def wide(values: Iterable[float]) -> bool:
@@ -50,6 +62,20 @@ def log_ticks(values: Iterable[float]) -> list[float]:
         out += [m * 10.0 ** k for m in (1, 2, 5) if lo / 2 <= m * 10.0 ** k <= hi * 2]
         k += 1
     return out
+
+
+def linear_ticks(values: Iterable[float], most: int = 8) -> list[float]:
+    """1-2-5 steps covering the values on a linear axis, at most about ``most`` ticks."""
+    v = [x for x in values if x is not None and math.isfinite(x)]
+    if not v:
+        return []
+    lo, hi = min(v), max(v)
+    span = (hi - lo) or abs(hi) or 1.0
+    raw = span / most
+    k = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * k for m in (1, 2, 5, 10) if m * k >= raw * (1 - 1e-9))
+    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    return [round(n * step, 12) for n in range(first, last + 1)]
 
 
 def depth_label(d: float) -> str:

@@ -1,0 +1,190 @@
+"""The session view of a run, as compare, cost and the report show it (issue 25): an agent-session run's levels
+by concurrency and cache mode, each turn's TTFT warm beside busted, and what the prefix cache bought, in words.
+
+A session run is a sweep whose levels carry ``LevelSummary.session`` (``metrics.SessionStats``, written by the
+session runner): each concurrency twice, ``warm`` (the history re-sent as it is, for the server's prefix cache
+to serve) and ``busted`` (a marker at the start of every turn, so no cache serves it: the baseline that says
+what the cache bought). Two levels share a concurrency, so a level is keyed by (concurrency, cache), never by
+its concurrency alone. Reads results only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .metrics import LevelSummary, SessionStats
+from .results import RunResult
+
+WARM, BUSTED = "warm", "busted"
+CACHES = (WARM, BUSTED)
+#: A warm level whose server said it served less than this share of the prompt tokens from its cache: the
+#: cache did not do its job (off, too small, or evicting), so "warm" measured no cache.
+WARM_CACHED_MIN = 0.2
+#: A busted level whose server still said it served more than this share from its cache is no uncached baseline.
+BUSTED_CACHED_MAX = 0.1
+#: A terminal table shows at most about this many turns (the first, every n-th, the last); the JSON has all.
+MOST_TURNS = 16
+
+
+def is_session_run(r: RunResult) -> bool:
+    """An agent-session run: its levels carry session statistics, or its workload says so."""
+    return any(o.summary.session is not None for o in r.outcomes) or (r.manifest.workload or {}).get("kind") == \
+        "sessions"
+
+
+def cache_of(s: LevelSummary) -> str | None:
+    """A level's cache mode (warm, busted), None for a level that is no session level."""
+    return s.session.cache if s.session is not None else None
+
+
+def name(r: RunResult) -> str:
+    return str(r.manifest.label or r.run_id)
+
+
+_KINDS = {"sweep": "a plain sweep", "depth": "a depth run", "bench": "a llama-bench run", "predict": "a prediction"}
+
+
+def described(r: RunResult) -> str:
+    return "an agent-session run" if is_session_run(r) else _KINDS.get(r.kind, f"a {r.kind} run")
+
+
+def mismatch(a: RunResult, b: RunResult) -> str | None:
+    """Why two runs cannot be compared when one is a session run and the other is not (one line), else None."""
+    if is_session_run(a) == is_session_run(b):
+        return None
+    return (f"{name(a)} is {described(a)} and {name(b)} is {described(b)}: a session's turns re-send a growing "
+            "history that a prefix cache can serve, so its TTFT and throughput say nothing of fixed-length requests; "
+            "compare session runs with session runs")
+
+
+def levels(r: RunResult) -> dict[tuple[int, str], LevelSummary]:
+    """The run's session levels by (concurrency, cache mode); the first where a key repeats."""
+    out: dict[tuple[int, str], LevelSummary] = {}
+    for o in r.outcomes:
+        s = o.summary
+        if s.session is not None:
+            out.setdefault((s.concurrency or 0, s.session.cache), s)
+    return out
+
+
+def concurrencies(r: RunResult) -> list[int]:
+    return sorted({c for c, _ in levels(r)})
+
+
+def level_label(s: LevelSummary) -> str:
+    """A session level in a table's cell: "4 warm" (concurrency and cache mode)."""
+    cache = cache_of(s)
+    return f"{s.concurrency}" + (f" {cache}" if cache else "")
+
+
+@dataclass(slots=True)
+class TurnRow:
+    """One turn of one run at one concurrency: warm beside busted."""
+
+    turn: int  # as stored: 0 is the first turn
+    context_tokens: float | None  # the warm level's context at this turn (the busted one's where warm has none)
+    cached_tokens: float | None  # of which the warm level's server said its cache served
+    warm_ttft_ms: float | None  # TTFT p50
+    busted_ttft_ms: float | None
+
+    @property
+    def gain(self) -> float | None:
+        """Busted TTFT over warm TTFT: how many times faster the turn's first token came with the cache."""
+        if self.warm_ttft_ms and self.busted_ttft_ms:
+            return self.busted_ttft_ms / self.warm_ttft_ms
+        return None
+
+
+def _turns(stats: SessionStats | None) -> dict[int, tuple[float | None, float | None, float | None]]:
+    return {t.turn: (t.context_tokens_mean, t.cached_tokens_mean, t.ttft_ms.p50) for t in (stats.turns if stats else [])}
+
+
+def turn_rows(r: RunResult, concurrency: int) -> list[TurnRow]:
+    """Every turn either cache mode reached at ``concurrency``, warm beside busted."""
+    by = levels(r)
+    warm = _turns(by[(concurrency, WARM)].session if (concurrency, WARM) in by else None)
+    busted = _turns(by[(concurrency, BUSTED)].session if (concurrency, BUSTED) in by else None)
+    out = []
+    for k in sorted(set(warm) | set(busted)):
+        w, b = warm.get(k, (None, None, None)), busted.get(k, (None, None, None))
+        out.append(TurnRow(k, w[0] if w[0] is not None else b[0], w[1], w[2], b[2]))
+    return out
+
+
+def shown_turns(turns: list[int], most: int = MOST_TURNS) -> list[int]:
+    """The turns a terminal table shows: all of up to ``most``, else the first, every n-th and the last."""
+    if len(turns) <= most:
+        return turns
+    step = -(-len(turns) // (most - 4))  # ceil: about most - 4 rows, so the last fits beside them
+    picked = turns[::step]
+    return picked + ([turns[-1]] if picked[-1] != turns[-1] else [])
+
+
+def seconds(ms: float | None) -> str:
+    """A time in seconds, two or three significant figures: 0.031, 0.31, 9.8, 12.3, 1,234."""
+    if ms is None:
+        return "—"
+    s = ms / 1000.0
+    if s >= 100:
+        return f"{s:,.0f}"
+    return f"{s:.3g}" if s >= 1 else f"{s:.2g}"
+
+
+def tokens(n: float | None) -> str:
+    """A token count as contexts are spoken of: 812, 4.1K, 48K (K: a thousand)."""
+    if n is None:
+        return "—"
+    if n < 1000:
+        return f"{n:,.0f}"
+    if n < 9950:
+        return f"{n / 1000:.1f}K"
+    return f"{n / 1000:,.0f}K"
+
+
+def share(v: float | None) -> str:
+    return "—" if v is None else f"{v:.0%}" if v >= 0.01 or v == 0 else f"{v:.1%}"
+
+
+def gain_line(r: RunResult, concurrency: int) -> str | None:
+    """What the cache bought at the last turn both cache modes reached: "turn 20 at 48K context: TTFT 0.31 s
+    cached, 9.8 s uncached (32x faster with the cache; the server said its cache served 93% of the warm prompt
+    tokens)". None without both modes."""
+    both = [t for t in turn_rows(r, concurrency) if t.gain is not None]
+    if not both:
+        return None
+    t = both[-1]
+    gain = t.gain or 0.0
+    said = f"{gain:.1f}x faster with the cache" if gain >= 1 else f"{1 / gain:.1f}x slower with the cache"
+    warm = levels(r)[(concurrency, WARM)].session
+    cached = warm.cached_share if warm is not None else None
+    said += (f"; the server said its cache served {share(cached)} of the warm prompt tokens" if cached is not None
+             else "; the server did not say how much its cache served")
+    return (f"turn {t.turn + 1} at {tokens(t.context_tokens)} context: TTFT {seconds(t.warm_ttft_ms)} s cached, "
+            f"{seconds(t.busted_ttft_ms)} s uncached ({said})")
+
+
+def warnings(r: RunResult) -> list[str]:
+    """What a session run's numbers cannot say by themselves: a warm level the cache did not serve, a busted
+    level it did, a concurrency with one mode only, sessions that did not finish."""
+    out = []
+    by = levels(r)
+    for c in concurrencies(r):
+        where = f"{name(r)} at concurrency {c}"
+        warm, busted = by.get((c, WARM)), by.get((c, BUSTED))
+        ws = warm.session if warm is not None else None
+        bs = busted.session if busted is not None else None
+        if ws is None or bs is None:
+            out.append(f"{where} has no {BUSTED if bs is None else WARM} level: what the cache bought cannot be said")
+        if ws is not None and ws.cached_share is not None and ws.cached_share < WARM_CACHED_MIN \
+                and (ws.turns_per_session or 0) > 1:
+            out.append(f"{where}: the server said its cache served only {share(ws.cached_share)} of the warm prompt "
+                       "tokens: is its prefix cache on (vLLM --enable-prefix-caching, llama.cpp cache_prompt) and "
+                       "large enough for every session?")
+        if bs is not None and bs.cached_share is not None and bs.cached_share > BUSTED_CACHED_MAX:
+            out.append(f"{where}: the busted level still had {share(bs.cached_share)} of its prompt tokens served "
+                       "from the cache: it is no uncached baseline")
+        for st in (ws, bs):
+            if st is not None and st.sessions_finished < st.sessions:
+                out.append(f"{where} {st.cache}: {st.sessions - st.sessions_finished} of {st.sessions} sessions did "
+                           "not finish (a turn failed)")
+    return out
