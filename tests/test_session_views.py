@@ -404,3 +404,13 @@ def test_session_plots_render_every_point_in_headless_chromium(db: Path, tmp_pat
             assert s["measured"] and s["drawn"] == s["visible"] == s["expected"] > 0, (fid, s)
             got[s["run"]] = got.get(s["run"], 0) + s["visible"]
         assert got == want, (fid, got)
+
+
+def test_runs_that_differ_only_in_their_seed_are_not_warned_about(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two runs made without --seed draw different words for the same shape: that is no workload difference."""
+    store = Store(db)
+    for label, seed in (("box-a", 1767008585), ("box-b", 12399485)):
+        wl = {"kind": "sessions", "turns": 5, "shared_prefix": 2000, "seed": seed}
+        _store(store, label, [session_level(4, m) for m in ("warm", "busted")], workload=wl)
+    assert main(["compare", "box-a", "box-b", "--db", str(db)]) == 0
+    assert "workloads differ" not in capsys.readouterr().out

@@ -355,10 +355,11 @@ def _session_turns(a: RunResult, b: RunResult, c: int) -> list[SessionTurn]:
 
 
 def _session_workload_warnings(a: RunResult, b: RunResult) -> list[str]:
-    """The session parameters the two runs' manifests give differently (turns, shared prefix, distributions)."""
+    """The session parameters the two runs' manifests give differently (turns, shared prefix, distributions). The
+    seed is not one: it picks the words, not the shape, and two runs without --seed always differ in it."""
     wa, wb = a.manifest.workload or {}, b.manifest.workload or {}
     said = [f"{k} {wa.get(k, '(not given)')} vs {wb.get(k, '(not given)')}" for k in dict.fromkeys([*wa, *wb])
-            if wa.get(k) != wb.get(k)]
+            if k != "seed" and wa.get(k) != wb.get(k)]
     return [f"the session workloads differ ({'; '.join(said)})"] if said else []
 
 
