@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from rich.console import Console
@@ -181,7 +182,12 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
 
 
 def _money(v: float | None) -> str:
-    return "—" if v is None else f"{v:,.2f}" if v >= 1 else f"{v:.2g}"
+    """Two decimals from 1 up; below, two significant digits written out (0.000062, never 6.2e-05)."""
+    if v is None:
+        return "—"
+    if v >= 1 or v == 0:
+        return f"{v:,.2f}"
+    return f"{float(f'{v:.2g}'):.{max(2, 1 - math.floor(math.log10(abs(v))))}f}"
 
 
 def _cost_sessions(a: argparse.Namespace, console: Console, res: RunResult, pricing: Pricing, currency: str,
