@@ -182,3 +182,49 @@ def test_a_session_draws_each_answer_and_tool_result_length(emitter: BackgroundE
     assert len(tools) > 1 and all(1 <= n <= 28 for n in tools)
     wl = run["manifest"]["workload"]
     assert wl["output"]["text"] == "uniform 3-9" and wl["tool"]["kind"] == "normal"
+
+
+def test_an_interrupted_session_level_keeps_its_turns_and_marks_those_in_flight(emitter: BackgroundEmitter) -> None:
+    """Ctrl-C (the task cancelled) mid-level: finished turns stay successes, a turn in flight is interrupted, never
+    a success with no end."""
+    import asyncio
+    import random
+
+    import aiohttp
+
+    from tokenbench.client import StreamClient
+    from tokenbench.draws import Draw
+    from tokenbench.records import RequestRecord
+    from tokenbench.sessions import SessionLevel, SessionPlan, SessionTexts
+    from tokenbench.workload import PromptBuilder
+
+    class Words:
+        description = "words"
+
+        async def encode(self, text: str) -> list[int]:
+            return [hash(w) for w in text.split()]
+
+        async def decode(self, ids: list[int]) -> str:
+            return " ".join(random.Random(i).choice(["a", "b", "c"]) for i in ids)
+
+    emitter.configure(ttft_s=0.02, itl_s=0.05)
+    plan = SessionPlan(sessions=2, turns=50, shared_prefix=4, task=Draw.fixed(6), tool=Draw.fixed(4),
+                       output=Draw.fixed(6), think=Draw.fixed(0, "s"))
+    records: list[RequestRecord] = []
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as http:
+            client = StreamClient(http, emitter.url, "emitter", api="chat")
+            level = SessionLevel(client, SessionTexts(PromptBuilder(Words(), 1, "t"), plan, 1, "t"), plan, 0, 2,
+                                 "warm", lambda agent, n: {"max_tokens": n}, records, lambda r: None)
+            task = asyncio.ensure_future(level.run())
+            await asyncio.sleep(1.0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(go())
+    done = [r for r in records if r.ok]
+    cut = [r for r in records if not r.ok]
+    assert done and all(r.end_ns is not None and r.output_tokens == 6 for r in done)
+    assert len(cut) == 2 and {r.error_kind for r in cut} == {"interrupted"} and all(r.end_ns for r in cut)

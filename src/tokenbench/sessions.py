@@ -130,7 +130,14 @@ class SessionLevel:
     async def run(self) -> tuple[int, int]:
         """Every session of the level, closed loop over the agents; returns the window (first send, last byte)."""
         start = time.perf_counter_ns()
-        await asyncio.gather(*(self._agent(a) for a in range(self.agents)))
+        try:
+            await asyncio.gather(*(self._agent(a) for a in range(self.agents)))
+        except asyncio.CancelledError:  # Ctrl-C: turns in flight end as interrupted; finished ones are kept
+            now = time.perf_counter_ns()
+            for r in self.records:
+                if r.end_ns is None and r.error_kind is None:
+                    r.error_kind, r.error, r.end_ns = "interrupted", "the run was interrupted", now
+            raise
         ends = [r.end_ns for r in self.records if r.end_ns is not None]
         return start, max(ends, default=time.perf_counter_ns())
 
