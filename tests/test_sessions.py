@@ -151,6 +151,7 @@ def test_a_session_run_prints_its_turns_at_80_columns(emitter: BackgroundEmitter
     assert "1" in rows and "14" in rows and len([r for r in rows if r.isdigit()]) < 14
     flat = " ".join(out.split())  # lines wrap at 80 columns
     assert "2 warm: 2/2 sessions finished" in flat and "the server reported no cached tokens" in flat
+    assert "None" not in out  # a session run's lengths are its sessions', not a sweep's "input None tokens"
 
 
 def test_a_turn_read_in_one_piece_has_no_decode_rate() -> None:

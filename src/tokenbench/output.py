@@ -338,6 +338,8 @@ def lengths_line(manifest: Manifest) -> str | None:
     ``input uniform 64-256 tokens, output normal 128 sd 32 (1-256) tokens``, or the dataset the prompts came from;
     None where every request had the same lengths."""
     wl = manifest.workload or {}
+    if wl.get("kind") == "sessions":  # its lengths are stated with the sessions (describe_run)
+        return None
     ds = wl.get("dataset")
     out = f"output {_text(wl.get('output'), wl.get('output_len'))} tokens"
     if isinstance(ds, dict):
