@@ -209,6 +209,15 @@ class SessionStats:
         return cls(**d)
 
 
+def cached_share(ok: list[RequestRecord]) -> tuple[float | None, str | None]:
+    """Cached prompt tokens / prompt tokens over the successful requests whose server said how many it served
+    from its prefix cache, and where it said so (``usage``, ``server_timings``, mixed); (None, None) where no
+    server said."""
+    said = [r for r in ok if r.cached_tokens is not None and r.input_tokens]
+    prompt = sum(r.input_tokens or 0 for r in said)
+    return (sum(r.cached_tokens or 0 for r in said) / prompt if prompt else None), _source(said, "cached_tokens_source")
+
+
 def session_stats(records: list[RequestRecord], cache: str) -> SessionStats:
     """The session view of a level's measured records (each carries its ``session`` and ``turn``)."""
     measured = [r for r in records if r.phase == "measured" and r.session is not None]
@@ -218,8 +227,7 @@ def session_stats(records: list[RequestRecord], cache: str) -> SessionStats:
     finished = [rs for rs in by_session.values() if rs and all(r.ok for r in rs)]
     session_s = [(max(r.end_ns or r.sent_ns for r in rs) - min(r.sent_ns for r in rs)) / NS_PER_S for rs in finished]
     ok = [r for r in measured if r.ok]
-    said = [r for r in ok if r.cached_tokens is not None and r.input_tokens]
-    prompt = sum(r.input_tokens or 0 for r in said)
+    share, source = cached_share(ok)
     turns = []
     for k in sorted({r.turn for r in ok if r.turn is not None}):
         at = [r for r in ok if r.turn == k]
@@ -236,8 +244,7 @@ def session_stats(records: list[RequestRecord], cache: str) -> SessionStats:
         cache=cache, sessions=len(by_session), sessions_finished=len(finished),
         turns_per_session=statistics.fmean(len(rs) for rs in by_session.values()) if by_session else None,
         session_s=Distribution.of(session_s),
-        cached_share=sum(r.cached_tokens or 0 for r in said) / prompt if prompt else None,
-        cached_source=_source(said, "cached_tokens_source"), turns=turns)
+        cached_share=share, cached_source=source, turns=turns)
 
 
 @dataclass(slots=True)
@@ -313,6 +320,10 @@ class LevelSummary:
     findings: list[Finding] = field(default_factory=list)
     #: an agent-session level: its turns, sessions and what the prefix cache served (None: not a session level)
     session: SessionStats | None = None
+    #: cached prompt tokens / prompt tokens over the level's successful requests, as their servers said
+    #: (``metrics.cached_share``; None where no response said), and where they said it
+    cached_share: float | None = None
+    cached_source: str | None = None
 
     @property
     def per_agent_tps(self) -> float | None:
@@ -554,6 +565,7 @@ def summarize(
     summary.prefill_tps = _prefill_tps(summary, ok)
     _client_delays(summary, measured)
     _goodput(summary, ok, slo)
+    summary.cached_share, summary.cached_source = cached_share(ok)
     return summary
 
 
