@@ -510,10 +510,10 @@ def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
     from ..engines import status
 
     check_output(a.json, "--json")
-    names = list(status.ENGINES) if not a.names or a.names == ["all"] else a.names
-    bad = [n for n in names if n not in status.ENGINES and n != "llamacpp"]
+    names = list(status.NAMES) if not a.names or a.names == ["all"] else a.names
+    bad = [n for n in names if n not in status.NAMES and n != "llamacpp"]
     if bad:
-        raise UsageError(f"unknown engine {bad[0]!r}: use {', '.join(status.ENGINES)} or all")
+        raise UsageError(f"unknown engine {bad[0]!r}: use {', '.join(status.NAMES)} or all")
     if a.build:
         note = notifier(err)
         for n in names:

@@ -262,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     en = sub.add_parser("engines", help="the embedded engines: which are ready, what each needs; build them")
     en.add_argument("build", nargs="?", choices=["build"], help="make the named engines ready now")
     en.add_argument("names", nargs="*", metavar="ENGINE",
-                    help="transformers, vllm, llama-server, llama-cpp-python, or all")
+                    help="transformers, vllm, llama-server, llama-cpp-python, aiperf (a reference tool), or all")
     add_json(en, "each engine's state")
 
     r = sub.add_parser("runs", help="list saved runs")
