@@ -99,9 +99,10 @@ class Level:
 
     @property
     def offered_rate(self) -> float | None:
-        """Requests per second the level offers: its rate, or a schedule's arrivals over its span."""
+        """Requests per second the level offers: its rate, or a schedule's arrivals over its span (to 3 significant
+        digits: it labels the level, 1.85/s rather than 1.85351/s)."""
         if self.schedule is not None and len(self.schedule) > 1 and self.schedule[-1] > self.schedule[0]:
-            return (len(self.schedule) - 1) / (self.schedule[-1] - self.schedule[0])
+            return float(f"{(len(self.schedule) - 1) / (self.schedule[-1] - self.schedule[0]):.3g}")
         return self.rate
 
     def describe(self) -> str:

@@ -38,7 +38,7 @@ def _ms(v: float | None) -> str:
 def level_label(s: LevelSummary) -> str:
     if s.rate is not None:
         return f"{s.rate:g}/s"
-    return str(s.concurrency)
+    return str(s.concurrency) if s.concurrency is not None else "trace"  # a trace sent all at once
 
 
 Column = tuple[str, Callable[[LevelSummary], str]]
@@ -130,6 +130,8 @@ def notes(levels: list[LevelSummary]) -> list[str]:
                          + (f" (mean acceptance length {mal:.2f})" if mal else ""))
         if t.get("prefix_cache_hit_rate") is not None:
             parts.append(f"prefix-cache hits {t['prefix_cache_hit_rate']:.0%}")
+        if s.cached_share:  # the responses' own count (usage or timings), beside the server's /metrics
+            parts.append(f"{s.cached_share:.0%} of prompt tokens served from its cache ({s.cached_source})")
         if t.get("j_per_output_token") is not None:
             parts.append(f"{t['j_per_output_token']:.2f} J/token, {t.get('output_tokens_per_watt') or 0:.2f} tok/s per W")
         if parts:
@@ -198,7 +200,11 @@ def describe_run(manifest: Manifest) -> str:
         f"engine {manifest.engine or 'unknown'}" + (f" {manifest.engine_version}" if manifest.engine_version else ""),
     ]
     # facts an imported or predicted run does not have are left out, never printed as "None"
-    if wl.get("input_len") is not None and wl.get("output_len") is not None:
+    trace = wl.get("trace")
+    if isinstance(trace, dict):  # a trace replay: its lengths are per request
+        parts.append(f"trace {trace.get('path')}: {trace.get('requests')} requests over {trace.get('replay_s')} s "
+                     f"(x{trace.get('speed')}), ideal cached share {trace.get('ideal_cached_share', 0):.0%}")
+    elif wl.get("input_len") is not None and wl.get("output_len") is not None:
         parts.append(f"{wl['input_len']} in / {wl['output_len']} out tokens" + (f" ({wl['shape']})" if wl.get("shape") else ""))
     if wl.get("api"):
         parts.append(f"{wl['api']} API")

@@ -4,6 +4,7 @@ measured window), summarize, store each finished level at once, and stop cleanly
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import secrets
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new
 from .servers import ServerInfo, discover, root_url
 from .store import Store
 from .telemetry import LevelTelemetry
+from .trace import Trace, TracePrompts
 from .workload import PromptBuilder, Workload
 
 CONNECTION_ERRORS = {"connection", "disconnected", "stream_broken"}
@@ -75,8 +77,22 @@ class SweepConfig:
     workers: int | None = 1
     #: A Ray cluster to place the workers on (an address, or "auto"); None: this machine only.
     ray: str | None = None
+    #: A trace to replay in open loop (trace.load_trace): one level, its first ``requests`` requests if given,
+    #: sent at its timestamps divided by ``trace_speed`` (2: twice as fast)
+    trace: Trace | None = None
+    trace_speed: float = 1.0
+
+    def __post_init__(self) -> None:
+        if (trace := self.replayed()) is not None:  # its requests carry their own lengths: the longest stand here
+            self.input_len, self.output_len = trace.max_input, trace.max_output
+
+    def replayed(self) -> Trace | None:
+        """The part of the trace this run replays: its first ``requests`` requests (all of them for None)."""
+        return self.trace.head(self.requests) if self.trace is not None else None
 
     def levels(self) -> list[Level]:
+        if (trace := self.replayed()) is not None:
+            return [Level(schedule=trace.schedule(self.trace_speed), max_concurrency=self.max_concurrency)]
         if self.rates:
             return [Level(rate=r, arrival=self.arrival, max_concurrency=self.max_concurrency) for r in self.rates]  # type: ignore[arg-type]
         return [Level(concurrency=c) for c in self.concurrency]
@@ -140,6 +156,10 @@ class _Prompts:
         return out
 
 
+#: Where a sweep's prompts come from: unique ones of the workload's lengths, or a trace's.
+Prompts = _Prompts | TracePrompts
+
+
 def ensure_open_files(concurrency: int) -> None:
     """Each request in flight holds a socket: raise this process's open-file limit to what ``concurrency`` needs,
     or refuse with advice before the level crashes on "Too many open files" (macOS allows 256 by default)."""
@@ -188,7 +208,7 @@ def _manifest(cfg: SweepConfig, ep: Endpoint, workload: Workload, probe: Request
         check_request={"ttft_ms": _ms(probe.ttft_ns), "e2e_ms": _ms(probe.e2e_ns),
                        "output_tokens": probe.output_tokens},
         server_flags=(cfg.embedded or {}).get("command"),
-        workload=workload.to_dict(),
+        workload=workload.to_dict() | _trace_manifest(cfg, ep),
         request_fields=redact.body(extras),
         load={
             "levels": [lv.describe() for lv in cfg.levels()],
@@ -210,20 +230,53 @@ def _manifest(cfg: SweepConfig, ep: Endpoint, workload: Workload, probe: Request
 
 def _request_fields(cfg: SweepConfig, ep: Endpoint) -> tuple[dict[str, Any], dict[str, Any]]:
     """The fields of every measured request (fixed output length, by what the server honours) and of the check
-    request before the run (the same kind, a short output); the user's --extra-body on top of both."""
+    request before the run (the same kind, a short output); the user's --extra-body on top of both. A trace's
+    requests fix each its own output length (``_trace_fields``) and let the prefix cache serve them."""
     extras: dict[str, Any] = {}
     check: dict[str, Any] = {}
-    if cfg.fixed_output:
+    if cfg.fixed_output and cfg.trace is None:
         extras.update(ep.info.adapter.output_length_fields(cfg.output_len, ep.eos_token_id, cfg.api))
+    if cfg.fixed_output:
         check.update(ep.info.adapter.check_fields(2, ep.eos_token_id, cfg.api))
+    if cfg.trace is not None:
+        extras.update(ep.info.adapter.warm_context_fields())
     return extras | cfg.extra_body, check | cfg.extra_body
+
+
+def _trace_fields(cfg: SweepConfig, ep: Endpoint) -> Callable[[int], dict[str, Any]]:
+    """A trace request's own fields, by its output length: that length fixed as the server allows, the prefix
+    cache allowed to serve shared blocks (llama.cpp's ``cache_prompt``, off for every other sweep), the user's
+    --extra-body on top."""
+    adapter = ep.info.adapter
+
+    def fields(output_len: int) -> dict[str, Any]:
+        fixed = adapter.output_length_fields(output_len, ep.eos_token_id, cfg.api) if cfg.fixed_output else {}
+        return fixed | adapter.warm_context_fields() | cfg.extra_body
+
+    return fields
+
+
+def _trace_manifest(cfg: SweepConfig, ep: Endpoint) -> dict[str, Any]:
+    """The replayed trace, for the manifest's workload (nothing for another sweep)."""
+    trace = cfg.replayed()
+    if trace is None:
+        return {}
+    first = trace.requests[0].output_length
+    return {"trace": trace.describe(cfg.trace_speed) | {
+        "request_fields": f"per request, by its output_length: for {first}, "
+                          f"{json.dumps(redact.body(_trace_fields(cfg, ep)(first)))}"}}
+
+
+def _warmups(cfg: SweepConfig, level: Level) -> int:
+    """Uncounted requests before a level: as asked, else one per concurrent slot (at most 4 in open loop)."""
+    return cfg.warmup if cfg.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
 
 
 class _Sweep:
     """One sweep's levels in order, each with its repetitions, stopping on what makes the rest meaningless."""
 
     def __init__(self, cfg: SweepConfig, store: Store, run_id: str, ep: Endpoint, client: StreamClient,
-                 prompts: _Prompts, rep: Reporter, seed: int, alive: Callable[[], bool] | None,
+                 prompts: Prompts, rep: Reporter, seed: int, alive: Callable[[], bool] | None,
                  pool: WorkerPool | None = None) -> None:
         self.cfg, self.store, self.run_id, self.ep, self.client = cfg, store, run_id, ep, client
         self.prompts, self.rep, self.seed, self.alive, self.pool = prompts, rep, seed, alive, pool
@@ -275,6 +328,9 @@ async def run_sweep(
 ) -> RunResult:
     """Run a sweep and store it. ``alive`` (optional callable) tells whether an embedded server still runs."""
     rep = reporter or QuietReporter()
+    if cfg.trace is not None and cfg.repetitions > 1:
+        raise UsageError("a trace is replayed once per run (a repetition would find its blocks in the cache): "
+                         "drop --repetitions")
     ensure_open_files(max([lv.concurrency or lv.max_concurrency or 1 for lv in cfg.levels()]))
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
     log = RunLog(store, new_run_id(), "sweep", cfg.label)
@@ -296,7 +352,8 @@ async def run_sweep(
         manifest.guard_before_run = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids,
                                                              "before the run")
         log.create(manifest)
-        sweep = _Sweep(cfg, store, log.run_id, ep, client, _Prompts(builder, workload, {}), rep, seed, alive, pool)
+        sweep = _Sweep(cfg, store, log.run_id, ep, client, _prompts(cfg, ep, builder, workload), rep, seed, alive,
+                       pool)
         try:
             with still_heap():  # the heap as it stands (tokenizer, prompts) is collected once, never while timing
                 await sweep.run()
@@ -313,9 +370,21 @@ async def run_sweep(
         return RunResult(log.run_id, manifest, sweep.outcomes, status, error)
 
 
+def _prompts(cfg: SweepConfig, ep: Endpoint, builder: PromptBuilder, workload: Workload) -> Prompts:
+    """The run's prompts: a trace's (its warm-ups first), or unique ones of the workload's lengths."""
+    trace = cfg.replayed()
+    if trace is None:
+        return _Prompts(builder, workload, {})
+    return TracePrompts(builder, trace, _trace_fields(cfg, ep), _warmups(cfg, cfg.levels()[0]))
+
+
 async def _start_workers(cfg: SweepConfig, client: StreamClient, counter_path: str | None,
                          rep: Reporter) -> WorkerPool | None:
     """The load-generating workers (workers.py), or None to run every level in this process."""
+    if cfg.trace is not None:  # a trace is replayed by this process: its one schedule, its prompts in order
+        if cfg.ray or (cfg.workers or 1) > 1:
+            raise UsageError("a trace is replayed by one process: drop --workers and --ray with --trace")
+        return None
     n = cfg.workers if cfg.workers is not None else auto_workers(cfg.levels())
     spec = ClientSpec.of(client, counter_path)
     if cfg.ray:
@@ -349,7 +418,7 @@ class _Load:
     way, after ``measured``: the measured window, the client's report and its reasons to be called the limit,
     and the workers lost (the window is kept as far as it got, for a level cut short)."""
 
-    def __init__(self, client: StreamClient, prompts: _Prompts, pool: WorkerPool | None) -> None:
+    def __init__(self, client: StreamClient, prompts: Prompts, pool: WorkerPool | None) -> None:
         self.stream, self.prompts, self.pool = client, prompts, pool
         self.window = (0, 0)
         self.client_report: dict[str, Any] = {}
@@ -399,14 +468,14 @@ async def _run_level(
     repetition: int,
     level: Level,
     client: StreamClient,
-    prompts: _Prompts,
+    prompts: Prompts,
     rep: Reporter,
     info: ServerInfo,
     seed: int,
     pool: WorkerPool | None = None,
 ) -> tuple[LevelSummary, str]:
-    n_warm = cfg.warmup if cfg.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
-    n_req = cfg.requests
+    n_warm = _warmups(cfg, level)
+    n_req = cfg.requests if level.schedule is None else len(level.schedule)  # a trace: the part replayed
     snap = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids, f"before level {level.describe()}")
     await prompts.prepare(n_warm + (n_req or max(8, 2 * (level.concurrency or 4))))
     started = now_iso()
@@ -437,14 +506,14 @@ async def _run_level(
     except asyncio.CancelledError:
         status = "interrupted"
         measured = [r for r in records if r.phase == "measured"]
-        summary = summarize(records, concurrency=level.concurrency, rate=level.rate,
+        summary = summarize(records, concurrency=level.concurrency, rate=level.offered_rate,
                             window_start_ns=min((r.sent_ns for r in measured), default=0))
         findings.assess(findings.LevelFacts(records, summary, level.concurrency, n_req, interrupted=True))
         store.save_level(run_id, idx, repetition, summary, records, status=status, started=started,
                          finished=now_iso(), window=load.window)
         raise
     window = load.window
-    summary = summarize(records, concurrency=level.concurrency, rate=level.rate, window_start_ns=window[0],
+    summary = summarize(records, concurrency=level.concurrency, rate=level.offered_rate, window_start_ns=window[0],
                         window_end_ns=window[1], slo=cfg.slo)
     summary.cost_per_mtok = level_cost(cfg.price_per_hour, cfg.currency, summary.output_throughput_tps)
     summary.client = load.client_report

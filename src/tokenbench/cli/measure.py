@@ -21,6 +21,7 @@ from ..records import RequestRecord
 from ..servers import normalize_base_url
 from ..store import Store
 from ..sweep import SweepConfig, run_sweep
+from ..trace import Trace, load_trace
 from ..results import Manifest, RunResult, load_result
 from ..workers import parse_workers
 from ..workload import resolve_shape
@@ -140,15 +141,32 @@ def _slo(text: str | None) -> SLO | None:
         raise UsageError(f"--slo: {e}") from None
 
 
+#: What a trace says itself (its requests' lengths and times): the options that would say it again.
+TRACE_EXCLUSIVE = ("concurrency", "rate", "dataset", "input_len", "output_len", "shape", "prefix_len")
+
+
+def _trace(a: argparse.Namespace) -> Trace | None:
+    """--trace's file, read and checked (trace.load_trace), after refusing the options that cannot go with it."""
+    if a.trace is None:
+        return None
+    given = [f"--{k.replace('_', '-')}" for k in TRACE_EXCLUSIVE if getattr(a, k, None)]
+    if given:
+        raise UsageError(f"--trace sets every request's length and send time: drop {', '.join(given)}")
+    if a.repetitions > 1 or a.ray or parse_workers(a.workers) not in (None, 1):
+        raise UsageError("--trace is replayed once, by one process: drop --repetitions, --workers and --ray")
+    return load_trace(a.trace, a.trace_block)
+
+
 def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
     embedded = a.url is None
     d: dict[str, Any] = dict(EMBEDDED_DEFAULTS) if embedded else {}
-    input_len, output_len = _lengths(a, d)
+    trace = _trace(a)
+    input_len, output_len = _lengths(a, d)  # a trace's own lengths replace these (SweepConfig)
     if a.rate and a.concurrency:
         raise UsageError("give --concurrency or --rate, not both")
     extra = json_object(a.extra_body, "--extra-body")
     duration = seconds(a.duration, "--duration")
-    requests = _requests(a, d, duration)
+    requests = a.requests if trace else _requests(a, d, duration)  # a trace: all of it unless --requests
     slo = _slo(a.slo)
     return SweepConfig(
         url=normalize_base_url(a.url) if a.url else "",
@@ -186,6 +204,8 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         fixed_output=not a.no_fixed_output,
         extra_body=extra,
         command=redact.command(["tokenbench", *argv]),
+        trace=trace,
+        trace_speed=a.trace_speed,
     )
 
 

@@ -235,6 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ray", metavar="ADDRESS",
                    help="place the workers on a Ray cluster (its address, or auto on a node of it): one per node "
                         "unless --workers says how many; needs pip install 'tokenbench[ray]'")
+    g = s.add_argument_group("trace replay (one open-loop level at the trace's own times and lengths)")
+    g.add_argument("--trace", metavar="FILE",
+                   help="replay this trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids "
+                        "of shared prompt blocks) or CSV with the header timestamp,input_length,output_length; "
+                        "--requests N replays its first N")
+    g.add_argument("--trace-speed", type=POSITIVE, default=1.0, help="replay this many times as fast (2: twice)")
+    g.add_argument("--trace-block", type=POSITIVE_INT, default=512,
+                   help="prompt tokens per hash id (default 512, as Mooncake's traces)")
     g = s.add_argument_group("output")
     g.add_argument("--label", help="host label (default: this hostname, or embedded-ENGINE)")
     g.add_argument("--price-per-hour", type=POSITIVE, help="box price for cost per million output tokens")
