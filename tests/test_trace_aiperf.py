@@ -3,8 +3,10 @@ blocks, timestamps) replayed by `aiperf profile --custom-dataset-type mooncake_t
 `tokenbench sweep --trace`, interleaved A-B-B-A, each run with prompts of its own (a new seed), vLLM's prefix-cache
 counters read from /metrics before and after each run.
 
-Needs vLLM's and AIPerf's environments (`make engines`, or `tokenbench engines build vllm aiperf`): skips without
-them, fails instead under CI (TOKENBENCH_REQUIRE_ENGINES=1).
+Also llama.cpp's llama-server, whose prompt cache a trace replay turns on (cache_prompt), on the README's example.
+
+Needs vLLM's and AIPerf's environments and llama.cpp's tools (`make engines`, or `tokenbench engines build vllm
+aiperf llama-server`): skips without them, fails instead under CI (TOKENBENCH_REQUIRE_ENGINES=1).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from tokenbench.trace import load_trace
 pytestmark = pytest.mark.engine
 pytest.importorskip("torch")
 
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mooncake-trace.jsonl"
 #: vLLM's KV-cache block on a CPU is 128 tokens: trace blocks of the same size are cached whole.
 BLOCK = 128
 QUERIES, HITS = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
@@ -202,3 +205,21 @@ def test_trace_replay_matches_aiperf_on_vllm(vllm_server: tuple[RunningEngine, t
         assert r["cached_source"] == "usage" and r["cached_share"] > 0
         assert r["cached_share"] == pytest.approx(r["hit_share"], abs=0.02)  # the responses say what /metrics says
         assert r["cached_share"] == pytest.approx(r["ideal"], abs=0.05)
+
+
+def test_llama_server_serves_a_traces_shared_blocks_from_its_cache(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Every other sweep sends llama-server cache_prompt: false; a trace replay sends true, and the server then
+    serves the shared blocks: the responses' cached share (its usage, or timings.cache_n) is the trace's ideal."""
+    need_engine("llama-server")
+    out = tmp_path / "r.json"
+    with launch.start("llama-server", tiny.ensure(), parallel=4) as server:
+        code = main(["sweep", "--url", server.base_url, "--trace", str(EXAMPLE), "--trace-block", "64",
+                     "--warmup", "0", "--guard", "off", "--json", str(out), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    lv, ideal = doc["levels"][0], doc["manifest"]["workload"]["trace"]["ideal_cached_share"]
+    print(f"llama-server: cached share {lv['cached_share']:.4f} ({lv['cached_source']}), ideal {ideal:.4f}")
+    assert lv["completed"] == 16 and lv["failed"] == 0
+    assert lv["cached_source"] in ("usage", "server_timings")
+    assert lv["cached_share"] == pytest.approx(ideal, abs=0.05)
