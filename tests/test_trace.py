@@ -389,6 +389,12 @@ def test_requests_cut_the_trace_short(emitter: BackgroundEmitter, tmp_path: Path
     assert t["requests"] == 2 and t["requests_in_file"] == 4 and t["span_s"] == 0.1
 
 
+def test_a_duration_stops_the_replay_at_a_time(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    res = replay(emitter.url, write(tmp_path, "t.jsonl", MOONCAKE), store, warmup=0, duration_s=0.2)
+    assert res.outcomes[0].summary.completed == 2  # sent at 0 and 100 ms; the next was due at 250 ms
+
+
 def test_a_replay_lets_llama_server_cache_its_prompts(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     """Every other sweep sends llama-server cache_prompt: false (unique prompts, no cache); a trace's shared
     blocks are what its prefix cache is for."""
