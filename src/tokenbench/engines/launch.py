@@ -105,11 +105,10 @@ def command(engine: str, model: TinyModel, port: int, parallel: int = 1, ctx: in
         from . import vllm_env
 
         py = vllm_env.ensure(progress)
-        # Prefix caching is on by default (V1); --enable-prompt-tokens-details makes each response say how many
-        # of its prompt tokens the cache served (usage.prompt_tokens_details.cached_tokens).
         return Launch([str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model.hf_dir),
                        "--served-model-name", model.name, *host, "--dtype", "float32",
                        "--max-model-len", str(ctx), "--max-num-seqs", str(max(4, parallel)),
+                       # usage.prompt_tokens_details.cached_tokens: what its prefix cache served, per request
                        "--enable-prompt-tokens-details"],
                       model.name, {"VLLM_CPU_KVCACHE_SPACE": str(VLLM_KV_GIB)})
     if name == "llama-server":
