@@ -88,9 +88,17 @@ class Level:
     concurrency: int | None = None
     rate: float | None = None  # requests per second, open loop
     arrival: Literal["poisson", "constant"] = "poisson"
-    max_concurrency: int | None = None  # open loop: cap on requests in flight (queueing shows as send delay)
     #: open loop on an explicit schedule (a trace's replay): each request's send time, seconds after the start
     schedule: tuple[float, ...] | None = None
+    max_concurrency: int | None = None  # open loop: cap on requests in flight (queueing shows as send delay)
+
+    def describe(self) -> str:
+        if self.schedule is not None:
+            span = self.schedule[-1] - self.schedule[0] if self.schedule else 0.0
+            return f"trace {len(self.schedule)} requests over {span:g} s"
+        if self.rate is not None:
+            return f"rate {self.rate:g}/s {self.arrival}"
+        return f"concurrency {self.concurrency}"
 
     @property
     def open(self) -> bool:
@@ -104,14 +112,6 @@ class Level:
         if self.schedule is not None and len(self.schedule) > 1 and self.schedule[-1] > self.schedule[0]:
             return float(f"{(len(self.schedule) - 1) / (self.schedule[-1] - self.schedule[0]):.3g}")
         return self.rate
-
-    def describe(self) -> str:
-        if self.schedule is not None:
-            span = self.schedule[-1] - self.schedule[0] if self.schedule else 0.0
-            return f"trace {len(self.schedule)} requests over {span:g} s"
-        if self.rate is not None:
-            return f"rate {self.rate:g}/s {self.arrival}"
-        return f"concurrency {self.concurrency}"
 
     def arrivals(self, offset_s: float, rng: random.Random) -> Iterator[float]:
         """Open loop: each request's send time, seconds after the start (a schedule's own, or the rate's
