@@ -142,7 +142,7 @@ def _slo(text: str | None) -> SLO | None:
 
 
 #: What a trace says itself (its requests' lengths and times): the options that would say it again.
-TRACE_EXCLUSIVE = ("concurrency", "rate", "dataset", "input_len", "output_len", "shape", "prefix_len")
+TRACE_EXCLUSIVE = ("concurrency", "rate", "dataset", "sessions", "input_len", "output_len", "shape", "prefix_len")
 
 
 def _trace(a: argparse.Namespace) -> Trace | None:
