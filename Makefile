@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The CPU build of torch first: an unpinned torch, pulled in by transformers, brings gigabytes of CUDA.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo demo-vllm demo-llama-server engines engine-vllm engine-llama-server test test-fast lint bench clean
+.PHONY: demo demo-vllm demo-llama-server engines engine-vllm engine-llama-server engine-aiperf test test-fast lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,14 +30,18 @@ demo-vllm: $(VENV)/.installed
 demo-llama-server: $(VENV)/.installed
 	$(BIN)/tokenbench sweep --engine llama-server
 
-## make engines: build llama.cpp's tools and vLLM's environment into the user cache (once; ~15 minutes)
-engines: engine-llama-server engine-vllm
+## make engines: build llama.cpp's tools, vLLM's and AIPerf's environments into the user cache (once; ~15 minutes)
+engines: engine-llama-server engine-vllm engine-aiperf
 
 engine-llama-server: $(VENV)/.installed
 	$(BIN)/tokenbench engines build llama-server
 
 engine-vllm: $(VENV)/.installed
 	$(BIN)/tokenbench engines build vllm
+
+# AIPerf, the reference tool a trace replay is cross-checked against (tests/test_trace_aiperf.py)
+engine-aiperf: $(VENV)/.installed
+	$(BIN)/tokenbench engines build aiperf
 
 ## make test: pyflakes and mypy, then every test: the real engines and the cross-checks against the reference tools included
 test: lint engines $(VENV)/.installed-llama-cpp-python

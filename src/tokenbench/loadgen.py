@@ -1,5 +1,6 @@
-"""When to send: closed-loop concurrency levels, open-loop rate levels (Poisson or constant), warm-up
-as a recorded phase, a request count or a duration per level, and a watch on the client itself.
+"""When to send: closed-loop concurrency levels, open-loop rate levels (Poisson or constant) or schedules (a
+trace's replay), warm-up as a recorded phase, a request count or a duration per level, and a watch on the client
+itself.
 
 The load generator defines the backend it needs (``Backend``); the streaming client implements it.
 """
@@ -87,15 +88,46 @@ class Level:
     concurrency: int | None = None
     rate: float | None = None  # requests per second, open loop
     arrival: Literal["poisson", "constant"] = "poisson"
+    #: open loop on an explicit schedule (a trace's replay): each request's send time, seconds after the start
+    schedule: tuple[float, ...] | None = None
     max_concurrency: int | None = None  # open loop: cap on requests in flight (queueing shows as send delay)
     cache: Literal["warm", "busted"] | None = None  # an agent-session level (sessions.py): its prefix cache
 
     def describe(self) -> str:
+        if self.schedule is not None:
+            span = self.schedule[-1] - self.schedule[0] if self.schedule else 0.0
+            return f"trace {len(self.schedule)} requests over {span:g} s"
         if self.rate is not None:
             return f"rate {self.rate:g}/s {self.arrival}"
         if self.cache is not None:
             return f"{self.concurrency} agents, cache {self.cache}"
         return f"concurrency {self.concurrency}"
+
+    @property
+    def open(self) -> bool:
+        """Requests are sent at arrival times, however many are in flight (a rate, or a schedule)."""
+        return self.rate is not None or self.schedule is not None
+
+    @property
+    def offered_rate(self) -> float | None:
+        """Requests per second the level offers: its rate, or a schedule's arrivals over its span (to 3 significant
+        digits: it labels the level, 1.85/s rather than 1.85351/s)."""
+        if self.schedule is not None and len(self.schedule) > 1 and self.schedule[-1] > self.schedule[0]:
+            return float(f"{(len(self.schedule) - 1) / (self.schedule[-1] - self.schedule[0]):.3g}")
+        return self.rate
+
+    def arrivals(self, offset_s: float, rng: random.Random) -> Iterator[float]:
+        """Open loop: each request's send time, seconds after the start (a schedule's own, or the rate's
+        process: Poisson gaps drawn from ``rng``, or constant ones)."""
+        if self.schedule is not None:
+            for t in self.schedule:
+                yield offset_s + t
+            return
+        assert self.rate is not None
+        t = offset_s
+        while True:
+            yield t
+            t += rng.expovariate(self.rate) if self.arrival == "poisson" else 1.0 / self.rate
 
 
 @dataclass(slots=True)
@@ -165,7 +197,7 @@ class ClientWatch:
         if level.concurrency and r.get("inflight_mean") is not None and len(self.inflight_samples) >= 20:
             if r["inflight_mean"] < INFLIGHT_SHORTFALL * level.concurrency:
                 reasons.append(f"kept {r['inflight_mean']:.1f} requests in flight of {level.concurrency} asked")
-        if level.rate and send_delay_p90_ms is not None and send_delay_p90_ms > SEND_DELAY_P90_MS:
+        if level.open and send_delay_p90_ms is not None and send_delay_p90_ms > SEND_DELAY_P90_MS:
             capped = f" (capped at {level.max_concurrency} in flight)" if level.max_concurrency else ""
             reasons.append(f"requests sent {send_delay_p90_ms:.1f} ms late at p90{capped}")
         return reasons
@@ -215,11 +247,11 @@ class _Phase:
         await asyncio.gather(*(sender() for _ in range(n)))
 
     async def open_loop(self, level: Level, start_ns: int, offset_s: float, rng: random.Random) -> None:
-        assert level.rate is not None
         sem = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
         tasks: list[asyncio.Task[None]] = []
-        t_next = offset_s
-        while self.requests is None or self.issued < self.requests:
+        for t_next in level.arrivals(offset_s, rng):
+            if self.requests is not None and self.issued >= self.requests:
+                break
             scheduled = start_ns + int(t_next * NS_PER_S)
             if self.stop_ns is not None and scheduled >= self.stop_ns:
                 break
@@ -231,7 +263,6 @@ class _Phase:
             self.records.append(rec)
             tasks.append(asyncio.get_running_loop().create_task(self._capped(sem, req, rec)))
             self.issued += 1
-            t_next += rng.expovariate(level.rate) if level.arrival == "poisson" else 1.0 / level.rate
         self.watch.sampling_inflight = False
         await asyncio.gather(*tasks)
 
@@ -276,7 +307,7 @@ async def run_phase(
         stop_ns = start_ns + int(duration_s * NS_PER_S) if duration_s else None
         run = _Phase(backend, prompts, phase, records, watch or ClientWatch(), on_done or _ignore, requests, stop_ns)
         try:
-            if level.rate is None:
+            if not level.open:
                 await run.closed_loop(level.concurrency or 1)
             else:
                 await run.open_loop(level, start_ns, offset_s, random.Random(seed))

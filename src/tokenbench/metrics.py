@@ -229,6 +229,15 @@ def _session_seconds(sessions: list[list[RequestRecord]]) -> list[float]:
             for rs in sessions if rs and all(r.ok for r in rs)]
 
 
+def cached_share(ok: list[RequestRecord]) -> tuple[float | None, str | None]:
+    """Cached prompt tokens / prompt tokens over the successful requests whose server said how many it served
+    from its prefix cache, and where it said so (``usage``, ``server_timings``, mixed); (None, None) where no
+    server said."""
+    said = [r for r in ok if r.cached_tokens is not None and r.input_tokens]
+    prompt = sum(r.input_tokens or 0 for r in said)
+    return (sum(r.cached_tokens or 0 for r in said) / prompt if prompt else None), _source(said, "cached_tokens_source")
+
+
 def session_stats(records: list[RequestRecord], cache: str) -> SessionStats:
     """The session view of a level's measured records (each carries its ``session`` and ``turn``)."""
     measured = [r for r in records if r.phase == "measured" and r.session is not None]
@@ -236,15 +245,12 @@ def session_stats(records: list[RequestRecord], cache: str) -> SessionStats:
     for r in measured:
         by_session.setdefault(r.session or 0, []).append(r)
     ok = [r for r in measured if r.ok]
-    said = [r for r in ok if r.cached_tokens is not None and r.input_tokens]
-    prompt = sum(r.input_tokens or 0 for r in said)
+    share, source = cached_share(ok)
     times = _session_seconds(list(by_session.values()))
     return SessionStats(
         cache=cache, sessions=len(by_session), sessions_finished=len(times),
         turns_per_session=statistics.fmean(len(rs) for rs in by_session.values()) if by_session else None,
-        session_s=Distribution.of(times),
-        cached_share=sum(r.cached_tokens or 0 for r in said) / prompt if prompt else None,
-        cached_source=_source(said, "cached_tokens_source"),
+        session_s=Distribution.of(times), cached_share=share, cached_source=source,
         turns=[_turn_point(k, [r for r in ok if r.turn == k]) for k in sorted({r.turn for r in ok if r.turn is not None})])
 
 
@@ -321,6 +327,10 @@ class LevelSummary:
     findings: list[Finding] = field(default_factory=list)
     #: an agent-session level: its turns, sessions and what the prefix cache served (None: not a session level)
     session: SessionStats | None = None
+    #: cached prompt tokens / prompt tokens over the level's successful requests, as their servers said
+    #: (``metrics.cached_share``; None where no response said), and where they said it
+    cached_share: float | None = None
+    cached_source: str | None = None
 
     @property
     def per_agent_tps(self) -> float | None:
@@ -562,6 +572,7 @@ def summarize(
     summary.prefill_tps = _prefill_tps(summary, ok)
     _client_delays(summary, measured)
     _goodput(summary, ok, slo)
+    summary.cached_share, summary.cached_source = cached_share(ok)
     return summary
 
 

@@ -41,7 +41,7 @@ def level_label(s: LevelSummary) -> str:
     cache = f" {s.session.cache}" if s.session is not None else ""
     if s.rate is not None:
         return f"{s.rate:g}/s{cache}"
-    return f"{s.concurrency}{cache}"
+    return f"{s.concurrency}{cache}" if s.concurrency is not None else "trace"  # a trace sent all at once
 
 
 Column = tuple[str, Callable[[LevelSummary], str]]
@@ -125,23 +125,31 @@ def notes(levels: list[LevelSummary]) -> list[str]:
             out.append(f"[{level_label(s)}] reasoning took {s.reasoning_share:.0%} of the output tokens: answers "
                        f"came at {_num(s.answer_throughput_tps)} of {_num(s.output_throughput_tps)} tok/s")
     for s in levels:
-        t = s.telemetry or {}
-        parts = []
-        if t.get("kv_cache_usage_max") is not None:
-            parts.append(f"peak KV cache {t['kv_cache_usage_max']:.0%}")
-        if t.get("waiting_max"):
-            parts.append(f"up to {t['waiting_max']:.0f} requests waiting")
-        if t.get("spec_acceptance_rate") is not None:
-            mal = t.get("spec_mean_acceptance_length")
-            parts.append(f"speculative acceptance {t['spec_acceptance_rate']:.2f}"
-                         + (f" (mean acceptance length {mal:.2f})" if mal else ""))
-        if t.get("prefix_cache_hit_rate") is not None:
-            parts.append(f"prefix-cache hits {t['prefix_cache_hit_rate']:.0%}")
-        if t.get("j_per_output_token") is not None:
-            parts.append(f"{t['j_per_output_token']:.2f} J/token, {t.get('output_tokens_per_watt') or 0:.2f} tok/s per W")
+        parts = _server_parts(s)
         if parts:
             out.append(f"[{level_label(s)}] server: " + ", ".join(parts))
     return out
+
+
+def _server_parts(s: LevelSummary) -> list[str]:
+    """What the server said of a level: its /metrics (and power), and what its responses said of its cache."""
+    t = s.telemetry or {}
+    parts: list[str] = []
+    if t.get("kv_cache_usage_max") is not None:
+        parts.append(f"peak KV cache {t['kv_cache_usage_max']:.0%}")
+    if t.get("waiting_max"):
+        parts.append(f"up to {t['waiting_max']:.0f} requests waiting")
+    if t.get("spec_acceptance_rate") is not None:
+        mal = t.get("spec_mean_acceptance_length")
+        parts.append(f"speculative acceptance {t['spec_acceptance_rate']:.2f}"
+                     + (f" (mean acceptance length {mal:.2f})" if mal else ""))
+    if t.get("prefix_cache_hit_rate") is not None:
+        parts.append(f"prefix-cache hits {t['prefix_cache_hit_rate']:.0%}")
+    if s.cached_share:  # the responses' own count (usage or timings), beside the server's /metrics
+        parts.append(f"{s.cached_share:.0%} of prompt tokens served from its cache ({s.cached_source})")
+    if t.get("j_per_output_token") is not None:
+        parts.append(f"{t['j_per_output_token']:.2f} J/token, {t.get('output_tokens_per_watt') or 0:.2f} tok/s per W")
+    return parts
 
 
 def md_escape(text: str) -> str:
@@ -298,7 +306,11 @@ def describe_run(manifest: Manifest) -> str:
     ]
     # facts an imported or predicted run does not have are left out, never printed as "None"; lengths that vary
     # are stated on a line of their own (lengths_line)
-    if wl.get("input_len") is not None and wl.get("output_len") is not None and lengths_line(manifest) is None:
+    trace = wl.get("trace")
+    if isinstance(trace, dict):  # a trace replay: its lengths are per request
+        parts.append(f"trace {trace.get('path')}: {trace.get('requests')} requests over {trace.get('replay_s')} s "
+                     f"(x{trace.get('speed')}), ideal cached share {trace.get('ideal_cached_share', 0):.0%}")
+    elif wl.get("input_len") is not None and wl.get("output_len") is not None and lengths_line(manifest) is None:
         parts.append(f"{wl['input_len']} in / {wl['output_len']} out tokens" + (f" ({wl['shape']})" if wl.get("shape") else ""))
     if wl.get("kind") == "sessions":
         parts.append(_session_workload(wl))

@@ -4,6 +4,7 @@ measured window), summarize, store each finished level at once, and stop cleanly
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import secrets
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from .servers import ServerInfo, discover, root_url
 from .store import Store
 from .telemetry import LevelTelemetry
 from .sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
+from .trace import Trace, TracePrompts
 from .workload import PromptBuilder, Workload
 
 CONNECTION_ERRORS = {"connection", "disconnected", "stream_broken"}
@@ -108,10 +110,25 @@ class SweepConfig:
                         self.shape, self.api, self.prefix_len, seed, None if self.dataset else self.input_draw,
                         self.output_draw, self.dataset.describe() if self.dataset is not None else None)
 
+    #: A trace to replay in open loop (trace.load_trace): one level, its first ``requests`` requests if given,
+    #: sent at its timestamps divided by ``trace_speed`` (2: twice as fast)
+    trace: Trace | None = None
+    trace_speed: float = 1.0
+
+    def __post_init__(self) -> None:
+        if (trace := self.replayed()) is not None:  # its requests carry their own lengths: the longest stand here
+            self.input_len, self.output_len = trace.max_input, trace.max_output
+
+    def replayed(self) -> Trace | None:
+        """The part of the trace this run replays: its first ``requests`` requests (all of them for None)."""
+        return self.trace.head(self.requests) if self.trace is not None else None
+
     def levels(self) -> list[Level]:
         if self.sessions is not None:
             modes: list[CacheMode] = ["warm", "busted"] if self.sessions.baseline else ["warm"]
             return [Level(concurrency=c, cache=m) for c in self.concurrency for m in modes]
+        if (trace := self.replayed()) is not None:
+            return [Level(schedule=trace.schedule(self.trace_speed), max_concurrency=self.max_concurrency)]
         if self.rates:
             return [Level(rate=r, arrival=self.arrival, max_concurrency=self.max_concurrency) for r in self.rates]  # type: ignore[arg-type]
         return [Level(concurrency=c) for c in self.concurrency]
@@ -200,6 +217,10 @@ class _Prompts:
         return out
 
 
+#: Where a sweep's prompts come from: unique ones of the workload's lengths, or a trace's.
+Prompts = _Prompts | TracePrompts
+
+
 def ensure_open_files(concurrency: int) -> None:
     """Each request in flight holds a socket: raise this process's open-file limit to what ``concurrency`` needs,
     or refuse with advice before the level crashes on "Too many open files" (macOS allows 256 by default)."""
@@ -248,7 +269,8 @@ def _manifest(cfg: SweepConfig, ep: Endpoint, workload: Workload, probe: Request
         check_request={"ttft_ms": _ms(probe.ttft_ns), "e2e_ms": _ms(probe.e2e_ns),
                        "output_tokens": probe.output_tokens},
         server_flags=(cfg.embedded or {}).get("command"),
-        workload=cfg.sessions.to_dict() | {"seed": seed} if cfg.sessions is not None else workload.to_dict(),
+        workload=cfg.sessions.to_dict() | {"seed": seed} if cfg.sessions is not None
+        else workload.to_dict() | _trace_manifest(cfg, ep),
         request_fields=redact.body(extras),
         load={
             "levels": [lv.describe() for lv in cfg.levels()],
@@ -270,14 +292,16 @@ def _manifest(cfg: SweepConfig, ep: Endpoint, workload: Workload, probe: Request
 
 def _request_fields(cfg: SweepConfig, ep: Endpoint, varies: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """The fields of every measured request (fixed output length, by what the server honours; where lengths vary
-    each request carries its own, ``_length_fields``) and of the check request before the run (the same kind, a
-    short output); the user's --extra-body on top of both."""
+    each request carries its own, ``_length_fields``, and a trace's requests each theirs, ``_trace_fields``) and
+    of the check request before the run (the same kind, a short output); the user's --extra-body on top of both."""
     extras: dict[str, Any] = {}
     check: dict[str, Any] = {}
     if cfg.fixed_output:
-        if not varies:
+        if not varies and cfg.trace is None:
             extras.update(ep.info.adapter.output_length_fields(cfg.output_len, ep.eos_token_id, cfg.api))
         check.update(ep.info.adapter.check_fields(2, ep.eos_token_id, cfg.api))
+    if cfg.trace is not None:
+        extras.update(ep.info.adapter.warm_context_fields())
     return extras | cfg.extra_body, check | cfg.extra_body
 
 
@@ -296,13 +320,40 @@ def _recorded_fields(extras: dict[str, Any], fields: LengthFields | None) -> dic
         return extras
     one, two = fields(1), fields(2)
     return extras | {k: v if one.get(k) == v else "per request" for k, v in two.items()}
+def _trace_fields(cfg: SweepConfig, ep: Endpoint) -> Callable[[int], dict[str, Any]]:
+    """A trace request's own fields, by its output length: that length fixed as the server allows, the prefix
+    cache allowed to serve shared blocks (llama.cpp's ``cache_prompt``, off for every other sweep), the user's
+    --extra-body on top."""
+    adapter = ep.info.adapter
+
+    def fields(output_len: int) -> dict[str, Any]:
+        fixed = adapter.output_length_fields(output_len, ep.eos_token_id, cfg.api) if cfg.fixed_output else {}
+        return fixed | adapter.warm_context_fields() | cfg.extra_body
+
+    return fields
+
+
+def _trace_manifest(cfg: SweepConfig, ep: Endpoint) -> dict[str, Any]:
+    """The replayed trace, for the manifest's workload (nothing for another sweep)."""
+    trace = cfg.replayed()
+    if trace is None:
+        return {}
+    first = trace.requests[0].output_length
+    return {"trace": trace.describe(cfg.trace_speed) | {
+        "request_fields": f"per request, by its output_length: for {first}, "
+                          f"{json.dumps(redact.body(_trace_fields(cfg, ep)(first)))}"}}
+
+
+def _warmups(cfg: SweepConfig, level: Level) -> int:
+    """Uncounted requests before a level: as asked, else one per concurrent slot (at most 4 in open loop)."""
+    return cfg.warmup if cfg.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
 
 
 class _Sweep:
     """One sweep's levels in order, each with its repetitions, stopping on what makes the rest meaningless."""
 
     def __init__(self, cfg: SweepConfig, store: Store, run_id: str, ep: Endpoint, client: StreamClient,
-                 prompts: _Prompts, rep: Reporter, seed: int, alive: Callable[[], bool] | None,
+                 prompts: Prompts, rep: Reporter, seed: int, alive: Callable[[], bool] | None,
                  pool: WorkerPool | None = None) -> None:
         self.cfg, self.store, self.run_id, self.ep, self.client = cfg, store, run_id, ep, client
         self.prompts, self.rep, self.seed, self.alive, self.pool = prompts, rep, seed, alive, pool
@@ -355,6 +406,9 @@ async def run_sweep(
 ) -> RunResult:
     """Run a sweep and store it. ``alive`` (optional callable) tells whether an embedded server still runs."""
     rep = reporter or QuietReporter()
+    if cfg.trace is not None and cfg.repetitions > 1:
+        raise UsageError("a trace is replayed once per run (a repetition would find its blocks in the cache): "
+                         "drop --repetitions")
     ensure_open_files(max([lv.concurrency or lv.max_concurrency or 1 for lv in cfg.levels()]))
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
     log = RunLog(store, new_run_id(), "sweep", cfg.label)
@@ -381,8 +435,8 @@ async def run_sweep(
         manifest.guard_before_run = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids,
                                                              "before the run")
         log.create(manifest)
-        sweep = _Sweep(cfg, store, log.run_id, ep, client, _prompts(cfg, builder, workload, fields, rep), rep, seed,
-                       alive, pool)
+        sweep = _Sweep(cfg, store, log.run_id, ep, client, _prompts(cfg, ep, builder, workload, fields, rep), rep,
+                       seed, alive, pool)
         if cfg.sessions is not None:
             sweep.sessions = _SessionWork(cfg, ep, SessionTexts(builder, cfg.sessions, seed, builder.run_tag))
         try:
@@ -401,10 +455,13 @@ async def run_sweep(
         return RunResult(log.run_id, manifest, sweep.outcomes, status, error)
 
 
-def _prompts(cfg: SweepConfig, builder: PromptBuilder, workload: Workload, fields: LengthFields | None,
-             rep: Reporter) -> _Prompts:
-    """The run's prompts: built, or a dataset's items in the order of the run's seed (what it read and skipped
-    said first)."""
+def _prompts(cfg: SweepConfig, ep: Endpoint, builder: PromptBuilder, workload: Workload,
+             fields: LengthFields | None, rep: Reporter) -> Prompts:
+    """The run's prompts: a trace's (its warm-ups first), a dataset's items in the order of the run's seed (what it
+    read and skipped said first), or built ones of the workload's lengths."""
+    trace = cfg.replayed()
+    if trace is not None:
+        return TracePrompts(builder, trace, _trace_fields(cfg, ep), _warmups(cfg, cfg.levels()[0]))
     if cfg.dataset is None:
         return _Prompts(builder, workload, {}, fields)
     rep.note(f"{cfg.dataset.path}: {cfg.dataset.summary()}")
@@ -416,6 +473,10 @@ def _prompts(cfg: SweepConfig, builder: PromptBuilder, workload: Workload, field
 async def _start_workers(cfg: SweepConfig, client: StreamClient, counter_path: str | None,
                          rep: Reporter) -> WorkerPool | None:
     """The load-generating workers (workers.py), or None to run every level in this process."""
+    if cfg.trace is not None:  # a trace is replayed by this process: its one schedule, its prompts in order
+        if cfg.ray or (cfg.workers or 1) > 1:
+            raise UsageError("a trace is replayed by one process: drop --workers and --ray with --trace")
+        return None
     n = cfg.workers if cfg.workers is not None else auto_workers(cfg.levels())
     spec = ClientSpec.of(client, counter_path)
     if cfg.ray:
@@ -471,7 +532,7 @@ class _Load:
     way, after ``measured``: the measured window, the client's report and its reasons to be called the limit,
     and the workers lost (the window is kept as far as it got, for a level cut short)."""
 
-    def __init__(self, client: StreamClient, prompts: _Prompts, pool: WorkerPool | None) -> None:
+    def __init__(self, client: StreamClient, prompts: Prompts, pool: WorkerPool | None) -> None:
         self.stream, self.prompts, self.pool = client, prompts, pool
         self.window = (0, 0)
         self.client_report: dict[str, Any] = {}
@@ -534,15 +595,15 @@ async def _run_level(
     repetition: int,
     level: Level,
     client: StreamClient,
-    prompts: _Prompts,
+    prompts: Prompts,
     rep: Reporter,
     info: ServerInfo,
     seed: int,
     pool: WorkerPool | None = None,
     sessions: _SessionWork | None = None,
 ) -> tuple[LevelSummary, str]:
-    n_warm = cfg.warmup if cfg.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
-    n_req = cfg.requests
+    n_warm = _warmups(cfg, level)
+    n_req = cfg.requests if level.schedule is None else len(level.schedule)  # a trace: the part replayed
     if sessions is not None:  # a session's first turn is cold by nature; nothing is sent before it
         n_warm, n_req = 0, None
     snap = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids, f"before level {level.describe()}")
@@ -562,11 +623,11 @@ async def _run_level(
             rep.note(f"{desc}: {n_warm} warm-up requests (not counted)")
             await load.warmup(level, n_warm, seed, records)
         rep.level_start(desc, n_req, cfg.duration_s)
-        tele = await _measure(cfg, client, load, level, (idx, repetition, seed), records, rep, sessions)
+        tele = await _measure(cfg, client, load, level, (idx, repetition, seed, n_req), records, rep, sessions)
     except asyncio.CancelledError:
         status = "interrupted"
         measured = [r for r in records if r.phase == "measured"]
-        summary = summarize(records, concurrency=level.concurrency, rate=level.rate,
+        summary = summarize(records, concurrency=level.concurrency, rate=level.offered_rate,
                             window_start_ns=min((r.sent_ns for r in measured), default=0))
         _attach_session(summary, records, level, sessions)
         findings.assess(findings.LevelFacts(records, summary, level.concurrency, n_req, interrupted=True))
@@ -574,7 +635,7 @@ async def _run_level(
                          finished=now_iso(), window=load.window)
         raise
     window = load.window
-    summary = summarize(records, concurrency=level.concurrency, rate=level.rate, window_start_ns=window[0],
+    summary = summarize(records, concurrency=level.concurrency, rate=level.offered_rate, window_start_ns=window[0],
                         window_end_ns=window[1], slo=cfg.slo)
     summary.cost_per_mtok = level_cost(cfg.price_per_hour, cfg.currency, summary.output_throughput_tps)
     summary.client = load.client_report
@@ -586,8 +647,10 @@ async def _run_level(
     _attach_session(summary, records, level, sessions)
     if node_snaps:
         summary.client["node_guards"] = node_snaps
+    # the longest request built (a trace's requests: the longest the trace has, cfg.longest_request)
+    longest = prompts.longest if isinstance(prompts, _Prompts) else 0
     findings.assess(_facts(cfg, run_id, level, records, summary, load.reasons, info, snap, node_snaps, load.lost,
-                           prompts.longest))
+                           longest))
     if load.lost and status == "complete":
         status = "partial"
     if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED):
@@ -598,12 +661,12 @@ async def _run_level(
     return summary, status
 
 
-async def _measure(cfg: SweepConfig, client: StreamClient, load: _Load, level: Level, at: tuple[int, int, int],
-                   records: list[RequestRecord], rep: Reporter,
+async def _measure(cfg: SweepConfig, client: StreamClient, load: _Load, level: Level,
+                   at: tuple[int, int, int, int | None], records: list[RequestRecord], rep: Reporter,
                    sessions: _SessionWork | None) -> LevelTelemetry | None:
-    """The measured phase of a level (its requests, or its agents' sessions), with the server's /metrics sampled
-    meanwhile; returns the telemetry, stopped."""
-    idx, repetition, seed = at
+    """The measured phase of a level (its ``requests``, or its agents' sessions), with the server's /metrics sampled
+    meanwhile; returns the telemetry, stopped. ``at``: the level's index, repetition, seed and requests."""
+    idx, repetition, seed, requests = at
     tele = None
     if cfg.metrics_interval_s:
         tele = LevelTelemetry(client.session, root_url(cfg.url), cfg.metrics_interval_s,
@@ -613,7 +676,7 @@ async def _measure(cfg: SweepConfig, client: StreamClient, load: _Load, level: L
         if sessions is not None:
             await load.sessions(sessions.level(client, idx, level, records, rep.request_done), level, records)
         else:
-            await load.measured(level, cfg.requests, cfg.duration_s, seed + idx * 7919 + repetition, records,
+            await load.measured(level, requests, cfg.duration_s, seed + idx * 7919 + repetition, records,
                                 rep.request_done)
     finally:
         if tele is not None:

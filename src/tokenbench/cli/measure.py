@@ -25,6 +25,7 @@ from ..records import RequestRecord
 from ..servers import normalize_base_url
 from ..store import Store
 from ..sweep import SweepConfig, run_sweep
+from ..trace import Trace, load_trace
 from ..results import Manifest, RunResult, load_result
 from ..workers import parse_workers
 from ..workload import resolve_shape
@@ -182,9 +183,26 @@ def _session_plan(a: argparse.Namespace, argv: list[str], task: Draw, output: Dr
         on_cap=a.on_cap, baseline=not a.no_baseline)
 
 
+#: What a trace says itself (its requests' lengths and times): the options that would say it again.
+TRACE_EXCLUSIVE = ("concurrency", "rate", "dataset", "sessions", "input_len", "output_len", "shape", "prefix_len")
+
+
+def _trace(a: argparse.Namespace) -> Trace | None:
+    """--trace's file, read and checked (trace.load_trace), after refusing the options that cannot go with it."""
+    if a.trace is None:
+        return None
+    given = [f"--{k.replace('_', '-')}" for k in TRACE_EXCLUSIVE if getattr(a, k, None)]
+    if given:
+        raise UsageError(f"--trace sets every request's length and send time: drop {', '.join(given)}")
+    if a.repetitions > 1 or a.ray or parse_workers(a.workers) not in (None, 1):
+        raise UsageError("--trace is replayed once, by one process: drop --repetitions, --workers and --ray")
+    return load_trace(a.trace, a.trace_block)
+
+
 def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
     embedded = a.url is None
     d: dict[str, Any] = dict(EMBEDDED_DEFAULTS) if embedded else {}
+    trace = _trace(a)
     ins, outs = _lengths(a, d)
     dataset = load_dataset(a.dataset, a.api) if a.dataset is not None else None
     plan = _session_plan(a, argv, ins, outs, dataset is not None)
@@ -194,7 +212,7 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         raise UsageError("give --concurrency or --rate, not both")
     extra = json_object(a.extra_body, "--extra-body")
     duration = seconds(a.duration, "--duration")
-    requests = _requests(a, d, duration)
+    requests = a.requests if trace else _requests(a, d, duration)  # a trace: all of it unless --requests
     slo = _slo(a.slo)
     return SweepConfig(
         url=normalize_base_url(a.url) if a.url else "",
@@ -237,6 +255,8 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         fixed_output=not a.no_fixed_output,
         extra_body=extra,
         command=redact.command(["tokenbench", *argv]),
+        trace=trace,
+        trace_speed=a.trace_speed,
     )
 
 
@@ -588,10 +608,10 @@ def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
     from ..engines import status
 
     check_output(a.json, "--json")
-    names = list(status.ENGINES) if not a.names or a.names == ["all"] else a.names
-    bad = [n for n in names if n not in status.ENGINES and n != "llamacpp"]
+    names = list(status.NAMES) if not a.names or a.names == ["all"] else a.names
+    bad = [n for n in names if n not in status.NAMES and n != "llamacpp"]
     if bad:
-        raise UsageError(f"unknown engine {bad[0]!r}: use {', '.join(status.ENGINES)} or all")
+        raise UsageError(f"unknown engine {bad[0]!r}: use {', '.join(status.NAMES)} or all")
     if a.build:
         note = notifier(err)
         for n in names:

@@ -262,6 +262,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ray", metavar="ADDRESS",
                    help="place the workers on a Ray cluster (its address, or auto on a node of it): one per node "
                         "unless --workers says how many; needs pip install 'tokenbench[ray]'")
+    g = s.add_argument_group("trace replay (one open-loop level at the trace's own times and lengths)")
+    g.add_argument("--trace", metavar="FILE",
+                   help="replay this trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids "
+                        "of shared prompt blocks) or CSV with the header timestamp,input_length,output_length; "
+                        "--requests N replays its first N")
+    g.add_argument("--trace-speed", type=POSITIVE, default=1.0, help="replay this many times as fast (2: twice)")
+    g.add_argument("--trace-block", type=POSITIVE_INT, default=512,
+                   help="prompt tokens per hash id (default 512, as Mooncake's traces)")
     g = s.add_argument_group("output")
     g.add_argument("--label", help="host label (default: this hostname, or embedded-ENGINE)")
     g.add_argument("--price-per-hour", type=POSITIVE, help="box price for cost per million output tokens")
@@ -289,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     en = sub.add_parser("engines", help="the embedded engines: which are ready, what each needs; build them")
     en.add_argument("build", nargs="?", choices=["build"], help="make the named engines ready now")
     en.add_argument("names", nargs="*", metavar="ENGINE",
-                    help="transformers, vllm, llama-server, llama-cpp-python, or all")
+                    help="transformers, vllm, llama-server, llama-cpp-python, aiperf (a reference tool), or all")
     add_json(en, "each engine's state")
 
     r = sub.add_parser("runs", help="list saved runs")

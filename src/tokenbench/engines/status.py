@@ -1,4 +1,5 @@
-"""What each embedded engine needs, whether it is ready here, and making the slow ones ahead of time."""
+"""What each embedded engine needs, whether it is ready here, and making the slow ones ahead of time; the same for
+the reference tools the tests cross-check against that live in an environment of their own (AIPerf)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import EngineError
-from . import llamacpp_build, vllm_env
+from . import aiperf_env, llamacpp_build, vllm_env
 from .launch import ENGINES, canonical
+
+#: Reference tools made like an engine (an environment of their own in the cache), served by no command.
+TOOLS: tuple[str, ...] = ("aiperf",)
+#: What ``tokenbench engines`` lists and builds.
+NAMES: tuple[str, ...] = ENGINES + TOOLS
 
 #: What making each engine costs on a 2-core, 24 GiB machine, measured (README: Engines).
 NEEDS = {
@@ -16,6 +22,7 @@ NEEDS = {
     "vllm": "own env on first use: 3-5 min, 3.4 GB; starts in ~90 s",
     "llama-server": "built on first use: ~10 min, 35 MB; starts in < 1 s",
     "llama-cpp-python": "extra 'llama-cpp-python': compiles ~6 min",
+    "aiperf": "reference tool (trace replay cross-check): own env on first use, 1-5 min, 1.2 GB",
 }
 
 
@@ -28,6 +35,8 @@ class EngineStatus:
 
 
 def status(name: str) -> EngineStatus:
+    if name == "aiperf":
+        return EngineStatus(name, aiperf_env.ready(), str(aiperf_env.env_dir()), NEEDS[name])
     name = canonical(name)
     if name == "transformers":
         ok = importlib.util.find_spec("transformers") is not None and importlib.util.find_spec("torch") is not None
@@ -44,6 +53,9 @@ def status(name: str) -> EngineStatus:
 
 def build(name: str, progress: Callable[[str], None]) -> None:
     """Make ``name`` ready: build or install what it needs (the pip extras are the user's to install)."""
+    if name == "aiperf":
+        aiperf_env.ensure(progress)
+        return
     name = canonical(name)
     if name == "vllm":
         vllm_env.ensure(progress)
@@ -55,4 +67,4 @@ def build(name: str, progress: Callable[[str], None]) -> None:
                           "(install torch==2.13.0 first)")
 
 
-__all__ = ["ENGINES", "EngineStatus", "build", "status"]
+__all__ = ["ENGINES", "NAMES", "TOOLS", "EngineStatus", "build", "status"]
