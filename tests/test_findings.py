@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tokenbench import findings
 from tokenbench.findings import Code, Finding, LevelFacts
 from tokenbench.metrics import Distribution, LevelSummary, summarize
@@ -128,3 +130,23 @@ def test_findings_of_odd_shapes_in_a_stored_level_are_left_out() -> None:
     for odd in (5, "x", [5, {"code": ["list"]}, {"code": "unstable", "message": "m", "bogus": 1}], None):
         d = dict(base, findings=odd)
         assert LevelSummary.from_dict(d).findings in ([], [Finding(Code.UNSTABLE, "m")])
+
+
+def test_a_cached_share_the_servers_counters_contradict_is_flagged() -> None:
+    """Issue 25: the cached share the responses report is checked against the server's /metrics over the level."""
+    from tokenbench.findings import CACHE_COUNT_TOLERANCE, Code, LevelFacts, assess
+    from tokenbench.metrics import LevelSummary
+
+    def level(said: float | None, hit: float | None) -> LevelSummary:
+        s = LevelSummary.empty(concurrency=2, completed=4)
+        s.cached_share = said
+        s.telemetry = {"prefix_cache_hit_rate": hit} if hit is not None else {}
+        assess(LevelFacts([], s, 2))
+        return s
+
+    flagged = level(0.79, 0.40).finding(Code.CACHE_COUNTS_DISAGREE)
+    assert flagged is not None and "79%" in flagged.message and "40%" in flagged.message
+    assert flagged.observed == pytest.approx(0.39) and flagged.threshold == CACHE_COUNT_TOLERANCE
+    assert "cache_counts_disagree" in level(0.79, 0.40).flags
+    for said, hit in ((0.79, 0.79), (0.79, 0.72), (None, 0.5), (0.5, None)):
+        assert level(said, hit).finding(Code.CACHE_COUNTS_DISAGREE) is None

@@ -43,6 +43,7 @@ class Code(StrEnum):
     EXCEEDS_SERVER_TIMINGS = "exceeds_server_timings"
     EXCEEDS_CONTEXT = "exceeds_context"
     WORKER_LOST = "worker_lost"
+    CACHE_COUNTS_DISAGREE = "cache_counts_disagree"
 
 
 #: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.
@@ -106,6 +107,10 @@ UNSTABLE_REPETITION_CV = 0.10
 COLD_SHARE = 0.5
 #: Depth: server timings and the client's clock may disagree by this much before it is flagged.
 TIMINGS_TOLERANCE = 0.25
+#: The share of prompt tokens the responses say the prefix cache served, against the server's own /metrics hit
+#: share over the level, may differ by this many points before it is flagged. Both count tokens, in the cache's
+#: blocks: on vLLM and llama-server they agreed within 1 point on every level measured (sessions and traces).
+CACHE_COUNT_TOLERANCE = 0.10
 #: Depth: a rate whose standard deviation is above this share of its mean is no measurement (the issue's rule;
 #: pyperf warns at 10%, llama-bench prints whatever it got).
 UNSTABLE_SD_SHARE = 0.5
@@ -202,6 +207,20 @@ def _prompt_truncated(f: LevelFacts) -> Finding | None:
         f"({len(truncated)} requests): it truncates the prompt (Ollama: raise num_ctx)",
         "prefill figures of this level are not valid", r0.input_tokens, r0.expected_input_tokens, "tokens",
         len(f.ok))
+
+
+def _cache_counts_disagree(f: LevelFacts) -> Finding | None:
+    """The responses' cached share (usage or llama.cpp's timings) against the server's /metrics over the level."""
+    said = f.summary.cached_share
+    hit = (f.summary.telemetry or {}).get("prefix_cache_hit_rate")
+    if said is None or not isinstance(hit, (int, float)) or abs(said - hit) <= CACHE_COUNT_TOLERANCE:
+        return None
+    return Finding(
+        Code.CACHE_COUNTS_DISAGREE,
+        f"the responses say the prefix cache served {said:.0%} of the prompt tokens, the server's /metrics "
+        f"{hit:.0%} over the same level",
+        "another client on the server, or a server that counts otherwise: trust neither cached share until "
+        "one is explained", abs(said - hit), CACHE_COUNT_TOLERANCE, "share points", len(f.ok))
 
 
 def _p99_estimate(f: LevelFacts) -> Finding | None:
@@ -309,6 +328,8 @@ LEVEL_RULES: tuple[Rule, ...] = (
          _concurrency_not_reached),
     Rule(Code.ERROR_RATE, "a level with more failures than --max-error-rate is failed, not published",
          _error_rate),
+    Rule(Code.CACHE_COUNTS_DISAGREE, "the cached share the responses report is checked against the server's own "
+         "prefix-cache counters (CACHE_COUNT_TOLERANCE)", _cache_counts_disagree),
 )
 
 
