@@ -160,3 +160,28 @@ def test_an_error_whose_run_cannot_be_read_back_goes_on_without_it(tmp_path: Pat
     stop.create(Manifest(started="2026-01-01T00:00:00+00:00"))
     interrupted = stop.abort(KeyboardInterrupt(), False)
     assert interrupted is not None and interrupted.run_id == "run-y" and interrupted.result is None
+
+
+def test_a_tools_own_environment_is_made_once_and_marked_with_its_version(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """vllm_env and aiperf_env are one ToolEnv each (aiperf_env had written vllm_env's handling again)."""
+    from tokenbench.engines.toolenv import ToolEnv
+    from tokenbench.errors import EngineError
+
+    env = ToolEnv("Probe", "TOKENBENCH_PROBE_ENV", "probe-env", "nothing", "print('4.2')")
+    monkeypatch.setenv("TOKENBENCH_PROBE_ENV", str(tmp_path / "empty"))
+    with pytest.raises(EngineError, match="holds no Python environment"):
+        env.make(lambda t: None, "tiny", lambda e, say: None)
+    monkeypatch.setenv("TOKENBENCH_PROBE_ENV", str(tmp_path / "env"))
+    installed: list[Path] = []
+    said: list[str] = []
+    (tmp_path / "env").mkdir()
+    import venv
+    venv.EnvBuilder(with_pip=False).create(tmp_path / "env")  # made beforehand: the variable points at a real one
+    assert not env.ready() and env.version() is None
+    assert env.make(said.append, "tiny", lambda e, say: installed.append(e.python())) == "4.2"
+    assert env.ready() and env.version() == "4.2" and installed == [tmp_path / "env" / "bin" / "python"]
+    assert said[-1] == "Probe 4.2 ready"
+    broken = ToolEnv("Broken", "TOKENBENCH_PROBE_ENV", "probe-env", "nothing", "import no_such_module_here")
+    with pytest.raises(EngineError, match="does not import nothing: ModuleNotFoundError"):
+        broken.make(said.append, "tiny", lambda e, say: None)

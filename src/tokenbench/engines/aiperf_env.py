@@ -8,67 +8,28 @@ wheels, a few minutes of downloads where it does not, and about 1.2 GB of disk.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import venv
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import EngineError
-from .steps import pip_progress, run_step
-from .tiny import tools_dir
+from .toolenv import ToolEnv
 
 AIPERF = "aiperf==0.13.*"
-ENV_DIR = "TOKENBENCH_AIPERF_ENV"
+ENV = ToolEnv("AIPerf", "TOKENBENCH_AIPERF_ENV", "aiperf-0.13-env", "aiperf",
+              "import importlib.metadata as m, aiperf.cli; print(m.version('aiperf'))")
+env_dir, python, ready, version = ENV.dir, ENV.python, ENV.ready, ENV.version
 
 Progress = Callable[[str], None]
 
 
-def env_dir() -> Path:
-    env = os.environ.get(ENV_DIR)
-    return Path(env) if env else tools_dir() / "aiperf-0.13-env"
-
-
-def python() -> Path:
-    return env_dir() / "bin" / "python"
-
-
 def executable() -> Path:
     """The ``aiperf`` command of the environment."""
-    return env_dir() / "bin" / "aiperf"
-
-
-def ready() -> bool:
-    return (env_dir() / "READY").exists()
-
-
-def version() -> str | None:
-    v = env_dir() / "READY"
-    return v.read_text().strip() or None if v.exists() else None
+    return ENV.dir() / "bin" / "aiperf"
 
 
 def ensure(progress: Progress | None = None) -> Path:
     """The environment's ``aiperf`` command, made on first use."""
     say = progress or (lambda t: print(t, file=sys.stderr, flush=True))
-    d = env_dir()
-    if ready():
-        return executable()
-    if os.environ.get(ENV_DIR) and not python().exists():
-        raise EngineError(f"{ENV_DIR}={d} holds no Python environment: unset it or point it at one with aiperf")
-    say(f"making AIPerf's own environment once in {d} (about 130 packages, ~1.2 GB) ...")
-    if not python().exists():
-        venv.EnvBuilder(with_pip=True, clear=True).create(d)
-    say(f"  pip install {AIPERF} ...")
-    run_step([str(python()), "-m", "pip", "install", "--progress-bar", "off", AIPERF], say,
-             f"pip install {AIPERF} failed", pip_progress, tail=15)
-    probe = subprocess.run(
-        [str(python()), "-c", "import importlib.metadata as m, aiperf.cli; print(m.version('aiperf'))"],
-        capture_output=True, text=True, check=False,
-    )
-    if probe.returncode != 0 or not executable().exists():
-        raise EngineError("AIPerf's environment does not import aiperf: "
-                          + " ".join((probe.stderr or "").strip().splitlines()[-1:]))
-    (d / "READY").write_text(probe.stdout.strip() + "\n")
-    say(f"AIPerf {probe.stdout.strip()} ready")
+    if not ENV.ready():
+        ENV.make(say, "about 130 packages, ~1.2 GB", lambda env, said: env.pip(said, AIPERF))
     return executable()
