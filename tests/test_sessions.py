@@ -82,6 +82,11 @@ def test_the_baseline_busts_every_turn_from_its_first_token(emitter: BackgroundE
     assert len(set(firsts)) == 6  # a marker of its own for every turn
     assert all(f.endswith(system) and not f.startswith(system[:8]) for f in firsts)
     assert all(b["messages"][0]["content"] == system for b in warm)
+    # the same sessions, the marker apart: every later message as the warm level sent it (the emitter answers alike)
+    def rest(bodies: list[dict[str, Any]]) -> list[str]:
+        return sorted(json.dumps(b["messages"][1:]) for b in bodies)
+
+    assert rest(busted) == rest(warm)
 
 
 def test_a_session_ends_or_is_compacted_at_the_context_cap(emitter: BackgroundEmitter, tmp_path: Path) -> None:
@@ -216,7 +221,7 @@ def test_an_interrupted_session_level_keeps_its_turns_and_marks_those_in_flight(
     async def go() -> None:
         async with aiohttp.ClientSession() as http:
             client = StreamClient(http, emitter.url, "emitter", api="chat")
-            level = SessionLevel(client, SessionTexts(PromptBuilder(Words(), 1, "t"), plan, 1, "t"), plan, 0, 2,
+            level = SessionLevel(client, SessionTexts(PromptBuilder(Words(), 1, "t"), plan, 1, "t"), plan, "2/0", 2,
                                  "warm", lambda agent, n: {"max_tokens": n}, records, lambda r: None)
             task = asyncio.ensure_future(level.run())
             await asyncio.sleep(1.0)

@@ -92,8 +92,8 @@ class SessionTexts:
             self._system = await self.builder.exact("", self.plan.shared_prefix, random.Random(f"{self.seed}/system"))
         return self._system
 
-    async def text(self, what: str, level: int, session: int, turn: int, n: int) -> tuple[str, int]:
-        rng = random.Random(f"{self.seed}/{self.tag}/{what}/{level}/{session}/{turn}")
+    async def text(self, what: str, key: str, session: int, turn: int, n: int) -> tuple[str, int]:
+        rng = random.Random(f"{self.seed}/{self.tag}/{what}/{key}/{session}/{turn}")
         return await self.builder.exact("", n, rng)
 
 
@@ -115,12 +115,14 @@ OnDone = Callable[[RequestRecord], None]
 
 
 class SessionLevel:
-    """One level of sessions: ``agents`` agents run ``plan.sessions`` sessions, the cache warm or busted."""
+    """One level of sessions: ``agents`` agents run ``plan.sessions`` sessions, the cache warm or busted. ``key``
+    seeds its texts and lengths: a warm level and its busted baseline share one, so the baseline runs the same
+    sessions (a marker apart); another agent count or repetition has its own, so no level finds another's cached."""
 
-    def __init__(self, client: StreamClient, texts: SessionTexts, plan: SessionPlan, level: int, agents: int,
+    def __init__(self, client: StreamClient, texts: SessionTexts, plan: SessionPlan, key: str, agents: int,
                  cache: CacheMode, fields: Callable[[int, int], dict[str, Any]], records: LevelRecords,
                  on_done: OnDone, counter: Callable[[str], int] | None = None) -> None:
-        self.client, self.texts, self.plan, self.level, self.agents = client, texts, plan, level, agents
+        self.client, self.texts, self.plan, self.key, self.agents = client, texts, plan, key, agents
         self.cache, self.fields, self.records, self.on_done = cache, fields, records, on_done
         self.count = counter
         self.next_session = 0
@@ -157,15 +159,15 @@ class SessionLevel:
             msgs.append({"role": "system", "content": system})
             tokens += k
         if n is None:
-            n = self.plan.task.draw(random.Random(f"{self.texts.seed}/task/{self.level}/{session}"))
-        text, k = await self.texts.text(what, self.level, session, turn, n)
+            n = self.plan.task.draw(random.Random(f"{self.texts.seed}/task/{self.key}/{session}"))
+        text, k = await self.texts.text(what, self.key, session, turn, n)
         msgs.append({"role": "user", "content": text})
         return Conversation(msgs, tokens + k)
 
     async def _session(self, agent: int, session: int) -> None:
         plan = self.plan
         conv = await self._opening(session)
-        rng = random.Random(f"{self.texts.seed}/draws/{self.level}/{session}")
+        rng = random.Random(f"{self.texts.seed}/draws/{self.key}/{session}")
         think_ms: float | None = None
         for turn in range(plan.turns):
             out_len = plan.output.draw(rng)
@@ -177,7 +179,7 @@ class SessionLevel:
                         self.capped += 1
                         return
                     conv = await self._compacted(session, turn)
-                tool, n = await self.texts.text("tool", self.level, session, turn, tool_len)
+                tool, n = await self.texts.text("tool", self.key, session, turn, tool_len)
                 conv.messages.append({"role": "user", "content": tool})
                 conv.tokens += n
             rec = await self._turn(agent, session, turn, conv, out_len, think_ms)
@@ -203,7 +205,7 @@ class SessionLevel:
         messages = conv.messages
         busted = self.cache == "busted"
         if busted:  # a marker no cache has seen, before the first token: nothing of the prompt can be served
-            marker = f"[{self.texts.tag}:{self.level}:{session}:{turn}] "
+            marker = f"[{self.texts.tag}:{self.key}:{session}:{turn}] "
             first = dict(messages[0], content=marker + messages[0]["content"])
             messages = [first, *messages[1:]]
         req = PreparedRequest("", out_len, conv.tokens, self.fields(agent, out_len), messages=list(messages))

@@ -504,12 +504,13 @@ class _SessionWork:
         fixed = adapter.output_length_fields(out_len, self.ep.eos_token_id, "chat") if self.cfg.fixed_output else {}
         return fixed | adapter.session_fields(agent, self.ep.info.slots) | self.cfg.extra_body
 
-    def level(self, client: StreamClient, idx: int, level: Level, records: list[RequestRecord],
+    def level(self, client: StreamClient, repetition: int, level: Level, records: list[RequestRecord],
               on_done: Any) -> SessionLevel:
+        """A level's agents; warm and busted at one agent count and repetition run the same sessions."""
         assert self.cfg.sessions is not None and level.cache is not None
         counter = self.ep.counter.count if self.ep.counter is not None else None
-        self.last = SessionLevel(client, self.texts, self.cfg.sessions, idx, level.concurrency or 1, level.cache,
-                                 self.fields, records, on_done, counter)
+        self.last = SessionLevel(client, self.texts, self.cfg.sessions, f"{level.concurrency}/{repetition}",
+                                 level.concurrency or 1, level.cache, self.fields, records, on_done, counter)
         return self.last
 
 
@@ -674,7 +675,7 @@ async def _measure(cfg: SweepConfig, client: StreamClient, load: _Load, level: L
         tele.start()
     try:
         if sessions is not None:
-            await load.sessions(sessions.level(client, idx, level, records, rep.request_done), level, records)
+            await load.sessions(sessions.level(client, repetition, level, records, rep.request_done), level, records)
         else:
             await load.measured(level, requests, cfg.duration_s, seed + idx * 7919 + repetition, records,
                                 rep.request_done)
