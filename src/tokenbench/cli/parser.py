@@ -126,7 +126,8 @@ SHARED_HELP = {
 #: One or two examples per command, printed at the end of its --help (a test parses every one of them).
 EXAMPLES: dict[str, list[str]] = {
     "sweep": ["tokenbench sweep                      # the embedded engine, concurrency 1,2,4,8",
-              "tokenbench sweep --url http://gpu-box:8000/v1 --concurrency 1,4,16 --requests 64 --label h100"],
+              "tokenbench sweep --url http://gpu-box:8000/v1 --concurrency 1,4,16 --requests 64 --label h100",
+              "tokenbench sweep --engine llama-server --sessions 8 --turns 20 --think-time uniform:1s-5s"],
     "depth": ["tokenbench depth                      # embedded llama-server, depths 0,1k,4k",
               "tokenbench depth --url http://strix:8080/v1 --depths 0,8k,32k,65k --repetitions 3"],
     "guard": ["tokenbench guard", "tokenbench guard --url http://127.0.0.1:8080/v1 --json guard.json"],
