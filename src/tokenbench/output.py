@@ -237,19 +237,20 @@ def session_lines(s: LevelSummary) -> list[str]:
     st = s.session
     if st is None:
         return []
-    line = f"{level_label(s)}: " + (f"{st.sessions_finished}/{st.sessions} sessions finished, " if st.sessions else "")
+    done = []
+    if st.sessions:
+        done.append(f"{st.sessions_finished}/{st.sessions} sessions finished")
     if st.session_s.p50 is not None:
-        line += f"session time p50 {st.session_s.p50:.1f} s" + \
-            (f" (p90 {st.session_s.p90:.1f} s)" if st.session_s.p90 is not None and st.session_s.n > 1 else "")
-    if st.cached_share is not None:
-        line += f"; cached {100 * st.cached_share:.0f}% of prompt tokens ({st.cached_source})"
-    else:
-        line += "; the server reported no cached tokens"
+        done.append(f"session time p50 {st.session_s.p50:.1f} s" +
+                    (f" (p90 {st.session_s.p90:.1f} s)" if st.session_s.p90 is not None and st.session_s.n > 1 else ""))
+    cache = [f"cached {100 * st.cached_share:.0f}% of prompt tokens ({st.cached_source})"
+             if st.cached_share is not None else "the server reported no cached tokens"]
     if st.server_hit_share is not None:
-        line += f", server prefix-cache hits {100 * st.server_hit_share:.0f}% (/metrics)"
+        cache.append(f"server prefix-cache hits {100 * st.server_hit_share:.0f}% (/metrics)")
+    parts = [", ".join(done), ", ".join(cache)]
     if st.capped or st.compactions:
-        line += f"; at the context cap {st.capped} ended, {st.compactions} compacted"
-    return [line]
+        parts.append(f"at the context cap {st.capped} ended, {st.compactions} compacted")
+    return [f"{level_label(s)}: " + "; ".join(p for p in parts if p)]
 
 
 def session_headline(warm: LevelSummary, busted: LevelSummary | None) -> str | None:
