@@ -25,8 +25,9 @@ def _run(emitter: BackgroundEmitter, tmp_path: Path, *extra: str) -> tuple[int, 
 
 
 def _turns(emitter: BackgroundEmitter) -> list[dict[str, Any]]:
-    """The measured turns the emitter saw (the first request is tokenbench's check request)."""
-    return [b for b in emitter.emitter.requests_seen[1:] if "messages" in b]
+    """The session turns the emitter saw: a system prompt and more (the check request before the run and each
+    level's warm-up send one user message)."""
+    return [b for b in emitter.emitter.requests_seen[1:] if len(b.get("messages", ())) >= 2]
 
 
 def _by_session(bodies: list[dict[str, Any]]) -> dict[str, list[list[dict[str, str]]]]:
@@ -81,6 +82,8 @@ def test_the_baseline_busts_every_turn_from_its_first_token(emitter: BackgroundE
     firsts = [b["messages"][0]["content"] for b in busted]
     assert len(set(firsts)) == 6  # a marker of its own for every turn
     assert all(f.endswith(system) and not f.startswith(system[:8]) for f in firsts)
+    # unlike from its first character: a marker that began with the run's tag let llama.cpp serve 19 tokens
+    assert len({f[:3] for f in firsts}) >= 5
     assert all(b["messages"][0]["content"] == system for b in warm)
     # the same sessions, the marker apart: every later message as the warm level sent it (the emitter answers alike)
     def rest(bodies: list[dict[str, Any]]) -> list[str]:
@@ -119,7 +122,7 @@ def test_think_time_paces_each_session(emitter: BackgroundEmitter, tmp_path: Pat
     assert st["session_s"]["p50"] >= 0.6  # two pauses of 300 ms between three turns
     recs = load_result(Store(None), run["run_id"])
     del recs  # the stored run loads back as a result, its session view typed
-    stored = Store(None).requests(run["run_id"])
+    stored = [r for r in Store(None).requests(run["run_id"]) if r.session is not None]  # not the warm-up
     assert [r.think_ms for r in sorted(stored, key=lambda r: r.turn or 0)] == [None, 300.0, 300.0]
 
 
@@ -130,6 +133,7 @@ def test_think_time_paces_each_session(emitter: BackgroundEmitter, tmp_path: Pat
     (["--concurrency", "4"], "at least as many sessions as agents"),
     (["--workers", "2"], "one process"),
     (["--tool-len", "uniform:9-3"], "the wrong way round"),
+    (["--max-context", "5"], "a first turn alone can need 58 tokens"),
     (["--think-time", "soon"], "not a time"),
 ])
 def test_refusals_are_one_line(emitter: BackgroundEmitter, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -156,6 +160,8 @@ def test_a_session_run_prints_its_turns_at_80_columns(emitter: BackgroundEmitter
     assert "1" in rows and "14" in rows and len([r for r in rows if r.isdigit()]) < 14
     flat = " ".join(out.split())  # lines wrap at 80 columns
     assert "2 warm: 2/2 sessions finished" in flat and "the server reported no cached tokens" in flat
+    # a server that reported no cached tokens is not credited with a cache's gain
+    assert "the server reported no cached tokens: not a measure of its cache" in flat and "s cached," not in flat
     assert "None" not in out  # a session run's lengths are its sessions', not a sweep's "input None tokens"
 
 
@@ -245,3 +251,25 @@ def test_a_level_with_no_finished_session_reads_cleanly() -> None:
     s.session = SessionStats(cache="busted", sessions=2, sessions_finished=0, turns_per_session=10.0,
                              session_s=Distribution(n=0), cached_share=0.01, cached_source="usage")
     assert session_lines(s) == ["2 busted: 0/2 sessions finished; cached 1% of prompt tokens (usage)"]
+
+
+def test_each_session_level_warms_up_on_prompts_of_its_own(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """One request of a first turn's size per agent before each level, sharing no text with the sessions: vLLM
+    compiled again at a busted level's first batch (2 x 2,079 tokens) and that turn read 43 s, a '175x' gain."""
+    emitter.configure(ttft_s=0.002, itl_s=0.001)
+    code, run = _run(emitter, tmp_path, "--sessions", "3", "--concurrency", "2", "--turns", "2")
+    assert code == 0
+    seen = emitter.emitter.requests_seen[1:]
+    warmups = [b for b in seen if len(b["messages"]) == 1]
+    assert len(warmups) == 4  # two agents, two levels
+    assert all(len(b["messages"][0]["content"].split()) == 16 + 20 for b in warmups)  # shared prompt + task
+    system = _turns(emitter)[0]["messages"][0]["content"]
+    assert not any(system[:40] in b["messages"][0]["content"] for b in warmups)
+    assert [lv["completed"] for lv in run["levels"]] == [6, 6]  # the warm-up is not counted
+
+
+def test_session_options_without_sessions_are_refused(emitter: BackgroundEmitter, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["sweep", "--url", emitter.url, "--turns", "3", "--think-time", "1s", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--turns, --think-time shape agent sessions: add --sessions N" in err

@@ -265,9 +265,12 @@ def session_headline(warm: LevelSummary, busted: LevelSummary | None) -> str | N
     t = both[-1]
     b = cold[t.turn]
     assert t.ttft_ms.p50 is not None and b.ttft_ms.p50 is not None
-    return (f"{warm.concurrency} agents, turn {t.turn + 1} at {_num(t.context_tokens_mean, 0)} tokens of context: "
-            f"TTFT {t.ttft_ms.p50 / 1000:.2f} s cached, {b.ttft_ms.p50 / 1000:.2f} s uncached "
-            f"({b.ttft_ms.p50 / t.ttft_ms.p50:.1f}x)")
+    head = f"{warm.concurrency} agents, turn {t.turn + 1} at {_num(t.context_tokens_mean, 0)} tokens of context: "
+    if not warm.session.cached_share:  # nothing said to be cached: the two are not the cache's doing
+        return head + (f"TTFT {t.ttft_ms.p50 / 1000:.2f} s warm, {b.ttft_ms.p50 / 1000:.2f} s busted, and the "
+                       "server reported no cached tokens: not a measure of its cache")
+    return head + (f"TTFT {t.ttft_ms.p50 / 1000:.2f} s cached, {b.ttft_ms.p50 / 1000:.2f} s uncached "
+                   f"({b.ttft_ms.p50 / t.ttft_ms.p50:.1f}x)")
 
 
 def session_pairs(levels: list[LevelSummary]) -> list[tuple[LevelSummary, LevelSummary | None]]:

@@ -70,6 +70,11 @@ class SessionPlan:
             parts.append(f"cap {self.max_context} ({self.on_cap})")
         return ", ".join(parts)
 
+    def first_turn(self) -> int:
+        """The most tokens a session's first turn can send and get back (what any cap must leave room for)."""
+        return self.shared_prefix + int(self.task.maximum()) + int(self.output.maximum()) + \
+            2 * TEMPLATE_TOKENS_PER_MESSAGE
+
     def longest_context(self) -> int:
         """The most tokens a session's last turn can send and get back, whatever the cap (what a slot must hold)."""
         per_turn = int(self.tool.maximum() + self.output.maximum()) + 2 * TEMPLATE_TOKENS_PER_MESSAGE
@@ -204,8 +209,9 @@ class SessionLevel:
                     think_ms: float | None) -> RequestRecord:
         messages = conv.messages
         busted = self.cache == "busted"
-        if busted:  # a marker no cache has seen, before the first token: nothing of the prompt can be served
-            marker = f"[{self.texts.tag}:{self.key}:{session}:{turn}] "
+        if busted:  # a marker no cache has seen, from its first character: nothing of the prompt can be served
+            # (a marker that began with the run's tag shared its first tokens between turns: llama.cpp served 19)
+            marker = f"{random.Random(f'{self.texts.tag}/{self.key}/{session}/{turn}').getrandbits(64):016x} "
             first = dict(messages[0], content=marker + messages[0]["content"])
             messages = [first, *messages[1:]]
         req = PreparedRequest("", out_len, conv.tokens, self.fields(agent, out_len), messages=list(messages))

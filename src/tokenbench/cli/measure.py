@@ -157,12 +157,19 @@ def _slo(text: str | None) -> SLO | None:
         raise UsageError(f"--slo: {e}") from None
 
 
+#: The options that shape sessions: given without --sessions they would be ignored, so they are refused.
+SESSION_OPTIONS = ("--turns", "--shared-prefix", "--tool-len", "--think-time", "--max-context", "--on-cap",
+                   "--no-baseline")
+
+
 def _session_plan(a: argparse.Namespace, argv: list[str], task: Draw, output: Draw,
                   dataset: bool) -> SessionPlan | None:
     """The agent-session workload ``--sessions`` asks for, or None; refuses what it cannot be combined with."""
-    if a.sessions is None:
-        return None
     given = {w.split("=", 1)[0] for w in argv if w.startswith("--")}
+    if a.sessions is None:
+        if stray := [f for f in SESSION_OPTIONS if f in given]:
+            raise UsageError(f"{', '.join(stray)} shape agent sessions: add --sessions N, or drop them")
+        return None
     clash = [f for f in ("--rate", "--requests", "--duration", "--prefix-len", "--ray", "--dataset", "--shape")
              if f in given or (f == "--dataset" and dataset)]
     if clash:
@@ -176,11 +183,15 @@ def _session_plan(a: argparse.Namespace, argv: list[str], task: Draw, output: Dr
     if max(agents) > a.sessions:
         raise UsageError(f"--sessions {a.sessions} gives {max(agents)} agents nothing to do: run at least as many "
                          "sessions as agents")
-    return SessionPlan(
+    plan = SessionPlan(
         sessions=a.sessions, turns=a.turns, shared_prefix=a.shared_prefix, task=task,
         tool=_draw(a.tool_len, "--tool-len") or Draw.fixed(128), output=output,
         think=_draw(a.think_time, "--think-time", "s") or Draw.fixed(0, "s"), max_context=a.max_context,
         on_cap=a.on_cap, baseline=not a.no_baseline)
+    if plan.max_context is not None and plan.max_context < plan.first_turn():
+        raise UsageError(f"--max-context {plan.max_context}: a first turn alone can need {plan.first_turn()} tokens "
+                         "(the shared prompt, the longest task and answer): raise it")
+    return plan
 
 
 #: What a trace says itself (its requests' lengths and times): the options that would say it again.
@@ -229,11 +240,12 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
         repetitions=a.repetitions,
         timeout_s=seconds(a.timeout, "--timeout") or 600.0,
         stall_timeout_s=seconds(a.stall_timeout, "--stall-timeout") or 60.0,
-        # a distribution's largest: what a slot must hold; each request draws its own (input_draw, output_draw)
-        input_len=int(ins.maximum()),
+        # a distribution's largest: what a slot must hold; each request draws its own (input_draw, output_draw); for
+        # sessions, a first turn's (the warm-up's length: its plan draws the rest)
+        input_len=int(ins.maximum()) + (plan.shared_prefix if plan is not None else 0),
         output_len=int(outs.maximum()),
-        input_draw=None if ins.is_fixed else ins,
-        output_draw=None if outs.is_fixed else outs,
+        input_draw=None if ins.is_fixed or plan is not None else ins,
+        output_draw=None if outs.is_fixed or plan is not None else outs,
         dataset=dataset,
         shape=a.shape,
         prefix_len=a.prefix_len,
