@@ -5,8 +5,8 @@ What must hold on both: from the second turn on the server says it served cached
 share agrees with the server's own /metrics counters where it has them, and a turn with the cache warm starts
 sooner than the same turn with a marker that busts the cache, at the same context. Measured on this 2-core
 machine with the tiny model (1K shared prompt, 1K task, 384-token tool results, contexts up to about 5K tokens):
-vLLM 82-122 ms warm against 310-480 ms busted from turn 2 on, cached 79% by usage and by /metrics alike;
-llama-server 352-507 ms against 1.3-2.6 s, cached 78% both ways (its turn 1 is 0% cached: a slot starts empty,
+vLLM 59-87 ms warm against 233-381 ms busted from turn 2 on, cached 79% by usage and by /metrics alike;
+llama-server 155-327 ms against 0.6-1.3 s, cached 78% both ways (its turn 1 is 0% cached: a slot starts empty,
 and llama.cpp's slots share no prefix).
 
 These need the engines built (`make engines`); they skip without them and fail instead under CI.
