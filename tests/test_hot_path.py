@@ -29,15 +29,23 @@ choice = st.fixed_dictionaries({}, optional={
     "index": st.one_of(st.just(0), st.integers(-1, 2), st.none(), json_any),
     "text": text_or_any, "reasoning_content": text_or_any, "reasoning": text_or_any,
     "delta": st.one_of(st.fixed_dictionaries({}, optional={"content": text_or_any, "reasoning_content": text_or_any,
-                                                           "reasoning": text_or_any, "role": st.just("assistant")}),
+                                                           "reasoning": text_or_any,
+                                                           "role": st.one_of(st.just("assistant"), json_any),
+                                                           "tool_calls": st.one_of(st.just([{"index": 0}]), json_any)}),
                        json_any),
     "finish_reason": st.one_of(st.sampled_from(["stop", "length", ""]), st.none(), json_any),
+    "logprobs": st.one_of(st.none(), st.fixed_dictionaries({}, optional={"content": json_any, "tokens": json_any}),
+                          json_any),
+    "token_ids": st.one_of(st.none(), st.lists(st.integers(0, 9), max_size=3), json_any),
 })
 event = st.fixed_dictionaries({}, optional={
     "id": st.just("x"),
     "choices": st.one_of(st.lists(choice, max_size=2), json_any),
-    "usage": st.one_of(st.fixed_dictionaries({}, optional={"completion_tokens": json_leaf,
-                                                           "prompt_tokens": json_leaf}), json_any),
+    "usage": st.one_of(st.fixed_dictionaries({}, optional={"completion_tokens": json_leaf, "prompt_tokens": json_leaf,
+                                                           "total_tokens": json_leaf,
+                                                           "completion_tokens_details": st.one_of(st.none(), json_any),
+                                                           "prompt_tokens_details": st.one_of(st.none(), json_any)}),
+                       json_any),
     "timings": st.one_of(st.dictionaries(st.sampled_from(["predicted_n", "prompt_n", "x"]), json_leaf), json_any),
     "error": st.one_of(st.none(), json_any),
 })
@@ -46,10 +54,15 @@ maybe_text = st.one_of(st.text(max_size=4), st.none())
 typed_choice = st.fixed_dictionaries({}, optional={
     "index": st.sampled_from([0, 1, None]), "text": maybe_text, "reasoning_content": maybe_text, "reasoning": maybe_text,
     "delta": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
-        "content": maybe_text, "reasoning_content": maybe_text, "reasoning": maybe_text})),
-    "finish_reason": st.sampled_from([None, "stop", "length", ""])})
+        "content": maybe_text, "reasoning_content": maybe_text, "reasoning": maybe_text,
+        "role": st.sampled_from([None, "assistant"])})),
+    "finish_reason": st.sampled_from([None, "stop", "length", ""]), "logprobs": st.none(), "token_ids": st.none()})
+# vLLM's continuous_usage_stats: a plain running count on every chunk
+running_usage = st.fixed_dictionaries({"completion_tokens": st.integers(-1, 2**54)}, optional={
+    "prompt_tokens": st.integers(-1, 2**54), "total_tokens": st.integers(0, 99), "completion_tokens_details": st.none()})
 typed_event = st.fixed_dictionaries({"choices": st.lists(typed_choice, max_size=2)},
-                                    optional={"usage": st.none(), "timings": st.none(), "error": st.none()})
+                                    optional={"usage": st.one_of(st.none(), running_usage), "timings": st.none(),
+                                              "error": st.none()})
 raw_event = st.one_of(typed_event.map(lambda e: json.dumps(e).encode()), event.map(lambda e: json.dumps(e).encode()), json_any.map(lambda e: json.dumps(e).encode()),
                       st.binary(max_size=12), st.sampled_from([b"NaN", b'{"choices": [{"text": NaN}]}',
                                                                b'{"choices": [{"text": "\xff"}]}', b"[" * 3000]))

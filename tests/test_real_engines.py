@@ -161,7 +161,9 @@ def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
 @pytest.fixture(scope="module")
 def vllm_server(model_cache: Path) -> Iterator[tuple[RunningEngine, tiny.TinyModel]]:
     need_engine("vllm")
-    model = tiny.ensure(model_cache, size="small")
+    # the small model with real tokenization: about a quarter of its tokens are pieces of a multi-byte character,
+    # which vLLM streams as chunks with empty text (the chunk rule, issue 23)
+    model = tiny.ensure(model_cache, size="small-utf8")
     with launch.start("vllm", model, parallel=4, ctx=2048) as server:
         yield server, model
 
@@ -189,7 +191,8 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 @pytest.mark.timeout(1500)  # vLLM's start (~90 s) and twelve interleaved runs
 def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.TinyModel], tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    """tokenbench sweep and vllm bench serve on the same vLLM server (the 140M model), 128 in / 32 out, three
+    """tokenbench sweep and vllm bench serve on the same vLLM server (the 140M small-utf8 model, whose tokens are
+    often pieces of a multi-byte character that vLLM streams as chunks with empty text), 128 in / 32 out, three
     rounds each, interleaved A-B-B-A, each tool with fresh prompts every run. Definitions are the same
     (DESIGN.md); tokenbench runs with --no-metrics because the reference tool does not poll /metrics (each poll
     stalls vLLM's streams on 2 cores); the test reads /metrics only between runs.
@@ -197,8 +200,11 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
     The tight rules hold each tool to vLLM's own account of the same requests (its /metrics histograms, read
     before and after each run: every request the server saw, the check request and warm-ups included):
     - TTFT: each tool's mean TTFT minus vLLM's mean time_to_first_token is what the client and HTTP add.
-      Measured: 2.4-6.2 ms for tokenbench, 3.1-6.5 ms for vllm bench serve. tokenbench's may exceed the
-      reference's largest by 10 ms at most; the issue's +76% (about 100 ms) fails it.
+      Measured: 2.4-6.2 ms for tokenbench, 3.1-6.5 ms for vllm bench serve (the small model). tokenbench's median
+      may exceed the reference's largest by 2 ms at most (issue 23). The old chunk rule, TTFT at the first
+      visible text, is computed from the same records and printed: it sat 12-24 ms above the server in the
+      issue's report; here it must read at least 1 ms later than the chunk rule on the same requests, or the
+      model made too few held-back chunks to tell the rules apart.
     - Decode: each tool's mean first-to-last-token time per request is within 3% of vLLM's mean
       request_decode_time (its engine's own first and last token stamps). One CI run failed both rules in one
       run (+245 ms, -14%): streams read late and then in a burst, as when the client's event loop stops for
@@ -224,6 +230,7 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
     our_runs: dict[int, list[float]] = {c: [] for c in n}  # each run's median TPOT, to show the modes
     our_stops: dict[int, list[float]] = {c: [] for c in n}  # each run's longest event-loop stop (ms), as it saw it
     overhead: dict[tuple[str, int], list[float]] = {}
+    held: dict[int, list[int]] = {c: [0, 0] for c in n}  # tokenbench's token chunks: with empty text, all
     decode: dict[tuple[str, int], list[float]] = {}  # each run: the tool's mean decode time / vLLM's, minus 1
     our_prefix_hits = 0.0
 
@@ -264,6 +271,11 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
         total, count = server_ttft(before, after)
         assert count == len(client)
         overhead.setdefault(("tokenbench", c), []).append(statistics.fmean(client) - total / count)
+        # the old rule over the same requests: TTFT at the first chunk with visible text
+        visible = [((r.first_text_ns or r.end_ns) - r.sent_ns) / 1e6 for r in recs] + [check["ttft_ms"]]
+        overhead.setdefault(("first visible text", c), []).append(statistics.fmean(visible) - total / count)
+        held[c][0] += sum(1 for r in recs for k in r.chunk_chars if k == 0)
+        held[c][1] += sum(len(r.chunk_chars) for r in recs)
         ours_decode = [(r.end_ns - r.first_token_ns) / 1e6 for r in recs] + [check["e2e_ms"] - check["ttft_ms"]]
         decode.setdefault(("tokenbench", c), []).append(
             statistics.fmean(ours_decode) / server_decode(before, after, len(ours_decode)) - 1)
@@ -305,6 +317,7 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
                                                  "vllm bench serve": [round(x, 1) for x in their_runs[c]["tpot"]]}
                                        for c in n})
     print("tokenbench's longest event-loop stop per run (ms):", our_stops)
+    print("token chunks with no visible text (held back):", {f"c{c}": f"{h}/{t}" for c, (h, t) in held.items()})
     for c in n:
         for k in keys:
             if c > 1 and k in ("tpot", "itl"):
@@ -312,7 +325,11 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
             band = 0.25 if (c, k) == (4, "ttft") else 0.10
             assert within_reference(statistics.median(ours[c][k]), their_runs[c][k], band), table
         assert all(x > -2 for x in overhead[("tokenbench", c)] + overhead[("vllm bench serve", c)]), overhead
-        assert statistics.median(overhead[("tokenbench", c)]) <= max(overhead[("vllm bench serve", c)]) + 10, overhead
+        assert held[c][0] >= 0.1 * held[c][1], held  # the model made held-back chunks: the rule is tested
+        assert statistics.median(overhead[("tokenbench", c)]) <= max(overhead[("vllm bench serve", c)]) + 2, overhead
+        # the old rule reads later on the same requests (by the held-back first tokens' wait for their text)
+        assert statistics.fmean(overhead[("first visible text", c)]) > statistics.fmean(overhead[("tokenbench", c)]) + 1, \
+            overhead
         for tool in ("tokenbench", "vllm bench serve"):
             assert all(abs(x) <= 0.03 for x in decode[(tool, c)]), decode
     assert our_prefix_hits == 0  # tokenbench's prompts are new every run: no prefix cache served them

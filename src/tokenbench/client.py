@@ -20,7 +20,7 @@ import aiohttp
 
 from .records import RequestRecord
 from .sse import SSEParser
-from .wire import MAX_EVENT_BYTES, Usage, WireError, loads, parse_event
+from .wire import MAX_EVENT_BYTES, Chunk, Usage, WireError, loads, parse_event
 
 Api = Literal["completions", "chat"]
 
@@ -122,6 +122,7 @@ class StreamClient:
     stall_timeout_s: float = 60.0
     counter: TokenCounter | None = None
     one_token_per_chunk: bool = False  # the server streams one token per chunk (its adapter says)
+    stream_options: dict[str, bool] = field(default_factory=lambda: {"include_usage": True})  # its adapter's
     #: A fresh connection per request, for servers that close after every stream although they advertise
     #: keep-alive (llama.cpp's llama-server): reusing the pooled connection would lose the request.
     fresh_connection: bool = False
@@ -144,7 +145,7 @@ class StreamClient:
         b: dict[str, Any] = {
             "model": self.model,
             "stream": True,
-            "stream_options": {"include_usage": True},
+            "stream_options": dict(self.stream_options),
             "max_tokens": req.max_tokens,
         }
         if self.api == "chat":
@@ -334,7 +335,7 @@ class StreamDecoder:
     it, goes through the general parser."""
 
     __slots__ = ("record", "chat", "usage", "_parser", "_answer", "_reasoning", "_refused", "_done", "_tail",
-                 "_general")
+                 "_general", "_counted", "_uncounted")
 
     def __init__(self, record: RequestRecord, chat: bool) -> None:
         self.record = record
@@ -347,6 +348,8 @@ class StreamDecoder:
         self._done = False
         self._tail = b""  # replay: the bytes of an event not finished yet
         self._general = False  # replay: this stream needs the general parser (a CR, or fed read by read)
+        self._counted: int | None = None  # the server's running count of generated tokens, as its chunks said
+        self._uncounted = 0  # chunks taken for tokens by the chunk rule, with no running count on them
 
     @property
     def overflowed(self) -> bool:
@@ -425,9 +428,12 @@ class StreamDecoder:
             return
         if c.finish_reason:
             record.finish_reason = c.finish_reason
+        if not c.choice:
+            return  # usage, timings or nothing: no choice, no token
         text, think = c.text, c.reasoning
-        if not text and not think:
-            return  # role-only or empty chunk: not a token
+        carried = self._carried(c)  # always: it keeps the running count
+        if not (text or think or carried):
+            return  # the message's opening (role), a closing finish_reason, or a count that did not move
         if record.first_token_ns is None:
             record.first_token_ns = now
         record.chunk_ns.append(now)
@@ -441,7 +447,27 @@ class StreamDecoder:
                 record.first_answer_ns = now
             self._answer.append(text)
             n += len(text)
+        if n and record.first_text_ns is None:
+            record.first_text_ns = now
         record.chunk_chars.append(n)
+
+    def _carried(self, c: Chunk) -> int:
+        """Tokens choice 0 carried: what the chunk says (logprobs, token ids), else how far the server's running
+        count moved (vLLM's continuous_usage_stats, llama.cpp's timings_per_token), else the chunk rule's one or
+        none. A count that first appears after chunks that had none is a total, not a running count."""
+        if c.tokens is not None:
+            return c.tokens
+        total = c.usage.completion_tokens if c.usage is not None else None
+        if total is None and c.timings is not None and "predicted_n" in c.timings:
+            total = int(c.timings["predicted_n"])
+        if total is not None and (self._counted is not None or not self._uncounted):
+            moved = max(total - (self._counted or 0), 0)
+            self._counted = total
+            return moved
+        if c.token:
+            self._uncounted += 1
+            return 1
+        return 0
 
     def close(self, now: int) -> bool:
         """End of the stream. True when the request succeeded and its tokens are to be counted."""

@@ -53,9 +53,9 @@ async def pick_tokenizer(
 
 def stream_client(http: aiohttp.ClientSession, url: str, model: str, adapter: Adapter, **kw: Any) -> StreamClient:
     """A streaming client with the flags the server's adapter sets (one token per chunk, a fresh connection per
-    stream): the one place they are passed. ``kw``: the API, key, timeouts, temperature, token counter."""
+    stream, its stream_options): the one place they are passed. ``kw``: the API, key, timeouts, temperature, token counter."""
     return StreamClient(session=http, base_url=url, model=model, one_token_per_chunk=adapter.one_token_per_chunk,
-                        fresh_connection=adapter.closes_after_stream, **kw)
+                        fresh_connection=adapter.closes_after_stream, stream_options=dict(adapter.stream_options), **kw)
 
 
 @dataclass(slots=True)

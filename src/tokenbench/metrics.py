@@ -296,6 +296,9 @@ class LevelSummary:
     achieved_concurrency: float | None = None
     send_delay_ms: Distribution | None = None  # open loop: actual - scheduled send time
     send_queue_ms: Distribution | None = None  # request on the socket - request started: the client's own wait
+    #: request sent -> first chunk with visible text; later than TTFT where the first tokens' text was held back
+    #: (a piece of a multi-byte character) or empty; None for levels stored before it existed
+    time_to_first_text_ms: Distribution | None = None
     #: the error split of each latency, over the failed requests (``ttft_ms``, ``itl_ms``, ``e2e_ms`` and
     #: ``ttfb_ms`` are the success split): request sent -> failure (its last byte, or the client giving up);
     #: the first token and the gaps between chunks of a stream that then failed (a server that dies mid-stream,
@@ -413,7 +416,7 @@ class LevelSummary:
     def from_dict(cls, d: dict[str, Any]) -> LevelSummary:
         d = dict(d)
         for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms",
-                  "send_queue_ms", "pp_tps_dist", "tg_tps_dist", *FAILED_SPLITS):
+                  "send_queue_ms", "time_to_first_text_ms", "pp_tps_dist", "tg_tps_dist", *FAILED_SPLITS):
             if isinstance(d.get(k), dict):
                 d[k] = Distribution(**d[k])
         d["session"] = SessionStats.from_dict(d["session"]) if isinstance(d.get("session"), dict) else None
@@ -449,8 +452,8 @@ def _ends(records: list[RequestRecord]) -> list[int]:
 
 
 def _latencies(ok: list[RequestRecord]) -> tuple[Distribution, ...]:
-    """TTFT, TPOT, ITL, E2E, TTFB and time to first answer of the requests (the successful ones, or the failed
-    ones for the error split), in that order."""
+    """TTFT, TPOT, ITL, E2E, TTFB, time to first answer and time to first visible text of the requests (the
+    successful ones, or the failed ones for the error split), in that order."""
     return (
         Distribution.of([r.ttft_ns / NS_PER_MS for r in ok if r.ttft_ns is not None]),
         Distribution.of([v for r in ok if (v := request_tpot_ms(r)) is not None]),
@@ -458,6 +461,7 @@ def _latencies(ok: list[RequestRecord]) -> tuple[Distribution, ...]:
         Distribution.of([r.e2e_ns / NS_PER_MS for r in ok if r.e2e_ns is not None]),
         Distribution.of(_ms_since_sent(ok, "first_byte_ns")),
         Distribution.of(_ms_since_sent(ok, "first_answer_ns")),
+        Distribution.of(_ms_since_sent(ok, "first_text_ns")),
     )
 
 
@@ -467,7 +471,7 @@ FAILED_SPLITS = ("e2e_failed_ms", "ttft_failed_ms", "itl_failed_ms", "ttfb_faile
 
 def _failure_split(summary: LevelSummary, failed: list[RequestRecord]) -> None:
     """Each latency's error split: the same definitions as the success split, over the failed requests."""
-    ttft, _tpot, itl, e2e, ttfb, _ttfa = _latencies(failed)
+    ttft, _tpot, itl, e2e, ttfb, _ttfa, _text = _latencies(failed)
     summary.e2e_failed_ms, summary.ttft_failed_ms, summary.itl_failed_ms, summary.ttfb_failed_ms = e2e, ttft, itl, ttfb
 
 
@@ -543,7 +547,7 @@ def summarize(
     out_tokens = [r.output_tokens for r in ok if r.output_tokens is not None]
     in_tokens = [r.input_tokens for r in ok if r.input_tokens is not None]
     chunks = sum(len(r.chunk_ns) for r in ok)
-    ttft, tpot, itl, e2e, ttfb, ttfa = _latencies(ok)
+    ttft, tpot, itl, e2e, ttfb, ttfa, ttftext = _latencies(ok)
     summary = LevelSummary(
         concurrency=concurrency,
         rate=rate,
@@ -565,6 +569,7 @@ def summarize(
         expected_output_tokens=next((r.expected_output_tokens for r in ok if r.expected_output_tokens), None),
         input_tokens_source=_source(ok, "input_tokens_source"),
         tokens_per_chunk_mean=sum(out_tokens) / chunks if chunks else None,
+        time_to_first_text_ms=ttftext,
     )
     _failure_split(summary, failed)
     _reasoning(summary, ok)

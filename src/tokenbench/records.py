@@ -19,11 +19,13 @@ class RequestRecord:
     sent_ns: int = 0
     written_ns: int | None = None  # the request's last byte handed to the socket (client.trace_config)
     first_byte_ns: int | None = None
-    first_token_ns: int | None = None  # first chunk carrying a generated token of any kind
+    #: first chunk carrying a generated token of any kind, its text visible or held back (the chunk rule, wire.Chunk)
+    first_token_ns: int | None = None
+    first_text_ns: int | None = None  # first chunk with visible text (reasoning or answer)
     first_answer_ns: int | None = None  # first chunk carrying answer (non-reasoning) content
     end_ns: int | None = None  # last byte of the response
-    chunk_ns: list[int] = field(default_factory=list)  # token-bearing chunks only
-    chunk_chars: list[int] = field(default_factory=list)  # characters of text in each of those chunks
+    chunk_ns: list[int] = field(default_factory=list)  # token-bearing chunks only, held-back ones included
+    chunk_chars: list[int] = field(default_factory=list)  # characters of text in each of those chunks (0: held back)
     reasoning_chunks: int = 0
     answer_text: str = ""
     reasoning_text: str = ""

@@ -38,7 +38,14 @@ class Usage:
 
 @dataclass(slots=True, frozen=True)
 class Chunk:
-    """What one event says, typed. Absent fields are None."""
+    """What one event says, typed. Absent fields are None.
+
+    Whether a chunk carried a generated token is not whether its text is empty: an engine streams a token whose
+    text it holds back (part of a multi-byte character) as a chunk with empty text. The chunk rule (DESIGN.md,
+    issue 23), as ``vllm bench serve`` counts chunks: choice 0 with a delta (or a completion's text) is a token,
+    visible or not, except a delta that only opens the message (``role``) and an empty closing one (only a
+    ``finish_reason``). Where the server says how many tokens a chunk carried, that count decides instead:
+    ``tokens`` here (logprobs entries, token ids), or a running ``usage``/``timings`` count (client.py)."""
 
     text: str | None = None  # answer content of choice 0
     reasoning: str | None = None  # reasoning content of choice 0
@@ -46,6 +53,9 @@ class Chunk:
     usage: Usage | None = None
     timings: dict[str, float] | None = None  # llama.cpp's "timings": numeric fields only
     error: str | None = None  # an error event's message
+    choice: bool = False  # the event has choice 0: it may carry a token, and a running count on it is per chunk
+    token: bool = False  # the chunk rule without counts says choice 0 carried a token (with text or held back)
+    tokens: int | None = None  # tokens choice 0 says it carried (its logprobs entries or token ids); None: unsaid
 
 
 def _object(value: Any, what: str) -> dict[str, Any] | None:
@@ -144,30 +154,57 @@ def parse_chunk(data: str, chat: bool) -> Chunk:
         raise WireError("malformed_event", f"choices is {type(choices).__name__}, not a list")
     if obj.get("error") is not None and not choices:
         return Chunk(usage=usage, timings=timings, error=_error_text(obj["error"]))
-    text = reasoning = finish = None
     for choice in choices or ():
         choice = _object(choice, "a choice")
-        index = choice.get("index", 0) if choice else 0
-        if not choice or index not in (0, None):
+        if choice is None or choice.get("index", 0) not in (0, None):
             continue
-        part = (_object(choice.get("delta"), "delta") or {}) if chat else choice
-        text = _text(part.get("content") if chat else part.get("text"), "the token text")
-        reasoning = (_text(part.get("reasoning_content"), "reasoning_content")
-                     or _text(part.get("reasoning"), "reasoning"))
-        finish = _text(choice.get("finish_reason"), "finish_reason")
-        break
-    return Chunk(text or None, reasoning or None, finish or None, usage, timings)
+        return _choice_chunk(choice, chat, usage, timings)
+    return Chunk(None, None, None, usage, timings)
+
+
+def _held(text: str | None, thought: str | None, named: Any, finish: str | None, role: Any) -> bool:
+    """A part with a text field that is present and empty, neither the message's opening (a role) nor its
+    closing (a finish_reason): a token whose text the server holds back."""
+    return (text == "" or thought == "" or named == "") and not finish and role is None
+
+
+def _choice_chunk(choice: dict[str, Any], chat: bool, usage: Usage | None,
+                  timings: dict[str, float] | None) -> Chunk:
+    part = (_object(choice.get("delta"), "delta") or {}) if chat else choice
+    text = _text(part.get("content") if chat else part.get("text"), "the token text")
+    thought = _text(part.get("reasoning_content"), "reasoning_content")
+    reasoning = thought or _text(part.get("reasoning"), "reasoning")
+    finish = _text(choice.get("finish_reason"), "finish_reason")
+    calls = part.get("tool_calls") if chat else None
+    held = _held(text, thought, part.get("reasoning"), finish, part.get("role") if chat else None)
+    token = bool(text or reasoning or held or (isinstance(calls, list) and calls))
+    return Chunk(text or None, reasoning or None, finish or None, usage, timings, choice=True, token=token,
+                 tokens=_carried(choice, chat))
+
+
+def _carried(choice: dict[str, Any], chat: bool) -> int | None:
+    """Tokens a choice says it carried: its logprobs entries (chat: ``logprobs.content``; completions:
+    ``logprobs.tokens``), else its ``token_ids`` (vLLM's return_token_ids). None where it says nothing."""
+    logprobs = choice.get("logprobs")
+    entries = logprobs.get("content" if chat else "tokens") if isinstance(logprobs, dict) else None
+    if isinstance(entries, list):
+        return len(entries)
+    ids = choice.get("token_ids")
+    return len(ids) if isinstance(ids, list) else None
 
 
 # The fast path for the one event shape servers send thousands of times per second: a single choice with text
-# or a delta, and nothing else. msgspec checks the types in C (about 1 µs an event against 5 µs for json.loads and
-# the checks above). Anything else — usage, timings, an error, several choices, a wrong type, invalid UTF-8,
-# NaN, deep nesting — takes parse_chunk, so the two paths cannot disagree: the fast one only ever returns what
-# parse_chunk would for the events it accepts.
+# or a delta, and at most a plain running usage count (vLLM's continuous_usage_stats). msgspec checks the types in
+# C (about 1 µs an event against 5 µs for json.loads and the checks above). Anything else (usage with details,
+# timings, an error, logprobs, token ids, tool calls, several choices, a wrong type, invalid UTF-8, NaN, deep
+# nesting) takes parse_chunk, so the two paths cannot disagree: the fast one only ever returns what parse_chunk
+# would for the events it accepts.
 class _Delta(msgspec.Struct):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
+    role: str | None = None
+    tool_calls: Any = None
 
 
 class _Choice(msgspec.Struct):
@@ -177,17 +214,54 @@ class _Choice(msgspec.Struct):
     reasoning: str | None = None
     delta: _Delta | None = None
     finish_reason: str | None = None
+    logprobs: Any = None
+    token_ids: Any = None
+
+
+class _Usage(msgspec.Struct, forbid_unknown_fields=True):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    completion_tokens_details: None = None
+    prompt_tokens_details: None = None
 
 
 class _Event(msgspec.Struct):
     choices: list[_Choice] | None = None
-    usage: Any = None
+    usage: _Usage | None = None
     timings: Any = None
     error: Any = None
 
 
 _decode_event = msgspec.json.Decoder(_Event).decode
 _FAST_FAILS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError)
+
+
+def _fast_usage(u: _Usage) -> Usage | None:
+    """A plain running count as parse_chunk reads it, or None where parse_chunk must look (no count, out of range)."""
+    p, c = u.prompt_tokens, u.completion_tokens
+    if c is None or not 0 <= c <= MAX_COUNT or p is not None and not 0 <= p <= MAX_COUNT:
+        return None
+    return Usage(p, c)
+
+
+def _fast_choice(choice: _Choice, chat: bool, usage: Usage | None) -> Chunk | None:
+    """The chunk of a lone choice 0 as :func:`parse_chunk` reads it, or None where parse_chunk must look."""
+    if choice.logprobs is not None or choice.token_ids is not None:
+        return None
+    finish = choice.finish_reason
+    if not chat:
+        text, thought, named, role = choice.text, choice.reasoning_content, choice.reasoning, None
+    elif choice.delta is None:
+        return Chunk(None, None, finish or None, usage, choice=True)
+    elif choice.delta.tool_calls is not None:
+        return None
+    else:
+        d = choice.delta
+        text, thought, named, role = d.content, d.reasoning_content, d.reasoning, d.role
+    reasoning = thought or named
+    return Chunk(text or None, reasoning or None, finish or None, usage, choice=True,
+                 token=bool(text or reasoning or _held(text, thought, named, finish, role)))
 
 
 def parse_event(data: bytes | str, chat: bool) -> Chunk:
@@ -198,22 +272,13 @@ def parse_event(data: bytes | str, chat: bool) -> Chunk:
             ev = _decode_event(data)
         except _FAST_FAILS:
             ev = None
-        if ev is not None and ev.usage is None and ev.timings is None and ev.error is None:
+        usage = None if ev is None or ev.usage is None else _fast_usage(ev.usage)
+        if ev is not None and (ev.usage is None or usage is not None) and ev.timings is None and ev.error is None:
             choices = ev.choices
-            if not choices:
-                return _EMPTY
-            if len(choices) == 1:
-                choice = choices[0]
-                if choice.index not in (0, None):
-                    return _EMPTY
-                if chat:
-                    d = choice.delta
-                    text = reasoning = None
-                    if d is not None:
-                        text, reasoning = d.content, d.reasoning_content or d.reasoning
-                else:
-                    text, reasoning = choice.text, choice.reasoning_content or choice.reasoning
-                return Chunk(text or None, reasoning or None, choice.finish_reason or None)
+            if not choices or len(choices) == 1 and choices[0].index not in (0, None):
+                return Chunk(usage=usage) if usage is not None else _EMPTY
+            if len(choices) == 1 and (c := _fast_choice(choices[0], chat, usage)) is not None:
+                return c
     if isinstance(data, bytes):
         data = data.decode("utf-8", errors="replace")
     return parse_chunk(data, chat)

@@ -74,12 +74,13 @@ class ClientSpec:
     one_token_per_chunk: bool
     fresh_connection: bool
     counter_path: str | None = None  # a local tokenizer to count tokens with, where the server gives no usage
+    stream_options: tuple[tuple[str, bool], ...] = (("include_usage", True),)
 
     @classmethod
     def of(cls, client: StreamClient, counter_path: str | None) -> ClientSpec:
         return cls(client.base_url, client.model, client.api, client.api_key, client.temperature,
                    dict(client.body_extras), client.timeout_s, client.stall_timeout_s, client.one_token_per_chunk,
-                   client.fresh_connection, counter_path)
+                   client.fresh_connection, counter_path, tuple(client.stream_options.items()))
 
     def build(self, session: aiohttp.ClientSession) -> StreamClient:
         counter = None
@@ -90,7 +91,8 @@ class ClientSpec:
         return StreamClient(session=session, base_url=self.base_url, model=self.model, api=self.api,
                             api_key=self.api_key, temperature=self.temperature, body_extras=dict(self.body_extras),
                             timeout_s=self.timeout_s, stall_timeout_s=self.stall_timeout_s, counter=counter,
-                            one_token_per_chunk=self.one_token_per_chunk, fresh_connection=self.fresh_connection)
+                            one_token_per_chunk=self.one_token_per_chunk, fresh_connection=self.fresh_connection,
+                            stream_options=dict(self.stream_options))
 
 
 @dataclass(slots=True)

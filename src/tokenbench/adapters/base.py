@@ -75,6 +75,9 @@ class Adapter:
     lists_served_model: ClassVar[bool] = True
     #: It streams exactly one generated token per chunk, so counting chunks is exact without usage.
     one_token_per_chunk: ClassVar[bool] = False
+    #: The request's ``stream_options``: the usage chunk at the end everywhere; where a server can also put its
+    #: running token count on every chunk (vLLM), that too, so the chunk rule is the server's own count.
+    stream_options: ClassVar[dict[str, bool]] = {"include_usage": True}
     #: It closes the connection after every streamed reply even when it advertises keep-alive.
     closes_after_stream: ClassVar[bool] = False
     #: Concurrent requests are batched (True), served one at a time (False), or it depends (None).

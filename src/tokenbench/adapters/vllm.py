@@ -25,6 +25,7 @@ class VLLM(Adapter):
         "prompt_tokens": ("vllm:prompt_tokens_total",),
     }
     health_path = "/health"
+    stream_options = {"include_usage": True, "continuous_usage_stats": True}
 
     def detect(self, p: Probes) -> bool:
         if p.owned_by == "vllm":

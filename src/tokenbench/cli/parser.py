@@ -79,8 +79,9 @@ def add_embedded(g: argparse._ActionsContainer, default: str) -> None:
                    choices=["transformers", "vllm", "llama-server", "llama-cpp-python"],
                    help=f"embedded engine when no --url (default {default}); vllm and llama-server are made on "
                         "first use (minutes; see the README)")
-    g.add_argument("--model-size", choices=["tiny", "small"], default="tiny",
-                   help="embedded model: tiny (0.9M parameters, default) or small (140M)")
+    g.add_argument("--model-size", choices=["tiny", "small", "small-utf8"], default="tiny",
+                   help="embedded model: tiny (0.9M parameters, default), small (140M), or small-utf8 (140M, "
+                        "its tokens often pieces of a multi-byte character, as real models' on CJK or emoji)")
     g.add_argument("--quant", help="llama engines: a llama-quantize type for the embedded GGUF, e.g. Q8_0")
 
 

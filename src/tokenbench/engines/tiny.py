@@ -3,6 +3,8 @@ BPE tokenizer trained locally, and a GGUF written from the same weights and toke
 the same model. Two sizes: ``tiny`` (4 layers of width 128, 0.9M parameters: fast tests, where HTTP overhead
 dominates) and ``small`` (12 layers of width 1024, about 140M parameters: decode bound by memory and compute,
 so depth, tg and cross-checks mean something; its GGUF is F16, and ``llama-quantize`` makes Q8_0 from it).
+A third, ``small-utf8``, is the small model with a tokenizer that behaves like a real model's on multi-byte
+text (below).
 
 Random weights are enough to measure an engine's speed. Two things are set on purpose. The row of the
 output projection for the end-of-sequence token is zero, so its logit is always 0 while the best of the
@@ -11,6 +13,12 @@ N output tokens gets N tokens from engines that cannot be told to ignore EOS (to
 every response's length). The rows of tokens that are not text on their own (special tokens, lone bytes
 of a multi-byte UTF-8 character, control characters) are zero too, so every generated token streams
 as visible text and no engine holds a chunk back waiting for the rest of a character.
+
+``small-utf8`` is built to do the opposite, as real models do on CJK, emoji and some code: its tokenizer is
+trained on text with multi-byte characters, so its vocabulary holds single bytes and pieces of characters, and
+only the special and control tokens are silenced. About a quarter of what it generates is a token whose text an
+engine holds back (an incomplete UTF-8 sequence): vLLM streams such a token as a chunk with empty text, and a
+client that waits for visible text reads TTFT and ITL late (issue 23).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ BUILD_VERSION = "tiny-llama-v2"
 CACHE_ENV = "TOKENBENCH_CACHE"
 TOOLS_ENV = "TOKENBENCH_TOOLS"
 MODEL_NAME = "tokenbench-tiny-llama"
-SIZES = ("tiny", "small")
+SIZES = ("tiny", "small", "small-utf8")
 
 CONFIG = {
     "vocab_size": 0,  # set from the trained tokenizer
@@ -83,6 +91,8 @@ def _spec(size: str) -> tuple[dict[str, Any], str, str, str]:
         return CONFIG, BUILD_VERSION, MODEL_NAME, "f32"
     if size == "small":
         return SMALL_CONFIG, "small-llama-v1", "tokenbench-small-llama", "f16"
+    if size == "small-utf8":
+        return SMALL_CONFIG, "small-utf8-llama-v1", "tokenbench-small-utf8-llama", "f16"
     raise EngineError(f"unknown model size '{size}': use one of {', '.join(SIZES)}")
 
 
@@ -99,18 +109,39 @@ def tools_dir() -> Path:
     return Path(env) if env else Path(platformdirs.user_cache_dir("tokenbench"))
 
 
-def _corpus(n_lines: int = 4000, seed: int = 0) -> list[str]:
+#: Multi-byte characters of the ``small-utf8`` corpus: CJK ideographs (3 bytes in UTF-8), accented Latin (2)
+#: and emoji (4), each a word of its own or glued to one, as in mixed-language text and code comments.
+_CJK = [chr(c) for c in range(0x4E00, 0x4E00 + 400)]
+_LATIN = [chr(c) for c in range(0xC0, 0x100) if c not in (0xD7, 0xF7)]
+_EMOJI = [chr(c) for c in range(0x1F600, 0x1F650)]
+
+
+def _multibyte_word(rng: random.Random, word: str) -> str:
+    r = rng.random()
+    if r < 0.35:
+        return "".join(rng.choices(_CJK, k=rng.randint(1, 4)))
+    if r < 0.5:
+        i = rng.randrange(len(word) + 1)
+        return word[:i] + rng.choice(_LATIN) + word[i:]
+    if r < 0.6:
+        return word + rng.choice(_EMOJI)
+    return word
+
+
+def _corpus(n_lines: int = 4000, seed: int = 0, multibyte: bool = False) -> list[str]:
     rng = random.Random(seed)
     words = word_list()
     lines = []
     for _ in range(n_lines):
         ws = rng.choices(words, k=rng.randint(5, 20))
+        if multibyte:
+            ws = [_multibyte_word(rng, w) for w in ws]
         tag = f"{rng.randrange(16**6):06x}-{rng.randrange(1000)}: "
         lines.append(tag + " ".join(ws) + rng.choice([".", ",", "?", "!", ""]))
     return lines
 
 
-def _train_tokenizer(out: Path) -> object:
+def _train_tokenizer(out: Path, multibyte: bool = False) -> object:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -122,7 +153,7 @@ def _train_tokenizer(out: Path) -> object:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.train_from_iterator(_corpus(multibyte=multibyte), trainer=trainer)
     tok.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(
         json.dumps(
@@ -141,12 +172,14 @@ def _train_tokenizer(out: Path) -> object:
     return tok
 
 
-def _silent_tokens(tok: object) -> list[int]:
-    """Ids of tokens that decode to no printable text on their own."""
+def _silent_tokens(tok: object, pieces: bool = True) -> list[int]:
+    """Ids of tokens that decode to no printable text on their own: special and control tokens, and with
+    ``pieces`` the lone bytes and pieces of a multi-byte character too."""
     out = []
     for t, tid in tok.get_vocab().items():  # type: ignore[attr-defined]
         text = tok.decode([tid], skip_special_tokens=False)  # type: ignore[attr-defined]
-        if t in SPECIAL or not text or "\ufffd" in text or any(ord(ch) < 32 for ch in text):
+        if (t in SPECIAL or not text or any(ord(ch) < 32 for ch in text)
+                or pieces and "\ufffd" in text):
             out.append(tid)
     return sorted(out)
 
@@ -231,7 +264,8 @@ def build(dest: Path, size: str = "tiny") -> TinyModel:
         ) from e
     hf_dir = dest / "hf"
     hf_dir.mkdir(parents=True)
-    tok = _train_tokenizer(hf_dir)
+    multibyte = size.endswith("utf8")
+    tok = _train_tokenizer(hf_dir, multibyte)
     vocab = tok.get_vocab()  # type: ignore[attr-defined]
     cfg = dict(base_cfg, vocab_size=len(vocab))
     eos = vocab["</s>"]
@@ -249,7 +283,7 @@ def build(dest: Path, size: str = "tiny") -> TinyModel:
         for name, p in model.named_parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.2 if "embed" in name or "lm_head" in name else 0.08)
-        for tid in _silent_tokens(tok):
+        for tid in _silent_tokens(tok, pieces=not multibyte):
             model.lm_head.weight[tid].zero_()
     model.generation_config.eos_token_id = eos
     model.generation_config.bos_token_id = vocab["<s>"]
