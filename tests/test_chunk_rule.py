@@ -12,6 +12,7 @@ import pytest
 
 from tokenbench.client import StreamClient, StreamDecoder
 from tokenbench.metrics import summarize
+from tokenbench.output import notes
 from tokenbench.records import RequestRecord
 from tokenbench.wire import parse_chunk, parse_event
 
@@ -52,14 +53,14 @@ def test_each_real_event_shape_is_a_token_or_not_by_the_rule_on_both_parsers(nam
     assert fast.token is token, name
 
 
-def _decode(events: list[dict[str, Any]], chat: bool = True) -> RequestRecord:
-    """Each event its own read, stamped 10, 20, 30, ... (ns after a send at 0)."""
+def _decode(events: list[Any], chat: bool = True, step: int = 10) -> RequestRecord:
+    """Each event its own read, stamped 10, 20, 30, ... (``step`` ns apart, after a send at 0)."""
     rec = RequestRecord(index=0, sent_ns=0)
     dec = StreamDecoder(rec, chat)
     for i, ev in enumerate([*events, "[DONE]"]):
         data = ev if isinstance(ev, str) else json.dumps(ev)
-        dec.feed(f"data: {data}\n\n".encode(), 10 * (i + 1))
-    if dec.close(10 * (len(events) + 2)):
+        dec.feed(f"data: {data}\n\n".encode(), step * (i + 1))
+    if dec.close(step * (len(events) + 2)):
         CLIENT._count_tokens(rec, dec.usage)
     return rec
 
@@ -125,3 +126,14 @@ def test_time_to_first_text_is_its_own_metric_beside_ttft() -> None:
     assert s.ttft_ms.p50 == pytest.approx(10 / 1e6)
     assert s.time_to_first_text_ms is not None and s.time_to_first_text_ms.p50 == pytest.approx(30 / 1e6)
     assert s.itl_ms.n == 6  # two intervals per request: every token chunk counts
+
+
+def test_the_sweep_notes_say_when_text_came_later_than_the_first_token() -> None:
+    ms = 1_000_000
+    held = [_decode([_chat({"content": ""}), _chat({"content": "x"}, "length")], step=20 * ms) for _ in range(3)]
+    plain = [_decode([_chat({"content": "x"}), _chat({"content": "y"}, "length")], step=20 * ms) for _ in range(3)]
+    s_held = summarize(held, concurrency=1, rate=None, window_start_ns=0)
+    s_plain = summarize(plain, concurrency=1, rate=None, window_start_ns=0)
+    line = next(n for n in notes([s_held]) if "first visible text" in n)
+    assert "40.0 ms, 20.0 ms after the first token" in line
+    assert not any("first visible text" in n for n in notes([s_plain]))

@@ -104,6 +104,10 @@ def single_stream_lines(levels: list[LevelSummary]) -> list[str]:
     return out
 
 
+#: Time to first text this far past the median TTFT is worth a note: tokens were streamed before their text.
+HELD_BACK_NOTE_MS = 1.0
+
+
 def notes(levels: list[LevelSummary]) -> list[str]:
     out = []
     slos = {s.slo for s in levels if s.slo}
@@ -124,6 +128,13 @@ def notes(levels: list[LevelSummary]) -> list[str]:
         if s.reasoning_share is not None and s.answer_throughput_tps is not None:
             out.append(f"[{level_label(s)}] reasoning took {s.reasoning_share:.0%} of the output tokens: answers "
                        f"came at {_num(s.answer_throughput_tps)} of {_num(s.output_throughput_tps)} tok/s")
+    for s in levels:
+        text = s.time_to_first_text_ms
+        if text is not None and text.p50 is not None and s.ttft_ms.p50 is not None \
+                and text.p50 - s.ttft_ms.p50 >= HELD_BACK_NOTE_MS:
+            out.append(f"[{level_label(s)}] first visible text at a median {_ms(text.p50)}, "
+                       f"{_ms(text.p50 - s.ttft_ms.p50)} after the first token: the server held its text back "
+                       "(a piece of a character); tools that wait for text (AIPerf, GuideLLM) call that TTFT")
     for s in levels:
         parts = _server_parts(s)
         if parts:
