@@ -68,3 +68,26 @@ def test_the_suite_pins_its_environment() -> None:
     assert not any(k.startswith("LC_") for k in os.environ)
     own = {k for k in os.environ if k.startswith("TOKENBENCH_")}
     assert own <= {*KEPT_VARIABLES, "TOKENBENCH_DB", "TOKENBENCH_TOOLS"}, own  # DB: the autouse fixture's
+
+
+@pytest.mark.parametrize("encoding", [{"LC_ALL": "C", "PYTHONUTF8": "0"}, {"PYTHONIOENCODING": "ascii"}])
+@pytest.mark.parametrize("args", [
+    ["predict", "--hardware", "nvidia-h100-sxm", "--model", "qwen3.6-27b", "--weights", "FP8", "--concurrency", "1,16"],
+    ["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "2s", "--currency", "EUR"],
+    ["hardware"],
+    ["sweep", "--help"],
+])
+def test_an_ascii_terminal_gets_ascii_not_a_crash(tmp_path: Path, encoding: dict[str, str], args: list[str]) -> None:
+    """An output that cannot encode "—", "±" or "≤" (a C locale with UTF-8 mode off, PYTHONIOENCODING=ascii)
+    gets ASCII spellings of them; it used to end in a UnicodeEncodeError (exit 70, or a traceback from --help)."""
+    env = {**os.environ, **encoding, "TOKENBENCH_DB": str(tmp_path / "r.db"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run([sys.executable, "-m", "tokenbench", *args], env=env, capture_output=True, timeout=120,
+                          check=False)
+    out, err = proc.stdout.decode("ascii"), proc.stderr.decode("ascii")  # raises on anything but ASCII
+    assert proc.returncode == 0, err
+    assert "Error" not in err and "Traceback" not in err and "\\u" not in out + err
+    if args[0] == "predict":
+        assert "+/-" in out  # "77.5 ±4%" as ASCII, not "77.5 ?4%"
+        rows = [line for line in out.splitlines() if line.startswith(("|", "+"))]
+        assert len(rows) >= 5 and len({len(r) for r in rows}) == 1, rows  # spelt before measured: aligned
