@@ -76,6 +76,7 @@ def test_the_suite_pins_its_environment() -> None:
     ["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "2s", "--currency", "EUR"],
     ["hardware"],
     ["sweep", "--help"],
+    ["recommend", "--model", "qwen3.6-35b-a3b", "--slo", "tpot=50ms"],
 ])
 def test_an_ascii_terminal_gets_ascii_not_a_crash(tmp_path: Path, encoding: dict[str, str], args: list[str]) -> None:
     """An output that cannot encode "—", "±" or "≤" (a C locale with UTF-8 mode off, PYTHONIOENCODING=ascii)
@@ -85,9 +86,11 @@ def test_an_ascii_terminal_gets_ascii_not_a_crash(tmp_path: Path, encoding: dict
     proc = subprocess.run([sys.executable, "-m", "tokenbench", *args], env=env, capture_output=True, timeout=120,
                           check=False)
     out, err = proc.stdout.decode("ascii"), proc.stderr.decode("ascii")  # raises on anything but ASCII
-    assert proc.returncode == 0, err
+    assert proc.returncode == (2 if "--slo" in args else 0), err
     assert "Error" not in err and "Traceback" not in err and "\\u" not in out + err
     if args[0] == "predict":
         assert "+/-" in out  # "77.5 ±4%" as ASCII, not "77.5 ?4%"
         rows = [line for line in out.splitlines() if line.startswith(("|", "+"))]
         assert len(rows) >= 5 and len({len(r) for r in rows}) == 1, rows  # spelt before measured: aligned
+    if "--slo" in args:
+        assert "unrecognized arguments: --slo tpot=50ms;" in err  # the user's words, in ASCII as typed
