@@ -24,6 +24,7 @@ Makefile, ``tests/test_hermetic.py``).
 
 from __future__ import annotations
 
+import locale
 import os
 import shutil
 import tempfile
@@ -47,6 +48,7 @@ SCRUBBED = ("COLUMNS", "LINES", "JUPYTER_COLUMNS", "JUPYTER_LINES", "NO_COLOR", 
 PINNED = {"TERM": "dumb", "LANG": "C.UTF-8", "TZ": "UTC"}
 
 _caller_environment: dict[str, str] = {}
+_caller_ctype = ""
 _session_home: Path | None = None
 
 
@@ -66,12 +68,19 @@ def hermetic_environment(environ: MutableMapping[str, str], home: Path) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Before collection, so module-level reads and session fixtures see the pinned environment too."""
-    global _session_home
+    global _session_home, _caller_ctype
     _caller_environment.update(os.environ)
     _session_home = Path(tempfile.mkdtemp(prefix="tokenbench-tests-"))
     hermetic_environment(os.environ, _session_home)
     if hasattr(time, "tzset"):
         time.tzset()
+    # this process too: a test decodes a subprocess's output (text=True) by the locale's encoding, ASCII where the
+    # caller's locale was C with Python's UTF-8 mode off, while the subprocess writes UTF-8 under the pinned one
+    _caller_ctype = locale.setlocale(locale.LC_CTYPE)
+    try:
+        locale.setlocale(locale.LC_CTYPE, PINNED["LANG"])
+    except locale.Error:  # no C.UTF-8 here: Python's UTF-8 mode gives subprocesses UTF-8 under C anyway
+        pass
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -81,6 +90,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ.update(_caller_environment)
         if hasattr(time, "tzset"):
             time.tzset()
+    if _caller_ctype:
+        locale.setlocale(locale.LC_CTYPE, _caller_ctype)
     if _session_home is not None:
         shutil.rmtree(_session_home, ignore_errors=True)
 

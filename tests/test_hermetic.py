@@ -18,12 +18,13 @@ from conftest import KEPT_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: What a caller's shell may export: a narrow terminal, no colour and forced colour, an ASCII locale, a zone
-#: fourteen hours ahead, and tokenbench's own variables pointing nowhere (a database that cannot be written,
-#: a catalog, model cache and tools that do not exist, the debug switch that turns exit 70 into a traceback).
+#: What a caller's shell may export: a narrow terminal, no colour and forced colour, an ASCII locale (Python's
+#: UTF-8 mode off), a zone fourteen hours ahead, and tokenbench's own variables pointing nowhere (a database that
+#: cannot be written, a catalog, model cache and tools that do not exist, the debug switch that turns exit 70
+#: into a traceback). The Makefile's HOSTILE_ENV is the same.
 HOSTILE = {
     "COLUMNS": "80", "LINES": "24", "TERM": "dumb", "NO_COLOR": "1", "FORCE_COLOR": "1", "LANG": "C",
-    "LC_ALL": "C", "TZ": "Pacific/Kiritimati", "TOKENBENCH_DB": "/proc/tokenbench/results.db",
+    "LC_ALL": "C", "PYTHONUTF8": "0", "TZ": "Pacific/Kiritimati", "TOKENBENCH_DB": "/proc/tokenbench/results.db",
     "TOKENBENCH_CATALOG": "/proc/tokenbench/catalog.toml", "TOKENBENCH_CACHE": "/proc/tokenbench/cache",
     "TOKENBENCH_TOOLS": "/proc/tokenbench/tools", "TOKENBENCH_DEBUG": "1",
 }
