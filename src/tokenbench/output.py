@@ -29,19 +29,23 @@ ASCII_SPELLINGS = {"—": "-", "–": "-", "−": "-", "±": "+/-", "×": "x", "
 ASCII_ERRORS = "tokenbench-ascii"  # the codec error handler that writes them
 
 
+def _spelt(c: str) -> str:
+    """One character as ASCII: itself, its spelling, its decomposition's ASCII letters, else "?"."""
+    if c.isascii() or "\udc80" <= c <= "\udcff":  # a byte the locale could not decode: the stream writes it back
+        return c
+    return ASCII_SPELLINGS.get(c) or unicodedata.normalize("NFKD", c).encode("ascii", "ignore").decode() or "?"
+
+
 def _ascii_spelling(e: UnicodeError) -> tuple[str | bytes, int]:
     if not isinstance(e, UnicodeEncodeError):
         raise e
     c = e.object[e.start]  # one at a time: a byte the locale could not decode goes back out as it came in
-    if "\udc80" <= c <= "\udcff":
-        return bytes([ord(c) - 0xDC00]), e.start + 1
-    return ASCII_SPELLINGS.get(c) or unicodedata.normalize("NFKD", c).encode("ascii", "ignore").decode() or "?", \
-        e.start + 1
+    return (bytes([ord(c) - 0xDC00]) if "\udc80" <= c <= "\udcff" else _spelt(c)), e.start + 1
 
 
 def readable_output(*streams: TextIO) -> None:
     """Streams that cannot encode "—", "±" or "≤" write ASCII spellings of them instead of ending the command in a
-    UnicodeEncodeError (stdout) or printing ``\u2014`` (stderr). Rich draws ASCII boxes there by itself."""
+    UnicodeEncodeError (stdout) or printing ``\\u2014`` (stderr). Rich draws ASCII boxes there by itself."""
     codecs.register_error(ASCII_ERRORS, _ascii_spelling)
     for stream in streams:
         try:
@@ -57,9 +61,7 @@ def ascii_spelled(text: str, encoding: str) -> str:
         text.encode(encoding)
         return text
     except (UnicodeEncodeError, LookupError):
-        return "".join(c if c.isascii() or "\udc80" <= c <= "\udcff" else
-                       ASCII_SPELLINGS.get(c) or unicodedata.normalize("NFKD", c).encode("ascii", "ignore").decode()
-                       or "?" for c in text)
+        return "".join(map(_spelt, text))
 
 
 class ReadableConsole(Console):
