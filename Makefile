@@ -43,9 +43,21 @@ engine-vllm: $(VENV)/.installed
 engine-aiperf: $(VENV)/.installed
 	$(BIN)/tokenbench engines build aiperf
 
+# The suite runs under what a caller's shell may export: a narrow terminal, colour off and forced on, an ASCII
+# locale, a zone 14 hours ahead, tokenbench's own variables pointing nowhere. tests/conftest.py pins its own
+# environment; a test that reads the caller's instead fails here, not on a user's machine (issue 23).
+HOSTILE_ENV := COLUMNS=80 LINES=24 TERM=dumb NO_COLOR=1 FORCE_COLOR=1 LANG=C LC_ALL=C PYTHONUTF8=0 TZ=Pacific/Kiritimati \
+	TOKENBENCH_DB=/proc/tokenbench/results.db TOKENBENCH_CATALOG=/proc/tokenbench/catalog.toml \
+	TOKENBENCH_CACHE=/proc/tokenbench/cache TOKENBENCH_TOOLS=/proc/tokenbench/tools TOKENBENCH_DEBUG=1
+# The engines where `make engines` put them: the suite ignores TOKENBENCH_TOOLS and the like, and reads them as
+# TOKENBENCH_TEST_TOOLS and the like (default: the user cache), so the caller's are passed on under those names.
+ENGINES_SEEN := $(foreach v,TOOLS LLAMA_CPP_BIN VLLM_ENV AIPERF_ENV,\
+	TOKENBENCH_TEST_$(v)="$${TOKENBENCH_TEST_$(v):-$${TOKENBENCH_$(v):-}}")
+PYTEST := env $(ENGINES_SEEN) $(HOSTILE_ENV) $(BIN)/python -m pytest
+
 ## make test: pyflakes and mypy, then every test: the real engines and the cross-checks against the reference tools included
 test: lint engines $(VENV)/.installed-llama-cpp-python
-	$(BIN)/python -m pytest
+	$(PYTEST)
 
 lint: $(VENV)/.installed
 	$(BIN)/python -m pyflakes src tests benchmarks
@@ -53,7 +65,7 @@ lint: $(VENV)/.installed
 
 ## make test-fast: every test that needs no engine (about a minute)
 test-fast: $(VENV)/.installed
-	$(BIN)/python -m pytest -m "not engine"
+	$(PYTEST) -m "not engine"
 
 ## make bench: the client-overhead benchmark (a table; not a test)
 bench: $(VENV)/.installed

@@ -141,6 +141,42 @@ def test_an_unknown_option_never_echoes_its_value(capsys: pytest.CaptureFixture[
     assert SECRET not in err and "--api_key=***" in err
 
 
+def test_an_argument_error_shows_the_users_own_words(capsys: pytest.CaptureFixture[str]) -> None:
+    """Only secrets are masked: "--concurrency *** --slo ***" hid the very words the user had to correct."""
+    assert main(["recommend", "--model", "qwen3.6-35b-a3b", "--concurrency", "8", "--slo", "tpot=50ms"]) == 2
+    assert main(["runs", "--tokens", "200", "--api", "chat", "a.json", "--label=h100"]) == 2  # options of others
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("tokenbench: error: unrecognized arguments: --concurrency 8 --slo tpot=50ms;"), err
+    assert "unrecognized arguments: --tokens 200 --api chat a.json --label=h100;" in err[1], err
+
+
+@pytest.mark.parametrize("words, shown", [
+    (["--api-key", SECRET], "--api-key ***"),  # `runs` has no --api-key: refused, as every spelling below
+    ([f"--api-key={SECRET}"], "--api-key=***"),
+    (["--api-ke", SECRET], "--api-ke ***"),  # an abbreviation, refused since abbreviations are off
+    ([f"--api-ke={SECRET}"], "--api-ke=***"),
+    (["--apikey", SECRET], "--apikey ***"),  # misspelt
+    (["--hf-token", SECRET], "--hf-token ***"),
+    (["--auth-token", SECRET], "--auth-token ***"),  # named like a secret
+    (["--api-key", "-" + SECRET], "--api-key ***"),  # a value that starts with a dash
+    ([f"OPENAI_API_KEY={SECRET}"], "OPENAI_API_KEY=***"),
+    ([f"http://me:{SECRET}@host/v1"], "http://***@host/v1"),
+    (["--extra-body", '{"api_key": "' + SECRET + '"}'], '--extra-body \'{"api_key": "***"}\''),
+    ([SECRET], "unrecognized arguments: ***"),  # a bare word shaped like a key
+])
+def test_a_refused_secret_is_masked_and_the_words_around_it_shown(words: list[str], shown: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "--limit", "8", *words, "--slo", "tpot=50ms"]) == 2
+    err = capsys.readouterr().err
+    assert SECRET not in err and f"{shown} --slo tpot=50ms;" in err, err
+
+
+def test_a_key_typed_for_a_command_is_masked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([SECRET, "--api-key", SECRET]) == 2
+    err = capsys.readouterr().err
+    assert SECRET not in err and "invalid choice: '***'" in err, err
+
+
 def test_secret_named_body_fields_are_hidden_at_any_depth() -> None:
     body = {"api_key": SECRET, "top_k": 1, "nested": {"Authorization": SECRET, "x": [{"token": SECRET}]},
             "max_tokens": 4}

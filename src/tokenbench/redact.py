@@ -5,10 +5,15 @@ Three routes a secret takes into a recorded value, each replaced by ``***``:
 - ``KEY=value`` where the name looks like a secret (``OPENAI_API_KEY=…``, ``HF_TOKEN=…``), as in ``env`` prefixes
   of a server command given to ``coldstart --cmd``;
 - userinfo in a URL (``http://user:pass@host``) and body fields named like secrets (``{"api_key": …}``).
+
+An argument error shows the words the parser refused as the user typed them (``arguments``), the secrets in them
+masked: besides the routes above, the value of an unknown option spelled like a secret one (``--api-ke``,
+``--apikey``, ``--auth-token``) and a bare word shaped like a key (``sk-…``, ``hf_…``).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import shlex
@@ -23,6 +28,11 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _ASSIGN = re.compile(r"^(-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)=(.*)$", re.DOTALL)
 _URL_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.\-]*://)[^/?#\s]*@")  # to the last @ of the authority
 _QUERY_SECRET = re.compile(r"([?&][^=&#\s]+)=([^&#\s]*)")
+
+#: Words shaped like a provider's key or token: OpenAI/Anthropic ``sk-``, Hugging Face ``hf_``, GitHub, GitLab,
+#: Slack, AWS access key ids, JSON web tokens.
+KEY_SHAPED = re.compile(r"(?<![A-Za-z0-9_\-])(sk-|sk_|hf_|ghp_|gho_|ghs_|ghu_|github_pat_|glpat-|xox[abprs]-|AKIA|"
+                        r"eyJ)[A-Za-z0-9_\-.]{6,}")
 
 HIDDEN = "***"
 
@@ -99,4 +109,41 @@ def command(argv: list[str]) -> str:
                 out.append(url(a))
         else:
             out.append(url(a))
+    return " ".join(out)
+
+
+def looks_like_secret_option(word: str, known: frozenset[str] = frozenset()) -> bool:
+    """An option word whose value is a secret, or may be: a secret option (``--api-key``), one named like a
+    secret (``--auth-token``), or one of them abbreviated or misspelt (``--api-ke``, ``--apikey``, ``--hf-tokn``).
+    ``known``: options that hold no secret, e.g. the tool's own (``--tokens``, ``--api``), never taken for one."""
+    name = word.split("=", 1)[0]
+    if not name.startswith("-") or name in known and name not in SECRET_OPTIONS:
+        return False
+    bare = name.lstrip("-")
+    secrets = [o.lstrip("-") for o in SECRET_OPTIONS]
+    return (name in SECRET_OPTIONS or is_secret_name(bare)
+            or len(bare) >= 3 and any(o.startswith(bare) for o in secrets)
+            or bool(difflib.get_close_matches(bare.replace("_", "-"), secrets, n=1, cutoff=0.8)))
+
+
+def keys(text: str) -> str:
+    """``text`` with words shaped like a key (``KEY_SHAPED``) and URL userinfo replaced: for a message."""
+    return KEY_SHAPED.sub(HIDDEN, url(text))
+
+
+def arguments(words: list[str], known: frozenset[str] = frozenset()) -> str:
+    """Arguments the parser refused, as an error may show them: the user's own words, the secrets masked (the
+    value of anything that looks like a secret option, secret-named ``KEY=value``, URL userinfo, secret fields of
+    JSON, words shaped like keys). ``known``: the parser's options, which hold no secret but ``SECRET_OPTIONS``."""
+    out: list[str] = []
+    hide = False
+    for w in words:
+        if hide:  # whatever follows a secret option is its value, even one that starts with "-"
+            out.append(HIDDEN)
+            hide = False
+        elif looks_like_secret_option(w, known):
+            out.append(w.split("=", 1)[0] + "=" + HIDDEN if "=" in w else w)
+            hide = "=" not in w
+        else:
+            out.append(keys(command([w])))
     return " ".join(out)

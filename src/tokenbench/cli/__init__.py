@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from rich.console import Console
-
 from .. import redact
 from ..errors import RunInterrupted, TokenbenchError
+from ..output import ReadableConsole as Console
+from ..output import readable_output
 from .analysis import cmd_compare, cmd_cost, cmd_import, cmd_recommend, cmd_report
 from .measure import cmd_coldstart, cmd_depth, cmd_engines, cmd_guard, cmd_runs, cmd_show, cmd_sweep
 from .parser import build_parser
@@ -121,4 +121,5 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 
 def entrypoint() -> None:
+    readable_output(sys.stdout, sys.stderr)  # an ASCII terminal (LANG=C, UTF-8 mode off) gets ASCII, not a crash
     sys.exit(main())

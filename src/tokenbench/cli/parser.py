@@ -174,7 +174,8 @@ class HelpFormatter(argparse.HelpFormatter):
 
 class Parser(argparse.ArgumentParser):
     """argparse without abbreviations ("--api-ke sk-…" would be read as --api-key and slip past the redaction of
-    secrets), and with a one-line error that never echoes the value of an argument it did not recognise."""
+    secrets), and with a one-line error that shows the user's own words but never a secret among them
+    (``redact.arguments``: "--concurrency 8 --slo tpot=50ms" as typed, "--api-ke ***")."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
@@ -192,13 +193,29 @@ class Parser(argparse.ArgumentParser):
         text = super().format_help()
         return text + ("\nexamples:\n" + "".join(f"  {e}\n" for e in examples) if examples else "")
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        # argparse's own would join the refused words into its message, where a value can no longer be told
+        # from the option before it: they are shown here from the list
+        parsed, refused = self.parse_known_args(args, namespace)
+        if refused:
+            self._fail("unrecognized arguments: " + redact.arguments(refused, self._options()))
+        return parsed
+
+    def _options(self) -> frozenset[str]:
+        """Every option of this parser and its subcommands'."""
+        found: set[str] = set()
+        for action in self._actions:
+            found.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    found |= sub._options() if isinstance(sub, Parser) else set()
+        return frozenset(found)
+
     def error(self, message: str) -> NoReturn:
-        prefix = "unrecognized arguments: "
-        if message.startswith(prefix):
-            words = message[len(prefix):].split()
-            message = prefix + " ".join((w.split("=", 1)[0] + "=***" if "=" in w else w) if w.startswith("-")
-                                        else "***" for w in words)
-        self.exit(2, f"tokenbench: error: {redact.url(message)}; see {self.prog} --help\n")
+        self._fail(redact.keys(message))  # e.g. "invalid choice: 'sk-…'" where a key was typed for a command
+
+    def _fail(self, message: str) -> NoReturn:
+        self.exit(2, f"tokenbench: error: {message}; see {self.prog} --help\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
