@@ -265,7 +265,7 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
 def _recommend_row(i: int, c: Candidate) -> list[str]:
     return [str(i + 1), c.box, c.setup, c.source.upper() if c.source == "predicted" else c.source,
             f"{c.throughput:,.0f}" if c.throughput else "—",
-            f"{c.ttft_p99_ms:,.0f} ms" if c.ttft_p99_ms else "—", f"{c.tpot_ms:.1f} ms" if c.tpot_ms else "—",
+            f"{c.ttft_p99_ms:,.0f}" if c.ttft_p99_ms else "—", f"{c.tpot_ms:.1f}" if c.tpot_ms else "—",
             f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)]
 
 
@@ -316,8 +316,12 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     console.print(f"{a.agents} agents, {a.input_len} in / {a.output_len} out tokens, model {a.model}"
                   + (f", TTFT p99 <= {a.ttft_p99}" if a.ttft_p99 else "") + (f", TPOT <= {a.tpot}" if a.tpot else ""),
                   markup=False, highlight=False)
-    head = ["Rank", "Box", "Engine", "Source", "Aggregate tok/s", "TTFT p99", "TPOT", f"{a.currency}/M output", "Notes"]
-    print_table(console, head, [_recommend_row(i, c) for i, c in enumerate(ok)], a.format)
+    # units in the headers, not in every cell: the table fits 80 columns with a box's whole name
+    head = ["Rank", "Box", "Engine", "Source", "Aggregate tok/s", "TTFT p99 ms", "TPOT ms", f"{a.currency}/M output",
+            "Notes"]
+    # engine and source said once where every box shares them; notes under the table where they do not fit in it
+    print_table(console, head, [_recommend_row(i, c) for i, c in enumerate(ok)], a.format, keep=(0, 1, 4, 5, 6, 7),
+                aside=len(head) - 1)
     if not ok:
         console.print("no box fits, meets the SLOs and has a price", style="yellow", markup=False)
     _print_excluded(console, excluded)
