@@ -10,7 +10,8 @@ difference). What a level's figure is resampled from, in this order:
 - **requests** (the store's records of the level's successful measured requests): a quantile (median or p99
   TTFT, median TPOT, the prefill rate, the decode rate from TPOT) is drawn exactly, without building the
   resample: the k-th smallest of n draws from n sorted values is the value at ``floor(n * U)``, U ~ Beta(k, n + 1
-  - k), the k-th order statistic of n uniforms; so a draw costs two Beta variates whatever n is. A rate
+  - k), the k-th order statistic of n uniforms; so a draw costs two Beta variates whatever n is. A quantile
+  with fewer than ``TAIL`` requests beyond it has no interval (a p99 needs 500). A rate
   (aggregate and per-agent throughput, which at a fixed concurrency is proportional to output tokens over request
   time) is the ratio Σ output tokens / Σ request seconds of a resample of at most ``BLOCKS`` blocks of
   consecutive requests (one request a block up to ``BLOCKS`` requests; beyond, a block bootstrap: neighbouring
@@ -48,6 +49,11 @@ RESAMPLES = 1000
 LEVEL = 0.95
 #: A rate is resampled in at most this many blocks of consecutive requests.
 BLOCKS = 100
+#: A quantile has an interval only with at least this many requests beyond it, on its either side: a resample
+#: holds no value its sample did not, so a p99 of 32 requests (their largest but one) is drawn from the two or three
+#: largest and looks sure where nothing is known (the bootstrap of an extreme order statistic fails: Bickel &
+#: Freedman 1981). A median needs 10 requests, a p99 500.
+TAIL = 5
 #: Fixed, so the same inputs give the same interval (the run, the level and the figure are mixed in).
 SEED = "tokenbench-bootstrap-1"
 
@@ -184,7 +190,7 @@ def _from_requests(samples: LevelSamples, metric: str, stream: str, rng: random.
     if metric in QUANTILES:
         name, q, inverse = QUANTILES[metric]
         values = getattr(samples, name)
-        if len(values) < 2 or not (mid := percentile(values, q)):
+        if len(values) * min(q, 100 - q) / 100 < TAIL or not (mid := percentile(values, q)):
             return None
         got = samples.drawn.get(stream) or samples.drawn.setdefault(stream, _quantile_draws(values, q, rng, count))
         return Draws([mid / d if d else math.inf for d in got] if inverse else [d / mid for d in got],

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import adapters, session_view
-from .bootstrap import RESAMPLES, Interval, LevelSamples, interval, run_samples
+from .bootstrap import RESAMPLES, TAIL, Interval, LevelSamples, interval, run_samples
 from .cost import effective_serving_s
 from .errors import UsageError
 from .metrics import LevelSummary
@@ -285,8 +285,10 @@ def _fmt(v: float) -> str:
 
 
 def _times(v: float) -> str:
-    """A ratio: two decimals from 0.1 to 100, else three significant digits."""
-    return "∞" if v == float("inf") else f"{v:.2f}" if 0.1 <= v < 100 else f"{v:.3g}"
+    """A ratio: two decimals from 0.1 to 10, three digits to 1,000, else two significant digits."""
+    if v == float("inf"):
+        return "∞"
+    return f"{v:.2f}" if 0.1 <= v < 10 else f"{v:.3g}" if 10 <= v < 1000 else f"{v:.2g}"
 
 
 def metric_label(name: str, unit: str) -> str:
@@ -325,6 +327,8 @@ def table(c: Comparison) -> tuple[list[str], list[list[str]]]:
 
 #: The table's columns that stay in it whatever they hold (the others, one value in every row, go to a heading).
 VALUE_COLUMNS = (5, 6, 7, 8)
+#: On a terminal, a concurrency that varies heads its rows ("Concurrency 4") instead of taking a column.
+GROUP_COLUMN = 2
 
 
 #: What a side's draws came from, as the legend says it (``bootstrap.Draws.how``).
@@ -344,10 +348,13 @@ def legend(c: Comparison) -> list[str]:
         out = [f"A/B: A's figure over B's; 95% CI: its interval, a seeded bootstrap ({RESAMPLES:,} resamples) over "
                f"each level's {hows}. A side is named faster only where the interval excludes 1, else: not "
                "significant (no significant difference)."]
+        if any("requests" in (iv.how_a, iv.how_b) for iv in sampled):
+            out.append("Over requests it says how sure each run is of its own figure: a rerun can move more (sweep "
+                       "--repetitions N; compare then resamples those).")
     if bare:
-        out.append(f"{TIE - 1:.0%} rule: {bare} of {len(c.rows)} rows have no interval (a side without samples: an "
-                   f"import, a prediction, a level whose requests were not stored); there a ratio beyond {TIE:g} names "
-                   "the faster side, a rule of thumb, not a test.")
+        out.append(f"{TIE - 1:.0%} rule: {bare} of {len(c.rows)} rows have no interval (no samples on a side, or a p99 "
+                   f"of under {round(TAIL / 0.01)} requests); there a ratio beyond {TIE:g} names the faster side: a rule "
+                   "of thumb, not a test.")
     return out
 
 
