@@ -500,25 +500,43 @@ def lengths_line(manifest: Manifest) -> str | None:
     return f"input {_text(wl.get('input'), wl.get('input_len'))} tokens, {out}"
 
 
+def _grouped(head: list[str], body: list[list[str]], g: int) -> tuple[list[str], list[list[str]], set[int]]:
+    """The table with column ``g`` taken out: a row of its own ("Concurrency 4") before each run of rows that
+    share its value, and where those rows are."""
+    rows: list[list[str]] = []
+    marks: set[int] = set()
+    for i, r in enumerate(body):
+        if i == 0 or r[g] != body[i - 1][g]:
+            marks.add(len(rows))
+            rows.append([f"{head[g]} {r[g]}"] + [""] * (len(head) - 2))
+        rows.append(r[:g] + r[g + 1:])
+    return head[:g] + head[g + 1:], rows, marks
+
+
 def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",
                 title: str | None = None, numeric: bool = False, keep: Collection[int] | None = None,
-                aside: int | None = None) -> None:
+                aside: int | None = None, group: int | None = None) -> None:
     """Any (header, rows) table, for a terminal or as Markdown (every column, as given). On a terminal, headers
     go onto two lines and text wraps to fit the width; ``keep`` given, the columns that hold one value in every
     row are said once in a heading line above it (``keep``: columns that stay whatever they hold; a column empty
-    in every row is left out); ``aside``: a text column (notes, flags) said under the table, row by row, where
-    the table does not fit with it. One block per row only when a row still cannot fit. ``numeric``: only the
-    last column is text that may wrap."""
+    in every row is left out); ``group``: a column that, where it varies, heads each run of rows on a row of its
+    own instead of taking a column ("Concurrency 4", the rows sorted by it); ``aside``: a text column (notes,
+    flags) said under the table, row by row, where the table does not fit with it. One block per row only when a
+    row still cannot fit. ``numeric``: only the last column is text that may wrap."""
     if fmt == "markdown":
         console.print(format_markdown(header, rows), markup=False, highlight=False, soft_wrap=True)
         return
     kept, said = split_constant(header, rows, keep) if keep is not None else (list(range(len(header))), [])
     head = [header[i] for i in kept]
     body = [[r[i] if i < len(r) else "" for i in kept] for r in rows]
+    plain = head, body  # for one block per row, where it comes to that
+    marks: set[int] = set()
+    if group in kept and len(kept) > 2:
+        head, body, marks = _grouped(head, body, kept.index(group))
     layout = table_layout(head, body, console.width, numeric)
     under: list[str] = []
-    if layout is None and aside in kept and len(kept) > 2:
-        k = kept.index(aside)
+    if layout is None and aside is not None and header[aside] in head and len(head) > 2 and not marks:
+        k = head.index(header[aside])
         under = [f"{head[0]} {r[0]} {head[k].lower()}: {r[k]}" for r in body if r[k].strip()]
         head, body = head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body]
         layout = table_layout(head, body, console.width, numeric)
@@ -527,13 +545,14 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     for line in heading_lines(said, console.width):
         console.print(line, markup=False, highlight=False)
     if layout is None:
-        print_vertical(console, head, body)
+        print_vertical(console, *plain)
         return
     t = Table(box=box.SIMPLE_HEAVY, show_edge=False, padding=(0, 0, 0, 1))
     for h, w, right in zip(layout.header, layout.widths, layout.right):
         t.add_column(h, width=w, justify="right" if right else "left", no_wrap=True, overflow="fold")
-    for r in body:
-        t.add_row(*("\n".join(wrap_cell(c, w)) if wrap else c for c, w, wrap in zip(r, layout.widths, layout.wrap)))
+    for i, r in enumerate(body):
+        t.add_row(*("\n".join(wrap_cell(c, w)) if wrap else c for c, w, wrap in zip(r, layout.widths, layout.wrap)),
+                  style="bold" if i in marks else None)
     console.print(t)
     for line in under:
         console.print(line, markup=False, highlight=False)

@@ -26,7 +26,7 @@ REPORTED = ("sweep", "predict", "depth", "bench")
 
 
 def cmd_compare(a: argparse.Namespace, console: Console) -> int:
-    from ..compare import VALUE_COLUMNS, compare, legend, points, table
+    from ..compare import GROUP_COLUMN, VALUE_COLUMNS, compare, legend, points, table
     from ..output import print_table
     from ..session_view import is_session_run, mismatch
 
@@ -48,7 +48,7 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
         head, rows = table(c)
         console.print(f"A = {c.a}, B = {c.b}" + ("\n" if a.format == "markdown" else ""), markup=False,
                       highlight=False)
-        print_table(console, head, rows, a.format, keep=VALUE_COLUMNS)
+        print_table(console, head, rows, a.format, keep=VALUE_COLUMNS, group=GROUP_COLUMN)
         for line in legend(c):
             console.print(line, markup=False, highlight=False)
     for line in c.crossovers:
