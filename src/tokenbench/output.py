@@ -279,8 +279,8 @@ def table_layout(header: list[str], rows: list[list[str]], width: int, numeric: 
 def split_constant(header: list[str], rows: list[list[str]],
                    keep: Collection[int] = (0,)) -> tuple[list[int], list[str]]:
     """The columns a table keeps, and "Header: value" for each column that holds one value in every row (of
-    two or more), said once above the table instead of on every row. A column empty in every row is left out;
-    ``keep``: columns that stay whatever they hold."""
+    two or more), said once above the table instead of on every row. A column empty (or "—") in every row is left
+    out; ``keep``: columns that stay whatever they hold."""
     kept, said = [], []
     for i, h in enumerate(header):
         values = {r[i] if i < len(r) else "" for r in rows}
@@ -288,8 +288,8 @@ def split_constant(header: list[str], rows: list[list[str]],
             kept.append(i)
             continue
         value = values.pop()
-        if not value.strip():
-            continue  # nothing in any row
+        if value.strip() in ("", "—"):
+            continue  # no figure in any row
         if len(rows) > 1:
             said.append(f"{h}: {value}")
         else:
