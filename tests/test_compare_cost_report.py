@@ -86,15 +86,17 @@ def test_compare_golden_table_crossover_and_effective_line(tmp_path: Path) -> No
          model="m", engine="vllm")
     c = compare(load_result(store, "mini-pc"), load_result(store, "gpu"), agents=16, tokens=200)
     head, rows = table(c)
-    assert head == ["Test", "Depth", "Concurrency", "Prompt", "Metric", "A: mini-pc", "B: gpu", "A/B", "Winner"]
-    agg = [r for r in rows if r[4] == "Aggregate output (tok/s)"]
+    assert head == ["Test", "Depth", "Concurrency", "Prompt", "Metric", "A", "B", "A/B (95% CI)", "Faster"]
+    # single numbers (no requests, no repetitions): no interval, and the row says the rule that decided it
+    agg = [r for r in rows if r[4] == "Aggregate tok/s"]
     assert agg == [
-        ["serve", "0", "1", "128", "Aggregate output (tok/s)", "60.0", "40.0", "1.50", "→ mini-pc wins 1.5×"],
-        ["serve", "0", "4", "128", "Aggregate output (tok/s)", "62.0", "150", "0.41", "← gpu wins 2.4×"],
-        ["serve", "0", "16", "128", "Aggregate output (tok/s)", "61.0", "500", "0.12", "← gpu wins 8.2×"],
+        ["serve", "0", "1", "128", "Aggregate tok/s", "60.0", "40.0", "1.50", "A 1.50× (5% rule)"],
+        ["serve", "0", "4", "128", "Aggregate tok/s", "62.0", "150", "0.41", "B 2.42× (5% rule)"],
+        ["serve", "0", "16", "128", "Aggregate tok/s", "61.0", "500", "0.12", "B 8.20× (5% rule)"],
     ]
-    ttft = [r for r in rows if r[4] == "Median TTFT (ms)"]
-    assert ttft[0][-1] == "→ mini-pc wins 1.6×"  # lower is better for latency
+    ttft = [r for r in rows if r[4] == "Median TTFT ms"]
+    assert ttft[0][-1] == "A 1.60× (5% rule)"  # lower is better for latency
+    assert all(r.interval is None and r.rule == "5% rule" for r in c.rows)
     assert any("between 1 and 4 concurrency (serve Aggregate output): mini-pc then gpu" in x for x in c.crossovers)
     assert c.effective == ["mini-pc: ~53.3 s as one sequential stream at 60.0 tok/s",
                            "gpu: ~6.4 s batched, 500 tok/s aggregate"]
@@ -108,7 +110,9 @@ def test_compare_warns_on_different_model_shapes_and_still_prints(tmp_path: Path
     assert main(["compare", "a", "b", "--db", str(tmp_path / "c.db"), "--format", "markdown"]) == 0
     out = capsys.readouterr().out
     assert "different models (qwen3.6-27b vs qwen3.6-35b-a3b)" in out and "different weight formats" in out
-    assert "| serve | 0 | 1 | 128 | Aggregate output (tok/s) | 60.0 | 50.0 | 1.20 | → a wins 1.2× |" in out
+    assert "A = a, B = b" in out
+    assert "| serve | 0 | 1 | 128 | Aggregate tok/s | 60.0 | 50.0 | 1.20 | A 1.20× (5% rule) |" in out
+    assert "5% rule: 5 of 5 rows have no interval" in " ".join(out.split())
 
 
 def test_a_served_name_and_the_catalog_id_of_one_model_are_the_same_shape(tmp_path: Path) -> None:

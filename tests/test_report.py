@@ -105,18 +105,20 @@ def test_comparison_has_ratio_winner_crossover_and_cost_beside_speed(page: str) 
     # cost from the one definition the cost command uses
     mini, gpu = Pricing("EUR", 0.5).per_mtok(60), Pricing("EUR", 1.79).per_mtok(40)
     assert f"{mini:.2f}" == "2.31" and f"{gpu:.1f}" == "12.4"
-    assert ("concurrency 1 | 60.0 tok/s | 40.0 tok/s | 1.50× | mini-pc 1.50× faster | 2.31 EUR/M | 12.4 EUR/M"
-            in rows)
-    assert ("concurrency 16 | 61.0 tok/s | 500 tok/s | 0.12× | gpu 8.20× faster | 2.28 EUR/M | 0.994 EUR/M"
-            in rows)
-    assert "concurrency 1 | 50.0 ms | 80.0 ms | 0.62× | mini-pc 1.60× lower | — | —" in rows
+    # these runs keep no requests (single numbers): no interval, and the winner says the 5% rule named it
+    assert ("concurrency 1 | 60.0 tok/s | 40.0 tok/s | 1.50× | mini-pc 1.50× faster (5% rule, no interval) | "
+            "2.31 EUR/M | 12.4 EUR/M" in rows)
+    assert ("concurrency 16 | 61.0 tok/s | 500 tok/s | 0.12× | gpu 8.20× faster (5% rule, no interval) | 2.28 EUR/M "
+            "| 0.994 EUR/M" in rows)
+    assert "concurrency 1 | 50.0 ms | 80.0 ms | 0.62× | mini-pc 1.60× lower (5% rule, no interval) | — | —" in rows
     text = _visible(page)
     assert "Crossover: faster box changes between 1 and 4 concurrency (serve Aggregate output): mini-pc then gpu" \
         in re.sub(r"\s+", " ", text)
     assert "gpu-pred is PREDICTED, not measured" in text
     assert "16 agents × 200 output tokens each: mini-pc: ~53.3 s as one sequential stream at 60.0 tok/s" in text
     # the GPU against its own prediction: every row a tie
-    assert "concurrency 4 | 150 tok/s | 150 tok/s | 1.00× | ≈ tie (within 5%) | 3.31 EUR/M | no price" in rows
+    assert "concurrency 4 | 150 tok/s | 150 tok/s | 1.00× | ≈ tie (within 5%, no interval) | 3.31 EUR/M | no price" \
+        in rows
 
 
 def test_no_raw_dicts_anywhere(page: str) -> None:

@@ -167,8 +167,9 @@ def test_a_sweep_table_at_80_columns_cuts_no_number_and_no_flag() -> None:
         assert all(cell in out for cell in rows[0] if cell)
 
 
-def test_a_long_value_in_a_card_wraps_between_words_under_its_column() -> None:
-    """predict --against printed a 165-character Flags line at 80 columns; it wraps, no word or number cut."""
+def test_a_long_value_wraps_between_words_under_its_column() -> None:
+    """predict --against printed a 165-character Flags line at 80 columns; it wraps, no word or number cut: in
+    its column of the table (it was one block per row, a card, until tables learned to wrap their text)."""
     import io
 
     from rich.console import Console
@@ -181,10 +182,11 @@ def test_a_long_value_in_a_card_wraps_between_words_under_its_column() -> None:
     print_table(Console(file=buf, width=80), ["Host", "Model", "Measured", "Predicted", "Flags"],
                 [["L40S 48GB", "llama-3.1-8b", "1,234.5 tok/s", "15,000", flag]])
     lines = buf.getvalue().splitlines()
-    flags = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("Flags")]
-    assert len(flags) == 1 and all(len(ln) <= 80 for ln in lines)
-    col = lines[flags[0]].index("likely")
-    tail = lines[flags[0]:]
+    assert all(len(ln) <= 80 for ln in lines)
+    assert lines[0].split() == ["Host", "Model", "Measured", "Predicted", "Flags"]  # a table, not a card
+    col = lines[2].index("likely")
+    tail = lines[2:]
+    assert "L40S 48GB" in lines[2] and "1,234.5 tok/s" in lines[2] and "15,000" in lines[2]
     assert all(ln[:col].strip() == "" for ln in tail[1:]) and len(tail) > 1
     assert " ".join(ln[col:].strip() for ln in tail) == flag
     # a column named by a 64-character run label: each value goes on the lines under its name

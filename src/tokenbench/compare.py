@@ -1,5 +1,6 @@
 """Two runs side by side: rows aligned on the shared workload axes (test, depth, concurrency), a ratio
-column with the winner named, crossovers, the effective-serving line, and the "different model shapes" trap.
+column with its 95% interval and the faster side named only where the interval excludes 1 (``bootstrap``),
+crossovers, the effective-serving line, and the "different model shapes" trap.
 
 Works on any kind of run (sweeps, depth runs, imports, predictions) since all are levels in the store. Two
 agent-session runs are also compared turn by turn (``compare_sessions``): TTFT against context, warm and busted,
@@ -12,8 +13,10 @@ import re
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import adapters, session_view
+from .bootstrap import RESAMPLES, TAIL, Interval, LevelSamples, interval, run_samples
 from .cost import effective_serving_s
 from .errors import UsageError
 from .metrics import LevelSummary
@@ -21,7 +24,11 @@ from .predict.roofline import WEIGHT_BPW
 from .results import Manifest, RunResult
 from .session_view import BUSTED, WARM, cache_of, is_session_run
 
-#: Ratios closer to 1 than this are a tie, not a win.
+if TYPE_CHECKING:
+    from .store import Store
+
+#: Where a ratio has no interval (a side without samples: an import, a prediction), ratios closer to 1 than this
+#: are a tie and farther a win: a stated rule, not a test (it guesses a run-to-run spread it did not measure).
 TIE = 1.05
 #: Aggregate throughput at the highest concurrency over single-stream throughput above which a server whose
 #: batching is unknown is taken to batch (queued requests alone gain a little from hidden HTTP overhead).
@@ -75,17 +82,29 @@ class CompareRow:
     b: float
     higher_better: bool
     cache: str | None = None  # a session level's cache mode (warm, busted)
+    interval: Interval | None = None  # A/B's 95% interval; None where a side has no samples
 
     @property
     def ratio(self) -> float:
         return self.a / self.b if self.b else float("inf")
 
     def winner(self) -> int:
-        """0: a tie; 1: A is better; 2: B is better."""
-        r = self.ratio
-        if 1 / TIE < r < TIE:
-            return 0
-        return 1 if (r > 1) == self.higher_better else 2
+        """0: no significant difference (the interval holds 1; with no interval, a ratio within ``TIE``); 1: A
+        is better; 2: B is better."""
+        if self.interval is not None:
+            if not self.interval.excludes_one():
+                return 0
+            larger = self.interval.low > 1
+        else:
+            if 1 / TIE < self.ratio < TIE:
+                return 0
+            larger = self.ratio > 1
+        return 1 if larger == self.higher_better else 2
+
+    @property
+    def rule(self) -> str:
+        """How the winner was decided: by the interval, or (no samples) by the fixed 5% rule."""
+        return "95% interval" if self.interval is not None else f"{TIE - 1:.0%} rule"
 
     def factor(self) -> float:
         r = self.ratio
@@ -229,16 +248,26 @@ def crossovers(rows: list[CompareRow], a: str, b: str) -> list[str]:
     return out
 
 
-def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200) -> Comparison:
-    la = {level_key(o.summary): o.summary for o in a.outcomes}
-    lb = {level_key(o.summary): o.summary for o in b.outcomes}
+def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, store: Store | None = None) -> Comparison:
+    """The two runs row by row. ``store``: where their requests are, for the intervals of levels run once (a
+    repeated level's repetitions are in the results already); without it those rows have no interval."""
+    oa = {level_key(o.summary): o for o in a.outcomes}
+    ob = {level_key(o.summary): o for o in b.outcomes}
+    shared = sorted(set(oa) & set(ob), key=lambda k: (*k[:4], k[4] == BUSTED))  # warm before busted
+    samples: tuple[dict[int, LevelSamples], dict[int, LevelSamples]] = (
+        (run_samples(a, store), run_samples(b, store)) if shared else ({}, {}))
     rows = []
-    for key in sorted(set(la) & set(lb), key=lambda k: (*k[:4], k[4] == BUSTED)):  # warm before busted
-        sa, sb = la[key], lb[key]
+    for key in shared:
+        sa, sb = oa[key].summary, ob[key].summary
+        # the run and the level seed each side's draws: the same runs give the same interval every time
+        seeds = [f"{r.run_id}:{o.idx}" for r, o in ((a, oa[key]), (b, ob[key]))]
         for name, unit, higher, get in METRICS:
             va, vb = get(sa), get(sb)
             if va and vb:
-                rows.append(CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, key[4] or None))
+                iv = interval(va, vb, samples[0].get(oa[key].idx), samples[1].get(ob[key].idx), sa, sb, name, get,
+                              seeds) if a.run_id and b.run_id else None
+                rows.append(CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, key[4] or None,
+                                       iv))
     cmp = Comparison(_name(a), _name(b), rows, warnings=_shape_warnings(a, b))
     if not rows:
         cmp.warnings.append("the two runs share no operating point (test, depth, concurrency): nothing to align")
@@ -255,15 +284,78 @@ def _fmt(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
 
 
+def _times(v: float) -> str:
+    """A ratio: two decimals from 0.1 to 10, three digits to 1,000, else two significant digits."""
+    if v == float("inf"):
+        return "∞"
+    return f"{v:.2f}" if 0.1 <= v < 10 else f"{v:.3g}" if 10 <= v < 1000 else f"{v:.2g}"
+
+
+def metric_label(name: str, unit: str) -> str:
+    """A metric with its unit, short enough for a column: "Aggregate tok/s", "Median TTFT ms"."""
+    return f"{name.removesuffix(' output')} {unit}"
+
+
+def ratio_cell(r: CompareRow, mark: str = "") -> str:
+    """A/B and its 95% interval: "1.11 (1.08–1.15)"; the ratio alone where it has none. ``mark``: after the
+    ratio ("×" in the report)."""
+    iv = r.interval
+    return _times(r.ratio) + mark + (f" ({_times(iv.low)}–{_times(iv.high)})" if iv is not None else "")
+
+
+def verdict(r: CompareRow, a: str = "A", b: str = "B") -> str:
+    """The faster side and by how much ("A 1.16×"), or "not significant" where the interval holds 1; a row with
+    no interval says the rule that decided it ("A 1.21× (5% rule)", "tie (5% rule)")."""
+    w = r.winner()
+    said = "not significant" if w == 0 else f"{a if w == 1 else b} {r.factor():.2f}×"
+    if r.interval is None:
+        said = (f"tie ({r.rule})" if w == 0 else f"{said} ({r.rule})")
+    return said
+
+
 def table(c: Comparison) -> tuple[list[str], list[list[str]]]:
-    head = ["Test", "Depth", "Concurrency", "Prompt", "Metric", f"A: {c.a}", f"B: {c.b}", "A/B", "Winner"]
+    """The rows as a table: the workload axes, the metric and its unit, both values (A and B: the heading names
+    the runs), A/B with its interval, and the faster side."""
+    head = ["Test", "Depth", "Concurrency", "Prompt", "Metric", "A", "B", "A/B (95% CI)", "Faster"]
     out = []
     for r in c.rows:
-        w = r.winner()
-        note = "≈ tie" if w == 0 else (f"→ {c.a} wins {r.factor():.1f}×" if w == 1 else f"← {c.b} wins {r.factor():.1f}×")
-        out.append([r.test + (f" {r.cache}" if r.cache else ""), f"{r.depth:,}", str(r.concurrency), str(r.input_len or "—"), f"{r.metric} ({r.unit})",
-                    _fmt(r.a), _fmt(r.b), f"{r.ratio:.2f}", note])
+        out.append([r.test + (f" {r.cache}" if r.cache else ""), f"{r.depth:,}", str(r.concurrency),
+                    str(r.input_len or "—"), metric_label(r.metric, r.unit), _fmt(r.a), _fmt(r.b), ratio_cell(r),
+                    verdict(r)])
     return head, out
+
+
+#: The table's columns that stay in it whatever they hold (the others, one value in every row, go to a heading).
+VALUE_COLUMNS = (5, 6, 7, 8)
+#: On a terminal, a concurrency that varies heads its rows ("Concurrency 4") instead of taking a column.
+GROUP_COLUMN = 2
+
+
+#: What a side's draws came from, as the legend says it (``bootstrap.Draws.how``).
+_DRAWN = {"requests": "requests", "repetitions": "repetitions",
+          "mean ± sd": "mean ± sd over its repetitions (a depth run: the mean drawn from its t distribution)"}
+
+
+def legend(c: Comparison) -> list[str]:
+    """What the ratio column and the verdicts mean, from the rows shown: how the intervals were drawn, and the
+    rule that decided the rows without one."""
+    sampled = [r.interval for r in c.rows if r.interval is not None]
+    bare = len(c.rows) - len(sampled)
+    if not sampled:
+        out = ["A/B: A's figure over B's."]
+    else:
+        hows = " and ".join(_DRAWN[h] for h in sorted({h for iv in sampled for h in (iv.how_a, iv.how_b)}))
+        out = [f"A/B: A's figure over B's; 95% CI: its interval, a seeded bootstrap ({RESAMPLES:,} resamples) over "
+               f"each level's {hows}. A side is named faster only where the interval excludes 1, else: not "
+               "significant (no significant difference)."]
+        if any("requests" in (iv.how_a, iv.how_b) for iv in sampled):
+            out.append("Over requests it says how sure each run is of its own figure: a rerun can move more (sweep "
+                       "--repetitions N; compare then resamples those).")
+    if bare:
+        out.append(f"{TIE - 1:.0%} rule: {bare} of {len(c.rows)} rows have no interval (no samples on a side, or a p99 "
+                   f"of under {round(TAIL / 0.01)} requests); there a ratio beyond {TIE:g} names the faster side: a rule "
+                   "of thumb, not a test.")
+    return out
 
 
 # --- agent sessions (issue 25) ----------------------------------------------------------------------------

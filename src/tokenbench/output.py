@@ -7,10 +7,12 @@ import codecs
 import io
 import textwrap
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
@@ -240,10 +242,139 @@ def format_sweep_markdown(levels: list[LevelSummary], currency: str = "USD") -> 
     return "\n".join(parts)
 
 
-def fits(console: Console, header: list[str], rows: list[list[str]]) -> bool:
-    """Whether the table fits the console's width with every cell whole (Rich would cut cells to "…")."""
-    widths = [max([len(h)] + [len(r[i]) for r in rows if i < len(r)]) for i, h in enumerate(header)]
-    return sum(widths) + 3 * len(widths) + 2 <= console.width
+#: Spaces between two columns of a terminal table (a space of padding beside the rule's own); one more leads.
+GAP = 2
+#: A text column squeezed to fit wraps its cells onto lines of at least this many characters (or its own width).
+WRAP_MIN = 12
+#: Where a text cell may break onto its next line: after a space, a hyphen, a slash, an underscore or a comma.
+_BREAKS = " -/_,"
+
+
+def _numeric(cells: list[str]) -> bool:
+    """A column of numbers (with their units, "—" where there is none): right-aligned, never wrapped."""
+    said = [c.strip() for c in cells if c.strip() not in ("", "—")]
+    return bool(said) and all(c[:1].isdigit() or (c[:1] in "+-" and c[1:2].isdigit()) for c in said)
+
+
+def _width(text: str) -> int:
+    return max((cell_len(line) for line in text.split("\n")), default=0)
+
+
+def _two_lines(header: str) -> str:
+    """A header on two lines, split at the space that leaves it narrowest ("Aggregate\noutput tok/s")."""
+    words = header.split(" ")
+    if len(words) < 2:
+        return header
+    k = min(range(1, len(words)), key=lambda k: max(len(" ".join(words[:k])), len(" ".join(words[k:]))))
+    return " ".join(words[:k]) + "\n" + " ".join(words[k:])
+
+
+def _pieces(text: str) -> list[str]:
+    """The text cut after each place it may break (a space, a hyphen, a slash, an underscore, a comma)."""
+    pieces, word = [], ""
+    for ch in text:
+        word += ch
+        if ch in _BREAKS:
+            pieces.append(word)
+            word = ""
+    return pieces + ([word] if word else [])
+
+
+def wrap_cell(text: str, width: int) -> list[str]:
+    """A text cell on lines of at most ``width``, broken after a space, hyphen, slash, underscore or comma (a
+    model name or a label breaks where it reads on); a piece longer than a line is cut (``table_layout`` gives no
+    column less than its longest piece)."""
+    pieces = _pieces(text)
+    lines = [""]
+    for p in pieces:
+        if lines[-1] and cell_len(lines[-1] + p.rstrip()) > width:
+            lines.append("")
+        while cell_len(lines[-1] + p.rstrip()) > width:
+            cut = max(1, width - cell_len(lines[-1]))
+            lines[-1], p = lines[-1] + p[:cut], p[cut:]
+            lines.append("")
+        lines[-1] += p
+    return [ln.rstrip() for ln in lines if ln.strip()] or [""]
+
+
+@dataclass(slots=True)
+class Layout:
+    """How a table fits a width: its headers (on two lines where a column is narrower than its name), each
+    column's width, which columns wrap their text and which are numbers (right-aligned)."""
+
+    header: list[str]
+    widths: list[int]
+    wrap: list[bool]
+    right: list[bool]
+
+    def total(self) -> int:
+        return sum(self.widths) + GAP * (len(self.widths) - 1) + 1
+
+
+def table_layout(header: list[str], rows: list[list[str]], width: int, numeric: bool = False) -> Layout | None:
+    """The layout of the table in ``width`` columns with every number whole: headers first go onto two lines
+    (the widest first), then text columns wrap (the widest first, down to ``WRAP_MIN``); None when it still does
+    not fit. ``numeric``: only the last column is text that may wrap (the sweep table's flags)."""
+    n = len(header)
+    cells = [[r[i] if i < len(r) else "" for r in rows] for i in range(n)]
+    right = [i > 0 and _numeric(cells[i]) for i in range(n)]
+    wrap = [i > 0 and not right[i] and (not numeric or i == n - 1) for i in range(n)]
+    body = [max((_width(c) for c in col), default=0) for col in cells]
+    out = Layout(list(header), [max(body[i], _width(h)) for i, h in enumerate(header)], wrap, right)
+    for i in sorted(range(n), key=lambda i: body[i] - _width(header[i])):  # the most header-bound first
+        if out.total() <= width:
+            return out
+        two = _two_lines(header[i])
+        if _width(two) < _width(header[i]) and body[i] < _width(header[i]):
+            out.header[i], out.widths[i] = two, max(body[i], _width(two))
+    # a wrapped column keeps its longest unbreakable piece whole: a word or a name is never cut
+    floor = [max(_width(_two_lines(h)), min(body[i], WRAP_MIN),
+                 max((cell_len(p.rstrip()) for c in cells[i] for p in _pieces(c)), default=0))
+             for i, h in enumerate(header)]
+    while out.total() > width:
+        squeeze = [i for i in range(n) if wrap[i] and out.widths[i] > floor[i]]
+        if not squeeze:
+            return None
+        i = max(squeeze, key=lambda i: out.widths[i])
+        out.widths[i] -= 1
+        if _width(out.header[i]) > out.widths[i]:
+            out.header[i] = _two_lines(header[i])
+    return out
+
+
+def split_constant(header: list[str], rows: list[list[str]],
+                   keep: Collection[int] = (0,)) -> tuple[list[int], list[str]]:
+    """The columns a table keeps, and "Header: value" for each column that holds one value in every row (of
+    two or more), said once above the table instead of on every row. A column empty (or "—") in every row is left
+    out; ``keep``: columns that stay whatever they hold."""
+    kept, said = [], []
+    for i, h in enumerate(header):
+        values = {r[i] if i < len(r) else "" for r in rows}
+        if i in keep or len(values) != 1:
+            kept.append(i)
+            continue
+        value = values.pop()
+        if value.strip() in ("", "—"):
+            continue  # no figure in any row
+        if len(rows) > 1:
+            said.append(f"{h}: {value}")
+        else:
+            kept.append(i)  # one row: its values are the table
+    return kept, said
+
+
+def heading_lines(said: list[str], width: int) -> list[str]:
+    """The columns moved out of a table ("Test: serve"), joined by "; " on as few lines as fit ``width``; one
+    is broken between its words only when it alone is wider."""
+    lines: list[str] = []
+    for part in said:
+        if lines and cell_len(lines[-1]) + 3 + cell_len(part) <= width:  # room for "; " and a ";" after it
+            lines[-1] += "; " + part
+            continue
+        if lines:
+            lines[-1] += ";"
+        lines += textwrap.wrap(part, width, break_long_words=False, break_on_hyphens=False) or [part]
+    return lines
 
 
 def print_vertical(console: Console, header: list[str], rows: list[list[str]], title: str | None = None) -> None:
@@ -359,7 +490,9 @@ def print_sessions(console: Console, levels: list[LevelSummary], fmt: str = "tab
 
 
 def print_sweep(console: Console, levels: list[LevelSummary], currency: str, title: str | None = None) -> None:
-    print_table(console, *sweep_rows(levels, currency), title=title, numeric=True)
+    header, rows = sweep_rows(levels, currency)
+    # what every level shares said once above the table; the flags under it where they do not fit in it
+    print_table(console, header, rows, title=title, numeric=True, keep=(0,), aside=len(header) - 1)
     if any(s.session is not None for s in levels):
         print_sessions(console, levels)
     for line in single_stream_lines(levels):
@@ -433,23 +566,59 @@ def lengths_line(manifest: Manifest) -> str | None:
     return f"input {_text(wl.get('input'), wl.get('input_len'))} tokens, {out}"
 
 
+def _grouped(head: list[str], body: list[list[str]], g: int) -> tuple[list[str], list[list[str]], set[int]]:
+    """The table with column ``g`` taken out: a row of its own ("Concurrency 4") before each run of rows that
+    share its value, and where those rows are."""
+    rows: list[list[str]] = []
+    marks: set[int] = set()
+    for i, r in enumerate(body):
+        if i == 0 or r[g] != body[i - 1][g]:
+            marks.add(len(rows))
+            rows.append([f"{head[g]} {r[g]}"] + [""] * (len(head) - 2))
+        rows.append(r[:g] + r[g + 1:])
+    return head[:g] + head[g + 1:], rows, marks
+
+
 def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",
-                title: str | None = None, numeric: bool = False) -> None:
-    """Any (header, rows) table, for a terminal or as Markdown; one block per row when it is too wide.
-    ``numeric``: the middle columns are numbers, right-aligned and never wrapped (the sweep table)."""
+                title: str | None = None, numeric: bool = False, keep: Collection[int] | None = None,
+                aside: int | None = None, group: int | None = None) -> None:
+    """Any (header, rows) table, for a terminal or as Markdown (every column, as given). On a terminal, headers
+    go onto two lines and text wraps to fit the width; ``keep`` given, the columns that hold one value in every
+    row are said once in a heading line above it (``keep``: columns that stay whatever they hold; a column empty
+    in every row is left out); ``group``: a column that, where it varies, heads each run of rows on a row of its
+    own instead of taking a column ("Concurrency 4", the rows sorted by it); ``aside``: a text column (notes,
+    flags) said under the table, row by row, where the table does not fit with it. One block per row only when a
+    row still cannot fit. ``numeric``: only the last column is text that may wrap."""
     if fmt == "markdown":
         console.print(format_markdown(header, rows), markup=False, highlight=False, soft_wrap=True)
         return
-    if not fits(console, header, rows):
-        print_vertical(console, header, rows, title)
+    kept, said = split_constant(header, rows, keep) if keep is not None else (list(range(len(header))), [])
+    head = [header[i] for i in kept]
+    body = [[r[i] if i < len(r) else "" for i in kept] for r in rows]
+    plain = head, body  # for one block per row, where it comes to that
+    marks: set[int] = set()
+    if group in kept and len(kept) > 2:
+        head, body, marks = _grouped(head, body, kept.index(group))
+    layout = table_layout(head, body, console.width, numeric)
+    under: list[str] = []
+    if layout is None and aside is not None and header[aside] in head and len(head) > 2 and not marks:
+        k = head.index(header[aside])
+        under = [f"{head[0]} {r[0]} {head[k].lower()}: {r[k]}" for r in body if r[k].strip()]
+        head, body = head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body]
+        layout = table_layout(head, body, console.width, numeric)
+    if title:
+        console.print(title, markup=False, highlight=False)
+    for line in heading_lines(said, console.width):
+        console.print(line, markup=False, highlight=False)
+    if layout is None:
+        print_vertical(console, *plain)
         return
-    t = Table(title=title, box=box.SIMPLE_HEAVY)
-    last = len(header) - 1
-    for i, h in enumerate(header):
-        if numeric:
-            t.add_column(h, justify="left" if i in (0, last) else "right", no_wrap=i < last)
-        else:
-            t.add_column(h, overflow="fold")
-    for r in rows:
-        t.add_row(*r)
+    t = Table(box=box.SIMPLE_HEAVY, show_edge=False, padding=(0, 0, 0, 1))
+    for h, w, right in zip(layout.header, layout.widths, layout.right):
+        t.add_column(h, width=w, justify="right" if right else "left", no_wrap=True, overflow="fold")
+    for i, r in enumerate(body):
+        t.add_row(*("\n".join(wrap_cell(c, w)) if wrap else c for c, w, wrap in zip(r, layout.widths, layout.wrap)),
+                  style="bold" if i in marks else None)
     console.print(t)
+    for line in under:
+        console.print(line, markup=False, highlight=False)

@@ -247,9 +247,9 @@ def repetition_stats(reps: list[LevelSummary]) -> dict[str, Any]:
 
 def combine_repetitions(reps: list[LevelSummary], price_per_hour: float | None,
                         currency: str | None = None) -> LevelSummary:
-    """Repetitions of a level: the first summary with throughput and medians replaced by their medians, and the
-    cost per million tokens at the median throughput (it was dropped: a priced run with --repetitions 3 showed
-    no cost at all)."""
+    """Repetitions of a level: the first summary with throughput, percentiles and prefill rate replaced by their
+    medians over the repetitions (what compare's interval over repetitions resamples), and the cost per million
+    tokens at the median throughput (it was dropped: a priced run with --repetitions 3 showed no cost at all)."""
     if len(reps) == 1:
         return reps[0]
     base = LevelSummary.from_dict(reps[0].to_dict())
@@ -262,9 +262,13 @@ def combine_repetitions(reps: list[LevelSummary], price_per_hour: float | None,
         base.add(unstable)
     for attr in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         dist = getattr(base, attr)
-        p50s = [getattr(r, attr).p50 for r in reps if getattr(r, attr).p50 is not None]
-        if p50s:
-            dist.p50 = statistics.median(p50s)
+        for pct in ("p50", "p90", "p95", "p99"):  # each the repetitions' median (p99 was the first one's alone)
+            said = [v for r in reps if (v := getattr(getattr(r, attr), pct)) is not None]
+            if said:
+                setattr(dist, pct, statistics.median(said))
+    prefill = [r.prefill_tps for r in reps if r.prefill_tps is not None]
+    if prefill:
+        base.prefill_tps = statistics.median(prefill)
     base.cost_per_mtok = level_cost(price_per_hour, currency, base.output_throughput_tps)
     return base
 

@@ -26,7 +26,7 @@ REPORTED = ("sweep", "predict", "depth", "bench")
 
 
 def cmd_compare(a: argparse.Namespace, console: Console) -> int:
-    from ..compare import compare, points, table
+    from ..compare import GROUP_COLUMN, VALUE_COLUMNS, compare, legend, points, table
     from ..output import print_table
     from ..session_view import is_session_run, mismatch
 
@@ -38,7 +38,7 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
         raise UsageError(why)
     if is_session_run(ra):
         return _compare_sessions(a, console, store, ra, rb)
-    c = compare(ra, rb, a.agents, a.tokens)
+    c = compare(ra, rb, a.agents, a.tokens, store)
     if not c.rows and len(c.effective) < 2:  # a sweep beside a llama-bench run once printed an empty table
         raise UsageError(f"runs {ra.run_id} and {rb.run_id} share no operating point to compare: the first has "
                          f"{points(ra)}; the second {points(rb)}")
@@ -46,7 +46,11 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
         console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
     if c.rows:
         head, rows = table(c)
-        print_table(console, head, rows, a.format)
+        console.print(f"A = {c.a}, B = {c.b}" + ("\n" if a.format == "markdown" else ""), markup=False,
+                      highlight=False)
+        print_table(console, head, rows, a.format, keep=VALUE_COLUMNS, group=GROUP_COLUMN)
+        for line in legend(c):
+            console.print(line, markup=False, highlight=False)
     for line in c.crossovers:
         console.print(line, markup=False, highlight=False)
     if c.effective:
@@ -83,7 +87,7 @@ def _compare_sessions(a: argparse.Namespace, console: Console, store: Store, ra:
         console.print(gap, end="")
         for line in block.gains:
             console.print(f"the cache's gain on {line}", markup=False, highlight=False)
-    _compare_tail(a, console, store, ra, rb, compare(ra, rb, a.agents, a.tokens), sc)
+    _compare_tail(a, console, store, ra, rb, compare(ra, rb, a.agents, a.tokens, store), sc)
     return 0
 
 
@@ -99,8 +103,8 @@ def _compare_tail(a: argparse.Namespace, console: Console, store: Store, ra: Run
     if a.json:
         doc = asdict(c)
         doc["quality"] = q.to_dict() if q is not None else None
-        for row, r in zip(doc["rows"], c.rows):
-            row.update(ratio=r.ratio, winner={0: None, 1: c.a, 2: c.b}[r.winner()])
+        for row, r in zip(doc["rows"], c.rows):  # interval: {low, high, how_a, how_b, n_a, n_b} or null
+            row.update(ratio=r.ratio, winner={0: None, 1: c.a, 2: c.b}[r.winner()], rule=r.rule)
         if sessions is not None:
             doc["sessions"] = asdict(sessions)
             for block, b in zip(doc["sessions"]["blocks"], sessions.blocks):
@@ -250,7 +254,7 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
             if q is not None:
                 quality[(ra.run_id, rb.run_id)] = q.lines(ra.manifest.label or ra.run_id,
                                                           rb.manifest.label or rb.run_id)
-        Path(a.html).write_text(html.render(runs, data, a.title, a.price_per_hour, a.currency, quality),
+        Path(a.html).write_text(html.render(runs, data, a.title, a.price_per_hour, a.currency, quality, store),
                                 encoding="utf-8")
         console.print(f"wrote {a.html} ({len(data)} plots)", markup=False)
     if a.png:
@@ -265,7 +269,7 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
 def _recommend_row(i: int, c: Candidate) -> list[str]:
     return [str(i + 1), c.box, c.setup, c.source.upper() if c.source == "predicted" else c.source,
             f"{c.throughput:,.0f}" if c.throughput else "—",
-            f"{c.ttft_p99_ms:,.0f} ms" if c.ttft_p99_ms else "—", f"{c.tpot_ms:.1f} ms" if c.tpot_ms else "—",
+            f"{c.ttft_p99_ms:,.0f}" if c.ttft_p99_ms else "—", f"{c.tpot_ms:.1f}" if c.tpot_ms else "—",
             f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)]
 
 
@@ -316,8 +320,12 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     console.print(f"{a.agents} agents, {a.input_len} in / {a.output_len} out tokens, model {a.model}"
                   + (f", TTFT p99 <= {a.ttft_p99}" if a.ttft_p99 else "") + (f", TPOT <= {a.tpot}" if a.tpot else ""),
                   markup=False, highlight=False)
-    head = ["Rank", "Box", "Engine", "Source", "Aggregate tok/s", "TTFT p99", "TPOT", f"{a.currency}/M output", "Notes"]
-    print_table(console, head, [_recommend_row(i, c) for i, c in enumerate(ok)], a.format)
+    # units in the headers, not in every cell: the table fits 80 columns with a box's whole name
+    head = ["Rank", "Box", "Engine", "Source", "Aggregate tok/s", "TTFT p99 ms", "TPOT ms", f"{a.currency}/M output",
+            "Notes"]
+    # engine and source said once where every box shares them; notes under the table where they do not fit in it
+    print_table(console, head, [_recommend_row(i, c) for i, c in enumerate(ok)], a.format, keep=(0, 1, 4, 5, 6, 7),
+                aside=len(head) - 1)
     if not ok:
         console.print("no box fits, meets the SLOs and has a price", style="yellow", markup=False)
     _print_excluded(console, excluded)

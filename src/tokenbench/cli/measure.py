@@ -375,23 +375,26 @@ def cmd_runs(a: argparse.Namespace, console: Console) -> int:
     if not rows:
         console.print(f"no runs in {store.path}", markup=False)
         return 0
-    from rich.table import Table
-
-    from ..output import fits, print_vertical
-
     header = ["Run", "Started", "Kind", "Label", "Model", "Engine", "Levels", "Status"]
-    cells = [[r.id, r.started, r.kind, r.label or "", manifests[r.id].model or "",
+    cells = [[r.id, started_cell(r.started), r.kind, r.label or "", manifests[r.id].model or "",
               manifests[r.id].engine or "", str(counts.get(r.id, 0)), r.status] for r in rows]
-    if not fits(console, header, cells):  # at 80 columns: one block per run, ids whole for show
-        print_vertical(console, header, cells)
-        return 0
-    t = Table(box=None)
-    for h in header:
-        t.add_column(h, no_wrap=True)
-    for c in cells:
-        t.add_row(*c)
-    console.print(t)
+    # what every run shares goes above the table; a run id is never cut (show and compare take it)
+    print_table(console, header, cells, keep=(0,))
     return 0
+
+
+def started_cell(started: str | None) -> str:
+    """When a run started, to the minute ("2026-11-25 08:59Z": in UTC where the time says its zone; the run id
+    has the seconds)."""
+    import datetime as dt
+
+    try:
+        t = dt.datetime.fromisoformat(started or "")
+    except ValueError:
+        return started or ""
+    if t.tzinfo is None:
+        return t.strftime("%Y-%m-%d %H:%M")
+    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%MZ")
 
 
 #: show prints at most this many levels unless --all: a 200,000-level import took 290 s to print.
@@ -430,7 +433,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         serve = [o for o in res.outcomes if o.summary.test in (None, "serve")]
         bench = replace(res, outcomes=[o for o in res.outcomes if o.summary.test not in (None, "serve")])
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
-        print_table(console, *depth_rows(bench), a.format)
+        print_table(console, *depth_rows(bench), a.format, keep=(1, 3))  # the model said once, above
         for line in depth_notes(bench):
             console.print(line, style="yellow", markup=False, highlight=False)
         if serve:

@@ -430,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_latest(cp)
     add_db(cp)
 
-    c = sub.add_parser("compare", help="two runs side by side: ratios, winners, crossovers, effective serving")
+    c = sub.add_parser("compare", help="two runs side by side: ratios with 95%% intervals, the faster side where it is "
+                       "significant, crossovers, effective serving")
     c.add_argument("a", help="run id, id prefix or label")
     c.add_argument("b", help="run id, id prefix or label")
     c.add_argument("--agents", type=POSITIVE_INT, default=16, help="effective-serving line: this many agents ... (default 16)")

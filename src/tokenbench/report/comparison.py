@@ -1,12 +1,14 @@
 """The report's comparison of runs, in the shape of the published write-ups: for each pair of runs that share
-operating points, both sides' values, the ratio, the winner per row, the crossovers, and the cost per
-million output tokens beside each output rate. The rows, ratios and crossovers are ``compare.compare``'s; the
-cost is ``cost.Pricing``'s: this module only arranges them."""
+operating points, both sides' values, the ratio and its 95% interval, the winner per row (only where the interval
+excludes 1), the crossovers, and the cost per million output tokens beside each output rate. The rows, ratios,
+intervals and crossovers are ``compare.compare``'s; the cost is ``cost.Pricing``'s: this module only arranges
+them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
+from typing import TYPE_CHECKING
 
 from .. import session_view
 from ..compare import METRICS, CompareRow, Comparison, compare
@@ -14,6 +16,9 @@ from ..cost import Pricing
 from ..results import RunResult
 from .series import pricing
 from .style import depth_label
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 #: The metrics whose value is an output rate: the rate a row's cost is priced at.
 OUTPUT_RATES = {"Aggregate output", "Decode", "tg"}
@@ -63,16 +68,17 @@ def point(row: CompareRow, prompts: int) -> str:
     return out + (f", concurrency {row.concurrency}" if row.concurrency and row.concurrency != 1 else "")
 
 
-def pairs(runs: list[RunResult], price_per_hour: float | None = None,
-          currency: str | None = None) -> tuple[list[Pair], list[str]]:
-    """Every pair of runs that share an operating point, and a line for each pair that shares none."""
+def pairs(runs: list[RunResult], price_per_hour: float | None = None, currency: str | None = None,
+          store: Store | None = None) -> tuple[list[Pair], list[str]]:
+    """Every pair of runs that share an operating point, and a line for each pair that shares none; ``store``:
+    where the runs' requests are, for each ratio's interval (``compare.compare``)."""
     out, apart = [], []
     for i, j in combinations(range(len(runs)), 2):
         why = session_view.mismatch(runs[i], runs[j])
         if why is not None:  # a session run beside a plain sweep: said, never a table of unlike numbers
             apart.append(why)
             continue
-        c = compare(runs[i], runs[j], AGENTS, TOKENS)
+        c = compare(runs[i], runs[j], AGENTS, TOKENS, store)
         if c.rows:
             out.append(Pair(i, j, c, pricing(runs[i], price_per_hour, currency),
                             pricing(runs[j], price_per_hour, currency)))

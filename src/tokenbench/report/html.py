@@ -14,14 +14,19 @@ from __future__ import annotations
 import datetime
 import html
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .. import __version__, session_view
-from ..compare import CompareRow
+from ..bootstrap import RESAMPLES
+from ..compare import TIE, CompareRow, ratio_cell
 from ..cost import output_rate
 from ..metrics import LevelSummary
 from ..results import RunResult
 from . import comparison, facts, figures, sessions, style
 from .series import Plot, is_predicted, pricing, run_name
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 BOOT_SCRIPT = """
 (function () {
@@ -148,13 +153,17 @@ def _callouts(p: comparison.Pair, a: RunResult, b: RunResult, quality: dict[tupl
 
 
 def _winner(p: comparison.Pair, r: CompareRow) -> str:
+    """The faster side where the interval excludes 1, else "not significant"; a row with no interval says that
+    the 5% rule decided it (compare.verdict's words, with the run's name and colour)."""
     best = r.winner()
     if best == 0:
-        return '<td class="text tie">≈ tie (within 5%)</td>'
+        said = "not significant" if r.interval is not None else f"≈ tie (within {TIE - 1:.0%}, no interval)"
+        return f'<td class="text tie">{said}</td>'
     side = p.a if best == 1 else p.b
     name = p.cmp.a if best == 1 else p.cmp.b
+    rule = "" if r.interval is not None else f" ({_e(r.rule)}, no interval)"
     return (f'<td class="text win" style="--c:{style.colour(side)}">{_swatch(side)}{_e(name)} '
-            f"{r.factor():.2f}× {'faster' if r.higher_better else 'lower'}</td>")
+            f"{r.factor():.2f}× {'faster' if r.higher_better else 'lower'}{rule}</td>")
 
 
 def _cost_cells(p: comparison.Pair, r: CompareRow) -> list[str]:
@@ -244,7 +253,7 @@ def _pair(p: comparison.Pair, runs: list[RunResult], quality: dict[tuple[str, st
                             f'{_e(pr.currency if pr else "")} per M output tokens</th>'
                             for i, r, pr in ((p.a, a, p.price_a), (p.b, b, p.price_b)))
     head = (f'<table class="cmp"><tr><th>Operating point</th>{_run_head(p.a, a)}{_run_head(p.b, b)}'
-            f"<th>A/B</th><th class=\"text\">Winner</th>{cost_head}</tr>")
+            f"<th>A/B (95% CI)</th><th class=\"text\">Winner</th>{cost_head}</tr>")
     rows = [head]
     ncols = 5 + (2 if p.priced else 0)
     prompts = len({r.input_len for r in c.rows if r.test == "serve"})
@@ -254,7 +263,7 @@ def _pair(p: comparison.Pair, runs: list[RunResult], quality: dict[tuple[str, st
         for r in group:
             cells = [f'<td class="text">{_e(comparison.point(r, prompts))}</td>',
                      f"<td>{_e(style.number(r.a))} {_e(unit)}</td>", f"<td>{_e(style.number(r.b))} {_e(unit)}</td>",
-                     f"<td>{r.ratio:.2f}×</td>", _winner(p, r), *(_cost_cells(p, r) if p.priced else [])]
+                     f"<td>{_e(ratio_cell(r, '×'))}</td>", _winner(p, r), *(_cost_cells(p, r) if p.priced else [])]
             rows.append("<tr>" + "".join(cells) + "</tr>")
     rows.append("</table>")
     if session_view.is_session_run(a) and session_view.is_session_run(b):
@@ -325,8 +334,9 @@ def _figure(plot: Plot) -> str:
 
 def render(runs: list[RunResult], plots: list[Plot], title: str = "tokenbench report",
            price_per_hour: float | None = None, currency: str | None = None,
-           quality: dict[tuple[str, str], list[str]] | None = None) -> str:
-    """The page. ``quality``: per pair of run ids, lines on the two boxes' quality runs (quality beside speed)."""
+           quality: dict[tuple[str, str], list[str]] | None = None, store: Store | None = None) -> str:
+    """The page. ``quality``: per pair of run ids, lines on the two boxes' quality runs (quality beside speed);
+    ``store``: where the runs' requests are, for the comparison's intervals."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -338,11 +348,15 @@ def render(runs: list[RunResult], plots: list[Plot], title: str = "tokenbench re
         "markers, drawn on top. PREDICTED: dashed lines, open markers. p50 solid, p99 dotted.</p>",
         '<section id="sides"><h2>The runs side by side</h2>', _sides(runs, price_per_hour, currency), "</section>",
     ]
-    pairs, apart = comparison.pairs(runs, price_per_hour, currency)
+    pairs, apart = comparison.pairs(runs, price_per_hour, currency, store)
     if pairs or apart:
         parts.append('<section id="comparison"><h2>Comparison</h2>')
-        parts.append('<p class="meta">A/B is the first run\'s value over the second\'s; a ratio within 5% is a tie. '
-                     "Cost per million output tokens is priced at each row's output rate.</p>")
+        parts.append(f'<p class="meta">A/B is the first run\'s value over the second\'s, with its 95% interval: a '
+                     f"seeded bootstrap ({RESAMPLES:,} resamples) over each level's requests, or over its "
+                     "repetitions where it was repeated. A run is named faster only where the interval excludes 1; "
+                     "elsewhere the difference is not significant. A row with no interval (a side without samples: "
+                     f"an import, a prediction) says so, and there a ratio within {TIE - 1:.0%} is a tie: a rule of "
+                     "thumb, not a test. Cost per million output tokens is priced at each row's output rate.</p>")
         parts += [_pair(p, runs, quality or {}) for p in pairs]
         parts += [f'<p class="meta">{_e(x)}.</p>' for x in apart]
         parts.append("</section>")

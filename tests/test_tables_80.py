@@ -1,0 +1,140 @@
+"""Tables stay tables at 80 columns (issue 23): compare, show, runs and recommend say the columns that hold one
+value in every row once, above the table, and fit the rest; one block per row (a card) only where a row cannot
+fit. compare of a 5-level sweep at 80 columns printed 245 lines of 9-line cards, each repeating "Test serve /
+Depth 0 / Concurrency 4 / Prompt 128". The width is set in each test, never taken from the caller's terminal."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from test_compare_cost_report import _run, serve
+from test_compare_uncertainty import SPREAD, records, stored
+from tokenbench.cli import main
+from tokenbench.store import Store
+
+RULE = re.compile(r"^━+$")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """Two 5-level sweeps of one model (concurrency 1 to 5, 12 requests a level) and a third of one level."""
+    path = tmp_path / "t.db"
+    store = Store(path)
+    stored(store, "box-a", [[records([100 * k * (1 + c / 10) for k in SPREAD])] for c in range(5)])
+    stored(store, "box-b", [[records([120 * k * (1 + c / 10) for k in SPREAD], tpot_ms=11)] for c in range(5)])
+    stored(store, "box-c", [[records([100 * k for k in SPREAD])]])
+    return path
+
+
+def printed(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+            columns: int | None) -> list[str]:
+    """What the command prints at ``columns`` (None: piped into a file, no terminal: 160 columns)."""
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", str(columns))
+    assert main(argv) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def table_at(lines: list[str], *heads: str) -> int:
+    """The index of the table's rule, under the header line that holds ``heads`` (a table: one header line for
+    every column, not a block per row)."""
+    at = [i for i, ln in enumerate(lines) if RULE.match(ln.strip())]
+    assert at, "\n".join(lines)
+    i = at[0]
+    header = " ".join(lines[max(0, i - 2):i])  # a header on two lines where its column is narrow
+    assert all(h in header for h in heads), "\n".join(lines)
+    return i
+
+
+def readable(lines: list[str], width: int) -> None:
+    assert max(len(ln) for ln in lines) <= width, "\n".join(ln for ln in lines if len(ln) > width)
+    assert not any("\x1b[" in ln for ln in lines)  # no colour codes in a file
+
+
+@pytest.mark.parametrize("columns", [80, None])
+def test_compare_of_5_levels_is_one_short_table(db: Path, capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch, columns: int | None) -> None:
+    lines = printed(["compare", "box-a", "box-b", "--db", str(db)], capsys, monkeypatch, columns)
+    readable(lines, columns or 160)
+    i = table_at(lines, "Metric", "A", "B", "A/B (95% CI)", "Faster")
+    assert [ln for ln in lines if "Test: serve" in ln] == ["Test: serve; Depth: 0; Prompt: 128"]  # once, above
+    assert lines.index("Test: serve; Depth: 0; Prompt: 128") < i
+    rows = [ln.rstrip() for ln in lines[i + 1:]]
+    # each concurrency heads its rows (a column of it left no room at 80 for an interval and its verdict)
+    assert [k for k, ln in enumerate(rows) if ln.startswith(" Concurrency ")] == [0, 8, 14, 20, 26]
+    assert rows[14] == " Concurrency 3"
+    assert re.match(r"^ Median TTFT ms\s+120\s+144\s+0\.83 \(0\.\d\d–0\.9\d\)\s+A 1\.20×$", rows[17]), rows[17]
+    assert not any(ln.lstrip().startswith(("Test serve", "Depth", "Prompt")) for ln in lines)  # no cards
+    assert 32 <= len(lines) <= 48  # 27 rows (5 metrics a level, prefill and decode at 1); it was 245 lines
+
+
+@pytest.mark.parametrize("columns", [80, None])
+def test_show_says_what_every_level_shares_once(db: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch, columns: int | None) -> None:
+    lines = printed(["show", "box-a", "--db", str(db)], capsys, monkeypatch, columns)
+    readable(lines, columns or 160)
+    i = table_at(lines, "Concurrency", "Aggregate", "Per-agent", "Median TTFT", "P99 TTFT")
+    assert "Median TPOT: 10.0 ms; OK/failed: 12/0" in lines[:i]  # the same at every level: said once
+    assert not any("OK/failed" in ln or "Median TPOT" in ln for ln in lines[i - 1:i + 6])
+    assert [ln.split()[0] for ln in lines[i + 1:i + 6]] == ["1", "2", "3", "4", "5"]
+
+
+@pytest.mark.parametrize("columns", [80, None])
+def test_runs_is_a_table_with_what_they_share_above(db: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch, columns: int | None) -> None:
+    lines = printed(["runs", "--db", str(db)], capsys, monkeypatch, columns)
+    readable(lines, columns or 160)
+    i = table_at(lines, "Run", "Label", "Levels")
+    assert lines[:i - 1] == ["Started: 2026-11-25 10:00Z; Kind: sweep; Model: m; Status: complete"]
+    assert [ln.split() for ln in lines[i + 1:]] == [["run-box-c", "box-c", "1"], ["run-box-b", "box-b", "5"],
+                                                    ["run-box-a", "box-a", "5"]]
+
+
+@pytest.mark.parametrize("columns", [80, None])
+def test_recommend_is_a_table_with_engine_and_source_said_once(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              columns: int | None) -> None:
+    lines = printed(["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--currency", "EUR", "--price",
+                     "nvidia-l40s=0.9", "--price", "nvidia-h100-pcie=2", "--db", str(tmp_path / "r.db")],
+                    capsys, monkeypatch, columns)
+    readable(lines, columns or 160)
+    i = table_at(lines, "Rank", "Box", "Aggregate", "TTFT", "TPOT ms", "EUR/M")
+    assert [ln for ln in lines if "PREDICTED" in ln] == ["Engine: vllm FP8; Source: PREDICTED"]
+    assert [ln.split()[:2] for ln in lines[i + 1:i + 4]] == [["1", "nvidia-h100-sxm"], ["2", "nvidia-l40s"],
+                                                             ["3", "nvidia-h100-pcie"]]
+
+
+def test_recommend_with_a_measured_box_keeps_every_name_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "r.db"
+    _run(Store(db), "my-h100", [serve(16, 700, 1000, 20)], model="qwen3.6-35b-a3b", price_per_hour=1.79)
+    lines = printed(["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "10s", "--currency",
+                     "EUR", "--price", "nvidia-l40s=0.9", "--runs", "my-h100", "--db", str(db)], capsys, monkeypatch,
+                    80)
+    readable(lines, 80)
+    i = table_at(lines, "Rank", "Box", "Engine", "Source")
+    assert [ln.split()[1:4] for ln in lines[i + 1:i + 4]] == [
+        ["nvidia-h100-sxm", "vllm", "FP8"], ["nvidia-l40s", "vllm", "FP8"], ["my-h100", "?", "measured"]]
+
+
+def test_a_row_that_cannot_fit_is_a_card_and_says_its_shared_columns_once() -> None:
+    """The fallback: one column wider than the terminal (a run label as long as the line) makes one block per
+    row; the columns every row shares still go above, once."""
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.output import print_table
+
+    buf = io.StringIO()
+    label = "x" * 90
+    print_table(Console(file=buf, width=80), ["Level", "Test", "Value"],
+                [["1", "serve", label], ["2", "serve", label + "y"]], keep=(0, 2))
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "Test: serve" and lines[1] == "Level 1" and "Level 2" in lines
+    assert sum("serve" in ln for ln in lines) == 1
