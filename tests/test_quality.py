@@ -346,6 +346,8 @@ def test_outputs_that_differ_beyond_the_floor_are_named_different(tmp_path: Path
         first = _agreement_run(good.url, "host", tmp_path / "1.json")
         again = _agreement_run(good.url, "host", tmp_path / "2.json")
         other = _agreement_run(good.url, "other", tmp_path / "4.json")
+        # the newest run of the host is a knob check: no output in common, so not the floor
+        assert main(["quality", "knob", "--url", good.url, "--label", "host", "--param", "top_k=1,2", "--items", "2"]) == 0
     with serve(Answering(corrupt_every=2)) as bad:
         through = _agreement_run(bad.url, "proxy", tmp_path / "3.json")
     capsys.readouterr()

@@ -148,20 +148,27 @@ class Floor:
         return f"the floor: {names.get(a, a)} run twice ({a} and {b}: {how})"
 
 
+#: Repeats of a host tried for one with outputs in common (a knob check of the same host has none).
+REPEATS_TRIED = 10
+
+
+def _floor_tasks(store: Store, a: RunRow, b: RunRow) -> dict[str, Agreement]:
+    tasks = compare_items(load_items(store, a.id), load_items(store, b.id))
+    return {tc.task: tc.agreement for tc in tasks if tc.agreement is not None}
+
+
 def find_floor(store: Store, ra: RunRow, rb: RunRow, floor: RunRow | None = None) -> Floor:
     """The same host twice: ``floor`` against the run it repeats (A's host unless it is only B's), or the newest
-    repeat of A's host in the store, else of B's; no floor without one."""
+    repeat of A's host in the store that kept outputs of the same items, else of B's; no floor without one."""
     if floor is not None:
         base = rb if _host(floor) == _host(rb) and _host(floor) != _host(ra) else ra
-        pair: tuple[RunRow, RunRow] | None = (base, floor)
-    else:
-        found = [(r, x[0]) for r in (ra, rb) if (x := repeats(store, r, (ra.id, rb.id)))]
-        pair = found[0] if found else None
-    if pair is None:
-        return Floor(None, {})
-    tasks = compare_items(load_items(store, pair[0].id), load_items(store, pair[1].id))
-    return Floor((pair[0].id, pair[1].id), {tc.task: tc.agreement for tc in tasks if tc.agreement is not None},
-                 floor is not None)
+        return Floor((base.id, floor.id), _floor_tasks(store, base, floor), True)
+    for run in (ra, rb):
+        for again in repeats(store, run, (ra.id, rb.id))[:REPEATS_TRIED]:
+            tasks = _floor_tasks(store, run, again)
+            if tasks:
+                return Floor((run.id, again.id), tasks)
+    return Floor(None, {})
 
 
 def judge_tasks(tasks: list[TaskComparison], floor: Floor, sampled: bool) -> None:
