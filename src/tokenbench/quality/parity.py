@@ -144,7 +144,7 @@ class Floor:
             return ("no second run of either host in the store: the floor is assumed, as greedy decoding on one "
                     "host repeats itself (every output identical); run a host twice to measure it")
         a, b = self.runs
-        how = "given by --floor" if self.given else "same label, endpoint, model and settings"
+        how = "given by --floor" if self.given else "same label, server, model and settings"
         return f"the floor: {names.get(a, a)} run twice ({a} and {b}: {how})"
 
 
@@ -223,11 +223,11 @@ def overall(tasks: list[TaskComparison], name_a: str, name_b: str) -> Overall:
 
 
 def _agree_text(g: Agreement | None, v: AgreementVerdict | None) -> str:
-    """"8 of 16 outputs identical (8 differ from the first token) against 16 of 16 for a host run twice
+    """"8 of 16 outputs identical (8 differ, 8 from the first token) against 16 of 16 for a host run twice
     (p = 0.0024)"."""
     if g is None:
         return ""
-    first = f" ({g.differ_first} differ from the first {g.unit[:-1]})" if g.differ_first else ""
+    first = f" ({g.differ} differ, {g.differ_first} from the first {g.unit[:-1]})" if g.differ_first else ""
     text = f"{g.identical} of {g.n} outputs identical{first}"
     if v is None or v.p_value is None:
         return text
