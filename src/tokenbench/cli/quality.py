@@ -67,7 +67,7 @@ def add_quality_parser(sub: Any) -> None:
     c.add_argument("--floor", metavar="RUN",
                    help="a second run of A's host (or B's): how often the same host's outputs differ is the noise "
                         "floor agreement is judged against (default: the newest run in the store with A's label, "
-                        "endpoint, model and settings, else B's; none: greedy outputs are judged against an "
+                        "server, model and settings, else B's; none: greedy outputs are judged against an "
                         "assumed floor of every output identical)")
     c.add_argument("--format", choices=["table", "markdown"], default="table")
     add_json(c, "the comparison")
