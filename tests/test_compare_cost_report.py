@@ -403,5 +403,53 @@ def test_recommend_ranks_by_cost_and_says_why_others_are_out(tmp_path: Path, cap
     assert "nvidia-a30" in fits and "predicted boxes" in fits
     price = next(ln for ln in out.splitlines() if ln.startswith("excluded, no price (give --price ID=PER_HOUR"))
     assert "nvidia-h200-sxm" in price
+    assert "no box meets the SLOs" not in out  # some box meets them: the ranking, no closest boxes
+    assert main(["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "10s", "--currency", "EUR",
+                 "--price", "nvidia-l40s=0.9", "--runs", "my-h100", "--db", str(db), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["closest"] == [] and [c["cost_per_mtok"] for c in doc["ranked"]] == \
+        sorted(c["cost_per_mtok"] for c in doc["ranked"])
     assert main(["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "1s", "--db", str(db)]) == 0
     assert "misses TTFT p99" in capsys.readouterr().out
+
+
+def test_recommend_with_no_box_meeting_the_slos_lists_the_closest(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: the README's example printed a table with no rows and two paragraphs of excluded ids. Now the
+    closest boxes, by how far each missed (the worst SLO relative to its limit), with the value, the limit and
+    PREDICTED; boxes that do not fit come after every SLO miss. Exit 0: an answer, not an error."""
+    args = ["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "2s", "--currency", "EUR",
+            "--db", str(tmp_path / "r.db")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("no box meets the SLOs; the closest"))
+    near = [ln for ln in lines[head + 1:] if ln.startswith("  ")]
+    assert 3 <= len(near) <= 5, out
+    assert all("(vllm FP8, PREDICTED): TTFT p99 " in ln and "(limit 2 s, +" in ln for ln in near[:3]), near
+    assert any(ln.startswith("  3. nvidia-h100-sxm") and ln.endswith("; EUR 0.43/M output") for ln in near), near
+    assert "Rank" not in out  # no empty table
+    excluded = " ".join(" ".join(ln for ln in lines if not ln.startswith("  ")).split())
+    assert "more and the 5 above (22 predicted boxes" in excluded  # the groups name a few, count the rest
+    assert main([*args, "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ranked"] == [] and len(doc["closest"]) == 5
+    misses = [c["relative_miss"] for c in doc["closest"]]
+    assert misses == sorted(misses) and all(0 < m < 1 for m in misses)
+    first = doc["closest"][0]["misses"][0]
+    assert first["slo"] == "TTFT p99" and first["limit_ms"] == 2000 and first["value_ms"] > 2000
+
+
+def test_closest_boxes_rank_slo_misses_before_memory() -> None:
+    from tokenbench.recommend import Candidate, SloMiss, closest, miss_text
+
+    far = Candidate("far", "vllm FP8", "predicted", throughput=100.0, misses=[SloMiss("TTFT p99", 9000, 2000)])
+    near = Candidate("near", "vllm FP8", "measured", throughput=100.0,
+                     misses=[SloMiss("TPOT", 60, 50), SloMiss("TTFT p99", 2100, 2000)])
+    big = Candidate("big", "vllm FP8", "predicted", memory_gb=(25.0, 24.0))
+    cannot = Candidate("cannot", "vllm FP8", "predicted", excluded="cannot run it")
+    assert [c.box for c in closest([big, far, cannot, near])] == ["near", "far", "big"]
+    assert miss_text(far) == "TTFT p99 9 s (limit 2 s, 4.5x)"
+    assert miss_text(big) == "does not fit: needs 25 GiB of 24 GiB (+4%)"
+    ok = Candidate("ok", "vllm FP8", "predicted", throughput=100.0)
+    assert closest([big, far, ok]) == []  # a box meets the SLOs: nothing to list

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import sqlite3
 from pathlib import Path
@@ -115,6 +116,48 @@ def test_agreement_first_difference() -> None:
     assert agreement.prompts(4, 0, True) == agreement.prompts(4, 0, True) != agreement.prompts(4, 1, True)
 
 
+def _pairs(n: int, differ: int, first: int = 0) -> agreement.Agreement:
+    """``n`` paired outputs of 8 tokens, ``differ`` of them different: the first ``first`` of those from token 0,
+    the others from token 5."""
+    out = []
+    for i in range(n):
+        b = [1] * 8
+        if i < first:
+            b[0] = 2
+        elif i < differ:
+            b[5] = 2
+        out.append(([1] * 8, b))
+    return agreement.agreement(out, "tokens")
+
+
+def test_fisher_exact_by_hand() -> None:
+    # 8 of 16 against 0 of 16: C(16,8)·C(16,0)/C(32,8), the only table as extreme
+    assert stats.fisher_greater(8, 16, 0, 16) == pytest.approx(math.comb(16, 8) / math.comb(32, 8))
+    assert stats.fisher_greater(0, 16, 0, 16) == 1.0 and stats.fisher_greater(3, 16, 2, 16) == pytest.approx(0.5)
+
+
+def test_agreement_verdict_against_the_noise_floor() -> None:
+    """Issue 23: a host that agreed 8/16 with the first, where the same host twice agreed 16/16, was printed
+    only a needle task's "same within noise"."""
+    half = agreement.judge(_pairs(16, 8, first=8), _pairs(16, 0), ("r1", "r2"))
+    assert half.verdict == "different" and half.p_value is not None and half.p_value < 0.01
+    assert (half.floor_n, half.floor_differ, half.assumed, half.floor_runs) == (16, 0, False, ("r1", "r2"))
+    same = agreement.judge(_pairs(16, 0), _pairs(16, 0), ("r1", "r2"))
+    assert same.verdict == "within noise" and same.p_value == 1.0
+    noisy = agreement.judge(_pairs(16, 3), _pairs(16, 2), ("r1", "r2"))  # 13/16 against a floor of 14/16
+    assert noisy.verdict == "within noise" and noisy.p_value is not None and noisy.p_value > 0.5
+    # late differences beyond a floor that differs late too: the first-token test finds them
+    first = agreement.judge(_pairs(16, 10, first=10), _pairs(16, 8, first=0))
+    assert first.verdict == "different" and not first.assumed
+    # no repeat in the store: greedy decoding's floor is assumed (as many pairs, all identical)
+    assumed = agreement.judge(_pairs(16, 8, first=8), None)
+    assert assumed.verdict == "different" and assumed.assumed and assumed.floor_n == 16
+    assert agreement.judge(_pairs(16, 1), None).verdict == "within noise"  # one stray difference is not enough
+    sampled = agreement.judge(_pairs(16, 8), None, sampled=True)
+    assert sampled.verdict == "no floor" and sampled.p_value is None
+    assert half.to_dict()["floor_identical"] == 16
+
+
 def test_param_parsing_and_nesting() -> None:
     assert knob.parse_param("reasoning_effort=low,medium,high") == ("reasoning_effort", ["low", "medium", "high"])
     assert knob.parse_param("chat_template_kwargs.enable_thinking=true,false") == \
@@ -172,12 +215,14 @@ ARITH = re.compile(r"What is (\d+) (plus|minus|times) (\d+)\?")
 
 class Answering(Emitter):
     """The emitter, answering: the needle (or a wrong one on every ``wrong_every``-th needle), the sum asked,
-    else the emitter's words. ``slow_words``: prompts longer than this wait ``slow_s`` before answering."""
+    else the emitter's words (every ``corrupt_every``-th of those with a character put before them).
+    ``slow_words``: prompts longer than this wait ``slow_s`` before answering."""
 
-    def __init__(self, wrong_every: int = 0, slow_words: int | None = None, slow_s: float = 0.0) -> None:
+    def __init__(self, wrong_every: int = 0, slow_words: int | None = None, slow_s: float = 0.0,
+                 corrupt_every: int = 0) -> None:
         super().__init__(EmitterConfig())
         self.wrong_every, self.slow_words, self.slow_s = wrong_every, slow_words, slow_s
-        self.needles = 0
+        self.corrupt_every, self.needles, self.others = corrupt_every, 0, 0
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -195,6 +240,9 @@ class Answering(Emitter):
             answer = str(a + b if op == "plus" else a - b if op == "minus" else a * b)
         else:
             answer = " ".join(text.split()[:5])
+            self.others += 1
+            if self.corrupt_every and self.others % self.corrupt_every == 0:
+                answer = "#" + answer
         chat = "messages" in body
         choice = {"index": 0, "delta": {"content": answer}} if chat else {"index": 0, "text": answer}
         if not body.get("stream"):
@@ -281,6 +329,57 @@ def test_agreement_between_two_hosts(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert (ag["n"], ag["identical"], ag["unit"]) == (6, 6, "tokens")
     assert main(["quality", "compare", "a", "b"]) == 0
     assert "no item in common" in capsys.readouterr().out
+
+
+def _agreement_run(url: str, label: str, out: Path) -> str:
+    assert main(["quality", "--url", url, "--label", label, "--tasks", "agreement", "--items", "16",
+                 "--json", str(out)]) == 0
+    return str(json.loads(out.read_text())["run_id"])
+
+
+def test_outputs_that_differ_beyond_the_floor_are_named_different(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23: the same host twice agreed 16/16, a host corrupting every second answer 8/16, and `quality
+    compare` printed no verdict on it. The repeat in the store is the floor; the verdict line comes first and
+    names the second host different."""
+    with serve(Answering()) as good:
+        first = _agreement_run(good.url, "host", tmp_path / "1.json")
+        again = _agreement_run(good.url, "host", tmp_path / "2.json")
+        other = _agreement_run(good.url, "other", tmp_path / "4.json")
+        # the newest run of the host is a knob check: no output in common, so not the floor
+        assert main(["quality", "knob", "--url", good.url, "--label", "host", "--param", "top_k=1,2", "--items", "2"]) == 0
+    with serve(Answering(corrupt_every=2)) as bad:
+        through = _agreement_run(bad.url, "proxy", tmp_path / "3.json")
+    capsys.readouterr()
+    out = tmp_path / "cmp.json"
+    assert main(["quality", "compare", first, through, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    task = doc["tasks"][0]
+    assert (task["agreement"]["n"], task["agreement"]["identical"], task["agreement"]["first_diff"]) == (16, 8, [0] * 8)
+    v = task["agreement_verdict"]
+    assert v["verdict"] == "different" and v["p_value"] < 0.01 and v["floor_runs"] == [first, again]
+    assert (v["floor_n"], v["floor_identical"], v["floor_assumed"]) == (16, 16, False)
+    assert doc["verdict"]["same"] is False and doc["floor"]["runs"] == [first, again]
+    line = next(ln for ln in text.splitlines() if ln.startswith("verdict:"))
+    assert line.startswith("verdict: proxy differs from host: agreement: 8 of 16 outputs identical") and "same" not in line
+    assert text.index("verdict:") < text.index("agreement of outputs")  # the line first, the table under it
+    assert "different" in text and f"host run twice ({first} and {again}" in " ".join(text.split())
+    # the same host twice: the only case that reads "same"
+    assert main(["quality", "compare", first, again, "--json", str(out)]) == 0
+    assert "verdict: same within noise on every task" in capsys.readouterr().out
+    assert json.loads(out.read_text())["verdict"]["same"] is True
+    # no repeat of either host: the floor is assumed, and the output says so
+    assert main(["quality", "compare", other, through, "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    v = json.loads(out.read_text())["tasks"][0]["agreement_verdict"]
+    assert v["verdict"] == "different" and v["floor_assumed"] and "the floor is assumed" in text
+    # a floor named by hand
+    assert main(["quality", "compare", other, through, "--floor", first, "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["floor"] == {"runs": [other, first], "given": True,
+                                                   "text": f"the floor: other run twice ({other} and {first}: "
+                                                           "given by --floor)"}
+    assert main(["quality", "compare", first, through, "--floor", through]) == 2
 
 
 def test_knob_check_finds_no_effect_on_a_server_that_ignores_it(capsys: pytest.CaptureFixture[str]) -> None:

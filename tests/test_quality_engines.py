@@ -113,3 +113,105 @@ def test_shipped_lm_eval_task_on_transformers(transformers: RunningEngine, model
     assert len(doc["items"]) == 4
     for it in doc["items"]:
         assert it["status"] in ("pass", "fail") and it["latency_ms"] > 0 and it["prompt_tokens"] > 0
+
+
+class CorruptingProxy:
+    """A proxy in front of a server that passes everything through, except that every second completion's text
+    gets a character put before it: its first token differs (the user's measurement, issue 23: a host that
+    corrupts half its answers agreed 8/16, and `quality compare` printed only "same within noise")."""
+
+    def __init__(self, upstream: str) -> None:
+        from aiohttp import web
+
+        self.upstream = upstream.removesuffix("/v1")
+        self.completions = 0
+        self.app = web.Application()
+        self.app.router.add_route("*", "/{path:.*}", self.forward)
+
+    @staticmethod
+    def corrupt(text: str) -> str:
+        return ("@" if text.startswith("#") else "#") + text
+
+    def _corrupt_choice(self, choice: dict[str, Any]) -> bool:
+        """Corrupts the choice's text, if it has any; whether it did."""
+        for holder, key in ((choice, "text"), (choice.get("delta") or {}, "content"),
+                            (choice.get("message") or {}, "content")):
+            if isinstance(holder.get(key), str) and holder[key]:
+                holder[key] = self.corrupt(holder[key])
+                return True
+        return False
+
+    async def forward(self, request: Any) -> Any:
+        import aiohttp
+        from aiohttp import web
+
+        body = await request.read()
+        corrupt = False
+        if request.method == "POST" and request.path.endswith("/completions"):
+            self.completions += 1
+            corrupt = self.completions % 2 == 0
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        async with aiohttp.ClientSession() as http, \
+                http.request(request.method, self.upstream + request.path_qs, data=body, headers=headers) as up:
+            keep = {k: v for k, v in up.headers.items()
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding")}
+            if not up.headers.get("Content-Type", "").startswith("text/event-stream"):
+                data = await up.read()
+                if corrupt and up.status == 200:
+                    doc = json.loads(data)
+                    for choice in doc.get("choices", [])[:1]:
+                        self._corrupt_choice(choice)
+                    data = json.dumps(doc).encode()
+                return web.Response(body=data, status=up.status, headers=keep)
+            resp = web.StreamResponse(status=up.status, headers=keep)
+            await resp.prepare(request)
+            async for line in up.content:
+                if corrupt and line.startswith(b"data: {"):
+                    ev = json.loads(line[len(b"data: "):])
+                    if ev.get("choices") and self._corrupt_choice(ev["choices"][0]):
+                        corrupt = False  # the first text only
+                        line = b"data: " + json.dumps(ev).encode() + b"\n"
+                await resp.write(line)
+            await resp.write_eof()
+            return resp
+
+
+def test_a_proxy_that_corrupts_every_second_answer_is_named_different(
+        transformers: RunningEngine, model: tiny.TinyModel, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The user's measurement (issue 23): the same server twice agrees on every output (the noise floor of greedy
+    decoding); through a proxy that corrupts every second answer, half the outputs differ from the first token.
+    The needle task ties (random weights fail every needle on both), and the verdict still names the proxy's
+    host different, against the floor measured by the repeat, with a p-value; no verdict line says "same"."""
+    from tokenbench.emitter import BackgroundEmitter
+
+    common = ["--tasks", "niah,agreement", "--contexts", "256", "--api", "completions", "--items", "16",
+              "--max-tokens", "8"]
+    first = _quality(transformers, model, "direct", tmp_path / "1.json", *common)["run_id"]
+    again = _quality(transformers, model, "direct", tmp_path / "2.json", *common)["run_id"]
+    bg = BackgroundEmitter()
+    bg.emitter = CorruptingProxy(transformers.base_url)  # type: ignore[assignment]
+    with bg as proxy:
+        assert main(["quality", "--url", proxy.url, "--model", transformers.model, "--tokenizer", str(model.hf_dir),
+                     "--label", "proxy", "--json", str(tmp_path / "3.json"), *common]) == 0
+    through = json.loads((tmp_path / "3.json").read_text())["run_id"]
+    capsys.readouterr()
+    out = tmp_path / "cmp.json"
+    assert main(["quality", "compare", first, again, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert next(t for t in doc["tasks"] if t["task"] == "agreement")["agreement"]["identical"] == 16  # the floor
+    assert doc["verdict"]["same"] and "verdict: same within noise" in capsys.readouterr().out
+    assert main(["quality", "compare", first, through, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    by_task = {t["task"]: t for t in doc["tasks"]}
+    ag = by_task["agreement"]
+    assert (ag["agreement"]["n"], ag["agreement"]["identical"], ag["agreement"]["first_diff"]) == (16, 8, [0] * 8)
+    assert by_task["niah"]["scores"]["verdict"] == "same within noise"  # every other task ties
+    v = ag["agreement_verdict"]
+    assert v["verdict"] == "different" and v["p_value"] < 0.01
+    assert v["floor_runs"] == [first, again] and (v["floor_n"], v["floor_identical"]) == (16, 16)
+    line = next(ln for ln in text.splitlines() if ln.startswith("verdict:"))
+    assert not doc["verdict"]["same"] and "same" not in doc["verdict"]["text"]
+    assert line.startswith("verdict: proxy differs from direct: agreement: 8 of 16 outputs identical") and \
+        "same" not in line

@@ -1,5 +1,7 @@
 """Which box, for a workload and SLOs: rank the catalog's boxes (predicted) and any measured runs by cost per
-million output tokens among those that fit and meet the SLOs, and say why each other box is excluded."""
+million output tokens among those that fit and meet the SLOs, and say why each other box is excluded. When no
+box meets the SLOs, the closest: ranked by how far each missed (the worst SLO, relative to its limit; a box that
+does not fit in memory is further than any SLO miss)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,24 @@ class Workload:
     currency: str = DEFAULT_CURRENCY
 
 
+#: Boxes listed when none meets the SLOs.
+CLOSEST = 5
+
+
+@dataclass(slots=True)
+class SloMiss:
+    """One SLO a box missed: its (predicted or measured) value against the limit."""
+
+    slo: str  # "TTFT p99" | "TPOT"
+    value_ms: float
+    limit_ms: float
+
+    @property
+    def relative(self) -> float:
+        """How far over the limit, as a share of it (0.3: 30% over)."""
+        return self.value_ms / self.limit_ms - 1
+
+
 @dataclass(slots=True)
 class Candidate:
     box: str
@@ -37,6 +57,8 @@ class Candidate:
     excluded: str | None = None
     reason: str | None = None  # what kind of reason excluded it, the key the table groups exclusions by
     notes: list[str] = field(default_factory=list)
+    misses: list[SloMiss] = field(default_factory=list)  # every SLO it missed, the worst first
+    memory_gb: tuple[float, float] | None = None  # (needed, usable) when it does not fit
 
     def exclude(self, reason: str, message: str) -> None:
         """Out of the ranking for the first reason found: a box that does not fit is not also 'no price'."""
@@ -67,10 +89,15 @@ def _pricing(c: Candidate, hw: HardwareSpec, prices: dict[str, Pricing], currenc
 
 
 def _slo(c: Candidate, w: Workload) -> None:
-    if w.ttft_p99_ms is not None and c.ttft_p99_ms is not None and c.ttft_p99_ms > w.ttft_p99_ms:
+    """Every SLO the candidate misses, kept (worst first); excluded for the first, TTFT before TPOT."""
+    for slo, value, limit in (("TTFT p99", c.ttft_p99_ms, w.ttft_p99_ms), ("TPOT", c.tpot_ms, w.tpot_ms)):
+        if limit is not None and value is not None and value > limit:
+            c.misses.append(SloMiss(slo, value, limit))
+    if c.misses and c.misses[0].slo == "TTFT p99":
         c.exclude("misses TTFT p99", f"misses TTFT p99: {c.ttft_p99_ms:,.0f} ms > {w.ttft_p99_ms:,.0f} ms")
-    elif w.tpot_ms is not None and c.tpot_ms is not None and c.tpot_ms > w.tpot_ms:
+    elif c.misses:
         c.exclude("misses TPOT", f"misses TPOT: {c.tpot_ms:.1f} ms > {w.tpot_ms:.1f} ms")
+    c.misses.sort(key=lambda m: -m.relative)
 
 
 def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pricing]) -> list[Candidate]:
@@ -91,6 +118,7 @@ def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pri
                 c.setup = f"{engine} AWQ"
                 f = s.fit(w.input_len + w.output_len, w.agents)
             if not f.fits:
+                c.memory_gb = (f.total_gb, f.usable_gb)
                 c.exclude("does not fit",
                           f"does not fit: needs {f.total_gb:,.0f} GiB of {f.usable_gb:,.0f} GiB for {w.agents} agents")
                 continue
@@ -141,6 +169,54 @@ def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing]) -> 
 def rank(cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
     ok = sorted((c for c in cands if not c.excluded and c.cost_per_mtok), key=lambda c: c.cost_per_mtok or 0)
     return ok, [c for c in cands if c.excluded]
+
+
+def shortfall(c: Candidate) -> tuple[int, float] | None:
+    """How far a box is from meeting the SLOs, to sort by: (0, the worst SLO's relative miss), (1, how far
+    its memory need is over what it has) for a box that does not fit, further than any SLO miss; None for one
+    that meets them, or has no figures to say (it cannot run the model, no measured level)."""
+    if c.misses:
+        return 0, c.misses[0].relative
+    if c.memory_gb is not None:
+        need, usable = c.memory_gb
+        return 1, need / usable - 1 if usable > 0 else float("inf")
+    return None
+
+
+def meets_slos(c: Candidate) -> bool:
+    """Fits, has figures, and misses no SLO (whatever its price or quality)."""
+    return c.throughput is not None and not c.misses and c.memory_gb is None
+
+
+def closest(cands: list[Candidate], n: int = CLOSEST) -> list[Candidate]:
+    """The ``n`` boxes nearest to meeting the SLOs, when none meets them (else none: the ranking is the answer)."""
+    if any(meets_slos(c) for c in cands):
+        return []
+    near = [(d, i) for i, c in enumerate(cands) if (d := shortfall(c)) is not None]
+    return [cands[i] for _, i in sorted(near)[:n]]
+
+
+def _duration(ms: float) -> str:
+    """2931 -> "2.93 s", 2000 -> "2 s", 36.6 -> "36.6 ms"."""
+    v, unit = (ms / 1000, "s") if ms >= 1000 else (ms, "ms")
+    return f"{v:,.0f} {unit}" if v >= 100 else f"{v:.3g} {unit}"
+
+
+def _over(relative: float) -> str:
+    """+31% over a limit; from twice the limit on, a factor ("117x")."""
+    factor = relative + 1
+    return f"+{relative:.0%}" if relative < 1 else f"{factor:.3g}x" if factor < 100 else f"{factor:,.0f}x"
+
+
+def miss_text(c: Candidate) -> str:
+    """How far a box missed, in words: "TTFT p99 2.61 s (limit 2 s, +31%)", every SLO it missed, or its memory."""
+    if c.misses:
+        return ", ".join(f"{m.slo} {_duration(m.value_ms)} (limit {_duration(m.limit_ms)}, {_over(m.relative)})"
+                         for m in c.misses)
+    if c.memory_gb is not None:
+        need, usable = c.memory_gb
+        return f"does not fit: needs {need:,.0f} GiB of {usable:,.0f} GiB ({_over(need / usable - 1)})"
+    return c.excluded or ""
 
 
 def parse_prices(prices: list[str], owned: list[str], currency: str, kwh_price: float) -> dict[str, Pricing]:

@@ -273,21 +273,53 @@ def _recommend_row(i: int, c: Candidate) -> list[str]:
             f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)]
 
 
-def _print_excluded(console: Console, excluded: list[Any]) -> None:
-    """Measured boxes one by one; predicted ones by reason (the catalog is long: 40 lines of it hid the ranking)."""
+#: Boxes an exclusion line names before it counts the rest.
+EXCLUDED_NAMED = 8
+
+
+def _print_excluded(console: Console, excluded: list[Any], shown: list[Any]) -> None:
+    """Measured boxes one by one; predicted ones by reason, the nearest to meeting the SLOs first, at most
+    EXCLUDED_NAMED named and none of those ``shown`` above (the catalog is long: 40 lines of it hid the
+    ranking)."""
+    from ..recommend import shortfall
+
     groups: dict[str, list[Any]] = {}
     for c in excluded:
         if c.source == "measured":
-            console.print(f"excluded {c.box} (measured): {c.excluded}", markup=False, highlight=False)
+            if not any(c is x for x in shown):
+                console.print(f"excluded {c.box} (measured): {c.excluded}", markup=False, highlight=False)
         else:
             groups.setdefault(c.reason or "", []).append(c)
     for reason, cs in groups.items():
         if len(cs) == 1:
-            console.print(f"excluded {cs[0].box} (predicted): {cs[0].excluded}", markup=False, highlight=False)
+            if not any(cs[0] is x for x in shown):
+                console.print(f"excluded {cs[0].box} (predicted): {cs[0].excluded}", markup=False, highlight=False)
             continue
+        rest = sorted((c for c in cs if not any(c is x for x in shown)),  # stable: catalog order where no shortfall
+                      key=lambda c: shortfall(c) or (0, 0.0))
+        above = len(cs) - len(rest)
+        if not rest:
+            continue
+        named = ", ".join(c.box for c in rest[:EXCLUDED_NAMED])
+        more = [f"{len(rest) - EXCLUDED_NAMED} more"] if len(rest) > EXCLUDED_NAMED else []
+        more += [f"the {above} above"] if above else []
+        tail = (", " if named and len(more) == 2 else " and " if named else "") + " and ".join(more)
         remedy = " (give --price ID=PER_HOUR or --owned ID=PURCHASE:YEARS:WATTS)" if reason == "no price" else ""
-        console.print(f"excluded, {reason}{remedy}: {', '.join(c.box for c in cs)} ({len(cs)} predicted boxes; "
+        console.print(f"excluded, {reason}{remedy}: {named}{tail if more else ''} ({len(cs)} predicted boxes; "
                       "--json has each one's figures)", markup=False, highlight=False)
+
+
+def _print_closest(console: Console, near: list[Any], currency: str) -> None:
+    """No box meets the SLOs: the closest, by how far each missed."""
+    from ..recommend import miss_text
+
+    console.print("no box meets the SLOs; the closest, by how far each missed its worst SLO (not fitting in "
+                  "memory is further than any miss):", style="yellow", markup=False, highlight=False)
+    for i, c in enumerate(near):
+        source = "PREDICTED" if c.source == "predicted" else c.source
+        cost = f"; {currency} {c.cost_per_mtok:.2f}/M output" if c.cost_per_mtok else ""
+        console.print(f"  {i + 1}. {c.box} ({c.setup}, {source}): {miss_text(c)}{cost}", markup=False,
+                      highlight=False)
 
 
 def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
@@ -296,7 +328,7 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     from ..output import print_table
     from ..predict.calibration import Calibration
     from ..predict.specs import Catalog
-    from ..recommend import Workload, measured, parse_prices, predicted, rank
+    from ..recommend import Workload, closest, measured, parse_prices, predicted, rank, shortfall
 
     check_output(a.json, "--json")
     if a.agents < 1:
@@ -323,15 +355,20 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     # units in the headers, not in every cell: the table fits 80 columns with a box's whole name
     head = ["Rank", "Box", "Engine", "Source", "Aggregate tok/s", "TTFT p99 ms", "TPOT ms", f"{a.currency}/M output",
             "Notes"]
-    # engine and source said once where every box shares them; notes under the table where they do not fit in it
-    print_table(console, head, [_recommend_row(i, c) for i, c in enumerate(ok)], a.format, keep=(0, 1, 4, 5, 6, 7),
-                aside=len(head) - 1)
-    if not ok:
+    near = closest(cands)
+    if ok:
+        # engine and source said once where every box shares them; notes under the table where they do not fit
+        print_table(console, head, [_recommend_row(i, c) for i, c in enumerate(ok)], a.format,
+                    keep=(0, 1, 4, 5, 6, 7), aside=len(head) - 1)
+    elif near:
+        _print_closest(console, near, a.currency)
+    else:
         console.print("no box fits, meets the SLOs and has a price", style="yellow", markup=False)
-    _print_excluded(console, excluded)
+    _print_excluded(console, excluded, near)
     if a.json:
         emit_json(a.json, {"tool": "tokenbench", "kind": "recommend", "currency": a.currency, "workload": asdict(w),
-                           "ranked": [asdict(c) for c in ok], "excluded": [asdict(c) for c in excluded]})
+                           "ranked": [asdict(c) for c in ok], "excluded": [asdict(c) for c in excluded],
+                           "closest": [asdict(c) | {"relative_miss": (shortfall(c) or (0, None))[1]} for c in near]})
     return 0
 
 

@@ -478,7 +478,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_latest(rp)
     add_db(rp)
 
-    rc = sub.add_parser("recommend", help="rank boxes by cost per million tokens among those that fit and meet SLOs")
+    rc = sub.add_parser("recommend", help="rank boxes by cost per million tokens among those that fit and meet SLOs",
+                        description="Rank boxes by cost per million output tokens among those that fit and meet the "
+                        "SLOs. When none meets them, list the closest, by how far each missed its worst SLO (a box "
+                        "that does not fit in memory is further than any miss). Exit 0 either way: no box meeting "
+                        "the SLOs is an answer (--json: 'ranked' empty, 'closest' filled), not an error.")
     rc.add_argument("--model", required=True, help="the catalog model to serve ('tokenbench models' lists them)")
     rc.add_argument("--agents", type=POSITIVE_INT, default=16)
     rc.add_argument("--input-len", type=POSITIVE_INT, default=4096)

@@ -20,6 +20,7 @@ from .parser import NONNEG, POSITIVE_INT, Parser, add_db, add_endpoint, add_json
 
 if TYPE_CHECKING:
     from ..engines.embedded import Embedded
+    from ..quality.agreement import AgreementVerdict
     from ..quality.items import Item
     from ..quality.runner import QualityConfig
 
@@ -63,6 +64,11 @@ def add_quality_parser(sub: Any) -> None:
     c = qs.add_parser("compare", help="two quality runs item by item: difference, 95%% interval, p-value, verdict")
     c.add_argument("a", help="run id, id prefix or label")
     c.add_argument("b", help="run id, id prefix or label")
+    c.add_argument("--floor", metavar="RUN",
+                   help="a second run of A's host (or B's): how often the same host's outputs differ is the noise "
+                        "floor agreement is judged against (default: the newest run in the store with A's label, "
+                        "server, model and settings, else B's; none: greedy outputs are judged against an "
+                        "assumed floor of every output identical)")
     c.add_argument("--format", choices=["table", "markdown"], default="table")
     add_json(c, "the comparison")
     add_latest(c)
@@ -204,10 +210,10 @@ def _print_tasks(console: Console, summary: dict[str, Any], items: list[Item], f
 
 def _compare(a: argparse.Namespace, console: Console) -> int:
     from ..output import print_table
-    from ..quality.parity import compare_runs
+    from ..quality.parity import compare_runs, overall
 
     store = Store(a.db, readonly=True)
-    ra, rb, cmp = compare_runs(store, a.a, a.b, a.latest)
+    ra, rb, cmp, floor = compare_runs(store, a.a, a.b, a.latest, a.floor)
     la, lb = ra.label or ra.id, rb.label or rb.id
     if la == lb:
         la, lb = ra.id, rb.id
@@ -215,6 +221,8 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
     console.print(f"A: {la} ({ra.id}, {ma.engine or '?'}, {ma.model})\n"
                   f"B: {lb} ({rb.id}, {mb.engine or '?'}, {mb.model})",
                   style="dim", markup=False, highlight=False)
+    line = overall(cmp, la, lb)
+    console.print(f"verdict: {line.text}", style=None if line.same else "bold", markup=False, highlight=False)
     rows = []
     for tc in cmp:
         s = tc.scores
@@ -231,20 +239,34 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
     agree = [[tc.task, str(tc.agreement.n), f"{tc.agreement.identical} ({tc.agreement.share:.0%})",
               f"{100 * tc.agreement.interval[0]:.0f}-{100 * tc.agreement.interval[1]:.0f}%",
               "—" if tc.agreement.first_diff_median is None else f"{tc.agreement.first_diff_median:g} {tc.agreement.unit}",
-              f"{tc.agreement.mean_length:.0f} {tc.agreement.unit}"]
+              f"{tc.agreement.mean_length:.0f} {tc.agreement.unit}", *_floor_cells(tc.agreement_verdict)]
              for tc in cmp if tc.agreement is not None]
     if agree:
         if rows and a.format == "markdown":
             console.print()
         print_table(console, ["Task", "Pairs", "Identical outputs", "95% CI", "First difference (median)",
-                              "Output length"], agree, a.format, title="agreement of outputs")
+                              "Output length", "Floor", "p", "Verdict"], agree, a.format,
+                    title="agreement of outputs")
+        console.print(floor.describe({ra.id: la, rb.id: lb}), style="dim", markup=False, highlight=False)
     for tc in cmp:
         for n in tc.notes:
             console.print(f"{tc.task}: {n}", style="yellow", markup=False, highlight=False)
     if a.json:
         emit_json(a.json, {"a": {"run_id": ra.id, "label": ra.label}, "b": {"run_id": rb.id, "label": rb.label},
+                           "verdict": line.to_dict(),
+                           "floor": {"runs": list(floor.runs) if floor.runs else None, "given": floor.given,
+                                     "text": floor.describe({ra.id: la, rb.id: lb})},
                            "tasks": [tc.to_dict() for tc in cmp]})
     return 0
+
+
+def _floor_cells(v: AgreementVerdict | None) -> list[str]:
+    """The agreement table's floor (outputs identical when the same host ran twice, or "assumed all"), p and
+    verdict."""
+    if v is None or v.p_value is None:
+        return ["—", "—", "no floor (sampled)" if v is not None else "—"]
+    same = "assumed all" if v.assumed else f"{v.floor_n - v.floor_differ} of {v.floor_n}"
+    return [same, f"{v.p_value:.3g}", v.verdict]
 
 
 def _knob(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:

@@ -7,6 +7,12 @@ compared pair by pair: the share of outputs that are identical, and where the fi
 This works with random weights: a model that is the same function on both engines gives the same greedy
 tokens until two candidates' logits are closer than the engines' rounding differences. What to expect is in
 the README (Quality parity).
+
+The verdict: the same host run twice is the noise floor (a server whose batching changes its sums can differ
+from itself; greedy decoding on one host usually does not). Two hosts are named different when their outputs
+differ more often than the floor's, at all or from the first token, by Fisher's exact test (one-sided; the
+smaller of the two p-values, doubled, as Bonferroni's correction for testing twice). With no repeat in the
+store, the floor is assumed: a repeat of as many pairs that agreed on every one, as greedy decoding should.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import statistics
 from dataclasses import dataclass
 
 from .haystack import filler_sentences
-from .stats import wilson_interval
+from .stats import ALPHA, fisher_greater, wilson_interval
 
 #: Prompts of the agreement task unless --items says otherwise.
 DEFAULT_ITEMS = 16
@@ -54,6 +60,15 @@ class Agreement:
     unit: str  # "tokens" when both runs stored token ids, else "characters"
     mean_length: float  # of A's outputs, in the same unit
 
+    @property
+    def differ(self) -> int:
+        return self.n - self.identical
+
+    @property
+    def differ_first(self) -> int:
+        """Pairs that differ from the first token (or character) on."""
+        return sum(d == 0 for d in self.first_diff)
+
     def to_dict(self) -> dict[str, object]:
         return {"n": self.n, "identical": self.identical, "share": self.share, "interval": list(self.interval),
                 "first_diff_median": self.first_diff_median, "first_diff": self.first_diff, "unit": self.unit,
@@ -68,3 +83,43 @@ def agreement(pairs: list[tuple[list[int] | str, list[int] | str]], unit: str) -
     return Agreement(n, same, same / n if n else 0.0, wilson_interval(same, n),
                      statistics.median(diffs) if diffs else None, diffs, unit,
                      statistics.fmean(len(a) for a, _ in pairs) if pairs else 0.0)
+
+
+#: An agreement verdict: the outputs differ more than the floor's (p < ALPHA), or not; or no floor to judge by
+#: (sampled outputs and no repeat: sampling alone makes them differ).
+AgreementVerdictText = str  # "different" | "within noise" | "no floor"
+
+
+@dataclass(slots=True)
+class AgreementVerdict:
+    """Two hosts' agreement judged against the noise floor: the same host's agreement with itself."""
+
+    verdict: AgreementVerdictText
+    p_value: float | None
+    floor: Agreement | None  # the same host twice; None when assumed or missing
+    floor_runs: tuple[str, str] | None  # the two runs of the floor
+    assumed: bool  # no repeat: a floor of every pair identical was assumed (greedy decoding)
+    floor_n: int
+    floor_differ: int
+    floor_differ_first: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"verdict": self.verdict, "p_value": self.p_value, "test": "fisher-exact (one-sided, all and "
+                "first-token differences, Bonferroni)", "floor_assumed": self.assumed,
+                "floor_runs": list(self.floor_runs) if self.floor_runs else None, "floor_n": self.floor_n,
+                "floor_identical": self.floor_n - self.floor_differ, "floor_differ_first": self.floor_differ_first,
+                "floor": self.floor.to_dict() if self.floor else None}
+
+
+def judge(pair: Agreement, floor: Agreement | None, floor_runs: tuple[str, str] | None = None,
+          sampled: bool = False, alpha: float = ALPHA) -> AgreementVerdict:
+    """``pair`` (two hosts) against ``floor`` (one host twice). No floor: greedy outputs are judged against an
+    assumed one of as many pairs, all identical; sampled ones (``sampled``) get no verdict."""
+    if floor is None and sampled:
+        return AgreementVerdict("no floor", None, None, None, False, 0, 0, 0)
+    n0, k0, f0 = (floor.n, floor.differ, floor.differ_first) if floor else (pair.n, 0, 0)
+    p_all = fisher_greater(pair.differ, pair.n, k0, n0)
+    p_first = fisher_greater(pair.differ_first, pair.n, f0, n0)
+    p = min(1.0, 2 * min(p_all, p_first))
+    return AgreementVerdict("different" if p < alpha else "within noise", p, floor, floor_runs if floor else None,
+                            floor is None, n0, k0, f0)

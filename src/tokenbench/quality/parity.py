@@ -4,6 +4,11 @@ where they first differ.
 
 Items are paired by task and key (the same cell, the same prompt, the same harness document); the runs must
 have used the same items (the same --seed, contexts and depths): unpaired items are counted and left out.
+
+Agreement is judged against a noise floor: the same host run twice. The floor is another run of A's host (else
+B's) found in the store: the same label, the same endpoint (or the same embedded engine on the same machine),
+model, engine and version, seed, API, output length, temperature and request fields. Without one, greedy
+outputs are judged against an assumed floor (every output identical), and the output says so.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 from ..errors import UsageError
 from ..results import Manifest, load_items
 from ..store import RunRow, Store
-from .agreement import Agreement, agreement
+from .agreement import Agreement, AgreementVerdict, agreement, judge
 from .items import Item
 from .stats import Paired, compare_paired
 
@@ -30,11 +35,13 @@ class TaskComparison:
     timeouts: tuple[int, int] = (0, 0)
     errors: tuple[int, int] = (0, 0)
     notes: list[str] = field(default_factory=list)
+    agreement_verdict: AgreementVerdict | None = None  # the agreement against the noise floor
 
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.task, "paired": self.paired, "only_a": self.only_a, "only_b": self.only_b,
                 "scores": self.scores.to_dict() if self.scores else None,
                 "agreement": self.agreement.to_dict() if self.agreement else None,
+                "agreement_verdict": self.agreement_verdict.to_dict() if self.agreement_verdict else None,
                 "timeouts": list(self.timeouts), "errors": list(self.errors), "notes": self.notes}
 
 
@@ -94,12 +101,152 @@ def compare_items(items_a: list[Item], items_b: list[Item], seed: int = 0) -> li
     return [compare_task(task, by_a[task], by_b[task], seed) for task in by_a if task in by_b]
 
 
-def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False) -> tuple[RunRow, RunRow, list[TaskComparison]]:
-    """(run A, run B, per task comparisons) of two stored quality runs."""
+# --- the noise floor: the same host twice ------------------------------------------------------------------
+
+#: The workload settings that change what a server answers: two runs differing in one are not a repeat.
+OUTPUT_SETTINGS = ("api", "max_tokens", "temperature", "request_fields")
+
+
+def _host(r: RunRow) -> tuple[Any, ...]:
+    """What makes two runs the same host serving the same way (see the module's docstring)."""
+    m = Manifest.from_dict(r.manifest)
+    work = m.workload or {}
+    emb = m.embedded or {}
+    where = (("embedded", emb.get("engine"), emb.get("model"), emb.get("model_size"), emb.get("quant"),
+              (m.machine or {}).get("hostname")) if m.embedded else ("url", m.endpoint))
+    return (r.label, where, m.model, m.engine, m.engine_version, m.seed,
+            *(repr(work.get(k)) for k in OUTPUT_SETTINGS))
+
+
+def repeats(store: Store, run: RunRow, exclude: tuple[str, ...]) -> list[RunRow]:
+    """Other quality runs of ``run``'s host, serving the same way, newest first."""
+    if not run.label:
+        return []
+    key = _host(run)
+    return [r for r in store.runs_labelled(run.label)
+            if r.kind == "quality" and r.id not in exclude and r.id != run.id and _host(r) == key]
+
+
+def _sampled(r: RunRow) -> bool:
+    return bool(((Manifest.from_dict(r.manifest).workload or {}).get("temperature")) or 0)
+
+
+@dataclass(slots=True)
+class Floor:
+    """The noise floor: per task, the agreement of one host's two runs (None: no repeat was found)."""
+
+    runs: tuple[str, str] | None
+    tasks: dict[str, Agreement]
+    given: bool = False  # named by --floor, not found
+
+    def describe(self, names: dict[str, str]) -> str:
+        if self.runs is None:
+            return ("no second run of either host in the store: the floor is assumed, as greedy decoding on one "
+                    "host repeats itself (every output identical); run a host twice to measure it")
+        a, b = self.runs
+        how = "given by --floor" if self.given else "same label, server, model and settings"
+        return f"the floor: {names.get(a, a)} run twice ({a} and {b}: {how})"
+
+
+#: Repeats of a host tried for one with outputs in common (a knob check of the same host has none).
+REPEATS_TRIED = 10
+
+
+def _floor_tasks(store: Store, a: RunRow, b: RunRow) -> dict[str, Agreement]:
+    tasks = compare_items(load_items(store, a.id), load_items(store, b.id))
+    return {tc.task: tc.agreement for tc in tasks if tc.agreement is not None}
+
+
+def find_floor(store: Store, ra: RunRow, rb: RunRow, floor: RunRow | None = None) -> Floor:
+    """The same host twice: ``floor`` against the run it repeats (A's host unless it is only B's), or the newest
+    repeat of A's host in the store that kept outputs of the same items, else of B's; no floor without one."""
+    if floor is not None:
+        base = rb if _host(floor) == _host(rb) and _host(floor) != _host(ra) else ra
+        return Floor((base.id, floor.id), _floor_tasks(store, base, floor), True)
+    for run in (ra, rb):
+        for again in repeats(store, run, (ra.id, rb.id))[:REPEATS_TRIED]:
+            tasks = _floor_tasks(store, run, again)
+            if tasks:
+                return Floor((run.id, again.id), tasks)
+    return Floor(None, {})
+
+
+def judge_tasks(tasks: list[TaskComparison], floor: Floor, sampled: bool) -> None:
+    """Each task's agreement judged against the floor's agreement on the same task."""
+    for tc in tasks:
+        if tc.agreement is None:
+            continue
+        own = floor.tasks.get(tc.task)
+        if floor.runs is not None and own is None:  # a repeat without this task: no measured floor for it
+            tc.notes.append("the floor's runs did not keep this task's outputs: its floor is assumed")
+        tc.agreement_verdict = judge(tc.agreement, own, floor.runs if own else None, sampled)
+
+
+@dataclass(slots=True)
+class Overall:
+    """One verdict over every task: the line `quality compare` prints first."""
+
+    same: bool  # no task differs and no output differs (the only case the line says "same")
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"same": self.same, "text": self.text}
+
+
+def overall(tasks: list[TaskComparison], name_a: str, name_b: str) -> Overall:
+    """Differences first (scores where one run is better, outputs that differ beyond the floor); "same within
+    noise" only when there is none and every paired output is identical; otherwise "no difference beyond
+    noise", with the outputs that do differ counted."""
+    found: list[str] = []
+    for tc in tasks:
+        s, g, v = tc.scores, tc.agreement, tc.agreement_verdict
+        if s is not None and s.verdict != "same within noise":
+            found.append(f"{s.verdict_for(name_a, name_b)} on {tc.task} ({100 * s.mean_a:.1f} vs "
+                         f"{100 * s.mean_b:.1f} points, p = {s.p_value:.2g})")
+        if g is not None and v is not None and v.verdict == "different":
+            found.append(f"{tc.task}: {_agree_text(g, v)}")
+    if found:
+        return Overall(False, f"{name_b} differs from {name_a}: " + "; ".join(found))
+    differing = [f"{tc.task} {100 * tc.scores.mean_a:.1f} vs {100 * tc.scores.mean_b:.1f} points (p = "
+                 f"{tc.scores.p_value:.2g})" for tc in tasks if tc.scores is not None and tc.scores.diff_points]
+    differing += [f"{tc.task}: {_agree_text(tc.agreement, tc.agreement_verdict)}" for tc in tasks
+                  if tc.agreement is not None and tc.agreement_verdict is not None and tc.agreement.differ]
+    unjudged = [tc.task for tc in tasks if tc.agreement_verdict is not None and tc.agreement_verdict.p_value is None]
+    tail = (f"; no verdict on the outputs of {', '.join(unjudged)}: sampled (temperature > 0) with no repeat to "
+            "measure the floor" if unjudged else "")
+    if differing:
+        return Overall(False, "no difference beyond noise: " + "; ".join(differing) + tail)
+    if unjudged:
+        return Overall(False, "no difference shown" + tail)
+    return Overall(True, "same within noise on every task" + (", every paired output identical"
+                                                               if any(tc.agreement for tc in tasks) else ""))
+
+
+def _agree_text(g: Agreement | None, v: AgreementVerdict | None) -> str:
+    """"8 of 16 outputs identical (8 differ, 8 from the first token) against 16 of 16 for a host run twice
+    (p = 0.0024)"."""
+    if g is None:
+        return ""
+    first = f" ({g.differ} differ, {g.differ_first} from the first {g.unit[:-1]})" if g.differ_first else ""
+    text = f"{g.identical} of {g.n} outputs identical{first}"
+    if v is None or v.p_value is None:
+        return text
+    floor = "assumed for a host run twice" if v.assumed else "for a host run twice"
+    return text + f" against {v.floor_n - v.floor_differ} of {v.floor_n} {floor} (p = {v.p_value:.2g})"
+
+
+def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False,
+                 ref_floor: str | None = None) -> tuple[RunRow, RunRow, list[TaskComparison], Floor]:
+    """(run A, run B, per task comparisons, the noise floor) of two stored quality runs; ``ref_floor`` names a
+    repeat of A's (or B's) host as the floor, else one is looked for."""
     ra = store.resolve(ref_a, latest, ("quality",), "quality compare")
     rb = store.resolve(ref_b, latest, ("quality",), "quality compare")
     if ra.id == rb.id:
         raise UsageError(f"'{ref_a}' and '{ref_b}' are the same run ({ra.id}): compare two runs")
+    rf = store.resolve(ref_floor, latest, ("quality",), "quality compare --floor") if ref_floor else None
+    if rf is not None and rf.id in (ra.id, rb.id):
+        raise UsageError(f"--floor {ref_floor} is run {rf.id}, one of the two compared: give a third run, of A's "
+                         "host run again")
     items_a, items_b = load_items(store, ra.id), load_items(store, rb.id)
     cmp = compare_items(items_a, items_b)
     if not cmp:
@@ -109,7 +256,9 @@ def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False) -> 
     ma, mb = Manifest.from_dict(ra.manifest).seed, Manifest.from_dict(rb.manifest).seed
     for tc in cmp if ma != mb else []:
         tc.notes.append(f"the runs used different seeds ({ma} and {mb}): their items differ")
-    return ra, rb, cmp
+    floor = find_floor(store, ra, rb, rf)
+    judge_tasks(cmp, floor, _sampled(ra) or _sampled(rb))
+    return ra, rb, cmp, floor
 
 
 @dataclass(slots=True)
@@ -129,8 +278,10 @@ class Beside:
                 out.append(f"{tc.task}: {s.verdict_for(name_a, name_b)} ({100 * s.mean_a:.1f} vs {100 * s.mean_b:.1f} points, "
                            f"p = {s.p_value:.2g}, {s.n} items)")
             elif tc.agreement is not None:
-                g = tc.agreement
-                out.append(f"{tc.task}: {g.identical} of {g.n} outputs identical ({g.share:.0%})")
+                v = tc.agreement_verdict
+                what = "different" if v and v.verdict == "different" else \
+                    "within noise" if v and v.verdict == "within noise" else "no floor (sampled, no repeat)"
+                out.append(f"{tc.task}: {what}: {_agree_text(tc.agreement, v)}")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,4 +302,7 @@ def beside(store: Store, label_a: str | None, label_b: str | None) -> Beside | N
     if qa is None or qb is None or qa.id == qb.id:
         return None
     tasks = compare_items(load_items(store, qa.id), load_items(store, qb.id))
-    return Beside(qa.id, qb.id, tasks) if tasks else None
+    if not tasks:
+        return None
+    judge_tasks(tasks, find_floor(store, qa, qb), _sampled(qa) or _sampled(qb))
+    return Beside(qa.id, qb.id, tasks)

@@ -10,6 +10,9 @@
   size for McNemar's test from the discordant share; for scores, the normal approximation from the spread of
   the paired differences.
 - Wilson's score interval for a share (agreement).
+- Fisher's exact test, one-sided, for "do two hosts' outputs differ more often than the same host's twice?":
+  given how many pairs differ in all (both comparisons together), the share of them that fall in the
+  comparison of the two hosts is hypergeometric under "no difference"; the p-value is its upper tail.
 """
 
 from __future__ import annotations
@@ -65,6 +68,18 @@ def sign_flip_p(diffs: list[float], seed: int = 0, resamples: int = RESAMPLES) -
     hits = sum(abs(sum(d if rng.random() < 0.5 else -d for d in nonzero)) >= observed - 1e-12
                for _ in range(resamples))
     return (hits + 1) / (resamples + 1)
+
+
+def fisher_greater(k1: int, n1: int, k0: int, n0: int) -> float:
+    """One-sided p-value of Fisher's exact test that ``k1`` of ``n1`` is a larger share than ``k0`` of ``n0``:
+    P(X >= k1), X hypergeometric (``n1`` drawn from ``n1 + n0`` of which ``k1 + k0`` count)."""
+    if not (0 <= k1 <= n1 and 0 <= k0 <= n0):
+        raise ValueError("counts must be within 0..n")
+    n, k = n1 + n0, k1 + k0
+    if n1 == 0 or k1 == 0:
+        return 1.0
+    tail = sum(math.comb(k, x) * math.comb(n - k, n1 - x) for x in range(k1, min(k, n1) + 1))
+    return min(1.0, tail / math.comb(n, n1))
 
 
 def _z(q: float) -> float:
