@@ -311,6 +311,14 @@ class Layout:
         return sum(self.widths) + GAP * (len(self.widths) - 1) + 1
 
 
+def _floors(header: list[str], cells: list[list[str]], body: list[int]) -> list[int]:
+    """The narrowest each column may wrap to: its header on two lines, and its longest unbreakable piece whole (a
+    word or a name is never cut)."""
+    return [max(_width(_two_lines(h)), min(body[i], WRAP_MIN),
+                max((cell_len(p.rstrip()) for c in cells[i] for p in _pieces(c)), default=0))
+            for i, h in enumerate(header)]
+
+
 def table_layout(header: list[str], rows: list[list[str]], width: int, numeric: bool = False) -> Layout | None:
     """The layout of the table in ``width`` columns with every number whole: headers first go onto two lines
     (the widest first), then text columns wrap (the widest first, down to ``WRAP_MIN``); None when it still does
@@ -327,10 +335,7 @@ def table_layout(header: list[str], rows: list[list[str]], width: int, numeric: 
         two = _two_lines(header[i])
         if _width(two) < _width(header[i]) and body[i] < _width(header[i]):
             out.header[i], out.widths[i] = two, max(body[i], _width(two))
-    # a wrapped column keeps its longest unbreakable piece whole: a word or a name is never cut
-    floor = [max(_width(_two_lines(h)), min(body[i], WRAP_MIN),
-                 max((cell_len(p.rstrip()) for c in cells[i] for p in _pieces(c)), default=0))
-             for i, h in enumerate(header)]
+    floor = _floors(header, cells, body)
     while out.total() > width:
         squeeze = [i for i in range(n) if wrap[i] and out.widths[i] > floor[i]]
         if not squeeze:
@@ -579,6 +584,23 @@ def _grouped(head: list[str], body: list[list[str]], g: int) -> tuple[list[str],
     return head[:g] + head[g + 1:], rows, marks
 
 
+def _set_aside(head: list[str], body: list[list[str]], k: int) -> tuple[list[str], list[list[str]], list[str]]:
+    """The table without its text column ``k``, and that column's cells as lines to say under it, row by row."""
+    under = [f"{head[0]} {r[0]} {head[k].lower()}: {r[k]}" for r in body if r[k].strip()]
+    return head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body], under
+
+
+def _drawn(layout: Layout, body: list[list[str]], marks: set[int]) -> Table:
+    """The rows as Rich draws them in ``layout``: text wrapped between words, the group rows (``marks``) bold."""
+    t = Table(box=box.SIMPLE_HEAVY, show_edge=False, padding=(0, 0, 0, 1))
+    for h, w, right in zip(layout.header, layout.widths, layout.right):
+        t.add_column(h, width=w, justify="right" if right else "left", no_wrap=True, overflow="fold")
+    for i, r in enumerate(body):
+        t.add_row(*("\n".join(wrap_cell(c, w)) if wrap else c for c, w, wrap in zip(r, layout.widths, layout.wrap)),
+                  style="bold" if i in marks else None)
+    return t
+
+
 def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",
                 title: str | None = None, numeric: bool = False, keep: Collection[int] | None = None,
                 aside: int | None = None, group: int | None = None) -> None:
@@ -592,6 +614,9 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     if fmt == "markdown":
         console.print(format_markdown(header, rows), markup=False, highlight=False, soft_wrap=True)
         return
+    # spelt as the output will show them before they are measured ("±" is "+/-" on an ASCII terminal)
+    header = [ascii_spelled(h, console.encoding) for h in header]
+    rows = [[ascii_spelled(c, console.encoding) for c in r] for r in rows]
     kept, said = split_constant(header, rows, keep) if keep is not None else (list(range(len(header))), [])
     head = [header[i] for i in kept]
     body = [[r[i] if i < len(r) else "" for i in kept] for r in rows]
@@ -602,9 +627,7 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     layout = table_layout(head, body, console.width, numeric)
     under: list[str] = []
     if layout is None and aside is not None and header[aside] in head and len(head) > 2 and not marks:
-        k = head.index(header[aside])
-        under = [f"{head[0]} {r[0]} {head[k].lower()}: {r[k]}" for r in body if r[k].strip()]
-        head, body = head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body]
+        head, body, under = _set_aside(head, body, head.index(header[aside]))
         layout = table_layout(head, body, console.width, numeric)
     if title:
         console.print(title, markup=False, highlight=False)
@@ -613,12 +636,6 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     if layout is None:
         print_vertical(console, *plain)
         return
-    t = Table(box=box.SIMPLE_HEAVY, show_edge=False, padding=(0, 0, 0, 1))
-    for h, w, right in zip(layout.header, layout.widths, layout.right):
-        t.add_column(h, width=w, justify="right" if right else "left", no_wrap=True, overflow="fold")
-    for i, r in enumerate(body):
-        t.add_row(*("\n".join(wrap_cell(c, w)) if wrap else c for c, w, wrap in zip(r, layout.widths, layout.wrap)),
-                  style="bold" if i in marks else None)
-    console.print(t)
+    console.print(_drawn(layout, body, marks))
     for line in under:
         console.print(line, markup=False, highlight=False)
