@@ -311,14 +311,6 @@ class Layout:
         return sum(self.widths) + GAP * (len(self.widths) - 1) + 1
 
 
-def _floors(header: list[str], cells: list[list[str]], body: list[int]) -> list[int]:
-    """The narrowest each column may wrap to: its header on two lines, and its longest unbreakable piece whole (a
-    word or a name is never cut)."""
-    return [max(_width(_two_lines(h)), min(body[i], WRAP_MIN),
-                max((cell_len(p.rstrip()) for c in cells[i] for p in _pieces(c)), default=0))
-            for i, h in enumerate(header)]
-
-
 def table_layout(header: list[str], rows: list[list[str]], width: int, numeric: bool = False) -> Layout | None:
     """The layout of the table in ``width`` columns with every number whole: headers first go onto two lines
     (the widest first), then text columns wrap (the widest first, down to ``WRAP_MIN``); None when it still does
@@ -335,9 +327,21 @@ def table_layout(header: list[str], rows: list[list[str]], width: int, numeric: 
         two = _two_lines(header[i])
         if _width(two) < _width(header[i]) and body[i] < _width(header[i]):
             out.header[i], out.widths[i] = two, max(body[i], _width(two))
-    floor = _floors(header, cells, body)
+    return _squeeze(out, header, _floors(header, cells, body), width)
+
+
+def _floors(header: list[str], cells: list[list[str]], body: list[int]) -> list[int]:
+    """The least width of each column that wraps: its header on two lines, ``WRAP_MIN`` (or its own width), and
+    its longest unbreakable piece, so a word or a name's part is never cut."""
+    return [max(_width(_two_lines(h)), min(body[i], WRAP_MIN),
+                max((cell_len(p.rstrip()) for c in cells[i] for p in _pieces(c)), default=0))
+            for i, h in enumerate(header)]
+
+
+def _squeeze(out: Layout, header: list[str], floor: list[int], width: int) -> Layout | None:
+    """Narrow the widest text column by one until the table fits ``width``; None where none can give more."""
     while out.total() > width:
-        squeeze = [i for i in range(n) if wrap[i] and out.widths[i] > floor[i]]
+        squeeze = [i for i in range(len(header)) if out.wrap[i] and out.widths[i] > floor[i]]
         if not squeeze:
             return None
         i = max(squeeze, key=lambda i: out.widths[i])
@@ -350,21 +354,21 @@ def table_layout(header: list[str], rows: list[list[str]], width: int, numeric: 
 def split_constant(header: list[str], rows: list[list[str]],
                    keep: Collection[int] = (0,)) -> tuple[list[int], list[str]]:
     """The columns a table keeps, and "Header: value" for each column that holds one value in every row (of
-    two or more), said once above the table instead of on every row. A column empty (or "—") in every row is left
-    out; ``keep``: columns that stay whatever they hold."""
+    two or more), said once above the table instead of on every row. A column empty in every row is left out, and
+    one with no figure ("—") in every row of two or more; ``keep``: columns that stay whatever they hold."""
     kept, said = [], []
     for i, h in enumerate(header):
         values = {r[i] if i < len(r) else "" for r in rows}
         if i in keep or len(values) != 1:
             kept.append(i)
             continue
-        value = values.pop()
-        if value.strip() in ("", "—"):
-            continue  # no figure in any row
-        if len(rows) > 1:
-            said.append(f"{h}: {value}")
-        else:
+        value = values.pop().strip()
+        if not value:
+            continue  # nothing in any row
+        if len(rows) < 2:
             kept.append(i)  # one row: its values are the table
+        elif value != "—":  # no figure in any row is nothing to share
+            said.append(f"{h}: {value}")
     return kept, said
 
 
@@ -584,8 +588,8 @@ def _grouped(head: list[str], body: list[list[str]], g: int) -> tuple[list[str],
     return head[:g] + head[g + 1:], rows, marks
 
 
-def _set_aside(head: list[str], body: list[list[str]], k: int) -> tuple[list[str], list[list[str]], list[str]]:
-    """The table without its text column ``k``, and that column's cells as lines to say under it, row by row."""
+def _aside(head: list[str], body: list[list[str]], k: int) -> tuple[list[str], list[list[str]], list[str]]:
+    """The table without column ``k``, and its values as lines under it ("Concurrency 4 flags: client_bound")."""
     under = [f"{head[0]} {r[0]} {head[k].lower()}: {r[k]}" for r in body if r[k].strip()]
     return head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body], under
 
@@ -627,7 +631,7 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     layout = table_layout(head, body, console.width, numeric)
     under: list[str] = []
     if layout is None and aside is not None and header[aside] in head and len(head) > 2 and not marks:
-        head, body, under = _set_aside(head, body, head.index(header[aside]))
+        head, body, under = _aside(head, body, head.index(header[aside]))
         layout = table_layout(head, body, console.width, numeric)
     if title:
         console.print(title, markup=False, highlight=False)
