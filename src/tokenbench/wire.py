@@ -179,10 +179,10 @@ def _choice_chunk(choice: dict[str, Any], chat: bool, usage: Usage | None,
     held = _held(text, thought, part.get("reasoning"), finish, part.get("role") if chat else None)
     token = bool(text or reasoning or held or (isinstance(calls, list) and calls))
     return Chunk(text or None, reasoning or None, finish or None, usage, timings, choice=True, token=token,
-                 tokens=_carried(choice, chat))
+                 tokens=_tokens_said(choice, chat))
 
 
-def _carried(choice: dict[str, Any], chat: bool) -> int | None:
+def _tokens_said(choice: dict[str, Any], chat: bool) -> int | None:
     """Tokens a choice says it carried: its logprobs entries (chat: ``logprobs.content``; completions:
     ``logprobs.tokens``), else its ``token_ids`` (vLLM's return_token_ids). None where it says nothing."""
     logprobs = choice.get("logprobs")
