@@ -10,11 +10,11 @@ from tokenbench.metrics import (
     SLO,
     Distribution,
     LevelSummary,
-    parse_duration_ms,
     percentile,
     request_tpot_ms,
     summarize,
 )
+from tokenbench.slo import parse_duration_ms
 from tokenbench.records import RequestRecord
 
 MS = 1_000_000

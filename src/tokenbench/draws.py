@@ -142,7 +142,7 @@ def _token_number(text: str, what: str) -> float:
 
 
 def _seconds(text: str, what: str) -> float:
-    from .metrics import parse_duration_ms
+    from .slo import parse_duration_ms
 
     try:
         return parse_duration_ms(text, bare_ms=1000.0) / 1000.0

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -48,6 +49,14 @@ class EmitterConfig:
     slot_ctx: int | None = None  # serve llama-server's /props with this context per slot (it then looks like one)
     metrics_fail_first: int = 0  # answer this many /metrics GETs with 500 (a server busy or restarting)
     poison: str = "{}"  # fault "poison": this event data is sent in place of a token chunk, then the stream goes on
+    #: A server that saturates: at most ``slots`` streams generate at once (the rest wait, their TTFT growing with
+    #: the queue), each stream's gap between tokens grows by ``itl_per_stream_s`` for every other stream
+    #: generating (a batch that slows as it fills), and every delay is scaled by a seeded normal factor of relative
+    #: spread ``jitter`` (a noisy server).
+    slots: int | None = None
+    itl_per_stream_s: float = 0.0
+    jitter: float = 0.0
+    jitter_seed: int = 0
 
 
 def _count_prompt(body: dict[str, Any]) -> int:
@@ -76,6 +85,9 @@ class Emitter:
         self.app.router.add_get("/props", self.props)
         self.generated = 0
         self.running = 0
+        self.generating = 0  # streams holding a slot (EmitterConfig.slots)
+        self._slots: tuple[int, asyncio.Semaphore] | None = None  # (slots, its semaphore), made on first use
+        self._rng = random.Random(self.config.jitter_seed)
 
     async def metrics(self, request: web.Request) -> web.Response:
         """vLLM-shaped Prometheus counters; speculative decoding proposes 3 tokens per step and 2 are accepted."""
@@ -159,11 +171,33 @@ class Emitter:
         await resp.prepare(request)
         self.running += 1
         try:
-            return await self._stream(request, resp, body, c, chat, n_tokens, max_tokens, prompt_tokens, t_recv)
+            if not c.slots:
+                return await self._generate(request, resp, body, c, chat, n_tokens, max_tokens, prompt_tokens,
+                                            t_recv)
+            if self._slots is None or self._slots[0] != c.slots:
+                self._slots = (c.slots, asyncio.Semaphore(c.slots))
+            async with self._slots[1]:  # queued until a slot is free, as a saturated server's requests wait
+                return await self._generate(request, resp, body, c, chat, n_tokens, max_tokens, prompt_tokens,
+                                            t_recv)
         except ConnectionResetError:  # the client went away mid-stream (an interrupted run): nothing to answer
             return resp
         finally:
             self.running -= 1
+
+    async def _generate(self, request: web.Request, resp: web.StreamResponse, body: dict[str, Any],
+                        c: EmitterConfig, chat: bool, n_tokens: int, max_tokens: int, prompt_tokens: int,
+                        t_recv: int) -> web.StreamResponse:
+        self.generating += 1
+        try:
+            return await self._stream(request, resp, body, c, chat, n_tokens, max_tokens, prompt_tokens, t_recv)
+        finally:
+            self.generating -= 1
+
+    def _delay(self, base_s: float) -> float:
+        """A delay as configured: scaled by the jitter's seeded normal factor (never below zero)."""
+        if not self.config.jitter or base_s <= 0:
+            return base_s
+        return max(0.0, base_s * (1 + self._rng.gauss(0, self.config.jitter)))
 
     async def _stream(self, request: web.Request, resp: web.StreamResponse, body: dict[str, Any], c: EmitterConfig,
                       chat: bool, n_tokens: int, max_tokens: int, prompt_tokens: int, t_recv: int) -> web.StreamResponse:
@@ -181,9 +215,11 @@ class Emitter:
                 sent += k
             t_first = time.perf_counter_ns()
             await resp.write(b"".join(parts))
+        due = start + self._delay(c.ttft_s)
         while sent < n_tokens:
             k = min(c.tokens_per_chunk, n_tokens - sent)
-            due = start + c.ttft_s + n_chunks * c.itl_s
+            if n_chunks:
+                due += self._delay(c.itl_s + c.itl_per_stream_s * max(0, self.generating - 1))
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -355,9 +391,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--api-key", help="accepted and ignored (as a real server's would be checked)")
     ap.add_argument("--close-after-stream", type=float, metavar="S",
                     help="close each connection S seconds after its stream, as llama-server does")
+    ap.add_argument("--slots", type=int, help="at most this many streams generate at once; the rest wait")
+    ap.add_argument("--itl-per-stream", type=float, default=0.0,
+                    help="seconds added to each gap between tokens per other stream generating")
+    ap.add_argument("--jitter", type=float, default=0.0, help="relative spread of every delay (seeded)")
     a = ap.parse_args(argv)
     em = Emitter(EmitterConfig(ttft_s=a.ttft, itl_s=a.itl, tokens_per_chunk=a.tokens_per_chunk,
-                               burst=a.burst, exit_after=a.exit_after, close_after_stream_s=a.close_after_stream))
+                               burst=a.burst, exit_after=a.exit_after, close_after_stream_s=a.close_after_stream,
+                               slots=a.slots, itl_per_stream_s=a.itl_per_stream, jitter=a.jitter))
     web.run_app(em.app, host="127.0.0.1", port=a.port, access_log=None, print=None)
 
 

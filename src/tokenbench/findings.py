@@ -44,6 +44,7 @@ class Code(StrEnum):
     EXCEEDS_CONTEXT = "exceeds_context"
     WORKER_LOST = "worker_lost"
     CACHE_COUNTS_DISAGREE = "cache_counts_disagree"
+    STOPPED_EARLY = "stopped_early"
 
 
 #: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.
@@ -139,6 +140,9 @@ class LevelFacts:
     peak_in_flight: int | None = None
     node_guards: Sequence[dict[str, Any]] = ()  # the guard on each load-generating node but this one (workers.py)
     lost_workers: Sequence[str] = ()  # workers lost mid-level, each said in a sentence (workers.WorkerPool)
+    #: why the level stopped sending before its requests were all sent (a capacity search: its verdict was
+    #: decided, the server over-saturated, the time budget spent); None: it ran to its end
+    stopped: str | None = None
     measured: list[RequestRecord] = field(init=False)
     ok: list[RequestRecord] = field(init=False)
     failed: list[RequestRecord] = field(init=False)
@@ -243,6 +247,14 @@ def _interrupted(f: LevelFacts) -> Finding | None:
     return Finding(Code.INTERRUPTED, "the level was cut short", n=len(f.measured), severity="note")
 
 
+def _stopped_early(f: LevelFacts) -> Finding | None:
+    if f.stopped is None:
+        return None
+    asked = f" of {f.requests}" if f.requests else ""
+    return Finding(Code.STOPPED_EARLY, f"stopped after {len(f.measured)}{asked} requests: {f.stopped}",
+                   observed=len(f.measured), threshold=f.requests, unit="requests", n=len(f.measured))
+
+
 def _dirty_bench(f: LevelFacts) -> Finding | None:
     here = guard_finding(f.guard, f.run_id)
     nodes = [n for n in f.node_guards if not n.get("clean", True)]
@@ -316,6 +328,9 @@ LEVEL_RULES: tuple[Rule, ...] = (
          "(P99_MIN_SAMPLES)", _p99_estimate),
     Rule(Code.ERRORS, "failed requests are left out of the latencies; the level says there were some", _errors),
     Rule(Code.INTERRUPTED, "a level cut short by the user keeps what it measured, marked", _interrupted),
+    Rule(Code.STOPPED_EARLY, "a capacity search stops a level once its verdict cannot change, the server is "
+         "clearly over-saturated, or its time budget is spent (capacity.LevelStop); what it measured is kept",
+         _stopped_early),
     Rule(Code.WORKER_LOST, "a load-generating worker (a process, or a Ray node) lost mid-level takes its requests in "
          "flight with it; what it had finished is kept and the level is partial (workers.py)", _worker_lost),
     Rule(Code.DIRTY_BENCH, "the clean-bench guard failed a check before the level (guard.py, pyperf's system "

@@ -218,9 +218,11 @@ class _Phase:
     request at each arrival of the process, however many are in flight)."""
 
     def __init__(self, backend: Backend, prompts: PromptSource, phase: Phase, records: list[RequestRecord],
-                 watch: ClientWatch, done: OnDone, requests: int | None, stop_ns: int | None) -> None:
+                 watch: ClientWatch, done: OnDone, requests: int | None, stop_ns: int | None,
+                 halt: Callable[[], bool] | None = None) -> None:
         self.backend, self.prompts, self.phase, self.records = backend, prompts, phase, records
         self.watch, self.done, self.requests, self.stop_ns = watch, done, requests, stop_ns
+        self.halt = halt or _never
         self.issued = 0
 
     async def one(self, req: PreparedRequest, rec: RequestRecord) -> None:
@@ -232,7 +234,7 @@ class _Phase:
 
     def more(self) -> bool:
         return (self.requests is None or self.issued < self.requests) and \
-            (self.stop_ns is None or time.perf_counter_ns() < self.stop_ns)
+            (self.stop_ns is None or time.perf_counter_ns() < self.stop_ns) and not self.halt()
 
     async def closed_loop(self, n: int) -> None:
         async def sender() -> None:
@@ -253,12 +255,14 @@ class _Phase:
             if self.requests is not None and self.issued >= self.requests:
                 break
             scheduled = start_ns + int(t_next * NS_PER_S)
-            if self.stop_ns is not None and scheduled >= self.stop_ns:
+            if (self.stop_ns is not None and scheduled >= self.stop_ns) or self.halt():
                 break
             idx, req = await self.prompts.next()
             delay = (scheduled - time.perf_counter_ns()) / NS_PER_S
             if delay > 0:
                 await asyncio.sleep(delay)
+                if self.halt():
+                    break
             rec = RequestRecord(index=idx, phase=self.phase, scheduled_ns=scheduled)
             self.records.append(rec)
             tasks.append(asyncio.get_running_loop().create_task(self._capped(sem, req, rec)))
@@ -278,6 +282,10 @@ def _ignore(record: RequestRecord) -> None:
     pass
 
 
+def _never() -> bool:
+    return False
+
+
 async def run_phase(
     backend: Backend,
     prompts: PromptSource,
@@ -292,11 +300,13 @@ async def run_phase(
     sink: list[RequestRecord] | None = None,
     start_at_ns: int | None = None,
     offset_s: float = 0.0,
+    halt: Callable[[], bool] | None = None,
 ) -> PhaseResult:
     """Run one phase (warm-up or measured) of a level. Cancellation keeps the records gathered so far.
 
     ``start_at_ns`` (perf_counter_ns) starts the phase at that moment, so workers sharing a level start together;
-    ``offset_s`` delays an open-loop worker's first arrival (constant arrivals split over workers interleave)."""
+    ``offset_s`` delays an open-loop worker's first arrival (constant arrivals split over workers interleave);
+    ``halt`` (asked before each send) stops sending once true: the requests in flight finish and are kept."""
     if requests is None and duration_s is None:
         raise ValueError("a level needs a request count or a duration")
     records: list[RequestRecord] = [] if sink is None else sink  # the caller's list survives a cancel
@@ -305,7 +315,8 @@ async def run_phase(
             await asyncio.sleep((start_at_ns - time.perf_counter_ns()) / NS_PER_S)
         start_ns = start_at_ns if start_at_ns is not None else time.perf_counter_ns()
         stop_ns = start_ns + int(duration_s * NS_PER_S) if duration_s else None
-        run = _Phase(backend, prompts, phase, records, watch or ClientWatch(), on_done or _ignore, requests, stop_ns)
+        run = _Phase(backend, prompts, phase, records, watch or ClientWatch(), on_done or _ignore, requests, stop_ns,
+                     halt)
         try:
             if not level.open:
                 await run.closed_loop(level.concurrency or 1)

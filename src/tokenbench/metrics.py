@@ -19,6 +19,8 @@ from typing import Any
 
 from .findings import Code, Finding
 from .records import RequestRecord
+from .slo import (SLO, SloCheck, assess, request_itls_ms, request_meets,
+                  request_tpot_ms, session_seconds)
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -69,81 +71,6 @@ class Distribution:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass(slots=True)
-class SLO:
-    """Service-level objectives: per-request limits in milliseconds, and per-level percentile limits."""
-
-    per_request_ms: dict[str, float] = field(default_factory=dict)  # ttft, tpot, e2e, itl
-    percentile_ms: dict[tuple[str, str], float] = field(default_factory=dict)  # (metric, "p99") -> ms
-
-    @classmethod
-    def parse(cls, text: str) -> SLO:
-        """``ttft_p99=2s,tpot=50ms,e2e=30s``. A bare metric is a per-request limit; ``_pNN`` a level limit
-        that is also applied per request for goodput (a request over the limit never counts as good)."""
-        slo = cls()
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            key, sep, value = part.partition("=")
-            if not sep:
-                raise ValueError(f"SLO '{part}' has no value: write it as metric=limit, e.g. ttft_p99=2s")
-            metric, _, pct = key.strip().partition("_")
-            if metric not in ("ttft", "tpot", "e2e", "itl"):
-                raise ValueError(f"unknown SLO metric '{metric}': use ttft, tpot, e2e or itl")
-            limit = parse_duration_ms(value)
-            if pct:
-                if not (pct.startswith("p") and pct[1:].isdigit() and pct in ("p50", "p90", "p95", "p99")):
-                    raise ValueError(f"unknown SLO percentile '{pct}': use p50, p90, p95 or p99")
-                slo.percentile_ms[(metric, pct)] = limit
-            slo.per_request_ms[metric] = min(limit, slo.per_request_ms.get(metric, math.inf))
-        return slo
-
-    def describe(self) -> str:
-        parts = [f"{m}_{p}<={v:g}ms" for (m, p), v in self.percentile_ms.items()]
-        parts += [f"{m}<={v:g}ms" for m, v in self.per_request_ms.items() if not any(k[0] == m for k in self.percentile_ms)]
-        return ",".join(parts)
-
-
-def parse_duration_ms(text: str, bare_ms: float = 1.0) -> float:
-    """``2s``, ``50ms``, ``1.5m``, ``1h`` -> milliseconds. A bare number is ``bare_ms`` milliseconds each: 1 for SLO
-    targets (as vllm bench serve's --goodput), 1000 for run durations and timeouts (as ``timeout`` and GuideLLM)."""
-    t = text.strip().lower()
-    for suffix, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1000.0), ("m", 60_000.0), ("h", 3_600_000.0)):
-        if t.endswith(suffix):
-            v = float(t[: -len(suffix)]) * scale
-            break
-    else:
-        v = float(t) * bare_ms
-    if not math.isfinite(v):
-        raise ValueError(f"{text} is not a finite duration")
-    return v
-
-
-def request_tpot_ms(r: RequestRecord) -> float | None:
-    if r.first_token_ns is None or r.end_ns is None or not r.output_tokens or r.output_tokens < 2:
-        return None
-    return (r.end_ns - r.first_token_ns) / NS_PER_MS / (r.output_tokens - 1)
-
-
-def request_itls_ms(r: RequestRecord) -> list[float]:
-    c = r.chunk_ns
-    return [(c[i] - c[i - 1]) / NS_PER_MS for i in range(1, len(c))]
-
-
-def request_meets(r: RequestRecord, per_request_ms: dict[str, float]) -> bool:
-    checks = {
-        "ttft": None if r.ttft_ns is None else r.ttft_ns / NS_PER_MS,
-        "tpot": request_tpot_ms(r),
-        "e2e": None if r.e2e_ns is None else r.e2e_ns / NS_PER_MS,
-        "itl": max(request_itls_ms(r), default=None),
-    }
-    for metric, limit in per_request_ms.items():
-        v = checks[metric]
-        if v is not None and v > limit:
-            return False
-        if v is None and metric in ("ttft", "e2e"):
-            return False
-    return True
 
 
 @dataclass(slots=True)
@@ -223,12 +150,6 @@ def _turn_point(turn: int, at: list[RequestRecord]) -> TurnPoint:
         tpot_ms=Distribution.of([v for r in at if len(set(r.chunk_ns)) > 1 and (v := request_tpot_ms(r)) is not None]))
 
 
-def _session_seconds(sessions: list[list[RequestRecord]]) -> list[float]:
-    """Each session whose every turn succeeded: its first turn sent -> its last turn's last byte."""
-    return [(max(r.end_ns or r.sent_ns for r in rs) - min(r.sent_ns for r in rs)) / NS_PER_S
-            for rs in sessions if rs and all(r.ok for r in rs)]
-
-
 def cached_share(ok: list[RequestRecord]) -> tuple[float | None, str | None]:
     """Cached prompt tokens / prompt tokens over the successful requests whose server said how many it served
     from its prefix cache, and where it said so (``usage``, ``server_timings``, mixed); (None, None) where no
@@ -246,7 +167,7 @@ def session_stats(records: list[RequestRecord], cache: str) -> SessionStats:
         by_session.setdefault(r.session or 0, []).append(r)
     ok = [r for r in measured if r.ok]
     share, source = cached_share(ok)
-    times = _session_seconds(list(by_session.values()))
+    times = session_seconds(list(by_session.values()))
     return SessionStats(
         cache=cache, sessions=len(by_session), sessions_finished=len(times),
         turns_per_session=statistics.fmean(len(rs) for rs in by_session.values()) if by_session else None,
@@ -311,6 +232,8 @@ class LevelSummary:
     goodput_rps: float | None = None
     slo: str | None = None
     slo_met: bool | None = None
+    #: each level objective of the SLO: its value, verdict and how sure (slo.assess); empty without an SLO
+    slo_checks: list[SloCheck] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     client: dict[str, Any] = field(default_factory=dict)
     # llama-bench style levels (depth runs, imported llama-bench results): DESIGN.md's depth fields.
@@ -367,6 +290,7 @@ class LevelSummary:
                 out["decode_tps"] = self.decode_tps
         out["findings"] = [f.to_dict() for f in self.findings]
         out["session"] = self.session.to_dict() if self.session is not None else None
+        out["slo_checks"] = [c.to_dict() for c in self.slo_checks]
         return out
 
     def add(self, finding: Finding) -> bool:
@@ -420,6 +344,9 @@ class LevelSummary:
             if isinstance(d.get(k), dict):
                 d[k] = Distribution(**d[k])
         d["session"] = SessionStats.from_dict(d["session"]) if isinstance(d.get("session"), dict) else None
+        checks = d.get("slo_checks")
+        d["slo_checks"] = [c for x in (checks if isinstance(checks, list) else [])
+                           if isinstance(x, dict) and (c := SloCheck.from_dict(x))]
         # runs stored before findings have flags and warnings only: they load with no findings
         stored = d.get("findings")
         d["findings"] = [f for x in (stored if isinstance(stored, list) else [])
@@ -516,16 +443,17 @@ def _client_delays(summary: LevelSummary, measured: list[RequestRecord]) -> None
     summary.send_delay_ms, summary.send_queue_ms = client_delays(measured)
 
 
-def _goodput(summary: LevelSummary, ok: list[RequestRecord], slo: SLO | None) -> None:
-    if slo is None or not (slo.per_request_ms or slo.percentile_ms):
+def _goodput(summary: LevelSummary, measured: list[RequestRecord], slo: SLO | None) -> None:
+    """Goodput (the requests within every per-request limit, per second) and each level objective's verdict
+    (``slo.assess``: the value, pass or fail, how sure); the level meets the SLO when every objective passes."""
+    if slo is None or not (slo.per_request_ms or slo.decides_levels):
         return
+    ok = [r for r in measured if r.ok]
     good = [r for r in ok if request_meets(r, slo.per_request_ms)]
     summary.goodput_rps = len(good) / summary.duration_s
     summary.slo = slo.describe()
-    values = [getattr(getattr(summary, f"{metric}_ms"), pct) for (metric, pct) in slo.percentile_ms]
-    limits = list(slo.percentile_ms.values())
-    met = all(v is not None and v <= limit for v, limit in zip(values, limits))
-    summary.slo_met = met and not summary.failed
+    summary.slo_checks = assess(summary, measured, slo)
+    summary.slo_met = all(c.met for c in summary.slo_checks)
 
 
 def summarize(
@@ -576,7 +504,7 @@ def summarize(
     summary.achieved_concurrency = _achieved_concurrency(measured, window_start_ns, end)
     summary.prefill_tps = _prefill_tps(summary, ok)
     _client_delays(summary, measured)
-    _goodput(summary, ok, slo)
+    _goodput(summary, measured, slo)
     summary.cached_share, summary.cached_source = cached_share(ok)
     return summary
 

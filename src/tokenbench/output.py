@@ -169,8 +169,8 @@ def notes(levels: list[LevelSummary]) -> list[str]:
     out = []
     slos = {s.slo for s in levels if s.slo}
     if slos:
-        out.append(f"SLO {', '.join(sorted(slos))}: pass when every percentile limit holds and no request failed; "
-                   "goodput counts the requests within every per-request limit")
+        out.append(f"SLO {', '.join(sorted(slos))}: pass when every level objective holds (no request failed, "
+                   "unless errors= allows some); goodput counts the requests within every per-request limit")
     if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
         out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
     by_text: dict[str, list[str]] = {}

@@ -78,6 +78,8 @@ class Manifest:
     # a cold start's boots; a quality run's per-task summary
     boots: list[dict[str, Any]] | None = None
     summary: dict[str, Any] | None = None
+    # a capacity search: its axis, range, resolution, budget and SLO, and how it ended (capacity.SearchSpec)
+    capacity: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     key_order: tuple[str, ...] = ()  # the keys as they were read, so to_dict writes them in that order
 

@@ -9,7 +9,7 @@ import random
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 
@@ -33,6 +33,9 @@ from .telemetry import LevelTelemetry
 from .sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
 from .trace import Trace, TracePrompts
 from .workload import PromptBuilder, Workload
+
+if TYPE_CHECKING:
+    from .capacity import CapacitySearch, LevelStop
 
 CONNECTION_ERRORS = {"connection", "disconnected", "stream_broken"}
 
@@ -349,30 +352,58 @@ def _warmups(cfg: SweepConfig, level: Level) -> int:
     return cfg.warmup if cfg.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
 
 
+class LevelPlan(Protocol):
+    """Which level a sweep runs next, given the levels run so far: a fixed list (``FixedPlan``) or a search
+    (``capacity.CapacitySearch``), which may also stop a level early (``stop``)."""
+
+    total: int | None  # levels, where known beforehand ("level 2/5")
+
+    def next_level(self, outcomes: list[LevelOutcome]) -> Level | None: ...
+
+    def stop(self, level: Level, planned: int | None, records: list[RequestRecord]) -> LevelStop | None: ...
+
+
+class FixedPlan:
+    """The levels the options list, in order."""
+
+    def __init__(self, levels: list[Level]) -> None:
+        self.levels = levels
+        self.total: int | None = len(levels)
+
+    def next_level(self, outcomes: list[LevelOutcome]) -> Level | None:
+        return self.levels[len(outcomes)] if len(outcomes) < len(self.levels) else None
+
+    def stop(self, level: Level, planned: int | None, records: list[RequestRecord]) -> LevelStop | None:
+        return None
+
+
 class _Sweep:
     """One sweep's levels in order, each with its repetitions, stopping on what makes the rest meaningless."""
 
     def __init__(self, cfg: SweepConfig, store: Store, run_id: str, ep: Endpoint, client: StreamClient,
                  prompts: Prompts, rep: Reporter, seed: int, alive: Callable[[], bool] | None,
-                 pool: WorkerPool | None = None) -> None:
+                 pool: WorkerPool | None = None, plan: LevelPlan | None = None) -> None:
         self.cfg, self.store, self.run_id, self.ep, self.client = cfg, store, run_id, ep, client
         self.prompts, self.rep, self.seed, self.alive, self.pool = prompts, rep, seed, alive, pool
+        self.plan: LevelPlan = plan or FixedPlan(cfg.levels())
         self.outcomes: list[LevelOutcome] = []
         self.sessions: _SessionWork | None = None
 
     async def run(self) -> None:
-        for idx, level in enumerate(self.cfg.levels()):
+        idx = 0
+        while (level := self.plan.next_level(self.outcomes)) is not None:
             reps: list[LevelSummary] = []
             level_status = "complete"
             for r in range(self.cfg.repetitions):
                 summary, level_status = await _run_level(
-                    self.cfg, self.store, self.run_id, idx, r, level, self.client, self.prompts, self.rep,
-                    self.ep.info, self.seed, self.pool, self.sessions)
+                    self.cfg, self.store, self.run_id, (idx, r), level, self.client, self.prompts, self.rep,
+                    self.ep.info, self.seed, self.pool, self.sessions, self.plan)
                 reps.append(summary)
                 if level_status != "complete":
                     break
             combined = combine_repetitions(reps, self.cfg.price_per_hour, self.cfg.currency)
             self.outcomes.append(LevelOutcome(idx, level, combined, level_status, reps))
+            idx += 1
             await self.stop_if_broken(level, reps[-1])
 
     async def stop_if_broken(self, level: Level, last: LevelSummary) -> None:
@@ -403,13 +434,16 @@ async def run_sweep(
     store: Store,
     reporter: Reporter | None = None,
     alive: Callable[[], bool] | None = None,
+    search: CapacitySearch | None = None,
 ) -> RunResult:
-    """Run a sweep and store it. ``alive`` (optional callable) tells whether an embedded server still runs."""
+    """Run a sweep and store it. ``alive`` (optional callable) tells whether an embedded server still runs.
+    ``search``: run a capacity search's levels (capacity.py) instead of the configured ones."""
     rep = reporter or QuietReporter()
     if cfg.trace is not None and cfg.repetitions > 1:
         raise UsageError("a trace is replayed once per run (a repetition would find its blocks in the cache): "
                          "drop --repetitions")
-    ensure_open_files(max([lv.concurrency or lv.max_concurrency or 1 for lv in cfg.levels()]))
+    levels = cfg.levels() if search is None else [search.spec.level(search.spec.high)]
+    ensure_open_files(max([lv.concurrency or lv.max_concurrency or 1 for lv in levels]))
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
     log = RunLog(store, new_run_id(), "sweep", cfg.label)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
@@ -431,12 +465,14 @@ async def run_sweep(
         pool = await _start_workers(cfg, client, ep.counter.path if ep.counter is not None else None, rep)
         manifest = _manifest(cfg, ep, workload, probe, _recorded_fields(extras, fields), seed, pool)
         manifest.guard = cfg.guard
+        if search is not None:
+            _search_manifest(manifest, search)
         # strict: refuse before anything is stored
         manifest.guard_before_run = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids,
                                                              "before the run")
         log.create(manifest)
         sweep = _Sweep(cfg, store, log.run_id, ep, client, _prompts(cfg, ep, builder, workload, fields, rep), rep,
-                       seed, alive, pool)
+                       seed, alive, pool, search)
         if cfg.sessions is not None:
             sweep.sessions = _SessionWork(cfg, ep, SessionTexts(builder, cfg.sessions, seed, builder.run_tag))
         try:
@@ -450,9 +486,23 @@ async def run_sweep(
         finally:
             if pool is not None:
                 await pool.close()
-        status, error = sweep.verdict()
+        status, error = sweep.verdict() if search is None else _search_verdict(search, manifest, sweep)
         log.finish(status, error)
         return RunResult(log.run_id, manifest, sweep.outcomes, status, error)
+
+
+def _search_manifest(manifest: Manifest, search: CapacitySearch) -> None:
+    """A capacity search's manifest: how it searched and for what (its levels are found, not listed)."""
+    manifest.capacity = {**search.spec.to_dict(), "slo": search.slo.describe(), "objectives": search.slo.headline()}
+    manifest.load = {**(manifest.load or {}), "levels": []}
+
+
+def _search_verdict(search: CapacitySearch, manifest: Manifest, sweep: _Sweep) -> tuple[str, str | None]:
+    """A search's levels answer it whether they met the SLO or failed it (too many errors is a fail): the run is
+    complete once the search ended, and says how in its manifest."""
+    if manifest.capacity is not None:
+        manifest.capacity["ended"] = search.ended
+    return "complete", None
 
 
 def _prompts(cfg: SweepConfig, ep: Endpoint, builder: PromptBuilder, workload: Workload,
@@ -516,7 +566,7 @@ class _SessionWork:
 
 def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: LevelSummary,
            reasons: list[str], info: ServerInfo, snap: dict[str, Any] | None, node_snaps: list[dict[str, Any]],
-           lost: list[str], longest: int) -> findings.LevelFacts:
+           lost: list[str], longest: int, stopped: str | None = None) -> findings.LevelFacts:
     """What the finding rules look at for a finished level: the client's reasons (its watch, or each worker's),
     the adapter's slot limits (against ``longest``, the most tokens a request of the run needed), the guard's
     snapshots (this machine's and each load-generating node's), workers lost, and the most requests in flight."""
@@ -525,7 +575,7 @@ def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRec
     return findings.LevelFacts(
         records, summary, level.concurrency, cfg.requests, run_id=run_id, guard=snap, client_reasons=reasons,
         slot_reasons=slots, max_error_rate=cfg.max_error_rate, peak_in_flight=peak_in_flight(measured),
-        node_guards=node_snaps, lost_workers=lost)
+        node_guards=node_snaps, lost_workers=lost, stopped=stopped)
 
 
 class _Load:
@@ -539,6 +589,12 @@ class _Load:
         self.client_report: dict[str, Any] = {}
         self.reasons: list[str] = []
         self.lost: list[str] = []
+        self.stop: LevelStop | None = None  # a search's watch on the level: stop sending once its verdict is known
+
+    @property
+    def cut(self) -> bool:
+        """The level lost part of its load (a worker) or was cut by the search's time budget: it is partial."""
+        return bool(self.lost) or (self.stop is not None and self.stop.cut)
 
     async def warmup(self, level: Level, n: int, seed: int, records: list[RequestRecord]) -> None:
         if self.pool is None:
@@ -558,9 +614,11 @@ class _Load:
             return
         watch = ClientWatch()
         watch.start()
+        stop = self.stop
         try:
             res = await run_phase(self.stream, self.prompts, level, "measured", requests=n, duration_s=duration_s,
-                                  watch=watch, on_done=on_done, seed=seed, sink=records)
+                                  watch=watch, on_done=stop.wrap(on_done) if stop else on_done, seed=seed,
+                                  sink=records, halt=stop.halted if stop else None)
             self.window = (res.start_ns, res.end_ns)
         finally:
             await watch.stop()
@@ -592,8 +650,7 @@ async def _run_level(
     cfg: SweepConfig,
     store: Store,
     run_id: str,
-    idx: int,
-    repetition: int,
+    at: tuple[int, int],
     level: Level,
     client: StreamClient,
     prompts: Prompts,
@@ -602,7 +659,11 @@ async def _run_level(
     seed: int,
     pool: WorkerPool | None = None,
     sessions: _SessionWork | None = None,
+    plan: LevelPlan | None = None,
 ) -> tuple[LevelSummary, str]:
+    """One repetition of a level (``at``: its index and repetition): warm-up, the measured window, its summary and
+    findings, stored at once."""
+    idx, repetition = at
     n_warm = _warmups(cfg, level)
     n_req = cfg.requests if level.schedule is None else len(level.schedule)  # a trace: the part replayed
     if sessions is not None:
@@ -615,10 +676,9 @@ async def _run_level(
     started = now_iso()
     records: list[RequestRecord] = []
     status = "complete"
-    n_levels = len(cfg.levels())
-    desc = (f"level {idx + 1}/{n_levels} " if n_levels > 1 else "") + level.describe() + \
-        (f" (rep {repetition + 1}/{cfg.repetitions})" if cfg.repetitions > 1 else "")
+    desc = _describe(cfg, plan, level, at)
     load = _Load(client, prompts, pool)
+    load.stop = plan.stop(level, n_req, records) if plan is not None and sessions is None else None
     node_snaps = await pool.guards(cfg.guard, cfg.guard_config) if pool is not None else []
     refuse_dirty_nodes(cfg.guard, node_snaps, f"before level {level.describe()}")
     try:
@@ -653,8 +713,8 @@ async def _run_level(
     # the longest request built (a trace's requests: the longest the trace has, cfg.longest_request)
     longest = prompts.longest if isinstance(prompts, _Prompts) else 0
     findings.assess(_facts(cfg, run_id, level, records, summary, load.reasons, info, snap, node_snaps, load.lost,
-                           longest))
-    if load.lost and status == "complete":
+                           longest, load.stop.reason if load.stop else None))
+    if load.cut and status == "complete":
         status = "partial"
     if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED):
         status = "failed"
@@ -662,6 +722,14 @@ async def _run_level(
                      finished=now_iso(), window=window)
     rep.level_end(summary)
     return summary, status
+
+
+def _describe(cfg: SweepConfig, plan: LevelPlan | None, level: Level, at: tuple[int, int]) -> str:
+    """"level 2/5 concurrency 4 (rep 1/3)": a search's levels are numbered without a total."""
+    idx, repetition = at
+    n_levels = plan.total if plan is not None else len(cfg.levels())
+    where = f"level {idx + 1} " if n_levels is None else f"level {idx + 1}/{n_levels} " if n_levels > 1 else ""
+    return where + level.describe() + (f" (rep {repetition + 1}/{cfg.repetitions})" if cfg.repetitions > 1 else "")
 
 
 async def _measure(cfg: SweepConfig, client: StreamClient, load: _Load, level: Level,

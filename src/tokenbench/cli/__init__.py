@@ -19,6 +19,7 @@ from .. import redact
 from ..errors import RunInterrupted, TokenbenchError
 from ..output import ReadableConsole as Console
 from ..output import readable_output
+from .capacity import cmd_capacity
 from .analysis import cmd_compare, cmd_cost, cmd_import, cmd_recommend, cmd_report
 from .measure import cmd_coldstart, cmd_depth, cmd_engines, cmd_guard, cmd_runs, cmd_show, cmd_sweep
 from .parser import build_parser
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         console = Console(stderr=True, highlight=False, markup=False)
     handlers = {
         "sweep": lambda: cmd_sweep(a, argv, console, err),
+        "capacity": lambda: cmd_capacity(a, argv, console, err),
         "runs": lambda: cmd_runs(a, console),
         "show": lambda: cmd_show(a, console),
         "coldstart": lambda: cmd_coldstart(a, argv, console),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from ..cost import Pricing, run_price
 from ..errors import UsageError
-from ..metrics import parse_duration_ms
+from ..slo import parse_duration_ms
 from ..store import Store
 from ..results import RunResult, load_result
 

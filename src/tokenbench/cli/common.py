@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 from ..errors import UsageError
-from ..metrics import parse_duration_ms
+from ..slo import parse_duration_ms
 from ..results import RunResult
 
 

@@ -129,6 +129,9 @@ EXAMPLES: dict[str, list[str]] = {
     "sweep": ["tokenbench sweep                      # the embedded engine, concurrency 1,2,4,8",
               "tokenbench sweep --url http://gpu-box:8000/v1 --concurrency 1,4,16 --requests 64 --label h100",
               "tokenbench sweep --engine llama-server --sessions 8 --turns 20 --think-time uniform:1s-5s"],
+    "capacity": ["tokenbench capacity --slo ttft_p99=2s,agent_tps=5   # the embedded engine, 1:16 agents",
+                 "tokenbench capacity --url http://gpu-box:8000/v1 --slo ttft_p99=2s,tpot_p90=50ms --concurrency 1:64 "
+                 "--requests 128 --budget 20m --price-per-hour 2.5"],
     "depth": ["tokenbench depth                      # embedded llama-server, depths 0,1k,4k",
               "tokenbench depth --url http://strix:8080/v1 --depths 0,8k,32k,65k --repetitions 3"],
     "guard": ["tokenbench guard", "tokenbench guard --url http://127.0.0.1:8080/v1 --json guard.json"],
@@ -218,13 +221,8 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"tokenbench: error: {message}; see {self.prog} --help\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="tokenbench", description="Measure LLM serving stacks you can trust.", epilog=EXIT_CODES,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--version", action="version", version=f"tokenbench {__version__}")
-    sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
-
-    s = sub.add_parser("sweep", help="load-test an OpenAI-compatible endpoint over concurrency or rate levels")
+def _add_workload(s: argparse.ArgumentParser) -> None:
+    """The endpoint, what each request sends, and agent sessions: a sweep's and a capacity search's."""
     add_endpoint(s.add_argument_group("endpoint"), "transformers", "completions", "exact prompt lengths")
     g = s.add_argument_group("workload")
     g.add_argument("--shape", help="agentic (4096/512), short (128/128), pp512, tg128")
@@ -260,18 +258,39 @@ def build_parser() -> argparse.ArgumentParser:
                    help="at the cap: end the session, or replace its history by a summary and go on")
     g.add_argument("--no-baseline", action="store_true",
                    help="skip the baseline: the same sessions with a marker at each turn's start that busts the cache")
-    g = s.add_argument_group("load")
-    g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,8,16,32")
-    g.add_argument("--rate", help="open-loop levels in requests/s, e.g. 0.5,1,2 (instead of --concurrency)")
+
+
+def _add_load(s: argparse.ArgumentParser, search: bool) -> None:
+    """The load options: a sweep's levels, or a capacity search's range (``search``), and what both share."""
+    g = s.add_argument_group("search" if search else "load")
+    if search:
+        g.add_argument("--slo", required=True,
+                       help="the objectives every level must meet, e.g. ttft_p99=2s,agent_tps=30: ttft/tpot/itl/e2e "
+                            "with _p50/_p90/_p95/_p99, agent_tps (tok/s each, at least), errors (share, e.g. 1%%), "
+                            "session_p90 (agent sessions)")
+        g.add_argument("--concurrency", metavar="LOW:HIGH",
+                       help="search the agents (closed loop) in this range (default 1:16)")
+        g.add_argument("--rate", metavar="LOW:HIGH",
+                       help="search the requests/s (open loop) in this range instead, e.g. 0.5:20")
+        g.add_argument("--resolution", type=POSITIVE, default=0.1,
+                       help="stop when the first failing level is within this share of the last passing one "
+                            "(concurrency: or the next whole agent)")
+        g.add_argument("--budget", help="spend at most this long searching, e.g. 20m (default: no limit)")
+    else:
+        g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,8,16,32")
+        g.add_argument("--rate", help="open-loop levels in requests/s, e.g. 0.5,1,2 (instead of --concurrency)")
     g.add_argument("--arrival", choices=["poisson", "constant"], default="poisson")
     g.add_argument("--max-concurrency", type=POSITIVE_INT, help="open loop: cap on requests in flight")
     g.add_argument("--requests", type=POSITIVE_INT, help="measured requests per level (default 32)")
-    g.add_argument("--duration", help="measure each level for this long instead, e.g. 60s")
+    if not search:
+        g.add_argument("--duration", help="measure each level for this long instead, e.g. 60s")
     g.add_argument("--warmup", type=NONNEG_INT, help="uncounted full-length requests per level (default: one per slot)")
-    g.add_argument("--repetitions", type=POSITIVE_INT, default=1, help="repeat each level; report median and CV")
+    if not search:
+        g.add_argument("--repetitions", type=POSITIVE_INT, default=1, help="repeat each level; report median and CV")
     g.add_argument("--timeout", default="600s", help="per-request timeout (default 600s)")
     g.add_argument("--stall-timeout", default="60s", help="fail a request after this long without a byte")
-    g.add_argument("--slo", help="e.g. ttft_p99=2s,tpot=50ms: goodput and pass/fail per level")
+    if not search:
+        g.add_argument("--slo", help="e.g. ttft_p99=2s,tpot=50ms: goodput and pass/fail per level")
     g.add_argument("--max-error-rate", type=SHARE, default=0.1,
                    help="a level with a larger share of failed requests is failed, and the run exits 5 "
                         "(default 0.1)")
@@ -281,14 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ray", metavar="ADDRESS",
                    help="place the workers on a Ray cluster (its address, or auto on a node of it): one per node "
                         "unless --workers says how many; needs pip install 'tokenbench[ray]'")
-    g = s.add_argument_group("trace replay (one open-loop level at the trace's own times and lengths)")
-    g.add_argument("--trace", metavar="FILE",
-                   help="replay this trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids "
-                        "of shared prompt blocks) or CSV with the header timestamp,input_length,output_length; "
-                        "--requests N replays its first N")
-    g.add_argument("--trace-speed", type=POSITIVE, default=1.0, help="replay this many times as fast (2: twice)")
-    g.add_argument("--trace-block", type=POSITIVE_INT, default=512,
-                   help="prompt tokens per hash id (default 512, as Mooncake's traces)")
+
+
+def _add_output(s: argparse.ArgumentParser) -> None:
+    """Where the run goes and how it is shown, and the clean-bench guard."""
     g = s.add_argument_group("output")
     g.add_argument("--label", help="host label (default: this hostname, or embedded-ENGINE)")
     g.add_argument("--price-per-hour", type=POSITIVE, help="box price for cost per million output tokens")
@@ -306,6 +321,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sample /metrics this often (default 5s; each sample costs the server a page: on 2 CPU "
                         "cores one vLLM /metrics GET stalled every stream for 70-145 ms)")
     add_db(s)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = Parser(prog="tokenbench", description="Measure LLM serving stacks you can trust.", epilog=EXIT_CODES,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"tokenbench {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
+
+    s = sub.add_parser("sweep", help="load-test an OpenAI-compatible endpoint over concurrency or rate levels")
+    _add_workload(s)
+    _add_load(s, search=False)
+    g = s.add_argument_group("trace replay (one open-loop level at the trace's own times and lengths)")
+    g.add_argument("--trace", metavar="FILE",
+                   help="replay this trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids "
+                        "of shared prompt blocks) or CSV with the header timestamp,input_length,output_length; "
+                        "--requests N replays its first N")
+    g.add_argument("--trace-speed", type=POSITIVE, default=1.0, help="replay this many times as fast (2: twice)")
+    g.add_argument("--trace-block", type=POSITIVE_INT, default=512,
+                   help="prompt tokens per hash id (default 512, as Mooncake's traces)")
+    _add_output(s)
+
+    cap = sub.add_parser("capacity", help="search the most agents (or requests/s) a box serves within an SLO",
+                         description="Bracket, then bisect, the concurrency (or rate) at which the server still "
+                                     "meets every objective of --slo. Each level stops early once its verdict "
+                                     "cannot change; every level is stored. Prints how many agents the box "
+                                     "serves, between which levels, how sure each verdict was, and the cost per "
+                                     "agent-hour with --price-per-hour.")
+    _add_workload(cap)
+    _add_load(cap, search=True)
+    _add_output(cap)
+    cap.set_defaults(duration=None, repetitions=1, trace=None, trace_speed=1.0, trace_block=512)
 
     gd = sub.add_parser("guard", help="check the machine is clean enough to measure (exit 1 if not)")
     gd.add_argument("--guard-config", help="thresholds TOML")

@@ -1,0 +1,362 @@
+"""Capacity under an SLO: the most agents (concurrency) or requests per second (rate) a box serves while it meets
+every objective, found by search rather than read off a table by eye.
+
+The search (``CapacitySearch``, a level plan the sweep runs) brackets the limit by doubling from the low end of
+the range, then bisects between the last level that met the SLO and the first that did not, until they are
+adjacent (concurrency) or within the resolution (rate), or the time budget is spent. The next level is always a
+function of the levels run so far, so the answer (``answer``) is recomputed from the stored levels alone: a run
+read back says what the search said, and every level it ran is a stored level.
+
+A level stops sending early (``LevelStop``) once its verdict cannot change (enough requests already over a
+percentile limit, or failed), once an open-loop level is clearly over-saturated (requests pile up in flight while
+TTFT climbs), or at the time budget; the finding ``stopped_early`` says which. A level cut by the budget before
+its verdict was decided gives no verdict.
+
+Peers: ``vllm bench sweep serve_sla`` searches the SLA limit with a spline fit, AIPerf with Bayesian optimisation
+recipes, inference-perf probes with Little's law, GuideLLM stops a sweep at over-saturation. A bracket and a
+bisection assumes only that more load is no better, and says how sure each verdict was
+(``slo.SloCheck``: a p99 from 40 requests is not a p99).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from .findings import Code
+from .loadgen import Level
+from .records import RequestRecord
+from .slo import SLO, SloCheck, decided_fail
+
+if TYPE_CHECKING:
+    from .metrics import LevelSummary
+    from .results import LevelOutcome, RunResult
+
+NS_PER_S = 1_000_000_000
+NS_PER_MS = 1_000_000
+Axis = Literal["concurrency", "rate"]
+#: An open-loop level is over-saturated when, over at least this many finished requests, the last third's median
+#: TTFT is OVERSATURATED_TTFT_RATIO times the first third's and the requests in flight grew as much, by at least
+#: OVERSATURATED_MIN_GROWTH: the queue grows without bound, so its TTFT says how long the level ran, not the box.
+OVERSATURATED_MIN_DONE = 12
+OVERSATURATED_TTFT_RATIO = 2.0
+OVERSATURATED_MIN_GROWTH = 4
+#: A KV cache this full at its peak is the engine's limit (preemption, queueing), not the hardware's speed.
+KV_FULL = 0.95
+Ended = Literal["resolved", "none", "all", "budget", "interrupted", "running"]
+
+
+@dataclass(slots=True, frozen=True)
+class SearchSpec:
+    """What to search: the axis and its range, when two levels are close enough, and the time allowed."""
+
+    axis: Axis
+    low: float
+    high: float
+    resolution: float = 0.1  # rate: stop when first fail / last pass <= 1 + this; concurrency: adjacent integers
+    budget_s: float | None = None
+    arrival: Literal["poisson", "constant"] = "poisson"
+    max_concurrency: int | None = None
+    sessions: bool = False  # agent sessions: each level runs them with the prefix cache warm
+
+    def __post_init__(self) -> None:
+        if not (0 < self.low <= self.high) or not math.isfinite(self.high):
+            raise ValueError(f"the range {self.low:g}:{self.high:g} must be LOW:HIGH with 0 < LOW <= HIGH")
+        if self.axis == "concurrency" and (self.low != int(self.low) or self.high != int(self.high)):
+            raise ValueError("a concurrency range is whole agents, e.g. 1:64")
+
+    def level(self, value: float) -> Level:
+        if self.axis == "concurrency":
+            return Level(concurrency=int(value), cache="warm" if self.sessions else None)
+        return Level(rate=value, arrival=self.arrival, max_concurrency=self.max_concurrency)
+
+    def value(self, level: Level) -> float | None:
+        return float(level.concurrency) if self.axis == "concurrency" and level.concurrency else level.rate
+
+    def resolved(self, last_pass: float, first_fail: float) -> bool:
+        if self.axis == "concurrency":
+            return first_fail - last_pass <= max(1, math.floor(last_pass * self.resolution))
+        return first_fail <= last_pass * (1 + self.resolution)
+
+    def between(self, last_pass: float, first_fail: float) -> float:
+        if self.axis == "concurrency":
+            return float((int(last_pass) + int(first_fail)) // 2)
+        return float(f"{math.sqrt(last_pass * first_fail):.3g}")
+
+    def up(self, value: float) -> float:
+        """The next level of the bracket: twice the last, within the range."""
+        return min(self.high, value * 2)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SearchSpec:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass(slots=True)
+class Verdict:
+    """One level's answer to the SLO, as the search read it."""
+
+    value: float
+    met: bool | None  # None: the level gave no verdict (cut by the budget or interrupted before it was decided)
+    checks: list[SloCheck]
+    requests: int  # measured requests it spent
+    stopped: str | None  # why it stopped early, if it did
+    idx: int
+
+    @property
+    def sure(self) -> bool:
+        """Sure of a pass when every objective's pass is sure; of a fail when a failing objective's is."""
+        if self.met is None:
+            return False
+        if self.met:
+            return all(c.sure for c in self.checks)
+        return any(c.sure for c in self.checks if not c.met)
+
+
+def verdict(outcome: LevelOutcome, spec: SearchSpec) -> Verdict | None:
+    """A level's verdict: its SLO's, unless it was cut before the verdict was decided."""
+    value = spec.value(outcome.level)
+    s = outcome.summary
+    if value is None:
+        return None
+    stopped = s.finding(Code.STOPPED_EARLY)
+    requests = s.completed + s.failed
+    # a level cut (by the budget, a lost worker) or interrupted before its verdict was decided gives none; a
+    # level stopped because its verdict was decided is complete
+    if outcome.status in ("interrupted", "partial") or s.slo_met is None:
+        met: bool | None = None
+    elif outcome.status == "failed":
+        met = False  # more failures than --max-error-rate: no SLO allows that
+    else:
+        met = s.slo_met
+    return Verdict(value, met, list(s.slo_checks), requests, stopped.message if stopped else None, outcome.idx)
+
+
+def bracket(verdicts: list[Verdict]) -> tuple[float | None, float | None]:
+    """The last level that met the SLO below the first that did not, and that first (None where there is none):
+    the lowest failing level bounds the answer; a pass above it (noise) does not move the answer up."""
+    fails = [v.value for v in verdicts if v.met is False]
+    first_fail = min(fails) if fails else None
+    passes = [v.value for v in verdicts if v.met and (first_fail is None or v.value < first_fail)]
+    return (max(passes) if passes else None), first_fail
+
+
+def next_value(spec: SearchSpec, verdicts: list[Verdict]) -> tuple[float | None, Ended]:
+    """Where the search goes next, from the verdicts so far; None and why it ended."""
+    decided = [v for v in verdicts if v.met is not None]
+    if not decided:
+        return (spec.low, "running") if not verdicts else (None, "budget")
+    last_pass, first_fail = bracket(decided)
+    if last_pass is None:
+        if first_fail is not None and first_fail <= spec.low:
+            return None, "none"
+        return spec.low, "running"
+    if first_fail is None:
+        return (None, "all") if last_pass >= spec.high else (spec.up(last_pass), "running")
+    if spec.resolved(last_pass, first_fail):
+        return None, "resolved"
+    mid = spec.between(last_pass, first_fail)
+    if mid <= last_pass or mid >= first_fail or any(v.value == mid for v in decided):
+        return None, "resolved"
+    return mid, "running"
+
+
+class LevelStop:
+    """Watches one level's finished requests and says when to stop sending (``halted``), and why (``reason``):
+    the verdict is decided (``slo.decided_fail``), the open-loop queue grows without bound, or the budget is spent."""
+
+    def __init__(self, slo: SLO, planned: int | None, open_loop: bool, deadline_ns: int | None,
+                 records: list[RequestRecord]) -> None:
+        self.slo, self.planned, self.open_loop, self.deadline_ns = slo, planned, open_loop, deadline_ns
+        self.records = records
+        self.done: list[RequestRecord] = []
+        self.in_flight_at_done: list[int] = []
+        self.reason: str | None = None
+        self.cut = False  # stopped by the budget, not by a verdict
+
+    def wrap(self, on_done: Callable[[RequestRecord], None] | None) -> Callable[[RequestRecord], None]:
+        def seen(record: RequestRecord) -> None:
+            if on_done is not None:
+                on_done(record)
+            if record.phase == "measured":
+                self.see(record)
+        return seen
+
+    def see(self, record: RequestRecord) -> None:
+        self.done.append(record)
+        if self.reason is not None:
+            return
+        if self.planned:
+            self.reason = decided_fail(self.slo, self.done, self.planned)
+        if self.reason is None and self.open_loop:
+            self.in_flight_at_done.append(sum(1 for r in self.records if r.phase == "measured" and r.end_ns is None))
+            self.reason = self._oversaturated()
+
+    def _oversaturated(self) -> str | None:
+        done = [r for r in self.done if r.ok and r.ttft_ns is not None]
+        if len(done) < OVERSATURATED_MIN_DONE:
+            return None
+        by_send = sorted(done, key=lambda r: r.sent_ns)
+        third = len(by_send) // 3
+        early = statistics.median(r.ttft_ns or 0 for r in by_send[:third]) / NS_PER_MS
+        late = statistics.median(r.ttft_ns or 0 for r in by_send[-third:]) / NS_PER_MS
+        first, now = self.in_flight_at_done[len(self.in_flight_at_done) // 3], self.in_flight_at_done[-1]
+        if late >= OVERSATURATED_TTFT_RATIO * max(early, 1e-3) and now >= OVERSATURATED_TTFT_RATIO * max(first, 1) \
+                and now - first >= OVERSATURATED_MIN_GROWTH:
+            return (f"over-saturated: requests in flight grew from {first} to {now} while TTFT rose from "
+                    f"{early:.0f} to {late:.0f} ms through the level")
+        return None
+
+    def halted(self) -> bool:
+        if self.reason is None and self.deadline_ns is not None and time.monotonic_ns() >= self.deadline_ns:
+            self.reason, self.cut = "the time budget was spent", True
+        return self.reason is not None
+
+
+@dataclass(slots=True)
+class CapacitySearch:
+    """The level plan of a capacity search: the next level from the outcomes so far (``next_value``)."""
+
+    spec: SearchSpec
+    slo: SLO
+    started_ns: int = field(default_factory=time.monotonic_ns)
+    ended: Ended = "running"
+    total: int | None = None  # levels are not known beforehand
+
+    def next_level(self, outcomes: list[LevelOutcome]) -> Level | None:
+        if self.spent():
+            self.ended = "budget"
+            return None
+        verdicts = [v for o in outcomes if (v := verdict(o, self.spec)) is not None]
+        value, self.ended = next_value(self.spec, verdicts)
+        return self.spec.level(value) if value is not None else None
+
+    def spent(self) -> bool:
+        return self.spec.budget_s is not None and time.monotonic_ns() >= self.deadline_ns()
+
+    def deadline_ns(self) -> int:
+        return self.started_ns + int((self.spec.budget_s or 0) * NS_PER_S)
+
+    def stop(self, level: Level, planned: int | None, records: list[RequestRecord]) -> LevelStop:
+        return LevelStop(self.slo, planned, level.open, self.deadline_ns() if self.spec.budget_s else None, records)
+
+
+@dataclass(slots=True)
+class CapacityAnswer:
+    """What a capacity search found, from its stored levels."""
+
+    spec: SearchSpec
+    slo: str  # the SLO in words
+    ended: Ended
+    verdicts: list[Verdict]
+    capacity: float | None  # the last level that met the SLO (None: none did)
+    first_fail: float | None  # the first level above it that did not (None: every level met it)
+    at: LevelSummary | None  # the level at the capacity
+    limit: str | None  # what limited it at the first failing level, when it was not the hardware
+    price_per_hour: float | None = None
+    currency: str = "USD"
+
+    @property
+    def requests(self) -> int:
+        return sum(v.requests for v in self.verdicts)
+
+    @property
+    def unit(self) -> str:
+        return "agents" if self.spec.axis == "concurrency" else "requests/s"
+
+    def cost_per_agent_hour(self) -> float | None:
+        if self.price_per_hour is None or not self.capacity or self.spec.axis != "concurrency":
+            return None
+        return self.price_per_hour / self.capacity
+
+    def cost_per_mtok(self) -> float | None:
+        return self.at.cost_per_mtok if self.at is not None else None
+
+    def energy(self) -> tuple[float | None, float | None]:
+        """Joules per output token and agents per kW at the capacity, where power was measured."""
+        tele = (self.at.telemetry or {}) if self.at is not None else {}
+        j, w = tele.get("j_per_output_token"), tele.get("gpu_power_w_mean")
+        per_kw = self.capacity / (w / 1000) if isinstance(w, (int, float)) and w > 0 and self.capacity and \
+            self.spec.axis == "concurrency" else None
+        return (j if isinstance(j, (int, float)) else None), per_kw
+
+    def to_dict(self) -> dict[str, Any]:
+        j, per_kw = self.energy()
+        return {"axis": self.spec.axis, "unit": self.unit, "slo": self.slo, "ended": self.ended,
+                "capacity": self.capacity, "first_fail": self.first_fail, "limit": self.limit,
+                "requests": self.requests, "range": [self.spec.low, self.spec.high],
+                "cost_per_agent_hour": self.cost_per_agent_hour(), "cost_per_mtok": self.cost_per_mtok(),
+                "currency": self.currency, "j_per_output_token": j, "agents_per_kw": per_kw,
+                "levels": [{"value": v.value, "met": v.met, "sure": v.sure, "requests": v.requests,
+                            "stopped": v.stopped, "checks": [c.to_dict() for c in v.checks]} for v in self.verdicts]}
+
+
+def limit_cause(s: LevelSummary) -> str | None:
+    """What held a failing level back when it was not the hardware: the client, the engine's slots, a full KV
+    cache, or an engine that ran fewer requests at once than were sent."""
+    if (f := s.finding(Code.CLIENT_BOUND)) is not None:
+        return "the client (not the box): " + f.message.split(": ", 1)[-1]
+    if (f := s.finding(Code.SLOTS_EXCEEDED)) is not None:
+        return "the engine's slots: " + f.message
+    tele = s.telemetry or {}
+    kv = tele.get("kv_cache_usage_max")
+    if isinstance(kv, (int, float)) and kv >= KV_FULL:
+        return f"the engine's KV cache was full (peak {kv:.0%}): requests waited for room"
+    running, waiting = tele.get("running_max"), tele.get("waiting_max")
+    if isinstance(running, (int, float)) and isinstance(waiting, (int, float)) and waiting > 0 and s.concurrency \
+            and running < s.concurrency:
+        return (f"the engine ran at most {running:g} requests at once ({waiting:g} waited): its batch limit "
+                "(vLLM --max-num-seqs, llama.cpp --parallel)")
+    return None
+
+
+def answer(result: RunResult) -> CapacityAnswer | None:
+    """The capacity a run's levels show: a capacity search's (its manifest says how it searched), or any sweep
+    with an SLO over one axis (the range its levels span). None for a run with no SLO verdicts."""
+    stored = result.manifest.capacity or {}
+    spec = _spec(result, stored)
+    if spec is None:
+        return None
+    verdicts = [v for o in result.outcomes if (v := verdict(o, spec)) is not None]
+    if not any(v.met is not None for v in verdicts):
+        return None
+    last_pass, first_fail = bracket([v for v in verdicts if v.met is not None])
+    at = next((o.summary for o in result.outcomes if spec.value(o.level) == last_pass
+               and (v := verdict(o, spec)) is not None and v.met), None)
+    failing = next((o.summary for o in result.outcomes if spec.value(o.level) == first_fail), None)
+    ended: Ended = stored.get("ended") or _ended(spec, last_pass, first_fail, result.status)
+    slo = str(stored.get("objectives") or next((o.summary.slo for o in result.outcomes if o.summary.slo), ""))
+    return CapacityAnswer(spec, slo, ended, verdicts, last_pass, first_fail, at,
+                          limit_cause(failing) if failing is not None else None,
+                          result.manifest.price_per_hour, result.manifest.currency or "USD")
+
+
+def _spec(result: RunResult, stored: dict[str, Any]) -> SearchSpec | None:
+    if stored.get("axis"):
+        try:
+            return SearchSpec.from_dict(stored)
+        except (TypeError, ValueError):
+            return None
+    levels = [o.level for o in result.outcomes if o.summary.slo_met is not None]
+    if not levels:
+        return None
+    axis: Axis = "rate" if any(lv.rate is not None for lv in levels) else "concurrency"
+    values = [v for lv in levels if (v := (lv.rate if axis == "rate" else lv.concurrency))]
+    return SearchSpec(axis, min(values), max(values)) if values else None
+
+
+def _ended(spec: SearchSpec, last_pass: float | None, first_fail: float | None, status: str) -> Ended:
+    if status == "interrupted":
+        return "interrupted"
+    if last_pass is None:
+        return "none"
+    if first_fail is None:
+        return "all"
+    return "resolved" if spec.resolved(last_pass, first_fail) else "budget"

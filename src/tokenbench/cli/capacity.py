@@ -1,0 +1,192 @@
+"""``tokenbench capacity``: the most agents (or requests/s) a box serves within an SLO, found by search
+(capacity.py), every level it ran stored as a sweep's are."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+
+from rich.console import Console
+
+from ..capacity import CapacityAnswer, CapacitySearch, SearchSpec, answer
+from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
+from ..metrics import SLO
+from ..output import print_table
+from ..results import RunResult, load_result
+from ..slo import SloCheck
+from ..store import Store
+from ..sweep import run_sweep
+from .common import check_output, emit_json, notifier, seconds
+from .measure import RichReporter, _embedded_ctx, _print_result, _sweep_config, start_embedded
+
+DEFAULT_RANGE = "1:16"
+
+
+def _range(text: str, flag: str) -> tuple[float, float]:
+    low, sep, high = text.partition(":")
+    try:
+        lo, hi = float(low), float(high) if sep else float(low)
+    except ValueError:
+        raise UsageError(f"{flag} {text}: give the range as LOW:HIGH, e.g. {flag} 1:64") from None
+    return lo, hi
+
+
+def search_spec(a: argparse.Namespace) -> SearchSpec:
+    """The search the options ask for: its axis and range, resolution and budget."""
+    if a.rate and a.concurrency:
+        raise UsageError("give --concurrency LOW:HIGH or --rate LOW:HIGH, not both")
+    axis = "rate" if a.rate else "concurrency"
+    flag = f"--{axis}"
+    lo, hi = _range(a.rate or a.concurrency or DEFAULT_RANGE, flag)
+    try:
+        return SearchSpec(axis, lo, hi, a.resolution, seconds(a.budget, "--budget") if a.budget else None,  # type: ignore[arg-type]
+                          a.arrival, a.max_concurrency)
+    except ValueError as e:
+        raise UsageError(f"{flag}: {e}") from None
+
+
+def _slo(text: str) -> SLO:
+    try:
+        slo = SLO.parse(text)
+    except ValueError as e:
+        raise UsageError(f"--slo: {e}") from None
+    bare = [m for m in slo.per_request_ms if not any(k[0] == m for k in slo.percentile_ms)]
+    if bare:
+        raise UsageError(f"--slo: a capacity needs a level objective; {bare[0]}= limits each request only: write "
+                         f"it with a percentile, e.g. {bare[0]}_p90=...")
+    return slo
+
+
+def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
+    check_output(a.json, "--json")
+    spec = search_spec(a)
+    slo = _slo(a.slo)
+    if spec.axis == "concurrency":  # the config's one level is the range's top: what the engine must hold
+        a.concurrency, a.rate = str(int(spec.high)), None
+    else:
+        a.rate = f"{spec.high:g}"
+    cfg = _sweep_config(a, argv)
+    cfg.slo = slo
+    if a.requests is None:
+        cfg.requests = 32
+    if cfg.sessions is not None:  # the sessions at each agent count, the cache warm, as agents run them
+        cfg.sessions = replace(cfg.sessions, baseline=False)
+        spec = replace(spec, sessions=True)
+    search = CapacitySearch(spec, slo)
+    store = Store(a.db)
+    reporter = RichReporter(err, enabled=not a.quiet)
+    engine = None
+    try:
+        if not a.url:
+            parallel = int(spec.high) if spec.axis == "concurrency" else (a.max_concurrency or 16)
+            engine = start_embedded(a, notifier(err), parallel=parallel, ctx=_embedded_ctx(cfg))
+            engine.configure(cfg)
+        try:
+            res = asyncio.run(run_sweep(cfg, store, reporter, alive=engine.alive if engine else None,
+                                        search=search))
+        finally:
+            reporter.close()
+    except TokenbenchError as e:  # interrupted or failed after levels were stored: what they found is shown
+        if e.result is not None and (e.result.outcomes or isinstance(e, RunInterrupted)):
+            _show(console, e.result, a.format, store)
+            if a.json:
+                emit_json(a.json, _json(e.result))
+        raise
+    finally:
+        if engine is not None:
+            engine.stop()
+    res = load_result(store, res.run_id)
+    _show(console, res, a.format, store)
+    if a.json:
+        emit_json(a.json, _json(res))
+    if res.status != "complete":
+        print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
+        return LevelFailed.exit_code
+    return 0
+
+
+def _json(res: RunResult) -> dict[str, object]:
+    found = answer(res)
+    return {**res.to_json(), "capacity": found.to_dict() if found is not None else None}
+
+
+def _show(console: Console, res: RunResult, fmt: str, store: Store) -> None:
+    """The levels, in the order of their value (the order the search ran them in is their index), then the answer."""
+    res.outcomes.sort(key=lambda o: (o.level.concurrency or 0, o.level.rate or 0.0))
+    _print_result(console, res, fmt, store.path)
+    found = answer(res)
+    if found is not None:
+        print_capacity(console, found, fmt)
+
+
+def headline(found: CapacityAnswer) -> str:
+    """"this box serves 11 agents (11 met the SLO, 12 did not) at TTFT p99 <= 2 s": the sentence a buyer reads."""
+    unit, fmt = found.unit, _value_format(found)
+    if found.capacity is None:
+        return (f"no level met {found.slo}: not even {fmt(found.first_fail or found.spec.low)} {unit}")
+    if found.first_fail is None:
+        return (f"this box serves at least {fmt(found.capacity)} {unit} at {found.slo} "
+                f"(every level searched met it: raise the range's top)")
+    return (f"this box serves {fmt(found.capacity)} {unit} ({fmt(found.capacity)} met the SLO, "
+            f"{fmt(found.first_fail)} did not) at {found.slo}")
+
+
+def _value_format(found: CapacityAnswer) -> Callable[[float | None], str]:
+    return (lambda v: f"{v:g}" if v is not None else "?") if found.spec.axis == "rate" else \
+        (lambda v: f"{v:.0f}" if v is not None else "?")
+
+
+def money_lines(found: CapacityAnswer) -> list[str]:
+    out = []
+    per_agent, per_mtok = found.cost_per_agent_hour(), found.cost_per_mtok()
+    if per_agent is not None or per_mtok is not None:
+        parts = [f"{per_agent:.3f} {found.currency} per agent-hour"] if per_agent is not None else []
+        parts += [f"{per_mtok:.2f} {found.currency} per million output tokens"] if per_mtok is not None else []
+        out.append(", ".join(parts) + " at that load")
+    j, per_kw = found.energy()
+    if j is not None:
+        out.append(f"{j:.3f} J per output token" + (f", {per_kw:.1f} agents per kW (GPU power)" if per_kw else ""))
+    return out
+
+
+ENDED = {"resolved": "resolved", "none": "no level met the SLO", "all": "every level met the SLO",
+         "budget": "the time budget ran out before the search resolved", "interrupted": "interrupted",
+         "running": "cut short"}
+
+
+def print_capacity(console: Console, found: CapacityAnswer, fmt: str = "table") -> None:
+    console.print("")
+    console.print(headline(found), markup=False, highlight=False)
+    for line in money_lines(found):
+        console.print("  " + line, markup=False, highlight=False)
+    if found.limit is not None and found.first_fail is not None:
+        console.print(f"  limit at {_value_format(found)(found.first_fail)} {found.unit}: {found.limit}",
+                      markup=False, highlight=False)
+    console.print(f"  search: {len(found.verdicts)} levels, {found.requests} requests, {ENDED[found.ended]}",
+                  markup=False, highlight=False)
+    header = ["Agents" if found.spec.axis == "concurrency" else "Rate req/s", "SLO", "Sure", "Requests",
+              "Objectives"]
+    fmt_v = _value_format(found)
+    rows = [[fmt_v(v.value), "-" if v.met is None else "pass" if v.met else "FAIL",
+             "-" if v.met is None else "yes" if v.sure else "no", str(v.requests),
+             "; ".join(_check(c) for c in v.checks if c.name != "errors" or not c.met) + _stopped(v.stopped)]
+            for v in sorted(found.verdicts, key=lambda v: v.value)]
+    print_table(console, header, rows, fmt, numeric=True)
+    console.print("Sure: a one-sided binomial test at 5% (a p99 passes surely from 299 requests with none over "
+                  "it, a p90 from 29); agent_tps: the limit outside the mean's 95% interval.", style="dim",
+                  markup=False, highlight=False)
+
+
+def _check(c: SloCheck) -> str:
+    value = "-" if c.value is None else f"{c.value:.3g}" if c.unit != "share" else f"{c.value:.1%}"
+    unit = "" if c.unit == "share" else f" {c.unit}"
+    over = f", {c.over}/{c.n} over" if c.over is not None else ""
+    more = f", sure from {c.needed}" if c.met and not c.sure and c.needed else ""
+    return f"{c.name} {value}{unit}{over}{more}"
+
+
+def _stopped(reason: str | None) -> str:
+    return f" (stopped: {reason.split(': ', 1)[-1]})" if reason else ""

@@ -1,0 +1,320 @@
+"""Service-level objectives: what ``--slo`` says, whether a level met each objective, and how sure that verdict
+is given the requests it rests on (a p99 from 40 requests is not a p99).
+
+An objective is one of:
+
+- a percentile limit on a latency, ``ttft_p99=2s``, ``tpot_p90=50ms``, ``itl_p99=200ms``, ``e2e_p50=30s``
+  (TTFT of a session level is each turn's TTFT);
+- a per-request limit, the same names without a percentile (``tpot=50ms``): a request over it is not good
+  (goodput, as ``vllm bench serve --goodput``); it decides no level by itself;
+- ``agent_tps=30``: at least this many output tokens per second per agent (``LevelSummary.per_agent_tps``);
+- ``errors=1%``: at most this share of failed requests (without it, one failed request fails the level);
+- ``session_p90=5m``: an agent session's time, first turn sent to last byte, at a percentile.
+
+How sure a verdict is: a percentile limit holds when at most a share ``1 - p`` of the samples is over it. With
+``k`` of ``n`` samples over, the verdict is *sure* when a one-sided exact binomial test rejects the other side at
+5%: a pass is sure when ``P(X <= k | n, 1 - p) <= 0.05`` (so few over would be unlikely were the true share at
+the limit), a fail when ``P(X >= k | n, 1 - p) <= 0.05``. A p99 passes surely only from 299 requests with none
+over, a p90 from 29, a p50 from 5. ``agent_tps`` is a mean: sure when the limit lies outside its 95% interval
+(the per-request rates' standard error). The failed share is tested as a percentile is.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .records import RequestRecord
+
+if TYPE_CHECKING:
+    from .metrics import LevelSummary
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+#: A verdict is sure when the one-sided test's p-value is at most this.
+SURE_P = 0.05
+LATENCIES = ("ttft", "tpot", "e2e", "itl")
+PERCENTILES = ("p50", "p90", "p95", "p99")
+
+
+def parse_duration_ms(text: str, bare_ms: float = 1.0) -> float:
+    """``2s``, ``50ms``, ``1.5m``, ``1h`` -> milliseconds. A bare number is ``bare_ms`` milliseconds each: 1 for SLO
+    targets (as vllm bench serve's --goodput), 1000 for run durations and timeouts (as ``timeout`` and GuideLLM)."""
+    t = text.strip().lower()
+    for suffix, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1000.0), ("m", 60_000.0), ("h", 3_600_000.0)):
+        if t.endswith(suffix):
+            v = float(t[: -len(suffix)]) * scale
+            break
+    else:
+        v = float(t) * bare_ms
+    if not math.isfinite(v):
+        raise ValueError(f"{text} is not a finite duration")
+    return v
+
+
+def _share(text: str) -> float:
+    t = text.strip()
+    v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    if not 0 <= v < 1:
+        raise ValueError(f"errors={text}: give a share below 1, e.g. errors=1% or errors=0.01")
+    return v
+
+
+@dataclass(slots=True)
+class SLO:
+    """Service-level objectives: per-request limits in milliseconds, per-level percentile limits, and the level
+    objectives that are not latencies (per-agent rate, failed share, session time)."""
+
+    per_request_ms: dict[str, float] = field(default_factory=dict)  # ttft, tpot, e2e, itl
+    percentile_ms: dict[tuple[str, str], float] = field(default_factory=dict)  # (metric, "p99") -> ms
+    agent_tps: float | None = None  # at least, output tokens per second per agent
+    error_share: float | None = None  # at most; None: no request may fail
+    session_ms: dict[str, float] = field(default_factory=dict)  # "p90" -> ms
+
+    @classmethod
+    def parse(cls, text: str) -> SLO:
+        """``ttft_p99=2s,tpot=50ms,agent_tps=30,errors=1%``. A bare latency is a per-request limit; ``_pNN`` a
+        level limit that is also applied per request for goodput (a request over the limit never counts as good)."""
+        slo = cls()
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise ValueError(f"SLO '{part}' has no value: write it as metric=limit, e.g. ttft_p99=2s")
+            slo._add(key.strip().lower(), value)
+        return slo
+
+    def _add(self, key: str, value: str) -> None:
+        if key == "agent_tps":
+            self.agent_tps = float(value)
+            if not (math.isfinite(self.agent_tps) and self.agent_tps > 0):
+                raise ValueError(f"agent_tps={value}: give a positive rate in tokens/s, e.g. agent_tps=30")
+            return
+        if key == "errors":
+            self.error_share = _share(value)
+            return
+        metric, _, pct = key.partition("_")
+        if metric not in (*LATENCIES, "session"):
+            raise ValueError(f"unknown SLO metric '{metric}': use ttft, tpot, e2e, itl, session, agent_tps or errors")
+        if pct and pct not in PERCENTILES:
+            raise ValueError(f"unknown SLO percentile '{pct}': use p50, p90, p95 or p99")
+        limit = parse_duration_ms(value)
+        if metric == "session":
+            if not pct:
+                raise ValueError("session needs a percentile: write it as session_p90=5m")
+            self.session_ms[pct] = limit
+            return
+        if pct:
+            self.percentile_ms[(metric, pct)] = limit
+        self.per_request_ms[metric] = min(limit, self.per_request_ms.get(metric, math.inf))
+
+    @property
+    def decides_levels(self) -> bool:
+        """Whether a level can fail it other than by a failed request (a per-request limit alone cannot)."""
+        return bool(self.percentile_ms or self.agent_tps is not None or self.session_ms
+                    or self.error_share is not None)
+
+    def describe(self) -> str:
+        parts = [f"{m}_{p}<={v:g}ms" for (m, p), v in self.percentile_ms.items()]
+        parts += [f"{m}<={v:g}ms" for m, v in self.per_request_ms.items() if not any(k[0] == m for k in self.percentile_ms)]
+        if self.agent_tps is not None:
+            parts.append(f"agent_tps>={self.agent_tps:g}")
+        if self.error_share is not None:
+            parts.append(f"errors<={self.error_share:g}")
+        parts += [f"session_{p}<={v:g}ms" for p, v in self.session_ms.items()]
+        return ",".join(parts)
+
+    def headline(self) -> str:
+        """The objectives in words a buyer reads: "TTFT p99 <= 2 s and >= 30 tok/s each"."""
+        parts = [f"{m.upper()} {p} <= {_duration(v)}" for (m, p), v in self.percentile_ms.items()]
+        if self.agent_tps is not None:
+            parts.append(f">= {self.agent_tps:g} tok/s each")
+        if self.error_share is not None:
+            parts.append(f"<= {self.error_share:.1%} failed")
+        parts += [f"session {p} <= {_duration(v)}" for p, v in self.session_ms.items()]
+        return " and ".join(parts) or "no failed request"
+
+
+def _duration(ms: float) -> str:
+    if ms >= 60_000:
+        return f"{ms / 60_000:g} min"
+    return f"{ms / 1000:g} s" if ms >= 1000 else f"{ms:g} ms"
+
+
+@dataclass(slots=True)
+class SloCheck:
+    """One objective at one level: its value against the limit, the verdict, and how sure it is."""
+
+    name: str  # "ttft_p99", "agent_tps", "errors", "session_p90"
+    value: float | None  # None: nothing to measure it on (no successful request)
+    limit: float
+    unit: str  # "ms", "tok/s", "share"
+    met: bool
+    n: int  # the samples the verdict rests on
+    over: int | None = None  # samples beyond the limit (a percentile or a share)
+    p_value: float | None = None  # the one-sided test's p-value for the verdict (small: sure)
+    #: a pass that is not sure: the samples that would make it sure with none over the limit
+    needed: int | None = None
+
+    @property
+    def sure(self) -> bool:
+        return self.p_value is not None and self.p_value <= SURE_P
+
+    def describe(self) -> str:
+        verdict = "pass" if self.met else "FAIL"
+        how = "sure" if self.sure else "not sure"
+        basis = f"{self.over} of {self.n} over" if self.over is not None else f"n={self.n}"
+        more = f", sure from {self.needed}" if self.needed and not self.sure and self.met else ""
+        return f"{self.name} {verdict} ({how}: {basis}{more})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SloCheck | None:
+        try:
+            return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        except TypeError:
+            return None
+
+
+def binomial_cdf(k: int, n: int, q: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, q), summed in logs (exact enough for any n a level has)."""
+    if k < 0:
+        return 0.0
+    if k >= n or q <= 0:
+        return 1.0
+    if q >= 1:
+        return 0.0
+    lq, l1q = math.log(q), math.log1p(-q)
+    total = 0.0
+    for i in range(k + 1):
+        total += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lq + (n - i) * l1q)
+    return min(total, 1.0)
+
+
+def needed_for_sure_pass(q: float) -> int | None:
+    """Samples, none over the limit, for a sure pass when a share ``q`` may be over it."""
+    return math.ceil(math.log(SURE_P) / math.log1p(-q)) if 0 < q < 1 else None
+
+
+def share_check(name: str, over: int, n: int, allowed: float, value: float | None, limit: float,
+                unit: str) -> SloCheck:
+    """A verdict on "at most a share ``allowed`` of ``n`` samples beyond the limit", ``over`` of them being so."""
+    met = value is not None and value <= limit
+    if allowed <= 0:  # nothing may be over: the sample itself is the verdict (no rate is claimed)
+        return SloCheck(name, value, limit, unit, met, n, over, 0.0 if (over or n) else None)
+    p = binomial_cdf(over, n, allowed) if met else 1.0 - binomial_cdf(over - 1, n, allowed)
+    return SloCheck(name, value, limit, unit, met, n, over, p, needed_for_sure_pass(allowed) if met else None)
+
+
+def request_tpot_ms(r: RequestRecord) -> float | None:
+    if r.first_token_ns is None or r.end_ns is None or not r.output_tokens or r.output_tokens < 2:
+        return None
+    return (r.end_ns - r.first_token_ns) / NS_PER_MS / (r.output_tokens - 1)
+
+
+def request_itls_ms(r: RequestRecord) -> list[float]:
+    c = r.chunk_ns
+    return [(c[i] - c[i - 1]) / NS_PER_MS for i in range(1, len(c))]
+
+
+def request_values(r: RequestRecord, metric: str) -> list[float]:
+    """A request's samples of a latency: one each (TTFT, TPOT, E2E), every gap for ITL."""
+    if metric == "itl":
+        return request_itls_ms(r)
+    if metric == "ttft":
+        v = None if r.ttft_ns is None else r.ttft_ns / NS_PER_MS
+    elif metric == "tpot":
+        v = request_tpot_ms(r)
+    else:
+        v = None if r.e2e_ns is None else r.e2e_ns / NS_PER_MS
+    return [] if v is None else [v]
+
+
+def request_meets(r: RequestRecord, per_request_ms: dict[str, float]) -> bool:
+    for metric, limit in per_request_ms.items():
+        values = request_values(r, metric)
+        if values and max(values) > limit:
+            return False
+        if not values and metric in ("ttft", "e2e"):  # a request that never answered is not good
+            return False
+    return True
+
+
+def session_seconds(sessions: list[list[RequestRecord]]) -> list[float]:
+    """Each session whose every turn succeeded: its first turn sent -> its last turn's last byte."""
+    return [(max(r.end_ns or r.sent_ns for r in rs) - min(r.sent_ns for r in rs)) / NS_PER_S
+            for rs in sessions if rs and all(r.ok for r in rs)]
+
+
+def _by_session(records: list[RequestRecord]) -> list[list[RequestRecord]]:
+    out: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.session is not None:
+            out.setdefault(r.session, []).append(r)
+    return list(out.values())
+
+
+def _agent_rate_check(summary: LevelSummary, ok: list[RequestRecord], limit: float) -> SloCheck:
+    """Per-agent tok/s against its floor; sure when the floor is outside the 95% interval of the mean (the
+    per-request rates' relative standard error applied to the level's rate)."""
+    value = summary.per_agent_tps
+    rates = [r.output_tokens / (r.e2e_ns / NS_PER_S) for r in ok if r.output_tokens and r.e2e_ns]
+    met = value is not None and value >= limit
+    p = None
+    if value and len(rates) >= 2 and statistics.fmean(rates) > 0:
+        se = value * statistics.stdev(rates) / statistics.fmean(rates) / math.sqrt(len(rates))
+        z = abs(value - limit) / se if se > 0 else math.inf
+        p = 0.5 * math.erfc(z / math.sqrt(2))
+    return SloCheck("agent_tps", value, limit, "tok/s", met, len(rates), None, p)
+
+
+def assess(summary: LevelSummary, measured: list[RequestRecord], slo: SLO) -> list[SloCheck]:
+    """Every level objective of ``slo`` on one level's measured requests, in the order written."""
+    ok = [r for r in measured if r.ok]
+    checks: list[SloCheck] = []
+    for (metric, pct), limit in slo.percentile_ms.items():
+        samples = [v for r in ok for v in request_values(r, metric)]
+        value = getattr(getattr(summary, f"{metric}_ms"), pct) if samples else None
+        allowed = 1 - int(pct[1:]) / 100
+        checks.append(share_check(f"{metric}_{pct}", sum(v > limit for v in samples), len(samples), allowed,
+                                  value, limit, "ms"))
+    if slo.agent_tps is not None:
+        checks.append(_agent_rate_check(summary, ok, slo.agent_tps))
+    for pct, limit in slo.session_ms.items():
+        times = sorted(t * 1000 for t in session_seconds(_by_session(measured)))
+        value = _percentile(times, int(pct[1:])) if times else None
+        checks.append(share_check(f"session_{pct}", sum(t > limit for t in times), len(times),
+                                  1 - int(pct[1:]) / 100, value, limit, "ms"))
+    failed = len(measured) - len(ok)
+    share = failed / len(measured) if measured else None
+    allowed_fail = slo.error_share if slo.error_share is not None else 0.0
+    checks.append(share_check("errors", failed, len(measured), allowed_fail, share, allowed_fail, "share"))
+    return checks
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def decided_fail(slo: SLO, done: list[RequestRecord], planned: int) -> str | None:
+    """A level of ``planned`` requests that can no longer meet a percentile limit (or its error budget), whatever
+    the rest do: why, in words; None while it still can. With ``k`` of the planned ``N`` over the limit, the
+    percentile's lower neighbouring rank ``floor((N - 1) p)`` is then over it too, so the interpolated percentile is."""
+    for (metric, pct), limit in slo.percentile_ms.items():
+        if metric == "itl":
+            continue  # a request's gaps are not known in number beforehand
+        over = sum(1 for r in done if r.ok and any(v > limit for v in request_values(r, metric)))
+        if over and planned - over <= math.floor((planned - 1) * int(pct[1:]) / 100):
+            return (f"{over} of {planned} requests already over {metric.upper()} {_duration(limit)}: "
+                    f"the {pct} cannot pass")
+    failed = sum(1 for r in done if not r.ok)
+    allowed = slo.error_share if slo.error_share is not None else 0.0
+    if failed and failed > allowed * planned:
+        return f"{failed} of {planned} requests already failed: over the error budget ({allowed:.1%})"
+    return None
