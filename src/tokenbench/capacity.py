@@ -180,6 +180,7 @@ class LevelStop:
         self.in_flight_at_done: list[int] = []
         self.reason: str | None = None
         self.cut = False  # stopped by the budget, not by a verdict
+        self.saturated: tuple[int, int] | None = None  # over-saturated: requests in flight, then and at the stop
 
     def wrap(self, on_done: Callable[[RequestRecord], None] | None) -> Callable[[RequestRecord], None]:
         def seen(record: RequestRecord) -> None:
@@ -210,9 +211,20 @@ class LevelStop:
         first, now = self.in_flight_at_done[len(self.in_flight_at_done) // 3], self.in_flight_at_done[-1]
         if late >= OVERSATURATED_TTFT_RATIO * max(early, 1e-3) and now >= OVERSATURATED_TTFT_RATIO * max(first, 1) \
                 and now - first >= OVERSATURATED_MIN_GROWTH:
+            self.saturated = (first, now)
             return (f"over-saturated: requests in flight grew from {first} to {now} while TTFT rose from "
                     f"{early:.0f} to {late:.0f} ms through the level")
         return None
+
+    def apply(self, summary: LevelSummary) -> None:
+        """An over-saturated level fails its SLO whatever its objectives read when it stopped: the box does not
+        sustain that load (its queue grows without bound). Said as an objective of its own, ``queue``."""
+        if self.saturated is None or summary.slo_met is None:
+            return
+        first, now = self.saturated
+        summary.slo_checks.append(SloCheck("queue", float(now), float(first), "requests", False, len(self.done),
+                                           None, 0.0))
+        summary.slo_met = False
 
     def halted(self) -> bool:
         if self.reason is None and self.deadline_ns is not None and time.monotonic_ns() >= self.deadline_ns:
@@ -325,7 +337,7 @@ def answer(result: RunResult) -> CapacityAnswer | None:
     if spec is None:
         return None
     verdicts = [v for o in result.outcomes if (v := verdict(o, spec)) is not None]
-    if not any(v.met is not None for v in verdicts):
+    if not stored and not any(v.met is not None for v in verdicts):
         return None
     last_pass, first_fail = bracket([v for v in verdicts if v.met is not None])
     at = next((o.summary for o in result.outcomes if spec.value(o.level) == last_pass

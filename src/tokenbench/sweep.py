@@ -714,6 +714,8 @@ async def _run_level(
     longest = prompts.longest if isinstance(prompts, _Prompts) else 0
     findings.assess(_facts(cfg, run_id, level, records, summary, load.reasons, info, snap, node_snaps, load.lost,
                            longest, load.stop.reason if load.stop else None))
+    if load.stop is not None:
+        load.stop.apply(summary)
     if load.cut and status == "complete":
         status = "partial"
     if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED):

@@ -125,11 +125,14 @@ def _show(console: Console, res: RunResult, fmt: str, store: Store) -> None:
 def headline(found: CapacityAnswer) -> str:
     """"this box serves 11 agents (11 met the SLO, 12 did not) at TTFT p99 <= 2 s": the sentence a buyer reads."""
     unit, fmt = found.unit, _value_format(found)
+    if found.capacity is None and found.first_fail is None:
+        return f"no level gave a verdict on {found.slo} ({ENDED[found.ended]})"
     if found.capacity is None:
         return (f"no level met {found.slo}: not even {fmt(found.first_fail or found.spec.low)} {unit}")
     if found.first_fail is None:
-        return (f"this box serves at least {fmt(found.capacity)} {unit} at {found.slo} "
-                f"(every level searched met it: raise the range's top)")
+        why = "every level searched met it: raise the range's top" if found.ended == "all" else \
+            f"{ENDED[found.ended]} before the limit was found"
+        return f"this box serves at least {fmt(found.capacity)} {unit} at {found.slo} ({why})"
     return (f"this box serves {fmt(found.capacity)} {unit} ({fmt(found.capacity)} met the SLO, "
             f"{fmt(found.first_fail)} did not) at {found.slo}")
 

@@ -1,0 +1,295 @@
+"""Capacity under an SLO (issue 22): the objectives and how sure each verdict is (slo.py), the search
+(capacity.py), and ``tokenbench capacity`` against the emitter set to saturate: monotone, noisy, an SLO no level
+meets, one every level meets, an open-loop queue that grows, a time budget, and an interrupt."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import random
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tokenbench.capacity import SearchSpec, Verdict, answer, next_value
+from tokenbench.cli import main
+from tokenbench.emitter import BackgroundEmitter, EmitterConfig, EmitterProcess
+from tokenbench.records import RequestRecord
+from tokenbench.results import load_result
+from tokenbench.slo import SLO, SloCheck, binomial_cdf, decided_fail, needed_for_sure_pass, share_check
+from tokenbench.store import Store
+from tokenbench.sweep import SweepConfig, run_sweep
+
+MS = 1_000_000
+
+# ------------------------------------------------------------------------------------------------------------
+# The objectives and how sure a verdict is
+
+
+def test_binomial_cdf_is_the_sum_of_its_terms() -> None:
+    for n, q in ((1, 0.3), (24, 0.1), (40, 0.01), (300, 0.01)):
+        for k in (0, 1, 3, n // 2, n):
+            exact = sum(math.comb(n, i) * q**i * (1 - q) ** (n - i) for i in range(k + 1))
+            assert binomial_cdf(k, n, q) == pytest.approx(exact, rel=1e-9, abs=1e-12)
+
+
+def test_a_sure_pass_needs_enough_requests_with_none_over() -> None:
+    # (1 - q)^n <= 0.05: a p99 from 299 requests, a p90 from 29, a p50 from 5
+    assert (needed_for_sure_pass(0.01), needed_for_sure_pass(0.1), needed_for_sure_pass(0.5)) == (299, 29, 5)
+    not_yet = share_check("ttft_p99", 0, 40, 0.01, 900.0, 2000.0, "ms")  # a p99 from 40 requests is not a p99
+    assert not_yet.met and not not_yet.sure and not_yet.needed == 299
+    assert share_check("ttft_p99", 0, 299, 0.01, 900.0, 2000.0, "ms").sure
+    assert not share_check("ttft_p99", 0, 298, 0.01, 900.0, 2000.0, "ms").sure
+    # a fail is sure when that many over would be unlikely were the true share at the limit
+    assert share_check("ttft_p90", 10, 24, 0.1, 3000.0, 2000.0, "ms").sure
+    assert not share_check("ttft_p90", 3, 24, 0.1, 2100.0, 2000.0, "ms").sure
+
+
+def test_the_slo_grammar_takes_rates_error_budgets_and_sessions() -> None:
+    slo = SLO.parse("ttft_p99=2s,agent_tps=30,errors=1%,session_p90=5m")
+    assert slo.percentile_ms == {("ttft", "p99"): 2000.0} and slo.agent_tps == 30 and slo.error_share == 0.01
+    assert slo.session_ms == {"p90": 300_000.0} and slo.decides_levels
+    assert slo.headline() == "TTFT p99 <= 2 s and >= 30 tok/s each and <= 1.0% failed and session p90 <= 5 min"
+    assert not SLO.parse("tpot=50ms").decides_levels  # a per-request limit decides goodput, not a level
+    for bad, said in (("session=5m", "percentile"), ("errors=150%", "below 1"), ("agent_tps=-3", "positive"),
+                      ("ttft_p42=1s", "p50, p90"), ("speed=3", "unknown SLO metric")):
+        with pytest.raises(ValueError, match=said):
+            SLO.parse(bad)
+
+
+def _rec(i: int, ttft_ms: float | None, ok: bool = True) -> RequestRecord:
+    r = RequestRecord(index=i, sent_ns=0)
+    if ok and ttft_ms is not None:
+        r.first_token_ns, r.end_ns, r.chunk_ns, r.output_tokens = int(ttft_ms * MS), int(ttft_ms * MS) + MS, \
+            [int(ttft_ms * MS)], 2
+    else:
+        r.end_ns, r.error_kind = MS, "http"
+    return r
+
+
+def test_a_decided_fail_cannot_be_undone_by_the_requests_still_to_come() -> None:
+    """Whenever decided_fail says a percentile cannot pass, the best the rest could do (every one of them at
+    0 ms) still leaves the percentile over the limit; and it says so as soon as that is true."""
+    from tokenbench.slo import _percentile
+
+    rng = random.Random(7)
+    slo = SLO.parse("ttft_p90=100ms")
+    for _ in range(300):
+        planned = rng.randint(5, 60)
+        done = [_rec(i, rng.choice([50.0, 150.0, 40.0, 300.0])) for i in range(rng.randint(1, planned))]
+        best = sorted([r.ttft_ns / MS for r in done if r.ttft_ns] + [0.0] * (planned - len(done)))
+        cannot_pass = _percentile(best, 90) > 100
+        over = sum(1 for r in done if (r.ttft_ns or 0) > 100 * MS)
+        said = decided_fail(slo, done, planned)
+        if said is not None:
+            assert cannot_pass, (planned, over)
+        # the rank rule is exact where the neighbouring ranks are both over: then it must have spoken
+        if planned - over <= math.floor((planned - 1) * 0.9):
+            assert said is not None
+    failed = [_rec(i, None, ok=False) for i in range(2)]
+    assert "failed" in (decided_fail(SLO.parse("errors=5%"), failed, 20) or "")
+    assert decided_fail(SLO.parse("errors=10%"), failed, 20) is None  # 2 of 20 is within 10%
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The search, against servers whose capacity is known
+
+
+def _search(spec: SearchSpec, meets: "callable[[float], bool]") -> tuple[list[Verdict], str]:  # type: ignore[valid-type]
+    verdicts: list[Verdict] = []
+    for i in itertools.count():
+        value, ended = next_value(spec, verdicts)
+        if value is None:
+            return verdicts, ended
+        assert spec.low <= value <= spec.high and all(v.value != value for v in verdicts), (value, verdicts)
+        verdicts.append(Verdict(value, meets(value), [], 1, None, i))
+        assert i < 40
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 3, 7, 11, 12, 33, 63])
+def test_the_search_brackets_then_bisects_to_adjacent_levels(capacity: int) -> None:
+    spec = SearchSpec("concurrency", 1, 64, resolution=0)
+    verdicts, ended = _search(spec, lambda v: v <= capacity)
+    from tokenbench.capacity import bracket
+
+    assert ended == "resolved" and bracket(verdicts) == (capacity, capacity + 1)
+    # doubling up to the first fail, then halving the bracket: about 2 log2 of the range, never a scan
+    assert len(verdicts) <= 2 * math.ceil(math.log2(64)) + 1
+
+
+def test_the_search_ends_at_the_range_when_none_or_every_level_meets() -> None:
+    spec = SearchSpec("concurrency", 2, 40)
+    verdicts, ended = _search(spec, lambda v: False)
+    assert ended == "none" and [v.value for v in verdicts] == [2]
+    verdicts, ended = _search(spec, lambda v: True)
+    assert ended == "all" and [v.value for v in verdicts] == [2, 4, 8, 16, 32, 40]
+
+
+def test_a_rate_search_stops_within_its_resolution() -> None:
+    spec = SearchSpec("rate", 0.5, 64, resolution=0.1)
+    verdicts, ended = _search(spec, lambda v: v <= 13.7)
+    from tokenbench.capacity import bracket
+
+    last, first = bracket(verdicts)
+    assert ended == "resolved" and last is not None and first is not None
+    assert last <= 13.7 < first <= last * 1.1
+
+
+def test_a_noisy_verdict_above_the_first_fail_does_not_raise_the_answer() -> None:
+    """A server whose verdict near its limit is a coin toss: the answer is the last pass below the lowest fail,
+    so it never lies above a level that failed, and stays within the noisy band."""
+    from tokenbench.capacity import bracket
+
+    for seed in range(50):
+        rng = random.Random(seed)
+        verdicts, _ = _search(SearchSpec("concurrency", 1, 64),
+                              lambda v: v <= 9 or (v <= 12 and rng.random() < 0.5))
+        last, first = bracket(verdicts)
+        assert last is not None and first is not None and 9 <= last < first <= 13
+        assert not any(v.met is False and v.value <= last for v in verdicts)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# tokenbench capacity against the emitter: each stream's tokens slow as more streams generate, so per-agent
+# tok/s falls with the agents (measured: 231, 160, 122, 99, 82, 71, 61, 56 tok/s at 1..8 agents, jitter or not)
+
+SATURATING = EmitterConfig(ttft_s=0.01, itl_s=0.004, itl_per_stream_s=0.002)
+QUICK = ["--input-len", "16", "--output-len", "24", "--quiet", "--no-metrics", "--guard", "off"]
+
+
+def _capacity(url: str, db: Path, *args: str, out: Path | None = None) -> tuple[int, dict]:
+    out = out or db.with_suffix(".json")
+    rc = main(["capacity", "--url", url, "--db", str(db), "--json", str(out), *QUICK, *args])
+    return rc, json.loads(out.read_text())
+
+
+def test_capacity_finds_the_agents_a_saturating_server_serves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with BackgroundEmitter(SATURATING) as em:
+        rc, doc = _capacity(em.url, tmp_path / "c.db", "--slo", "agent_tps=90", "--concurrency", "1:16",
+                            "--requests", "24", "--price-per-hour", "2")
+    said = capsys.readouterr().out
+    cap = doc["capacity"]
+    assert rc == 0 and cap["ended"] == "resolved" and (cap["capacity"], cap["first_fail"]) == (4, 5)
+    assert "this box serves 4 agents (4 met the SLO, 5 did not) at >= 90 tok/s each" in said
+    assert "0.500 USD per agent-hour" in said  # 2 USD an hour over 4 agents
+    # every level the search ran is a stored level of the run, in the JSON too
+    levels = sorted(lv["concurrency"] for lv in doc["levels"])
+    assert levels == sorted(v["value"] for v in cap["levels"]) and {1, 2, 4, 8, 5}.issubset(levels)
+    assert all(lv["slo_checks"] and lv["slo_met"] == (lv["concurrency"] <= 4) for lv in doc["levels"])
+
+
+def test_a_noisy_server_is_found_within_what_a_full_sweep_shows(tmp_path: Path) -> None:
+    """With every delay scaled by a random factor (30% spread), the capacity found lies between the last level a
+    plain sweep over every level passed and the first it failed, and the search spent fewer requests."""
+    noisy = EmitterConfig(ttft_s=0.01, itl_s=0.004, itl_per_stream_s=0.002, jitter=0.3, jitter_seed=3)
+    with BackgroundEmitter(noisy) as em:
+        rc, doc = _capacity(em.url, tmp_path / "n.db", "--slo", "agent_tps=90", "--concurrency", "1:8",
+                            "--requests", "24")
+        sweep = asyncio.run(run_sweep(SweepConfig(url=em.url, input_len=16, output_len=24, concurrency=list(range(1, 9)),
+                                                  requests=24, guard="off", metrics_interval_s=None,
+                                                  slo=SLO.parse("agent_tps=90")), Store(tmp_path / "n.db")))
+    plain = answer(sweep)
+    assert rc == 0 and plain is not None and plain.capacity is not None and plain.first_fail is not None
+    found = doc["capacity"]
+    assert plain.capacity <= found["capacity"] < plain.first_fail
+    assert found["requests"] < plain.requests
+
+
+def test_an_slo_no_level_meets_stops_at_the_first_level(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with BackgroundEmitter(SATURATING) as em:
+        rc, doc = _capacity(em.url, tmp_path / "x.db", "--slo", "ttft_p50=1ms", "--concurrency", "2:16",
+                            "--requests", "24")
+    said = capsys.readouterr().out
+    assert rc == 0 and doc["capacity"]["ended"] == "none" and doc["capacity"]["capacity"] is None
+    assert [lv["concurrency"] for lv in doc["levels"]] == [2]
+    # the p50 could not pass once half the planned requests were over: the level stopped there
+    (level,) = doc["levels"]
+    assert "stopped_early" in level["flags"] and level["completed"] < 24
+    assert "no level met TTFT p50 <= 1 ms" in said
+
+
+def test_an_slo_every_level_meets_says_the_range_was_too_small(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with BackgroundEmitter(SATURATING) as em:
+        rc, doc = _capacity(em.url, tmp_path / "a.db", "--slo", "ttft_p90=10s", "--concurrency", "1:6",
+                            "--requests", "12")
+    assert rc == 0 and doc["capacity"]["ended"] == "all" and doc["capacity"]["capacity"] == 6
+    assert sorted(lv["concurrency"] for lv in doc["levels"]) == [1, 2, 4, 6]
+    assert "serves at least 6 agents" in capsys.readouterr().out
+
+
+def test_an_open_loop_level_stops_when_its_queue_grows(tmp_path: Path) -> None:
+    """Two slots, 90 ms a request: about 22 requests/s. Sent faster, requests pile up in flight and TTFT climbs
+    through the level; the level stops, says so, and the search goes on below it."""
+    slow = EmitterConfig(ttft_s=0.01, itl_s=0.005, slots=2)
+    with BackgroundEmitter(slow) as em:
+        rc, doc = _capacity(em.url, tmp_path / "r.db", "--slo", "agent_tps=1", "--rate", "4:64", "--requests",
+                            "160", "--arrival", "constant", "--resolution", "0.5", "--output-len", "16")
+    assert rc == 0, doc
+    stopped = [lv for lv in doc["levels"] if "stopped_early" in lv["flags"]]
+    assert stopped and all(lv["rate"] >= 22 for lv in stopped)
+    assert all(not lv["slo_met"] for lv in stopped)  # a rate the box does not sustain is not served
+    assert any("over-saturated" in f["message"] for lv in stopped for f in lv["findings"])
+    assert all(lv["completed"] + lv["failed"] < 160 for lv in stopped)
+
+
+def test_a_time_budget_ends_the_search_and_keeps_its_levels(tmp_path: Path) -> None:
+    with BackgroundEmitter(SATURATING) as em:
+        t0 = time.monotonic()
+        rc, doc = _capacity(em.url, tmp_path / "b.db", "--slo", "agent_tps=90", "--concurrency", "1:16",
+                            "--requests", "400", "--budget", "2s")
+    took = time.monotonic() - t0
+    assert doc["capacity"]["ended"] == "budget" and took < 10
+    cut = [lv for lv in doc["levels"] if lv["status"] == "partial"]
+    assert len(cut) == 1 and any("budget" in f["message"] for f in cut[0]["findings"])
+    assert rc == 0 and doc["status"] == "complete"
+
+
+def test_an_interrupted_search_keeps_what_it_measured(tmp_path: Path) -> None:
+    """A real SIGINT to the command mid-search: the finished levels are stored and their verdicts answer as far
+    as they go; the run is interrupted, exit 130."""
+    db = tmp_path / "i.db"
+    with EmitterProcess("--ttft", "0.01", "--itl", "0.004", "--itl-per-stream", "0.002") as em:
+        proc = subprocess.Popen([sys.executable, "-m", "tokenbench", "capacity", "--url", em.url, "--db", str(db),
+                                 "--slo", "agent_tps=90", "--concurrency", "1:16", "--requests", "60", *QUICK],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # two levels finished: 2 x (60 + warm-up) requests served
+            with urllib.request.urlopen(em.url.rsplit("/v1", 1)[0] + "/stats") as r:
+                if len(json.load(r)["stamps"]) >= 130:
+                    break
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    res = load_result(Store(db), Store(db).runs()[0].id)
+    assert res.status == "interrupted" and len(res.outcomes) >= 2
+    found = answer(res)
+    assert found is not None and found.ended == "interrupted" and found.capacity is not None
+    assert "this box serves" in out
+
+
+def test_capacity_refuses_what_it_cannot_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for args, said in ((["--slo", "tpot=50ms"], "with a percentile"),
+                       (["--slo", "ttft_p90=1s", "--concurrency", "8:2"], "LOW:HIGH"),
+                       (["--slo", "ttft_p90=1s", "--concurrency", "1:4", "--rate", "1:4"], "not both"),
+                       (["--slo", "ttft_p90=1s", "--concurrency", "1.5:4"], "whole agents"),
+                       (["--slo", "ttft_p90=1s", "--rate", "a:b"], "LOW:HIGH")):
+        rc = main(["capacity", "--url", "http://127.0.0.1:9/v1", "--db", str(tmp_path / "r.db"), *args])
+        err = capsys.readouterr().err
+        assert rc == 2 and said in err and "Traceback" not in err, (args, err)
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_a_stored_check_reads_back_as_written() -> None:
+    c = SloCheck("ttft_p99", 812.0, 2000.0, "ms", True, 40, 0, 0.67, 299)
+    assert SloCheck.from_dict(json.loads(json.dumps(c.to_dict()))) == c
+    assert SloCheck.from_dict({"name": "x"}) is None
+    assert "not sure: 0 of 40 over, sure from 299" in c.describe()
