@@ -168,6 +168,18 @@ def next_value(spec: SearchSpec, verdicts: list[Verdict]) -> tuple[float | None,
     return mid, "running"
 
 
+def search_by(spec: SearchSpec, meets: Callable[[float], bool | None]) -> tuple[float | None, float | None, Ended]:
+    """The same search over a function instead of a server (a prediction, a table of stored levels): the last
+    value that met, the first that did not, and why it ended."""
+    verdicts: list[Verdict] = []
+    while True:
+        value, ended = next_value(spec, verdicts)
+        if value is None:
+            last_pass, first_fail = bracket([v for v in verdicts if v.met is not None])
+            return last_pass, first_fail, ended
+        verdicts.append(Verdict(value, meets(value), [], 0, None, len(verdicts)))
+
+
 class LevelStop:
     """Watches one level's finished requests and says when to stop sending (``halted``), and why (``reason``):
     the verdict is decided (``slo.decided_fail``), the open-loop queue grows without bound, or the budget is spent."""
@@ -299,14 +311,18 @@ class CapacityAnswer:
             self.spec.axis == "concurrency" else None
         return (j if isinstance(j, (int, float)) else None), per_kw
 
+    def whole(self, value: float | None) -> float | int | None:
+        """Agents are whole: 6, not 6.0, in the JSON."""
+        return int(value) if value is not None and self.spec.axis == "concurrency" else value
+
     def to_dict(self) -> dict[str, Any]:
         j, per_kw = self.energy()
         return {"axis": self.spec.axis, "unit": self.unit, "slo": self.slo, "ended": self.ended,
-                "capacity": self.capacity, "first_fail": self.first_fail, "limit": self.limit,
+                "capacity": self.whole(self.capacity), "first_fail": self.whole(self.first_fail), "limit": self.limit,
                 "requests": self.requests, "range": [self.spec.low, self.spec.high],
                 "cost_per_agent_hour": self.cost_per_agent_hour(), "cost_per_mtok": self.cost_per_mtok(),
                 "currency": self.currency, "j_per_output_token": j, "agents_per_kw": per_kw,
-                "levels": [{"value": v.value, "met": v.met, "sure": v.sure, "requests": v.requests,
+                "levels": [{"value": self.whole(v.value), "met": v.met, "sure": v.sure, "requests": v.requests,
                             "stopped": v.stopped, "checks": [c.to_dict() for c in v.checks]} for v in self.verdicts]}
 
 

@@ -1,19 +1,28 @@
 """Which box, for a workload and SLOs: rank the catalog's boxes (predicted) and any measured runs by cost per
 million output tokens among those that fit and meet the SLOs, and say why each other box is excluded. When no
 box meets the SLOs, the closest: ranked by how far each missed (the worst SLO, relative to its limit; a box that
-does not fit in memory is further than any SLO miss)."""
+does not fit in memory is further than any SLO miss).
+
+With ``capacity=True`` the ranking is by cost per agent-hour at the SLOs instead: each box's capacity is the most
+agents it serves within them, searched as ``tokenbench capacity`` searches (brackets, then bisects): predicted
+from the roofline, or read from a measured run's levels (a capacity search's, or any sweep's). A team's
+``agents`` then says how many such boxes it needs."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from .capacity import SearchSpec, Verdict, bracket, search_by
 from .cost import DEFAULT_CURRENCY, Pricing
 from .errors import UsageError
+from .findings import Code
+from .metrics import LevelSummary
 from .predict.calibration import Calibration
 from .predict.predictor import Setup
 from .predict.specs import Catalog, HardwareSpec
+from .results import LevelOutcome, RunResult
 from .store import Store
-from .results import RunResult
 
 
 @dataclass(slots=True)
@@ -29,6 +38,10 @@ class Workload:
 
 #: Boxes listed when none meets the SLOs.
 CLOSEST = 5
+#: A predicted capacity is searched up to this many agents; a box that serves them all is "at least" this.
+PREDICTED_AGENTS_MAX = 1024
+#: Requests a level needs before its measured p99 is a p99 and not its maximum (slo.needed_for_sure_pass(0.01)).
+SURE_P99 = 299
 
 
 @dataclass(slots=True)
@@ -59,6 +72,12 @@ class Candidate:
     notes: list[str] = field(default_factory=list)
     misses: list[SloMiss] = field(default_factory=list)  # every SLO it missed, the worst first
     memory_gb: tuple[float, float] | None = None  # (needed, usable) when it does not fit
+    # capacity mode: the most agents it serves within the SLOs, whether that is only a lower bound (every agent
+    # count tried met them), its price per agent-hour there, and the boxes a team of Workload.agents needs
+    capacity: int | None = None
+    at_least: bool = False
+    cost_per_agent_hour: float | None = None
+    boxes: int | None = None
 
     def exclude(self, reason: str, message: str) -> None:
         """Out of the ranking for the first reason found: a box that does not fit is not also 'no price'."""
@@ -100,74 +119,178 @@ def _slo(c: Candidate, w: Workload) -> None:
     c.misses.sort(key=lambda m: -m.relative)
 
 
-def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pricing]) -> list[Candidate]:
+def _meets(c: Candidate, w: Workload) -> bool:
+    """The candidate's current figures meet every SLO given."""
+    return not ((w.ttft_p99_ms is not None and (c.ttft_p99_ms is None or c.ttft_p99_ms > w.ttft_p99_ms))
+                or (w.tpot_ms is not None and (c.tpot_ms is None or c.tpot_ms > w.tpot_ms)))
+
+
+def _predict_at(c: Candidate, s: Setup, w: Workload, agents: int) -> None:
+    """The candidate's predicted figures at ``agents`` concurrent agents."""
+    p = s.serve(agents, w.input_len, w.output_len)
+    pf = s.prefill(w.input_len)
+    c.throughput = p.throughput[1]
+    c.tpot_ms = p.tpot_s.estimate * 1000
+    c.ttft_p99_ms = (agents * pf.estimate + p.tpot_s.estimate) * 1000 if s.kind == "batching" \
+        else p.ttft_s.estimate * 1000
+
+
+def _fitting(c: Candidate, s: Setup, cat: Catalog, cal: Calibration, w: Workload, agents: int) -> Setup | None:
+    """The setup if the model and ``agents`` agents' KV cache fit (vLLM BF16 tries a 4-bit format before giving
+    up); None, with the candidate excluded, if not."""
+    f = s.fit(w.input_len + w.output_len, agents)
+    if not f.fits and s.engine == "vllm" and s.quant.weights == "BF16":
+        s = Setup.make(cat, cal, s.hw.id, w.model, "AWQ", s.quant.kv, s.engine)
+        c.setup = f"{s.engine} AWQ"
+        f = s.fit(w.input_len + w.output_len, agents)
+    if f.fits:
+        return s
+    c.memory_gb = (f.total_gb, f.usable_gb)
+    c.exclude("does not fit", f"does not fit: needs {f.total_gb:,.0f} GiB of {f.usable_gb:,.0f} GiB for {agents} "
+              f"agent{'s' if agents != 1 else ''}")
+    return None
+
+
+def _predicted_capacity(c: Candidate, s: Setup, w: Workload) -> None:
+    """The most agents the setup is predicted to serve within the SLOs (fitting in memory too), and its figures
+    there (at one agent when it serves none)."""
+    def meets(n: float) -> bool:
+        if not s.fit(w.input_len + w.output_len, int(n)).fits:
+            return False
+        _predict_at(c, s, w, int(n))
+        return _meets(c, w)
+
+    # to the agent: a prediction costs microseconds, not a level's minutes
+    last, _, ended = search_by(SearchSpec("concurrency", 1, PREDICTED_AGENTS_MAX, resolution=0.0), meets)
+    c.capacity, c.at_least = (int(last) if last else None), ended == "all"
+    _predict_at(c, s, w, c.capacity or 1)
+
+
+def _price(c: Candidate, pricing: Pricing | None, w: Workload) -> None:
+    if pricing is None:
+        return
+    c.cost_per_mtok = pricing.per_mtok(c.throughput)
+    if c.capacity:
+        c.cost_per_agent_hour = pricing.effective_hourly() / c.capacity
+        c.boxes = math.ceil(w.agents / c.capacity)
+
+
+def _no_capacity(c: Candidate) -> None:
+    """Capacity mode: a box that serves no agent within the SLOs is out, whatever else is said of it."""
+    if c.capacity is None and not c.excluded:
+        c.exclude("meets the SLOs at no level", "meets the SLOs at no level it was run or predicted at")
+
+
+def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pricing],
+              capacity: bool = False) -> list[Candidate]:
+    """Every catalog box, predicted (``capacity``: its capacity within the SLOs, searched)."""
     out = []
     for hw in cat.hardware.values():
         engine, weights, kv = default_setup(hw)
         c = Candidate(hw.id, f"{engine} {weights}", "predicted")
         out.append(c)
         try:
-            s = Setup.make(cat, cal, hw.id, w.model, weights, kv, engine)
+            made = Setup.make(cat, cal, hw.id, w.model, weights, kv, engine)
         except UsageError as e:
             c.exclude("cannot run it", str(e))
             continue
-        f = s.fit(w.input_len + w.output_len, w.agents)
-        if not f.fits:
-            if engine == "vllm" and weights == "BF16":  # try a 4-bit format before giving up
-                s = Setup.make(cat, cal, hw.id, w.model, "AWQ", kv, engine)
-                c.setup = f"{engine} AWQ"
-                f = s.fit(w.input_len + w.output_len, w.agents)
-            if not f.fits:
-                c.memory_gb = (f.total_gb, f.usable_gb)
-                c.exclude("does not fit",
-                          f"does not fit: needs {f.total_gb:,.0f} GiB of {f.usable_gb:,.0f} GiB for {w.agents} agents")
-                continue
-        p = s.serve(w.agents, w.input_len, w.output_len)
-        pf = s.prefill(w.input_len)
-        c.throughput = p.throughput[1]
-        c.tpot_ms = p.tpot_s.estimate * 1000
-        c.ttft_p99_ms = (w.agents * pf.estimate + p.tpot_s.estimate) * 1000 if s.kind == "batching" \
-            else p.ttft_s.estimate * 1000
+        s = _fitting(c, made, cat, cal, w, 1 if capacity else w.agents)
+        if s is None:
+            continue
+        if capacity:
+            _predicted_capacity(c, s, w)
+        else:
+            _predict_at(c, s, w, w.agents)
         if s.kind == "sequential":
             c.notes.append("one stream at a time")
         if not s.calibrated:  # priors only: no measurement of this backend stands behind the figures
             c.notes.append(f"UNCALIBRATED ({s.backend})")
+        if c.at_least:
+            c.notes.append(f"at least: every count up to {PREDICTED_AGENTS_MAX} met the SLOs")
         _slo(c, w)
-        pricing = _pricing(c, hw, prices, w.currency)
-        if pricing is not None:
-            c.cost_per_mtok = pricing.per_mtok(c.throughput)
+        if capacity:
+            _no_capacity(c)
+        _price(c, _pricing(c, hw, prices, w.currency), w)
     return out
 
 
-def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing]) -> list[Candidate]:
+def _serving(r: RunResult, agents: int | None = None) -> list[LevelOutcome]:
+    """A run's serving levels with a throughput (at ``agents``, or all by concurrency): an agent session's
+    busted level is the no-cache baseline, not how the box serves; its warm level is."""
+    return sorted((o for o in r.outcomes if o.summary.concurrency and o.summary.output_throughput_tps
+                   and (agents is None or o.summary.concurrency == agents)
+                   and not (o.summary.session is not None and o.summary.session.cache == "busted")),
+                  key=lambda o: (o.summary.concurrency, -(o.summary.input_tokens_mean or 0)))
+
+
+def _set_measured(c: Candidate, s: LevelSummary) -> None:
+    c.throughput, c.ttft_p99_ms, c.tpot_ms = s.output_throughput_tps, s.ttft_ms.p99, s.tpot_ms.p50
+
+
+def _level_verdict(o: LevelOutcome, c: Candidate, w: Workload) -> bool | None:
+    """A measured level against the SLOs; None where it cannot say (cut short before its verdict, or stopped
+    early by a search, so a pass on what it ran is not a pass)."""
+    if o.status in ("interrupted", "partial"):
+        return None
+    if o.status == "failed":
+        return False
+    _set_measured(c, o.summary)
+    met = _meets(c, w)
+    return None if met and o.summary.finding(Code.STOPPED_EARLY) is not None else met
+
+
+def _measured_capacity(c: Candidate, r: RunResult, w: Workload) -> LevelSummary | None:
+    """The most agents a run's levels show the box serving within the SLOs (every level below it met them too:
+    the first failing level bounds it), and the level whose figures stand for the box there."""
+    levels = _serving(r)
+    if not levels:
+        return None
+    verdicts = [Verdict(float(o.summary.concurrency or 0), _level_verdict(o, c, w), [], 0, None, o.idx) for o in levels]
+    last, first = bracket(verdicts)
+    c.capacity, c.at_least = (int(last) if last else None), last is not None and first is None
+    at = next((o.summary for o in levels if o.summary.concurrency == c.capacity), levels[0].summary)
+    n = at.completed + at.failed
+    if c.at_least:
+        c.notes.append(f"at least: every level run (to {int(last or 0)} agents) met the SLOs")
+    if w.ttft_p99_ms is not None and n < SURE_P99:
+        c.notes.append(f"p99 of {n} requests")
+    return at
+
+
+def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing], capacity: bool = False) -> list[Candidate]:
+    """Each measured run as a box: its level at ``w.agents`` (``capacity``: its capacity within the SLOs)."""
     out = []
     for r in runs:
         m = r.manifest
         label = str(m.label or r.run_id)
         c = Candidate(label, f"{m.engine or '?'} {m.weights or ''}".strip(), "measured")
         out.append(c)
-        # an agent session's busted level is the no-cache baseline, not how the box serves: its warm level is
-        levels = [o.summary for o in r.outcomes if o.summary.concurrency == w.agents and o.summary.output_throughput_tps
-                  and not (o.summary.session is not None and o.summary.session.cache == "busted")]
-        if not levels:
-            c.exclude("no measured level", f"no measured level at {w.agents} agents")
+        levels = _serving(r, None if capacity else w.agents)
+        s = _measured_capacity(c, r, w) if capacity else max((o.summary for o in levels),
+                                                             key=lambda x: x.input_tokens_mean or 0, default=None)
+        if s is None:
+            c.exclude("no measured level", "no measured serving level" if capacity
+                      else f"no measured level at {w.agents} agents")
             continue
-        s = max(levels, key=lambda x: x.input_tokens_mean or 0)
-        c.throughput, c.ttft_p99_ms, c.tpot_ms = s.output_throughput_tps, s.ttft_ms.p99, s.tpot_ms.p50
+        _set_measured(c, s)
         if m.model and m.model.split("/")[-1].lower() != w.model.lower():
             c.notes.append(f"measured with {m.model}")
         _slo(c, w)
+        if capacity:
+            _no_capacity(c)
         price = m.price_per_hour
         pricing = prices.get(label) or (Pricing(currency=w.currency, price_per_hour=price) if price else None)
         if pricing is None:
             c.exclude("no price", f"no price: pass --price {label}=PER_HOUR")
-        else:
-            c.cost_per_mtok = pricing.per_mtok(c.throughput)
+        _price(c, pricing, w)
     return out
 
 
-def rank(cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
-    ok = sorted((c for c in cands if not c.excluded and c.cost_per_mtok), key=lambda c: c.cost_per_mtok or 0)
+def rank(cands: list[Candidate], capacity: bool = False) -> tuple[list[Candidate], list[Candidate]]:
+    """The boxes in the running, cheapest first (per million output tokens, or per agent-hour at the SLOs), and
+    the excluded."""
+    key = (lambda c: c.cost_per_agent_hour) if capacity else (lambda c: c.cost_per_mtok)
+    ok = sorted((c for c in cands if not c.excluded and key(c)), key=lambda c: key(c) or 0)
     return ok, [c for c in cands if c.excluded]
 
 

@@ -714,16 +714,21 @@ async def _run_level(
     longest = prompts.longest if isinstance(prompts, _Prompts) else 0
     findings.assess(_facts(cfg, run_id, level, records, summary, load.reasons, info, snap, node_snaps, load.lost,
                            longest, load.stop.reason if load.stop else None))
-    if load.stop is not None:
-        load.stop.apply(summary)
-    if load.cut and status == "complete":
-        status = "partial"
-    if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED):
-        status = "failed"
+    status = _end_status(summary, load)
     store.save_level(run_id, idx, repetition, summary, records, status=status, started=started,
                      finished=now_iso(), window=window)
     rep.level_end(summary)
     return summary, status
+
+
+def _end_status(summary: LevelSummary, load: _Load) -> str:
+    """A measured level's status: failed (too many errors, a prompt cut), partial (cut by a search's budget) or
+    complete; a search's early stop adds its verdict's reason first."""
+    if load.stop is not None:
+        load.stop.apply(summary)
+    if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED):
+        return "failed"
+    return "partial" if load.cut else "complete"
 
 
 def _describe(cfg: SweepConfig, plan: LevelPlan | None, level: Level, at: tuple[int, int]) -> str:

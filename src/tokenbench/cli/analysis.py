@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from rich.console import Console
@@ -273,6 +274,15 @@ def _recommend_row(i: int, c: Candidate) -> list[str]:
             f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)]
 
 
+def _capacity_row(i: int, c: Candidate) -> list[str]:
+    """--capacity: the agents a box serves within the SLOs ('>=' where every count tried met them), the boxes
+    the team needs, and the price per agent-hour and per million tokens there."""
+    agents = f"{'>=' if c.at_least else ''}{c.capacity}"
+    return [str(i + 1), c.box, c.setup, c.source.upper() if c.source == "predicted" else c.source, agents,
+            str(c.boxes) if c.boxes else "—", f"{c.cost_per_agent_hour:.3f}" if c.cost_per_agent_hour else "—",
+            f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)]
+
+
 #: Boxes an exclusion line names before it counts the rest.
 EXCLUDED_NAMED = 8
 
@@ -322,6 +332,24 @@ def _print_closest(console: Console, near: list[Any], currency: str) -> None:
                       highlight=False)
 
 
+def _recommend_head(a: argparse.Namespace, console: Console) -> tuple[list[str], Callable[[int, Candidate], list[str]]]:
+    """What the ranking is of, printed, and its table's header and row: per million tokens at --agents, or
+    (--capacity) per agent-hour at each box's capacity."""
+    slos = (f", TTFT p99 <= {a.ttft_p99}" if a.ttft_p99 else "") + (f", TPOT <= {a.tpot}" if a.tpot else "")
+    if a.capacity:
+        console.print(f"model {a.model}, {a.input_len} in / {a.output_len} out tokens{slos}", markup=False,
+                      highlight=False)
+        console.print(f"Agents: the most each box serves within the SLOs; Boxes: how many serve {a.agents}; "
+                      "cheapest per agent-hour first", markup=False, highlight=False)
+        return ["Rank", "Box", "Engine", "Source", "Agents", "Boxes", f"{a.currency}/agent-hour",
+                f"{a.currency}/M output", "Notes"], _capacity_row
+    console.print(f"{a.agents} agents, {a.input_len} in / {a.output_len} out tokens, model {a.model}{slos}",
+                  markup=False, highlight=False)
+    # units in the headers, not in every cell: the table fits 80 columns with a box's whole name
+    return ["Rank", "Box", "Engine", "Source", "Aggregate tok/s", "TTFT p99 ms", "TPOT ms", f"{a.currency}/M output",
+            "Notes"], _recommend_row
+
+
 def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     from dataclasses import asdict
 
@@ -333,32 +361,30 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     check_output(a.json, "--json")
     if a.agents < 1:
         raise UsageError("--agents must be at least 1")
+    if a.capacity and not (a.ttft_p99 or a.tpot):
+        raise UsageError("--capacity ranks by the agents each box serves within an SLO: give --ttft-p99 (e.g. 2s) "
+                         "and/or --tpot (e.g. 50ms)")
     w = Workload(a.model, a.agents, a.input_len, a.output_len,
                  parse_duration_ms(a.ttft_p99) if a.ttft_p99 else None, parse_duration_ms(a.tpot) if a.tpot else None,
                  a.currency)
     cat = Catalog.load()
     cat.find_model(a.model)  # an unknown model is an error, not a table of exclusions
     prices = parse_prices(a.price, a.owned, a.currency, a.kwh_price)
-    cands = predicted(cat, Calibration.packaged(), w, prices)
+    cands = predicted(cat, Calibration.packaged(), w, prices, a.capacity)
     store = Store(a.db, readonly=True) if a.runs or a.parity_with else None
     if a.runs and store is not None:
         cands += measured([load_result(store, r, latest=a.latest, kinds=LOADED, command="recommend")
-                           for r in a.runs], w, prices)
+                           for r in a.runs], w, prices, a.capacity)
     if a.parity_with and store is not None:
         from ..recommend import require_parity
 
         require_parity(store, cands, a.parity_with)
-    ok, excluded = rank(cands)
-    console.print(f"{a.agents} agents, {a.input_len} in / {a.output_len} out tokens, model {a.model}"
-                  + (f", TTFT p99 <= {a.ttft_p99}" if a.ttft_p99 else "") + (f", TPOT <= {a.tpot}" if a.tpot else ""),
-                  markup=False, highlight=False)
-    # units in the headers, not in every cell: the table fits 80 columns with a box's whole name
-    head = ["Rank", "Box", "Engine", "Source", "Aggregate tok/s", "TTFT p99 ms", "TPOT ms", f"{a.currency}/M output",
-            "Notes"]
+    ok, excluded = rank(cands, a.capacity)
+    head, row = _recommend_head(a, console)
     near = closest(cands)
     if ok:
         # engine and source said once where every box shares them; notes under the table where they do not fit
-        print_table(console, head, [_recommend_row(i, c) for i, c in enumerate(ok)], a.format,
+        print_table(console, head, [row(i, c) for i, c in enumerate(ok)], a.format,
                     keep=(0, 1, 4, 5, 6, 7), aside=len(head) - 1)
     elif near:
         _print_closest(console, near, a.currency)
@@ -367,6 +393,7 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     _print_excluded(console, excluded, near)
     if a.json:
         emit_json(a.json, {"tool": "tokenbench", "kind": "recommend", "currency": a.currency, "workload": asdict(w),
+                           "ranked_by": "cost_per_agent_hour" if a.capacity else "cost_per_mtok",
                            "ranked": [asdict(c) for c in ok], "excluded": [asdict(c) for c in excluded],
                            "closest": [asdict(c) | {"relative_miss": (shortfall(c) or (0, None))[1]} for c in near]})
     return 0

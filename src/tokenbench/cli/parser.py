@@ -156,7 +156,8 @@ EXAMPLES: dict[str, list[str]] = {
              "tokenbench cost --tps 684 --price-per-hour 1.79 --api-price 14"],
     "import": ["tokenbench import vllm-result.json llama-bench.json --label a30"],
     "report": ["tokenbench report h100 strix --html report.html --md BENCHMARKS.md"],
-    "recommend": ["tokenbench recommend --model qwen3.6-35b-a3b --agents 16 --ttft-p99 2s --currency EUR"],
+    "recommend": ["tokenbench recommend --model qwen3.6-35b-a3b --agents 16 --ttft-p99 2s --currency EUR",
+                  "tokenbench recommend --model llama-3.1-8b --capacity --ttft-p99 2s --tpot 50ms --runs h100-cap"],
     "quality": ["tokenbench quality --tasks niah,agreement       # the embedded engine, offline",
                 "tokenbench quality --url http://strix:8080/v1 --label strix --tasks niah,agreement --contexts 4k,16k",
                 "tokenbench quality --url http://a30:8080/v1 --label a30 --tasks gsm8k --limit 200",
@@ -530,7 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "that does not fit in memory is further than any miss). Exit 0 either way: no box meeting "
                         "the SLOs is an answer (--json: 'ranked' empty, 'closest' filled), not an error.")
     rc.add_argument("--model", required=True, help="the catalog model to serve ('tokenbench models' lists them)")
-    rc.add_argument("--agents", type=POSITIVE_INT, default=16)
+    rc.add_argument("--agents", type=POSITIVE_INT, default=16,
+                    help="the agents to serve (--capacity: the team's agents, to say how many boxes it needs)")
     rc.add_argument("--input-len", type=POSITIVE_INT, default=4096)
     rc.add_argument("--output-len", type=POSITIVE_INT, default=512)
     rc.add_argument("--ttft-p99", help="SLO, e.g. 2s")
@@ -541,6 +543,9 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("--owned", action="append", default=[], metavar="ID=PURCHASE:YEARS:WATTS", help="an owned box (repeat)")
     rc.add_argument("--kwh-price", type=NONNEG, default=0.30, help="electricity price for owned boxes")
     rc.add_argument("--runs", nargs="*", default=[], help="measured runs (ids or labels) to rank beside the predictions")
+    rc.add_argument("--capacity", action="store_true",
+                    help="rank by cost per agent-hour at the SLOs: each box's capacity (the most agents it serves "
+                    "within --ttft-p99/--tpot), measured from a run's levels (tokenbench capacity) or PREDICTED")
     rc.add_argument("--parity-with", metavar="LABEL",
                     help="keep only measured boxes whose quality runs (tokenbench quality --label BOX) are the "
                     "same within noise as, or better than, this box's")

@@ -1,0 +1,91 @@
+"""``recommend --capacity`` (issue 22): boxes ranked by cost per agent-hour at the SLOs, each box's capacity
+predicted by the same search ``tokenbench capacity`` runs (marked PREDICTED) or read from a measured run's levels,
+beside one another."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.cost import Pricing
+from tokenbench.emitter import BackgroundEmitter, EmitterConfig
+from tokenbench.predict.calibration import Calibration
+from tokenbench.predict.specs import Catalog
+from tokenbench.recommend import Workload, predicted
+
+# each stream's tokens slow as more generate: TPOT about 15 ms + 5 ms per stream, as slow as a real box's
+SATURATING = EmitterConfig(ttft_s=0.01, itl_s=0.015, itl_per_stream_s=0.005)
+QUICK = ["--input-len", "16", "--output-len", "24", "--quiet", "--no-metrics", "--guard", "off"]
+PRICES = {"nvidia-h100-pcie": Pricing(price_per_hour=2.5), "nvidia-l40s": Pricing(price_per_hour=0.9)}
+
+
+@pytest.mark.parametrize("slos", [{"ttft_p99_ms": 2000.0, "tpot_ms": 50.0}, {"ttft_p99_ms": 800.0},
+                                  {"tpot_ms": 20.0}])
+def test_a_predicted_capacity_is_the_last_agent_count_that_meets_the_slos(slos: dict[str, float]) -> None:
+    """The predicted capacity meets every SLO at its agent count and misses one a single agent more, by the
+    ranking's own per-agents prediction; its price per agent-hour is the box's hour over it."""
+    cat, cal = Catalog.load(), Calibration.packaged()
+    w = Workload("llama-3.1-8b", 64, 4096, 512, **slos)
+    found = {c.box: c for c in predicted(cat, cal, w, PRICES, capacity=True) if c.box in PRICES}
+    for box, c in found.items():
+        assert c.capacity is not None and 1 < c.capacity < 1024 and not c.excluded, (box, c)
+        at = {x.box: x for x in predicted(cat, cal, replace(w, agents=c.capacity), PRICES)}[box]
+        over = {x.box: x for x in predicted(cat, cal, replace(w, agents=c.capacity + 1), PRICES)}[box]
+        assert not at.misses and at.memory_gb is None, (box, c.capacity, at)
+        assert over.misses or over.memory_gb is not None, (box, c.capacity, over)
+        assert c.cost_per_agent_hour == pytest.approx(PRICES[box].effective_hourly() / c.capacity)
+        assert c.boxes == math.ceil(64 / c.capacity) and c.throughput == pytest.approx(at.throughput)
+
+
+def _store_capacity(url: str, db: Path, label: str, slo: str) -> dict:
+    out = db.with_name(f"{label}.json")
+    assert main(["capacity", "--url", url, "--db", str(db), "--json", str(out), "--label", label, "--slo", slo,
+                 "--concurrency", "1:16", "--requests", "24", "--price-per-hour", "2", *QUICK]) == 0
+    return json.loads(out.read_text())
+
+
+def test_recommend_ranks_a_measured_capacity_beside_predicted_ones(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A capacity search stored under a label; ``recommend --capacity`` under the same SLO reads the same
+    capacity from its levels, prices it per agent-hour, and ranks it among PREDICTED boxes, cheapest first. A
+    plain sweep (no SLO) is read under recommend's SLO too, from the levels it ran."""
+    db = tmp_path / "r.db"
+    with BackgroundEmitter(SATURATING) as em:
+        doc = _store_capacity(em.url, db, "emitter-box", "tpot_p50=40ms")
+        assert main(["sweep", "--url", em.url, "--db", str(db), "--label", "swept", "--concurrency", "1,2,4,8",
+                     "--requests", "16", "--price-per-hour", "1", *QUICK]) == 0
+    cap = doc["capacity"]
+    assert cap["ended"] == "resolved" and 1 < cap["capacity"] < 16, cap
+    capsys.readouterr()
+    args = ["recommend", "--model", "llama-3.1-8b", "--capacity", "--tpot", "40ms", "--agents", "40", "--input-len", "16",
+            "--output-len", "24", "--runs", "emitter-box", "swept", "--db", str(db), "--price", "nvidia-l40s=0.9"]
+    assert main([*args, "--json", "-"]) == 0
+    ranked = json.loads(capsys.readouterr().out)
+    assert ranked["ranked_by"] == "cost_per_agent_hour"
+    mine = next(c for c in ranked["ranked"] if c["box"] == "emitter-box")
+    assert mine["capacity"] == cap["capacity"] and mine["source"] == "measured"
+    assert mine["cost_per_agent_hour"] == pytest.approx(2 / cap["capacity"])
+    assert mine["boxes"] == math.ceil(40 / cap["capacity"])
+    assert not any("p99 of" in n for n in mine["notes"])  # a TPOT-only SLO needs no "p99 of few requests" note
+    swept = next(c for c in ranked["ranked"] + ranked["excluded"] if c["box"] == "swept")
+    assert swept["capacity"] in (1, 2, 4, 8) and swept["capacity"] <= cap["capacity"] * 2, swept
+    costs = [c["cost_per_agent_hour"] for c in ranked["ranked"]]
+    assert costs == sorted(costs) and any(c["source"] == "predicted" for c in ranked["ranked"])
+    assert main([*args, "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("| ") and "emitter-box" in ln)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3:7] == ["measured", str(cap["capacity"]), str(math.ceil(40 / cap["capacity"])),
+                          f"{2 / cap['capacity']:.3f}"], cells
+    assert any("| PREDICTED |" in ln and "nvidia-l40s" in ln for ln in out.splitlines()), out
+
+
+def test_recommend_capacity_needs_an_slo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["recommend", "--model", "llama-3.1-8b", "--capacity", "--db", str(tmp_path / "r.db")]) == 2
+    err = capsys.readouterr().err
+    assert "give --ttft-p99" in err and len(err.strip().splitlines()) == 1
