@@ -25,7 +25,7 @@ from tokenbench.slo import SloCheck
 
 
 def _checks(limit: float, met: bool, name: str = "agent_tps") -> list[SloCheck]:
-    return [SloCheck(name, 100.0 if met else 50.0, limit, "tok/s", met, 24, None, 0.01 if met else 0.01),
+    return [SloCheck(name, 100.0 if met else 50.0, limit, "tok/s", met, 24, None, 0.01),
             SloCheck("errors", 0.0, 0.0, "share", True, 24, 0, 1.0)]
 
 
