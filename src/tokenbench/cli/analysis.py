@@ -14,7 +14,7 @@ from ..store import Store
 from ..results import RunResult, load_result
 
 if TYPE_CHECKING:
-    from ..compare import Comparison, SessionComparison
+    from ..compare import CapacityComparison, Comparison, SessionComparison
     from ..quality.parity import Beside
     from ..recommend import Candidate
 from .common import check_output, emit_json
@@ -27,7 +27,7 @@ REPORTED = ("sweep", "predict", "depth", "bench")
 
 
 def cmd_compare(a: argparse.Namespace, console: Console) -> int:
-    from ..compare import GROUP_COLUMN, VALUE_COLUMNS, compare, legend, points, table
+    from ..compare import GROUP_COLUMN, NO_SHARED_POINT, VALUE_COLUMNS, compare, compare_capacity, legend, points, table
     from ..output import print_table
     from ..session_view import is_session_run, mismatch
 
@@ -40,11 +40,14 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
     if is_session_run(ra):
         return _compare_sessions(a, console, store, ra, rb)
     c = compare(ra, rb, a.agents, a.tokens, store)
-    if not c.rows and len(c.effective) < 2:  # a sweep beside a llama-bench run once printed an empty table
+    cap = compare_capacity(ra, rb)  # both runs answer how many agents their box serves within an SLO
+    # a sweep beside a llama-bench run once printed an empty table; two capacity searches compare their capacities
+    if not c.rows and len(c.effective) < 2 and cap is None:
         raise UsageError(f"runs {ra.run_id} and {rb.run_id} share no operating point to compare: the first has "
                          f"{points(ra)}; the second {points(rb)}")
     for w in c.warnings:
-        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+        if not (cap is not None and w == NO_SHARED_POINT):  # their capacities are what compares
+            console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
     if c.rows:
         head, rows = table(c)
         console.print(f"A = {c.a}, B = {c.b}" + ("\n" if a.format == "markdown" else ""), markup=False,
@@ -56,14 +59,36 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
         console.print(line, markup=False, highlight=False)
     if c.effective:
         console.print(f"{a.agents} agents x {a.tokens} tokens: " + "; ".join(c.effective), markup=False, highlight=False)
-    _compare_tail(a, console, store, ra, rb, c, None)
+    if cap is not None:
+        _print_capacity(console, cap, a.format, bool(c.rows))
+    _compare_tail(a, console, store, ra, rb, c, None, cap)
     return 0
+
+
+def _print_capacity(console: Console, cap: CapacityComparison, fmt: str, after_table: bool) -> None:
+    """Both boxes' capacities within their SLOs: what each search says can be compared, the table, then one
+    verdict line (none where the SLOs or axes differ)."""
+    from ..compare import CAPACITY_LEGEND, capacity_table
+    from ..output import print_table
+
+    gap = "\n" if after_table or fmt == "markdown" else ""
+    console.print(f"{gap}capacity within the SLO: A = {cap.a}, B = {cap.b}" + ("\n" if fmt == "markdown" else ""),
+                  markup=False, highlight=False)
+    for w in cap.warnings:
+        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+    head, rows = capacity_table(cap)
+    print_table(console, head, rows, fmt)
+    console.print("\n" if fmt == "markdown" else "", end="")  # Markdown: a line after a table would be its row
+    console.print(CAPACITY_LEGEND, style="dim", markup=False, highlight=False)
+    said = cap.verdict()
+    if said is not None:
+        console.print(said, markup=False, highlight=False)
 
 
 def _compare_sessions(a: argparse.Namespace, console: Console, store: Store, ra: RunResult, rb: RunResult) -> int:
     """Two agent-session runs: at each shared concurrency, TTFT per turn against context (warm and busted, both
     boxes), the levels' session time, and what each box's cache bought."""
-    from ..compare import compare, compare_sessions, session_level_table, session_turn_table
+    from ..compare import compare, compare_capacity, compare_sessions, session_level_table, session_turn_table
     from ..output import print_table
 
     sc = compare_sessions(ra, rb)
@@ -88,13 +113,17 @@ def _compare_sessions(a: argparse.Namespace, console: Console, store: Store, ra:
         console.print(gap, end="")
         for line in block.gains:
             console.print(f"the cache's gain on {line}", markup=False, highlight=False)
-    _compare_tail(a, console, store, ra, rb, compare(ra, rb, a.agents, a.tokens, store), sc)
+    cap = compare_capacity(ra, rb)  # two capacity searches of agent sessions: how many agents each box serves
+    if cap is not None:
+        _print_capacity(console, cap, a.format, True)
+    _compare_tail(a, console, store, ra, rb, compare(ra, rb, a.agents, a.tokens, store), sc, cap)
     return 0
 
 
 def _compare_tail(a: argparse.Namespace, console: Console, store: Store, ra: RunResult, rb: RunResult,
-                  c: Comparison, sessions: SessionComparison | None) -> None:
-    """The boxes' quality beside their speed, and --json: the rows, and a session comparison's turns and levels."""
+                  c: Comparison, sessions: SessionComparison | None, cap: CapacityComparison | None) -> None:
+    """The boxes' quality beside their speed, and --json: the rows, a session comparison's turns and levels, and
+    both runs' capacities within their SLOs (null where either has none)."""
     from dataclasses import asdict
 
     q = quality_beside(store, ra, rb)
@@ -104,6 +133,7 @@ def _compare_tail(a: argparse.Namespace, console: Console, store: Store, ra: Run
     if a.json:
         doc = asdict(c)
         doc["quality"] = q.to_dict() if q is not None else None
+        doc["capacity"] = cap.to_dict() if cap is not None else None
         for row, r in zip(doc["rows"], c.rows):  # interval: {low, high, how_a, how_b, n_a, n_b} or null
             row.update(ratio=r.ratio, winner={0: None, 1: c.a, 2: c.b}[r.winner()], rule=r.rule)
         if sessions is not None:
