@@ -183,6 +183,11 @@ def test_capacity_finds_the_agents_a_saturating_server_serves(tmp_path: Path, ca
     levels = sorted(lv["concurrency"] for lv in doc["levels"])
     assert levels == sorted(v["value"] for v in cap["levels"]) and {1, 2, 4, 8, 5}.issubset(levels)
     assert all(lv["slo_checks"] and lv["slo_met"] == (lv["concurrency"] <= 4) for lv in doc["levels"])
+    # read back, the run says what the search said
+    assert main(["show", doc["run_id"], "--db", str(tmp_path / "c.db")]) == 0
+    again = capsys.readouterr().out
+    assert "this box serves 4 agents (4 met the SLO, 5 did not) at >= 90 tok/s each" in again
+    assert said.split("this box serves", 1)[1] == again.split("this box serves", 1)[1]
 
 
 def test_a_noisy_server_is_found_within_what_a_full_sweep_shows(tmp_path: Path) -> None:
@@ -293,3 +298,18 @@ def test_a_stored_check_reads_back_as_written() -> None:
     assert SloCheck.from_dict(json.loads(json.dumps(c.to_dict()))) == c
     assert SloCheck.from_dict({"name": "x"}) is None
     assert "not sure: 0 of 40 over, sure from 299" in c.describe()
+
+
+def test_a_check_reads_without_exponents_and_one_agent_is_an_agent() -> None:
+    """Seen on llama-server: "ttft_p90 1.57e+03 ms" in the verdict table and "serves 1 agents" in the headline;
+    on vLLM, a FAIL whose failing objective was not said (TTFT within its limit, the agents' rate under it)."""
+    from tokenbench.capacity import CapacityAnswer
+    from tokenbench.cli.capacity import _check, headline
+
+    assert _check(SloCheck("ttft_p90", 1570.4, 1000.0, "ms", False, 7, 6)) == "ttft_p90 1.57 s (limit 1 s), 6/7 over"
+    assert _check(SloCheck("ttft_p90", 830.2, 1000.0, "ms", True, 32, 0, needed=29)) == \
+        "ttft_p90 830 ms, 0/32 over, sure from 29"
+    assert _check(SloCheck("agent_tps", 1234.5, 15.0, "tok/s", True, 32)) == "agent_tps 1,234 tok/s"
+    assert _check(SloCheck("agent_tps", 14.3, 15.0, "tok/s", False, 32)) == "agent_tps 14.3 tok/s (limit 15 tok/s)"
+    one = CapacityAnswer(SearchSpec("concurrency", 1, 16), "TTFT p90 <= 1 s", "resolved", [], 1.0, 2.0, None, None)
+    assert headline(one) == "this box serves 1 agent (1 met the SLO, 2 did not) at TTFT p90 <= 1 s"

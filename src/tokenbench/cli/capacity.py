@@ -133,7 +133,8 @@ def headline(found: CapacityAnswer) -> str:
         why = "every level searched met it: raise the range's top" if found.ended == "all" else \
             f"{ENDED[found.ended]} before the limit was found"
         return f"this box serves at least {fmt(found.capacity)} {unit} at {found.slo} ({why})"
-    return (f"this box serves {fmt(found.capacity)} {unit} ({fmt(found.capacity)} met the SLO, "
+    one = unit == "agents" and found.capacity == 1  # "1 agent"
+    return (f"this box serves {fmt(found.capacity)} {'agent' if one else unit} ({fmt(found.capacity)} met the SLO, "
             f"{fmt(found.first_fail)} did not) at {found.slo}")
 
 
@@ -183,13 +184,29 @@ def print_capacity(console: Console, found: CapacityAnswer, fmt: str = "table") 
                   markup=False, highlight=False)
 
 
+def _amount(v: float) -> str:
+    """830, 41.3, 1,575: three significant digits, never an exponent."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def _quantity(v: float, unit: str) -> str:
+    """884 ms, 1.06 s (never 1.06e+03 ms), 14.3 tok/s, 1.0%."""
+    if unit == "share":
+        return f"{v:.1%}"
+    if unit == "ms" and v >= 1000:
+        return f"{v / 1000:.3g} s"
+    return f"{_amount(v)} {unit}"
+
+
 def _check(c: SloCheck) -> str:
-    value = "-" if c.value is None else f"{c.value:.3g}" if c.unit != "share" else f"{c.value:.1%}"
-    unit = "" if c.unit == "share" else f" {c.unit}"
+    """One objective at one level: its value, and the limit where it failed."""
+    value = "-" if c.value is None else _quantity(c.value, c.unit)
+    limit = "" if c.met else f" (limit {_quantity(c.limit, c.unit)})"
     over = f", {c.over}/{c.n} over" if c.over is not None else ""
     more = f", sure from {c.needed}" if c.met and not c.sure and c.needed else ""
-    return f"{c.name} {value}{unit}{over}{more}"
+    return f"{c.name} {value}{limit}{over}{more}"
 
 
 def _stopped(reason: str | None) -> str:
-    return f" (stopped: {reason.split(': ', 1)[-1]})" if reason else ""
+    # the why in short ("the p90 cannot pass"); the whole reason is the level's stopped_early note above
+    return f" (stopped early: {reason.rsplit(': ', 1)[-1]})" if reason else ""

@@ -442,6 +442,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         _saved(console, res, store.path)
     else:
         _print_result(console, res, a.format, store.path)
+        _show_capacity(console, res, a.format)
     if len(res.outcomes) < total:
         console.print(f"showing the first {len(res.outcomes):,} of {total:,} levels: --all prints every one, "
                       "--json FILE writes them", style="yellow", markup=False, highlight=False)
@@ -450,6 +451,17 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     if a.json:
         write_json(a.json, res if len(res.outcomes) == total else load_result(store, row.id))
     return 0
+
+
+def _show_capacity(console: Console, res: RunResult, fmt: str) -> None:
+    """A capacity search's answer, as the command printed it."""
+    if not res.manifest.capacity:
+        return
+    from ..capacity import answer
+    from .capacity import print_capacity
+
+    if (found := answer(res)) is not None:
+        print_capacity(console, found, fmt)
 
 
 def _show_guard(a: argparse.Namespace, console: Console, res: RunResult) -> int:
