@@ -83,6 +83,12 @@ def test_recommend_ranks_a_measured_capacity_beside_predicted_ones(tmp_path: Pat
     assert cells[3:7] == ["measured", str(cap["capacity"]), str(math.ceil(40 / cap["capacity"])),
                           f"{2 / cap['capacity']:.3f}"], cells
     assert any("| PREDICTED |" in ln and "nvidia-l40s" in ln for ln in out.splitlines()), out
+    # asked of another workload than the run measured (4096 in / 512 out, recommend's default), it says so
+    assert main(["recommend", "--model", "llama-3.1-8b", "--capacity", "--tpot", "40ms", "--runs", "emitter-box",
+                 "--db", str(db), "--json", "-"]) == 0
+    other = json.loads(capsys.readouterr().out)
+    mine = next(c for c in other["ranked"] + other["excluded"] if c["box"] == "emitter-box")
+    assert "measured at 16 in / 24 out tokens" in mine["notes"], mine
 
 
 def test_recommend_capacity_needs_an_slo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

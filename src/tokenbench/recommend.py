@@ -275,6 +275,8 @@ def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing], cap
         _set_measured(c, s)
         if m.model and m.model.split("/")[-1].lower() != w.model.lower():
             c.notes.append(f"measured with {m.model}")
+        if s.input_tokens_mean and abs(s.input_tokens_mean / w.input_len - 1) > 0.1:  # another workload's figures
+            c.notes.append(f"measured at {s.input_tokens_mean:,.0f} in / {s.output_tokens_mean or 0:,.0f} out tokens")
         _slo(c, w)
         if capacity:
             _no_capacity(c)

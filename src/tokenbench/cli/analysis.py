@@ -371,7 +371,7 @@ def _recommend_head(a: argparse.Namespace, console: Console) -> tuple[list[str],
                       highlight=False)
         console.print(f"Agents: the most each box serves within the SLOs; Boxes: how many serve {a.agents}; "
                       "cheapest per agent-hour first", markup=False, highlight=False)
-        return ["Rank", "Box", "Engine", "Source", "Agents", "Boxes", f"{a.currency}/agent-hour",
+        return ["Rank", "Box", "Engine", "Source", "Agents", "Boxes", f"{a.currency} per agent-hour",
                 f"{a.currency}/M output", "Notes"], _capacity_row
     console.print(f"{a.agents} agents, {a.input_len} in / {a.output_len} out tokens, model {a.model}{slos}",
                   markup=False, highlight=False)
