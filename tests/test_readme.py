@@ -32,6 +32,8 @@ def commands(text: str) -> list[str]:
     joined = re.sub(r"\\\n\s*", " ", text)
     out = []
     for line in joined.splitlines():
+        if not line.lstrip().startswith("tokenbench "):  # an output block's lines are not shell ("each one's figures")
+            continue
         words = shlex.split(line, comments=True)
         if words[:1] == ["tokenbench"]:
             out.append(shlex.join(words))
