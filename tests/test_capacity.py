@@ -313,3 +313,21 @@ def test_a_check_reads_without_exponents_and_one_agent_is_an_agent() -> None:
     assert _check(SloCheck("agent_tps", 14.3, 15.0, "tok/s", False, 32)) == "agent_tps 14.3 tok/s (limit 15 tok/s)"
     one = CapacityAnswer(SearchSpec("concurrency", 1, 16), "TTFT p90 <= 1 s", "resolved", [], 1.0, 2.0, None, None)
     assert headline(one) == "this box serves 1 agent (1 met the SLO, 2 did not) at TTFT p90 <= 1 s"
+
+
+def test_a_session_search_holds_turn_ttft_and_session_time(tmp_path: Path) -> None:
+    """Agent sessions: the SLO's TTFT percentile is over every turn, session_p90 over the sessions' times; the
+    search finds where the sessions' time passes the limit (each turn's tokens slow as more agents generate)."""
+    with BackgroundEmitter(SATURATING) as em:
+        rc, doc = _capacity(em.url, tmp_path / "s.db", "--slo", "ttft_p90=2s,session_p90=350ms", "--concurrency",
+                            "1:8", "--sessions", "8", "--turns", "2")
+    cap = doc["capacity"]
+    assert rc == 0 and cap["ended"] == "resolved", cap
+    for lv in cap["levels"]:
+        checks = {c["name"]: c for c in lv["checks"]}
+        assert {"ttft_p90", "session_p90"} <= set(checks), checks
+        assert checks["ttft_p90"]["n"] >= 2 * checks["session_p90"]["n"] > 0  # turns, and the sessions they make
+        assert lv["met"] == all(c["met"] for c in lv["checks"])
+    session_p90 = {lv["value"]: {c["name"]: c for c in lv["checks"]}["session_p90"]["value"] for lv in cap["levels"]}
+    assert session_p90[cap["capacity"]] <= 350 < session_p90[cap["first_fail"]], session_p90
+    assert 1 <= cap["capacity"] < cap["first_fail"] <= 8

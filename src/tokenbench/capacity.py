@@ -48,6 +48,9 @@ OVERSATURATED_MIN_GROWTH = 4
 #: A KV cache this full at its peak is the engine's limit (preemption, queueing), not the hardware's speed.
 KV_FULL = 0.95
 Ended = Literal["resolved", "none", "all", "budget", "interrupted", "running"]
+#: What "Sure" means, under every table of verdicts.
+SURE_LEGEND = ("Sure: a one-sided binomial test at 5% (a p99 passes surely from 299 requests with none over it, a "
+               "p90 from 29); agent_tps: the limit outside the mean's 95% interval.")
 
 
 @dataclass(slots=True, frozen=True)

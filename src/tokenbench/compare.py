@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from . import adapters, session_view
 from .bootstrap import RESAMPLES, TAIL, Interval, LevelSamples, interval, run_samples
-from .capacity import CapacityAnswer, answer
+from .capacity import SURE_LEGEND, CapacityAnswer, answer
 from .cost import effective_serving_s
 from .errors import UsageError
 from .metrics import LevelSummary
@@ -738,9 +738,7 @@ def _sure(found: CapacityAnswer) -> str:
 
 
 #: What the table's "Sure" row means (as ``tokenbench capacity`` says under its levels).
-CAPACITY_LEGEND = ("Sure: a one-sided binomial test at 5% (a p99 passes surely from 299 requests with none over it, a "
-                   "p90 from 29); agent_tps: the limit outside the mean's 95% interval. A verdict not sure may turn "
-                   "on a rerun, and the capacity with it.")
+CAPACITY_LEGEND = SURE_LEGEND + " A verdict not sure may turn on a rerun, and the capacity with it."
 
 
 def _money(v: float | None, digits: int, currency: str) -> str:

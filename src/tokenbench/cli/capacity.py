@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from rich.console import Console
 
-from ..capacity import CapacityAnswer, CapacitySearch, SearchSpec, answer
+from ..capacity import SURE_LEGEND, CapacityAnswer, CapacitySearch, SearchSpec, answer
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
 from ..metrics import SLO
 from ..output import print_table
@@ -179,9 +179,7 @@ def print_capacity(console: Console, found: CapacityAnswer, fmt: str = "table") 
              "; ".join(_check(c) for c in v.checks if c.name != "errors" or not c.met) + _stopped(v.stopped)]
             for v in sorted(found.verdicts, key=lambda v: v.value)]
     print_table(console, header, rows, fmt, numeric=True)
-    console.print("Sure: a one-sided binomial test at 5% (a p99 passes surely from 299 requests with none over "
-                  "it, a p90 from 29); agent_tps: the limit outside the mean's 95% interval.", style="dim",
-                  markup=False, highlight=False)
+    console.print(SURE_LEGEND, style="dim", markup=False, highlight=False)
 
 
 def _amount(v: float) -> str:
