@@ -343,8 +343,9 @@ def limit_cause(s: LevelSummary) -> str | None:
     running, waiting = tele.get("running_max"), tele.get("waiting_max")
     if isinstance(running, (int, float)) and isinstance(waiting, (int, float)) and waiting > 0 and s.concurrency \
             and running < s.concurrency:
-        return (f"the engine ran at most {running:g} requests at once ({waiting:g} waited): its batch limit "
-                "(vLLM --max-num-seqs, llama.cpp --parallel)")
+        # /metrics is sampled, so the peak seen running may be under the limit: said as seen
+        return (f"requests waited in the engine's queue (at most {waiting:g} waiting and {running:g} running, as "
+                "its /metrics was sampled): its batch limit (vLLM --max-num-seqs, llama.cpp --parallel)")
     return None
 
 
