@@ -6,6 +6,7 @@ import re
 from typing import Any, NoReturn
 from .. import __version__, redact
 from ..cost import DEFAULT_CURRENCY
+from ..registry import LAUNCHERS, find
 
 
 def _number(kind: type, low: float, strict: bool, what: str) -> Any:
@@ -55,9 +56,10 @@ def add_db(p: argparse.ArgumentParser) -> None:
 
 
 def engine_name(value: str) -> str:
-    from ..engines.launch import ALIASES
-
-    return ALIASES.get(value, value)
+    """An embedded engine's launcher name from any of its engine's names (the registry's); an unknown name as
+    given, for argparse's choices to refuse."""
+    eng = find(value)
+    return eng.launcher if eng is not None and eng.launcher else value
 
 
 def add_endpoint(g: argparse._ActionsContainer, engine: str, api: str | None = None, api_help: str = "") -> None:
@@ -76,7 +78,7 @@ def add_endpoint(g: argparse._ActionsContainer, engine: str, api: str | None = N
 
 def add_embedded(g: argparse._ActionsContainer, default: str) -> None:
     g.add_argument("--engine", type=engine_name, default=default,
-                   choices=["transformers", "vllm", "llama-server", "llama-cpp-python"],
+                   choices=LAUNCHERS,
                    help=f"embedded engine when no --url (default {default}); vllm and llama-server are made on "
                         "first use (minutes; see the README)")
     g.add_argument("--model-size", choices=["tiny", "small", "small-utf8"], default="tiny",
