@@ -6,7 +6,7 @@ import re
 from typing import Any, NoReturn
 from .. import __version__, redact
 from ..cost import DEFAULT_CURRENCY
-from ..registry import LAUNCHERS, find
+from ..registry import LAUNCHERS, find, known
 
 
 def _number(kind: type, low: float, strict: bool, what: str) -> Any:
@@ -584,6 +584,6 @@ def add_setup(p: argparse.ArgumentParser, default_engine: str, required: bool = 
     p.add_argument("--weights", help="weight format: BF16, FP8, AWQ, Q4_K_M, Q8_0, ... (default BF16, "
                    "or Q4_K_M for llama.cpp)")
     p.add_argument("--kv", default="auto", help="KV-cache format: auto (model dtype), fp8, q8_0, q4_0, f16")
-    p.add_argument("--engine", default=default_engine, help="vllm, sglang, llama.cpp [cuda|vulkan|rocm|metal|cpu]")
+    p.add_argument("--engine", default=default_engine, help=f"one of {known()}")
     p.add_argument("--tp", type=POSITIVE_INT, default=1,
                    help="tensor parallelism: GPUs of the box sharing every layer (vLLM/SGLang --tensor-parallel-size)")
