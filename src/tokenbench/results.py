@@ -12,7 +12,7 @@ from typing import Any
 
 from . import __version__
 from .loadgen import Level
-from . import findings
+from . import findings, registry
 from .cost import level_cost, run_price
 from .metrics import Distribution, LevelSummary, coefficient_of_variation
 from .quality.items import Item
@@ -107,8 +107,8 @@ class Manifest:
         parts = []
         if isinstance(sh.get("parallel"), int) and sh["parallel"] > 1:
             parts.append(f"{sh['parallel']} slots (-np)")
-        if isinstance(sh.get("ubatch"), int) and sh["ubatch"] != 512 and (self.engine or "").lower().startswith(
-                ("llama", "ollama")):
+        eng = registry.find(self.engine)
+        if isinstance(sh.get("ubatch"), int) and sh["ubatch"] != 512 and eng is not None and eng.gguf:
             parts.append(f"-ub {sh['ubatch']}")
         if sh.get("flash_attn") is False:
             parts.append("no flash attention (-fa 0)")

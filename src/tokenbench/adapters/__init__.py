@@ -6,6 +6,7 @@ recognises is driven as a plain OpenAI-compatible endpoint by ``GENERIC``.
 
 from __future__ import annotations
 
+from .. import registry
 from .base import Adapter, Probes, ServerFacts
 from .llama_cpp_python import LlamaCppPython
 from .llamacpp import LlamaCpp
@@ -29,12 +30,10 @@ def detect(p: Probes) -> Adapter:
 
 
 def by_name(name: str | None) -> Adapter:
-    """The adapter for an engine name as stored in a result (any spelling); GENERIC when unknown."""
-    key = (name or "").strip().lower().split()[0] if (name or "").strip() else ""
-    for a in ADAPTERS:
-        if key == a.name or key in a.aliases:
-            return a
-    return GENERIC
+    """The adapter for an engine name as stored in a result (any spelling the registry knows); GENERIC when
+    unknown."""
+    eng = registry.find(name)
+    return next((a for a in ADAPTERS if eng is not None and type(a).__name__ == eng.adapter), GENERIC)
 
 
 def metric_names() -> dict[str, tuple[str, ...]]:

@@ -63,10 +63,9 @@ class ServerFacts:
 class Adapter:
     """Defaults for a plain OpenAI-compatible server; each engine's module overrides what differs."""
 
-    #: The engine's name as recorded in every result's manifest.
+    #: The engine's name as recorded in every result's manifest: its registry name (the registry holds its other
+    #: spellings, and names this class as its adapter).
     name: ClassVar[str] = "openai-compatible"
-    #: Other spellings a user or an older result may use.
-    aliases: ClassVar[tuple[str, ...]] = ()
     #: (label, regex on a command line): the guard refuses a bench that shares the machine with these.
     process_patterns: ClassVar[tuple[tuple[str, str], ...]] = ()
     #: Root-relative path of its tokenize endpoint, or None.

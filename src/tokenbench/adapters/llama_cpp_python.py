@@ -10,7 +10,6 @@ from .base import Adapter, Probes
 
 class LlamaCppPython(Adapter):
     name = "llama-cpp-python"
-    aliases = ("llamacpp",)  # tokenbench 0.1 called its embedded llama-cpp-python engine "llamacpp"
     process_patterns = (("llama-cpp-python server", r"llama_cpp\.server"),)
     tokenize_path = "/extras/tokenize"
     one_token_per_chunk = True

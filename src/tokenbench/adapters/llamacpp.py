@@ -20,7 +20,6 @@ from .base import Adapter, Probes, ServerFacts
 
 class LlamaCpp(Adapter):
     name = "llama.cpp"
-    aliases = ("llama-server", "llama_cpp", "llamacpp-server")
     process_patterns = (("llama.cpp server", r"(^|/)llama-server(\s|$)"),)
     tokenize_path = "/tokenize"
     closes_after_stream = True

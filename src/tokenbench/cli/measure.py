@@ -636,7 +636,7 @@ def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
 
     check_output(a.json, "--json")
     names = list(status.NAMES) if not a.names or a.names == ["all"] else a.names
-    bad = [n for n in names if n not in status.NAMES and n != "llamacpp"]
+    bad = [n for n in names if n not in status.NAMES and not status.known(n)]
     if bad:
         raise UsageError(f"unknown engine {bad[0]!r}: use {', '.join(status.NAMES)} or all")
     if a.build:

@@ -6,6 +6,7 @@ import re
 from typing import Any, NoReturn
 from .. import __version__, redact
 from ..cost import DEFAULT_CURRENCY
+from ..registry import LAUNCHERS, find, known
 
 
 def _number(kind: type, low: float, strict: bool, what: str) -> Any:
@@ -55,9 +56,10 @@ def add_db(p: argparse.ArgumentParser) -> None:
 
 
 def engine_name(value: str) -> str:
-    from ..engines.launch import ALIASES
-
-    return ALIASES.get(value, value)
+    """An embedded engine's launcher name from any of its engine's names (the registry's); an unknown name as
+    given, for argparse's choices to refuse."""
+    eng = find(value)
+    return eng.launcher if eng is not None and eng.launcher else value
 
 
 def add_endpoint(g: argparse._ActionsContainer, engine: str, api: str | None = None, api_help: str = "") -> None:
@@ -76,7 +78,7 @@ def add_endpoint(g: argparse._ActionsContainer, engine: str, api: str | None = N
 
 def add_embedded(g: argparse._ActionsContainer, default: str) -> None:
     g.add_argument("--engine", type=engine_name, default=default,
-                   choices=["transformers", "vllm", "llama-server", "llama-cpp-python"],
+                   choices=LAUNCHERS,
                    help=f"embedded engine when no --url (default {default}); vllm and llama-server are made on "
                         "first use (minutes; see the README)")
     g.add_argument("--model-size", choices=["tiny", "small", "small-utf8"], default="tiny",
@@ -582,6 +584,6 @@ def add_setup(p: argparse.ArgumentParser, default_engine: str, required: bool = 
     p.add_argument("--weights", help="weight format: BF16, FP8, AWQ, Q4_K_M, Q8_0, ... (default BF16, "
                    "or Q4_K_M for llama.cpp)")
     p.add_argument("--kv", default="auto", help="KV-cache format: auto (model dtype), fp8, q8_0, q4_0, f16")
-    p.add_argument("--engine", default=default_engine, help="vllm, sglang, llama.cpp [cuda|vulkan|rocm|metal|cpu]")
+    p.add_argument("--engine", default=default_engine, help=f"one of {known()}")
     p.add_argument("--tp", type=POSITIVE_INT, default=1,
                    help="tensor parallelism: GPUs of the box sharing every layer (vLLM/SGLang --tensor-parallel-size)")

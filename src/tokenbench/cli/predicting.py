@@ -6,7 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 from rich.console import Console
 from typing import TYPE_CHECKING, Any
-from .. import redact
+from .. import redact, registry
 from ..errors import UsageError
 from ..store import Store
 from .common import check_output, emit_json, int_list, tokens, write_json
@@ -26,9 +26,10 @@ def _setup(a: argparse.Namespace) -> tuple[Setup, Calibration]:
     cal = Calibration.packaged() if not getattr(a, "calibration", None) else \
         Calibration.from_toml(read_calibration(a.calibration), origin=a.calibration)
     engine = a.engine
-    weights = a.weights or ("Q4_K_M" if engine.lower().startswith("llama") else "BF16")
+    gguf = registry.engine(engine).gguf  # llama.cpp, llama-cpp-python, ollama: a GGUF quant, an f16 cache
+    weights = a.weights or ("Q4_K_M" if gguf else "BF16")
     kv = a.kv.upper()
-    if kv == "AUTO" and engine.lower().startswith("llama"):
+    if kv == "AUTO" and gguf:
         kv = "F16"
     return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine,
                       ubatch=getattr(a, "ubatch", None) or 512, parallel=getattr(a, "parallel", None) or 1,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .. import registry
 from ..errors import UsageError
 from . import launch, tiny
 
@@ -14,7 +15,6 @@ from . import launch, tiny
 KV_BLOCK = 256
 #: The smallest slot context started, whatever the run's prompts.
 MIN_CONTEXT = 2048
-LLAMA_ENGINES = ("llama-server", "llama-cpp-python")
 
 
 def slot_context(tokens: int, margin: int = 64) -> int:
@@ -54,7 +54,8 @@ class Embedded:
         """Build (once) the embedded model and start ``spec.engine`` on it, healthy."""
         note(f"building the embedded {spec.model_size} model (cached after the first run) in {tiny.cache_dir()} …")
         model = tiny.ensure(size=spec.model_size)
-        gguf = model.gguf(spec.quant) if spec.quant and spec.engine in LLAMA_ENGINES else None
+        eng = registry.by_launcher(spec.engine)
+        gguf = model.gguf(spec.quant) if spec.quant and eng is not None and eng.gguf else None
         if spec.quant and gguf is None:
             raise UsageError(f"--quant applies to the llama engines only, not {spec.engine}")
         note(f"starting the embedded {spec.engine} engine …")

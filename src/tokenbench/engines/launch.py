@@ -19,14 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import adapters
+from .. import adapters, registry
 from ..errors import EngineError
 from ..servers import http_ok
 from .tiny import TinyModel, cache_dir
 
-ENGINES: tuple[str, ...] = ("transformers", "vllm", "llama-server", "llama-cpp-python")
-#: Older spellings still accepted on the command line.
-ALIASES = {"llamacpp": "llama-cpp-python", "llama.cpp": "llama-server"}
+#: The embedded engines, by their launcher names (the registry's: each engine's other spellings reach them too,
+#: "llama.cpp" llama-server and "llamacpp", as tokenbench 0.1 called it, llama-cpp-python).
+ENGINES: tuple[str, ...] = registry.LAUNCHERS
 STARTUP_TIMEOUT_S = 600.0
 #: KV-cache memory given to vLLM on a CPU, GiB (its default takes far more than a small model needs).
 VLLM_KV_GIB = 1
@@ -38,15 +38,16 @@ Progress = Callable[[str], None]
 
 
 def canonical(engine: str) -> str:
-    name = ALIASES.get(engine, engine)
-    if name not in ENGINES:
+    """The launcher name of an embedded engine, from any of its engine's names."""
+    eng = registry.find(engine)
+    if eng is None or eng.launcher is None:
         raise EngineError(f"unknown engine '{engine}': use one of {', '.join(ENGINES)}")
-    return name
+    return eng.launcher
 
 
 def adapter(engine: str) -> adapters.Adapter:
     """The adapter of the server an embedded engine runs."""
-    return adapters.by_name(canonical(engine))  # "llama-server" is an alias of the llama.cpp adapter
+    return adapters.by_name(canonical(engine))  # "llama-server" is a name of llama.cpp, whose adapter it gets
 
 
 def engine_version(engine: str) -> str | None:

@@ -7,6 +7,7 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import registry
 from ..errors import EngineError
 from . import aiperf_env, llamacpp_build, vllm_env
 from .launch import ENGINES, canonical
@@ -32,6 +33,12 @@ class EngineStatus:
     ready: bool
     where: str
     needs: str
+
+
+def known(name: str) -> bool:
+    """An embedded engine or a reference tool, by any of its names."""
+    eng = registry.find(name)
+    return name in TOOLS or eng is not None and eng.launcher is not None
 
 
 def status(name: str) -> EngineStatus:
@@ -67,4 +74,4 @@ def build(name: str, progress: Callable[[str], None]) -> None:
                           "(install torch==2.13.0 first)")
 
 
-__all__ = ["ENGINES", "NAMES", "TOOLS", "EngineStatus", "build", "status"]
+__all__ = ["ENGINES", "NAMES", "TOOLS", "EngineStatus", "build", "known", "status"]

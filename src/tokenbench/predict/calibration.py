@@ -33,6 +33,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .. import registry
 from ..errors import UsageError
 from .roofline import PARAM_BOUNDS, Efficiency
 from .specs import finite_number
@@ -89,34 +90,42 @@ BAND_MIN_N = 3
 
 
 def backend_key(engine: str, default_backend: str) -> str:
-    e = engine.lower().strip()
-    if e.startswith(("vllm", "sglang")):
-        # each batching engine is its own backend (SGLang never borrows vLLM's fit); an AMD box (ROCm or, for
-        # llama.cpp, Vulkan by default) runs them on ROCm
-        return e.split()[0] + "-" + ("rocm" if default_backend in ("rocm", "vulkan") else "cuda")
-    if e.startswith("llama.cpp") or e.startswith("llamacpp"):
-        parts = e.replace("llamacpp", "llama.cpp").split()
-        return "llamacpp-" + (parts[1] if len(parts) > 1 else default_backend)
-    if e.startswith("transformers"):
-        return "transformers"
-    return e.split()[0] if e else "unknown"
+    """The backend an engine string calibrates on a box whose default GPU backend is ``default_backend``: the
+    registry's rule (each batching engine is its own backend, SGLang never borrows vLLM's fit, and an AMD box,
+    ROCm or Vulkan by default, runs them on ROCm; llama.cpp's is the backend named or the box's)."""
+    return registry.backend_key(engine, default_backend)
 
 
 def engine_kind(engine: str) -> str:
-    return "sequential" if engine.lower().startswith(("llama.cpp", "llamacpp", "ollama", "mlx")) else "batching"
+    return registry.engine(engine).kind
+
+
+def _literature_key(backend: str) -> str | None:
+    """The LITERATURE entry a backend starts from: its own, else the one its engine borrows (registry.Engine
+    .literature: llama-cpp-python's backends llama.cpp's of the same GPU backend, SGLang's vLLM's); None: none."""
+    if backend in LITERATURE:
+        return backend
+    b = registry.backend(backend)
+    if b is None or b.engine.literature is None:
+        return None
+    stem = b.engine.literature
+    return next((k for k in ((f"{stem}-{b.gpu}",) if b.gpu else ()) + (stem,) if k in LITERATURE), None)
+
+
+def literature(backend: str) -> dict[str, float]:
+    key = _literature_key(backend)
+    return LITERATURE[key] if key else {}
 
 
 def prior(backend: str) -> Efficiency:
-    if backend in PRIORS:
-        return PRIORS[backend]
-    if backend.startswith(("vllm", "sglang")):
-        return PRIORS["vllm"]
-    return PRIORS["default"]
+    key = _literature_key(backend)
+    return PRIORS[key] if key else PRIORS["default"]
 
 
 def family(backend: str) -> str:
-    """The engine family a backend belongs to: llama.cpp's backends share ggml's kernels and scheduler."""
-    return "llamacpp" if backend.startswith("llamacpp") else backend
+    """The engine family a backend belongs to (registry.Engine.family): llama.cpp's backends, and
+    llama-cpp-python's, share ggml's kernels."""
+    return registry.family(backend)
 
 
 def backend_prior(backend: str, family_fit: Efficiency | None) -> Efficiency:
@@ -124,8 +133,7 @@ def backend_prior(backend: str, family_fit: Efficiency | None) -> Efficiency:
     for this backend itself (those that differ from the generic defaults) kept on top."""
     if family_fit is None:
         return prior(backend)
-    keep = LITERATURE.get(backend, LITERATURE["vllm"] if backend.startswith(("vllm", "sglang")) else {})
-    return _with(replace(family_fit, rows=0, calibrated=False), keep)
+    return _with(replace(family_fit, rows=0, calibrated=False), literature(backend))
 
 
 # --- the fit ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ named cannot be theirs.
 
 from __future__ import annotations
 
+from .. import registry
 from ..errors import UsageError
 from ..results import Manifest, load_result
 from ..store import Store
@@ -87,15 +88,19 @@ def _physical(run_id: str, rows: list[Row], cat: Catalog) -> str | None:
 
 
 def _run_engine(given: str | None, run_id: str, ran: str, hw: HardwareSpec) -> str:
-    """The engine a run calibrates: --engine, else the run's own; never one the box cannot run or the run did not."""
+    """The engine a run calibrates: --engine, else the run's own; never one the box cannot run or the run did not.
+    The registry decides what a name means: a llama-cpp-python run calibrates llama-cpp-python's backend, never
+    llama.cpp's server's (they share a family, the prior a backend starts from, not a backend)."""
     engine = given or ran
     if not engine:
         raise UsageError(f"run {run_id} does not say which engine served it: give --engine")
-    if engine.lower().startswith(("llama-server", "llama.cpp", "llamacpp", "llama-cpp-python")) \
-            and len(engine.split()) == 1:
-        engine = f"llama.cpp {hw.default_backend}"  # the box's backend: say --engine otherwise
+    eng = registry.engine(engine)
+    if eng.key_rule == "named" and registry.named_backend(engine) is None:
+        engine = f"{eng.name} {hw.default_backend}"  # the box's backend: say --engine otherwise
     check_engine(hw, engine)
-    if given and len(ran.split()) > 1 and backend_key(ran, hw.default_backend) != backend_key(engine, hw.default_backend):
+    said = registry.find(ran)
+    if given and said is not None and (said is not eng or registry.named_backend(ran) is not None and
+                                       backend_key(ran, hw.default_backend) != backend_key(engine, hw.default_backend)):
         raise UsageError(f"run {run_id} ran on {ran}, not {given}: give --engine '{ran}'")
     return engine
 

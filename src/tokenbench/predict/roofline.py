@@ -17,7 +17,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from .. import registry
 from ..errors import UsageError
+from ..registry import GGML_BACKENDS
 from .specs import GIB, HardwareSpec, ModelSpec
 
 #: Bits per weight of each format. GGUF K-quant mixes use llama.cpp's whole-file effective bpw (quantize
@@ -66,9 +68,6 @@ SCORE_BYTES = 16
 
 EngineKind = Literal["batching", "sequential"]
 
-#: Engines the predictor knows, and the llama.cpp backends.
-ENGINES = ("vllm", "sglang", "llama.cpp", "llamacpp", "ollama", "transformers", "mlx")
-LLAMACPP_BACKENDS = ("cuda", "vulkan", "rocm", "metal", "cpu", "sycl")
 
 
 @dataclass(slots=True, frozen=True)
@@ -99,33 +98,30 @@ class Quant:
 
 
 def check_engine(hw: HardwareSpec, engine: str) -> None:
-    """Refuse an engine the predictor does not know, or one that does not run on the box."""
-    e = engine.lower().strip()
-    if not e or e.split()[0] not in ENGINES:  # the engine's own name, then a version or backend: not "vllmx"
-        raise UsageError(f"unknown engine '{engine}': use one of vllm, sglang, llama.cpp [{'|'.join(LLAMACPP_BACKENDS)}], "
-                         "ollama, transformers, mlx")
+    """Refuse an engine the predictor does not know (the registry's), or one that does not run on the box."""
+    eng = registry.engine(engine)  # the engine's own name, then a version or backend: not "vllmx"
     apple = hw.default_backend == "metal"
-    words = e.split()
-    if words[0] in ("vllm", "sglang") and len(words) > 1:
+    words = registry.words(engine)
+    if eng.key_rule == "vendor" and len(words) > 1:
         b = words[1]
-        if b not in ("cuda", "rocm") and not b[:1].isdigit():
+        if b not in registry.VENDOR_BACKENDS and not b[:1].isdigit():
             raise UsageError(f"'{engine}': after {words[0]} give its version (e.g. '{words[0]} 0.21') or cuda|rocm")
         if b == "rocm" and hw.vendor != "amd" or b == "cuda" and hw.vendor in ("amd", "intel"):
             raise UsageError(f"{words[0]} {b} does not run on {hw.id}: give '{words[0]}' and the box decides")
-    if apple and e.startswith(("vllm", "sglang")):
+    if apple and eng.platform == "not-apple":
         raise UsageError(f"{engine.split()[0]} does not run on Apple GPUs ({hw.id}): use llama.cpp (Metal) or mlx")
-    if e.startswith("mlx") and not apple:
-        raise UsageError(f"mlx runs on Apple silicon only, not on {hw.id}")
-    parts = e.replace("llamacpp", "llama.cpp").split()
-    if parts[0] == "llama.cpp" and len(parts) > 1:
-        _check_llamacpp_backend(hw, parts[1])
+    if eng.platform == "apple-only" and not apple:
+        raise UsageError(f"{eng.name} runs on Apple silicon only, not on {hw.id}")
+    named = registry.named_backend(engine)
+    if named is not None:
+        _check_llamacpp_backend(hw, named)
 
 
 def _check_llamacpp_backend(hw: HardwareSpec, b: str) -> None:
     """llama.cpp's backend against the box's vendor."""
     apple = hw.default_backend == "metal"
-    if b not in LLAMACPP_BACKENDS:
-        raise UsageError(f"unknown llama.cpp backend '{b}': use one of {', '.join(LLAMACPP_BACKENDS)}")
+    if b not in GGML_BACKENDS:
+        raise UsageError(f"unknown llama.cpp backend '{b}': use one of {', '.join(GGML_BACKENDS)}")
     if b == "metal" and not apple:
         raise UsageError(f"llama.cpp's Metal backend runs on Apple silicon only, not on {hw.id}")
     if b in ("cuda", "rocm", "vulkan", "sycl") and apple:
@@ -142,22 +138,22 @@ def _check_llamacpp_backend(hw: HardwareSpec, b: str) -> None:
 
 def check_combination(hw: HardwareSpec, q: Quant, engine: str) -> None:
     """Refuse what cannot run, with the reason and what to do instead."""
-    if (q.weights in ("FP8", "W8A8") or q.kv == "FP8") and not hw.has_fp8 and "llama" not in engine:
+    eng = registry.engine(engine)
+    if (q.weights in ("FP8", "W8A8") or q.kv == "FP8") and not hw.has_fp8 and not eng.gguf:
         raise UsageError(
             f"FP8 needs FP8 tensor cores (Hopper, Ada, Blackwell, MI300), which {hw.id} lacks: use BF16, INT8, "
             "AWQ/GPTQ or a GGUF quant (vLLM's weight-only FP8 fallback runs at BF16 speed)"
         )
-    llama = engine.lower().startswith(("llama", "ollama"))
-    if llama and q.weights not in GGUF_FORMATS | {"MXFP4", "BF16"}:
+    if eng.gguf and q.weights not in GGUF_FORMATS | {"MXFP4", "BF16"}:
         raise UsageError(f"llama.cpp runs GGUF weights, not {q.weights}: use a GGUF quant (Q4_K_M, Q8_0, ...), F16 or BF16")
-    if llama and q.kv == "FP8":
+    if eng.gguf and q.kv == "FP8":
         raise UsageError("llama.cpp has no FP8 KV cache: use --kv f16, q8_0 or q4_0 (-ctk/-ctv)")
-    if not llama and q.kv_quantized and not engine.lower().startswith("mlx"):
+    if not eng.gguf and q.kv_quantized and eng.kernels != "mlx":
         raise UsageError(f"--kv {q.kv.lower()} is a llama.cpp cache type; {engine.split()[0]} keeps its KV cache in "
                          "auto (the model's dtype) or fp8")
-    if q.weights in GGUF_FORMATS - {"F16", "F32"} and engine.startswith(("vllm", "sglang")):
+    if q.weights in GGUF_FORMATS - {"F16", "F32"} and eng.key_rule == "vendor":  # vLLM, SGLang
         raise UsageError(f"{engine} does not serve GGUF {q.weights} weights efficiently: use llama.cpp, or AWQ/GPTQ/FP8")
-    if q.weights.startswith("MLX") and not engine.lower().startswith("mlx"):
+    if q.weights.startswith("MLX") and eng.kernels != "mlx":
         raise UsageError(f"{q.weights} weights are MLX's format: use --engine mlx, or a GGUF quant for llama.cpp")
 
 
@@ -205,8 +201,9 @@ def overhead_bytes(m: ModelSpec, engine: str, hw: HardwareSpec, ubatch: int = UB
     """Runtime memory beside weights and cache: compute buffers, logits, CUDA context; vLLM keeps 10% free.
     Without flash attention llama.cpp's compute buffer also holds one layer's F32 scores, ubatch × heads ×
     context."""
-    if engine.startswith(("vllm", "sglang")):
-        return 0.10 * hw.mem_gb * GIB + 2 * GIB
+    reserve = registry.engine(engine).reserve
+    if reserve:
+        return reserve * hw.mem_gb * GIB + 2 * GIB
     scores = 0.0 if flash_attn else min(ubatch, max(context, 1)) * m.heads * context * 4
     return 0.5 * GIB + ubatch * m.vocab * 4 + ubatch * m.hidden * 4 * 8 + scores
 
@@ -290,14 +287,18 @@ def peak_tflops(hw: HardwareSpec, q: Quant, backend: str) -> float:
     of them); FP16/BF16 otherwise."""
     if q.weights in ("FP8", "W8A8") and hw.fp8_tflops:
         return hw.fp8_tflops
-    if backend.startswith("llamacpp") and backend.endswith("cuda"):
-        return fp16_peak(hw)
-    return hw.bf16_tflops
+    return fp16_peak(hw) if _ggml_cuda(backend) else hw.bf16_tflops
 
 
 def attention_peak(hw: HardwareSpec, backend: str) -> float:
     """Flash attention runs in FP16: with FP16 accumulate in llama.cpp's CUDA kernels."""
-    return fp16_peak(hw) if backend.startswith("llamacpp") and backend.endswith("cuda") else hw.bf16_tflops
+    return fp16_peak(hw) if _ggml_cuda(backend) else hw.bf16_tflops
+
+
+def _ggml_cuda(backend: str) -> bool:
+    """ggml's CUDA kernels (llama.cpp's, and llama-cpp-python's vendored copy): FP16 accumulate."""
+    b = registry.backend(backend)
+    return b is not None and b.engine.gguf and b.gpu == "cuda"
 
 
 @dataclass(slots=True)

@@ -1,0 +1,197 @@
+"""One record per serving engine, written once: its names, how the predictor models it, its adapter, its embedded
+launcher, and the calibration backend its runs and predictions use (issue 21). Every question "which engine does
+this string name?" is asked here; nothing else tests an engine string's prefix.
+
+An engine string is the engine's name (any spelling in ``aliases``, any case), then optionally a version or a GPU
+backend: "vllm 0.21", "llama.cpp vulkan", "transformers 5.23 cb". Its first word alone decides the engine.
+
+llama.cpp and llama-cpp-python are two engines. llama.cpp's own server (llama-server, llama-bench) and
+llama-cpp-python's server (Python bindings around a vendored llama.cpp, one request at a time) have their own
+adapters, their own embedded launchers and their own calibration backends (``llamacpp-cuda`` and
+``llama-cpp-python-cuda``): a llama-cpp-python run never anchors llama.cpp's fit, nor the reverse. They share the
+calibration *family* ``llamacpp`` on purpose: both run ggml's kernels, so a llama-cpp-python backend no run
+calibrates starts from what the llama.cpp backends' published rows say of those kernels (marked UNCALIBRATED),
+and published llama-cpp-python rows, were there any, would join the family's prior fit. Ollama also runs ggml but
+keeps a family of its own: its scheduler and defaults are its own, and no published row stands behind it.
+
+"llamacpp" is llama-cpp-python, as tokenbench 0.1 stored its embedded engine; llama.cpp is "llama.cpp" or
+"llama-server". (The calibration key ``llamacpp-<backend>`` is a key, not an engine name: it is llama.cpp's.)
+
+Adding an engine: a record here, an adapter module in ``adapters/`` (named by ``adapter``), and where it has an
+embedded launcher, its command in ``engines/launch.py`` (named by ``launcher``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .errors import UsageError
+
+#: GPU backends ggml is built for: named after a ggml engine ("llama.cpp vulkan"), else the box's default.
+GGML_BACKENDS: tuple[str, ...] = ("cuda", "vulkan", "rocm", "metal", "cpu", "sycl")
+#: Backends a vendor-built engine (vLLM, SGLang) runs on, chosen by the box's GPU vendor.
+VENDOR_BACKENDS: tuple[str, ...] = ("cuda", "rocm")
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """A serving engine, as every part of tokenbench knows it."""
+
+    #: Canonical name: what its adapter records in every result's manifest.
+    name: str
+    #: Other spellings users, older results and published data use (lower case).
+    aliases: tuple[str, ...]
+    #: How the predictor models concurrent requests: "batching" (continuous batching, one step serves all) or
+    #: "sequential" (one sequence per slot; llama.cpp's -np slots decode together).
+    kind: Literal["batching", "sequential"]
+    #: Whose compute kernels it runs: "ggml" (GGUF weights, llama.cpp's cache types and -ub), "vllm", "sglang",
+    #: "torch", "mlx" (MLX weights).
+    kernels: str
+    #: Its calibration backend key, or the stem of one (see ``key_rule``).
+    key: str
+    #: How the backend key follows from the engine string and the box: "named" (key-<backend>, the backend named
+    #: after the engine or else the box's default: llamacpp-vulkan), "vendor" (key-cuda, or key-rocm on a box
+    #: whose default backend is ROCm or Vulkan, i.e. AMD), "plain" (the key alone).
+    key_rule: Literal["named", "vendor", "plain"]
+    #: The calibration family: backends that share one prior fit on all their published rows. None: each of its
+    #: backends is a family of its own (SGLang never borrows vLLM's fit, nor vLLM ROCm vLLM CUDA's).
+    family: str | None = None
+    #: The stem of the calibration.LITERATURE entries that apply when its backend has none of its own: those of
+    #: the engine whose kernels it runs (llama-cpp-python: llama.cpp's), or whose kernels are alike (SGLang: vLLM's).
+    literature: str | None = None
+    #: Its adapter's class in ``tokenbench.adapters`` (None: driven as a plain OpenAI-compatible server).
+    adapter: str | None = None
+    #: Its embedded engine's name in ``engines/launch.py`` (None: tokenbench cannot start it).
+    launcher: str | None = None
+    #: Where it runs: "any" box, "not-apple" (no Metal backend), "apple-only".
+    platform: Literal["any", "not-apple", "apple-only"] = "any"
+    #: Share of GPU memory it keeps free beside weights and cache (vLLM's gpu_memory_utilization 0.9).
+    reserve: float = 0.0
+
+    @property
+    def gguf(self) -> bool:
+        """It runs ggml's kernels: GGUF weights, llama.cpp's KV cache types, a micro-batch (-ub)."""
+        return self.kernels == "ggml"
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The GPU backends its backend keys name."""
+        return GGML_BACKENDS if self.key_rule == "named" else VENDOR_BACKENDS if self.key_rule == "vendor" else ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+    def backend_key(self, named: str | None, default_backend: str) -> str:
+        """The calibration backend of this engine on a box whose default GPU backend is ``default_backend``,
+        ``named`` the backend given after the engine's name (used by the "named" rule only)."""
+        if self.key_rule == "named":
+            return f"{self.key}-{named or default_backend}"
+        if self.key_rule == "vendor":
+            return f"{self.key}-" + ("rocm" if default_backend in ("rocm", "vulkan") else "cuda")
+        return self.key
+
+    def usage(self) -> str:
+        """How a user names it, with its backends where they can be named: 'llama.cpp [cuda|vulkan|...]'."""
+        return f"{self.name} [{'|'.join(GGML_BACKENDS)}]" if self.key_rule == "named" else self.name
+
+
+ENGINES: tuple[Engine, ...] = (
+    # the order of the embedded launchers here is the order `tokenbench engines` lists them in
+    Engine("transformers", ("transformers-serve",), "batching", "torch", "transformers", "plain",
+           adapter="Transformers", launcher="transformers"),
+    Engine("vllm", (), "batching", "vllm", "vllm", "vendor", literature="vllm", adapter="VLLM", launcher="vllm",
+           platform="not-apple", reserve=0.10),
+    Engine("llama.cpp", ("llama-server", "llama_cpp", "llamacpp-server", "llama-bench"), "sequential", "ggml",
+           "llamacpp", "named", family="llamacpp", adapter="LlamaCpp", launcher="llama-server"),
+    Engine("llama-cpp-python", ("llamacpp", "llama_cpp_python"), "sequential", "ggml", "llama-cpp-python", "named",
+           family="llamacpp", literature="llamacpp", adapter="LlamaCppPython", launcher="llama-cpp-python"),
+    Engine("sglang", (), "batching", "sglang", "sglang", "vendor", literature="vllm", adapter="SGLang",
+           platform="not-apple", reserve=0.10),
+    Engine("ollama", (), "sequential", "ggml", "ollama", "plain", adapter="Ollama"),
+    Engine("mlx", ("mlx-lm", "mlx_lm"), "sequential", "mlx", "mlx", "plain", platform="apple-only"),
+)
+
+_BY_NAME: dict[str, Engine] = {}
+for _e in ENGINES:
+    for _n in _e.names:
+        if _BY_NAME.setdefault(_n, _e) is not _e:  # one spelling, two engines: the confusion this module ends
+            raise AssertionError(f"engine name {_n!r} is given to {_BY_NAME[_n].name} and {_e.name}")
+
+#: Backend key -> (engine, the GPU backend it names, or None for a "plain" key).
+_BY_KEY: dict[str, tuple[Engine, str | None]] = {
+    **{e.backend_key(b, b): (e, b) for e in ENGINES for b in e.backends},
+    **{e.key: (e, None) for e in ENGINES if e.key_rule == "plain"},
+}
+
+#: The embedded engines' names, as `--engine` takes them without --url and engines/launch.py starts them.
+LAUNCHERS: tuple[str, ...] = tuple(e.launcher for e in ENGINES if e.launcher)
+
+
+def known() -> str:
+    """The engines, as an error message lists them."""
+    return ", ".join(e.usage() for e in ENGINES)
+
+
+def words(text: str | None) -> list[str]:
+    """An engine string's words, lower case: its name, then a version or backend."""
+    return (text or "").lower().split()
+
+
+def find(text: str | None) -> Engine | None:
+    """The engine an engine string names (its first word, any spelling or case), or None."""
+    w = words(text)
+    return _BY_NAME.get(w[0]) if w else None
+
+
+def engine(text: str | None) -> Engine:
+    """The engine an engine string names; a one-line UsageError naming the known ones otherwise."""
+    e = find(text)
+    if e is None:
+        raise UsageError(f"unknown engine '{(text or '').strip()}': use one of {known()}")
+    return e
+
+
+def by_launcher(name: str) -> Engine | None:
+    """The engine whose embedded launcher is ``name``."""
+    return next((e for e in ENGINES if e.launcher == name), None)
+
+
+def named_backend(text: str) -> str | None:
+    """The GPU backend named after the engine's name ("llama.cpp vulkan": vulkan), for engines whose backend keys
+    name one; None where none is named."""
+    e, w = engine(text), words(text)
+    return w[1] if e.key_rule == "named" and len(w) > 1 else None
+
+
+def backend_key(text: str, default_backend: str) -> str:
+    """The calibration backend of an engine string on a box whose default GPU backend is ``default_backend``:
+    vllm-cuda, vllm-rocm, sglang-cuda, llamacpp-vulkan, llama-cpp-python-cuda, transformers, ..."""
+    return engine(text).backend_key(named_backend(text), default_backend)
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """What a calibration backend key stands for."""
+
+    key: str
+    engine: Engine
+    gpu: str | None  # the GPU backend (cuda, vulkan, rocm, ...); None for a plain key
+
+
+def backend(key: str) -> Backend | None:
+    """The engine and GPU backend of a calibration backend key; None for a key no engine makes (a family's name,
+    or a hand-written one)."""
+    hit = _BY_KEY.get(key)
+    return Backend(key, *hit) if hit else None
+
+
+def family(key: str) -> str:
+    """The calibration family of a backend key: its engine's family, else the backend alone."""
+    b = backend(key)
+    return b.engine.family if b is not None and b.engine.family else key
+
+
+__all__ = ["ENGINES", "GGML_BACKENDS", "LAUNCHERS", "VENDOR_BACKENDS", "Backend", "Engine", "backend", "backend_key",
+           "by_launcher", "engine", "family", "find", "known", "named_backend", "words"]
