@@ -22,6 +22,7 @@ from .predict.calibration import Calibration
 from .predict.predictor import Setup
 from .predict.specs import Catalog, HardwareSpec
 from .results import LevelOutcome, RunResult
+from .slo import duration_text, needed_for_sure_pass
 from .store import Store
 
 
@@ -40,8 +41,6 @@ class Workload:
 CLOSEST = 5
 #: A predicted capacity is searched up to this many agents; a box that serves them all is "at least" this.
 PREDICTED_AGENTS_MAX = 1024
-#: Requests a level needs before its measured p99 is a p99 and not its maximum (slo.needed_for_sure_pass(0.01)).
-SURE_P99 = 299
 
 
 @dataclass(slots=True)
@@ -252,7 +251,7 @@ def _measured_capacity(c: Candidate, r: RunResult, w: Workload) -> LevelSummary 
     n = at.completed + at.failed
     if c.at_least:
         c.notes.append(f"at least: every level run (to {int(last or 0)} agents) met the SLOs")
-    if w.ttft_p99_ms is not None and n < SURE_P99:
+    if w.ttft_p99_ms is not None and n < (needed_for_sure_pass(0.01) or 0):  # a p99 of fewer is its maximum
         c.notes.append(f"p99 of {n} requests")
     return at
 
@@ -265,8 +264,7 @@ def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing], cap
         label = str(m.label or r.run_id)
         c = Candidate(label, f"{m.engine or '?'} {m.weights or ''}".strip(), "measured")
         out.append(c)
-        levels = _serving(r, None if capacity else w.agents)
-        s = _measured_capacity(c, r, w) if capacity else max((o.summary for o in levels),
+        s = _measured_capacity(c, r, w) if capacity else max((o.summary for o in _serving(r, w.agents)),
                                                              key=lambda x: x.input_tokens_mean or 0, default=None)
         if s is None:
             c.exclude("no measured level", "no measured serving level" if capacity
@@ -321,12 +319,6 @@ def closest(cands: list[Candidate], n: int = CLOSEST) -> list[Candidate]:
     return [cands[i] for _, i in sorted(near)[:n]]
 
 
-def _duration(ms: float) -> str:
-    """2931 -> "2.93 s", 2000 -> "2 s", 36.6 -> "36.6 ms"."""
-    v, unit = (ms / 1000, "s") if ms >= 1000 else (ms, "ms")
-    return f"{v:,.0f} {unit}" if v >= 100 else f"{v:.3g} {unit}"
-
-
 def _over(relative: float) -> str:
     """+31% over a limit; from twice the limit on, a factor ("117x")."""
     factor = relative + 1
@@ -336,7 +328,7 @@ def _over(relative: float) -> str:
 def miss_text(c: Candidate) -> str:
     """How far a box missed, in words: "TTFT p99 2.61 s (limit 2 s, +31%)", every SLO it missed, or its memory."""
     if c.misses:
-        return ", ".join(f"{m.slo} {_duration(m.value_ms)} (limit {_duration(m.limit_ms)}, {_over(m.relative)})"
+        return ", ".join(f"{m.slo} {duration_text(m.value_ms)} (limit {duration_text(m.limit_ms)}, {_over(m.relative)})"
                          for m in c.misses)
     if c.memory_gb is not None:
         need, usable = c.memory_gb

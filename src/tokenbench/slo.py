@@ -136,6 +136,12 @@ class SLO:
         return " and ".join(parts) or "no failed request"
 
 
+def duration_text(ms: float) -> str:
+    """A measured time in its unit, three figures: 2931 -> "2.93 s", 2000 -> "2 s", 36.6 -> "36.6 ms"."""
+    v, unit = (ms / 1000, "s") if ms >= 1000 else (ms, "ms")
+    return f"{v:,.0f} {unit}" if v >= 100 else f"{v:.3g} {unit}"
+
+
 def _duration(ms: float) -> str:
     if ms >= 60_000:
         return f"{ms / 60_000:g} min"

@@ -16,7 +16,7 @@ from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
 from ..metrics import SLO
 from ..output import print_table
 from ..results import RunResult, load_result
-from ..slo import SloCheck
+from ..slo import SloCheck, duration_text
 from ..store import Store
 from ..sweep import run_sweep
 from .common import check_output, emit_json, notifier, seconds
@@ -191,8 +191,8 @@ def _quantity(v: float, unit: str) -> str:
     """884 ms, 1.06 s (never 1.06e+03 ms), 14.3 tok/s, 1.0%."""
     if unit == "share":
         return f"{v:.1%}"
-    if unit == "ms" and v >= 1000:
-        return f"{v / 1000:.3g} s"
+    if unit == "ms":
+        return duration_text(v)
     return f"{_amount(v)} {unit}"
 
 
