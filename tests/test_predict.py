@@ -12,7 +12,7 @@ from tokenbench.errors import UsageError
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.calibration import Calibration, backend_key, fit_constants
 from tokenbench.predict.predictor import Setup, against
-from tokenbench.predict.published import read_rows
+from tokenbench.predict.published import Row, read_rows
 from tokenbench.predict.specs import Catalog, model_from_config, model_from_gguf
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data" / "published.csv"  # shipped copy
@@ -327,9 +327,19 @@ def test_cli_fit_predict_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_the_shipped_published_data_is_shared_references() -> None:
     """The package ships copies of shared/reference's measurements so calibrate runs in a clone; beside the
-    development checkout they must be the same bytes."""
+    development checkout they hold the same rows, figure for figure (the shipped files add the date and version
+    columns the fit reads), and published-current.csv holds every row of current-builds.csv."""
     shared = Path(__file__).resolve().parents[2] / "shared" / "reference"
     if not shared.is_dir():
         pytest.skip("shared/reference is not beside this checkout")
+
+    def figures(rows: list[Row]) -> list[tuple[str, ...]]:
+        return [(r.raw["source"], r.hardware, r.engine, r.model, r.weights, r.kv, r.test, str(r.depth),
+                 str(r.concurrency), str(r.input_len), str(r.output_len), r.metric, f"{r.value:g}") for r in rows]
+
     for name in ("published.csv", "published-more.csv"):
-        assert (shared / name).read_bytes() == (PUBLISHED.parent / name).read_bytes(), name
+        shipped = read_rows(PUBLISHED.parent / name)
+        assert figures(shipped) == figures(read_rows(shared / name)), name
+        assert all(r.era for r in shipped), name  # every shipped row is dated
+    current = figures(read_rows(PUBLISHED.parent / "published-current.csv"))
+    assert set(figures(read_rows(shared / "current-builds.csv"))) <= set(current)

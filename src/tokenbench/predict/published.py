@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,7 +14,9 @@ if TYPE_CHECKING:
     from ..results import RunResult
 
 COLUMNS = ["source", "host", "hardware", "engine", "model", "weights", "kv", "test", "depth", "concurrency",
-           "input_len", "output_len", "metric", "value", "unit", "note"]
+           "input_len", "output_len", "metric", "value", "unit", "date", "version", "note"]
+#: Columns a file may leave out (older files of this layout have neither date nor version).
+OPTIONAL = {"date", "version", "note"}
 METRICS = {"prefill_tps", "decode_tps", "output_tps", "ttft_median", "ttft_p99", "tpot_median"}
 
 
@@ -33,6 +36,14 @@ class Row:
     metric: str
     value: float
     unit: str
+    date: str = ""  # YYYY-MM the measurement (or the build it ran) is from; "" when the source does not say
+    version: str = ""  # the engine's version as the source states it (a llama.cpp build b6123, vLLM 0.10.1)
+
+    @property
+    def era(self) -> str:
+        """The year of the engine's build, which the fit keeps apart (a 2024 llama.cpp and a 2026 one are not
+        one constant): the row's date's year, else ""."""
+        return self.date[:4] if re.fullmatch(r"\d{4}(-\d{2})?", self.date) else ""
 
     @property
     def group(self) -> str:
@@ -50,7 +61,7 @@ def read_rows(path: Path) -> list[Row]:
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e}") from None
     reader = csv.DictReader(lines)
-    missing = [c for c in COLUMNS[:-1] if c not in (reader.fieldnames or [])]
+    missing = [c for c in COLUMNS if c not in OPTIONAL and c not in (reader.fieldnames or [])]
     if missing:
         raise UsageError(f"{path}: missing column(s) {', '.join(missing)}; expected the published.csv layout: {','.join(COLUMNS)}")
     rows = []
@@ -60,8 +71,11 @@ def read_rows(path: Path) -> list[Row]:
                 raw=dict(d), hardware=d["hardware"], engine=d["engine"], model=d["model"], weights=d["weights"],
                 kv=d["kv"], test=d["test"], depth=int(d["depth"] or 0), concurrency=int(d["concurrency"] or 1),
                 input_len=int(d["input_len"] or 0), output_len=int(d["output_len"] or 0), metric=d["metric"],
-                value=float(d["value"]), unit=d["unit"],
+                value=float(d["value"]), unit=d["unit"], date=(d.get("date") or "").strip(),
+                version=(d.get("version") or "").strip(),
             ))
+            if rows[-1].date and not rows[-1].era:
+                raise ValueError(f"date {rows[-1].date!r} is not YYYY-MM")
         except (TypeError, ValueError) as e:
             raise UsageError(f"{path}: data row {n - 1} is malformed ({e}): fix that row") from None
     return rows
@@ -79,6 +93,8 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
     skip = {"unstable", "dirty_bench", "context_not_warm", "client_bound", "errors", "exceeds_server_timings",
             "prompt_truncated", "slots_exceeded"}
     out: list[Row] = []
+    date = (run.manifest.started or "")[:7]  # the run's month: the build it ran is of that era or older
+    version = run.manifest.engine_version or ""
 
     def add(test: str, depth: int, conc: int, inp: int, outp: int, metric: str, value: float | None, unit: str) -> None:
         if value is None or not value > 0:
@@ -86,8 +102,9 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
         raw = {"source": f"run:{label}", "host": label, "hardware": hardware, "engine": engine, "model": model,
                "weights": weights, "kv": kv, "test": test, "depth": str(depth), "concurrency": str(conc),
                "input_len": str(inp), "output_len": str(outp), "metric": metric, "value": f"{value:g}",
-               "unit": unit, "note": f"run {run.run_id}{shape}"}
-        out.append(Row(raw, hardware, engine, model, weights, kv, test, depth, conc, inp, outp, metric, value, unit))
+               "unit": unit, "date": date, "version": version, "note": f"run {run.run_id}{shape}"}
+        out.append(Row(raw, hardware, engine, model, weights, kv, test, depth, conc, inp, outp, metric, value, unit,
+                       date, version))
 
     for o in run.outcomes:
         s = o.summary
