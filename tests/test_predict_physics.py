@@ -105,9 +105,13 @@ def test_compute_peaks_follow_the_arithmetic_used(cat: Catalog) -> None:
 
 def test_no_silent_fallbacks(cat: Catalog) -> None:
     cal = Calibration.packaged()
+    # a ggml backend no row measures (SYCL) starts from the family's prior, marked, never a sibling's own fit
+    sycl = Setup.make(cat, cal, "amd-ryzen-ai-max-395", "gpt-oss-20b", "Q4_K_M", "q8_0", "llama.cpp sycl")
+    assert not sycl.calibrated and sycl.eff.source.startswith("UNCALIBRATED")
+    assert sycl.eff != cal.efficiency("llamacpp-vulkan") and sycl.eff != cal.efficiency("llamacpp-rocm")
+    # ROCm is its own fit, on its own rows (kyuz0-sh, 2026), not Vulkan's constants on the same box
     rocm = Setup.make(cat, cal, "amd-ryzen-ai-max-395", "gpt-oss-20b", "Q4_K_M", "q8_0", "llama.cpp rocm")
-    assert not rocm.calibrated and rocm.eff.source.startswith("UNCALIBRATED")  # not Vulkan's constants
-    assert not Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-8b", "BF16", "auto", "transformers").calibrated
+    assert rocm.calibrated and cal.sources["llamacpp-rocm"] == ["kyuz0-sh"] and rocm.eff != cal.efficiency("llamacpp-vulkan")
     with pytest.raises(UsageError, match="does not run on Apple"):
         Setup.make(cat, cal, "apple-m3-max-40c", "llama-3.1-8b", "BF16", "auto", "vllm")
     with pytest.raises(UsageError, match="unknown engine"):
@@ -218,7 +222,7 @@ def test_predict_test_honours_input_len_and_shows_bands(capsys: pytest.CaptureFi
     assert main(["show", doc["run_id"], "--db", str(tmp_path / "p.db"), "--json", str(shown)]) == 0
     assert [lv["output_throughput_tps"] for lv in json.loads(shown.read_text())["levels"]] == \
         [lv["output_throughput_tps"] for lv in doc["levels"]]
-    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--engine", "transformers",
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--engine", "sglang",
                  "--concurrency", "1"]) == 0
     text = capsys.readouterr().out
     assert "UNCALIBRATED" in text.split("\n", 1)[1]  # in the table itself, not only in the header

@@ -187,7 +187,7 @@ def test_the_table_fits_80_columns_and_the_headline_is_read_off_it(capsys: pytes
 
 @pytest.mark.usefixtures("screen")
 def test_an_uncalibrated_backend_shows_ceilings_marked(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["predict", "--hardware", STRIX[0], "--model", STRIX[1], "--engine", "llama.cpp rocm",
+    assert main(["predict", "--hardware", STRIX[0], "--model", STRIX[1], "--engine", "llama.cpp sycl",
                  *SESSION]) == 0
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 80

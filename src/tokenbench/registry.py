@@ -23,6 +23,7 @@ embedded launcher, its command in ``engines/launch.py`` (named by ``launcher``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -68,6 +69,9 @@ class Engine:
     platform: Literal["any", "not-apple", "apple-only"] = "any"
     #: Share of GPU memory it keeps free beside weights and cache (vLLM's gpu_memory_utilization 0.9).
     reserve: float = 0.0
+    #: Releases of known date, (version, "YYYY-MM"), oldest first: how a stated version maps to the year of its
+    #: build, which the predictor's fit keeps apart (``version_date``).
+    releases: tuple[tuple[str, str], ...] = ()
 
     @property
     def gguf(self) -> bool:
@@ -97,14 +101,29 @@ class Engine:
         return f"{self.name} [{'|'.join(GGML_BACKENDS)}]" if self.key_rule == "named" else self.name
 
 
+#: llama.cpp build numbers of known date (from dependency-bump threads that name the build and its day):
+#: b2793 2024-05-06 (nnance/llamacpp-ai-provider#7), b3078 2024-06-04 (janhq/cortex.llamacpp#70), b4007 2024-11-01
+#: (#278), b4409 2025-01-03 (#359), b5050 2025-04-04 (#448), b6451 2025-09-13 (xorbitsai/xllamacpp#81), b6918
+#: 2025-11-02 (llama.cpp benches/dgx-spark.md), b7815 2026-01-23 (ferranpons/Llamatik#37), b8651 2026-04-03
+#: (gominimal/pkgs#40), b9986 2026-07-14 (containers/ramalama#2842).
+LLAMACPP_BUILDS = (("b2793", "2024-05"), ("b3078", "2024-06"), ("b4007", "2024-11"), ("b4409", "2025-01"),
+                   ("b5050", "2025-04"), ("b6451", "2025-09"), ("b6918", "2025-11"), ("b7815", "2026-01"),
+                   ("b8651", "2026-04"), ("b9986", "2026-07"))
+#: vLLM releases of known date: 0.6.0 2024-09-04 (vllm-project/vllm#8166), 0.7.0 2025-01 (its release notes),
+#: 0.18.0 by 2026-04-02 (llm-d/llm-d#1059), 0.21.0 2026-05-16 (vllm-project/vllm-metal#377), 0.27.1 2026-08-13
+#: (vllm-metal#603).
+VLLM_RELEASES = (("0.6.0", "2024-09"), ("0.7.0", "2025-01"), ("0.18.0", "2026-04"), ("0.21.0", "2026-05"),
+                 ("0.27.1", "2026-08"))
+
 ENGINES: tuple[Engine, ...] = (
     # the order of the embedded launchers here is the order `tokenbench engines` lists them in
     Engine("transformers", ("transformers-serve",), "batching", "torch", "transformers", "plain",
            adapter="Transformers", launcher="transformers"),
     Engine("vllm", (), "batching", "vllm", "vllm", "vendor", literature="vllm", adapter="VLLM", launcher="vllm",
-           platform="not-apple", reserve=0.10),
+           platform="not-apple", reserve=0.10, releases=VLLM_RELEASES),
     Engine("llama.cpp", ("llama-server", "llama_cpp", "llamacpp-server", "llama-bench"), "sequential", "ggml",
-           "llamacpp", "named", family="llamacpp", adapter="LlamaCpp", launcher="llama-server"),
+           "llamacpp", "named", family="llamacpp", adapter="LlamaCpp", launcher="llama-server",
+           releases=LLAMACPP_BUILDS),
     Engine("llama-cpp-python", ("llamacpp", "llama_cpp_python"), "sequential", "ggml", "llama-cpp-python", "named",
            family="llamacpp", literature="llamacpp", adapter="LlamaCppPython", launcher="llama-cpp-python"),
     Engine("sglang", (), "batching", "sglang", "sglang", "vendor", literature="vllm", adapter="SGLang",
@@ -193,5 +212,39 @@ def family(key: str) -> str:
     return b.engine.family if b is not None and b.engine.family else key
 
 
+def _version_number(v: str) -> tuple[int, ...] | None:
+    """A version as numbers: llama.cpp's build "b6918" (or "6918") as (6918,), "0.10.1" as (0, 10, 1)."""
+    v = v.strip().lower().removeprefix("v")
+    m = re.fullmatch(r"b?(\d+)", v) or re.fullmatch(r"(\d+(?:\.\d+)*)(?:[.+-].*)?", v)
+    return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+def version_date(e: Engine, version: str) -> str | None:
+    """The month ("YYYY-MM") an engine's version was released: that of the newest release of known date at or
+    before it (a version newer than all of them: the last one's, a lower bound); None when the version cannot be
+    read or is older than every known release."""
+    n = _version_number(version)
+    if n is None:
+        return None
+    known = [(num, d) for v, d in e.releases if (num := _version_number(v)) is not None]
+    before = [d for num, d in known if num <= n]
+    return before[-1] if before else None
+
+
+def era(text: str | None, version: str) -> str:
+    """The year whose builds a stated version or date stands for: "2025", "2025-06", or a version the engine's
+    known releases date ("b6918", "0.21"); a one-line UsageError otherwise."""
+    v = version.strip()
+    if re.fullmatch(r"20\d\d(-\d\d)?", v):
+        return v[:4]
+    e = engine(text)
+    d = version_date(e, v)
+    if d is None:
+        known = ", ".join(f"{ver} ({date})" for ver, date in e.releases[:1] + e.releases[-1:])
+        raise UsageError(f"cannot date {e.name} version '{v}': give the year of the build (e.g. --engine-version "
+                         "2025)" + (f", or a version from {known} on" if known else ""))
+    return d[:4]
+
+
 __all__ = ["ENGINES", "GGML_BACKENDS", "LAUNCHERS", "VENDOR_BACKENDS", "Backend", "Engine", "backend", "backend_key",
-           "by_launcher", "engine", "family", "find", "known", "named_backend", "words"]
+           "by_launcher", "engine", "era", "family", "find", "known", "named_backend", "version_date", "words"]

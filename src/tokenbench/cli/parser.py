@@ -585,5 +585,9 @@ def add_setup(p: argparse.ArgumentParser, default_engine: str, required: bool = 
                    "or Q4_K_M for llama.cpp)")
     p.add_argument("--kv", default="auto", help="KV-cache format: auto (model dtype), fp8, q8_0, q4_0, f16")
     p.add_argument("--engine", default=default_engine, help=f"one of {known()}")
+    p.add_argument("--engine-version", metavar="V",
+                   help="the engine's build the prediction assumes: a year (2025), a llama.cpp build (b6918) or a "
+                        "vLLM release (0.21); its constants are those fitted on builds of that year or the newest "
+                        "before it (default: the newest the data has; a newer one widens the bands)")
     p.add_argument("--tp", type=POSITIVE_INT, default=1,
                    help="tensor parallelism: GPUs of the box sharing every layer (vLLM/SGLang --tensor-parallel-size)")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from rich.console import Console
 from typing import TYPE_CHECKING, Any
@@ -31,9 +31,11 @@ def _setup(a: argparse.Namespace) -> tuple[Setup, Calibration]:
     kv = a.kv.upper()
     if kv == "AUTO" and gguf:
         kv = "F16"
+    version = getattr(a, "engine_version", None)
     return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine,
                       ubatch=getattr(a, "ubatch", None) or 512, parallel=getattr(a, "parallel", None) or 1,
-                      tp=getattr(a, "tp", None) or 1, flash_attn=getattr(a, "flash_attn", "on") != "off"), cal
+                      tp=getattr(a, "tp", None) or 1, flash_attn=getattr(a, "flash_attn", "on") != "off",
+                      era=registry.era(engine, version) if version else None), cal
 
 
 def read_calibration(path: str) -> str:
@@ -116,6 +118,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     depths, levels = _check_flags(a)
     shape = _session_shape(a, levels)
     s, cal = _setup(a)
+    s.reach = replace(s.reach, depth=max(depths or [0]), concurrency=max(levels or [1]))
     if a.save and not s.calibrated:
         raise UsageError(f"--save: no measurements of {s.backend} stand behind an estimate, so there is none to store "
                          "beside measured runs (predict shows only the ceiling); anchor it first with calibrate --runs")
@@ -291,7 +294,8 @@ def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Cal
 
 #: The published measurements the package ships (copies of shared/reference's, a test keeps them equal):
 #: what `calibrate` fits with no file given, and what the committed efficiency.toml was fitted on.
-PUBLISHED_FILES = [Path(__file__).resolve().parents[1] / "data" / n for n in ("published.csv", "published-more.csv")]
+PUBLISHED_FILES = [Path(__file__).resolve().parents[1] / "data" / n for n in ("published.csv", "published-more.csv",
+                                                                                    "published-current.csv")]
 
 
 def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> int:

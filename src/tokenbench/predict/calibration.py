@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -248,11 +248,57 @@ def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int 
 
 @dataclass(slots=True)
 class Band:
-    """Cross-validated absolute errors of one backend and metric: BAND_QUANTILE of them lie within ``pct``."""
+    """Cross-validated absolute errors of one backend and metric: BAND_QUANTILE of them lie within ``pct``; a
+    band widened for extrapolation says why in ``widened``."""
 
     pct: float
     median_pct: float
     n: int
+    widened: tuple[str, ...] = ()
+
+
+#: How far a prediction may drift per year of engine builds newer than any row its backend was fitted on, as a log
+#: error, when the data cannot tell (no backend with rows of two eras): llama.cpp CUDA decode was 30-45% faster in
+#: 2025-2026 builds than the 2024 builds' fit predicts (llama.cpp's CUDA scoreboard, discussion 15013, and
+#: llama-bench on a lent H100: shared/reference/current-builds.csv), about a year apart: log(1.35).
+DRIFT_PRIOR = math.log(1.35)
+#: Widening per doubling of context depth beyond the deepest row a backend was fitted on (log error), and per
+#: doubling of concurrency beyond its highest: what the model does there no row has checked.
+DEPTH_TERM = 0.10
+CONCURRENCY_TERM = 0.15
+#: A backend fitted on fewer rows than this: its constants rest on few boxes (a hardware generation or backend
+#: with little data); its band widens by FEW_ROWS_TERM.
+FEW_ROWS = 12
+FEW_ROWS_TERM = math.log(1.25)
+#: The band of a metric no held-out row of a backend measured, nor any row of its family: a prediction from
+#: priors alone (the share of the 106 unseen rows inside their bands was lowest there).
+FALLBACK_BAND_PCT = 60.0
+
+
+def era_for(eras: Iterable[str], year: str) -> str | None:
+    """The era (named "2025" or "2025-2026": the years of builds one fit stands for) that builds of ``year`` fall
+    in: the newest one starting at or before it; None when every era starts after it."""
+    older = [k for k in eras if k and k[:4] <= year[:4]]
+    return max(older, key=lambda k: k[:4]) if older else None
+
+
+@dataclass(frozen=True, slots=True)
+class Extrapolation:
+    """How far a prediction reaches beyond its backend's rows: years of builds newer than the newest era it was
+    fitted on, and the depth and concurrency it asks for."""
+
+    years: int = 0
+    depth: int = 0
+    concurrency: int = 1
+
+
+def widen(b: Band, terms: list[tuple[float, str]]) -> Band:
+    """A band with extra log-error terms added in quadrature (independent sources of error), each named."""
+    terms = [(t, why) for t, why in terms if t > 0]
+    if not terms:
+        return b
+    z = math.sqrt(math.log1p(b.pct / 100) ** 2 + sum(t * t for t, _ in terms))
+    return Band(math.expm1(z) * 100, b.median_pct, b.n, b.widened + tuple(why for _, why in terms))
 
 
 @dataclass(slots=True)
@@ -264,10 +310,23 @@ class Calibration:
     command: str = ""
     origin: str = "packaged"
     families: dict[str, Efficiency] = field(default_factory=dict)  # engine family -> fit on all its backends
+    eras: dict[str, dict[str, Efficiency]] = field(default_factory=dict)  # backend -> year of builds -> constants
+    reach: dict[str, dict[str, int]] = field(default_factory=dict)  # backend -> max_depth, max_concurrency of its rows
+    drift: float = DRIFT_PRIOR  # log error per year of builds beyond the newest era (DRIFT_PRIOR)
 
-    def efficiency(self, backend: str) -> Efficiency:
+    def newest_era(self, backend: str) -> str:
+        """The newest year of builds a backend was fitted on ("" when undated or uncalibrated)."""
+        return max(self.eras.get(backend, {}), key=lambda k: k[:4],
+                   default=self.backends[backend].era if backend in self.backends else "")
+
+    def efficiency(self, backend: str, era: str | None = None) -> Efficiency:
         """The fitted constants, or UNCALIBRATED priors: the family's fit on its other backends where there is one
-        (llama.cpp's backends share ggml's kernels), else the physical priors; never another backend's own fit."""
+        (llama.cpp's backends share ggml's kernels), else the physical priors; never another backend's own fit.
+        ``era``: the year of the engine's build; its constants are those of the newest era fitted at or before
+        it (the oldest for an older one); None: the newest the data supports."""
+        per = self.eras.get(backend, {})
+        if era and per:
+            return per[era_for(per, era) or min(per, key=lambda k: k[:4])]
         if backend in self.backends:
             return self.backends[backend]
         fam = self.families.get(family(backend))
@@ -277,8 +336,36 @@ class Calibration:
         return replace(prior(backend), source=f"UNCALIBRATED: no measurements of {backend} behind this "
                                               "calibration; physical priors only")
 
-    def band(self, backend: str, metric: str) -> Band | None:
-        return self.bands.get(backend, {}).get(metric)
+    def band(self, backend: str, metric: str, reach: Extrapolation | None = None) -> Band | None:
+        """The cross-validated band of a backend's metric, widened for what ``reach`` asks beyond its rows."""
+        b = self.bands.get(backend, {}).get(metric)
+        if b is None or reach is None:
+            return b
+        return widen(b, self.extrapolation_terms(backend, metric, reach))
+
+    def _family_reach(self, backend: str) -> dict[str, int]:
+        """An uncalibrated backend's reach: that of the rows of its family's other backends (its priors' data)."""
+        fam = [r for b, r in self.reach.items() if family(b) == family(backend)]
+        return {k: max(r.get(k, 0) for r in fam) for k in ("max_depth", "max_concurrency")} if fam else {}
+
+    def extrapolation_terms(self, backend: str, metric: str, reach: Extrapolation) -> list[tuple[float, str]]:
+        """Log-error terms for a prediction beyond a backend's rows, each with its reason."""
+        terms = []
+        if reach.years > 0:
+            terms.append((self.drift * reach.years, f"engine builds {reach.years} year(s) newer than any row "
+                                                     f"({self.newest_era(backend) or 'undated'})"))
+        r = self.reach.get(backend) or self._family_reach(backend)
+        deepest, widest = r.get("max_depth"), r.get("max_concurrency")
+        if deepest is not None and reach.depth > max(deepest, 1024):
+            terms.append((DEPTH_TERM * math.log2(reach.depth / max(deepest, 1024)),
+                          f"depth {reach.depth:,} beyond the deepest row ({deepest:,})"))
+        if widest is not None and metric in ("ttft", "throughput", "tpot") and reach.concurrency > max(widest, 1):
+            terms.append((CONCURRENCY_TERM * math.log2(reach.concurrency / max(widest, 1)),
+                          f"concurrency {reach.concurrency} beyond the highest row ({widest})"))
+        e = self.backends.get(backend)
+        if e is not None and e.rows < FEW_ROWS:
+            terms.append((FEW_ROWS_TERM, f"fitted on {e.rows} rows"))
+        return terms
 
     def to_toml(self) -> str:
         lines = [
@@ -295,6 +382,10 @@ class Calibration:
             "# usual_*: median measured/ceiling of the fitted rows, for the software-bottleneck flag.",
             "# band_*: leave-one-source-out absolute error (%) that 80% of the held-out rows stay within,"
             " median, n.",
+            "# era: the year of the engine builds the section's constants were fitted on (the newest the data has);"
+            " [eras.*]: older years'.",
+            "# max_depth, max_concurrency: the reach of the backend's rows; [meta] drift: log error per year of"
+            " builds newer than any row.",
             "",
         ]
         for name, e in sorted(self.backends.items()):
@@ -308,11 +399,19 @@ class Calibration:
                 else:
                     lines.append(f"{f.name} = {v:.6g}")
             lines.append("sources = [" + ", ".join(f'"{s}"' for s in self.sources.get(name, [])) + "]")
+            lines += [f"{k} = {v}" for k, v in sorted(self.reach.get(name, {}).items())]
             for g, r in sorted(self.usual_ratio.get(name, {}).items()):
                 lines.append(f"usual_{g} = {r:.4g}")
             for metric, b in sorted(self.bands.get(name, {}).items()):
                 lines.append(f"band_{metric} = [{b.pct:.4g}, {b.median_pct:.4g}, {b.n}]")
             lines.append("")
+        for name, per in sorted(self.eras.items()):
+            for era, e in sorted(per.items()):
+                if era and e is not self.backends.get(name):  # the newest era is the backend's own section
+                    lines.append(f'[eras.{name}."{era}"]')
+                    lines += [f"{n} = {getattr(e, n):.6g}" for n in PARAM_BOUNDS]
+                    lines += [f"rows = {e.rows}", f'source = "{e.source}"', ""]
+        lines += ["[meta]", f"drift = {self.drift:.4g}", ""]
         for name, e in sorted(self.families.items()):
             lines.append(f"[family.{name}]")
             lines += [f"{n} = {getattr(e, n):.6g}" for n in PARAM_BOUNDS]
@@ -332,10 +431,19 @@ class Calibration:
             backends, usual, bands, sources = {}, {}, {}, {}
             names = {f.name for f in fields(Efficiency)}
             families = {}
+            eras: dict[str, dict[str, Efficiency]] = {}
+            reach: dict[str, dict[str, int]] = {}
+            drift = DRIFT_PRIOR
             for name, t in data.items():
                 if name == "family":
                     families = {f: Efficiency(**{k: v for k, v in _numbers(f"family.{f}", tf).items()
                                                  if k in PARAM_BOUNDS}) for f, tf in t.items()}
+                    continue
+                if name == "meta":
+                    drift = float(t.get("drift", DRIFT_PRIOR))
+                    continue
+                if name == "eras":
+                    eras = _read_eras(t)
                     continue
                 if name == "uncalibrated":
                     for b, tb in t.items():
@@ -346,13 +454,24 @@ class Calibration:
                 usual[name] = {k[len("usual_"):]: v for k, v in t.items() if k.startswith("usual_")}
                 bands[name] = {k[len("band_"):]: Band(*v) for k, v in t.items() if k.startswith("band_")}
                 sources[name] = list(t.get("sources", []))
+                reach[name] = {k: int(t[k]) for k in ("max_depth", "max_concurrency") if k in t}
         except (tomllib.TOMLDecodeError, TypeError, AttributeError, ValueError) as e:
             raise UsageError(f"calibration {origin} is not a file tokenbench calibrate wrote ({e})") from None
-        return cls(backends, usual, bands, sources, origin=origin, families=families)
+        for name, newest in backends.items():  # the backend's own section is its newest era
+            eras.setdefault(name, {})[newest.era] = newest
+        return cls(backends, usual, bands, sources, origin=origin, families=families, eras=eras, reach=reach,
+                   drift=drift)
 
     @classmethod
     def packaged(cls) -> Calibration:
         return cls.from_toml(resources.files("tokenbench").joinpath("data/efficiency.toml").read_text())
+
+
+def _read_eras(t: dict[str, Any]) -> dict[str, dict[str, Efficiency]]:
+    """The [eras.BACKEND."YEARS"] sections: each older era's constants, rows and source."""
+    names = {f.name for f in fields(Efficiency)}
+    return {b: {era: Efficiency(**{k: v for k, v in _numbers(f"eras.{b}.{era}", tv).items() if k in names},
+                                era=era, calibrated=True) for era, tv in te.items()} for b, te in t.items()}
 
 
 def _numbers(section: str, t: dict[str, Any]) -> dict[str, Any]:

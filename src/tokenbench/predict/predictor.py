@@ -12,8 +12,10 @@ from typing import Any
 
 from ..errors import UsageError
 from . import roofline as rf
-from .calibration import (ANCHOR_PRIOR_WEIGHT, Band, Calibration, backend_key, backend_prior, engine_kind, family,
-                          fit_constants, make_band, prior)
+from .. import registry
+from .calibration import (ANCHOR_PRIOR_WEIGHT, BAND_MIN_N, DRIFT_PRIOR, FALLBACK_BAND_PCT, PRIOR_WEIGHT, Band,
+                          Calibration, Extrapolation, backend_key, era_for, backend_prior, engine_kind, family, fit_constants,
+                          make_band, prior, widen)
 from .published import METRICS, Row
 from .specs import Catalog, HardwareSpec, ModelSpec
 
@@ -44,13 +46,17 @@ class Setup:
     parallel: int = 1  # llama.cpp server slots (-np): that many sequences decode in one batch
     tp: int = 1  # tensor parallelism: GPUs of one box sharing every layer (vLLM/SGLang --tensor-parallel-size)
     flash_attn: bool = True  # llama.cpp -fa 1 (its default since 2025: auto); batching engines always
+    era: str = ""  # the year of the engine builds whose constants ``eff`` holds ("": undated or priors)
+    reach: Extrapolation = Extrapolation()  # how far beyond its backend's rows this prediction asks (bands widen)
     costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
     fits: dict[tuple[Any, ...], rf.Fit] = field(default_factory=dict)  # memory per shape, memoised
 
     @classmethod
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
              engine: str, check: bool = True, ubatch: int = rf.UBATCH, parallel: int = 1, tp: int = 1,
-             flash_attn: bool = True) -> Setup:
+             flash_attn: bool = True, era: str | None = None) -> Setup:
+        """``era``: the year of the engine's build (registry.era reads a version); None: the newest the
+        calibration has for this backend."""
         hw = cat.find_hardware(hardware)
         m = cat.find_model(model)
         q = rf.Quant.parse(weights, kv)
@@ -79,8 +85,17 @@ class Setup:
             raise UsageError(f"--tp {tp} does not split {m.id}'s {m.heads} attention heads ({m.kv_heads} KV heads) "
                              "evenly, as vLLM and SGLang require: "
                              + (f"use {', '.join(map(str, splits))}" if splits else "it runs on one GPU"))
-        return cls(m, hw, q, engine, backend, cal.efficiency(backend), kind, ubatch=ubatch, parallel=parallel,
-                   tp=tp, flash_attn=flash_attn)
+        eff = cal.efficiency(backend, era)
+        newest = cal.newest_era(backend)[-4:] if eff.calibrated else ""  # the last year of the newest era
+        years = int(era) - int(newest) if era and newest and era > newest else 0
+        return cls(m, hw, q, engine, backend, eff, kind, ubatch=ubatch, parallel=parallel, tp=tp,
+                   flash_attn=flash_attn, era=eff.era, reach=Extrapolation(years=years))
+
+    def band(self, cal: Calibration, metric: str, depth: int = 0, concurrency: int = 1) -> Band | None:
+        """The calibration's band for one of this setup's metrics, widened for the builds, depth and concurrency
+        it reaches beyond its backend's rows."""
+        return cal.band(self.backend, metric, replace(self.reach, depth=max(depth, self.reach.depth),
+                                                      concurrency=max(concurrency, self.reach.concurrency)))
 
     @property
     def calibrated(self) -> bool:
@@ -224,7 +239,8 @@ def _row_setup(cat: Catalog, cal: Calibration, r: Row) -> Setup:
     kv = "AUTO" if r.kv.lower() == "auto" else r.kv
     parallel = row_parallel(r) if engine_kind(r.engine) == "sequential" else 1
     return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False, ubatch=row_ubatch(r),
-                      parallel=parallel, flash_attn=row_flash_attn(r) or engine_kind(r.engine) != "sequential")
+                      parallel=parallel, flash_attn=row_flash_attn(r) or engine_kind(r.engine) != "sequential",
+                      era=row_era(r) or None)
 
 
 def _row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
@@ -273,6 +289,15 @@ def _row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
     return None
 
 
+def row_band(cal: Calibration, s: Setup, r: Row) -> Band:
+    """A row's band: its backend's cross-validated one (an uncalibrated backend's is that of the held-out rows
+    predicted from priors), else FALLBACK_BAND_PCT; widened for the builds, depth and concurrency it reaches."""
+    metric = band_metric(r)
+    base = cal.band(s.backend, metric) or Band(FALLBACK_BAND_PCT, FALLBACK_BAND_PCT, 0, ("no held-out rows",))
+    reach = replace(s.reach, depth=r.depth, concurrency=max(1, r.concurrency))
+    return widen(base, cal.extrapolation_terms(s.backend, metric, reach))
+
+
 def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
     res = RowResult(r)
     try:
@@ -281,13 +306,13 @@ def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
         res.flags.append(f"cannot predict: {e}")
         return res
     res.backend, res.calibrated = s.backend, s.calibrated
-    res.band = cal.band(s.backend, band_metric(r))
+    res.band = row_band(cal, s, r)
     v = _row_valuer(s, r, res.flags)
     if v is None:
         res.flags.append(f"cannot predict: no model for metric '{r.metric}' without lengths"
                          if r.metric in METRICS else f"cannot predict: unknown metric '{r.metric}'")
         return res
-    res.ceiling, res.predicted = v(cal.efficiency(s.backend))
+    res.ceiling, res.predicted = v(s.eff)
     if not s.calibrated:
         res.flags.append(f"UNCALIBRATED: no measurements of {s.backend}; priors only")
     n = max(1, r.concurrency)
@@ -317,6 +342,17 @@ class Fittable:
     backend: str
     value: Valuer
     source: str
+    era: str = ""  # row_era: the year of its engine build, "" when undated
+
+
+def row_era(r: Row) -> str:
+    """The year of the engine build a row measured: its date's, else its stated version's (registry.version_date),
+    else "" (undated: it joins its backend's pooled fit, no era's)."""
+    if r.era:
+        return r.era
+    e = registry.find(r.engine)
+    d = registry.version_date(e, r.version) if e is not None and r.version else None
+    return d[:4] if d else ""
 
 
 def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
@@ -334,7 +370,7 @@ def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
             continue
         v = _row_valuer(s, r, [])
         if v is not None:
-            out.append(Fittable(r, s.backend, v, r.raw.get("source", "")))
+            out.append(Fittable(r, s.backend, v, r.raw.get("source", ""), row_era(r)))
     return out
 
 
@@ -369,72 +405,193 @@ def _family_priors(items: list[Fittable]) -> dict[str, rf.Efficiency]:
             if len({it.backend for it in its}) > 1}
 
 
-def _fit_backends(items: list[Fittable]) -> tuple[dict[str, rf.Efficiency], dict[str, dict[str, float]],
-                                                  dict[str, rf.Efficiency]]:
+#: The pull toward a backend's pooled fit (all its eras) when one era's rows are fitted on their own: as strong as
+#: the pull toward the prior, so an era with few rows moves the constants its rows constrain (a 2026 build's
+#: per-layer cost, from decode rows) and keeps the pooled values of the rest.
+ERA_PRIOR_WEIGHT = PRIOR_WEIGHT
+
+
+@dataclass(slots=True)
+class Fit:
+    """Constants per backend, the newest era's (what a prediction uses unless told a version), every era's, the
+    usual measured/ceiling ratios, and the families' prior fits."""
+
+    effs: dict[str, rf.Efficiency]
+    usual: dict[str, dict[str, float]]
+    families: dict[str, rf.Efficiency]
+    eras: dict[str, dict[str, rf.Efficiency]]
+
+
+#: An era's constants rest on rows of at least this many boxes: with fewer, a year's rows cannot tell the
+#: bandwidth share from the per-layer cost, so the year joins the one before it (the oldest, the one after).
+ERA_MIN_BOXES = 3
+
+
+def _eras(its: list[Fittable]) -> list[tuple[str, set[str]]]:
+    """The eras of a backend's dated rows: consecutive years grouped until each group's rows span ERA_MIN_BOXES
+    boxes, named "2025" or "2025-2026", each with its years."""
+    boxes: dict[str, set[str]] = {}
+    for it in its:
+        if it.era:
+            boxes.setdefault(it.era, set()).add(it.row.hardware)
+    groups: list[list[str]] = []
+    for year in sorted(boxes):
+        last = groups[-1] if groups else None
+        if last is not None and len(set().union(*(boxes[y] for y in last))) < ERA_MIN_BOXES:
+            last.append(year)
+        else:
+            groups.append([year])
+    if len(groups) > 1 and len(set().union(*(boxes[y] for y in groups[-1]))) < ERA_MIN_BOXES:
+        tail = groups.pop()  # the newest years, too few boxes alone: with the era before them
+        groups[-1] += tail
+    return [(g[0] if len(g) == 1 else f"{g[0]}-{g[-1]}", set(g)) for g in groups]
+
+
+def _era_fits(backend: str, pooled: rf.Efficiency, its: list[Fittable],
+              fixed: frozenset[str]) -> dict[str, rf.Efficiency]:
+    """One fit per era (years of the engine's builds, see _eras) of a backend's published rows, each starting from
+    the pooled fit of all of them: old and new builds are never one constant. One era, or none dated: the pooled
+    fit is it."""
+    eras = _eras(its)
+    if len(eras) < 2:
+        name = eras[0][0] if eras else ""
+        return {name: replace(pooled, era=name)}
+    out = {}
+    for era, years in eras:
+        mine = [it for it in its if it.era in years]
+        fitted = fit_constants([_residual(it) for it in mine], pooled, prior_weight=ERA_PRIOR_WEIGHT, fixed=fixed)
+        srcs = ", ".join(sorted({it.source for it in mine}))
+        out[era] = replace(fitted, rows=len(mine), era=era, source=f"fitted on {len(mine)} published rows of {era} "
+                           f"builds from {srcs}, pulled toward the fit on all {len(its)} rows of {backend}")
+    return out
+
+
+def _fit_backends(items: list[Fittable]) -> Fit:
     by: dict[str, list[Fittable]] = {}
     for it in items:
         by.setdefault(it.backend, []).append(it)
     fam = _family_priors(items)
-    effs, usual = {}, {}
+    effs, usual, eras = {}, {}, {}
     for backend, its in sorted(by.items()):
         own = [it for it in its if it.source.startswith(RUN_SOURCE)]
-        published = len(its) - len(own)
-        residual = _residual
-        start = backend_prior(backend, fam.get(family(backend)))
         pub = [it for it in its if not it.source.startswith(RUN_SOURCE)]
+        start = backend_prior(backend, fam.get(family(backend)))
         fixed = FAMILY_CONSTANTS if family(backend) in fam else frozenset()
-        fitted = fit_constants([residual(it) for it in pub], start, fixed=fixed) if pub else start
-        if own:
-            # the user's own runs anchor their backend on their box: refit on them alone, pulled toward the
-            # published fit, so what they measured moves the constants it constrains and leaves the others
-            fitted = fit_constants([residual(it) for it in own], fitted, prior_weight=ANCHOR_PRIOR_WEIGHT)
+        pooled = fit_constants([_residual(it) for it in pub], start, fixed=fixed) if pub else start
         srcs = sorted({it.source for it in its})
-        source = f"fitted on {len(its)} published rows from {', '.join(srcs)}" if not own else \
-            f"fitted on {published} published rows, then anchored on {len(own)} measurements of your own " \
-            f"({', '.join(s for s in srcs if s.startswith(RUN_SOURCE))})"
-        effs[backend] = rf.Efficiency(**{n: getattr(fitted, n) for n in rf.PARAM_BOUNDS}, rows=len(its),
-                                      calibrated=True, source=source)
-        groups: dict[str, list[float]] = {}
-        for it in its:
-            c = it.value(effs[backend])[0]
-            if c:
-                groups.setdefault(it.row.group, []).append(c / it.row.value if it.row.unit == "ms" else it.row.value / c)
-        usual[backend] = {g: statistics.median(v) for g, v in groups.items()}
-    return effs, usual, fam
+        pooled = rf.Efficiency(**{n: getattr(pooled, n) for n in rf.PARAM_BOUNDS}, rows=len(pub), calibrated=True,
+                               source=f"fitted on {len(pub)} published rows from {', '.join(srcs)}")
+        per = _era_fits(backend, pooled, pub, fixed) if pub else {}
+        if own:
+            _anchor(per, own, pooled, len(pub))
+        newest = max(per, key=lambda k: k[:4])
+        eras[backend] = per
+        effs[backend] = per[newest]
+        usual[backend] = _usual(its, per, effs[backend])
+    return Fit(effs, usual, fam, eras)
 
 
-def cross_validate(cat: Catalog, rows: list[Row]) -> list[RowResult]:
-    """Leave one source out: every source's rows predicted by a fit on all the other sources. Each fold builds
-    its own fittable rows from the rows it keeps, so nothing the full fit built (setups, memoised costs, the
-    constants its valuers were last evaluated at) reaches a fold."""
-    sources = sorted({r.raw.get("source", "") for r in rows})
+def _anchor(per: dict[str, rf.Efficiency], own: list[Fittable], pooled: rf.Efficiency, published: int) -> None:
+    """The user's own runs anchor their backend on their box: refit on them alone, pulled toward the published fit
+    of their builds' era (the newest the data has, when theirs is newer or undated), so what they measured moves
+    the constants it constrains and leaves the others. The result is their era's constants."""
+    newest = max(per, key=lambda k: k[:4]) if per else ""
+    year = max((it.era for it in own), default="")
+    era = era_for(per, year) if year else newest
+    base = per[era] if era else per.get(newest, pooled)
+    if era is None or (year and year > era[-4:]):  # their builds are newer than any published row's
+        era = year
+    anchored = fit_constants([_residual(it) for it in own], base, prior_weight=ANCHOR_PRIOR_WEIGHT)
+    mine = ", ".join(sorted({it.source for it in own}))
+    per[era] = replace(anchored, rows=base.rows + len(own), calibrated=True, era=era,
+                       source=f"fitted on {published} published rows, then anchored on {len(own)} measurements of "
+                              f"your own ({mine})")
+
+
+def _usual(its: list[Fittable], per: dict[str, rf.Efficiency], newest: rf.Efficiency) -> dict[str, float]:
+    """Median measured/ceiling per group of a backend's rows, each at its own era's constants."""
+    groups: dict[str, list[float]] = {}
+    for it in its:
+        c = it.value(per.get(era_for(per, it.era) or "", newest) if it.era else newest)[0]
+        if c:
+            groups.setdefault(it.row.group, []).append(c / it.row.value if it.row.unit == "ms" else it.row.value / c)
+    return {g: statistics.median(v) for g, v in groups.items()}
+
+
+def _reach(items: list[Fittable]) -> dict[str, dict[str, int]]:
+    """Per backend, the deepest context and the highest concurrency its fitted rows measured."""
+    out: dict[str, dict[str, int]] = {}
+    for it in items:
+        r = out.setdefault(it.backend, {"max_depth": 0, "max_concurrency": 1})
+        r["max_depth"] = max(r["max_depth"], it.row.depth)
+        r["max_concurrency"] = max(r["max_concurrency"], it.row.concurrency)
+    return out
+
+
+def _drift(fit: Fit, items: list[Fittable]) -> float:
+    """The log error per year a fit on older builds makes on newer ones, where a backend has rows of two eras: each
+    newer era's rows predicted by the era before it, against their own era's fit; DRIFT_PRIOR where none has."""
+    per_year = []
+    for it in items:
+        per = fit.eras.get(it.backend, {})
+        mine = era_for(per, it.era) if it.era else None
+        older = [e for e in per if mine and e[:4] < mine[:4]]
+        if not mine or not older:
+            continue
+        prev = max(older, key=lambda k: k[:4])
+        own, old = it.value(per[mine])[1], it.value(per[prev])[1]
+        if own and old and own > 0 and old > 0:
+            per_year.append(abs(math.log(own / old)) / max(1, int(it.era) - int(prev[-4:])))
+    return statistics.median(per_year) if len(per_year) >= BAND_MIN_N else DRIFT_PRIOR
+
+
+def _calibration(cat: Catalog, rows: list[Row], origin: str, command: str = "") -> tuple[Calibration, list[Fittable]]:
+    items = fittable_rows(cat, rows)
+    fit = _fit_backends(items)
+    srcs: dict[str, set[str]] = {}
+    for it in items:
+        srcs.setdefault(it.backend, set()).add(it.source)
+    cal = Calibration(fit.effs, fit.usual, {}, {k: sorted(v) for k, v in srcs.items()}, command, origin=origin,
+                      families=fit.families, eras=fit.eras, reach=_reach(items), drift=_drift(fit, items))
+    return cal, items
+
+
+def _source(r: Row) -> str:
+    return r.raw.get("source", "")
+
+
+def cross_validate(cat: Catalog, rows: list[Row], bands: bool = False,
+                   fold: Callable[[Row], str] = _source) -> list[RowResult]:
+    """Leave one source out (``fold``: what a fold leaves out): every source's rows predicted by a fit on all the
+    other sources. Each fold builds its own fittable rows from the rows it keeps, so nothing the full fit built
+    (setups, memoised costs, the constants its valuers were last evaluated at) reaches a fold."""
     out: list[RowResult] = []
-    for src in sources:
-        kept = [r for r in rows if r.raw.get("source", "") != src]
-        effs, usual, fam = _fit_backends(fittable_rows(cat, kept))
-        cal = Calibration(effs, usual, origin=f"all sources but {src}", families=fam)
-        out += [predict_row(cat, cal, r) for r in rows if r.raw.get("source", "") == src]
+    for key in sorted({fold(r) for r in rows}):
+        kept = [r for r in rows if fold(r) != key]
+        # bands=True: each fold with bands of its own, cross-validated on its kept rows alone (nested), so
+        # whether a held-out row falls inside its band is never decided by that row's own source
+        cal = fit_calibration(cat, kept, "", bands=True) if bands else _calibration(cat, kept, "")[0]
+        cal.origin = f"all but {key}"
+        out += [predict_row(cat, cal, r) for r in rows if fold(r) == key]
     return out
 
 
 def fit_calibration(cat: Catalog, rows: list[Row], command: str, bands: bool = True) -> Calibration:
-    items = fittable_rows(cat, rows)
-    effs, usual, fam = _fit_backends(items)
-    srcs: dict[str, set[str]] = {}
-    for it in items:
-        srcs.setdefault(it.backend, set()).add(it.source)
-    cal = Calibration(effs, usual, {}, {k: sorted(v) for k, v in srcs.items()}, command, origin="fitted",
-                      families=fam)
-    if bands:
-        errs: dict[str, dict[str, list[float]]] = {}
-        for res in cross_validate(cat, rows):
-            if res.backend and res.error_pct is not None:
-                errs.setdefault(res.backend, {}).setdefault(band_metric(res.row), []).append(res.error_pct)
-        for backend, per in errs.items():
-            for metric, e in per.items():
-                b = make_band(e)
-                if b is not None:
-                    cal.bands.setdefault(backend, {})[metric] = b
+    """The fit on every row, and (``bands``) its bands: leave-one-source-out residuals per backend and metric.
+    Rows of a single source are held out a box at a time instead (each box predicted by a fit on the others)."""
+    cal = _calibration(cat, rows, "fitted", command)[0]
+    if not bands:
+        return cal
+    fold = _source if len({_source(r) for r in rows}) > 1 else (lambda r: r.hardware)
+    errs: dict[str, dict[str, list[float]]] = {}
+    for res in cross_validate(cat, rows, fold=fold):
+        if res.backend and res.error_pct is not None:
+            errs.setdefault(res.backend, {}).setdefault(band_metric(res.row), []).append(res.error_pct)
+    for backend, per in errs.items():
+        for metric, e in per.items():
+            b = make_band(e)
+            if b is not None:
+                cal.bands.setdefault(backend, {})[metric] = b
     return cal
 
 

@@ -86,7 +86,7 @@ def estimate_cell(s: Setup, cal: Calibration, metric: str, text: str) -> str:
     """A calibrated estimate with its cross-validated band, or UNCALIBRATED where no fit stands behind it."""
     if not s.calibrated:
         return "UNCALIBRATED"
-    b = cal.band(s.backend, metric)
+    b = s.band(cal, metric)
     return f"{text} ±{b.pct:.0f}%" if b else f"{text} (no CV band)"
 
 
@@ -94,18 +94,22 @@ def bands(s: Setup, cal: Calibration, metrics: list[str]) -> dict[str, float | N
     """Each metric's cross-validated band in percent (None: too few held-out rows); None when uncalibrated."""
     if not s.calibrated:
         return None
-    return {m: (b.pct if (b := cal.band(s.backend, m)) else None) for m in metrics}
+    return {m: (b.pct if (b := s.band(cal, m)) else None) for m in metrics}
 
 
 def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
     if not s.calibrated:
         return (f"UNCALIBRATED: no measurements of {s.backend} stand behind a fitted estimate; only the physical "
                 "ceiling is shown")
-    banded = {m: b for m in metrics if (b := cal.band(s.backend, m))}
+    banded = {m: b for m in metrics if (b := s.band(cal, m))}
     parts = []
     if banded:
         parts.append(f"bands: 80% of held-out rows of {s.backend} were within "
-                     + ", ".join(f"{m} ±{b.pct:.0f}% (n={b.n})" for m, b in banded.items()))
+                     + ", ".join(f"{m} ±{(cal.band(s.backend, m) or b).pct:.0f}% (n={b.n})" for m, b in banded.items()))
+        wider = sorted({why for b in banded.values() for why in b.widened})
+        if wider:
+            parts.append("widened to " + ", ".join(f"{m} ±{b.pct:.0f}%" for m, b in banded.items())
+                         + " for what no row measured: " + "; ".join(wider))
     if len(banded) < len(metrics):
         parts.append("too few held-out rows for a band: " + ", ".join(m for m in metrics if m not in banded))
     tail = " (leave-one-source-out: each source predicted by a fit on the others)"
@@ -223,7 +227,7 @@ def session_table(s: Setup, cal: Calibration, p: SessionPrediction) -> Table:
     ttft_m, dec_m = session_metrics(p.agents)
 
     def label(name: str, metric: str) -> str:
-        b = cal.band(s.backend, metric) if s.calibrated else None
+        b = s.band(cal, metric) if s.calibrated else None
         return f"{name} ±{b.pct:.0f}%" if b else name
 
     rows = [["Context"] + [f"{t.context:,}" for t in shown], ["Uncached"] + [f"{t.uncached:,}" for t in shown]]

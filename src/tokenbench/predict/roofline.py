@@ -447,6 +447,7 @@ class Efficiency:
     rows: int = 0
     calibrated: bool = False
     source: str = "UNCALIBRATED: no measurements of this backend; physical priors only"
+    era: str = ""  # the year of the engine builds these constants were fitted on ("": undated or priors)
 
 
 def _arith(c: StepCost, eff: Efficiency) -> float:

@@ -135,15 +135,27 @@ def shape(s: Setup) -> dict[str, Any]:
 def prediction_manifest(s: Setup, workload: dict[str, Any] | None = None, label: str | None = None) -> Manifest:
     """A prediction's provenance: what was predicted, on which box, in which shape, by which calibration."""
     return Manifest(model=s.model.id, weights=s.quant.weights, kv=s.quant.kv, engine=s.engine, hardware=s.hw.id,
+                    engine_version=builds(s),
                     predicted=True, backend=s.backend, calibration=s.eff.source, calibrated=s.calibrated,
                     workload=dict(workload or {}), label=label, shape=shape(s), key_order=("label",))
+
+
+def builds(s: Setup) -> str | None:
+    """The engine builds a prediction assumes: "2026 builds", or what it was asked beyond the data; None when its
+    constants are priors or undated."""
+    if not s.era:
+        return None
+    if s.reach.years:
+        return f"{int(s.era[-4:]) + s.reach.years} builds, from {s.era}'s constants (the newest fitted)"
+    return f"{s.era} builds"
 
 
 def headline(m: Manifest) -> str:
     """The line above a prediction, printed by predict and by show of a stored one: what, on which box and in
     which shape, by which calibration (UNCALIBRATED included: it is the calibration's own text)."""
     return (f"{m.predicted_mark or 'PREDICTED'} for {m.model} ({m.weights}, {(m.kv or '').lower()} KV) on {m.box}, "
-            f"{m.engine}" + "".join(f", {e}" for e in m.shape_parts) + f" ({m.backend}: {m.calibration})")
+            f"{m.engine}" + (f" ({m.engine_version})" if m.engine_version else "")
+            + "".join(f", {e}" for e in m.shape_parts) + f" ({m.backend}: {m.calibration})")
 
 
 def prediction(s: Setup, levels: list[LevelSummary], workload: dict[str, Any] | None,

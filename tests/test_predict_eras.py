@@ -1,0 +1,132 @@
+"""The engine's version in the fit (issue 21): rows carry the date and version of the build they measured, each
+era of builds gets its own constants (old and new builds are never averaged into one), a prediction says which
+builds it assumes and takes --engine-version, and its band widens for what no row measured."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tokenbench import registry
+from tokenbench.cli import main
+from tokenbench.errors import UsageError
+from tokenbench.predict.calibration import Calibration, Extrapolation
+from tokenbench.predict.predictor import Setup, fit_calibration, predict_row, row_era
+from tokenbench.predict.published import Row, read_rows
+from tokenbench.predict.specs import Catalog
+
+DATA = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"
+
+
+@pytest.fixture(scope="module")
+def cat() -> Catalog:
+    return Catalog.load()
+
+
+def test_a_version_dates_its_build() -> None:
+    assert registry.era("llama.cpp cuda", "2025-06") == "2025" and registry.era("vllm", "2024") == "2024"
+    assert registry.era("llama.cpp", "b4000") == "2024" and registry.era("llama.cpp", "b4409") == "2025"
+    assert registry.era("llama.cpp vulkan", "6918") == "2025" and registry.era("llama.cpp", "b9999") == "2026"
+    assert registry.era("vllm", "0.10.1") == "2025" and registry.era("vllm", "v0.21.0") == "2026"
+    for engine, version in [("vllm", "0.5.4"), ("sglang", "0.4.9"), ("llama.cpp", "main")]:
+        with pytest.raises(UsageError, match="cannot date") as e:
+            registry.era(engine, version)
+        assert "\n" not in str(e.value) and "--engine-version 2025" in str(e.value)
+
+
+def test_rows_read_their_date_and_version_and_older_files_still_read(tmp_path: Path) -> None:
+    head = "source,host,hardware,engine,model,weights,kv,test,depth,concurrency,input_len,output_len,metric,value,unit"
+    row = "s,h,nvidia-rtx-4090,llama.cpp cuda,llama-2-7b,Q4_0,f16,tg128,0,1,0,128,decode_tps,189,tok/s"
+    old = tmp_path / "old.csv"
+    old.write_text(f"{head},note\n{row},\n")
+    r = read_rows(old)[0]
+    assert (r.date, r.version, r.era) == ("", "", "")
+    new = tmp_path / "new.csv"
+    new.write_text(f"{head},date,version,note\n{row},,b6918,\n{row},2026-05,,\n")
+    a, b = read_rows(new)
+    assert (a.era, row_era(a), a.version) == ("", "2025", "b6918")  # dated by its build number
+    assert (b.era, row_era(b)) == ("2026", "2026")
+    new.write_text(f"{head},date,version,note\n{row},May 2026,,\n")
+    with pytest.raises(UsageError, match="row 1 is malformed.*YYYY-MM"):
+        read_rows(new)
+
+
+def _faster(rows: list[Row], year: str, factor: float) -> list[Row]:
+    """The same measurements as if a newer build had made them ``factor`` times faster."""
+    return [dataclasses.replace(r, value=r.value * factor, date=f"{year}-01",
+                                raw={**r.raw, "source": r.raw["source"] + "-new", "date": f"{year}-01"}) for r in rows]
+
+
+def test_old_and_new_builds_are_never_one_constant(cat: Catalog) -> None:
+    """The same boxes measured by a 2024 build and by a 2026 build at 0.8x its decode rate (a regression: a
+    faster one would need more than the 2024 fit's bandwidth share, near 1 already): each era's prediction
+    follows its own rows; one pooled constant (the rows undated) misses both by about half the gap."""
+    old = [r for r in read_rows(DATA / "published-more.csv")
+           if r.raw["source"] == "xdai-llama3" and r.metric == "decode_tps" and r.engine == "llama.cpp cuda"]
+    new = _faster(old, "2026", 0.8)
+    cal = fit_calibration(cat, old + new, "test", bands=False)
+    assert sorted(cal.eras["llamacpp-cuda"]) == ["2024", "2026"] and cal.newest_era("llamacpp-cuda") == "2026"
+    pooled = fit_calibration(cat, [dataclasses.replace(r, date="") for r in old + new], "test", bands=False)
+
+    def median_error(c: Calibration, rows: list[Row]) -> float:
+        errs = sorted(abs(predict_row(cat, c, r).error_pct or 0) for r in rows)
+        return errs[len(errs) // 2]
+
+    assert median_error(cal, new) < 7 and median_error(cal, old) < 7  # measured 5.6% and 5.2%
+    # pooled: 9.4% and 15.2%
+    assert median_error(pooled, new) > 1.5 * median_error(cal, new) and median_error(pooled, old) > 2 * median_error(cal, old)
+    # a prediction defaults to the newest builds, and --engine-version picks the older era's constants
+    args = (cat, cal, "nvidia-rtx-4090", "llama-3.1-8b", "Q4_K_M", "f16", "llama.cpp")
+    now, then = Setup.make(*args), Setup.make(*args, era="2024")
+    assert (now.era, then.era) == ("2026", "2024")
+    assert 0.7 < then.decode(0).estimate / now.decode(0).estimate < 0.9
+    assert Setup.make(*args, era="2023").era == "2024"  # older than every era: the oldest
+
+
+def test_a_band_widens_for_what_no_row_measured(cat: Catalog) -> None:
+    cal = Calibration.packaged()
+    args = (cat, cal, "nvidia-rtx-4090", "llama-3.1-8b", "Q4_K_M", "f16", "llama.cpp")
+    base = cal.band("llamacpp-cuda", "decode")
+    assert base is not None and not base.widened
+    s = Setup.make(*args)
+    assert s.reach.years == 0 and s.band(cal, "decode") == base  # the data's own builds, depth and concurrency
+    later = Setup.make(*args, era="2029")
+    assert later.reach.years == 2029 - int(cal.newest_era("llamacpp-cuda")[-4:])
+    wider = later.band(cal, "decode")
+    assert wider is not None and wider.pct > base.pct and "newer than any row" in " ".join(wider.widened)
+    deep = s.band(cal, "decode", depth=1_000_000)
+    assert deep is not None and deep.pct > base.pct and "beyond the deepest row" in deep.widened[0]
+    assert cal.band("llamacpp-cuda", "decode", Extrapolation(years=4)).pct > wider.pct  # further, wider
+
+
+def test_eras_reach_and_drift_survive_the_calibration_file(cat: Catalog) -> None:
+    packaged = Calibration.packaged()
+    again = Calibration.from_toml(packaged.to_toml())
+    assert {b: sorted(e) for b, e in again.eras.items()} == {b: sorted(e) for b, e in packaged.eras.items()}
+    assert again.reach == packaged.reach and again.drift == pytest.approx(packaged.drift, rel=1e-3)
+    assert len(packaged.eras["llamacpp-cuda"]) >= 2  # the 2024 builds and the current ones apart
+    old = packaged.efficiency("llamacpp-cuda", "2024")
+    assert old.era == "2024" and old != packaged.efficiency("llamacpp-cuda")
+    assert again.efficiency("llamacpp-cuda", "2024").t_layer == pytest.approx(old.t_layer, rel=1e-4)
+
+
+def test_predict_says_which_builds_it_assumes(capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    args = ["predict", "--hardware", "nvidia-rtx-4090", "--model", "llama-3.1-8b", "--engine", "llama.cpp",
+            "--test", "tg128"]
+    assert main(args) == 0
+    now = " ".join(capsys.readouterr().out.split())
+    newest = Calibration.packaged().newest_era("llamacpp-cuda")
+    assert f"({newest} builds)" in now and "widened" not in now
+    assert main([*args, "--engine-version", "b4000"]) == 0
+    then = " ".join(capsys.readouterr().out.split())
+    assert "(2024 builds)" in then and "2024 builds from xdai-llama3" in then
+    assert main([*args, "--engine-version", "2030"]) == 0
+    later = " ".join(capsys.readouterr().out.split())
+    assert f"(2030 builds, from {newest}'s constants" in later and "widened to prefill" in later and "newer than any row" in later
+    assert main([*args, "--engine-version", "nightly"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot date llama.cpp version 'nightly'" in err and len(err.strip().splitlines()) == 1
