@@ -33,7 +33,9 @@ def _setup(a: argparse.Namespace) -> tuple[Setup, Calibration]:
         kv = "F16"
     return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine,
                       ubatch=getattr(a, "ubatch", None) or 512, parallel=getattr(a, "parallel", None) or 1,
-                      tp=getattr(a, "tp", None) or 1, flash_attn=getattr(a, "flash_attn", "on") != "off"), cal
+                      tp=getattr(a, "tp", None) or 1, flash_attn=getattr(a, "flash_attn", "on") != "off",
+                      batch_tokens=getattr(a, "max_num_batched_tokens", None),
+                      arrivals=getattr(a, "arrivals", None) or "together"), cal
 
 
 def read_calibration(path: str) -> str:
