@@ -427,7 +427,7 @@ def test_recommend_with_no_box_meeting_the_slos_lists_the_closest(tmp_path: Path
     near = [ln for ln in lines[head + 1:] if ln.startswith("  ")]
     assert 3 <= len(near) <= 5, out
     assert all("(vllm FP8, PREDICTED): TTFT p99 " in ln and "(limit 2 s, +" in ln for ln in near[:3]), near
-    assert any(ln.startswith("  3. nvidia-h100-sxm") and ln.endswith("; EUR 0.43/M output") for ln in near), near
+    assert any(ln.startswith("  3. nvidia-h100-sxm") and ln.endswith("; EUR 0.38/M output") for ln in near), near
     assert "Rank" not in out  # no empty table
     excluded = " ".join(" ".join(ln for ln in lines if not ln.startswith("  ")).split())
     assert "more and the 5 above (22 predicted boxes" in excluded  # the groups name a few, count the rest

@@ -128,18 +128,6 @@ def test_no_silent_fallbacks(cat: Catalog) -> None:
             Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-8b", "Q4_K_M", "f16", engine)
 
 
-def test_vllm_ttft_under_load_folds_prefills(cat: Catalog) -> None:
-    s = Setup.make(cat, Calibration.packaged(), "nvidia-h100-sxm", "qwen3.6-27b", "FP8", "AUTO", "vllm")
-    p1, p16 = s.serve(1, 4096, 512), s.serve(16, 4096, 512)
-    pf = s.prefill(4096)
-    # the ceiling: the prompt folded into running steps, no queue
-    d16 = rf.decode_cost(s.model, s.hw, s.quant, 16, 4096 + 256, s.backend).ceiling
-    assert p16.ttft_s.ceiling == pytest.approx(pf.ceiling + d16)
-    # the estimate waits a fitted share of the (N-1)/2 burst, below the old whole-burst model
-    assert p16.ttft_s.estimate < pf.estimate * (1 + 15 / 2) + p16.tpot_s.estimate
-    assert s.eff.burst < 1 and p16.ttft_s.estimate > p1.ttft_s.estimate
-
-
 def test_vram_gb_is_gib(cat: Catalog) -> None:
     hw = cat.find_hardware("nvidia-rtx-4080")
     assert hw.usable_bytes == 16 * GIB

@@ -72,7 +72,13 @@ def test_cached_ttft_is_below_uncached_after_the_first_turn_and_the_gap_grows(
     assert all(t.ttft_s.estimate < t.cold_ttft_s.estimate for t in later)
     assert all(t.ttft_s.ceiling < t.cold_ttft_s.ceiling for t in later)
     gaps = [t.cold_ttft_s.estimate - t.ttft_s.estimate for t in p.turns]
-    assert all(b > a for a, b in zip(gaps, gaps[1:]))
+    if p.kind == "batching" and agents > 1:
+        # the engine's scheduler packs whole steps of prompt tokens: as the contexts grow, 8 uncached prompts
+        # split into its token budget differently and the median TTFT moves in steps, up on the whole
+        assert gaps[-1] > 3 * gaps[0]
+        assert all(g > 0.75 * max(gaps[:i + 1]) for i, g in enumerate(gaps[1:]))
+    else:
+        assert all(b > a for a, b in zip(gaps, gaps[1:]))
 
 
 def test_one_agent_is_the_depth_prediction(cat: Catalog, cal: Calibration) -> None:

@@ -112,6 +112,10 @@ class Manifest:
             parts.append(f"-ub {sh['ubatch']}")
         if sh.get("flash_attn") is False:
             parts.append("no flash attention (-fa 0)")
+        if sh.get("batch_tokens_given") and isinstance(sh.get("batch_tokens"), int):
+            parts.append(f"--max-num-batched-tokens {sh['batch_tokens']}")
+        if sh.get("arrivals") == "spread":
+            parts.append("prompts spread over the cycle")
         if isinstance(sp := sh.get("speculation"), dict):
             parts.append(f"speculative decoding, {sp.get('tokens')} tokens at acceptance {sp.get('acceptance')}")
         return parts

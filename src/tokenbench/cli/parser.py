@@ -435,6 +435,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="output tokens (default 512 when serving; with --test, the tg length, default 128; with "
                     "--sessions, each answer, default 256, or a draw)")
     pp.add_argument("--ubatch", type=POSITIVE_INT, help="llama.cpp micro-batch (-ub) for prompt processing (default 512)")
+    pp.add_argument("--max-num-batched-tokens", type=POSITIVE_INT,
+                    help="vLLM's token budget per step (SGLang's --chunked-prefill-size) (default: the engine's for "
+                    "the box: vLLM 8192 on GPUs of 70 GB or more but the A100, else 2048)")
+    pp.add_argument("--arrivals", choices=["together", "spread"],
+                    help="vLLM/SGLang closed loop: together, all agents start at once and fixed-length answers keep "
+                    "them in step (vllm bench serve --ignore-eos, tokenbench sweep); spread, their prompts spread over "
+                    "the cycle (answers of varying length) (default: together)")
     pp.add_argument("--concurrency", help="serving levels, e.g. 1,4,8,16,32 (default 1)")
     add_flash_attn(pp, "slower at depth")
     pp.add_argument("--parallel", type=POSITIVE_INT,

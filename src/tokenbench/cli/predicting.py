@@ -35,7 +35,9 @@ def _setup(a: argparse.Namespace) -> tuple[Setup, Calibration]:
     return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine,
                       ubatch=getattr(a, "ubatch", None) or 512, parallel=getattr(a, "parallel", None) or 1,
                       tp=getattr(a, "tp", None) or 1, flash_attn=getattr(a, "flash_attn", "on") != "off",
-                      era=registry.era(engine, version) if version else None), cal
+                      era=registry.era(engine, version) if version else None,
+                      batch_tokens=getattr(a, "max_num_batched_tokens", None),
+                      arrivals=getattr(a, "arrivals", None) or "together"), cal
 
 
 def read_calibration(path: str) -> str:

@@ -2,14 +2,15 @@
 
     tokenbench calibrate --out src/tokenbench/data/efficiency.toml   # the shipped published*.csv
 
-Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has twelve physical constants
+Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has eleven physical constants
 (roofline.PARAM_BOUNDS): the shares of nominal bandwidth reached streaming weights, an f16 KV cache and a
 block-quantized one; a fixed cost per layer per forward pass (GPU cycles: stated at 1.8 GHz, scaled by the box's
 clock); the shares of the arithmetic peak reached by the
 weight matmuls (and kept by dequantizing and by routed-expert ones) and by attention; the TFLOPS per watt of
 TDP the arithmetic may draw; a fixed cost per routed-expert matmul; the bytes per quantized weight a separate
-dequantize pass of a prompt moves; and, for batching engines, the share of a burst of prefills a new request
-waits behind. They are bounded (no backend beats its hardware) and fitted on
+dequantize pass of a prompt moves. (TTFT under load needs no constant of its own: a batching engine's queue is
+simulated step by step, predict/queue.py; calibration files that still carry the old ``burst`` share load, and
+it is ignored.) They are bounded (no backend beats its hardware) and fitted on
 every row of every source by minimising the squared log error (a robust soft-L1 loss, so one odd row cannot
 pull a constant), plus a penalty for straying from a prior (so a backend with two rows keeps the prior for
 what its rows cannot tell). The prior is hierarchical: one fit on all the rows of an engine family (every
@@ -49,8 +50,7 @@ def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
 #: llama.cpp tg128 reaches 0.59–0.66 of nominal bandwidth on RTX 3090/4090 and M3 Max, 0.38 on ROCm (7900
 #: XTX); Strix Halo's BF16 GEMM reaches 36.9 of 59.4 TF (0.62). An f16 KV stream is a stream like the
 #: weights'; a dequantizing (q8_0/q4_0) KV read runs well below it. roofline.md's fixed step cost, 0.5–3 ms,
-#: over ~32 layers is ~15–90 µs per layer. Batching engines: a closed loop is half way between prompts folded
-#: into running steps (no wait) and a burst that queues behind every prefill. (The generic defaults are
+#: over ~32 layers is ~15–90 µs per layer. (The generic defaults are
 #: roofline.Efficiency's.) LITERATURE: what the literature says about one backend, beyond the generic
 #: defaults; these values win over the family's fit a backend starts from (backend_prior).
 #: deq_bytes (generic default 2.6): llama.cpp's CUDA backend as of May 2024 (ggml-cuda.cu, MMQ_MAX_BATCH_SIZE 32:
@@ -82,7 +82,7 @@ PRIOR_WEIGHT = 0.5
 #: Scale of the soft-L1 loss on log errors: rows off by more than ~20% count linearly, not squared.
 LOSS_SCALE = 0.2
 #: Offsets that keep log() finite for constants whose bound is 0.
-_LOG_OFFSET = {"t_layer": 10e-6, "burst": 0.05, "deq_bytes": 0.1}
+_LOG_OFFSET = {"t_layer": 10e-6, "deq_bytes": 0.1}
 #: Share of a backend's cross-validated absolute errors a band covers.
 BAND_QUANTILE = 0.8
 #: Fewer cross-validated residuals than this give no band.
@@ -270,8 +270,9 @@ CONCURRENCY_TERM = 0.15
 #: with little data); its band widens by FEW_ROWS_TERM.
 FEW_ROWS = 12
 FEW_ROWS_TERM = math.log(1.25)
-#: The band of a metric no held-out row of a backend measured, nor any row of its family: a prediction from
-#: priors alone (the share of the 106 unseen rows inside their bands was lowest there).
+#: The band of a backend and metric no held-out row measured (a fit with no cross-validated residual for it):
+#: about what rows predicted from priors alone miss by, held out (llama.cpp ROCm decode 44%, Vulkan prompts at
+#: depth 93% in the split by time); wide on purpose, and said as such ("no held-out rows").
 FALLBACK_BAND_PCT = 60.0
 
 
@@ -378,7 +379,8 @@ class Calibration:
             " + expert_gemms*t_expert + passes*dense_quantized_weights*deq_bytes/(bw*eta_w)",
             "# cyc = 1.8 GHz / the box's boost clock: t_layer is GPU cycles, stated at 1.8 GHz.",
             "# [family.*]: one fit on all backends of an engine family, the prior each of them starts from.",
-            "# TTFT under closed-loop load: t_pf*(1 + burst*(N-1)/2) + t_decode.",
+            "# TTFT under closed-loop load: vLLM's/SGLang's scheduler simulated step by step (predict/queue.py),"
+            " each step timed as above.",
             "# usual_*: median measured/ceiling of the fitted rows, for the software-bottleneck flag.",
             "# band_*: leave-one-source-out absolute error (%) that 80% of the held-out rows stay within,"
             " median, n.",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import UsageError
+from . import queue
 from . import roofline as rf
 from .. import registry
 from .calibration import (ANCHOR_PRIOR_WEIGHT, BAND_MIN_N, DRIFT_PRIOR, FALLBACK_BAND_PCT, PRIOR_WEIGHT, Band,
@@ -48,13 +49,16 @@ class Setup:
     flash_attn: bool = True  # llama.cpp -fa 1 (its default since 2025: auto); batching engines always
     era: str = ""  # the year of the engine builds whose constants ``eff`` holds ("": undated or priors)
     reach: Extrapolation = Extrapolation()  # how far beyond its backend's rows this prediction asks (bands widen)
+    batch_tokens: int | None = None  # batching engines: tokens per step (--max-num-batched-tokens); None: default
+    arrivals: queue.Arrivals = "together"  # a batching engine's closed loop: how the agents' prompts arrive
     costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
     fits: dict[tuple[Any, ...], rf.Fit] = field(default_factory=dict)  # memory per shape, memoised
 
     @classmethod
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
              engine: str, check: bool = True, ubatch: int = rf.UBATCH, parallel: int = 1, tp: int = 1,
-             flash_attn: bool = True, era: str | None = None) -> Setup:
+             flash_attn: bool = True, era: str | None = None, batch_tokens: int | None = None,
+             arrivals: queue.Arrivals = "together") -> Setup:
         """``era``: the year of the engine's build (registry.era reads a version); None: the newest the
         calibration has for this backend."""
         hw = cat.find_hardware(hardware)
@@ -77,25 +81,29 @@ class Setup:
         if not flash_attn and q.kv_quantized:
             raise UsageError(f"llama.cpp needs flash attention for a quantized V cache ({q.kv.lower()}): use "
                              "--flash-attn on, or --kv f16")
-        if tp > MAX_TP:
-            raise UsageError(f"--tp {tp}: one box holds at most {MAX_TP} GPUs (tensor parallelism across boxes is "
-                             "not modelled)")
-        splits = [t for t in range(2, MAX_TP + 1) if not (m.heads % t or m.kv_heads % t and t % m.kv_heads)]
-        if tp > 1 and tp not in splits:
-            raise UsageError(f"--tp {tp} does not split {m.id}'s {m.heads} attention heads ({m.kv_heads} KV heads) "
-                             "evenly, as vLLM and SGLang require: "
-                             + (f"use {', '.join(map(str, splits))}" if splits else "it runs on one GPU"))
+        if (batch_tokens is not None or arrivals != "together") and kind == "sequential":
+            raise UsageError(f"--max-num-batched-tokens and --arrivals describe vLLM's and SGLang's scheduler; "
+                             f"{engine} prefills in micro-batches of --ubatch, one stream or --parallel slots")
+        if batch_tokens is not None and batch_tokens < 1:
+            raise UsageError(f"--max-num-batched-tokens {batch_tokens}: give a positive number of tokens")
+        _check_tp(m, tp)
         eff = cal.efficiency(backend, era)
         newest = cal.newest_era(backend)[-4:] if eff.calibrated else ""  # the last year of the newest era
         years = int(era) - int(newest) if era and newest and era > newest else 0
         return cls(m, hw, q, engine, backend, eff, kind, ubatch=ubatch, parallel=parallel, tp=tp,
-                   flash_attn=flash_attn, era=eff.era, reach=Extrapolation(years=years))
+                   flash_attn=flash_attn, era=eff.era, reach=Extrapolation(years=years), batch_tokens=batch_tokens,
+                   arrivals=arrivals)
 
     def band(self, cal: Calibration, metric: str, depth: int = 0, concurrency: int = 1) -> Band | None:
         """The calibration's band for one of this setup's metrics, widened for the builds, depth and concurrency
         it reaches beyond its backend's rows."""
         return cal.band(self.backend, metric, replace(self.reach, depth=max(depth, self.reach.depth),
                                                       concurrency=max(concurrency, self.reach.concurrency)))
+
+    @property
+    def budget(self) -> int:
+        """A batching engine's tokens per step: the one given, else the engine's default on this box."""
+        return self.batch_tokens or rf.default_batch_tokens(self.engine, self.hw)
 
     @property
     def calibrated(self) -> bool:
@@ -148,26 +156,81 @@ class Setup:
         if not f.fits and self.kind == "sequential":
             return rf.offload_prefill(self.model, self.hw, self.quant, tokens, depth, self.backend, f, self.eff,
                                       self.ubatch, self.flash_attn)
-        ub = self.ubatch if self.kind == "sequential" else rf.CHUNK_TOKENS
+        ub = self.ubatch if self.kind == "sequential" else self.budget
         c = self._prefill_cost(tokens, depth, ub)
         return rf.Estimate(c.ceiling, rf.prefill_time(c, self.eff))
 
     def serve(self, n: int, prompt: int, output: int, cached: int = 0) -> rf.ServePoint:
         """A closed loop of ``n`` agents, from the memoised per-shape costs (the fit evaluates each row often).
-        llama.cpp with ``parallel`` slots batches up to that many sequences (continuous batching, as a batching
-        engine, prompts in its micro-batches); more agents wait for a slot. ``cached``: tokens of each prompt
+        vLLM and SGLang through their scheduler's queue (``_serve_queue``); llama.cpp with ``parallel`` slots
+        batches up to that many sequences (prompts in its micro-batches), and more agents wait for a slot. ``cached``: tokens of each prompt
         already in the prefix cache before its ``prompt`` new ones (an agent's turn): only the new ones are
         prefilled, at that depth, and decoding runs at the whole context."""
         ctx = cached + prompt + output // 2
-        if self.kind == "sequential" and self.parallel > 1:
+        if self.kind == "batching":
+            return self._serve_queue(n, prompt, output, cached)
+        if self.parallel > 1:
             b = min(n, self.parallel)
             pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch)
             p = rf.serve_point(pf, self._decode_step(b, ctx), self.eff, "batching", b, prompt, output)
             return rf.behind_slots(p, n, output)
-        sequential = self.kind == "sequential"
-        pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch if sequential else rf.CHUNK_TOKENS)
-        t_dec = self._decode_step(1 if sequential else n, ctx)
-        return rf.serve_point(pf, t_dec, self.eff, self.kind, n, prompt, output)  # type: ignore[arg-type]
+        pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch)
+        return rf.serve_point(pf, self._decode_step(1, ctx), self.eff, "sequential", n, prompt, output)
+
+    def _step_cost(self, kind: queue.StepKind, ctx: int) -> rf.StepCost:
+        """The physical work of one kind of engine step: its decodes at the loop's mean context and its prompt
+        chunks, as one forward pass (roofline.batch_step)."""
+        key = ("s", kind, ctx)
+        if key not in self.costs:
+            per_seq = self.spec.gamma + 1 if self.spec else 1
+            parts = [self._decode_cost(kind.decodes, ctx, per_seq)] if kind.decodes else []
+            parts += [self._prefill_cost(t, c, self.budget) for t, c in kind.chunks]
+            self.costs[key] = rf.batch_step(parts)
+        return self.costs[key]
+
+    def _step_times(self, kinds: tuple[queue.StepKind, ...], ctx: int) -> tuple[list[float], list[float]]:
+        """Each kind of step's time, at the ceiling and estimated. With speculative decoding a decode step is
+        one verification pass and its drafts (``_decode_step`` per token, times E), and prompt chunks add what
+        they add to a plain step of the same decodes."""
+        ceil, est = [], []
+        for kind in kinds:
+            c = self._step_cost(kind, ctx)
+            t_c, t_e = c.ceiling, rf.prefill_time(c, self.eff)
+            if self.spec is not None and kind.decodes:
+                plain = self._step_cost(queue.StepKind(kind.decodes), ctx)
+                d = self._decode_step(kind.decodes, ctx)
+                t_c += d.ceiling * self.spec.expected - plain.ceiling
+                t_e += d.estimate * self.spec.expected - rf.prefill_time(plain, self.eff)
+            ceil.append(t_c)
+            est.append(t_e)
+        return ceil, est
+
+    def _serve_queue(self, n: int, prompt: int, output: int, cached: int) -> rf.ServePoint:
+        """vLLM / SGLang: the closed loop through their scheduler (queue.closed_loop, memoised per shape), each
+        kind of step timed by the roofline with the current constants."""
+        ctx = cached + prompt + output // 2
+        per_step = self.spec.expected if self.spec else 1.0
+        per_seq = self.spec.gamma + 1 if self.spec else 1
+        loop = queue.closed_loop(n, max(prompt, 1), queue.decode_steps(output, per_step), self.budget,
+                                 rf.mixes_prefill(self.engine), self.arrivals, per_seq, cached)
+        p = rf.serve_queue(loop, self._step_times(loop.kinds, ctx), self._decode_step(1, ctx), n, output)
+        if not output:  # prompts only: the decode rate of the batch stands for throughput
+            d = self._decode_step(n, ctx)
+            p.throughput = (n / d.ceiling, n / d.estimate)
+            p.per_agent = (1 / d.ceiling, 1 / d.estimate)
+        return p
+
+
+def _check_tp(m: ModelSpec, tp: int) -> None:
+    """--tp within one box, and splitting the model's heads evenly, as vLLM and SGLang require."""
+    if tp > MAX_TP:
+        raise UsageError(f"--tp {tp}: one box holds at most {MAX_TP} GPUs (tensor parallelism across boxes is "
+                         "not modelled)")
+    splits = [t for t in range(2, MAX_TP + 1) if not (m.heads % t or m.kv_heads % t and t % m.kv_heads)]
+    if tp > 1 and tp not in splits:
+        raise UsageError(f"--tp {tp} does not split {m.id}'s {m.heads} attention heads ({m.kv_heads} KV heads) "
+                         "evenly, as vLLM and SGLang require: "
+                         + (f"use {', '.join(map(str, splits))}" if splits else "it runs on one GPU"))
 
 
 # --- rows of the published.csv layout --------------------------------------------------------------------
@@ -190,6 +253,20 @@ def row_ubatch(r: Row) -> int:
     """llama-bench's -ub from the row's note, else llama.cpp's default."""
     m = re.search(r"-ub\s+(\d+)", r.raw.get("note") or "")
     return int(m.group(1)) if m else rf.UBATCH
+
+
+def row_batch_tokens(r: Row) -> int | None:
+    """vLLM's --max-num-batched-tokens (SGLang's --chunked-prefill-size) from the row's note, else None: the
+    engine's default."""
+    m = re.search(r"--(?:max-num-batched-tokens|chunked-prefill-size)[\s=]+(\d+)", r.raw.get("note") or "")
+    return int(m.group(1)) if m else None
+
+
+def row_arrivals(r: Row) -> queue.Arrivals:
+    """How a row's closed loop sends: "spread" when its note says the answers vary in length (no --ignore-eos)
+    or says "arrivals spread", else together (the published.csv layout's serve rows: --ignore-eos)."""
+    note = (r.raw.get("note") or "").lower()
+    return "spread" if re.search(r"arrivals spread|variable output|without --ignore-eos", note) else "together"
 
 
 def row_flash_attn(r: Row) -> bool:
@@ -238,9 +315,11 @@ Valuer = Callable[[rf.Efficiency], tuple[float | None, float | None]]  # constan
 def _row_setup(cat: Catalog, cal: Calibration, r: Row) -> Setup:
     kv = "AUTO" if r.kv.lower() == "auto" else r.kv
     parallel = row_parallel(r) if engine_kind(r.engine) == "sequential" else 1
+    batching = engine_kind(r.engine) != "sequential"
     return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False, ubatch=row_ubatch(r),
-                      parallel=parallel, flash_attn=row_flash_attn(r) or engine_kind(r.engine) != "sequential",
-                      era=row_era(r) or None)
+                      parallel=parallel, flash_attn=row_flash_attn(r) or batching,
+                      batch_tokens=row_batch_tokens(r) if batching else None,
+                      arrivals=row_arrivals(r) if batching else "together", era=row_era(r) or None)
 
 
 def _row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
@@ -282,6 +361,8 @@ def _row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
                 return p.tpot_s.ceiling * 1000, p.tpot_s.estimate * 1000
             if r.metric == "ttft_median":
                 return p.ttft_s.ceiling * 1000, p.ttft_s.estimate * 1000
+            if p.ttft_worst_s is not None:  # batching: the slowest prompt of the start's burst
+                return p.ttft_worst_s.ceiling * 1000, p.ttft_worst_s.estimate * 1000
             # p99 of a closed loop: near the worst case, a request behind every other prefill
             pf = s.prefill(prompt)
             return (pf.ceiling + p.tpot_s.ceiling) * 1000, (n * pf.estimate + p.tpot_s.estimate) * 1000

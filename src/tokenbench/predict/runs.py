@@ -123,9 +123,11 @@ def session_level(p: SessionPrediction, sessions: int | None = None, cache: bool
 
 def shape(s: Setup) -> dict[str, Any]:
     """What a prediction assumed beyond box, model and formats, as its manifest keeps it: the GPUs sharing each
-    layer (tensor parallel), llama.cpp's slots (-np), micro-batch (-ub) and flash attention (-fa), and
-    speculative decoding."""
+    layer (tensor parallel), llama.cpp's slots (-np), micro-batch (-ub) and flash attention (-fa), a batching
+    engine's token budget per step and arrival pattern, and speculative decoding."""
     out: dict[str, Any] = {"gpus": s.tp, "parallel": s.parallel, "ubatch": s.ubatch, "flash_attn": s.flash_attn}
+    if s.kind == "batching":  # the scheduler's budget per step, and how the closed loop's prompts arrive
+        out.update(batch_tokens=s.budget, batch_tokens_given=s.batch_tokens is not None, arrivals=s.arrivals)
     if s.spec is not None:
         out["speculation"] = {"tokens": s.spec.gamma, "acceptance": round(s.spec.alpha, 4),
                               "draft_cost": round(s.spec.draft_cost, 4)}

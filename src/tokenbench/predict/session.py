@@ -229,10 +229,11 @@ def assumptions(s: Setup, p: SessionPrediction) -> list[str]:
                    "answers) as the serving prediction queues requests; think time is not used to spread them out "
                    "(the waits are an upper bound)")
     else:
-        out.append(f"{p.agents} agents in step (all at the same turn), the serving prediction's closed loop: decode "
-                   f"steps batch the {p.agents} sequences, a turn waits behind a share ({s.eff.burst:.2f}) of the "
-                   "others' prefills, and their prefills slow its decode (TPOT); think time is not used to spread "
-                   "them out (the waits are an upper bound)")
+        out.append(f"{p.agents} agents in step (all at the same turn), the serving prediction's closed loop through "
+                   f"the engine's scheduler ({s.budget:,} tokens per step): decode steps batch the {p.agents} "
+                   "sequences, a turn's prompt queues behind the chunks of the prompts sent with it, and the steps "
+                   "that carry prompt chunks slow everyone's decode (TPOT); think time is not used to spread them "
+                   "out (the waits are an upper bound)")
     out.append("cached: turn 1 finds the shared prefix in the cache (other sessions sent it); every later turn "
                "prefills only the previous answer and the new tool result; uncached: the whole context, every turn")
     if s.kind == "sequential" and p.agents > s.parallel:
