@@ -418,7 +418,7 @@ def test_recommend_with_no_box_meeting_the_slos_lists_the_closest(tmp_path: Path
     """Issue 23: the README's example printed a table with no rows and two paragraphs of excluded ids. Now the
     closest boxes, by how far each missed (the worst SLO relative to its limit), with the value, the limit and
     PREDICTED; boxes that do not fit come after every SLO miss. Exit 0: an answer, not an error."""
-    args = ["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "2s", "--currency", "EUR",
+    args = ["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "1.5s", "--currency", "EUR",
             "--db", str(tmp_path / "r.db")]
     assert main(args) == 0
     out = capsys.readouterr().out
@@ -426,7 +426,7 @@ def test_recommend_with_no_box_meeting_the_slos_lists_the_closest(tmp_path: Path
     head = next(i for i, ln in enumerate(lines) if ln.startswith("no box meets the SLOs; the closest"))
     near = [ln for ln in lines[head + 1:] if ln.startswith("  ")]
     assert 3 <= len(near) <= 5, out
-    assert all("(vllm FP8, PREDICTED): TTFT p99 " in ln and "(limit 2 s, +" in ln for ln in near[:3]), near
+    assert all("(vllm FP8, PREDICTED): TTFT p99 " in ln and "(limit 1.5 s, +" in ln for ln in near[:3]), near
     assert any(ln.startswith("  3. nvidia-h100-sxm") and ln.endswith("; EUR 0.38/M output") for ln in near), near
     assert "Rank" not in out  # no empty table
     excluded = " ".join(" ".join(ln for ln in lines if not ln.startswith("  ")).split())
@@ -437,7 +437,7 @@ def test_recommend_with_no_box_meeting_the_slos_lists_the_closest(tmp_path: Path
     misses = [c["relative_miss"] for c in doc["closest"]]
     assert misses == sorted(misses) and all(0 < m < 1 for m in misses)
     first = doc["closest"][0]["misses"][0]
-    assert first["slo"] == "TTFT p99" and first["limit_ms"] == 2000 and first["value_ms"] > 2000
+    assert first["slo"] == "TTFT p99" and first["limit_ms"] == 1500 and first["value_ms"] > 1500
 
 
 def test_closest_boxes_rank_slo_misses_before_memory() -> None:
