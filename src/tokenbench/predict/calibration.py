@@ -337,9 +337,11 @@ class Calibration:
         return replace(prior(backend), source=f"UNCALIBRATED: no measurements of {backend} behind this "
                                               "calibration; physical priors only")
 
-    def band(self, backend: str, metric: str, reach: Extrapolation | None = None) -> Band | None:
-        """The cross-validated band of a backend's metric, widened for what ``reach`` asks beyond its rows."""
-        b = self.bands.get(backend, {}).get(metric)
+    def band(self, backend: str, metric: str, reach: Extrapolation | None = None,
+             fallback: Band | None = None) -> Band | None:
+        """The cross-validated band of a backend's metric (``fallback`` where there is none), widened for what
+        ``reach`` asks beyond its rows."""
+        b = self.bands.get(backend, {}).get(metric) or fallback
         if b is None or reach is None:
             return b
         return widen(b, self.extrapolation_terms(backend, metric, reach))

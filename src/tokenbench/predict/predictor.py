@@ -11,12 +11,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import UsageError
+from .. import registry
 from . import queue
 from . import roofline as rf
-from .. import registry
 from .calibration import (ANCHOR_PRIOR_WEIGHT, BAND_MIN_N, DRIFT_PRIOR, FALLBACK_BAND_PCT, PRIOR_WEIGHT, Band,
-                          Calibration, Extrapolation, backend_key, era_for, backend_prior, engine_kind, family, fit_constants,
-                          make_band, prior, widen)
+                          Calibration, Extrapolation, backend_key, backend_prior, engine_kind, era_for, family,
+                          fit_constants, make_band, prior)
 from .published import METRICS, Row
 from .specs import Catalog, HardwareSpec, ModelSpec
 
@@ -94,11 +94,12 @@ class Setup:
                    flash_attn=flash_attn, era=eff.era, reach=Extrapolation(years=years), batch_tokens=batch_tokens,
                    arrivals=arrivals)
 
-    def band(self, cal: Calibration, metric: str, depth: int = 0, concurrency: int = 1) -> Band | None:
-        """The calibration's band for one of this setup's metrics, widened for the builds, depth and concurrency
-        it reaches beyond its backend's rows."""
+    def band(self, cal: Calibration, metric: str, depth: int = 0, concurrency: int = 1,
+             fallback: Band | None = None) -> Band | None:
+        """The calibration's band for one of this setup's metrics (``fallback`` where it has none), widened for
+        the builds, depth and concurrency it reaches beyond its backend's rows."""
         return cal.band(self.backend, metric, replace(self.reach, depth=max(depth, self.reach.depth),
-                                                      concurrency=max(concurrency, self.reach.concurrency)))
+                                                      concurrency=max(concurrency, self.reach.concurrency)), fallback)
 
     @property
     def budget(self) -> int:
@@ -370,13 +371,16 @@ def _row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
     return None
 
 
+#: A row's band where its backend has none (no held-out row measured that metric).
+FALLBACK_BAND = Band(FALLBACK_BAND_PCT, FALLBACK_BAND_PCT, 0, ("no held-out rows",))
+
+
 def row_band(cal: Calibration, s: Setup, r: Row) -> Band:
     """A row's band: its backend's cross-validated one (an uncalibrated backend's is that of the held-out rows
-    predicted from priors), else FALLBACK_BAND_PCT; widened for the builds, depth and concurrency it reaches."""
-    metric = band_metric(r)
-    base = cal.band(s.backend, metric) or Band(FALLBACK_BAND_PCT, FALLBACK_BAND_PCT, 0, ("no held-out rows",))
-    reach = replace(s.reach, depth=r.depth, concurrency=max(1, r.concurrency))
-    return widen(base, cal.extrapolation_terms(s.backend, metric, reach))
+    predicted from priors), else FALLBACK_BAND; widened for the builds, depth and concurrency it reaches."""
+    b = s.band(cal, band_metric(r), r.depth, max(1, r.concurrency), FALLBACK_BAND)
+    assert b is not None  # a fallback given: never None
+    return b
 
 
 def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
@@ -559,7 +563,7 @@ def _fit_backends(items: list[Fittable]) -> Fit:
         start = backend_prior(backend, fam.get(family(backend)))
         fixed = FAMILY_CONSTANTS if family(backend) in fam else frozenset()
         pooled = fit_constants([_residual(it) for it in pub], start, fixed=fixed) if pub else start
-        srcs = sorted({it.source for it in its})
+        srcs = sorted({it.source for it in pub})
         pooled = rf.Efficiency(**{n: getattr(pooled, n) for n in rf.PARAM_BOUNDS}, rows=len(pub), calibrated=True,
                                source=f"fitted on {len(pub)} published rows from {', '.join(srcs)}")
         per = _era_fits(backend, pooled, pub, fixed) if pub else {}
@@ -626,7 +630,8 @@ def _drift(fit: Fit, items: list[Fittable]) -> float:
     return statistics.median(per_year) if len(per_year) >= BAND_MIN_N else DRIFT_PRIOR
 
 
-def _calibration(cat: Catalog, rows: list[Row], origin: str, command: str = "") -> tuple[Calibration, list[Fittable]]:
+def _calibration(cat: Catalog, rows: list[Row], origin: str, command: str = "") -> Calibration:
+    """The fit of ``rows`` as a calibration, without bands (fit_calibration adds them)."""
     items = fittable_rows(cat, rows)
     fit = _fit_backends(items)
     srcs: dict[str, set[str]] = {}
@@ -634,7 +639,7 @@ def _calibration(cat: Catalog, rows: list[Row], origin: str, command: str = "") 
         srcs.setdefault(it.backend, set()).add(it.source)
     cal = Calibration(fit.effs, fit.usual, {}, {k: sorted(v) for k, v in srcs.items()}, command, origin=origin,
                       families=fit.families, eras=fit.eras, reach=_reach(items), drift=_drift(fit, items))
-    return cal, items
+    return cal
 
 
 def _source(r: Row) -> str:
@@ -651,7 +656,7 @@ def cross_validate(cat: Catalog, rows: list[Row], bands: bool = False,
         kept = [r for r in rows if fold(r) != key]
         # bands=True: each fold with bands of its own, cross-validated on its kept rows alone (nested), so
         # whether a held-out row falls inside its band is never decided by that row's own source
-        cal = fit_calibration(cat, kept, "", bands=True) if bands else _calibration(cat, kept, "")[0]
+        cal = fit_calibration(cat, kept, "", bands=True) if bands else _calibration(cat, kept, "")
         cal.origin = f"all but {key}"
         out += [predict_row(cat, cal, r) for r in rows if fold(r) == key]
     return out
@@ -660,7 +665,7 @@ def cross_validate(cat: Catalog, rows: list[Row], bands: bool = False,
 def fit_calibration(cat: Catalog, rows: list[Row], command: str, bands: bool = True) -> Calibration:
     """The fit on every row, and (``bands``) its bands: leave-one-source-out residuals per backend and metric.
     Rows of a single source are held out a box at a time instead (each box predicted by a fit on the others)."""
-    cal = _calibration(cat, rows, "fitted", command)[0]
+    cal = _calibration(cat, rows, "fitted", command)
     if not bands:
         return cal
     fold = _source if len({_source(r) for r in rows}) > 1 else (lambda r: r.hardware)
