@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from tokenbench.capacity import SearchSpec, Verdict, answer, next_value
+from tokenbench.capacity import SearchSpec, Verdict, answer, limit_cause, next_value
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig, EmitterProcess
+from tokenbench.findings import Code, Finding
+from tokenbench.metrics import summarize
 from tokenbench.records import RequestRecord
 from tokenbench.results import load_result
 from tokenbench.slo import SLO, SloCheck, binomial_cdf, decided_fail, needed_for_sure_pass, share_check
@@ -291,6 +293,22 @@ def test_capacity_refuses_what_it_cannot_search(tmp_path: Path, capsys: pytest.C
         err = capsys.readouterr().err
         assert rc == 2 and said in err and "Traceback" not in err, (args, err)
     assert not (tmp_path / "r.db").exists()
+
+
+def test_the_engine_s_queue_is_named_before_a_flagged_client() -> None:
+    """A failing level's limit: the engine's own queue when its /metrics saw one, the client's wait beside it
+    when the client was flagged too, and the client alone only when the engine showed no limit."""
+    level = summarize([], concurrency=8, rate=None, window_start_ns=0, window_end_ns=1_000_000_000)
+    assert limit_cause(level) is None
+    client = Finding(Code.CLIENT_BOUND, "client-bound: requests waited 16.7 ms at p90 in the client")
+    level.findings.append(client)
+    assert limit_cause(level) == "the client (not the box): requests waited 16.7 ms at p90 in the client"
+    level.telemetry = {"running_max": 4, "waiting_max": 3}
+    said = limit_cause(level) or ""
+    assert said.startswith("requests waited in the engine's queue (at most 3 waiting and 4 running") and \
+        said.endswith("; the client was also flagged: requests waited 16.7 ms at p90 in the client"), said
+    level.findings.remove(client)
+    assert "the client" not in (limit_cause(level) or "the client")
 
 
 def test_a_stored_check_reads_back_as_written() -> None:

@@ -330,10 +330,19 @@ class CapacityAnswer:
 
 
 def limit_cause(s: LevelSummary) -> str | None:
-    """What held a failing level back when it was not the hardware: the client, the engine's slots, a full KV
-    cache, or an engine that ran fewer requests at once than were sent."""
-    if (f := s.finding(Code.CLIENT_BOUND)) is not None:
-        return "the client (not the box): " + f.message.split(": ", 1)[-1]
+    """What held a failing level back when it was not the hardware: the engine's slots, a full KV cache, an engine
+    that ran fewer requests at once than were sent, or the client. When the engine showed its own limit and the
+    client was also flagged, both are said, the engine's first: a client that waited a few milliseconds does not
+    explain a queue the engine's /metrics saw."""
+    client = s.finding(Code.CLIENT_BOUND)
+    said = client.message.split(": ", 1)[-1] if client is not None else ""
+    engine = _engine_limit(s)
+    if engine is None:
+        return f"the client (not the box): {said}" if client is not None else None
+    return f"{engine}; the client was also flagged: {said}" if client is not None else engine
+
+
+def _engine_limit(s: LevelSummary) -> str | None:
     if (f := s.finding(Code.SLOTS_EXCEEDED)) is not None:
         return "the engine's slots: " + f.message
     tele = s.telemetry or {}
