@@ -25,8 +25,9 @@ import sys
 from pathlib import Path
 
 from tokenbench.predict.calibration import BAND_QUANTILE
-from tokenbench.predict.predictor import (RowResult, accuracy, band_metric, cross_validate, faster_box_check,
-                                          fit_calibration, predict_row, row_era)
+from tokenbench.predict.accuracy import accuracy, faster_box_check
+from tokenbench.predict.fitting import cross_validate, fit_calibration
+from tokenbench.predict.rows import RowResult, band_metric, predict_row, row_era
 from tokenbench.predict.published import Row, read_rows
 from tokenbench.predict.specs import Catalog
 

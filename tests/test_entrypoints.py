@@ -42,7 +42,7 @@ def test_llama_bench_failure_is_one_line(tmp_path: Path) -> None:
 
 def test_speculation_from_acceptance_or_its_length() -> None:
     from tokenbench.predict.calibration import Calibration
-    from tokenbench.predict.predictor import Setup
+    from tokenbench.predict.setup import Setup
     from tokenbench.predict.runs import DEFAULT_DRAFT_COST, speculation
     from tokenbench.predict.specs import Catalog
 

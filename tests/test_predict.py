@@ -11,7 +11,8 @@ from tokenbench.cli import main
 from tokenbench.errors import UsageError
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.calibration import Calibration, backend_key, fit_constants
-from tokenbench.predict.predictor import Setup, against
+from tokenbench.predict.accuracy import against
+from tokenbench.predict.setup import Setup
 from tokenbench.predict.published import Row, read_rows
 from tokenbench.predict.specs import Catalog, model_from_config, model_from_gguf
 

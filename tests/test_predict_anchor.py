@@ -10,7 +10,7 @@ import pytest
 from tokenbench.cli import main
 from tokenbench.metrics import LevelSummary
 from tokenbench.predict.calibration import Calibration
-from tokenbench.predict.predictor import Setup
+from tokenbench.predict.setup import Setup
 from tokenbench.predict.specs import Catalog
 from tokenbench.store import Store
 

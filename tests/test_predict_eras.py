@@ -13,7 +13,9 @@ from tokenbench import registry
 from tokenbench.cli import main
 from tokenbench.errors import UsageError
 from tokenbench.predict.calibration import Calibration, Extrapolation
-from tokenbench.predict.predictor import Setup, fit_calibration, predict_row, row_era
+from tokenbench.predict.fitting import fit_calibration
+from tokenbench.predict.rows import predict_row, row_era
+from tokenbench.predict.setup import Setup
 from tokenbench.predict.published import Row, read_rows
 from tokenbench.predict.specs import Catalog
 

@@ -87,27 +87,27 @@ def test_a_backend_without_rows_starts_from_its_family_fit() -> None:
 
 
 def test_each_fold_builds_its_own_rows(cat: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tokenbench.predict import predictor
+    from tokenbench.predict import fitting
     from tokenbench.predict.published import read_rows
 
     ref = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"
     rows = [r for f in ("published.csv", "published-more.csv") for r in read_rows(ref / f)]
     seen: list[set[str]] = []
-    real = predictor.fittable_rows
+    real = fitting.fittable_rows
 
-    def spy(c: Catalog, rs: list[predictor.Row]) -> list[predictor.Fittable]:
+    def spy(c: Catalog, rs: list[fitting.Row]) -> list[fitting.Fittable]:
         seen.append({r.raw["source"] for r in rs})
         return real(c, rs)
 
-    monkeypatch.setattr(predictor, "fittable_rows", spy)
-    predictor.cross_validate(cat, rows)
+    monkeypatch.setattr(fitting, "fittable_rows", spy)
+    fitting.cross_validate(cat, rows)
     sources = {r.raw["source"] for r in rows}
     # one build per fold, each from every source but the one it predicts
     assert sorted(map(sorted, seen)) == sorted(sorted(sources - {s}) for s in sources)
 
 
 def test_serving_reuses_the_memoised_costs(cat: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tokenbench.predict.predictor import Setup
+    from tokenbench.predict.setup import Setup
 
     s = Setup.make(cat, Calibration.packaged(), "nvidia-h100-sxm", "qwen3.6-27b", "FP8", "auto", "vllm")
     calls = []
@@ -131,7 +131,7 @@ def test_the_power_constant_is_the_familys() -> None:
 
 def test_llamacpp_parallel_slots_batch_and_queue(cat: Catalog) -> None:
     from tokenbench.errors import UsageError
-    from tokenbench.predict.predictor import Setup
+    from tokenbench.predict.setup import Setup
 
     cal = Calibration.packaged()
     one = Setup.make(cat, cal, "nvidia-dgx-spark", "gpt-oss-20b", "MXFP4", "F16", "llama.cpp")
@@ -169,7 +169,7 @@ def test_batching_tpot_counts_the_other_agents_prefills_not_its_own(cat: Catalog
 
 def test_without_flash_attention_every_score_goes_through_memory(cat: Catalog) -> None:
     from tokenbench.errors import UsageError
-    from tokenbench.predict.predictor import Setup
+    from tokenbench.predict.setup import Setup
 
     m, hw, q = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-rtx-4090"), rf.Quant.parse("Q4_0", "F16")
     bw = hw.bw_gbs * 1e9
@@ -212,7 +212,7 @@ def test_speculative_verification_costs_arithmetic_not_reads(cat: Catalog) -> No
 
 
 def test_speculative_gain_is_leviathan_while_memory_bound_and_shrinks_with_batch(cat: Catalog) -> None:
-    from tokenbench.predict.predictor import Setup
+    from tokenbench.predict.setup import Setup
 
     s = Setup.make(cat, Calibration.packaged(), "nvidia-h100-sxm", "qwen3.6-27b", "FP8", "auto", "vllm")
     spec = rf.Spec(0.7, 3, 1 / 64)
@@ -229,7 +229,7 @@ def test_speculative_gain_is_leviathan_while_memory_bound_and_shrinks_with_batch
 
 def test_tensor_parallel_splits_the_work_and_pays_two_all_reduces_per_layer(cat: Catalog) -> None:
     from tokenbench.errors import UsageError
-    from tokenbench.predict.predictor import Setup
+    from tokenbench.predict.setup import Setup
 
     m = cat.find_model("llama-3.1-70b")  # 80 layers, hidden 8192, 8 KV heads
     sxm = cat.find_hardware("nvidia-h100-sxm")
@@ -272,7 +272,7 @@ def replace_comm(c: rf.StepCost) -> rf.StepCost:
 
 
 def test_bottleneck_flag_compares_with_the_calibrated_estimate(cat: Catalog) -> None:
-    from tokenbench.predict.predictor import predict_row
+    from tokenbench.predict.rows import predict_row
     from tokenbench.predict.published import read_rows
 
     ref = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"
@@ -325,7 +325,7 @@ def test_held_out_a100s_beat_ada_pro_cards_on_quantized_70b_prompts(cat: Catalog
     # RTX 6000 Ada 566 and L40S 674, although the Ada cards have the higher FP16 peak (364 vs 312 TF) at the
     # same or lower TDP. The dequantize pass, at half the A100s' bandwidth, is what orders them; predicted with
     # the source held out.
-    from tokenbench.predict.predictor import cross_validate
+    from tokenbench.predict.fitting import cross_validate
     from tokenbench.predict.published import read_rows
 
     ref = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"
@@ -358,7 +358,7 @@ def test_fixed_per_layer_cost_is_gpu_cycles(cat: Catalog) -> None:
 def test_held_out_h100_pcie_decodes_faster_than_a100_sxm_at_the_same_bandwidth(cat: Catalog) -> None:
     # llama-bench tg512 of Llama 3 8B F16 (xdai-llama3): H100 PCIe 68.0, A100 SXM 53.5 t/s at 2.0 and 2.04 TB/s.
     # Bandwidth alone ranks them the other way; the A100's slower clock makes its fixed per-layer costs longer.
-    from tokenbench.predict.predictor import cross_validate
+    from tokenbench.predict.fitting import cross_validate
     from tokenbench.predict.published import read_rows
 
     ref = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"

@@ -13,7 +13,10 @@ from tokenbench.cli import main
 from tokenbench.errors import UsageError
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.calibration import Calibration
-from tokenbench.predict.predictor import Setup, against, fit_calibration, predict_row
+from tokenbench.predict.accuracy import against
+from tokenbench.predict.fitting import fit_calibration
+from tokenbench.predict.rows import predict_row
+from tokenbench.predict.setup import Setup
 from tokenbench.predict.published import read_rows
 from tokenbench.predict.specs import GIB, Catalog
 

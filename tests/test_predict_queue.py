@@ -13,7 +13,9 @@ from tokenbench.errors import UsageError
 from tokenbench.predict import queue
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.calibration import Calibration
-from tokenbench.predict.predictor import Setup, fit_calibration, predict_row, row_arrivals, row_batch_tokens
+from tokenbench.predict.fitting import fit_calibration
+from tokenbench.predict.rows import predict_row, row_arrivals, row_batch_tokens
+from tokenbench.predict.setup import Setup
 from tokenbench.predict.published import Row, read_rows
 from tokenbench.predict.specs import Catalog
 

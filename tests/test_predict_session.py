@@ -12,7 +12,7 @@ import pytest
 from tokenbench.cli import main
 from tokenbench.draws import Draw
 from tokenbench.predict.calibration import Calibration
-from tokenbench.predict.predictor import Setup
+from tokenbench.predict.setup import Setup
 from tokenbench.predict.report import _seconds, session_table, shown_turns
 from tokenbench.predict.session import SessionShape, predict_session
 from tokenbench.predict.specs import Catalog

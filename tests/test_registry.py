@@ -18,7 +18,7 @@ from tokenbench.engines import launch, status
 from tokenbench.errors import EngineError, UsageError
 from tokenbench.metrics import LevelSummary
 from tokenbench.predict.calibration import Calibration, backend_key
-from tokenbench.predict.predictor import Setup
+from tokenbench.predict.setup import Setup
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.published import read_rows
 from tokenbench.predict.specs import Catalog

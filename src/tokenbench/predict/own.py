@@ -15,7 +15,7 @@ from ..errors import UsageError
 from ..results import Manifest, load_result
 from ..store import Store
 from .calibration import Calibration, backend_key
-from .predictor import predict_row
+from .rows import predict_row
 from .published import Row, run_rows
 from .roofline import GGUF_FORMATS, check_engine
 from .specs import Catalog, HardwareSpec, ModelSpec

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from . import roofline as rf
 from .calibration import Calibration
-from .predictor import AgainstReport, Setup
+from .accuracy import AgainstReport
+from .setup import Setup
 from .roofline import FIT_SEARCH_TOKENS, GIB, Fit, kv_bytes, state_bytes
 from .session import SessionPrediction, rounds
 from .specs import Catalog

@@ -19,7 +19,7 @@ from ..loadgen import Level
 from ..results import LevelOutcome, Manifest, RunResult, new_run_id, now_iso
 from ..store import Store
 from . import roofline as rf
-from .predictor import Setup
+from .setup import Setup
 from .session import SessionPrediction
 
 #: A draft model's cost per drafted token, as a share of the target's pass, when none is given (a small draft

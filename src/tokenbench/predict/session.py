@@ -20,7 +20,7 @@ from typing import Any
 from ..draws import Draw
 from ..errors import UsageError
 from . import roofline as rf
-from .predictor import Setup
+from .setup import Setup
 
 #: The lengths a session takes when none is given: the task of turn 1, each tool result, each answer.
 DEFAULT_INPUT_LEN = 1024

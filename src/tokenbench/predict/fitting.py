@@ -1,0 +1,270 @@
+"""The calibration fit: a backend's constants from the rows it can use, per era of engine builds and pulled toward
+its family's, anchored on the user's own runs, with bands from leave-one-source-out residuals."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ..errors import UsageError
+from . import roofline as rf
+from .calibration import (ANCHOR_PRIOR_WEIGHT, BAND_MIN_N, DRIFT_PRIOR, PRIOR_WEIGHT, Calibration, backend_prior,
+                          era_for, family, fit_constants, make_band, prior)
+from .published import METRICS, Row
+from .rows import RowResult, Valuer, band_metric, predict_row, row_era, row_setup, row_valuer
+from .specs import Catalog
+
+#: Metrics the fit uses (a p99 is a tail, not what the constants describe).
+FITTED_METRICS = METRICS - {"ttft_p99"}
+
+
+@dataclass(slots=True)
+class Fittable:
+    row: Row
+    backend: str
+    value: Valuer
+    source: str
+    era: str = ""  # row_era: the year of its engine build, "" when undated
+
+
+def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
+    """Rows the fit can use: a known box, model, format and engine, a fitted metric, and no hybrid offload."""
+    out = []
+    blank = Calibration({}, {})
+    for r in rows:
+        if r.metric not in FITTED_METRICS or r.value <= 0:
+            continue
+        try:
+            s = row_setup(cat, blank, r)
+        except UsageError:
+            continue
+        if not s.fit(r.depth + r.input_len + r.output_len + 1, max(1, r.concurrency)).fits:
+            continue
+        v = row_valuer(s, r, [])
+        if v is not None:
+            out.append(Fittable(r, s.backend, v, r.raw.get("source", ""), row_era(r)))
+    return out
+
+
+#: Source names of rows from the user's own stored runs (``calibrate --runs``).
+RUN_SOURCE = "run:"
+
+
+def _residual(it: Fittable) -> Callable[[rf.Efficiency], float]:
+    def f(e: rf.Efficiency) -> float:
+        pred = it.value(e)[1]
+        if not pred or pred <= 0:
+            return 0.0
+        return math.log(pred / it.row.value)  # ms or tok/s alike: a log error
+    return f
+
+
+#: Constants fitted once per engine family and held there by its backends: the power term needs boxes whose
+#: TDP:peak ratios differ (GeForce 0.4-0.7 TF/W of peak, low-TDP pro cards and H100 PCIe 1-2), which one
+#: backend's rows rarely span, so per backend it trades off freely against eta_c.
+FAMILY_CONSTANTS = frozenset({"flops_per_w"})
+
+
+def _family_priors(items: list[Fittable]) -> dict[str, rf.Efficiency]:
+    """Priors per engine family, fitted on the published rows of all its backends together: a llama.cpp backend
+    with few rows (Metal, Vulkan) then starts from what ggml's kernels reach on the others, not from generic
+    defaults, and keeps the literature values PRIORS sets for it on top (hierarchical shrinkage)."""
+    fams: dict[str, list[Fittable]] = {}
+    for it in items:
+        if not it.source.startswith(RUN_SOURCE):
+            fams.setdefault(family(it.backend), []).append(it)
+    return {f: fit_constants([_residual(it) for it in its], prior(f)) for f, its in sorted(fams.items())
+            if len({it.backend for it in its}) > 1}
+
+
+#: The pull toward a backend's pooled fit (all its eras) when one era's rows are fitted on their own: as strong as
+#: the pull toward the prior, so an era with few rows moves the constants its rows constrain (a 2026 build's
+#: per-layer cost, from decode rows) and keeps the pooled values of the rest.
+ERA_PRIOR_WEIGHT = PRIOR_WEIGHT
+
+
+@dataclass(slots=True)
+class BackendFit:
+    """Constants per backend, the newest era's (what a prediction uses unless told a version), every era's, the
+    usual measured/ceiling ratios, and the families' prior fits."""
+
+    effs: dict[str, rf.Efficiency]
+    usual: dict[str, dict[str, float]]
+    families: dict[str, rf.Efficiency]
+    eras: dict[str, dict[str, rf.Efficiency]]
+
+
+#: An era's constants rest on rows of at least this many boxes: with fewer, a year's rows cannot tell the
+#: bandwidth share from the per-layer cost, so the year joins the one before it (the oldest, the one after).
+ERA_MIN_BOXES = 3
+
+
+def _eras(its: list[Fittable]) -> list[tuple[str, set[str]]]:
+    """The eras of a backend's dated rows: consecutive years grouped until each group's rows span ERA_MIN_BOXES
+    boxes, named "2025" or "2025-2026", each with its years."""
+    boxes: dict[str, set[str]] = {}
+    for it in its:
+        if it.era:
+            boxes.setdefault(it.era, set()).add(it.row.hardware)
+    groups: list[list[str]] = []
+    for year in sorted(boxes):
+        last = groups[-1] if groups else None
+        if last is not None and len(set().union(*(boxes[y] for y in last))) < ERA_MIN_BOXES:
+            last.append(year)
+        else:
+            groups.append([year])
+    if len(groups) > 1 and len(set().union(*(boxes[y] for y in groups[-1]))) < ERA_MIN_BOXES:
+        tail = groups.pop()  # the newest years, too few boxes alone: with the era before them
+        groups[-1] += tail
+    return [(g[0] if len(g) == 1 else f"{g[0]}-{g[-1]}", set(g)) for g in groups]
+
+
+def _era_fits(backend: str, pooled: rf.Efficiency, its: list[Fittable],
+              fixed: frozenset[str]) -> dict[str, rf.Efficiency]:
+    """One fit per era (years of the engine's builds, see _eras) of a backend's published rows, each starting from
+    the pooled fit of all of them: old and new builds are never one constant. One era, or none dated: the pooled
+    fit is it."""
+    eras = _eras(its)
+    if len(eras) < 2:
+        name = eras[0][0] if eras else ""
+        return {name: replace(pooled, era=name)}
+    out = {}
+    for era, years in eras:
+        mine = [it for it in its if it.era in years]
+        fitted = fit_constants([_residual(it) for it in mine], pooled, prior_weight=ERA_PRIOR_WEIGHT, fixed=fixed)
+        srcs = ", ".join(sorted({it.source for it in mine}))
+        out[era] = replace(fitted, rows=len(mine), era=era, source=f"fitted on {len(mine)} published rows of {era} "
+                           f"builds from {srcs}, pulled toward the fit on all {len(its)} rows of {backend}")
+    return out
+
+
+def _fit_backends(items: list[Fittable]) -> BackendFit:
+    by: dict[str, list[Fittable]] = {}
+    for it in items:
+        by.setdefault(it.backend, []).append(it)
+    fam = _family_priors(items)
+    effs, usual, eras = {}, {}, {}
+    for backend, its in sorted(by.items()):
+        own = [it for it in its if it.source.startswith(RUN_SOURCE)]
+        pub = [it for it in its if not it.source.startswith(RUN_SOURCE)]
+        start = backend_prior(backend, fam.get(family(backend)))
+        fixed = FAMILY_CONSTANTS if family(backend) in fam else frozenset()
+        pooled = fit_constants([_residual(it) for it in pub], start, fixed=fixed) if pub else start
+        srcs = sorted({it.source for it in pub})
+        pooled = rf.Efficiency(**{n: getattr(pooled, n) for n in rf.PARAM_BOUNDS}, rows=len(pub), calibrated=True,
+                               source=f"fitted on {len(pub)} published rows from {', '.join(srcs)}")
+        per = _era_fits(backend, pooled, pub, fixed) if pub else {}
+        if own:
+            _anchor(per, own, pooled, len(pub))
+        newest = max(per, key=lambda k: k[:4])
+        eras[backend] = per
+        effs[backend] = per[newest]
+        usual[backend] = _usual(its, per, effs[backend])
+    return BackendFit(effs, usual, fam, eras)
+
+
+def _anchor(per: dict[str, rf.Efficiency], own: list[Fittable], pooled: rf.Efficiency, published: int) -> None:
+    """The user's own runs anchor their backend on their box: refit on them alone, pulled toward the published fit
+    of their builds' era (the newest the data has, when theirs is newer or undated), so what they measured moves
+    the constants it constrains and leaves the others. The result is their era's constants."""
+    newest = max(per, key=lambda k: k[:4]) if per else ""
+    year = max((it.era for it in own), default="")
+    era = era_for(per, year) if year else newest
+    base = per[era] if era else per.get(newest, pooled)
+    if era is None or (year and year > era[-4:]):  # their builds are newer than any published row's
+        era = year
+    anchored = fit_constants([_residual(it) for it in own], base, prior_weight=ANCHOR_PRIOR_WEIGHT)
+    mine = ", ".join(sorted({it.source for it in own}))
+    per[era] = replace(anchored, rows=base.rows + len(own), calibrated=True, era=era,
+                       source=f"fitted on {published} published rows, then anchored on {len(own)} measurements of "
+                              f"your own ({mine})")
+
+
+def _usual(its: list[Fittable], per: dict[str, rf.Efficiency], newest: rf.Efficiency) -> dict[str, float]:
+    """Median measured/ceiling per group of a backend's rows, each at its own era's constants."""
+    groups: dict[str, list[float]] = {}
+    for it in its:
+        c = it.value(per.get(era_for(per, it.era) or "", newest) if it.era else newest)[0]
+        if c:
+            groups.setdefault(it.row.group, []).append(c / it.row.value if it.row.unit == "ms" else it.row.value / c)
+    return {g: statistics.median(v) for g, v in groups.items()}
+
+
+def _reach(items: list[Fittable]) -> dict[str, dict[str, int]]:
+    """Per backend, the deepest context and the highest concurrency its fitted rows measured."""
+    out: dict[str, dict[str, int]] = {}
+    for it in items:
+        r = out.setdefault(it.backend, {"max_depth": 0, "max_concurrency": 1})
+        r["max_depth"] = max(r["max_depth"], it.row.depth)
+        r["max_concurrency"] = max(r["max_concurrency"], it.row.concurrency)
+    return out
+
+
+def _drift(fit: BackendFit, items: list[Fittable]) -> float:
+    """The log error per year a fit on older builds makes on newer ones, where a backend has rows of two eras: each
+    newer era's rows predicted by the era before it, against their own era's fit; DRIFT_PRIOR where none has."""
+    per_year = []
+    for it in items:
+        per = fit.eras.get(it.backend, {})
+        mine = era_for(per, it.era) if it.era else None
+        older = [e for e in per if mine and e[:4] < mine[:4]]
+        if not mine or not older:
+            continue
+        prev = max(older, key=lambda k: k[:4])
+        own, old = it.value(per[mine])[1], it.value(per[prev])[1]
+        if own and old and own > 0 and old > 0:
+            per_year.append(abs(math.log(own / old)) / max(1, int(it.era) - int(prev[-4:])))
+    return statistics.median(per_year) if len(per_year) >= BAND_MIN_N else DRIFT_PRIOR
+
+
+def _calibration(cat: Catalog, rows: list[Row], origin: str, command: str = "") -> Calibration:
+    """The fit of ``rows`` as a calibration, without bands (fit_calibration adds them)."""
+    items = fittable_rows(cat, rows)
+    fit = _fit_backends(items)
+    srcs: dict[str, set[str]] = {}
+    for it in items:
+        srcs.setdefault(it.backend, set()).add(it.source)
+    cal = Calibration(fit.effs, fit.usual, {}, {k: sorted(v) for k, v in srcs.items()}, command, origin=origin,
+                      families=fit.families, eras=fit.eras, reach=_reach(items), drift=_drift(fit, items))
+    return cal
+
+
+def _source(r: Row) -> str:
+    return r.raw.get("source", "")
+
+
+def cross_validate(cat: Catalog, rows: list[Row], bands: bool = False,
+                   fold: Callable[[Row], str] = _source) -> list[RowResult]:
+    """Leave one source out (``fold``: what a fold leaves out): every source's rows predicted by a fit on all the
+    other sources. Each fold builds its own fittable rows from the rows it keeps, so nothing the full fit built
+    (setups, memoised costs, the constants its valuers were last evaluated at) reaches a fold."""
+    out: list[RowResult] = []
+    for key in sorted({fold(r) for r in rows}):
+        kept = [r for r in rows if fold(r) != key]
+        # bands=True: each fold with bands of its own, cross-validated on its kept rows alone (nested), so
+        # whether a held-out row falls inside its band is never decided by that row's own source
+        cal = fit_calibration(cat, kept, "", bands=True) if bands else _calibration(cat, kept, "")
+        cal.origin = f"all but {key}"
+        out += [predict_row(cat, cal, r) for r in rows if fold(r) == key]
+    return out
+
+
+def fit_calibration(cat: Catalog, rows: list[Row], command: str, bands: bool = True) -> Calibration:
+    """The fit on every row, and (``bands``) its bands: leave-one-source-out residuals per backend and metric.
+    Rows of a single source are held out a box at a time instead (each box predicted by a fit on the others)."""
+    cal = _calibration(cat, rows, "fitted", command)
+    if not bands:
+        return cal
+    fold = _source if len({_source(r) for r in rows}) > 1 else (lambda r: r.hardware)
+    errs: dict[str, dict[str, list[float]]] = {}
+    for res in cross_validate(cat, rows, fold=fold):
+        if res.backend and res.error_pct is not None:
+            errs.setdefault(res.backend, {}).setdefault(band_metric(res.row), []).append(res.error_pct)
+    for backend, per in errs.items():
+        for metric, e in per.items():
+            b = make_band(e)
+            if b is not None:
+                cal.bands.setdefault(backend, {})[metric] = b
+    return cal

@@ -1,0 +1,217 @@
+"""Rows of the published.csv layout as predictions: a row's setup (from its columns and the flags its note quotes),
+how its quantity follows from a backend's constants, its band, and its prediction with flags."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import registry
+from ..errors import UsageError
+from . import queue
+from . import roofline as rf
+from .calibration import FALLBACK_BAND_PCT, Band, Calibration, engine_kind
+from .published import METRICS, Row
+from .setup import Setup
+from .specs import Catalog
+
+#: A row is a likely software bottleneck when it reaches less than this share of what its backend's
+#: calibration predicts for the same shape. (Against the calibrated estimate, not a backend-wide median of
+#: measured/ceiling: that median mixed dense and MoE rows, small and large models, depth and none, and flagged
+#: every MoE prompt as a bottleneck.)
+BOTTLENECK_SHARE = 0.5
+
+
+def row_era(r: Row) -> str:
+    """The year of the engine build a row measured: its date's, else its stated version's (registry.version_date),
+    else "" (undated: it joins its backend's pooled fit, no era's)."""
+    if r.era:
+        return r.era
+    e = registry.find(r.engine)
+    d = registry.version_date(e, r.version) if e is not None and r.version else None
+    return d[:4] if d else ""
+
+
+def band_metric(r: Row) -> str:
+    """The metric a row's error band is kept under."""
+    if r.metric.startswith("ttft"):
+        return "ttft"
+    return {"decode_tps": "decode", "prefill_tps": "prefill", "output_tps": "throughput",
+            "tpot_median": "tpot"}.get(r.metric, r.metric)
+
+
+def row_parallel(r: Row) -> int:
+    """llama-server's -np (parallel slots) from the row's note, else one slot."""
+    m = re.search(r"-np\s+(\d+)", r.raw.get("note") or "")
+    return int(m.group(1)) if m else 1
+
+
+def row_ubatch(r: Row) -> int:
+    """llama-bench's -ub from the row's note, else llama.cpp's default."""
+    m = re.search(r"-ub\s+(\d+)", r.raw.get("note") or "")
+    return int(m.group(1)) if m else rf.UBATCH
+
+
+def row_batch_tokens(r: Row) -> int | None:
+    """vLLM's --max-num-batched-tokens (SGLang's --chunked-prefill-size) from the row's note, else None: the
+    engine's default."""
+    m = re.search(r"--(?:max-num-batched-tokens|chunked-prefill-size)[\s=]+(\d+)", r.raw.get("note") or "")
+    return int(m.group(1)) if m else None
+
+
+def row_arrivals(r: Row) -> queue.Arrivals:
+    """How a row's closed loop sends: "spread" when its note says the answers vary in length (no --ignore-eos)
+    or says "arrivals spread", else together (the published.csv layout's serve rows: --ignore-eos)."""
+    note = (r.raw.get("note") or "").lower()
+    return "spread" if re.search(r"arrivals spread|variable output|without --ignore-eos", note) else "together"
+
+
+def row_flash_attn(r: Row) -> bool:
+    """llama-bench's -fa from the row's note ("-fa 0": off), else on (llama.cpp's default, auto, since 2025)."""
+    return not re.search(r"-fa\s+0\b", r.raw.get("note") or "")
+
+
+@dataclass(slots=True)
+class RowResult:
+    row: Row
+    predicted: float | None = None
+    ceiling: float | None = None  # the same quantity at efficiency 1
+    flags: list[str] = field(default_factory=list)
+    backend: str | None = None
+    calibrated: bool = False
+    band: Band | None = None
+    split: str = "unseen"  # "fitted" when the calibration used this row, else "unseen"
+    bottleneck: bool = False  # far below what its backend usually reaches: a software limit, not the hardware
+
+    @property
+    def error_pct(self) -> float | None:
+        if self.predicted is None or not self.row.value:
+            return None
+        return (self.predicted - self.row.value) / self.row.value * 100
+
+    @property
+    def measured_over_ceiling(self) -> float | None:
+        if self.ceiling is None or not self.row.value:
+            return None
+        if self.row.unit == "ms":  # a time: the ceiling is the shortest possible
+            return self.ceiling / self.row.value
+        return self.row.value / self.ceiling
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = dict(self.row.raw)
+        d.update(predicted=self.predicted, ceiling=self.ceiling, error_pct=self.error_pct,
+                 measured_over_ceiling=self.measured_over_ceiling, backend=self.backend, flags=self.flags,
+                 calibrated=self.calibrated, split=self.split,
+                 band_pct=self.band.pct if self.band else None)
+        return d
+
+
+Valuer = Callable[[rf.Efficiency], tuple[float | None, float | None]]  # constants -> (ceiling, predicted)
+
+
+def row_setup(cat: Catalog, cal: Calibration, r: Row) -> Setup:
+    kv = "AUTO" if r.kv.lower() == "auto" else r.kv
+    parallel = row_parallel(r) if engine_kind(r.engine) == "sequential" else 1
+    batching = engine_kind(r.engine) != "sequential"
+    return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False, ubatch=row_ubatch(r),
+                      parallel=parallel, flash_attn=row_flash_attn(r) or batching,
+                      batch_tokens=row_batch_tokens(r) if batching else None,
+                      arrivals=row_arrivals(r) if batching else "together", era=row_era(r) or None)
+
+
+def row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
+    """How a row's quantity follows from a backend's constants, in the row's unit."""
+    n = max(1, r.concurrency)
+    if r.metric == "prefill_tps":
+        t = r.input_len or 512
+
+        def v(e: rf.Efficiency) -> tuple[float | None, float | None]:
+            s.eff = e
+            return s.prefill(t, r.depth).rate(t)
+        return v
+    if r.metric == "decode_tps":
+        ctx = r.depth + (r.output_len // 2 if r.test.startswith("tg") else 0)
+
+        def v(e: rf.Efficiency) -> tuple[float | None, float | None]:
+            s.eff = e
+            return s.decode(ctx).rate()
+        return v
+    if r.metric in ("output_tps", "ttft_median", "ttft_p99", "tpot_median"):
+        prompt, output = r.input_len, r.output_len
+        if not prompt and not output:
+            notes.append("lengths unknown: predicted as pure decode at a short context")
+            if r.metric != "output_tps":
+                return None
+
+            def v(e: rf.Efficiency) -> tuple[float | None, float | None]:
+                s.eff = e
+                d = s.decode(256, n) if s.kind == "batching" else s.decode(256)
+                return (n / d.ceiling, n / d.estimate) if s.kind == "batching" else d.rate()
+            return v
+
+        def v(e: rf.Efficiency) -> tuple[float | None, float | None]:
+            s.eff = e
+            p = s.serve(n, prompt, output)
+            if r.metric == "output_tps":
+                return p.throughput
+            if r.metric == "tpot_median":
+                return p.tpot_s.ceiling * 1000, p.tpot_s.estimate * 1000
+            if r.metric == "ttft_median":
+                return p.ttft_s.ceiling * 1000, p.ttft_s.estimate * 1000
+            if p.ttft_worst_s is not None:  # batching: the slowest prompt of the start's burst
+                return p.ttft_worst_s.ceiling * 1000, p.ttft_worst_s.estimate * 1000
+            # p99 of a closed loop: near the worst case, a request behind every other prefill
+            pf = s.prefill(prompt)
+            return (pf.ceiling + p.tpot_s.ceiling) * 1000, (n * pf.estimate + p.tpot_s.estimate) * 1000
+        return v
+    return None
+
+
+#: A row's band where its backend has none (no held-out row measured that metric).
+FALLBACK_BAND = Band(FALLBACK_BAND_PCT, FALLBACK_BAND_PCT, 0, ("no held-out rows",))
+
+
+def row_band(cal: Calibration, s: Setup, r: Row) -> Band:
+    """A row's band: its backend's cross-validated one (an uncalibrated backend's is that of the held-out rows
+    predicted from priors), else FALLBACK_BAND; widened for the builds, depth and concurrency it reaches."""
+    b = s.band(cal, band_metric(r), r.depth, max(1, r.concurrency), FALLBACK_BAND)
+    assert b is not None  # a fallback given: never None
+    return b
+
+
+def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
+    res = RowResult(r)
+    try:
+        s = row_setup(cat, cal, r)
+    except UsageError as e:
+        res.flags.append(f"cannot predict: {e}")
+        return res
+    res.backend, res.calibrated = s.backend, s.calibrated
+    res.band = row_band(cal, s, r)
+    v = row_valuer(s, r, res.flags)
+    if v is None:
+        res.flags.append(f"cannot predict: no model for metric '{r.metric}' without lengths"
+                         if r.metric in METRICS else f"cannot predict: unknown metric '{r.metric}'")
+        return res
+    res.ceiling, res.predicted = v(s.eff)
+    if not s.calibrated:
+        res.flags.append(f"UNCALIBRATED: no measurements of {s.backend}; priors only")
+    n = max(1, r.concurrency)
+    f = s.fit(r.depth + r.input_len + r.output_len + 1, n)
+    if not f.fits:
+        res.flags.append(f"hybrid offload: {f.gpu_layers} of {s.model.layers} layers fit on the GPU")
+    ratio = res.measured_over_ceiling
+    if ratio is not None and ratio > 1.0:
+        res.flags.append(f"beats its physical ceiling ({ratio:.2f}x): a wrong spec, shape or format")
+    if s.calibrated and res.predicted and r.value > 0:
+        share = res.predicted / r.value if r.unit == "ms" else r.value / res.predicted
+        if share < BOTTLENECK_SHARE:
+            res.bottleneck = True
+            reached = f" ({ratio:.0%} of the ceiling)" if ratio is not None else ""
+            res.flags.append(
+                f"likely software bottleneck: measured is {share:.0%} of what {s.backend}'s calibration predicts "
+                f"for this shape{reached}; not a hardware limit"
+            )
+    return res

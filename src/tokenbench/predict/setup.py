@@ -1,0 +1,219 @@
+"""One prediction's setup: a box, a model in a weight and KV format, an engine and its fitted constants, and what
+it answers: decode at a depth, a prompt's prefill, and a closed loop of agents (through the scheduler model for
+vLLM and SGLang). Its physical costs and memory fits are memoised per shape: the calibration fit evaluates each row
+thousands of times."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import UsageError
+from . import queue
+from . import roofline as rf
+from .calibration import Band, Calibration, Extrapolation, backend_key, engine_kind
+from .specs import Catalog, HardwareSpec, ModelSpec
+
+#: The most GPUs one box holds (an HGX/DGX board): --tp beyond it would span boxes.
+MAX_TP = 8
+
+
+@dataclass(slots=True)
+class Setup:
+    model: ModelSpec
+    hw: HardwareSpec
+    quant: rf.Quant
+    engine: str
+    backend: str
+    eff: rf.Efficiency
+    kind: str
+    spec: rf.Spec | None = None  # speculative decoding / MTP
+    ubatch: int = rf.UBATCH
+    parallel: int = 1  # llama.cpp server slots (-np): that many sequences decode in one batch
+    tp: int = 1  # tensor parallelism: GPUs of one box sharing every layer (vLLM/SGLang --tensor-parallel-size)
+    flash_attn: bool = True  # llama.cpp -fa 1 (its default since 2025: auto); batching engines always
+    era: str = ""  # the year of the engine builds whose constants ``eff`` holds ("": undated or priors)
+    reach: Extrapolation = Extrapolation()  # how far beyond its backend's rows this prediction asks (bands widen)
+    batch_tokens: int | None = None  # batching engines: tokens per step (--max-num-batched-tokens); None: default
+    arrivals: queue.Arrivals = "together"  # a batching engine's closed loop: how the agents' prompts arrive
+    costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
+    fits: dict[tuple[Any, ...], rf.Fit] = field(default_factory=dict)  # memory per shape, memoised
+
+    @classmethod
+    def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
+             engine: str, check: bool = True, ubatch: int = rf.UBATCH, parallel: int = 1, tp: int = 1,
+             flash_attn: bool = True, era: str | None = None, batch_tokens: int | None = None,
+             arrivals: queue.Arrivals = "together") -> Setup:
+        """``era``: the year of the engine's build (registry.era reads a version); None: the newest the
+        calibration has for this backend."""
+        hw = cat.find_hardware(hardware)
+        m = cat.find_model(model)
+        q = rf.Quant.parse(weights, kv)
+        rf.check_engine(hw, engine)
+        if check:
+            rf.check_combination(hw, q, engine)
+        backend = backend_key(engine, hw.default_backend)
+        kind = engine_kind(engine)
+        if parallel > 1 and kind != "sequential":
+            raise UsageError(f"--parallel is llama.cpp's -np (server slots); {engine} batches by itself")
+        if tp > 1 and kind == "sequential":
+            raise UsageError(f"--tp is tensor parallelism as vLLM and SGLang run it; {engine} splits a model by "
+                             "layers across GPUs (-sm layer), which adds no speed to one stream")
+        if tp > 1 and hw.kind != "gpu":
+            raise UsageError(f"{hw.id} is one {hw.kind}, not a box of GPUs: --tp needs discrete GPUs")
+        if not flash_attn and kind != "sequential":
+            raise UsageError(f"--flash-attn off is llama.cpp's -fa 0; {engine} always runs flash-attention kernels")
+        if not flash_attn and q.kv_quantized:
+            raise UsageError(f"llama.cpp needs flash attention for a quantized V cache ({q.kv.lower()}): use "
+                             "--flash-attn on, or --kv f16")
+        if (batch_tokens is not None or arrivals != "together") and kind == "sequential":
+            raise UsageError(f"--max-num-batched-tokens and --arrivals describe vLLM's and SGLang's scheduler; "
+                             f"{engine} prefills in micro-batches of --ubatch, one stream or --parallel slots")
+        if batch_tokens is not None and batch_tokens < 1:
+            raise UsageError(f"--max-num-batched-tokens {batch_tokens}: give a positive number of tokens")
+        _check_tp(m, tp)
+        eff = cal.efficiency(backend, era)
+        newest = cal.newest_era(backend)[-4:] if eff.calibrated else ""  # the last year of the newest era
+        years = int(era) - int(newest) if era and newest and era > newest else 0
+        return cls(m, hw, q, engine, backend, eff, kind, ubatch=ubatch, parallel=parallel, tp=tp,
+                   flash_attn=flash_attn, era=eff.era, reach=Extrapolation(years=years), batch_tokens=batch_tokens,
+                   arrivals=arrivals)
+
+    def band(self, cal: Calibration, metric: str, depth: int = 0, concurrency: int = 1,
+             fallback: Band | None = None) -> Band | None:
+        """The calibration's band for one of this setup's metrics (``fallback`` where it has none), widened for
+        the builds, depth and concurrency it reaches beyond its backend's rows."""
+        return cal.band(self.backend, metric, replace(self.reach, depth=max(depth, self.reach.depth),
+                                                      concurrency=max(concurrency, self.reach.concurrency)), fallback)
+
+    @property
+    def budget(self) -> int:
+        """A batching engine's tokens per step: the one given, else the engine's default on this box."""
+        return self.batch_tokens or rf.default_batch_tokens(self.engine, self.hw)
+
+    @property
+    def calibrated(self) -> bool:
+        return self.eff.calibrated
+
+    def _decode_cost(self, n: int, context: int, per_seq: int = 1) -> rf.StepCost:
+        key = ("d", n, context, per_seq)
+        if key not in self.costs:
+            c = rf.decode_cost(self.model, self.hw, self.quant, n, context, self.backend, per_seq=per_seq,
+                               flash_attn=self.flash_attn)
+            self.costs[key] = rf.tensor_parallel(c, self.model, self.hw, self.tp, n * per_seq)
+        return self.costs[key]
+
+    def _decode_step(self, n: int, context: int) -> rf.Estimate:
+        """Seconds per output token of a decode step of ``n`` sequences (speculative decoding included)."""
+        plain = self._decode_cost(n, context)
+        if self.spec is None:
+            return rf.Estimate(plain.ceiling, rf.decode_time(plain, self.eff))
+        verify = self._decode_cost(n, context, self.spec.gamma + 1)
+        return rf.spec_decode(verify, plain, self.spec, self.eff)
+
+    def _prefill_cost(self, tokens: int, cached: int, ubatch: int) -> rf.StepCost:
+        key = ("p", tokens, cached, ubatch)
+        if key not in self.costs:
+            c = rf.prefill_cost(self.model, self.hw, self.quant, tokens, cached, self.backend, ubatch, self.flash_attn)
+            self.costs[key] = rf.tensor_parallel(c, self.model, self.hw, self.tp, tokens)
+        return self.costs[key]
+
+    def fit(self, context: int, concurrency: int = 1) -> rf.Fit:
+        """Memory only: it does not depend on the efficiency constants, so it is computed once per shape (the
+        calibration fit evaluates each row thousands of times; unmemoised, this was 86% of `calibrate`)."""
+        key = ("f", context, concurrency)
+        if key not in self.fits:
+            hw = self.hw if self.tp == 1 else replace(  # tp GPUs pool their memory (each runs the engine)
+                self.hw, mem_gb=self.hw.mem_gb * self.tp,
+                usable_gb=self.hw.usable_gb * self.tp if self.hw.usable_gb is not None else None)
+            self.fits[key] = rf.fit(self.model, hw, self.quant, context, concurrency, self.engine, self.ubatch,
+                                    self.flash_attn)
+        return self.fits[key]
+
+    def decode(self, depth: int, n: int = 1) -> rf.Estimate:
+        f = self.fit(depth + 1, n)
+        if not f.fits and self.kind == "sequential":
+            return rf.offload_decode(self.model, self.hw, self.quant, depth, self.backend, f, self.eff,
+                                     self.flash_attn)
+        return self._decode_step(n, depth)
+
+    def prefill(self, tokens: int, depth: int = 0) -> rf.Estimate:
+        f = self.fit(depth + tokens, 1)
+        if not f.fits and self.kind == "sequential":
+            return rf.offload_prefill(self.model, self.hw, self.quant, tokens, depth, self.backend, f, self.eff,
+                                      self.ubatch, self.flash_attn)
+        ub = self.ubatch if self.kind == "sequential" else self.budget
+        c = self._prefill_cost(tokens, depth, ub)
+        return rf.Estimate(c.ceiling, rf.prefill_time(c, self.eff))
+
+    def serve(self, n: int, prompt: int, output: int, cached: int = 0) -> rf.ServePoint:
+        """A closed loop of ``n`` agents, from the memoised per-shape costs (the fit evaluates each row often).
+        vLLM and SGLang through their scheduler's queue (``_serve_queue``); llama.cpp with ``parallel`` slots
+        batches up to that many sequences (prompts in its micro-batches), and more agents wait for a slot. ``cached``: tokens of each prompt
+        already in the prefix cache before its ``prompt`` new ones (an agent's turn): only the new ones are
+        prefilled, at that depth, and decoding runs at the whole context."""
+        ctx = cached + prompt + output // 2
+        if self.kind == "batching":
+            return self._serve_queue(n, prompt, output, cached)
+        if self.parallel > 1:
+            b = min(n, self.parallel)
+            pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch)
+            p = rf.serve_point(pf, self._decode_step(b, ctx), self.eff, "batching", b, prompt, output)
+            return rf.behind_slots(p, n, output)
+        pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch)
+        return rf.serve_point(pf, self._decode_step(1, ctx), self.eff, "sequential", n, prompt, output)
+
+    def _step_cost(self, kind: queue.StepKind, ctx: int) -> rf.StepCost:
+        """The physical work of one kind of engine step: its decodes at the loop's mean context and its prompt
+        chunks, as one forward pass (roofline.batch_step)."""
+        key = ("s", kind, ctx)
+        if key not in self.costs:
+            per_seq = self.spec.gamma + 1 if self.spec else 1
+            parts = [self._decode_cost(kind.decodes, ctx, per_seq)] if kind.decodes else []
+            parts += [self._prefill_cost(t, c, self.budget) for t, c in kind.chunks]
+            self.costs[key] = rf.batch_step(parts)
+        return self.costs[key]
+
+    def _step_times(self, kinds: tuple[queue.StepKind, ...], ctx: int) -> tuple[list[float], list[float]]:
+        """Each kind of step's time, at the ceiling and estimated. With speculative decoding a decode step is
+        one verification pass and its drafts (``_decode_step`` per token, times E), and prompt chunks add what
+        they add to a plain step of the same decodes."""
+        ceil, est = [], []
+        for kind in kinds:
+            c = self._step_cost(kind, ctx)
+            t_c, t_e = c.ceiling, rf.prefill_time(c, self.eff)
+            if self.spec is not None and kind.decodes:
+                plain = self._step_cost(queue.StepKind(kind.decodes), ctx)
+                d = self._decode_step(kind.decodes, ctx)
+                t_c += d.ceiling * self.spec.expected - plain.ceiling
+                t_e += d.estimate * self.spec.expected - rf.prefill_time(plain, self.eff)
+            ceil.append(t_c)
+            est.append(t_e)
+        return ceil, est
+
+    def _serve_queue(self, n: int, prompt: int, output: int, cached: int) -> rf.ServePoint:
+        """vLLM / SGLang: the closed loop through their scheduler (queue.closed_loop, memoised per shape), each
+        kind of step timed by the roofline with the current constants."""
+        ctx = cached + prompt + output // 2
+        per_step = self.spec.expected if self.spec else 1.0
+        per_seq = self.spec.gamma + 1 if self.spec else 1
+        loop = queue.closed_loop(n, max(prompt, 1), queue.decode_steps(output, per_step), self.budget,
+                                 rf.mixes_prefill(self.engine), self.arrivals, per_seq, cached)
+        p = rf.serve_queue(loop, self._step_times(loop.kinds, ctx), self._decode_step(1, ctx), n, output)
+        if not output:  # prompts only: the decode rate of the batch stands for throughput
+            d = self._decode_step(n, ctx)
+            p.throughput = (n / d.ceiling, n / d.estimate)
+            p.per_agent = (1 / d.ceiling, 1 / d.estimate)
+        return p
+
+
+def _check_tp(m: ModelSpec, tp: int) -> None:
+    """--tp within one box, and splitting the model's heads evenly, as vLLM and SGLang require."""
+    if tp > MAX_TP:
+        raise UsageError(f"--tp {tp}: one box holds at most {MAX_TP} GPUs (tensor parallelism across boxes is "
+                         "not modelled)")
+    splits = [t for t in range(2, MAX_TP + 1) if not (m.heads % t or m.kv_heads % t and t % m.kv_heads)]
+    if tp > 1 and tp not in splits:
+        raise UsageError(f"--tp {tp} does not split {m.id}'s {m.heads} attention heads ({m.kv_heads} KV heads) "
+                         "evenly, as vLLM and SGLang require: "
+                         + (f"use {', '.join(map(str, splits))}" if splits else "it runs on one GPU"))
