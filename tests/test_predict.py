@@ -9,6 +9,7 @@ import pytest
 
 from tokenbench.cli import main
 from tokenbench.errors import UsageError
+from tokenbench.predict import formats, memory, speculation
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.calibration import Calibration, backend_key, fit_constants
 from tokenbench.predict.accuracy import against
@@ -18,7 +19,7 @@ from tokenbench.predict.specs import Catalog, model_from_config, model_from_gguf
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data" / "published.csv"  # shipped copy
 PUBLISHED_MORE = PUBLISHED.with_name("published-more.csv")
-BF16 = rf.Quant("BF16", "BF16")
+BF16 = formats.Quant("BF16", "BF16")
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +30,9 @@ def cat() -> Catalog:
 def test_dense_gqa_kv_and_decode_bytes(cat: Catalog) -> None:
     m, hw = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-h100-sxm")
     # 2 (K,V) * 32 layers * 8 KV heads * 128 head_dim * 2 bytes = 128 KiB per token (roofline.md)
-    assert rf.kv_bytes(m, BF16, 1) == 2 * 32 * 8 * 128 * 2 == 128 * 1024
-    assert rf.kv_bytes(m, BF16, 1000) == 131072 * 1000
-    assert rf.total_weight_bytes(m, BF16) == pytest.approx(8.03e9 * 2)
+    assert memory.kv_bytes(m, BF16, 1) == 2 * 32 * 8 * 128 * 2 == 128 * 1024
+    assert memory.kv_bytes(m, BF16, 1000) == 131072 * 1000
+    assert memory.total_weight_bytes(m, BF16) == pytest.approx(8.03e9 * 2)
     c = rf.decode_cost(m, hw, BF16, 1, 0, "cuda")
     emb = 128256 * 4096
     dense = 8.03e9 - 2 * emb
@@ -48,7 +49,7 @@ def test_moe_expert_coverage_grows_with_batch(cat: Catalog) -> None:
     assert rf.expert_coverage(m, 2) == pytest.approx(128 * (1 - (120 / 128) ** 2))
     assert rf.expert_coverage(m, 10_000) == pytest.approx(128)
     hw = cat.find_hardware("nvidia-h100-sxm")
-    w = rf.weight_bytes(m, BF16)
+    w = memory.weight_bytes(m, BF16)
     c1 = rf.decode_cost(m, hw, BF16, 1, 0, "cuda")
     c16 = rf.decode_cost(m, hw, BF16, 16, 0, "cuda")
     routed1 = w["experts"] * 8 / 128
@@ -61,26 +62,26 @@ def test_mla_caches_one_latent(cat: Catalog) -> None:
     m = cat.find_model("deepseek-coder-v2-lite")
     # (kv_lora_rank 512 + rope 64) per layer, not x2 and not per head: 27 * 576 * 2 bytes
     assert m.kv_elems_per_token_layer() == 576
-    assert rf.kv_bytes(m, BF16, 1) == 27 * 576 * 2
+    assert memory.kv_bytes(m, BF16, 1) == 27 * 576 * 2
 
 
 def test_sliding_window_layers_hold_at_most_the_window(cat: Catalog) -> None:
     m = cat.find_model("gemma-3-4b-it")
     per = 2 * 4 * 256 * 2
-    assert rf.kv_bytes(m, BF16, 8192) == per * (6 * 8192 + 28 * 1024)
-    assert rf.kv_bytes(m, BF16, 512) == per * 34 * 512
+    assert memory.kv_bytes(m, BF16, 8192) == per * (6 * 8192 + 28 * 1024)
+    assert memory.kv_bytes(m, BF16, 512) == per * 34 * 512
 
 
 def test_hybrid_linear_attention_state_and_kv(cat: Catalog) -> None:
     m = cat.find_model("qwen3-coder-next-80b-a3b")
     # conv (2*16*128 + 32*128) * (4-1) + ssm 32*128*128 per layer, fp32, 36 linear layers
     assert m.linear_state_elems() == (2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128
-    assert rf.state_bytes(m) == 36 * 548864 * 4
-    assert rf.kv_bytes(m, BF16, 1) == 12 * 2 * 2 * 256 * 2 == 24 * 1024  # 24 KiB (roofline.md)
+    assert memory.state_bytes(m) == 36 * 548864 * 4
+    assert memory.kv_bytes(m, BF16, 1) == 12 * 2 * 2 * 256 * 2 == 24 * 1024  # 24 KiB (roofline.md)
     # decode reads and writes the state every step
     hw = cat.find_hardware("nvidia-h100-sxm")
     c = rf.decode_cost(m, hw, BF16, 1, 0, "cuda")
-    assert c.t_kv == pytest.approx(2 * rf.state_bytes(m) / 3350e9)
+    assert c.t_kv == pytest.approx(2 * memory.state_bytes(m) / 3350e9)
 
 
 def test_prefill_attention_is_causal(cat: Catalog) -> None:
@@ -95,20 +96,20 @@ def test_prefill_attention_is_causal(cat: Catalog) -> None:
 
 def test_fit_boundary(cat: Catalog) -> None:
     m, hw = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-a30")
-    f = rf.fit(m, hw, BF16, 4096, 1, "llama.cpp")
+    f = memory.fit(m, hw, BF16, 4096, 1, "llama.cpp")
     assert f.fits and f.max_context > 4096
-    assert rf.fit(m, hw, BF16, f.max_context, 1, "llama.cpp").fits
-    assert not rf.fit(m, hw, BF16, f.max_context + 1, 1, "llama.cpp").fits
+    assert memory.fit(m, hw, BF16, f.max_context, 1, "llama.cpp").fits
+    assert not memory.fit(m, hw, BF16, f.max_context + 1, 1, "llama.cpp").fits
     # most sequences at a context: one more does not fit
-    g = rf.fit(m, hw, BF16, 4096, 1, "llama.cpp")
-    assert rf.fit(m, hw, BF16, 4096, g.max_concurrency, "llama.cpp").fits
-    assert not rf.fit(m, hw, BF16, 4096, g.max_concurrency + 1, "llama.cpp").fits
+    g = memory.fit(m, hw, BF16, 4096, 1, "llama.cpp")
+    assert memory.fit(m, hw, BF16, 4096, g.max_concurrency, "llama.cpp").fits
+    assert not memory.fit(m, hw, BF16, 4096, g.max_concurrency + 1, "llama.cpp").fits
     # without flash attention the F32 scores grow with the context too: the largest context is where both fit
     # (it once counted only the cache and named a context that did not fit)
-    off = rf.fit(m, hw, BF16, 4096, 1, "llama.cpp", flash_attn=False)
+    off = memory.fit(m, hw, BF16, 4096, 1, "llama.cpp", flash_attn=False)
     assert off.overhead_gb > f.overhead_gb and off.max_context < f.max_context
-    assert rf.fit(m, hw, BF16, off.max_context, 1, "llama.cpp", flash_attn=False).fits
-    assert not rf.fit(m, hw, BF16, off.max_context + 1, 1, "llama.cpp", flash_attn=False).fits
+    assert memory.fit(m, hw, BF16, off.max_context, 1, "llama.cpp", flash_attn=False).fits
+    assert not memory.fit(m, hw, BF16, off.max_context + 1, 1, "llama.cpp", flash_attn=False).fits
 
 
 def test_offload_times_add(cat: Catalog) -> None:
@@ -118,17 +119,17 @@ def test_offload_times_add(cat: Catalog) -> None:
     assert not f.fits and 0 < (f.gpu_layers or 0) < s.model.layers
     est = s.decode(0)
     gpu = rf.decode_cost(s.model, s.hw, s.quant, 1, 0, s.backend, on_gpu_fraction=1 - f.offload_fraction)
-    w = rf.weight_bytes(s.model, s.quant)
+    w = memory.weight_bytes(s.model, s.quant)
     host = (w["dense"] + w["experts"] * s.model.top_k / s.model.experts) * f.offload_fraction / 128e9
     assert est.ceiling == pytest.approx(gpu.ceiling + host)  # in sequence, not max()
 
 
 def test_speculative_decoding() -> None:
-    assert rf.expected_tokens(0.7, 2) == pytest.approx((1 - 0.7**3) / 0.3)
-    assert rf.alpha_from_acceptance_length(rf.expected_tokens(0.6, 3), 3) == pytest.approx(0.6, abs=1e-6)
-    assert rf.spec_speedup(0.7, 2, 0.05) == pytest.approx(2.19 / 1.1)
+    assert speculation.expected_tokens(0.7, 2) == pytest.approx((1 - 0.7**3) / 0.3)
+    assert speculation.alpha_from_acceptance_length(speculation.expected_tokens(0.6, 3), 3) == pytest.approx(0.6, abs=1e-6)
+    assert speculation.spec_speedup(0.7, 2, 0.05) == pytest.approx(2.19 / 1.1)
     with pytest.raises(UsageError):
-        rf.alpha_from_acceptance_length(5.0, 2)
+        speculation.alpha_from_acceptance_length(5.0, 2)
 
 
 def test_batching_scales_and_sequential_does_not(cat: Catalog) -> None:
@@ -209,7 +210,7 @@ def test_gguf_header(tmp_path: Path) -> None:
     assert m.total_b == pytest.approx((100 * 64 * 2 + 2 * 64 * 64) / 1e9)
     assert m.file_bytes == path.stat().st_size and not m.tied
     # the real file size drives the weight bytes
-    assert rf.total_weight_bytes(m, rf.Quant("Q4_K_M", "F16")) == pytest.approx(path.stat().st_size)
+    assert memory.total_weight_bytes(m, formats.Quant("Q4_K_M", "F16")) == pytest.approx(path.stat().st_size)
     assert Catalog.load().find_model(str(path)).layers == 2
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tokenbench.predict import formats, memory, parallelism, serving, specs, speculation
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.calibration import PRIORS, Calibration, backend_prior
 from tokenbench.predict.specs import Catalog
@@ -22,18 +23,18 @@ def cat() -> Catalog:
 def test_power_term_is_fp16_flops_over_the_tdp(cat: Catalog) -> None:
     m = cat.find_model("llama-3.1-8b")
     pcie = cat.find_hardware("nvidia-h100-pcie")  # 350 W
-    c = rf.prefill_cost(m, pcie, rf.Quant.parse("F16", "F16"), 512, 0, "llamacpp-cuda")
+    c = rf.prefill_cost(m, pcie, formats.Quant.parse("F16", "F16"), 512, 0, "llamacpp-cuda")
     mm = 2 * m.active_nonemb_params * 512 + 2 * m.hidden * m.vocab
     att = 4 * m.heads * m.head_dim * (512 * 512 / 2) * m.n_full
     assert c.t_power == pytest.approx((mm + att) / (350 * 1e12))
     # FP8 runs at twice the FP16 rate at the same TDP: half the energy per FLOP, so its matmuls count half
     sxm = cat.find_hardware("nvidia-h100-sxm")
-    c8 = rf.prefill_cost(m, sxm, rf.Quant.parse("FP8", "FP8"), 512, 0, "vllm-cuda")
+    c8 = rf.prefill_cost(m, sxm, formats.Quant.parse("FP8", "FP8"), 512, 0, "vllm-cuda")
     assert c8.t_power == pytest.approx((mm * 989 / 1979 + att) / (700 * 1e12))
     # a box without a TDP in the catalog has no power term
     apple = cat.find_hardware("apple-m3-max-40c")
     assert apple.tdp_w is None
-    assert rf.prefill_cost(m, apple, rf.Quant.parse("F16", "F16"), 512, 0, "llamacpp-metal").t_power == 0.0
+    assert rf.prefill_cost(m, apple, formats.Quant.parse("F16", "F16"), 512, 0, "llamacpp-metal").t_power == 0.0
 
 
 def test_sustained_arithmetic_is_harmonic_in_peak_and_power() -> None:
@@ -50,7 +51,7 @@ def test_sustained_arithmetic_is_harmonic_in_peak_and_power() -> None:
 def test_routed_expert_matmuls_keep_their_own_share(cat: Catalog) -> None:
     m = cat.find_model("qwen3-30b-a3b-2507")
     hw = cat.find_hardware("nvidia-a30")
-    c = rf.prefill_cost(m, hw, rf.Quant.parse("Q4_K_M", "Q4_0"), 512, 0, "llamacpp-cuda")
+    c = rf.prefill_cost(m, hw, formats.Quant.parse("Q4_K_M", "Q4_0"), 512, 0, "llamacpp-cuda")
     routed = 48 * 8 * 3 * 2048 * 768  # 48 MoE layers, top-8 of 128 experts, gate/up/down of 2048x768
     assert c.t_routed == pytest.approx(2 * routed * 512 / (165 * 1e12))
     assert 0 < c.t_routed < c.t_compute
@@ -59,7 +60,7 @@ def test_routed_expert_matmuls_keep_their_own_share(cat: Catalog) -> None:
     # halving the routed matmuls' rate adds exactly their time once more
     assert rf._arith(c, slow) - rf._arith(c, base) == pytest.approx(c.t_routed / 0.5)
     # a dense model has none
-    dense = rf.prefill_cost(cat.find_model("llama-3.1-8b"), hw, rf.Quant.parse("Q4_K_M", "F16"), 512, 0, "llamacpp-cuda")
+    dense = rf.prefill_cost(cat.find_model("llama-3.1-8b"), hw, formats.Quant.parse("Q4_K_M", "F16"), 512, 0, "llamacpp-cuda")
     assert dense.t_routed == 0.0
 
 
@@ -156,12 +157,12 @@ def test_batching_tpot_counts_the_other_agents_prefills_not_its_own(cat: Catalog
     # other N-1 prompts of the cycle are prefilled between its steps: TPOT = t_dec + (N-1)·t_pf/O
     m, hw = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-h100-sxm")
     eff = Calibration.packaged().efficiency("vllm-cuda")
-    pf = rf.prefill_cost(m, hw, rf.Quant.parse("BF16", "auto"), 2048, 0, "vllm-cuda", rf.CHUNK_TOKENS)
+    pf = rf.prefill_cost(m, hw, formats.Quant.parse("BF16", "auto"), 2048, 0, "vllm-cuda", rf.CHUNK_TOKENS)
     t_pf = rf.prefill_time(pf, eff)
     dec = rf.Estimate(0.004, 0.006)
-    alone = rf.serve_point(pf, dec, eff, "batching", 1, 2048, 256)
+    alone = serving.serve_point(pf, dec, eff, "batching", 1, 2048, 256)
     assert alone.tpot_s.estimate == dec.estimate and alone.tpot_s.ceiling == dec.ceiling
-    eight = rf.serve_point(pf, dec, eff, "batching", 8, 2048, 256)
+    eight = serving.serve_point(pf, dec, eff, "batching", 8, 2048, 256)
     assert eight.tpot_s.estimate == pytest.approx(dec.estimate + 7 * t_pf / 256)
     # the cycle still holds all N prefills: aggregate = N·O / (O·t_dec + N·t_pf)
     assert eight.throughput[1] == pytest.approx(8 * 256 / (256 * dec.estimate + 8 * t_pf))
@@ -171,7 +172,7 @@ def test_without_flash_attention_every_score_goes_through_memory(cat: Catalog) -
     from tokenbench.errors import UsageError
     from tokenbench.predict.setup import Setup
 
-    m, hw, q = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-rtx-4090"), rf.Quant.parse("Q4_0", "F16")
+    m, hw, q = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-rtx-4090"), formats.Quant.parse("Q4_0", "F16")
     bw = hw.bw_gbs * 1e9
     # decode at 32K: 32 query heads x 32768 cached tokens x 32 layers scores, 16 bytes each (KQ written in F32,
     # read and written by the softmax, read by KQ.V), beside the cache
@@ -193,7 +194,7 @@ def test_without_flash_attention_every_score_goes_through_memory(cat: Catalog) -
     assert s_off.prefill(512, 0).estimate < 1.05 * s_on.prefill(512, 0).estimate  # about the same empty
     # and its compute buffer holds one layer's F32 scores: ubatch x heads x context x 4 bytes
     f_on, f_off = s_on.fit(110_000), s_off.fit(110_000)
-    assert (f_off.overhead_gb - f_on.overhead_gb) * rf.GIB == pytest.approx(512 * 32 * 110_000 * 4)
+    assert (f_off.overhead_gb - f_on.overhead_gb) * specs.GIB == pytest.approx(512 * 32 * 110_000 * 4)
     assert f_on.fits and not f_off.fits
     with pytest.raises(UsageError, match="always runs flash-attention"):
         Setup.make(cat, cal, "nvidia-h100-sxm", "llama-3.1-8b", "BF16", "auto", "vllm", flash_attn=False)
@@ -204,7 +205,7 @@ def test_without_flash_attention_every_score_goes_through_memory(cat: Catalog) -
 def test_speculative_verification_costs_arithmetic_not_reads(cat: Catalog) -> None:
     m = cat.find_model("qwen3.6-27b")
     hw = cat.find_hardware("nvidia-h100-sxm")
-    q = rf.Quant.parse("FP8", "FP8")
+    q = formats.Quant.parse("FP8", "FP8")
     one, four = (rf.decode_cost(m, hw, q, 8, 4096, "vllm-cuda", per_seq=t) for t in (1, 4))
     assert four.t_weights == pytest.approx(one.t_weights, rel=1e-3)  # one embedding row per token aside
     assert four.t_kv == one.t_kv
@@ -215,13 +216,13 @@ def test_speculative_gain_is_leviathan_while_memory_bound_and_shrinks_with_batch
     from tokenbench.predict.setup import Setup
 
     s = Setup.make(cat, Calibration.packaged(), "nvidia-h100-sxm", "qwen3.6-27b", "FP8", "auto", "vllm")
-    spec = rf.Spec(0.7, 3, 1 / 64)
+    spec = speculation.Spec(0.7, 3, 1 / 64)
     base1, base256 = s.decode(128, 1).estimate, s.decode(128, 256).estimate
     s.spec = spec
     gain1, gain256 = base1 / s.decode(128, 1).estimate, base256 / s.decode(128, 256).estimate
     # one sequence: verifying 4 tokens reads what one token does, so the gain is E/(1 + γ·c), within the
     # small arithmetic share of a memory-bound step
-    assert gain1 == pytest.approx(rf.spec_speedup(0.7, 3, 1 / 64), rel=0.1)
+    assert gain1 == pytest.approx(speculation.spec_speedup(0.7, 3, 1 / 64), rel=0.1)
     assert spec.expected == pytest.approx((1 - 0.7**4) / 0.3)
     # 256 short sequences: the verification is compute-bound and most of the gain is gone
     assert gain256 < 0.7 * gain1
@@ -233,9 +234,9 @@ def test_tensor_parallel_splits_the_work_and_pays_two_all_reduces_per_layer(cat:
 
     m = cat.find_model("llama-3.1-70b")  # 80 layers, hidden 8192, 8 KV heads
     sxm = cat.find_hardware("nvidia-h100-sxm")
-    q = rf.Quant.parse("FP8", "FP8")
+    q = formats.Quant.parse("FP8", "FP8")
     one = rf.decode_cost(m, sxm, q, 16, 4096, "vllm-cuda")
-    four = rf.tensor_parallel(one, m, sxm, 4, 16)
+    four = parallelism.tensor_parallel(one, m, sxm, 4, 16)
     assert four.t_weights == pytest.approx(one.t_weights / 4)
     assert four.t_compute == pytest.approx(one.t_compute / 4)
     assert four.t_kv == pytest.approx(one.t_kv / 4)
@@ -246,11 +247,11 @@ def test_tensor_parallel_splits_the_work_and_pays_two_all_reduces_per_layer(cat:
     assert rf.decode_time(four, rf.Efficiency()) - rf.decode_time(replace_comm(four), rf.Efficiency()) == \
         pytest.approx(hand / rf.LINK_ETA + 160 * rf.ALLREDUCE_LATENCY_S)
     # 16 GPUs but 8 KV heads: a KV head is not split, each GPU keeps one
-    sixteen = rf.tensor_parallel(one, m, sxm, 16, 16)
+    sixteen = parallelism.tensor_parallel(one, m, sxm, 16, 16)
     assert sixteen.t_kv == pytest.approx(one.t_kv / 8)
     # without NVLink the all-reduce crosses PCIe
     pcie = cat.find_hardware("nvidia-h100-pcie")
-    p2 = rf.tensor_parallel(rf.decode_cost(m, pcie, q, 16, 4096, "vllm-cuda"), m, pcie, 2, 16)
+    p2 = parallelism.tensor_parallel(rf.decode_cost(m, pcie, q, 16, 4096, "vllm-cuda"), m, pcie, 2, 16)
     assert p2.t_comm == pytest.approx(2 * 1 / 2 * (2 * 80 * 16 * 8192 * 2) / (pcie.pcie_gbs * 1e9))
     # through Setup: memory pools across the GPUs, one stream gets faster, llama.cpp is refused
     cal = Calibration.packaged()
@@ -294,8 +295,8 @@ def test_dequantize_pass_is_bytes_per_weight_over_the_bandwidth(cat: Catalog) ->
     # Llama-3.1-8B Q4_K_M, pp512: one pass over its ~6.98e9 dense weights; at 2.6 bytes per weight (0.61 read,
     # 2 written as F16) that is 18.1 GB, 9.4 ms at an A100 PCIe's 1935 GB/s and 18.9 ms at an RTX 6000 Ada's 960
     m = cat.find_model("llama-3.1-8b")
-    q4 = rf.Quant.parse("Q4_K_M", "F16")
-    weights = rf.weight_bytes(m, q4)["dense"] / (4.894 / 8)
+    q4 = formats.Quant.parse("Q4_K_M", "F16")
+    weights = memory.weight_bytes(m, q4)["dense"] / (4.894 / 8)
     assert weights == pytest.approx(6.98e9, rel=0.01)
     eff = rf.Efficiency(eta_w=1.0, deq_bytes=2.6)
     for hw_id, bw, ms in (("nvidia-a100-pcie-80gb", 1935, 9.4), ("nvidia-rtx-6000-ada", 960, 18.9)):
@@ -310,12 +311,12 @@ def test_dequantize_pass_is_bytes_per_weight_over_the_bandwidth(cat: Catalog) ->
     c8 = rf.prefill_cost(m, a100, q4, 4096, 0, "llamacpp-cuda")
     assert c8.t_deq == pytest.approx(8 * weights / (1935 * 1e9))
     # F16 weights go to the GEMM as they are; decode reads quantized weights in its own kernels
-    assert rf.prefill_cost(m, a100, rf.Quant.parse("F16", "F16"), 512, 0, "llamacpp-cuda").t_deq == 0.0
+    assert rf.prefill_cost(m, a100, formats.Quant.parse("F16", "F16"), 512, 0, "llamacpp-cuda").t_deq == 0.0
     assert rf.decode_cost(m, a100, q4, 1, 0, "llamacpp-cuda").t_deq == 0.0
     # routed experts run through their own matmuls (eta_moe, t_expert): only the dense weights take the pass
     moe = cat.find_model("qwen3-30b-a3b-2507")
-    cm = rf.prefill_cost(moe, a100, rf.Quant.parse("Q4_K_M", "F16"), 512, 0, "llamacpp-cuda")
-    assert cm.t_deq == pytest.approx(rf.weight_bytes(moe, q4)["dense"] / (4.894 / 8) / (1935 * 1e9))
+    cm = rf.prefill_cost(moe, a100, formats.Quant.parse("Q4_K_M", "F16"), 512, 0, "llamacpp-cuda")
+    assert cm.t_deq == pytest.approx(memory.weight_bytes(moe, q4)["dense"] / (4.894 / 8) / (1935 * 1e9))
     # Metal and vLLM dequantize inside their matmul kernels: no pass in their priors
     assert PRIORS["llamacpp-metal"].deq_bytes == 0.0 and PRIORS["vllm"].deq_bytes == 0.0
 
@@ -342,7 +343,7 @@ def test_held_out_a100s_beat_ada_pro_cards_on_quantized_70b_prompts(cat: Catalog
 
 def test_fixed_per_layer_cost_is_gpu_cycles(cat: Catalog) -> None:
     # a layer's fixed cost (kernel launch, ramp and drain) is cycles: stated at REF_GHZ, it takes REF/clock
-    m, q = cat.find_model("llama-3.1-8b"), rf.Quant.parse("F16", "F16")
+    m, q = cat.find_model("llama-3.1-8b"), formats.Quant.parse("F16", "F16")
     a100, h100 = cat.find_hardware("nvidia-a100-sxm-80gb"), cat.find_hardware("nvidia-h100-pcie")
     assert (a100.boost_ghz, h100.boost_ghz) == (1.41, 1.755)  # datasheets
     eff = rf.Efficiency(t_layer=100e-6)

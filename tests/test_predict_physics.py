@@ -11,6 +11,7 @@ import pytest
 
 from tokenbench.cli import main
 from tokenbench.errors import UsageError
+from tokenbench.predict import formats, memory
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.accuracy import against
@@ -66,7 +67,7 @@ def test_spark_moe_decode_sits_below_its_ceiling(cat: Catalog) -> None:
 
 def test_kv_reads_at_depth_are_physical(cat: Catalog) -> None:
     m, hw = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-h100-sxm")
-    q = rf.Quant("Q4_0", "F16")
+    q = formats.Quant("Q4_0", "F16")
     c = rf.decode_cost(m, hw, q, 1, 16384, "llamacpp-cuda")
     assert c.t_kv == pytest.approx(131072 * 16384 / 3350e9)  # 128 KiB/token of f16 KV, read once: ~0.64 ms
     s = Setup.make(cat, Calibration.packaged(), "nvidia-h100-sxm", "llama-3.1-8b", "Q4_0", "f16", "llama.cpp cuda")
@@ -74,14 +75,14 @@ def test_kv_reads_at_depth_are_physical(cat: Catalog) -> None:
     # the H100: tg128 falls 26% from depth 0 to 16K (341 -> 252); the A30-fitted law said 70%
     assert 0.05 < fall < 0.40
     # a block-quantized cache is costed apart, with its own (lower) share of bandwidth
-    cq = rf.decode_cost(m, hw, rf.Quant("Q4_0", "Q4_0"), 1, 16384, "llamacpp-cuda")
+    cq = rf.decode_cost(m, hw, formats.Quant("Q4_0", "Q4_0"), 1, 16384, "llamacpp-cuda")
     assert cq.t_kv == 0 and cq.t_kvq == pytest.approx(2 * 32 * 8 * 128 * 4.5 / 8 * 16384 / 3350e9)
 
 
 def test_moe_prefill_reads_weights_once_per_ubatch_and_overlaps(cat: Catalog) -> None:
     m, hw = cat.find_model("gpt-oss-120b"), cat.find_hardware("nvidia-dgx-spark")
-    q = rf.Quant("MXFP4", "F16")
-    w = rf.weight_bytes(m, q)
+    q = formats.Quant("MXFP4", "F16")
+    w = memory.weight_bytes(m, q)
     one = rf.prefill_cost(m, hw, q, 2048, 0, "llamacpp-cuda", ubatch=2048)
     routed = w["experts"] * rf.expert_coverage(m, 2048) / m.experts
     assert one.passes == 1 and one.t_weights == pytest.approx((w["dense"] + routed + w["lm_head"]) / 273e9)
@@ -98,12 +99,12 @@ def test_moe_prefill_reads_weights_once_per_ubatch_and_overlaps(cat: Catalog) ->
 
 def test_compute_peaks_follow_the_arithmetic_used(cat: Catalog) -> None:
     spark, a30, h100 = (cat.find_hardware(h) for h in ("nvidia-dgx-spark", "nvidia-a30", "nvidia-h100-sxm"))
-    q4 = rf.Quant("Q4_K_M", "F16")
+    q4 = formats.Quant("Q4_K_M", "F16")
     assert rf.peak_tflops(spark, q4, "llamacpp-cuda") == 125  # FP16-accumulate figure, no int8 factor
-    assert rf.peak_tflops(spark, rf.Quant("MXFP4", "F16"), "llamacpp-cuda") == 125  # MXFP4 is a GGUF quant
+    assert rf.peak_tflops(spark, formats.Quant("MXFP4", "F16"), "llamacpp-cuda") == 125  # MXFP4 is a GGUF quant
     assert rf.peak_tflops(a30, q4, "llamacpp-cuda") == 165  # no FP16-acc figure: the BF16 peak
-    assert rf.peak_tflops(h100, rf.Quant("FP8", "FP8"), "vllm-cuda") == 1979
-    assert rf.peak_tflops(h100, rf.Quant("BF16", "AUTO"), "vllm-cuda") == 989
+    assert rf.peak_tflops(h100, formats.Quant("FP8", "FP8"), "vllm-cuda") == 1979
+    assert rf.peak_tflops(h100, formats.Quant("BF16", "AUTO"), "vllm-cuda") == 989
 
 
 def test_no_silent_fallbacks(cat: Catalog) -> None:
@@ -135,15 +136,15 @@ def test_vram_gb_is_gib(cat: Catalog) -> None:
     hw = cat.find_hardware("nvidia-rtx-4080")
     assert hw.usable_bytes == 16 * GIB
     # Llama 3 8B F16 (16.06e9 bytes) runs on a 16 GB card in published-more.csv: it fits
-    f = rf.fit(cat.find_model("llama-3.1-8b"), hw, rf.Quant("F16", "F16"), 1024, 1, "llama.cpp")
+    f = memory.fit(cat.find_model("llama-3.1-8b"), hw, formats.Quant("F16", "F16"), 1024, 1, "llama.cpp")
     assert f.fits and f.weights_gb == pytest.approx(8.03e9 * 16.0005 / 8 / GIB)
 
 
 @pytest.mark.parametrize("fmt,bpw", [("Q4_K_S", 4.58), ("Q5_0", 5.5), ("Q3_K_M", 3.91), ("Q2_K", 3.35),
                                      ("IQ4_XS", 4.25), ("IQ2_XXS", 2.06), ("MXFP4", 4.25), ("mlx4", 4.5)])
 def test_more_weight_formats_by_bits_per_weight(fmt: str, bpw: float) -> None:
-    assert rf.Quant.parse(fmt, "q5_0").bpw == bpw
-    assert rf.Quant.parse(fmt, "q5_0").kv_bytes == 5.5 / 8
+    assert formats.Quant.parse(fmt, "q5_0").bpw == bpw
+    assert formats.Quant.parse(fmt, "q5_0").kv_bytes == 5.5 / 8
 
 
 def test_dotted_catalog_id_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

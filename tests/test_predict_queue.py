@@ -11,6 +11,7 @@ import pytest
 from tokenbench.cli import main
 from tokenbench.errors import UsageError
 from tokenbench.predict import queue
+from tokenbench.predict import serving
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.fitting import fit_calibration
@@ -34,13 +35,13 @@ def h100(cat: Catalog) -> Setup:
 
 def test_engine_budgets_follow_their_sources(cat: Catalog) -> None:
     hw = cat.find_hardware
-    assert rf.default_batch_tokens("vllm", hw("nvidia-h100-sxm")) == 8192
-    assert rf.default_batch_tokens("vllm", hw("nvidia-rtx-4090")) == 2048
-    assert rf.default_batch_tokens("vllm", hw("nvidia-a100-sxm-80gb")) == 2048  # vLLM keeps the A100 at 2048
-    assert rf.default_batch_tokens("sglang", hw("nvidia-a100-sxm-80gb")) == 8192
-    assert rf.default_batch_tokens("sglang", hw("nvidia-rtx-4090")) == 2048
-    assert rf.default_batch_tokens("sglang", hw("nvidia-l40s")) == 4096
-    assert rf.mixes_prefill("vllm") and not rf.mixes_prefill("sglang")
+    assert serving.default_batch_tokens("vllm", hw("nvidia-h100-sxm")) == 8192
+    assert serving.default_batch_tokens("vllm", hw("nvidia-rtx-4090")) == 2048
+    assert serving.default_batch_tokens("vllm", hw("nvidia-a100-sxm-80gb")) == 2048  # vLLM keeps the A100 at 2048
+    assert serving.default_batch_tokens("sglang", hw("nvidia-a100-sxm-80gb")) == 8192
+    assert serving.default_batch_tokens("sglang", hw("nvidia-rtx-4090")) == 2048
+    assert serving.default_batch_tokens("sglang", hw("nvidia-l40s")) == 4096
+    assert serving.mixes_prefill("vllm") and not serving.mixes_prefill("sglang")
 
 
 def test_ttft_grows_with_agents(h100: Setup) -> None:

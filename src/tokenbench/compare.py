@@ -22,7 +22,7 @@ from .capacity import SURE_LEGEND, CapacityAnswer, answer
 from .cost import effective_serving_s
 from .errors import UsageError
 from .metrics import LevelSummary
-from .predict.roofline import WEIGHT_BPW
+from .predict.formats import WEIGHT_BPW
 from .results import Manifest, RunResult
 from .session_view import BUSTED, WARM, cache_of, is_session_run
 from .slo import SLO

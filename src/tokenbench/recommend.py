@@ -19,7 +19,7 @@ from .errors import UsageError
 from .findings import Code
 from .metrics import LevelSummary
 from .predict.calibration import Calibration
-from .predict.predictor import Setup
+from .predict.setup import Setup
 from .predict.specs import Catalog, HardwareSpec
 from .results import LevelOutcome, RunResult
 from .slo import duration_text, needed_for_sure_pass

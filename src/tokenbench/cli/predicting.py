@@ -13,14 +13,14 @@ from .common import check_output, emit_json, int_list, tokens, write_json
 
 if TYPE_CHECKING:
     from ..predict.calibration import Calibration
-    from ..predict.predictor import Setup
+    from ..predict.setup import Setup
     from ..predict.session import SessionShape
     from ..results import RunResult
 
 
 def _setup(a: argparse.Namespace) -> tuple[Setup, Calibration]:
     from ..predict.calibration import Calibration
-    from ..predict.predictor import Setup
+    from ..predict.setup import Setup
     from ..predict.specs import Catalog
 
     cal = Calibration.packaged() if not getattr(a, "calibration", None) else \
@@ -89,7 +89,7 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
     from ..output import print_table
     from ..predict import report
     from ..predict.calibration import Calibration
-    from ..predict.predictor import against
+    from ..predict.accuracy import against
     from ..predict.published import read_rows
     from ..predict.specs import Catalog
 
@@ -302,7 +302,7 @@ PUBLISHED_FILES = [Path(__file__).resolve().parents[1] / "data" / n for n in ("p
 
 def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> int:
     from ..predict.calibration import write
-    from ..predict.predictor import fit_calibration
+    from ..predict.fitting import fit_calibration
     from ..predict.published import read_rows
     from ..predict.specs import Catalog
 

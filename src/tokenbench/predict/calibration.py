@@ -36,7 +36,7 @@ from typing import Any
 
 from .. import registry
 from ..errors import UsageError
-from .roofline import PARAM_BOUNDS, Efficiency
+from .roofline import Efficiency, PARAM_BOUNDS
 from .specs import finite_number
 
 

@@ -17,7 +17,7 @@ from ..store import Store
 from .calibration import Calibration, backend_key
 from .rows import predict_row
 from .published import Row, run_rows
-from .roofline import GGUF_FORMATS, check_engine
+from .formats import GGUF_FORMATS, check_engine
 from .specs import Catalog, HardwareSpec, ModelSpec
 
 

@@ -6,7 +6,8 @@ from . import roofline as rf
 from .calibration import Calibration
 from .accuracy import AgainstReport
 from .setup import Setup
-from .roofline import FIT_SEARCH_TOKENS, GIB, Fit, kv_bytes, state_bytes
+from .memory import Fit, FIT_SEARCH_TOKENS, kv_bytes, state_bytes
+from .specs import GIB
 from .session import SessionPrediction, rounds
 from .specs import Catalog
 

@@ -11,6 +11,7 @@ from typing import Any
 from .. import registry
 from ..errors import UsageError
 from . import queue
+from . import memory
 from . import roofline as rf
 from .calibration import FALLBACK_BAND_PCT, Band, Calibration, engine_kind
 from .published import METRICS, Row
@@ -51,7 +52,7 @@ def row_parallel(r: Row) -> int:
 def row_ubatch(r: Row) -> int:
     """llama-bench's -ub from the row's note, else llama.cpp's default."""
     m = re.search(r"-ub\s+(\d+)", r.raw.get("note") or "")
-    return int(m.group(1)) if m else rf.UBATCH
+    return int(m.group(1)) if m else memory.UBATCH
 
 
 def row_batch_tokens(r: Row) -> int | None:

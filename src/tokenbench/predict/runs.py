@@ -18,7 +18,7 @@ from ..metrics import Distribution, LevelSummary, SessionStats, TurnPoint
 from ..loadgen import Level
 from ..results import LevelOutcome, Manifest, RunResult, new_run_id, now_iso
 from ..store import Store
-from . import roofline as rf
+from .speculation import Spec, alpha_from_acceptance_length, expected_tokens, spec_speedup
 from .setup import Setup
 from .session import SessionPrediction
 
@@ -35,9 +35,9 @@ class Speculation:
     tokens_per_pass: float
     speedup: float
 
-    def spec(self) -> rf.Spec:
+    def spec(self) -> Spec:
         """What the decode model takes (each step verifies tokens + 1; roofline.spec_decode)."""
-        return rf.Spec(self.acceptance, self.tokens, self.draft_cost)
+        return Spec(self.acceptance, self.tokens, self.draft_cost)
 
     def describe(self) -> str:
         return (f"speculative decoding: {self.tokens} tokens, acceptance {self.acceptance:.2f}, "
@@ -52,12 +52,12 @@ def speculation(s: Setup, tokens: int, acceptance: float | None, acceptance_leng
     length (Leviathan et al. 2023; roofline.md "Speculative decoding")."""
     if (acceptance is None) == (acceptance_length is None):
         raise UsageError("with --spec-tokens give one of --acceptance (0..1) or --acceptance-length")
-    alpha = acceptance if acceptance is not None else rf.alpha_from_acceptance_length(acceptance_length or 0.0,
+    alpha = acceptance if acceptance is not None else alpha_from_acceptance_length(acceptance_length or 0.0,
                                                                                      tokens)
     if not 0 <= alpha <= 1:
         raise UsageError("--acceptance is a probability between 0 and 1")
     cost = draft_cost if draft_cost is not None else (1 / s.model.layers if s.model.mtp else DEFAULT_DRAFT_COST)
-    return Speculation(tokens, alpha, cost, rf.expected_tokens(alpha, tokens), rf.spec_speedup(alpha, tokens, cost))
+    return Speculation(tokens, alpha, cost, expected_tokens(alpha, tokens), spec_speedup(alpha, tokens, cost))
 
 
 def depth_levels(s: Setup, depths: list[int], pp: int, tg: int) -> list[LevelSummary]:

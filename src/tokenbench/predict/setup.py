@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import UsageError
 from . import queue
+from . import formats, memory, offload, parallelism, serving, speculation
 from . import roofline as rf
 from .calibration import Band, Calibration, Extrapolation, backend_key, engine_kind
 from .specs import Catalog, HardwareSpec, ModelSpec
@@ -22,13 +23,13 @@ MAX_TP = 8
 class Setup:
     model: ModelSpec
     hw: HardwareSpec
-    quant: rf.Quant
+    quant: formats.Quant
     engine: str
     backend: str
     eff: rf.Efficiency
     kind: str
-    spec: rf.Spec | None = None  # speculative decoding / MTP
-    ubatch: int = rf.UBATCH
+    spec: speculation.Spec | None = None  # speculative decoding / MTP
+    ubatch: int = memory.UBATCH
     parallel: int = 1  # llama.cpp server slots (-np): that many sequences decode in one batch
     tp: int = 1  # tensor parallelism: GPUs of one box sharing every layer (vLLM/SGLang --tensor-parallel-size)
     flash_attn: bool = True  # llama.cpp -fa 1 (its default since 2025: auto); batching engines always
@@ -37,21 +38,21 @@ class Setup:
     batch_tokens: int | None = None  # batching engines: tokens per step (--max-num-batched-tokens); None: default
     arrivals: queue.Arrivals = "together"  # a batching engine's closed loop: how the agents' prompts arrive
     costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
-    fits: dict[tuple[Any, ...], rf.Fit] = field(default_factory=dict)  # memory per shape, memoised
+    fits: dict[tuple[Any, ...], memory.Fit] = field(default_factory=dict)  # memory per shape, memoised
 
     @classmethod
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
-             engine: str, check: bool = True, ubatch: int = rf.UBATCH, parallel: int = 1, tp: int = 1,
+             engine: str, check: bool = True, ubatch: int = memory.UBATCH, parallel: int = 1, tp: int = 1,
              flash_attn: bool = True, era: str | None = None, batch_tokens: int | None = None,
              arrivals: queue.Arrivals = "together") -> Setup:
         """``era``: the year of the engine's build (registry.era reads a version); None: the newest the
         calibration has for this backend."""
         hw = cat.find_hardware(hardware)
         m = cat.find_model(model)
-        q = rf.Quant.parse(weights, kv)
-        rf.check_engine(hw, engine)
+        q = formats.Quant.parse(weights, kv)
+        formats.check_engine(hw, engine)
         if check:
-            rf.check_combination(hw, q, engine)
+            formats.check_combination(hw, q, engine)
         backend = backend_key(engine, hw.default_backend)
         kind = engine_kind(engine)
         if parallel > 1 and kind != "sequential":
@@ -89,7 +90,7 @@ class Setup:
     @property
     def budget(self) -> int:
         """A batching engine's tokens per step: the one given, else the engine's default on this box."""
-        return self.batch_tokens or rf.default_batch_tokens(self.engine, self.hw)
+        return self.batch_tokens or serving.default_batch_tokens(self.engine, self.hw)
 
     @property
     def calibrated(self) -> bool:
@@ -100,7 +101,7 @@ class Setup:
         if key not in self.costs:
             c = rf.decode_cost(self.model, self.hw, self.quant, n, context, self.backend, per_seq=per_seq,
                                flash_attn=self.flash_attn)
-            self.costs[key] = rf.tensor_parallel(c, self.model, self.hw, self.tp, n * per_seq)
+            self.costs[key] = parallelism.tensor_parallel(c, self.model, self.hw, self.tp, n * per_seq)
         return self.costs[key]
 
     def _decode_step(self, n: int, context: int) -> rf.Estimate:
@@ -109,16 +110,16 @@ class Setup:
         if self.spec is None:
             return rf.Estimate(plain.ceiling, rf.decode_time(plain, self.eff))
         verify = self._decode_cost(n, context, self.spec.gamma + 1)
-        return rf.spec_decode(verify, plain, self.spec, self.eff)
+        return speculation.spec_decode(verify, plain, self.spec, self.eff)
 
     def _prefill_cost(self, tokens: int, cached: int, ubatch: int) -> rf.StepCost:
         key = ("p", tokens, cached, ubatch)
         if key not in self.costs:
             c = rf.prefill_cost(self.model, self.hw, self.quant, tokens, cached, self.backend, ubatch, self.flash_attn)
-            self.costs[key] = rf.tensor_parallel(c, self.model, self.hw, self.tp, tokens)
+            self.costs[key] = parallelism.tensor_parallel(c, self.model, self.hw, self.tp, tokens)
         return self.costs[key]
 
-    def fit(self, context: int, concurrency: int = 1) -> rf.Fit:
+    def fit(self, context: int, concurrency: int = 1) -> memory.Fit:
         """Memory only: it does not depend on the efficiency constants, so it is computed once per shape (the
         calibration fit evaluates each row thousands of times; unmemoised, this was 86% of `calibrate`)."""
         key = ("f", context, concurrency)
@@ -126,27 +127,27 @@ class Setup:
             hw = self.hw if self.tp == 1 else replace(  # tp GPUs pool their memory (each runs the engine)
                 self.hw, mem_gb=self.hw.mem_gb * self.tp,
                 usable_gb=self.hw.usable_gb * self.tp if self.hw.usable_gb is not None else None)
-            self.fits[key] = rf.fit(self.model, hw, self.quant, context, concurrency, self.engine, self.ubatch,
+            self.fits[key] = memory.fit(self.model, hw, self.quant, context, concurrency, self.engine, self.ubatch,
                                     self.flash_attn)
         return self.fits[key]
 
     def decode(self, depth: int, n: int = 1) -> rf.Estimate:
         f = self.fit(depth + 1, n)
         if not f.fits and self.kind == "sequential":
-            return rf.offload_decode(self.model, self.hw, self.quant, depth, self.backend, f, self.eff,
+            return offload.offload_decode(self.model, self.hw, self.quant, depth, self.backend, f, self.eff,
                                      self.flash_attn)
         return self._decode_step(n, depth)
 
     def prefill(self, tokens: int, depth: int = 0) -> rf.Estimate:
         f = self.fit(depth + tokens, 1)
         if not f.fits and self.kind == "sequential":
-            return rf.offload_prefill(self.model, self.hw, self.quant, tokens, depth, self.backend, f, self.eff,
+            return offload.offload_prefill(self.model, self.hw, self.quant, tokens, depth, self.backend, f, self.eff,
                                       self.ubatch, self.flash_attn)
         ub = self.ubatch if self.kind == "sequential" else self.budget
         c = self._prefill_cost(tokens, depth, ub)
         return rf.Estimate(c.ceiling, rf.prefill_time(c, self.eff))
 
-    def serve(self, n: int, prompt: int, output: int, cached: int = 0) -> rf.ServePoint:
+    def serve(self, n: int, prompt: int, output: int, cached: int = 0) -> serving.ServePoint:
         """A closed loop of ``n`` agents, from the memoised per-shape costs (the fit evaluates each row often).
         vLLM and SGLang through their scheduler's queue (``_serve_queue``); llama.cpp with ``parallel`` slots
         batches up to that many sequences (prompts in its micro-batches), and more agents wait for a slot. ``cached``: tokens of each prompt
@@ -158,10 +159,10 @@ class Setup:
         if self.parallel > 1:
             b = min(n, self.parallel)
             pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch)
-            p = rf.serve_point(pf, self._decode_step(b, ctx), self.eff, "batching", b, prompt, output)
-            return rf.behind_slots(p, n, output)
+            p = serving.serve_point(pf, self._decode_step(b, ctx), self.eff, "batching", b, prompt, output)
+            return serving.behind_slots(p, n, output)
         pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch)
-        return rf.serve_point(pf, self._decode_step(1, ctx), self.eff, "sequential", n, prompt, output)
+        return serving.serve_point(pf, self._decode_step(1, ctx), self.eff, "sequential", n, prompt, output)
 
     def _step_cost(self, kind: queue.StepKind, ctx: int) -> rf.StepCost:
         """The physical work of one kind of engine step: its decodes at the loop's mean context and its prompt
@@ -171,7 +172,7 @@ class Setup:
             per_seq = self.spec.gamma + 1 if self.spec else 1
             parts = [self._decode_cost(kind.decodes, ctx, per_seq)] if kind.decodes else []
             parts += [self._prefill_cost(t, c, self.budget) for t, c in kind.chunks]
-            self.costs[key] = rf.batch_step(parts)
+            self.costs[key] = serving.batch_step(parts)
         return self.costs[key]
 
     def _step_times(self, kinds: tuple[queue.StepKind, ...], ctx: int) -> tuple[list[float], list[float]]:
@@ -191,15 +192,15 @@ class Setup:
             est.append(t_e)
         return ceil, est
 
-    def _serve_queue(self, n: int, prompt: int, output: int, cached: int) -> rf.ServePoint:
+    def _serve_queue(self, n: int, prompt: int, output: int, cached: int) -> serving.ServePoint:
         """vLLM / SGLang: the closed loop through their scheduler (queue.closed_loop, memoised per shape), each
         kind of step timed by the roofline with the current constants."""
         ctx = cached + prompt + output // 2
         per_step = self.spec.expected if self.spec else 1.0
         per_seq = self.spec.gamma + 1 if self.spec else 1
         loop = queue.closed_loop(n, max(prompt, 1), queue.decode_steps(output, per_step), self.budget,
-                                 rf.mixes_prefill(self.engine), self.arrivals, per_seq, cached)
-        p = rf.serve_queue(loop, self._step_times(loop.kinds, ctx), self._decode_step(1, ctx), n, output)
+                                 serving.mixes_prefill(self.engine), self.arrivals, per_seq, cached)
+        p = serving.serve_queue(loop, self._step_times(loop.kinds, ctx), self._decode_step(1, ctx), n, output)
         if not output:  # prompts only: the decode rate of the batch stands for throughput
             d = self._decode_step(n, ctx)
             p.throughput = (n / d.ceiling, n / d.estimate)
