@@ -10,7 +10,8 @@ Makefile, ``tests/test_hermetic.py``).
 - The locale and zone: ``LANG=C.UTF-8``, no ``LC_*``/``LANGUAGE``/``PYTHONIOENCODING``/``PYTHONUTF8``, ``TZ=UTC``.
 - tokenbench's own variables are the user's, not the suite's: every ``TOKENBENCH_*`` is removed but the suite's
   knobs, ``TOKENBENCH_TEST_CACHE`` (the model cache, see ``model_cache``), ``TOKENBENCH_REQUIRE_ENGINES`` (CI:
-  a missing engine fails) and ``TOKENBENCH_FUZZ_EXAMPLES`` (fewer generated streams locally).
+  a missing engine fails), ``TOKENBENCH_FUZZ_EXAMPLES`` (fewer generated streams locally) and
+  ``TOKENBENCH_UPDATE_SNAPSHOTS`` (rewrite the exporters' snapshots, tests/test_report_export.py).
 - The home: ``HOME`` is left alone, since the engines the tests start read their own caches under it (Hugging
   Face, vLLM's compile cache, Chromium's profile), and no assertion reads it. What tokenbench derives from it is
   pinned: the user config and data directories (a ``guard.toml`` or ``catalog.toml`` of the user's would change
@@ -38,7 +39,8 @@ import pytest
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
 
 #: The suite's own knobs, kept as the caller set them.
-KEPT_VARIABLES = ("TOKENBENCH_TEST_CACHE", "TOKENBENCH_REQUIRE_ENGINES", "TOKENBENCH_FUZZ_EXAMPLES")
+KEPT_VARIABLES = ("TOKENBENCH_TEST_CACHE", "TOKENBENCH_REQUIRE_ENGINES", "TOKENBENCH_FUZZ_EXAMPLES",
+                  "TOKENBENCH_UPDATE_SNAPSHOTS")
 #: Where the built engines are: ``TOKENBENCH_TEST_<name>`` gives the session its ``TOKENBENCH_<name>``.
 ENGINE_LOCATIONS = ("TOOLS", "LLAMA_CPP_BIN", "VLLM_ENV", "AIPERF_ENV")
 #: The caller's terminal, colour and locale: removed.

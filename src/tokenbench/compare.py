@@ -13,8 +13,8 @@ import math
 import re
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import adapters, session_view
 from .bootstrap import RESAMPLES, TAIL, Interval, LevelSamples, interval, run_samples
@@ -122,6 +122,14 @@ class Comparison:
     crossovers: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     effective: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rows as ``compare --json`` and the JSON report write them: each with its ratio, the winner's name
+        (None: a tie) and the rule that decided it; ``interval`` is {low, high, how_a, how_b, n_a, n_b} or None."""
+        doc = asdict(self)
+        for row, r in zip(doc["rows"], self.rows):
+            row.update(ratio=r.ratio, winner={0: None, 1: self.a, 2: self.b}[r.winner()], rule=r.rule)
+        return doc
 
 
 def _name(res: RunResult) -> str:

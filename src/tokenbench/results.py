@@ -279,6 +279,10 @@ def combine_repetitions(reps: list[LevelSummary], price_per_hour: float | None,
     return base
 
 
+#: Every kind of run with levels: what a report draws and compare aligns (test, depth, concurrency).
+REPORTED = ("sweep", "predict", "depth", "bench")
+
+
 def load_result(store: Store, ref: str, first: int | None = None, latest: bool = False,
                 kinds: tuple[str, ...] | None = None, command: str = "") -> RunResult:
     """A stored run, as the sweep returned it (finished levels only if it was cut short); ``first``: only the

@@ -11,7 +11,7 @@ from ..cost import Pricing, run_price
 from ..errors import UsageError
 from ..slo import parse_duration_ms
 from ..store import Store
-from ..results import RunResult, load_result
+from ..results import REPORTED, RunResult, load_result
 
 if TYPE_CHECKING:
     from ..compare import CapacityComparison, Comparison, SessionComparison
@@ -22,8 +22,6 @@ from .common import check_output, emit_json
 
 #: Runs measured (or predicted) at load levels: what cost and recommend work on.
 LOADED = ("sweep", "predict")
-#: Every kind with levels: what the report draws and compare aligns (test, depth, concurrency).
-REPORTED = ("sweep", "predict", "depth", "bench")
 
 
 def cmd_compare(a: argparse.Namespace, console: Console) -> int:
@@ -131,11 +129,9 @@ def _compare_tail(a: argparse.Namespace, console: Console, store: Store, ra: Run
         console.print(f"quality (runs {q.run_a} and {q.run_b}): " + "; ".join(q.lines(c.a, c.b)), markup=False,
                       highlight=False)
     if a.json:
-        doc = asdict(c)
+        doc = c.to_dict()
         doc["quality"] = q.to_dict() if q is not None else None
         doc["capacity"] = cap.to_dict() if cap is not None else None
-        for row, r in zip(doc["rows"], c.rows):  # interval: {low, high, how_a, how_b, n_a, n_b} or null
-            row.update(ratio=r.ratio, winner={0: None, 1: c.a, 2: c.b}[r.winner()], rule=r.rule)
         if sessions is not None:
             doc["sessions"] = asdict(sessions)
             for block, b in zip(doc["sessions"]["blocks"], sessions.blocks):
@@ -261,39 +257,20 @@ def _cost_sessions(a: argparse.Namespace, console: Console, res: RunResult, pric
 
 
 def cmd_report(a: argparse.Namespace, console: Console) -> int:
-    from ..report import html, markdown, plots, series
+    from ..report.document import report
+    from ..report.export import EXPORTERS
 
-    if not (a.html or a.md or a.png):
-        raise UsageError("say what to write: --html FILE, --md FILE and/or --png DIR")
-    check_output(a.html, "--html")
-    check_output(a.md, "--md")
-    if a.png and Path(a.png).exists() and not Path(a.png).is_dir():
-        raise UsageError(f"--png {a.png} is a file: give a directory for the PNGs")
-    store = Store(a.db, readonly=True)
-    # what the report draws: a label a quality run shares with a sweep means the sweep here
-    runs = [load_result(store, r, latest=a.latest, kinds=REPORTED, command="report") for r in a.runs]
-    if a.md:
-        markdown.write(Path(a.md), runs)
-        console.print(f"wrote {len(runs)} section(s) to {a.md}", markup=False)
-    data = series.build(runs, a.price_per_hour, a.currency)
-    if a.html:
-        from itertools import combinations
-
-        quality = {}
-        for ra, rb in combinations(runs, 2):
-            q = quality_beside(store, ra, rb)
-            if q is not None:
-                quality[(ra.run_id, rb.run_id)] = q.lines(ra.manifest.label or ra.run_id,
-                                                          rb.manifest.label or rb.run_id)
-        Path(a.html).write_text(html.render(runs, data, a.title, a.price_per_hour, a.currency, quality, store),
-                                encoding="utf-8")
-        console.print(f"wrote {a.html} ({len(data)} plots)", markup=False)
-    if a.png:
-        out = Path(a.png)
-        out.mkdir(parents=True, exist_ok=True)
-        for p in data:
-            plots.png(p, out / f"{p.id}.png")
-        console.print(f"wrote {len(data)} PNGs to {out}", markup=False)
+    asked = [(e, Path(p)) for e in EXPORTERS if (p := getattr(a, e.option[2:]))]
+    if not asked:
+        raise UsageError("say what to write: " + ", ".join(f"{e.option} {e.target.upper()}" for e in EXPORTERS))
+    for e, path in asked:  # refused before anything is read
+        if e.target == "file":
+            check_output(str(path), e.option)
+        elif path.exists() and not path.is_dir():
+            raise UsageError(f"{e.option} {path} is a file: give a directory")
+    rep = report(Store(a.db, readonly=True), a.runs, a.latest, a.title, a.price_per_hour, a.currency)
+    for e, path in asked:
+        console.print(e.write(rep, path), markup=False)
     return 0
 
 

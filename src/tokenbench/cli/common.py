@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 from ..errors import UsageError
+from ..jsontext import json_text
 from ..slo import parse_duration_ms
 from ..results import RunResult
 
@@ -88,20 +89,9 @@ def check_output(path: str | None, what: str) -> None:
         raise UsageError(f"{what} {path} cannot be written here (permission denied)")
 
 
-def finite(obj: Any) -> Any:
-    """``obj`` with every NaN or infinite float replaced by None: the JSON written is always valid JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    return obj
-
-
 def emit_json(path: str, obj: Any) -> None:
     """``obj`` as JSON into ``path``, or onto stdout for ``-`` (the tables then go to stderr: see cli.main)."""
-    text = json.dumps(finite(obj), indent=2, allow_nan=False) + "\n"
+    text = json_text(obj)
     if path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -522,11 +522,12 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--label", help="label for the imported runs (default: from the file)")
     add_db(im)
 
-    rp = sub.add_parser("report", help="Markdown (BENCHMARKS.md), a self-contained HTML report with plots, PNGs")
+    rp = sub.add_parser("report", help="Markdown (BENCHMARKS.md), a self-contained HTML report with plots, PNGs, JSON")
     rp.add_argument("runs", nargs="+", help="run ids, id prefixes or labels (predicted runs are drawn dashed)")
     rp.add_argument("--html", help="write the HTML report here")
     rp.add_argument("--md", help="append or rewrite each run's section of this Markdown file")
     rp.add_argument("--png", help="write each plot as a PNG into this directory")
+    rp.add_argument("--json", help="write the runs, the plotted series and each pair compared as JSON here")
     rp.add_argument("--price-per-hour", type=POSITIVE,
                     help="price per hour for the cost columns and plot (default: each run's own price, if it has one)")
     rp.add_argument("--currency", type=CURRENCY)

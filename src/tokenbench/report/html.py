@@ -11,10 +11,8 @@ is drawn inside its plot and under no PREDICTED marker, and writes what it found
 
 from __future__ import annotations
 
-import datetime
 import html
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from .. import __version__, session_view
 from ..bootstrap import RESAMPLES
@@ -23,10 +21,8 @@ from ..cost import output_rate
 from ..metrics import LevelSummary
 from ..results import RunResult
 from . import comparison, facts, figures, sessions, style
+from .document import Report
 from .series import Plot, is_predicted, pricing, run_name
-
-if TYPE_CHECKING:
-    from ..store import Store
 
 BOOT_SCRIPT = """
 (function () {
@@ -332,23 +328,20 @@ def _figure(plot: Plot) -> str:
             f"{'; log scale' if plot.logy else ''}.</figcaption></figure>")
 
 
-def render(runs: list[RunResult], plots: list[Plot], title: str = "tokenbench report",
-           price_per_hour: float | None = None, currency: str | None = None,
-           quality: dict[tuple[str, str], list[str]] | None = None, store: Store | None = None) -> str:
-    """The page. ``quality``: per pair of run ids, lines on the two boxes' quality runs (quality beside speed);
-    ``store``: where the runs' requests are, for the comparison's intervals."""
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def render(rep: Report) -> str:
+    """The page: every value it shows comes from ``rep`` (document.report)."""
+    runs, plots, price_per_hour, currency, title = rep.runs, rep.plots, rep.price_per_hour, rep.currency, rep.title
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
-        f'<p class="meta">{len(runs)} run{"s" if len(runs) != 1 else ""}, written {now} by tokenbench '
+        f'<p class="meta">{len(runs)} run{"s" if len(runs) != 1 else ""}, written {rep.written} by tokenbench '
         f"{_e(__version__)}. Each run keeps its colour in every table and plot. Measured: solid lines, filled "
         "markers, drawn on top. PREDICTED: dashed lines, open markers. p50 solid, p99 dotted.</p>",
         '<section id="sides"><h2>The runs side by side</h2>', _sides(runs, price_per_hour, currency), "</section>",
     ]
-    pairs, apart = comparison.pairs(runs, price_per_hour, currency, store)
+    pairs, apart = rep.pairs, rep.apart
     if pairs or apart:
         parts.append('<section id="comparison"><h2>Comparison</h2>')
         parts.append(f'<p class="meta">A/B is the first run\'s value over the second\'s, with its 95% interval: a '
@@ -357,7 +350,7 @@ def render(runs: list[RunResult], plots: list[Plot], title: str = "tokenbench re
                      "elsewhere the difference is not significant. A row with no interval (a side without samples: "
                      f"an import, a prediction) says so, and there a ratio within {TIE - 1:.0%} is a tie: a rule of "
                      "thumb, not a test. Cost per million output tokens is priced at each row's output rate.</p>")
-        parts += [_pair(p, runs, quality or {}) for p in pairs]
+        parts += [_pair(p, runs, rep.quality) for p in pairs]
         parts += [f'<p class="meta">{_e(x)}.</p>' for x in apart]
         parts.append("</section>")
     parts += _sessions(runs, price_per_hour, currency)

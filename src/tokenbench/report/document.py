@@ -1,0 +1,47 @@
+"""``report()``: the library call behind ``tokenbench report``. It reads the runs from the store and computes
+everything a report shows (the plotted series, each pair of runs compared, quality beside speed) into one
+``Report`` value, which every exporter (``export.py``) writes without reading anything else."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from ..quality.parity import beside
+from ..results import REPORTED, RunResult, load_result
+from ..store import Store
+from . import comparison, series
+
+@dataclass(slots=True)
+class Report:
+    """What one report shows: values only. ``pairs``: each pair of runs that share an operating point, compared;
+    ``apart``: a line for each pair that shares none; ``quality``: per pair of run ids, lines on the two boxes'
+    quality runs; ``written``: when it was made, as the page says it."""
+
+    runs: list[RunResult]
+    plots: list[series.Plot]
+    pairs: list[comparison.Pair] = field(default_factory=list)
+    apart: list[str] = field(default_factory=list)
+    quality: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    title: str = "tokenbench report"
+    price_per_hour: float | None = None
+    currency: str | None = None
+    written: str = ""
+
+
+def report(store: Store, refs: list[str], latest: bool = False, title: str = "tokenbench report",
+           price_per_hour: float | None = None, currency: str | None = None,
+           now: datetime.datetime | None = None) -> Report:
+    """The report of the runs ``refs`` name (ids, id prefixes or labels; a label a quality run shares with a sweep
+    means the sweep). ``price_per_hour``: the price for every cost column, else each run's own."""
+    runs = [load_result(store, r, latest=latest, kinds=REPORTED, command="report") for r in refs]
+    pairs, apart = comparison.pairs(runs, price_per_hour, currency, store)
+    quality = {}
+    for ra, rb in combinations(runs, 2):
+        q = beside(store, ra.manifest.label, rb.manifest.label)
+        if q is not None:
+            quality[(ra.run_id, rb.run_id)] = q.lines(ra.manifest.label or ra.run_id, rb.manifest.label or rb.run_id)
+    when = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
+    return Report(runs, series.build(runs, price_per_hour, currency), pairs, apart, quality, title, price_per_hour,
+                  currency, when)
