@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.results import Manifest, load_result
@@ -40,11 +42,26 @@ def test_every_written_manifest_reads_back_and_writes_the_same_json() -> None:
     sweep = Manifest.from_dict(WRITTEN[0])
     assert (sweep.engine, sweep.seed, sweep.price_per_hour, sweep.currency) == ("vllm", 7, 2, "EUR")
     assert sweep.load == {"levels": ["concurrency 1"], "workers": {"workers": 1}} and sweep.guard == "warn"
-    assert sweep.extra["process"] == {"pid": 1} and "check_request" in sweep.extra  # unknown keys kept whole
+    assert sweep.extra == {"process": {"pid": 1}}  # a key Manifest does not name (the store's) is kept whole
+    assert sweep.check_request == {"ttft_ms": 1.0}
     imported = Manifest.from_dict(WRITTEN[1])
     assert (imported.gpu, imported.tool, imported.weights, imported.extra["n_gpu_layers"]) == \
         ("RTX", "llama-bench", None, 99)
     assert Manifest.from_dict(WRITTEN[3]).boots == [{"n": 1, "healthy_s": 0.5}]
+
+
+def test_tokenbench_writes_only_keys_its_manifest_names() -> None:
+    """The writing side: keywords, in their order; a misspelt key or a value of another type is an error where it
+    is written (the reading side keeps both in ``extra``)."""
+    m = Manifest.written(label="box", seed=3, check_request={"ttft_ms": 1.0}, machine={"hostname": "h"})
+    assert list(m.to_dict()) == ["label", "seed", "check_request", "machine"] and m.extra == {}
+    with pytest.raises(TypeError, match="no key 'price_per_hr'"):
+        Manifest.written(label="box", price_per_hr=2.0)
+    with pytest.raises(TypeError, match="'seed' takes int, not str"):
+        Manifest.written(seed="7")
+    with pytest.raises(TypeError, match="'predicted' takes bool, not int"):
+        Manifest.written(predicted=1)
+    assert Manifest.written(price_per_hour=2).price_per_hour == 2  # an int is a float too
 
 
 def test_an_older_or_foreign_manifest_is_read_never_a_crash() -> None:
@@ -80,7 +97,8 @@ def test_a_sweeps_manifest_is_stored_and_written_unchanged(emitter: BackgroundEm
     assert json.loads(shown.read_text())["manifest"] == doc["manifest"]
     res = load_result(Store(db, readonly=True), doc["run_id"])
     assert (res.manifest.label, res.manifest.price_per_hour, res.manifest.endpoint) == ("box", 3, emitter.url)
-    assert res.manifest.provenance == "measured" and res.manifest.extra["check_request"]["output_tokens"] >= 1
+    assert res.manifest.provenance == "measured" and (res.manifest.check_request or {})["output_tokens"] >= 1
+    assert set(res.manifest.extra) <= {"process"}, res.manifest.extra  # every key the sweep wrote is a typed one
 
 
 def test_an_imported_files_values_are_typed_at_the_boundary(tmp_path: Path) -> None:

@@ -94,23 +94,23 @@ class Endpoint:
 
     def manifest(self, embedded: dict[str, Any] | None, label: str | None, command: str,
                  **fields: Any) -> Manifest:
-        """The provenance every run carries (DESIGN.md), then the run's own ``fields``: typed from here on (a
-        field ``Manifest`` does not name, such as a sweep's ``check_request``, is kept in its ``extra``)."""
-        return Manifest.from_dict({
-            "endpoint": self.url,
-            "model": self.model,
-            "engine": self.info.engine,
-            "engine_version": self.info.engine_version or (embedded or {}).get("engine_version"),
-            "server": self.info.to_dict(),
-            "embedded": embedded,
-            "label": label,
-            "command": command,
-            "started": now_iso(),
-            "finished": None,
-            "tokenizer": self.tokenizer.description,
+        """The provenance every run carries (DESIGN.md), then the run's own ``fields``, each a key ``Manifest``
+        names (Manifest.written: a key it does not name is an error)."""
+        return Manifest.written(
+            endpoint=self.url,
+            model=self.model,
+            engine=self.info.engine,
+            engine_version=self.info.engine_version or (embedded or {}).get("engine_version"),
+            server=self.info.to_dict(),
+            embedded=embedded,
+            label=label,
+            command=command,
+            started=now_iso(),
+            finished=None,
+            tokenizer=self.tokenizer.description,
             **fields,
-            "machine": machine.snapshot(),
-        })
+            machine=machine.snapshot(),
+        )
 
 
 #: What an interrupted run of each kind keeps, for the one line that says so.

@@ -26,9 +26,10 @@ class Manifest:
     lacks most of them. Stored as JSON in the run's row; ``from_dict`` reads it, ``to_dict`` writes the same
     keys with the same values, in the same order.
 
-    A key this type does not name (an importer's ``llama_bench``, a quality run's ``template_tokens``, the
-    store's ``process``), and a named key whose stored value has another type (a foreign store's ``"seed":
-    "x"``), are kept whole in ``extra``: written back unchanged, never read as a typed attribute."""
+    A key this type does not name (an importer's ``llama_bench``, the store's ``process``), and a named key whose
+    stored value has another type (a foreign store's ``"seed": "x"``), are kept whole in ``extra``: written back
+    unchanged, never read as a typed attribute. That is the reading side. tokenbench's own runs are written with
+    keywords (``Manifest.written``): a key it does not name is an error there, never a silent extra."""
 
     # where and what: the endpoint, the model served, the engine serving it
     endpoint: str | None = None
@@ -80,6 +81,13 @@ class Manifest:
     summary: dict[str, Any] | None = None
     # a capacity search: its axis, range, resolution, budget and SLO, and how it ended (capacity.SearchSpec)
     capacity: dict[str, Any] | None = None
+    # a sweep's: the uncounted request before any level, the embedded engine's command line, the fields every
+    # request carried (redacted), its SLO; a quality run's: the tokens the server adds around a prompt
+    check_request: dict[str, Any] | None = None
+    server_flags: list[Any] | None = None
+    request_fields: dict[str, Any] | None = None
+    slo: str | None = None
+    template_tokens: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     key_order: tuple[str, ...] = ()  # the keys as they were read, so to_dict writes them in that order
 
@@ -127,6 +135,19 @@ class Manifest:
         m = cls()
         m.update(d)
         return m
+
+    @classmethod
+    def written(cls, **keys: Any) -> Manifest:
+        """A manifest tokenbench writes, in the order of ``keys``: each one a key this type names with a value of
+        its type (or None), else a TypeError that names it (a misspelt key fails where it is written)."""
+        for k, v in keys.items():
+            kinds = _MANIFEST_TYPES.get(k)
+            if kinds is None:
+                raise TypeError(f"Manifest has no key '{k}': add it to Manifest, typed, before writing it")
+            if v is not None and (not isinstance(v, kinds) or isinstance(v, bool) and bool not in kinds):
+                raise TypeError(f"Manifest key '{k}' takes {' or '.join(t.__name__ for t in kinds)}, "
+                                f"not {type(v).__name__}")
+        return cls.from_dict(keys)
 
     def update(self, d: dict[str, Any]) -> None:
         """Set each key of ``d`` as ``from_dict`` reads it (typed, or kept whole in ``extra``); to_dict writes them
