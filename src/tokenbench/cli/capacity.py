@@ -19,8 +19,9 @@ from ..results import RunResult, load_result
 from ..slo import SloCheck, duration_text
 from ..store import Store
 from ..sweep import run_sweep
-from .common import check_output, emit_json, notifier, seconds
-from .measure import RichReporter, _embedded_ctx, _print_result, _sweep_config, start_embedded
+from ..engines.embedded import MIN_CONTEXT, running
+from .common import check_output, embedded_spec, emit_json, notifier, seconds
+from .measure import RichReporter, _embedded_ctx, _print_result, _sweep_config
 
 DEFAULT_RANGE = "1:16"
 
@@ -78,26 +79,22 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
     search = CapacitySearch(spec, slo)
     store = Store(a.db)
     reporter = RichReporter(err, enabled=not a.quiet)
-    engine = None
-    try:
-        if not a.url:
-            parallel = int(spec.high) if spec.axis == "concurrency" else (a.max_concurrency or 16)
-            engine = start_embedded(a, notifier(err), parallel=parallel, ctx=_embedded_ctx(cfg))
-            engine.configure(cfg)
+    embedded = embedded_spec(a)
+    parallel = int(spec.high) if spec.axis == "concurrency" else (a.max_concurrency or 16)
+    with running(embedded, cfg, notifier(err), parallel=parallel,
+                 ctx=_embedded_ctx(cfg) if embedded else MIN_CONTEXT) as engine:
         try:
-            res = asyncio.run(run_sweep(cfg, store, reporter, alive=engine.alive if engine else None,
-                                        search=search))
-        finally:
-            reporter.close()
-    except TokenbenchError as e:  # interrupted or failed after levels were stored: what they found is shown
-        if e.result is not None and (e.result.outcomes or isinstance(e, RunInterrupted)):
-            _show(console, e.result, a.format, store)
-            if a.json:
-                emit_json(a.json, _json(e.result))
-        raise
-    finally:
-        if engine is not None:
-            engine.stop()
+            try:
+                res = asyncio.run(run_sweep(cfg, store, reporter, alive=engine.alive if engine else None,
+                                            search=search))
+            finally:
+                reporter.close()
+        except TokenbenchError as e:  # interrupted or failed after levels were stored: what they found is shown
+            if e.result is not None and (e.result.outcomes or isinstance(e, RunInterrupted)):
+                _show(console, e.result, a.format, store)
+                if a.json:
+                    emit_json(a.json, _json(e.result))
+            raise
     res = load_result(store, res.run_id)
     _show(console, res, a.format, store)
     if a.json:

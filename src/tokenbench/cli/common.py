@@ -1,19 +1,23 @@
 """Parsing helpers shared by the commands."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 import math
 from pathlib import Path
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from ..errors import UsageError
 from ..jsontext import json_text
 from ..slo import parse_duration_ms
 from ..results import RunResult
+
+if TYPE_CHECKING:
+    from ..engines.embedded import EmbeddedSpec
 
 
 def int_list(text: str, what: str) -> list[int]:
@@ -144,3 +148,28 @@ def guard_config(path: str | None) -> dict[str, dict[str, Any]]:
 def notifier(err: Console) -> Callable[[str], None]:
     """Progress notes on stderr: dim, never wrapped (a log keeps each note on one line)."""
     return lambda t: err.print(t, style="dim", markup=False, highlight=False, soft_wrap=True)
+
+
+#: depth's llama-bench options -> llama-bench's own flags (the same spellings llama-server takes).
+LLAMA_BENCH_FLAGS = {"threads": "-t", "flash_attn": "-fa", "batch_size": "-b", "ubatch_size": "-ub",
+                     "cache_type_k": "-ctk", "cache_type_v": "-ctv", "n_gpu_layers": "-ngl"}
+
+
+def llama_options(a: argparse.Namespace, server: bool = False) -> list[str]:
+    """The llama.cpp options the user gave, as flags (llama-server spells flash attention on/off, llama-bench 1/0)."""
+    out: list[str] = []
+    for key, flag in LLAMA_BENCH_FLAGS.items():
+        v = getattr(a, key, None)
+        if v is not None:
+            out += [flag, {"1": "on", "0": "off"}[v] if server and key == "flash_attn" else str(v)]
+    return out
+
+
+def embedded_spec(a: argparse.Namespace) -> EmbeddedSpec | None:
+    """The embedded engine the options name (--engine, --model-size, --quant, llama.cpp options); None with --url,
+    where nothing is started."""
+    from ..engines.embedded import EmbeddedSpec
+
+    if a.url:
+        return None
+    return EmbeddedSpec(a.engine, a.model_size, a.quant, tuple(llama_options(a, server=True)))

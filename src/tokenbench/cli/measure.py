@@ -7,12 +7,11 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from .. import redact
 from .. import draws
 from ..cost import DEFAULT_CURRENCY
@@ -30,9 +29,9 @@ from ..results import Manifest, RunResult, load_result
 from ..workers import parse_workers
 from ..workload import resolve_shape
 from ..sessions import SessionPlan
-if TYPE_CHECKING:
-    from ..engines.embedded import Embedded
-from .common import check_output, emit_json, float_list, json_object, guard_config, guard_targets, int_list, notifier, seconds, tokens, write_json
+from ..engines.embedded import MIN_CONTEXT, running
+from .common import (check_output, embedded_spec, emit_json, float_list, json_object, guard_config, guard_targets,
+                     int_list, llama_options, notifier, seconds, tokens, write_json)
 
 
 EMBEDDED_DEFAULTS: dict[str, Any] = {"concurrency": "1,2,4,8", "requests": 16, "input_len": 128, "output_len": 64}
@@ -301,14 +300,6 @@ def embedded_tokens(cfg: SweepConfig) -> int:
     return min(longest, int(tiny.CONFIG["max_position_embeddings"]) - 64) if cfg.dataset is not None else longest
 
 
-def start_embedded(a: argparse.Namespace, note: Callable[[str], None], parallel: int = 1, ctx: int = 8192) -> Embedded:
-    """The embedded engine the options name (--engine, --model-size, --quant, llama.cpp options), started."""
-    from ..engines.embedded import Embedded, EmbeddedSpec
-
-    spec = EmbeddedSpec(a.engine, a.model_size, a.quant, tuple(llama_options(a, server=True)))
-    return Embedded.start(spec, note, parallel=parallel, ctx=ctx)
-
-
 def _embedded_ctx(cfg: SweepConfig) -> int:
     """Each slot of the embedded engine holds one request, its prompt and output: a session's longest turn, up to
     what the embedded model was trained for; a session plan without a cap is capped there."""
@@ -331,26 +322,21 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     cfg = _sweep_config(a, argv)
     store = Store(a.db)
     reporter = RichReporter(err, enabled=not a.quiet)
-    engine = None
-    try:
-        if not a.url:
-            engine = start_embedded(a, notifier(err), parallel=max(cfg.concurrency or [1]), ctx=_embedded_ctx(cfg))
-            engine.configure(cfg)
-        alive = engine.alive if engine is not None else None
+    spec = embedded_spec(a)
+    with running(spec, cfg, notifier(err), parallel=max(cfg.concurrency or [1]),
+                 ctx=_embedded_ctx(cfg) if spec else MIN_CONTEXT) as engine:
         try:
-            res = asyncio.run(run_sweep(cfg, store, reporter, alive=alive))
-        finally:
-            reporter.close()
-    except TokenbenchError as e:  # an interrupt or an error after the run was stored: this sweep's run, never
-        if e.result is not None:  # another's, as the runner closed it (an interrupted one is shown even empty)
-            if e.result.outcomes or isinstance(e, RunInterrupted):
-                _print_result(console, e.result, a.format, store.path)
-            if a.json:
-                write_json(a.json, e.result)
-        raise
-    finally:
-        if engine is not None:
-            engine.stop()
+            try:
+                res = asyncio.run(run_sweep(cfg, store, reporter, alive=engine.alive if engine else None))
+            finally:
+                reporter.close()
+        except TokenbenchError as e:  # an interrupt or an error after the run was stored: this sweep's run, never
+            if e.result is not None:  # another's, as the runner closed it (an interrupted one is shown even empty)
+                if e.result.outcomes or isinstance(e, RunInterrupted):
+                    _print_result(console, e.result, a.format, store.path)
+                if a.json:
+                    write_json(a.json, e.result)
+            raise
     _print_result(console, res, a.format, store.path)
     if a.json:
         write_json(a.json, load_result(store, res.run_id))
@@ -524,21 +510,6 @@ def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-#: depth's llama-bench options -> llama-bench's own flags (the same spellings llama-server takes).
-LLAMA_BENCH_FLAGS = {"threads": "-t", "flash_attn": "-fa", "batch_size": "-b", "ubatch_size": "-ub",
-                     "cache_type_k": "-ctk", "cache_type_v": "-ctv", "n_gpu_layers": "-ngl"}
-
-
-def llama_options(a: argparse.Namespace, server: bool = False) -> list[str]:
-    """The llama.cpp options the user gave, as flags (llama-server spells flash attention on/off, llama-bench 1/0)."""
-    out: list[str] = []
-    for key, flag in LLAMA_BENCH_FLAGS.items():
-        v = getattr(a, key, None)
-        if v is not None:
-            out += [flag, {"1": "on", "0": "off"}[v] if server and key == "flash_attn" else str(v)]
-    return out
-
-
 def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err: Console) -> int:
     from ..engines.llamabench import LlamaBenchConfig, run_llama_bench
 
@@ -568,23 +539,18 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
                       target_pids=guard_targets(a.url))
     store = Store(a.db)
     note = notifier(err)
-    engine = None
-    try:
-        if not a.url:
-            engine = start_embedded(a, note)
-            engine.configure(cfg)
-            cfg.label = cfg.label or f"embedded-{a.engine}"
-        res = asyncio.run(run_depth(cfg, store, note))
-    except TokenbenchError as e:  # an interrupt or an error after the run was stored: the depths it finished
-        if e.result is not None:
-            if e.result.outcomes:
-                print_table(console, *depth_rows(e.result), a.format)
-            if a.json:
-                write_json(a.json, e.result)
-        raise
-    finally:
+    with running(embedded_spec(a), cfg, note) as engine:
         if engine is not None:
-            engine.stop()
+            cfg.label = cfg.label or f"embedded-{a.engine}"
+        try:
+            res = asyncio.run(run_depth(cfg, store, note))
+        except TokenbenchError as e:  # an interrupt or an error after the run was stored: the depths it finished
+            if e.result is not None:
+                if e.result.outcomes:
+                    print_table(console, *depth_rows(e.result), a.format)
+                if a.json:
+                    write_json(a.json, e.result)
+            raise
     print_table(console, *depth_rows(res), a.format)
     for o in res.outcomes:
         for w in o.summary.warnings:

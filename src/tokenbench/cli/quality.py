@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import sys
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -15,7 +16,7 @@ from ..errors import LevelFailed, TokenbenchError, UsageError
 from ..results import Manifest, RunResult
 from ..servers import normalize_base_url
 from ..store import Store
-from .common import check_output, emit_json, int_list, json_object, notifier, seconds, tokens
+from .common import check_output, embedded_spec, emit_json, int_list, json_object, notifier, seconds, tokens
 from .parser import NONNEG, POSITIVE_INT, Parser, add_db, add_endpoint, add_json, add_latest
 
 if TYPE_CHECKING:
@@ -110,28 +111,14 @@ def _tasks(text: str) -> list[str]:
     return names
 
 
-class _Embedded:
+def _embedded(a: argparse.Namespace, cfg: QualityConfig, err: Console) -> AbstractContextManager[Embedded | None]:
     """The embedded engine for a run without --url, sized for its longest prompt; stopped on exit."""
+    from ..engines.embedded import MIN_CONTEXT, running, slot_context
 
-    def __init__(self, a: argparse.Namespace, cfg: QualityConfig, err: Console) -> None:
-        self.a, self.cfg, self.note = a, cfg, notifier(err)
-        self.engine: Embedded | None = None
-
-    def __enter__(self) -> _Embedded:
-        if self.cfg.url:
-            return self
-        from ..engines.embedded import slot_context
-        from .measure import start_embedded
-
-        longest = max(self.cfg.contexts) if "niah" in self.cfg.tasks else 1024
-        emb = start_embedded(self.a, self.note, parallel=1, ctx=slot_context(longest + self.cfg.max_tokens, margin=256))
-        emb.configure(self.cfg)
-        self.engine = emb
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.engine is not None:
-            self.engine.stop()
+    spec = embedded_spec(a)
+    longest = (max(cfg.contexts) if "niah" in cfg.tasks else 1024) if spec else 0
+    return running(spec, cfg, notifier(err), parallel=1,
+                   ctx=slot_context(longest + cfg.max_tokens, margin=256) if spec else MIN_CONTEXT)
 
 
 def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
@@ -146,7 +133,7 @@ def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: C
     cfg = _config(a, argv, tasks)
     store = Store(a.db)
     try:
-        with _Embedded(a, cfg, err):
+        with _embedded(a, cfg, err):
             res = run_quality(cfg, store, notifier(err))
     except TokenbenchError as e:  # an interrupt or an error after the run was stored: what it finished, shown
         if e.result is not None:
@@ -277,7 +264,7 @@ def _knob(a: argparse.Namespace, argv: list[str], console: Console, err: Console
     name, values = knob.parse_param(a.param)
     cfg = _config(a, argv, ["knob"])
     store = Store(a.db)
-    with _Embedded(a, cfg, err):
+    with _embedded(a, cfg, err):
         res = run_knob(cfg, name, values, store, notifier(err))
     fx = knob.effects(name, values, res.items)
     rows = []

@@ -1,9 +1,11 @@
-"""The embedded engine of a command run without --url (sweep, depth, quality): build the tiny model once, start
-the engine sized for the run, point the run's config at it, and stop it afterwards."""
+"""The embedded engine of a command run without --url (sweep, capacity, depth, quality): build the tiny model
+once, start the engine sized for the run, point the run's config at it, and stop it afterwards; ``running`` is
+that life, written once for every command."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -84,3 +86,21 @@ class Embedded:
 
     def stop(self) -> None:
         self.engine.stop()
+
+
+@contextmanager
+def running(spec: EmbeddedSpec | None, cfg: RunTarget, note: Callable[[str], None], parallel: int = 1,
+            ctx: int = 8192) -> Iterator[Embedded | None]:
+    """The embedded engine for the length of a ``with`` block: ``spec``'s engine started with ``parallel`` slots of
+    ``ctx`` tokens (``Embedded.start``, its progress through ``note``), ``cfg`` pointed at it
+    (``Embedded.configure``), and stopped when the block ends, however it ends (an error, an interrupt).
+    ``spec`` None (the run has its --url) starts nothing and yields None."""
+    if spec is None:
+        yield None
+        return
+    engine = Embedded.start(spec, note, parallel=parallel, ctx=ctx)
+    try:
+        engine.configure(cfg)
+        yield engine
+    finally:
+        engine.stop()
