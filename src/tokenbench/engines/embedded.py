@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from .. import registry
 from ..errors import UsageError
 from . import launch, tiny
+from .cache import cache_dir
 
 #: A slot's context is rounded up to this many tokens (a KV-cache block of the engines it starts).
 KV_BLOCK = 256
@@ -54,7 +55,7 @@ class Embedded:
     @classmethod
     def start(cls, spec: EmbeddedSpec, note: Callable[[str], None], parallel: int = 1, ctx: int = 8192) -> Embedded:
         """Build (once) the embedded model and start ``spec.engine`` on it, healthy."""
-        note(f"building the embedded {spec.model_size} model (cached after the first run) in {tiny.cache_dir()} …")
+        note(f"building the embedded {spec.model_size} model (cached after the first run) in {cache_dir()} …")
         model = tiny.ensure(size=spec.model_size)
         eng = registry.by_launcher(spec.engine)
         gguf = model.gguf(spec.quant) if spec.quant and eng is not None and eng.gguf else None

@@ -22,7 +22,8 @@ from pathlib import Path
 from .. import adapters, registry
 from ..errors import EngineError
 from ..servers import http_ok
-from .tiny import TinyModel, cache_dir
+from .cache import cache_dir
+from .tiny import TinyModel
 
 #: The embedded engines, by their launcher names (the registry's: each engine's other spellings reach them too,
 #: "llama.cpp" llama-server and "llamacpp", as tokenbench 0.1 called it, llama-cpp-python).

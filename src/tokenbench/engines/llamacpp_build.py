@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import EngineError
 from .steps import ninja_progress, run_step
-from .tiny import tools_dir
+from .cache import tools_dir
 
 #: The llama-cpp-python release whose vendored llama.cpp is built (its llama.cpp is from 2026).
 SDIST_VERSION = "0.3.36"

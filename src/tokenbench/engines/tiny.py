@@ -24,7 +24,6 @@ client that waits for visible text reads TTFT and ITL late (issue 23).
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import tempfile
@@ -32,15 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from ..errors import EngineError
 from ..workload import word_list
+from .cache import cache_dir
 
 #: Bump when the build changes, so caches built by an older tokenbench are rebuilt.
 BUILD_VERSION = "tiny-llama-v2"
-CACHE_ENV = "TOKENBENCH_CACHE"
-TOOLS_ENV = "TOKENBENCH_TOOLS"
 MODEL_NAME = "tokenbench-tiny-llama"
 SIZES = ("tiny", "small", "small-utf8")
 
@@ -94,19 +90,6 @@ def _spec(size: str) -> tuple[dict[str, Any], str, str, str]:
     if size == "small-utf8":
         return SMALL_CONFIG, "small-utf8-llama-v1", "tokenbench-small-utf8-llama", "f16"
     raise EngineError(f"unknown model size '{size}': use one of {', '.join(SIZES)}")
-
-
-def cache_dir() -> Path:
-    """Models and logs: ``$TOKENBENCH_CACHE``, else the user cache directory."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env) if env else Path(platformdirs.user_cache_dir("tokenbench"))
-
-
-def tools_dir() -> Path:
-    """Built engines (llama.cpp's tools, vLLM's environment), slow to make and shared by every model cache:
-    ``$TOKENBENCH_TOOLS``, else the user cache directory."""
-    env = os.environ.get(TOOLS_ENV)
-    return Path(env) if env else Path(platformdirs.user_cache_dir("tokenbench"))
 
 
 #: Multi-byte characters of the ``small-utf8`` corpus: CJK ideographs (3 bytes in UTF-8), accented Latin (2)

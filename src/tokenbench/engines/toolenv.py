@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import EngineError
 from .steps import pip_progress, run_step
-from .tiny import tools_dir
+from .cache import tools_dir
 
 Progress = Callable[[str], None]
 
