@@ -7,7 +7,7 @@ from typing import Any
 
 from ..metrics import Distribution, LevelSummary
 from ..results import Manifest
-from . import FieldError, Imported, load_json, need
+from .fields import FieldError, Imported, load_json, need
 
 
 def detect(path: Path, text: str) -> bool:

@@ -11,7 +11,7 @@ from ..errors import UsageError
 from ..metrics import LevelSummary
 from ..results import Manifest
 from ..wire import WireError, loads
-from . import FieldError, Imported, load_json, need, number
+from .fields import FieldError, Imported, load_json, need, number
 
 KEYS = ("n_prompt", "n_gen", "avg_ts")
 

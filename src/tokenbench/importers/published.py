@@ -11,7 +11,7 @@ from ..errors import UsageError
 from ..metrics import Distribution, LevelSummary
 from ..results import Manifest
 from ..predict.published import COLUMNS, read_rows
-from . import Imported
+from .fields import Imported
 
 
 def detect(path: Path, text: str) -> bool:

@@ -1,0 +1,65 @@
+"""What every format's parser shares: the run a foreign file becomes (``Imported``) and its fields read checked
+(``need``, ``number``, ``load_json``): a missing, mistyped, non-finite or negative field is a ``FieldError`` naming
+the file and the field, and nothing of the file is stored."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..metrics import LevelSummary
+from ..results import Manifest
+from ..wire import WireError, loads
+
+
+@dataclass(slots=True)
+class Imported:
+    label: str
+    kind: str  # sweep | bench
+    manifest: Manifest  # a foreign file's values through Manifest.from_dict: typed where they have the type
+    levels: list[LevelSummary] = field(default_factory=list)
+
+
+class FieldError(UsageError):
+    def __init__(self, path: Path, where: str, problem: str) -> None:
+        super().__init__(f"{path}: {where}: {problem}; nothing was imported")
+
+
+def need(obj: Any, key: str, path: Path, where: str, kind: type | tuple[type, ...] | None = (int, float)) -> Any:
+    """obj[key], checked: a missing or mistyped field names the file and the field. A number must be finite and
+    not negative: no measurement tokenbench imports can be NaN, infinite or below zero."""
+    name = f"{where}.{key}" if where else key
+    if not isinstance(obj, dict):
+        raise FieldError(path, where or "top level", f"expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise FieldError(path, name, "missing")
+    v = obj[key]
+    if kind is not None and not isinstance(v, kind) or isinstance(v, bool) and kind == (int, float):
+        raise FieldError(path, name, f"expected {getattr(kind, '__name__', 'a number')}, got {type(v).__name__}")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        number(v, path, name)
+    return v
+
+
+def number(v: Any, path: Path, where: str) -> float:
+    """A measured number: finite and not negative, else a FieldError naming the field."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
+        raise FieldError(path, where, f"expected a number, got {str(v)[:40]!r}") from None
+    if not math.isfinite(f) or f > 2**53:
+        raise FieldError(path, where, f"{v!r} is not a finite number")
+    if f < 0:
+        raise FieldError(path, where, f"{v!r} is negative")
+    return f
+
+
+def load_json(path: Path, text: str) -> Any:
+    """JSON, strictly (wire.loads): NaN, Infinity and nesting too deep to parse are refused."""
+    try:
+        return loads(text, "the file", max_bytes=None)
+    except WireError as e:
+        raise UsageError(f"{path}: not valid JSON ({e}); nothing was imported") from None
