@@ -1,8 +1,8 @@
 """Command line: parses, builds a typed config, calls one library function, prints.
 
 ``main(argv)`` returns the exit code so tests call it in-process; only ``entrypoint()`` reads sys.argv.
-The commands live by what they do: ``measure.py``, ``predicting.py``, ``analysis.py``; the grammar in
-``parser.py``.
+The commands live by what they do: ``measure.py``, ``capacity.py``, ``quality.py``, ``predicting.py``,
+``analysis.py``, ``runs.py`` (runs and show); the grammar in ``parser.py``, its shared parts in ``options.py``.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from ..output import ReadableConsole as Console
 from ..output import readable_output
 from .capacity import cmd_capacity
 from .analysis import cmd_compare, cmd_cost, cmd_import, cmd_recommend, cmd_report
-from .measure import cmd_coldstart, cmd_depth, cmd_engines, cmd_guard, cmd_runs, cmd_show, cmd_sweep
+from .measure import cmd_coldstart, cmd_depth, cmd_engines, cmd_guard, cmd_sweep
 from .parser import build_parser
 from .predicting import cmd_calibrate, cmd_catalog, cmd_fit, cmd_predict
 from .quality import cmd_quality
+from .runs import cmd_runs, cmd_show
 
 __all__ = ["main", "entrypoint"]
 

@@ -17,7 +17,7 @@ from ..results import Manifest, RunResult
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import check_output, embedded_spec, emit_json, int_list, json_object, notifier, seconds, tokens
-from .parser import NONNEG, POSITIVE_INT, Parser, add_db, add_endpoint, add_json, add_latest
+from .options import NONNEG, POSITIVE_INT, add_db, add_endpoint, add_json, add_latest
 
 if TYPE_CHECKING:
     from ..engines.embedded import Embedded
@@ -61,7 +61,7 @@ def add_quality_parser(sub: Any) -> None:
     q.add_argument("--extra-body", help="JSON object merged into every request body")
     q.add_argument("--format", choices=["table", "markdown"], default="table")
     _items(q)
-    qs = q.add_subparsers(dest="quality_command", parser_class=Parser, metavar="{compare,knob}")
+    qs = q.add_subparsers(dest="quality_command", metavar="{compare,knob}")  # of q's class: Parser
     c = qs.add_parser("compare", help="two quality runs item by item: difference, 95%% interval, p-value, verdict")
     c.add_argument("a", help="run id, id prefix or label")
     c.add_argument("b", help="run id, id prefix or label")

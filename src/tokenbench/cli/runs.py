@@ -1,0 +1,139 @@
+"""The read commands of the store: `runs` lists the runs, `show` prints one again as the command that made it did
+(a sweep's, depth's or cold start's tables from measure.py, a quality run's from quality.py, a capacity search's
+answer from capacity.py)."""
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from ..cost import DEFAULT_CURRENCY
+from ..errors import UsageError
+from ..output import describe_run, print_sweep, print_table
+from ..results import Manifest, RunResult, load_result
+from ..store import Store
+from .common import check_output, emit_json, write_json
+from .measure import _print_result, _saved, boot_rows, depth_notes, depth_rows, guard_rows
+
+
+def cmd_runs(a: argparse.Namespace, console: Console) -> int:
+    check_output(a.json, "--json")
+    store = Store(a.db, readonly=True)
+    rows = store.runs(a.limit)
+    counts = store.level_counts([r.id for r in rows])
+    manifests = {r.id: Manifest.from_dict(r.manifest) for r in rows}
+    if a.json:
+        emit_json(a.json, [{"run_id": r.id, "started": r.started, "kind": r.kind, "label": r.label,
+                            "model": manifests[r.id].model, "engine": manifests[r.id].engine,
+                            "levels": counts.get(r.id, 0), "status": r.status} for r in rows])
+    if not rows:
+        console.print(f"no runs in {store.path}", markup=False)
+        return 0
+    header = ["Run", "Started", "Kind", "Label", "Model", "Engine", "Levels", "Status"]
+    cells = [[r.id, started_cell(r.started), r.kind, r.label or "", manifests[r.id].model or "",
+              manifests[r.id].engine or "", str(counts.get(r.id, 0)), r.status] for r in rows]
+    # what every run shares goes above the table; a run id is never cut (show and compare take it)
+    print_table(console, header, cells, keep=(0,))
+    return 0
+
+
+def started_cell(started: str | None) -> str:
+    """When a run started, to the minute ("2026-11-25 08:59Z": in UTC where the time says its zone; the run id
+    has the seconds)."""
+    import datetime as dt
+
+    try:
+        t = dt.datetime.fromisoformat(started or "")
+    except ValueError:
+        return started or ""
+    if t.tzinfo is None:
+        return t.strftime("%Y-%m-%d %H:%M")
+    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%MZ")
+
+
+#: show prints at most this many levels unless --all: a 200,000-level import took 290 s to print.
+SHOW_LEVELS = 200
+
+
+def cmd_show(a: argparse.Namespace, console: Console) -> int:
+    check_output(a.json, "--json")
+    store = Store(a.db, readonly=True)
+    row = store.resolve(a.run, a.latest)
+    total = store.level_counts([row.id]).get(row.id, 0)
+    res = load_result(store, row.id, None if a.all else SHOW_LEVELS)
+    if a.guard is not None:
+        return _show_guard(a, console, res)
+    if res.kind == "quality":
+        from .quality import print_quality_run
+
+        print_quality_run(console, res, store, a.format)
+        if a.json:
+            write_json(a.json, res)
+        return 0
+    if res.kind == "predict":
+        from ..predict.runs import headline
+
+        console.print(f"{headline(res.manifest)}: not measured", markup=False, highlight=False,
+                      style=None if res.manifest.calibrated is not False else "yellow")
+    if res.kind == "coldstart":
+        console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
+        print_table(console, *boot_rows(res.manifest.boots or []), a.format)
+        _saved(console, res, store.path)
+    elif any(o.summary.test not in (None, "serve") for o in res.outcomes):
+        # pp/tg at depths (depth runs, llama-bench and published imports, predicted depths): their own table;
+        # a published run that also has serving levels gets the sweep table for those as well
+        from dataclasses import replace
+
+        serve = [o for o in res.outcomes if o.summary.test in (None, "serve")]
+        bench = replace(res, outcomes=[o for o in res.outcomes if o.summary.test not in (None, "serve")])
+        console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
+        print_table(console, *depth_rows(bench), a.format, keep=(1, 3))  # the model said once, above
+        for line in depth_notes(bench):
+            console.print(line, style="yellow", markup=False, highlight=False)
+        if serve:
+            print_sweep(console, [o.summary for o in serve], res.manifest.currency or DEFAULT_CURRENCY,
+                        f"{res.predicted_mark} (not measured)" if res.predicted_mark else "serving")
+        _saved(console, res, store.path)
+    else:
+        _print_result(console, res, a.format, store.path)
+        _show_capacity(console, res, a.format)
+    if len(res.outcomes) < total:
+        console.print(f"showing the first {len(res.outcomes):,} of {total:,} levels: --all prints every one, "
+                      "--json FILE writes them", style="yellow", markup=False, highlight=False)
+    if res.error:
+        console.print(f"this run ended early: {res.error}", style="yellow", markup=False, highlight=False)
+    if a.json:
+        write_json(a.json, res if len(res.outcomes) == total else load_result(store, row.id))
+    return 0
+
+
+def _show_capacity(console: Console, res: RunResult, fmt: str) -> None:
+    """A capacity search's answer, as the command printed it."""
+    if not res.manifest.capacity:
+        return
+    from ..capacity import answer
+    from .capacity import print_capacity
+
+    if (found := answer(res)) is not None:
+        print_capacity(console, found, fmt)
+
+
+def _show_guard(a: argparse.Namespace, console: Console, res: RunResult) -> int:
+    """The guard's snapshot before each level (or level ``--guard K``): what a dirty_bench warning points at."""
+    snaps = [(i + 1, o) for i, o in enumerate(res.outcomes) if o.summary.guard]
+    if a.guard:
+        if not 1 <= a.guard <= len(res.outcomes):
+            raise UsageError(f"--guard {a.guard}: run {res.run_id} has levels 1..{len(res.outcomes)}")
+        snaps = [(k, o) for k, o in snaps if k == a.guard]
+    if not snaps:
+        console.print(f"run {res.run_id} stored no guard snapshot" + (f" for level {a.guard}" if a.guard else "")
+                      + " (it ran with --guard off, or was imported)", markup=False, highlight=False)
+        return 0
+    for k, o in snaps:
+        snap = o.summary.guard or {}
+        title = f"level {k}/{len(res.outcomes)} ({o.level.describe() if o.summary.test in (None, 'serve') else f'{o.summary.test} @ d{o.summary.depth}'}): " \
+            + ("clean" if snap.get("clean") else "DIRTY")
+        print_table(console, *guard_rows(snap), a.format, title=title)
+    if a.json:
+        emit_json(a.json, [{"level": k, "guard": o.summary.guard} for k, o in snaps])
+    return 0
