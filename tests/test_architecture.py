@@ -74,3 +74,99 @@ def test_level_warnings_are_decided_in_findings_only() -> None:
     bad = [p.name for p in makers if ".flags.append(" in p.read_text() or ".warnings.append(" in p.read_text()
            or "in w for w in" in p.read_text()]
     assert not bad, bad
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that ``path`` (the module ``name``) imports when it runs: at the top, or inside a function (imported
+    at its first call, but imported all the same); an import under ``if TYPE_CHECKING:`` is for mypy only and
+    does not count."""
+    def typing_only(node: ast.If) -> bool:
+        t = node.test
+        return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+            isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and typing_only(child):
+                for stmt in child.orelse:
+                    walk(stmt)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.append(child)
+            walk(child)
+
+    walk(ast.parse(path.read_text()))
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out = set()
+    for node in found:
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else [])) \
+                if node.level else node.module or ""
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        for n in names:  # `from . import x` names the module x; `from .m import f` names m
+            while n and n not in modules:
+                n = n.rpartition(".")[0]
+            if n and n != name:
+                out.add(n)
+    return out
+
+
+def import_circles() -> list[list[str]]:
+    """Every set of tokenbench's modules that import each other round a circle at run time (the strongly
+    connected components of the runtime import graph, Tarjan's algorithm), each sorted."""
+    paths = {_module(p): p for p in SRC.rglob("*.py")}
+    graph = {m: _runtime_imports(p, m, set(paths)) for m, p in paths.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_runtime_import_circle() -> None:
+    """Modules that import each other at run time (a package's __init__ and its own modules included) have
+    blurred what each is for: the shared thing belongs to one of them, or to a module of its own. An import only
+    type checking reads (under ``if TYPE_CHECKING:``) is allowed; one inside a function is not."""
+    circles = import_circles()
+    assert not circles, "runtime import circles: move what they share to the module it belongs to:\n" + "\n".join(
+        " <-> ".join(c) for c in circles)
+
+
+def test_the_circle_check_sees_function_level_imports_and_skips_type_checking(tmp_path: Path) -> None:
+    src = tmp_path / "a.py"
+    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n"
+                   "def f():\n    from .c import g\n    from . import d\n")
+    names = {"tokenbench.a", "tokenbench.b", "tokenbench.c", "tokenbench.d"}
+    assert _runtime_imports(src, "tokenbench.a", names) == {"tokenbench.c", "tokenbench.d"}
