@@ -28,7 +28,7 @@ from tokenbench.predict.calibration import BAND_QUANTILE
 from tokenbench.predict.accuracy import accuracy, faster_box_check
 from tokenbench.predict.fitting import cross_validate, fit_calibration
 from tokenbench.predict.rows import RowResult, band_metric, predict_row, row_era
-from tokenbench.predict.published import Row, read_rows
+from tokenbench.predict.measured import Row, read_rows
 from tokenbench.predict.specs import Catalog
 
 REF = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"  # the shipped copies of shared/reference

@@ -14,7 +14,7 @@ from tokenbench.predict import roofline as rf
 from tokenbench.predict.calibration import Calibration, backend_key, fit_constants
 from tokenbench.predict.accuracy import against
 from tokenbench.predict.setup import Setup
-from tokenbench.predict.published import Row, read_rows
+from tokenbench.predict.measured import Row, read_rows
 from tokenbench.predict.specs import Catalog, model_from_config, model_from_gguf
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data" / "published.csv"  # shipped copy

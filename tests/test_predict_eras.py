@@ -16,7 +16,7 @@ from tokenbench.predict.calibration import Calibration, Extrapolation
 from tokenbench.predict.fitting import fit_calibration
 from tokenbench.predict.rows import predict_row, row_era
 from tokenbench.predict.setup import Setup
-from tokenbench.predict.published import Row, read_rows
+from tokenbench.predict.measured import Row, read_rows
 from tokenbench.predict.specs import Catalog
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"

@@ -89,7 +89,7 @@ def test_a_backend_without_rows_starts_from_its_family_fit() -> None:
 
 def test_each_fold_builds_its_own_rows(cat: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
     from tokenbench.predict import fitting
-    from tokenbench.predict.published import read_rows
+    from tokenbench.predict.measured import read_rows
 
     ref = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"
     rows = [r for f in ("published.csv", "published-more.csv") for r in read_rows(ref / f)]
@@ -274,7 +274,7 @@ def replace_comm(c: rf.StepCost) -> rf.StepCost:
 
 def test_bottleneck_flag_compares_with_the_calibrated_estimate(cat: Catalog) -> None:
     from tokenbench.predict.rows import predict_row
-    from tokenbench.predict.published import read_rows
+    from tokenbench.predict.measured import read_rows
 
     ref = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"
     rows = read_rows(ref / "published-more.csv")
@@ -327,7 +327,7 @@ def test_held_out_a100s_beat_ada_pro_cards_on_quantized_70b_prompts(cat: Catalog
     # same or lower TDP. The dequantize pass, at half the A100s' bandwidth, is what orders them; predicted with
     # the source held out.
     from tokenbench.predict.fitting import cross_validate
-    from tokenbench.predict.published import read_rows
+    from tokenbench.predict.measured import read_rows
 
     ref = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"
     rows = [r for r in read_rows(ref / "published-more.csv") if r.raw.get("source") == "xdai-llama3"]
@@ -360,7 +360,7 @@ def test_held_out_h100_pcie_decodes_faster_than_a100_sxm_at_the_same_bandwidth(c
     # llama-bench tg512 of Llama 3 8B F16 (xdai-llama3): H100 PCIe 68.0, A100 SXM 53.5 t/s at 2.0 and 2.04 TB/s.
     # Bandwidth alone ranks them the other way; the A100's slower clock makes its fixed per-layer costs longer.
     from tokenbench.predict.fitting import cross_validate
-    from tokenbench.predict.published import read_rows
+    from tokenbench.predict.measured import read_rows
 
     ref = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"
     rows = [r for n in ("published.csv", "published-more.csv") for r in read_rows(ref / n)]

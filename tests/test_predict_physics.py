@@ -18,7 +18,7 @@ from tokenbench.predict.accuracy import against
 from tokenbench.predict.fitting import fit_calibration
 from tokenbench.predict.rows import predict_row
 from tokenbench.predict.setup import Setup
-from tokenbench.predict.published import read_rows
+from tokenbench.predict.measured import read_rows
 from tokenbench.predict.specs import GIB, Catalog
 
 REF = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"  # the shipped copies of shared/reference

@@ -17,7 +17,7 @@ from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.fitting import fit_calibration
 from tokenbench.predict.rows import predict_row, row_arrivals, row_batch_tokens
 from tokenbench.predict.setup import Setup
-from tokenbench.predict.published import Row, read_rows
+from tokenbench.predict.measured import Row, read_rows
 from tokenbench.predict.specs import Catalog
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"

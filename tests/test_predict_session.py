@@ -13,7 +13,7 @@ from tokenbench.cli import main
 from tokenbench.draws import Draw
 from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.setup import Setup
-from tokenbench.predict.report import _seconds, session_table, shown_turns
+from tokenbench.predict.tables import _seconds, session_table, shown_turns
 from tokenbench.predict.session import SessionShape, predict_session
 from tokenbench.predict.specs import Catalog
 from tokenbench.results import load_result

@@ -20,7 +20,7 @@ from tokenbench.metrics import LevelSummary
 from tokenbench.predict.calibration import Calibration, backend_key
 from tokenbench.predict.setup import Setup
 from tokenbench.predict import roofline as rf
-from tokenbench.predict.published import read_rows
+from tokenbench.predict.measured import read_rows
 from tokenbench.predict.specs import Catalog
 from tokenbench.store import Store
 

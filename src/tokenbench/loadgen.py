@@ -22,7 +22,7 @@ import psutil
 from .client import PreparedRequest
 from .metrics import client_delays, percentile
 from .records import Phase, RequestRecord
-from .tasks import cancel_and_wait
+from .background import cancel_and_wait
 
 NS_PER_S = 1_000_000_000
 

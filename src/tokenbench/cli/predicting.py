@@ -50,12 +50,12 @@ def read_calibration(path: str) -> str:
 
 def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
     from ..output import print_table
-    from ..predict import report
+    from ..predict import tables
     from ..predict.specs import Catalog
 
     check_output(a.json, "--json")
     cat = Catalog.load()
-    head, rows = report.hardware_table(cat) if a.command == "hardware" else report.models_table(cat)
+    head, rows = tables.hardware_table(cat) if a.command == "hardware" else tables.models_table(cat)
     print_table(console, head, rows, a.format)
     if cat.user_file:
         console.print(f"including entries from {cat.user_file}", style="dim", markup=False)
@@ -67,7 +67,7 @@ def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_fit(a: argparse.Namespace, console: Console) -> int:
-    from ..predict import report
+    from ..predict import tables
 
     check_output(a.json, "--json")
     s, _ = _setup(a)
@@ -75,7 +75,7 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
     if a.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
     f = s.fit(ctx, a.concurrency)
-    for line in report.fit_lines(s, f, ctx, a.concurrency):
+    for line in tables.fit_lines(s, f, ctx, a.concurrency):
         console.print(line, markup=False, highlight=False)
     if a.json:
         emit_json(a.json, {"tool": "tokenbench", "kind": "fit", "hardware": s.hw.id, "model": s.model.id,
@@ -87,18 +87,18 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
 def _predict_against(a: argparse.Namespace, console: Console) -> int:
     """Predict every row of a published-measurements file and set each prediction beside its measurement."""
     from ..output import print_table
-    from ..predict import report
+    from ..predict import tables
     from ..predict.calibration import Calibration
     from ..predict.accuracy import against
-    from ..predict.published import read_rows
+    from ..predict.measured import read_rows
     from ..predict.specs import Catalog
 
     cal = Calibration.packaged() if not a.calibration else \
         Calibration.from_toml(read_calibration(a.calibration), origin=a.calibration)
     rep = against(Catalog.load(), cal, read_rows(Path(a.against)))
-    head, rows = report.against_table(rep)
+    head, rows = tables.against_table(rep)
     print_table(console, head, rows, a.format)
-    for line in report.summary_lines(rep):
+    for line in tables.summary_lines(rep):
         console.print(line, markup=False, highlight=False)
     if a.json:
         emit_json(a.json, rep.to_json())
@@ -107,7 +107,7 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
 
 def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     from ..output import print_table
-    from ..predict import report
+    from ..predict import tables
     from ..predict.runs import headline, prediction_manifest, speculation
 
     if a.against:
@@ -136,17 +136,17 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         return _predict_sessions(a, console, s, cal, shape, levels)
     if depths is not None:
         a.input_len, a.output_len = a.input_len or 512, a.output_len or 128
-        head, rows = report.depth_table(s, cal, depths, a.input_len, a.output_len)
+        head, rows = tables.depth_table(s, cal, depths, a.input_len, a.output_len)
         metrics = ["prefill", "decode"]
     else:
         a.input_len, a.output_len = a.input_len or 4096, a.output_len or 512
-        head, rows = report.serve_table(s, cal, levels, a.input_len, a.output_len)
+        head, rows = tables.serve_table(s, cal, levels, a.input_len, a.output_len)
         metrics = ["throughput", "ttft", "tpot"]
         if s.kind == "sequential" and s.parallel == 1:
             console.print(f"{s.engine} serves one stream at a time (one slot): concurrency only queues; "
                           "--parallel N models N slots", markup=False)
     print_table(console, head, rows, a.format)
-    note = report.band_note(s, cal, metrics)
+    note = tables.band_note(s, cal, metrics)
     console.print(note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
     if a.save or a.json:
         _predicted_result(a, console, s, cal, depths, levels, {"note": note, "columns": head, "rows": rows, "metrics": metrics})
@@ -228,7 +228,7 @@ def _predict_sessions(a: argparse.Namespace, console: Console, s: Setup, cal: Ca
     number of agents, with the prefix cache (a measured session level's ``cache`` "warm"), stored with --save and
     written with --json (whose tables keep the figures without the cache too)."""
     from ..output import print_table
-    from ..predict import report
+    from ..predict.tables import band_note, session_lines, session_metrics, session_table
     from ..predict.runs import prediction, session_level
     from ..predict.session import predict_session
 
@@ -241,8 +241,8 @@ def _predict_sessions(a: argparse.Namespace, console: Console, s: Setup, cal: Ca
     levels, tables, metrics = [], [], []
     for n in agents:
         p = predict_session(s, sh, n)
-        head, rows = report.session_table(s, cal, p)
-        lines = report.session_lines(s, p, a.sessions or None)
+        head, rows = session_table(s, cal, p)
+        lines = session_lines(s, p, a.sessions or None)
         console.print(f"{n} agent{'s' if n > 1 else ''}:", markup=False, highlight=False)
         print_table(console, head, rows, a.format)
         for line in lines:
@@ -253,8 +253,8 @@ def _predict_sessions(a: argparse.Namespace, console: Console, s: Setup, cal: Ca
                 said.add(note)
         levels.append(session_level(p, a.sessions or None))
         tables.append({"agents": n, "columns": head, "rows": rows, "lines": lines})
-        metrics += [m for m in report.session_metrics(n) if m not in metrics]
-    note = report.band_note(s, cal, metrics)
+        metrics += [m for m in session_metrics(n) if m not in metrics]
+    note = band_note(s, cal, metrics)
     console.print(note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
     if a.save or a.json:
         res = prediction(s, levels, sh.workload(a.sessions or None))
@@ -279,7 +279,7 @@ def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Cal
                      shown: dict[str, Any]) -> None:
     """A prediction stored with --save and written with --json, beside what the terminal showed (``shown``: the
     band note and metrics, and the table's columns and rows, or a session's tables)."""
-    from ..predict import report
+    from ..predict import tables
     from ..predict.runs import save_prediction
 
     if a.save:
@@ -289,7 +289,7 @@ def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Cal
         # the keys predict --json wrote before it went through the result contract, kept beside it
         res.legacy = {"predicted": True, "calibrated": s.calibrated, "backend": s.backend,
                       "calibration": {"origin": cal.origin, "source": s.eff.source, "rows": s.eff.rows},
-                      "band_pct": report.bands(s, cal, shown["metrics"]),
+                      "band_pct": tables.bands(s, cal, shown["metrics"]),
                       **{k: v for k, v in shown.items() if k != "metrics"}}
         write_json(a.json, res)
 
@@ -303,7 +303,7 @@ PUBLISHED_FILES = [Path(__file__).resolve().parents[1] / "data" / n for n in ("p
 def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> int:
     from ..predict.calibration import write
     from ..predict.fitting import fit_calibration
-    from ..predict.published import read_rows
+    from ..predict.measured import read_rows
     from ..predict.specs import Catalog
 
     rows = [r for f in (a.file or PUBLISHED_FILES) for r in read_rows(Path(f))]

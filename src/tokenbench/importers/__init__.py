@@ -23,10 +23,10 @@ FORMATS: list[tuple[str, Callable[[Path, str], bool], Callable[[Path, str, str |
 
 
 def _register() -> None:
-    from . import guidellm, llamabench, published, vllm
+    from . import guidellm, llamabench, published_csv, vllm
 
     FORMATS.extend([
-        ("published.csv", published.detect, published.parse),
+        ("published.csv", published_csv.detect, published_csv.parse),
         ("llama-bench", llamabench.detect, llamabench.parse),
         ("vllm bench serve", vllm.detect, vllm.parse),
         ("guidellm", guidellm.detect, guidellm.parse),

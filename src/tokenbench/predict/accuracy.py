@@ -8,7 +8,7 @@ from typing import Any
 
 from .calibration import Calibration
 from .fitting import fittable_rows
-from .published import Row
+from .measured import Row
 from .rows import RowResult, band_metric, predict_row
 from .specs import Catalog
 

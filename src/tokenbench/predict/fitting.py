@@ -12,7 +12,7 @@ from ..errors import UsageError
 from . import roofline as rf
 from .calibration import (ANCHOR_PRIOR_WEIGHT, BAND_MIN_N, DRIFT_PRIOR, PRIOR_WEIGHT, Calibration, backend_prior,
                           era_for, family, fit_constants, make_band, prior)
-from .published import METRICS, Row
+from .measured import METRICS, Row
 from .rows import RowResult, Valuer, band_metric, predict_row, row_era, row_setup, row_valuer
 from .specs import Catalog
 

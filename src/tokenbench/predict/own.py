@@ -16,7 +16,7 @@ from ..results import Manifest, load_result
 from ..store import Store
 from .calibration import Calibration, backend_key
 from .rows import predict_row
-from .published import Row, run_rows
+from .measured import Row, run_rows
 from .formats import GGUF_FORMATS, check_engine
 from .specs import Catalog, HardwareSpec, ModelSpec
 

@@ -14,7 +14,7 @@ from . import queue
 from . import memory
 from . import roofline as rf
 from .calibration import FALLBACK_BAND_PCT, Band, Calibration, engine_kind
-from .published import METRICS, Row
+from .measured import METRICS, Row
 from .setup import Setup
 from .specs import Catalog
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..metrics import Distribution, LevelSummary
 from ..results import Manifest
-from ..predict.published import COLUMNS, read_rows
+from ..predict.measured import COLUMNS, read_rows
 from .fields import Imported
 
 
