@@ -2,50 +2,32 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from rich.console import Console
 from typing import TYPE_CHECKING, Any
-from .. import redact, registry
+from .. import redact
 from ..errors import UsageError
 from ..store import Store
 from .common import check_output, emit_json, int_list, tokens, write_json
 
 if TYPE_CHECKING:
     from ..predict.calibration import Calibration
+    from ..predict.entrypoints import Predicted, SetupConfig
     from ..predict.setup import Setup
     from ..predict.session import SessionShape
     from ..results import RunResult
 
 
-def _setup(a: argparse.Namespace) -> tuple[Setup, Calibration]:
-    from ..predict.calibration import Calibration
-    from ..predict.setup import Setup
-    from ..predict.specs import Catalog
+def _setup_config(a: argparse.Namespace) -> SetupConfig:
+    """The box, model and engine the options name (fit's and predict's: fit has no --ubatch, --parallel, ...)."""
+    from ..predict.entrypoints import SetupConfig
 
-    cal = Calibration.packaged() if not getattr(a, "calibration", None) else \
-        Calibration.from_toml(read_calibration(a.calibration), origin=a.calibration)
-    engine = a.engine
-    gguf = registry.engine(engine).gguf  # llama.cpp, llama-cpp-python, ollama: a GGUF quant, an f16 cache
-    weights = a.weights or ("Q4_K_M" if gguf else "BF16")
-    kv = a.kv.upper()
-    if kv == "AUTO" and gguf:
-        kv = "F16"
-    version = getattr(a, "engine_version", None)
-    return Setup.make(Catalog.load(), cal, a.hardware, a.model, weights, kv, engine,
-                      ubatch=getattr(a, "ubatch", None) or 512, parallel=getattr(a, "parallel", None) or 1,
-                      tp=getattr(a, "tp", None) or 1, flash_attn=getattr(a, "flash_attn", "on") != "off",
-                      era=registry.era(engine, version) if version else None,
-                      batch_tokens=getattr(a, "max_num_batched_tokens", None),
-                      arrivals=getattr(a, "arrivals", None) or "together"), cal
-
-
-def read_calibration(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--calibration {path}: cannot read it ({getattr(e, 'strerror', None) or e}); "
-                         "give the TOML that tokenbench calibrate wrote") from None
+    return SetupConfig(a.hardware, a.model, a.weights, a.kv, a.engine, getattr(a, "engine_version", None),
+                       getattr(a, "calibration", None), ubatch=getattr(a, "ubatch", None),
+                       parallel=getattr(a, "parallel", None), tp=getattr(a, "tp", None),
+                       flash_attn=getattr(a, "flash_attn", "on") != "off",
+                       batch_tokens=getattr(a, "max_num_batched_tokens", None), arrivals=getattr(a, "arrivals", None))
 
 
 def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
@@ -69,8 +51,10 @@ def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
 def cmd_fit(a: argparse.Namespace, console: Console) -> int:
     from ..predict import tables
 
+    from ..predict.entrypoints import setup
+
     check_output(a.json, "--json")
-    s, _ = _setup(a)
+    s, _ = setup(_setup_config(a))
     ctx = tokens(a.context, "--context")
     if a.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
@@ -88,13 +72,12 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
     """Predict every row of a published-measurements file and set each prediction beside its measurement."""
     from ..output import print_table
     from ..predict import tables
-    from ..predict.calibration import Calibration
     from ..predict.accuracy import against
+    from ..predict.entrypoints import load_calibration
     from ..predict.measured import read_rows
     from ..predict.specs import Catalog
 
-    cal = Calibration.packaged() if not a.calibration else \
-        Calibration.from_toml(read_calibration(a.calibration), origin=a.calibration)
+    cal = load_calibration(a.calibration)
     rep = against(Catalog.load(), cal, read_rows(Path(a.against)))
     head, rows = tables.against_table(rep)
     print_table(console, head, rows, a.format)
@@ -107,8 +90,8 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
 
 def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     from ..output import print_table
-    from ..predict import tables
-    from ..predict.runs import headline, prediction_manifest, speculation
+    from ..predict.entrypoints import PredictConfig, SpecConfig, predict
+    from ..predict.runs import headline, prediction_manifest
 
     if a.against:
         if a.sessions is not None:
@@ -117,45 +100,38 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         return _predict_against(a, console)
     if not a.hardware or not a.model:
         raise UsageError("predict needs --hardware and --model (or --against FILE)")
-    depths, levels = _check_flags(a)
+    depths, levels, input_len, output_len = _check_flags(a)
     shape = _session_shape(a, levels)
-    s, cal = _setup(a)
-    s.reach = replace(s.reach, depth=max(depths or [0]), concurrency=max(levels or [1]))
-    if a.save and not s.calibrated:
-        raise UsageError(f"--save: no measurements of {s.backend} stand behind an estimate, so there is none to store "
-                         "beside measured runs (predict shows only the ceiling); anchor it first with calibrate --runs")
-    if a.ubatch and s.kind != "sequential":
-        raise UsageError(f"--ubatch is llama.cpp's -ub; {s.engine} prefills in chunks of its own token budget")
-    if a.spec_tokens:
-        spec = speculation(s, a.spec_tokens, a.acceptance, a.acceptance_length, a.draft_cost)
-        s.spec = spec.spec()
-        console.print(spec.describe(), markup=False, highlight=False)
+    cfg = PredictConfig(_setup_config(a), levels, depths, input_len, output_len, shape, a.sessions,
+                        SpecConfig(a.spec_tokens, a.acceptance, a.acceptance_length, a.draft_cost)
+                        if a.spec_tokens else None)
+    out = predict(cfg, save=bool(a.save))
+    s, cal = out.setup, out.calibration
+    if out.speculation:
+        console.print(out.speculation, markup=False, highlight=False)
     console.print(f"{headline(prediction_manifest(s))}; calibration {cal.origin}; the ceiling is the physical limit at "
                   "efficiency 1", markup=False, highlight=False)
     if shape is not None:
-        return _predict_sessions(a, console, s, cal, shape, levels)
-    if depths is not None:
-        a.input_len, a.output_len = a.input_len or 512, a.output_len or 128
-        head, rows = tables.depth_table(s, cal, depths, a.input_len, a.output_len)
-        metrics = ["prefill", "decode"]
+        _print_sessions(a, console, shape, out)
+        shown: dict[str, Any] = {"note": out.note, "tables": [
+            {"agents": t.agents, "columns": t.columns, "rows": t.rows, "lines": t.lines} for t in out.tables],
+            "metrics": out.metrics}
     else:
-        a.input_len, a.output_len = a.input_len or 4096, a.output_len or 512
-        head, rows = tables.serve_table(s, cal, levels, a.input_len, a.output_len)
-        metrics = ["throughput", "ttft", "tpot"]
-        if s.kind == "sequential" and s.parallel == 1:
-            console.print(f"{s.engine} serves one stream at a time (one slot): concurrency only queues; "
-                          "--parallel N models N slots", markup=False)
-    print_table(console, head, rows, a.format)
-    note = tables.band_note(s, cal, metrics)
-    console.print(note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
+        for line in out.remarks:
+            console.print(line, markup=False)
+        (table,) = out.tables
+        print_table(console, table.columns, table.rows, a.format)
+        console.print(out.note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
+        shown = {"note": out.note, "columns": table.columns, "rows": table.rows, "metrics": out.metrics}
     if a.save or a.json:
-        _predicted_result(a, console, s, cal, depths, levels, {"note": note, "columns": head, "rows": rows, "metrics": metrics})
+        _store_and_write(a, console, s, cal, out.run(), shown)
     return 0
 
 
-def _check_flags(a: argparse.Namespace) -> tuple[list[int] | None, list[int]]:
+def _check_flags(a: argparse.Namespace) -> tuple[list[int] | None, list[int], int | None, int | None]:
     """Refuse flags that would be accepted and ignored, before anything is printed; the depths of --test (else
-    None) and the serving levels."""
+    None), the serving levels, and a serving or depth prediction's input and output lengths (None: not given, or
+    a session's, which _session_shape reads)."""
     if not a.spec_tokens and (a.acceptance is not None or a.acceptance_length is not None or a.draft_cost is not None):
         raise UsageError("--acceptance, --acceptance-length and --draft-cost go with --spec-tokens N (drafted tokens "
                          "per step)")
@@ -167,15 +143,17 @@ def _check_flags(a: argparse.Namespace) -> tuple[list[int] | None, list[int]]:
                          "drop one or the other")
     if a.depth and not a.test:
         raise UsageError("--depth goes with --test tg128|pp512|depth; a serving prediction's context is --input-len")
+    input_len = output_len = None
     if a.sessions is None:
         given = [f for f, v in SESSION_FLAGS.items() if getattr(a, v) is not None]
         if given:
             raise UsageError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} an agent's session: add "
                              "--sessions")
-        a.input_len, a.output_len = _length(a.input_len, "--input-len"), _length(a.output_len, "--output-len")
+        input_len, output_len = _length(a.input_len, "--input-len"), _length(a.output_len, "--output-len")
     if a.test:
-        return [tokens(d, "--depth", zero=True) for d in (a.depth or "0").split(",") if d.strip()], []
-    return None, int_list(a.concurrency or "1", "--concurrency")
+        depths = [tokens(d, "--depth", zero=True) for d in (a.depth or "0").split(",") if d.strip()]
+        return depths, [], input_len, output_len
+    return None, int_list(a.concurrency or "1", "--concurrency"), input_len, output_len
 
 
 #: The options only a session prediction reads, and their attributes.
@@ -222,57 +200,25 @@ def _session_shape(a: argparse.Namespace, agents: list[int]) -> SessionShape | N
     return shape
 
 
-def _predict_sessions(a: argparse.Namespace, console: Console, s: Setup, cal: Calibration, shape: SessionShape,
-                      agents: list[int]) -> int:
-    """One table per number of agents, each with its session's time and tokens and what it assumed; a level per
-    number of agents, with the prefix cache (a measured session level's ``cache`` "warm"), stored with --save and
-    written with --json (whose tables keep the figures without the cache too)."""
+def _print_sessions(a: argparse.Namespace, console: Console, sh: SessionShape, out: Predicted) -> None:
+    """The session, then one table per number of agents, each with its session's time and tokens and what it
+    assumed, then the band note. (The run ``out.run()`` makes has a level per number of agents, with the prefix
+    cache, as a measured session level's ``cache`` "warm"; --json's tables keep the figures without it too.)"""
     from ..output import print_table
-    from ..predict.tables import band_note, session_lines, session_metrics, session_table
-    from ..predict.runs import prediction, session_level
-    from ..predict.session import predict_session
 
-    sh = shape
     console.print(f"session: {sh.turns} turns; shared prefix {sh.shared_prefix}, task {sh.input_len.describe()}, "
                   f"tool results {sh.tool_len.describe()}, answers {sh.output_len.describe()}, think "
                   f"{sh.think_time.describe()}" + (f"; max context {sh.max_context:,}" if sh.max_context else "")
                   + " (tokens)", markup=False, highlight=False)
-    said: set[str] = set()
-    levels, tables, metrics = [], [], []
-    for n in agents:
-        p = predict_session(s, sh, n)
-        head, rows = session_table(s, cal, p)
-        lines = session_lines(s, p, a.sessions or None)
+    for t in out.tables:
+        n = t.agents or 0
         console.print(f"{n} agent{'s' if n > 1 else ''}:", markup=False, highlight=False)
-        print_table(console, head, rows, a.format)
-        for line in lines:
+        print_table(console, t.columns, t.rows, a.format)
+        for line in t.lines:
             console.print(line, markup=False, highlight=False)
-        for note in p.notes:
-            if note not in said:
-                console.print(note, markup=False, highlight=False, style="dim")
-                said.add(note)
-        levels.append(session_level(p, a.sessions or None))
-        tables.append({"agents": n, "columns": head, "rows": rows, "lines": lines})
-        metrics += [m for m in session_metrics(n) if m not in metrics]
-    note = band_note(s, cal, metrics)
-    console.print(note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
-    if a.save or a.json:
-        res = prediction(s, levels, sh.workload(a.sessions or None))
-        _store_and_write(a, console, s, cal, res, {"note": note, "tables": tables, "metrics": metrics})
-    return 0
-
-
-def _predicted_result(a: argparse.Namespace, console: Console, s: Setup, cal: Calibration, depths: list[int] | None, levels: list[int] | None,
-                      shown: dict[str, Any]) -> None:
-    """The prediction as a result (kind predict): stored with --save, written with --json."""
-    from ..predict.runs import depth_levels, prediction, serve_levels
-
-    if depths is not None:
-        res = prediction(s, depth_levels(s, depths, a.input_len, a.output_len), None)
-    else:
-        res = prediction(s, serve_levels(s, levels or [], a.input_len, a.output_len),
-                         {"input_len": a.input_len, "output_len": a.output_len})
-    _store_and_write(a, console, s, cal, res, shown)
+        for note in t.notes:
+            console.print(note, markup=False, highlight=False, style="dim")
+    console.print(out.note, markup=False, highlight=False, style=None if out.setup.calibrated else "yellow")
 
 
 def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Calibration, res: RunResult,
@@ -294,33 +240,21 @@ def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Cal
         write_json(a.json, res)
 
 
-#: The published measurements the package ships (copies of shared/reference's, a test keeps them equal):
-#: what `calibrate` fits with no file given, and what the committed efficiency.toml was fitted on.
-PUBLISHED_FILES = [Path(__file__).resolve().parents[1] / "data" / n for n in ("published.csv", "published-more.csv",
-                                                                                    "published-current.csv")]
-
-
 def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> int:
     from ..predict.calibration import write
-    from ..predict.fitting import fit_calibration
-    from ..predict.measured import read_rows
-    from ..predict.specs import Catalog
+    from ..predict.entrypoints import OwnRuns, calibrate
 
-    rows = [r for f in (a.file or PUBLISHED_FILES) for r in read_rows(Path(f))]
-    cat = Catalog.load()
-    if a.runs:
-        from ..predict.own import own_rows
-
-        own, warnings = own_rows(Store(a.db, readonly=True), a.runs, a.latest, cat, a.hardware, a.model, a.engine,
-                                 a.weights, a.kv)
-        for w in warnings:
-            console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
-        console.print(f"{len(own)} measurements from {len(a.runs)} run(s) of your own, on {a.hardware}",
-                      markup=False, highlight=False)
-        rows += own
-    elif a.hardware or a.model:
+    if not a.runs and (a.hardware or a.model):
         raise UsageError("--hardware and --model go with --runs RUN...: the box and model of your own runs")
-    cal = fit_calibration(cat, rows, "tokenbench " + redact.command(argv))
+    own = OwnRuns(Store(a.db, readonly=True), a.runs, a.latest, a.hardware, a.model, a.engine, a.weights, a.kv) \
+        if a.runs else None
+    fitted = calibrate([Path(f) for f in a.file] if a.file else None, "tokenbench " + redact.command(argv), own)
+    if own is not None:
+        for w in fitted.warnings:
+            console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+        console.print(f"{fitted.own} measurements from {len(a.runs)} run(s) of your own, on {a.hardware}",
+                      markup=False, highlight=False)
+    cal = fitted.calibration
     write(cal, Path(a.out))
     for name, e in sorted(cal.backends.items()):
         bands = ", ".join(f"{m} ±{b.pct:.0f}%" for m, b in sorted(cal.bands.get(name, {}).items()))

@@ -1,0 +1,239 @@
+"""The predictor's library calls, one per command that composes it: ``predict`` answers a typed ``PredictConfig``
+with a ``Predicted`` (the setup, the tables the CLI prints, the prediction as a run on demand), and ``calibrate``
+fits the constants to published rows and a user's own runs, returning a ``Calibrated``. The CLI parses options
+into these configs and prints what comes back; nothing here prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .. import registry
+from ..errors import UsageError
+from ..results import RunResult
+from ..store import Store
+from .calibration import Calibration
+from .fitting import fit_calibration
+from .measured import Row, read_rows
+from .own import own_rows
+from .queue import Arrivals
+from .runs import depth_levels, prediction, serve_levels, session_level, speculation
+from .session import SessionPrediction, SessionShape, predict_session
+from .setup import Setup
+from .specs import Catalog
+from .tables import band_note, depth_table, serve_table, session_lines, session_metrics, session_table
+
+#: The published measurements the package ships (copies of shared/reference's, a test keeps them equal):
+#: what `calibrate` fits with no file given, and what the committed efficiency.toml was fitted on.
+PUBLISHED_FILES = [Path(__file__).resolve().parents[1] / "data" / n for n in ("published.csv", "published-more.csv",
+                                                                                    "published-current.csv")]
+
+
+@dataclass(frozen=True, slots=True)
+class SetupConfig:
+    """The box, model, formats and engine a prediction is for, and the calibration it reads (a TOML that
+    `calibrate` wrote; None: the packaged one)."""
+
+    hardware: str
+    model: str
+    weights: str | None = None  # None: Q4_K_M for a GGUF engine, else BF16
+    kv: str = "auto"  # auto: the model's dtype (F16 for a GGUF engine)
+    engine: str = "vllm"
+    engine_version: str | None = None
+    calibration: str | None = None
+    ubatch: int | None = None  # llama.cpp's -ub (None: 512)
+    parallel: int | None = None  # llama.cpp's slots (None: 1)
+    tp: int | None = None  # GPUs sharing every layer (None: 1)
+    flash_attn: bool = True
+    batch_tokens: int | None = None  # a batching engine's token budget per step (None: its default)
+    arrivals: Arrivals | None = None  # how a closed loop's prompts arrive (None: together)
+
+
+def read_calibration(path: str) -> str:
+    """The TOML at ``path``; a file that cannot be read is a one-line error saying what to give."""
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--calibration {path}: cannot read it ({getattr(e, 'strerror', None) or e}); "
+                         "give the TOML that tokenbench calibrate wrote") from None
+
+
+def load_calibration(path: str | None) -> Calibration:
+    """The calibration at ``path``, or the packaged one."""
+    return Calibration.packaged() if not path else Calibration.from_toml(read_calibration(path), origin=path)
+
+
+def setup(cfg: SetupConfig) -> tuple[Setup, Calibration]:
+    """The prediction's setup, and the calibration its constants come from."""
+    cal = load_calibration(cfg.calibration)
+    gguf = registry.engine(cfg.engine).gguf  # llama.cpp, llama-cpp-python, ollama: a GGUF quant, an f16 cache
+    weights = cfg.weights or ("Q4_K_M" if gguf else "BF16")
+    kv = cfg.kv.upper()
+    if kv == "AUTO" and gguf:
+        kv = "F16"
+    version = cfg.engine_version
+    return Setup.make(Catalog.load(), cal, cfg.hardware, cfg.model, weights, kv, cfg.engine,
+                      ubatch=cfg.ubatch or 512, parallel=cfg.parallel or 1, tp=cfg.tp or 1,
+                      flash_attn=cfg.flash_attn, era=registry.era(cfg.engine, version) if version else None,
+                      batch_tokens=cfg.batch_tokens, arrivals=cfg.arrivals or "together"), cal
+
+
+@dataclass(frozen=True, slots=True)
+class SpecConfig:
+    """Speculative decoding: ``tokens`` drafted per target pass, and one of an acceptance probability or a mean
+    acceptance length; a draft token's cost as a share of a target pass (None: a small draft model's)."""
+
+    tokens: int
+    acceptance: float | None = None
+    acceptance_length: float | None = None
+    draft_cost: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PredictConfig:
+    """One prediction: serving ``levels`` (concurrency, or agents with ``session``), or llama-bench's one stream
+    at ``depths``; a request's lengths (None: 4096/512 serving, 512/128 at depths)."""
+
+    setup: SetupConfig
+    levels: list[int] = field(default_factory=lambda: [1])
+    depths: list[int] | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    session: SessionShape | None = None
+    sessions: int | None = None  # sessions each agent runs (None or 0: as many as the window holds)
+    spec: SpecConfig | None = None
+
+
+@dataclass(slots=True)
+class PredictedTable:
+    """One table of a prediction as header and rows of strings; a session's per number of ``agents``, with the
+    lines under it and the notes it is the first to raise."""
+
+    columns: list[str]
+    rows: list[list[str]]
+    agents: int | None = None
+    lines: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Predicted:
+    """What ``predict`` answers: the setup and calibration, speculative decoding described (None without), the
+    tables, the metrics their bands cover and the band note, the lengths a serving or depth prediction assumed
+    (None for a session's), what is said before the tables (``remarks``), and a session's predictions."""
+
+    setup: Setup
+    calibration: Calibration
+    config: PredictConfig
+    speculation: str | None
+    tables: list[PredictedTable]
+    metrics: list[str]
+    note: str
+    input_len: int | None
+    output_len: int | None
+    remarks: list[str] = field(default_factory=list)
+    session_predictions: list[SessionPrediction] = field(default_factory=list)
+
+    def run(self) -> RunResult:
+        """The prediction as a result (kind predict), not stored: its levels, as a stored run keeps them."""
+        s, cfg = self.setup, self.config
+        if cfg.session is not None:
+            levels = [session_level(p, cfg.sessions or None) for p in self.session_predictions]
+            return prediction(s, levels, cfg.session.workload(cfg.sessions or None))
+        assert self.input_len is not None and self.output_len is not None
+        if cfg.depths is not None:
+            return prediction(s, depth_levels(s, cfg.depths, self.input_len, self.output_len), None)
+        return prediction(s, serve_levels(s, cfg.levels, self.input_len, self.output_len),
+                          {"input_len": self.input_len, "output_len": self.output_len})
+
+
+def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
+    """Predict ``cfg``: its setup, speculative decoding, and the tables a user reads (a session's per number of
+    agents, else llama-bench's depths or the serving levels), each cell an estimate with its band. ``save``: the
+    prediction is to be stored beside measured runs, refused where no measurement of its backend stands behind it.
+    """
+    s, cal = setup(cfg.setup)
+    s.reach = replace(s.reach, depth=max(cfg.depths or [0]), concurrency=max(cfg.levels or [1]))
+    if save and not s.calibrated:
+        raise UsageError(f"--save: no measurements of {s.backend} stand behind an estimate, so there is none to store "
+                         "beside measured runs (predict shows only the ceiling); anchor it first with calibrate --runs")
+    if cfg.setup.ubatch and s.kind != "sequential":
+        raise UsageError(f"--ubatch is llama.cpp's -ub; {s.engine} prefills in chunks of its own token budget")
+    described = None
+    if cfg.spec is not None:
+        spec = speculation(s, cfg.spec.tokens, cfg.spec.acceptance, cfg.spec.acceptance_length, cfg.spec.draft_cost)
+        s.spec = spec.spec()
+        described = spec.describe()
+    if cfg.session is not None:
+        return _predict_sessions(cfg, cfg.session, s, cal, described)
+    remarks: list[str] = []
+    if cfg.depths is not None:
+        input_len, output_len = cfg.input_len or 512, cfg.output_len or 128
+        head, rows = depth_table(s, cal, cfg.depths, input_len, output_len)
+        metrics = ["prefill", "decode"]
+    else:
+        input_len, output_len = cfg.input_len or 4096, cfg.output_len or 512
+        head, rows = serve_table(s, cal, cfg.levels, input_len, output_len)
+        metrics = ["throughput", "ttft", "tpot"]
+        if s.kind == "sequential" and s.parallel == 1:
+            remarks.append(f"{s.engine} serves one stream at a time (one slot): concurrency only queues; "
+                           "--parallel N models N slots")
+    return Predicted(s, cal, cfg, described, [PredictedTable(head, rows)], metrics, band_note(s, cal, metrics),
+                     input_len, output_len, remarks)
+
+
+def _predict_sessions(cfg: PredictConfig, shape: SessionShape, s: Setup, cal: Calibration,
+                      described: str | None) -> Predicted:
+    """One table per number of agents, each with its session's time and tokens and the notes it is the first to
+    raise; the run has a level per number of agents, with the prefix cache."""
+    shown: list[PredictedTable] = []
+    metrics: list[str] = []
+    said: set[str] = set()
+    sessions: list[SessionPrediction] = []
+    for n in cfg.levels:
+        p = predict_session(s, shape, n)
+        head, rows = session_table(s, cal, p)
+        new = [note for note in dict.fromkeys(p.notes) if note not in said]
+        said.update(new)
+        shown.append(PredictedTable(head, rows, n, session_lines(s, p, cfg.sessions or None), new))
+        sessions.append(p)
+        metrics += [m for m in session_metrics(n) if m not in metrics]
+    return Predicted(s, cal, cfg, described, shown, metrics, band_note(s, cal, metrics), None, None, [], sessions)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnRuns:
+    """The user's own runs that anchor a fit: run ids, prefixes or labels in ``store`` (``latest``: a shared label
+    means the newest), and the box, model and setup they ran on where a run does not say."""
+
+    store: Store
+    refs: list[str]
+    latest: bool = False
+    hardware: str | None = None
+    model: str | None = None
+    engine: str | None = None
+    weights: str | None = None
+    kv: str | None = None
+
+
+@dataclass(slots=True)
+class Calibrated:
+    """What ``calibrate`` answers: the fitted calibration, the measurements it took from the user's own runs and
+    what it warned of while reading them."""
+
+    calibration: Calibration
+    own: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def calibrate(files: list[Path] | None, command: str, own: OwnRuns | None = None) -> Calibrated:
+    """Fit every backend's constants and bands to the rows of ``files`` (None: the published rows the package
+    ships) and ``own`` runs, recording ``command`` as how it was made."""
+    rows: list[Row] = [r for f in (files or PUBLISHED_FILES) for r in read_rows(Path(f))]
+    cat = Catalog.load()
+    warnings: list[str] = []
+    mine: list[Row] = []
+    if own is not None:
+        mine, warnings = own_rows(own.store, own.refs, own.latest, cat, own.hardware, own.model, own.engine,
+                                  own.weights, own.kv)
+    return Calibrated(fit_calibration(cat, rows + mine, command), len(mine), warnings)
