@@ -24,7 +24,7 @@ from tokenbench.emitter import BackgroundEmitter, EmitterConfig, EmitterProcess
 from tokenbench.findings import Code, Finding
 from tokenbench.metrics import summarize
 from tokenbench.records import RequestRecord
-from tokenbench.results import load_result
+from tokenbench.reader import load_result
 from tokenbench.slo import SLO, SloCheck, binomial_cdf, decided_fail, needed_for_sure_pass, share_check
 from tokenbench.store import Store
 from tokenbench.sweep import SweepConfig, run_sweep

@@ -17,7 +17,7 @@ from tokenbench.errors import UsageError
 from tokenbench.importers import import_file
 from tokenbench.metrics import Distribution, LevelSummary
 from tokenbench.store import Store
-from tokenbench.results import load_result
+from tokenbench.reader import load_result
 
 DATA = Path(__file__).parent / "data"
 PUBLISHED = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data" / "published.csv"  # shipped copy

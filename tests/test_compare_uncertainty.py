@@ -16,7 +16,8 @@ from tokenbench.cli import main
 from tokenbench.compare import compare, table
 from tokenbench.metrics import Distribution, LevelSummary, summarize
 from tokenbench.records import RequestRecord
-from tokenbench.results import RunResult, load_result
+from tokenbench.results import RunResult
+from tokenbench.reader import load_result
 from tokenbench.store import Store
 
 #: Ten percent either side of the middle, in an order that is no order: a request's spread, the same on each side.

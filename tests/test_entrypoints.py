@@ -12,7 +12,7 @@ import pytest
 from tokenbench.engines.embedded import slot_context
 from tokenbench.engines.llamabench import LlamaBenchConfig, run_llama_bench
 from tokenbench.errors import UsageError
-from tokenbench.results import load_result
+from tokenbench.reader import load_result
 from tokenbench.store import Store
 
 DATA = Path(__file__).parent / "data"

@@ -9,7 +9,8 @@ import pytest
 
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
-from tokenbench.results import Manifest, load_result
+from tokenbench.results import Manifest
+from tokenbench.reader import load_result
 from tokenbench.store import Store
 
 #: What each writer stores, as it stores it (key order included): a sweep's endpoint manifest, a llama-bench
@@ -99,6 +100,30 @@ def test_a_sweeps_manifest_is_stored_and_written_unchanged(emitter: BackgroundEm
     assert (res.manifest.label, res.manifest.price_per_hour, res.manifest.endpoint) == ("box", 3, emitter.url)
     assert res.manifest.provenance == "measured" and (res.manifest.check_request or {})["output_tokens"] >= 1
     assert set(res.manifest.extra) <= {"process"}, res.manifest.extra  # every key the sweep wrote is a typed one
+
+
+@pytest.mark.parametrize("command", [
+    ["sweep", "--concurrency", "1,2", "--requests", "4", "--repetitions", "2", "--input-len", "16", "--output-len", "4",
+     "--price-per-hour", "3"],
+    ["depth", "--depths", "0,1k", "--pp", "32", "--tg", "4"],
+    ["capacity", "--slo", "ttft_p90=1s", "--concurrency", "1:2", "--requests", "6", "--input-len", "16",
+     "--output-len", "4"]])
+def test_a_runs_json_is_the_result_in_hand_and_reads_back_the_same(emitter: BackgroundEmitter, tmp_path: Path,
+                                                                   command: list[str]) -> None:
+    """sweep, depth and capacity write --json from the result they hold (RunLog.close), not by reading the run
+    back; show --json, which reads it back, writes the same document (a capacity search's levels in the order it
+    shows them, by value)."""
+    db, out, shown = tmp_path / "r.db", tmp_path / "run.json", tmp_path / "show.json"
+    quiet = [] if command[0] == "depth" else ["--quiet"]
+    assert main([command[0], "--url", emitter.url, *command[1:], "--guard", "off", "--label", "box", "--json", str(out),
+                 "--db", str(db), *quiet]) == 0
+    doc = json.loads(out.read_text())
+    assert main(["show", doc["run_id"], "--all", "--json", str(shown), "--db", str(db)]) == 0
+    again = json.loads(shown.read_text())
+    if command[0] == "capacity":
+        doc.pop("capacity")
+        again["levels"].sort(key=lambda lv: lv["concurrency"])
+    assert doc == again and list(doc["manifest"])[-1] == "provenance"
 
 
 def test_an_imported_files_values_are_typed_at_the_boundary(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from tokenbench.predict.setup import Setup
 from tokenbench.predict.tables import _seconds, session_table, shown_turns
 from tokenbench.predict.session import SessionShape, predict_session
 from tokenbench.predict.specs import Catalog
-from tokenbench.results import load_result
+from tokenbench.reader import load_result
 from tokenbench.store import Store
 
 STRIX = ("amd-ryzen-ai-max-395", "gpt-oss-20b", "Q4_K_M", "F16", "llama.cpp")

@@ -19,7 +19,7 @@ from tokenbench.cost import Pricing
 from tokenbench.metrics import Distribution, LevelSummary
 from tokenbench.report import figures, series, style
 from tokenbench.store import Store
-from tokenbench.results import load_result
+from tokenbench.reader import load_result
 
 from test_compare_cost_report import CHROMIUM, chromium_dom, figures_in
 

@@ -20,7 +20,7 @@ from tokenbench import __version__
 from tokenbench.cli import main
 from tokenbench.report.document import Report, report
 from tokenbench.report.export import EXPORTERS, plot_dict
-from tokenbench.results import load_result
+from tokenbench.reader import load_result
 from tokenbench.store import Store
 
 from test_report import _png_size, _store

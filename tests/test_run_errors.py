@@ -109,7 +109,7 @@ def test_quality_returns_the_result_every_command_returns(emitter: BackgroundEmi
     doc = res.to_json()
     assert doc["levels"] == [] and len(doc["items"]) == 3 and all("prompt" not in i for i in doc["items"])
     assert doc["manifest"]["summary"]["agreement"]["items"] == 3
-    from tokenbench.results import load_result
+    from tokenbench.reader import load_result
 
     assert load_result(store, res.run_id).to_json() | {"manifest": None} == doc | {"manifest": None}
 

@@ -18,7 +18,7 @@ from tokenbench.errors import UsageError
 from tokenbench.metrics import Distribution, LevelSummary, session_stats, summarize
 from tokenbench.records import RequestRecord
 from tokenbench.report import figures, series
-from tokenbench.results import load_result
+from tokenbench.reader import load_result
 from tokenbench.session_view import gain_line, shown_turns, tokens, warnings
 from tokenbench.store import Store
 

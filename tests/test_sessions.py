@@ -12,7 +12,7 @@ import pytest
 
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
-from tokenbench.results import load_result
+from tokenbench.reader import load_result
 from tokenbench.store import Store
 
 

@@ -59,7 +59,7 @@ def test_show_marks_a_prediction_predicted_and_leaves_out_what_it_lacks(tmp_path
     bare = {k: v for k, v in depth.items() if k != "predicted"} | {"label": "bare"}
     _save(Store(db), "p-3", "predict", bare, [LevelSummary.empty(concurrency=1, test="tg128", depth=8192, tg_tps=300.0)])
     from tokenbench.report.facts import source
-    from tokenbench.results import load_result
+    from tokenbench.reader import load_result
     assert source(load_result(Store(db), "bare")) == "PREDICTED"
     assert main(["compare", "h100-depth", "bare", "--db", str(db)]) == 0
     assert "bare is PREDICTED, not measured" in capsys.readouterr().out

@@ -19,7 +19,7 @@ from tokenbench.errors import EndpointError, LevelFailed
 from tokenbench.servers import normalize_base_url
 from tokenbench.store import Store
 from tokenbench.sweep import SweepConfig, run_sweep
-from tokenbench.results import load_result
+from tokenbench.reader import load_result
 
 
 def sweep(url: str, store: Store, **kw: object) -> object:
@@ -105,7 +105,7 @@ def test_repetitions_report_median_and_cv(emitter: BackgroundEmitter, tmp_path: 
 def test_repetitions_keep_the_cost_at_the_median_throughput(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     """A priced run with --repetitions above 1 dropped its cost altogether (issue 8, confirmed)."""
     from tokenbench.cost import cost_per_mtok
-    from tokenbench.results import load_result
+    from tokenbench.reader import load_result
 
     store = Store(tmp_path / "r.db")
     res = sweep(emitter.url, store, concurrency=[2], requests=4, warmup=0, repetitions=3, price_per_hour=2.0)

@@ -282,5 +282,4 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Note | None = None) ->
             raise
         status = "complete" if len(fits) == len(cfg.depths) else "partial"
         error = None if status == "complete" else "some depths do not fit the server's context: see the skipped levels"
-        log.finish(status, error)
-        return RunResult(log.run_id, manifest, run.outcomes, status, error, kind="depth")
+        return log.close(status, error, run.outcomes)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -19,10 +19,14 @@ from . import __version__, machine
 from .adapters import Adapter
 from .client import Api, StreamClient
 from .errors import RunInterrupted, TokenbenchError, UsageError
-from .results import Manifest, RunResult, load_result, now_iso
+from .results import LevelOutcome, Manifest, RunResult, now_iso
+from .reader import load_result
 from .servers import ServerInfo, ServerTokenizer, check_model, discover
 from .store import Store
 from .workload import LocalTokenizer, Tokenizer
+
+if TYPE_CHECKING:
+    from .quality.items import Item
 
 
 async def pick_tokenizer(
@@ -141,6 +145,17 @@ class RunLog:
         self.manifest.finished = finished = now_iso()
         self.store.update_manifest(self.run_id, self.manifest.to_dict())
         self.store.finish_run(self.run_id, status, finished, error)
+
+    def close(self, status: str, error: str | None, outcomes: list[LevelOutcome], items: list[Item] | None = None
+              ) -> RunResult:
+        """Finish the run and return it as the store now holds it, so its JSON is written from the result in hand
+        and equals what every reader loads back (``load_result``): the store keeps a run's provenance beside its
+        manifest, and a reader sees it last among the manifest's keys."""
+        self.finish(status, error)
+        stored = self.manifest.to_dict()
+        stored.setdefault("provenance", "measured")
+        return RunResult(self.run_id, Manifest.from_dict(stored), outcomes, status, error, kind=self.kind,
+                         items=items or [])
 
     def abort(self, e: BaseException, done: bool) -> RunInterrupted | None:
         """Close the run ``e`` ends, if it was created: interrupted by the user, else partial (``done``: some of it

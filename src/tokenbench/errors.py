@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 class TokenbenchError(Exception):
     """Base: the CLI prints ``str(err)`` on one line and exits non-zero. ``run_id`` and ``result``: the stored run
-    this error ended and that run as ``results.load_result`` reads it back (its finished levels or items, its
+    this error ended and that run as ``reader.load_result`` reads it back (its finished levels or items, its
     final state), set by ``endpoint.RunLog.abort`` once the run is closed, so the CLI shows and writes that run
     and no other (None: the error came before a run was stored)."""
 

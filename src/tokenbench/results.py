@@ -1,6 +1,7 @@
-"""A run's result, as every command that makes one returns it and every reader loads it: its levels (with
-their repetitions combined), its manifest, its final state, the JSON result contract of DESIGN.md, and run
-ids. Readers (compare, cost, report, recommend, importers) import this and the store, never a runner."""
+"""A run's result, as every command that makes one returns it and every reader loads it (``reader.py``): its
+levels (with their repetitions combined), its manifest, its final state, the JSON result contract of DESIGN.md,
+and run ids. Values only: nothing here reads the store. Readers (compare, cost, report, recommend, importers)
+import this and ``reader``, never a runner."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ import datetime as dt
 import secrets
 import statistics
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .loadgen import Level
 from . import findings, registry
-from .cost import level_cost, run_price
+from .cost import level_cost
 from .metrics import Distribution, LevelSummary, coefficient_of_variation
-from .quality.items import Item
-from .store import Store
+
+if TYPE_CHECKING:
+    from .quality.items import Item
 
 
 @dataclass(slots=True)
@@ -298,35 +300,3 @@ def combine_repetitions(reps: list[LevelSummary], price_per_hour: float | None,
         base.prefill_tps = statistics.median(prefill)
     base.cost_per_mtok = level_cost(price_per_hour, currency, base.output_throughput_tps)
     return base
-
-
-#: Every kind of run with levels: what a report draws and compare aligns (test, depth, concurrency).
-REPORTED = ("sweep", "predict", "depth", "bench")
-
-
-def load_result(store: Store, ref: str, first: int | None = None, latest: bool = False,
-                kinds: tuple[str, ...] | None = None, command: str = "") -> RunResult:
-    """A stored run, as the sweep returned it (finished levels only if it was cut short); ``first``: only the
-    first levels (a 200,000-level import loads in seconds, not a second)."""
-    row = store.resolve(ref, latest, kinds, command)
-    stored = dict(row.manifest)
-    stored.setdefault("provenance", row.provenance)
-    stored.setdefault("label", row.label)
-    manifest = Manifest.from_dict(stored)
-    by_idx: dict[int, list[tuple[str, LevelSummary]]] = {}
-    for idx, _rep, status, summary in store.levels(row.id, first):
-        by_idx.setdefault(idx, []).append((status, summary))
-    outcomes = []
-    for idx, items in sorted(by_idx.items()):
-        reps = [s for _, s in items]
-        status = next((st for st, _ in items if st != "complete"), "complete")
-        level = Level(concurrency=reps[0].concurrency, rate=reps[0].rate)
-        combined = combine_repetitions(reps, run_price(manifest), manifest.currency)
-        outcomes.append(LevelOutcome(idx, level, combined, status, reps))
-    quality_items = load_items(store, row.id) if row.kind == "quality" else []
-    return RunResult(row.id, manifest, outcomes, row.status, row.error, kind=row.kind, items=quality_items)
-
-
-def load_items(store: Store, run_id: str) -> list[Item]:
-    """A quality run's evaluated items, as stored."""
-    return [Item.from_row(r) for r in store.quality_items(run_id)]

@@ -487,8 +487,7 @@ async def run_sweep(
             if pool is not None:
                 await pool.close()
         status, error = sweep.verdict() if search is None else _search_verdict(search, manifest, sweep)
-        log.finish(status, error)
-        return RunResult(log.run_id, manifest, sweep.outcomes, status, error)
+        return log.close(status, error, sweep.outcomes)
 
 
 def _search_manifest(manifest: Manifest, search: CapacitySearch) -> None:

@@ -11,7 +11,8 @@ from ..cost import Pricing, run_price
 from ..errors import UsageError
 from ..slo import parse_duration_ms
 from ..store import Store
-from ..results import REPORTED, RunResult, load_result
+from ..results import RunResult
+from ..reader import REPORTED, load_result
 
 if TYPE_CHECKING:
     from ..compare import CapacityComparison, Comparison, SessionComparison

@@ -15,7 +15,7 @@ from ..capacity import SURE_LEGEND, CapacityAnswer, CapacitySearch, SearchSpec, 
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
 from ..metrics import SLO
 from ..output import print_table
-from ..results import RunResult, load_result
+from ..results import RunResult
 from ..slo import SloCheck, duration_text
 from ..store import Store
 from ..sweep import run_sweep
@@ -95,7 +95,6 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
                 if a.json:
                     emit_json(a.json, _json(e.result))
             raise
-    res = load_result(store, res.run_id)
     _show(console, res, a.format, store)
     if a.json:
         emit_json(a.json, _json(res))

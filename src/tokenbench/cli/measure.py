@@ -26,7 +26,8 @@ from ..servers import normalize_base_url
 from ..store import Store
 from ..sweep import SweepConfig, run_sweep
 from ..trace import Trace, load_trace
-from ..results import RunResult, load_result
+from ..results import RunResult
+from ..reader import load_result
 from ..workers import parse_workers
 from ..workload import resolve_shape
 from ..sessions import SessionPlan
@@ -340,7 +341,7 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             raise
     _print_result(console, res, a.format, store.path)
     if a.json:
-        write_json(a.json, load_result(store, res.run_id))
+        write_json(a.json, res)  # the result in hand: what show --json reads back
     if res.status != "complete":
         # the levels are kept and shown, marked; the exit code tells a script or CI that the run failed
         print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
@@ -435,7 +436,7 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             console.print(f"[{o.summary.test} @ d{o.summary.depth}] {w}", style="yellow", markup=False, highlight=False)
     console.print(f"run {res.run_id} (depth) saved in {store.path}", style="dim", markup=False)
     if a.json:
-        write_json(a.json, load_result(store, res.run_id))
+        write_json(a.json, res)  # the result in hand: what show --json reads back
     return 0
 
 

@@ -10,7 +10,8 @@ from rich.console import Console
 from ..cost import DEFAULT_CURRENCY
 from ..errors import UsageError
 from ..output import describe_run, print_sweep, print_table
-from ..results import Manifest, RunResult, load_result
+from ..results import Manifest, RunResult
+from ..reader import load_result
 from ..store import Store
 from .common import check_output, emit_json, write_json
 from .measure import _print_result, _saved, boot_rows, depth_notes, depth_rows, guard_rows

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from .. import registry
 from ..errors import UsageError
-from ..results import Manifest, load_result
+from ..results import Manifest
+from ..reader import load_result
 from ..store import Store
 from .calibration import Calibration, backend_key
 from .rows import predict_row

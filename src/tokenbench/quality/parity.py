@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from ..results import Manifest, load_items
+from ..results import Manifest
+from ..reader import load_items
 from ..store import RunRow, Store
 from .agreement import Agreement, AgreementVerdict, agreement, judge
 from .items import Item

@@ -232,9 +232,7 @@ class Recorder:
     def close(self, status: str, error: str | None = None) -> RunResult:
         """The run's final state; the result every command returns, of kind quality: its items, no levels."""
         self.manifest.summary = task_summary(self.items)
-        self.log.finish(status, error)
-        return RunResult(self.run_id, self.manifest, [], status, error, kind="quality",
-                         items=list(self.items))
+        return self.log.close(status, error, [], list(self.items))
 
 
 def run_quality(cfg: QualityConfig, store: Store, note: Note = lambda t: None) -> RunResult:

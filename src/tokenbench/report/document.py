@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from ..quality.parity import beside
-from ..results import REPORTED, RunResult, load_result
+from ..results import RunResult
+from ..reader import REPORTED, load_result
 from ..store import Store
 from . import comparison, series
 
