@@ -31,7 +31,7 @@ json_value = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.
 
 @settings(max_examples=EXAMPLES // 10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(prompts=st.lists(st.text(), min_size=1, max_size=4), max_tokens=st.integers(1, 3),
-       api=st.sampled_from(["completions", "chat"]), temperature=st.sampled_from([None, 0.0, 0.7]),
+       api=st.sampled_from(["completions", "chat"]), temperature=st.sampled_from([None, 0.0, 0.7, 0, False]),
        extras=st.dictionaries(st.sampled_from(["ignore_eos", "min_tokens", "prompt", "max_tokens", "stop", "x"]),
                               json_value, max_size=3),
        own=st.one_of(st.just({}), st.dictionaries(st.sampled_from(["min_tokens", "seed"]), json_value, max_size=2)),
@@ -41,8 +41,9 @@ def test_a_templated_body_is_the_body_json_dumps_writes(prompts: list[str], max_
                                                         own: dict[str, Any], replaced: dict[str, Any]) -> None:
     c = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m", api=api,  # type: ignore[arg-type]
                      temperature=temperature, body_extras=extras)
-    for body_extras in (extras, replaced):  # a sweep replaces the extras between the preflight and the levels
-        c.body_extras = body_extras
+    for body_extras, t in ((extras, temperature), (replaced, temperature), (replaced, 0.0)):
+        c.body_extras = body_extras  # a sweep replaces the extras between the preflight and the levels
+        c.temperature = t
         for p in prompts:
             req = PreparedRequest(p, max_tokens, extra_body=own)
             assert c.payload(req) == json.dumps(c.body(req)).encode()

@@ -174,8 +174,11 @@ class StreamClient:
         level's template with only the prompt spliced in (json.dumps of the whole body costs a fifth of a send)."""
         if req.extra_body or req.messages is not None:
             return json.dumps(self.body(req)).encode()
-        made_for = (self.model, self.api, self.temperature, self.body_extras, self.stream_options)
-        if len(made_for) != len(self._made_for) or any(a is not b and a != b for a, b in zip(made_for, self._made_for)):
+        # by identity: an equal value can be another body (a dict in another order; 0 and 0.0 and False), a miss
+        # only rebuilds, and what is held here cannot be freed, so its id is never another object's
+        made_for = (self.body_extras, self.stream_options, self.model, self.api, self.temperature)
+        was = self._made_for
+        if not was or any(a is not b for a, b in zip(was, made_for)):
             self._templates.clear()
             self._made_for = made_for
         if req.max_tokens in self._templates:
