@@ -519,11 +519,12 @@ class StreamDecoder:
 
     def _event(self, data: bytes | str, now: int) -> None:
         record = self.record
-        if data == b"[DONE]" or data == "[DONE]":
-            self._done = True
-            return
-        if not (data.strip(_BLANK_B) if isinstance(data, bytes) else data.strip(_BLANK)):
-            return  # "data:" with nothing (ASCII blanks, as JSON counts them): a keep-alive some proxies send
+        if data[:1] != b"{":  # an event's JSON object, the common case, is neither [DONE] nor blank
+            if data == b"[DONE]" or data == "[DONE]":
+                self._done = True
+                return
+            if not (data.strip(_BLANK_B) if isinstance(data, bytes) else data.strip(_BLANK)):
+                return  # "data:" with nothing (ASCII blanks, as JSON counts them): a keep-alive some proxies send
         try:
             c = parse_event(data, self.chat)
         except (ValueError, OverflowError) as e:  # WireError is a ValueError; the others, a backstop
