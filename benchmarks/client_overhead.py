@@ -420,6 +420,7 @@ def _print(rows: list[dict[str, Any]], n_client: int, emitter_core: list[int], c
     print(f"client overhead, python {sys.version.split()[0]}: emitter on core {emitter_core}, client on cores "
           f"{client_cores}; median of {repeats}; schedule TTFT {TTFT_S * 1000:.0f} ms, a chunk every "
           f"{ITL_S * 1000:.0f} ms per stream (paced)")
+    print("x baseline: " + (f"against {baseline}" if baseline else "the lean path against the aiohttp path"))
     head = ["mode", "streams", "client", "ok/failed", "offered chunks/s", "ingested chunks/s",
             "chunks per client CPU-s", "x baseline",
             "TTFT excess p50/p90/p99 ms", "x baseline p99", "delivery p99 ms", "send queue p99 ms",
@@ -432,7 +433,6 @@ def _print(rows: list[dict[str, Any]], n_client: int, emitter_core: list[int], c
     base = {(r["mode"], r["streams"]): r for r in rows if r["tool"].startswith("baseline")}
     old_path = {(r["mode"], r["streams"], r["workers"]): r for r in rows if ", aiohttp," in r["tool"]}
     by_tool = {(r["mode"], r["streams"], r["tool"]): r for r in rows}
-    print("x baseline: " + (f"against {baseline}" if baseline else "the lean path against the aiohttp path"))
     for r in rows:
         b = base.get((r["mode"], r["streams"])) or old_path.get((r["mode"], r["streams"], r["workers"]))
         is_base = r["tool"].startswith("baseline") or r.get("peer") is not None or r is b  # no "x baseline" here
