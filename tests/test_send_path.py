@@ -163,6 +163,15 @@ def test_a_body_by_length_or_by_close_is_read_whole(body: bytes, cuts: list[int]
     assert ex.done and ex.error is None and b"".join(ex.reads) == body
 
 
+def test_a_response_without_a_body_ends_at_its_head() -> None:
+    conn = http1.Connection()
+    conn.connection_made(_Transport())
+    ex = http1.Exchange(None, 1 << 30)
+    conn.start(ex, b"")
+    conn.data_received(b"HTTP/1.1 204 No Content\r\n\r\n")
+    assert ex.done and ex.error is None and ex.status == 204 and ex.reads == []
+
+
 @pytest.mark.parametrize("raw, kind, retry", [
     (b"", "disconnected", True),  # a pooled connection the server had closed: sent again
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\ndata:", "stream_broken", False),
@@ -237,6 +246,10 @@ def test_the_lean_path_times_out_and_stalls_as_the_old_one(emitter: BackgroundEm
     time.sleep(0.4)  # the emitter's streams end before the next test's
 
 
-def test_an_https_url_stays_on_aiohttp() -> None:
+def test_an_https_url_or_an_unwritable_header_stays_on_aiohttp() -> None:
     c = StreamClient(session=None, base_url="https://example.invalid/v1", model="m")  # type: ignore[arg-type]
     assert c._lean_path() is None
+    c = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m", api_key="clé\u2603")  # type: ignore[arg-type]
+    assert c._lean_path() is None and not c.lean
+    c = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m", api_key="k")  # type: ignore[arg-type]
+    assert c._lean_path() is not None

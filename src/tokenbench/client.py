@@ -199,8 +199,14 @@ class StreamClient:
         return head.encode(), tail.encode()
 
     def _lean_path(self) -> tuple[http1.Pool, http1.RequestHead] | None:
+        """The pool and the request head, made at the first send (the URL and headers are fixed by then). None:
+        aiohttp sends (https, ``lean=False``, or a header the lean path cannot write, such as a non-Latin-1 key)."""
         if self._lean is None and self.lean and self.url.startswith("http://"):
-            head = http1.RequestHead(self.url, self.headers())
+            try:
+                head = http1.RequestHead(self.url, self.headers())
+            except (ValueError, UnicodeError):  # aiohttp's path then says what is wrong with it, as before
+                self.lean = False
+                return None
             self._lean = (http1.Pool(head.host, head.port), head)
         return self._lean if self.lean else None
 

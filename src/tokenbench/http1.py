@@ -245,6 +245,9 @@ class Connection(asyncio.Protocol):
             ex.limit = ERROR_BODY_BYTES
         conn = headers.get("connection", "").lower()
         ex.keep_alive = self.reuse and (parts[0] == "HTTP/1.1" and "close" not in conn or "keep-alive" in conn)
+        if status in (204, 304):  # no body, whatever the headers say (RFC 9112, 6.3)
+            self._end(ex, now)
+            return b""
         if "chunked" in headers.get("transfer-encoding", "").lower():
             self._mode, self._left = 1, 0
         elif "content-length" in headers and headers["content-length"].isdigit():
