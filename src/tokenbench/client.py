@@ -41,9 +41,9 @@ class PreparedRequest:
 
 
 _BLANK = " \t\n\r\x0b\x0c"
+_BLANK_B = _BLANK.encode()
 #: Where a template's prompt goes (client.payload): a string no prompt or field holds, checked once per template.
 _PROMPT_MARK = "\x00tokenbench prompt\x00"
-_BLANK_B = _BLANK.encode()
 
 #: Bytes of a stream held unparsed before they are decoded (a long stream's memory stays bounded by this).
 REPLAY_BYTES = 1 << 20
@@ -171,7 +171,8 @@ class StreamClient:
 
     def payload(self, req: PreparedRequest) -> bytes:
         """``json.dumps(self.body(req)).encode()``, byte for byte; a request with no fields of its own is its
-        level's template with only the prompt spliced in (json.dumps of the whole body costs a fifth of a send)."""
+        level's template with only the prompt spliced in: 1.1 µs against json.dumps's 3.4 µs for a short prompt on
+        the 2-core machine, where the whole lean send is about 15 µs."""
         if req.extra_body or req.messages is not None:
             return json.dumps(self.body(req)).encode()
         # by identity: an equal value can be another body (a dict in another order; 0 and 0.0 and False), a miss
