@@ -12,6 +12,10 @@ in one run. Printed per row, medians over ``--repeats``:
 - TTFT excess: measured TTFT minus the schedule's 50 ms (the emitter's own lateness, the kernel and the client);
 - delivery: the client's read of the first token minus the emitter's write of it (the kernel and the client);
 - send queue: the request's last byte on the socket minus when the client began the send (the client alone);
+- arrival: the emitter's handler starting on the request minus when the client began the send (the client's send,
+  the kernel, and the emitter's own queue of requests to parse); emitter late: its first write minus its handler's
+  start minus the 50 ms (its sleep's overshoot while it serves the other streams). TTFT excess is, near enough,
+  arrival + emitter late + delivery, so a row names which part of the excess is the client's;
 - ingest: token chunks per second the client took in; CPU of the client (all its processes, % of its cores)
   and of the emitter; the limit: whichever was above 85%, else the schedule itself;
 - x PEER, on the "now, 1 worker" row: its ingest, then its TTFT excess p99, as ratios to the peer's on that row
@@ -21,7 +25,12 @@ in one run. Printed per row, medians over ``--repeats``:
 once, so the limit is how fast the client parses. This is a benchmark, not a test: it prints tables.
 
     python benchmarks/client_overhead.py [--quick] [--workers 1,2] [--baseline c5f8e15] [--repeats 3]
-                                         [--peers guidellm,aiperf]
+                                         [--peers guidellm,aiperf] [--paths lean,aiohttp] [--emitter lean]
+                                         [--paced 256] [--burst 64]
+
+``--paths``: this tree's send paths (the lean one, http1.py, and aiohttp's), interleaved, so "x baseline" compares
+them within one run when ``--baseline ''``. ``--emitter lean``: the emitter on a bare asyncio server, whose
+~70 µs less per request keeps a wave of 256 requests from queueing in the emitter (that queue is in "arrival").
 """
 
 from __future__ import annotations
@@ -95,8 +104,10 @@ async def _measure(job: dict[str, Any]) -> dict[str, Any]:
     level = Level(concurrency=c)
     pids = [os.getpid()]
     trace = [tc.trace_config()] if hasattr(tc, "trace_config") else []
+    # the send path: the lean one (issue 24) or aiohttp's; a tree from before the lean path has aiohttp's only
+    lean = {"lean": job["lean"]} if hasattr(tc.StreamClient, "close") else {}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trace_configs=trace) as session:
-        client = tc.StreamClient(session=session, base_url=root + "/v1", model="emitter", stall_timeout_s=120)
+        client = tc.StreamClient(session=session, base_url=root + "/v1", model="emitter", stall_timeout_s=120, **lean)
         pool = None
         if workers > 1:
             from tokenbench.workers import ClientSpec, WorkerPool
@@ -125,23 +136,28 @@ async def _measure(job: dict[str, Any]) -> dict[str, Any]:
         finally:
             if pool is not None:
                 await pool.close()
+            if lean:
+                await client.close()
         async with session.get(root + "/stats") as r:
             stamps = (await r.json())["stamps"]
     ok = [r for r in records if r.ok and r.phase == "measured"]
-    excess, deliver, queue = [], [], []
+    excess, deliver, queue, arrive, late = [], [], [], [], []
     for r in ok:
         key = f"{tag}-{r.index} x"
         if r.first_token_ns is None:
             continue
         excess.append((r.first_token_ns - r.sent_ns) / 1e6 - TTFT_S * 1000)
         if key in stamps:
-            deliver.append((r.first_token_ns - stamps[key][1]) / 1e6)
+            t_recv, t_first = stamps[key][0], stamps[key][1]
+            deliver.append((r.first_token_ns - t_first) / 1e6)
+            arrive.append((t_recv - r.sent_ns) / 1e6)  # the send, the kernel, the emitter's queue of requests
+            late.append((t_first - t_recv) / 1e6 - (TTFT_S * 1000 if job["paced"] else 0))  # its sleep's overshoot
         if getattr(r, "written_ns", None):
             queue.append((r.written_ns - r.sent_ns) / 1e6)
     return {"ok": len(ok), "failed": len([r for r in records if r.phase == "measured"]) - len(ok),
             "chunks_per_s": sum(len(r.chunk_ns) for r in ok) / wall, "wall_s": wall,
             "client_cpu_pct": 100 * cpu / wall / len(os.sched_getaffinity(0)), "lag_p99": lag,
-            "excess": excess, "deliver": deliver, "queue": queue}
+            "excess": excess, "deliver": deliver, "queue": queue, "arrive": arrive, "late": late}
 
 
 def child(argv: list[str]) -> None:
@@ -158,6 +174,7 @@ class Tool:
     src: Path | None  # a tokenbench tree's src/ (None for a peer)
     workers: int = 1
     peer: str | None = None  # a key of peers.PEERS
+    lean: bool = True  # this tree's send path: the lean one (http1.py), or aiohttp's
 
 
 def _baseline_tree(ref: str) -> Path | None:
@@ -215,6 +232,8 @@ def _summary(reps: list[dict[str, Any]]) -> dict[str, Any]:
         **{f"excess_p{q}": med(lambda r, q=q: _pct(r["excess"], q) if r["excess"] else None) for q in (50, 90, 99)},
         "deliver_p99": med(lambda r: _pct(r["deliver"], 99) if r["deliver"] else None),
         "queue_p99": med(lambda r: _pct(r["queue"], 99) if r["queue"] else None),
+        "arrive_p99": med(lambda r: _pct(r["arrive"], 99) if r.get("arrive") else None),
+        "late_p99": med(lambda r: _pct(r["late"], 99) if r.get("late") else None),
         "client_cpu_pct": med(lambda r: r["client_cpu_pct"]), "emitter_cpu_pct": med(lambda r: r["emitter_cpu_pct"]),
         "lag_p99": med(lambda r: r["lag_p99"]),
     }
@@ -241,19 +260,29 @@ def main() -> None:
     ap.add_argument("--peers", default=None,
                     help="peers to run beside, e.g. guidellm,aiperf ('' for none; default: those installed, "
                          "see benchmarks/peers.py install)")
+    ap.add_argument("--paths", default="lean,aiohttp",
+                    help="this tree's send paths, interleaved: lean (http1.py), aiohttp (default: both)")
+    ap.add_argument("--paced", help="paced stream counts, e.g. 256 (default 1,64,256,512; --quick 1,64,256)")
+    ap.add_argument("--burst", help="burst stream counts, e.g. 64 (default 64,512; --quick 64)")
+    ap.add_argument("--emitter", choices=["aiohttp", "lean"], default="aiohttp",
+                    help="the emitter's server: aiohttp's web server (default, as in earlier tables) or a bare asyncio "
+                         "protocol (emitter.LeanServer: about 70 µs less per request it takes in)")
     ap.add_argument("--json", help="also write the rows here")
     a = ap.parse_args()
     repeats = a.repeats or (1 if a.quick else 3)
     workers = [int(w) for w in a.workers.split(",")]
     cores = sorted(os.sched_getaffinity(0))
     emitter_core, client_cores = (cores[:1], cores[1:]) if len(cores) > 1 else (cores, cores)
-    tools = [Tool(f"now, {w} worker{'s' if w > 1 else ''}", HERE / "src", w) for w in workers]
+    paths = [p.strip() for p in a.paths.split(",") if p.strip()]
+    tools = [Tool(f"now{'' if path == 'lean' else ', aiohttp'}, {w} worker{'s' if w > 1 else ''}", HERE / "src", w,
+                  lean=path == "lean") for w in workers for path in paths]
     base = _baseline_tree(a.baseline) if a.baseline else None
     if base is not None:
         tools.insert(0, Tool(f"baseline {a.baseline}", base))
     tools += [Tool(peers.label(p), None, 1, p) for p in _peers(a.peers)]
-    paced = [1, 64, 256] if a.quick else [1, 64, 256, 512]
-    burst = [64] if a.quick else [64, 512]
+    paced = _counts(a.paced, [1, 64, 256] if a.quick else [1, 64, 256, 512])
+    burst = _counts(a.burst, [64] if a.quick else [64, 512])
+    load0 = os.getloadavg()
     rows: list[dict[str, Any]] = []
     for mode, streams_list, args in (("paced", paced, ["--ttft", str(TTFT_S), "--itl", str(ITL_S)]),
                                      ("burst", burst, ["--burst"])):
@@ -264,12 +293,12 @@ def main() -> None:
                 for tool in tools:
                     if tool.workers > streams:
                         continue
-                    em, root = _start_emitter(args)
+                    em, root = _start_emitter(args + (["--lean"] if a.emitter == "lean" else []))
                     try:
                         os.sched_setaffinity(em.pid, set(emitter_core))
-                        job = {"root": root, "streams": streams, "requests": max(2 * streams, 16), "out": out,
+                        job = {"root": root, "streams": streams, "requests": max(3 * streams, 16), "out": out,
                                "tag": f"{mode}{streams}r{rep}", "workers": tool.workers, "cores": client_cores,
-                               "paced": mode == "paced"}
+                               "paced": mode == "paced", "lean": tool.lean}
                         reps[tool.name].append(_run_tool(tool, job, em.pid))
                     except RuntimeError as e:
                         if tool.peer is None:
@@ -286,11 +315,56 @@ def main() -> None:
                     print(f"  {mode} {streams} {tool.name}: {rows[-1]['chunks_per_s']:,.0f} chunks/s",
                           file=sys.stderr)
     peer_labels = [t.name for t in tools if t.peer is not None]
+    print(_machine(load0, os.getloadavg()) + f"; emitter: {a.emitter}")
     _print(rows, len(client_cores), emitter_core, client_cores, repeats, a.baseline if base else None, peer_labels)
+    _goals(rows)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     if base is not None:
         shutil.rmtree(base.parent, ignore_errors=True)
+
+
+def _counts(arg: str | None, default: list[int]) -> list[int]:
+    return default if arg is None else [int(n) for n in arg.split(",") if n.strip()]
+
+
+def _machine(load0: tuple[float, ...], load1: tuple[float, ...]) -> str:
+    """The machine the table was measured on: its CPU, its cores, and how busy it was before and after."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"machine: {model}, {os.cpu_count()} cores; load average (1 min) {load0[0]:.2f} before, "
+            f"{load1[0]:.2f} after")
+
+
+#: Issue 24's goals on this machine: TTFT excess p99 at 256 paced streams, ingest at 64 burst streams, one worker.
+GOAL_P99_MS = 5.0
+GOAL_INGEST = 300_000
+
+
+def _goals(rows: list[dict[str, Any]]) -> None:
+    for r in rows:
+        if r["workers"] != 1 or r.get("peer") is not None or r["tool"].startswith("baseline"):
+            continue
+        if r["mode"] == "paced" and r["streams"] == 256 and r["excess_p99"] is not None:
+            met = r["excess_p99"] <= GOAL_P99_MS
+            print(f"goal: TTFT excess p99 <= {GOAL_P99_MS:g} ms at 256 streams, {r['tool']}: "
+                  f"{r['excess_p99']:.1f} ms, {'met' if met else 'not met'} (send queue p99 {_f(r['queue_p99'], '.2f')} "
+                  f"ms, arrival at the emitter p99 {_f(r.get('arrive_p99'))} ms, emitter late p99 "
+                  f"{_f(r.get('late_p99'))} ms, delivery p99 {_f(r['deliver_p99'])} ms, client CPU "
+                  f"{_f(r['client_cpu_pct'], '.0f')}%, "
+                  f"emitter CPU {_f(r['emitter_cpu_pct'], '.0f')}%)")
+        if r["mode"] == "burst" and r["streams"] == 64:
+            met = r["chunks_per_s"] >= GOAL_INGEST
+            print(f"goal: ingest >= {GOAL_INGEST:,} chunks/s on one core at 64 burst streams, {r['tool']}: "
+                  f"{r['chunks_per_s']:,.0f}, {'met' if met else 'not met'} ({_f(_per_cpu(r, 1), ',.0f')} per client "
+                  f"CPU-second; client CPU "
+                  f"{_f(r['client_cpu_pct'], '.0f')}%, emitter CPU {_f(r['emitter_cpu_pct'], '.0f')}%)")
 
 
 def _peers(arg: str | None) -> list[str]:
@@ -330,6 +404,13 @@ def _start_emitter(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("the emitter did not start")
 
 
+def _per_cpu(r: dict[str, Any], n_client: int) -> float | None:
+    """Chunks ingested per second of the client's CPU: what one core would take in were the client never idle
+    waiting for the emitter (a peer's CPU is sampled, so only this tree's rows have it)."""
+    pct = r.get("client_cpu_pct")
+    return r["chunks_per_s"] / (pct * n_client / 100) if pct and r.get("peer") is None else None
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
@@ -339,16 +420,22 @@ def _print(rows: list[dict[str, Any]], n_client: int, emitter_core: list[int], c
     print(f"client overhead, python {sys.version.split()[0]}: emitter on core {emitter_core}, client on cores "
           f"{client_cores}; median of {repeats}; schedule TTFT {TTFT_S * 1000:.0f} ms, a chunk every "
           f"{ITL_S * 1000:.0f} ms per stream (paced)")
-    head = ["mode", "streams", "client", "ok/failed", "offered chunks/s", "ingested chunks/s", "x baseline",
-            "TTFT excess p50/p90/p99 ms", "x baseline p99", "delivery p99 ms", "send queue p99 ms", "client CPU %",
+    print("x baseline: " + (f"against {baseline}" if baseline else "the lean path against the aiohttp path"))
+    head = ["mode", "streams", "client", "ok/failed", "offered chunks/s", "ingested chunks/s",
+            "chunks per client CPU-s", "x baseline",
+            "TTFT excess p50/p90/p99 ms", "x baseline p99", "delivery p99 ms", "send queue p99 ms",
+            "arrival p99 ms", "emitter late p99 ms", "client CPU %",
             "emitter CPU %", "limit", *(f"x {p}: ingest / p99" for p in peer_labels)]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
+    # "x baseline": against the git ref's row where there is one, else against this tree's aiohttp path at as many
+    # workers (the old send path, interleaved with the new in the same run)
     base = {(r["mode"], r["streams"]): r for r in rows if r["tool"].startswith("baseline")}
+    old_path = {(r["mode"], r["streams"], r["workers"]): r for r in rows if ", aiohttp," in r["tool"]}
     by_tool = {(r["mode"], r["streams"], r["tool"]): r for r in rows}
     for r in rows:
-        b = base.get((r["mode"], r["streams"]))
-        is_base = r["tool"].startswith("baseline") or r.get("peer") is not None  # no "x baseline" on these rows
+        b = base.get((r["mode"], r["streams"])) or old_path.get((r["mode"], r["streams"], r["workers"]))
+        is_base = r["tool"].startswith("baseline") or r.get("peer") is not None or r is b  # no "x baseline" here
         ratio = r["chunks_per_s"] / b["chunks_per_s"] if b and not is_base and b["chunks_per_s"] else None
         p99 = (r["excess_p99"] / b["excess_p99"] if b and not is_base and r["excess_p99"] is not None
                and b["excess_p99"] else None)
@@ -365,9 +452,10 @@ def _print(rows: list[dict[str, Any]], n_client: int, emitter_core: list[int], c
         print("| " + " | ".join([
             r["mode"], str(r["streams"]), r["tool"], f"{r['ok']}/{r['failed']}",
             f"{r['offered']:,.0f}" if r["offered"] else "all at once", f"{r['chunks_per_s']:,.0f}",
-            _f(ratio, ".2f"),
+            _f(_per_cpu(r, n_client), ",.0f"), _f(ratio, ".2f"),
             (f"{_f(r['excess_p50'])} / {_f(r['excess_p90'])} / {_f(r['excess_p99'])}" if paced else "—"),
             _f(p99, ".2f") if paced else "—", _f(r["deliver_p99"]), _f(r["queue_p99"]),
+            _f(r.get("arrive_p99")) if paced else "—", _f(r.get("late_p99")) if paced else "—",
             _f(r["client_cpu_pct"], ".0f"), _f(r["emitter_cpu_pct"], ".0f"), _limit(r, n_client), *vs_peer,
         ]) + " |")
     if peer_labels:

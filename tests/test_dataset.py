@@ -337,9 +337,11 @@ def test_a_prompt_file_sweep_sends_each_item_with_its_own_output(emitter: Backgr
     for b in bodies:
         item = items[b["prompt"]]  # the file's text, as it is
         assert b["max_tokens"] == b["min_tokens"] == (item.output_len or 10)
-    # 14 requests from 7 items: every item in the first level, in the seed's order, then the same again
+    # 14 requests from 7 items: every item in the first level, in the seed's order, then the same again. The
+    # second level's order is as they reached the server: at concurrency 2 a request that waits for a new
+    # connection can be overtaken by one sent on the pooled connection (the lean send path writes at once)
     order = [b["prompt"] for b in bodies]
-    assert sorted(order[:7]) == sorted(items) and order[7:] == order[:7]
+    assert sorted(order[:7]) == sorted(items) and sorted(order[7:]) == sorted(order[:7])
     assert "the dataset's 7 items are used up: from request 8 on they repeat" in err
     assert order[:7] == [i.prompt for i in load(DATA / "prompts.jsonl").shuffled(3)]
     doc = json.loads(out.read_text())
@@ -348,8 +350,9 @@ def test_a_prompt_file_sweep_sends_each_item_with_its_own_output(emitter: Backgr
     assert wl["dataset"]["path"] == str(DATA / "prompts.jsonl") and len(wl["dataset"]["sha256"]) == 64
     assert all(lv["failed"] == 0 and "output_short" not in lv["flags"] for lv in doc["levels"])
     recs = Store().requests(doc["run_id"])
+    issued = order[:7] * 2  # each level hands the items out in the seed's order (the first level shows it)
     assert all(r.input_tokens == r.expected_input_tokens == len(r_prompt.split())
-               for r, r_prompt in zip(sorted(recs, key=lambda r: r.index), order))
+               for r, r_prompt in zip(sorted(recs, key=lambda r: r.index), issued))
 
 
 def test_a_chat_file_sweep_sends_the_conversations(emitter: BackgroundEmitter, tmp_path: Path) -> None:

@@ -157,10 +157,10 @@ def test_a_worker_builds_the_client_the_driver_has() -> None:
 
     c = StreamClient(session=None, base_url="http://h:1/v1", model="m", api="chat", api_key="k",  # type: ignore[arg-type]
                      temperature=0.7, body_extras={"ignore_eos": True}, timeout_s=9, stall_timeout_s=3,
-                     one_token_per_chunk=True, fresh_connection=True)
+                     one_token_per_chunk=True, fresh_connection=True, lean=False)
     w = ClientSpec.of(c, None).build(None)  # type: ignore[arg-type]
     fields = ("base_url", "model", "api", "api_key", "temperature", "body_extras", "timeout_s", "stall_timeout_s",
-              "one_token_per_chunk", "fresh_connection")
+              "one_token_per_chunk", "fresh_connection", "lean")
     assert [getattr(w, f) for f in fields] == [getattr(c, f) for f in fields]
 
 

@@ -58,7 +58,10 @@ async def _first_token(base_url: str, model: str | None) -> tuple[float, str | N
             raise EndpointError(f"{base_url} lists no models: pass --model")
         client = stream_client(session, base_url, name, info.adapter, timeout_s=600)
         rec = RequestRecord(index=0)
-        await client.send(PreparedRequest("Hello", 4), rec)
+        try:
+            await client.send(PreparedRequest("Hello", 4), rec)
+        finally:
+            await client.close()
         if not rec.ok:
             raise EndpointError(f"the first request failed ({rec.error_kind}: {rec.error})")
         return rec.first_token_ns or 0, name

@@ -280,6 +280,8 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Note | None = None) ->
             if (stop := log.abort(e, any(o.status == "complete" for o in run.outcomes))) is not None:
                 raise stop from None
             raise
+        finally:
+            await client.close()
         status = "complete" if len(fits) == len(cfg.depths) else "partial"
         error = None if status == "complete" else "some depths do not fit the server's context: see the skipped levels"
         return log.close(status, error, run.outcomes)

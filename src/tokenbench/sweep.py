@@ -486,6 +486,7 @@ async def run_sweep(
         finally:
             if pool is not None:
                 await pool.close()
+            await client.close()
         status, error = sweep.verdict() if search is None else _search_verdict(search, manifest, sweep)
         return log.close(status, error, sweep.outcomes)
 

@@ -36,9 +36,11 @@ class Usage:
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens: served from the prefix cache
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Chunk:
-    """What one event says, typed. Absent fields are None.
+    """What one event says, typed. Absent fields are None. Not frozen: one is made per streamed chunk, and a frozen
+    dataclass's ``__init__`` (``object.__setattr__`` per field) cost about a quarter of the decode (issue 24).
+    Nothing changes one once made.
 
     Whether a chunk carried a generated token is not whether its text is empty: an engine streams a token whose
     text it holds back (part of a multi-byte character) as a chunk with empty text. The chunk rule (DESIGN.md,

@@ -75,12 +75,13 @@ class ClientSpec:
     fresh_connection: bool
     counter_path: str | None = None  # a local tokenizer to count tokens with, where the server gives no usage
     stream_options: tuple[tuple[str, bool], ...] = (("include_usage", True),)
+    lean: bool = True  # the lean send path (client.StreamClient.lean)
 
     @classmethod
     def of(cls, client: StreamClient, counter_path: str | None) -> ClientSpec:
         return cls(client.base_url, client.model, client.api, client.api_key, client.temperature,
                    dict(client.body_extras), client.timeout_s, client.stall_timeout_s, client.one_token_per_chunk,
-                   client.fresh_connection, counter_path, tuple(client.stream_options.items()))
+                   client.fresh_connection, counter_path, tuple(client.stream_options.items()), client.lean)
 
     def build(self, session: aiohttp.ClientSession) -> StreamClient:
         counter = None
@@ -92,7 +93,7 @@ class ClientSpec:
                             api_key=self.api_key, temperature=self.temperature, body_extras=dict(self.body_extras),
                             timeout_s=self.timeout_s, stall_timeout_s=self.stall_timeout_s, counter=counter,
                             one_token_per_chunk=self.one_token_per_chunk, fresh_connection=self.fresh_connection,
-                            stream_options=dict(self.stream_options))
+                            stream_options=dict(self.stream_options), lean=self.lean)
 
 
 @dataclass(slots=True)
@@ -268,6 +269,8 @@ class LoadWorker:
     async def close(self) -> None:
         if self._task is not None and not self._task.done():
             self._task.cancel()
+        if self._client is not None:
+            await self._client.close()
         if self._session is not None:
             await self._session.close()
 

@@ -67,7 +67,10 @@ class Session:
         self.cfg, self.ep, self.info, self.model, self.tokenizer = cfg, ep, ep.info, ep.model, ep.tokenizer
         self.client = ep.client(cfg.api, temperature=cfg.temperature, timeout_s=cfg.timeout_s,
                                 # a long prompt sends nothing until its prefill ends: the cell's limit is its time
-                                stall_timeout_s=cfg.timeout_s)
+                                stall_timeout_s=cfg.timeout_s,
+                                # one request at a time: nothing to gain from the lean path, whose connections
+                                # would outlive the aiohttp session this client's owner closes
+                                lean=False)
         self.template_tokens = 0  # tokens the server adds around a prompt (a chat template, a BOS)
 
     @classmethod
