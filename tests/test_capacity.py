@@ -22,7 +22,7 @@ from tokenbench.capacity import SearchSpec, Verdict, answer, limit_cause, next_v
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig, EmitterProcess
 from tokenbench.findings import Code, Finding
-from tokenbench.metrics import summarize
+from tokenbench.metrics import Telemetry, summarize
 from tokenbench.records import RequestRecord
 from tokenbench.reader import load_result
 from tokenbench.slo import SLO, SloCheck, binomial_cdf, decided_fail, needed_for_sure_pass, share_check
@@ -303,7 +303,7 @@ def test_the_engine_s_queue_is_named_before_a_flagged_client() -> None:
     client = Finding(Code.CLIENT_BOUND, "client-bound: requests waited 16.7 ms at p90 in the client")
     level.findings.append(client)
     assert limit_cause(level) == "the client (not the box): requests waited 16.7 ms at p90 in the client"
-    level.telemetry = {"running_max": 4, "waiting_max": 3}
+    level.telemetry = Telemetry(running_max=4, waiting_max=3)
     said = limit_cause(level) or ""
     assert said.startswith("requests waited in the engine's queue (at most 3 waiting and 4 running") and \
         said.endswith("; the client was also flagged: requests waited 16.7 ms at p90 in the client"), said

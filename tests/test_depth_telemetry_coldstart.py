@@ -130,11 +130,11 @@ def test_sweep_samples_metrics_into_the_store(emitter: BackgroundEmitter, tmp_pa
     store = Store(db)
     (run,) = store.runs()
     ((_, _, _, s),) = store.levels(run.id)
-    assert s.telemetry["available"] is True and s.telemetry["samples"] >= 2
-    assert s.telemetry["counters"]["generation_tokens"] == 6 * 30
+    assert s.telemetry is not None and s.telemetry.available is True and (s.telemetry.samples or 0) >= 2
+    assert (s.telemetry.counters or {})["generation_tokens"] == 6 * 30
     series = store.telemetry(run.id)
     assert len(series) >= 2 and "vllm:generation_tokens_total" in series[-1][3]
-    assert s.telemetry["gpu_power"] == "not available"
+    assert s.telemetry.gpu_power == "not available" and s.telemetry.extra == {}  # every key written is typed
 
 
 def test_server_without_metrics_says_so(emitter: BackgroundEmitter, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,8 +144,8 @@ def test_server_without_metrics_says_so(emitter: BackgroundEmitter, tmp_path: Pa
                  "--quiet", "--guard", "off", "--db", str(db)]) == 0
     capsys.readouterr()
     ((_, _, _, s),) = Store(db).levels(Store(db).runs()[0].id)
-    assert s.telemetry == {"available": False, "note": "the server exposes no Prometheus /metrics",
-                           "gpu_power": "not available"}
+    assert s.telemetry is not None and s.telemetry.to_dict() == {
+        "available": False, "note": "the server exposes no Prometheus /metrics", "gpu_power": "not available"}
 
 
 # --- depth -----------------------------------------------------------------------------------------------

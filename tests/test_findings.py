@@ -135,12 +135,12 @@ def test_findings_of_odd_shapes_in_a_stored_level_are_left_out() -> None:
 def test_a_cached_share_the_servers_counters_contradict_is_flagged() -> None:
     """Issue 25: the cached share the responses report is checked against the server's /metrics over the level."""
     from tokenbench.findings import CACHE_COUNT_TOLERANCE, Code, LevelFacts, assess
-    from tokenbench.metrics import LevelSummary
+    from tokenbench.metrics import LevelSummary, Telemetry
 
     def level(said: float | None, hit: float | None) -> LevelSummary:
         s = LevelSummary.empty(concurrency=2, completed=4)
         s.cached_share = said
-        s.telemetry = {"prefix_cache_hit_rate": hit} if hit is not None else {}
+        s.telemetry = Telemetry(prefix_cache_hit_rate=hit)
         assess(LevelFacts([], s, 2))
         return s
 

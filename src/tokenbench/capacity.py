@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .findings import Code
 from .loadgen import Level
+from .metrics import Telemetry
 from .records import RequestRecord
 from .slo import SLO, SloCheck, decided_fail
 
@@ -308,11 +309,11 @@ class CapacityAnswer:
 
     def energy(self) -> tuple[float | None, float | None]:
         """Joules per output token and agents per kW at the capacity, where power was measured."""
-        tele = (self.at.telemetry or {}) if self.at is not None else {}
-        j, w = tele.get("j_per_output_token"), tele.get("gpu_power_w_mean")
-        per_kw = self.capacity / (w / 1000) if isinstance(w, (int, float)) and w > 0 and self.capacity and \
+        tele = self.at.telemetry if self.at is not None else None
+        j, w = (tele.j_per_output_token, tele.gpu_power_w_mean) if tele is not None else (None, None)
+        per_kw = self.capacity / (w / 1000) if w is not None and w > 0 and self.capacity and \
             self.spec.axis == "concurrency" else None
-        return (j if isinstance(j, (int, float)) else None), per_kw
+        return j, per_kw
 
     def whole(self, value: float | None) -> float | int | None:
         """Agents are whole: 6, not 6.0, in the JSON."""
@@ -345,13 +346,12 @@ def limit_cause(s: LevelSummary) -> str | None:
 def _engine_limit(s: LevelSummary) -> str | None:
     if (f := s.finding(Code.SLOTS_EXCEEDED)) is not None:
         return "the engine's slots: " + f.message
-    tele = s.telemetry or {}
-    kv = tele.get("kv_cache_usage_max")
-    if isinstance(kv, (int, float)) and kv >= KV_FULL:
+    tele = s.telemetry or Telemetry()
+    kv = tele.kv_cache_usage_max
+    if kv is not None and kv >= KV_FULL:
         return f"the engine's KV cache was full (peak {kv:.0%}): requests waited for room"
-    running, waiting = tele.get("running_max"), tele.get("waiting_max")
-    if isinstance(running, (int, float)) and isinstance(waiting, (int, float)) and waiting > 0 and s.concurrency \
-            and running < s.concurrency:
+    running, waiting = tele.running_max, tele.waiting_max
+    if running is not None and waiting is not None and waiting > 0 and s.concurrency and running < s.concurrency:
         # /metrics is sampled, so the peak seen running may be under the limit: said as seen
         return (f"requests waited in the engine's queue (at most {waiting:g} waiting and {running:g} running, as "
                 "its /metrics was sampled): its batch limit (vLLM --max-num-seqs, llama.cpp --parallel)")

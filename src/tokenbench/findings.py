@@ -216,8 +216,8 @@ def _prompt_truncated(f: LevelFacts) -> Finding | None:
 def _cache_counts_disagree(f: LevelFacts) -> Finding | None:
     """The responses' cached share (usage or llama.cpp's timings) against the server's /metrics over the level."""
     said = f.summary.cached_share
-    hit = (f.summary.telemetry or {}).get("prefix_cache_hit_rate")
-    if said is None or not isinstance(hit, (int, float)) or abs(said - hit) <= CACHE_COUNT_TOLERANCE:
+    hit = f.summary.telemetry.prefix_cache_hit_rate if f.summary.telemetry is not None else None
+    if said is None or hit is None or abs(said - hit) <= CACHE_COUNT_TOLERANCE:
         return None
     return Finding(
         Code.CACHE_COUNTS_DISAGREE,

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .keyed import Keyed
 from .findings import Code, Finding
 from .records import RequestRecord
 from .slo import (SLO, SloCheck, assess, request_itls_ms, request_meets,
@@ -176,6 +177,36 @@ def session_stats(records: list[RequestRecord], cache: str) -> SessionStats:
 
 
 @dataclass(slots=True)
+class Telemetry(Keyed):
+    """What the server said of itself during one level, typed: its /metrics sampled (telemetry.summarize: the
+    gauges' peak and mean, the counters' change over the level, the rates derived from them) and GPU power where
+    NVML is (energy per output token, tokens per watt). The JSON contract's ``telemetry`` object, written back
+    with the keys, values and order it was read with (keyed.Keyed)."""
+
+    available: bool | None = None  # False: the server exposes no /metrics (``note`` says so)
+    note: str | None = None
+    failed_gets: int | None = None
+    samples: int | None = None
+    running_max: float | None = None
+    running_mean: float | None = None
+    waiting_max: float | None = None
+    waiting_mean: float | None = None
+    kv_cache_usage_max: float | None = None
+    kv_cache_usage_mean: float | None = None
+    busy_slots_per_decode_max: float | None = None
+    busy_slots_per_decode_mean: float | None = None
+    counters: dict[str, Any] | None = None  # each counter's change over the level
+    prefix_cache_hit_rate: float | None = None
+    spec_acceptance_rate: float | None = None
+    spec_mean_acceptance_length: float | None = None
+    gpu_power: str | None = None  # "not available" without NVML
+    gpu_power_w_mean: float | None = None
+    energy_j: float | None = None
+    j_per_output_token: float | None = None
+    output_tokens_per_watt: float | None = None
+
+
+@dataclass(slots=True)
 class LevelSummary:
     """One operating point, in the names of DESIGN.md's JSON result contract (extend, never rename)."""
 
@@ -248,7 +279,7 @@ class LevelSummary:
     pp_tps_dist: Distribution | None = None
     tg_tps_dist: Distribution | None = None
     guard: dict[str, Any] | None = None  # the clean-bench guard's snapshot taken before this level
-    telemetry: dict[str, Any] | None = None  # what the server's /metrics (and NVML) said during this level
+    telemetry: Telemetry | None = None  # what the server's /metrics (and NVML) said during this level
     #: the typed findings (findings.py) behind ``flags`` and ``warnings``, which are their view
     findings: list[Finding] = field(default_factory=list)
     #: an agent-session level: its turns, sessions and what the prefix cache served (None: not a session level)
@@ -289,6 +320,7 @@ class LevelSummary:
             elif k == "prefill_tps":
                 out["decode_tps"] = self.decode_tps
         out["findings"] = [f.to_dict() for f in self.findings]
+        out["telemetry"] = self.telemetry.to_dict() if self.telemetry is not None else None
         out["session"] = self.session.to_dict() if self.session is not None else None
         out["slo_checks"] = [c.to_dict() for c in self.slo_checks]
         return out
@@ -344,6 +376,7 @@ class LevelSummary:
             if isinstance(d.get(k), dict):
                 d[k] = Distribution(**d[k])
         d["session"] = SessionStats.from_dict(d["session"]) if isinstance(d.get("session"), dict) else None
+        d["telemetry"] = Telemetry.from_dict(d["telemetry"]) if isinstance(d.get("telemetry"), dict) else None
         checks = d.get("slo_checks")
         d["slo_checks"] = [c for x in (checks if isinstance(checks, list) else [])
                            if isinstance(x, dict) and (c := SloCheck.from_dict(x))]

@@ -16,7 +16,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from .metrics import LevelSummary
+from .metrics import LevelSummary, Telemetry
 
 if TYPE_CHECKING:
     from .results import Manifest
@@ -201,22 +201,22 @@ def notes(levels: list[LevelSummary]) -> list[str]:
 
 def _server_parts(s: LevelSummary) -> list[str]:
     """What the server said of a level: its /metrics (and power), and what its responses said of its cache."""
-    t = s.telemetry or {}
+    t = s.telemetry or Telemetry()
     parts: list[str] = []
-    if t.get("kv_cache_usage_max") is not None:
-        parts.append(f"peak KV cache {t['kv_cache_usage_max']:.0%}")
-    if t.get("waiting_max"):
-        parts.append(f"up to {t['waiting_max']:.0f} requests waiting")
-    if t.get("spec_acceptance_rate") is not None:
-        mal = t.get("spec_mean_acceptance_length")
-        parts.append(f"speculative acceptance {t['spec_acceptance_rate']:.2f}"
+    if t.kv_cache_usage_max is not None:
+        parts.append(f"peak KV cache {t.kv_cache_usage_max:.0%}")
+    if t.waiting_max:
+        parts.append(f"up to {t.waiting_max:.0f} requests waiting")
+    if t.spec_acceptance_rate is not None:
+        mal = t.spec_mean_acceptance_length
+        parts.append(f"speculative acceptance {t.spec_acceptance_rate:.2f}"
                      + (f" (mean acceptance length {mal:.2f})" if mal else ""))
-    if t.get("prefix_cache_hit_rate") is not None:
-        parts.append(f"prefix-cache hits {t['prefix_cache_hit_rate']:.0%}")
+    if t.prefix_cache_hit_rate is not None:
+        parts.append(f"prefix-cache hits {t.prefix_cache_hit_rate:.0%}")
     if s.cached_share:  # the responses' own count (usage or timings), beside the server's /metrics
         parts.append(f"{s.cached_share:.0%} of prompt tokens served from its cache ({s.cached_source})")
-    if t.get("j_per_output_token") is not None:
-        parts.append(f"{t['j_per_output_token']:.2f} J/token, {t.get('output_tokens_per_watt') or 0:.2f} tok/s per W")
+    if t.j_per_output_token is not None:
+        parts.append(f"{t.j_per_output_token:.2f} J/token, {t.output_tokens_per_watt or 0:.2f} tok/s per W")
     return parts
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 import statistics
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .loadgen import Level
 from . import findings, registry
+from .keyed import Keyed
 from .cost import level_cost
 from .metrics import Distribution, LevelSummary, coefficient_of_variation
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(slots=True)
-class Manifest:
+class Manifest(Keyed):
     """A run's provenance (DESIGN.md: "Every result carries provenance"), typed: the keys runs carry, each an
     attribute a reader reads and mypy checks. Every attribute may be missing (None): an older or imported run
     lacks most of them. Stored as JSON in the run's row; ``from_dict`` reads it, ``to_dict`` writes the same
@@ -90,8 +91,6 @@ class Manifest:
     request_fields: dict[str, Any] | None = None
     slo: str | None = None
     template_tokens: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    key_order: tuple[str, ...] = ()  # the keys as they were read, so to_dict writes them in that order
 
     @property
     def predicted_mark(self) -> str | None:
@@ -129,67 +128,6 @@ class Manifest:
         if isinstance(sp := sh.get("speculation"), dict):
             parts.append(f"speculative decoding, {sp.get('tokens')} tokens at acceptance {sp.get('acceptance')}")
         return parts
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Manifest:
-        """A stored manifest, or one built from a foreign file's values (an importer's): a missing key is None,
-        an unknown key or one of another type goes to ``extra``."""
-        m = cls()
-        m.update(d)
-        return m
-
-    @classmethod
-    def written(cls, **keys: Any) -> Manifest:
-        """A manifest tokenbench writes, in the order of ``keys``: each one a key this type names with a value of
-        its type (or None), else a TypeError that names it (a misspelt key fails where it is written)."""
-        for k, v in keys.items():
-            kinds = _MANIFEST_TYPES.get(k)
-            if kinds is None:
-                raise TypeError(f"Manifest has no key '{k}': add it to Manifest, typed, before writing it")
-            if v is not None and (not isinstance(v, kinds) or isinstance(v, bool) and bool not in kinds):
-                raise TypeError(f"Manifest key '{k}' takes {' or '.join(t.__name__ for t in kinds)}, "
-                                f"not {type(v).__name__}")
-        return cls.from_dict(keys)
-
-    def update(self, d: dict[str, Any]) -> None:
-        """Set each key of ``d`` as ``from_dict`` reads it (typed, or kept whole in ``extra``); to_dict writes them
-        after the keys already there, in ``d``'s order."""
-        self.key_order = (*self.key_order, *(k for k in d if k not in self.key_order))
-        for k, v in d.items():
-            kinds = _MANIFEST_TYPES.get(k)
-            if kinds is None:
-                self.extra[k] = v
-                continue
-            typed = v is not None and isinstance(v, kinds) and not (isinstance(v, bool) and bool not in kinds)
-            setattr(self, k, v if typed else None)
-            if typed or v is None:
-                self.extra.pop(k, None)
-            else:
-                self.extra[k] = v
-
-    def to_dict(self) -> dict[str, Any]:
-        """The manifest as stored and as the JSON contract writes it: the keys read, in their order, then any
-        attribute set since."""
-        out: dict[str, Any] = {}
-        for k in (*self.key_order, *_MANIFEST_TYPES, *self.extra):
-            if k in out:
-                continue
-            v = getattr(self, k) if k in _MANIFEST_TYPES else None
-            if v is not None:
-                out[k] = v
-            elif k in self.extra:
-                out[k] = self.extra[k]
-            elif k in self.key_order:
-                out[k] = None
-        return out
-
-
-#: Each typed key of a manifest and the JSON types its value may have (an int is a float too).
-_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    f.name: {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,),
-             "list": (list,)}[str(f.type).split("[")[0].split(" ")[0]]
-    for f in fields(Manifest) if f.name not in ("extra", "key_order")
-}
 
 
 @dataclass(slots=True)

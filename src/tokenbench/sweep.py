@@ -771,6 +771,5 @@ def _attach_session(summary: LevelSummary, records: list[RequestRecord], level: 
         return
     stats = session_stats(records, level.cache)
     stats.compactions, stats.capped = sessions.last.compactions, sessions.last.capped
-    hit = (summary.telemetry or {}).get("prefix_cache_hit_rate")
-    stats.server_hit_share = hit if isinstance(hit, (int, float)) else None
+    stats.server_hit_share = summary.telemetry.prefix_cache_hit_rate if summary.telemetry is not None else None
     summary.session = stats

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from . import adapters
 from .background import cancel_and_wait
+from .metrics import Telemetry
 
 #: The quantities summarized per level; each engine's adapter says what it calls them (first name found wins).
 GAUGE_KEYS = ("running", "waiting", "kv_cache_usage", "busy_slots_per_decode")
@@ -226,8 +227,9 @@ class LevelTelemetry:
         finally:
             await self.power.stop()
 
-    def summary(self, output_tokens: int, seconds: float) -> dict[str, Any]:
-        return {**self.metrics_summary, **self.power.summary(output_tokens, seconds)}
+    def summary(self, output_tokens: int, seconds: float) -> Telemetry:
+        """The level's telemetry, typed: a key ``Telemetry`` does not name is an error here, where it is written."""
+        return Telemetry.written(**self.metrics_summary, **self.power.summary(output_tokens, seconds))
 
     def series(self) -> list[tuple[int, dict[str, float]]]:
         """The samples worth storing, as (perf_counter_ns, {name: value})."""
