@@ -19,7 +19,7 @@ def test_a_spread_over_half_the_mean_is_flagged_with_its_repetitions() -> None:
     steps = [Step(None, 0.1, 64, tg_s, 31) for tg_s in (0.0005, 0.012, 0.011)]
     _, lt = summarize_depth(0, 64, 32, steps)
     assert "unstable" in lt.flags
-    assert lt.client["tg_tps_reps"] == [62000.0, 2583.33, 2818.18]
+    assert lt.client.tg_tps_reps == [62000.0, 2583.33, 2818.18]
     assert "not a measurement" in lt.warnings[0] and "62,000.0" in lt.warnings[0]
     steady = [Step(None, 0.1, 64, tg_s, 31) for tg_s in (0.010, 0.011, 0.012)]
     _, lt = summarize_depth(0, 64, 32, steady)
@@ -31,7 +31,7 @@ def test_a_tg_faster_than_the_server_timings_allow_is_not_published() -> None:
     steps = [Step(None, 0.1, 64, 0.001, 31, server_tg_tps=310.0) for _ in range(3)]
     _, lt = summarize_depth(0, 64, 32, steps)
     assert lt.tg_tps is None and "exceeds_server_timings" in lt.flags
-    assert lt.client["tg_tps_client"] == pytest.approx(31000.0)
+    assert lt.client.tg_tps_client == pytest.approx(31000.0)
     ok = [Step(None, 0.1, 64, 0.1, 31, server_tg_tps=300.0) for _ in range(3)]
     _, lt = summarize_depth(0, 64, 32, ok)
     assert lt.tg_tps == pytest.approx(310.0) and "exceeds_server_timings" not in lt.flags

@@ -64,7 +64,7 @@ def test_a_two_node_sweep_gives_the_statistics_one_process_gives(cluster: Any, t
     assert b.tpot_ms.p50 == pytest.approx(a.tpot_ms.p50, rel=0.05)
     assert b.output_throughput_tps == pytest.approx(a.output_throughput_tps, rel=0.15)
     # both nodes are processes of this machine: one monotonic clock, so no skew to correct
-    assert all(c["same_clock"] and c["clock_uncertainty_ms"] == 0 for c in b.client["clocks"])
+    assert all(c["same_clock"] and c["clock_uncertainty_ms"] == 0 for c in b.client.clocks or [])
     recs = [r for r in Store(tmp_path / "b.db").requests(two.run_id) if r.phase == "measured"]
     assert len(recs) == 24 and len({r.index for r in recs}) == 24
 
@@ -110,4 +110,4 @@ def test_a_dirty_node_marks_the_level(cluster: Any, tmp_path: Path) -> None:
     s = res.outcomes[0].summary
     assert "dirty_bench" in s.flags
     assert any("load-generating node" in w for w in s.warnings)
-    assert s.client["node_guards"] and not s.client["node_guards"][0]["clean"]
+    assert s.client.node_guards and not s.client.node_guards[0]["clean"]

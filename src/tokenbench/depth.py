@@ -32,7 +32,7 @@ from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, UsageError
 from .guard import snapshot_before
 from .loadgen import Level, still_heap
-from .metrics import NS_PER_S, Distribution, LevelSummary
+from .metrics import NS_PER_S, ClientReport, Distribution, LevelSummary
 from .records import RequestRecord
 from .results import LevelOutcome, RunResult, new_run_id, now_iso
 from .servers import root_url
@@ -139,14 +139,14 @@ def _against_server_timings(lp: LevelSummary, lt: LevelSummary, steps: list[Step
     the server allows is withheld (chunks were held back), the client's figure kept apart."""
     server_pp = [s.server_pp_tps for s in steps if s.server_pp_tps]
     if server_pp and pp_mean:
-        lp.client["server_pp_tps"] = statistics.fmean(server_pp)
+        lp.client.put(server_pp_tps=statistics.fmean(server_pp))
         _add(lp, findings.timings_disagree(statistics.fmean(server_pp), pp_mean))
     server_tg = [s.server_tg_tps for s in steps if s.server_tg_tps]
     if server_tg:
         ceiling = statistics.fmean(server_tg)
-        lt.client["server_tg_tps"] = ceiling
+        lt.client.put(server_tg_tps=ceiling)
         if tg_mean and _add(lt, findings.exceeds_server_timings(tg_mean, ceiling)):
-            lt.client["tg_tps_client"] = tg_mean
+            lt.client.put(tg_tps_client=tg_mean)
             lt.tg_tps = lt.tg_tps_sd = lt.tg_tps_dist = None
 
 
@@ -160,13 +160,13 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[Le
     lt = LevelSummary.empty(concurrency=1, test=f"tg{tg}", depth=depth, tg_tps=tg_mean, tg_tps_sd=tg_sd,
                             completed=len(tg_rates), output_tokens_mean=statistics.fmean(s.tg_tokens + 1 for s in steps))
     lp.pp_tps_dist, lt.tg_tps_dist = Distribution.of(pp_rates), Distribution.of(tg_rates)
-    lp.client = {"pp_tps_reps": [round(v, 2) for v in pp_rates]}
-    lt.client = {"tg_tps_reps": [round(v, 2) for v in tg_rates]}
+    lp.client = ClientReport.written(pp_tps_reps=[round(v, 2) for v in pp_rates])
+    lt.client = ClientReport.written(tg_tps_reps=[round(v, 2) for v in tg_rates])
     for lvl, kind, mean, sd, reps in ((lp, "pp", pp_mean, pp_sd, pp_rates), (lt, "tg", tg_mean, tg_sd, tg_rates)):
         _add(lvl, findings.unstable_depth_rate(kind, mean, sd, reps))
     _add(lp, findings.context_not_warm(depth, pp, [(s.fill_s, s.pp_s) for s in steps]))
-    lp.client.update({"fill_ms": [round((s.fill_s or 0) * 1000, 2) for s in steps],
-                      "pp_ms": [round(s.pp_s * 1000, 2) for s in steps]})
+    lp.client.put(fill_ms=[round((s.fill_s or 0) * 1000, 2) for s in steps],
+                  pp_ms=[round(s.pp_s * 1000, 2) for s in steps])
     _against_server_timings(lp, lt, steps, pp_mean, tg_mean)
     return lp, lt
 

@@ -50,15 +50,22 @@ class Keyed:
     def written(cls: type[K], **keys: Any) -> K:
         """An object tokenbench writes, in the order of ``keys``: each one a key this type names with a value of its
         type (or None), else a TypeError that names it (a misspelt key fails where it is written)."""
-        types = key_types(cls)
+        m = cls()
+        m.put(**keys)
+        return m
+
+    def put(self, **keys: Any) -> None:
+        """Write ``keys`` as ``written`` does (strictly), after the keys already there, in their order."""
+        types = key_types(type(self))
+        name = type(self).__name__
         for k, v in keys.items():
             kinds = types.get(k)
             if kinds is None:
-                raise TypeError(f"{cls.__name__} has no key '{k}': add it to {cls.__name__}, typed, before writing it")
+                raise TypeError(f"{name} has no key '{k}': add it to {name}, typed, before writing it")
             if v is not None and not _typed(v, kinds):
-                raise TypeError(f"{cls.__name__} key '{k}' takes {' or '.join(t.__name__ for t in kinds)}, "
+                raise TypeError(f"{name} key '{k}' takes {' or '.join(t.__name__ for t in kinds)}, "
                                 f"not {type(v).__name__}")
-        return cls.from_dict(keys)
+        self.update(keys)
 
     def update(self, d: dict[str, Any]) -> None:
         """Set each key of ``d`` as ``from_dict`` reads it (typed, or kept whole in ``extra``); to_dict writes them

@@ -177,6 +177,33 @@ def session_stats(records: list[RequestRecord], cache: str) -> SessionStats:
 
 
 @dataclass(slots=True)
+class ClientReport(Keyed):
+    """What the client saw of itself during one level (loadgen.ClientWatch: its CPU, event-loop lag and requests
+    in flight; with several workers, the busiest one's figures, every worker's and their clocks; with Ray, each
+    node's guard), and for a llama-bench style depth level, its steps one by one. The JSON contract's ``client``
+    object, written back with the keys, values and order it was read with (keyed.Keyed)."""
+
+    cpu_pct: float | None = None
+    loop_lag_samples: int | None = None
+    loop_lag_ms_p50: float | None = None
+    loop_lag_ms_p99: float | None = None
+    loop_lag_ms_max: float | None = None
+    inflight_mean: float | None = None
+    worker: str | None = None  # one worker's report: its name
+    workers: list[Any] | None = None  # every worker's report
+    clocks: list[Any] | None = None  # each worker's clock against the parent's
+    node_guards: list[Any] | None = None  # Ray: each node's guard snapshot
+    # a depth level's steps: the rate of each repetition, the fill and prompt times, the server's own timings
+    pp_tps_reps: list[Any] | None = None
+    tg_tps_reps: list[Any] | None = None
+    fill_ms: list[Any] | None = None
+    pp_ms: list[Any] | None = None
+    server_pp_tps: float | None = None
+    server_tg_tps: float | None = None
+    tg_tps_client: float | None = None  # the client's tg rate, withheld above the server's (chunks held back)
+
+
+@dataclass(slots=True)
 class Telemetry(Keyed):
     """What the server said of itself during one level, typed: its /metrics sampled (telemetry.summarize: the
     gauges' peak and mean, the counters' change over the level, the rates derived from them) and GPU power where
@@ -266,7 +293,7 @@ class LevelSummary:
     #: each level objective of the SLO: its value, verdict and how sure (slo.assess); empty without an SLO
     slo_checks: list[SloCheck] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    client: dict[str, Any] = field(default_factory=dict)
+    client: ClientReport = field(default_factory=ClientReport)
     # llama-bench style levels (depth runs, imported llama-bench results): DESIGN.md's depth fields.
     test: str | None = None  # "serve", "pp512", "tg128", ...
     depth: int | None = None
@@ -321,6 +348,7 @@ class LevelSummary:
                 out["decode_tps"] = self.decode_tps
         out["findings"] = [f.to_dict() for f in self.findings]
         out["telemetry"] = self.telemetry.to_dict() if self.telemetry is not None else None
+        out["client"] = self.client.to_dict()
         out["session"] = self.session.to_dict() if self.session is not None else None
         out["slo_checks"] = [c.to_dict() for c in self.slo_checks]
         return out
@@ -377,6 +405,7 @@ class LevelSummary:
                 d[k] = Distribution(**d[k])
         d["session"] = SessionStats.from_dict(d["session"]) if isinstance(d.get("session"), dict) else None
         d["telemetry"] = Telemetry.from_dict(d["telemetry"]) if isinstance(d.get("telemetry"), dict) else None
+        d["client"] = ClientReport.from_dict(d["client"]) if isinstance(d.get("client"), dict) else ClientReport()
         checks = d.get("slo_checks")
         d["slo_checks"] = [c for x in (checks if isinstance(checks, list) else [])
                            if isinstance(x, dict) and (c := SloCheck.from_dict(x))]

@@ -23,7 +23,7 @@ from .errors import EndpointError, EngineError, LevelFailed, UsageError
 from .findings import Code
 from .guard import refuse_if_dirty, snapshot_before
 from .loadgen import ClientWatch, Level, run_phase, still_heap
-from .metrics import SLO, LevelSummary, peak_in_flight, session_stats, summarize
+from .metrics import SLO, ClientReport, LevelSummary, peak_in_flight, session_stats, summarize
 from .workers import ClientSpec, WorkerPool, auto_workers
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
@@ -701,7 +701,7 @@ async def _run_level(
     summary = summarize(records, concurrency=level.concurrency, rate=level.offered_rate, window_start_ns=window[0],
                         window_end_ns=window[1], slo=cfg.slo)
     summary.cost_per_mtok = level_cost(cfg.price_per_hour, cfg.currency, summary.output_throughput_tps)
-    summary.client = load.client_report
+    summary.client = ClientReport.written(**load.client_report)
     summary.guard = snap
     if tele is not None:
         summary.telemetry = tele.summary(summary.total_output_tokens, summary.duration_s)
@@ -709,7 +709,7 @@ async def _run_level(
             store.save_telemetry(run_id, idx, repetition, tele.series())
     _attach_session(summary, records, level, sessions)
     if node_snaps:
-        summary.client["node_guards"] = node_snaps
+        summary.client.put(node_guards=node_snaps)
     # the longest request built (a trace's requests: the longest the trace has, cfg.longest_request)
     longest = prompts.longest if isinstance(prompts, _Prompts) else 0
     findings.assess(_facts(cfg, run_id, level, records, summary, load.reasons, info, snap, node_snaps, load.lost,
