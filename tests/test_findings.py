@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tokenbench import findings
+from tokenbench.checks import CheckResult, GuardSnapshot
 from tokenbench.findings import Code, Finding, LevelFacts
 from tokenbench.metrics import Distribution, LevelSummary, summarize
 from tokenbench.records import RequestRecord
@@ -73,8 +74,8 @@ def test_control_flow_reads_codes_not_wording() -> None:
 def test_findings_round_trip_and_old_runs_load() -> None:
     r = rec(0, output_tokens_source="tokenizer")
     s = level([r])
-    findings.assess(LevelFacts([r], s, 1, guard={"clean": False, "checks": [
-        {"name": "cpu_load", "status": "fail", "observed": "93%", "advice": "stop the build"}]}, run_id="x"))
+    findings.assess(LevelFacts([r], s, 1, guard=GuardSnapshot.written(clean=False, checks=[
+        CheckResult("cpu_load", "fail", "93%", advice="stop the build")]), run_id="x"))
     d = json.loads(json.dumps(s.to_dict()))
     assert [f["code"] for f in d["findings"]] == d["flags"] == ["usage_absent", "p99_estimate", "dirty_bench"]
     back = LevelSummary.from_dict(d)

@@ -133,7 +133,7 @@ def test_sweep_records_the_guard_before_each_level_and_strict_refuses(emitter: B
     capsys.readouterr()
     (run_row,) = Store(db).runs()
     levels = Store(db).levels(run_row.id)
-    assert all(s.guard and {c["name"] for c in s.guard["checks"]} >= {"serving_processes", "cpu_load"} for *_, s in levels)
+    assert all(s.guard and {c.name for c in s.guard.results} >= {"serving_processes", "cpu_load"} for *_, s in levels)
     # detached from pytest: the emitter runs in this process, which is the target, and the target's
     # children are rightly not counted against the bench
     out = subprocess.run(["bash", "-c", "(exec -a llama-server sleep 30) >/dev/null 2>&1 & echo $!"],
@@ -195,13 +195,15 @@ def test_strict_refuses_a_dirty_load_generating_node_as_it_refuses_the_driver(tm
     dirty node while refusing a dirty driver. Now the driver refuses the level, naming the node and the check."""
     from tokenbench.sweep import refuse_dirty_nodes
 
-    def snap(name: str, **kw: object) -> dict:
+    def snap(name: str, **kw: object) -> guard.GuardSnapshot:
         env = guard.GuardEnv(root=fake_tree(tmp_path / name, **kw), config=guard.load_config(),  # type: ignore[arg-type]
                              sample_s=0.01)
-        return guard.snapshot(env) | {"node": f"{name} (0123abcd)"}
+        s = guard.snapshot(env)
+        s.put(node=f"{name} (0123abcd)")
+        return s
 
     clean, dirty = snap("gen-a"), snap("gen-b", avail_kb=500_000)
-    assert clean["clean"] and not dirty["clean"]
+    assert clean.clean and dirty.dirty
     refuse_dirty_nodes("warn", [clean, dirty], "before level concurrency 8")  # recorded: the level is marked
     refuse_dirty_nodes("off", [dirty], "before level concurrency 8")
     refuse_dirty_nodes("strict", [clean], "before level concurrency 8")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tokenbench.checks import GuardSnapshot
 from tokenbench.cli import main
 from tokenbench.cost import Pricing
 from tokenbench.metrics import Distribution, LevelSummary
@@ -38,7 +39,7 @@ def serve(c: int, tps: float, ttft: float, tpot: float, guard: dict[str, Any] | 
     s = LevelSummary.empty(concurrency=c, test="serve", output_throughput_tps=tps,
                            ttft_ms=Distribution(n=8, p50=ttft, p99=ttft * 2), tpot_ms=Distribution(n=8, p50=tpot),
                            input_tokens_mean=128.0)
-    s.guard, s.flags = guard, flags or []  # not figures: set on the level, as the sweep does
+    s.guard, s.flags = GuardSnapshot.from_dict(guard) if guard else None, flags or []  # set on the level, as the sweep does
     return s
 
 

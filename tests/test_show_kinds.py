@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tokenbench.checks import GuardSnapshot
 from tokenbench.cli import main
 from tokenbench.metrics import SLO, Distribution, LevelSummary
 from tokenbench.output import format_sweep_markdown
@@ -70,7 +71,7 @@ def test_show_guard_prints_each_levels_snapshot(tmp_path: Path, capsys: pytest.C
     db = tmp_path / "r.db"
     a = LevelSummary.empty(concurrency=1, output_throughput_tps=10.0)
     b = LevelSummary.empty(concurrency=4, output_throughput_tps=30.0)
-    a.guard, b.guard = {"clean": True, "checks": [DIRTY["checks"][1]]}, DIRTY
+    a.guard, b.guard = GuardSnapshot.from_dict({"clean": True, "checks": [DIRTY["checks"][1]]}), GuardSnapshot.from_dict(DIRTY)
     b.flags.append("dirty_bench")
     _save(Store(db), "s-1", "sweep", {"label": "box", "model": "m"}, [a, b])
     assert main(["show", "box", "--guard", "--db", str(db)]) == 0

@@ -30,6 +30,7 @@ from .adapters import Adapter
 from .client import PreparedRequest, StreamClient, trace_config
 from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, UsageError
+from .checks import GuardSnapshot
 from .guard import snapshot_before
 from .loadgen import Level, still_heap
 from .metrics import NS_PER_S, ClientReport, Distribution, LevelSummary
@@ -194,7 +195,7 @@ class _DepthRun:
     """The depths of one run in order: each skipped (it does not fit) or measured, and stored at once."""
 
     def __init__(self, cfg: DepthConfig, store: Store, run_id: str, ep: Endpoint, client: StreamClient,
-                 builder: PromptBuilder, fits: list[int], first_snap: dict[str, Any] | None,
+                 builder: PromptBuilder, fits: list[int], first_snap: GuardSnapshot | None,
                  note: Note | None) -> None:
         self.cfg, self.store, self.run_id, self.ep, self.client = cfg, store, run_id, ep, client
         self.builder, self.fits, self.first_snap, self.note = builder, fits, first_snap, note

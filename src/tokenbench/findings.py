@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
+from .checks import GuardSnapshot
 from .records import RequestRecord
 
 if TYPE_CHECKING:  # the summary carries its findings; this module only reads it
@@ -133,12 +134,12 @@ class LevelFacts:
     requests: int | None = None  # the requests asked for (None: a duration)
     interrupted: bool = False
     run_id: str = ""
-    guard: dict[str, Any] | None = None  # the guard's snapshot before the level
+    guard: GuardSnapshot | None = None  # the guard's snapshot before the level
     client_reasons: Sequence[str] = ()  # ClientWatch.verdict: why the client was the limit
     slot_reasons: Sequence[str] = ()  # the adapter's slot warnings for this level
     max_error_rate: float | None = None  # None: the level's error share is not judged
     peak_in_flight: int | None = None
-    node_guards: Sequence[dict[str, Any]] = ()  # the guard on each load-generating node but this one (workers.py)
+    node_guards: Sequence[GuardSnapshot] = ()  # the guard on each load-generating node but this one (workers.py)
     lost_workers: Sequence[str] = ()  # workers lost mid-level, each said in a sentence (workers.WorkerPool)
     #: why the level stopped sending before its requests were all sent (a capacity search: its verdict was
     #: decided, the server over-saturated, the time budget spent); None: it ran to its end
@@ -257,12 +258,11 @@ def _stopped_early(f: LevelFacts) -> Finding | None:
 
 def _dirty_bench(f: LevelFacts) -> Finding | None:
     here = guard_finding(f.guard, f.run_id)
-    nodes = [n for n in f.node_guards if not n.get("clean", True)]
+    nodes = [n for n in f.node_guards if n.dirty]
     if not nodes:
         return here
-    said = "; ".join(f"load-generating node {n.get('node')} dirty before this level ("
-                     + ", ".join(str(c.get("name")) for c in n.get("checks", []) if c.get("status") == "fail") + ")"
-                     for n in nodes)
+    said = "; ".join(f"load-generating node {n.node} dirty before this level ("
+                     + ", ".join(c.name for c in n.failed) + ")" for n in nodes)
     message = f"{here.message}; the guard found {said}" if here else f"the guard found {said}"
     return Finding(Code.DIRTY_BENCH, message, here.remedy if here else "the level's client.node_guards say more",
                    observed=((here.observed or 0) if here else 0) + len(nodes), threshold=0, unit="dirty machines")
@@ -363,15 +363,15 @@ def assess(facts: LevelFacts, rules: Iterable[Rule] = LEVEL_RULES) -> list[Findi
 # The guard, repetitions and depth runs.
 
 
-def guard_finding(snap: dict[str, Any] | None, run_id: str = "") -> Finding | None:
+def guard_finding(snap: GuardSnapshot | None, run_id: str = "") -> Finding | None:
     """A dirty guard snapshot as a finding: the failed checks, what each observed, and their advice."""
-    if snap is None or snap.get("clean", True):
+    if snap is None or not snap.dirty:
         return None
-    bad = [c for c in snap.get("checks", []) if c.get("status") == "fail"]
-    names = ", ".join(str(c.get("name")) for c in bad)
+    bad = snap.failed
+    names = ", ".join(c.name for c in bad)
     where = f"'tokenbench show {run_id} --guard' prints the snapshots" if run_id else "the guard's snapshot says more"
     return Finding(Code.DIRTY_BENCH, f"the guard found the bench dirty before this level ({names})", where,
-                   observed=len(bad), threshold=0, unit="failed checks", n=len(snap.get("checks", [])))
+                   observed=len(bad), threshold=0, unit="failed checks", n=len(snap.results))
 
 
 def unstable_repetitions(cv: float | None, n: int) -> Finding | None:

@@ -13,7 +13,7 @@ import os
 import re
 import time
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,9 +21,9 @@ from typing import Any
 import platformdirs
 
 from . import adapters
+from .checks import FAIL, NA, PASS, WARN, CheckResult, GuardSnapshot
 from .errors import TokenbenchError, UsageError
 
-PASS, FAIL, WARN, NA = "pass", "fail", "warn", "not available"
 
 #: Model servers a bench must not share the machine with (regex on the command line).
 #: The adapters' own patterns, then servers tokenbench has no adapter for.
@@ -36,18 +36,6 @@ SERVING_PATTERNS: list[tuple[str, str]] = [
 
 class GuardFailed(TokenbenchError):
     exit_code = 6
-
-
-@dataclass(slots=True)
-class CheckResult:
-    name: str
-    status: str
-    observed: str
-    threshold: str = ""
-    advice: str = ""
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 @dataclass(slots=True)
@@ -399,13 +387,11 @@ def dirty(results: list[CheckResult]) -> list[CheckResult]:
     return [r for r in results if r.status == FAIL]
 
 
-def snapshot(env: GuardEnv) -> dict[str, Any]:
-    results = run_checks(env)
-    return {"clean": not dirty(results), "checks": [r.to_dict() for r in results],
-            "taken": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+def snapshot(env: GuardEnv) -> GuardSnapshot:
+    return GuardSnapshot.of(run_checks(env))
 
 
-async def snapshot_before(mode: str, config: Any, target_pids: set[int], where: str) -> dict[str, Any] | None:
+async def snapshot_before(mode: str, config: Any, target_pids: set[int], where: str) -> GuardSnapshot | None:
     """The guard's snapshot before a run or a level, or None with mode "off". Strict mode refuses a dirty bench
     (``GuardFailed``); warn mode records it, and the level's findings say so (findings.guard_finding)."""
     if mode == "off":
@@ -416,14 +402,13 @@ async def snapshot_before(mode: str, config: Any, target_pids: set[int], where: 
     return snap
 
 
-def refuse_if_dirty(mode: str, snap: dict[str, Any], where: str) -> None:
+def refuse_if_dirty(mode: str, snap: GuardSnapshot, where: str) -> None:
     """Strict mode's one rule, for this machine's snapshot and for each load-generating node's: a dirty bench
     is refused (``GuardFailed``) before anything of what it would measure is stored."""
-    if mode == "strict" and not snap.get("clean", True):
+    if mode == "strict" and snap.dirty:
         raise GuardFailed(refuse_message(snap, where))
 
 
-def refuse_message(snap: dict[str, Any], where: str) -> str:
-    bad = [c for c in snap["checks"] if c["status"] == FAIL]
-    parts = "; ".join(f"{c['name']}: {c['observed']} ({c['advice']})" for c in bad)
+def refuse_message(snap: GuardSnapshot, where: str) -> str:
+    parts = "; ".join(f"{c.name}: {c.observed} ({c.advice})" for c in snap.failed)
     return f"the bench is dirty {where}: {parts}; fix it, or run with --guard warn to record and go on"

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .checks import GuardSnapshot
 from .keyed import Keyed
 from .findings import Code, Finding
 from .records import RequestRecord
@@ -305,7 +306,7 @@ class LevelSummary:
     #: (its std the population's; ``pp_tps_sd``/``tg_tps_sd`` are llama-bench's sample standard deviation)
     pp_tps_dist: Distribution | None = None
     tg_tps_dist: Distribution | None = None
-    guard: dict[str, Any] | None = None  # the clean-bench guard's snapshot taken before this level
+    guard: GuardSnapshot | None = None  # the clean-bench guard's snapshot taken before this level
     telemetry: Telemetry | None = None  # what the server's /metrics (and NVML) said during this level
     #: the typed findings (findings.py) behind ``flags`` and ``warnings``, which are their view
     findings: list[Finding] = field(default_factory=list)
@@ -349,6 +350,7 @@ class LevelSummary:
         out["findings"] = [f.to_dict() for f in self.findings]
         out["telemetry"] = self.telemetry.to_dict() if self.telemetry is not None else None
         out["client"] = self.client.to_dict()
+        out["guard"] = self.guard.to_dict() if self.guard is not None else None
         out["session"] = self.session.to_dict() if self.session is not None else None
         out["slo_checks"] = [c.to_dict() for c in self.slo_checks]
         return out
@@ -406,6 +408,7 @@ class LevelSummary:
         d["session"] = SessionStats.from_dict(d["session"]) if isinstance(d.get("session"), dict) else None
         d["telemetry"] = Telemetry.from_dict(d["telemetry"]) if isinstance(d.get("telemetry"), dict) else None
         d["client"] = ClientReport.from_dict(d["client"]) if isinstance(d.get("client"), dict) else ClientReport()
+        d["guard"] = GuardSnapshot.from_dict(d["guard"]) if isinstance(d.get("guard"), dict) else None
         checks = d.get("slo_checks")
         d["slo_checks"] = [c for x in (checks if isinstance(checks, list) else [])
                            if isinstance(x, dict) and (c := SloCheck.from_dict(x))]

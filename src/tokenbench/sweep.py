@@ -21,6 +21,7 @@ from .draws import Draw
 from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, EngineError, LevelFailed, UsageError
 from .findings import Code
+from .checks import GuardSnapshot
 from .guard import refuse_if_dirty, snapshot_before
 from .loadgen import ClientWatch, Level, run_phase, still_heap
 from .metrics import SLO, ClientReport, LevelSummary, peak_in_flight, session_stats, summarize
@@ -468,8 +469,8 @@ async def run_sweep(
         if search is not None:
             _search_manifest(manifest, search)
         # strict: refuse before anything is stored
-        manifest.guard_before_run = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids,
-                                                             "before the run")
+        before = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids, "before the run")
+        manifest.guard_before_run = before.to_dict() if before is not None else None
         log.create(manifest)
         sweep = _Sweep(cfg, store, log.run_id, ep, client, _prompts(cfg, ep, builder, workload, fields, rep), rep,
                        seed, alive, pool, search)
@@ -565,7 +566,7 @@ class _SessionWork:
 
 
 def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: LevelSummary,
-           reasons: list[str], info: ServerInfo, snap: dict[str, Any] | None, node_snaps: list[dict[str, Any]],
+           reasons: list[str], info: ServerInfo, snap: GuardSnapshot | None, node_snaps: list[GuardSnapshot],
            lost: list[str], longest: int, stopped: str | None = None) -> findings.LevelFacts:
     """What the finding rules look at for a finished level: the client's reasons (its watch, or each worker's),
     the adapter's slot limits (against ``longest``, the most tokens a request of the run needed), the guard's
@@ -639,11 +640,11 @@ class _Load:
         self.reasons = watch.judge(level, records)
 
 
-def refuse_dirty_nodes(mode: str, node_snaps: list[dict[str, Any]], where: str) -> None:
+def refuse_dirty_nodes(mode: str, node_snaps: list[GuardSnapshot], where: str) -> None:
     """Strict mode refuses a dirty load-generating node as it refuses a dirty driver (``guard.refuse_if_dirty``);
     warn mode records it and the level's findings say so."""
     for snap in node_snaps:
-        refuse_if_dirty(mode, snap, f"on load-generating node {snap.get('node')} {where}")
+        refuse_if_dirty(mode, snap, f"on load-generating node {snap.node} {where}")
 
 
 async def _run_level(
@@ -709,7 +710,7 @@ async def _run_level(
             store.save_telemetry(run_id, idx, repetition, tele.series())
     _attach_session(summary, records, level, sessions)
     if node_snaps:
-        summary.client.put(node_guards=node_snaps)
+        summary.client.put(node_guards=[n.to_dict() for n in node_snaps])
     # the longest request built (a trace's requests: the longest the trace has, cfg.longest_request)
     longest = prompts.longest if isinstance(prompts, _Prompts) else 0
     findings.assess(_facts(cfg, run_id, level, records, summary, load.reasons, info, snap, node_snaps, load.lost,

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from .checks import GuardSnapshot
 from .client import Api, PreparedRequest, StreamClient, trace_config
 from .errors import UsageError
 from .loadgen import ClientWatch, Level, freeze_heap, run_phase
@@ -264,7 +265,8 @@ class LoadWorker:
         (sweep.refuse_dirty_nodes)."""
         from . import guard
 
-        return await guard.snapshot_before("off" if mode == "off" else "warn", config, set(), "on this node")
+        snap = await guard.snapshot_before("off" if mode == "off" else "warn", config, set(), "on this node")
+        return snap.to_dict() if snap is not None else None  # across the process boundary as JSON
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():
@@ -521,7 +523,7 @@ class WorkerPool:
                        "skew_ms": 0.0 if same else round(skew / 1e6, 3),
                        "clock_uncertainty_ms": 0.0 if same else round(rtt / 2e6, 3)}
 
-    async def guards(self, mode: str, config: Any) -> list[dict[str, Any]]:
+    async def guards(self, mode: str, config: Any) -> list[GuardSnapshot]:
         """One guard snapshot per node with workers, other than the driver's (its own guard covers that one)."""
         seen = {self.driver_node}
         out = []
@@ -534,9 +536,10 @@ class WorkerPool:
                 snap = await m.handle.call("guard", mode, config)
             except WorkerLost:
                 continue
-            if snap is not None:
-                snap["node"] = f"{m.clock.get('host')} ({str(node)[:12]})"
-                out.append(snap)
+            if isinstance(snap, dict):
+                node_snap = GuardSnapshot.from_dict(snap)
+                node_snap.put(node=f"{m.clock.get('host')} ({str(node)[:12]})")
+                out.append(node_snap)
         return out
 
     async def run_phase(self, level: Level, phase: Phase, *, requests: int | None, duration_s: float | None,

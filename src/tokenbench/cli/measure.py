@@ -19,6 +19,7 @@ from ..cost import DEFAULT_CURRENCY
 from ..dataset import load as load_dataset
 from ..draws import Draw
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
+from ..checks import GuardSnapshot
 from ..metrics import SLO, LevelSummary
 from ..output import describe_run, format_sweep_markdown, lengths_line, print_sweep, print_table
 from ..records import RequestRecord
@@ -350,10 +351,9 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
 
 
 
-def guard_rows(snap: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def guard_rows(snap: GuardSnapshot) -> tuple[list[str], list[list[str]]]:
     return (["Check", "Status", "Observed", "Threshold", "Advice"],
-            [[str(c.get(k) or "") for k in ("name", "status", "observed", "threshold", "advice")]
-             for c in snap.get("checks") or []])
+            [[c.name, c.status, c.observed, c.threshold, c.advice] for c in snap.results])
 
 
 def boot_rows(boots: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -469,11 +469,11 @@ def cmd_guard(a: argparse.Namespace, console: Console) -> int:
                          target_pids=guard_targets(a.url) if a.url else set())
     snap = guard.snapshot(env)
     print_table(console, *guard_rows(snap))
-    console.print("clean: ready to measure" if snap["clean"] else "DIRTY: fix the failed checks before measuring",
+    console.print("DIRTY: fix the failed checks before measuring" if snap.dirty else "clean: ready to measure",
                   markup=False)
     if a.json:
-        emit_json(a.json, snap)
-    return 0 if snap["clean"] else 1
+        emit_json(a.json, snap.to_dict())
+    return 1 if snap.dirty else 0
 
 
 def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:

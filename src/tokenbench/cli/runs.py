@@ -131,10 +131,12 @@ def _show_guard(a: argparse.Namespace, console: Console, res: RunResult) -> int:
                       + " (it ran with --guard off, or was imported)", markup=False, highlight=False)
         return 0
     for k, o in snaps:
-        snap = o.summary.guard or {}
+        snap = o.summary.guard
+        assert snap is not None  # only levels with a snapshot are listed
         title = f"level {k}/{len(res.outcomes)} ({o.level.describe() if o.summary.test in (None, 'serve') else f'{o.summary.test} @ d{o.summary.depth}'}): " \
-            + ("clean" if snap.get("clean") else "DIRTY")
+            + ("DIRTY" if snap.dirty else "clean")
         print_table(console, *guard_rows(snap), a.format, title=title)
     if a.json:
-        emit_json(a.json, [{"level": k, "guard": o.summary.guard} for k, o in snaps])
+        emit_json(a.json, [{"level": k, "guard": o.summary.guard.to_dict() if o.summary.guard else None}
+                           for k, o in snaps])
     return 0

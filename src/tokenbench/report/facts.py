@@ -7,13 +7,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ..checks import FAIL, WARN, GuardSnapshot
 from ..metrics import LevelSummary
 from ..results import Manifest, RunResult
 from .series import is_predicted, pricing
 from .style import depth_label
-
-#: The guard's statuses (guard.py), as a reader sees them.
-FAIL, WARN = "fail", "warn"
 
 
 @dataclass(slots=True)
@@ -37,15 +35,12 @@ class GuardState:
         return f"DIRTY in {self.dirty} of {self.recorded} snapshots: {names}"
 
 
-def _snapshots(r: RunResult) -> list[tuple[str, dict[str, Any]]]:
-    out: list[tuple[str, dict[str, Any]]] = []
+def _snapshots(r: RunResult) -> list[tuple[str, GuardSnapshot]]:
+    out: list[tuple[str, GuardSnapshot]] = []
     before = r.manifest.guard_before_run
     if before is not None:
-        out.append(("before the run", before))
-    for o in r.outcomes:
-        s = o.summary
-        if isinstance(s.guard, dict):
-            out.append((level_name(s), s.guard))
+        out.append(("before the run", GuardSnapshot.from_dict(before)))
+    out += [(level_name(o.summary), o.summary.guard) for o in r.outcomes if o.summary.guard is not None]
     return out
 
 
@@ -54,21 +49,18 @@ def guard_state(r: RunResult) -> GuardState:
     seen: dict[tuple[str, str], list[Any]] = {}
     dirty = 0
     for where, snap in snaps:
-        if snap.get("clean") is False:
+        if snap.dirty:
             dirty += 1
-        checks = snap.get("checks")
-        for c in checks if isinstance(checks, list) else []:
-            if not isinstance(c, dict) or c.get("status") not in (FAIL, WARN):
+        for c in snap.results:
+            if c.status not in (FAIL, WARN):
                 continue
-            key = (str(c.get("name")), str(c.get("status")))
-            observed = str(c.get("observed"))
+            key = (c.name, c.status)
             if key in seen:
                 seen[key][-1] += 1
-                if observed not in seen[key][3]:
-                    seen[key][3].append(observed)
+                if c.observed not in seen[key][3]:
+                    seen[key][3].append(c.observed)
             else:
-                seen[key] = [where, key[0], key[1], [observed], str(c.get("threshold") or ""),
-                             str(c.get("advice") or ""), 1]
+                seen[key] = [where, c.name, c.status, [c.observed], c.threshold, c.advice, 1]
     mode = r.manifest.guard
     problems = [(v[0], v[1], v[2], "; ".join(v[3][:3]) + (f"; … {len(v[3]) - 3} more" if len(v[3]) > 3 else ""),
                  v[4], v[5], v[6]) for v in seen.values()]
