@@ -70,7 +70,7 @@ def test_depth_guard_strict_refuses_before_anything_runs(emitter: BackgroundEmit
 def test_llama_options_are_spelled_for_each_tool() -> None:
     import argparse
 
-    from tokenbench.cli.measure import llama_options
+    from tokenbench.cli.common import llama_options
     from tokenbench.engines import launch, tiny
 
     a = argparse.Namespace(threads=3, flash_attn="1", batch_size=None, ubatch_size=256, cache_type_k="q8_0",

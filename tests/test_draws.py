@@ -204,7 +204,7 @@ def test_the_cli_refuses_a_bad_distribution_in_one_line(argv: list[str], message
 
 
 def test_the_embedded_engine_holds_the_longest_draw() -> None:
-    from tokenbench.cli.measure import embedded_tokens
+    from tokenbench.cli.sweep import embedded_tokens
 
     cfg = SweepConfig(url="", input_len=256, output_len=64, input_draw=parse("uniform:64-256", "--input-len"),
                       output_draw=parse("normal:32,8", "--output-len"))

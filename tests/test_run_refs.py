@@ -96,7 +96,7 @@ def test_the_live_bar_of_a_timed_level_counts_time_not_an_unknown_total() -> Non
 
     from rich.console import Console
 
-    from tokenbench.cli.measure import RichReporter
+    from tokenbench.cli.sweep import RichReporter
     from tokenbench.records import RequestRecord
 
     buf = io.StringIO()

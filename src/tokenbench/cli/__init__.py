@@ -1,8 +1,9 @@
 """Command line: parses, builds a typed config, calls one library function, prints.
 
 ``main(argv)`` returns the exit code so tests call it in-process; only ``entrypoint()`` reads sys.argv.
-The commands live by what they do: ``measure.py``, ``capacity.py``, ``quality.py``, ``predicting.py``,
-``analysis.py``, ``runs.py`` (runs and show); the grammar in ``parser.py``, its shared parts in ``options.py``.
+The commands live by what they do: one module each for ``sweep.py``, ``depth.py``, ``coldstart.py``, ``guard.py``,
+``engines.py``, ``capacity.py`` and ``quality.py``; ``predicting.py`` (fit, predict, calibrate, the catalogs),
+``analysis.py`` (compare, cost, import, report, recommend), ``runs.py`` (runs and show); the grammar in ``parser.py``, its shared parts in ``options.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ from ..output import ReadableConsole as Console
 from ..output import readable_output
 from .capacity import cmd_capacity
 from .analysis import cmd_compare, cmd_cost, cmd_import, cmd_recommend, cmd_report
-from .measure import cmd_coldstart, cmd_depth, cmd_engines, cmd_guard, cmd_sweep
+from .coldstart import cmd_coldstart
+from .depth import cmd_depth
+from .engines import cmd_engines
+from .guard import cmd_guard
+from .sweep import cmd_sweep
 from .parser import build_parser
 from .predicting import cmd_calibrate, cmd_catalog, cmd_fit, cmd_predict
 from .quality import cmd_quality

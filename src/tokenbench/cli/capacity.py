@@ -21,7 +21,7 @@ from ..store import Store
 from ..sweep import run_sweep
 from ..engines.embedded import MIN_CONTEXT, running
 from .common import check_output, embedded_spec, emit_json, notifier, seconds
-from .measure import RichReporter, _embedded_ctx, _print_result, _sweep_config
+from .sweep import RichReporter, embedded_ctx, print_result, sweep_config
 
 DEFAULT_RANGE = "1:16"
 
@@ -69,7 +69,7 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
         a.concurrency, a.rate = str(int(spec.high)), None
     else:
         a.rate = f"{spec.high:g}"
-    cfg = _sweep_config(a, argv)
+    cfg = sweep_config(a, argv)
     cfg.slo = slo
     if a.requests is None:
         cfg.requests = 32
@@ -82,7 +82,7 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
     embedded = embedded_spec(a)
     parallel = int(spec.high) if spec.axis == "concurrency" else (a.max_concurrency or 16)
     with running(embedded, cfg, notifier(err), parallel=parallel,
-                 ctx=_embedded_ctx(cfg) if embedded else MIN_CONTEXT) as engine:
+                 ctx=embedded_ctx(cfg) if embedded else MIN_CONTEXT) as engine:
         try:
             try:
                 res = asyncio.run(run_sweep(cfg, store, reporter, alive=engine.alive if engine else None,
@@ -112,7 +112,7 @@ def _json(res: RunResult) -> dict[str, object]:
 def _show(console: Console, res: RunResult, fmt: str, store: Store) -> None:
     """The levels, in the order of their value (the order the search ran them in is their index), then the answer."""
     res.outcomes.sort(key=lambda o: (o.level.concurrency or 0, o.level.rate or 0.0))
-    _print_result(console, res, fmt, store.path)
+    print_result(console, res, fmt, store.path)
     found = answer(res)
     if found is not None:
         print_capacity(console, found, fmt)

@@ -1,5 +1,5 @@
 """The read commands of the store: `runs` lists the runs, `show` prints one again as the command that made it did
-(a sweep's, depth's or cold start's tables from measure.py, a quality run's from quality.py, a capacity search's
+(a sweep's, depth's or cold start's tables from sweep.py, depth.py and coldstart.py, a quality run's from quality.py, a capacity search's
 answer from capacity.py)."""
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from ..results import Manifest, RunResult
 from ..reader import load_result
 from ..store import Store
 from .common import check_output, emit_json, write_json
-from .measure import _print_result, _saved, boot_rows, depth_notes, depth_rows, guard_rows
+from .coldstart import boot_rows
+from .depth import depth_notes, depth_rows
+from .guard import guard_rows
+from .sweep import print_result, saved
 
 
 def cmd_runs(a: argparse.Namespace, console: Console) -> int:
@@ -79,7 +82,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     if res.kind == "coldstart":
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
         print_table(console, *boot_rows(res.manifest.boots or []), a.format)
-        _saved(console, res, store.path)
+        saved(console, res, store.path)
     elif any(o.summary.test not in (None, "serve") for o in res.outcomes):
         # pp/tg at depths (depth runs, llama-bench and published imports, predicted depths): their own table;
         # a published run that also has serving levels gets the sweep table for those as well
@@ -94,9 +97,9 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         if serve:
             print_sweep(console, [o.summary for o in serve], res.manifest.currency or DEFAULT_CURRENCY,
                         f"{res.predicted_mark} (not measured)" if res.predicted_mark else "serving")
-        _saved(console, res, store.path)
+        saved(console, res, store.path)
     else:
-        _print_result(console, res, a.format, store.path)
+        print_result(console, res, a.format, store.path)
         _show_capacity(console, res, a.format)
     if len(res.outcomes) < total:
         console.print(f"showing the first {len(res.outcomes):,} of {total:,} levels: --all prints every one, "

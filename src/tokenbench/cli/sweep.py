@@ -1,5 +1,6 @@
-"""Commands that measure: sweep, depth, coldstart, guard, engines; and the tables their runs print (runs.py's
-`show` prints them again)."""
+"""``tokenbench sweep``: its options read into a ``SweepConfig``, the embedded engine started where no --url is
+given, the run, and the tables it prints (``show`` and ``capacity`` print them too)."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,31 +11,29 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from typing import Any
-from .. import redact
-from .. import draws
+
+from .. import draws, redact
 from ..cost import DEFAULT_CURRENCY
 from ..dataset import load as load_dataset
 from ..draws import Draw
+from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
-from ..checks import GuardSnapshot
-from ..metrics import SLO, LevelSummary
-from ..output import describe_run, format_sweep_markdown, lengths_line, print_sweep, print_table
+from ..metrics import LevelSummary, SLO
+from ..output import describe_run, format_sweep_markdown, lengths_line, print_sweep
 from ..records import RequestRecord
+from ..results import RunResult
 from ..servers import normalize_base_url
+from ..sessions import SessionPlan
 from ..store import Store
 from ..sweep import SweepConfig, run_sweep
 from ..trace import Trace, load_trace
-from ..results import RunResult
-from ..reader import load_result
 from ..workers import parse_workers
 from ..workload import resolve_shape
-from ..sessions import SessionPlan
-from ..engines.embedded import MIN_CONTEXT, running
-from .common import (check_output, embedded_spec, emit_json, float_list, json_object, guard_config, guard_targets,
-                     int_list, llama_options, notifier, seconds, tokens, write_json)
+from .common import check_output, embedded_spec, float_list, guard_config, guard_targets, int_list, json_object, notifier, seconds, write_json
 
 
 EMBEDDED_DEFAULTS: dict[str, Any] = {"concurrency": "1,2,4,8", "requests": 16, "input_len": 128, "output_len": 64}
@@ -212,7 +211,7 @@ def _trace(a: argparse.Namespace) -> Trace | None:
     return load_trace(a.trace, a.trace_block)
 
 
-def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
+def sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
     embedded = a.url is None
     d: dict[str, Any] = dict(EMBEDDED_DEFAULTS) if embedded else {}
     trace = _trace(a)
@@ -274,7 +273,7 @@ def _sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
     )
 
 
-def _print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
+def print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
     levels = [o.summary for o in res.outcomes]
     currency = res.manifest.currency or DEFAULT_CURRENCY
     lengths = lengths_line(res.manifest)  # lengths that vary: the distribution or the dataset each level drew
@@ -287,10 +286,10 @@ def _print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
         if lengths:
             console.print(lengths, markup=False, highlight=False)
         print_sweep(console, levels, currency, f"{res.predicted_mark} (not measured)" if res.predicted_mark else None)
-    _saved(console, res, db)
+    saved(console, res, db)
 
 
-def _saved(console: Console, res: RunResult, db: Path) -> None:
+def saved(console: Console, res: RunResult, db: Path) -> None:
     console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False)
 
 
@@ -303,7 +302,7 @@ def embedded_tokens(cfg: SweepConfig) -> int:
     return min(longest, int(tiny.CONFIG["max_position_embeddings"]) - 64) if cfg.dataset is not None else longest
 
 
-def _embedded_ctx(cfg: SweepConfig) -> int:
+def embedded_ctx(cfg: SweepConfig) -> int:
     """Each slot of the embedded engine holds one request, its prompt and output: a session's longest turn, up to
     what the embedded model was trained for; a session plan without a cap is capped there."""
     from ..engines.embedded import slot_context
@@ -322,12 +321,12 @@ def _embedded_ctx(cfg: SweepConfig) -> int:
 
 def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
     check_output(a.json, "--json")
-    cfg = _sweep_config(a, argv)
+    cfg = sweep_config(a, argv)
     store = Store(a.db)
     reporter = RichReporter(err, enabled=not a.quiet)
     spec = embedded_spec(a)
     with running(spec, cfg, notifier(err), parallel=max(cfg.concurrency or [1]),
-                 ctx=_embedded_ctx(cfg) if spec else MIN_CONTEXT) as engine:
+                 ctx=embedded_ctx(cfg) if spec else MIN_CONTEXT) as engine:
         try:
             try:
                 res = asyncio.run(run_sweep(cfg, store, reporter, alive=engine.alive if engine else None))
@@ -336,161 +335,15 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
         except TokenbenchError as e:  # an interrupt or an error after the run was stored: this sweep's run, never
             if e.result is not None:  # another's, as the runner closed it (an interrupted one is shown even empty)
                 if e.result.outcomes or isinstance(e, RunInterrupted):
-                    _print_result(console, e.result, a.format, store.path)
+                    print_result(console, e.result, a.format, store.path)
                 if a.json:
                     write_json(a.json, e.result)
             raise
-    _print_result(console, res, a.format, store.path)
+    print_result(console, res, a.format, store.path)
     if a.json:
         write_json(a.json, res)  # the result in hand: what show --json reads back
     if res.status != "complete":
         # the levels are kept and shown, marked; the exit code tells a script or CI that the run failed
         print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
         return LevelFailed.exit_code
-    return 0
-
-
-
-def guard_rows(snap: GuardSnapshot) -> tuple[list[str], list[list[str]]]:
-    return (["Check", "Status", "Observed", "Threshold", "Advice"],
-            [[c.name, c.status, c.observed, c.threshold, c.advice] for c in snap.results])
-
-
-def boot_rows(boots: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """A cold start's boots: the first is the cold one (nothing cached)."""
-    rows = [[str(b["n"]) + (" (cold)" if b["n"] == 1 else ""), f"{b['healthy_s']:.2f} s",
-             f"{b['first_token_s']:.2f} s" if b.get("first_token_s") is not None else "—"] for b in boots]
-    return ["Boot", "Start -> healthy", "Start -> first token"], rows
-
-
-def depth_notes(res: RunResult) -> list[str]:
-    """The warnings of pp/tg rows, each once, with the rows it concerns (the Flags column names them)."""
-    by_text: dict[str, list[str]] = {}
-    for o in res.outcomes:
-        for w in o.summary.warnings:
-            by_text.setdefault(w, []).append(f"{o.summary.test} @ d{o.summary.depth}")
-    return [f"[{', '.join(rows)}] {text}" for text, rows in by_text.items()]
-
-
-def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
-    """pp/tg per depth, as llama-bench prints them; flags on the row they concern, never below the table only."""
-    predicted = res.predicted_mark is not None
-    head = ["Model", "Test", "Depth", f"t/s ({res.predicted_mark})" if predicted else "t/s", "Flags"]
-    rows = []
-    for o in res.outcomes:
-        s = o.summary
-        v, sd = (s.pp_tps, s.pp_tps_sd) if s.pp_tps is not None else (s.tg_tps, s.tg_tps_sd)
-        value = "—" if v is None else f"{v:,.2f}" if predicted else f"{v:,.2f} ± {sd or 0:.2f}"
-        rows.append([res.manifest.model or "", f"{s.test} @ d{s.depth}", f"{s.depth or 0:,}", value,
-                     ",".join(f for f in s.flags if f != "p99_estimate")])
-    if not any(r[-1] for r in rows):
-        head.pop()
-        rows = [r[:-1] for r in rows]
-    return head, rows
-
-
-def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err: Console) -> int:
-    from ..engines.llamabench import LlamaBenchConfig, run_llama_bench
-
-    cfg = LlamaBenchConfig(a.llama_bench, a.model_file, depths, a.pp, a.tg, a.repetitions, llama_options(a),
-                           a.model_size, a.quant, a.label)
-    store = Store(a.db)
-    res = load_result(store, run_llama_bench(cfg, store, notifier(err)))
-    print_table(console, *depth_rows(res), a.format)
-    console.print(f"run {res.run_id} (llama-bench, imported) saved in {store.path}", markup=False)
-    if a.json:
-        write_json(a.json, res)
-    return 0
-
-
-def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
-    from ..depth import DepthConfig, run_depth
-
-    check_output(a.json, "--json")
-    depths = [tokens(d, "--depths", zero=True) for d in (a.depths or ("0,1k,4k" if not a.url else "0,8k,32k")).split(",")
-              if d.strip()]
-    if a.llama_bench:
-        return _llama_bench(a, depths, console, err)
-    cfg = DepthConfig(url=normalize_base_url(a.url) if a.url else "", depths=depths, pp=a.pp, tg=a.tg,
-                      repetitions=a.repetitions, model=a.model, api_key=a.api_key or os.environ.get("OPENAI_API_KEY"),
-                      tokenizer=a.tokenizer, label=a.label, seed=a.seed, command=redact.command(["tokenbench", *argv]),
-                      metrics=not a.no_metrics, guard=a.guard, guard_config=guard_config(a.guard_config),
-                      target_pids=guard_targets(a.url))
-    store = Store(a.db)
-    note = notifier(err)
-    with running(embedded_spec(a), cfg, note) as engine:
-        if engine is not None:
-            cfg.label = cfg.label or f"embedded-{a.engine}"
-        try:
-            res = asyncio.run(run_depth(cfg, store, note))
-        except TokenbenchError as e:  # an interrupt or an error after the run was stored: the depths it finished
-            if e.result is not None:
-                if e.result.outcomes:
-                    print_table(console, *depth_rows(e.result), a.format)
-                if a.json:
-                    write_json(a.json, e.result)
-            raise
-    print_table(console, *depth_rows(res), a.format)
-    for o in res.outcomes:
-        for w in o.summary.warnings:
-            console.print(f"[{o.summary.test} @ d{o.summary.depth}] {w}", style="yellow", markup=False, highlight=False)
-    console.print(f"run {res.run_id} (depth) saved in {store.path}", style="dim", markup=False)
-    if a.json:
-        write_json(a.json, res)  # the result in hand: what show --json reads back
-    return 0
-
-
-def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> int:
-    from urllib.parse import urlparse
-
-    from ..coldstart import ColdStartConfig, boot_summary, run_coldstart
-
-    base = normalize_base_url(a.url)
-    cfg = ColdStartConfig(cmd=a.cmd.replace("{port}", str(urlparse(base).port or "")), base_url=base,
-                          health_url=a.health or base + "/models", model=a.model,
-                          timeout_s=seconds(a.timeout, "--timeout") or 600.0, repeat=a.repeat, log_path=a.log,
-                          label=a.label, command=redact.command(["tokenbench", *argv]))
-    res = run_coldstart(cfg, Store(a.db))
-    boots = res.manifest.boots or []
-    print_table(console, *boot_rows(boots))
-    line = boot_summary(boots)
-    if line:
-        console.print(line, markup=False)
-    if a.json:
-        write_json(a.json, res)
-    console.print(f"run {res.run_id} (coldstart) saved", style="dim", markup=False)
-    return 0
-
-
-def cmd_guard(a: argparse.Namespace, console: Console) -> int:
-    from .. import guard
-
-    env = guard.GuardEnv(root=Path(a.root), config=guard.load_config(Path(a.guard_config) if a.guard_config else None),
-                         target_pids=guard_targets(a.url) if a.url else set())
-    snap = guard.snapshot(env)
-    print_table(console, *guard_rows(snap))
-    console.print("DIRTY: fix the failed checks before measuring" if snap.dirty else "clean: ready to measure",
-                  markup=False)
-    if a.json:
-        emit_json(a.json, snap.to_dict())
-    return 1 if snap.dirty else 0
-
-
-def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
-    from ..engines import status
-
-    check_output(a.json, "--json")
-    names = list(status.NAMES) if not a.names or a.names == ["all"] else a.names
-    bad = [n for n in names if n not in status.NAMES and not status.known(n)]
-    if bad:
-        raise UsageError(f"unknown engine {bad[0]!r}: use {', '.join(status.NAMES)} or all")
-    if a.build:
-        note = notifier(err)
-        for n in names:
-            status.build(n, note)  # returns at once for an engine that is ready
-    states = [status.status(n) for n in names]
-    rows = [[s.name, "ready" if s.ready else "not yet", s.where, s.needs] for s in states]
-    print_table(console, ["Engine", "State", "Where", "What it needs"], rows)
-    if a.json:
-        emit_json(a.json, [{"engine": s.name, "ready": s.ready, "where": s.where, "needs": s.needs} for s in states])
     return 0

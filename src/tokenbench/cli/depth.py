@@ -1,0 +1,97 @@
+"""``tokenbench depth``: decode and prefill at context depths, through a server or llama-bench; its table (``show``
+prints it too)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from rich.console import Console
+
+from .. import redact
+from ..engines.embedded import running
+from ..errors import TokenbenchError
+from ..output import print_table
+from ..reader import load_result
+from ..results import RunResult
+from ..servers import normalize_base_url
+from ..store import Store
+from .common import check_output, embedded_spec, guard_config, guard_targets, llama_options, notifier, tokens, write_json
+
+
+def depth_notes(res: RunResult) -> list[str]:
+    """The warnings of pp/tg rows, each once, with the rows it concerns (the Flags column names them)."""
+    by_text: dict[str, list[str]] = {}
+    for o in res.outcomes:
+        for w in o.summary.warnings:
+            by_text.setdefault(w, []).append(f"{o.summary.test} @ d{o.summary.depth}")
+    return [f"[{', '.join(rows)}] {text}" for text, rows in by_text.items()]
+
+
+def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
+    """pp/tg per depth, as llama-bench prints them; flags on the row they concern, never below the table only."""
+    predicted = res.predicted_mark is not None
+    head = ["Model", "Test", "Depth", f"t/s ({res.predicted_mark})" if predicted else "t/s", "Flags"]
+    rows = []
+    for o in res.outcomes:
+        s = o.summary
+        v, sd = (s.pp_tps, s.pp_tps_sd) if s.pp_tps is not None else (s.tg_tps, s.tg_tps_sd)
+        value = "—" if v is None else f"{v:,.2f}" if predicted else f"{v:,.2f} ± {sd or 0:.2f}"
+        rows.append([res.manifest.model or "", f"{s.test} @ d{s.depth}", f"{s.depth or 0:,}", value,
+                     ",".join(f for f in s.flags if f != "p99_estimate")])
+    if not any(r[-1] for r in rows):
+        head.pop()
+        rows = [r[:-1] for r in rows]
+    return head, rows
+
+
+def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err: Console) -> int:
+    from ..engines.llamabench import LlamaBenchConfig, run_llama_bench
+
+    cfg = LlamaBenchConfig(a.llama_bench, a.model_file, depths, a.pp, a.tg, a.repetitions, llama_options(a),
+                           a.model_size, a.quant, a.label)
+    store = Store(a.db)
+    res = load_result(store, run_llama_bench(cfg, store, notifier(err)))
+    print_table(console, *depth_rows(res), a.format)
+    console.print(f"run {res.run_id} (llama-bench, imported) saved in {store.path}", markup=False)
+    if a.json:
+        write_json(a.json, res)
+    return 0
+
+
+def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
+    from ..depth import DepthConfig, run_depth
+
+    check_output(a.json, "--json")
+    depths = [tokens(d, "--depths", zero=True) for d in (a.depths or ("0,1k,4k" if not a.url else "0,8k,32k")).split(",")
+              if d.strip()]
+    if a.llama_bench:
+        return _llama_bench(a, depths, console, err)
+    cfg = DepthConfig(url=normalize_base_url(a.url) if a.url else "", depths=depths, pp=a.pp, tg=a.tg,
+                      repetitions=a.repetitions, model=a.model, api_key=a.api_key or os.environ.get("OPENAI_API_KEY"),
+                      tokenizer=a.tokenizer, label=a.label, seed=a.seed, command=redact.command(["tokenbench", *argv]),
+                      metrics=not a.no_metrics, guard=a.guard, guard_config=guard_config(a.guard_config),
+                      target_pids=guard_targets(a.url))
+    store = Store(a.db)
+    note = notifier(err)
+    with running(embedded_spec(a), cfg, note) as engine:
+        if engine is not None:
+            cfg.label = cfg.label or f"embedded-{a.engine}"
+        try:
+            res = asyncio.run(run_depth(cfg, store, note))
+        except TokenbenchError as e:  # an interrupt or an error after the run was stored: the depths it finished
+            if e.result is not None:
+                if e.result.outcomes:
+                    print_table(console, *depth_rows(e.result), a.format)
+                if a.json:
+                    write_json(a.json, e.result)
+            raise
+    print_table(console, *depth_rows(res), a.format)
+    for o in res.outcomes:
+        for w in o.summary.warnings:
+            console.print(f"[{o.summary.test} @ d{o.summary.depth}] {w}", style="yellow", markup=False, highlight=False)
+    console.print(f"run {res.run_id} (depth) saved in {store.path}", style="dim", markup=False)
+    if a.json:
+        write_json(a.json, res)  # the result in hand: what show --json reads back
+    return 0
