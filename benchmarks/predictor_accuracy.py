@@ -27,7 +27,7 @@ from pathlib import Path
 from tokenbench.predict.calibration import BAND_QUANTILE
 from tokenbench.predict.accuracy import accuracy, faster_box_check
 from tokenbench.predict.fitting import cross_validate, fit_calibration
-from tokenbench.predict.rows import RowResult, band_metric, predict_row, row_era
+from tokenbench.predict.rows import RowResult, band_metric, predict_row
 from tokenbench.predict.measured import Row, read_rows
 from tokenbench.predict.specs import Catalog
 
@@ -79,8 +79,8 @@ def coverage_table(title: str, results: list[RowResult], targets: dict[str, floa
 
 
 def time_split(cat: Catalog, rows: list[Row]) -> list[RowResult]:
-    before = [r for r in rows if row_era(r) and row_era(r) < SPLIT_YEAR]
-    after = [r for r in rows if row_era(r) >= SPLIT_YEAR]
+    before = [r for r in rows if r.era and r.era < SPLIT_YEAR]
+    after = [r for r in rows if r.era >= SPLIT_YEAR]
     cal = fit_calibration(cat, before, "time split")
     return [predict_row(cat, cal, r) for r in after]
 
@@ -93,8 +93,8 @@ def main() -> None:
     print(f"predictor accuracy on {', '.join(p.name for p in paths)} ({len(rows)} rows, sources: {', '.join(sources)})")
     results = cross_validate(cat, rows, bands=True)
     coverage_table("leave one source out:", results, TARGETS["loso"])
-    before = sum(1 for r in rows if row_era(r) and row_era(r) < SPLIT_YEAR)
-    after = sum(1 for r in rows if row_era(r) >= SPLIT_YEAR)
+    before = sum(1 for r in rows if r.era and r.era < SPLIT_YEAR)
+    after = sum(1 for r in rows if r.era >= SPLIT_YEAR)
     coverage_table(f"split by time: fit on the {before} rows dated before {SPLIT_YEAR}, predict the {after} rows "
                    f"dated {SPLIT_YEAR} on ({len(rows) - before - after} undated rows in neither):",
                    time_split(cat, rows), TARGETS["time"])

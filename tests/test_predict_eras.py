@@ -14,7 +14,7 @@ from tokenbench.cli import main
 from tokenbench.errors import UsageError
 from tokenbench.predict.calibration import Calibration, Extrapolation
 from tokenbench.predict.fitting import fit_calibration
-from tokenbench.predict.rows import predict_row, row_era
+from tokenbench.predict.rows import predict_row
 from tokenbench.predict.setup import Setup
 from tokenbench.predict.measured import Row, read_rows
 from tokenbench.predict.specs import Catalog
@@ -48,8 +48,8 @@ def test_rows_read_their_date_and_version_and_older_files_still_read(tmp_path: P
     new = tmp_path / "new.csv"
     new.write_text(f"{head},date,version,note\n{row},,b6918,\n{row},2026-05,,\n")
     a, b = read_rows(new)
-    assert (a.era, row_era(a), a.version) == ("", "2025", "b6918")  # dated by its build number
-    assert (b.era, row_era(b)) == ("2026", "2026")
+    assert (a.date, a.era, a.version) == ("", "2025", "b6918")  # dated by its build number
+    assert (b.date, b.era) == ("2026-05", "2026")
     new.write_text(f"{head},date,version,note\n{row},May 2026,,\n")
     with pytest.raises(UsageError, match="row 1 is malformed.*YYYY-MM"):
         read_rows(new)

@@ -13,7 +13,7 @@ from . import roofline as rf
 from .calibration import (ANCHOR_PRIOR_WEIGHT, BAND_MIN_N, DRIFT_PRIOR, PRIOR_WEIGHT, Calibration, backend_prior,
                           era_for, family, fit_constants, make_band, prior)
 from .measured import METRICS, Row
-from .rows import RowResult, Valuer, band_metric, predict_row, row_era, row_setup, row_valuer
+from .rows import RowResult, Valuer, band_metric, predict_row, row_setup, row_valuer
 from .specs import Catalog
 
 #: Metrics the fit uses (a p99 is a tail, not what the constants describe).
@@ -26,7 +26,7 @@ class Fittable:
     backend: str
     value: Valuer
     source: str
-    era: str = ""  # row_era: the year of its engine build, "" when undated
+    era: str = ""  # Row.era: the year of its engine build, "" when undated
 
 
 def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
@@ -44,7 +44,7 @@ def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
             continue
         v = row_valuer(s, r, [])
         if v is not None:
-            out.append(Fittable(r, s.backend, v, r.raw.get("source", ""), row_era(r)))
+            out.append(Fittable(r, s.backend, v, r.raw.get("source", ""), r.era))
     return out
 
 

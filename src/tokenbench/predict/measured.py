@@ -8,7 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import registry
 from ..errors import UsageError
+
+#: A row's date: the year and month the measurement (or the build it ran) is from.
+DATE = re.compile(r"\d{4}(-\d{2})?")
 
 if TYPE_CHECKING:
     from ..results import RunResult
@@ -42,8 +46,13 @@ class Row:
     @property
     def era(self) -> str:
         """The year of the engine's build, which the fit keeps apart (a 2024 llama.cpp and a 2026 one are not
-        one constant): the row's date's year, else ""."""
-        return self.date[:4] if re.fullmatch(r"\d{4}(-\d{2})?", self.date) else ""
+        one constant): the row's date's year, else its stated version's (registry.version_date), else "" (undated:
+        it joins its backend's pooled fit, no era's)."""
+        if DATE.fullmatch(self.date):
+            return self.date[:4]
+        e = registry.find(self.engine) if self.version else None
+        d = registry.version_date(e, self.version) if e is not None else None
+        return d[:4] if d else ""
 
     @property
     def group(self) -> str:
@@ -74,7 +83,7 @@ def read_rows(path: Path) -> list[Row]:
                 value=float(d["value"]), unit=d["unit"], date=(d.get("date") or "").strip(),
                 version=(d.get("version") or "").strip(),
             ))
-            if rows[-1].date and not rows[-1].era:
+            if rows[-1].date and not DATE.fullmatch(rows[-1].date):
                 raise ValueError(f"date {rows[-1].date!r} is not YYYY-MM")
         except (TypeError, ValueError) as e:
             raise UsageError(f"{path}: data row {n - 1} is malformed ({e}): fix that row") from None

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import registry
 from ..errors import UsageError
 from . import queue
 from . import memory
@@ -23,16 +22,6 @@ from .specs import Catalog
 #: measured/ceiling: that median mixed dense and MoE rows, small and large models, depth and none, and flagged
 #: every MoE prompt as a bottleneck.)
 BOTTLENECK_SHARE = 0.5
-
-
-def row_era(r: Row) -> str:
-    """The year of the engine build a row measured: its date's, else its stated version's (registry.version_date),
-    else "" (undated: it joins its backend's pooled fit, no era's)."""
-    if r.era:
-        return r.era
-    e = registry.find(r.engine)
-    d = registry.version_date(e, r.version) if e is not None and r.version else None
-    return d[:4] if d else ""
 
 
 def band_metric(r: Row) -> str:
@@ -119,7 +108,7 @@ def row_setup(cat: Catalog, cal: Calibration, r: Row) -> Setup:
     return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False, ubatch=row_ubatch(r),
                       parallel=parallel, flash_attn=row_flash_attn(r) or batching,
                       batch_tokens=row_batch_tokens(r) if batching else None,
-                      arrivals=row_arrivals(r) if batching else "together", era=row_era(r) or None)
+                      arrivals=row_arrivals(r) if batching else "together", era=r.era or None)
 
 
 def row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
