@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from ..quality.parity import Beside
     from ..recommend import Candidate
 from .common import check_output, emit_json
+from .options import CURRENCY, NONNEG, POSITIVE, POSITIVE_INT, add_db, add_json, add_latest
+from ..cost import DEFAULT_CURRENCY
 
 
 #: Runs measured (or predicted) at load levels: what cost and recommend work on.
@@ -421,3 +423,96 @@ def cmd_import(a: argparse.Namespace, console: Console) -> int:
             console.print(f"{f}: imported before, as {len(ids)} run(s) ({', '.join(ids[:3])}): not imported again",
                           markup=False, highlight=False)
     return 0
+
+
+def add_compare_parser(sub: Any) -> None:
+    """``tokenbench compare``'s options."""
+    c = sub.add_parser("compare", help="two runs side by side: ratios with 95%% intervals, the faster side where it is "
+                       "significant, crossovers, effective serving")
+    c.add_argument("a", help="run id, id prefix or label")
+    c.add_argument("b", help="run id, id prefix or label")
+    c.add_argument("--agents", type=POSITIVE_INT, default=16, help="effective-serving line: this many agents ... (default 16)")
+    c.add_argument("--tokens", type=POSITIVE_INT, default=200, help="... each asking for this many tokens (default 200)")
+    c.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_json(c, "the comparison")
+    add_latest(c)
+    add_db(c)
+
+
+def add_cost_parser(sub: Any) -> None:
+    """``tokenbench cost``'s options."""
+    co = sub.add_parser("cost", help="price per million output tokens at each operating point")
+    co.add_argument("run", nargs="?", help="run id, id prefix or label (or give --tps)")
+    co.add_argument("--tps", type=POSITIVE, help="an aggregate output rate instead of a run")
+    co.add_argument("--price-per-hour", type=POSITIVE, help="rented: price per hour")
+    co.add_argument("--busy-hours", type=NONNEG, default=24.0, help="rented: hours a day it does this work")
+    co.add_argument("--owned", action="store_true", help="an owned box: --purchase, --life-years, --watts, --kwh-price")
+    co.add_argument("--purchase", type=POSITIVE)
+    co.add_argument("--life-years", type=POSITIVE, default=3.0)
+    co.add_argument("--watts", type=NONNEG, default=0.0, help="power draw under this load")
+    co.add_argument("--kwh-price", type=NONNEG, default=0.0)
+    co.add_argument("--hours-per-day", type=NONNEG, default=24.0, help="owned: hours a day it does this work")
+    co.add_argument("--currency", default=None, type=CURRENCY, help=f"the box's currency (default: the run's, else {DEFAULT_CURRENCY})")
+    co.add_argument("--api-price", type=POSITIVE, help="an API's price per million output tokens, to compare")
+    co.add_argument("--api-currency", type=CURRENCY, help="the API price's currency (default: --currency)")
+    co.add_argument("--exchange-rate", type=POSITIVE, help="units of --currency per 1 --api-currency")
+    co.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_json(co, "the cost per operating point")
+    add_latest(co)
+    add_db(co)
+
+
+def add_import_parser(sub: Any) -> None:
+    """``tokenbench import``'s options."""
+    im = sub.add_parser("import", help="vllm bench serve / llama-bench / GuideLLM / published.csv results into the store")
+    im.add_argument("files", nargs="+")
+    im.add_argument("--label", help="label for the imported runs (default: from the file)")
+    add_db(im)
+
+
+def add_report_parser(sub: Any) -> None:
+    """``tokenbench report``'s options."""
+    rp = sub.add_parser("report", help="Markdown (BENCHMARKS.md), a self-contained HTML report with plots, PNGs, JSON")
+    rp.add_argument("runs", nargs="+", help="run ids, id prefixes or labels (predicted runs are drawn dashed)")
+    rp.add_argument("--html", help="write the HTML report here")
+    rp.add_argument("--md", help="append or rewrite each run's section of this Markdown file")
+    rp.add_argument("--png", help="write each plot as a PNG into this directory")
+    rp.add_argument("--json", help="write the runs, the plotted series and each pair compared as JSON here")
+    rp.add_argument("--price-per-hour", type=POSITIVE,
+                    help="price per hour for the cost columns and plot (default: each run's own price, if it has one)")
+    rp.add_argument("--currency", type=CURRENCY)
+    rp.add_argument("--title", default="tokenbench report")
+    add_latest(rp)
+    add_db(rp)
+
+
+def add_recommend_parser(sub: Any) -> None:
+    """``tokenbench recommend``'s options."""
+    rc = sub.add_parser("recommend", help="rank boxes by cost per million tokens among those that fit and meet SLOs",
+                        description="Rank boxes by cost per million output tokens among those that fit and meet the "
+                        "SLOs. When none meets them, list the closest, by how far each missed its worst SLO (a box "
+                        "that does not fit in memory is further than any miss). Exit 0 either way: no box meeting "
+                        "the SLOs is an answer (--json: 'ranked' empty, 'closest' filled), not an error.")
+    rc.add_argument("--model", required=True, help="the catalog model to serve ('tokenbench models' lists them)")
+    rc.add_argument("--agents", type=POSITIVE_INT, default=16,
+                    help="the agents to serve (--capacity: the team's agents, to say how many boxes it needs)")
+    rc.add_argument("--input-len", type=POSITIVE_INT, default=4096)
+    rc.add_argument("--output-len", type=POSITIVE_INT, default=512)
+    rc.add_argument("--ttft-p99", help="SLO, e.g. 2s")
+    rc.add_argument("--tpot", help="SLO, e.g. 50ms")
+    rc.add_argument("--currency", default=DEFAULT_CURRENCY, type=CURRENCY,
+                    help="of every price; a catalog price in another currency is left out, with a note")
+    rc.add_argument("--price", action="append", default=[], metavar="ID=PER_HOUR", help="a rental price (repeat)")
+    rc.add_argument("--owned", action="append", default=[], metavar="ID=PURCHASE:YEARS:WATTS", help="an owned box (repeat)")
+    rc.add_argument("--kwh-price", type=NONNEG, default=0.30, help="electricity price for owned boxes")
+    rc.add_argument("--runs", nargs="*", default=[], help="measured runs (ids or labels) to rank beside the predictions")
+    rc.add_argument("--capacity", action="store_true",
+                    help="rank by cost per agent-hour at the SLOs: each box's capacity (the most agents it serves "
+                    "within --ttft-p99/--tpot), measured from a run's levels (tokenbench capacity) or PREDICTED")
+    rc.add_argument("--parity-with", metavar="LABEL",
+                    help="keep only measured boxes whose quality runs (tokenbench quality --label BOX) are the "
+                    "same within noise as, or better than, this box's")
+    rc.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_json(rc, "the ranking and the exclusions")
+    add_latest(rc)
+    add_db(rc)

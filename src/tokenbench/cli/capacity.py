@@ -22,6 +22,8 @@ from ..sweep import run_sweep
 from ..engines.embedded import MIN_CONTEXT, running
 from .common import check_output, embedded_spec, emit_json, notifier, seconds
 from .sweep import RichReporter, embedded_ctx, print_result, sweep_config
+from .options import add_load, add_output, add_workload
+from typing import Any
 
 DEFAULT_RANGE = "1:16"
 
@@ -204,3 +206,17 @@ def _check(c: SloCheck) -> str:
 def _stopped(reason: str | None) -> str:
     # the why in short ("the p90 cannot pass"); the whole reason is the level's stopped_early note above
     return f" (stopped early: {reason.rsplit(': ', 1)[-1]})" if reason else ""
+
+
+def add_capacity_parser(sub: Any) -> None:
+    """``tokenbench capacity``'s options."""
+    cap = sub.add_parser("capacity", help="search the most agents (or requests/s) a box serves within an SLO",
+                         description="Bracket, then bisect, the concurrency (or rate) at which the server still "
+                                     "meets every objective of --slo. Each level stops early once its verdict "
+                                     "cannot change; every level is stored. Prints how many agents the box "
+                                     "serves, between which levels, how sure each verdict was, and the cost per "
+                                     "agent-hour with --price-per-hour.")
+    add_workload(cap)
+    add_load(cap, search=True)
+    add_output(cap)
+    cap.set_defaults(duration=None, repetitions=1, trace=None, trace_speed=1.0, trace_block=512)

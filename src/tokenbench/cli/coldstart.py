@@ -12,6 +12,7 @@ from ..output import print_table
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import seconds, write_json
+from .options import POSITIVE_INT, add_db
 
 
 def boot_rows(boots: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -41,3 +42,18 @@ def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> i
         write_json(a.json, res)
     console.print(f"run {res.run_id} (coldstart) saved", style="dim", markup=False)
     return 0
+
+
+def add_coldstart_parser(sub: Any) -> None:
+    """``tokenbench coldstart``'s options."""
+    cs = sub.add_parser("coldstart", help="time a server from start to healthy and to its first token, repeatedly")
+    cs.add_argument("--cmd", required=True, help="the server's command line; {port} is replaced by --url's port")
+    cs.add_argument("--url", required=True, help="its OpenAI-compatible base URL")
+    cs.add_argument("--health", help="the URL that answers 200 when it is up (default: URL/models)")
+    cs.add_argument("--model")
+    cs.add_argument("--repeat", type=POSITIVE_INT, default=3, help="boots; the first is the cold one")
+    cs.add_argument("--timeout", default="600s")
+    cs.add_argument("--label")
+    cs.add_argument("--json", help="write the boots to this JSON file; - for stdout")
+    cs.add_argument("--log", help="append the server's output to this file")
+    add_db(cs)

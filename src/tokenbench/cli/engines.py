@@ -9,6 +9,8 @@ from rich.console import Console
 from ..errors import UsageError
 from ..output import print_table
 from .common import check_output, emit_json, notifier
+from .options import add_json
+from typing import Any
 
 
 def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
@@ -29,3 +31,12 @@ def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
     if a.json:
         emit_json(a.json, [{"engine": s.name, "ready": s.ready, "where": s.where, "needs": s.needs} for s in states])
     return 0
+
+
+def add_engines_parser(sub: Any) -> None:
+    """``tokenbench engines``'s options."""
+    en = sub.add_parser("engines", help="the embedded engines: which are ready, what each needs; build them")
+    en.add_argument("build", nargs="?", choices=["build"], help="make the named engines ready now")
+    en.add_argument("names", nargs="*", metavar="ENGINE",
+                    help="transformers, vllm, llama-server, llama-cpp-python, aiperf (a reference tool), or all")
+    add_json(en, "each engine's state")

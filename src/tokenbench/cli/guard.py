@@ -10,6 +10,7 @@ from rich.console import Console
 from ..checks import GuardSnapshot
 from ..output import print_table
 from .common import emit_json, guard_targets
+from typing import Any
 
 
 def guard_rows(snap: GuardSnapshot) -> tuple[list[str], list[list[str]]]:
@@ -29,3 +30,12 @@ def cmd_guard(a: argparse.Namespace, console: Console) -> int:
     if a.json:
         emit_json(a.json, snap.to_dict())
     return 1 if snap.dirty else 0
+
+
+def add_guard_parser(sub: Any) -> None:
+    """``tokenbench guard``'s options."""
+    gd = sub.add_parser("guard", help="check the machine is clean enough to measure (exit 1 if not)")
+    gd.add_argument("--guard-config", help="thresholds TOML")
+    gd.add_argument("--url", help="the server to be measured, if on this machine (not counted against the bench)")
+    gd.add_argument("--root", default="/", help=argparse.SUPPRESS)
+    gd.add_argument("--json", help="write the snapshot to this JSON file; - for stdout")

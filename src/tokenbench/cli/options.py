@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from ..registry import LAUNCHERS, find
+from ..cost import DEFAULT_CURRENCY
 
 
 def _number(kind: type, low: float, strict: bool, what: str) -> Any:
@@ -86,3 +87,105 @@ def add_embedded(g: argparse._ActionsContainer, default: str) -> None:
                    help="embedded model: tiny (0.9M parameters, default), small (140M), or small-utf8 (140M, "
                         "its tokens often pieces of a multi-byte character, as real models' on CJK or emoji)")
     g.add_argument("--quant", help="llama engines: a llama-quantize type for the embedded GGUF, e.g. Q8_0")
+
+
+def add_workload(s: argparse.ArgumentParser) -> None:
+    """The endpoint, what each request sends, and agent sessions: a sweep's and a capacity search's."""
+    add_endpoint(s.add_argument_group("endpoint"), "transformers", "completions", "exact prompt lengths")
+    g = s.add_argument_group("workload")
+    g.add_argument("--shape", help="agentic (4096/512), short (128/128), pp512, tg128")
+    g.add_argument("--input-len", metavar="N|DIST",
+                   help="prompt tokens per request: N, or drawn per request from uniform:LOW-HIGH, "
+                        "normal:MEAN,SD or file:PATH (a list of lengths)")
+    g.add_argument("--output-len", metavar="N|DIST",
+                   help="output tokens per request (fixed where the server allows), N or a distribution as "
+                        "--input-len; with --dataset, for items that give no length")
+    g.add_argument("--dataset", metavar="FILE",
+                   help="prompts from a file, shuffled by --seed: JSON lines of {\"prompt\"} (and max_tokens) or "
+                        "{\"messages\"} (--api chat), or ShareGPT conversations (JSON lines or a JSON list)")
+    g.add_argument("--prefix-len", type=NONNEG_INT, default=0, help="tokens shared by all prompts (default 0: all unique)")
+    g.add_argument("--no-fixed-output", action="store_true", help="let the model stop at EOS")
+    g.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature (default 0: greedy)")
+    g.add_argument("--extra-body", help="JSON object merged into every request body")
+    g.add_argument("--seed", type=int, help="workload seed (default: random, recorded)")
+    g = s.add_argument_group("agent sessions (a conversation that grows turn by turn, the prefix cache on)")
+    g.add_argument("--sessions", type=POSITIVE_INT,
+                   help="run agent sessions: this many per level, by --concurrency agents (default: one each); "
+                        "--input-len is the task, --output-len each answer")
+    g.add_argument("--turns", type=POSITIVE_INT, default=10, help="turns per session")
+    g.add_argument("--shared-prefix", type=NONNEG_INT, default=512,
+                   help="tokens of the system prompt every agent shares")
+    g.add_argument("--tool-len", default="uniform:64-192",
+                   help="tokens of the tool result each turn appends: a number, uniform:LOW-HIGH, normal:MEAN,SD "
+                        "or file:PATH")
+    g.add_argument("--think-time", default="0s", help="an agent's pause between turns, e.g. 2s or uniform:1s-5s")
+    g.add_argument("--max-context", type=POSITIVE_INT,
+                   help="a session whose next turn would pass this many tokens ends (or is compacted: --on-cap) "
+                        "(default: the server's slot context where it says, else none)")
+    g.add_argument("--on-cap", choices=["end", "compact"], default="end",
+                   help="at the cap: end the session, or replace its history by a summary and go on")
+    g.add_argument("--no-baseline", action="store_true",
+                   help="skip the baseline: the same sessions with a marker at each turn's start that busts the cache")
+
+
+def add_load(s: argparse.ArgumentParser, search: bool) -> None:
+    """The load options: a sweep's levels, or a capacity search's range (``search``), and what both share."""
+    g = s.add_argument_group("search" if search else "load")
+    if search:
+        g.add_argument("--slo", required=True,
+                       help="the objectives every level must meet, e.g. ttft_p99=2s,agent_tps=30: ttft/tpot/itl/e2e "
+                            "with _p50/_p90/_p95/_p99, agent_tps (tok/s each, at least), errors (share, e.g. 1%%), "
+                            "session_p90 (agent sessions)")
+        g.add_argument("--concurrency", metavar="LOW:HIGH",
+                       help="search the agents (closed loop) in this range (default 1:16)")
+        g.add_argument("--rate", metavar="LOW:HIGH",
+                       help="search the requests/s (open loop) in this range instead, e.g. 0.5:20")
+        g.add_argument("--resolution", type=POSITIVE, default=0.1,
+                       help="stop when the first failing level is within this share of the last passing one "
+                            "(concurrency: or the next whole agent)")
+        g.add_argument("--budget", help="spend at most this long searching, e.g. 20m (default: no limit)")
+    else:
+        g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,8,16,32")
+        g.add_argument("--rate", help="open-loop levels in requests/s, e.g. 0.5,1,2 (instead of --concurrency)")
+    g.add_argument("--arrival", choices=["poisson", "constant"], default="poisson")
+    g.add_argument("--max-concurrency", type=POSITIVE_INT, help="open loop: cap on requests in flight")
+    g.add_argument("--requests", type=POSITIVE_INT, help="measured requests per level (default 32)")
+    if not search:
+        g.add_argument("--duration", help="measure each level for this long instead, e.g. 60s")
+    g.add_argument("--warmup", type=NONNEG_INT, help="uncounted full-length requests per level (default: one per slot)")
+    if not search:
+        g.add_argument("--repetitions", type=POSITIVE_INT, default=1, help="repeat each level; report median and CV")
+    g.add_argument("--timeout", default="600s", help="per-request timeout (default 600s)")
+    g.add_argument("--stall-timeout", default="60s", help="fail a request after this long without a byte")
+    if not search:
+        g.add_argument("--slo", help="e.g. ttft_p99=2s,tpot=50ms: goodput and pass/fail per level")
+    g.add_argument("--max-error-rate", type=SHARE, default=0.1,
+                   help="a level with a larger share of failed requests is failed, and the run exits 5 "
+                        "(default 0.1)")
+    g.add_argument("--workers", default="auto",
+                   help="load-generating processes, each with its own event loop; auto (default): one per 64 "
+                        "streams of the busiest level, at most one per core")
+    g.add_argument("--ray", metavar="ADDRESS",
+                   help="place the workers on a Ray cluster (its address, or auto on a node of it): one per node "
+                        "unless --workers says how many; needs pip install 'tokenbench[ray]'")
+
+
+def add_output(s: argparse.ArgumentParser) -> None:
+    """Where the run goes and how it is shown, and the clean-bench guard."""
+    g = s.add_argument_group("output")
+    g.add_argument("--label", help="host label (default: this hostname, or embedded-ENGINE)")
+    g.add_argument("--price-per-hour", type=POSITIVE, help="box price for cost per million output tokens")
+    g.add_argument("--currency", default=DEFAULT_CURRENCY, type=CURRENCY)
+    g.add_argument("--json", help="write the run to this JSON file (DESIGN.md's result contract); - for stdout")
+    g.add_argument("--format", choices=["table", "markdown"], default="table")
+    g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g = s.add_argument_group("clean bench")
+    g.add_argument("--guard", choices=["strict", "warn", "off"], default="warn",
+                   help="strict: refuse to start, and stop before a level, on a dirty bench; warn: record it; "
+                        "off: do not check")
+    g.add_argument("--guard-config", help="guard thresholds TOML (default: packaged, then the user config dir)")
+    g.add_argument("--no-metrics", action="store_true", help="do not sample the server's /metrics")
+    g.add_argument("--metrics-interval", default="5s",
+                   help="sample /metrics this often (default 5s; each sample costs the server a page: on 2 CPU "
+                        "cores one vLLM /metrics GET stalled every stream for 70-145 ms)")
+    add_db(s)

@@ -18,6 +18,8 @@ from .coldstart import boot_rows
 from .depth import depth_notes, depth_rows
 from .guard import guard_rows
 from .sweep import print_result, saved
+from .options import POSITIVE_INT, add_db, add_json, add_latest
+from typing import Any
 
 
 def cmd_runs(a: argparse.Namespace, console: Console) -> int:
@@ -143,3 +145,24 @@ def _show_guard(a: argparse.Namespace, console: Console, res: RunResult) -> int:
         emit_json(a.json, [{"level": k, "guard": o.summary.guard.to_dict() if o.summary.guard else None}
                            for k, o in snaps])
     return 0
+
+
+def add_runs_parser(sub: Any) -> None:
+    """``tokenbench runs``'s options."""
+    r = sub.add_parser("runs", help="list saved runs")
+    r.add_argument("--limit", type=POSITIVE_INT, default=30, help="the newest this many runs (default 30)")
+    add_json(r, "the list")
+    add_db(r)
+
+
+def add_show_parser(sub: Any) -> None:
+    """``tokenbench show``'s options."""
+    sh = sub.add_parser("show", help="print a saved run again")
+    sh.add_argument("run", help="run id, unique id prefix, or label")
+    sh.add_argument("--json", help="also write it to this JSON file (every level); - for stdout")
+    sh.add_argument("--all", action="store_true", help="print every level (default: the first 200)")
+    sh.add_argument("--guard", nargs="?", const=0, type=POSITIVE_INT, metavar="LEVEL",
+                    help="print the guard's snapshot taken before each level, or before level LEVEL (1 is the first)")
+    sh.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_latest(sh)
+    add_db(sh)

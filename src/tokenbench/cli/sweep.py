@@ -34,6 +34,7 @@ from ..trace import Trace, load_trace
 from ..workers import parse_workers
 from ..workload import resolve_shape
 from .common import check_output, embedded_spec, float_list, guard_config, guard_targets, int_list, json_object, notifier, seconds, write_json
+from .options import POSITIVE, POSITIVE_INT, add_load, add_output, add_workload
 
 
 EMBEDDED_DEFAULTS: dict[str, Any] = {"concurrency": "1,2,4,8", "requests": 16, "input_len": 128, "output_len": 64}
@@ -347,3 +348,19 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
         print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
         return LevelFailed.exit_code
     return 0
+
+
+def add_sweep_parser(sub: Any) -> None:
+    """``tokenbench sweep``'s options."""
+    s = sub.add_parser("sweep", help="load-test an OpenAI-compatible endpoint over concurrency or rate levels")
+    add_workload(s)
+    add_load(s, search=False)
+    g = s.add_argument_group("trace replay (one open-loop level at the trace's own times and lengths)")
+    g.add_argument("--trace", metavar="FILE",
+                   help="replay this trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids "
+                        "of shared prompt blocks) or CSV with the header timestamp,input_length,output_length; "
+                        "--requests N replays its first N")
+    g.add_argument("--trace-speed", type=POSITIVE, default=1.0, help="replay this many times as fast (2: twice)")
+    g.add_argument("--trace-block", type=POSITIVE_INT, default=512,
+                   help="prompt tokens per hash id (default 512, as Mooncake's traces)")
+    add_output(s)
