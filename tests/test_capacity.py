@@ -22,7 +22,7 @@ from tokenbench.capacity import SearchSpec, Verdict, answer, limit_cause, next_v
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig, EmitterProcess
 from tokenbench.findings import Code, Finding
-from tokenbench.metrics import Telemetry, summarize
+from tokenbench.metrics import Distribution, Telemetry, summarize
 from tokenbench.records import RequestRecord
 from tokenbench.reader import load_result
 from tokenbench.slo import SLO, SloCheck, binomial_cdf, decided_fail, needed_for_sure_pass, share_check
@@ -309,6 +309,14 @@ def test_the_engine_s_queue_is_named_before_a_flagged_client() -> None:
         said.endswith("; the client was also flagged: requests waited 16.7 ms at p90 in the client"), said
     level.findings.remove(client)
     assert "the client" not in (limit_cause(level) or "the client")
+    # the engine's own count of the time requests waited (a histogram's sum over count), where the sampled gauges
+    # saw nothing waiting: said when it is a tenth of the median TTFT or more
+    level.telemetry = Telemetry(running_max=8, waiting_max=0, queue_time_mean_ms=30.0)
+    level.ttft_ms = Distribution(n=8, p50=400.0)
+    assert limit_cause(level) is None
+    level.telemetry.queue_time_mean_ms = 120.0
+    assert (limit_cause(level) or "").startswith("requests waited 120 ms each in the engine's queue on average (30% "
+                                                 "of the median TTFT")
 
 
 def test_a_stored_check_reads_back_as_written() -> None:

@@ -111,6 +111,19 @@ def test_vllm_level_summary_uses_deltas_not_lifetime_totals() -> None:
     assert s["counters"]["generation_tokens"] == 32768
 
 
+def test_the_queue_time_is_vllms_own_count_over_the_level() -> None:
+    """vLLM's request_queue_time_seconds histogram: its sum and count grow as requests finish, so their change over
+    a level is the mean time its requests waited, whatever moments the waiting gauge was sampled at."""
+    def page(total_s: float, n: int) -> str:
+        return (VLLM_METRICS + "# TYPE vllm:request_queue_time_seconds histogram\n"
+                f'vllm:request_queue_time_seconds_bucket{{le="0.1",model_name="m"}} {n}.0\n'
+                f'vllm:request_queue_time_seconds_sum{{model_name="m"}} {total_s}\n'
+                f'vllm:request_queue_time_seconds_count{{model_name="m"}} {n}.0\n')
+    s = telemetry.summarize([(0.0, telemetry.parse(page(4.0, 10))), (1.0, telemetry.parse(page(5.5, 16)))])
+    assert s["queue_time_mean_ms"] == pytest.approx(250.0)  # 1.5 s over the level's 6 finished requests
+    assert "queue_time_mean_ms" not in telemetry.summarize([(0.0, telemetry.parse(VLLM_METRICS))] * 2)
+
+
 def test_llamacpp_metrics_summary() -> None:
     s = telemetry.summarize([(0.0, telemetry.parse(LLAMACPP_METRICS)), (1.0, telemetry.parse(_bump(LLAMACPP_METRICS, 3)))])
     assert s["spec_acceptance_rate"] == pytest.approx(0.75)

@@ -48,6 +48,10 @@ OVERSATURATED_TTFT_RATIO = 2.0
 OVERSATURATED_MIN_GROWTH = 4
 #: A KV cache this full at its peak is the engine's limit (preemption, queueing), not the hardware's speed.
 KV_FULL = 0.95
+#: Requests that waited in the engine's queue (its own count, not a sampled gauge) this share of the level's median
+#: TTFT or more: the engine's batch limit held the level back. A tenth: below it, the wait is within the noise of a
+#: TTFT; the first failing level of a search past the engine's batch limit waits for a whole request's time.
+ENGINE_QUEUE_SHARE = 0.10
 Ended = Literal["resolved", "none", "all", "budget", "interrupted", "running"]
 #: What "Sure" means, under every table of verdicts.
 SURE_LEGEND = ("Sure: a one-sided binomial test at 5% (a p99 passes surely from 299 requests with none over it, a "
@@ -350,6 +354,10 @@ def _engine_limit(s: LevelSummary) -> str | None:
     kv = tele.kv_cache_usage_max
     if kv is not None and kv >= KV_FULL:
         return f"the engine's KV cache was full (peak {kv:.0%}): requests waited for room"
+    queued, ttft = tele.queue_time_mean_ms, s.ttft_ms.p50
+    if queued is not None and ttft and queued >= ENGINE_QUEUE_SHARE * ttft:
+        return (f"requests waited {queued:,.0f} ms each in the engine's queue on average ({queued / ttft:.0%} of the "
+                "median TTFT, as its /metrics counted it): its batch limit (vLLM --max-num-seqs, llama.cpp --parallel)")
     running, waiting = tele.running_max, tele.waiting_max
     if running is not None and waiting is not None and waiting > 0 and s.concurrency and running < s.concurrency:
         # /metrics is sampled, so the peak seen running may be under the limit: said as seen

@@ -227,6 +227,8 @@ class Telemetry(Keyed):
     prefix_cache_hit_rate: float | None = None
     spec_acceptance_rate: float | None = None
     spec_mean_acceptance_length: float | None = None
+    #: the mean time the level's finished requests waited in the engine's queue (its histogram's sum over count)
+    queue_time_mean_ms: float | None = None
     gpu_power: str | None = None  # "not available" without NVML
     gpu_power_w_mean: float | None = None
     energy_j: float | None = None

@@ -24,7 +24,7 @@ from .metrics import Telemetry
 #: The quantities summarized per level; each engine's adapter says what it calls them (first name found wins).
 GAUGE_KEYS = ("running", "waiting", "kv_cache_usage", "busy_slots_per_decode")
 COUNTER_KEYS = ("prefix_queries", "prefix_hits", "drafts", "draft_tokens", "accepted_tokens", "generation_tokens",
-                "prompt_tokens")
+                "prompt_tokens", "queue_time_sum", "queue_time_count")
 _NAMES = adapters.metric_names()
 GAUGES = {k: list(_NAMES.get(k, ())) for k in GAUGE_KEYS}
 COUNTERS = {k: list(_NAMES.get(k, ())) for k in COUNTER_KEYS}
@@ -91,6 +91,8 @@ def summarize(samples: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
         out["spec_acceptance_rate"] = delta.get("accepted_tokens", 0.0) / delta["draft_tokens"]
     if delta.get("drafts"):
         out["spec_mean_acceptance_length"] = 1 + delta.get("accepted_tokens", 0.0) / delta["drafts"]
+    if delta.get("queue_time_count") and delta.get("queue_time_sum") is not None:
+        out["queue_time_mean_ms"] = 1000 * delta["queue_time_sum"] / delta["queue_time_count"]
     return out
 
 

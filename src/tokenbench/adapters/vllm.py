@@ -23,6 +23,10 @@ class VLLM(Adapter):
         "accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
         "generation_tokens": ("vllm:generation_tokens_total",),
         "prompt_tokens": ("vllm:prompt_tokens_total",),
+        # a histogram's sum and count are counters: the mean time a level's requests waited in its queue, whatever
+        # moments the gauges were sampled at
+        "queue_time_sum": ("vllm:request_queue_time_seconds_sum",),
+        "queue_time_count": ("vllm:request_queue_time_seconds_count",),
     }
     health_path = "/health"
     stream_options = {"include_usage": True, "continuous_usage_stats": True}
