@@ -19,7 +19,7 @@ from . import __version__, machine
 from .adapters import Adapter
 from .client import Api, StreamClient
 from .errors import RunInterrupted, TokenbenchError, UsageError
-from .results import LevelOutcome, Manifest, RunResult, now_iso
+from .results import LevelOutcome, Manifest, RunResult, as_read, now_iso
 from .reader import load_result
 from .servers import ServerInfo, ServerTokenizer, check_model, discover
 from .store import Store
@@ -152,10 +152,8 @@ class RunLog:
         and equals what every reader loads back (``load_result``): the store keeps a run's provenance beside its
         manifest, and a reader sees it last among the manifest's keys."""
         self.finish(status, error)
-        stored = self.manifest.to_dict()
-        stored.setdefault("provenance", "measured")
-        return RunResult(self.run_id, Manifest.from_dict(stored), outcomes, status, error, kind=self.kind,
-                         items=items or [])
+        return RunResult(self.run_id, as_read(self.manifest.to_dict(), "measured", self.label), outcomes, status,
+                         error, kind=self.kind, items=items or [])
 
     def abort(self, e: BaseException, done: bool) -> RunInterrupted | None:
         """Close the run ``e`` ends, if it was created: interrupted by the user, else partial (``done``: some of it

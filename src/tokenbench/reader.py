@@ -8,7 +8,7 @@ from .cost import run_price
 from .loadgen import Level
 from .metrics import LevelSummary
 from .quality.items import Item
-from .results import LevelOutcome, Manifest, RunResult, combine_repetitions
+from .results import LevelOutcome, RunResult, as_read, combine_repetitions
 from .store import Store
 
 
@@ -21,10 +21,7 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
     """A stored run, as the sweep returned it (finished levels only if it was cut short); ``first``: only the
     first levels (a 200,000-level import loads in seconds, not a second)."""
     row = store.resolve(ref, latest, kinds, command)
-    stored = dict(row.manifest)
-    stored.setdefault("provenance", row.provenance)
-    stored.setdefault("label", row.label)
-    manifest = Manifest.from_dict(stored)
+    manifest = as_read(row.manifest, row.provenance, row.label)
     by_idx: dict[int, list[tuple[str, LevelSummary]]] = {}
     for idx, _rep, status, summary in store.levels(row.id, first):
         by_idx.setdefault(idx, []).append((status, summary))

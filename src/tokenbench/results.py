@@ -186,6 +186,16 @@ class RunResult:
         return {**doc, **{k: v for k, v in self.legacy.items() if k not in doc}}
 
 
+def as_read(stored: dict[str, Any], provenance: str, label: str | None) -> Manifest:
+    """A run's manifest as every reader sees it: the stored keys, then the provenance and label the store keeps in
+    columns of its own, where the manifest does not say them (``reader.load_result``, and ``RunLog.close`` for the
+    result in hand, so the two are one document)."""
+    d = dict(stored)
+    d.setdefault("provenance", provenance)
+    d.setdefault("label", label)
+    return Manifest.from_dict(d)
+
+
 def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
