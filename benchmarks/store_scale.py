@@ -18,18 +18,18 @@ import time
 from pathlib import Path
 
 from tokenbench.cli import main
-from tokenbench.metrics import LevelSummary
+from tokenbench.metrics import DepthLevel, ServingLevel
 from tokenbench.store import Store
 
 
 def build(path: Path, n: int) -> str:
     store = Store(path)
-    levels = [LevelSummary.empty(concurrency=1, test="tg128", depth=i, tg_tps=80.0, tg_tps_sd=0.4) for i in range(n)]
+    levels = [DepthLevel(concurrency=1, test="tg128", depth=i, tg_tps=80.0, tg_tps_sd=0.4) for i in range(n)]
     store.save_run("big-run", "bench", "big", {"model": "m", "provenance": "imported"}, "imported", levels, "0",
                    "2026-01-01T00:00:00", "2026-01-01T00:00:00")
     for i in range(20):
         store.save_run(f"small-{i:02d}", "sweep", "small", {"model": "m"}, "measured",
-                       [LevelSummary.empty(concurrency=c) for c in (1, 4, 16)], "0", f"2026-01-02T00:00:{i:02d}",
+                       [ServingLevel(concurrency=c) for c in (1, 4, 16)], "0", f"2026-01-02T00:00:{i:02d}",
                        "2026-01-02T00:01:00")
     store.close()
     return "big-run"

@@ -15,7 +15,7 @@ from tokenbench.compare import compare, table
 from tokenbench.cost import Pricing, api_in
 from tokenbench.errors import UsageError
 from tokenbench.importers import import_file
-from tokenbench.metrics import Distribution, LevelSummary
+from tokenbench.metrics import Distribution, LevelSummary, ServingLevel
 from tokenbench.store import Store
 from tokenbench.reader import load_result
 
@@ -36,7 +36,7 @@ def _run(store: Store, label: str, levels: list[LevelSummary], **manifest: objec
 
 
 def serve(c: int, tps: float, ttft: float, tpot: float) -> LevelSummary:
-    return LevelSummary.empty(concurrency=c, test="serve", output_throughput_tps=tps,
+    return ServingLevel(concurrency=c, test="serve", output_throughput_tps=tps,
                               ttft_ms=Distribution(n=8, p50=ttft, p99=ttft * 2), tpot_ms=Distribution(n=8, p50=tpot),
                               input_tokens_mean=128.0)
 

@@ -14,7 +14,7 @@ import pytest
 from tokenbench.bootstrap import LevelSamples, draws
 from tokenbench.cli import main
 from tokenbench.compare import compare, table
-from tokenbench.metrics import Distribution, LevelSummary, summarize
+from tokenbench.metrics import DepthLevel, Distribution, LevelSummary, ServingLevel, summarize
 from tokenbench.records import RequestRecord
 from tokenbench.results import RunResult
 from tokenbench.reader import load_result
@@ -104,7 +104,7 @@ def test_a_quantile_is_drawn_as_a_resample_would_give_it() -> None:
 
     values = sorted(100 * k for k in SPREAD)
     samples = LevelSamples(ttft_ms=values)
-    got = draws(samples, LevelSummary.empty(1), "Median TTFT", lambda s: s.ttft_ms.p50, "x", count=4000)
+    got = draws(samples, ServingLevel(concurrency=1), "Median TTFT", lambda s: s.ttft_ms.p50, "x", count=4000)
     assert got is not None and got.how == "requests"
     rng = random.Random(7)
     built = [statistics.median(rng.choices(values, k=len(values))) / statistics.median(values) for _ in range(4000)]
@@ -143,7 +143,7 @@ def test_a_p99_of_too_few_requests_has_no_interval(tmp_path: Path) -> None:
 # --- over repetitions ------------------------------------------------------------------------------------
 
 def repeated(tps: list[float], c: int = 4, test: str = "serve") -> list[LevelSummary]:
-    return [LevelSummary.empty(c, test=test, output_throughput_tps=v, completed=10, input_tokens_mean=128.0,
+    return [ServingLevel(concurrency=c, test=test, output_throughput_tps=v, completed=10, input_tokens_mean=128.0,
                                ttft_ms=Distribution(n=10, p50=1000 / v)) for v in tps]
 
 
@@ -183,7 +183,7 @@ def test_a_repeated_level_shows_the_median_of_its_repetitions_p99(tmp_path: Path
 
 def test_a_depth_levels_mean_and_sd_give_a_t_interval(tmp_path: Path) -> None:
     def tg(mean: float, sd: float, n: int) -> LevelSummary:
-        s = LevelSummary.empty(1, test="tg128", depth=0, tg_tps=mean, tg_tps_sd=sd)
+        s = DepthLevel(concurrency=1, test="tg128", depth=0, tg_tps=mean, tg_tps_sd=sd)
         s.tg_tps_dist = Distribution(n=n, mean=mean)
         return s
 
@@ -205,7 +205,7 @@ def test_single_numbers_have_no_interval_and_say_the_rule(tmp_path: Path, monkey
     store = Store(tmp_path / "u.db")
     for label, tps in (("pub-a", 120.0), ("pub-b", 100.0)):
         store.save_run(f"run-{label}", "sweep", label, {"label": label}, "imported",
-                       [LevelSummary.empty(4, test="serve", output_throughput_tps=tps, input_tokens_mean=128.0)],
+                       [ServingLevel(concurrency=4, test="serve", output_throughput_tps=tps, input_tokens_mean=128.0)],
                        "0", "2026", "2026")
     c = compare(load_result(store, "pub-a"), load_result(store, "pub-b"), store=store)
     assert [(r.interval, r.rule, r.winner()) for r in c.rows][0] == (None, "5% rule", 1)

@@ -9,7 +9,7 @@ import pytest
 from tokenbench import findings
 from tokenbench.checks import CheckResult, GuardSnapshot
 from tokenbench.findings import Code, Finding, LevelFacts
-from tokenbench.metrics import Distribution, LevelSummary, summarize
+from tokenbench.metrics import DepthLevel, Distribution, LevelSummary, ServingLevel, summarize
 from tokenbench.records import RequestRecord
 
 MS = 1_000_000
@@ -100,11 +100,11 @@ def test_every_rule_has_a_reason_and_one_code() -> None:
 
 def test_derived_rates_are_properties_with_one_definition() -> None:
     """Per-agent throughput and decode rate were assigned in 6 and 2 places (issue 8): now derived once."""
-    lv = LevelSummary.empty(8, test="serve", output_throughput_tps=400.0)
+    lv = ServingLevel(concurrency=8, test="serve", output_throughput_tps=400.0)
     assert lv.per_agent_tps == 50.0
     lv.output_throughput_tps = 800.0  # a combined repetition's median: per agent follows
     assert lv.per_agent_tps == 100.0
-    assert LevelSummary.empty(1, test="tg128", depth=0, tg_tps=50.0).per_agent_tps is None  # no throughput figure
+    assert DepthLevel(test="tg128", depth=0, tg_tps=50.0).to_dict()["per_agent_tps"] is None  # no throughput figure
     rs = [rec(i) for i in range(3)]  # 4 tokens 10 ms apart: TPOT 10 ms
     s = level(rs)
     assert s.decode_tps == 100.0
@@ -112,10 +112,10 @@ def test_derived_rates_are_properties_with_one_definition() -> None:
     assert d["decode_tps"] == 100.0 and d["per_agent_tps"] == s.per_agent_tps and "given_decode_tps" not in d
     assert list(d).index("per_agent_tps") == list(d).index("output_throughput_tps") + 1
     # a decode rate a published table gave is kept, stored and loaded as such
-    pub = LevelSummary.empty(1, test="serve", decode_tps=77.0)
+    pub = ServingLevel(concurrency=1, test="serve", given_decode_tps=77.0)
     assert pub.decode_tps == 77.0 and LevelSummary.from_dict(pub.to_dict()).decode_tps == 77.0
     # a predicted level (nothing measured) derives no decode rate from its TPOT
-    assert LevelSummary.empty(1, test="serve", output_throughput_tps=9.0,
+    assert ServingLevel(concurrency=1, test="serve", output_throughput_tps=9.0,
                               tpot_ms=Distribution(n=0, p50=5.0)).decode_tps is None
 
 
@@ -123,7 +123,7 @@ def test_imported_levels_are_built_by_typed_keywords() -> None:
     import pytest
 
     with pytest.raises(TypeError):
-        LevelSummary.empty(1, output_throughput=5.0)  # type: ignore[call-arg]  # misspelt: refused, not dropped
+        ServingLevel(concurrency=1, output_throughput=5.0)  # type: ignore[call-arg]  # misspelt: refused, not dropped
 
 
 def test_findings_of_odd_shapes_in_a_stored_level_are_left_out() -> None:
@@ -139,7 +139,7 @@ def test_a_cached_share_the_servers_counters_contradict_is_flagged() -> None:
     from tokenbench.metrics import LevelSummary, Telemetry
 
     def level(said: float | None, hit: float | None) -> LevelSummary:
-        s = LevelSummary.empty(concurrency=2, completed=4)
+        s = ServingLevel(concurrency=2, completed=4)
         s.cached_share = said
         s.telemetry = Telemetry(prefix_cache_hit_rate=hit)
         assess(LevelFacts([], s, 2))

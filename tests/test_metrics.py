@@ -1,16 +1,23 @@
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
 from tokenbench import findings
 from tokenbench.cost import cost_per_mtok
 from tokenbench.metrics import (
+    LEVEL_KEYS,
     SLO,
+    DepthLevel,
     Distribution,
     LevelSummary,
+    ServingLevel,
+    depth_levels,
     percentile,
+    serving,
     request_tpot_ms,
     summarize,
 )
@@ -211,3 +218,43 @@ def test_rate_level_send_delay_and_achieved_concurrency() -> None:
     assert s.send_delay_ms is not None and s.send_delay_ms.max == pytest.approx(10)
     # busy 200 + 200 ms over a 700 ms window
     assert s.achieved_concurrency == pytest.approx(400 / 700)
+
+
+# --- two kinds of level, one JSON contract ------------------------------------------------------------------------
+
+STORED = Path(__file__).parent / "data" / "stored_levels.json"
+
+
+def test_a_stored_level_reads_as_its_kind_and_writes_back_byte_for_byte() -> None:
+    """Levels as tokenbench stored them before the serving and depth kinds were split (a llama-bench import, a
+    GuideLLM import, a predicted depth, a measured sweep, an agent-session level, a depth run's pp and tg): each
+    reads as the kind its test names, and writes back the same JSON, key for key, in the same order. One value
+    differs, on purpose: a measured depth level's per_agent_tps was 0.0 (0 tok/s of throughput over one agent),
+    against the definition's own "None for a level with no throughput figure"; a depth level now writes null."""
+    stored = json.loads(STORED.read_text())
+    kinds = set()
+    for item in stored:
+        raw = json.loads(item["level"])
+        lv = LevelSummary.from_dict(raw)
+        depth = raw["test"] not in (None, "serve")
+        assert isinstance(lv, DepthLevel if depth else ServingLevel), item["what"]
+        kinds.add(type(lv))
+        expected = dict(raw, per_agent_tps=None) if depth else raw
+        assert json.dumps(lv.to_dict()) == json.dumps(expected), item["what"]
+        assert json.dumps(raw) == item["level"]  # the stored text is json.dumps's, so the comparison is of bytes
+        assert tuple(lv.to_dict()) == LEVEL_KEYS
+    assert kinds == {ServingLevel, DepthLevel}
+
+
+def test_each_kind_holds_its_own_figures_only() -> None:
+    """A depth level has no latencies to misread as zero, a serving level no pp/tg; both write the other's keys
+    empty, and the keys they share (findings, flags) in one place."""
+    d = DepthLevel(test="tg128", depth=4096, tg_tps=50.0, tg_tps_sd=1.0)
+    s = ServingLevel(concurrency=4, output_throughput_tps=400.0)
+    assert not hasattr(d, "ttft_ms") and not hasattr(d, "per_agent_tps") and not hasattr(s, "tg_tps")
+    dd, sd = d.to_dict(), s.to_dict()
+    assert dd["ttft_ms"] == Distribution(n=0).to_dict() and dd["per_agent_tps"] is None and dd["tg_tps"] == 50.0
+    assert sd["tg_tps"] is None and sd["pp_tps_dist"] is None and sd["per_agent_tps"] == 100.0
+    assert serving([d, s]) == [s] and depth_levels([d, s]) == [d]
+    d.add(findings.Finding(findings.Code.UNSTABLE, "spread"))
+    assert LevelSummary.from_dict(d.to_dict()).flags == ["unstable"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.metrics import LevelSummary
+from tokenbench.metrics import DepthLevel
 from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.setup import Setup
 from tokenbench.predict.specs import Catalog
@@ -36,8 +36,8 @@ def _depth_run(store: Store, scale: float, gpu: str = "Radeon 8060S Graphics (RA
     packaged = Calibration.packaged()
     levels = []
     for d in (0, 8192, 32768):
-        levels.append(LevelSummary.empty(concurrency=1, test="pp512", depth=d, pp_tps=scale * _prefill(packaged, d)))
-        levels.append(LevelSummary.empty(concurrency=1, test="tg128", depth=d, tg_tps=scale * _decode(packaged, d)))
+        levels.append(DepthLevel(concurrency=1, test="pp512", depth=d, pp_tps=scale * _prefill(packaged, d)))
+        levels.append(DepthLevel(concurrency=1, test="tg128", depth=d, tg_tps=scale * _decode(packaged, d)))
     store.save_run("my-run", "depth", "my-strix", {"label": "my-strix", "model": "gpt-oss-20b-Q4_K_M.gguf",
                                                    "engine": "llama.cpp", "weights": WEIGHTS, "kv": KV,
                                                    "gpu": gpu},

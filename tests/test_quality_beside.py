@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.metrics import Distribution, LevelSummary
+from tokenbench.metrics import Distribution, ServingLevel
 from tokenbench.quality.items import Item
 from tokenbench.quality.runner import task_summary
 from tokenbench.store import Store
@@ -18,7 +18,7 @@ MODEL = "qwen3.6-35b-a3b"
 
 
 def _speed(store: Store, label: str, tps: float) -> None:
-    lv = LevelSummary.empty(concurrency=16, test="serve", output_throughput_tps=tps,
+    lv = ServingLevel(concurrency=16, test="serve", output_throughput_tps=tps,
                             ttft_ms=Distribution(n=16, p50=500.0, p99=900.0), tpot_ms=Distribution(n=16, p50=20.0),
                             input_tokens_mean=4096.0, output_tokens_mean=512.0, completed=16)
     store.save_run(f"s-{label}", "sweep", label, {"label": label, "model": MODEL, "price_per_hour": 2.0}, "measured",

@@ -16,7 +16,7 @@ from tokenbench.adapters.base import Adapter
 from tokenbench.cli import main
 from tokenbench.engines import launch, status
 from tokenbench.errors import EngineError, UsageError
-from tokenbench.metrics import LevelSummary
+from tokenbench.metrics import DepthLevel
 from tokenbench.predict.calibration import Calibration, backend_key
 from tokenbench.predict.setup import Setup
 from tokenbench.predict import roofline as rf
@@ -194,9 +194,9 @@ def _run(store: Store, engine: str, scale: float = 1.3) -> None:
     s = Setup.make(cat, packaged, BOX, MODEL, WEIGHTS, KV, "llama.cpp vulkan")
     levels = []
     for d in (0, 8192):
-        levels.append(LevelSummary.empty(concurrency=1, test="pp512", depth=d,
+        levels.append(DepthLevel(concurrency=1, test="pp512", depth=d,
                                          pp_tps=scale * s.prefill(512, d).rate(512)[1]))
-        levels.append(LevelSummary.empty(concurrency=1, test="tg128", depth=d, tg_tps=scale * s.decode(d + 64).rate()[1]))
+        levels.append(DepthLevel(concurrency=1, test="tg128", depth=d, tg_tps=scale * s.decode(d + 64).rate()[1]))
     store.save_run("py-run", "depth", "mine", {"label": "mine", "model": "gpt-oss-20b-Q4_K_M.gguf", "engine": engine,
                                                "weights": WEIGHTS, "kv": KV}, "measured", levels, "0",
                    "2026-01-01T00:00:00", "2026-01-01T00:10:00")

@@ -17,7 +17,7 @@ import pytest
 from tokenbench.checks import GuardSnapshot
 from tokenbench.cli import main
 from tokenbench.cost import Pricing
-from tokenbench.metrics import Distribution, LevelSummary
+from tokenbench.metrics import DepthLevel, Distribution, LevelSummary, ServingLevel
 from tokenbench.report import figures, series, style
 from tokenbench.store import Store
 from tokenbench.reader import load_result
@@ -36,7 +36,7 @@ MACHINE = {"hostname": "box", "cpu_model": "AMD RYZEN AI MAX+ 395", "cpu_count_l
 
 def serve(c: int, tps: float, ttft: float, tpot: float, guard: dict[str, Any] | None = None,
           flags: list[str] | None = None) -> LevelSummary:
-    s = LevelSummary.empty(concurrency=c, test="serve", output_throughput_tps=tps,
+    s = ServingLevel(concurrency=c, test="serve", output_throughput_tps=tps,
                            ttft_ms=Distribution(n=8, p50=ttft, p99=ttft * 2), tpot_ms=Distribution(n=8, p50=tpot),
                            input_tokens_mean=128.0)
     s.guard, s.flags = GuardSnapshot.from_dict(guard) if guard else None, flags or []  # set on the level, as the sweep does
@@ -135,7 +135,7 @@ def test_styles_one_colour_per_run_p50_p99_predicted_log_and_depth_ticks(tmp_pat
     store.save_run("p", "predict", "p", {"label": "p", "predicted": True}, "predicted",
                    [serve(1, 50, 12, 6), serve(8, 300, 60, 8)], "0", "2026", "2026")
     store.save_run("d", "bench", "d", {"label": "d"}, "imported",
-                   [LevelSummary.empty(concurrency=1, test="tg128", depth=d, tg_tps=t)
+                   [DepthLevel(concurrency=1, test="tg128", depth=d, tg_tps=t)
                     for d, t in ((0, 80.0), (8192, 70.0), (32768, 60.0), (65536, 50.0))], "0", "2026", "2026")
     runs = [load_result(store, r) for r in ("a", "p", "d")]
     plots = {p.id: p for p in series.build(runs)}

@@ -16,7 +16,7 @@ import pytest
 
 from tokenbench.emitter import BackgroundEmitter, EmitterProcess
 from tokenbench.errors import LevelFailed
-from tokenbench.metrics import LevelSummary
+from tokenbench.metrics import ServingLevel
 from tokenbench.quality.runner import QualityConfig, run_quality
 from tokenbench.results import RunResult
 from tokenbench.store import RunRow, Store
@@ -70,7 +70,7 @@ def _interrupt(what: str, db: Path) -> dict:
 def _other_run(db: Path) -> None:
     """Another run in the same database, dated later: the interrupt must never carry it."""
     Store(db).save_run("other-run", "sweep", "other", {"model": "m"}, "measured",
-                       [LevelSummary.empty(concurrency=9, output_throughput_tps=1.0)], "0", "2099-01-01T00:00:00",
+                       [ServingLevel(concurrency=9, output_throughput_tps=1.0)], "0", "2099-01-01T00:00:00",
                        "2099-01-01T00:00:01")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.metrics import LevelSummary
+from tokenbench.metrics import DepthLevel, ServingLevel
 from tokenbench.store import Store
 
 
@@ -16,7 +16,7 @@ def _db(tmp_path: Path) -> Path:
     db = tmp_path / "r.db"
     store = Store(db)
     for i, kind in enumerate(("sweep", "sweep", "bench")):
-        lv = LevelSummary.empty(concurrency=1, test="tg128" if kind == "bench" else None, tg_tps=50.0)
+        lv = DepthLevel(test="tg128", tg_tps=50.0) if kind == "bench" else ServingLevel(concurrency=1, given_decode_tps=50.0)
         store.save_run(f"run-{i}", kind, "box" if i < 2 else "mini", {"model": "m"}, "measured", [lv], "0",
                        f"2026-01-0{i + 1}T00:00:00", f"2026-01-0{i + 1}T00:01:00")
     return db
@@ -38,7 +38,7 @@ def test_a_run_of_the_wrong_kind_is_refused_by_name(tmp_path: Path, capsys: pyte
     db = str(_db(tmp_path))
     store = Store(db)
     store.save_run("run-3", "depth", "deep", {"model": "m"}, "measured",
-                   [LevelSummary.empty(concurrency=1, test="pp512", depth=4096, pp_tps=900.0)], "0",
+                   [DepthLevel(concurrency=1, test="pp512", depth=4096, pp_tps=900.0)], "0",
                    "2026-01-04T00:00:00", "2026-01-04T00:01:00")
     assert main(["compare", "run-0", "deep", "--db", db]) == 2
     err = capsys.readouterr().err
@@ -156,7 +156,7 @@ def test_a_sweep_table_at_80_columns_cuts_no_number_and_no_flag() -> None:
 
     from tokenbench.output import print_sweep, sweep_rows
 
-    lv = LevelSummary.empty(concurrency=16, output_throughput_tps=77425.0, completed=64)
+    lv = ServingLevel(concurrency=16, output_throughput_tps=77425.0, completed=64)
     lv.flags += ["dirty_bench", "client_bound"]
     for width in (80, 200):
         buf = io.StringIO()

@@ -15,7 +15,7 @@ from tokenbench.cli import main
 from tokenbench.compare import compare, compare_sessions, session_level_table, session_turn_table
 from tokenbench.cost import Pricing, cost_per_session, session_cost_points
 from tokenbench.errors import UsageError
-from tokenbench.metrics import Distribution, LevelSummary, session_stats, summarize
+from tokenbench.metrics import Distribution, LevelSummary, ServingLevel, session_stats, summarize
 from tokenbench.records import RequestRecord
 from tokenbench.report import figures, series
 from tokenbench.reader import load_result
@@ -71,7 +71,7 @@ def _store(store: Store, label: str, levels: list[LevelSummary], turns: int = 5,
 
 
 def _serve(c: int, tps: float) -> LevelSummary:
-    return LevelSummary.empty(concurrency=c, output_throughput_tps=tps, input_tokens_mean=128.0,
+    return ServingLevel(concurrency=c, output_throughput_tps=tps, input_tokens_mean=128.0,
                               ttft_ms=Distribution(n=8, p50=100, p99=200), tpot_ms=Distribution(n=8, p50=20))
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tokenbench.checks import GuardSnapshot
 from tokenbench.cli import main
-from tokenbench.metrics import SLO, Distribution, LevelSummary
+from tokenbench.metrics import DepthLevel, Distribution, LevelSummary, SLO, ServingLevel
 from tokenbench.output import format_sweep_markdown
 from tokenbench.store import Store
 
@@ -43,11 +43,11 @@ def test_show_marks_a_prediction_predicted_and_leaves_out_what_it_lacks(tmp_path
     manifest = {"label": "h100-pred", "model": "gpt-oss-20b", "weights": "MXFP4", "kv": "FP8", "engine": "vllm",
                 "hardware": "nvidia-h100-sxm", "backend": "vllm-cuda", "calibration": "fitted", "predicted": True,
                 "workload": {"input_len": 4096, "output_len": 512}}
-    lv = LevelSummary.empty(concurrency=1, test="serve", output_throughput_tps=250.0,
+    lv = ServingLevel(concurrency=1, test="serve", output_throughput_tps=250.0,
                             ttft_ms=Distribution(n=0, p50=98.0), tpot_ms=Distribution(n=0, p50=3.9))
     _save(Store(db), "p-1", "predict", manifest, [lv], "predicted")
     depth = dict(manifest, label="h100-depth", workload={})
-    _save(Store(db), "p-2", "predict", depth, [LevelSummary.empty(concurrency=1, test="tg128", depth=8192, tg_tps=268.5)],
+    _save(Store(db), "p-2", "predict", depth, [DepthLevel(concurrency=1, test="tg128", depth=8192, tg_tps=268.5)],
           "predicted")
     assert main(["show", "h100-pred", "--db", str(db)]) == 0
     out = capsys.readouterr().out
@@ -58,7 +58,7 @@ def test_show_marks_a_prediction_predicted_and_leaves_out_what_it_lacks(tmp_path
     assert "None" not in out  # "None in / None out tokens; None API; tokenizer: None" before
     # a predict run whose stored manifest lost its mark: show said PREDICTED, report and compare said measured
     bare = {k: v for k, v in depth.items() if k != "predicted"} | {"label": "bare"}
-    _save(Store(db), "p-3", "predict", bare, [LevelSummary.empty(concurrency=1, test="tg128", depth=8192, tg_tps=300.0)])
+    _save(Store(db), "p-3", "predict", bare, [DepthLevel(concurrency=1, test="tg128", depth=8192, tg_tps=300.0)])
     from tokenbench.report.facts import source
     from tokenbench.reader import load_result
     assert source(load_result(Store(db), "bare")) == "PREDICTED"
@@ -69,8 +69,8 @@ def test_show_marks_a_prediction_predicted_and_leaves_out_what_it_lacks(tmp_path
 def test_show_guard_prints_each_levels_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The dirty_bench warning said "see its snapshot" and no command printed it."""
     db = tmp_path / "r.db"
-    a = LevelSummary.empty(concurrency=1, output_throughput_tps=10.0)
-    b = LevelSummary.empty(concurrency=4, output_throughput_tps=30.0)
+    a = ServingLevel(concurrency=1, output_throughput_tps=10.0)
+    b = ServingLevel(concurrency=4, output_throughput_tps=30.0)
     a.guard, b.guard = GuardSnapshot.from_dict({"clean": True, "checks": [DIRTY["checks"][1]]}), GuardSnapshot.from_dict(DIRTY)
     b.flags.append("dirty_bench")
     _save(Store(db), "s-1", "sweep", {"label": "box", "model": "m"}, [a, b])
@@ -90,8 +90,8 @@ def test_show_guard_prints_each_levels_snapshot(tmp_path: Path, capsys: pytest.C
 def test_slo_verdict_and_goodput_are_on_each_row() -> None:
     """They were computed into the JSON only, while the README promised them per level."""
     slo = SLO.parse("ttft_p99=2s")
-    ok = LevelSummary.empty(concurrency=1, output_throughput_tps=10.0, goodput_rps=0.5, slo=slo.describe(), slo_met=True)
-    bad = LevelSummary.empty(concurrency=8, output_throughput_tps=40.0, goodput_rps=0.25, slo=slo.describe(),
+    ok = ServingLevel(concurrency=1, output_throughput_tps=10.0, goodput_rps=0.5, slo=slo.describe(), slo_met=True)
+    bad = ServingLevel(concurrency=8, output_throughput_tps=40.0, goodput_rps=0.25, slo=slo.describe(),
                              slo_met=False)
     md = format_sweep_markdown([ok, bad])
     head, row1, row2 = (ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln)
@@ -101,7 +101,7 @@ def test_slo_verdict_and_goodput_are_on_each_row() -> None:
     assert [c.strip() for c in row1.strip("|").split("|")][at:at + 2] == ["pass", "0.50"]
     assert [c.strip() for c in row2.strip("|").split("|")][at:at + 2] == ["FAIL", "0.25"]
     assert "SLO ttft_p99<=2000ms" in md
-    assert "SLO" not in format_sweep_markdown([LevelSummary.empty(concurrency=1, output_throughput_tps=10.0)])
+    assert "SLO" not in format_sweep_markdown([ServingLevel(concurrency=1, output_throughput_tps=10.0)])
 
 
 def test_table_commands_write_json_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,7 +109,7 @@ def test_table_commands_write_json_to_stdout(tmp_path: Path, capsys: pytest.Capt
     store = Store(db)
     for rid, label, tps in (("a-1", "fast", 100.0), ("b-1", "slow", 25.0)):
         _save(store, rid, "sweep", {"label": label, "model": "m"},
-              [LevelSummary.empty(concurrency=1, output_throughput_tps=tps, ttft_ms=Distribution(n=10, p50=50.0))])
+              [ServingLevel(concurrency=1, output_throughput_tps=tps, ttft_ms=Distribution(n=10, p50=50.0))])
     assert main(["runs", "--db", str(db), "--json", "-"]) == 0
     cap = capsys.readouterr()
     assert {r["run_id"]: r["label"] for r in json.loads(cap.out)} == {"a-1": "fast", "b-1": "slow"}
@@ -132,9 +132,9 @@ def test_table_commands_write_json_to_stdout(tmp_path: Path, capsys: pytest.Capt
 def test_published_rows_show_what_they_have_not_zeros() -> None:
     """show of an imported published run printed rows of '1 | 0.0 | —': a prefill-only row at concurrency 1
     beside a serving row at concurrency 1, with nothing to tell them apart."""
-    pre = LevelSummary.empty(concurrency=1, test="serve", input_tokens_mean=512.0, prefill_tps=11378.0)
-    dec = LevelSummary.empty(concurrency=1, test="serve", decode_tps=77.0)
-    srv = LevelSummary.empty(concurrency=1, test="serve", input_tokens_mean=4096.0, output_throughput_tps=75.0,
+    pre = ServingLevel(concurrency=1, test="serve", input_tokens_mean=512.0, prefill_tps=11378.0)
+    dec = ServingLevel(concurrency=1, test="serve", given_decode_tps=77.0)
+    srv = ServingLevel(concurrency=1, test="serve", input_tokens_mean=4096.0, output_throughput_tps=75.0,
                              ttft_ms=Distribution(n=0, p50=243.0))
     md = format_sweep_markdown([pre, dec, srv])
     rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in md.splitlines() if ln.startswith("| ")]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.metrics import LevelSummary
+from tokenbench.metrics import DepthLevel, ServingLevel
 from tokenbench.store import Store
 
 
@@ -116,7 +116,7 @@ def test_a_writer_holding_the_lock_is_waited_for(tmp_path: Path) -> None:
     t.start()
     held.wait(10)
     t0 = time.monotonic()
-    store.save_level("r1", 0, 0, LevelSummary.empty(concurrency=1), [], status="complete", started="t",
+    store.save_level("r1", 0, 0, ServingLevel(concurrency=1), [], status="complete", started="t",
                      finished="t", window=(0, 0))
     waited = time.monotonic() - t0
     t.join()
@@ -128,7 +128,7 @@ def test_show_of_a_huge_run_prints_the_first_levels_and_says_so(tmp_path: Path,
     """A 158,000-level import took 290 s to show; show now prints the first 200 in its own table (pp/tg at
     depths, not a sweep's) and says how to get the rest. benchmarks/store_scale.py times it at 200,000."""
     db = tmp_path / "r.db"
-    levels = [LevelSummary.empty(concurrency=1, test="tg128", depth=i, tg_tps=80.0, tg_tps_sd=0.4) for i in range(250)]
+    levels = [DepthLevel(concurrency=1, test="tg128", depth=i, tg_tps=80.0, tg_tps_sd=0.4) for i in range(250)]
     Store(db).save_run("big", "bench", "big", {"model": "m"}, "imported", levels, "0", "t", "t")
     assert main(["show", "big", "--db", str(db)]) == 0
     out = capsys.readouterr().out

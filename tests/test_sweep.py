@@ -168,11 +168,11 @@ def test_server_dying_mid_level_keeps_finished_levels(tmp_path: Path) -> None:
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
     """Also: the run printed is this sweep's, not the newest in the database (issue 8: another sweep sharing the
     database, here one dated later, used to be printed as "the finished levels")."""
-    from tokenbench.metrics import LevelSummary
+    from tokenbench.metrics import ServingLevel
 
     db = tmp_path / "r.db"
     Store(db).save_run("other-run", "sweep", "other", {"model": "m"}, "measured",
-                       [LevelSummary.empty(concurrency=9, output_throughput_tps=1.0)], "0", "2099-01-01T00:00:00",
+                       [ServingLevel(concurrency=9, output_throughput_tps=1.0)], "0", "2099-01-01T00:00:00",
                        "2099-01-01T00:00:01")
     with EmitterProcess("--itl", "0.05") as em:
         url = em.url

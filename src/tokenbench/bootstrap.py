@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .metrics import NS_PER_S, LevelSummary, percentile, request_tpot_ms
+from .metrics import NS_PER_S, DepthLevel, LevelSummary, ServingLevel, percentile, request_tpot_ms
 from .records import RequestRecord
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class LevelSamples:
         if len(outcome.repetitions) > 1:
             return cls(repetitions=list(outcome.repetitions))
         s = outcome.summary
-        if (s.test or "serve") != "serve":
+        if not isinstance(s, ServingLevel):
             return cls()
         ok = sorted((r for r in records if r.phase == "measured" and r.ok), key=lambda r: (r.sent_ns, r.index))
         ttft = sorted(r.ttft_ns / 1e6 for r in ok if r.ttft_ns is not None)
@@ -122,7 +122,7 @@ def run_samples(res: RunResult, store: Store | None) -> dict[int, LevelSamples]:
     out = {}
     for o in res.outcomes:
         records = store.request_times(res.run_id, o.idx) if store is not None and res.run_id and \
-            len(o.repetitions) <= 1 and (o.summary.test or "serve") == "serve" else []
+            len(o.repetitions) <= 1 and isinstance(o.summary, ServingLevel) else []
         out[o.idx] = LevelSamples.of(o, records)
     return out
 
@@ -204,6 +204,8 @@ def _from_requests(samples: LevelSamples, metric: str, stream: str, rng: random.
 
 
 def _from_mean(summary: LevelSummary, metric: str, rng: random.Random, count: int) -> Draws | None:
+    if not isinstance(summary, DepthLevel):
+        return None
     value, sd_name, dist_name = MEANS[metric]
     mean, sd, dist = getattr(summary, value), getattr(summary, sd_name), getattr(summary, dist_name)
     n = dist.n if dist is not None else 0

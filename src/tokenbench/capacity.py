@@ -34,7 +34,7 @@ from .records import RequestRecord
 from .slo import SLO, SloCheck, decided_fail
 
 if TYPE_CHECKING:
-    from .metrics import LevelSummary
+    from .metrics import ServingLevel
     from .results import LevelOutcome, RunResult
 
 NS_PER_S = 1_000_000_000
@@ -131,8 +131,8 @@ class Verdict:
 def verdict(outcome: LevelOutcome, spec: SearchSpec) -> Verdict | None:
     """A level's verdict: its SLO's, unless it was cut before the verdict was decided."""
     value = spec.value(outcome.level)
-    s = outcome.summary
-    if value is None:
+    s = outcome.serving
+    if value is None or s is None:
         return None
     stopped = s.finding(Code.STOPPED_EARLY)
     requests = s.completed + s.failed
@@ -236,7 +236,7 @@ class LevelStop:
                     f"{early:.0f} to {late:.0f} ms through the level")
         return None
 
-    def apply(self, summary: LevelSummary) -> None:
+    def apply(self, summary: ServingLevel) -> None:
         """An over-saturated level fails its SLO whatever its objectives read when it stopped: the box does not
         sustain that load (its queue grows without bound). Said as an objective of its own, ``queue``."""
         if self.saturated is None or summary.slo_met is None:
@@ -290,7 +290,7 @@ class CapacityAnswer:
     verdicts: list[Verdict]
     capacity: float | None  # the last level that met the SLO (None: none did)
     first_fail: float | None  # the first level above it that did not (None: every level met it)
-    at: LevelSummary | None  # the level at the capacity
+    at: ServingLevel | None  # the level at the capacity
     limit: str | None  # what limited it at the first failing level, when it was not the hardware
     price_per_hour: float | None = None
     currency: str = "USD"
@@ -334,7 +334,7 @@ class CapacityAnswer:
                             "stopped": v.stopped, "checks": [c.to_dict() for c in v.checks]} for v in self.verdicts]}
 
 
-def limit_cause(s: LevelSummary) -> str | None:
+def limit_cause(s: ServingLevel) -> str | None:
     """What held a failing level back when it was not the hardware: the engine's slots, a full KV cache, an engine
     that ran fewer requests at once than were sent, or the client. When the engine showed its own limit and the
     client was also flagged, both are said, the engine's first: a client that waited a few milliseconds does not
@@ -347,7 +347,7 @@ def limit_cause(s: LevelSummary) -> str | None:
     return f"{engine}; the client was also flagged: {said}" if client is not None else engine
 
 
-def _engine_limit(s: LevelSummary) -> str | None:
+def _engine_limit(s: ServingLevel) -> str | None:
     if (f := s.finding(Code.SLOTS_EXCEEDED)) is not None:
         return "the engine's slots: " + f.message
     tele = s.telemetry or Telemetry()
@@ -377,11 +377,11 @@ def answer(result: RunResult) -> CapacityAnswer | None:
     if not stored and not any(v.met is not None for v in verdicts):
         return None
     last_pass, first_fail = bracket([v for v in verdicts if v.met is not None])
-    at = next((o.summary for o in result.outcomes if spec.value(o.level) == last_pass
+    at = next((o.serving for o in result.outcomes if spec.value(o.level) == last_pass
                and (v := verdict(o, spec)) is not None and v.met), None)
-    failing = next((o.summary for o in result.outcomes if spec.value(o.level) == first_fail), None)
+    failing = next((o.serving for o in result.outcomes if spec.value(o.level) == first_fail), None)
     ended: Ended = stored.get("ended") or _ended(spec, last_pass, first_fail, result.status)
-    slo = str(stored.get("objectives") or next((o.summary.slo for o in result.outcomes if o.summary.slo), ""))
+    slo = str(stored.get("objectives") or next((s.slo for o in result.outcomes if (s := o.serving) and s.slo), ""))
     return CapacityAnswer(spec, slo, ended, verdicts, last_pass, first_fail, at,
                           limit_cause(failing) if failing is not None else None,
                           result.manifest.price_per_hour, result.manifest.currency or "USD")
@@ -393,7 +393,7 @@ def _spec(result: RunResult, stored: dict[str, Any]) -> SearchSpec | None:
             return SearchSpec.from_dict(stored)
         except (TypeError, ValueError):
             return None
-    levels = [o.level for o in result.outcomes if o.summary.slo_met is not None]
+    levels = [o.level for o in result.outcomes if (s := o.serving) is not None and s.slo_met is not None]
     if not levels:
         return None
     axis: Axis = "rate" if any(lv.rate is not None for lv in levels) else "concurrency"

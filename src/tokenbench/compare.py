@@ -21,7 +21,7 @@ from .bootstrap import RESAMPLES, TAIL, Interval, LevelSamples, interval, run_sa
 from .capacity import SURE_LEGEND, CapacityAnswer, answer
 from .cost import effective_serving_s
 from .errors import UsageError
-from .metrics import LevelSummary
+from .metrics import DepthLevel, LevelSummary, ServingLevel, serving
 from .predict.formats import WEIGHT_BPW
 from .results import Manifest, RunResult
 from .session_view import BUSTED, WARM, cache_of, is_session_run
@@ -38,17 +38,29 @@ TIE = 1.05
 BATCHING_GAIN = 1.3
 
 Getter = Callable[[LevelSummary], float | None]
+
+
+def _serving(get: Callable[[ServingLevel], float | None]) -> Getter:
+    """A serving level's figure; a depth level has none."""
+    return lambda s: get(s) if isinstance(s, ServingLevel) else None
+
+
+def _depth(get: Callable[[DepthLevel], float | None]) -> Getter:
+    """A depth level's figure; a serving level has none."""
+    return lambda s: get(s) if isinstance(s, DepthLevel) else None
+
+
 #: (name, unit, higher is better, getter)
 METRICS: list[tuple[str, str, bool, Getter]] = [
-    ("Aggregate output", "tok/s", True, lambda s: s.output_throughput_tps or None),
-    ("Per-agent", "tok/s", True, lambda s: s.per_agent_tps),
-    ("Median TTFT", "ms", False, lambda s: s.ttft_ms.p50),
-    ("P99 TTFT", "ms", False, lambda s: s.ttft_ms.p99),
-    ("Median TPOT", "ms", False, lambda s: s.tpot_ms.p50),
-    ("Prefill", "tok/s", True, lambda s: s.prefill_tps),
-    ("Decode", "tok/s", True, lambda s: s.decode_tps),
-    ("pp", "tok/s", True, lambda s: s.pp_tps),
-    ("tg", "tok/s", True, lambda s: s.tg_tps),
+    ("Aggregate output", "tok/s", True, _serving(lambda s: s.output_throughput_tps or None)),
+    ("Per-agent", "tok/s", True, _serving(lambda s: s.per_agent_tps)),
+    ("Median TTFT", "ms", False, _serving(lambda s: s.ttft_ms.p50)),
+    ("P99 TTFT", "ms", False, _serving(lambda s: s.ttft_ms.p99)),
+    ("Median TPOT", "ms", False, _serving(lambda s: s.tpot_ms.p50)),
+    ("Prefill", "tok/s", True, _serving(lambda s: s.prefill_tps)),
+    ("Decode", "tok/s", True, _serving(lambda s: s.decode_tps)),
+    ("pp", "tok/s", True, _depth(lambda s: s.pp_tps)),
+    ("tg", "tok/s", True, _depth(lambda s: s.tg_tps)),
 ]
 
 
@@ -209,19 +221,23 @@ def _sequential(res: RunResult) -> bool:
         adapters.by_name(res.manifest.engine).batches(server.get("slots"))
     if batches is not None:
         return not batches
-    serve = sorted((o.summary for o in res.outcomes if (o.summary.test or "serve") == "serve"
-                    and o.summary.concurrency and o.summary.output_throughput_tps),
+    serve = sorted((s for s in serving(o.summary for o in res.outcomes) if s.concurrency and s.output_throughput_tps),
                    key=lambda s: s.concurrency or 0)
     if len(serve) < 2 or serve[0].concurrency != 1:
         return True  # nothing measured shows batching
     return serve[-1].output_throughput_tps < BATCHING_GAIN * serve[0].output_throughput_tps
 
 
+def _one_stream(s: LevelSummary) -> float | None:
+    """A level's single-stream decode rate: a serving level's at concurrency 1, a depth level's tg."""
+    return s.decode_tps if isinstance(s, ServingLevel) else s.tg_tps if isinstance(s, DepthLevel) else None
+
+
 def effective_line(res: RunResult, agents: int, tokens: int) -> str | None:
     """How long `agents` requests of `tokens` tokens take: batched at concurrency N, or one sequential stream."""
     levels = [o.summary for o in res.outcomes]
-    serve = [s for s in levels if (s.test or "serve") == "serve" and s.concurrency and s.output_throughput_tps]
-    single = next((s.decode_tps or s.tg_tps for s in levels if (s.decode_tps or s.tg_tps) and not s.depth), None)
+    serve = [s for s in serving(levels) if s.concurrency and s.output_throughput_tps]
+    single = next((rate for s in levels if (rate := _one_stream(s)) and not s.depth), None)
     name = _name(res)
     if serve and not _sequential(res):
         at = [s for s in serve if s.concurrency and s.concurrency <= agents]
@@ -423,7 +439,7 @@ class SessionSide:
     per_agent_tps: float | None
 
     @classmethod
-    def of(cls, s: LevelSummary) -> SessionSide:
+    def of(cls, s: ServingLevel) -> SessionSide:
         st = s.session
         assert st is not None
         return cls(st.cache, st.sessions, st.sessions_finished, st.session_s.p50, st.session_s.p90, st.cached_share,

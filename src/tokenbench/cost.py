@@ -11,13 +11,14 @@ level held the box, shared by the sessions it finished.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
+from .metrics import DepthLevel, LevelSummary, ServingLevel, serving
 
 if TYPE_CHECKING:
-    from .metrics import LevelSummary
     from .results import Manifest
 
 HOURS_PER_YEAR = 365 * 24
@@ -147,13 +148,16 @@ def effective_serving_s(agents: int, tokens: int, tokens_per_s: float) -> float:
 def output_rate(s: LevelSummary) -> float | None:
     """The output tokens per second a level sustains: the rate its cost is priced at (a serving level's aggregate
     throughput, else a single-stream decode rate, else a depth run's tg)."""
-    return s.output_throughput_tps or s.decode_tps or s.tg_tps or None
+    if isinstance(s, DepthLevel):
+        return s.tg_tps or None
+    assert isinstance(s, ServingLevel)
+    return s.output_throughput_tps or s.decode_tps or None
 
 
 def operating_point(s: LevelSummary) -> str:
     """A level as the cost table names it: test, concurrency, depth and prompt length; a session level's cache
     mode in place of its prompt length (its prompts grow turn by turn)."""
-    if s.session is not None:
+    if isinstance(s, ServingLevel) and s.session is not None:
         return f"{s.test or 'serve'} c={s.concurrency} {s.session.cache}"
     return (f"{s.test or 'serve'} c={s.concurrency}" + (f" depth={s.depth}" if s.depth else "")
             + (f" prompt={s.input_tokens_mean:.0f}" if s.input_tokens_mean else ""))
@@ -180,7 +184,7 @@ def vs_api(cost: float | None, api: float | None) -> str | None:
     return f"{api / cost:.1f}x cheaper" if cost < api else f"{cost / api:.1f}x dearer"
 
 
-def cost_points(pricing: Pricing, levels: list[LevelSummary], api: float | None = None) -> list[CostPoint]:
+def cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: float | None = None) -> list[CostPoint]:
     """Every level with an output rate, priced by ``pricing``, beside the API's price per million tokens."""
     return [CostPoint(operating_point(s), rate, pricing.per_mtok(rate), api) for s in levels
             if (rate := output_rate(s))]
@@ -210,11 +214,11 @@ class SessionCostPoint:
         return vs_api(self.cost_per_mtok, self.api_cost_per_mtok)
 
 
-def session_cost_points(pricing: Pricing, levels: list[LevelSummary], api: float | None = None) -> list[SessionCostPoint]:
+def session_cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: float | None = None) -> list[SessionCostPoint]:
     """Every agent-session level priced by ``pricing``: per finished session (``cost_per_session``) and per
     million output tokens at the level's output rate, warm and busted alike."""
     out = []
-    for s in levels:
+    for s in serving(levels):
         st = s.session
         if st is None:
             continue

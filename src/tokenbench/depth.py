@@ -33,7 +33,7 @@ from .errors import EndpointError, UsageError
 from .checks import GuardSnapshot
 from .guard import snapshot_before
 from .loadgen import Level, still_heap
-from .metrics import NS_PER_S, ClientReport, Distribution, LevelSummary
+from .metrics import NS_PER_S, ClientReport, DepthLevel, Distribution, LevelSummary
 from .records import RequestRecord
 from .results import LevelOutcome, RunResult, new_run_id, now_iso
 from .servers import root_url
@@ -134,7 +134,7 @@ def _mean_sd(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def _against_server_timings(lp: LevelSummary, lt: LevelSummary, steps: list[Step], pp_mean: float | None,
+def _against_server_timings(lp: DepthLevel, lt: DepthLevel, steps: list[Step], pp_mean: float | None,
                             tg_mean: float | None) -> None:
     """The server's own timings beside the client's clock: a prefill that disagrees is flagged; a tg faster than
     the server allows is withheld (chunks were held back), the client's figure kept apart."""
@@ -151,15 +151,14 @@ def _against_server_timings(lp: LevelSummary, lt: LevelSummary, steps: list[Step
             lt.tg_tps = lt.tg_tps_sd = lt.tg_tps_dist = None
 
 
-def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[LevelSummary, LevelSummary]:
+def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[DepthLevel, DepthLevel]:
     pp_rates = [s.pp_tokens / s.pp_s for s in steps if s.pp_s > 0]
     tg_rates = [s.tg_tokens / s.tg_s for s in steps if s.tg_s > 0 and s.tg_tokens]
     pp_mean, pp_sd = _mean_sd(pp_rates) if pp_rates else (None, None)
     tg_mean, tg_sd = _mean_sd(tg_rates) if tg_rates else (None, None)
-    lp = LevelSummary.empty(concurrency=1, test=f"pp{pp}", depth=depth, pp_tps=pp_mean, pp_tps_sd=pp_sd,
-                            completed=len(pp_rates))
-    lt = LevelSummary.empty(concurrency=1, test=f"tg{tg}", depth=depth, tg_tps=tg_mean, tg_tps_sd=tg_sd,
-                            completed=len(tg_rates), output_tokens_mean=statistics.fmean(s.tg_tokens + 1 for s in steps))
+    lp = DepthLevel(test=f"pp{pp}", depth=depth, pp_tps=pp_mean, pp_tps_sd=pp_sd, completed=len(pp_rates))
+    lt = DepthLevel(test=f"tg{tg}", depth=depth, tg_tps=tg_mean, tg_tps_sd=tg_sd, completed=len(tg_rates),
+                    output_tokens_mean=statistics.fmean(s.tg_tokens + 1 for s in steps))
     lp.pp_tps_dist, lt.tg_tps_dist = Distribution.of(pp_rates), Distribution.of(tg_rates)
     lp.client = ClientReport.written(pp_tps_reps=[round(v, 2) for v in pp_rates])
     lt.client = ClientReport.written(tg_tps_reps=[round(v, 2) for v in tg_rates])
@@ -172,11 +171,11 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[Le
     return lp, lt
 
 
-def skipped_depth(depth: int, pp: int, tg: int, slot_ctx: int) -> tuple[LevelSummary, LevelSummary]:
+def skipped_depth(depth: int, pp: int, tg: int, slot_ctx: int) -> tuple[DepthLevel, DepthLevel]:
     """Levels for a depth that does not fit the server's context: kept, marked, with no numbers."""
     out = []
     for test in (f"pp{pp}", f"tg{tg}"):
-        lvl = LevelSummary.empty(concurrency=1, test=test, depth=depth)
+        lvl = DepthLevel(test=test, depth=depth)
         lvl.add(findings.exceeds_context(depth, pp, tg, slot_ctx))
         out.append(lvl)
     return out[0], out[1]

@@ -20,7 +20,7 @@ from .checks import GuardSnapshot
 from .records import RequestRecord
 
 if TYPE_CHECKING:  # the summary carries its findings; this module only reads it
-    from .metrics import LevelSummary
+    from .metrics import ServingLevel
 
 
 class Code(StrEnum):
@@ -129,7 +129,7 @@ class LevelFacts:
     """What a level's rules look at: its records and summary, and what the runner saw around them."""
 
     records: list[RequestRecord]  # all of the level's records; the rules read the measured ones
-    summary: LevelSummary
+    summary: ServingLevel
     concurrency: int | None = None
     requests: int | None = None  # the requests asked for (None: a duration)
     interrupted: bool = False

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .checks import GuardSnapshot
@@ -236,30 +237,133 @@ class Telemetry(Keyed):
     output_tokens_per_watt: float | None = None
 
 
-@dataclass(slots=True)
-class LevelSummary:
-    """One operating point, in the names of DESIGN.md's JSON result contract (extend, never rename)."""
+#: The latencies with an error split, as ``ServingLevel`` names them.
+FAILED_SPLITS = ("e2e_failed_ms", "ttft_failed_ms", "itl_failed_ms", "ttfb_failed_ms")
 
-    concurrency: int | None
-    rate: float | None
-    completed: int
-    failed: int
-    errors: dict[str, int]
-    duration_s: float
-    output_throughput_tps: float
-    request_throughput_rps: float
-    input_tokens_mean: float | None
-    output_tokens_mean: float | None
-    output_tokens_source: str | None
-    ttft_ms: Distribution
-    tpot_ms: Distribution
-    itl_ms: Distribution
-    e2e_ms: Distribution
-    ttfb_ms: Distribution
-    time_to_first_answer_ms: Distribution
-    flags: list[str]
+#: The JSON result contract's level keys, in the order a level is written (DESIGN.md: extend, never rename).
+#: Both kinds of level write every key, the other kind's empty, so a stored run reads the same whatever it holds.
+LEVEL_KEYS = (
+    "concurrency", "rate", "completed", "failed", "errors", "duration_s", "output_throughput_tps", "per_agent_tps",
+    "request_throughput_rps", "input_tokens_mean", "output_tokens_mean", "output_tokens_source", "ttft_ms",
+    "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "flags", "cost_per_mtok",
+    "total_input_tokens", "total_output_tokens", "reasoning_tokens_mean", "reasoning_share",
+    "answer_throughput_tps", "output_tokens_min", "output_tokens_max", "expected_output_tokens",
+    "input_tokens_source", "tokens_per_chunk_mean", "itl_rule", "prefill_tps", "decode_tps",
+    "achieved_concurrency", "send_delay_ms", "send_queue_ms", "time_to_first_text_ms", *FAILED_SPLITS,
+    "goodput_rps", "slo", "slo_met", "slo_checks", "warnings", "client", "test", "depth", "pp_tps", "tg_tps",
+    "pp_tps_sd", "tg_tps_sd", "pp_tps_dist", "tg_tps_dist", "guard", "telemetry", "findings", "session",
+    "cached_share", "cached_source",
+)
+
+#: The keys whose value is a Distribution, in either kind of level.
+DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms",
+                 "send_queue_ms", "time_to_first_text_ms", "pp_tps_dist", "tg_tps_dist", *FAILED_SPLITS)
+
+
+def _nothing() -> Distribution:
+    return Distribution(n=0)
+
+
+@dataclass(slots=True, kw_only=True)
+class LevelSummary:
+    """One operating point, measured, imported or predicted: what both kinds of level hold. A level is a
+    ``ServingLevel`` (requests under load: ``test`` None or "serve") or a ``DepthLevel`` (llama-bench's one
+    stream at a context depth: ``test`` "pp512", "tg128", ...); ``LevelSummary.from_dict`` reads either from
+    the JSON contract and returns the kind its ``test`` names. Code that needs one kind's figures narrows with
+    ``isinstance``; ``serving(levels)`` and ``depth_levels(levels)`` pick them out of a run."""
+
+    concurrency: int | None = 1
+    rate: float | None = None  # open loop: requests per second offered (None: a closed loop)
+    completed: int = 0
+    failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    duration_s: float = 0.0
+    #: the shape of a request: tokens in its prompt and out of it (a depth level's pp prompt, tg output)
+    input_tokens_mean: float | None = None
+    output_tokens_mean: float | None = None
+    flags: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    client: ClientReport = field(default_factory=ClientReport)
+    test: str | None = None  # "serve" (or None), "pp512", "tg128", ...
+    depth: int | None = None  # context tokens already in the cache before the measured prompt
+    guard: GuardSnapshot | None = None  # the clean-bench guard's snapshot taken before this level
+    telemetry: Telemetry | None = None  # what the server's /metrics (and NVML) said during this level
+    #: the typed findings (findings.py) behind ``flags`` and ``warnings``, which are their view
+    findings: list[Finding] = field(default_factory=list)
+
+    def add(self, finding: Finding) -> bool:
+        """Record a finding, once per code, and keep ``flags`` and ``warnings`` (its view) in step. Returns
+        whether it was new."""
+        if self.finding(finding.code) is not None:
+            return False
+        self.findings.append(finding)
+        if finding.code.value not in self.flags:
+            self.flags.append(finding.code.value)
+        if finding.severity == "warning":
+            self.warnings.append(finding.text)
+        return True
+
+    def finding(self, code: Code) -> Finding | None:
+        return next((f for f in self.findings if f.code == code), None)
+
+    def _own(self) -> dict[str, Any]:
+        """This level's own fields in the contract's JSON values (typed values written by their to_dict)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if hasattr(v, "to_dict"):  # a Distribution, ClientReport, Telemetry, GuardSnapshot, SessionStats
+                out[f.name] = v.to_dict()
+            elif isinstance(v, list):
+                out[f.name] = [x.to_dict() if hasattr(x, "to_dict") else x for x in v]
+            elif isinstance(v, dict):
+                out[f.name] = dict(v)
+            else:
+                out[f.name] = v
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The level in the result contract's names and order, derived rates included where the contract lists
+        them, the other kind's keys empty."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LevelSummary:
+        """A level read from the JSON contract: a ``DepthLevel`` where its ``test`` is a llama-bench test, else a
+        ``ServingLevel``. Unknown keys are dropped (a newer writer's), malformed typed values read as absent."""
+        d = dict(d)
+        for k in DISTRIBUTIONS:
+            if isinstance(d.get(k), dict):
+                d[k] = Distribution(**d[k])
+        d["telemetry"] = Telemetry.from_dict(d["telemetry"]) if isinstance(d.get("telemetry"), dict) else None
+        d["client"] = ClientReport.from_dict(d["client"]) if isinstance(d.get("client"), dict) else ClientReport()
+        d["guard"] = GuardSnapshot.from_dict(d["guard"]) if isinstance(d.get("guard"), dict) else None
+        # runs stored before findings have flags and warnings only: they load with no findings
+        stored = d.get("findings")
+        d["findings"] = [f for x in (stored if isinstance(stored, list) else [])
+                         if isinstance(x, dict) and (f := Finding.from_dict(x))]
+        kind: type[LevelSummary] = ServingLevel if d.get("test") in (None, "serve") else DepthLevel
+        return kind._read(d)
+
+    @classmethod
+    def _read(cls, d: dict[str, Any]) -> LevelSummary:
+        return _built(cls, d)
+
+
+@dataclass(slots=True, kw_only=True)
+class ServingLevel(LevelSummary):
+    """A level of requests under load (a concurrency or a rate; an agent-session level): latencies, throughput,
+    what the client and the SLO said."""
+
+    output_throughput_tps: float = 0.0
+    request_throughput_rps: float = 0.0
+    output_tokens_source: str | None = None
+    ttft_ms: Distribution = field(default_factory=_nothing)
+    tpot_ms: Distribution = field(default_factory=_nothing)
+    itl_ms: Distribution = field(default_factory=_nothing)
+    e2e_ms: Distribution = field(default_factory=_nothing)
+    ttfb_ms: Distribution = field(default_factory=_nothing)
+    time_to_first_answer_ms: Distribution = field(default_factory=_nothing)
     cost_per_mtok: float | None = None
-    # Extensions beyond the contract's original names.
     total_input_tokens: int = 0
     total_output_tokens: int = 0
     reasoning_tokens_mean: float | None = None
@@ -295,23 +399,6 @@ class LevelSummary:
     slo_met: bool | None = None
     #: each level objective of the SLO: its value, verdict and how sure (slo.assess); empty without an SLO
     slo_checks: list[SloCheck] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    client: ClientReport = field(default_factory=ClientReport)
-    # llama-bench style levels (depth runs, imported llama-bench results): DESIGN.md's depth fields.
-    test: str | None = None  # "serve", "pp512", "tg128", ...
-    depth: int | None = None
-    pp_tps: float | None = None
-    tg_tps: float | None = None
-    pp_tps_sd: float | None = None
-    tg_tps_sd: float | None = None
-    #: a measured depth level's rate over its repetitions, as every other measured quantity: a Distribution
-    #: (its std the population's; ``pp_tps_sd``/``tg_tps_sd`` are llama-bench's sample standard deviation)
-    pp_tps_dist: Distribution | None = None
-    tg_tps_dist: Distribution | None = None
-    guard: GuardSnapshot | None = None  # the clean-bench guard's snapshot taken before this level
-    telemetry: Telemetry | None = None  # what the server's /metrics (and NVML) said during this level
-    #: the typed findings (findings.py) behind ``flags`` and ``warnings``, which are their view
-    findings: list[Finding] = field(default_factory=list)
     #: an agent-session level: its turns, sessions and what the prefix cache served (None: not a session level)
     session: SessionStats | None = None
     #: cached prompt tokens / prompt tokens over the level's successful requests, as their servers said
@@ -322,7 +409,7 @@ class LevelSummary:
     @property
     def per_agent_tps(self) -> float | None:
         """Aggregate output throughput / concurrency (how the published tables define it); an open-loop level
-        divides by the concurrency it achieved. None for a level with no throughput figure (a depth row)."""
+        divides by the concurrency it achieved. None for a level with no throughput figure."""
         agents = self.concurrency or self.achieved_concurrency
         if not agents or not (self.output_throughput_tps or self.completed or self.failed):
             return None
@@ -339,93 +426,67 @@ class LevelSummary:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """The level in the result contract's names, derived rates included where the contract lists them."""
-        out: dict[str, Any] = {}
-        for k, v in asdict(self).items():
-            if k == "given_decode_tps":
-                continue
-            out[k] = v
-            if k == "output_throughput_tps":
-                out["per_agent_tps"] = self.per_agent_tps
-            elif k == "prefill_tps":
-                out["decode_tps"] = self.decode_tps
-        out["findings"] = [f.to_dict() for f in self.findings]
-        out["telemetry"] = self.telemetry.to_dict() if self.telemetry is not None else None
-        out["client"] = self.client.to_dict()
-        out["guard"] = self.guard.to_dict() if self.guard is not None else None
-        out["session"] = self.session.to_dict() if self.session is not None else None
-        out["slo_checks"] = [c.to_dict() for c in self.slo_checks]
-        return out
-
-    def add(self, finding: Finding) -> bool:
-        """Record a finding, once per code, and keep ``flags`` and ``warnings`` (its view) in step. Returns
-        whether it was new."""
-        if self.finding(finding.code) is not None:
-            return False
-        self.findings.append(finding)
-        if finding.code.value not in self.flags:
-            self.flags.append(finding.code.value)
-        if finding.severity == "warning":
-            self.warnings.append(finding.text)
-        return True
-
-    def finding(self, code: Code) -> Finding | None:
-        return next((f for f in self.findings if f.code == code), None)
+        own = self._own()
+        own["per_agent_tps"], own["decode_tps"] = self.per_agent_tps, self.decode_tps
+        return {k: own.get(k) for k in LEVEL_KEYS}
 
     @classmethod
-    def empty(
-        cls, concurrency: int | None = 1, rate: float | None = None, *, test: str | None = None,
-        depth: int | None = None, completed: int = 0, failed: int = 0, duration_s: float = 0.0,
-        output_throughput_tps: float = 0.0, request_throughput_rps: float = 0.0,
-        input_tokens_mean: float | None = None, output_tokens_mean: float | None = None,
-        output_tokens_source: str | None = None, ttft_ms: Distribution | None = None,
-        tpot_ms: Distribution | None = None, itl_ms: Distribution | None = None, e2e_ms: Distribution | None = None,
-        prefill_tps: float | None = None, decode_tps: float | None = None, pp_tps: float | None = None,
-        pp_tps_sd: float | None = None, tg_tps: float | None = None, tg_tps_sd: float | None = None,
-        goodput_rps: float | None = None, slo: str | None = None, slo_met: bool | None = None,
-    ) -> LevelSummary:
-        """A level known only by the figures given (an import or a prediction); everything else unknown. Every
-        figure is a typed keyword: a misspelt one is an error, not a silently empty column."""
-        def d(x: Distribution | None) -> Distribution:
-            return x if x is not None else Distribution(n=0)
-
-        return cls(
-            concurrency=concurrency, rate=rate, completed=completed, failed=failed, errors={}, duration_s=duration_s,
-            output_throughput_tps=output_throughput_tps, request_throughput_rps=request_throughput_rps,
-            input_tokens_mean=input_tokens_mean, output_tokens_mean=output_tokens_mean,
-            output_tokens_source=output_tokens_source, ttft_ms=d(ttft_ms), tpot_ms=d(tpot_ms), itl_ms=d(itl_ms),
-            e2e_ms=d(e2e_ms), ttfb_ms=Distribution(n=0), time_to_first_answer_ms=Distribution(n=0), flags=[],
-            prefill_tps=prefill_tps, given_decode_tps=decode_tps, test=test, depth=depth, pp_tps=pp_tps,
-            pp_tps_sd=pp_tps_sd, tg_tps=tg_tps, tg_tps_sd=tg_tps_sd, goodput_rps=goodput_rps, slo=slo,
-            slo_met=slo_met,
-        )
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LevelSummary:
-        d = dict(d)
-        for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms",
-                  "send_queue_ms", "time_to_first_text_ms", "pp_tps_dist", "tg_tps_dist", *FAILED_SPLITS):
-            if isinstance(d.get(k), dict):
-                d[k] = Distribution(**d[k])
+    def _read(cls, d: dict[str, Any]) -> LevelSummary:
         d["session"] = SessionStats.from_dict(d["session"]) if isinstance(d.get("session"), dict) else None
-        d["telemetry"] = Telemetry.from_dict(d["telemetry"]) if isinstance(d.get("telemetry"), dict) else None
-        d["client"] = ClientReport.from_dict(d["client"]) if isinstance(d.get("client"), dict) else ClientReport()
-        d["guard"] = GuardSnapshot.from_dict(d["guard"]) if isinstance(d.get("guard"), dict) else None
         checks = d.get("slo_checks")
         d["slo_checks"] = [c for x in (checks if isinstance(checks, list) else [])
                            if isinstance(x, dict) and (c := SloCheck.from_dict(x))]
-        # runs stored before findings have flags and warnings only: they load with no findings
-        stored = d.get("findings")
-        d["findings"] = [f for x in (stored if isinstance(stored, list) else [])
-                         if isinstance(x, dict) and (f := Finding.from_dict(x))]
         # per_agent_tps and decode_tps are derived; a stored decode rate is kept only where nothing derives it
         decode = d.get("decode_tps")
         tpot = d.get("tpot_ms")
         derived = d.get("concurrency") == 1 and d.get("completed") and isinstance(tpot, Distribution) and tpot.p50
         if decode is not None and not derived:
             d.setdefault("given_decode_tps", decode)
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return _built(cls, d)
+
+
+@dataclass(slots=True, kw_only=True)
+class DepthLevel(LevelSummary):
+    """llama-bench's figure for one test at one depth, one stream (a depth run, an imported llama-bench or
+    published row, a prediction): the prompt rate (pp) or the generation rate (tg) over its repetitions."""
+
+    pp_tps: float | None = None
+    tg_tps: float | None = None
+    #: llama-bench's sample standard deviation over the repetitions
+    pp_tps_sd: float | None = None
+    tg_tps_sd: float | None = None
+    #: a measured depth level's rate over its repetitions, as every other measured quantity: a Distribution
+    #: (its std the population's; ``pp_tps_sd``/``tg_tps_sd`` are llama-bench's sample standard deviation)
+    pp_tps_dist: Distribution | None = None
+    tg_tps_dist: Distribution | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        own = self._own()
+        blank = _serving_blank()
+        return {k: own[k] if k in own else blank.get(k) for k in LEVEL_KEYS}
+
+
+def _built(kind: type[LevelSummary], d: dict[str, Any]) -> LevelSummary:
+    """A level of ``kind`` from its keys (typed values already read); the keys it has no field for are dropped
+    (a newer writer's, or the other kind's, written empty). A module function: a slotted dataclass's methods
+    cannot call ``super()`` without arguments."""
+    known = {f.name for f in fields(kind)}
+    return kind(**{k: v for k, v in d.items() if k in known})
+
+
+def _serving_blank() -> dict[str, Any]:
+    """A serving level's keys with nothing measured: what a depth level writes for them."""
+    return ServingLevel()._own()
+
+
+def serving(levels: Iterable[LevelSummary]) -> list[ServingLevel]:
+    """The serving levels among ``levels``, in order."""
+    return [s for s in levels if isinstance(s, ServingLevel)]
+
+
+def depth_levels(levels: Iterable[LevelSummary]) -> list[DepthLevel]:
+    """The depth levels among ``levels``, in order."""
+    return [s for s in levels if isinstance(s, DepthLevel)]
 
 
 def _source(records: list[RequestRecord], attr: str) -> str | None:
@@ -459,11 +520,9 @@ def _latencies(ok: list[RequestRecord]) -> tuple[Distribution, ...]:
     )
 
 
-#: The latencies with an error split, as ``LevelSummary`` names them.
-FAILED_SPLITS = ("e2e_failed_ms", "ttft_failed_ms", "itl_failed_ms", "ttfb_failed_ms")
 
 
-def _failure_split(summary: LevelSummary, failed: list[RequestRecord]) -> None:
+def _failure_split(summary: ServingLevel, failed: list[RequestRecord]) -> None:
     """Each latency's error split: the same definitions as the success split, over the failed requests."""
     ttft, _tpot, itl, e2e, ttfb, _ttfa, _text = _latencies(failed)
     summary.e2e_failed_ms, summary.ttft_failed_ms, summary.itl_failed_ms, summary.ttfb_failed_ms = e2e, ttft, itl, ttfb
@@ -479,7 +538,7 @@ def _mean(values: list[int]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _reasoning(summary: LevelSummary, ok: list[RequestRecord]) -> None:
+def _reasoning(summary: ServingLevel, ok: list[RequestRecord]) -> None:
     """Reasoning tokens are output tokens: the share of the output budget they took, and what is left."""
     if not any(r.reasoning_tokens for r in ok):
         return
@@ -489,7 +548,7 @@ def _reasoning(summary: LevelSummary, ok: list[RequestRecord]) -> None:
         summary.answer_throughput_tps = summary.output_throughput_tps * (1 - summary.reasoning_share)
 
 
-def _prefill_tps(summary: LevelSummary, ok: list[RequestRecord]) -> float | None:
+def _prefill_tps(summary: ServingLevel, ok: list[RequestRecord]) -> float | None:
     """Prefill rate, median input tokens / TTFT (llama-bench's "pp"): concurrency 1 only. The decode rate is
     derived from TPOT (``LevelSummary.decode_tps``)."""
     if summary.concurrency != 1:
@@ -506,11 +565,11 @@ def client_delays(measured: list[RequestRecord]) -> tuple[Distribution | None, D
     return (Distribution.of(delays) if delays else None), (Distribution.of(queued) if queued else None)
 
 
-def _client_delays(summary: LevelSummary, measured: list[RequestRecord]) -> None:
+def _client_delays(summary: ServingLevel, measured: list[RequestRecord]) -> None:
     summary.send_delay_ms, summary.send_queue_ms = client_delays(measured)
 
 
-def _goodput(summary: LevelSummary, measured: list[RequestRecord], slo: SLO | None) -> None:
+def _goodput(summary: ServingLevel, measured: list[RequestRecord], slo: SLO | None) -> None:
     """Goodput (the requests within every per-request limit, per second) and each level objective's verdict
     (``slo.assess``: the value, pass or fail, how sure); the level meets the SLO when every objective passes."""
     if slo is None or not (slo.per_request_ms or slo.decides_levels):
@@ -531,7 +590,7 @@ def summarize(
     window_start_ns: int,
     window_end_ns: int | None = None,
     slo: SLO | None = None,
-) -> LevelSummary:
+) -> ServingLevel:
     """The statistics of one level's measured requests (warm-up records are ignored here). What the numbers
     cannot say by themselves is decided in ``findings``, and what they cost in ``cost``."""
     measured = [r for r in records if r.phase == "measured"]
@@ -543,7 +602,7 @@ def summarize(
     in_tokens = [r.input_tokens for r in ok if r.input_tokens is not None]
     chunks = sum(len(r.chunk_ns) for r in ok)
     ttft, tpot, itl, e2e, ttfb, ttfa, ttftext = _latencies(ok)
-    summary = LevelSummary(
+    summary = ServingLevel(
         concurrency=concurrency,
         rate=rate,
         completed=len(ok),

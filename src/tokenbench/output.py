@@ -16,7 +16,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from .metrics import LevelSummary, Telemetry
+from .metrics import ServingLevel, Telemetry
 
 if TYPE_CHECKING:
     from .results import Manifest
@@ -92,7 +92,7 @@ def _ms(v: float | None) -> str:
     return f"{v:.1f} ms"
 
 
-def level_label(s: LevelSummary) -> str:
+def level_label(s: ServingLevel) -> str:
     """A level in a table's first column: its rate or concurrency, and an agent session's cache mode ("4 warm":
     a session run measures each concurrency twice)."""
     cache = f" {s.session.cache}" if s.session is not None else ""
@@ -101,19 +101,19 @@ def level_label(s: LevelSummary) -> str:
     return f"{s.concurrency}{cache}" if s.concurrency is not None else "trace"  # a trace sent all at once
 
 
-Column = tuple[str, Callable[[LevelSummary], str]]
+Column = tuple[str, Callable[[ServingLevel], str]]
 
 
-def _p99_ttft(s: LevelSummary) -> str:
+def _p99_ttft(s: ServingLevel) -> str:
     return _ms(s.ttft_ms.p99) + ("*" if s.ttft_ms.n and s.ttft_ms.n < 100 else "")
 
 
-def _aggregate(s: LevelSummary) -> str:
+def _aggregate(s: ServingLevel) -> str:
     # an imported or predicted row without this figure has 0.0 stored: not a measured zero
     return _num(s.output_throughput_tps) if s.output_throughput_tps or s.completed or s.failed else "—"
 
 
-def _sweep_columns(levels: list[LevelSummary], currency: str) -> list[Column]:
+def _sweep_columns(levels: list[ServingLevel], currency: str) -> list[Column]:
     """The sweep table's columns: the fixed ones, and those only some runs have a figure for."""
     # imported rows at one concurrency can differ by prompt length only: say which is which
     keys = [(level_label(s), s.input_tokens_mean) for s in levels]
@@ -137,18 +137,18 @@ def _sweep_columns(levels: list[LevelSummary], currency: str) -> list[Column]:
     return cols
 
 
-def sweep_rows(levels: list[LevelSummary], currency: str = "USD") -> tuple[list[str], list[list[str]]]:
+def sweep_rows(levels: list[ServingLevel], currency: str = "USD") -> tuple[list[str], list[list[str]]]:
     cols = _sweep_columns(levels, currency)
     return [h for h, _ in cols], [[cell(s) for _, cell in cols] for s in levels]
 
 
-def slo_verdict(s: LevelSummary) -> str:
+def slo_verdict(s: ServingLevel) -> str:
     if s.slo_met is None:
         return "—"
     return "pass" if s.slo_met else "FAIL"
 
 
-def single_stream_lines(levels: list[LevelSummary]) -> list[str]:
+def single_stream_lines(levels: list[ServingLevel]) -> list[str]:
     out = []
     for s in levels:
         if s.session is not None and s.session.cache == "warm":
@@ -165,7 +165,7 @@ def single_stream_lines(levels: list[LevelSummary]) -> list[str]:
 HELD_BACK_NOTE_MS = 1.0
 
 
-def notes(levels: list[LevelSummary]) -> list[str]:
+def notes(levels: list[ServingLevel]) -> list[str]:
     out = []
     slos = {s.slo for s in levels if s.slo}
     if slos:
@@ -199,7 +199,7 @@ def notes(levels: list[LevelSummary]) -> list[str]:
     return out
 
 
-def _server_parts(s: LevelSummary) -> list[str]:
+def _server_parts(s: ServingLevel) -> list[str]:
     """What the server said of a level: its /metrics (and power), and what its responses said of its cache."""
     t = s.telemetry or Telemetry()
     parts: list[str] = []
@@ -233,7 +233,7 @@ def format_markdown(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def format_sweep_markdown(levels: list[LevelSummary], currency: str = "USD") -> str:
+def format_sweep_markdown(levels: list[ServingLevel], currency: str = "USD") -> str:
     header, rows = sweep_rows(levels, currency)
     parts = [format_markdown(header, rows)]
     extra = single_stream_lines(levels) + notes(levels)
@@ -420,7 +420,7 @@ def _share(part: float | None, whole: float | None) -> str:
     return f"{100 * part / whole:.0f}%" if part is not None and whole else "—"
 
 
-def session_rows(warm: LevelSummary, busted: LevelSummary | None) -> tuple[list[str], list[list[str]]]:
+def session_rows(warm: ServingLevel, busted: ServingLevel | None) -> tuple[list[str], list[list[str]]]:
     """One agent count's turns: the context each turn sent, the share the server served from its cache, TTFT with
     the cache warm and busted (p50 over the sessions), what the cache bought, and the decode rate at that turn."""
     assert warm.session is not None
@@ -437,7 +437,7 @@ def session_rows(warm: LevelSummary, busted: LevelSummary | None) -> tuple[list[
     return header, rows
 
 
-def session_lines(s: LevelSummary) -> list[str]:
+def session_lines(s: ServingLevel) -> list[str]:
     """A session level's totals: sessions finished and their time, what the cache served by the responses' count
     and by the server's own counters."""
     st = s.session
@@ -459,7 +459,7 @@ def session_lines(s: LevelSummary) -> list[str]:
     return [f"{level_label(s)}: " + "; ".join(p for p in parts if p)]
 
 
-def session_headline(warm: LevelSummary, busted: LevelSummary | None) -> str | None:
+def session_headline(warm: ServingLevel, busted: ServingLevel | None) -> str | None:
     """What the cache bought at the last turn both modes reached: 'turn 20 at 4,810 tokens: TTFT 0.08 s cached,
     1.12 s uncached (14x)'."""
     if warm.session is None or busted is None or busted.session is None:
@@ -479,13 +479,13 @@ def session_headline(warm: LevelSummary, busted: LevelSummary | None) -> str | N
                    f"({b.ttft_ms.p50 / t.ttft_ms.p50:.1f}x)")
 
 
-def session_pairs(levels: list[LevelSummary]) -> list[tuple[LevelSummary, LevelSummary | None]]:
+def session_pairs(levels: list[ServingLevel]) -> list[tuple[ServingLevel, ServingLevel | None]]:
     """Each agent count's warm level and its busted baseline (None where it was not run)."""
     busted = {s.concurrency: s for s in levels if s.session is not None and s.session.cache == "busted"}
     return [(s, busted.get(s.concurrency)) for s in levels if s.session is not None and s.session.cache == "warm"]
 
 
-def print_sessions(console: Console, levels: list[LevelSummary], fmt: str = "table") -> None:
+def print_sessions(console: Console, levels: list[ServingLevel], fmt: str = "table") -> None:
     """The session view of a run: per agent count, TTFT against the turn and its context, warm and busted."""
     for warm, busted in session_pairs(levels):
         print_table(console, *session_rows(warm, busted), fmt,
@@ -498,7 +498,7 @@ def print_sessions(console: Console, levels: list[LevelSummary], fmt: str = "tab
             console.print(line, markup=False, highlight=False)
 
 
-def print_sweep(console: Console, levels: list[LevelSummary], currency: str, title: str | None = None) -> None:
+def print_sweep(console: Console, levels: list[ServingLevel], currency: str, title: str | None = None) -> None:
     header, rows = sweep_rows(levels, currency)
     # what every level shares said once above the table; the flags under it where they do not fit in it
     print_table(console, header, rows, title=title, numeric=True, keep=(0,), aside=len(header) - 1)

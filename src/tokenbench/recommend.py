@@ -17,7 +17,7 @@ from .capacity import SearchSpec, Verdict, bracket, search_by
 from .cost import DEFAULT_CURRENCY, Pricing
 from .errors import UsageError
 from .findings import Code
-from .metrics import LevelSummary
+from .metrics import ServingLevel
 from .predict.calibration import Calibration
 from .predict.setup import Setup
 from .predict.specs import Catalog, HardwareSpec
@@ -214,41 +214,41 @@ def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pri
     return out
 
 
-def _serving(r: RunResult, agents: int | None = None) -> list[LevelOutcome]:
-    """A run's serving levels with a throughput (at ``agents``, or all by concurrency): an agent session's
-    busted level is the no-cache baseline, not how the box serves; its warm level is."""
-    return sorted((o for o in r.outcomes if o.summary.concurrency and o.summary.output_throughput_tps
-                   and (agents is None or o.summary.concurrency == agents)
-                   and not (o.summary.session is not None and o.summary.session.cache == "busted")),
-                  key=lambda o: (o.summary.concurrency, -(o.summary.input_tokens_mean or 0)))
+def _serving(r: RunResult, agents: int | None = None) -> list[tuple[LevelOutcome, ServingLevel]]:
+    """A run's serving levels with a throughput (at ``agents``, or all by concurrency), each beside its outcome:
+    an agent session's busted level is the no-cache baseline, not how the box serves; its warm level is."""
+    return sorted(((o, s) for o in r.outcomes if (s := o.serving) is not None and s.concurrency
+                   and s.output_throughput_tps and (agents is None or s.concurrency == agents)
+                   and not (s.session is not None and s.session.cache == "busted")),
+                  key=lambda x: (x[1].concurrency or 0, -(x[1].input_tokens_mean or 0)))
 
 
-def _set_measured(c: Candidate, s: LevelSummary) -> None:
+def _set_measured(c: Candidate, s: ServingLevel) -> None:
     c.throughput, c.ttft_p99_ms, c.tpot_ms = s.output_throughput_tps, s.ttft_ms.p99, s.tpot_ms.p50
 
 
-def _level_verdict(o: LevelOutcome, c: Candidate, w: Workload) -> bool | None:
+def _level_verdict(o: LevelOutcome, s: ServingLevel, c: Candidate, w: Workload) -> bool | None:
     """A measured level against the SLOs; None where it cannot say (cut short before its verdict, or stopped
     early by a search, so a pass on what it ran is not a pass)."""
     if o.status in ("interrupted", "partial"):
         return None
     if o.status == "failed":
         return False
-    _set_measured(c, o.summary)
+    _set_measured(c, s)
     met = _meets(c, w)
-    return None if met and o.summary.finding(Code.STOPPED_EARLY) is not None else met
+    return None if met and s.finding(Code.STOPPED_EARLY) is not None else met
 
 
-def _measured_capacity(c: Candidate, r: RunResult, w: Workload) -> LevelSummary | None:
+def _measured_capacity(c: Candidate, r: RunResult, w: Workload) -> ServingLevel | None:
     """The most agents a run's levels show the box serving within the SLOs (every level below it met them too:
     the first failing level bounds it), and the level whose figures stand for the box there."""
     levels = _serving(r)
     if not levels:
         return None
-    verdicts = [Verdict(float(o.summary.concurrency or 0), _level_verdict(o, c, w), [], 0, None, o.idx) for o in levels]
+    verdicts = [Verdict(float(s.concurrency or 0), _level_verdict(o, s, c, w), [], 0, None, o.idx) for o, s in levels]
     last, first = bracket(verdicts)
     c.capacity, c.at_least = (int(last) if last else None), last is not None and first is None
-    at = next((o.summary for o in levels if o.summary.concurrency == c.capacity), levels[0].summary)
+    at = next((s for _, s in levels if s.concurrency == c.capacity), levels[0][1])
     n = at.completed + at.failed
     if c.at_least:
         c.notes.append(f"at least: every level run (to {int(last or 0)} agents) met the SLOs")
@@ -265,7 +265,7 @@ def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing], cap
         label = str(m.label or r.run_id)
         c = Candidate(label, f"{m.engine or '?'} {m.weights or ''}".strip(), "measured")
         out.append(c)
-        s = _measured_capacity(c, r, w) if capacity else max((o.summary for o in _serving(r, w.agents)),
+        s = _measured_capacity(c, r, w) if capacity else max((s for _, s in _serving(r, w.agents)),
                                                              key=lambda x: x.input_tokens_mean or 0, default=None)
         if s is None:
             c.exclude("no measured level", "no measured serving level" if capacity

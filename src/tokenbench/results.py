@@ -5,9 +5,11 @@ import this and ``reader``, never a runner."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import secrets
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +18,7 @@ from .loadgen import Level
 from . import findings, registry
 from .keyed import Keyed
 from .cost import level_cost
-from .metrics import Distribution, LevelSummary, coefficient_of_variation
+from .metrics import Distribution, LevelSummary, ServingLevel, coefficient_of_variation, serving
 
 if TYPE_CHECKING:
     from .quality.items import Item
@@ -136,7 +138,12 @@ class LevelOutcome:
     level: Level
     summary: LevelSummary
     status: str  # complete | interrupted | failed
-    repetitions: list[LevelSummary] = field(default_factory=list)
+    repetitions: Sequence[LevelSummary] = field(default_factory=list)
+
+    @property
+    def serving(self) -> ServingLevel | None:
+        """The level's summary where it is a serving level (None: a depth level)."""
+        return self.summary if isinstance(self.summary, ServingLevel) else None
 
 
 @dataclass(slots=True)
@@ -167,8 +174,8 @@ class RunResult:
         for o in self.outcomes:
             d = o.summary.to_dict()
             d["status"] = o.status
-            if len(o.repetitions) > 1:
-                d["repetitions"] = repetition_stats(o.repetitions)
+            if len(reps := serving(o.repetitions)) > 1:
+                d["repetitions"] = repetition_stats(reps)
             levels.append(d)
         doc = {
             "tool": "tokenbench",
@@ -204,7 +211,7 @@ def new_run_id() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def repetition_stats(reps: list[LevelSummary]) -> dict[str, Any]:
+def repetition_stats(reps: list[ServingLevel]) -> dict[str, Any]:
     def stat(values: list[float | None]) -> dict[str, Any]:
         vals = [v for v in values if v is not None]
         return {
@@ -222,14 +229,15 @@ def repetition_stats(reps: list[LevelSummary]) -> dict[str, Any]:
     }
 
 
-def combine_repetitions(reps: list[LevelSummary], price_per_hour: float | None,
+def combine_repetitions(given: Sequence[LevelSummary], price_per_hour: float | None,
                         currency: str | None = None) -> LevelSummary:
     """Repetitions of a level: the first summary with throughput, percentiles and prefill rate replaced by their
     medians over the repetitions (what compare's interval over repetitions resamples), and the cost per million
     tokens at the median throughput (it was dropped: a priced run with --repetitions 3 showed no cost at all)."""
-    if len(reps) == 1:
-        return reps[0]
-    base = LevelSummary.from_dict(reps[0].to_dict())
+    reps = serving(given)
+    if len(given) == 1 or len(reps) != len(given):  # a depth level is stored once
+        return given[0]
+    base = copy.deepcopy(reps[0])
     base.output_throughput_tps = statistics.median(r.output_throughput_tps for r in reps)
     base.completed = sum(r.completed for r in reps)
     base.failed = sum(r.failed for r in reps)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .metrics import LevelSummary, SessionStats
+from .metrics import LevelSummary, ServingLevel, SessionStats, serving
 from .results import RunResult
 
 WARM, BUSTED = "warm", "busted"
@@ -28,13 +28,13 @@ MOST_TURNS = 16
 
 def is_session_run(r: RunResult) -> bool:
     """An agent-session run: its levels carry session statistics, or its workload says so."""
-    return any(o.summary.session is not None for o in r.outcomes) or (r.manifest.workload or {}).get("kind") == \
+    return any((s := o.serving) is not None and s.session is not None for o in r.outcomes) or (r.manifest.workload or {}).get("kind") == \
         "sessions"
 
 
 def cache_of(s: LevelSummary) -> str | None:
     """A level's cache mode (warm, busted), None for a level that is no session level."""
-    return s.session.cache if s.session is not None else None
+    return s.session.cache if isinstance(s, ServingLevel) and s.session is not None else None
 
 
 def name(r: RunResult) -> str:
@@ -57,11 +57,10 @@ def mismatch(a: RunResult, b: RunResult) -> str | None:
             "compare session runs with session runs")
 
 
-def levels(r: RunResult) -> dict[tuple[int, str], LevelSummary]:
+def levels(r: RunResult) -> dict[tuple[int, str], ServingLevel]:
     """The run's session levels by (concurrency, cache mode); the first where a key repeats."""
-    out: dict[tuple[int, str], LevelSummary] = {}
-    for o in r.outcomes:
-        s = o.summary
+    out: dict[tuple[int, str], ServingLevel] = {}
+    for s in serving(o.summary for o in r.outcomes):
         if s.session is not None:
             out.setdefault((s.concurrency or 0, s.session.cache), s)
     return out

@@ -7,7 +7,7 @@ An objective is one of:
   (TTFT of a session level is each turn's TTFT);
 - a per-request limit, the same names without a percentile (``tpot=50ms``): a request over it is not good
   (goodput, as ``vllm bench serve --goodput``); it decides no level by itself;
-- ``agent_tps=30``: at least this many output tokens per second per agent (``LevelSummary.per_agent_tps``);
+- ``agent_tps=30``: at least this many output tokens per second per agent (``ServingLevel.per_agent_tps``);
 - ``errors=1%``: at most this share of failed requests (without it, one failed request fails the level);
 - ``session_p90=5m``: an agent session's time, first turn sent to last byte, at a percentile.
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .records import RequestRecord
 
 if TYPE_CHECKING:
-    from .metrics import LevelSummary
+    from .metrics import ServingLevel
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -263,7 +263,7 @@ def _by_session(records: list[RequestRecord]) -> list[list[RequestRecord]]:
     return list(out.values())
 
 
-def _agent_rate_check(summary: LevelSummary, ok: list[RequestRecord], limit: float) -> SloCheck:
+def _agent_rate_check(summary: ServingLevel, ok: list[RequestRecord], limit: float) -> SloCheck:
     """Per-agent tok/s against its floor; sure when the floor is outside the 95% interval of the mean (the
     per-request rates' relative standard error applied to the level's rate)."""
     value = summary.per_agent_tps
@@ -277,7 +277,7 @@ def _agent_rate_check(summary: LevelSummary, ok: list[RequestRecord], limit: flo
     return SloCheck("agent_tps", value, limit, "tok/s", met, len(rates), None, p)
 
 
-def assess(summary: LevelSummary, measured: list[RequestRecord], slo: SLO) -> list[SloCheck]:
+def assess(summary: ServingLevel, measured: list[RequestRecord], slo: SLO) -> list[SloCheck]:
     """Every level objective of ``slo`` on one level's measured requests, in the order written."""
     ok = [r for r in measured if r.ok]
     checks: list[SloCheck] = []

@@ -24,7 +24,7 @@ from .findings import Code
 from .checks import GuardSnapshot
 from .guard import refuse_if_dirty, snapshot_before
 from .loadgen import ClientWatch, Level, run_phase, still_heap
-from .metrics import SLO, ClientReport, LevelSummary, peak_in_flight, session_stats, summarize
+from .metrics import SLO, ClientReport, ServingLevel, peak_in_flight, session_stats, summarize
 from .workers import ClientSpec, WorkerPool, auto_workers
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
@@ -141,7 +141,7 @@ class SweepConfig:
 class Reporter(Protocol):
     def level_start(self, description: str, total: int | None, duration_s: float | None) -> None: ...
     def request_done(self, record: RequestRecord) -> None: ...
-    def level_end(self, summary: LevelSummary) -> None: ...
+    def level_end(self, summary: ServingLevel) -> None: ...
     def note(self, text: str) -> None: ...
     def warn(self, text: str) -> None: ...
 
@@ -153,7 +153,7 @@ class QuietReporter:
     def request_done(self, record: RequestRecord) -> None:
         pass
 
-    def level_end(self, summary: LevelSummary) -> None:
+    def level_end(self, summary: ServingLevel) -> None:
         pass
 
     def note(self, text: str) -> None:
@@ -393,7 +393,7 @@ class _Sweep:
     async def run(self) -> None:
         idx = 0
         while (level := self.plan.next_level(self.outcomes)) is not None:
-            reps: list[LevelSummary] = []
+            reps: list[ServingLevel] = []
             level_status = "complete"
             for r in range(self.cfg.repetitions):
                 summary, level_status = await _run_level(
@@ -407,7 +407,7 @@ class _Sweep:
             idx += 1
             await self.stop_if_broken(level, reps[-1])
 
-    async def stop_if_broken(self, level: Level, last: LevelSummary) -> None:
+    async def stop_if_broken(self, level: Level, last: ServingLevel) -> None:
         """A truncated prompt fails the run; lost connections ask whether the server is still there."""
         truncated = last.finding(Code.PROMPT_TRUNCATED)
         if truncated is not None:
@@ -565,7 +565,7 @@ class _SessionWork:
         return self.last
 
 
-def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: LevelSummary,
+def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: ServingLevel,
            reasons: list[str], info: ServerInfo, snap: GuardSnapshot | None, node_snaps: list[GuardSnapshot],
            lost: list[str], longest: int, stopped: str | None = None) -> findings.LevelFacts:
     """What the finding rules look at for a finished level: the client's reasons (its watch, or each worker's),
@@ -661,7 +661,7 @@ async def _run_level(
     pool: WorkerPool | None = None,
     sessions: _SessionWork | None = None,
     plan: LevelPlan | None = None,
-) -> tuple[LevelSummary, str]:
+) -> tuple[ServingLevel, str]:
     """One repetition of a level (``at``: its index and repetition): warm-up, the measured window, its summary and
     findings, stored at once."""
     idx, repetition = at
@@ -722,7 +722,7 @@ async def _run_level(
     return summary, status
 
 
-def _end_status(summary: LevelSummary, load: _Load) -> str:
+def _end_status(summary: ServingLevel, load: _Load) -> str:
     """A measured level's status: failed (too many errors, a prompt cut), partial (cut by a search's budget) or
     complete; a search's early stop adds its verdict's reason first."""
     if load.stop is not None:
@@ -763,7 +763,7 @@ async def _measure(cfg: SweepConfig, client: StreamClient, load: _Load, level: L
     return tele
 
 
-def _attach_session(summary: LevelSummary, records: list[RequestRecord], level: Level,
+def _attach_session(summary: ServingLevel, records: list[RequestRecord], level: Level,
                     sessions: _SessionWork | None) -> None:
     """A session level's view (``summary.session``), with what the runner alone knows (compactions, caps) and the
     server's own prefix-cache hit share over the level (/metrics, once the telemetry is in), beside the responses'

@@ -14,6 +14,7 @@ from ..engines.embedded import running
 from ..errors import TokenbenchError
 from ..output import print_table
 from ..reader import load_result
+from ..metrics import DepthLevel
 from ..results import RunResult
 from ..servers import normalize_base_url
 from ..store import Store
@@ -38,6 +39,8 @@ def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
     rows = []
     for o in res.outcomes:
         s = o.summary
+        if not isinstance(s, DepthLevel):
+            continue
         v, sd = (s.pp_tps, s.pp_tps_sd) if s.pp_tps is not None else (s.tg_tps, s.tg_tps_sd)
         value = "—" if v is None else f"{v:,.2f}" if predicted else f"{v:,.2f} ± {sd or 0:.2f}"
         rows.append([res.manifest.model or "", f"{s.test} @ d{s.depth}", f"{s.depth or 0:,}", value,

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from ..cost import DEFAULT_CURRENCY
 from ..errors import UsageError
+from ..metrics import DepthLevel, serving
 from ..output import describe_run, print_sweep, print_table
 from ..results import Manifest, RunResult
 from ..reader import load_result
@@ -85,19 +86,19 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
         print_table(console, *boot_rows(res.manifest.boots or []), a.format)
         saved(console, res, store.path)
-    elif any(o.summary.test not in (None, "serve") for o in res.outcomes):
+    elif any(isinstance(o.summary, DepthLevel) for o in res.outcomes):
         # pp/tg at depths (depth runs, llama-bench and published imports, predicted depths): their own table;
         # a published run that also has serving levels gets the sweep table for those as well
         from dataclasses import replace
 
-        serve = [o for o in res.outcomes if o.summary.test in (None, "serve")]
-        bench = replace(res, outcomes=[o for o in res.outcomes if o.summary.test not in (None, "serve")])
+        serve = serving(o.summary for o in res.outcomes)
+        bench = replace(res, outcomes=[o for o in res.outcomes if isinstance(o.summary, DepthLevel)])
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
         print_table(console, *depth_rows(bench), a.format, keep=(1, 3))  # the model said once, above
         for line in depth_notes(bench):
             console.print(line, style="yellow", markup=False, highlight=False)
         if serve:
-            print_sweep(console, [o.summary for o in serve], res.manifest.currency or DEFAULT_CURRENCY,
+            print_sweep(console, serve, res.manifest.currency or DEFAULT_CURRENCY,
                         f"{res.predicted_mark} (not measured)" if res.predicted_mark else "serving")
         saved(console, res, store.path)
     else:

@@ -22,7 +22,7 @@ from ..dataset import load as load_dataset
 from ..draws import Draw
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
-from ..metrics import LevelSummary, SLO
+from ..metrics import SLO, ServingLevel, serving
 from ..output import describe_run, format_sweep_markdown, lengths_line, print_sweep
 from ..records import RequestRecord
 from ..results import RunResult
@@ -90,7 +90,7 @@ class RichReporter:
             else:
                 self.progress.update(self.task, advance=1, count=self._count())
 
-    def level_end(self, summary: LevelSummary) -> None:
+    def level_end(self, summary: ServingLevel) -> None:
         info = f"{summary.output_throughput_tps:.1f} tok/s, TTFT p50 {summary.ttft_ms.p50 or 0:.0f} ms"
         if summary.failed:
             info += f", {summary.failed} failed"
@@ -275,7 +275,7 @@ def sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
 
 
 def print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
-    levels = [o.summary for o in res.outcomes]
+    levels = serving(o.summary for o in res.outcomes)
     currency = res.manifest.currency or DEFAULT_CURRENCY
     lengths = lengths_line(res.manifest)  # lengths that vary: the distribution or the dataset each level drew
     if fmt == "markdown":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..metrics import Distribution, LevelSummary
+from ..metrics import Distribution, LevelSummary, ServingLevel
 from ..results import Manifest
 from .fields import FieldError, Imported, load_json, need
 
@@ -39,7 +39,7 @@ def _strategy(b: dict[str, Any]) -> dict[str, Any]:
 def parse(path: Path, text: str, label: str | None) -> list[Imported]:
     d = load_json(path, text)
     benches = need(d, "benchmarks", path, "", kind=list)
-    levels = []
+    levels: list[LevelSummary] = []
     model = None
     for i, b in enumerate(benches):
         where = f"benchmarks[{i}]"
@@ -52,7 +52,7 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         conc = int(st["streams"]) if st.get("streams") else (1 if kind == "synchronous" else None)
         rate = float(st["rate"]) if st.get("rate") and not conc else None
         totals = m.get("request_totals") or {}
-        s = LevelSummary.empty(
+        s = ServingLevel(
             concurrency=conc, rate=rate, completed=int(totals.get("successful") or 0),
             failed=int(totals.get("errored") or 0), output_throughput_tps=float(tps),
             ttft_ms=_dist(m, "time_to_first_token_ms", path, where),

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..metrics import LevelSummary
+from ..metrics import DepthLevel, LevelSummary
 from ..results import Manifest
 from ..wire import WireError, loads
 from .fields import FieldError, Imported, load_json, need, number
@@ -51,17 +51,17 @@ def _num(rec: dict[str, Any], key: str, path: Path, i: int, default: float | Non
 
 def parse(path: Path, text: str, label: str | None) -> list[Imported]:
     recs = _records(path, text)
-    levels = []
+    levels: list[LevelSummary] = []
     for i, r in enumerate(recs):
         n_prompt, n_gen, ts = (_num(r, k, path, i) for k in KEYS)
         depth = int(_num(r, "n_depth", path, i, default=0))
         sd = _num(r, "stddev_ts", path, i, default=0.0)
         if n_prompt and not n_gen:
-            lv = LevelSummary.empty(1, test=f"pp{int(n_prompt)}", depth=depth, pp_tps=ts, pp_tps_sd=sd)
+            lv = DepthLevel(test=f"pp{int(n_prompt)}", depth=depth, pp_tps=ts, pp_tps_sd=sd)
         elif n_gen and not n_prompt:
-            lv = LevelSummary.empty(1, test=f"tg{int(n_gen)}", depth=depth, tg_tps=ts, tg_tps_sd=sd)
+            lv = DepthLevel(test=f"tg{int(n_gen)}", depth=depth, tg_tps=ts, tg_tps_sd=sd)
         else:
-            lv = LevelSummary.empty(1, test=f"pp{int(n_prompt)}+tg{int(n_gen)}", depth=depth, tg_tps=ts)
+            lv = DepthLevel(test=f"pp{int(n_prompt)}+tg{int(n_gen)}", depth=depth, tg_tps=ts)
         levels.append(lv)
     r0 = recs[0] if recs else {}
     backend = str(r0.get("backends") or "").lower()

@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UsageError
-from ..metrics import Distribution, LevelSummary
+from ..metrics import DepthLevel, Distribution, LevelSummary, ServingLevel
 from ..results import Manifest
-from ..predict.measured import COLUMNS, read_rows
+from ..predict.measured import COLUMNS, Row, read_rows
 from .fields import Imported
 
 
@@ -39,26 +39,41 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         lv = next((s for s in run.levels if (s.test, s.depth, s.concurrency, s.input_tokens_mean) ==
                    (test, r.depth, r.concurrency, float(r.input_len or 0) or None)), None)
         if lv is None:
-            lv = LevelSummary.empty(concurrency=r.concurrency, test=test, depth=r.depth,
-                                    input_tokens_mean=float(r.input_len) or None,
-                                    output_tokens_mean=float(r.output_len) or None)
+            kind: type[LevelSummary] = ServingLevel if test == "serve" else DepthLevel
+            lv = kind(concurrency=r.concurrency, test=test, depth=r.depth, input_tokens_mean=float(r.input_len) or None,
+                      output_tokens_mean=float(r.output_len) or None)
             run.levels.append(lv)
-        if r.metric == "prefill_tps":
-            if test.startswith("pp"):
-                lv.pp_tps = r.value
-            else:
-                lv.prefill_tps = r.value
-        elif r.metric == "decode_tps":
-            if test.startswith("tg"):
-                lv.tg_tps = r.value
-            else:
-                lv.given_decode_tps = r.value
-        elif r.metric == "output_tps":
-            lv.output_throughput_tps = r.value
-        elif r.metric == "ttft_median":
-            lv.ttft_ms = Distribution(n=0, p50=r.value) if lv.ttft_ms.p99 is None else Distribution(n=0, p50=r.value, p99=lv.ttft_ms.p99)
-        elif r.metric == "ttft_p99":
-            lv.ttft_ms = Distribution(n=0, p50=lv.ttft_ms.p50, p99=r.value)
-        elif r.metric == "tpot_median":
-            lv.tpot_ms = Distribution(n=0, p50=r.value)
+        if isinstance(lv, DepthLevel):
+            _depth_figure(lv, r)
+        else:
+            assert isinstance(lv, ServingLevel)
+            _serving_figure(lv, r)
     return list(runs.values())
+
+
+def _depth_figure(lv: DepthLevel, r: Row) -> None:
+    """A llama-bench row's rate: pp's prompt rate or tg's generation rate."""
+    test = lv.test or ""
+    if r.metric == "prefill_tps" and test.startswith("pp") and "+" not in test:
+        lv.pp_tps = r.value
+    elif r.metric == "decode_tps" and (test.startswith("tg") or "+tg" in test):
+        lv.tg_tps = r.value
+    else:
+        raise UsageError(f"{r.metric} is not a figure of a {lv.test} row (pp rows give prefill_tps, tg rows "
+                         "decode_tps); nothing was imported")
+
+
+def _serving_figure(lv: ServingLevel, r: Row) -> None:
+    """A serving row's figure, in the level's own names."""
+    if r.metric == "prefill_tps":
+        lv.prefill_tps = r.value
+    elif r.metric == "decode_tps":
+        lv.given_decode_tps = r.value
+    elif r.metric == "output_tps":
+        lv.output_throughput_tps = r.value
+    elif r.metric == "ttft_median":
+        lv.ttft_ms = Distribution(n=0, p50=r.value, p99=lv.ttft_ms.p99)
+    elif r.metric == "ttft_p99":
+        lv.ttft_ms = Distribution(n=0, p50=lv.ttft_ms.p50, p99=r.value)
+    elif r.metric == "tpot_median":
+        lv.tpot_ms = Distribution(n=0, p50=r.value)

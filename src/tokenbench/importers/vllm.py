@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..metrics import Distribution, LevelSummary
+from ..metrics import Distribution, ServingLevel
 from ..results import Manifest
 from .fields import FieldError, Imported, load_json, need
 
@@ -32,7 +32,7 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
     conc = d.get("max_concurrency")
     rate = d.get("request_rate")
     rate = None if rate in (None, "inf", float("inf")) or conc else float(rate)
-    s = LevelSummary.empty(
+    s = ServingLevel(
         concurrency=int(conc) if conc else None, rate=rate, completed=completed,
         failed=int(d.get("failed", 0) or 0), duration_s=duration, output_throughput_tps=out_tps,
         request_throughput_rps=float(d.get("request_throughput") or 0.0),

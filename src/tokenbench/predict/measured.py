@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from .. import registry
 from ..errors import UsageError
+from ..metrics import DepthLevel, ServingLevel
 
 #: A row's date: the year and month the measurement (or the build it ran) is from.
 DATE = re.compile(r"\d{4}(-\d{2})?")
@@ -120,11 +121,12 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
         if o.status != "complete" or skip & set(s.flags):
             continue
         depth = s.depth or 0
-        if s.test and s.test.startswith("pp") and s.test[2:].isdigit():
-            add(s.test, depth, 1, int(s.test[2:]), 0, "prefill_tps", s.pp_tps, "tok/s")
-        elif s.test and s.test.startswith("tg") and s.test[2:].isdigit():
-            add(s.test, depth, 1, 0, int(s.test[2:]), "decode_tps", s.tg_tps, "tok/s")
-        elif s.test in (None, "serve") and s.concurrency and s.input_tokens_mean and s.output_tokens_mean:
+        if isinstance(s, DepthLevel):
+            if s.test and s.test.startswith("pp") and s.test[2:].isdigit():
+                add(s.test, depth, 1, int(s.test[2:]), 0, "prefill_tps", s.pp_tps, "tok/s")
+            elif s.test and s.test.startswith("tg") and s.test[2:].isdigit():
+                add(s.test, depth, 1, 0, int(s.test[2:]), "decode_tps", s.tg_tps, "tok/s")
+        elif isinstance(s, ServingLevel) and s.concurrency and s.input_tokens_mean and s.output_tokens_mean:
             inp, outp, c = round(s.input_tokens_mean), round(s.output_tokens_mean), s.concurrency
             add("serve", depth, c, inp, outp, "output_tps", s.output_throughput_tps, "tok/s")
             add("serve", depth, c, inp, outp, "ttft_median", s.ttft_ms.p50, "ms")

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, replace
+from collections.abc import Sequence
 from typing import Any
 
 from .. import __version__
 from ..errors import UsageError
-from ..metrics import Distribution, LevelSummary, SessionStats, TurnPoint
+from ..metrics import DepthLevel, Distribution, LevelSummary, ServingLevel, SessionStats, TurnPoint
 from ..loadgen import Level
 from ..results import LevelOutcome, Manifest, RunResult, new_run_id, now_iso
 from ..store import Store
@@ -60,23 +61,23 @@ def speculation(s: Setup, tokens: int, acceptance: float | None, acceptance_leng
     return Speculation(tokens, alpha, cost, expected_tokens(alpha, tokens), spec_speedup(alpha, tokens, cost))
 
 
-def depth_levels(s: Setup, depths: list[int], pp: int, tg: int) -> list[LevelSummary]:
+def depth_levels(s: Setup, depths: list[int], pp: int, tg: int) -> list[DepthLevel]:
     """Predicted pp and tg rates per depth, as a depth run stores them (tg at the middle of its output)."""
     levels = []
     for d in depths:
         p, t = s.prefill(pp, d), s.decode(d + tg // 2)
-        levels.append(LevelSummary.empty(1, test=f"pp{pp}", depth=d, pp_tps=pp / p.estimate))
-        levels.append(LevelSummary.empty(1, test=f"tg{tg}", depth=d, tg_tps=1 / t.estimate))
+        levels.append(DepthLevel(test=f"pp{pp}", depth=d, pp_tps=pp / p.estimate))
+        levels.append(DepthLevel(test=f"tg{tg}", depth=d, tg_tps=1 / t.estimate))
     return levels
 
 
-def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: int) -> list[LevelSummary]:
+def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: int) -> list[ServingLevel]:
     """Predicted serving levels: aggregate throughput, median TTFT and TPOT per concurrency."""
     levels = []
     for n in concurrency:
         pt = s.serve(n, input_len, output_len)
-        levels.append(LevelSummary.empty(
-            n, test="serve", output_throughput_tps=pt.throughput[1],
+        levels.append(ServingLevel(
+            concurrency=n, test="serve", output_throughput_tps=pt.throughput[1],
             ttft_ms=Distribution(n=0, p50=pt.ttft_s.estimate * 1000),
             tpot_ms=Distribution(n=0, p50=pt.tpot_s.estimate * 1000),
             input_tokens_mean=float(input_len), output_tokens_mean=float(output_len)))
@@ -99,7 +100,7 @@ def _ms(values: list[float]) -> Distribution:
     return Distribution(n=0, mean=d.mean, p50=d.p50)
 
 
-def session_level(p: SessionPrediction, sessions: int | None = None, cache: bool = True) -> LevelSummary:
+def session_level(p: SessionPrediction, sessions: int | None = None, cache: bool = True) -> ServingLevel:
     """A predicted session as a measured session level stores it: a serving level of ``p.agents`` agents whose
     ``session`` holds the predicted turns (``n`` 0: no request was measured), the estimates (not the ceilings),
     with the prefix cache serving each turn's history (``cache``: "warm") or without it ("busted", the baseline
@@ -108,8 +109,8 @@ def session_level(p: SessionPrediction, sessions: int | None = None, cache: bool
     turns = _turn_points(p, cache)
     t = p.time(cache)
     n = sessions or p.agents
-    lv = LevelSummary.empty(
-        p.agents, test="serve", output_throughput_tps=p.throughput(cache)[1],
+    lv = ServingLevel(
+        concurrency=p.agents, test="serve", output_throughput_tps=p.throughput(cache)[1],
         input_tokens_mean=statistics.fmean(x.context for x in p.turns), output_tokens_mean=float(p.shape.output),
         ttft_ms=_ms([x.ttft_ms.p50 or 0.0 for x in turns]), tpot_ms=_ms([x.tpot_ms.p50 or 0.0 for x in turns]))
     prompt = p.prompt_tokens
@@ -160,7 +161,7 @@ def headline(m: Manifest) -> str:
             + "".join(f", {e}" for e in m.shape_parts) + f" ({m.backend}: {m.calibration})")
 
 
-def prediction(s: Setup, levels: list[LevelSummary], workload: dict[str, Any] | None,
+def prediction(s: Setup, levels: Sequence[LevelSummary], workload: dict[str, Any] | None,
                label: str | None = None) -> RunResult:
     """Predicted levels as a result (kind predict), not stored: ``run_id`` is empty until ``save_prediction``."""
     manifest = prediction_manifest(s, workload, label)

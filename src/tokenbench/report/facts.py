@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..checks import FAIL, WARN, GuardSnapshot
-from ..metrics import LevelSummary
+from ..metrics import LevelSummary, ServingLevel
 from ..results import Manifest, RunResult
 from .series import is_predicted, pricing
 from .style import depth_label
@@ -71,7 +71,7 @@ def level_name(s: LevelSummary) -> str:
     test = s.test or "serve"
     if test == "serve":
         what = f"concurrency {s.concurrency}" if s.concurrency else (f"rate {s.rate:g}/s" if s.rate else "serve")
-        what += f", {s.session.cache} cache" if s.session is not None else ""
+        what += f", {s.session.cache} cache" if isinstance(s, ServingLevel) and s.session is not None else ""
         return what + (f" at depth {depth_label(s.depth)}" if s.depth else "")
     return f"{test} at depth {depth_label(s.depth or 0)}"
 

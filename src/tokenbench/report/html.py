@@ -18,7 +18,7 @@ from .. import __version__, session_view
 from ..bootstrap import RESAMPLES
 from ..compare import TIE, CompareRow, ratio_cell
 from ..cost import output_rate
-from ..metrics import LevelSummary
+from ..metrics import DepthLevel, LevelSummary, ServingLevel
 from ..results import RunResult
 from . import comparison, facts, figures, sessions, style
 from .document import Report
@@ -277,17 +277,28 @@ def _pm(v: float | None, sd: float | None) -> str | None:
     return style.number(v) + (f" ± {style.number(sd)}" if sd else "")
 
 
+def _serving(cell: Callable[[ServingLevel], str | None]) -> Callable[[LevelSummary], str | None]:
+    """A column of serving figures: empty on a depth level's row."""
+    return lambda s: cell(s) if isinstance(s, ServingLevel) else None
+
+
+def _depth(cell: Callable[[DepthLevel], str | None]) -> Callable[[LevelSummary], str | None]:
+    """A column of llama-bench figures: empty on a serving level's row."""
+    return lambda s: cell(s) if isinstance(s, DepthLevel) else None
+
+
 def _levels(r: RunResult, price: float | None, currency: str | None) -> str:
     pr = pricing(r, price, currency)
     cols: list[Column] = [
         ("Level", facts.level_name),
-        ("Aggregate output (tok/s)", lambda s: style.number(s.output_throughput_tps) if s.output_throughput_tps else None),
-        ("Per-agent (tok/s)", lambda s: style.number(s.per_agent_tps) if s.per_agent_tps else None),
-        ("TTFT p50 (ms)", lambda s: style.number(s.ttft_ms.p50) if s.ttft_ms.p50 else None),
-        ("TTFT p99 (ms)", lambda s: style.number(s.ttft_ms.p99) if s.ttft_ms.p99 else None),
-        ("TPOT p50 (ms)", lambda s: style.number(s.tpot_ms.p50) if s.tpot_ms.p50 else None),
-        ("Prefill pp (tok/s)", lambda s: _pm(s.pp_tps, s.pp_tps_sd)),
-        ("Decode tg (tok/s)", lambda s: _pm(s.tg_tps, s.tg_tps_sd)),
+        ("Aggregate output (tok/s)",
+         _serving(lambda s: style.number(s.output_throughput_tps) if s.output_throughput_tps else None)),
+        ("Per-agent (tok/s)", _serving(lambda s: style.number(s.per_agent_tps) if s.per_agent_tps else None)),
+        ("TTFT p50 (ms)", _serving(lambda s: style.number(s.ttft_ms.p50) if s.ttft_ms.p50 else None)),
+        ("TTFT p99 (ms)", _serving(lambda s: style.number(s.ttft_ms.p99) if s.ttft_ms.p99 else None)),
+        ("TPOT p50 (ms)", _serving(lambda s: style.number(s.tpot_ms.p50) if s.tpot_ms.p50 else None)),
+        ("Prefill pp (tok/s)", _depth(lambda s: _pm(s.pp_tps, s.pp_tps_sd))),
+        ("Decode tg (tok/s)", _depth(lambda s: _pm(s.tg_tps, s.tg_tps_sd))),
         (f"Cost ({pr.currency if pr else ''}/M output tokens)",
          lambda s: style.number(c) if pr and (c := pr.per_mtok(output_rate(s))) else None),
         ("OK / failed (requests)", lambda s: f"{s.completed} / {s.failed}" if s.completed or s.failed else None),

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from .. import session_view
+from ..metrics import depth_levels, serving
 from ..output import format_markdown, format_sweep_markdown, md_escape
 from ..results import RunResult
 from . import facts, sessions
@@ -43,8 +44,8 @@ def section(r: RunResult) -> str:
     m = r.manifest
     levels = [o.summary for o in r.outcomes]
     lines = _heading(r)
-    serve = [s for s in levels if (s.test or "serve") == "serve" and (s.output_throughput_tps or s.ttft_ms.p50)]
-    bench = [s for s in levels if s.test and s.test != "serve"]
+    serve = [s for s in serving(levels) if s.output_throughput_tps or s.ttft_ms.p50]
+    bench = depth_levels(levels)
     if serve:
         lines.append(format_sweep_markdown(serve, m.currency or "USD"))
     if bench:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .. import session_view
 from ..cost import Pricing
-from ..metrics import LevelSummary
+from ..metrics import ServingLevel, depth_levels, serving
 from ..results import RunResult
 from ..session_view import BUSTED, cache_of
 from . import style
@@ -106,17 +106,17 @@ def pricing(r: RunResult, price_per_hour: float | None = None, currency: str | N
     return Pricing.of_run(r.manifest, price_per_hour, currency)
 
 
-def _serve(r: RunResult) -> dict[str | None, list[LevelSummary]]:
+def _serve(r: RunResult) -> dict[str | None, list[ServingLevel]]:
     """A run's serving levels by cache mode (None for a run that is no session run), one per concurrency: the
     longest prompt (the run's main workload) where a concurrency has several."""
-    lv = [o.summary for o in r.outcomes if (o.summary.test or "serve") == "serve" and o.summary.concurrency]
-    by: dict[tuple[str | None, int], LevelSummary] = {}
+    lv = [s for s in serving(o.summary for o in r.outcomes) if s.concurrency]
+    by: dict[tuple[str | None, int], ServingLevel] = {}
     for s in lv:
         key = (cache_of(s), s.concurrency or 0)
         cur = by.get(key)
         if cur is None or (s.input_tokens_mean or 0) > (cur.input_tokens_mean or 0):
             by[key] = s
-    out: dict[str | None, list[LevelSummary]] = {}
+    out: dict[str | None, list[ServingLevel]] = {}
     for cache, c in sorted(by, key=lambda k: (k[0] == BUSTED, k[0] or "", k[1])):  # warm before busted
         out.setdefault(cache, []).append(by[(cache, c)])
     return out
@@ -135,7 +135,7 @@ def _add(plot: Plot, label: str, pts: list[tuple[float, float]], r: RunResult, i
         plot.lines.append(_line(label, pts, is_predicted(r), i, pct, cache, labels))
 
 
-def _points(levels: list[LevelSummary], value: Callable[[LevelSummary], float | None]) -> list[tuple[float, float]]:
+def _points(levels: list[ServingLevel], value: Callable[[ServingLevel], float | None]) -> list[tuple[float, float]]:
     """(concurrency, value) of the levels that have the value."""
     return [(float(s.concurrency or 0), v) for s in levels if (v := value(s))]
 
@@ -157,7 +157,7 @@ def _serve_lines(plots: dict[str, Plot], r: RunResult, i: int, price: Pricing | 
         _interactivity_lines(plots, name, sv, r, i, price, one, cache)
 
 
-def _interactivity_lines(plots: dict[str, Plot], name: str, levels: list[LevelSummary], r: RunResult, i: int,
+def _interactivity_lines(plots: dict[str, Plot], name: str, levels: list[ServingLevel], r: RunResult, i: int,
                          price: Pricing | None, one: str | None, cache: str | None) -> None:
     """InferenceMAX's view: aggregate output and cost per million output tokens against per-agent tok/s (how
     interactive each agent's stream is), one curve per box; each point says its concurrency on hover."""
@@ -200,7 +200,7 @@ def _depth_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
     name = run_name(r)
     for key, attr in (("prefill_depth", "pp_tps"), ("decode_depth", "tg_tps")):
         by_test: dict[str, list[tuple[float, float]]] = {}
-        for s in (o.summary for o in r.outcomes):
+        for s in depth_levels(o.summary for o in r.outcomes):
             if getattr(s, attr):
                 by_test.setdefault(s.test or "", []).append((float(s.depth or 0), getattr(s, attr)))
         for test, pts in by_test.items():
