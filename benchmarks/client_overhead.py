@@ -5,9 +5,10 @@ a known schedule and stamps when it really wrote each request's first token (per
 one clock for every process of the machine). Each measurement runs in a fresh child process pinned to the other
 cores: this tree's tokenbench, with 1 or more ``--workers``, and beside it, interleaved, a baseline version
 (``--baseline REF``, a git ref of this repository, run from a temporary checkout), and, when installed
-(``python benchmarks/peers.py install``; ``--peers``), GuideLLM and AIPerf through their own CLIs at the same fixed
-concurrency (``benchmarks/peers.py`` says how each is driven and read), so every ratio is measured side by side
-in one run. Printed per row, medians over ``--repeats``:
+(``python benchmarks/peers.py install``; ``--peers``), GuideLLM, AIPerf and ``vllm bench serve`` (vLLM's own
+aiohttp client, from the vLLM environment tokenbench makes for its engine: the like-for-like baseline) through
+their own CLIs at the same fixed concurrency (``benchmarks/peers.py`` says how each is driven and read), so every
+ratio is measured side by side in one run. Printed per row, medians over ``--repeats``:
 
 - TTFT excess: measured TTFT minus the schedule's 50 ms (the emitter's own lateness, the kernel and the client);
 - delivery: the client's read of the first token minus the emitter's write of it (the kernel and the client);
@@ -25,7 +26,7 @@ in one run. Printed per row, medians over ``--repeats``:
 once, so the limit is how fast the client parses. This is a benchmark, not a test: it prints tables.
 
     python benchmarks/client_overhead.py [--quick] [--workers 1,2] [--baseline c5f8e15] [--repeats 3]
-                                         [--peers guidellm,aiperf] [--paths lean,aiohttp] [--emitter lean]
+                                         [--peers guidellm,aiperf,vllm] [--paths lean,aiohttp] [--emitter lean]
                                          [--paced 256] [--burst 64]
 
 ``--paths``: this tree's send paths (the lean one, http1.py, and aiohttp's), interleaved, so "x baseline" compares
@@ -258,7 +259,7 @@ def main() -> None:
     ap.add_argument("--baseline", default=DEFAULT_BASELINE, help="git ref to compare with ('' for none)")
     ap.add_argument("--repeats", type=int, help="runs per cell, interleaved; the median is shown (default 3)")
     ap.add_argument("--peers", default=None,
-                    help="peers to run beside, e.g. guidellm,aiperf ('' for none; default: those installed, "
+                    help="peers to run beside, e.g. guidellm,aiperf,vllm ('' for none; default: those installed, "
                          "see benchmarks/peers.py install)")
     ap.add_argument("--paths", default="lean,aiohttp",
                     help="this tree's send paths, interleaved: lean (http1.py), aiohttp (default: both)")

