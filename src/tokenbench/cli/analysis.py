@@ -1,4 +1,4 @@
-"""Commands that read the store: compare, cost, import, report, recommend."""
+"""Commands that read the store: cost, import, report, recommend (compare is in ``compare.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -12,11 +12,9 @@ from ..errors import UsageError
 from ..slo import parse_duration_ms
 from ..store import Store
 from ..results import RunResult
-from ..reader import REPORTED, load_result
+from ..reader import load_result
 
 if TYPE_CHECKING:
-    from ..compare import CapacityComparison, Comparison, SessionComparison
-    from ..quality.parity import Beside
     from ..recommend import Candidate
 from .common import check_output, emit_json
 from .options import CURRENCY, NONNEG, POSITIVE, POSITIVE_INT, add_db, add_json, add_latest
@@ -25,128 +23,6 @@ from ..cost import DEFAULT_CURRENCY
 
 #: Runs measured (or predicted) at load levels: what cost and recommend work on.
 LOADED = ("sweep", "predict")
-
-
-def cmd_compare(a: argparse.Namespace, console: Console) -> int:
-    from ..compare import GROUP_COLUMN, NO_SHARED_POINT, VALUE_COLUMNS, compare, compare_capacity, legend, points, table
-    from ..output import print_table
-    from ..session_view import is_session_run, mismatch
-
-    check_output(a.json, "--json")
-    store = Store(a.db, readonly=True)
-    ra, rb = (load_result(store, ref, latest=a.latest, kinds=REPORTED, command="compare") for ref in (a.a, a.b))
-    why = mismatch(ra, rb)  # a session run beside a plain sweep: refused in one line
-    if why is not None:
-        raise UsageError(why)
-    if is_session_run(ra):
-        return _compare_sessions(a, console, store, ra, rb)
-    c = compare(ra, rb, a.agents, a.tokens, store)
-    cap = compare_capacity(ra, rb)  # both runs answer how many agents their box serves within an SLO
-    # a sweep beside a llama-bench run once printed an empty table; two capacity searches compare their capacities
-    if not c.rows and len(c.effective) < 2 and cap is None:
-        raise UsageError(f"runs {ra.run_id} and {rb.run_id} share no operating point to compare: the first has "
-                         f"{points(ra)}; the second {points(rb)}")
-    for w in c.warnings:
-        if not (cap is not None and w == NO_SHARED_POINT):  # their capacities are what compares
-            console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
-    if c.rows:
-        head, rows = table(c)
-        console.print(f"A = {c.a}, B = {c.b}" + ("\n" if a.format == "markdown" else ""), markup=False,
-                      highlight=False)
-        print_table(console, head, rows, a.format, keep=VALUE_COLUMNS, group=GROUP_COLUMN)
-        for line in legend(c):
-            console.print(line, markup=False, highlight=False)
-    for line in c.crossovers:
-        console.print(line, markup=False, highlight=False)
-    if c.effective:
-        console.print(f"{a.agents} agents x {a.tokens} tokens: " + "; ".join(c.effective), markup=False, highlight=False)
-    if cap is not None:
-        _print_capacity(console, cap, a.format, bool(c.rows))
-    _compare_tail(a, console, store, ra, rb, c, None, cap)
-    return 0
-
-
-def _print_capacity(console: Console, cap: CapacityComparison, fmt: str, after_table: bool) -> None:
-    """Both boxes' capacities within their SLOs: what each search says can be compared, the table, then one
-    verdict line (none where the SLOs or axes differ)."""
-    from ..compare import CAPACITY_LEGEND, capacity_table
-    from ..output import print_table
-
-    gap = "\n" if after_table or fmt == "markdown" else ""
-    console.print(f"{gap}capacity within the SLO: A = {cap.a}, B = {cap.b}" + ("\n" if fmt == "markdown" else ""),
-                  markup=False, highlight=False)
-    for w in cap.warnings:
-        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
-    head, rows = capacity_table(cap)
-    print_table(console, head, rows, fmt)
-    console.print("\n" if fmt == "markdown" else "", end="")  # Markdown: a line after a table would be its row
-    console.print(CAPACITY_LEGEND, style="dim", markup=False, highlight=False)
-    said = cap.verdict()
-    if said is not None:
-        console.print(said, markup=False, highlight=False)
-
-
-def _compare_sessions(a: argparse.Namespace, console: Console, store: Store, ra: RunResult, rb: RunResult) -> int:
-    """Two agent-session runs: at each shared concurrency, TTFT per turn against context (warm and busted, both
-    boxes), the levels' session time, and what each box's cache bought."""
-    from ..compare import compare, compare_capacity, compare_sessions, session_level_table, session_turn_table
-    from ..output import print_table
-
-    sc = compare_sessions(ra, rb)
-    for w in sc.warnings:
-        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
-    console.print(f"agent sessions: A = {sc.a}, B = {sc.b}. TTFT p50 in seconds at each turn (turn 1 is the first); "
-                  "warm: the history re-sent for the prefix cache to serve; busted: a marker at the start of every "
-                  "turn, so no cache serves it. A/B: A's figure over B's (a time below 1, or a rate above 1: A is faster).",
-                  markup=False, highlight=False)
-    for block in sc.blocks:
-        console.print(f"\nconcurrency {block.concurrency} ({block.concurrency} sessions at once)", markup=False,
-                      highlight=False)
-        gap = "\n" if a.format == "markdown" else ""  # two Markdown tables apart, not one
-        head, rows = session_turn_table(block)
-        print_table(console, head, rows, a.format, numeric=True)
-        if len(rows) < len(block.turns):
-            console.print(f"{len(rows)} of {len(block.turns)} turns shown; --json has every turn", markup=False,
-                          highlight=False)
-        console.print(gap, end="")
-        head, rows = session_level_table(block)
-        print_table(console, head, rows, a.format, numeric=True)
-        console.print(gap, end="")
-        for line in block.gains:
-            console.print(f"the cache's gain on {line}", markup=False, highlight=False)
-    cap = compare_capacity(ra, rb)  # two capacity searches of agent sessions: how many agents each box serves
-    if cap is not None:
-        _print_capacity(console, cap, a.format, True)
-    _compare_tail(a, console, store, ra, rb, compare(ra, rb, a.agents, a.tokens, store), sc, cap)
-    return 0
-
-
-def _compare_tail(a: argparse.Namespace, console: Console, store: Store, ra: RunResult, rb: RunResult,
-                  c: Comparison, sessions: SessionComparison | None, cap: CapacityComparison | None) -> None:
-    """The boxes' quality beside their speed, and --json: the rows, a session comparison's turns and levels, and
-    both runs' capacities within their SLOs (null where either has none)."""
-    from dataclasses import asdict
-
-    q = quality_beside(store, ra, rb)
-    if q is not None:  # the boxes' quality runs, found by the speed runs' labels
-        console.print(f"quality (runs {q.run_a} and {q.run_b}): " + "; ".join(q.lines(c.a, c.b)), markup=False,
-                      highlight=False)
-    if a.json:
-        doc = c.to_dict()
-        doc["quality"] = q.to_dict() if q is not None else None
-        doc["capacity"] = cap.to_dict() if cap is not None else None
-        if sessions is not None:
-            doc["sessions"] = asdict(sessions)
-            for block, b in zip(doc["sessions"]["blocks"], sessions.blocks):
-                for turn, t in zip(block["turns"], b.turns):
-                    turn.update(warm_ratio=t.warm_ratio, busted_ratio=t.busted_ratio)
-        emit_json(a.json, {"tool": "tokenbench", "kind": "compare", **doc})
-
-
-def quality_beside(store: Store, ra: RunResult, rb: RunResult) -> Beside | None:
-    from ..quality.parity import beside
-
-    return beside(store, ra.manifest.label, rb.manifest.label)
 
 
 def _pricing(a: argparse.Namespace, currency: str, res: RunResult | None) -> Pricing:
@@ -423,20 +299,6 @@ def cmd_import(a: argparse.Namespace, console: Console) -> int:
             console.print(f"{f}: imported before, as {len(ids)} run(s) ({', '.join(ids[:3])}): not imported again",
                           markup=False, highlight=False)
     return 0
-
-
-def add_compare_parser(sub: Any) -> None:
-    """``tokenbench compare``'s options."""
-    c = sub.add_parser("compare", help="two runs side by side: ratios with 95%% intervals, the faster side where it is "
-                       "significant, crossovers, effective serving")
-    c.add_argument("a", help="run id, id prefix or label")
-    c.add_argument("b", help="run id, id prefix or label")
-    c.add_argument("--agents", type=POSITIVE_INT, default=16, help="effective-serving line: this many agents ... (default 16)")
-    c.add_argument("--tokens", type=POSITIVE_INT, default=200, help="... each asking for this many tokens (default 200)")
-    c.add_argument("--format", choices=["table", "markdown"], default="table")
-    add_json(c, "the comparison")
-    add_latest(c)
-    add_db(c)
 
 
 def add_cost_parser(sub: Any) -> None:
