@@ -1,4 +1,4 @@
-"""compare as a library (issue 20): each command's one entrypoint called with its typed config,
+"""compare and cost as a library (issue 20): each command's one entrypoint called with its typed config,
 no argparse in between, answers with a typed result (what the CLI prints and writes as JSON)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from test_compare_cost_report import _run, serve
 from test_session_views import _serve, _store, session_level
 
 from tokenbench.compare import CompareConfig, Compared, compare_runs
+from tokenbench.costing import CostConfig, Costed, cost
 from tokenbench.errors import UsageError
 from tokenbench.store import Store
 
@@ -55,3 +56,39 @@ def test_compare_runs_turn_by_turn_and_refuses_a_session_run_beside_a_sweep(sess
     assert block["turns"][4]["warm_ratio"] == pytest.approx(250.0 / 5050.0)
     with pytest.raises(UsageError, match="compare session runs with session runs"):
         compare_runs(CompareConfig("h100", "plain", db=str(sessions_db)))
+
+
+def test_cost_prices_a_rate_and_says_an_api_price_it_cannot_convert() -> None:
+    done = cost(CostConfig(tps=684, price_per_hour=1.79, currency="EUR", api_price=14))
+    assert isinstance(done, Costed)
+    assert done.run is None and done.sessions is None and done.currency == "EUR" and done.api == 14
+    (p,) = done.points
+    assert p.operating_point == "given rate" and f"{p.cost_per_mtok:.2f}" == "0.73" and p.vs_api() == "19.3x cheaper"
+    assert done.to_dict() == {"tool": "tokenbench", "kind": "cost", "currency": "EUR", "run_id": None,
+                              "pricing": "rented at 1.79 EUR/hour", "points": [
+                                  {"operating_point": "given rate", "output_tps": 684, "cost_per_mtok": p.cost_per_mtok,
+                                   "api_cost_per_mtok": 14}]}
+    usd = cost(CostConfig(tps=684, price_per_hour=1.79, currency="EUR", api_price=14, api_currency="USD"))
+    assert usd.api is None and usd.api_note is not None and usd.api_note.startswith("API: 14 USD/M output tokens")
+    owned = cost(CostConfig(tps=100, owned=True, purchase=2500, watts=100, kwh_price=0.25))
+    assert owned.pricing.owned and owned.currency == "USD"
+    with pytest.raises(UsageError, match="give a run, or --tps"):
+        cost(CostConfig())
+    with pytest.raises(UsageError, match="--owned needs --purchase"):
+        cost(CostConfig(tps=100, owned=True))
+
+
+def test_cost_prices_a_run_at_its_own_price_and_a_session_run_per_session(tmp_path: Path, sessions_db: Path) -> None:
+    db = tmp_path / "c.db"
+    _run(Store(db), "gpu", [serve(1, 40, 80, 25), serve(16, 500, 300, 32)], model="m", price_per_hour=1.2,
+         currency="EUR")
+    done = cost(CostConfig(run="gpu", db=str(db)))
+    assert done.run is not None and done.run.run_id == "run-gpu" and done.sessions is None
+    assert done.currency == "EUR" and done.pricing.price_per_hour == 1.2
+    assert [p.output_tps for p in done.points] == [40, 500]
+    assert done.points[1].cost_per_mtok == pytest.approx(1.2 / (500 * 3600) * 1e6)
+    sessions = cost(CostConfig(run="strix", price_per_hour=0.4, db=str(sessions_db)))
+    assert sessions.sessions is not None
+    assert [(p.level, p.sessions_finished) for p in sessions.sessions] == [
+        ("4 warm", 8), ("4 busted", 7), ("8 warm", 8), ("8 busted", 7)]
+    assert [p["level"] for p in sessions.to_dict()["sessions"]] == ["4 warm", "4 busted", "8 warm", "8 busted"]

@@ -3,7 +3,7 @@
 ``main(argv)`` returns the exit code so tests call it in-process; only ``entrypoint()`` reads sys.argv.
 The commands live by what they do: one module each for ``sweep.py``, ``depth.py``, ``coldstart.py``, ``guard.py``,
 ``engines.py``, ``capacity.py`` and ``quality.py``; ``predicting.py`` (fit, predict, calibrate, the catalogs),
-``analysis.py`` (cost, import, report, recommend), ``compare.py``, ``runs.py`` (runs and show); the grammar in ``parser.py``, its shared parts in ``options.py``.
+``analysis.py`` (import, report, recommend), ``compare.py``, ``cost.py``, ``runs.py`` (runs and show); the grammar in ``parser.py``, its shared parts in ``options.py``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from ..errors import RunInterrupted, TokenbenchError
 from ..output import ReadableConsole as Console
 from ..output import readable_output
 from .capacity import cmd_capacity
-from .analysis import cmd_cost, cmd_import, cmd_recommend, cmd_report
+from .analysis import cmd_import, cmd_recommend, cmd_report
 from .coldstart import cmd_coldstart
 from .compare import cmd_compare
+from .cost import cmd_cost
 from .depth import cmd_depth
 from .engines import cmd_engines
 from .guard import cmd_guard

@@ -1,138 +1,22 @@
-"""Commands that read the store: cost, import, report, recommend (compare is in ``compare.py``)."""
+"""Commands that read the store: import, report, recommend (compare and cost are in ``compare.py`` and
+``cost.py``)."""
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from rich.console import Console
-from ..cost import Pricing, run_price
 from ..errors import UsageError
 from ..slo import parse_duration_ms
 from ..store import Store
-from ..results import RunResult
-from ..reader import load_result
+from ..reader import LOADED, load_result
 
 if TYPE_CHECKING:
     from ..recommend import Candidate
 from .common import check_output, emit_json
 from .options import CURRENCY, NONNEG, POSITIVE, POSITIVE_INT, add_db, add_json, add_latest
 from ..cost import DEFAULT_CURRENCY
-
-
-#: Runs measured (or predicted) at load levels: what cost and recommend work on.
-LOADED = ("sweep", "predict")
-
-
-def _pricing(a: argparse.Namespace, currency: str, res: RunResult | None) -> Pricing:
-    """The box's price as the options give it: rented at --price-per-hour (else the run's own), or owned."""
-    price = a.price_per_hour
-    if price is None and not a.owned and res is not None:
-        price = run_price(res.manifest)
-    if a.owned and a.purchase is None:
-        raise UsageError("--owned needs --purchase PRICE (and --life-years, --watts, --kwh-price)")
-    return Pricing(currency=currency, price_per_hour=None if a.owned else price, busy_hours_per_day=a.busy_hours,
-                   purchase=a.purchase if a.owned else None, life_years=a.life_years, watts=a.watts,
-                   kwh_price=a.kwh_price, hours_per_day=a.hours_per_day)
-
-
-def _api_price(a: argparse.Namespace, currency: str) -> tuple[float | None, str | None]:
-    """The API's price in ``currency``, or None and a note when it is in another currency and no rate is given
-    (shown as given rather than a guessed rate)."""
-    from ..cost import api_in
-
-    try:
-        return api_in(currency, a.api_price, a.api_currency, a.exchange_rate), None
-    except UsageError:
-        return None, (f"API: {a.api_price:g} {a.api_currency}/M output tokens; pass --exchange-rate "
-                      f"({currency} per 1 {a.api_currency}) to compare in {currency}")
-
-
-def cmd_cost(a: argparse.Namespace, console: Console) -> int:
-    from dataclasses import asdict
-
-    from ..cost import DEFAULT_CURRENCY, CostPoint, cost_points
-    from ..output import print_table
-    from ..session_view import is_session_run
-
-    check_output(a.json, "--json")
-    res = None
-    if a.run:
-        res = load_result(Store(a.db, readonly=True), a.run, latest=a.latest, kinds=LOADED, command="cost")
-    elif a.tps is None:
-        raise UsageError("give a run, or --tps RATE for a rate you know")
-    currency = a.currency or (res.manifest.currency if res else None) or DEFAULT_CURRENCY
-    pricing = _pricing(a, currency, res)
-    api, api_note = _api_price(a, currency)
-    if res is not None and is_session_run(res):
-        return _cost_sessions(a, console, res, pricing, currency, api, api_note)
-    if res is not None:
-        points = cost_points(pricing, [o.summary for o in res.outcomes], api)
-    else:
-        points = [CostPoint("given rate", a.tps, pricing.per_mtok(a.tps), api)]
-    head = ["Operating point", "Output tok/s", f"{currency}/M output"]
-    if api is not None:
-        head += [f"API {currency}/M", "Box vs API"]
-    rows = []
-    for p in points:
-        vs = p.vs_api()
-        rows.append([p.operating_point, f"{p.output_tps:,.1f}",
-                     f"{p.cost_per_mtok:.2f}" if p.cost_per_mtok is not None else "—",
-                     *([f"{api:.2f}", vs] if api is not None and vs else [])])
-    doc = [asdict(p) for p in points]
-    console.print(pricing.describe(), markup=False, highlight=False)
-    print_table(console, head, rows, a.format)
-    if api_note:
-        console.print(api_note, markup=False, highlight=False)
-    if a.json:
-        emit_json(a.json, {"tool": "tokenbench", "kind": "cost", "currency": currency, "run_id": res.run_id if res else None,
-                           "pricing": pricing.describe(), "points": doc})
-    return 0
-
-
-def _money(v: float | None) -> str:
-    """Two decimals from 1 up; below, two significant digits written out (0.000062, never 6.2e-05)."""
-    if v is None:
-        return "—"
-    if v >= 1 or v == 0:
-        return f"{v:,.2f}"
-    return f"{float(f'{v:.2g}'):.{max(2, 1 - math.floor(math.log10(abs(v))))}f}"
-
-
-def _cost_sessions(a: argparse.Namespace, console: Console, res: RunResult, pricing: Pricing, currency: str,
-                   api: float | None, api_note: str | None) -> int:
-    """An agent-session run priced level by level, warm and busted: per finished session and per million output
-    tokens."""
-    from dataclasses import asdict
-
-    from ..cost import cost_points, session_cost_points
-    from ..output import print_table
-    from ..session_view import seconds
-
-    levels = [o.summary for o in res.outcomes]
-    points = session_cost_points(pricing, levels, api)
-    console.print(pricing.describe(), markup=False, highlight=False)
-    console.print(f"agent sessions. Level: concurrency and cache mode. {currency}/session: the price of the hours "
-                  "the level held the box, over the sessions it finished (about price x session time / "
-                  f"concurrency). tok/s: the level's aggregate output rate, which {currency}/M output is priced at.",
-                  markup=False, highlight=False)
-    head = ["Level", "Sessions", "Session p50", f"{currency}/session", "tok/s", f"{currency}/M output"]
-    rows = [[p.level, f"{p.sessions_finished}/{p.sessions}", f"{seconds(p.session_p50_s * 1000)} s"
-             if p.session_p50_s is not None else "—", _money(p.cost_per_session),
-             f"{p.output_tps:,.1f}" if p.output_tps else "—", _money(p.cost_per_mtok)] for p in points]
-    print_table(console, head, rows, a.format, numeric=True)
-    said = [f"{vs} at {p.level}" for p in points if (vs := p.vs_api())]
-    if api is not None and said:
-        console.print(f"API {api:.2f} {currency}/M output tokens: the box is " + ", ".join(said), markup=False,
-                      highlight=False)
-    if api_note:
-        console.print(api_note, markup=False, highlight=False)
-    if a.json:
-        emit_json(a.json, {"tool": "tokenbench", "kind": "cost", "currency": currency, "run_id": res.run_id,
-                           "pricing": pricing.describe(), "points": [asdict(p) for p in cost_points(pricing, levels, api)],
-                           "sessions": [dict(asdict(p), level=p.level) for p in points]})
-    return 0
 
 
 def cmd_report(a: argparse.Namespace, console: Console) -> int:
@@ -299,29 +183,6 @@ def cmd_import(a: argparse.Namespace, console: Console) -> int:
             console.print(f"{f}: imported before, as {len(ids)} run(s) ({', '.join(ids[:3])}): not imported again",
                           markup=False, highlight=False)
     return 0
-
-
-def add_cost_parser(sub: Any) -> None:
-    """``tokenbench cost``'s options."""
-    co = sub.add_parser("cost", help="price per million output tokens at each operating point")
-    co.add_argument("run", nargs="?", help="run id, id prefix or label (or give --tps)")
-    co.add_argument("--tps", type=POSITIVE, help="an aggregate output rate instead of a run")
-    co.add_argument("--price-per-hour", type=POSITIVE, help="rented: price per hour")
-    co.add_argument("--busy-hours", type=NONNEG, default=24.0, help="rented: hours a day it does this work")
-    co.add_argument("--owned", action="store_true", help="an owned box: --purchase, --life-years, --watts, --kwh-price")
-    co.add_argument("--purchase", type=POSITIVE)
-    co.add_argument("--life-years", type=POSITIVE, default=3.0)
-    co.add_argument("--watts", type=NONNEG, default=0.0, help="power draw under this load")
-    co.add_argument("--kwh-price", type=NONNEG, default=0.0)
-    co.add_argument("--hours-per-day", type=NONNEG, default=24.0, help="owned: hours a day it does this work")
-    co.add_argument("--currency", default=None, type=CURRENCY, help=f"the box's currency (default: the run's, else {DEFAULT_CURRENCY})")
-    co.add_argument("--api-price", type=POSITIVE, help="an API's price per million output tokens, to compare")
-    co.add_argument("--api-currency", type=CURRENCY, help="the API price's currency (default: --currency)")
-    co.add_argument("--exchange-rate", type=POSITIVE, help="units of --currency per 1 --api-currency")
-    co.add_argument("--format", choices=["table", "markdown"], default="table")
-    add_json(co, "the cost per operating point")
-    add_latest(co)
-    add_db(co)
 
 
 def add_import_parser(sub: Any) -> None:
