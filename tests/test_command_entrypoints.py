@@ -1,4 +1,4 @@
-"""compare and cost as a library (issue 20): each command's one entrypoint called with its typed config,
+"""compare, cost and recommend as a library (issue 20): each command's one entrypoint called with its typed config,
 no argparse in between, answers with a typed result (what the CLI prints and writes as JSON)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from test_session_views import _serve, _store, session_level
 from tokenbench.compare import CompareConfig, Compared, compare_runs
 from tokenbench.costing import CostConfig, Costed, cost
 from tokenbench.errors import UsageError
+from tokenbench.recommend import RecommendConfig, Recommendation, recommend
 from tokenbench.store import Store
 
 
@@ -92,3 +93,23 @@ def test_cost_prices_a_run_at_its_own_price_and_a_session_run_per_session(tmp_pa
     assert [(p.level, p.sessions_finished) for p in sessions.sessions] == [
         ("4 warm", 8), ("4 busted", 7), ("8 warm", 8), ("8 busted", 7)]
     assert [p["level"] for p in sessions.to_dict()["sessions"]] == ["4 warm", "4 busted", "8 warm", "8 busted"]
+
+
+def test_recommend_answers_a_typed_config_with_a_ranking(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    _run(Store(db), "my-h100", [serve(16, 700, 1000, 20)], model="qwen3.6-35b-a3b", price_per_hour=1.79)
+    done = recommend(RecommendConfig("qwen3.6-35b-a3b", agents=16, ttft_p99_ms=10_000, currency="EUR",
+                                     prices=("nvidia-l40s=0.9",), runs=("my-h100",), db=str(db)))
+    assert isinstance(done, Recommendation)
+    assert done.workload.ttft_p99_ms == 10_000 and done.workload.currency == "EUR" and not done.capacity
+    costs = [c.cost_per_mtok or 0 for c in done.ranked]
+    assert len(costs) >= 3 and costs == sorted(costs)
+    assert any(c.box == "my-h100" and c.source == "measured" for c in done.ranked)
+    assert done.closest == [] and done.excluded and all(c.excluded for c in done.excluded)
+    doc = done.to_dict()
+    assert doc["kind"] == "recommend" and doc["ranked_by"] == "cost_per_mtok" and doc["currency"] == "EUR"
+    assert [c["box"] for c in doc["ranked"]] == [c.box for c in done.ranked]
+    with pytest.raises(UsageError, match="--capacity ranks by the agents"):
+        recommend(RecommendConfig("qwen3.6-35b-a3b", capacity=True))
+    with pytest.raises(UsageError, match="--agents must be at least 1"):
+        recommend(RecommendConfig("qwen3.6-35b-a3b", agents=0))
