@@ -57,8 +57,8 @@ def _imports(path: Path) -> set[str]:
     return mods
 
 
-@pytest.mark.parametrize("reader", ["compare.py", "cost.py", "recommend.py", "session_view.py", "report", "importers",
-                                    "quality"])
+@pytest.mark.parametrize("reader", ["compare.py", "cost.py", "costing.py", "recommend.py", "session_view.py", "report",
+                                    "importers", "quality"])
 def test_readers_do_not_import_a_runner(reader: str) -> None:
     paths = [SRC / reader] if reader.endswith(".py") else sorted((SRC / reader).rglob("*.py"))
     runners = {"sweep", "depth", "coldstart", "sessions"}

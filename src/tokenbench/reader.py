@@ -14,6 +14,8 @@ from .store import Store
 
 #: Every kind of run with levels: what a report draws and compare aligns (test, depth, concurrency).
 REPORTED = ("sweep", "predict", "depth", "bench")
+#: Runs measured (or predicted) at load levels: what cost and recommend work on.
+LOADED = ("sweep", "predict")
 
 
 def load_result(store: Store, ref: str, first: int | None = None, latest: bool = False,

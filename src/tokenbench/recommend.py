@@ -388,3 +388,74 @@ def require_parity(store: Store, cands: list[Candidate], reference: str) -> None
                       f"vs {100 * s.mean_b:.1f} points, p = {s.p_value:.2g}")
         else:
             c.notes.append(f"quality as {reference}: " + "; ".join(q.lines(c.box, reference)))
+
+
+@dataclass(frozen=True, slots=True)
+class RecommendConfig:
+    """What ``tokenbench recommend`` ranks boxes for: a catalog model served to ``agents`` at these lengths and
+    SLOs, the prices the catalog lacks (``prices``: ID=PER_HOUR; ``owned``: ID=PURCHASE:YEARS:WATTS), measured
+    ``runs`` to rank beside the predictions, and with ``capacity`` by cost per agent-hour at each box's capacity
+    instead of per million tokens at ``agents``."""
+
+    model: str
+    agents: int = 16
+    input_len: int = 4096
+    output_len: int = 512
+    ttft_p99_ms: float | None = None
+    tpot_ms: float | None = None
+    currency: str = DEFAULT_CURRENCY
+    prices: tuple[str, ...] = ()
+    owned: tuple[str, ...] = ()
+    kwh_price: float = 0.30  # of owned boxes
+    runs: tuple[str, ...] = ()  # ids, id prefixes or labels
+    capacity: bool = False
+    parity_with: str | None = None  # keep only measured boxes whose quality is as this box's
+    latest: bool = False
+    db: str | None = None  # None: $TOKENBENCH_DB or the user data dir
+
+
+@dataclass(slots=True)
+class Recommendation:
+    """The boxes in the running, cheapest first; the excluded, each with its reason; and when none meets the
+    SLOs, the closest (else empty)."""
+
+    workload: Workload
+    capacity: bool
+    ranked: list[Candidate]
+    excluded: list[Candidate]
+    closest: list[Candidate]
+
+    def to_dict(self) -> dict[str, object]:
+        """``recommend --json``."""
+        from dataclasses import asdict
+
+        return {"tool": "tokenbench", "kind": "recommend", "currency": self.workload.currency,
+                "workload": asdict(self.workload),
+                "ranked_by": "cost_per_agent_hour" if self.capacity else "cost_per_mtok",
+                "ranked": [asdict(c) for c in self.ranked], "excluded": [asdict(c) for c in self.excluded],
+                "closest": [asdict(c) | {"relative_miss": (shortfall(c) or (0, None))[1]} for c in self.closest]}
+
+
+def recommend(cfg: RecommendConfig) -> Recommendation:
+    """``tokenbench recommend``'s work: every catalog box predicted, the measured runs read from the store, the
+    parity rule applied, then ranked."""
+    from .reader import LOADED, load_result
+
+    if cfg.agents < 1:
+        raise UsageError("--agents must be at least 1")
+    if cfg.capacity and cfg.ttft_p99_ms is None and cfg.tpot_ms is None:
+        raise UsageError("--capacity ranks by the agents each box serves within an SLO: give --ttft-p99 (e.g. 2s) "
+                         "and/or --tpot (e.g. 50ms)")
+    w = Workload(cfg.model, cfg.agents, cfg.input_len, cfg.output_len, cfg.ttft_p99_ms, cfg.tpot_ms, cfg.currency)
+    cat = Catalog.load()
+    cat.find_model(cfg.model)  # an unknown model is an error, not a table of exclusions
+    prices = parse_prices(list(cfg.prices), list(cfg.owned), cfg.currency, cfg.kwh_price)
+    cands = predicted(cat, Calibration.packaged(), w, prices, cfg.capacity)
+    store = Store(cfg.db, readonly=True) if cfg.runs or cfg.parity_with else None
+    if cfg.runs and store is not None:
+        cands += measured([load_result(store, r, latest=cfg.latest, kinds=LOADED, command="recommend")
+                           for r in cfg.runs], w, prices, cfg.capacity)
+    if cfg.parity_with and store is not None:
+        require_parity(store, cands, cfg.parity_with)
+    ok, excluded = rank(cands, cfg.capacity)
+    return Recommendation(w, cfg.capacity, ok, excluded, closest(cands))

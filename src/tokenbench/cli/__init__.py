@@ -2,8 +2,9 @@
 
 ``main(argv)`` returns the exit code so tests call it in-process; only ``entrypoint()`` reads sys.argv.
 The commands live by what they do: one module each for ``sweep.py``, ``depth.py``, ``coldstart.py``, ``guard.py``,
-``engines.py``, ``capacity.py`` and ``quality.py``; ``predicting.py`` (fit, predict, calibrate, the catalogs),
-``analysis.py`` (compare, cost, import, report, recommend), ``runs.py`` (runs and show); the grammar in ``parser.py``, its shared parts in ``options.py``.
+``engines.py``, ``capacity.py``, ``quality.py``, ``compare.py``, ``cost.py`` and ``recommend.py``; ``predicting.py``
+(fit, predict, calibrate, the catalogs), ``analysis.py`` (import, report), ``runs.py`` (runs and show); the grammar
+in ``parser.py``, its shared parts in ``options.py``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from ..errors import RunInterrupted, TokenbenchError
 from ..output import ReadableConsole as Console
 from ..output import readable_output
 from .capacity import cmd_capacity
-from .analysis import cmd_compare, cmd_cost, cmd_import, cmd_recommend, cmd_report
+from .analysis import cmd_import, cmd_report
 from .coldstart import cmd_coldstart
+from .compare import cmd_compare
+from .cost import cmd_cost
 from .depth import cmd_depth
 from .engines import cmd_engines
 from .guard import cmd_guard
@@ -30,6 +33,7 @@ from .sweep import cmd_sweep
 from .parser import build_parser
 from .predicting import cmd_calibrate, cmd_catalog, cmd_fit, cmd_predict
 from .quality import cmd_quality
+from .recommend import cmd_recommend
 from .runs import cmd_runs, cmd_show
 
 __all__ = ["main", "entrypoint"]

@@ -6,13 +6,16 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 from .. import __version__, redact
-from .analysis import add_compare_parser, add_cost_parser, add_import_parser, add_recommend_parser, add_report_parser
+from .analysis import add_import_parser, add_report_parser
 from .capacity import add_capacity_parser
 from .coldstart import add_coldstart_parser
+from .compare import add_compare_parser
+from .cost import add_cost_parser
 from .depth import add_depth_parser
 from .engines import add_engines_parser
 from .guard import add_guard_parser
 from .predicting import add_calibrate_parser, add_fit_parser, add_hardware_parser, add_models_parser, add_predict_parser
+from .recommend import add_recommend_parser
 from .runs import add_runs_parser, add_show_parser
 from .sweep import add_sweep_parser
 from .quality import add_quality_parser

@@ -1,0 +1,130 @@
+"""``tokenbench compare``: its options, its typed config (``compare.CompareConfig``), one library call
+(``compare.compare_runs``) and the printing of what comes back."""
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from .common import check_output, emit_json
+from .options import POSITIVE_INT, add_db, add_json, add_latest
+
+if TYPE_CHECKING:
+    from ..compare import CapacityComparison, CompareConfig, Compared
+
+
+def compare_config(a: argparse.Namespace) -> CompareConfig:
+    from ..compare import CompareConfig
+
+    return CompareConfig(a.a, a.b, agents=a.agents, tokens=a.tokens, latest=a.latest, db=a.db)
+
+
+def cmd_compare(a: argparse.Namespace, console: Console) -> int:
+    from ..compare import compare_runs
+
+    check_output(a.json, "--json")
+    cfg = compare_config(a)
+    done = compare_runs(cfg)
+    if done.sessions is not None:
+        _print_sessions(console, done, a.format)
+    else:
+        _print_rows(console, cfg, done, a.format)
+    if done.capacity is not None:
+        _print_capacity(console, done.capacity, a.format, bool(done.comparison.rows) or done.sessions is not None)
+    q, c = done.quality, done.comparison
+    if q is not None:  # the boxes' quality runs, found by the speed runs' labels
+        console.print(f"quality (runs {q.run_a} and {q.run_b}): " + "; ".join(q.lines(c.a, c.b)), markup=False,
+                      highlight=False)
+    if a.json:
+        emit_json(a.json, done.to_dict())
+    return 0
+
+
+def _print_rows(console: Console, cfg: CompareConfig, done: Compared, fmt: str) -> None:
+    """The rows aligned on the shared operating points, their legend, the crossovers and the effective-serving
+    line."""
+    from ..compare import GROUP_COLUMN, NO_SHARED_POINT, VALUE_COLUMNS, legend, table
+    from ..output import print_table
+
+    c, cap = done.comparison, done.capacity
+    for w in c.warnings:
+        if not (cap is not None and w == NO_SHARED_POINT):  # their capacities are what compares
+            console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+    if c.rows:
+        head, rows = table(c)
+        console.print(f"A = {c.a}, B = {c.b}" + ("\n" if fmt == "markdown" else ""), markup=False,
+                      highlight=False)
+        print_table(console, head, rows, fmt, keep=VALUE_COLUMNS, group=GROUP_COLUMN)
+        for line in legend(c):
+            console.print(line, markup=False, highlight=False)
+    for line in c.crossovers:
+        console.print(line, markup=False, highlight=False)
+    if c.effective:
+        console.print(f"{cfg.agents} agents x {cfg.tokens} tokens: " + "; ".join(c.effective), markup=False,
+                      highlight=False)
+
+
+def _print_capacity(console: Console, cap: CapacityComparison, fmt: str, after_table: bool) -> None:
+    """Both boxes' capacities within their SLOs: what each search says can be compared, the table, then one
+    verdict line (none where the SLOs or axes differ)."""
+    from ..compare import CAPACITY_LEGEND, capacity_table
+    from ..output import print_table
+
+    gap = "\n" if after_table or fmt == "markdown" else ""
+    console.print(f"{gap}capacity within the SLO: A = {cap.a}, B = {cap.b}" + ("\n" if fmt == "markdown" else ""),
+                  markup=False, highlight=False)
+    for w in cap.warnings:
+        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+    head, rows = capacity_table(cap)
+    print_table(console, head, rows, fmt)
+    console.print("\n" if fmt == "markdown" else "", end="")  # Markdown: a line after a table would be its row
+    console.print(CAPACITY_LEGEND, style="dim", markup=False, highlight=False)
+    said = cap.verdict()
+    if said is not None:
+        console.print(said, markup=False, highlight=False)
+
+
+def _print_sessions(console: Console, done: Compared, fmt: str) -> None:
+    """Two agent-session runs: at each shared concurrency, TTFT per turn against context (warm and busted, both
+    boxes), the levels' session time, and what each box's cache bought."""
+    from ..compare import session_level_table, session_turn_table
+    from ..output import print_table
+
+    sc = done.sessions
+    assert sc is not None
+    for w in sc.warnings:
+        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+    console.print(f"agent sessions: A = {sc.a}, B = {sc.b}. TTFT p50 in seconds at each turn (turn 1 is the first); "
+                  "warm: the history re-sent for the prefix cache to serve; busted: a marker at the start of every "
+                  "turn, so no cache serves it. A/B: A's figure over B's (a time below 1, or a rate above 1: A is faster).",
+                  markup=False, highlight=False)
+    for block in sc.blocks:
+        console.print(f"\nconcurrency {block.concurrency} ({block.concurrency} sessions at once)", markup=False,
+                      highlight=False)
+        gap = "\n" if fmt == "markdown" else ""  # two Markdown tables apart, not one
+        head, rows = session_turn_table(block)
+        print_table(console, head, rows, fmt, numeric=True)
+        if len(rows) < len(block.turns):
+            console.print(f"{len(rows)} of {len(block.turns)} turns shown; --json has every turn", markup=False,
+                          highlight=False)
+        console.print(gap, end="")
+        head, rows = session_level_table(block)
+        print_table(console, head, rows, fmt, numeric=True)
+        console.print(gap, end="")
+        for line in block.gains:
+            console.print(f"the cache's gain on {line}", markup=False, highlight=False)
+
+
+def add_compare_parser(sub: Any) -> None:
+    """``tokenbench compare``'s options."""
+    c = sub.add_parser("compare", help="two runs side by side: ratios with 95%% intervals, the faster side where it is "
+                       "significant, crossovers, effective serving")
+    c.add_argument("a", help="run id, id prefix or label")
+    c.add_argument("b", help="run id, id prefix or label")
+    c.add_argument("--agents", type=POSITIVE_INT, default=16, help="effective-serving line: this many agents ... (default 16)")
+    c.add_argument("--tokens", type=POSITIVE_INT, default=200, help="... each asking for this many tokens (default 200)")
+    c.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_json(c, "the comparison")
+    add_latest(c)
+    add_db(c)

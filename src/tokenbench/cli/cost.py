@@ -1,0 +1,114 @@
+"""``tokenbench cost``: its options, its typed config (``costing.CostConfig``), one library call
+(``costing.cost``) and the printing of what comes back."""
+from __future__ import annotations
+
+import argparse
+import math
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from ..cost import DEFAULT_CURRENCY
+from .common import check_output, emit_json
+from .options import CURRENCY, NONNEG, POSITIVE, add_db, add_json, add_latest
+
+if TYPE_CHECKING:
+    from ..costing import CostConfig, Costed
+
+
+def cost_config(a: argparse.Namespace) -> CostConfig:
+    from ..costing import CostConfig
+
+    return CostConfig(run=a.run, tps=a.tps, price_per_hour=a.price_per_hour, busy_hours=a.busy_hours, owned=a.owned,
+                      purchase=a.purchase, life_years=a.life_years, watts=a.watts, kwh_price=a.kwh_price,
+                      hours_per_day=a.hours_per_day, currency=a.currency, api_price=a.api_price,
+                      api_currency=a.api_currency, exchange_rate=a.exchange_rate, latest=a.latest, db=a.db)
+
+
+def cmd_cost(a: argparse.Namespace, console: Console) -> int:
+    from ..costing import cost
+
+    check_output(a.json, "--json")
+    done = cost(cost_config(a))
+    if done.sessions is not None:
+        _print_sessions(console, done, a.format)
+    else:
+        _print_points(console, done, a.format)
+    if done.api_note:
+        console.print(done.api_note, markup=False, highlight=False)
+    if a.json:
+        emit_json(a.json, done.to_dict())
+    return 0
+
+
+def _print_points(console: Console, done: Costed, fmt: str) -> None:
+    """The price, then each operating point per million output tokens (beside the API's)."""
+    from ..output import print_table
+
+    currency, api = done.currency, done.api
+    head = ["Operating point", "Output tok/s", f"{currency}/M output"]
+    if api is not None:
+        head += [f"API {currency}/M", "Box vs API"]
+    rows = []
+    for p in done.points:
+        vs = p.vs_api()
+        rows.append([p.operating_point, f"{p.output_tps:,.1f}",
+                     f"{p.cost_per_mtok:.2f}" if p.cost_per_mtok is not None else "—",
+                     *([f"{api:.2f}", vs] if api is not None and vs else [])])
+    console.print(done.pricing.describe(), markup=False, highlight=False)
+    print_table(console, head, rows, fmt)
+
+
+def _money(v: float | None) -> str:
+    """Two decimals from 1 up; below, two significant digits written out (0.000062, never 6.2e-05)."""
+    if v is None:
+        return "—"
+    if v >= 1 or v == 0:
+        return f"{v:,.2f}"
+    return f"{float(f'{v:.2g}'):.{max(2, 1 - math.floor(math.log10(abs(v))))}f}"
+
+
+def _print_sessions(console: Console, done: Costed, fmt: str) -> None:
+    """An agent-session run priced level by level, warm and busted: per finished session and per million output
+    tokens."""
+    from ..output import print_table
+    from ..session_view import seconds
+
+    currency, api, points = done.currency, done.api, done.sessions or []
+    console.print(done.pricing.describe(), markup=False, highlight=False)
+    console.print(f"agent sessions. Level: concurrency and cache mode. {currency}/session: the price of the hours "
+                  "the level held the box, over the sessions it finished (about price x session time / "
+                  f"concurrency). tok/s: the level's aggregate output rate, which {currency}/M output is priced at.",
+                  markup=False, highlight=False)
+    head = ["Level", "Sessions", "Session p50", f"{currency}/session", "tok/s", f"{currency}/M output"]
+    rows = [[p.level, f"{p.sessions_finished}/{p.sessions}", f"{seconds(p.session_p50_s * 1000)} s"
+             if p.session_p50_s is not None else "—", _money(p.cost_per_session),
+             f"{p.output_tps:,.1f}" if p.output_tps else "—", _money(p.cost_per_mtok)] for p in points]
+    print_table(console, head, rows, fmt, numeric=True)
+    said = [f"{vs} at {p.level}" for p in points if (vs := p.vs_api())]
+    if api is not None and said:
+        console.print(f"API {api:.2f} {currency}/M output tokens: the box is " + ", ".join(said), markup=False,
+                      highlight=False)
+
+
+def add_cost_parser(sub: Any) -> None:
+    """``tokenbench cost``'s options."""
+    co = sub.add_parser("cost", help="price per million output tokens at each operating point")
+    co.add_argument("run", nargs="?", help="run id, id prefix or label (or give --tps)")
+    co.add_argument("--tps", type=POSITIVE, help="an aggregate output rate instead of a run")
+    co.add_argument("--price-per-hour", type=POSITIVE, help="rented: price per hour")
+    co.add_argument("--busy-hours", type=NONNEG, default=24.0, help="rented: hours a day it does this work")
+    co.add_argument("--owned", action="store_true", help="an owned box: --purchase, --life-years, --watts, --kwh-price")
+    co.add_argument("--purchase", type=POSITIVE)
+    co.add_argument("--life-years", type=POSITIVE, default=3.0)
+    co.add_argument("--watts", type=NONNEG, default=0.0, help="power draw under this load")
+    co.add_argument("--kwh-price", type=NONNEG, default=0.0)
+    co.add_argument("--hours-per-day", type=NONNEG, default=24.0, help="owned: hours a day it does this work")
+    co.add_argument("--currency", default=None, type=CURRENCY, help=f"the box's currency (default: the run's, else {DEFAULT_CURRENCY})")
+    co.add_argument("--api-price", type=POSITIVE, help="an API's price per million output tokens, to compare")
+    co.add_argument("--api-currency", type=CURRENCY, help="the API price's currency (default: --currency)")
+    co.add_argument("--exchange-rate", type=POSITIVE, help="units of --currency per 1 --api-currency")
+    co.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_json(co, "the cost per operating point")
+    add_latest(co)
+    add_db(co)

@@ -1,0 +1,163 @@
+"""``tokenbench recommend``: its options, its typed config (``recommend.RecommendConfig``), one library call
+(``recommend.recommend``) and the printing of what comes back."""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from ..cost import DEFAULT_CURRENCY
+from ..slo import parse_duration_ms
+from .common import check_output, emit_json
+from .options import CURRENCY, NONNEG, POSITIVE_INT, add_db, add_json, add_latest
+
+if TYPE_CHECKING:
+    from ..recommend import Candidate, RecommendConfig
+
+
+def recommend_config(a: argparse.Namespace) -> RecommendConfig:
+    from ..recommend import RecommendConfig
+
+    return RecommendConfig(a.model, a.agents, a.input_len, a.output_len,
+                           parse_duration_ms(a.ttft_p99) if a.ttft_p99 else None,
+                           parse_duration_ms(a.tpot) if a.tpot else None, a.currency, prices=tuple(a.price),
+                           owned=tuple(a.owned), kwh_price=a.kwh_price, runs=tuple(a.runs), capacity=a.capacity,
+                           parity_with=a.parity_with, latest=a.latest, db=a.db)
+
+
+def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
+    from ..output import print_table
+    from ..recommend import recommend
+
+    check_output(a.json, "--json")
+    done = recommend(recommend_config(a))
+    head, row = _recommend_head(a, console)
+    if done.ranked:
+        # engine and source said once where every box shares them; notes under the table where they do not fit
+        print_table(console, head, [row(i, c) for i, c in enumerate(done.ranked)], a.format,
+                    keep=(0, 1, 4, 5, 6, 7), aside=len(head) - 1)
+    elif done.closest:
+        _print_closest(console, done.closest, a.currency)
+    else:
+        console.print("no box fits, meets the SLOs and has a price", style="yellow", markup=False)
+    _print_excluded(console, done.excluded, done.closest)
+    if a.json:
+        emit_json(a.json, done.to_dict())
+    return 0
+
+
+def _recommend_row(i: int, c: Candidate) -> list[str]:
+    return [str(i + 1), c.box, c.setup, c.source.upper() if c.source == "predicted" else c.source,
+            f"{c.throughput:,.0f}" if c.throughput else "—",
+            f"{c.ttft_p99_ms:,.0f}" if c.ttft_p99_ms else "—", f"{c.tpot_ms:.1f}" if c.tpot_ms else "—",
+            f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)]
+
+
+def _capacity_row(i: int, c: Candidate) -> list[str]:
+    """--capacity: the agents a box serves within the SLOs ('>=' where every count tried met them), the boxes
+    the team needs, and the price per agent-hour and per million tokens there."""
+    agents = f"{'>=' if c.at_least else ''}{c.capacity}"
+    return [str(i + 1), c.box, c.setup, c.source.upper() if c.source == "predicted" else c.source, agents,
+            str(c.boxes) if c.boxes else "—", f"{c.cost_per_agent_hour:.3f}" if c.cost_per_agent_hour else "—",
+            f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)]
+
+
+#: Boxes an exclusion line names before it counts the rest.
+EXCLUDED_NAMED = 8
+
+
+def _print_excluded(console: Console, excluded: list[Any], shown: list[Any]) -> None:
+    """Measured boxes one by one; predicted ones by reason, the nearest to meeting the SLOs first, at most
+    EXCLUDED_NAMED named and none of those ``shown`` above (the catalog is long: 40 lines of it hid the
+    ranking)."""
+    from ..recommend import shortfall
+
+    groups: dict[str, list[Any]] = {}
+    for c in excluded:
+        if c.source == "measured":
+            if not any(c is x for x in shown):
+                console.print(f"excluded {c.box} (measured): {c.excluded}", markup=False, highlight=False)
+        else:
+            groups.setdefault(c.reason or "", []).append(c)
+    for reason, cs in groups.items():
+        if len(cs) == 1:
+            if not any(cs[0] is x for x in shown):
+                console.print(f"excluded {cs[0].box} (predicted): {cs[0].excluded}", markup=False, highlight=False)
+            continue
+        rest = sorted((c for c in cs if not any(c is x for x in shown)),  # stable: catalog order where no shortfall
+                      key=lambda c: shortfall(c) or (0, 0.0))
+        above = len(cs) - len(rest)
+        if not rest:
+            continue
+        named = ", ".join(c.box for c in rest[:EXCLUDED_NAMED])
+        more = [f"{len(rest) - EXCLUDED_NAMED} more"] if len(rest) > EXCLUDED_NAMED else []
+        more += [f"the {above} above"] if above else []
+        tail = (", " if named and len(more) == 2 else " and " if named else "") + " and ".join(more)
+        remedy = " (give --price ID=PER_HOUR or --owned ID=PURCHASE:YEARS:WATTS)" if reason == "no price" else ""
+        console.print(f"excluded, {reason}{remedy}: {named}{tail if more else ''} ({len(cs)} predicted boxes; "
+                      "--json has each one's figures)", markup=False, highlight=False)
+
+
+def _print_closest(console: Console, near: list[Any], currency: str) -> None:
+    """No box meets the SLOs: the closest, by how far each missed."""
+    from ..recommend import miss_text
+
+    console.print("no box meets the SLOs; the closest, by how far each missed its worst SLO (not fitting in "
+                  "memory is further than any miss):", style="yellow", markup=False, highlight=False)
+    for i, c in enumerate(near):
+        source = "PREDICTED" if c.source == "predicted" else c.source
+        cost = f"; {currency} {c.cost_per_mtok:.2f}/M output" if c.cost_per_mtok else ""
+        console.print(f"  {i + 1}. {c.box} ({c.setup}, {source}): {miss_text(c)}{cost}", markup=False,
+                      highlight=False)
+
+
+def _recommend_head(a: argparse.Namespace, console: Console) -> tuple[list[str], Callable[[int, Candidate], list[str]]]:
+    """What the ranking is of, printed (the SLOs as the user wrote them), and its table's header and row: per
+    million tokens at --agents, or (--capacity) per agent-hour at each box's capacity."""
+    slos = (f", TTFT p99 <= {a.ttft_p99}" if a.ttft_p99 else "") + (f", TPOT <= {a.tpot}" if a.tpot else "")
+    if a.capacity:
+        console.print(f"model {a.model}, {a.input_len} in / {a.output_len} out tokens{slos}", markup=False,
+                      highlight=False)
+        console.print(f"Agents: the most each box serves within the SLOs; Boxes: how many serve {a.agents}; "
+                      "cheapest per agent-hour first", markup=False, highlight=False)
+        return ["Rank", "Box", "Engine", "Source", "Agents", "Boxes", f"{a.currency} per agent-hour",
+                f"{a.currency}/M output", "Notes"], _capacity_row
+    console.print(f"{a.agents} agents, {a.input_len} in / {a.output_len} out tokens, model {a.model}{slos}",
+                  markup=False, highlight=False)
+    # units in the headers, not in every cell: the table fits 80 columns with a box's whole name
+    return ["Rank", "Box", "Engine", "Source", "Aggregate tok/s", "TTFT p99 ms", "TPOT ms", f"{a.currency}/M output",
+            "Notes"], _recommend_row
+
+
+def add_recommend_parser(sub: Any) -> None:
+    """``tokenbench recommend``'s options."""
+    rc = sub.add_parser("recommend", help="rank boxes by cost per million tokens among those that fit and meet SLOs",
+                        description="Rank boxes by cost per million output tokens among those that fit and meet the "
+                        "SLOs. When none meets them, list the closest, by how far each missed its worst SLO (a box "
+                        "that does not fit in memory is further than any miss). Exit 0 either way: no box meeting "
+                        "the SLOs is an answer (--json: 'ranked' empty, 'closest' filled), not an error.")
+    rc.add_argument("--model", required=True, help="the catalog model to serve ('tokenbench models' lists them)")
+    rc.add_argument("--agents", type=POSITIVE_INT, default=16,
+                    help="the agents to serve (--capacity: the team's agents, to say how many boxes it needs)")
+    rc.add_argument("--input-len", type=POSITIVE_INT, default=4096)
+    rc.add_argument("--output-len", type=POSITIVE_INT, default=512)
+    rc.add_argument("--ttft-p99", help="SLO, e.g. 2s")
+    rc.add_argument("--tpot", help="SLO, e.g. 50ms")
+    rc.add_argument("--currency", default=DEFAULT_CURRENCY, type=CURRENCY,
+                    help="of every price; a catalog price in another currency is left out, with a note")
+    rc.add_argument("--price", action="append", default=[], metavar="ID=PER_HOUR", help="a rental price (repeat)")
+    rc.add_argument("--owned", action="append", default=[], metavar="ID=PURCHASE:YEARS:WATTS", help="an owned box (repeat)")
+    rc.add_argument("--kwh-price", type=NONNEG, default=0.30, help="electricity price for owned boxes")
+    rc.add_argument("--runs", nargs="*", default=[], help="measured runs (ids or labels) to rank beside the predictions")
+    rc.add_argument("--capacity", action="store_true",
+                    help="rank by cost per agent-hour at the SLOs: each box's capacity (the most agents it serves "
+                    "within --ttft-p99/--tpot), measured from a run's levels (tokenbench capacity) or PREDICTED")
+    rc.add_argument("--parity-with", metavar="LABEL",
+                    help="keep only measured boxes whose quality runs (tokenbench quality --label BOX) are the "
+                    "same within noise as, or better than, this box's")
+    rc.add_argument("--format", choices=["table", "markdown"], default="table")
+    add_json(rc, "the ranking and the exclusions")
+    add_latest(rc)
+    add_db(rc)

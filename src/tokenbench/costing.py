@@ -1,0 +1,109 @@
+"""``tokenbench cost``'s library call: a run's levels (or a rate the user knows) priced per million output tokens,
+rented or owned, beside an API's price; an agent-session run also per finished session. ``cost`` answers a typed
+``CostConfig`` with a ``Costed``; nothing here prints.
+
+Apart from ``cost.py`` (the arithmetic, which the modules that make and read runs price levels with): this one
+reads runs from the store, and ``reader`` imports ``cost``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .cost import DEFAULT_CURRENCY, CostPoint, Pricing, SessionCostPoint, api_in, cost_points, run_price, \
+    session_cost_points
+from .errors import UsageError
+from .results import RunResult
+
+@dataclass(frozen=True, slots=True)
+class CostConfig:
+    """What ``tokenbench cost`` prices: a run (id, id prefix or label) or an aggregate output rate (``tps``), on a
+    box rented at ``price_per_hour`` (None: the run's own) or owned (``purchase`` over ``life_years``, ``watts``
+    at ``kwh_price``), beside an API's price per million output tokens."""
+
+    run: str | None = None
+    tps: float | None = None  # an aggregate output rate instead of a run
+    price_per_hour: float | None = None
+    busy_hours: float = 24.0  # rented: hours a day it does this work
+    owned: bool = False
+    purchase: float | None = None
+    life_years: float = 3.0
+    watts: float = 0.0
+    kwh_price: float = 0.0
+    hours_per_day: float = 24.0  # owned: hours a day it does this work
+    currency: str | None = None  # None: the run's, else DEFAULT_CURRENCY
+    api_price: float | None = None
+    api_currency: str | None = None  # None: ``currency``
+    exchange_rate: float | None = None  # units of ``currency`` per 1 ``api_currency``
+    latest: bool = False
+    db: str | None = None  # None: $TOKENBENCH_DB or the user data dir
+
+
+@dataclass(slots=True)
+class Costed:
+    """Every operating point priced (``points``), an agent-session run's levels per finished session
+    (``sessions``; None for any other run), and the API's price in ``currency`` (None: none given, or in another
+    currency with no rate, ``api_note`` saying so)."""
+
+    currency: str
+    pricing: Pricing
+    run: RunResult | None
+    points: list[CostPoint]
+    sessions: list[SessionCostPoint] | None = None
+    api: float | None = None
+    api_note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``cost --json``."""
+        doc: dict[str, Any] = {"tool": "tokenbench", "kind": "cost", "currency": self.currency,
+                               "run_id": self.run.run_id if self.run else None, "pricing": self.pricing.describe(),
+                               "points": [asdict(p) for p in self.points]}
+        if self.sessions is not None:
+            doc["sessions"] = [dict(asdict(p), level=p.level) for p in self.sessions]
+        return doc
+
+
+def pricing(cfg: CostConfig, currency: str, res: RunResult | None) -> Pricing:
+    """The box's price as the config gives it: rented at ``price_per_hour`` (else the run's own), or owned."""
+    price = cfg.price_per_hour
+    if price is None and not cfg.owned and res is not None:
+        price = run_price(res.manifest)
+    if cfg.owned and cfg.purchase is None:
+        raise UsageError("--owned needs --purchase PRICE (and --life-years, --watts, --kwh-price)")
+    return Pricing(currency=currency, price_per_hour=None if cfg.owned else price, busy_hours_per_day=cfg.busy_hours,
+                   purchase=cfg.purchase if cfg.owned else None, life_years=cfg.life_years, watts=cfg.watts,
+                   kwh_price=cfg.kwh_price, hours_per_day=cfg.hours_per_day)
+
+
+def api_price(cfg: CostConfig, currency: str) -> tuple[float | None, str | None]:
+    """The API's price in ``currency``, or None and a note when it is in another currency and no rate is given
+    (shown as given rather than a guessed rate)."""
+    try:
+        return api_in(currency, cfg.api_price, cfg.api_currency, cfg.exchange_rate), None
+    except UsageError:
+        return None, (f"API: {cfg.api_price:g} {cfg.api_currency}/M output tokens; pass --exchange-rate "
+                      f"({currency} per 1 {cfg.api_currency}) to compare in {currency}")
+
+
+def cost(cfg: CostConfig) -> Costed:
+    """``tokenbench cost``'s work: the run read from the store (or the rate given), its price, every level
+    priced."""
+    from .reader import LOADED, load_result
+    from .session_view import is_session_run
+    from .store import Store
+
+    res = None
+    if cfg.run:
+        res = load_result(Store(cfg.db, readonly=True), cfg.run, latest=cfg.latest, kinds=LOADED, command="cost")
+    elif cfg.tps is None:
+        raise UsageError("give a run, or --tps RATE for a rate you know")
+    currency = cfg.currency or (res.manifest.currency if res else None) or DEFAULT_CURRENCY
+    price = pricing(cfg, currency, res)
+    api, note = api_price(cfg, currency)
+    if res is None:
+        assert cfg.tps is not None
+        return Costed(currency, price, None, [CostPoint("given rate", cfg.tps, price.per_mtok(cfg.tps), api)], None,
+                      api, note)
+    levels = [o.summary for o in res.outcomes]
+    sessions = session_cost_points(price, levels, api) if is_session_run(res) else None
+    return Costed(currency, price, res, cost_points(price, levels, api), sessions, api, note)
