@@ -8,7 +8,9 @@ prompts, drains finished records and merges them into one level.
 
 One module per part:
 
-- ``split.py``: a level's exact split over N workers, and how many workers ``--workers auto`` starts;
+- ``split.py``: a level's exact split over N workers (weighed by their send queues once measured), and how
+  many workers ``--workers auto`` starts;
+- ``send_cost.py``: the client's own cost of one send, measured here, that ``--workers auto`` sizes by;
 - ``clocks.py``: each process's clock sample, for merging stamps taken on other machines;
 - ``messages.py``: what the driver and a worker send each other (``ClientSpec``, ``PhaseTask``, ``Drained``,
   ``WorkerReport``);
@@ -27,11 +29,15 @@ from .handle import Handle, WorkerLost
 from .messages import ClientSpec, Drained, PhaseTask, WorkerReport
 from .pool import DRAIN_PERIOD_S, START_LEAD_S, MergedPhase, PromptFeed, WorkerPool
 from .process import ProcessHandle, child_main
-from .split import STREAMS_PER_WORKER, auto_workers, parse_workers, split_level
+from .send_cost import send_cost_us
+from .split import (SEND_QUEUE_GOAL_MS, STREAMS_PER_WORKER, auto_workers, parse_workers, send_weights, split_level,
+                    usable_cores, wave_queue_p90_ms, worker_shares, workers_for_sends)
 from .worker import LoadWorker
 
 __all__ = [
-    "DRAIN_PERIOD_S", "START_LEAD_S", "STREAMS_PER_WORKER", "ClientSpec", "ClockSample", "Drained", "Handle",
-    "LoadWorker", "MergedPhase", "PhaseTask", "ProcessHandle", "PromptFeed", "WorkerLost", "WorkerPool",
-    "WorkerReport", "auto_workers", "boot_id", "child_main", "clock_sample", "parse_workers", "split_level",
+    "DRAIN_PERIOD_S", "SEND_QUEUE_GOAL_MS", "START_LEAD_S", "STREAMS_PER_WORKER", "ClientSpec", "ClockSample",
+    "Drained", "Handle", "LoadWorker", "MergedPhase", "PhaseTask", "ProcessHandle", "PromptFeed", "WorkerLost",
+    "WorkerPool", "WorkerReport", "auto_workers", "boot_id", "child_main", "clock_sample", "parse_workers",
+    "send_cost_us", "send_weights", "split_level", "usable_cores", "wave_queue_p90_ms", "worker_shares",
+    "workers_for_sends",
 ]

@@ -1,6 +1,10 @@
 """The driver's pool of workers: started once per sweep, given a share of each phase, drained every
 :data:`DRAIN_PERIOD_S`, their records put on the driver's clock and merged into one level.
 
+Each worker's sends are measured as its records come back: the median send queue of its last phase
+(``_Member.send_queue_ms``, with at least ``MIN_QUEUE_SAMPLES`` sends) weighs the next phase's split
+(``split.send_weights``), so a worker whose sends wait longer is given fewer streams.
+
 A worker that dies (a killed process, a lost Ray node) ends the level as partial: the records it had finished
 and handed over are kept, what it had in flight is lost and counted.
 """
@@ -8,6 +12,7 @@ and handed over are kept, what it had in flight is lost and counted.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,13 +26,15 @@ from .clocks import ClockSample, boot_id, clock_sample
 from .handle import Handle, WorkerLost
 from .messages import ClientSpec, Drained, PhaseTask, WorkerReport
 from .process import ProcessHandle
-from .split import split_level
+from .split import send_weights, worker_shares
 
 NS_PER_S = 1_000_000_000
 #: How often the driver collects finished records (progress, and what survives a worker lost mid-level).
 DRAIN_PERIOD_S = 0.1
 #: Workers start this long after the driver asks, so all have their share ready (local; Ray adds its latency).
 START_LEAD_S = 0.05
+#: Sends a worker must have made in a phase before its send queue weighs the next split.
+MIN_QUEUE_SAMPLES = 8
 _STAMPS = ("scheduled_ns", "sent_ns", "written_ns", "first_byte_ns", "first_token_ns", "first_answer_ns", "end_ns")
 
 
@@ -53,6 +60,21 @@ class _Member:
     clock: dict[str, Any] = field(default_factory=dict)
     alive: bool = True
     delivered: int = 0  # finished records handed over in the current phase
+    send_queue_ms: float | None = None  # the median send queue of its last phase with enough sends
+    queues: list[float] = field(default_factory=list)  # the current phase's send queues, ms
+
+    def take(self, r: RequestRecord, sink: list[RequestRecord]) -> None:
+        """One of this worker's records, put on the driver's clock and in ``sink``; its send queue noted."""
+        _shift(r, self.offset_ns)
+        sink.append(r)
+        if r.written_ns is not None:
+            self.queues.append((r.written_ns - r.sent_ns) / 1e6)
+
+    def settle(self) -> None:
+        """The phase is over: its send queue, if it sent enough to say, weighs the next split."""
+        if len(self.queues) >= MIN_QUEUE_SAMPLES:
+            self.send_queue_ms = statistics.median(self.queues)
+        self.queues = []
 
 
 class WorkerPool:
@@ -122,14 +144,15 @@ class WorkerPool:
                         seed: int, prompts: PromptFeed, sink: list[RequestRecord],
                         on_done: Callable[[RequestRecord], None] | None = None) -> MergedPhase:
         members = [m for m in self.members if m.alive]
-        shares = split_level(level, requests, len(members))
-        parts = list(zip(members, shares))
+        weights = send_weights([m.send_queue_ms for m in members])
+        parts = [(m, s) for m, s in zip(members, worker_shares(level, requests, len(members), weights))
+                 if s is not None]
         lead = START_LEAD_S if self.kind == "processes" else 0.5
         start_wall = time.time_ns() + int(lead * NS_PER_S)
         started = []
         lost: list[str] = []
         for k, (m, (share, count, offset)) in enumerate(parts):
-            m.delivered = 0
+            m.delivered, m.queues = 0, []
             first = count if count is not None else 2 * (share.concurrency or share.max_concurrency or 4)
             task = PhaseTask(share, phase, count, duration_s, seed * 1009 + k, start_wall, await prompts.take(first),
                              offset, watch=phase == "measured")
@@ -144,6 +167,11 @@ class WorkerPool:
             await asyncio.shield(self._collect(started, sink, lost, "cancel"))
             raise
         reports = await self._collect(started, sink, lost, "finish", on_done)
+        streams = {id(m): share.concurrency or share.max_concurrency for m, (share, _, _) in parts}
+        for m, rep in reports:
+            rep.client["streams"] = streams[id(m)]  # its share of the level: the split, as it was weighed
+            rep.client["send_queue_ms_p50"] = statistics.median(m.queues) if m.queues else None
+            m.settle()
         if not reports:
             now = time.perf_counter_ns()
             return MergedPhase([], now, now, {}, [], lost)
@@ -165,8 +193,7 @@ class WorkerPool:
                     continue
                 m.delivered += len(d.records)
                 for r in d.records:
-                    _shift(r, m.offset_ns)
-                    sink.append(r)
+                    m.take(r, sink)
                     if on_done is not None:
                         on_done(r)
                 if d.done:
@@ -190,8 +217,7 @@ class WorkerPool:
                 lost.append(self._lose(m, str(e) or "no answer"))
                 continue
             for r in rep.records:
-                _shift(r, m.offset_ns)
-                sink.append(r)
+                m.take(r, sink)
                 if on_done is not None and r.end_ns is not None:
                     on_done(r)
             rep.start_ns += m.offset_ns
@@ -228,7 +254,7 @@ def _merge_client(reports: list[tuple[_Member, WorkerReport]]) -> dict[str, Any]
     every worker's below."""
     per = [r.client for _, r in reports]
     top = max(per, key=lambda c: c.get("cpu_pct") or 0.0)
-    out = {k: v for k, v in top.items() if k != "worker"}
+    out = {k: v for k, v in top.items() if k not in ("worker", "streams", "send_queue_ms_p50")}  # one worker's
     if any(c.get("loop_lag_ms_p99") is not None for c in per):
         out["loop_lag_ms_p99"] = max(c.get("loop_lag_ms_p99") or 0.0 for c in per)
     means = [c["inflight_mean"] for c in per if c.get("inflight_mean") is not None]
