@@ -124,7 +124,8 @@ def test_send_weights_are_inverse_to_the_queues_and_even_when_nothing_is_measure
     assert send_weights([0.01, None, 0.04]) == pytest.approx([100, 1 / 0.025, 25])  # unmeasured: the median
     placed = worker_shares(Level(concurrency=20), None, 2, send_weights([0.01, 0.03]))
     assert [s.concurrency for s, _, _ in placed] == [14, 6]  # type: ignore[misc]  # 1 each, 18 as 3:1
-    assert [s.concurrency for s, _, _ in worker_shares(Level(concurrency=20), None, 2)] == [10, 10]  # type: ignore[misc]
+    even = worker_shares(Level(concurrency=20), None, 2)
+    assert [s.concurrency for s, _, _ in even] == [10, 10]  # type: ignore[misc]
 
 
 def _sweep(url: str, store: Store, workers: int | None, reporter: Any = None, **kw: Any) -> Any:
