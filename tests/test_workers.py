@@ -343,3 +343,20 @@ def test_auto_measures_a_send_and_keeps_its_choice_in_the_manifest(tmp_path: Pat
         assert auto["send_us"] > 0
         assert auto["workers"] == auto_workers([Level(concurrency=4)], auto["cores"], auto["send_us"])
     assert (res.manifest.load or {})["workers"]["workers"] == auto["workers"]
+
+
+def test_the_send_cost_is_measured_on_the_path_the_run_sends_by() -> None:
+    from tokenbench.client import StreamClient
+    from tokenbench.workers import ClientSpec
+    from tokenbench.workers.send_cost import sink_spec
+
+    def spec(url: str, lean: bool = True) -> ClientSpec:
+        return ClientSpec.of(StreamClient(session=None, base_url=url, model="m", api_key="k",  # type: ignore[arg-type]
+                                          lean=lean, fresh_connection=True), "tok")
+
+    sink = "http://127.0.0.1:1/v1"
+    assert sink_spec(spec("http://gpu:8000/v1"), sink).lean
+    assert not sink_spec(spec("https://api.example/v1"), sink).lean  # aiohttp's path, as the run's
+    assert not sink_spec(spec("http://gpu:8000/v1", lean=False), sink).lean
+    s = sink_spec(spec("https://api.example/v1"), sink)
+    assert (s.base_url, s.counter_path, s.api_key, s.fresh_connection) == (sink, None, "k", True)

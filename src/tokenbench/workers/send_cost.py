@@ -56,6 +56,12 @@ class _Sink(asyncio.Protocol):
                 return
 
 
+def sink_spec(spec: ClientSpec, url: str) -> ClientSpec:
+    """The run's client pointed at the sink: the same send path (an https endpoint is sent by aiohttp, so its
+    calibration is too, less the TLS), body and headers; no tokenizer (nothing is counted)."""
+    return replace(spec, base_url=url, counter_path=None, lean=spec.lean and spec.base_url.startswith("http://"))
+
+
 async def send_cost_us(spec: ClientSpec, prompt_chars: int = 512, wave: int = WAVE,
                        waves: int = WAVES) -> float | None:
     """Microseconds the client described by ``spec`` spends on each send of a wave (see the module's
@@ -67,7 +73,7 @@ async def send_cost_us(spec: ClientSpec, prompt_chars: int = 512, wave: int = WA
     costs = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                      trace_configs=[trace_config()]) as session:
-        client = replace(spec, base_url=f"http://127.0.0.1:{port}/v1", counter_path=None).build(session)
+        client = sink_spec(spec, f"http://127.0.0.1:{port}/v1").build(session)
         try:
             for k in range(waves + 1):
                 records = [RequestRecord(index=i, phase="warmup") for i in range(wave)]
