@@ -29,6 +29,11 @@ once, so the limit is how fast the client parses. This is a benchmark, not a tes
                                          [--peers guidellm,aiperf,vllm] [--paths lean,aiohttp] [--emitter lean]
                                          [--paced 256] [--burst 64]
 
+Under the tables, a line says what ``--workers auto`` would start here: the cost of one send on each path,
+measured as a sweep measures it (``workers.send_cost_us``: a wave of 64 to a sink on the loopback), and the
+workers ``workers.auto_workers`` picks from it for 64 to 2,048 streams on the client's cores (the fewest whose
+wave of re-sends keeps its p90 send queue under 1 ms, at least one per 64 streams, at most one per core).
+
 ``--paths``: this tree's send paths (the lean one, http1.py, and aiohttp's), interleaved, so "x baseline" compares
 them within one run when ``--baseline ''``. ``--emitter lean``: the emitter on a bare asyncio server, whose
 ~70 µs less per request keeps a wave of 256 requests from queueing in the emitter (that queue is in "arrival").
@@ -319,10 +324,30 @@ def main() -> None:
     print(_machine(load0, os.getloadavg()) + f"; emitter: {a.emitter}")
     _print(rows, len(client_cores), emitter_core, client_cores, repeats, a.baseline if base else None, peer_labels)
     _goals(rows)
+    print(_auto_line(len(client_cores)))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     if base is not None:
         shutil.rmtree(base.parent, ignore_errors=True)
+
+
+def _auto_line(cores: int) -> str:
+    """What ``--workers auto`` would start on ``cores`` cores, from the send cost measured here on each path."""
+    from tokenbench.client import StreamClient
+    from tokenbench.loadgen import Level
+    from tokenbench.workers import ClientSpec, auto_workers, send_cost_us
+
+    parts = []
+    for lean in (True, False):
+        client = StreamClient(session=None, base_url="http://127.0.0.1:9/v1",  # type: ignore[arg-type]
+                              model="emitter", lean=lean)
+        us = asyncio.run(send_cost_us(ClientSpec.of(client, None)))
+        if us is None:
+            continue
+        picks = ", ".join(f"{n:,} streams: {auto_workers([Level(concurrency=n)], cores, us)}"
+                          for n in (64, 256, 512, 2048))
+        parts.append(f"{'lean' if lean else 'aiohttp'} path {us:.0f} µs a send ({picks})")
+    return f"--workers auto on {cores} client cores: " + "; ".join(parts)
 
 
 def _counts(arg: str | None, default: list[int]) -> list[int]:

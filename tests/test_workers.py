@@ -23,7 +23,8 @@ from tokenbench.loadgen import Level
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
 from tokenbench.sweep import QuietReporter, SweepConfig, run_sweep
-from tokenbench.workers import auto_workers, split_level
+from tokenbench.workers import (SEND_QUEUE_GOAL_MS, auto_workers, send_weights, split_level, wave_queue_p90_ms,
+                                worker_shares, workers_for_sends)
 
 
 @settings(max_examples=500, deadline=None)
@@ -58,7 +59,76 @@ def test_auto_uses_a_worker_per_64_streams_and_at_most_the_cores() -> None:
     assert auto_workers([Level(concurrency=512)], cores=2) == 2
 
 
-def _sweep(url: str, store: Store, workers: int, reporter: Any = None, **kw: Any) -> Any:
+@settings(max_examples=300, deadline=None)
+@given(m=st.integers(1, 3000), c=st.floats(0.5, 500))
+def test_a_waves_p90_send_queue_is_the_p90_of_one_send_after_another(m: int, c: float) -> None:
+    # the k-th of m sends on one loop is on its socket k sends after the wave began: c, 2c, ..., mc
+    assert wave_queue_p90_ms(m, c) == pytest.approx(c * (1 + 0.9 * (m - 1)) / 1000)
+    assert wave_queue_p90_ms(m + 1, c) > wave_queue_p90_ms(m, c)
+
+
+@settings(max_examples=300, deadline=None)
+@given(streams=st.integers(1, 5000), c=st.floats(1, 300), cores=st.integers(1, 64))
+def test_auto_picks_the_fewest_workers_whose_wave_stays_under_the_goal(streams: int, c: float, cores: int) -> None:
+    n = workers_for_sends(streams, c, cores)
+    assert 1 <= n <= cores
+    def p90(k: int) -> float:
+        return wave_queue_p90_ms(-(-streams // k), c)
+    if p90(n) > SEND_QUEUE_GOAL_MS:  # not reachable: every core is used
+        assert n == cores
+    if n > 1:  # one fewer would miss the goal
+        assert p90(n - 1) > SEND_QUEUE_GOAL_MS
+
+
+def test_auto_sizes_by_the_measured_send_cost_within_the_cores() -> None:
+    # 15 µs a send: 73 re-sends keep their p90 under 1 ms (987 µs), 74 do not
+    assert workers_for_sends(73, 15, 16) == 1 and workers_for_sends(74, 15, 16) == 2
+    assert auto_workers([Level(concurrency=512)], cores=16, send_us=15) == 8  # 64 each: 865 µs
+    assert auto_workers([Level(concurrency=512)], cores=16, send_us=80) == 16  # aiohttp's cost: every core
+    assert auto_workers([Level(concurrency=512)], cores=4, send_us=15) == 4
+    assert auto_workers([Level(concurrency=48)], cores=16, send_us=15) == 1
+    assert auto_workers([Level(concurrency=48)], cores=16, send_us=40) == 2  # 1 + 0.9 x 47 sends of 40 µs: 1.7 ms
+    assert auto_workers([Level(concurrency=200)], cores=16, send_us=1) == 4  # reads: one per 64 streams still
+    assert auto_workers([Level(concurrency=200)], cores=16) == 4  # nothing measured: the stream rule alone
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), c=st.integers(1, 600), n=st.integers(1, 12),
+       req=st.one_of(st.none(), st.integers(1, 5000)))
+def test_a_weighted_split_keeps_the_level_whole_and_gives_the_slower_fewer(data: Any, c: int, n: int,
+                                                                           req: int | None) -> None:
+    queues = data.draw(st.lists(st.floats(0.001, 50), min_size=n, max_size=n))
+    weights = send_weights(queues)
+    placed = worker_shares(Level(concurrency=c), req, n, weights)
+    assert len(placed) == n
+    shares = [s for s in placed if s is not None]
+    conc = [s.concurrency or 0 for s, _, _ in shares]
+    assert sum(conc) == c or (req is not None and req < c and min(c, req) <= sum(conc) <= c)
+    if req is not None:
+        assert sum(k or 0 for _, k, _ in shares) == req and all(k and k > 0 for _, k, _ in shares)
+    if weights is None:  # even: what split_level gives unweighted
+        assert [p for p in placed if p is not None] == split_level(Level(concurrency=c), req, n)
+    elif (req is None or req >= c) and c >= n:  # every worker keeps a stream, a slower one never gets more
+        got = [s.concurrency or 0 for s, _, _ in placed]  # type: ignore[misc]
+        assert min(got) >= 1
+        for a in range(n):
+            for b in range(n):
+                if queues[a] > queues[b]:
+                    assert got[a] <= got[b] + 1  # largest remainder: one at most from the rounding
+
+
+def test_send_weights_are_inverse_to_the_queues_and_even_when_nothing_is_measured() -> None:
+    assert send_weights([]) is None and send_weights([None, None]) is None
+    assert send_weights([0.02, 0.025]) is None  # within 1.5x: one speed, an even split
+    assert send_weights([0.01, 0.03]) == pytest.approx([100, 100 / 3])
+    assert send_weights([0.01, None, 0.04]) == pytest.approx([100, 1 / 0.025, 25])  # unmeasured: the median
+    placed = worker_shares(Level(concurrency=20), None, 2, send_weights([0.01, 0.03]))
+    assert [s.concurrency for s, _, _ in placed] == [14, 6]  # type: ignore[misc]  # 1 each, 18 as 3:1
+    even = worker_shares(Level(concurrency=20), None, 2)
+    assert [s.concurrency for s, _, _ in even] == [10, 10]  # type: ignore[misc]
+
+
+def _sweep(url: str, store: Store, workers: int | None, reporter: Any = None, **kw: Any) -> Any:
     cfg = SweepConfig(url=url, input_len=16, output_len=24, guard="off", metrics_interval_s=None, workers=workers,
                       **kw)
     return asyncio.run(run_sweep(cfg, store, reporter))
@@ -203,3 +273,90 @@ def test_a_remote_worker_is_mapped_onto_the_driver_clock_within_its_stated_uncer
     error_ms = abs(mapped - here) / 1e6
     assert error_ms <= m.clock["clock_uncertainty_ms"] + 1.0  # the exchange's bound holds (1 ms for scheduling)
     assert 1.5 <= m.clock["clock_uncertainty_ms"] < 10
+
+
+def test_two_workers_report_their_split_and_send_queues_and_every_record(tmp_path: Path) -> None:
+    store = Store(tmp_path / "r.db")
+    with BackgroundEmitter() as em:
+        em.configure(ttft_s=0.01, itl_s=0.002)
+        res = _sweep(em.url, store, 2, concurrency=[9], requests=45, warmup=18, seed=5)
+    s = res.outcomes[0].summary
+    assert (s.completed, s.failed) == (45, 0)
+    workers = s.client.workers or []
+    # the split of the level (weighed by the warm-up's send queues where one worker's were 1.5x the other's)
+    assert len(workers) == 2 and sum(w["streams"] for w in workers) == 9 and min(w["streams"] for w in workers) >= 1
+    assert all(w["send_queue_ms_p50"] is not None and w["send_queue_ms_p50"] > 0 for w in workers)
+    assert "streams" not in s.client.to_dict()  # a worker's share, not the level's
+    recs = [r for r in store.requests(res.run_id) if r.phase == "measured"]
+    assert len(recs) == 45 and len({r.index for r in recs}) == 45
+    assert s.send_queue_ms is not None and s.send_queue_ms.n == 45
+
+
+class _Feed:
+    def __init__(self) -> None:
+        from tokenbench.client import PreparedRequest
+
+        self.made = ((k, PreparedRequest(f"prompt {k}", 4)) for k in range(10**6))
+
+    async def prepare(self, n: int) -> None:
+        pass
+
+    async def take(self, n: int) -> list[Any]:
+        return [next(self.made) for _ in range(n)]
+
+
+def test_a_pool_gives_a_worker_whose_sends_queue_fewer_streams_and_measures_them_again() -> None:
+    from tokenbench.client import StreamClient
+    from tokenbench.workers import ClientSpec, WorkerPool
+
+    async def go(url: str) -> tuple[Any, list[float | None]]:
+        spec = ClientSpec.of(StreamClient(session=None, base_url=url, model="emitter"), None)  # type: ignore[arg-type]
+        pool = await WorkerPool.local(spec, 2)
+        try:
+            pool.members[0].send_queue_ms, pool.members[1].send_queue_ms = 0.02, 0.06  # as a last phase measured
+            sink: list[RequestRecord] = []
+            merged = await pool.run_phase(Level(concurrency=10), "measured", requests=30, duration_s=None, seed=1,
+                                          prompts=_Feed(), sink=sink)
+            return merged, [m.send_queue_ms for m in pool.members]
+        finally:
+            await pool.close()
+
+    with BackgroundEmitter() as em:
+        em.configure(ttft_s=0.005, itl_s=0.001)
+        merged, after = asyncio.run(go(em.url))
+    workers = merged.client["workers"]
+    assert [w["streams"] for w in workers] == [7, 3]  # one each, then 8 as 3:1
+    assert len(merged.records) == 30 and all(r.ok for r in merged.records)
+    assert len({r.index for r in merged.records}) == 30
+    assert None not in after and after != [0.02, 0.06]  # this phase's own medians weigh the next split
+
+
+def test_auto_measures_a_send_and_keeps_its_choice_in_the_manifest(tmp_path: Path) -> None:
+    from tokenbench.workers import usable_cores
+
+    with BackgroundEmitter() as em:
+        em.configure(ttft_s=0.005, itl_s=0.001)
+        res = _sweep(em.url, Store(tmp_path / "r.db"), None, concurrency=[4], requests=8)
+    auto = (res.manifest.load or {})["workers"]["auto"]
+    assert auto["streams"] == 4 and auto["cores"] == usable_cores()
+    if auto["cores"] > 1:  # a send measured on the run's own client
+        assert auto["send_us"] > 0
+        assert auto["workers"] == auto_workers([Level(concurrency=4)], auto["cores"], auto["send_us"])
+    assert (res.manifest.load or {})["workers"]["workers"] == auto["workers"]
+
+
+def test_the_send_cost_is_measured_on_the_path_the_run_sends_by() -> None:
+    from tokenbench.client import StreamClient
+    from tokenbench.workers import ClientSpec
+    from tokenbench.workers.send_cost import sink_spec
+
+    def spec(url: str, lean: bool = True) -> ClientSpec:
+        return ClientSpec.of(StreamClient(session=None, base_url=url, model="m", api_key="k",  # type: ignore[arg-type]
+                                          lean=lean, fresh_connection=True), "tok")
+
+    sink = "http://127.0.0.1:1/v1"
+    assert sink_spec(spec("http://gpu:8000/v1"), sink).lean
+    assert not sink_spec(spec("https://api.example/v1"), sink).lean  # aiohttp's path, as the run's
+    assert not sink_spec(spec("http://gpu:8000/v1", lean=False), sink).lean
+    s = sink_spec(spec("https://api.example/v1"), sink)
+    assert (s.base_url, s.counter_path, s.api_key, s.fresh_connection) == (sink, None, "k", True)

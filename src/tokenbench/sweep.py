@@ -25,7 +25,7 @@ from .checks import GuardSnapshot
 from .guard import refuse_if_dirty, snapshot_before
 from .loadgen import ClientWatch, Level, run_phase, still_heap
 from .metrics import SLO, ClientReport, ServingLevel, peak_in_flight, session_stats, summarize
-from .workers import ClientSpec, WorkerPool, auto_workers
+from .workers import SEND_QUEUE_GOAL_MS, ClientSpec, WorkerPool, auto_workers, send_cost_us, usable_cores
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
 from .servers import ServerInfo, discover, root_url
@@ -80,7 +80,8 @@ class SweepConfig:
     metrics_interval_s: float | None = 5.0
     #: A level whose share of failed measured requests is above this is failed, not published as a result.
     max_error_rate: float = 0.1
-    #: Load-generating processes (None: ``auto``, one per workers.STREAMS_PER_WORKER streams, at most one a core).
+    #: Load-generating processes (None: ``auto``, workers.auto_workers: enough that a wave's p90 send queue stays
+    #: under 1 ms at the send cost measured here, at least one per 64 streams, at most one a core).
     workers: int | None = 1
     #: A Ray cluster to place the workers on (an address, or "auto"); None: this machine only.
     ray: str | None = None
@@ -266,7 +267,7 @@ async def _preflight(client: StreamClient, builder: PromptBuilder, fields: dict[
 
 
 def _manifest(cfg: SweepConfig, ep: Endpoint, workload: Workload, probe: RequestRecord, extras: dict[str, Any],
-              seed: int, pool: WorkerPool | None) -> Manifest:
+              seed: int, pool: WorkerPool | None, auto: dict[str, Any] | None = None) -> Manifest:
     return ep.manifest(
         cfg.embedded, cfg.label, cfg.command,
         # the one uncounted request before any level: the server counts it in its own metrics
@@ -285,7 +286,8 @@ def _manifest(cfg: SweepConfig, ep: Endpoint, workload: Workload, probe: Request
             "timeout_s": cfg.timeout_s,
             "stall_timeout_s": cfg.stall_timeout_s,
             "temperature": cfg.temperature,
-            "workers": pool.describe() if pool is not None else {"kind": "in-process", "workers": 1},
+            "workers": (pool.describe() if pool is not None else {"kind": "in-process", "workers": 1})
+            | ({"auto": auto} if auto is not None else {}),
         },
         price_per_hour=cfg.price_per_hour,
         currency=cfg.currency,
@@ -463,8 +465,8 @@ async def run_sweep(
         probe = await _preflight(client, builder, check)
         # a session's turns carry their own fields (each its output length, its agent's slot): sessions.SessionLevel
         client.body_extras = extras if cfg.sessions is None else {}
-        pool = await _start_workers(cfg, client, ep.counter.path if ep.counter is not None else None, rep)
-        manifest = _manifest(cfg, ep, workload, probe, _recorded_fields(extras, fields), seed, pool)
+        pool, auto = await _start_workers(cfg, client, ep.counter.path if ep.counter is not None else None, rep)
+        manifest = _manifest(cfg, ep, workload, probe, _recorded_fields(extras, fields), seed, pool, auto)
         manifest.guard = cfg.guard
         if search is not None:
             _search_manifest(manifest, search)
@@ -522,24 +524,43 @@ def _prompts(cfg: SweepConfig, ep: Endpoint, builder: PromptBuilder, workload: W
 
 
 async def _start_workers(cfg: SweepConfig, client: StreamClient, counter_path: str | None,
-                         rep: Reporter) -> WorkerPool | None:
-    """The load-generating workers (workers.py), or None to run every level in this process."""
+                         rep: Reporter) -> tuple[WorkerPool | None, dict[str, Any] | None]:
+    """The load-generating workers (workers/), or None to run every level in this process; and, for ``--workers
+    auto`` on this machine, how their number was chosen (the manifest keeps it)."""
     if cfg.trace is not None:  # a trace is replayed by this process: its one schedule, its prompts in order
         if cfg.ray or (cfg.workers or 1) > 1:
             raise UsageError("a trace is replayed by one process: drop --workers and --ray with --trace")
-        return None
-    n = cfg.workers if cfg.workers is not None else auto_workers(cfg.levels())
+        return None, None
     spec = ClientSpec.of(client, counter_path)
+    n, auto = cfg.workers, None
+    if n is None and not cfg.ray:
+        n, auto = await _auto_workers(cfg, spec)
+        rep.note(f"--workers auto: {n} ({auto['why']})")
     if cfg.ray:
         from .raypool import ray_pool
 
         pool = await ray_pool(cfg.ray, spec, cfg.workers)
-    elif n > 1:
+    elif n is not None and n > 1:
         pool = await WorkerPool.local(spec, n)
     else:
-        return None
+        return None, auto
     rep.note(f"load from {pool.size} workers ({pool.kind})")
-    return pool
+    return pool, auto
+
+
+async def _auto_workers(cfg: SweepConfig, spec: ClientSpec) -> tuple[int, dict[str, Any]]:
+    """``--workers auto`` on this machine: the cost of one send measured (workers.send_cost_us, a wave to a sink
+    on the loopback, prompts about as long as the run's), then workers.auto_workers."""
+    levels, cores = cfg.levels(), usable_cores()
+    streams = max((lv.concurrency or lv.max_concurrency or 1) for lv in levels) if levels else 1
+    send_us = await send_cost_us(spec, prompt_chars=4 * cfg.input_len) if streams > 1 and cores > 1 else None
+    n = auto_workers(levels, cores, send_us)
+    why = (f"{streams} streams at {send_us:.0f} µs a send: the fewest workers whose wave of re-sends keeps its "
+           f"p90 send queue under {SEND_QUEUE_GOAL_MS:g} ms, at least one per 64 streams, of {cores} cores"
+           if send_us is not None else f"{streams} streams on {cores} cores: one per 64 streams")
+    return n, {"workers": n, "streams": streams, "cores": cores,
+               "send_us": round(send_us, 1) if send_us is not None else None,
+               "send_queue_goal_ms": SEND_QUEUE_GOAL_MS, "why": why}
 
 
 class _SessionWork:

@@ -163,8 +163,10 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
                    help="a level with a larger share of failed requests is failed, and the run exits 5 "
                         "(default 0.1)")
     g.add_argument("--workers", default="auto",
-                   help="load-generating processes, each with its own event loop; auto (default): one per 64 "
-                        "streams of the busiest level, at most one per core")
+                   help="load-generating processes, each with its own event loop; auto (default): the cost of "
+                        "one send is measured here (a wave to a sink on the loopback), then the fewest workers "
+                        "whose share of a wave of re-sends (every stream of the busiest level at once) keeps its "
+                        "p90 send queue under 1 ms, at least one per 64 streams, at most one per core")
     g.add_argument("--ray", metavar="ADDRESS",
                    help="place the workers on a Ray cluster (its address, or auto on a node of it): one per node "
                         "unless --workers says how many; needs pip install 'tokenbench[ray]'")

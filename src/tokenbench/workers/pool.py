@@ -1,0 +1,273 @@
+"""The driver's pool of workers: started once per sweep, given a share of each phase, drained every
+:data:`DRAIN_PERIOD_S`, their records put on the driver's clock and merged into one level.
+
+Each worker's sends are measured as its records come back: the median send queue of its last phase
+(``_Member.send_queue_ms``, with at least ``MIN_QUEUE_SAMPLES`` sends) weighs the next phase's split
+(``split.send_weights``), so a worker whose sends wait longer is given fewer streams.
+
+A worker that dies (a killed process, a lost Ray node) ends the level as partial: the records it had finished
+and handed over are kept, what it had in flight is lost and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..checks import GuardSnapshot
+from ..client import PreparedRequest
+from ..loadgen import Level
+from ..records import Phase, RequestRecord
+from .clocks import ClockSample, boot_id, clock_sample
+from .handle import Handle, WorkerLost
+from .messages import ClientSpec, Drained, PhaseTask, WorkerReport
+from .process import ProcessHandle
+from .split import send_weights, worker_shares
+
+NS_PER_S = 1_000_000_000
+#: How often the driver collects finished records (progress, and what survives a worker lost mid-level).
+DRAIN_PERIOD_S = 0.1
+#: Workers start this long after the driver asks, so all have their share ready (local; Ray adds its latency).
+START_LEAD_S = 0.05
+#: Sends a worker must have made in a phase before its send queue weighs the next split.
+MIN_QUEUE_SAMPLES = 8
+_STAMPS = ("scheduled_ns", "sent_ns", "written_ns", "first_byte_ns", "first_token_ns", "first_answer_ns", "end_ns")
+
+
+class PromptFeed(Protocol):
+    async def prepare(self, n: int) -> None: ...
+    async def take(self, n: int) -> list[tuple[int, PreparedRequest]]: ...
+
+
+@dataclass(slots=True)
+class MergedPhase:
+    records: list[RequestRecord]
+    start_ns: int
+    end_ns: int
+    client: dict[str, Any]
+    reasons: list[str]
+    lost: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Member:
+    handle: Handle
+    offset_ns: int = 0  # added to this worker's stamps to put them on the driver's clock
+    clock: dict[str, Any] = field(default_factory=dict)
+    alive: bool = True
+    delivered: int = 0  # finished records handed over in the current phase
+    send_queue_ms: float | None = None  # the median send queue of its last phase with enough sends
+    queues: list[float] = field(default_factory=list)  # the current phase's send queues, ms
+
+    def take(self, r: RequestRecord, sink: list[RequestRecord]) -> None:
+        """One of this worker's records, put on the driver's clock and in ``sink``; its send queue noted."""
+        _shift(r, self.offset_ns)
+        sink.append(r)
+        if r.written_ns is not None:
+            self.queues.append((r.written_ns - r.sent_ns) / 1e6)
+
+    def settle(self) -> None:
+        """The phase is over: its send queue, if it sent enough to say, weighs the next split."""
+        if len(self.queues) >= MIN_QUEUE_SAMPLES:
+            self.send_queue_ms = statistics.median(self.queues)
+        self.queues = []
+
+
+class WorkerPool:
+    """The driver's side: workers started once per sweep, given a share of each phase, merged back."""
+
+    def __init__(self, handles: Sequence[Handle], kind: str, driver_node: str | None = None) -> None:
+        self.members = [_Member(h) for h in handles]
+        self.kind = kind  # "processes" | "ray"
+        self.driver_node = driver_node or boot_id()  # the machine the driver's own guard covers
+        self.closers: list[Callable[[], None]] = []  # run after the workers are closed (ray.shutdown)
+
+    @classmethod
+    async def local(cls, spec: ClientSpec, n: int) -> WorkerPool:
+        pool = cls([ProcessHandle(spec, k) for k in range(n)], "processes")
+        await pool.sync_clocks()
+        return pool
+
+    @property
+    def size(self) -> int:
+        return sum(m.alive for m in self.members)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "workers": len(self.members), "clocks": [m.clock for m in self.members]}
+
+    async def sync_clocks(self, rounds: int = 5) -> None:
+        """Each worker's offset onto the driver's monotonic clock; see the module's docstring."""
+        here = clock_sample()
+        for m in self.members:
+            best: tuple[int, ClockSample, int] | None = None
+            for _ in range(rounds):  # the exchange with the shortest round trip bounds the skew best
+                t0 = time.time_ns()
+                sample: ClockSample = await m.handle.call("clock")
+                rtt = time.time_ns() - t0
+                if best is None or rtt < best[0]:
+                    best = (rtt, sample, sample.wall_ns - (t0 + rtt // 2))
+            assert best is not None
+            rtt, s, skew = best
+            same = bool(s.boot_id) and s.boot_id == here.boot_id
+            if same:
+                m.offset_ns = 0
+            else:  # worker mono -> worker wall -> driver wall (minus skew) -> driver mono
+                m.offset_ns = (s.wall_ns - s.mono_ns) - skew - (here.wall_ns - here.mono_ns)
+            m.clock = {"worker": m.handle.name, "host": s.host, "node": s.node, "same_clock": same,
+                       "skew_ms": 0.0 if same else round(skew / 1e6, 3),
+                       "clock_uncertainty_ms": 0.0 if same else round(rtt / 2e6, 3)}
+
+    async def guards(self, mode: str, config: Any) -> list[GuardSnapshot]:
+        """One guard snapshot per node with workers, other than the driver's (its own guard covers that one)."""
+        seen = {self.driver_node}
+        out = []
+        for m in self.members:
+            node = str(m.clock.get("node"))
+            if not m.alive or node in seen:
+                continue
+            seen.add(node)
+            try:
+                snap = await m.handle.call("guard", mode, config)
+            except WorkerLost:
+                continue
+            if isinstance(snap, dict):
+                node_snap = GuardSnapshot.from_dict(snap)
+                node_snap.put(node=f"{m.clock.get('host')} ({str(node)[:12]})")
+                out.append(node_snap)
+        return out
+
+    async def run_phase(self, level: Level, phase: Phase, *, requests: int | None, duration_s: float | None,
+                        seed: int, prompts: PromptFeed, sink: list[RequestRecord],
+                        on_done: Callable[[RequestRecord], None] | None = None) -> MergedPhase:
+        members = [m for m in self.members if m.alive]
+        weights = send_weights([m.send_queue_ms for m in members])
+        parts = [(m, s) for m, s in zip(members, worker_shares(level, requests, len(members), weights))
+                 if s is not None]
+        lead = START_LEAD_S if self.kind == "processes" else 0.5
+        start_wall = time.time_ns() + int(lead * NS_PER_S)
+        started = []
+        lost: list[str] = []
+        for k, (m, (share, count, offset)) in enumerate(parts):
+            m.delivered, m.queues = 0, []
+            first = count if count is not None else 2 * (share.concurrency or share.max_concurrency or 4)
+            task = PhaseTask(share, phase, count, duration_s, seed * 1009 + k, start_wall, await prompts.take(first),
+                             offset, watch=phase == "measured")
+            try:
+                await m.handle.call("start", task)
+                started.append(m)
+            except WorkerLost as e:
+                lost.append(self._lose(m, str(e)))
+        try:
+            await self._follow(started, duration_s is not None, prompts, sink, on_done, lost)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._collect(started, sink, lost, "cancel"))
+            raise
+        reports = await self._collect(started, sink, lost, "finish", on_done)
+        streams = {id(m): share.concurrency or share.max_concurrency for m, (share, _, _) in parts}
+        for m, rep in reports:
+            rep.client["streams"] = streams[id(m)]  # its share of the level: the split, as it was weighed
+            rep.client["send_queue_ms_p50"] = statistics.median(m.queues) if m.queues else None
+            m.settle()
+        if not reports:
+            now = time.perf_counter_ns()
+            return MergedPhase([], now, now, {}, [], lost)
+        start_ns = min(r.start_ns for _, r in reports)
+        end_ns = max(r.end_ns for _, r in reports)
+        return MergedPhase(sink, start_ns, end_ns, _merge_client(reports), _reasons(reports), lost)
+
+    async def _follow(self, started: list[_Member], timed: bool, prompts: PromptFeed, sink: list[RequestRecord],
+                      on_done: Callable[[RequestRecord], None] | None, lost: list[str]) -> None:
+        running = list(started)
+        while running:
+            await asyncio.sleep(DRAIN_PERIOD_S)
+            for m in list(running):
+                try:
+                    d: Drained = await m.handle.call("drain")
+                except WorkerLost as e:
+                    running.remove(m)
+                    lost.append(self._lose(m, str(e)))
+                    continue
+                m.delivered += len(d.records)
+                for r in d.records:
+                    m.take(r, sink)
+                    if on_done is not None:
+                        on_done(r)
+                if d.done:
+                    running.remove(m)
+                elif timed and d.prompts_left < 8:
+                    try:
+                        await m.handle.call("add_prompts", await prompts.take(32))
+                    except WorkerLost as e:
+                        running.remove(m)
+                        lost.append(self._lose(m, str(e)))
+
+    async def _collect(self, started: list[_Member], sink: list[RequestRecord], lost: list[str], how: str,
+                       on_done: Callable[[RequestRecord], None] | None = None) -> list[tuple[_Member, WorkerReport]]:
+        out = []
+        for m in started:
+            if not m.alive:
+                continue
+            try:
+                rep: WorkerReport = await asyncio.wait_for(m.handle.call(how), None if how == "finish" else 10)
+            except (WorkerLost, asyncio.TimeoutError) as e:
+                lost.append(self._lose(m, str(e) or "no answer"))
+                continue
+            for r in rep.records:
+                m.take(r, sink)
+                if on_done is not None and r.end_ns is not None:
+                    on_done(r)
+            rep.start_ns += m.offset_ns
+            rep.end_ns += m.offset_ns
+            rep.client["worker"] = m.handle.name
+            if rep.error and how == "finish":
+                lost.append(f"{m.handle.name} stopped with an error ({rep.error}); its finished requests are kept")
+            out.append((m, rep))
+        return out
+
+    def _lose(self, m: _Member, why: str) -> str:
+        m.alive = False
+        return (f"{m.handle.name} was lost mid-level ({why}); the {m.delivered} requests it had finished are kept, "
+                "the ones it had in flight are not counted")
+
+    async def close(self) -> None:
+        await asyncio.gather(*(m.handle.close() for m in self.members), return_exceptions=True)
+        for close in self.closers:
+            close()
+
+
+def _shift(r: RequestRecord, offset: int) -> None:
+    if not offset:
+        return
+    for name in _STAMPS:
+        v = getattr(r, name)
+        if v is not None:
+            setattr(r, name, v + offset)
+    r.chunk_ns = [t + offset for t in r.chunk_ns]
+
+
+def _merge_client(reports: list[tuple[_Member, WorkerReport]]) -> dict[str, Any]:
+    """The level's client report: the busiest worker's figures at the top (the keys a one-process level has),
+    every worker's below."""
+    per = [r.client for _, r in reports]
+    top = max(per, key=lambda c: c.get("cpu_pct") or 0.0)
+    out = {k: v for k, v in top.items() if k not in ("worker", "streams", "send_queue_ms_p50")}  # one worker's
+    if any(c.get("loop_lag_ms_p99") is not None for c in per):
+        out["loop_lag_ms_p99"] = max(c.get("loop_lag_ms_p99") or 0.0 for c in per)
+    means = [c["inflight_mean"] for c in per if c.get("inflight_mean") is not None]
+    if means:
+        out["inflight_mean"] = sum(means)
+    out["workers"] = per
+    out["clocks"] = [m.clock for m, _ in reports]
+    return out
+
+
+def _reasons(reports: list[tuple[_Member, WorkerReport]]) -> list[str]:
+    """The client-bound check runs in each worker, on its own loop and share; a reason names its worker."""
+    out = []
+    for _, r in reports:
+        out += [f"{r.client.get('worker')}: {why}" for why in r.reasons]
+    return out
