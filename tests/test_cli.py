@@ -45,6 +45,14 @@ def test_bad_input_one_line_error_nonzero_exit(argv: list[str], message: str, ca
     assert len(err.strip().splitlines()) == 1 and err.startswith("tokenbench: error:")
 
 
+@pytest.mark.parametrize("argv", [["--tpot", "fast"], ["--ttft-p99=-2s"], ["--tpot", "0ms"]])
+def test_recommend_refuses_an_slo_that_is_no_latency(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """--tpot fast ended in an internal error (exit 70): the limit is read where the option is."""
+    code, _, err = run(["recommend", "--model", "llama-3.1-8b", *argv], capsys)
+    assert code == 2 and "is not a latency: write e.g. 2s" in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("tokenbench: error:")
+
+
 def test_unreachable_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["sweep", "--url", "http://127.0.0.1:9/v1", "--quiet"], capsys)
     assert code == 3 and "cannot reach" in err and len(err.strip().splitlines()) == 1

@@ -18,7 +18,7 @@ import pytest
 
 from tokenbench import __version__
 from tokenbench.cli import main
-from tokenbench.report.document import Report, report
+from tokenbench.report.document import Report, ReportConfig, report
 from tokenbench.report.export import EXPORTERS, plot_dict
 from tokenbench.reader import load_result
 from tokenbench.store import Store
@@ -32,7 +32,7 @@ RUNS = ["mini-pc", "gpu", "gpu-pred"]
 
 @pytest.fixture
 def rep(tmp_path: Path) -> Report:
-    return report(Store(_store(tmp_path), readonly=True), RUNS, title="three runs", now=WHEN)
+    return report(ReportConfig(tuple(RUNS), title="three runs"), Store(_store(tmp_path), readonly=True), now=WHEN)
 
 
 def _stable(text: str) -> str:

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from ..errors import UsageError
 from ..store import Store
 from .common import check_output
 from .options import CURRENCY, POSITIVE, add_db, add_latest
+
+if TYPE_CHECKING:
+    from ..report.document import ReportConfig
+
+
+def report_config(a: argparse.Namespace) -> ReportConfig:
+    from ..report.document import ReportConfig
+
+    return ReportConfig(tuple(a.runs), a.latest, a.title, a.price_per_hour, a.currency, a.db)
 
 
 def cmd_report(a: argparse.Namespace, console: Console) -> int:
@@ -24,7 +33,7 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
             check_output(str(path), e.option)
         elif path.exists() and not path.is_dir():
             raise UsageError(f"{e.option} {path} is a file: give a directory")
-    rep = report(Store(a.db, readonly=True), a.runs, a.latest, a.title, a.price_per_hour, a.currency)
+    rep = report(report_config(a))
     for e, path in asked:
         console.print(e.write(rep, path), markup=False)
     return 0

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..registry import LAUNCHERS, find
 from ..cost import DEFAULT_CURRENCY
+from ..slo import parse_duration_ms
 
 
 def _number(kind: type, low: float, strict: bool, what: str) -> Any:
@@ -35,6 +36,18 @@ def SHARE(text: str) -> float:
     if v > 1:
         raise argparse.ArgumentTypeError(f"'{text}' is not a share from 0 to 1")
     return float(v)
+
+
+def LATENCY(text: str) -> str:
+    """An SLO's latency limit as written (2s, 50ms; a bare number is milliseconds), refused here when it is not
+    one, and kept as written for the headings that quote it."""
+    try:
+        ok = parse_duration_ms(text) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a latency: write e.g. 2s, 50ms or 50 (milliseconds)")
+    return text
 
 
 def CURRENCY(text: str) -> str:

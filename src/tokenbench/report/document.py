@@ -1,4 +1,5 @@
-"""``report()``: the library call behind ``tokenbench report``. It reads the runs from the store and computes
+"""``report()``: the library call behind ``tokenbench report`` (its typed config, ``ReportConfig``). It reads the
+runs from the store and computes
 everything a report shows (the plotted series, each pair of runs compared, quality beside speed) into one
 ``Report`` value, which every exporter (``export.py``) writes without reading anything else."""
 
@@ -13,6 +14,21 @@ from ..results import RunResult
 from ..reader import REPORTED, load_result
 from ..store import Store
 from . import comparison, series
+
+
+@dataclass(frozen=True, slots=True)
+class ReportConfig:
+    """The runs a report shows (ids, id prefixes or labels; a label several runs share is refused unless
+    ``latest``), its title, the price for every cost column (None: each run's own) and the results database
+    (None: $TOKENBENCH_DB or the user data dir)."""
+
+    runs: tuple[str, ...]
+    latest: bool = False
+    title: str = "tokenbench report"
+    price_per_hour: float | None = None
+    currency: str | None = None
+    db: str | None = None
+
 
 @dataclass(slots=True)
 class Report:
@@ -31,12 +47,12 @@ class Report:
     written: str = ""
 
 
-def report(store: Store, refs: list[str], latest: bool = False, title: str = "tokenbench report",
-           price_per_hour: float | None = None, currency: str | None = None,
-           now: datetime.datetime | None = None) -> Report:
-    """The report of the runs ``refs`` name (ids, id prefixes or labels; a label a quality run shares with a sweep
-    means the sweep). ``price_per_hour``: the price for every cost column, else each run's own."""
-    runs = [load_result(store, r, latest=latest, kinds=REPORTED, command="report") for r in refs]
+def report(cfg: ReportConfig, store: Store | None = None, now: datetime.datetime | None = None) -> Report:
+    """The report of the runs ``cfg.runs`` name (a label a quality run shares with a sweep means the sweep), from
+    ``store`` (default: the database ``cfg.db`` names, read only); ``now``: when it says it was written."""
+    store = store if store is not None else Store(cfg.db, readonly=True)
+    price_per_hour, currency = cfg.price_per_hour, cfg.currency
+    runs = [load_result(store, r, latest=cfg.latest, kinds=REPORTED, command="report") for r in cfg.runs]
     pairs, apart = comparison.pairs(runs, price_per_hour, currency, store)
     quality = {}
     for ra, rb in combinations(runs, 2):
@@ -44,5 +60,5 @@ def report(store: Store, refs: list[str], latest: bool = False, title: str = "to
         if q is not None:
             quality[(ra.run_id, rb.run_id)] = q.lines(ra.manifest.label or ra.run_id, rb.manifest.label or rb.run_id)
     when = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
-    return Report(runs, series.build(runs, price_per_hour, currency), pairs, apart, quality, title, price_per_hour,
-                  currency, when)
+    return Report(runs, series.build(runs, price_per_hour, currency), pairs, apart, quality, cfg.title,
+                  price_per_hour, currency, when)
