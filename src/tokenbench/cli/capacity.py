@@ -67,11 +67,9 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
     check_output(a.json, "--json")
     spec = search_spec(a)
     slo = _slo(a.slo)
-    if spec.axis == "concurrency":  # the config's one level is the range's top: what the engine must hold
-        a.concurrency, a.rate = str(int(spec.high)), None
-    else:
-        a.rate = f"{spec.high:g}"
-    cfg = sweep_config(a, argv)
+    # the config's one level is the range's top: what the engine must hold (the options themselves left as given)
+    top = {"concurrency": str(int(spec.high)), "rate": None} if spec.axis == "concurrency" else {"rate": f"{spec.high:g}"}
+    cfg = sweep_config(argparse.Namespace(**{**vars(a), **top}), argv)
     cfg.slo = slo
     if a.requests is None:
         cfg.requests = 32
