@@ -360,26 +360,36 @@ def model_from_config(path: Path) -> ModelSpec:
 
 # --- GGUF header -----------------------------------------------------------------------------------------
 
-def model_from_gguf(path: Path) -> ModelSpec:
+def _gguf(path: Path) -> Any:
+    """The file's GGUF reader; a one-line error where the package is missing or the file is not a GGUF."""
     try:
         from gguf import GGUFReader
     except ImportError:
         raise UsageError("reading a GGUF needs the gguf package: pip install gguf") from None
     try:
-        r = GGUFReader(str(path))
+        return GGUFReader(str(path))
     except Exception as e:  # the reader raises several kinds on a damaged file
         raise UsageError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e})") from None
 
+
+def _gguf_value(r: Any, key: str, default: Any = None) -> Any:
+    """A header field's value: a string decoded, an array's length, a number as a Python number."""
+    f = r.fields.get(key)
+    if f is None:
+        return default
+    if f.types and f.types[0].name == "ARRAY":
+        return len(f.data)
+    v = f.parts[f.data[0]]
+    if f.types and f.types[0].name == "STRING":
+        return bytes(v).decode()
+    return v.tolist()[0] if hasattr(v, "tolist") else v
+
+
+def model_from_gguf(path: Path) -> ModelSpec:
+    r = _gguf(path)
+
     def val(key: str, default: Any = None) -> Any:
-        f = r.fields.get(key)
-        if f is None:
-            return default
-        if f.types and f.types[0].name == "ARRAY":
-            return len(f.data)
-        v = f.parts[f.data[0]]
-        if f.types and f.types[0].name == "STRING":
-            return bytes(v).decode()
-        return v.tolist()[0] if hasattr(v, "tolist") else v
+        return _gguf_value(r, key, default)
 
     arch = val("general.architecture")
     if not arch:

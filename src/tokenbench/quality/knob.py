@@ -80,31 +80,32 @@ def _mean(values: list[int | None]) -> float | None:
     return fmean(vals) if vals else None
 
 
+def _effect(value: Any, run: dict[int, Item], base: dict[int, Item], repeat: dict[int, Item],
+            tested: bool) -> ValueEffect:
+    """One value's outputs against the first value's: how many changed, against how many the first value's own
+    repeat changed (the noise floor), and, where ``tested``, McNemar's exact p on the items only one of them
+    changed."""
+    ok = [k for k in base if k in run and k in repeat and all(x[k].status == "done" for x in (base, run, repeat))]
+    changed = {k for k in ok if _text(run[k]) != _text(base[k])}
+    noise = {k for k in ok if _text(repeat[k]) != _text(base[k])}
+    p = mcnemar_exact(len(changed - noise), len(noise - changed)) if tested else None
+    return ValueEffect(value, len(ok), len(changed), len(noise), p,
+                       sum(1 for it in run.values() if it.status != "done"),
+                       _mean([it.output_tokens for it in run.values()]),
+                       _mean([it.reasoning_tokens for it in run.values()]),
+                       p is not None and p < ALPHA)
+
+
 def effects(name: str, values: list[Any], items: list[Item]) -> list[ValueEffect]:
-    """Each value's effect against the repeat of the first value (the noise floor)."""
+    """Each value's effect against the repeat of the first value (the noise floor): the first value, its repeat,
+    then every other value."""
     by_task: dict[str, dict[int, Item]] = {}
     for it in items:
         by_task.setdefault(it.task, {})[it.idx] = it
     base = by_task.get(knob_task(name, values[0]), {})
     repeat = by_task.get(knob_task(name, values[0], True), {})
-    out = []
-    for i, value in enumerate([values[0], *values]):
-        is_repeat = i == 1
-        run = repeat if is_repeat else by_task.get(knob_task(name, value), {})
-        ok = [k for k in base if k in run and k in repeat and all(
-            x[k].status == "done" for x in (base, run, repeat))]
-        changed = [k for k in ok if _text(run[k]) != _text(base[k])]
-        noise = [k for k in ok if _text(repeat[k]) != _text(base[k])]
-        p = None
-        if i >= 2:
-            b = sum(1 for k in ok if k in changed and k not in noise)
-            c = sum(1 for k in ok if k not in changed and k in noise)
-            p = mcnemar_exact(b, c)
-        out.append(ValueEffect(value, len(ok), len(changed), len(noise), p,
-                               sum(1 for it in run.values() if it.status != "done"),
-                               _mean([it.output_tokens for it in run.values()]),
-                               _mean([it.reasoning_tokens for it in run.values()]),
-                               p is not None and p < ALPHA))
+    out = [_effect(values[0], base, base, repeat, False), _effect(values[0], repeat, base, repeat, False)]
+    out += [_effect(v, by_task.get(knob_task(name, v), {}), base, repeat, True) for v in values[1:]]
     return out
 
 

@@ -271,6 +271,11 @@ TEXT = ' class="text"'
 Column = tuple[str, Callable[[LevelSummary], str | None]]
 
 
+def _said(v: float | None) -> str | None:
+    """A figure as the table prints it; None (an empty cell) where there is none, or it is 0."""
+    return style.number(v) if v else None
+
+
 def _pm(v: float | None, sd: float | None) -> str | None:
     if not v:
         return None
@@ -291,16 +296,15 @@ def _levels(r: RunResult, price: float | None, currency: str | None) -> str:
     pr = pricing(r, price, currency)
     cols: list[Column] = [
         ("Level", facts.level_name),
-        ("Aggregate output (tok/s)",
-         _serving(lambda s: style.number(s.output_throughput_tps) if s.output_throughput_tps else None)),
-        ("Per-agent (tok/s)", _serving(lambda s: style.number(s.per_agent_tps) if s.per_agent_tps else None)),
-        ("TTFT p50 (ms)", _serving(lambda s: style.number(s.ttft_ms.p50) if s.ttft_ms.p50 else None)),
-        ("TTFT p99 (ms)", _serving(lambda s: style.number(s.ttft_ms.p99) if s.ttft_ms.p99 else None)),
-        ("TPOT p50 (ms)", _serving(lambda s: style.number(s.tpot_ms.p50) if s.tpot_ms.p50 else None)),
+        ("Aggregate output (tok/s)", _serving(lambda s: _said(s.output_throughput_tps))),
+        ("Per-agent (tok/s)", _serving(lambda s: _said(s.per_agent_tps))),
+        ("TTFT p50 (ms)", _serving(lambda s: _said(s.ttft_ms.p50))),
+        ("TTFT p99 (ms)", _serving(lambda s: _said(s.ttft_ms.p99))),
+        ("TPOT p50 (ms)", _serving(lambda s: _said(s.tpot_ms.p50))),
         ("Prefill pp (tok/s)", _depth(lambda s: _pm(s.pp_tps, s.pp_tps_sd))),
         ("Decode tg (tok/s)", _depth(lambda s: _pm(s.tg_tps, s.tg_tps_sd))),
         (f"Cost ({pr.currency if pr else ''}/M output tokens)",
-         lambda s: style.number(c) if pr and (c := pr.per_mtok(output_rate(s))) else None),
+         lambda s: _said(pr.per_mtok(output_rate(s))) if pr else None),
         ("OK / failed (requests)", lambda s: f"{s.completed} / {s.failed}" if s.completed or s.failed else None),
         ("Flags", lambda s: ", ".join(s.flags) or None),
     ]
