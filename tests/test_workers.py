@@ -338,11 +338,21 @@ def test_auto_measures_a_send_and_keeps_its_choice_in_the_manifest(tmp_path: Pat
         em.configure(ttft_s=0.005, itl_s=0.001)
         res = _sweep(em.url, Store(tmp_path / "r.db"), None, concurrency=[4], requests=8)
     auto = (res.manifest.load or {})["workers"]["auto"]
-    assert auto["streams"] == 4 and auto["cores"] == usable_cores()
+    # the emitter is on this machine (a loopback URL): the client takes half the cores, the server the rest
+    assert auto["streams"] == 4 and auto["server_here"] and auto["cores"] == max(1, usable_cores() // 2)
     if auto["cores"] > 1:  # a send measured on the run's own client
         assert auto["send_us"] > 0
         assert auto["workers"] == auto_workers([Level(concurrency=4)], auto["cores"], auto["send_us"])
     assert (res.manifest.load or {})["workers"]["workers"] == auto["workers"]
+
+
+def test_a_server_on_this_machine_is_told_by_its_address() -> None:
+    from tokenbench.sweep import _served_here
+
+    for url in ("http://127.0.0.1:8000/v1", "http://localhost:8080/v1", "http://[::1]:8000/v1", "http://127.0.1.1/v1"):
+        assert _served_here(url), url
+    for url in ("http://gpu-box:8000/v1", "https://api.example.com/v1", "http://10.0.0.5:8000/v1"):
+        assert not _served_here(url), url
 
 
 def test_the_send_cost_is_measured_on_the_path_the_run_sends_by() -> None:

@@ -10,6 +10,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlparse
 
 import aiohttp
 
@@ -548,17 +549,27 @@ async def _start_workers(cfg: SweepConfig, client: StreamClient, counter_path: s
     return pool, auto
 
 
+def _served_here(url: str) -> bool:
+    """The endpoint is on this machine (a loopback address): its server takes cores the client would use."""
+    host = (urlparse(url).hostname or "").lower()
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
 async def _auto_workers(cfg: SweepConfig, spec: ClientSpec) -> tuple[int, dict[str, Any]]:
     """``--workers auto`` on this machine: the cost of one send measured (workers.send_cost_us, a wave to a sink
     on the loopback, prompts about as long as the run's), then workers.auto_workers."""
     levels, cores = cfg.levels(), usable_cores()
+    shared = _served_here(cfg.url)
+    if shared:  # the server runs on these cores too (an embedded engine, a loopback URL): the client takes half
+        cores = max(1, cores // 2)
+    of = f"{cores} cores" + (" (half this machine's: the server shares it)" if shared else "")
     streams = max((lv.concurrency or lv.max_concurrency or 1) for lv in levels) if levels else 1
     send_us = await send_cost_us(spec, prompt_chars=4 * cfg.input_len) if streams > 1 and cores > 1 else None
     n = auto_workers(levels, cores, send_us)
     why = (f"{streams} streams at {send_us:.0f} µs a send: the fewest workers whose wave of re-sends keeps its "
-           f"p90 send queue under {SEND_QUEUE_GOAL_MS:g} ms, at least one per 64 streams, of {cores} cores"
-           if send_us is not None else f"{streams} streams on {cores} cores: one per 64 streams")
-    return n, {"workers": n, "streams": streams, "cores": cores,
+           f"p90 send queue under {SEND_QUEUE_GOAL_MS:g} ms, at least one per 64 streams, of {of}"
+           if send_us is not None else f"{streams} streams on {of}: one per 64 streams")
+    return n, {"workers": n, "streams": streams, "cores": cores, "server_here": shared,
                "send_us": round(send_us, 1) if send_us is not None else None,
                "send_queue_goal_ms": SEND_QUEUE_GOAL_MS, "why": why}
 
