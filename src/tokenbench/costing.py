@@ -15,6 +15,7 @@ from .cost import DEFAULT_CURRENCY, CostPoint, Pricing, SessionCostPoint, api_in
 from .errors import UsageError
 from .results import RunResult
 
+
 @dataclass(frozen=True, slots=True)
 class CostConfig:
     """What ``tokenbench cost`` prices: a run (id, id prefix or label) or an aggregate output rate (``tps``), on a

@@ -43,6 +43,7 @@ from .workload import PromptBuilder
 
 Note = Callable[[str], None]
 
+
 @dataclass(slots=True)
 class DepthConfig:
     url: str

@@ -28,6 +28,7 @@ from .slo import (SLO, SloCheck, assess, request_itls_ms, request_meets,
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 
+
 def percentile(sorted_values: list[float], q: float) -> float:
     """Linear-interpolated percentile of pre-sorted values (numpy 'linear' method), q in [0, 100]."""
     if not sorted_values:

@@ -12,6 +12,7 @@ from .measured import Row
 from .rows import RowResult, band_metric, predict_row
 from .specs import Catalog
 
+
 @dataclass(slots=True)
 class AgainstReport:
     results: list[RowResult]
