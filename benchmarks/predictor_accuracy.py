@@ -32,7 +32,8 @@ from tokenbench.predict.measured import Row, read_rows
 from tokenbench.predict.specs import Catalog
 
 REF = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"  # the shipped copies of shared/reference
-DEFAULT = [REF / "published.csv", REF / "published-more.csv", REF / "published-current.csv"]
+DEFAULT = [REF / "published.csv", REF / "published-more.csv", REF / "published-current.csv",
+           REF / "published-2024.csv"]
 TARGETS = {"loso": {"decode": 15.0, "prefill": 20.0, "throughput": 15.0, "ttft": 30.0},
            "time": {"decode": 15.0, "prefill": 20.0, "ttft": 30.0}}
 ORDER = ["decode", "prefill", "throughput", "ttft", "tpot"]

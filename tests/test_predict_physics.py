@@ -113,9 +113,11 @@ def test_no_silent_fallbacks(cat: Catalog) -> None:
     sycl = Setup.make(cat, cal, "amd-ryzen-ai-max-395", "gpt-oss-20b", "Q4_K_M", "q8_0", "llama.cpp sycl")
     assert not sycl.calibrated and sycl.eff.source.startswith("UNCALIBRATED")
     assert sycl.eff != cal.efficiency("llamacpp-vulkan") and sycl.eff != cal.efficiency("llamacpp-rocm")
-    # ROCm is its own fit, on its own rows (kyuz0-sh, 2026), not Vulkan's constants on the same box
+    # ROCm is its own fit, on its own rows (kyuz0-sh, 2026; the 2024 Radeon threads), not Vulkan's constants on
+    # the same box
     rocm = Setup.make(cat, cal, "amd-ryzen-ai-max-395", "gpt-oss-20b", "Q4_K_M", "q8_0", "llama.cpp rocm")
-    assert rocm.calibrated and cal.sources["llamacpp-rocm"] == ["kyuz0-sh"] and rocm.eff != cal.efficiency("llamacpp-vulkan")
+    assert rocm.calibrated and cal.sources["llamacpp-rocm"] == ["kyuz0-sh", "lcpp-pr2059", "lcpp-pr5835"]
+    assert rocm.eff != cal.efficiency("llamacpp-vulkan")
     with pytest.raises(UsageError, match="does not run on Apple"):
         Setup.make(cat, cal, "apple-m3-max-40c", "llama-3.1-8b", "BF16", "auto", "vllm")
     with pytest.raises(UsageError, match="unknown engine"):
