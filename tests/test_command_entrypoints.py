@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from test_compare_cost_report import _run, serve
-from test_session_views import _serve, _store, session_level
+from test_session_views import session_runs
 
 from tokenbench.compare import CompareConfig, Compared, compare_runs
 from tokenbench.costing import CostConfig, Costed, cost
@@ -20,15 +20,7 @@ from tokenbench.store import Store
 @pytest.fixture
 def sessions_db(tmp_path: Path) -> Path:
     """Two agent-session runs (h100 priced in EUR, strix unpriced) and a plain sweep."""
-    path = tmp_path / "s.db"
-    store = Store(path)
-    _store(store, "h100", [session_level(c, m, prefill_tps=20000, tpot_ms=10) for c in (1, 4)
-                           for m in ("warm", "busted")], price_per_hour=2.5, currency="EUR")
-    _store(store, "strix", [session_level(c, m, prefill_tps=800, tpot_ms=25, fail=int(m == "busted"))
-                            for c in (4, 8) for m in ("warm", "busted")])
-    store.save_run("run-plain", "sweep", "plain", {"label": "plain", "model": "m"}, "measured",
-                   [_serve(1, 50), _serve(4, 150)], "0", "2026", "2026")
-    return path
+    return session_runs(tmp_path / "s.db")
 
 
 def test_compare_runs_answers_a_typed_config_with_a_typed_comparison(tmp_path: Path) -> None:

@@ -75,11 +75,9 @@ def _serve(c: int, tps: float) -> LevelSummary:
                               ttft_ms=Distribution(n=8, p50=100, p99=200), tpot_ms=Distribution(n=8, p50=20))
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    """A fast box (h100) at concurrency 1 and 4, a slow one (strix) at 4 and 8 whose busted levels lost a
-    session each, and a plain sweep."""
-    path = tmp_path / "s.db"
+def session_runs(path: Path) -> Path:
+    """A store at ``path``: a fast box (h100, priced in EUR) at concurrency 1 and 4, a slow one (strix,
+    unpriced) at 4 and 8 whose busted levels lost a session each, and a plain sweep."""
     store = Store(path)
     _store(store, "h100", [session_level(c, m, prefill_tps=20000, tpot_ms=10) for c in (1, 4)
                            for m in ("warm", "busted")], price_per_hour=2.5, currency="EUR")
@@ -88,6 +86,11 @@ def db(tmp_path: Path) -> Path:
     store.save_run("run-plain", "sweep", "plain", {"label": "plain", "model": "m"}, "measured",
                    [_serve(1, 50), _serve(4, 150)], "0", "2026", "2026")
     return path
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return session_runs(tmp_path / "s.db")
 
 
 @pytest.fixture
