@@ -347,12 +347,13 @@ def test_auto_measures_a_send_and_keeps_its_choice_in_the_manifest(tmp_path: Pat
 
 
 def test_a_server_on_this_machine_is_told_by_its_address() -> None:
-    from tokenbench.sweep import _served_here
+    from tokenbench.servers import on_this_machine
 
-    for url in ("http://127.0.0.1:8000/v1", "http://localhost:8080/v1", "http://[::1]:8000/v1", "http://127.0.1.1/v1"):
-        assert _served_here(url), url
+    for url in ("http://127.0.0.1:8000/v1", "http://localhost:8080/v1", "http://[::1]:8000/v1", "http://127.0.1.1/v1",
+                "http://0.0.0.0:8000/v1", "127.0.0.1:8000"):
+        assert on_this_machine(url), url
     for url in ("http://gpu-box:8000/v1", "https://api.example.com/v1", "http://10.0.0.5:8000/v1"):
-        assert not _served_here(url), url
+        assert not on_this_machine(url), url
 
 
 def test_the_send_cost_is_measured_on_the_path_the_run_sends_by() -> None:

@@ -97,6 +97,13 @@ def normalize_base_url(url: str) -> str:
     return url
 
 
+def on_this_machine(url: str) -> bool:
+    """The URL names this machine (a loopback or the any-address host): its server shares this machine's cores
+    and shows among its processes."""
+    host = (urlsplit(url if "://" in url else "http://" + url).hostname or "").lower()
+    return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.")
+
+
 def root_url(base_url: str) -> str:
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 

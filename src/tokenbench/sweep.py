@@ -10,7 +10,6 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlparse
 
 import aiohttp
 
@@ -29,7 +28,7 @@ from .metrics import SLO, ClientReport, ServingLevel, peak_in_flight, session_st
 from .workers import SEND_QUEUE_GOAL_MS, ClientSpec, WorkerPool, auto_workers, send_cost_us, usable_cores
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
-from .servers import ServerInfo, discover, root_url
+from .servers import ServerInfo, discover, on_this_machine, root_url
 from .store import Store
 from .telemetry import LevelTelemetry
 from .sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
@@ -549,17 +548,11 @@ async def _start_workers(cfg: SweepConfig, client: StreamClient, counter_path: s
     return pool, auto
 
 
-def _served_here(url: str) -> bool:
-    """The endpoint is on this machine (a loopback address): its server takes cores the client would use."""
-    host = (urlparse(url).hostname or "").lower()
-    return host == "localhost" or host.startswith("127.") or host == "::1"
-
-
 async def _auto_workers(cfg: SweepConfig, spec: ClientSpec) -> tuple[int, dict[str, Any]]:
     """``--workers auto`` on this machine: the cost of one send measured (workers.send_cost_us, a wave to a sink
     on the loopback, prompts about as long as the run's), then workers.auto_workers."""
     levels, cores = cfg.levels(), usable_cores()
-    shared = _served_here(cfg.url)
+    shared = on_this_machine(cfg.url)
     if shared:  # the server runs on these cores too (an embedded engine, a loopback URL): the client takes half
         cores = max(1, cores // 2)
     of = f"{cores} cores" + (" (half this machine's: the server shares it)" if shared else "")

@@ -129,8 +129,10 @@ def guard_targets(url: str | None) -> set[int]:
 
     import psutil
 
+    from ..servers import on_this_machine
+
     u = urlparse(url if "://" in url else "http://" + url)
-    if u.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0") or not u.port:
+    if not on_this_machine(url) or not u.port:
         return set()
     try:
         return {c.pid for c in psutil.net_connections(kind="tcp")
