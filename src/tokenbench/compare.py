@@ -21,7 +21,7 @@ from .bootstrap import RESAMPLES, TAIL, Interval, LevelSamples, interval, run_sa
 from .capacity import SURE_LEGEND, CapacityAnswer, answer
 from .cost import effective_serving_s
 from .errors import UsageError
-from .metrics import DepthLevel, LevelSummary, ServingLevel, serving
+from .metrics import DepthLevel, LevelSummary, ServingLevel, of_depth, of_serving, serving
 from .predict.formats import WEIGHT_BPW
 from .results import Manifest, RunResult
 from .session_view import BUSTED, WARM, cache_of, is_session_run
@@ -41,27 +41,17 @@ BATCHING_GAIN = 1.3
 Getter = Callable[[LevelSummary], float | None]
 
 
-def _serving(get: Callable[[ServingLevel], float | None]) -> Getter:
-    """A serving level's figure; a depth level has none."""
-    return lambda s: get(s) if isinstance(s, ServingLevel) else None
-
-
-def _depth(get: Callable[[DepthLevel], float | None]) -> Getter:
-    """A depth level's figure; a serving level has none."""
-    return lambda s: get(s) if isinstance(s, DepthLevel) else None
-
-
 #: (name, unit, higher is better, getter)
 METRICS: list[tuple[str, str, bool, Getter]] = [
-    ("Aggregate output", "tok/s", True, _serving(lambda s: s.output_throughput_tps or None)),
-    ("Per-agent", "tok/s", True, _serving(lambda s: s.per_agent_tps)),
-    ("Median TTFT", "ms", False, _serving(lambda s: s.ttft_ms.p50)),
-    ("P99 TTFT", "ms", False, _serving(lambda s: s.ttft_ms.p99)),
-    ("Median TPOT", "ms", False, _serving(lambda s: s.tpot_ms.p50)),
-    ("Prefill", "tok/s", True, _serving(lambda s: s.prefill_tps)),
-    ("Decode", "tok/s", True, _serving(lambda s: s.decode_tps)),
-    ("pp", "tok/s", True, _depth(lambda s: s.pp_tps)),
-    ("tg", "tok/s", True, _depth(lambda s: s.tg_tps)),
+    ("Aggregate output", "tok/s", True, of_serving(lambda s: s.output_throughput_tps or None)),
+    ("Per-agent", "tok/s", True, of_serving(lambda s: s.per_agent_tps)),
+    ("Median TTFT", "ms", False, of_serving(lambda s: s.ttft_ms.p50)),
+    ("P99 TTFT", "ms", False, of_serving(lambda s: s.ttft_ms.p99)),
+    ("Median TPOT", "ms", False, of_serving(lambda s: s.tpot_ms.p50)),
+    ("Prefill", "tok/s", True, of_serving(lambda s: s.prefill_tps)),
+    ("Decode", "tok/s", True, of_serving(lambda s: s.decode_tps)),
+    ("pp", "tok/s", True, of_depth(lambda s: s.pp_tps)),
+    ("tg", "tok/s", True, of_depth(lambda s: s.tg_tps)),
 ]
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from .checks import GuardSnapshot
 from .keyed import Keyed
@@ -27,6 +27,8 @@ from .slo import (SLO, SloCheck, assess, request_itls_ms, request_meets,
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
+
+T = TypeVar("T")
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -478,6 +480,17 @@ def _built(kind: type[LevelSummary], d: dict[str, Any]) -> LevelSummary:
 def _serving_blank() -> dict[str, Any]:
     """A serving level's keys with nothing measured: what a depth level writes for them."""
     return ServingLevel()._own()
+
+
+def of_serving(get: Callable[[ServingLevel], T]) -> Callable[[LevelSummary], T | None]:
+    """A figure only a serving level has, read off any level: None on a depth level (a table's column, a
+    compared metric)."""
+    return lambda s: get(s) if isinstance(s, ServingLevel) else None
+
+
+def of_depth(get: Callable[[DepthLevel], T]) -> Callable[[LevelSummary], T | None]:
+    """A figure only a depth level has, read off any level: None on a serving level."""
+    return lambda s: get(s) if isinstance(s, DepthLevel) else None
 
 
 def serving(levels: Iterable[LevelSummary]) -> list[ServingLevel]:

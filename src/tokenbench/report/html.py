@@ -18,7 +18,7 @@ from .. import __version__, session_view
 from ..bootstrap import RESAMPLES
 from ..compare import TIE, CompareRow, ratio_cell
 from ..cost import output_rate
-from ..metrics import DepthLevel, LevelSummary, ServingLevel
+from ..metrics import LevelSummary, of_depth, of_serving
 from ..results import RunResult
 from . import comparison, facts, figures, sessions, style
 from .document import Report
@@ -282,27 +282,17 @@ def _pm(v: float | None, sd: float | None) -> str | None:
     return style.number(v) + (f" ± {style.number(sd)}" if sd else "")
 
 
-def _serving(cell: Callable[[ServingLevel], str | None]) -> Callable[[LevelSummary], str | None]:
-    """A column of serving figures: empty on a depth level's row."""
-    return lambda s: cell(s) if isinstance(s, ServingLevel) else None
-
-
-def _depth(cell: Callable[[DepthLevel], str | None]) -> Callable[[LevelSummary], str | None]:
-    """A column of llama-bench figures: empty on a serving level's row."""
-    return lambda s: cell(s) if isinstance(s, DepthLevel) else None
-
-
 def _levels(r: RunResult, price: float | None, currency: str | None) -> str:
     pr = pricing(r, price, currency)
     cols: list[Column] = [
         ("Level", facts.level_name),
-        ("Aggregate output (tok/s)", _serving(lambda s: _said(s.output_throughput_tps))),
-        ("Per-agent (tok/s)", _serving(lambda s: _said(s.per_agent_tps))),
-        ("TTFT p50 (ms)", _serving(lambda s: _said(s.ttft_ms.p50))),
-        ("TTFT p99 (ms)", _serving(lambda s: _said(s.ttft_ms.p99))),
-        ("TPOT p50 (ms)", _serving(lambda s: _said(s.tpot_ms.p50))),
-        ("Prefill pp (tok/s)", _depth(lambda s: _pm(s.pp_tps, s.pp_tps_sd))),
-        ("Decode tg (tok/s)", _depth(lambda s: _pm(s.tg_tps, s.tg_tps_sd))),
+        ("Aggregate output (tok/s)", of_serving(lambda s: _said(s.output_throughput_tps))),
+        ("Per-agent (tok/s)", of_serving(lambda s: _said(s.per_agent_tps))),
+        ("TTFT p50 (ms)", of_serving(lambda s: _said(s.ttft_ms.p50))),
+        ("TTFT p99 (ms)", of_serving(lambda s: _said(s.ttft_ms.p99))),
+        ("TPOT p50 (ms)", of_serving(lambda s: _said(s.tpot_ms.p50))),
+        ("Prefill pp (tok/s)", of_depth(lambda s: _pm(s.pp_tps, s.pp_tps_sd))),
+        ("Decode tg (tok/s)", of_depth(lambda s: _pm(s.tg_tps, s.tg_tps_sd))),
         (f"Cost ({pr.currency if pr else ''}/M output tokens)",
          lambda s: _said(pr.per_mtok(output_rate(s))) if pr else None),
         ("OK / failed (requests)", lambda s: f"{s.completed} / {s.failed}" if s.completed or s.failed else None),
