@@ -253,3 +253,18 @@ def test_an_https_url_or_an_unwritable_header_stays_on_aiohttp() -> None:
     assert c._lean_path() is None and not c.lean
     c = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m", api_key="k")  # type: ignore[arg-type]
     assert c._lean_path() is not None
+
+
+def test_the_loopback_servers_frame_requests_by_content_length() -> None:
+    """http1.next_request, the framing the lean emitter and the send-cost sink share: nothing until a request has
+    all come in, then each of two pipelined requests whole, the rest kept."""
+    from tokenbench.http1 import next_request
+
+    one = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-LENGTH: 5\r\n\r\nhello"
+    two = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    for cut in range(len(one)):
+        assert next_request(one[:cut]) is None
+    got = next_request(one + two + b"POST")
+    assert got is not None and got[0].startswith("POST /v1/completions") and got[1] == b"hello"
+    rest = got[2]
+    assert next_request(rest) == ("GET /v1/models HTTP/1.1\r\nHost: x", b"", b"POST")

@@ -22,6 +22,8 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from .http1 import next_request
+
 MODEL = "emitter"
 
 
@@ -418,19 +420,8 @@ class LeanServer(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        while True:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buf[:end].decode("latin-1")
-            length = 0
-            for line in head.split("\r\n")[1:]:
-                k, _, v = line.partition(":")
-                if k.strip().lower() == "content-length":
-                    length = int(v)
-            if len(self.buf) < end + 4 + length:
-                return
-            body, self.buf = self.buf[end + 4:end + 4 + length], self.buf[end + 4 + length:]
+        while (got := next_request(self.buf)) is not None:
+            head, body, self.buf = got
             self._answer(head.split(" ", 2), body)
 
     def _send(self, status: str, ctype: str, data: bytes) -> None:

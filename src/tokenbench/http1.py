@@ -32,6 +32,24 @@ _HEX = b"0123456789abcdefABCDEF"
 Spill = Callable[[list[bytes], list[int]], bool]
 
 
+def next_request(buf: bytes) -> tuple[str, bytes, bytes] | None:
+    """The server side's framing, for tokenbench's own loopback servers (the lean emitter, the send-cost sink):
+    the first whole request in ``buf`` as (its head, decoded as latin-1, its body by Content-Length, the bytes
+    after it), or None until it has all come in."""
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    head = buf[:end].decode("latin-1")
+    length = 0
+    for line in head.split("\r\n")[1:]:
+        k, _, v = line.partition(":")
+        if k.strip().lower() == "content-length":
+            length = int(v)
+    if len(buf) < end + 4 + length:
+        return None
+    return head, buf[end + 4:end + 4 + length], buf[end + 4 + length:]
+
+
 class HttpError(Exception):
     """A response this path cannot read, or a connection that failed. ``kind`` names it as records do."""
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 import aiohttp
 
 from ..client import PreparedRequest, trace_config
+from ..http1 import next_request
 from ..records import RequestRecord
 from .messages import ClientSpec
 
@@ -42,16 +43,11 @@ class _Sink(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
-            head = self.buf[:end].decode("latin-1").lower()
-            length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n")
-                           if line.startswith("content-length:")), 0)
-            if len(self.buf) < end + 4 + length:
-                return
-            self.buf = self.buf[end + 4 + length:]
+        while (got := next_request(self.buf)) is not None:
+            head, _body, self.buf = got
             assert self.transport is not None
             self.transport.write(_ANSWER)
-            if "connection: close" in head:
+            if "connection: close" in head.lower():
                 self.transport.close()
                 return
 
