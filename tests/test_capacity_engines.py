@@ -37,6 +37,27 @@ def _spent(doc: dict[str, Any]) -> int:
     return sum(lv["completed"] + lv["failed"] for lv in doc["levels"])
 
 
+class Wobble(Exception):
+    """The search measured a level more than WOBBLE times slower or faster than the plain sweep had, minutes
+    before, on the same server: the machine, not the search (a CI run once measured 2 agents' TTFT p90 over 1 s
+    in the search against 356 ms in the sweep, on 2 shared cores)."""
+
+
+WOBBLE = 2.0
+
+
+def cross_check_twice(url: str, tmp_path: Path, slots: int, top: int, capsys: pytest.CaptureFixture[str],
+                      limit_says: str) -> dict[str, Any]:
+    """``cross_check``, once more if the machine wobbled the first time (said on the terminal); a search that
+    disagrees with a steady sweep fails at once."""
+    try:
+        return cross_check(url, tmp_path, slots, top, capsys, limit_says)
+    except Wobble as e:
+        with capsys.disabled():
+            print(f"\nthe machine wobbled, measuring again: {e}")
+        return cross_check(url, tmp_path, slots, top, capsys, limit_says)
+
+
 def cross_check(url: str, tmp_path: Path, slots: int, top: int, capsys: pytest.CaptureFixture[str],
                 limit_says: str) -> dict[str, Any]:
     """A plain sweep over 1..top, the SLO's TTFT p90 limit in the step the engine's slots make (measured: the
@@ -60,7 +81,14 @@ def cross_check(url: str, tmp_path: Path, slots: int, top: int, capsys: pytest.C
     doc = json.loads(found.read_text())
     cap = doc["capacity"]
     # the plain sweep, read under the same SLO: every level up to the slots passed, every level above failed
-    assert cap["ended"] == "resolved" and (cap["capacity"], cap["first_fail"]) == (slots, slots + 1), (ttft, cap)
+    seen = {lv["concurrency"]: lv["ttft_ms"]["p90"] for lv in doc["levels"] if lv["ttft_ms"]["p90"] is not None}
+    if not (cap["ended"] == "resolved" and (cap["capacity"], cap["first_fail"]) == (slots, slots + 1)):
+        strayed = {c: (round(ttft[c]), round(p90)) for c, p90 in seen.items()
+                   if not 1 / WOBBLE <= p90 / ttft[c] <= WOBBLE}
+        if strayed:
+            raise Wobble(f"TTFT p90 ms (sweep, search) at {strayed}; the search found {cap}")
+    assert cap["ended"] == "resolved" and (cap["capacity"], cap["first_fail"]) == (slots, slots + 1), \
+        (ttft, cap, seen)
     assert f"this box serves {slots} agents" in out
     # the limit is the engine's, not the hardware's, and the answer says so
     assert limit_says in (cap["limit"] or ""), cap["limit"]
@@ -77,7 +105,7 @@ def test_capacity_on_llama_server_lies_within_a_plain_sweep(tmp_path: Path, mode
     """llama-server with 4 slots: from the fifth agent on, requests wait for a slot."""
     need_engine("llama-server")
     with launch.start("llama-server", tiny.ensure(model_cache, size="small"), parallel=4) as server:
-        seen = cross_check(server.base_url, tmp_path, 4, 8, capsys, "the engine's slots")
+        seen = cross_check_twice(server.base_url, tmp_path, 4, 8, capsys, "the engine's slots")
     with capsys.disabled():
         print({k: v for k, v in seen.items() if k != "out"})
 
@@ -89,6 +117,6 @@ def test_capacity_on_vllm_lies_within_a_plain_sweep(tmp_path: Path, model_cache:
     need_engine("vllm")
     with launch.start("vllm", tiny.ensure(model_cache, size="small-utf8"), parallel=4, ctx=2048) as server:
         # /metrics is sampled (once a second), so the peak it saw running may be under --max-num-seqs
-        seen = cross_check(server.base_url, tmp_path, 4, 8, capsys, "its batch limit (vLLM --max-num-seqs")
+        seen = cross_check_twice(server.base_url, tmp_path, 4, 8, capsys, "its batch limit (vLLM --max-num-seqs")
     with capsys.disabled():
         print({k: v for k, v in seen.items() if k != "out"})
