@@ -154,10 +154,7 @@ async def _measure(job: dict[str, Any]) -> dict[str, Any]:
                 await pool.close()
             if lean:
                 await client.close()
-        stamps = {}
-        for stats in job.get("stats") or [root]:  # each emitter process's own stamps
-            async with session.get(stats + "/stats") as r:
-                stamps.update((await r.json())["stamps"])
+        stamps = peers.emitter_stamps(job)
     ok = [r for r in records if r.ok and r.phase == "measured"]
     usable = min(len(os.sched_getaffinity(0)), len(pids))
     excess, deliver, queue, arrive, late = [], [], [], [], []
@@ -467,22 +464,16 @@ def _peers(arg: str | None) -> list[str]:
     return chosen
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start_emitters(args: list[str], cores: list[int]) -> tuple[list[subprocess.Popen[bytes]], str, list[str]]:
     """One emitter per core in ``cores`` (several share one port: ``--reuse-port``, each also on a port of its own
     for its stamps), each pinned to its core; the processes, the shared root URL, and the roots to read stamps from."""
     import urllib.request
 
-    port = _free_port()
+    from tokenbench.engines.launch import free_port
+
+    port = free_port()
     root = f"http://127.0.0.1:{port}"
-    own = [_free_port() for _ in cores] if len(cores) > 1 else []
+    own = [free_port() for _ in cores] if len(cores) > 1 else []
     env = {**os.environ, "PYTHONPATH": _path(HERE / "src")}
     ems = []
     for i, core in enumerate(cores):

@@ -221,7 +221,7 @@ def _clock_offset_s() -> float:
     return best[1]
 
 
-def _stamps(job: dict[str, Any]) -> dict[str, list[int]]:
+def emitter_stamps(job: dict[str, Any]) -> dict[str, list[int]]:
     """The emitters' stamps: each emitter process's own (``job["stats"]``), else the one emitter's."""
     stamps: dict[str, list[int]] = {}
     for root in job.get("stats") or [job["root"]]:
@@ -408,7 +408,7 @@ def measure(name: str, job: dict[str, Any], timeout_s: float = 600) -> dict[str,
     excess = [r.ttft_ms - TTFT_MS for r in ok if r.ttft_ms is not None] if job.get("paced") else []
     deliver: list[float] = []
     if any(r.prompt and r.first_token_s for r in ok):
-        offset, stamps = _clock_offset_s(), _stamps(job)
+        offset, stamps = _clock_offset_s(), emitter_stamps(job)
         for r in ok:
             st = stamps.get((r.prompt or "")[:64])
             if st and r.first_token_s and r.start_s - offset <= st[1] / 1e9 <= r.end_s - offset:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import selectors
-import socket
 import subprocess
 import sys
 import time
@@ -19,13 +18,8 @@ import pytest
 
 from tokenbench.client import PreparedRequest, StreamClient
 from tokenbench.emitter import _FineEpoll
+from tokenbench.engines.launch import free_port
 from tokenbench.records import RequestRecord
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait(url: str) -> None:
@@ -55,7 +49,7 @@ async def _send(url: str, n: int) -> list[int]:
 
 
 def test_lean_emitters_share_a_port_and_each_keeps_its_own_stamps() -> None:
-    port, own = _port(), [_port(), _port()]
+    port, own = free_port(), [free_port(), free_port()]
     procs = [subprocess.Popen([sys.executable, "-m", "tokenbench.emitter", "--lean", "--port", str(port),
                                "--ttft", "0.005", "--itl", "0.001", "--reuse-port", "--own-port", str(p)])
              for p in own]
@@ -110,7 +104,7 @@ def test_the_lean_emitter_waits_whole_milliseconds_down_not_up(asked: float | No
 
 def test_the_lean_client_reads_the_lean_emitter_paced() -> None:
     """The two lean halves together: the stream's tokens, and a TTFT no shorter than the schedule's."""
-    port = _port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tokenbench.emitter", "--lean", "--port", str(port),
                              "--ttft", "0.02", "--itl", "0.002"])
 
