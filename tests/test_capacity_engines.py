@@ -81,7 +81,8 @@ def cross_check(url: str, tmp_path: Path, slots: int, top: int, capsys: pytest.C
     doc = json.loads(found.read_text())
     cap = doc["capacity"]
     # the plain sweep, read under the same SLO: every level up to the slots passed, every level above failed
-    seen = {lv["concurrency"]: lv["ttft_ms"]["p90"] for lv in doc["levels"] if lv["ttft_ms"]["p90"] is not None}
+    seen = {lv["concurrency"]: p90 for lv in doc["levels"]
+            if (p90 := (lv.get("ttft_ms") or {}).get("p90")) is not None}
     if not (cap["ended"] == "resolved" and (cap["capacity"], cap["first_fail"]) == (slots, slots + 1)):
         strayed = {c: (round(ttft[c]), round(p90)) for c, p90 in seen.items()
                    if not 1 / WOBBLE <= p90 / ttft[c] <= WOBBLE}
