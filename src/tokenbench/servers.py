@@ -104,6 +104,23 @@ def on_this_machine(url: str) -> bool:
     return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.")
 
 
+def server_cores(url: str) -> set[int] | None:
+    """The cores the processes listening on a URL of this machine may run on (several with SO_REUSEPORT: their
+    union); None when none is found (another user's process, or a platform that cannot tell)."""
+    import psutil
+
+    u = urlsplit(url if "://" in url else "http://" + url)
+    port = u.port or (443 if u.scheme == "https" else 80)
+    cores: set[int] = set()
+    try:
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+                cores |= set(psutil.Process(c.pid).cpu_affinity() or [])
+    except (psutil.Error, OSError, AttributeError):  # AttributeError: no cpu_affinity on this platform
+        return None
+    return cores or None
+
+
 def root_url(base_url: str) -> str:
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 

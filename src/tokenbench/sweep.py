@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import secrets
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from .metrics import SLO, ClientReport, ServingLevel, peak_in_flight, session_st
 from .workers import SEND_QUEUE_GOAL_MS, ClientSpec, WorkerPool, auto_workers, send_cost_us, usable_cores
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
-from .servers import ServerInfo, discover, on_this_machine, root_url
+from .servers import ServerInfo, discover, on_this_machine, root_url, server_cores
 from .store import Store
 from .telemetry import LevelTelemetry
 from .sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
@@ -552,19 +553,29 @@ async def _auto_workers(cfg: SweepConfig, spec: ClientSpec) -> tuple[int, dict[s
     """``--workers auto`` on this machine: the cost of one send measured (workers.send_cost_us, a wave to a sink
     on the loopback, prompts about as long as the run's), then workers.auto_workers."""
     levels, cores = cfg.levels(), usable_cores()
-    shared = on_this_machine(cfg.url)
+    here = on_this_machine(cfg.url)
+    theirs = server_cores(cfg.url) if here else None
+    free = len(set(os.sched_getaffinity(0)) - theirs) if theirs and hasattr(os, "sched_getaffinity") else 0
+    shared = here and not free
     if shared:  # the server runs on these cores too (an embedded engine, a loopback URL): the client takes half
         cores = max(1, cores // 2)
-    of = f"{cores} cores" + (" (half this machine's: the server shares it)" if shared else "")
+    elif free:  # the server's processes are pinned to other cores (taskset, a cpuset): the client takes the rest
+        cores = free
+    of = _cores(cores) + (" (half this machine's: the server shares it)" if shared else
+                             f" (the server's processes keep to {_cores(len(theirs or ()))} of their own)" if free else "")
     streams = max((lv.concurrency or lv.max_concurrency or 1) for lv in levels) if levels else 1
     send_us = await send_cost_us(spec, prompt_chars=4 * cfg.input_len) if streams > 1 and cores > 1 else None
     n = auto_workers(levels, cores, send_us)
     why = (f"{streams} streams at {send_us:.0f} µs a send: the fewest workers whose wave of re-sends keeps its "
            f"p90 send queue under {SEND_QUEUE_GOAL_MS:g} ms, at least one per 64 streams, of {of}"
            if send_us is not None else f"{streams} streams on {of}: one per 64 streams")
-    return n, {"workers": n, "streams": streams, "cores": cores, "server_here": shared,
+    return n, {"workers": n, "streams": streams, "cores": cores, "server_here": here, "shares_cores": shared,
                "send_us": round(send_us, 1) if send_us is not None else None,
                "send_queue_goal_ms": SEND_QUEUE_GOAL_MS, "why": why}
+
+
+def _cores(n: int) -> str:
+    return f"{n} core{'s' if n != 1 else ''}"
 
 
 class _SessionWork:
