@@ -123,3 +123,26 @@ def test_the_lean_client_reads_the_lean_emitter_paced() -> None:
         proc.wait()
     assert [r.ok for r in records] == [True] * 3, [r.error for r in records]
     assert all(len(r.chunk_ns) == 5 and r.ttft_ns is not None and r.ttft_ns >= 20_000_000 for r in records)
+
+
+@pytest.mark.parametrize("flag", [[], ["--no-usage"]])
+def test_no_usage_leaves_the_usage_chunk_out(flag: list[str]) -> None:
+    """--no-usage: the emitter answers as a server without stream_options would, so a client counting prompts with
+    a tokenizer of its own (not the emitter's words) has no count to call truncated."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tokenbench.emitter", "--lean", "--port", str(port), *flag])
+
+    async def one() -> str:
+        async with aiohttp.ClientSession() as s, s.post(
+                f"http://127.0.0.1:{port}/v1/completions",
+                json={"prompt": "a b c", "max_tokens": 2, "stream": True,
+                      "stream_options": {"include_usage": True}}) as r:
+            return (await r.read()).decode()
+    try:
+        _wait(f"http://127.0.0.1:{port}")
+        body = asyncio.run(one())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert body.count('"text": " w') == 2 and "[DONE]" in body
+    assert ('"usage"' in body) is (not flag), body

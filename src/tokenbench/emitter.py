@@ -550,6 +550,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lean", action="store_true",
                     help="the paced or burst schedule on a bare asyncio server (LeanServer: the client overhead "
                          "benchmark's; no faults)")
+    ap.add_argument("--no-usage", action="store_true",
+                    help="never send a usage chunk (as servers without stream_options do): a client counting prompts "
+                         "with a tokenizer of its own then has nothing to compare them with")
     ap.add_argument("--reuse-port", action="store_true",
                     help="with --lean: share --port with other emitter processes (SO_REUSEPORT)")
     ap.add_argument("--own-port", type=int, help="with --lean: also answer on this port (this process's /stats)")
@@ -558,7 +561,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--reuse-port and --own-port go with --lean")
     config = EmitterConfig(ttft_s=a.ttft, itl_s=a.itl, tokens_per_chunk=a.tokens_per_chunk,
                            burst=a.burst, exit_after=a.exit_after, close_after_stream_s=a.close_after_stream,
-                           slots=a.slots, itl_per_stream_s=a.itl_per_stream, jitter=a.jitter)
+                           slots=a.slots, itl_per_stream_s=a.itl_per_stream, jitter=a.jitter, usage=not a.no_usage)
     if a.lean:
         with asyncio.Runner(loop_factory=_lean_loop) as runner:
             runner.run(_serve_lean(config, a.port, a.reuse_port, a.own_port))
