@@ -467,8 +467,7 @@ def _peers(arg: str | None) -> list[str]:
 def _start_emitters(args: list[str], cores: list[int]) -> tuple[list[subprocess.Popen[bytes]], str, list[str]]:
     """One emitter per core in ``cores`` (several share one port: ``--reuse-port``, each also on a port of its own
     for its stamps), each pinned to its core; the processes, the shared root URL, and the roots to read stamps from."""
-    import urllib.request
-
+    from tokenbench.emitter import answers
     from tokenbench.engines.launch import free_port
 
     port = free_port()
@@ -482,17 +481,10 @@ def _start_emitters(args: list[str], cores: list[int]) -> tuple[list[subprocess.
                                     env=env))
         os.sched_setaffinity(ems[-1].pid, {core})
     stats = [f"http://127.0.0.1:{p}" for p in own] or [root]
-    for url in stats:
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(url + "/v1/models", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            for em in ems:
-                em.kill()
-            raise RuntimeError("the emitter did not start")
+    if not all(answers(url) for url in stats):
+        for em in ems:
+            em.kill()
+        raise RuntimeError("the emitter did not start")
     return ems, root, stats
 
 

@@ -9,7 +9,6 @@ import json
 import selectors
 import subprocess
 import sys
-import time
 import urllib.request
 from typing import Any
 
@@ -17,19 +16,9 @@ import aiohttp
 import pytest
 
 from tokenbench.client import PreparedRequest, StreamClient
-from tokenbench.emitter import _FineEpoll
+from tokenbench.emitter import EmitterProcess, _FineEpoll, answers
 from tokenbench.engines.launch import free_port
 from tokenbench.records import RequestRecord
-
-
-def _wait(url: str) -> None:
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(url + "/v1/models", timeout=1)
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"no emitter at {url}")
 
 
 def _stamps(root: str) -> dict[str, Any]:
@@ -55,8 +44,7 @@ def test_lean_emitters_share_a_port_and_each_keeps_its_own_stamps() -> None:
              for p in own]
     try:
         roots = [f"http://127.0.0.1:{p}" for p in own]
-        for root in roots:
-            _wait(root)
+        assert all(answers(root) for root in roots)
         read = asyncio.run(_send(f"http://127.0.0.1:{port}", 40))
         assert read == [3] * 40
         stamps = [_stamps(root) for root in roots]
@@ -104,23 +92,15 @@ def test_the_lean_emitter_waits_whole_milliseconds_down_not_up(asked: float | No
 
 def test_the_lean_client_reads_the_lean_emitter_paced() -> None:
     """The two lean halves together: the stream's tokens, and a TTFT no shorter than the schedule's."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tokenbench.emitter", "--lean", "--port", str(port),
-                             "--ttft", "0.02", "--itl", "0.002"])
-
-    async def run() -> list[Any]:
+    async def run(url: str) -> list[Any]:
         async with aiohttp.ClientSession() as session:
-            c = StreamClient(session=session, base_url=f"http://127.0.0.1:{port}/v1", model="emitter", lean=True)
+            c = StreamClient(session=session, base_url=url, model="emitter", lean=True)
             try:
                 return [await c.send(PreparedRequest(f"q{i} x", 5, 2), RequestRecord(index=i)) for i in range(3)]
             finally:
                 await c.close()
-    try:
-        _wait(f"http://127.0.0.1:{port}")
-        records = asyncio.run(run())
-    finally:
-        proc.kill()
-        proc.wait()
+    with EmitterProcess("--lean", "--ttft", "0.02", "--itl", "0.002") as em:
+        records = asyncio.run(run(em.url))
     assert [r.ok for r in records] == [True] * 3, [r.error for r in records]
     assert all(len(r.chunk_ns) == 5 and r.ttft_ns is not None and r.ttft_ns >= 20_000_000 for r in records)
 
@@ -129,20 +109,12 @@ def test_the_lean_client_reads_the_lean_emitter_paced() -> None:
 def test_no_usage_leaves_the_usage_chunk_out(flag: list[str]) -> None:
     """--no-usage: the emitter answers as a server without stream_options would, so a client counting prompts with
     a tokenizer of its own (not the emitter's words) has no count to call truncated."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tokenbench.emitter", "--lean", "--port", str(port), *flag])
-
-    async def one() -> str:
+    async def one(url: str) -> str:
         async with aiohttp.ClientSession() as s, s.post(
-                f"http://127.0.0.1:{port}/v1/completions",
-                json={"prompt": "a b c", "max_tokens": 2, "stream": True,
-                      "stream_options": {"include_usage": True}}) as r:
+                url + "/completions", json={"prompt": "a b c", "max_tokens": 2, "stream": True,
+                                            "stream_options": {"include_usage": True}}) as r:
             return (await r.read()).decode()
-    try:
-        _wait(f"http://127.0.0.1:{port}")
-        body = asyncio.run(one())
-    finally:
-        proc.kill()
-        proc.wait()
+    with EmitterProcess("--lean", *flag) as em:
+        body = asyncio.run(one(em.url))
     assert body.count('"text": " w') == 2 and "[DONE]" in body
     assert ('"usage"' in body) is (not flag), body

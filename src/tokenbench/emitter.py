@@ -363,6 +363,19 @@ class BackgroundEmitter:
         self._loop.close()
 
 
+def answers(root: str, tries: int = 200) -> bool:
+    """Whether an emitter at ``root`` (http://host:port) answers /v1/models within ``tries`` x 50 ms."""
+    import urllib.request
+
+    for _ in range(tries):
+        try:
+            urllib.request.urlopen(root + "/v1/models", timeout=1)
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
 class EmitterProcess:
     """The emitter in a process of its own (``python -m tokenbench.emitter``): it can die, be killed, or run
     beside a client without sharing its event loop. ``url`` is the OpenAI base (…/v1)."""
@@ -371,7 +384,6 @@ class EmitterProcess:
         import socket
         import subprocess
         import sys
-        import urllib.request
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -379,14 +391,9 @@ class EmitterProcess:
         self.root = f"http://127.0.0.1:{port}"
         self.url = self.root + "/v1"
         self.proc = subprocess.Popen([sys.executable, "-m", "tokenbench.emitter", "--port", str(port), *args])
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(self.url + "/models", timeout=1)
-                return
-            except OSError:
-                time.sleep(0.05)
-        self.close()
-        raise RuntimeError("the emitter process did not start")
+        if not answers(self.root):
+            self.close()
+            raise RuntimeError("the emitter process did not start")
 
     def close(self) -> None:
         self.proc.kill()
