@@ -104,18 +104,31 @@ def on_this_machine(url: str) -> bool:
     return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.")
 
 
+def listening_pids(url: str) -> set[int]:
+    """The processes of this machine listening on a URL's port (several with SO_REUSEPORT); none for a URL of
+    another machine, or where they cannot be read (another user's process)."""
+    import psutil
+
+    if not on_this_machine(url):
+        return set()
+    u = urlsplit(url if "://" in url else "http://" + url)
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        return {c.pid for c in psutil.net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+    except (psutil.Error, OSError):
+        return set()
+
+
 def server_cores(url: str) -> set[int] | None:
     """The cores the processes listening on a URL of this machine may run on (several with SO_REUSEPORT: their
     union); None when none is found (another user's process, or a platform that cannot tell)."""
     import psutil
 
-    u = urlsplit(url if "://" in url else "http://" + url)
-    port = u.port or (443 if u.scheme == "https" else 80)
     cores: set[int] = set()
     try:
-        for c in psutil.net_connections(kind="tcp"):
-            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-                cores |= set(psutil.Process(c.pid).cpu_affinity() or [])
+        for pid in listening_pids(url):
+            cores |= set(psutil.Process(pid).cpu_affinity() or [])
     except (psutil.Error, OSError, AttributeError):  # AttributeError: no cpu_affinity on this platform
         return None
     return cores or None

@@ -127,18 +127,11 @@ def guard_targets(url: str | None) -> set[int]:
         return set()
     from urllib.parse import urlparse
 
-    import psutil
+    from ..servers import listening_pids
 
-    from ..servers import on_this_machine
-
-    u = urlparse(url if "://" in url else "http://" + url)
-    if not on_this_machine(url) or not u.port:
+    if not urlparse(url if "://" in url else "http://" + url).port:
         return set()
-    try:
-        return {c.pid for c in psutil.net_connections(kind="tcp")
-                if c.laddr and c.laddr.port == u.port and c.status == psutil.CONN_LISTEN and c.pid}
-    except (psutil.AccessDenied, OSError):
-        return set()
+    return listening_pids(url)
 
 
 def guard_config(path: str | None) -> dict[str, dict[str, Any]]:
