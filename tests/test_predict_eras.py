@@ -103,6 +103,30 @@ def test_a_band_widens_for_what_no_row_measured(cat: Catalog) -> None:
     assert cal.band("llamacpp-cuda", "decode", Extrapolation(years=4)).pct > wider.pct  # further, wider
 
 
+def test_reach_is_the_context_a_row_attended_to(cat: Catalog) -> None:
+    """A pp4096 at depth 0 reached 4096 tokens of context, as a tg128 at depth 3968 does: the fit's reach and a
+    row's band count the prompt and the output on top of the depth, not the depth alone."""
+    rows = [r for r in read_rows(DATA / "published-more.csv") if r.raw.get("source") == "xdai-llama3"]
+    assert max(r.depth for r in rows) == 0
+    cal = fit_calibration(cat, rows, "test", bands=False)
+    assert cal.reach["llamacpp-cuda"]["max_depth"] == 4096  # its pp4096 and tg4096 rows
+
+    packaged = Calibration.packaged()
+    deepest = packaged.reach["llamacpp-cuda"]["max_depth"]
+
+    def band(depth: int, prompt: int) -> list[str]:
+        r = Row({"note": ""}, "nvidia-rtx-4090", "llama.cpp cuda", "llama-3.1-8b", "Q4_K_M", "f16",
+                f"pp{prompt}", depth, 1, prompt, 0, "prefill_tps", 1000.0, "tok/s", "2026-01")
+        res = predict_row(cat, packaged, r)
+        assert res.band is not None
+        return [w for w in res.band.widened if "deepest" in w]
+
+    assert band(0, 512) == [] and band(deepest - 512, 512) == []
+    far = band(0, 4 * deepest)  # a long prompt at depth 0 reaches as far as a short one at that depth
+    assert far and far == band(4 * deepest - 512, 512)
+    assert f"context {4 * deepest:,} tokens" in far[0]
+
+
 def test_eras_reach_and_drift_survive_the_calibration_file(cat: Catalog) -> None:
     packaged = Calibration.packaged()
     again = Calibration.from_toml(packaged.to_toml())

@@ -262,8 +262,8 @@ class Band:
 #: 2025-2026 builds than the 2024 builds' fit predicts (llama.cpp's CUDA scoreboard, discussion 15013, and
 #: llama-bench on a lent H100: shared/reference/current-builds.csv), about a year apart: log(1.35).
 DRIFT_PRIOR = math.log(1.35)
-#: Widening per doubling of context depth beyond the deepest row a backend was fitted on (log error), and per
-#: doubling of concurrency beyond its highest: what the model does there no row has checked.
+#: Widening per doubling of context (depth, prompt and output) beyond the deepest a backend's rows reached (log
+#: error), and per doubling of concurrency beyond its highest: what the model does there no row has checked.
 DEPTH_TERM = 0.10
 CONCURRENCY_TERM = 0.15
 #: A backend fitted on fewer rows than this: its constants rest on few boxes (a hardware generation or backend
@@ -286,10 +286,10 @@ def era_for(eras: Iterable[str], year: str) -> str | None:
 @dataclass(frozen=True, slots=True)
 class Extrapolation:
     """How far a prediction reaches beyond its backend's rows: years of builds newer than the newest era it was
-    fitted on, and the depth and concurrency it asks for."""
+    fitted on, the deepest context it asks for (depth, prompt and output: rows.context) and its concurrency."""
 
     years: int = 0
-    depth: int = 0
+    depth: int = 0  # tokens of context
     concurrency: int = 1
 
 
@@ -312,7 +312,7 @@ class Calibration:
     origin: str = "packaged"
     families: dict[str, Efficiency] = field(default_factory=dict)  # engine family -> fit on all its backends
     eras: dict[str, dict[str, Efficiency]] = field(default_factory=dict)  # backend -> year of builds -> constants
-    reach: dict[str, dict[str, int]] = field(default_factory=dict)  # backend -> max_depth, max_concurrency of its rows
+    reach: dict[str, dict[str, int]] = field(default_factory=dict)  # backend -> max_depth (context), max_concurrency
     drift: float = DRIFT_PRIOR  # log error per year of builds beyond the newest era (DRIFT_PRIOR)
 
     def newest_era(self, backend: str) -> str:
@@ -361,7 +361,7 @@ class Calibration:
         deepest, widest = r.get("max_depth"), r.get("max_concurrency")
         if deepest is not None and reach.depth > max(deepest, 1024):
             terms.append((DEPTH_TERM * math.log2(reach.depth / max(deepest, 1024)),
-                          f"depth {reach.depth:,} beyond the deepest row ({deepest:,})"))
+                          f"context {reach.depth:,} tokens beyond the deepest row's ({deepest:,})"))
         if widest is not None and metric in ("ttft", "throughput", "tpot") and reach.concurrency > max(widest, 1):
             terms.append((CONCURRENCY_TERM * math.log2(reach.concurrency / max(widest, 1)),
                           f"concurrency {reach.concurrency} beyond the highest row ({widest})"))
@@ -388,8 +388,8 @@ class Calibration:
             " median, n.",
             "# era: the year of the engine builds the section's constants were fitted on (the newest the data has);"
             " [eras.*]: older years'.",
-            "# max_depth, max_concurrency: the reach of the backend's rows; [meta] drift: log error per year of"
-            " builds newer than any row.",
+            "# max_depth, max_concurrency: the reach of the backend's rows (max_depth: the deepest context, depth +"
+            " prompt + output); [meta] drift: log error per year of builds newer than any row.",
             "",
         ]
         for name, e in sorted(self.backends.items()):

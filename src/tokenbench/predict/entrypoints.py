@@ -104,6 +104,12 @@ class PredictConfig:
     sessions: int | None = None  # sessions each agent runs (None or 0: as many as the window holds)
     spec: SpecConfig | None = None
 
+    def lengths(self) -> tuple[int, int]:
+        """A request's prompt and output lengths: those given, else 512/128 at depths, 4096/512 serving."""
+        if self.depths is not None:
+            return self.input_len or 512, self.output_len or 128
+        return self.input_len or 4096, self.output_len or 512
+
 
 @dataclass(slots=True)
 class PredictedTable:
@@ -154,7 +160,12 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
     prediction is to be stored beside measured runs, refused where no measurement of its backend stands behind it.
     """
     s, cal = setup(cfg.setup)
-    s.reach = replace(s.reach, depth=max(cfg.depths or [0]), concurrency=max(cfg.levels or [1]))
+    input_len, output_len = cfg.lengths()
+    # the deepest context the tables reach (bands widen beyond the backend's rows): a depth's prompt or its
+    # generation on top of the depth, a serving request's prompt and output; a session's grows turn by turn
+    reached = 0 if cfg.session is not None else (max(cfg.depths or [0]) + max(input_len, output_len)
+                                                 if cfg.depths is not None else input_len + output_len)
+    s.reach = replace(s.reach, depth=reached, concurrency=max(cfg.levels or [1]))
     if save and not s.calibrated:
         raise UsageError(f"--save: no measurements of {s.backend} stand behind an estimate, so there is none to store "
                          "beside measured runs (predict shows only the ceiling); anchor it first with calibrate --runs")
@@ -169,11 +180,9 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
         return _predict_sessions(cfg, cfg.session, s, cal, described)
     remarks: list[str] = []
     if cfg.depths is not None:
-        input_len, output_len = cfg.input_len or 512, cfg.output_len or 128
         head, rows = depth_table(s, cal, cfg.depths, input_len, output_len)
         metrics = ["prefill", "decode"]
     else:
-        input_len, output_len = cfg.input_len or 4096, cfg.output_len or 512
         head, rows = serve_table(s, cal, cfg.levels, input_len, output_len)
         metrics = ["throughput", "ttft", "tpot"]
         if s.kind == "sequential" and s.parallel == 1:

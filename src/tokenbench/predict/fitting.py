@@ -13,7 +13,7 @@ from . import roofline as rf
 from .calibration import (ANCHOR_PRIOR_WEIGHT, BAND_MIN_N, DRIFT_PRIOR, PRIOR_WEIGHT, Calibration, backend_prior,
                           era_for, family, fit_constants, make_band, prior)
 from .measured import METRICS, Row
-from .rows import RowResult, Valuer, band_metric, predict_row, row_setup, row_valuer
+from .rows import RowResult, Valuer, band_metric, context, predict_row, row_setup, row_valuer
 from .specs import Catalog
 
 #: Metrics the fit uses (a p99 is a tail, not what the constants describe).
@@ -193,11 +193,12 @@ def _usual(its: list[Fittable], per: dict[str, rf.Efficiency], newest: rf.Effici
 
 
 def _reach(items: list[Fittable]) -> dict[str, dict[str, int]]:
-    """Per backend, the deepest context and the highest concurrency its fitted rows measured."""
+    """Per backend, the deepest context (rows.context: depth, prompt and output) and the highest concurrency its
+    fitted rows measured."""
     out: dict[str, dict[str, int]] = {}
     for it in items:
         r = out.setdefault(it.backend, {"max_depth": 0, "max_concurrency": 1})
-        r["max_depth"] = max(r["max_depth"], it.row.depth)
+        r["max_depth"] = max(r["max_depth"], context(it.row))
         r["max_concurrency"] = max(r["max_concurrency"], it.row.concurrency)
     return out
 

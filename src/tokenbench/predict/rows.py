@@ -163,10 +163,16 @@ def row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
 FALLBACK_BAND = Band(FALLBACK_BAND_PCT, FALLBACK_BAND_PCT, 0, ("no held-out rows",))
 
 
+def context(r: Row) -> int:
+    """The deepest context a row's attention reached: its depth, prompt and output together (a pp4096 at depth 0
+    reaches 4096 tokens, as a tg128 at depth 3968 does)."""
+    return r.depth + r.input_len + r.output_len
+
+
 def row_band(cal: Calibration, s: Setup, r: Row) -> Band:
     """A row's band: its backend's cross-validated one (an uncalibrated backend's is that of the held-out rows
-    predicted from priors), else FALLBACK_BAND; widened for the builds, depth and concurrency it reaches."""
-    b = s.band(cal, band_metric(r), r.depth, max(1, r.concurrency), FALLBACK_BAND)
+    predicted from priors), else FALLBACK_BAND; widened for the builds, context and concurrency it reaches."""
+    b = s.band(cal, band_metric(r), context(r), max(1, r.concurrency), FALLBACK_BAND)
     assert b is not None  # a fallback given: never None
     return b
 
