@@ -30,9 +30,10 @@ def cat() -> Catalog:
 def test_a_version_dates_its_build() -> None:
     assert registry.era("llama.cpp cuda", "2025-06") == "2025" and registry.era("vllm", "2024") == "2024"
     assert registry.era("llama.cpp", "b4000") == "2024" and registry.era("llama.cpp", "b4409") == "2025"
+    assert registry.era("llama.cpp", "b1700") == "2023"  # the December 2023 builds the data holds have an era
     assert registry.era("llama.cpp vulkan", "6918") == "2025" and registry.era("llama.cpp", "b9999") == "2026"
     assert registry.era("vllm", "0.10.1") == "2025" and registry.era("vllm", "v0.21.0") == "2026"
-    for engine, version in [("vllm", "0.5.4"), ("sglang", "0.4.9"), ("llama.cpp", "main")]:
+    for engine, version in [("vllm", "0.5.4"), ("sglang", "0.4.9"), ("llama.cpp", "main"), ("llama.cpp", "b1000")]:
         with pytest.raises(UsageError, match="cannot date") as e:
             registry.era(engine, version)
         assert "\n" not in str(e.value) and "--engine-version 2025" in str(e.value)
