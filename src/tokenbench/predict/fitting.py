@@ -40,7 +40,7 @@ def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
             s = row_setup(cat, blank, r)
         except UsageError:
             continue
-        if not s.fit(r.depth + r.input_len + r.output_len + 1, max(1, r.concurrency)).fits:
+        if not s.fit(context(r) + 1, max(1, r.concurrency)).fits:
             continue
         v = row_valuer(s, r, [])
         if v is not None:

@@ -195,7 +195,7 @@ def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
     if not s.calibrated:
         res.flags.append(f"UNCALIBRATED: no measurements of {s.backend}; priors only")
     n = max(1, r.concurrency)
-    f = s.fit(r.depth + r.input_len + r.output_len + 1, n)
+    f = s.fit(context(r) + 1, n)
     if not f.fits:
         res.flags.append(f"hybrid offload: {f.gpu_layers} of {s.model.layers} layers fit on the GPU")
     ratio = res.measured_over_ceiling
