@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import secrets
 from collections.abc import Callable
@@ -26,7 +25,8 @@ from .checks import GuardSnapshot
 from .guard import refuse_if_dirty, snapshot_before
 from .loadgen import ClientWatch, Level, run_phase, still_heap
 from .metrics import SLO, ClientReport, ServingLevel, peak_in_flight, session_stats, summarize
-from .workers import SEND_QUEUE_GOAL_MS, ClientSpec, WorkerPool, auto_workers, send_cost_us, usable_cores
+from .workers import (SEND_QUEUE_GOAL_MS, ClientSpec, WorkerPool, auto_workers, send_cost_us, usable_core_ids,
+                      usable_cores)
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
 from .servers import ServerInfo, discover, on_this_machine, root_url, server_cores
@@ -555,7 +555,8 @@ async def _auto_workers(cfg: SweepConfig, spec: ClientSpec) -> tuple[int, dict[s
     levels, cores = cfg.levels(), usable_cores()
     here = on_this_machine(cfg.url)
     theirs = server_cores(cfg.url) if here else None
-    free = len(set(os.sched_getaffinity(0)) - theirs) if theirs and hasattr(os, "sched_getaffinity") else 0
+    mine = usable_core_ids()
+    free = len(mine - theirs) if theirs and mine is not None else 0
     shared = here and not free
     if shared:  # the server runs on these cores too (an embedded engine, a loopback URL): the client takes half
         cores = max(1, cores // 2)

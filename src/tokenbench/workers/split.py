@@ -116,9 +116,15 @@ def workers_for_sends(streams: int, send_us: float, cores: int, goal_ms: float =
     return max(1, cores)
 
 
+def usable_core_ids() -> set[int] | None:
+    """The cores this process may run on, by number; None where the platform cannot say (no sched_getaffinity)."""
+    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
 def usable_cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """How many cores this process may run on."""
+    ids = usable_core_ids()
+    return len(ids) if ids is not None else (os.cpu_count() or 1)
 
 
 def auto_workers(levels: Sequence[Level], cores: int | None = None, send_us: float | None = None) -> int:
