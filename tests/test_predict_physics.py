@@ -327,3 +327,22 @@ def test_a_hand_edited_calibration_constant_is_a_clear_error(tmp_path: Path, cap
         assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--calibration",
                      str(bad)]) == 2
         assert says in capsys.readouterr().err
+
+
+def test_a_band_wider_than_half_its_estimate_is_flagged(capsys: pytest.CaptureFixture[str]) -> None:
+    from tokenbench.predict.calibration import WIDE_BAND_PCT, Band
+    from tokenbench.predict.tables import band_text
+
+    assert band_text(Band(27.0, 8.0, 125)) == "±27%"
+    assert band_text(Band(WIDE_BAND_PCT + 1, 20.0, 9)) == f"±{WIDE_BAND_PCT + 1:.0f}% (wide)"
+    # transformers' serving rows are one source of 3 shapes: held out, its throughput was missed by 4x and more
+    assert Calibration.packaged().bands["transformers"]["throughput"].pct > WIDE_BAND_PCT
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--engine", "transformers",
+                 "--concurrency", "8"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # whatever width the table and note wrapped at
+    assert "(wide)" in out and "flagged wide (over ±50%, more than half the estimate): throughput" in out
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--engine", "llama.cpp cuda",
+                 "--test", "tg128"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(Calibration.packaged().bands["llamacpp-cuda"][m].pct < WIDE_BAND_PCT for m in ("decode", "prefill"))
+    assert "(wide)" not in out and "flagged wide" not in out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import roofline as rf
-from .calibration import Calibration
+from .calibration import WIDE_BAND_PCT, Band, Calibration
 from .accuracy import AgainstReport
 from .setup import Setup
 from .memory import Fit, FIT_SEARCH_TOKENS, kv_bytes, state_bytes
@@ -84,12 +84,17 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
     return lines
 
 
+def band_text(b: Band) -> str:
+    """A band as printed beside its estimate: ±X%, flagged "(wide)" past WIDE_BAND_PCT."""
+    return f"±{b.pct:.0f}%" + (" (wide)" if b.pct > WIDE_BAND_PCT else "")
+
+
 def estimate_cell(s: Setup, cal: Calibration, metric: str, text: str) -> str:
     """A calibrated estimate with its cross-validated band, or UNCALIBRATED where no fit stands behind it."""
     if not s.calibrated:
         return "UNCALIBRATED"
     b = s.band(cal, metric)
-    return f"{text} ±{b.pct:.0f}%" if b else f"{text} (no CV band)"
+    return f"{text} {band_text(b)}" if b else f"{text} (no CV band)"
 
 
 def bands(s: Setup, cal: Calibration, metrics: list[str]) -> dict[str, float | None] | None:
@@ -112,6 +117,10 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
         if wider:
             parts.append("widened to " + ", ".join(f"{m} ±{b.pct:.0f}%" for m, b in banded.items())
                          + " for what no row measured: " + "; ".join(wider))
+    wide = [m for m, b in banded.items() if b.pct > WIDE_BAND_PCT]
+    if wide:
+        parts.append(f"flagged wide (over ±{WIDE_BAND_PCT:.0f}%, more than half the estimate): " + ", ".join(wide)
+                     + ": an order of magnitude, not a value")
     if len(banded) < len(metrics):
         parts.append("too few held-out rows for a band: " + ", ".join(m for m in metrics if m not in banded))
     tail = " (leave-one-source-out: each source predicted by a fit on the others)"
@@ -230,7 +239,7 @@ def session_table(s: Setup, cal: Calibration, p: SessionPrediction) -> Table:
 
     def label(name: str, metric: str) -> str:
         b = s.band(cal, metric) if s.calibrated else None
-        return f"{name} ±{b.pct:.0f}%" if b else name
+        return f"{name} {band_text(b)}" if b else name
 
     rows = [["Context"] + [f"{t.context:,}" for t in shown], ["Uncached"] + [f"{t.uncached:,}" for t in shown]]
     for name, metric, get, fmt in (
