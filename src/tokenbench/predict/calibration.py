@@ -260,7 +260,9 @@ class Band:
 #: How far a prediction may drift per year of engine builds newer than any row its backend was fitted on, as a log
 #: error, when the data cannot tell (no backend with rows of two eras): llama.cpp CUDA decode was 30-45% faster in
 #: 2025-2026 builds than the 2024 builds' fit predicts (llama.cpp's CUDA scoreboard, discussion 15013, and
-#: llama-bench on a lent H100: shared/reference/current-builds.csv), about a year apart: log(1.35).
+#: llama-bench on a lent H100: shared/reference/current-builds.csv), about a year apart: log(1.35). The shipped data
+#: and the split by time's pre-2025 side both hold CUDA and Metal rows of 2023 and 2024 builds, so both measure
+#: their drift ([meta] drift, fitting._drift) and this prior is only a user's data's fallback.
 DRIFT_PRIOR = math.log(1.35)
 #: Widening per doubling of context (depth, prompt and output) beyond the deepest a backend's rows reached (log
 #: error), and per doubling of concurrency beyond its highest: what the model does there no row has checked.
@@ -274,6 +276,10 @@ FEW_ROWS_TERM = math.log(1.25)
 #: about what rows predicted from priors alone miss by, held out (llama.cpp ROCm decode 44%, Vulkan prompts at
 #: depth 93% in the split by time); wide on purpose, and said as such ("no held-out rows").
 FALLBACK_BAND_PCT = 60.0
+#: A band wider than this (percent) is flagged "wide" wherever it is printed: a spread over half the estimate, which
+#: the project's rule for published numbers flags (a measured rate's spread over half its mean is "unstable"). The
+#: estimate then gives an order of magnitude, not a value; past 100% a "±" read around it would reach below zero.
+WIDE_BAND_PCT = 50.0
 
 
 def era_for(eras: Iterable[str], year: str) -> str | None:
