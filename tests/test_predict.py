@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from tokenbench.cli import main
 from tokenbench.errors import UsageError
 from tokenbench.predict import formats, memory, speculation
 from tokenbench.predict import roofline as rf
-from tokenbench.predict.calibration import Calibration, backend_key, fit_constants
+from tokenbench.predict.calibration import WIDE_BAND_PCT, Calibration, backend_key, fit_constants
 from tokenbench.predict.accuracy import against
 from tokenbench.predict.setup import Setup
 from tokenbench.predict.measured import Row, read_rows
@@ -253,10 +254,15 @@ def test_backend_keys() -> None:
     assert backend_key("llama.cpp", "vulkan") == "llamacpp-vulkan"
 
 
-def test_committed_calibration_is_what_the_command_produces(tmp_path: Path) -> None:
+def test_committed_calibration_is_what_the_command_produces(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     # the command itself, as the file's header says to re-run it: `tokenbench calibrate --out FILE`
     out = tmp_path / "efficiency.toml"
     assert main(["calibrate", "--out", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # whatever width the console wrapped at
+    said = dict(re.findall(r"(\S+): bandwidth share .*?cross-validated bands: (.*?)\)(?= \S+: bandwidth| wrote)", text))
+    for name, per in Calibration.packaged().bands.items():  # a band over half its estimate is flagged (wide)
+        assert said[name].count("(wide)") == sum(b.pct > WIDE_BAND_PCT for b in per.values()), (name, said[name])
     fresh = Calibration.from_toml(out.read_text(), origin=str(out))
     packaged = Calibration.packaged()
     assert set(fresh.backends) == set(packaged.backends)

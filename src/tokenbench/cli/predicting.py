@@ -245,6 +245,7 @@ def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Cal
 def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> int:
     from ..predict.calibration import write
     from ..predict.entrypoints import OwnRuns, calibrate
+    from ..predict.tables import band_text
 
     if not a.runs and (a.hardware or a.model):
         raise UsageError("--hardware and --model go with --runs RUN...: the box and model of your own runs")
@@ -259,7 +260,7 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
     cal = fitted.calibration
     write(cal, Path(a.out))
     for name, e in sorted(cal.backends.items()):
-        bands = ", ".join(f"{m} ±{b.pct:.0f}%" for m, b in sorted(cal.bands.get(name, {}).items()))
+        bands = ", ".join(f"{m} {band_text(b)}" for m, b in sorted(cal.bands.get(name, {}).items()))
         console.print(f"{name}: bandwidth share {e.eta_w:.2f}, {e.t_layer * 1e6:.0f} µs per layer; matmul share "
                       f"{e.eta_c:.2f} (routed experts x{e.eta_moe:.2f}), attention {e.eta_att:.2f}, "
                       f"{e.flops_per_w:.2f} TF/W of TDP ({e.rows} rows; cross-validated bands: {bands or 'none'})",
