@@ -19,20 +19,20 @@ from pathlib import Path
 
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
-from tokenbench.metrics import Distribution, LevelSummary
+from tokenbench.metrics import Distribution, ServingLevel
 from tokenbench.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS = (1, 2, 4, 8, 16)
 
 
-def single_stream(c: int) -> LevelSummary:
+def single_stream(c: int) -> ServingLevel:
     """One stream at ~60 tok/s: requests wait their turn, so TTFT grows with the queue."""
     tps = 60.0 - c * 0.1
     wait = 45.0 + 530.0 * (c - 1)  # a request waits for those ahead of it: 32 tokens each at 60 tok/s
-    return LevelSummary.empty(concurrency=c, test="serve", output_throughput_tps=tps, per_agent_tps=tps / c,
-                              ttft_ms=Distribution(n=32, p50=wait, p99=wait * 1.1 + 20),
-                              tpot_ms=Distribution(n=32, p50=1000 / 62), input_tokens_mean=64.0, output_tokens_mean=32.0)
+    return ServingLevel(concurrency=c, test="serve", completed=32, output_throughput_tps=tps,
+                        ttft_ms=Distribution(n=32, p50=wait, p99=wait * 1.1 + 20),
+                        tpot_ms=Distribution(n=32, p50=1000 / 62), input_tokens_mean=64.0, output_tokens_mean=32.0)
 
 
 def build(out: Path) -> Path:

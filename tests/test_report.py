@@ -207,3 +207,24 @@ def test_foreign_manifest_fields_do_not_break_the_page(tmp_path: Path) -> None:
     assert main(["report", "odd", "--html", str(out), "--db", str(db)]) == 0
     rows = _rows(out.read_text(encoding="utf-8"))
     assert "Machine | x; no NVIDIA GPU seen" in rows and "Machine state | clean (1 snapshot)" in rows
+
+
+def test_the_readme_report_example_builds_levels_the_report_reads(tmp_path: Path) -> None:
+    # the README says `python docs/report_example.py` makes the screenshots; its hand-made mini-PC levels must stay
+    # what a stored run holds (it once called a LevelSummary constructor that no longer exists)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("report_example", Path(__file__).parents[1] / "docs" /
+                                                  "report_example.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    levels = [example.single_stream(c) for c in example.LEVELS]
+    assert all(isinstance(lv, ServingLevel) for lv in levels)
+    assert [lv.per_agent_tps for lv in levels] == pytest.approx([lv.output_throughput_tps / lv.concurrency
+                                                                 for lv in levels])
+    db = tmp_path / "x.db"
+    Store(db).save_run("fixture", "sweep", "mini-pc (fixture)", {"label": "mini-pc (fixture)", "model": "emitter"},
+                       "measured", levels, "0", "2026", "2026")
+    back = load_result(Store(db), "mini-pc (fixture)")
+    assert [o.serving.ttft_ms.p50 for o in back.outcomes if o.serving] == [lv.ttft_ms.p50 for lv in levels]
