@@ -43,12 +43,17 @@ def parse_duration_ms(text: str, bare_ms: float = 1.0) -> float:
     """``2s``, ``50ms``, ``1.5m``, ``1h`` -> milliseconds. A bare number is ``bare_ms`` milliseconds each: 1 for SLO
     targets (as vllm bench serve's --goodput), 1000 for run durations and timeouts (as ``timeout`` and GuideLLM)."""
     t = text.strip().lower()
-    for suffix, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1000.0), ("m", 60_000.0), ("h", 3_600_000.0)):
-        if t.endswith(suffix):
-            v = float(t[: -len(suffix)]) * scale
-            break
-    else:
-        v = float(t) * bare_ms
+    try:
+        for suffix, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1000.0), ("m", 60_000.0), ("h", 3_600_000.0)):
+            if t.endswith(suffix):
+                v = float(t[: -len(suffix)]) * scale
+                break
+        else:
+            v = float(t) * bare_ms
+    except ValueError:
+        bare = "milliseconds" if bare_ms == 1.0 else "seconds"
+        raise ValueError(f"'{text}' is not a duration: write a number with a unit, e.g. 2s, 500ms or 5m (a bare "
+                         f"number is {bare})") from None
     if not math.isfinite(v):
         raise ValueError(f"{text} is not a finite duration")
     return v
@@ -56,7 +61,10 @@ def parse_duration_ms(text: str, bare_ms: float = 1.0) -> float:
 
 def _share(text: str) -> float:
     t = text.strip()
-    v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        v = math.nan
     if not 0 <= v < 1:
         raise ValueError(f"errors={text}: give a share below 1, e.g. errors=1% or errors=0.01")
     return v
@@ -87,7 +95,10 @@ class SLO:
 
     def _add(self, key: str, value: str) -> None:
         if key == "agent_tps":
-            self.agent_tps = float(value)
+            try:
+                self.agent_tps = float(value)
+            except ValueError:
+                self.agent_tps = math.nan
             if not (math.isfinite(self.agent_tps) and self.agent_tps > 0):
                 raise ValueError(f"agent_tps={value}: give a positive rate in tokens/s, e.g. agent_tps=30")
             return
