@@ -328,10 +328,11 @@ def decided_fail(slo: SLO, done: list[RequestRecord], planned: int) -> str | Non
             continue  # a request's gaps are not known in number beforehand
         over = sum(1 for r in done if r.ok and any(v > limit for v in request_values(r, metric)))
         if over and planned - over <= math.floor((planned - 1) * int(pct[1:]) / 100):
-            return (f"{over} of {planned} requests already over {metric.upper()} {_duration(limit)}: "
-                    f"the {pct} cannot pass")
+            return (f"when it stopped sending, {over} of the {planned} planned requests were over {metric.upper()} "
+                    f"{_duration(limit)} (those in flight then finished too): the {pct} cannot pass")
     failed = sum(1 for r in done if not r.ok)
     allowed = slo.error_share if slo.error_share is not None else 0.0
     if failed and failed > allowed * planned:
-        return f"{failed} of {planned} requests already failed: over the error budget ({allowed:.1%})"
+        return (f"when it stopped sending, {failed} of the {planned} planned requests had failed: over the error "
+                f"budget ({allowed:.1%})")
     return None
