@@ -40,6 +40,13 @@ def commands(text: str) -> list[str]:
     return out
 
 
+def git_ignored(names: list[str]) -> list[str]:
+    """Which of these top-level names of the clone git ignores (.gitignore)."""
+    out = subprocess.run(["git", "check-ignore", "--", *names], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert out.returncode in (0, 1), out.stderr  # 1: none of them is ignored
+    return sorted(Path(p).name for p in out.stdout.split())
+
+
 def test_the_readme_has_runnable_blocks_and_templates() -> None:
     kinds = [k for k, _ in blocks()]
     assert kinds.count("sh") >= 3 and "" in kinds  # the runnable ones, and templates beside them
@@ -63,9 +70,10 @@ def test_runnable_blocks_run_as_written(tmp_path: Path) -> None:
     need_engine("llama-server")
     scratch = tmp_path / "clone"
     scratch.mkdir()
-    for entry in ROOT.iterdir():
-        if entry.name not in (".git", ".venv"):
-            (scratch / entry.name).symlink_to(entry)
+    # the clone's tracked files, not what git ignores: a user who ran the examples in it has their outputs there
+    entries = [e.name for e in ROOT.iterdir() if e.name != ".git"]
+    for name in sorted(set(entries) - set(git_ignored(entries))):
+        (scratch / name).symlink_to(ROOT / name)
     script = "\n".join(["set -euo pipefail"] + [t for k, t in blocks() if k == "sh"])
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
                TOKENBENCH_DB=str(tmp_path / "results.db"), COLUMNS="80")
@@ -73,9 +81,11 @@ def test_runnable_blocks_run_as_written(tmp_path: Path) -> None:
                           timeout=1400, check=False)
     assert proc.returncode == 0, f"a README block failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stdout + proc.stderr
-    for made in ("demo.json", "report.html", "BENCHMARKS.md"):
-        assert (scratch / made).is_file() and not (ROOT / made).exists(), made
+    made = sorted(e.name for e in scratch.iterdir() if not e.is_symlink())
+    assert {"demo.json", "report.html", "BENCHMARKS.md", "plots"} <= set(made), made
     assert any((scratch / "plots").iterdir())
+    # following the README leaves nothing in a clone that git would show as new
+    assert git_ignored(made) == made
 
 
 def test_every_command_has_examples_in_its_help_and_they_parse() -> None:
