@@ -63,7 +63,7 @@ lint: $(VENV)/.installed
 	$(BIN)/python -m pyflakes src tests benchmarks
 	$(BIN)/python -m mypy src
 
-## make test-fast: every test that needs no engine (about a minute)
+## make test-fast: every test that needs no engine (about 11 minutes on 2 cores)
 test-fast: $(VENV)/.installed
 	$(PYTEST) -m "not engine"
 

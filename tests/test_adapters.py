@@ -52,6 +52,9 @@ def test_llamacpp_facts_and_batching_come_from_its_slots() -> None:
     assert a.batches(4) is True and a.batches(1) is False and a.batches(None) is None
     bad = a.facts(probes(props={"total_slots": "four", "default_generation_settings": {"n_ctx": -1}}))
     assert bad.slots is None and bad.slot_ctx is None
+    # built outside a git checkout (the engines build from the sdist's tree: `llama-server --version` says
+    # "build 0, commit unknown"), it names no build: the run records none rather than "b0-unknown"
+    assert a.facts(probes(props={**LLAMA_PROPS, "build_info": "b0-unknown"})).version is None
 
 
 def test_check_request_does_not_generate_the_full_length() -> None:

@@ -185,3 +185,14 @@ def test_a_tools_own_environment_is_made_once_and_marked_with_its_version(tmp_pa
     broken = ToolEnv("Broken", "TOKENBENCH_PROBE_ENV", "probe-env", "nothing", "import no_such_module_here")
     with pytest.raises(EngineError, match="does not import nothing: ModuleNotFoundError"):
         broken.make(said.append, "tiny", lambda e, say: None)
+
+
+def test_the_embedded_model_says_building_only_when_it_builds(tmp_path: Path) -> None:
+    # Embedded.start says "building ..." only where tiny.is_built is False: a first run, or a build killed half way
+    from tokenbench.engines import tiny
+
+    assert not tiny.is_built(tmp_path)
+    (tmp_path / tiny.BUILD_VERSION).mkdir()  # a build killed half way leaves no BUILD marker
+    assert not tiny.is_built(tmp_path)
+    model = tiny.ensure(tmp_path)
+    assert tiny.is_built(tmp_path) and (model.hf_dir / "config.json").is_file()

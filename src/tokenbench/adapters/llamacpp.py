@@ -18,6 +18,12 @@ from typing import Any
 from .base import Adapter, Probes, ServerFacts
 
 
+
+#: What llama-server says for its build when it was compiled outside a git checkout (llama.cpp's CMake: build
+#: number 0, commit "unknown"), as from an sdist's vendored tree: no version, so a run records none from it.
+UNKNOWN_BUILD = "b0-unknown"
+
+
 class LlamaCpp(Adapter):
     name = "llama.cpp"
     process_patterns = (("llama.cpp server", r"(^|/)llama-server(\s|$)"),)
@@ -51,7 +57,7 @@ class LlamaCpp(Adapter):
         slots = props.get("total_slots")
         ctx = gen.get("n_ctx") or props.get("n_ctx")
         return ServerFacts(
-            version=build if isinstance(build, str) else None,
+            version=build if isinstance(build, str) and build != UNKNOWN_BUILD else None,
             slots=slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None,
             slot_ctx=ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else None,
         )

@@ -55,7 +55,10 @@ class Embedded:
     @classmethod
     def start(cls, spec: EmbeddedSpec, note: Callable[[str], None], parallel: int = 1, ctx: int = 8192) -> Embedded:
         """Build (once) the embedded model and start ``spec.engine`` on it, healthy."""
-        note(f"building the embedded {spec.model_size} model (cached after the first run) in {cache_dir()} …")
+        if tiny.is_built(size=spec.model_size):
+            note(f"the embedded {spec.model_size} model, cached in {cache_dir()}")
+        else:
+            note(f"building the embedded {spec.model_size} model (cached after this first run) in {cache_dir()} …")
         model = tiny.ensure(size=spec.model_size)
         eng = registry.by_launcher(spec.engine)
         gguf = model.gguf(spec.quant) if spec.quant and eng is not None and eng.gguf else None

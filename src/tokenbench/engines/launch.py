@@ -63,7 +63,7 @@ def engine_version(engine: str) -> str | None:
     if name == "llama-server":
         from .llamacpp_build import SDIST_VERSION
 
-        return f"llama.cpp vendored by llama-cpp-python {SDIST_VERSION}"
+        return f"vendored in llama-cpp-python {SDIST_VERSION}"  # the engine line reads "llama.cpp vendored in ..."
     try:
         return version("transformers" if name == "transformers" else "llama-cpp-python")
     except PackageNotFoundError:

@@ -279,11 +279,16 @@ def build(dest: Path, size: str = "tiny") -> TinyModel:
     return TinyModel(hf_dir=hf_dir, gguf_path=gguf_path, eos_token_id=eos, name=model_name, size=size)
 
 
+def is_built(root: Path | None = None, size: str = "tiny") -> bool:
+    """Whether the model of ``size`` is already in the cache (ensure then builds nothing)."""
+    return ((root or cache_dir()) / _spec(size)[1] / "BUILD").exists()
+
+
 def ensure(root: Path | None = None, size: str = "tiny") -> TinyModel:
     """The cached model of ``size``, built on first use. Safe against a build killed half way."""
     _, build_dir, name, ftype = _spec(size)
     base = (root or cache_dir()) / build_dir
-    if (base / "BUILD").exists():
+    if is_built(root, size):
         eos = json.loads((base / "hf" / "config.json").read_text())["eos_token_id"]
         return TinyModel(hf_dir=base / "hf", gguf_path=base / f"{name}-{ftype}.gguf", eos_token_id=eos,
                          name=name, size=size)
