@@ -103,3 +103,16 @@ def test_every_command_has_examples_in_its_help_and_they_parse() -> None:
                 build_parser().parse_args(shlex.split(example, comments=True)[1:])
             except SystemExit as e:
                 pytest.fail(f"tokenbench {name} --help: `{example}` does not parse (exit {e.code})")
+
+
+def test_a_predicted_example_prints_what_the_readme_shows() -> None:
+    """The recommend --capacity example is all prediction (no server): its output, at the 80 columns the README
+    shows it at, is what the block after it says, so a catalog or calibration change that moves it fails here."""
+    found = [(i, t) for i, (k, t) in enumerate(blocks()) if "tokenbench recommend --model llama-3.1-8b --capacity" in t]
+    assert len(found) == 1
+    i, text = found[0]
+    [command] = commands(text)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", COLUMNS="80")
+    out = subprocess.run(shlex.split(command), env=env, capture_output=True, text=True, timeout=120, check=True)
+    shown = [ln.rstrip() for ln in blocks()[i + 1][1].rstrip("\n").splitlines()]
+    assert [ln.rstrip() for ln in out.stdout.rstrip("\n").splitlines()] == shown
