@@ -227,7 +227,10 @@ def test_import_llama_bench(tmp_path: Path, name: str) -> None:
     levels = [s for *_, s in store.levels(rid)]
     assert [(s.test, s.depth) for s in levels] == [("pp512", 0), ("tg128", 0), ("tg128", 32768)]
     assert levels[0].pp_tps == 1287.0 and levels[0].pp_tps_sd == 6.8 and levels[2].tg_tps == 56.9
-    assert store.resolve(rid).manifest["engine"] == "llama.cpp vulkan"
+    m = store.resolve(rid).manifest
+    assert m["engine"] == "llama.cpp vulkan"
+    # llama.cpp's name for the build, which --engine-version and the predictor's eras read; the hash beside it
+    assert (m["engine_version"], m["build_commit"]) == ("b6123", "b5a7d8e")
 
 
 def test_import_guidellm(tmp_path: Path) -> None:

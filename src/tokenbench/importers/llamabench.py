@@ -16,6 +16,14 @@ from .fields import FieldError, Imported, load_json, need, number
 KEYS = ("n_prompt", "n_gen", "avg_ts")
 
 
+def _build(r0: dict[str, object]) -> str | None:
+    """The build as llama.cpp names it and --engine-version dates it: b6123 (llama-bench's build_number; its
+    build_commit is a hash, kept beside it). A build made outside git says 0: no build."""
+    n = r0.get("build_number")  # a number in JSON, its text in CSV
+    n = int(n) if isinstance(n, str) and n.strip().isdigit() else n
+    return f"b{n}" if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
 def detect(path: Path, text: str) -> bool:
     t = text.lstrip()
     if t.startswith("[") or t.startswith("{"):
@@ -68,7 +76,8 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
     manifest = Manifest.from_dict({  # the file's values, typed where they have the type
         "model": r0.get("model_type") or r0.get("model_filename"), "model_file": r0.get("model_filename"),
         "engine": "llama.cpp" + (f" {backend.split(',')[0]}" if backend else ""),
-        "engine_version": r0.get("build_commit"), "gpu": r0.get("gpu_info"), "cpu": r0.get("cpu_info"),
+        "engine_version": _build(r0), "build_commit": r0.get("build_commit"),
+        "gpu": r0.get("gpu_info"), "cpu": r0.get("cpu_info"),
         "weights": None, "kv": r0.get("type_k"), "n_gpu_layers": r0.get("n_gpu_layers"),
         "flash_attn": r0.get("flash_attn"), "started": r0.get("test_time"), "tool": "llama-bench",
         "threads": r0.get("n_threads"), "n_batch": r0.get("n_batch"), "n_ubatch": r0.get("n_ubatch"),
