@@ -456,3 +456,14 @@ def test_closest_boxes_rank_slo_misses_before_memory() -> None:
     assert miss_text(big) == "does not fit: needs 25 GiB of 24 GiB (+4%)"
     ok = Candidate("ok", "vllm FP8", "predicted", throughput=100.0)
     assert closest([big, far, ok]) == []  # a box meets the SLOs: nothing to list
+
+
+def test_the_saved_in_path_is_never_broken_across_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a narrow terminal (the tests pin 80 columns) must still print the database's path whole, to copy it
+    deep = tmp_path / ("a-rather-long-directory-name-" * 3) / "results.db"
+    deep.parent.mkdir(parents=True)
+    assert main(["import", str(DATA / "guidellm_benchmarks.json"), "--label", "g", "--db", str(deep)]) == 0
+    capsys.readouterr()
+    for fmt in ("table", "markdown"):
+        assert main(["show", "g", "--db", str(deep), "--format", fmt]) == 0
+        assert any(ln.endswith(f"saved in {deep}") for ln in capsys.readouterr().out.splitlines()), fmt

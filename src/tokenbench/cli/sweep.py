@@ -291,7 +291,9 @@ def print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
 
 
 def saved(console: Console, res: RunResult, db: Path) -> None:
-    console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False)
+    # soft_wrap: a path is never broken across lines, so it can be copied (a terminal still wraps it for the eye)
+    console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False,
+                  soft_wrap=True)
 
 
 def embedded_tokens(cfg: SweepConfig) -> int:
