@@ -458,12 +458,15 @@ def test_closest_boxes_rank_slo_misses_before_memory() -> None:
     assert closest([big, far, ok]) == []  # a box meets the SLOs: nothing to list
 
 
-def test_the_saved_in_path_is_never_broken_across_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # a narrow terminal (the tests pin 80 columns) must still print the database's path whole, to copy it
+def test_markdown_output_keeps_the_saved_in_path_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # markdown is pasted: at 80 columns its last line broke the database's path in two
+    monkeypatch.setenv("COLUMNS", "80")
     deep = tmp_path / ("a-rather-long-directory-name-" * 3) / "results.db"
     deep.parent.mkdir(parents=True)
     assert main(["import", str(DATA / "guidellm_benchmarks.json"), "--label", "g", "--db", str(deep)]) == 0
     capsys.readouterr()
-    for fmt in ("table", "markdown"):
-        assert main(["show", "g", "--db", str(deep), "--format", fmt]) == 0
-        assert any(ln.endswith(f"saved in {deep}") for ln in capsys.readouterr().out.splitlines()), fmt
+    assert main(["show", "g", "--db", str(deep), "--format", "markdown"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f"saved in {deep}")
+    assert main(["show", "g", "--db", str(deep)]) == 0  # a table keeps to the terminal's 80 columns
+    assert max(len(ln) for ln in capsys.readouterr().out.splitlines()) <= 80

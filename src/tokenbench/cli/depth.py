@@ -59,7 +59,7 @@ def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err
     store = Store(a.db)
     res = load_result(store, run_llama_bench(cfg, store, notifier(err)))
     print_table(console, *depth_rows(res), a.format)
-    console.print(f"run {res.run_id} (llama-bench, imported) saved in {store.path}", markup=False, soft_wrap=True)
+    console.print(f"run {res.run_id} (llama-bench, imported) saved in {store.path}", markup=False)
     if a.json:
         write_json(a.json, res)
     return 0
@@ -96,7 +96,7 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     for o in res.outcomes:
         for w in o.summary.warnings:
             console.print(f"[{o.summary.test} @ d{o.summary.depth}] {w}", style="yellow", markup=False, highlight=False)
-    console.print(f"run {res.run_id} (depth) saved in {store.path}", style="dim", markup=False, soft_wrap=True)
+    console.print(f"run {res.run_id} (depth) saved in {store.path}", style="dim", markup=False)
     if a.json:
         write_json(a.json, res)  # the result in hand: what show --json reads back
     return 0

@@ -159,7 +159,7 @@ def print_quality_run(console: Console, res: RunResult, store: Store, fmt: str) 
     after an interrupt or an error, and by `show`."""
     _print_tasks(console, res.manifest.summary or {}, res.items, fmt)
     console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False,
-                  highlight=False, soft_wrap=True)
+                  highlight=False)
 
 
 def _print_tasks(console: Console, summary: dict[str, Any], items: list[Item], fmt: str) -> None:
@@ -277,7 +277,7 @@ def _knob(a: argparse.Namespace, argv: list[str], console: Console, err: Console
                           "Failed"], rows)
     text = knob.finding(name, fx)
     console.print(text, markup=False, highlight=False, soft_wrap=True)
-    console.print(f"run {res.run_id} (quality, knob) saved in {store.path}", style="dim", markup=False, soft_wrap=True)
+    console.print(f"run {res.run_id} (quality, knob) saved in {store.path}", style="dim", markup=False)
     if a.json:
         doc = res.to_json()
         doc["knob"] = {"param": name, "values": values, "effects": [e.to_dict() for e in fx], "finding": text}

@@ -100,7 +100,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         if serve:
             print_sweep(console, serve, res.manifest.currency or DEFAULT_CURRENCY,
                         f"{res.predicted_mark} (not measured)" if res.predicted_mark else "serving")
-        saved(console, res, store.path)
+        saved(console, res, store.path, a.format)
     else:
         print_result(console, res, a.format, store.path)
         _show_capacity(console, res, a.format)

@@ -287,13 +287,14 @@ def print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
         if lengths:
             console.print(lengths, markup=False, highlight=False)
         print_sweep(console, levels, currency, f"{res.predicted_mark} (not measured)" if res.predicted_mark else None)
-    saved(console, res, db)
+    saved(console, res, db, fmt)
 
 
-def saved(console: Console, res: RunResult, db: Path) -> None:
-    # soft_wrap: a path is never broken across lines, so it can be copied (a terminal still wraps it for the eye)
+def saved(console: Console, res: RunResult, db: Path, fmt: str = "table") -> None:
+    """Where the run is. Markdown output is not wrapped (it is pasted, and its notes are whole lines too), so its
+    path stays whole; a table keeps to the terminal's width."""
     console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False,
-                  soft_wrap=True)
+                  soft_wrap=fmt == "markdown")
 
 
 def embedded_tokens(cfg: SweepConfig) -> int:
