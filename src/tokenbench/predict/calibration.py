@@ -256,6 +256,11 @@ class Band:
     n: int
     widened: tuple[str, ...] = ()
 
+    @property
+    def wide(self) -> bool:
+        """Over WIDE_BAND_PCT: flagged wherever it is printed."""
+        return self.pct > WIDE_BAND_PCT
+
 
 #: How far a prediction may drift per year of engine builds newer than any row its backend was fitted on, as a log
 #: error, when the data cannot tell (no backend with rows of two eras): llama.cpp CUDA decode was 30-45% faster in

@@ -86,7 +86,7 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
 
 def band_text(b: Band) -> str:
     """A band as printed beside its estimate: ±X%, flagged "(wide)" past WIDE_BAND_PCT."""
-    return f"±{b.pct:.0f}%" + (" (wide)" if b.pct > WIDE_BAND_PCT else "")
+    return f"±{b.pct:.0f}%" + (" (wide)" if b.wide else "")
 
 
 def estimate_cell(s: Setup, cal: Calibration, metric: str, text: str) -> str:
@@ -117,7 +117,7 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
         if wider:
             parts.append("widened to " + ", ".join(f"{m} ±{b.pct:.0f}%" for m, b in banded.items())
                          + " for what no row measured: " + "; ".join(wider))
-    wide = [m for m, b in banded.items() if b.pct > WIDE_BAND_PCT]
+    wide = [m for m, b in banded.items() if b.wide]
     if wide:
         parts.append(f"flagged wide (over ±{WIDE_BAND_PCT:.0f}%, more than half the estimate): " + ", ".join(wide)
                      + ": an order of magnitude, not a value")
