@@ -85,7 +85,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     if res.kind == "coldstart":
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
         print_table(console, *boot_rows(res.manifest.boots or []), a.format)
-        saved(console, res, store.path)
+        saved(console, res, store.path, a.format)
     elif any(isinstance(o.summary, DepthLevel) for o in res.outcomes):
         # pp/tg at depths (depth runs, llama-bench and published imports, predicted depths): their own table;
         # a published run that also has serving levels gets the sweep table for those as well

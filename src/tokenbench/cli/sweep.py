@@ -290,7 +290,7 @@ def print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
     saved(console, res, db, fmt)
 
 
-def saved(console: Console, res: RunResult, db: Path, fmt: str = "table") -> None:
+def saved(console: Console, res: RunResult, db: Path, fmt: str) -> None:
     """Where the run is. Markdown output is not wrapped (it is pasted, and its notes are whole lines too), so its
     path stays whole; a table keeps to the terminal's width."""
     console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False,
