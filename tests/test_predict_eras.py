@@ -153,7 +153,7 @@ def test_predict_says_which_builds_it_assumes(capsys: pytest.CaptureFixture[str]
     assert "(2024 builds)" in then and "2024 builds from xdai-llama3" in then
     assert main([*args, "--engine-version", "2030"]) == 0
     later = " ".join(capsys.readouterr().out.split())
-    assert f"(2030 builds, from {newest}'s constants" in later and "widened to prefill" in later and "newer than any row" in later
+    assert f"(2030 builds, from {newest}'s constants" in later and "widened to decode" in later and "newer than any row" in later
     assert main([*args, "--engine-version", "nightly"]) == 2
     err = capsys.readouterr().err
     assert "cannot date llama.cpp version 'nightly'" in err and len(err.strip().splitlines()) == 1

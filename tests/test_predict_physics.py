@@ -200,13 +200,22 @@ def test_predict_test_honours_input_len_and_shows_bands(capsys: pytest.CaptureFi
                  "--weights", "MXFP4", "--kv", "f16", "--test", "pp512", "--input-len", "2048", "--ubatch", "2048",
                  "--depth", "0,8k", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "pp2048" in text and "tg128" in text and "±" in text and "leave-one-source-out" in text
+    # --test pp512 is llama-bench's prompt test alone (-n 0): no generation column, no decode band
+    assert "pp2048" in text and "tg128" not in text and "±" in text and "leave-one-source-out" in text
+    assert "prefill ±" in " ".join(text.split()) and "decode ±" not in " ".join(text.split())
     doc = json.loads(out.read_text())
-    assert doc["calibrated"] is True and doc["band_pct"]["decode"] > 0 and doc["calibration"]["rows"] > 0
+    assert doc["calibrated"] is True and doc["band_pct"]["prefill"] > 0 and doc["calibration"]["rows"] > 0
     # the one result contract (as sweep --json); the keys predict --json wrote before are kept beside it
     assert doc["kind"] == "predict" and doc["run_id"] is None and doc["manifest"]["predicted"] is True
-    assert [(lv["test"], lv["depth"]) for lv in doc["levels"]][:2] == [("pp2048", 0), ("tg128", 0)]
-    assert doc["levels"][0]["pp_tps"] > 0 and doc["columns"][0] == "Depth" and len(doc["rows"]) == 2
+    assert [(lv["test"], lv["depth"]) for lv in doc["levels"]] == [("pp2048", 0), ("pp2048", 8192)]
+    assert doc["levels"][0]["pp_tps"] > 0 and doc["columns"] == ["Depth", "pp2048 tok/s", "pp2048 ceiling", "fits"]
+    assert len(doc["rows"]) == 2
+    for test, shown, hidden in (("tg128", "tg128", "pp512"), ("depth", "pp512", "")):
+        assert main(["predict", "--hardware", "nvidia-dgx-spark", "--model", "gpt-oss-20b", "--engine", "llama.cpp",
+                     "--test", test]) == 0
+        text = capsys.readouterr().out
+        assert shown in text and (not hidden or hidden not in text)
+    assert "tg128" in text  # --test depth: both tests, as before
     saved = tmp_path / "s.json"
     assert main(["predict", "--hardware", "nvidia-dgx-spark", "--model", "gpt-oss-20b", "--engine", "llama.cpp",
                  "--concurrency", "1,4", "--save", "spark", "--db", str(tmp_path / "p.db"), "--json", str(saved)]) == 0

@@ -106,7 +106,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     shape = _session_shape(a, levels)
     cfg = PredictConfig(_setup_config(a), levels, depths, input_len, output_len, shape, a.sessions,
                         SpecConfig(a.spec_tokens, a.acceptance, a.acceptance_length, a.draft_cost)
-                        if a.spec_tokens else None)
+                        if a.spec_tokens else None, TESTS[a.test or "depth"])
     out = predict(cfg, save=bool(a.save))
     s, cal = out.setup, out.calibration
     if out.speculation:
@@ -156,6 +156,10 @@ def _check_flags(a: argparse.Namespace) -> tuple[list[int] | None, list[int], in
         depths = [tokens(d, "--depth", zero=True) for d in (a.depth or "0").split(",") if d.strip()]
         return depths, [], input_len, output_len
     return None, int_list(a.concurrency or "1", "--concurrency"), input_len, output_len
+
+
+#: llama-bench's tests each --test shows: pp512 the prompt's columns, tg128 generation's, depth both.
+TESTS = {"pp512": ("pp",), "tg128": ("tg",), "depth": ("pp", "tg")}
 
 
 #: The options only a session prediction reads, and their attributes.

@@ -103,6 +103,7 @@ class PredictConfig:
     session: SessionShape | None = None
     sessions: int | None = None  # sessions each agent runs (None or 0: as many as the window holds)
     spec: SpecConfig | None = None
+    tests: tuple[str, ...] = ("pp", "tg")  # at depths: llama-bench's tests shown (--test pp512: pp; tg128: tg)
 
     def lengths(self) -> tuple[int, int]:
         """A request's prompt and output lengths: those given, else 512/128 at depths, 4096/512 serving."""
@@ -149,7 +150,7 @@ class Predicted:
             return prediction(s, levels, cfg.session.workload(cfg.sessions or None))
         assert self.input_len is not None and self.output_len is not None
         if cfg.depths is not None:
-            return prediction(s, depth_levels(s, cfg.depths, self.input_len, self.output_len), None)
+            return prediction(s, depth_levels(s, cfg.depths, self.input_len, self.output_len, cfg.tests), None)
         return prediction(s, serve_levels(s, cfg.levels, self.input_len, self.output_len),
                           {"input_len": self.input_len, "output_len": self.output_len})
 
@@ -180,8 +181,8 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
         return _predict_sessions(cfg, cfg.session, s, cal, described)
     remarks: list[str] = []
     if cfg.depths is not None:
-        head, rows = depth_table(s, cal, cfg.depths, input_len, output_len)
-        metrics = ["prefill", "decode"]
+        head, rows = depth_table(s, cal, cfg.depths, input_len, output_len, cfg.tests)
+        metrics = [m for t, m in (("pp", "prefill"), ("tg", "decode")) if t in cfg.tests]
     else:
         head, rows = serve_table(s, cal, cfg.levels, input_len, output_len)
         metrics = ["throughput", "ttft", "tpot"]

@@ -61,13 +61,16 @@ def speculation(s: Setup, tokens: int, acceptance: float | None, acceptance_leng
     return Speculation(tokens, alpha, cost, expected_tokens(alpha, tokens), spec_speedup(alpha, tokens, cost))
 
 
-def depth_levels(s: Setup, depths: list[int], pp: int, tg: int) -> list[DepthLevel]:
-    """Predicted pp and tg rates per depth, as a depth run stores them (tg at the middle of its output)."""
+def depth_levels(s: Setup, depths: list[int], pp: int, tg: int,
+                 tests: tuple[str, ...] = ("pp", "tg")) -> list[DepthLevel]:
+    """Predicted pp and tg rates per depth (those of ``tests``), as a depth run stores them (tg at the middle of its
+    output)."""
     levels = []
     for d in depths:
-        p, t = s.prefill(pp, d), s.decode(d + tg // 2)
-        levels.append(DepthLevel(test=f"pp{pp}", depth=d, pp_tps=pp / p.estimate))
-        levels.append(DepthLevel(test=f"tg{tg}", depth=d, tg_tps=1 / t.estimate))
+        if "pp" in tests:
+            levels.append(DepthLevel(test=f"pp{pp}", depth=d, pp_tps=pp / s.prefill(pp, d).estimate))
+        if "tg" in tests:
+            levels.append(DepthLevel(test=f"tg{tg}", depth=d, tg_tps=1 / s.decode(d + tg // 2).estimate))
     return levels
 
 

@@ -130,16 +130,22 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
     return "; ".join(parts) + tail
 
 
-def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int) -> Table:
-    head = ["Depth", f"pp{pp} tok/s", f"pp{pp} ceiling", f"tg{tg} tok/s", f"tg{tg} ceiling", "fits"]
+def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
+                tests: tuple[str, ...] = ("pp", "tg")) -> Table:
+    """llama-bench's one stream at each depth: the columns of ``tests`` ("pp" prompt processing, "tg" generation)."""
+    head = ["Depth", *([f"pp{pp} tok/s", f"pp{pp} ceiling"] if "pp" in tests else []),
+            *([f"tg{tg} tok/s", f"tg{tg} ceiling"] if "tg" in tests else []), "fits"]
     rows = []
     for d in depths:
-        p = s.prefill(pp, d)
-        t = s.decode(d + tg // 2)
-        f = s.fit(d + pp + tg, 1)
-        rows.append([f"{d:,}", estimate_cell(s, cal, "prefill", _f(pp / p.estimate)), _f(pp / p.ceiling),
-                     estimate_cell(s, cal, "decode", _f(1 / t.estimate)), _f(1 / t.ceiling),
-                     "yes" if f.fits else f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)"])
+        row = [f"{d:,}"]
+        if "pp" in tests:
+            p = s.prefill(pp, d)
+            row += [estimate_cell(s, cal, "prefill", _f(pp / p.estimate)), _f(pp / p.ceiling)]
+        if "tg" in tests:
+            t = s.decode(d + tg // 2)
+            row += [estimate_cell(s, cal, "decode", _f(1 / t.estimate)), _f(1 / t.ceiling)]
+        f = s.fit(d + (pp if "pp" in tests else 0) + (tg if "tg" in tests else 0), 1)
+        rows.append(row + ["yes" if f.fits else f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)"])
     return head, rows
 
 
