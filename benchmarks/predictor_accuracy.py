@@ -1,7 +1,10 @@
 """How well does the predictor do on rows it was not fitted on, and do its bands hold? (A benchmark, not a test.)
 
-Two settings, each printing per metric the median absolute error, the share of rows within 25%, the share
-inside the row's band (the band states 80% coverage: BAND_QUANTILE), and n:
+Two settings, each printing per metric the median absolute error with its 95% interval, the share of rows within
+25%, the share inside the row's band (the band states 80% coverage: BAND_QUANTILE), and n. The interval is a
+bootstrap that resamples whole groups of rows (one source's rows of one box), since a source's rows share its
+build and its way of measuring: it says whether a median a point from its target misses it or is within the
+noise of which boxes and sources were measured.
 
 - leave one source out: every source's rows predicted by a fit on all the other sources;
 - a split by time: fit (constants and bands) on the rows dated before 2025, predict the rows dated 2025 on. Rows
@@ -20,6 +23,7 @@ TTFT <= 30%, the faster box right in >= 97% of pairs with a measured ratio >= 1.
 
 from __future__ import annotations
 
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -47,10 +51,34 @@ def inside(r: RowResult) -> bool | None:
     return abs(r.error_pct) <= r.band.pct
 
 
+#: Bootstrap draws for a median's interval; the seed keeps the printed interval the same from run to run.
+DRAWS = 2000
+#: Fewer (source, box) groups than this and a bootstrap over them says nothing: one group gives an interval of
+#: zero width, two give a coin toss between them.
+MIN_GROUPS = 5
+
+
+def median_interval(results: list[RowResult], level: float = 0.95) -> str:
+    """The ``level`` interval of the median absolute error and the number of groups it rests on, by a bootstrap
+    that draws (source, box) groups of rows with replacement: rows of one source on one box are not independent
+    draws. "—" with fewer than MIN_GROUPS groups."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in results:
+        if r.error_pct is not None:
+            groups.setdefault((r.row.raw.get("source", ""), r.row.hardware), []).append(abs(r.error_pct))
+    keys = sorted(groups)
+    if len(keys) < MIN_GROUPS:
+        return f"— ({len(keys)})"
+    rng = random.Random(0)
+    meds = sorted(statistics.median([e for _ in keys for e in groups[rng.choice(keys)]]) for _ in range(DRAWS))
+    tail = int(DRAWS * (1 - level) / 2)
+    return f"{meds[tail]:.1f}-{meds[DRAWS - 1 - tail]:.1f}% ({len(keys)})"
+
+
 def coverage_table(title: str, results: list[RowResult], targets: dict[str, float]) -> None:
     print(f"\n{title}")
-    print("| metric | median abs error | within 25% | inside its band | n | target |")
-    print("|---|---|---|---|---|---|")
+    print("| metric | median abs error | 95% interval (groups) | within 25% | inside its band | n | target |")
+    print("|---|---|---|---|---|---|---|")
     acc = accuracy(results)
     per: dict[str, list[bool]] = {}
     for r in results:
@@ -64,11 +92,13 @@ def coverage_table(title: str, results: list[RowResult], targets: dict[str, floa
             continue
         cov = per.get(m, [])
         target = f"<= {targets[m]:g}%" if m in targets else ""
-        print(f"| {m} | {st['median_abs_error_pct']:.1f}% | {st['within_25_pct']:.0%} | "
+        ci = median_interval([r for r in results if band_metric(r.row) == m])
+        print(f"| {m} | {st['median_abs_error_pct']:.1f}% | {ci} | {st['within_25_pct']:.0%} | "
               f"{sum(cov) / len(cov):.0%} ({sum(cov)}/{len(cov)}) | {st['n']} | {target} |")
     allc = per.get("all", [])
     errs = [abs(r.error_pct) for r in results if r.error_pct is not None]
-    print(f"| all | {statistics.median(errs):.1f}% | {sum(e <= 25 for e in errs) / len(errs):.0%} | "
+    print(f"| all | {statistics.median(errs):.1f}% | {median_interval(results)} | "
+          f"{sum(e <= 25 for e in errs) / len(errs):.0%} | "
           f"{sum(allc) / len(allc):.0%} ({sum(allc)}/{len(allc)}) | {len(errs)} | "
           f"coverage {BAND_QUANTILE:.0%} ± 10 points |")
     by_backend: dict[str, list[float]] = {}
