@@ -340,7 +340,8 @@ def add_predict_parser(sub: Any) -> None:
     add_flash_attn(pp, "slower at depth")
     pp.add_argument("--parallel", type=POSITIVE_INT,
                     help="llama.cpp server slots (-np N): up to N sequences decode in one batch (default 1)")
-    pp.add_argument("--test", choices=["tg128", "pp512", "depth"], help="llama-bench style tests at --depth")
+    pp.add_argument("--test", choices=list(TESTS), help="llama-bench's tests at --depth: tg128 generation (-p 0), "
+                    "pp512 the prompt (-n 0), depth both")
     pp.add_argument("--depth", help="with --test: tokens already in the cache, e.g. 0,8k,32k,65536 (default 0)")
     pp.add_argument("--spec-tokens", type=POSITIVE_INT, help="speculative decoding / MTP: drafted tokens per step")
     pp.add_argument("--acceptance", type=SHARE, help="per-token acceptance rate (0..1)")
