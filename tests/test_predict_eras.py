@@ -153,7 +153,33 @@ def test_predict_says_which_builds_it_assumes(capsys: pytest.CaptureFixture[str]
     assert "(2024 builds)" in then and "2024 builds from xdai-llama3" in then
     assert main([*args, "--engine-version", "2030"]) == 0
     later = " ".join(capsys.readouterr().out.split())
-    assert f"(2030 builds, from {newest}'s constants" in later and "widened to decode" in later and "newer than any row" in later
+    assert f"(2030 builds, from {newest}'s constants" in later and "up to decode" in later and "newer than any row" in later
     assert main([*args, "--engine-version", "nightly"]) == 2
     err = capsys.readouterr().err
     assert "cannot date llama.cpp version 'nightly'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_cells_band_is_its_own_whatever_else_the_table_asks(capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Concurrency 16 lies inside the measured vLLM rows: its band is the same asked alone or beside 64 and 256,
+    which lie beyond them and widen only their own cells (the note says up to how far)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    base = ["predict", "--hardware", "nvidia-h100-sxm", "--model", "qwen3.6-27b", "--weights", "FP8",
+            "--engine", "vllm", "--concurrency"]
+
+    def cells(levels: str) -> dict[str, list[str]]:
+        assert main([*base, levels]) == 0
+        out = capsys.readouterr().out
+        return {ln.split()[0]: [w for w in ln.split() if w.startswith("±")] for ln in out.splitlines()
+                if ln.split() and ln.split()[0].isdigit()}
+
+    alone, beside = cells("16"), cells("16,64,256")
+    assert alone["16"] == beside["16"]
+    assert [float(b.strip("±%")) for b in beside["256"]] > [float(b.strip("±%")) for b in beside["16"]]
+    # a session's bands widen for the context its turns reach, as a serving request of that length does
+    session = ["predict", "--hardware", "nvidia-h100-sxm", "--model", "gpt-oss-20b", "--weights", "MXFP4",
+               "--sessions", "--turns", "10", "--shared-prefix", "2000", "--input-len", "1000", "--tool-len", "800",
+               "--output-len", "400", "--concurrency", "4"]
+    assert main(session) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "beyond the deepest row" in out

@@ -209,6 +209,8 @@ def _predict_sessions(cfg: PredictConfig, shape: SessionShape, s: Setup, cal: Ca
         shown.append(PredictedTable(head, rows, n, session_lines(s, p, cfg.sessions or None), new))
         sessions.append(p)
         metrics += [m for m in session_metrics(n) if m not in metrics]
+    # the note under the tables names what the furthest of them reaches: the deepest turn, the most agents
+    s.reach = replace(s.reach, depth=max(p.turns[-1].context for p in sessions), concurrency=max(cfg.levels))
     return Predicted(s, cal, cfg, described, shown, metrics, band_note(s, cal, metrics), None, None, [], sessions)
 
 

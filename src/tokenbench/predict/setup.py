@@ -80,12 +80,15 @@ class Setup:
                    flash_attn=flash_attn, era=eff.era, reach=Extrapolation(years=years), batch_tokens=batch_tokens,
                    arrivals=arrivals)
 
-    def band(self, cal: Calibration, metric: str, depth: int = 0, concurrency: int = 1,
+    def band(self, cal: Calibration, metric: str, depth: int | None = None, concurrency: int | None = None,
              fallback: Band | None = None) -> Band | None:
         """The calibration's band for one of this setup's metrics (``fallback`` where it has none), widened for
-        the builds, depth and concurrency it reaches beyond its backend's rows."""
-        return cal.band(self.backend, metric, replace(self.reach, depth=max(depth, self.reach.depth),
-                                                      concurrency=max(concurrency, self.reach.concurrency)), fallback)
+        the builds, depth and concurrency it reaches beyond its backend's rows: those of one operating point where
+        ``depth`` and ``concurrency`` are given (a cell's band is its own, whatever else the table holds), else
+        the furthest the prediction reaches (``reach``: what the note under a table names)."""
+        reach = self.reach if depth is None and concurrency is None else replace(
+            self.reach, depth=depth or 0, concurrency=concurrency or 1)
+        return cal.band(self.backend, metric, reach, fallback)
 
     @property
     def budget(self) -> int:

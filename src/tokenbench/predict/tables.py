@@ -89,11 +89,12 @@ def band_text(b: Band) -> str:
     return f"±{b.pct:.0f}%" + (" (wide)" if b.wide else "")
 
 
-def estimate_cell(s: Setup, cal: Calibration, metric: str, text: str) -> str:
-    """A calibrated estimate with its cross-validated band, or UNCALIBRATED where no fit stands behind it."""
+def estimate_cell(s: Setup, cal: Calibration, metric: str, text: str, context: int, concurrency: int = 1) -> str:
+    """A calibrated estimate with its cross-validated band, widened for what this operating point (its
+    ``context`` tokens, its ``concurrency``) reaches beyond the rows; UNCALIBRATED where no fit stands behind it."""
     if not s.calibrated:
         return "UNCALIBRATED"
-    b = s.band(cal, metric)
+    b = s.band(cal, metric, context, concurrency)
     return f"{text} {band_text(b)}" if b else f"{text} (no CV band)"
 
 
@@ -115,7 +116,8 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
                      + ", ".join(f"{m} ±{(cal.band(s.backend, m) or b).pct:.0f}% (n={b.n})" for m, b in banded.items()))
         wider = sorted({why for b in banded.values() for why in b.widened})
         if wider:
-            parts.append("widened to " + ", ".join(f"{m} ±{b.pct:.0f}%" for m, b in banded.items())
+            parts.append("widened, where an estimate reaches beyond the rows, up to "
+                         + ", ".join(f"{m} ±{b.pct:.0f}%" for m, b in banded.items())
                          + " for what no row measured: " + "; ".join(wider))
     wide = [m for m, b in banded.items() if b.wide]
     if wide:
@@ -140,10 +142,10 @@ def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
         row = [f"{d:,}"]
         if "pp" in tests:
             p = s.prefill(pp, d)
-            row += [estimate_cell(s, cal, "prefill", _f(pp / p.estimate)), _f(pp / p.ceiling)]
+            row += [estimate_cell(s, cal, "prefill", _f(pp / p.estimate), d + pp), _f(pp / p.ceiling)]
         if "tg" in tests:
             t = s.decode(d + tg // 2)
-            row += [estimate_cell(s, cal, "decode", _f(1 / t.estimate)), _f(1 / t.ceiling)]
+            row += [estimate_cell(s, cal, "decode", _f(1 / t.estimate), d + tg), _f(1 / t.ceiling)]
         f = s.fit(d + (pp if "pp" in tests else 0) + (tg if "tg" in tests else 0), 1)
         rows.append(row + ["yes" if f.fits else f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)"])
     return head, rows
@@ -156,11 +158,16 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
     for n in concurrency:
         p = s.serve(n, prompt, output)
         f = s.fit(prompt + output, n)
-        rows.append([str(n), estimate_cell(s, cal, "throughput", _f(p.throughput[1])), _f(p.throughput[0]),
-                     estimate_cell(s, cal, "throughput", _f(p.per_agent[1])),
-                     estimate_cell(s, cal, "ttft", f"{p.ttft_s.estimate * 1000:,.0f} ms"),
+        ctx = prompt + output
+
+        def cell(metric: str, text: str) -> str:
+            return estimate_cell(s, cal, metric, text, ctx, n)
+
+        rows.append([str(n), cell("throughput", _f(p.throughput[1])), _f(p.throughput[0]),
+                     cell("throughput", _f(p.per_agent[1])),
+                     cell("ttft", f"{p.ttft_s.estimate * 1000:,.0f} ms"),
                      f"{p.ttft_s.ceiling * 1000:,.0f} ms",
-                     estimate_cell(s, cal, "tpot", f"{p.tpot_s.estimate * 1000:.1f} ms"),
+                     cell("tpot", f"{p.tpot_s.estimate * 1000:.1f} ms"),
                      f"{p.tpot_s.ceiling * 1000:.1f} ms", "yes" if f.fits else "no"])
     return head, rows
 
@@ -243,8 +250,8 @@ def session_table(s: Setup, cal: Calibration, p: SessionPrediction) -> Table:
     shown = [t for t in p.turns if t.turn in shown_turns(len(p.turns))]
     ttft_m, dec_m = session_metrics(p.agents)
 
-    def label(name: str, metric: str) -> str:
-        b = s.band(cal, metric) if s.calibrated else None
+    def label(name: str, metric: str) -> str:  # one band for the row: at its deepest turn, with all its agents
+        b = s.band(cal, metric, p.turns[-1].context, p.agents) if s.calibrated else None
         return f"{name} {band_text(b)}" if b else name
 
     rows = [["Context"] + [f"{t.context:,}" for t in shown], ["Uncached"] + [f"{t.uncached:,}" for t in shown]]
