@@ -154,6 +154,11 @@ def test_predict_says_which_builds_it_assumes(capsys: pytest.CaptureFixture[str]
     assert main([*args, "--engine-version", "2030"]) == 0
     later = " ".join(capsys.readouterr().out.split())
     assert f"(2030 builds, from {newest}'s constants" in later and "up to decode" in later and "newer than any row" in later
+    assert main([*args, "--engine-version", "2019"]) == 0  # older than any row: said, and the band widens
+    before = " ".join(capsys.readouterr().out.split())
+    oldest = Calibration.packaged().oldest_era("llamacpp-cuda")
+    assert f"(2019 builds, from {oldest}'s constants (the oldest fitted)" in before
+    assert "older than any row" in before
     assert main([*args, "--engine-version", "nightly"]) == 2
     err = capsys.readouterr().err
     assert "cannot date llama.cpp version 'nightly'" in err and len(err.strip().splitlines()) == 1

@@ -320,6 +320,8 @@ def test_band_is_a_quantile_of_absolute_errors() -> None:
     (["--engine", "llama.cpp", "--weights", "FP8"], "llama.cpp runs GGUF weights, not FP8"),
     (["--model", "phi-4", "--weights", "FP8", "--tp", "4"], "40 attention heads (10 KV heads) evenly, as vLLM and "
      "SGLang require: use 2, 5"),
+    (["--against", "src/tokenbench/data/published-more.csv", "--concurrency", "64"],
+     "--hardware, --model, --concurrency would be ignored; drop them"),
 ])
 def test_flags_that_would_be_ignored_are_refused_before_anything_prints(
         args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -70,6 +70,22 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+#: What predict --against reads besides its file: every row says its own box, model and setup.
+AGAINST_READS = {"command", "against", "calibration", "json", "format", "sessions"}
+
+
+def _refuse_ignored(a: argparse.Namespace, reads: set[str]) -> None:
+    """A one-line error naming the options given that this form of the command would accept and ignore."""
+    from .parser import build_parser
+
+    defaults = vars(build_parser().parse_args([a.command, "--against", "x"]))
+    given = [k for k, v in vars(a).items() if k not in reads and k in defaults and v != defaults[k]]
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise UsageError(f"--against predicts each row of the file with the box, model and setup the row states: "
+                         f"{flags} would be ignored; drop {'it' if len(given) == 1 else 'them'}")
+
+
 def _predict_against(a: argparse.Namespace, console: Console) -> int:
     """Predict every row of a published-measurements file and set each prediction beside its measurement."""
     from ..output import print_table
@@ -99,6 +115,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         if a.sessions is not None:
             raise UsageError("--against predicts the rows of a file; --sessions predicts an agent's session: drop one "
                              "or the other")
+        _refuse_ignored(a, AGAINST_READS)
         return _predict_against(a, console)
     if not a.hardware or not a.model:
         raise UsageError("predict needs --hardware and --model (or --against FILE)")

@@ -297,7 +297,8 @@ def era_for(eras: Iterable[str], year: str) -> str | None:
 @dataclass(frozen=True, slots=True)
 class Extrapolation:
     """How far a prediction reaches beyond its backend's rows: years of builds newer than the newest era it was
-    fitted on, the deepest context it asks for (depth, prompt and output: rows.context) and its concurrency."""
+    fitted on (negative: older than the oldest), the deepest context it asks for (depth, prompt and output:
+    rows.context) and its concurrency."""
 
     years: int = 0
     depth: int = 0  # tokens of context
@@ -330,6 +331,10 @@ class Calibration:
         """The newest year of builds a backend was fitted on ("" when undated or uncalibrated)."""
         return max(self.eras.get(backend, {}), key=lambda k: k[:4],
                    default=self.backends[backend].era if backend in self.backends else "")
+
+    def oldest_era(self, backend: str) -> str:
+        """The oldest era of builds a backend was fitted on ("" when undated or uncalibrated)."""
+        return min(self.eras.get(backend, {}), key=lambda k: k[:4], default=self.newest_era(backend))
 
     def efficiency(self, backend: str, era: str | None = None) -> Efficiency:
         """The fitted constants, or UNCALIBRATED priors: the family's fit on its other backends where there is one
@@ -368,6 +373,9 @@ class Calibration:
         if reach.years > 0:
             terms.append((self.drift * reach.years, f"engine builds {reach.years} year(s) newer than any row "
                                                      f"({self.newest_era(backend) or 'undated'})"))
+        elif reach.years < 0:
+            terms.append((self.drift * -reach.years, f"engine builds {-reach.years} year(s) older than any row "
+                                                      f"({self.oldest_era(backend) or 'undated'})"))
         r = self.reach.get(backend) or self._family_reach(backend)
         deepest, widest = r.get("max_depth"), r.get("max_concurrency")
         if deepest is not None and reach.depth > max(deepest, 1024):

@@ -151,8 +151,10 @@ def builds(s: Setup) -> str | None:
     constants are priors or undated."""
     if not s.era:
         return None
-    if s.reach.years:
+    if s.reach.years > 0:
         return f"{int(s.era[-4:]) + s.reach.years} builds, from {s.era}'s constants (the newest fitted)"
+    if s.reach.years < 0:
+        return f"{int(s.era[:4]) + s.reach.years} builds, from {s.era}'s constants (the oldest fitted)"
     return f"{s.era} builds"
 
 

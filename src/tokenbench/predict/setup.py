@@ -75,7 +75,9 @@ class Setup:
         _check_tp(m, tp)
         eff = cal.efficiency(backend, era)
         newest = cal.newest_era(backend)[-4:] if eff.calibrated else ""  # the last year of the newest era
-        years = int(era) - int(newest) if era and newest and era > newest else 0
+        oldest = cal.oldest_era(backend)[:4] if eff.calibrated else ""  # the first year of the oldest era
+        years = (int(era) - int(newest) if era and newest and era > newest
+                 else int(era[:4]) - int(oldest) if era and oldest and era[:4] < oldest else 0)  # < 0: older
         return cls(m, hw, q, engine, backend, eff, kind, ubatch=ubatch, parallel=parallel, tp=tp,
                    flash_attn=flash_attn, era=eff.era, reach=Extrapolation(years=years), batch_tokens=batch_tokens,
                    arrivals=arrivals)
