@@ -317,7 +317,8 @@ def test_band_is_a_quantile_of_absolute_errors() -> None:
     (["--kv", "q8_0"], "is a llama.cpp cache type"),
     (["--engine", "vllm banana"], "after vllm give its version"),
     (["--engine", "vllm rocm"], "vllm rocm does not run on nvidia-h100-sxm"),
-    (["--engine", "llama.cpp", "--weights", "FP8"], "llama.cpp runs GGUF weights, not FP8"),
+    (["--engine", "llama.cpp", "--weights", "FP8"], "llama.cpp runs GGUF weights, not FP8: use a GGUF quant "
+     "(Q4_K_M, Q8_0, ...), F16 or BF16, or --engine vllm for FP8"),
     (["--model", "phi-4", "--weights", "FP8", "--tp", "4"], "40 attention heads (10 KV heads) evenly, as vLLM and "
      "SGLang require: use 2, 5"),
     (["--against", "src/tokenbench/data/published-more.csv", "--concurrency", "64"],

@@ -116,7 +116,8 @@ def check_combination(hw: HardwareSpec, q: Quant, engine: str) -> None:
             "AWQ/GPTQ or a GGUF quant (vLLM's weight-only FP8 fallback runs at BF16 speed)"
         )
     if eng.gguf and q.weights not in GGUF_FORMATS | {"MXFP4", "BF16"}:
-        raise UsageError(f"llama.cpp runs GGUF weights, not {q.weights}: use a GGUF quant (Q4_K_M, Q8_0, ...), F16 or BF16")
+        raise UsageError(f"llama.cpp runs GGUF weights, not {q.weights}: use a GGUF quant (Q4_K_M, Q8_0, ...), F16 or "
+                         f"BF16, or --engine vllm for {q.weights}")
     if eng.gguf and q.kv == "FP8":
         raise UsageError("llama.cpp has no FP8 KV cache: use --kv f16, q8_0 or q4_0 (-ctk/-ctv)")
     if not eng.gguf and q.kv_quantized and eng.kernels != "mlx":
