@@ -77,6 +77,7 @@ class Candidate:
     at_least: bool = False
     cost_per_agent_hour: float | None = None
     boxes: int | None = None
+    kv: str = ""  # predicted: the KV cache format it assumes (fp8, auto: the model's dtype, q8_0); measured: ""
 
     def exclude(self, reason: str, message: str) -> None:
         """Out of the ranking for the first reason found: a box that does not fit is not also 'no price'."""
@@ -187,7 +188,7 @@ def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pri
     out = []
     for hw in cat.hardware.values():
         engine, weights, kv = default_setup(hw)
-        c = Candidate(hw.id, f"{engine} {weights}", "predicted")
+        c = Candidate(hw.id, f"{engine} {weights}", "predicted", kv=kv.lower())
         out.append(c)
         try:
             made = Setup.make(cat, cal, hw.id, w.model, weights, kv, engine)

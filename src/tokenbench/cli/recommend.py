@@ -38,6 +38,9 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
         # engine and source said once where every box shares them; notes under the table where they do not fit
         print_table(console, head, [row(i, c) for i, c in enumerate(done.ranked)], a.format,
                     keep=(0, 1, 4, 5, 6, 7), aside=len(head) - 1)
+        kv = kv_line(done.ranked)
+        if kv:
+            console.print(kv, markup=False, highlight=False)
     elif done.closest:
         _print_closest(console, done.closest, a.currency)
     else:
@@ -100,6 +103,16 @@ def _print_excluded(console: Console, excluded: list[Any], shown: list[Any]) -> 
                       "--json has each one's figures)", markup=False, highlight=False)
 
 
+def kv_line(ranked: list[Candidate]) -> str | None:
+    """The KV cache each predicted setup in the ranking assumes, said once per setup (it moves the numbers: an
+    fp8 cache holds twice the tokens of a 16-bit one and reads half the bytes); None when none is predicted."""
+    per = {c.setup: c.kv for c in ranked if c.kv}
+    if not per:
+        return None
+    said = [f"{kv}{' (the model dtype)' if kv == 'auto' else ''} with {setup}" for setup, kv in per.items()]
+    return "KV cache assumed: " + "; ".join(said)
+
+
 def _print_closest(console: Console, near: list[Any], currency: str) -> None:
     """No box meets the SLOs: the closest, by how far each missed."""
     from ..recommend import miss_text
@@ -109,7 +122,9 @@ def _print_closest(console: Console, near: list[Any], currency: str) -> None:
     for i, c in enumerate(near):
         source = "PREDICTED" if c.source == "predicted" else c.source
         cost = f"; {currency} {c.cost_per_mtok:.2f}/M output" if c.cost_per_mtok else ""
-        console.print(f"  {i + 1}. {c.box} ({c.setup}, {source}): {miss_text(c)}{cost}", markup=False,
+        kv = f", {c.kv} KV" if c.kv else ""
+        notes = "".join(f", {n}" for n in c.notes)  # UNCALIBRATED, one stream at a time: as the table's Notes
+        console.print(f"  {i + 1}. {c.box} ({c.setup}{kv}, {source}{notes}): {miss_text(c)}{cost}", markup=False,
                       highlight=False)
 
 
