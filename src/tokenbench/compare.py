@@ -233,9 +233,19 @@ def effective_line(res: RunResult, agents: int, tokens: int) -> str | None:
     if serve and not _sequential(res):
         at = [s for s in serve if s.concurrency and s.concurrency <= agents]
         s = max(at, key=lambda x: x.concurrency or 0) if at else min(serve, key=lambda x: x.concurrency or 0)
-        t = effective_serving_s(agents, tokens, s.output_throughput_tps)
         how = "predicted" if res.predicted_mark else "measured"
         note = "" if s.concurrency == agents else f" ({how} at concurrency {s.concurrency}, the nearest)"
+        ttft, tpot = s.ttft_ms.p50, s.tpot_ms.p50
+        if ttft is not None and tpot is not None and s.concurrency:
+            # each request waits for its first token, then decodes the rest: the level's own medians, in rounds
+            # of its concurrency (tokens / aggregate rate would leave the first token's wait out)
+            c = s.concurrency
+            rounds = math.ceil(agents / c)
+            t = rounds * (ttft + (tokens - 1) * tpot) / 1000
+            each = (f"{rounds} rounds of {c}, each" if rounds > 1 else f"{min(agents, c)} at once, each request")
+            return (f"{name}: ~{t:,.1f} s batched ({each} TTFT {ttft:,.0f} ms + {tokens - 1} x TPOT {tpot:.1f} ms); "
+                    f"{s.output_throughput_tps:,.0f} tok/s aggregate{note}")
+        t = effective_serving_s(agents, tokens, s.output_throughput_tps)
         return f"{name}: ~{t:,.1f} s batched, {s.output_throughput_tps:,.0f} tok/s aggregate{note}"
     rate = single or (serve[0].output_throughput_tps if serve else None)
     if rate:
