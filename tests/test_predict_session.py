@@ -182,6 +182,7 @@ def test_the_table_fits_80_columns_and_the_headline_is_read_off_it(capsys: pytes
     uncached = _table_cell(out, "TTFT uncached", "20")
     text = " ".join(out.split())  # the lines under the table wrap at 80 columns
     assert f"turn 20: TTFT {cached} with the prefix cache, {uncached} without" in text
+    assert re.search(r"session: 20 turns; tokens: shared prefix \d+, .*; think 5 s ", text)  # a time, not tokens
     assert re.search(r"TTFT cached ±\d+%", out)  # the band, on the estimate's row
     assert "8 agents on one slot" in text and "host-memory prompt cache" in text
     m = re.search(r"session \(20 turns\): ([\d.,]+) s = ([\d.,]+) s to first tokens \+ ([\d.,]+) s decoding "

@@ -229,10 +229,10 @@ def _print_sessions(a: argparse.Namespace, console: Console, sh: SessionShape, o
     cache, as a measured session level's ``cache`` "warm"; --json's tables keep the figures without it too.)"""
     from ..output import print_table
 
-    console.print(f"session: {sh.turns} turns; shared prefix {sh.shared_prefix}, task {sh.input_len.describe()}, "
-                  f"tool results {sh.tool_len.describe()}, answers {sh.output_len.describe()}, think "
-                  f"{sh.think_time.describe()}" + (f"; max context {sh.max_context:,}" if sh.max_context else "")
-                  + " (tokens)", markup=False, highlight=False)
+    console.print(f"session: {sh.turns} turns; tokens: shared prefix {sh.shared_prefix}, task "
+                  f"{sh.input_len.describe()}, tool results {sh.tool_len.describe()}, answers "
+                  f"{sh.output_len.describe()}" + (f", max context {sh.max_context:,}" if sh.max_context else "")
+                  + f"; think {sh.think_time.describe()}", markup=False, highlight=False)
     for t in out.tables:
         n = t.agents or 0
         console.print(f"{n} agent{'s' if n > 1 else ''}:", markup=False, highlight=False)
