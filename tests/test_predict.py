@@ -312,6 +312,7 @@ def test_cli_fit_predict_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
                  "--kv", "fp8", "--concurrency", "1,4", "--spec-tokens", "2", "--acceptance", "0.7"]) == 0
     out = capsys.readouterr().out
     assert "PREDICTED" in out and "ceiling" in out and "2.19 tokens per target pass" in out
+    assert "Median TTFT" in out and "Median TPOT" in out  # which statistic, as --json's p50 and compare say
     assert main(["predict", "--hardware", "amd-ryzen-ai-max-395", "--model", "gpt-oss-20b", "--engine", "llama.cpp",
                  "--kv", "q8_0", "--test", "tg128", "--depth", "0,8k,32k"]) == 0
     assert "32,768" in capsys.readouterr().out

@@ -152,8 +152,8 @@ def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
 
 
 def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int, output: int) -> Table:
-    head = ["Concurrency", "Aggregate tok/s", "ceiling", "Per-agent tok/s", "TTFT", "ceiling", "TPOT", "ceiling",
-            "fits"]
+    head = ["Concurrency", "Aggregate tok/s", "ceiling", "Per-agent tok/s", "Median TTFT", "ceiling", "Median TPOT",
+            "ceiling", "fits"]  # medians, as vllm bench serve's and compare's
     rows = []
     for n in concurrency:
         p = s.serve(n, prompt, output)
