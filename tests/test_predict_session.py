@@ -233,18 +233,28 @@ def test_a_saved_session_prediction_round_trips_through_the_store(tmp_path: Path
     res = load_result(Store(db, readonly=True), "strix-session")
     assert res.kind == "predict" and res.manifest.predicted_mark == "PREDICTED"
     assert res.manifest.workload is not None and res.manifest.workload["turns"] == 20
-    assert [o.summary.concurrency for o in res.outcomes] == [1, 8]
+    # with the cache and without it, as a measured session run with its baseline
+    assert [(o.summary.concurrency, o.summary.session and o.summary.session.cache) for o in res.outcomes] == [
+        (1, "warm"), (1, "busted"), (8, "warm"), (8, "busted")]
     s = Setup.make(Catalog.load(), Calibration.packaged(), *STRIX)
     for o in res.outcomes:
         st = o.summary.session
-        assert st is not None and st.cache == "warm" and st.sessions == 16 and st.cached_source == "predicted"
+        assert st is not None and st.sessions == 16 and st.cached_source == "predicted"
+        warm = st.cache == "warm"
         p = predict_session(s, shape(), o.summary.concurrency or 1)
         assert [t.turn for t in st.turns] == list(range(20))  # TurnPoint counts from 0
         for tp, t in zip(st.turns, p.turns):
-            assert tp.context_tokens_mean == t.context and tp.cached_tokens_mean == t.cached
-            assert tp.uncached_tokens_mean == t.uncached and tp.n == 0
-            assert tp.ttft_ms.p50 == pytest.approx(t.ttft_s.estimate * 1000)
-            assert tp.decode_tps == pytest.approx(1 / t.tpot_s.estimate)
-        assert st.session_s.p50 == pytest.approx(p.time().total.estimate)
+            assert tp.context_tokens_mean == t.context and tp.cached_tokens_mean == (t.cached if warm else 0)
+            assert tp.n == 0
+            assert tp.ttft_ms.p50 == pytest.approx((t.ttft_s if warm else t.cold_ttft_s).estimate * 1000)
+        assert st.session_s.p50 == pytest.approx(p.time(warm).total.estimate)
+        # the hours it holds the box: 16 sessions, back to back on its agents (what cost prices a session at)
+        assert o.summary.duration_s == pytest.approx(16 // (o.summary.concurrency or 1) * p.time(warm).total.estimate)
     assert main(["show", "strix-session", "--db", db]) == 0
-    assert "PREDICTED" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "PREDICTED" in shown and "1 agent: each turn" in shown
+    gain = next(ln for ln in shown.splitlines() if ln.split()[:1] == ["20"])
+    assert "—" not in gain and gain.split()[-2].endswith("x")  # TTFT busted and the gain, per turn
+    assert main(["cost", "strix-session", "--db", db, "--price-per-hour", "2"]) == 0
+    priced = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln.split()[1:2] in (["warm"], ["busted"])]
+    assert len(priced) == 4 and all(float(r[5]) > 0 for r in priced)  # USD/session, no longer blank

@@ -146,7 +146,10 @@ class Predicted:
         """The prediction as a result (kind predict), not stored: its levels, as a stored run keeps them."""
         s, cfg = self.setup, self.config
         if cfg.session is not None:
-            levels = [session_level(p, cfg.sessions or None) for p in self.session_predictions]
+            # with the cache and without it, as a measured session run with its baseline: show and compare read
+            # what the cache bought from the pair
+            levels = [session_level(p, cfg.sessions or None, cache) for p in self.session_predictions
+                      for cache in (True, False)]
             return prediction(s, levels, cfg.session.workload(cfg.sessions or None))
         assert self.input_len is not None and self.output_len is not None
         if cfg.depths is not None:

@@ -8,6 +8,8 @@ user knows: an acceptance probability or a mean acceptance length (as vLLM repor
 
 from __future__ import annotations
 
+import math
+
 import statistics
 from dataclasses import dataclass, replace
 from collections.abc import Sequence
@@ -115,7 +117,9 @@ def session_level(p: SessionPrediction, sessions: int | None = None, cache: bool
     lv = ServingLevel(
         concurrency=p.agents, test="serve", output_throughput_tps=p.throughput(cache)[1],
         input_tokens_mean=statistics.fmean(x.context for x in p.turns), output_tokens_mean=float(p.shape.output),
-        ttft_ms=_ms([x.ttft_ms.p50 or 0.0 for x in turns]), tpot_ms=_ms([x.tpot_ms.p50 or 0.0 for x in turns]))
+        ttft_ms=_ms([x.ttft_ms.p50 or 0.0 for x in turns]), tpot_ms=_ms([x.tpot_ms.p50 or 0.0 for x in turns]),
+        # the time the level holds the box: its agents run the sessions back to back (what cost prices it at)
+        duration_s=math.ceil(n / p.agents) * t.total.estimate)
     prompt = p.prompt_tokens
     lv.session = SessionStats(
         cache="warm" if cache else "busted", sessions=n, sessions_finished=n, turns_per_session=float(len(p.turns)),
