@@ -116,3 +116,23 @@ def test_a_predicted_example_prints_what_the_readme_shows() -> None:
     out = subprocess.run(shlex.split(command), env=env, capture_output=True, text=True, timeout=120, check=True)
     shown = [ln.rstrip() for ln in blocks()[i + 1][1].rstrip("\n").splitlines()]
     assert [ln.rstrip() for ln in out.stdout.rstrip("\n").splitlines()] == shown
+
+
+def test_the_session_example_says_what_the_commands_print() -> None:
+    """The turn-20 figures under the session examples are what those commands print with the packaged
+    calibration (they went stale once: 1.76 s where the command printed 2.00 s)."""
+    found = [t for _, t in blocks() if "--sessions" in t and "--save h100-session" in t]
+    assert len(found) == 1
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", COLUMNS="200")
+    said = []
+    for command in commands(found[0]):
+        args = [a for a in shlex.split(command) if a != "--save" and a != "h100-session"]
+        out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, check=True).stdout
+        m = re.search(r"^turn 20: TTFT (.+?) with the prefix cache, (.+?) without", out, re.M)
+        assert m, out
+        said.append(m.groups())
+    (strix_warm, strix_cold), (h100_warm, h100_cold) = said
+    text = " ".join((ROOT / "README.md").read_text().split())
+    h100 = h100_warm.removesuffix(" ms")
+    assert f"Strix Halo TTFT {strix_warm} with the cache, {strix_cold} without; H100 (vLLM) {h100} ms and {h100_cold}." \
+        in text
