@@ -289,7 +289,9 @@ def test_against_json_keeps_every_row_in_order(tmp_path: Path, capsys: pytest.Ca
     f.write_text("\n".join([header, *body]) + "\n")
     out = tmp_path / "o.json"
     assert main(["predict", "--against", str(f), "--json", str(out)]) == 0
-    capsys.readouterr()
+    table = capsys.readouterr().out
+    row = next(ln for ln in table.splitlines() if ln.split()[-1:] != [] and "tok/s" in ln)
+    assert row.count("tok/s") == 2  # the prediction has its unit, as the measurement beside it
     doc = json.loads(out.read_text())
     assert [r["value"] for r in doc["rows"]] == [ln.split(",")[13] for ln in body[:4]] + ["5.0"]
     assert all({"predicted", "ceiling", "error_pct", "flags"} <= set(r) for r in doc["rows"])

@@ -177,7 +177,9 @@ def against_table(rep: AgainstReport) -> Table:
             "Measured/ceiling", "Flags"]
     rows = []
     for r in rep.results:
-        pred = _f(r.predicted) if r.calibrated or r.predicted is None else f"{_f(r.predicted)} UNCALIBRATED"
+        unit = f" {r.row.unit}" if r.predicted is not None else ""  # the measured value's unit, as beside it
+        pred = f"{_f(r.predicted)}{unit}" if r.calibrated or r.predicted is None else \
+            f"{_f(r.predicted)}{unit} UNCALIBRATED"
         rows.append([r.row.raw.get("host", r.row.hardware), r.row.model, r.row.test, str(r.row.depth),
                      str(r.row.concurrency), r.row.metric, f"{_f(r.row.value)} {r.row.unit}",
                      pred, _f(r.error_pct, 0) if r.error_pct is not None else "—", r.split,
