@@ -253,6 +253,8 @@ def test_a_saved_session_prediction_round_trips_through_the_store(tmp_path: Path
     assert main(["show", "strix-session", "--db", db]) == 0
     shown = capsys.readouterr().out
     assert "PREDICTED" in shown and "1 agent: each turn" in shown
+    said = " ".join(shown.split())  # the workload is the session's, not one request of the task's length
+    assert "sessions x 20 turns, shared prompt" in said and " in / " not in said
     gain = next(ln for ln in shown.splitlines() if ln.split()[:1] == ["20"])
     assert "—" not in gain and gain.split()[-2].endswith("x")  # TTFT busted and the gain, per turn
     assert main(["cost", "strix-session", "--db", db, "--price-per-hour", "2"]) == 0

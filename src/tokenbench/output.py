@@ -527,7 +527,8 @@ def describe_run(manifest: Manifest) -> str:
     if isinstance(trace, dict):  # a trace replay: its lengths are per request
         parts.append(f"trace {trace.get('path')}: {trace.get('requests')} requests over {trace.get('replay_s')} s "
                      f"(x{trace.get('speed')}), ideal cached share {trace.get('ideal_cached_share', 0):.0%}")
-    elif wl.get("input_len") is not None and wl.get("output_len") is not None and lengths_line(manifest) is None:
+    elif (wl.get("input_len") is not None and wl.get("output_len") is not None and lengths_line(manifest) is None
+          and wl.get("kind") != "sessions"):  # a session's prompts grow turn by turn: said with the sessions
         parts.append(f"{wl['input_len']} in / {wl['output_len']} out tokens" + (f" ({wl['shape']})" if wl.get("shape") else ""))
     if wl.get("kind") == "sessions":
         parts.append(_session_workload(wl))
@@ -547,7 +548,8 @@ def _session_workload(wl: dict[str, Any]) -> str:
         d = wl.get(key)
         return str(d.get("text")) if isinstance(d, dict) else "?"
 
-    out = f"{wl.get('sessions')} sessions x {wl.get('turns')} turns, shared prompt {wl.get('shared_prefix')}, " \
+    runs = f"{wl.get('sessions')} sessions x " if wl.get("sessions") else "sessions of "  # a prediction: per agent
+    out = f"{runs}{wl.get('turns')} turns, shared prompt {wl.get('shared_prefix')}, " \
           f"task {text('task')}, tool {text('tool')}, output {text('output')} tokens"
     if text("think") not in ("0 s", "?"):
         out += f", think {text('think')}"

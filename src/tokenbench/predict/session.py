@@ -71,7 +71,9 @@ class SessionShape:
 
     def workload(self, sessions: int | None = None) -> dict[str, Any]:
         """What a prediction's manifest records of the session: the lengths it used (means) and the draws given."""
-        return {"sessions": sessions, "turns": self.turns, "shared_prefix": self.shared_prefix,
+        return {"kind": "sessions", "task": self.input_len.to_dict(), "tool": self.tool_len.to_dict(),
+                "output": self.output_len.to_dict(), "think": self.think_time.to_dict(),  # as a measured run's
+                "sessions": sessions, "turns": self.turns, "shared_prefix": self.shared_prefix,
                 "input_len": self.task, "tool_len": self.tool, "output_len": self.output, "think_time_s": self.think_s,
                 "max_context": self.max_context,
                 "draws": {k: d.to_dict() for k, d in (("input_len", self.input_len), ("tool_len", self.tool_len),
