@@ -459,7 +459,7 @@ def session_lines(s: ServingLevel) -> list[str]:
     return [f"{level_label(s)}: " + "; ".join(p for p in parts if p)]
 
 
-def _agents(n: int | None) -> str:
+def agents_text(n: int | None) -> str:
     """"1 agent", "8 agents"."""
     return f"{n} agent{'' if n == 1 else 's'}"
 
@@ -476,7 +476,7 @@ def session_headline(warm: ServingLevel, busted: ServingLevel | None) -> str | N
     t = both[-1]
     b = cold[t.turn]
     assert t.ttft_ms.p50 is not None and b.ttft_ms.p50 is not None
-    head = f"{_agents(warm.concurrency)}, turn {t.turn + 1} at {_num(t.context_tokens_mean, 0)} tokens of context: "
+    head = f"{agents_text(warm.concurrency)}, turn {t.turn + 1} at {_num(t.context_tokens_mean, 0)} tokens of context: "
     if not warm.session.cached_share:  # nothing said to be cached: the two are not the cache's doing
         return head + (f"TTFT {t.ttft_ms.p50 / 1000:.2f} s warm, {b.ttft_ms.p50 / 1000:.2f} s busted, and the "
                        "server reported no cached tokens: not a measure of its cache")
@@ -494,7 +494,7 @@ def print_sessions(console: Console, levels: list[ServingLevel], fmt: str = "tab
     """The session view of a run: per agent count, TTFT against the turn and its context, warm and busted."""
     for warm, busted in session_pairs(levels):
         print_table(console, *session_rows(warm, busted), fmt,
-                    title=f"{_agents(warm.concurrency)}: each turn, p50 over the sessions", numeric=True)
+                    title=f"{agents_text(warm.concurrency)}: each turn, p50 over the sessions", numeric=True)
         headline = session_headline(warm, busted)
         if headline:
             console.print(headline, markup=False, highlight=False)

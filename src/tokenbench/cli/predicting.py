@@ -74,12 +74,12 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
 AGAINST_READS = {"command", "against", "calibration", "json", "format", "sessions"}
 
 
-def _refuse_ignored(a: argparse.Namespace, reads: set[str]) -> None:
-    """A one-line error naming the options given that this form of the command would accept and ignore."""
+def _refuse_what_against_ignores(a: argparse.Namespace) -> None:
+    """A one-line error naming the options given (not at their defaults) that --against would accept and ignore."""
     from .parser import build_parser
 
     defaults = vars(build_parser().parse_args([a.command, "--against", "x"]))
-    given = [k for k, v in vars(a).items() if k not in reads and k in defaults and v != defaults[k]]
+    given = [k for k, v in vars(a).items() if k not in AGAINST_READS and k in defaults and v != defaults[k]]
     if given:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
         raise UsageError(f"--against predicts each row of the file with the box, model and setup the row states: "
@@ -115,7 +115,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         if a.sessions is not None:
             raise UsageError("--against predicts the rows of a file; --sessions predicts an agent's session: drop one "
                              "or the other")
-        _refuse_ignored(a, AGAINST_READS)
+        _refuse_what_against_ignores(a)
         return _predict_against(a, console)
     if not a.hardware or not a.model:
         raise UsageError("predict needs --hardware and --model (or --against FILE)")
@@ -225,9 +225,9 @@ def _session_shape(a: argparse.Namespace, agents: list[int]) -> SessionShape | N
 
 def _print_sessions(a: argparse.Namespace, console: Console, sh: SessionShape, out: Predicted) -> None:
     """The session, then one table per number of agents, each with its session's time and tokens and what it
-    assumed, then the band note. (The run ``out.run()`` makes has a level per number of agents, with the prefix
-    cache, as a measured session level's ``cache`` "warm"; --json's tables keep the figures without it too.)"""
-    from ..output import print_table
+    assumed, then the band note. (The run ``out.run()`` makes has two levels per number of agents, with the
+    prefix cache and without it, as a measured session run's ``cache`` "warm" and "busted".)"""
+    from ..output import agents_text, print_table
 
     console.print(f"session: {sh.turns} turns; tokens: shared prefix {sh.shared_prefix}, task "
                   f"{sh.input_len.describe()}, tool results {sh.tool_len.describe()}, answers "
@@ -235,7 +235,7 @@ def _print_sessions(a: argparse.Namespace, console: Console, sh: SessionShape, o
                   + f"; think {sh.think_time.describe()}", markup=False, highlight=False)
     for t in out.tables:
         n = t.agents or 0
-        console.print(f"{n} agent{'s' if n > 1 else ''}:", markup=False, highlight=False)
+        console.print(f"{agents_text(n)}:", markup=False, highlight=False)
         print_table(console, t.columns, t.rows, a.format)
         for line in t.lines:
             console.print(line, markup=False, highlight=False)

@@ -199,7 +199,7 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
 def _predict_sessions(cfg: PredictConfig, shape: SessionShape, s: Setup, cal: Calibration,
                       described: str | None) -> Predicted:
     """One table per number of agents, each with its session's time and tokens and the notes it is the first to
-    raise; the run has a level per number of agents, with the prefix cache."""
+    raise; the run has two levels per number of agents, with the prefix cache and without it."""
     shown: list[PredictedTable] = []
     metrics: list[str] = []
     said: set[str] = set()

@@ -9,7 +9,6 @@ user knows: an acceptance probability or a mean acceptance length (as vLLM repor
 from __future__ import annotations
 
 import math
-
 import statistics
 from dataclasses import dataclass, replace
 from collections.abc import Sequence
