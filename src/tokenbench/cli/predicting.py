@@ -76,9 +76,9 @@ AGAINST_READS = {"command", "against", "calibration", "json", "format", "session
 
 def _refuse_what_against_ignores(a: argparse.Namespace) -> None:
     """A one-line error naming the options given (not at their defaults) that --against would accept and ignore."""
-    from .parser import build_parser
-
-    defaults = vars(build_parser().parse_args([a.command, "--against", "x"]))
+    parser = argparse.ArgumentParser()
+    add_predict_parser(parser.add_subparsers(dest="command"))  # predict's own options, at their defaults
+    defaults = vars(parser.parse_args([a.command, "--against", "x"]))
     given = [k for k, v in vars(a).items() if k not in AGAINST_READS and k in defaults and v != defaults[k]]
     if given:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
