@@ -62,8 +62,7 @@ def speculation(s: Setup, tokens: int, acceptance: float | None, acceptance_leng
     return Speculation(tokens, alpha, cost, expected_tokens(alpha, tokens), spec_speedup(alpha, tokens, cost))
 
 
-def depth_levels(s: Setup, depths: list[int], pp: int, tg: int,
-                 tests: tuple[str, ...] = ("pp", "tg")) -> list[DepthLevel]:
+def depth_levels(s: Setup, depths: list[int], pp: int, tg: int, tests: tuple[str, ...]) -> list[DepthLevel]:
     """Predicted pp and tg rates per depth (those of ``tests``), as a depth run stores them (tg at the middle of its
     output)."""
     levels = []

@@ -76,8 +76,11 @@ class Setup:
         eff = cal.efficiency(backend, era)
         newest = cal.newest_era(backend)[-4:] if eff.calibrated else ""  # the last year of the newest era
         oldest = cal.oldest_era(backend)[:4] if eff.calibrated else ""  # the first year of the oldest era
-        years = (int(era) - int(newest) if era and newest and era > newest
-                 else int(era[:4]) - int(oldest) if era and oldest and era[:4] < oldest else 0)  # < 0: older
+        years = 0  # builds beyond the eras fitted: newer (> 0) or older (< 0)
+        if era and newest and era > newest:
+            years = int(era) - int(newest)
+        elif era and oldest and era[:4] < oldest:
+            years = int(era[:4]) - int(oldest)
         return cls(m, hw, q, engine, backend, eff, kind, ubatch=ubatch, parallel=parallel, tp=tp,
                    flash_attn=flash_attn, era=eff.era, reach=Extrapolation(years=years), batch_tokens=batch_tokens,
                    arrivals=arrivals)

@@ -132,8 +132,7 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
     return "; ".join(parts) + tail
 
 
-def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
-                tests: tuple[str, ...] = ("pp", "tg")) -> Table:
+def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int, tests: tuple[str, ...]) -> Table:
     """llama-bench's one stream at each depth: the columns of ``tests`` ("pp" prompt processing, "tg" generation)."""
     head = ["Depth", *([f"pp{pp} tok/s", f"pp{pp} ceiling"] if "pp" in tests else []),
             *([f"tg{tg} tok/s", f"tg{tg} ceiling"] if "tg" in tests else []), "fits"]
@@ -155,19 +154,15 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
     head = ["Concurrency", "Aggregate tok/s", "ceiling", "Per-agent tok/s", "Median TTFT", "ceiling", "Median TPOT",
             "ceiling", "fits"]  # medians, as vllm bench serve's and compare's
     rows = []
+    ctx = prompt + output  # a request's context: each cell's band is its own level's (ctx, n)
     for n in concurrency:
         p = s.serve(n, prompt, output)
-        f = s.fit(prompt + output, n)
-        ctx = prompt + output
-
-        def cell(metric: str, text: str) -> str:
-            return estimate_cell(s, cal, metric, text, ctx, n)
-
-        rows.append([str(n), cell("throughput", _f(p.throughput[1])), _f(p.throughput[0]),
-                     cell("throughput", _f(p.per_agent[1])),
-                     cell("ttft", f"{p.ttft_s.estimate * 1000:,.0f} ms"),
+        f = s.fit(ctx, n)
+        rows.append([str(n), estimate_cell(s, cal, "throughput", _f(p.throughput[1]), ctx, n), _f(p.throughput[0]),
+                     estimate_cell(s, cal, "throughput", _f(p.per_agent[1]), ctx, n),
+                     estimate_cell(s, cal, "ttft", f"{p.ttft_s.estimate * 1000:,.0f} ms", ctx, n),
                      f"{p.ttft_s.ceiling * 1000:,.0f} ms",
-                     cell("tpot", f"{p.tpot_s.estimate * 1000:.1f} ms"),
+                     estimate_cell(s, cal, "tpot", f"{p.tpot_s.estimate * 1000:.1f} ms", ctx, n),
                      f"{p.tpot_s.ceiling * 1000:.1f} ms", "yes" if f.fits else "no"])
     return head, rows
 
