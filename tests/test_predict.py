@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -16,6 +17,7 @@ from tokenbench.predict.calibration import WIDE_BAND_PCT, Calibration, backend_k
 from tokenbench.predict.accuracy import against
 from tokenbench.predict.setup import Setup
 from tokenbench.predict.measured import Row, read_rows
+from tokenbench.predict.rows import predict_row, row_parallel
 from tokenbench.predict.specs import Catalog, model_from_config, model_from_gguf
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data" / "published.csv"  # shipped copy
@@ -303,6 +305,21 @@ def test_against_json_keeps_every_row_in_order(tmp_path: Path, capsys: pytest.Ca
     rep = against(Catalog.load(), Calibration.packaged(), read_rows(f))
     assert any("likely software bottleneck" in fl for fl in rep.results[-1].flags)
     assert "summary" in doc and "faster_box" in doc["summary"]
+
+
+def test_a_llama_server_row_is_predicted_with_the_slots_its_note_names() -> None:
+    """A serving row of llama.cpp's server says its slots in the note, as -np N or --parallel N (the lent H200's
+    rows say --parallel 32); read as one slot, the row would be predicted as one stream whose throughput cannot
+    grow with the agents."""
+    rows = [r for r in read_rows(PUBLISHED.parent / "published-current.csv")
+            if r.raw["source"] == "h200-lcpp" and r.metric == "output_tps"]
+    assert sorted(r.concurrency for r in rows) == [1, 4, 16] and all(row_parallel(r) == 32 for r in rows)
+    cat, cal = Catalog.load(), Calibration.packaged()
+    thr = {r.concurrency: predict_row(cat, cal, r).predicted for r in rows}
+    assert thr[1] is not None and thr[4] is not None and thr[16] is not None
+    assert thr[16] > thr[4] > 1.5 * thr[1]
+    for note, slots in (("llama-server -np 4", 4), ("--parallel=8 -fa on", 8), ("-ngl 99", 1)):
+        assert row_parallel(dataclasses.replace(rows[0], raw={**rows[0].raw, "note": note})) == slots
 
 
 def test_cli_fit_predict_and_errors(capsys: pytest.CaptureFixture[str]) -> None:

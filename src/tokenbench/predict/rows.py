@@ -33,8 +33,8 @@ def band_metric(r: Row) -> str:
 
 
 def row_parallel(r: Row) -> int:
-    """llama-server's -np (parallel slots) from the row's note, else one slot."""
-    m = re.search(r"-np\s+(\d+)", r.raw.get("note") or "")
+    """llama-server's slots from the row's note (-np N, or its long spelling --parallel N), else one slot."""
+    m = re.search(r"(?:-np|--parallel)[\s=]+(\d+)", r.raw.get("note") or "")
     return int(m.group(1)) if m else 1
 
 
