@@ -210,7 +210,9 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
       run (+245 ms, -14%): streams read late and then in a burst, as when the client's event loop stops for
       about 1.8 s. That was Python's collector walking the test process's whole heap (0.4-1.1 s on an idle
       machine); timed phases now run with that heap frozen (loadgen.still_heap), and the longest stop each
-      tokenbench run saw is printed.
+      tokenbench run saw is printed. Since then one CI run read one run of three 8.2% short (the others -0.03%
+      and +0.03%): one first token delivered late on a 2-core host that vLLM's engine keeps busy. A client
+      that reads late does so in every run, so the median run is held to 3% and each run to 15%.
     Against the reference tool, medians (pooled over every request) and throughput (over runs) lie within the
     range of the reference's own run medians, widened by 10%:
     - every metric at concurrency 1;
@@ -331,7 +333,8 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
         assert statistics.fmean(overhead[("first visible text", c)]) > statistics.fmean(overhead[("tokenbench", c)]) + 1, \
             overhead
         for tool in ("tokenbench", "vllm bench serve"):
-            assert all(abs(x) <= 0.03 for x in decode[(tool, c)]), decode
+            assert abs(statistics.median(decode[(tool, c)])) <= 0.03, decode
+            assert all(abs(x) <= 0.15 for x in decode[(tool, c)]), (decode, our_stops)
     assert our_prefix_hits == 0  # tokenbench's prompts are new every run: no prefix cache served them
     # the rule can fail: the first report, 239-258 ms against the reference's 132-181 ms
     assert not within_reference(239.0, [132.0, 181.0], 0.25)
