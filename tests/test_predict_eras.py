@@ -33,7 +33,13 @@ def test_a_version_dates_its_build() -> None:
     assert registry.era("llama.cpp", "b1700") == "2023"  # the December 2023 builds the data holds have an era
     assert registry.era("llama.cpp vulkan", "6918") == "2025" and registry.era("llama.cpp", "b9999") == "2026"
     assert registry.era("vllm", "0.10.1") == "2025" and registry.era("vllm", "v0.21.0") == "2026"
-    for engine, version in [("vllm", "0.5.4"), ("sglang", "0.4.9"), ("llama.cpp", "main"), ("llama.cpp", "b1000")]:
+    # past the last known release, dated at the known releases' pace (llama.cpp b4409 2025-01 to b9986 2026-07,
+    # about 300 builds a month), not taken for the last one: a build number far beyond it is years ahead
+    assert registry.version_date(registry.engine("llama.cpp"), "b10500") == "2026-09"
+    assert registry.era("llama.cpp", "b12000") == "2027" and int(registry.era("llama.cpp", "b99999")) > 2040
+    assert registry.era("vllm", "0.40.0") == "2027"
+    for engine, version in [("vllm", "0.5.4"), ("sglang", "0.4.9"), ("llama.cpp", "main"), ("llama.cpp", "b1000"),
+                            ("vllm", "1.0")]:  # a new major version: the minors' pace cannot date it
         with pytest.raises(UsageError, match="cannot date") as e:
             registry.era(engine, version)
         assert "\n" not in str(e.value) and "--engine-version 2025" in str(e.value)
@@ -159,6 +165,9 @@ def test_predict_says_which_builds_it_assumes(capsys: pytest.CaptureFixture[str]
     oldest = Calibration.packaged().oldest_era("llamacpp-cuda")
     assert f"(2019 builds, from {oldest}'s constants (the oldest fitted)" in before
     assert "older than any row" in before
+    assert main([*args, "--engine-version", "b12000"]) == 0  # newer than any build of known date
+    beyond = " ".join(capsys.readouterr().out.split())
+    assert f"(2027 builds, from {newest}'s constants" in beyond and "newer than any row" in beyond
     assert main([*args, "--engine-version", "nightly"]) == 2
     err = capsys.readouterr().err
     assert "cannot date llama.cpp version 'nightly'" in err and len(err.strip().splitlines()) == 1

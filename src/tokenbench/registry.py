@@ -220,16 +220,38 @@ def _version_number(v: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.group(1).split(".")) if m else None
 
 
+def _months(date: str) -> int:
+    """A "YYYY-MM" month as a count of months."""
+    return int(date[:4]) * 12 + int(date[5:7]) - 1
+
+
+def _ordinal(n: tuple[int, ...]) -> float:
+    """A version as one number that grows by one per release step: llama.cpp's build number, a release's minor
+    (major.minor as major*100 + minor)."""
+    return float(n[0]) if len(n) == 1 else n[0] * 100.0 + n[1]
+
+
 def version_date(e: Engine, version: str) -> str | None:
     """The month ("YYYY-MM") an engine's version was released: that of the newest release of known date at or
-    before it (a version newer than all of them: the last one's, a lower bound); None when the version cannot be
-    read or is older than every known release."""
+    before it; past the last one, extrapolated at the pace of the known releases (the first to the last: about
+    310 llama.cpp builds a month), so a version far beyond them is dated far ahead and its band widens for every
+    year it reaches, rather than being taken for the last known release. None when the version cannot be read
+    or is older than every known release, or of a major version newer than the last known."""
     n = _version_number(version)
     if n is None:
         return None
     known = [(num, d) for v, d in e.releases if (num := _version_number(v)) is not None]
-    before = [d for num, d in known if num <= n]
-    return before[-1] if before else None
+    before = [(num, d) for num, d in known if num <= n]
+    if not before:
+        return None
+    (first, d0), (last, d1) = known[0], known[-1]
+    if n <= last or len(known) < 2 or _ordinal(last) <= _ordinal(first):
+        return before[-1][1]
+    if len(n) > 1 and n[0] != last[0]:
+        return None  # a new major version: the minor releases' pace says nothing of when it came
+    pace = (_ordinal(last) - _ordinal(first)) / max(1, _months(d1) - _months(d0))  # steps a month
+    m = _months(d1) + round((_ordinal(n) - _ordinal(last)) / pace)
+    return f"{m // 12:04d}-{m % 12 + 1:02d}"
 
 
 def era(text: str | None, version: str) -> str:
@@ -241,9 +263,10 @@ def era(text: str | None, version: str) -> str:
     e = engine(text)
     d = version_date(e, v)
     if d is None:
-        known = ", ".join(f"{ver} ({date})" for ver, date in e.releases[:1] + e.releases[-1:])
+        known = " to ".join(f"{ver} ({date})" for ver, date in e.releases[:1] + e.releases[-1:])
         raise UsageError(f"cannot date {e.name} version '{v}': give the year of the build (e.g. --engine-version "
-                         "2025)" + (f", or a version from {known} on" if known else ""))
+                         "2025)" + (f", or a version it can date ({known}, and later ones of the same major "
+                                    "version at their pace)" if known else ""))
     return d[:4]
 
 
