@@ -45,10 +45,10 @@ SPLIT_YEAR = "2025"
 
 
 def inside(r: RowResult) -> bool | None:
-    """Is the measured value inside the row's band (None: not predicted)?"""
-    if r.error_pct is None or r.band is None:
+    """Is the measured value inside the row's band, as printed around the prediction (None: not predicted)?"""
+    if r.deviation_pct is None or r.band is None:
         return None
-    return abs(r.error_pct) <= r.band.pct
+    return abs(r.deviation_pct) <= r.band.pct
 
 
 #: Bootstrap draws for a median's interval; the seed keeps the printed interval the same from run to run.

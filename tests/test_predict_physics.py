@@ -3,6 +3,7 @@ bands and UNCALIBRATED in the tables."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -15,8 +16,9 @@ from tokenbench.predict import formats, memory
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.accuracy import against
-from tokenbench.predict.fitting import fit_calibration
-from tokenbench.predict.rows import predict_row
+from tokenbench.predict.calibration import make_band
+from tokenbench.predict.fitting import cross_validate, fit_calibration
+from tokenbench.predict.rows import RowResult, predict_row
 from tokenbench.predict.setup import Setup
 from tokenbench.predict.measured import read_rows
 from tokenbench.predict.specs import GIB, Catalog
@@ -303,6 +305,22 @@ def test_band_is_a_quantile_of_absolute_errors() -> None:
     assert b is not None and b.n == 5 and b.median_pct == 10.0 and b.pct == 20.0
     assert make_band([1.0, 2.0]) is None
     assert math.isclose(make_band([3.0] * 10).pct, 3.0)  # type: ignore[union-attr]
+
+
+def test_a_band_is_how_far_the_measured_value_lay_from_the_prediction(cat: Catalog) -> None:
+    """A band is printed around the prediction ("p ±X%"), so it is a share of the prediction: a prediction of 40
+    for a measured 100 is 60% under as an error (a share of the measured value), and the measured value lay 150%
+    above it. A fit's band is the quantile of its held-out rows' deviations, not of their errors."""
+    data = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"
+    rows = read_rows(data / "published-2024.csv")
+    res = RowResult(dataclasses.replace(rows[0], value=100.0), predicted=40.0)
+    assert res.error_pct == pytest.approx(-60.0) and res.deviation_pct == pytest.approx(150.0)
+    metal = [r for r in rows if r.engine == "llama.cpp metal" and r.metric == "decode_tps"]
+    cal = fit_calibration(cat, metal, "test")
+    held = cross_validate(cat, metal)
+    band = cal.bands["llamacpp-metal"]["decode"]
+    assert band == make_band([h.deviation_pct for h in held if h.deviation_pct is not None])
+    assert band != make_band([h.error_pct for h in held if h.error_pct is not None])
 
 
 @pytest.mark.parametrize("args,says", [

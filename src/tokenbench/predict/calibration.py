@@ -83,7 +83,7 @@ PRIOR_WEIGHT = 0.5
 LOSS_SCALE = 0.2
 #: Offsets that keep log() finite for constants whose bound is 0.
 _LOG_OFFSET = {"t_layer": 10e-6, "deq_bytes": 0.1}
-#: Share of a backend's cross-validated absolute errors a band covers.
+#: Share of a backend's cross-validated deviations (measured from predicted) a band covers.
 BAND_QUANTILE = 0.8
 #: Fewer cross-validated residuals than this give no band.
 BAND_MIN_N = 3
@@ -248,8 +248,10 @@ def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int 
 
 @dataclass(slots=True)
 class Band:
-    """Cross-validated absolute errors of one backend and metric: BAND_QUANTILE of them lie within ``pct``; a
-    band widened for extrapolation says why in ``widened``."""
+    """How far held-out measurements of one backend and metric lay from their predictions (RowResult.deviation_pct,
+    in percent of the prediction, so "p ±X%" reads as printed: measured between p(1 − X) and p(1 + X)):
+    BAND_QUANTILE of them within ``pct``, half within ``median_pct``; a band widened for extrapolation says why in
+    ``widened``."""
 
     pct: float
     median_pct: float
@@ -403,8 +405,8 @@ class Calibration:
             "# TTFT under closed-loop load: vLLM's/SGLang's scheduler simulated step by step (predict/queue.py),"
             " each step timed as above.",
             "# usual_*: median measured/ceiling of the fitted rows, for the software-bottleneck flag.",
-            "# band_*: leave-one-source-out absolute error (%) that 80% of the held-out rows stay within,"
-            " median, n.",
+            "# band_*: how far (% of the prediction) 80% of the held-out rows measured from their leave-one-source-"
+            "out prediction, median, n.",
             "# era: the year of the engine builds the section's constants were fitted on (the newest the data has);"
             " [eras.*]: older years'.",
             "# max_depth, max_concurrency: the reach of the backend's rows (max_depth: the deepest context, depth +"
@@ -507,10 +509,11 @@ def _numbers(section: str, t: dict[str, Any]) -> dict[str, Any]:
     return t
 
 
-def make_band(errors_pct: list[float]) -> Band | None:
-    if len(errors_pct) < BAND_MIN_N:
+def make_band(deviations_pct: list[float]) -> Band | None:
+    """The band of held-out rows' deviations (RowResult.deviation_pct); None with fewer than BAND_MIN_N."""
+    if len(deviations_pct) < BAND_MIN_N:
         return None
-    e = sorted(abs(x) for x in errors_pct)
+    e = sorted(abs(x) for x in deviations_pct)
     idx = min(len(e) - 1, math.ceil(BAND_QUANTILE * len(e)) - 1)
     return Band(e[idx], statistics.median(e), len(e))
 

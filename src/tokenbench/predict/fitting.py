@@ -259,11 +259,11 @@ def fit_calibration(cat: Catalog, rows: list[Row], command: str, bands: bool = T
     if not bands:
         return cal
     fold = _source if len({_source(r) for r in rows}) > 1 else (lambda r: r.hardware)
-    errs: dict[str, dict[str, list[float]]] = {}
+    devs: dict[str, dict[str, list[float]]] = {}
     for res in cross_validate(cat, rows, fold=fold):
-        if res.backend and res.error_pct is not None:
-            errs.setdefault(res.backend, {}).setdefault(band_metric(res.row), []).append(res.error_pct)
-    for backend, per in errs.items():
+        if res.backend and res.deviation_pct is not None:
+            devs.setdefault(res.backend, {}).setdefault(band_metric(res.row), []).append(res.deviation_pct)
+    for backend, per in devs.items():
         for metric, e in per.items():
             b = make_band(e)
             if b is not None:

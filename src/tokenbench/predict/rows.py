@@ -82,6 +82,15 @@ class RowResult:
         return (self.predicted - self.row.value) / self.row.value * 100
 
     @property
+    def deviation_pct(self) -> float | None:
+        """How far the measured value lies from the prediction, in percent of the prediction: what a band printed
+        "±X%" beside a prediction speaks of (error_pct, in percent of the measured value, is not: a prediction
+        of 72 ms off by 86% of the measured value could have measured anything from 39 to 514 ms)."""
+        if not self.predicted or self.row.value is None:
+            return None
+        return (self.row.value - self.predicted) / self.predicted * 100
+
+    @property
     def measured_over_ceiling(self) -> float | None:
         if self.ceiling is None or not self.row.value:
             return None
@@ -94,7 +103,7 @@ class RowResult:
         d.update(predicted=self.predicted, ceiling=self.ceiling, error_pct=self.error_pct,
                  measured_over_ceiling=self.measured_over_ceiling, backend=self.backend, flags=self.flags,
                  calibrated=self.calibrated, split=self.split,
-                 band_pct=self.band.pct if self.band else None)
+                 deviation_pct=self.deviation_pct, band_pct=self.band.pct if self.band else None)
         return d
 
 

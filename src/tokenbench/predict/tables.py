@@ -112,8 +112,9 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
     banded = {m: b for m in metrics if (b := s.band(cal, m))}
     parts = []
     if banded:
-        parts.append(f"bands: 80% of held-out rows of {s.backend} were within "
-                     + ", ".join(f"{m} ±{(cal.band(s.backend, m) or b).pct:.0f}% (n={b.n})" for m, b in banded.items()))
+        parts.append(f"bands: 80% of held-out rows of {s.backend} measured within "
+                     + ", ".join(f"{m} ±{(cal.band(s.backend, m) or b).pct:.0f}% (n={b.n})" for m, b in banded.items())
+                     + " of their prediction")
         wider = sorted({why for b in banded.values() for why in b.widened})
         if wider:
             parts.append("widened, where an estimate reaches beyond the rows, up to "
