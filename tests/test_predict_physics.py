@@ -14,9 +14,8 @@ from tokenbench.cli import main
 from tokenbench.errors import UsageError
 from tokenbench.predict import formats, memory
 from tokenbench.predict import roofline as rf
-from tokenbench.predict.calibration import Calibration
+from tokenbench.predict.calibration import Calibration, make_band
 from tokenbench.predict.accuracy import against
-from tokenbench.predict.calibration import make_band
 from tokenbench.predict.fitting import cross_validate, fit_calibration
 from tokenbench.predict.rows import RowResult, predict_row
 from tokenbench.predict.setup import Setup

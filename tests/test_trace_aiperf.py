@@ -158,9 +158,10 @@ def run_tokenbench(server: RunningEngine, model: tiny.TinyModel, trace: Path, se
 def test_trace_replay_matches_aiperf_on_vllm(vllm_server: tuple[RunningEngine, tiny.TinyModel], tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     """The same trace replayed by both tools on the same vLLM server agrees within 10% on mean TTFT (over vLLM's
-    own TTFT of the same requests, below), output throughput and the server's own prefix-cache hit share (vLLM's /metrics counters over each run). Three runs
-    each, A-B-B-A-A-B so a drift of the shared 2-core machine falls on both; each figure is the median of a
-    tool's three run means, so one run that another job on the same cores slowed does not decide. (Measured
+    own TTFT of the same requests, below), output throughput and the server's own prefix-cache hit share (vLLM's
+    /metrics counters over each run). Three runs each, A-B-B-A-A-B so a drift of the shared 2-core machine falls
+    on both; each figure is the median of a tool's three run means, so one run that another job on the same
+    cores slowed does not decide. (Measured
     on a machine busy with other builds: one tokenbench run's mean TTFT read 489 ms where its other read 352 ms
     and AIPerf's 336 and 379 ms, its last eight requests 2-4x slower than the same requests in every other run;
     vLLM's own TTFT, printed beside each run, says whether the server or the client was slow.)

@@ -86,7 +86,7 @@ class RowResult:
         """How far the measured value lies from the prediction, in percent of the prediction: what a band printed
         "±X%" beside a prediction speaks of (error_pct, in percent of the measured value, is not: a prediction
         of 72 ms off by 86% of the measured value could have measured anything from 39 to 514 ms)."""
-        if not self.predicted or self.row.value is None:
+        if not self.predicted:
             return None
         return (self.row.value - self.predicted) / self.predicted * 100
 
