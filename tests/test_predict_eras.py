@@ -12,7 +12,7 @@ import pytest
 from tokenbench import registry
 from tokenbench.cli import main
 from tokenbench.errors import UsageError
-from tokenbench.predict.calibration import Calibration, Extrapolation
+from tokenbench.predict.calibration import ERA_MIN_BOXES, FEW_ROWS, Calibration, Extrapolation
 from tokenbench.predict.fitting import fit_calibration
 from tokenbench.predict.rows import predict_row
 from tokenbench.predict.setup import Setup
@@ -110,6 +110,32 @@ def test_a_band_widens_for_what_no_row_measured(cat: Catalog) -> None:
     assert cal.band("llamacpp-cuda", "decode", Extrapolation(years=4)).pct > wider.pct  # further, wider
 
 
+def test_a_band_widens_for_a_generation_or_a_year_of_builds_with_few_rows(cat: Catalog) -> None:
+    """Issue 21: "widen it for extrapolation: ... a hardware generation or backend with few rows". llama.cpp CUDA's
+    rows of sm_120 boxes are the scoreboard's three (6 rows: the RTX 5090 measured 31% above its prediction), and
+    its 2026 builds were measured on two boxes (the lent H100 and H200, 25% above the 2025-2026 constants)."""
+    cal = Calibration.packaged()
+    reach = cal.reach["llamacpp-cuda"]
+    assert reach["arch_sm_120"] < FEW_ROWS <= reach["arch_sm_89"]
+    assert reach["boxes_2026"] < ERA_MIN_BOXES <= reach["boxes_2025"]
+    args = ("llama-2-7b", "Q4_0", "f16", "llama.cpp")
+    base = cal.band("llamacpp-cuda", "decode")
+    assert base is not None
+    ada = Setup.make(cat, cal, "nvidia-rtx-4090", *args).band(cal, "decode")
+    assert ada == base  # many rows of its generation, the era's builds as a whole
+    blackwell = Setup.make(cat, cal, "nvidia-rtx-5090", *args).band(cal, "decode")
+    assert blackwell is not None and blackwell.pct > base.pct
+    assert blackwell.widened == (f"{reach['arch_sm_120']} rows of sm_120 boxes",)
+    assert Setup.make(cat, cal, "nvidia-rtx-4090", *args, era="2025").band(cal, "decode") == base
+    new = Setup.make(cat, cal, "nvidia-rtx-4090", *args, era="2026").band(cal, "decode")
+    assert new is not None and new.widened == (f"2026 builds measured on {reach['boxes_2026']} box(es)",)
+    assert new.pct == pytest.approx(blackwell.pct)  # the same term: a thin slice of the data
+    # the counts travel in the calibration file; one written before they existed widens for neither
+    old = Calibration.from_toml("\n".join(line for line in cal.to_toml().splitlines()
+                                          if not line.startswith(("arch_", "boxes_"))))
+    assert Setup.make(cat, old, "nvidia-rtx-5090", *args, era="2026").band(old, "decode") == base
+
+
 def test_reach_is_the_context_a_row_attended_to(cat: Catalog) -> None:
     """A pp4096 at depth 0 reached 4096 tokens of context, as a tg128 at depth 3968 does: the fit's reach and a
     row's band count the prompt and the output on top of the depth, not the depth alone."""
@@ -139,6 +165,7 @@ def test_eras_reach_and_drift_survive_the_calibration_file(cat: Catalog) -> None
     again = Calibration.from_toml(packaged.to_toml())
     assert {b: sorted(e) for b, e in again.eras.items()} == {b: sorted(e) for b, e in packaged.eras.items()}
     assert again.reach == packaged.reach and again.drift == pytest.approx(packaged.drift, rel=1e-3)
+    assert any(k.startswith("arch_") for k in again.reach["llamacpp-cuda"])
     assert len(packaged.eras["llamacpp-cuda"]) >= 2  # the 2024 builds and the current ones apart
     old = packaged.efficiency("llamacpp-cuda", "2024")
     assert old.era == "2024" and old != packaged.efficiency("llamacpp-cuda")

@@ -275,10 +275,21 @@ DRIFT_PRIOR = math.log(1.35)
 #: error), and per doubling of concurrency beyond its highest: what the model does there no row has checked.
 DEPTH_TERM = 0.10
 CONCURRENCY_TERM = 0.15
-#: A backend fitted on fewer rows than this: its constants rest on few boxes (a hardware generation or backend
-#: with little data); its band widens by FEW_ROWS_TERM.
+#: A backend fitted on fewer rows than this: its constants rest on few boxes; its band widens by FEW_ROWS_TERM. So
+#: does a box of a hardware generation (HardwareSpec.arch) its backend has fewer rows of: a backend's kernels are
+#: built and tuned per instruction set, and llama.cpp's 2025 scoreboard puts the RTX 5090 (sm_120, 6 rows) 31%
+#: above a prediction whose constants rest mostly on sm_80-sm_90 rows.
 FEW_ROWS = 12
 FEW_ROWS_TERM = math.log(1.25)
+#: Calibration.reach's keys counting a backend's rows per hardware generation ("arch_sm_90") and the boxes its rows
+#: of one year of builds measured ("boxes_2026").
+ARCH_KEY = "arch_"
+YEAR_KEY = "boxes_"
+#: An era's constants rest on rows of at least this many boxes: with fewer, a year's rows cannot tell the
+#: bandwidth share from the per-layer cost, so the year joins the one before it (the oldest, the one after), and a
+#: prediction for that year's builds widens by FEW_ROWS_TERM: its constants are partly another year's (llama.cpp
+#: CUDA's 2026 builds, rows of the lent H100 and H200 alone, decode 25% above the 2025-2026 constants on the H100).
+ERA_MIN_BOXES = 3
 #: The band of a backend and metric no held-out row measured (a fit with no cross-validated residual for it):
 #: about what rows predicted from priors alone miss by, held out (llama.cpp ROCm decode 44%, Vulkan prompts at
 #: depth 93% in the split by time); wide on purpose, and said as such ("no held-out rows").
@@ -300,11 +311,19 @@ def era_for(eras: Iterable[str], year: str) -> str | None:
 class Extrapolation:
     """How far a prediction reaches beyond its backend's rows: years of builds newer than the newest era it was
     fitted on (negative: older than the oldest), the deepest context it asks for (depth, prompt and output:
-    rows.context) and its concurrency."""
+    rows.context), its concurrency, its box's hardware generation and the year of builds it was asked for (none: the
+    newest era's constants, for that era's builds as a whole)."""
 
     years: int = 0
     depth: int = 0  # tokens of context
     concurrency: int = 1
+    arch: str = ""  # the box's hardware generation (HardwareSpec.arch); "" unknown
+    year: str = ""  # the year of the builds it was asked for (--engine-version, a row's date); "" not asked
+
+
+def _counted(reach: dict[str, int], key: str) -> bool:
+    """Whether a backend's reach counts its rows by ``key`` (a calibration file of an older tokenbench does not)."""
+    return any(k.startswith(key) for k in reach)
 
 
 def widen(b: Band, terms: list[tuple[float, str]]) -> Band:
@@ -389,6 +408,11 @@ class Calibration:
         e = self.backends.get(backend)
         if e is not None and e.rows < FEW_ROWS:
             terms.append((FEW_ROWS_TERM, f"fitted on {e.rows} rows"))
+        elif e is not None and reach.arch and _counted(r, ARCH_KEY) and r.get(ARCH_KEY + reach.arch, 0) < FEW_ROWS:
+            terms.append((FEW_ROWS_TERM, f"{r.get(ARCH_KEY + reach.arch, 0)} rows of {reach.arch} boxes"))
+        if (e is not None and reach.years == 0 and reach.year and _counted(r, YEAR_KEY)
+                and r.get(YEAR_KEY + reach.year, 0) < ERA_MIN_BOXES):
+            terms.append((FEW_ROWS_TERM, f"{reach.year} builds measured on {r.get(YEAR_KEY + reach.year, 0)} box(es)"))
         return terms
 
     def to_toml(self) -> str:
@@ -410,7 +434,9 @@ class Calibration:
             "# era: the year of the engine builds the section's constants were fitted on (the newest the data has);"
             " [eras.*]: older years'.",
             "# max_depth, max_concurrency: the reach of the backend's rows (max_depth: the deepest context, depth +"
-            " prompt + output); [meta] drift: log error per year of builds newer than any row.",
+            " prompt + output); arch_*: its rows per hardware generation; boxes_*: the boxes its rows of each"
+            " year of builds measured; [meta] drift: log error per year of builds"
+            " newer than any row.",
             "",
         ]
         for name, e in sorted(self.backends.items()):
@@ -479,7 +505,8 @@ class Calibration:
                 usual[name] = {k[len("usual_"):]: v for k, v in t.items() if k.startswith("usual_")}
                 bands[name] = {k[len("band_"):]: Band(*v) for k, v in t.items() if k.startswith("band_")}
                 sources[name] = list(t.get("sources", []))
-                reach[name] = {k: int(t[k]) for k in ("max_depth", "max_concurrency") if k in t}
+                reach[name] = {k: int(v) for k, v in t.items()
+                               if k in ("max_depth", "max_concurrency") or k.startswith((ARCH_KEY, YEAR_KEY))}
         except (tomllib.TOMLDecodeError, TypeError, AttributeError, ValueError) as e:
             raise UsageError(f"calibration {origin} is not a file tokenbench calibrate wrote ({e})") from None
         for name, newest in backends.items():  # the backend's own section is its newest era

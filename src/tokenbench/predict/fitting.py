@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 
 from ..errors import UsageError
 from . import roofline as rf
-from .calibration import (ANCHOR_PRIOR_WEIGHT, BAND_MIN_N, DRIFT_PRIOR, PRIOR_WEIGHT, Calibration, backend_prior,
+from .calibration import (ANCHOR_PRIOR_WEIGHT, ARCH_KEY, BAND_MIN_N, DRIFT_PRIOR, ERA_MIN_BOXES, PRIOR_WEIGHT,
+                          YEAR_KEY, Calibration, backend_prior,
                           era_for, family, fit_constants, make_band, prior)
 from .measured import METRICS, Row
 from .rows import RowResult, Valuer, band_metric, context, predict_row, row_setup, row_valuer
@@ -27,6 +28,7 @@ class Fittable:
     value: Valuer
     source: str
     era: str = ""  # Row.era: the year of its engine build, "" when undated
+    arch: str = ""  # HardwareSpec.arch of its box: the hardware generation
 
 
 def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
@@ -44,7 +46,7 @@ def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
             continue
         v = row_valuer(s, r, [])
         if v is not None:
-            out.append(Fittable(r, s.backend, v, r.raw.get("source", ""), r.era))
+            out.append(Fittable(r, s.backend, v, r.raw.get("source", ""), r.era, s.hw.arch))
     return out
 
 
@@ -94,11 +96,6 @@ class BackendFit:
     usual: dict[str, dict[str, float]]
     families: dict[str, rf.Efficiency]
     eras: dict[str, dict[str, rf.Efficiency]]
-
-
-#: An era's constants rest on rows of at least this many boxes: with fewer, a year's rows cannot tell the
-#: bandwidth share from the per-layer cost, so the year joins the one before it (the oldest, the one after).
-ERA_MIN_BOXES = 3
 
 
 def _eras(its: list[Fittable]) -> list[tuple[str, set[str]]]:
@@ -194,12 +191,21 @@ def _usual(its: list[Fittable], per: dict[str, rf.Efficiency], newest: rf.Effici
 
 def _reach(items: list[Fittable]) -> dict[str, dict[str, int]]:
     """Per backend, the deepest context (rows.context: depth, prompt and output) and the highest concurrency its
-    fitted rows measured."""
+    fitted rows measured, how many of them each hardware generation has (``arch_`` + HardwareSpec.arch), and how
+    many boxes each year of builds has rows of (``boxes_`` + year)."""
     out: dict[str, dict[str, int]] = {}
     for it in items:
         r = out.setdefault(it.backend, {"max_depth": 0, "max_concurrency": 1})
         r["max_depth"] = max(r["max_depth"], context(it.row))
         r["max_concurrency"] = max(r["max_concurrency"], it.row.concurrency)
+        if it.arch:
+            r[ARCH_KEY + it.arch] = r.get(ARCH_KEY + it.arch, 0) + 1
+    boxes: dict[tuple[str, str], set[str]] = {}
+    for it in items:
+        if it.era:
+            boxes.setdefault((it.backend, it.era), set()).add(it.row.hardware)
+    for (backend, year), hw in boxes.items():
+        out[backend][YEAR_KEY + year] = len(hw)
     return out
 
 

@@ -82,8 +82,8 @@ class Setup:
         elif era and oldest and era[:4] < oldest:
             years = int(era[:4]) - int(oldest)
         return cls(m, hw, q, engine, backend, eff, kind, ubatch=ubatch, parallel=parallel, tp=tp,
-                   flash_attn=flash_attn, era=eff.era, reach=Extrapolation(years=years), batch_tokens=batch_tokens,
-                   arrivals=arrivals)
+                   flash_attn=flash_attn, era=eff.era, batch_tokens=batch_tokens, arrivals=arrivals,
+                   reach=Extrapolation(years=years, arch=hw.arch, year=(era or "")[:4]))
 
     def band(self, cal: Calibration, metric: str, depth: int | None = None, concurrency: int | None = None,
              fallback: Band | None = None) -> Band | None:

@@ -29,6 +29,7 @@ class HardwareSpec:
     bw_gbs: float
     bf16_tflops: float
     kind: str = "gpu"
+    arch: str = ""  # the instruction set kernels are built for (sm_90, gfx1151, apple9): its hardware generation
     unified: bool = False
     usable_gb: float | None = None
     bw_measured_gbs: float | None = None
