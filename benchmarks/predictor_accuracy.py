@@ -12,7 +12,8 @@ noise of which boxes and sources were measured.
   widen for it (calibration.DRIFT_PRIOR): this is the test of "a newer engine than any row".
 
 Then, for leave-one-source-out, how often the faster of two boxes is predicted faster (pairs whose measured ratio
-is at least 1.2). Never in-sample: a row is always predicted by a fit that did not see it.
+is at least 1.2). Never in-sample: a row is always predicted by a fit that did not see it. Last, issue 21's quoted
+current-build decode rows, each held out and, beside it, as the packaged calibration predicts it (in-sample).
 
     python benchmarks/predictor_accuracy.py [FILE.csv ...]     (default: the shipped src/tokenbench/data/published*.csv)
 
@@ -28,7 +29,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from tokenbench.predict.calibration import BAND_QUANTILE
+from tokenbench.predict.calibration import BAND_QUANTILE, Calibration
 from tokenbench.predict.accuracy import accuracy, faster_box_check
 from tokenbench.predict.fitting import cross_validate, fit_calibration
 from tokenbench.predict.rows import RowResult, band_metric, predict_row
@@ -109,6 +110,35 @@ def coverage_table(title: str, results: list[RowResult], targets: dict[str, floa
           + "; ".join(f"{k} {statistics.median(v):.0f}% ({len(v)})" for k, v in sorted(by_backend.items())))
 
 
+#: The current-build decode rows issue 21 quotes (shared/reference/current-builds.csv): llama.cpp's CUDA scoreboard
+#: tg128 of llama-2-7b Q4_0 on these four boxes, and every tg128 of the lent H100.
+QUOTED_BOARDS = {"nvidia-rtx-pro-6000-blackwell", "nvidia-rtx-5090", "nvidia-h100-sxm", "nvidia-a100-sxm-80gb"}
+
+
+def quoted(r: Row) -> bool:
+    if r.metric != "decode_tps" or r.weights != "Q4_0" or not r.test.startswith("tg"):
+        return False
+    src = r.raw.get("source")
+    return (src == "lcpp-boards" and r.hardware in QUOTED_BOARDS and r.model == "llama-2-7b") or src == "h100-lcpp"
+
+
+def quoted_rows(cat: Catalog, results: list[RowResult]) -> None:
+    """Issue 21's quoted rows, each inside its band or not: held out (from ``results``) and by the packaged fit."""
+    packaged = Calibration.packaged()
+    held = [r for r in results if quoted(r.row)]
+    if not held:
+        return
+    mine = [predict_row(cat, packaged, r.row) for r in held]
+    n_held, n_mine = sum(bool(inside(r)) for r in held), sum(bool(inside(r)) for r in mine)
+    print(f"\nissue 21's quoted current-build decode rows inside their band: held out {n_held}/{len(held)}, "
+          f"packaged fit {n_mine}/{len(mine)}")
+    for h, m in zip(held, mine):
+        print(f"  {h.row.raw.get('source')} {h.row.hardware} d={h.row.depth} measured {h.row.value:g}: "
+              + "; ".join(f"{how} {r.predicted:.0f} (measured {r.deviation_pct:+.0f}%, band ±{r.band.pct:.0f}%)"
+                          for how, r in (("held out", h), ("packaged", m))
+                          if r.predicted is not None and r.deviation_pct is not None and r.band is not None))
+
+
 def time_split(cat: Catalog, rows: list[Row]) -> list[RowResult]:
     before = [r for r in rows if r.era and r.era < SPLIT_YEAR]
     after = [r for r in rows if r.era >= SPLIT_YEAR]
@@ -142,6 +172,7 @@ def main() -> None:
           f"pairs ({clean['right'] / clean['pairs']:.2%})"
           + "".join(f"\n  flagged: {r.row.raw.get('source')} {r.row.hardware} {r.row.model} {r.row.weights} "
                     f"{r.row.test} d={r.row.depth} {r.row.metric} {r.row.value:g}" for r in flagged))
+    quoted_rows(cat, results)
     unpred = sum(1 for r in results if r.predicted is None)
     uncal = sum(1 for r in results if r.predicted is not None and not r.calibrated)
     print(f"rows not predicted: {unpred}; rows predicted from priors only (their backend's only source held "
