@@ -364,6 +364,8 @@ def test_a_band_wider_than_half_its_estimate_is_flagged(capsys: pytest.CaptureFi
 
     assert band_text(Band(27.0, 8.0, 125)) == "±27%"
     assert band_text(Band(WIDE_BAND_PCT + 1, 20.0, 9)) == f"±{WIDE_BAND_PCT + 1:.0f}% (wide)"
+    # from 100% on, "±" would reach below zero: the band says how many times the estimate it reaches instead
+    assert band_text(Band(99.4, 20.0, 9)) == "±99% (wide)" and band_text(Band(609.0, 80.0, 3)) == "≤7.1x (wide)"
     # transformers' serving rows are one source of 3 shapes: held out, its throughput was missed by 4x and more
     assert Calibration.packaged().bands["transformers"]["throughput"].pct > WIDE_BAND_PCT
     assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--engine", "transformers",

@@ -84,9 +84,15 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
     return lines
 
 
+def band_span(pct: float) -> str:
+    """A band's reach as printed: ±X%; from 100% on "≤Nx" (up to N times the estimate), as "±" would reach below
+    zero, which no measurement can."""
+    return f"±{pct:.0f}%" if pct < 100 else f"≤{1 + pct / 100:.1f}x"
+
+
 def band_text(b: Band) -> str:
-    """A band as printed beside its estimate: ±X%, flagged "(wide)" past WIDE_BAND_PCT."""
-    return f"±{b.pct:.0f}%" + (" (wide)" if b.wide else "")
+    """A band as printed beside its estimate (band_span), flagged "(wide)" past WIDE_BAND_PCT."""
+    return band_span(b.pct) + (" (wide)" if b.wide else "")
 
 
 def estimate_cell(s: Setup, cal: Calibration, metric: str, text: str, context: int, concurrency: int = 1) -> str:
@@ -113,17 +119,20 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
     parts = []
     if banded:
         parts.append(f"bands: 80% of held-out rows of {s.backend} measured within "
-                     + ", ".join(f"{m} ±{(cal.band(s.backend, m) or b).pct:.0f}% (n={b.n})" for m, b in banded.items())
+                     + ", ".join(f"{m} {band_span((cal.band(s.backend, m) or b).pct)} (n={b.n})"
+                                 for m, b in banded.items())
                      + " of their prediction")
         wider = sorted({why for b in banded.values() for why in b.widened})
         if wider:
             parts.append("widened, where an estimate reaches beyond the rows, up to "
-                         + ", ".join(f"{m} ±{b.pct:.0f}%" for m, b in banded.items())
+                         + ", ".join(f"{m} {band_span(b.pct)}" for m, b in banded.items())
                          + " for what no row measured: " + "; ".join(wider))
     wide = [m for m, b in banded.items() if b.wide]
     if wide:
         parts.append(f"flagged wide (over ±{WIDE_BAND_PCT:.0f}%, more than half the estimate): " + ", ".join(wide)
-                     + ": an order of magnitude, not a value")
+                     + ": an order of magnitude, not a value"
+                     + ("; ≤Nx: from zero to N times the estimate" if any(b.pct >= 100 for b in banded.values())
+                        else ""))
     if len(banded) < len(metrics):
         parts.append("too few held-out rows for a band: " + ", ".join(m for m in metrics if m not in banded))
     tail = " (leave-one-source-out: each source predicted by a fit on the others)"
