@@ -72,6 +72,7 @@ class Manifest(Keyed):
     backend: str | None = None
     calibration: str | None = None
     calibrated: bool | None = None
+    bands: str | None = None  # a prediction's bands, as the note predict printed under its table said them
     # an import: the file it came from, its digest (a file imported twice is recognised), its format, and
     # for published rows the write-up they came from
     imported_from: str | None = None

@@ -104,6 +104,8 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     else:
         print_result(console, res, a.format, store.path)
         _show_capacity(console, res, a.format)
+    if res.kind == "predict" and res.manifest.bands:  # how far to trust it, as predict said under its table
+        console.print(res.manifest.bands, markup=False, highlight=False, style="dim")
     if len(res.outcomes) < total:
         console.print(f"showing the first {len(res.outcomes):,} of {total:,} levels: --all prints every one, "
                       "--json FILE writes them", style="yellow", markup=False, highlight=False)

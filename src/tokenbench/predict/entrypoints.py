@@ -150,12 +150,13 @@ class Predicted:
             # what the cache bought from the pair
             levels = [session_level(p, cfg.sessions or None, cache) for p in self.session_predictions
                       for cache in (True, False)]
-            return prediction(s, levels, cfg.session.workload(cfg.sessions or None))
+            return prediction(s, levels, cfg.session.workload(cfg.sessions or None), bands=self.note)
         assert self.input_len is not None and self.output_len is not None
         if cfg.depths is not None:
-            return prediction(s, depth_levels(s, cfg.depths, self.input_len, self.output_len, cfg.tests), None)
+            return prediction(s, depth_levels(s, cfg.depths, self.input_len, self.output_len, cfg.tests), None,
+                              bands=self.note)
         return prediction(s, serve_levels(s, cfg.levels, self.input_len, self.output_len),
-                          {"input_len": self.input_len, "output_len": self.output_len})
+                          {"input_len": self.input_len, "output_len": self.output_len}, bands=self.note)
 
 
 def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
