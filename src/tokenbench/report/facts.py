@@ -156,7 +156,7 @@ def source(r: RunResult) -> str:
 
 
 #: The rows of the side-by-side table, in order.
-ROWS = ("Source", "Model", "Weights", "Engine", "Hardware", "Machine", "Machine state", "Flags", "Workload",
+ROWS = ("Source", "Bands", "Model", "Weights", "Engine", "Hardware", "Machine", "Machine state", "Flags", "Workload",
         "Levels", "Endpoint", "Price", "Started", "Run id")
 
 
@@ -172,6 +172,7 @@ def facts(r: RunResult, price_per_hour: float | None = None, currency: str | Non
     levels = [o.summary for o in r.outcomes]
     out = {
         "Source": source(r),
+        "Bands": m.bands,  # a prediction's, as predict printed them
         "Model": m.model,
         "Weights": " / ".join(x for x in (m.weights, f"kv {m.kv}" if m.kv else None) if x),
         "Engine": engine,

@@ -25,6 +25,8 @@ def _heading(r: RunResult) -> list[str]:
         lines.append(md_escape(f"workload: {facts.workload(r)}"))
     elif wl.get("input_len"):
         lines.append(f"workload: {wl.get('input_len')} in / {wl.get('output_len')} out tokens")
+    if m.bands:  # a prediction's, as predict printed them
+        lines.append(md_escape(m.bands))
     return lines + [""]
 
 
