@@ -34,7 +34,8 @@ def test_compare_runs_answers_a_typed_config_with_a_typed_comparison(tmp_path: P
     assert done.sessions is None and done.capacity is None and done.quality is None
     c = done.comparison
     assert {r.concurrency for r in c.rows} == {1, 4, 16}
-    assert c.effective == ["mini-pc: ~13.3 s as one sequential stream at 60.0 tok/s",  # 8 agents x 100 tokens
+    assert c.effective == ["mini-pc: ~13.1 s as one sequential stream (8 requests in turn, each TTFT 50 ms + 99 x "
+                           "TPOT 16.0 ms)",  # 8 agents x 100 tokens
                            "gpu: ~5.4 s batched (2 rounds of 4, each TTFT 120 ms + 99 x TPOT 26.0 ms); 150 tok/s "
                            "aggregate (measured at concurrency 4, the nearest)"]
     doc = done.to_dict()

@@ -98,7 +98,9 @@ def test_compare_golden_table_crossover_and_effective_line(tmp_path: Path) -> No
     assert ttft[0][-1] == "A 1.60× (5% rule)"  # lower is better for latency
     assert all(r.interval is None and r.rule == "5% rule" for r in c.rows)
     assert any("between 1 and 4 concurrency (serve Aggregate output): mini-pc then gpu" in x for x in c.crossovers)
-    assert c.effective == ["mini-pc: ~53.3 s as one sequential stream at 60.0 tok/s",
+    # one stream: each request's first token, then its tokens, in turn (16 x 200 / 60 tok/s would be 53.3 s)
+    assert c.effective == ["mini-pc: ~51.7 s as one sequential stream (16 requests in turn, each TTFT 50 ms + 199 x "
+                           "TPOT 16.0 ms)",
                            "gpu: ~6.7 s batched (16 at once, each request TTFT 300 ms + 199 x TPOT 32.0 ms); 500 tok/s "
                            "aggregate"]  # the first token's wait counted: 16 x 200 / 500 tok/s alone is 6.4 s
     assert c.warnings == []
@@ -164,7 +166,8 @@ def test_published_effective_serving_example(tmp_path: Path) -> None:
     # "16 agents x 200 tokens: ~60 s vs ~5 s"
     assert c.effective == ["h100-80gb-sxm/qwen3.6-27b/FP8: ~5.5 s batched (16 at once, each request TTFT 1,420 ms + "
                            "199 x TPOT 20.3 ms); 684 tok/s aggregate",
-                           "strix-halo/qwen3.6-35b-a3b/Q8_0: ~59.3 s as one sequential stream at 54.0 tok/s"]
+                           "strix-halo/qwen3.6-35b-a3b/Q8_0: ~59.3 s as one sequential stream at 54.0 tok/s, "
+                           "decoding only: no time to first token measured"]  # its tg128: no prompt time
     assert any("different models" in w for w in c.warnings)
     d = compare(load_result(store, "strix-halo/gpt-oss-20b/Q4_K_M"), load_result(store, "a30/gpt-oss-20b/Q4_K_M"))
     tg = [r for r in d.rows if r.test == "tg128"]

@@ -116,7 +116,8 @@ def test_comparison_has_ratio_winner_crossover_and_cost_beside_speed(page: str) 
     assert "Crossover: faster box changes between 1 and 4 concurrency (serve Aggregate output): mini-pc then gpu" \
         in re.sub(r"\s+", " ", text)
     assert "gpu-pred is PREDICTED, not measured" in text
-    assert "16 agents × 200 output tokens each: mini-pc: ~53.3 s as one sequential stream at 60.0 tok/s" in text
+    assert ("16 agents × 200 output tokens each: mini-pc: ~51.7 s as one sequential stream (16 requests in turn, "
+            "each TTFT 50 ms + 199 x TPOT 16.0 ms)") in text
     # the GPU against its own prediction: every row a tie
     assert "concurrency 4 | 150 tok/s | 150 tok/s | 1.00× | ≈ tie (within 5%, no interval) | 3.31 EUR/M | no price" \
         in rows

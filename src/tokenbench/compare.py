@@ -247,10 +247,19 @@ def effective_line(res: RunResult, agents: int, tokens: int) -> str | None:
                     f"{s.output_throughput_tps:,.0f} tok/s aggregate{note}")
         t = effective_serving_s(agents, tokens, s.output_throughput_tps)
         return f"{name}: ~{t:,.1f} s batched, {s.output_throughput_tps:,.0f} tok/s aggregate{note}"
+    one = next((s for s in serve if s.concurrency == 1 and s.ttft_ms.p50 is not None and s.tpot_ms.p50 is not None),
+               None)
+    if one is not None and one.ttft_ms.p50 is not None and one.tpot_ms.p50 is not None:
+        # in turn, each request's prompt then its tokens: the first token's wait counted, as the batched line does
+        ttft, tpot = one.ttft_ms.p50, one.tpot_ms.p50
+        t = agents * (ttft + (tokens - 1) * tpot) / 1000
+        return (f"{name}: ~{t:,.1f} s as one sequential stream ({agents} requests in turn, each TTFT {ttft:,.0f} ms "
+                f"+ {tokens - 1} x TPOT {tpot:.1f} ms)")
     rate = single or (serve[0].output_throughput_tps if serve else None)
     if rate:
         t = effective_serving_s(agents, tokens, rate)
-        return f"{name}: ~{t:,.1f} s as one sequential stream at {rate:,.1f} tok/s"
+        return (f"{name}: ~{t:,.1f} s as one sequential stream at {rate:,.1f} tok/s"
+                + (", decoding only: no time to first token measured" if single else ""))
     return None
 
 
