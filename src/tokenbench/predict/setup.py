@@ -74,16 +74,9 @@ class Setup:
             raise UsageError(f"--max-num-batched-tokens {batch_tokens}: give a positive number of tokens")
         _check_tp(m, tp)
         eff = cal.efficiency(backend, era)
-        newest = cal.newest_era(backend)[-4:] if eff.calibrated else ""  # the last year of the newest era
-        oldest = cal.oldest_era(backend)[:4] if eff.calibrated else ""  # the first year of the oldest era
-        years = 0  # builds beyond the eras fitted: newer (> 0) or older (< 0)
-        if era and newest and era > newest:
-            years = int(era) - int(newest)
-        elif era and oldest and era[:4] < oldest:
-            years = int(era[:4]) - int(oldest)
         return cls(m, hw, q, engine, backend, eff, kind, ubatch=ubatch, parallel=parallel, tp=tp,
                    flash_attn=flash_attn, era=eff.era, batch_tokens=batch_tokens, arrivals=arrivals,
-                   reach=Extrapolation(years=years, arch=hw.arch, year=(era or "")[:4]))
+                   reach=_reach(cal, backend, eff, hw, era))
 
     def band(self, cal: Calibration, metric: str, depth: int | None = None, concurrency: int | None = None,
              fallback: Band | None = None) -> Band | None:
@@ -226,3 +219,17 @@ def _check_tp(m: ModelSpec, tp: int) -> None:
         raise UsageError(f"--tp {tp} does not split {m.id}'s {m.heads} attention heads ({m.kv_heads} KV heads) "
                          "evenly, as vLLM and SGLang require: "
                          + (f"use {', '.join(map(str, splits))}" if splits else "it runs on one GPU"))
+
+
+def _reach(cal: Calibration, backend: str, eff: rf.Efficiency, hw: HardwareSpec, era: str | None) -> Extrapolation:
+    """How far a prediction with ``eff`` on ``hw`` for builds of ``era`` (None: the newest era's) reaches beyond
+    its backend's rows, before its depth and concurrency are known: the years of builds past the eras fitted
+    (newer > 0, older < 0), the box's hardware generation and the year of builds asked for."""
+    newest = cal.newest_era(backend)[-4:] if eff.calibrated else ""  # the last year of the newest era
+    oldest = cal.oldest_era(backend)[:4] if eff.calibrated else ""  # the first year of the oldest era
+    years = 0
+    if era and newest and era > newest:
+        years = int(era) - int(newest)
+    elif era and oldest and era[:4] < oldest:
+        years = int(era[:4]) - int(oldest)
+    return Extrapolation(years=years, arch=hw.arch, year=(era or "")[:4])
