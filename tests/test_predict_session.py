@@ -257,6 +257,12 @@ def test_a_saved_session_prediction_round_trips_through_the_store(tmp_path: Path
     assert "sessions x 20 turns, shared prompt" in said and " in / " not in said
     gain = next(ln for ln in shown.splitlines() if ln.split()[:1] == ["20"])
     assert "—" not in gain and gain.split()[-2].endswith("x")  # TTFT busted and the gain, per turn
+    # the report says the session in words, each draw once: no "input len", "think time s" of the means stored
+    from tokenbench.report.facts import workload
+    words = workload(res)
+    assert words is not None and words.startswith("16 agent sessions of 20 turns, 2,000-token shared prefix, task ")
+    assert ", tool results " in words and ", answers " in words and ", think " in words
+    assert " len " not in words and "time s" not in words, words
     assert main(["cost", "strix-session", "--db", db, "--price-per-hour", "2"]) == 0
     priced = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln.split()[1:2] in (["warm"], ["busted"])]
     assert len(priced) == 4 and all(float(r[5]) > 0 for r in priced)  # USD/session, no longer blank

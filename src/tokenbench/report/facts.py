@@ -118,16 +118,27 @@ def _machine(m: Manifest) -> str | None:
     return "; ".join(parts) or None
 
 
-#: The keys of a session workload said in their own words; the other parameters are named as given.
-_SESSION_KEYS = ("kind", "turns", "shared_prefix")
+#: A session workload's draws (sessions.SessionWorkload.to_dict: each with the text it states), in words.
+_SESSION_DRAWS = (("task", "task"), ("tool", "tool results"), ("output", "answers"), ("think", "think"))
+#: Keys said in their own words, or a prediction's means of those draws (predict.session.SessionShape.workload),
+#: which the draws' text already states; any other parameter is named as given.
+_SESSION_KEYS = ("kind", "turns", "shared_prefix", "sessions", "max_context", "on_cap", "baseline", "input_len",
+                 "tool_len", "output_len", "think_time_s", *(k for k, _ in _SESSION_DRAWS))
 
 
 def _session_workload(wl: dict[str, Any]) -> str:
-    """An agent-session workload: turns, the shared prefix, and its other parameters (distributions as text)."""
-    turns, prefix = _num(wl.get("turns")), _num(wl.get("shared_prefix"))
-    out = "agent sessions" + (f" of {turns:g} turns" if turns else "")
+    """An agent-session workload: sessions and turns, the shared prefix, each draw as its text, the context cap,
+    and any other parameter as given."""
+    turns, prefix, n = _num(wl.get("turns")), _num(wl.get("shared_prefix")), _num(wl.get("sessions"))
+    out = (f"{n:g} agent sessions" if n else "agent sessions") + (f" of {turns:g} turns" if turns else "")
     if prefix:
         out += f", {prefix:,.0f}-token shared prefix"
+    for key, word in _SESSION_DRAWS:
+        d = wl.get(key)
+        if isinstance(d, dict) and isinstance(d.get("text"), str) and d["text"]:
+            out += f", {word} {d['text']}"
+    if cap := _num(wl.get("max_context")):
+        out += f", context capped at {cap:,.0f}" + (f" ({wl['on_cap']})" if isinstance(wl.get("on_cap"), str) else "")
     rest = [f"{str(k).replace('_', ' ')} {v}" for k, v in wl.items()
             if k not in _SESSION_KEYS and isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != ""]
     return out + "".join(f", {x}" for x in rest)
