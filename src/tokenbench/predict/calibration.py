@@ -435,8 +435,7 @@ class Calibration:
             " [eras.*]: older years'.",
             "# max_depth, max_concurrency: the reach of the backend's rows (max_depth: the deepest context, depth +"
             " prompt + output); arch_*: its rows per hardware generation; boxes_*: the boxes its rows of each"
-            " year of builds measured; [meta] drift: log error per year of builds"
-            " newer than any row.",
+            " year of builds measured; [meta] drift: log error per year of builds newer than any row.",
             "",
         ]
         for name, e in sorted(self.backends.items()):

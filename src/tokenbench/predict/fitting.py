@@ -11,8 +11,7 @@ from dataclasses import dataclass, replace
 from ..errors import UsageError
 from . import roofline as rf
 from .calibration import (ANCHOR_PRIOR_WEIGHT, ARCH_KEY, BAND_MIN_N, DRIFT_PRIOR, ERA_MIN_BOXES, PRIOR_WEIGHT,
-                          YEAR_KEY, Calibration, backend_prior,
-                          era_for, family, fit_constants, make_band, prior)
+                          YEAR_KEY, Calibration, backend_prior, era_for, family, fit_constants, make_band, prior)
 from .measured import METRICS, Row
 from .rows import RowResult, Valuer, band_metric, context, predict_row, row_setup, row_valuer
 from .specs import Catalog
