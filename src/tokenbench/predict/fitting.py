@@ -97,13 +97,19 @@ class BackendFit:
     eras: dict[str, dict[str, rf.Efficiency]]
 
 
-def _eras(its: list[Fittable]) -> list[tuple[str, set[str]]]:
-    """The eras of a backend's dated rows: consecutive years grouped until each group's rows span ERA_MIN_BOXES
-    boxes, named "2025" or "2025-2026", each with its years."""
+def _year_boxes(its: list[Fittable]) -> dict[str, set[str]]:
+    """The boxes a backend's dated rows measured, per year of builds."""
     boxes: dict[str, set[str]] = {}
     for it in its:
         if it.era:
             boxes.setdefault(it.era, set()).add(it.row.hardware)
+    return boxes
+
+
+def _eras(its: list[Fittable]) -> list[tuple[str, set[str]]]:
+    """The eras of a backend's dated rows: consecutive years grouped until each group's rows span ERA_MIN_BOXES
+    boxes, named "2025" or "2025-2026", each with its years."""
+    boxes = _year_boxes(its)
     groups: list[list[str]] = []
     for year in sorted(boxes):
         last = groups[-1] if groups else None
@@ -193,18 +199,16 @@ def _reach(items: list[Fittable]) -> dict[str, dict[str, int]]:
     fitted rows measured, how many of them each hardware generation has (``arch_`` + HardwareSpec.arch), and how
     many boxes each year of builds has rows of (``boxes_`` + year)."""
     out: dict[str, dict[str, int]] = {}
+    by: dict[str, list[Fittable]] = {}
     for it in items:
         r = out.setdefault(it.backend, {"max_depth": 0, "max_concurrency": 1})
         r["max_depth"] = max(r["max_depth"], context(it.row))
         r["max_concurrency"] = max(r["max_concurrency"], it.row.concurrency)
         if it.arch:
             r[ARCH_KEY + it.arch] = r.get(ARCH_KEY + it.arch, 0) + 1
-    boxes: dict[tuple[str, str], set[str]] = {}
-    for it in items:
-        if it.era:
-            boxes.setdefault((it.backend, it.era), set()).add(it.row.hardware)
-    for (backend, year), hw in boxes.items():
-        out[backend][YEAR_KEY + year] = len(hw)
+        by.setdefault(it.backend, []).append(it)
+    for backend, its in by.items():  # the count that decides its eras (_eras), so a thin year widens its band
+        out[backend].update({YEAR_KEY + year: len(hw) for year, hw in _year_boxes(its).items()})
     return out
 
 

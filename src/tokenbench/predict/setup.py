@@ -76,7 +76,7 @@ class Setup:
         eff = cal.efficiency(backend, era)
         return cls(m, hw, q, engine, backend, eff, kind, ubatch=ubatch, parallel=parallel, tp=tp,
                    flash_attn=flash_attn, era=eff.era, batch_tokens=batch_tokens, arrivals=arrivals,
-                   reach=_reach(cal, backend, eff, hw, era))
+                   reach=_extrapolation(cal, backend, eff, hw, era))
 
     def band(self, cal: Calibration, metric: str, depth: int | None = None, concurrency: int | None = None,
              fallback: Band | None = None) -> Band | None:
@@ -221,7 +221,8 @@ def _check_tp(m: ModelSpec, tp: int) -> None:
                          + (f"use {', '.join(map(str, splits))}" if splits else "it runs on one GPU"))
 
 
-def _reach(cal: Calibration, backend: str, eff: rf.Efficiency, hw: HardwareSpec, era: str | None) -> Extrapolation:
+def _extrapolation(cal: Calibration, backend: str, eff: rf.Efficiency, hw: HardwareSpec,
+                   era: str | None) -> Extrapolation:
     """How far a prediction with ``eff`` on ``hw`` for builds of ``era`` (None: the newest era's) reaches beyond
     its backend's rows, before its depth and concurrency are known: the years of builds past the eras fitted
     (newer > 0, older < 0), the box's hardware generation and the year of builds asked for."""

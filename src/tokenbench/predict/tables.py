@@ -84,10 +84,13 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
     return lines
 
 
+#: From this band (percent) on, "±" would reach below zero, which no measurement can: band_span prints "≤Nx".
+TIMES_FROM_PCT = 100.0
+
+
 def band_span(pct: float) -> str:
-    """A band's reach as printed: ±X%; from 100% on "≤Nx" (up to N times the estimate), as "±" would reach below
-    zero, which no measurement can."""
-    return f"±{pct:.0f}%" if pct < 100 else f"≤{1 + pct / 100:.1f}x"
+    """A band's reach as printed: ±X%; from TIMES_FROM_PCT on "≤Nx" (up to N times the estimate)."""
+    return f"±{pct:.0f}%" if pct < TIMES_FROM_PCT else f"≤{1 + pct / 100:.1f}x"
 
 
 def band_text(b: Band) -> str:
@@ -131,7 +134,7 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
     if wide:
         parts.append(f"flagged wide (over ±{WIDE_BAND_PCT:.0f}%, more than half the estimate): " + ", ".join(wide)
                      + ": an order of magnitude, not a value"
-                     + ("; ≤Nx: from zero to N times the estimate" if any(b.pct >= 100 for b in banded.values())
+                     + ("; ≤Nx: from zero to N times the estimate" if any(b.pct >= TIMES_FROM_PCT for b in banded.values())
                         else ""))
     if len(banded) < len(metrics):
         parts.append("too few held-out rows for a band: " + ", ".join(m for m in metrics if m not in banded))

@@ -118,7 +118,7 @@ def _machine(m: Manifest) -> str | None:
     return "; ".join(parts) or None
 
 
-#: A session workload's draws (sessions.SessionWorkload.to_dict: each with the text it states), in words.
+#: A session workload's draws (sessions.SessionPlan.to_dict: each with the text it states), in words.
 _SESSION_DRAWS = (("task", "task"), ("tool", "tool results"), ("output", "answers"), ("think", "think"))
 #: Keys said in their own words, or a prediction's means of those draws (predict.session.SessionShape.workload),
 #: which the draws' text already states; any other parameter is named as given.
