@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tokenbench.predict import formats, memory, parallelism, serving, specs, speculation
+from tokenbench.predict import formats, memory, parallelism, queue, serving, specs, speculation
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.calibration import PRIORS, Calibration, backend_prior
+from tokenbench.predict.measured import read_rows
 from tokenbench.predict.specs import Catalog
+
+DATA = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"
 
 
 @pytest.fixture(scope="module")
@@ -152,20 +155,25 @@ def test_llamacpp_parallel_slots_batch_and_queue(cat: Catalog) -> None:
         Setup.make(cat, cal, "nvidia-h100-sxm", "qwen3.6-27b", "FP8", "auto", "vllm", parallel=4)
 
 
-def test_batching_tpot_counts_the_other_agents_prefills_not_its_own(cat: Catalog) -> None:
-    # an agent's own prompt is prefilled before its first token (TTFT); while it decodes its O tokens the
-    # other N-1 prompts of the cycle are prefilled between its steps: TPOT = t_dec + (N-1)·t_pf/O
-    m, hw = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-h100-sxm")
-    eff = Calibration.packaged().efficiency("vllm-cuda")
-    pf = rf.prefill_cost(m, hw, formats.Quant.parse("BF16", "auto"), 2048, 0, "vllm-cuda", rf.CHUNK_TOKENS)
-    t_pf = rf.prefill_time(pf, eff)
-    dec = rf.Estimate(0.004, 0.006)
-    alone = serving.serve_point(pf, dec, eff, "batching", 1, 2048, 256)
-    assert alone.tpot_s.estimate == dec.estimate and alone.tpot_s.ceiling == dec.ceiling
-    eight = serving.serve_point(pf, dec, eff, "batching", 8, 2048, 256)
-    assert eight.tpot_s.estimate == pytest.approx(dec.estimate + 7 * t_pf / 256)
-    # the cycle still holds all N prefills: aggregate = N·O / (O·t_dec + N·t_pf)
-    assert eight.throughput[1] == pytest.approx(8 * 256 / (256 * dec.estimate + 8 * t_pf))
+def test_llama_server_slots_share_one_batch_of_n_batch_tokens_in_micro_batches(cat: Catalog) -> None:
+    """llama.cpp's server (tools/server/server-context.cpp, update_slots) puts each step's decodes first and then
+    its slots' prompt tokens, up to n_batch (2048), and runs that batch in micro-batches of -ub (512): four
+    512-token prompts arriving together share one step of four passes, and each gets its first token only when
+    all four are in. On the lent H200 (h200-lcpp rows, 32 slots, 512 in / 128 out) TTFT was 121 ms at c1, 491 at
+    c4 (4.05x) and 1,035 at c16 (8.5x)."""
+    from tokenbench.predict.setup import Setup
+
+    cal = Calibration.packaged()
+    s = Setup.make(cat, cal, "nvidia-h200-sxm", "m8b-random", "Q4_0", "F16", "llama.cpp", parallel=32)
+    assert s.budget == serving.LLAMA_BATCH_TOKENS
+    step = s._step_cost(queue.StepKind(0, ((512, 0),) * 4), 576)
+    one = s._prefill_cost(512, 0, 512)
+    assert step.passes == 4 and step.t_weights == pytest.approx(4 * one.t_weights)
+    ttft = {n: s.serve(n, 512, 128).ttft_s.estimate for n in (1, 4, 16)}
+    rows = {r.concurrency: r.value for r in read_rows(DATA / "published-current.csv")
+            if r.raw["source"] == "h200-lcpp" and r.metric == "ttft_median"}
+    for n, within in ((4, 0.15), (16, 0.25)):
+        assert ttft[n] / ttft[1] == pytest.approx(rows[n] / rows[1], rel=within)
 
 
 def test_without_flash_attention_every_score_goes_through_memory(cat: Catalog) -> None:

@@ -4,6 +4,7 @@ against numbers written here."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -23,6 +24,7 @@ STRIX = ("amd-ryzen-ai-max-395", "gpt-oss-20b", "Q4_K_M", "F16", "llama.cpp")
 H100 = ("nvidia-h100-sxm", "gpt-oss-20b", "MXFP4", "AUTO", "vllm")
 SESSION = ["--sessions", "--turns", "20", "--shared-prefix", "2000", "--input-len", "1000", "--tool-len", "800",
            "--output-len", "400"]
+DEVICE = Path(__file__).resolve().parents[1] / "benchmarks" / "device"
 STRIX_ARGS = ["predict", "--hardware", STRIX[0], "--model", STRIX[1], "--engine", STRIX[4], *SESSION]
 
 
@@ -266,3 +268,44 @@ def test_a_saved_session_prediction_round_trips_through_the_store(tmp_path: Path
     assert main(["cost", "strix-session", "--db", db, "--price-per-hour", "2"]) == 0
     priced = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln.split()[1:2] in (["warm"], ["busted"])]
     assert len(priced) == 4 and all(float(r[5]) > 0 for r in priced)  # USD/session, no longer blank
+
+
+def test_llama_server_agents_wait_for_its_slot_saves_as_measured_on_the_h200(cat: Catalog) -> None:
+    """Four agents, 8 sessions of 6 turns (512 shared tokens, a 1,024-token task, tool results of 64-192,
+    answers of 128) against llama-server with 32 slots on the lent H200 (benchmarks/device/h200-2026-11/
+    sessions.json, never in a fit): sessions took 9.3 s (p50) with the prefix cache and turns 2-6 waited 0.7-0.9 s
+    for a first token where prefilling ~270 new tokens takes ~30 ms. As each turn starts llama-server saves the
+    other agents' idle slots, their whole context's KV cache, to its host prompt cache (--cache-ram) with no slot
+    running (serving.LLAMA_SAVE_GBS). Without the saves in the model, those turns came to 47 ms and the session to
+    3.7 s."""
+    runs = json.loads((DEVICE / "h200-2026-11" / "sessions.json").read_text())
+    warm = next(lv["session"] for lv in runs["levels"] if lv["session"]["cache"] == "warm")
+    s = Setup.make(cat, Calibration.packaged(), "nvidia-h200-sxm", "m8b-random", "Q4_0", "F16", "llama.cpp",
+                   parallel=32)
+    p = predict_session(s, shape(turns=6, shared_prefix=512, input_len=Draw.fixed(1024), tool_len=Draw.fixed(128),
+                                 output_len=Draw.fixed(128), think_time=Draw.fixed(0.0, "s")), 4)
+    assert p.time().total.estimate == pytest.approx(warm["session_s"]["p50"], rel=0.25)
+    for t in warm["turns"][1:]:
+        predicted = p.turns[t["turn"]].ttft_s.estimate
+        assert 0.7 < predicted / (t["ttft_ms"]["p50"] / 1e3) < 1.4, t["turn"]
+    assert any("saves the slot" in n for n in p.notes)
+
+
+def test_llama_servers_slot_saves_one_a_request_and_none_of_an_agents_own_next_turn() -> None:
+    """llama-server saves every idle slot not yet saved as it launches a task. A sweep's next request goes to the
+    least recently used slot, so the slot its agent just left is saved: one save a request. An agent's next turn
+    continues its own slot (the most similar prompt), which is then overwritten, not saved: only the slots of the
+    agents idle at that moment are. Other engines keep no such cache: no saves counted."""
+    from tokenbench.predict import queue
+
+    def saves_per_request(n: int, cached: int, slot_saves: bool = True) -> float:
+        """The saves an agent's cycle holds (a save timed as 1 s: its cycle's length), over the agents."""
+        loop = queue.closed_loop(n, 512, 127, 2048, True, "together", 1, cached, 1, slot_saves)
+        return queue.evaluate(loop, [float(k.saves) for k in loop.kinds]).cycle / n
+
+    assert saves_per_request(1, 0) == pytest.approx(1.0)
+    assert saves_per_request(4, 0) == pytest.approx(1.0)
+    assert saves_per_request(1, 1024) == 0.0  # one agent alone: its own slot, nobody else's to save
+    # four agents in step: each turn's first launch saves the three others' slots, then none is left to save
+    assert saves_per_request(4, 1024) == pytest.approx(3 / 4)
+    assert saves_per_request(4, 0, slot_saves=False) == 0.0

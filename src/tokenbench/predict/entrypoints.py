@@ -16,6 +16,7 @@ from .calibration import Calibration
 from .fitting import fit_calibration
 from .measured import Row, read_rows
 from .own import own_rows
+from . import serving
 from .queue import Arrivals
 from .runs import depth_levels, prediction, serve_levels, session_level, speculation
 from .session import SessionPrediction, SessionShape, predict_session
@@ -193,6 +194,13 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
         if s.kind == "sequential" and s.parallel == 1:
             remarks.append(f"{s.engine} serves one stream at a time (one slot): concurrency only queues; "
                            "--parallel N models N slots")
+        state = s.slot_state_bytes(input_len + output_len)
+        saving = serving.slot_save(s.engine, state)
+        if saving:
+            remarks.append(f"TTFT counts llama-server saving each finished request's slot ({state / 2**20:,.0f} MiB of "
+                           f"KV cache) to its host prompt cache before the next one starts: {saving * 1e3:,.0f} ms "
+                           "a request, no slot running meanwhile (--cache-ram, on by default; --cache-ram 0 "
+                           "removes it, and the cache with it)")
     return Predicted(s, cal, cfg, described, [PredictedTable(head, rows)], metrics, band_note(s, cal, metrics),
                      input_len, output_len, remarks)
 

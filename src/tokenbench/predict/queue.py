@@ -70,10 +70,12 @@ RESEND_LAG = 2
 @dataclass(frozen=True, slots=True)
 class StepKind:
     """The work of one engine step: ``decodes`` sequences decoding (one token each, or 1+γ with speculative
-    decoding) and prompt chunks, each (tokens, tokens of that prompt already in the cache before them)."""
+    decoding) and prompt chunks, each (tokens, tokens of that prompt already in the cache before them); ``saves``:
+    slots llama.cpp's server saves to its host prompt cache before the step (``closed_loop``'s ``slot_saves``)."""
 
     decodes: int
     chunks: tuple[tuple[int, int], ...] = ()
+    saves: int = 0
 
 
 Counts = tuple[tuple[int, int], ...]  # (index of a step kind, how many such steps)
@@ -106,10 +108,15 @@ class LoopTimes:
 
 class _State:
     """The agents during a simulation: each has a prompt in the queue (``left`` tokens still to prefill) or is
-    decoding (``out`` steps left)."""
+    decoding (``out`` steps left), or has finished and its next prompt is on its way; ``unsaved``: its slot is
+    idle and holds a state llama.cpp's server has not saved yet (counted only with ``slot_saves``)."""
 
-    def __init__(self, n: int, prompt: int, dec_steps: int, arrivals: Arrivals) -> None:
+    def __init__(self, n: int, prompt: int, dec_steps: int, arrivals: Arrivals, slot_saves: bool = False,
+                 own_slot: bool = False) -> None:
         self.prompt, self.dec_steps = prompt, dec_steps
+        self.slot_saves, self.own_slot = slot_saves, own_slot
+        self.unsaved = [False] * n
+        self.saves = 0  # slots saved since the last step
         self.left = [0] * n
         self.done = [0] * n
         self.out = [0] * n
@@ -129,9 +136,14 @@ class _State:
         self.join(i)
 
     def join(self, i: int) -> None:
-        """Agent i's prompt reaches the engine's queue."""
+        """Agent i's prompt reaches the engine's queue. llama.cpp's server (``slot_saves``) launches it into a slot
+        and first saves every idle slot not yet saved: the others', and its own previous one unless the prompt
+        continues that slot's context (``own_slot``: an agent's next turn), which it then overwrites."""
         self.left[i], self.done[i], self.real[i] = self.prompt, 0, True
         self.queue.append(i)
+        if self.slot_saves:
+            self.saves += sum(self.unsaved) - (self.unsaved[i] and self.own_slot)
+            self.unsaved = [False] * len(self.unsaved)
 
 
 def _step(s: _State, budget: int, mixed: bool, per_seq: int, cached: int) -> tuple[StepKind, int, list[int]]:
@@ -151,19 +163,23 @@ def _step(s: _State, budget: int, mixed: bool, per_seq: int, cached: int) -> tup
         room -= t
         if not s.left[i]:
             finished.append(i)
-    return StepKind(len(dec) if mixed or not chunks else 0, tuple(chunks)), 1, finished
+    saves, s.saves = s.saves, 0
+    return StepKind(len(dec) if mixed or not chunks else 0, tuple(chunks), saves), 1, finished
 
 
 @lru_cache(maxsize=4096)
 def closed_loop(n: int, prompt: int, dec_steps: int, budget: int, mixed: bool = True,
-                arrivals: Arrivals = "together", per_seq: int = 1, cached: int = 0, lag: int = RESEND_LAG) -> Loop:
+                arrivals: Arrivals = "together", per_seq: int = 1, cached: int = 0, lag: int = RESEND_LAG,
+                slot_saves: bool = False) -> Loop:
     """Simulate ``n`` agents sending ``prompt``-token prompts (after ``cached`` tokens already in the prefix
     cache) that each take ``dec_steps`` decode steps after the first token, on an engine with ``budget`` tokens
     per step; ``mixed``: prompt chunks ride along with the decodes (vLLM), else a step holding prompts holds
     nothing else (SGLang's default). Each decoding sequence takes ``per_seq`` tokens of the budget (1+γ when
     speculative decoding verifies γ drafted tokens); an agent's next prompt misses ``lag`` steps (RESEND_LAG).
-    Memoised: a schedule does not depend on the constants."""
-    s = _State(n, max(1, prompt), max(0, dec_steps), arrivals)
+    ``slot_saves``: count the slots llama.cpp's server saves to its host prompt cache as each prompt arrives
+    (StepKind.saves; with ``cached`` tokens, an agent's next turn continues its own slot). Memoised: a schedule
+    does not depend on the constants."""
+    s = _State(n, max(1, prompt), max(0, dec_steps), arrivals, slot_saves, cached > 0)
     kinds: dict[StepKind, int] = {}
     runs: list[tuple[int, int, int, int, int]] = []  # (first step, steps, kind, decodes per step, first tokens)
     done: list[tuple[int, int, int, int, int]] = []  # (agent, request number, arrival, first token, last step)
@@ -201,6 +217,7 @@ def closed_loop(n: int, prompt: int, dec_steps: int, budget: int, mixed: bool = 
                 done.append((i, s.served[i], s.arrived[i], s.first[i], last))
                 s.served[i] += 1
             s.arrived[i] = last + 1  # sent as the next step starts: its time counts from there
+            s.unsaved[i] = s.slot_saves  # its slot is idle, holding the state this request left
             sent.append((i, lag))
         k = last + 1
     return _summarise(tuple(kinds), runs, done)

@@ -1,10 +1,9 @@
-"""A closed loop of agents from the step costs: llama.cpp with slots, vLLM's and SGLang's batches through their
-scheduler (queue.py), and those engines' default token budget per step."""
+"""A closed loop of agents from the step costs: llama.cpp as one stream, and the batches of vLLM, SGLang and
+llama.cpp's server slots through their scheduler (queue.py), with those engines' default token budget per step."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from .. import registry
 from . import queue
@@ -20,12 +19,22 @@ VLLM_BATCH_TOKENS = ((70, 8192), (0, 2048))
 #: (A100 40GB, L40), 8192 under 160 (H100, A100 80GB, H200), else 16384 (B200, MI300)
 #: (python/sglang/srt/server_args.py, ServerArgs._handle_gpu_memory_settings).
 SGLANG_BATCH_TOKENS = ((160, 16384), (60, 8192), (35, 4096), (0, 2048))
-#: llama.cpp's server with slots (-np) under a closed loop: the share of the (N−1)/2 prompts ahead a new one
-#: waits behind (the prior the fitted "burst" constant had, which no llama.cpp row ever moved).
-SLOTS_BURST = 0.5
-
-
-EngineKind = Literal["batching", "sequential"]
+#: llama.cpp's server: the logical batch its slots share each step (-b, n_batch; common/common.h's default).
+LLAMA_BATCH_TOKENS = 2048
+#: Steps a re-sent prompt misses (queue.RESEND_LAG) on llama.cpp's server: its loop is synchronous
+#: (tools/server/server-context.cpp, ``update_slots``: build the batch, decode it, send the tokens, then read the
+#: new tasks), so a prompt sent while step k+1 runs joins step k+2.
+LLAMA_RESEND_LAG = 1
+#: How fast llama.cpp's server copies a slot's KV cache into its host-memory prompt cache (--cache-ram, on by
+#: default at 8192 MiB), in GB/s. As it launches a new task its loop first saves every idle slot not yet saved
+#: (tools/server/server-context.cpp: "saving idle slot to prompt cache", llama_state_seq_get_data into a new host
+#: buffer), and no slot runs meanwhile: under a closed loop, each request pays for saving the state the request
+#: before it left in its slot. On the lent H200 a 512-token prompt's TTFT was 121 ms where llama-bench's pp512
+#: took 48, and four together 491 ms, four times one: about 70 ms each, serial, for 84 MB of state (640 tokens of an
+#: 8B model's f16 KV): 1.2 GB/s. On this project's 2-core CI machine one save of 120.5 MiB a request (its log's)
+#: added 350 ms to TTFT, 0.36 GB/s, and --cache-ram 0 took it out (benchmarks/llama_server_cache_ram.py). The host
+#: CPU sets the rate; this is the GPU server's figure.
+LLAMA_SAVE_GBS = 1.2
 
 
 @dataclass(slots=True)
@@ -41,10 +50,13 @@ class ServePoint:
 
 
 def default_batch_tokens(engine: str, hw: HardwareSpec) -> int:
-    """A batching engine's token budget per step when none is given: vLLM's max_num_batched_tokens, SGLang's
+    """An engine's token budget per step when none is given: vLLM's max_num_batched_tokens, SGLang's
     chunked_prefill_size, by the box's memory per GPU (VLLM_BATCH_TOKENS, SGLANG_BATCH_TOKENS say where from);
-    other batching engines (Transformers' continuous batching) take vLLM's rule."""
+    llama.cpp's n_batch (LLAMA_BATCH_TOKENS) for its server's slots; other batching engines (Transformers'
+    continuous batching) take vLLM's rule."""
     eng = registry.engine(engine)
+    if eng.kind == "sequential":
+        return LLAMA_BATCH_TOKENS
     if eng.name == "sglang":
         return next(b for gb, b in SGLANG_BATCH_TOKENS if hw.mem_gb >= gb)
     if "a100" in hw.id:
@@ -53,20 +65,37 @@ def default_batch_tokens(engine: str, hw: HardwareSpec) -> int:
 
 
 def mixes_prefill(engine: str) -> bool:
-    """Whether a step carries prompt chunks beside the running decodes (vLLM V1, Transformers), or a step with
-    prompts holds nothing else and the decodes wait for it (SGLang without --enable-mixed-chunk)."""
+    """Whether a step carries prompt chunks beside the running decodes (vLLM V1, Transformers, llama.cpp's server
+    slots), or a step with prompts holds nothing else and the decodes wait for it (SGLang without
+    --enable-mixed-chunk)."""
     return registry.engine(engine).name != "sglang"
 
 
-def batch_step(parts: list[StepCost]) -> StepCost:
+def slot_save(engine: str, state_bytes: float) -> float:
+    """Seconds llama.cpp's server spends saving one finished request's slot state (``state_bytes``: its KV cache
+    and recurrent state) to its host prompt cache before the next task starts (LLAMA_SAVE_GBS); 0 for other
+    engines, which keep no such cache."""
+    return state_bytes / (LLAMA_SAVE_GBS * 1e9) if registry.engine(engine).name == "llama.cpp" else 0.0
+
+
+def resend_lag(engine: str) -> int:
+    """Steps an agent's next prompt misses after its last token (queue.RESEND_LAG for the engines that schedule a
+    step ahead, LLAMA_RESEND_LAG for llama.cpp's synchronous server)."""
+    return LLAMA_RESEND_LAG if registry.engine(engine).kind == "sequential" else queue.RESEND_LAG
+
+
+def batch_step(parts: list[StepCost], passes: int = 0) -> StepCost:
     """One engine step running several pieces of work as one forward pass (the decodes of the running
-    sequences, prompt chunks): the weights are read once (the largest read of any part: with MoE, the experts
-    touched by the most tokens), every part's KV traffic, arithmetic and all-reduce bytes add, and the
-    per-layer, per-all-reduce and per-expert-matmul fixed costs are paid once."""
-    if len(parts) == 1:
+    sequences, prompt chunks), or as ``passes`` micro-batches (llama.cpp splits its batch into -ub tokens each,
+    and reads the weights once per micro-batch): the weights are read once per pass (the largest read of any
+    part: with MoE, the experts touched by the most tokens), every part's KV traffic, arithmetic and all-reduce
+    bytes add, and the per-layer, per-all-reduce and per-expert-matmul fixed costs are paid once per pass."""
+    if len(parts) == 1 and passes <= parts[0].passes:
         return parts[0]
     first = parts[0]
-    big = max(parts, key=lambda p: p.t_weights)
+    big = max(parts, key=lambda p: p.t_weights / p.passes)
+    n = max(passes, 1)
+    reads = n / big.passes  # the largest part's weight reads, once per pass of the step
 
     def add(name: str) -> float:
         return sum(getattr(p, name) for p in parts)
@@ -74,44 +103,32 @@ def batch_step(parts: list[StepCost]) -> StepCost:
     def weight_bytes_of(p: StepCost) -> float:  # bytes ∝ time: every stream of a part is over the same bandwidth
         streams = p.t_weights + p.t_kv + p.t_kvq
         return p.bytes * p.t_weights / streams if streams else 0.0
-    return StepCost(big.t_weights, add("t_kv"), add("t_compute"),
-                    add("bytes") - sum(weight_bytes_of(p) for p in parts if p is not big), add("flops"),
-                    add("t_attention"), add("t_kvq"), first.layers, 1, first.quantized,
+    return StepCost(big.t_weights * reads, add("t_kv"), add("t_compute"),
+                    add("bytes") - sum(weight_bytes_of(p) for p in parts) + weight_bytes_of(big) * reads,
+                    add("flops"), add("t_attention"), add("t_kvq"), first.layers, n, first.quantized,
                     max(p.expert_gemms for p in parts), add("t_routed"), add("t_comm"), max(p.comm_ops for p in parts),
-                    add("t_power"), max(p.t_deq for p in parts), first.cycles)
+                    add("t_power"), max(p.t_deq / p.passes for p in parts) * n, first.cycles)
 
 
-def serve_point(pf: StepCost, t_dec: Estimate, eff: Efficiency, kind: EngineKind, n: int, prompt: int,
-                output: int) -> ServePoint:
-    """Closed loop, N agents, prompt P, output O (roofline.md "Continuous batching"), from the prefill cost of
-    one prompt (``pf``) and the time per output token of the decode step at the loop's mean context
-    (``t_dec``: N sequences when batching, one when sequential; speculative decoding already in it). For
-    llama.cpp: one stream, or its server's slots (-np); vLLM and SGLang go through their scheduler's queue
-    (``serve_queue``).
-
-    slots ("batching" here): cycle ≈ O·t_dec(N, P+O/2) + N·t_pf(P); TPOT ≈ t_dec + (N−1)·t_pf/O: while an
-    agent decodes, the other N−1 prompts of the cycle are prefilled between its steps. TTFT ≈ t_pf + t_dec +
-    a wait: SLOTS_BURST of the (N−1)/2 prompts ahead of it. sequential (llama.cpp as one stream): one request
-    at a time, so aggregate stays at the single-stream rate and each agent waits for the others."""
-    t_pf = Estimate(pf.ceiling, prefill_time(pf, eff)) if prompt else Estimate(0.0, 0.0)
-    if kind == "sequential":
-        t_req = Estimate(t_pf.ceiling + output * t_dec.ceiling, t_pf.estimate + output * t_dec.estimate)
-        ttft = Estimate((n - 1) * t_req.ceiling + t_pf.ceiling, (n - 1) * t_req.estimate + t_pf.estimate)
-        thr = (output / t_req.ceiling, output / t_req.estimate)
-        return ServePoint(n, ttft, t_dec, thr, (thr[0] / n, thr[1] / n), ["one stream at a time: requests queue"])
-    cyc_c = output * t_dec.ceiling + n * t_pf.ceiling
-    cyc_e = output * t_dec.estimate + n * t_pf.estimate
-    others = (n - 1) / max(output, 1)
-    tpot = Estimate(t_dec.ceiling + others * t_pf.ceiling, t_dec.estimate + others * t_pf.estimate)
-    wait = SLOTS_BURST * (n - 1) / 2
-    ttft = Estimate(t_pf.ceiling + t_dec.ceiling, t_pf.estimate * (1 + wait) + t_dec.estimate)
-    thr = (n * output / cyc_c, n * output / cyc_e) if output else (n / t_dec.ceiling, n / t_dec.estimate)
-    return ServePoint(n, ttft, tpot, thr, (thr[0] / n, thr[1] / n))
+def one_stream(pf: StepCost, t_dec: Estimate, eff: Efficiency, n: int, prompt: int, output: int,
+               save: float = 0.0) -> ServePoint:
+    """Closed loop of N agents, prompt P, output O, on llama.cpp as one stream (one slot): one request at a time,
+    so aggregate throughput stays at the single-stream rate and each agent waits for the others' requests. From
+    the prefill cost of one prompt (``pf``) and the time per output token of one sequence at the loop's mean
+    context (``t_dec``, speculative decoding already in it); ``save``: seconds the server spends saving the
+    previous request's slot before this one starts (slot_save), in its time to first token (a software cost: not
+    in the ceiling). Its server's slots (-np) batch: ``serve_queue``."""
+    t_pf = Estimate(pf.ceiling, prefill_time(pf, eff) + save) if prompt else Estimate(0.0, save)
+    t_req = Estimate(t_pf.ceiling + output * t_dec.ceiling, t_pf.estimate + output * t_dec.estimate)
+    ttft = Estimate((n - 1) * t_req.ceiling + t_pf.ceiling, (n - 1) * t_req.estimate + t_pf.estimate)
+    thr = (output / t_req.ceiling, output / t_req.estimate)
+    return ServePoint(n, ttft, t_dec, thr, (thr[0] / n, thr[1] / n), ["one stream at a time: requests queue"])
 
 
 def serve_queue(loop: queue.Loop, times: tuple[list[float], list[float]], t_out: Estimate, n: int,
                 output: int) -> ServePoint:
-    """A batching engine's closed loop from its simulated schedule (queue.closed_loop) and the time of each kind
+    """A batching engine's closed loop (vLLM, SGLang, llama.cpp's server slots) from its simulated schedule
+    (queue.closed_loop) and the time of each kind
     of step it ran (``times``: at the ceiling, and estimated). TTFT: the steps from a prompt's arrival to the
     step that finishes it (queueing behind other prompts' chunks, sharing steps with the running decodes), plus
     ``t_out``, one decode step of one sequence: the first token's way out to the client (sampling, detokenising,

@@ -7,8 +7,8 @@ and host-memory prompt cache) only the new tokens are prefilled: the previous an
 the depth of the cached history, which costs attention over it. Without one the whole context is prefilled. Both
 come from the depth-aware estimates ``--test depth`` uses (``Setup.prefill``, ``Setup.decode``): one agent's TTFT
 is the prefill of its new tokens, its decode rate is the step at the middle of its answer; N agents go through
-the serving prediction's closed loop (``Setup.serve``, ``roofline.serve_point``) with each prompt's cached depth.
-No second roofline.
+the serving prediction's closed loop (``Setup.serve``: ``serving.one_stream``, ``serving.serve_queue``) with each
+prompt's cached depth. No second roofline.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 from ..draws import Draw
 from ..errors import UsageError
 from . import roofline as rf
+from . import serving
 from .setup import Setup
 
 #: The lengths a session takes when none is given: the task of turn 1, each tool result, each answer.
@@ -238,6 +239,10 @@ def assumptions(s: Setup, p: SessionPrediction) -> list[str]:
                    "out (the waits are an upper bound)")
     out.append("cached: turn 1 finds the shared prefix in the cache (other sessions sent it); every later turn "
                "prefills only the previous answer and the new tool result; uncached: the whole context, every turn")
+    if p.agents > 1 and serving.slot_save(s.engine, 1.0):
+        out.append("each turn waits while llama-server saves the slot of the turn before it (its whole context's KV "
+                   f"cache, at {serving.LLAMA_SAVE_GBS:g} GB/s) to its host prompt cache (--cache-ram, on by default), "
+                   "no slot running meanwhile")
     if s.kind == "sequential" and p.agents > s.parallel:
         out.append("llama-server keeps one conversation per slot: with more agents than slots, cached assumes its "
                    "host-memory prompt cache (--cache-ram, default 8192 MiB) swaps each history back in (the copy "

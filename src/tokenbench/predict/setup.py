@@ -1,10 +1,11 @@
 """One prediction's setup: a box, a model in a weight and KV format, an engine and its fitted constants, and what
 it answers: decode at a depth, a prompt's prefill, and a closed loop of agents (through the scheduler model for
-vLLM and SGLang). Its physical costs and memory fits are memoised per shape: the calibration fit evaluates each row
-thousands of times."""
+vLLM, SGLang and llama.cpp's server slots). Its physical costs and memory fits are memoised per shape: the
+calibration fit evaluates each row thousands of times."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -90,7 +91,7 @@ class Setup:
 
     @property
     def budget(self) -> int:
-        """A batching engine's tokens per step: the one given, else the engine's default on this box."""
+        """Tokens per step: the one given, else the engine's default on this box (llama.cpp's server: n_batch)."""
         return self.batch_tokens or serving.default_batch_tokens(self.engine, self.hw)
 
     @property
@@ -150,20 +151,29 @@ class Setup:
 
     def serve(self, n: int, prompt: int, output: int, cached: int = 0) -> serving.ServePoint:
         """A closed loop of ``n`` agents, from the memoised per-shape costs (the fit evaluates each row often).
-        vLLM and SGLang through their scheduler's queue (``_serve_queue``); llama.cpp with ``parallel`` slots
-        batches up to that many sequences (prompts in its micro-batches), and more agents wait for a slot. ``cached``: tokens of each prompt
-        already in the prefix cache before its ``prompt`` new ones (an agent's turn): only the new ones are
-        prefilled, at that depth, and decoding runs at the whole context."""
+        vLLM and SGLang through their scheduler's queue (``_serve_queue``); llama.cpp's server with ``parallel``
+        slots through the same queue, as its loop schedules them (each step the slots' decodes, then their prompts
+        up to n_batch tokens, in micro-batches of -ub), and more agents wait for a slot. ``cached``: tokens of
+        each prompt already in the prefix cache before its ``prompt`` new ones (an agent's turn): only the new
+        ones are prefilled, at that depth, and decoding runs at the whole context."""
         ctx = cached + prompt + output // 2
         if self.kind == "batching":
             return self._serve_queue(n, prompt, output, cached)
         if self.parallel > 1:
-            b = min(n, self.parallel)
-            pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch)
-            p = serving.serve_point(pf, self._decode_step(b, ctx), self.eff, "batching", b, prompt, output)
-            return serving.behind_slots(p, n, output)
+            return serving.behind_slots(self._serve_queue(min(n, self.parallel), prompt, output, cached), n, output)
         pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch)
-        return serving.serve_point(pf, self._decode_step(1, ctx), self.eff, "sequential", n, prompt, output)
+        return serving.one_stream(pf, self._decode_step(1, ctx), self.eff, n, prompt, output,
+                                  self._slot_save(cached + prompt + output))
+
+    def slot_state_bytes(self, context: int) -> float:
+        """A sequence's state at ``context`` tokens, as llama.cpp's server saves a slot: its KV cache and recurrent
+        state."""
+        return memory.kv_bytes(self.model, self.quant, context) + memory.state_bytes(self.model)
+
+    def _slot_save(self, context: int) -> float:
+        """Seconds llama.cpp's server takes to save a finished request's slot to its host prompt cache
+        (serving.slot_save); 0 for other engines."""
+        return serving.slot_save(self.engine, self.slot_state_bytes(context))
 
     def _step_cost(self, kind: queue.StepKind, ctx: int) -> rf.StepCost:
         """The physical work of one kind of engine step: its decodes at the loop's mean context and its prompt
@@ -172,14 +182,22 @@ class Setup:
         if key not in self.costs:
             per_seq = self.spec.gamma + 1 if self.spec else 1
             parts = [self._decode_cost(kind.decodes, ctx, per_seq)] if kind.decodes else []
-            parts += [self._prefill_cost(t, c, self.budget) for t, c in kind.chunks]
-            self.costs[key] = serving.batch_step(parts)
+            if self.kind == "sequential":  # llama.cpp: the step's batch runs in micro-batches of -ub tokens
+                parts += [self._prefill_cost(t, c, self.ubatch) for t, c in kind.chunks]
+                tokens = kind.decodes * per_seq + sum(t for t, _ in kind.chunks)
+                self.costs[key] = serving.batch_step(parts, math.ceil(tokens / max(1, self.ubatch)))
+            else:
+                parts += [self._prefill_cost(t, c, self.budget) for t, c in kind.chunks]
+                self.costs[key] = serving.batch_step(parts)
         return self.costs[key]
 
-    def _step_times(self, kinds: tuple[queue.StepKind, ...], ctx: int) -> tuple[list[float], list[float]]:
+    def _step_times(self, kinds: tuple[queue.StepKind, ...], ctx: int,
+                    save: float = 0.0) -> tuple[list[float], list[float]]:
         """Each kind of step's time, at the ceiling and estimated. With speculative decoding a decode step is
         one verification pass and its drafts (``_decode_step`` per token, times E), and prompt chunks add what
-        they add to a plain step of the same decodes."""
+        they add to a plain step of the same decodes. ``save``: seconds per slot saved before the step
+        (StepKind.saves: llama.cpp's server saving idle slots to its host prompt cache, _slot_save); a software
+        cost, not in the ceiling."""
         ceil, est = [], []
         for kind in kinds:
             c = self._step_cost(kind, ctx)
@@ -190,18 +208,21 @@ class Setup:
                 t_c += d.ceiling * self.spec.expected - plain.ceiling
                 t_e += d.estimate * self.spec.expected - rf.prefill_time(plain, self.eff)
             ceil.append(t_c)
-            est.append(t_e)
+            est.append(t_e + kind.saves * save)  # llama.cpp's server saving idle slots before the step
         return ceil, est
 
     def _serve_queue(self, n: int, prompt: int, output: int, cached: int) -> serving.ServePoint:
-        """vLLM / SGLang: the closed loop through their scheduler (queue.closed_loop, memoised per shape), each
-        kind of step timed by the roofline with the current constants."""
+        """vLLM, SGLang, llama.cpp's server slots: the closed loop through their scheduler (queue.closed_loop,
+        memoised per shape), each kind of step timed by the roofline with the current constants."""
         ctx = cached + prompt + output // 2
         per_step = self.spec.expected if self.spec else 1.0
         per_seq = self.spec.gamma + 1 if self.spec else 1
+        save = self._slot_save(cached + prompt + output)
         loop = queue.closed_loop(n, max(prompt, 1), queue.decode_steps(output, per_step), self.budget,
-                                 serving.mixes_prefill(self.engine), self.arrivals, per_seq, cached)
-        p = serving.serve_queue(loop, self._step_times(loop.kinds, ctx), self._decode_step(1, ctx), n, output)
+                                 serving.mixes_prefill(self.engine), self.arrivals, per_seq, cached,
+                                 serving.resend_lag(self.engine), save > 0)
+        times = self._step_times(loop.kinds, ctx, save)
+        p = serving.serve_queue(loop, times, self._decode_step(1, ctx), n, output)
         if not output:  # prompts only: the decode rate of the batch stands for throughput
             d = self._decode_step(n, ctx)
             p.throughput = (n / d.ceiling, n / d.estimate)
