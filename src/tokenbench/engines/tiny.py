@@ -234,6 +234,51 @@ def _write_gguf(hf_dir: Path, tok: object, state: dict, cfg: dict, path: Path, n
     w.close()
 
 
+def random_llama_gguf(out: Path, name: str, layers: int, hidden: int, ffn: int, heads: int, kv_heads: int,
+                      head_dim: int, max_positions: int, rope_theta: float | None = None, device: str = "cpu",
+                      stem: str | None = None) -> Path:
+    """A Llama-shaped model of any size with random F16 weights (std 0.02) and this module's byte-level BPE
+    tokenizer, named ``name``, written straight to ``out/<stem or name>-f16.gguf`` without a Transformers model in
+    between: what the
+    benchmarks use for a model too big to build as the tiny one is (``benchmarks/device/make_m8b.py``: an 8B on a
+    GPU; ``benchmarks/llama_server_cache_ram.py``: a model with much KV cache a token and little arithmetic).
+    ``device``: where the weights are drawn (a GPU draws an 8B's in seconds)."""
+    import torch
+
+    hf = out / "hf"
+    hf.mkdir(parents=True, exist_ok=True)
+    tok = _train_tokenizer(hf)
+    vocab = len(tok.get_vocab())  # type: ignore[attr-defined]
+    cfg = dict(CONFIG, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers, num_attention_heads=heads,
+               num_key_value_heads=kv_heads, head_dim=head_dim, vocab_size=vocab, max_position_embeddings=max_positions)
+    if rope_theta is not None:
+        cfg["rope_theta"] = rope_theta
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def rnd(*shape: int, std: float = 0.02) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen, device=device) * std).to(torch.float16).cpu()
+
+    state = {"model.embed_tokens.weight": rnd(vocab, hidden, std=0.2), "model.norm.weight": torch.ones(hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        state[p + "input_layernorm.weight"] = torch.ones(hidden)
+        state[p + "post_attention_layernorm.weight"] = torch.ones(hidden)
+        state[p + "self_attn.q_proj.weight"] = rnd(heads * head_dim, hidden)
+        state[p + "self_attn.k_proj.weight"] = rnd(kv_heads * head_dim, hidden)
+        state[p + "self_attn.v_proj.weight"] = rnd(kv_heads * head_dim, hidden)
+        state[p + "self_attn.o_proj.weight"] = rnd(hidden, heads * head_dim)
+        state[p + "mlp.gate_proj.weight"] = rnd(ffn, hidden)
+        state[p + "mlp.up_proj.weight"] = rnd(ffn, hidden)
+        state[p + "mlp.down_proj.weight"] = rnd(hidden, ffn)
+    head = rnd(vocab, hidden, std=0.2)
+    for tid in _silent_tokens(tok):  # as the tiny model: every generated token is visible text
+        head[tid].zero_()
+    state["lm_head.weight"] = head
+    path = out / f"{stem or name}-f16.gguf"
+    _write_gguf(hf, tok, state, cfg, path, name, "f16")
+    return path
+
+
 def build(dest: Path, size: str = "tiny") -> TinyModel:
     """Build the model of ``size`` into ``dest`` (a new directory)."""
     base_cfg, _, model_name, ftype = _spec(size)
