@@ -376,3 +376,33 @@ def test_held_out_h100_pcie_decodes_faster_than_a100_sxm_at_the_same_bandwidth(c
            and x.row.model == "llama-3.1-8b" and x.row.weights == "F16" and x.row.test == "tg512"]
     pred = {x.row.hardware: x.predicted or 0.0 for x in res}
     assert pred["nvidia-h100-pcie"] > pred["nvidia-a100-sxm-80gb"]
+
+
+def test_predict_cache_ram_0_is_llama_server_without_its_slot_saves(capsys: pytest.CaptureFixture[str],
+                                                                      tmp_path: Path) -> None:
+    """predict --cache-ram 0 predicts llama-server with its host prompt cache off: no request waits for a save,
+    the output no longer says what the saves cost, and the stored prediction says the cache was off. Another
+    engine keeps no such cache: a one-line error."""
+    import json
+
+    from tokenbench.cli import main
+    from tokenbench.predict.setup import Setup
+
+    box = ["predict", "--hardware", "nvidia-h200-sxm", "--model", "m8b-random", "--weights", "Q4_0", "--engine",
+           "llama.cpp", "--parallel", "32", "--concurrency", "4", "--input-len", "512", "--output-len", "128"]
+    docs, texts = [], []
+    for extra in ([], ["--cache-ram", "0"], ["--cache-ram", "8192"]):
+        out = tmp_path / f"p{len(docs)}.json"
+        assert main([*box, *extra, "--json", str(out)]) == 0
+        texts.append(" ".join(capsys.readouterr().out.split()))
+        docs.append(json.loads(out.read_text()))
+    on, off, given = (d["levels"][0]["ttft_ms"]["p50"] for d in docs)
+    s = Setup.make(Catalog.load(), Calibration.packaged(), "nvidia-h200-sxm", "m8b-random", "Q4_0", "F16",
+                   "llama.cpp", parallel=32)
+    # four prompts arrive together: each waits for the four saves of the slots the cycle before left
+    assert on - off == pytest.approx(4 * s.slot_save(640) * 1e3, rel=0.02) and given == on
+    assert "host prompt cache" in texts[0] and "host prompt cache" not in texts[1]
+    assert docs[1]["manifest"]["shape"]["prompt_cache"] is False and "prompt_cache" not in docs[0]["manifest"]["shape"]
+    assert main(["predict", "--hardware", "nvidia-h200-sxm", "--model", "m8b-random", "--engine", "vllm",
+                 "--cache-ram", "0"]) == 2
+    assert "--cache-ram is llama-server's" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from .. import redact
 from ..errors import UsageError
 from ..store import Store
 from .common import check_output, emit_json, int_list, tokens, write_json
-from .options import POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
+from .options import NONNEG_INT, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
 from ..registry import known
 
 if TYPE_CHECKING:
@@ -29,7 +29,8 @@ def _setup_config(a: argparse.Namespace) -> SetupConfig:
                        getattr(a, "calibration", None), ubatch=getattr(a, "ubatch", None),
                        parallel=getattr(a, "parallel", None), tp=getattr(a, "tp", None),
                        flash_attn=getattr(a, "flash_attn", "on") != "off",
-                       batch_tokens=getattr(a, "max_num_batched_tokens", None), arrivals=getattr(a, "arrivals", None))
+                       batch_tokens=getattr(a, "max_num_batched_tokens", None), arrivals=getattr(a, "arrivals", None),
+                       cache_ram=getattr(a, "cache_ram", None))
 
 
 def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
@@ -357,6 +358,9 @@ def add_predict_parser(sub: Any) -> None:
     add_flash_attn(pp, "slower at depth")
     pp.add_argument("--parallel", type=POSITIVE_INT,
                     help="llama.cpp server slots (-np N): up to N sequences decode in one batch (default 1)")
+    pp.add_argument("--cache-ram", type=NONNEG_INT, metavar="MIB",
+                    help="llama-server's host prompt cache (its --cache-ram; default on, 8192): each request waits "
+                    "while it saves the slot the one before left; 0: off")
     pp.add_argument("--test", choices=list(TESTS), help="llama-bench's tests at --depth: tg128 generation (-p 0), "
                     "pp512 the prompt (-n 0), depth both")
     pp.add_argument("--depth", help="with --test: tokens already in the cache, e.g. 0,8k,32k,65536 (default 0)")

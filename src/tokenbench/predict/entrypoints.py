@@ -16,7 +16,6 @@ from .calibration import Calibration
 from .fitting import fit_calibration
 from .measured import Row, read_rows
 from .own import own_rows
-from . import serving
 from .queue import Arrivals
 from .runs import depth_levels, prediction, serve_levels, session_level, speculation
 from .session import SessionPrediction, SessionShape, predict_session
@@ -49,6 +48,7 @@ class SetupConfig:
     flash_attn: bool = True
     batch_tokens: int | None = None  # a batching engine's token budget per step (None: its default)
     arrivals: Arrivals | None = None  # how a closed loop's prompts arrive (None: together)
+    cache_ram: int | None = None  # llama-server's --cache-ram in MiB (None: its default, on; 0: off)
 
 
 def read_calibration(path: str) -> str:
@@ -74,10 +74,13 @@ def setup(cfg: SetupConfig) -> tuple[Setup, Calibration]:
     if kv == "AUTO" and gguf:
         kv = "F16"
     version = cfg.engine_version
+    if cfg.cache_ram is not None and registry.engine(cfg.engine).name != "llama.cpp":
+        raise UsageError(f"--cache-ram is llama-server's host prompt cache; {cfg.engine} keeps none: leave it out")
     return Setup.make(Catalog.load(), cal, cfg.hardware, cfg.model, weights, kv, cfg.engine,
                       ubatch=cfg.ubatch or 512, parallel=cfg.parallel or 1, tp=cfg.tp or 1,
                       flash_attn=cfg.flash_attn, era=registry.era(cfg.engine, version) if version else None,
-                      batch_tokens=cfg.batch_tokens, arrivals=cfg.arrivals or "together"), cal
+                      batch_tokens=cfg.batch_tokens, arrivals=cfg.arrivals or "together",
+                      prompt_cache=cfg.cache_ram != 0), cal
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,12 +198,12 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
             remarks.append(f"{s.engine} serves one stream at a time (one slot): concurrency only queues; "
                            "--parallel N models N slots")
         state = s.slot_state_bytes(input_len + output_len)
-        saving = serving.slot_save(s.engine, state)
+        saving = s.slot_save(input_len + output_len)
         if saving:
             remarks.append(f"TTFT counts llama-server saving each finished request's slot ({state / 2**20:,.0f} MiB of "
                            f"KV cache) to its host prompt cache before the next one starts: {saving * 1e3:,.0f} ms "
                            "a request, no slot running meanwhile (--cache-ram, on by default; --cache-ram 0 "
-                           "removes it, and the cache with it)")
+                           "removes it, and the cache with it: predict --cache-ram 0)")
     return Predicted(s, cal, cfg, described, [PredictedTable(head, rows)], metrics, band_note(s, cal, metrics),
                      input_len, output_len, remarks)
 

@@ -132,6 +132,8 @@ def shape(s: Setup) -> dict[str, Any]:
     layer (tensor parallel), llama.cpp's slots (-np), micro-batch (-ub) and flash attention (-fa), a batching
     engine's token budget per step and arrival pattern, and speculative decoding."""
     out: dict[str, Any] = {"gpus": s.tp, "parallel": s.parallel, "ubatch": s.ubatch, "flash_attn": s.flash_attn}
+    if not s.prompt_cache:  # llama-server run with --cache-ram 0 (said only when off: on is its default)
+        out["prompt_cache"] = False
     if s.kind == "batching":  # the scheduler's budget per step, and how the closed loop's prompts arrive
         out.update(batch_tokens=s.budget, batch_tokens_given=s.batch_tokens is not None, arrivals=s.arrivals)
     if s.spec is not None:

@@ -239,7 +239,7 @@ def assumptions(s: Setup, p: SessionPrediction) -> list[str]:
                    "out (the waits are an upper bound)")
     out.append("cached: turn 1 finds the shared prefix in the cache (other sessions sent it); every later turn "
                "prefills only the previous answer and the new tool result; uncached: the whole context, every turn")
-    if p.agents > 1 and serving.slot_save(s.engine, 1.0):
+    if p.agents > 1 and s.slot_save(1):
         out.append("each turn waits while llama-server saves the slot of the turn before it (its whole context's KV "
                    f"cache, at {serving.LLAMA_SAVE_GBS:g} GB/s) to its host prompt cache (--cache-ram, on by default), "
                    "no slot running meanwhile")

@@ -38,6 +38,7 @@ class Setup:
     reach: Extrapolation = Extrapolation()  # how far beyond its backend's rows this prediction asks (bands widen)
     batch_tokens: int | None = None  # batching engines: tokens per step (--max-num-batched-tokens); None: default
     arrivals: queue.Arrivals = "together"  # a batching engine's closed loop: how the agents' prompts arrive
+    prompt_cache: bool = True  # llama.cpp's server: its host prompt cache (--cache-ram), on by default
     costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
     fits: dict[tuple[Any, ...], memory.Fit] = field(default_factory=dict)  # memory per shape, memoised
 
@@ -45,9 +46,10 @@ class Setup:
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
              engine: str, check: bool = True, ubatch: int = memory.UBATCH, parallel: int = 1, tp: int = 1,
              flash_attn: bool = True, era: str | None = None, batch_tokens: int | None = None,
-             arrivals: queue.Arrivals = "together") -> Setup:
+             arrivals: queue.Arrivals = "together", prompt_cache: bool = True) -> Setup:
         """``era``: the year of the engine's build (registry.era reads a version); None: the newest the
-        calibration has for this backend."""
+        calibration has for this backend. ``prompt_cache``: llama.cpp's server with its host prompt cache
+        (--cache-ram, on by default), whose saves each request waits for (serving.slot_save)."""
         hw = cat.find_hardware(hardware)
         m = cat.find_model(model)
         q = formats.Quant.parse(weights, kv)
@@ -77,7 +79,7 @@ class Setup:
         eff = cal.efficiency(backend, era)
         return cls(m, hw, q, engine, backend, eff, kind, ubatch=ubatch, parallel=parallel, tp=tp,
                    flash_attn=flash_attn, era=eff.era, batch_tokens=batch_tokens, arrivals=arrivals,
-                   reach=_extrapolation(cal, backend, eff, hw, era))
+                   prompt_cache=prompt_cache, reach=_extrapolation(cal, backend, eff, hw, era))
 
     def band(self, cal: Calibration, metric: str, depth: int | None = None, concurrency: int | None = None,
              fallback: Band | None = None) -> Band | None:
@@ -163,17 +165,17 @@ class Setup:
             return serving.behind_slots(self._serve_queue(min(n, self.parallel), prompt, output, cached), n, output)
         pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch)
         return serving.one_stream(pf, self._decode_step(1, ctx), self.eff, n, prompt, output,
-                                  self._slot_save(cached + prompt + output))
+                                  self.slot_save(cached + prompt + output))
 
     def slot_state_bytes(self, context: int) -> float:
         """A sequence's state at ``context`` tokens, as llama.cpp's server saves a slot: its KV cache and recurrent
         state."""
         return memory.kv_bytes(self.model, self.quant, context) + memory.state_bytes(self.model)
 
-    def _slot_save(self, context: int) -> float:
-        """Seconds llama.cpp's server takes to save a finished request's slot to its host prompt cache
-        (serving.slot_save); 0 for other engines."""
-        return serving.slot_save(self.engine, self.slot_state_bytes(context))
+    def slot_save(self, context: int) -> float:
+        """Seconds llama.cpp's server takes to save a finished request's slot (``context`` tokens) to its host
+        prompt cache (serving.slot_save); 0 with the cache off (--cache-ram 0) and for other engines."""
+        return serving.slot_save(self.engine, self.slot_state_bytes(context)) if self.prompt_cache else 0.0
 
     def _step_cost(self, kind: queue.StepKind, ctx: int) -> rf.StepCost:
         """The physical work of one kind of engine step: its decodes at the loop's mean context and its prompt
@@ -196,7 +198,7 @@ class Setup:
         """Each kind of step's time, at the ceiling and estimated. With speculative decoding a decode step is
         one verification pass and its drafts (``_decode_step`` per token, times E), and prompt chunks add what
         they add to a plain step of the same decodes. ``save``: seconds per slot saved before the step
-        (StepKind.saves: llama.cpp's server saving idle slots to its host prompt cache, _slot_save); a software
+        (StepKind.saves: llama.cpp's server saving idle slots to its host prompt cache, slot_save); a software
         cost, not in the ceiling."""
         ceil, est = [], []
         for kind in kinds:
@@ -217,7 +219,7 @@ class Setup:
         ctx = cached + prompt + output // 2
         per_step = self.spec.expected if self.spec else 1.0
         per_seq = self.spec.gamma + 1 if self.spec else 1
-        save = self._slot_save(cached + prompt + output)
+        save = self.slot_save(cached + prompt + output)
         loop = queue.closed_loop(n, max(prompt, 1), queue.decode_steps(output, per_step), self.budget,
                                  serving.mixes_prefill(self.engine), self.arrivals, per_seq, cached,
                                  serving.resend_lag(self.engine), save > 0)
