@@ -22,25 +22,21 @@ import json
 import random
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tokenbench.engines import tiny
-from tokenbench.engines.launch import free_port, server_threads
-from tokenbench.engines.llamacpp_build import ensure_tools
+from tokenbench.engines import launch, tiny
 
 LAYERS, WIDTH, HEADS, KV_HEADS, HEAD_DIM, FFN = 64, 256, 8, 8, 128, 512
 PROMPT_WORDS, OUTPUT = 450, 32
-WORDS = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data" / "words.txt"
+WORDS = (Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data" / "words.txt").read_text().split()
 SAVE = re.compile(r"saving prompt with length (\d+), total state size = ([\d.]+) MiB")
 
 
-def make_model(out: Path) -> Path:
+def make_model(out: Path) -> tiny.TinyModel:
     """The KV-heavy random model as an F16 GGUF (about 15 s, 186 MB)."""
     return tiny.random_llama_gguf(out, "kv-heavy-random", LAYERS, WIDTH, FFN, HEADS, KV_HEADS, HEAD_DIM, 32768)
 
@@ -52,13 +48,12 @@ def saves(log: str) -> list[float]:
             and not (i + 1 < len(lines) and "already in the cache" in lines[i + 1])]
 
 
-def request(port: int, seed: int) -> tuple[float, float]:
+def request(root: str, seed: int) -> tuple[float, float]:
     """One streamed completion: (TTFT in ms as this client saw it, the server's prompt time in ms)."""
-    words = WORDS.read_text().split()
     rng = random.Random(seed)
-    body = json.dumps({"prompt": " ".join(rng.choice(words) for _ in range(PROMPT_WORDS)), "n_predict": OUTPUT,
+    body = json.dumps({"prompt": " ".join(rng.choice(WORDS) for _ in range(PROMPT_WORDS)), "n_predict": OUTPUT,
                        "ignore_eos": True, "stream": True}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body, {"Content-Type": "application/json"})
+    req = urllib.request.Request(f"{root}/completion", body, {"Content-Type": "application/json"})
     t0 = time.perf_counter()
     first, prompt_ms = None, float("nan")
     with urllib.request.urlopen(req, timeout=300) as r:
@@ -74,34 +69,15 @@ def request(port: int, seed: int) -> tuple[float, float]:
     return first, prompt_ms
 
 
-def serve(model: Path, log: Path, extra: list[str], n: int) -> tuple[list[float], list[float], list[float]]:
-    """Start llama-server, send a warm-up and ``n`` requests one at a time; TTFTs, prompt times, saved MiB."""
-    port = free_port()
-    exe = ensure_tools(None) / "llama-server"
-    argv = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-np", "4", "-c", "8192",
-            "-t", str(server_threads()), "-lv", "4", *extra]
-    with log.open("w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                sys.exit(f"llama-server did not come up; its log: {log}")
-            time.sleep(0.5)
-        request(port, 0)  # warm-up
-        skip = len(saves(log.read_text()))
-        ttft, prompt = zip(*(request(port, i + 1) for i in range(n)))
-        saved = saves(log.read_text())[skip:]
-        return list(ttft), list(prompt), saved
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+def serve(model: tiny.TinyModel, extra: tuple[str, ...], n: int) -> tuple[list[float], list[float], list[float]]:
+    """Start llama-server (tokenbench's embedded build, 4 slots), send a warm-up and ``n`` requests one at a time;
+    TTFTs, prompt times, saved MiB."""
+    with launch.start("llama-server", model, parallel=4, ctx=2048, extra=("-lv", "4", *extra)) as server:
+        root = server.base_url[: -len("/v1")]
+        request(root, 0)  # warm-up
+        skip = len(saves(server.log_path.read_text()))
+        ttft, prompt = zip(*(request(root, i + 1) for i in range(n)))
+        return list(ttft), list(prompt), saves(server.log_path.read_text())[skip:]
 
 
 def main() -> None:
@@ -110,9 +86,10 @@ def main() -> None:
         model = make_model(Path(tmp))
         rows = {}
         for name, extra in (("default (--cache-ram 8192)", []), ("--cache-ram 0", ["--cache-ram", "0"])):
-            rows[name] = serve(model, Path(tmp) / "server.log", extra, n)
+            rows[name] = serve(model, tuple(extra), n)
     print(f"llama-server, {LAYERS} layers x {KV_HEADS} KV heads of {HEAD_DIM} (256 KiB of f16 KV a token), 4 slots, "
-          f"{n} requests one at a time (~{PROMPT_WORDS} prompt tokens, {OUTPUT} out), {server_threads()} threads\n")
+          f"{n} requests one at a time (~{PROMPT_WORDS} prompt tokens, {OUTPUT} out), "
+          f"{launch.server_threads()} threads\n")
     print("| server | TTFT median | prompt time (server) | TTFT - prompt time | saves logged | MiB a save |")
     print("|---|---|---|---|---|---|")
     over = {}

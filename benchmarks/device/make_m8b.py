@@ -22,7 +22,7 @@ def main(out: Path, layers: int = 32, hidden: int = 4096, ffn: int = 14336) -> N
     t0 = time.time()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     path = tiny.random_llama_gguf(out, "m8b-random", layers, hidden, ffn, hidden // HEAD_DIM, KV_HEADS, HEAD_DIM,
-                                  131072, rope_theta=500000.0, device=dev, stem="m8b")
+                                  131072, rope_theta=500000.0, device=dev, stem="m8b").gguf_path
     print(f"m8b: {path.stat().st_size / 1e9:.1f} GB GGUF written in {time.time() - t0:.0f} s", flush=True)
 
 

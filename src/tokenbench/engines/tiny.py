@@ -236,7 +236,7 @@ def _write_gguf(hf_dir: Path, tok: object, state: dict, cfg: dict, path: Path, n
 
 def random_llama_gguf(out: Path, name: str, layers: int, hidden: int, ffn: int, heads: int, kv_heads: int,
                       head_dim: int, max_positions: int, rope_theta: float | None = None, device: str = "cpu",
-                      stem: str | None = None) -> Path:
+                      stem: str | None = None) -> TinyModel:
     """A Llama-shaped model of any size with random F16 weights (std 0.02) and this module's byte-level BPE
     tokenizer, named ``name``, written straight to ``out/<stem or name>-f16.gguf`` without a Transformers model in
     between: what the
@@ -248,7 +248,8 @@ def random_llama_gguf(out: Path, name: str, layers: int, hidden: int, ffn: int, 
     hf = out / "hf"
     hf.mkdir(parents=True, exist_ok=True)
     tok = _train_tokenizer(hf)
-    vocab = len(tok.get_vocab())  # type: ignore[attr-defined]
+    ids = tok.get_vocab()  # type: ignore[attr-defined]
+    vocab = len(ids)
     cfg = dict(CONFIG, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers, num_attention_heads=heads,
                num_key_value_heads=kv_heads, head_dim=head_dim, vocab_size=vocab, max_position_embeddings=max_positions)
     if rope_theta is not None:
@@ -276,7 +277,7 @@ def random_llama_gguf(out: Path, name: str, layers: int, hidden: int, ffn: int, 
     state["lm_head.weight"] = head
     path = out / f"{stem or name}-f16.gguf"
     _write_gguf(hf, tok, state, cfg, path, name, "f16")
-    return path
+    return TinyModel(hf_dir=hf, gguf_path=path, eos_token_id=ids["</s>"], name=name, size="random")
 
 
 def build(dest: Path, size: str = "tiny") -> TinyModel:

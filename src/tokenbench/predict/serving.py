@@ -32,8 +32,8 @@ LLAMA_RESEND_LAG = 1
 #: before it left in its slot. On the lent H200 a 512-token prompt's TTFT was 121 ms where llama-bench's pp512
 #: took 48, and four together 491 ms, four times one: about 70 ms each, serial, for 84 MB of state (640 tokens of an
 #: 8B model's f16 KV): 1.2 GB/s. On this project's 2-core CI machine one save of 120.5 MiB a request (its log's)
-#: added 350 ms to TTFT, 0.36 GB/s, and --cache-ram 0 took it out (benchmarks/llama_server_cache_ram.py). The host
-#: CPU sets the rate; this is the GPU server's figure.
+#: added 283-350 ms to TTFT over three runs, 0.36-0.45 GB/s, and --cache-ram 0 took it out
+#: (benchmarks/llama_server_cache_ram.py). The host CPU sets the rate; this is the GPU server's figure.
 LLAMA_SAVE_GBS = 1.2
 
 
@@ -128,14 +128,13 @@ def one_stream(pf: StepCost, t_dec: Estimate, eff: Efficiency, n: int, prompt: i
 def serve_queue(loop: queue.Loop, times: tuple[list[float], list[float]], t_out: Estimate, n: int,
                 output: int) -> ServePoint:
     """A batching engine's closed loop (vLLM, SGLang, llama.cpp's server slots) from its simulated schedule
-    (queue.closed_loop) and the time of each kind
-    of step it ran (``times``: at the ceiling, and estimated). TTFT: the steps from a prompt's arrival to the
-    step that finishes it (queueing behind other prompts' chunks, sharing steps with the running decodes), plus
-    ``t_out``, one decode step of one sequence: the first token's way out to the client (sampling, detokenising,
-    the stream), which alone makes one agent's TTFT one prefill plus one step. TPOT: a request's steps after its
-    first token over its O−1 tokens, so a step that carries a prompt chunk is a slower decode step for
-    everyone in it. Throughput: N agents each get O tokens per cycle, the mean time from a request's arrival
-    to its last token (Little's law), so it agrees with the TTFT and TPOT it is made of."""
+    (queue.closed_loop) and the time of each kind of step it ran (``times``: at the ceiling, and estimated). TTFT:
+    the steps from a prompt's arrival to the step that finishes it (queueing behind other prompts' chunks, sharing
+    steps with the running decodes), plus ``t_out``, one decode step of one sequence: the first token's way out to
+    the client (sampling, detokenising, the stream), which alone makes one agent's TTFT one prefill plus one step.
+    TPOT: a request's steps after its first token over its O−1 tokens, so a step that carries a prompt chunk is a
+    slower decode step for everyone in it. Throughput: N agents each get O tokens per cycle, the mean time from a
+    request's arrival to its last token (Little's law), so it agrees with the TTFT and TPOT it is made of."""
     c, e = queue.evaluate(loop, times[0]), queue.evaluate(loop, times[1])
     steps = max(output - 1, 1)
     ttft = Estimate(c.ttft + t_out.ceiling, e.ttft + t_out.estimate)

@@ -97,6 +97,12 @@ class Setup:
         return self.batch_tokens or serving.default_batch_tokens(self.engine, self.hw)
 
     @property
+    def pass_tokens(self) -> int:
+        """The most prompt tokens one forward pass takes: llama.cpp's micro-batch (-ub), a batching engine's
+        budget per step (its chunks)."""
+        return self.ubatch if self.kind == "sequential" else self.budget
+
+    @property
     def calibrated(self) -> bool:
         return self.eff.calibrated
 
@@ -147,8 +153,7 @@ class Setup:
         if not f.fits and self.kind == "sequential":
             return offload.offload_prefill(self.model, self.hw, self.quant, tokens, depth, self.backend, f, self.eff,
                                       self.ubatch, self.flash_attn)
-        ub = self.ubatch if self.kind == "sequential" else self.budget
-        c = self._prefill_cost(tokens, depth, ub)
+        c = self._prefill_cost(tokens, depth, self.pass_tokens)
         return rf.Estimate(c.ceiling, rf.prefill_time(c, self.eff))
 
     def serve(self, n: int, prompt: int, output: int, cached: int = 0) -> serving.ServePoint:
@@ -184,13 +189,11 @@ class Setup:
         if key not in self.costs:
             per_seq = self.spec.gamma + 1 if self.spec else 1
             parts = [self._decode_cost(kind.decodes, ctx, per_seq)] if kind.decodes else []
-            if self.kind == "sequential":  # llama.cpp: the step's batch runs in micro-batches of -ub tokens
-                parts += [self._prefill_cost(t, c, self.ubatch) for t, c in kind.chunks]
-                tokens = kind.decodes * per_seq + sum(t for t, _ in kind.chunks)
-                self.costs[key] = serving.batch_step(parts, math.ceil(tokens / max(1, self.ubatch)))
-            else:
-                parts += [self._prefill_cost(t, c, self.budget) for t, c in kind.chunks]
-                self.costs[key] = serving.batch_step(parts)
+            parts += [self._prefill_cost(t, c, self.pass_tokens) for t, c in kind.chunks]
+            # llama.cpp runs the step's batch in micro-batches of -ub tokens; a batching engine's is one pass
+            tokens = kind.decodes * per_seq + sum(t for t, _ in kind.chunks)
+            passes = math.ceil(tokens / max(1, self.ubatch)) if self.kind == "sequential" else 0
+            self.costs[key] = serving.batch_step(parts, passes)
         return self.costs[key]
 
     def _step_times(self, kinds: tuple[queue.StepKind, ...], ctx: int,
