@@ -84,7 +84,7 @@ def test_a_backend_without_rows_starts_from_its_family_fit() -> None:
     assert cal.efficiency("llamacpp-sycl").eta_q == 0.7
     # a backend of another family keeps the plain priors
     assert cal.efficiency("vllm-cuda").eta_c == PRIORS["vllm"].eta_c
-    assert backend_prior("llamacpp-cuda", None) == PRIORS["default"]
+    assert backend_prior("llamacpp-cuda", None) == PRIORS["llamacpp-cuda"] != PRIORS["default"]
     # the family survives the calibration file
     back = Calibration.from_toml(Calibration({}, {}, families={"llamacpp": fam}).to_toml())
     assert back.families["llamacpp"].eta_moe == pytest.approx(0.4)
@@ -300,30 +300,33 @@ def test_bottleneck_flag_compares_with_the_calibrated_estimate(cat: Catalog) -> 
 
 
 def test_dequantize_pass_is_bytes_per_weight_over_the_bandwidth(cat: Catalog) -> None:
-    # Llama-3.1-8B Q4_K_M, pp512: one pass over its ~6.98e9 dense weights; at 2.6 bytes per weight (0.61 read,
-    # 2 written as F16) that is 18.1 GB, 9.4 ms at an A100 PCIe's 1935 GB/s and 18.9 ms at an RTX 6000 Ada's 960
+    # builds before MMQ (mmq=False, registry.MMQ_SINCE): Llama-3.1-8B Q4_K_M, pp512: one pass over its ~6.98e9
+    # dense weights; at 2.6 bytes per weight (0.61 read, 2 written as F16) that is 18.1 GB, 9.4 ms at an A100
+    # PCIe's 1935 GB/s and 18.9 ms at an RTX 6000 Ada's 960
     m = cat.find_model("llama-3.1-8b")
     q4 = formats.Quant.parse("Q4_K_M", "F16")
     weights = memory.weight_bytes(m, q4)["dense"] / (4.894 / 8)
     assert weights == pytest.approx(6.98e9, rel=0.01)
     eff = rf.Efficiency(eta_w=1.0, deq_bytes=2.6)
     for hw_id, bw, ms in (("nvidia-a100-pcie-80gb", 1935, 9.4), ("nvidia-rtx-6000-ada", 960, 18.9)):
-        c = rf.prefill_cost(m, cat.find_hardware(hw_id), q4, 512, 0, "llamacpp-cuda")
+        c = rf.prefill_cost(m, cat.find_hardware(hw_id), q4, 512, 0, "llamacpp-cuda", mmq=False)
         assert c.t_deq == pytest.approx(weights / (bw * 1e9))
+        # MMQ's builds dequantize tile by tile inside the matmul: no pass of its own
+        assert rf.prefill_cost(m, cat.find_hardware(hw_id), q4, 512, 0, "llamacpp-cuda").t_deq == 0.0
         # the pass adds to the step (it runs before the matmul, not beside it)
         added = rf.prefill_time(c, eff) - rf.prefill_time(c, rf.Efficiency(eta_w=1.0, deq_bytes=0.0))
         assert added == pytest.approx(2.6 * weights / (bw * 1e9))
         assert added * 1e3 == pytest.approx(ms, rel=0.02)
     a100 = cat.find_hardware("nvidia-a100-pcie-80gb")
     # once per micro-batch: pp4096 at -ub 512 is eight passes
-    c8 = rf.prefill_cost(m, a100, q4, 4096, 0, "llamacpp-cuda")
+    c8 = rf.prefill_cost(m, a100, q4, 4096, 0, "llamacpp-cuda", mmq=False)
     assert c8.t_deq == pytest.approx(8 * weights / (1935 * 1e9))
     # F16 weights go to the GEMM as they are; decode reads quantized weights in its own kernels
-    assert rf.prefill_cost(m, a100, formats.Quant.parse("F16", "F16"), 512, 0, "llamacpp-cuda").t_deq == 0.0
+    assert rf.prefill_cost(m, a100, formats.Quant.parse("F16", "F16"), 512, 0, "llamacpp-cuda", mmq=False).t_deq == 0.0
     assert rf.decode_cost(m, a100, q4, 1, 0, "llamacpp-cuda").t_deq == 0.0
     # routed experts run through their own matmuls (eta_moe, t_expert): only the dense weights take the pass
     moe = cat.find_model("qwen3-30b-a3b-2507")
-    cm = rf.prefill_cost(moe, a100, formats.Quant.parse("Q4_K_M", "F16"), 512, 0, "llamacpp-cuda")
+    cm = rf.prefill_cost(moe, a100, formats.Quant.parse("Q4_K_M", "F16"), 512, 0, "llamacpp-cuda", mmq=False)
     assert cm.t_deq == pytest.approx(memory.weight_bytes(moe, q4)["dense"] / (4.894 / 8) / (1935 * 1e9))
     # Metal and vLLM dequantize inside their matmul kernels: no pass in their priors
     assert PRIORS["llamacpp-metal"].deq_bytes == 0.0 and PRIORS["vllm"].deq_bytes == 0.0
@@ -406,3 +409,42 @@ def test_predict_cache_ram_0_is_llama_server_without_its_slot_saves(capsys: pyte
     assert main(["predict", "--hardware", "nvidia-h200-sxm", "--model", "m8b-random", "--engine", "vllm",
                  "--cache-ram", "0"]) == 2
     assert "--cache-ram is llama-server's" in capsys.readouterr().err
+
+
+def test_ggml_quantized_kernels_run_at_the_sms_rate(cat: Catalog) -> None:
+    # roofline.sm_rates: a step's quantized weight bytes and matmul FLOPs over SMs x clock, for ggml's CUDA
+    # kernels only; MMQ's term only for builds from registry.MMQ_SINCE on
+    from tokenbench import registry
+
+    m, h100 = cat.find_model("llama-2-7b"), cat.find_hardware("nvidia-h100-sxm")
+    q = formats.Quant.parse("Q4_0", "F16")
+    c = rf.prefill_cost(m, h100, q, 512, 0, "llamacpp-cuda")
+    per_s = 132 * 1.98e9
+    assert c.t_mmq == pytest.approx((c.t_compute * 989e12) / per_s)
+    assert c.t_unpack == pytest.approx(c.t_weights * 3350e9 / per_s)
+    assert rf.prefill_cost(m, h100, q, 512, 0, "llamacpp-cuda", mmq=False).t_mmq == 0.0
+    assert rf.prefill_cost(m, h100, q, 512, 0, "llamacpp-vulkan").t_mmq == 0.0
+    assert rf.prefill_cost(m, h100, formats.Quant.parse("F16", "F16"), 512, 0, "llamacpp-cuda").t_mmq == 0.0
+    llama = registry.engine("llama.cpp")
+    assert not llama.mmq("2024-05") and not llama.mmq("2024") and llama.mmq("2024-07") and llama.mmq("")
+    assert not registry.engine("vllm").mmq("2026-01")
+    assert registry.build_date("llama.cpp", "b3078") == "2024-06" and registry.era("llama.cpp", "b3078") == "2024"
+
+
+def test_held_out_2025_prompt_rates_follow_the_sms_not_the_tensor_peak(cat: Catalog) -> None:
+    # llama.cpp's 2025 CUDA scoreboard, llama-2-7b Q4_0 pp512: the RTX 4090 (14,771 t/s, 330 TF FP16) out-runs the
+    # H100 SXM (11,263 t/s, 989 TF) and the RTX 3090 (5,175) matches the A100 (5,286, 2.2x its FP16 peak): MMQ's
+    # rate follows SMs x clock. With the scoreboard held out, the model that read the FP16 peak predicted the 4090
+    # at 0.37x and the H100 at 1.13x of measured (the 5080, 5090 and RTX PRO 6000 at about half); now both orders
+    # come out right, every box within 40% and half of them within 20%.
+    from tokenbench.predict.fitting import cross_validate
+
+    rows = [r for n in ("published.csv", "published-more.csv", "published-current.csv", "published-2024.csv")
+            for r in read_rows(DATA / n)]
+    res = [x for x in cross_validate(cat, rows) if x.row.raw.get("source") == "lcpp-boards"
+           and x.row.metric == "prefill_tps" and x.backend == "llamacpp-cuda"]
+    pred = {x.row.hardware: x.predicted or 0.0 for x in res}
+    assert pred["nvidia-rtx-4090"] > pred["nvidia-h100-sxm"]
+    assert pred["nvidia-a100-sxm-80gb"] / pred["nvidia-rtx-3090"] < 1.3
+    errs = sorted(abs(x.error_pct or 0.0) for x in res)
+    assert errs[-1] < 40 and errs[len(errs) // 2] < 20, {x.row.hardware: round(x.error_pct or 0.0) for x in res}

@@ -72,6 +72,14 @@ class Engine:
     #: Releases of known date, (version, "YYYY-MM"), oldest first: how a stated version maps to the year of its
     #: build, which the predictor's fit keeps apart (``version_date``).
     releases: tuple[tuple[str, str], ...] = ()
+    #: ggml engines: the month ("YYYY-MM") from whose builds on its CUDA backend multiplies a prompt's block-quantized
+    #: weights with its int8 MMQ kernels, tile by tile, rather than dequantizing them to F16 for cuBLAS (roofline
+    #: .sm_rates); "" not ggml's.
+    mmq_since: str = ""
+
+    def mmq(self, build: str) -> bool:
+        """Whether builds of ``build`` ("YYYY-MM", or "YYYY": counted from its January; "": the newest) run MMQ."""
+        return bool(self.mmq_since) and (not build or build >= self.mmq_since)
 
     @property
     def gguf(self) -> bool:
@@ -116,6 +124,10 @@ LLAMACPP_BUILDS = (("b1631", "2023-12"), ("b2793", "2024-05"), ("b3078", "2024-0
 VLLM_RELEASES = (("0.6.0", "2024-09"), ("0.7.0", "2025-01"), ("0.18.0", "2026-04"), ("0.21.0", "2026-05"),
                  ("0.27.1", "2026-08"))
 
+#: llama.cpp PR 8075 ("CUDA: use MMQ instead of cuBLAS by default", merged 2024-06-24, after b3078 of 2024-06-04):
+#: from builds of July 2024 on, a prompt's quantized matmuls run the int8 MMQ kernels.
+MMQ_SINCE = "2024-07"
+
 ENGINES: tuple[Engine, ...] = (
     # the order of the embedded launchers here is the order `tokenbench engines` lists them in
     Engine("transformers", ("transformers-serve",), "batching", "torch", "transformers", "plain",
@@ -124,9 +136,10 @@ ENGINES: tuple[Engine, ...] = (
            platform="not-apple", reserve=0.10, releases=VLLM_RELEASES),
     Engine("llama.cpp", ("llama-server", "llama_cpp", "llamacpp-server", "llama-bench"), "sequential", "ggml",
            "llamacpp", "named", family="llamacpp", adapter="LlamaCpp", launcher="llama-server",
-           releases=LLAMACPP_BUILDS),
+           releases=LLAMACPP_BUILDS, mmq_since=MMQ_SINCE),
     Engine("llama-cpp-python", ("llamacpp", "llama_cpp_python"), "sequential", "ggml", "llama-cpp-python", "named",
-           family="llamacpp", literature="llamacpp", adapter="LlamaCppPython", launcher="llama-cpp-python"),
+           family="llamacpp", literature="llamacpp", adapter="LlamaCppPython", launcher="llama-cpp-python",
+           mmq_since=MMQ_SINCE),
     Engine("sglang", (), "batching", "sglang", "sglang", "vendor", literature="vllm", adapter="SGLang",
            platform="not-apple", reserve=0.10),
     Engine("ollama", (), "sequential", "ggml", "ollama", "plain", adapter="Ollama"),
@@ -257,9 +270,15 @@ def version_date(e: Engine, version: str) -> str | None:
 def era(text: str | None, version: str) -> str:
     """The year whose builds a stated version or date stands for: "2025", "2025-06", or a version the engine's
     known releases date ("b6918", "0.21"); a one-line UsageError otherwise."""
+    return build_date(text, version)[:4]
+
+
+def build_date(text: str | None, version: str) -> str:
+    """The date ("YYYY-MM", or "YYYY" where only a year is stated) of the build a version or date stands for, as
+    ``era`` reads it; a one-line UsageError when it cannot."""
     v = version.strip()
     if re.fullmatch(r"20\d\d(-\d\d)?", v):
-        return v[:4]
+        return v
     e = engine(text)
     d = version_date(e, v)
     if d is None:
@@ -267,8 +286,9 @@ def era(text: str | None, version: str) -> str:
         raise UsageError(f"cannot date {e.name} version '{v}': give the year of the build (e.g. --engine-version "
                          "2025)" + (f", or a version it can date ({known}, and later ones of the same major "
                                     "version at their pace)" if known else ""))
-    return d[:4]
+    return d
 
 
 __all__ = ["ENGINES", "GGML_BACKENDS", "LAUNCHERS", "VENDOR_BACKENDS", "Backend", "Engine", "backend", "backend_key",
-           "by_launcher", "engine", "era", "family", "find", "known", "named_backend", "version_date", "words"]
+           "build_date", "by_launcher", "engine", "era", "family", "find", "known", "named_backend", "version_date",
+           "words"]

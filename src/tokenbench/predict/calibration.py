@@ -2,14 +2,15 @@
 
     tokenbench calibrate --out src/tokenbench/data/efficiency.toml   # the shipped published*.csv
 
-Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has eleven physical constants
+Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has thirteen physical constants
 (roofline.PARAM_BOUNDS): the shares of nominal bandwidth reached streaming weights, an f16 KV cache and a
 block-quantized one; a fixed cost per layer per forward pass (GPU cycles: stated at 1.8 GHz, scaled by the box's
 clock); the shares of the arithmetic peak reached by the
 weight matmuls (and kept by dequantizing and by routed-expert ones) and by attention; the TFLOPS per watt of
 TDP the arithmetic may draw; a fixed cost per routed-expert matmul; the bytes per quantized weight a separate
-dequantize pass of a prompt moves. (TTFT under load needs no constant of its own: a batching engine's queue is
-simulated step by step, predict/queue.py; calibration files that still carry the old ``burst`` share load, and
+dequantize pass of a prompt moves; the bytes of quantized weights and the FLOPs multiplying them one SM gets
+through per cycle in ggml's CUDA kernels (roofline.sm_rates). (TTFT under load needs no constant of its own: a
+batching engine's queue is simulated step by step, predict/queue.py; calibration files that still carry the old ``burst`` share load, and
 it is ignored.) They are bounded (no backend beats its hardware) and fitted on
 every row of every source by minimising the squared log error (a robust soft-L1 loss, so one odd row cannot
 pull a constant), plus a penalty for straying from a prior (so a backend with two rows keeps the prior for
@@ -60,6 +61,10 @@ def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
 #: dequantize tile by tile inside the matmul; the fit finds where between the two a backend's rows sit.
 LITERATURE: dict[str, dict[str, float]] = {
     "llamacpp-rocm": {"eta_w": 0.38, "eta_kv": 0.38},
+    # MMQ's rate per SM-cycle (roofline.sm_rates), from the PRs that made it: an RTX 3090 (82 SMs at 1.695 GHz)
+    # ran llama 8B Q5_0 pp512 at 3655 t/s with int8 tensor-core MMQ (PR 7676, June 2024: 0.42 kFLOP per
+    # SM-cycle) and IQ4_XS pp2048 at 4314 t/s after "CUDA: optimize and refactor MMQ" (PR 8416, July 2024: 0.50).
+    "llamacpp-cuda": {"sm_flops": 500.0},
     # Metal prompt processing: llama-bench pp512 of Llama-3.2-3B Q4_K_M on an M1 Ultra 64c, 2142.6 t/s
     # (geerlingguy/ai-benchmarks issue 48): 2·2.82e9 FLOPs/token × 2142.6 = 12.1 TF of the 21 TF FP16 peak,
     # 0.57 (the same author's M3 Ultra 80c, geerlingguy/beowulf-ai-cluster issue 17: Llama 3.3 70B Q4_K_M
@@ -421,9 +426,11 @@ class Calibration:
             f"#   {self.command}",
             "# arith = (t_matmul + t_routed*(1/eta_moe - 1))/(eta_c*eta_q if quantized) + t_att/eta_att"
             " + fp16_flops/(TDP*flops_per_w)",
-            "# decode:  t = max(t_weights/eta_w + t_kv/eta_kv + t_kvq/eta_kvq, arith) + layers*t_layer*cyc",
+            "# ggml CUDA, block-quantized weights: matmul = max(matmul, moe*t_mmq/sm_flops) (MMQ builds),"
+            " weights = max(t_weights/eta_w, t_unpack/sm_bytes); t_mmq, t_unpack: FLOPs, bytes over SMs x clock",
+            "# decode:  t = max(weights + t_kv/eta_kv + t_kvq/eta_kvq, arith) + layers*t_layer*cyc",
             "# prefill: t = max(arith, weight reads/eta_w + KV/eta_kv) + passes*layers*t_layer*cyc"
-            " + expert_gemms*t_expert + passes*dense_quantized_weights*deq_bytes/(bw*eta_w)",
+            " + expert_gemms*t_expert + passes*dense_quantized_weights*deq_bytes/(bw*eta_w) (before MMQ)",
             "# cyc = 1.8 GHz / the box's boost clock: t_layer is GPU cycles, stated at 1.8 GHz.",
             "# [family.*]: one fit on all backends of an engine family, the prior each of them starts from.",
             "# TTFT under closed-loop load: vLLM's/SGLang's scheduler simulated step by step (predict/queue.py),"

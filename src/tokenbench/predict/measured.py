@@ -56,6 +56,15 @@ class Row:
         return d[:4] if d else ""
 
     @property
+    def build(self) -> str:
+        """The date of the engine's build as precisely as the row says it: its date ("YYYY-MM"), else its stated
+        version's (registry.version_date), else ""."""
+        if DATE.fullmatch(self.date):
+            return self.date
+        e = registry.find(self.engine) if self.version else None
+        return (registry.version_date(e, self.version) or "") if e is not None else ""
+
+    @property
     def group(self) -> str:
         """decode / prefill / serve: which calibrated quantity the row tests."""
         if self.metric == "prefill_tps":

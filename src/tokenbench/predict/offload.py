@@ -17,10 +17,10 @@ PCIE_ETA = 0.8
 
 
 def offload_decode(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, backend: str, f: Fit,
-                   eff: Efficiency, flash_attn: bool = True) -> Estimate:
+                   eff: Efficiency, flash_attn: bool = True, mmq: bool = True) -> Estimate:
     """Hybrid llama.cpp split: GPU layers then host layers, in sequence, so the times add."""
     gpu_share = 1 - f.offload_fraction
-    c_gpu = decode_cost(m, hw, q, 1, context, backend, on_gpu_fraction=gpu_share, flash_attn=flash_attn)
+    c_gpu = decode_cost(m, hw, q, 1, context, backend, on_gpu_fraction=gpu_share, flash_attn=flash_attn, mmq=mmq)
     w = weight_bytes(m, q)
     routed = w["experts"] * (m.top_k / m.experts if m.is_moe else 0.0)
     host_bytes = (w["dense"] + routed) * f.offload_fraction
@@ -30,9 +30,9 @@ def offload_decode(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, backe
 
 
 def offload_prefill(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: int, backend: str, f: Fit,
-                    eff: Efficiency, ubatch: int = UBATCH, flash_attn: bool = True) -> Estimate:
+                    eff: Efficiency, ubatch: int = UBATCH, flash_attn: bool = True, mmq: bool = True) -> Estimate:
     """With weights on the host, llama.cpp uploads them over PCIe for every micro-batch of the prompt."""
-    c = prefill_cost(m, hw, q, tokens, cached, backend, ubatch, flash_attn)
+    c = prefill_cost(m, hw, q, tokens, cached, backend, ubatch, flash_attn, mmq)
     host_bytes = total_weight_bytes(m, q) * f.offload_fraction
     t_pcie = c.passes * host_bytes / (hw.pcie_gbs * 1e9)
     return Estimate(c.ceiling + t_pcie, prefill_time(c, eff) + t_pcie / PCIE_ETA)

@@ -24,4 +24,5 @@ def tensor_parallel(c: StepCost, m: ModelSpec, hw: HardwareSpec, tp: int, tokens
     return replace(c, t_weights=c.t_weights / tp, t_kv=c.t_kv * kv_share, t_kvq=c.t_kvq * kv_share,
                    t_compute=c.t_compute / tp, t_attention=c.t_attention / tp, t_routed=c.t_routed / tp,
                    t_power=c.t_power / tp, t_deq=c.t_deq / tp, bytes=c.bytes / tp, flops=c.flops / tp,
+                   t_unpack=c.t_unpack / tp, t_mmq=c.t_mmq / tp,
                    t_comm=2 * (tp - 1) / tp * comm_bytes / link, comm_ops=ops)

@@ -91,6 +91,8 @@ class StepCost:
     t_power: float = 0.0  # all FLOPs / (board power in W x 1e12): the time at 1 TFLOPS per watt; 0 without a TDP
     t_deq: float = 0.0  # prefill: one byte per dense block-quantized weight per pass, over the bandwidth
     cycles: float = 1.0  # the per-layer cost's scale on this box: REF_GHZ / its clock (cycle_scale)
+    t_unpack: float = 0.0  # ggml's quantized kernels: weight bytes read / (SMs x clock), at 1 byte per SM-cycle
+    t_mmq: float = 0.0  # ... and matmul FLOPs / (SMs x clock), at 1 FLOP per SM-cycle (sm_rates)
 
     @property
     def ceiling(self) -> float:
@@ -104,29 +106,50 @@ def cycle_scale(hw: HardwareSpec) -> float:
     return REF_GHZ / hw.boost_ghz if hw.boost_ghz else 1.0
 
 
+def sm_rates(hw: HardwareSpec, q: Quant, backend: str, wbytes: float, flops: float,
+             mmq: bool) -> tuple[float, float]:
+    """ggml's CUDA kernels for block-quantized weights (mmvq for a few tokens, MMQ for a prompt) unpack each block
+    with integer and load instructions before the dot products, and their rate follows the SMs and the clock,
+    not the tensor peak or the bandwidth: llama.cpp's 2025 CUDA scoreboard (discussion 15013, llama-2-7b Q4_0
+    pp512) runs at 0.46-0.64 TFLOPS per SM-GHz on every GPU from the RTX 3060 to the H100 and the RTX PRO 6000,
+    where its share of the FP16 tensor peak spans 15% (H100) to 60% (RTX 4090); and HBM boxes decode K-quants
+    below their bandwidth roofline where GDDR ones reach it (A30, A100 and H100 PCIe rows, 2024-2025). Returns
+    (t_unpack, t_mmq): the step's weight bytes and matmul FLOPs at one byte and one FLOP per SM-cycle; (0, 0)
+    where the box's SMs or clock are not in the catalog, or the weights are not block-quantized, or the engine
+    is not ggml's on CUDA. t_mmq is 0 for builds before MMQ (``mmq`` False, registry.MMQ_SINCE): they
+    dequantized a prompt's weights to F16 for cuBLAS instead (StepCost.t_deq)."""
+    if not (hw.sms and hw.boost_ghz and q.weights in MMQ_FORMATS and _ggml_cuda(backend)):
+        return 0.0, 0.0
+    per_s = hw.sms * hw.boost_ghz * 1e9
+    return wbytes / per_s, flops / per_s if mmq else 0.0
+
+
 def _active_routed(m: ModelSpec) -> float:
     """Routed-expert parameters each token runs through (top-k of E per MoE layer)."""
     return m.routed_params * m.top_k / m.experts if m.is_moe else 0.0
 
 
-def _t_power(hw: HardwareSpec, q: Quant, backend: str, matmul: float, attention: float) -> float:
+def _t_power(hw: HardwareSpec, q: Quant, backend: str, matmul: float, attention: float, int8: bool = False) -> float:
     """The step's FLOPs at 1 TFLOPS per watt of the box's TDP, counted in FP16 FLOPs: a tensor core doing FP8 at
-    twice the FP16 rate spends about half the energy per FLOP (the datasheets give both peaks at one TDP).
-    0 when the catalog gives no TDP: then no power term."""
+    twice the FP16 rate spends about half the energy per FLOP (the datasheets give both peaks at one TDP), and so
+    does one doing INT8 (``int8``: ggml's MMQ kernels, sm_rates). 0 when the catalog gives no TDP: then no power
+    term."""
     if not hw.tdp_w:
         return 0.0
     ref = fp16_peak(hw)
-    fp16_flops = matmul * ref / peak_tflops(hw, q, backend) + attention * ref / attention_peak(hw, backend)
+    mm_peak = hw.int8_tflops if int8 and hw.int8_tflops else peak_tflops(hw, q, backend)
+    fp16_flops = matmul * ref / mm_peak + attention * ref / attention_peak(hw, backend)
     return fp16_flops / (hw.tdp_w * 1e12)
 
 
 def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, backend: str,
-                on_gpu_fraction: float = 1.0, per_seq: int = 1, flash_attn: bool = True) -> StepCost:
+                on_gpu_fraction: float = 1.0, per_seq: int = 1, flash_attn: bool = True,
+                mmq: bool = True) -> StepCost:
     """One decode step for ``n`` sequences each ``context`` tokens deep (weights on the device only), each
     sequence bringing ``per_seq`` query tokens (1; γ+1 when speculative decoding verifies γ drafted tokens):
     the weights and the KV cache are read once, the arithmetic and the experts touched grow with n·per_seq.
     Without flash attention the scores of every query against every cached token make SCORE_BYTES of traffic
-    each, streamed beside the cache."""
+    each, streamed beside the cache. ``mmq``: builds whose quantized matmuls of many tokens run MMQ (sm_rates)."""
     toks = n * per_seq
     w = weight_bytes(m, q)
     routed = w["experts"] * (expert_coverage(m, toks) / m.experts if m.is_moe else 0.0)
@@ -141,17 +164,23 @@ def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, 
     bw = hw.bw_gbs * 1e9
     peak = peak_tflops(hw, q, backend) * 1e12
     t_kv, t_kvq = ((state / bw, kv / bw) if q.kv_quantized else ((kv + state) / bw, 0.0))
+    t_unpack, t_mmq = sm_rates(hw, q, backend, wbytes, mm, mmq)
     return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kv + state, mm + att,
                     att / (attention_peak(hw, backend) * 1e12), t_kvq, m.layers, 1, q.weights in MMQ_FORMATS,
-                    t_routed=routed_mm / peak, t_power=_t_power(hw, q, backend, mm, att), cycles=cycle_scale(hw))
+                    t_routed=routed_mm / peak, t_power=_t_power(hw, q, backend, mm, att, t_mmq > 0),
+                    cycles=cycle_scale(hw),
+                    t_unpack=t_unpack, t_mmq=t_mmq)
 
 
 def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: int, backend: str,
-                 ubatch: int = UBATCH, flash_attn: bool = True) -> StepCost:
+                 ubatch: int = UBATCH, flash_attn: bool = True, mmq: bool = True) -> StepCost:
     """Prefill of ``tokens`` new tokens after ``cached`` ones: causal attention; the weights are read once per
     micro-batch (``ubatch``, llama.cpp's -ub), and those reads overlap the arithmetic. Without flash attention
     (llama.cpp -fa 0) each micro-batch computes its whole masked score block, t·c0 + t·(t+ub)/2 per head and
-    layer rather than the causal t·c0 + t²/2, and moves SCORE_BYTES per score through memory."""
+    layer rather than the causal t·c0 + t²/2, and moves SCORE_BYTES per score through memory. ``mmq``: builds
+    whose ggml CUDA kernels multiply block-quantized weights through MMQ, tile by tile, at the SMs' rate
+    (sm_rates); before them (registry.MMQ_SINCE) each micro-batch dequantized the weights to F16 in a pass of its
+    own for cuBLAS (t_deq)."""
     t, c0 = tokens, cached
     ub = max(1, ubatch)
     passes = max(1, math.ceil(t / ub))
@@ -170,12 +199,15 @@ def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: 
     t_kv, t_kvq = (scores / bw, kvb / bw) if q.kv_quantized else ((kvb + scores) / bw, 0.0)
     gemms = passes * expert_coverage(m, per_ub) * 3 * m.moe_layers if m.is_moe else 0.0
     peak = peak_tflops(hw, q, backend) * 1e12
+    t_unpack, t_mmq = sm_rates(hw, q, backend, wbytes, mm, mmq)
+    separate_deq = q.weights in MMQ_FORMATS and not (mmq and _ggml_cuda(backend))  # other backends: as fitted
+    att = attn_full + attn_local
     return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kvb + scores,
                     mm + attn_full + attn_local, (attn_full + attn_local) / (attention_peak(hw, backend) * 1e12),
                     t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms,
-                    t_routed=2 * _active_routed(m) * t / peak, t_power=_t_power(hw, q, backend, mm, attn_full + attn_local),
-                    t_deq=passes * w["dense"] / (q.bpw / 8) / bw if q.weights in MMQ_FORMATS else 0.0,
-                    cycles=cycle_scale(hw))
+                    t_routed=2 * _active_routed(m) * t / peak, t_power=_t_power(hw, q, backend, mm, att, t_mmq > 0),
+                    t_deq=passes * w["dense"] / (q.bpw / 8) / bw if separate_deq else 0.0,
+                    cycles=cycle_scale(hw), t_unpack=t_unpack, t_mmq=t_mmq)
 
 
 #: The calibrated constants: name -> (lower bound, upper bound). Shares of a nominal peak lie in (0, 1]: no
@@ -187,11 +219,13 @@ PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "t_layer": (0.0, 300e-6),  # fixed seconds per layer per forward pass at REF_GHZ (kernel launches, syncs)
     "eta_c": (0.02, 1.0),  # share of the arithmetic peak reached by the weight matmuls
     "eta_q": (0.2, 1.0),  # ... of that, kept when the weights are block-quantized (dequantizing matmuls)
-    "eta_moe": (0.1, 1.0),  # share of the dense matmul rate kept by routed-expert matmuls (gathered rows, few per expert)
+    "eta_moe": (0.1, 1.0),  # share of the dense matmul rate kept by routed-expert matmuls (gathered rows, few each)
     "t_expert": (0.0, 100e-6),  # prefill: fixed seconds per routed-expert matmul (one small GEMM per expert)
     "eta_att": (0.01, 1.0),  # share of the FP16 peak reached by attention (prefill at depth)
     "flops_per_w": (0.05, 10.0),  # TFLOPS per watt of board power (TDP) the arithmetic may draw; 10: no limit
     "deq_bytes": (0.0, 8.0),  # prompt matmuls: bytes per block-quantized weight a separate dequantize pass moves
+    "sm_bytes": (0.5, 64.0),  # ggml CUDA: bytes of block-quantized weights one SM unpacks per cycle (mmvq)
+    "sm_flops": (64.0, 16384.0),  # ... and FLOPs one SM does per cycle multiplying them (MMQ)
 }
 
 
@@ -211,6 +245,13 @@ class Efficiency:
     eta_att: float = 0.3
     flops_per_w: float = 1.0  # H100 SXM datasheet: 989 TF at 700 W is 1.4 TF/W at the peak; GEMMs sit below it
     deq_bytes: float = 2.6  # Q4_K_M's 0.61 bytes per weight read, 2 written as F16 (calibration.PRIORS says where)
+    # sm_bytes: 8 bytes (16 4-bit weights) per SM-cycle binds on HBM boxes and not on GDDR ones, where their rows
+    # put it: the fit on the 2023 and 2024 rows alone finds 6.9 and 8.3 from it (A100, H100 PCIe, A40 decode under
+    # their bandwidth roofline), the packaged one 5-8. A start where it binds nowhere would stay there: the max()
+    # it enters has no slope on that side. sm_flops: no limit (sm_80's int8 tensor rate, 2 x 1024 MACs per
+    # SM-cycle) unless a backend's literature or rows say so (calibration.LITERATURE: llama.cpp CUDA's MMQ)
+    sm_bytes: float = 8.0
+    sm_flops: float = 4096.0
     rows: int = 0
     calibrated: bool = False
     source: str = "UNCALIBRATED: no measurements of this backend; physical priors only"
@@ -220,13 +261,18 @@ class Efficiency:
 def _arith(c: StepCost, eff: Efficiency) -> float:
     """Arithmetic time: each FLOP costs time at the peak and energy out of the board's power budget. A GPU held
     at its TDP lowers its clocks, so sustained throughput F obeys 1/F = 1/(eta_c·peak) + 1/(flops_per_w·TDP)."""
-    mm = (c.t_compute - c.t_routed + c.t_routed / eff.eta_moe) / (eff.eta_c * (eff.eta_q if c.quantized else 1.0))
+    moe = (c.t_compute - c.t_routed + c.t_routed / eff.eta_moe) / c.t_compute if c.t_compute else 1.0
+    mm = c.t_compute * moe / (eff.eta_c * (eff.eta_q if c.quantized else 1.0))
+    mm = max(mm, c.t_mmq * moe / eff.sm_flops)  # routed experts at their own rate on either path
     return mm + c.t_attention / eff.eta_att + c.t_power / eff.flops_per_w
 
 
 def decode_time(c: StepCost, eff: Efficiency) -> float:
-    """Memory streams and arithmetic overlap (the slower wins), plus a fixed cost per layer."""
-    mem = c.t_weights / eff.eta_w + c.t_kv / eff.eta_kv + c.t_kvq / eff.eta_kvq
+    """Memory streams and arithmetic overlap (the slower wins), plus a fixed cost per layer. The weights' kernels
+    stream them or unpack them (ggml's quantized ones, sm_rates), whichever is slower; the cache is read by the
+    attention kernels, which run after them."""
+    weights = max(c.t_weights / eff.eta_w, c.t_unpack / eff.sm_bytes)
+    mem = weights + c.t_kv / eff.eta_kv + c.t_kvq / eff.eta_kvq
     return max(mem, _arith(c, eff)) + c.passes * c.layers * eff.t_layer * c.cycles + _comm(c)
 
 

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .. import registry
 from ..errors import UsageError
 from . import queue
 from . import formats, memory, offload, parallelism, serving, speculation
@@ -39,6 +40,7 @@ class Setup:
     batch_tokens: int | None = None  # batching engines: tokens per step (--max-num-batched-tokens); None: default
     arrivals: queue.Arrivals = "together"  # a batching engine's closed loop: how the agents' prompts arrive
     prompt_cache: bool = True  # llama.cpp's server: its host prompt cache (--cache-ram), on by default
+    mmq: bool = True  # ggml's CUDA backend multiplies quantized prompts with MMQ (registry.Engine.mmq_since)
     costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
     fits: dict[tuple[Any, ...], memory.Fit] = field(default_factory=dict)  # memory per shape, memoised
 
@@ -46,10 +48,12 @@ class Setup:
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
              engine: str, check: bool = True, ubatch: int = memory.UBATCH, parallel: int = 1, tp: int = 1,
              flash_attn: bool = True, era: str | None = None, batch_tokens: int | None = None,
-             arrivals: queue.Arrivals = "together", prompt_cache: bool = True) -> Setup:
+             arrivals: queue.Arrivals = "together", prompt_cache: bool = True, build: str | None = None) -> Setup:
         """``era``: the year of the engine's build (registry.era reads a version); None: the newest the
-        calibration has for this backend. ``prompt_cache``: llama.cpp's server with its host prompt cache
-        (--cache-ram, on by default), whose saves each request waits for (serving.slot_save)."""
+        calibration has for this backend. ``build``: its month where known ("YYYY-MM", registry.build_date), which
+        decides the kernels some builds run (registry.Engine.mmq); None: ``era``, else the newest era's.
+        ``prompt_cache``: llama.cpp's server with its host prompt cache (--cache-ram, on by default), whose saves
+        each request waits for (serving.slot_save)."""
         hw = cat.find_hardware(hardware)
         m = cat.find_model(model)
         q = formats.Quant.parse(weights, kv)
@@ -77,9 +81,10 @@ class Setup:
             raise UsageError(f"--max-num-batched-tokens {batch_tokens}: give a positive number of tokens")
         _check_tp(m, tp)
         eff = cal.efficiency(backend, era)
+        mmq = registry.engine(engine).mmq(build or era or eff.era[-4:])
         return cls(m, hw, q, engine, backend, eff, kind, ubatch=ubatch, parallel=parallel, tp=tp,
                    flash_attn=flash_attn, era=eff.era, batch_tokens=batch_tokens, arrivals=arrivals,
-                   prompt_cache=prompt_cache, reach=_extrapolation(cal, backend, eff, hw, era))
+                   prompt_cache=prompt_cache, mmq=mmq, reach=_extrapolation(cal, backend, eff, hw, era))
 
     def band(self, cal: Calibration, metric: str, depth: int | None = None, concurrency: int | None = None,
              fallback: Band | None = None) -> Band | None:
@@ -110,7 +115,7 @@ class Setup:
         key = ("d", n, context, per_seq)
         if key not in self.costs:
             c = rf.decode_cost(self.model, self.hw, self.quant, n, context, self.backend, per_seq=per_seq,
-                               flash_attn=self.flash_attn)
+                               flash_attn=self.flash_attn, mmq=self.mmq)
             self.costs[key] = parallelism.tensor_parallel(c, self.model, self.hw, self.tp, n * per_seq)
         return self.costs[key]
 
@@ -125,7 +130,8 @@ class Setup:
     def _prefill_cost(self, tokens: int, cached: int, ubatch: int) -> rf.StepCost:
         key = ("p", tokens, cached, ubatch)
         if key not in self.costs:
-            c = rf.prefill_cost(self.model, self.hw, self.quant, tokens, cached, self.backend, ubatch, self.flash_attn)
+            c = rf.prefill_cost(self.model, self.hw, self.quant, tokens, cached, self.backend, ubatch, self.flash_attn,
+                                self.mmq)
             self.costs[key] = parallelism.tensor_parallel(c, self.model, self.hw, self.tp, tokens)
         return self.costs[key]
 
@@ -145,14 +151,14 @@ class Setup:
         f = self.fit(depth + 1, n)
         if not f.fits and self.kind == "sequential":
             return offload.offload_decode(self.model, self.hw, self.quant, depth, self.backend, f, self.eff,
-                                     self.flash_attn)
+                                          self.flash_attn, self.mmq)
         return self._decode_step(n, depth)
 
     def prefill(self, tokens: int, depth: int = 0) -> rf.Estimate:
         f = self.fit(depth + tokens, 1)
         if not f.fits and self.kind == "sequential":
             return offload.offload_prefill(self.model, self.hw, self.quant, tokens, depth, self.backend, f, self.eff,
-                                      self.ubatch, self.flash_attn)
+                                           self.ubatch, self.flash_attn, self.mmq)
         c = self._prefill_cost(tokens, depth, self.pass_tokens)
         return rf.Estimate(c.ceiling, rf.prefill_time(c, self.eff))
 

@@ -38,6 +38,7 @@ class HardwareSpec:
     int8_tflops: float | None = None
     tdp_w: float | None = None
     boost_ghz: float | None = None  # the GPU's boost clock: a kernel's fixed cost is cycles (roofline.cycle_scale)
+    sms: int | None = None  # streaming multiprocessors: with the clock, the rate of ggml's quantized kernels (roofline)
     pcie_gbs: float = 31.5  # PCIe Gen4 x16 per direction
     nvlink_gbs: float | None = None  # GPU-to-GPU link per GPU per direction (NVLink, Infinity Fabric); else PCIe
     host_bw_gbs: float = 89.6  # dual-channel DDR5-5600
