@@ -10,8 +10,8 @@ weight matmuls (and kept by dequantizing and by routed-expert ones) and by atten
 TDP the arithmetic may draw; a fixed cost per routed-expert matmul; the bytes per quantized weight a separate
 dequantize pass of a prompt moves; the bytes of quantized weights and the FLOPs multiplying them one SM gets
 through per cycle in ggml's CUDA kernels (roofline.sm_rates). (TTFT under load needs no constant of its own: a
-batching engine's queue is simulated step by step, predict/queue.py; calibration files that still carry the old ``burst`` share load, and
-it is ignored.) They are bounded (no backend beats its hardware) and fitted on
+batching engine's queue is simulated step by step, predict/queue.py; calibration files that still carry the old
+``burst`` share load, and it is ignored.) They are bounded (no backend beats its hardware) and fitted on
 every row of every source by minimising the squared log error (a robust soft-L1 loss, so one odd row cannot
 pull a constant), plus a penalty for straying from a prior (so a backend with two rows keeps the prior for
 what its rows cannot tell). The prior is hierarchical: one fit on all the rows of an engine family (every
