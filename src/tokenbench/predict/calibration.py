@@ -2,21 +2,22 @@
 
     tokenbench calibrate --out src/tokenbench/data/efficiency.toml   # the shipped published*.csv
 
-Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has thirteen physical constants
+Each engine backend (llama.cpp CUDA / Vulkan / Metal / ROCm, vLLM CUDA, ...) has fourteen physical constants
 (roofline.PARAM_BOUNDS): the shares of nominal bandwidth reached streaming weights, an f16 KV cache and a
 block-quantized one; a fixed cost per layer per forward pass (GPU cycles: stated at 1.8 GHz, scaled by the box's
 clock); the shares of the arithmetic peak reached by the
 weight matmuls (and kept by dequantizing and by routed-expert ones) and by attention; the TFLOPS per watt of
 TDP the arithmetic may draw; a fixed cost per routed-expert matmul; the bytes per quantized weight a separate
-dequantize pass of a prompt moves; the bytes of quantized weights and the FLOPs multiplying them one SM gets
-through per cycle in ggml's CUDA kernels (roofline.sm_rates). (TTFT under load needs no constant of its own: a
-batching engine's queue is simulated step by step, predict/queue.py; calibration files that still carry the old
-``burst`` share load, and it is ignored.) They are bounded (no backend beats its hardware) and fitted on
-every row of every source by minimising the squared log error (a robust soft-L1 loss, so one odd row cannot
-pull a constant), plus a penalty for straying from a prior (so a backend with two rows keeps the prior for
-what its rows cannot tell). The prior is hierarchical: one fit on all the rows of an engine family (every
-llama.cpp backend together) starts from the physical priors below, and each backend starts from that family
-fit with its own literature values (LITERATURE) on top; the power constant is the family's alone. Rows that
+dequantize pass of a prompt moves; the bytes of quantized weights (K-quants, and how many times that for 32-weight
+blocks) and the FLOPs multiplying them one SM gets through per cycle in ggml's CUDA kernels (roofline.sm_rates).
+(TTFT under load needs no constant of its own: a batching engine's queue is simulated step by step,
+predict/queue.py; calibration files that still carry the old ``burst`` share load, and it is ignored.) They are
+bounded (no backend beats its hardware) and fitted on every row of every source by minimising the squared log
+error (a robust soft-L1 loss, so one odd row cannot pull a constant), plus a penalty for straying from a prior (so
+a backend with two rows keeps the prior for what its rows cannot tell). The prior is hierarchical: one fit on all
+the rows of an engine family (every llama.cpp backend together) starts from the physical priors below, and each
+backend starts from that family fit with its own literature values (LITERATURE) on top; the power constant is
+the family's alone. Rows that
 need hybrid offload are not fitted (they test the offload model, not the backend).
 
 How sure a prediction is comes from leave-one-source-out cross-validation: every source is predicted by a fit
@@ -427,7 +428,8 @@ class Calibration:
             "# arith = (t_matmul + t_routed*(1/eta_moe - 1))/(eta_c*eta_q if quantized) + t_att/eta_att"
             " + fp16_flops/(TDP*flops_per_w)",
             "# ggml CUDA, block-quantized weights: matmul = max(matmul, moe*t_mmq/sm_flops) (MMQ builds),"
-            " weights = max(t_weights/eta_w, t_unpack/sm_bytes); t_mmq, t_unpack: FLOPs, bytes over SMs x clock",
+            " weights = max(t_weights/eta_w, t_unpack/(sm_bytes*(sm_simple for 32-weight blocks)));"
+            " t_mmq, t_unpack: FLOPs, bytes over SMs x clock",
             "# decode:  t = max(weights + t_kv/eta_kv + t_kvq/eta_kvq, arith) + layers*t_layer*cyc",
             "# prefill: t = max(arith, weight reads/eta_w + KV/eta_kv) + passes*layers*t_layer*cyc"
             " + expert_gemms*t_expert + passes*dense_quantized_weights*deq_bytes/(bw*eta_w) (before MMQ)",

@@ -32,6 +32,9 @@ EMB_KEPT_BF16 = {"AWQ", "GPTQ", "MXFP4", "NVFP4", "FP8", "W8A8"}
 GGUF_FORMATS = {k for k in WEIGHT_BPW if k.startswith(("Q", "IQ"))} | {"F16", "F32"}
 #: Weights llama.cpp's CUDA backend multiplies through its int8 MMQ kernels (MXFP4 included: gpt-oss GGUFs).
 MMQ_FORMATS = (GGUF_FORMATS - {"F16", "F32"}) | {"MXFP4"}
+#: K-quants (256-weight super-blocks, their sub-block scales packed in bits) and i-quants (values looked up in
+#: grids): more integer work to unpack per byte than the plain 32-weight blocks of Q4_0-Q8_0 and MXFP4.
+SUPERBLOCK_FORMATS = {k for k in MMQ_FORMATS if "_K" in k or k.startswith("IQ")}
 #: KV-cache bits per element: llama.cpp -ctk q8_0 / q4_0 / ... carry block scales.
 KV_BITS: dict[str, float] = {"F16": 16, "BF16": 16, "AUTO": 16, "F32": 32, "FP8": 8, "Q8_0": 8.5,
                              "Q5_1": 6.0, "Q5_0": 5.5, "Q4_1": 5.0, "Q4_0": 4.5, "IQ4_NL": 4.5}

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from .. import registry
-from .formats import MMQ_FORMATS, Quant
+from .formats import MMQ_FORMATS, SUPERBLOCK_FORMATS, Quant
 from .memory import UBATCH, kv_tokens, state_bytes, weight_bytes
 from .specs import HardwareSpec, ModelSpec
 
@@ -93,6 +93,7 @@ class StepCost:
     cycles: float = 1.0  # the per-layer cost's scale on this box: REF_GHZ / its clock (cycle_scale)
     t_unpack: float = 0.0  # ggml's quantized kernels: weight bytes read / (SMs x clock), at 1 byte per SM-cycle
     t_mmq: float = 0.0  # ... and matmul FLOPs / (SMs x clock), at 1 FLOP per SM-cycle (sm_rates)
+    superblock: bool = False  # the weights are K-quants or i-quants, not 32-weight blocks (Efficiency.sm_simple)
 
     @property
     def ceiling(self) -> float:
@@ -168,8 +169,8 @@ def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, 
     return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kv + state, mm + att,
                     att / (attention_peak(hw, backend) * 1e12), t_kvq, m.layers, 1, q.weights in MMQ_FORMATS,
                     t_routed=routed_mm / peak, t_power=_t_power(hw, q, backend, mm, att, t_mmq > 0),
-                    cycles=cycle_scale(hw),
-                    t_unpack=t_unpack, t_mmq=t_mmq)
+                    cycles=cycle_scale(hw), t_unpack=t_unpack, t_mmq=t_mmq,
+                    superblock=q.weights in SUPERBLOCK_FORMATS)
 
 
 def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: int, backend: str,
@@ -207,7 +208,8 @@ def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: 
                     t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms,
                     t_routed=2 * _active_routed(m) * t / peak, t_power=_t_power(hw, q, backend, mm, att, t_mmq > 0),
                     t_deq=passes * w["dense"] / (q.bpw / 8) / bw if separate_deq else 0.0,
-                    cycles=cycle_scale(hw), t_unpack=t_unpack, t_mmq=t_mmq)
+                    cycles=cycle_scale(hw), t_unpack=t_unpack, t_mmq=t_mmq,
+                    superblock=q.weights in SUPERBLOCK_FORMATS)
 
 
 #: The calibrated constants: name -> (lower bound, upper bound). Shares of a nominal peak lie in (0, 1]: no
@@ -224,7 +226,8 @@ PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "eta_att": (0.01, 1.0),  # share of the FP16 peak reached by attention (prefill at depth)
     "flops_per_w": (0.05, 10.0),  # TFLOPS per watt of board power (TDP) the arithmetic may draw; 10: no limit
     "deq_bytes": (0.0, 8.0),  # prompt matmuls: bytes per block-quantized weight a separate dequantize pass moves
-    "sm_bytes": (0.5, 64.0),  # ggml CUDA: bytes of block-quantized weights one SM unpacks per cycle (mmvq)
+    "sm_bytes": (0.5, 64.0),  # ggml CUDA: bytes of K-quants or i-quants one SM unpacks per cycle (mmvq)
+    "sm_simple": (0.25, 8.0),  # ... times this for 32-weight blocks (Q4_0-Q8_0, MXFP4: formats.SUPERBLOCK_FORMATS)
     "sm_flops": (64.0, 16384.0),  # ... and FLOPs one SM does per cycle multiplying them (MMQ)
 }
 
@@ -246,11 +249,13 @@ class Efficiency:
     flops_per_w: float = 1.0  # H100 SXM datasheet: 989 TF at 700 W is 1.4 TF/W at the peak; GEMMs sit below it
     deq_bytes: float = 2.6  # Q4_K_M's 0.61 bytes per weight read, 2 written as F16 (calibration.PRIORS says where)
     # sm_bytes: 8 bytes (16 4-bit weights) per SM-cycle binds on HBM boxes and not on GDDR ones, where their rows
-    # put it: the fit on the 2023 and 2024 rows alone finds 6.9 and 8.3 from it (A100, H100 PCIe, A40 decode under
-    # their bandwidth roofline), the packaged one 5-8. A start where it binds nowhere would stay there: the max()
-    # it enters has no slope on that side. sm_flops: no limit (sm_80's int8 tensor rate, 2 x 1024 MACs per
-    # SM-cycle) unless a backend's literature or rows say so (calibration.LITERATURE: llama.cpp CUDA's MMQ)
+    # put it: the fit on the 2023 and 2024 rows alone finds 8.0 and 8.3 from it (A100, H100 PCIe, A40 decode under
+    # their bandwidth roofline), the packaged one 5.8 for K-quants, 2.2 times that for Q4_0 (the A30's K-quants
+    # beside the H100's and H200's Q4_0). A start where it binds nowhere would stay there: the max() it enters has
+    # no slope on that side. sm_flops: no limit (sm_80's int8 tensor rate, 2 x 1024 MACs per SM-cycle) unless a
+    # backend's literature or rows say so (calibration.LITERATURE: llama.cpp CUDA's MMQ)
     sm_bytes: float = 8.0
+    sm_simple: float = 1.0  # no difference unless rows of both kinds of format on boxes where unpacking binds say so
     sm_flops: float = 4096.0
     rows: int = 0
     calibrated: bool = False
@@ -271,7 +276,7 @@ def decode_time(c: StepCost, eff: Efficiency) -> float:
     """Memory streams and arithmetic overlap (the slower wins), plus a fixed cost per layer. The weights' kernels
     stream them or unpack them (ggml's quantized ones, sm_rates), whichever is slower; the cache is read by the
     attention kernels, which run after them."""
-    weights = max(c.t_weights / eff.eta_w, c.t_unpack / eff.sm_bytes)
+    weights = max(c.t_weights / eff.eta_w, c.t_unpack / (eff.sm_bytes * (1.0 if c.superblock else eff.sm_simple)))
     mem = weights + c.t_kv / eff.eta_kv + c.t_kvq / eff.eta_kvq
     return max(mem, _arith(c, eff)) + c.passes * c.layers * eff.t_layer * c.cycles + _comm(c)
 

@@ -108,7 +108,7 @@ def batch_step(parts: list[StepCost], passes: int = 0) -> StepCost:
                     add("flops"), add("t_attention"), add("t_kvq"), first.layers, n, first.quantized,
                     max(p.expert_gemms for p in parts), add("t_routed"), add("t_comm"), max(p.comm_ops for p in parts),
                     add("t_power"), max(p.t_deq / p.passes for p in parts) * n, first.cycles,
-                    big.t_unpack * reads, add("t_mmq"))
+                    big.t_unpack * reads, add("t_mmq"), first.superblock)
 
 
 def one_stream(pf: StepCost, t_dec: Estimate, eff: Efficiency, n: int, prompt: int, output: int,
