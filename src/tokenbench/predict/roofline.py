@@ -204,7 +204,7 @@ def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: 
     separate_deq = q.weights in MMQ_FORMATS and not (mmq and _ggml_cuda(backend))  # other backends: as fitted
     att = attn_full + attn_local
     return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kvb + scores,
-                    mm + attn_full + attn_local, (attn_full + attn_local) / (attention_peak(hw, backend) * 1e12),
+                    mm + att, att / (attention_peak(hw, backend) * 1e12),
                     t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms,
                     t_routed=2 * _active_routed(m) * t / peak, t_power=_t_power(hw, q, backend, mm, att, t_mmq > 0),
                     t_deq=passes * w["dense"] / (q.bpw / 8) / bw if separate_deq else 0.0,
