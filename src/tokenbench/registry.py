@@ -76,6 +76,9 @@ class Engine:
     #: weights with its int8 MMQ kernels, tile by tile, rather than dequantizing them to F16 for cuBLAS (roofline
     #: .sm_rates); "" not ggml's.
     mmq_since: str = ""
+    #: It saves idle slots' KV caches to a host prompt cache before each task (llama-server's --cache-ram), and no
+    #: slot runs meanwhile (predict/serving.slot_save).
+    host_prompt_cache: bool = False
 
     def mmq(self, build: str) -> bool:
         """Whether builds of ``build`` ("YYYY-MM", or "YYYY": counted from its January; "": the newest) run MMQ."""
@@ -136,7 +139,7 @@ ENGINES: tuple[Engine, ...] = (
            platform="not-apple", reserve=0.10, releases=VLLM_RELEASES),
     Engine("llama.cpp", ("llama-server", "llama_cpp", "llamacpp-server", "llama-bench"), "sequential", "ggml",
            "llamacpp", "named", family="llamacpp", adapter="LlamaCpp", launcher="llama-server",
-           releases=LLAMACPP_BUILDS, mmq_since=MMQ_SINCE),
+           releases=LLAMACPP_BUILDS, mmq_since=MMQ_SINCE, host_prompt_cache=True),
     Engine("llama-cpp-python", ("llamacpp", "llama_cpp_python"), "sequential", "ggml", "llama-cpp-python", "named",
            family="llamacpp", literature="llamacpp", adapter="LlamaCppPython", launcher="llama-cpp-python",
            mmq_since=MMQ_SINCE),

@@ -74,7 +74,7 @@ def setup(cfg: SetupConfig) -> tuple[Setup, Calibration]:
     if kv == "AUTO" and gguf:
         kv = "F16"
     version = cfg.engine_version
-    if cfg.cache_ram is not None and registry.engine(cfg.engine).name != "llama.cpp":
+    if cfg.cache_ram is not None and not registry.engine(cfg.engine).host_prompt_cache:
         raise UsageError(f"--cache-ram is llama-server's host prompt cache; {cfg.engine} keeps none: leave it out")
     return Setup.make(Catalog.load(), cal, cfg.hardware, cfg.model, weights, kv, cfg.engine,
                       ubatch=cfg.ubatch or 512, parallel=cfg.parallel or 1, tp=cfg.tp or 1,

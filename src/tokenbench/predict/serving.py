@@ -75,7 +75,7 @@ def slot_save(engine: str, state_bytes: float) -> float:
     """Seconds llama.cpp's server spends saving one finished request's slot state (``state_bytes``: its KV cache
     and recurrent state) to its host prompt cache before the next task starts (LLAMA_SAVE_GBS); 0 for other
     engines, which keep no such cache."""
-    return state_bytes / (LLAMA_SAVE_GBS * 1e9) if registry.engine(engine).name == "llama.cpp" else 0.0
+    return state_bytes / (LLAMA_SAVE_GBS * 1e9) if registry.engine(engine).host_prompt_cache else 0.0
 
 
 def resend_lag(engine: str) -> int:
