@@ -429,6 +429,7 @@ def test_ggml_quantized_kernels_run_at_the_sms_rate(cat: Catalog) -> None:
     assert not llama.mmq("2024-05") and not llama.mmq("2024") and llama.mmq("2024-07") and llama.mmq("")
     assert not registry.engine("vllm").mmq("2026-01")
     assert registry.build_date("llama.cpp", "b3078") == "2024-06" and registry.era("llama.cpp", "b3078") == "2024"
+    assert llama.mmq(registry.build_date("llama.cpp", "b3500")) and not llama.mmq(registry.build_date("llama.cpp", "b3300"))
 
 
 def test_held_out_2025_prompt_rates_follow_the_sms_not_the_tensor_peak(cat: Catalog) -> None:
