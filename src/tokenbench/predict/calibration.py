@@ -62,12 +62,6 @@ def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
 #: dequantize tile by tile inside the matmul; the fit finds where between the two a backend's rows sit.
 LITERATURE: dict[str, dict[str, float]] = {
     "llamacpp-rocm": {"eta_w": 0.38, "eta_kv": 0.38},
-    # MMQ's rate per SM-cycle (roofline.sm_rates), from the PRs that made it: an RTX 3090 (82 SMs at 1.695 GHz)
-    # ran llama 8B (15.0 GFLOP of matmuls a token) Q5_0 pp512 at 3655 t/s with int8 tensor-core MMQ (PR 7676,
-    # June 2024: 0.39 kFLOP per SM-cycle end to end) and IQ4_XS pp2048 at 4314 t/s after "CUDA: optimize and
-    # refactor MMQ" (PR 8416, July 2024: 0.47 end to end; the matmuls alone somewhat faster, their share of the
-    # time less the attention and the per-layer costs).
-    "llamacpp-cuda": {"sm_flops": 500.0},
     # Metal prompt processing: llama-bench pp512 of Llama-3.2-3B Q4_K_M on an M1 Ultra 64c, 2142.6 t/s
     # (geerlingguy/ai-benchmarks issue 48): 2·2.82e9 FLOPs/token × 2142.6 = 12.1 TF of the 21 TF FP16 peak,
     # 0.57 (the same author's M3 Ultra 80c, geerlingguy/beowulf-ai-cluster issue 17: Llama 3.3 70B Q4_K_M

@@ -49,13 +49,17 @@ def fp16_peak(hw: HardwareSpec) -> float:
     return hw.fp16_tflops or hw.bf16_tflops
 
 
-def peak_tflops(hw: HardwareSpec, q: Quant, backend: str) -> float:
+def peak_tflops(hw: HardwareSpec, q: Quant, backend: str, mmq: bool = False) -> float:
     """The peak of the arithmetic the weight matmuls use: FP8 for FP8 weights; for llama.cpp on CUDA the FP16
-    tensor peak (cuBLAS F16 and the MMQ kernels alike: llama-bench pp512 of Q4_K_M runs at 0.74-0.91 of F16's
-    on every GPU of published-more.csv, whatever the GPU's INT8:FP16 ratio, so the INT8 peak describes none
-    of them); FP16/BF16 otherwise."""
+    tensor peak, and for its MMQ builds' block-quantized weights (``mmq``, registry.MMQ_SINCE) the INT8 one, where
+    the catalog gives it: MMQ runs on the int8 tensor cores, though the SMs' rate binds first on every GPU the
+    2025 scoreboard measured (sm_rates). Before MMQ, quantized prompts went to cuBLAS in F16 (llama-bench pp512 of
+    Q4_K_M in May 2024 at 0.74-0.91 of F16's on every GPU of published-more.csv, whatever its INT8:FP16 ratio).
+    FP16/BF16 otherwise."""
     if q.weights in ("FP8", "W8A8") and hw.fp8_tflops:
         return hw.fp8_tflops
+    if mmq and hw.int8_tflops and q.weights in MMQ_FORMATS and _ggml_cuda(backend):
+        return hw.int8_tflops
     return fp16_peak(hw) if _ggml_cuda(backend) else hw.bf16_tflops
 
 
@@ -130,16 +134,14 @@ def _active_routed(m: ModelSpec) -> float:
     return m.routed_params * m.top_k / m.experts if m.is_moe else 0.0
 
 
-def _t_power(hw: HardwareSpec, q: Quant, backend: str, matmul: float, attention: float, int8: bool = False) -> float:
-    """The step's FLOPs at 1 TFLOPS per watt of the box's TDP, counted in FP16 FLOPs: a tensor core doing FP8 at
-    twice the FP16 rate spends about half the energy per FLOP (the datasheets give both peaks at one TDP), and so
-    does one doing INT8 (``int8``: ggml's MMQ kernels, sm_rates). 0 when the catalog gives no TDP: then no power
-    term."""
+def _t_power(hw: HardwareSpec, q: Quant, backend: str, matmul: float, attention: float, mmq: bool) -> float:
+    """The step's FLOPs at 1 TFLOPS per watt of the box's TDP, counted in FP16 FLOPs: a tensor core doing FP8 (or
+    INT8: MMQ, ``mmq``) at twice the FP16 rate spends about half the energy per FLOP (the datasheets give both
+    peaks at one TDP). 0 when the catalog gives no TDP: then no power term."""
     if not hw.tdp_w:
         return 0.0
     ref = fp16_peak(hw)
-    mm_peak = hw.int8_tflops if int8 and hw.int8_tflops else peak_tflops(hw, q, backend)
-    fp16_flops = matmul * ref / mm_peak + attention * ref / attention_peak(hw, backend)
+    fp16_flops = matmul * ref / peak_tflops(hw, q, backend, mmq) + attention * ref / attention_peak(hw, backend)
     return fp16_flops / (hw.tdp_w * 1e12)
 
 
@@ -163,12 +165,12 @@ def decode_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, n: int, context: int, 
     routed_mm = toks * 2 * _active_routed(m)
     att = toks * 4 * m.heads * m.head_dim * kv_tokens(m, context)
     bw = hw.bw_gbs * 1e9
-    peak = peak_tflops(hw, q, backend) * 1e12
+    peak = peak_tflops(hw, q, backend, mmq) * 1e12
     t_kv, t_kvq = ((state / bw, kv / bw) if q.kv_quantized else ((kv + state) / bw, 0.0))
     t_unpack, t_mmq = sm_rates(hw, q, backend, wbytes, mm, mmq)
     return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kv + state, mm + att,
                     att / (attention_peak(hw, backend) * 1e12), t_kvq, m.layers, 1, q.weights in MMQ_FORMATS,
-                    t_routed=routed_mm / peak, t_power=_t_power(hw, q, backend, mm, att, t_mmq > 0),
+                    t_routed=routed_mm / peak, t_power=_t_power(hw, q, backend, mm, att, mmq),
                     cycles=cycle_scale(hw), t_unpack=t_unpack, t_mmq=t_mmq,
                     superblock=q.weights in SUPERBLOCK_FORMATS)
 
@@ -199,14 +201,14 @@ def prefill_cost(m: ModelSpec, hw: HardwareSpec, q: Quant, tokens: int, cached: 
     bw = hw.bw_gbs * 1e9
     t_kv, t_kvq = (scores / bw, kvb / bw) if q.kv_quantized else ((kvb + scores) / bw, 0.0)
     gemms = passes * expert_coverage(m, per_ub) * 3 * m.moe_layers if m.is_moe else 0.0
-    peak = peak_tflops(hw, q, backend) * 1e12
+    peak = peak_tflops(hw, q, backend, mmq) * 1e12
     t_unpack, t_mmq = sm_rates(hw, q, backend, wbytes, mm, mmq)
     separate_deq = q.weights in MMQ_FORMATS and not (mmq and _ggml_cuda(backend))  # other backends: as fitted
     att = attn_full + attn_local
     return StepCost(wbytes / bw, t_kv, mm / peak, wbytes + kvb + scores,
                     mm + att, att / (attention_peak(hw, backend) * 1e12),
                     t_kvq, m.layers, passes, q.weights in MMQ_FORMATS, gemms,
-                    t_routed=2 * _active_routed(m) * t / peak, t_power=_t_power(hw, q, backend, mm, att, t_mmq > 0),
+                    t_routed=2 * _active_routed(m) * t / peak, t_power=_t_power(hw, q, backend, mm, att, mmq),
                     t_deq=passes * w["dense"] / (q.bpw / 8) / bw if separate_deq else 0.0,
                     cycles=cycle_scale(hw), t_unpack=t_unpack, t_mmq=t_mmq,
                     superblock=q.weights in SUPERBLOCK_FORMATS)
@@ -248,15 +250,19 @@ class Efficiency:
     eta_att: float = 0.3
     flops_per_w: float = 1.0  # H100 SXM datasheet: 989 TF at 700 W is 1.4 TF/W at the peak; GEMMs sit below it
     deq_bytes: float = 2.6  # Q4_K_M's 0.61 bytes per weight read, 2 written as F16 (calibration.PRIORS says where)
-    # sm_bytes: 8 bytes (16 4-bit weights) per SM-cycle binds on HBM boxes and not on GDDR ones, where their rows
-    # put it: the fit on the 2023 and 2024 rows alone finds 8.0 and 8.3 from it (A100, H100 PCIe, A40 decode under
-    # their bandwidth roofline), the packaged one 5.8 for K-quants, 2.2 times that for Q4_0 (the A30's K-quants
-    # beside the H100's and H200's Q4_0). A start where it binds nowhere would stay there: the max() it enters has
-    # no slope on that side. sm_flops: no limit (sm_80's int8 tensor rate, 2 x 1024 MACs per SM-cycle) unless a
-    # backend's literature or rows say so (calibration.LITERATURE: llama.cpp CUDA's MMQ)
+    # The SM rates of ggml's CUDA kernels (sm_rates; no other backend's step uses them, so they are every backend's
+    # defaults and the llama.cpp family fit's prior, which its CUDA rows then move). sm_bytes: 8 bytes (16 4-bit
+    # weights) per SM-cycle binds on HBM boxes and not on GDDR ones, where their rows put it: the fit on the 2023
+    # and 2024 rows alone finds about 8 from it (A100, H100 PCIe, A40 decode under their bandwidth roofline), the
+    # packaged one about 6 for K-quants and twice that for Q4_0 (the A30's K-quants beside the H100's and H200's
+    # Q4_0). A start where it binds nowhere would stay there: the max() it enters has no slope on that side.
+    # sm_flops: MMQ's rate, from the PRs that made it: an RTX 3090 (82 SMs at 1.695 GHz) ran llama 8B (15.0 GFLOP
+    # of matmuls a token) Q5_0 pp512 at 3655 t/s with int8 tensor-core MMQ (PR 7676, June 2024: 0.39 kFLOP per
+    # SM-cycle end to end) and IQ4_XS pp2048 at 4314 t/s after "CUDA: optimize and refactor MMQ" (PR 8416, July
+    # 2024: 0.47 end to end; the matmuls alone somewhat faster, the attention and per-layer costs taken out)
     sm_bytes: float = 8.0
     sm_simple: float = 1.0  # no difference unless rows of both kinds of format on boxes where unpacking binds say so
-    sm_flops: float = 4096.0
+    sm_flops: float = 500.0
     rows: int = 0
     calibrated: bool = False
     source: str = "UNCALIBRATED: no measurements of this backend; physical priors only"
