@@ -78,8 +78,7 @@ def setup(cfg: SetupConfig) -> tuple[Setup, Calibration]:
         raise UsageError(f"--cache-ram is llama-server's host prompt cache; {cfg.engine} keeps none: leave it out")
     return Setup.make(Catalog.load(), cal, cfg.hardware, cfg.model, weights, kv, cfg.engine,
                       ubatch=cfg.ubatch or 512, parallel=cfg.parallel or 1, tp=cfg.tp or 1,
-                      flash_attn=cfg.flash_attn, era=registry.era(cfg.engine, version) if version else None,
-                      build=registry.build_date(cfg.engine, version) if version else None,
+                      flash_attn=cfg.flash_attn, era=registry.build_date(cfg.engine, version) if version else None,
                       batch_tokens=cfg.batch_tokens, arrivals=cfg.arrivals or "together",
                       prompt_cache=cfg.cache_ram != 0), cal
 

@@ -49,11 +49,7 @@ class Row:
         """The year of the engine's build, which the fit keeps apart (a 2024 llama.cpp and a 2026 one are not
         one constant): the row's date's year, else its stated version's (registry.version_date), else "" (undated:
         it joins its backend's pooled fit, no era's)."""
-        if DATE.fullmatch(self.date):
-            return self.date[:4]
-        e = registry.find(self.engine) if self.version else None
-        d = registry.version_date(e, self.version) if e is not None else None
-        return d[:4] if d else ""
+        return self.build[:4]
 
     @property
     def build(self) -> str:

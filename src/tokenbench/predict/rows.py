@@ -117,8 +117,7 @@ def row_setup(cat: Catalog, cal: Calibration, r: Row) -> Setup:
     return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False, ubatch=row_ubatch(r),
                       parallel=parallel, flash_attn=row_flash_attn(r) or batching,
                       batch_tokens=row_batch_tokens(r) if batching else None,
-                      arrivals=row_arrivals(r) if batching else "together", era=r.era or None,
-                      build=r.build or None)
+                      arrivals=row_arrivals(r) if batching else "together", era=r.build or None)
 
 
 def row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:

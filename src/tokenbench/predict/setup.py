@@ -48,11 +48,10 @@ class Setup:
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
              engine: str, check: bool = True, ubatch: int = memory.UBATCH, parallel: int = 1, tp: int = 1,
              flash_attn: bool = True, era: str | None = None, batch_tokens: int | None = None,
-             arrivals: queue.Arrivals = "together", prompt_cache: bool = True, build: str | None = None) -> Setup:
-        """``era``: the year of the engine's build (registry.era reads a version); None: the newest the
-        calibration has for this backend. ``build``: its month where known ("YYYY-MM", registry.build_date), which
-        decides the kernels some builds run (registry.Engine.mmq); None: ``era``, else the newest era's.
-        ``prompt_cache``: llama.cpp's server with its host prompt cache (--cache-ram, on by default), whose saves
+             arrivals: queue.Arrivals = "together", prompt_cache: bool = True) -> Setup:
+        """``era``: the date of the engine's build, its year or month ("2025", "2025-06": registry.build_date
+        reads a version); its year picks the constants, its month the kernels some builds run (registry.Engine
+        .mmq); None: the newest the calibration has for this backend. ``prompt_cache``: llama.cpp's server with its host prompt cache (--cache-ram, on by default), whose saves
         each request waits for (serving.slot_save)."""
         hw = cat.find_hardware(hardware)
         m = cat.find_model(model)
@@ -80,11 +79,12 @@ class Setup:
         if batch_tokens is not None and batch_tokens < 1:
             raise UsageError(f"--max-num-batched-tokens {batch_tokens}: give a positive number of tokens")
         _check_tp(m, tp)
-        eff = cal.efficiency(backend, era)
-        mmq = registry.engine(engine).mmq(build or era or eff.era[-4:])
+        year = era[:4] if era else None
+        eff = cal.efficiency(backend, year)
+        mmq = registry.engine(engine).mmq(era or eff.era[-4:])
         return cls(m, hw, q, engine, backend, eff, kind, ubatch=ubatch, parallel=parallel, tp=tp,
                    flash_attn=flash_attn, era=eff.era, batch_tokens=batch_tokens, arrivals=arrivals,
-                   prompt_cache=prompt_cache, mmq=mmq, reach=_extrapolation(cal, backend, eff, hw, era))
+                   prompt_cache=prompt_cache, mmq=mmq, reach=_extrapolation(cal, backend, eff, hw, year))
 
     def band(self, cal: Calibration, metric: str, depth: int | None = None, concurrency: int | None = None,
              fallback: Band | None = None) -> Band | None:
