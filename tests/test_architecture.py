@@ -170,3 +170,34 @@ def test_the_circle_check_sees_function_level_imports_and_skips_type_checking(tm
                    "def f():\n    from .c import g\n    from . import d\n")
     names = {"tokenbench.a", "tokenbench.b", "tokenbench.c", "tokenbench.d"}
     assert _runtime_imports(src, "tokenbench.a", names) == {"tokenbench.c", "tokenbench.d"}
+
+
+# ---- the sweep conducts; each workload kind is a plug-in ------------------------------------------------------
+
+def test_the_sweep_conducts_and_names_no_workload_kind() -> None:
+    """sweep.py runs levels; what is sent is a kind's (kinds/). It stays small, imports only the kinds' contract,
+    their registry and the default kind, and never branches on a kind or names the capacity search."""
+    text = (SRC / "sweep.py").read_text()
+    assert len(text.splitlines()) <= 500
+    kinds = {m.split(".")[1] for m in _imports(SRC / "sweep.py") if m.startswith("kinds.")}
+    assert kinds <= {"base", "lengths", "WorkloadKind"}, kinds
+    tree = ast.parse(text)
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
+        {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    named = names & {"sessions", "trace", "dataset", "capacity", "search", "isinstance", "SessionsKind", "TraceKind",
+                     "DatasetKind", "CapacitySearch"}
+    assert not named, f"sweep.py names {sorted(named)}"
+
+
+def test_every_kind_is_registered_and_speaks_the_contract() -> None:
+    from tokenbench.kinds import KINDS, WorkloadKind
+    from tokenbench.kinds.base import Kind
+
+    assert set(KINDS) == {"lengths", "dataset", "trace", "sessions"}
+    assert set(WorkloadKind.__args__) == set(KINDS.values())  # type: ignore[attr-defined]
+    members = [n for n in dir(Kind) if not n.startswith("_")]
+    for name, cls in KINDS.items():
+        assert cls.name == name and isinstance(cls.splits, bool)
+        missing = [m for m in members if not hasattr(cls, m)]
+        assert not missing, f"{cls.__name__} lacks {missing}"
+        assert (SRC / "kinds" / f"{name}.py").exists()  # each kind in a module of its own

@@ -28,6 +28,7 @@ from tokenbench.reader import load_result
 from tokenbench.slo import SLO, SloCheck, binomial_cdf, decided_fail, needed_for_sure_pass, share_check
 from tokenbench.store import Store
 from tokenbench.sweep import SweepConfig, run_sweep
+from tokenbench.kinds.lengths import LengthsKind
 
 MS = 1_000_000
 
@@ -201,7 +202,7 @@ def test_a_noisy_server_is_found_within_what_a_full_sweep_shows(tmp_path: Path) 
     with BackgroundEmitter(noisy) as em:
         rc, doc = _capacity(em.url, tmp_path / "n.db", "--slo", "agent_tps=90", "--concurrency", "1:8",
                             "--requests", "24")
-        sweep = asyncio.run(run_sweep(SweepConfig(url=em.url, input_len=16, output_len=24, concurrency=list(range(1, 9)),
+        sweep = asyncio.run(run_sweep(SweepConfig(url=em.url, workload=LengthsKind.fixed(16, 24), concurrency=list(range(1, 9)),
                                                   requests=24, guard="off", metrics_interval_s=None,
                                                   slo=SLO.parse("agent_tps=90")), Store(tmp_path / "n.db")))
     plain = answer(sweep)

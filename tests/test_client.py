@@ -187,9 +187,10 @@ def test_the_socket_write_is_stamped_and_the_clients_wait_reported_apart(emitter
     from tokenbench.loadgen import SEND_QUEUE_P90_MS, ClientWatch, Level
     from tokenbench.store import Store
     from tokenbench.sweep import SweepConfig, run_sweep
+    from tokenbench.kinds.lengths import LengthsKind
 
     emitter.configure(ttft_s=0.05, itl_s=0.001)
-    res = aio.run(run_sweep(SweepConfig(url=emitter.url, input_len=8, output_len=4, concurrency=[2], requests=6,
+    res = aio.run(run_sweep(SweepConfig(url=emitter.url, workload=LengthsKind.fixed(8, 4), concurrency=[2], requests=6,
                                         warmup=0, guard="off"), Store(tmp_path / "r.db")))
     recs = Store(tmp_path / "r.db").requests(res.run_id)
     assert recs and all(r.written_ns is not None and r.sent_ns <= r.written_ns <= (r.first_byte_ns or 0)

@@ -17,6 +17,8 @@ from tokenbench.emitter import BackgroundEmitter
 from tokenbench.metrics import summarize
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
+from tokenbench.engines.embedded import slot_context
+from tokenbench.kinds.lengths import LengthsKind
 from tokenbench.sweep import SweepConfig, run_sweep
 from tokenbench.workload import Workload
 
@@ -126,8 +128,7 @@ def test_a_short_output_is_named_against_its_own_length() -> None:
 
 def _sweep(url: str, tmp_path: Path, seed: int, workers: int = 1) -> tuple[list[RequestRecord], dict[str, object]]:
     cfg = SweepConfig(url=url, concurrency=[2], requests=12, warmup=1, seed=seed, guard="off", workers=workers,
-                      input_len=96, output_len=24, input_draw=parse("uniform:32-96", "--input-len"),
-                      output_draw=parse("uniform:8-24", "--output-len"))
+                      workload=LengthsKind(parse("uniform:32-96", "--input-len"), parse("uniform:8-24", "--output-len")))
     store = Store(tmp_path / "r.db")
     res = asyncio.run(run_sweep(cfg, store))
     assert res.status == "complete"
@@ -168,7 +169,8 @@ def test_a_run_with_the_same_seed_sends_the_same_lengths(emitter: BackgroundEmit
 
 def test_the_user_extra_body_stays_on_top(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     cfg = SweepConfig(url=emitter.url, concurrency=[1], requests=3, warmup=0, seed=1, guard="off",
-                      output_draw=parse("uniform:8-24", "--output-len"), extra_body={"min_tokens": 2})
+                      workload=LengthsKind(Draw.fixed(128), parse("uniform:8-24", "--output-len")),
+                      extra_body={"min_tokens": 2})
     asyncio.run(run_sweep(cfg, Store(tmp_path / "r.db")))
     assert all(b["min_tokens"] == 2 for b in emitter.emitter.requests_seen)
 
@@ -204,8 +206,8 @@ def test_the_cli_refuses_a_bad_distribution_in_one_line(argv: list[str], message
 
 
 def test_the_embedded_engine_holds_the_longest_draw() -> None:
-    from tokenbench.cli.sweep import embedded_tokens
+    from tokenbench.cli.sweep import embedded_ctx
 
-    cfg = SweepConfig(url="", input_len=256, output_len=64, input_draw=parse("uniform:64-256", "--input-len"),
-                      output_draw=parse("normal:32,8", "--output-len"))
-    assert cfg.longest_request() == 256 + 64 and embedded_tokens(cfg) == 320
+    cfg = SweepConfig(url="", workload=LengthsKind(parse("uniform:64-256", "--input-len"),
+                                                   parse("normal:32,8", "--output-len")))
+    assert cfg.longest_request() == 256 + 64 and embedded_ctx(cfg) == slot_context(320)

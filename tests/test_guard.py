@@ -193,7 +193,7 @@ def test_the_measured_servers_own_children_are_not_other_work() -> None:
 def test_strict_refuses_a_dirty_load_generating_node_as_it_refuses_the_driver(tmp_path: Path) -> None:
     """--workers on Ray: each node's snapshot comes back to the driver; strict used to only mark the level for a
     dirty node while refusing a dirty driver. Now the driver refuses the level, naming the node and the check."""
-    from tokenbench.sweep import refuse_dirty_nodes
+    from tokenbench.guard import refuse_dirty_nodes
 
     def snap(name: str, **kw: object) -> guard.GuardSnapshot:
         env = guard.GuardEnv(root=fake_tree(tmp_path / name, **kw), config=guard.load_config(),  # type: ignore[arg-type]

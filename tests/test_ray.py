@@ -18,6 +18,7 @@ from tokenbench.emitter import BackgroundEmitter
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
 from tokenbench.sweep import QuietReporter, SweepConfig, run_sweep
+from tokenbench.kinds.lengths import LengthsKind
 
 if os.environ.get("TOKENBENCH_REQUIRE_ENGINES"):  # CI installs the ray extra: missing is a failure there
     import ray
@@ -43,7 +44,7 @@ def cluster() -> Iterator[Any]:
 
 def _sweep(url: str, store: Store, reporter: Any = None, **kw: Any) -> Any:
     kw.setdefault("guard", "off")
-    cfg = SweepConfig(url=url, input_len=16, output_len=24, metrics_interval_s=None, **kw)
+    cfg = SweepConfig(url=url, workload=LengthsKind.fixed(16, 24), metrics_interval_s=None, **kw)
     return asyncio.run(run_sweep(cfg, store, reporter))
 
 

@@ -31,7 +31,8 @@ url, db, what = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 try:
     if what == "sweep":
         from tokenbench.sweep import SweepConfig, run_sweep
-        cfg = SweepConfig(url=url, input_len=8, output_len=4, concurrency=[1, 2], requests=200, warmup=0,
+        from tokenbench.kinds.lengths import LengthsKind
+        cfg = SweepConfig(url=url, workload=LengthsKind.fixed(8, 4), concurrency=[1, 2], requests=200, warmup=0,
                           guard="off")
         asyncio.run(run_sweep(cfg, Store(db)))
     else:
@@ -117,11 +118,12 @@ def test_quality_returns_the_result_every_command_returns(emitter: BackgroundEmi
 def test_a_failed_run_carries_its_result(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     import asyncio
 
+    from tokenbench.kinds.lengths import LengthsKind
     from tokenbench.sweep import SweepConfig, run_sweep
 
     emitter.configure(fault="truncate", truncate_to=8, fault_from=1)
     store = Store(tmp_path / "r.db")
-    cfg = SweepConfig(url=emitter.url, input_len=64, output_len=6, concurrency=[1, 2], requests=3, warmup=0,
+    cfg = SweepConfig(url=emitter.url, workload=LengthsKind.fixed(64, 6), concurrency=[1, 2], requests=3, warmup=0,
                       guard="off")
     with pytest.raises(LevelFailed) as ei:
         asyncio.run(run_sweep(cfg, store))

@@ -19,12 +19,14 @@ from tokenbench.errors import EndpointError, LevelFailed
 from tokenbench.servers import normalize_base_url
 from tokenbench.store import Store
 from tokenbench.sweep import SweepConfig, run_sweep
+from tokenbench.kinds.lengths import LengthsKind
 from tokenbench.reader import load_result
 
 
 def sweep(url: str, store: Store, **kw: object) -> object:
     kw.setdefault("guard", "off")  # the guard has its own tests; here it would only add its sampling time
-    cfg = SweepConfig(url=url, input_len=kw.pop("input_len", 24), output_len=kw.pop("output_len", 6), **kw)  # type: ignore[arg-type]
+    kind = LengthsKind.fixed(kw.pop("input_len", 24), kw.pop("output_len", 6), prefix_len=kw.pop("prefix_len", 0))  # type: ignore[arg-type]
+    cfg = SweepConfig(url=url, workload=kind, **kw)  # type: ignore[arg-type]
     return asyncio.run(run_sweep(cfg, store))
 
 
@@ -232,7 +234,7 @@ def test_no_collection_of_the_whole_heap_stops_a_timed_phase(emitter: Background
             frozen_at_each_request.append(gc.get_freeze_count())
 
     emitter.configure(ttft_s=0.005, itl_s=0.001)
-    cfg = SweepConfig(url=emitter.url, input_len=8, output_len=4, concurrency=[2], requests=6, guard="off")
+    cfg = SweepConfig(url=emitter.url, workload=LengthsKind.fixed(8, 4), concurrency=[2], requests=6, guard="off")
     asyncio.run(run_sweep(cfg, Store(tmp_path / "r.db"), Watching()))
     assert len(frozen_at_each_request) == 6 and min(frozen_at_each_request) >= len(held)
     assert gc.get_freeze_count() == 0

@@ -19,6 +19,7 @@ from tokenbench.loadgen import Level
 from tokenbench.metrics import cached_share, summarize
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
+from tokenbench.kinds.trace import TraceKind
 from tokenbench.sweep import SweepConfig, run_sweep
 from tokenbench.trace import Trace, TracePrompts, load_trace
 from tokenbench.workload import LocalTokenizer, PromptBuilder
@@ -343,8 +344,9 @@ def test_cached_share_of_a_level() -> None:
 # ---- a replay end to end ----------------------------------------------------------------------------------------
 
 def replay(url: str, path: Path, store: Store, **kw: Any) -> Any:
-    cfg = SweepConfig(url=url, trace=load_trace(path, kw.pop("block", 16)), requests=kw.pop("requests", None),
-                      guard="off", seed=3, **kw)
+    requests = kw.pop("requests", None)  # the trace's first N, as --requests N asks
+    kind = TraceKind(load_trace(path, kw.pop("block", 16)).head(requests), kw.pop("trace_speed", 1.0))
+    cfg = SweepConfig(url=url, workload=kind, requests=requests, guard="off", seed=3, **kw)
     return asyncio.run(run_sweep(cfg, store))
 
 
@@ -410,10 +412,9 @@ def test_a_replay_lets_llama_server_cache_its_prompts(emitter: BackgroundEmitter
 
 def test_the_library_refuses_repetitions_and_workers(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     p = write(tmp_path, "t.jsonl", MOONCAKE)
-    with pytest.raises(UsageError, match="replayed once per run"):
-        replay(emitter.url, p, Store(tmp_path / "r.db"), repetitions=2)
-    with pytest.raises(UsageError, match="replayed by one process"):
-        replay(emitter.url, p, Store(tmp_path / "r.db"), workers=2)
+    for options in ({"repetitions": 2}, {"workers": 2}, {"ray": "auto"}):
+        with pytest.raises(UsageError, match="replayed once, by one process"):
+            replay(emitter.url, p, Store(tmp_path / "r.db"), **options)
 
 
 def test_sweep_trace_from_the_command_line(emitter: BackgroundEmitter, tmp_path: Path,

@@ -23,6 +23,7 @@ from tokenbench.loadgen import Level
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
 from tokenbench.sweep import QuietReporter, SweepConfig, run_sweep
+from tokenbench.kinds.lengths import LengthsKind
 from tokenbench.workers import (SEND_QUEUE_GOAL_MS, auto_workers, send_weights, split_level, wave_queue_p90_ms,
                                 worker_shares, workers_for_sends)
 
@@ -129,7 +130,7 @@ def test_send_weights_are_inverse_to_the_queues_and_even_when_nothing_is_measure
 
 
 def _sweep(url: str, store: Store, workers: int | None, reporter: Any = None, **kw: Any) -> Any:
-    cfg = SweepConfig(url=url, input_len=16, output_len=24, guard="off", metrics_interval_s=None, workers=workers,
+    cfg = SweepConfig(url=url, workload=LengthsKind.fixed(16, 24), guard="off", metrics_interval_s=None, workers=workers,
                       **kw)
     return asyncio.run(run_sweep(cfg, store, reporter))
 

@@ -35,7 +35,7 @@ from .slo import SLO, SloCheck, decided_fail
 
 if TYPE_CHECKING:
     from .metrics import ServingLevel
-    from .results import LevelOutcome, RunResult
+    from .results import LevelOutcome, Manifest, RunResult
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
@@ -278,6 +278,23 @@ class CapacitySearch:
 
     def stop(self, level: Level, planned: int | None, records: list[RequestRecord]) -> LevelStop:
         return LevelStop(self.slo, planned, level.open, self.deadline_ns() if self.spec.budget_s else None, records)
+
+    def widest(self) -> int:
+        """The most requests in flight: the range's top level's."""
+        top = self.spec.level(self.spec.high)
+        return top.concurrency or top.max_concurrency or 1
+
+    def annotate(self, manifest: Manifest) -> None:
+        """How it searched and for what (its levels are found, not listed)."""
+        manifest.capacity = {**self.spec.to_dict(), "slo": self.slo.describe(), "objectives": self.slo.headline()}
+        manifest.load = {**(manifest.load or {}), "levels": []}
+
+    def verdict(self, outcomes: list[LevelOutcome], manifest: Manifest) -> tuple[str, str | None]:
+        """A search's levels answer it whether they met the SLO or failed it (too many errors is a fail): the run
+        is complete once the search ended, and says how in its manifest."""
+        if manifest.capacity is not None:
+            manifest.capacity["ended"] = self.ended
+        return "complete", None
 
 
 @dataclass(slots=True)

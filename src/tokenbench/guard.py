@@ -412,3 +412,10 @@ def refuse_if_dirty(mode: str, snap: GuardSnapshot, where: str) -> None:
 def refuse_message(snap: GuardSnapshot, where: str) -> str:
     parts = "; ".join(f"{c.name}: {c.observed} ({c.advice})" for c in snap.failed)
     return f"the bench is dirty {where}: {parts}; fix it, or run with --guard warn to record and go on"
+
+
+def refuse_dirty_nodes(mode: str, node_snaps: list[GuardSnapshot], where: str) -> None:
+    """Strict mode refuses a dirty load-generating node as it refuses a dirty driver (``guard.refuse_if_dirty``);
+    warn mode records it and the level's findings say so."""
+    for snap in node_snaps:
+        refuse_if_dirty(mode, snap, f"on load-generating node {snap.node} {where}")

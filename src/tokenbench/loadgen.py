@@ -23,6 +23,7 @@ from .client import PreparedRequest
 from .metrics import client_delays, percentile
 from .records import Phase, RequestRecord
 from .background import cancel_and_wait
+from .errors import UsageError
 
 NS_PER_S = 1_000_000_000
 
@@ -335,3 +336,24 @@ async def run_phase(
         backend.flush()
     ends = [r.end_ns for r in records if r.end_ns is not None and r.phase == phase]
     return PhaseResult(records=records, start_ns=start_ns, end_ns=max(ends) if ends else time.perf_counter_ns())
+
+
+def ensure_open_files(concurrency: int) -> None:
+    """Each request in flight holds a socket: raise this process's open-file limit to what ``concurrency`` needs,
+    or refuse with advice before the level crashes on "Too many open files" (macOS allows 256 by default)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX: nothing to check
+        return
+    need = concurrency + 64  # the sockets, and room for the database, logs and the event loop
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        target = soft
+    if target < need:
+        raise UsageError(f"concurrency {concurrency} needs about {need} open files, and this shell allows {target}: "
+                         f"raise it first (ulimit -n {need}) or lower --concurrency")

@@ -314,6 +314,7 @@ class TracePrompts:
         self._blocks: dict[int, tuple[str, list[int]]] = {}  # hash id -> (text as inside a prompt, its ids)
         #: prompts whose count the tokenizer put off the trace's, then fixed at the tail
         self.fixed = 0
+        self.longest = 0  # not followed: the trace's own longest request stands for it
 
     async def prepare(self, n: int) -> None:
         while self.built < min(n, self.warmups + len(self.trace.requests)):

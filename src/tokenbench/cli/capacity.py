@@ -8,22 +8,23 @@ import asyncio
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from rich.console import Console
 
 from ..capacity import SURE_LEGEND, CapacityAnswer, CapacitySearch, SearchSpec, answer
+from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
 from ..metrics import SLO
 from ..output import print_table
 from ..results import RunResult
 from ..slo import SloCheck, duration_text
 from ..store import Store
-from ..sweep import run_sweep
-from ..engines.embedded import MIN_CONTEXT, running
-from .common import check_output, embedded_spec, emit_json, notifier, seconds
-from .sweep import RichReporter, embedded_ctx, print_result, sweep_config
-from .options import add_load, add_output, add_workload
-from typing import Any
+from ..sweep import SweepConfig, run_sweep
+from .common import check_output, embedded_spec, emit_json, int_list, notifier, seconds
+from .options import add_endpoint, add_load, add_output
+from .sweep import EMBEDDED_DEFAULTS, RichReporter, embedded_ctx, load_config, print_result
+from .workloads import add_workload_options, workload_kind
 
 DEFAULT_RANGE = "1:16"
 
@@ -63,19 +64,23 @@ def _slo(text: str) -> SLO:
     return slo
 
 
+def capacity_config(a: argparse.Namespace, argv: list[str], spec: SearchSpec, slo: SLO) -> SweepConfig:
+    """The sweep a search runs: the workload as it runs one level per value (``for_search``), the range's top as
+    its one configured level (what the engine must hold), 32 requests a level unless --requests says."""
+    d: dict[str, Any] = {**(EMBEDDED_DEFAULTS if a.url is None else {}), "requests": 32}
+    kind = workload_kind(a, argv, d).for_search()
+    conc = [int(spec.high)] if spec.axis == "concurrency" else int_list(str(d.get("concurrency", "1")), "--concurrency")
+    rates = [spec.high] if spec.axis == "rate" else []
+    return load_config(a, argv, kind, d, (conc, rates), a.requests or d["requests"], slo)
+
+
 def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
     check_output(a.json, "--json")
     spec = search_spec(a)
     slo = _slo(a.slo)
-    # the config's one level is the range's top: what the engine must hold (the options themselves left as given)
-    top = {"concurrency": str(int(spec.high)), "rate": None} if spec.axis == "concurrency" else {"rate": f"{spec.high:g}"}
-    cfg = sweep_config(argparse.Namespace(**{**vars(a), **top}), argv)
-    cfg.slo = slo
-    if a.requests is None:
-        cfg.requests = 32
-    if cfg.sessions is not None:  # the sessions at each agent count, the cache warm, as agents run them
-        cfg.sessions = replace(cfg.sessions, baseline=False)
-        spec = replace(spec, sessions=True)
+    cfg = capacity_config(a, argv, spec, slo)
+    # levels of agents keeping their cache (sessions) are searched as such
+    spec = replace(spec, sessions=cfg.levels()[0].cache is not None)
     search = CapacitySearch(spec, slo)
     store = Store(a.db)
     reporter = RichReporter(err, enabled=not a.quiet)
@@ -86,7 +91,7 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
         try:
             try:
                 res = asyncio.run(run_sweep(cfg, store, reporter, alive=engine.alive if engine else None,
-                                            search=search))
+                                            plan=search))
             finally:
                 reporter.close()
         except TokenbenchError as e:  # interrupted or failed after levels were stored: what they found is shown
@@ -214,7 +219,8 @@ def add_capacity_parser(sub: Any) -> None:
                                      "cannot change; every level is stored. Prints how many agents the box "
                                      "serves, between which levels, how sure each verdict was, and the cost per "
                                      "agent-hour with --price-per-hour.")
-    add_workload(cap)
+    add_endpoint(cap.add_argument_group("endpoint"), "transformers", "completions", "exact prompt lengths")
+    add_workload_options(cap)
     add_load(cap, search=True)
     add_output(cap)
     cap.set_defaults(duration=None, repetitions=1, trace=None, trace_speed=1.0, trace_block=512)

@@ -1,0 +1,148 @@
+"""What a sweep (or a capacity search) sends: the workload options, one group per kind, read into one workload kind
+(``kinds/``). The kind refuses the load options it cannot run with itself (``SweepConfig``); here are refused the
+options of one kind given to another."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .. import draws
+from ..dataset import load as load_dataset
+from ..draws import Draw
+from ..errors import UsageError
+from ..kinds import WorkloadKind
+from ..kinds.dataset import DatasetKind
+from ..kinds.lengths import LengthsKind
+from ..kinds.sessions import SessionsKind
+from ..kinds.trace import TraceKind
+from ..sessions import SessionPlan
+from ..trace import load_trace
+from ..workload import resolve_shape
+from .options import NONNEG, NONNEG_INT, POSITIVE, POSITIVE_INT
+
+
+def add_workload_options(s: argparse.ArgumentParser) -> None:
+    """What each request sends (fixed or drawn lengths, a dataset), and agent sessions."""
+    g = s.add_argument_group("workload")
+    g.add_argument("--shape", help="agentic (4096/512), short (128/128), pp512, tg128")
+    g.add_argument("--input-len", metavar="N|DIST",
+                   help="prompt tokens per request: N, or drawn per request from uniform:LOW-HIGH, "
+                        "normal:MEAN,SD or file:PATH (a list of lengths)")
+    g.add_argument("--output-len", metavar="N|DIST",
+                   help="output tokens per request (fixed where the server allows), N or a distribution as "
+                        "--input-len; with --dataset, for items that give no length")
+    g.add_argument("--dataset", metavar="FILE",
+                   help="prompts from a file, shuffled by --seed: JSON lines of {\"prompt\"} (and max_tokens) or "
+                        "{\"messages\"} (--api chat), or ShareGPT conversations (JSON lines or a JSON list)")
+    g.add_argument("--prefix-len", type=NONNEG_INT, default=0, help="tokens shared by all prompts (default 0: all unique)")
+    g.add_argument("--no-fixed-output", action="store_true", help="let the model stop at EOS")
+    g.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature (default 0: greedy)")
+    g.add_argument("--extra-body", help="JSON object merged into every request body")
+    g.add_argument("--seed", type=int, help="workload seed (default: random, recorded)")
+    g = s.add_argument_group("agent sessions (a conversation that grows turn by turn, the prefix cache on)")
+    g.add_argument("--sessions", type=POSITIVE_INT,
+                   help="run agent sessions: this many per level, by --concurrency agents (default: one each); "
+                        "--input-len is the task, --output-len each answer")
+    g.add_argument("--turns", type=POSITIVE_INT, default=10, help="turns per session")
+    g.add_argument("--shared-prefix", type=NONNEG_INT, default=512,
+                   help="tokens of the system prompt every agent shares")
+    g.add_argument("--tool-len", default="uniform:64-192",
+                   help="tokens of the tool result each turn appends: a number, uniform:LOW-HIGH, normal:MEAN,SD "
+                        "or file:PATH")
+    g.add_argument("--think-time", default="0s", help="an agent's pause between turns, e.g. 2s or uniform:1s-5s")
+    g.add_argument("--max-context", type=POSITIVE_INT,
+                   help="a session whose next turn would pass this many tokens ends (or is compacted: --on-cap) "
+                        "(default: the server's slot context where it says, else none)")
+    g.add_argument("--on-cap", choices=["end", "compact"], default="end",
+                   help="at the cap: end the session, or replace its history by a summary and go on")
+    g.add_argument("--no-baseline", action="store_true",
+                   help="skip the baseline: the same sessions with a marker at each turn's start that busts the cache")
+
+
+def add_trace_options(s: argparse.ArgumentParser) -> None:
+    g = s.add_argument_group("trace replay (one open-loop level at the trace's own times and lengths)")
+    g.add_argument("--trace", metavar="FILE",
+                   help="replay this trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids "
+                        "of shared prompt blocks) or CSV with the header timestamp,input_length,output_length; "
+                        "--requests N replays its first N")
+    g.add_argument("--trace-speed", type=POSITIVE, default=1.0, help="replay this many times as fast (2: twice)")
+    g.add_argument("--trace-block", type=POSITIVE_INT, default=512,
+                   help="prompt tokens per hash id (default 512, as Mooncake's traces)")
+
+
+def given_flags(argv: list[str]) -> set[str]:
+    """The long options written on the command line (``--x=1`` as ``--x``)."""
+    return {w.split("=", 1)[0] for w in argv if w.startswith("--")}
+
+
+def parse_draw(text: str | None, what: str, unit: str = "tokens") -> Draw | None:
+    try:
+        return draws.parse(text, what, unit) if text is not None else None
+    except draws.DrawError as e:
+        raise UsageError(str(e)) from None
+
+
+def _lengths(a: argparse.Namespace, d: dict[str, Any]) -> tuple[Draw, Draw]:
+    """(input, output) tokens per request, each a number or a distribution drawn per request: the embedded
+    defaults, a --shape, or the lengths given (one given beside a --shape replaces the shape's)."""
+    given_in, given_out = parse_draw(a.input_len, "--input-len"), parse_draw(a.output_len, "--output-len")
+    if a.dataset is not None and (given_in is not None or a.shape is not None or a.prefix_len):
+        raise UsageError("--dataset's prompts are its own: drop --input-len, --shape and --prefix-len "
+                         "(--output-len gives the items without a length theirs)")
+    if a.shape is None and given_in is None and given_out is None and d:
+        base = int(d["input_len"]), int(d["output_len"])
+    else:
+        base = resolve_shape(a.shape, None, None)
+    ins, outs = given_in or Draw.fixed(base[0]), given_out or Draw.fixed(base[1])
+    if a.prefix_len < 0 or a.prefix_len >= max(ins.minimum(), 1) and a.prefix_len:
+        raise UsageError(f"--prefix-len must be between 0 and the shortest input length ({ins.minimum():g})")
+    return ins, outs
+
+
+#: The options that shape sessions: given without --sessions they would be ignored, so they are refused.
+SESSION_OPTIONS = ("--turns", "--shared-prefix", "--tool-len", "--think-time", "--max-context", "--on-cap",
+                   "--no-baseline")
+#: Other kinds' workload options, which a session's turns do not send.
+NOT_SESSIONS = ("--prefix-len", "--dataset", "--shape")
+#: What a trace says itself (its requests' lengths and times): the options that would say it again.
+TRACE_EXCLUSIVE = ("concurrency", "rate", "dataset", "sessions", "input_len", "output_len", "shape", "prefix_len")
+
+
+def _sessions(a: argparse.Namespace, given: set[str], task: Draw, output: Draw) -> SessionsKind:
+    if clash := [f for f in NOT_SESSIONS if f in given or (f == "--dataset" and a.dataset is not None)]:
+        raise UsageError(f"--sessions runs whole sessions, closed loop over agents: drop {', '.join(clash)} "
+                         "(--shared-prefix sets the shared system prompt)")
+    return SessionsKind(SessionPlan(
+        sessions=a.sessions, turns=a.turns, shared_prefix=a.shared_prefix, task=task,
+        tool=parse_draw(a.tool_len, "--tool-len") or Draw.fixed(128), output=output,
+        think=parse_draw(a.think_time, "--think-time", "s") or Draw.fixed(0, "s"), max_context=a.max_context,
+        on_cap=a.on_cap, baseline=not a.no_baseline))
+
+
+def _trace(a: argparse.Namespace) -> TraceKind:
+    """--trace's file, read and checked (trace.load_trace), after refusing the options that cannot go with it;
+    its first --requests N where given."""
+    given = [f"--{k.replace('_', '-')}" for k in TRACE_EXCLUSIVE if getattr(a, k, None)]
+    if given:
+        raise UsageError(f"--trace sets every request's length and send time: drop {', '.join(given)}")
+    return TraceKind(load_trace(a.trace, a.trace_block).head(a.requests), a.trace_speed)
+
+
+def workload_kind(a: argparse.Namespace, argv: list[str], defaults: dict[str, Any]) -> WorkloadKind:
+    """The one workload kind the options ask for. ``defaults``: the embedded engine's lengths (empty for a URL); the
+    kind's own defaults are put there (``requests`` None: its levels are not a count of requests)."""
+    if getattr(a, "trace", None) is not None:
+        defaults["requests"] = None  # all of it, unless --requests asks for its first N
+        return _trace(a)
+    ins, outs = _lengths(a, defaults)
+    given = given_flags(argv)
+    if a.sessions is not None:
+        # sessions speak chat, one agent per session unless --concurrency says otherwise, whole sessions a level
+        defaults.update(api="chat", concurrency=str(a.sessions), requests=None)
+        return _sessions(a, given, ins, outs)
+    if stray := [f for f in SESSION_OPTIONS if f in given]:
+        raise UsageError(f"{', '.join(stray)} shape agent sessions: add --sessions N, or drop them")
+    if a.dataset is not None:
+        return DatasetKind(load_dataset(a.dataset, a.api), outs)
+    return LengthsKind(ins, outs, a.shape, a.prefix_len)

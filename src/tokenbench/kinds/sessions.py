@@ -1,0 +1,151 @@
+"""Agent sessions (``sweep --sessions``; ``sessions.py`` runs them): at each agent count the same sessions with the
+prefix cache warm, then (the baseline) busted; every turn a chat request that re-sends the conversation, each
+agent's fields keeping its slot where the server has slots. Closed loop over agents, in this process (each turn
+waits for the answer before it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ..engines.embedded import slot_context
+from ..errors import UsageError
+from ..loadgen import Level
+from ..metrics import session_stats
+from ..records import RequestRecord
+from ..sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
+from ..workload import Workload
+from .base import Binding, LevelLoad, OnDone, SweepOptions
+
+if TYPE_CHECKING:
+    from ..client import StreamClient
+    from ..metrics import ServingLevel
+    from .lengths import RequestPrompts
+
+
+class SessionsWork:
+    """One level of agent sessions."""
+
+    planned: int | None = None
+    stoppable: bool = False  # its records arrive as sessions go: a search runs it whole
+
+    def __init__(self, run: SessionLevel, cache: CacheMode) -> None:
+        self.run, self.cache = run, cache
+
+    def prepare(self, warm: int) -> int:
+        # one request of a first turn's size per agent, on prompts of their own (no session's text, so no cache is
+        # warmed for the sessions): an engine's first batch of that shape pays its one-time costs there (vLLM
+        # compiled again for 2 x 2,079 tokens and a busted turn read 43 s, a "175x gain" of the cache)
+        return warm
+
+    async def measure(self, load: LevelLoad, level: Level, duration_s: float | None, seed: int,
+                      records: list[RequestRecord], on_done: OnDone) -> None:
+        await load.agents(self.run, level, records)
+
+    def attach(self, summary: ServingLevel, records: list[RequestRecord]) -> None:
+        """The session view, with what the runner alone knows (compactions, caps) and the server's own prefix-cache
+        hit share over the level (/metrics), beside the responses' cached share."""
+        stats = session_stats(records, self.cache)
+        stats.compactions, stats.capped = self.run.compactions, self.run.capped
+        stats.server_hit_share = summary.telemetry.prefix_cache_hit_rate if summary.telemetry is not None else None
+        summary.session = stats
+
+
+class BoundSessions:
+    def __init__(self, plan: SessionPlan, b: Binding, client: StreamClient) -> None:
+        self.plan, self.b, self.client = plan, b, client
+        ep, opts = b.endpoint, b.opts
+        fixed = ep.info.adapter.output_length_fields(int(plan.output.maximum()), ep.eos_token_id, opts.api) \
+            if opts.fixed_output else {}
+        self.recorded_fields = fixed | opts.extra_body
+        self.body_extras: dict[str, Any] = {}  # each turn carries its own
+        self.texts = SessionTexts(b.builder, plan, b.seed, b.builder.run_tag)
+
+    def fields(self, agent: int, out_len: int) -> dict[str, Any]:
+        """A turn's fields: its output length fixed as the server allows, the cache kept warm for its agent, the
+        user's --extra-body on top."""
+        ep, opts = self.b.endpoint, self.b.opts
+        fixed = ep.info.adapter.output_length_fields(out_len, ep.eos_token_id, "chat") if opts.fixed_output else {}
+        return fixed | ep.info.adapter.session_fields(agent, ep.info.slots) | opts.extra_body
+
+    def workload_entry(self) -> dict[str, Any]:
+        return self.plan.to_dict() | {"seed": self.b.seed}
+
+    def prompts(self) -> RequestPrompts:
+        """The warm-ups' prompts: a first turn's size, unique."""
+        from .lengths import RequestPrompts
+
+        first = Workload(self.plan.shared_prefix + int(self.plan.task.maximum()), int(self.plan.output.maximum()),
+                         None, self.b.opts.api, 0, self.b.seed)
+        return RequestPrompts(self.b.builder, first, {})
+
+    def level(self, level: Level, repetition: int, records: list[RequestRecord], on_done: OnDone) -> SessionsWork:
+        """A level's agents; warm and busted at one agent count and repetition run the same sessions."""
+        assert level.cache is not None
+        counter = self.b.endpoint.counter
+        run = SessionLevel(self.client, self.texts, self.plan, f"{level.concurrency}/{repetition}",
+                           level.concurrency or 1, level.cache, self.fields, records, on_done,
+                           counter.count if counter is not None else None)
+        return SessionsWork(run, level.cache)
+
+
+#: The options a sessions run cannot take, as the sweep's options hold them: (flag, given).
+def _clashes(opts: SweepOptions) -> list[str]:
+    return [flag for flag, given in (("--rate", bool(opts.rates)), ("--requests", opts.requests is not None),
+                                     ("--duration", opts.duration_s is not None), ("--ray", bool(opts.ray)))
+            if given]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionsKind:
+    plan: SessionPlan
+
+    name = "sessions"
+    splits = False  # each turn waits for the answer before it: one process runs the agents
+
+    def refuse(self, opts: SweepOptions) -> None:
+        if clash := _clashes(opts):
+            raise UsageError(f"--sessions runs whole sessions, closed loop over agents: drop {', '.join(clash)} "
+                             "(--shared-prefix sets the shared system prompt)")
+        if opts.api != "chat":
+            raise UsageError("--sessions sends chat conversations: drop --api completions")
+        if (opts.workers or 1) > 1:
+            raise UsageError("--sessions runs in one process (each turn waits for the answer before it): drop --workers")
+        if max(opts.concurrency) > self.plan.sessions:
+            raise UsageError(f"--sessions {self.plan.sessions} gives {max(opts.concurrency)} agents nothing to do: "
+                             "run at least as many sessions as agents")
+        if self.plan.max_context is not None and self.plan.max_context < self.plan.first_turn():
+            raise UsageError(f"--max-context {self.plan.max_context}: a first turn alone can need "
+                             f"{self.plan.first_turn()} tokens (the shared prompt, the longest task and answer): "
+                             "raise it")
+
+    def levels(self, opts: SweepOptions) -> list[Level]:
+        modes: list[CacheMode] = ["warm", "busted"] if self.plan.baseline else ["warm"]
+        return [Level(concurrency=c, cache=m) for c in opts.concurrency for m in modes]
+
+    def longest_request(self) -> int:
+        return self.plan.longest_context()
+
+    def typical_input(self) -> int:
+        return self.plan.shared_prefix + int(self.plan.task.maximum())
+
+    def for_search(self) -> SessionsKind:
+        """A search runs the sessions at each agent count with the cache warm, as agents run them: no baseline."""
+        return SessionsKind(replace(self.plan, baseline=False))
+
+    def for_slot(self, limit: int) -> tuple[int, SessionsKind]:
+        """Each slot holds a session's longest turn, up to what the model was trained for; a plan without a cap is
+        capped there."""
+        ctx = min(limit, slot_context(self.plan.longest_context()))
+        if self.plan.max_context is None:
+            return ctx, SessionsKind(replace(self.plan, max_context=ctx - 64 - int(self.plan.output.maximum())))
+        if self.plan.max_context > ctx:
+            raise UsageError(f"--max-context {self.plan.max_context}: the embedded model holds {limit} tokens")
+        return ctx, self
+
+    def bind(self, b: Binding) -> BoundSessions:
+        """A session ends where the server's slot would overflow (llama.cpp answers a longer prompt with an error)."""
+        plan, slot_ctx = self.plan, b.endpoint.info.slot_ctx
+        if plan.max_context is None and slot_ctx:
+            plan = replace(plan, max_context=slot_ctx - int(plan.output.maximum()))
+        return BoundSessions(plan, b, b.client)
