@@ -71,17 +71,18 @@ def parse_json(text: str, field: str = "file") -> Any:
         raise Refusal(field, "not JSON (nested too deep)") from None
 
 
-def json_lines(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) of each non-blank line; a line that is not a JSON object is refused."""
+def json_lines(path: Path, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line of ``path``'s text; a line that is not a JSON object is
+    refused."""
     for k, line in enumerate(text.splitlines()):
         if not line.strip():
             continue
         try:
             obj = parse_json(line, "line")
         except Refusal as r:
-            raise r.at(k + 1) from None
+            raise refuse(path, r.at(k + 1)) from None
         if not isinstance(obj, dict):
-            raise Refusal("line", "not a JSON object", k + 1)
+            raise refuse(path, Refusal("line", "not a JSON object", k + 1))
         yield k + 1, obj
 
 

@@ -122,9 +122,11 @@ def _tree_cache(tree: Trajectory) -> tuple[int, int, int, bool]:
     blocked = False
     for _, t, c in tree.timeline():
         total += c.input_tokens or 0
-        if c.blocks is None or not len(c.blocks.hash_ids):
+        if c.blocks is None:
             continue
         blocked = True
+        if not len(c.blocks.hash_ids):
+            continue
         trie = tries.setdefault(c.blocks.size, _Trie(c.blocks.size))
         got, last[t.id] = _send(trie, c, last.get(t.id))
         served += got

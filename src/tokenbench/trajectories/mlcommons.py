@@ -69,7 +69,7 @@ def load_mlcommons(path: Path, text: str) -> tuple[Trajectory, ...]:
     done: dict[str, _Conversation] = {}
     conv: _Conversation | None = None
     tools = _Tools()
-    for line, row in json_lines(text):
+    for line, row in json_lines(path, text):
         try:
             cid = as_text(row.get("conversation_id"), "conversation_id", allow_empty=False)
             if conv is None or cid != conv.id:

@@ -126,7 +126,7 @@ def load_session_log(path: Path, text: str, block: int | None) -> tuple[tuple[Tr
     sessions: dict[str, _Session] = {}
     head: Header | None = None
     last_end = 0.0
-    for line, obj in json_lines(text):
+    for line, obj in json_lines(path, text):
         try:
             if head is None:
                 head = header(obj)

@@ -68,7 +68,7 @@ def load_tracelab(path: Path, text: str, block: int | None) -> tuple[tuple[Traje
     size = block or DEFAULT_BLOCK
     sessions: dict[str, list[_Round]] = {}
     skipped: Counter[str] = Counter()
-    for line, row in json_lines(text):
+    for line, row in json_lines(path, text):
         try:
             sid = as_text(row.get("session_id"), "session_id", allow_empty=False)
             r = _round(row, line, skipped)
