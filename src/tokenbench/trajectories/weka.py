@@ -39,6 +39,11 @@ Two traps, decided from the public traces (kv-cache-tester at 94f6046, traces/*.
   ``api_time`` (that estimate misses a recorded ``api_time`` by 1.2 s at the median; counting none misses by
   6.1 s), never below 0 (``pause_from="estimated-answer"``).
 
+What those 710 files hold, as ``load_trajectories`` reads them: 49,334 calls (45.5 a session at the median,
+subagents' included), 103,659 input tokens a call at the median, 6.04 billion in all, 96.3% of them in blocks an
+earlier call of the same session already sent (the ideal cached share), 63 subagents in 17 sessions, at most 4 of
+one session running at once.
+
 Pauses (``Call.pause_s``): the first call's is its ``t``; after a call with an ``api_time`` the recorded
 ``think_time`` (else ``t - (t_prev + api_time_prev)``); for a call that waits for subagents, from the latest
 return to its ``t``; never below 0. Calls of one list must not go back in time (refused: a trace lists its calls in
