@@ -1,0 +1,170 @@
+"""The figures a run's manifest records of a set of trajectories: how many trees, calls and subagents, how many
+subagents ran at once, the tokens sent and answered, and what an unbounded prefix cache could have served.
+
+The ideal cached share follows ``trace.Trace.ideal_cached_share``: a call's leading blocks whose whole prefix of
+hash ids an earlier call of the same tree already sent (a partial block as far as the earlier one went), over all
+prompt tokens. Calls are taken in the order they were sent across the tree (a subagent's calls between its parent's).
+Hash ids are per tree (a Weka trace's ids are ``local``), so no two trees share a block; a floor-rounded call's
+unhashed tail is never served. Only a call's blocks beyond the prefix it shares with its own trajectory's call
+before are looked up, so the work follows the distinct blocks, not the re-sent ones.
+"""
+
+from __future__ import annotations
+
+import statistics
+from array import array
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .model import Blocks, Call, Trajectory
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    trajectories: int  # session trees
+    calls: int  # every call, subagents' included
+    subagents: int  # nested ones included
+    max_concurrent_subagents: int  # most subagents of one tree running at one time (by recorded times)
+    median_calls: float  # calls per tree, subagents' included
+    input_tokens: int | None  # None: the format records no token counts
+    output_tokens: int | None
+    median_input_tokens: float | None  # per call
+    distinct_block_tokens: int | None  # tokens in distinct blocks (None: no hash ids)
+    ideal_cached_share: float | None  # None: no hash ids
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if self.ideal_cached_share is not None:
+            d["ideal_cached_share"] = round(self.ideal_cached_share, 4)
+        return d
+
+
+def figures(trees: tuple[Trajectory, ...]) -> Figures:
+    calls = [c for t in trees for _, sub in t.walk() for c in sub.calls]
+    ins = [c.input_tokens for c in calls if c.input_tokens is not None]
+    outs = [c.output_tokens for c in calls if c.output_tokens is not None]
+    served = total = distinct = 0
+    blocked = False
+    for t in trees:
+        s, n, d, b = _tree_cache(t)
+        served, total, distinct, blocked = served + s, total + n, distinct + d, blocked or b
+    return Figures(
+        trajectories=len(trees), calls=len(calls),
+        subagents=sum(1 for t in trees for _ in t.walk()) - len(trees),
+        max_concurrent_subagents=max((_max_concurrent(t) for t in trees), default=0),
+        median_calls=statistics.median(sum(len(s.calls) for _, s in t.walk()) for t in trees) if trees else 0.0,
+        input_tokens=sum(ins) if ins else None, output_tokens=sum(outs) if outs else None,
+        median_input_tokens=statistics.median(ins) if ins else None,
+        distinct_block_tokens=distinct if blocked else None,
+        ideal_cached_share=(served / total if total else 0.0) if blocked else None)
+
+
+def _max_concurrent(tree: Trajectory) -> int:
+    """The most subagents of the tree whose recorded [start, return] overlap (one that returns as another starts
+    does not overlap it)."""
+    events: list[tuple[float, int]] = []
+
+    def visit(t: Trajectory, offset: float) -> None:
+        for sub in t.subagents:
+            if sub.start_s is None:
+                continue
+            start = offset + sub.start_s
+            end = offset + sub.end_s if sub.end_s is not None else start + _span(sub.trajectory)
+            events.extend([(start, 1), (max(start, end), -1)])
+            visit(sub.trajectory, start)
+
+    visit(tree, 0.0)
+    now = most = 0
+    for _, delta in sorted(events):
+        now += delta
+        most = max(most, now)
+    return most
+
+
+def _span(t: Trajectory) -> float:
+    """A trajectory's recorded length where its return is not recorded: its last call's end (or start)."""
+    ends = [(c.start_s or 0.0) + (c.duration_s or 0.0) for c in t.calls]
+    return max(ends, default=0.0)
+
+
+class _Trie:
+    """Blocks a tree has sent: (parent node, hash id) -> node; a partial block's node keeps the tokens sent."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.nodes: dict[tuple[int, int], int] = {}
+        self.partial: dict[int, int] = {}  # node -> tokens sent, where fewer than a block
+        self.distinct = 0
+
+    def send(self, parent: int, h: int, tokens: int) -> tuple[int, int]:
+        """Send ``tokens`` of block ``h`` after node ``parent``: (its node, tokens of it already sent before)."""
+        node = self.nodes.get((parent, h))
+        if node is None:
+            node = self.nodes[(parent, h)] = len(self.nodes) + 1
+            sent = 0
+        else:
+            sent = self.partial.get(node, self.size)
+        if tokens > sent:
+            self.distinct += tokens - sent
+            if tokens < self.size:
+                self.partial[node] = tokens
+            else:
+                self.partial.pop(node, None)
+        return node, sent
+
+
+def _tree_cache(tree: Trajectory) -> tuple[int, int, int, bool]:
+    """(tokens an unbounded prefix cache could serve, prompt tokens, distinct block tokens, any hash ids) of one
+    tree."""
+    tries: dict[int, _Trie] = {}
+    last: dict[str, tuple[array[int], array[int], int]] = {}  # trajectory id -> (ids, node path, full blocks)
+    served = total = 0
+    blocked = False
+    for _, t, c in tree.timeline():
+        total += c.input_tokens or 0
+        if c.blocks is None:
+            continue
+        blocked = True
+        if not len(c.blocks.hash_ids):
+            continue
+        trie = tries.setdefault(c.blocks.size, _Trie(c.blocks.size))
+        got, last[t.id] = _send(trie, c, last.get(t.id))
+        served += got
+    return served, total, sum(t.distinct for t in tries.values()), blocked
+
+
+def _send(trie: _Trie, call: Call, before: tuple[array[int], array[int], int] | None
+          ) -> tuple[int, tuple[array[int], array[int], int]]:
+    """Send one call's blocks: (tokens served, its (ids, node path, full blocks) for the next call)."""
+    b: Blocks = call.blocks  # type: ignore[assignment]
+    ids = b.hash_ids.array()
+    tokens = b.block_tokens()
+    full = len(ids) - (1 if tokens and tokens[-1] < b.size else 0)
+    keep = _common_prefix(ids, before[0]) if before else 0
+    keep = min(keep, full, before[2]) if before else 0
+    path = before[1][:keep] if before else array("q")
+    served = keep * b.size  # the call before sent these whole blocks
+    serving = True
+    for i in range(keep, len(ids)):
+        node, sent = trie.send(path[-1] if path else 0, ids[i], tokens[i])
+        if serving:
+            got = min(tokens[i], sent)
+            served += got
+            serving = got == tokens[i]
+        path.append(node)
+    return served, (ids, path, full)
+
+
+def _common_prefix(a: array[int], b: array[int]) -> int:
+    """Length of the common prefix of two id arrays, by halving (each comparison at C speed)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,139 @@
+"""One entry point for every trajectory format: ``load_trajectories`` reads a file (or a folder of Weka traces),
+detects its format by its content where none is named, and returns a ``TrajectorySet``; ``detect_format`` and
+``is_trajectory_file`` tell ``--trace FILE`` whether a file is a trajectory format at all or one of trace.py's
+open-loop traces (Mooncake JSONL, CSV), which stay there.
+
+Detection reads the first non-blank line as JSON (a whole pretty-printed document where that line is not JSON):
+
+- ``{"format": "tokenbench-session-log", ...}``: ``session-log``;
+- an object with ``requests`` and ``block_size``: ``weka`` (a folder: its first ``.json`` file decides);
+- an object with ``session_id``, ``round_index``, ``input_tokens_total``, ``prefix_tokens``,
+  ``newly_append_tokens`` and ``timing_events`` (AIPerf's TraceLab detection keys): ``tracelab``;
+- an object with ``conversation_id``, ``turn`` and ``role``: ``mlcommons``;
+- an object with ``input_length`` or ``timestamp`` (a Mooncake line), or a JSON list: ``mooncake``;
+- text whose first line is the header ``timestamp,input_length,output_length``: ``csv``.
+
+The suffix decides nothing: a ``.json`` Mooncake line is Mooncake, a ``.jsonl`` Weka trace is Weka.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+from ..errors import UsageError
+from .boundary import first_json_line, read_text
+from .figures import figures
+from .mlcommons import load_mlcommons
+from .model import TRACE_FORMATS, TRAJECTORY_FORMATS, Trajectory, TrajectoryFormat, TrajectorySet
+from .session_log import FORMAT as SESSION_LOG
+from .session_log import load_session_log
+from .tracelab import load_tracelab
+from .weka import load_weka
+
+#: AIPerf's keys for a TraceLab row (aiperf/dataset/loader/tracelab_trace.py).
+TRACELAB_KEYS = frozenset({"session_id", "round_index", "input_tokens_total", "prefix_tokens",
+                           "newly_append_tokens", "timing_events"})
+MLCOMMONS_KEYS = frozenset({"conversation_id", "turn", "role"})
+CSV_HEADER = "timestamp,input_length,output_length"
+
+
+def detect_text(text: str) -> str | None:
+    """The format a file's text is in (one of ``TRACE_FORMATS``), or None."""
+    first = first_json_line(text)
+    if first is None:
+        head = text.lstrip()
+        if head.startswith("{"):
+            try:
+                first = json.loads(head)
+            except (json.JSONDecodeError, RecursionError):
+                return None
+        elif head.startswith("["):
+            return "mooncake"
+        else:
+            line = head.splitlines()[0] if head else ""
+            return "csv" if line.replace(" ", "").lower().startswith(CSV_HEADER) else None
+    if isinstance(first, list):
+        return "mooncake"
+    if not isinstance(first, dict):
+        return None
+    keys = first.keys()
+    if first.get("format") == SESSION_LOG:
+        return "session-log"
+    if "requests" in keys and "block_size" in keys:
+        return "weka"
+    if TRACELAB_KEYS <= keys:
+        return "tracelab"
+    if MLCOMMONS_KEYS <= keys:
+        return "mlcommons"
+    if "input_length" in keys or "timestamp" in keys:
+        return "mooncake"
+    return None
+
+
+def detect_format(path: str | Path) -> str | None:
+    """The format of a file or folder (one of ``TRACE_FORMATS``), or None where it is none of them."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.suffix.lower() == ".json" and f.is_file())
+        return "weka" if files and detect_format(files[0]) == "weka" else None
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return detect_text(text)
+
+
+def is_trajectory_file(path: str | Path) -> bool:
+    """Whether ``path`` holds agent trajectories (this package's formats) rather than an open-loop trace."""
+    return detect_format(path) in TRAJECTORY_FORMATS
+
+
+def load_trajectories(path: str | Path, fmt: str | None = None, block: int | None = None) -> TrajectorySet:
+    """Read and check a trajectory file (or a folder of Weka traces): ``fmt`` one of ``TRAJECTORY_FORMATS`` or None
+    to detect it; ``block`` the tokens per hash id (TraceLab's; Weka and lengths-only session logs declare their
+    own, and a different one is refused). A malformed file is refused in one line naming the file, the line or
+    record, and the field."""
+    p = Path(path)
+    if block is not None and block < 1:
+        raise UsageError(f"--trace-block must be at least 1 token, not {block}")
+    if fmt is not None and fmt not in TRACE_FORMATS:
+        raise UsageError(f"--trace-format {fmt!r}: not one of {', '.join(TRACE_FORMATS)}")
+    if p.is_dir():
+        if fmt not in (None, "weka"):
+            raise UsageError(f"{p}: a folder is a set of Weka traces, not {fmt}")
+        digest, folder, common = load_weka(p, block)
+        return _set(p, digest, "weka", folder, common)
+    raw, text = read_text(p)
+    kind = fmt or detect_text(text)
+    if kind is None:
+        raise UsageError(f"{p}: not a format tokenbench reads (--trace-format names one of "
+                         f"{', '.join(TRACE_FORMATS)})")
+    if kind not in TRAJECTORY_FORMATS:
+        raise UsageError(f"{p}: a {kind} trace, not agent trajectories (it replays as a trace: --trace-format {kind})")
+    sha = hashlib.sha256(raw).hexdigest()
+    skipped: Counter[str] = Counter()
+    size: int | None = None
+    if kind == "weka":
+        sha, trees, size = load_weka(p, block, (raw, text))
+    elif kind == "mlcommons":
+        trees = load_mlcommons(p, text)
+    elif kind == "tracelab":
+        trees, skipped = load_tracelab(p, text, block)
+        size = trees[0].calls[0].blocks.size if trees and trees[0].calls[0].blocks else block
+    else:
+        trees, size = load_session_log(p, text, block)
+    if not trees:
+        raise UsageError(f"{p}: no trajectory in it" + (f" ({_skips(skipped)})" if skipped else ""))
+    return _set(p, sha, kind, trees, size, skipped)  # type: ignore[arg-type]
+
+
+def _skips(skipped: Counter[str]) -> str:
+    return ", ".join(f"{n} rows {why} skipped" for why, n in skipped.items())
+
+
+def _set(path: Path, sha: str, kind: TrajectoryFormat, trees: tuple[Trajectory, ...], size: int | None,
+         skipped: Counter[str] | None = None) -> TrajectorySet:
+    return TrajectorySet(path, sha, kind, trees, figures(trees), size, tuple(sorted((skipped or {}).items())))
