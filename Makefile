@@ -45,7 +45,7 @@ engine-aiperf: $(VENV)/.installed
 
 # The suite runs under what a caller's shell may export: a narrow terminal, colour off and forced on, an ASCII
 # locale, a zone 14 hours ahead, tokenbench's own variables pointing nowhere. tests/conftest.py pins its own
-# environment; a test that reads the caller's instead fails here, not on a user's machine (issue 23).
+# environment; a test that reads the caller's instead fails here, not on a user's machine (tests/test_hermetic.py).
 HOSTILE_ENV := COLUMNS=80 LINES=24 TERM=dumb NO_COLOR=1 FORCE_COLOR=1 LANG=C LC_ALL=C PYTHONUTF8=0 TZ=Pacific/Kiritimati \
 	TOKENBENCH_DB=/proc/tokenbench/results.db TOKENBENCH_CATALOG=/proc/tokenbench/catalog.toml \
 	TOKENBENCH_CACHE=/proc/tokenbench/cache TOKENBENCH_TOOLS=/proc/tokenbench/tools TOKENBENCH_DEBUG=1

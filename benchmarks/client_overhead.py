@@ -30,7 +30,7 @@ once, so the limit is how fast the client parses. This is a benchmark, not a tes
                                          [--peers guidellm,aiperf,vllm] [--paths lean,aiohttp] [--emitter lean]
                                          [--emitters 8] [--paced 256] [--burst 64]
 
-On a machine of many cores (issue 24's 16-core goals: ``--workers auto`` at 512 and 2,048 streams), one emitter
+On a machine of many cores (the 16-core targets: ``--workers auto`` at 512 and 2,048 streams), one emitter
 core cannot pace 2,048 streams nor take in their waves of re-sends: ``--emitters N`` runs N lean emitters, each
 pinned to a core of its own, on one shared port (SO_REUSEPORT), each keeping its own stamps; the client gets the
 remaining cores.
@@ -69,7 +69,7 @@ import peers  # benchmarks/peers.py, beside this file (a script's directory is o
 TTFT_S = 0.050
 ITL_S = 0.010
 HERE = Path(__file__).resolve().parent.parent
-#: The client version before issue 13's hot path and workers.
+#: The client version before the batched hot path and the workers.
 DEFAULT_BASELINE = "c5f8e15"
 
 
@@ -116,7 +116,7 @@ async def _measure(job: dict[str, Any]) -> dict[str, Any]:
     level = Level(concurrency=c)
     pids = [os.getpid()]
     trace = [tc.trace_config()] if hasattr(tc, "trace_config") else []
-    # the send path: the lean one (issue 24) or aiohttp's; a tree from before the lean path has aiohttp's only
+    # the send path: the lean one (http1.py) or aiohttp's; a tree from before the lean path has aiohttp's only
     lean = {"lean": job["lean"]} if hasattr(tc.StreamClient, "close") else {}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trace_configs=trace) as session:
         client = tc.StreamClient(session=session, base_url=root + "/v1", model="emitter", stall_timeout_s=120, **lean)
@@ -402,11 +402,11 @@ def _machine(load0: tuple[float, ...], load1: tuple[float, ...]) -> str:
             f"{load1[0]:.2f} after")
 
 
-#: Issue 24's goals on the 2-core machine: TTFT excess p99 at 256 paced streams, ingest at 64 burst streams, one
+#: The targets on the 2-core machine: TTFT excess p99 at 256 paced streams, ingest at 64 burst streams, one
 #: worker.
 GOAL_P99_MS = 5.0
 GOAL_INGEST = 300_000
-#: Its goals on a machine of 8 or more cores (the lent GPU machine has 16), with --workers auto: TTFT excess p99 at
+#: The targets on a machine of 8 or more cores (measured on a 16-core H100 host), with --workers auto: TTFT excess p99 at
 #: paced stream counts.
 MANY_CORES = 8
 GOAL_AUTO_P99_MS = {512: 1.0, 2048: 5.0}

@@ -12,12 +12,13 @@ noise of which boxes and sources were measured.
   widen for it (calibration.DRIFT_PRIOR): this is the test of "a newer engine than any row".
 
 Then, for leave-one-source-out, how often the faster of two boxes is predicted faster (pairs whose measured ratio
-is at least 1.2). Never in-sample: a row is always predicted by a fit that did not see it. Last, issue 21's quoted
-current-build decode rows, each held out and, beside it, as the packaged calibration predicts it (in-sample).
+is at least 1.2). Never in-sample: a row is always predicted by a fit that did not see it. Last, the ten
+current-build decode rows (``QUOTED_BOARDS`` and h100-lcpp), each held out and, beside it, as the packaged
+calibration predicts it (in-sample).
 
     python benchmarks/predictor_accuracy.py [FILE.csv ...]     (default: the shipped src/tokenbench/data/published*.csv)
 
-Targets (issues 11 and 21): leave-one-source-out decode <= 15%, prefill <= 20%, serving throughput <= 15%,
+Targets: leave-one-source-out decode <= 15%, prefill <= 20%, serving throughput <= 15%,
 TTFT <= 30%, the faster box right in >= 97% of pairs with a measured ratio >= 1.2; the split by time decode
 <= 15%, prefill <= 20%, TTFT <= 30%; band coverage within 10 points of 80% in both.
 """
@@ -36,7 +37,7 @@ from tokenbench.predict.rows import RowResult, band_metric, predict_row
 from tokenbench.predict.measured import Row, read_rows
 from tokenbench.predict.specs import Catalog
 
-REF = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"  # the shipped copies of shared/reference
+REF = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data"  # the shipped published measurements
 DEFAULT = [REF / "published.csv", REF / "published-more.csv", REF / "published-current.csv",
            REF / "published-2024.csv"]
 TARGETS = {"loso": {"decode": 15.0, "prefill": 20.0, "throughput": 15.0, "ttft": 30.0},
@@ -110,8 +111,8 @@ def coverage_table(title: str, results: list[RowResult], targets: dict[str, floa
           + "; ".join(f"{k} {statistics.median(v):.0f}% ({len(v)})" for k, v in sorted(by_backend.items())))
 
 
-#: The current-build decode rows issue 21 quotes (shared/reference/current-builds.csv): llama.cpp's CUDA scoreboard
-#: tg128 of llama-2-7b Q4_0 on these four boxes, and every tg128 of the lent H100.
+#: The current-build decode rows checked against their bands: llama.cpp's CUDA scoreboard tg128 of llama-2-7b Q4_0
+#: on these four boxes, and every tg128 of h100-lcpp (llama-bench on one H100 SXM, an October 2026 build).
 QUOTED_BOARDS = {"nvidia-rtx-pro-6000-blackwell", "nvidia-rtx-5090", "nvidia-h100-sxm", "nvidia-a100-sxm-80gb"}
 
 
@@ -123,14 +124,14 @@ def quoted(r: Row) -> bool:
 
 
 def quoted_rows(cat: Catalog, results: list[RowResult]) -> None:
-    """Issue 21's quoted rows, each inside its band or not: held out (from ``results``) and by the packaged fit."""
+    """The current-build decode rows, each inside its band or not: held out (from ``results``) and by the packaged fit."""
     packaged = Calibration.packaged()
     held = [r for r in results if quoted(r.row)]
     if not held:
         return
     mine = [predict_row(cat, packaged, r.row) for r in held]
     n_held, n_mine = sum(bool(inside(r)) for r in held), sum(bool(inside(r)) for r in mine)
-    print(f"\nissue 21's quoted current-build decode rows inside their band: held out {n_held}/{len(held)}, "
+    print(f"\ncurrent-build decode rows inside their band: held out {n_held}/{len(held)}, "
           f"packaged fit {n_mine}/{len(mine)}")
     for h, m in zip(held, mine):
         print(f"  {h.row.raw.get('source')} {h.row.hardware} d={h.row.depth} measured {h.row.value:g}: "

@@ -1,9 +1,12 @@
-"""The README is the user's door: its examples run as written in a fresh clone (issue 10).
+"""The README and the pages of docs/ are the user's door: their examples run as written in a fresh clone.
 
-Blocks fenced as ```sh run, in order, as one bash script, from a scratch directory that holds the clone's
-files (links), so what they write stays out of the checkout. Every other block is a template for the user's
-own servers and files: each `tokenbench` command in it must parse with the real parser, so a renamed or
-misspelt option fails here instead of in a newcomer's terminal."""
+Blocks fenced as ```sh run, in order (README.md first, then docs/*.md by name), as one bash script, from a
+scratch directory that holds the clone's files (links), so what they write stays out of the checkout; a page's
+blocks may use the runs the README's made (its `demo`). Every other block is a template for the user's own
+servers and files: each `tokenbench` command in it must parse with the real parser, so a renamed or misspelt
+option fails here instead of in a newcomer's terminal. And every page of docs/ is reached from the README's
+documentation index, and every relative link resolves to a file of the repository (and a heading, where it
+names one)."""
 
 from __future__ import annotations
 
@@ -21,10 +24,19 @@ from tokenbench.cli.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+#: The documents whose examples run: the README, then each page of docs/, by name.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: The Markdown of the product whose links must resolve.
+LINKED = [*PAGES, ROOT / "DEVELOPING.md", ROOT / "benchmarks" / "README.md", ROOT / "benchmarks" / "device" / "README.md"]
+
+
+def page_blocks(page: Path) -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for m in FENCE.finditer(page.read_text())]
 
 
 def blocks() -> list[tuple[str, str]]:
-    return [(m.group(1), m.group(2)) for m in FENCE.finditer((ROOT / "README.md").read_text())]
+    """Every fenced block of every page, in the order they run."""
+    return [b for page in PAGES for b in page_blocks(page)]
 
 
 def commands(text: str) -> list[str]:
@@ -35,6 +47,8 @@ def commands(text: str) -> list[str]:
         if not line.lstrip().startswith("tokenbench "):  # an output block's lines are not shell ("each one's figures")
             continue
         words = shlex.split(line, comments=True)
+        # a pipe or a list ends the command: `tokenbench ... --json - | jq .levels`
+        words = words[:next((i for i, w in enumerate(words) if w in ("|", "||", "&&", ";")), len(words))]
         if words[:1] == ["tokenbench"]:
             out.append(shlex.join(words))
     return out
@@ -47,9 +61,22 @@ def git_ignored(names: list[str]) -> list[str]:
     return sorted(Path(p).name for p in out.stdout.split())
 
 
-def test_the_readme_has_runnable_blocks_and_templates() -> None:
+def script() -> str:
+    """The runnable blocks as one bash script, each page's announced, so a failure names its page."""
+    parts = ["set -euo pipefail"]
+    for page in PAGES:
+        runnable = [t for k, t in page_blocks(page) if k == "sh"]
+        if runnable:
+            parts.append(f"echo '== {page.relative_to(ROOT)}' >&2")
+            parts.extend(runnable)
+    return "\n".join(parts)
+
+
+def test_the_readme_and_docs_have_runnable_blocks_and_templates() -> None:
+    readme = [k for k, _ in page_blocks(ROOT / "README.md")]
+    assert "sh" in readme and "" in readme  # the runnable ones, and templates beside them
     kinds = [k for k, _ in blocks()]
-    assert kinds.count("sh") >= 3 and "" in kinds  # the runnable ones, and templates beside them
+    assert kinds.count("sh") >= 10 and set(kinds) <= {"sh", ""}, set(kinds)
 
 
 @pytest.mark.parametrize("command", [c for k, t in blocks() if k != "sh" for c in commands(t)])
@@ -58,14 +85,14 @@ def test_every_template_command_parses(command: str) -> None:
     try:
         parser.parse_args(shlex.split(command)[1:])
     except SystemExit as e:
-        pytest.fail(f"README: `{command}` does not parse (exit {e.code})")
+        pytest.fail(f"README or docs/: `{command}` does not parse (exit {e.code})")
 
 
 @pytest.mark.engine
 @pytest.mark.timeout(1500)
 def test_runnable_blocks_run_as_written(tmp_path: Path) -> None:
     """The measuring blocks use the embedded Transformers engine and llama.cpp's tools, as a fresh clone
-    would after `make demo` and `make engines`."""
+    would after `make demo` and `make engines`; the others are predictions, imports and readers."""
     need_engine("transformers")
     need_engine("llama-server")
     scratch = tmp_path / "clone"
@@ -74,12 +101,11 @@ def test_runnable_blocks_run_as_written(tmp_path: Path) -> None:
     entries = [e.name for e in ROOT.iterdir() if e.name != ".git"]
     for name in sorted(set(entries) - set(git_ignored(entries))):
         (scratch / name).symlink_to(ROOT / name)
-    script = "\n".join(["set -euo pipefail"] + [t for k, t in blocks() if k == "sh"])
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
                TOKENBENCH_DB=str(tmp_path / "results.db"), COLUMNS="80")
-    proc = subprocess.run(["bash", "-c", script], cwd=scratch, env=env, capture_output=True, text=True,
+    proc = subprocess.run(["bash", "-c", script()], cwd=scratch, env=env, capture_output=True, text=True,
                           timeout=1400, check=False)
-    assert proc.returncode == 0, f"a README block failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"a README or docs/ block failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stdout + proc.stderr
     made = sorted(e.name for e in scratch.iterdir() if not e.is_symlink())
     assert {"demo.json", "report.html", "BENCHMARKS.md", "plots"} <= set(made), made
@@ -105,9 +131,10 @@ def test_every_command_has_examples_in_its_help_and_they_parse() -> None:
                 pytest.fail(f"tokenbench {name} --help: `{example}` does not parse (exit {e.code})")
 
 
-def test_a_predicted_example_prints_what_the_readme_shows() -> None:
-    """The recommend --capacity example is all prediction (no server): its output, at the 80 columns the README
-    shows it at, is what the block after it says, so a catalog or calibration change that moves it fails here."""
+def test_a_predicted_example_prints_what_the_docs_show() -> None:
+    """The recommend --capacity example (docs/capacity.md) is all prediction (no server): its output, at the 80
+    columns the page shows it at, is what the block after it says, so a catalog or calibration change that moves
+    it fails here."""
     found = [(i, t) for i, (k, t) in enumerate(blocks()) if "tokenbench recommend --model llama-3.1-8b --capacity" in t]
     assert len(found) == 1
     i, text = found[0]
@@ -119,8 +146,8 @@ def test_a_predicted_example_prints_what_the_readme_shows() -> None:
 
 
 def test_the_session_example_says_what_the_commands_print() -> None:
-    """The turn-20 figures under the session examples are what those commands print with the packaged
-    calibration (they went stale once: 1.76 s where the command printed 2.00 s)."""
+    """The turn-20 figures under the session examples (docs/predict.md) are what those commands print with the
+    packaged calibration (they went stale once: 1.76 s where the command printed 2.00 s)."""
     found = [t for _, t in blocks() if "--sessions" in t and "--save h100-session" in t]
     assert len(found) == 1
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", COLUMNS="200")
@@ -132,7 +159,55 @@ def test_the_session_example_says_what_the_commands_print() -> None:
         assert m, out
         said.append(m.groups())
     (strix_warm, strix_cold), (h100_warm, h100_cold) = said
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = " ".join(" ".join(p.read_text() for p in PAGES).split())
     h100 = h100_warm.removesuffix(" ms")
     assert f"Strix Halo TTFT {strix_warm} with the cache, {strix_cold} without; H100 (vLLM) {h100} ms and {h100_cold}." \
         in text
+
+
+# --- every page reached, every link resolves ------------------------------------------------------------------
+
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def links(page: Path) -> list[str]:
+    text = FENCE.sub("", page.read_text())  # a code block's brackets are not links
+    return [a or b for a, b in LINK.findall(text)]
+
+
+def anchors(page: Path) -> set[str]:
+    """The ids GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    out = set()
+    for line in FENCE.sub("", page.read_text()).splitlines():
+        if m := re.match(r"#+ (.*)", line):
+            out.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return out
+
+
+def test_every_docs_page_is_in_the_readme_index() -> None:
+    linked = {(ROOT / t).resolve() for t in links(ROOT / "README.md") if not t.startswith(("http:", "https:", "#"))}
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert pages and not [p.name for p in pages if p.resolve() not in linked]
+    for other in ("DEVELOPING.md", "benchmarks/README.md"):
+        assert (ROOT / other).resolve() in linked, other
+
+
+@pytest.mark.parametrize("page", LINKED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(page: Path) -> None:
+    broken = []
+    for target in links(page):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists() or ROOT.resolve() not in dest.parents:
+            broken.append(target)
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(target)
+    assert not broken, f"{page.relative_to(ROOT)}: {broken}"
+
+
+def test_no_link_leaves_the_repository() -> None:
+    """The product links nothing outside its own tree (a path like ../shared/ exists only beside a checkout)."""
+    for page in LINKED + [ROOT / "docs" / "ARCHITECTURE.md"]:
+        assert "../shared" not in page.read_text(), page

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Device check for issue 21: llama.cpp CUDA (today's vendored build) on this GPU, an 8B-shaped Q4_0 model:
+# llama.cpp CUDA (the vendored build) on this machine's GPU, an 8B-shaped Q4_0 model:
 # llama-bench at depth, then tokenbench against llama-server (a closed-loop sweep and agent sessions).
-# Idempotent stages, each skipped when done or when too little of the call's time is left.
-# Carry .dev (wheels in .dev/whl: platformdirs, msgspec, gguf; llama.cpp source as .dev/lcpp.tar.xz: the
+# Idempotent stages, each skipped when done or when too little of BUDGET is left.
+# Needs .dev (wheels in .dev/whl: platformdirs, msgspec, gguf; llama.cpp source as .dev/lcpp.tar.xz: the
 # llama-cpp-python 0.3.36 sdist's vendor/llama.cpp, without models/ and docs/); see benchmarks/device/README.md.
-# env: BUDGET (seconds this call may use), LCPP_BIN (prebuilt tools: skip the build), M8B ("layers hidden ffn").
+# env: BUDGET (seconds the script may use), LCPP_BIN (prebuilt tools: skip the build), M8B ("layers hidden ffn").
 set -u
 T0=$(date +%s); BUDGET=${BUDGET:-560}; R=${RES:-/tmp/res}; mkdir -p $R
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }

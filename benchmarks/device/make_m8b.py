@@ -1,6 +1,6 @@
 """Write m8b-random: Llama 3 8B's shape (32 layers of width 4096, 8 KV heads of 128, FFN 14336) with random
 weights and the 1k-token byte-level BPE tokenizer of tokenbench's tiny model, as an F16 GGUF. Made on the GPU
-where there is one: about 70 s for the 14 GB file on the lent H200. The catalog knows the model as m8b-random.
+where there is one: about 70 s for the 14 GB file on an NVIDIA H200. The catalog knows the model as m8b-random.
 
     python benchmarks/device/make_m8b.py OUTDIR [LAYERS HIDDEN FFN]     (smaller shapes: a quick try on a CPU)
 """

@@ -2,10 +2,10 @@
 
 Rented: price_per_hour / (tokens/s · 3600) · 10⁶, and a box rented around the clock but busy only some hours
 a day costs that much more per token. Owned: the purchase spread over its service life plus power draw times
-the electricity price, per hour used. These reproduce the published figures in shared/reference/README.md:
+the electricity price, per hour used. These reproduce the figures the h100-dense write-up published (its rows are in data/published.csv):
 EUR 1.79/hour at 75, 441, 684, 1284 tok/s -> EUR 6.63, 1.13, 0.73, 0.39 per million output tokens.
 
-An agent-session level (issue 25) is also priced per finished session (``cost_per_session``): the hours the
+An agent-session level is also priced per finished session (``cost_per_session``): the hours the
 level held the box, shared by the sessions it finished.
 """
 

@@ -410,7 +410,7 @@ class LeanServer(asyncio.Protocol):
     """The emitter's paced and burst schedules on a bare asyncio protocol (``--lean``), for the client overhead
     benchmark only: no faults, no tokenizer, no /metrics. aiohttp's web server takes about 70 µs to take in one
     request on the 2-core machine, so a wave of 256 requests waited up to 19 ms (p99) in the emitter before its
-    50 ms began, and that wait read as the client's TTFT excess (issue 24). Here a request is parsed in a few µs
+    50 ms began, and that wait read as the client's TTFT excess. Here a request is parsed in a few µs
     and every chunk is a prebuilt frame written from a timer. Stamps as ``Emitter.stamps``."""
 
     def __init__(self, config: EmitterConfig, stamps: dict[str, tuple[int, int, int]]) -> None:
@@ -505,7 +505,7 @@ def _frame(data: bytes) -> bytes:
 class _FineEpoll(selectors.EpollSelector):
     """epoll with the event loop's timers on time: ``EpollSelector`` rounds a wait up to whole milliseconds
     (epoll_wait's unit), so every timer of the schedule fired up to 1 ms late, and that lateness read as the client's
-    TTFT excess (1.2 ms at p99 on the 16-core machine, issue 24). Here a wait is rounded down instead and its last
+    TTFT excess (1.2 ms at p99 on a 16-core H100 host). Here a wait is rounded down instead and its last
     fraction of a millisecond is polled: the emitter's core spins up to 1 ms before each due timer, which is what it
     is pinned for."""
 
@@ -526,7 +526,7 @@ async def _serve_lean(config: EmitterConfig, port: int, reuse_port: bool = False
     /stats (its own stamps) can be read."""
     # No cyclic garbage collection in this process: it lives for one measurement and its garbage (requests,
     # frames) is freed by reference counting; a collection once stopped it for ~12 ms in the middle of a wave of
-    # 256 requests, which read as 12 ms of TTFT excess at p99 (issue 24).
+    # 256 requests, which read as 12 ms of TTFT excess at p99.
     gc.disable()
     stamps: dict[str, tuple[int, int, int]] = {}
     loop = asyncio.get_running_loop()

@@ -98,7 +98,7 @@ class Endpoint:
 
     def manifest(self, embedded: dict[str, Any] | None, label: str | None, command: str,
                  **fields: Any) -> Manifest:
-        """The provenance every run carries (DESIGN.md), then the run's own ``fields``, each a key ``Manifest``
+        """The provenance every run carries (docs/results.md), then the run's own ``fields``, each a key ``Manifest``
         names (Manifest.written: a key it does not name is an error)."""
         return Manifest.written(
             endpoint=self.url,

@@ -90,11 +90,11 @@ class Finding:
 # ---------------------------------------------------------------------------------------------------------
 # Named thresholds, each with its reason.
 
-#: A p99 over fewer samples than this is an extrapolation from very few tail points (DESIGN.md: "a p99 over fewer
-#: than 100 samples is flagged as an estimate"; with 100 samples the p99 rests on its top one or two).
+#: A p99 over fewer samples than this is an extrapolation from very few tail points (docs/metrics.md: "a p99 over
+#: fewer than 100 samples is marked"; with 100 samples the p99 rests on its top one or two).
 P99_MIN_SAMPLES = 100
 #: Chunks carry several tokens when the mean is above this: speculative decoding or server-side batching of
-#: chunks (DESIGN.md's ITL rule); 5% leaves room for one odd chunk (a final usage chunk, a two-token word).
+#: chunks (the ITL rule, docs/metrics.md); 5% leaves room for one odd chunk (a final usage chunk, a two-token word).
 MULTI_TOKEN_CHUNK_MEAN = 1.05
 #: A prompt the server counted this much shorter than we built it was truncated (Ollama past num_ctx).
 #: Servers add a BOS token or a chat template, which only makes the count larger, so any real
@@ -113,7 +113,7 @@ TIMINGS_TOLERANCE = 0.25
 #: share over the level, may differ by this many points before it is flagged. Both count tokens, in the cache's
 #: blocks: on vLLM and llama-server they agreed within 1 point on every level measured (sessions and traces).
 CACHE_COUNT_TOLERANCE = 0.10
-#: Depth: a rate whose standard deviation is above this share of its mean is no measurement (the issue's rule;
+#: Depth: a rate whose standard deviation is above this share of its mean is no measurement (the depth rule;
 #: pyperf warns at 10%, llama-bench prints whatever it got).
 UNSTABLE_SD_SHARE = 0.5
 #: Depth: the client's tg may read a little above the server's (it cannot see the server's first step), never more.
@@ -317,14 +317,14 @@ def _error_rate(f: LevelFacts) -> Finding | None:
 #: The level rules, in order. A level's flags list them in this order, each at most once.
 LEVEL_RULES: tuple[Rule, ...] = (
     Rule(Code.MULTI_TOKEN_CHUNKS, "ITL is per chunk; one chunk carrying several tokens makes ITL and TPOT differ "
-         "(DESIGN.md, metric definitions)", _multi_token_chunks),
+         "(docs/metrics.md)", _multi_token_chunks),
     Rule(Code.USAGE_ABSENT, "output tokens counted by a local tokenizer or by chunks are estimates "
-         "(DESIGN.md: usage, else server timings, else the tokenizer; record which)", _usage_absent),
+         "(docs/metrics.md: usage, else server timings, else the tokenizer; record which)", _usage_absent),
     Rule(Code.OUTPUT_SHORT, "a server that ignores ignore_eos/min_tokens ends early, so throughput is not "
-         "comparable (DESIGN.md: verify on every response; never assume)", _output_short),
+         "comparable (verify on every response; never assume)", _output_short),
     Rule(Code.PROMPT_TRUNCATED, "Ollama silently truncates prompts past num_ctx; the usage count shows it "
          "(PROMPT_TRUNCATION_SLACK_*)", _prompt_truncated),
-    Rule(Code.P99_ESTIMATE, "DESIGN.md: a p99 over fewer than 100 samples is flagged as an estimate "
+    Rule(Code.P99_ESTIMATE, "docs/metrics.md: a p99 over fewer than 100 samples is flagged as an estimate "
          "(P99_MIN_SAMPLES)", _p99_estimate),
     Rule(Code.ERRORS, "failed requests are left out of the latencies; the level says there were some", _errors),
     Rule(Code.INTERRUPTED, "a level cut short by the user keeps what it measured, marked", _interrupted),

@@ -1,5 +1,5 @@
 """One record per serving engine, written once: its names, how the predictor models it, its adapter, its embedded
-launcher, and the calibration backend its runs and predictions use (issue 21). Every question "which engine does
+launcher, and the calibration backend its runs and predictions use. Every question "which engine does
 this string name?" is asked here; nothing else tests an engine string's prefix.
 
 An engine string is the engine's name (any spelling in ``aliases``, any case), then optionally a version or a GPU
@@ -113,17 +113,18 @@ class Engine:
 
 
 #: llama.cpp build numbers of known date (from threads that name the build and its day): b1631 by 2023-12-16
-#: (llama.cpp PR #4406's llama-bench table: published-2024.sources.md), b2793 2024-05-06
-#: (nnance/llamacpp-ai-provider#7), b3078 2024-06-04 (janhq/cortex.llamacpp#70), b3403 2024-07-16 (#147), b4007
-#: 2024-11-01 (#278), b4409 2025-01-03 (#359), b5050 2025-04-04 (#448), b6451 2025-09-13 (xorbitsai/xllamacpp#81),
-#: b6918 2025-11-02 (llama.cpp benches/dgx-spark.md), b7815 2026-01-23 (ferranpons/Llamatik#37), b8651 2026-04-03
-#: (gominimal/pkgs#40), b9986 2026-07-14 (containers/ramalama#2842).
+#: (llama.cpp PR 4406's llama-bench table: published-2024.sources.md), b2793 2024-05-06
+#: (nnance/llamacpp-ai-provider#7), b3078 2024-06-04 (janhq/cortex.llamacpp#70), b3403 2024-07-16
+#: (janhq/cortex.llamacpp#147), b4007 2024-11-01 (janhq/cortex.llamacpp#278), b4409 2025-01-03
+#: (janhq/cortex.llamacpp#359), b5050 2025-04-04 (janhq/cortex.llamacpp#448), b6451 2025-09-13
+#: (xorbitsai/xllamacpp#81), b6918 2025-11-02 (llama.cpp benches/dgx-spark.md), b7815 2026-01-23
+#: (ferranpons/Llamatik#37), b8651 2026-04-03 (gominimal/pkgs#40), b9986 2026-07-14 (containers/ramalama#2842).
 LLAMACPP_BUILDS = (("b1631", "2023-12"), ("b2793", "2024-05"), ("b3078", "2024-06"), ("b3403", "2024-07"),
                    ("b4007", "2024-11"), ("b4409", "2025-01"), ("b5050", "2025-04"), ("b6451", "2025-09"),
                    ("b6918", "2025-11"), ("b7815", "2026-01"), ("b8651", "2026-04"), ("b9986", "2026-07"))
 #: vLLM releases of known date: 0.6.0 2024-09-04 (vllm-project/vllm#8166), 0.7.0 2025-01 (its release notes),
 #: 0.18.0 by 2026-04-02 (llm-d/llm-d#1059), 0.21.0 2026-05-16 (vllm-project/vllm-metal#377), 0.27.1 2026-08-13
-#: (vllm-metal#603).
+#: (vllm-project/vllm-metal#603).
 VLLM_RELEASES = (("0.6.0", "2024-09"), ("0.7.0", "2025-01"), ("0.18.0", "2026-04"), ("0.21.0", "2026-05"),
                  ("0.27.1", "2026-08"))
 

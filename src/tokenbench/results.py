@@ -1,5 +1,5 @@
 """A run's result, as every command that makes one returns it and every reader loads it (``reader.py``): its
-levels (with their repetitions combined), its manifest, its final state, the JSON result contract of DESIGN.md,
+levels (with their repetitions combined), its manifest, its final state, the JSON result contract (docs/results.md),
 and run ids. Values only: nothing here reads the store. Readers (compare, cost, report, recommend, importers)
 import this and ``reader``, never a runner."""
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class Manifest(Keyed):
-    """A run's provenance (DESIGN.md: "Every result carries provenance"), typed: the keys runs carry, each an
+    """A run's provenance (every result carries it: docs/results.md), typed: the keys runs carry, each an
     attribute a reader reads and mypy checks. Every attribute may be missing (None): an older or imported run
     lacks most of them. Stored as JSON in the run's row; ``from_dict`` reads it, ``to_dict`` writes the same
     keys with the same values, in the same order.
@@ -170,7 +170,7 @@ class RunResult:
         return self.manifest.predicted_mark or ("PREDICTED" if self.kind == "predict" else None)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON result contract of DESIGN.md (the one writer every ``--json`` of a result goes through)."""
+        """The JSON result contract, docs/results.md and data/run.schema.json (the one writer every ``--json`` of a result goes through)."""
         levels = []
         for o in self.outcomes:
             d = o.summary.to_dict()

@@ -1,4 +1,4 @@
-"""The session view of a run, as compare, cost and the report show it (issue 25): an agent-session run's levels
+"""The session view of a run, as compare, cost and the report show it: an agent-session run's levels
 by concurrency and cache mode, each turn's TTFT warm beside busted, and what the prefix cache bought, in words.
 
 A session run is a sweep whose levels carry ``LevelSummary.session`` (``metrics.SessionStats``, written by the

@@ -126,7 +126,7 @@ def _m003_quality_items(db: sqlite3.Connection) -> None:
             reasoning TEXT NOT NULL,
             expected TEXT,
             error TEXT,
-            detail TEXT NOT NULL,          -- JSON: the task's own facts (depth, needle, token ids, metrics)
+            detail TEXT NOT NULL,          -- JSON: the quality task's facts (depth, needle, token ids, metrics)
             PRIMARY KEY (run_id, task, idx)
         )
         """,

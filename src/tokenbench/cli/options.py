@@ -191,7 +191,7 @@ def add_output(s: argparse.ArgumentParser) -> None:
     g.add_argument("--label", help="host label (default: this hostname, or embedded-ENGINE)")
     g.add_argument("--price-per-hour", type=POSITIVE, help="box price for cost per million output tokens")
     g.add_argument("--currency", default=DEFAULT_CURRENCY, type=CURRENCY)
-    g.add_argument("--json", help="write the run to this JSON file (DESIGN.md's result contract); - for stdout")
+    g.add_argument("--json", help="write the run to this JSON file (its keys: docs/results.md); - for stdout")
     g.add_argument("--format", choices=["table", "markdown"], default="table")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
     g = s.add_argument_group("clean bench")

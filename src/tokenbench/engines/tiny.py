@@ -18,7 +18,7 @@ as visible text and no engine holds a chunk back waiting for the rest of a chara
 trained on text with multi-byte characters, so its vocabulary holds single bytes and pieces of characters, and
 only the special and control tokens are silenced. About a quarter of what it generates is a token whose text an
 engine holds back (an incomplete UTF-8 sequence): vLLM streams such a token as a chunk with empty text, and a
-client that waits for visible text reads TTFT and ITL late (issue 23).
+client that waits for visible text reads TTFT and ITL late (docs/metrics.md).
 """
 
 from __future__ import annotations

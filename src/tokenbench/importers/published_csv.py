@@ -1,4 +1,4 @@
-"""The published.csv layout (shared/reference/published.csv): one figure per row, grouped into one run per
+"""The published.csv layout (src/tokenbench/data/published.csv): one figure per row, grouped into one run per
 source, host, model and weights, labelled HOST/MODEL/WEIGHTS. --label replaces the host in a file of one
 host (LABEL/MODEL/WEIGHTS) and prefixes it in a file of several (LABEL/HOST/MODEL/WEIGHTS): it once
 relabelled every host, so a Strix Halo row read as the A30 the user named."""

@@ -63,8 +63,8 @@ def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
 LITERATURE: dict[str, dict[str, float]] = {
     "llamacpp-rocm": {"eta_w": 0.38, "eta_kv": 0.38},
     # Metal prompt processing: llama-bench pp512 of Llama-3.2-3B Q4_K_M on an M1 Ultra 64c, 2142.6 t/s
-    # (geerlingguy/ai-benchmarks issue 48): 2·2.82e9 FLOPs/token × 2142.6 = 12.1 TF of the 21 TF FP16 peak,
-    # 0.57 (the same author's M3 Ultra 80c, geerlingguy/beowulf-ai-cluster issue 17: Llama 3.3 70B Q4_K_M
+    # (geerlingguy/ai-benchmarks#48): 2·2.82e9 FLOPs/token × 2142.6 = 12.1 TF of the 21 TF FP16 peak,
+    # 0.57 (the same author's M3 Ultra 80c, geerlingguy/beowulf-ai-cluster#17: Llama 3.3 70B Q4_K_M
     # pp512 162.3 t/s, 0.68 of 32.8 TF). Both are K-quant figures, so they give the product eta_c·eta_q; with
     # no F16 figure beside them it is all put in eta_c, and Metal's dequantizing matmuls get no further
     # penalty (eta_q 1). Metal's matmul kernels dequantize each tile into threadgroup memory, with no pass of
@@ -269,9 +269,9 @@ class Band:
 #: How far a prediction may drift per year of engine builds newer than any row its backend was fitted on, as a log
 #: error, when the data cannot tell (no backend with rows of two eras): llama.cpp CUDA decode was 30-45% faster in
 #: 2025-2026 builds than the 2024 builds' fit predicts (llama.cpp's CUDA scoreboard, discussion 15013, and
-#: llama-bench on a lent H100: shared/reference/current-builds.csv), about a year apart: log(1.35). The shipped data
-#: and the split by time's pre-2025 side both hold CUDA and Metal rows of 2023 and 2024 builds, so both measure
-#: their drift ([meta] drift, fitting._drift) and this prior is only a user's data's fallback.
+#: llama-bench on one H100 SXM, h100-lcpp in data/published-current.csv), about a year apart: log(1.35). The
+#: shipped data and the split by time's pre-2025 side both hold CUDA and Metal rows of 2023 and 2024 builds, so
+#: both measure their drift ([meta] drift, fitting._drift) and this prior is only a user's data's fallback.
 DRIFT_PRIOR = math.log(1.35)
 #: Widening per doubling of context (depth, prompt and output) beyond the deepest a backend's rows reached (log
 #: error), and per doubling of concurrency beyond its highest: what the model does there no row has checked.
@@ -290,7 +290,8 @@ YEAR_KEY = "boxes_"
 #: An era's constants rest on rows of at least this many boxes: with fewer, a year's rows cannot tell the
 #: bandwidth share from the per-layer cost, so the year joins the one before it (the oldest, the one after), and a
 #: prediction for that year's builds widens by FEW_ROWS_TERM: its constants are partly another year's (llama.cpp
-#: CUDA's 2026 builds, rows of the lent H100 and H200 alone, decode 25% above the 2025-2026 constants on the H100).
+#: CUDA's 2026 builds, rows of h100-lcpp's H100 and h200-lcpp's H200 alone, decode 25% above the 2025-2026
+#: constants on the H100).
 ERA_MIN_BOXES = 3
 #: The band of a backend and metric no held-out row measured (a fit with no cross-validated residual for it):
 #: about what rows predicted from priors alone miss by, held out (llama.cpp ROCm decode 44%, Vulkan prompts at

@@ -23,7 +23,7 @@ from .setup import Setup
 from .specs import Catalog
 from .tables import band_note, depth_table, serve_table, session_lines, session_metrics, session_table
 
-#: The published measurements the package ships (copies of shared/reference's, a test keeps them equal):
+#: The published measurements the package ships (copies of the reference set, a test keeps them equal):
 #: what `calibrate` fits with no file given, and what the committed efficiency.toml was fitted on.
 PUBLISHED_FILES = [Path(__file__).resolve().parents[1] / "data" / n for n in ("published.csv", "published-more.csv",
                                                                                     "published-current.csv",

@@ -1,4 +1,4 @@
-"""Rows in the published.csv layout (shared/reference/published.csv): one measured figure per row."""
+"""Rows in the published.csv layout (src/tokenbench/data/published.csv): one measured figure per row."""
 
 from __future__ import annotations
 

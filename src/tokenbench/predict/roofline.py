@@ -2,7 +2,7 @@
 
 Every time has two forms: the physical *ceiling* (efficiency 1: nominal bandwidth and peak FLOPs, no
 overhead) and the calibrated *estimate* (a backend's fitted efficiencies and fixed costs, see
-``calibration.py``). Formulas follow shared/reference/roofline.md, where the existing tools go wrong:
+``calibration.py``). Formulas follow the roofline reference notes (roofline.md), where the existing tools go wrong:
 causal prefill attention (T²/2, not T²), KV traffic with KV heads and the config's head_dim, MoE expert
 coverage growing with batch, per-engine efficiencies. Beyond it: arithmetic limited by the board's power as well
 as its peak, routed-expert matmuls at their own rate, all-reduces on the critical path of a tensor-parallel step

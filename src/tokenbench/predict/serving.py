@@ -29,7 +29,7 @@ LLAMA_RESEND_LAG = 1
 #: default at 8192 MiB), in GB/s. As it launches a new task its loop first saves every idle slot not yet saved
 #: (tools/server/server-context.cpp: "saving idle slot to prompt cache", llama_state_seq_get_data into a new host
 #: buffer), and no slot runs meanwhile: under a closed loop, each request pays for saving the state the request
-#: before it left in its slot. On the lent H200 a 512-token prompt's TTFT was 121 ms where llama-bench's pp512
+#: before it left in its slot. On one NVIDIA H200 (16 cores; h200-lcpp) a 512-token prompt's TTFT was 121 ms where llama-bench's pp512
 #: took 48, and four together 491 ms, four times one: about 70 ms each, serial, for 84 MB of state (640 tokens of an
 #: 8B model's f16 KV): 1.2 GB/s. On this project's 2-core CI machine one save of 120.5 MiB a request (its log's)
 #: added 283-350 ms to TTFT over three runs, 0.36-0.45 GB/s, and --cache-ram 0 took it out

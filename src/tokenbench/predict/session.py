@@ -1,4 +1,4 @@
-"""An agent session predicted turn by turn (issue 25): the measured workload is ``sweep --sessions``, this is the
+"""An agent session predicted turn by turn: the measured workload is ``sweep --sessions``, this is the
 same session on a box you do not own.
 
 A coding agent's turn k re-sends the whole conversation (the shared system prompt, the task, every earlier answer

@@ -133,7 +133,7 @@ def _hub_reachable() -> bool:
 
 @contextmanager
 def _offline_when_unreachable(task: str) -> Iterator[None]:
-    """Where the hub cannot even be resolved, Hugging Face's offline mode for this task: cached data still
+    """Where the hub cannot even be resolved, Hugging Face's offline mode for this lm-eval task: cached data still
     loads, and missing data fails at once (not after five retries over 25 s)."""
     if task in SHIPPED or _hub_reachable():
         yield

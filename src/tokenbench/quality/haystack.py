@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Protocol
 
-#: Depths of the needle, percent of the haystack (issue 12).
+#: Depths of the needle, percent of the haystack.
 DEFAULT_DEPTHS = (10, 50, 90)
 #: Digits of a needle: unlikely to be guessed, one or a few tokens for most tokenizers.
 NEEDLE_DIGITS = 7

@@ -178,8 +178,8 @@ def judge_tasks(tasks: list[TaskComparison], floor: Floor, sampled: bool) -> Non
         if tc.agreement is None:
             continue
         own = floor.tasks.get(tc.task)
-        if floor.runs is not None and own is None:  # a repeat without this task: no measured floor for it
-            tc.notes.append("the floor's runs did not keep this task's outputs: its floor is assumed")
+        if floor.runs is not None and own is None:  # a repeat without this quality task: no measured floor for it
+            tc.notes.append("the floor's runs did not keep the outputs of this quality task: its floor is assumed")
         tc.agreement_verdict = judge(tc.agreement, own, floor.runs if own else None, sampled)
 
 

@@ -270,7 +270,7 @@ def run_quality(cfg: QualityConfig, store: Store, note: Note = lambda t: None) -
             try:
                 for it in harness.evaluate(task, cfg, model, note):
                     rec.save(it)
-            except TokenbenchError as e:  # this task could not run (its data is not here): the others still do
+            except TokenbenchError as e:  # this quality task could not run (its data is not here): the others still do
                 errors.append(str(e))
                 note(f"{task}: {e}")
     except BaseException as e:

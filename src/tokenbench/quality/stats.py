@@ -29,7 +29,7 @@ POWER = 0.80
 #: Bootstrap resamples and sign-flip permutations (a 95% percentile interval is stable to about ±0.2 points
 #: at 4,000 resamples for a few hundred items).
 RESAMPLES = 4000
-#: The difference people ask about: "within 1 to 2 points" (issue 12).
+#: The difference people ask about: "within 1 to 2 points".
 DETECT_POINTS = 2.0
 
 

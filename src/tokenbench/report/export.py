@@ -5,7 +5,7 @@ read nothing but the report, so what a page shows and what a JSON file holds are
 - Markdown: BENCHMARKS.md sections, one per run between markers (a re-run rewrites its own);
 - HTML: one self-contained page with the plots;
 - PNG: each plot, slide-sized, into a directory;
-- JSON: the runs (the result contract of DESIGN.md), the plotted series and each pair compared.
+- JSON: the runs (the result contract, docs/results.md), the plotted series and each pair compared.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Against concurrency: aggregate and per-agent throughput, TTFT, TPOT, cost. Against interactivity (per-agent
 tok/s, the view SemiAnalysis' InferenceMAX compares boxes by): aggregate throughput and cost per million output
-tokens, one curve per box. Against depth: prefill and decode. Agent sessions (issue 25): each turn's TTFT
+tokens, one curve per box. Against depth: prefill and decode. Agent sessions: each turn's TTFT
 against its context at each concurrency, and session time against concurrency. A session run's two levels at a
 concurrency (warm and busted) are two lines, never one point chosen between them.
 """

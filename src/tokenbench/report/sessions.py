@@ -1,4 +1,4 @@
-"""The report's agent-session tables (issue 25), as rows of text both the HTML page and the Markdown section
+"""The report's agent-session tables, as rows of text both the HTML page and the Markdown section
 show: each turn's context and TTFT warm beside busted at one concurrency, and each session level's time, cache
 share, throughput and cost. The numbers are ``session_view``'s and ``cost``'s; this module only arranges them."""
 
