@@ -184,8 +184,8 @@ def test_the_sweep_conducts_and_names_no_workload_kind() -> None:
     tree = ast.parse(text)
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
         {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    named = names & {"sessions", "trace", "dataset", "capacity", "search", "isinstance", "SessionsKind", "TraceKind",
-                     "DatasetKind", "CapacitySearch"}
+    named = names & {"sessions", "trace", "dataset", "replay", "capacity", "search", "isinstance", "SessionsKind",
+                     "TraceKind", "DatasetKind", "ReplayKind", "CapacitySearch"}
     assert not named, f"sweep.py names {sorted(named)}"
 
 
@@ -193,7 +193,7 @@ def test_every_kind_is_registered_and_speaks_the_contract() -> None:
     from tokenbench.kinds import KINDS, WorkloadKind
     from tokenbench.kinds.base import Kind
 
-    assert set(KINDS) == {"lengths", "dataset", "trace", "sessions"}
+    assert set(KINDS) == {"lengths", "dataset", "trace", "sessions", "replay"}
     assert set(WorkloadKind.__args__) == set(KINDS.values())  # type: ignore[attr-defined]
     members = [n for n in dir(Kind) if not n.startswith("_")]
     for name, cls in KINDS.items():

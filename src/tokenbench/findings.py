@@ -294,6 +294,8 @@ def _concurrency_not_reached(f: LevelFacts) -> Finding | None:
     c, peak = f.concurrency, f.peak_in_flight
     if not c or c <= 1 or not f.measured or peak is None or peak >= c:
         return None
+    if f.summary.session is not None:  # agents pause between turns: fewer calls in flight than agents is the load
+        return None
     why = (f"only {f.requests} requests were asked for" if f.requests is not None and f.requests < c
            else "requests ended before the others were sent")
     return Finding(Code.CONCURRENCY_NOT_REACHED,

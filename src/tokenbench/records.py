@@ -46,6 +46,8 @@ class RequestRecord:
     turn: int | None = None
     think_ms: float | None = None
     cache_busted: bool | None = None
+    #: a replayed subagent's call: the session (tree replayed) it was spawned by
+    parent: int | None = None
     finish_reason: str | None = None
     server_timings: dict[str, Any] | None = None  # llama.cpp's "timings" object when sent
     malformed_events: int = 0  # events the wire boundary refused (wire.py)

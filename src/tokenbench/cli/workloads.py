@@ -14,11 +14,16 @@ from ..errors import UsageError
 from ..kinds import WorkloadKind
 from ..kinds.dataset import DatasetKind
 from ..kinds.lengths import LengthsKind
+from ..kinds.replay import ReplayKind
 from ..kinds.sessions import SessionsKind
 from ..kinds.trace import TraceKind
+from ..replay import ReplayPlan
 from ..sessions import SessionPlan
 from ..trace import load_trace
+from ..trajectories.load import detect_format, load_trajectories
+from ..trajectories.model import TRACE_FORMATS, TRAJECTORY_FORMATS
 from ..workload import resolve_shape
+from .common import seconds
 from .options import NONNEG, NONNEG_INT, POSITIVE, POSITIVE_INT
 
 
@@ -61,14 +66,31 @@ def add_workload_options(s: argparse.ArgumentParser) -> None:
 
 
 def add_trace_options(s: argparse.ArgumentParser) -> None:
-    g = s.add_argument_group("trace replay (one open-loop level at the trace's own times and lengths)")
+    g = s.add_argument_group("trace replay (a request trace at its own times and lengths; recorded agents as they "
+                             "behaved)")
     g.add_argument("--trace", metavar="FILE",
                    help="replay this trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids "
-                        "of shared prompt blocks) or CSV with the header timestamp,input_length,output_length; "
-                        "--requests N replays its first N")
-    g.add_argument("--trace-speed", type=POSITIVE, default=1.0, help="replay this many times as fast (2: twice)")
+                        "of shared prompt blocks) or CSV with the header timestamp,input_length,output_length, one "
+                        "open-loop level (--requests N: its first N); or recorded agent trajectories (Weka/AgentX "
+                        "traces or a folder of them, MLCommons agentic JSONL, TraceLab rows, a tokenbench record "
+                        "log), replayed as agents: --concurrency N lanes, or at the recorded times")
+    g.add_argument("--trace-format", choices=TRACE_FORMATS,
+                   help="the trace's format (default: read from its content)")
+    g.add_argument("--trace-speed", type=POSITIVE, default=1.0,
+                   help="replay this many times as fast (2: twice); for trajectories, at their recorded start "
+                        "times (the default where they record them and no --concurrency is given)")
     g.add_argument("--trace-block", type=POSITIVE_INT, default=512,
-                   help="prompt tokens per hash id (default 512, as Mooncake's traces)")
+                   help="prompt tokens per hash id (default 512, as Mooncake's traces; a Weka trace says its own, "
+                        "TraceLab rows 64)")
+    g.add_argument("--trace-scale", type=POSITIVE, default=1.0,
+                   help="trajectories: divide every length by this, to replay a trace's shape on a small model or "
+                        "box (stated in the table's heading)")
+    g.add_argument("--max-think", default="10s",
+                   help="trajectories: a recorded pause or subagent delay longer than this waits this long "
+                        "(default 10s, as AgentX caps idle gaps; 0s: no pauses; none: as recorded)")
+    g.add_argument("--answers", choices=["recorded", "live"], default="recorded",
+                   help="trajectories with text: re-send the recorded history, so every engine sees the same tokens "
+                        "(default), or feed back the server's own answers")
 
 
 def given_flags(argv: list[str]) -> set[str]:
@@ -120,23 +142,57 @@ def _sessions(a: argparse.Namespace, given: set[str], task: Draw, output: Draw) 
         on_cap=a.on_cap, baseline=not a.no_baseline))
 
 
-def _trace(a: argparse.Namespace) -> TraceKind:
+#: Options that only a replay of agent trajectories reads.
+REPLAY_OPTIONS = ("--trace-scale", "--max-think", "--answers")
+
+
+def _trace(a: argparse.Namespace, given: set[str]) -> TraceKind:
     """--trace's file, read and checked (trace.load_trace), after refusing the options that cannot go with it;
     its first --requests N where given."""
-    given = [f"--{k.replace('_', '-')}" for k in TRACE_EXCLUSIVE if getattr(a, k, None)]
-    if given:
-        raise UsageError(f"--trace sets every request's length and send time: drop {', '.join(given)}")
+    said = [f"--{k.replace('_', '-')}" for k in TRACE_EXCLUSIVE if getattr(a, k, None)]
+    if said:
+        raise UsageError(f"--trace sets every request's length and send time: drop {', '.join(said)}")
+    if stray := [f for f in REPLAY_OPTIONS if f in given]:
+        raise UsageError(f"{', '.join(stray)} shape a replay of agent trajectories, and {a.trace} is a request trace: "
+                         "drop them")
     return TraceKind(load_trace(a.trace, a.trace_block).head(a.requests), a.trace_speed)
+
+
+def _replay(a: argparse.Namespace, given: set[str], defaults: dict[str, Any]) -> ReplayKind:
+    """Recorded trajectories, replayed as agents: lanes where --concurrency is given or no start times are
+    recorded, else open loop at the recorded times."""
+    said = [f"--{k.replace('_', '-')}" for k in TRACE_EXCLUSIVE if k != "concurrency" and getattr(a, k, None)]
+    if said:
+        raise UsageError(f"a replay sends the recorded calls' own lengths, one lane per agent: drop {', '.join(said)}")
+    block = a.trace_block if "--trace-block" in given else None
+    trajectories = load_trajectories(a.trace, a.trace_format, block)
+    timed = all(t.epoch_s is not None for t in trajectories.trajectories)
+    if "--trace-speed" in given and a.concurrency:
+        raise UsageError("--trace-speed replays at the recorded times and --concurrency runs lanes: give one")
+    speed = a.trace_speed if "--trace-speed" in given or (timed and not a.concurrency) else None
+    plan = ReplayPlan(trajectories, _max_think(a.max_think), a.answers, speed, a.trace_scale)
+    defaults.update(requests=None, concurrency="1", **({"api": "chat"} if plan.full_text else {}))
+    return ReplayKind(plan)
+
+
+def _max_think(text: str) -> float | None:
+    if text.strip().lower() == "none":
+        return None
+    if text.strip() in ("0", "0s"):
+        return 0.0
+    return seconds(text, "--max-think")
 
 
 def workload_kind(a: argparse.Namespace, argv: list[str], defaults: dict[str, Any]) -> WorkloadKind:
     """The one workload kind the options ask for. ``defaults``: the embedded engine's lengths (empty for a URL); the
     kind's own defaults are put there (``requests`` None: its levels are not a count of requests)."""
+    given = given_flags(argv)
     if getattr(a, "trace", None) is not None:
         defaults["requests"] = None  # all of it, unless --requests asks for its first N
-        return _trace(a)
+        if (a.trace_format or detect_format(a.trace)) in TRAJECTORY_FORMATS:
+            return _replay(a, given, defaults)
+        return _trace(a, given)
     ins, outs = _lengths(a, defaults)
-    given = given_flags(argv)
     if a.sessions is not None:
         # sessions speak chat, one agent per session unless --concurrency says otherwise, whole sessions a level
         defaults.update(api="chat", concurrency=str(a.sessions), requests=None)

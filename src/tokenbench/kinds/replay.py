@@ -1,0 +1,141 @@
+"""Recorded agent trajectories (``sweep --trace`` of a Weka, MLCommons agentic, TraceLab or session-log file),
+replayed as agents behave (``replay.py``): closed loop over lanes (``--concurrency``), or open loop at the recorded
+start times (``--trace-speed``), each level salted apart; subagents beside their parent, pauses capped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..engines.embedded import slot_context
+from ..errors import UsageError
+from ..loadgen import Level
+from ..metrics import session_stats
+from ..records import RequestRecord
+from ..replay import ReplayLevel, ReplayPlan, ReplayTexts
+from ..workload import Workload
+from .base import Binding, LevelLoad, OnDone, SweepOptions
+
+if TYPE_CHECKING:
+    from ..metrics import ServingLevel
+    from .lengths import RequestPrompts
+
+#: Tokens a chat message's template adds, counted where a full-text call's length is estimated from its bytes.
+TEMPLATE_TOKENS = 8
+
+
+class ReplayWork:
+    """One level of a replay."""
+
+    stoppable: bool = False  # trees end as they end: a search runs the level whole
+
+    def __init__(self, run: ReplayLevel, planned: int | None) -> None:
+        self.run = run
+        self.planned: int | None = planned
+
+    def prepare(self, warm: int) -> int:
+        return warm
+
+    async def measure(self, load: LevelLoad, level: Level, duration_s: float | None, seed: int,
+                      records: list[RequestRecord], on_done: OnDone) -> None:
+        await load.agents(self.run, level, records)
+
+    def attach(self, summary: ServingLevel, records: list[RequestRecord]) -> None:
+        """The session view of the trees replayed (each tree a session, a subagent's its own), with the server's
+        own prefix-cache hit share over the level beside the responses' cached share."""
+        stats = session_stats(records, "warm")
+        stats.server_hit_share = summary.telemetry.prefix_cache_hit_rate if summary.telemetry is not None else None
+        summary.session = stats
+
+
+class BoundReplay:
+    def __init__(self, plan: ReplayPlan, b: Binding) -> None:
+        self.plan, self.b = plan, b
+        self.texts = ReplayTexts(b.builder, plan)
+        self.body_extras: dict[str, Any] = {}  # each call carries its own
+        # a field that follows each call's length or tree says so
+        one, two = self.fields(0, 1), self.fields(1, 2)
+        self.recorded_fields = {k: v if one.get(k) == v else "per request" for k, v in two.items()}
+
+    def fields(self, agent: int, out_len: int) -> dict[str, Any]:
+        """A call's fields: its output length fixed as the server allows, the cache kept warm for its tree (a slot
+        of its own where the server has slots), the user's --extra-body on top."""
+        ep, opts = self.b.endpoint, self.b.opts
+        fixed = ep.info.adapter.output_length_fields(out_len, ep.eos_token_id, opts.api) if opts.fixed_output else {}
+        return fixed | ep.info.adapter.session_fields(agent, ep.info.slots) | opts.extra_body
+
+    def workload_entry(self) -> dict[str, Any]:
+        return self.plan.to_dict() | {"seed": self.b.seed}
+
+    def prompts(self) -> RequestPrompts:
+        """The warm-ups' prompts: unique, of the set's median call, so an engine's one-time costs are paid there."""
+        from .lengths import RequestPrompts
+
+        f = self.plan.trajectories.figures
+        median = self.plan.tokens(int(f.median_input_tokens)) if f.median_input_tokens else 128
+        return RequestPrompts(self.b.builder, Workload(median, 16, None, self.b.opts.api, 0, self.b.seed), {})
+
+    def level(self, level: Level, repetition: int, records: list[RequestRecord], on_done: OnDone) -> ReplayWork:
+        counter = self.b.endpoint.counter
+        run = ReplayLevel(self.b.client, self.texts, self.plan, f"{level.concurrency or 'open'}/{repetition}",
+                          level.concurrency or 1, self.fields, records, on_done, self.b.opts.requests,
+                          self.b.opts.duration_s, counter.count if counter is not None else None)
+        return ReplayWork(run, self.b.opts.requests)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayKind:
+    plan: ReplayPlan
+
+    name = "replay"
+    splits = False  # each call waits for the answer before it: one process runs the lanes
+
+    def refuse(self, opts: SweepOptions) -> None:
+        if opts.rates:
+            raise UsageError("a replay's agents are lanes (--concurrency) or its recorded times (--trace-speed): "
+                             "drop --rate")
+        if (opts.workers or 1) > 1 or opts.ray:
+            raise UsageError("a replay runs in one process (each call waits for the answer before it): "
+                             "drop --workers and --ray")
+        if self.plan.full_text and opts.api != "chat":
+            raise UsageError(f"{self.plan.trajectories.path.name} holds chat messages: drop --api {opts.api}")
+        if self.plan.speed is not None and any(t.epoch_s is None for t in self.plan.trajectories.trajectories):
+            raise UsageError(f"--trace-speed replays at the recorded start times, and this {self.plan.trajectories.format} "
+                             "file records none: give --concurrency N lanes instead")
+
+    def levels(self, opts: SweepOptions) -> list[Level]:
+        if self.plan.speed is None:
+            return [Level(concurrency=c, cache="warm") for c in opts.concurrency]
+        trees = self.plan.trajectories.trajectories
+        epochs = sorted(t.epoch_s or 0.0 for t in trees)
+        return [Level(schedule=tuple((e - epochs[0]) / self.plan.speed for e in epochs), cache="warm")]
+
+    def longest_request(self) -> int:
+        """The longest call recorded, as scaled; for full text, its bytes (a byte-level tokenizer's most)."""
+        return max(self.plan.longest_call(), self._text_bound())
+
+    def _text_bound(self) -> int:
+        most = 0
+        for tree in self.plan.trajectories.trajectories:
+            for _, t in tree.walk():
+                for c in t.calls:
+                    if c.messages:
+                        size = sum(len(str(m.content or "").encode()) + TEMPLATE_TOKENS for m in c.messages)
+                        most = max(most, self.plan.tokens(size) + self.plan.tokens(c.output_tokens or 256))
+        return most
+
+    def typical_input(self) -> int:
+        f = self.plan.trajectories.figures
+        return self.plan.tokens(int(f.median_input_tokens)) if f.median_input_tokens else 1024
+
+    def for_search(self) -> ReplayKind:
+        return self
+
+    def for_slot(self, limit: int) -> tuple[int, ReplayKind]:
+        """A slot holds the longest call, up to what the model holds: a longer call overflows the context, and the
+        level says how many did."""
+        return slot_context(min(self.longest_request(), limit - 64)), self
+
+    def bind(self, b: Binding) -> BoundReplay:
+        return BoundReplay(self.plan, b)
+

@@ -1,0 +1,384 @@
+"""Recorded agent trajectories replayed as agents behave (``sweep --trace`` of a trajectory file: Weka, MLCommons
+agentic, TraceLab, a session log; ``trajectories/`` reads them into one typed model).
+
+A session tree's calls go in order: each waits for the answer before it, then its recorded pause, capped
+(``max_think_s``, 10 s by default as AgentX caps idle gaps: a recorded minute of a human reading the screen says
+nothing of the box). A subagent starts beside its parent's lane once the parent call it was spawned after has
+answered (after its recorded delay, capped alike), and the parent call that waited for its return waits for it.
+
+Closed loop (``--concurrency N``): N lanes, each replaying one tree after another until every tree of the set has
+been replayed once in the level (or ``--requests`` calls were measured, or ``--duration`` ran out). A lane's first
+tree starts at a random call, drawn from the level's seed, after one uncounted call that warms the call before
+it, so lanes do not move in lock-step (AgentX starts each lane mid-trajectory the same way). Open loop
+(``--trace-speed``): each tree starts at its recorded start, the calls at their recorded times divided by the
+speed, never before the answer before them.
+
+What is sent:
+- length-only formats (Weka, TraceLab, a lengths-only session log): each hash id is a block of text of exactly its
+  tokens, built once per tree replayed and salted by it, so two lanes replaying one trace share only what two real
+  users would (nothing: the salt is counted in the lengths, as its own words). A floor-rounded call's unhashed tail
+  is text of its own; a prefix cache serves a call up to its last block the tree sent before.
+- full-text formats (MLCommons, a session log): the recorded messages, tool schemas (``tools``), tool calls,
+  ``tool`` results and ``tool_choice``; the salt at the start of the first user message, so the system prompt and
+  tools stay shared as they are between real users of one agent. ``answers="recorded"`` re-sends the recorded
+  history, so every engine sees the same tokens (MLCommons' rule); ``"live"`` puts the server's own answers of
+  this replay in the history instead.
+- each call's output length fixed to the recorded one where the server allows; ``scale`` divides every length
+  (and block size) to replay a trace's shape on a small model or box.
+
+Every call is a ``RequestRecord`` with its tree (``session``), its place (``turn``), its parent tree for a subagent
+(``parent``) and the pause waited (``think_ms``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .client import PreparedRequest, StreamClient
+from .records import RequestRecord
+from .trajectories.model import Call, Message, Trajectory, TrajectorySet
+from .workload import PromptBuilder, Tokenizer
+
+Answers = Literal["recorded", "live"]
+#: AgentX's cap on a recorded pause between turns, seconds.
+DEFAULT_MAX_THINK_S = 10.0
+#: Words that encode to one token each after a space are looked for among this many of the word list at most.
+_ONE_TOKEN_SAMPLE = 400
+#: Fewer one-token words than this: blocks are built by trial instead (``PromptBuilder.exact``).
+_MIN_ONE_TOKEN_WORDS = 32
+#: Tokens of the salt that starts every prompt of a tree replayed (words of its own, counted in its lengths).
+SALT_TOKENS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPlan:
+    """How a set of trajectories is replayed."""
+
+    trajectories: TrajectorySet
+    max_think_s: float | None = DEFAULT_MAX_THINK_S  # a recorded pause or delay above this waits this (None: as recorded)
+    answers: Answers = "recorded"
+    speed: float | None = None  # open loop at the recorded times, this many times as fast (None: closed loop)
+    scale: float = 1.0  # every length divided by this
+
+    @property
+    def full_text(self) -> bool:
+        return self.trajectories.format == "mlcommons" or any(
+            c.messages for t in self.trajectories.trajectories for c in t.calls[:1])
+
+    def pause(self, seconds: float) -> float:
+        """A recorded pause as replayed: capped, then divided by the speed of an open-loop replay."""
+        capped = seconds if self.max_think_s is None else min(seconds, self.max_think_s)
+        return capped / (self.speed or 1.0)
+
+    def tokens(self, n: int) -> int:
+        return max(1, math.ceil(n / self.scale))
+
+    def longest_call(self) -> int:
+        """The most tokens (prompt and output) one call sends and gets back, as scaled (0 where not recorded)."""
+        most = 0
+        for tree in self.trajectories.trajectories:
+            for _, t in tree.walk():
+                for c in t.calls:
+                    if c.input_tokens is not None:
+                        most = max(most, self.tokens(c.input_tokens) + self.tokens(c.output_tokens or 1))
+        return most
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "replay", "trajectories": self.trajectories.describe(), "max_think_s": self.max_think_s,
+                "answers": self.answers, "speed": self.speed, "scale": self.scale}
+
+    def describe(self) -> str:
+        """One line for the table's heading: the set, how pauses were capped, lengths and times as scaled."""
+        f = self.trajectories.figures
+        parts = [f"replay of {self.trajectories.path.name} ({self.trajectories.format}, {f.trajectories} "
+                 f"trajectories, {f.calls} calls, {f.subagents} subagents)",
+                 "pauses as recorded" if self.max_think_s is None else f"pauses capped at {self.max_think_s:g} s"]
+        if self.scale != 1:
+            parts.append(f"lengths / {self.scale:g}")
+        if self.speed is not None:
+            parts.append(f"open loop at {self.speed:g}x the recorded times")
+        if self.trajectories.format == "mlcommons" or self.full_text:
+            parts.append(f"answers {self.answers}")
+        return ", ".join(parts)
+
+
+class ReplayTexts:
+    """The text of a replay's calls: blocks of exact token counts for length-only calls (each distinct block of a
+    tree built once), the recorded messages for full-text ones; every tree replayed has a salt of its own."""
+
+    def __init__(self, builder: PromptBuilder, plan: ReplayPlan) -> None:
+        self.builder, self.plan = builder, plan
+        self.words: list[str] | None = None  # words of one token each after a space (None: not looked for yet)
+        self.blocks: dict[tuple[str, int], str] = {}
+
+    async def start(self) -> None:
+        """Find the words that are one token each after a space, so a block of n tokens is n of them; where the
+        tokenizer has too few, blocks are built by trial."""
+        if self.words is not None:
+            return
+        tok: Tokenizer = self.builder.tok
+        one = [w for w in self.builder.words[:_ONE_TOKEN_SAMPLE] if len(await tok.encode(" " + w)) == 1]
+        sample = "".join(" " + one[i % len(one)] for i in range(97)) if one else ""
+        self.words = one if len(one) >= _MIN_ONE_TOKEN_WORDS and len(await tok.encode(sample)) == 97 else []
+
+    async def block(self, salt: str, h: int, size: int, n: int | None = None) -> str:
+        """Hash id ``h``'s block of ``size`` tokens in the tree salted ``salt`` (the same text wherever the tree
+        sends it), or its first ``n`` tokens: a partial block is the start of the whole one, as a prefix cache
+        sees it grow."""
+        key = (salt, h)
+        if key not in self.blocks:
+            self.blocks[key] = await self.words_of(size, random.Random(f"{self.builder.seed}/{salt}/block/{h}"))
+        text = self.blocks[key]
+        if n is None or n >= size:
+            return text
+        if self.words:  # one token a word
+            return "".join(" " + w for w in text.split()[:n])
+        return await self.words_of(n, random.Random(f"{self.builder.seed}/{salt}/block/{h}/{n}"))
+
+    async def salt(self, salt: str) -> str:
+        """The tree's salt as text: ``SALT_TOKENS`` words of its own."""
+        return await self.block(salt, -1, SALT_TOKENS)
+
+    async def words_of(self, n: int, rng: random.Random) -> str:
+        """Text of ``n`` tokens, each word after a space."""
+        if n <= 0:
+            return ""
+        if self.words:
+            return "".join(" " + w for w in rng.choices(self.words, k=n))
+        text, _ = await self.builder.exact(" ", n, rng)
+        return text if text.startswith(" ") else " " + text
+
+    async def prompt(self, salt: str, call: Call, where: str) -> tuple[str, int]:
+        """A length-only call's prompt and its tokens: the salt, its blocks, its unhashed tail."""
+        blocks = call.blocks
+        assert blocks is not None and blocks.input_tokens is not None
+        scale = self.plan.tokens
+        parts = [await self.salt(salt)]
+        count = SALT_TOKENS
+        size = scale(blocks.size)
+        for h, t in zip(blocks.hash_ids, blocks.block_tokens()):
+            n = size if t == blocks.size else min(size, scale(t))
+            parts.append(await self.block(salt, h, size, n))
+            count += n
+        tail = blocks.partial if blocks.rounding == "floor" else 0
+        if tail:
+            parts.append(await self.words_of(scale(tail), random.Random(f"{self.builder.seed}/{salt}/tail/{where}")))
+            count += scale(tail)
+        return "".join(parts), count
+
+    async def messages(self, salt: str, call: Call, live: dict[int, str]) -> list[dict[str, Any]]:
+        """A full-text call's messages as sent: the salt before the first user message's text, the server's own
+        answers in place of recorded ones where the replay feeds them back (``live``: by the recorded answer's
+        identity), every text cut to its share of ``scale``."""
+        out: list[dict[str, Any]] = []
+        salted = False
+        for m in call.messages:
+            wire = m.to_wire()
+            if m.role == "assistant" and id(m) in live:
+                wire["content"] = live[id(m)]
+            if isinstance(wire.get("content"), str):
+                wire["content"] = self._cut(wire["content"])
+            if m.role == "user" and not salted:
+                wire["content"] = _salted((await self.salt(salt)).strip(), wire.get("content"))
+                salted = True
+            out.append(wire)
+        return out
+
+    def _cut(self, text: str) -> str:
+        return text if self.plan.scale == 1 else text[: max(1, math.ceil(len(text) / self.plan.scale))]
+
+
+def _salted(salt: str, content: Any) -> Any:
+    if isinstance(content, list):
+        return [{"type": "text", "text": f"{salt} "}, *content]
+    return f"{salt} {content or ''}"
+
+
+Fields = Callable[[int, int], dict[str, Any]]  # (lane, output tokens) -> the request's fields
+OnDone = Callable[[RequestRecord], None]
+
+
+@dataclass(slots=True)
+class _Tree:
+    """One tree being replayed: its salt, its agent (the lane's for a lane's tree; one of its own for a subagent,
+    so a server with slots keeps each one's history apart), its number in the level, its parent's."""
+
+    salt: str
+    agent: int
+    session: int
+    parent: int | None
+
+
+class ReplayLevel:
+    """One level of a replay: ``lanes`` lanes in closed loop, or (``plan.speed``) every tree at its recorded
+    start; ``key`` salts its trees, so no level finds another's cached. ``requests``/``duration_s``: stop sending
+    once this many calls were measured, or after this long."""
+
+    def __init__(self, client: StreamClient, texts: ReplayTexts, plan: ReplayPlan, key: str, lanes: int,
+                 fields: Fields, records: list[RequestRecord], on_done: OnDone, requests: int | None = None,
+                 duration_s: float | None = None, counter: Callable[[str], int] | None = None) -> None:
+        self.client, self.texts, self.plan, self.key, self.lanes = client, texts, plan, key, lanes
+        self.fields, self.records, self.on_done = fields, records, on_done
+        self.requests, self.duration_s, self.count = requests, duration_s, counter
+        self.rng = random.Random(f"{texts.builder.seed}/{key}/starts")
+        self.next_tree = 0
+        self.sessions = 0
+        self.measured = 0
+        self.subagents = 0
+        self.stop_ns: int | None = None
+
+    def more(self) -> bool:
+        """Whether another call may be sent: within the level's count and time."""
+        if self.requests is not None and self.measured >= self.requests:
+            return False
+        return self.stop_ns is None or time.perf_counter_ns() < self.stop_ns
+
+    async def run(self) -> tuple[int, int]:
+        """Every tree of the level; returns the window (first send, last byte)."""
+        start = time.perf_counter_ns()
+        self.stop_ns = start + int(self.duration_s * 1e9) if self.duration_s else None
+        await self.texts.start()
+        runs = [self._open(start)] if self.plan.speed is not None else [self._lane(i) for i in range(self.lanes)]
+        try:
+            await asyncio.gather(*runs)
+        except asyncio.CancelledError:  # Ctrl-C: calls in flight end as interrupted; finished ones are kept
+            now = time.perf_counter_ns()
+            for r in self.records:
+                if r.end_ns is None and r.error_kind is None:
+                    r.error_kind, r.error, r.end_ns = "interrupted", "the run was interrupted", now
+            raise
+        ends = [r.end_ns for r in self.records if r.end_ns is not None and r.phase == "measured"]
+        return start, max(ends, default=time.perf_counter_ns())
+
+    def _take(self) -> Trajectory | None:
+        trees = self.plan.trajectories.trajectories
+        if self.next_tree >= len(trees) or not self.more():
+            return None
+        self.next_tree += 1
+        return trees[self.next_tree - 1]
+
+    def _tree(self, agent: int, parent: int | None = None) -> _Tree:
+        self.sessions += 1
+        return _Tree(f"{self.texts.builder.run_tag}-{self.key}-{self.sessions - 1}", agent, self.sessions - 1, parent)
+
+    async def _lane(self, lane: int) -> None:
+        first = True
+        while (t := self._take()) is not None:
+            start = self.rng.randrange(len(t.calls)) if first and self.lanes > 1 and len(t.calls) > 1 else 0
+            await self._replay(t, self._tree(lane), start)
+            first = False
+
+    async def _open(self, origin_ns: int) -> None:
+        """Every tree at its recorded start (its epoch), relative to the set's first, divided by the speed."""
+        trees = self.plan.trajectories.trajectories
+        epochs = [t.epoch_s for t in trees]
+        first = min((e for e in epochs if e is not None), default=0.0)
+        speed = self.plan.speed or 1.0
+
+        async def one(i: int, t: Trajectory) -> None:
+            delay = ((epochs[i] or first) - first) / speed - (time.perf_counter_ns() - origin_ns) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if self.more():
+                await self._replay(t, self._tree(i), 0, origin_ns=time.perf_counter_ns())
+
+        await asyncio.gather(*(one(i, t) for i, t in enumerate(trees)))
+
+    async def _replay(self, t: Trajectory, tree: _Tree, start: int, origin_ns: int | None = None) -> None:
+        """One tree's calls from ``start`` (the call before it sent first, uncounted, to warm it), its subagents
+        beside it. Ends at a failed call: an agent with no answer has nothing to go on."""
+        children: dict[int, list[asyncio.Task[None]]] = {}
+        live: dict[int, str] = {}
+        spawned: list[asyncio.Task[None]] = []
+        if start:
+            await self._send(t, t.calls[start - 1], tree, live, "warmup", None)
+        self._spawn(t, start - 1 if start else None, tree, children, spawned, start)
+        try:
+            for k in range(start, len(t.calls)):
+                call = t.calls[k]
+                if children.get(k):
+                    await asyncio.gather(*children.pop(k))
+                pause = self.plan.pause(call.pause_s) if k > start else 0.0
+                if origin_ns is not None and call.start_s is not None:
+                    pause = max(pause, origin_ns / 1e9 + call.start_s / (self.plan.speed or 1) - time.perf_counter())
+                if pause > 0:
+                    await asyncio.sleep(pause)
+                if not self.more():
+                    break
+                rec = await self._send(t, call, tree, live, "measured", pause * 1000.0 if k > start else None)
+                if not rec.ok:
+                    break
+                self._spawn(t, k, tree, children, spawned, start)
+        finally:
+            if spawned:
+                await asyncio.gather(*spawned, return_exceptions=True)
+
+    def _spawn(self, t: Trajectory, after: int | None, tree: _Tree, children: dict[int, list[asyncio.Task[None]]],
+               spawned: list[asyncio.Task[None]], start: int) -> None:
+        """Start the subagents spawned after call ``after`` (None: before the first), each after its delay; the
+        parent call that waits for one is told. A subagent spawned before the replay's start call is skipped."""
+        for sub in t.subagents:
+            if sub.after_call != after or (after is not None and after < start - 1) or \
+                    (after is None and start > 0):
+                continue
+            self.subagents += 1
+            child = self._tree(self.lanes + self.subagents - 1, tree.session)
+            task = asyncio.get_running_loop().create_task(self._child(sub.trajectory, child, self.plan.pause(sub.delay_s)))
+            spawned.append(task)
+            if sub.joined_by is not None:
+                children.setdefault(sub.joined_by, []).append(task)
+
+    async def _child(self, t: Trajectory, tree: _Tree, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await self._replay(t, tree, 0)
+
+    async def _send(self, t: Trajectory, call: Call, tree: _Tree, live: dict[int, str], phase: Any,
+                    think_ms: float | None) -> RequestRecord:
+        req = await self._request(call, tree, live)
+        rec = RequestRecord(index=len(self.records), phase=phase, session=tree.session, turn=call.index,
+                            think_ms=think_ms, parent=tree.parent)
+        self.records.append(rec)
+        if phase == "measured":
+            self.measured += 1
+        await self.client.send(req, rec)
+        if phase == "measured":
+            self.on_done(rec)
+        if rec.ok and self.plan.answers == "live" and call.answer is not None:
+            live[id(call.answer)] = rec.answer_text
+        return rec
+
+    async def _request(self, call: Call, tree: _Tree, live: dict[int, str]) -> PreparedRequest:
+        out = self.plan.tokens(call.output_tokens) if call.output_tokens else await self._answer_tokens(call)
+        fields = self.fields(tree.agent, out)
+        if call.blocks is not None:
+            text, count = await self.texts.prompt(tree.salt, call, f"{tree.session}/{call.index}")
+            return PreparedRequest(text, out, count, fields)
+        extra = dict(fields)
+        if call.tools is not None:
+            extra["tools"] = list(call.tools)
+        if call.tool_choice is not None:
+            extra["tool_choice"] = call.tool_choice
+        messages = await self.texts.messages(tree.salt, call, live)
+        # no expected count: the recording server's template and tokenizer counted the recorded one, and this
+        # server's own count is what the level reports
+        return PreparedRequest("", out, None, extra, messages)
+
+    async def _answer_tokens(self, call: Call) -> int:
+        """A call whose output length is not recorded: its recorded answer's tokens as the run's tokenizer counts
+        them (text and tool calls), at least 1."""
+        answer: Message | None = call.answer
+        if answer is None:
+            return 1
+        parts = [answer.content if isinstance(answer.content, str) else ""]
+        parts += [c.name + c.arguments for c in answer.tool_calls]
+        text = " ".join(p for p in parts if p)
+        n = len(await self.texts.builder.tok.encode(text)) if text else 1
+        return self.plan.tokens(max(1, n))
+
