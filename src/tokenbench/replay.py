@@ -115,7 +115,8 @@ class ReplayTexts:
     def __init__(self, builder: PromptBuilder, plan: ReplayPlan) -> None:
         self.builder, self.plan = builder, plan
         self.words: list[str] | None = None  # words of one token each after a space (None: not looked for yet)
-        self.blocks: dict[tuple[str, int], str] = {}
+        self.blocks: dict[str, dict[int, str]] = {}  # salt -> hash id -> block text, for the trees in flight
+        self.built = 0  # block tokens built so far
 
     async def start(self) -> None:
         """Find the words that are one token each after a space, so a block of n tokens is n of them; where the
@@ -131,15 +132,20 @@ class ReplayTexts:
         """Hash id ``h``'s block of ``size`` tokens in the tree salted ``salt`` (the same text wherever the tree
         sends it), or its first ``n`` tokens: a partial block is the start of the whole one, as a prefix cache
         sees it grow."""
-        key = (salt, h)
-        if key not in self.blocks:
-            self.blocks[key] = await self.words_of(size, random.Random(f"{self.builder.seed}/{salt}/block/{h}"))
-        text = self.blocks[key]
+        tree = self.blocks.setdefault(salt, {})
+        if h not in tree:
+            tree[h] = await self.words_of(size, random.Random(f"{self.builder.seed}/{salt}/block/{h}"))
+            self.built += size
+        text = tree[h]
         if n is None or n >= size:
             return text
         if self.words:  # one token a word
             return "".join(" " + w for w in text.split()[:n])
         return await self.words_of(n, random.Random(f"{self.builder.seed}/{salt}/block/{h}/{n}"))
+
+    def forget(self, salt: str) -> None:
+        """Drop a finished tree's blocks: memory follows the trees in flight."""
+        self.blocks.pop(salt, None)
 
     async def salt(self, salt: str) -> str:
         """The tree's salt as text: ``SALT_TOKENS`` words of its own."""
@@ -318,6 +324,8 @@ class ReplayLevel:
         finally:
             if spawned:
                 await asyncio.gather(*spawned, return_exceptions=True)
+            if tree.parent is None:
+                self.texts.forget(tree.salt)  # the tree is done: its blocks are not sent again
 
     def _spawn(self, t: Trajectory, after: int | None, tree: _Tree, children: dict[int, list[asyncio.Task[None]]],
                spawned: list[asyncio.Task[None]], start: int) -> None:
@@ -329,6 +337,7 @@ class ReplayLevel:
                 continue
             self.subagents += 1
             child = self._tree(self.lanes + self.subagents - 1, tree.session)
+            child.salt = tree.salt  # a subagent's hash ids are its tree's: the blocks it shares with its parent, shared
             task = asyncio.get_running_loop().create_task(self._child(sub.trajectory, child, self.plan.pause(sub.delay_s)))
             spawned.append(task)
             if sub.joined_by is not None:
