@@ -161,12 +161,13 @@ class ReplayTexts:
         return text if text.startswith(" ") else " " + text
 
     async def prompt(self, salt: str, call: Call, where: str) -> tuple[str, int]:
-        """A length-only call's prompt and its tokens: the salt, its blocks, its unhashed tail."""
+        """A length-only call's prompt and its tokens: the salt in place of its first tokens (so the length is the
+        recorded one), its blocks, its unhashed tail."""
         blocks = call.blocks
         assert blocks is not None and blocks.input_tokens is not None
         scale = self.plan.tokens
-        parts = [await self.salt(salt)]
-        count = SALT_TOKENS
+        parts: list[str] = []
+        count = 0
         size = scale(blocks.size)
         for h, t in zip(blocks.hash_ids, blocks.block_tokens()):
             n = size if t == blocks.size else min(size, scale(t))
@@ -176,7 +177,15 @@ class ReplayTexts:
         if tail:
             parts.append(await self.words_of(scale(tail), random.Random(f"{self.builder.seed}/{salt}/tail/{where}")))
             count += scale(tail)
-        return "".join(parts), count
+        return await self._salted(salt, "".join(parts), count)
+
+    async def _salted(self, salt: str, text: str, count: int) -> tuple[str, int]:
+        """The salt's words in place of the prompt's first ones (one token a word); a prompt too short for that,
+        or a tokenizer without such words, gets the salt before it, its tokens counted."""
+        head = await self.salt(salt)
+        if self.words and count > SALT_TOKENS:
+            return head + "".join(" " + w for w in text.split()[SALT_TOKENS:]), count
+        return head + text, count + SALT_TOKENS
 
     async def messages(self, salt: str, call: Call, live: dict[int, str]) -> list[dict[str, Any]]:
         """A full-text call's messages as sent: the salt before the first user message's text, the server's own

@@ -1,0 +1,192 @@
+"""Recorded agent trajectories replayed as agents behave: each tree's calls in order after the answer before them
+and their capped pause, subagents beside their parent and joined where recorded, lanes starting mid-trajectory,
+each tree salted, full-text calls with their tools, open loop at the recorded times. Against the emitter, whose
+requests_seen keeps every body it was sent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.errors import UsageError
+from tokenbench.kinds.replay import ReplayKind
+from tokenbench.records import RequestRecord
+from tokenbench.replay import ReplayPlan
+from tokenbench.store import Store
+from tokenbench.sweep import SweepConfig, run_sweep
+from tokenbench.trajectories.load import load_trajectories
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "trajectories"
+NS = 1e9
+
+
+def weka(tmp_path: Path, traces: list[list[dict[str, Any]]], block: int = 4) -> Path:
+    """A folder of Weka traces, one per list of requests."""
+    folder = tmp_path / "weka"
+    folder.mkdir(exist_ok=True)
+    for i, reqs in enumerate(traces):
+        (folder / f"t{i}.json").write_text(json.dumps({"id": f"t{i}", "block_size": block, "requests": reqs}))
+    return folder
+
+
+def call(t: float, n_in: int, out: int, ids: list[int], think: float = 0.0, api: float | None = 0.1) -> dict[str, Any]:
+    return {"t": t, "type": "n", "in": n_in, "out": out, "hash_ids": ids, "think_time": think, "api_time": api}
+
+
+def replay(url: str, path: Path, tmp_path: Path, api: str = "completions", **kw: Any) -> tuple[Any, list[RequestRecord]]:
+    plan = ReplayPlan(load_trajectories(path), **{k: kw.pop(k) for k in ("max_think_s", "answers", "speed", "scale")
+                                                 if k in kw})
+    cfg = SweepConfig(url=url, workload=ReplayKind(plan), api=api, requests=kw.pop("requests", None), guard="off",
+                      seed=7, metrics_interval_s=None, warmup=0, **kw)  # type: ignore[arg-type]
+    store = Store(tmp_path / "r.db")
+    res = asyncio.run(run_sweep(cfg, store))
+    return res, store.requests(res.run_id)
+
+
+def measured(recs: list[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in recs if r.phase == "measured"]
+
+
+def test_each_tree_is_replayed_in_order_with_its_pauses_capped(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    path = weka(tmp_path, [[call(0, 8, 3, [1, 2]), call(1, 12, 2, [1, 2, 3], think=0.3),
+                            call(60, 16, 4, [1, 2, 3, 4], think=50.0)]])
+    res, recs = replay(emitter.url, path, tmp_path, max_think_s=0.5, concurrency=[1])
+    calls = measured(recs)
+    assert res.status == "complete" and [r.turn for r in calls] == [0, 1, 2]
+    # each call after the answer before it and its pause: 0.3 s as recorded, 50 s capped at 0.5 s
+    gaps = [(b.sent_ns - (a.end_ns or 0)) / NS for a, b in zip(calls, calls[1:])]
+    assert 0.3 <= gaps[0] < 0.45 and 0.5 <= gaps[1] < 0.65
+    assert [r.think_ms for r in calls] == [None, pytest.approx(300.0), pytest.approx(500.0)]
+    # every prompt has its recorded length (the salt's 4 tokens are words of the prompt too), every output its own
+    assert [r.expected_input_tokens for r in calls] == [8, 12, 16] == [r.input_tokens for r in calls]
+    assert [r.output_tokens for r in calls] == [3, 2, 4]
+
+
+def test_blocks_are_shared_within_a_tree_and_salted_between_trees(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    same = [call(0, 8, 1, [1, 2]), call(1, 12, 1, [1, 2, 3])]
+    path = weka(tmp_path, [same, same])  # two trees with the same hash ids
+    replay(emitter.url, path, tmp_path, max_think_s=0.0, concurrency=[1])
+    prompts = [b["prompt"].split() for b in emitter.emitter.requests_seen if b.get("max_tokens") == 1]
+    first, second, third, fourth = prompts[-4:]
+    assert second[:8] == first[:8]  # a tree's later call re-sends its blocks token for token
+    assert third[:4] != first[:4] and third[4:8] != first[4:8]  # another tree shares nothing, salt or block
+    assert fourth[:8] == third[:8]
+
+
+def test_a_subagent_starts_after_its_anchor_and_its_parent_waits(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(itl_s=0.01)
+    sub = {"t": 3.0, "type": "subagent", "agent_id": "a1", "status": "completed", "duration_ms": 1000,
+           "requests": [call(0, 8, 3, [7, 8]), call(0.5, 12, 3, [7, 8, 9], think=0.2)]}
+    path = weka(tmp_path, [[call(0, 8, 2, [1, 2], api=0.5), sub, call(4, 16, 2, [1, 2, 3, 4], think=0.0, api=0.1)]])
+    res, recs = replay(emitter.url, path, tmp_path, max_think_s=1.0, concurrency=[1])
+    calls = measured(recs)
+    parent = [r for r in calls if r.parent is None]
+    child = [r for r in calls if r.parent is not None]
+    assert len(parent) == 2 and len(child) == 2 and {r.parent for r in child} == {parent[0].session}
+    assert child[0].sent_ns >= (parent[0].end_ns or 0)  # started once the call it followed answered
+    assert parent[1].sent_ns >= max(r.end_ns or 0 for r in child)  # the parent's next call waited for it
+    assert res.outcomes[0].summary.session.sessions == 2
+
+
+def test_lanes_start_mid_trajectory_after_warming_the_call_before(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    tree = [call(k, 4 * (k + 2), 1, list(range(1, k + 3))) for k in range(8)]
+    path = weka(tmp_path, [tree, tree, tree])
+    res, recs = replay(emitter.url, path, tmp_path, max_think_s=0.0, concurrency=[2])
+    warm = [r for r in recs if r.phase == "warmup"]
+    calls = measured(recs)
+    starts = sorted(min(r.turn or 0 for r in calls if r.session == s) for s in {r.session for r in calls})
+    # the two lanes' first trees start at random calls after one uncounted call; the third tree from its start
+    assert len({r.session for r in calls}) == 3 and starts.count(0) >= 1
+    assert len(warm) == sum(1 for s in starts if s > 0)
+    assert all(w.turn == min(r.turn or 0 for r in calls if r.session == w.session) - 1 for w in warm)
+
+
+def test_the_requests_option_stops_a_level_after_that_many_calls(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    tree = [call(k, 4 * (k + 2), 1, list(range(1, k + 3))) for k in range(6)]
+    res, recs = replay(emitter.url, weka(tmp_path, [tree] * 4), tmp_path, max_think_s=0.0, concurrency=[1],
+                       requests=5)
+    assert len(measured(recs)) == 5
+
+
+def test_full_text_calls_send_their_messages_tools_and_salt(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    res, recs = replay(emitter.url, EXAMPLES / "mlcommons-agentic.jsonl", tmp_path, api="chat", max_think_s=0.0,
+                       concurrency=[1])
+    bodies = [b for b in emitter.emitter.requests_seen if "messages" in b and b.get("tools")]
+    assert res.status == "complete" and len(bodies) == len(measured(recs))
+    first = bodies[0]
+    user = next(m for m in first["messages"] if m["role"] == "user")
+    system = next(m for m in first["messages"] if m["role"] == "system")
+    assert len(user["content"].split()) > 4 and "salt" not in system["content"]
+    assert any(m.get("tool_calls") for b in bodies for m in b["messages"] if m["role"] == "assistant")
+    assert any(m["role"] == "tool" and m.get("tool_call_id") for b in bodies for m in b["messages"])
+    trees = load_trajectories(EXAMPLES / "mlcommons-agentic.jsonl").trajectories
+    assert first["tools"] == list(trees[0].calls[0].tools or [])
+
+
+def test_live_answers_put_the_servers_own_in_the_history(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    replay(emitter.url, EXAMPLES / "session-log.jsonl", tmp_path, api="chat", max_think_s=0.0, answers="live",
+           concurrency=[1])
+    later = [b for b in emitter.emitter.requests_seen if any(m["role"] == "assistant" for m in b.get("messages", []))]
+    said = [m["content"] for b in later for m in b["messages"] if m["role"] == "assistant" and m["content"]]
+    # the emitter's own answers ("w0 w1 ..."), not the recorded ones
+    assert said and all(s.split()[0] == "w0" for s in said)
+
+
+def test_open_loop_sends_each_tree_at_its_recorded_start(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    res, recs = replay(emitter.url, EXAMPLES / "tracelab-rounds.jsonl", tmp_path, max_think_s=0.0, speed=100.0,
+                       concurrency=[1])
+    trees = load_trajectories(EXAMPLES / "tracelab-rounds.jsonl").trajectories
+    firsts = sorted(min(r.sent_ns for r in measured(recs) if r.session == s) for s in {r.session for r in recs})
+    epochs = sorted(t.epoch_s or 0.0 for t in trees)
+    want = (epochs[1] - epochs[0]) / 100.0
+    assert res.outcomes[0].level.schedule is not None
+    assert abs((firsts[1] - firsts[0]) / NS - want) < 0.05 + 0.1 * want
+
+
+def test_scale_divides_every_length(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    path = weka(tmp_path, [[call(0, 64, 8, [1, 2, 3, 4], api=0.1), call(1, 96, 16, [1, 2, 3, 4, 5, 6])]], block=16)
+    res, recs = replay(emitter.url, path, tmp_path, max_think_s=0.0, scale=4.0, concurrency=[1])
+    assert [(r.expected_input_tokens, r.output_tokens) for r in measured(recs)] == [(16, 2), (24, 4)]  # the salt in place of the first tokens
+
+
+def test_replay_options_are_refused_in_one_line(emitter: BackgroundEmitter, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    weka_file = EXAMPLES / "weka-claude-code.json"
+    mooncake = tmp_path / "m.jsonl"
+    mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 8, "output_length": 2}) + "\n")
+    cases = [(["--trace", str(weka_file), "--rate", "1"], "drop --rate"),
+             (["--trace", str(weka_file), "--workers", "2"], "drop --workers and --ray"),
+             (["--trace", str(weka_file), "--trace-speed", "2"], "records none: give --concurrency"),
+             (["--trace", str(weka_file), "--input-len", "5"], "drop --input-len"),
+             (["--trace", str(mooncake), "--answers", "live"], "--answers shape a replay of agent trajectories"),
+             (["--trace", str(EXAMPLES / "mlcommons-agentic.jsonl"), "--api", "completions"], "holds chat messages")]
+    for argv, message in cases:
+        assert main(["sweep", "--url", emitter.url, "--guard", "off", "--quiet", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_replay_from_the_command_line_prints_at_80_columns(emitter: BackgroundEmitter, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code = main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "1",
+                 "--trace", str(EXAMPLES / "weka-claude-code.json"), "--max-think", "0s", "--concurrency", "1",
+                 "--json", str(tmp_path / "r.json")])
+    out = capsys.readouterr().out
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
+    workload = json.loads((tmp_path / "r.json").read_text())["manifest"]["workload"]
+    assert workload["kind"] == "replay" and workload["trajectories"]["format"] == "weka"
+    assert workload["max_think_s"] == 0.0 and workload["trajectories"]["subagents"] == 2
+
+
+def test_library_refusals() -> None:
+    plan = ReplayPlan(load_trajectories(EXAMPLES / "weka-claude-code.json"))
+    with pytest.raises(UsageError, match="drop --rate"):
+        SweepConfig(url="http://127.0.0.1:9/v1", workload=ReplayKind(plan), rates=[1.0])
