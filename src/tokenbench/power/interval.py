@@ -109,42 +109,60 @@ def _trapezoid(good: Sequence[Reading]) -> float | None:
     return sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(pts, pts[1:]))
 
 
+def _figure(good: Sequence[Reading]) -> tuple[float | None, str, str]:
+    """(joules, method, why not whole) of good readings: the counters where every reading has them and none went
+    back unexplained, else the watts integrated."""
+    joules, why = _counter_joules(good)
+    if joules is not None and not why:
+        return joules, COUNTER, ""
+    sampled = _trapezoid(good)
+    if sampled is not None:
+        return sampled, SAMPLED, ""
+    return joules, COUNTER if joules is not None else NONE, why
+
+
+def _window(readings: Sequence[Reading], start: float | None, stop: float | None
+            ) -> tuple[list[Reading], float, float]:
+    """The readings within [start, stop] in time order, and the interval's ends (the readings' own by default)."""
+    rs = sorted((r for r in readings if (start is None or r.t >= start) and (stop is None or r.t <= stop)),
+                key=lambda r: r.t)
+    lo = start if start is not None else (rs[0].t if rs else 0.0)
+    hi = stop if stop is not None else (rs[-1].t if rs else lo)
+    return rs, lo, hi
+
+
+def _note(name: str, why: str, first_error: str, counted: bool, short: bool, covered: float, span: float) -> str:
+    """One line: why the figure is not whole, the first failed read, and how much of the interval it covers."""
+    notes = [why] if why else []
+    if first_error:
+        notes.append(first_error + (" (the counters still cover the interval)" if counted and not short else ""))
+    if short:
+        notes.append(f"{name}'s readings cover {covered:.1f} s of the {span:.1f} s interval")
+    return "; ".join(notes)
+
+
 def integrate(readings: Sequence[Reading], start: float | None = None, stop: float | None = None,
               source: str | None = None, measures: str = "", slack_s: float = 1.0) -> Interval:
     """The figure of one source's ``readings`` over [start, stop] (default: the readings' own span). Readings
     outside it are ignored. ``slack_s``: how far the first and last good readings may sit inside the ends before
     the figure is partial (the sampling interval's worth)."""
-    rs = sorted((r for r in readings if (start is None or r.t >= start) and (stop is None or r.t <= stop)),
-                key=lambda r: r.t)
+    rs, lo, hi = _window(readings, start, stop)
     name = source or (rs[0].source if rs else "")
-    lo = start if start is not None else (rs[0].t if rs else 0.0)
-    hi = stop if stop is not None else (rs[-1].t if rs else lo)
     good = [r for r in rs if r.ok]
-    errors = [r for r in rs if not r.ok]
-    first_error = (errors[0].error or "") if errors else ""
+    first_error = next((r.error or "" for r in rs if not r.ok), "")
     if len(good) < 2:
         why = first_error or f"{name}: fewer than two readings in the interval"
         return Interval(name, measures, lo, hi, None, None, NONE, len(good), 0.0, True, why)
     covered = good[-1].t - good[0].t
-    joules, why = _counter_joules(good)
-    method = COUNTER
-    if joules is None or why:
-        sampled = _trapezoid(good)
-        if sampled is not None:
-            joules, method, why = sampled, SAMPLED, ""
+    joules, method, why = _figure(good)
     if joules is None:
         return Interval(name, measures, lo, hi, None, None, NONE, len(good), covered, True,
                         why or f"{name}: its readings hold neither a counter nor watts throughout")
     short = good[0].t - lo > slack_s or hi - good[-1].t > slack_s
-    notes = [why] if why else []
-    if errors:
-        notes.append(first_error + (" (the counters still cover the interval)" if method == COUNTER and not short
-                                    else ""))
-    if short:
-        notes.append(f"{name}'s readings cover {covered:.1f} s of the {hi - lo:.1f} s interval")
-    partial = bool(short or why or (errors and method == SAMPLED))
+    partial = bool(short or why or (first_error and method == SAMPLED))
+    note = _note(name, why, first_error, method == COUNTER, short, covered, hi - lo)
     return Interval(name, measures, lo, hi, joules, joules / covered if covered > 0 else None, method, len(good),
-                    covered, partial, "; ".join(notes))
+                    covered, partial, note)
 
 
 @dataclass(frozen=True, slots=True)
