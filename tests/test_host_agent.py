@@ -341,3 +341,32 @@ def test_the_agents_guard_refuses_a_busy_host_beside_a_real_llama_server(model_c
         assert busy.dirty and [r.name for r in busy.failed] == ["cpu_load"], busy.to_dict()
         with pytest.raises(guard.GuardFailed, match="the bench is dirty on the server host: cpu_load"):
             guard.refuse_if_dirty("strict", busy, "on the server host")
+
+
+def test_a_runs_power_meter_is_the_agents_or_this_machines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import argparse
+
+    from tokenbench.cli.power import add_power_options, idle_seconds, power_meter
+    from tokenbench.errors import UsageError
+
+    p = argparse.ArgumentParser()
+    add_power_options(p)
+    monkeypatch.delenv("TOKENBENCH_AGENT_TOKEN", raising=False)
+    with pytest.raises(UsageError, match="--agent needs the agent's token"):
+        power_meter(p.parse_args(["--agent", "http://gpu-box:8765"]))
+    with pytest.raises(UsageError, match="give --power, --power-url or --power-cmd to `tokenbench agent` there"):
+        power_meter(p.parse_args(["--agent", "gpu-box:8765", "--agent-token", "t", "--power-cmd", "echo 1"]))
+    monkeypatch.setenv("TOKENBENCH_AGENT_TOKEN", "from-env")
+    remote = power_meter(p.parse_args(["--agent", "gpu-box:8765"]))
+    assert isinstance(remote, AgentClient) and remote.token == "from-env" and remote.url == "http://gpu-box:8765"
+    (tmp_path / "t").write_text("from-file\n")
+    assert power_meter(p.parse_args(["--agent", "gpu-box", "--agent-token-file", str(tmp_path / "t")])).token \
+        == "from-file"
+    local = power_meter(p.parse_args(["--power-cmd", "echo 90 W", "--idle-power", "30s"]))
+    try:
+        assert isinstance(local, LocalMeter) and [s.name for s in local.sources] == ["command"]
+    finally:
+        local.stop()
+    assert idle_seconds(p.parse_args(["--idle-power", "30s"])) == 30.0
+    with pytest.raises(UsageError, match="not a duration"):
+        idle_seconds(p.parse_args(["--idle-power", "soon"]))

@@ -12,9 +12,6 @@ from typing import Any
 from rich.console import Console
 
 from ..errors import UsageError
-from ..hostagent.server import DEFAULT_PORT, AgentConfig, serve
-from ..power.choose import open_sources
-from ..power.sampler import LocalMeter
 from .common import guard_config
 from .options import POSITIVE, POSITIVE_INT
 from .power import add_power_sources
@@ -56,7 +53,15 @@ def agent_token(token: str | None, path: str | None, console: Console) -> str:
     return new
 
 
+#: The agent's port unless --port says otherwise (hostagent.server.DEFAULT_PORT, not imported for --help's sake).
+DEFAULT_PORT = 8765
+
+
 def cmd_agent(a: argparse.Namespace, console: Console) -> int:
+    from ..hostagent.server import AgentConfig, serve  # aiohttp's server: only for this command
+    from ..power.choose import open_sources
+    from ..power.sampler import LocalMeter
+
     token = agent_token(a.token, a.token_file, console)
     sources, notes = open_sources(a.power, a.power_url, a.power_cmd)
     cfg = AgentConfig(token, a.host, a.port, set(a.pid or ()), a.port_of_server, guard_config(a.guard_config))

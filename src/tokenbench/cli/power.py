@@ -8,11 +8,15 @@ import argparse
 import os
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from ..errors import UsageError
-from ..hostagent.client import AgentClient
-from ..power.choose import CHOICES, open_sources
-from ..power.sampler import DEFAULT_INTERVAL_S, LocalMeter
+from ..power.choose import CHOICES
 from .common import seconds
+
+if TYPE_CHECKING:
+    from ..hostagent.client import AgentClient
+    from ..power.sampler import LocalMeter
 
 
 def add_power_sources(p: argparse._ActionsContainer, default: str = "auto") -> None:
@@ -58,9 +62,13 @@ def agent_token(a: argparse.Namespace) -> str:
                      "$TOKENBENCH_AGENT_TOKEN")
 
 
-def power_meter(a: argparse.Namespace, interval_s: float = DEFAULT_INTERVAL_S) -> AgentClient | LocalMeter:
+def power_meter(a: argparse.Namespace, interval_s: float = 0.5) -> AgentClient | LocalMeter:
     """The meter a run reads each level's power from: the agent's where ``--agent`` is given, else this machine's
     sources (started; its ``notes`` say what was not found). The caller closes it."""
+    from ..hostagent.client import AgentClient
+    from ..power.choose import open_sources
+    from ..power.sampler import LocalMeter
+
     if getattr(a, "agent", None):
         if a.power_url or a.power_cmd or a.power not in ("auto", "none"):
             raise UsageError("--agent reads power on the server host: give --power, --power-url or --power-cmd to "

@@ -37,7 +37,7 @@ from ..servers import listening_pids
 from .host import host_snapshot
 
 PATHS = ("/v1/guard", "/v1/power", "/v1/host")
-DEFAULT_PORT = 8765
+DEFAULT_PORT = 8765  # cli/agent.py says it too, without importing aiohttp's server for --help
 
 
 @dataclass(slots=True)
