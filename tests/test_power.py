@@ -643,3 +643,17 @@ def test_real_hwmon_of_this_machine() -> None:
         pytest.skip("this machine has hwmon sensors but no amdgpu one")
     r = AmdHwmonSource().read()
     assert r.ok and r.total_w is not None and r.total_w > 0
+
+
+def test_a_value_no_box_draws_is_a_failed_reading_not_a_figure() -> None:
+    class Broken(CommandSource):
+        def __init__(self, watts: dict[str, float], joules: dict[str, float]) -> None:
+            self.parts = watts, joules
+
+        def sample(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+            return self.parts[0], self.parts[1], {}
+
+    for w, j, said in (({"meter": float("nan")}, {}, "meter read nan W"), ({"meter": 5e9}, {}, "read 5000000000.0 W"),
+                       ({}, {"a": -1.0}, "a counted -1.0 J"), ({}, {}, "no usable value")):
+        r = Broken(w, j).read()
+        assert not r.ok and said in (r.error or "") and r.error.startswith("command: ")

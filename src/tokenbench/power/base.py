@@ -134,10 +134,11 @@ class PowerSource(ABC):
             watts, joules, wraps = self.sample()
         except Exception as e:  # a source that stopped: a file gone, a page down, a command failing
             return Reading(self.name, t, error=self.why(e))
-        bad = [k for k, v in watts.items() if not (_finite(v) and 0 <= v < MAX_WATTS)]
+        bad = [f"{k} read {v!r} W" for k, v in watts.items() if not (_finite(v) and 0 <= v < MAX_WATTS)] + \
+            [f"{k} counted {v!r} J" for k, v in joules.items() if not (_finite(v) and v >= 0)]
         if bad or not (watts or joules):
             return Reading(self.name, t, error=f"{self.name}: no usable value in the reading"
-                           + (f" ({bad[0]} read {watts[bad[0]]!r} W)" if bad else ""))
+                           + (f" ({bad[0]})" if bad else ""))
         return Reading(self.name, t, watts, joules, wraps)
 
     def why(self, e: Exception) -> str:
