@@ -21,6 +21,7 @@ from .. import redact
 from ..errors import RunInterrupted, TokenbenchError
 from ..output import ReadableConsole as Console
 from ..output import readable_output
+from .agent import cmd_agent
 from .capacity import cmd_capacity
 from .analysis import cmd_import, cmd_report
 from .coldstart import cmd_coldstart
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         "show": lambda: cmd_show(a, console),
         "coldstart": lambda: cmd_coldstart(a, argv, console),
         "guard": lambda: cmd_guard(a, console),
+        "agent": lambda: cmd_agent(a, console),
         "engines": lambda: cmd_engines(a, console, err),
         "depth": lambda: cmd_depth(a, argv, console, err),
         "hardware": lambda: cmd_catalog(a, console),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 from .. import __version__, redact
+from .agent import add_agent_parser
 from .analysis import add_import_parser, add_report_parser
 from .capacity import add_capacity_parser
 from .coldstart import add_coldstart_parser
@@ -71,6 +72,8 @@ EXAMPLES: dict[str, list[str]] = {
     "depth": ["tokenbench depth                      # embedded llama-server, depths 0,1k,4k",
               "tokenbench depth --url http://strix:8080/v1 --depths 0,8k,32k,65k --repetitions 3"],
     "guard": ["tokenbench guard", "tokenbench guard --url http://127.0.0.1:8080/v1 --json guard.json"],
+    "agent": ["tokenbench agent --token-file agent.token --port-of-server 8000   # on the server host",
+              "tokenbench agent --host 0.0.0.0 --token-file agent.token --power-url http://127.0.0.1:9400/metrics"],
     "coldstart": ['tokenbench coldstart --cmd "llama-server -m model.gguf --port {port}" '
                   "--url http://127.0.0.1:8080/v1"],
     "engines": ["tokenbench engines", "tokenbench engines build vllm llama-server"],
@@ -167,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(sub)
     add_capacity_parser(sub)
     add_guard_parser(sub)
+    add_agent_parser(sub)
     add_engines_parser(sub)
     add_runs_parser(sub)
     add_depth_parser(sub)

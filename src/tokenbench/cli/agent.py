@@ -1,0 +1,112 @@
+"""``tokenbench agent``: serve this host's guard checks, power and snapshot, read-only, to a bench run elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ..errors import UsageError
+from .common import guard_config
+from .options import POSITIVE, POSITIVE_INT
+from .power import add_power_sources
+
+
+def PORT(text: str) -> int:
+    v = POSITIVE_INT(text)
+    if v > 65535:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a port from 1 to 65535")
+    return int(v)
+
+
+def agent_token(token: str | None, path: str | None, console: Console) -> str:
+    """The token every request must carry: given, read from a file, or made into a new file (0600) and printed."""
+    if token is not None:
+        if not token.strip():
+            raise UsageError("--token is empty: give a token, or --token-file FILE to have one made")
+        return token.strip()
+    if path is None:
+        raise UsageError("tokenbench agent needs a token: --token-file FILE (a new one is made there and printed "
+                         "when FILE does not exist) or --token TOKEN")
+    p = Path(path)
+    if p.exists():
+        try:
+            text = p.read_text().strip()
+        except OSError as e:
+            raise UsageError(f"--token-file {p}: {e.strerror or e}") from None
+        if not text:
+            raise UsageError(f"--token-file {p} is empty: put a token in it, or remove it to have one made")
+        return text
+    new = secrets.token_urlsafe(24)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        raise UsageError(f"--token-file {p} cannot be made: {e.strerror or e}") from None
+    with os.fdopen(fd, "w") as f:
+        f.write(new + "\n")
+    console.print(f"tokenbench agent: a new token, kept in {p} (readable by you only): {new}", markup=False)
+    return new
+
+
+#: The agent's port unless --port says otherwise (hostagent.server.DEFAULT_PORT, not imported for --help's sake).
+DEFAULT_PORT = 8765
+
+
+def cmd_agent(a: argparse.Namespace, console: Console) -> int:
+    from ..hostagent.server import AgentConfig, serve  # aiohttp's server: only for this command
+    from ..power.choose import open_sources
+    from ..power.sampler import LocalMeter
+
+    token = agent_token(a.token, a.token_file, console)
+    sources, notes = open_sources(a.power, a.power_url, a.power_cmd)
+    cfg = AgentConfig(token, a.host, a.port, set(a.pid or ()), a.port_of_server, guard_config(a.guard_config))
+    meter = LocalMeter(sources, a.interval, notes)
+    for s in meter.sources:
+        console.print(f"power: {s.name}, {s.measures}: {s.note}", markup=False)
+    for n in notes:
+        console.print(f"power: not read: {n}", markup=False)
+    if a.host not in ("127.0.0.1", "localhost", "::1"):
+        console.print(f"listening on {a.host}: anyone who reaches port {a.port} and holds the token reads this "
+                      "host's state (read-only)", markup=False)
+
+    def ready(url: str) -> None:
+        console.print(f"tokenbench agent: serving {url} (GET /v1/guard, /v1/power, /v1/host); Ctrl-C stops it",
+                      markup=False)
+
+    try:
+        asyncio.run(serve(cfg, meter, ready))
+    except KeyboardInterrupt:
+        console.print("tokenbench agent: stopped", markup=False)
+    except OSError as e:
+        raise UsageError(f"cannot listen on {a.host}:{a.port} ({e.strerror or e}): pick another --port or "
+                         "--host") from None
+    return 0
+
+
+def add_agent_parser(sub: Any) -> None:
+    """``tokenbench agent``'s options."""
+    p = sub.add_parser("agent", help="serve this host's guard checks, power and snapshot to a bench run from "
+                       "another machine (read-only, token required)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on; 0.0.0.0 for every interface (anyone who reaches the port and holds "
+                        "the token reads this host's state)")
+    p.add_argument("--port", type=PORT, default=DEFAULT_PORT, help="port to listen on")
+    tok = p.add_mutually_exclusive_group()
+    tok.add_argument("--token-file", metavar="FILE",
+                     help="read the token from FILE; where FILE does not exist a new token is made there (0600) "
+                          "and printed")
+    tok.add_argument("--token", metavar="TOKEN",
+                     help="the token every request must carry as a bearer token (other users see it in ps: prefer "
+                          "--token-file)")
+    p.add_argument("--pid", type=POSITIVE_INT, action="append", metavar="PID",
+                   help="a process of the model server (repeat): the guard does not count it as other work")
+    p.add_argument("--port-of-server", type=PORT, metavar="PORT",
+                   help="the model server's port on this host: the processes listening on it are the server")
+    add_power_sources(p, default="all")
+    p.add_argument("--interval", type=POSITIVE, default=0.5, help="seconds between power readings")
+    p.add_argument("--guard-config", help="guard thresholds TOML (default: packaged, then the user config dir)")

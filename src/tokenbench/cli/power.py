@@ -1,0 +1,82 @@
+"""The power options a measuring command shares, and the meter they make: this machine's sources (``--power``,
+``--power-url``, ``--power-cmd``), or the server host's through its agent (``--agent``, ``--agent-token``), and the
+idle figure before a run (``--idle-power``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+from ..errors import UsageError
+from ..power.choose import CHOICES
+from .common import seconds
+
+if TYPE_CHECKING:
+    from ..hostagent.client import AgentClient
+    from ..power.sampler import LocalMeter
+
+
+def add_power_sources(p: argparse._ActionsContainer, default: str = "auto") -> None:
+    """Which sources this machine reads: ``tokenbench agent`` and a run without ``--agent``."""
+    p.add_argument("--power", choices=CHOICES, default=default,
+                   help="this machine's power sources: auto, the first it has (NVML, amdgpu, RAPL; none where "
+                        "--power-url or --power-cmd is given); all, every one; one by name; none")
+    p.add_argument("--power-url", metavar="URL",
+                   help="a DCGM exporter's or node exporter's Prometheus page to read power from")
+    p.add_argument("--power-cmd", metavar="CMD",
+                   help="a command that prints the watts a meter reads now, e.g. 312.5 W (run without a shell)")
+
+
+def add_power_options(p: argparse._ActionsContainer) -> None:
+    """A measuring command's power options (``sweep``, ``capacity``)."""
+    add_power_sources(p)
+    p.add_argument("--agent", metavar="URL",
+                   help="the server host's `tokenbench agent` (e.g. http://gpu-box:8765): power and the guard are "
+                        "read there instead of here")
+    p.add_argument("--agent-token", metavar="TOKEN", help="the agent's token (default: $TOKENBENCH_AGENT_TOKEN)")
+    p.add_argument("--agent-token-file", metavar="FILE", help="read the agent's token from this file")
+    p.add_argument("--idle-power", metavar="DURATION",
+                   help="measure the box idle this long before the run (e.g. 30s); each level then says its share "
+                        "above idle")
+
+
+def agent_token(a: argparse.Namespace) -> str:
+    """The token for ``--agent``: given, in a file, or in $TOKENBENCH_AGENT_TOKEN."""
+    if getattr(a, "agent_token", None):
+        return str(a.agent_token).strip()
+    if getattr(a, "agent_token_file", None):
+        try:
+            text = Path(a.agent_token_file).read_text().strip()
+        except OSError as e:
+            raise UsageError(f"--agent-token-file {a.agent_token_file}: {e.strerror or e}") from None
+        if text:
+            return text
+        raise UsageError(f"--agent-token-file {a.agent_token_file} is empty")
+    env = os.environ.get("TOKENBENCH_AGENT_TOKEN", "").strip()
+    if env:
+        return env
+    raise UsageError("--agent needs the agent's token: --agent-token-file FILE, --agent-token TOKEN or "
+                     "$TOKENBENCH_AGENT_TOKEN")
+
+
+def power_meter(a: argparse.Namespace, interval_s: float = 0.5) -> AgentClient | LocalMeter:
+    """The meter a run reads each level's power from: the agent's where ``--agent`` is given, else this machine's
+    sources (started; its ``notes`` say what was not found). The caller closes it."""
+    from ..hostagent.client import AgentClient
+    from ..power.choose import open_sources
+    from ..power.sampler import LocalMeter
+
+    if getattr(a, "agent", None):
+        if a.power_url or a.power_cmd or a.power not in ("auto", "none"):
+            raise UsageError("--agent reads power on the server host: give --power, --power-url or --power-cmd to "
+                             "`tokenbench agent` there, not here")
+        return AgentClient(a.agent, agent_token(a))
+    sources, notes = open_sources(a.power, a.power_url, a.power_cmd)
+    return LocalMeter(sources, interval_s, notes).start()
+
+
+def idle_seconds(a: argparse.Namespace) -> float | None:
+    return seconds(getattr(a, "idle_power", None), "--idle-power")
