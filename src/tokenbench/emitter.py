@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from .http1 import next_request
+from .http1 import ByteStream, byte_stream, next_request
 
 MODEL = "emitter"
 
@@ -415,13 +415,12 @@ class LeanServer(asyncio.Protocol):
 
     def __init__(self, config: EmitterConfig, stamps: dict[str, tuple[int, int, int]]) -> None:
         self.config, self.stamps = config, stamps
-        self.transport: asyncio.Transport | None = None
+        self.transport: ByteStream | None = None
         self.buf = b""
         self.loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = byte_stream(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None

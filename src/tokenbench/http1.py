@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 #: A response head longer than this is refused (no server of completions sends one near it).
@@ -30,6 +30,23 @@ ERROR_BODY_BYTES = 4096
 _HEX = b"0123456789abcdefABCDEF"
 
 Spill = Callable[[list[bytes], list[int]], bool]
+
+
+class ByteStream(Protocol):
+    """What this path and tokenbench's loopback servers use of a connection's transport: its behaviour, never its
+    class. uvloop's transports are no ``asyncio.Transport`` (not even a ``BaseTransport``) and behave as one; Ray's
+    async actors run uvloop wherever it is installed, and a check of the class there stopped every send."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
+def byte_stream(transport: asyncio.BaseTransport) -> ByteStream:
+    """``connection_made``'s transport as what it is used for, on any event loop (see ByteStream)."""
+    return cast(ByteStream, transport)
 
 
 def next_request(buf: bytes) -> tuple[str, bytes, bytes] | None:
@@ -144,7 +161,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, pool: Pool | None = None) -> None:
         self.pool = pool
         self.reuse = True  # False: the request asked the server to close (Connection: close)
-        self.transport: asyncio.Transport | None = None
+        self.transport: ByteStream | None = None
         self.exchange: Exchange | None = None
         self.closed = False
         self._buf = b""  # head bytes, or chunk framing split across reads
@@ -155,8 +172,7 @@ class Connection(asyncio.Protocol):
     # ---- asyncio.Protocol -------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = byte_stream(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
