@@ -115,7 +115,11 @@ async def _measure(job: dict[str, Any]) -> dict[str, Any]:
         job["workers"]
     level = Level(concurrency=c)
     pids = [os.getpid()]
-    trace = [tc.trace_config()] if hasattr(tc, "trace_config") else []
+    try:  # this tree's: the aiohttp path's own module; an older tree's: the client's, or none
+        from tokenbench.aiohttp_path import trace_config
+    except ImportError:
+        trace_config = getattr(tc, "trace_config", None)
+    trace = [trace_config()] if trace_config is not None else []
     # the send path: the lean one (issue 24) or aiohttp's; a tree from before the lean path has aiohttp's only
     lean = {"lean": job["lean"]} if hasattr(tc.StreamClient, "close") else {}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trace_configs=trace) as session:

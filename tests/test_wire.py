@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenbench.cli import main
-from tokenbench.client import StreamClient, StreamDecoder
+from tokenbench.client import StreamClient
+from tokenbench.decoder import StreamDecoder
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.records import RequestRecord
 from tokenbench.sse import SSEParser

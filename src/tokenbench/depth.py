@@ -27,7 +27,8 @@ import aiohttp
 
 from . import findings
 from .adapters import Adapter
-from .client import PreparedRequest, StreamClient, trace_config
+from .aiohttp_path import trace_config
+from .client import PreparedRequest, StreamClient
 from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, UsageError
 from .checks import GuardSnapshot

@@ -227,7 +227,7 @@ class _Phase:
 
     async def one(self, req: PreparedRequest, rec: RequestRecord) -> None:
         self.watch.inflight += 1
-        try:  # decoded later (client.DeferredDecoding): ``done`` runs then, and run_phase's flush() waits
+        try:  # decoded later (decoder.DeferredDecoding): ``done`` runs then, and run_phase's flush() waits
             await self.backend.send(req, rec, self.done)
         finally:
             self.watch.inflight -= 1

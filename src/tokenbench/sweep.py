@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import aiohttp
 
 from . import findings, redact
-from .client import Api, PreparedRequest, StreamClient, trace_config
+from .aiohttp_path import trace_config
+from .client import Api, PreparedRequest, StreamClient
 from .cost import level_cost
 from .dataset import Dataset, Item, measure
 from .draws import Draw

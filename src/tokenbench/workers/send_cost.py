@@ -17,7 +17,8 @@ from dataclasses import replace
 
 import aiohttp
 
-from ..client import PreparedRequest, trace_config
+from ..aiohttp_path import trace_config
+from ..client import PreparedRequest
 from ..http1 import next_request
 from ..records import RequestRecord
 from .messages import ClientSpec
