@@ -13,7 +13,7 @@ import pytest
 
 from tokenbench.bootstrap import LevelSamples, draws
 from tokenbench.cli import main
-from tokenbench.compare import compare, table
+from tokenbench.compare.levels import compare, table
 from tokenbench.metrics import DepthLevel, Distribution, LevelSummary, ServingLevel, summarize
 from tokenbench.records import RequestRecord
 from tokenbench.results import RunResult

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.compare import compare, compare_sessions, session_level_table, session_turn_table
+from tokenbench.compare.levels import compare
+from tokenbench.compare.sessions import compare_sessions, session_level_table, session_turn_table
 from tokenbench.cost import Pricing, cost_per_session, session_cost_points
 from tokenbench.errors import UsageError
 from tokenbench.metrics import Distribution, LevelSummary, ServingLevel, session_stats, summarize
