@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenbench.metrics import percentile
+from tokenbench.distribution import percentile
 
 import peers  # benchmarks/peers.py, beside this file (a script's directory is on its path)
 

@@ -13,7 +13,7 @@ import pytest
 from tokenbench.client import StreamClient
 from tokenbench.decoder import StreamDecoder
 from tokenbench.metrics import summarize
-from tokenbench.output import notes
+from tokenbench.sweep_table import notes
 from tokenbench.records import RequestRecord
 from tokenbench.wire import parse_chunk, parse_event
 

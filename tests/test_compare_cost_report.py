@@ -15,7 +15,8 @@ from tokenbench.compare.levels import compare, table
 from tokenbench.cost import Pricing, api_in
 from tokenbench.errors import UsageError
 from tokenbench.importers import import_file
-from tokenbench.metrics import Distribution, LevelSummary, ServingLevel
+from tokenbench.distribution import Distribution
+from tokenbench.levels import LevelSummary, ServingLevel
 from tokenbench.store import Store
 from tokenbench.reader import load_result
 

@@ -36,7 +36,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .metrics import NS_PER_S, DepthLevel, LevelSummary, ServingLevel, percentile, request_tpot_ms
+from .distribution import percentile
+from .levels import DepthLevel, LevelSummary, ServingLevel
+from .metrics import NS_PER_S
+from .slo import request_tpot_ms
 from .records import RequestRecord
 
 if TYPE_CHECKING:

@@ -34,7 +34,9 @@ from .errors import EndpointError, UsageError
 from .checks import GuardSnapshot
 from .guard import snapshot_before
 from .loadgen import Level, still_heap
-from .metrics import NS_PER_S, ClientReport, DepthLevel, Distribution, LevelSummary
+from .distribution import Distribution
+from .levels import ClientReport, DepthLevel, LevelSummary
+from .metrics import NS_PER_S
 from .records import RequestRecord
 from .results import LevelOutcome, RunResult, new_run_id, now_iso
 from .servers import root_url

@@ -20,7 +20,8 @@ from typing import Any, Literal, Protocol
 import psutil
 
 from .client import PreparedRequest
-from .metrics import client_delays, percentile
+from .distribution import percentile
+from .metrics import client_delays
 from .records import Phase, RequestRecord
 from .background import cancel_and_wait
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .metrics import LevelSummary, ServingLevel, SessionStats, serving
+from .levels import LevelSummary, ServingLevel, SessionStats, serving
 from .results import RunResult
 
 WARM, BUSTED = "warm", "busted"

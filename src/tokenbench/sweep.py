@@ -25,7 +25,9 @@ from .findings import Code
 from .checks import GuardSnapshot
 from .guard import refuse_if_dirty, snapshot_before
 from .loadgen import ClientWatch, Level, run_phase, still_heap
-from .metrics import SLO, ClientReport, ServingLevel, peak_in_flight, session_stats, summarize
+from .levels import ClientReport, ServingLevel
+from .metrics import peak_in_flight, session_stats, summarize
+from .slo import SLO
 from .workers import (SEND_QUEUE_GOAL_MS, ClientSpec, WorkerPool, auto_workers, send_cost_us, usable_core_ids,
                       usable_cores)
 from .records import RequestRecord

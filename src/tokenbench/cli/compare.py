@@ -46,7 +46,7 @@ def _print_rows(console: Console, cfg: CompareConfig, done: Compared, fmt: str) 
     """The rows aligned on the shared operating points, their legend, the crossovers and the effective-serving
     line."""
     from ..compare.levels import GROUP_COLUMN, NO_SHARED_POINT, VALUE_COLUMNS, legend, table
-    from ..output import print_table
+    from ..console import print_table
 
     c, cap = done.comparison, done.capacity
     for w in c.warnings:
@@ -70,7 +70,7 @@ def _print_capacity(console: Console, cap: CapacityComparison, fmt: str, after_t
     """Both boxes' capacities within their SLOs: what each search says can be compared, the table, then one
     verdict line (none where the SLOs or axes differ)."""
     from ..compare.capacity import CAPACITY_LEGEND, capacity_table
-    from ..output import print_table
+    from ..console import print_table
 
     gap = "\n" if after_table or fmt == "markdown" else ""
     console.print(f"{gap}capacity within the SLO: A = {cap.a}, B = {cap.b}" + ("\n" if fmt == "markdown" else ""),
@@ -90,7 +90,7 @@ def _print_sessions(console: Console, done: Compared, fmt: str) -> None:
     """Two agent-session runs: at each shared concurrency, TTFT per turn against context (warm and busted, both
     boxes), the levels' session time, and what each box's cache bought."""
     from ..compare.sessions import session_level_table, session_turn_table
-    from ..output import print_table
+    from ..console import print_table
 
     sc = done.sessions
     assert sc is not None

@@ -22,8 +22,10 @@ from ..dataset import load as load_dataset
 from ..draws import Draw
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
-from ..metrics import SLO, ServingLevel, serving
-from ..output import describe_run, format_sweep_markdown, lengths_line, print_sweep
+from ..levels import ServingLevel, serving
+from ..slo import SLO
+from ..describe import describe_run, lengths_line
+from ..sweep_table import format_sweep_markdown, print_sweep
 from ..records import RequestRecord
 from ..results import RunResult
 from ..servers import normalize_base_url

@@ -7,7 +7,7 @@ import math
 
 from .. import adapters
 from ..cost import effective_serving_s
-from ..metrics import DepthLevel, LevelSummary, ServingLevel, serving
+from ..levels import DepthLevel, LevelSummary, ServingLevel, serving
 from ..results import RunResult
 from .sides import run_name
 

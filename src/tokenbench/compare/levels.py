@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..bootstrap import RESAMPLES, TAIL, Interval, LevelSamples, interval, run_samples
-from ..metrics import LevelSummary, of_depth, of_serving
+from ..levels import LevelSummary, of_depth, of_serving
 from ..results import RunResult
 from ..session_view import BUSTED, cache_of, is_session_run
 from .effective import effective_line

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from .. import session_view
 from ..errors import UsageError
-from ..metrics import ServingLevel
+from ..levels import ServingLevel
 from ..results import RunResult
 from ..session_view import BUSTED, WARM
 from .levels import figure

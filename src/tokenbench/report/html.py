@@ -18,7 +18,7 @@ from .. import __version__, session_view
 from ..bootstrap import RESAMPLES
 from ..compare.levels import TIE, CompareRow, ratio_cell
 from ..cost import output_rate
-from ..metrics import LevelSummary, of_depth, of_serving
+from ..levels import LevelSummary, of_depth, of_serving
 from ..results import RunResult
 from . import comparison, facts, figures, sessions, style
 from .document import Report

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..loadgen import Level
-from ..metrics import percentile
+from ..distribution import percentile
 
 #: Streams one worker is given before ``--workers auto`` adds another: at 64 streams of 100 tok/s one
 #: process spends about 16% of a core on reads (2.5 µs a chunk, issue 13), and its send bursts stay short.
