@@ -17,7 +17,8 @@ import uvloop  # in the test extra
 
 from test_send_path import _both, _same
 from tokenbench.client import PreparedRequest, StreamClient
-from tokenbench.emitter import BackgroundEmitter, EmitterConfig, LeanServer
+from tokenbench.emitter import BackgroundEmitter, EmitterConfig
+from tokenbench.lean_emitter import LeanServer
 from tokenbench.records import RequestRecord
 
 T = TypeVar("T")

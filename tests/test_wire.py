@@ -1,4 +1,4 @@
-"""The typed boundary (wire.py, client.StreamDecoder): whatever a server streams becomes typed values or a counted
+"""The typed boundary (wire.py, decoder.StreamDecoder): whatever a server streams becomes typed values or a counted
 error record, never an exception; impossible values are errors, not data; and failure is never reported as
 success (issue 9)."""
 

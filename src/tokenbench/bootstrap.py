@@ -140,7 +140,7 @@ class Draws:
 
 
 def _quantile_draws(values: list[float], q: float, rng: random.Random, count: int) -> list[float]:
-    """The percentile ``q`` (linear between ranks, as ``metrics.percentile``) of ``count`` bootstrap resamples of
+    """The percentile ``q`` (linear between ranks, as ``distribution.percentile``) of ``count`` bootstrap resamples of
     the sorted ``values``, drawn through the order statistics of uniforms: no resample is built."""
     n = len(values)
     pos = (n - 1) * q / 100.0
