@@ -9,7 +9,7 @@ import pytest
 from tokenbench import findings
 from tokenbench.cost import cost_per_mtok
 from tokenbench.distribution import Distribution, percentile
-from tokenbench.levels import DepthLevel, LEVEL_KEYS, LevelSummary, ServingLevel, depth_levels, serving
+from tokenbench.levels import LEVEL_KEYS, DepthLevel, LevelSummary, ServingLevel, depth_levels, serving
 from tokenbench.metrics import summarize
 from tokenbench.slo import SLO, parse_duration_ms, request_tpot_ms
 from tokenbench.records import RequestRecord
