@@ -62,7 +62,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenbench.distribution import percentile
+try:  # this tree's; a baseline tree (--baseline) runs this file too, and kept it in metrics
+    from tokenbench.distribution import percentile
+except ImportError:
+    from tokenbench.metrics import percentile  # type: ignore[attr-defined,no-redef]
 
 import peers  # benchmarks/peers.py, beside this file (a script's directory is on its path)
 
