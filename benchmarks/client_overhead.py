@@ -62,7 +62,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenbench.metrics import percentile
+try:  # this tree's; a baseline tree (--baseline) runs this file too, and kept it in metrics
+    from tokenbench.distribution import percentile
+except ImportError:
+    from tokenbench.metrics import percentile  # type: ignore[attr-defined,no-redef]
 
 import peers  # benchmarks/peers.py, beside this file (a script's directory is on its path)
 
@@ -115,7 +118,11 @@ async def _measure(job: dict[str, Any]) -> dict[str, Any]:
         job["workers"]
     level = Level(concurrency=c)
     pids = [os.getpid()]
-    trace = [tc.trace_config()] if hasattr(tc, "trace_config") else []
+    try:  # this tree's: the aiohttp path's own module; an older tree's: the client's, or none
+        from tokenbench.aiohttp_path import trace_config
+    except ImportError:
+        trace_config = getattr(tc, "trace_config", None)
+    trace = [trace_config()] if trace_config is not None else []
     # the send path: the lean one (http1.py) or aiohttp's; a tree from before the lean path has aiohttp's only
     lean = {"lean": job["lean"]} if hasattr(tc.StreamClient, "close") else {}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trace_configs=trace) as session:
@@ -295,7 +302,7 @@ def main() -> None:
     ap.add_argument("--burst", help="burst stream counts, e.g. 64 (default 64,512; --quick 64)")
     ap.add_argument("--emitter", choices=["aiohttp", "lean"], default="aiohttp",
                     help="the emitter's server: aiohttp's web server (default, as in earlier tables) or a bare asyncio "
-                         "protocol (emitter.LeanServer: about 70 µs less per request it takes in)")
+                         "protocol (lean_emitter.LeanServer: about 70 µs less per request it takes in)")
     ap.add_argument("--emitters", type=int, default=1,
                     help="emitter processes, each on its own core, sharing one port (with --emitter lean): for more "
                          "streams than one core paces (default 1)")

@@ -9,7 +9,7 @@ noise of which boxes and sources were measured.
 - leave one source out: every source's rows predicted by a fit on all the other sources;
 - a split by time: fit (constants and bands) on the rows dated before 2025, predict the rows dated 2025 on. Rows
   without a date take part in neither side. Every 2025+ build is newer than any row of the fit, so the bands
-  widen for it (calibration.DRIFT_PRIOR): this is the test of "a newer engine than any row".
+  widen for it (bands.DRIFT_PRIOR): this is the test of "a newer engine than any row".
 
 Then, for leave-one-source-out, how often the faster of two boxes is predicted faster (pairs whose measured ratio
 is at least 1.2). Never in-sample: a row is always predicted by a fit that did not see it. Last, the ten
@@ -30,7 +30,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from tokenbench.predict.calibration import BAND_QUANTILE, Calibration
+from tokenbench.predict.bands import BAND_QUANTILE
+from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.accuracy import accuracy, faster_box_check
 from tokenbench.predict.fitting import cross_validate, fit_calibration
 from tokenbench.predict.rows import RowResult, band_metric, predict_row

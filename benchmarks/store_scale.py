@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from tokenbench.cli import main
-from tokenbench.metrics import DepthLevel, ServingLevel
+from tokenbench.levels import DepthLevel, ServingLevel
 from tokenbench.store import Store
 
 

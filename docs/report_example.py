@@ -19,7 +19,8 @@ from pathlib import Path
 
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
-from tokenbench.metrics import Distribution, ServingLevel
+from tokenbench.distribution import Distribution
+from tokenbench.levels import ServingLevel
 from tokenbench.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,9 @@ from tokenbench.capacity import SearchSpec, Verdict, answer, limit_cause, next_v
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig, EmitterProcess
 from tokenbench.findings import Code, Finding
-from tokenbench.metrics import Distribution, Telemetry, summarize
+from tokenbench.distribution import Distribution
+from tokenbench.levels import Telemetry
+from tokenbench.metrics import summarize
 from tokenbench.records import RequestRecord
 from tokenbench.reader import load_result
 from tokenbench.slo import SLO, SloCheck, binomial_cdf, decided_fail, needed_for_sure_pass, share_check

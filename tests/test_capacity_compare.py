@@ -16,7 +16,7 @@ import pytest
 
 from tokenbench.capacity import CapacityAnswer, SearchSpec, Verdict
 from tokenbench.cli import main
-from tokenbench.compare import capacity_table, compare_answers
+from tokenbench.compare.capacity import capacity_table, compare_answers
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
 from tokenbench.slo import SloCheck
 

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from tokenbench.client import StreamClient, StreamDecoder
+from tokenbench.client import StreamClient
+from tokenbench.decoder import StreamDecoder
 from tokenbench.metrics import summarize
-from tokenbench.output import notes
+from tokenbench.sweep_table import notes
 from tokenbench.records import RequestRecord
 from tokenbench.wire import parse_chunk, parse_event
 

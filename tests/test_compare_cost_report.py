@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.compare import compare, table
+from tokenbench.compare.levels import compare, table
 from tokenbench.cost import Pricing, api_in
 from tokenbench.errors import UsageError
 from tokenbench.importers import import_file
-from tokenbench.metrics import Distribution, LevelSummary, ServingLevel
+from tokenbench.distribution import Distribution
+from tokenbench.levels import LevelSummary, ServingLevel
 from tokenbench.store import Store
 from tokenbench.reader import load_result
 
@@ -153,7 +154,7 @@ def test_a_served_name_and_the_catalog_id_of_one_model_are_the_same_shape(tmp_pa
 def test_a_model_name_sheds_its_format_and_nothing_else(name: str, same_as: str, weights: str | None) -> None:
     """The audit's names: common GGUF, Ollama and MLX spellings read as another model than their catalog id, and
     an unbounded suffix pattern cut fine-tune names down to their base model."""
-    from tokenbench.compare import model_identity
+    from tokenbench.compare.sides import model_identity
 
     assert model_identity(name) == (same_as, weights)
 

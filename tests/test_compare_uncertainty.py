@@ -13,8 +13,10 @@ import pytest
 
 from tokenbench.bootstrap import LevelSamples, draws
 from tokenbench.cli import main
-from tokenbench.compare import compare, table
-from tokenbench.metrics import DepthLevel, Distribution, LevelSummary, ServingLevel, summarize
+from tokenbench.compare.levels import compare, table
+from tokenbench.distribution import Distribution
+from tokenbench.levels import DepthLevel, LevelSummary, ServingLevel
+from tokenbench.metrics import summarize
 from tokenbench.records import RequestRecord
 from tokenbench.results import RunResult
 from tokenbench.reader import load_result

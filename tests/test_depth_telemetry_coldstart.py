@@ -14,7 +14,7 @@ from tokenbench import telemetry
 from tokenbench.cli import main
 from tokenbench.depth import Step, summarize_depth
 from tokenbench.emitter import BackgroundEmitter
-from tokenbench.metrics import LevelSummary
+from tokenbench.levels import LevelSummary
 from tokenbench.store import Store
 
 DATA = Path(__file__).parent / "data"

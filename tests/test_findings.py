@@ -9,7 +9,9 @@ import pytest
 from tokenbench import findings
 from tokenbench.checks import CheckResult, GuardSnapshot
 from tokenbench.findings import Code, Finding, LevelFacts
-from tokenbench.metrics import DepthLevel, Distribution, LevelSummary, ServingLevel, summarize
+from tokenbench.distribution import Distribution
+from tokenbench.levels import DepthLevel, LevelSummary, ServingLevel
+from tokenbench.metrics import summarize
 from tokenbench.records import RequestRecord
 
 MS = 1_000_000
@@ -136,7 +138,7 @@ def test_findings_of_odd_shapes_in_a_stored_level_are_left_out() -> None:
 def test_a_cached_share_the_servers_counters_contradict_is_flagged() -> None:
     """Issue 25: the cached share the responses report is checked against the server's /metrics over the level."""
     from tokenbench.findings import CACHE_COUNT_TOLERANCE, Code, LevelFacts, assess
-    from tokenbench.metrics import LevelSummary, Telemetry
+    from tokenbench.levels import LevelSummary, Telemetry
 
     def level(said: float | None, hit: float | None) -> LevelSummary:
         s = ServingLevel(concurrency=2, completed=4)

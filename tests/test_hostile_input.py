@@ -11,7 +11,7 @@ import pytest
 from tokenbench.cli import main
 from tokenbench.cli.common import seconds
 from tokenbench.emitter import BackgroundEmitter
-from tokenbench.output import md_escape
+from tokenbench.layout import md_escape
 
 DEAD = "http://127.0.0.1:9/v1"  # nothing listens: an argument error must come before any attempt to connect
 

@@ -11,8 +11,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenbench.client import REPLAY_BYTES, StreamClient, StreamDecoder
+from tokenbench.client import StreamClient
+from tokenbench.decoder import StreamDecoder
 from tokenbench.records import RequestRecord
+from tokenbench.transport import REPLAY_BYTES
 from tokenbench.wire import MAX_EVENT_BYTES, WireError, parse_chunk, parse_event
 
 EXAMPLES = int(os.environ.get("TOKENBENCH_FUZZ_EXAMPLES", "10000"))

@@ -1,4 +1,4 @@
-"""The client overhead benchmark's lean emitter (``emitter.LeanServer``, ``--lean``): several processes share one
+"""The client overhead benchmark's lean emitter (``lean_emitter.LeanServer``, ``--lean``): several processes share one
 port and each keeps its own stamps, its paced stream is what the lean client reads, and its timers are not rounded
 up to whole milliseconds (issue 24)."""
 
@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 
 from tokenbench.client import PreparedRequest, StreamClient
-from tokenbench.emitter import EmitterProcess, _FineEpoll, answers
+from tokenbench.emitter import EmitterProcess, answers
+from tokenbench.lean_emitter import _FineEpoll
 from tokenbench.engines.launch import free_port
 from tokenbench.records import RequestRecord
 

@@ -8,20 +8,10 @@ import pytest
 
 from tokenbench import findings
 from tokenbench.cost import cost_per_mtok
-from tokenbench.metrics import (
-    LEVEL_KEYS,
-    SLO,
-    DepthLevel,
-    Distribution,
-    LevelSummary,
-    ServingLevel,
-    depth_levels,
-    percentile,
-    serving,
-    request_tpot_ms,
-    summarize,
-)
-from tokenbench.slo import parse_duration_ms
+from tokenbench.distribution import Distribution, percentile
+from tokenbench.levels import LEVEL_KEYS, DepthLevel, LevelSummary, ServingLevel, depth_levels, serving
+from tokenbench.metrics import summarize
+from tokenbench.slo import SLO, parse_duration_ms, request_tpot_ms
 from tokenbench.records import RequestRecord
 
 MS = 1_000_000

@@ -13,7 +13,10 @@ from tokenbench.cli import main
 from tokenbench.errors import UsageError
 from tokenbench.predict import formats, memory, speculation
 from tokenbench.predict import roofline as rf
-from tokenbench.predict.calibration import WIDE_BAND_PCT, Calibration, backend_key, fit_constants
+from tokenbench.predict.bands import WIDE_BAND_PCT
+from tokenbench.predict.calibration import Calibration
+from tokenbench.predict.priors import backend_key
+from tokenbench.predict.solver import fit_constants
 from tokenbench.predict.accuracy import against
 from tokenbench.predict.setup import Setup
 from tokenbench.predict.measured import Row, read_rows

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.metrics import DepthLevel
+from tokenbench.levels import DepthLevel
 from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.setup import Setup
 from tokenbench.predict.specs import Catalog

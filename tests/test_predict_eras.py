@@ -12,7 +12,8 @@ import pytest
 from tokenbench import registry
 from tokenbench.cli import main
 from tokenbench.errors import UsageError
-from tokenbench.predict.calibration import ERA_MIN_BOXES, FEW_ROWS, Calibration, Extrapolation
+from tokenbench.predict.bands import ERA_MIN_BOXES, FEW_ROWS, Extrapolation
+from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.fitting import fit_calibration
 from tokenbench.predict.rows import predict_row
 from tokenbench.predict.setup import Setup

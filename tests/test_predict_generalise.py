@@ -11,7 +11,8 @@ import pytest
 
 from tokenbench.predict import formats, memory, parallelism, queue, serving, specs, speculation
 from tokenbench.predict import roofline as rf
-from tokenbench.predict.calibration import PRIORS, Calibration, backend_prior
+from tokenbench.predict.calibration import Calibration
+from tokenbench.predict.priors import PRIORS, backend_prior
 from tokenbench.predict.measured import read_rows
 from tokenbench.predict.specs import Catalog
 

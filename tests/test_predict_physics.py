@@ -14,7 +14,8 @@ from tokenbench.cli import main
 from tokenbench.errors import UsageError
 from tokenbench.predict import formats, memory
 from tokenbench.predict import roofline as rf
-from tokenbench.predict.calibration import Calibration, make_band
+from tokenbench.predict.bands import make_band
+from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.accuracy import against
 from tokenbench.predict.fitting import cross_validate, fit_calibration
 from tokenbench.predict.rows import RowResult, predict_row
@@ -301,7 +302,7 @@ def test_against_says_fitted_only_for_rows_the_fit_used(cat: Catalog) -> None:
 
 
 def test_band_is_a_quantile_of_absolute_errors() -> None:
-    from tokenbench.predict.calibration import make_band
+    from tokenbench.predict.bands import make_band
 
     b = make_band([-10.0, 5.0, 20.0, -40.0, 1.0])
     assert b is not None and b.n == 5 and b.median_pct == 10.0 and b.pct == 20.0
@@ -362,7 +363,7 @@ def test_a_hand_edited_calibration_constant_is_a_clear_error(tmp_path: Path, cap
 
 
 def test_a_band_wider_than_half_its_estimate_is_flagged(capsys: pytest.CaptureFixture[str]) -> None:
-    from tokenbench.predict.calibration import WIDE_BAND_PCT, Band
+    from tokenbench.predict.bands import WIDE_BAND_PCT, Band
     from tokenbench.predict.tables import band_text
 
     assert band_text(Band(27.0, 8.0, 125)) == "±27%"

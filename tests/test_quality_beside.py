@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.metrics import Distribution, ServingLevel
+from tokenbench.distribution import Distribution
+from tokenbench.levels import ServingLevel
 from tokenbench.quality.items import Item
 from tokenbench.quality.runner import task_summary
 from tokenbench.store import Store

@@ -112,3 +112,42 @@ def test_a_dirty_node_marks_the_level(cluster: Any, tmp_path: Path) -> None:
     assert "dirty_bench" in s.flags
     assert any("load-generating node" in w for w in s.warnings)
     assert s.client.node_guards and not s.client.node_guards[0]["clean"]
+
+
+def test_a_ray_actor_on_uvloop_measures_on_the_lean_path(cluster: Any, tmp_path: Path) -> None:
+    """Ray's async actors run uvloop where it is installed (vLLM's environment installs it), whose transports are
+    no asyncio.Transport: the lean send path once asserted that class, and ``sweep --ray`` against the emitter
+    measured nothing ("ray worker 0 stopped with an error (AssertionError)", 0 tokens, the level failed)."""
+    pytest.importorskip("uvloop")
+
+    @ray.remote(num_cpus=0)
+    class Probe:  # defined here, so Ray carries it by value to a worker of the cluster
+        async def send(self, url: str) -> tuple[str, list[tuple[Any, ...]]]:
+            import aiohttp
+
+            from tokenbench.client import PreparedRequest, StreamClient
+            from tokenbench.records import RequestRecord
+
+            loop = type(asyncio.get_running_loop()).__module__
+            async with aiohttp.ClientSession() as session:
+                c = StreamClient(session=session, base_url=url, model="emitter")
+                try:
+                    recs = [await c.send(PreparedRequest("a b c", 5), RequestRecord(index=i)) for i in range(3)]
+                finally:
+                    await c.close()
+            return loop, [(r.ok, r.error_kind, r.output_tokens) for r in recs]
+
+    with BackgroundEmitter() as em:
+        em.configure(ttft_s=0.01, itl_s=0.002)
+        ray.init(address=cluster.address)
+        try:
+            loop, sent = ray.get(Probe.remote().send.remote(em.url), timeout=120)
+        finally:
+            ray.shutdown()
+        res = _sweep(em.url, Store(tmp_path / "u.db"), concurrency=[4], requests=16, ray=cluster.address,
+                     workers=None)
+    assert loop.startswith("uvloop")  # the actor's loop: what the sweep's workers ran on
+    assert sent == [(True, None, 5)] * 3
+    out = res.outcomes[0]
+    assert out.status == "complete", out.summary.warnings
+    assert (out.summary.completed, out.summary.failed) == (16, 0) and out.summary.output_tokens_mean == 24

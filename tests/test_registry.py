@@ -16,8 +16,9 @@ from tokenbench.adapters.base import Adapter
 from tokenbench.cli import main
 from tokenbench.engines import launch, status
 from tokenbench.errors import EngineError, UsageError
-from tokenbench.metrics import DepthLevel
-from tokenbench.predict.calibration import Calibration, backend_key
+from tokenbench.levels import DepthLevel
+from tokenbench.predict.calibration import Calibration
+from tokenbench.predict.priors import backend_key
 from tokenbench.predict.setup import Setup
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.measured import read_rows

@@ -17,7 +17,8 @@ import pytest
 from tokenbench.checks import GuardSnapshot
 from tokenbench.cli import main
 from tokenbench.cost import Pricing
-from tokenbench.metrics import DepthLevel, Distribution, LevelSummary, ServingLevel
+from tokenbench.distribution import Distribution
+from tokenbench.levels import DepthLevel, LevelSummary, ServingLevel
 from tokenbench.report import figures, series, style
 from tokenbench.store import Store
 from tokenbench.reader import load_result

@@ -16,7 +16,7 @@ import pytest
 
 from tokenbench.emitter import BackgroundEmitter, EmitterProcess
 from tokenbench.errors import LevelFailed
-from tokenbench.metrics import ServingLevel
+from tokenbench.levels import ServingLevel
 from tokenbench.quality.runner import QualityConfig, run_quality
 from tokenbench.results import RunResult
 from tokenbench.store import RunRow, Store

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.metrics import DepthLevel, ServingLevel
+from tokenbench.levels import DepthLevel, ServingLevel
 from tokenbench.store import Store
 
 
@@ -154,7 +154,7 @@ def test_a_sweep_table_at_80_columns_cuts_no_number_and_no_flag() -> None:
 
     from rich.console import Console
 
-    from tokenbench.output import print_sweep, sweep_rows
+    from tokenbench.sweep_table import print_sweep, sweep_rows
 
     lv = ServingLevel(concurrency=16, output_throughput_tps=77425.0, completed=64)
     lv.flags += ["dirty_bench", "client_bound"]
@@ -174,7 +174,7 @@ def test_a_long_value_wraps_between_words_under_its_column() -> None:
 
     from rich.console import Console
 
-    from tokenbench.output import print_table
+    from tokenbench.console import print_table
 
     flag = ("likely software bottleneck: measured is 8% of what llamacpp-cuda's calibration predicts for this "
             "shape (3% of the ceiling); not a hardware limit")

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from test_hot_path import CLIENT, EXAMPLES, _bytes, frame
 from tokenbench import http1
-from tokenbench.client import PreparedRequest, StreamClient, StreamDecoder
+from tokenbench.client import PreparedRequest, StreamClient
+from tokenbench.decoder import StreamDecoder
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.records import RequestRecord
 

@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.compare import compare, compare_sessions, session_level_table, session_turn_table
+from tokenbench.compare.levels import compare
+from tokenbench.compare.sessions import compare_sessions, session_level_table, session_turn_table
 from tokenbench.cost import Pricing, cost_per_session, session_cost_points
 from tokenbench.errors import UsageError
-from tokenbench.metrics import Distribution, LevelSummary, ServingLevel, session_stats, summarize
+from tokenbench.distribution import Distribution
+from tokenbench.levels import LevelSummary, ServingLevel
+from tokenbench.metrics import session_stats, summarize
 from tokenbench.records import RequestRecord
 from tokenbench.report import figures, series
 from tokenbench.reader import load_result

@@ -244,8 +244,9 @@ def test_an_interrupted_session_level_keeps_its_turns_and_marks_those_in_flight(
 
 def test_a_level_with_no_finished_session_reads_cleanly() -> None:
     """An interrupted busted level printed '0/2 sessions finished, ; cached 1%' (measured on llama-server)."""
-    from tokenbench.metrics import Distribution, ServingLevel, SessionStats
-    from tokenbench.output import session_lines
+    from tokenbench.distribution import Distribution
+    from tokenbench.levels import ServingLevel, SessionStats
+    from tokenbench.session_table import session_lines
 
     s = ServingLevel(concurrency=2)
     s.session = SessionStats(cache="busted", sessions=2, sessions_finished=0, turns_per_session=10.0,

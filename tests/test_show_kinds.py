@@ -10,8 +10,10 @@ import pytest
 
 from tokenbench.checks import GuardSnapshot
 from tokenbench.cli import main
-from tokenbench.metrics import DepthLevel, Distribution, LevelSummary, SLO, ServingLevel
-from tokenbench.output import format_sweep_markdown
+from tokenbench.distribution import Distribution
+from tokenbench.levels import DepthLevel, LevelSummary, ServingLevel
+from tokenbench.slo import SLO
+from tokenbench.sweep_table import format_sweep_markdown
 from tokenbench.store import Store
 
 DIRTY = {"clean": False, "checks": [

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.metrics import DepthLevel, ServingLevel
+from tokenbench.levels import DepthLevel, ServingLevel
 from tokenbench.store import Store
 
 

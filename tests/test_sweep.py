@@ -170,7 +170,7 @@ def test_server_dying_mid_level_keeps_finished_levels(tmp_path: Path) -> None:
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
     """Also: the run printed is this sweep's, not the newest in the database (issue 8: another sweep sharing the
     database, here one dated later, used to be printed as "the finished levels")."""
-    from tokenbench.metrics import ServingLevel
+    from tokenbench.levels import ServingLevel
 
     db = tmp_path / "r.db"
     Store(db).save_run("other-run", "sweep", "other", {"model": "m"}, "measured",

@@ -130,7 +130,7 @@ def test_a_row_that_cannot_fit_is_a_card_and_says_its_shared_columns_once() -> N
 
     from rich.console import Console
 
-    from tokenbench.output import print_table
+    from tokenbench.console import print_table
 
     buf = io.StringIO()
     label = "x" * 90

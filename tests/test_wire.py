@@ -1,4 +1,4 @@
-"""The typed boundary (wire.py, client.StreamDecoder): whatever a server streams becomes typed values or a counted
+"""The typed boundary (wire.py, decoder.StreamDecoder): whatever a server streams becomes typed values or a counted
 error record, never an exception; impossible values are errors, not data; and failure is never reported as
 success (issue 9)."""
 
@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokenbench.cli import main
-from tokenbench.client import StreamClient, StreamDecoder
+from tokenbench.client import StreamClient
+from tokenbench.decoder import StreamDecoder
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.records import RequestRecord
 from tokenbench.sse import SSEParser

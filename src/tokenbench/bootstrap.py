@@ -36,7 +36,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .metrics import NS_PER_S, DepthLevel, LevelSummary, ServingLevel, percentile, request_tpot_ms
+from .distribution import percentile
+from .levels import DepthLevel, LevelSummary, ServingLevel
+from .metrics import NS_PER_S
+from .slo import request_tpot_ms
 from .records import RequestRecord
 
 if TYPE_CHECKING:
@@ -137,7 +140,7 @@ class Draws:
 
 
 def _quantile_draws(values: list[float], q: float, rng: random.Random, count: int) -> list[float]:
-    """The percentile ``q`` (linear between ranks, as ``metrics.percentile``) of ``count`` bootstrap resamples of
+    """The percentile ``q`` (linear between ranks, as ``distribution.percentile``) of ``count`` bootstrap resamples of
     the sorted ``values``, drawn through the order statistics of uniforms: no resample is built."""
     n = len(values)
     pos = (n - 1) * q / 100.0

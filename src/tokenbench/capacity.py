@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .findings import Code
 from .loadgen import Level
-from .metrics import Telemetry
+from .levels import Telemetry
 from .records import RequestRecord
 from .slo import SLO, SloCheck, decided_fail
 
 if TYPE_CHECKING:
-    from .metrics import ServingLevel
+    from .levels import ServingLevel
     from .results import LevelOutcome, Manifest, RunResult
 
 NS_PER_S = 1_000_000_000

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import UsageError
-from .metrics import DepthLevel, LevelSummary, ServingLevel, serving
+from .levels import DepthLevel, LevelSummary, ServingLevel, serving
 
 if TYPE_CHECKING:
     from .results import Manifest

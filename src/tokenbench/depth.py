@@ -27,13 +27,16 @@ import aiohttp
 
 from . import findings
 from .adapters import Adapter
-from .client import PreparedRequest, StreamClient, trace_config
+from .aiohttp_path import trace_config
+from .client import PreparedRequest, StreamClient
 from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, UsageError
 from .checks import GuardSnapshot
 from .guard import snapshot_before
 from .loadgen import Level, still_heap
-from .metrics import NS_PER_S, ClientReport, DepthLevel, Distribution, LevelSummary
+from .distribution import Distribution
+from .levels import ClientReport, DepthLevel, LevelSummary
+from .metrics import NS_PER_S
 from .records import RequestRecord
 from .results import LevelOutcome, RunResult, new_run_id, now_iso
 from .servers import root_url

@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
-import gc
-import json
 import os
 import random
-import selectors
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -23,9 +19,8 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from .http1 import next_request
-
-MODEL = "emitter"
+from .emitter_chunks import MODEL, burst, chunk, count_prompt, text_chunk, usage_chunk
+from .lean_emitter import lean_loop, serve_lean
 
 
 @dataclass(slots=True)
@@ -62,12 +57,6 @@ class EmitterConfig:
     itl_per_stream_s: float = 0.0
     jitter: float = 0.0
     jitter_seed: int = 0
-
-
-def _count_prompt(body: dict[str, Any]) -> int:
-    if "prompt" in body:
-        return len(str(body["prompt"]).split())
-    return sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
 
 
 class Emitter:
@@ -168,7 +157,7 @@ class Emitter:
         chat = request.path.endswith("chat/completions")
         max_tokens = int(body.get("max_tokens") or 16)
         n_tokens = min(max_tokens, c.early_stop_tokens) if c.fault == "early_stop" else max_tokens
-        prompt_tokens = c.truncate_to if c.fault == "truncate" else _count_prompt(body)
+        prompt_tokens = c.truncate_to if c.fault == "truncate" else count_prompt(body)
         headers = {"Content-Type": "text/event-stream"}
         if c.close_after_stream_s is not None:
             headers["Keep-Alive"] = "timeout=5, max=100"
@@ -207,13 +196,13 @@ class Emitter:
     async def _stream(self, request: web.Request, resp: web.StreamResponse, body: dict[str, Any], c: EmitterConfig,
                       chat: bool, n_tokens: int, max_tokens: int, prompt_tokens: int, t_recv: int) -> web.StreamResponse:
         if chat and c.role_first:
-            await resp.write(_chunk(chat, role=True))
+            await resp.write(chunk(chat, role=True))
         start = time.perf_counter()
         sent = 0
         n_chunks = 0
         t_first = 0
         if c.burst:
-            data, sent = _burst(chat, n_tokens, c.tokens_per_chunk)
+            data, sent = burst(chat, n_tokens, c.tokens_per_chunk)
             t_first = time.perf_counter_ns()
             await resp.write(data)
         due = start + self._delay(c.ttft_s)
@@ -230,9 +219,9 @@ class Emitter:
             if not t_first:
                 t_first = time.perf_counter_ns()
             if sent < c.reasoning_tokens:
-                await resp.write(_chunk(chat, reasoning=text))
+                await resp.write(chunk(chat, reasoning=text))
             else:
-                await resp.write(_text_chunk(chat, text))
+                await resp.write(text_chunk(chat, text))
             if c.keepalive:
                 await resp.write(b": keep-alive\n\n")
             sent += k
@@ -240,61 +229,15 @@ class Emitter:
             n_chunks += 1
         t_last = time.perf_counter_ns()
         self.stamps[str(body.get("prompt", ""))[:64]] = (t_recv, t_first, t_last)
-        await resp.write(_chunk(chat, finish="length" if sent >= max_tokens else "stop"))
+        await resp.write(chunk(chat, finish="length" if sent >= max_tokens else "stop"))
         so = body.get("stream_options") or {}
         if c.usage and so.get("include_usage"):
-            await resp.write(_usage_chunk(prompt_tokens, sent, c.reasoning_tokens))
+            await resp.write(usage_chunk(prompt_tokens, sent, c.reasoning_tokens))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         if c.close_after_stream_s is not None and request.transport is not None:
             asyncio.get_running_loop().call_later(c.close_after_stream_s, request.transport.close)
         return resp
-
-
-@functools.lru_cache(maxsize=64)
-def _burst(chat: bool, n_tokens: int, tokens_per_chunk: int) -> tuple[bytes, int]:
-    """Every token chunk of a burst stream, written at once, and the tokens they carry: the same bytes for every
-    stream of a length, so built once (the emitter's own CPU was the ceiling of the client's ingest benchmark)."""
-    parts, sent = [], 0
-    while sent < n_tokens:
-        k = min(tokens_per_chunk, n_tokens - sent)
-        parts.append(_chunk(chat, text="".join(f" w{sent + i}" for i in range(k))))
-        sent += k
-    return b"".join(parts), sent
-
-
-@functools.lru_cache(maxsize=8192)
-def _text_chunk(chat: bool, text: str) -> bytes:
-    """A paced stream's token chunk: the same text at the same position of every stream, so built once."""
-    return _chunk(chat, text=text)
-
-
-def _chunk(chat: bool, text: str | None = None, reasoning: str | None = None, finish: str | None = None,
-           role: bool = False) -> bytes:
-    """One SSE event: a chat delta (role, content, reasoning) or a completions text choice."""
-    if chat:
-        delta: dict[str, Any] = {}
-        if role:
-            delta["role"] = "assistant"
-            delta["content"] = ""
-        if text is not None:
-            delta["content"] = text
-        if reasoning is not None:
-            delta["reasoning_content"] = reasoning
-        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
-    else:
-        choice = {"index": 0, "text": text or "", "finish_reason": finish}
-    obj = {"id": "x", "object": "chat.completion.chunk" if chat else "text_completion",
-           "model": MODEL, "choices": [choice]}
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
-
-def _usage_chunk(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int) -> bytes:
-    usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                             "total_tokens": prompt_tokens + completion_tokens}
-    if reasoning_tokens:
-        usage["completion_tokens_details"] = {"reasoning_tokens": min(reasoning_tokens, completion_tokens)}
-    return b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n"
 
 
 async def _inject_fault(request: web.Request, resp: web.StreamResponse, c: EmitterConfig) -> bool:
@@ -406,139 +349,6 @@ class EmitterProcess:
         self.close()
 
 
-class LeanServer(asyncio.Protocol):
-    """The emitter's paced and burst schedules on a bare asyncio protocol (``--lean``), for the client overhead
-    benchmark only: no faults, no tokenizer, no /metrics. aiohttp's web server takes about 70 µs to take in one
-    request on the 2-core machine, so a wave of 256 requests waited up to 19 ms (p99) in the emitter before its
-    50 ms began, and that wait read as the client's TTFT excess. Here a request is parsed in a few µs
-    and every chunk is a prebuilt frame written from a timer. Stamps as ``Emitter.stamps``."""
-
-    def __init__(self, config: EmitterConfig, stamps: dict[str, tuple[int, int, int]]) -> None:
-        self.config, self.stamps = config, stamps
-        self.transport: asyncio.Transport | None = None
-        self.buf = b""
-        self.loop = asyncio.get_running_loop()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
-        while (got := next_request(self.buf)) is not None:
-            head, body, self.buf = got
-            self._answer(head.split(" ", 2), body)
-
-    def _send(self, status: str, ctype: str, data: bytes) -> None:
-        if self.transport is not None:
-            self.transport.write(b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
-                                 % (status.encode(), ctype.encode(), len(data), data))
-
-    def _answer(self, line: list[str], body: bytes) -> None:
-        t_recv = time.perf_counter_ns()
-        method, path = line[0], line[1] if len(line) > 1 else "/"
-        if method == "GET" and path.startswith("/v1/models"):
-            self._send("200 OK", "application/json", json.dumps({"object": "list", "data": [
-                {"id": MODEL, "object": "model", "owned_by": self.config.owned_by}]}).encode())
-        elif method == "GET" and path.startswith("/stats"):
-            self._send("200 OK", "application/json", json.dumps({"stamps": self.stamps}).encode())
-        elif method == "POST" and path.endswith("/completions"):
-            self._stream(json.loads(body), path.endswith("chat/completions"), t_recv)
-        else:
-            self._send("404 Not Found", "text/plain", b"not served by the lean emitter")
-
-    def _stream(self, req: dict[str, Any], chat: bool, t_recv: int) -> None:
-        assert self.transport is not None
-        c, transport = self.config, self.transport
-        n = int(req.get("max_tokens") or 16)
-        key = str(req.get("prompt", ""))[:64]
-        usage = bool(c.usage and (req.get("stream_options") or {}).get("include_usage"))
-        tail = _lean_tail(chat, _count_prompt(req) if usage else -1, n)
-        transport.write(_lean_head(chat and c.role_first))
-        if c.burst:
-            data, _ = _burst(chat, n, 1)
-            t_first = time.perf_counter_ns()
-            transport.write(_frame(data) + tail)
-            self.stamps[key] = (t_recv, t_first, time.perf_counter_ns())
-            return
-        start = self.loop.time()
-        first = [0]
-
-        def tick(i: int) -> None:
-            if transport.is_closing():
-                return
-            now = time.perf_counter_ns()
-            if i == 0:
-                first[0] = now
-            transport.write(_frame(_text_chunk(chat, f" w{i}")))
-            if i + 1 < n:
-                self.loop.call_at(start + c.ttft_s + (i + 1) * c.itl_s, tick, i + 1)
-            else:
-                self.stamps[key] = (t_recv, first[0], now)
-                transport.write(tail)
-
-        self.loop.call_at(start + c.ttft_s, tick, 0)
-
-
-@functools.lru_cache(maxsize=1024)
-def _lean_tail(chat: bool, prompt_tokens: int, n: int) -> bytes:
-    """A lean stream's last frames: the finish, the usage (prompt_tokens -1: not asked for), [DONE], the body's end."""
-    tail = _frame(_chunk(chat, finish="length"))
-    if prompt_tokens >= 0:
-        tail += _frame(_usage_chunk(prompt_tokens, n, 0))
-    return tail + _frame(b"data: [DONE]\n\n") + b"0\r\n\r\n"
-
-
-@functools.lru_cache(maxsize=2)
-def _lean_head(role: bool) -> bytes:
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-            + (_frame(_chunk(True, role=True)) if role else b""))
-
-
-def _frame(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
-
-
-class _FineEpoll(selectors.EpollSelector):
-    """epoll with the event loop's timers on time: ``EpollSelector`` rounds a wait up to whole milliseconds
-    (epoll_wait's unit), so every timer of the schedule fired up to 1 ms late, and that lateness read as the client's
-    TTFT excess (1.2 ms at p99 on a 16-core H100 host). Here a wait is rounded down instead and its last
-    fraction of a millisecond is polled: the emitter's core spins up to 1 ms before each due timer, which is what it
-    is pinned for."""
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout is not None and timeout > 0:
-            whole_ms = int(timeout * 1000)
-            timeout = whole_ms / 1000 - 1e-7 if whole_ms else 0  # just under: the base class rounds up
-        return super().select(timeout)
-
-
-def _lean_loop() -> asyncio.AbstractEventLoop:
-    return asyncio.SelectorEventLoop(_FineEpoll()) if hasattr(selectors, "EpollSelector") else asyncio.new_event_loop()
-
-
-async def _serve_lean(config: EmitterConfig, port: int, reuse_port: bool = False, own_port: int | None = None) -> None:
-    """``reuse_port``: several emitter processes share ``port`` (SO_REUSEPORT: the kernel spreads connections over
-    them), each on its own core, for more streams than one core paces; each also answers on ``own_port``, so its
-    /stats (its own stamps) can be read."""
-    # No cyclic garbage collection in this process: it lives for one measurement and its garbage (requests,
-    # frames) is freed by reference counting; a collection once stopped it for ~12 ms in the middle of a wave of
-    # 256 requests, which read as 12 ms of TTFT excess at p99.
-    gc.disable()
-    stamps: dict[str, tuple[int, int, int]] = {}
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: LeanServer(config, stamps), "127.0.0.1", port, reuse_port=reuse_port)
-    own = (await loop.create_server(lambda: LeanServer(config, stamps), "127.0.0.1", own_port)
-           if own_port is not None else None)
-    async with server:
-        if own is not None:
-            await own.start_serving()
-        await server.serve_forever()
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="deterministic OpenAI-compatible SSE emitter")
     ap.add_argument("--port", type=int, default=8999)
@@ -570,8 +380,8 @@ def main(argv: list[str] | None = None) -> None:
                            burst=a.burst, exit_after=a.exit_after, close_after_stream_s=a.close_after_stream,
                            slots=a.slots, itl_per_stream_s=a.itl_per_stream, jitter=a.jitter, usage=not a.no_usage)
     if a.lean:
-        with asyncio.Runner(loop_factory=_lean_loop) as runner:
-            runner.run(_serve_lean(config, a.port, a.reuse_port, a.own_port))
+        with asyncio.Runner(loop_factory=lean_loop) as runner:
+            runner.run(serve_lean(config, a.port, a.reuse_port, a.own_port))
         return
     em = Emitter(config)
     web.run_app(em.app, host="127.0.0.1", port=a.port, access_log=None, print=None)

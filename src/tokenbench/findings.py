@@ -20,7 +20,7 @@ from .checks import GuardSnapshot
 from .records import RequestRecord
 
 if TYPE_CHECKING:  # the summary carries its findings; this module only reads it
-    from .metrics import ServingLevel
+    from .levels import ServingLevel
 
 
 class Code(StrEnum):

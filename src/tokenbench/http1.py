@@ -1,6 +1,6 @@
 """The lean send path: HTTP/1.1 over plain TCP with asyncio protocols, for streamed completions only.
 
-Why it exists (issue 24): aiohttp takes about 80 µs to put one request on the wire on the 2-core development
+Why it exists: the client's own wait is inside every TTFT it reports. aiohttp takes about 80 µs to put one request on the wire on the 2-core development
 machine, and writes its body from a task of its own, one turn of the event loop later. A wave of 256 re-sent
 requests thus waits for the whole wave's work before any body reaches a socket (a send queue of 16 ms at p99),
 and that wait is inside every request's TTFT. Here a request is one ``transport.write`` of bytes built ahead
@@ -8,11 +8,13 @@ and that wait is inside every request's TTFT. Here a request is one ``transport.
 
 Reading: every ``data_received`` is stamped (``perf_counter_ns``) before anything else, the chunked framing is
 taken off, and the body bytes are kept with that stamp, nothing more; the client decodes them later
-(``client.StreamDecoder.replay``), as on the aiohttp path. One timer per request checks both the total timeout and
+(``decoder.StreamDecoder.replay``), as on the aiohttp path. One timer per request checks both the total timeout and
 the stall (no bytes for ``stall_s``), re-armed only when it fires.
 
 Only what a streaming completion needs: plain ``http://`` (``https://`` stays on aiohttp), no redirects, no
 compression asked for, a ``Content-Length`` or chunked or connection-closed body, keep-alive with a pool.
+``LeanTransport`` is this path behind ``transport.Transport``. It runs on any asyncio event loop (uvloop's
+included: see ``ByteStream``).
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import urlsplit
+
+from .transport import REPLAY_BYTES, Stream, error_message
+
+if TYPE_CHECKING:
+    from .decoder import StreamDecoder
 
 #: A response head longer than this is refused (no server of completions sends one near it).
 MAX_HEAD_BYTES = 64 * 1024
@@ -30,6 +37,23 @@ ERROR_BODY_BYTES = 4096
 _HEX = b"0123456789abcdefABCDEF"
 
 Spill = Callable[[list[bytes], list[int]], bool]
+
+
+class ByteStream(Protocol):
+    """What this path and tokenbench's loopback servers use of a connection's transport: its behaviour, never its
+    class. uvloop's transports are no ``asyncio.Transport`` (not even a ``BaseTransport``) and behave as one; Ray's
+    async actors run uvloop wherever it is installed, and a check of the class there stopped every send."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
+def byte_stream(transport: asyncio.BaseTransport) -> ByteStream:
+    """``connection_made``'s transport as what it is used for, on any event loop (see ByteStream)."""
+    return cast(ByteStream, transport)
 
 
 def next_request(buf: bytes) -> tuple[str, bytes, bytes] | None:
@@ -144,7 +168,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, pool: Pool | None = None) -> None:
         self.pool = pool
         self.reuse = True  # False: the request asked the server to close (Connection: close)
-        self.transport: asyncio.Transport | None = None
+        self.transport: ByteStream | None = None
         self.exchange: Exchange | None = None
         self.closed = False
         self._buf = b""  # head bytes, or chunk framing split across reads
@@ -155,8 +179,7 @@ class Connection(asyncio.Protocol):
     # ---- asyncio.Protocol -------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = byte_stream(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -401,3 +424,62 @@ class Watchdog:
 
     def cancel(self) -> None:
         self._handle.cancel()
+
+
+class LeanTransport:
+    """``transport.Transport`` on this path: the request head built once, a pool of keep-alive connections, the
+    limits (total and stall) as the client had them at its first send, as its URL and headers."""
+
+    __slots__ = ("pool", "head", "timeout_s", "stall_timeout_s")
+
+    def __init__(self, url: str, headers: dict[str, str], timeout_s: float, stall_timeout_s: float) -> None:
+        self.head = RequestHead(url, headers)  # ValueError, UnicodeError: a URL or header this path cannot write
+        self.pool = Pool(self.head.host, self.head.port)
+        self.timeout_s, self.stall_timeout_s = timeout_s, stall_timeout_s
+
+    async def close(self) -> None:
+        self.pool.close()
+
+    async def send(self, payload: bytes, decoder: StreamDecoder, fresh: bool) -> tuple[bool, Stream | None]:
+        """From the send's start to the socket write nothing awaits unless a connection must be opened, so a wave's
+        sends never queue behind each other; each read is stamped in the protocol as it arrives."""
+        pool, head, record = self.pool, self.head, decoder.record
+        record.sent_ns = sent = time.perf_counter_ns()
+        loop = asyncio.get_running_loop()
+        start_s = loop.time()
+        conn = None if fresh or head.closes else pool.take()
+        if conn is None:
+            try:
+                conn = await asyncio.wait_for(pool.connect(), self.timeout_s)
+            except HttpError as e:
+                record.error_kind, record.error = e.kind, str(e)[:300]
+                return True, None
+            except (asyncio.TimeoutError, TimeoutError):
+                record.error_kind, record.error = "timeout", f"request exceeded {self.timeout_s:g} s"
+                return True, None
+        ex = Exchange(decoder.spill, REPLAY_BYTES)
+        ex.last_ns = sent
+        conn.start(ex, head.request(payload), reuse=not (fresh or head.closes))
+        record.written_ns = time.perf_counter_ns()
+        dog = Watchdog(conn, ex, start_s, self.timeout_s, self.stall_timeout_s)
+        try:
+            await ex.wait()
+        except BaseException:  # interrupted: the record keeps the events that arrived
+            dog.cancel()
+            conn.close()
+            decoder.replay(ex.reads, ex.stamps)
+            raise
+        dog.cancel()
+        record.http_status = ex.status
+        if ex.error is not None:
+            decoder.replay(ex.reads, ex.stamps)
+            record.error_kind, record.error = ex.error.kind, str(ex.error)[:300]
+            return not ex.error.retry, None
+        if ex.status != 200:
+            text = b"".join(ex.reads)[:ERROR_BODY_BYTES].decode("utf-8", "replace")[:500]
+            record.end_ns = time.perf_counter_ns()
+            record.error_kind = f"http_{ex.status}"
+            record.error = error_message(text) or ex.reason
+            return True, None
+        assert ex.end_ns is not None
+        return True, (ex.reads, ex.stamps, ex.end_ns)

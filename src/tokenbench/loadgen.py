@@ -20,7 +20,8 @@ from typing import Any, Literal, Protocol
 import psutil
 
 from .client import PreparedRequest
-from .metrics import client_delays, percentile
+from .distribution import percentile
+from .metrics import client_delays
 from .records import Phase, RequestRecord
 from .background import cancel_and_wait
 from .errors import UsageError
@@ -228,7 +229,7 @@ class _Phase:
 
     async def one(self, req: PreparedRequest, rec: RequestRecord) -> None:
         self.watch.inflight += 1
-        try:  # decoded later (client.DeferredDecoding): ``done`` runs then, and run_phase's flush() waits
+        try:  # decoded later (decoder.DeferredDecoding): ``done`` runs then, and run_phase's flush() waits
             await self.backend.send(req, rec, self.done)
         finally:
             self.watch.inflight -= 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .cost import run_price
 from .loadgen import Level
-from .metrics import LevelSummary
+from .levels import LevelSummary
 from .quality.items import Item
 from .results import LevelOutcome, RunResult, as_read, combine_repetitions
 from .store import Store

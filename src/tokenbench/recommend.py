@@ -17,7 +17,7 @@ from .capacity import SearchSpec, Verdict, bracket, search_by
 from .cost import DEFAULT_CURRENCY, Pricing
 from .errors import UsageError
 from .findings import Code
-from .metrics import ServingLevel
+from .levels import ServingLevel
 from .predict.calibration import Calibration
 from .predict.setup import Setup
 from .predict.specs import Catalog, HardwareSpec

@@ -17,7 +17,7 @@ class RequestRecord:
     phase: Phase = "measured"
     scheduled_ns: int | None = None  # open-loop levels: when the arrival process said to send
     sent_ns: int = 0
-    written_ns: int | None = None  # the request's last byte handed to the socket (client.trace_config)
+    written_ns: int | None = None  # the request's last byte handed to the socket (aiohttp_path.trace_config, or the lean path)
     first_byte_ns: int | None = None
     #: first chunk carrying a generated token of any kind, its text visible or held back (the chunk rule, wire.Chunk)
     first_token_ns: int | None = None

@@ -58,7 +58,7 @@ class Engine:
     #: The calibration family: backends that share one prior fit on all their published rows. None: each of its
     #: backends is a family of its own (SGLang never borrows vLLM's fit, nor vLLM ROCm vLLM CUDA's).
     family: str | None = None
-    #: The stem of the calibration.LITERATURE entries that apply when its backend has none of its own: those of
+    #: The stem of the priors.LITERATURE entries that apply when its backend has none of its own: those of
     #: the engine whose kernels it runs (llama-cpp-python: llama.cpp's), or whose kernels are alike (SGLang: vLLM's).
     literature: str | None = None
     #: Its adapter's class in ``tokenbench.adapters`` (None: driven as a plain OpenAI-compatible server).

@@ -18,7 +18,8 @@ from .loadgen import Level
 from . import findings, registry
 from .keyed import Keyed
 from .cost import level_cost
-from .metrics import Distribution, LevelSummary, ServingLevel, coefficient_of_variation, serving
+from .distribution import Distribution, coefficient_of_variation
+from .levels import LevelSummary, ServingLevel, serving
 
 if TYPE_CHECKING:
     from .quality.items import Item

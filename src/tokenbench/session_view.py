@@ -1,7 +1,7 @@
 """The session view of a run, as compare, cost and the report show it: an agent-session run's levels
 by concurrency and cache mode, each turn's TTFT warm beside busted, and what the prefix cache bought, in words.
 
-A session run is a sweep whose levels carry ``LevelSummary.session`` (``metrics.SessionStats``, written by the
+A session run is a sweep whose levels carry ``LevelSummary.session`` (``levels.SessionStats``, written by the
 session runner): each concurrency twice, ``warm`` (the history re-sent as it is, for the server's prefix cache
 to serve) and ``busted`` (a marker at the start of every turn, so no cache serves it: the baseline that says
 what the cache bought). Two levels share a concurrency, so a level is keyed by (concurrency, cache), never by
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .metrics import LevelSummary, ServingLevel, SessionStats, serving
+from .levels import LevelSummary, ServingLevel, SessionStats, serving
 from .results import RunResult
 
 WARM, BUSTED = "warm", "busted"

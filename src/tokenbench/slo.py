@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .records import RequestRecord
 
 if TYPE_CHECKING:
-    from .metrics import ServingLevel
+    from .levels import ServingLevel
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000

@@ -22,7 +22,7 @@ import platformdirs
 import psutil
 
 from .errors import UsageError
-from .metrics import LevelSummary
+from .levels import LevelSummary
 from .records import RequestRecord
 
 DB_ENV = "TOKENBENCH_DB"

@@ -17,8 +17,9 @@ from typing import Any, Protocol
 import aiohttp
 
 from . import findings, redact
+from .aiohttp_path import trace_config
 from .checks import GuardSnapshot
-from .client import Api, PreparedRequest, StreamClient, trace_config
+from .client import Api, PreparedRequest, StreamClient
 from .cost import level_cost
 from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, EngineError, LevelFailed
@@ -27,8 +28,10 @@ from .guard import refuse_dirty_nodes, snapshot_before
 from .kinds import WorkloadKind
 from .kinds.base import AgentRun, Binding, Bound, LevelWork, OnDone, PromptPool, warmups
 from .kinds.lengths import LengthsKind
+from .levels import ClientReport, ServingLevel
 from .loadgen import ClientWatch, Level, ensure_open_files, run_phase, still_heap
-from .metrics import SLO, ClientReport, ServingLevel, peak_in_flight, summarize
+from .metrics import peak_in_flight, summarize
+from .slo import SLO
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
 from .servers import ServerInfo, discover, root_url

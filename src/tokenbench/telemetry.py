@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from . import adapters
 from .background import cancel_and_wait
-from .metrics import Telemetry
+from .levels import Telemetry
 
 #: The quantities summarized per level; each engine's adapter says what it calls them (first name found wins).
 GAUGE_KEYS = ("running", "waiting", "kv_cache_usage", "busy_slots_per_decode")

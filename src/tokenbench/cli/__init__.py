@@ -19,8 +19,8 @@ from typing import Any
 
 from .. import redact
 from ..errors import RunInterrupted, TokenbenchError
-from ..output import ReadableConsole as Console
-from ..output import readable_output
+from ..console import ReadableConsole as Console
+from ..console import readable_output
 from .agent import cmd_agent
 from .capacity import cmd_capacity
 from .analysis import cmd_import, cmd_report

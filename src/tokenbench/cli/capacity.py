@@ -15,8 +15,8 @@ from rich.console import Console
 from ..capacity import SURE_LEGEND, CapacityAnswer, CapacitySearch, SearchSpec, answer
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
-from ..metrics import SLO
-from ..output import print_table
+from ..slo import SLO
+from ..console import print_table
 from ..results import RunResult
 from ..slo import SloCheck, duration_text
 from ..store import Store

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from .. import redact
-from ..output import print_table
+from ..console import print_table
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import seconds, write_json

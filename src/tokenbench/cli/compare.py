@@ -1,5 +1,5 @@
-"""``tokenbench compare``: its options, its typed config (``compare.CompareConfig``), one library call
-(``compare.compare_runs``) and the printing of what comes back."""
+"""``tokenbench compare``: its options, its typed config (``compare.runs.CompareConfig``), one library call
+(``compare.runs.compare_runs``) and the printing of what comes back."""
 from __future__ import annotations
 
 import argparse
@@ -11,17 +11,18 @@ from .common import check_output, emit_json
 from .options import POSITIVE_INT, add_db, add_json, add_latest
 
 if TYPE_CHECKING:
-    from ..compare import CapacityComparison, CompareConfig, Compared
+    from ..compare.capacity import CapacityComparison
+    from ..compare.runs import CompareConfig, Compared
 
 
 def compare_config(a: argparse.Namespace) -> CompareConfig:
-    from ..compare import CompareConfig
+    from ..compare.runs import CompareConfig
 
     return CompareConfig(a.a, a.b, agents=a.agents, tokens=a.tokens, latest=a.latest, db=a.db)
 
 
 def cmd_compare(a: argparse.Namespace, console: Console) -> int:
-    from ..compare import compare_runs
+    from ..compare.runs import compare_runs
 
     check_output(a.json, "--json")
     cfg = compare_config(a)
@@ -44,8 +45,8 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
 def _print_rows(console: Console, cfg: CompareConfig, done: Compared, fmt: str) -> None:
     """The rows aligned on the shared operating points, their legend, the crossovers and the effective-serving
     line."""
-    from ..compare import GROUP_COLUMN, NO_SHARED_POINT, VALUE_COLUMNS, legend, table
-    from ..output import print_table
+    from ..compare.levels import GROUP_COLUMN, NO_SHARED_POINT, VALUE_COLUMNS, legend, table
+    from ..console import print_table
 
     c, cap = done.comparison, done.capacity
     for w in c.warnings:
@@ -68,8 +69,8 @@ def _print_rows(console: Console, cfg: CompareConfig, done: Compared, fmt: str) 
 def _print_capacity(console: Console, cap: CapacityComparison, fmt: str, after_table: bool) -> None:
     """Both boxes' capacities within their SLOs: what each search says can be compared, the table, then one
     verdict line (none where the SLOs or axes differ)."""
-    from ..compare import CAPACITY_LEGEND, capacity_table
-    from ..output import print_table
+    from ..compare.capacity import CAPACITY_LEGEND, capacity_table
+    from ..console import print_table
 
     gap = "\n" if after_table or fmt == "markdown" else ""
     console.print(f"{gap}capacity within the SLO: A = {cap.a}, B = {cap.b}" + ("\n" if fmt == "markdown" else ""),
@@ -88,8 +89,8 @@ def _print_capacity(console: Console, cap: CapacityComparison, fmt: str, after_t
 def _print_sessions(console: Console, done: Compared, fmt: str) -> None:
     """Two agent-session runs: at each shared concurrency, TTFT per turn against context (warm and busted, both
     boxes), the levels' session time, and what each box's cache bought."""
-    from ..compare import session_level_table, session_turn_table
-    from ..output import print_table
+    from ..compare.sessions import session_level_table, session_turn_table
+    from ..console import print_table
 
     sc = done.sessions
     assert sc is not None

@@ -43,7 +43,7 @@ def cmd_cost(a: argparse.Namespace, console: Console) -> int:
 
 def _print_points(console: Console, done: Costed, fmt: str) -> None:
     """The price, then each operating point per million output tokens (beside the API's)."""
-    from ..output import print_table
+    from ..console import print_table
 
     currency, api = done.currency, done.api
     head = ["Operating point", "Output tok/s", f"{currency}/M output"]
@@ -71,7 +71,7 @@ def _money(v: float | None) -> str:
 def _print_sessions(console: Console, done: Costed, fmt: str) -> None:
     """An agent-session run priced level by level, warm and busted: per finished session and per million output
     tokens."""
-    from ..output import print_table
+    from ..console import print_table
     from ..session_view import seconds
 
     currency, api, points = done.currency, done.api, done.sessions or []

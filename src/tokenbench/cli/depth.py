@@ -12,9 +12,9 @@ from rich.console import Console
 from .. import redact
 from ..engines.embedded import running
 from ..errors import TokenbenchError
-from ..output import print_table
+from ..console import print_table
 from ..reader import load_result
-from ..metrics import DepthLevel
+from ..levels import DepthLevel
 from ..results import RunResult
 from ..servers import normalize_base_url
 from ..store import Store

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from ..errors import UsageError
-from ..output import print_table
+from ..console import print_table
 from .common import check_output, emit_json, notifier
 from .options import add_json
 from typing import Any

@@ -34,7 +34,7 @@ def _setup_config(a: argparse.Namespace) -> SetupConfig:
 
 
 def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
-    from ..output import print_table
+    from ..console import print_table
     from ..predict import tables
     from ..predict.specs import Catalog
 
@@ -89,7 +89,7 @@ def _refuse_what_against_ignores(a: argparse.Namespace) -> None:
 
 def _predict_against(a: argparse.Namespace, console: Console) -> int:
     """Predict every row of a published-measurements file and set each prediction beside its measurement."""
-    from ..output import print_table
+    from ..console import print_table
     from ..predict import tables
     from ..predict.accuracy import against
     from ..predict.entrypoints import load_calibration
@@ -108,7 +108,7 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_predict(a: argparse.Namespace, console: Console) -> int:
-    from ..output import print_table
+    from ..console import print_table
     from ..predict.entrypoints import PredictConfig, SpecConfig, predict
     from ..predict.runs import headline, prediction_manifest
 
@@ -228,7 +228,8 @@ def _print_sessions(a: argparse.Namespace, console: Console, sh: SessionShape, o
     """The session, then one table per number of agents, each with its session's time and tokens and what it
     assumed, then the band note. (The run ``out.run()`` makes has two levels per number of agents, with the
     prefix cache and without it, as a measured session run's ``cache`` "warm" and "busted".)"""
-    from ..output import agents_text, print_table
+    from ..cells import agents_text
+    from ..console import print_table
 
     console.print(f"session: {sh.turns} turns; tokens: shared prefix {sh.shared_prefix}, task "
                   f"{sh.input_len.describe()}, tool results {sh.tool_len.describe()}, answers "

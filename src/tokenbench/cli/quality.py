@@ -163,7 +163,7 @@ def print_quality_run(console: Console, res: RunResult, store: Store, fmt: str) 
 
 
 def _print_tasks(console: Console, summary: dict[str, Any], items: list[Item], fmt: str) -> None:
-    from ..output import print_table
+    from ..console import print_table
 
     rows = []
     for task, t in summary.items():
@@ -196,7 +196,7 @@ def _print_tasks(console: Console, summary: dict[str, Any], items: list[Item], f
 
 
 def _compare(a: argparse.Namespace, console: Console) -> int:
-    from ..output import print_table
+    from ..console import print_table
     from ..quality.parity import compare_runs, overall
 
     store = Store(a.db, readonly=True)
@@ -257,7 +257,7 @@ def _floor_cells(v: AgreementVerdict | None) -> list[str]:
 
 
 def _knob(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
-    from ..output import print_table
+    from ..console import print_table
     from ..quality import knob
     from ..quality.runner import run_knob
 

@@ -28,7 +28,7 @@ def recommend_config(a: argparse.Namespace) -> RecommendConfig:
 
 
 def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
-    from ..output import print_table
+    from ..console import print_table
     from ..recommend import recommend
 
     check_output(a.json, "--json")

@@ -9,8 +9,10 @@ from rich.console import Console
 
 from ..cost import DEFAULT_CURRENCY
 from ..errors import UsageError
-from ..metrics import DepthLevel, serving
-from ..output import describe_run, print_sweep, print_table
+from ..levels import DepthLevel, serving
+from ..console import print_table
+from ..describe import describe_run
+from ..sweep_table import print_sweep
 from ..results import Manifest, RunResult
 from ..reader import load_result
 from ..store import Store

@@ -19,9 +19,11 @@ from .. import redact
 from ..cost import DEFAULT_CURRENCY
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
+from ..describe import describe_run, lengths_line
 from ..kinds import WorkloadKind
-from ..metrics import SLO, ServingLevel, serving
-from ..output import describe_run, format_sweep_markdown, lengths_line, print_sweep
+from ..levels import ServingLevel, serving
+from ..slo import SLO
+from ..sweep_table import format_sweep_markdown, print_sweep
 from ..records import RequestRecord
 from ..results import RunResult
 from ..servers import normalize_base_url

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..metrics import LevelSummary
+from ..levels import LevelSummary
 from ..results import Manifest
 from ..wire import WireError, loads
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..metrics import Distribution, LevelSummary, ServingLevel
+from ..distribution import Distribution
+from ..levels import LevelSummary, ServingLevel
 from ..results import Manifest
 from .fields import FieldError, Imported, load_json, need
 

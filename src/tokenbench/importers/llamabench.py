@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..metrics import DepthLevel, LevelSummary
+from ..levels import DepthLevel, LevelSummary
 from ..results import Manifest
 from ..wire import WireError, loads
 from .fields import FieldError, Imported, load_json, need, number

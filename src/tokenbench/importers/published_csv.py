@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UsageError
-from ..metrics import DepthLevel, Distribution, LevelSummary, ServingLevel
+from ..distribution import Distribution
+from ..levels import DepthLevel, LevelSummary, ServingLevel
 from ..results import Manifest
 from ..predict.measured import COLUMNS, Row, read_rows
 from .fields import Imported

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..metrics import Distribution, ServingLevel
+from ..distribution import Distribution
+from ..levels import ServingLevel
 from ..results import Manifest
 from .fields import FieldError, Imported, load_json, need
 

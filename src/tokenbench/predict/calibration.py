@@ -14,293 +14,37 @@ blocks) and the FLOPs multiplying them one SM gets through per cycle in ggml's C
 predict/queue.py; calibration files that still carry the old ``burst`` share load, and it is ignored.) They are
 bounded (no backend beats its hardware) and fitted on every row of every source by minimising the squared log
 error (a robust soft-L1 loss, so one odd row cannot pull a constant), plus a penalty for straying from a prior (so
-a backend with two rows keeps the prior for what its rows cannot tell). The prior is hierarchical: one fit on all
-the rows of an engine family (every llama.cpp backend together) starts from the physical priors below, and each
-backend starts from that family fit with its own literature values (LITERATURE) on top; the power constant is
-the family's alone. Rows that
-need hybrid offload are not fitted (they test the offload model, not the backend).
+a backend with two rows keeps the prior for what its rows cannot tell; ``solver.py``). The prior is hierarchical:
+one fit on all the rows of an engine family (every llama.cpp backend together) starts from the physical priors
+(``priors.py``), and each backend starts from that family fit with its own literature values (LITERATURE) on top;
+the power constant is the family's alone. Rows that need hybrid offload are not fitted (they test the offload
+model, not the backend); which rows a fit uses, and per era of builds, is ``fitting.py``'s.
 
 How sure a prediction is comes from leave-one-source-out cross-validation: every source is predicted by a fit
-on all the others, and the residuals per backend and metric give the band a prediction shows. A backend that
-no row stands behind is UNCALIBRATED: its priors (its family's fit where there is one) are shown as such.
+on all the others, and the residuals per backend and metric give the band a prediction shows, widened where it
+reaches beyond its rows (``bands.py``). A backend that no row stands behind is UNCALIBRATED: its priors (its
+family's fit where there is one) are shown as such.
+
+This module holds the result, ``Calibration``: the constants per backend, era and family, the bands and the reach
+of the rows behind them, looked up for a prediction and read and written as the TOML file tokenbench ships.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 import tomllib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .. import registry
 from ..errors import UsageError
+from .bands import (ARCH_KEY, CONCURRENCY_TERM, DEPTH_TERM, DRIFT_PRIOR, ERA_MIN_BOXES, FEW_ROWS, FEW_ROWS_TERM,
+                    YEAR_KEY, Band, Extrapolation, counts_rows_by, widen)
+from .priors import backend_prior, family, prior
 from .roofline import Efficiency, PARAM_BOUNDS
 from .specs import finite_number
-
-
-def _with(e: Efficiency, constants: dict[str, float]) -> Efficiency:
-    """``e`` with some of its float constants replaced (by name, from PARAMS)."""
-    changes: dict[str, Any] = constants
-    return replace(e, **changes)
-
-
-#: Physical priors per backend family, and where they come from (roofline.md "Efficiency evidence").
-#: llama.cpp tg128 reaches 0.59–0.66 of nominal bandwidth on RTX 3090/4090 and M3 Max, 0.38 on ROCm (7900
-#: XTX); Strix Halo's BF16 GEMM reaches 36.9 of 59.4 TF (0.62). An f16 KV stream is a stream like the
-#: weights'; a dequantizing (q8_0/q4_0) KV read runs well below it. roofline.md's fixed step cost, 0.5–3 ms,
-#: over ~32 layers is ~15–90 µs per layer. (The generic defaults are
-#: roofline.Efficiency's.) LITERATURE: what the literature says about one backend, beyond the generic
-#: defaults; these values win over the family's fit a backend starts from (backend_prior).
-#: deq_bytes (generic default 2.6): llama.cpp's CUDA backend as of May 2024 (ggml-cuda.cu, MMQ_MAX_BATCH_SIZE 32:
-#: "max batch size to use MMQ kernels when tensor cores are available") sent every quantized matmul of more than
-#: 32 tokens to a dequantize-to-F16 kernel and then cuBLAS: Q4_K_M's 0.61 bytes per weight read, 2 written, a
-#: pass of its own before the GEMM. llama.cpp PR 8075 (June 2024) made its int8 MMQ kernels the default, which
-#: dequantize tile by tile inside the matmul; the fit finds where between the two a backend's rows sit.
-LITERATURE: dict[str, dict[str, float]] = {
-    "llamacpp-rocm": {"eta_w": 0.38, "eta_kv": 0.38},
-    # Metal prompt processing: llama-bench pp512 of Llama-3.2-3B Q4_K_M on an M1 Ultra 64c, 2142.6 t/s
-    # (geerlingguy/ai-benchmarks#48): 2·2.82e9 FLOPs/token × 2142.6 = 12.1 TF of the 21 TF FP16 peak,
-    # 0.57 (the same author's M3 Ultra 80c, geerlingguy/beowulf-ai-cluster#17: Llama 3.3 70B Q4_K_M
-    # pp512 162.3 t/s, 0.68 of 32.8 TF). Both are K-quant figures, so they give the product eta_c·eta_q; with
-    # no F16 figure beside them it is all put in eta_c, and Metal's dequantizing matmuls get no further
-    # penalty (eta_q 1). Metal's matmul kernels dequantize each tile into threadgroup memory, with no pass of
-    # their own: deq_bytes 0.
-    "llamacpp-metal": {"eta_w": 0.59, "eta_kv": 0.59, "eta_c": 0.57, "eta_q": 1.0, "deq_bytes": 0.0},
-    # eta_c 0.5 is already an end-to-end share of an H100 SXM's peak, measured at its TDP, throttling and all:
-    # a power term on top would count the limit twice, so the prior leaves it off (the bound, 10 TF/W). Its
-    # quantized kernels (Marlin, CUTLASS FP8) dequantize in registers: deq_bytes 0.
-    "vllm": {"eta_w": 0.7, "eta_kv": 0.7, "t_layer": 10e-6, "eta_c": 0.5, "eta_att": 0.4, "flops_per_w": 10.0,
-             "deq_bytes": 0.0},
-}
-PRIORS: dict[str, Efficiency] = {"default": Efficiency(), **{k: _with(Efficiency(), v) for k, v in LITERATURE.items()}}
-#: The fitted constants: all of roofline.PARAM_BOUNDS.
-PARAMS = tuple(PARAM_BOUNDS)
-#: Weight of the pull toward the prior, per constant, against one row's squared log error.
-PRIOR_WEIGHT = 0.5
-#: Scale of the soft-L1 loss on log errors: rows off by more than ~20% count linearly, not squared.
-LOSS_SCALE = 0.2
-#: Offsets that keep log() finite for constants whose bound is 0.
-_LOG_OFFSET = {"t_layer": 10e-6, "deq_bytes": 0.1}
-#: Share of a backend's cross-validated deviations (measured from predicted) a band covers.
-BAND_QUANTILE = 0.8
-#: Fewer cross-validated residuals than this give no band.
-BAND_MIN_N = 3
-
-
-def backend_key(engine: str, default_backend: str) -> str:
-    """The backend an engine string calibrates on a box whose default GPU backend is ``default_backend``: the
-    registry's rule (each batching engine is its own backend, SGLang never borrows vLLM's fit, and an AMD box,
-    ROCm or Vulkan by default, runs them on ROCm; llama.cpp's is the backend named or the box's)."""
-    return registry.backend_key(engine, default_backend)
-
-
-def engine_kind(engine: str) -> str:
-    return registry.engine(engine).kind
-
-
-def _literature_key(backend: str) -> str | None:
-    """The LITERATURE entry a backend starts from: its own, else the one its engine borrows (registry.Engine
-    .literature: llama-cpp-python's backends llama.cpp's of the same GPU backend, SGLang's vLLM's); None: none."""
-    if backend in LITERATURE:
-        return backend
-    b = registry.backend(backend)
-    if b is None or b.engine.literature is None:
-        return None
-    stem = b.engine.literature
-    return next((k for k in ((f"{stem}-{b.gpu}",) if b.gpu else ()) + (stem,) if k in LITERATURE), None)
-
-
-def literature(backend: str) -> dict[str, float]:
-    key = _literature_key(backend)
-    return LITERATURE[key] if key else {}
-
-
-def prior(backend: str) -> Efficiency:
-    key = _literature_key(backend)
-    return PRIORS[key] if key else PRIORS["default"]
-
-
-def family(backend: str) -> str:
-    """The engine family a backend belongs to (registry.Engine.family): llama.cpp's backends, and
-    llama-cpp-python's, share ggml's kernels."""
-    return registry.family(backend)
-
-
-def backend_prior(backend: str, family_fit: Efficiency | None) -> Efficiency:
-    """Where a backend's fit starts: its family's fit when there is one, with the literature values PRIORS sets
-    for this backend itself (those that differ from the generic defaults) kept on top."""
-    if family_fit is None:
-        return prior(backend)
-    return _with(replace(family_fit, rows=0, calibrated=False), literature(backend))
-
-
-# --- the fit ---------------------------------------------------------------------------------------------
-
-def _to_z(name: str, v: float) -> float:
-    lo, hi = PARAM_BOUNDS[name]
-    p = min(max((v - lo) / (hi - lo), 1e-6), 1 - 1e-6)
-    return math.log(p / (1 - p))
-
-
-def _from_z(name: str, z: float) -> float:
-    lo, hi = PARAM_BOUNDS[name]
-    return lo + (hi - lo) / (1 + math.exp(-max(-40.0, min(40.0, z))))
-
-
-def _glog(name: str, v: float) -> float:
-    return math.log(v + _LOG_OFFSET.get(name, 0.0))
-
-
-def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
-    """Gaussian elimination with partial pivoting; None when singular."""
-    k = len(b)
-    m = [row[:] + [bv] for row, bv in zip(a, b)]
-    for c in range(k):
-        p = max(range(c, k), key=lambda r: abs(m[r][c]))
-        if abs(m[p][c]) < 1e-300:
-            return None
-        m[c], m[p] = m[p], m[c]
-        for r in range(k):
-            if r != c:
-                f = m[r][c] / m[c][c]
-                m[r] = [u - f * v for u, v in zip(m[r], m[c])]
-    return [m[i][k] / m[i][i] for i in range(k)]
-
-
-Evaluator = Callable[[Efficiency], float]  # a row's log(predicted / measured) under some constants
-
-
-#: The pull toward the published fit when the user's own runs anchor a backend (calibrate --runs): weaker, so
-#: their box's measurements decide what they constrain, and the published fit holds only the rest.
-ANCHOR_PRIOR_WEIGHT = 0.05
-
-
-def _normal_equations(residuals: Callable[[list[float]], tuple[list[float], list[float]]], z: list[float],
-                      rs: list[float], pr: list[float], wts: list[float],
-                      h: float) -> tuple[list[list[float]], list[float]]:
-    """JᵀJ and Jᵀr of the weighted residuals at ``z``, the Jacobian by forward differences of step ``h``."""
-    res = [w * r for w, r in zip(wts, rs)] + pr
-    jac_cols = []
-    for j in range(len(z)):
-        zj = z[:]
-        zj[j] += h
-        rj, pj = residuals(zj)
-        jac_cols.append([(w * (a - b)) / h for w, a, b in zip(wts, rj, rs)] + [(a - b) / h for a, b in zip(pj, pr)])
-    k = len(z)
-    jtj = [[sum(x * y for x, y in zip(jac_cols[i], jac_cols[j])) for j in range(k)] for i in range(k)]
-    jtr = [sum(x * y for x, y in zip(jac_cols[i], res)) for i in range(k)]
-    return jtj, jtr
-
-
-def fit_constants(rows: Sequence[Evaluator], start: Efficiency, iterations: int = 40,
-                  prior_weight: float = PRIOR_WEIGHT, fixed: frozenset[str] = frozenset()) -> Efficiency:
-    """Levenberg–Marquardt on the constants (bounded through a logistic map), minimising the soft-L1 loss
-    of each row's log error plus PRIOR_WEIGHT·(log θ − log θ_prior)² per constant."""
-    names = tuple(n for n in PARAMS if n not in fixed)
-    z = [_to_z(n, getattr(start, n)) for n in names]
-    g0 = [_glog(n, getattr(start, n)) for n in names]
-    wp = math.sqrt(prior_weight)
-
-    def residuals(zs: list[float]) -> tuple[list[float], list[float]]:
-        eff = _with(start, {n: _from_z(n, v) for n, v in zip(names, zs)})
-        rs = [f(eff) for f in rows]
-        prior_r = [wp * (_glog(n, getattr(eff, n)) - g) for n, g in zip(names, g0)]
-        return rs, prior_r
-
-    def loss(rs: list[float], pr: list[float]) -> float:
-        s2 = LOSS_SCALE**2
-        return sum(2 * s2 * (math.sqrt(1 + r * r / s2) - 1) for r in rs) + sum(p * p for p in pr)
-
-    rs, pr = residuals(z)
-    cur = loss(rs, pr)
-    lam = 1e-2
-    h = 1e-4
-    for _ in range(iterations):
-        # IRLS weights of the soft-L1 loss, then a damped Gauss–Newton step on the weighted residuals
-        wts = [1 / math.sqrt(math.sqrt(1 + r * r / LOSS_SCALE**2)) for r in rs]
-        jtj, jtr = _normal_equations(residuals, z, rs, pr, wts, h)
-        k = len(names)
-        improved = False
-        for _ in range(8):
-            a = [[jtj[i][j] + (lam * (jtj[i][i] + 1e-9) if i == j else 0.0) for j in range(k)] for i in range(k)]
-            step = _solve(a, [-v for v in jtr])
-            if step is None:
-                lam *= 10
-                continue
-            zn = [v + s for v, s in zip(z, step)]
-            rn, pn = residuals(zn)
-            new = loss(rn, pn)
-            if new < cur:
-                z, rs, pr = zn, rn, pn
-                improved = cur - new > 1e-10 * (1 + cur)
-                cur = new
-                lam = max(lam / 3, 1e-7)
-                break
-            lam *= 10
-        if not improved:
-            break
-    return _with(start, {n: _from_z(n, v) for n, v in zip(names, z)})
-
-
-# --- the calibration file --------------------------------------------------------------------------------
-
-@dataclass(slots=True)
-class Band:
-    """How far held-out measurements of one backend and metric lay from their predictions (RowResult.deviation_pct,
-    in percent of the prediction, so "p ±X%" reads as printed: measured between p(1 − X) and p(1 + X)):
-    BAND_QUANTILE of them within ``pct``, half within ``median_pct``; a band widened for extrapolation says why in
-    ``widened``."""
-
-    pct: float
-    median_pct: float
-    n: int
-    widened: tuple[str, ...] = ()
-
-    @property
-    def wide(self) -> bool:
-        """Over WIDE_BAND_PCT: flagged wherever it is printed."""
-        return self.pct > WIDE_BAND_PCT
-
-
-#: How far a prediction may drift per year of engine builds newer than any row its backend was fitted on, as a log
-#: error, when the data cannot tell (no backend with rows of two eras): llama.cpp CUDA decode was 30-45% faster in
-#: 2025-2026 builds than the 2024 builds' fit predicts (llama.cpp's CUDA scoreboard, discussion 15013, and
-#: llama-bench on one H100 SXM, h100-lcpp in data/published-current.csv), about a year apart: log(1.35). The
-#: shipped data and the split by time's pre-2025 side both hold CUDA and Metal rows of 2023 and 2024 builds, so
-#: both measure their drift ([meta] drift, fitting._drift) and this prior is only a user's data's fallback.
-DRIFT_PRIOR = math.log(1.35)
-#: Widening per doubling of context (depth, prompt and output) beyond the deepest a backend's rows reached (log
-#: error), and per doubling of concurrency beyond its highest: what the model does there no row has checked.
-DEPTH_TERM = 0.10
-CONCURRENCY_TERM = 0.15
-#: A backend fitted on fewer rows than this: its constants rest on few boxes; its band widens by FEW_ROWS_TERM. So
-#: does a box of a hardware generation (HardwareSpec.arch) its backend has fewer rows of: a backend's kernels are
-#: built and tuned per instruction set, and llama.cpp's 2025 scoreboard puts the RTX 5090 (sm_120, 6 rows) 31%
-#: above a prediction whose constants rest mostly on sm_80-sm_90 rows.
-FEW_ROWS = 12
-FEW_ROWS_TERM = math.log(1.25)
-#: Calibration.reach's keys counting a backend's rows per hardware generation ("arch_sm_90") and the boxes its rows
-#: of one year of builds measured ("boxes_2026").
-ARCH_KEY = "arch_"
-YEAR_KEY = "boxes_"
-#: An era's constants rest on rows of at least this many boxes: with fewer, a year's rows cannot tell the
-#: bandwidth share from the per-layer cost, so the year joins the one before it (the oldest, the one after), and a
-#: prediction for that year's builds widens by FEW_ROWS_TERM: its constants are partly another year's (llama.cpp
-#: CUDA's 2026 builds, rows of h100-lcpp's H100 and h200-lcpp's H200 alone, decode 25% above the 2025-2026
-#: constants on the H100).
-ERA_MIN_BOXES = 3
-#: The band of a backend and metric no held-out row measured (a fit with no cross-validated residual for it):
-#: about what rows predicted from priors alone miss by, held out (llama.cpp ROCm decode 44%, Vulkan prompts at
-#: depth 93% in the split by time); wide on purpose, and said as such ("no held-out rows").
-FALLBACK_BAND_PCT = 60.0
-#: A band wider than this (percent) is flagged "wide" wherever it is printed: a spread over half the estimate, which
-#: the project's rule for published numbers flags (a measured rate's spread over half its mean is "unstable"). The
-#: estimate then gives an order of magnitude, not a value; past 100% a "±" read around it would reach below zero.
-WIDE_BAND_PCT = 50.0
 
 
 def era_for(eras: Iterable[str], year: str) -> str | None:
@@ -308,34 +52,6 @@ def era_for(eras: Iterable[str], year: str) -> str | None:
     in: the newest one starting at or before it; None when every era starts after it."""
     older = [k for k in eras if k and k[:4] <= year[:4]]
     return max(older, key=lambda k: k[:4]) if older else None
-
-
-@dataclass(frozen=True, slots=True)
-class Extrapolation:
-    """How far a prediction reaches beyond its backend's rows: years of builds newer than the newest era it was
-    fitted on (negative: older than the oldest), the deepest context it asks for (depth, prompt and output:
-    rows.context), its concurrency, its box's hardware generation and the year of builds it was asked for (none: the
-    newest era's constants, for that era's builds as a whole)."""
-
-    years: int = 0
-    depth: int = 0  # tokens of context
-    concurrency: int = 1
-    arch: str = ""  # the box's hardware generation (HardwareSpec.arch); "" unknown
-    year: str = ""  # the year of the builds it was asked for (--engine-version, a row's date); "" not asked
-
-
-def _counted(reach: dict[str, int], key: str) -> bool:
-    """Whether a backend's reach counts its rows by ``key`` (a calibration file of an older tokenbench does not)."""
-    return any(k.startswith(key) for k in reach)
-
-
-def widen(b: Band, terms: list[tuple[float, str]]) -> Band:
-    """A band with extra log-error terms added in quadrature (independent sources of error), each named."""
-    terms = [(t, why) for t, why in terms if t > 0]
-    if not terms:
-        return b
-    z = math.sqrt(math.log1p(b.pct / 100) ** 2 + sum(t * t for t, _ in terms))
-    return Band(math.expm1(z) * 100, b.median_pct, b.n, b.widened + tuple(why for _, why in terms))
 
 
 @dataclass(slots=True)
@@ -411,9 +127,10 @@ class Calibration:
         e = self.backends.get(backend)
         if e is not None and e.rows < FEW_ROWS:
             terms.append((FEW_ROWS_TERM, f"fitted on {e.rows} rows"))
-        elif e is not None and reach.arch and _counted(r, ARCH_KEY) and r.get(ARCH_KEY + reach.arch, 0) < FEW_ROWS:
+        elif (e is not None and reach.arch and counts_rows_by(r, ARCH_KEY)
+              and r.get(ARCH_KEY + reach.arch, 0) < FEW_ROWS):
             terms.append((FEW_ROWS_TERM, f"{r.get(ARCH_KEY + reach.arch, 0)} rows of {reach.arch} boxes"))
-        if (e is not None and reach.years == 0 and reach.year and _counted(r, YEAR_KEY)
+        if (e is not None and reach.years == 0 and reach.year and counts_rows_by(r, YEAR_KEY)
                 and r.get(YEAR_KEY + reach.year, 0) < ERA_MIN_BOXES):
             terms.append((FEW_ROWS_TERM, f"{reach.year} builds measured on {r.get(YEAR_KEY + reach.year, 0)} box(es)"))
         return terms
@@ -539,15 +256,6 @@ def _numbers(section: str, t: dict[str, Any]) -> dict[str, Any]:
         if not finite_number(v):
             raise ValueError(f"[{section}] {k} = {repr(v)[:40]} is not a number")
     return t
-
-
-def make_band(deviations_pct: list[float]) -> Band | None:
-    """The band of held-out rows' deviations (RowResult.deviation_pct); None with fewer than BAND_MIN_N."""
-    if len(deviations_pct) < BAND_MIN_N:
-        return None
-    e = sorted(abs(x) for x in deviations_pct)
-    idx = min(len(e) - 1, math.ceil(BAND_QUANTILE * len(e)) - 1)
-    return Band(e[idx], statistics.median(e), len(e))
 
 
 def write(cal: Calibration, out: Path) -> None:

@@ -10,8 +10,10 @@ from dataclasses import dataclass, replace
 
 from ..errors import UsageError
 from . import roofline as rf
-from .calibration import (ANCHOR_PRIOR_WEIGHT, ARCH_KEY, BAND_MIN_N, DRIFT_PRIOR, ERA_MIN_BOXES, PRIOR_WEIGHT,
-                          YEAR_KEY, Calibration, backend_prior, era_for, family, fit_constants, make_band, prior)
+from .bands import ARCH_KEY, BAND_MIN_N, DRIFT_PRIOR, ERA_MIN_BOXES, YEAR_KEY, make_band
+from .calibration import Calibration, era_for
+from .priors import backend_prior, family, prior
+from .solver import ANCHOR_PRIOR_WEIGHT, PRIOR_WEIGHT, fit_constants
 from .measured import METRICS, Row
 from .rows import RowResult, Valuer, band_metric, context, predict_row, row_setup, row_valuer
 from .specs import Catalog

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .. import registry
 from ..errors import UsageError
-from ..metrics import DepthLevel, ServingLevel
+from ..levels import DepthLevel, ServingLevel
 
 #: A row's date: the year and month the measurement (or the build it ran) is from.
 DATE = re.compile(r"\d{4}(-\d{2})?")

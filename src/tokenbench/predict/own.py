@@ -15,7 +15,8 @@ from ..errors import UsageError
 from ..results import Manifest
 from ..reader import load_result
 from ..store import Store
-from .calibration import Calibration, backend_key
+from .calibration import Calibration
+from .priors import backend_key
 from .rows import predict_row
 from .measured import Row, run_rows
 from .formats import GGUF_FORMATS, check_engine

@@ -237,7 +237,7 @@ PARAM_BOUNDS: dict[str, tuple[float, float]] = {
 @dataclass(slots=True, frozen=True)
 class Efficiency:
     """A backend's calibrated constants (see PARAM_BOUNDS); the defaults are the physical priors every fit
-    starts from and shrinks toward (calibration.PRIORS says where each comes from)."""
+    starts from and shrinks toward (priors.PRIORS says where each comes from)."""
 
     eta_w: float = 0.65
     eta_kv: float = 0.65
@@ -249,7 +249,7 @@ class Efficiency:
     t_expert: float = 5e-6
     eta_att: float = 0.3
     flops_per_w: float = 1.0  # H100 SXM datasheet: 989 TF at 700 W is 1.4 TF/W at the peak; GEMMs sit below it
-    deq_bytes: float = 2.6  # Q4_K_M's 0.61 bytes per weight read, 2 written as F16 (calibration.PRIORS says where)
+    deq_bytes: float = 2.6  # Q4_K_M's 0.61 bytes per weight read, 2 written as F16 (priors.PRIORS says where)
     # The SM rates of ggml's CUDA kernels (sm_rates; no other backend's step uses them, so they are every backend's
     # defaults and the llama.cpp family fit's prior, which its CUDA rows then move). sm_bytes: 8 bytes (16 4-bit
     # weights) per SM-cycle binds on HBM boxes and not on GDDR ones, where their rows put it: the fit on the 2023

@@ -12,7 +12,9 @@ from ..errors import UsageError
 from . import queue
 from . import memory
 from . import roofline as rf
-from .calibration import FALLBACK_BAND_PCT, Band, Calibration, engine_kind
+from .bands import FALLBACK_BAND_PCT, Band
+from .calibration import Calibration
+from .priors import engine_kind
 from .measured import METRICS, Row
 from .setup import Setup
 from .specs import Catalog

@@ -16,7 +16,8 @@ from typing import Any
 
 from .. import __version__
 from ..errors import UsageError
-from ..metrics import DepthLevel, Distribution, LevelSummary, ServingLevel, SessionStats, TurnPoint
+from ..distribution import Distribution
+from ..levels import DepthLevel, LevelSummary, ServingLevel, SessionStats, TurnPoint
 from ..loadgen import Level
 from ..results import LevelOutcome, Manifest, RunResult, new_run_id, now_iso
 from ..store import Store

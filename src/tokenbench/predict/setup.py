@@ -14,7 +14,9 @@ from ..errors import UsageError
 from . import queue
 from . import formats, memory, offload, parallelism, serving, speculation
 from . import roofline as rf
-from .calibration import Band, Calibration, Extrapolation, backend_key, engine_kind
+from .bands import Band, Extrapolation
+from .calibration import Calibration
+from .priors import backend_key, engine_kind
 from .specs import Catalog, HardwareSpec, ModelSpec
 
 #: The most GPUs one box holds (an HGX/DGX board): --tp beyond it would span boxes.

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from . import roofline as rf
-from .calibration import WIDE_BAND_PCT, Band, Calibration
+from .bands import WIDE_BAND_PCT, Band
+from .calibration import Calibration
 from .accuracy import AgainstReport
 from .setup import Setup
 from .memory import Fit, FIT_SEARCH_TOKENS, kv_bytes, state_bytes

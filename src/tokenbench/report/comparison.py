@@ -1,7 +1,7 @@
 """The report's comparison of runs, in the shape of the published write-ups: for each pair of runs that share
 operating points, both sides' values, the ratio and its 95% interval, the winner per row (only where the interval
 excludes 1), the crossovers, and the cost per million output tokens beside each output rate. The rows, ratios,
-intervals and crossovers are ``compare.compare``'s; the cost is ``cost.Pricing``'s: this module only arranges
+intervals and crossovers are ``compare.levels.compare``'s; the cost is ``cost.Pricing``'s: this module only arranges
 them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from itertools import combinations
 from typing import TYPE_CHECKING
 
 from .. import session_view
-from ..compare import METRICS, CompareRow, Comparison, compare
+from ..compare.levels import METRICS, CompareRow, Comparison, compare
 from ..cost import Pricing
 from ..results import RunResult
 from .series import pricing
@@ -35,7 +35,7 @@ class Pair:
     price_b: Pricing | None
 
     def groups(self) -> list[tuple[str, str, list[CompareRow]]]:
-        """Rows by metric, in ``compare.METRICS`` order: (metric, unit, rows along the workload axes)."""
+        """Rows by metric, in ``compare.levels.METRICS`` order: (metric, unit, rows along the workload axes)."""
         out = []
         for name, unit, _, _ in METRICS:
             rows = [r for r in self.cmp.rows if r.metric == name]
@@ -71,7 +71,7 @@ def point(row: CompareRow, prompts: int) -> str:
 def pairs(runs: list[RunResult], price_per_hour: float | None = None, currency: str | None = None,
           store: Store | None = None) -> tuple[list[Pair], list[str]]:
     """Every pair of runs that share an operating point, and a line for each pair that shares none; ``store``:
-    where the runs' requests are, for each ratio's interval (``compare.compare``)."""
+    where the runs' requests are, for each ratio's interval (``compare.levels.compare``)."""
     out, apart = [], []
     for i, j in combinations(range(len(runs)), 2):
         why = session_view.mismatch(runs[i], runs[j])

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..checks import FAIL, WARN, GuardSnapshot
-from ..metrics import LevelSummary, ServingLevel
+from ..levels import LevelSummary, ServingLevel
 from ..results import Manifest, RunResult
 from .series import is_predicted, pricing
 from .style import depth_label

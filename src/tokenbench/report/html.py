@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from .. import __version__, session_view
 from ..bootstrap import RESAMPLES
-from ..compare import TIE, CompareRow, ratio_cell
+from ..compare.levels import TIE, CompareRow, ratio_cell
 from ..cost import output_rate
-from ..metrics import LevelSummary, of_depth, of_serving
+from ..levels import LevelSummary, of_depth, of_serving
 from ..results import RunResult
 from . import comparison, facts, figures, sessions, style
 from .document import Report
@@ -150,7 +150,7 @@ def _callouts(p: comparison.Pair, a: RunResult, b: RunResult, quality: dict[tupl
 
 def _winner(p: comparison.Pair, r: CompareRow) -> str:
     """The faster side where the interval excludes 1, else "not significant"; a row with no interval says that
-    the 5% rule decided it (compare.verdict's words, with the run's name and colour)."""
+    the 5% rule decided it (compare.levels.verdict's words, with the run's name and colour)."""
     best = r.winner()
     if best == 0:
         said = "not significant" if r.interval is not None else f"≈ tie (within {TIE - 1:.0%}, no interval)"
@@ -190,7 +190,7 @@ def _table(head: list[str], rows: list[list[str]], text_cols: int = 1) -> str:
 def _pair_sessions(p: comparison.Pair, runs: list[RunResult]) -> list[str]:
     """Two agent-session runs turn by turn at each concurrency both ran: TTFT p50 against context, warm and
     busted on each side (compare's session view, every turn)."""
-    from ..compare import compare_sessions, session_level_table, session_turn_table
+    from ..compare.sessions import compare_sessions, session_level_table, session_turn_table
     from ..errors import UsageError
 
     try:

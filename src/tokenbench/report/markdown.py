@@ -6,8 +6,9 @@ import re
 from pathlib import Path
 
 from .. import session_view
-from ..metrics import depth_levels, serving
-from ..output import format_markdown, format_sweep_markdown, md_escape
+from ..levels import depth_levels, serving
+from ..layout import format_markdown, md_escape
+from ..sweep_table import format_sweep_markdown
 from ..results import RunResult
 from . import facts, sessions
 from .series import pricing, run_name

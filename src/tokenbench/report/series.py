@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .. import session_view
 from ..cost import Pricing
-from ..metrics import ServingLevel, depth_levels, serving
+from ..levels import ServingLevel, depth_levels, serving
 from ..results import RunResult
 from ..session_view import BUSTED, cache_of
 from . import style

@@ -17,8 +17,9 @@ from dataclasses import replace
 
 import aiohttp
 
-from ..client import PreparedRequest, trace_config
-from ..http1 import next_request
+from ..aiohttp_path import trace_config
+from ..client import PreparedRequest
+from ..http1 import ByteStream, byte_stream, next_request
 from ..records import RequestRecord
 from .messages import ClientSpec
 
@@ -35,11 +36,10 @@ class _Sink(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.buf = b""
-        self.transport: asyncio.Transport | None = None
+        self.transport: ByteStream | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = byte_stream(transport)  # its behaviour, not its class: uvloop's is no asyncio.Transport
 
     def data_received(self, data: bytes) -> None:
         self.buf += data

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..loadgen import Level
-from ..metrics import percentile
+from ..distribution import percentile
 
 #: Streams one worker is given before ``--workers auto`` adds another: at 64 streams of 100 tok/s one
 #: process spends about 16% of a core on reads (2.5 µs a chunk, issue 13), and its send bursts stay short.
@@ -101,7 +101,7 @@ def send_weights(queues_ms: Sequence[float | None]) -> list[float] | None:
 def wave_queue_p90_ms(sends: int, send_us: float) -> float:
     """The p90 send queue of a wave of ``sends`` requests re-sent at once on one event loop, each send costing
     ``send_us``: the k-th reaches its socket k sends after the wave began, so the queues are c, 2c, ..., mc and
-    their p90 (metrics.percentile) is c(1 + 0.9(m - 1))."""
+    their p90 (distribution.percentile) is c(1 + 0.9(m - 1))."""
     if sends < 1:
         return 0.0
     return percentile([send_us * k / 1000 for k in range(1, sends + 1)], 90)

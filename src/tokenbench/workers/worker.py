@@ -11,7 +11,8 @@ from typing import Any
 
 import aiohttp
 
-from ..client import PreparedRequest, StreamClient, trace_config
+from ..aiohttp_path import trace_config
+from ..client import PreparedRequest, StreamClient
 from ..loadgen import ClientWatch, Level, freeze_heap, run_phase
 from ..records import RequestRecord
 from .clocks import ClockSample, clock_sample

@@ -1,0 +1,83 @@
+"""The effective-serving line: how long N agents asking for M tokens each take on a box, batched at the concurrency
+it measured, or as one sequential stream where it does not batch."""
+
+from __future__ import annotations
+
+import math
+
+from .. import adapters
+from ..cost import effective_serving_s
+from ..levels import DepthLevel, LevelSummary, ServingLevel, serving
+from ..results import RunResult
+from .sides import run_name
+
+#: Aggregate throughput at the highest concurrency over single-stream throughput above which a server whose
+#: batching is unknown is taken to batch (queued requests alone gain a little from hidden HTTP overhead).
+BATCHING_GAIN = 1.3
+
+
+def _sequential(res: RunResult) -> bool:
+    """One stream at a time: from what the server said of itself (its adapter and slots), else measured."""
+    server = res.manifest.server or {}
+    batches = server.get("batches") if "batches" in server else \
+        adapters.by_name(res.manifest.engine).batches(server.get("slots"))
+    if batches is not None:
+        return not batches
+    serve = sorted((s for s in serving(o.summary for o in res.outcomes) if s.concurrency and s.output_throughput_tps),
+                   key=lambda s: s.concurrency or 0)
+    if len(serve) < 2 or serve[0].concurrency != 1:
+        return True  # nothing measured shows batching
+    return serve[-1].output_throughput_tps < BATCHING_GAIN * serve[0].output_throughput_tps
+
+
+def _one_stream(s: LevelSummary) -> float | None:
+    """A level's single-stream decode rate: a serving level's at concurrency 1, a depth level's tg."""
+    return s.decode_tps if isinstance(s, ServingLevel) else s.tg_tps if isinstance(s, DepthLevel) else None
+
+
+def effective_line(res: RunResult, agents: int, tokens: int) -> str | None:
+    """How long `agents` requests of `tokens` tokens take: batched at concurrency N, or one sequential stream."""
+    levels = [o.summary for o in res.outcomes]
+    serve = [s for s in serving(levels) if s.concurrency and s.output_throughput_tps]
+    if serve and not _sequential(res):
+        return _batched_line(res, serve, agents, tokens)
+    return _sequential_line(res, levels, serve, agents, tokens)
+
+
+def _batched_line(res: RunResult, serve: list[ServingLevel], agents: int, tokens: int) -> str:
+    """N agents at the highest concurrency measured up to N (the lowest measured when all are above it)."""
+    at = [s for s in serve if s.concurrency and s.concurrency <= agents]
+    s = max(at, key=lambda x: x.concurrency or 0) if at else min(serve, key=lambda x: x.concurrency or 0)
+    how = "predicted" if res.predicted_mark else "measured"
+    note = "" if s.concurrency == agents else f" ({how} at concurrency {s.concurrency}, the nearest)"
+    ttft, tpot = s.ttft_ms.p50, s.tpot_ms.p50
+    if ttft is not None and tpot is not None and s.concurrency:
+        # each request waits for its first token, then decodes the rest: the level's own medians, in rounds
+        # of its concurrency (tokens / aggregate rate would leave the first token's wait out)
+        c = s.concurrency
+        rounds = math.ceil(agents / c)
+        t = rounds * (ttft + (tokens - 1) * tpot) / 1000
+        each = (f"{rounds} rounds of {c}, each" if rounds > 1 else f"{min(agents, c)} at once, each request")
+        return (f"{run_name(res)}: ~{t:,.1f} s batched ({each} TTFT {ttft:,.0f} ms + {tokens - 1} x TPOT {tpot:.1f} "
+                f"ms); {s.output_throughput_tps:,.0f} tok/s aggregate{note}")
+    t = effective_serving_s(agents, tokens, s.output_throughput_tps)
+    return f"{run_name(res)}: ~{t:,.1f} s batched, {s.output_throughput_tps:,.0f} tok/s aggregate{note}"
+
+
+def _sequential_line(res: RunResult, levels: list[LevelSummary], serve: list[ServingLevel], agents: int,
+                     tokens: int) -> str | None:
+    """N agents in turn on one stream: each request's first token, then its tokens, where a concurrency-1 level
+    measured both; else tokens over the decode rate (llama-bench's tg: decoding only, said so)."""
+    one = next((s for s in serve if s.concurrency == 1), None)
+    ttft, tpot = (one.ttft_ms.p50, one.tpot_ms.p50) if one is not None else (None, None)
+    if ttft is not None and tpot is not None:
+        t = agents * (ttft + (tokens - 1) * tpot) / 1000
+        return (f"{run_name(res)}: ~{t:,.1f} s as one sequential stream ({agents} requests in turn, each TTFT "
+                f"{ttft:,.0f} ms + {tokens - 1} x TPOT {tpot:.1f} ms)")
+    single = next((rate for s in levels if (rate := _one_stream(s)) and not s.depth), None)
+    rate = single or (serve[0].output_throughput_tps if serve else None)
+    if not rate:
+        return None
+    t = effective_serving_s(agents, tokens, rate)
+    return (f"{run_name(res)}: ~{t:,.1f} s as one sequential stream at {rate:,.1f} tok/s"
+            + (", decoding only: no time to first token measured" if single else ""))

@@ -1,0 +1,259 @@
+"""Two runs level by level: rows aligned on the shared workload axes (test, depth, concurrency), a ratio column
+with its 95% interval and the faster side named only where the interval excludes 1 (``bootstrap``), crossovers,
+the effective-serving line, and the "different model shapes" trap; and the table and legend that print them.
+
+Works on any kind of run (sweeps, depth runs, imports, predictions) since all are levels in the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..bootstrap import RESAMPLES, TAIL, Interval, LevelSamples, interval, run_samples
+from ..levels import LevelSummary, of_depth, of_serving
+from ..results import RunResult
+from ..session_view import BUSTED, cache_of, is_session_run
+from .effective import effective_line
+from .sides import run_name, shape_warnings
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+
+#: Where a ratio has no interval (a side without samples: an import, a prediction), ratios closer to 1 than this
+#: are a tie and farther a win: a stated rule, not a test (it guesses a run-to-run spread it did not measure).
+TIE = 1.05
+
+Getter = Callable[[LevelSummary], float | None]
+
+
+#: (name, unit, higher is better, getter)
+METRICS: list[tuple[str, str, bool, Getter]] = [
+    ("Aggregate output", "tok/s", True, of_serving(lambda s: s.output_throughput_tps or None)),
+    ("Per-agent", "tok/s", True, of_serving(lambda s: s.per_agent_tps)),
+    ("Median TTFT", "ms", False, of_serving(lambda s: s.ttft_ms.p50)),
+    ("P99 TTFT", "ms", False, of_serving(lambda s: s.ttft_ms.p99)),
+    ("Median TPOT", "ms", False, of_serving(lambda s: s.tpot_ms.p50)),
+    ("Prefill", "tok/s", True, of_serving(lambda s: s.prefill_tps)),
+    ("Decode", "tok/s", True, of_serving(lambda s: s.decode_tps)),
+    ("pp", "tok/s", True, of_depth(lambda s: s.pp_tps)),
+    ("tg", "tok/s", True, of_depth(lambda s: s.tg_tps)),
+]
+
+
+def level_key(s: LevelSummary) -> tuple[str, int, int, int, str]:
+    """The workload axes a row is aligned on: test, depth, concurrency, a serving level's prompt length (to the
+    nearest 64 tokens, so a BOS token or a chat template does not split a row) and a session level's cache mode
+    (a session run measures each concurrency twice, warm and busted; its prompts grow turn by turn, so their mean
+    length aligns nothing). A llama-bench test names its own length (pp512), which some sources also state as a
+    prompt length and others do not."""
+    test = s.test or "serve"
+    cache = cache_of(s) or ""
+    prompt = round((s.input_tokens_mean or 0) / 64) * 64 if test == "serve" and not cache else 0
+    return (test, s.depth or 0, s.concurrency or 0, prompt, cache)
+
+
+def points(res: RunResult, most: int = 4) -> str:
+    """A run's operating points, as compare aligns them: "pp512 at depth 0, tg128 at depth 32768" or
+    "concurrency 1 at 4096 tokens in, concurrency 4 at 4096 tokens in" or "concurrency 4, warm cache"."""
+    keys = sorted({level_key(o.summary) for o in res.outcomes})
+    said = [(f"concurrency {c}" + (f" at {p} tokens in" if p else "") + (f", {k} cache" if k else ""))
+            if t == "serve" else f"{t} at depth {d}" for t, d, c, p, k in keys]
+    return ", ".join(said[:most]) + (f" and {len(said) - most} more" if len(said) > most else "") or "no levels"
+
+
+@dataclass(slots=True)
+class CompareRow:
+    test: str
+    depth: int
+    concurrency: int
+    input_len: int
+    metric: str
+    unit: str
+    a: float
+    b: float
+    higher_better: bool
+    cache: str | None = None  # a session level's cache mode (warm, busted)
+    interval: Interval | None = None  # A/B's 95% interval; None where a side has no samples
+
+    @property
+    def ratio(self) -> float:
+        return self.a / self.b if self.b else float("inf")
+
+    def winner(self) -> int:
+        """0: no significant difference (the interval holds 1; with no interval, a ratio within ``TIE``); 1: A
+        is better; 2: B is better."""
+        if self.interval is not None:
+            if not self.interval.excludes_one():
+                return 0
+            larger = self.interval.low > 1
+        else:
+            if 1 / TIE < self.ratio < TIE:
+                return 0
+            larger = self.ratio > 1
+        return 1 if larger == self.higher_better else 2
+
+    @property
+    def rule(self) -> str:
+        """How the winner was decided: by the interval, or (no samples) by the fixed 5% rule."""
+        return "95% interval" if self.interval is not None else f"{TIE - 1:.0%} rule"
+
+    def factor(self) -> float:
+        r = self.ratio
+        return r if r >= 1 else 1 / r
+
+
+@dataclass(slots=True)
+class Comparison:
+    a: str
+    b: str
+    rows: list[CompareRow]
+    crossovers: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    effective: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rows as ``compare --json`` and the JSON report write them: each with its ratio, the winner's name
+        (None: a tie) and the rule that decided it; ``interval`` is {low, high, how_a, how_b, n_a, n_b} or None."""
+        doc = asdict(self)
+        for row, r in zip(doc["rows"], self.rows):
+            row.update(ratio=r.ratio, winner={0: None, 1: self.a, 2: self.b}[r.winner()], rule=r.rule)
+        return doc
+
+
+def crossovers(rows: list[CompareRow], a: str, b: str) -> list[str]:
+    """Where the faster box changes: along depth for llama-bench tests, along concurrency for serving (a session
+    run's warm and busted levels each a series of their own)."""
+    out = []
+    series: dict[tuple[str, str, int, str], list[CompareRow]] = {}
+    for r in rows:
+        fixed = r.concurrency if r.test != "serve" else r.depth
+        series.setdefault((r.test, r.metric, fixed * 1_000_000 + r.input_len, r.cache or ""), []).append(r)
+    for (test, metric, _, cache), rs in series.items():
+        axis = "depth" if test != "serve" else "concurrency"
+        rs.sort(key=lambda r: r.depth if axis == "depth" else r.concurrency)
+        decided = [r for r in rs if r.winner()]
+        for p, q in zip(decided, decided[1:]):
+            if p.winner() != q.winner():
+                at = (lambda r: f"{r.depth // 1024}K" if r.depth >= 1024 else str(r.depth)) if axis == "depth" \
+                    else (lambda r: str(r.concurrency))
+                out.append(f"faster box changes between {at(p)} and {at(q)} {axis} ({test}"
+                           f"{' ' + cache if cache else ''} {metric}): {a if p.winner() == 1 else b} then "
+                           f"{a if q.winner() == 1 else b}")
+    return out
+
+
+#: The warning of two runs with no row in common (two capacity searches often: each bisects to its own levels).
+NO_SHARED_POINT = "the two runs share no operating point (test, depth, concurrency): nothing to align"
+
+
+def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, store: Store | None = None) -> Comparison:
+    """The two runs row by row. ``store``: where their requests are, for the intervals of levels run once (a
+    repeated level's repetitions are in the results already); without it those rows have no interval."""
+    oa = {level_key(o.summary): o for o in a.outcomes}
+    ob = {level_key(o.summary): o for o in b.outcomes}
+    shared = sorted(set(oa) & set(ob), key=lambda k: (*k[:4], k[4] == BUSTED))  # warm before busted
+    samples: tuple[dict[int, LevelSamples], dict[int, LevelSamples]] = (
+        (run_samples(a, store), run_samples(b, store)) if shared else ({}, {}))
+    rows = []
+    for key in shared:
+        sa, sb = oa[key].summary, ob[key].summary
+        # the run and the level seed each side's draws: the same runs give the same interval every time
+        seeds = [f"{r.run_id}:{o.idx}" for r, o in ((a, oa[key]), (b, ob[key]))]
+        for name, unit, higher, get in METRICS:
+            va, vb = get(sa), get(sb)
+            if va and vb:
+                iv = interval(va, vb, samples[0].get(oa[key].idx), samples[1].get(ob[key].idx), sa, sb, name, get,
+                              seeds) if a.run_id and b.run_id else None
+                rows.append(CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, key[4] or None,
+                                       iv))
+    cmp = Comparison(run_name(a), run_name(b), rows, warnings=shape_warnings(a, b))
+    if not rows:
+        cmp.warnings.append(NO_SHARED_POINT)
+    cmp.crossovers = crossovers(rows, cmp.a, cmp.b)
+    for res in (a, b):
+        # a session's requests grow turn by turn: N agents x M tokens is no question a session run answers
+        line = None if is_session_run(res) else effective_line(res, agents, tokens)
+        if line:
+            cmp.effective.append(line)
+    return cmp
+
+
+def figure(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
+def times(v: float) -> str:
+    """A ratio: two decimals from 0.1 to 10, three digits to 1,000, else two significant digits."""
+    if v == float("inf"):
+        return "∞"
+    return f"{v:.2f}" if 0.1 <= v < 10 else f"{v:.3g}" if 10 <= v < 1000 else f"{v:.2g}"
+
+
+def metric_label(name: str, unit: str) -> str:
+    """A metric with its unit, short enough for a column: "Aggregate tok/s", "Median TTFT ms"."""
+    return f"{name.removesuffix(' output')} {unit}"
+
+
+def ratio_cell(r: CompareRow, mark: str = "") -> str:
+    """A/B and its 95% interval: "1.11 (1.08–1.15)"; the ratio alone where it has none. ``mark``: after the
+    ratio ("×" in the report)."""
+    iv = r.interval
+    return times(r.ratio) + mark + (f" ({times(iv.low)}–{times(iv.high)})" if iv is not None else "")
+
+
+def verdict(r: CompareRow, a: str = "A", b: str = "B") -> str:
+    """The faster side and by how much ("A 1.16×"), or "not significant" where the interval holds 1; a row with
+    no interval says the rule that decided it ("A 1.21× (5% rule)", "tie (5% rule)")."""
+    w = r.winner()
+    said = "not significant" if w == 0 else f"{a if w == 1 else b} {r.factor():.2f}×"
+    if r.interval is None:
+        said = (f"tie ({r.rule})" if w == 0 else f"{said} ({r.rule})")
+    return said
+
+
+def table(c: Comparison) -> tuple[list[str], list[list[str]]]:
+    """The rows as a table: the workload axes, the metric and its unit, both values (A and B: the heading names
+    the runs), A/B with its interval, and the faster side."""
+    head = ["Test", "Depth", "Concurrency", "Prompt", "Metric", "A", "B", "A/B (95% CI)", "Faster"]
+    out = []
+    for r in c.rows:
+        out.append([r.test + (f" {r.cache}" if r.cache else ""), f"{r.depth:,}", str(r.concurrency),
+                    str(r.input_len or "—"), metric_label(r.metric, r.unit), figure(r.a), figure(r.b), ratio_cell(r),
+                    verdict(r)])
+    return head, out
+
+
+#: The table's columns that stay in it whatever they hold (the others, one value in every row, go to a heading).
+VALUE_COLUMNS = (5, 6, 7, 8)
+#: On a terminal, a concurrency that varies heads its rows ("Concurrency 4") instead of taking a column.
+GROUP_COLUMN = 2
+
+
+#: What a side's draws came from, as the legend says it (``bootstrap.Draws.how``).
+_DRAWN = {"requests": "requests", "repetitions": "repetitions",
+          "mean ± sd": "mean ± sd over its repetitions (a depth run: the mean drawn from its t distribution)"}
+
+
+def legend(c: Comparison) -> list[str]:
+    """What the ratio column and the verdicts mean, from the rows shown: how the intervals were drawn, and the
+    rule that decided the rows without one."""
+    sampled = [r.interval for r in c.rows if r.interval is not None]
+    bare = len(c.rows) - len(sampled)
+    if not sampled:
+        out = ["A/B: A's figure over B's."]
+    else:
+        hows = " and ".join(_DRAWN[h] for h in sorted({h for iv in sampled for h in (iv.how_a, iv.how_b)}))
+        out = [f"A/B: A's figure over B's; 95% CI: its interval, a seeded bootstrap ({RESAMPLES:,} resamples) over "
+               f"each level's {hows}. A side is named faster only where the interval excludes 1, else: not "
+               "significant (no significant difference)."]
+        if any("requests" in (iv.how_a, iv.how_b) for iv in sampled):
+            out.append("Over requests it says how sure each run is of its own figure: a rerun can move more (sweep "
+                       "--repetitions N; compare then resamples those).")
+    if bare:
+        out.append(f"{TIE - 1:.0%} rule: {bare} of {len(c.rows)} rows have no interval (no samples on a side, or a p99 "
+                   f"of under {round(TAIL / 0.01)} requests); there a ratio beyond {TIE:g} names the faster side: a rule "
+                   "of thumb, not a test.")
+    return out

@@ -1,0 +1,182 @@
+"""Two agent-session runs side by side, turn by turn (``compare_sessions``): TTFT against context, warm and
+busted, session time, and what each box's prefix cache bought; a session run beside one that is not is refused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .. import session_view
+from ..errors import UsageError
+from ..levels import ServingLevel
+from ..results import RunResult
+from ..session_view import BUSTED, WARM
+from .levels import figure
+from .sides import model_warnings, run_name
+
+#: Two sides' contexts at a turn closer than this are one context (a chat template or a marker apart).
+SAME_CONTEXT = 0.05
+
+
+@dataclass(slots=True)
+class SessionTurn:
+    """One turn at one concurrency on both sides: the context each sent and its TTFT p50, warm and busted."""
+
+    turn: int  # as stored: 0 is the first turn
+    context_a: float | None
+    context_b: float | None
+    a_warm_ms: float | None
+    a_busted_ms: float | None
+    b_warm_ms: float | None
+    b_busted_ms: float | None
+
+    @property
+    def warm_ratio(self) -> float | None:
+        """A's warm TTFT over B's: below 1, A's first token came sooner."""
+        return self.a_warm_ms / self.b_warm_ms if self.a_warm_ms and self.b_warm_ms else None
+
+    @property
+    def busted_ratio(self) -> float | None:
+        return self.a_busted_ms / self.b_busted_ms if self.a_busted_ms and self.b_busted_ms else None
+
+    def context(self) -> str:
+        """One context where both sides sent about the same, else A's and B's ("48K/51K")."""
+        a, b = self.context_a, self.context_b
+        if a is None or b is None or abs(a - b) <= SAME_CONTEXT * max(a, b):
+            return session_view.tokens(a if a is not None else b)
+        return f"{session_view.tokens(a)}/{session_view.tokens(b)}"
+
+
+@dataclass(slots=True)
+class SessionSide:
+    """One side's session level at one concurrency and cache mode: what a finished session took."""
+
+    cache: str
+    sessions: int
+    sessions_finished: int
+    session_p50_s: float | None
+    session_p90_s: float | None
+    cached_share: float | None  # the responses' cached prompt tokens / prompt tokens
+    server_hit_share: float | None  # the server's own prefix-cache hit share (/metrics)
+    output_tps: float | None
+    per_agent_tps: float | None
+
+    @classmethod
+    def of(cls, s: ServingLevel) -> SessionSide:
+        st = s.session
+        assert st is not None
+        return cls(st.cache, st.sessions, st.sessions_finished, st.session_s.p50, st.session_s.p90, st.cached_share,
+                   st.server_hit_share, s.output_throughput_tps or None, s.per_agent_tps)
+
+
+@dataclass(slots=True)
+class SessionBlock:
+    """Both sides at one shared concurrency: the turns, each side's levels by cache mode, the cache's gain."""
+
+    concurrency: int
+    turns: list[SessionTurn]
+    a: dict[str, SessionSide]
+    b: dict[str, SessionSide]
+    gains: list[str]  # "NAME: turn 20 at 48K context: TTFT 0.31 s cached, 9.8 s uncached (...)"
+
+
+@dataclass(slots=True)
+class SessionComparison:
+    a: str
+    b: str
+    blocks: list[SessionBlock]
+    warnings: list[str] = field(default_factory=list)
+
+
+def _session_turns(a: RunResult, b: RunResult, c: int) -> list[SessionTurn]:
+    ta = {t.turn: t for t in session_view.turn_rows(a, c)}
+    tb = {t.turn: t for t in session_view.turn_rows(b, c)}
+    out = []
+    for k in sorted(set(ta) | set(tb)):
+        x, y = ta.get(k), tb.get(k)
+        out.append(SessionTurn(k, x.context_tokens if x else None, y.context_tokens if y else None,
+                               x.warm_ttft_ms if x else None, x.busted_ttft_ms if x else None,
+                               y.warm_ttft_ms if y else None, y.busted_ttft_ms if y else None))
+    return out
+
+
+def _session_workload_warnings(a: RunResult, b: RunResult) -> list[str]:
+    """The session parameters the two runs' manifests give differently (turns, shared prefix, distributions). The
+    seed is not one: it picks the words, not the shape, and two runs without --seed always differ in it."""
+    wa, wb = a.manifest.workload or {}, b.manifest.workload or {}
+    said = [f"{k} {wa.get(k, '(not given)')} vs {wb.get(k, '(not given)')}" for k in dict.fromkeys([*wa, *wb])
+            if k != "seed" and wa.get(k) != wb.get(k)]
+    return [f"the session workloads differ ({'; '.join(said)})"] if said else []
+
+
+def compare_sessions(a: RunResult, b: RunResult) -> SessionComparison:
+    """Two agent-session runs side by side at each concurrency both ran: per turn, the context and the TTFT p50
+    on each side, warm and busted; per level, the session time; per side, what the cache bought. Refuses
+    (``UsageError``) a session run beside one that is not, and two session runs that share no concurrency."""
+    why = session_view.mismatch(a, b)
+    if why is None and not session_view.is_session_run(a):
+        why = f"{run_name(a)} and {run_name(b)} are no agent-session runs: compare them as sweeps"
+    if why is None and not set(session_view.concurrencies(a)) & set(session_view.concurrencies(b)):
+        why = (f"{run_name(a)} and {run_name(b)} share no session concurrency: the first ran "
+               f"{', '.join(map(str, session_view.concurrencies(a))) or 'none'}; the second "
+               f"{', '.join(map(str, session_view.concurrencies(b))) or 'none'}")
+    if why is not None:
+        raise UsageError(why)
+    la, lb = session_view.levels(a), session_view.levels(b)
+    blocks = []
+    for c in sorted(set(session_view.concurrencies(a)) & set(session_view.concurrencies(b))):
+        gains = [f"{run_name(r)}: {g}" for r in (a, b) if (g := session_view.gain_line(r, c))]
+        blocks.append(SessionBlock(
+            c, _session_turns(a, b, c),
+            {k: SessionSide.of(s) for (cc, k), s in la.items() if cc == c},
+            {k: SessionSide.of(s) for (cc, k), s in lb.items() if cc == c}, gains))
+    warnings = model_warnings(a.manifest, b.manifest) + _session_workload_warnings(a, b)
+    warnings += session_view.warnings(a) + session_view.warnings(b)
+    warnings += [f"{run_name(r)} is {r.predicted_mark}, not measured" for r in (a, b) if r.predicted_mark]
+    return SessionComparison(run_name(a), run_name(b), blocks, warnings)
+
+
+def _ratio(x: float | None, y: float | None) -> str:
+    if not (x and y):
+        return "—"
+    r = x / y
+    return f"{r:.2f}×" if r >= 0.1 else f"{r:.2g}×"
+
+
+def session_turn_table(block: SessionBlock, every: bool = False) -> tuple[list[str], list[list[str]]]:
+    """TTFT p50 in seconds at each turn shown (turns counted from 1; ``every``: all of them, else a sample of a
+    long session), both sides, warm and busted: seven columns that fit 80 (the sides' names go in the heading
+    above the table, never in a column)."""
+    head = ["Turn", "Context", "A warm", "A busted", "B warm", "B busted", "Warm A/B"]
+    turns = [t.turn for t in block.turns]
+    shown = set(turns if every else session_view.shown_turns(turns))
+    s = session_view.seconds
+    rows = [[str(t.turn + 1), t.context(), s(t.a_warm_ms), s(t.a_busted_ms), s(t.b_warm_ms), s(t.b_busted_ms),
+             _ratio(t.a_warm_ms, t.b_warm_ms)] for t in block.turns if t.turn in shown]
+    return head, rows
+
+
+#: The session table's rows: (label, the figure of one side's level, how it is written, a ratio makes sense).
+_SESSION_ROWS: list[tuple[str, Callable[[SessionSide], float | None], Callable[[float | None], str], bool]] = [
+    ("Session p50 (s)", lambda x: x.session_p50_s, lambda v: session_view.seconds(v * 1000 if v is not None else None),
+     True),
+    ("Session p90 (s)", lambda x: x.session_p90_s, lambda v: session_view.seconds(v * 1000 if v is not None else None),
+     True),
+    ("Cached share", lambda x: x.cached_share, session_view.share, False),
+    ("Server hits", lambda x: x.server_hit_share, session_view.share, False),
+    ("Output tok/s", lambda x: x.output_tps, lambda v: "—" if v is None else figure(v), True),
+    ("Per-agent tok/s", lambda x: x.per_agent_tps, lambda v: "—" if v is None else figure(v), True),
+]
+
+
+def session_level_table(block: SessionBlock) -> tuple[list[str], list[list[str]]]:
+    """Each side's levels at the block's concurrency, warm and busted: sessions finished, session time, what
+    the cache served, throughput. A row no level has a figure for is left out."""
+    sides = [block.a.get(WARM), block.a.get(BUSTED), block.b.get(WARM), block.b.get(BUSTED)]
+    head = ["Per level", "A warm", "A busted", "B warm", "B busted", "Warm A/B"]
+    rows = [["Sessions done", *(f"{x.sessions_finished}/{x.sessions}" if x else "—" for x in sides), ""]]
+    for label, get, fmt, ratio in _SESSION_ROWS:
+        values = [get(x) if x else None for x in sides]
+        if any(v is not None for v in values):
+            rows.append([label, *map(fmt, values), _ratio(values[0], values[2]) if ratio else ""])
+    return head, rows

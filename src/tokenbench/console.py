@@ -1,0 +1,157 @@
+"""The terminal: Rich's console spelling in ASCII what its output cannot encode, and the printing of any table
+(``print_table``), fitted to the console's width by ``layout`` or said one block per row where it cannot fit."""
+
+from __future__ import annotations
+
+import codecs
+import io
+import textwrap
+import unicodedata
+from collections.abc import Collection
+from typing import Any, TextIO
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from .layout import Layout, format_markdown, heading_lines, split_constant, table_layout, wrap_cell
+
+
+#: ASCII spellings of what tokenbench prints beyond ASCII, for an output that cannot encode it: a C or POSIX locale
+#: with Python's UTF-8 mode off, ``PYTHONIOENCODING=ascii``, a Latin-1 terminal. Anything else: its compatibility
+#: decomposition's ASCII letters ("é" "e"), else "?".
+ASCII_SPELLINGS = {"—": "-", "–": "-", "−": "-", "±": "+/-", "×": "x", "≤": "<=", "≥": ">=", "≈": "~", "…": "...",
+                   "·": "-", "→": "->", "←": "<-", "µ": "u", "²": "^2", "⁶": "^6", "√": "sqrt", "“": '"', "”": '"',
+                   "‘": "'", "’": "'"}
+ASCII_ERRORS = "tokenbench-ascii"  # the codec error handler that writes them
+
+
+def _spelt(c: str) -> str:
+    """One character as ASCII: itself, its spelling, its decomposition's ASCII letters, else "?"."""
+    if c.isascii() or "\udc80" <= c <= "\udcff":  # a byte the locale could not decode: the stream writes it back
+        return c
+    return ASCII_SPELLINGS.get(c) or unicodedata.normalize("NFKD", c).encode("ascii", "ignore").decode() or "?"
+
+
+def _ascii_spelling(e: UnicodeError) -> tuple[str | bytes, int]:
+    if not isinstance(e, UnicodeEncodeError):
+        raise e
+    c = e.object[e.start]  # one at a time: a byte the locale could not decode goes back out as it came in
+    return (bytes([ord(c) - 0xDC00]) if "\udc80" <= c <= "\udcff" else _spelt(c)), e.start + 1
+
+
+def readable_output(*streams: TextIO) -> None:
+    """Streams that cannot encode "—", "±" or "≤" write ASCII spellings of them instead of ending the command in a
+    UnicodeEncodeError (stdout) or printing ``\\u2014`` (stderr). Rich draws ASCII boxes there by itself."""
+    codecs.register_error(ASCII_ERRORS, _ascii_spelling)
+    for stream in streams:
+        try:
+            "—±≤".encode(stream.encoding or "ascii")
+        except (UnicodeEncodeError, LookupError):
+            if isinstance(stream, io.TextIOWrapper):
+                stream.reconfigure(errors=ASCII_ERRORS)
+
+
+def ascii_spelled(text: str, encoding: str) -> str:
+    """``text`` with what ``encoding`` cannot encode spelt in ASCII (``ASCII_SPELLINGS``)."""
+    try:
+        text.encode(encoding)
+        return text
+    except (UnicodeEncodeError, LookupError):
+        return "".join(map(_spelt, text))
+
+
+class ReadableConsole(Console):
+    """Rich's console, its strings spelt in ASCII where its output cannot encode them before they are measured, so
+    a table's columns stay aligned ("77.5 +/-4%" is three cells wider than "77.5 ±4%")."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        return super().render_str(ascii_spelled(text, self.encoding), **kwargs)
+
+
+def print_vertical(console: Console, header: list[str], rows: list[list[str]], title: str | None = None) -> None:
+    """A table too wide for the terminal, one block per row, every value whole: never a cut number or flag. A long
+    value (a flag's sentence) wraps between words under its own column."""
+    if title:
+        console.print(title, markup=False, highlight=False)
+    width = max(len(h) for h in header[1:]) if len(header) > 1 else 0
+    beside = width + 4 <= console.width // 2  # else (a long run label names a column) each value goes under it
+    indent = " " * (width + 4 if beside else 4)
+    for r in rows:
+        console.print(f"{header[0]} {r[0]}", style="bold", markup=False, highlight=False)
+        for h, v in zip(header[1:], r[1:]):
+            if v:
+                lines = textwrap.wrap(v, max(20, console.width - len(indent)), break_long_words=False,
+                                      break_on_hyphens=False) or [v]
+                head = f"  {h:<{width}}  " if beside else f"  {h}\n{indent}"
+                console.print(head + f"\n{indent}".join(lines), markup=False, highlight=False, soft_wrap=True)
+
+
+def _grouped(head: list[str], body: list[list[str]], g: int) -> tuple[list[str], list[list[str]], set[int]]:
+    """The table with column ``g`` taken out: a row of its own ("Concurrency 4") before each run of rows that
+    share its value, and where those rows are."""
+    rows: list[list[str]] = []
+    marks: set[int] = set()
+    for i, r in enumerate(body):
+        if i == 0 or r[g] != body[i - 1][g]:
+            marks.add(len(rows))
+            rows.append([f"{head[g]} {r[g]}"] + [""] * (len(head) - 2))
+        rows.append(r[:g] + r[g + 1:])
+    return head[:g] + head[g + 1:], rows, marks
+
+
+def _aside(head: list[str], body: list[list[str]], k: int) -> tuple[list[str], list[list[str]], list[str]]:
+    """The table without column ``k``, and its values as lines under it ("Concurrency 4 flags: client_bound")."""
+    under = [f"{head[0]} {r[0]} {head[k].lower()}: {r[k]}" for r in body if r[k].strip()]
+    return head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body], under
+
+
+def _drawn(layout: Layout, body: list[list[str]], marks: set[int]) -> Table:
+    """The rows as Rich draws them in ``layout``: text wrapped between words, the group rows (``marks``) bold."""
+    t = Table(box=box.SIMPLE_HEAVY, show_edge=False, padding=(0, 0, 0, 1))
+    for h, w, right in zip(layout.header, layout.widths, layout.right):
+        t.add_column(h, width=w, justify="right" if right else "left", no_wrap=True, overflow="fold")
+    for i, r in enumerate(body):
+        t.add_row(*("\n".join(wrap_cell(c, w)) if wrap else c for c, w, wrap in zip(r, layout.widths, layout.wrap)),
+                  style="bold" if i in marks else None)
+    return t
+
+
+def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",
+                title: str | None = None, numeric: bool = False, keep: Collection[int] | None = None,
+                aside: int | None = None, group: int | None = None) -> None:
+    """Any (header, rows) table, for a terminal or as Markdown (every column, as given). On a terminal, headers
+    go onto two lines and text wraps to fit the width; ``keep`` given, the columns that hold one value in every
+    row are said once in a heading line above it (``keep``: columns that stay whatever they hold; a column empty
+    in every row is left out); ``group``: a column that, where it varies, heads each run of rows on a row of its
+    own instead of taking a column ("Concurrency 4", the rows sorted by it); ``aside``: a text column (notes,
+    flags) said under the table, row by row, where the table does not fit with it. One block per row only when a
+    row still cannot fit. ``numeric``: only the last column is text that may wrap."""
+    if fmt == "markdown":
+        console.print(format_markdown(header, rows), markup=False, highlight=False, soft_wrap=True)
+        return
+    # spelt as the output will show them before they are measured ("±" is "+/-" on an ASCII terminal)
+    header = [ascii_spelled(h, console.encoding) for h in header]
+    rows = [[ascii_spelled(c, console.encoding) for c in r] for r in rows]
+    kept, said = split_constant(header, rows, keep) if keep is not None else (list(range(len(header))), [])
+    head = [header[i] for i in kept]
+    body = [[r[i] if i < len(r) else "" for i in kept] for r in rows]
+    plain = head, body  # for one block per row, where it comes to that
+    marks: set[int] = set()
+    if group in kept and len(kept) > 2:
+        head, body, marks = _grouped(head, body, kept.index(group))
+    layout = table_layout(head, body, console.width, numeric)
+    under: list[str] = []
+    if layout is None and aside is not None and header[aside] in head and len(head) > 2 and not marks:
+        head, body, under = _aside(head, body, head.index(header[aside]))
+        layout = table_layout(head, body, console.width, numeric)
+    if title:
+        console.print(title, markup=False, highlight=False)
+    for line in heading_lines(said, console.width):
+        console.print(line, markup=False, highlight=False)
+    if layout is None:
+        print_vertical(console, *plain)
+        return
+    console.print(_drawn(layout, body, marks))
+    for line in under:
+        console.print(line, markup=False, highlight=False)

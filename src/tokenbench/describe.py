@@ -1,0 +1,76 @@
+"""A run described above its table: model, engine, workload (a trace, sessions, fixed lengths), API, tokenizer,
+and the lengths it drew where they vary."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .results import Manifest
+
+
+def describe_run(manifest: Manifest) -> str:
+    wl = manifest.workload or {}
+    parts = [
+        f"model {manifest.model or 'unknown'}",
+        f"engine {manifest.engine or 'unknown'}" + (f" {manifest.engine_version}" if manifest.engine_version else ""),
+    ]
+    # facts an imported or predicted run does not have are left out, never printed as "None"; lengths that vary
+    # are stated on a line of their own (lengths_line)
+    trace = wl.get("trace")
+    if isinstance(trace, dict):  # a trace replay: its lengths are per request
+        parts.append(f"trace {trace.get('path')}: {trace.get('requests')} requests over {trace.get('replay_s')} s "
+                     f"(x{trace.get('speed')}), ideal cached share {trace.get('ideal_cached_share', 0):.0%}")
+    elif (wl.get("input_len") is not None and wl.get("output_len") is not None and lengths_line(manifest) is None
+          and wl.get("kind") != "sessions"):  # a session's prompts grow turn by turn: said with the sessions
+        parts.append(f"{wl['input_len']} in / {wl['output_len']} out tokens" + (f" ({wl['shape']})" if wl.get("shape") else ""))
+    if wl.get("kind") == "sessions":
+        parts.append(_session_workload(wl))
+    if wl.get("api"):
+        parts.append(f"{wl['api']} API")
+    if manifest.tokenizer:
+        parts.append(f"tokenizer: {manifest.tokenizer}")
+    emb = manifest.embedded
+    if emb:
+        parts.append(f"embedded {emb.get('engine')} engine, healthy after {emb.get('startup_s', 0):.1f} s (cold start)")
+    return "; ".join(parts)
+
+
+def _session_workload(wl: dict[str, Any]) -> str:
+    """A session run's workload as a run's description states it (the manifest's texts, written by SessionPlan)."""
+    def text(key: str) -> str:
+        d = wl.get(key)
+        return str(d.get("text")) if isinstance(d, dict) else "?"
+
+    runs = f"{wl.get('sessions')} sessions x " if wl.get("sessions") else "sessions of "  # a prediction: per agent
+    out = f"{runs}{wl.get('turns')} turns, shared prompt {wl.get('shared_prefix')}, " \
+          f"task {text('task')}, tool {text('tool')}, output {text('output')} tokens"
+    if text("think") not in ("0 s", "?"):
+        out += f", think {text('think')}"
+    if wl.get("max_context"):
+        out += f", cap {wl['max_context']} ({wl.get('on_cap')})"
+    return out
+
+
+def _text(d: object, fallback: object) -> str:
+    """A recorded distribution's words (draws.Draw.to_dict's ``text``), or the fixed length."""
+    text = d.get("text") if isinstance(d, dict) else None
+    return str(text) if isinstance(text, str) else str(fallback)
+
+
+def lengths_line(manifest: Manifest) -> str | None:
+    """The lengths a run drew, as the line above its table states them, where they vary:
+    ``input uniform 64-256 tokens, output normal 128 sd 32 (1-256) tokens``, or the dataset the prompts came from;
+    None where every request had the same lengths."""
+    wl = manifest.workload or {}
+    if wl.get("kind") == "sessions":  # its lengths are stated with the sessions (describe_run)
+        return None
+    ds = wl.get("dataset")
+    out = f"output {_text(wl.get('output'), wl.get('output_len'))} tokens"
+    if isinstance(ds, dict):
+        digest = str(ds.get("sha256") or "")[:12]
+        return (f"prompts from {ds.get('path')} (sha256 {digest}...): {ds.get('summary')}; output from the file "
+                f"for {ds.get('output_from_file', 0):,} of them, else {out[7:]}")
+    if not isinstance(wl.get("input"), dict) and not isinstance(wl.get("output"), dict):
+        return None
+    return f"input {_text(wl.get('input'), wl.get('input_len'))} tokens, {out}"

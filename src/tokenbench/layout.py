@@ -1,0 +1,168 @@
+"""How a table fits a width: column widths, headers on two lines, text wrapped where it reads on, the columns
+that hold one value said once above it (a terminal of 80 columns is the width every table is held to), and the
+same rows as a Markdown table. Strings in, strings out: nothing here prints."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from rich.cells import cell_len
+
+
+def md_escape(text: str) -> str:
+    """Untrusted text (a model name, a label) made inert in Markdown: no HTML, no table breaks, and no line break
+    (a newline in a label used to start a heading of its own)."""
+    text = " ".join(text.splitlines())
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def format_markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+#: Spaces between two columns of a terminal table (a space of padding beside the rule's own); one more leads.
+GAP = 2
+#: A text column squeezed to fit wraps its cells onto lines of at least this many characters (or its own width).
+WRAP_MIN = 12
+#: Where a text cell may break onto its next line: after a space, a hyphen, a slash, an underscore or a comma.
+_BREAKS = " -/_,"
+
+
+def _numeric(cells: list[str]) -> bool:
+    """A column of numbers (with their units, "—" where there is none): right-aligned, never wrapped."""
+    said = [c.strip() for c in cells if c.strip() not in ("", "—")]
+    return bool(said) and all(c[:1].isdigit() or (c[:1] in "+-" and c[1:2].isdigit()) for c in said)
+
+
+def _width(text: str) -> int:
+    return max((cell_len(line) for line in text.split("\n")), default=0)
+
+
+def _two_lines(header: str) -> str:
+    """A header on two lines, split at the space that leaves it narrowest ("Aggregate\noutput tok/s")."""
+    words = header.split(" ")
+    if len(words) < 2:
+        return header
+    k = min(range(1, len(words)), key=lambda k: max(len(" ".join(words[:k])), len(" ".join(words[k:]))))
+    return " ".join(words[:k]) + "\n" + " ".join(words[k:])
+
+
+def _pieces(text: str) -> list[str]:
+    """The text cut after each place it may break (a space, a hyphen, a slash, an underscore, a comma)."""
+    pieces, word = [], ""
+    for ch in text:
+        word += ch
+        if ch in _BREAKS:
+            pieces.append(word)
+            word = ""
+    return pieces + ([word] if word else [])
+
+
+def wrap_cell(text: str, width: int) -> list[str]:
+    """A text cell on lines of at most ``width``, broken after a space, hyphen, slash, underscore or comma (a
+    model name or a label breaks where it reads on); a piece longer than a line is cut (``table_layout`` gives no
+    column less than its longest piece)."""
+    pieces = _pieces(text)
+    lines = [""]
+    for p in pieces:
+        if lines[-1] and cell_len(lines[-1] + p.rstrip()) > width:
+            lines.append("")
+        while cell_len(lines[-1] + p.rstrip()) > width:
+            cut = max(1, width - cell_len(lines[-1]))
+            lines[-1], p = lines[-1] + p[:cut], p[cut:]
+            lines.append("")
+        lines[-1] += p
+    return [ln.rstrip() for ln in lines if ln.strip()] or [""]
+
+
+@dataclass(slots=True)
+class Layout:
+    """How a table fits a width: its headers (on two lines where a column is narrower than its name), each
+    column's width, which columns wrap their text and which are numbers (right-aligned)."""
+
+    header: list[str]
+    widths: list[int]
+    wrap: list[bool]
+    right: list[bool]
+
+    def total(self) -> int:
+        return sum(self.widths) + GAP * (len(self.widths) - 1) + 1
+
+
+def table_layout(header: list[str], rows: list[list[str]], width: int, numeric: bool = False) -> Layout | None:
+    """The layout of the table in ``width`` columns with every number whole: headers first go onto two lines
+    (the widest first), then text columns wrap (the widest first, down to ``WRAP_MIN``); None when it still does
+    not fit. ``numeric``: only the last column is text that may wrap (the sweep table's flags)."""
+    n = len(header)
+    cells = [[r[i] if i < len(r) else "" for r in rows] for i in range(n)]
+    right = [i > 0 and _numeric(cells[i]) for i in range(n)]
+    wrap = [i > 0 and not right[i] and (not numeric or i == n - 1) for i in range(n)]
+    body = [max((_width(c) for c in col), default=0) for col in cells]
+    out = Layout(list(header), [max(body[i], _width(h)) for i, h in enumerate(header)], wrap, right)
+    for i in sorted(range(n), key=lambda i: body[i] - _width(header[i])):  # the most header-bound first
+        if out.total() <= width:
+            return out
+        two = _two_lines(header[i])
+        if _width(two) < _width(header[i]) and body[i] < _width(header[i]):
+            out.header[i], out.widths[i] = two, max(body[i], _width(two))
+    return _squeeze(out, header, _floors(header, cells, body), width)
+
+
+def _floors(header: list[str], cells: list[list[str]], body: list[int]) -> list[int]:
+    """The least width of each column that wraps: its header on two lines, ``WRAP_MIN`` (or its own width), and
+    its longest unbreakable piece, so a word or a name's part is never cut."""
+    return [max(_width(_two_lines(h)), min(body[i], WRAP_MIN),
+                max((cell_len(p.rstrip()) for c in cells[i] for p in _pieces(c)), default=0))
+            for i, h in enumerate(header)]
+
+
+def _squeeze(out: Layout, header: list[str], floor: list[int], width: int) -> Layout | None:
+    """Narrow the widest text column by one until the table fits ``width``; None where none can give more."""
+    while out.total() > width:
+        squeeze = [i for i in range(len(header)) if out.wrap[i] and out.widths[i] > floor[i]]
+        if not squeeze:
+            return None
+        i = max(squeeze, key=lambda i: out.widths[i])
+        out.widths[i] -= 1
+        if _width(out.header[i]) > out.widths[i]:
+            out.header[i] = _two_lines(header[i])
+    return out
+
+
+def split_constant(header: list[str], rows: list[list[str]],
+                   keep: Collection[int] = (0,)) -> tuple[list[int], list[str]]:
+    """The columns a table keeps, and "Header: value" for each column that holds one value in every row (of
+    two or more), said once above the table instead of on every row. A column empty in every row is left out, and
+    one with no figure ("—") in every row of two or more; ``keep``: columns that stay whatever they hold."""
+    kept, said = [], []
+    for i, h in enumerate(header):
+        values = {r[i] if i < len(r) else "" for r in rows}
+        if i in keep or len(values) != 1:
+            kept.append(i)
+            continue
+        value = values.pop().strip()
+        if not value:
+            continue  # nothing in any row
+        if len(rows) < 2:
+            kept.append(i)  # one row: its values are the table
+        elif value != "—":  # no figure in any row is nothing to share
+            said.append(f"{h}: {value}")
+    return kept, said
+
+
+def heading_lines(said: list[str], width: int) -> list[str]:
+    """The columns moved out of a table ("Test: serve"), joined by "; " on as few lines as fit ``width``; one
+    is broken between its words only when it alone is wider."""
+    lines: list[str] = []
+    for part in said:
+        if lines and cell_len(lines[-1]) + 3 + cell_len(part) <= width:  # room for "; " and a ";" after it
+            lines[-1] += "; " + part
+            continue
+        if lines:
+            lines[-1] += ";"
+        lines += textwrap.wrap(part, width, break_long_words=False, break_on_hyphens=False) or [part]
+    return lines

@@ -1,0 +1,104 @@
+"""An agent-session run's tables: per agent count, each turn's context, cached share and TTFT warm and busted,
+what the cache bought, and each level's totals (sessions finished, session time, cached share)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from .cells import agents_text, level_label, ms, num
+from .console import print_table
+from .levels import ServingLevel
+
+
+#: A session table shows every turn up to this many, then a readable subset (the first turns, every k-th, the last).
+SESSION_TURNS_SHOWN = 12
+
+
+def _shown_turns(turns: list[int]) -> list[int]:
+    if len(turns) <= SESSION_TURNS_SHOWN:
+        return turns
+    step = -(-len(turns) // (SESSION_TURNS_SHOWN - 3))
+    keep = set(turns[:3]) | set(turns[step - 1::step]) | {turns[-1]}
+    return [t for t in turns if t in keep]
+
+
+def _share(part: float | None, whole: float | None) -> str:
+    return f"{100 * part / whole:.0f}%" if part is not None and whole else "—"
+
+
+def session_rows(warm: ServingLevel, busted: ServingLevel | None) -> tuple[list[str], list[list[str]]]:
+    """One agent count's turns: the context each turn sent, the share the server served from its cache, TTFT with
+    the cache warm and busted (p50 over the sessions), what the cache bought, and the decode rate at that turn."""
+    assert warm.session is not None
+    cold = {t.turn: t for t in busted.session.turns} if busted is not None and busted.session is not None else {}
+    by_turn = {t.turn: t for t in warm.session.turns}
+    header = ["Turn", "Context", "Cached", "TTFT warm", "TTFT busted", "Gain", "Decode tok/s"]
+    rows = []
+    for k in _shown_turns(sorted(by_turn)):
+        t, b = by_turn[k], cold.get(k)
+        gain = b.ttft_ms.p50 / t.ttft_ms.p50 if b is not None and b.ttft_ms.p50 and t.ttft_ms.p50 else None
+        rows.append([str(k + 1), num(t.context_tokens_mean, 0), _share(t.cached_tokens_mean, t.context_tokens_mean),
+                     ms(t.ttft_ms.p50), ms(b.ttft_ms.p50) if b is not None else "—",
+                     f"{gain:.1f}x" if gain else "—", num(t.decode_tps)])
+    return header, rows
+
+
+def session_lines(s: ServingLevel) -> list[str]:
+    """A session level's totals: sessions finished and their time, what the cache served by the responses' count
+    and by the server's own counters."""
+    st = s.session
+    if st is None:
+        return []
+    done = []
+    if st.sessions:
+        done.append(f"{st.sessions_finished}/{st.sessions} sessions finished")
+    if st.session_s.p50 is not None:
+        done.append(f"session time p50 {st.session_s.p50:.1f} s" +
+                    (f" (p90 {st.session_s.p90:.1f} s)" if st.session_s.p90 is not None and st.session_s.n > 1 else ""))
+    cache = [f"cached {100 * st.cached_share:.0f}% of prompt tokens ({st.cached_source})"
+             if st.cached_share is not None else "the server reported no cached tokens"]
+    if st.server_hit_share is not None:
+        cache.append(f"server prefix-cache hits {100 * st.server_hit_share:.0f}% (/metrics)")
+    parts = [", ".join(done), ", ".join(cache)]
+    if st.capped or st.compactions:
+        parts.append(f"at the context cap {st.capped} ended, {st.compactions} compacted")
+    return [f"{level_label(s)}: " + "; ".join(p for p in parts if p)]
+
+
+def session_headline(warm: ServingLevel, busted: ServingLevel | None) -> str | None:
+    """What the cache bought at the last turn both modes reached: 'turn 20 at 4,810 tokens: TTFT 0.08 s cached,
+    1.12 s uncached (14x)'."""
+    if warm.session is None or busted is None or busted.session is None:
+        return None
+    cold = {t.turn: t for t in busted.session.turns}
+    both = [t for t in warm.session.turns if t.turn in cold and t.ttft_ms.p50 and cold[t.turn].ttft_ms.p50]
+    if not both:
+        return None
+    t = both[-1]
+    b = cold[t.turn]
+    assert t.ttft_ms.p50 is not None and b.ttft_ms.p50 is not None
+    head = f"{agents_text(warm.concurrency)}, turn {t.turn + 1} at {num(t.context_tokens_mean, 0)} tokens of context: "
+    if not warm.session.cached_share:  # nothing said to be cached: the two are not the cache's doing
+        return head + (f"TTFT {t.ttft_ms.p50 / 1000:.2f} s warm, {b.ttft_ms.p50 / 1000:.2f} s busted, and the "
+                       "server reported no cached tokens: not a measure of its cache")
+    return head + (f"TTFT {t.ttft_ms.p50 / 1000:.2f} s cached, {b.ttft_ms.p50 / 1000:.2f} s uncached "
+                   f"({b.ttft_ms.p50 / t.ttft_ms.p50:.1f}x)")
+
+
+def session_pairs(levels: list[ServingLevel]) -> list[tuple[ServingLevel, ServingLevel | None]]:
+    """Each agent count's warm level and its busted baseline (None where it was not run)."""
+    busted = {s.concurrency: s for s in levels if s.session is not None and s.session.cache == "busted"}
+    return [(s, busted.get(s.concurrency)) for s in levels if s.session is not None and s.session.cache == "warm"]
+
+
+def print_sessions(console: Console, levels: list[ServingLevel], fmt: str = "table") -> None:
+    """The session view of a run: per agent count, TTFT against the turn and its context, warm and busted."""
+    for warm, busted in session_pairs(levels):
+        print_table(console, *session_rows(warm, busted), fmt,
+                    title=f"{agents_text(warm.concurrency)}: each turn, p50 over the sessions", numeric=True)
+        headline = session_headline(warm, busted)
+        if headline:
+            console.print(headline, markup=False, highlight=False)
+    for s in levels:
+        for line in session_lines(s):
+            console.print(line, markup=False, highlight=False)

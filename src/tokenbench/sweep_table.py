@@ -1,0 +1,154 @@
+"""The sweep table: its columns (those only some runs have a figure for included), its rows, the notes under it,
+and its printer for a terminal or Markdown."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.console import Console
+
+from .cells import level_label, ms, num
+from .console import print_table
+from .layout import format_markdown
+from .levels import ServingLevel, Telemetry
+from .session_table import print_sessions
+
+
+Column = tuple[str, Callable[[ServingLevel], str]]
+
+
+def _p99_ttft(s: ServingLevel) -> str:
+    return ms(s.ttft_ms.p99) + ("*" if s.ttft_ms.n and s.ttft_ms.n < 100 else "")
+
+
+def _aggregate(s: ServingLevel) -> str:
+    # an imported or predicted row without this figure has 0.0 stored: not a measured zero
+    return num(s.output_throughput_tps) if s.output_throughput_tps or s.completed or s.failed else "—"
+
+
+def _sweep_columns(levels: list[ServingLevel], currency: str) -> list[Column]:
+    """The sweep table's columns: the fixed ones, and those only some runs have a figure for."""
+    # imported rows at one concurrency can differ by prompt length only: say which is which
+    keys = [(level_label(s), s.input_tokens_mean) for s in levels]
+    first = "Rate" if any(s.rate is not None for s in levels) else \
+        "Agents" if any(s.session is not None for s in levels) else "Concurrency"
+    cols: list[Column] = [(first, level_label)]
+    if len(set(keys)) > len({k for k, _ in keys}):
+        cols.append(("Prompt tokens", lambda s: f"{s.input_tokens_mean:,.0f}" if s.input_tokens_mean else "—"))
+    cols += [("Aggregate output tok/s", _aggregate), ("Per-agent tok/s", lambda s: num(s.per_agent_tps)),
+             ("Median TTFT", lambda s: ms(s.ttft_ms.p50)), ("P99 TTFT", _p99_ttft),
+             ("Median TPOT", lambda s: ms(s.tpot_ms.p50))]
+    if any(s.cost_per_mtok is not None for s in levels):
+        cols.append((f"{currency}/M output", lambda s: num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—"))
+    if any(s.slo for s in levels):  # --slo given: its verdict and goodput per level, before the counts
+        cols += [("SLO", slo_verdict), ("Goodput req/s", lambda s: num(s.goodput_rps, 2))]
+    # published rows that give only a prefill or a decode rate: those columns, or the row would be blank
+    if any((s.prefill_tps or s.decode_tps) and not (s.completed or s.failed) for s in levels):
+        cols += [("Prefill tok/s", lambda s: num(s.prefill_tps)), ("Decode tok/s", lambda s: num(s.decode_tps))]
+    cols += [("OK/failed", lambda s: f"{s.completed}/{s.failed}" if s.completed or s.failed else "—"),
+             ("Flags", lambda s: ",".join(f for f in s.flags if f != "p99_estimate") or "")]
+    return cols
+
+
+def sweep_rows(levels: list[ServingLevel], currency: str = "USD") -> tuple[list[str], list[list[str]]]:
+    cols = _sweep_columns(levels, currency)
+    return [h for h, _ in cols], [[cell(s) for _, cell in cols] for s in levels]
+
+
+def slo_verdict(s: ServingLevel) -> str:
+    if s.slo_met is None:
+        return "—"
+    return "pass" if s.slo_met else "FAIL"
+
+
+def single_stream_lines(levels: list[ServingLevel]) -> list[str]:
+    out = []
+    for s in levels:
+        if s.session is not None and s.session.cache == "warm":
+            continue  # its prompts were mostly served from the cache: input / TTFT is no prefill rate
+        if s.concurrency == 1 and (s.prefill_tps or s.decode_tps):
+            parts = ([f"prefill {num(s.prefill_tps)} tok/s (input tokens / TTFT, median)"] if s.prefill_tps else []) \
+                + ([f"single-stream decode {num(s.decode_tps)} tok/s (1 / median TPOT)"] if s.decode_tps else [])
+            out.append("Concurrency 1: " + ", ".join(parts))
+            break
+    return out
+
+
+#: Time to first text this far past the median TTFT is worth a note: tokens were streamed before their text.
+HELD_BACK_NOTE_MS = 1.0
+
+
+def notes(levels: list[ServingLevel]) -> list[str]:
+    out = []
+    slos = {s.slo for s in levels if s.slo}
+    if slos:
+        out.append(f"SLO {', '.join(sorted(slos))}: pass when every level objective holds (no request failed, "
+                   "unless errors= allows some); goodput counts the requests within every per-request limit")
+    if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
+        out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
+    by_text: dict[str, list[str]] = {}
+    for s in levels:
+        for w in s.warnings:
+            by_text.setdefault(w, []).append(level_label(s))
+        if s.errors:
+            kinds = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items()))
+            by_text.setdefault(f"failed requests: {kinds}", []).append(level_label(s))
+    out += [f"[{','.join(keys)}] {text}" for text, keys in by_text.items()]
+    for s in levels:
+        if s.reasoning_share is not None and s.answer_throughput_tps is not None:
+            out.append(f"[{level_label(s)}] reasoning took {s.reasoning_share:.0%} of the output tokens: answers "
+                       f"came at {num(s.answer_throughput_tps)} of {num(s.output_throughput_tps)} tok/s")
+    for s in levels:
+        text = s.time_to_first_text_ms
+        if text is not None and text.p50 is not None and s.ttft_ms.p50 is not None \
+                and text.p50 - s.ttft_ms.p50 >= HELD_BACK_NOTE_MS:
+            out.append(f"[{level_label(s)}] first visible text at a median {ms(text.p50)}, "
+                       f"{ms(text.p50 - s.ttft_ms.p50)} after the first token: the server held its text back "
+                       "(a piece of a character); tools that wait for text (AIPerf, GuideLLM) call that TTFT")
+    for s in levels:
+        parts = _server_parts(s)
+        if parts:
+            out.append(f"[{level_label(s)}] server: " + ", ".join(parts))
+    return out
+
+
+def _server_parts(s: ServingLevel) -> list[str]:
+    """What the server said of a level: its /metrics (and power), and what its responses said of its cache."""
+    t = s.telemetry or Telemetry()
+    parts: list[str] = []
+    if t.kv_cache_usage_max is not None:
+        parts.append(f"peak KV cache {t.kv_cache_usage_max:.0%}")
+    if t.waiting_max:
+        parts.append(f"up to {t.waiting_max:.0f} requests waiting")
+    if t.spec_acceptance_rate is not None:
+        mal = t.spec_mean_acceptance_length
+        parts.append(f"speculative acceptance {t.spec_acceptance_rate:.2f}"
+                     + (f" (mean acceptance length {mal:.2f})" if mal else ""))
+    if t.prefix_cache_hit_rate is not None:
+        parts.append(f"prefix-cache hits {t.prefix_cache_hit_rate:.0%}")
+    if s.cached_share:  # the responses' own count (usage or timings), beside the server's /metrics
+        parts.append(f"{s.cached_share:.0%} of prompt tokens served from its cache ({s.cached_source})")
+    if t.j_per_output_token is not None:
+        parts.append(f"{t.j_per_output_token:.2f} J/token, {t.output_tokens_per_watt or 0:.2f} tok/s per W")
+    return parts
+
+
+def format_sweep_markdown(levels: list[ServingLevel], currency: str = "USD") -> str:
+    header, rows = sweep_rows(levels, currency)
+    parts = [format_markdown(header, rows)]
+    extra = single_stream_lines(levels) + notes(levels)
+    if extra:
+        parts += ["", *extra]
+    return "\n".join(parts)
+
+
+def print_sweep(console: Console, levels: list[ServingLevel], currency: str, title: str | None = None) -> None:
+    header, rows = sweep_rows(levels, currency)
+    # what every level shares said once above the table; the flags under it where they do not fit in it
+    print_table(console, header, rows, title=title, numeric=True, keep=(0,), aside=len(header) - 1)
+    if any(s.session is not None for s in levels):
+        print_sessions(console, levels)
+    for line in single_stream_lines(levels):
+        console.print(line)
+    for line in notes(levels):
+        console.print(line, style="yellow", markup=False, highlight=False)
