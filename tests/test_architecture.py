@@ -201,3 +201,10 @@ def test_every_kind_is_registered_and_speaks_the_contract() -> None:
         missing = [m for m in members if not hasattr(cls, m)]
         assert not missing, f"{cls.__name__} lacks {missing}"
         assert (SRC / "kinds" / f"{name}.py").exists()  # each kind in a module of its own
+
+
+def test_no_module_is_over_500_lines() -> None:
+    """A room over 500 lines holds several concepts: split it by what each part answers."""
+    over = [f"{p.relative_to(SRC.parent)} ({n})" for p in sorted(SRC.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 500]
+    assert not over, over
