@@ -190,3 +190,42 @@ def test_library_refusals() -> None:
     plan = ReplayPlan(load_trajectories(EXAMPLES / "weka-claude-code.json"))
     with pytest.raises(UsageError, match="drop --rate"):
         SweepConfig(url="http://127.0.0.1:9/v1", workload=ReplayKind(plan), rates=[1.0])
+
+
+# ---- the replay view of a level ----------------------------------------------------------------------------------
+
+def _rec(session: int, parent: int | None = None, ok: bool = True, n_in: int = 100, cached: int | None = 60,
+         status: int | None = None, error: str | None = None) -> RequestRecord:
+    r = RequestRecord(index=0, session=session, parent=parent, sent_ns=10**9, first_token_ns=int(1.1e9),
+                      end_ns=2 * 10**9, input_tokens=n_in, cached_tokens=cached, output_tokens=10)
+    if not ok:
+        r.error_kind, r.http_status, r.error = "http", status, error
+    return r
+
+
+@pytest.mark.parametrize(("status", "error", "over"), [
+    # vLLM 0.32 (vllm/renderers/params.py) and llama-server (tools/server/server-context.cpp), as they word it
+    (400, "This model's maximum context length is 2048 tokens. However, your prompt contains 3000 input tokens, "
+          "which exceeds this limit even without any output tokens.", True),
+    (400, "request (9000 tokens) exceeds the available context size (8192 tokens), try increasing it", True),
+    (400, "'messages' must be a list", False),
+    (500, "maximum context length is 2048 tokens", False),
+])
+def test_a_call_refused_for_its_context_is_told_apart(status: int, error: str, over: bool) -> None:
+    from tokenbench.replay_stats import overflowed
+
+    assert overflowed(_rec(0, ok=False, status=status, error=error)) is over
+
+
+def test_the_replay_view_counts_trees_subagents_and_overflows() -> None:
+    from tokenbench.replay_stats import replay_stats
+
+    calls = [_rec(0), _rec(0, n_in=300), _rec(1, parent=0), _rec(2, parent=1), _rec(3), _rec(4),
+             _rec(4, ok=False, status=400, error="request (9000 tokens) exceeds the available context size")]
+    r = replay_stats(calls, 0.9)
+    # trees: 0 with its subagent 1 and that one's own 2; 3; 4 (which failed)
+    assert (r.trees, r.trees_finished, r.subagents, r.calls) == (3, 2, 2, 7)
+    assert r.overflowed == 1 and r.invalid and r.ideal_cached_share == 0.9
+    assert r.agent_tps_p90 == pytest.approx(10.0)  # 10 tokens in 1 s each
+    assert [(b.low, b.high, b.calls) for b in r.by_context] == [(0, 256, 5), (256, 512, 1)]
+    assert r.by_context[0].uncached_tokens_mean == 40

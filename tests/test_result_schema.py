@@ -29,8 +29,10 @@ from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
 from tokenbench.findings import Code, Finding
 from tokenbench.keyed import key_types
-from tokenbench.metrics import LEVEL_KEYS, ClientReport, Distribution, SessionStats, Telemetry, TurnPoint
+from tokenbench.distribution import Distribution
+from tokenbench.levels import LEVEL_KEYS, ClientReport, SessionStats, Telemetry, TurnPoint
 from tokenbench.quality.items import Item
+from tokenbench.replay_stats import ContextBin, ReplayStats
 from tokenbench.results import Manifest
 from tokenbench.slo import SloCheck
 
@@ -95,6 +97,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
         r.run("trace replay", ["sweep", "--url", em.url, "--trace", str(ROOT / "examples" / "mooncake-trace.jsonl"),
                                "--trace-block", "64", "--trace-speed", "8", "--requests", "4", "--warmup", "0",
                                "--guard", "off", "--quiet"])
+        r.run("agent replay", ["sweep", "--url", em.url, "--trace",
+                               str(ROOT / "examples" / "trajectories" / "weka-claude-code.json"), "--max-think", "0s",
+                               "--concurrency", "1", "--label", "replay", "--guard", "off", "--quiet"])
+        r.show("agent replay, show --json", "replay")
         r.run("dataset", ["sweep", "--url", em.url, "--dataset", str(DATA / "prompts.jsonl"), "--requests", "4",
                           "--output-len", "8", "--guard", "off", "--quiet"])
         r.run("capacity", ["capacity", "--url", em.url, "--slo", "ttft_p90=1s", "--concurrency", "1:2",
@@ -137,7 +143,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
 
 
 SHAPES = ["sweep", "sweep, show --json", "open loop, repeated", "two workers", "sessions", "sessions, show --json",
-          "trace replay", "dataset", "capacity", "capacity, show --json", "depth", "quality", "quality, show --json",
+          "trace replay", "agent replay", "agent replay, show --json", "dataset", "capacity", "capacity, show --json", "depth", "quality", "quality, show --json",
           "quality knob", "sweep that failed", "depth --llama-bench", "coldstart", "coldstart, show --json",
           "predict", "predict, show --json", "predict --test depth", "predict --sessions",
           "predict --sessions, show --json", "import vllm_serve_result.json", "import llama_bench.json",
@@ -224,6 +230,8 @@ def test_mutated_runs_of_the_other_kinds_are_rejected(runs: dict[str, dict[str, 
     bad = [
         _mutated(runs["sessions"], lambda d: _rename(d["levels"][0]["session"], "cached_share", "cache_share")),
         _mutated(runs["sessions"], lambda d: d["levels"][0]["session"]["turns"][0].pop("ttft_ms")),
+        _mutated(runs["agent replay"], lambda d: _rename(d["levels"][0]["replay"], "trees", "sessions")),
+        _mutated(runs["agent replay"], lambda d: d["levels"][0]["replay"]["by_context"][0].pop("ttft_ms")),
         _mutated(runs["quality"], lambda d: d.pop("items")),
         _mutated(runs["quality"], lambda d: _rename(d["items"][0], "key", "pair")),
         _mutated(runs["capacity"], lambda d: _rename(d["capacity"], "first_fail", "first_failure")),
@@ -272,6 +280,8 @@ def test_each_typed_object_has_its_classes_keys() -> None:
     assert set(d["manifest"]["properties"]) == set(key_types(Manifest))
     assert set(d["session"]["properties"]) == _field_names(SessionStats)
     assert set(d["turn"]["properties"]) == _field_names(TurnPoint) | {"decode_tps"}
+    assert set(d["replay"]["properties"]) == _field_names(ReplayStats)
+    assert set(d["context_bin"]["properties"]) == _field_names(ContextBin)
     assert set(d["item"]["properties"]) == _field_names(Item) - {"prompt"}
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .replay_table import replay_heading
+
 if TYPE_CHECKING:
     from .results import Manifest
 
@@ -21,6 +23,8 @@ def describe_run(manifest: Manifest) -> str:
     if isinstance(trace, dict):  # a trace replay: its lengths are per request
         parts.append(f"trace {trace.get('path')}: {trace.get('requests')} requests over {trace.get('replay_s')} s "
                      f"(x{trace.get('speed')}), ideal cached share {trace.get('ideal_cached_share', 0):.0%}")
+    elif wl.get("kind") == "replay":
+        parts.append(replay_heading(wl))
     elif (wl.get("input_len") is not None and wl.get("output_len") is not None and lengths_line(manifest) is None
           and wl.get("kind") != "sessions"):  # a session's prompts grow turn by turn: said with the sessions
         parts.append(f"{wl['input_len']} in / {wl['output_len']} out tokens" + (f" ({wl['shape']})" if wl.get("shape") else ""))
@@ -63,7 +67,7 @@ def lengths_line(manifest: Manifest) -> str | None:
     ``input uniform 64-256 tokens, output normal 128 sd 32 (1-256) tokens``, or the dataset the prompts came from;
     None where every request had the same lengths."""
     wl = manifest.workload or {}
-    if wl.get("kind") == "sessions":  # its lengths are stated with the sessions (describe_run)
+    if wl.get("kind") in ("sessions", "replay"):  # its lengths are stated with its workload (describe_run)
         return None
     ds = wl.get("dataset")
     out = f"output {_text(wl.get('output'), wl.get('output_len'))} tokens"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .checks import GuardSnapshot
 from .records import RequestRecord
+from .replay_stats import OVERFLOW_LIMIT
 
 if TYPE_CHECKING:  # the summary carries its findings; this module only reads it
     from .levels import ServingLevel
@@ -46,6 +47,7 @@ class Code(StrEnum):
     WORKER_LOST = "worker_lost"
     CACHE_COUNTS_DISAGREE = "cache_counts_disagree"
     STOPPED_EARLY = "stopped_early"
+    CONTEXT_OVERFLOW = "context_overflow"
 
 
 #: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.
@@ -290,6 +292,21 @@ def _slots_exceeded(f: LevelFacts) -> Finding | None:
     return Finding(Code.SLOTS_EXCEEDED, "; ".join(f.slot_reasons), observed=f.concurrency, unit="requests")
 
 
+def _context_overflow(f: LevelFacts) -> Finding | None:
+    replay = f.summary.replay
+    if replay is None or not replay.overflowed:
+        return None
+    share = replay.overflow_share or 0.0
+    invalid = ": more than 1%, so the replay is invalid for this box (AgentX's rule)" if replay.invalid else ""
+    return Finding(Code.CONTEXT_OVERFLOW,
+                   f"{replay.overflowed} of {replay.calls} calls ({share:.1%}) did not fit the server's context "
+                   f"and were refused{invalid}",
+                   "give each slot more context (llama-server --ctx-size over --parallel, vLLM --max-model-len), or "
+                   "replay the trace's shape smaller (--trace-scale)",
+                   observed=share, threshold=OVERFLOW_LIMIT, unit="share of calls", n=replay.calls,
+                   severity="warning" if replay.invalid else "note")
+
+
 def _concurrency_not_reached(f: LevelFacts) -> Finding | None:
     c, peak = f.concurrency, f.peak_in_flight
     if not c or c <= 1 or not f.measured or peak is None or peak >= c:
@@ -347,6 +364,8 @@ LEVEL_RULES: tuple[Rule, ...] = (
          _error_rate),
     Rule(Code.CACHE_COUNTS_DISAGREE, "the cached share the responses report is checked against the server's own "
          "prefix-cache counters (CACHE_COUNT_TOLERANCE)", _cache_counts_disagree),
+    Rule(Code.CONTEXT_OVERFLOW, "a replay whose calls overflow the server's context measures refusals, not the box: "
+         "AgentX marks a run invalid over 1% (replay_stats.OVERFLOW_LIMIT)", _context_overflow),
 )
 
 

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
 from .checks import GuardSnapshot
+from .replay_stats import ReplayStats
 from .distribution import Distribution
 from .findings import Code, Finding
 from .keyed import Keyed
@@ -156,7 +157,7 @@ LEVEL_KEYS = (
     "achieved_concurrency", "send_delay_ms", "send_queue_ms", "time_to_first_text_ms", *FAILED_SPLITS,
     "goodput_rps", "slo", "slo_met", "slo_checks", "warnings", "client", "test", "depth", "pp_tps", "tg_tps",
     "pp_tps_sd", "tg_tps_sd", "pp_tps_dist", "tg_tps_dist", "guard", "telemetry", "findings", "session",
-    "cached_share", "cached_source",
+    "cached_share", "cached_source", "replay",
 )
 
 #: The keys whose value is a Distribution, in either kind of level.
@@ -310,6 +311,8 @@ class ServingLevel(LevelSummary):
     #: (``metrics.cached_share``; None where no response said), and where they said it
     cached_share: float | None = None
     cached_source: str | None = None
+    #: a replay level of recorded agent trajectories: its trees, TTFT against context, validity (None: not one)
+    replay: ReplayStats | None = None
 
     @property
     def per_agent_tps(self) -> float | None:
@@ -338,6 +341,7 @@ class ServingLevel(LevelSummary):
     @classmethod
     def _read(cls, d: dict[str, Any]) -> LevelSummary:
         d["session"] = SessionStats.from_dict(d["session"]) if isinstance(d.get("session"), dict) else None
+        d["replay"] = ReplayStats.from_dict(d["replay"]) if isinstance(d.get("replay"), dict) else None
         checks = d.get("slo_checks")
         d["slo_checks"] = [c for x in (checks if isinstance(checks, list) else [])
                            if isinstance(x, dict) and (c := SloCheck.from_dict(x))]

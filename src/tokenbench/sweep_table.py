@@ -11,6 +11,7 @@ from .cells import level_label, ms, num
 from .console import print_table
 from .layout import format_markdown
 from .levels import ServingLevel, Telemetry
+from .replay_table import print_replays
 from .session_table import print_sessions
 
 
@@ -146,7 +147,9 @@ def print_sweep(console: Console, levels: list[ServingLevel], currency: str, tit
     header, rows = sweep_rows(levels, currency)
     # what every level shares said once above the table; the flags under it where they do not fit in it
     print_table(console, header, rows, title=title, numeric=True, keep=(0,), aside=len(header) - 1)
-    if any(s.session is not None for s in levels):
+    if any(s.replay is not None for s in levels):
+        print_replays(console, levels)
+    elif any(s.session is not None for s in levels):
         print_sessions(console, levels)
     for line in single_stream_lines(levels):
         console.print(line)

@@ -13,6 +13,7 @@ from ..loadgen import Level
 from ..metrics import session_stats
 from ..records import RequestRecord
 from ..replay import ReplayLevel, ReplayPlan, ReplayTexts
+from ..replay_stats import replay_stats
 from ..workload import Workload
 from .base import Binding, LevelLoad, OnDone, SweepOptions
 
@@ -29,8 +30,8 @@ class ReplayWork:
 
     stoppable: bool = False  # trees end as they end: a search runs the level whole
 
-    def __init__(self, run: ReplayLevel, planned: int | None) -> None:
-        self.run = run
+    def __init__(self, run: ReplayLevel, planned: int | None, ideal: float | None) -> None:
+        self.run, self.ideal = run, ideal
         self.planned: int | None = planned
 
     def prepare(self, warm: int) -> int:
@@ -46,6 +47,7 @@ class ReplayWork:
         stats = session_stats(records, "warm")
         stats.server_hit_share = summary.telemetry.prefix_cache_hit_rate if summary.telemetry is not None else None
         summary.session = stats
+        summary.replay = replay_stats(records, self.ideal)
 
 
 class BoundReplay:
@@ -80,7 +82,7 @@ class BoundReplay:
         run = ReplayLevel(self.b.client, self.texts, self.plan, f"{level.concurrency or 'open'}/{repetition}",
                           level.concurrency or 1, self.fields, records, on_done, self.b.opts.requests,
                           self.b.opts.duration_s, counter.count if counter is not None else None)
-        return ReplayWork(run, self.b.opts.requests)
+        return ReplayWork(run, self.b.opts.requests, self.plan.trajectories.figures.ideal_cached_share)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,153 @@
+"""What a replay level of recorded agent trajectories says beside a sweep's figures (``ServingLevel.replay``): per
+tree (a session and its subagents) how long it took and how many calls it made; per call TTFT against the context
+it sent and against the part the server had to prefill (its uncached tokens); the trace's ideal cached share beside
+what the server served; the per-agent rate 90% of calls reached (interactivity); and the share of calls the server
+refused for their context (AgentX marks a run invalid when over 1% overflow)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .distribution import Distribution, percentile
+from .records import RequestRecord
+
+NS_PER_S = 1_000_000_000
+NS_PER_MS = 1_000_000
+#: A replay level whose share of calls that overflowed the server's context is above this is invalid (AgentX).
+OVERFLOW_LIMIT = 0.01
+#: The smallest bin edge of the context tables, tokens; each bin doubles the one before.
+FIRST_EDGE = 256
+#: What servers say when a prompt is longer than their context (vLLM: "maximum context length", llama-server:
+#: "exceeds the available context size", SGLang: "longer than the model's context length"; OpenAI's
+#: ``context_length_exceeded``).
+_OVERFLOW = re.compile(r"context.{0,20}(length|size|window)|exceed\w*.{0,40}context|too (long|many tokens)",
+                       re.IGNORECASE)
+
+
+def overflowed(r: RequestRecord) -> bool:
+    """A call the server refused because its prompt did not fit its context."""
+    return not r.ok and r.http_status is not None and 400 <= r.http_status < 500 and \
+        bool(_OVERFLOW.search(r.error or ""))
+
+
+@dataclass(slots=True)
+class ContextBin:
+    """Calls whose context (or uncached tokens) fell in [low, high) tokens."""
+
+    low: int
+    high: int
+    calls: int
+    context_tokens_mean: float
+    uncached_tokens_mean: float | None  # None: the server said nothing of its cache
+    ttft_ms: Distribution
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ContextBin:
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        d["ttft_ms"] = Distribution(**d["ttft_ms"]) if isinstance(d.get("ttft_ms"), dict) else Distribution(n=0)
+        return cls(**d)
+
+
+@dataclass(slots=True)
+class ReplayStats:
+    """A replay level. ``trees``: session trees started in the level (a recorded session with its subagents);
+    ``tree_s``: a finished tree's first send to its last answer, its pauses and subagents included."""
+
+    trees: int
+    trees_finished: int
+    subagents: int
+    calls: int
+    calls_per_tree: float | None
+    tree_s: Distribution
+    ideal_cached_share: float | None  # what an unbounded prefix cache could serve of the trace (None: unknown)
+    agent_tps_p90: float | None  # output tokens / (send to last byte) that 90% of calls reached or passed
+    overflowed: int
+    overflow_share: float | None
+    by_context: list[ContextBin] = field(default_factory=list)
+    by_uncached: list[ContextBin] = field(default_factory=list)
+
+    @property
+    def invalid(self) -> bool:
+        return self.overflow_share is not None and self.overflow_share > OVERFLOW_LIMIT
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["by_context"] = [b.to_dict() for b in self.by_context]
+        out["by_uncached"] = [b.to_dict() for b in self.by_uncached]
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReplayStats:
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        d["tree_s"] = Distribution(**d["tree_s"]) if isinstance(d.get("tree_s"), dict) else Distribution(n=0)
+        for k in ("by_context", "by_uncached"):
+            d[k] = [ContextBin.from_dict(b) for b in d.get(k) or [] if isinstance(b, dict)]
+        return cls(**d)
+
+
+def replay_stats(records: list[RequestRecord], ideal: float | None) -> ReplayStats:
+    """A replay level's view of its measured calls (each carries its tree in ``session``, a subagent's parent
+    tree in ``parent``)."""
+    calls = [r for r in records if r.phase == "measured" and r.session is not None]
+    trees = by_tree(calls)
+    finished = [rs for rs in trees.values() if all(r.ok for r in rs)]
+    ok = [r for r in calls if r.ok]
+    n_over = sum(overflowed(r) for r in calls)
+    return ReplayStats(
+        trees=len(trees), trees_finished=len(finished),
+        subagents=len({r.session for r in calls if r.parent is not None}), calls=len(calls),
+        calls_per_tree=statistics.fmean(len(rs) for rs in trees.values()) if trees else None,
+        tree_s=Distribution.of([_span_s(rs) for rs in finished]), ideal_cached_share=ideal,
+        agent_tps_p90=_rate_reached_by(ok, 0.9), overflowed=n_over,
+        overflow_share=n_over / len(calls) if calls else None,
+        by_context=bins(ok, lambda r: r.input_tokens), by_uncached=bins(ok, _uncached))
+
+
+def by_tree(calls: list[RequestRecord]) -> dict[int, list[RequestRecord]]:
+    """Calls by the tree they belong to: a subagent's (``parent`` set, nested or not) by its root session's."""
+    root: dict[int, int] = {}
+    for r in sorted(calls, key=lambda r: r.session or 0):  # a parent tree is numbered before its subagents
+        s = r.session or 0
+        root[s] = root.get(r.parent, r.parent) if r.parent is not None else s
+    out: dict[int, list[RequestRecord]] = {}
+    for r in calls:
+        out.setdefault(root[r.session or 0], []).append(r)
+    return out
+
+
+def _span_s(calls: list[RequestRecord]) -> float:
+    return (max(r.end_ns or 0 for r in calls) - min(r.sent_ns for r in calls)) / NS_PER_S
+
+
+def _rate_reached_by(ok: list[RequestRecord], share: float) -> float | None:
+    """The per-call output rate (tokens over send to last byte) that ``share`` of the calls reached or passed."""
+    rates = sorted(r.output_tokens / (r.e2e_ns / NS_PER_S) for r in ok if r.output_tokens and r.e2e_ns)
+    return percentile(rates, 100 * (1 - share)) if rates else None
+
+
+def _uncached(r: RequestRecord) -> int | None:
+    return None if r.input_tokens is None or r.cached_tokens is None else r.input_tokens - r.cached_tokens
+
+
+def bins(calls: list[RequestRecord], key: Any) -> list[ContextBin]:
+    """The calls grouped by ``key`` (tokens) into bins that double from FIRST_EDGE; empty bins left out."""
+    keyed = [(k, r) for r in calls if (k := key(r)) is not None and r.ttft_ns is not None]
+    if not keyed:
+        return []
+    out, low, high = [], 0, FIRST_EDGE
+    top = max(k for k, _ in keyed)
+    while low <= top:
+        inside = [r for k, r in keyed if low <= k < high]
+        if inside:
+            uncached = [u for r in inside if (u := _uncached(r)) is not None]
+            out.append(ContextBin(low, high, len(inside), statistics.fmean(r.input_tokens or 0 for r in inside),
+                                  statistics.fmean(uncached) if uncached else None,
+                                  Distribution.of([(r.ttft_ns or 0) / NS_PER_MS for r in inside])))
+        low, high = high, high * 2
+    return out

@@ -1,0 +1,90 @@
+"""A replay run's tables: per level, TTFT against the context a call sent and against the tokens the server had to
+prefill, then the level's trees (finished, their time, their subagents), what the cache served beside what the
+trace could have had served, the per-agent rate 90% of calls reached, and how many calls overflowed the context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from .cells import level_label, ms, num
+from .console import print_table
+from .levels import ServingLevel
+from .replay_stats import ContextBin
+
+
+def _tokens(n: int) -> str:
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
+
+
+def _range(b: ContextBin) -> str:
+    return f"{_tokens(b.low)}-{_tokens(b.high)}"
+
+
+def bin_rows(s: ServingLevel) -> tuple[list[str], list[list[str]]]:
+    """A level's calls by the context they sent (mean uncached tokens beside), and by the tokens prefilled."""
+    assert s.replay is not None
+    header = ["Context", "Calls", "Uncached", "TTFT p50", "TTFT p90", "| Prefilled", "Calls", "TTFT p50"]
+    left = [[_range(b), str(b.calls), num(b.uncached_tokens_mean, 0), ms(b.ttft_ms.p50), ms(b.ttft_ms.p90)]
+            for b in s.replay.by_context]
+    right = [["| " + _range(b), str(b.calls), ms(b.ttft_ms.p50)] for b in s.replay.by_uncached]
+    rows = []
+    for i in range(max(len(left), len(right))):
+        rows.append((left[i] if i < len(left) else ["", "", "", "", ""]) +
+                    (right[i] if i < len(right) else ["|", "", ""]))
+    return header, rows
+
+
+def replay_lines(s: ServingLevel) -> list[str]:
+    """A replay level's totals in words."""
+    r = s.replay
+    if r is None:
+        return []
+    trees = f"{r.trees_finished}/{r.trees} trees finished" + (f" ({r.subagents} subagents)" if r.subagents else "")
+    if r.tree_s.p50 is not None:
+        trees += f", tree time p50 {r.tree_s.p50:.1f} s" + (
+            f" (p90 {r.tree_s.p90:.1f} s)" if r.tree_s.p90 is not None and r.tree_s.n > 1 else "")
+    if r.calls_per_tree is not None:
+        trees += f", {r.calls_per_tree:.1f} calls a tree"
+    cache = [f"cached {s.cached_share:.0%} of prompt tokens ({s.cached_source})" if s.cached_share is not None
+             else "the server reported no cached tokens"]
+    if r.ideal_cached_share is not None:
+        cache.append(f"the trace's ideal {r.ideal_cached_share:.0%}")
+    hits = s.telemetry.prefix_cache_hit_rate if s.telemetry is not None else None
+    if hits is not None:
+        cache.append(f"the server's prefix-cache hits {hits:.0%} (/metrics)")
+    rate = f"p90 per-agent rate {r.agent_tps_p90:,.1f} tok/s" if r.agent_tps_p90 is not None else \
+        "no per-agent rate"
+    over = f"{r.overflowed} of {r.calls} calls overflowed the context" + (" (INVALID: over 1%)" if r.invalid else "")
+    return [f"{level_label(s)}: {trees}; " + "; ".join(cache) + f"; {rate}; {over}"]
+
+
+def print_replays(console: Console, levels: list[ServingLevel], fmt: str = "table") -> None:
+    """The replay view of a run: per level, TTFT against context and against prefilled tokens; its totals."""
+    for s in levels:
+        if s.replay is None or not (s.replay.by_context or s.replay.by_uncached):
+            continue
+        print_table(console, *bin_rows(s), fmt, numeric=True,
+                    title=f"{level_label(s)}: TTFT by the context a call sent, and by the tokens prefilled")
+    for s in levels:
+        for line in replay_lines(s):
+            console.print(line, markup=False, highlight=False)
+
+
+def replay_heading(wl: dict[str, Any]) -> str:
+    """A replay's workload as the run's description states it (the manifest's, written by ReplayPlan)."""
+    t = wl.get("trajectories") if isinstance(wl.get("trajectories"), dict) else {}
+    assert isinstance(t, dict)
+    think = wl.get("max_think_s")
+    n = t.get("trajectories")
+    parts = [f"replay of {t.get('path')} ({t.get('format')}: {n} {'trajectory' if n == 1 else 'trajectories'}, "
+             f"{t.get('calls')} calls, {t.get('subagents')} subagents)",
+             "pauses as recorded" if think is None else f"pauses capped at {think:g} s"]
+    if wl.get("scale") not in (None, 1, 1.0):
+        parts.append(f"lengths / {wl['scale']:g}")
+    if wl.get("speed") is not None:
+        parts.append(f"open loop at {wl['speed']:g}x the recorded times")
+    if t.get("ideal_cached_share") is not None:
+        parts.append(f"ideal cached share {t['ideal_cached_share']:.0%}")
+    return ", ".join(parts)
