@@ -47,6 +47,62 @@ def weka() -> dict[str, Any]:
             "totals": {"subagent_count": 2}}
 
 
+def agents(n: int = 12, seed: int = 2026) -> list[dict[str, Any]]:
+    """``n`` Claude Code sessions in the Weka format, shaped as the public traces at about an eighth of their size:
+    a system prompt and tools of 6-12K tokens, 15-35 calls each growing the context by a tool result of 30-400
+    tokens and the answer before it (93% of all prompt tokens in blocks sent before; the public set: 96%), answers
+    of 30-300 tokens, pauses of 0.25-30 s; three sessions fan out subagents after one call (one four at once), each
+    sharing its parent's system prompt blocks."""
+    import random
+
+    rng = random.Random(seed)
+
+    def session(k: int, start_id: int, calls: int, t0: float = 0.0) -> tuple[list[dict[str, Any]], int]:
+        hids = list(range(start_id, start_id + rng.randint(96, 192)))  # the system prompt and tools
+        nxt, t, out = hids[-1] + 1, t0, []
+        for c in range(calls):
+            if c:
+                grow = (rng.randint(30, 400) + out[-1]["out"]) // 64 + 1
+                hids = hids + list(range(nxt, nxt + grow))
+                nxt += grow
+            n_in = 64 * len(hids) + rng.randint(0, 63)  # floor: the last partial block is an unhashed tail
+            api = round(0.5 + n_in / 40000 + rng.uniform(0.5, 4.0), 2)
+            think = round(rng.choice([0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 20.0]) * rng.uniform(0.5, 1.5), 2) if c else 0.0
+            t = round(t + (out[-1]["api_time"] if out else 0.0) + think, 2)
+            out.append({"t": t, "type": rng.choice("nsn"), "model": "claude-example", "in": n_in,
+                        "out": rng.randint(30, 300), "hash_ids": list(hids), "api_time": api, "think_time": think,
+                        "stop": "tool_use" if c + 1 < calls else "end_turn"})
+        return out, nxt
+
+    traces = []
+    for k in range(n):
+        requests, nxt = session(k, 1, rng.randint(15, 35))
+        fan = {2: 1, 5: 2, 9: 4}.get(k, 0)  # subagents launched together after one call of three sessions
+        if fan:
+            anchor = len(requests) // 2
+            end = requests[anchor]["t"] + requests[anchor]["api_time"]
+            subs, longest = [], 0.0
+            for j in range(fan):
+                calls, nxt = session(k, nxt, rng.randint(3, 6))
+                base = calls[0]["hash_ids"][:0] + requests[0]["hash_ids"][:32]  # the parent's system prompt
+                for c in calls:
+                    c["hash_ids"] = base + c["hash_ids"][32:]
+                    c["in"] = 64 * len(c["hash_ids"]) + rng.randint(0, 63)
+                dur = calls[-1]["t"] + calls[-1]["api_time"] + 0.5
+                longest = max(longest, dur)
+                subs.append({"t": round(end + 0.5 + dur, 2), "type": "subagent", "agent_id": f"agent_{j:03d}",
+                             "subagent_type": "Explore", "status": "completed", "duration_ms": int(dur * 1000),
+                             "requests": calls})
+            shift = end + 0.5 + longest + 1.0 - requests[anchor + 1]["t"] + requests[anchor + 1]["think_time"]
+            for r in requests[anchor + 1:]:
+                r["t"] = round(r["t"] + max(0.0, shift), 2)
+            requests[anchor + 1]["think_time"] = 1.0
+            requests = requests[: anchor + 1] + subs + requests[anchor + 1:]
+        traces.append({"id": f"agents-{k:02d}", "models": ["claude-example"], "block_size": 64,
+                       "hash_id_scope": "local", "requests": requests})
+    return traces
+
+
 def mlcommons() -> list[dict[str, Any]]:
     bash = {"type": "function", "function": {"name": "bash", "description": "Run a shell command",
                                              "parameters": {"type": "object", "properties": {
@@ -165,6 +221,10 @@ def main() -> None:
     (HERE / "tracelab-rounds.jsonl").write_text(jsonl(tracelab()))
     (HERE / "session-log.jsonl").write_text(jsonl(session_log(False)))
     (HERE / "session-log-lengths.jsonl").write_text(jsonl(session_log(True)))
+    folder = HERE / "agents"
+    folder.mkdir(exist_ok=True)
+    for trace in agents():
+        (folder / f"{trace['id']}.json").write_text(json.dumps(trace, separators=(",", ":")) + "\n")
 
 
 if __name__ == "__main__":
