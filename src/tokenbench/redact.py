@@ -80,6 +80,38 @@ def body(obj: Any) -> Any:
     return obj
 
 
+def stored(obj: Any) -> Any:
+    """A recorded request or answer as a file may hold it: the scalar value of every secret-named field replaced
+    (an object or list under such a name is walked instead: a tool's JSON schema may name a parameter ``token``),
+    words shaped like a key and URL userinfo in any text replaced, and the same inside tool-call ``arguments``
+    (JSON as text)."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if isinstance(k, str) and is_secret_name(k) and not isinstance(v, (dict, list)) and v is not None:
+                out[k] = HIDDEN
+            elif k == "arguments" and isinstance(v, str):
+                out[k] = _stored_json(v)
+            else:
+                out[k] = stored(v)
+        return out
+    if isinstance(obj, list):
+        return [stored(v) for v in obj]
+    if isinstance(obj, str):
+        return keys(obj)
+    return obj
+
+
+def _stored_json(text: str) -> str:
+    """JSON held as text, its secrets hidden; text that is not JSON as any text."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return keys(text)
+    hidden = stored(value)
+    return text if hidden == value else json.dumps(hidden, ensure_ascii=False)
+
+
 def command(argv: list[str]) -> str:
     """A command line as it may be stored."""
     out: list[str] = []
