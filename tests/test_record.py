@@ -11,6 +11,7 @@ llama-server on the embedded tiny model.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import json
 import os
@@ -819,3 +820,71 @@ def test_a_real_llama_server_behind_the_proxy(tmp_path: Path, model_cache: Path,
         assert len(ln["hash_ids"]) == ln["usage"]["prompt_tokens"] // 8
     load_trajectories(short)
 
+
+
+def whole_app() -> web.Application:
+    async def whole(request: web.Request) -> web.Response:
+        body = await request.json()
+        assert body["stream"] is False
+        answer = {"id": "c", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
+                  "message": {"role": "assistant", "content": "", "reasoning_content": "hmm", "tool_calls": [
+                      {"id": "t1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]}}],
+                  "usage": {"prompt_tokens": 31, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 16}}}
+        return web.Response(body=gzip.compress(json.dumps(answer).encode()), headers={
+            "Content-Type": "application/json", "Content-Encoding": "gzip"})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", whole)
+    return app
+
+
+def test_a_whole_compressed_answer_passes_as_sent_and_is_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "whole.jsonl"
+    body = {**CHAT, "stream": False}
+
+    async def raw(url: str) -> tuple[bytes, str]:
+        async with aiohttp.ClientSession(auto_decompress=False) as s:
+            async with s.post(url + "/chat/completions", json=body, headers={"Accept-Encoding": "gzip"}) as r:
+                return await r.read(), r.headers.get("Content-Encoding", "")
+
+    with App(whole_app()) as up, recording(up.url, out) as rec:
+        assert asyncio.run(raw(rec.url)) == asyncio.run(raw(up.url))
+    [line] = lines(out)
+    assert line["usage"] == {"prompt_tokens": 31, "completion_tokens": 7, "cached_tokens": 16}
+    assert line["response"] == {"role": "assistant", "content": None, "reasoning_content": "hmm", "tool_calls": [
+        {"id": "t1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]}
+
+
+def test_requests_of_one_session_in_flight_at_once_leave_the_pause_to_the_times(tmp_path: Path) -> None:
+    out = tmp_path / "overlap.jsonl"
+
+    async def run(url: str) -> None:
+        a = Agent(url, {"X-Session-ID": "team-run"})
+        async with aiohttp.ClientSession() as s:
+            slow = asyncio.ensure_future(a.ask(s, [{"role": "user", "content": "long one"}], max_tokens=40))
+            await asyncio.sleep(0.05)
+            await a.ask(s, [{"role": "user", "content": "short one"}], max_tokens=2)
+            await slow
+
+    with BackgroundEmitter(EmitterConfig(itl_s=0.01)) as em, recording(em.url, out) as rec:
+        asyncio.run(run(rec.url))
+    short, long = lines(out)
+    assert short["pause"] is None and long["pause"] is None and short["end"] < long["end"]
+    [t] = load_trajectories(out).trajectories
+    assert [c.pause_s for c in t.calls] == [0.0, 0.0]  # the second was sent before the first ended
+
+
+def test_a_writer_that_dies_leaves_the_agent_served_and_says_so(tmp_path: Path, emitter: BackgroundEmitter) -> None:
+    out = tmp_path / "died.jsonl"
+    with recording(emitter.url, out) as rec:
+        assert asyncio.run(post(rec.url + "/chat/completions", CHAT))[0] == 200
+        link = rec._rec.link if rec._rec else None
+        assert link is not None
+        time.sleep(0.5)
+        link.proc.kill()
+        link.proc.wait()
+        for _ in range(3):
+            assert asyncio.run(post(rec.url + "/chat/completions", CHAT))[0] == 200
+    assert rec.summary.lost and "the log writer stopped" in rec.summary.lost
+    assert rec.summary.forwarded == 4
+    load_trajectories(out)  # what it wrote before is whole

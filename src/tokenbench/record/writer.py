@@ -38,6 +38,8 @@ from .sessions import Placed, Sessions, Turn
 from .tokens import ROUNDING, HashIds, LocalChatTokenizer, TokenizerError, UpstreamTokenizer, answer_text
 
 CHILD_ENTRY = "from tokenbench.record.writer import child_main; child_main({fd})"
+#: The most reasons for not recording a request said as they first come up (all are counted).
+MAX_NOTICES = 20
 #: Each recorded API's parsers: its request's bytes, its answer's bytes (and Content-Type).
 PARSERS = {"chat": (chat_request, chat_answer), "messages": (messages_request, messages_answer),
            "responses": (responses_request, responses_answer)}
@@ -106,13 +108,21 @@ class Writer:
         try:
             line = await self._line(ex)
         except Unrecordable as e:
-            self.counts.skipped[str(e)[:120]] += 1
+            self.skip(str(e)[:120])
             return
         except TokenizerError as e:
-            self.counts.skipped[f"not counted: {e}"[:160]] += 1
+            self.skip(f"not counted: {e}"[:160])
             return
         write_whole(self.fd, _json_line(line))
         self.counts.recorded += 1
+
+    def skip(self, why: str) -> None:
+        """A request answered but not recorded: counted, and said on stderr the first time a reason comes up (a
+        recording that records nothing is known before its end)."""
+        if why not in self.counts.skipped and len(self.counts.skipped) < MAX_NOTICES:
+            print(f"tokenbench record: a request was forwarded but not recorded: {redact.keys(why)}", file=sys.stderr,
+                  flush=True)
+        self.counts.skipped[why] += 1
 
     async def _line(self, ex: Exchange) -> dict[str, Any]:
         parse_request, parse_answer = PARSERS[ex.api]
@@ -210,7 +220,7 @@ async def _serve(conn: Any, config: WriterConfig) -> None:
         try:
             await writer.take(ex)
         except Exception as e:  # a bug here must not lose the requests after it
-            writer.counts.skipped[f"not recorded: {type(e).__name__}"] += 1
+            writer.skip(f"the log writer failed on it ({type(e).__name__})")
     counts = await writer.close()
     try:
         conn.send(counts)
