@@ -1,6 +1,8 @@
 """What the proxy hands the log writer about one answered request: the request's bytes and the answer's bytes as
-they passed through, with the times they did. Nothing in it is parsed yet (``apis`` parses, after the answer
-ended, in the writer's process) and nothing in it is a header but the two that name a session."""
+they passed through, with the times they did. Nothing in it is parsed yet (``chat``, ``anthropic`` and
+``responses`` parse, after the answer ended, in the writer's process). Of the headers it holds only the two that
+name a session, and, for a lengths-only log's tokenizer, the client's key headers, in memory only: the writer
+never writes them."""
 
 from __future__ import annotations
 
