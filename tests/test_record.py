@@ -372,6 +372,23 @@ def test_a_subagent_needs_its_task_in_a_waiting_call() -> None:
     assert (other.parent, sub.parent, before.parent) == (None, "s1", None)
 
 
+def test_a_subagent_whose_parent_went_on_without_waiting_still_has_it() -> None:
+    """A subagent run in the background: its parent's next request was sent after the subagent started, and
+    ended (so was written) before the subagent's first answer did. At the subagent's start the parent was
+    waiting on the call that handed it its task; after the parent's next send, a new session is no child of
+    that call."""
+    call = {"id": "c1", "type": "function", "function": {"name": "task",
+                                                          "arguments": '{"prompt": "write the release notes"}'}}
+    first = (_msg("user", "ship it"),)
+    s = Sessions()
+    a1 = _msg("assistant", None, tool_calls=[call])
+    s.place(Turn(0.0, 1.0, first, a1))
+    nxt = s.place(Turn(1.5, 1.8, (*first, a1, _msg("tool", "started", tool_call_id="c1")), _msg("assistant", "ok")))
+    sub = s.place(Turn(1.1, 2.0, (_msg("user", "write the release notes"),), _msg("assistant", "done")))
+    late = s.place(Turn(1.6, 2.1, (_msg("user", "write the release notes"),), _msg("assistant", "again")))
+    assert (nxt.session, sub.parent, late.parent) == ("s1", "s1", None)
+
+
 # ---- Anthropic messages and OpenAI responses -----------------------------------------------------------------------
 
 

@@ -16,7 +16,6 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -24,7 +23,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from .. import redact
-from .exchange import PARENT_HEADER, SESSION_HEADER, Exchange, api_of
+from .exchange import PARENT_HEADER, SESSION_HEADER, Api, Exchange, api_of
 from .parsed import MAX_ANSWER_BYTES
 
 #: Headers for one hop only (RFC 9110 7.6.1), and those aiohttp writes itself for the next hop.
@@ -134,7 +133,7 @@ class Proxy:
             return f"cannot reach the upstream {where} ({e.os_error.strerror or type(e.os_error).__name__}): is it running?"
         return f"the upstream {where} closed the connection before answering ({type(e).__name__})"
 
-    async def _relay(self, request: web.Request, up: aiohttp.ClientResponse, api: Any, body: bytes, sent: float,
+    async def _relay(self, request: web.Request, up: aiohttp.ClientResponse, api: Api | None, body: bytes, sent: float,
                      sid: str | None) -> web.StreamResponse:
         resp = web.StreamResponse(status=up.status, reason=up.reason, headers=_forwarded(up.headers))
         if up.headers.get("Content-Length") is not None and "Transfer-Encoding" not in up.headers:
@@ -171,11 +170,11 @@ class Proxy:
             self._fail(api if keep else None, "the client gave up")
             raise
         end = self.clock()
-        if keep:
+        if keep and api is not None:
             self.hand(self._exchange(request, api, up, body, chunks, sent, first, end, sid))
         return resp
 
-    def _cut(self, request: web.Request, resp: web.StreamResponse, api: Any) -> web.StreamResponse:
+    def _cut(self, request: web.Request, resp: web.StreamResponse, api: Api | None) -> web.StreamResponse:
         """The upstream cut its answer: the client's is cut the same way (its connection closed before the
         answer's end), never ended as if it were whole."""
         self._fail(api, "the upstream cut its answer")
@@ -183,7 +182,7 @@ class Proxy:
             request.transport.close()
         return resp
 
-    def _exchange(self, request: web.Request, api: Any, up: aiohttp.ClientResponse, body: bytes,
+    def _exchange(self, request: web.Request, api: Api, up: aiohttp.ClientResponse, body: bytes,
                   chunks: list[bytes], sent: float, first: float | None, end: float, sid: str | None) -> Exchange:
         overlapped = sid is not None and any(t < sent for t in self._in_flight.get(sid, ()))
         auth = {k: request.headers[k] for k in KEY_HEADERS if k in request.headers} if self.keys else {}

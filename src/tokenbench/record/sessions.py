@@ -16,9 +16,9 @@ A request's session, by the first rule that applies:
 4. Otherwise it starts a new session (a fork of a conversation, or a compacted one, is a new session).
 
 A new session's parent: the ``X-Parent-Session-ID`` header where it names a session already in the log; else the
-session that handed it its task: one waiting on a tool call (its last answer called tools and ended before the
-new session's first request was sent, and it has sent nothing since) whose call's arguments hold a text of at
-least ``HANDOFF_CHARS`` characters that the new session's first request's user messages contain. That is how a
+session that handed it its task: one waiting on a tool call when the new session's first request was sent (an
+answer of it that called tools had ended, and its next request was not sent yet) whose call's arguments hold a
+text of at least ``HANDOFF_CHARS`` characters that the new session's first request's user messages contain. That is how a
 coding agent starts a subagent (Claude Code's Task tool, a ``spawn_agent`` call): the words of its task are in the
 call and in the subagent's first prompt. Waiting on a tool alone is not enough: sessions of several people, or
 of several agents, wait on tools while others start. No match: the parent is null.
@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +38,8 @@ from ..trajectories.model import Message
 
 #: The shortest argument text that names a subagent's task (shorter ones, a path or a flag, are everywhere).
 HANDOFF_CHARS = 16
+#: The latest tool-calling answers of a session whose calls a new session may be handed its task by.
+WAITS_KEPT = 8
 #: The most answers whose conversation a later ``previous_response_id`` may name.
 RESPONSES_KEPT = 4096
 #: The longest session id taken from a header; a longer one is cut.
@@ -78,9 +80,15 @@ class _Session:
     scope: str | None
     times: list[tuple[float, float]] = field(default_factory=list)  # (sent, end) of its requests, by sent
     keys: tuple[bytes, ...] = ()  # its last request's index keys
-    handoffs: tuple[str, ...] = ()  # its last answer's tool-call texts
+    #: its latest answers that called tools: [answer's end, the texts the calls hand on, the next request's send]
+    waits: deque[list[Any]] = field(default_factory=lambda: deque(maxlen=WAITS_KEPT))
     last_end: float = 0.0
     last_sent: float = 0.0
+
+    def waiting(self, t: float) -> list[tuple[str, ...]]:
+        """The texts of the tool calls this session was waiting on at ``t``: an answer ended before, its next
+        request not sent yet."""
+        return [texts for end, texts, nxt in self.waits if end <= t and (nxt is None or nxt >= t)]
 
 
 def fingerprint(m: Message) -> bytes:
@@ -207,12 +215,18 @@ class Sessions:
         asked = _user_text(turn.messages)
         if not asked:
             return None
-        waiting = [s for s in self._sessions.values() if s.handoffs and s.last_end <= turn.sent]
-        found = [s for s in waiting if any(t in asked for t in s.handoffs)]
+        found = [s for s in self._sessions.values() if s.waits
+                 and any(t in asked for texts in s.waiting(turn.sent) for t in texts)]
         return max(found, key=lambda s: s.last_end).name if found else None
 
     def _advance(self, s: _Session, turn: Turn, keys: list[bytes]) -> None:
         """The session's last request is now this turn (where it is the latest sent): its keys replace the old."""
+        for w in s.waits:  # an answer this request follows is no longer waited on from this send
+            if w[0] <= turn.sent and (w[2] is None or w[2] > turn.sent):
+                w[2] = turn.sent
+        texts = handoff_texts(turn.answer)
+        if texts:
+            s.waits.append([turn.end, texts, None])
         if turn.sent < s.last_sent:
             return
         for k in s.keys:
@@ -226,7 +240,6 @@ class Sessions:
         if turn.header is None:
             self._index.setdefault(asked, []).append((s.name, False))
             self._index.setdefault(with_answer, []).append((s.name, True))
-        s.handoffs = handoff_texts(turn.answer)
         s.last_end, s.last_sent = turn.end, turn.sent
         if turn.response_id is not None:
             self._responses[turn.response_id] = (s.name, (*turn.messages, turn.answer))
