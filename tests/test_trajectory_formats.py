@@ -173,6 +173,20 @@ def test_session_log_calls_share_re_sent_messages_and_answers() -> None:
     assert c1.tools is c0.tools
 
 
+def test_a_session_log_that_keeps_the_text_may_leave_the_counts_unsaid(tmp_path: Path) -> None:
+    """A stream the client asked no usage of has no counts: the line says null, the call has None (a replay counts
+    it), and a pause left null (two requests of one session in flight) is taken from the times."""
+    body = _lines(SESSION_LOG, 3, _set("usage", {"prompt_tokens": None, "completion_tokens": None,
+                                                 "cached_tokens": None}))
+    body = "".join(json.dumps({**json.loads(x), "pause": None}) + "\n" if i == 4 else x
+                   for i, x in enumerate(body.splitlines(True)))
+    s = load_trajectories(_write(tmp_path, "s.jsonl", body))
+    sub = s.trajectories[0].subagents[0].trajectory
+    assert (sub.calls[0].input_tokens, sub.calls[0].output_tokens, sub.calls[0].cached_tokens) == (None, None, None)
+    assert sub.calls[1].input_tokens == 36 and s.figures.input_tokens == 216 - 20
+    assert s.trajectories[0].calls[1].pause_s == 1.0
+
+
 def test_the_lengths_only_session_log_has_the_same_calls_and_blocks() -> None:
     s = load_trajectories(SESSION_LENGTHS)
     assert s.block == 16 and all(c.messages == () for c in s.trajectories[0].calls)
@@ -341,6 +355,11 @@ REFUSALS: list[tuple[str, str, str | bytes, str]] = [
      ":2: usage.cached_tokens: 41 is more than the 40 prompt tokens"),
     ("session log lengths ids", "s.jsonl", _lines(SESSION_LENGTHS, 2, _set("hash_ids", [1, 2])),
      ":2: hash_ids: 2 hash ids for 40 tokens in blocks of 16, where 3 (ceil(in / block))"),
+    ("session log lengths without counts", "s.jsonl", _lines(SESSION_LENGTHS, 2, _set("usage.prompt_tokens", None)),
+     ":2: usage.prompt_tokens: None is not a whole number of tokens"),
+    ("session log cached of no count", "s.jsonl",
+     _lines(SESSION_LOG, 2, _set("usage", {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": 3})),
+     ":2: usage.cached_tokens: 3 where the prompt tokens are not said"),
 ]
 
 

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from .emitter_chunks import MODEL, burst, chunk, count_prompt, text_chunk, usage_chunk
+from .emitter_chunks import MODEL, burst, chunk, count_prompt, text_chunk, tool_chunk, usage_chunk
 from .lean_emitter import lean_loop, serve_lean
 
 
@@ -57,6 +57,9 @@ class EmitterConfig:
     itl_per_stream_s: float = 0.0
     jitter: float = 0.0
     jitter_seed: int = 0
+    #: A chat request that offers tools is answered with a call of its first tool, streamed as vLLM streams one:
+    #: the call's id and name first, then its arguments in pieces, then finish_reason "tool_calls".
+    tool_calls: bool = False
 
 
 class Emitter:
@@ -131,6 +134,8 @@ class Emitter:
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
         text = body.get("prompt", body.get("content", ""))  # vLLM's field, llama-server's
+        if isinstance(body.get("messages"), list):  # vLLM's chat form: the words _count_prompt counts
+            text = " ".join(str(m.get("content", "")) for m in body["messages"])
         ids = [self.vocab.setdefault(w, len(self.vocab)) for w in str(text).split()]
         return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": 1_000_000})
 
@@ -197,6 +202,8 @@ class Emitter:
                       chat: bool, n_tokens: int, max_tokens: int, prompt_tokens: int, t_recv: int) -> web.StreamResponse:
         if chat and c.role_first:
             await resp.write(chunk(chat, role=True))
+        if chat and c.tool_calls and body.get("tools"):
+            return await self._call_tool(resp, body, c, prompt_tokens, t_recv)
         start = time.perf_counter()
         sent = 0
         n_chunks = 0
@@ -237,6 +244,29 @@ class Emitter:
         await resp.write_eof()
         if c.close_after_stream_s is not None and request.transport is not None:
             asyncio.get_running_loop().call_later(c.close_after_stream_s, request.transport.close)
+        return resp
+
+    async def _call_tool(self, resp: web.StreamResponse, body: dict[str, Any], c: EmitterConfig, prompt_tokens: int,
+                         t_recv: int) -> web.StreamResponse:
+        """A call of the request's first tool: its arguments name the request's place in the emitter's log."""
+        await asyncio.sleep(self._delay(c.ttft_s))
+        t_first = time.perf_counter_ns()
+        tool = body["tools"][0] if isinstance(body["tools"][0], dict) else {}
+        name = str((tool.get("function") or {}).get("name") or "tool")
+        n = len(self.requests_seen)
+        pieces = ['{"task": ', f'"step {n} of the work', ' to do"}']
+        await resp.write(tool_chunk({"index": 0, "id": f"call_{n}", "type": "function",
+                                     "function": {"name": name, "arguments": ""}}))
+        for piece in pieces:
+            await asyncio.sleep(self._delay(c.itl_s))
+            await resp.write(tool_chunk({"index": 0, "function": {"arguments": piece}}))
+        self.generated += len(pieces)
+        self.stamps[str(body.get("prompt", ""))[:64]] = (t_recv, t_first, time.perf_counter_ns())
+        await resp.write(chunk(True, finish="tool_calls"))
+        if c.usage and (body.get("stream_options") or {}).get("include_usage"):
+            await resp.write(usage_chunk(prompt_tokens, len(pieces), 0))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
         return resp
 
 

@@ -61,3 +61,10 @@ def usage_chunk(prompt_tokens: int, completion_tokens: int, reasoning_tokens: in
     if reasoning_tokens:
         usage["completion_tokens_details"] = {"reasoning_tokens": min(reasoning_tokens, completion_tokens)}
     return b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n"
+
+
+def tool_chunk(call: dict[str, Any]) -> bytes:
+    """A chat delta that carries a piece of a tool call (its id and name first, then its arguments)."""
+    obj = {"id": "x", "object": "chat.completion.chunk", "model": MODEL,
+           "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]}
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"

@@ -42,9 +42,16 @@ def is_secret_name(name: str) -> bool:
     return bool(SECRET_NAME.search(_CAMEL.sub("_", name)))
 
 
+#: What a key-shaped word starts with (``KEY_SHAPED``): text without any of them is passed over at C speed.
+_KEY_PREFIXES = ("sk-", "sk_", "hf_", "ghp_", "gho_", "ghs_", "ghu_", "github_pat_", "glpat-", "xox", "AKIA", "eyJ")
+
+
 def url(text: str) -> str:
     """``text`` with the userinfo of every URL in it, and secret-named query parameters, replaced."""
-    text = _URL_USERINFO.sub(lambda m: m.group(1) + HIDDEN + "@", text)
+    if "://" not in text:
+        return text
+    if "@" in text:
+        text = _URL_USERINFO.sub(lambda m: m.group(1) + HIDDEN + "@", text)
     if "://" in text and "?" in text:
         text = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}={HIDDEN}" if is_secret_name(m.group(1)[1:]) else m.group(0),
                                  text)
@@ -78,6 +85,38 @@ def body(obj: Any) -> Any:
     if isinstance(obj, str):
         return url(obj)
     return obj
+
+
+def stored(obj: Any) -> Any:
+    """A recorded request or answer as a file may hold it: the scalar value of every secret-named field replaced
+    (an object or list under such a name is walked instead: a tool's JSON schema may name a parameter ``token``),
+    words shaped like a key and URL userinfo in any text replaced, and the same inside tool-call ``arguments``
+    (JSON as text)."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if isinstance(k, str) and is_secret_name(k) and not isinstance(v, (dict, list)) and v is not None:
+                out[k] = HIDDEN
+            elif k == "arguments" and isinstance(v, str):
+                out[k] = _stored_json(v)
+            else:
+                out[k] = stored(v)
+        return out
+    if isinstance(obj, list):
+        return [stored(v) for v in obj]
+    if isinstance(obj, str):
+        return keys(obj)
+    return obj
+
+
+def _stored_json(text: str) -> str:
+    """JSON held as text, its secrets hidden; text that is not JSON as any text."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return keys(text)
+    hidden = stored(value)
+    return text if hidden == value else json.dumps(hidden, ensure_ascii=False)
 
 
 def command(argv: list[str]) -> str:
@@ -128,7 +167,8 @@ def looks_like_secret_option(word: str, known: frozenset[str] = frozenset()) -> 
 
 def keys(text: str) -> str:
     """``text`` with words shaped like a key (``KEY_SHAPED``) and URL userinfo replaced: for a message."""
-    return KEY_SHAPED.sub(HIDDEN, url(text))
+    text = url(text)
+    return KEY_SHAPED.sub(HIDDEN, text) if any(p in text for p in _KEY_PREFIXES) else text
 
 
 def arguments(words: list[str], known: frozenset[str] = frozenset()) -> str:

@@ -121,6 +121,13 @@ class Adapter:
     def detokenize_request(self, ids: list[int], model: str) -> dict[str, Any]:
         return {"model": model, "tokens": ids}
 
+    def chat_tokenize_steps(self, messages: list[dict[str, Any]], tools: list[Any] | None,
+                            model: str) -> list[tuple[str, dict[str, Any]]]:
+        """How its endpoints count a chat request's prompt as its chat template renders it: root-relative paths
+        and bodies to POST in turn, the last answering ``tokens``; a step's body may hold ``{prompt}``, the text
+        the step before answered as ``prompt``. Empty: it tokenizes text only."""
+        return []
+
     def detokenized_text(self, body: dict[str, Any]) -> str:
         return str(body["prompt"])
 

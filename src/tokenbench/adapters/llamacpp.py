@@ -85,6 +85,16 @@ class LlamaCpp(Adapter):
     def detokenize_request(self, ids: list[int], model: str) -> dict[str, Any]:
         return {"tokens": ids}
 
+    def chat_tokenize_steps(self, messages: list[dict[str, Any]], tools: list[Any] | None,
+                            model: str) -> list[tuple[str, dict[str, Any]]]:
+        """/apply-template renders the messages as a chat request would; /tokenize then counts that text with its
+        special tokens, as the server does a chat prompt."""
+        body: dict[str, Any] = {"messages": messages}
+        if tools:
+            body["tools"] = tools
+        return [("/apply-template", body), ("/tokenize", {"content": "{prompt}", "add_special": True,
+                                                          "parse_special": True})]
+
     def detokenized_text(self, body: dict[str, Any]) -> str:
         return str(body["content"])
 

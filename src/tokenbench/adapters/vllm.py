@@ -31,6 +31,14 @@ class VLLM(Adapter):
     health_path = "/health"
     stream_options = {"include_usage": True, "continuous_usage_stats": True}
 
+    def chat_tokenize_steps(self, messages: list[dict[str, Any]], tools: list[Any] | None,
+                            model: str) -> list[tuple[str, dict[str, Any]]]:
+        """Its /tokenize takes chat messages and renders them with the served model's template."""
+        body: dict[str, Any] = {"model": model, "messages": messages, "add_generation_prompt": True}
+        if tools:
+            body["tools"] = tools
+        return [("/tokenize", body)]
+
     def detect(self, p: Probes) -> bool:
         if p.owned_by == "vllm":
             return True

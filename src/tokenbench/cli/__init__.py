@@ -2,9 +2,9 @@
 
 ``main(argv)`` returns the exit code so tests call it in-process; only ``entrypoint()`` reads sys.argv.
 The commands live by what they do: one module each for ``sweep.py``, ``depth.py``, ``coldstart.py``, ``guard.py``,
-``engines.py``, ``capacity.py``, ``quality.py``, ``compare.py``, ``cost.py`` and ``recommend.py``; ``predicting.py``
-(fit, predict, calibrate, the catalogs), ``analysis.py`` (import, report), ``runs.py`` (runs and show); the grammar
-in ``parser.py``, its shared parts in ``options.py``.
+``engines.py``, ``capacity.py``, ``quality.py``, ``compare.py``, ``cost.py``, ``recommend.py`` and ``record.py``;
+``predicting.py`` (fit, predict, calibrate, the catalogs), ``analysis.py`` (import, report), ``runs.py`` (runs and
+show); the grammar in ``parser.py``, its shared parts in ``options.py``.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from .parser import build_parser
 from .predicting import cmd_calibrate, cmd_catalog, cmd_fit, cmd_predict
 from .quality import cmd_quality
 from .recommend import cmd_recommend
+from .record import cmd_record
 from .runs import cmd_runs, cmd_show
 
 __all__ = ["main", "entrypoint"]
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         "report": lambda: cmd_report(a, console),
         "recommend": lambda: cmd_recommend(a, console),
         "quality": lambda: cmd_quality(a, argv, console, err),
+        "record": lambda: cmd_record(a, console),
     }
     try:
         with _terminate_as_interrupt():

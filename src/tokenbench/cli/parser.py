@@ -17,6 +17,7 @@ from .engines import add_engines_parser
 from .guard import add_guard_parser
 from .predicting import add_calibrate_parser, add_fit_parser, add_hardware_parser, add_models_parser, add_predict_parser
 from .recommend import add_recommend_parser
+from .record import add_record_parser
 from .runs import add_runs_parser, add_show_parser
 from .sweep import add_sweep_parser
 from .quality import add_quality_parser
@@ -97,6 +98,8 @@ EXAMPLES: dict[str, list[str]] = {
     "report": ["tokenbench report h100 strix --html report.html --md BENCHMARKS.md"],
     "recommend": ["tokenbench recommend --model qwen3.6-35b-a3b --agents 16 --ttft-p99 2s --currency EUR",
                   "tokenbench recommend --model llama-3.1-8b --capacity --ttft-p99 2s --tpot 50ms --runs h100-cap"],
+    "record": ["tokenbench record --upstream http://gpu-box:8000 --out my-agents.jsonl",
+               "tokenbench record --upstream http://gpu-box:8000 --out shareable.jsonl --lengths-only --port 8101"],
     "quality": ["tokenbench quality --tasks niah,agreement       # the embedded engine, offline",
                 "tokenbench quality --url http://strix:8080/v1 --label strix --tasks niah,agreement --contexts 4k,16k",
                 "tokenbench quality --url http://a30:8080/v1 --label a30 --tasks gsm8k --limit 200",
@@ -169,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sweep_parser(sub)
     add_capacity_parser(sub)
+    add_record_parser(sub)
     add_guard_parser(sub)
     add_agent_parser(sub)
     add_engines_parser(sub)

@@ -31,10 +31,13 @@ Request lines, one per request, written when its answer ended (so ``end`` never 
 - ``sent``, ``first_byte``, ``end``: seconds on the log's clock (a monotonic clock, 0 at the log's start) when the
   request was sent, its first byte came back and its answer ended: ``sent <= first_byte <= end``.
 - ``pause``: seconds from the end of the session's previous request (by ``sent``) to this send, never below 0 (a
-  request sent before the previous one ended: 0); null for a session's first request. It must agree with the times
-  to the millisecond.
+  request sent before the previous one ended: 0); null for a session's first request, and where the previous
+  request had not ended when this line was written (two requests of one session in flight at once). Where it is a
+  number it must agree with the times to the millisecond; the loader takes the pause from the times either way.
 - ``usage``: the server's counts: ``prompt_tokens`` (at least 1), ``completion_tokens``, ``cached_tokens`` (prompt
-  tokens served from its cache, at most ``prompt_tokens``; null where the server said nothing).
+  tokens served from its cache, at most ``prompt_tokens``), each null where the server said nothing (a stream the
+  client did not ask usage of); a replay counts the request itself then. The lengths-only variant always has
+  ``prompt_tokens`` and ``completion_tokens`` (its hash ids are counted from them).
 - ``response``: the assistant message answered (optional), for a replay that sends recorded answers.
 - The lengths-only variant has no ``request`` and no ``response``; it has ``hash_ids`` instead: one id per block of
   the prompt as the header's ``rounding`` counts them from ``usage.prompt_tokens``; two requests that list the same
@@ -167,18 +170,30 @@ def _request(obj: dict[str, Any], line: int, head: Header, sessions: dict[str, _
     if not sent <= first <= end:
         raise Refusal("first_byte", f"sent {sent:g}, first_byte {first:g}, end {end:g} s are not in that order")
     pause = as_optional_seconds(obj.get("pause"), "pause")
-    usage = as_obj(obj.get("usage"), "usage")
-    n_in = as_tokens(usage.get("prompt_tokens"), "usage.prompt_tokens")
-    n_out = as_tokens(usage.get("completion_tokens"), "usage.completion_tokens", minimum=0)
-    cached = usage.get("cached_tokens")
-    if cached is not None and as_tokens(cached, "usage.cached_tokens", minimum=0) > n_in:
-        raise Refusal("usage.cached_tokens", f"{cached} is more than the {n_in} prompt tokens")
+    n_in, n_out, cached = _usage(as_obj(obj.get("usage"), "usage"), head.lengths_only)
     call = Call(0, f"line {line}", n_in, n_out, 0.0, "start", duration_s=end - sent, ttft_s=first - sent,
                 cached_tokens=cached)
     call = _lengths(obj, call, head, s) if head.lengths_only else _body(obj, call, s)
     entry = _Line(line, sent, first, end, pause, call)
     s.lines.append(entry)
     return entry
+
+
+def _usage(usage: dict[str, Any], lengths_only: bool) -> tuple[int | None, int | None, int | None]:
+    """(prompt, completion, cached) tokens; the first two may be null in a log that keeps the text."""
+    n_in = usage.get("prompt_tokens")
+    n_out = usage.get("completion_tokens")
+    if n_in is not None or lengths_only:
+        n_in = as_tokens(n_in, "usage.prompt_tokens")
+    if n_out is not None or lengths_only:
+        n_out = as_tokens(n_out, "usage.completion_tokens", minimum=0)
+    cached = usage.get("cached_tokens")
+    if cached is not None:
+        as_tokens(cached, "usage.cached_tokens", minimum=0)
+        if n_in is None or cached > n_in:
+            raise Refusal("usage.cached_tokens", f"{cached} is more than the {n_in} prompt tokens" if n_in else
+                          f"{cached} where the prompt tokens are not said")
+    return n_in, n_out, cached
 
 
 def _lengths(obj: dict[str, Any], call: Call, head: Header, s: _Session) -> Call:

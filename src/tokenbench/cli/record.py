@@ -1,0 +1,109 @@
+"""``tokenbench record``: its options, its typed config (``record.RecordConfig``), the recording (``record.record``,
+until Ctrl-C) and the lines it prints: where to point the agent, then what was recorded and what failed."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from rich.console import Console
+
+from .. import redact
+from ..errors import UsageError
+from .common import check_output
+from .options import POSITIVE_INT
+
+DEFAULT_PORT = 8100
+DEFAULT_BLOCK = 64
+
+
+def PORT(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a port from 1 to 65535 (0: any free one)")
+    return v
+
+
+def upstream_root(text: str) -> str:
+    """The upstream's root URL (``http://host:port``, any path before ``/v1`` kept) from what the user typed."""
+    url = text.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in ("http", "https"):
+        raise UsageError(f"--upstream {redact.url(text)}: only http:// and https:// servers can be recorded")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port out of range
+    except ValueError:
+        raise UsageError(f"--upstream {redact.url(text)}: the port is not a number from 1 to 65535") from None
+    if redact.has_userinfo(url):
+        raise UsageError(f"--upstream {redact.url(text)} carries credentials: the agent's own key is forwarded, "
+                         "so give the URL without them")
+    if not parts.hostname or parts.query or parts.fragment:
+        raise UsageError(f"--upstream {redact.url(text)}: give the server's base URL, e.g. http://gpu-box:8000")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def record_config(a: argparse.Namespace) -> Any:
+    from ..record import RecordConfig
+
+    if not a.lengths_only:
+        for flag, value in (("--block-size", a.block_size), ("--tokenizer", a.tokenizer)):
+            if value is not None:
+                raise UsageError(f"{flag} goes with --lengths-only (a full log keeps the text, not token ids)")
+    root = upstream_root(a.upstream)
+    check_output(a.out, "--out")
+    out = Path(a.out)
+    if out.exists():
+        raise UsageError(f"--out {a.out} already exists: name a new file (a log holds one recording)")
+    if a.tokenizer is not None and not Path(a.tokenizer).exists():
+        raise UsageError(f"--tokenizer {a.tokenizer}: no such file or folder")
+    return RecordConfig(root, out, a.host, a.port, a.lengths_only, a.block_size or DEFAULT_BLOCK, a.tokenizer)
+
+
+def cmd_record(a: argparse.Namespace, console: Console) -> int:
+    from ..record import Summary, record
+
+    config = record_config(a)
+    holder: list[Summary] = []
+
+    def ready(root: str) -> None:
+        console.print(f"recording to {config.out}: point the agent at OPENAI_BASE_URL={root}/v1 (Anthropic-speaking "
+                      f"agents: ANTHROPIC_BASE_URL={root}); Ctrl-C stops", soft_wrap=True)
+        console.file.flush()
+
+    try:
+        asyncio.run(record(config, ready, holder))
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM, SIGHUP) is how a recording ends
+        pass
+    for line in holder[0].lines() if holder else []:
+        console.print(line, soft_wrap=True)
+    return 0
+
+
+def add_record_parser(sub: Any) -> None:
+    """``tokenbench record``'s options."""
+    r = sub.add_parser("record", help="record your own agents' requests through a proxy, to replay them elsewhere",
+                       description="A proxy in front of your server: point your agents at it, work as usual, and "
+                                   "their chat requests are written to a session log that `tokenbench sweep --trace` "
+                                   "replays on another box. Everything is forwarded unchanged; keys and headers are "
+                                   "never written. Runs until Ctrl-C.")
+    r.add_argument("--upstream", required=True, metavar="URL",
+                   help="the server the agents use now, e.g. http://gpu-box:8000 (its /v1 may be given or not)")
+    r.add_argument("--out", required=True, metavar="FILE", help="the session log to write (a new file)")
+    r.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: other machines' agents too)")
+    r.add_argument("--port", type=PORT, default=DEFAULT_PORT, help="port to listen on (0: any free one)")
+    r.add_argument("--lengths-only", action="store_true",
+                   help="keep token counts and hash ids of the prompts instead of their text, to share a log "
+                        "without the code in it")
+    r.add_argument("--block-size", type=POSITIVE_INT, metavar="N",
+                   help=f"lengths-only: tokens per hash id (default {DEFAULT_BLOCK})")
+    r.add_argument("--tokenizer", metavar="PATH",
+                   help="lengths-only: a tokenizer.json or Hugging Face folder of the served model (default: the "
+                        "upstream's own tokenize endpoint)")

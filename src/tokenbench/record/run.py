@@ -1,0 +1,212 @@
+"""A recording from start to stop: the proxy served on ``host:port``, the log's file made with its header, the
+writer process beside it; at the stop, the requests in flight given ``grace_s`` to end, the writer drained, and
+the ``Summary`` of what was recorded and what failed. ``record`` runs one until it is cancelled (Ctrl-C);
+``BackgroundRecording`` runs one on a thread of its own (tests, the overhead benchmark)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import gc
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, cast
+
+from aiohttp import web
+
+from ..errors import UsageError
+from .proxy import Proxy
+from .writer import WriterConfig, WriterCounts, WriterLink, header
+
+
+@dataclass(frozen=True, slots=True)
+class RecordConfig:
+    upstream: str  # the upstream's root URL (no /v1)
+    out: Path
+    host: str = "127.0.0.1"
+    port: int = 8100  # 0: any free port
+    lengths_only: bool = False
+    block_size: int = 64
+    tokenizer: str | None = None
+    key: bytes | None = None  # the hash ids' key (None: a random one, never written)
+    grace_s: float = 3.0  # at the stop, how long requests in flight may take to end
+
+
+@dataclass(slots=True)
+class Summary:
+    out: Path
+    recorded: int = 0
+    sessions: int = 0
+    subagents: int = 0
+    forwarded: int = 0
+    others: int = 0  # requests of paths not recorded (models, metrics, completions ...)
+    failed: Counter[str] = field(default_factory=Counter)  # why -> recorded APIs' requests that failed
+    skipped: Counter[str] = field(default_factory=Counter)  # why -> answered, but the log cannot hold them
+    lost: str | None = None  # the writer stopped early: why
+
+    def lines(self) -> list[str]:
+        out = [f"recorded {self.recorded} request{'s' * (self.recorded != 1)} in {self.sessions} "
+               f"session{'s' * (self.sessions != 1)} ({self.subagents} of them subagents) to {self.out}"]
+        if self.failed:
+            out.append(f"{sum(self.failed.values())} failed, not recorded: " + _reasons(self.failed))
+        if self.skipped:
+            out.append(f"{sum(self.skipped.values())} answered but not recorded: " + _reasons(self.skipped))
+        if self.others:
+            out.append(f"{self.others} other requests forwarded (paths that are not chat completions, messages "
+                       "or responses)")
+        if self.lost:
+            out.append(f"{self.lost}: the log holds what it wrote before")
+        return out
+
+
+def _reasons(c: Counter[str]) -> str:
+    return ", ".join(f"{n} {why}" for why, n in c.most_common())
+
+
+class Recording:
+    def __init__(self, config: RecordConfig) -> None:
+        self.config = config
+        self.clock0 = time.perf_counter()
+        self.link: WriterLink | None = None
+        self.proxy = Proxy(config.upstream, self.clock0, self._hand, keys=config.lengths_only)
+        self.runner: web.AppRunner | None = None
+        self.port = config.port
+        self.summary: Summary | None = None
+
+    def _hand(self, ex: Any) -> None:
+        if self.link is not None:
+            self.link.put(ex)
+
+    async def start(self) -> str:
+        """Serve, make the log, start the writer; the proxy's root URL."""
+        app = web.Application(client_max_size=0)
+        app.router.add_route("*", "/{tail:.*}", self.proxy.handle)
+        self.runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
+                                    shutdown_timeout=self.config.grace_s)
+        await self.runner.setup()
+        await self.proxy.start()
+        site = web.TCPSite(self.runner, self.config.host, self.config.port)
+        try:
+            await site.start()
+        except OSError as e:
+            await self._close_server()
+            c = self.config
+            if e.errno == errno.EADDRINUSE:
+                raise UsageError(f"--port {c.port}: {c.host}:{c.port} is in use; pick another with --port") from None
+            raise UsageError(f"--host {c.host} --port {c.port}: cannot listen there ({e.strerror or e})") from None
+        server = cast(asyncio.base_events.Server, site._server)
+        self.port = server.sockets[0].getsockname()[1]
+        try:
+            self._make_log()
+        except UsageError:
+            await self._close_server()
+            raise
+        c = self.config
+        self.link = WriterLink(WriterConfig(c.out, c.upstream, c.lengths_only, c.block_size, c.tokenizer, c.key))
+        await self.link.open()
+        host = "127.0.0.1" if self.config.host in ("0.0.0.0", "", "::") else self.config.host
+        return f"http://{host}:{self.port}"
+
+    def _make_log(self) -> None:
+        c = self.config
+        started = datetime.fromtimestamp(time.time() - (time.perf_counter() - self.clock0), timezone.utc)
+        stamp = started.isoformat(timespec="microseconds").replace("+00:00", "Z")
+        try:
+            fd = os.open(c.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise UsageError(f"--out {c.out} already exists: name a new file (a log holds one recording)") from None
+        except OSError as e:
+            raise UsageError(f"--out {c.out}: cannot create it ({e.strerror or e})") from None
+        try:
+            os.write(fd, header(c.lengths_only, c.block_size, stamp))
+        finally:
+            os.close(fd)
+
+    async def _close_server(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+        await self.proxy.close()
+
+    async def stop(self) -> Summary:
+        """Stop serving (requests in flight get ``grace_s`` to end), drain the writer, and say what was done."""
+        self.proxy.stopping = True
+        await self._close_server()
+        counts: WriterCounts | None = None
+        lost = None
+        if self.link is not None:
+            counts = await self.link.close()
+            lost = self.link.lost
+            self.link = None
+        w = counts or WriterCounts()
+        self.summary = Summary(self.config.out, w.recorded, w.sessions, w.subagents, self.proxy.counts["forwarded"],
+                               self.proxy.counts["not recorded"], self.proxy.failed, w.skipped, lost)
+        return self.summary
+
+
+async def record(config: RecordConfig, ready: Callable[[str], None], holder: list[Summary]) -> None:
+    """Record until cancelled; the summary goes into ``holder`` (the cancellation propagates: asyncio.run
+    raises KeyboardInterrupt after a Ctrl-C however the task ends)."""
+    rec = Recording(config)
+    root = await rec.start()
+    # what start-up made lives as long as the proxy's process: out of the collector's way, so that a full
+    # collection, which stops every stream in flight, walks only what requests leave behind
+    gc.collect()
+    gc.freeze()
+    try:
+        ready(root)
+        await asyncio.Event().wait()
+    finally:
+        holder.append(await rec.stop())
+
+
+class BackgroundRecording:
+    """A recording on its own thread and event loop: ``url`` (…/v1) and ``root`` while it runs; ``stop()`` (or
+    leaving the ``with``) returns its summary."""
+
+    def __init__(self, config: RecordConfig) -> None:
+        self.config = config
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="recording")
+        self._rec: Recording | None = None
+        self.root = ""
+        self.summary: Summary | None = None
+
+    @property
+    def url(self) -> str:
+        return self.root + "/v1"
+
+    @property
+    def proxy(self) -> Proxy:
+        assert self._rec is not None
+        return self._rec.proxy
+
+    def __enter__(self) -> BackgroundRecording:
+        self._thread.start()
+        self._rec = Recording(self.config)
+        try:
+            self.root = asyncio.run_coroutine_threadsafe(self._rec.start(), self._loop).result(30)
+        except BaseException:
+            self._end()
+            raise
+        return self
+
+    def stop(self) -> Summary:
+        if self.summary is None and self._rec is not None:
+            self.summary = asyncio.run_coroutine_threadsafe(self._rec.stop(), self._loop).result(180)
+            self._end()
+        assert self.summary is not None
+        return self.summary
+
+    def _end(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
