@@ -10,8 +10,9 @@ Makefile, ``tests/test_hermetic.py``).
 - The locale and zone: ``LANG=C.UTF-8``, no ``LC_*``/``LANGUAGE``/``PYTHONIOENCODING``/``PYTHONUTF8``, ``TZ=UTC``.
 - tokenbench's own variables are the user's, not the suite's: every ``TOKENBENCH_*`` is removed but the suite's
   knobs, ``TOKENBENCH_TEST_CACHE`` (the model cache, see ``model_cache``), ``TOKENBENCH_REQUIRE_ENGINES`` (CI:
-  a missing engine fails), ``TOKENBENCH_FUZZ_EXAMPLES`` (fewer generated streams locally) and
-  ``TOKENBENCH_UPDATE_SNAPSHOTS`` (rewrite the exporters' snapshots, tests/test_report_export.py).
+  a missing engine fails), ``TOKENBENCH_FUZZ`` and ``TOKENBENCH_FUZZ_EXAMPLES`` (how many generated inputs the
+  property tests draw, see ``fuzz_examples``) and ``TOKENBENCH_UPDATE_SNAPSHOTS`` (rewrite the exporters'
+  snapshots, tests/test_report_export.py).
 - The home: ``HOME`` is left alone, since the engines the tests start read their own caches under it (Hugging
   Face, vLLM's compile cache, Chromium's profile), and no assertion reads it. What tokenbench derives from it is
   pinned: the user config and data directories (a ``guard.toml`` or ``catalog.toml`` of the user's would change
@@ -35,12 +36,13 @@ from pathlib import Path
 
 import platformdirs
 import pytest
+from hypothesis import settings
 
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
 
 #: The suite's own knobs, kept as the caller set them.
-KEPT_VARIABLES = ("TOKENBENCH_TEST_CACHE", "TOKENBENCH_REQUIRE_ENGINES", "TOKENBENCH_FUZZ_EXAMPLES",
-                  "TOKENBENCH_UPDATE_SNAPSHOTS")
+KEPT_VARIABLES = ("TOKENBENCH_TEST_CACHE", "TOKENBENCH_REQUIRE_ENGINES", "TOKENBENCH_FUZZ",
+                  "TOKENBENCH_FUZZ_EXAMPLES", "TOKENBENCH_UPDATE_SNAPSHOTS")
 #: Where the built engines are: ``TOKENBENCH_TEST_<name>`` gives the session its ``TOKENBENCH_<name>``.
 ENGINE_LOCATIONS = ("TOOLS", "LLAMA_CPP_BIN", "VLLM_ENV", "AIPERF_ENV")
 #: The caller's terminal, colour and locale: removed.
@@ -83,6 +85,11 @@ def pytest_configure(config: pytest.Config) -> None:
         locale.setlocale(locale.LC_CTYPE, PINNED["LANG"])
     except locale.Error:  # no C.UTF-8 here: Python's UTF-8 mode gives subprocesses UTF-8 under C anyway
         pass
+    fuzz = os.environ.get(FUZZ_ENV)
+    if fuzz:
+        if fuzz not in FUZZ_PROFILES:
+            raise pytest.UsageError(f"{FUZZ_ENV}={fuzz}: use one of {', '.join(FUZZ_PROFILES)}")
+        settings.load_profile(fuzz)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -103,6 +110,23 @@ def _isolated_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test touches the user's results database or API key."""
     monkeypatch.setenv("TOKENBENCH_DB", str(tmp_path / "results.db"))
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+# ---- how many inputs the property tests generate -------------------------------------------------------------------
+
+#: Hypothesis's profiles, chosen by ``TOKENBENCH_FUZZ`` (``make test-fast`` sets ``fast``; unset, Hypothesis's own
+#: default of 100 examples a test, as CI runs it through ``make test``). A test that sets its own count takes it
+#: through ``fuzz_examples``, so the profile scales it too.
+FUZZ_ENV = "TOKENBENCH_FUZZ"
+FUZZ_PROFILES = {"ci": 100, "fast": 5}
+for _name, _examples in FUZZ_PROFILES.items():
+    settings.register_profile(_name, max_examples=_examples)
+
+
+def fuzz_examples(ci: int) -> int:
+    """A property test's count of examples: ``ci`` as CI runs it, scaled by the profile loaded (a twentieth of it
+    under ``TOKENBENCH_FUZZ=fast``), at least 10."""
+    return max(10, ci * settings().max_examples // FUZZ_PROFILES["ci"])
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import fuzz_examples
 from tokenbench.errors import UsageError
 from tokenbench.trajectories import (TRACE_FORMATS, Call, TrajectorySet, detect_format, is_trajectory_file,
                                      load_trajectories)
@@ -421,7 +422,7 @@ def weka_traces(draw: st.DrawFn) -> tuple[dict[str, Any], list[tuple[int, int]]]
     return {"id": "gen", "block_size": size, "requests": requests}, sent
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=fuzz_examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(weka_traces())
 def test_a_generated_weka_trace_round_trips_its_totals(tmp_path_factory: pytest.TempPathFactory,
                                                        gen: tuple[dict[str, Any], list[tuple[int, int]]]) -> None:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import fuzz_examples
 from tokenbench.cli import main
 from tokenbench.client import StreamClient
 from tokenbench.decoder import StreamDecoder
@@ -21,8 +22,9 @@ from tokenbench.records import RequestRecord
 from tokenbench.sse import SSEParser
 from tokenbench.store import Store
 
-#: Generated streams per property test. CI runs the full 10,000; TOKENBENCH_FUZZ_EXAMPLES lowers it locally.
-EXAMPLES = int(os.environ.get("TOKENBENCH_FUZZ_EXAMPLES", "10000"))
+#: Generated streams per property test: 10,000 in `make test` and CI, fewer in `make test-fast` (conftest.py's
+#: fuzz_examples); TOKENBENCH_FUZZ_EXAMPLES sets the count outright.
+EXAMPLES = int(os.environ.get("TOKENBENCH_FUZZ_EXAMPLES") or fuzz_examples(10_000))
 ERROR_KINDS = {"malformed_event", "invalid_usage", "server_error_event", "stream_incomplete"}
 
 

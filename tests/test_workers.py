@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import fuzz_examples
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.loadgen import Level
@@ -28,7 +29,7 @@ from tokenbench.workers import (SEND_QUEUE_GOAL_MS, auto_workers, send_weights, 
                                 worker_shares, workers_for_sends)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=fuzz_examples(500), deadline=None)
 @given(c=st.integers(1, 600), n=st.integers(1, 16), req=st.one_of(st.none(), st.integers(1, 5000)))
 def test_a_closed_loop_level_is_split_exactly(c: int, n: int, req: int | None) -> None:
     shares = split_level(Level(concurrency=c), req, n)
@@ -42,7 +43,7 @@ def test_a_closed_loop_level_is_split_exactly(c: int, n: int, req: int | None) -
         assert all(k and k > 0 for _, k, _ in shares)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=fuzz_examples(300), deadline=None)
 @given(rate=st.floats(0.1, 1000), n=st.integers(1, 8), req=st.integers(1, 5000),
        arrival=st.sampled_from(["poisson", "constant"]))
 def test_an_open_loop_level_is_split_exactly(rate: float, n: int, req: int, arrival: Any) -> None:
@@ -60,7 +61,7 @@ def test_auto_uses_a_worker_per_64_streams_and_at_most_the_cores() -> None:
     assert auto_workers([Level(concurrency=512)], cores=2) == 2
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=fuzz_examples(300), deadline=None)
 @given(m=st.integers(1, 3000), c=st.floats(0.5, 500))
 def test_a_waves_p90_send_queue_is_the_p90_of_one_send_after_another(m: int, c: float) -> None:
     # the k-th of m sends on one loop is on its socket k sends after the wave began: c, 2c, ..., mc
@@ -68,7 +69,7 @@ def test_a_waves_p90_send_queue_is_the_p90_of_one_send_after_another(m: int, c: 
     assert wave_queue_p90_ms(m + 1, c) > wave_queue_p90_ms(m, c)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=fuzz_examples(300), deadline=None)
 @given(streams=st.integers(1, 5000), c=st.floats(1, 300), cores=st.integers(1, 64))
 def test_auto_picks_the_fewest_workers_whose_wave_stays_under_the_goal(streams: int, c: float, cores: int) -> None:
     n = workers_for_sends(streams, c, cores)
@@ -93,7 +94,7 @@ def test_auto_sizes_by_the_measured_send_cost_within_the_cores() -> None:
     assert auto_workers([Level(concurrency=200)], cores=16) == 4  # nothing measured: the stream rule alone
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=fuzz_examples(400), deadline=None)
 @given(data=st.data(), c=st.integers(1, 600), n=st.integers(1, 12),
        req=st.one_of(st.none(), st.integers(1, 5000)))
 def test_a_weighted_split_keeps_the_level_whole_and_gives_the_slower_fewer(data: Any, c: int, n: int,
