@@ -49,9 +49,10 @@ engine-aiperf: $(VENV)/.installed
 HOSTILE_ENV := COLUMNS=80 LINES=24 TERM=dumb NO_COLOR=1 FORCE_COLOR=1 LANG=C LC_ALL=C PYTHONUTF8=0 TZ=Pacific/Kiritimati \
 	TOKENBENCH_DB=/proc/tokenbench/results.db TOKENBENCH_CATALOG=/proc/tokenbench/catalog.toml \
 	TOKENBENCH_CACHE=/proc/tokenbench/cache TOKENBENCH_TOOLS=/proc/tokenbench/tools TOKENBENCH_DEBUG=1
-# The engines where `make engines` put them: the suite ignores TOKENBENCH_TOOLS and the like, and reads them as
-# TOKENBENCH_TEST_TOOLS and the like (default: the user cache), so the caller's are passed on under those names.
-ENGINES_SEEN := $(foreach v,TOOLS LLAMA_CPP_BIN VLLM_ENV AIPERF_ENV,\
+# The engines where `make engines` put them, and the built models where the embedded engine keeps them: the suite
+# ignores TOKENBENCH_TOOLS, TOKENBENCH_CACHE and the like, and reads them as TOKENBENCH_TEST_TOOLS,
+# TOKENBENCH_TEST_CACHE and the like (default: the user cache), so the caller's are passed on under those names.
+ENGINES_SEEN := $(foreach v,TOOLS CACHE LLAMA_CPP_BIN VLLM_ENV AIPERF_ENV,\
 	TOKENBENCH_TEST_$(v)="$${TOKENBENCH_TEST_$(v):-$${TOKENBENCH_$(v):-}}")
 PYTEST := env $(ENGINES_SEEN) $(HOSTILE_ENV) $(BIN)/python -m pytest
 

@@ -38,7 +38,9 @@ import platformdirs
 import pytest
 from hypothesis import settings
 
+from servers import Config, ModelGuard, Servers, Serving
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
+from tokenbench.engines import tiny
 
 #: The suite's own knobs, kept as the caller set them.
 KEPT_VARIABLES = ("TOKENBENCH_TEST_CACHE", "TOKENBENCH_REQUIRE_ENGINES", "TOKENBENCH_FUZZ",
@@ -129,11 +131,125 @@ def fuzz_examples(ci: int) -> int:
     return max(10, ci * settings().max_examples // FUZZ_PROFILES["ci"])
 
 
+# ---- the built models and the real servers the engine tests share -------------------------------------------------
+
+#: The servers the engine tests share, by fixture name, in the order their tests run (last in the session, grouped
+#: by server: see ``pytest_collection_modifyitems``). One configuration serves every test that can agree on it; a
+#: second exists only where a test needs what the first cannot give (one slot, the small model, its vocabulary).
+SHARED: dict[str, Config] = {
+    "llama_tiny_4": Config("llama-server", "tiny", parallel=4),
+    "llama_small_4": Config("llama-server", "small", parallel=4),  # slow enough a request that 4 slots show
+    "llama_tiny_1": Config("llama-server", "tiny", parallel=1),  # one stream at a time
+    "transformers_tiny": Config("transformers", "tiny", ctx=2048),
+    "vllm_tiny": Config("vllm", "tiny", parallel=4, ctx=8192),  # contexts of 5K tokens, prefilled fast
+    "vllm_utf8": Config("vllm", "small-utf8", parallel=4, ctx=2048),  # held-back chunks, --max-num-seqs 4
+}
+
+_models: ModelGuard | None = None
+_servers: Servers | None = None
+#: Each shared server's last test in the session's order: the server stops once it is done.
+_last_user: dict[str, pytest.Item] = {}
+
+
 @pytest.fixture(scope="session")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One build of the tiny model for the whole session (or a cache the caller points at)."""
+def model_cache() -> Iterator[Path]:
+    """Where the built models are: ``TOKENBENCH_TEST_CACHE``, else the user cache (``~/.cache/tokenbench``), so
+    they are built once per machine, not per session. Building is safe beside another session's build
+    (``tiny.ensure`` builds in a directory of its own and renames it); a test must not change a built model, and
+    the session fails if one did (``ModelGuard``)."""
+    global _models
     env = os.environ.get("TOKENBENCH_TEST_CACHE")
-    return Path(env) if env else tmp_path_factory.mktemp("tokenbench-cache")
+    _models = ModelGuard(Path(env) if env else Path(platformdirs.user_cache_dir("tokenbench")))
+    for size in tiny.SIZES:  # what is built already, as found; the rest as each is built
+        if tiny.is_built(_models.cache, size):
+            _models.model(size)
+    yield _models.cache
+    changed, _models = _models.changed(), None
+    if changed:
+        pytest.fail("a test changed the cached models (the user's, kept between sessions):\n" + "\n".join(changed))
+
+
+@pytest.fixture(scope="session")
+def serving(model_cache: Path) -> Iterator[Servers]:
+    """The session's servers, one per ``Config`` (``serving.get(config)``); every one stopped at the end."""
+    global _servers
+    assert _models is not None
+    _servers = Servers(_models)
+    try:
+        yield _servers
+    finally:
+        _servers.stop_all()
+        _servers = None
+
+
+def _shared_server(name: str) -> Serving:
+    assert _servers is not None
+    config = SHARED[name]
+    need_engine(config.engine)
+    pytest.importorskip("gguf")  # the built model's GGUF half: every model is built whole
+    return _servers.get(config)
+
+
+@pytest.fixture
+def llama_tiny_4(serving: Servers) -> Serving:
+    return _shared_server("llama_tiny_4")
+
+
+@pytest.fixture
+def llama_small_4(serving: Servers) -> Serving:
+    return _shared_server("llama_small_4")
+
+
+@pytest.fixture
+def llama_tiny_1(serving: Servers) -> Serving:
+    return _shared_server("llama_tiny_1")
+
+
+@pytest.fixture
+def transformers_tiny(serving: Servers) -> Serving:
+    return _shared_server("transformers_tiny")
+
+
+@pytest.fixture
+def vllm_tiny(serving: Servers) -> Serving:
+    return _shared_server("vllm_tiny")
+
+
+@pytest.fixture
+def vllm_utf8(serving: Servers) -> Serving:
+    return _shared_server("vllm_utf8")
+
+
+def _servers_of(item: pytest.Item) -> list[str]:
+    return [name for name in SHARED if name in getattr(item, "fixturenames", ())]
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests on a shared server last, grouped by server (in ``SHARED``'s order; a test on two servers with the
+    later one's), each group in the order collected: a server is up from its group's first test to its last, and
+    the rest of the suite runs with none of them."""
+    def group(pair: tuple[int, pytest.Item]) -> tuple[int, int]:
+        index, item = pair
+        names = _servers_of(item)
+        return (1 + max(list(SHARED).index(n) for n in names) if names else 0, index)
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=group)]
+    _last_user.clear()
+    for item in items:
+        _last_user.update(dict.fromkeys(_servers_of(item), item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A shared server stops after the last test of the session that uses it."""
+    try:
+        return (yield)
+    finally:
+        if _servers is not None:
+            for name, last in _last_user.items():
+                if last is item:
+                    _servers.stop(SHARED[name])
 
 
 #: Set by CI (.ci/run): a real engine that is not built fails its tests instead of skipping them.

@@ -17,20 +17,14 @@ from typing import Any
 
 import pytest
 
-from conftest import need_engine
+from servers import Serving
 from tokenbench.cli import main
-from tokenbench.engines import launch, tiny
 
 pytestmark = pytest.mark.engine
 pytest.importorskip("torch")
 pytest.importorskip("gguf")
 
 COMMON = ["--input-len", "64", "--output-len", "32", "--requests", "16", "--quiet", "--guard", "off"]
-
-
-@pytest.fixture(autouse=True)
-def _cache(model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
 
 
 def _spent(doc: dict[str, Any]) -> int:
@@ -101,23 +95,19 @@ def cross_check(url: str, tmp_path: Path, slots: int, top: int, capsys: pytest.C
 
 
 @pytest.mark.timeout(900)
-def test_capacity_on_llama_server_lies_within_a_plain_sweep(tmp_path: Path, model_cache: Path,
+def test_capacity_on_llama_server_lies_within_a_plain_sweep(llama_small_4: Serving, tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """llama-server with 4 slots: from the fifth agent on, requests wait for a slot."""
-    need_engine("llama-server")
-    with launch.start("llama-server", tiny.ensure(model_cache, size="small"), parallel=4) as server:
-        seen = cross_check_twice(server.base_url, tmp_path, 4, 8, capsys, "the engine's slots")
+    seen = cross_check_twice(llama_small_4.server.base_url, tmp_path, 4, 8, capsys, "the engine's slots")
     with capsys.disabled():
         print({k: v for k, v in seen.items() if k != "out"})
 
 
 @pytest.mark.timeout(900)
-def test_capacity_on_vllm_lies_within_a_plain_sweep(tmp_path: Path, model_cache: Path,
+def test_capacity_on_vllm_lies_within_a_plain_sweep(vllm_utf8: Serving, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """vLLM with --max-num-seqs 4: from the fifth agent on, requests wait in its queue."""
-    need_engine("vllm")
-    with launch.start("vllm", tiny.ensure(model_cache, size="small-utf8"), parallel=4, ctx=2048) as server:
-        # /metrics is sampled (once a second), so the peak it saw running may be under --max-num-seqs
-        seen = cross_check_twice(server.base_url, tmp_path, 4, 8, capsys, "its batch limit (vLLM --max-num-seqs")
+    # /metrics is sampled (once a second), so the peak it saw running may be under --max-num-seqs
+    seen = cross_check_twice(vllm_utf8.server.base_url, tmp_path, 4, 8, capsys, "its batch limit (vLLM --max-num-seqs")
     with capsys.disabled():
         print({k: v for k, v in seen.items() if k != "out"})

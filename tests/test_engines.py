@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from servers import Serving
 from tokenbench.cli import main
 from tokenbench.store import Store
 
@@ -69,26 +70,21 @@ def test_llama_cpp_python_serves_one_stream_at_a_time(tmp_path: Path, capsys: py
     assert doc["manifest"]["server"]["batches"] is False
 
 
-def test_gguf_holds_the_same_weights(model_cache: Path) -> None:
+def test_gguf_holds_the_same_weights(transformers_tiny: Serving, llama_tiny_1: Serving) -> None:
     """Greedy decoding of the same prompts agrees between the HF weights (Transformers serve) and the GGUF
     written from them (llama.cpp's own llama-server): the same model on every engine."""
-    from tokenbench.engines import launch, status, tiny
-
-    if not status.status("llama-server").ready:
-        pytest.skip("llama-server is not built: tokenbench engines build llama-server")
-    model = tiny.ensure()
+    assert transformers_tiny.model == llama_tiny_1.model
     prompts = ["the number of people", "memory kernel server token", "silver river", "a b c", "garden bridge",
                "every found still", "water long little very", "kernel cache batch"]
     outs: dict[str, list[str]] = {}
-    for engine in ("transformers", "llama-server"):
-        with launch.start(engine, model) as r:
-            outs[engine] = []
-            for p in prompts:
-                body = {"model": r.model, "prompt": p, "max_tokens": 1, "temperature": 0.0}
-                req = urllib.request.Request(r.base_url + "/completions", data=json.dumps(body).encode(),
-                                             headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(req, timeout=60) as f:
-                    outs[engine].append(json.loads(f.read())["choices"][0]["text"])
+    for engine, r in (("transformers", transformers_tiny.server), ("llama-server", llama_tiny_1.server)):
+        outs[engine] = []
+        for p in prompts:
+            body = {"model": r.model, "prompt": p, "max_tokens": 1, "temperature": 0.0}
+            req = urllib.request.Request(r.base_url + "/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as f:
+                outs[engine].append(json.loads(f.read())["choices"][0]["text"])
     same = sum(a == b for a, b in zip(outs["transformers"], outs["llama-server"]))
     # Random weights leave near-ties where float rounding may pick another token; a wrong tensor layout
     # (e.g. RoPE rows not permuted) would agree on almost none.

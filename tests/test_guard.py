@@ -161,6 +161,7 @@ def test_a_real_llama_server_beside_the_target_is_found(model_cache: Path, monke
 
     need_engine("llama-server")
     monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
+    # a server of its own, not a shared one (conftest.py): the only serving process here, the one to be found
     with launch.start("llama-server", tiny.ensure()) as other:
         env = guard.GuardEnv(config=guard.load_config(), sample_s=0.05)
         r = guard.ServingProcesses().run(env)

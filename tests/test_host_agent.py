@@ -314,6 +314,7 @@ def test_the_agents_guard_refuses_a_busy_host_beside_a_real_llama_server(model_c
     # of a shared test machine, and the quiet verdict gets a few tries at it.
     cfg = guard.load_config()
     cfg.setdefault("cpu_load", {})["max_other_pct"] = 60.0
+    # a server of its own, not a shared one (conftest.py): the host is quiet only with no other serving process
     with launch.start("llama-server", tiny.ensure()) as server:
         port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
         agent_cfg = AgentConfig(TOKEN, server_port=port, guard_config=cfg, guard_sample_s=1.0)

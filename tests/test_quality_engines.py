@@ -6,15 +6,14 @@ the machinery and the bookkeeping (cells, times, tokens against usage, pairing, 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import need_engine
+from servers import Servers, Serving
 from tokenbench.cli import main
-from tokenbench.engines import launch, tiny
+from tokenbench.engines import tiny
 from tokenbench.engines.launch import RunningEngine
 
 pytestmark = pytest.mark.engine
@@ -22,35 +21,22 @@ pytest.importorskip("torch")
 pytest.importorskip("gguf")
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tiny.TinyModel]:
-    import os
-
-    env = os.environ.get("TOKENBENCH_TEST_CACHE")
-    cache = Path(env) if env else tmp_path_factory.mktemp("tokenbench-cache")
-    old = os.environ.get("TOKENBENCH_CACHE")
-    os.environ["TOKENBENCH_CACHE"] = str(cache)
-    try:
-        yield tiny.ensure()
-    finally:
-        if old is None:
-            os.environ.pop("TOKENBENCH_CACHE", None)
-        else:
-            os.environ["TOKENBENCH_CACHE"] = old
+# The shared servers (conftest.py): Transformers serve and llama-server of one slot, on the same tiny model.
 
 
-@pytest.fixture(scope="module")
-def transformers(model: tiny.TinyModel) -> Iterator[RunningEngine]:
-    need_engine("transformers")
-    with launch.start("transformers", model, ctx=2048) as e:
-        yield e
+@pytest.fixture
+def model(serving: Servers) -> tiny.TinyModel:
+    return serving.models.model("tiny")
 
 
-@pytest.fixture(scope="module")
-def llama(model: tiny.TinyModel) -> Iterator[RunningEngine]:
-    need_engine("llama-server")
-    with launch.start("llama-server", model, ctx=2048) as e:
-        yield e
+@pytest.fixture
+def transformers(transformers_tiny: Serving) -> RunningEngine:
+    return transformers_tiny.server
+
+
+@pytest.fixture
+def llama(llama_tiny_1: Serving) -> RunningEngine:
+    return llama_tiny_1.server
 
 
 def _quality(engine: RunningEngine, model: tiny.TinyModel, label: str, out: Path, *args: str) -> dict[str, Any]:
@@ -59,10 +45,16 @@ def _quality(engine: RunningEngine, model: tiny.TinyModel, label: str, out: Path
     return dict(json.loads(out.read_text()))
 
 
-@pytest.mark.parametrize("which", ["transformers", "llama"])
-def test_needle_in_a_haystack_on_a_real_engine(which: str, request: pytest.FixtureRequest,
-                                               model: tiny.TinyModel, tmp_path: Path) -> None:
-    engine = request.getfixturevalue(which)
+def test_needle_in_a_haystack_on_transformers(transformers: RunningEngine, model: tiny.TinyModel,
+                                              tmp_path: Path) -> None:
+    needle_in_a_haystack(transformers, model, "transformers", tmp_path)
+
+
+def test_needle_in_a_haystack_on_llama_server(llama: RunningEngine, model: tiny.TinyModel, tmp_path: Path) -> None:
+    needle_in_a_haystack(llama, model, "llama", tmp_path)
+
+
+def needle_in_a_haystack(engine: RunningEngine, model: tiny.TinyModel, which: str, tmp_path: Path) -> None:
     doc = _quality(engine, model, which, tmp_path / "n.json", "--tasks", "niah", "--contexts", "256,1k",
                    "--max-tokens", "8")
     cells = doc["items"]

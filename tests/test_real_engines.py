@@ -11,13 +11,13 @@ import json
 import statistics
 import subprocess
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import need_engine
+from servers import Serving
 from tokenbench.cli import main
 from tokenbench.engines import launch, tiny, vllm_env
 from tokenbench.engines.launch import RunningEngine
@@ -47,42 +47,50 @@ def _json(path: Path) -> Any:
 
 # --- llama.cpp's llama-server ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("slots", [1, 4])
-def test_llama_server_sweep_and_depth_lose_no_request(slots: int, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    """llama-server closes the connection after every stream: 31-50% of requests used to be lost. At -np 1 and
-    -np 4, a sweep and a depth run now finish with 0 failed requests."""
-    need_engine("llama-server")
-    with launch.start("llama-server", tiny.ensure(), parallel=slots) as server:
-        before = _metrics(server)
-        out = tmp_path / "sweep.json"
-        assert main(["sweep", "--url", server.base_url, "--input-len", "64", "--output-len", "32",
-                     "--concurrency", "1,4", "--requests", "16", "--json", str(out), "--quiet"]) == 0, \
-            capsys.readouterr().err
-        doc = _json(out)
-        assert [(lv["completed"], lv["failed"]) for lv in doc["levels"]] == [(16, 0), (16, 0)]
-        assert all(lv["output_tokens_mean"] == 32 for lv in doc["levels"])
-        m = doc["manifest"]
-        assert m["engine"] == "llama.cpp" and m["server"]["slots"] == slots
-        # "one stream at a time" comes from the slots it reports, not from the engine's name
-        assert m["server"]["batches"] is (slots > 1)
-        assert ("slots_exceeded" in doc["levels"][1]["flags"]) is (slots == 1)
-        # The server generated exactly what was asked: warm-ups (1 + 4) and measured requests (2 x 16) of 32
-        # tokens, and 2 for the check request (it once sent n_predict = output length, 32 here).
-        generated = _metrics(server)["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
-        assert generated == (1 + 4 + 32) * 32 + 2
+def test_llama_server_sweep_and_depth_lose_no_request_at_1_slot(llama_tiny_1: Serving, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    sweep_and_depth_lose_no_request(llama_tiny_1.server, 1, tmp_path, capsys)
 
-        dout = tmp_path / "depth.json"
-        assert main(["depth", "--url", server.base_url, "--depths", "0,1k,16k", "--pp", "64", "--tg", "16",
-                     "--repetitions", "2", "--json", str(dout)]) == 0, capsys.readouterr().err
-        d = _json(dout)
-        by = {(lv["test"], lv["depth"]): lv for lv in d["levels"]}
-        assert by[("tg16", 1024)]["status"] == "complete" and by[("pp64", 1024)]["pp_tps"] > 0
-        # 16K does not fit an 8K slot: kept and marked, the rest measured
-        assert by[("tg16", 16384)]["status"] == "skipped" and d["status"] == "partial"
-        recs = Store().requests(d["run_id"])
-        assert recs and all(r.ok for r in recs)
-        assert sum(r.connection_retries for r in recs) == 0  # a fresh connection per request: none needed
+
+def test_llama_server_sweep_and_depth_lose_no_request_at_4_slots(llama_tiny_4: Serving, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    sweep_and_depth_lose_no_request(llama_tiny_4.server, 4, tmp_path, capsys)
+
+
+def sweep_and_depth_lose_no_request(server: RunningEngine, slots: int, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """llama-server closes the connection after every stream: 31-50% of requests used to be lost. At -np 1 and
+    -np 4, a sweep and a depth run now finish with 0 failed requests. (The server is shared: what it generated is
+    read from its counters as the difference over this test's runs.)"""
+    before = _metrics(server)
+    out = tmp_path / "sweep.json"
+    assert main(["sweep", "--url", server.base_url, "--input-len", "64", "--output-len", "32",
+                 "--concurrency", "1,4", "--requests", "16", "--json", str(out), "--quiet"]) == 0, \
+        capsys.readouterr().err
+    doc = _json(out)
+    assert [(lv["completed"], lv["failed"]) for lv in doc["levels"]] == [(16, 0), (16, 0)]
+    assert all(lv["output_tokens_mean"] == 32 for lv in doc["levels"])
+    m = doc["manifest"]
+    assert m["engine"] == "llama.cpp" and m["server"]["slots"] == slots
+    # "one stream at a time" comes from the slots it reports, not from the engine's name
+    assert m["server"]["batches"] is (slots > 1)
+    assert ("slots_exceeded" in doc["levels"][1]["flags"]) is (slots == 1)
+    # The server generated exactly what was asked: warm-ups (1 + 4) and measured requests (2 x 16) of 32
+    # tokens, and 2 for the check request (it once sent n_predict = output length, 32 here).
+    generated = _metrics(server)["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
+    assert generated == (1 + 4 + 32) * 32 + 2
+
+    dout = tmp_path / "depth.json"
+    assert main(["depth", "--url", server.base_url, "--depths", "0,1k,16k", "--pp", "64", "--tg", "16",
+                 "--repetitions", "2", "--json", str(dout)]) == 0, capsys.readouterr().err
+    d = _json(dout)
+    by = {(lv["test"], lv["depth"]): lv for lv in d["levels"]}
+    assert by[("tg16", 1024)]["status"] == "complete" and by[("pp64", 1024)]["pp_tps"] > 0
+    # 16K does not fit an 8K slot: kept and marked, the rest measured
+    assert by[("tg16", 16384)]["status"] == "skipped" and d["status"] == "partial"
+    recs = Store().requests(d["run_id"])
+    assert recs and all(r.ok for r in recs)
+    assert sum(r.connection_retries for r in recs) == 0  # a fresh connection per request: none needed
 
 
 def _rates(doc: dict[str, Any]) -> dict[tuple[str, int], float]:
@@ -158,14 +166,8 @@ def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
 
 # --- vLLM --------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def vllm_server(model_cache: Path) -> Iterator[tuple[RunningEngine, tiny.TinyModel]]:
-    need_engine("vllm")
-    # the small model with real tokenization: about a quarter of its tokens are pieces of a multi-byte character,
-    # which vLLM streams as chunks with empty text (the chunk rule, issue 23)
-    model = tiny.ensure(model_cache, size="small-utf8")
-    with launch.start("vllm", model, parallel=4, ctx=2048) as server:
-        yield server, model
+# The shared vLLM server of the small model with real tokenization (``vllm_utf8`` in conftest.py): about a quarter of
+# its tokens are pieces of a multi-byte character, which vLLM streams as chunks with empty text (the chunk rule).
 
 
 def _vllm_bench(server: RunningEngine, model: tiny.TinyModel, concurrency: int, n: int, seed: int,
@@ -189,7 +191,7 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
 
 @pytest.mark.timeout(1500)  # vLLM's start (~90 s) and twelve interleaved runs
-def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.TinyModel], tmp_path: Path,
+def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     """tokenbench sweep and vllm bench serve on the same vLLM server (the 140M small-utf8 model, whose tokens are
     often pieces of a multi-byte character that vLLM streams as chunks with empty text), 128 in / 32 out, three
@@ -223,7 +225,7 @@ def test_sweep_matches_vllm_bench_serve(vllm_server: tuple[RunningEngine, tiny.T
       slow mode and the reference in the fast one, +40%; the same tokenbench runs were within 3% of vLLM's own
       decode times). So at concurrency 4 TPOT and ITL are held to the server's account, not to the other tool.
     - Neither tool's prompts came from vLLM's prefix cache during tokenbench's runs."""
-    server, model = vllm_server
+    server, model = vllm_utf8
     n = {1: 12, 4: 24}
     keys = ("ttft", "tpot", "itl", "tps")
     ours: dict[int, dict[str, list[float]]] = {c: {k: [] for k in keys} for c in n}
@@ -346,7 +348,7 @@ DATA = Path(__file__).parent / "data"
 
 
 @pytest.mark.timeout(900)
-def test_dataset_and_drawn_lengths_come_back_exactly_from_vllm(vllm_server: tuple[RunningEngine, tiny.TinyModel],
+def test_dataset_and_drawn_lengths_come_back_exactly_from_vllm(vllm_utf8: Serving,
                                                                tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """Per request, against the server's own usage:
@@ -359,7 +361,7 @@ def test_dataset_and_drawn_lengths_come_back_exactly_from_vllm(vllm_server: tupl
     from tokenbench.workload import LocalTokenizer, Workload
     from tokenbench.draws import parse as parse_draw
 
-    server, model = vllm_server
+    server, model = vllm_utf8
     tok = LocalTokenizer(str(model.hf_dir))
     common = ["--url", server.base_url, "--tokenizer", str(model.hf_dir), "--no-metrics", "--quiet", "--seed", "4"]
 

@@ -31,7 +31,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from conftest import need_engine
+from servers import Serving
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
 from tokenbench.record import BackgroundRecording, RecordConfig
@@ -775,16 +775,10 @@ def test_the_command_records_until_ctrl_c_and_says_what_it_did(tmp_path: Path, e
 # ---- a real engine --------------------------------------------------------------------------------------------------
 
 @pytest.mark.engine
-def test_a_real_llama_server_behind_the_proxy(tmp_path: Path, model_cache: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_real_llama_server_behind_the_proxy(tmp_path: Path, llama_tiny_1: Serving) -> None:
     """The scripted turns against llama-server on the tiny model: the log's counts are the server's own (its
     usage where asked, its timings where not), and a lengths-only log's ids cover the server's prompt tokens,
     counted by its own template and tokenizer."""
-    need_engine("llama-server")
-    pytest.importorskip("gguf")
-    from tokenbench.engines import launch, tiny
-
-    monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
     full, short = tmp_path / "llama.jsonl", tmp_path / "llama-lengths.jsonl"
 
     async def turns(url: str, agent: Agent) -> None:
@@ -799,21 +793,21 @@ def test_a_real_llama_server_behind_the_proxy(tmp_path: Path, model_cache: Path,
     claude = {"model": "m", "max_tokens": 4, "stream": True, "system": "You are terse.",
               "messages": [{"role": "user", "content": "Say something."}]}
     codex = {"model": "m", "max_output_tokens": 4, "instructions": "You are terse.", "input": "Say something."}
-    with launch.start("llama-server", tiny.ensure(), parallel=1, ctx=2048) as server:
-        root = server.base_url[:-3]
-        with recording(server.base_url, full) as rec:
-            agent = Agent(rec.url)
-            asyncio.run(turns(rec.url, agent))
-            got_claude = asyncio.run(post(rec.root + "/v1/messages", claude))
-            got_codex = asyncio.run(post(rec.root + "/v1/responses", codex))
-        with recording(server.base_url, short, lengths_only=True, block_size=8) as rec2:
-            asyncio.run(turns(rec2.url, Agent(rec2.url)))
-        first = lines(short)[0]
-        shown = asyncio.run(post(root + "/apply-template", {"messages": [
-            {"role": "system", "content": "You are terse."},
-            {"role": "user", "content": "Say something about configuration files."}], "tools": [READ_TOOL]}))
-        server_tokens = asyncio.run(post(root + "/tokenize", {"content": json.loads(shown[1])["prompt"],
-                                                              "add_special": True, "parse_special": True}))
+    server = llama_tiny_1.server
+    root = server.base_url[:-3]
+    with recording(server.base_url, full) as rec:
+        agent = Agent(rec.url)
+        asyncio.run(turns(rec.url, agent))
+        got_claude = asyncio.run(post(rec.root + "/v1/messages", claude))
+        got_codex = asyncio.run(post(rec.root + "/v1/responses", codex))
+    with recording(server.base_url, short, lengths_only=True, block_size=8) as rec2:
+        asyncio.run(turns(rec2.url, Agent(rec2.url)))
+    first = lines(short)[0]
+    shown = asyncio.run(post(root + "/apply-template", {"messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Say something about configuration files."}], "tools": [READ_TOOL]}))
+    server_tokens = asyncio.run(post(root + "/tokenize", {"content": json.loads(shown[1])["prompt"],
+                                                          "add_special": True, "parse_special": True}))
     assert rec.summary.recorded == 5 and rec2.summary.recorded == 3, (rec.summary.lines(), rec2.summary.lines())
     # the lengths-only ids are the server's own tokens of the prompt, as its template renders it
     tokens = json.loads(server_tokens[1])["tokens"]
@@ -836,7 +830,6 @@ def test_a_real_llama_server_behind_the_proxy(tmp_path: Path, model_cache: Path,
         assert ln["usage"]["prompt_tokens"] == long["usage"]["prompt_tokens"]
         assert len(ln["hash_ids"]) == ln["usage"]["prompt_tokens"] // 8
     load_trajectories(short)
-
 
 
 def whole_app() -> web.Application:

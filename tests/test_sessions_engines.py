@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 
-from conftest import need_engine
+from servers import Serving
 from tokenbench.cli import main
-from tokenbench.engines import launch, tiny
 
 pytestmark = pytest.mark.engine
 pytest.importorskip("torch")
@@ -31,11 +30,6 @@ pytest.importorskip("gguf")
 #: Long enough that prefilling the whole context costs more than the server's fixed overhead per request.
 WORKLOAD = ["--sessions", "2", "--turns", "6", "--shared-prefix", "1024", "--input-len", "1024",
             "--tool-len", "384", "--output-len", "8", "--metrics-interval", "1s", "--guard", "off", "--quiet"]
-
-
-@pytest.fixture(autouse=True)
-def _cache(model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
 
 
 def _session_run(url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
@@ -71,20 +65,18 @@ def _check_cache(run: dict[str, Any], server_counts: bool) -> None:
     assert warm["turns"][-1]["ttft_ms"]["p50"] < busted["turns"][-1]["ttft_ms"]["p50"]
 
 
-def test_vllm_session_is_served_from_its_prefix_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    need_engine("vllm")
-    with launch.start("vllm", tiny.ensure(), parallel=2, ctx=8192) as server:
-        run = _session_run(server.base_url, tmp_path, capsys)
+def test_vllm_session_is_served_from_its_prefix_cache(vllm_tiny: Serving, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    run = _session_run(vllm_tiny.server.base_url, tmp_path, capsys)
     assert {lv["session"]["cached_source"] for lv in run["levels"]} == {"usage"}
     _check_cache(run, server_counts=True)
 
 
-def test_llama_server_session_keeps_each_agent_in_its_slot(tmp_path: Path,
+def test_llama_server_session_keeps_each_agent_in_its_slot(llama_tiny_4: Serving, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    need_engine("llama-server")
-    with launch.start("llama-server", tiny.ensure(), parallel=2, ctx=8192) as server:
-        run = _session_run(server.base_url, tmp_path, capsys)
-    assert run["manifest"]["server"]["slots"] == 2
+    run = _session_run(llama_tiny_4.server.base_url, tmp_path, capsys)
+    # two agents on a server of four slots: each keeps one of its own
+    assert run["manifest"]["server"]["slots"] == 4
     # llama.cpp says what its slot held (usage's prompt_tokens_details, or timings.cache_n in older builds)
     assert {lv["session"]["cached_source"] for lv in run["levels"]} <= {"server_timings", "usage"}
     _check_cache(run, server_counts=True)

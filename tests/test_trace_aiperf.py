@@ -17,15 +17,15 @@ import random
 import statistics
 import subprocess
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import need_engine
+from servers import Serving
 from tokenbench.cli import main
-from tokenbench.engines import aiperf_env, launch, tiny
+from tokenbench.engines import aiperf_env, tiny
 from tokenbench.engines.launch import RunningEngine
 from tokenbench.store import Store
 from tokenbench.telemetry import parse
@@ -44,18 +44,11 @@ TOLERANCE = 0.10
 ROUNDS = 3
 
 
-@pytest.fixture(autouse=True)
-def _cache(model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
-
-
-@pytest.fixture(scope="module")
-def vllm_server(model_cache: Path) -> Iterator[tuple[RunningEngine, tiny.TinyModel]]:
-    need_engine("vllm")
+@pytest.fixture
+def vllm_server(vllm_utf8: Serving) -> Serving:
+    """The shared vLLM server of the small model (conftest.py), and AIPerf beside it."""
     need_engine("aiperf")
-    model = tiny.ensure(model_cache, size="small")
-    with launch.start("vllm", model, parallel=4, ctx=2048) as server:
-        yield server, model
+    return vllm_utf8
 
 
 def write_trace(path: Path, n: int = 24, seed: int = 25) -> Path:
@@ -155,7 +148,7 @@ def run_tokenbench(server: RunningEngine, model: tiny.TinyModel, trace: Path, se
 
 
 @pytest.mark.timeout(1500)  # vLLM's start (~90 s), six replays of ~20 s, AIPerf's own start (~10 s) in each of its
-def test_trace_replay_matches_aiperf_on_vllm(vllm_server: tuple[RunningEngine, tiny.TinyModel], tmp_path: Path,
+def test_trace_replay_matches_aiperf_on_vllm(vllm_server: Serving, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     """The same trace replayed by both tools on the same vLLM server agrees within 10% on mean TTFT (over vLLM's
     own TTFT of the same requests, below), output throughput and the server's own prefix-cache hit share (vLLM's
@@ -214,15 +207,14 @@ def test_trace_replay_matches_aiperf_on_vllm(vllm_server: tuple[RunningEngine, t
         assert r["cached_share"] == pytest.approx(r["ideal"], abs=0.05)
 
 
-def test_llama_server_serves_a_traces_shared_blocks_from_its_cache(tmp_path: Path,
+def test_llama_server_serves_a_traces_shared_blocks_from_its_cache(llama_tiny_4: Serving, tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """Every other sweep sends llama-server cache_prompt: false; a trace replay sends true, and the server then
-    serves the shared blocks: the responses' cached share (its usage, or timings.cache_n) is the trace's ideal."""
-    need_engine("llama-server")
+    serves the shared blocks: the responses' cached share (its usage, or timings.cache_n) is the trace's ideal.
+    The server is shared: the run's seed is a new one (the default), so no earlier test sent these prompts."""
     out = tmp_path / "r.json"
-    with launch.start("llama-server", tiny.ensure(), parallel=4) as server:
-        code = main(["sweep", "--url", server.base_url, "--trace", str(EXAMPLE), "--trace-block", "64",
-                     "--warmup", "0", "--guard", "off", "--json", str(out), "--quiet"])
+    code = main(["sweep", "--url", llama_tiny_4.server.base_url, "--trace", str(EXAMPLE), "--trace-block", "64",
+                 "--warmup", "0", "--guard", "off", "--json", str(out), "--quiet"])
     assert code == 0, capsys.readouterr().err
     doc = json.loads(out.read_text())
     lv, ideal = doc["levels"][0], doc["manifest"]["workload"]["trace"]["ideal_cached_share"]
