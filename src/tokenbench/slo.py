@@ -59,6 +59,16 @@ def parse_duration_ms(text: str, bare_ms: float = 1.0) -> float:
     return v
 
 
+def _rate(key: str, text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{key}={text}: give a positive rate in tokens/s, e.g. {key}=20")
+    return v
+
+
 def _share(text: str) -> float:
     t = text.strip()
     try:
@@ -80,6 +90,9 @@ class SLO:
     agent_tps: float | None = None  # at least, output tokens per second per agent
     error_share: float | None = None  # at most; None: no request may fail
     session_ms: dict[str, float] = field(default_factory=dict)  # "p90" -> ms
+    #: "p90" -> tok/s: at least this share of the requests read their output at this rate or faster (output tokens
+    #: over send to last byte): AA-AgentPerf's per-agent speed tiers
+    agent_tps_pct: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str) -> SLO:
@@ -94,6 +107,12 @@ class SLO:
         return slo
 
     def _add(self, key: str, value: str) -> None:
+        if key.startswith("agent_tps_"):
+            pct = key[len("agent_tps_"):]
+            if pct not in PERCENTILES:
+                raise ValueError(f"unknown SLO percentile '{pct}': use p50, p90, p95 or p99")
+            self.agent_tps_pct[pct] = _rate(key, value)
+            return
         if key == "agent_tps":
             try:
                 self.agent_tps = float(value)
@@ -124,13 +143,14 @@ class SLO:
     def decides_levels(self) -> bool:
         """Whether a level can fail it other than by a failed request (a per-request limit alone cannot)."""
         return bool(self.percentile_ms or self.agent_tps is not None or self.session_ms
-                    or self.error_share is not None)
+                    or self.error_share is not None or self.agent_tps_pct)
 
     def describe(self) -> str:
         parts = [f"{m}_{p}<={v:g}ms" for (m, p), v in self.percentile_ms.items()]
         parts += [f"{m}<={v:g}ms" for m, v in self.per_request_ms.items() if not any(k[0] == m for k in self.percentile_ms)]
         if self.agent_tps is not None:
             parts.append(f"agent_tps>={self.agent_tps:g}")
+        parts += [f"agent_tps_{p}>={v:g}" for p, v in self.agent_tps_pct.items()]
         if self.error_share is not None:
             parts.append(f"errors<={self.error_share:g}")
         parts += [f"session_{p}<={v:g}ms" for p, v in self.session_ms.items()]
@@ -141,6 +161,7 @@ class SLO:
         parts = [f"{m.upper()} {p} <= {_duration(v)}" for (m, p), v in self.percentile_ms.items()]
         if self.agent_tps is not None:
             parts.append(f">= {self.agent_tps:g} tok/s each")
+        parts += [f">= {v:g} tok/s for {p[1:]}% of requests" for p, v in self.agent_tps_pct.items()]
         if self.error_share is not None:
             parts.append(f"<= {self.error_share:.1%} failed")
         parts += [f"session {p} <= {_duration(v)}" for p, v in self.session_ms.items()]
@@ -274,6 +295,22 @@ def _by_session(records: list[RequestRecord]) -> list[list[RequestRecord]]:
     return list(out.values())
 
 
+def request_rates(ok: list[RequestRecord]) -> list[float]:
+    """Each request's output tokens over its send to last byte, tok/s: the rate its agent read it at."""
+    return [r.output_tokens / (r.e2e_ns / NS_PER_S) for r in ok if r.output_tokens and r.e2e_ns]
+
+
+def _rate_share_check(name: str, rates: list[float], share: float, limit: float) -> SloCheck:
+    """At least ``share`` of the requests at ``limit`` tok/s or faster: the rate that share reached (the
+    (1 - share) quantile), sure as a percentile's verdict is, by the requests under the floor."""
+    value = _percentile(rates, 100 * (1 - share)) if rates else None
+    under, n, allowed = sum(v < limit for v in rates), len(rates), 1 - share
+    met = value is not None and value >= limit
+    p = binomial_cdf(under, n, allowed) if met else 1.0 - binomial_cdf(under - 1, n, allowed)
+    return SloCheck(name, value, limit, "tok/s", met, n, under, p if n else None,
+                    needed_for_sure_pass(allowed) if met else None)
+
+
 def _agent_rate_check(summary: ServingLevel, ok: list[RequestRecord], limit: float) -> SloCheck:
     """Per-agent tok/s against its floor; sure when the floor is outside the 95% interval of the mean (the
     per-request rates' relative standard error applied to the level's rate)."""
@@ -300,6 +337,8 @@ def assess(summary: ServingLevel, measured: list[RequestRecord], slo: SLO) -> li
                                   value, limit, "ms"))
     if slo.agent_tps is not None:
         checks.append(_agent_rate_check(summary, ok, slo.agent_tps))
+    for pct, limit in slo.agent_tps_pct.items():
+        checks.append(_rate_share_check(f"agent_tps_{pct}", sorted(request_rates(ok)), int(pct[1:]) / 100, limit))
     for pct, limit in slo.session_ms.items():
         times = sorted(t * 1000 for t in session_seconds(_by_session(measured)))
         value = _percentile(times, int(pct[1:])) if times else None

@@ -131,6 +131,10 @@ class ReplayKind:
         return self.plan.tokens(int(f.median_input_tokens)) if f.median_input_tokens else 1024
 
     def for_search(self) -> ReplayKind:
+        """A search runs lanes (one level an agent count); a replay at the recorded times has no load to search."""
+        if self.plan.speed is not None:
+            raise UsageError("a replay at the recorded times has one load: search lanes instead (--concurrency "
+                             "LOW:HIGH with agent trajectories)")
         return self
 
     def for_slot(self, limit: int) -> tuple[int, ReplayKind]:

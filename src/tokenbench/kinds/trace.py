@@ -72,7 +72,8 @@ class TraceKind:
         return self.trace.max_input
 
     def for_search(self) -> TraceKind:
-        return self
+        raise UsageError("a request trace is replayed once at its own times: there is no load to search (search "
+                         "lengths, sessions or agent trajectories)")
 
     def for_slot(self, limit: int) -> tuple[int, TraceKind]:
         ctx, _ = plain_slot(self)
