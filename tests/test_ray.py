@@ -17,7 +17,8 @@ import pytest
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
-from tokenbench.sweep import QuietReporter, SweepConfig, run_sweep
+from tokenbench.progress import QuietReporter
+from tokenbench.sweep import SweepConfig, run_sweep
 from tokenbench.kinds.lengths import LengthsKind
 
 if os.environ.get("TOKENBENCH_REQUIRE_ENGINES"):  # CI installs the ray extra: missing is a failure there

@@ -22,7 +22,8 @@ from tokenbench.emitter import BackgroundEmitter
 from tokenbench.loadgen import Level
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
-from tokenbench.sweep import QuietReporter, SweepConfig, run_sweep
+from tokenbench.progress import QuietReporter
+from tokenbench.sweep import SweepConfig, run_sweep
 from tokenbench.kinds.lengths import LengthsKind
 from tokenbench.workers import (SEND_QUEUE_GOAL_MS, auto_workers, send_weights, split_level, wave_queue_p90_ms,
                                 worker_shares, workers_for_sends)

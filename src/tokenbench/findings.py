@@ -142,6 +142,7 @@ class LevelFacts:
     max_error_rate: float | None = None  # None: the level's error share is not judged
     peak_in_flight: int | None = None
     node_guards: Sequence[GuardSnapshot] = ()  # the guard on each load-generating node but this one (workers.py)
+    server_guard: GuardSnapshot | None = None  # the guard on the server host, through its agent (serverhost.py)
     lost_workers: Sequence[str] = ()  # workers lost mid-level, each said in a sentence (workers.WorkerPool)
     #: why the level stopped sending before its requests were all sent (a capacity search: its verdict was
     #: decided, the server over-saturated, the time budget spent); None: it ran to its end
@@ -260,14 +261,18 @@ def _stopped_early(f: LevelFacts) -> Finding | None:
 
 def _dirty_bench(f: LevelFacts) -> Finding | None:
     here = guard_finding(f.guard, f.run_id)
-    nodes = [n for n in f.node_guards if n.dirty]
-    if not nodes:
+    elsewhere = [f"load-generating node {n.node} dirty before this level (" + ", ".join(c.name for c in n.failed) + ")"
+                 for n in f.node_guards if n.dirty]
+    if f.server_guard is not None and f.server_guard.dirty:
+        elsewhere.append("the server host dirty before this level (" +
+                         ", ".join(c.name for c in f.server_guard.failed) + ")")
+    if not elsewhere:
         return here
-    said = "; ".join(f"load-generating node {n.node} dirty before this level ("
-                     + ", ".join(c.name for c in n.failed) + ")" for n in nodes)
+    said = "; ".join(elsewhere)
     message = f"{here.message}; the guard found {said}" if here else f"the guard found {said}"
-    return Finding(Code.DIRTY_BENCH, message, here.remedy if here else "the level's client.node_guards say more",
-                   observed=((here.observed or 0) if here else 0) + len(nodes), threshold=0, unit="dirty machines")
+    return Finding(Code.DIRTY_BENCH, message,
+                   here.remedy if here else "the level's client.node_guards and client.server_guard say more",
+                   observed=((here.observed or 0) if here else 0) + len(elsewhere), threshold=0, unit="dirty machines")
 
 
 def _worker_lost(f: LevelFacts) -> Finding | None:

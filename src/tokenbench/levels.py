@@ -100,6 +100,7 @@ class ClientReport(Keyed):
     workers: list[Any] | None = None  # every worker's report
     clocks: list[Any] | None = None  # each worker's clock against the parent's
     node_guards: list[Any] | None = None  # Ray: each node's guard snapshot
+    server_guard: dict[str, Any] | None = None  # the server host's guard snapshot, through its agent
     # a depth level's steps: the rate of each repetition, the fill and prompt times, the server's own timings
     pp_tps_reps: list[Any] | None = None
     tg_tps_reps: list[Any] | None = None
@@ -135,11 +136,17 @@ class Telemetry(Keyed):
     spec_mean_acceptance_length: float | None = None
     #: the mean time the level's finished requests waited in the engine's queue (its histogram's sum over count)
     queue_time_mean_ms: float | None = None
-    gpu_power: str | None = None  # "not available" without NVML
-    gpu_power_w_mean: float | None = None
+    gpu_power: str | None = None  # "not available": nothing read the box under test's power
+    gpu_power_w_mean: float | None = None  # the mean watts of the source below (a GPU board, a package, a box)
     energy_j: float | None = None
     j_per_output_token: float | None = None
     output_tokens_per_watt: float | None = None
+    power_source: str | None = None  # where the watts were read: "nvml", "amdgpu hwmon", "rapl", a URL, a command
+    power_measures: str | None = None  # what it measures: a GPU board, an APU package, a CPU package, a whole box
+    power_partial: bool | None = None  # the source stopped (or started) within the level: its figure is partial
+    power_note: str | None = None  # why there is no figure, or what limits it
+    idle_power_w: float | None = None  # the same source with the box idle before the run (--idle-power)
+    power_above_idle_share: float | None = None  # the level's watts above idle over its watts
 
 
 #: The latencies with an error split, as ``ServingLevel`` names them.

@@ -53,7 +53,10 @@ class Manifest(Keyed):
     workload: dict[str, Any] | None = None
     load: dict[str, Any] | None = None  # levels, requests, warm-up, repetitions, workers
     seed: int | None = None
-    machine: dict[str, Any] | None = None  # machine.snapshot()
+    machine: dict[str, Any] | None = None  # machine.snapshot(): the client's, where tokenbench ran
+    #: the server host's snapshot, as its ``tokenbench agent`` took it (None without --agent)
+    server_host: dict[str, Any] | None = None
+    power: dict[str, Any] | None = None  # where power was read (serverhost.PowerPlan.describe) and the idle figure
     guard: str | None = None  # the guard's mode
     guard_before_run: dict[str, Any] | None = None  # its snapshot before the first level
     # money

@@ -23,6 +23,7 @@ from ..store import Store
 from ..sweep import SweepConfig, run_sweep
 from .common import check_output, embedded_spec, emit_json, int_list, notifier, seconds
 from .options import add_endpoint, add_load, add_output
+from .power import add_power_options
 from .sweep import EMBEDDED_DEFAULTS, RichReporter, embedded_ctx, load_config, print_result
 from .workloads import add_trace_options, add_workload_options, workload_kind
 
@@ -260,4 +261,5 @@ def add_capacity_parser(sub: Any) -> None:
                      help="search once per per-agent speed: at least 90%% of requests read at that many tok/s or "
                           "faster (agent_tps_p90), beside --slo's other objectives; AA-AgentPerf's tiers are 20,60")
     add_output(cap)
+    add_power_options(cap.add_argument_group("the box under test: power and its host's guard (docs/power.md)"))
     cap.set_defaults(duration=None, repetitions=1)

@@ -33,6 +33,7 @@ from ..workers.split import parse_workers
 from .common import (check_output, embedded_spec, float_list, guard_config, guard_targets, int_list, json_object,
                      notifier, seconds, write_json)
 from .options import add_endpoint, add_load, add_output
+from .power import add_power_options, power_plan
 from .workloads import add_trace_options, add_workload_options, given_flags, workload_kind
 
 EMBEDDED_DEFAULTS: dict[str, Any] = {"concurrency": "1,2,4,8", "requests": 16, "input_len": 128, "output_len": 64}
@@ -172,6 +173,7 @@ def load_config(a: argparse.Namespace, argv: list[str], kind: WorkloadKind, d: d
         fixed_output=not a.no_fixed_output,
         extra_body=json_object(a.extra_body, "--extra-body"),
         command=redact.command(["tokenbench", *argv]),
+        power=power_plan(a, argv),
     )
 
 
@@ -257,3 +259,4 @@ def add_sweep_parser(sub: Any) -> None:
     add_load(s, search=False)
     add_trace_options(s)
     add_output(s)
+    add_power_options(s.add_argument_group("the box under test: power and its host's guard (docs/power.md)"))
