@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from .checks import GuardSnapshot
 from .replay_stats import ReplayStats
+from .steady import Plateau
 from .distribution import Distribution
 from .findings import Code, Finding
 from .keyed import Keyed
@@ -164,12 +165,13 @@ LEVEL_KEYS = (
     "achieved_concurrency", "send_delay_ms", "send_queue_ms", "time_to_first_text_ms", *FAILED_SPLITS,
     "goodput_rps", "slo", "slo_met", "slo_checks", "warnings", "client", "test", "depth", "pp_tps", "tg_tps",
     "pp_tps_sd", "tg_tps_sd", "pp_tps_dist", "tg_tps_dist", "guard", "telemetry", "findings", "session",
-    "cached_share", "cached_source", "replay",
+    "cached_share", "cached_source", "replay", "plateau", "ttft_from_arrival_ms", "e2e_from_arrival_ms",
 )
 
 #: The keys whose value is a Distribution, in either kind of level.
 DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms",
-                 "send_queue_ms", "time_to_first_text_ms", "pp_tps_dist", "tg_tps_dist", *FAILED_SPLITS)
+                 "send_queue_ms", "time_to_first_text_ms", "pp_tps_dist", "tg_tps_dist", *FAILED_SPLITS,
+                 "ttft_from_arrival_ms", "e2e_from_arrival_ms")
 
 
 def _nothing() -> Distribution:
@@ -320,6 +322,11 @@ class ServingLevel(LevelSummary):
     cached_source: str | None = None
     #: a replay level of recorded agent trajectories: its trees, TTFT against context, validity (None: not one)
     replay: ReplayStats | None = None
+    #: the level's figures over its steady state, beside the whole window's (steady.py; None: no plateau)
+    plateau: Plateau | None = None
+    #: an open loop's TTFT and end-to-end time from each request's scheduled arrival (None: a closed loop)
+    ttft_from_arrival_ms: Distribution | None = None
+    e2e_from_arrival_ms: Distribution | None = None
 
     @property
     def per_agent_tps(self) -> float | None:
@@ -349,6 +356,7 @@ class ServingLevel(LevelSummary):
     def _read(cls, d: dict[str, Any]) -> LevelSummary:
         d["session"] = SessionStats.from_dict(d["session"]) if isinstance(d.get("session"), dict) else None
         d["replay"] = ReplayStats.from_dict(d["replay"]) if isinstance(d.get("replay"), dict) else None
+        d["plateau"] = Plateau.from_dict(d["plateau"]) if isinstance(d.get("plateau"), dict) else None
         checks = d.get("slo_checks")
         d["slo_checks"] = [c for x in (checks if isinstance(checks, list) else [])
                            if isinstance(x, dict) and (c := SloCheck.from_dict(x))]

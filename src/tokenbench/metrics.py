@@ -16,6 +16,7 @@ from collections import Counter
 
 from .distribution import Distribution
 from .levels import ServingLevel, SessionStats, TurnPoint
+from .steady import plateau
 from .records import RequestRecord
 from .slo import SLO, assess, request_itls_ms, request_meets, request_tpot_ms, session_seconds
 
@@ -205,7 +206,21 @@ def summarize(
     _client_delays(summary, measured)
     _goodput(summary, measured, slo)
     summary.cached_share, summary.cached_source = cached_share(ok)
+    summary.plateau = plateau(measured, concurrency, (window_start_ns, end))
+    _from_arrival(summary, ok)
     return summary
+
+
+def _from_arrival(summary: ServingLevel, ok: list[RequestRecord]) -> None:
+    """An open loop's TTFT and end-to-end time from each request's scheduled arrival, not its send: a client or
+    server that falls behind cannot hide its queue (coordinated omission)."""
+    arrived = [r for r in ok if r.scheduled_ns is not None]
+    if not arrived:
+        return
+    summary.ttft_from_arrival_ms = Distribution.of(
+        [(r.first_token_ns - (r.scheduled_ns or 0)) / NS_PER_MS for r in arrived if r.first_token_ns is not None])
+    summary.e2e_from_arrival_ms = Distribution.of(
+        [(r.end_ns - (r.scheduled_ns or 0)) / NS_PER_MS for r in arrived if r.end_ns is not None])
 
 
 def peak_in_flight(records: list[RequestRecord]) -> int:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .loadgen import Level
-from . import findings, registry
+from . import depth_findings, registry
 from .keyed import Keyed
 from .cost import level_cost
 from .distribution import Distribution, coefficient_of_variation
@@ -246,7 +246,7 @@ def combine_repetitions(given: Sequence[LevelSummary], price_per_hour: float | N
     base.output_throughput_tps = statistics.median(r.output_throughput_tps for r in reps)
     base.completed = sum(r.completed for r in reps)
     base.failed = sum(r.failed for r in reps)
-    unstable = findings.unstable_repetitions(coefficient_of_variation([r.output_throughput_tps for r in reps]),
+    unstable = depth_findings.unstable_repetitions(coefficient_of_variation([r.output_throughput_tps for r in reps]),
                                              len(reps))
     if unstable is not None:
         base.add(unstable)

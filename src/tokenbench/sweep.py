@@ -32,6 +32,7 @@ from .levels import ClientReport, ServingLevel
 from .loadgen import ClientWatch, Level, ensure_open_files, run_phase, still_heap
 from .metrics import peak_in_flight, summarize
 from .slo import SLO
+from .steady import WARMUP_ROUNDS, settled
 from .progress import QuietReporter, Reporter
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
@@ -62,6 +63,8 @@ class SweepConfig:
     requests: int | None = 16
     duration_s: float | None = None
     warmup: int | None = None  # None: one request per concurrent slot
+    #: warm up in rounds (of ``warmup`` requests) until the median TTFT of one round is within a fifth of the last's
+    warmup_auto: bool = False
     repetitions: int = 1
     timeout_s: float = 600.0
     stall_timeout_s: float = 60.0
@@ -95,8 +98,7 @@ class SweepConfig:
     def __post_init__(self) -> None:
         self.workload.refuse(self)  # the options a kind cannot run with, refused before anything starts
 
-    def longest_request(self) -> int:
-        """The most tokens (prompt and output) one request can need: what an engine's slot must hold."""
+    def longest_request(self) -> int:  # what an engine's slot must hold
         return self.workload.longest_request()
 
     def levels(self) -> list[Level]:
@@ -346,6 +348,8 @@ class _Sweep:
             if n_warm:
                 rep.note(f"{desc}: {n_warm} warm-up requests (not counted)")
                 await load.warmup(level, n_warm, self.seed, records)
+                if cfg.warmup_auto:
+                    await self.settle(load, level, n_warm, records, desc)
             rep.level_start(desc, work.planned, cfg.duration_s)
             tele = await self.measure(work, load, level, (idx, repetition), records)
         except asyncio.CancelledError:
@@ -379,6 +383,16 @@ class _Sweep:
                          finished=now_iso(), window=window)
         rep.level_end(summary)
         return summary, status
+
+    async def settle(self, load: _Load, level: Level, n: int, records: list[RequestRecord], desc: str) -> None:
+        """``--warmup auto``: more rounds of warm-up until TTFT settles (steady.settled), at most WARMUP_ROUNDS."""
+        for k in range(1, WARMUP_ROUNDS):
+            before = len(records)
+            await load.warmup(level, n, self.seed + 104729 * k, records)
+            if settled(records[:before], records[before:]):
+                self.rep.note(f"{desc}: warm-up settled after {k + 1} rounds of {n}")
+                return
+        self.rep.warn(f"{desc}: TTFT had not settled after {WARMUP_ROUNDS} warm-up rounds of {n}")
 
     async def measure(self, work: LevelWork, load: _Load, level: Level, at: tuple[int, int],
                       records: list[RequestRecord]) -> LevelTelemetry | None:

@@ -31,6 +31,11 @@ POSITIVE = _number(float, 0, True, "a positive number")
 NONNEG = _number(float, 0, False, "a number, 0 or more")
 
 
+def WARMUP(text: str) -> int | str:
+    """A warm-up count, or ``auto``."""
+    return "auto" if text.strip().lower() == "auto" else int(NONNEG_INT(text))
+
+
 def SHARE(text: str) -> float:
     v = NONNEG(text)
     if v > 1:
@@ -165,7 +170,9 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
     g.add_argument("--requests", type=POSITIVE_INT, help="measured requests per level (default 32)")
     if not search:
         g.add_argument("--duration", help="measure each level for this long instead, e.g. 60s")
-    g.add_argument("--warmup", type=NONNEG_INT, help="uncounted full-length requests per level (default: one per slot)")
+    g.add_argument("--warmup", type=WARMUP,
+                   help="uncounted full-length requests per level (default: one per slot); auto: rounds of them "
+                        "until TTFT settles (a round's median within a fifth of the last's, at most 6 rounds)")
     if not search:
         g.add_argument("--repetitions", type=POSITIVE_INT, default=1, help="repeat each level; report median and CV")
     g.add_argument("--timeout", default="600s", help="per-request timeout (default 600s)")
