@@ -39,19 +39,9 @@ PROCESS = re.compile(r"\blent\s+(GPU|machine|H100|H200|session|16-core)|\b(a|the
 #: and metrics packages): to be reworded there. Each entry is the file the line was in and a piece of the line; a
 #: piece is allowed in any file, so the line may move with its module. Delete the list once they are clean.
 TO_BE_REWORDED = [
-    ("src/tokenbench/compare.py", "# --- agent sessions (issue 25)"),
-    ("src/tokenbench/compare.py", "# --- capacity under an SLO (issue 22)"),
-    ("src/tokenbench/http1.py", "Why it exists (issue 24)"),
-    ("src/tokenbench/metrics.py", "Definitions follow DESIGN.md"),
-    ("src/tokenbench/metrics.py", "(DESIGN.md: extend, never rename)"),
-    ("src/tokenbench/metrics.py", "that leaves (issue 12)"),
-    ("src/tokenbench/loadgen.py", "(issue 13: 41-128 ms at 512 streams)"),
     ("src/tokenbench/wire.py", "a quarter of the decode (issue 24)"),
     ("src/tokenbench/wire.py", "The chunk rule (DESIGN.md,"),
     ("src/tokenbench/wire.py", "issue 23), as ``vllm bench serve`` counts chunks"),
-    ("src/tokenbench/workers/__init__.py", "behind the earlier ones (issue 13)"),
-    ("src/tokenbench/workers/split.py", "(2.5 µs a chunk, issue 13)"),
-    ("src/tokenbench/workers/split.py", "for a wave of re-sends (issue 24)"),
 ]
 
 

@@ -33,6 +33,7 @@ from tokenbench.distribution import Distribution
 from tokenbench.levels import LEVEL_KEYS, ClientReport, SessionStats, Telemetry, TurnPoint
 from tokenbench.quality.items import Item
 from tokenbench.replay_stats import ContextBin, ReplayStats
+from tokenbench.steady import Plateau
 from tokenbench.results import Manifest
 from tokenbench.slo import SloCheck
 
@@ -282,6 +283,7 @@ def test_each_typed_object_has_its_classes_keys() -> None:
     assert set(d["turn"]["properties"]) == _field_names(TurnPoint) | {"decode_tps"}
     assert set(d["replay"]["properties"]) == _field_names(ReplayStats)
     assert set(d["context_bin"]["properties"]) == _field_names(ContextBin)
+    assert set(d["plateau"]["properties"]) == _field_names(Plateau) | {"duration_s"}
     assert set(d["item"]["properties"]) == _field_names(Item) - {"prompt"}
 
 

@@ -153,7 +153,7 @@ class Telemetry(Keyed):
 #: The latencies with an error split, as ``ServingLevel`` names them.
 FAILED_SPLITS = ("e2e_failed_ms", "ttft_failed_ms", "itl_failed_ms", "ttfb_failed_ms")
 
-#: The JSON result contract's level keys, in the order a level is written (DESIGN.md: extend, never rename).
+#: The JSON result contract's level keys, in the order a level is written (docs/results.md: extend, never rename).
 #: Both kinds of level write every key, the other kind's empty, so a stored run reads the same whatever it holds.
 LEVEL_KEYS = (
     "concurrency", "rate", "completed", "failed", "errors", "duration_s", "output_throughput_tps", "per_agent_tps",

@@ -36,7 +36,7 @@ CLIENT_CPU_PCT = 90.0
 INFLIGHT_SHORTFALL = 0.9
 SEND_DELAY_P90_MS = 10.0
 #: A request that waits this long in the client (p90) before its body reaches the socket: the client's time,
-#: which would otherwise read as the server's TTFT (issue 13: 41-128 ms at 512 streams).
+#: which would otherwise read as the server's TTFT (41-128 ms at 512 streams on one event loop, before the sends were split over workers).
 SEND_QUEUE_P90_MS = 10.0
 #: One stop of the event loop this long delays every stream in flight by as much, whatever the p99 says.
 LOOP_STALL_MS = 100.0

@@ -1,6 +1,6 @@
 """Pure functions from request records to a level summary. No I/O.
 
-Definitions follow DESIGN.md and match ``vllm bench serve`` so numbers are comparable:
+Definitions (docs/metrics.md) match ``vllm bench serve`` so numbers are comparable:
 - TTFT: request sent -> first chunk carrying a generated token (reasoning or answer).
 - E2E: request sent -> last byte of the response.
 - TPOT: (E2E - TTFT) / (output_tokens - 1) per request; undefined for one output token.

@@ -96,11 +96,7 @@ def notes(levels: list[ServingLevel]) -> list[str]:
                    "unless errors= allows some); goodput counts the requests within every per-request limit")
     if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
         out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
-    steady = [s for s in levels if s.plateau is not None]
-    if steady:
-        shares = ", ".join(f"{level_label(s)}: {s.plateau.share:.0%}" for s in steady if s.plateau is not None)
-        out.append(f"tok/s over each level's plateau, in flight at least 95% of its load ({shares} of its window); "
-                   "over the whole window, ramp and drain included, in the JSON (output_throughput_tps)")
+    out += _plateau_line(levels)
     by_text: dict[str, list[str]] = {}
     for s in levels:
         for w in s.warnings:
@@ -125,6 +121,15 @@ def notes(levels: list[ServingLevel]) -> list[str]:
         if parts:
             out.append(f"[{level_label(s)}] server: " + ", ".join(parts))
     return out
+
+
+def _plateau_line(levels: list[ServingLevel]) -> list[str]:
+    """What the table's throughput columns count: each level's plateau, and how much of its window that is."""
+    shares = ", ".join(f"{level_label(s)}: {s.plateau.share:.0%}" for s in levels if s.plateau is not None)
+    if not shares:
+        return []
+    return [f"tok/s over each level's plateau, in flight at least 95% of its load ({shares} of its window); over the "
+            "whole window, ramp and drain included, in the JSON (output_throughput_tps)"]
 
 
 def _server_parts(s: ServingLevel) -> list[str]:
