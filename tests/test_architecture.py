@@ -117,6 +117,11 @@ def _runtime_imports(path: Path, name: str, modules: set[str]) -> set[str]:
                 n = n.rpartition(".")[0]
             if n and n != name:
                 out.add(n)
+                # importing pkg.mod runs pkg/__init__ first (unless the importer is inside pkg already)
+                parent = n.rpartition(".")[0]
+                while parent and parent in modules and not name.startswith(parent + "."):
+                    out.add(parent)
+                    parent = parent.rpartition(".")[0]
     return out
 
 

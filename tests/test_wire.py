@@ -253,7 +253,7 @@ def test_max_error_rate_out_of_range_is_refused(bad: str, capsys: pytest.Capture
      "# TYPE h histogram\n", 'h_bucket{le="1"} 2\n', "h_sum 3\n", "1e999", "-", "\\"]), max_size=30).map("".join))
 def test_a_metrics_page_is_numbers_or_a_value_error(text: str) -> None:
     """A /metrics page a hostile server makes up: finite numbers, or ValueError (the sampler's 'not metrics')."""
-    from tokenbench.telemetry import parse
+    from tokenbench.prometheus import parse
 
     try:
         out = parse(text)

@@ -84,6 +84,8 @@ def in_flight_steps(records: list[RequestRecord]) -> list[tuple[int, int]]:
 def plateau(records: list[RequestRecord], concurrency: int | None, window: tuple[int, int]) -> Plateau | None:
     """The level's plateau and its figures; None where it has none (too few requests, or never at its load)."""
     measured = [r for r in records if r.phase == "measured" and r.end_ns is not None]
+    if any(r.session is not None for r in measured):
+        return None  # agents pause between turns: fewer in flight than agents is their load, not a ramp
     steps = in_flight_steps(measured)
     if len(measured) < 4 or not steps or window[1] <= window[0]:
         return None

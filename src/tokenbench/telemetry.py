@@ -9,19 +9,18 @@ Counters are reported as their change over the level, never as the server's life
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from . import adapters
 from .background import cancel_and_wait
 from .errors import TokenbenchError
 from .levels import Telemetry
+from .prometheus import parse
 from .power.interval import Interval, above_idle
 
 if TYPE_CHECKING:
@@ -36,22 +35,6 @@ GAUGES = {k: list(_NAMES.get(k, ())) for k in GAUGE_KEYS}
 COUNTERS = {k: list(_NAMES.get(k, ())) for k in COUNTER_KEYS}
 #: Failed GETs in a row, before any success, after which a server is taken to have no /metrics.
 GIVE_UP_AFTER = 3
-
-
-def parse(text: str) -> dict[str, float]:
-    """Prometheus text -> {sample name: value}, summed over label sets (engines, GPUs); buckets and values that
-    are not finite dropped. Text that is not Prometheus' raises ValueError, whatever the parser tripped on."""
-    out: dict[str, float] = {}
-    try:
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                v = float(s.value)
-                if s.name.endswith(("_bucket", "_created")) or not math.isfinite(v):
-                    continue
-                out[s.name] = out.get(s.name, 0.0) + v
-    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:
-        raise ValueError(f"not Prometheus text: {type(e).__name__}") from None
-    return out
 
 
 def _first(sample: dict[str, float], names: list[str]) -> float | None:
