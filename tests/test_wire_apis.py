@@ -314,3 +314,40 @@ def test_replaying_named_events_gives_the_record_feeding_them_gives(api: str, da
         if dec.close(10_000):
             _client(api)._count_tokens(rec, dec.usage)
     assert replayed.to_dict(keep_text=True) == fed.to_dict(keep_text=True)
+
+
+def _outcome(read: Any, data: bytes) -> Any:
+    try:
+        return read(data)
+    except WireError as e:
+        return ("error", e.kind, str(e))
+
+
+typed_delta = st.one_of(
+    st.fixed_dictionaries({"type": st.just("content_block_delta"), "index": st.integers(0, 3)}, optional={
+        "delta": st.fixed_dictionaries({}, optional={
+            "type": st.sampled_from(["text_delta", "thinking_delta", "input_json_delta", "signature_delta", None]),
+            "text": st.one_of(st.text(max_size=4), st.none()), "thinking": st.one_of(st.text(max_size=4), st.none()),
+            "partial_json": st.one_of(st.text(max_size=4), st.none())}),
+        "timings": st.one_of(st.none(), st.just({"predicted_n": 3}))}),
+    st.fixed_dictionaries({"type": st.sampled_from([*("response.output_text.delta", "response.reasoning_text.delta",
+                                                      "response.function_call_arguments.delta")])},
+                          optional={"delta": st.one_of(st.text(max_size=4), st.none()), "item_id": st.just("x"),
+                                    "sequence_number": st.integers(0, 9)}))
+raw_api_event = st.one_of(
+    typed_delta.map(lambda e: json.dumps(e).encode()),
+    anthropic_event.map(lambda e: json.dumps(e).encode()), responses_event.map(lambda e: json.dumps(e).encode()),
+    st.binary(max_size=12),
+    st.sampled_from([b'{"type": "content_block_delta", "delta": {"type": "text_delta", "text": "\xff"}}',
+                     b'{"type": "response.output_text.delta", "delta": NaN}', b"[" * 3000,
+                     b'{"type": "response.output_text.delta", "delta": "\xe4\xb8"}',
+                     b'{"type": "content_block_delta", "delta": {"type": "text_delta", "text": "a", "x": 1e400}}']))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(raw=raw_api_event, api=st.sampled_from(["messages", "responses"]))
+def test_the_fast_event_path_agrees_with_the_general_one(raw: bytes, api: str) -> None:
+    fast, general = api_events(api), api_events(api)
+    assert fast is not None and general is not None
+    assert _outcome(fast, raw) == _outcome(general._general, raw)
+    assert _outcome(fast, raw) == _outcome(api_events(api), raw.decode("utf-8", "replace").encode())
