@@ -27,7 +27,6 @@ its cached part, ``output_tokens_details.reasoning_tokens`` the reasoning part o
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -251,9 +250,6 @@ class ResponsesEvents:
         reason = _text(details.get("reason"), "response.incomplete_details.reason")
         return Chunk(finish_reason=reason or status or kind.removeprefix("response."),
                      usage=_responses_usage(response.get("usage")), timings=timings)
-
-
-EventReader = Callable[[bytes | str], Chunk]
 
 
 def api_events(api: str | None) -> MessagesEvents | ResponsesEvents | None:
