@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 import pytest
@@ -126,6 +127,19 @@ def need_engine(name: str) -> None:
     if os.environ.get(REQUIRE_ENV):
         pytest.fail(why)
     pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(model_cache: Path) -> Iterator[tuple[Any, Any]]:
+    """One vLLM for every test that needs it (a start costs ~90 s on 2 cores): the small-utf8 model, whose tokens
+    are often pieces of a multi-byte character that vLLM streams as chunks with empty text (the chunk rule), 4
+    sequences, 2,048 tokens of context."""
+    need_engine("vllm")
+    from tokenbench.engines import launch, tiny
+
+    model = tiny.ensure(model_cache, size="small-utf8")
+    with launch.start("vllm", model, parallel=4, ctx=2048) as server:
+        yield server, model
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import json
 import statistics
 import subprocess
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,14 +157,8 @@ def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
 
 # --- vLLM --------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def vllm_server(model_cache: Path) -> Iterator[tuple[RunningEngine, tiny.TinyModel]]:
-    need_engine("vllm")
-    # the small model with real tokenization: about a quarter of its tokens are pieces of a multi-byte character,
-    # which vLLM streams as chunks with empty text (the chunk rule, issue 23)
-    model = tiny.ensure(model_cache, size="small-utf8")
-    with launch.start("vllm", model, parallel=4, ctx=2048) as server:
-        yield server, model
+# vllm_server (conftest.py): one vLLM for the session, the small-utf8 model: about a quarter of its tokens are
+# pieces of a multi-byte character, which vLLM streams as chunks with empty text (the chunk rule)
 
 
 def _vllm_bench(server: RunningEngine, model: tiny.TinyModel, concurrency: int, n: int, seed: int,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from .records import RequestRecord
-from .transport import REPLAY_BYTES, Stream, error_message
+from .transport import REPLAY_BYTES, Stream, error_message, merged_headers
 
 if TYPE_CHECKING:
     from .decoder import StreamDecoder
@@ -50,9 +50,12 @@ class AiohttpTransport:
     async def close(self) -> None:
         pass
 
-    async def send(self, payload: bytes, decoder: StreamDecoder, fresh: bool) -> tuple[bool, Stream | None]:
+    async def send(self, payload: bytes, decoder: StreamDecoder, fresh: bool,
+                   headers: dict[str, str] | None = None) -> tuple[bool, Stream | None]:
         record = decoder.record
-        headers = {**self.headers, "Connection": "close"} if fresh else self.headers
+        headers = merged_headers(self.headers, headers) if headers else self.headers
+        if fresh:
+            headers = {**headers, "Connection": "close"}
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_read=self.stall_timeout_s)
         record.sent_ns = time.perf_counter_ns()
         try:

@@ -165,13 +165,14 @@ LEVEL_KEYS = (
     "achieved_concurrency", "send_delay_ms", "send_queue_ms", "time_to_first_text_ms", *FAILED_SPLITS,
     "goodput_rps", "slo", "slo_met", "slo_checks", "warnings", "client", "test", "depth", "pp_tps", "tg_tps",
     "pp_tps_sd", "tg_tps_sd", "pp_tps_dist", "tg_tps_dist", "guard", "telemetry", "findings", "session",
-    "cached_share", "cached_source", "replay", "plateau", "ttft_from_arrival_ms", "e2e_from_arrival_ms",
+    "cached_share", "cached_source", "replay", "time_to_first_tool_ms", "plateau", "ttft_from_arrival_ms",
+    "e2e_from_arrival_ms",
 )
 
 #: The keys whose value is a Distribution, in either kind of level.
 DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms",
                  "send_queue_ms", "time_to_first_text_ms", "pp_tps_dist", "tg_tps_dist", *FAILED_SPLITS,
-                 "ttft_from_arrival_ms", "e2e_from_arrival_ms")
+                 "time_to_first_tool_ms", "ttft_from_arrival_ms", "e2e_from_arrival_ms")
 
 
 def _nothing() -> Distribution:
@@ -322,6 +323,9 @@ class ServingLevel(LevelSummary):
     cached_source: str | None = None
     #: a replay level of recorded agent trajectories: its trees, TTFT against context, validity (None: not one)
     replay: ReplayStats | None = None
+    #: request sent -> first chunk carrying a tool call's tokens (its name or arguments), over the successful
+    #: requests that called a tool, beside TTFT; None for a level not measured here or stored before it existed
+    time_to_first_tool_ms: Distribution | None = None
     #: the level's figures over its steady state, beside the whole window's (steady.py; None: no plateau)
     plateau: Plateau | None = None
     #: an open loop's TTFT and end-to-end time from each request's scheduled arrival (None: a closed loop)

@@ -2,6 +2,8 @@
 
 Definitions (docs/metrics.md) match ``vllm bench serve`` so numbers are comparable:
 - TTFT: request sent -> first chunk carrying a generated token (reasoning or answer).
+- Time to first tool call: request sent -> first chunk carrying a tool call's tokens, over the requests that
+  called a tool.
 - E2E: request sent -> last byte of the response.
 - TPOT: (E2E - TTFT) / (output_tokens - 1) per request; undefined for one output token.
 - ITL: gaps between successive token-bearing chunks (the per-chunk rule; a chunk may carry
@@ -198,6 +200,7 @@ def summarize(
         input_tokens_source=_source(ok, "input_tokens_source"),
         tokens_per_chunk_mean=sum(out_tokens) / chunks if chunks else None,
         time_to_first_text_ms=ttftext,
+        time_to_first_tool_ms=Distribution.of(_ms_since_sent(ok, "first_tool_ns")),
     )
     _failure_split(summary, failed)
     _reasoning(summary, ok)

@@ -116,6 +116,7 @@ def notes(levels: list[ServingLevel]) -> list[str]:
             out.append(f"[{level_label(s)}] first visible text at a median {ms(text.p50)}, "
                        f"{ms(text.p50 - s.ttft_ms.p50)} after the first token: the server held its text back "
                        "(a piece of a character); tools that wait for text (AIPerf, GuideLLM) call that TTFT")
+    out += [line for s in levels if (line := _tool_line(s))]
     for s in levels:
         parts = _server_parts(s)
         if parts:
@@ -130,6 +131,15 @@ def _plateau_line(levels: list[ServingLevel]) -> list[str]:
         return []
     return [f"tok/s over each level's plateau, in flight at least 95% of its load ({shares} of its window); over the "
             "whole window, ramp and drain included, in the JSON (output_throughput_tps)"]
+
+
+def _tool_line(s: ServingLevel) -> str | None:
+    """When the level's answers called tools: how long the first call took to start, beside TTFT."""
+    tool = s.time_to_first_tool_ms
+    if tool is None or not tool.n or tool.p50 is None:
+        return None
+    return (f"[{level_label(s)}] first tool call at a median {ms(tool.p50)} (p90 {ms(tool.p90)}) after the request, "
+            f"in {tool.n} of {s.completed} requests (TTFT {ms(s.ttft_ms.p50)})")
 
 
 def _server_parts(s: ServingLevel) -> list[str]:

@@ -7,6 +7,7 @@ import argparse
 import re
 from typing import Any
 
+from ..apis import APIS, PATHS
 from ..registry import LAUNCHERS, find
 from ..cost import DEFAULT_CURRENCY
 from ..slo import parse_duration_ms
@@ -82,15 +83,18 @@ def engine_name(value: str) -> str:
     return eng.launcher if eng is not None and eng.launcher else value
 
 
-def add_endpoint(g: argparse._ActionsContainer, engine: str, api: str | None = None, api_help: str = "") -> None:
+def add_endpoint(g: argparse._ActionsContainer, engine: str, api: str | None = None, api_help: str = "",
+                 apis: tuple[str, ...] = APIS) -> None:
     """The endpoint every measuring command talks to (sweep, depth, quality), one set of flags with one help
     each (SHARED_HELP): its URL or the embedded ``engine``, the model, the key, the tokenizer, and for the
-    commands that send either kind of request the ``api`` they send by default."""
+    commands that send requests of several kinds the ``api`` they send by default, among ``apis``."""
     g.add_argument("--url", help="OpenAI-compatible base URL (…/v1); omitted: start the embedded engine")
     g.add_argument("--model")
     if api is not None:
-        g.add_argument("--api", choices=["completions", "chat"], default=api,
-                       help=f"/v1/completions or /v1/chat/completions (default {api}: {api_help})")
+        names = {"messages": " (Anthropic's Messages API)", "responses": " (OpenAI's Responses API)"}
+        paths = [f"/v1/{PATHS[a]}{names.get(a, '')}" for a in apis]
+        g.add_argument("--api", choices=list(apis), default=api,
+                       help=f"{', '.join(paths[:-1])} or {paths[-1]} (default {api}: {api_help})")
     g.add_argument("--api-key")
     g.add_argument("--tokenizer")
     add_embedded(g, engine)

@@ -39,7 +39,8 @@ EXIT_CODES = """exit codes:
 SHARED_HELP = {
     "--format": "table for a terminal, markdown to paste",
     "--model": "the served model name (default: the first the server lists)",
-    "--api-key": "bearer key (default: $OPENAI_API_KEY); sent, never stored",
+    "--api-key": "bearer key (default: $OPENAI_API_KEY; on /v1/messages also sent as x-api-key); sent, never "
+                 "stored",
     "--tokenizer": "a local tokenizer.json or Hugging Face directory of the served model (default: the "
                    "server's own tokenize endpoint, else a local estimate)",
     "--label": "a name for this run, to find it again (default: this hostname)",

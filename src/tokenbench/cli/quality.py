@@ -32,7 +32,7 @@ REMOTE_CONTEXTS = "4k,16k,32k"
 
 def _endpoint(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("endpoint")
-    add_endpoint(g, "transformers", "chat", "what instruction-tuned models answer")
+    add_endpoint(g, "transformers", "chat", "what instruction-tuned models answer", apis=("completions", "chat"))
     g.add_argument("--timeout", default="300s", help="per item: longer is recorded as a timeout (default 300s)")
 
 
