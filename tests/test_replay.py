@@ -282,3 +282,19 @@ def test_the_slo_reads_a_share_of_requests_at_a_speed() -> None:
     for bad in ("agent_tps_p90=0", "agent_tps_p91=20", "agent_tps_p90=fast"):
         with pytest.raises(ValueError):
             SLO.parse(bad)
+
+
+def test_each_tree_names_its_session_to_the_server(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """X-Session-ID, as MLCommons' agentic benchmark sends it: one per tree replayed, a subagent one of its own, the
+    same on every call of a session."""
+    replay(emitter.url, EXAMPLES / "weka-claude-code.json", tmp_path, max_think_s=0.0, concurrency=[1])
+    ids = [h.get("X-Session-ID") for h in emitter.emitter.headers_seen[1:]]  # the check request has none
+    assert all(ids) and len(set(ids)) == 3  # the session and its two subagents
+
+
+def test_sessions_and_replays_speak_the_messages_api(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    res, recs = replay(emitter.url, EXAMPLES / "mlcommons-agentic.jsonl", tmp_path, api="messages",
+                       max_think_s=0.0, concurrency=[1])
+    assert res.status == "complete" and len(measured(recs)) > 3
+    sent = [b for b in emitter.emitter.requests_seen if "messages" in b and b.get("tools")]
+    assert sent and all("system" in b or b["messages"][0]["role"] != "system" for b in sent)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from .apis import CONVERSATIONAL
 from .errors import UsageError
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -363,8 +364,8 @@ def _chat(v: Any, line: int, where: str, api: str, output: int | None) -> Item:
     if not isinstance(v, list):
         raise UsageError(f'{where}: "messages" is {_kind(v)}, not a list')
     msgs = [_message(m, f'{where}: "messages"[{i}]') for i, m in enumerate(v)]
-    if api != "chat":
-        raise UsageError(f'{where}: "messages" items are chat requests: run with --api chat')
+    if api not in CONVERSATIONAL:
+        raise UsageError(f'{where}: "messages" items are conversations: run with --api chat (or messages, responses)')
     reply = None
     if msgs and msgs[-1].role == "assistant":  # a transcript: its last turn is the answer, not the prompt
         reply = "".join(msgs.pop().texts())
@@ -440,7 +441,7 @@ def _sharegpt(v: Any, line: int, where: str, api: str, output: int | None) -> It
         raise _Skip(EMPTY_PROMPT)
     if reply is not None and not reply.strip():
         raise _Skip(EMPTY_REPLY)
-    if api != "chat" and len(prompt) != 1:
+    if api not in CONVERSATIONAL and len(prompt) != 1:
         raise _Skip(NEEDS_CHAT)
     return Item(line, "sharegpt", messages=tuple(prompt), output_len=output, reply=reply)
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..apis import CONVERSATIONAL
 from ..client import PreparedRequest
 from ..dataset import Item, measure
 from ..draws import Draw
@@ -58,7 +59,7 @@ class RequestPrompts:
             count, reply = await measure(item, self.builder.tok)
             n_out = item.output_len or reply or n_out
             text = item.text()
-            messages = item.wire_messages() if self.workload.api == "chat" else None
+            messages = item.wire_messages() if self.workload.api in CONVERSATIONAL else None
         else:
             text, count = await self.builder.one(i, n_in, self.workload.prefix_len)
         self.longest = max(self.longest, count + n_out)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..apis import CONVERSATIONAL
 from ..engines.embedded import slot_context
 from ..errors import UsageError
 from ..loadgen import Level
@@ -99,7 +100,7 @@ class ReplayKind:
         if (opts.workers or 1) > 1 or opts.ray:
             raise UsageError("a replay runs in one process (each call waits for the answer before it): "
                              "drop --workers and --ray")
-        if self.plan.full_text and opts.api != "chat":
+        if self.plan.full_text and opts.api not in CONVERSATIONAL:
             raise UsageError(f"{self.plan.trajectories.path.name} holds chat messages: drop --api {opts.api}")
         if self.plan.speed is not None and any(t.epoch_s is None for t in self.plan.trajectories.trajectories):
             raise UsageError(f"--trace-speed replays at the recorded start times, and this {self.plan.trajectories.format} "

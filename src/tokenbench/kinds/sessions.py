@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ..apis import CONVERSATIONAL
 from ..engines.embedded import slot_context
 from ..errors import UsageError
 from ..loadgen import Level
@@ -65,7 +66,7 @@ class BoundSessions:
         """A turn's fields: its output length fixed as the server allows, the cache kept warm for its agent, the
         user's --extra-body on top."""
         ep, opts = self.b.endpoint, self.b.opts
-        fixed = ep.info.adapter.output_length_fields(out_len, ep.eos_token_id, "chat") if opts.fixed_output else {}
+        fixed = ep.info.adapter.output_length_fields(out_len, ep.eos_token_id, opts.api) if opts.fixed_output else {}
         return fixed | ep.info.adapter.session_fields(agent, ep.info.slots) | opts.extra_body
 
     def workload_entry(self) -> dict[str, Any]:
@@ -107,8 +108,8 @@ class SessionsKind:
         if clash := _clashes(opts):
             raise UsageError(f"--sessions runs whole sessions, closed loop over agents: drop {', '.join(clash)} "
                              "(--shared-prefix sets the shared system prompt)")
-        if opts.api != "chat":
-            raise UsageError("--sessions sends chat conversations: drop --api completions")
+        if opts.api not in CONVERSATIONAL:
+            raise UsageError(f"--sessions sends conversations: drop --api {opts.api}")
         if (opts.workers or 1) > 1:
             raise UsageError("--sessions runs in one process (each turn waits for the answer before it): drop --workers")
         if max(opts.concurrency) > self.plan.sessions:
