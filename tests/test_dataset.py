@@ -64,7 +64,7 @@ def test_chat_items_and_request_logs() -> None:
 
 
 def test_chat_items_need_the_chat_api(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match=r'chat\.jsonl:1: "messages" items are chat requests: run with --api chat'):
+    with pytest.raises(UsageError, match=r'chat\.jsonl:1: "messages" items are conversations: run with --api chat \(or messages, responses\)'):
         load(DATA / "chat.jsonl", "completions")
 
 
