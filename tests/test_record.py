@@ -37,7 +37,7 @@ from tokenbench.emitter import BackgroundEmitter, EmitterConfig
 from tokenbench.record import BackgroundRecording, RecordConfig
 from tokenbench.record.sessions import Sessions, Turn
 from tokenbench.record.tokens import HashIds
-from tokenbench.trajectories import load_trajectories
+from tokenbench.trajectories.load import load_trajectories
 from tokenbench.trajectories.messages import message
 
 KEY = b"k" * 32  # the hash ids' key, fixed so a test can recompute them

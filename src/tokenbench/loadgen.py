@@ -2,7 +2,7 @@
 trace's replay), warm-up as a recorded phase, a request count or a duration per level, and a watch on the client
 itself.
 
-The load generator defines the backend it needs (``Backend``); the streaming client implements it.
+The load generator defines the backend it needs (``Sender``); the streaming client implements it.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def freeze_heap() -> None:
     _frozen_depth += 1
 
 
-class Backend(Protocol):
+class Sender(Protocol):
     async def send(self, req: PreparedRequest, record: RequestRecord,
                    on_done: Callable[[RequestRecord], None] | None = None) -> RequestRecord: ...
 
@@ -219,7 +219,7 @@ class _Phase:
     """The sending loops of one phase: closed (N senders, each sends when its last request ends) or open (a
     request at each arrival of the process, however many are in flight)."""
 
-    def __init__(self, backend: Backend, prompts: PromptSource, phase: Phase, records: list[RequestRecord],
+    def __init__(self, backend: Sender, prompts: PromptSource, phase: Phase, records: list[RequestRecord],
                  watch: ClientWatch, done: OnDone, requests: int | None, stop_ns: int | None,
                  halt: Callable[[], bool] | None = None) -> None:
         self.backend, self.prompts, self.phase, self.records = backend, prompts, phase, records
@@ -289,7 +289,7 @@ def _never() -> bool:
 
 
 async def run_phase(
-    backend: Backend,
+    backend: Sender,
     prompts: PromptSource,
     level: Level,
     phase: Phase,

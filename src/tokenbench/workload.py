@@ -24,7 +24,7 @@ SHAPES: dict[str, tuple[int, int]] = {
 
 
 @dataclass(slots=True, frozen=True)
-class Workload:
+class WorkloadRecord:
     """What a run sends, as its manifest records it. Lengths that vary (``input_draw``, ``output_draw``; None or a
     fixed draw: every request ``input_len``/``output_len``) are drawn per request by ``request_lengths``;
     ``input_len``/``output_len`` are then the draws' expected values, rounded. ``dataset``: what a --dataset file

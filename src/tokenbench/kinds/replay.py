@@ -15,7 +15,7 @@ from ..metrics import session_stats
 from ..records import RequestRecord
 from ..replay import ReplayLevel, ReplayPlan, ReplayTexts
 from ..replay_stats import replay_stats
-from ..workload import Workload
+from ..workload import WorkloadRecord
 from .base import Binding, LevelLoad, OnDone, SweepOptions
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class BoundReplay:
 
         f = self.plan.trajectories.figures
         median = self.plan.tokens(int(f.median_input_tokens)) if f.median_input_tokens else 128
-        return RequestPrompts(self.b.builder, Workload(median, 16, None, self.b.opts.api, 0, self.b.seed), {})
+        return RequestPrompts(self.b.builder, WorkloadRecord(median, 16, None, self.b.opts.api, 0, self.b.seed), {})
 
     def level(self, level: Level, repetition: int, records: list[RequestRecord], on_done: OnDone) -> ReplayWork:
         counter = self.b.endpoint.counter

@@ -15,7 +15,7 @@ from ..loadgen import Level
 from ..metrics import session_stats
 from ..records import RequestRecord
 from ..sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
-from ..workload import Workload
+from ..workload import WorkloadRecord
 from .base import Binding, LevelLoad, OnDone, SweepOptions
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class BoundSessions:
         """The warm-ups' prompts: a first turn's size, unique."""
         from .lengths import RequestPrompts
 
-        first = Workload(self.plan.shared_prefix + int(self.plan.task.maximum()), int(self.plan.output.maximum()),
+        first = WorkloadRecord(self.plan.shared_prefix + int(self.plan.task.maximum()), int(self.plan.output.maximum()),
                          None, self.b.opts.api, 0, self.b.seed)
         return RequestPrompts(self.b.builder, first, {})
 

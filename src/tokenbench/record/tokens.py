@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from ..trajectories.model import Message
+from ..chat import Message
 
 ROUNDING = "floor"
 

@@ -33,7 +33,8 @@ from typing import Any
 
 from .boundary import Refusal, as_list, as_obj, as_optional_text, as_seconds, as_text, json_lines, refuse
 from .messages import tool_call
-from .model import JSON, Call, Message, Trajectory
+from ..chat import Message
+from .model import JSON, Call, Trajectory
 
 _NEXT = {None: ("user",), "user": ("assistant",), "assistant": ("tool", "user"), "tool": ("assistant", "user")}
 
