@@ -106,7 +106,7 @@ def test_a_plain_prompt_is_one_user_turn_on_each_api() -> None:
 
 @pytest.mark.parametrize("api", APIS)
 def test_each_api_posts_to_its_path_and_its_template_body_is_the_body(api: str) -> None:
-    c = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m", api=api,  # type: ignore[arg-type]
+    c = StreamClient(http=None, base_url="http://127.0.0.1:9/v1", model="m", api=api,  # type: ignore[arg-type]
                      api_key="k", body_extras={"ignore_eos": True})
     assert c.url == "http://127.0.0.1:9/v1/" + {"completions": "completions", "chat": "chat/completions",
                                                 "messages": "messages", "responses": "responses"}[api]

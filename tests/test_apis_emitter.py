@@ -41,7 +41,7 @@ def test_both_paths_record_the_same_on_the_new_apis(emitter: BackgroundEmitter, 
 
 async def _sends(url: str, api: str, lean: bool, requests: list[PreparedRequest], **kw: Any) -> list[RequestRecord]:
     async with aiohttp.ClientSession() as session:
-        c = StreamClient(session=session, base_url=url, model="emitter", api=api, lean=lean, **kw)  # type: ignore[arg-type]
+        c = StreamClient(http=session, base_url=url, model="emitter", api=api, lean=lean, **kw)  # type: ignore[arg-type]
         try:
             return [await c.send(req, RequestRecord(index=i)) for i, req in enumerate(requests)]
         finally:

@@ -18,7 +18,7 @@ from tokenbench.transport import REPLAY_BYTES
 from tokenbench.wire import MAX_EVENT_BYTES, WireError, parse_chunk, parse_event
 
 EXAMPLES = int(os.environ.get("TOKENBENCH_FUZZ_EXAMPLES", "10000"))
-CLIENT = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]
+CLIENT = StreamClient(http=None, base_url="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.integers(), st.floats(allow_nan=False),
                       st.text(max_size=4))

@@ -131,7 +131,7 @@ def test_a_ray_actor_on_uvloop_measures_on_the_lean_path(cluster: Any, tmp_path:
 
             loop = type(asyncio.get_running_loop()).__module__
             async with aiohttp.ClientSession() as session:
-                c = StreamClient(session=session, base_url=url, model="emitter")
+                c = StreamClient(http=session, base_url=url, model="emitter")
                 try:
                     recs = [await c.send(PreparedRequest("a b c", 5), RequestRecord(index=i)) for i in range(3)]
                 finally:

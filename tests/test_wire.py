@@ -40,7 +40,7 @@ def _stream(events: list[Any], done: bool = True) -> bytes:
     return out + (b"data: [DONE]\n\n" if done else b"")
 
 
-CLIENT = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]
+CLIENT = StreamClient(http=None, base_url="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]
 
 
 def decode(data: bytes, chat: bool = False, cuts: list[int] | None = None) -> RequestRecord:

@@ -26,7 +26,7 @@ STREAMS = Path(__file__).parent / "data" / "streams"
 
 
 def _client(api: str) -> StreamClient:
-    return StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m", api=api)  # type: ignore[arg-type]
+    return StreamClient(http=None, base_url="http://127.0.0.1:9/v1", model="m", api=api)  # type: ignore[arg-type]
 
 
 def _sse(events: list[dict[str, Any]]) -> bytes:

@@ -75,7 +75,7 @@ OnDecoded = Callable[[RequestRecord], None]
 class StreamClient:
     """One endpoint, one model. ``body_extras`` are the server-specific fields (ignore_eos, ...)."""
 
-    session: aiohttp.ClientSession
+    http: aiohttp.ClientSession
     base_url: str  # ends in /v1
     model: str
     api: Api = "completions"
@@ -93,7 +93,7 @@ class StreamClient:
     #: Where a stream sent with an ``on_done`` callback is decoded after it ends (run_phase's sends).
     deferred: DeferredDecoding = field(default_factory=DeferredDecoding)
     #: Send plain-http requests on the lean path (http1.py: bodies from a template, one write, no aiohttp);
-    #: False, or an https URL, sends through ``session``. Whoever makes the client calls ``close`` when done.
+    #: False, or an https URL, sends through ``http``. Whoever makes the client calls ``close`` when done.
     lean: bool = True
     _lean: LeanTransport | None = field(default=None, init=False, repr=False)
     #: Bodies without a request's own fields, per max_tokens: the JSON before and after the prompt. Valid while
@@ -186,7 +186,7 @@ class StreamClient:
         lean = self._lean_path()
         if lean is not None:
             return lean
-        return AiohttpTransport(self.session, self.url, self.headers(), self.timeout_s, self.stall_timeout_s)
+        return AiohttpTransport(self.http, self.url, self.headers(), self.timeout_s, self.stall_timeout_s)
 
     async def close(self) -> None:
         """Close the lean path's connections (the aiohttp session is its owner's to close)."""

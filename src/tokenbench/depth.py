@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 
 from . import depth_findings, findings
-from .adapters import Adapter
+from .adapters.base import Adapter
 from .aiohttp_path import trace_config
 from .client import PreparedRequest, StreamClient
 from .endpoint import Endpoint, RunLog
@@ -261,8 +261,8 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Note | None = None) ->
         raise UsageError("depths must be >= 0, --pp >= 1, --tg >= 2 and --repetitions >= 1")
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
     log = RunLog(store, new_run_id(), "depth", cfg.label)
-    async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
-        ep = await Endpoint.open(session, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, note)
+    async with aiohttp.ClientSession(trace_configs=[trace_config()]) as http:
+        ep = await Endpoint.open(http, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, note)
         slot_ctx = ep.info.slot_ctx
         fits = [d for d in cfg.depths if not slot_ctx or d + cfg.pp + cfg.tg <= slot_ctx]
         if not fits:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from . import __version__, machine
-from .adapters import Adapter
+from .adapters.base import Adapter
 from .client import Api, StreamClient
 from .errors import RunInterrupted, TokenbenchError, UsageError
 from .results import LevelOutcome, Manifest, RunResult, as_read, now_iso
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 async def pick_tokenizer(
-    path: str | None, api_key: str | None, session: aiohttp.ClientSession, info: ServerInfo, model: str
+    path: str | None, api_key: str | None, http: aiohttp.ClientSession, info: ServerInfo, model: str
 ) -> tuple[Tokenizer, LocalTokenizer | None]:
     """The served model's tokenizer: ``path`` if given, else the server's own endpoint, else a local one by the
     model's name. Also returns the local one, if any, for counting tokens."""
@@ -38,7 +38,7 @@ async def pick_tokenizer(
         t = LocalTokenizer(path)
         return t, t
     if info.tokenize_path:
-        st = ServerTokenizer(session, info, model, api_key)
+        st = ServerTokenizer(http, info, model, api_key)
         try:
             if await st.encode("hello world"):
                 return st, None
@@ -58,7 +58,7 @@ async def pick_tokenizer(
 def stream_client(http: aiohttp.ClientSession, url: str, model: str, adapter: Adapter, **kw: Any) -> StreamClient:
     """A streaming client with the flags the server's adapter sets (one token per chunk, a fresh connection per
     stream, its stream_options): the one place they are passed. ``kw``: the API, key, timeouts, temperature, token counter."""
-    return StreamClient(session=http, base_url=url, model=model, one_token_per_chunk=adapter.one_token_per_chunk,
+    return StreamClient(http=http, base_url=url, model=model, one_token_per_chunk=adapter.one_token_per_chunk,
                         fresh_connection=adapter.closes_after_stream, stream_options=dict(adapter.stream_options), **kw)
 
 

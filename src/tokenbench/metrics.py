@@ -70,7 +70,7 @@ def _source(records: list[RequestRecord], attr: str) -> str | None:
     if not sources:
         return None
     if len(sources) == 1:
-        return next(iter(sources))
+        return str(next(iter(sources)))
     return "mixed:" + ",".join(f"{k}={v}" for k, v in sorted(sources.items()))
 
 

@@ -43,7 +43,8 @@ from typing import Any, Literal
 from .client import PreparedRequest, StreamClient
 from .records import RequestRecord
 from .sessions import SESSION_HEADER
-from .trajectories.model import Call, Message, Trajectory, TrajectorySet
+from .chat import Message
+from .trajectories.model import Call, Trajectory, TrajectorySet
 from .workload import PromptBuilder, Tokenizer
 
 Answers = Literal["recorded", "live"]

@@ -18,6 +18,7 @@ TTFT nor pauses explain.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -149,7 +150,9 @@ def drift(records: list[RequestRecord]) -> tuple[str, float, float] | None:
     third = len(ok) // 3
     if third < DRIFT_MIN_THIRD:
         return None
-    for name, value in (("TTFT", lambda r: r.ttft_ns), ("E2E", lambda r: r.e2e_ns)):
+    reads: tuple[tuple[str, Callable[[RequestRecord], int | None]], ...] = (
+        ("TTFT", lambda r: r.ttft_ns), ("E2E", lambda r: r.e2e_ns))
+    for name, value in reads:
         first = [v / NS_PER_MS for r in ok[:third] if (v := value(r)) is not None]
         last = [v / NS_PER_MS for r in ok[-third:] if (v := value(r)) is not None]
         if len(first) < DRIFT_MIN_THIRD or len(last) < DRIFT_MIN_THIRD:

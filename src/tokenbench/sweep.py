@@ -401,7 +401,7 @@ class _Sweep:
         cfg, (idx, repetition) = self.cfg, at
         tele = None
         if cfg.metrics_interval_s or self.host.meter is not None:
-            tele = LevelTelemetry(self.client.session, root_url(cfg.url), cfg.metrics_interval_s,
+            tele = LevelTelemetry(self.client.http, root_url(cfg.url), cfg.metrics_interval_s,
                                   {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {},
                                   self.host.meter, self.host.idle, self.host.note)
             tele.start()
@@ -461,8 +461,8 @@ async def run_sweep(
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
     log = RunLog(store, new_run_id(), "sweep", cfg.label)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=connector, trace_configs=[trace_config()]) as session:
-        ep = await Endpoint.open(session, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, rep.warn)
+    async with aiohttp.ClientSession(connector=connector, trace_configs=[trace_config()]) as http:
+        ep = await Endpoint.open(http, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, rep.warn)
         host = await ServerHost.open(cfg.power)
         client = ep.client(cfg.api, temperature=cfg.temperature, timeout_s=cfg.timeout_s,
                            stall_timeout_s=cfg.stall_timeout_s)

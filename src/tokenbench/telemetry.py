@@ -91,7 +91,7 @@ class MetricsSampler:
     without it: a 404, or ``GIVE_UP_AFTER`` failures in a row before any success. Once a page was read, a failed
     GET is counted in ``failed`` and sampling goes on."""
 
-    session: aiohttp.ClientSession
+    http: aiohttp.ClientSession
     root: str
     interval_s: float = 1.0
     headers: dict[str, str] = field(default_factory=dict)
@@ -109,7 +109,7 @@ class MetricsSampler:
 
     async def sample(self) -> None:
         try:
-            async with self.session.get(f"{self.root}/metrics", headers=self.headers,
+            async with self.http.get(f"{self.root}/metrics", headers=self.headers,
                                         timeout=aiohttp.ClientTimeout(total=5)) as r:
                 if r.status != 200:
                     self._fail(absent=r.status in (404, 405, 501))
@@ -152,10 +152,10 @@ class LevelTelemetry:
     (serverhost.py), its power. ``stop()`` always stops both (also on Ctrl-C); ``summary()`` then combines them
     with the level's tokens."""
 
-    def __init__(self, session: aiohttp.ClientSession, root: str, interval_s: float | None,
+    def __init__(self, http: aiohttp.ClientSession, root: str, interval_s: float | None,
                  headers: dict[str, str] | None = None, meter: PowerMeter | None = None,
                  idle: Sequence[Interval] = (), note: str = "") -> None:
-        self.metrics = MetricsSampler(session, root, interval_s, headers or {}) if interval_s else None
+        self.metrics = MetricsSampler(http, root, interval_s, headers or {}) if interval_s else None
         self.meter, self.idle = meter, list(idle)
         self.metrics_summary: dict[str, Any] = {}
         self._mark: asyncio.Task[float] | None = None

@@ -125,7 +125,7 @@ def _requests(a: argparse.Namespace, d: dict[str, Any], duration: float | None) 
         raise UsageError("--requests must be at least 1")
     if a.repetitions < 1:
         raise UsageError("--repetitions must be at least 1")
-    return requests
+    return int(requests) if requests is not None else None
 
 
 def _slo(text: str | None) -> SLO | None:

@@ -137,8 +137,8 @@ def crossovers(rows: list[CompareRow], a: str, b: str) -> list[str]:
         decided = [r for r in rs if r.winner()]
         for p, q in zip(decided, decided[1:]):
             if p.winner() != q.winner():
-                at = (lambda r: f"{r.depth // 1024}K" if r.depth >= 1024 else str(r.depth)) if axis == "depth" \
-                    else (lambda r: str(r.concurrency))
+                at: Callable[[Any], str] = (lambda r: f"{r.depth // 1024}K" if r.depth >= 1024 else str(r.depth)) \
+                    if axis == "depth" else (lambda r: str(r.concurrency))
                 out.append(f"faster box changes between {at(p)} and {at(q)} {axis} ({test}"
                            f"{' ' + cache if cache else ''} {metric}): {a if p.winner() == 1 else b} then "
                            f"{a if q.winner() == 1 else b}")

@@ -19,7 +19,7 @@ from ..workload import WorkloadRecord
 from .base import Binding, LevelLoad, OnDone, SweepOptions
 
 if TYPE_CHECKING:
-    from ..metrics import ServingLevel
+    from ..levels import ServingLevel
     from .lengths import RequestPrompts
 
 #: Tokens a chat message's template adds, counted where a full-text call's length is estimated from its bytes.

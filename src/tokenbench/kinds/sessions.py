@@ -20,7 +20,7 @@ from .base import Binding, LevelLoad, OnDone, SweepOptions
 
 if TYPE_CHECKING:
     from ..client import StreamClient
-    from ..metrics import ServingLevel
+    from ..levels import ServingLevel
     from .lengths import RequestPrompts
 
 

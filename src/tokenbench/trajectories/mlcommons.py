@@ -99,7 +99,7 @@ def _row(conv: _Conversation, row: dict[str, Any], line: int, tools: _Tools) -> 
     role = row.get("role")
     if role not in ("user", "assistant", "tool"):
         raise Refusal("role", f"{role!r} is not user, assistant or tool")
-    if role not in _NEXT[conv.role]:  # type: ignore[index]
+    if role not in _NEXT[conv.role]:
         raise Refusal("role", f"{role} after {conv.role or 'the start'} (the order is user, assistant, then tool "
                               "or user)")
     conv.turn, conv.role = turn, role
