@@ -40,12 +40,12 @@ class Usage:
 @dataclass(slots=True)
 class Chunk:
     """What one event says, typed. Absent fields are None. Not frozen: one is made per streamed chunk, and a frozen
-    dataclass's ``__init__`` (``object.__setattr__`` per field) cost about a quarter of the decode (issue 24).
+    dataclass's ``__init__`` (``object.__setattr__`` per field) cost about a quarter of the decode (benchmarks/client_overhead.py).
     Nothing changes one once made.
 
     Whether a chunk carried a generated token is not whether its text is empty: an engine streams a token whose
-    text it holds back (part of a multi-byte character) as a chunk with empty text. The chunk rule (DESIGN.md,
-    issue 23), as ``vllm bench serve`` counts chunks: choice 0 with a delta (or a completion's text) is a token,
+    text it holds back (part of a multi-byte character) as a chunk with empty text. The chunk rule (docs/metrics.md),
+    as ``vllm bench serve`` counts chunks: choice 0 with a delta (or a completion's text) is a token,
     visible or not, except a delta that only opens the message (``role``) and an empty closing one (only a
     ``finish_reason``). Where the server says how many tokens a chunk carried, that count decides instead:
     ``tokens`` here (logprobs entries, token ids), or a running ``usage``/``timings`` count (client.py)."""
