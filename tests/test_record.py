@@ -558,7 +558,7 @@ def test_a_client_that_gives_up_on_a_stall_closes_the_upstream_connection(tmp_pa
         assert time.perf_counter() - t0 < 2
         assert closed.wait(5), "the proxy kept the upstream connection of a client that left"
         time.sleep(0.1)
-        connector = rec.proxy.session.connector if rec.proxy.session else None
+        connector = rec.proxy.http.connector if rec.proxy.http else None
         assert connector is not None and not connector._acquired  # nothing held
     assert rec.summary.failed == {"the client gave up": 1}
 
