@@ -33,7 +33,7 @@ from tokenbench.distribution import Distribution
 from tokenbench.levels import LEVEL_KEYS, ClientReport, SessionStats, Telemetry, TurnPoint
 from tokenbench.quality.items import Item
 from tokenbench.replay_stats import ContextBin, ReplayStats
-from tokenbench.steady import Plateau
+from tokenbench.steady import Plateau, Waves, WaveSize
 from tokenbench.results import Manifest
 from tokenbench.slo import SloCheck
 
@@ -284,6 +284,8 @@ def test_each_typed_object_has_its_classes_keys() -> None:
     assert set(d["replay"]["properties"]) == _field_names(ReplayStats)
     assert set(d["context_bin"]["properties"]) == _field_names(ContextBin)
     assert set(d["plateau"]["properties"]) == _field_names(Plateau) | {"duration_s"}
+    assert set(d["waves"]["properties"]) == _field_names(Waves)
+    assert set(d["waves"]["properties"]["by_size"]["items"]["properties"]) == _field_names(WaveSize)
     assert set(d["item"]["properties"]) == _field_names(Item) - {"prompt"}
 
 

@@ -115,3 +115,47 @@ def test_a_sweep_stores_its_plateau(emitter: BackgroundEmitter, tmp_path: Path) 
     p = s.plateau  # type: ignore[union-attr]
     assert p is not None and 0.5 <= p.share <= 1.0 and p.requests > 0
     assert p.output_throughput_tps >= s.output_throughput_tps * 0.95  # the plateau leaves out the slower ends
+
+
+# ---- waves and phase --------------------------------------------------------------------------------------------
+
+def test_a_loop_that_keeps_one_split_is_phase_locked() -> None:
+    """Four streams that fall into one request alone (TTFT 80 ms) and three together (280 ms), round after round,
+    as a closed loop on vLLM was seen to: the waves say so; an even loop is not locked."""
+    from tokenbench.steady import waves
+
+    recs = []
+    for k in range(8):
+        t = k * 400.0
+        recs.append(rec(t, t + 300, ttft_ms=80))
+        recs += [rec(t + 20 + i * 0.1, t + 390, ttft_ms=280) for i in range(3)]
+    w = waves(recs, 4, 10.0)
+    assert w is not None and w.phase_locked
+    assert [(s.size, s.waves, s.ttft_ms_p50) for s in w.by_size] == [(1, 8, 80.0), (3, 8, 280.0)]
+    even = [rec(k * 400.0 + i * 0.1, k * 400.0 + 300, ttft_ms=100) for k in range(8) for i in range(4)]
+    w2 = waves(even, 4, 10.0)
+    assert w2 is not None and not w2.phase_locked and [s.size for s in w2.by_size] == [4]
+    s = summarize(recs, concurrency=4, rate=None, window_start_ns=0)
+    s.waves = w  # the summary read its waves at its own TPOT; the finding reads what it holds
+    found = findings.assess(findings.LevelFacts(recs, s, 4, 32))
+    (f,) = [f for f in found if f.code == Code.PHASE_LOCKED]
+    assert "8 of 1 (TTFT p50 80 ms), 8 of 3 (TTFT p50 280 ms)" in f.message
+
+
+def test_staggered_streams_start_apart(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(ttft_s=0.02, itl_s=0.005)
+    firsts = {}
+    for phase in ("together", "staggered"):
+        cfg = SweepConfig(url=emitter.url, workload=LengthsKind.fixed(8, 8), concurrency=[4], requests=8, warmup=4,
+                          guard="off", metrics_interval_s=None, phase=phase, seed=3)
+        store = Store(tmp_path / f"{phase}.db")
+        res = asyncio.run(run_sweep(cfg, store))
+        sent = sorted(r.sent_ns for r in store.requests(res.run_id) if r.phase == "measured")[:4]
+        firsts[phase] = (sent[-1] - sent[0]) / 1e6
+    # together: the four first sends within a few ms; staggered: spread over a warm-up request's time (~55 ms)
+    assert firsts["together"] < 5 and firsts["staggered"] > 10, firsts
+
+
+def test_staggered_is_refused_with_workers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "--url", "http://127.0.0.1:9/v1", "--phase", "staggered", "--workers", "2"]) == 2
+    assert "--phase staggered spreads one process's streams" in capsys.readouterr().err

@@ -9,6 +9,7 @@ exception so the CLI shows this run and no other.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,13 +18,14 @@ import aiohttp
 
 from . import __version__, machine
 from .adapters.base import Adapter
-from .client import Api, StreamClient
-from .errors import RunInterrupted, TokenbenchError, UsageError
+from .client import Api, PreparedRequest, StreamClient
+from .errors import EndpointError, RunInterrupted, TokenbenchError, UsageError
 from .results import LevelOutcome, Manifest, RunResult, as_read, now_iso
 from .reader import load_result
 from .servers import ServerInfo, ServerTokenizer, check_model, discover
 from .store import Store
-from .workload import LocalTokenizer, Tokenizer
+from .records import RequestRecord
+from .workload import LocalTokenizer, PromptBuilder, Tokenizer
 
 if TYPE_CHECKING:
     from .quality.items import Item
@@ -194,3 +196,18 @@ class RunLog:
             return load_result(self.store, self.run_id)
         except Exception:
             return None
+
+
+async def preflight(client: StreamClient, builder: PromptBuilder, fields: dict[str, Any]) -> RequestRecord:
+    """A 2-token check request with ``fields``: the run's own kind of request, with a short output."""
+    text, n = await builder.exact("preflight: ", 8, random.Random())
+    rec = RequestRecord(index=-1, phase="warmup")
+    await client.send(PreparedRequest(text, 2, n, fields), rec)
+    if rec.error_kind is None:
+        return rec
+    if rec.http_status is not None and 400 <= rec.http_status < 500:
+        raise EndpointError(
+            f"the server refused the request (HTTP {rec.http_status}: {rec.error}); "
+            "check --model and --api, or drop fields with --extra-body"
+        )
+    raise EndpointError(f"the first request failed ({rec.error_kind}: {rec.error}); check the server's log")

@@ -53,6 +53,7 @@ class Code(StrEnum):
     DRIFT = "drift"
     TAIL_CLUSTER = "tail_cluster"
     RATE_BELOW_TPOT = "rate_below_tpot"
+    PHASE_LOCKED = "phase_locked"
 
 
 #: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.
@@ -379,6 +380,18 @@ def _rate_below_tpot(f: LevelFacts) -> Finding | None:
                    n=len(f.ok))
 
 
+def _phase_locked(f: LevelFacts) -> Finding | None:
+    w = f.summary.waves
+    if w is None or not w.phase_locked:
+        return None
+    said = ", ".join(f"{s.waves} of {s.size} (TTFT p50 {s.ttft_ms_p50:,.0f} ms)" for s in w.by_size
+                     if s.waves >= 3 and s.ttft_ms_p50 is not None)
+    return Finding(Code.PHASE_LOCKED, f"the closed loop fell into waves it kept, requests sent within {w.step_ms:,.1f} "
+                   f"ms of each other: {said}; a request's TTFT says which wave it landed in as much as the server",
+                   "--phase staggered (streams that arrive as agents do), or compare tools on the same phase",
+                   n=len(f.ok), severity="note")
+
+
 def _concurrency_not_reached(f: LevelFacts) -> Finding | None:
     c, peak = f.concurrency, f.peak_in_flight
     if not c or c <= 1 or not f.measured or peak is None or peak >= c:
@@ -446,6 +459,8 @@ LEVEL_RULES: tuple[Rule, ...] = (
          "(steady.TAIL_SHARE, TAIL_RATIO)", _tail_cluster),
     Rule(Code.RATE_BELOW_TPOT, "a per-agent rate under half of what the level's own TTFT and TPOT give is "
          "not the server's rate (RATE_BELOW_TPOT_SHARE)", _rate_below_tpot),
+    Rule(Code.PHASE_LOCKED, "a closed loop whose streams keep one split (one alone, three together) reads a "
+         "phase nobody chose into TTFT (steady.PHASE_TTFT_RATIO)", _phase_locked),
 )
 
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from .checks import GuardSnapshot
 from .replay_stats import ReplayStats
-from .steady import Plateau
+from .steady import Plateau, Waves
 from .distribution import Distribution
 from .findings import Code, Finding
 from .keyed import Keyed
@@ -166,7 +166,7 @@ LEVEL_KEYS = (
     "goodput_rps", "slo", "slo_met", "slo_checks", "warnings", "client", "test", "depth", "pp_tps", "tg_tps",
     "pp_tps_sd", "tg_tps_sd", "pp_tps_dist", "tg_tps_dist", "guard", "telemetry", "findings", "session",
     "cached_share", "cached_source", "replay", "time_to_first_tool_ms", "plateau", "ttft_from_arrival_ms",
-    "e2e_from_arrival_ms",
+    "e2e_from_arrival_ms", "waves",
 )
 
 #: The keys whose value is a Distribution, in either kind of level.
@@ -331,6 +331,8 @@ class ServingLevel(LevelSummary):
     #: an open loop's TTFT and end-to-end time from each request's scheduled arrival (None: a closed loop)
     ttft_from_arrival_ms: Distribution | None = None
     e2e_from_arrival_ms: Distribution | None = None
+    #: a closed loop's waves: requests sent within one server step of each other, each size with its TTFT
+    waves: Waves | None = None
 
     @property
     def per_agent_tps(self) -> float | None:
@@ -361,6 +363,7 @@ class ServingLevel(LevelSummary):
         d["session"] = SessionStats.from_dict(d["session"]) if isinstance(d.get("session"), dict) else None
         d["replay"] = ReplayStats.from_dict(d["replay"]) if isinstance(d.get("replay"), dict) else None
         d["plateau"] = Plateau.from_dict(d["plateau"]) if isinstance(d.get("plateau"), dict) else None
+        d["waves"] = Waves.from_dict(d["waves"]) if isinstance(d.get("waves"), dict) else None
         checks = d.get("slo_checks")
         d["slo_checks"] = [c for x in (checks if isinstance(checks, list) else [])
                            if isinstance(x, dict) and (c := SloCheck.from_dict(x))]

@@ -238,8 +238,10 @@ class _Phase:
         return (self.requests is None or self.issued < self.requests) and \
             (self.stop_ns is None or time.perf_counter_ns() < self.stop_ns) and not self.halt()
 
-    async def closed_loop(self, n: int) -> None:
+    async def closed_loop(self, n: int, stagger_s: float | None = None, rng: random.Random | None = None) -> None:
         async def sender() -> None:
+            if stagger_s and rng is not None:  # desynchronised: each stream's first send at a random offset
+                await asyncio.sleep(rng.uniform(0.0, stagger_s))
             while self.more():
                 self.issued += 1
                 idx, req = await self.prompts.next()
@@ -303,12 +305,14 @@ async def run_phase(
     start_at_ns: int | None = None,
     offset_s: float = 0.0,
     halt: Callable[[], bool] | None = None,
+    stagger_s: float | None = None,
 ) -> PhaseResult:
     """Run one phase (warm-up or measured) of a level. Cancellation keeps the records gathered so far.
 
     ``start_at_ns`` (perf_counter_ns) starts the phase at that moment, so workers sharing a level start together;
     ``offset_s`` delays an open-loop worker's first arrival (constant arrivals split over workers interleave);
-    ``halt`` (asked before each send) stops sending once true: the requests in flight finish and are kept."""
+    ``halt`` (asked before each send) stops sending once true: the requests in flight finish and are kept;
+    ``stagger_s``: a closed loop's streams start at random offsets within it (desynchronised), not together."""
     if requests is None and duration_s is None:
         raise ValueError("a level needs a request count or a duration")
     records: list[RequestRecord] = [] if sink is None else sink  # the caller's list survives a cancel
@@ -321,7 +325,7 @@ async def run_phase(
                      halt)
         try:
             if not level.open:
-                await run.closed_loop(level.concurrency or 1)
+                await run.closed_loop(level.concurrency or 1, stagger_s, random.Random(seed))
             else:
                 await run.open_loop(level, start_ns, offset_s, random.Random(seed))
         except asyncio.CancelledError:

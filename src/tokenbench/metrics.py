@@ -18,7 +18,7 @@ from collections import Counter
 
 from .distribution import Distribution
 from .levels import ServingLevel, SessionStats, TurnPoint
-from .steady import plateau
+from .steady import plateau, waves
 from .records import RequestRecord
 from .slo import SLO, assess, request_itls_ms, request_meets, request_tpot_ms, session_seconds
 
@@ -209,9 +209,18 @@ def summarize(
     _client_delays(summary, measured)
     _goodput(summary, measured, slo)
     summary.cached_share, summary.cached_source = cached_share(ok)
-    summary.plateau = plateau(measured, concurrency, (window_start_ns, end))
-    _from_arrival(summary, ok)
+    _steady(summary, measured, concurrency, (window_start_ns, end))
     return summary
+
+
+def _steady(summary: ServingLevel, measured: list[RequestRecord], concurrency: int | None,
+            window: tuple[int, int]) -> None:
+    """The level's steady state (steady.py): its plateau, a closed loop's waves (none for agents, whose turns
+    pause), an open loop's latency from arrival."""
+    summary.plateau = plateau(measured, concurrency, window)
+    if not any(r.session is not None for r in measured):
+        summary.waves = waves(measured, concurrency, summary.tpot_ms.p50)
+    _from_arrival(summary, [r for r in measured if r.ok])
 
 
 def _from_arrival(summary: ServingLevel, ok: list[RequestRecord]) -> None:

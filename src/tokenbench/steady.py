@@ -176,3 +176,75 @@ def tail_cluster(values_ms: list[float]) -> tuple[int, float, float] | None:
     rest = v[: len(v) - len(far)]
     gap = far[0] / max(rest[-1], 1e-3) if rest else 0.0
     return (len(far), far[0], statistics.median(rest)) if gap >= 2.0 else None
+
+
+def stagger_window(records: list[RequestRecord]) -> float:
+    """``--phase staggered``: the span a closed loop's first sends are spread over, seconds: the warm-up requests'
+    median send-to-last-byte time (a tenth of a second without a warm-up)."""
+    e2e = [r.e2e_ns for r in records if r.phase == "warmup" and r.ok and r.e2e_ns is not None]
+    return statistics.median(e2e) / NS_PER_S if e2e else 0.1
+
+
+# ---- a closed loop's waves ----------------------------------------------------------------------------------------
+
+#: Waves of a level that phase-locked: at least this many waves, two wave sizes each this often, and the median TTFT
+#: of one size this many times another's.
+PHASE_MIN_WAVES, PHASE_MIN_EACH, PHASE_TTFT_RATIO = 6, 3, 1.5
+
+
+@dataclass(slots=True)
+class WaveSize:
+    size: int  # requests sent within one server step of the wave's first
+    waves: int
+    ttft_ms_p50: float | None
+
+
+@dataclass(slots=True)
+class Waves:
+    """How a closed loop's requests arrived: in waves of requests sent within one server step (``step_ms``, the
+    level's median TPOT) of each other, each size with its median TTFT. ``phase_locked``: the loop fell into a split
+    it kept (say, one request alone and three together, level after level), so a request's TTFT says which wave it
+    landed in as much as what the server does."""
+
+    step_ms: float
+    by_size: list[WaveSize]
+    phase_locked: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Waves:
+        sizes = [WaveSize(**{k: v for k, v in x.items() if k in WaveSize.__dataclass_fields__})
+                 for x in d.get("by_size") or [] if isinstance(x, dict)]
+        return cls(float(d.get("step_ms") or 0.0), sizes, bool(d.get("phase_locked")))
+
+
+def _grouped(sent: list[RequestRecord], step_ms: float) -> list[list[RequestRecord]]:
+    """Requests in send order, grouped: each with the group whose first it was sent within ``step_ms`` of."""
+    groups: list[list[RequestRecord]] = []
+    for r in sent:
+        if groups and r.sent_ns - groups[-1][0].sent_ns <= step_ms * NS_PER_MS:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def waves(records: list[RequestRecord], concurrency: int | None, step_ms: float | None) -> Waves | None:
+    """A closed loop's waves (None for one stream, an open loop, or too few requests)."""
+    sent = sorted((r for r in records if r.phase == "measured" and r.ok), key=lambda r: r.sent_ns)
+    if not concurrency or concurrency < 2 or len(sent) < 2 * concurrency or not step_ms:
+        return None
+    groups = _grouped(sent, step_ms)
+    by: dict[int, list[list[RequestRecord]]] = {}
+    for g in groups:
+        by.setdefault(len(g), []).append(g)
+    sizes = []
+    for size in sorted(by):
+        ttfts = [r.ttft_ns / NS_PER_MS for g in by[size] for r in g if r.ttft_ns is not None]
+        sizes.append(WaveSize(size, len(by[size]), statistics.median(ttfts) if ttfts else None))
+    common = [s for s in sizes if s.waves >= PHASE_MIN_EACH and s.ttft_ms_p50]
+    locked = len(groups) >= PHASE_MIN_WAVES and len(common) >= 2 and \
+        max(s.ttft_ms_p50 or 0 for s in common) >= PHASE_TTFT_RATIO * min(s.ttft_ms_p50 or 0 for s in common)
+    return Waves(step_ms, sizes, locked)

@@ -19,9 +19,9 @@ import aiohttp
 from . import findings, redact
 from .aiohttp_path import trace_config
 from .checks import GuardSnapshot
-from .client import Api, PreparedRequest, StreamClient
+from .client import Api, StreamClient
 from .cost import level_cost
-from .endpoint import Endpoint, RunLog
+from .endpoint import Endpoint, RunLog, preflight
 from .errors import EndpointError, EngineError, LevelFailed
 from .findings import Code
 from .guard import refuse_dirty_nodes, snapshot_before
@@ -32,7 +32,7 @@ from .levels import ClientReport, ServingLevel
 from .loadgen import ClientWatch, Level, ensure_open_files, run_phase, still_heap
 from .metrics import peak_in_flight, summarize
 from .slo import SLO
-from .steady import WARMUP_ROUNDS, settled
+from .steady import WARMUP_ROUNDS, settled, stagger_window
 from .progress import QuietReporter, Reporter
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
@@ -65,6 +65,9 @@ class SweepConfig:
     warmup: int | None = None  # None: one request per concurrent slot
     #: warm up in rounds (of ``warmup`` requests) until the median TTFT of one round is within a fifth of the last's
     warmup_auto: bool = False
+    #: a closed loop's streams released together (as vllm bench serve does), or staggered: each stream's first send
+    #: at a random offset within a warm-up request's median time, as agents arrive
+    phase: str = "together"
     repetitions: int = 1
     timeout_s: float = 600.0
     stall_timeout_s: float = 60.0
@@ -107,21 +110,6 @@ class SweepConfig:
 
 def _ms(ns: int | None) -> float | None:
     return None if ns is None else round(ns / 1e6, 3)
-
-
-async def _preflight(client: StreamClient, builder: PromptBuilder, fields: dict[str, Any]) -> RequestRecord:
-    """A 2-token check request with ``fields``: the run's own kind of request, with a short output."""
-    text, n = await builder.exact("preflight: ", 8, random.Random())
-    rec = RequestRecord(index=-1, phase="warmup")
-    await client.send(PreparedRequest(text, 2, n, fields), rec)
-    if rec.error_kind is None:
-        return rec
-    if rec.http_status is not None and 400 <= rec.http_status < 500:
-        raise EndpointError(
-            f"the server refused the request (HTTP {rec.http_status}: {rec.error}); "
-            "check --model and --api, or drop fields with --extra-body"
-        )
-    raise EndpointError(f"the first request failed ({rec.error_kind}: {rec.error}); check the server's log")
 
 
 def _check_fields(cfg: SweepConfig, ep: Endpoint) -> dict[str, Any]:
@@ -252,6 +240,7 @@ class _Load:
         self.reasons: list[str] = []
         self.lost: list[str] = []
         self.stop: LevelStop | None = None  # a search's watch on the level: stop sending once its verdict is known
+        self.stagger_s: float | None = None  # --phase staggered: the streams' first sends spread over this
 
     @property
     def cut(self) -> bool:
@@ -280,7 +269,7 @@ class _Load:
         try:
             res = await run_phase(self.stream, self.prompts, level, "measured", requests=n, duration_s=duration_s,
                                   watch=watch, on_done=stop.wrap(on_done) if stop else on_done, seed=seed,
-                                  sink=records, halt=stop.halted if stop else None)
+                                  sink=records, halt=stop.halted if stop else None, stagger_s=self.stagger_s)
             self.window = (res.start_ns, res.end_ns)
         finally:
             await watch.stop()
@@ -350,6 +339,7 @@ class _Sweep:
                 await load.warmup(level, n_warm, self.seed, records)
                 if cfg.warmup_auto:
                     await self.settle(load, level, n_warm, records, desc)
+            load.stagger_s = stagger_window(records) if cfg.phase == "staggered" else None
             rep.level_start(desc, work.planned, cfg.duration_s)
             tele = await self.measure(work, load, level, (idx, repetition), records)
         except asyncio.CancelledError:
@@ -469,7 +459,7 @@ async def run_sweep(
         builder = PromptBuilder(ep.tokenizer, seed, log.run_id.rsplit("-", 1)[-1] + secrets.token_hex(2))
         bound = cfg.workload.bind(Binding(ep, cfg, client, builder, seed, rep.note, rep.warn))
         # The check request names the model too: with a server that cannot list its models, it proves the name.
-        probe = await _preflight(client, builder, _check_fields(cfg, ep))
+        probe = await preflight(client, builder, _check_fields(cfg, ep))
         client.body_extras = bound.body_extras
         pool, auto = await start_workers(ClientSpec.of(client, ep.counter.path if ep.counter is not None else None),
                                          cfg.url, cfg.workers, cfg.ray, cfg.levels(), cfg.workload.typical_input(),

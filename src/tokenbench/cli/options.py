@@ -170,6 +170,10 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
         g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,8,16,32")
         g.add_argument("--rate", help="open-loop levels in requests/s, e.g. 0.5,1,2 (instead of --concurrency)")
     g.add_argument("--arrival", choices=["poisson", "constant"], default="poisson")
+    g.add_argument("--phase", choices=["together", "staggered"], default="together",
+                   help="closed loop: release the streams' first requests together (default, as vllm bench serve "
+                        "does), or staggered: each at a random offset within a warm-up request's time, as agents "
+                        "arrive; each level reports the waves its requests fell into")
     g.add_argument("--max-concurrency", type=POSITIVE_INT, help="open loop: cap on requests in flight")
     g.add_argument("--requests", type=POSITIVE_INT, help="measured requests per level (default 32)")
     if not search:

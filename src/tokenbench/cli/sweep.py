@@ -128,6 +128,12 @@ def _requests(a: argparse.Namespace, d: dict[str, Any], duration: float | None) 
     return int(requests) if requests is not None else None
 
 
+def _phase(a: argparse.Namespace) -> str:
+    if a.phase == "staggered" and (a.ray or parse_workers(a.workers) not in (None, 1)):
+        raise UsageError("--phase staggered spreads one process's streams: drop --workers and --ray")
+    return str(a.phase)
+
+
 def _slo(text: str | None) -> SLO | None:
     try:
         return SLO.parse(text) if text else None
@@ -154,6 +160,7 @@ def load_config(a: argparse.Namespace, argv: list[str], kind: WorkloadKind, d: d
         duration_s=seconds(getattr(a, "duration", None), "--duration"),
         warmup=None if a.warmup == "auto" else a.warmup,
         warmup_auto=a.warmup == "auto",
+        phase=_phase(a),
         repetitions=getattr(a, "repetitions", 1),
         timeout_s=seconds(a.timeout, "--timeout") or 600.0,
         stall_timeout_s=seconds(a.stall_timeout, "--stall-timeout") or 60.0,
