@@ -23,6 +23,7 @@ from tokenbench.sweep import SweepConfig, run_sweep
 from tokenbench.trajectories.load import load_trajectories
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "trajectories"
+AGENTS = EXAMPLES / "agents"
 NS = 1e9
 
 
@@ -298,3 +299,29 @@ def test_sessions_and_replays_speak_the_messages_api(emitter: BackgroundEmitter,
     assert res.status == "complete" and len(measured(recs)) > 3
     sent = [b for b in emitter.emitter.requests_seen if "messages" in b and b.get("tools")]
     assert sent and all("system" in b or b["messages"][0]["role"] != "system" for b in sent)
+
+
+def test_two_replays_compare_as_replays(emitter: BackgroundEmitter, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """compare reads two replays by their trees, cache and TTFT by context, not turn by turn as synthetic sessions
+    (a call's place in one recording says nothing of its place in another)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    for label, ttft in (("fast", 0.001), ("slow", 0.01)):
+        emitter.configure(ttft_s=ttft)
+        assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "1",
+                     "--trace", str(AGENTS), "--trace-scale", "16", "--max-think", "0s", "--concurrency", "2",
+                     "--requests", "20", "--label", label]) == 0
+    capsys.readouterr()
+    assert main(["compare", "fast", "slow", "--json", str(tmp_path / "c.json")]) == 0
+    out = capsys.readouterr().out
+    assert "replays of recorded agents" in out and "TTFT by the context a call sent" in out and "busted" not in out
+    doc = json.loads((tmp_path / "c.json").read_text())
+    rows = {r["label"]: r for r in doc["replays"]["blocks"][0]["rows"]}
+    assert rows["TTFT p50"]["ratio"] < 0.5 and max(len(line) for line in out.splitlines()) <= 80
+    mooncake = tmp_path / "m.jsonl"
+    mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 8, "output_length": 2}) + "\n")
+    assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--concurrency", "2",
+                 "--requests", "4", "--input-len", "8", "--output-len", "4", "--label", "plain"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "fast", "plain"]) == 2
+    assert "compare replays with replays" in capsys.readouterr().err
