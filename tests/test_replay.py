@@ -325,3 +325,13 @@ def test_two_replays_compare_as_replays(emitter: BackgroundEmitter, tmp_path: Pa
     capsys.readouterr()
     assert main(["compare", "fast", "plain"]) == 2
     assert "compare replays with replays" in capsys.readouterr().err
+
+
+def test_the_report_reads_a_replay_as_one(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "1",
+                 "--trace", str(AGENTS), "--trace-scale", "16", "--max-think", "0s", "--concurrency", "2",
+                 "--requests", "12", "--label", "agents"]) == 0
+    assert main(["report", "agents", "--md", str(tmp_path / "B.md")]) == 0
+    text = (tmp_path / "B.md").read_text()
+    assert "### Recorded agents, replayed" in text and "trees finished" in text and "TTFT by the context" in text
+    assert "### Agent sessions" not in text and "workload: replay of" in text
