@@ -10,7 +10,7 @@ from .. import redact
 from ..errors import UsageError
 from ..store import Store
 from .common import check_output, emit_json, int_list, tokens, write_json
-from .options import NONNEG_INT, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
+from .options import UNIT, NONNEG_INT, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
 from ..registry import known
 
 if TYPE_CHECKING:
@@ -377,7 +377,7 @@ def add_predict_parser(sub: Any) -> None:
     ss.add_argument("--shared-prefix", metavar="T", help="system-prompt tokens every session shares (default 0)")
     ss.add_argument("--tool-len", metavar="DRAW", help="tokens of each tool result (default 512)")
     ss.add_argument("--think-time", metavar="DRAW", help="the agent's time between an answer and its next turn, "
-                    "e.g. 5s or uniform:1s-10s (default 0)")
+                    "e.g. 5s or uniform:1s-10s (default 0s) " + UNIT)
     ss.add_argument("--max-context", metavar="T",
                     help="the session ends at the first turn whose prompt and answer pass T tokens")
     pp.add_argument("--against", help="predict every row of a file in the published.csv layout")

@@ -11,7 +11,7 @@ from rich.console import Console
 from ..cost import DEFAULT_CURRENCY
 from ..slo import parse_duration_ms
 from .common import check_output, emit_json
-from .options import CURRENCY, LATENCY, NONNEG, POSITIVE_INT, add_db, add_json, add_latest
+from .options import UNIT, CURRENCY, LATENCY, NONNEG, POSITIVE_INT, add_db, add_json, add_latest
 
 if TYPE_CHECKING:
     from ..recommend import Candidate, RecommendConfig
@@ -158,8 +158,8 @@ def add_recommend_parser(sub: Any) -> None:
                     help="the agents to serve (--capacity: the team's agents, to say how many boxes it needs)")
     rc.add_argument("--input-len", type=POSITIVE_INT, default=4096)
     rc.add_argument("--output-len", type=POSITIVE_INT, default=512)
-    rc.add_argument("--ttft-p99", type=LATENCY, help="SLO, e.g. 2s")
-    rc.add_argument("--tpot", type=LATENCY, help="SLO, e.g. 50ms")
+    rc.add_argument("--ttft-p99", type=LATENCY, help="SLO on the p99 of TTFT, e.g. 2s " + UNIT)
+    rc.add_argument("--tpot", type=LATENCY, help="SLO on the median TPOT, e.g. 50ms " + UNIT)
     rc.add_argument("--currency", default=DEFAULT_CURRENCY, type=CURRENCY,
                     help="of every price; a catalog price in another currency is left out, with a note")
     rc.add_argument("--price", action="append", default=[], metavar="ID=PER_HOUR", help="a rental price (repeat)")
