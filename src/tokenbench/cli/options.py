@@ -52,7 +52,7 @@ def LATENCY(text: str) -> str:
             raise argparse.ArgumentTypeError(str(e)) from None
         ok = False
     if not ok:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a latency above 0: write e.g. 2s or 50ms")
+        raise argparse.ArgumentTypeError(f"'{text}' is not a latency: write e.g. 2s or 50ms (above 0, with its unit)")
     return text
 
 

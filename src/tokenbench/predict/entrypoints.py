@@ -19,7 +19,7 @@ from .own import own_rows
 from .queue import Arrivals
 from .runs import depth_levels, prediction, serve_levels, session_level, speculation
 from .session import SessionPrediction, SessionShape, predict_session
-from .setup import Setup
+from .setup import Setup, usual_setup
 from .specs import Catalog
 from .tables import band_note, depth_table, serve_table, session_lines, session_metrics, session_table
 
@@ -39,7 +39,7 @@ class SetupConfig:
     model: str
     weights: str | None = None  # None: Q4_K_M for a GGUF engine, else BF16
     kv: str = "auto"  # auto: the model's dtype (F16 for a GGUF engine)
-    engine: str = "vllm"
+    engine: str | None = None  # None: the box's usual one (setup.usual_setup), said in the output
     engine_version: str | None = None
     calibration: str | None = None
     ubatch: int | None = None  # llama.cpp's -ub (None: 512)
@@ -65,20 +65,31 @@ def load_calibration(path: str | None) -> Calibration:
     return Calibration.packaged() if not path else Calibration.from_toml(read_calibration(path), origin=path)
 
 
+def engine_note(cfg: SetupConfig, s: Setup) -> str | None:
+    """What a prediction says when it chose the engine: the box's usual one, the same fit, predict and recommend
+    take (setup.usual_setup); None when --engine named it."""
+    if cfg.engine:
+        return None
+    return f"engine: {s.engine}, the usual one on {s.hw.id} (fit, predict and recommend take it; --engine to change)"
+
+
 def setup(cfg: SetupConfig) -> tuple[Setup, Calibration]:
-    """The prediction's setup, and the calibration its constants come from."""
+    """The prediction's setup, and the calibration its constants come from (the box's usual engine where
+    ``cfg.engine`` names none)."""
     cal = load_calibration(cfg.calibration)
-    gguf = registry.engine(cfg.engine).gguf  # llama.cpp, llama-cpp-python, ollama: a GGUF quant, an f16 cache
+    cat = Catalog.load()
+    engine = cfg.engine or usual_setup(cat.find_hardware(cfg.hardware))[0]
+    gguf = registry.engine(engine).gguf  # llama.cpp, llama-cpp-python, ollama: a GGUF quant, an f16 cache
     weights = cfg.weights or ("Q4_K_M" if gguf else "BF16")
     kv = cfg.kv.upper()
     if kv == "AUTO" and gguf:
         kv = "F16"
     version = cfg.engine_version
-    if cfg.cache_ram is not None and not registry.engine(cfg.engine).host_prompt_cache:
-        raise UsageError(f"--cache-ram is llama-server's host prompt cache; {cfg.engine} keeps none: leave it out")
-    return Setup.make(Catalog.load(), cal, cfg.hardware, cfg.model, weights, kv, cfg.engine,
+    if cfg.cache_ram is not None and not registry.engine(engine).host_prompt_cache:
+        raise UsageError(f"--cache-ram is llama-server's host prompt cache; {engine} keeps none: leave it out")
+    return Setup.make(cat, cal, cfg.hardware, cfg.model, weights, kv, engine,
                       ubatch=cfg.ubatch or 512, parallel=cfg.parallel or 1, tp=cfg.tp or 1,
-                      flash_attn=cfg.flash_attn, era=registry.build_date(cfg.engine, version) if version else None,
+                      flash_attn=cfg.flash_attn, era=registry.build_date(engine, version) if version else None,
                       batch_tokens=cfg.batch_tokens, arrivals=cfg.arrivals or "together",
                       prompt_cache=cfg.cache_ram != 0), cal
 

@@ -21,6 +21,19 @@ from .specs import Catalog, HardwareSpec, ModelSpec
 
 #: The most GPUs one box holds (an HGX/DGX board): --tp beyond it would span boxes.
 MAX_TP = 8
+#: llama-server's slots when -np is not given: 4, sharing one unified KV cache (the "auto" default since
+#: ggml-org/llama.cpp PR 16736, October 2025; before it, one).
+LLAMA_DEFAULT_SLOTS = 4
+
+
+def usual_setup(hw: HardwareSpec) -> tuple[str, str, str]:
+    """The engine, weights and KV cache format people run on such a box, which fit, predict and recommend take
+    when none is given: vLLM with FP8 weights and an fp8 cache on a GPU with FP8 arithmetic, else BF16 with the
+    model's dtype; llama.cpp on the box's own backend with Q4_K_M and a q8_0 cache on unified-memory boxes (Strix
+    Halo, DGX Spark, Apple silicon), where vLLM is rarely run and no row measures it."""
+    if hw.kind == "gpu":
+        return ("vllm", "FP8", "FP8") if hw.has_fp8 else ("vllm", "BF16", "AUTO")
+    return (f"llama.cpp {hw.default_backend}", "Q4_K_M", "Q8_0")
 
 
 @dataclass(slots=True)
