@@ -122,8 +122,6 @@ def _print_excluded(console: Console, excluded: list[Any], shown: list[Any]) -> 
     """Stored runs one by one; the catalog's predicted boxes by reason, the nearest to meeting the SLOs first, at
     most EXCLUDED_NAMED named and none of those ``shown`` above (the catalog is long: 40 lines of it hid the
     ranking); a box the user priced is said on its own line (``_print_yours``), never in a group."""
-    from ..recommend import shortfall
-
     groups: dict[str, list[Any]] = {}
     for c in excluded:
         if c.stored and not c.priced and not any(c is x for x in shown):
@@ -134,19 +132,26 @@ def _print_excluded(console: Console, excluded: list[Any], shown: list[Any]) -> 
         if len(cs) == 1:
             if not any(cs[0] is x for x in shown):
                 console.print(f"excluded {cs[0].box} (predicted): {cs[0].excluded}", markup=False, highlight=False)
-            continue
-        rest = sorted((c for c in cs if not any(c is x for x in shown)),  # stable: catalog order where no shortfall
-                      key=lambda c: shortfall(c) or (0, 0.0))
-        above = len(cs) - len(rest)
-        if not rest:
-            continue
-        named = ", ".join(c.box for c in rest[:EXCLUDED_NAMED])
-        more = [f"{len(rest) - EXCLUDED_NAMED} more"] if len(rest) > EXCLUDED_NAMED else []
-        more += [f"the {above} above"] if above else []
-        tail = (", " if named and len(more) == 2 else " and " if named else "") + " and ".join(more)
-        remedy = " (give --price ID=PER_HOUR or --owned ID=PURCHASE:YEARS:WATTS)" if reason == "no price" else ""
-        console.print(f"excluded, {reason}{remedy}: {named}{tail if more else ''} ({len(cs)} predicted boxes; "
-                      "--json has each one's figures)", markup=False, highlight=False)
+        elif line := _group_line(reason, cs, shown):
+            console.print(line, markup=False, highlight=False)
+
+
+def _group_line(reason: str, cs: list[Any], shown: list[Any]) -> str | None:
+    """One reason's predicted boxes in a line: the nearest first, EXCLUDED_NAMED named, the rest counted."""
+    from ..recommend import shortfall
+
+    rest = sorted((c for c in cs if not any(c is x for x in shown)),  # stable: catalog order where no shortfall
+                  key=lambda c: shortfall(c) or (0, 0.0))
+    above = len(cs) - len(rest)
+    if not rest:
+        return None
+    named = ", ".join(c.box for c in rest[:EXCLUDED_NAMED])
+    more = [f"{len(rest) - EXCLUDED_NAMED} more"] if len(rest) > EXCLUDED_NAMED else []
+    more += [f"the {above} above"] if above else []
+    tail = (", " if named and len(more) == 2 else " and " if named else "") + " and ".join(more)
+    remedy = " (give --price ID=PER_HOUR or --owned ID=PURCHASE:YEARS:WATTS)" if reason == "no price" else ""
+    return (f"excluded, {reason}{remedy}: {named}{tail if more else ''} ({len(cs)} predicted boxes; "
+            "--json has each one's figures)")
 
 
 def kv_line(ranked: list[Candidate]) -> str | None:
