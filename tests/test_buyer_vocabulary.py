@@ -68,3 +68,63 @@ def test_a_session_objective_needs_sessions() -> None:
 def test_capacity_refuses_an_impossible_slo_in_one_line(slo: str, says: str,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     assert says in _refused(["capacity", "--url", "http://127.0.0.1:9/v1", "--slo", slo], capsys)
+
+
+# --- cost options --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, says", [
+    (["--price-per-hour", "2", "--hours-per-day", "8"], "--hours-per-day does not apply: a rented box"),
+    (["--price-per-hour", "2", "--watts", "100", "--kwh-price", "0.3"], "--watts, --kwh-price do not apply"),
+    (["--owned", "--purchase", "2500", "--watts", "100", "--price-per-hour", "2"],
+     "--price-per-hour does not apply: --owned prices the box by its purchase"),
+    (["--owned", "--purchase", "2500", "--watts", "100", "--busy-hours", "8"], "--busy-hours does not apply"),
+    (["--owned", "--purchase", "2500"], "--owned needs --watts: the box's draw under this load"),
+])
+def test_cost_refuses_what_does_not_apply(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """cost ignored --hours-per-day when renting and the rent with --owned, and priced an owned box without --watts
+    at "0 W at 0 EUR/kWh"."""
+    assert says in _refused(["cost", "--tps", "100", *argv], capsys)
+
+
+def test_an_owned_box_says_the_electricity_price_it_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", "--tps", "54", "--owned", "--purchase", "2500", "--watts", "120", "--currency", "EUR"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "120 W at 0.3 EUR/kWh" in out and "(the default --kwh-price, 0.3 EUR/kWh)" in out
+    assert main(["cost", "--tps", "54", "--owned", "--purchase", "2500", "--watts", "120", "--kwh-price", "0.25"]) == 0
+    assert "default --kwh-price" not in capsys.readouterr().out
+
+
+# --- defaults that agree ---------------------------------------------------------------------------------------
+
+def test_fit_predict_and_recommend_take_one_engine_per_box(capsys: pytest.CaptureFixture[str]) -> None:
+    """predict defaulted the Strix Halo to vLLM ROCm (every figure UNCALIBRATED) and fit to llama.cpp."""
+    from tokenbench.predict.setup import usual_setup
+    from tokenbench.predict.specs import Catalog
+
+    strix = Catalog.load().find_hardware("strix-halo")
+    assert usual_setup(strix)[0] == "llama.cpp vulkan"
+    for argv in (["fit", "--hardware", "strix-halo", "--model", "qwen3.6-35b-a3b"],
+                 ["predict", "--hardware", "strix-halo", "--model", "qwen3.6-35b-a3b"]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "engine: llama.cpp vulkan, the usual one on amd-ryzen-ai-max-395" in out and "UNCALIBRATED" not in out
+    assert main(["predict", "--hardware", "h100", "--model", "qwen3.6-35b-a3b", "--engine", "vllm"]) == 0
+    assert "the usual one" not in capsys.readouterr().out  # said only where it chose
+
+
+def test_predict_sessions_takes_sweep_sessions_defaults() -> None:
+    """predict --sessions said it predicts what sweep --sessions measures, with other defaults (no shared prefix,
+    1,024-token tasks, 512-token tool results, 256-token answers against 512, 128, 64-192 and 128)."""
+    import argparse
+
+    from tokenbench.cli.workloads import add_workload_options
+    from tokenbench.predict import session as ps
+    from tokenbench.workload import resolve_shape
+
+    sweep = argparse.ArgumentParser()
+    add_workload_options(sweep)
+    a = sweep.parse_args(["--sessions", "4"])
+    task, answer = resolve_shape(None, None, None)  # a sweep's request when no length is given
+    shape = ps.SessionShape()
+    assert (shape.turns, shape.shared_prefix, shape.task, shape.output) == (a.turns, a.shared_prefix, task, answer)
+    assert shape.tool_len == parse(a.tool_len, "--tool-len") and shape.think_time == parse(a.think_time, "x", "s")
