@@ -21,7 +21,7 @@ from .runs import depth_levels, prediction, serve_levels, session_level, specula
 from .session import SessionPrediction, SessionShape, predict_session
 from .setup import Setup, usual_setup
 from .specs import Catalog
-from .tables import band_note, depth_table, serve_table, session_lines, session_metrics, session_table
+from .tables import band_note, bands, depth_table, serve_table, session_lines, session_metrics, session_table
 
 #: The published measurements the package ships (copies of the reference set, a test keeps them equal):
 #: what `calibrate` fits with no file given, and what the committed efficiency.toml was fitted on.
@@ -165,13 +165,19 @@ class Predicted:
             # what the cache bought from the pair
             levels = [session_level(p, cfg.sessions or None, cache) for p in self.session_predictions
                       for cache in (True, False)]
-            return prediction(s, levels, cfg.session.workload(cfg.sessions or None), bands=self.note)
+            return prediction(s, levels, cfg.session.workload(cfg.sessions or None), bands=self.note,
+                              band_pct=self.band_pct())
         assert self.input_len is not None and self.output_len is not None
         if cfg.depths is not None:
             return prediction(s, depth_levels(s, cfg.depths, self.input_len, self.output_len, cfg.tests), None,
-                              bands=self.note)
+                              bands=self.note, band_pct=self.band_pct())
         return prediction(s, serve_levels(s, cfg.levels, self.input_len, self.output_len),
-                          {"input_len": self.input_len, "output_len": self.output_len}, bands=self.note)
+                          {"input_len": self.input_len, "output_len": self.output_len}, bands=self.note,
+                          band_pct=self.band_pct())
+
+    def band_pct(self) -> dict[str, float | None] | None:
+        """Each metric's band at the furthest point the tables reach (None: uncalibrated)."""
+        return bands(self.setup, self.calibration, self.metrics)
 
 
 def predict(cfg: PredictConfig, save: bool = False) -> Predicted:

@@ -155,13 +155,14 @@ def shape(s: Setup) -> dict[str, Any]:
 
 
 def prediction_manifest(s: Setup, workload: dict[str, Any] | None = None, label: str | None = None,
-                        bands: str | None = None) -> Manifest:
+                        bands: str | None = None, band_pct: dict[str, float | None] | None = None) -> Manifest:
     """A prediction's provenance: what was predicted, on which box, in which shape, by which calibration, and
     its bands (tables.band_note: what show prints under a stored prediction's table)."""
     return Manifest(model=s.model.id, weights=s.quant.weights, kv=s.quant.kv, engine=s.engine, hardware=s.hw.id,
                     engine_version=builds(s),
                     predicted=True, backend=s.backend, calibration=s.eff.source, calibrated=s.calibrated,
-                    bands=bands, workload=dict(workload or {}), label=label, shape=shape(s), key_order=("label",))
+                    bands=bands, band_pct=band_pct, workload=dict(workload or {}), label=label, shape=shape(s),
+                    key_order=("label",))
 
 
 def builds(s: Setup) -> str | None:
@@ -185,9 +186,10 @@ def headline(m: Manifest) -> str:
 
 
 def prediction(s: Setup, levels: Sequence[LevelSummary], workload: dict[str, Any] | None,
-               label: str | None = None, bands: str | None = None) -> RunResult:
+               label: str | None = None, bands: str | None = None,
+               band_pct: dict[str, float | None] | None = None) -> RunResult:
     """Predicted levels as a result (kind predict), not stored: ``run_id`` is empty until ``save_prediction``."""
-    manifest = prediction_manifest(s, workload, label, bands)
+    manifest = prediction_manifest(s, workload, label, bands, band_pct)
     outcomes = [LevelOutcome(i, Level(concurrency=lv.concurrency, rate=lv.rate), lv, "complete")
                 for i, lv in enumerate(levels)]
     return RunResult("", manifest, outcomes, "complete", kind="predict")
