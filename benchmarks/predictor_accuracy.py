@@ -123,29 +123,36 @@ KIND_SLACK = 0.10
 
 def kind_table(results: list[RowResult]) -> bool:
     """Coverage per kind (backend, box class, operating point, model class: predict/kind.py), the share of its
-    held-out rows inside the band their prediction printed; True when every kind of KIND_ROWS rows or more covers
-    within KIND_SLACK of BAND_QUANTILE."""
+    held-out rows inside the band their prediction printed, against the level that band states: BAND_QUANTILE for a
+    kind's own band, at least BAND_QUANTILE for one it borrowed (bands.Band.borrowed: too few rows of its own). True
+    when every kind of KIND_ROWS rows or more covers within KIND_SLACK of it (a borrowed band: no more than
+    KIND_SLACK under it)."""
     per: dict[str, list[RowResult]] = {}
     for r in results:
         if r.kind is not None and inside(r) is not None:
             per.setdefault(r.kind.key, []).append(r)
-    print(f"\ncoverage per kind (the band states {BAND_QUANTILE:.0%}; kinds of {KIND_ROWS}+ rows are held to "
-          f"{BAND_QUANTILE - KIND_SLACK:.0%}-{BAND_QUANTILE + KIND_SLACK:.0%}):")
-    print("| kind | n | inside its band | median abs error | median band | verdict |")
-    print("|---|---|---|---|---|---|")
+    print(f"\ncoverage per kind (kinds of {KIND_ROWS}+ rows are held to {BAND_QUANTILE - KIND_SLACK:.0%}-"
+          f"{BAND_QUANTILE + KIND_SLACK:.0%} where the band is the kind's own, to {BAND_QUANTILE - KIND_SLACK:.0%} "
+          "or more where it is borrowed):")
+    print("| kind | n | stated | inside its band | median abs error | median band | verdict |")
+    print("|---|---|---|---|---|---|---|")
     ok = True
     for key, rs in sorted(per.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        cov = sum(bool(inside(r)) for r in rs) / len(rs)
+        hit = sum(bool(inside(r)) for r in rs)
+        cov = hit / len(rs)
         errs = [abs(r.deviation_pct or 0.0) for r in rs]
         bands = [r.band.pct for r in rs if r.band is not None]
+        borrowed = sum(bool(r.band and r.band.borrowed) for r in rs) > len(rs) / 2
         if len(rs) < KIND_ROWS:
             verdict = "few rows"
-        elif abs(cov - BAND_QUANTILE) <= KIND_SLACK + 1e-9:
+        elif cov >= BAND_QUANTILE - KIND_SLACK - 1e-9 and (borrowed or cov <= BAND_QUANTILE + KIND_SLACK + 1e-9):
             verdict = "ok"
         else:
             verdict, ok = "MISS", False
-        print(f"| {key} | {len(rs)} | {cov:.0%} ({sum(bool(inside(r)) for r in rs)}/{len(rs)}) | "
-              f"{statistics.median(errs):.0f}% | ±{statistics.median(bands):.0f}% | {verdict} |")
+        stated = f">= {BAND_QUANTILE:.0%}" if borrowed else f"{BAND_QUANTILE:.0%}"
+        print(f"| {key} | {len(rs)} | {stated} | {cov:.0%} ({hit}/{len(rs)}) | {statistics.median(errs):.0f}% | "
+              f"±{statistics.median(bands):.0f}% | {verdict} |")
+    print(f"every kind of {KIND_ROWS}+ rows within its stated level: {'yes' if ok else 'NO'}")
     return ok
 
 

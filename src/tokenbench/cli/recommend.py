@@ -57,7 +57,8 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
         # engine and source said once where every box shares them; notes under the table where they do not fit
         print_table(console, head, [row(i, c) for i, c in enumerate(done.ranked)], a.format,
                     keep=(0, 1, 4, 5, 6, 7), aside=len(head) - 1)
-        for line in filter(None, (kv_line(done.ranked), band_line(done.ranked))):
+        bands = band_line(done.ranked) if not done.capacity or done.workload.sessions is not None else None
+        for line in filter(None, (kv_line(done.ranked), bands)):
             console.print(line, markup=False, highlight=False)
     elif done.closest:
         _print_closest(console, done.closest, a.currency)
@@ -87,12 +88,20 @@ def _recommend_row(i: int, c: Candidate) -> list[str]:
 
 
 def _capacity_row(i: int, c: Candidate) -> list[str]:
-    """--capacity, --sessions: the agents a box serves within the SLOs ('>=' where every count tried met them),
-    the boxes the team needs, the price per agent-hour there and the TTFT p99 at that many agents."""
+    """--capacity: the agents a box serves within the SLOs ('>=' where every count tried met them), the boxes the
+    team needs, and the price per agent-hour and per million tokens there."""
     agents = f"{'>=' if c.at_least else ''}{c.capacity}"
     return [str(i + 1), c.box, c.setup, c.mark, agents, str(c.boxes) if c.boxes else "—",
             f"{c.cost_per_agent_hour:.3f}" if c.cost_per_agent_hour else "—",
-            f"{c.ttft_p99_ms / 1000:,.2f}{_band(c, 'ttft')}" if c.ttft_p99_ms else "—", "; ".join(c.notes)]
+            f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)]
+
+
+def _sessions_row(i: int, c: Candidate) -> list[str]:
+    """--sessions: as --capacity, with the TTFT p99 at that many agents (and its band) in place of the price per
+    million tokens: what decided the capacity."""
+    row = _capacity_row(i, c)
+    row[7] = f"{c.ttft_p99_ms / 1000:,.2f}{_band(c, 'ttft')}" if c.ttft_p99_ms else "—"
+    return row
 
 
 def band_line(ranked: list[Candidate]) -> str | None:
@@ -194,10 +203,13 @@ def _recommend_head(a: argparse.Namespace, done: Recommendation,
         else:
             what = f"model {a.model}, {w.input_len} in / {w.output_len} out tokens"
         console.print(what + slos, markup=False, highlight=False)
+        sessions = w.sessions is not None
         console.print(f"Agents: the most each box serves within the SLOs; Boxes: how many serve {a.agents}; "
-                      "TTFT p99 s: at that many agents; cheapest per agent-hour first", markup=False, highlight=False)
-        return ["Rank", "Box", "Engine", "Source", "Agents", "Boxes", f"{a.currency} per agent-hour", "TTFT p99 s",
-                "Notes"], _capacity_row
+                      + ("TTFT p99 s: at that many agents, the slowest of turn 1's prompts; " if sessions else "")
+                      + "cheapest per agent-hour first", markup=False, highlight=False)
+        return ["Rank", "Box", "Engine", "Source", "Agents", "Boxes", f"{a.currency} per agent-hour",
+                "TTFT p99 s" if sessions else f"{a.currency}/M output", "Notes"], \
+            _sessions_row if sessions else _capacity_row
     console.print(f"{a.agents} agents, {w.input_len} in / {w.output_len} out tokens, model {a.model}{slos}",
                   markup=False, highlight=False)
     # units in the headers, not in every cell: the table fits 80 columns with a box's whole name

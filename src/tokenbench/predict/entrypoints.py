@@ -14,6 +14,7 @@ from ..results import RunResult
 from ..store import Store
 from .calibration import Calibration
 from .fitting import fit_calibration
+from .formats import GGUF_FORMATS
 from .measured import Row, read_rows
 from .own import own_rows
 from .queue import Arrivals
@@ -65,11 +66,30 @@ def load_calibration(path: str | None) -> Calibration:
     return Calibration.packaged() if not path else Calibration.from_toml(read_calibration(path), origin=path)
 
 
+def ggml_formats(cfg: SetupConfig) -> str | None:
+    """The weights named, where only ggml's engines run them (a GGUF quant), or None."""
+    if cfg.weights and cfg.weights.upper() in GGUF_FORMATS - {"F16", "F32"}:
+        return f"{cfg.weights.upper()} weights"
+    return None
+
+
+def default_engine(cfg: SetupConfig, cat: Catalog) -> str:
+    """The engine when none is named: llama.cpp for a format only ggml runs, else the box's usual one
+    (setup.usual_setup: what recommend ranks the box with too)."""
+    hw = cat.find_hardware(cfg.hardware)
+    usual = usual_setup(hw)[0]
+    if ggml_formats(cfg) and not registry.engine(usual).gguf:
+        return f"llama.cpp {hw.default_backend}"
+    return usual
+
+
 def engine_note(cfg: SetupConfig, s: Setup) -> str | None:
     """What a prediction says when it chose the engine: the box's usual one, the same fit, predict and recommend
-    take (setup.usual_setup); None when --engine named it."""
+    take (setup.usual_setup), or the one its formats need; None when --engine named it."""
     if cfg.engine:
         return None
+    if (why := ggml_formats(cfg)) and usual_setup(s.hw)[0] != s.engine:
+        return f"engine: {s.engine}, which runs {why} (--engine to change)"
     return f"engine: {s.engine}, the usual one on {s.hw.id} (fit, predict and recommend take it; --engine to change)"
 
 
@@ -78,7 +98,7 @@ def setup(cfg: SetupConfig) -> tuple[Setup, Calibration]:
     ``cfg.engine`` names none)."""
     cal = load_calibration(cfg.calibration)
     cat = Catalog.load()
-    engine = cfg.engine or usual_setup(cat.find_hardware(cfg.hardware))[0]
+    engine = cfg.engine or default_engine(cfg, cat)
     gguf = registry.engine(engine).gguf  # llama.cpp, llama-cpp-python, ollama: a GGUF quant, an f16 cache
     weights = cfg.weights or ("Q4_K_M" if gguf else "BF16")
     kv = cfg.kv.upper()

@@ -74,7 +74,7 @@ class Kind:
 
 
 def _article(words: str) -> str:
-    return words if words.startswith("Apple") else ("an " if words[0] in "aeiou" else "a ") + words
+    return words if words.startswith("Apple") else ("an " if words.startswith(("a", "e", "i", "o")) else "a ") + words
 
 
 def kind_of(backend: str, hw: HardwareSpec, m: ModelSpec, concurrency: int) -> Kind:

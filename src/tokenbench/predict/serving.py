@@ -21,6 +21,8 @@ VLLM_BATCH_TOKENS = ((70, 8192), (0, 2048))
 SGLANG_BATCH_TOKENS = ((160, 16384), (60, 8192), (35, 4096), (0, 2048))
 #: llama.cpp's server: the logical batch its slots share each step (-b, n_batch; common/common.h's default).
 LLAMA_BATCH_TOKENS = 2048
+#: mlx_lm.server's prompt tokens per prefill step (--prefill-step-size; mlx_lm's generate default, 2048).
+MLX_BATCH_TOKENS = 2048
 #: Steps a re-sent prompt misses (queue.RESEND_LAG) on llama.cpp's server: its loop is synchronous
 #: (tools/server/server-context.cpp, ``update_slots``: build the batch, decode it, send the tokens, then read the
 #: new tasks), so a prompt sent while step k+1 runs joins step k+2.
@@ -59,6 +61,8 @@ def default_batch_tokens(engine: str, hw: HardwareSpec) -> int:
         return LLAMA_BATCH_TOKENS
     if eng.name == "sglang":
         return next(b for gb, b in SGLANG_BATCH_TOKENS if hw.mem_gb >= gb)
+    if eng.name == "mlx":
+        return MLX_BATCH_TOKENS
     if "a100" in hw.id:
         return VLLM_BATCH_TOKENS[-1][1]
     return next(b for gb, b in VLLM_BATCH_TOKENS if hw.mem_gb >= gb)

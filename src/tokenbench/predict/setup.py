@@ -16,6 +16,7 @@ from . import formats, memory, offload, parallelism, serving, speculation
 from . import roofline as rf
 from .bands import Band, Extrapolation
 from .calibration import Calibration
+from .kind import Kind, kind_of
 from .priors import backend_key, engine_kind
 from .specs import Catalog, HardwareSpec, ModelSpec
 
@@ -109,7 +110,11 @@ class Setup:
         the furthest the prediction reaches (``reach``: what the note under a table names)."""
         reach = self.reach if depth is None and concurrency is None else replace(
             self.reach, depth=depth or 0, concurrency=concurrency or 1)
-        return cal.band(self.backend, metric, reach, fallback)
+        return cal.band(self.backend, metric, reach, fallback, self.kind_of(reach.concurrency))
+
+    def kind_of(self, concurrency: int) -> Kind:
+        """The kind of this prediction at ``concurrency`` sequences, which its band is kept under (kind.py)."""
+        return kind_of(self.backend, self.hw, self.model, concurrency)
 
     @property
     def budget(self) -> int:
