@@ -249,9 +249,10 @@ class Calibration:
                     lines += [f"{n} = {getattr(e, n):.6g}" for n in PARAM_BOUNDS]
                     lines += [f"rows = {e.rows}", f'source = "{e.source}"', ""]
         lines += ["[meta]", f"drift = {self.drift:.4g}", f"borrow = {self.borrow:.4g}", ""]
-        for key, per in sorted(self.kind_bands.items()):  # bands per kind of row (kind.py)
+        for key, by_metric in sorted(self.kind_bands.items()):  # bands per kind of row (kind.py)
             lines.append(f'[kinds."{key}"]')
-            lines += [f"band_{metric} = [{b.pct:.4g}, {b.median_pct:.4g}, {b.n}]" for metric, b in sorted(per.items())]
+            lines += [f"band_{metric} = [{kb.pct:.4g}, {kb.median_pct:.4g}, {kb.n}]"
+                      for metric, kb in sorted(by_metric.items())]
             lines.append("")
         for name, e in sorted(self.families.items()):
             lines.append(f"[family.{name}]")
