@@ -6,6 +6,7 @@ fixed length or on agent sessions with the prefix cache, each figure with its ba
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 from .candidates import Candidate, Workload, judge, meets, price
 from .capacity import SearchSpec, search_by
@@ -101,9 +102,9 @@ def _slots(s: Setup, cat: Catalog, cal: Calibration, w: Workload, c: Candidate) 
     return s
 
 
-def _capacity(c: Candidate, s: Setup, cal: Calibration, w: Workload) -> None:
-    """The most agents the setup is predicted to serve within the SLOs (fitting in memory too), and its figures
-    there (at one agent when it serves none)."""
+def _search(c: Candidate, s: Setup, cal: Calibration, w: Workload) -> tuple[int | None, bool]:
+    """The most agents the setup is predicted to serve within ``w``'s SLOs (fitting in memory too), and whether
+    every count searched met them; ``c`` holds the figures of the last count tried."""
     def ok(n: float) -> bool:
         if not _fits(s, w, int(n)):
             return False
@@ -113,13 +114,37 @@ def _capacity(c: Candidate, s: Setup, cal: Calibration, w: Workload) -> None:
     top = SESSION_AGENTS_MAX if w.sessions is not None else PREDICTED_AGENTS_MAX
     # to the agent: a prediction costs milliseconds, not a level's minutes
     last, _, ended = search_by(SearchSpec("concurrency", 1, top, resolution=0.0), ok)
-    c.capacity, c.at_least = (int(last) if last else None), ended == "all"
+    return (int(last) if last else None), ended == "all"
+
+
+def _scaled(w: Workload, c: Candidate, sign: int) -> Workload | None:
+    """``w`` with its limits moved by the candidate's TTFT and TPOT bands: as if every figure measured at the slow
+    end of its band (``sign`` 1) or the fast end (-1, None where a band reaches zero)."""
+    def limit(v: float | None, metric: str) -> float | None:
+        b = c.bands.get(metric, 0.0) / 100
+        return None if v is None else v / (1 + b) if sign > 0 else v / (1 - b) if b < 1 else float("inf")
+
+    return replace(w, ttft_p99_ms=limit(w.ttft_p99_ms, "ttft"), tpot_ms=limit(w.tpot_ms, "tpot"))
+
+
+def _capacity(c: Candidate, s: Setup, cal: Calibration, w: Workload) -> None:
+    """The most agents the setup is predicted to serve within the SLOs, its figures there (at one agent when it
+    serves none), and the range the bands give it (``capacity_band``): the agents served were every figure at the
+    slow end of its band, or at the fast end."""
+    c.capacity, c.at_least = _search(c, s, cal, w)
     _predict_at(c, s, cal, w, c.capacity or 1)
     while c.capacity and not meets(c, w):  # a turn the quick look skipped misses: every turn decides
         c.capacity, c.at_least = c.capacity - 1 or None, False
         _predict_at(c, s, cal, w, c.capacity or 1)
+    if c.capacity and c.bands:
+        probe = Candidate(c.box, c.setup, c.source, bands=dict(c.bands))
+        low, _ = _search(probe, s, cal, _scaled(w, c, 1))
+        high, every = _search(probe, s, cal, _scaled(w, c, -1))
+        c.capacity_band = (low or 0, high or 0, every)
+    _predict_at(c, s, cal, w, c.capacity or 1)
     if c.at_least:
-        c.notes.append(f"at least: every count up to {top} met the SLOs")
+        c.notes.append(f"at least: every count up to {SESSION_AGENTS_MAX if w.sessions else PREDICTED_AGENTS_MAX} "
+                       "met the SLOs")
 
 
 def _pricing(c: Candidate, hw: HardwareSpec, prices: dict[str, Pricing], currency: str) -> Pricing | None:

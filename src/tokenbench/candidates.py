@@ -79,6 +79,9 @@ class Candidate:
     bands: dict[str, float] = field(default_factory=dict)  # predicted: metric -> band, % of the estimate
     session_s: float | None = None  # sessions: one session's time at its capacity (or at ``agents``)
     stored: bool = False  # a stored run (--runs: measured, imported or a saved prediction), not a catalog box
+    #: predicted capacity: the agents served were its figures at the slow end of their bands, and at the fast end
+    #: (and whether every count searched met them there)
+    capacity_band: tuple[int, int, bool] | None = None
 
     def exclude(self, reason: str, message: str) -> None:
         """Out of the ranking for the first reason found: a box that does not fit is not also 'no price'."""
@@ -153,8 +156,10 @@ def figures_text(c: Candidate, currency: str) -> str:
     """A candidate's figures in one line, each with its unit and (predicted) band: what a priced box shows when it
     is out of the ranking."""
     def band(metric: str) -> str:
+        from .predict.tables import band_span
+
         b = c.bands.get(metric)
-        return f" ±{b:.0f}%" if b is not None else ""
+        return f" {band_span(b)}" if b is not None else ""
 
     parts = []
     if c.capacity is not None:

@@ -12,6 +12,7 @@ from ..candidates import figures_text
 from ..cost import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from ..errors import UsageError
 from ..predict.setup import LLAMA_DEFAULT_SLOTS
+from ..predict.tables import band_span
 from ..slo import parse_duration_ms
 from .common import check_output, emit_json
 from .predicting import add_session_options
@@ -58,7 +59,7 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
         print_table(console, head, [row(i, c) for i, c in enumerate(done.ranked)], a.format,
                     keep=(0, 1, 4, 5, 6, 7), aside=len(head) - 1)
         bands = band_line(done.ranked) if not done.capacity or done.workload.sessions is not None else None
-        for line in filter(None, (kv_line(done.ranked), bands)):
+        for line in filter(None, (team_line(done), kv_line(done.ranked), bands)):
             console.print(line, markup=False, highlight=False)
     elif done.closest:
         _print_closest(console, done.closest, a.currency)
@@ -75,14 +76,9 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _band(c: Candidate, metric: str) -> str:
-    b = c.bands.get(metric)
-    return f" ±{b:.0f}%" if b is not None else ""
-
-
 def _recommend_row(i: int, c: Candidate) -> list[str]:
-    return [str(i + 1), c.box, c.setup, c.mark, f"{c.throughput:,.0f}{_band(c, 'throughput')}" if c.throughput else "—",
-            f"{c.ttft_p99_ms:,.0f}{_band(c, 'ttft')}" if c.ttft_p99_ms else "—",
+    return [str(i + 1), c.box, c.setup, c.mark, f"{c.throughput:,.0f}" if c.throughput else "—",
+            f"{c.ttft_p99_ms:,.0f}" if c.ttft_p99_ms else "—",
             f"{c.tpot_ms:.1f}" if c.tpot_ms else "—", f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—",
             "; ".join(c.notes)]
 
@@ -97,21 +93,48 @@ def _capacity_row(i: int, c: Candidate) -> list[str]:
 
 
 def _sessions_row(i: int, c: Candidate) -> list[str]:
-    """--sessions: as --capacity, with the TTFT p99 at that many agents (and its band) in place of the price per
-    million tokens: what decided the capacity."""
+    """--sessions: as --capacity, the agents with the range their figures' bands give them, and the TTFT p99 at
+    that many agents (and its band) in place of the price per million tokens: what decided the capacity."""
     row = _capacity_row(i, c)
-    row[7] = f"{c.ttft_p99_ms / 1000:,.2f}{_band(c, 'ttft')}" if c.ttft_p99_ms else "—"
+    if c.capacity_band is not None:
+        low, high, every = c.capacity_band
+        row[4] += f" ({low}-{'>=' if every else ''}{high})"
+    row[7] = f"{c.ttft_p99_ms / 1000:,.2f}" if c.ttft_p99_ms else "—"
     return row
 
 
-def band_line(ranked: list[Candidate]) -> str | None:
-    """Where the figures come from and how far to trust them, said once under the ranking."""
-    predicted = [c for c in ranked if c.source == "predicted"]
-    if not predicted:
+def team_line(done: Recommendation) -> str | None:
+    """By capacity: what the team of --agents pays an hour on each box, for the boxes it needs (a box serving more
+    agents than the team has is paid whole), cheapest first: the ranking per agent-hour at each box's capacity
+    says which box is the better buy per agent, this what the team pays."""
+    if not done.capacity:
         return None
-    return ("±X%: 80% of held-out rows of the same kind measured within X% of their prediction (predict.md, "
-            "Reading the bands); predicted figures come from the roofline calibrated on published measurements, "
-            "measured ones from the run's own levels")
+    n, cur = done.workload.agents, done.workload.currency
+    teams = sorted((c.boxes * c.cost_per_agent_hour * c.capacity, c) for c in done.ranked
+                   if c.boxes and c.capacity and c.cost_per_agent_hour)
+    if not teams:
+        return None
+    said = [f"{c.box} x{c.boxes}, {cur} {hourly:,.2f}/hour ({hourly / n:.3f} per agent-hour)" for hourly, c in teams]
+    return f"for {n} agents: " + "; ".join(said)
+
+
+#: The bands a ranking's predicted figures are said with, and how each is named.
+BAND_NAMES = (("throughput", "tok/s"), ("ttft", "TTFT"), ("tpot", "TPOT"))
+
+
+def band_line(ranked: list[Candidate]) -> str | None:
+    """Every predicted figure's band, said once for the boxes that share them: 80% of held-out rows of their kind
+    measured within it (a borrowed band, at least 80%); measured figures are the run's own."""
+    groups: dict[str, list[str]] = {}
+    for c in ranked:
+        said = ", ".join(f"{name} {band_span(c.bands[m])}" for m, name in BAND_NAMES if m in c.bands)
+        if c.source == "predicted" and said:
+            groups.setdefault(said, []).append(c.box)
+    if not groups:
+        return None
+    return ("bands of the predicted figures (80% of held-out rows of the same kind measured within them; "
+            "predict.md, Reading the bands): " + "; ".join(f"{', '.join(boxes)}: {said}"
+                                                          for said, boxes in groups.items()))
 
 
 def _print_yours(console: Console, excluded: list[Candidate], shown: list[Candidate], currency: str) -> None:
@@ -204,7 +227,9 @@ def _recommend_head(a: argparse.Namespace, done: Recommendation,
             what = f"model {a.model}, {w.input_len} in / {w.output_len} out tokens"
         console.print(what + slos, markup=False, highlight=False)
         sessions = w.sessions is not None
-        console.print(f"Agents: the most each box serves within the SLOs; Boxes: how many serve {a.agents}; "
+        console.print("Agents: the most each box serves within the SLOs"
+                      + (" (in brackets: with every predicted figure at the slow end of its band, and the fast end)"
+                         if sessions else "") + f"; Boxes: how many serve {a.agents}; "
                       + ("TTFT p99 s: at that many agents, the slowest of turn 1's prompts; " if sessions else "")
                       + "cheapest per agent-hour first", markup=False, highlight=False)
         return ["Rank", "Box", "Engine", "Source", "Agents", "Boxes", f"{a.currency} per agent-hour",

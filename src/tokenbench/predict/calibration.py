@@ -286,20 +286,18 @@ class Calibration:
                     drift, borrow = float(t.get("drift", DRIFT_PRIOR)), float(t.get("borrow", 1.0))
                     continue
                 if name == "kinds":
-                    kinds = {k: {m[len("band_"):]: Band(*v) for m, v in tk.items() if m.startswith("band_")}
-                             for k, tk in t.items() if len(k.split("/")) == 4}
+                    kinds = {k: _bands(tk) for k, tk in t.items() if len(k.split("/")) == 4}
                     continue
                 if name == "eras":
                     eras = _read_eras(t)
                     continue
                 if name == "uncalibrated":
-                    for b, tb in t.items():
-                        bands[b] = {k[len("band_"):]: Band(*v) for k, v in tb.items() if k.startswith("band_")}
+                    bands.update({b: _bands(tb) for b, tb in t.items()})
                     continue
                 _numbers(name, t)
                 backends[name] = Efficiency(**{k: v for k, v in t.items() if k in names})
                 usual[name] = {k[len("usual_"):]: v for k, v in t.items() if k.startswith("usual_")}
-                bands[name] = {k[len("band_"):]: Band(*v) for k, v in t.items() if k.startswith("band_")}
+                bands[name] = _bands(t)
                 sources[name] = list(t.get("sources", []))
                 reach[name] = {k: int(v) for k, v in t.items()
                                if k in ("max_depth", "max_concurrency", MOE_KEY) or k.startswith((ARCH_KEY, YEAR_KEY))}
@@ -313,6 +311,11 @@ class Calibration:
     @classmethod
     def packaged(cls) -> Calibration:
         return cls.from_toml(resources.files("tokenbench").joinpath("data/efficiency.toml").read_text())
+
+
+def _bands(t: dict[str, Any]) -> dict[str, Band]:
+    """A section's ``band_METRIC = [pct, median, n]`` entries."""
+    return {k[len("band_"):]: Band(*v) for k, v in t.items() if k.startswith("band_")}
 
 
 def _read_eras(t: dict[str, Any]) -> dict[str, dict[str, Efficiency]]:
