@@ -132,3 +132,30 @@ def test_the_hardware_list_shows_every_alias(capsys: pytest.CaptureFixture[str])
     assert main(["hardware", "--format", "markdown"]) == 0
     out = capsys.readouterr().out
     assert "(also: h100, h100-sxm)" in out and "(also: strix-halo, ryzen-ai-max-395)" in out
+
+
+def test_the_agent_question_in_the_docs_prints_what_they_show() -> None:
+    """The seed question as one command (docs/compare.md, "The agent question"): all prediction, no server; its
+    output at the 80 columns the page shows it at is the block after it, so a change that moves the answer
+    moves the page, and the page's reading of it is checked again."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_readme import blocks, commands
+
+    found = [(i, t) for i, (_, t) in enumerate(blocks()) if "recommend --model qwen3.6-35b-a3b --sessions" in t]
+    assert len(found) == 1
+    i, text = found[0]
+    [command] = commands(text)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", COLUMNS="80")
+    out = subprocess.run(shlex.split(command), env=env, capture_output=True, text=True, timeout=300, check=True)
+    lines = [ln.rstrip() for ln in out.stdout.rstrip("\n").splitlines()]
+    assert lines == [ln.rstrip() for ln in blocks()[i + 1][1].rstrip("\n").splitlines()]
+    assert max(len(ln) for ln in lines) <= 80
+    said = " ".join(lines)
+    for box in ("nvidia-h100-sxm", "amd-ryzen-ai-max-395"):  # each with its source, its agents' range and band
+        assert box in said
+    assert "Source: PREDICTED" in said and "bands of the predicted figures" in said and "for 16 agents:" in said

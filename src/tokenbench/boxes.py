@@ -98,7 +98,7 @@ def _slots(s: Setup, cat: Catalog, cal: Calibration, w: Workload, c: Candidate) 
     slots = w.parallel or next((k for k in range(LLAMA_DEFAULT_SLOTS, 1, -1) if s.fit(context(w), k).fits), 1)
     if slots > 1:
         s = Setup.make(cat, cal, s.hw.id, w.model, s.quant.weights, s.quant.kv, s.engine, parallel=slots)
-    c.setup += f", {slots} slot{'s' if slots > 1 else ''}"
+    c.setup += f" -np {slots}"  # llama-server's own flag for its slots
     return s
 
 

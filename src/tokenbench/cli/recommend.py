@@ -57,7 +57,7 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     if done.ranked:
         # engine and source said once where every box shares them; notes under the table where they do not fit
         print_table(console, head, [row(i, c) for i, c in enumerate(done.ranked)], a.format,
-                    keep=(0, 1, 4, 5, 6, 7), aside=len(head) - 1)
+                    keep=(0, 1, *range(4, len(head) - 1)), aside=len(head) - 1)
         bands = band_line(done.ranked) if not done.capacity or done.workload.sessions is not None else None
         for line in filter(None, (team_line(done), kv_line(done.ranked), bands)):
             console.print(line, markup=False, highlight=False)
@@ -93,13 +93,11 @@ def _capacity_row(i: int, c: Candidate) -> list[str]:
 
 
 def _sessions_row(i: int, c: Candidate) -> list[str]:
-    """--sessions: as --capacity, the agents with the range their figures' bands give them, and the TTFT p99 at
-    that many agents (and its band) in place of the price per million tokens: what decided the capacity."""
+    """--sessions: as --capacity, with the TTFT p99 at that many agents in place of the price per million tokens:
+    what decided the capacity."""
     row = _capacity_row(i, c)
-    if c.capacity_band is not None:
-        low, high, every = c.capacity_band
-        row[4] += f" ({low}-{'>=' if every else ''}{high})"
     row[7] = f"{c.ttft_p99_ms / 1000:,.2f}" if c.ttft_p99_ms else "—"
+    del row[5]  # the boxes the team needs: the line under the table, with what they cost it
     return row
 
 
@@ -128,12 +126,16 @@ def band_line(ranked: list[Candidate]) -> str | None:
     groups: dict[str, list[str]] = {}
     for c in ranked:
         said = ", ".join(f"{name} {band_span(c.bands[m])}" for m, name in BAND_NAMES if m in c.bands)
+        if c.capacity_band is not None:  # the capacity searched again with every figure at either end of its band
+            low, high, every = c.capacity_band
+            said = f"agents {low}-{'>=' if every else ''}{high}, " + said
         if c.source == "predicted" and said:
             groups.setdefault(said, []).append(c.box)
     if not groups:
         return None
     return ("bands of the predicted figures (80% of held-out rows of the same kind measured within them; "
-            "predict.md, Reading the bands): " + "; ".join(f"{', '.join(boxes)}: {said}"
+            "predict.md, Reading the bands; agents: the capacity with every figure at the slow end of its band, and "
+            "at the fast end): " + "; ".join(f"{', '.join(boxes)}: {said}"
                                                           for said, boxes in groups.items()))
 
 
@@ -226,15 +228,15 @@ def _recommend_head(a: argparse.Namespace, done: Recommendation,
         else:
             what = f"model {a.model}, {w.input_len} in / {w.output_len} out tokens"
         console.print(what + slos, markup=False, highlight=False)
-        sessions = w.sessions is not None
-        console.print("Agents: the most each box serves within the SLOs"
-                      + (" (in brackets: with every predicted figure at the slow end of its band, and the fast end)"
-                         if sessions else "") + f"; Boxes: how many serve {a.agents}; "
-                      + ("TTFT p99 s: at that many agents, the slowest of turn 1's prompts; " if sessions else "")
-                      + "cheapest per agent-hour first", markup=False, highlight=False)
+        if w.sessions is not None:
+            console.print("Agents: the most each box serves within the SLOs; TTFT p99 s: at that many agents, the "
+                          "slowest of turn 1's prompts; cheapest per agent-hour first", markup=False, highlight=False)
+            return ["Rank", "Box", "Engine", "Source", "Agents", f"{a.currency} per agent-hour", "TTFT p99 s",
+                    "Notes"], _sessions_row
+        console.print(f"Agents: the most each box serves within the SLOs; Boxes: how many serve {a.agents}; "
+                      "cheapest per agent-hour first", markup=False, highlight=False)
         return ["Rank", "Box", "Engine", "Source", "Agents", "Boxes", f"{a.currency} per agent-hour",
-                "TTFT p99 s" if sessions else f"{a.currency}/M output", "Notes"], \
-            _sessions_row if sessions else _capacity_row
+                f"{a.currency}/M output", "Notes"], _capacity_row
     console.print(f"{a.agents} agents, {w.input_len} in / {w.output_len} out tokens, model {a.model}{slos}",
                   markup=False, highlight=False)
     # units in the headers, not in every cell: the table fits 80 columns with a box's whole name
