@@ -42,7 +42,7 @@ from typing import Any
 from ..errors import UsageError
 from .bands import (ARCH_KEY, BORROW_TERM, CONCURRENCY_TERM, DEPTH_TERM, DRIFT_PRIOR, ERA_MIN_BOXES, FEW_ROWS,
                     FEW_ROWS_TERM, MOE_KEY, MOE_TERM, YEAR_KEY, Band, Extrapolation, counts_rows_by,
-                    widen)
+                    drift_per_year, widen)
 from .kind import Kind
 from .priors import backend_prior, family, prior
 from .roofline import Efficiency, PARAM_BOUNDS
@@ -171,12 +171,13 @@ class Calibration:
         """Log-error terms for a prediction beyond a backend's rows, each with its reason; ``thin``: also for a
         backend, hardware generation or year of builds with few rows (what a kind's own band already holds)."""
         terms = []
+        per_year = drift_per_year(self.drift)
         if reach.years > 0:
-            terms.append((self.drift * reach.years, f"engine builds {reach.years} year(s) newer than any row "
-                                                     f"({self.newest_era(backend) or 'undated'})"))
+            terms.append((per_year * reach.years, f"engine builds {reach.years} year(s) newer than any row "
+                                                  f"({self.newest_era(backend) or 'undated'})"))
         elif reach.years < 0:
-            terms.append((self.drift * -reach.years, f"engine builds {-reach.years} year(s) older than any row "
-                                                      f"({self.oldest_era(backend) or 'undated'})"))
+            terms.append((per_year * -reach.years, f"engine builds {-reach.years} year(s) older than any row "
+                                                   f"({self.oldest_era(backend) or 'undated'})"))
         r = self.reach.get(backend) or self._family_reach(backend)
         deepest, widest = r.get("max_depth"), r.get("max_concurrency")
         if deepest is not None and reach.depth > max(deepest, 1024):

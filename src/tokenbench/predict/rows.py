@@ -173,7 +173,7 @@ def row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
 
 
 #: A row's band where its backend has none (no held-out row measured that metric).
-FALLBACK_BAND = Band(FALLBACK_BAND_PCT, FALLBACK_BAND_PCT, 0, ("no held-out rows",))
+FALLBACK_BAND = Band(FALLBACK_BAND_PCT, FALLBACK_BAND_PCT, 0, ("no held-out rows",), borrowed=True)
 
 
 def context(r: Row) -> int:
