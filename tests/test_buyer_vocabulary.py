@@ -128,3 +128,10 @@ def test_predict_sessions_takes_sweep_sessions_defaults() -> None:
     shape = ps.SessionShape()
     assert (shape.turns, shape.shared_prefix, shape.task, shape.output) == (a.turns, a.shared_prefix, task, answer)
     assert shape.tool_len == parse(a.tool_len, "--tool-len") and shape.think_time == parse(a.think_time, "x", "s")
+
+
+def test_capacity_refuses_a_session_objective_without_sessions(capsys: pytest.CaptureFixture[str]) -> None:
+    """session_p90 without --sessions was accepted, and every level then failed it with no session to time."""
+    err = _refused(["capacity", "--url", "http://127.0.0.1:9/v1", "--input-len", "64", "--output-len", "8", "--slo",
+                    "ttft_p99=2s,session_p90=5m"], capsys)
+    assert "--slo: session_p90 is an agent session's time: add --sessions, or drop it" in err
