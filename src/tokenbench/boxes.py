@@ -65,14 +65,10 @@ def _predict_at(c: Candidate, s: Setup, cal: Calibration, w: Workload, agents: i
     _bands(c, s, cal, w, agents)
 
 
-def _held(s: Setup, agents: int) -> int:
-    """Sequences whose context the box holds at once: every agent's on a batching engine, one per slot on
-    llama.cpp's server (the others wait for a slot)."""
-    return ps.held(s, agents)
-
-
 def _fits(s: Setup, w: Workload, agents: int) -> bool:
-    return s.fit(context(w), _held(s, agents)).fits
+    """Whether the contexts the box holds at once fit beside the weights (every agent's on a batching engine, one
+    per slot on llama.cpp's server: session.held)."""
+    return s.fit(context(w), ps.held(s, agents)).fits
 
 
 def _fitting(c: Candidate, s: Setup, cat: Catalog, cal: Calibration, w: Workload, agents: int) -> Setup | None:
@@ -81,7 +77,7 @@ def _fitting(c: Candidate, s: Setup, cat: Catalog, cal: Calibration, w: Workload
     if not _fits(s, w, agents) and s.engine == "vllm" and s.quant.weights == "BF16":
         s = Setup.make(cat, cal, s.hw.id, w.model, "AWQ", s.quant.kv, s.engine)
         c.setup = f"{s.engine} AWQ"
-    f = s.fit(context(w), _held(s, agents))
+    f = s.fit(context(w), ps.held(s, agents))
     if f.fits:
         return s
     c.memory_gb = (f.total_gb, f.usable_gb)
@@ -117,9 +113,9 @@ def _search(c: Candidate, s: Setup, cal: Calibration, w: Workload) -> tuple[int 
     return (int(last) if last else None), ended == "all"
 
 
-def _scaled(w: Workload, c: Candidate, sign: int) -> Workload | None:
+def _scaled(w: Workload, c: Candidate, sign: int) -> Workload:
     """``w`` with its limits moved by the candidate's TTFT and TPOT bands: as if every figure measured at the slow
-    end of its band (``sign`` 1) or the fast end (-1, None where a band reaches zero)."""
+    end of its band (``sign`` 1) or the fast end (-1; no limit where a band reaches zero)."""
     def limit(v: float | None, metric: str) -> float | None:
         b = c.bands.get(metric, 0.0) / 100
         return None if v is None else v / (1 + b) if sign > 0 else v / (1 - b) if b < 1 else float("inf")
@@ -129,19 +125,18 @@ def _scaled(w: Workload, c: Candidate, sign: int) -> Workload | None:
 
 def _capacity(c: Candidate, s: Setup, cal: Calibration, w: Workload) -> None:
     """The most agents the setup is predicted to serve within the SLOs, its figures there (at one agent when it
-    serves none), and the range the bands give it (``capacity_band``): the agents served were every figure at the
-    slow end of its band, or at the fast end."""
+    serves none), and on sessions the range the bands give it (``capacity_band``): the agents served were every
+    figure at the slow end of its band, or at the fast end."""
     c.capacity, c.at_least = _search(c, s, cal, w)
     _predict_at(c, s, cal, w, c.capacity or 1)
     while c.capacity and not meets(c, w):  # a turn the quick look skipped misses: every turn decides
         c.capacity, c.at_least = c.capacity - 1 or None, False
         _predict_at(c, s, cal, w, c.capacity or 1)
-    if c.capacity and c.bands:
+    if c.capacity and c.bands and w.sessions is not None:  # what the ranking of sessions says beside each box
         probe = Candidate(c.box, c.setup, c.source, bands=dict(c.bands))
         low, _ = _search(probe, s, cal, _scaled(w, c, 1))
         high, every = _search(probe, s, cal, _scaled(w, c, -1))
         c.capacity_band = (low or 0, high or 0, every)
-    _predict_at(c, s, cal, w, c.capacity or 1)
     if c.at_least:
         c.notes.append(f"at least: every count up to {SESSION_AGENTS_MAX if w.sessions else PREDICTED_AGENTS_MAX} "
                        "met the SLOs")
