@@ -111,11 +111,13 @@ def test_a_band_widens_for_what_no_row_measured(cat: Catalog) -> None:
     assert cal.band("llamacpp-cuda", "decode", Extrapolation(years=4)).pct > wider.pct  # further, wider
 
 
-def test_a_kind_band_holds_what_a_thin_generation_costs(cat: Catalog) -> None:
+def test_a_kind_band_widens_for_a_thin_generation_not_a_thin_year(cat: Catalog) -> None:
     """Issue 21 widened a band for a hardware generation or a year of builds with few rows (llama.cpp CUDA's sm_120
     boxes: the scoreboard's three; its 2026 builds: two boxes). A band kept per kind of row (here consumer GPUs, one
-    stream, dense) comes from the held-out rows of that kind, the thin generation's among them: it is not widened
-    again for them. A calibration written before bands per kind still widens as it did."""
+    stream, dense) still widens for the thin generation, which its held-out rows hardly hold (the RTX 5090
+    measured 20% above its prediction), but not for the thin year or the backend's few rows: on the shipped rows
+    held out, those terms over a kind's band covered 90-92% of rows stated to 80%. A calibration written before
+    bands per kind widens for all three as it did."""
     cal = Calibration.packaged()
     reach = cal.reach["llamacpp-cuda"]
     assert reach["arch_sm_120"] < FEW_ROWS <= reach["arch_sm_89"]
@@ -123,7 +125,8 @@ def test_a_kind_band_holds_what_a_thin_generation_costs(cat: Catalog) -> None:
     args = ("llama-2-7b", "Q4_0", "f16", "llama.cpp")
     ada = Setup.make(cat, cal, "nvidia-rtx-4090", *args).band(cal, "decode")
     blackwell = Setup.make(cat, cal, "nvidia-rtx-5090", *args).band(cal, "decode")
-    assert ada is not None and ada == blackwell and not ada.borrowed
+    assert ada is not None and not ada.borrowed and not ada.widened
+    assert blackwell is not None and blackwell.widened == (f"{reach['arch_sm_120']} rows of sm_120 boxes",)
     assert Setup.make(cat, cal, "nvidia-rtx-4090", *args, era="2026").band(cal, "decode") == ada
     old = Calibration.from_toml("\n\n".join(part for part in cal.to_toml().split("\n\n")
                                           if not part.startswith("[kinds.")))
