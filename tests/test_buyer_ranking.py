@@ -146,7 +146,7 @@ def test_the_agent_question_in_the_docs_prints_what_they_show() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from test_readme import blocks, commands
 
-    found = [(i, t) for i, (_, t) in enumerate(blocks()) if "recommend --model qwen3.6-35b-a3b --sessions" in t]
+    found = [(i, t) for i, (_, t) in enumerate(blocks()) if "recommend --model qwen3.6-35b-a3b --sessions --agents 16 --turns 20" in t]
     assert len(found) == 1
     i, text = found[0]
     [command] = commands(text)

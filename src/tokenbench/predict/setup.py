@@ -14,12 +14,14 @@ from ..errors import UsageError
 from . import queue
 from . import formats, memory, offload, parallelism, serving, speculation
 from . import roofline as rf
-from .bands import Band, Extrapolation
+from .bands import Band, Extrapolation, widen
 from .calibration import Calibration
 from .kind import Kind, kind_of
 from .priors import backend_key, engine_kind
 from .specs import Catalog, HardwareSpec, ModelSpec
 
+#: The metrics speculative decoding moves: a band on them widens by its gain (Setup.band).
+SPEC_METRICS = ("decode", "tpot", "throughput")
 #: The most GPUs one box holds (an HGX/DGX board): --tp beyond it would span boxes.
 MAX_TP = 8
 #: llama-server's slots when -np is not given: 4, sharing one unified KV cache (the "auto" default since
@@ -110,7 +112,12 @@ class Setup:
         the furthest the prediction reaches (``reach``: what the note under a table names)."""
         reach = self.reach if depth is None and concurrency is None else replace(
             self.reach, depth=depth or 0, concurrency=concurrency or 1)
-        return cal.band(self.backend, metric, reach, fallback, self.kind_of(reach.concurrency))
+        b = cal.band(self.backend, metric, reach, fallback, self.kind_of(reach.concurrency))
+        if b is None or self.spec is None or metric not in SPEC_METRICS:
+            return b
+        # no row measured speculative decoding: its gain is the acceptance given, anywhere from none to all of it
+        gain = speculation.spec_speedup(self.spec.alpha, self.spec.gamma, self.spec.draft_cost)
+        return widen(b, [(math.log(max(gain, 1.0)), f"speculative decoding's x{gain:.2f}, which no row measured")])
 
     def kind_of(self, concurrency: int) -> Kind:
         """The kind of this prediction at ``concurrency`` sequences, which its band is kept under (kind.py)."""

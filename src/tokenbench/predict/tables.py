@@ -157,8 +157,8 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
         parts.append("too few held-out rows for a band: " + ", ".join(m for m in metrics if m not in banded))
     tail = " (leave-one-source-out: each source predicted by a fit on the others)"
     if s.spec is not None:
-        tail += ("; no published row used speculative decoding: the bands are plain decoding's, the acceptance "
-                 "rate you gave adds its own uncertainty")
+        tail += ("; no published row used speculative decoding: the decode, TPOT and throughput bands widen by its "
+                 "gain, which the acceptance rate you gave decides")
     return "; ".join(parts) + tail
 
 
