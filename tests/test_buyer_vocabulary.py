@@ -135,3 +135,11 @@ def test_capacity_refuses_a_session_objective_without_sessions(capsys: pytest.Ca
     err = _refused(["capacity", "--url", "http://127.0.0.1:9/v1", "--input-len", "64", "--output-len", "8", "--slo",
                     "ttft_p99=2s,session_p90=5m"], capsys)
     assert "--slo: session_p90 is an agent session's time: add --sessions, or drop it" in err
+
+
+@pytest.mark.parametrize("option", [["--price", "h100=-1"], ["--price", "h100=nan"], ["--price", "h100=inf"],
+                                    ["--owned", "strix-halo=2500:0:120"], ["--owned", "strix-halo=nan:3:120"],
+                                    ["--owned", "strix-halo=2500:3:-5"], ["--owned", "strix-halo=2500:3"]])
+def test_a_price_no_box_has_is_refused(option: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    err = _refused(["recommend", "--model", "qwen3.6-35b-a3b", *option], capsys)
+    assert f"{option[0]} {option[1]}: write ID=" in err

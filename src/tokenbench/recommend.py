@@ -10,6 +10,7 @@ from the roofline, or read from a measured run's levels (a capacity search's, or
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .boxes import PREDICTED_AGENTS_MAX, predicted
@@ -221,6 +222,15 @@ def _box_key(key: str, flag: str, cat: Catalog, labels: tuple[str, ...]) -> str:
                          "aliases") from None
 
 
+def _numbers(texts: list[str], positive: int) -> list[float]:
+    """The numbers of a price option, each finite, the first ``positive`` of them above 0 and the rest 0 or more;
+    a ValueError for anything else (a missing part, a word, NaN, a negative)."""
+    values = [float(t) for t in texts]
+    if not values or any(not math.isfinite(v) or v < 0 or (i < positive and v == 0) for i, v in enumerate(values)):
+        raise ValueError(texts)
+    return values
+
+
 def parse_prices(prices: list[str], owned: list[str], currency: str, kwh_price: float, cat: Catalog | None = None,
                  labels: tuple[str, ...] = ()) -> dict[str, Pricing]:
     """--price ID=PER_HOUR and --owned ID=PURCHASE:YEARS:WATTS, each keyed by the box's catalog id (an alias
@@ -230,18 +240,17 @@ def parse_prices(prices: list[str], owned: list[str], currency: str, kwh_price: 
     for p in prices:
         key, sep, val = p.partition("=")
         try:
-            if not sep:
-                raise ValueError
-            out[_box_key(key, "--price", cat, labels)] = Pricing(currency=currency, price_per_hour=float(val))
+            (price,) = _numbers([val] if sep else [], positive=1)
         except ValueError:
-            raise UsageError(f"--price {p}: write ID=PER_HOUR, e.g. nvidia-l40s=0.9") from None
+            raise UsageError(f"--price {p}: write ID=PER_HOUR, a price above 0, e.g. nvidia-l40s=0.9") from None
+        out[_box_key(key, "--price", cat, labels)] = Pricing(currency=currency, price_per_hour=price)
     for o in owned:
         key, _, val = o.partition("=")
-        parts = val.split(":")
         try:
-            purchase, years, watts = float(parts[0]), float(parts[1]), float(parts[2])
-        except (IndexError, ValueError):
-            raise UsageError(f"--owned {o}: write ID=PURCHASE:YEARS:WATTS, e.g. amd-ryzen-ai-max-395=2500:3:120") from None
+            purchase, years, watts = _numbers(val.split(":"), positive=2)
+        except ValueError:
+            raise UsageError(f"--owned {o}: write ID=PURCHASE:YEARS:WATTS (a price and years above 0, watts 0 or "
+                             "more), e.g. amd-ryzen-ai-max-395=2500:3:120") from None
         out[_box_key(key, "--owned", cat, labels)] = Pricing(currency=currency, purchase=purchase, life_years=years,
                                                             watts=watts, kwh_price=kwh_price)
     return out
