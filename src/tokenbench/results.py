@@ -77,6 +77,9 @@ class Manifest(Keyed):
     calibration: str | None = None
     calibrated: bool | None = None
     bands: str | None = None  # a prediction's bands, as the note predict printed under its table said them
+    #: a prediction's bands per metric (throughput, ttft, tpot, prefill, decode): % of the estimate that 80% of
+    #: held-out rows of its kind measured within, at the furthest point its table reached (compare reads them)
+    band_pct: dict[str, Any] | None = None
     # an import: the file it came from, its digest (a file imported twice is recognised), its format, and
     # for published rows the write-up they came from
     imported_from: str | None = None

@@ -39,21 +39,29 @@ LATENCIES = ("ttft", "tpot", "e2e", "itl")
 PERCENTILES = ("p50", "p90", "p95", "p99")
 
 
-def parse_duration_ms(text: str, bare_ms: float = 1.0) -> float:
-    """``2s``, ``50ms``, ``1.5m``, ``1h`` -> milliseconds. A bare number is ``bare_ms`` milliseconds each: 1 for SLO
-    targets (as vllm bench serve's --goodput), 1000 for run durations and timeouts (as ``timeout`` and GuideLLM)."""
+#: Every duration is written with its unit; this says how, wherever a duration is refused or a help text asks for one.
+DURATION_RULE = "a duration takes its unit: ms, s, m or h (500ms, 2s, 5m); a bare number other than 0 is refused"
+_UNITS = (("ms", 1.0), ("us", 1e-3), ("s", 1000.0), ("m", 60_000.0), ("h", 3_600_000.0))
+
+
+def parse_duration_ms(text: str) -> float:
+    """``2s``, ``50ms``, ``1.5m``, ``1h`` -> milliseconds. A bare number is refused (DURATION_RULE), but 0, which
+    is 0 in any unit: ``ttft_p99=2`` read as 2 ms and ``--think-time 5000`` as 5,000 s, each by the convention of
+    the tool it came from, and neither said what it meant."""
     t = text.strip().lower()
     try:
-        for suffix, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1000.0), ("m", 60_000.0), ("h", 3_600_000.0)):
+        for suffix, scale in _UNITS:
             if t.endswith(suffix):
                 v = float(t[: -len(suffix)]) * scale
                 break
         else:
-            v = float(t) * bare_ms
-    except ValueError:
-        bare = "milliseconds" if bare_ms == 1.0 else "seconds"
-        raise ValueError(f"'{text}' is not a duration: write a number with a unit, e.g. 2s, 500ms or 5m (a bare "
-                         f"number is {bare})") from None
+            v = float(t)
+            if v != 0:
+                raise ValueError(f"'{text}' has no unit: write {t}ms or {t}s ({DURATION_RULE})")
+    except ValueError as e:
+        if "has no unit" in str(e):
+            raise
+        raise ValueError(f"'{text}' is not a duration: write a number with a unit, e.g. 2s, 500ms or 5m") from None
     if not math.isfinite(v):
         raise ValueError(f"{text} is not a finite duration")
     return v
@@ -98,13 +106,29 @@ class SLO:
     def parse(cls, text: str) -> SLO:
         """``ttft_p99=2s,tpot=50ms,agent_tps=30,errors=1%``. A bare latency is a per-request limit; ``_pNN`` a
         level limit that is also applied per request for goodput (a request over the limit never counts as good)."""
-        slo = cls()
+        slo, seen = cls(), set()
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, sep, value = part.partition("=")
             if not sep:
                 raise ValueError(f"SLO '{part}' has no value: write it as metric=limit, e.g. ttft_p99=2s")
-            slo._add(key.strip().lower(), value)
+            key = key.strip().lower()
+            if key in seen:
+                raise ValueError(f"{key} is given twice: give each objective once")
+            seen.add(key)
+            slo._add(key, value)
+        if not seen:
+            raise ValueError("no objective given: write at least one, e.g. ttft_p99=2s")
         return slo
+
+    @property
+    def needs_sessions(self) -> str | None:
+        """The objective that only agent sessions can be measured against (a session's time), or None."""
+        return f"session_{next(iter(self.session_ms))}" if self.session_ms else None
+
+    def check_workload(self, sessions: bool) -> None:
+        """Refuse an objective the workload cannot measure: a session's time without agent sessions."""
+        if not sessions and self.needs_sessions:
+            raise ValueError(f"{self.needs_sessions} is an agent session's time: add --sessions, or drop it")
 
     def _add(self, key: str, value: str) -> None:
         if key.startswith("agent_tps_"):
@@ -130,6 +154,8 @@ class SLO:
         if pct and pct not in PERCENTILES:
             raise ValueError(f"unknown SLO percentile '{pct}': use p50, p90, p95 or p99")
         limit = parse_duration_ms(value)
+        if not limit > 0:
+            raise ValueError(f"{key}={value.strip()}: a limit must be above 0, e.g. {key}=2s")
         if metric == "session":
             if not pct:
                 raise ValueError("session needs a percentile: write it as session_p90=5m")

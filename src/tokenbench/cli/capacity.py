@@ -96,6 +96,10 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
     cfgs = [capacity_config(a, argv, spec, slo) for slo in slos]
     # levels of agents keeping their cache (sessions, replays) are searched as such
     spec = replace(spec, sessions=cfgs[0].levels()[0].cache is not None)
+    try:  # an objective the workload cannot measure (a session's time without sessions) is refused before any run
+        slos[0].check_workload(spec.sessions)
+    except ValueError as e:
+        raise UsageError(f"--slo: {e}") from None
     store = Store(a.db)
     embedded = embedded_spec(a)
     parallel = int(spec.high) if spec.axis == "concurrency" else (a.max_concurrency or 16)

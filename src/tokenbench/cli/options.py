@@ -37,6 +37,10 @@ def WARMUP(text: str) -> int | str:
     return "auto" if text.strip().lower() == "auto" else int(NONNEG_INT(text))
 
 
+#: Said in the help of every option that takes a duration (slo.DURATION_RULE).
+UNIT = "(a duration takes its unit: ms, s, m or h)"
+
+
 def SHARE(text: str) -> float:
     v = NONNEG(text)
     if v > 1:
@@ -45,14 +49,16 @@ def SHARE(text: str) -> float:
 
 
 def LATENCY(text: str) -> str:
-    """An SLO's latency limit as written (2s, 50ms; a bare number is milliseconds), refused here when it is not
+    """An SLO's latency limit as written (2s, 50ms: with its unit, slo.DURATION_RULE), refused here when it is not
     one, and kept as written for the headings that quote it."""
     try:
         ok = parse_duration_ms(text) > 0
-    except ValueError:
+    except ValueError as e:
+        if "has no unit" in str(e):
+            raise argparse.ArgumentTypeError(str(e)) from None
         ok = False
     if not ok:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a latency: write e.g. 2s, 50ms or 50 (milliseconds)")
+        raise argparse.ArgumentTypeError(f"'{text}' is not a latency: write e.g. 2s or 50ms (above 0, with its unit)")
     return text
 
 
@@ -140,7 +146,7 @@ def add_workload(s: argparse.ArgumentParser) -> None:
     g.add_argument("--tool-len", default="uniform:64-192",
                    help="tokens of the tool result each turn appends: a number, uniform:LOW-HIGH, normal:MEAN,SD "
                         "or file:PATH")
-    g.add_argument("--think-time", default="0s", help="an agent's pause between turns, e.g. 2s or uniform:1s-5s")
+    g.add_argument("--think-time", default="0s", help="an agent's pause between turns, e.g. 2s or uniform:1s-5s " + UNIT)
     g.add_argument("--max-context", type=POSITIVE_INT,
                    help="a session whose next turn would pass this many tokens ends (or is compacted: --on-cap) "
                         "(default: the server's slot context where it says, else none)")
@@ -157,7 +163,7 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
         g.add_argument("--slo", required=True,
                        help="the objectives every level must meet, e.g. ttft_p99=2s,agent_tps=30: ttft/tpot/itl/e2e "
                             "with _p50/_p90/_p95/_p99, agent_tps (tok/s each, at least), errors (share, e.g. 1%%), "
-                            "session_p90 (agent sessions)")
+                            "session_p90 (agent sessions); every latency with its unit: ms, s, m or h")
         g.add_argument("--concurrency", metavar="LOW:HIGH",
                        help="search the agents (closed loop) in this range (default 1:16)")
         g.add_argument("--rate", metavar="LOW:HIGH",
@@ -165,7 +171,7 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
         g.add_argument("--resolution", type=POSITIVE, default=0.1,
                        help="stop when the first failing level is within this share of the last passing one "
                             "(concurrency: or the next whole agent)")
-        g.add_argument("--budget", help="spend at most this long searching, e.g. 20m (default: no limit)")
+        g.add_argument("--budget", help="spend at most this long searching, e.g. 20m (default: no limit) " + UNIT)
     else:
         g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,8,16,32")
         g.add_argument("--rate", help="open-loop levels in requests/s, e.g. 0.5,1,2 (instead of --concurrency)")
@@ -177,16 +183,17 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
     g.add_argument("--max-concurrency", type=POSITIVE_INT, help="open loop: cap on requests in flight")
     g.add_argument("--requests", type=POSITIVE_INT, help="measured requests per level (default 32)")
     if not search:
-        g.add_argument("--duration", help="measure each level for this long instead, e.g. 60s")
+        g.add_argument("--duration", help="measure each level for this long instead, e.g. 60s " + UNIT)
     g.add_argument("--warmup", type=WARMUP,
                    help="uncounted full-length requests per level (default: one per slot); auto: rounds of them "
                         "until TTFT settles (a round's median within a fifth of the last's, at most 6 rounds)")
     if not search:
         g.add_argument("--repetitions", type=POSITIVE_INT, default=1, help="repeat each level; report median and CV")
-    g.add_argument("--timeout", default="600s", help="per-request timeout (default 600s)")
-    g.add_argument("--stall-timeout", default="60s", help="fail a request after this long without a byte")
+    g.add_argument("--timeout", default="600s", help="per-request timeout (default 600s) " + UNIT)
+    g.add_argument("--stall-timeout", default="60s", help="fail a request after this long without a byte " + UNIT)
     if not search:
-        g.add_argument("--slo", help="e.g. ttft_p99=2s,tpot=50ms: goodput and pass/fail per level")
+        g.add_argument("--slo", help="e.g. ttft_p99=2s,tpot=50ms: goodput and pass/fail per level; every latency with its unit: "
+                       "ms, s, m or h")
     g.add_argument("--max-error-rate", type=SHARE, default=0.1,
                    help="a level with a larger share of failed requests is failed, and the run exits 5 "
                         "(default 0.1)")
@@ -216,6 +223,6 @@ def add_output(s: argparse.ArgumentParser) -> None:
     g.add_argument("--guard-config", help="guard thresholds TOML (default: packaged, then the user config dir)")
     g.add_argument("--no-metrics", action="store_true", help="do not sample the server's /metrics")
     g.add_argument("--metrics-interval", default="5s",
-                   help="sample /metrics this often (default 5s; each sample costs the server a page: on 2 CPU "
+                   help="sample /metrics this often (default 5s, " + UNIT[1:-1] + "; each sample costs the server a page: on 2 CPU "
                         "cores one vLLM /metrics GET stalled every stream for 70-145 ms)")
     add_db(s)

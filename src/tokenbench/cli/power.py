@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 from ..power.choose import CHOICES
 from .common import seconds
+from .options import UNIT
 
 if TYPE_CHECKING:
     from ..hostagent.client import AgentClient
@@ -41,7 +42,7 @@ def add_power_options(p: argparse._ActionsContainer) -> None:
     p.add_argument("--agent-token-file", metavar="FILE", help="read the agent's token from this file")
     p.add_argument("--idle-power", metavar="DURATION",
                    help="measure the box idle this long before the run (e.g. 30s); each level then says its share "
-                        "above idle")
+                        "above idle " + UNIT)
 
 
 def agent_token(a: argparse.Namespace) -> str:
