@@ -60,18 +60,19 @@ def _rows(run: RunResult, place: Placing) -> list[Row]:
     m = run.manifest
     rows = run_rows(run, place.hardware or m.hardware or "", place.engine or m.engine or "",
                     place.model or m.model or "", (place.weights or m.weights or m.quant or "").upper(),
-                    (place.kv or m.kv or "").upper(), p99=True)
+                    (place.kv or m.kv or "").upper(), p99=True, flagged=True)
     if not rows:
-        raise UsageError(f"run {run.run_id} has no level published.csv holds (complete, unflagged pp/tg levels at "
-                         "concurrency 1, or serving levels with their lengths)")
+        raise UsageError(f"run {run.run_id} has no level published.csv holds (complete pp/tg levels at concurrency 1, "
+                         "or serving levels with their lengths)")
     return rows
 
 
 def _header(run: RunResult, rows: int, skipped: int) -> list[str]:
     m = run.manifest
     lines = [f"# tokenbench {__version__}: run {run.run_id} ({m.label or 'no label'}), {m.provenance or 'measured'}"
-             f", {rows} rows" + (f"; {skipped} flagged or unfinished level(s) left out, as calibrate leaves them"
-                                 if skipped else ""),
+             f", {rows} rows" + (f"; {skipped} level(s) it cannot hold left out (unfinished, or no lengths)"
+                                 if skipped else "") + "; a flagged level's rows name its flags, and calibrate --runs "
+             "leaves such levels out",
              f"# engine: {m.engine or 'unknown'} {m.engine_version or ''}".rstrip()]
     for key in ("machine", "server_host", "guard_before_run"):
         value = getattr(m, key)

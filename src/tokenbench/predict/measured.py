@@ -120,12 +120,14 @@ def steady_state(records: list[RequestRecord], concurrency: int) -> tuple[float 
 
 
 def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: str, kv: str,
-             requests: dict[int, list[RequestRecord]] | None = None, p99: bool = False) -> list[Row]:
+             requests: dict[int, list[RequestRecord]] | None = None, p99: bool = False,
+             flagged: bool = False) -> list[Row]:
     """A stored run's measurements as rows of this layout, so the user's own runs calibrate like published ones:
     pp/tg levels (depth runs, llama-bench imports) as prefill and decode rates at their depth; sweep levels as
     output throughput, median TTFT (``p99``: and its p99) and median TPOT at their concurrency and lengths. Flagged
     levels (unstable, dirty, cold context, client-bound, failed requests) are left out: they are not what the box
-    does. Where a level's ``requests`` are given (a measured run's, or a tool's per-request export), its TTFT median
+    does (``flagged``: kept, each row's note naming its level's flags, for an export that shows them). Where a
+    level's ``requests`` are given (a measured run's, or a tool's per-request export), its TTFT median
     is the steady state's (``steady_state``) and its note says how the answers' lengths varied."""
     label = str(run.manifest.label or run.run_id)
     ex = run.manifest.extra  # what llama-bench's import kept: its micro-batch and flash attention, read as rows' notes
@@ -152,19 +154,20 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
 
     for o in run.outcomes:
         s = o.summary
-        if o.status != "complete" or skip & set(s.flags):
+        if o.status != "complete" or (skip & set(s.flags) and not flagged):
             continue
         depth = s.depth or 0
+        flags = f"flags: {' '.join(s.flags)}" if flagged and s.flags else ""
         if isinstance(s, DepthLevel):
             if (s.concurrency or 1) > 1:  # a batch's total rate (llama-benchy's c2): no single-stream row
                 continue
             if s.test and s.test.startswith("pp") and s.test[2:].isdigit():
-                add(s.test, depth, 1, int(s.test[2:]), 0, "prefill_tps", s.pp_tps, "tok/s")
+                add(s.test, depth, 1, int(s.test[2:]), 0, "prefill_tps", s.pp_tps, "tok/s", flags)
             elif s.test and s.test.startswith("tg") and s.test[2:].isdigit():
-                add(s.test, depth, 1, 0, int(s.test[2:]), "decode_tps", s.tg_tps, "tok/s")
+                add(s.test, depth, 1, 0, int(s.test[2:]), "decode_tps", s.tg_tps, "tok/s", flags)
         elif isinstance(s, ServingLevel) and s.concurrency and s.input_tokens_mean and s.output_tokens_mean:
             inp, outp, c = round(s.input_tokens_mean), round(s.output_tokens_mean), s.concurrency
-            ttft, note = s.ttft_ms.p50, ""
+            ttft, note = s.ttft_ms.p50, flags
             if requests and requests.get(o.idx):
                 ttft, note = steady_state(requests[o.idx], c)
             add("serve", depth, c, inp, outp, "output_tps", s.output_throughput_tps, "tok/s", note)
