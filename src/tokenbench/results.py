@@ -86,6 +86,11 @@ class Manifest(Keyed):
     source_sha256: str | None = None
     format: str | None = None
     source: str | None = None
+    #: an import: the version of the tool that measured, as its file says; and where the tool's names for a figure
+    #: and tokenbench's differ, what each stored figure is in the tool's words (AIPerf's inter_token_latency is
+    #: tokenbench's TPOT), keyed by the level's key
+    tool_version: str | None = None
+    definitions: dict[str, Any] | None = None
     # a prediction's shape beyond box, model and formats: GPUs (tensor parallel), llama.cpp slots, micro-batch and
     # flash attention, speculative decoding (predict.runs.shape)
     shape: dict[str, Any] | None = None

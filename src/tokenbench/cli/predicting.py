@@ -102,6 +102,18 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
     from ..predict.specs import Catalog
 
     cal = load_calibration(a.calibration)
+    if a.calibration:  # the user's own calibration: each row before it (the packaged one) and after
+        from ..predict.accuracy import before_after, before_after_lines, before_after_table
+        from ..predict.calibration import Calibration
+
+        ba = before_after(Catalog.load(), Calibration.packaged(), cal, read_rows(Path(a.against)))
+        head, rows = before_after_table(ba)
+        print_table(console, head, rows, a.format)
+        for line in before_after_lines(ba):
+            console.print(line, markup=False, highlight=False)
+        if a.json:
+            emit_json(a.json, ba.to_json())
+        return 0
     rep = against(Catalog.load(), cal, read_rows(Path(a.against)))
     head, rows = tables.against_table(rep)
     print_table(console, head, rows, a.format)
@@ -390,7 +402,8 @@ def add_predict_parser(sub: Any) -> None:
     pp.add_argument("--draft-cost", type=POSITIVE, help="draft cost per token relative to the target (default: MTP 1/layers)")
     add_session_options(pp, "predict an agent's session turn by turn, with and without the prefix cache; N: "
                         "sessions in all (default one per agent, --concurrency)")
-    pp.add_argument("--against", help="predict every row of a file in the published.csv layout")
+    pp.add_argument("--against", help="predict every row of a file in the published.csv layout; with --calibration, "
+                    "each row before (the packaged calibration) and after (yours)")
     pp.add_argument("--calibration", help="efficiency TOML to use instead of the packaged one")
     pp.add_argument("--json", help="write the predictions to this JSON file; - for stdout")
     pp.add_argument("--save", metavar="LABEL", help="store the predictions as a run (provenance 'predicted')")
