@@ -126,7 +126,7 @@ async def _measure(job: dict[str, Any]) -> dict[str, Any]:
     # the send path: the lean one (http1.py) or aiohttp's; a tree from before the lean path has aiohttp's only
     lean = {"lean": job["lean"]} if hasattr(tc.StreamClient, "close") else {}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trace_configs=trace) as session:
-        client = tc.StreamClient(session=session, base_url=root + "/v1", model="emitter", stall_timeout_s=120, **lean)
+        client = tc.StreamClient(http=session, base_url=root + "/v1", model="emitter", stall_timeout_s=120, **lean)
         pool = None
         if workers == "auto":  # as a sweep's --workers auto: the cost of one send, measured here, sizes the pool
             from tokenbench.workers import ClientSpec, auto_workers, send_cost_us
@@ -380,7 +380,7 @@ def _auto_line(cores: int) -> str:
 
     parts = []
     for lean in (True, False):
-        client = StreamClient(session=None, base_url="http://127.0.0.1:9/v1",  # type: ignore[arg-type]
+        client = StreamClient(http=None, base_url="http://127.0.0.1:9/v1",  # type: ignore[arg-type]
                               model="emitter", lean=lean)
         us = asyncio.run(send_cost_us(ClientSpec.of(client, None)))
         if us is None:

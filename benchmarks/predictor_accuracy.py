@@ -18,9 +18,12 @@ calibration predicts it (in-sample).
 
     python benchmarks/predictor_accuracy.py [FILE.csv ...]     (default: the shipped src/tokenbench/data/published*.csv)
 
+Each setting also prints coverage per kind of row (predict/kind.py: backend, box class, one stream or under load,
+dense or MoE), the error measured as the band speaks of it (in percent of the prediction).
+
 Targets: leave-one-source-out decode <= 15%, prefill <= 20%, serving throughput <= 15%,
 TTFT <= 30%, the faster box right in >= 97% of pairs with a measured ratio >= 1.2; the split by time decode
-<= 15%, prefill <= 20%, TTFT <= 30%; band coverage within 10 points of 80% in both.
+<= 15%, prefill <= 20%, TTFT <= 30%; band coverage within 10 points of 80% in both, and in every kind of 10 rows or more.
 """
 
 from __future__ import annotations
@@ -110,6 +113,47 @@ def coverage_table(title: str, results: list[RowResult], targets: dict[str, floa
             by_backend.setdefault(f"{band_metric(r.row)} {r.backend}", []).append(abs(r.error_pct))
     print("per metric and backend (median abs error, n): "
           + "; ".join(f"{k} {statistics.median(v):.0f}% ({len(v)})" for k, v in sorted(by_backend.items())))
+    kind_table(results)
+
+
+#: A kind with at least this many held-out rows has its coverage held to BAND_QUANTILE ± KIND_SLACK; fewer say little.
+KIND_ROWS = 10
+KIND_SLACK = 0.10
+
+
+def kind_table(results: list[RowResult]) -> bool:
+    """Coverage per kind (backend, box class, operating point, model class: predict/kind.py), the share of its
+    held-out rows inside the band their prediction printed, against the level that band states: BAND_QUANTILE for a
+    kind's own band, at least BAND_QUANTILE for one it borrowed (bands.Band.borrowed: too few rows of its own). True
+    when every kind of KIND_ROWS rows or more covers within KIND_SLACK of it (a borrowed band: no more than
+    KIND_SLACK under it)."""
+    per: dict[str, list[RowResult]] = {}
+    for r in results:
+        if r.kind is not None and inside(r) is not None:
+            per.setdefault(r.kind.key, []).append(r)
+    print(f"\ncoverage per kind (kinds of {KIND_ROWS}+ rows are held to {BAND_QUANTILE - KIND_SLACK:.0%}-"
+          f"{BAND_QUANTILE + KIND_SLACK:.0%} where the band is the kind's own, to {BAND_QUANTILE - KIND_SLACK:.0%} "
+          "or more where it is borrowed):")
+    print("| kind | n | stated | inside its band | median abs error | median band | verdict |")
+    print("|---|---|---|---|---|---|---|")
+    ok = True
+    for key, rs in sorted(per.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        hit = sum(bool(inside(r)) for r in rs)
+        cov = hit / len(rs)
+        errs = [abs(r.deviation_pct or 0.0) for r in rs]
+        bands = [r.band.pct for r in rs if r.band is not None]
+        borrowed = sum(bool(r.band and r.band.borrowed) for r in rs) > len(rs) / 2
+        if len(rs) < KIND_ROWS:
+            verdict = "few rows"
+        elif cov >= BAND_QUANTILE - KIND_SLACK - 1e-9 and (borrowed or cov <= BAND_QUANTILE + KIND_SLACK + 1e-9):
+            verdict = "ok"
+        else:
+            verdict, ok = "MISS", False
+        stated = f">= {BAND_QUANTILE:.0%}" if borrowed else f"{BAND_QUANTILE:.0%}"
+        print(f"| {key} | {len(rs)} | {stated} | {cov:.0%} ({hit}/{len(rs)}) | {statistics.median(errs):.0f}% | "
+              f"±{statistics.median(bands):.0f}% | {verdict} |")
+    print(f"every kind of {KIND_ROWS}+ rows within its stated level: {'yes' if ok else 'NO'}")
+    return ok
 
 
 #: The current-build decode rows checked against their bands: llama.cpp's CUDA scoreboard tg128 of llama-2-7b Q4_0

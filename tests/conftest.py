@@ -143,6 +143,8 @@ SHARED: dict[str, Config] = {
     "transformers_tiny": Config("transformers", "tiny", ctx=2048),
     "vllm_tiny": Config("vllm", "tiny", parallel=4, ctx=8192),  # contexts of 5K tokens, prefilled fast
     "vllm_utf8": Config("vllm", "small-utf8", parallel=4, ctx=2048),  # held-back chunks, --max-num-seqs 4
+    # the trajectory replays beside AIPerf: four lanes and their subagents at once, calls of up to 4K tokens
+    "vllm_small_8": Config("vllm", "small", parallel=8, ctx=4096),
 }
 
 _models: ModelGuard | None = None
@@ -218,6 +220,11 @@ def vllm_tiny(serving: Servers) -> Serving:
 @pytest.fixture
 def vllm_utf8(serving: Servers) -> Serving:
     return _shared_server("vllm_utf8")
+
+
+@pytest.fixture
+def vllm_small_8(serving: Servers) -> Serving:
+    return _shared_server("vllm_small_8")
 
 
 def _servers_of(item: pytest.Item) -> list[str]:

@@ -119,7 +119,7 @@ def test_current_llamacpp_metric_names_are_read() -> None:
 
 async def _back_to_back(url: str, n: int, fresh: bool) -> list[RequestRecord]:
     async with aiohttp.ClientSession() as session:
-        client = StreamClient(session=session, base_url=url, model="emitter", fresh_connection=fresh)
+        client = StreamClient(http=session, base_url=url, model="emitter", fresh_connection=fresh)
         out = []
         for i in range(n):
             rec = RequestRecord(index=i)

@@ -64,7 +64,7 @@ def test_on_uvloop_the_lean_path_times_out_and_stalls(emitter: BackgroundEmitter
 def test_on_uvloop_a_refused_connection_is_recorded() -> None:
     async def send() -> RequestRecord:
         async with aiohttp.ClientSession() as session:
-            c = StreamClient(session=session, base_url="http://127.0.0.1:9/v1", model="m")
+            c = StreamClient(http=session, base_url="http://127.0.0.1:9/v1", model="m")
             try:
                 return await c.send(PreparedRequest("a", 2), RequestRecord(index=0))
             finally:
@@ -84,7 +84,7 @@ def test_on_uvloop_the_lean_emitter_serves_the_lean_client() -> None:
         server = await loop.create_server(lambda: LeanServer(config, stamps), "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         async with server, aiohttp.ClientSession() as session:
-            c = StreamClient(session=session, base_url=f"http://127.0.0.1:{port}/v1", model="emitter")
+            c = StreamClient(http=session, base_url=f"http://127.0.0.1:{port}/v1", model="emitter")
             try:
                 recs = []
                 for wave in range(2):  # the second wave on the first's pooled connections

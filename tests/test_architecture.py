@@ -117,6 +117,11 @@ def _runtime_imports(path: Path, name: str, modules: set[str]) -> set[str]:
                 n = n.rpartition(".")[0]
             if n and n != name:
                 out.add(n)
+                # importing pkg.mod runs pkg/__init__ first (unless the importer is inside pkg already)
+                parent = n.rpartition(".")[0]
+                while parent and parent in modules and not name.startswith(parent + "."):
+                    out.add(parent)
+                    parent = parent.rpartition(".")[0]
     return out
 
 
@@ -208,3 +213,33 @@ def test_no_module_is_over_500_lines() -> None:
     over = [f"{p.relative_to(SRC.parent)} ({n})" for p in sorted(SRC.rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > 500]
     assert not over, over
+
+
+def test_a_library_module_imports_a_name_from_where_it_is_defined() -> None:
+    """A name is imported from the module that defines it, never through a package that re-exports it: the import
+    line says where the name lives (a package's ``__init__`` may offer its names to users and tests)."""
+    mods = {_module(p): p for p in SRC.rglob("*.py")}
+
+    def defined(p: Path) -> set[str]:
+        out: set[str] = set()
+        for n in ast.parse(p.read_text()).body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(n.name)
+            elif isinstance(n, ast.Assign):
+                out |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+            elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+                out.add(n.target.id)
+        return out
+
+    bad = []
+    for name, path in mods.items():
+        pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level):
+                continue
+            base = ".".join(pkg[: len(pkg) - node.level + 1] + ([node.module] if node.module else []))
+            if base == name or base not in mods or mods[base].name != "__init__.py":
+                continue
+            bad += [f"{name} imports {a.name} through {base}" for a in node.names
+                    if f"{base}.{a.name}" not in mods and a.name not in defined(mods[base])]
+    assert not bad, bad

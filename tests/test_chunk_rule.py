@@ -17,7 +17,7 @@ from tokenbench.sweep_table import notes
 from tokenbench.records import RequestRecord
 from tokenbench.wire import parse_chunk, parse_event
 
-CLIENT = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]
+CLIENT = StreamClient(http=None, base_url="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]
 
 
 def _chat(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> dict[str, Any]:

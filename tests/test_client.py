@@ -21,7 +21,7 @@ MS = 1_000_000
 async def _send(url: str, api: str = "completions", max_tokens: int = 8, prompt: str = "a b c d",
                 counter: Any = None, **kw: Any) -> RequestRecord:
     async with aiohttp.ClientSession() as session:
-        client = StreamClient(session=session, base_url=url, model="emitter", api=api, counter=counter, **kw)  # type: ignore[arg-type]
+        client = StreamClient(http=session, base_url=url, model="emitter", api=api, counter=counter, **kw)  # type: ignore[arg-type]
         rec = RequestRecord(index=0)
         return await client.send(PreparedRequest(prompt, max_tokens, len(prompt.split())), rec)
 
@@ -153,7 +153,7 @@ def test_body_asks_for_usage_and_carries_extras(emitter: BackgroundEmitter) -> N
 def test_api_key_sent_as_bearer(emitter: BackgroundEmitter) -> None:
     async def go() -> dict[str, str]:
         async with aiohttp.ClientSession() as session:
-            c = StreamClient(session=session, base_url=emitter.url, model="emitter", api_key="sk-secret")
+            c = StreamClient(http=session, base_url=emitter.url, model="emitter", api_key="sk-secret")
             return c.headers()
 
     assert asyncio.run(go())["Authorization"] == "Bearer sk-secret"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.dataset import Item, load, measure
+from tokenbench.dataset import PromptItem, load, measure
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.errors import UsageError
 from tokenbench.store import Store
@@ -64,7 +64,7 @@ def test_chat_items_and_request_logs() -> None:
 
 
 def test_chat_items_need_the_chat_api(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match=r'chat\.jsonl:1: "messages" items are chat requests: run with --api chat'):
+    with pytest.raises(UsageError, match=r'chat\.jsonl:1: "messages" items are conversations: run with --api chat \(or messages, responses\)'):
         load(DATA / "chat.jsonl", "completions")
 
 
@@ -107,7 +107,7 @@ def test_measure_counts_each_text_alone() -> None:
         async def encode(self, text: str) -> list[int]:
             return list(range(len(text.split())))
 
-    item = Item(1, "chat", messages=load(DATA / "chat.jsonl", "chat").items[0].messages, reply="one two three")
+    item = PromptItem(1, "chat", messages=load(DATA / "chat.jsonl", "chat").items[0].messages, reply="one two three")
     assert asyncio.run(measure(item, Words())) == (5 + 4, 3)
 
 

@@ -20,7 +20,7 @@ from tokenbench.store import Store
 from tokenbench.engines.embedded import slot_context
 from tokenbench.kinds.lengths import LengthsKind
 from tokenbench.sweep import SweepConfig, run_sweep
-from tokenbench.workload import Workload
+from tokenbench.workload import WorkloadRecord
 
 
 # --- the grammar ----------------------------------------------------------------------------------------------
@@ -84,14 +84,14 @@ def test_the_same_seed_draws_the_same_lengths_and_another_seed_others() -> None:
     ins, outs = parse("uniform:32-96", "--input-len"), parse("normal:64,16", "--output-len")
 
     def lengths(seed: int) -> list[tuple[int, int]]:
-        w = Workload(64, 64, seed=seed, input_draw=ins, output_draw=outs)
+        w = WorkloadRecord(64, 64, seed=seed, input_draw=ins, output_draw=outs)
         return [w.request_lengths(i) for i in range(50)]
 
     assert lengths(1) == lengths(1)
     assert lengths(1) != lengths(2)
     assert len(set(lengths(1))) > 40  # each request its own draw
     # a fixed side stays fixed, and a fixed workload reads as it always has
-    w = Workload(24, 6, seed=1)
+    w = WorkloadRecord(24, 6, seed=1)
     assert {w.request_lengths(i) for i in range(10)} == {(24, 6)} and not w.varies
     assert set(w.to_dict()) == {"input_len", "output_len", "shape", "api", "prefix_len", "seed"}
 
@@ -143,7 +143,7 @@ def test_each_request_draws_and_fixes_its_own_lengths(emitter: BackgroundEmitter
     bodies = emitter.emitter.requests_seen[1:]  # after the check request
     assert len(recs) == len(bodies) == 13
     by_prompt = {b["prompt"]: b for b in bodies}
-    w = Workload(64, 16, seed=11, input_draw=parse("uniform:32-96", "--input-len"),
+    w = WorkloadRecord(64, 16, seed=11, input_draw=parse("uniform:32-96", "--input-len"),
                  output_draw=parse("uniform:8-24", "--output-len"))
     for r in recs:
         n_in, n_out = w.request_lengths(r.index)

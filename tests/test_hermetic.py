@@ -45,7 +45,8 @@ CLI_TESTS = [
 def _pytest(tests: list[str], env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     # this tree's sources first, whichever checkout the virtual environment was installed from
     path = os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env = {**os.environ, **env, "PYTHONPATH": path}
+    # the caller's own pytest options (PYTEST_ADDOPTS: another -q hides the count this reads) are not the tests'
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}, **env, "PYTHONPATH": path}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "--basetemp", str(tmp_path / "base"), *tests],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)

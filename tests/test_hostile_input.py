@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tokenbench.errors import UsageError
+
 from tokenbench.cli import main
 from tokenbench.cli.common import seconds
 from tokenbench.emitter import BackgroundEmitter
@@ -42,10 +44,13 @@ def test_bad_arguments_are_one_line_and_exit_2(argv: list[str], capsys: pytest.C
     assert "cannot reach" not in err  # refused before any work
 
 
-def test_a_bare_duration_is_seconds() -> None:
-    """`--duration 60` measured 60 ms and `--timeout 600` meant 0.6 s: a bare number is now seconds."""
-    assert seconds("60", "--duration") == 60.0 and seconds("600", "--timeout") == 600.0
-    assert seconds("500ms", "--timeout") == 0.5 and seconds("2m", "--duration") == 120.0
+def test_a_bare_duration_is_refused() -> None:
+    """`--duration 60` measured 60 ms and `--timeout 600` meant 0.6 s; then a bare number was seconds here and
+    milliseconds in an SLO. Every duration now takes its unit, and a bare one is refused in one line."""
+    for text in ("60", "600"):
+        with pytest.raises(UsageError, match=rf"--duration '{text}' has no unit: write {text}ms or {text}s"):
+            seconds(text, "--duration")
+    assert seconds("500ms", "--timeout") == 0.5 and seconds("2m", "--duration") == 120.0 and seconds("60s", "x") == 60
 
 
 def test_an_output_file_that_cannot_be_written_is_refused_first(tmp_path: Path,

@@ -20,7 +20,7 @@ from tokenbench.wire import MAX_EVENT_BYTES, WireError, parse_chunk, parse_event
 
 #: As test_wire.py: 10,000 in `make test`, fewer in `make test-fast`, TOKENBENCH_FUZZ_EXAMPLES outright.
 EXAMPLES = int(os.environ.get("TOKENBENCH_FUZZ_EXAMPLES") or fuzz_examples(10_000))
-CLIENT = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]
+CLIENT = StreamClient(http=None, base_url="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.integers(), st.floats(allow_nan=False),
                       st.text(max_size=4))

@@ -95,7 +95,7 @@ def test_the_lean_client_reads_the_lean_emitter_paced() -> None:
     """The two lean halves together: the stream's tokens, and a TTFT no shorter than the schedule's."""
     async def run(url: str) -> list[Any]:
         async with aiohttp.ClientSession() as session:
-            c = StreamClient(session=session, base_url=url, model="emitter", lean=True)
+            c = StreamClient(http=session, base_url=url, model="emitter", lean=True)
             try:
                 return [await c.send(PreparedRequest(f"q{i} x", 5, 2), RequestRecord(index=i)) for i in range(3)]
             finally:

@@ -98,9 +98,9 @@ def test_old_and_new_builds_are_never_one_constant(cat: Catalog) -> None:
 def test_a_band_widens_for_what_no_row_measured(cat: Catalog) -> None:
     cal = Calibration.packaged()
     args = (cat, cal, "nvidia-rtx-4090", "llama-3.1-8b", "Q4_K_M", "f16", "llama.cpp")
-    base = cal.band("llamacpp-cuda", "decode")
-    assert base is not None and not base.widened
     s = Setup.make(*args)
+    base = cal.kind_band(s.kind_of(1), "decode")
+    assert base is not None and not base.widened and not base.borrowed
     assert s.reach.years == 0 and s.band(cal, "decode") == base  # the data's own builds, depth and concurrency
     later = Setup.make(*args, era="2029")
     assert later.reach.years == 2029 - int(cal.newest_era("llamacpp-cuda")[-4:])
@@ -111,30 +111,31 @@ def test_a_band_widens_for_what_no_row_measured(cat: Catalog) -> None:
     assert cal.band("llamacpp-cuda", "decode", Extrapolation(years=4)).pct > wider.pct  # further, wider
 
 
-def test_a_band_widens_for_a_generation_or_a_year_of_builds_with_few_rows(cat: Catalog) -> None:
-    """Issue 21: "widen it for extrapolation: ... a hardware generation or backend with few rows". llama.cpp CUDA's
-    rows of sm_120 boxes are the scoreboard's three (6 rows: the RTX 5090 measured 31% above its prediction), and
-    its 2026 builds were measured on two boxes (the lent H100 and H200, 25% above the 2025-2026 constants)."""
+def test_a_kind_band_widens_for_a_thin_generation_not_a_thin_year(cat: Catalog) -> None:
+    """Issue 21 widened a band for a hardware generation or a year of builds with few rows (llama.cpp CUDA's sm_120
+    boxes: the scoreboard's three; its 2026 builds: two boxes). A band kept per kind of row (here consumer GPUs, one
+    stream, dense) still widens for the thin generation, which its held-out rows hardly hold (the RTX 5090
+    measured 20% above its prediction), but not for the thin year or the backend's few rows: on the shipped rows
+    held out, those terms over a kind's band covered 90-92% of rows stated to 80%. A calibration written before
+    bands per kind widens for all three as it did."""
     cal = Calibration.packaged()
     reach = cal.reach["llamacpp-cuda"]
     assert reach["arch_sm_120"] < FEW_ROWS <= reach["arch_sm_89"]
     assert reach["boxes_2026"] < ERA_MIN_BOXES <= reach["boxes_2025"]
     args = ("llama-2-7b", "Q4_0", "f16", "llama.cpp")
-    base = cal.band("llamacpp-cuda", "decode")
-    assert base is not None
     ada = Setup.make(cat, cal, "nvidia-rtx-4090", *args).band(cal, "decode")
-    assert ada == base  # many rows of its generation, the era's builds as a whole
     blackwell = Setup.make(cat, cal, "nvidia-rtx-5090", *args).band(cal, "decode")
-    assert blackwell is not None and blackwell.pct > base.pct
-    assert blackwell.widened == (f"{reach['arch_sm_120']} rows of sm_120 boxes",)
-    assert Setup.make(cat, cal, "nvidia-rtx-4090", *args, era="2025").band(cal, "decode") == base
-    new = Setup.make(cat, cal, "nvidia-rtx-4090", *args, era="2026").band(cal, "decode")
+    assert ada is not None and not ada.borrowed and not ada.widened
+    assert blackwell is not None and blackwell.widened == (f"{reach['arch_sm_120']} rows of sm_120 boxes",)
+    assert Setup.make(cat, cal, "nvidia-rtx-4090", *args, era="2026").band(cal, "decode") == ada
+    old = Calibration.from_toml("\n\n".join(part for part in cal.to_toml().split("\n\n")
+                                          if not part.startswith("[kinds.")))
+    base = old.band("llamacpp-cuda", "decode")
+    assert base is not None and not old.kind_bands
+    blackwell = Setup.make(cat, old, "nvidia-rtx-5090", *args).band(old, "decode")
+    assert blackwell is not None and blackwell.widened == (f"{reach['arch_sm_120']} rows of sm_120 boxes",)
+    new = Setup.make(cat, old, "nvidia-rtx-4090", *args, era="2026").band(old, "decode")
     assert new is not None and new.widened == (f"2026 builds measured on {reach['boxes_2026']} box(es)",)
-    assert new.pct == pytest.approx(blackwell.pct)  # the same term: a thin slice of the data
-    # the counts travel in the calibration file; one written before they existed widens for neither
-    old = Calibration.from_toml("\n".join(line for line in cal.to_toml().splitlines()
-                                          if not line.startswith(("arch_", "boxes_"))))
-    assert Setup.make(cat, old, "nvidia-rtx-5090", *args, era="2026").band(old, "decode") == base
 
 
 def test_reach_is_the_context_a_row_attended_to(cat: Catalog) -> None:

@@ -242,7 +242,7 @@ def test_a_stored_prediction_keeps_its_shape_and_its_uncalibrated_mark(tmp_path:
     shape = json.loads(out.read_text())["manifest"]["shape"]
     assert shape["gpus"] == 2 and shape["speculation"] == {"tokens": 2, "acceptance": 0.7, "draft_cost": 0.05}
     live = capsys.readouterr().out
-    assert "the bands are plain decoding's" in " ".join(live.split())
+    assert "bands widen by its gain" in " ".join(live.split())
     assert main(["show", "tp", "--db", db]) == 0
     shown = capsys.readouterr().out
     # the same headline as predict printed: two GPUs and speculation, never "on nvidia-h100-sxm" alone
@@ -251,7 +251,7 @@ def test_a_stored_prediction_keeps_its_shape_and_its_uncalibrated_mark(tmp_path:
         assert "speculative decoding, 2 tokens at acceptance 0.7" in " ".join(text.split())
         # and the bands predict printed under its table: a stored estimate without them read as exact
         assert "bands: 80% of held-out rows of vllm-cuda measured within" in " ".join(text.split())
-        assert "the bands are plain decoding's" in " ".join(text.split())
+        assert "bands widen by its gain" in " ".join(text.split())
     # an UNCALIBRATED prediction has no estimate predict would show (only ceilings): none is stored to be compared
     assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--engine", "ollama",
                  "--weights", "Q4_K_M", "--concurrency", "1,4", "--save", "ol", "--db", db]) == 2

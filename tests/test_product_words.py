@@ -35,26 +35,6 @@ PROCESS = re.compile(r"\blent\s+(GPU|machine|H100|H200|session|16-core)|\b(a|the
                      r"\bthe task's\b|\bCEO\b|\bissue tracker\b|\bthe lead\b|\.\./shared|shared/GPU\.md|\bDESIGN\.md\b",
                      re.I)
 
-#: Lines in the files another change is rewriting (the sweep and workers plug-ins; the compare, output, client
-#: and metrics packages): to be reworded there. Each entry is the file the line was in and a piece of the line; a
-#: piece is allowed in any file, so the line may move with its module. Delete the list once they are clean.
-TO_BE_REWORDED = [
-    ("src/tokenbench/compare.py", "# --- agent sessions (issue 25)"),
-    ("src/tokenbench/compare.py", "# --- capacity under an SLO (issue 22)"),
-    ("src/tokenbench/http1.py", "Why it exists (issue 24)"),
-    ("src/tokenbench/metrics.py", "Definitions follow DESIGN.md"),
-    ("src/tokenbench/metrics.py", "(DESIGN.md: extend, never rename)"),
-    ("src/tokenbench/metrics.py", "that leaves (issue 12)"),
-    ("src/tokenbench/loadgen.py", "(issue 13: 41-128 ms at 512 streams)"),
-    ("src/tokenbench/wire.py", "a quarter of the decode (issue 24)"),
-    ("src/tokenbench/wire.py", "The chunk rule (DESIGN.md,"),
-    ("src/tokenbench/wire.py", "issue 23), as ``vllm bench serve`` counts chunks"),
-    ("src/tokenbench/workers/__init__.py", "behind the earlier ones (issue 13)"),
-    ("src/tokenbench/workers/split.py", "(2.5 µs a chunk, issue 13)"),
-    ("src/tokenbench/workers/split.py", "for a wave of re-sends (issue 24)"),
-]
-
-
 def offences(path: Path) -> list[tuple[int, str]]:
     out = []
     for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
@@ -62,10 +42,6 @@ def offences(path: Path) -> list[tuple[int, str]]:
         if issue or PROCESS.search(line):
             out.append((n, line.strip()))
     return out
-
-
-def allowed(rel: str, line: str) -> bool:
-    return rel.startswith("src/") and any(piece in line for _, piece in TO_BE_REWORDED)
 
 
 def test_the_scan_covers_the_product() -> None:
@@ -77,7 +53,7 @@ def test_the_scan_covers_the_product() -> None:
 @pytest.mark.parametrize("path", SCANNED, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_no_issue_numbers_or_process_words(path: Path) -> None:
     rel = path.relative_to(ROOT).as_posix()
-    found = [f"{rel}:{n}: {line}" for n, line in offences(path) if not allowed(rel, line)]
+    found = [f"{rel}:{n}: {line}" for n, line in offences(path)]
     assert not found, "say the reason, not where it was asked:\n" + "\n".join(found)
 
 

@@ -17,7 +17,8 @@ import pytest
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
-from tokenbench.sweep import QuietReporter, SweepConfig, run_sweep
+from tokenbench.progress import QuietReporter
+from tokenbench.sweep import SweepConfig, run_sweep
 from tokenbench.kinds.lengths import LengthsKind
 
 if os.environ.get("TOKENBENCH_REQUIRE_ENGINES"):  # CI installs the ray extra: missing is a failure there
@@ -130,7 +131,7 @@ def test_a_ray_actor_on_uvloop_measures_on_the_lean_path(cluster: Any, tmp_path:
 
             loop = type(asyncio.get_running_loop()).__module__
             async with aiohttp.ClientSession() as session:
-                c = StreamClient(session=session, base_url=url, model="emitter")
+                c = StreamClient(http=session, base_url=url, model="emitter")
                 try:
                     recs = [await c.send(PreparedRequest("a b c", 5), RequestRecord(index=i)) for i in range(3)]
                 finally:

@@ -358,7 +358,7 @@ def test_dataset_and_drawn_lengths_come_back_exactly_from_vllm(vllm_utf8: Servin
     - ShareGPT on the chat API: completion_tokens is the token count of the item's first reply;
     - --input-len uniform:32-96 --output-len uniform:8-24: each request gets exactly the lengths it drew."""
     from tokenbench.dataset import load
-    from tokenbench.workload import LocalTokenizer, Workload
+    from tokenbench.workload import LocalTokenizer, WorkloadRecord
     from tokenbench.draws import parse as parse_draw
 
     server, model = vllm_utf8
@@ -399,7 +399,7 @@ def test_dataset_and_drawn_lengths_come_back_exactly_from_vllm(vllm_utf8: Servin
     # drawn lengths: each request's own, exactly
     doc, recs = records(["--input-len", "uniform:32-96", "--output-len", "uniform:8-24", "--concurrency", "1,4",
                          "--requests", "12"])
-    w = Workload(64, 16, seed=4, input_draw=parse_draw("uniform:32-96", "--input-len"),
+    w = WorkloadRecord(64, 16, seed=4, input_draw=parse_draw("uniform:32-96", "--input-len"),
                  output_draw=parse_draw("uniform:8-24", "--output-len"))
     assert len(recs) == 1 + 12 + 4 + 12
     for r in recs:

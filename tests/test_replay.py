@@ -23,6 +23,7 @@ from tokenbench.sweep import SweepConfig, run_sweep
 from tokenbench.trajectories.load import load_trajectories
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "trajectories"
+AGENTS = EXAMPLES / "agents"
 NS = 1e9
 
 
@@ -229,3 +230,108 @@ def test_the_replay_view_counts_trees_subagents_and_overflows() -> None:
     assert r.agent_tps_p90 == pytest.approx(10.0)  # 10 tokens in 1 s each
     assert [(b.low, b.high, b.calls) for b in r.by_context] == [(0, 256, 5), (256, 512, 1)]
     assert r.by_context[0].uncached_tokens_mean == 40
+
+
+# ---- capacity over a replay, at per-agent speed tiers -----------------------------------------------------------
+
+def test_capacity_over_a_replay_answers_at_each_speed_tier(emitter: BackgroundEmitter, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server whose streams slow as more generate at once: 90% of calls at 60 tok/s holds for fewer agents than
+    at 20 tok/s, and each tier is a search of its own, stored."""
+    monkeypatch.setenv("COLUMNS", "80")
+    emitter.configure(itl_s=0.004, itl_per_stream_s=0.006)
+    tree = [call(k, 4 * (k + 2), 12, list(range(1, k + 3))) for k in range(4)]
+    out = tmp_path / "cap.json"
+    code = main(["capacity", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "2",
+                 "--trace", str(weka(tmp_path, [tree] * 8)), "--max-think", "0s", "--concurrency", "1:8",
+                 "--slo", "errors=10%", "--tiers", "20,60", "--requests", "16", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    tiers = json.loads(out.read_text())["tiers"]
+    found = {t["tok_s"]: t["capacity"]["capacity"] for t in tiers}
+    assert found[60] is not None and found[20] is not None and found[60] < found[20], found
+    assert all(t["manifest"]["workload"]["kind"] == "replay" for t in tiers)
+    flat = " ".join(text.split())
+    assert f"at 60 tok/s each: this box serves {found[60]} agents" in flat
+    assert "at 20 tok/s each: this box serves" in flat and f"{found[20]} agents" in flat
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_a_request_trace_and_a_timed_replay_have_no_load_to_search(emitter: BackgroundEmitter, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    mooncake = tmp_path / "m.jsonl"
+    mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 8, "output_length": 2}) + "\n")
+    for argv, said in ((["--trace", str(mooncake)], "no load to search"),
+                       (["--trace", str(EXAMPLES / "session-log.jsonl"), "--trace-speed", "2"], "search lanes")):
+        assert main(["capacity", "--url", emitter.url, "--slo", "ttft_p90=1s", "--quiet", *argv]) == 2
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_slo_reads_a_share_of_requests_at_a_speed() -> None:
+    from tokenbench.slo import SLO, assess
+    from tokenbench.levels import ServingLevel
+
+    slo = SLO.parse("agent_tps_p90=20")
+    assert slo.agent_tps_pct == {"p90": 20.0} and slo.decides_levels
+    fast = [_rec(0) for _ in range(40)]  # 10 tokens a second each
+    for r in fast[:30]:
+        r.output_tokens = 30
+    (check,) = [c for c in assess(ServingLevel(), fast, slo) if c.name == "agent_tps_p90"]
+    assert not check.met and check.over == 10 and check.value == pytest.approx(10.0)
+    for bad in ("agent_tps_p90=0", "agent_tps_p91=20", "agent_tps_p90=fast"):
+        with pytest.raises(ValueError):
+            SLO.parse(bad)
+
+
+def test_each_tree_names_its_session_to_the_server(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """X-Session-ID, as MLCommons' agentic benchmark sends it: one per tree replayed, a subagent one of its own, the
+    same on every call of a session."""
+    replay(emitter.url, EXAMPLES / "weka-claude-code.json", tmp_path, max_think_s=0.0, concurrency=[1])
+    ids = [h.get("X-Session-ID") for h in emitter.emitter.headers_seen[1:]]  # the check request has none
+    assert all(ids) and len(set(ids)) == 3  # the session and its two subagents
+
+
+def test_sessions_and_replays_speak_the_messages_api(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    res, recs = replay(emitter.url, EXAMPLES / "mlcommons-agentic.jsonl", tmp_path, api="messages",
+                       max_think_s=0.0, concurrency=[1])
+    assert res.status == "complete" and len(measured(recs)) > 3
+    sent = [b for b in emitter.emitter.requests_seen if "messages" in b and b.get("tools")]
+    assert sent and all("system" in b or b["messages"][0]["role"] != "system" for b in sent)
+
+
+def test_two_replays_compare_as_replays(emitter: BackgroundEmitter, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """compare reads two replays by their trees, cache and TTFT by context, not turn by turn as synthetic sessions
+    (a call's place in one recording says nothing of its place in another)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    for label, ttft in (("fast", 0.001), ("slow", 0.01)):
+        emitter.configure(ttft_s=ttft)
+        assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "1",
+                     "--trace", str(AGENTS), "--trace-scale", "16", "--max-think", "0s", "--concurrency", "2",
+                     "--requests", "20", "--label", label]) == 0
+    capsys.readouterr()
+    assert main(["compare", "fast", "slow", "--json", str(tmp_path / "c.json")]) == 0
+    out = capsys.readouterr().out
+    assert "replays of recorded agents" in out and "TTFT by the context a call sent" in out and "busted" not in out
+    doc = json.loads((tmp_path / "c.json").read_text())
+    rows = {r["label"]: r for r in doc["replays"]["blocks"][0]["rows"]}
+    assert rows["TTFT p50"]["ratio"] < 0.5 and max(len(line) for line in out.splitlines()) <= 80
+    mooncake = tmp_path / "m.jsonl"
+    mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 8, "output_length": 2}) + "\n")
+    assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--concurrency", "2",
+                 "--requests", "4", "--input-len", "8", "--output-len", "4", "--label", "plain"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "fast", "plain"]) == 2
+    assert "compare replays with replays" in capsys.readouterr().err
+
+
+def test_the_report_reads_a_replay_as_one(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "1",
+                 "--trace", str(AGENTS), "--trace-scale", "16", "--max-think", "0s", "--concurrency", "2",
+                 "--requests", "12", "--label", "agents"]) == 0
+    assert main(["report", "agents", "--md", str(tmp_path / "B.md")]) == 0
+    text = (tmp_path / "B.md").read_text()
+    assert "### Recorded agents, replayed" in text and "trees finished" in text and "TTFT by the context" in text
+    assert "### Agent sessions" not in text and "workload: replay of" in text

@@ -33,6 +33,7 @@ from tokenbench.distribution import Distribution
 from tokenbench.levels import LEVEL_KEYS, ClientReport, SessionStats, Telemetry, TurnPoint
 from tokenbench.quality.items import Item
 from tokenbench.replay_stats import ContextBin, ReplayStats
+from tokenbench.steady import Plateau, Waves, WaveSize
 from tokenbench.results import Manifest
 from tokenbench.slo import SloCheck
 
@@ -137,9 +138,24 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
                  "guidellm_benchmarks.json"):
         r.load(["import", str(DATA / name), "--label", f"import-{name}"])
         r.show(f"import {name}", f"import-{name}")
+    for name in IMPORTED:
+        r.load(["import", str(DATA / name), "--label", f"import-{_shape(name)}"])
+        r.show(f"import {_shape(name)}", f"import-{_shape(name)}")
     r.load(["import", str(ROOT / "src" / "tokenbench" / "data" / "published.csv"), "--label", "pub"])
     r.show("import published.csv", "pub/a30/gpt-oss-20b/Q4_K_M")
     return r.docs
+
+
+#: Other tools' outputs (tests/data/README.md): each import's shape, per-request ones with their requests.
+IMPORTED = ("aiperf/profile_export_aiperf.json", "aiperf/profile_export.jsonl", "vllm_serve_detailed.json",
+            "inference_perf/per_request_lifecycle_metrics.json", "llama_benchy.json", "llama_benchy.csv",
+            "llama_benchy.md", "inferencex_agg.json")
+
+
+
+def _shape(name: str) -> str:
+    """An imported file's shape name (its path in tests/data, without the folder's slash)."""
+    return name.replace("/", " ")
 
 
 SHAPES = ["sweep", "sweep, show --json", "open loop, repeated", "two workers", "sessions", "sessions, show --json",
@@ -148,7 +164,7 @@ SHAPES = ["sweep", "sweep, show --json", "open loop, repeated", "two workers", "
           "predict", "predict, show --json", "predict --test depth", "predict --sessions",
           "predict --sessions, show --json", "import vllm_serve_result.json", "import llama_bench.json",
           "import llama_bench.jsonl", "import llama_bench.csv", "import guidellm_benchmarks.json",
-          "import published.csv"]
+          "import published.csv", *(f"import {_shape(n)}" for n in IMPORTED)]
 
 
 def test_the_schema_is_valid_json_schema_and_ships_with_the_package() -> None:
@@ -182,6 +198,8 @@ def test_the_shapes_carry_what_the_schema_describes(runs: dict[str, dict[str, An
     assert runs["capacity"]["capacity"]["levels"] and runs["quality knob"]["knob"]["effects"]
     assert runs["quality"]["items"] and runs["coldstart"]["boots"] and runs["predict"]["band_pct"]
     assert runs["predict --sessions"]["tables"]
+    assert runs["import aiperf profile_export.jsonl"]["manifest"]["definitions"]["tpot_ms"]
+    assert runs["import llama_benchy.json"]["manifest"]["tool_version"] == "0.4.0"
 
 
 # --- the schema bites ------------------------------------------------------------------------------------------
@@ -282,6 +300,9 @@ def test_each_typed_object_has_its_classes_keys() -> None:
     assert set(d["turn"]["properties"]) == _field_names(TurnPoint) | {"decode_tps"}
     assert set(d["replay"]["properties"]) == _field_names(ReplayStats)
     assert set(d["context_bin"]["properties"]) == _field_names(ContextBin)
+    assert set(d["plateau"]["properties"]) == _field_names(Plateau) | {"duration_s"}
+    assert set(d["waves"]["properties"]) == _field_names(Waves)
+    assert set(d["waves"]["properties"]["by_size"]["items"]["properties"]) == _field_names(WaveSize)
     assert set(d["item"]["properties"]) == _field_names(Item) - {"prompt"}
 
 

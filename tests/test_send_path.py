@@ -40,7 +40,7 @@ json_value = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.
 def test_a_templated_body_is_the_body_json_dumps_writes(prompts: list[str], max_tokens: int, api: Any,
                                                         temperature: float | None, extras: dict[str, Any],
                                                         own: dict[str, Any], replaced: dict[str, Any]) -> None:
-    c = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m", api=api,  # type: ignore[arg-type]
+    c = StreamClient(http=None, base_url="http://127.0.0.1:9/v1", model="m", api=api,  # type: ignore[arg-type]
                      temperature=temperature, body_extras=extras)
     for body_extras, t in ((extras, temperature), (replaced, temperature), (replaced, 0.0)):
         c.body_extras = body_extras  # a sweep replaces the extras between the preflight and the levels
@@ -208,7 +208,7 @@ async def _both(url: str, **kw: Any) -> list[RequestRecord]:
     out = []
     async with aiohttp.ClientSession() as session:
         for lean in (False, True):
-            c = StreamClient(session=session, base_url=url, model="emitter", lean=lean, **kw)
+            c = StreamClient(http=session, base_url=url, model="emitter", lean=lean, **kw)
             try:
                 for i in range(2):  # the second on the pooled connection
                     rec = RequestRecord(index=i)
@@ -248,11 +248,11 @@ def test_the_lean_path_times_out_and_stalls_as_the_old_one(emitter: BackgroundEm
 
 
 def test_an_https_url_or_an_unwritable_header_stays_on_aiohttp() -> None:
-    c = StreamClient(session=None, base_url="https://example.invalid/v1", model="m")  # type: ignore[arg-type]
+    c = StreamClient(http=None, base_url="https://example.invalid/v1", model="m")  # type: ignore[arg-type]
     assert c._lean_path() is None
-    c = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m", api_key="clé\u2603")  # type: ignore[arg-type]
+    c = StreamClient(http=None, base_url="http://127.0.0.1:9/v1", model="m", api_key="clé\u2603")  # type: ignore[arg-type]
     assert c._lean_path() is None and not c.lean
-    c = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m", api_key="k")  # type: ignore[arg-type]
+    c = StreamClient(http=None, base_url="http://127.0.0.1:9/v1", model="m", api_key="k")  # type: ignore[arg-type]
     assert c._lean_path() is not None
 
 

@@ -281,14 +281,18 @@ def test_cost_cli_prices_sessions_in_80_columns(db: Path, narrow: None, capsys: 
 
 def test_recommend_takes_a_session_run_at_its_warm_level(db: Path) -> None:
     """The busted level is the no-cache baseline, not how the box serves; it has the longer prompts (its marker),
-    so the longest-prompt rule picked it."""
+    so the longest-prompt rule picked it. A session run stands only for sessions: on requests of fixed length it is
+    out, said why."""
+    from tokenbench.predict.session import SessionShape
     from tokenbench.recommend import Workload, measured
 
     store = Store(db)
     warm = session_level(4, "warm")
     _store(store, "marked", [warm, session_level(4, "busted", extra_context=8)], price_per_hour=1.0)
+    (c,) = measured([load_result(store, "marked")], Workload("m", 4, 4096, 100, sessions=SessionShape()), {})
+    assert c.throughput == pytest.approx(warm.output_throughput_tps) and c.capacity == 4 and not c.excluded
     (c,) = measured([load_result(store, "marked")], Workload("m", 4, 4096, 100), {})
-    assert c.throughput == pytest.approx(warm.output_throughput_tps)
+    assert c.excluded == "an agent-session run: rank it on sessions (recommend --sessions)"
 
 
 # --- report -----------------------------------------------------------------------------------------------

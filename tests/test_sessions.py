@@ -129,7 +129,7 @@ def test_think_time_paces_each_session(emitter: BackgroundEmitter, tmp_path: Pat
 @pytest.mark.parametrize("extra, says", [
     (["--rate", "2"], "drop --rate"),
     (["--requests", "5"], "drop --requests"),
-    (["--api", "completions"], "chat conversations"),
+    (["--api", "completions"], "sends conversations: drop --api completions"),
     (["--concurrency", "4"], "at least as many sessions as agents"),
     (["--workers", "2"], "one process"),
     (["--tool-len", "uniform:9-3"], "the wrong way round"),

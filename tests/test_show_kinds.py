@@ -186,7 +186,7 @@ def test_catalog_and_fit_write_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["models", "--json", "-"]) == 0
     assert any(e["id"] == "llama-3.1-8b" for e in json.loads(capsys.readouterr().out)["entries"])
     assert main(["fit", "--hardware", "nvidia-rtx-4080", "--model", "llama-3.1-8b", "--weights", "F16",
-                 "--context", "8192", "--json", "-"]) == 0
+                 "--engine", "llama.cpp", "--context", "8192", "--json", "-"]) == 0
     f = json.loads(capsys.readouterr().out)
     assert f["unit"] == "GiB" and f["usable_gb"] == 16.0
     assert f["fits"] == (f["total_gb"] <= f["usable_gb"]) and 0 < f["max_context"] < 8192

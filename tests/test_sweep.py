@@ -224,7 +224,7 @@ def test_no_collection_of_the_whole_heap_stops_a_timed_phase(emitter: Background
 
     from tokenbench import loadgen
     from tokenbench.loadgen import LOOP_STALL_MS, ClientWatch, Level, still_heap
-    from tokenbench.sweep import QuietReporter
+    from tokenbench.progress import QuietReporter
 
     held = [[i] for i in range(50_000)]  # a caller's long-lived objects
     frozen_at_each_request: list[int] = []

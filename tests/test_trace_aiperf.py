@@ -28,7 +28,7 @@ from tokenbench.cli import main
 from tokenbench.engines import aiperf_env, tiny
 from tokenbench.engines.launch import RunningEngine
 from tokenbench.store import Store
-from tokenbench.telemetry import parse
+from tokenbench.prometheus import parse
 from tokenbench.trace import load_trace
 
 pytestmark = pytest.mark.engine

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from conftest import fuzz_examples
 from tokenbench.errors import UsageError
-from tokenbench.trajectories import (TRACE_FORMATS, Call, TrajectorySet, detect_format, is_trajectory_file,
-                                     load_trajectories)
+from tokenbench.trajectories.load import detect_format, is_trajectory_file, load_trajectories
+from tokenbench.trajectories.model import TRACE_FORMATS, Call, TrajectorySet
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "trajectories"
 WEKA = EXAMPLES / "weka-claude-code.json"

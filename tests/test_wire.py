@@ -42,7 +42,7 @@ def _stream(events: list[Any], done: bool = True) -> bytes:
     return out + (b"data: [DONE]\n\n" if done else b"")
 
 
-CLIENT = StreamClient(session=None, base_url="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]
+CLIENT = StreamClient(http=None, base_url="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]
 
 
 def decode(data: bytes, chat: bool = False, cuts: list[int] | None = None) -> RequestRecord:
@@ -255,7 +255,7 @@ def test_max_error_rate_out_of_range_is_refused(bad: str, capsys: pytest.Capture
      "# TYPE h histogram\n", 'h_bucket{le="1"} 2\n', "h_sum 3\n", "1e999", "-", "\\"]), max_size=30).map("".join))
 def test_a_metrics_page_is_numbers_or_a_value_error(text: str) -> None:
     """A /metrics page a hostile server makes up: finite numbers, or ValueError (the sampler's 'not metrics')."""
-    from tokenbench.telemetry import parse
+    from tokenbench.prometheus import parse
 
     try:
         out = parse(text)

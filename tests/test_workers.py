@@ -23,7 +23,8 @@ from tokenbench.emitter import BackgroundEmitter
 from tokenbench.loadgen import Level
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
-from tokenbench.sweep import QuietReporter, SweepConfig, run_sweep
+from tokenbench.progress import QuietReporter
+from tokenbench.sweep import SweepConfig, run_sweep
 from tokenbench.kinds.lengths import LengthsKind
 from tokenbench.workers import (SEND_QUEUE_GOAL_MS, auto_workers, send_weights, split_level, wave_queue_p90_ms,
                                 worker_shares, workers_for_sends)
@@ -227,7 +228,7 @@ def test_a_worker_builds_the_client_the_driver_has() -> None:
     from tokenbench.client import StreamClient
     from tokenbench.workers import ClientSpec
 
-    c = StreamClient(session=None, base_url="http://h:1/v1", model="m", api="chat", api_key="k",  # type: ignore[arg-type]
+    c = StreamClient(http=None, base_url="http://h:1/v1", model="m", api="chat", api_key="k",  # type: ignore[arg-type]
                      temperature=0.7, body_extras={"ignore_eos": True}, timeout_s=9, stall_timeout_s=3,
                      one_token_per_chunk=True, fresh_connection=True, lean=False)
     w = ClientSpec.of(c, None).build(None)  # type: ignore[arg-type]
@@ -312,7 +313,7 @@ def test_a_pool_gives_a_worker_whose_sends_queue_fewer_streams_and_measures_them
     from tokenbench.workers import ClientSpec, WorkerPool
 
     async def go(url: str) -> tuple[Any, list[float | None]]:
-        spec = ClientSpec.of(StreamClient(session=None, base_url=url, model="emitter"), None)  # type: ignore[arg-type]
+        spec = ClientSpec.of(StreamClient(http=None, base_url=url, model="emitter"), None)  # type: ignore[arg-type]
         pool = await WorkerPool.local(spec, 2)
         try:
             pool.members[0].send_queue_ms, pool.members[1].send_queue_ms = 0.02, 0.06  # as a last phase measured
@@ -385,7 +386,7 @@ def test_the_send_cost_is_measured_on_the_path_the_run_sends_by() -> None:
     from tokenbench.workers.send_cost import sink_spec
 
     def spec(url: str, lean: bool = True) -> ClientSpec:
-        return ClientSpec.of(StreamClient(session=None, base_url=url, model="m", api_key="k",  # type: ignore[arg-type]
+        return ClientSpec.of(StreamClient(http=None, base_url=url, model="m", api_key="k",  # type: ignore[arg-type]
                                           lean=lean, fresh_connection=True), "tok")
 
     sink = "http://127.0.0.1:1/v1"

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from .records import RequestRecord
-from .transport import REPLAY_BYTES, Stream, error_message
+from .transport import REPLAY_BYTES, Stream, error_message, merged_headers
 
 if TYPE_CHECKING:
     from .decoder import StreamDecoder
 
 
-async def _stamp_written(session: aiohttp.ClientSession, ctx: Any, params: Any) -> None:
+async def _stamp_written(http: aiohttp.ClientSession, ctx: Any, params: Any) -> None:
     record = ctx.trace_request_ctx
     if isinstance(record, RequestRecord):  # the last chunk of the body wins: the request is on the wire
         record.written_ns = time.perf_counter_ns()
@@ -30,7 +30,7 @@ async def _stamp_written(session: aiohttp.ClientSession, ctx: Any, params: Any) 
 def trace_config() -> aiohttp.TraceConfig:
     """Stamps when each request's body is handed to the socket, so the time a request waited in the client
     (building it, a busy event loop, the connection pool) is reported apart from the server's TTFT
-    (``send_queue_ms``). A session measuring requests is made with ``trace_configs=[trace_config()]``."""
+    (``send_queue_ms``). An HTTP session measuring requests is made with ``trace_configs=[trace_config()]``."""
     tc = aiohttp.TraceConfig()
     tc.on_request_chunk_sent.append(_stamp_written)
     return tc
@@ -40,23 +40,26 @@ class AiohttpTransport:
     """``transport.Transport`` through an aiohttp session: made for one send (its headers as the client has them
     then); the session is its owner's."""
 
-    __slots__ = ("session", "url", "headers", "timeout_s", "stall_timeout_s")
+    __slots__ = ("http", "url", "headers", "timeout_s", "stall_timeout_s")
 
-    def __init__(self, session: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout_s: float,
+    def __init__(self, http: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout_s: float,
                  stall_timeout_s: float) -> None:
-        self.session, self.url, self.headers = session, url, headers
+        self.http, self.url, self.headers = http, url, headers
         self.timeout_s, self.stall_timeout_s = timeout_s, stall_timeout_s
 
     async def close(self) -> None:
         pass
 
-    async def send(self, payload: bytes, decoder: StreamDecoder, fresh: bool) -> tuple[bool, Stream | None]:
+    async def send(self, payload: bytes, decoder: StreamDecoder, fresh: bool,
+                   headers: dict[str, str] | None = None) -> tuple[bool, Stream | None]:
         record = decoder.record
-        headers = {**self.headers, "Connection": "close"} if fresh else self.headers
+        headers = merged_headers(self.headers, headers) if headers else self.headers
+        if fresh:
+            headers = {**headers, "Connection": "close"}
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_read=self.stall_timeout_s)
         record.sent_ns = time.perf_counter_ns()
         try:
-            async with self.session.post(self.url, data=payload, headers=headers, timeout=timeout,
+            async with self.http.post(self.url, data=payload, headers=headers, timeout=timeout,
                                          trace_request_ctx=record) as resp:
                 record.http_status = resp.status
                 if resp.status != 200:

@@ -1,4 +1,5 @@
-"""Streaming client for OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions``.
+"""Streaming client for ``/v1/completions``, ``/v1/chat/completions``, Anthropic's ``/v1/messages`` and OpenAI's
+``/v1/responses`` (``apis.py``: what each sends).
 
 What a request is and how often it is sent: its body (a level's template with the prompt spliced in), the retry
 of a send whose connection died unanswered, and the record's token counts. How it goes on the wire is a send
@@ -14,19 +15,18 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import aiohttp
 
 from .aiohttp_path import AiohttpTransport
+from .apis import ANTHROPIC_VERSION, PATHS, messages_body, responses_body
+from .apis import Api as Api
 from .decoder import DeferredDecoding, StreamDecoder
 from .http1 import LeanTransport
 from .records import RequestRecord
 from .transport import Transport
 from .wire import Usage
-
-Api = Literal["completions", "chat"]
-
 
 class TokenCounter(Protocol):
     def count(self, text: str) -> int: ...
@@ -38,8 +38,11 @@ class PreparedRequest:
     max_tokens: int
     expected_input_tokens: int | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
-    #: chat requests: the turns to send (a dataset's conversation); None sends ``prompt`` as one user message
+    #: chat, messages and responses requests: the turns to send (a dataset's conversation), in the OpenAI chat
+    #: shape (each API's body converts them, apis.py); None sends ``prompt`` as one user message
     messages: list[dict[str, Any]] | None = None
+    #: HTTP headers of this request's own (an agent session's ``X-Session-ID``), sent beside the client's; None: none
+    headers: dict[str, str] | None = None
 
 
 #: Where a template's prompt goes (client.payload): a string no prompt or field holds, checked once per template.
@@ -47,6 +50,22 @@ _PROMPT_MARK = "\x00tokenbench prompt\x00"
 
 #: Sends of one request when its connection dies before the server answered a byte (the server never saw it).
 SEND_ATTEMPTS = 3
+
+#: Headers a request cannot set of its own: the send paths write them (the body's framing, the server's address).
+_FRAMING = frozenset({"host", "content-length", "transfer-encoding"})
+
+
+def refused_header(headers: dict[str, str]) -> str | None:
+    """Why a request's own headers cannot be sent as they are (None: they can): a name that is not a token, a value
+    with a line break or outside Latin-1 (what HTTP/1.1 carries), or a header the send path writes itself."""
+    for k, v in headers.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            return f"header {k!r}: names and values are strings"
+        if not k or any(c in k for c in " \t\r\n:") or k.lower() in _FRAMING:
+            return f"header {k!r}: not a name a request may set"
+        if "\r" in v or "\n" in v or not v.isascii() and any(ord(c) > 255 for c in v):
+            return f"header {k!r}: a value with a line break or a character outside Latin-1"
+    return None
 
 
 OnDecoded = Callable[[RequestRecord], None]
@@ -56,7 +75,7 @@ OnDecoded = Callable[[RequestRecord], None]
 class StreamClient:
     """One endpoint, one model. ``body_extras`` are the server-specific fields (ignore_eos, ...)."""
 
-    session: aiohttp.ClientSession
+    http: aiohttp.ClientSession
     base_url: str  # ends in /v1
     model: str
     api: Api = "completions"
@@ -74,7 +93,7 @@ class StreamClient:
     #: Where a stream sent with an ``on_done`` callback is decoded after it ends (run_phase's sends).
     deferred: DeferredDecoding = field(default_factory=DeferredDecoding)
     #: Send plain-http requests on the lean path (http1.py: bodies from a template, one write, no aiohttp);
-    #: False, or an https URL, sends through ``session``. Whoever makes the client calls ``close`` when done.
+    #: False, or an https URL, sends through ``http``. Whoever makes the client calls ``close`` when done.
     lean: bool = True
     _lean: LeanTransport | None = field(default=None, init=False, repr=False)
     #: Bodies without a request's own fields, per max_tokens: the JSON before and after the prompt. Valid while
@@ -84,17 +103,27 @@ class StreamClient:
 
     @property
     def url(self) -> str:
-        return f"{self.base_url}/{'chat/completions' if self.api == 'chat' else 'completions'}"
+        return f"{self.base_url}/{PATHS[self.api]}"
 
     def headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if self.api_key:
             h["Authorization"] = f"Bearer {self.api_key}"
+        if self.api == "messages":  # Anthropic's own key header (llama-server reads it too) and API version
+            if self.api_key:
+                h["x-api-key"] = self.api_key
+            h["anthropic-version"] = ANTHROPIC_VERSION
         if self.fresh_connection:
             h["Connection"] = "close"
         return h
 
     def body(self, req: PreparedRequest) -> dict[str, Any]:
+        if self.api == "messages":
+            return messages_body(self.model, req.prompt, req.messages, req.max_tokens, self.temperature,
+                                 self.body_extras, req.extra_body)
+        if self.api == "responses":
+            return responses_body(self.model, req.prompt, req.messages, req.max_tokens, self.temperature,
+                                  self.body_extras, req.extra_body)
         b: dict[str, Any] = {
             "model": self.model,
             "stream": True,
@@ -157,7 +186,7 @@ class StreamClient:
         lean = self._lean_path()
         if lean is not None:
             return lean
-        return AiohttpTransport(self.session, self.url, self.headers(), self.timeout_s, self.stall_timeout_s)
+        return AiohttpTransport(self.http, self.url, self.headers(), self.timeout_s, self.stall_timeout_s)
 
     async def close(self) -> None:
         """Close the lean path's connections (the aiohttp session is its owner's to close)."""
@@ -183,13 +212,20 @@ class StreamClient:
         counted in ``connection_retries``; only SEND_ATTEMPTS such failures in a row are recorded as the server's."""
         record.expected_input_tokens = req.expected_input_tokens
         record.expected_output_tokens = req.max_tokens
+        headers = req.headers or None
+        if headers is not None and (bad := refused_header(headers)) is not None:
+            record.sent_ns = record.end_ns = time.perf_counter_ns()
+            record.error_kind, record.error = "invalid_header", bad
+            if on_done is not None:
+                on_done(record)
+            return record
         payload = self.payload(req)
         path = self._transport()
-        chat = self.api == "chat"
+        chat, api = self.api == "chat", self.api
         deferred = False
         for attempt in range(SEND_ATTEMPTS):
-            decoder = StreamDecoder(record, chat)
-            done, stream = await path.send(payload, decoder, fresh=attempt > 0)
+            decoder = StreamDecoder(record, chat, api)
+            done, stream = await path.send(payload, decoder, attempt > 0, headers)
             if stream is not None:
                 deferred = self._finish(decoder, *stream, on_done)
             if done or attempt == SEND_ATTEMPTS - 1:

@@ -51,12 +51,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 async def _first_token(base_url: str, model: str | None) -> tuple[float, str | None]:
-    async with aiohttp.ClientSession() as session:
-        info = await discover(session, base_url)
+    async with aiohttp.ClientSession() as http:
+        info = await discover(http, base_url)
         name = model or (info.models[0] if info.models else None)
         if name is None:
             raise EndpointError(f"{base_url} lists no models: pass --model")
-        client = stream_client(session, base_url, name, info.adapter, timeout_s=600)
+        client = stream_client(http, base_url, name, info.adapter, timeout_s=600)
         rec = RequestRecord(index=0)
         try:
             await client.send(PreparedRequest("Hello", 4), rec)

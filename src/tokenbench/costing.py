@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .cost import DEFAULT_CURRENCY, CostPoint, Pricing, SessionCostPoint, api_in, cost_points, run_price, \
+from .cost import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE, CostPoint, Pricing, SessionCostPoint, api_in, cost_points, run_price, \
     session_cost_points
 from .errors import UsageError
 from .results import RunResult
@@ -25,13 +25,13 @@ class CostConfig:
     run: str | None = None
     tps: float | None = None  # an aggregate output rate instead of a run
     price_per_hour: float | None = None
-    busy_hours: float = 24.0  # rented: hours a day it does this work
+    busy_hours: float | None = None  # rented: hours a day it does this work (None: 24)
     owned: bool = False
     purchase: float | None = None
-    life_years: float = 3.0
-    watts: float = 0.0
-    kwh_price: float = 0.0
-    hours_per_day: float = 24.0  # owned: hours a day it does this work
+    life_years: float | None = None  # owned (None: 3)
+    watts: float | None = None  # owned: its draw under this load; required
+    kwh_price: float | None = None  # owned (None: DEFAULT_KWH_PRICE, said where priced)
+    hours_per_day: float | None = None  # owned: hours a day it does this work (None: 24)
     currency: str | None = None  # None: the run's, else DEFAULT_CURRENCY
     api_price: float | None = None
     api_currency: str | None = None  # None: ``currency``
@@ -53,6 +53,7 @@ class Costed:
     sessions: list[SessionCostPoint] | None = None
     api: float | None = None
     api_note: str | None = None
+    kwh_default: bool = False  # owned: the electricity price is DEFAULT_KWH_PRICE, none given
 
     def to_dict(self) -> dict[str, Any]:
         """``cost --json``."""
@@ -64,16 +65,41 @@ class Costed:
         return doc
 
 
+#: The options of one way of paying for a box only: given with the other, each would be taken and ignored.
+RENTED_ONLY = (("price_per_hour", "--price-per-hour"), ("busy_hours", "--busy-hours"))
+OWNED_ONLY = (("purchase", "--purchase"), ("life_years", "--life-years"), ("watts", "--watts"),
+              ("kwh_price", "--kwh-price"), ("hours_per_day", "--hours-per-day"))
+
+
+def _refuse_what_does_not_apply(cfg: CostConfig) -> None:
+    """A rented box has no purchase, life, watts or electricity; an owned one no rent: an option of the other kind
+    is refused in one line, not ignored."""
+    other = RENTED_ONLY if cfg.owned else OWNED_ONLY
+    given = [flag for name, flag in other if getattr(cfg, name) is not None]
+    if given:
+        how = ("--owned prices the box by its purchase, life, watts and electricity" if cfg.owned else
+               "a rented box is priced by --price-per-hour (and --busy-hours); add --owned for a box you buy")
+        raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply: {how}")
+    if cfg.owned and cfg.purchase is None:
+        raise UsageError("--owned needs --purchase PRICE and --watts W (and --life-years, --kwh-price, "
+                         "--hours-per-day)")
+    if cfg.owned and cfg.watts is None:
+        raise UsageError("--owned needs --watts: the box's draw under this load, e.g. --watts 120 (0 leaves "
+                         "power out)")
+
+
 def pricing(cfg: CostConfig, currency: str, res: RunResult | None) -> Pricing:
     """The box's price as the config gives it: rented at ``price_per_hour`` (else the run's own), or owned."""
+    _refuse_what_does_not_apply(cfg)
+    if cfg.owned:
+        return Pricing(currency=currency, purchase=cfg.purchase, life_years=cfg.life_years or 3.0,
+                       watts=cfg.watts or 0.0,
+                       kwh_price=DEFAULT_KWH_PRICE if cfg.kwh_price is None else cfg.kwh_price,
+                       hours_per_day=cfg.hours_per_day or 24.0)
     price = cfg.price_per_hour
-    if price is None and not cfg.owned and res is not None:
+    if price is None and res is not None:
         price = run_price(res.manifest)
-    if cfg.owned and cfg.purchase is None:
-        raise UsageError("--owned needs --purchase PRICE (and --life-years, --watts, --kwh-price)")
-    return Pricing(currency=currency, price_per_hour=None if cfg.owned else price, busy_hours_per_day=cfg.busy_hours,
-                   purchase=cfg.purchase if cfg.owned else None, life_years=cfg.life_years, watts=cfg.watts,
-                   kwh_price=cfg.kwh_price, hours_per_day=cfg.hours_per_day)
+    return Pricing(currency=currency, price_per_hour=price, busy_hours_per_day=cfg.busy_hours or 24.0)
 
 
 def api_price(cfg: CostConfig, currency: str) -> tuple[float | None, str | None]:
@@ -101,10 +127,11 @@ def cost(cfg: CostConfig) -> Costed:
     currency = cfg.currency or (res.manifest.currency if res else None) or DEFAULT_CURRENCY
     price = pricing(cfg, currency, res)
     api, note = api_price(cfg, currency)
+    default_kwh = cfg.owned and cfg.kwh_price is None
     if res is None:
         assert cfg.tps is not None
         return Costed(currency, price, None, [CostPoint("given rate", cfg.tps, price.per_mtok(cfg.tps), api)], None,
-                      api, note)
+                      api, note, default_kwh)
     levels = [o.summary for o in res.outcomes]
     sessions = session_cost_points(price, levels, api) if is_session_run(res) else None
-    return Costed(currency, price, res, cost_points(price, levels, api), sessions, api, note)
+    return Costed(currency, price, res, cost_points(price, levels, api), sessions, api, note, default_kwh)

@@ -1,5 +1,5 @@
 """Prompts from a file (``sweep --dataset FILE``): the one typed boundary between a user's data and a run. Every
-byte of the file becomes typed values here (``Item``, ``Message``, ``Dataset``), or the file is refused in one line
+byte of the file becomes typed values here (``PromptItem``, ``Message``, ``Dataset``), or the file is refused in one line
 that names the file, the line and the field (``data.jsonl:17: "messages" is a string, not a list``).
 
 Shapes read, one item per line (JSON lines) or as one JSON list (as the ShareGPT_V3 file ships):
@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from .apis import CONVERSATIONAL
+from .chat import ROLES, Message, Role, ToolCall
 from .errors import UsageError
 
-Role = Literal["system", "developer", "user", "assistant", "tool"]
-ROLES: tuple[Role, ...] = ("system", "developer", "user", "assistant", "tool")
 #: ShareGPT's speakers (its files name the model after the service the turn was taken from).
 SHAREGPT_ROLES: dict[str, Role] = {"human": "user", "user": "user", "system": "system", "gpt": "assistant",
                                    "chatgpt": "assistant", "bard": "assistant", "bing": "assistant",
@@ -57,52 +57,12 @@ NOT_TEXT = "with non-text content"
 NEEDS_CHAT = "with a system turn or several turns (--api chat sends them)"
 
 
-class Tokenizer(Protocol):
+class Encoder(Protocol):
     async def encode(self, text: str) -> list[int]: ...
 
 
 @dataclass(frozen=True, slots=True)
-class ToolCall:
-    """An assistant turn's call of a tool, as OpenAI chat writes it."""
-
-    id: str
-    name: str
-    arguments: str
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One chat turn. ``content``: text, or text parts (sent back as parts); None for an assistant turn that only
-    calls tools."""
-
-    role: Role
-    content: str | tuple[str, ...] | None
-    name: str | None = None
-    tool_call_id: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
-
-    def texts(self) -> list[str]:
-        """The text this turn puts in the prompt (its tool calls' names and arguments included)."""
-        out = [self.content] if isinstance(self.content, str) else list(self.content or ())
-        return out + [t for c in self.tool_calls for t in (c.name, c.arguments)]
-
-    def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role, "content": (
-            [{"type": "text", "text": t} for t in self.content] if isinstance(self.content, tuple) else self.content)}
-        if self.name is not None:
-            out["name"] = self.name
-        if self.tool_call_id is not None:
-            out["tool_call_id"] = self.tool_call_id
-        if self.tool_calls:
-            out["tool_calls"] = [c.to_wire() for c in self.tool_calls]
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class Item:
+class PromptItem:
     """One request's prompt from the file. ``line``: where it starts in the file. ``output_len``: the length the
     file gives; ``reply``: the answer whose token count is the output length where it gives none (None: neither,
     the run's --output-len applies)."""
@@ -132,7 +92,7 @@ class Item:
         return sum(len(t.encode()) for t in self.texts())
 
 
-async def measure(item: Item, tokenizer: Tokenizer) -> tuple[int, int | None]:
+async def measure(item: PromptItem, tokenizer: Encoder) -> tuple[int, int | None]:
     """(prompt tokens, reply tokens or None) as ``tokenizer`` counts them; each text alone, so a chat template's
     tokens are not in the count."""
     n_in = 0
@@ -148,7 +108,7 @@ class Dataset:
 
     path: str
     sha256: str
-    items: tuple[Item, ...]
+    items: tuple[PromptItem, ...]
     read: int
     skipped: tuple[tuple[str, int], ...] = ()
     notes: tuple[str, ...] = ()
@@ -165,7 +125,7 @@ class Dataset:
             out += f", skipped {n:,}: " + ", ".join(f"{c:,} {why}" for why, c in self.skipped)
         return out
 
-    def shuffled(self, seed: int) -> list[Item]:
+    def shuffled(self, seed: int) -> list[PromptItem]:
         """The items in the order a run with ``seed`` sends them: the same seed, the same order."""
         items = list(self.items)
         random.Random(f"dataset/{seed}").shuffle(items)
@@ -199,7 +159,7 @@ def load(path: str | Path, api: str = "completions") -> Dataset:
     if not raw.strip():
         raise UsageError(f"{name}: the file is empty: write one JSON item per line, or a JSON list of items")
     text = _decode(raw, name)
-    items: list[Item] = []
+    items: list[PromptItem] = []
     skipped: Counter[str] = Counter()
     tools = read = 0
     for line, obj in _values(text, name):
@@ -323,7 +283,7 @@ def _show(v: Any) -> str:
     return s if len(s) <= 40 else s[:37] + "..."
 
 
-def _item(obj: Any, line: int, where: str, api: str) -> Item:
+def _item(obj: Any, line: int, where: str, api: str) -> PromptItem:
     if not isinstance(obj, dict):
         raise UsageError(f"{where}: the item is {_kind(obj)}, not an object")
     output = _output_len(obj, where)
@@ -337,7 +297,7 @@ def _item(obj: Any, line: int, where: str, api: str) -> Item:
             raise UsageError(f'{where}: "prompt" is {_kind(v)}, not a string')
         if not v.strip():
             raise _Skip(EMPTY_PROMPT)
-        return Item(line, "prompt", prompt=v, output_len=output)
+        return PromptItem(line, "prompt", prompt=v, output_len=output)
     raise UsageError(f'{where}: the item has no "prompt", "messages" or "conversations"')
 
 
@@ -359,12 +319,12 @@ def _str(v: Any, where: str, field: str) -> str:
     return v
 
 
-def _chat(v: Any, line: int, where: str, api: str, output: int | None) -> Item:
+def _chat(v: Any, line: int, where: str, api: str, output: int | None) -> PromptItem:
     if not isinstance(v, list):
         raise UsageError(f'{where}: "messages" is {_kind(v)}, not a list')
     msgs = [_message(m, f'{where}: "messages"[{i}]') for i, m in enumerate(v)]
-    if api != "chat":
-        raise UsageError(f'{where}: "messages" items are chat requests: run with --api chat')
+    if api not in CONVERSATIONAL:
+        raise UsageError(f'{where}: "messages" items are conversations: run with --api chat (or messages, responses)')
     reply = None
     if msgs and msgs[-1].role == "assistant":  # a transcript: its last turn is the answer, not the prompt
         reply = "".join(msgs.pop().texts())
@@ -373,7 +333,7 @@ def _chat(v: Any, line: int, where: str, api: str, output: int | None) -> Item:
         raise _Skip(NO_USER)
     if not any("".join(m.texts()).strip() for m in users):
         raise _Skip(EMPTY_PROMPT)
-    return Item(line, "chat", messages=tuple(msgs), output_len=output, reply=reply or None)
+    return PromptItem(line, "chat", messages=tuple(msgs), output_len=output, reply=reply or None)
 
 
 def _message(m: Any, where: str) -> Message:
@@ -389,12 +349,12 @@ def _message(m: Any, where: str) -> Message:
     if content is None and not calls:
         raise UsageError(f'{where} has no "content"')
     name, call_id = m.get("name"), m.get("tool_call_id")
-    return Message(role, _content(content, f"{where}.content"),
-                   None if name is None else _str(name, where, "name"),
-                   None if call_id is None else _str(call_id, where, "tool_call_id"), calls)
+    return Message(role, _content(content, f"{where}.content"), tool_calls=calls,
+                   tool_call_id=None if call_id is None else _str(call_id, where, "tool_call_id"),
+                   name=None if name is None else _str(name, where, "name"))
 
 
-def _content(v: Any, where: str) -> str | tuple[str, ...] | None:
+def _content(v: Any, where: str) -> str | tuple[dict[str, Any], ...] | None:
     if v is None or isinstance(v, str):
         return v
     if not isinstance(v, list):
@@ -405,7 +365,7 @@ def _content(v: Any, where: str) -> str | tuple[str, ...] | None:
             raise UsageError(f'{where}[{i}] is not a part (an object with a "type")')
         if p["type"] != "text":
             raise _Skip(NOT_TEXT)
-        parts.append(_str(p.get("text"), f"{where}[{i}]", "text"))
+        parts.append({"type": "text", "text": _str(p.get("text"), f"{where}[{i}]", "text")})
     return tuple(parts)
 
 
@@ -426,7 +386,7 @@ def _tool_calls(v: Any, where: str) -> tuple[ToolCall, ...]:
     return tuple(out)
 
 
-def _sharegpt(v: Any, line: int, where: str, api: str, output: int | None) -> Item:
+def _sharegpt(v: Any, line: int, where: str, api: str, output: int | None) -> PromptItem:
     if not isinstance(v, list):
         raise UsageError(f'{where}: "conversations" is {_kind(v)}, not a list')
     turns = [_turn(t, f'{where}: "conversations"[{i}]') for i, t in enumerate(v)]
@@ -440,9 +400,9 @@ def _sharegpt(v: Any, line: int, where: str, api: str, output: int | None) -> It
         raise _Skip(EMPTY_PROMPT)
     if reply is not None and not reply.strip():
         raise _Skip(EMPTY_REPLY)
-    if api != "chat" and len(prompt) != 1:
+    if api not in CONVERSATIONAL and len(prompt) != 1:
         raise _Skip(NEEDS_CHAT)
-    return Item(line, "sharegpt", messages=tuple(prompt), output_len=output, reply=reply)
+    return PromptItem(line, "sharegpt", messages=tuple(prompt), output_len=output, reply=reply)
 
 
 def _turn(t: Any, where: str) -> Message:

@@ -1,12 +1,13 @@
 """A streamed response's bytes become its record here: where TTFT is stamped.
 
 A send path (``transport.py``) stamps each network read with ``perf_counter_ns`` as it returns and keeps its bytes,
-nothing more. ``StreamDecoder`` turns those bytes into events (SSE framing) and typed values (``wire.parse_event``),
-and every event takes the stamp of the read that brought its last byte: the first event that carries a token
-(the chunk rule, ``wire.Chunk``) sets ``first_token_ns``, TTFT's end; the first with visible text, the first with
-an answer, and each token-bearing chunk (``chunk_ns``, ITL and TPOT) are stamped the same way. Decoding after the
-stream ended changes no timing, so ``DeferredDecoding`` does it one stream per turn of the event loop, out of the
-way of the sends and first-token reads of the other streams.
+nothing more. ``StreamDecoder`` turns those bytes into events (SSE framing) and typed values (``wire.parse_event``;
+the events of Anthropic's Messages and OpenAI's Responses APIs, ``wire_apis``), and every event takes the stamp of
+the read that brought its last byte: the first event that carries a token (the chunk rule, ``wire.Chunk``) sets
+``first_token_ns``, TTFT's end; the first with visible text, the first with an answer, the first with a tool call's
+tokens (``first_tool_ns``), and each token-bearing chunk (``chunk_ns``, ITL and TPOT) are stamped the same way.
+Decoding after the stream ended changes no timing, so ``DeferredDecoding`` does it one stream per turn of the event
+loop, out of the way of the sends and first-token reads of the other streams.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from itertools import accumulate
 from .records import RequestRecord
 from .sse import SSEParser
 from .wire import MAX_EVENT_BYTES, Chunk, Usage, WireError, parse_event
+from .wire_apis import api_events
 
 _BLANK = " \t\n\r\x0b\x0c"
 _BLANK_B = _BLANK.encode()
@@ -36,12 +38,14 @@ class StreamDecoder:
     the read that brought its last byte; an event that is not a lone ``data:`` line, and any stream with a CR in
     it, goes through the general parser."""
 
-    __slots__ = ("record", "chat", "usage", "_parser", "_answer", "_reasoning", "_refused", "_done", "_tail",
-                 "_general", "_counted", "_uncounted")
+    __slots__ = ("record", "chat", "usage", "_parse", "_parser", "_answer", "_reasoning", "_refused", "_done",
+                 "_tail", "_general", "_counted", "_uncounted")
 
-    def __init__(self, record: RequestRecord, chat: bool) -> None:
+    def __init__(self, record: RequestRecord, chat: bool, api: str | None = None) -> None:
         self.record = record
         self.chat = chat
+        #: the events of Anthropic's Messages or OpenAI's Responses API (wire_apis.py); None: OpenAI chunks
+        self._parse = api_events(api)
         self.usage: Usage | None = None
         self._parser = SSEParser()
         self._answer: list[str] = []
@@ -93,6 +97,8 @@ class StreamDecoder:
             now = stamps[bisect_right(ends, pos - 1)]
             if block[:6] == b"data: " and b"\n" not in block:
                 event(block[6:], now)
+            elif block[:7] == b"event: " and (i := block.find(b"\ndata: ")) > 0 and b"\n" not in block[i + 7:]:
+                event(block[i + 7:], now)  # a named event's one data line (Anthropic, Responses): its name is unused
             elif len(block) > MAX_EVENT_BYTES:
                 self._refuse_oversized()
             else:
@@ -111,16 +117,21 @@ class StreamDecoder:
             self.record.malformed_events += 1
             self._refused = WireError("malformed_event", f"an event over {MAX_EVENT_BYTES >> 20} MiB")
 
+    def _no_event(self, data: bytes | str) -> bool:
+        """Data that is no event to parse: [DONE] (noted), or "data:" with nothing (ASCII blanks, as JSON counts
+        them), a keep-alive some proxies send."""
+        if data == b"[DONE]" or data == "[DONE]":
+            self._done = True
+            return True
+        return not (data.strip(_BLANK_B) if isinstance(data, bytes) else data.strip(_BLANK))
+
     def _event(self, data: bytes | str, now: int) -> None:
         record = self.record
-        if data[:1] != b"{":  # an event's JSON object, the common case, is neither [DONE] nor blank
-            if data == b"[DONE]" or data == "[DONE]":
-                self._done = True
-                return
-            if not (data.strip(_BLANK_B) if isinstance(data, bytes) else data.strip(_BLANK)):
-                return  # "data:" with nothing (ASCII blanks, as JSON counts them): a keep-alive some proxies send
+        # an event's JSON object, the common case, is neither [DONE] nor blank
+        if data[:1] != b"{" and self._no_event(data):
+            return
         try:
-            c = parse_event(data, self.chat)
+            c = parse_event(data, self.chat) if self._parse is None else self._parse(data)
         except (ValueError, OverflowError) as e:  # WireError is a ValueError; the others, a backstop
             e = e if isinstance(e, WireError) else WireError("malformed_event", f"{type(e).__name__}: {e}"[:200])
             record.malformed_events += 1
@@ -144,6 +155,8 @@ class StreamDecoder:
             return  # the message's opening (role), a closing finish_reason, or a count that did not move
         if record.first_token_ns is None:
             record.first_token_ns = now
+        if c.tool and record.first_tool_ns is None:
+            record.first_tool_ns = now
         record.chunk_ns.append(now)
         n = 0
         if think:
@@ -195,9 +208,10 @@ class StreamDecoder:
             record.error_kind = self._refused.kind
             record.error = f"{record.malformed_events} unusable event(s), the first: {self._refused}"
             return False
-        if not self._done and record.finish_reason is None:
+        if not self._done and record.finish_reason is None and not (self._parse is not None and self._parse.done):
             record.error_kind = "stream_incomplete"
-            record.error = "the stream ended without [DONE] or a finish_reason"
+            record.error = ("the stream ended without [DONE] or a finish_reason" if self._parse is None else
+                            "the stream ended before its last event (message_delta's stop_reason, response.completed)")
             return False
         return True
 

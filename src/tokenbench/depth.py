@@ -25,8 +25,8 @@ from typing import Any
 
 import aiohttp
 
-from . import findings
-from .adapters import Adapter
+from . import depth_findings, findings
+from .adapters.base import Adapter
 from .aiohttp_path import trace_config
 from .client import PreparedRequest, StreamClient
 from .endpoint import Endpoint, RunLog
@@ -145,12 +145,12 @@ def _against_server_timings(lp: DepthLevel, lt: DepthLevel, steps: list[Step], p
     server_pp = [s.server_pp_tps for s in steps if s.server_pp_tps]
     if server_pp and pp_mean:
         lp.client.put(server_pp_tps=statistics.fmean(server_pp))
-        _add(lp, findings.timings_disagree(statistics.fmean(server_pp), pp_mean))
+        _add(lp, depth_findings.timings_disagree(statistics.fmean(server_pp), pp_mean))
     server_tg = [s.server_tg_tps for s in steps if s.server_tg_tps]
     if server_tg:
         ceiling = statistics.fmean(server_tg)
         lt.client.put(server_tg_tps=ceiling)
-        if tg_mean and _add(lt, findings.exceeds_server_timings(tg_mean, ceiling)):
+        if tg_mean and _add(lt, depth_findings.exceeds_server_timings(tg_mean, ceiling)):
             lt.client.put(tg_tps_client=tg_mean)
             lt.tg_tps = lt.tg_tps_sd = lt.tg_tps_dist = None
 
@@ -167,8 +167,8 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[De
     lp.client = ClientReport.written(pp_tps_reps=[round(v, 2) for v in pp_rates])
     lt.client = ClientReport.written(tg_tps_reps=[round(v, 2) for v in tg_rates])
     for lvl, kind, mean, sd, reps in ((lp, "pp", pp_mean, pp_sd, pp_rates), (lt, "tg", tg_mean, tg_sd, tg_rates)):
-        _add(lvl, findings.unstable_depth_rate(kind, mean, sd, reps))
-    _add(lp, findings.context_not_warm(depth, pp, [(s.fill_s, s.pp_s) for s in steps]))
+        _add(lvl, depth_findings.unstable_depth_rate(kind, mean, sd, reps))
+    _add(lp, depth_findings.context_not_warm(depth, pp, [(s.fill_s, s.pp_s) for s in steps]))
     lp.client.put(fill_ms=[round((s.fill_s or 0) * 1000, 2) for s in steps],
                   pp_ms=[round(s.pp_s * 1000, 2) for s in steps])
     _against_server_timings(lp, lt, steps, pp_mean, tg_mean)
@@ -180,7 +180,7 @@ def skipped_depth(depth: int, pp: int, tg: int, slot_ctx: int) -> tuple[DepthLev
     out = []
     for test in (f"pp{pp}", f"tg{tg}"):
         lvl = DepthLevel(test=test, depth=depth)
-        lvl.add(findings.exceeds_context(depth, pp, tg, slot_ctx))
+        lvl.add(depth_findings.exceeds_context(depth, pp, tg, slot_ctx))
         out.append(lvl)
     return out[0], out[1]
 
@@ -261,8 +261,8 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Note | None = None) ->
         raise UsageError("depths must be >= 0, --pp >= 1, --tg >= 2 and --repetitions >= 1")
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
     log = RunLog(store, new_run_id(), "depth", cfg.label)
-    async with aiohttp.ClientSession(trace_configs=[trace_config()]) as session:
-        ep = await Endpoint.open(session, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, note)
+    async with aiohttp.ClientSession(trace_configs=[trace_config()]) as http:
+        ep = await Endpoint.open(http, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, note)
         slot_ctx = ep.info.slot_ctx
         fits = [d for d in cfg.depths if not slot_ctx or d + cfg.pp + cfg.tg <= slot_ctx]
         if not fits:

@@ -6,7 +6,8 @@ time between turns). One grammar for the command line, one typed value, one seed
     normal:512,128       normal with that mean and standard deviation, clipped to [min, mean + 4 sd]
     file:lengths.txt     a draw from the numbers in a file (whitespace, comma or newline separated)
 
-Times take units on each number (``2s``, ``uniform:500ms-3s``, ``normal:2s,500ms``); a bare time is seconds.
+Times take units on each number (``2s``, ``uniform:500ms-3s``, ``normal:2s,500ms``); a bare number other than 0 is
+refused, as every duration is (``slo.DURATION_RULE``).
 vLLM's ``--random-range-ratio`` is ``uniform:`` around the mean; GuideLLM's ``prompt_tokens_stdev`` with its
 min/max is ``normal:`` with a clip.
 """
@@ -145,8 +146,10 @@ def _seconds(text: str, what: str) -> float:
     from .slo import parse_duration_ms
 
     try:
-        return parse_duration_ms(text, bare_ms=1000.0) / 1000.0
-    except ValueError:
+        return parse_duration_ms(text) / 1000.0
+    except ValueError as e:
+        if "has no unit" in str(e):
+            raise DrawError(f"{what}: {e}") from None
         raise DrawError(f"{what}: '{text}' is not a time (write e.g. 2s or 500ms)") from None
 
 

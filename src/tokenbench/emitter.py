@@ -1,4 +1,6 @@
-"""A deterministic OpenAI-compatible SSE server with a settable schedule and settable faults.
+"""A deterministic OpenAI-compatible SSE server with a settable schedule and settable faults, on
+``/v1/completions``, ``/v1/chat/completions``, Anthropic's ``/v1/messages`` and OpenAI's ``/v1/responses``
+(``emitter_apis``: each API's events, as vLLM streams them).
 
 It tests the tool, never the product: the client's parser and metrics against known timings (TTFT, ITL,
 tokens per chunk), the faults a real server will not produce on demand (a stall, a 500, a broken
@@ -19,7 +21,8 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from .emitter_chunks import MODEL, burst, chunk, count_prompt, text_chunk, tool_chunk, usage_chunk
+from .emitter_apis import Frames, api_of, frames_for, prompt_tokens as count_prompt
+from .emitter_chunks import MODEL
 from .lean_emitter import lean_loop, serve_lean
 
 
@@ -66,6 +69,7 @@ class Emitter:
     def __init__(self, config: EmitterConfig | None = None) -> None:
         self.config = config or EmitterConfig()
         self.requests_seen: list[dict[str, Any]] = []
+        self.headers_seen: list[dict[str, str]] = []  # each request's HTTP headers, in the order they came
         self.vocab: dict[str, int] = {}
         # prompt -> (received, first token chunk written, last chunk written), perf_counter_ns; the clock is
         # CLOCK_MONOTONIC, shared by every process of the machine, so a client on it can compare.
@@ -74,6 +78,8 @@ class Emitter:
         self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_post("/v1/completions", self.complete)
         self.app.router.add_post("/v1/chat/completions", self.complete)
+        self.app.router.add_post("/v1/messages", self.complete)
+        self.app.router.add_post("/v1/responses", self.complete)
         self.app.router.add_post("/tokenize", self.tokenize)
         self.app.router.add_post("/detokenize", self.detokenize)
         self.app.router.add_get("/version", self.version)
@@ -150,6 +156,7 @@ class Emitter:
         t_recv = time.perf_counter_ns()
         body = await request.json()
         self.requests_seen.append(body)
+        self.headers_seen.append(dict(request.headers))
         if c.exit_after is not None and len(self.requests_seen) > c.exit_after:
             os._exit(1)  # a server that dies mid-level
         if len(self.requests_seen) <= c.fault_from:
@@ -159,10 +166,14 @@ class Emitter:
         model = body.get("model")
         if model not in (None, MODEL):
             return web.json_response({"error": {"message": f"model {model} not found"}}, status=404)
-        chat = request.path.endswith("chat/completions")
-        max_tokens = int(body.get("max_tokens") or 16)
+        api = api_of(request.path)
+        max_tokens = int(body.get("max_output_tokens" if api == "responses" else "max_tokens") or 16)
         n_tokens = min(max_tokens, c.early_stop_tokens) if c.fault == "early_stop" else max_tokens
-        prompt_tokens = c.truncate_to if c.fault == "truncate" else count_prompt(body)
+        prompt_tokens = c.truncate_to if c.fault == "truncate" else count_prompt(body, api)
+        # usage: where chat and completions ask for it (stream_options.include_usage); always on the others
+        usage = c.usage and (api in ("messages", "responses") or bool((body.get("stream_options") or {})
+                                                                       .get("include_usage")))
+        frames = frames_for(api, c.role_first, prompt_tokens, usage)
         headers = {"Content-Type": "text/event-stream"}
         if c.close_after_stream_s is not None:
             headers["Keep-Alive"] = "timeout=5, max=100"
@@ -171,24 +182,25 @@ class Emitter:
         self.running += 1
         try:
             if not c.slots:
-                return await self._generate(request, resp, body, c, chat, n_tokens, max_tokens, prompt_tokens,
-                                            t_recv)
+                return await self._generate(request, resp, body, c, frames, n_tokens, max_tokens, prompt_tokens,
+                                            usage, t_recv)
             if self._slots is None or self._slots[0] != c.slots:
                 self._slots = (c.slots, asyncio.Semaphore(c.slots))
             async with self._slots[1]:  # queued until a slot is free, as a saturated server's requests wait
-                return await self._generate(request, resp, body, c, chat, n_tokens, max_tokens, prompt_tokens,
-                                            t_recv)
+                return await self._generate(request, resp, body, c, frames, n_tokens, max_tokens, prompt_tokens,
+                                            usage, t_recv)
         except ConnectionResetError:  # the client went away mid-stream (an interrupted run): nothing to answer
             return resp
         finally:
             self.running -= 1
 
     async def _generate(self, request: web.Request, resp: web.StreamResponse, body: dict[str, Any],
-                        c: EmitterConfig, chat: bool, n_tokens: int, max_tokens: int, prompt_tokens: int,
-                        t_recv: int) -> web.StreamResponse:
+                        c: EmitterConfig, frames: Frames, n_tokens: int, max_tokens: int, prompt_tokens: int,
+                        usage: bool, t_recv: int) -> web.StreamResponse:
         self.generating += 1
         try:
-            return await self._stream(request, resp, body, c, chat, n_tokens, max_tokens, prompt_tokens, t_recv)
+            return await self._stream(request, resp, body, c, frames, n_tokens, max_tokens, prompt_tokens, usage,
+                                      t_recv)
         finally:
             self.generating -= 1
 
@@ -199,17 +211,19 @@ class Emitter:
         return max(0.0, base_s * (1 + self._rng.gauss(0, self.config.jitter)))
 
     async def _stream(self, request: web.Request, resp: web.StreamResponse, body: dict[str, Any], c: EmitterConfig,
-                      chat: bool, n_tokens: int, max_tokens: int, prompt_tokens: int, t_recv: int) -> web.StreamResponse:
-        if chat and c.role_first:
-            await resp.write(chunk(chat, role=True))
-        if chat and c.tool_calls and body.get("tools"):
-            return await self._call_tool(resp, body, c, prompt_tokens, t_recv)
+                      frames: Frames, n_tokens: int, max_tokens: int, prompt_tokens: int, usage: bool,
+                      t_recv: int) -> web.StreamResponse:
+        head = frames.open()
+        if head:
+            await resp.write(head)
+        if frames.tools and c.tool_calls and body.get("tools"):
+            return await self._call_tool(resp, body, c, frames, prompt_tokens, usage, t_recv)
         start = time.perf_counter()
         sent = 0
         n_chunks = 0
         t_first = 0
         if c.burst:
-            data, sent = burst(chat, n_tokens, c.tokens_per_chunk)
+            data, sent = frames.burst(n_tokens, c.tokens_per_chunk)
             t_first = time.perf_counter_ns()
             await resp.write(data)
         due = start + self._delay(c.ttft_s)
@@ -220,15 +234,12 @@ class Emitter:
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if n_chunks == c.fault_after and await _inject_fault(request, resp, c):
+            if n_chunks == c.fault_after and await _inject_fault(request, resp, c, frames):
                 return resp
             text = "".join(f" w{sent + i}" for i in range(k))
             if not t_first:
                 t_first = time.perf_counter_ns()
-            if sent < c.reasoning_tokens:
-                await resp.write(chunk(chat, reasoning=text))
-            else:
-                await resp.write(text_chunk(chat, text))
+            await resp.write(frames.token(text, sent < c.reasoning_tokens))
             if c.keepalive:
                 await resp.write(b": keep-alive\n\n")
             sent += k
@@ -236,41 +247,36 @@ class Emitter:
             n_chunks += 1
         t_last = time.perf_counter_ns()
         self.stamps[str(body.get("prompt", ""))[:64]] = (t_recv, t_first, t_last)
-        await resp.write(chunk(chat, finish="length" if sent >= max_tokens else "stop"))
-        so = body.get("stream_options") or {}
-        if c.usage and so.get("include_usage"):
-            await resp.write(usage_chunk(prompt_tokens, sent, c.reasoning_tokens))
-        await resp.write(b"data: [DONE]\n\n")
+        for part in frames.close("length" if sent >= max_tokens else "stop", prompt_tokens, sent, c.reasoning_tokens,
+                                 usage):
+            await resp.write(part)
         await resp.write_eof()
         if c.close_after_stream_s is not None and request.transport is not None:
             asyncio.get_running_loop().call_later(c.close_after_stream_s, request.transport.close)
         return resp
 
-    async def _call_tool(self, resp: web.StreamResponse, body: dict[str, Any], c: EmitterConfig, prompt_tokens: int,
-                         t_recv: int) -> web.StreamResponse:
+    async def _call_tool(self, resp: web.StreamResponse, body: dict[str, Any], c: EmitterConfig, frames: Frames,
+                         prompt_tokens: int, usage: bool, t_recv: int) -> web.StreamResponse:
         """A call of the request's first tool: its arguments name the request's place in the emitter's log."""
         await asyncio.sleep(self._delay(c.ttft_s))
         t_first = time.perf_counter_ns()
         tool = body["tools"][0] if isinstance(body["tools"][0], dict) else {}
-        name = str((tool.get("function") or {}).get("name") or "tool")
+        name = str((tool.get("function") or {}).get("name") or tool.get("name") or "tool")  # chat's, or flat
         n = len(self.requests_seen)
         pieces = ['{"task": ', f'"step {n} of the work', ' to do"}']
-        await resp.write(tool_chunk({"index": 0, "id": f"call_{n}", "type": "function",
-                                     "function": {"name": name, "arguments": ""}}))
+        await resp.write(frames.tool_start(f"call_{n}", name))
         for piece in pieces:
             await asyncio.sleep(self._delay(c.itl_s))
-            await resp.write(tool_chunk({"index": 0, "function": {"arguments": piece}}))
+            await resp.write(frames.tool_args(piece))
         self.generated += len(pieces)
         self.stamps[str(body.get("prompt", ""))[:64]] = (t_recv, t_first, time.perf_counter_ns())
-        await resp.write(chunk(True, finish="tool_calls"))
-        if c.usage and (body.get("stream_options") or {}).get("include_usage"):
-            await resp.write(usage_chunk(prompt_tokens, len(pieces), 0))
-        await resp.write(b"data: [DONE]\n\n")
+        for part in frames.close("tool_calls", prompt_tokens, len(pieces), 0, usage):
+            await resp.write(part)
         await resp.write_eof()
         return resp
 
 
-async def _inject_fault(request: web.Request, resp: web.StreamResponse, c: EmitterConfig) -> bool:
+async def _inject_fault(request: web.Request, resp: web.StreamResponse, c: EmitterConfig, frames: Frames) -> bool:
     """The configured mid-stream fault, at its chunk; True when it ends the stream."""
     if c.fault == "stall":
         await asyncio.sleep(c.stall_s)
@@ -283,7 +289,7 @@ async def _inject_fault(request: web.Request, resp: web.StreamResponse, c: Emitt
     elif c.fault == "poison":
         await resp.write(b"data: " + c.poison.encode() + b"\n\n")
     elif c.fault == "error_event":
-        await resp.write(b'data: {"error": {"message": "out of memory"}}\n\n')
+        await resp.write(frames.error("out of memory"))
         return True
     return False
 

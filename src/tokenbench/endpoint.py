@@ -9,6 +9,7 @@ exception so the CLI shows this run and no other.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,21 +17,22 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from . import __version__, machine
-from .adapters import Adapter
-from .client import Api, StreamClient
-from .errors import RunInterrupted, TokenbenchError, UsageError
+from .adapters.base import Adapter
+from .client import Api, PreparedRequest, StreamClient
+from .errors import EndpointError, RunInterrupted, TokenbenchError, UsageError
 from .results import LevelOutcome, Manifest, RunResult, as_read, now_iso
 from .reader import load_result
 from .servers import ServerInfo, ServerTokenizer, check_model, discover
 from .store import Store
-from .workload import LocalTokenizer, Tokenizer
+from .records import RequestRecord
+from .workload import LocalTokenizer, PromptBuilder, Tokenizer
 
 if TYPE_CHECKING:
     from .quality.items import Item
 
 
 async def pick_tokenizer(
-    path: str | None, api_key: str | None, session: aiohttp.ClientSession, info: ServerInfo, model: str
+    path: str | None, api_key: str | None, http: aiohttp.ClientSession, info: ServerInfo, model: str
 ) -> tuple[Tokenizer, LocalTokenizer | None]:
     """The served model's tokenizer: ``path`` if given, else the server's own endpoint, else a local one by the
     model's name. Also returns the local one, if any, for counting tokens."""
@@ -38,7 +40,7 @@ async def pick_tokenizer(
         t = LocalTokenizer(path)
         return t, t
     if info.tokenize_path:
-        st = ServerTokenizer(session, info, model, api_key)
+        st = ServerTokenizer(http, info, model, api_key)
         try:
             if await st.encode("hello world"):
                 return st, None
@@ -58,7 +60,7 @@ async def pick_tokenizer(
 def stream_client(http: aiohttp.ClientSession, url: str, model: str, adapter: Adapter, **kw: Any) -> StreamClient:
     """A streaming client with the flags the server's adapter sets (one token per chunk, a fresh connection per
     stream, its stream_options): the one place they are passed. ``kw``: the API, key, timeouts, temperature, token counter."""
-    return StreamClient(session=http, base_url=url, model=model, one_token_per_chunk=adapter.one_token_per_chunk,
+    return StreamClient(http=http, base_url=url, model=model, one_token_per_chunk=adapter.one_token_per_chunk,
                         fresh_connection=adapter.closes_after_stream, stream_options=dict(adapter.stream_options), **kw)
 
 
@@ -194,3 +196,18 @@ class RunLog:
             return load_result(self.store, self.run_id)
         except Exception:
             return None
+
+
+async def preflight(client: StreamClient, builder: PromptBuilder, fields: dict[str, Any]) -> RequestRecord:
+    """A 2-token check request with ``fields``: the run's own kind of request, with a short output."""
+    text, n = await builder.exact("preflight: ", 8, random.Random())
+    rec = RequestRecord(index=-1, phase="warmup")
+    await client.send(PreparedRequest(text, 2, n, fields), rec)
+    if rec.error_kind is None:
+        return rec
+    if rec.http_status is not None and 400 <= rec.http_status < 500:
+        raise EndpointError(
+            f"the server refused the request (HTTP {rec.http_status}: {rec.error}); "
+            "check --model and --api, or drop fields with --extra-body"
+        )
+    raise EndpointError(f"the first request failed ({rec.error_kind}: {rec.error}); check the server's log")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .checks import GuardSnapshot
 from .records import RequestRecord
 from .replay_stats import OVERFLOW_LIMIT
+from .steady import DRIFT_RATIO, TAIL_SHARE, drift, tail_cluster
 
 if TYPE_CHECKING:  # the summary carries its findings; this module only reads it
     from .levels import ServingLevel
@@ -48,6 +49,11 @@ class Code(StrEnum):
     CACHE_COUNTS_DISAGREE = "cache_counts_disagree"
     STOPPED_EARLY = "stopped_early"
     CONTEXT_OVERFLOW = "context_overflow"
+    NO_PLATEAU = "no_plateau"
+    DRIFT = "drift"
+    TAIL_CLUSTER = "tail_cluster"
+    RATE_BELOW_TPOT = "rate_below_tpot"
+    PHASE_LOCKED = "phase_locked"
 
 
 #: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.
@@ -142,6 +148,7 @@ class LevelFacts:
     max_error_rate: float | None = None  # None: the level's error share is not judged
     peak_in_flight: int | None = None
     node_guards: Sequence[GuardSnapshot] = ()  # the guard on each load-generating node but this one (workers.py)
+    server_guard: GuardSnapshot | None = None  # the guard on the server host, through its agent (serverhost.py)
     lost_workers: Sequence[str] = ()  # workers lost mid-level, each said in a sentence (workers.WorkerPool)
     #: why the level stopped sending before its requests were all sent (a capacity search: its verdict was
     #: decided, the server over-saturated, the time budget spent); None: it ran to its end
@@ -260,14 +267,18 @@ def _stopped_early(f: LevelFacts) -> Finding | None:
 
 def _dirty_bench(f: LevelFacts) -> Finding | None:
     here = guard_finding(f.guard, f.run_id)
-    nodes = [n for n in f.node_guards if n.dirty]
-    if not nodes:
+    elsewhere = [f"load-generating node {n.node} dirty before this level (" + ", ".join(c.name for c in n.failed) + ")"
+                 for n in f.node_guards if n.dirty]
+    if f.server_guard is not None and f.server_guard.dirty:
+        elsewhere.append("the server host dirty before this level (" +
+                         ", ".join(c.name for c in f.server_guard.failed) + ")")
+    if not elsewhere:
         return here
-    said = "; ".join(f"load-generating node {n.node} dirty before this level ("
-                     + ", ".join(c.name for c in n.failed) + ")" for n in nodes)
+    said = "; ".join(elsewhere)
     message = f"{here.message}; the guard found {said}" if here else f"the guard found {said}"
-    return Finding(Code.DIRTY_BENCH, message, here.remedy if here else "the level's client.node_guards say more",
-                   observed=((here.observed or 0) if here else 0) + len(nodes), threshold=0, unit="dirty machines")
+    return Finding(Code.DIRTY_BENCH, message,
+                   here.remedy if here else "the level's client.node_guards and client.server_guard say more",
+                   observed=((here.observed or 0) if here else 0) + len(elsewhere), threshold=0, unit="dirty machines")
 
 
 def _worker_lost(f: LevelFacts) -> Finding | None:
@@ -307,11 +318,85 @@ def _context_overflow(f: LevelFacts) -> Finding | None:
                    severity="warning" if replay.invalid else "note")
 
 
+#: A per-agent rate below this share of what the level's own TTFT, TPOT and output length allow contradicts them,
+#: for requests of at least RATE_BELOW_TPOT_MIN_MS (shorter ones are the client's own gaps between sends).
+RATE_BELOW_TPOT_SHARE = 0.5
+RATE_BELOW_TPOT_MIN_MS = 20.0
+
+
+def _agents(f: LevelFacts) -> bool:
+    """Agents that pause between turns (sessions, replays): their in-flight count and rate are the workload's."""
+    return f.summary.session is not None
+
+
+def _no_plateau(f: LevelFacts) -> Finding | None:
+    s = f.summary
+    if s.plateau is not None or _agents(f) or len(f.ok) < 4 or f.interrupted or f.stopped:
+        return None
+    return Finding(Code.NO_PLATEAU, "the level never held its load for half its window: its figures are mostly "
+                   "ramp-up and drain", "run more requests per level (--requests), or a --duration",
+                   n=len(f.measured), severity="note")
+
+
+def _drift(f: LevelFacts) -> Finding | None:
+    found = drift(f.records)
+    if found is None or _agents(f):
+        return None
+    name, a, b = found
+    way = "rose" if b > a else "fell"
+    return Finding(Code.DRIFT, f"median {name} {way} from {a:,.1f} ms in the level's first third to {b:,.1f} ms in "
+                   "its last: the server (or the client) had not settled",
+                   "more warm-up (--warmup auto), more requests per level, or --repetitions",
+                   observed=b / a, threshold=DRIFT_RATIO, unit="x", n=len(f.ok))
+
+
+def _tail_cluster(f: LevelFacts) -> Finding | None:
+    found = tail_cluster([r.ttft_ns / 1e6 for r in f.ok if r.ttft_ns is not None])
+    if found is None:
+        return None
+    k, low, rest = found
+    return Finding(Code.TAIL_CLUSTER, f"{k} of {len(f.ok)} requests waited {low:,.0f} ms or more for their first "
+                   f"token where the rest took {rest:,.1f} ms at the median: a cost paid once (a compile, a cache "
+                   "fill) inside the measured window, not the level's tail",
+                   "more warm-up (--warmup auto)", observed=k, threshold=TAIL_SHARE * len(f.ok), unit="requests",
+                   n=len(f.ok))
+
+
+def _rate_below_tpot(f: LevelFacts) -> Finding | None:
+    """A per-agent rate below half of what a request of the level's median TTFT, TPOT and output length gives."""
+    s = f.summary
+    rate, ttft, tpot, out = s.per_agent_tps, s.ttft_ms.p50, s.tpot_ms.p50, s.output_tokens_mean
+    if _agents(f) or s.rate is not None or not (rate and ttft and tpot and out) or out < 2:
+        return None
+    request_ms = ttft + (out - 1) * tpot
+    allowed = out / (request_ms / 1000.0)
+    if rate >= RATE_BELOW_TPOT_SHARE * allowed or request_ms < RATE_BELOW_TPOT_MIN_MS:
+        return None
+    return Finding(Code.RATE_BELOW_TPOT, f"{rate:,.1f} tok/s per agent, where its median request ({out:,.0f} tokens "
+                   f"at TTFT {ttft:,.1f} ms and TPOT {tpot:,.2f} ms) gives {allowed:,.1f}: the window holds waits "
+                   "that are not the requests' (slow outliers, gaps between them)",
+                   "more warm-up (--warmup auto) or more requests per level; the plateau's figures leave out the "
+                   "ramp and drain", observed=rate, threshold=RATE_BELOW_TPOT_SHARE * allowed, unit="tok/s",
+                   n=len(f.ok))
+
+
+def _phase_locked(f: LevelFacts) -> Finding | None:
+    w = f.summary.waves
+    if w is None or not w.phase_locked:
+        return None
+    said = ", ".join(f"{s.waves} of {s.size} (TTFT p50 {s.ttft_ms_p50:,.0f} ms)" for s in w.by_size
+                     if s.waves >= 3 and s.ttft_ms_p50 is not None)
+    return Finding(Code.PHASE_LOCKED, f"the closed loop fell into waves it kept, requests sent within {w.step_ms:,.1f} "
+                   f"ms of each other: {said}; a request's TTFT says which wave it landed in as much as the server",
+                   "--phase staggered (streams that arrive as agents do), or compare tools on the same phase",
+                   n=len(f.ok), severity="note")
+
+
 def _concurrency_not_reached(f: LevelFacts) -> Finding | None:
     c, peak = f.concurrency, f.peak_in_flight
     if not c or c <= 1 or not f.measured or peak is None or peak >= c:
         return None
-    if f.summary.session is not None:  # agents pause between turns: fewer calls in flight than agents is the load
+    if _agents(f):  # agents pause between turns: fewer calls in flight than agents is the load
         return None
     why = (f"only {f.requests} requests were asked for" if f.requests is not None and f.requests < c
            else "requests ended before the others were sent")
@@ -366,6 +451,16 @@ LEVEL_RULES: tuple[Rule, ...] = (
          "prefix-cache counters (CACHE_COUNT_TOLERANCE)", _cache_counts_disagree),
     Rule(Code.CONTEXT_OVERFLOW, "a replay whose calls overflow the server's context measures refusals, not the box: "
          "AgentX marks a run invalid over 1% (replay_stats.OVERFLOW_LIMIT)", _context_overflow),
+    Rule(Code.NO_PLATEAU, "a level's figures over its whole window count its ramp and drain as load; a level "
+         "whose plateau is under half its window has mostly those (steady.PLATEAU_MIN_SHARE)", _no_plateau),
+    Rule(Code.DRIFT, "a level whose latency moves between its first and last third had not settled "
+         "(steady.DRIFT_RATIO)", _drift),
+    Rule(Code.TAIL_CLUSTER, "a tail far from the body is a one-time cost inside the window, not the level's tail "
+         "(steady.TAIL_SHARE, TAIL_RATIO)", _tail_cluster),
+    Rule(Code.RATE_BELOW_TPOT, "a per-agent rate under half of what the level's own TTFT and TPOT give is "
+         "not the server's rate (RATE_BELOW_TPOT_SHARE)", _rate_below_tpot),
+    Rule(Code.PHASE_LOCKED, "a closed loop whose streams keep one split (one alone, three together) reads a "
+         "phase nobody chose into TTFT (steady.PHASE_TTFT_RATIO)", _phase_locked),
 )
 
 
@@ -393,65 +488,3 @@ def guard_finding(snap: GuardSnapshot | None, run_id: str = "") -> Finding | Non
     where = f"'tokenbench show {run_id} --guard' prints the snapshots" if run_id else "the guard's snapshot says more"
     return Finding(Code.DIRTY_BENCH, f"the guard found the bench dirty before this level ({names})", where,
                    observed=len(bad), threshold=0, unit="failed checks", n=len(snap.results))
-
-
-def unstable_repetitions(cv: float | None, n: int) -> Finding | None:
-    """Throughput that varies between repetitions of one level (``UNSTABLE_REPETITION_CV``)."""
-    if cv is None or cv < UNSTABLE_REPETITION_CV:
-        return None
-    return Finding(Code.UNSTABLE, f"throughput varies {cv:.0%} between repetitions: the bench is noisy",
-                   observed=cv, threshold=UNSTABLE_REPETITION_CV, unit="cv", n=n)
-
-
-def unstable_depth_rate(kind: str, mean: float | None, sd: float | None, reps: list[float]) -> Finding | None:
-    """A depth pp or tg rate whose spread is over ``UNSTABLE_SD_SHARE`` of its mean."""
-    if not mean or sd is None or sd <= UNSTABLE_SD_SHARE * mean:
-        return None
-    return Finding(Code.UNSTABLE,
-                   f"{kind} varies {sd / mean:.0%} of its mean over {len(reps)} repetitions "
-                   f"({', '.join(f'{v:,.1f}' for v in reps)} tok/s): not a measurement",
-                   "quiet the machine, raise --repetitions or --tg", sd / mean, UNSTABLE_SD_SHARE, "sd/mean", len(reps))
-
-
-def context_not_warm(depth: int, pp: int, steps: Sequence[tuple[float | None, float]]) -> Finding | None:
-    """Depth: (fill_s, pp_s) per repetition; the pp step re-processed the context (``COLD_SHARE``)."""
-    fills = [fill for fill, _ in steps if fill]
-    if not fills or depth < 4 * pp:
-        return None
-    cold = [(fill or 0.0, pp_s) for fill, pp_s in steps if fill and pp_s > COLD_SHARE * fill]
-    if not cold:
-        return None
-    fill_s, pp_s = cold[0]
-    return Finding(Code.CONTEXT_NOT_WARM,
-                   f"the pp step took {pp_s * 1000:.0f} ms against {fill_s * 1000:.0f} ms to fill the {depth}-token "
-                   "context: the server did not keep it warm, so pp includes the depth's prefill",
-                   "vLLM: --enable-prefix-caching; llama.cpp: one client per slot",
-                   pp_s / fill_s, COLD_SHARE, "pp time / fill time", len(steps))
-
-
-def timings_disagree(server_pp: float, client_pp: float) -> Finding | None:
-    """Depth: the server's prefill rate and the client's differ by more than ``TIMINGS_TOLERANCE``."""
-    off = abs(server_pp - client_pp) / client_pp
-    if off <= TIMINGS_TOLERANCE:
-        return None
-    return Finding(Code.TIMINGS_DISAGREE,
-                   f"the server's timings say {server_pp:,.0f} tok/s prefill, the client measured {client_pp:,.0f}: "
-                   "network or queueing time is in the client's figure", observed=off, threshold=TIMINGS_TOLERANCE,
-                   unit="relative difference")
-
-
-def exceeds_server_timings(client_tg: float, server_tg: float) -> Finding | None:
-    """Depth: the client's tg above what the server's own timings allow (``SERVER_TG_MARGIN``)."""
-    if client_tg <= server_tg * (1 + SERVER_TG_MARGIN):
-        return None
-    return Finding(Code.EXCEEDS_SERVER_TIMINGS,
-                   f"the client timed tg at {client_tg:,.1f} tok/s, faster than the server's own timings allow "
-                   f"({server_tg:,.1f} tok/s): chunks were held back and sent together", "not published",
-                   client_tg, server_tg * (1 + SERVER_TG_MARGIN), "tok/s")
-
-
-def exceeds_context(depth: int, pp: int, tg: int, slot_ctx: int) -> Finding:
-    """Depth: a depth that does not fit the server's slot context, kept as skipped."""
-    return Finding(Code.EXCEEDS_CONTEXT,
-                   f"depth {depth} + pp {pp} + tg {tg} does not fit the server's {slot_ctx}-token slot context",
-                   "not run (raise the server's -c, or fewer slots)", depth + pp + tg, slot_ctx, "tokens")

@@ -264,7 +264,7 @@ class GpuNvml(Check):
         if env.root != Path("/"):
             return self.na("NVML reads the real machine only")
         try:
-            import pynvml  # type: ignore[import-not-found]
+            import pynvml
 
             pynvml.nvmlInit()
         except Exception:  # no library, no driver, no GPU: all mean not available

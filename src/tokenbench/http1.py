@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import urlsplit
 
-from .transport import REPLAY_BYTES, Stream, error_message
+from .transport import REPLAY_BYTES, Stream, error_message, merged_headers
 
 if TYPE_CHECKING:
     from .decoder import StreamDecoder
@@ -84,9 +84,10 @@ class HttpError(Exception):
 
 
 class RequestHead:
-    """The bytes before a request's body, built once per client: only Content-Length changes per request."""
+    """The bytes before a request's body, built once per client: only Content-Length changes per request. A
+    request with headers of its own gets a head built for it (the client's headers, its own over them)."""
 
-    __slots__ = ("host", "port", "path", "_head")
+    __slots__ = ("host", "port", "path", "headers", "_start", "_head")
 
     def __init__(self, url: str, headers: dict[str, str]) -> None:
         u = urlsplit(url)
@@ -95,19 +96,24 @@ class RequestHead:
         self.host, self.port = u.hostname, u.port or 80
         self.path = (u.path or "/") + (f"?{u.query}" if u.query else "")
         host = u.netloc.rsplit("@", 1)[-1]
-        lines = [f"POST {self.path} HTTP/1.1", f"Host: {host}", "User-Agent: tokenbench",
-                 *(f"{k}: {v}" for k, v in headers.items())]
+        self.headers = dict(headers)
+        self._start = [f"POST {self.path} HTTP/1.1", f"Host: {host}", "User-Agent: tokenbench"]
+        self._head = self._built(self.headers)
+
+    def _built(self, headers: dict[str, str]) -> bytes:
+        lines = [*self._start, *(f"{k}: {v}" for k, v in headers.items())]
         for line in lines:
             if "\r" in line or "\n" in line:
                 raise ValueError("a header with a line break")
-        self._head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+        return ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
 
     @property
     def closes(self) -> bool:
         return b"\r\nConnection: close" in self._head
 
-    def request(self, body: bytes) -> bytes:
-        return b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
+    def request(self, body: bytes, headers: dict[str, str] | None = None) -> bytes:
+        head = self._head if not headers else self._built(merged_headers(self.headers, headers))
+        return b"%s%d\r\n\r\n%s" % (head, len(body), body)
 
 
 class Exchange:
@@ -440,7 +446,8 @@ class LeanTransport:
     async def close(self) -> None:
         self.pool.close()
 
-    async def send(self, payload: bytes, decoder: StreamDecoder, fresh: bool) -> tuple[bool, Stream | None]:
+    async def send(self, payload: bytes, decoder: StreamDecoder, fresh: bool,
+                   headers: dict[str, str] | None = None) -> tuple[bool, Stream | None]:
         """From the send's start to the socket write nothing awaits unless a connection must be opened, so a wave's
         sends never queue behind each other; each read is stamped in the protocol as it arrives."""
         pool, head, record = self.pool, self.head, decoder.record
@@ -459,7 +466,7 @@ class LeanTransport:
                 return True, None
         ex = Exchange(decoder.spill, REPLAY_BYTES)
         ex.last_ns = sent
-        conn.start(ex, head.request(payload), reuse=not (fresh or head.closes))
+        conn.start(ex, head.request(payload, headers), reuse=not (fresh or head.closes))
         record.written_ns = time.perf_counter_ns()
         dog = Watchdog(conn, ex, start_s, self.timeout_s, self.stall_timeout_s)
         try:

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from .checks import GuardSnapshot
 from .replay_stats import ReplayStats
+from .steady import Plateau, Waves
 from .distribution import Distribution
 from .findings import Code, Finding
 from .keyed import Keyed
@@ -100,6 +101,7 @@ class ClientReport(Keyed):
     workers: list[Any] | None = None  # every worker's report
     clocks: list[Any] | None = None  # each worker's clock against the parent's
     node_guards: list[Any] | None = None  # Ray: each node's guard snapshot
+    server_guard: dict[str, Any] | None = None  # the server host's guard snapshot, through its agent
     # a depth level's steps: the rate of each repetition, the fill and prompt times, the server's own timings
     pp_tps_reps: list[Any] | None = None
     tg_tps_reps: list[Any] | None = None
@@ -135,17 +137,23 @@ class Telemetry(Keyed):
     spec_mean_acceptance_length: float | None = None
     #: the mean time the level's finished requests waited in the engine's queue (its histogram's sum over count)
     queue_time_mean_ms: float | None = None
-    gpu_power: str | None = None  # "not available" without NVML
-    gpu_power_w_mean: float | None = None
+    gpu_power: str | None = None  # "not available": nothing read the box under test's power
+    gpu_power_w_mean: float | None = None  # the mean watts of the source below (a GPU board, a package, a box)
     energy_j: float | None = None
     j_per_output_token: float | None = None
     output_tokens_per_watt: float | None = None
+    power_source: str | None = None  # where the watts were read: "nvml", "amdgpu hwmon", "rapl", a URL, a command
+    power_measures: str | None = None  # what it measures: a GPU board, an APU package, a CPU package, a whole box
+    power_partial: bool | None = None  # the source stopped (or started) within the level: its figure is partial
+    power_note: str | None = None  # why there is no figure, or what limits it
+    idle_power_w: float | None = None  # the same source with the box idle before the run (--idle-power)
+    power_above_idle_share: float | None = None  # the level's watts above idle over its watts
 
 
 #: The latencies with an error split, as ``ServingLevel`` names them.
 FAILED_SPLITS = ("e2e_failed_ms", "ttft_failed_ms", "itl_failed_ms", "ttfb_failed_ms")
 
-#: The JSON result contract's level keys, in the order a level is written (DESIGN.md: extend, never rename).
+#: The JSON result contract's level keys, in the order a level is written (docs/results.md: extend, never rename).
 #: Both kinds of level write every key, the other kind's empty, so a stored run reads the same whatever it holds.
 LEVEL_KEYS = (
     "concurrency", "rate", "completed", "failed", "errors", "duration_s", "output_throughput_tps", "per_agent_tps",
@@ -157,12 +165,14 @@ LEVEL_KEYS = (
     "achieved_concurrency", "send_delay_ms", "send_queue_ms", "time_to_first_text_ms", *FAILED_SPLITS,
     "goodput_rps", "slo", "slo_met", "slo_checks", "warnings", "client", "test", "depth", "pp_tps", "tg_tps",
     "pp_tps_sd", "tg_tps_sd", "pp_tps_dist", "tg_tps_dist", "guard", "telemetry", "findings", "session",
-    "cached_share", "cached_source", "replay",
+    "cached_share", "cached_source", "replay", "time_to_first_tool_ms", "plateau", "ttft_from_arrival_ms",
+    "e2e_from_arrival_ms", "waves",
 )
 
 #: The keys whose value is a Distribution, in either kind of level.
 DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms",
-                 "send_queue_ms", "time_to_first_text_ms", "pp_tps_dist", "tg_tps_dist", *FAILED_SPLITS)
+                 "send_queue_ms", "time_to_first_text_ms", "pp_tps_dist", "tg_tps_dist", *FAILED_SPLITS,
+                 "time_to_first_tool_ms", "ttft_from_arrival_ms", "e2e_from_arrival_ms")
 
 
 def _nothing() -> Distribution:
@@ -313,6 +323,16 @@ class ServingLevel(LevelSummary):
     cached_source: str | None = None
     #: a replay level of recorded agent trajectories: its trees, TTFT against context, validity (None: not one)
     replay: ReplayStats | None = None
+    #: request sent -> first chunk carrying a tool call's tokens (its name or arguments), over the successful
+    #: requests that called a tool, beside TTFT; None for a level not measured here or stored before it existed
+    time_to_first_tool_ms: Distribution | None = None
+    #: the level's figures over its steady state, beside the whole window's (steady.py; None: no plateau)
+    plateau: Plateau | None = None
+    #: an open loop's TTFT and end-to-end time from each request's scheduled arrival (None: a closed loop)
+    ttft_from_arrival_ms: Distribution | None = None
+    e2e_from_arrival_ms: Distribution | None = None
+    #: a closed loop's waves: requests sent within one server step of each other, each size with its TTFT
+    waves: Waves | None = None
 
     @property
     def per_agent_tps(self) -> float | None:
@@ -342,6 +362,8 @@ class ServingLevel(LevelSummary):
     def _read(cls, d: dict[str, Any]) -> LevelSummary:
         d["session"] = SessionStats.from_dict(d["session"]) if isinstance(d.get("session"), dict) else None
         d["replay"] = ReplayStats.from_dict(d["replay"]) if isinstance(d.get("replay"), dict) else None
+        d["plateau"] = Plateau.from_dict(d["plateau"]) if isinstance(d.get("plateau"), dict) else None
+        d["waves"] = Waves.from_dict(d["waves"]) if isinstance(d.get("waves"), dict) else None
         checks = d.get("slo_checks")
         d["slo_checks"] = [c for x in (checks if isinstance(checks, list) else [])
                            if isinstance(x, dict) and (c := SloCheck.from_dict(x))]

@@ -2,7 +2,7 @@
 trace's replay), warm-up as a recorded phase, a request count or a duration per level, and a watch on the client
 itself.
 
-The load generator defines the backend it needs (``Backend``); the streaming client implements it.
+The load generator defines the backend it needs (``Sender``); the streaming client implements it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ CLIENT_CPU_PCT = 90.0
 INFLIGHT_SHORTFALL = 0.9
 SEND_DELAY_P90_MS = 10.0
 #: A request that waits this long in the client (p90) before its body reaches the socket: the client's time,
-#: which would otherwise read as the server's TTFT (issue 13: 41-128 ms at 512 streams).
+#: which would otherwise read as the server's TTFT (41-128 ms at 512 streams on one event loop, before the sends were split over workers).
 SEND_QUEUE_P90_MS = 10.0
 #: One stop of the event loop this long delays every stream in flight by as much, whatever the p99 says.
 LOOP_STALL_MS = 100.0
@@ -74,7 +74,7 @@ def freeze_heap() -> None:
     _frozen_depth += 1
 
 
-class Backend(Protocol):
+class Sender(Protocol):
     async def send(self, req: PreparedRequest, record: RequestRecord,
                    on_done: Callable[[RequestRecord], None] | None = None) -> RequestRecord: ...
 
@@ -219,7 +219,7 @@ class _Phase:
     """The sending loops of one phase: closed (N senders, each sends when its last request ends) or open (a
     request at each arrival of the process, however many are in flight)."""
 
-    def __init__(self, backend: Backend, prompts: PromptSource, phase: Phase, records: list[RequestRecord],
+    def __init__(self, backend: Sender, prompts: PromptSource, phase: Phase, records: list[RequestRecord],
                  watch: ClientWatch, done: OnDone, requests: int | None, stop_ns: int | None,
                  halt: Callable[[], bool] | None = None) -> None:
         self.backend, self.prompts, self.phase, self.records = backend, prompts, phase, records
@@ -238,8 +238,10 @@ class _Phase:
         return (self.requests is None or self.issued < self.requests) and \
             (self.stop_ns is None or time.perf_counter_ns() < self.stop_ns) and not self.halt()
 
-    async def closed_loop(self, n: int) -> None:
+    async def closed_loop(self, n: int, stagger_s: float | None = None, rng: random.Random | None = None) -> None:
         async def sender() -> None:
+            if stagger_s and rng is not None:  # desynchronised: each stream's first send at a random offset
+                await asyncio.sleep(rng.uniform(0.0, stagger_s))
             while self.more():
                 self.issued += 1
                 idx, req = await self.prompts.next()
@@ -289,7 +291,7 @@ def _never() -> bool:
 
 
 async def run_phase(
-    backend: Backend,
+    backend: Sender,
     prompts: PromptSource,
     level: Level,
     phase: Phase,
@@ -303,12 +305,14 @@ async def run_phase(
     start_at_ns: int | None = None,
     offset_s: float = 0.0,
     halt: Callable[[], bool] | None = None,
+    stagger_s: float | None = None,
 ) -> PhaseResult:
     """Run one phase (warm-up or measured) of a level. Cancellation keeps the records gathered so far.
 
     ``start_at_ns`` (perf_counter_ns) starts the phase at that moment, so workers sharing a level start together;
     ``offset_s`` delays an open-loop worker's first arrival (constant arrivals split over workers interleave);
-    ``halt`` (asked before each send) stops sending once true: the requests in flight finish and are kept."""
+    ``halt`` (asked before each send) stops sending once true: the requests in flight finish and are kept;
+    ``stagger_s``: a closed loop's streams start at random offsets within it (desynchronised), not together."""
     if requests is None and duration_s is None:
         raise ValueError("a level needs a request count or a duration")
     records: list[RequestRecord] = [] if sink is None else sink  # the caller's list survives a cancel
@@ -321,7 +325,7 @@ async def run_phase(
                      halt)
         try:
             if not level.open:
-                await run.closed_loop(level.concurrency or 1)
+                await run.closed_loop(level.concurrency or 1, stagger_s, random.Random(seed))
             else:
                 await run.open_loop(level, start_ns, offset_s, random.Random(seed))
         except asyncio.CancelledError:

@@ -1,7 +1,9 @@
 """Pure functions from request records to a level summary. No I/O.
 
-Definitions follow DESIGN.md and match ``vllm bench serve`` so numbers are comparable:
+Definitions (docs/metrics.md) match ``vllm bench serve`` so numbers are comparable:
 - TTFT: request sent -> first chunk carrying a generated token (reasoning or answer).
+- Time to first tool call: request sent -> first chunk carrying a tool call's tokens, over the requests that
+  called a tool.
 - E2E: request sent -> last byte of the response.
 - TPOT: (E2E - TTFT) / (output_tokens - 1) per request; undefined for one output token.
 - ITL: gaps between successive token-bearing chunks (the per-chunk rule; a chunk may carry
@@ -16,6 +18,7 @@ from collections import Counter
 
 from .distribution import Distribution
 from .levels import ServingLevel, SessionStats, TurnPoint
+from .steady import plateau, waves
 from .records import RequestRecord
 from .slo import SLO, assess, request_itls_ms, request_meets, request_tpot_ms, session_seconds
 
@@ -67,7 +70,7 @@ def _source(records: list[RequestRecord], attr: str) -> str | None:
     if not sources:
         return None
     if len(sources) == 1:
-        return next(iter(sources))
+        return str(next(iter(sources)))
     return "mixed:" + ",".join(f"{k}={v}" for k, v in sorted(sources.items()))
 
 
@@ -197,6 +200,7 @@ def summarize(
         input_tokens_source=_source(ok, "input_tokens_source"),
         tokens_per_chunk_mean=sum(out_tokens) / chunks if chunks else None,
         time_to_first_text_ms=ttftext,
+        time_to_first_tool_ms=Distribution.of(_ms_since_sent(ok, "first_tool_ns")),
     )
     _failure_split(summary, failed)
     _reasoning(summary, ok)
@@ -205,7 +209,30 @@ def summarize(
     _client_delays(summary, measured)
     _goodput(summary, measured, slo)
     summary.cached_share, summary.cached_source = cached_share(ok)
+    _steady(summary, measured, concurrency, (window_start_ns, end))
     return summary
+
+
+def _steady(summary: ServingLevel, measured: list[RequestRecord], concurrency: int | None,
+            window: tuple[int, int]) -> None:
+    """The level's steady state (steady.py): its plateau, a closed loop's waves (none for agents, whose turns
+    pause), an open loop's latency from arrival."""
+    summary.plateau = plateau(measured, concurrency, window)
+    if not any(r.session is not None for r in measured):
+        summary.waves = waves(measured, concurrency, summary.tpot_ms.p50)
+    _from_arrival(summary, [r for r in measured if r.ok])
+
+
+def _from_arrival(summary: ServingLevel, ok: list[RequestRecord]) -> None:
+    """An open loop's TTFT and end-to-end time from each request's scheduled arrival, not its send: a client or
+    server that falls behind cannot hide its queue (coordinated omission)."""
+    arrived = [r for r in ok if r.scheduled_ns is not None]
+    if not arrived:
+        return
+    summary.ttft_from_arrival_ms = Distribution.of(
+        [(r.first_token_ns - (r.scheduled_ns or 0)) / NS_PER_MS for r in arrived if r.first_token_ns is not None])
+    summary.e2e_from_arrival_ms = Distribution.of(
+        [(r.end_ns - (r.scheduled_ns or 0)) / NS_PER_MS for r in arrived if r.end_ns is not None])
 
 
 def peak_in_flight(records: list[RequestRecord]) -> int:

@@ -16,7 +16,10 @@ import socket
 from typing import Any
 
 from .errors import UsageError
-from .workers import ClientSpec, LoadWorker, WorkerLost, WorkerPool
+from .workers.handle import WorkerLost
+from .workers.messages import ClientSpec
+from .workers.pool import WorkerPool
+from .workers.worker import LoadWorker
 
 #: CPUs a load-generating actor reserves on its node: one event loop, one core.
 ACTOR_CPUS = 1.0
@@ -72,7 +75,8 @@ async def ray_pool(address: str, spec: ClientSpec, workers: int | None) -> Worke
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise UsageError(f"--ray {address}: no Ray cluster there ({str(e).splitlines()[0][:200]}); start one "
                              "with 'ray start --head' and pass its address, or 'auto' on a node of it") from None
-    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= ACTOR_CPUS]
+    alive = ray.nodes()  # type: ignore[no-untyped-call]  # Ray's nodes() has no annotations
+    nodes = [n for n in alive if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= ACTOR_CPUS]
     if not nodes:
         raise UsageError(f"--ray {address}: the cluster has no alive node with a free CPU for a worker")
     count = workers or len(nodes)

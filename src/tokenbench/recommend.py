@@ -11,208 +11,32 @@ from the roofline, or read from a measured run's levels (a capacity search's, or
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .capacity import SearchSpec, Verdict, bracket, search_by
-from .cost import DEFAULT_CURRENCY, Pricing
+from .boxes import PREDICTED_AGENTS_MAX, predicted
+from .candidates import NO_P99, NO_P99_PREDICTED, Candidate, SloMiss, Workload, judge, meets, price
+from .capacity import Verdict, bracket
+from .cost import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE, Pricing
 from .errors import UsageError
 from .findings import Code
 from .levels import ServingLevel
 from .predict.calibration import Calibration
-from .predict.setup import Setup
-from .predict.specs import Catalog, HardwareSpec
+from .predict.session import SessionShape
+from .predict.setup import usual_setup
+from .predict.specs import Catalog
 from .results import LevelOutcome, RunResult
 from .slo import duration_text, needed_for_sure_pass
 from .store import Store
 
-
-@dataclass(slots=True)
-class Workload:
-    model: str
-    agents: int
-    input_len: int
-    output_len: int
-    ttft_p99_ms: float | None = None
-    tpot_ms: float | None = None
-    currency: str = DEFAULT_CURRENCY
-
+__all__ = ["Candidate", "SloMiss", "Workload", "PREDICTED_AGENTS_MAX", "predicted", "measured", "recommend",
+           "default_setup"]
 
 #: Boxes listed when none meets the SLOs.
 CLOSEST = 5
-#: A predicted capacity is searched up to this many agents; a box that serves them all is "at least" this.
-PREDICTED_AGENTS_MAX = 1024
 
 
-@dataclass(slots=True)
-class SloMiss:
-    """One SLO a box missed: its (predicted or measured) value against the limit."""
-
-    slo: str  # "TTFT p99" | "TPOT"
-    value_ms: float
-    limit_ms: float
-
-    @property
-    def relative(self) -> float:
-        """How far over the limit, as a share of it (0.3: 30% over)."""
-        return self.value_ms / self.limit_ms - 1
-
-
-@dataclass(slots=True)
-class Candidate:
-    box: str
-    setup: str  # engine and weights
-    source: str  # measured | predicted
-    throughput: float | None = None
-    ttft_p99_ms: float | None = None
-    tpot_ms: float | None = None
-    cost_per_mtok: float | None = None
-    excluded: str | None = None
-    reason: str | None = None  # what kind of reason excluded it, the key the table groups exclusions by
-    notes: list[str] = field(default_factory=list)
-    misses: list[SloMiss] = field(default_factory=list)  # every SLO it missed, the worst first
-    memory_gb: tuple[float, float] | None = None  # (needed, usable) when it does not fit
-    # capacity mode: the most agents it serves within the SLOs, whether that is only a lower bound (every agent
-    # count tried met them), its price per agent-hour there, and the boxes a team of Workload.agents needs
-    capacity: int | None = None
-    at_least: bool = False
-    cost_per_agent_hour: float | None = None
-    boxes: int | None = None
-    kv: str = ""  # predicted: the KV cache format it assumes (fp8, auto: the model's dtype, q8_0); measured: ""
-
-    def exclude(self, reason: str, message: str) -> None:
-        """Out of the ranking for the first reason found: a box that does not fit is not also 'no price'."""
-        if self.excluded is None:
-            self.reason, self.excluded = reason, message
-
-
-def default_setup(hw: HardwareSpec) -> tuple[str, str, str]:
-    """The engine, weights and KV format people run on such a box."""
-    if hw.kind == "gpu":
-        return ("vllm", "FP8", "FP8") if hw.has_fp8 else ("vllm", "BF16", "AUTO")
-    return (f"llama.cpp {hw.default_backend}", "Q4_K_M", "Q8_0")
-
-
-def _pricing(c: Candidate, hw: HardwareSpec, prices: dict[str, Pricing], currency: str) -> Pricing | None:
-    """The box's price, or None with the candidate excluded for the want of one."""
-    if hw.id in prices:
-        return prices[hw.id]
-    if hw.price_per_hour is not None:
-        if hw.price_currency.upper() != currency.upper():
-            c.exclude(f"its catalog price is in {hw.price_currency}",
-                      f"its catalog price is in {hw.price_currency}: pass --currency {hw.price_currency}, or "
-                      f"--price {hw.id}=PRICE in {currency}")
-            return None
-        return Pricing(currency=currency, price_per_hour=hw.price_per_hour)
-    c.exclude("no price", f"no price: pass --price {hw.id}=PER_HOUR or --owned {hw.id}=PURCHASE:YEARS:WATTS")
-    return None
-
-
-def _slo(c: Candidate, w: Workload) -> None:
-    """Every SLO the candidate misses, kept (worst first); excluded for the first, TTFT before TPOT."""
-    for slo, value, limit in (("TTFT p99", c.ttft_p99_ms, w.ttft_p99_ms), ("TPOT", c.tpot_ms, w.tpot_ms)):
-        if limit is not None and value is not None and value > limit:
-            c.misses.append(SloMiss(slo, value, limit))
-    if c.misses and c.misses[0].slo == "TTFT p99":
-        c.exclude("misses TTFT p99", f"misses TTFT p99: {c.ttft_p99_ms:,.0f} ms > {w.ttft_p99_ms:,.0f} ms")
-    elif c.misses:
-        c.exclude("misses TPOT", f"misses TPOT: {c.tpot_ms:.1f} ms > {w.tpot_ms:.1f} ms")
-    c.misses.sort(key=lambda m: -m.relative)
-
-
-def _meets(c: Candidate, w: Workload) -> bool:
-    """The candidate's current figures meet every SLO given."""
-    return not ((w.ttft_p99_ms is not None and (c.ttft_p99_ms is None or c.ttft_p99_ms > w.ttft_p99_ms))
-                or (w.tpot_ms is not None and (c.tpot_ms is None or c.tpot_ms > w.tpot_ms)))
-
-
-def _predict_at(c: Candidate, s: Setup, w: Workload, agents: int) -> None:
-    """The candidate's predicted figures at ``agents`` concurrent agents."""
-    p = s.serve(agents, w.input_len, w.output_len)
-    c.throughput = p.throughput[1]
-    c.tpot_ms = p.tpot_s.estimate * 1000
-    # a batching engine's p99: the slowest prompt of the loop's start, from the scheduler model (as predict
-    # --against predicts a published ttft_p99); one stream's: waiting behind every other agent's request
-    worst = p.ttft_worst_s if s.kind == "batching" and p.ttft_worst_s is not None else p.ttft_s
-    c.ttft_p99_ms = worst.estimate * 1000
-
-
-def _fitting(c: Candidate, s: Setup, cat: Catalog, cal: Calibration, w: Workload, agents: int) -> Setup | None:
-    """The setup if the model and ``agents`` agents' KV cache fit (vLLM BF16 tries a 4-bit format before giving
-    up); None, with the candidate excluded, if not."""
-    f = s.fit(w.input_len + w.output_len, agents)
-    if not f.fits and s.engine == "vllm" and s.quant.weights == "BF16":
-        s = Setup.make(cat, cal, s.hw.id, w.model, "AWQ", s.quant.kv, s.engine)
-        c.setup = f"{s.engine} AWQ"
-        f = s.fit(w.input_len + w.output_len, agents)
-    if f.fits:
-        return s
-    c.memory_gb = (f.total_gb, f.usable_gb)
-    c.exclude("does not fit", f"does not fit: needs {f.total_gb:,.0f} GiB of {f.usable_gb:,.0f} GiB for {agents} "
-              f"agent{'s' if agents != 1 else ''}")
-    return None
-
-
-def _predicted_capacity(c: Candidate, s: Setup, w: Workload) -> None:
-    """The most agents the setup is predicted to serve within the SLOs (fitting in memory too), and its figures
-    there (at one agent when it serves none)."""
-    def meets(n: float) -> bool:
-        if not s.fit(w.input_len + w.output_len, int(n)).fits:
-            return False
-        _predict_at(c, s, w, int(n))
-        return _meets(c, w)
-
-    # to the agent: a prediction costs microseconds, not a level's minutes
-    last, _, ended = search_by(SearchSpec("concurrency", 1, PREDICTED_AGENTS_MAX, resolution=0.0), meets)
-    c.capacity, c.at_least = (int(last) if last else None), ended == "all"
-    _predict_at(c, s, w, c.capacity or 1)
-
-
-def _price(c: Candidate, pricing: Pricing | None, w: Workload) -> None:
-    if pricing is None:
-        return
-    c.cost_per_mtok = pricing.per_mtok(c.throughput)
-    if c.capacity:
-        c.cost_per_agent_hour = pricing.effective_hourly() / c.capacity
-        c.boxes = math.ceil(w.agents / c.capacity)
-
-
-def _no_capacity(c: Candidate) -> None:
-    """Capacity mode: a box that serves no agent within the SLOs is out, whatever else is said of it."""
-    if c.capacity is None and not c.excluded:
-        c.exclude("meets the SLOs at no level", "meets the SLOs at no level it was run or predicted at")
-
-
-def predicted(cat: Catalog, cal: Calibration, w: Workload, prices: dict[str, Pricing],
-              capacity: bool = False) -> list[Candidate]:
-    """Every catalog box, predicted (``capacity``: its capacity within the SLOs, searched)."""
-    out = []
-    for hw in cat.hardware.values():
-        engine, weights, kv = default_setup(hw)
-        c = Candidate(hw.id, f"{engine} {weights}", "predicted", kv=kv.lower())
-        out.append(c)
-        try:
-            made = Setup.make(cat, cal, hw.id, w.model, weights, kv, engine)
-        except UsageError as e:
-            c.exclude("cannot run it", str(e))
-            continue
-        s = _fitting(c, made, cat, cal, w, 1 if capacity else w.agents)
-        if s is None:
-            continue
-        if capacity:
-            _predicted_capacity(c, s, w)
-        else:
-            _predict_at(c, s, w, w.agents)
-        if s.kind == "sequential":
-            c.notes.append("one stream at a time")
-        if not s.calibrated:  # priors only: no measurement of this backend stands behind the figures
-            c.notes.append(f"UNCALIBRATED ({s.backend})")
-        if c.at_least:
-            c.notes.append(f"at least: every count up to {PREDICTED_AGENTS_MAX} met the SLOs")
-        _slo(c, w)
-        if capacity:
-            _no_capacity(c)
-        _price(c, _pricing(c, hw, prices, w.currency), w)
-    return out
+#: The engine, weights and KV format people run on such a box: the one rule fit, predict and recommend take.
+default_setup = usual_setup
 
 
 def _serving(r: RunResult, agents: int | None = None) -> list[tuple[LevelOutcome, ServingLevel]]:
@@ -226,17 +50,18 @@ def _serving(r: RunResult, agents: int | None = None) -> list[tuple[LevelOutcome
 
 def _set_measured(c: Candidate, s: ServingLevel) -> None:
     c.throughput, c.ttft_p99_ms, c.tpot_ms = s.output_throughput_tps, s.ttft_ms.p99, s.tpot_ms.p50
+    c.ttft_p50_ms = s.ttft_ms.p50
 
 
 def _level_verdict(o: LevelOutcome, s: ServingLevel, c: Candidate, w: Workload) -> bool | None:
-    """A measured level against the SLOs; None where it cannot say (cut short before its verdict, or stopped
-    early by a search, so a pass on what it ran is not a pass)."""
+    """A measured level against the SLOs; None where it cannot say (cut short before its verdict, stopped early by
+    a search, so a pass on what it ran is not a pass, or without a figure an SLO needs)."""
     if o.status in ("interrupted", "partial"):
         return None
     if o.status == "failed":
         return False
     _set_measured(c, s)
-    met = _meets(c, w)
+    met = meets(c, w)
     return None if met and s.finding(Code.STOPPED_EARLY) is not None else met
 
 
@@ -253,38 +78,84 @@ def _measured_capacity(c: Candidate, r: RunResult, w: Workload) -> ServingLevel 
     n = at.completed + at.failed
     if c.at_least:
         c.notes.append(f"at least: every level run (to {int(last or 0)} agents) met the SLOs")
-    if w.ttft_p99_ms is not None and n < (needed_for_sure_pass(0.01) or 0):  # a p99 of fewer is its maximum
+    if w.ttft_p99_ms is not None and n and n < (needed_for_sure_pass(0.01) or 0):  # a p99 of fewer is its maximum
         c.notes.append(f"p99 of {n} requests")
     return at
 
 
-def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing], capacity: bool = False) -> list[Candidate]:
-    """Each measured run as a box: its level at ``w.agents`` (``capacity``: its capacity within the SLOs)."""
+def _workload_differs(r: RunResult, w: Workload) -> str | None:
+    """Why a run cannot stand for a box on this workload: agent sessions (the prefix cache serving each turn's
+    history) and requests of fixed length are never ranked against each other."""
+    from .session_view import is_session_run
+
+    if is_session_run(r) and w.sessions is None:
+        return "an agent-session run: rank it on sessions (recommend --sessions)"
+    if w.sessions is not None and not is_session_run(r):
+        return "a run of fixed-length requests, not agent sessions: rank it without --sessions"
+    return None
+
+
+def _run_price(label: str, r: RunResult, prices: dict[str, Pricing], cat: Catalog,
+               w: Workload) -> tuple[Pricing | None, bool]:
+    """A run's price, and whether the user gave it: for its label, or for the catalog box it ran on (through the
+    same alias table); else its own recorded rental price."""
+    box = None
+    if r.manifest.hardware:
+        try:
+            box = cat.find_hardware(str(r.manifest.hardware)).id
+        except UsageError:
+            box = None
+    for key in (label, box):
+        if key and key in prices:
+            return prices[key], True
+    own = r.manifest.price_per_hour
+    return (Pricing(currency=w.currency, price_per_hour=own) if own else None), False
+
+
+def _run_notes(r: RunResult, s: ServingLevel, w: Workload, c: Candidate) -> list[str]:
+    """What a run's figures stand for, where it is not quite the workload ranked: another model, other lengths, a
+    prediction no measurement stands behind."""
+    m, out = r.manifest, []
+    if m.model and m.model.split("/")[-1].lower() != w.model.lower():
+        out.append(f"measured with {m.model}")
+    if w.sessions is None and s.input_tokens_mean and abs(s.input_tokens_mean / w.input_len - 1) > 0.1:
+        out.append(f"measured at {s.input_tokens_mean:,.0f} in / {s.output_tokens_mean or 0:,.0f} out tokens")
+    if c.source == "predicted" and not c.calibrated:
+        out.append("UNCALIBRATED")
+    return out
+
+
+def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing], capacity: bool = False,
+             cat: Catalog | None = None) -> list[Candidate]:
+    """Each stored run as a box (a stored prediction as PREDICTED): its level at ``w.agents`` (``capacity``, and
+    always on sessions: its capacity within the SLOs)."""
+    cat = cat or Catalog.load()
+    capacity = capacity or w.sessions is not None
     out = []
     for r in runs:
         m = r.manifest
         label = str(m.label or r.run_id)
-        c = Candidate(label, f"{m.engine or '?'} {m.weights or ''}".strip(), "measured")
+        mark = r.predicted_mark
+        c = Candidate(label, f"{m.engine or '?'} {m.weights or ''}".strip(), "predicted" if mark else "measured",
+                      calibrated=not (mark and "UNCALIBRATED" in mark), stored=True)
         out.append(c)
+        pricing, c.priced = _run_price(label, r, prices, cat, w)
+        if (differs := _workload_differs(r, w)) is not None:
+            c.exclude("another workload", differs)
+            continue
         s = _measured_capacity(c, r, w) if capacity else max((s for _, s in _serving(r, w.agents)),
                                                              key=lambda x: x.input_tokens_mean or 0, default=None)
         if s is None:
-            c.exclude("no measured level", "no measured serving level" if capacity
-                      else f"no measured level at {w.agents} agents")
+            c.exclude("no measured level", "no serving level" if capacity else f"no level at {w.agents} agents")
             continue
         _set_measured(c, s)
-        if m.model and m.model.split("/")[-1].lower() != w.model.lower():
-            c.notes.append(f"measured with {m.model}")
-        if s.input_tokens_mean and abs(s.input_tokens_mean / w.input_len - 1) > 0.1:  # another workload's figures
-            c.notes.append(f"measured at {s.input_tokens_mean:,.0f} in / {s.output_tokens_mean or 0:,.0f} out tokens")
-        _slo(c, w)
-        if capacity:
-            _no_capacity(c)
-        price = m.price_per_hour
-        pricing = prices.get(label) or (Pricing(currency=w.currency, price_per_hour=price) if price else None)
+        c.notes += _run_notes(r, s, w, c)
+        judge(c, w, NO_P99_PREDICTED if mark else NO_P99)
+        if capacity and c.capacity is None and not c.excluded:
+            c.exclude("meets the SLOs at no level", "meets the SLOs at no level it was run or predicted at")
         if pricing is None:
-            c.exclude("no price", f"no price: pass --price {label}=PER_HOUR")
-        _price(c, pricing, w)
+            c.exclude("no price", f"no price: pass --price {label}=PER_HOUR or --owned {label}=PURCHASE:YEARS:WATTS")
+        price(c, pricing, w.agents)
     return out
 
 
@@ -338,24 +209,50 @@ def miss_text(c: Candidate) -> str:
     return c.excluded or ""
 
 
-def parse_prices(prices: list[str], owned: list[str], currency: str, kwh_price: float) -> dict[str, Pricing]:
+def _box_key(key: str, flag: str, cat: Catalog, labels: tuple[str, ...]) -> str:
+    """The id a price is kept under: a run label of --runs as given, else the catalog box the id or alias names
+    (the alias table every command reads, shown by ``tokenbench hardware``); anything else is a one-line error."""
+    if key in labels:
+        return key
+    try:
+        return cat.find_hardware(key).id
+    except UsageError as e:
+        runs = f" nor a run of --runs ({', '.join(labels)})" if labels else ""
+        raise UsageError(f"{flag} {key}=...: {str(e).split(';')[0]}{runs}; 'tokenbench hardware' lists the ids and "
+                         "aliases") from None
+
+
+def _numbers(texts: list[str], positive: int) -> list[float]:
+    """The numbers of a price option, each finite, the first ``positive`` of them above 0 and the rest 0 or more;
+    a ValueError for anything else (a missing part, a word, NaN, a negative)."""
+    values = [float(t) for t in texts]
+    if not values or any(not math.isfinite(v) or v < 0 or (i < positive and v == 0) for i, v in enumerate(values)):
+        raise ValueError(texts)
+    return values
+
+
+def parse_prices(prices: list[str], owned: list[str], currency: str, kwh_price: float, cat: Catalog | None = None,
+                 labels: tuple[str, ...] = ()) -> dict[str, Pricing]:
+    """--price ID=PER_HOUR and --owned ID=PURCHASE:YEARS:WATTS, each keyed by the box's catalog id (an alias
+    resolved) or a run label of ``labels``."""
+    cat = cat or Catalog.load()
     out: dict[str, Pricing] = {}
     for p in prices:
         key, sep, val = p.partition("=")
         try:
-            out[key] = Pricing(currency=currency, price_per_hour=float(val))
+            (price,) = _numbers([val] if sep else [], positive=1)
         except ValueError:
-            raise UsageError(f"--price {p}: write ID=PER_HOUR, e.g. nvidia-l40s=0.9") from None
-        if not sep:
-            raise UsageError(f"--price {p}: write ID=PER_HOUR, e.g. nvidia-l40s=0.9")
+            raise UsageError(f"--price {p}: write ID=PER_HOUR, a price above 0, e.g. nvidia-l40s=0.9") from None
+        out[_box_key(key, "--price", cat, labels)] = Pricing(currency=currency, price_per_hour=price)
     for o in owned:
         key, _, val = o.partition("=")
-        parts = val.split(":")
         try:
-            purchase, years, watts = float(parts[0]), float(parts[1]), float(parts[2])
-        except (IndexError, ValueError):
-            raise UsageError(f"--owned {o}: write ID=PURCHASE:YEARS:WATTS, e.g. amd-ryzen-ai-max-395=2500:3:120") from None
-        out[key] = Pricing(currency=currency, purchase=purchase, life_years=years, watts=watts, kwh_price=kwh_price)
+            purchase, years, watts = _numbers(val.split(":"), positive=2)
+        except ValueError:
+            raise UsageError(f"--owned {o}: write ID=PURCHASE:YEARS:WATTS (a price and years above 0, watts 0 or "
+                             "more), e.g. amd-ryzen-ai-max-395=2500:3:120") from None
+        out[_box_key(key, "--owned", cat, labels)] = Pricing(currency=currency, purchase=purchase, life_years=years,
+                                                            watts=watts, kwh_price=kwh_price)
     return out
 
 
@@ -396,7 +293,9 @@ class RecommendConfig:
     """What ``tokenbench recommend`` ranks boxes for: a catalog model served to ``agents`` at these lengths and
     SLOs, the prices the catalog lacks (``prices``: ID=PER_HOUR; ``owned``: ID=PURCHASE:YEARS:WATTS), measured
     ``runs`` to rank beside the predictions, and with ``capacity`` by cost per agent-hour at each box's capacity
-    instead of per million tokens at ``agents``."""
+    instead of per million tokens at ``agents``; ``sessions``: on agent sessions of this shape, the prefix cache
+    on, always by cost per agent-hour; ``parallel``: llama.cpp's slots (None: its default where memory holds
+    them)."""
 
     model: str
     agents: int = 16
@@ -407,12 +306,14 @@ class RecommendConfig:
     currency: str = DEFAULT_CURRENCY
     prices: tuple[str, ...] = ()
     owned: tuple[str, ...] = ()
-    kwh_price: float = 0.30  # of owned boxes
+    kwh_price: float = DEFAULT_KWH_PRICE  # of owned boxes
     runs: tuple[str, ...] = ()  # ids, id prefixes or labels
     capacity: bool = False
     parity_with: str | None = None  # keep only measured boxes whose quality is as this box's
     latest: bool = False
     db: str | None = None  # None: $TOKENBENCH_DB or the user data dir
+    sessions: SessionShape | None = None
+    parallel: int | None = None
 
 
 @dataclass(slots=True)
@@ -444,19 +345,32 @@ def recommend(cfg: RecommendConfig) -> Recommendation:
 
     if cfg.agents < 1:
         raise UsageError("--agents must be at least 1")
-    if cfg.capacity and cfg.ttft_p99_ms is None and cfg.tpot_ms is None:
-        raise UsageError("--capacity ranks by the agents each box serves within an SLO: give --ttft-p99 (e.g. 2s) "
+    by_capacity = cfg.capacity or cfg.sessions is not None
+    if by_capacity and cfg.ttft_p99_ms is None and cfg.tpot_ms is None:
+        flag = "--sessions" if cfg.sessions is not None else "--capacity"
+        raise UsageError(f"{flag} ranks by the agents each box serves within an SLO: give --ttft-p99 (e.g. 2s) "
                          "and/or --tpot (e.g. 50ms)")
-    w = Workload(cfg.model, cfg.agents, cfg.input_len, cfg.output_len, cfg.ttft_p99_ms, cfg.tpot_ms, cfg.currency)
+    w = Workload(cfg.model, cfg.agents, cfg.input_len, cfg.output_len, cfg.ttft_p99_ms, cfg.tpot_ms, cfg.currency,
+                 cfg.sessions, cfg.parallel)
     cat = Catalog.load()
     cat.find_model(cfg.model)  # an unknown model is an error, not a table of exclusions
-    prices = parse_prices(list(cfg.prices), list(cfg.owned), cfg.currency, cfg.kwh_price)
-    cands = predicted(cat, Calibration.packaged(), w, prices, cfg.capacity)
     store = Store(cfg.db, readonly=True) if cfg.runs or cfg.parity_with else None
-    if cfg.runs and store is not None:
-        cands += measured([load_result(store, r, latest=cfg.latest, kinds=LOADED, command="recommend")
-                           for r in cfg.runs], w, prices, cfg.capacity)
+    runs = [load_result(store, r, latest=cfg.latest, kinds=LOADED, command="recommend")
+            for r in cfg.runs] if cfg.runs and store is not None else []
+    labels = tuple(dict.fromkeys([*cfg.runs, *(str(r.manifest.label or r.run_id) for r in runs)]))
+    prices = parse_prices(list(cfg.prices), list(cfg.owned), cfg.currency, cfg.kwh_price, cat, labels)
+    cands = predicted(cat, Calibration.packaged(), w, prices, by_capacity)
+    cands += measured(runs, w, _by_label(prices, cfg.runs, runs), by_capacity, cat)
     if cfg.parity_with and store is not None:
         require_parity(store, cands, cfg.parity_with)
-    ok, excluded = rank(cands, cfg.capacity)
-    return Recommendation(w, cfg.capacity, ok, excluded, closest(cands))
+    ok, excluded = rank(cands, by_capacity)
+    return Recommendation(w, by_capacity, ok, excluded, closest(cands))
+
+
+def _by_label(prices: dict[str, Pricing], refs: tuple[str, ...], runs: list[RunResult]) -> dict[str, Pricing]:
+    """The prices, a run's also under its label where the user keyed it by the id or prefix given to --runs."""
+    out = dict(prices)
+    for ref, r in zip(refs, runs):
+        if ref in prices:
+            out.setdefault(str(r.manifest.label or r.run_id), prices[ref])
+    return out

@@ -23,6 +23,9 @@ class RequestRecord:
     first_token_ns: int | None = None
     first_text_ns: int | None = None  # first chunk with visible text (reasoning or answer)
     first_answer_ns: int | None = None  # first chunk carrying answer (non-reasoning) content
+    #: first chunk carrying a tool call's tokens: chat's ``delta.tool_calls``, a Messages ``tool_use`` block's start
+    #: or ``input_json_delta``, a Responses ``function_call`` item's start or ``function_call_arguments.delta``
+    first_tool_ns: int | None = None
     end_ns: int | None = None  # last byte of the response
     chunk_ns: list[int] = field(default_factory=list)  # token-bearing chunks only, held-back ones included
     chunk_chars: list[int] = field(default_factory=list)  # characters of text in each of those chunks (0: held back)

@@ -128,8 +128,8 @@ def command(argv: list[str]) -> str:
             out.append(HIDDEN)
             hide = False
             continue
-        if a in SECRET_OPTIONS:
-            out.append(a)
+        if a in SECRET_OPTIONS or (a.startswith("--") and "=" not in a and is_secret_name(a.lstrip("-"))):
+            out.append(a)  # --agent-token T, --hf-token T: the value that follows is the secret
             hide = True
             continue
         js = _json_arg(a)  # a JSON argument, e.g. --extra-body '{"api_key": …}'

@@ -148,7 +148,10 @@ ENGINES: tuple[Engine, ...] = (
     Engine("sglang", (), "batching", "sglang", "sglang", "vendor", literature="vllm", adapter="SGLang",
            platform="not-apple", reserve=0.10),
     Engine("ollama", (), "sequential", "ggml", "ollama", "plain", adapter="Ollama"),
-    Engine("mlx", ("mlx-lm", "mlx_lm"), "sequential", "mlx", "mlx", "plain", platform="apple-only"),
+    # mlx_lm.server batches concurrent requests (its BatchGenerator: prompts prefilled in steps of
+    # --prefill-step-size, 2048 tokens, decodes batched), so it is modelled as a batching engine of its own
+    Engine("mlx", ("mlx-lm", "mlx_lm", "mlx_lm.server", "mlx-lm-server"), "batching", "mlx", "mlx", "plain",
+           platform="apple-only"),
 )
 
 _BY_NAME: dict[str, Engine] = {}

@@ -42,7 +42,9 @@ from typing import Any, Literal
 
 from .client import PreparedRequest, StreamClient
 from .records import RequestRecord
-from .trajectories.model import Call, Message, Trajectory, TrajectorySet
+from .sessions import SESSION_HEADER
+from .chat import Message
+from .trajectories.model import Call, Trajectory, TrajectorySet
 from .workload import PromptBuilder, Tokenizer
 
 Answers = Literal["recorded", "live"]
@@ -377,7 +379,7 @@ class ReplayLevel:
         fields = self.fields(tree.agent, out)
         if call.blocks is not None:
             text, count = await self.texts.prompt(tree.salt, call, f"{tree.session}/{call.index}")
-            return PreparedRequest(text, out, count, fields)
+            return PreparedRequest(text, out, count, fields, headers=self._header(tree))
         extra = dict(fields)
         if call.tools is not None:
             extra["tools"] = list(call.tools)
@@ -386,7 +388,12 @@ class ReplayLevel:
         messages = await self.texts.messages(tree.salt, call, live)
         # no expected count: the recording server's template and tokenizer counted the recorded one, and this
         # server's own count is what the level reports
-        return PreparedRequest("", out, None, extra, messages)
+        return PreparedRequest("", out, None, extra, messages, headers=self._header(tree))
+
+    @staticmethod
+    def _header(tree: _Tree) -> dict[str, str]:
+        """The session a call belongs to, as agents' servers read it: the tree replayed, a subagent its own."""
+        return {SESSION_HEADER: f"{tree.salt}-{tree.session}"}
 
     async def _answer_tokens(self, call: Call) -> int:
         """A call whose output length is not recorded: its recorded answer's tokens as the run's tokenizer counts

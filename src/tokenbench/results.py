@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .loadgen import Level
-from . import findings, registry
+from . import depth_findings, registry
 from .keyed import Keyed
 from .cost import level_cost
 from .distribution import Distribution, coefficient_of_variation
@@ -53,7 +53,10 @@ class Manifest(Keyed):
     workload: dict[str, Any] | None = None
     load: dict[str, Any] | None = None  # levels, requests, warm-up, repetitions, workers
     seed: int | None = None
-    machine: dict[str, Any] | None = None  # machine.snapshot()
+    machine: dict[str, Any] | None = None  # machine.snapshot(): the client's, where tokenbench ran
+    #: the server host's snapshot, as its ``tokenbench agent`` took it (None without --agent)
+    server_host: dict[str, Any] | None = None
+    power: dict[str, Any] | None = None  # where power was read (serverhost.PowerPlan.describe) and the idle figure
     guard: str | None = None  # the guard's mode
     guard_before_run: dict[str, Any] | None = None  # its snapshot before the first level
     # money
@@ -74,12 +77,20 @@ class Manifest(Keyed):
     calibration: str | None = None
     calibrated: bool | None = None
     bands: str | None = None  # a prediction's bands, as the note predict printed under its table said them
+    #: a prediction's bands per metric (throughput, ttft, tpot, prefill, decode): % of the estimate that 80% of
+    #: held-out rows of its kind measured within, at the furthest point its table reached (compare reads them)
+    band_pct: dict[str, Any] | None = None
     # an import: the file it came from, its digest (a file imported twice is recognised), its format, and
     # for published rows the write-up they came from
     imported_from: str | None = None
     source_sha256: str | None = None
     format: str | None = None
     source: str | None = None
+    #: an import: the version of the tool that measured, as its file says; and where the tool's names for a figure
+    #: and tokenbench's differ, what each stored figure is in the tool's words (AIPerf's inter_token_latency is
+    #: tokenbench's TPOT), keyed by the level's key
+    tool_version: str | None = None
+    definitions: dict[str, Any] | None = None
     # a prediction's shape beyond box, model and formats: GPUs (tensor parallel), llama.cpp slots, micro-batch and
     # flash attention, speculative decoding (predict.runs.shape)
     shape: dict[str, Any] | None = None
@@ -243,7 +254,7 @@ def combine_repetitions(given: Sequence[LevelSummary], price_per_hour: float | N
     base.output_throughput_tps = statistics.median(r.output_throughput_tps for r in reps)
     base.completed = sum(r.completed for r in reps)
     base.failed = sum(r.failed for r in reps)
-    unstable = findings.unstable_repetitions(coefficient_of_variation([r.output_throughput_tps for r in reps]),
+    unstable = depth_findings.unstable_repetitions(coefficient_of_variation([r.output_throughput_tps for r in reps]),
                                              len(reps))
     if unstable is not None:
         base.add(unstable)

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 
 from . import adapters
-from .adapters import Adapter, Probes
+from .adapters.base import Adapter, Probes
 from . import redact
 from .errors import EndpointError, UsageError
 from .wire import WireError, loads
@@ -138,9 +138,9 @@ def root_url(base_url: str) -> str:
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout: float) -> Any:
+async def _get_json(http: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout: float) -> Any:
     try:
-        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+        async with http.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)) as r:
             if r.status != 200:
                 return None
             return loads(await r.read(), url)
@@ -149,7 +149,7 @@ async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str,
 
 
 async def discover(
-    session: aiohttp.ClientSession, base_url: str, api_key: str | None = None, timeout: float = 10.0,
+    http: aiohttp.ClientSession, base_url: str, api_key: str | None = None, timeout: float = 10.0,
     model: str | None = None,
 ) -> ServerInfo:
     """Ask the server what it serves and what it is. Raises EndpointError when it cannot be reached.
@@ -161,7 +161,7 @@ async def discover(
     server_header = ""
     models_error = None
     try:
-        async with session.get(
+        async with http.get(
             f"{base_url}/models", headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
         ) as r:
             server_header = r.headers.get("Server", "")
@@ -187,11 +187,11 @@ async def discover(
                             "If it is right but cannot list its models, pass --model")
     root = root_url(base_url)
     version, props, sgl, ollama, openapi = await asyncio.gather(
-        _get_json(session, f"{root}/version", headers, 3),
-        _get_json(session, f"{root}/props", headers, 3),
-        _get_json(session, f"{root}/get_server_info", headers, 3),
-        _get_json(session, f"{root}/api/version", headers, 3),
-        _get_json(session, f"{root}/openapi.json", headers, 3),
+        _get_json(http, f"{root}/version", headers, 3),
+        _get_json(http, f"{root}/props", headers, 3),
+        _get_json(http, f"{root}/get_server_info", headers, 3),
+        _get_json(http, f"{root}/api/version", headers, 3),
+        _get_json(http, f"{root}/openapi.json", headers, 3),
     )
     probes = Probes.of(body, server_header, version, props, sgl, ollama, openapi)
     adapter = adapters.detect(probes)
@@ -221,10 +221,10 @@ def check_model(info: ServerInfo, model: str | None, url: str) -> str:
 class ServerTokenizer:
     """The served model's own tokenizer, through the server's tokenize/detokenize endpoints."""
 
-    def __init__(self, session: aiohttp.ClientSession, info: ServerInfo, model: str, api_key: str | None) -> None:
+    def __init__(self, http: aiohttp.ClientSession, info: ServerInfo, model: str, api_key: str | None) -> None:
         if info.tokenize_path is None:
             raise ValueError("server has no tokenize endpoint")
-        self.session = session
+        self.http = http
         self.info = info
         self.model = model
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -232,7 +232,7 @@ class ServerTokenizer:
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         try:
-            async with self.session.post(f"{self.info.root}{path}", json=body, headers=self.headers) as r:
+            async with self.http.post(f"{self.info.root}{path}", json=body, headers=self.headers) as r:
                 if r.status != 200:
                     raise EndpointError(f"{self.info.root}{path} answered HTTP {r.status}; pass --tokenizer instead")
                 return loads(await r.read(), f"{self.info.root}{path}")

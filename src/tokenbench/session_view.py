@@ -156,8 +156,12 @@ def gain_line(r: RunResult, concurrency: int) -> str | None:
     said = f"{gain:.1f}x faster with the cache" if gain >= 1 else f"{1 / gain:.1f}x slower with the cache"
     warm = levels(r)[(concurrency, WARM)].session
     cached = warm.cached_share if warm is not None else None
-    said += (f"; the server said its cache served {share(cached)} of the warm prompt tokens" if cached is not None
-             else "; the server did not say how much its cache served")
+    if warm is not None and warm.cached_source == "predicted":
+        said += (f"; predicted: the cache serves {share(cached)} of the warm prompt tokens" if cached is not None
+                 else "")
+    else:
+        said += (f"; the server said its cache served {share(cached)} of the warm prompt tokens"
+                 if cached is not None else "; the server did not say how much its cache served")
     return (f"turn {t.turn + 1} at {tokens(t.context_tokens)} context: TTFT {seconds(t.warm_ttft_ms)} s cached, "
             f"{seconds(t.busted_ttft_ms)} s uncached ({said})")
 
@@ -175,7 +179,7 @@ def warnings(r: RunResult) -> list[str]:
         if ws is None or bs is None:
             out.append(f"{where} has no {BUSTED if bs is None else WARM} level: what the cache bought cannot be said")
         if ws is not None and ws.cached_share is not None and ws.cached_share < WARM_CACHED_MIN \
-                and (ws.turns_per_session or 0) > 1:
+                and (ws.turns_per_session or 0) > 1 and ws.cached_source != "predicted":
             out.append(f"{where}: the server said its cache served only {share(ws.cached_share)} of the warm prompt "
                        "tokens: is its prefix cache on (vLLM --enable-prefix-caching, llama.cpp cache_prompt) and "
                        "large enough for every session?")

@@ -31,6 +31,9 @@ from .workload import PromptBuilder
 CacheMode = Literal["warm", "busted"]
 OnCap = Literal["end", "compact"]
 
+#: The header that names an agent's conversation to the server (as MLCommons' agentic benchmark and AIPerf's
+#: --session-header send it): a router or a cache may keep a session's turns together by it.
+SESSION_HEADER = "X-Session-ID"
 #: Tokens a chat template adds per message ("role: ", a newline, special tokens), counted toward the context cap
 #: before the server has said what a turn's prompt came to.
 TEMPLATE_TOKENS_PER_MESSAGE = 8
@@ -214,7 +217,8 @@ class SessionLevel:
             marker = f"{random.Random(f'{self.texts.tag}/{self.key}/{session}/{turn}').getrandbits(64):016x} "
             first = dict(messages[0], content=marker + messages[0]["content"])
             messages = [first, *messages[1:]]
-        req = PreparedRequest("", out_len, conv.tokens, self.fields(agent, out_len), messages=list(messages))
+        req = PreparedRequest("", out_len, conv.tokens, self.fields(agent, out_len), messages=list(messages),
+                              headers={SESSION_HEADER: f"{self.texts.tag}-{self.key}-{session}-{self.cache}"})
         rec = RequestRecord(index=len(self.records), session=session, turn=turn, think_ms=think_ms,
                             cache_busted=busted)
         self.records.append(rec)

@@ -39,23 +39,41 @@ LATENCIES = ("ttft", "tpot", "e2e", "itl")
 PERCENTILES = ("p50", "p90", "p95", "p99")
 
 
-def parse_duration_ms(text: str, bare_ms: float = 1.0) -> float:
-    """``2s``, ``50ms``, ``1.5m``, ``1h`` -> milliseconds. A bare number is ``bare_ms`` milliseconds each: 1 for SLO
-    targets (as vllm bench serve's --goodput), 1000 for run durations and timeouts (as ``timeout`` and GuideLLM)."""
+#: Every duration is written with its unit; this says how, wherever a duration is refused or a help text asks for one.
+DURATION_RULE = "a duration takes its unit: ms, s, m or h (500ms, 2s, 5m); a bare number other than 0 is refused"
+_UNITS = (("ms", 1.0), ("us", 1e-3), ("s", 1000.0), ("m", 60_000.0), ("h", 3_600_000.0))
+
+
+def parse_duration_ms(text: str) -> float:
+    """``2s``, ``50ms``, ``1.5m``, ``1h`` -> milliseconds. A bare number is refused (DURATION_RULE), but 0, which
+    is 0 in any unit: ``ttft_p99=2`` read as 2 ms and ``--think-time 5000`` as 5,000 s, each by the convention of
+    the tool it came from, and neither said what it meant."""
     t = text.strip().lower()
     try:
-        for suffix, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1000.0), ("m", 60_000.0), ("h", 3_600_000.0)):
+        for suffix, scale in _UNITS:
             if t.endswith(suffix):
                 v = float(t[: -len(suffix)]) * scale
                 break
         else:
-            v = float(t) * bare_ms
-    except ValueError:
-        bare = "milliseconds" if bare_ms == 1.0 else "seconds"
-        raise ValueError(f"'{text}' is not a duration: write a number with a unit, e.g. 2s, 500ms or 5m (a bare "
-                         f"number is {bare})") from None
+            v = float(t)
+            if v != 0:
+                raise ValueError(f"'{text}' has no unit: write {t}ms or {t}s ({DURATION_RULE})")
+    except ValueError as e:
+        if "has no unit" in str(e):
+            raise
+        raise ValueError(f"'{text}' is not a duration: write a number with a unit, e.g. 2s, 500ms or 5m") from None
     if not math.isfinite(v):
         raise ValueError(f"{text} is not a finite duration")
+    return v
+
+
+def _rate(key: str, text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{key}={text}: give a positive rate in tokens/s, e.g. {key}=20")
     return v
 
 
@@ -80,20 +98,45 @@ class SLO:
     agent_tps: float | None = None  # at least, output tokens per second per agent
     error_share: float | None = None  # at most; None: no request may fail
     session_ms: dict[str, float] = field(default_factory=dict)  # "p90" -> ms
+    #: "p90" -> tok/s: at least this share of the requests read their output at this rate or faster (output tokens
+    #: over send to last byte): AA-AgentPerf's per-agent speed tiers
+    agent_tps_pct: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str) -> SLO:
         """``ttft_p99=2s,tpot=50ms,agent_tps=30,errors=1%``. A bare latency is a per-request limit; ``_pNN`` a
         level limit that is also applied per request for goodput (a request over the limit never counts as good)."""
-        slo = cls()
+        slo, seen = cls(), set()
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, sep, value = part.partition("=")
             if not sep:
                 raise ValueError(f"SLO '{part}' has no value: write it as metric=limit, e.g. ttft_p99=2s")
-            slo._add(key.strip().lower(), value)
+            key = key.strip().lower()
+            if key in seen:
+                raise ValueError(f"{key} is given twice: give each objective once")
+            seen.add(key)
+            slo._add(key, value)
+        if not seen:
+            raise ValueError("no objective given: write at least one, e.g. ttft_p99=2s")
         return slo
 
+    @property
+    def needs_sessions(self) -> str | None:
+        """The objective that only agent sessions can be measured against (a session's time), or None."""
+        return f"session_{next(iter(self.session_ms))}" if self.session_ms else None
+
+    def check_workload(self, sessions: bool) -> None:
+        """Refuse an objective the workload cannot measure: a session's time without agent sessions."""
+        if not sessions and self.needs_sessions:
+            raise ValueError(f"{self.needs_sessions} is an agent session's time: add --sessions, or drop it")
+
     def _add(self, key: str, value: str) -> None:
+        if key.startswith("agent_tps_"):
+            pct = key[len("agent_tps_"):]
+            if pct not in PERCENTILES:
+                raise ValueError(f"unknown SLO percentile '{pct}': use p50, p90, p95 or p99")
+            self.agent_tps_pct[pct] = _rate(key, value)
+            return
         if key == "agent_tps":
             try:
                 self.agent_tps = float(value)
@@ -111,6 +154,8 @@ class SLO:
         if pct and pct not in PERCENTILES:
             raise ValueError(f"unknown SLO percentile '{pct}': use p50, p90, p95 or p99")
         limit = parse_duration_ms(value)
+        if not limit > 0:
+            raise ValueError(f"{key}={value.strip()}: a limit must be above 0, e.g. {key}=2s")
         if metric == "session":
             if not pct:
                 raise ValueError("session needs a percentile: write it as session_p90=5m")
@@ -124,13 +169,14 @@ class SLO:
     def decides_levels(self) -> bool:
         """Whether a level can fail it other than by a failed request (a per-request limit alone cannot)."""
         return bool(self.percentile_ms or self.agent_tps is not None or self.session_ms
-                    or self.error_share is not None)
+                    or self.error_share is not None or self.agent_tps_pct)
 
     def describe(self) -> str:
         parts = [f"{m}_{p}<={v:g}ms" for (m, p), v in self.percentile_ms.items()]
         parts += [f"{m}<={v:g}ms" for m, v in self.per_request_ms.items() if not any(k[0] == m for k in self.percentile_ms)]
         if self.agent_tps is not None:
             parts.append(f"agent_tps>={self.agent_tps:g}")
+        parts += [f"agent_tps_{p}>={v:g}" for p, v in self.agent_tps_pct.items()]
         if self.error_share is not None:
             parts.append(f"errors<={self.error_share:g}")
         parts += [f"session_{p}<={v:g}ms" for p, v in self.session_ms.items()]
@@ -141,6 +187,7 @@ class SLO:
         parts = [f"{m.upper()} {p} <= {_duration(v)}" for (m, p), v in self.percentile_ms.items()]
         if self.agent_tps is not None:
             parts.append(f">= {self.agent_tps:g} tok/s each")
+        parts += [f">= {v:g} tok/s for {p[1:]}% of requests" for p, v in self.agent_tps_pct.items()]
         if self.error_share is not None:
             parts.append(f"<= {self.error_share:.1%} failed")
         parts += [f"session {p} <= {_duration(v)}" for p, v in self.session_ms.items()]
@@ -274,6 +321,22 @@ def _by_session(records: list[RequestRecord]) -> list[list[RequestRecord]]:
     return list(out.values())
 
 
+def request_rates(ok: list[RequestRecord]) -> list[float]:
+    """Each request's output tokens over its send to last byte, tok/s: the rate its agent read it at."""
+    return [r.output_tokens / (r.e2e_ns / NS_PER_S) for r in ok if r.output_tokens and r.e2e_ns]
+
+
+def _rate_share_check(name: str, rates: list[float], share: float, limit: float) -> SloCheck:
+    """At least ``share`` of the requests at ``limit`` tok/s or faster: the rate that share reached (the
+    (1 - share) quantile), sure as a percentile's verdict is, by the requests under the floor."""
+    value = _percentile(rates, 100 * (1 - share)) if rates else None
+    under, n, allowed = sum(v < limit for v in rates), len(rates), 1 - share
+    met = value is not None and value >= limit
+    p = binomial_cdf(under, n, allowed) if met else 1.0 - binomial_cdf(under - 1, n, allowed)
+    return SloCheck(name, value, limit, "tok/s", met, n, under, p if n else None,
+                    needed_for_sure_pass(allowed) if met else None)
+
+
 def _agent_rate_check(summary: ServingLevel, ok: list[RequestRecord], limit: float) -> SloCheck:
     """Per-agent tok/s against its floor; sure when the floor is outside the 95% interval of the mean (the
     per-request rates' relative standard error applied to the level's rate)."""
@@ -300,6 +363,8 @@ def assess(summary: ServingLevel, measured: list[RequestRecord], slo: SLO) -> li
                                   value, limit, "ms"))
     if slo.agent_tps is not None:
         checks.append(_agent_rate_check(summary, ok, slo.agent_tps))
+    for pct, limit in slo.agent_tps_pct.items():
+        checks.append(_rate_share_check(f"agent_tps_{pct}", sorted(request_rates(ok)), int(pct[1:]) / 100, limit))
     for pct, limit in slo.session_ms.items():
         times = sorted(t * 1000 for t in session_seconds(_by_session(measured)))
         value = _percentile(times, int(pct[1:])) if times else None

@@ -19,9 +19,9 @@ import aiohttp
 from . import findings, redact
 from .aiohttp_path import trace_config
 from .checks import GuardSnapshot
-from .client import Api, PreparedRequest, StreamClient
+from .client import Api, StreamClient
 from .cost import level_cost
-from .endpoint import Endpoint, RunLog
+from .endpoint import Endpoint, RunLog, preflight
 from .errors import EndpointError, EngineError, LevelFailed
 from .findings import Code
 from .guard import refuse_dirty_nodes, snapshot_before
@@ -32,9 +32,12 @@ from .levels import ClientReport, ServingLevel
 from .loadgen import ClientWatch, Level, ensure_open_files, run_phase, still_heap
 from .metrics import peak_in_flight, summarize
 from .slo import SLO
+from .steady import WARMUP_ROUNDS, settled, stagger_window
+from .progress import QuietReporter, Reporter
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest, RunResult, combine_repetitions, new_run_id, now_iso
 from .servers import ServerInfo, discover, root_url
+from .serverhost import PowerPlan, ServerHost
 from .store import Store
 from .telemetry import LevelTelemetry
 from .workers.auto import start_workers
@@ -60,6 +63,11 @@ class SweepConfig:
     requests: int | None = 16
     duration_s: float | None = None
     warmup: int | None = None  # None: one request per concurrent slot
+    #: warm up in rounds (of ``warmup`` requests) until the median TTFT of one round is within a fifth of the last's
+    warmup_auto: bool = False
+    #: a closed loop's streams released together (as vllm bench serve does), or staggered: each stream's first send
+    #: at a random offset within a warm-up request's median time, as agents arrive
+    phase: str = "together"
     repetitions: int = 1
     timeout_s: float = 600.0
     stall_timeout_s: float = 60.0
@@ -87,60 +95,21 @@ class SweepConfig:
     workers: int | None = 1
     #: A Ray cluster to place the workers on (an address, or "auto"); None: this machine only.
     ray: str | None = None
+    #: Where power and the server host's guard are read (serverhost.py); None: nowhere.
+    power: PowerPlan | None = None
 
     def __post_init__(self) -> None:
         self.workload.refuse(self)  # the options a kind cannot run with, refused before anything starts
 
-    def longest_request(self) -> int:
-        """The most tokens (prompt and output) one request can need: what an engine's slot must hold."""
+    def longest_request(self) -> int:  # what an engine's slot must hold
         return self.workload.longest_request()
 
     def levels(self) -> list[Level]:
         return self.workload.levels(self)
 
 
-class Reporter(Protocol):
-    def level_start(self, description: str, total: int | None, duration_s: float | None) -> None: ...
-    def request_done(self, record: RequestRecord) -> None: ...
-    def level_end(self, summary: ServingLevel) -> None: ...
-    def note(self, text: str) -> None: ...
-    def warn(self, text: str) -> None: ...
-
-
-class QuietReporter:
-    def level_start(self, description: str, total: int | None, duration_s: float | None) -> None:
-        pass
-
-    def request_done(self, record: RequestRecord) -> None:
-        pass
-
-    def level_end(self, summary: ServingLevel) -> None:
-        pass
-
-    def note(self, text: str) -> None:
-        pass
-
-    def warn(self, text: str) -> None:
-        pass
-
-
 def _ms(ns: int | None) -> float | None:
     return None if ns is None else round(ns / 1e6, 3)
-
-
-async def _preflight(client: StreamClient, builder: PromptBuilder, fields: dict[str, Any]) -> RequestRecord:
-    """A 2-token check request with ``fields``: the run's own kind of request, with a short output."""
-    text, n = await builder.exact("preflight: ", 8, random.Random())
-    rec = RequestRecord(index=-1, phase="warmup")
-    await client.send(PreparedRequest(text, 2, n, fields), rec)
-    if rec.error_kind is None:
-        return rec
-    if rec.http_status is not None and 400 <= rec.http_status < 500:
-        raise EndpointError(
-            f"the server refused the request (HTTP {rec.http_status}: {rec.error}); "
-            "check --model and --api, or drop fields with --extra-body"
-        )
-    raise EndpointError(f"the first request failed ({rec.error_kind}: {rec.error}); check the server's log")
 
 
 def _check_fields(cfg: SweepConfig, ep: Endpoint) -> dict[str, Any]:
@@ -243,18 +212,20 @@ class FixedPlan:
 
 
 def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: ServingLevel,
-           load: _Load, info: ServerInfo, snaps: tuple[GuardSnapshot | None, list[GuardSnapshot]],
+           load: _Load, info: ServerInfo,
+           snaps: tuple[GuardSnapshot | None, list[GuardSnapshot], GuardSnapshot | None],
            longest: int) -> findings.LevelFacts:
     """What the finding rules look at for a finished level: the client's reasons (its watch, or each worker's),
     the adapter's slot limits (against ``longest``, the most tokens a request of the run needed), the guard's
     snapshots (this machine's and each load-generating node's), workers lost, and the most requests in flight."""
-    snap, node_snaps = snaps
+    snap, node_snaps, server_snap = snaps
     slots = info.adapter.slot_warnings(info.slots, info.slot_ctx, level.concurrency, longest or cfg.longest_request())
     measured = [r for r in records if r.phase == "measured"]
     return findings.LevelFacts(
         records, summary, level.concurrency, cfg.requests, run_id=run_id, guard=snap, client_reasons=load.reasons,
         slot_reasons=slots, max_error_rate=cfg.max_error_rate, peak_in_flight=peak_in_flight(measured),
-        node_guards=node_snaps, lost_workers=load.lost, stopped=load.stop.reason if load.stop else None)
+        node_guards=node_snaps, server_guard=server_snap, lost_workers=load.lost,
+        stopped=load.stop.reason if load.stop else None)
 
 
 class _Load:
@@ -269,6 +240,7 @@ class _Load:
         self.reasons: list[str] = []
         self.lost: list[str] = []
         self.stop: LevelStop | None = None  # a search's watch on the level: stop sending once its verdict is known
+        self.stagger_s: float | None = None  # --phase staggered: the streams' first sends spread over this
 
     @property
     def cut(self) -> bool:
@@ -297,7 +269,7 @@ class _Load:
         try:
             res = await run_phase(self.stream, self.prompts, level, "measured", requests=n, duration_s=duration_s,
                                   watch=watch, on_done=stop.wrap(on_done) if stop else on_done, seed=seed,
-                                  sink=records, halt=stop.halted if stop else None)
+                                  sink=records, halt=stop.halted if stop else None, stagger_s=self.stagger_s)
             self.window = (res.start_ns, res.end_ns)
         finally:
             await watch.stop()
@@ -323,9 +295,9 @@ class _Sweep:
 
     def __init__(self, cfg: SweepConfig, store: Store, run_id: str, ep: Endpoint, client: StreamClient,
                  rep: Reporter, seed: int, alive: Callable[[], bool] | None, pool: WorkerPool | None,
-                 plan: LevelPlan) -> None:
+                 plan: LevelPlan, host: ServerHost) -> None:
         self.cfg, self.store, self.run_id, self.ep, self.client = cfg, store, run_id, ep, client
-        self.rep, self.seed, self.alive, self.pool, self.plan = rep, seed, alive, pool, plan
+        self.rep, self.seed, self.alive, self.pool, self.plan, self.host = rep, seed, alive, pool, plan, host
         self.outcomes: list[LevelOutcome] = []
 
     async def run(self, bound: Bound, prompts: PromptPool) -> None:
@@ -360,10 +332,14 @@ class _Sweep:
         load.stop = self.plan.stop(level, work.planned, records) if work.stoppable else None
         node_snaps = await self.pool.guards(cfg.guard, cfg.guard_config) if self.pool is not None else []
         refuse_dirty_nodes(cfg.guard, node_snaps, f"before level {level.describe()}")
+        server_snap = await self.host.guard(cfg.guard, f"before level {level.describe()}")
         try:
             if n_warm:
                 rep.note(f"{desc}: {n_warm} warm-up requests (not counted)")
                 await load.warmup(level, n_warm, self.seed, records)
+                if cfg.warmup_auto:
+                    await self.settle(load, level, n_warm, records, desc)
+            load.stagger_s = stagger_window(records) if cfg.phase == "staggered" else None
             rep.level_start(desc, work.planned, cfg.duration_s)
             tele = await self.measure(work, load, level, (idx, repetition), records)
         except asyncio.CancelledError:
@@ -388,13 +364,25 @@ class _Sweep:
         work.attach(summary, records)
         if node_snaps:
             summary.client.put(node_guards=[n.to_dict() for n in node_snaps])
-        findings.assess(_facts(cfg, run_id, level, records, summary, load, self.ep.info, (snap, node_snaps),
-                               prompts.longest))
+        if server_snap is not None:
+            summary.client.put(server_guard=server_snap.to_dict())
+        findings.assess(_facts(cfg, run_id, level, records, summary, load, self.ep.info,
+                               (snap, node_snaps, server_snap), prompts.longest))
         status = _end_status(summary, load)
         store.save_level(run_id, idx, repetition, summary, records, status=status, started=started,
                          finished=now_iso(), window=window)
         rep.level_end(summary)
         return summary, status
+
+    async def settle(self, load: _Load, level: Level, n: int, records: list[RequestRecord], desc: str) -> None:
+        """``--warmup auto``: more rounds of warm-up until TTFT settles (steady.settled), at most WARMUP_ROUNDS."""
+        for k in range(1, WARMUP_ROUNDS):
+            before = len(records)
+            await load.warmup(level, n, self.seed + 104729 * k, records)
+            if settled(records[:before], records[before:]):
+                self.rep.note(f"{desc}: warm-up settled after {k + 1} rounds of {n}")
+                return
+        self.rep.warn(f"{desc}: TTFT had not settled after {WARMUP_ROUNDS} warm-up rounds of {n}")
 
     async def measure(self, work: LevelWork, load: _Load, level: Level, at: tuple[int, int],
                       records: list[RequestRecord]) -> LevelTelemetry | None:
@@ -402,9 +390,10 @@ class _Sweep:
         stopped. ``at``: the level's index and repetition."""
         cfg, (idx, repetition) = self.cfg, at
         tele = None
-        if cfg.metrics_interval_s:
-            tele = LevelTelemetry(self.client.session, root_url(cfg.url), cfg.metrics_interval_s,
-                                  {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {})
+        if cfg.metrics_interval_s or self.host.meter is not None:
+            tele = LevelTelemetry(self.client.http, root_url(cfg.url), cfg.metrics_interval_s,
+                                  {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {},
+                                  self.host.meter, self.host.idle, self.host.note)
             tele.start()
         try:
             await work.measure(load, level, cfg.duration_s, self.seed + idx * 7919 + repetition, records,
@@ -462,26 +451,27 @@ async def run_sweep(
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
     log = RunLog(store, new_run_id(), "sweep", cfg.label)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=connector, trace_configs=[trace_config()]) as session:
-        ep = await Endpoint.open(session, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, rep.warn)
+    async with aiohttp.ClientSession(connector=connector, trace_configs=[trace_config()]) as http:
+        ep = await Endpoint.open(http, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, rep.warn)
+        host = await ServerHost.open(cfg.power)
         client = ep.client(cfg.api, temperature=cfg.temperature, timeout_s=cfg.timeout_s,
                            stall_timeout_s=cfg.stall_timeout_s)
         builder = PromptBuilder(ep.tokenizer, seed, log.run_id.rsplit("-", 1)[-1] + secrets.token_hex(2))
         bound = cfg.workload.bind(Binding(ep, cfg, client, builder, seed, rep.note, rep.warn))
         # The check request names the model too: with a server that cannot list its models, it proves the name.
-        probe = await _preflight(client, builder, _check_fields(cfg, ep))
+        probe = await preflight(client, builder, _check_fields(cfg, ep))
         client.body_extras = bound.body_extras
         pool, auto = await start_workers(ClientSpec.of(client, ep.counter.path if ep.counter is not None else None),
                                          cfg.url, cfg.workers, cfg.ray, cfg.levels(), cfg.workload.typical_input(),
                                          rep.note) if cfg.workload.splits else (None, None)
         manifest = _manifest(cfg, ep, bound.workload_entry(), bound.recorded_fields, probe, seed, pool, auto)
-        manifest.guard = cfg.guard
+        manifest.guard, manifest.power, manifest.server_host = cfg.guard, host.manifest(), host.snapshot
         plan.annotate(manifest)
         # strict: refuse before anything is stored
         before = await snapshot_before(cfg.guard, cfg.guard_config, cfg.target_pids, "before the run")
         manifest.guard_before_run = before.to_dict() if before is not None else None
         log.create(manifest)
-        sweep = _Sweep(cfg, store, log.run_id, ep, client, rep, seed, alive, pool, plan)
+        sweep = _Sweep(cfg, store, log.run_id, ep, client, rep, seed, alive, pool, plan, host)
         try:
             prompts = bound.prompts()
             with still_heap():  # the heap as it stands (tokenizer, prompts) is collected once, never while timing
@@ -495,5 +485,6 @@ async def run_sweep(
             if pool is not None:
                 await pool.close()
             await client.close()
+            await host.close()
         status, error = plan.verdict(sweep.outcomes, manifest)
         return log.close(status, error, sweep.outcomes)

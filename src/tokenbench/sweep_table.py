@@ -23,8 +23,17 @@ def _p99_ttft(s: ServingLevel) -> str:
 
 
 def _aggregate(s: ServingLevel) -> str:
-    # an imported or predicted row without this figure has 0.0 stored: not a measured zero
+    # over the plateau where the level had one (steady.py); an imported or predicted row without this figure has
+    # 0.0 stored: not a measured zero
+    if s.plateau is not None:
+        return num(s.plateau.output_throughput_tps)
     return num(s.output_throughput_tps) if s.output_throughput_tps or s.completed or s.failed else "—"
+
+
+def _per_agent(s: ServingLevel) -> str:
+    if s.plateau is not None and s.concurrency:
+        return num(s.plateau.output_throughput_tps / s.concurrency)
+    return num(s.per_agent_tps)
 
 
 def _sweep_columns(levels: list[ServingLevel], currency: str) -> list[Column]:
@@ -36,7 +45,7 @@ def _sweep_columns(levels: list[ServingLevel], currency: str) -> list[Column]:
     cols: list[Column] = [(first, level_label)]
     if len(set(keys)) > len({k for k, _ in keys}):
         cols.append(("Prompt tokens", lambda s: f"{s.input_tokens_mean:,.0f}" if s.input_tokens_mean else "—"))
-    cols += [("Aggregate output tok/s", _aggregate), ("Per-agent tok/s", lambda s: num(s.per_agent_tps)),
+    cols += [("Aggregate output tok/s", _aggregate), ("Per-agent tok/s", _per_agent),
              ("Median TTFT", lambda s: ms(s.ttft_ms.p50)), ("P99 TTFT", _p99_ttft),
              ("Median TPOT", lambda s: ms(s.tpot_ms.p50))]
     if any(s.cost_per_mtok is not None for s in levels):
@@ -87,6 +96,7 @@ def notes(levels: list[ServingLevel]) -> list[str]:
                    "unless errors= allows some); goodput counts the requests within every per-request limit")
     if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
         out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
+    out += _plateau_line(levels)
     by_text: dict[str, list[str]] = {}
     for s in levels:
         for w in s.warnings:
@@ -106,11 +116,30 @@ def notes(levels: list[ServingLevel]) -> list[str]:
             out.append(f"[{level_label(s)}] first visible text at a median {ms(text.p50)}, "
                        f"{ms(text.p50 - s.ttft_ms.p50)} after the first token: the server held its text back "
                        "(a piece of a character); tools that wait for text (AIPerf, GuideLLM) call that TTFT")
+    out += [line for s in levels if (line := _tool_line(s))]
     for s in levels:
         parts = _server_parts(s)
         if parts:
             out.append(f"[{level_label(s)}] server: " + ", ".join(parts))
     return out
+
+
+def _plateau_line(levels: list[ServingLevel]) -> list[str]:
+    """What the table's throughput columns count: each level's plateau, and how much of its window that is."""
+    shares = ", ".join(f"{level_label(s)}: {s.plateau.share:.0%}" for s in levels if s.plateau is not None)
+    if not shares:
+        return []
+    return [f"tok/s over each level's plateau, in flight at least 95% of its load ({shares} of its window); over the "
+            "whole window, ramp and drain included, in the JSON (output_throughput_tps)"]
+
+
+def _tool_line(s: ServingLevel) -> str | None:
+    """When the level's answers called tools: how long the first call took to start, beside TTFT."""
+    tool = s.time_to_first_tool_ms
+    if tool is None or not tool.n or tool.p50 is None:
+        return None
+    return (f"[{level_label(s)}] first tool call at a median {ms(tool.p50)} (p90 {ms(tool.p90)}) after the request, "
+            f"in {tool.n} of {s.completed} requests (TTFT {ms(s.ttft_ms.p50)})")
 
 
 def _server_parts(s: ServingLevel) -> list[str]:

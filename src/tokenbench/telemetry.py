@@ -9,17 +9,22 @@ Counters are reported as their change over the level, never as the server's life
 from __future__ import annotations
 
 import asyncio
-import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from . import adapters
 from .background import cancel_and_wait
+from .errors import TokenbenchError
 from .levels import Telemetry
+from .prometheus import parse
+from .power.interval import Interval, above_idle
+
+if TYPE_CHECKING:
+    from .power.sampler import PowerMeter
 
 #: The quantities summarized per level; each engine's adapter says what it calls them (first name found wins).
 GAUGE_KEYS = ("running", "waiting", "kv_cache_usage", "busy_slots_per_decode")
@@ -30,22 +35,6 @@ GAUGES = {k: list(_NAMES.get(k, ())) for k in GAUGE_KEYS}
 COUNTERS = {k: list(_NAMES.get(k, ())) for k in COUNTER_KEYS}
 #: Failed GETs in a row, before any success, after which a server is taken to have no /metrics.
 GIVE_UP_AFTER = 3
-
-
-def parse(text: str) -> dict[str, float]:
-    """Prometheus text -> {sample name: value}, summed over label sets (engines, GPUs); buckets and values that
-    are not finite dropped. Text that is not Prometheus' raises ValueError, whatever the parser tripped on."""
-    out: dict[str, float] = {}
-    try:
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                v = float(s.value)
-                if s.name.endswith(("_bucket", "_created")) or not math.isfinite(v):
-                    continue
-                out[s.name] = out.get(s.name, 0.0) + v
-    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:
-        raise ValueError(f"not Prometheus text: {type(e).__name__}") from None
-    return out
 
 
 def _first(sample: dict[str, float], names: list[str]) -> float | None:
@@ -102,7 +91,7 @@ class MetricsSampler:
     without it: a 404, or ``GIVE_UP_AFTER`` failures in a row before any success. Once a page was read, a failed
     GET is counted in ``failed`` and sampling goes on."""
 
-    session: aiohttp.ClientSession
+    http: aiohttp.ClientSession
     root: str
     interval_s: float = 1.0
     headers: dict[str, str] = field(default_factory=dict)
@@ -120,7 +109,7 @@ class MetricsSampler:
 
     async def sample(self) -> None:
         try:
-            async with self.session.get(f"{self.root}/metrics", headers=self.headers,
+            async with self.http.get(f"{self.root}/metrics", headers=self.headers,
                                         timeout=aiohttp.ClientTimeout(total=5)) as r:
                 if r.status != 200:
                     self._fail(absent=r.status in (404, 405, 501))
@@ -158,81 +147,65 @@ class MetricsSampler:
         return {"available": True, "failed_gets": self.failed, **summarize(self.samples)}
 
 
-class PowerSampler:
-    """GPU power through NVML, integrated over a level into joules. 'not available' without NVML."""
-
-    def __init__(self, interval_s: float = 0.1) -> None:
-        self.interval_s = interval_s
-        self.handles: list[Any] = []
-        self.joules = 0.0
-        self.watts: list[float] = []
-        self._task: asyncio.Task[None] | None = None
-        try:
-            import pynvml  # type: ignore[import-not-found]
-
-            pynvml.nvmlInit()
-            self.nvml = pynvml
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        except Exception:  # no library, driver or GPU
-            self.nvml = None
-
-    @property
-    def available(self) -> bool:
-        return bool(self.handles)
-
-    async def _loop(self) -> None:
-        last = time.perf_counter()
-        while True:
-            await asyncio.sleep(self.interval_s)
-            now = time.perf_counter()
-            w = sum(self.nvml.nvmlDeviceGetPowerUsage(h) for h in self.handles) / 1000.0
-            self.watts.append(w)
-            self.joules += w * (now - last)
-            last = now
-
-    def start(self) -> None:
-        if self.available:
-            self._task = asyncio.get_running_loop().create_task(self._loop())
-
-    async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
-
-    def summary(self, output_tokens: int, seconds: float) -> dict[str, Any]:
-        if not self.available or not self.watts:
-            return {"gpu_power": "not available"}
-        mean_w = sum(self.watts) / len(self.watts)
-        out: dict[str, Any] = {"gpu_power_w_mean": mean_w, "energy_j": self.joules}
-        if output_tokens:
-            out["j_per_output_token"] = self.joules / output_tokens
-            out["output_tokens_per_watt"] = (output_tokens / seconds) / mean_w if seconds and mean_w else None
-        return out
-
-
 class LevelTelemetry:
-    """Everything sampled while one level runs: the server's /metrics and, where present, GPU power.
-    ``stop()`` always stops both (also on Ctrl-C); ``summary()`` then combines them with the level's tokens."""
+    """Everything sampled while one level runs: the server's /metrics and, where a meter reads the box under test
+    (serverhost.py), its power. ``stop()`` always stops both (also on Ctrl-C); ``summary()`` then combines them
+    with the level's tokens."""
 
-    def __init__(self, session: aiohttp.ClientSession, root: str, interval_s: float,
-                 headers: dict[str, str] | None = None) -> None:
-        self.metrics = MetricsSampler(session, root, interval_s, headers or {})
-        self.power = PowerSampler()
+    def __init__(self, http: aiohttp.ClientSession, root: str, interval_s: float | None,
+                 headers: dict[str, str] | None = None, meter: PowerMeter | None = None,
+                 idle: Sequence[Interval] = (), note: str = "") -> None:
+        self.metrics = MetricsSampler(http, root, interval_s, headers or {}) if interval_s else None
+        self.meter, self.idle = meter, list(idle)
         self.metrics_summary: dict[str, Any] = {}
+        self._mark: asyncio.Task[float] | None = None
+        self.power: Interval | None = None
+        self.power_error: str | None = None
+        self.note = note  # why there is no meter, where there is none
 
     def start(self) -> None:
-        self.metrics.start()
-        self.power.start()
+        if self.metrics is not None:
+            self.metrics.start()
+        if self.meter is not None:
+            self._mark = asyncio.get_running_loop().create_task(self.meter.mark())
 
     async def stop(self) -> None:
         try:
-            self.metrics_summary = await self.metrics.stop()
+            if self.metrics is not None:
+                self.metrics_summary = await self.metrics.stop()
         finally:
-            await self.power.stop()
+            await self._stop_power()
+
+    async def _stop_power(self) -> None:
+        """The level's power over its span: the meter's first source, from the mark taken at the start. A meter
+        that stops answering is one line in the level's power note, its other figures kept."""
+        if self.meter is None or self._mark is None:
+            return
+        try:
+            since = await self._mark
+            found = await self.meter.intervals(since)
+            self.power = found[0] if found else None
+        except (TokenbenchError, OSError, asyncio.TimeoutError) as e:
+            self.power_error = str(e).splitlines()[0] if str(e) else type(e).__name__
+
+    def power_summary(self, output_tokens: int, seconds: float) -> dict[str, Any]:
+        """The power keys of ``Telemetry``: the figure and where it came from, its share above the box idle."""
+        if self.power is None:
+            note = self.power_error or self.note or "no power source answered"
+            return {"gpu_power": "not available", "power_note": note}
+        p = self.power
+        out = p.telemetry(output_tokens, seconds) | {"power_source": p.source, "power_measures": p.measures,
+                                                     "power_partial": p.partial, "power_note": p.note or None}
+        idle = next((i for i in self.idle if i.source == p.source), None)
+        more = above_idle(p, idle) if idle is not None else None
+        if more is not None:
+            out |= {"idle_power_w": more.idle_w, "power_above_idle_share": more.share}
+        return out
 
     def summary(self, output_tokens: int, seconds: float) -> Telemetry:
         """The level's telemetry, typed: a key ``Telemetry`` does not name is an error here, where it is written."""
-        return Telemetry.written(**self.metrics_summary, **self.power.summary(output_tokens, seconds))
+        return Telemetry.written(**self.metrics_summary, **self.power_summary(output_tokens, seconds))
 
     def series(self) -> list[tuple[int, dict[str, float]]]:
         """The samples worth storing, as (perf_counter_ns, {name: value})."""
-        return [(int(t * 1e9), kept(v)) for t, v in self.metrics.samples]
+        return [(int(t * 1e9), kept(v)) for t, v in self.metrics.samples] if self.metrics is not None else []

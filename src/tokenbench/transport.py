@@ -33,8 +33,12 @@ Stream = tuple[list[bytes], list[int], int]
 class Transport(Protocol):
     """One send path: a prepared request on the wire, each read stamped, its connections closed at the end."""
 
-    async def send(self, payload: bytes, decoder: StreamDecoder, fresh: bool) -> tuple[bool, Stream | None]:
+    async def send(self, payload: bytes, decoder: StreamDecoder, fresh: bool,
+                   headers: dict[str, str] | None = None) -> tuple[bool, Stream | None]:
         """Send ``payload`` (the request's body) once and fill ``decoder.record``'s send stamps, status and error.
+
+        ``headers``: the request's own, sent beside the path's (a request's value wins over the path's for the
+        same name, case-insensitively); the client has checked them (client.refused_header).
 
         ``fresh``: on a new connection that is closed after it (the send before died unanswered). Returns whether
         the attempt counts (False: the connection died before the server answered a byte, so the server never
@@ -47,6 +51,13 @@ class Transport(Protocol):
     async def close(self) -> None:
         """Close the connections this path holds (an aiohttp session is its owner's to close)."""
         ...
+
+
+def merged_headers(path: dict[str, str], own: dict[str, str]) -> dict[str, str]:
+    """A send path's headers with a request's own over them: the request's value wins for a name they share
+    (header names are case-insensitive)."""
+    names = {k.lower() for k in own}
+    return {**{k: v for k, v in path.items() if k.lower() not in names}, **own}
 
 
 def error_message(text: str) -> str:

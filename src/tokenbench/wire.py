@@ -1,6 +1,7 @@
 """The one boundary where a server's streamed bytes become typed values.
 
-Every ``data:`` payload of an OpenAI-compatible stream goes through :func:`parse_chunk`, which returns a
+Every ``data:`` payload of an OpenAI-compatible stream goes through :func:`parse_chunk` (the events of Anthropic's
+Messages and OpenAI's Responses APIs through ``wire_apis``, on the same types and rules), which returns a
 :class:`Chunk` holding only values of the right type and range, or raises :class:`WireError` with a kind the client
 counts (``malformed_event``: not JSON, not an object, a field of the wrong shape; ``invalid_usage``: a token count
 or timing that is not a finite, non-negative number). Nothing past this module indexes raw server JSON, so a
@@ -39,12 +40,12 @@ class Usage:
 @dataclass(slots=True)
 class Chunk:
     """What one event says, typed. Absent fields are None. Not frozen: one is made per streamed chunk, and a frozen
-    dataclass's ``__init__`` (``object.__setattr__`` per field) cost about a quarter of the decode (issue 24).
+    dataclass's ``__init__`` (``object.__setattr__`` per field) cost about a quarter of the decode (benchmarks/client_overhead.py).
     Nothing changes one once made.
 
     Whether a chunk carried a generated token is not whether its text is empty: an engine streams a token whose
-    text it holds back (part of a multi-byte character) as a chunk with empty text. The chunk rule (DESIGN.md,
-    issue 23), as ``vllm bench serve`` counts chunks: choice 0 with a delta (or a completion's text) is a token,
+    text it holds back (part of a multi-byte character) as a chunk with empty text. The chunk rule (docs/metrics.md),
+    as ``vllm bench serve`` counts chunks: choice 0 with a delta (or a completion's text) is a token,
     visible or not, except a delta that only opens the message (``role``) and an empty closing one (only a
     ``finish_reason``). Where the server says how many tokens a chunk carried, that count decides instead:
     ``tokens`` here (logprobs entries, token ids), or a running ``usage``/``timings`` count (client.py)."""
@@ -58,6 +59,7 @@ class Chunk:
     choice: bool = False  # the event has choice 0: it may carry a token, and a running count on it is per chunk
     token: bool = False  # the chunk rule without counts says choice 0 carried a token (with text or held back)
     tokens: int | None = None  # tokens choice 0 says it carried (its logprobs entries or token ids); None: unsaid
+    tool: bool = False  # the token chunk carried a tool call (its name or arguments)
 
 
 def _object(value: Any, what: str) -> dict[str, Any] | None:
@@ -179,9 +181,10 @@ def _choice_chunk(choice: dict[str, Any], chat: bool, usage: Usage | None,
     finish = _text(choice.get("finish_reason"), "finish_reason")
     calls = part.get("tool_calls") if chat else None
     held = _held(text, thought, part.get("reasoning"), finish, part.get("role") if chat else None)
-    token = bool(text or reasoning or held or (isinstance(calls, list) and calls))
+    tool = bool(isinstance(calls, list) and calls)
+    token = bool(text or reasoning or held or tool)
     return Chunk(text or None, reasoning or None, finish or None, usage, timings, choice=True, token=token,
-                 tokens=_tokens_said(choice, chat))
+                 tokens=_tokens_said(choice, chat), tool=tool)
 
 
 def _tokens_said(choice: dict[str, Any], chat: bool) -> int | None:

@@ -5,6 +5,7 @@ published comparisons use."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -24,7 +25,7 @@ SHAPES: dict[str, tuple[int, int]] = {
 
 
 @dataclass(slots=True, frozen=True)
-class Workload:
+class WorkloadRecord:
     """What a run sends, as its manifest records it. Lengths that vary (``input_draw``, ``output_draw``; None or a
     fixed draw: every request ``input_len``/``output_len``) are drawn per request by ``request_lengths``;
     ``input_len``/``output_len`` are then the draws' expected values, rounded. ``dataset``: what a --dataset file
@@ -89,6 +90,8 @@ class LocalTokenizer:
     def __init__(self, path_or_name: str) -> None:
         self.path = path_or_name  # what a worker process loads the same tokenizer from (workers.ClientSpec)
         self.description = f"local {path_or_name}"
+        self._encode: Callable[[str], list[int]]
+        self._decode: Callable[[list[int]], str]
         p = Path(path_or_name)
         file = p / "tokenizer.json" if p.is_dir() else p
         if file.suffix == ".json" and file.exists():

@@ -9,6 +9,10 @@
   ``Keep-Alive: timeout=5, max=100`` (``tools/server/server-http.cpp``: the streaming callback returns false
   at the end, which the library takes as cancelled), so each request gets a fresh connection.
 - ``timings`` in the last chunk: ``predicted_ms`` spans the n-1 steps after the first token.
+- ``/v1/responses`` is converted to a chat request with every other field of the body kept, so the fields above
+  work there too; ``/v1/messages`` keeps only ``temperature``, ``top_p``, ``top_k``, ``stream`` and
+  ``chat_template_kwargs`` (``server_chat_convert_anthropic_to_oai``): no field fixes the length, and its prompt
+  cache stays on.
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ class LlamaCpp(Adapter):
         return None if slots is None else slots > 1
 
     def output_length_fields(self, max_tokens: int, eos_token_id: int | None, api: str) -> dict[str, Any]:
+        if api == "messages":
+            return {}  # its Anthropic conversion keeps only the sampling fields it knows: nothing fixes the length
         return {"ignore_eos": True, "n_predict": max_tokens, "cache_prompt": False}
 
     def warm_context_fields(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""vLLM's OpenAI server: ``ignore_eos`` and ``min_tokens`` fix the length; ``/version``, ``/tokenize``."""
+"""vLLM's OpenAI server: ``ignore_eos`` and ``min_tokens`` fix the length (on /v1/responses ``ignore_eos`` alone; on
+/v1/messages nothing can); ``/version``, ``/tokenize``."""
 
 from __future__ import annotations
 
@@ -49,4 +50,11 @@ class VLLM(Adapter):
         return ServerFacts(version=v if isinstance(v, str) else None)
 
     def output_length_fields(self, max_tokens: int, eos_token_id: int | None, api: str) -> dict[str, Any]:
+        """vLLM 0.32: its Responses request has ``ignore_eos`` but no ``min_tokens`` (``ignore_eos`` and
+        ``max_output_tokens`` fix the length); its Anthropic Messages request has neither (a plain pydantic model:
+        unknown fields are dropped), so there the output ends where the model ends it."""
+        if api == "messages":
+            return {}
+        if api == "responses":
+            return {"ignore_eos": True}
         return {"ignore_eos": True, "min_tokens": max_tokens}

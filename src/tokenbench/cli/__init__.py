@@ -3,7 +3,7 @@
 ``main(argv)`` returns the exit code so tests call it in-process; only ``entrypoint()`` reads sys.argv.
 The commands live by what they do: one module each for ``sweep.py``, ``depth.py``, ``coldstart.py``, ``guard.py``,
 ``engines.py``, ``capacity.py``, ``quality.py``, ``compare.py``, ``cost.py``, ``recommend.py`` and ``record.py``;
-``predicting.py`` (fit, predict, calibrate, the catalogs), ``analysis.py`` (import, report), ``runs.py`` (runs and
+``predicting.py`` (fit, predict, calibrate, the catalogs), ``analysis.py`` (import, export, report), ``runs.py`` (runs and
 show); the grammar in ``parser.py``, its shared parts in ``options.py``.
 """
 
@@ -23,7 +23,7 @@ from ..console import ReadableConsole as Console
 from ..console import readable_output
 from .agent import cmd_agent
 from .capacity import cmd_capacity
-from .analysis import cmd_import, cmd_report
+from .analysis import cmd_export, cmd_import, cmd_report
 from .coldstart import cmd_coldstart
 from .compare import cmd_compare
 from .cost import cmd_cost
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         "compare": lambda: cmd_compare(a, console),
         "cost": lambda: cmd_cost(a, console),
         "import": lambda: cmd_import(a, console),
+        "export": lambda: cmd_export(a, console),
         "report": lambda: cmd_report(a, console),
         "recommend": lambda: cmd_recommend(a, console),
         "quality": lambda: cmd_quality(a, argv, console, err),

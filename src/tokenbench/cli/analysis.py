@@ -1,5 +1,5 @@
-"""Commands that read the store and have no module of their own: import and report (compare, cost and recommend
-are in ``compare.py``, ``cost.py`` and ``recommend.py``)."""
+"""Commands that read the store and have no module of their own: import, export and report (compare, cost and
+recommend are in ``compare.py``, ``cost.py`` and ``recommend.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -55,9 +55,49 @@ def cmd_import(a: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_export(a: argparse.Namespace, console: Console) -> int:
+    import sys
+
+    from ..exports import Placing, export
+    from ..reader import load_result
+
+    check_output(a.out, "--out")
+    store = Store(a.db, readonly=True)
+    run = load_result(store, a.run, latest=a.latest, kinds=("sweep", "depth", "bench", "predict"), command="export")
+    text = export(run, a.as_, Placing(a.hardware, a.model, a.engine, a.weights, a.kv))
+    if a.out in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        Path(a.out).write_text(text, encoding="utf-8")
+        console.print(f"wrote run {run.run_id} to {a.out} ({a.as_})", markup=False, highlight=False)
+    return 0
+
+
+def add_export_parser(sub: Any) -> None:
+    """``tokenbench export``'s options."""
+    from ..exports import FORMATS
+
+    ex = sub.add_parser("export", help="a stored run as published.csv rows or a llama-bench Markdown table, which "
+                        "import reads back")
+    ex.add_argument("run", help="run id, id prefix or label")
+    ex.add_argument("--as", dest="as_", choices=FORMATS, required=True,
+                    help="published-csv: the rows calibrate reads, with the engine build, guard stamp and machine "
+                    "snapshot; llama-bench-md: llama-bench's Markdown table (depth and llama-bench runs)")
+    ex.add_argument("--out", help="write here (default: stdout)")
+    place = ex.add_argument_group("published-csv: what the rows say of the box (default: what the run says)")
+    place.add_argument("--hardware", help="the catalog box it ran on ('tokenbench hardware' lists ids)")
+    place.add_argument("--model", help="the catalog model it served")
+    place.add_argument("--engine", help="engine and backend, e.g. 'llama.cpp vulkan', vllm")
+    place.add_argument("--weights", help="weight format, e.g. Q4_K_M, FP8")
+    place.add_argument("--kv", help="KV cache format")
+    add_latest(ex)
+    add_db(ex)
+
+
 def add_import_parser(sub: Any) -> None:
     """``tokenbench import``'s options."""
-    im = sub.add_parser("import", help="vllm bench serve / llama-bench / GuideLLM / published.csv results into the store")
+    im = sub.add_parser("import", help="vllm bench serve, llama-bench, llama-benchy, AIPerf, inference-perf, InferenceX, "
+                        "GuideLLM or published.csv results into the store")
     im.add_argument("files", nargs="+")
     im.add_argument("--label", help="label for the imported runs (default: from the file)")
     add_db(im)

@@ -23,8 +23,9 @@ from ..store import Store
 from ..sweep import SweepConfig, run_sweep
 from .common import check_output, embedded_spec, emit_json, int_list, notifier, seconds
 from .options import add_endpoint, add_load, add_output
+from .power import add_power_options
 from .sweep import EMBEDDED_DEFAULTS, RichReporter, embedded_ctx, load_config, print_result
-from .workloads import add_workload_options, workload_kind
+from .workloads import add_trace_options, add_workload_options, workload_kind
 
 DEFAULT_RANGE = "1:16"
 
@@ -68,45 +69,82 @@ def capacity_config(a: argparse.Namespace, argv: list[str], spec: SearchSpec, sl
     """The sweep a search runs: the workload as it runs one level per value (``for_search``), the range's top as
     its one configured level (what the engine must hold), 32 requests a level unless --requests says."""
     d: dict[str, Any] = {**(EMBEDDED_DEFAULTS if a.url is None else {}), "requests": 32}
-    kind = workload_kind(a, argv, d).for_search()
+    kind = workload_kind(a, argv, d, search=True).for_search()
     conc = [int(spec.high)] if spec.axis == "concurrency" else int_list(str(d.get("concurrency", "1")), "--concurrency")
     rates = [spec.high] if spec.axis == "rate" else []
     return load_config(a, argv, kind, d, (conc, rates), a.requests or d["requests"], slo)
 
 
+def _tiers(a: argparse.Namespace) -> list[float | None]:
+    """The per-agent speeds to search at (one search each), or one search with --slo alone."""
+    if not a.tiers:
+        return [None]
+    try:
+        tiers = [float(t) for t in a.tiers.split(",") if t.strip()]
+    except ValueError:
+        tiers = []
+    if not tiers or any(not (t > 0) for t in tiers):
+        raise UsageError(f"--tiers {a.tiers}: give per-agent speeds in tok/s, e.g. --tiers 20,60")
+    return list(tiers)
+
+
 def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
     check_output(a.json, "--json")
     spec = search_spec(a)
-    slo = _slo(a.slo)
-    cfg = capacity_config(a, argv, spec, slo)
-    # levels of agents keeping their cache (sessions) are searched as such
-    spec = replace(spec, sessions=cfg.levels()[0].cache is not None)
-    search = CapacitySearch(spec, slo)
+    tiers = _tiers(a)
+    slos = [_slo(a.slo + (f",agent_tps_p90={t:g}" if t is not None else "")) for t in tiers]
+    cfgs = [capacity_config(a, argv, spec, slo) for slo in slos]
+    # levels of agents keeping their cache (sessions, replays) are searched as such
+    spec = replace(spec, sessions=cfgs[0].levels()[0].cache is not None)
+    try:  # an objective the workload cannot measure (a session's time without sessions) is refused before any run
+        slos[0].check_workload(spec.sessions)
+    except ValueError as e:
+        raise UsageError(f"--slo: {e}") from None
     store = Store(a.db)
-    reporter = RichReporter(err, enabled=not a.quiet)
     embedded = embedded_spec(a)
     parallel = int(spec.high) if spec.axis == "concurrency" else (a.max_concurrency or 16)
-    with running(embedded, cfg, notifier(err), parallel=parallel,
-                 ctx=embedded_ctx(cfg) if embedded else MIN_CONTEXT) as engine:
-        try:
-            try:
-                res = asyncio.run(run_sweep(cfg, store, reporter, alive=engine.alive if engine else None,
-                                            plan=search))
-            finally:
-                reporter.close()
-        except TokenbenchError as e:  # interrupted or failed after levels were stored: what they found is shown
-            if e.result is not None and (e.result.outcomes or isinstance(e, RunInterrupted)):
-                _show(console, e.result, a.format, store)
-                if a.json:
-                    emit_json(a.json, _json(e.result))
-            raise
-    _show(console, res, a.format, store)
+    results: list[RunResult] = []
+    with running(embedded, cfgs[0], notifier(err), parallel=parallel,
+                 ctx=embedded_ctx(cfgs[0]) if embedded else MIN_CONTEXT) as engine:
+        for cfg in cfgs[1:]:
+            if engine is not None:
+                embedded_ctx(cfg)
+                engine.configure(cfg)
+        for cfg, slo in zip(cfgs, slos):
+            results.append(_search(a, cfg, CapacitySearch(spec, slo), store, console, err,
+                                   engine.alive if engine else None))
+    if len(results) > 1:
+        console.print("")
+        for tier, res in zip(tiers, results):
+            found = answer(res)
+            console.print(f"at {tier:g} tok/s each: " + (headline(found) if found else "no verdict"),
+                          markup=False, highlight=False)
     if a.json:
-        emit_json(a.json, _json(res))
-    if res.status != "complete":
+        emit_json(a.json, _json(results[0]) if len(results) == 1 else
+                  {"tiers": [{"tok_s": t, **_json(r)} for t, r in zip(tiers, results)]})
+    bad = [r for r in results if r.status != "complete"]
+    for res in bad:
         print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
-        return LevelFailed.exit_code
-    return 0
+    return LevelFailed.exit_code if bad else 0
+
+
+def _search(a: argparse.Namespace, cfg: SweepConfig, search: CapacitySearch, store: Store, console: Console,
+            err: Console, alive: Callable[[], bool] | None) -> RunResult:
+    """One search, its levels and answer shown (and, when it ended early, what it found before)."""
+    reporter = RichReporter(err, enabled=not a.quiet)
+    try:
+        try:
+            res = asyncio.run(run_sweep(cfg, store, reporter, alive=alive, plan=search))
+        finally:
+            reporter.close()
+    except TokenbenchError as e:  # interrupted or failed after levels were stored: what they found is shown
+        if e.result is not None and (e.result.outcomes or isinstance(e, RunInterrupted)):
+            _show(console, e.result, a.format, store)
+            if a.json:
+                emit_json(a.json, _json(e.result))
+        raise
+    _show(console, res, a.format, store)
+    return res
 
 
 def _json(res: RunResult) -> dict[str, object]:
@@ -201,7 +239,7 @@ def _check(c: SloCheck) -> str:
     """One objective at one level: its value, and the limit where it failed."""
     value = "-" if c.value is None else _quantity(c.value, c.unit)
     limit = "" if c.met else f" (limit {_quantity(c.limit, c.unit)})"
-    over = f", {c.over}/{c.n} over" if c.over is not None else ""
+    over = f", {c.over}/{c.n} {'under' if c.unit == 'tok/s' else 'over'}" if c.over is not None else ""
     more = f", sure from {c.needed}" if c.met and not c.sure and c.needed else ""
     return f"{c.name} {value}{limit}{over}{more}"
 
@@ -221,6 +259,11 @@ def add_capacity_parser(sub: Any) -> None:
                                      "agent-hour with --price-per-hour.")
     add_endpoint(cap.add_argument_group("endpoint"), "transformers", "completions", "exact prompt lengths")
     add_workload_options(cap)
+    add_trace_options(cap)
     add_load(cap, search=True)
+    cap.add_argument("--tiers", metavar="TOK_S,...",
+                     help="search once per per-agent speed: at least 90%% of requests read at that many tok/s or "
+                          "faster (agent_tps_p90), beside --slo's other objectives; AA-AgentPerf's tiers are 20,60")
     add_output(cap)
-    cap.set_defaults(duration=None, repetitions=1, trace=None, trace_speed=1.0, trace_block=512)
+    add_power_options(cap.add_argument_group("the box under test: power and its host's guard (docs/power.md)"))
+    cap.set_defaults(duration=None, repetitions=1)

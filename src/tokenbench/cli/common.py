@@ -44,8 +44,10 @@ def seconds(text: str | None, what: str) -> float | None:
     if text is None:
         return None
     try:
-        v = parse_duration_ms(text, bare_ms=1000.0) / 1000.0  # a bare number is seconds, as for `timeout`
-    except ValueError:
+        v = parse_duration_ms(text) / 1000.0  # a bare number is refused, as every duration (slo.DURATION_RULE)
+    except ValueError as e:
+        if "has no unit" in str(e):
+            raise UsageError(f"{what} {e}") from None
         raise UsageError(f"{what} '{text}' is not a duration: write e.g. 30s, 500ms or 2m") from None
     if v <= 0:
         raise UsageError(f"{what} must be positive")

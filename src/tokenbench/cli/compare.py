@@ -27,12 +27,15 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
     check_output(a.json, "--json")
     cfg = compare_config(a)
     done = compare_runs(cfg)
-    if done.sessions is not None:
+    if done.replays is not None:
+        _print_replays(console, done, a.format)
+    elif done.sessions is not None:
         _print_sessions(console, done, a.format)
     else:
         _print_rows(console, cfg, done, a.format)
     if done.capacity is not None:
-        _print_capacity(console, done.capacity, a.format, bool(done.comparison.rows) or done.sessions is not None)
+        _print_capacity(console, done.capacity, a.format,
+                        bool(done.comparison.rows) or done.sessions is not None or done.replays is not None)
     q, c = done.quality, done.comparison
     if q is not None:  # the boxes' quality runs, found by the speed runs' labels
         console.print(f"quality (runs {q.run_a} and {q.run_b}): " + "; ".join(q.lines(c.a, c.b)), markup=False,
@@ -64,6 +67,24 @@ def _print_rows(console: Console, cfg: CompareConfig, done: Compared, fmt: str) 
     if c.effective:
         console.print(f"{cfg.agents} agents x {cfg.tokens} tokens: " + "; ".join(c.effective), markup=False,
                       highlight=False)
+
+
+def _print_replays(console: Console, done: Compared, fmt: str) -> None:
+    """Two replays of recorded agents at each lane count both ran: their levels, and TTFT by context."""
+    from ..compare.replays import replay_tables
+    from ..console import print_table
+
+    r = done.replays
+    assert r is not None
+    for w in r.warnings:
+        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+    console.print(f"replays of recorded agents: A = {r.a}, B = {r.b}. A/B: A's figure over B's (a time below 1, "
+                  "or a rate above 1: A is faster).", markup=False, highlight=False)
+    for block in r.blocks:
+        (h1, r1), (h2, r2) = replay_tables(block)
+        print_table(console, h1, r1, fmt, title=f"{block.lanes} lanes", numeric=True)
+        if r2:
+            print_table(console, h2, r2, fmt, title="TTFT by the context a call sent (tokens)", numeric=True)
 
 
 def _print_capacity(console: Console, cap: CapacityComparison, fmt: str, after_table: bool) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from ..cost import DEFAULT_CURRENCY
+from ..cost import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from .common import check_output, emit_json
 from .options import CURRENCY, NONNEG, POSITIVE, add_db, add_json, add_latest
 
@@ -55,8 +55,16 @@ def _print_points(console: Console, done: Costed, fmt: str) -> None:
         rows.append([p.operating_point, f"{p.output_tps:,.1f}",
                      f"{p.cost_per_mtok:.2f}" if p.cost_per_mtok is not None else "—",
                      *([f"{api:.2f}", vs] if api is not None and vs else [])])
-    console.print(done.pricing.describe(), markup=False, highlight=False)
+    console.print(describe(done), markup=False, highlight=False)
     print_table(console, head, rows, fmt)
+
+
+def describe(done: Costed) -> str:
+    """The price as ``Pricing.describe`` says it, and the electricity price's origin where it is the default."""
+    said = done.pricing.describe()
+    if done.pricing.owned and done.kwh_default:
+        said += f" (the default --kwh-price, {DEFAULT_KWH_PRICE:g} {done.currency}/kWh)"
+    return said
 
 
 def _money(v: float | None) -> str:
@@ -75,7 +83,7 @@ def _print_sessions(console: Console, done: Costed, fmt: str) -> None:
     from ..session_view import seconds
 
     currency, api, points = done.currency, done.api, done.sessions or []
-    console.print(done.pricing.describe(), markup=False, highlight=False)
+    console.print(describe(done), markup=False, highlight=False)
     console.print(f"agent sessions. Level: concurrency and cache mode. {currency}/session: the price of the hours "
                   "the level held the box, over the sessions it finished (about price x session time / "
                   f"concurrency). tok/s: the level's aggregate output rate, which {currency}/M output is priced at.",
@@ -97,13 +105,17 @@ def add_cost_parser(sub: Any) -> None:
     co.add_argument("run", nargs="?", help="run id, id prefix or label (or give --tps)")
     co.add_argument("--tps", type=POSITIVE, help="an aggregate output rate instead of a run")
     co.add_argument("--price-per-hour", type=POSITIVE, help="rented: price per hour")
-    co.add_argument("--busy-hours", type=NONNEG, default=24.0, help="rented: hours a day it does this work")
-    co.add_argument("--owned", action="store_true", help="an owned box: --purchase, --life-years, --watts, --kwh-price")
-    co.add_argument("--purchase", type=POSITIVE)
-    co.add_argument("--life-years", type=POSITIVE, default=3.0)
-    co.add_argument("--watts", type=NONNEG, default=0.0, help="power draw under this load")
-    co.add_argument("--kwh-price", type=NONNEG, default=0.0)
-    co.add_argument("--hours-per-day", type=NONNEG, default=24.0, help="owned: hours a day it does this work")
+    co.add_argument("--busy-hours", type=POSITIVE,
+                    help="rented: hours a day it does this work (default 24; the rent of the idle hours is paid too)")
+    co.add_argument("--owned", action="store_true",
+                    help="an owned box: --purchase and --watts (and --life-years, --kwh-price, --hours-per-day)")
+    co.add_argument("--purchase", type=POSITIVE, help="owned: what the box cost")
+    co.add_argument("--life-years", type=POSITIVE, help="owned: years of service the purchase is spread over "
+                    "(default 3)")
+    co.add_argument("--watts", type=NONNEG, help="owned: power draw under this load (required; 0 leaves power out)")
+    co.add_argument("--kwh-price", type=NONNEG, help=f"owned: electricity price per kWh in --currency (default "
+                    f"{DEFAULT_KWH_PRICE:g}, as recommend takes)")
+    co.add_argument("--hours-per-day", type=POSITIVE, help="owned: hours a day it does this work (default 24)")
     co.add_argument("--currency", default=None, type=CURRENCY, help=f"the box's currency (default: the run's, else {DEFAULT_CURRENCY})")
     co.add_argument("--api-price", type=POSITIVE, help="an API's price per million output tokens, to compare")
     co.add_argument("--api-currency", type=CURRENCY, help="the API price's currency (default: --currency)")

@@ -7,6 +7,7 @@ import argparse
 import re
 from typing import Any
 
+from ..apis import APIS, PATHS
 from ..registry import LAUNCHERS, find
 from ..cost import DEFAULT_CURRENCY
 from ..slo import parse_duration_ms
@@ -31,6 +32,15 @@ POSITIVE = _number(float, 0, True, "a positive number")
 NONNEG = _number(float, 0, False, "a number, 0 or more")
 
 
+def WARMUP(text: str) -> int | str:
+    """A warm-up count, or ``auto``."""
+    return "auto" if text.strip().lower() == "auto" else int(NONNEG_INT(text))
+
+
+#: Said in the help of every option that takes a duration (slo.DURATION_RULE).
+UNIT = "(a duration takes its unit: ms, s, m or h)"
+
+
 def SHARE(text: str) -> float:
     v = NONNEG(text)
     if v > 1:
@@ -39,14 +49,16 @@ def SHARE(text: str) -> float:
 
 
 def LATENCY(text: str) -> str:
-    """An SLO's latency limit as written (2s, 50ms; a bare number is milliseconds), refused here when it is not
+    """An SLO's latency limit as written (2s, 50ms: with its unit, slo.DURATION_RULE), refused here when it is not
     one, and kept as written for the headings that quote it."""
     try:
         ok = parse_duration_ms(text) > 0
-    except ValueError:
+    except ValueError as e:
+        if "has no unit" in str(e):
+            raise argparse.ArgumentTypeError(str(e)) from None
         ok = False
     if not ok:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a latency: write e.g. 2s, 50ms or 50 (milliseconds)")
+        raise argparse.ArgumentTypeError(f"'{text}' is not a latency: write e.g. 2s or 50ms (above 0, with its unit)")
     return text
 
 
@@ -77,15 +89,18 @@ def engine_name(value: str) -> str:
     return eng.launcher if eng is not None and eng.launcher else value
 
 
-def add_endpoint(g: argparse._ActionsContainer, engine: str, api: str | None = None, api_help: str = "") -> None:
+def add_endpoint(g: argparse._ActionsContainer, engine: str, api: str | None = None, api_help: str = "",
+                 apis: tuple[str, ...] = APIS) -> None:
     """The endpoint every measuring command talks to (sweep, depth, quality), one set of flags with one help
     each (SHARED_HELP): its URL or the embedded ``engine``, the model, the key, the tokenizer, and for the
-    commands that send either kind of request the ``api`` they send by default."""
+    commands that send requests of several kinds the ``api`` they send by default, among ``apis``."""
     g.add_argument("--url", help="OpenAI-compatible base URL (…/v1); omitted: start the embedded engine")
     g.add_argument("--model")
     if api is not None:
-        g.add_argument("--api", choices=["completions", "chat"], default=api,
-                       help=f"/v1/completions or /v1/chat/completions (default {api}: {api_help})")
+        names = {"messages": " (Anthropic's Messages API)", "responses": " (OpenAI's Responses API)"}
+        paths = [f"/v1/{PATHS[a]}{names.get(a, '')}" for a in apis]
+        g.add_argument("--api", choices=list(apis), default=api,
+                       help=f"{', '.join(paths[:-1])} or {paths[-1]} (default {api}: {api_help})")
     g.add_argument("--api-key")
     g.add_argument("--tokenizer")
     add_embedded(g, engine)
@@ -131,7 +146,7 @@ def add_workload(s: argparse.ArgumentParser) -> None:
     g.add_argument("--tool-len", default="uniform:64-192",
                    help="tokens of the tool result each turn appends: a number, uniform:LOW-HIGH, normal:MEAN,SD "
                         "or file:PATH")
-    g.add_argument("--think-time", default="0s", help="an agent's pause between turns, e.g. 2s or uniform:1s-5s")
+    g.add_argument("--think-time", default="0s", help="an agent's pause between turns, e.g. 2s or uniform:1s-5s " + UNIT)
     g.add_argument("--max-context", type=POSITIVE_INT,
                    help="a session whose next turn would pass this many tokens ends (or is compacted: --on-cap) "
                         "(default: the server's slot context where it says, else none)")
@@ -148,7 +163,7 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
         g.add_argument("--slo", required=True,
                        help="the objectives every level must meet, e.g. ttft_p99=2s,agent_tps=30: ttft/tpot/itl/e2e "
                             "with _p50/_p90/_p95/_p99, agent_tps (tok/s each, at least), errors (share, e.g. 1%%), "
-                            "session_p90 (agent sessions)")
+                            "session_p90 (agent sessions); every latency with its unit: ms, s, m or h")
         g.add_argument("--concurrency", metavar="LOW:HIGH",
                        help="search the agents (closed loop) in this range (default 1:16)")
         g.add_argument("--rate", metavar="LOW:HIGH",
@@ -156,22 +171,29 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
         g.add_argument("--resolution", type=POSITIVE, default=0.1,
                        help="stop when the first failing level is within this share of the last passing one "
                             "(concurrency: or the next whole agent)")
-        g.add_argument("--budget", help="spend at most this long searching, e.g. 20m (default: no limit)")
+        g.add_argument("--budget", help="spend at most this long searching, e.g. 20m (default: no limit) " + UNIT)
     else:
         g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,8,16,32")
         g.add_argument("--rate", help="open-loop levels in requests/s, e.g. 0.5,1,2 (instead of --concurrency)")
     g.add_argument("--arrival", choices=["poisson", "constant"], default="poisson")
+    g.add_argument("--phase", choices=["together", "staggered"], default="together",
+                   help="closed loop: release the streams' first requests together (default, as vllm bench serve "
+                        "does), or staggered: each at a random offset within a warm-up request's time, as agents "
+                        "arrive; each level reports the waves its requests fell into")
     g.add_argument("--max-concurrency", type=POSITIVE_INT, help="open loop: cap on requests in flight")
     g.add_argument("--requests", type=POSITIVE_INT, help="measured requests per level (default 32)")
     if not search:
-        g.add_argument("--duration", help="measure each level for this long instead, e.g. 60s")
-    g.add_argument("--warmup", type=NONNEG_INT, help="uncounted full-length requests per level (default: one per slot)")
+        g.add_argument("--duration", help="measure each level for this long instead, e.g. 60s " + UNIT)
+    g.add_argument("--warmup", type=WARMUP,
+                   help="uncounted full-length requests per level (default: one per slot); auto: rounds of them "
+                        "until TTFT settles (a round's median within a fifth of the last's, at most 6 rounds)")
     if not search:
         g.add_argument("--repetitions", type=POSITIVE_INT, default=1, help="repeat each level; report median and CV")
-    g.add_argument("--timeout", default="600s", help="per-request timeout (default 600s)")
-    g.add_argument("--stall-timeout", default="60s", help="fail a request after this long without a byte")
+    g.add_argument("--timeout", default="600s", help="per-request timeout (default 600s) " + UNIT)
+    g.add_argument("--stall-timeout", default="60s", help="fail a request after this long without a byte " + UNIT)
     if not search:
-        g.add_argument("--slo", help="e.g. ttft_p99=2s,tpot=50ms: goodput and pass/fail per level")
+        g.add_argument("--slo", help="e.g. ttft_p99=2s,tpot=50ms: goodput and pass/fail per level; every latency with its unit: "
+                       "ms, s, m or h")
     g.add_argument("--max-error-rate", type=SHARE, default=0.1,
                    help="a level with a larger share of failed requests is failed, and the run exits 5 "
                         "(default 0.1)")
@@ -201,6 +223,6 @@ def add_output(s: argparse.ArgumentParser) -> None:
     g.add_argument("--guard-config", help="guard thresholds TOML (default: packaged, then the user config dir)")
     g.add_argument("--no-metrics", action="store_true", help="do not sample the server's /metrics")
     g.add_argument("--metrics-interval", default="5s",
-                   help="sample /metrics this often (default 5s; each sample costs the server a page: on 2 CPU "
+                   help="sample /metrics this often (default 5s, " + UNIT[1:-1] + "; each sample costs the server a page: on 2 CPU "
                         "cores one vLLM /metrics GET stalled every stream for 70-145 ms)")
     add_db(s)

@@ -7,7 +7,7 @@ import argparse
 from typing import Any, NoReturn
 from .. import __version__, redact
 from .agent import add_agent_parser
-from .analysis import add_import_parser, add_report_parser
+from .analysis import add_export_parser, add_import_parser, add_report_parser
 from .capacity import add_capacity_parser
 from .coldstart import add_coldstart_parser
 from .compare import add_compare_parser
@@ -39,7 +39,8 @@ EXIT_CODES = """exit codes:
 SHARED_HELP = {
     "--format": "table for a terminal, markdown to paste",
     "--model": "the served model name (default: the first the server lists)",
-    "--api-key": "bearer key (default: $OPENAI_API_KEY); sent, never stored",
+    "--api-key": "bearer key (default: $OPENAI_API_KEY; on /v1/messages also sent as x-api-key); sent, never "
+                 "stored",
     "--tokenizer": "a local tokenizer.json or Hugging Face directory of the served model (default: the "
                    "server's own tokenize endpoint, else a local estimate)",
     "--label": "a name for this run, to find it again (default: this hostname)",
@@ -94,7 +95,10 @@ EXAMPLES: dict[str, list[str]] = {
     "compare": ["tokenbench compare h100 strix --agents 16 --tokens 200"],
     "cost": ["tokenbench cost h100 --price-per-hour 1.79 --currency EUR",
              "tokenbench cost --tps 684 --price-per-hour 1.79 --api-price 14"],
-    "import": ["tokenbench import vllm-result.json llama-bench.json --label a30"],
+    "import": ["tokenbench import vllm-result.json llama-bench.json --label a30",
+               "tokenbench import aiperf-artifacts/profile_export.jsonl --label h100-aiperf"],
+    "export": ["tokenbench export strix-depth --as llama-bench-md",
+               "tokenbench export h100 --as published-csv --hardware nvidia-h100-sxm --model qwen3.6-27b --out h100.csv"],
     "report": ["tokenbench report h100 strix --html report.html --md BENCHMARKS.md"],
     "recommend": ["tokenbench recommend --model qwen3.6-35b-a3b --agents 16 --ttft-p99 2s --currency EUR",
                   "tokenbench recommend --model llama-3.1-8b --capacity --ttft-p99 2s --tpot 50ms --runs h100-cap"],
@@ -187,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_parser(sub)
     add_cost_parser(sub)
     add_import_parser(sub)
+    add_export_parser(sub)
     add_report_parser(sub)
     add_recommend_parser(sub)
     add_show_parser(sub)

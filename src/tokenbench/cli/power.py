@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 from ..power.choose import CHOICES
 from .common import seconds
+from .options import UNIT
 
 if TYPE_CHECKING:
     from ..hostagent.client import AgentClient
     from ..power.sampler import LocalMeter
+    from ..serverhost import PowerPlan
 
 
 def add_power_sources(p: argparse._ActionsContainer, default: str = "auto") -> None:
@@ -40,7 +42,7 @@ def add_power_options(p: argparse._ActionsContainer) -> None:
     p.add_argument("--agent-token-file", metavar="FILE", help="read the agent's token from this file")
     p.add_argument("--idle-power", metavar="DURATION",
                    help="measure the box idle this long before the run (e.g. 30s); each level then says its share "
-                        "above idle")
+                        "above idle " + UNIT)
 
 
 def agent_token(a: argparse.Namespace) -> str:
@@ -76,6 +78,28 @@ def power_meter(a: argparse.Namespace, interval_s: float = 0.5) -> AgentClient |
         return AgentClient(a.agent, agent_token(a))
     sources, notes = open_sources(a.power, a.power_url, a.power_cmd)
     return LocalMeter(sources, interval_s, notes).start()
+
+
+def power_plan(a: argparse.Namespace, argv: list[str]) -> PowerPlan:
+    """Where a run reads power and the server host's guard: its agent where --agent is given, a meter the user
+    names, or this machine's sources where the server runs here (embedded, a loopback URL) or --power is given; a
+    server elsewhere with none of those has no power figure (this machine's would describe the client)."""
+    from ..servers import on_this_machine
+    from ..serverhost import PowerPlan
+
+    idle = idle_seconds(a)
+    if getattr(a, "agent", None):
+        if a.power_url or a.power_cmd or "--power" in " ".join(argv):
+            raise UsageError("--agent reads power on the server host: give --power, --power-url or --power-cmd to "
+                             "`tokenbench agent` there, not here")
+        return PowerPlan(agent=a.agent, agent_token=agent_token(a), idle_s=idle)
+    here = a.url is None or on_this_machine(a.url)
+    if a.power_url or a.power_cmd or here or any(w == "--power" or w.startswith("--power=") for w in argv):
+        return PowerPlan(sources=a.power, url=a.power_url, cmd=a.power_cmd, idle_s=idle)
+    if idle:
+        raise UsageError("--idle-power measures the box under test: give --agent, --power-url or --power-cmd for a "
+                         "server on another machine")
+    return PowerPlan(sources="none")
 
 
 def idle_seconds(a: argparse.Namespace) -> float | None:

@@ -10,7 +10,7 @@ from .. import redact
 from ..errors import UsageError
 from ..store import Store
 from .common import check_output, emit_json, int_list, tokens, write_json
-from .options import NONNEG_INT, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
+from .options import UNIT, NONNEG_INT, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
 from ..registry import known
 
 if TYPE_CHECKING:
@@ -56,8 +56,13 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
 
     from ..predict.entrypoints import setup
 
+    from ..predict.entrypoints import engine_note
+
     check_output(a.json, "--json")
-    s, _ = setup(_setup_config(a))
+    cfg = _setup_config(a)
+    s, _ = setup(cfg)
+    if note := engine_note(cfg, s):
+        console.print(note, markup=False, highlight=False)
     ctx = tokens(a.context, "--context")
     if a.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
@@ -97,6 +102,18 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
     from ..predict.specs import Catalog
 
     cal = load_calibration(a.calibration)
+    if a.calibration:  # the user's own calibration: each row before it (the packaged one) and after
+        from ..predict.accuracy import before_after, before_after_lines, before_after_table
+        from ..predict.calibration import Calibration
+
+        ba = before_after(Catalog.load(), Calibration.packaged(), cal, read_rows(Path(a.against)))
+        head, rows = before_after_table(ba)
+        print_table(console, head, rows, a.format)
+        for line in before_after_lines(ba):
+            console.print(line, markup=False, highlight=False)
+        if a.json:
+            emit_json(a.json, ba.to_json())
+        return 0
     rep = against(Catalog.load(), cal, read_rows(Path(a.against)))
     head, rows = tables.against_table(rep)
     print_table(console, head, rows, a.format)
@@ -109,7 +126,7 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
 
 def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     from ..console import print_table
-    from ..predict.entrypoints import PredictConfig, SpecConfig, predict
+    from ..predict.entrypoints import PredictConfig, SpecConfig, engine_note, predict
     from ..predict.runs import headline, prediction_manifest
 
     if a.against:
@@ -131,6 +148,8 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         console.print(out.speculation, markup=False, highlight=False)
     console.print(f"{headline(prediction_manifest(s))}; calibration {cal.origin}; the ceiling is the physical limit at "
                   "efficiency 1", markup=False, highlight=False)
+    if note := engine_note(cfg.setup, s):
+        console.print(note, markup=False, highlight=False)
     if shape is not None:
         _print_sessions(a, console, shape, out)
         shown: dict[str, Any] = {"note": out.note, "tables": [
@@ -197,31 +216,44 @@ def _length(text: str | None, what: str) -> int | None:
 
 def _session_shape(a: argparse.Namespace, agents: list[int]) -> SessionShape | None:
     """The session --sessions asks for (None without it), its lengths parsed as sweep --sessions parses them."""
-    from .. import draws
-    from ..predict import session as ps
-
     if a.sessions is None:
         return None
     if a.sessions and max(agents) > a.sessions:
         raise UsageError(f"--sessions {a.sessions} with --concurrency {max(agents)}: only {a.sessions} agents could "
                          f"run at once; give --concurrency {a.sessions} or less, or more sessions")
+    return session_shape(a)
 
-    def draw(text: str | None, what: str, default: float, unit: str = "tokens") -> draws.Draw:
+
+def session_shape(a: argparse.Namespace) -> SessionShape:
+    """The session the options describe (add_session_options), its lengths parsed as sweep --sessions parses them,
+    sweep's defaults where none is given."""
+    from .. import draws
+    from ..predict import session as ps
+
+    def draw(text: str | None, what: str, default: float | str, unit: str = "tokens") -> draws.Draw:
         try:
-            return draws.parse(text, what, unit) if text is not None else draws.Draw.fixed(default, unit)
+            return draws.parse(text if text is not None else str(default), what, unit)
         except draws.DrawError as e:
             raise UsageError(str(e)) from None
 
     shape = ps.SessionShape(
         turns=a.turns or ps.DEFAULT_TURNS,
-        shared_prefix=tokens(a.shared_prefix, "--shared-prefix", zero=True) if a.shared_prefix else 0,
+        shared_prefix=tokens(a.shared_prefix, "--shared-prefix", zero=True) if a.shared_prefix is not None
+        else ps.DEFAULT_SHARED_PREFIX,
         input_len=draw(a.input_len, "--input-len", ps.DEFAULT_INPUT_LEN),
         tool_len=draw(a.tool_len, "--tool-len", ps.DEFAULT_TOOL_LEN),
         output_len=draw(a.output_len, "--output-len", ps.DEFAULT_OUTPUT_LEN),
-        think_time=draw(a.think_time, "--think-time", 0.0, "s"),
+        think_time=draw(a.think_time, "--think-time", ps.DEFAULT_THINK_TIME, "s"),
         max_context=tokens(a.max_context, "--max-context") if a.max_context else None)
     shape.check()
     return shape
+
+
+def session_text(sh: SessionShape) -> str:
+    """An agent's session in one line: its turns, its lengths and its think time."""
+    return (f"session: {sh.turns} turns; tokens: shared prefix {sh.shared_prefix}, task {sh.input_len.describe()}, "
+            f"tool results {sh.tool_len.describe()}, answers {sh.output_len.describe()}"
+            + (f", max context {sh.max_context:,}" if sh.max_context else "") + f"; think {sh.think_time.describe()}")
 
 
 def _print_sessions(a: argparse.Namespace, console: Console, sh: SessionShape, out: Predicted) -> None:
@@ -231,10 +263,7 @@ def _print_sessions(a: argparse.Namespace, console: Console, sh: SessionShape, o
     from ..cells import agents_text
     from ..console import print_table
 
-    console.print(f"session: {sh.turns} turns; tokens: shared prefix {sh.shared_prefix}, task "
-                  f"{sh.input_len.describe()}, tool results {sh.tool_len.describe()}, answers "
-                  f"{sh.output_len.describe()}" + (f", max context {sh.max_context:,}" if sh.max_context else "")
-                  + f"; think {sh.think_time.describe()}", markup=False, highlight=False)
+    console.print(session_text(sh), markup=False, highlight=False)
     for t in out.tables:
         n = t.agents or 0
         console.print(f"{agents_text(n)}:", markup=False, highlight=False)
@@ -298,13 +327,14 @@ def add_flash_attn(p: argparse.ArgumentParser, off_means: str) -> None:
                    f"score to memory, {off_means}")
 
 
-def add_setup(p: argparse.ArgumentParser, default_engine: str, required: bool = True) -> None:
+def add_setup(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--hardware", required=required, help="hardware id ('tokenbench hardware' lists them)")
     p.add_argument("--model", required=required, help="model id, or a config.json / .gguf path")
     p.add_argument("--weights", help="weight format: BF16, FP8, AWQ, Q4_K_M, Q8_0, ... (default BF16, "
                    "or Q4_K_M for llama.cpp)")
     p.add_argument("--kv", default="auto", help="KV-cache format: auto (model dtype), fp8, q8_0, q4_0, f16")
-    p.add_argument("--engine", default=default_engine, help=f"one of {known()}")
+    p.add_argument("--engine", help=f"one of {known()} (default: the box's usual one, as fit, predict and recommend "
+                   "all take it: vLLM on a GPU, llama.cpp on a unified-memory box such as Strix Halo or a Mac)")
     p.add_argument("--engine-version", metavar="V",
                    help="the engine's build the prediction assumes: a year (2025), a llama.cpp build (b6918) or a "
                         "vLLM release (0.21); its constants are those fitted on builds of that year or the newest "
@@ -330,7 +360,7 @@ def add_models_parser(sub: Any) -> None:
 def add_fit_parser(sub: Any) -> None:
     """``tokenbench fit``'s options."""
     fp = sub.add_parser("fit", help="does a model and its KV cache fit a box? largest context and concurrency")
-    add_setup(fp, default_engine="llama.cpp")
+    add_setup(fp)
     fp.add_argument("--context", default="8192", help="tokens per sequence, e.g. 65536 or 64k")
     fp.add_argument("--concurrency", type=POSITIVE_INT, default=1, help="sequences held at once")
     add_flash_attn(fp, "its F32 score buffer takes memory")
@@ -340,13 +370,14 @@ def add_fit_parser(sub: Any) -> None:
 def add_predict_parser(sub: Any) -> None:
     """``tokenbench predict``'s options."""
     pp = sub.add_parser("predict", help="predicted speed (roofline ceiling and calibrated estimate)")
-    add_setup(pp, default_engine="vllm", required=False)
+    add_setup(pp, required=False)
     pp.add_argument("--input-len",
                     help="prompt tokens (default 4096 when serving; with --test, the pp length, default 512; with "
-                    "--sessions, the task of turn 1, default 1024, or a draw such as uniform:512-2048)")
+                    "--sessions, the task of turn 1, default 128 as sweep --sessions, or a draw such as "
+                    "uniform:512-2048)")
     pp.add_argument("--output-len",
                     help="output tokens (default 512 when serving; with --test, the tg length, default 128; with "
-                    "--sessions, each answer, default 256, or a draw)")
+                    "--sessions, each answer, default 128 as sweep --sessions, or a draw)")
     pp.add_argument("--ubatch", type=POSITIVE_INT, help="llama.cpp micro-batch (-ub) for prompt processing (default 512)")
     pp.add_argument("--max-num-batched-tokens", type=POSITIVE_INT,
                     help="vLLM's token budget per step (SGLang's --chunked-prefill-size) (default: the engine's for "
@@ -369,23 +400,31 @@ def add_predict_parser(sub: Any) -> None:
     pp.add_argument("--acceptance", type=SHARE, help="per-token acceptance rate (0..1)")
     pp.add_argument("--acceptance-length", type=POSITIVE, help="mean acceptance length (vLLM's τ)")
     pp.add_argument("--draft-cost", type=POSITIVE, help="draft cost per token relative to the target (default: MTP 1/layers)")
-    ss = pp.add_argument_group("agent sessions (as sweep --sessions measures them)")
-    ss.add_argument("--sessions", nargs="?", type=POSITIVE_INT, const=0, metavar="N",
-                    help="predict an agent's session turn by turn, with and without the prefix cache; N: sessions "
-                    "in all (default one per agent, --concurrency)")
-    ss.add_argument("--turns", type=POSITIVE_INT, help="turns per session (default 10)")
-    ss.add_argument("--shared-prefix", metavar="T", help="system-prompt tokens every session shares (default 0)")
-    ss.add_argument("--tool-len", metavar="DRAW", help="tokens of each tool result (default 512)")
-    ss.add_argument("--think-time", metavar="DRAW", help="the agent's time between an answer and its next turn, "
-                    "e.g. 5s or uniform:1s-10s (default 0)")
-    ss.add_argument("--max-context", metavar="T",
-                    help="the session ends at the first turn whose prompt and answer pass T tokens")
-    pp.add_argument("--against", help="predict every row of a file in the published.csv layout")
+    add_session_options(pp, "predict an agent's session turn by turn, with and without the prefix cache; N: "
+                        "sessions in all (default one per agent, --concurrency)")
+    pp.add_argument("--against", help="predict every row of a file in the published.csv layout; with --calibration, "
+                    "each row before (the packaged calibration) and after (yours)")
     pp.add_argument("--calibration", help="efficiency TOML to use instead of the packaged one")
     pp.add_argument("--json", help="write the predictions to this JSON file; - for stdout")
     pp.add_argument("--save", metavar="LABEL", help="store the predictions as a run (provenance 'predicted')")
     add_db(pp)
     pp.add_argument("--format", choices=["table", "markdown"], default="table")
+
+
+def add_session_options(p: argparse.ArgumentParser, what: str) -> None:
+    """The options of an agent's session, named and defaulted as sweep --sessions's (predict, recommend)."""
+    from ..predict import session as ps
+
+    ss = p.add_argument_group("agent sessions (as sweep --sessions measures them, with its defaults)")
+    ss.add_argument("--sessions", nargs="?", type=POSITIVE_INT, const=0, metavar="N", help=what)
+    ss.add_argument("--turns", type=POSITIVE_INT, help=f"turns per session (default {ps.DEFAULT_TURNS})")
+    ss.add_argument("--shared-prefix", metavar="T",
+                    help=f"system-prompt tokens every session shares (default {ps.DEFAULT_SHARED_PREFIX})")
+    ss.add_argument("--tool-len", metavar="DRAW", help=f"tokens of each tool result (default {ps.DEFAULT_TOOL_LEN})")
+    ss.add_argument("--think-time", metavar="DRAW", help="the agent's time between an answer and its next turn, "
+                    f"e.g. 5s or uniform:1s-10s (default {ps.DEFAULT_THINK_TIME}) " + UNIT)
+    ss.add_argument("--max-context", metavar="T",
+                    help="the session ends at the first turn whose prompt and answer pass T tokens")
 
 
 def add_calibrate_parser(sub: Any) -> None:

@@ -17,7 +17,7 @@ from ..results import Manifest, RunResult
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import check_output, embedded_spec, emit_json, int_list, json_object, notifier, seconds, tokens
-from .options import NONNEG, POSITIVE_INT, add_db, add_endpoint, add_json, add_latest
+from .options import UNIT, NONNEG, POSITIVE_INT, add_db, add_endpoint, add_json, add_latest
 
 if TYPE_CHECKING:
     from ..engines.embedded import Embedded
@@ -32,8 +32,8 @@ REMOTE_CONTEXTS = "4k,16k,32k"
 
 def _endpoint(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("endpoint")
-    add_endpoint(g, "transformers", "chat", "what instruction-tuned models answer")
-    g.add_argument("--timeout", default="300s", help="per item: longer is recorded as a timeout (default 300s)")
+    add_endpoint(g, "transformers", "chat", "what instruction-tuned models answer", apis=("completions", "chat"))
+    g.add_argument("--timeout", default="300s", help="per item: longer is recorded as a timeout (default 300s) " + UNIT)
 
 
 def _items(p: argparse.ArgumentParser) -> None:

@@ -8,23 +8,43 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from ..cost import DEFAULT_CURRENCY
+from ..candidates import figures_text
+from ..cost import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
+from ..errors import UsageError
+from ..predict.setup import LLAMA_DEFAULT_SLOTS
+from ..predict.tables import band_span
 from ..slo import parse_duration_ms
 from .common import check_output, emit_json
-from .options import CURRENCY, LATENCY, NONNEG, POSITIVE_INT, add_db, add_json, add_latest
+from .predicting import add_session_options
+from .options import UNIT, CURRENCY, LATENCY, NONNEG, POSITIVE_INT, add_db, add_json, add_latest
 
 if TYPE_CHECKING:
-    from ..recommend import Candidate, RecommendConfig
+    from ..recommend import Candidate, RecommendConfig, Recommendation
+
+#: A request's lengths when none is given: the agentic shape (4096 in, 512 out).
+DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN = 4096, 512
 
 
 def recommend_config(a: argparse.Namespace) -> RecommendConfig:
     from ..recommend import RecommendConfig
+    from .common import tokens
+    from .predicting import session_shape
 
-    return RecommendConfig(a.model, a.agents, a.input_len, a.output_len,
+    given = [f for f, v in (("--turns", a.turns), ("--shared-prefix", a.shared_prefix), ("--tool-len", a.tool_len),
+                            ("--think-time", a.think_time), ("--max-context", a.max_context)) if v is not None]
+    if a.sessions is None and given:
+        raise UsageError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} an agent's session: add "
+                         "--sessions")
+    shape = session_shape(a) if a.sessions is not None else None
+    input_len = output_len = 0
+    if shape is None:
+        input_len = tokens(a.input_len, "--input-len") if a.input_len else DEFAULT_INPUT_LEN
+        output_len = tokens(a.output_len, "--output-len") if a.output_len else DEFAULT_OUTPUT_LEN
+    return RecommendConfig(a.model, a.agents, input_len, output_len,
                            parse_duration_ms(a.ttft_p99) if a.ttft_p99 else None,
                            parse_duration_ms(a.tpot) if a.tpot else None, a.currency, prices=tuple(a.price),
                            owned=tuple(a.owned), kwh_price=a.kwh_price, runs=tuple(a.runs), capacity=a.capacity,
-                           parity_with=a.parity_with, latest=a.latest, db=a.db)
+                           parity_with=a.parity_with, latest=a.latest, db=a.db, sessions=shape, parallel=a.parallel)
 
 
 def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
@@ -33,38 +53,99 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
 
     check_output(a.json, "--json")
     done = recommend(recommend_config(a))
-    head, row = _recommend_head(a, console)
+    head, row = _recommend_head(a, done, console)
     if done.ranked:
         # engine and source said once where every box shares them; notes under the table where they do not fit
         print_table(console, head, [row(i, c) for i, c in enumerate(done.ranked)], a.format,
-                    keep=(0, 1, 4, 5, 6, 7), aside=len(head) - 1)
-        kv = kv_line(done.ranked)
-        if kv:
-            console.print(kv, markup=False, highlight=False)
+                    keep=(0, 1, *range(4, len(head) - 1)), aside=len(head) - 1)
+        bands = band_line(done.ranked) if not done.capacity or done.workload.sessions is not None else None
+        for line in filter(None, (team_line(done), kv_line(done.ranked), bands)):
+            console.print(line, markup=False, highlight=False)
     elif done.closest:
         _print_closest(console, done.closest, a.currency)
     else:
         console.print("no box fits, meets the SLOs and has a price", style="yellow", markup=False)
+    _print_yours(console, done.excluded, done.closest, a.currency)
     _print_excluded(console, done.excluded, done.closest)
+    if a.owned:
+        console.print(f"owned boxes: purchase over its years, plus its watts at {a.kwh_price:g} {a.currency}/kWh"
+                      + (" (the default --kwh-price)" if a.kwh_price == DEFAULT_KWH_PRICE else ""), markup=False,
+                      highlight=False)
     if a.json:
         emit_json(a.json, done.to_dict())
     return 0
 
 
 def _recommend_row(i: int, c: Candidate) -> list[str]:
-    return [str(i + 1), c.box, c.setup, c.source.upper() if c.source == "predicted" else c.source,
-            f"{c.throughput:,.0f}" if c.throughput else "—",
-            f"{c.ttft_p99_ms:,.0f}" if c.ttft_p99_ms else "—", f"{c.tpot_ms:.1f}" if c.tpot_ms else "—",
-            f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)]
+    return [str(i + 1), c.box, c.setup, c.mark, f"{c.throughput:,.0f}" if c.throughput else "—",
+            f"{c.ttft_p99_ms:,.0f}" if c.ttft_p99_ms else "—",
+            f"{c.tpot_ms:.1f}" if c.tpot_ms else "—", f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—",
+            "; ".join(c.notes)]
 
 
 def _capacity_row(i: int, c: Candidate) -> list[str]:
-    """--capacity: the agents a box serves within the SLOs ('>=' where every count tried met them), the boxes
-    the team needs, and the price per agent-hour and per million tokens there."""
+    """--capacity: the agents a box serves within the SLOs ('>=' where every count tried met them), the boxes the
+    team needs, and the price per agent-hour and per million tokens there."""
     agents = f"{'>=' if c.at_least else ''}{c.capacity}"
-    return [str(i + 1), c.box, c.setup, c.source.upper() if c.source == "predicted" else c.source, agents,
-            str(c.boxes) if c.boxes else "—", f"{c.cost_per_agent_hour:.3f}" if c.cost_per_agent_hour else "—",
+    return [str(i + 1), c.box, c.setup, c.mark, agents, str(c.boxes) if c.boxes else "—",
+            f"{c.cost_per_agent_hour:.3f}" if c.cost_per_agent_hour else "—",
             f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)]
+
+
+def _sessions_row(i: int, c: Candidate) -> list[str]:
+    """--sessions: as --capacity, with the TTFT p99 at that many agents in place of the price per million tokens:
+    what decided the capacity."""
+    row = _capacity_row(i, c)
+    row[7] = f"{c.ttft_p99_ms / 1000:,.2f}" if c.ttft_p99_ms else "—"
+    del row[5]  # the boxes the team needs: the line under the table, with what they cost it
+    return row
+
+
+def team_line(done: Recommendation) -> str | None:
+    """By capacity: what the team of --agents pays an hour on each box, for the boxes it needs (a box serving more
+    agents than the team has is paid whole), cheapest first: the ranking per agent-hour at each box's capacity
+    says which box is the better buy per agent, this what the team pays."""
+    if not done.capacity:
+        return None
+    n, cur = done.workload.agents, done.workload.currency
+    teams = sorted((c.boxes * c.cost_per_agent_hour * c.capacity, c) for c in done.ranked
+                   if c.boxes and c.capacity and c.cost_per_agent_hour)
+    if not teams:
+        return None
+    said = [f"{c.box} x{c.boxes}, {cur} {hourly:,.2f}/hour ({hourly / n:.3f} per agent-hour)" for hourly, c in teams]
+    return f"for {n} agents: " + "; ".join(said)
+
+
+#: The bands a ranking's predicted figures are said with, and how each is named.
+BAND_NAMES = (("throughput", "tok/s"), ("ttft", "TTFT"), ("tpot", "TPOT"))
+
+
+def band_line(ranked: list[Candidate]) -> str | None:
+    """Every predicted figure's band, said once for the boxes that share them: 80% of held-out rows of their kind
+    measured within it (a borrowed band, at least 80%); measured figures are the run's own."""
+    groups: dict[str, list[str]] = {}
+    for c in ranked:
+        said = ", ".join(f"{name} {band_span(c.bands[m])}" for m, name in BAND_NAMES if m in c.bands)
+        if c.capacity_band is not None:  # the capacity searched again with every figure at either end of its band
+            low, high, every = c.capacity_band
+            said = f"agents {low}-{'>=' if every else ''}{high}, " + said
+        if c.source == "predicted" and said:
+            groups.setdefault(said, []).append(c.box)
+    if not groups:
+        return None
+    return ("bands of the predicted figures (80% of held-out rows of the same kind measured within them; "
+            "predict.md, Reading the bands; agents: the capacity with every figure at the slow end of its band, and "
+            "at the fast end): " + "; ".join(f"{', '.join(boxes)}: {said}"
+                                                          for said, boxes in groups.items()))
+
+
+def _print_yours(console: Console, excluded: list[Candidate], shown: list[Candidate], currency: str) -> None:
+    """Every box the user priced that is out of the ranking, with its figures and why it is out: the box a buyer
+    priced is the one they ask about, never hidden in a group."""
+    for c in excluded:
+        if c.priced and not any(c is x for x in shown):
+            console.print(f"your box {c.box} ({c.setup}, {c.mark}): {c.excluded}; {figures_text(c, currency)}",
+                          markup=False, highlight=False)
 
 
 #: Boxes an exclusion line names before it counts the rest.
@@ -72,35 +153,39 @@ EXCLUDED_NAMED = 8
 
 
 def _print_excluded(console: Console, excluded: list[Any], shown: list[Any]) -> None:
-    """Measured boxes one by one; predicted ones by reason, the nearest to meeting the SLOs first, at most
-    EXCLUDED_NAMED named and none of those ``shown`` above (the catalog is long: 40 lines of it hid the
-    ranking)."""
-    from ..recommend import shortfall
-
+    """Stored runs one by one; the catalog's predicted boxes by reason, the nearest to meeting the SLOs first, at
+    most EXCLUDED_NAMED named and none of those ``shown`` above (the catalog is long: 40 lines of it hid the
+    ranking); a box the user priced is said on its own line (``_print_yours``), never in a group."""
     groups: dict[str, list[Any]] = {}
     for c in excluded:
-        if c.source == "measured":
-            if not any(c is x for x in shown):
-                console.print(f"excluded {c.box} (measured): {c.excluded}", markup=False, highlight=False)
-        else:
+        if c.stored and not c.priced and not any(c is x for x in shown):
+            console.print(f"excluded {c.box} ({c.mark}): {c.excluded}", markup=False, highlight=False)
+        elif not (c.stored or c.priced):
             groups.setdefault(c.reason or "", []).append(c)
     for reason, cs in groups.items():
         if len(cs) == 1:
             if not any(cs[0] is x for x in shown):
                 console.print(f"excluded {cs[0].box} (predicted): {cs[0].excluded}", markup=False, highlight=False)
-            continue
-        rest = sorted((c for c in cs if not any(c is x for x in shown)),  # stable: catalog order where no shortfall
-                      key=lambda c: shortfall(c) or (0, 0.0))
-        above = len(cs) - len(rest)
-        if not rest:
-            continue
-        named = ", ".join(c.box for c in rest[:EXCLUDED_NAMED])
-        more = [f"{len(rest) - EXCLUDED_NAMED} more"] if len(rest) > EXCLUDED_NAMED else []
-        more += [f"the {above} above"] if above else []
-        tail = (", " if named and len(more) == 2 else " and " if named else "") + " and ".join(more)
-        remedy = " (give --price ID=PER_HOUR or --owned ID=PURCHASE:YEARS:WATTS)" if reason == "no price" else ""
-        console.print(f"excluded, {reason}{remedy}: {named}{tail if more else ''} ({len(cs)} predicted boxes; "
-                      "--json has each one's figures)", markup=False, highlight=False)
+        elif line := _group_line(reason, cs, shown):
+            console.print(line, markup=False, highlight=False)
+
+
+def _group_line(reason: str, cs: list[Any], shown: list[Any]) -> str | None:
+    """One reason's predicted boxes in a line: the nearest first, EXCLUDED_NAMED named, the rest counted."""
+    from ..recommend import shortfall
+
+    rest = sorted((c for c in cs if not any(c is x for x in shown)),  # stable: catalog order where no shortfall
+                  key=lambda c: shortfall(c) or (0, 0.0))
+    above = len(cs) - len(rest)
+    if not rest:
+        return None
+    named = ", ".join(c.box for c in rest[:EXCLUDED_NAMED])
+    more = [f"{len(rest) - EXCLUDED_NAMED} more"] if len(rest) > EXCLUDED_NAMED else []
+    more += [f"the {above} above"] if above else []
+    tail = (", " if named and len(more) == 2 else " and " if named else "") + " and ".join(more)
+    remedy = " (give --price ID=PER_HOUR or --owned ID=PURCHASE:YEARS:WATTS)" if reason == "no price" else ""
+    return (f"excluded, {reason}{remedy}: {named}{tail if more else ''} ({len(cs)} predicted boxes; "
+            "--json has each one's figures)")
 
 
 def kv_line(ranked: list[Candidate]) -> str | None:
@@ -128,18 +213,31 @@ def _print_closest(console: Console, near: list[Any], currency: str) -> None:
                       highlight=False)
 
 
-def _recommend_head(a: argparse.Namespace, console: Console) -> tuple[list[str], Callable[[int, Candidate], list[str]]]:
+def _recommend_head(a: argparse.Namespace, done: Recommendation,
+                    console: Console) -> tuple[list[str], Callable[[int, Candidate], list[str]]]:
     """What the ranking is of, printed (the SLOs as the user wrote them), and its table's header and row: per
-    million tokens at --agents, or (--capacity) per agent-hour at each box's capacity."""
+    million tokens at --agents, or (--capacity, --sessions) per agent-hour at each box's capacity."""
+    from .predicting import session_text
+
+    w = done.workload
     slos = (f", TTFT p99 <= {a.ttft_p99}" if a.ttft_p99 else "") + (f", TPOT <= {a.tpot}" if a.tpot else "")
-    if a.capacity:
-        console.print(f"model {a.model}, {a.input_len} in / {a.output_len} out tokens{slos}", markup=False,
-                      highlight=False)
+    if done.capacity:
+        if w.sessions is not None:
+            console.print(f"agent {session_text(w.sessions)}; the prefix cache on", markup=False, highlight=False)
+            what = f"model {a.model}"
+        else:
+            what = f"model {a.model}, {w.input_len} in / {w.output_len} out tokens"
+        console.print(what + slos, markup=False, highlight=False)
+        if w.sessions is not None:
+            console.print("Agents: the most each box serves within the SLOs; TTFT p99 s: at that many agents, the "
+                          "slowest of turn 1's prompts; cheapest per agent-hour first", markup=False, highlight=False)
+            return ["Rank", "Box", "Engine", "Source", "Agents", f"{a.currency} per agent-hour", "TTFT p99 s",
+                    "Notes"], _sessions_row
         console.print(f"Agents: the most each box serves within the SLOs; Boxes: how many serve {a.agents}; "
                       "cheapest per agent-hour first", markup=False, highlight=False)
         return ["Rank", "Box", "Engine", "Source", "Agents", "Boxes", f"{a.currency} per agent-hour",
                 f"{a.currency}/M output", "Notes"], _capacity_row
-    console.print(f"{a.agents} agents, {a.input_len} in / {a.output_len} out tokens, model {a.model}{slos}",
+    console.print(f"{a.agents} agents, {w.input_len} in / {w.output_len} out tokens, model {a.model}{slos}",
                   markup=False, highlight=False)
     # units in the headers, not in every cell: the table fits 80 columns with a box's whole name
     return ["Rank", "Box", "Engine", "Source", "Aggregate tok/s", "TTFT p99 ms", "TPOT ms", f"{a.currency}/M output",
@@ -156,15 +254,24 @@ def add_recommend_parser(sub: Any) -> None:
     rc.add_argument("--model", required=True, help="the catalog model to serve ('tokenbench models' lists them)")
     rc.add_argument("--agents", type=POSITIVE_INT, default=16,
                     help="the agents to serve (--capacity: the team's agents, to say how many boxes it needs)")
-    rc.add_argument("--input-len", type=POSITIVE_INT, default=4096)
-    rc.add_argument("--output-len", type=POSITIVE_INT, default=512)
-    rc.add_argument("--ttft-p99", type=LATENCY, help="SLO, e.g. 2s")
-    rc.add_argument("--tpot", type=LATENCY, help="SLO, e.g. 50ms")
+    rc.add_argument("--input-len", help=f"prompt tokens (default {DEFAULT_INPUT_LEN}; with --sessions, the task of "
+                    "turn 1, default 128 as sweep --sessions, or a draw such as uniform:512-2048)")
+    rc.add_argument("--output-len", help=f"output tokens (default {DEFAULT_OUTPUT_LEN}; with --sessions, each "
+                    "answer, default 128 as sweep --sessions, or a draw)")
+    rc.add_argument("--ttft-p99", type=LATENCY, help="SLO on the p99 of TTFT, e.g. 2s " + UNIT)
+    rc.add_argument("--tpot", type=LATENCY, help="SLO on the median TPOT, e.g. 50ms " + UNIT)
     rc.add_argument("--currency", default=DEFAULT_CURRENCY, type=CURRENCY,
                     help="of every price; a catalog price in another currency is left out, with a note")
-    rc.add_argument("--price", action="append", default=[], metavar="ID=PER_HOUR", help="a rental price (repeat)")
-    rc.add_argument("--owned", action="append", default=[], metavar="ID=PURCHASE:YEARS:WATTS", help="an owned box (repeat)")
-    rc.add_argument("--kwh-price", type=NONNEG, default=0.30, help="electricity price for owned boxes")
+    rc.add_argument("--price", action="append", default=[], metavar="ID=PER_HOUR",
+                    help="a rental price (repeat); ID: a box's id or alias ('tokenbench hardware'), or a run of --runs")
+    rc.add_argument("--owned", action="append", default=[], metavar="ID=PURCHASE:YEARS:WATTS",
+                    help="an owned box (repeat): its price, years of service and watts under load")
+    rc.add_argument("--kwh-price", type=NONNEG, default=DEFAULT_KWH_PRICE,
+                    help=f"electricity price for owned boxes, per kWh in --currency (default {DEFAULT_KWH_PRICE:g}, "
+                    "as cost takes)")
+    rc.add_argument("--parallel", type=POSITIVE_INT, metavar="N",
+                    help="llama.cpp's server slots (-np N) on the boxes it runs on (default: its own, "
+                    f"{LLAMA_DEFAULT_SLOTS}, or as many as the memory holds); said in the Engine column")
     rc.add_argument("--runs", nargs="*", default=[], help="measured runs (ids or labels) to rank beside the predictions")
     rc.add_argument("--capacity", action="store_true",
                     help="rank by cost per agent-hour at the SLOs: each box's capacity (the most agents it serves "
@@ -172,6 +279,8 @@ def add_recommend_parser(sub: Any) -> None:
     rc.add_argument("--parity-with", metavar="LABEL",
                     help="keep only measured boxes whose quality runs (tokenbench quality --label BOX) are the "
                     "same within noise as, or better than, this box's")
+    add_session_options(rc, "rank on agent sessions, the prefix cache on, by cost per agent-hour at each box's "
+                        "capacity within the SLOs (measured session runs and PREDICTED boxes side by side)")
     rc.add_argument("--format", choices=["table", "markdown"], default="table")
     add_json(rc, "the ranking and the exclusions")
     add_latest(rc)

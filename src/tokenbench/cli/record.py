@@ -51,7 +51,7 @@ def upstream_root(text: str) -> str:
 
 
 def record_config(a: argparse.Namespace) -> Any:
-    from ..record import RecordConfig
+    from ..record.run import RecordConfig
 
     if not a.lengths_only:
         for flag, value in (("--block-size", a.block_size), ("--tokenizer", a.tokenizer)):
@@ -68,7 +68,7 @@ def record_config(a: argparse.Namespace) -> Any:
 
 
 def cmd_record(a: argparse.Namespace, console: Console) -> int:
-    from ..record import Summary, record
+    from ..record.run import Summary, record
 
     config = record_config(a)
     holder: list[Summary] = []

@@ -33,6 +33,7 @@ from ..workers.split import parse_workers
 from .common import (check_output, embedded_spec, float_list, guard_config, guard_targets, int_list, json_object,
                      notifier, seconds, write_json)
 from .options import add_endpoint, add_load, add_output
+from .power import add_power_options, power_plan
 from .workloads import add_trace_options, add_workload_options, given_flags, workload_kind
 
 EMBEDDED_DEFAULTS: dict[str, Any] = {"concurrency": "1,2,4,8", "requests": 16, "input_len": 128, "output_len": 64}
@@ -124,7 +125,13 @@ def _requests(a: argparse.Namespace, d: dict[str, Any], duration: float | None) 
         raise UsageError("--requests must be at least 1")
     if a.repetitions < 1:
         raise UsageError("--repetitions must be at least 1")
-    return requests
+    return int(requests) if requests is not None else None
+
+
+def _phase(a: argparse.Namespace) -> str:
+    if a.phase == "staggered" and (a.ray or parse_workers(a.workers) not in (None, 1)):
+        raise UsageError("--phase staggered spreads one process's streams: drop --workers and --ray")
+    return str(a.phase)
 
 
 def _slo(text: str | None) -> SLO | None:
@@ -151,7 +158,9 @@ def load_config(a: argparse.Namespace, argv: list[str], kind: WorkloadKind, d: d
         max_concurrency=a.max_concurrency,
         requests=requests,
         duration_s=seconds(getattr(a, "duration", None), "--duration"),
-        warmup=a.warmup,
+        warmup=None if a.warmup == "auto" else a.warmup,
+        warmup_auto=a.warmup == "auto",
+        phase=_phase(a),
         repetitions=getattr(a, "repetitions", 1),
         timeout_s=seconds(a.timeout, "--timeout") or 600.0,
         stall_timeout_s=seconds(a.stall_timeout, "--stall-timeout") or 60.0,
@@ -172,6 +181,7 @@ def load_config(a: argparse.Namespace, argv: list[str], kind: WorkloadKind, d: d
         fixed_output=not a.no_fixed_output,
         extra_body=json_object(a.extra_body, "--extra-body"),
         command=redact.command(["tokenbench", *argv]),
+        power=power_plan(a, argv),
     )
 
 
@@ -257,3 +267,4 @@ def add_sweep_parser(sub: Any) -> None:
     add_load(s, search=False)
     add_trace_options(s)
     add_output(s)
+    add_power_options(s.add_argument_group("the box under test: power and its host's guard (docs/power.md)"))

@@ -158,9 +158,9 @@ def _trace(a: argparse.Namespace, given: set[str]) -> TraceKind:
     return TraceKind(load_trace(a.trace, a.trace_block).head(a.requests), a.trace_speed)
 
 
-def _replay(a: argparse.Namespace, given: set[str], defaults: dict[str, Any]) -> ReplayKind:
-    """Recorded trajectories, replayed as agents: lanes where --concurrency is given or no start times are
-    recorded, else open loop at the recorded times."""
+def _replay(a: argparse.Namespace, given: set[str], defaults: dict[str, Any], lanes: bool) -> ReplayKind:
+    """Recorded trajectories, replayed as agents: lanes where --concurrency is given, no start times are recorded
+    or a search asks for lanes (``lanes``), else open loop at the recorded times."""
     said = [f"--{k.replace('_', '-')}" for k in TRACE_EXCLUSIVE if k != "concurrency" and getattr(a, k, None)]
     if said:
         raise UsageError(f"a replay sends the recorded calls' own lengths, one lane per agent: drop {', '.join(said)}")
@@ -169,7 +169,7 @@ def _replay(a: argparse.Namespace, given: set[str], defaults: dict[str, Any]) ->
     timed = all(t.epoch_s is not None for t in trajectories.trajectories)
     if "--trace-speed" in given and a.concurrency:
         raise UsageError("--trace-speed replays at the recorded times and --concurrency runs lanes: give one")
-    speed = a.trace_speed if "--trace-speed" in given or (timed and not a.concurrency) else None
+    speed = a.trace_speed if "--trace-speed" in given or (timed and not a.concurrency and not lanes) else None
     plan = ReplayPlan(trajectories, _max_think(a.max_think), a.answers, speed, a.trace_scale)
     defaults.update(requests=None, concurrency="1", **({"api": "chat"} if plan.full_text else {}))
     return ReplayKind(plan)
@@ -183,14 +183,16 @@ def _max_think(text: str) -> float | None:
     return seconds(text, "--max-think")
 
 
-def workload_kind(a: argparse.Namespace, argv: list[str], defaults: dict[str, Any]) -> WorkloadKind:
+def workload_kind(a: argparse.Namespace, argv: list[str], defaults: dict[str, Any],
+                  search: bool = False) -> WorkloadKind:
     """The one workload kind the options ask for. ``defaults``: the embedded engine's lengths (empty for a URL); the
-    kind's own defaults are put there (``requests`` None: its levels are not a count of requests)."""
+    kind's own defaults are put there (``requests`` None: its levels are not a count of requests). ``search``: a
+    capacity search's, whose levels are agent counts."""
     given = given_flags(argv)
     if getattr(a, "trace", None) is not None:
         defaults["requests"] = None  # all of it, unless --requests asks for its first N
         if (a.trace_format or detect_format(a.trace)) in TRAJECTORY_FORMATS:
-            return _replay(a, given, defaults)
+            return _replay(a, given, defaults, search)
         return _trace(a, given)
     ins, outs = _lengths(a, defaults)
     if a.sessions is not None:

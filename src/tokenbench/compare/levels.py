@@ -29,6 +29,30 @@ TIE = 1.05
 Getter = Callable[[LevelSummary], float | None]
 
 
+#: The band a prediction keeps for each metric compare shows (Manifest.band_pct's keys).
+BAND_OF = {"Aggregate output": "throughput", "Per-agent": "throughput", "Median TTFT": "ttft", "P99 TTFT": "ttft",
+           "Median TPOT": "tpot", "Prefill": "prefill", "Decode": "decode", "pp": "prefill", "tg": "decode"}
+
+
+def band_of(r: RunResult, metric: str) -> float | None:
+    """A predicted run's band for a metric as a share of its estimate (0.2: ±20%); 0 for a measured run (its figure
+    is what it measured); None for a prediction that kept no band for it."""
+    if not r.predicted_mark:
+        return 0.0
+    pct = (r.manifest.band_pct or {}).get(BAND_OF.get(metric, ""))
+    return float(pct) / 100 if isinstance(pct, (int, float)) else None
+
+
+def band_range(ratio: float, x: float | None, y: float | None) -> tuple[float, float] | None:
+    """Where A/B lies when A measures within ±x of its figure and B within ±y (None without both bands); a band
+    of 100% or more reaches zero, so the range is unbounded on that side."""
+    if x is None or y is None or (x == 0 and y == 0):
+        return None
+    low = ratio * (1 - x) / (1 + y) if x < 1 else 0.0
+    high = ratio * (1 + x) / (1 - y) if y < 1 else float("inf")
+    return low, high
+
+
 #: (name, unit, higher is better, getter)
 METRICS: list[tuple[str, str, bool, Getter]] = [
     ("Aggregate output", "tok/s", True, of_serving(lambda s: s.output_throughput_tps or None)),
@@ -77,6 +101,9 @@ class CompareRow:
     higher_better: bool
     cache: str | None = None  # a session level's cache mode (warm, busted)
     interval: Interval | None = None  # A/B's 95% interval; None where a side has no samples
+    #: where a side is a prediction and no interval: the range A/B lies in when each predicted side measured within
+    #: its band (80% of held-out rows of its kind do), a measured side being its figure
+    band: tuple[float, float] | None = None
 
     @property
     def ratio(self) -> float:
@@ -89,6 +116,10 @@ class CompareRow:
             if not self.interval.excludes_one():
                 return 0
             larger = self.interval.low > 1
+        elif self.band is not None:
+            if self.band[0] <= 1 <= self.band[1]:
+                return 0
+            larger = self.band[0] > 1
         else:
             if 1 / TIE < self.ratio < TIE:
                 return 0
@@ -97,8 +128,11 @@ class CompareRow:
 
     @property
     def rule(self) -> str:
-        """How the winner was decided: by the interval, or (no samples) by the fixed 5% rule."""
-        return "95% interval" if self.interval is not None else f"{TIE - 1:.0%} rule"
+        """How the winner was decided: by the interval, by the predicted sides' bands, or (no samples, no band) by
+        the fixed 5% rule."""
+        if self.interval is not None:
+            return "95% interval"
+        return "predicted bands" if self.band is not None else f"{TIE - 1:.0%} rule"
 
     def factor(self) -> float:
         r = self.ratio
@@ -137,8 +171,8 @@ def crossovers(rows: list[CompareRow], a: str, b: str) -> list[str]:
         decided = [r for r in rs if r.winner()]
         for p, q in zip(decided, decided[1:]):
             if p.winner() != q.winner():
-                at = (lambda r: f"{r.depth // 1024}K" if r.depth >= 1024 else str(r.depth)) if axis == "depth" \
-                    else (lambda r: str(r.concurrency))
+                at: Callable[[Any], str] = (lambda r: f"{r.depth // 1024}K" if r.depth >= 1024 else str(r.depth)) \
+                    if axis == "depth" else (lambda r: str(r.concurrency))
                 out.append(f"faster box changes between {at(p)} and {at(q)} {axis} ({test}"
                            f"{' ' + cache if cache else ''} {metric}): {a if p.winner() == 1 else b} then "
                            f"{a if q.winner() == 1 else b}")
@@ -167,8 +201,9 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
             if va and vb:
                 iv = interval(va, vb, samples[0].get(oa[key].idx), samples[1].get(ob[key].idx), sa, sb, name, get,
                               seeds) if a.run_id and b.run_id else None
+                band = band_range(va / vb, band_of(a, name), band_of(b, name)) if iv is None else None
                 rows.append(CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, key[4] or None,
-                                       iv))
+                                       iv, band))
     cmp = Comparison(run_name(a), run_name(b), rows, warnings=shape_warnings(a, b))
     if not rows:
         cmp.warnings.append(NO_SHARED_POINT)
@@ -201,6 +236,8 @@ def ratio_cell(r: CompareRow, mark: str = "") -> str:
     """A/B and its 95% interval: "1.11 (1.08–1.15)"; the ratio alone where it has none. ``mark``: after the
     ratio ("×" in the report)."""
     iv = r.interval
+    if iv is None and r.band is not None:
+        return times(r.ratio) + mark + f" ({times(r.band[0])}–{times(r.band[1])} band)"
     return times(r.ratio) + mark + (f" ({times(iv.low)}–{times(iv.high)})" if iv is not None else "")
 
 
@@ -241,7 +278,8 @@ def legend(c: Comparison) -> list[str]:
     """What the ratio column and the verdicts mean, from the rows shown: how the intervals were drawn, and the
     rule that decided the rows without one."""
     sampled = [r.interval for r in c.rows if r.interval is not None]
-    bare = len(c.rows) - len(sampled)
+    banded = sum(1 for r in c.rows if r.interval is None and r.band is not None)
+    bare = len(c.rows) - len(sampled) - banded
     if not sampled:
         out = ["A/B: A's figure over B's."]
     else:
@@ -252,6 +290,10 @@ def legend(c: Comparison) -> list[str]:
         if any("requests" in (iv.how_a, iv.how_b) for iv in sampled):
             out.append("Over requests it says how sure each run is of its own figure: a rerun can move more (sweep "
                        "--repetitions N; compare then resamples those).")
+    if banded:
+        out.append(f"predicted bands: {banded} of {len(c.rows)} rows set a PREDICTED side against the other; A/B's "
+                   "range is where it lies when each predicted figure measures within its band (80% of held-out "
+                   "rows of its kind do), and a side is named faster only where that range excludes 1.")
     if bare:
         out.append(f"{TIE - 1:.0%} rule: {bare} of {len(c.rows)} rows have no interval (no samples on a side, or a p99 "
                    f"of under {round(TAIL / 0.01)} requests); there a ratio beyond {TIE:g} names the faster side: a rule "

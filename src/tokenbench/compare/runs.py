@@ -12,6 +12,7 @@ from ..results import RunResult
 from ..session_view import is_session_run
 from .capacity import CapacityComparison, compare_capacity
 from .levels import Comparison, compare, points
+from .replays import ReplayComparison, compare_replays, is_replay_run
 from .sessions import SessionComparison, compare_sessions
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class Compared:
     run_b: RunResult
     comparison: Comparison
     sessions: SessionComparison | None = None
+    replays: ReplayComparison | None = None
     capacity: CapacityComparison | None = None
     quality: Beside | None = None
 
@@ -49,6 +51,8 @@ class Compared:
         doc = self.comparison.to_dict()
         doc["quality"] = self.quality.to_dict() if self.quality is not None else None
         doc["capacity"] = self.capacity.to_dict() if self.capacity is not None else None
+        if self.replays is not None:
+            doc["replays"] = self.replays.to_dict()
         if self.sessions is not None:
             doc["sessions"] = asdict(self.sessions)
             for block, b in zip(doc["sessions"]["blocks"], self.sessions.blocks):
@@ -68,14 +72,15 @@ def compare_runs(cfg: CompareConfig) -> Compared:
 
     store = Store(cfg.db, readonly=True)
     ra, rb = (load_result(store, ref, latest=cfg.latest, kinds=REPORTED, command="compare") for ref in (cfg.a, cfg.b))
+    replays = compare_replays(ra, rb) if is_replay_run(ra) or is_replay_run(rb) else None
     why = mismatch(ra, rb)  # a session run beside a plain sweep: refused in one line
     if why is not None:
         raise UsageError(why)
-    sessions = compare_sessions(ra, rb) if is_session_run(ra) else None
+    sessions = compare_sessions(ra, rb) if is_session_run(ra) and replays is None else None
     c = compare(ra, rb, cfg.agents, cfg.tokens, store)
     cap = compare_capacity(ra, rb)  # both runs answer how many agents their box serves within an SLO
     # a sweep beside a llama-bench run once printed an empty table; two capacity searches compare their capacities
-    if sessions is None and not c.rows and len(c.effective) < 2 and cap is None:
+    if sessions is None and replays is None and not c.rows and len(c.effective) < 2 and cap is None:
         raise UsageError(f"runs {ra.run_id} and {rb.run_id} share no operating point to compare: the first has "
                          f"{points(ra)}; the second {points(rb)}")
-    return Compared(ra, rb, c, sessions, cap, beside(store, ra.manifest.label, rb.manifest.label))
+    return Compared(ra, rb, c, sessions, replays, cap, beside(store, ra.manifest.label, rb.manifest.label))

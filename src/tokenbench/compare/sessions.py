@@ -11,7 +11,7 @@ from ..errors import UsageError
 from ..levels import ServingLevel
 from ..results import RunResult
 from ..session_view import BUSTED, WARM
-from .levels import figure
+from .levels import band_of, band_range, figure, times
 from .sides import model_warnings, run_name
 
 #: Two sides' contexts at a turn closer than this are one context (a chat template or a marker apart).
@@ -78,6 +78,8 @@ class SessionBlock:
     a: dict[str, SessionSide]
     b: dict[str, SessionSide]
     gains: list[str]  # "NAME: turn 20 at 48K context: TTFT 0.31 s cached, 9.8 s uncached (...)"
+    #: each side's band (a share of its figure: 0 measured, None a prediction without one) for TTFT and throughput
+    bands: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -129,18 +131,26 @@ def compare_sessions(a: RunResult, b: RunResult) -> SessionComparison:
         blocks.append(SessionBlock(
             c, _session_turns(a, b, c),
             {k: SessionSide.of(s) for (cc, k), s in la.items() if cc == c},
-            {k: SessionSide.of(s) for (cc, k), s in lb.items() if cc == c}, gains))
+            {k: SessionSide.of(s) for (cc, k), s in lb.items() if cc == c}, gains,
+            {m: (band_of(a, name), band_of(b, name)) for m, name in (("ttft", "Median TTFT"),
+                                                                     ("throughput", "Aggregate output"))}))
     warnings = model_warnings(a.manifest, b.manifest) + _session_workload_warnings(a, b)
     warnings += session_view.warnings(a) + session_view.warnings(b)
     warnings += [f"{run_name(r)} is {r.predicted_mark}, not measured" for r in (a, b) if r.predicted_mark]
+    if a.predicted_mark or b.predicted_mark:
+        warnings.append("Warm A/B (x–y): where the ratio lies when each PREDICTED side measures within its band (80% "
+                        "of held-out rows of its kind do)")
     return SessionComparison(run_name(a), run_name(b), blocks, warnings)
 
 
-def _ratio(x: float | None, y: float | None) -> str:
+def _ratio(x: float | None, y: float | None, bands: tuple[float | None, float | None] | None = None) -> str:
+    """A/B, and where a side is PREDICTED the range the bands allow it ("0.18× (0.12–0.27)")."""
     if not (x and y):
         return "—"
     r = x / y
-    return f"{r:.2f}×" if r >= 0.1 else f"{r:.2g}×"
+    said = f"{r:.2f}×" if r >= 0.1 else f"{r:.2g}×"
+    span = band_range(r, *bands) if bands else None
+    return said + (f" ({times(span[0])}–{times(span[1])})" if span else "")
 
 
 def session_turn_table(block: SessionBlock, every: bool = False) -> tuple[list[str], list[list[str]]]:
@@ -152,7 +162,7 @@ def session_turn_table(block: SessionBlock, every: bool = False) -> tuple[list[s
     shown = set(turns if every else session_view.shown_turns(turns))
     s = session_view.seconds
     rows = [[str(t.turn + 1), t.context(), s(t.a_warm_ms), s(t.a_busted_ms), s(t.b_warm_ms), s(t.b_busted_ms),
-             _ratio(t.a_warm_ms, t.b_warm_ms)] for t in block.turns if t.turn in shown]
+             _ratio(t.a_warm_ms, t.b_warm_ms, block.bands.get("ttft"))] for t in block.turns if t.turn in shown]
     return head, rows
 
 
@@ -178,5 +188,6 @@ def session_level_table(block: SessionBlock) -> tuple[list[str], list[list[str]]
     for label, get, fmt, ratio in _SESSION_ROWS:
         values = [get(x) if x else None for x in sides]
         if any(v is not None for v in values):
-            rows.append([label, *map(fmt, values), _ratio(values[0], values[2]) if ratio else ""])
+            band = block.bands.get("throughput") if "tok/s" in label else None
+            rows.append([label, *map(fmt, values), _ratio(values[0], values[2], band) if ratio else ""])
     return head, rows

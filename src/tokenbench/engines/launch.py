@@ -111,7 +111,10 @@ def command(engine: str, model: TinyModel, port: int, parallel: int = 1, ctx: in
                        "--served-model-name", model.name, *host, "--dtype", "float32",
                        "--max-model-len", str(ctx), "--max-num-seqs", str(max(4, parallel)),
                        # usage.prompt_tokens_details.cached_tokens: what its prefix cache served, per request
-                       "--enable-prompt-tokens-details"],
+                       "--enable-prompt-tokens-details",
+                       # tools, as agents send them (a request with tools is refused without a parser); the
+                       # pythonic parser needs no special tokens of the model's
+                       "--enable-auto-tool-choice", "--tool-call-parser", "pythonic"],
                       model.name, {"VLLM_CPU_KVCACHE_SPACE": str(VLLM_KV_GIB)})
     if name == "llama-server":
         from .llamacpp_build import ensure_tools

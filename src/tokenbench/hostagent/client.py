@@ -46,16 +46,16 @@ def agent_url(url: str) -> str:
 
 
 class AgentClient:
-    """Asks the agent at ``url`` with ``token``. Uses ``session`` where given (closed by its owner), else its own
+    """Asks the agent at ``url`` with ``token``. Uses ``http`` where given (closed by its owner), else its own
     (``close()``, or ``async with``)."""
 
     def __init__(self, url: str, token: str, timeout_s: float = 15.0,
-                 session: aiohttp.ClientSession | None = None) -> None:
+                 http: aiohttp.ClientSession | None = None) -> None:
         self.url = agent_url(url)
         self.token = token
         self.timeout_s = timeout_s
-        self._session = session
-        self._own = session is None
+        self._http = http
+        self._own = http is None
 
     async def __aenter__(self) -> AgentClient:
         return self
@@ -64,20 +64,20 @@ class AgentClient:
         await self.close()
 
     async def close(self) -> None:
-        if self._own and self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._own and self._http is not None:
+            await self._http.close()
+            self._http = None
 
     def _where(self) -> str:
         return f"the agent at {redact.url(self.url)}"
 
     async def get(self, path: str, params: dict[str, str] | None = None) -> Any:
         """The JSON the agent answers at ``path``; an AgentError in one line for anything else."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
         headers = {"Authorization": f"Bearer {self.token}"}
         try:
-            async with self._session.get(self.url + path, params=params, headers=headers,
+            async with self._http.get(self.url + path, params=params, headers=headers,
                                          timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as r:
                 if (r.content_length or 0) > MAX_ANSWER_BYTES:
                     raise AgentError(f"{self._where()} answered {path} with {r.content_length:,} bytes: is the URL "

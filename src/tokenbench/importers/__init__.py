@@ -1,8 +1,9 @@
 """Results of the tools people already use, into the store as runs with provenance "imported".
 
 One module per format, each with ``detect(path, text) -> bool`` and ``parse(path, text, label) -> list[Imported]``;
-what they share (the run a format yields, its fields read checked) is ``fields.py``.
-A malformed file raises an error naming the file and the field; nothing of it is stored (one transaction).
+what they share (the run a format yields, its fields read checked) is ``fields.py``, and a level made from a tool's
+per-request records by tokenbench's definitions is ``perrequest.py``. A malformed file raises an error naming the
+file, the line where it has lines, and the field; nothing of it is stored (one transaction).
 """
 
 from __future__ import annotations
@@ -23,13 +24,19 @@ FORMATS: list[tuple[str, Callable[[Path, str], bool], Callable[[Path, str, str |
 
 
 def _register() -> None:
-    from . import guidellm, llamabench, published_csv, vllm
+    from . import (aiperf, guidellm, inference_perf, inferencex, llamabench, llamabenchy, markdown, published_csv,
+                   vllm)
 
     FORMATS.extend([
         ("published.csv", published_csv.detect, published_csv.parse),
         ("llama-bench", llamabench.detect, llamabench.parse),
+        ("llama-benchy", llamabenchy.detect, llamabenchy.parse),
+        ("aiperf", aiperf.detect, aiperf.parse),
+        ("inferencex", inferencex.detect, inferencex.parse),
         ("vllm bench serve", vllm.detect, vllm.parse),
+        ("inference-perf", inference_perf.detect, inference_perf.parse),
         ("guidellm", guidellm.detect, guidellm.parse),
+        ("markdown table", markdown.detect, markdown.parse),
     ])
 
 
@@ -78,8 +85,9 @@ def parse_file(path: Path, label: str | None = None) -> tuple[str, list[Imported
                 r.manifest.source_sha256 = digest
             return name, runs
     raise UsageError(
-        f"{path}: not a format tokenbench imports (vllm bench serve JSON, llama-bench JSON/CSV/JSONL, GuideLLM "
-        "JSON, published.csv)"
+        f"{path}: not a format tokenbench imports (vllm bench serve JSON, llama-bench JSON/CSV/JSONL or Markdown, "
+        "llama-benchy JSON/CSV/Markdown, AIPerf's profile_export_aiperf.json or profile_export.jsonl, "
+        "inference-perf's per_request_lifecycle_metrics.json, InferenceX rows, GuideLLM JSON, published.csv)"
     )
 
 
@@ -128,5 +136,7 @@ def _store_in_tx(store: Store, fmt: str, runs: list[Imported], source: str, extr
         m.provenance, m.imported_from, m.format, m.label = "imported", source, fmt, r.label
         m.update(extra)
         store.save_run_in_tx(rid, r.kind, r.label, m.to_dict(), "imported", r.levels, __version__, now, now)
+        for idx, records in enumerate(r.requests):
+            store.save_requests_in_tx(rid, idx, records)
         ids.append(rid)
     return ids

@@ -1,16 +1,19 @@
 """What every format's parser shares: the run a foreign file becomes (``Imported``) and its fields read checked
-(``need``, ``number``, ``load_json``): a missing, mistyped, non-finite or negative field is a ``FieldError`` naming
-the file and the field, and nothing of the file is stored."""
+(``need``, ``number``, ``load_json``, ``json_lines``): a missing, mistyped, non-finite or negative field is a
+``FieldError`` naming the file, the line where the format has lines, and the field, and nothing of the file is
+stored."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
 from ..levels import LevelSummary
+from ..records import RequestRecord
 from ..results import Manifest
 from ..wire import WireError, loads
 
@@ -21,6 +24,9 @@ class Imported:
     kind: str  # sweep | bench
     manifest: Manifest  # a foreign file's values through Manifest.from_dict: typed where they have the type
     levels: list[LevelSummary] = field(default_factory=list)
+    #: each level's requests, where the file kept them (a per-request export): stored beside the level, so
+    #: compare's intervals and calibrate read them as they read a measured run's; empty for a summary
+    requests: list[list[RequestRecord]] = field(default_factory=list)
 
 
 class FieldError(UsageError):
@@ -31,7 +37,7 @@ class FieldError(UsageError):
 def need(obj: Any, key: str, path: Path, where: str, kind: type | tuple[type, ...] | None = (int, float)) -> Any:
     """obj[key], checked: a missing or mistyped field names the file and the field. A number must be finite and
     not negative: no measurement tokenbench imports can be NaN, infinite or below zero."""
-    name = f"{where}.{key}" if where else key
+    name = field_name(where, key)
     if not isinstance(obj, dict):
         raise FieldError(path, where or "top level", f"expected an object, got {type(obj).__name__}")
     if key not in obj:
@@ -42,6 +48,13 @@ def need(obj: Any, key: str, path: Path, where: str, kind: type | tuple[type, ..
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         number(v, path, name)
     return v
+
+
+def field_name(where: str, key: str) -> str:
+    """A field's name for a message: ``where.key``, or ``line 3: key`` where ``where`` names a line (ends in ':')."""
+    if not where:
+        return key
+    return f"{where} {key}" if where.endswith(":") else f"{where}.{key}"
 
 
 def number(v: Any, path: Path, where: str) -> float:
@@ -63,3 +76,22 @@ def load_json(path: Path, text: str) -> Any:
         return loads(text, "the file", max_bytes=None)
     except WireError as e:
         raise UsageError(f"{path}: not valid JSON ({e}); nothing was imported") from None
+
+
+def text_field(obj: Any, key: str, path: Path, where: str) -> str:
+    """obj[key] as text: a string, or a number written as one (a CSV cell, a runner's name)."""
+    v = need(obj, key, path, where, kind=(str, int, float))
+    if isinstance(v, bool):
+        raise FieldError(path, f"{where}.{key}" if where else key, "expected text, got bool")
+    return str(v)
+
+
+def json_lines(path: Path, text: str) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line of a JSON Lines file, parsed strictly, with its line number (from 1)."""
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield n, loads(line, f"line {n}", max_bytes=None)
+        except WireError as e:
+            raise UsageError(f"{path}: {e}; nothing was imported") from None

@@ -33,7 +33,8 @@ def _dist(m: dict[str, Any], key: str, path: Path, where: str, scale: float = 1.
 def _strategy(b: dict[str, Any]) -> dict[str, Any]:
     for holder in (b.get("config"), b.get("args"), b.get("scheduler"), b):
         if isinstance(holder, dict) and isinstance(holder.get("strategy"), dict):
-            return holder["strategy"]
+            strategy: dict[str, Any] = holder["strategy"]
+            return strategy
     return {}
 
 

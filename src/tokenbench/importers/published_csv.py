@@ -12,6 +12,7 @@ from ..distribution import Distribution
 from ..levels import DepthLevel, LevelSummary, ServingLevel
 from ..results import Manifest
 from ..predict.measured import COLUMNS, Row, read_rows
+from ..wire import WireError, loads
 from .fields import Imported
 
 
@@ -25,6 +26,7 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         rows = read_rows(path)
     except UsageError as e:
         raise UsageError(f"{e}; nothing was imported") from None
+    stamps = _stamps(path, text)
     runs: dict[tuple[str, str, str, str], Imported] = {}
     several_hosts = len({r.raw["host"] for r in rows}) > 1
     for r in rows:
@@ -34,7 +36,9 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
             host = r.raw["host"].lower().replace(" ", "-")
             name = f"{label + '/' + host if label and several_hosts else label or host}/{r.model}/{r.weights}"
             manifest = Manifest(model=r.model, weights=r.weights, kv=r.kv, engine=r.engine, hardware=r.hardware,
-                                source=r.raw["source"], host=r.raw["host"], workload={}, tool="published")
+                                source=r.raw["source"], host=r.raw["host"], workload={}, tool="published",
+                                engine_version=r.version or None, started=r.date or None)
+            manifest.update(stamps)
             run = runs[key] = Imported(name, "bench", manifest)
         test = r.test if r.test != "serve" else "serve"
         lv = next((s for s in run.levels if (s.test, s.depth, s.concurrency, s.input_tokens_mean) ==
@@ -50,6 +54,23 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
             assert isinstance(lv, ServingLevel)
             _serving_figure(lv, r)
     return list(runs.values())
+
+
+#: What ``tokenbench export --as published-csv`` writes above the header, each on a ``# KEY: JSON`` line.
+STAMPS = ("machine", "server_host", "guard_before_run", "guard")
+
+
+def _stamps(path: Path, text: str) -> dict[str, object]:
+    """The machine snapshot and guard verdict an exported file carries in its ``#`` lines."""
+    out: dict[str, object] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        key, _, value = line[1:].strip().partition(": ") if line.startswith("#") else ("", "", "")
+        if key in STAMPS:
+            try:
+                out[key] = loads(value, f"line {n}", max_bytes=None)
+            except WireError as e:
+                raise UsageError(f"{path}: {e} (its {key}); nothing was imported") from None
+    return out
 
 
 def _depth_figure(lv: DepthLevel, r: Row) -> None:

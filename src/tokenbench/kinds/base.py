@@ -25,7 +25,7 @@ from ..records import RequestRecord
 if TYPE_CHECKING:
     from ..client import StreamClient
     from ..endpoint import Endpoint
-    from ..metrics import ServingLevel
+    from ..levels import ServingLevel
     from ..workload import PromptBuilder
 
 OnDone = Callable[[RequestRecord], None]

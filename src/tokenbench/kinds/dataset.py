@@ -11,13 +11,13 @@ from ..dataset import Dataset
 from ..draws import Draw
 from ..engines.embedded import slot_context
 from ..loadgen import Level
-from ..workload import Workload
+from ..workload import WorkloadRecord
 from .base import Binding, SweepOptions, request_levels
 from .lengths import BoundRequests, RequestPrompts
 
 
 class BoundDataset(BoundRequests):
-    def __init__(self, b: Binding, workload: Workload, dataset: Dataset) -> None:
+    def __init__(self, b: Binding, workload: WorkloadRecord, dataset: Dataset) -> None:
         super().__init__(b, workload, dataset.shuffled(workload.seed))
         self.dataset = dataset
 
@@ -59,8 +59,8 @@ class DatasetKind:
         on any server."""
         return slot_context(min(self.longest_request(), limit - 64)), self
 
-    def record(self, api: str, seed: int) -> Workload:
-        return Workload(None, round(self.output.expected()), None, api, 0, seed, None,
+    def record(self, api: str, seed: int) -> WorkloadRecord:
+        return WorkloadRecord(None, round(self.output.expected()), None, api, 0, seed, None,
                         None if self.output.is_fixed else self.output, self.dataset.describe())
 
     def bind(self, b: Binding) -> BoundDataset:

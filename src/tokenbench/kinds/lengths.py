@@ -11,12 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..apis import CONVERSATIONAL
 from ..client import PreparedRequest
-from ..dataset import Item, measure
+from ..dataset import PromptItem, measure
 from ..draws import Draw
 from ..loadgen import Level
 from ..records import RequestRecord
-from ..workload import PromptBuilder, Workload
+from ..workload import PromptBuilder, WorkloadRecord
 from .base import Binding, LevelWork, OnDone, RequestLevel, SweepOptions, plain_slot, request_levels
 
 LengthFields = Callable[[int], dict[str, Any]]
@@ -24,13 +25,13 @@ LengthFields = Callable[[int], dict[str, Any]]
 
 class RequestPrompts:
     """Unique prompts, built ahead of the level so building never delays a send. Request ``i`` has its own lengths
-    (``Workload.request_lengths``: the same seed draws the same lengths), or from a dataset the next of its
+    (``WorkloadRecord.request_lengths``: the same seed draws the same lengths), or from a dataset the next of its
     ``items`` (in the run's shuffled order) with the output length it gives, else the drawn one. ``fields`` gives
     the request fields that fix one output length, put in each request when lengths vary (None: every request's
     are the client's ``body_extras``)."""
 
-    def __init__(self, builder: PromptBuilder, workload: Workload, extra: dict[str, Any],
-                 fields: LengthFields | None = None, items: list[Item] | None = None,
+    def __init__(self, builder: PromptBuilder, workload: WorkloadRecord, extra: dict[str, Any],
+                 fields: LengthFields | None = None, items: list[PromptItem] | None = None,
                  warn: Callable[[str], None] | None = None) -> None:
         self.builder = builder
         self.workload = workload
@@ -58,7 +59,7 @@ class RequestPrompts:
             count, reply = await measure(item, self.builder.tok)
             n_out = item.output_len or reply or n_out
             text = item.text()
-            messages = item.wire_messages() if self.workload.api == "chat" else None
+            messages = item.wire_messages() if self.workload.api in CONVERSATIONAL else None
         else:
             text, count = await self.builder.one(i, n_in, self.workload.prefix_len)
         self.longest = max(self.longest, count + n_out)
@@ -88,7 +89,7 @@ def recorded(extras: dict[str, Any], fields: LengthFields | None) -> dict[str, A
 class BoundRequests:
     """Independent requests bound to a run: fixed lengths ride on the client's body, varying ones on each request."""
 
-    def __init__(self, b: Binding, workload: Workload, items: list[Item] | None = None) -> None:
+    def __init__(self, b: Binding, workload: WorkloadRecord, items: list[PromptItem] | None = None) -> None:
         self.b, self.workload, self.items = b, workload, items
         ep, opts = b.endpoint, b.opts
         self.fields: LengthFields | None = b.length_fields if workload.varies and opts.fixed_output else None
@@ -144,11 +145,11 @@ class LengthsKind:
         ctx, _ = plain_slot(self)
         return ctx, self
 
-    def record(self, api: str, seed: int) -> Workload:
+    def record(self, api: str, seed: int) -> WorkloadRecord:
         """What the run sends, as its manifest records it: a distribution by its expected lengths and itself."""
         draw_in = None if self.input.is_fixed else self.input
         draw_out = None if self.output.is_fixed else self.output
-        return Workload(round(self.input.expected()), round(self.output.expected()), self.shape, api,
+        return WorkloadRecord(round(self.input.expected()), round(self.output.expected()), self.shape, api,
                         self.prefix_len, seed, draw_in, draw_out)
 
     def bind(self, b: Binding) -> BoundRequests:

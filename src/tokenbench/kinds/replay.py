@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..apis import CONVERSATIONAL
 from ..engines.embedded import slot_context
 from ..errors import UsageError
 from ..loadgen import Level
@@ -14,11 +15,11 @@ from ..metrics import session_stats
 from ..records import RequestRecord
 from ..replay import ReplayLevel, ReplayPlan, ReplayTexts
 from ..replay_stats import replay_stats
-from ..workload import Workload
+from ..workload import WorkloadRecord
 from .base import Binding, LevelLoad, OnDone, SweepOptions
 
 if TYPE_CHECKING:
-    from ..metrics import ServingLevel
+    from ..levels import ServingLevel
     from .lengths import RequestPrompts
 
 #: Tokens a chat message's template adds, counted where a full-text call's length is estimated from its bytes.
@@ -75,7 +76,7 @@ class BoundReplay:
 
         f = self.plan.trajectories.figures
         median = self.plan.tokens(int(f.median_input_tokens)) if f.median_input_tokens else 128
-        return RequestPrompts(self.b.builder, Workload(median, 16, None, self.b.opts.api, 0, self.b.seed), {})
+        return RequestPrompts(self.b.builder, WorkloadRecord(median, 16, None, self.b.opts.api, 0, self.b.seed), {})
 
     def level(self, level: Level, repetition: int, records: list[RequestRecord], on_done: OnDone) -> ReplayWork:
         counter = self.b.endpoint.counter
@@ -99,7 +100,7 @@ class ReplayKind:
         if (opts.workers or 1) > 1 or opts.ray:
             raise UsageError("a replay runs in one process (each call waits for the answer before it): "
                              "drop --workers and --ray")
-        if self.plan.full_text and opts.api != "chat":
+        if self.plan.full_text and opts.api not in CONVERSATIONAL:
             raise UsageError(f"{self.plan.trajectories.path.name} holds chat messages: drop --api {opts.api}")
         if self.plan.speed is not None and any(t.epoch_s is None for t in self.plan.trajectories.trajectories):
             raise UsageError(f"--trace-speed replays at the recorded start times, and this {self.plan.trajectories.format} "
@@ -131,6 +132,10 @@ class ReplayKind:
         return self.plan.tokens(int(f.median_input_tokens)) if f.median_input_tokens else 1024
 
     def for_search(self) -> ReplayKind:
+        """A search runs lanes (one level an agent count); a replay at the recorded times has no load to search."""
+        if self.plan.speed is not None:
+            raise UsageError("a replay at the recorded times has one load: search lanes instead (--concurrency "
+                             "LOW:HIGH with agent trajectories)")
         return self
 
     def for_slot(self, limit: int) -> tuple[int, ReplayKind]:

@@ -8,18 +8,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ..apis import CONVERSATIONAL
 from ..engines.embedded import slot_context
 from ..errors import UsageError
 from ..loadgen import Level
 from ..metrics import session_stats
 from ..records import RequestRecord
 from ..sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
-from ..workload import Workload
+from ..workload import WorkloadRecord
 from .base import Binding, LevelLoad, OnDone, SweepOptions
 
 if TYPE_CHECKING:
     from ..client import StreamClient
-    from ..metrics import ServingLevel
+    from ..levels import ServingLevel
     from .lengths import RequestPrompts
 
 
@@ -65,7 +66,7 @@ class BoundSessions:
         """A turn's fields: its output length fixed as the server allows, the cache kept warm for its agent, the
         user's --extra-body on top."""
         ep, opts = self.b.endpoint, self.b.opts
-        fixed = ep.info.adapter.output_length_fields(out_len, ep.eos_token_id, "chat") if opts.fixed_output else {}
+        fixed = ep.info.adapter.output_length_fields(out_len, ep.eos_token_id, opts.api) if opts.fixed_output else {}
         return fixed | ep.info.adapter.session_fields(agent, ep.info.slots) | opts.extra_body
 
     def workload_entry(self) -> dict[str, Any]:
@@ -75,7 +76,7 @@ class BoundSessions:
         """The warm-ups' prompts: a first turn's size, unique."""
         from .lengths import RequestPrompts
 
-        first = Workload(self.plan.shared_prefix + int(self.plan.task.maximum()), int(self.plan.output.maximum()),
+        first = WorkloadRecord(self.plan.shared_prefix + int(self.plan.task.maximum()), int(self.plan.output.maximum()),
                          None, self.b.opts.api, 0, self.b.seed)
         return RequestPrompts(self.b.builder, first, {})
 
@@ -107,8 +108,8 @@ class SessionsKind:
         if clash := _clashes(opts):
             raise UsageError(f"--sessions runs whole sessions, closed loop over agents: drop {', '.join(clash)} "
                              "(--shared-prefix sets the shared system prompt)")
-        if opts.api != "chat":
-            raise UsageError("--sessions sends chat conversations: drop --api completions")
+        if opts.api not in CONVERSATIONAL:
+            raise UsageError(f"--sessions sends conversations: drop --api {opts.api}")
         if (opts.workers or 1) > 1:
             raise UsageError("--sessions runs in one process (each turn waits for the answer before it): drop --workers")
         if max(opts.concurrency) > self.plan.sessions:

@@ -13,7 +13,7 @@ from ..errors import UsageError
 from ..loadgen import Level
 from ..records import RequestRecord
 from ..trace import Trace, TracePrompts
-from ..workload import Workload
+from ..workload import WorkloadRecord
 from .base import Binding, LevelWork, OnDone, RequestLevel, SweepOptions, plain_slot, warmups
 
 
@@ -34,7 +34,7 @@ class BoundTrace:
 
     def workload_entry(self) -> dict[str, Any]:
         trace, first = self.kind.trace, self.kind.trace.requests[0].output_length
-        record = Workload(trace.max_input, trace.max_output, None, self.b.opts.api, 0, self.b.seed)
+        record = WorkloadRecord(trace.max_input, trace.max_output, None, self.b.opts.api, 0, self.b.seed)
         return record.to_dict() | {"trace": trace.describe(self.kind.speed) | {
             "request_fields": f"per request, by its output_length: for {first}, "
                               f"{json.dumps(redact.body(self.fields(first)))}"}}
@@ -72,7 +72,8 @@ class TraceKind:
         return self.trace.max_input
 
     def for_search(self) -> TraceKind:
-        return self
+        raise UsageError("a request trace is replayed once at its own times: there is no load to search (search "
+                         "lengths, sessions or agent trajectories)")
 
     def for_slot(self, limit: int) -> tuple[int, TraceKind]:
         ctx, _ = plain_slot(self)

@@ -90,7 +90,7 @@ class AmdSmiSource(PowerSource):
     def __init__(self, amdsmi: Any = None, root: Path = Path("/")) -> None:
         if amdsmi is None:
             try:
-                import amdsmi  # type: ignore[import-not-found, no-redef]
+                import amdsmi  # type: ignore[no-redef]
             except ImportError:
                 raise PowerError("amdsmi: the amdsmi library is not installed (it comes with ROCm)") from None
         self.smi = amdsmi

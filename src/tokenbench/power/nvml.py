@@ -14,7 +14,7 @@ from .base import PowerError, PowerSource, Scope
 
 def _load() -> Any:
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         raise PowerError("nvml: pynvml is not installed (pip install nvidia-ml-py)") from None
     return pynvml

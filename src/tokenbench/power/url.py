@@ -6,7 +6,7 @@ Read in order, the first the page has:
 - node exporter ``node_rapl_package_joules_total`` (plus ``node_rapl_dram_joules_total``): RAPL counters in joules;
 - node exporter ``node_hwmon_power_average_watt``: every hwmon power sensor in watts (an amdgpu APU's is the whole
   package).
-Label sets (GPUs, zones, chips) are summed, as ``telemetry.parse`` reads a page. The node exporter passes RAPL's
+Label sets (GPUs, zones, chips) are summed, as ``prometheus.parse`` reads a page. The node exporter passes RAPL's
 counters on as they are, wrap included, with no range: a counter that goes back is taken as a reset and the figure
 is marked partial."""
 
@@ -16,13 +16,13 @@ import urllib.error
 import urllib.request
 
 from .. import redact
-from ..telemetry import parse
+from ..prometheus import parse
 from .base import PowerError, PowerSource, Scope
 
 MAX_PAGE_BYTES = 16 << 20
 
 
-#: (metric names as ``telemetry.parse`` gives them, unit factor to watts or joules, counter, measures, note)
+#: (metric names as ``prometheus.parse`` gives them, unit factor to watts or joules, counter, measures, note)
 METRICS: list[tuple[tuple[str, ...], float, bool, Scope, str]] = [
     (("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total"), 1e-3, True,
      Scope.GPU_BOARD, "DCGM exporter: GPU boards' energy counters"),

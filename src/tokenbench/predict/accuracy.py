@@ -85,3 +85,53 @@ def against(cat: Catalog, cal: Calibration, rows: list[Row]) -> AgainstReport:
     summary["flagged"] = sum(1 for r in results if r.bottleneck)
     summary["unpredicted"] = sum(1 for r in results if r.predicted is None)
     return AgainstReport(results, summary)
+
+
+@dataclass(slots=True)
+class BeforeAfter:
+    """The same rows predicted by two calibrations: the packaged one (before) and the user's (after)."""
+
+    before: AgainstReport
+    after: AgainstReport
+    origin: str  # where the after calibration came from
+
+    def to_json(self) -> dict[str, Any]:
+        return {"calibration": self.origin, "before": self.before.to_json(), "after": self.after.to_json()}
+
+
+def before_after(cat: Catalog, before: Calibration, after: Calibration, rows: list[Row]) -> BeforeAfter:
+    return BeforeAfter(against(cat, before, rows), against(cat, after, rows), after.origin)
+
+
+def _num(v: float | None, d: int = 1) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.{d}f}"
+
+
+def before_after_table(ba: BeforeAfter) -> tuple[list[str], list[list[str]]]:
+    """Each row measured, then predicted before and after, with each prediction's error (percent of measured)."""
+    head = ["Host", "Model", "Test", "Depth", "Conc.", "Metric", "Measured", "Before", "Error %", "After",
+            "Error %"]
+    rows = []
+    for b, a in zip(ba.before.results, ba.after.results):
+        r = b.row
+        rows.append([r.raw.get("host", r.hardware), r.model, r.test, str(r.depth), str(r.concurrency), r.metric,
+                     f"{_num(r.value)} {r.unit}", _num(b.predicted), _num(b.error_pct, 0), _num(a.predicted),
+                     _num(a.error_pct, 0)])
+    return head, rows
+
+
+def before_after_lines(ba: BeforeAfter) -> list[str]:
+    """Median absolute error per group of rows, before and after, and what moved."""
+    out = []
+    for name, rep in (("before (packaged calibration)", ba.before), (f"after ({ba.origin})", ba.after)):
+        parts = [f"{g} {d['median_abs_error_pct']:.1f}% (n={d['n']})" for g in ("decode", "prefill", "serve",
+                                                                                  "serve_throughput")
+                 if (d := rep.summary["all"][g])["n"]]
+        out.append(f"median |error| {name}: " + (", ".join(parts) or "no row predicted"))
+    closer = sum(1 for b, a in zip(ba.before.results, ba.after.results)
+                 if b.error_pct is not None and a.error_pct is not None and abs(a.error_pct) < abs(b.error_pct))
+    n = sum(1 for b in ba.before.results if b.error_pct is not None)
+    out.append(f"{closer} of {n} rows predicted closer after")
+    return out

@@ -26,6 +26,9 @@ class Band:
     median_pct: float
     n: int
     widened: tuple[str, ...] = ()
+    #: another kind's band (or the backend's), taken because this kind had too few held-out rows: it states at least
+    #: BAND_QUANTILE, not BAND_QUANTILE (the widest neighbour's, widened for what no row of this kind measured)
+    borrowed: bool = False
 
     @property
     def wide(self) -> bool:
@@ -38,8 +41,17 @@ class Band:
 #: 2025-2026 builds than the 2024 builds' fit predicts (llama.cpp's CUDA scoreboard, discussion 15013, and
 #: llama-bench on one H100 SXM, h100-lcpp in data/published-current.csv), about a year apart: log(1.35). The
 #: shipped data and the split by time's pre-2025 side both hold CUDA and Metal rows of 2023 and 2024 builds, so
-#: both measure their drift ([meta] drift, fitting._drift) and this prior is only a user's data's fallback.
+#: both measure their drift ([meta] drift, fitting._drift), and it is the least a year of builds newer than any row
+#: widens by (``drift_per_year``): the shipped rows' 2023 and 2024 eras drift about 6% a year, far under what the
+#: 2025 builds brought, and a split by time widened by that alone held 33% of the 2025 consumer-GPU rows (4 of 12)
+#: within bands stated for 80%.
 DRIFT_PRIOR = math.log(1.35)
+
+
+def drift_per_year(measured: float) -> float:
+    """The log error a year of builds newer (or older) than any row adds: what the data measured, at least
+    DRIFT_PRIOR."""
+    return max(measured, DRIFT_PRIOR)
 #: Widening per doubling of context (depth, prompt and output) beyond the deepest a backend's rows reached (log
 #: error), and per doubling of concurrency beyond its highest: what the model does there no row has checked.
 DEPTH_TERM = 0.10
@@ -64,6 +76,22 @@ ERA_MIN_BOXES = 3
 #: about what rows predicted from priors alone miss by, held out (llama.cpp ROCm decode 44%, Vulkan prompts at
 #: depth 93% in the split by time); wide on purpose, and said as such ("no held-out rows").
 FALLBACK_BAND_PCT = 60.0
+#: A kind of row (kind.py: backend, box class, one stream or under load, dense or MoE) has a band of its own from
+#: this many held-out rows of one metric on; with fewer it borrows the widest band of the kinds one step from it.
+#: Chosen on nested residuals of the shipped rows (each fold's bands from the other sources alone), leave one source
+#: out and the split by time: from 20 every kind of 10 held-out rows or more covered within 10 points of 80% (its
+#: own band) or at least 70% (a borrowed one) in both; from 12, Apple's Metal rows covered 90.4% held out (47 of
+#: 52), from 10 Strix Halo's Vulkan MoE rows 70% (32 of 46): a quantile of fewer rows moves with each source.
+KIND_MIN_ROWS = 20
+#: A borrowed band is widened by this log error, for what no held-out row of its own kind measured: on those nested
+#: residuals log(1.25) left the A30's MoE rows (another box class's dense band borrowed) at 64%, log(1.35) at 71%.
+BORROW_TERM = math.log(1.35)
+#: A MoE model predicted by a backend fitted on dense models only widens by this log error: a fit on the shipped
+#: rows' dense models alone predicted their 120 MoE rows within 56% for 80% of them, against 25% with the MoE rows
+#: in the fit; 0.38 is the difference in quadrature (expert routing, per-expert kernels, which dense rows never ran).
+MOE_TERM = 0.38
+#: Calibration.reach's key counting a backend's rows of MoE models.
+MOE_KEY = "moe_rows"
 #: A band wider than this (percent) is flagged "wide" wherever it is printed: a spread over half the estimate, which
 #: the project's rule for published numbers flags (a measured rate's spread over half its mean is "unstable"). The
 #: estimate then gives an order of magnitude, not a value; past 100% a "±" read around it would reach below zero.
@@ -95,7 +123,7 @@ def widen(b: Band, terms: list[tuple[float, str]]) -> Band:
     if not terms:
         return b
     z = math.sqrt(math.log1p(b.pct / 100) ** 2 + sum(t * t for t, _ in terms))
-    return Band(math.expm1(z) * 100, b.median_pct, b.n, b.widened + tuple(why for _, why in terms))
+    return Band(math.expm1(z) * 100, b.median_pct, b.n, b.widened + tuple(why for _, why in terms), b.borrowed)
 
 
 def make_band(deviations_pct: list[float]) -> Band | None:

@@ -14,14 +14,15 @@ from ..results import RunResult
 from ..store import Store
 from .calibration import Calibration
 from .fitting import fit_calibration
+from .formats import GGUF_FORMATS
 from .measured import Row, read_rows
 from .own import own_rows
 from .queue import Arrivals
 from .runs import depth_levels, prediction, serve_levels, session_level, speculation
 from .session import SessionPrediction, SessionShape, predict_session
-from .setup import Setup
+from .setup import Setup, usual_setup
 from .specs import Catalog
-from .tables import band_note, depth_table, serve_table, session_lines, session_metrics, session_table
+from .tables import band_note, bands, depth_table, serve_table, session_lines, session_metrics, session_table
 
 #: The published measurements the package ships (copies of the reference set, a test keeps them equal):
 #: what `calibrate` fits with no file given, and what the committed efficiency.toml was fitted on.
@@ -39,7 +40,7 @@ class SetupConfig:
     model: str
     weights: str | None = None  # None: Q4_K_M for a GGUF engine, else BF16
     kv: str = "auto"  # auto: the model's dtype (F16 for a GGUF engine)
-    engine: str = "vllm"
+    engine: str | None = None  # None: the box's usual one (setup.usual_setup), said in the output
     engine_version: str | None = None
     calibration: str | None = None
     ubatch: int | None = None  # llama.cpp's -ub (None: 512)
@@ -65,20 +66,50 @@ def load_calibration(path: str | None) -> Calibration:
     return Calibration.packaged() if not path else Calibration.from_toml(read_calibration(path), origin=path)
 
 
+def ggml_formats(cfg: SetupConfig) -> str | None:
+    """The weights named, where only ggml's engines run them (a GGUF quant), or None."""
+    if cfg.weights and cfg.weights.upper() in GGUF_FORMATS - {"F16", "F32"}:
+        return f"{cfg.weights.upper()} weights"
+    return None
+
+
+def default_engine(cfg: SetupConfig, cat: Catalog) -> str:
+    """The engine when none is named: llama.cpp for a format only ggml runs, else the box's usual one
+    (setup.usual_setup: what recommend ranks the box with too)."""
+    hw = cat.find_hardware(cfg.hardware)
+    usual = usual_setup(hw)[0]
+    if ggml_formats(cfg) and not registry.engine(usual).gguf:
+        return f"llama.cpp {hw.default_backend}"
+    return usual
+
+
+def engine_note(cfg: SetupConfig, s: Setup) -> str | None:
+    """What a prediction says when it chose the engine: the box's usual one, the same fit, predict and recommend
+    take (setup.usual_setup), or the one its formats need; None when --engine named it."""
+    if cfg.engine:
+        return None
+    if (why := ggml_formats(cfg)) and usual_setup(s.hw)[0] != s.engine:
+        return f"engine: {s.engine}, which runs {why} (--engine to change)"
+    return f"engine: {s.engine}, the usual one on {s.hw.id} (fit, predict and recommend take it; --engine to change)"
+
+
 def setup(cfg: SetupConfig) -> tuple[Setup, Calibration]:
-    """The prediction's setup, and the calibration its constants come from."""
+    """The prediction's setup, and the calibration its constants come from (the box's usual engine where
+    ``cfg.engine`` names none)."""
     cal = load_calibration(cfg.calibration)
-    gguf = registry.engine(cfg.engine).gguf  # llama.cpp, llama-cpp-python, ollama: a GGUF quant, an f16 cache
+    cat = Catalog.load()
+    engine = cfg.engine or default_engine(cfg, cat)
+    gguf = registry.engine(engine).gguf  # llama.cpp, llama-cpp-python, ollama: a GGUF quant, an f16 cache
     weights = cfg.weights or ("Q4_K_M" if gguf else "BF16")
     kv = cfg.kv.upper()
     if kv == "AUTO" and gguf:
         kv = "F16"
     version = cfg.engine_version
-    if cfg.cache_ram is not None and not registry.engine(cfg.engine).host_prompt_cache:
-        raise UsageError(f"--cache-ram is llama-server's host prompt cache; {cfg.engine} keeps none: leave it out")
-    return Setup.make(Catalog.load(), cal, cfg.hardware, cfg.model, weights, kv, cfg.engine,
+    if cfg.cache_ram is not None and not registry.engine(engine).host_prompt_cache:
+        raise UsageError(f"--cache-ram is llama-server's host prompt cache; {engine} keeps none: leave it out")
+    return Setup.make(cat, cal, cfg.hardware, cfg.model, weights, kv, engine,
                       ubatch=cfg.ubatch or 512, parallel=cfg.parallel or 1, tp=cfg.tp or 1,
-                      flash_attn=cfg.flash_attn, era=registry.build_date(cfg.engine, version) if version else None,
+                      flash_attn=cfg.flash_attn, era=registry.build_date(engine, version) if version else None,
                       batch_tokens=cfg.batch_tokens, arrivals=cfg.arrivals or "together",
                       prompt_cache=cfg.cache_ram != 0), cal
 
@@ -154,13 +185,19 @@ class Predicted:
             # what the cache bought from the pair
             levels = [session_level(p, cfg.sessions or None, cache) for p in self.session_predictions
                       for cache in (True, False)]
-            return prediction(s, levels, cfg.session.workload(cfg.sessions or None), bands=self.note)
+            return prediction(s, levels, cfg.session.workload(cfg.sessions or None), bands=self.note,
+                              band_pct=self.band_pct())
         assert self.input_len is not None and self.output_len is not None
         if cfg.depths is not None:
             return prediction(s, depth_levels(s, cfg.depths, self.input_len, self.output_len, cfg.tests), None,
-                              bands=self.note)
+                              bands=self.note, band_pct=self.band_pct())
         return prediction(s, serve_levels(s, cfg.levels, self.input_len, self.output_len),
-                          {"input_len": self.input_len, "output_len": self.output_len}, bands=self.note)
+                          {"input_len": self.input_len, "output_len": self.output_len}, bands=self.note,
+                          band_pct=self.band_pct())
+
+    def band_pct(self) -> dict[str, float | None] | None:
+        """Each metric's band at the furthest point the tables reach (None: uncalibrated)."""
+        return bands(self.setup, self.calibration, self.metrics)
 
 
 def predict(cfg: PredictConfig, save: bool = False) -> Predicted:

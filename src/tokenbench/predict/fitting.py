@@ -10,8 +10,9 @@ from dataclasses import dataclass, replace
 
 from ..errors import UsageError
 from . import roofline as rf
-from .bands import ARCH_KEY, BAND_MIN_N, DRIFT_PRIOR, ERA_MIN_BOXES, YEAR_KEY, make_band
+from .bands import ARCH_KEY, BAND_MIN_N, DRIFT_PRIOR, ERA_MIN_BOXES, KIND_MIN_ROWS, MOE_KEY, YEAR_KEY, make_band
 from .calibration import Calibration, era_for
+from .kind import Kind
 from .priors import backend_prior, family, prior
 from .solver import ANCHOR_PRIOR_WEIGHT, PRIOR_WEIGHT, fit_constants
 from .measured import METRICS, Row
@@ -30,6 +31,7 @@ class Fittable:
     source: str
     era: str = ""  # Row.era: the year of its engine build, "" when undated
     arch: str = ""  # HardwareSpec.arch of its box: the hardware generation
+    moe: bool = False  # a mixture-of-experts model
 
 
 def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
@@ -47,7 +49,7 @@ def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
             continue
         v = row_valuer(s, r, [])
         if v is not None:
-            out.append(Fittable(r, s.backend, v, r.raw.get("source", ""), r.era, s.hw.arch))
+            out.append(Fittable(r, s.backend, v, r.raw.get("source", ""), r.era, s.hw.arch, s.model.experts > 0))
     return out
 
 
@@ -198,12 +200,13 @@ def _usual(its: list[Fittable], per: dict[str, rf.Efficiency], newest: rf.Effici
 
 def _reach(items: list[Fittable]) -> dict[str, dict[str, int]]:
     """Per backend, the deepest context (rows.context: depth, prompt and output) and the highest concurrency its
-    fitted rows measured, how many of them each hardware generation has (``arch_`` + HardwareSpec.arch), and how
-    many boxes each year of builds has rows of (``boxes_`` + year)."""
+    fitted rows measured, how many of them each hardware generation has (``arch_`` + HardwareSpec.arch), how
+    many boxes each year of builds has rows of (``boxes_`` + year), and how many are of MoE models (MOE_KEY)."""
     out: dict[str, dict[str, int]] = {}
     by: dict[str, list[Fittable]] = {}
     for it in items:
-        r = out.setdefault(it.backend, {"max_depth": 0, "max_concurrency": 1})
+        r = out.setdefault(it.backend, {"max_depth": 0, "max_concurrency": 1, MOE_KEY: 0})
+        r[MOE_KEY] += it.moe
         r["max_depth"] = max(r["max_depth"], context(it.row))
         r["max_concurrency"] = max(r["max_concurrency"], it.row.concurrency)
         if it.arch:
@@ -271,12 +274,36 @@ def fit_calibration(cat: Catalog, rows: list[Row], command: str, bands: bool = T
         return cal
     fold = _source if len({_source(r) for r in rows}) > 1 else (lambda r: r.hardware)
     devs: dict[str, dict[str, list[float]]] = {}
+    kinds: dict[str, dict[str, list[float]]] = {}
     for res in cross_validate(cat, rows, fold=fold):
         if res.backend and res.deviation_pct is not None:
             devs.setdefault(res.backend, {}).setdefault(band_metric(res.row), []).append(res.deviation_pct)
+            if res.kind is not None:
+                kinds.setdefault(res.kind.key, {}).setdefault(band_metric(res.row), []).append(res.deviation_pct)
     for backend, per in devs.items():
         for metric, e in per.items():
             b = make_band(e)
             if b is not None:
                 cal.bands.setdefault(backend, {})[metric] = b
+    for key, per in kinds.items():
+        for metric, e in per.items():
+            if len(e) >= KIND_MIN_ROWS and (b := make_band(e)) is not None:
+                cal.kind_bands.setdefault(key, {})[metric] = b
+    cal.borrow = borrow_factor(kinds, cal)
     return cal
+
+
+def borrow_factor(kinds: dict[str, dict[str, list[float]]], cal: Calibration) -> float:
+    """How much wider than the widest neighbour's band a kind's own held-out rows fell, pooled over the kinds that
+    have a band of their own (the share of the borrowed band that BAND_QUANTILE of their rows stayed within; at
+    least 1): a borrowed band is scaled by it, so borrowing is tested on the kinds that need not borrow."""
+    ratios: list[float] = []
+    for key, per in kinds.items():
+        for metric, e in per.items():
+            if len(e) < KIND_MIN_ROWS:
+                continue
+            widest = cal.neighbour_band(Kind.parse(key), metric)
+            if widest is not None and widest[1].pct > 0:
+                ratios += [abs(x) / widest[1].pct * 100 for x in e]
+    b = make_band(ratios) if len(ratios) >= KIND_MIN_ROWS else None
+    return max(1.0, b.pct / 100) if b is not None else 1.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from ..levels import DepthLevel, ServingLevel
 DATE = re.compile(r"\d{4}(-\d{2})?")
 
 if TYPE_CHECKING:
+    from ..records import RequestRecord
     from ..results import RunResult
 
 COLUMNS = ["source", "host", "hardware", "engine", "model", "weights", "kv", "test", "depth", "concurrency",
@@ -96,11 +98,37 @@ def read_rows(path: Path) -> list[Row]:
     return rows
 
 
-def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: str, kv: str) -> list[Row]:
+#: Output lengths that vary by more than this (coefficient of variation) are answers of varying length: the
+#: agents' prompts spread over the cycle (queue.py's "spread"), not sent back in bunches.
+SPREAD_CV = 0.05
+
+
+def steady_state(records: list[RequestRecord], concurrency: int) -> tuple[float | None, str]:
+    """A serving level's requests as the queue model reads a closed loop (predict/queue.py): the TTFT median of
+    the requests sent after the first ``concurrency`` (the start's burst, which the model keeps apart), and a note
+    saying so, and "arrivals spread" where the answers' lengths varied (else they came back in bunches)."""
+    ok = sorted((r for r in records if r.first_token_ns is not None), key=lambda r: r.sent_ns)
+    if not ok:
+        return None, ""
+    later = ok[concurrency:] if len(ok) >= 2 * concurrency else ok
+    ttft = statistics.median((r.first_token_ns or 0) - r.sent_ns for r in later) / 1e6
+    outs = [r.output_tokens for r in ok if r.output_tokens]
+    spread = len(outs) > 1 and statistics.pstdev(outs) > SPREAD_CV * statistics.fmean(outs)
+    kept = f"TTFT median of the {len(later)} sent after the first {concurrency}" if later is not ok else \
+        "TTFT median of all"
+    return ttft, f"{len(ok)} requests, {kept}" + ("; arrivals spread" if spread else "")
+
+
+def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: str, kv: str,
+             requests: dict[int, list[RequestRecord]] | None = None, p99: bool = False,
+             flagged: bool = False) -> list[Row]:
     """A stored run's measurements as rows of this layout, so the user's own runs calibrate like published ones:
     pp/tg levels (depth runs, llama-bench imports) as prefill and decode rates at their depth; sweep levels as
-    output throughput, median TTFT and median TPOT at their concurrency and lengths. Flagged levels (unstable,
-    dirty, cold context, client-bound, failed requests) are left out: they are not what the box does."""
+    output throughput, median TTFT (``p99``: and its p99) and median TPOT at their concurrency and lengths. Flagged
+    levels (unstable, dirty, cold context, client-bound, failed requests) are left out: they are not what the box
+    does (``flagged``: kept, each row's note naming its level's flags, for an export that shows them). Where a
+    level's ``requests`` are given (a measured run's, or a tool's per-request export), its TTFT median
+    is the steady state's (``steady_state``) and its note says how the answers' lengths varied."""
     label = str(run.manifest.label or run.run_id)
     ex = run.manifest.extra  # what llama-bench's import kept: its micro-batch and flash attention, read as rows' notes
     shape = (f" -ub {ex['n_ubatch']}" if isinstance(ex.get("n_ubatch"), int) else "") + \
@@ -109,31 +137,42 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
             "prompt_truncated", "slots_exceeded"}
     out: list[Row] = []
     date = (run.manifest.started or "")[:7]  # the run's month: the build it ran is of that era or older
+    date = date if DATE.fullmatch(date) else ""
     version = run.manifest.engine_version or ""
 
-    def add(test: str, depth: int, conc: int, inp: int, outp: int, metric: str, value: float | None, unit: str) -> None:
+    def add(test: str, depth: int, conc: int, inp: int, outp: int, metric: str, value: float | None, unit: str,
+            note: str = "") -> None:
         if value is None or not value > 0:
             return
         raw = {"source": f"run:{label}", "host": label, "hardware": hardware, "engine": engine, "model": model,
                "weights": weights, "kv": kv, "test": test, "depth": str(depth), "concurrency": str(conc),
                "input_len": str(inp), "output_len": str(outp), "metric": metric, "value": f"{value:g}",
-               "unit": unit, "date": date, "version": version, "note": f"run {run.run_id}{shape}"}
+               "unit": unit, "date": date, "version": version,
+               "note": f"run {run.run_id}{shape}" + (f"; {note}" if note else "")}
         out.append(Row(raw, hardware, engine, model, weights, kv, test, depth, conc, inp, outp, metric, value, unit,
                        date, version))
 
     for o in run.outcomes:
         s = o.summary
-        if o.status != "complete" or skip & set(s.flags):
+        if o.status != "complete" or (skip & set(s.flags) and not flagged):
             continue
         depth = s.depth or 0
+        flags = f"flags: {' '.join(s.flags)}" if flagged and s.flags else ""
         if isinstance(s, DepthLevel):
+            if (s.concurrency or 1) > 1:  # a batch's total rate (llama-benchy's c2): no single-stream row
+                continue
             if s.test and s.test.startswith("pp") and s.test[2:].isdigit():
-                add(s.test, depth, 1, int(s.test[2:]), 0, "prefill_tps", s.pp_tps, "tok/s")
+                add(s.test, depth, 1, int(s.test[2:]), 0, "prefill_tps", s.pp_tps, "tok/s", flags)
             elif s.test and s.test.startswith("tg") and s.test[2:].isdigit():
-                add(s.test, depth, 1, 0, int(s.test[2:]), "decode_tps", s.tg_tps, "tok/s")
+                add(s.test, depth, 1, 0, int(s.test[2:]), "decode_tps", s.tg_tps, "tok/s", flags)
         elif isinstance(s, ServingLevel) and s.concurrency and s.input_tokens_mean and s.output_tokens_mean:
             inp, outp, c = round(s.input_tokens_mean), round(s.output_tokens_mean), s.concurrency
-            add("serve", depth, c, inp, outp, "output_tps", s.output_throughput_tps, "tok/s")
-            add("serve", depth, c, inp, outp, "ttft_median", s.ttft_ms.p50, "ms")
-            add("serve", depth, c, inp, outp, "tpot_median", s.tpot_ms.p50, "ms")
+            ttft, note = s.ttft_ms.p50, flags
+            if requests and requests.get(o.idx):
+                ttft, note = steady_state(requests[o.idx], c)
+            add("serve", depth, c, inp, outp, "output_tps", s.output_throughput_tps, "tok/s", note)
+            add("serve", depth, c, inp, outp, "ttft_median", ttft, "ms", note)
+            if p99:
+                add("serve", depth, c, inp, outp, "ttft_p99", s.ttft_ms.p99, "ms", note)
+            add("serve", depth, c, inp, outp, "tpot_median", s.tpot_ms.p50, "ms", note)
     return out

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from .. import registry
 from ..errors import UsageError
-from ..results import Manifest
+from ..records import RequestRecord
+from ..results import Manifest, RunResult
 from ..reader import load_result
 from ..store import Store
 from .calibration import Calibration
@@ -120,6 +121,13 @@ def _run_weights(given: str | None, run_id: str, m: Manifest) -> str:
     return weights
 
 
+def run_requests(store: Store, run: RunResult) -> dict[int, list[RequestRecord]]:
+    """Each serving level's successful measured requests, where the run kept them (a measured sweep, a tool's
+    per-request export): what its calibration rows are read from (measured.steady_state)."""
+    return {o.idx: recs for o in run.outcomes if o.serving is not None
+            and (recs := store.request_times(run.run_id, o.idx))}
+
+
 def own_rows(store: Store, refs: list[str], latest: bool, cat: Catalog, hardware: str | None, model_id: str | None,
              engine: str | None = None, weights: str | None = None, kv: str | None = None) -> tuple[list[Row], list[str]]:
     """The user's stored runs as calibration rows, for the box, model and formats given (each defaulting to what
@@ -138,7 +146,12 @@ def own_rows(store: Store, refs: list[str], latest: bool, cat: Catalog, hardware
         _same_box(run.run_id, m.hardware, m.gpu, hw, cat)
         eng = _run_engine(engine, run.run_id, m.engine or "", hw)
         _same_model(run.run_id, [str(x) for x in (m.model, m.extra.get("model_file")) if x], model, cat)
-        got = run_rows(run, hw.id, eng, model.id, _run_weights(weights, run.run_id, m), (kv or m.kv or "F16").upper())
+        gpus = m.extra.get("gpus")
+        if isinstance(gpus, int) and gpus > 1:
+            raise UsageError(f"run {run.run_id} ran on {gpus} GPUs together (tensor or pipeline parallel): "
+                             "calibrate anchors one GPU's constants; give runs of one GPU")
+        got = run_rows(run, hw.id, eng, model.id, _run_weights(weights, run.run_id, m), (kv or m.kv or "F16").upper(),
+                       requests=run_requests(store, run))
         if not got:
             raise UsageError(f"run {run.run_id} has no level calibration can use (complete, unflagged pp/tg or "
                              "serving levels)")

@@ -14,6 +14,7 @@ from . import memory
 from . import roofline as rf
 from .bands import FALLBACK_BAND_PCT, Band
 from .calibration import Calibration
+from .kind import Kind, kind_of
 from .priors import engine_kind
 from .measured import METRICS, Row
 from .setup import Setup
@@ -76,6 +77,7 @@ class RowResult:
     band: Band | None = None
     split: str = "unseen"  # "fitted" when the calibration used this row, else "unseen"
     bottleneck: bool = False  # far below what its backend usually reaches: a software limit, not the hardware
+    kind: Kind | None = None  # the kind its band is kept under (kind.py)
 
     @property
     def error_pct(self) -> float | None:
@@ -171,7 +173,7 @@ def row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
 
 
 #: A row's band where its backend has none (no held-out row measured that metric).
-FALLBACK_BAND = Band(FALLBACK_BAND_PCT, FALLBACK_BAND_PCT, 0, ("no held-out rows",))
+FALLBACK_BAND = Band(FALLBACK_BAND_PCT, FALLBACK_BAND_PCT, 0, ("no held-out rows",), borrowed=True)
 
 
 def context(r: Row) -> int:
@@ -196,6 +198,7 @@ def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
         res.flags.append(f"cannot predict: {e}")
         return res
     res.backend, res.calibrated = s.backend, s.calibrated
+    res.kind = kind_of(s.backend, s.hw, s.model, max(1, r.concurrency))
     res.band = row_band(cal, s, r)
     v = row_valuer(s, r, res.flags)
     if v is None:

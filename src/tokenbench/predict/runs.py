@@ -82,7 +82,9 @@ def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: i
         pt = s.serve(n, input_len, output_len)
         levels.append(ServingLevel(
             concurrency=n, test="serve", output_throughput_tps=pt.throughput[1],
-            ttft_ms=Distribution(n=0, p50=pt.ttft_s.estimate * 1000),
+            # p99: the slowest prompt of the loop's start (all agents at once), as predict --against predicts one
+            ttft_ms=Distribution(n=0, p50=pt.ttft_s.estimate * 1000,
+                                 p99=(pt.ttft_worst_s or pt.ttft_s).estimate * 1000),
             tpot_ms=Distribution(n=0, p50=pt.tpot_s.estimate * 1000),
             input_tokens_mean=float(input_len), output_tokens_mean=float(output_len)))
     return levels
@@ -97,11 +99,19 @@ def _turn_points(p: SessionPrediction, cache: bool) -> list[TurnPoint]:
             for t in p.turns]
 
 
-def _ms(values: list[float]) -> Distribution:
+def _ms(values: list[float], p99: float | None = None) -> Distribution:
     """Predicted figures over the turns of a session (each turn once, as a measured level holds each session's
-    turns): their mean and median, no samples."""
+    turns): their mean and median, no samples; ``p99`` where the prediction has one."""
     d = Distribution.of(values)
-    return Distribution(n=0, mean=d.mean, p50=d.p50)
+    return Distribution(n=0, mean=d.mean, p50=d.p50, p99=p99)
+
+
+def _slowest(p: SessionPrediction, cache: bool) -> float | None:
+    """A session's slowest TTFT in ms, what a p99 over its turns sees (turn 1's last prompt, every agent sending it
+    at once); with the cache only (the cold figures keep their medians)."""
+    if not cache:
+        return None
+    return max((t.ttft_worst_s or t.ttft_s).estimate for t in p.turns) * 1000
 
 
 def session_level(p: SessionPrediction, sessions: int | None = None, cache: bool = True) -> ServingLevel:
@@ -116,7 +126,8 @@ def session_level(p: SessionPrediction, sessions: int | None = None, cache: bool
     lv = ServingLevel(
         concurrency=p.agents, test="serve", output_throughput_tps=p.throughput(cache)[1],
         input_tokens_mean=statistics.fmean(x.context for x in p.turns), output_tokens_mean=float(p.shape.output),
-        ttft_ms=_ms([x.ttft_ms.p50 or 0.0 for x in turns]), tpot_ms=_ms([x.tpot_ms.p50 or 0.0 for x in turns]),
+        ttft_ms=_ms([x.ttft_ms.p50 or 0.0 for x in turns], _slowest(p, cache)),
+        tpot_ms=_ms([x.tpot_ms.p50 or 0.0 for x in turns]),
         # the time the level holds the box: its agents run the sessions back to back (what cost prices it at)
         duration_s=math.ceil(n / p.agents) * t.total.estimate)
     prompt = p.prompt_tokens
@@ -144,13 +155,14 @@ def shape(s: Setup) -> dict[str, Any]:
 
 
 def prediction_manifest(s: Setup, workload: dict[str, Any] | None = None, label: str | None = None,
-                        bands: str | None = None) -> Manifest:
+                        bands: str | None = None, band_pct: dict[str, float | None] | None = None) -> Manifest:
     """A prediction's provenance: what was predicted, on which box, in which shape, by which calibration, and
     its bands (tables.band_note: what show prints under a stored prediction's table)."""
     return Manifest(model=s.model.id, weights=s.quant.weights, kv=s.quant.kv, engine=s.engine, hardware=s.hw.id,
                     engine_version=builds(s),
                     predicted=True, backend=s.backend, calibration=s.eff.source, calibrated=s.calibrated,
-                    bands=bands, workload=dict(workload or {}), label=label, shape=shape(s), key_order=("label",))
+                    bands=bands, band_pct=band_pct, workload=dict(workload or {}), label=label, shape=shape(s),
+                    key_order=("label",))
 
 
 def builds(s: Setup) -> str | None:
@@ -174,9 +186,10 @@ def headline(m: Manifest) -> str:
 
 
 def prediction(s: Setup, levels: Sequence[LevelSummary], workload: dict[str, Any] | None,
-               label: str | None = None, bands: str | None = None) -> RunResult:
+               label: str | None = None, bands: str | None = None,
+               band_pct: dict[str, float | None] | None = None) -> RunResult:
     """Predicted levels as a result (kind predict), not stored: ``run_id`` is empty until ``save_prediction``."""
-    manifest = prediction_manifest(s, workload, label, bands)
+    manifest = prediction_manifest(s, workload, label, bands, band_pct)
     outcomes = [LevelOutcome(i, Level(concurrency=lv.concurrency, rate=lv.rate), lv, "complete")
                 for i, lv in enumerate(levels)]
     return RunResult("", manifest, outcomes, "complete", kind="predict")

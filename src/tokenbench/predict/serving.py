@@ -21,6 +21,8 @@ VLLM_BATCH_TOKENS = ((70, 8192), (0, 2048))
 SGLANG_BATCH_TOKENS = ((160, 16384), (60, 8192), (35, 4096), (0, 2048))
 #: llama.cpp's server: the logical batch its slots share each step (-b, n_batch; common/common.h's default).
 LLAMA_BATCH_TOKENS = 2048
+#: mlx_lm.server's prompt tokens per prefill step (--prefill-step-size; mlx_lm's generate default, 2048).
+MLX_BATCH_TOKENS = 2048
 #: Steps a re-sent prompt misses (queue.RESEND_LAG) on llama.cpp's server: its loop is synchronous
 #: (tools/server/server-context.cpp, ``update_slots``: build the batch, decode it, send the tokens, then read the
 #: new tasks), so a prompt sent while step k+1 runs joins step k+2.
@@ -59,6 +61,8 @@ def default_batch_tokens(engine: str, hw: HardwareSpec) -> int:
         return LLAMA_BATCH_TOKENS
     if eng.name == "sglang":
         return next(b for gb, b in SGLANG_BATCH_TOKENS if hw.mem_gb >= gb)
+    if eng.name == "mlx":
+        return MLX_BATCH_TOKENS
     if "a100" in hw.id:
         return VLLM_BATCH_TOKENS[-1][1]
     return next(b for gb, b in VLLM_BATCH_TOKENS if hw.mem_gb >= gb)
@@ -118,12 +122,18 @@ def one_stream(pf: StepCost, t_dec: Estimate, eff: Efficiency, n: int, prompt: i
     the prefill cost of one prompt (``pf``) and the time per output token of one sequence at the loop's mean
     context (``t_dec``, speculative decoding already in it); ``save``: seconds the server spends saving the
     previous request's slot before this one starts (slot_save), in its time to first token (a software cost: not
-    in the ceiling). Its server's slots (-np) batch: ``serve_queue``."""
+    in the ceiling). Its server's slots (-np) batch: ``serve_queue``. At the start all N arrive at once and the
+    k-th waits for the k before it: its median waits for half of the others, its slowest for all of them."""
     t_pf = Estimate(pf.ceiling, prefill_time(pf, eff) + save) if prompt else Estimate(0.0, save)
     t_req = Estimate(t_pf.ceiling + output * t_dec.ceiling, t_pf.estimate + output * t_dec.estimate)
-    ttft = Estimate((n - 1) * t_req.ceiling + t_pf.ceiling, (n - 1) * t_req.estimate + t_pf.estimate)
+
+    def after(k: float) -> Estimate:  # a prompt behind k whole requests
+        return Estimate(k * t_req.ceiling + t_pf.ceiling, k * t_req.estimate + t_pf.estimate)
+
+    ttft = after(n - 1)
     thr = (output / t_req.ceiling, output / t_req.estimate)
-    return ServePoint(n, ttft, t_dec, thr, (thr[0] / n, thr[1] / n), ["one stream at a time: requests queue"])
+    return ServePoint(n, ttft, t_dec, thr, (thr[0] / n, thr[1] / n), ["one stream at a time: requests queue"],
+                      ttft_start_s=after((n - 1) // 2), ttft_worst_s=ttft)
 
 
 def serve_queue(loop: queue.Loop, times: tuple[list[float], list[float]], t_out: Estimate, n: int,
@@ -149,14 +159,22 @@ def serve_queue(loop: queue.Loop, times: tuple[list[float], list[float]], t_out:
 def behind_slots(p: ServePoint, n: int, output: int) -> ServePoint:
     """``n`` agents in a closed loop on a server with ``p.concurrency`` slots (llama.cpp -np), ``p`` being
     the saturated loop of that many: the slots stay full, so aggregate throughput is p's, and by Little's law
-    each request waits (n/slots − 1) service times for a slot, a service time being slots·O / throughput."""
+    each request waits (n/slots − 1) service times for a slot, a service time being slots·O / throughput. At the
+    start all n arrive at once: the k-th (from 0) waits for k // slots whole rounds of the slots before its own."""
     b = p.concurrency
     if n <= b:
         return p
 
-    def wait(thr: float) -> float:
-        return (n / b - 1) * b * output / thr if thr > 0 and output else 0.0
+    def wait(thr: float, rounds: float | None = None) -> float:
+        if thr <= 0 or not output:
+            return 0.0
+        return (n / b - 1 if rounds is None else rounds) * b * output / thr
 
-    ttft = Estimate(p.ttft_s.ceiling + wait(p.throughput[0]), p.ttft_s.estimate + wait(p.throughput[1]))
-    return ServePoint(n, ttft, p.tpot_s, p.throughput, (p.throughput[0] / n, p.throughput[1] / n),
-                      p.notes + [f"{b} slots: {n - b} of {n} requests wait for a free one"])
+    def plus(e: Estimate | None, rounds: float | None = None) -> Estimate:
+        e = e or p.ttft_s
+        return Estimate(e.ceiling + wait(p.throughput[0], rounds), e.estimate + wait(p.throughput[1], rounds))
+
+    return ServePoint(n, plus(p.ttft_s), p.tpot_s, p.throughput, (p.throughput[0] / n, p.throughput[1] / n),
+                      p.notes + [f"{b} slots: {n - b} of {n} requests wait for a free one"],
+                      ttft_start_s=plus(p.ttft_start_s, ((n - 1) // 2) // b),
+                      ttft_worst_s=plus(p.ttft_worst_s, (n - 1) // b))

@@ -14,20 +14,25 @@ prompt's cached depth. No second roofline.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..draws import Draw
+from ..draws import Draw, parse
 from ..errors import UsageError
 from . import roofline as rf
 from . import serving
 from .setup import Setup
 
-#: The lengths a session takes when none is given: the task of turn 1, each tool result, each answer.
-DEFAULT_INPUT_LEN = 1024
-DEFAULT_TOOL_LEN = 512
-DEFAULT_OUTPUT_LEN = 256
+#: A session when nothing else is given: ``sweep --sessions``'s defaults, so that predict and recommend predict what
+#: it measures (a test holds them equal to sweep's options): turns, the shared system prompt, the task of turn 1 and
+#: each answer (sweep's default request, 128 in and 128 out), each tool result, the think time.
 DEFAULT_TURNS = 10
+DEFAULT_SHARED_PREFIX = 512
+DEFAULT_INPUT_LEN = 128
+DEFAULT_OUTPUT_LEN = 128
+DEFAULT_TOOL_LEN = "uniform:64-192"
+DEFAULT_THINK_TIME = "0s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +45,11 @@ class SessionShape:
     its mean."""
 
     turns: int = DEFAULT_TURNS
-    shared_prefix: int = 0
+    shared_prefix: int = DEFAULT_SHARED_PREFIX
     input_len: Draw = field(default_factory=lambda: Draw.fixed(DEFAULT_INPUT_LEN))
-    tool_len: Draw = field(default_factory=lambda: Draw.fixed(DEFAULT_TOOL_LEN))
+    tool_len: Draw = field(default_factory=lambda: parse(DEFAULT_TOOL_LEN, "--tool-len"))
     output_len: Draw = field(default_factory=lambda: Draw.fixed(DEFAULT_OUTPUT_LEN))
-    think_time: Draw = field(default_factory=lambda: Draw.fixed(0.0, "s"))
+    think_time: Draw = field(default_factory=lambda: parse(DEFAULT_THINK_TIME, "--think-time", "s"))
     max_context: int | None = None
 
     @property
@@ -120,6 +125,7 @@ class TurnPrediction:
     cold_tpot_s: rf.Estimate
     fits: bool = True
     offload: bool = False
+    ttft_worst_s: rf.Estimate | None = None  # the turn's slowest prompt (its median alone, for one agent)
 
     @property
     def uncached(self) -> int:
@@ -186,14 +192,40 @@ class SessionPrediction:
         return (out / total.ceiling if total.ceiling else 0.0, out / total.estimate if total.estimate else 0.0)
 
 
-def _turn_costs(s: Setup, agents: int, context: int, cached: int, output: int) -> tuple[rf.Estimate, rf.Estimate]:
-    """TTFT and TPOT of a turn whose ``context`` tokens hold ``cached`` ones already in the cache. One agent: the
-    depth estimates (the prefill of the new tokens after the cached ones, as --test depth predicts pp at depth;
-    the decode step at the middle of the answer, as it predicts tg). N agents: the serving closed loop."""
+def _turn_costs(s: Setup, agents: int, context: int, cached: int, output: int,
+                first: bool = False) -> tuple[rf.Estimate, rf.Estimate, rf.Estimate]:
+    """TTFT, TPOT and the slowest TTFT of a turn whose ``context`` tokens hold ``cached`` ones already in the cache.
+    One agent: the depth estimates (the prefill of the new tokens after the cached ones, as --test depth predicts
+    pp at depth; the decode step at the middle of the answer, as it predicts tg). N agents: the serving closed
+    loop; its ``first`` turn is sent by every agent at once (sessions start together), so its prompts queue through
+    the slots and the step budget behind each other (the loop's start: its median and slowest request); later turns
+    come as each agent's answer ends, spread by that queue (the loop's steady state)."""
     if agents == 1:
-        return s.prefill(context - cached, cached), s.decode(context + output // 2)
+        t = s.prefill(context - cached, cached)
+        return t, s.decode(context + output // 2), t
     p = s.serve(agents, context - cached, output, cached)
-    return p.ttft_s, p.tpot_s
+    if first and p.ttft_start_s is not None:
+        return p.ttft_start_s, p.tpot_s, p.ttft_worst_s or p.ttft_start_s
+    return p.ttft_s, p.tpot_s, p.ttft_s
+
+
+def probe_turns(shape: SessionShape) -> list[int]:
+    """The turns a quick look at a session predicts (``probe``): the first (every agent at once), the middle and
+    the last (the deepest context)."""
+    last = max(1, shape.sent())
+    return sorted({1, (1 + last) // 2, last})
+
+
+def probe(s: Setup, shape: SessionShape, agents: int) -> tuple[float, float, float]:
+    """A session's slowest TTFT, median TTFT and median TPOT over ``probe_turns`` (seconds, estimates): what a
+    capacity search checks the SLOs on at each count of agents, a third of the work of every turn."""
+    worst, ttfts, tpots = 0.0, [], []
+    for k in probe_turns(shape):
+        ttft, tpot, slowest = _turn_costs(s, agents, shape.context(k), shape.cached(k), shape.output, k == 1)
+        worst = max(worst, slowest.estimate, ttft.estimate)
+        ttfts.append(ttft.estimate)
+        tpots.append(tpot.estimate)
+    return worst, statistics.median(ttfts), statistics.median(tpots)
 
 
 def held(s: Setup, agents: int) -> int:
@@ -202,18 +234,20 @@ def held(s: Setup, agents: int) -> int:
     return agents if s.kind == "batching" else min(agents, s.parallel)
 
 
-def predict_session(s: Setup, shape: SessionShape, agents: int = 1) -> SessionPrediction:
-    """Every turn of one agent's session, with ``agents`` agents running the same session on the box at once."""
+def predict_session(s: Setup, shape: SessionShape, agents: int = 1, cold: bool = True) -> SessionPrediction:
+    """Every turn of one agent's session, with ``agents`` agents running the same session on the box at once;
+    ``cold``: also without the prefix cache (else the cold figures are the cached ones: a ranking that reads only
+    the cached ones need not predict both)."""
     shape.check()
     out = shape.output
     turns = []
     for k in range(1, shape.sent() + 1):
         ctx, cached = shape.context(k), shape.cached(k)
-        ttft, tpot = _turn_costs(s, agents, ctx, cached, out)
-        cold_ttft, cold_tpot = _turn_costs(s, agents, ctx, 0, out)
+        ttft, tpot, worst = _turn_costs(s, agents, ctx, cached, out, k == 1)
+        cold_ttft, cold_tpot, _ = _turn_costs(s, agents, ctx, 0, out, k == 1) if cold else (ttft, tpot, worst)
         f = s.fit(ctx + out, held(s, agents))
         turns.append(TurnPrediction(k, ctx, cached, ttft, tpot, cold_ttft, cold_tpot, f.fits,
-                                    not f.fits and s.kind == "sequential" and agents == 1))
+                                    not f.fits and s.kind == "sequential" and agents == 1, worst))
     pred = SessionPrediction(agents, shape, turns, s.kind)
     pred.notes = assumptions(s, pred)
     return pred
@@ -228,15 +262,17 @@ def assumptions(s: Setup, p: SessionPrediction) -> list[str]:
                    "predicts pp at depth), decode the step at the middle of each answer (as it predicts tg)")
     elif s.kind == "sequential" and s.parallel < p.agents:
         slots = "one slot" if s.parallel == 1 else f"{s.parallel} slots"
-        out.append(f"{p.agents} agents on {slots}: a turn waits for the other agents' turns (their prefills and "
-                   "answers) as the serving prediction queues requests; think time is not used to spread them out "
-                   "(the waits are an upper bound)")
+        out.append(f"{p.agents} agents on {slots}: turn 1 is sent by every agent at once and waits for the turns "
+                   "ahead of it; a later turn waits for the other agents' turns (their prefills and answers) as the "
+                   "serving prediction queues requests; think time is not used to spread them out (the waits are "
+                   "an upper bound)")
     else:
-        out.append(f"{p.agents} agents in step (all at the same turn), the serving prediction's closed loop through "
-                   f"the engine's scheduler ({s.budget:,} tokens per step): decode steps batch the {p.agents} "
-                   "sequences, a turn's prompt queues behind the chunks of the prompts sent with it, and the steps "
-                   "that carry prompt chunks slow everyone's decode (TPOT); think time is not used to spread them "
-                   "out (the waits are an upper bound)")
+        out.append(f"{p.agents} agents through the engine's scheduler ({s.budget:,} tokens per step): turn 1 is sent "
+                   f"by all {p.agents} at once, so its prompts queue through the step budget behind each other (its "
+                   "median waits for half of them, its slowest for all); later turns arrive as each answer ends, "
+                   f"spread by that queue (the closed loop's steady state); decode steps batch the {p.agents} "
+                   "sequences, and the steps that carry prompt chunks slow everyone's decode (TPOT); think time is "
+                   "not used to spread them out (the waits are an upper bound)")
     out.append("cached: turn 1 finds the shared prefix in the cache (other sessions sent it); every later turn "
                "prefills only the previous answer and the new tool result; uncached: the whole context, every turn")
     if p.agents > 1 and s.slot_save(1):

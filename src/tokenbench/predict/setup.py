@@ -14,13 +14,29 @@ from ..errors import UsageError
 from . import queue
 from . import formats, memory, offload, parallelism, serving, speculation
 from . import roofline as rf
-from .bands import Band, Extrapolation
+from .bands import Band, Extrapolation, widen
 from .calibration import Calibration
+from .kind import Kind, kind_of
 from .priors import backend_key, engine_kind
 from .specs import Catalog, HardwareSpec, ModelSpec
 
+#: The metrics speculative decoding moves: a band on them widens by its gain (Setup.band).
+SPEC_METRICS = ("decode", "tpot", "throughput")
 #: The most GPUs one box holds (an HGX/DGX board): --tp beyond it would span boxes.
 MAX_TP = 8
+#: llama-server's slots when -np is not given: 4, sharing one unified KV cache (the "auto" default since
+#: ggml-org/llama.cpp PR 16736, October 2025; before it, one).
+LLAMA_DEFAULT_SLOTS = 4
+
+
+def usual_setup(hw: HardwareSpec) -> tuple[str, str, str]:
+    """The engine, weights and KV cache format people run on such a box, which fit, predict and recommend take
+    when none is given: vLLM with FP8 weights and an fp8 cache on a GPU with FP8 arithmetic, else BF16 with the
+    model's dtype; llama.cpp on the box's own backend with Q4_K_M and a q8_0 cache on unified-memory boxes (Strix
+    Halo, DGX Spark, Apple silicon), where vLLM is rarely run and no row measures it."""
+    if hw.kind == "gpu":
+        return ("vllm", "FP8", "FP8") if hw.has_fp8 else ("vllm", "BF16", "AUTO")
+    return (f"llama.cpp {hw.default_backend}", "Q4_K_M", "Q8_0")
 
 
 @dataclass(slots=True)
@@ -96,7 +112,16 @@ class Setup:
         the furthest the prediction reaches (``reach``: what the note under a table names)."""
         reach = self.reach if depth is None and concurrency is None else replace(
             self.reach, depth=depth or 0, concurrency=concurrency or 1)
-        return cal.band(self.backend, metric, reach, fallback)
+        b = cal.band(self.backend, metric, reach, fallback, self.kind_of(reach.concurrency))
+        if b is None or self.spec is None or metric not in SPEC_METRICS:
+            return b
+        # no row measured speculative decoding: its gain is the acceptance given, anywhere from none to all of it
+        gain = speculation.spec_speedup(self.spec.alpha, self.spec.gamma, self.spec.draft_cost)
+        return widen(b, [(math.log(max(gain, 1.0)), f"speculative decoding's x{gain:.2f}, which no row measured")])
+
+    def kind_of(self, concurrency: int) -> Kind:
+        """The kind of this prediction at ``concurrency`` sequences, which its band is kept under (kind.py)."""
+        return kind_of(self.backend, self.hw, self.model, concurrency)
 
     @property
     def budget(self) -> int:

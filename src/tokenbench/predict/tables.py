@@ -22,9 +22,10 @@ def _f(v: float | None, d: int = 1) -> str:
 
 
 def hardware_table(cat: Catalog) -> Table:
+    """Every box, its id and the other names every command takes for it (--hardware, --price, --owned)."""
     head = ["Hardware", "Name", "Memory GiB", "BW GB/s", "BF16 TFLOPS", "FP8 TFLOPS", "GHz", "Source"]
-    rows = [[h.id, h.name, _f(h.mem_gb, 0), _f(h.bw_gbs, 0), _f(h.bf16_tflops), _f(h.fp8_tflops),
-             _f(h.boost_ghz, 2), h.source] for h in cat.hardware.values()]
+    rows = [[h.id, h.name + (f" (also: {', '.join(h.aliases)})" if h.aliases else ""), _f(h.mem_gb, 0), _f(h.bw_gbs, 0),
+             _f(h.bf16_tflops), _f(h.fp8_tflops), _f(h.boost_ghz, 2), h.source] for h in cat.hardware.values()]
     return head, rows
 
 
@@ -115,6 +116,24 @@ def bands(s: Setup, cal: Calibration, metrics: list[str]) -> dict[str, float | N
     return {m: (b.pct if (b := s.band(cal, m)) else None) for m in metrics}
 
 
+def source_text(s: Setup, cal: Calibration, metrics: list[str]) -> str:
+    """Whose held-out rows each metric's band comes from, in one sentence: the prediction's own kind's, or those it
+    borrows (a borrowed band states at least 80%: the widest at hand, widened further)."""
+    kind = s.kind_of(s.reach.concurrency)
+    groups: dict[tuple[str, bool], list[str]] = {}
+    for m in metrics:
+        found = cal.band_source(kind, m) if cal.kind_bands else None
+        whose, b, borrowed = found or (s.backend, cal.bands.get(s.backend, {}).get(m), False)
+        if b is not None:
+            groups.setdefault((whose, borrowed), []).append(f"{m} {band_span(b.pct)} (n={b.n})")
+    said = [f"80% of held-out rows of {whose} measured within {', '.join(ms)} of their prediction"
+            + (" (borrowed: at least 80%)" if borrowed else "") for (whose, borrowed), ms in groups.items()]
+    text = "bands: " + "; ".join(said)
+    if any(borrowed for _, borrowed in groups):
+        text += f"; {kind.words()} has too few held-out rows of its own: a band borrowed from others is widened"
+    return text
+
+
 def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
     if not s.calibrated:
         return (f"UNCALIBRATED: no measurements of {s.backend} stand behind a fitted estimate; only the physical "
@@ -122,10 +141,7 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
     banded = {m: b for m in metrics if (b := s.band(cal, m))}
     parts = []
     if banded:
-        parts.append(f"bands: 80% of held-out rows of {s.backend} measured within "
-                     + ", ".join(f"{m} {band_span((cal.band(s.backend, m) or b).pct)} (n={b.n})"
-                                 for m, b in banded.items())
-                     + " of their prediction")
+        parts.append(source_text(s, cal, list(banded)))
         wider = sorted({why for b in banded.values() for why in b.widened})
         if wider:
             parts.append("widened, where an estimate reaches beyond the rows, up to "
@@ -141,8 +157,8 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
         parts.append("too few held-out rows for a band: " + ", ".join(m for m in metrics if m not in banded))
     tail = " (leave-one-source-out: each source predicted by a fit on the others)"
     if s.spec is not None:
-        tail += ("; no published row used speculative decoding: the bands are plain decoding's, the acceptance "
-                 "rate you gave adds its own uncertainty")
+        tail += ("; no published row used speculative decoding: the decode, TPOT and throughput bands widen by its "
+                 "gain, which the acceptance rate you gave decides")
     return "; ".join(parts) + tail
 
 

@@ -42,7 +42,7 @@ def mcnemar_exact(b: int, c: int) -> float:
         return 1.0
     k = min(b, c)
     tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    return min(1.0, 2.0 * float(tail))
 
 
 def bootstrap_interval(diffs: list[float], seed: int = 0, resamples: int = RESAMPLES,

@@ -17,7 +17,8 @@ from typing import Any
 from ..sse import SSEParser
 from ..trajectories.boundary import Refusal
 from ..trajectories.messages import message
-from ..trajectories.model import JSON, Message
+from ..chat import Message
+from ..trajectories.model import JSON
 from ..wire import WireError, count, loads
 
 #: The most bytes of one answer kept for the log (a bigger one is forwarded whole, and not recorded).

@@ -58,17 +58,17 @@ class Proxy:
         self.failed: Counter[str] = Counter()
         self.stopping = False
         self._in_flight: dict[str, list[float]] = {}  # X-Session-ID -> sent times of its requests in flight
-        self.session: aiohttp.ClientSession | None = None
+        self.http: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        self.session = aiohttp.ClientSession(
+        self.http = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
             auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar())
 
     async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
+        if self.http is not None:
+            await self.http.close()
 
     def clock(self) -> float:
         return time.perf_counter() - self.clock0
@@ -112,11 +112,11 @@ class Proxy:
             del self._in_flight[sid]
 
     async def _send(self, method: str, path: str, headers: CIMultiDict[str], body: bytes) -> aiohttp.ClientResponse:
-        assert self.session is not None
+        assert self.http is not None
         url = URL(self.upstream + path, encoded=True)
         for attempt in (1, 2):
             try:
-                return await self.session.request(method, url, headers=headers, data=body or None,
+                return await self.http.request(method, url, headers=headers, data=body or None,
                                                   allow_redirects=False, skip_auto_headers=SKIP_AUTO)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
                 if attempt == 2 or isinstance(e, aiohttp.ClientConnectorError):

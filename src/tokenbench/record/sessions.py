@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..trajectories.model import Message
+from ..chat import Message
 
 #: The shortest argument text that names a subagent's task (shorter ones, a path or a flag, are everywhere).
 HANDOFF_CHARS = 16

@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from ..trajectories.model import Message
+from ..chat import Message
 
 ROUNDING = "floor"
 
@@ -84,22 +84,22 @@ class UpstreamTokenizer:
     def __init__(self, root: str) -> None:
         self.root = root
         self._adapter: Any = None
-        self._session: aiohttp.ClientSession | None = None
+        self._http: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        if self._http is not None:
+            await self._http.close()
 
     async def _ready(self, auth: dict[str, str]) -> Any:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
         if self._adapter is None:
             from ..errors import EndpointError
             from ..servers import discover
 
             key = auth.get("Authorization", "").removeprefix("Bearer ").strip() or auth.get("x-api-key")
             try:
-                info = await discover(self._session, self.root + "/v1", key, model="-")
+                info = await discover(self._http, self.root + "/v1", key, model="-")
             except EndpointError as e:
                 raise TokenizerError(f"the upstream could not be asked for its tokenizer ({e})") from None
             if info.adapter.tokenize_path is None:
@@ -108,9 +108,9 @@ class UpstreamTokenizer:
         return self._adapter
 
     async def _post(self, path: str, body: dict[str, Any], auth: dict[str, str]) -> dict[str, Any]:
-        assert self._session is not None
+        assert self._http is not None
         try:
-            async with self._session.post(self.root + path, json=body, headers=auth) as r:
+            async with self._http.post(self.root + path, json=body, headers=auth) as r:
                 got = await r.json(content_type=None) if r.status == 200 else None
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
             raise TokenizerError(f"the upstream's {path} failed ({type(e).__name__})") from None

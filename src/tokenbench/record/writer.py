@@ -23,7 +23,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from .. import redact
 from .anthropic import answer as messages_answer
@@ -273,7 +273,7 @@ class WriterLink:
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
         transport, self._replies = await loop.create_unix_connection(_Replies, sock=self._sock)
-        self._transport = cast(asyncio.Transport, transport)
+        self._transport = transport
         self._transport.write(frame(self.config))
 
     def put(self, ex: Exchange) -> None:

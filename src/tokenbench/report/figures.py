@@ -24,7 +24,7 @@ def plotly_js() -> str:
     except ImportError:
         raise UsageError("the HTML report needs Plotly: pip install 'tokenbench[report]'") from None
     # no "</script>" may end the inline script early
-    return get_plotlyjs().replace("</script", "<\\/script")
+    return str(get_plotlyjs()).replace("</script", "<\\/script")
 
 
 def _e(s: str) -> str:

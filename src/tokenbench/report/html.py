@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from .. import __version__, session_view
 from ..bootstrap import RESAMPLES
+from ..checks import FAIL
 from ..compare.levels import TIE, CompareRow, ratio_cell
 from ..cost import output_rate
 from ..levels import LevelSummary, of_depth, of_serving
@@ -317,7 +318,7 @@ def _guard(g: facts.GuardState) -> str:
            '<th class="text">Threshold</th><th class="text">Advice</th><th class="text">First seen</th>'
            "<th>Snapshots</th></tr>"]
     for where, name, status, observed, threshold, advice, n in g.problems:
-        cls = "dirty" if status == facts.FAIL else ""
+        cls = "dirty" if status == FAIL else ""
         out.append(f'<tr><td>{_e(name)}</td><td class="text {cls}">{_e(status)}</td><td class="text">{_e(observed)}</td>'
                    f'<td class="text">{_e(threshold)}</td><td class="text">{_e(advice)}</td>'
                    f'<td class="text">{_e(where)}</td><td>{n} of {g.recorded}</td></tr>')

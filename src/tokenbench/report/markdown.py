@@ -6,7 +6,10 @@ import re
 from pathlib import Path
 
 from .. import session_view
-from ..levels import depth_levels, serving
+from ..cells import level_label
+from ..compare.replays import is_replay_run
+from ..levels import ServingLevel, depth_levels, serving
+from ..replay_table import bin_rows, replay_heading, replay_lines
 from ..layout import format_markdown, md_escape
 from ..sweep_table import format_sweep_markdown
 from ..results import RunResult
@@ -24,6 +27,8 @@ def _heading(r: RunResult) -> list[str]:
              md_escape(f"{what}; {m.provenance or 'measured'} {m.started or ''}".strip())]
     if wl.get("kind") == "sessions":
         lines.append(md_escape(f"workload: {facts.workload(r)}"))
+    elif wl.get("kind") == "replay":
+        lines.append(md_escape(f"workload: {replay_heading(wl)}"))
     elif wl.get("input_len"):
         lines.append(f"workload: {wl.get('input_len')} in / {wl.get('output_len')} out tokens")
     if m.bands:  # a prediction's, as predict printed them
@@ -43,6 +48,17 @@ def _sessions(r: RunResult) -> list[str]:
     return lines
 
 
+def _replays(levels: list[ServingLevel]) -> list[str]:
+    """A replay of recorded agents: each level's trees, cache and validity, and TTFT against context."""
+    lines = ["", "### Recorded agents, replayed", ""]
+    lines += [md_escape(f"- {line}") for s in levels for line in replay_lines(s)]
+    for s in levels:
+        if s.replay is not None and s.replay.by_context:
+            lines += ["", md_escape(f"{level_label(s)}: TTFT by the context a call sent, and by the tokens prefilled:"),
+                      "", format_markdown(*bin_rows(s))]
+    return lines
+
+
 def section(r: RunResult) -> str:
     m = r.manifest
     levels = [o.summary for o in r.outcomes]
@@ -56,7 +72,9 @@ def section(r: RunResult) -> str:
                  f"{s.pp_tps or s.tg_tps:,.1f}" + (f" ± {(s.pp_tps_sd or s.tg_tps_sd):.1f}" if (s.pp_tps_sd or s.tg_tps_sd) else "")]
                 for s in bench]
         lines.append(format_markdown(["Test", "Depth", "tok/s"], rows))
-    if session_view.is_session_run(r):
+    if is_replay_run(r):
+        lines += _replays(serve)
+    elif session_view.is_session_run(r):
         lines += _sessions(r)
     lines += ["", f"<!-- /tokenbench:run {r.run_id} -->"]
     return "\n".join(lines)

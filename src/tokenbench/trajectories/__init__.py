@@ -1,5 +1,5 @@
 """Recorded agent trajectories: typed loaders for the formats coding-agent sessions are recorded in, and the one
-typed model (``model``) a replayer drives whatever the source. ``load_trajectories(path)`` reads any of them;
+typed model (``model``) a replayer drives whatever the source. ``load.load_trajectories(path)`` reads any of them;
 ``detect_format`` / ``is_trajectory_file`` tell a trajectory file from an open-loop trace (trace.py).
 
 Formats: ``weka`` (kv-cache-tester / AgentX Claude Code traces, ``weka``), ``mlcommons`` (MLPerf Agentic Inference
@@ -7,12 +7,3 @@ JSONL, ``mlcommons``), ``tracelab`` (TraceLab rounds, ``tracelab``), ``session-l
 chat requests, ``session_log``). Each module's docstring documents its format, its sources and the readings it
 takes where a file is ambiguous.
 """
-
-from .figures import Figures
-from .load import detect_format, is_trajectory_file, load_trajectories
-from .model import (ROLES, TRACE_FORMATS, TRAJECTORY_FORMATS, Blocks, Call, HashIds, Message, PauseFrom, Role,
-                    Rounding, Subagent, ToolCall, ToolUse, Trajectory, TrajectoryFormat, TrajectorySet)
-
-__all__ = ["ROLES", "TRACE_FORMATS", "TRAJECTORY_FORMATS", "Blocks", "Call", "Figures", "HashIds", "Message",
-           "PauseFrom", "Role", "Rounding", "Subagent", "ToolCall", "ToolUse", "Trajectory", "TrajectoryFormat",
-           "TrajectorySet", "detect_format", "is_trajectory_file", "load_trajectories"]

@@ -180,7 +180,7 @@ def rounding_of(n_ids: int, input_tokens: int, size: int, name: str,
     floor, ceil = input_tokens // size, -(-input_tokens // size)
     for kind, n in (("floor", floor), ("ceil", ceil)):
         if n_ids == n and kind in allowed:
-            return kind  # type: ignore[return-value]
+            return kind
     expected = " or ".join(f"{n} ({kind}(in / block))" for kind, n in (("floor", floor), ("ceil", ceil))
                            if kind in allowed and not (kind == "ceil" and ceil == floor))
     raise Refusal(name, f"{n_ids} hash ids for {input_tokens} tokens in blocks of {size}, where {expected} "

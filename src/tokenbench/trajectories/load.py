@@ -127,7 +127,7 @@ def load_trajectories(path: str | Path, fmt: str | None = None, block: int | Non
         trees, size = load_session_log(p, text, block)
     if not trees:
         raise UsageError(f"{p}: no trajectory in it" + (f" ({_skips(skipped)})" if skipped else ""))
-    return _set(p, sha, kind, trees, size, skipped)  # type: ignore[arg-type]
+    return _set(p, sha, kind, trees, size, skipped)
 
 
 def _skips(skipped: Counter[str]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .boundary import Refusal, as_list, as_obj, as_optional_text, as_text
-from .model import ROLES, Message, ToolCall
+from ..chat import ROLES, Message, ToolCall
 
 
 def tool_call(value: Any, name: str) -> ToolCall:

@@ -33,7 +33,8 @@ from typing import Any
 
 from .boundary import Refusal, as_list, as_obj, as_optional_text, as_seconds, as_text, json_lines, refuse
 from .messages import tool_call
-from .model import JSON, Call, Message, Trajectory
+from ..chat import Message
+from .model import JSON, Call, Trajectory
 
 _NEXT = {None: ("user",), "user": ("assistant",), "assistant": ("tool", "user"), "tool": ("assistant", "user")}
 
@@ -98,7 +99,7 @@ def _row(conv: _Conversation, row: dict[str, Any], line: int, tools: _Tools) -> 
     role = row.get("role")
     if role not in ("user", "assistant", "tool"):
         raise Refusal("role", f"{role!r} is not user, assistant or tool")
-    if role not in _NEXT[conv.role]:  # type: ignore[index]
+    if role not in _NEXT[conv.role]:
         raise Refusal("role", f"{role} after {conv.role or 'the start'} (the order is user, assistant, then tool "
                               "or user)")
     conv.turn, conv.role = turn, role

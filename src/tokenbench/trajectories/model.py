@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from ..chat import Message
+
 if TYPE_CHECKING:
     from .figures import Figures
 
@@ -31,8 +33,6 @@ TRAJECTORY_FORMATS: tuple[TrajectoryFormat, ...] = ("weka", "mlcommons", "tracel
 #: Every name ``--trace-format`` takes: trace.py's two open-loop formats, then the trajectory formats.
 TRACE_FORMATS: tuple[str, ...] = ("mooncake", "csv", *TRAJECTORY_FORMATS)
 
-Role = Literal["system", "developer", "user", "assistant", "tool"]
-ROLES: tuple[Role, ...] = ("system", "developer", "user", "assistant", "tool")
 #: How a call's hash ids cover its prompt: ``floor`` hashes only whole blocks (``in // block`` ids, the rest of the
 #: prompt an unhashed tail, as Weka traces and vLLM's prefix cache count); ``ceil`` hashes the partial last block
 #: too (``ceil(in / block)`` ids, as Mooncake traces count).
@@ -138,45 +138,6 @@ class Blocks:
         if self.rounding == "ceil" and n:
             return [self.size] * (n - 1) + [self.input_tokens - self.size * (n - 1)]
         return [self.size] * n
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """An assistant message's call of a tool, as OpenAI chat writes it (``arguments``: JSON text as recorded)."""
-
-    id: str
-    name: str
-    arguments: str
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One chat message. ``content``: text, OpenAI content parts (raw JSON), or None (an assistant message that
-    only calls tools). ``reasoning_content``: the reasoning an assistant message carried, where recorded."""
-
-    role: Role
-    content: str | tuple[JSON, ...] | None
-    reasoning_content: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_call_id: str | None = None  # a tool message: the call it answers
-    name: str | None = None
-
-    def to_wire(self, reasoning: bool = True) -> dict[str, Any]:
-        """The message as /v1/chat/completions takes it (``reasoning``: send ``reasoning_content`` back too)."""
-        out: dict[str, Any] = {"role": self.role,
-                               "content": list(self.content) if isinstance(self.content, tuple) else self.content}
-        if reasoning and self.reasoning_content is not None:
-            out["reasoning_content"] = self.reasoning_content
-        if self.tool_calls:
-            out["tool_calls"] = [c.to_wire() for c in self.tool_calls]
-        if self.tool_call_id is not None:
-            out["tool_call_id"] = self.tool_call_id
-        if self.name is not None:
-            out["name"] = self.name
-        return out
 
 
 @dataclass(frozen=True, slots=True)

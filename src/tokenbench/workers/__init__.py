@@ -1,7 +1,7 @@
 """Load generation on every core (``--workers N``) and on many machines (``--ray ADDRESS``).
 
 One client process on one event loop tops out near 250k chunks/s and, when a whole wave of streams is
-re-sent at once, queues the later sends behind the earlier ones (issue 13). Here a level is split over
+re-sent at once, queues the later sends behind the earlier ones. Here a level is split over
 workers, each a :class:`LoadWorker` with its own event loop, session and client, running the same
 ``loadgen.run_phase`` as a single-process sweep. The driver (the sweep) hands each worker its share and its
 prompts, drains finished records and merges them into one level.

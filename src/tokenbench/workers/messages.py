@@ -14,7 +14,7 @@ from ..records import Phase, RequestRecord
 
 @dataclass(slots=True, frozen=True)
 class ClientSpec:
-    """What a worker needs to build the same client as the driver's (a session is not sent across)."""
+    """What a worker needs to build the same client as the driver's (an HTTP session is not sent across)."""
 
     base_url: str
     model: str
@@ -36,13 +36,13 @@ class ClientSpec:
                    dict(client.body_extras), client.timeout_s, client.stall_timeout_s, client.one_token_per_chunk,
                    client.fresh_connection, counter_path, tuple(client.stream_options.items()), client.lean)
 
-    def build(self, session: aiohttp.ClientSession) -> StreamClient:
+    def build(self, http: aiohttp.ClientSession) -> StreamClient:
         counter = None
         if self.counter_path:
             from ..workload import LocalTokenizer
 
             counter = LocalTokenizer(self.counter_path)
-        return StreamClient(session=session, base_url=self.base_url, model=self.model, api=self.api,
+        return StreamClient(http=http, base_url=self.base_url, model=self.model, api=self.api,
                             api_key=self.api_key, temperature=self.temperature, body_extras=dict(self.body_extras),
                             timeout_s=self.timeout_s, stall_timeout_s=self.stall_timeout_s, counter=counter,
                             one_token_per_chunk=self.one_token_per_chunk, fresh_connection=self.fresh_connection,

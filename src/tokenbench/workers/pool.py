@@ -35,7 +35,8 @@ DRAIN_PERIOD_S = 0.1
 START_LEAD_S = 0.05
 #: Sends a worker must have made in a phase before its send queue weighs the next split.
 MIN_QUEUE_SAMPLES = 8
-_STAMPS = ("scheduled_ns", "sent_ns", "written_ns", "first_byte_ns", "first_token_ns", "first_answer_ns", "end_ns")
+_STAMPS = ("scheduled_ns", "sent_ns", "written_ns", "first_byte_ns", "first_token_ns", "first_text_ns",
+           "first_answer_ns", "first_tool_ns", "end_ns")
 
 
 class PromptFeed(Protocol):

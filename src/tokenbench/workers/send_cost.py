@@ -68,8 +68,8 @@ async def send_cost_us(spec: ClientSpec, prompt_chars: int = 512, wave: int = WA
     req = PreparedRequest("x" * max(1, prompt_chars), 1)
     costs = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     trace_configs=[trace_config()]) as session:
-        client = sink_spec(spec, f"http://127.0.0.1:{port}/v1").build(session)
+                                     trace_configs=[trace_config()]) as http:
+        client = sink_spec(spec, f"http://127.0.0.1:{port}/v1").build(http)
         try:
             for k in range(waves + 1):
                 records = [RequestRecord(index=i, phase="warmup") for i in range(wave)]

@@ -28,9 +28,9 @@ from ..loadgen import Level
 from ..distribution import percentile
 
 #: Streams one worker is given before ``--workers auto`` adds another: at 64 streams of 100 tok/s one
-#: process spends about 16% of a core on reads (2.5 µs a chunk, issue 13), and its send bursts stay short.
+#: process spends about 16% of a core on reads (2.5 µs a chunk, measured by benchmarks/client_overhead.py), and its send bursts stay short.
 STREAMS_PER_WORKER = 64
-#: ``--workers auto``'s goal for a wave of re-sends (issue 24): its p90 send queue, in ms.
+#: ``--workers auto``'s goal for a wave of re-sends: its p90 send queue, in ms.
 SEND_QUEUE_GOAL_MS = 1.0
 #: Workers' send queues closer than this ratio (slowest over fastest) are one speed: the split stays even, so a
 #: timer's noise does not move streams from level to level.

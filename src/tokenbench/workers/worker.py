@@ -1,4 +1,4 @@
-"""The load-generating worker: its share of each phase run on its own event loop, session and client.
+"""The load-generating worker: its share of each phase run on its own event loop, HTTP session and client.
 
 The same class serves in a local process (``process.py``) and as a Ray actor (``raypool.py``).
 """
@@ -45,7 +45,7 @@ class LoadWorker:
         self.spec = spec
         self.index = index
         self.node = node
-        self._session: aiohttp.ClientSession | None = None
+        self._http: aiohttp.ClientSession | None = None
         self._client: StreamClient | None = None
         self._task: asyncio.Task[Any] | None = None
         self._records: list[RequestRecord] = []
@@ -64,9 +64,9 @@ class LoadWorker:
 
     async def start(self, task: PhaseTask) -> None:
         if self._client is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+            self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                                   trace_configs=[trace_config()])
-            self._client = self.spec.build(self._session)
+            self._client = self.spec.build(self._http)
         if self._task is not None and not self._task.done():
             raise RuntimeError("a phase is already running on this worker")
         self._records, self._done, self._drained = [], [], set()
@@ -140,5 +140,5 @@ class LoadWorker:
             self._task.cancel()
         if self._client is not None:
             await self._client.close()
-        if self._session is not None:
-            await self._session.close()
+        if self._http is not None:
+            await self._http.close()

@@ -1,0 +1,73 @@
+"""What a level's repetitions and a depth run's steps cannot say by themselves: throughput that varies between
+repetitions, a depth rate whose spread is half its mean, a context that was not warm, the server's timings against
+the client's, a rate above the server's own, a depth that does not fit the slot. Each a ``findings.Finding``, its
+threshold a named constant in ``findings``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .findings import (COLD_SHARE, SERVER_TG_MARGIN, TIMINGS_TOLERANCE, UNSTABLE_REPETITION_CV, UNSTABLE_SD_SHARE,
+                       Code, Finding)
+
+
+def unstable_repetitions(cv: float | None, n: int) -> Finding | None:
+    """Throughput that varies between repetitions of one level (``UNSTABLE_REPETITION_CV``)."""
+    if cv is None or cv < UNSTABLE_REPETITION_CV:
+        return None
+    return Finding(Code.UNSTABLE, f"throughput varies {cv:.0%} between repetitions: the bench is noisy",
+                   observed=cv, threshold=UNSTABLE_REPETITION_CV, unit="cv", n=n)
+
+
+def unstable_depth_rate(kind: str, mean: float | None, sd: float | None, reps: list[float]) -> Finding | None:
+    """A depth pp or tg rate whose spread is over ``UNSTABLE_SD_SHARE`` of its mean."""
+    if not mean or sd is None or sd <= UNSTABLE_SD_SHARE * mean:
+        return None
+    return Finding(Code.UNSTABLE,
+                   f"{kind} varies {sd / mean:.0%} of its mean over {len(reps)} repetitions "
+                   f"({', '.join(f'{v:,.1f}' for v in reps)} tok/s): not a measurement",
+                   "quiet the machine, raise --repetitions or --tg", sd / mean, UNSTABLE_SD_SHARE, "sd/mean", len(reps))
+
+
+def context_not_warm(depth: int, pp: int, steps: Sequence[tuple[float | None, float]]) -> Finding | None:
+    """Depth: (fill_s, pp_s) per repetition; the pp step re-processed the context (``COLD_SHARE``)."""
+    fills = [fill for fill, _ in steps if fill]
+    if not fills or depth < 4 * pp:
+        return None
+    cold = [(fill or 0.0, pp_s) for fill, pp_s in steps if fill and pp_s > COLD_SHARE * fill]
+    if not cold:
+        return None
+    fill_s, pp_s = cold[0]
+    return Finding(Code.CONTEXT_NOT_WARM,
+                   f"the pp step took {pp_s * 1000:.0f} ms against {fill_s * 1000:.0f} ms to fill the {depth}-token "
+                   "context: the server did not keep it warm, so pp includes the depth's prefill",
+                   "vLLM: --enable-prefix-caching; llama.cpp: one client per slot",
+                   pp_s / fill_s, COLD_SHARE, "pp time / fill time", len(steps))
+
+
+def timings_disagree(server_pp: float, client_pp: float) -> Finding | None:
+    """Depth: the server's prefill rate and the client's differ by more than ``TIMINGS_TOLERANCE``."""
+    off = abs(server_pp - client_pp) / client_pp
+    if off <= TIMINGS_TOLERANCE:
+        return None
+    return Finding(Code.TIMINGS_DISAGREE,
+                   f"the server's timings say {server_pp:,.0f} tok/s prefill, the client measured {client_pp:,.0f}: "
+                   "network or queueing time is in the client's figure", observed=off, threshold=TIMINGS_TOLERANCE,
+                   unit="relative difference")
+
+
+def exceeds_server_timings(client_tg: float, server_tg: float) -> Finding | None:
+    """Depth: the client's tg above what the server's own timings allow (``SERVER_TG_MARGIN``)."""
+    if client_tg <= server_tg * (1 + SERVER_TG_MARGIN):
+        return None
+    return Finding(Code.EXCEEDS_SERVER_TIMINGS,
+                   f"the client timed tg at {client_tg:,.1f} tok/s, faster than the server's own timings allow "
+                   f"({server_tg:,.1f} tok/s): chunks were held back and sent together", "not published",
+                   client_tg, server_tg * (1 + SERVER_TG_MARGIN), "tok/s")
+
+
+def exceeds_context(depth: int, pp: int, tg: int, slot_ctx: int) -> Finding:
+    """Depth: a depth that does not fit the server's slot context, kept as skipped."""
+    return Finding(Code.EXCEEDS_CONTEXT,
+                   f"depth {depth} + pp {pp} + tg {tg} does not fit the server's {slot_ctx}-token slot context",
+                   "not run (raise the server's -c, or fewer slots)", depth + pp + tg, slot_ctx, "tokens")

@@ -1,0 +1,165 @@
+"""A stored run in the shapes other people read (``tokenbench export RUN --as FORMAT``), each of which ``import``
+reads back to the same levels:
+
+- ``published-csv``: the rows ``calibrate`` reads (predict/measured.py's layout), one figure a row at full
+  precision, each row's engine build (``date``, ``version``) and guard stamp (``note``), and the run's machine
+  snapshot and guard verdict in ``#`` lines above the header, which ``calibrate`` skips and ``import`` keeps. The
+  figures are the levels' own (a TTFT median over all of a level's requests), so the file reads back to the same
+  levels; ``calibrate --runs`` reads a stored run's requests themselves;
+- ``llama-bench-md``: llama-bench's Markdown table (``-o md``: model, backend, test, t/s ``mean ± sd``, the
+  ``build:`` line under it), the shape llama.cpp's community posts, for depth and llama-bench runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass
+
+from . import __version__
+from .errors import UsageError
+from .levels import DepthLevel
+from .predict.measured import COLUMNS, Row, run_rows
+from .results import RunResult
+
+FORMATS = ("published-csv", "llama-bench-md")
+#: llama.cpp's backends as llama-bench names them in its table (tokenbench's engine names are lower case).
+BACKENDS = {"cuda": "CUDA", "vulkan": "Vulkan", "rocm": "ROCm", "metal": "Metal", "cpu": "CPU", "sycl": "SYCL",
+            "blas": "BLAS"}
+
+
+@dataclass(slots=True)
+class Placing:
+    """The box, model and formats the rows say (published.csv's columns); None: what the run says of itself."""
+
+    hardware: str | None = None
+    model: str | None = None
+    engine: str | None = None
+    weights: str | None = None
+    kv: str | None = None
+
+
+def _guard_stamp(run: RunResult) -> dict[int, str]:
+    """Each level's guard stamp, in words: clean, or the checks that failed before it."""
+    out = {}
+    for o in run.outcomes:
+        g = o.summary.guard
+        if g is None:
+            out[o.idx] = "no guard"
+        elif g.clean:
+            out[o.idx] = "guard clean"
+        else:
+            failed = [str(getattr(c, "name", c.get("name") if isinstance(c, dict) else c)) for c in g.failed]
+            out[o.idx] = "guard dirty: " + (", ".join(failed) or "a check failed")
+    return out
+
+
+def _rows(run: RunResult, place: Placing) -> list[Row]:
+    m = run.manifest
+    rows = run_rows(run, place.hardware or m.hardware or "", place.engine or m.engine or "",
+                    place.model or m.model or "", (place.weights or m.weights or m.quant or "").upper(),
+                    (place.kv or m.kv or "").upper(), p99=True, flagged=True)
+    if not rows:
+        raise UsageError(f"run {run.run_id} has no level published.csv holds (complete pp/tg levels at concurrency 1, "
+                         "or serving levels with their lengths)")
+    return rows
+
+
+def _header(run: RunResult, rows: int, skipped: int) -> list[str]:
+    m = run.manifest
+    lines = [f"# tokenbench {__version__}: run {run.run_id} ({m.label or 'no label'}), {m.provenance or 'measured'}"
+             f", {rows} rows" + (f"; {skipped} level(s) it cannot hold left out (unfinished, or no lengths)"
+                                 if skipped else "") + "; a flagged level's rows name its flags, and calibrate --runs "
+             "leaves such levels out",
+             f"# engine: {m.engine or 'unknown'} {m.engine_version or ''}".rstrip()]
+    for key in ("machine", "server_host", "guard_before_run"):
+        value = getattr(m, key)
+        if value:
+            lines.append(f"# {key}: {json.dumps(value, sort_keys=True, default=str)}")
+    if m.guard:
+        lines.append(f"# guard: {json.dumps(m.guard)}")
+    return lines
+
+
+def published_csv(run: RunResult, place: Placing) -> str:
+    """The run's rows in the published.csv layout, values at full precision (they read back bit for bit)."""
+    rows = _rows(run, place)
+    stamps = _guard_stamp(run)
+    source = re.sub(r"[\s,]+", "-", str(run.manifest.source or run.manifest.label or run.run_id))
+    host = str(run.manifest.host or run.manifest.label or run.run_id)
+    used = _levels_in(rows, run)
+    buf = io.StringIO()
+    for line in _header(run, len(rows), sum(1 for o in run.outcomes if o.idx not in used)):
+        buf.write(line + "\n")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        idx = _level_of(r, run)
+        note = r.raw["note"].replace(f"run {run.run_id}", stamps.get(idx, "no guard"), 1)
+        w.writerow({**r.raw, "source": source, "host": host, "value": repr(r.value), "note": note})
+    return buf.getvalue()
+
+
+def _level_of(r: Row, run: RunResult) -> int:
+    """The level a row came from (its test, depth, concurrency and lengths)."""
+    for o in run.outcomes:
+        s = o.summary
+        if isinstance(s, DepthLevel) and s.test == r.test and (s.depth or 0) == r.depth:
+            return o.idx
+        if r.test == "serve" and s.concurrency == r.concurrency and (s.depth or 0) == r.depth and \
+                s.input_tokens_mean and round(s.input_tokens_mean) == r.input_len:
+            return o.idx
+    return -1
+
+
+def _levels_in(rows: list[Row], run: RunResult) -> set[int]:
+    return {_level_of(r, run) for r in rows}
+
+
+def _rate(mean: float, sd: float | None) -> str:
+    return f"{mean:.2f} ± {sd or 0:.2f}"
+
+
+def llama_bench_md(run: RunResult) -> str:
+    """llama-bench's Markdown table of the run's pp and tg levels (``pp512 @ d4096``; llama-benchy's `` (c2)``
+    where a level ran at a concurrency above 1) and its ``build:`` line."""
+    m = run.manifest
+    engine = (m.engine or "").split(" ", 1)
+    backend = BACKENDS.get(engine[1].lower(), engine[1]) if len(engine) == 2 and engine[0] == "llama.cpp" else ""
+    cells = []
+    for o in run.outcomes:
+        s = o.summary
+        if not isinstance(s, DepthLevel) or o.status != "complete":
+            continue
+        rate = (s.pp_tps, s.pp_tps_sd) if s.pp_tps is not None else (s.tg_tps, s.tg_tps_sd)
+        if rate[0] is None:
+            continue
+        test = (s.test or "") + (f" @ d{s.depth}" if s.depth else "") + \
+            (f" (c{s.concurrency})" if (s.concurrency or 1) > 1 else "")
+        cells.append([str(m.model or m.label or ""), backend, test, _rate(rate[0], rate[1])])
+    if not cells:
+        raise UsageError(f"run {run.run_id} has no pp or tg level: a serving run is no llama-bench table; export it "
+                         "--as published-csv")
+    head = ["model", "backend", "test", "t/s"]
+    width = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
+    right = [False, False, True, True]
+
+    def line(values: list[str]) -> str:
+        return "| " + " | ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, width, right)) + " |"
+
+    out = [line(head), "| " + " | ".join(("-" * (w - 1) + ":") if r else "-" * w for w, r in zip(width, right)) + " |"]
+    out += [line(c) for c in cells]
+    build = re.fullmatch(r"b(\d+)", m.engine_version or "")
+    if build:
+        out += ["", f"build: {m.extra.get('build_commit') or 'unknown'} ({build.group(1)})"]
+    return "\n".join(out) + "\n"
+
+
+def export(run: RunResult, fmt: str, place: Placing) -> str:
+    if fmt == "published-csv":
+        return published_csv(run, place)
+    if fmt == "llama-bench-md":
+        return llama_bench_md(run)
+    raise UsageError(f"--as {fmt}: give one of {', '.join(FORMATS)}")

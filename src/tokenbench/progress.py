@@ -1,0 +1,36 @@
+"""What a measuring run tells its caller as it goes: a level starting and ending, each request done, notes and
+warnings. The CLI shows them (``cli/sweep.py``'s ``RichReporter``: a live bar, or a line a level); a library caller
+may pass ``QuietReporter``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .levels import ServingLevel
+    from .records import RequestRecord
+
+
+class Reporter(Protocol):
+    def level_start(self, description: str, total: int | None, duration_s: float | None) -> None: ...
+    def request_done(self, record: RequestRecord) -> None: ...
+    def level_end(self, summary: ServingLevel) -> None: ...
+    def note(self, text: str) -> None: ...
+    def warn(self, text: str) -> None: ...
+
+
+class QuietReporter:
+    def level_start(self, description: str, total: int | None, duration_s: float | None) -> None:
+        pass
+
+    def request_done(self, record: RequestRecord) -> None:
+        pass
+
+    def level_end(self, summary: ServingLevel) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
+
+    def warn(self, text: str) -> None:
+        pass

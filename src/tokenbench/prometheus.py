@@ -1,0 +1,24 @@
+"""A Prometheus text page read into numbers: the one reader of an engine's ``/metrics`` and of an exporter's page
+(power/url.py)."""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def parse(text: str) -> dict[str, float]:
+    """Prometheus text -> {sample name: value}, summed over label sets (engines, GPUs); buckets and values that
+    are not finite dropped. Text that is not Prometheus' raises ValueError, whatever the parser tripped on."""
+    out: dict[str, float] = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                v = float(s.value)
+                if s.name.endswith(("_bucket", "_created")) or not math.isfinite(v):
+                    continue
+                out[s.name] = out.get(s.name, 0.0) + v
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:
+        raise ValueError(f"not Prometheus text: {type(e).__name__}") from None
+    return out

@@ -1,0 +1,106 @@
+"""The box under test, read where it is: power from its own sources, and the clean-bench guard on its own host.
+
+Where a run reads power (``PowerPlan``): the server host's ``tokenbench agent`` (``--agent``: its sources, its
+guard, its snapshot), a meter a user points at (``--power-url``, ``--power-cmd``), or this machine's own sources
+(NVML, amdgpu, RAPL) where the server runs here. A server on another machine with none of those has no power
+figure: this machine's would describe the client, not the box. ``ServerHost`` is one run's: it opens the meter,
+measures the box idle where asked, takes the host's snapshot for the manifest, and checks the host's guard before
+every level (a dirty server host refuses under ``--guard strict``, naming the host)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .guard import refuse_if_dirty
+
+if TYPE_CHECKING:
+    from .checks import GuardSnapshot
+    from .hostagent.client import AgentClient
+    from .power.interval import Interval
+    from .power.sampler import LocalMeter, PowerMeter
+
+
+@dataclass(frozen=True, slots=True)
+class PowerPlan:
+    """Where a run reads power and the server host's guard. ``agent_token`` is used, never stored."""
+
+    agent: str | None = None  # the server host's agent URL
+    agent_token: str | None = None
+    sources: str = "auto"  # this machine's (power.choose.CHOICES)
+    url: str | None = None
+    cmd: str | None = None
+    idle_s: float | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """What a run's manifest records (no token)."""
+        where = "agent" if self.agent else "url" if self.url else "command" if self.cmd else \
+            "none" if self.sources == "none" else "this machine"
+        return {"read": where, "agent": self.agent, "sources": self.sources, "url": self.url,
+                "command": self.cmd, "idle_s": self.idle_s}
+
+
+class ServerHost:
+    """One run's view of the box under test: its power meter, idle figure, snapshot and guard."""
+
+    def __init__(self, plan: PowerPlan, meter: PowerMeter | None, agent: AgentClient | None) -> None:
+        self.plan, self.meter, self.agent = plan, meter, agent
+        self.idle: list[Interval] = []
+        self.snapshot: dict[str, Any] | None = None
+        #: why no figure is read, where none is: each level's telemetry says it
+        self.note = "no meter reads the box under test: --agent on the server host, --power-url or --power-cmd"
+
+    @classmethod
+    async def open(cls, plan: PowerPlan | None) -> ServerHost:
+        """Open the meter the plan names (none for None); measure the box idle where asked; take the host's
+        snapshot through its agent."""
+        plan = plan or PowerPlan(sources="none")
+        if plan.agent:
+            from .hostagent.client import AgentClient
+
+            agent = AgentClient(plan.agent, plan.agent_token or "")
+            host = cls(plan, agent, agent)
+            host.snapshot = (await agent.host()).to_dict()
+        elif plan.sources == "none" and not plan.url and not plan.cmd:
+            return cls(plan, None, None)
+        else:
+            meter = _local(plan)
+            host = cls(plan, meter if meter.samplers else None, None)
+            if not meter.samplers:
+                host.note = "this machine has no power source tokenbench reads" + (
+                    f" ({'; '.join(meter.notes)})" if meter.notes else "")
+        if plan.idle_s and host.meter is not None:
+            from .power.sampler import measure_idle
+
+            host.idle = await measure_idle(host.meter, plan.idle_s)
+        return host
+
+    async def guard(self, mode: str, where: str) -> GuardSnapshot | None:
+        """The server host's guard before a level (None without an agent, or with the guard off); strict mode
+        refuses a dirty host here."""
+        if self.agent is None or mode == "off":
+            return None
+        snap = await self.agent.guard()
+        refuse_if_dirty(mode, snap, f"on the server host ({self.plan.agent}) {where}")
+        return snap
+
+    def manifest(self) -> dict[str, Any]:
+        out = self.plan.describe()
+        if self.idle:
+            out["idle"] = [{"source": i.source, "mean_w": i.mean_w, "seconds": round(i.covered_s, 3)}
+                           for i in self.idle]
+        return out
+
+    async def close(self) -> None:
+        if self.meter is not None:
+            close = getattr(self.meter, "close", None)
+            if close is not None:
+                await close()
+
+
+def _local(plan: PowerPlan) -> LocalMeter:
+    from .power.choose import open_sources
+    from .power.sampler import LocalMeter
+
+    sources, notes = open_sources(plan.sources, plan.url, plan.cmd)
+    return LocalMeter(sources, 0.5, notes).start()

@@ -1,0 +1,250 @@
+"""A level's steady state: the figures of its plateau beside those of its whole window, and what says a level did
+not settle.
+
+A closed loop ramps up (its streams start one by one) and drains (its last requests finish with fewer and fewer in
+flight); an open loop ramps until its queue reaches the offered rate's steady number in flight, and drains after
+its last arrival. Over the whole window both count as if they were the load. The plateau is the span in which the
+load was what the level asked for: in flight at least ``PLATEAU_SHARE`` of the target (a closed loop's concurrency;
+an open loop's median in flight while it still sends), from the first moment it got there to the last. Its
+figures: output tokens that arrived inside it (each stream's chunks stamped where they arrived), over its length;
+and the latencies of the requests sent inside it.
+
+Three readings of a level's own records say it did not settle, each a finding with its remedy: latency that
+drifts from its first third to its last; a tail that is a cluster of its own far from the body (a few requests
+that waited for a one-time cost); a per-agent rate below half of what the level's own TPOT allows, which neither
+TTFT nor pauses explain.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .distribution import Distribution
+from .records import RequestRecord
+
+NS_PER_S = 1_000_000_000
+NS_PER_MS = 1_000_000
+#: In flight at least this share of the target is the plateau (the issue of a 2-stream level: 0.95 x 2 = 2).
+PLATEAU_SHARE = 0.95
+#: A plateau shorter than this share of the level's window is no plateau: the level was mostly ramp and drain.
+PLATEAU_MIN_SHARE = 0.5
+#: Median TTFT (or TPOT) of the last third this many times the first third's: the level drifted.
+DRIFT_RATIO = 1.5
+#: Requests a third must have for a drift to be told from noise, and the least change that counts (ms).
+DRIFT_MIN_THIRD, DRIFT_MIN_MS = 5, 5.0
+#: A tail cluster: the slowest requests (at most this share) at least this many times the median of the rest, and
+#: at least TAIL_MIN_MS above it (a 1 ms body's 5 ms outliers are noise, not a one-time cost).
+TAIL_SHARE, TAIL_RATIO, TAIL_MIN_MS = 0.1, 5.0, 20.0
+
+
+@dataclass(slots=True)
+class Plateau:
+    """A level's figures over its plateau. ``start_s``/``end_s``: seconds from the window's start."""
+
+    start_s: float
+    end_s: float
+    share: float  # of the level's window
+    in_flight_target: float
+    output_throughput_tps: float
+    request_throughput_rps: float
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    requests: int  # sent inside it
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["duration_s"] = self.duration_s
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Plateau:
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        for k in ("ttft_ms", "tpot_ms"):
+            d[k] = Distribution(**d[k]) if isinstance(d.get(k), dict) else Distribution(n=0)
+        return cls(**d)
+
+
+def in_flight_steps(records: list[RequestRecord]) -> list[tuple[int, int]]:
+    """(time, requests in flight from then on), at every send and every end."""
+    events = sorted([(r.sent_ns, 1) for r in records if r.end_ns is not None] +
+                    [(r.end_ns, -1) for r in records if r.end_ns is not None], key=lambda e: (e[0], e[1]))
+    out, n = [], 0
+    for t, d in events:
+        n += d
+        out.append((t, n))
+    return out
+
+
+def plateau(records: list[RequestRecord], concurrency: int | None, window: tuple[int, int]) -> Plateau | None:
+    """The level's plateau and its figures; None where it has none (too few requests, or never at its load)."""
+    measured = [r for r in records if r.phase == "measured" and r.end_ns is not None]
+    if any(r.session is not None for r in measured):
+        return None  # agents pause between turns: fewer in flight than agents is their load, not a ramp
+    steps = in_flight_steps(measured)
+    if len(measured) < 4 or not steps or window[1] <= window[0]:
+        return None
+    if concurrency:
+        target = float(concurrency)
+    else:  # an open loop: its usual number in flight while it still sends
+        last_send = max(r.sent_ns for r in measured)
+        during = [n for t, n in steps if t <= last_send]
+        target = statistics.median(during) if during else 0.0
+    need = max(1, round(PLATEAU_SHARE * target))
+    at = [i for i, (_, n) in enumerate(steps) if n >= need]
+    if not at:
+        return None
+    start = steps[at[0]][0]
+    end = steps[at[-1] + 1][0] if at[-1] + 1 < len(steps) else steps[at[-1]][0]
+    if end <= start or (end - start) < PLATEAU_MIN_SHARE * (window[1] - window[0]):
+        return None
+    return _figures(measured, start, end, window, target)
+
+
+def _figures(measured: list[RequestRecord], start: int, end: int, window: tuple[int, int], target: float) -> Plateau:
+    tokens = 0.0
+    for r in measured:
+        if r.ok and r.chunk_ns and r.output_tokens:
+            per = r.output_tokens / len(r.chunk_ns)
+            tokens += per * sum(1 for t in r.chunk_ns if start <= t < end)
+    inside = [r for r in measured if start <= r.sent_ns < end and r.ok]
+    span_s = (end - start) / NS_PER_S
+    done = sum(1 for r in measured if r.ok and r.end_ns is not None and start <= r.end_ns < end)
+    tpots = [(r.end_ns - r.first_token_ns) / NS_PER_MS / (r.output_tokens - 1) for r in inside
+             if r.first_token_ns is not None and r.end_ns is not None and r.output_tokens and r.output_tokens > 1]
+    return Plateau(start_s=(start - window[0]) / NS_PER_S, end_s=(end - window[0]) / NS_PER_S,
+                   share=(end - start) / (window[1] - window[0]), in_flight_target=target,
+                   output_throughput_tps=tokens / span_s, request_throughput_rps=done / span_s,
+                   ttft_ms=Distribution.of([r.ttft_ns / NS_PER_MS for r in inside if r.ttft_ns is not None]),
+                   tpot_ms=Distribution.of(tpots), requests=len(inside))
+
+
+# ---- what says a level did not settle ------------------------------------------------------------------------------
+
+#: ``--warmup auto``: at most this many rounds of warm-up, until one round's median TTFT is within SETTLED_RATIO of
+#: the round's before, or SETTLED_MS (a timer's jitter on a fast server).
+WARMUP_ROUNDS = 6
+SETTLED_RATIO, SETTLED_MS = 0.2, 2.0
+
+
+def settled(before: list[RequestRecord], last: list[RequestRecord]) -> bool:
+    """Whether the last warm-up round's median TTFT is within SETTLED_RATIO of the round's before it (every
+    earlier warm-up request counts as before: the last round of them)."""
+    def median(rs: list[RequestRecord]) -> float | None:
+        v = [r.ttft_ns for r in rs if r.ok and r.ttft_ns is not None]
+        return statistics.median(v) if v else None
+
+    a, b = median(before[-len(last):] if last else []), median(last)
+    return a is not None and b is not None and abs(b - a) <= max(SETTLED_RATIO * a, SETTLED_MS * NS_PER_MS)
+
+def drift(records: list[RequestRecord]) -> tuple[str, float, float] | None:
+    """The latency (TTFT, else TPOT) whose median in the last third of the level, by send time, is DRIFT_RATIO
+    times the first third's or more (or as much less): (which, first, last) in ms; None where it held."""
+    ok = sorted((r for r in records if r.phase == "measured" and r.ok), key=lambda r: r.sent_ns)
+    third = len(ok) // 3
+    if third < DRIFT_MIN_THIRD:
+        return None
+    reads: tuple[tuple[str, Callable[[RequestRecord], int | None]], ...] = (
+        ("TTFT", lambda r: r.ttft_ns), ("E2E", lambda r: r.e2e_ns))
+    for name, value in reads:
+        first = [v / NS_PER_MS for r in ok[:third] if (v := value(r)) is not None]
+        last = [v / NS_PER_MS for r in ok[-third:] if (v := value(r)) is not None]
+        if len(first) < DRIFT_MIN_THIRD or len(last) < DRIFT_MIN_THIRD:
+            continue
+        a, b = statistics.median(first), statistics.median(last)
+        if a > 0 and b > 0 and max(a, b) / min(a, b) >= DRIFT_RATIO and abs(b - a) >= DRIFT_MIN_MS:
+            return name, a, b
+    return None
+
+
+def tail_cluster(values_ms: list[float]) -> tuple[int, float, float] | None:
+    """The slowest few values (at most TAIL_SHARE of them) far above the rest: (how many, their smallest, the
+    median of the rest); None where the tail belongs to the body."""
+    v = sorted(values_ms)
+    if len(v) < 10:
+        return None
+    body = statistics.median(v)
+    far = [x for x in v if x >= TAIL_RATIO * max(body, 1e-3) and x - body >= TAIL_MIN_MS]
+    if not far or len(far) > TAIL_SHARE * len(v):
+        return None
+    rest = v[: len(v) - len(far)]
+    gap = far[0] / max(rest[-1], 1e-3) if rest else 0.0
+    return (len(far), far[0], statistics.median(rest)) if gap >= 2.0 else None
+
+
+def stagger_window(records: list[RequestRecord]) -> float:
+    """``--phase staggered``: the span a closed loop's first sends are spread over, seconds: the warm-up requests'
+    median send-to-last-byte time (a tenth of a second without a warm-up)."""
+    e2e = [r.e2e_ns for r in records if r.phase == "warmup" and r.ok and r.e2e_ns is not None]
+    return statistics.median(e2e) / NS_PER_S if e2e else 0.1
+
+
+# ---- a closed loop's waves ----------------------------------------------------------------------------------------
+
+#: Waves of a level that phase-locked: at least this many waves, two wave sizes each this often, and the median TTFT
+#: of one size this many times another's.
+PHASE_MIN_WAVES, PHASE_MIN_EACH, PHASE_TTFT_RATIO = 6, 3, 1.5
+
+
+@dataclass(slots=True)
+class WaveSize:
+    size: int  # requests sent within one server step of the wave's first
+    waves: int
+    ttft_ms_p50: float | None
+
+
+@dataclass(slots=True)
+class Waves:
+    """How a closed loop's requests arrived: in waves of requests sent within one server step (``step_ms``, the
+    level's median TPOT) of each other, each size with its median TTFT. ``phase_locked``: the loop fell into a split
+    it kept (say, one request alone and three together, level after level), so a request's TTFT says which wave it
+    landed in as much as what the server does."""
+
+    step_ms: float
+    by_size: list[WaveSize]
+    phase_locked: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Waves:
+        sizes = [WaveSize(**{k: v for k, v in x.items() if k in WaveSize.__dataclass_fields__})
+                 for x in d.get("by_size") or [] if isinstance(x, dict)]
+        return cls(float(d.get("step_ms") or 0.0), sizes, bool(d.get("phase_locked")))
+
+
+def _grouped(sent: list[RequestRecord], step_ms: float) -> list[list[RequestRecord]]:
+    """Requests in send order, grouped: each with the group whose first it was sent within ``step_ms`` of."""
+    groups: list[list[RequestRecord]] = []
+    for r in sent:
+        if groups and r.sent_ns - groups[-1][0].sent_ns <= step_ms * NS_PER_MS:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def waves(records: list[RequestRecord], concurrency: int | None, step_ms: float | None) -> Waves | None:
+    """A closed loop's waves (None for one stream, an open loop, or too few requests)."""
+    sent = sorted((r for r in records if r.phase == "measured" and r.ok), key=lambda r: r.sent_ns)
+    if not concurrency or concurrency < 2 or len(sent) < 2 * concurrency or not step_ms:
+        return None
+    groups = _grouped(sent, step_ms)
+    by: dict[int, list[list[RequestRecord]]] = {}
+    for g in groups:
+        by.setdefault(len(g), []).append(g)
+    sizes = []
+    for size in sorted(by):
+        ttfts = [r.ttft_ns / NS_PER_MS for g in by[size] for r in g if r.ttft_ns is not None]
+        sizes.append(WaveSize(size, len(by[size]), statistics.median(ttfts) if ttfts else None))
+    common = [s for s in sizes if s.waves >= PHASE_MIN_EACH and s.ttft_ms_p50]
+    locked = len(groups) >= PHASE_MIN_WAVES and len(common) >= 2 and \
+        max(s.ttft_ms_p50 or 0 for s in common) >= PHASE_TTFT_RATIO * min(s.ttft_ms_p50 or 0 for s in common)
+    return Waves(step_ms, sizes, locked)

@@ -1,0 +1,172 @@
+"""Numbers about the box under test, read on the box: a sweep with --agent reads each level's power through the
+server host's agent and checks that host's guard before every level; a server on another machine with no meter
+has no power figure (this machine's would describe the client); an agent that stops mid-run costs the power figure,
+said in one line, and nothing else. Against the emitter, and an agent on the loopback in a thread of its own."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.cli.power import power_plan
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.hostagent.server import AgentConfig, serve
+from tokenbench.power import LocalMeter, PowerSource, Scope
+
+TOKEN = "box-token-123456"
+WARN_ONLY = ("serving_processes", "free_memory", "swap_activity", "cpu_load", "gpu_nvml", "gpu_amd", "temperature",
+             "fans", "cpu_governor", "power_cap")
+
+
+class Steady(PowerSource):
+    """A box that draws 250 W, on an energy counter."""
+
+    name = "steady"
+    measures = Scope.WHOLE_BOX
+    counter = True
+    note = ""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+
+    def sample(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+        return {"box": 250.0}, {"box": 250.0 * (time.monotonic() - self.t0)}, {}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def agent(cfg: AgentConfig | None = None) -> Iterator[tuple[str, threading.Event]]:
+    """``tokenbench agent`` on a loopback port, in a thread with its own event loop; the event stops it."""
+    port = _port()
+    stop_now = threading.Event()
+    ready = threading.Event()
+
+    def run() -> None:
+        async def go() -> None:
+            stop = asyncio.Event()
+
+            async def watch() -> None:
+                while not stop_now.is_set():
+                    await asyncio.sleep(0.02)
+                stop.set()
+
+            task = asyncio.get_running_loop().create_task(watch())
+            conf = cfg or AgentConfig(TOKEN, port=port, guard_sample_s=0.05)
+            conf.port = port
+            await serve(conf, LocalMeter([Steady()], 0.05), lambda url: ready.set(), stop)
+            await task
+
+        asyncio.run(go())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield f"http://127.0.0.1:{port}", stop_now
+    finally:
+        stop_now.set()
+        thread.join(10)
+
+
+def sweep(emitter: BackgroundEmitter, tmp_path: Path, *argv: str) -> tuple[int, dict[str, Any]]:
+    out = tmp_path / "r.json"
+    code = main(["sweep", "--url", emitter.url, "--quiet", "--no-metrics", "--concurrency", "2", "--requests", "8",
+                 "--input-len", "16", "--output-len", "24", "--json", str(out), *argv])
+    return code, json.loads(out.read_text()) if out.exists() else {}
+
+
+def test_power_and_the_guard_are_read_on_the_server_host(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(itl_s=0.01)
+    with agent() as (url, _):
+        code, doc = sweep(emitter, tmp_path, "--agent", url, "--agent-token", TOKEN, "--guard", "warn")
+    assert code == 0, doc
+    man = doc["manifest"]
+    assert man["power"]["read"] == "agent" and man["power"]["agent"] == url and TOKEN not in json.dumps(doc)
+    assert man["server_host"] and man["server_host"]["power_sources"]
+    lv = doc["levels"][0]
+    tele = lv["telemetry"]
+    assert tele["power_source"] == "steady" and tele["power_measures"] == Scope.WHOLE_BOX.value
+    assert tele["gpu_power_w_mean"] == pytest.approx(250.0, rel=0.02)
+    # joules per token: the box's 250 W over the level's span, per output token it made
+    assert tele["j_per_output_token"] == pytest.approx(tele["energy_j"] / lv["total_output_tokens"])
+    assert lv["client"]["server_guard"]["checks"]
+
+
+def test_a_dirty_server_host_refuses_a_strict_run_naming_the_host(emitter: BackgroundEmitter, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    stray = subprocess.Popen(["bash", "-c", "exec -a llama-server sleep 30"])  # another server on the host
+    try:
+        time.sleep(0.3)
+        # this machine's guard only records (the test runs beside the stray process); the host's refuses
+        lenient = tmp_path / "guard.toml"
+        lenient.write_text("".join(f"[{name}]\nseverity = \"warn\"\n" for name in WARN_ONLY))
+        with agent() as (url, _):
+            code, _doc = sweep(emitter, tmp_path, "--agent", url, "--agent-token", TOKEN, "--guard", "strict",
+                               "--guard-config", str(lenient))
+    finally:
+        stray.kill()
+        stray.wait()
+    err = capsys.readouterr().err
+    assert code != 0 and "server host" in err and url in err and "serving_processes" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_an_agent_that_stops_mid_run_costs_the_power_figure_only(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    emitter.configure(itl_s=0.02)
+    with agent() as (url, stop):
+        threading.Timer(0.6, stop.set).start()  # the host goes away during the first level
+        code, doc = sweep(emitter, tmp_path, "--agent", url, "--agent-token", TOKEN, "--guard", "off")
+    assert code == 0, doc
+    tele = doc["levels"][0]["telemetry"]
+    assert tele["gpu_power"] == "not available" and "\n" not in tele["power_note"] and tele["power_note"]
+    assert doc["levels"][0]["completed"] == 8  # the load and its figures are kept
+
+
+def test_a_wrong_token_is_one_line_before_anything_runs(emitter: BackgroundEmitter, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    with agent() as (url, _):
+        code, _doc = sweep(emitter, tmp_path, "--agent", url, "--agent-token", "wrong-token-0000")
+    err = capsys.readouterr().err
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "token" in err.lower(), err
+    assert "wrong-token-0000" not in err
+
+
+def _plan(url: str | None, *argv: str) -> Any:
+    p = argparse.ArgumentParser()
+    p.add_argument("--url")
+    from tokenbench.cli.power import add_power_options
+
+    add_power_options(p)
+    a = p.parse_args(["--url", url, *argv] if url else list(argv))
+    return power_plan(a, list(argv))
+
+
+def test_power_is_read_where_the_box_is() -> None:
+    # a server elsewhere, no meter named: no figure (this machine's would be the client's)
+    assert _plan("http://gpu-box.example:8000/v1").describe()["read"] == "none"
+    # the server here (embedded, or a loopback URL): this machine's sources
+    assert _plan(None).describe()["read"] == "this machine"
+    assert _plan("http://127.0.0.1:8000/v1").describe()["read"] == "this machine"
+    # a meter the user names, for a server anywhere
+    assert _plan("http://gpu-box.example:8000/v1", "--power-cmd", "echo 300").describe()["read"] == "command"
+    from tokenbench.errors import UsageError
+
+    with pytest.raises(UsageError, match="--idle-power measures the box under test"):
+        _plan("http://gpu-box.example:8000/v1", "--idle-power", "10s")

@@ -1,0 +1,205 @@
+"""Results that travel both ways: ``tokenbench export`` writes a run as the rows calibrate reads (published.csv)
+or as llama-bench's Markdown table, and ``import`` reads either back to the same levels; a serving run with its
+requests (imported or measured) anchors the serving and queue model (``calibrate --runs``), and ``predict
+--against ROWS --calibration MINE`` prints each row before and after."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.levels import DepthLevel, ServingLevel
+from tokenbench.predict.calibration import Calibration
+from tokenbench.predict.measured import read_rows, steady_state
+from tokenbench.predict.rows import row_arrivals
+from tokenbench.predict.setup import Setup
+from tokenbench.predict.specs import Catalog
+from tokenbench.records import RequestRecord
+from tokenbench.store import Store
+
+DATA = Path(__file__).parent / "data"
+BOX, MODEL, WEIGHTS, KV, ENGINE = "nvidia-h100-sxm", "qwen3.6-27b", "FP8", "FP8", "vllm"
+
+
+def _levels(db: Path, label: str) -> list[Any]:
+    store = Store(db)
+    return [s for *_, s in store.levels(store.resolve(label).id)]
+
+
+def _figures(s: Any) -> tuple[Any, ...]:
+    """What published.csv holds of a level."""
+    if isinstance(s, DepthLevel):
+        return (s.test, s.depth, s.pp_tps, s.tg_tps)
+    assert isinstance(s, ServingLevel)
+    return (s.concurrency, round(s.input_tokens_mean or 0), round(s.output_tokens_mean or 0), s.output_throughput_tps,
+            s.ttft_ms.p50, s.ttft_ms.p99, s.tpot_ms.p50)
+
+
+def _export(db: Path, label: str, fmt: str, out: Path, *extra: str) -> str:
+    assert main(["export", label, "--as", fmt, "--out", str(out), "--db", str(db), *extra]) == 0
+    return out.read_text()
+
+
+@pytest.mark.parametrize("name", ["vllm_serve_result.json", "llama_bench.json", "inferencex_agg.json"])
+def test_published_csv_reads_back_to_the_same_levels_bit_for_bit(name: str, tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    assert main(["import", str(DATA / name), "--label", "src", "--db", str(db)]) == 0
+    text = _export(db, "src", "published-csv", tmp_path / "out.csv")
+    assert text.startswith("# tokenbench ") and "\nsource,host,hardware," in text
+    assert main(["import", str(tmp_path / "out.csv"), "--label", "back", "--db", str(db)]) == 0
+    store = Store(db)
+    back = next(r for r in store.runs() if (r.label or "").startswith("back"))
+    before = sorted(_figures(s) for s in _levels(db, "src"))
+    after = sorted(_figures(s) for *_, s in store.levels(back.id))
+    assert after == before  # full precision: every figure the same float
+    # and the rows are what calibrate reads
+    assert len(read_rows(tmp_path / "out.csv")) == text.count("\n") - text.count("\n#") - 2
+
+
+def test_a_measured_run_carries_its_guard_stamp_and_machine(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    emitter.configure(ttft_s=0.005, itl_s=0.002)
+    assert main(["sweep", "--url", emitter.url, "--concurrency", "1,2", "--requests", "6", "--output-len", "8",
+                 "--label", "mine", "--quiet", "--db", str(db)]) == 0
+    out = tmp_path / "mine.csv"
+    text = _export(db, "mine", "published-csv", out, "--hardware", BOX, "--model", MODEL)
+    assert "\n# machine: {" in text and "guard" in text.split("\nsource,")[1]
+    rows = read_rows(out)
+    assert {r.metric for r in rows} == {"output_tps", "ttft_median", "ttft_p99", "tpot_median"}
+    assert {r.hardware for r in rows} == {BOX} and {r.concurrency for r in rows} == {1, 2}
+    assert all(r.raw["note"].startswith("guard ") for r in rows)
+    assert main(["import", str(out), "--label", "back", "--db", str(db)]) == 0
+    store = Store(db)
+    back = next(r for r in store.runs() if (r.label or "").startswith("back"))
+    assert back.manifest["machine"] == store.resolve("mine").manifest["machine"]
+    assert sorted(_figures(s) for *_, s in store.levels(back.id)) == sorted(_figures(s) for s in _levels(db, "mine"))
+
+
+@pytest.mark.parametrize("name", ["llama_bench.json", "llama_benchy.json"])
+def test_llama_bench_markdown_reads_back_and_writes_the_same_bytes(name: str, tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    assert main(["import", str(DATA / name), "--label", "src", "--db", str(db)]) == 0
+    first = _export(db, "src", "llama-bench-md", tmp_path / "a.md")
+    assert first.splitlines()[0].startswith("| model ") and " ± " in first
+    assert main(["import", str(tmp_path / "a.md"), "--label", "back", "--db", str(db)]) == 0
+    src, back = _levels(db, "src"), _levels(db, "back")
+    key = lambda s: (s.test, s.depth, s.concurrency)  # noqa: E731
+    assert [key(s) for s in back] == [key(s) for s in src]
+    for a, b in zip(src, back):  # the table's precision: two decimals
+        assert (b.pp_tps, b.tg_tps) == tuple(None if v is None else round(v, 2) for v in (a.pp_tps, a.tg_tps))
+    assert _export(db, "back", "llama-bench-md", tmp_path / "b.md") == first  # byte for byte
+    if name == "llama_bench.json":  # llama-bench's build line survives
+        assert "build: b5a7d8e (6123)" in first and Store(db).resolve("back").manifest["engine_version"] == "b6123"
+
+
+def test_a_serving_run_is_no_llama_bench_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "r.db")
+    assert main(["import", str(DATA / "vllm_serve_result.json"), "--label", "v", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["export", "v", "--as", "llama-bench-md", "--db", db]) == 2
+    assert "export it --as published-csv" in capsys.readouterr().err
+
+
+# --- per-request rows for the queue model ----------------------------------------------------------------------
+
+def _rec(i: int, sent_ms: float, ttft_ms: float, out: int = 128) -> RequestRecord:
+    sent = int(sent_ms * 1e6)
+    return RequestRecord(index=i, sent_ns=sent, first_token_ns=sent + int(ttft_ms * 1e6), end_ns=sent + 10**9,
+                         output_tokens=out)
+
+
+def test_the_steady_state_leaves_the_start_burst_out() -> None:
+    """The queue model keeps a closed loop's first wave (all N prompts at once) apart from its steady state: a
+    row read from requests does the same, and says whether the answers varied in length."""
+    recs = [_rec(i, i, 900.0) for i in range(4)] + [_rec(4 + i, 1000 + i, 100.0 + i) for i in range(8)]
+    ttft, note = steady_state(recs, 4)
+    assert ttft == pytest.approx(103.5) and "after the first 4" in note and "spread" not in note
+    varied = [_rec(i, i, 100.0, out=64 + 32 * (i % 3)) for i in range(12)]
+    assert "arrivals spread" in steady_state(varied, 4)[1]
+
+
+def _prediction(n: int, prompt: int, output: int) -> tuple[float, float, float]:
+    s = Setup.make(Catalog.load(), Calibration.packaged(), BOX, MODEL, WEIGHTS, KV, ENGINE)
+    p = s.serve(n, prompt, output)
+    assert p.ttft_start_s is not None
+    return p.ttft_s.estimate, p.ttft_start_s.estimate, p.tpot_s.estimate
+
+
+def _vllm_detailed(path: Path, n: int, prompt: int, output: int, slow_ttft: float, slow_tpot: float,
+                   rounds: int = 6) -> None:
+    """A --save-detailed result of a closed loop of ``n`` agents whose TTFT and TPOT are ``slow_*`` times what the
+    packaged calibration predicts (the start's burst at its own predicted TTFT): a box slower than the fit."""
+    ttft, ttft_start, tpot = _prediction(n, prompt, output)
+    starts, ttfts, lats = [], [], []
+    for a in range(n):
+        t = 0.0
+        for k in range(rounds):
+            first = (ttft_start if k == 0 else ttft) * slow_ttft
+            lat = first + (output - 1) * tpot * slow_tpot
+            starts.append(100.0 + t + a * 1e-4)
+            ttfts.append(first)
+            lats.append(lat)
+            t += lat
+    dur = max(s + la for s, la in zip(starts, lats)) - min(starts)
+    m = len(starts)
+    srt = sorted(ttfts)
+    path.write_text(json.dumps({
+        "date": "20261115-120000", "backend": "vllm", "model_id": "Qwen/Qwen3.6-27B-FP8", "num_prompts": m,
+        "request_rate": "inf", "max_concurrency": n, "duration": dur, "completed": m, "failed": 0,
+        "total_input_tokens": prompt * m, "total_output_tokens": output * m, "request_throughput": m / dur,
+        "output_throughput": output * m / dur, "median_ttft_ms": srt[m // 2] * 1000,
+        "input_lens": [prompt] * m, "output_lens": [output] * m, "ttfts": ttfts,
+        "itls": [[tpot * slow_tpot] * (output - 1)] * m, "latencies": lats, "start_times": starts,
+        "errors": [""] * m}))
+
+
+def test_calibrate_runs_fits_the_queue_model_to_imported_requests(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    db, mine, rows = tmp_path / "r.db", tmp_path / "mine.toml", tmp_path / "rows.csv"
+    f = tmp_path / "h100-c8.json"
+    _vllm_detailed(f, 8, 1024, 128, slow_ttft=1.4, slow_tpot=1.15)
+    assert main(["import", str(f), "--label", "h100-mine", "--db", str(db)]) == 0
+    place = ["--hardware", BOX, "--model", MODEL, "--weights", WEIGHTS, "--kv", KV, "--engine", ENGINE]
+    assert main(["calibrate", "--runs", "h100-mine", *place, "--out", str(mine), "--db", str(db)]) == 0
+    said = capsys.readouterr().out
+    assert "3 measurements from 1 run(s) of your own" in said
+    cal = Calibration.from_toml(mine.read_text(), origin=str(mine))
+    assert "anchored on 3 measurements of your own" in cal.efficiency("vllm-cuda").source
+    # the row calibrate read: the steady state's TTFT (the burst left out), 1.4x the packaged steady state
+    ttft, _, _ = _prediction(8, 1024, 128)
+    _export(db, "h100-mine", "published-csv", rows, *place)
+    capsys.readouterr()
+    assert main(["predict", "--against", str(rows), "--calibration", str(mine), "--json", "-"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["calibration"] == str(mine)
+    before = {r["metric"]: r for r in out["before"]["rows"]}
+    after = {r["metric"]: r for r in out["after"]["rows"]}
+    for metric in ("ttft_median", "tpot_median", "output_tps"):
+        assert abs(after[metric]["error_pct"]) < abs(before[metric]["error_pct"]), metric
+    assert float(before["ttft_median"]["value"]) == pytest.approx(1.4 * ttft * 1000, rel=1e-6)
+    assert main(["predict", "--against", str(rows), "--calibration", str(mine)]) == 0
+    table = capsys.readouterr().out
+    assert "Before" in table and "After" in table and "rows predicted closer after" in table
+
+
+def test_calibrate_reads_a_measured_runs_requests_too(tmp_path: Path) -> None:
+    """A tokenbench sweep keeps its requests: its rows are read from them as an import's are (a note per row)."""
+    from tokenbench.predict.own import own_rows
+    from tokenbench.predict.specs import Catalog as Cat
+
+    db = tmp_path / "r.db"
+    f = tmp_path / "c4.json"
+    _vllm_detailed(f, 4, 1024, 128, slow_ttft=1.0, slow_tpot=1.0)
+    assert main(["import", str(f), "--label", "run", "--db", str(db)]) == 0
+    rows, _ = own_rows(Store(db), ["run"], False, Cat.load(), BOX, MODEL, ENGINE, WEIGHTS, KV)
+    assert {r.metric for r in rows} == {"output_tps", "ttft_median", "tpot_median"}
+    assert all("requests, TTFT median of the 20 sent after the first 4" in r.raw["note"] for r in rows)
+    assert all(row_arrivals(r) == "together" for r in rows)
+    ttft = next(r for r in rows if r.metric == "ttft_median")
+    assert math.isclose(ttft.value, _prediction(4, 1024, 128)[0] * 1000, rel_tol=1e-6)
