@@ -16,7 +16,7 @@ from ..distribution import Distribution
 from ..levels import ServingLevel
 from ..records import RequestRecord
 from ..results import Manifest
-from .fields import FieldError, Imported, json_lines, load_json, need, number, text_field
+from .fields import FieldError, Imported, obj, json_lines, load_json, need, number, text_field
 from .perrequest import Timed, chunk_times, level, ns, record, stamp
 
 SUMMARY = "profile_export_aiperf.json"
@@ -120,12 +120,12 @@ def _summary_level(d: dict[str, Any], path: Path) -> ServingLevel:
 
 
 def _manifest(d: dict[str, Any], path: Path) -> Manifest:
-    cfg = d.get("input_config") if isinstance(d.get("input_config"), dict) else {}
+    cfg = obj(d, "input_config")
     models = ((cfg.get("models") or {}).get("items") or [{}]) if isinstance(cfg.get("models"), dict) else [{}]
-    ep = cfg.get("endpoint") if isinstance(cfg.get("endpoint"), dict) else {}
+    ep = obj(cfg, "endpoint")
     urls = ep.get("urls") or [None]
     prompts = next((ds.get("prompts") for ds in cfg.get("datasets") or [] if isinstance(ds, dict)), None) or {}
-    run = d.get("run_info") if isinstance(d.get("run_info"), dict) else {}
+    run = obj(d, "run_info")
     return Manifest.from_dict({  # the file's values, typed where they have the type
         "model": models[0].get("name") if isinstance(models[0], dict) else None, "engine": None,
         "endpoint": urls[0] if isinstance(urls, list) else None, "started": d.get("start_time"),

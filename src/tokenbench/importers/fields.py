@@ -95,3 +95,9 @@ def json_lines(path: Path, text: str) -> Iterator[tuple[int, Any]]:
             yield n, loads(line, f"line {n}", max_bytes=None)
         except WireError as e:
             raise UsageError(f"{path}: {e}; nothing was imported") from None
+
+
+def obj(d: dict[str, Any], key: str) -> dict[str, Any]:
+    """``d[key]`` where it is an object, else an empty one: an optional section of a file, read field by field."""
+    v = d.get(key)
+    return v if isinstance(v, dict) else {}

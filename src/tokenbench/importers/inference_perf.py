@@ -19,7 +19,7 @@ from typing import Any
 from ..levels import LevelSummary
 from ..records import RequestRecord
 from ..results import Manifest
-from .fields import FieldError, Imported, load_json, need, number
+from .fields import FieldError, Imported, obj, load_json, need, number
 from .perrequest import Timed, chunk_times, level, ns, record
 
 #: A pause with no request in flight at least this long starts a new stage (inference-perf's default interval).
@@ -42,8 +42,8 @@ def detect(path: Path, text: str) -> bool:
 
 def _tokens(info: dict[str, Any], computed: dict[str, Any], path: Path, where: str) -> tuple[int | None, int | None, str]:
     """Input and output tokens, and where the output count came from."""
-    rm = info.get("response_metrics") if isinstance(info.get("response_metrics"), dict) else {}
-    usage = rm.get("server_usage") if isinstance(rm.get("server_usage"), dict) else {}
+    rm = obj(info, "response_metrics")
+    usage = obj(rm, "server_usage")
     n_in = info.get("input_tokens", computed.get("input_tokens"))
     if usage.get("completion_tokens") is not None:
         n_out, src = usage["completion_tokens"], "usage"
@@ -54,7 +54,7 @@ def _tokens(info: dict[str, Any], computed: dict[str, Any], path: Path, where: s
 
 
 def _token_times(t: Timed, info: dict[str, Any], computed: dict[str, Any], path: Path, where: str) -> None:
-    rm = info.get("response_metrics") if isinstance(info.get("response_metrics"), dict) else {}
+    rm = obj(info, "response_metrics")
     for key in ("chunk_times", "output_token_times"):
         times = rm.get(key)
         if isinstance(times, list) and times:
@@ -80,8 +80,8 @@ def _timed(i: int, e: Any, path: Path) -> Timed:
         t.error_kind = str(kind or "error")[:60]
         t.error = str(err.get("error_msg") if isinstance(err, dict) else err)[:200]
         return t
-    info = e.get("info") if isinstance(e.get("info"), dict) else {}
-    computed = e.get("computed_metrics") if isinstance(e.get("computed_metrics"), dict) else {}
+    info = obj(e, "info")
+    computed = obj(e, "computed_metrics")
     if not info and not computed:
         raise FieldError(path, where, "neither info nor computed_metrics: the report was written without them")
     _token_times(t, info, computed, path, where)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -119,6 +120,34 @@ def steady_state(records: list[RequestRecord], concurrency: int) -> tuple[float 
     return ttft, f"{len(ok)} requests, {kept}" + ("; arrivals spread" if spread else "")
 
 
+#: A level with one of these flags is not what the box does: calibration leaves it out.
+SKIPPED = {"unstable", "dirty_bench", "context_not_warm", "client_bound", "errors", "exceeds_server_timings",
+           "prompt_truncated", "slots_exceeded"}
+
+
+def _shape(run: RunResult) -> str:
+    """What llama-bench's import kept (its micro-batch and flash attention), as a row's note reads it."""
+    ex = run.manifest.extra
+    return (f" -ub {ex['n_ubatch']}" if isinstance(ex.get("n_ubatch"), int) else "") + \
+        (" -fa 0" if ex.get("flash_attn") is False else "")
+
+
+def _month(run: RunResult) -> str:
+    """The run's month: the build it ran is of that era or older ("" when the run says no date)."""
+    date = (run.manifest.started or "")[:7]
+    return date if DATE.fullmatch(date) else ""
+
+
+def _depth_row(s: DepthLevel, depth: int, flags: str, add: Callable[..., None]) -> None:
+    """A pp or tg test of one stream as a prefill or decode rate; a batch's total rate (llama-benchy's c2) is none."""
+    if (s.concurrency or 1) > 1 or not s.test or not s.test[2:].isdigit():
+        return
+    if s.test.startswith("pp"):
+        add(s.test, depth, 1, int(s.test[2:]), 0, "prefill_tps", s.pp_tps, "tok/s", flags)
+    elif s.test.startswith("tg"):
+        add(s.test, depth, 1, 0, int(s.test[2:]), "decode_tps", s.tg_tps, "tok/s", flags)
+
+
 def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: str, kv: str,
              requests: dict[int, list[RequestRecord]] | None = None, p99: bool = False,
              flagged: bool = False) -> list[Row]:
@@ -130,15 +159,9 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
     level's ``requests`` are given (a measured run's, or a tool's per-request export), its TTFT median
     is the steady state's (``steady_state``) and its note says how the answers' lengths varied."""
     label = str(run.manifest.label or run.run_id)
-    ex = run.manifest.extra  # what llama-bench's import kept: its micro-batch and flash attention, read as rows' notes
-    shape = (f" -ub {ex['n_ubatch']}" if isinstance(ex.get("n_ubatch"), int) else "") + \
-        (" -fa 0" if ex.get("flash_attn") is False else "")
-    skip = {"unstable", "dirty_bench", "context_not_warm", "client_bound", "errors", "exceeds_server_timings",
-            "prompt_truncated", "slots_exceeded"}
-    out: list[Row] = []
-    date = (run.manifest.started or "")[:7]  # the run's month: the build it ran is of that era or older
-    date = date if DATE.fullmatch(date) else ""
+    shape, date = _shape(run), _month(run)
     version = run.manifest.engine_version or ""
+    out: list[Row] = []
 
     def add(test: str, depth: int, conc: int, inp: int, outp: int, metric: str, value: float | None, unit: str,
             note: str = "") -> None:
@@ -154,17 +177,12 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
 
     for o in run.outcomes:
         s = o.summary
-        if o.status != "complete" or (skip & set(s.flags) and not flagged):
+        if o.status != "complete" or (SKIPPED & set(s.flags) and not flagged):
             continue
         depth = s.depth or 0
         flags = f"flags: {' '.join(s.flags)}" if flagged and s.flags else ""
         if isinstance(s, DepthLevel):
-            if (s.concurrency or 1) > 1:  # a batch's total rate (llama-benchy's c2): no single-stream row
-                continue
-            if s.test and s.test.startswith("pp") and s.test[2:].isdigit():
-                add(s.test, depth, 1, int(s.test[2:]), 0, "prefill_tps", s.pp_tps, "tok/s", flags)
-            elif s.test and s.test.startswith("tg") and s.test[2:].isdigit():
-                add(s.test, depth, 1, 0, int(s.test[2:]), "decode_tps", s.tg_tps, "tok/s", flags)
+            _depth_row(s, depth, flags, add)
         elif isinstance(s, ServingLevel) and s.concurrency and s.input_tokens_mean and s.output_tokens_mean:
             inp, outp, c = round(s.input_tokens_mean), round(s.output_tokens_mean), s.concurrency
             ttft, note = s.ttft_ms.p50, flags
