@@ -118,7 +118,10 @@ def judge(c: Candidate, w: Workload, why_unknown: str = NO_P99) -> None:
             c.unknown.append(f"{slo} unknown: {why_unknown if slo == 'TTFT p99' else 'the run stored no TPOT'}")
     if c.misses:
         m = c.misses[0]
-        ms = (lambda v: f"{v:,.0f} ms") if m.slo == "TTFT p99" else (lambda v: f"{v:.1f} ms")
+
+        def ms(v: float) -> str:
+            return f"{v:,.0f} ms" if m.slo == "TTFT p99" else f"{v:.1f} ms"
+
         said = f"its median alone is {ms(m.value_ms)}" if m.bound else ms(m.value_ms)
         c.exclude(f"misses {m.slo}", f"misses {m.slo}: {said} > {ms(m.limit_ms)}")
     elif c.unknown:

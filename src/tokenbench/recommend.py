@@ -162,7 +162,10 @@ def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing], cap
 def rank(cands: list[Candidate], capacity: bool = False) -> tuple[list[Candidate], list[Candidate]]:
     """The boxes in the running, cheapest first (per million output tokens, or per agent-hour at the SLOs), and
     the excluded."""
-    key = (lambda c: c.cost_per_agent_hour) if capacity else (lambda c: c.cost_per_mtok)
+
+    def key(c: Candidate) -> float | None:
+        return c.cost_per_agent_hour if capacity else c.cost_per_mtok
+
     ok = sorted((c for c in cands if not c.excluded and key(c)), key=lambda c: key(c) or 0)
     return ok, [c for c in cands if c.excluded]
 

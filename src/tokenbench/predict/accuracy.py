@@ -30,8 +30,10 @@ def error_stats(results: list[RowResult]) -> dict[str, Any]:
 
 def faster_box_check(results: list[RowResult], min_ratio: float = 1.2) -> dict[str, Any]:
     """Pairs of rows measuring the same thing on two boxes: is the faster one predicted faster?"""
-    key = lambda r: (r.row.model, r.row.weights, r.row.test, r.row.depth, r.row.concurrency,  # noqa: E731
-                     r.row.input_len, r.row.output_len, r.row.metric)
+    def key(r: RowResult) -> tuple[Any, ...]:
+        return (r.row.model, r.row.weights, r.row.test, r.row.depth, r.row.concurrency, r.row.input_len,
+                r.row.output_len, r.row.metric)
+
     groups: dict[tuple[Any, ...], list[RowResult]] = {}
     for r in results:
         if r.predicted is not None:

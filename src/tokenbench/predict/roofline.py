@@ -40,7 +40,7 @@ def expert_coverage(m: ModelSpec, tokens: float) -> float:
     bound): U = E·(1 − (1 − k/E)^tokens)."""
     if not m.is_moe:
         return 0.0
-    return m.experts * (1 - (1 - m.top_k / m.experts) ** tokens)
+    return float(m.experts * (1 - (1 - m.top_k / m.experts) ** tokens))
 
 
 def fp16_peak(hw: HardwareSpec) -> float:

@@ -102,7 +102,7 @@ def batch_step(parts: list[StepCost], passes: int = 0) -> StepCost:
     reads = n / big.passes  # the largest part's weight reads, once per pass of the step
 
     def add(name: str) -> float:
-        return sum(getattr(p, name) for p in parts)
+        return float(sum(getattr(p, name) for p in parts))
 
     def weight_bytes_of(p: StepCost) -> float:  # bytes ∝ time: every stream of a part is over the same bandwidth
         streams = p.t_weights + p.t_kv + p.t_kvq

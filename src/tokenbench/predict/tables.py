@@ -298,7 +298,10 @@ def session_lines(s: Setup, p: SessionPrediction, sessions: int | None = None) -
     cache and without it), the tokens of one session, for N agents their aggregate rate, and with ``sessions``
     how long they take. Uncalibrated: the ceilings (the least time the box allows), said so."""
     est = s.calibrated
-    pick = (lambda e: e.estimate) if est else (lambda e: e.ceiling)
+
+    def pick(e: rf.Estimate) -> float:
+        return e.estimate if est else e.ceiling
+
     last, sh = p.turns[-1], p.shape
     warm, cold = p.time(True), p.time(False)
     what = "" if est else " (ceilings: UNCALIBRATED, no estimate)"
