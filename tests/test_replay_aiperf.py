@@ -17,6 +17,7 @@ import os
 import random
 import statistics
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -346,8 +347,9 @@ def test_the_packaged_agents_replay_on_vllm(vllm_small_8: Serving, tmp_path: Pat
                  "--concurrency", "4", "--trace-scale", "8", "--max-think", "2s", "--seed", "1", "--guard", "off",
                  "--json", str(out)])
     printed = capsys.readouterr().out
-    with capsys.disabled():
-        print("\n" + printed)
+    with capsys.disabled():  # as the terminal takes it: the tables' rules are not ASCII, a C locale's stdout is
+        enc = sys.stdout.encoding or "utf-8"
+        print(("\n" + printed).encode(enc, "replace").decode(enc))
     assert code == 0 and max(len(line) for line in printed.splitlines()) <= 80
     doc = json.loads(out.read_text())
     lv = doc["levels"][0]
