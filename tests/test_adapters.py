@@ -12,7 +12,7 @@ import pytest
 
 from tokenbench import adapters
 from tokenbench.adapters import Probes
-from tokenbench.adapters.llamacpp import LlamaCpp
+from tokenbench.adapters.llama_server import LlamaServer
 from tokenbench.cli import main
 from tokenbench.client import PreparedRequest, StreamClient
 from tokenbench.emitter import BackgroundEmitter
@@ -59,7 +59,7 @@ def test_llamacpp_facts_and_batching_come_from_its_slots() -> None:
 
 def test_check_request_does_not_generate_the_full_length() -> None:
     # llama-server gives n_predict priority over max_tokens: the 2-token check must carry its own n_predict.
-    a = LlamaCpp()
+    a = LlamaServer()
     assert a.output_length_fields(64, 2, "completions")["n_predict"] == 64
     check = a.check_fields(2, 2, "completions")
     assert check["n_predict"] == 2 and "min_tokens" not in check
@@ -68,9 +68,9 @@ def test_check_request_does_not_generate_the_full_length() -> None:
 
 def test_server_tg_counts_the_steps_after_the_first_token() -> None:
     # predicted_ms spans the n-1 decode steps after the first token (which comes out of the prompt's pass)
-    pp, tg = LlamaCpp().server_rates({"prompt_n": 512, "prompt_ms": 256.0, "predicted_n": 129, "predicted_ms": 1000.0})
+    pp, tg = LlamaServer().server_rates({"prompt_n": 512, "prompt_ms": 256.0, "predicted_n": 129, "predicted_ms": 1000.0})
     assert pp == pytest.approx(2000.0) and tg == pytest.approx(128.0)
-    assert LlamaCpp().server_rates({"predicted_n": True, "predicted_ms": float("nan")}) == (None, None)
+    assert LlamaServer().server_rates({"predicted_n": True, "predicted_ms": float("nan")}) == (None, None)
 
 
 def test_names_and_aliases() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.cost import Pricing
+from tokenbench.pricing import Pricing
 from tokenbench.distribution import Distribution
 from tokenbench.levels import ServingLevel
 from tokenbench.reader import load_result

@@ -11,7 +11,7 @@ from test_compare_cost_report import _run, serve
 from test_session_views import session_runs
 
 from tokenbench.compare.runs import CompareConfig, Compared, compare_runs
-from tokenbench.costing import CostConfig, Costed, cost
+from tokenbench.cost import CostConfig, Costed, cost
 from tokenbench.errors import UsageError
 from tokenbench.recommend import RecommendConfig, Recommendation, recommend
 from tokenbench.store import Store

@@ -12,7 +12,7 @@ import pytest
 
 from tokenbench.cli import main
 from tokenbench.compare.levels import compare, table
-from tokenbench.cost import Pricing, api_in
+from tokenbench.pricing import Pricing, api_in
 from tokenbench.errors import UsageError
 from tokenbench.importers import import_file
 from tokenbench.distribution import Distribution

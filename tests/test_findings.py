@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tokenbench import findings
-from tokenbench.checks import CheckResult, GuardSnapshot
+from tokenbench.guard_results import CheckResult, GuardSnapshot
 from tokenbench.findings import Code, Finding, LevelFacts
 from tokenbench.distribution import Distribution
 from tokenbench.levels import DepthLevel, LevelSummary, ServingLevel

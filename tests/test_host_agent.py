@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from tokenbench import guard
-from tokenbench.checks import GuardSnapshot
+from tokenbench.guard_results import GuardSnapshot
 from tokenbench.cli import main
 from tokenbench.hostagent.client import AgentClient, AgentError, agent_url
 from tokenbench.hostagent.host import HostSnapshot

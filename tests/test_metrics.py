@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench import findings
-from tokenbench.cost import cost_per_mtok
+from tokenbench.pricing import cost_per_mtok
 from tokenbench.distribution import Distribution, percentile
 from tokenbench.levels import LEVEL_KEYS, DepthLevel, LevelSummary, ServingLevel, depth_levels, serving
 from tokenbench.metrics import summarize

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
-from tokenbench.cost import Pricing
+from tokenbench.pricing import Pricing
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
 from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.specs import Catalog

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tokenbench.checks import GuardSnapshot
+from tokenbench.guard_results import GuardSnapshot
 from tokenbench.cli import main
-from tokenbench.cost import Pricing
+from tokenbench.pricing import Pricing
 from tokenbench.distribution import Distribution
 from tokenbench.levels import DepthLevel, LevelSummary, ServingLevel
 from tokenbench.report import figures, series, style

@@ -24,7 +24,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tokenbench.checks import CheckResult, GuardSnapshot
+from tokenbench.guard_results import CheckResult, GuardSnapshot
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
 from tokenbench.findings import Code, Finding

@@ -14,7 +14,7 @@ import pytest
 from tokenbench.cli import main
 from tokenbench.compare.levels import compare
 from tokenbench.compare.sessions import compare_sessions, session_level_table, session_turn_table
-from tokenbench.cost import Pricing, cost_per_session, session_cost_points
+from tokenbench.pricing import Pricing, cost_per_session, session_cost_points
 from tokenbench.errors import UsageError
 from tokenbench.distribution import Distribution
 from tokenbench.levels import LevelSummary, ServingLevel

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenbench.checks import GuardSnapshot
+from tokenbench.guard_results import GuardSnapshot
 from tokenbench.cli import main
 from tokenbench.distribution import Distribution
 from tokenbench.levels import DepthLevel, LevelSummary, ServingLevel

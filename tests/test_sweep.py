@@ -106,7 +106,7 @@ def test_repetitions_report_median_and_cv(emitter: BackgroundEmitter, tmp_path: 
 
 def test_repetitions_keep_the_cost_at_the_median_throughput(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     """A priced run with --repetitions above 1 dropped its cost altogether (issue 8, confirmed)."""
-    from tokenbench.cost import cost_per_mtok
+    from tokenbench.pricing import cost_per_mtok
     from tokenbench.reader import load_result
 
     store = Store(tmp_path / "r.db")

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from .candidates import Candidate, Workload, judge, meets, price
 from .capacity import SearchSpec, search_by
-from .cost import Pricing
+from .pricing import Pricing
 from .errors import UsageError
 from .predict import session as ps
 from .predict.calibration import Calibration

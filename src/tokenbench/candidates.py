@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .cost import DEFAULT_CURRENCY, Pricing
+from .pricing import DEFAULT_CURRENCY, Pricing
 from .slo import duration_text
 
 if TYPE_CHECKING:

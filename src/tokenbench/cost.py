@@ -1,232 +1,137 @@
-"""What a million output tokens cost at an operating point, rented or owned, against an API price.
+"""``tokenbench cost``'s library call: a run's levels (or a rate the user knows) priced per million output tokens,
+rented or owned, beside an API's price; an agent-session run also per finished session. ``cost`` answers a typed
+``CostConfig`` with a ``Costed``; nothing here prints.
 
-Rented: price_per_hour / (tokens/s · 3600) · 10⁶, and a box rented around the clock but busy only some hours
-a day costs that much more per token. Owned: the purchase spread over its service life plus power draw times
-the electricity price, per hour used. These reproduce the figures the h100-dense write-up published (its rows are in data/published.csv):
-EUR 1.79/hour at 75, 441, 684, 1284 tok/s -> EUR 6.63, 1.13, 0.73, 0.39 per million output tokens.
-
-An agent-session level is also priced per finished session (``cost_per_session``): the hours the
-level held the box, shared by the sessions it finished.
-"""
+Apart from ``pricing.py`` (the arithmetic, which the modules that make and read runs price levels with): this one
+reads runs from the store, and ``reader`` imports ``pricing``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass
+from typing import Any
 
+from .pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE, CostPoint, Pricing, SessionCostPoint, api_in, cost_points, run_price, \
+    session_cost_points
 from .errors import UsageError
-from .levels import DepthLevel, LevelSummary, ServingLevel, serving
-
-if TYPE_CHECKING:
-    from .results import Manifest
-
-HOURS_PER_YEAR = 365 * 24
+from .results import RunResult
 
 
-def cost_per_mtok(price_per_hour: float | None, tokens_per_s: float | None) -> float | None:
-    """Price per million tokens at a sustained rate: price_per_hour / (tps * 3600) * 1e6. The one definition of
-    the number; everything else reaches it through ``Pricing``."""
-    if price_per_hour is None or not tokens_per_s:
-        return None
-    return price_per_hour / (tokens_per_s * 3600.0) * 1e6
+@dataclass(frozen=True, slots=True)
+class CostConfig:
+    """What ``tokenbench cost`` prices: a run (id, id prefix or label) or an aggregate output rate (``tps``), on a
+    box rented at ``price_per_hour`` (None: the run's own) or owned (``purchase`` over ``life_years``, ``watts``
+    at ``kwh_price``), beside an API's price per million output tokens."""
 
-
-def cost_per_session(price_per_hour: float | None, box_s: float | None, sessions_finished: int) -> float | None:
-    """Price of one finished agent session: price_per_hour x box_s / 3600 / sessions_finished, where ``box_s`` is
-    the level's measured window (``LevelSummary.duration_s``: the seconds its sessions held the box) and
-    ``sessions_finished`` the sessions whose every turn succeeded in it. At concurrency N with sessions back to
-    back, the window is about session time x sessions finished / N, so this is about price x session time / N:
-    the box-hours of one session when N share the box. A failed or unfinished session's time is paid by the
-    finished ones. The one definition of the number; everything else reaches it through ``Pricing``."""
-    if price_per_hour is None or not box_s or sessions_finished <= 0:
-        return None
-    return price_per_hour * box_s / 3600.0 / sessions_finished
-
-
-#: The one currency default of every command (sweep, cost, report, recommend): prices are in it unless told.
-DEFAULT_CURRENCY = "USD"
-#: The electricity price an owned box's power is paid at unless told (per kWh, in the prices' currency): cost and
-#: recommend both take it and say so. About a European household's or a US commercial rate.
-DEFAULT_KWH_PRICE = 0.30
-
-
-@dataclass(slots=True, frozen=True)
-class Pricing:
-    """An hourly price in ``currency``: rented, or owned (purchase, life, power)."""
-
-    currency: str = DEFAULT_CURRENCY
+    run: str | None = None
+    tps: float | None = None  # an aggregate output rate instead of a run
     price_per_hour: float | None = None
-    busy_hours_per_day: float = 24.0
+    busy_hours: float | None = None  # rented: hours a day it does this work (None: 24)
+    owned: bool = False
     purchase: float | None = None
-    life_years: float = 3.0
-    watts: float = 0.0
-    kwh_price: float = 0.0
-    hours_per_day: float = 24.0  # owned: hours a day the box does this work
-
-    def __post_init__(self) -> None:
-        if (self.price_per_hour is None) == (self.purchase is None):
-            raise UsageError("give a rental price (--price-per-hour) or an owned box (--owned --purchase PRICE)")
-        for name in ("busy_hours_per_day", "hours_per_day"):
-            v = getattr(self, name)
-            if not 0 < v <= 24:
-                raise UsageError(f"--{name.replace('_', '-')} must be between 0 and 24, got {v:g}")
-        if self.life_years <= 0:
-            raise UsageError("--life-years must be positive")
-
-    @property
-    def owned(self) -> bool:
-        return self.purchase is not None
-
-    def effective_hourly(self) -> float:
-        """The cost of one hour of useful work."""
-        if self.price_per_hour is not None:
-            return self.price_per_hour * 24.0 / self.busy_hours_per_day
-        assert self.purchase is not None
-        capital = self.purchase / (self.life_years * 365 * self.hours_per_day)
-        power = self.watts / 1000.0 * self.kwh_price
-        return capital + power
-
-    def per_mtok(self, tokens_per_s: float | None) -> float | None:
-        return cost_per_mtok(self.effective_hourly(), tokens_per_s)
-
-    def per_session(self, box_s: float | None, sessions_finished: int) -> float | None:
-        return cost_per_session(self.effective_hourly(), box_s, sessions_finished)
-
-    @classmethod
-    def rented(cls, price_per_hour: float | None, currency: str | None = None) -> Pricing | None:
-        """A rental price per hour (None: no price, or a price of 0)."""
-        if not price_per_hour:
-            return None
-        return cls(currency=str(currency or DEFAULT_CURRENCY), price_per_hour=float(price_per_hour))
-
-    @classmethod
-    def of_run(cls, manifest: Manifest, price_per_hour: float | None = None,
-               currency: str | None = None) -> Pricing | None:
-        """A run's rental price as recorded in its manifest, unless one is given (a report's --price-per-hour)."""
-        price = price_per_hour if price_per_hour is not None else run_price(manifest)
-        return cls.rented(price, currency or manifest.currency)
-
-    def describe(self) -> str:
-        if self.price_per_hour is not None:
-            busy = "" if self.busy_hours_per_day == 24 else f", busy {self.busy_hours_per_day:g} h/day"
-            return f"rented at {self.price_per_hour:g} {self.currency}/hour{busy}"
-        return (f"owned: {self.purchase:g} {self.currency} over {self.life_years:g} years at "
-                f"{self.hours_per_day:g} h/day, {self.watts:g} W at {self.kwh_price:g} {self.currency}/kWh "
-                f"= {self.effective_hourly():.3f} {self.currency}/hour")
+    life_years: float | None = None  # owned (None: 3)
+    watts: float | None = None  # owned: its draw under this load; required
+    kwh_price: float | None = None  # owned (None: DEFAULT_KWH_PRICE, said where priced)
+    hours_per_day: float | None = None  # owned: hours a day it does this work (None: 24)
+    currency: str | None = None  # None: the run's, else DEFAULT_CURRENCY
+    api_price: float | None = None
+    api_currency: str | None = None  # None: ``currency``
+    exchange_rate: float | None = None  # units of ``currency`` per 1 ``api_currency``
+    latest: bool = False
+    db: str | None = None  # None: $TOKENBENCH_DB or the user data dir
 
 
-def run_price(manifest: Manifest) -> float | None:
-    """The run's price per hour, as recorded (a positive number, or nothing)."""
-    p = manifest.price_per_hour
-    return float(p) if p is not None and p > 0 else None
+@dataclass(slots=True)
+class Costed:
+    """Every operating point priced (``points``), an agent-session run's levels per finished session
+    (``sessions``; None for any other run), and the API's price in ``currency`` (None: none given, or in another
+    currency with no rate, ``api_note`` saying so)."""
+
+    currency: str
+    pricing: Pricing
+    run: RunResult | None
+    points: list[CostPoint]
+    sessions: list[SessionCostPoint] | None = None
+    api: float | None = None
+    api_note: str | None = None
+    kwh_default: bool = False  # owned: the electricity price is DEFAULT_KWH_PRICE, none given
+
+    def to_dict(self) -> dict[str, Any]:
+        """``cost --json``."""
+        doc: dict[str, Any] = {"tool": "tokenbench", "kind": "cost", "currency": self.currency,
+                               "run_id": self.run.run_id if self.run else None, "pricing": self.pricing.describe(),
+                               "points": [asdict(p) for p in self.points]}
+        if self.sessions is not None:
+            doc["sessions"] = [dict(asdict(p), level=p.level) for p in self.sessions]
+        return doc
 
 
-def level_cost(price_per_hour: float | None, currency: str | None, tokens_per_s: float | None) -> float | None:
-    """A level's ``cost_per_mtok`` as stored in its summary: its run's rental price at its output rate."""
-    pricing = Pricing.rented(price_per_hour, currency)
-    return pricing.per_mtok(tokens_per_s) if pricing else None
+#: The options of one way of paying for a box only: given with the other, each would be taken and ignored.
+RENTED_ONLY = (("price_per_hour", "--price-per-hour"), ("busy_hours", "--busy-hours"))
+OWNED_ONLY = (("purchase", "--purchase"), ("life_years", "--life-years"), ("watts", "--watts"),
+              ("kwh_price", "--kwh-price"), ("hours_per_day", "--hours-per-day"))
 
 
-def api_in(currency: str, api_price: float | None, api_currency: str | None, exchange_rate: float | None) -> float | None:
-    """An API's price per million tokens in ``currency``; ``exchange_rate`` is units of ``currency`` per unit
-    of ``api_currency``."""
-    if api_price is None:
-        return None
-    if not api_currency or api_currency.upper() == currency.upper():
-        return api_price
-    if exchange_rate is None:
-        raise UsageError(
-            f"the API price is in {api_currency} and the box in {currency}: pass --exchange-rate "
-            f"({currency} per 1 {api_currency})"
-        )
-    return api_price * exchange_rate
+def _refuse_what_does_not_apply(cfg: CostConfig) -> None:
+    """A rented box has no purchase, life, watts or electricity; an owned one no rent: an option of the other kind
+    is refused in one line, not ignored."""
+    other = RENTED_ONLY if cfg.owned else OWNED_ONLY
+    given = [flag for name, flag in other if getattr(cfg, name) is not None]
+    if given:
+        how = ("--owned prices the box by its purchase, life, watts and electricity" if cfg.owned else
+               "a rented box is priced by --price-per-hour (and --busy-hours); add --owned for a box you buy")
+        raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply: {how}")
+    if cfg.owned and cfg.purchase is None:
+        raise UsageError("--owned needs --purchase PRICE and --watts W (and --life-years, --kwh-price, "
+                         "--hours-per-day)")
+    if cfg.owned and cfg.watts is None:
+        raise UsageError("--owned needs --watts: the box's draw under this load, e.g. --watts 120 (0 leaves "
+                         "power out)")
 
 
-def effective_serving_s(agents: int, tokens: int, tokens_per_s: float) -> float:
-    """How long ``agents`` requests of ``tokens`` output tokens take at an aggregate rate."""
-    return agents * tokens / tokens_per_s
+def pricing(cfg: CostConfig, currency: str, res: RunResult | None) -> Pricing:
+    """The box's price as the config gives it: rented at ``price_per_hour`` (else the run's own), or owned."""
+    _refuse_what_does_not_apply(cfg)
+    if cfg.owned:
+        return Pricing(currency=currency, purchase=cfg.purchase, life_years=cfg.life_years or 3.0,
+                       watts=cfg.watts or 0.0,
+                       kwh_price=DEFAULT_KWH_PRICE if cfg.kwh_price is None else cfg.kwh_price,
+                       hours_per_day=cfg.hours_per_day or 24.0)
+    price = cfg.price_per_hour
+    if price is None and res is not None:
+        price = run_price(res.manifest)
+    return Pricing(currency=currency, price_per_hour=price, busy_hours_per_day=cfg.busy_hours or 24.0)
 
 
-def output_rate(s: LevelSummary) -> float | None:
-    """The output tokens per second a level sustains: the rate its cost is priced at (a serving level's aggregate
-    throughput, else a single-stream decode rate, else a depth run's tg)."""
-    if isinstance(s, DepthLevel):
-        return s.tg_tps or None
-    assert isinstance(s, ServingLevel)
-    return s.output_throughput_tps or s.decode_tps or None
+def api_price(cfg: CostConfig, currency: str) -> tuple[float | None, str | None]:
+    """The API's price in ``currency``, or None and a note when it is in another currency and no rate is given
+    (shown as given rather than a guessed rate)."""
+    try:
+        return api_in(currency, cfg.api_price, cfg.api_currency, cfg.exchange_rate), None
+    except UsageError:
+        return None, (f"API: {cfg.api_price:g} {cfg.api_currency}/M output tokens; pass --exchange-rate "
+                      f"({currency} per 1 {cfg.api_currency}) to compare in {currency}")
 
 
-def operating_point(s: LevelSummary) -> str:
-    """A level as the cost table names it: test, concurrency, depth and prompt length; a session level's cache
-    mode in place of its prompt length (its prompts grow turn by turn)."""
-    if isinstance(s, ServingLevel) and s.session is not None:
-        return f"{s.test or 'serve'} c={s.concurrency} {s.session.cache}"
-    return (f"{s.test or 'serve'} c={s.concurrency}" + (f" depth={s.depth}" if s.depth else "")
-            + (f" prompt={s.input_tokens_mean:.0f}" if s.input_tokens_mean else ""))
+def cost(cfg: CostConfig) -> Costed:
+    """``tokenbench cost``'s work: the run read from the store (or the rate given), its price, every level
+    priced."""
+    from .reader import LOADED, load_result
+    from .session_view import is_session_run
+    from .store import Store
 
-
-@dataclass(slots=True, frozen=True)
-class CostPoint:
-    """One operating point priced: the names of ``cost --json``'s points."""
-
-    operating_point: str
-    output_tps: float
-    cost_per_mtok: float | None
-    api_cost_per_mtok: float | None = None
-
-    def vs_api(self) -> str | None:
-        """"3.2x cheaper" or "1.5x dearer" than the API, or None without both prices."""
-        return vs_api(self.cost_per_mtok, self.api_cost_per_mtok)
-
-
-def vs_api(cost: float | None, api: float | None) -> str | None:
-    """"3.2x cheaper" or "1.5x dearer" than the API, or None without both prices."""
-    if api is None or not cost:
-        return None
-    return f"{api / cost:.1f}x cheaper" if cost < api else f"{cost / api:.1f}x dearer"
-
-
-def cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: float | None = None) -> list[CostPoint]:
-    """Every level with an output rate, priced by ``pricing``, beside the API's price per million tokens."""
-    return [CostPoint(operating_point(s), rate, pricing.per_mtok(rate), api) for s in levels
-            if (rate := output_rate(s))]
-
-
-@dataclass(slots=True, frozen=True)
-class SessionCostPoint:
-    """One agent-session level priced: per finished session and per million output tokens (``cost --json``'s
-    ``sessions``)."""
-
-    concurrency: int | None
-    cache: str  # warm or busted
-    sessions: int
-    sessions_finished: int
-    session_p50_s: float | None
-    box_hours: float  # the level's measured window: the hours its sessions held the box
-    cost_per_session: float | None
-    output_tps: float | None
-    cost_per_mtok: float | None
-    api_cost_per_mtok: float | None = None
-
-    @property
-    def level(self) -> str:
-        return f"{self.concurrency} {self.cache}"
-
-    def vs_api(self) -> str | None:
-        return vs_api(self.cost_per_mtok, self.api_cost_per_mtok)
-
-
-def session_cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: float | None = None) -> list[SessionCostPoint]:
-    """Every agent-session level priced by ``pricing``: per finished session (``cost_per_session``) and per
-    million output tokens at the level's output rate, warm and busted alike."""
-    out = []
-    for s in serving(levels):
-        st = s.session
-        if st is None:
-            continue
-        rate = output_rate(s)
-        out.append(SessionCostPoint(s.concurrency, st.cache, st.sessions, st.sessions_finished, st.session_s.p50,
-                                    s.duration_s / 3600.0, pricing.per_session(s.duration_s, st.sessions_finished),
-                                    rate, pricing.per_mtok(rate), api))
-    return out
+    res = None
+    if cfg.run:
+        res = load_result(Store(cfg.db, readonly=True), cfg.run, latest=cfg.latest, kinds=LOADED, command="cost")
+    elif cfg.tps is None:
+        raise UsageError("give a run, or --tps RATE for a rate you know")
+    currency = cfg.currency or (res.manifest.currency if res else None) or DEFAULT_CURRENCY
+    price = pricing(cfg, currency, res)
+    api, note = api_price(cfg, currency)
+    default_kwh = cfg.owned and cfg.kwh_price is None
+    if res is None:
+        assert cfg.tps is not None
+        return Costed(currency, price, None, [CostPoint("given rate", cfg.tps, price.per_mtok(cfg.tps), api)], None,
+                      api, note, default_kwh)
+    levels = [o.summary for o in res.outcomes]
+    sessions = session_cost_points(price, levels, api) if is_session_run(res) else None
+    return Costed(currency, price, res, cost_points(price, levels, api), sessions, api, note, default_kwh)

@@ -31,7 +31,7 @@ from .aiohttp_path import trace_config
 from .client import PreparedRequest, StreamClient
 from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, UsageError
-from .checks import GuardSnapshot
+from .guard_results import GuardSnapshot
 from .guard import snapshot_before
 from .loadgen import Level, still_heap
 from .distribution import Distribution

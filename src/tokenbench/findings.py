@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from .checks import GuardSnapshot
+from .guard_results import GuardSnapshot
 from .records import RequestRecord
 from .replay_stats import OVERFLOW_LIMIT
 from .steady import DRIFT_RATIO, TAIL_SHARE, drift, tail_cluster

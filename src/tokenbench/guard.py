@@ -21,7 +21,7 @@ from typing import Any
 import platformdirs
 
 from . import adapters
-from .checks import FAIL, NA, PASS, WARN, CheckResult, GuardSnapshot
+from .guard_results import FAIL, NA, PASS, WARN, CheckResult, GuardSnapshot
 from .errors import TokenbenchError, UsageError
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
-from .checks import GuardSnapshot
+from .guard_results import GuardSnapshot
 from .replay_stats import ReplayStats
 from .steady import Plateau, Waves
 from .distribution import Distribution

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from .cost import run_price
+from .pricing import run_price
 from .loadgen import Level
 from .levels import LevelSummary
 from .quality.items import Item

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .boxes import PREDICTED_AGENTS_MAX, predicted
 from .candidates import NO_P99, NO_P99_PREDICTED, Candidate, SloMiss, Workload, judge, meets, price
 from .capacity import Verdict, bracket
-from .cost import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE, Pricing
+from .pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE, Pricing
 from .errors import UsageError
 from .findings import Code
 from .levels import ServingLevel

@@ -140,7 +140,7 @@ ENGINES: tuple[Engine, ...] = (
     Engine("vllm", (), "batching", "vllm", "vllm", "vendor", literature="vllm", adapter="VLLM", launcher="vllm",
            platform="not-apple", reserve=0.10, releases=VLLM_RELEASES),
     Engine("llama.cpp", ("llama-server", "llama_cpp", "llamacpp-server", "llama-bench"), "sequential", "ggml",
-           "llamacpp", "named", family="llamacpp", adapter="LlamaCpp", launcher="llama-server",
+           "llamacpp", "named", family="llamacpp", adapter="LlamaServer", launcher="llama-server",
            releases=LLAMACPP_BUILDS, mmq_since=MMQ_SINCE, host_prompt_cache=True),
     Engine("llama-cpp-python", ("llamacpp", "llama_cpp_python"), "sequential", "ggml", "llama-cpp-python", "named",
            family="llamacpp", literature="llamacpp", adapter="LlamaCppPython", launcher="llama-cpp-python",

@@ -17,7 +17,7 @@ from . import __version__
 from .loadgen import Level
 from . import depth_findings, registry
 from .keyed import Keyed
-from .cost import level_cost
+from .pricing import level_cost
 from .distribution import Distribution, coefficient_of_variation
 from .levels import LevelSummary, ServingLevel, serving
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .guard import refuse_if_dirty
 
 if TYPE_CHECKING:
-    from .checks import GuardSnapshot
+    from .guard_results import GuardSnapshot
     from .hostagent.client import AgentClient
     from .power.interval import Interval
     from .power.sampler import LocalMeter, PowerMeter

@@ -18,9 +18,9 @@ import aiohttp
 
 from . import findings, redact
 from .aiohttp_path import trace_config
-from .checks import GuardSnapshot
+from .guard_results import GuardSnapshot
 from .client import Api, StreamClient
-from .cost import level_cost
+from .pricing import level_cost
 from .endpoint import Endpoint, RunLog, preflight
 from .errors import EndpointError, EngineError, LevelFailed
 from .findings import Code

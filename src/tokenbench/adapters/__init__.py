@@ -9,13 +9,13 @@ from __future__ import annotations
 from .. import registry
 from .base import Adapter, Probes, ServerFacts
 from .llama_cpp_python import LlamaCppPython
-from .llamacpp import LlamaCpp
+from .llama_server import LlamaServer
 from .ollama import Ollama
 from .sglang import SGLang
 from .transformers import Transformers
 from .vllm import VLLM
 
-ADAPTERS: tuple[Adapter, ...] = (LlamaCpp(), SGLang(), VLLM(), Ollama(), LlamaCppPython(), Transformers())
+ADAPTERS: tuple[Adapter, ...] = (LlamaServer(), SGLang(), VLLM(), Ollama(), LlamaCppPython(), Transformers())
 GENERIC = Adapter()
 
 __all__ = ["ADAPTERS", "GENERIC", "Adapter", "Probes", "ServerFacts", "by_name", "detect", "metric_names",

@@ -2,9 +2,9 @@
 
 ``main(argv)`` returns the exit code so tests call it in-process; only ``entrypoint()`` reads sys.argv.
 The commands live by what they do: one module each for ``sweep.py``, ``depth.py``, ``coldstart.py``, ``guard.py``,
-``engines.py``, ``capacity.py``, ``quality.py``, ``compare.py``, ``cost.py``, ``recommend.py`` and ``record.py``;
-``predicting.py`` (fit, predict, calibrate, the catalogs), ``analysis.py`` (import, export, report), ``runs.py`` (runs and
-show); the grammar in ``parser.py``, its shared parts in ``options.py``.
+``engines.py``, ``capacity.py``, ``quality.py``, ``compare.py``, ``cost.py``, ``recommend.py``, ``report.py`` and
+``record.py``; ``predicting.py`` (fit, predict, calibrate, the catalogs), ``import_export.py`` (import, export),
+``runs.py`` (runs and show); the grammar in ``parser.py``, its shared parts in ``options.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from ..console import ReadableConsole as Console
 from ..console import readable_output
 from .agent import cmd_agent
 from .capacity import cmd_capacity
-from .analysis import cmd_export, cmd_import, cmd_report
+from .import_export import cmd_export, cmd_import
+from .report import cmd_report
 from .coldstart import cmd_coldstart
 from .compare import cmd_compare
 from .cost import cmd_cost

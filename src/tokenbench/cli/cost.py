@@ -1,5 +1,5 @@
-"""``tokenbench cost``: its options, its typed config (``costing.CostConfig``), one library call
-(``costing.cost``) and the printing of what comes back."""
+"""``tokenbench cost``: its options, its typed config (``cost.CostConfig``), one library call
+(``cost.cost``) and the printing of what comes back."""
 from __future__ import annotations
 
 import argparse
@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from ..cost import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
+from ..pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from .common import check_output, emit_json
 from .options import CURRENCY, NONNEG, POSITIVE, add_db, add_json, add_latest
 
 if TYPE_CHECKING:
-    from ..costing import CostConfig, Costed
+    from ..cost import CostConfig, Costed
 
 
 def cost_config(a: argparse.Namespace) -> CostConfig:
-    from ..costing import CostConfig
+    from ..cost import CostConfig
 
     return CostConfig(run=a.run, tps=a.tps, price_per_hour=a.price_per_hour, busy_hours=a.busy_hours, owned=a.owned,
                       purchase=a.purchase, life_years=a.life_years, watts=a.watts, kwh_price=a.kwh_price,
@@ -26,7 +26,7 @@ def cost_config(a: argparse.Namespace) -> CostConfig:
 
 
 def cmd_cost(a: argparse.Namespace, console: Console) -> int:
-    from ..costing import cost
+    from ..cost import cost
 
     check_output(a.json, "--json")
     done = cost(cost_config(a))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..checks import GuardSnapshot
+from ..guard_results import GuardSnapshot
 from ..console import print_table
 from .common import emit_json, guard_targets
 from typing import Any

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..apis import APIS, PATHS
 from ..registry import LAUNCHERS, find
-from ..cost import DEFAULT_CURRENCY
+from ..pricing import DEFAULT_CURRENCY
 from ..slo import parse_duration_ms
 
 

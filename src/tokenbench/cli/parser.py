@@ -7,7 +7,8 @@ import argparse
 from typing import Any, NoReturn
 from .. import __version__, redact
 from .agent import add_agent_parser
-from .analysis import add_export_parser, add_import_parser, add_report_parser
+from .import_export import add_export_parser, add_import_parser
+from .report import add_report_parser
 from .capacity import add_capacity_parser
 from .coldstart import add_coldstart_parser
 from .compare import add_compare_parser

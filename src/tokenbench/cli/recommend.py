@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from ..candidates import figures_text
-from ..cost import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
+from ..pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from ..errors import UsageError
 from ..predict.setup import LLAMA_DEFAULT_SLOTS
 from ..predict.tables import band_span

@@ -7,7 +7,7 @@ import argparse
 
 from rich.console import Console
 
-from ..cost import DEFAULT_CURRENCY
+from ..pricing import DEFAULT_CURRENCY
 from ..errors import UsageError
 from ..levels import DepthLevel, serving
 from ..console import print_table

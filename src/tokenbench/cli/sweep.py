@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .. import redact
-from ..cost import DEFAULT_CURRENCY
+from ..pricing import DEFAULT_CURRENCY
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
 from ..describe import describe_run, lengths_line

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from .. import adapters
-from ..cost import effective_serving_s
+from ..pricing import effective_serving_s
 from ..levels import DepthLevel, LevelSummary, ServingLevel, serving
 from ..results import RunResult
 from .sides import run_name

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from .. import redact
-from ..checks import GuardSnapshot
+from ..guard_results import GuardSnapshot
 from ..errors import EndpointError
 from ..power.interval import Interval
 from ..power.report import PowerReport

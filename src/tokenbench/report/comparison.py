@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from .. import session_view
 from ..compare.levels import METRICS, CompareRow, Comparison, compare
-from ..cost import Pricing
+from ..pricing import Pricing
 from ..results import RunResult
 from .series import pricing
 from .style import depth_label

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks import FAIL, WARN, GuardSnapshot
+from ..guard_results import FAIL, WARN, GuardSnapshot
 from ..levels import LevelSummary, ServingLevel
 from ..results import Manifest, RunResult
 from .series import is_predicted, pricing

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from .. import __version__, session_view
 from ..bootstrap import RESAMPLES
-from ..checks import FAIL
+from ..guard_results import FAIL
 from ..compare.levels import TIE, CompareRow, ratio_cell
-from ..cost import output_rate
+from ..pricing import output_rate
 from ..levels import LevelSummary, of_depth, of_serving
 from ..results import RunResult
 from . import comparison, facts, figures, sessions, style

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import session_view
-from ..cost import Pricing
+from ..pricing import Pricing
 from ..levels import ServingLevel, depth_levels, serving
 from ..results import RunResult
 from ..session_view import BUSTED, cache_of

@@ -4,7 +4,7 @@ share, throughput and cost. The numbers are ``session_view``'s and ``cost``'s; t
 
 from __future__ import annotations
 
-from ..cost import Pricing, session_cost_points
+from ..pricing import Pricing, session_cost_points
 from ..results import RunResult
 from ..session_view import BUSTED, WARM, concurrencies, gain_line, levels, seconds, share, tokens, turn_rows
 from . import style

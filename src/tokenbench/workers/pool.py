@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..checks import GuardSnapshot
+from ..guard_results import GuardSnapshot
 from ..client import PreparedRequest
 from ..loadgen import Level
 from ..records import Phase, RequestRecord

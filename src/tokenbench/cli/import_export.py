@@ -1,42 +1,16 @@
-"""Commands that read the store and have no module of their own: import, export and report (compare, cost and
-recommend are in ``compare.py``, ``cost.py`` and ``recommend.py``)."""
+"""``tokenbench import`` and ``tokenbench export``: other tools' results into the store, and a stored run out in
+a shape another tool (or calibrate) reads, which import reads back."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
 from rich.console import Console
-from ..errors import UsageError
+
 from ..store import Store
 from .common import check_output
-from .options import CURRENCY, POSITIVE, add_db, add_latest
-
-if TYPE_CHECKING:
-    from ..report.document import ReportConfig
-
-
-def report_config(a: argparse.Namespace) -> ReportConfig:
-    from ..report.document import ReportConfig
-
-    return ReportConfig(tuple(a.runs), a.latest, a.title, a.price_per_hour, a.currency, a.db)
-
-
-def cmd_report(a: argparse.Namespace, console: Console) -> int:
-    from ..report.document import report
-    from ..report.export import EXPORTERS
-
-    asked = [(e, Path(p)) for e in EXPORTERS if (p := getattr(a, e.option[2:]))]
-    if not asked:
-        raise UsageError("say what to write: " + ", ".join(f"{e.option} {e.target.upper()}" for e in EXPORTERS))
-    for e, path in asked:  # refused before anything is read
-        if e.target == "file":
-            check_output(str(path), e.option)
-        elif path.exists() and not path.is_dir():
-            raise UsageError(f"{e.option} {path} is a file: give a directory")
-    rep = report(report_config(a))
-    for e, path in asked:
-        console.print(e.write(rep, path), markup=False)
-    return 0
+from .options import add_db, add_latest
 
 
 def cmd_import(a: argparse.Namespace, console: Console) -> int:
@@ -101,20 +75,3 @@ def add_import_parser(sub: Any) -> None:
     im.add_argument("files", nargs="+")
     im.add_argument("--label", help="label for the imported runs (default: from the file)")
     add_db(im)
-
-
-def add_report_parser(sub: Any) -> None:
-    """``tokenbench report``'s options."""
-    rp = sub.add_parser("report", help="Markdown (BENCHMARKS.md), a self-contained HTML report with plots, PNGs, JSON")
-    rp.add_argument("runs", nargs="+", help="run ids, id prefixes or labels (predicted runs are drawn dashed)")
-    rp.add_argument("--html", help="write the HTML report here")
-    rp.add_argument("--md", help="append or rewrite each run's section of this Markdown file")
-    rp.add_argument("--png", help="write each plot as a PNG into this directory")
-    rp.add_argument("--json", help="write the runs, the plotted series and each pair compared as JSON here")
-    rp.add_argument("--price-per-hour", type=POSITIVE,
-                    help="price per hour for the cost columns and plot (default: each run's own price, if it has one)")
-    rp.add_argument("--currency", type=CURRENCY)
-    rp.add_argument("--title", default="tokenbench report")
-    add_latest(rp)
-    add_db(rp)
-

@@ -28,7 +28,7 @@ from .base import Adapter, Probes, ServerFacts
 UNKNOWN_BUILD = "b0-unknown"
 
 
-class LlamaCpp(Adapter):
+class LlamaServer(Adapter):
     name = "llama.cpp"
     process_patterns = (("llama.cpp server", r"(^|/)llama-server(\s|$)"),)
     tokenize_path = "/tokenize"

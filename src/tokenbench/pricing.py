@@ -1,0 +1,232 @@
+"""What a million output tokens cost at an operating point, rented or owned, against an API price.
+
+Rented: price_per_hour / (tokens/s · 3600) · 10⁶, and a box rented around the clock but busy only some hours
+a day costs that much more per token. Owned: the purchase spread over its service life plus power draw times
+the electricity price, per hour used. These reproduce the figures the h100-dense write-up published (its rows are in data/published.csv):
+EUR 1.79/hour at 75, 441, 684, 1284 tok/s -> EUR 6.63, 1.13, 0.73, 0.39 per million output tokens.
+
+An agent-session level is also priced per finished session (``cost_per_session``): the hours the
+level held the box, shared by the sessions it finished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import UsageError
+from .levels import DepthLevel, LevelSummary, ServingLevel, serving
+
+if TYPE_CHECKING:
+    from .results import Manifest
+
+HOURS_PER_YEAR = 365 * 24
+
+
+def cost_per_mtok(price_per_hour: float | None, tokens_per_s: float | None) -> float | None:
+    """Price per million tokens at a sustained rate: price_per_hour / (tps * 3600) * 1e6. The one definition of
+    the number; everything else reaches it through ``Pricing``."""
+    if price_per_hour is None or not tokens_per_s:
+        return None
+    return price_per_hour / (tokens_per_s * 3600.0) * 1e6
+
+
+def cost_per_session(price_per_hour: float | None, box_s: float | None, sessions_finished: int) -> float | None:
+    """Price of one finished agent session: price_per_hour x box_s / 3600 / sessions_finished, where ``box_s`` is
+    the level's measured window (``LevelSummary.duration_s``: the seconds its sessions held the box) and
+    ``sessions_finished`` the sessions whose every turn succeeded in it. At concurrency N with sessions back to
+    back, the window is about session time x sessions finished / N, so this is about price x session time / N:
+    the box-hours of one session when N share the box. A failed or unfinished session's time is paid by the
+    finished ones. The one definition of the number; everything else reaches it through ``Pricing``."""
+    if price_per_hour is None or not box_s or sessions_finished <= 0:
+        return None
+    return price_per_hour * box_s / 3600.0 / sessions_finished
+
+
+#: The one currency default of every command (sweep, cost, report, recommend): prices are in it unless told.
+DEFAULT_CURRENCY = "USD"
+#: The electricity price an owned box's power is paid at unless told (per kWh, in the prices' currency): cost and
+#: recommend both take it and say so. About a European household's or a US commercial rate.
+DEFAULT_KWH_PRICE = 0.30
+
+
+@dataclass(slots=True, frozen=True)
+class Pricing:
+    """An hourly price in ``currency``: rented, or owned (purchase, life, power)."""
+
+    currency: str = DEFAULT_CURRENCY
+    price_per_hour: float | None = None
+    busy_hours_per_day: float = 24.0
+    purchase: float | None = None
+    life_years: float = 3.0
+    watts: float = 0.0
+    kwh_price: float = 0.0
+    hours_per_day: float = 24.0  # owned: hours a day the box does this work
+
+    def __post_init__(self) -> None:
+        if (self.price_per_hour is None) == (self.purchase is None):
+            raise UsageError("give a rental price (--price-per-hour) or an owned box (--owned --purchase PRICE)")
+        for name in ("busy_hours_per_day", "hours_per_day"):
+            v = getattr(self, name)
+            if not 0 < v <= 24:
+                raise UsageError(f"--{name.replace('_', '-')} must be between 0 and 24, got {v:g}")
+        if self.life_years <= 0:
+            raise UsageError("--life-years must be positive")
+
+    @property
+    def owned(self) -> bool:
+        return self.purchase is not None
+
+    def effective_hourly(self) -> float:
+        """The cost of one hour of useful work."""
+        if self.price_per_hour is not None:
+            return self.price_per_hour * 24.0 / self.busy_hours_per_day
+        assert self.purchase is not None
+        capital = self.purchase / (self.life_years * 365 * self.hours_per_day)
+        power = self.watts / 1000.0 * self.kwh_price
+        return capital + power
+
+    def per_mtok(self, tokens_per_s: float | None) -> float | None:
+        return cost_per_mtok(self.effective_hourly(), tokens_per_s)
+
+    def per_session(self, box_s: float | None, sessions_finished: int) -> float | None:
+        return cost_per_session(self.effective_hourly(), box_s, sessions_finished)
+
+    @classmethod
+    def rented(cls, price_per_hour: float | None, currency: str | None = None) -> Pricing | None:
+        """A rental price per hour (None: no price, or a price of 0)."""
+        if not price_per_hour:
+            return None
+        return cls(currency=str(currency or DEFAULT_CURRENCY), price_per_hour=float(price_per_hour))
+
+    @classmethod
+    def of_run(cls, manifest: Manifest, price_per_hour: float | None = None,
+               currency: str | None = None) -> Pricing | None:
+        """A run's rental price as recorded in its manifest, unless one is given (a report's --price-per-hour)."""
+        price = price_per_hour if price_per_hour is not None else run_price(manifest)
+        return cls.rented(price, currency or manifest.currency)
+
+    def describe(self) -> str:
+        if self.price_per_hour is not None:
+            busy = "" if self.busy_hours_per_day == 24 else f", busy {self.busy_hours_per_day:g} h/day"
+            return f"rented at {self.price_per_hour:g} {self.currency}/hour{busy}"
+        return (f"owned: {self.purchase:g} {self.currency} over {self.life_years:g} years at "
+                f"{self.hours_per_day:g} h/day, {self.watts:g} W at {self.kwh_price:g} {self.currency}/kWh "
+                f"= {self.effective_hourly():.3f} {self.currency}/hour")
+
+
+def run_price(manifest: Manifest) -> float | None:
+    """The run's price per hour, as recorded (a positive number, or nothing)."""
+    p = manifest.price_per_hour
+    return float(p) if p is not None and p > 0 else None
+
+
+def level_cost(price_per_hour: float | None, currency: str | None, tokens_per_s: float | None) -> float | None:
+    """A level's ``cost_per_mtok`` as stored in its summary: its run's rental price at its output rate."""
+    pricing = Pricing.rented(price_per_hour, currency)
+    return pricing.per_mtok(tokens_per_s) if pricing else None
+
+
+def api_in(currency: str, api_price: float | None, api_currency: str | None, exchange_rate: float | None) -> float | None:
+    """An API's price per million tokens in ``currency``; ``exchange_rate`` is units of ``currency`` per unit
+    of ``api_currency``."""
+    if api_price is None:
+        return None
+    if not api_currency or api_currency.upper() == currency.upper():
+        return api_price
+    if exchange_rate is None:
+        raise UsageError(
+            f"the API price is in {api_currency} and the box in {currency}: pass --exchange-rate "
+            f"({currency} per 1 {api_currency})"
+        )
+    return api_price * exchange_rate
+
+
+def effective_serving_s(agents: int, tokens: int, tokens_per_s: float) -> float:
+    """How long ``agents`` requests of ``tokens`` output tokens take at an aggregate rate."""
+    return agents * tokens / tokens_per_s
+
+
+def output_rate(s: LevelSummary) -> float | None:
+    """The output tokens per second a level sustains: the rate its cost is priced at (a serving level's aggregate
+    throughput, else a single-stream decode rate, else a depth run's tg)."""
+    if isinstance(s, DepthLevel):
+        return s.tg_tps or None
+    assert isinstance(s, ServingLevel)
+    return s.output_throughput_tps or s.decode_tps or None
+
+
+def operating_point(s: LevelSummary) -> str:
+    """A level as the cost table names it: test, concurrency, depth and prompt length; a session level's cache
+    mode in place of its prompt length (its prompts grow turn by turn)."""
+    if isinstance(s, ServingLevel) and s.session is not None:
+        return f"{s.test or 'serve'} c={s.concurrency} {s.session.cache}"
+    return (f"{s.test or 'serve'} c={s.concurrency}" + (f" depth={s.depth}" if s.depth else "")
+            + (f" prompt={s.input_tokens_mean:.0f}" if s.input_tokens_mean else ""))
+
+
+@dataclass(slots=True, frozen=True)
+class CostPoint:
+    """One operating point priced: the names of ``cost --json``'s points."""
+
+    operating_point: str
+    output_tps: float
+    cost_per_mtok: float | None
+    api_cost_per_mtok: float | None = None
+
+    def vs_api(self) -> str | None:
+        """"3.2x cheaper" or "1.5x dearer" than the API, or None without both prices."""
+        return vs_api(self.cost_per_mtok, self.api_cost_per_mtok)
+
+
+def vs_api(cost: float | None, api: float | None) -> str | None:
+    """"3.2x cheaper" or "1.5x dearer" than the API, or None without both prices."""
+    if api is None or not cost:
+        return None
+    return f"{api / cost:.1f}x cheaper" if cost < api else f"{cost / api:.1f}x dearer"
+
+
+def cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: float | None = None) -> list[CostPoint]:
+    """Every level with an output rate, priced by ``pricing``, beside the API's price per million tokens."""
+    return [CostPoint(operating_point(s), rate, pricing.per_mtok(rate), api) for s in levels
+            if (rate := output_rate(s))]
+
+
+@dataclass(slots=True, frozen=True)
+class SessionCostPoint:
+    """One agent-session level priced: per finished session and per million output tokens (``cost --json``'s
+    ``sessions``)."""
+
+    concurrency: int | None
+    cache: str  # warm or busted
+    sessions: int
+    sessions_finished: int
+    session_p50_s: float | None
+    box_hours: float  # the level's measured window: the hours its sessions held the box
+    cost_per_session: float | None
+    output_tps: float | None
+    cost_per_mtok: float | None
+    api_cost_per_mtok: float | None = None
+
+    @property
+    def level(self) -> str:
+        return f"{self.concurrency} {self.cache}"
+
+    def vs_api(self) -> str | None:
+        return vs_api(self.cost_per_mtok, self.api_cost_per_mtok)
+
+
+def session_cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: float | None = None) -> list[SessionCostPoint]:
+    """Every agent-session level priced by ``pricing``: per finished session (``cost_per_session``) and per
+    million output tokens at the level's output rate, warm and busted alike."""
+    out = []
+    for s in serving(levels):
+        st = s.session
+        if st is None:
+            continue
+        rate = output_rate(s)
+        out.append(SessionCostPoint(s.concurrency, st.cache, st.sessions, st.sessions_finished, st.session_s.p50,
+                                    s.duration_s / 3600.0, pricing.per_session(s.duration_s, st.sessions_finished),
+                                    rate, pricing.per_mtok(rate), api))
+    return out
