@@ -57,7 +57,7 @@ ENGINES_SEEN := $(foreach v,TOOLS CACHE LLAMA_CPP_BIN VLLM_ENV AIPERF_ENV,\
 PYTEST := env $(ENGINES_SEEN) $(HOSTILE_ENV) $(BIN)/python -m pytest
 
 ## make test: pyflakes and mypy, then every test: the real engines and the cross-checks against the reference tools included
-# (about 15 minutes on 2 cores with the engines built; the generated inputs at CI's full count)
+# (about 55 minutes on 2 cores with the engines built, 13 of them the tests make test-fast runs; the generated inputs at CI's full count)
 test: lint engines $(VENV)/.installed-llama-cpp-python
 	TOKENBENCH_FUZZ=ci $(PYTEST)
 
