@@ -19,12 +19,14 @@ the session.
 
 from __future__ import annotations
 
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from tokenbench.engines import launch, tiny
 from tokenbench.engines.launch import RunningEngine
+from tokenbench.prometheus import parse
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,3 +109,26 @@ class Servers:
     def stop_all(self) -> None:
         for config in list(self.running):
             self.stop(config)
+
+
+def hub_cache(root: Path, model: tiny.TinyModel) -> tuple[Path, str]:
+    """The model's tokenizer as a Hugging Face cache entry, and its repo name. AIPerf 0.13 cannot load a tokenizer
+    from a local directory offline: its decoding workers force HF_HUB_OFFLINE, and offline it looks the name up
+    as a cached repo (snapshot_download(local_files_only=True)), which a path is not."""
+    repo, rev = "tokenbench/served", "0" * 40
+    entry = root / f"models--{repo.replace('/', '--')}"
+    snap = entry / "snapshots" / rev
+    snap.mkdir(parents=True, exist_ok=True)
+    (entry / "refs").mkdir(exist_ok=True)
+    (entry / "refs" / "main").write_text(rev)
+    for f in model.hf_dir.iterdir():
+        if f.name.startswith("tokenizer") or f.name.endswith("config.json"):
+            (snap / f.name).unlink(missing_ok=True)
+            (snap / f.name).symlink_to(f)
+    return root, repo
+
+
+def metrics(server: RunningEngine) -> dict[str, float]:
+    """The server's /metrics now, parsed."""
+    with urllib.request.urlopen(server.base_url[:-3] + "/metrics", timeout=10) as f:
+        return parse(f.read().decode())

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +27,11 @@ import psutil
 import pytest
 
 from conftest import need_engine
-from servers import Serving
+from servers import Serving, hub_cache, metrics
 from tokenbench.cli import main
 from tokenbench.engines import aiperf_env, tiny
 from tokenbench.engines.launch import RunningEngine
 from tokenbench.store import Store
-from tokenbench.telemetry import parse
 from tokenbench.trajectories.load import load_trajectories
 
 pytestmark = pytest.mark.engine
@@ -90,27 +88,6 @@ def write_traces(folder: Path, seed: int = 11) -> Path:
                "requests": reqs}
         (folder / f"session-{i}.json").write_text(json.dumps(doc))
     return folder
-
-
-def hub_cache(root: Path, model: tiny.TinyModel) -> tuple[Path, str]:
-    """The model's tokenizer as a Hugging Face cache entry, and its repo name: AIPerf 0.13's workers force
-    HF_HUB_OFFLINE and then look a tokenizer up as a cached repo, which a local directory is not."""
-    repo, rev = "tokenbench/served", "0" * 40
-    entry = root / f"models--{repo.replace('/', '--')}"
-    snap = entry / "snapshots" / rev
-    snap.mkdir(parents=True, exist_ok=True)
-    (entry / "refs").mkdir(exist_ok=True)
-    (entry / "refs" / "main").write_text(rev)
-    for f in model.hf_dir.iterdir():
-        if f.name.startswith("tokenizer") or f.name.endswith("config.json"):
-            (snap / f.name).unlink(missing_ok=True)
-            (snap / f.name).symlink_to(f)
-    return root, repo
-
-
-def metrics(server: RunningEngine) -> dict[str, float]:
-    with urllib.request.urlopen(server.base_url[:-3] + "/metrics", timeout=10) as f:
-        return parse(f.read().decode())
 
 
 def server_view(before: dict[str, float], after: dict[str, float], client_ttfts_ms: list[float]) -> dict[str, float]:

@@ -16,19 +16,17 @@ import os
 import random
 import statistics
 import subprocess
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import need_engine
-from servers import Serving
+from servers import Serving, hub_cache, metrics
 from tokenbench.cli import main
 from tokenbench.engines import aiperf_env, tiny
 from tokenbench.engines.launch import RunningEngine
 from tokenbench.store import Store
-from tokenbench.prometheus import parse
 from tokenbench.trace import load_trace
 
 pytestmark = pytest.mark.engine
@@ -64,28 +62,6 @@ def write_trace(path: Path, n: int = 24, seed: int = 25) -> Path:
         t += rng.randint(600, 1000)
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path
-
-
-def hub_cache(root: Path, model: tiny.TinyModel) -> tuple[Path, str]:
-    """The model's tokenizer as a Hugging Face cache entry, and its repo name. AIPerf 0.13 cannot load a tokenizer
-    from a local directory offline: its decoding workers force HF_HUB_OFFLINE, and offline it looks the name up
-    as a cached repo (snapshot_download(local_files_only=True)), which a path is not."""
-    repo, rev = "tokenbench/served", "0" * 40
-    entry = root / f"models--{repo.replace('/', '--')}"
-    snap = entry / "snapshots" / rev
-    snap.mkdir(parents=True, exist_ok=True)
-    (entry / "refs").mkdir(exist_ok=True)
-    (entry / "refs" / "main").write_text(rev)
-    for f in model.hf_dir.iterdir():
-        if f.name.startswith("tokenizer") or f.name.endswith("config.json"):
-            (snap / f.name).unlink(missing_ok=True)
-            (snap / f.name).symlink_to(f)
-    return root, repo
-
-
-def metrics(server: RunningEngine) -> dict[str, float]:
-    with urllib.request.urlopen(server.base_url[:-3] + "/metrics", timeout=10) as f:
-        return parse(f.read().decode())
 
 
 def server_view(before: dict[str, float], after: dict[str, float], client_ttfts_ms: list[float]) -> dict[str, float]:
