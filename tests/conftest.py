@@ -138,6 +138,8 @@ def fuzz_examples(ci: int) -> int:
 #: second exists only where a test needs what the first cannot give (one slot, the small model, its vocabulary).
 SHARED: dict[str, Config] = {
     "llama_tiny_4": Config("llama-server", "tiny", parallel=4),
+    # no host prompt cache: a session evicted from its slot is prefilled again (the cache cliff at the slots)
+    "llama_tiny_4_nohost": Config("llama-server", "tiny", parallel=4, ctx=1024, extra=("--cache-ram", "0")),
     "llama_small_4": Config("llama-server", "small", parallel=4),  # slow enough a request that 4 slots show
     "llama_tiny_1": Config("llama-server", "tiny", parallel=1),  # one stream at a time
     "transformers_tiny": Config("transformers", "tiny", ctx=2048),
@@ -195,6 +197,11 @@ def _shared_server(name: str) -> Serving:
 @pytest.fixture
 def llama_tiny_4(serving: Servers) -> Serving:
     return _shared_server("llama_tiny_4")
+
+
+@pytest.fixture
+def llama_tiny_4_nohost(serving: Servers) -> Serving:
+    return _shared_server("llama_tiny_4_nohost")
 
 
 @pytest.fixture

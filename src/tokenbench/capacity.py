@@ -34,6 +34,7 @@ from .records import RequestRecord
 from .slo import SLO, SloCheck, decided_fail
 
 if TYPE_CHECKING:
+    from .cache_cliff import Cliff
     from .levels import ServingLevel
     from .results import LevelOutcome, Manifest, RunResult
 
@@ -70,12 +71,17 @@ class SearchSpec:
     arrival: Literal["poisson", "constant"] = "poisson"
     max_concurrency: int | None = None
     sessions: bool = False  # agent sessions: each level runs them with the prefix cache warm
+    #: a cache-cliff search (cache_cliff.py): a level also fails once its cached share falls below this share of
+    #: the lowest level's (None: no such objective)
+    cache_drop: float | None = None
 
     def __post_init__(self) -> None:
         if not (0 < self.low <= self.high) or not math.isfinite(self.high):
             raise ValueError(f"the range {self.low:g}:{self.high:g} must be LOW:HIGH with 0 < LOW <= HIGH")
         if self.axis == "concurrency" and (self.low != int(self.low) or self.high != int(self.high)):
             raise ValueError("a concurrency range is whole agents, e.g. 1:64")
+        if self.cache_drop is not None and not 0 < self.cache_drop < 1:
+            raise ValueError(f"a cached share's fall of {self.cache_drop:g}: give a share between 0 and 1, e.g. 0.5")
 
     def level(self, value: float) -> Level:
         if self.axis == "concurrency":
@@ -147,6 +153,16 @@ def verdict(outcome: LevelOutcome, spec: SearchSpec) -> Verdict | None:
     return Verdict(value, met, list(s.slo_checks), requests, stopped.message if stopped else None, outcome.idx)
 
 
+def verdicts(outcomes: list[LevelOutcome], spec: SearchSpec) -> list[Verdict]:
+    """Every level's verdict; a cache-cliff search's also hold each level's cached share to the lowest level's."""
+    found = [v for o in outcomes if (v := verdict(o, spec)) is not None]
+    if spec.cache_drop is not None:
+        from .cache_cliff import hold_cache
+
+        hold_cache(found, outcomes, spec.cache_drop)
+    return found
+
+
 def bracket(verdicts: list[Verdict]) -> tuple[float | None, float | None]:
     """The last level that met the SLO below the first that did not, and that first (None where there is none):
     the lowest failing level bounds the answer; a pass above it (noise) does not move the answer up."""
@@ -179,13 +195,13 @@ def next_value(spec: SearchSpec, verdicts: list[Verdict]) -> tuple[float | None,
 def search_by(spec: SearchSpec, meets: Callable[[float], bool | None]) -> tuple[float | None, float | None, Ended]:
     """The same search over a function instead of a server (a prediction, a table of stored levels): the last
     value that met, the first that did not, and why it ended."""
-    verdicts: list[Verdict] = []
+    seen: list[Verdict] = []
     while True:
-        value, ended = next_value(spec, verdicts)
+        value, ended = next_value(spec, seen)
         if value is None:
-            last_pass, first_fail = bracket([v for v in verdicts if v.met is not None])
+            last_pass, first_fail = bracket([v for v in seen if v.met is not None])
             return last_pass, first_fail, ended
-        verdicts.append(Verdict(value, meets(value), [], 0, None, len(verdicts)))
+        seen.append(Verdict(value, meets(value), [], 0, None, len(seen)))
 
 
 class LevelStop:
@@ -261,13 +277,13 @@ class CapacitySearch:
     started_ns: int = field(default_factory=time.monotonic_ns)
     ended: Ended = "running"
     total: int | None = None  # levels are not known beforehand
+    kv_pool: dict[str, Any] | None = None  # a cache search's: the engine's KV pool as read before it (cache_cliff)
 
     def next_level(self, outcomes: list[LevelOutcome]) -> Level | None:
         if self.spent():
             self.ended = "budget"
             return None
-        verdicts = [v for o in outcomes if (v := verdict(o, self.spec)) is not None]
-        value, self.ended = next_value(self.spec, verdicts)
+        value, self.ended = next_value(self.spec, verdicts(outcomes, self.spec))
         return self.spec.level(value) if value is not None else None
 
     def spent(self) -> bool:
@@ -287,6 +303,8 @@ class CapacitySearch:
     def annotate(self, manifest: Manifest) -> None:
         """How it searched and for what (its levels are found, not listed)."""
         manifest.capacity = {**self.spec.to_dict(), "slo": self.slo.describe(), "objectives": self.slo.headline()}
+        if self.kv_pool is not None:
+            manifest.capacity["kv_pool"] = self.kv_pool
         manifest.load = {**(manifest.load or {}), "levels": []}
 
     def verdict(self, outcomes: list[LevelOutcome], manifest: Manifest) -> tuple[str, str | None]:
@@ -311,6 +329,7 @@ class CapacityAnswer:
     limit: str | None  # what limited it at the first failing level, when it was not the hardware
     price_per_hour: float | None = None
     currency: str = "USD"
+    cliff: Cliff | None = None  # a cache-cliff search's: where the cached share collapsed, and why
 
     @property
     def requests(self) -> int:
@@ -347,6 +366,7 @@ class CapacityAnswer:
                 "requests": self.requests, "range": [self.spec.low, self.spec.high],
                 "cost_per_agent_hour": self.cost_per_agent_hour(), "cost_per_mtok": self.cost_per_mtok(),
                 "currency": self.currency, "j_per_output_token": j, "agents_per_kw": per_kw,
+                **({"cache_cliff": self.cliff.to_dict()} if self.cliff is not None else {}),
                 "levels": [{"value": self.whole(v.value), "met": v.met, "sure": v.sure, "requests": v.requests,
                             "stopped": v.stopped, "checks": [c.to_dict() for c in v.checks]} for v in self.verdicts]}
 
@@ -390,18 +410,25 @@ def answer(result: RunResult) -> CapacityAnswer | None:
     spec = _spec(result, stored)
     if spec is None:
         return None
-    verdicts = [v for o in result.outcomes if (v := verdict(o, spec)) is not None]
-    if not stored and not any(v.met is not None for v in verdicts):
+    vs = verdicts(result.outcomes, spec)
+    if not stored and not any(v.met is not None for v in vs):
         return None
-    last_pass, first_fail = bracket([v for v in verdicts if v.met is not None])
-    at = next((o.serving for o in result.outcomes if spec.value(o.level) == last_pass
-               and (v := verdict(o, spec)) is not None and v.met), None)
+    last_pass, first_fail = bracket([v for v in vs if v.met is not None])
+    met = {v.idx for v in vs if v.met}
+    at = next((o.serving for o in result.outcomes if spec.value(o.level) == last_pass and o.idx in met), None)
     failing = next((o.serving for o in result.outcomes if spec.value(o.level) == first_fail), None)
     ended: Ended = stored.get("ended") or _ended(spec, last_pass, first_fail, result.status)
     slo = str(stored.get("objectives") or next((s.slo for o in result.outcomes if (s := o.serving) and s.slo), ""))
-    return CapacityAnswer(spec, slo, ended, verdicts, last_pass, first_fail, at,
-                          limit_cause(failing) if failing is not None else None,
-                          result.manifest.price_per_hour, result.manifest.currency or "USD")
+    if spec.cache_drop is not None:
+        slo += f" and a cached share of at least {spec.cache_drop:.0%} of the lowest level's"
+    found = CapacityAnswer(spec, slo, ended, vs, last_pass, first_fail, at,
+                            limit_cause(failing) if failing is not None else None,
+                            result.manifest.price_per_hour, result.manifest.currency or "USD")
+    if spec.cache_drop is not None:
+        from .cache_cliff import cliff
+
+        found.cliff = cliff(result, found)
+    return found
 
 
 def _spec(result: RunResult, stored: dict[str, Any]) -> SearchSpec | None:

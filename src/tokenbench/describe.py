@@ -46,7 +46,9 @@ def _session_workload(wl: dict[str, Any]) -> str:
         d = wl.get(key)
         return str(d.get("text")) if isinstance(d, dict) else "?"
 
-    runs = f"{wl.get('sessions')} sessions x " if wl.get("sessions") else "sessions of "  # a prediction: per agent
+    # a cache search's levels run one session per agent; a prediction's sessions are per agent too
+    runs = "one session per agent x " if wl.get("per_agent") else \
+        f"{wl.get('sessions')} sessions x " if wl.get("sessions") else "sessions of "
     out = f"{runs}{wl.get('turns')} turns, shared prompt {wl.get('shared_prefix')}, " \
           f"task {text('task')}, tool {text('tool')}, output {text('output')} tokens"
     if text("think") not in ("0 s", "?"):

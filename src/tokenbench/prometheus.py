@@ -22,3 +22,16 @@ def parse(text: str) -> dict[str, float]:
     except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:
         raise ValueError(f"not Prometheus text: {type(e).__name__}") from None
     return out
+
+
+def info_labels(text: str, name: str) -> dict[str, str]:
+    """The labels of the first sample named ``name`` (an info metric, whose facts are its labels, as vLLM's
+    ``cache_config_info``); empty where the page has none, or is not Prometheus text."""
+    try:
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                if s.name == name:
+                    return dict(s.labels)
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+        return {}
+    return {}

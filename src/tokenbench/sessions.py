@@ -53,17 +53,21 @@ class SessionPlan:
     max_context: int | None = None  # a turn whose prompt would pass this ends or compacts its session
     on_cap: OnCap = "end"
     baseline: bool = True  # also run every level with the cache busted
+    #: a cache-cliff search's levels: each agent runs one session, so a level of N agents keeps N sessions live
+    #: (``sessions`` is then the most agents), and no agent is pinned to a slot (agents in the field are not)
+    per_agent: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """What a run's manifest records as its workload."""
         return {"kind": "sessions", "sessions": self.sessions, "turns": self.turns,
                 "shared_prefix": self.shared_prefix, "task": self.task.to_dict(), "tool": self.tool.to_dict(),
                 "output": self.output.to_dict(), "think": self.think.to_dict(), "max_context": self.max_context,
-                "on_cap": self.on_cap, "baseline": self.baseline}
+                "on_cap": self.on_cap, "baseline": self.baseline, **({"per_agent": True} if self.per_agent else {})}
 
     def describe(self) -> str:
         """One line for the table's heading."""
-        parts = [f"{self.sessions} sessions x {self.turns} turns",
+        parts = [f"one session per agent x {self.turns} turns" if self.per_agent else
+                 f"{self.sessions} sessions x {self.turns} turns",
                  f"system prompt {self.shared_prefix} shared" if self.shared_prefix else "no shared prompt",
                  f"task {self.task.describe()}", f"tool {self.tool.describe()}",
                  f"output {self.output.describe()}"]
@@ -152,7 +156,8 @@ class SessionLevel:
         return start, max(ends, default=time.perf_counter_ns())
 
     async def _agent(self, agent: int) -> None:
-        while self.next_session < self.plan.sessions:
+        total = self.agents if self.plan.per_agent else self.plan.sessions
+        while self.next_session < total:
             session = self.next_session
             self.next_session += 1
             await self._session(agent, session)

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ..cache_cliff import DEFAULT_DROP, vllm_pool
 from ..capacity import SURE_LEGEND, CapacityAnswer, CapacitySearch, SearchSpec, answer
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
@@ -19,7 +20,9 @@ from ..slo import SLO
 from ..console import print_table
 from ..results import RunResult
 from ..slo import SloCheck, duration_text
+from ..servers import root_url
 from ..store import Store
+from ..kinds.sessions import SessionsKind
 from ..sweep import SweepConfig, run_sweep
 from .common import check_output, embedded_spec, emit_json, int_list, notifier, seconds
 from .options import add_endpoint, add_load, add_output
@@ -70,9 +73,48 @@ def capacity_config(a: argparse.Namespace, argv: list[str], spec: SearchSpec, sl
     its one configured level (what the engine must hold), 32 requests a level unless --requests says."""
     d: dict[str, Any] = {**(EMBEDDED_DEFAULTS if a.url is None else {}), "requests": 32}
     kind = workload_kind(a, argv, d, search=True).for_search()
+    if a.cache_cliff is not None:
+        assert isinstance(kind, SessionsKind)  # cache_search_options made it so
+        kind = kind.for_cache_search()
     conc = [int(spec.high)] if spec.axis == "concurrency" else int_list(str(d.get("concurrency", "1")), "--concurrency")
     rates = [spec.high] if spec.axis == "rate" else []
     return load_config(a, argv, kind, d, (conc, rates), a.requests or d["requests"], slo)
+
+
+def cache_search_options(a: argparse.Namespace, spec: SearchSpec) -> SearchSpec:
+    """--cache-cliff: a search over live agent sessions, one per agent (so --sessions is the range's top), held
+    to the cached share as well as --slo."""
+    if a.cache_cliff is None:
+        return spec
+    if spec.axis != "concurrency":
+        raise UsageError("--cache-cliff grows live agent sessions: give --concurrency LOW:HIGH, not --rate")
+    if getattr(a, "trace", None) is not None or a.dataset is not None:
+        raise UsageError("--cache-cliff runs agent sessions of its own: drop --trace and --dataset")
+    if a.sessions is not None:
+        raise UsageError("--cache-cliff runs one session per agent, --concurrency LOW:HIGH sets how many: "
+                         "drop --sessions")
+    a.sessions = int(spec.high)
+    try:
+        return replace(spec, cache_drop=a.cache_cliff)
+    except ValueError as e:
+        raise UsageError(f"--cache-cliff: {e}") from None
+
+
+def kv_pool(base_url: str, api_key: str | None) -> dict[str, Any] | None:
+    """The engine's KV pool where its /metrics says (vLLM), read once before a cache search; llama.cpp's is its
+    slots, which every run's manifest holds already."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(root_url(base_url) + "/metrics",
+                                 headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            text = r.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    pool = vllm_pool(text)
+    return pool.to_dict() if pool is not None else None
 
 
 def _tiers(a: argparse.Namespace) -> list[float | None]:
@@ -90,7 +132,7 @@ def _tiers(a: argparse.Namespace) -> list[float | None]:
 
 def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
     check_output(a.json, "--json")
-    spec = search_spec(a)
+    spec = cache_search_options(a, search_spec(a))
     tiers = _tiers(a)
     slos = [_slo(a.slo + (f",agent_tps_p90={t:g}" if t is not None else "")) for t in tiers]
     cfgs = [capacity_config(a, argv, spec, slo) for slo in slos]
@@ -110,8 +152,9 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
             if engine is not None:
                 embedded_ctx(cfg)
                 engine.configure(cfg)
+        pool = kv_pool(cfgs[0].url, cfgs[0].api_key) if spec.cache_drop is not None else None
         for cfg, slo in zip(cfgs, slos):
-            results.append(_search(a, cfg, CapacitySearch(spec, slo), store, console, err,
+            results.append(_search(a, cfg, CapacitySearch(spec, slo, kv_pool=pool), store, console, err,
                                    engine.alive if engine else None))
     if len(results) > 1:
         console.print("")
@@ -203,6 +246,10 @@ ENDED = {"resolved": "resolved", "none": "no level met the SLO", "all": "every l
 def print_capacity(console: Console, found: CapacityAnswer, fmt: str = "table") -> None:
     console.print("")
     console.print(headline(found), markup=False, highlight=False)
+    if found.cliff is not None:
+        console.print(found.cliff.headline(), markup=False, highlight=False)
+        for line in found.cliff.explained():
+            console.print("  " + line, markup=False, highlight=False)
     for line in money_lines(found):
         console.print("  " + line, markup=False, highlight=False)
     if found.limit is not None and found.first_fail is not None:
@@ -264,6 +311,11 @@ def add_capacity_parser(sub: Any) -> None:
     cap.add_argument("--tiers", metavar="TOK_S,...",
                      help="search once per per-agent speed: at least 90%% of requests read at that many tok/s or "
                           "faster (agent_tps_p90), beside --slo's other objectives; AA-AgentPerf's tiers are 20,60")
+    cap.add_argument("--cache-cliff", type=float, nargs="?", const=DEFAULT_DROP, metavar="SHARE",
+                     help="search how many live agent sessions the server's cache keeps warm: one session per agent, "
+                          "a level failing once its cached share of prompt tokens falls below SHARE (default "
+                          f"{DEFAULT_DROP:g}) of the lowest level's, or --slo breaks; prints the working set "
+                          "against the engine's KV pool (docs/capacity.md)")
     add_output(cap)
     add_power_options(cap.add_argument_group("the box under test: power and its host's guard (docs/power.md)"))
     cap.set_defaults(duration=None, repetitions=1)

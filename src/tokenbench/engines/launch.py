@@ -91,7 +91,7 @@ class Launch:
 def command(engine: str, model: TinyModel, port: int, parallel: int = 1, ctx: int = 8192,
             progress: Progress | None = None, gguf: Path | None = None, extra: tuple[str, ...] = ()) -> Launch:
     """The server command line for ``engine``; installs or builds the engine on first use. ``extra`` options
-    are appended for llama-server (later options override earlier ones there)."""
+    are appended for llama-server and vLLM (later options override earlier ones in both)."""
     name = canonical(engine)
     host = ["--host", "127.0.0.1", "--port", str(port)]
     if name == "transformers":
@@ -114,7 +114,7 @@ def command(engine: str, model: TinyModel, port: int, parallel: int = 1, ctx: in
                        "--enable-prompt-tokens-details",
                        # tools, as agents send them (a request with tools is refused without a parser); the
                        # pythonic parser needs no special tokens of the model's
-                       "--enable-auto-tool-choice", "--tool-call-parser", "pythonic"],
+                       "--enable-auto-tool-choice", "--tool-call-parser", "pythonic", *extra],
                       model.name, {"VLLM_CPU_KVCACHE_SPACE": str(VLLM_KV_GIB)})
     if name == "llama-server":
         from .llamacpp_build import ensure_tools

@@ -67,7 +67,8 @@ class BoundSessions:
         user's --extra-body on top."""
         ep, opts = self.b.endpoint, self.b.opts
         fixed = ep.info.adapter.output_length_fields(out_len, ep.eos_token_id, opts.api) if opts.fixed_output else {}
-        return fixed | ep.info.adapter.session_fields(agent, ep.info.slots) | opts.extra_body
+        slots = None if self.plan.per_agent else ep.info.slots  # a cliff search pins no agent to a slot
+        return fixed | ep.info.adapter.session_fields(agent, slots) | opts.extra_body
 
     def workload_entry(self) -> dict[str, Any]:
         return self.plan.to_dict() | {"seed": self.b.seed}
@@ -133,6 +134,10 @@ class SessionsKind:
     def for_search(self) -> SessionsKind:
         """A search runs the sessions at each agent count with the cache warm, as agents run them: no baseline."""
         return SessionsKind(replace(self.plan, baseline=False))
+
+    def for_cache_search(self) -> SessionsKind:
+        """A cache-cliff search: every agent one live session, no agent pinned to a slot, the cache warm."""
+        return SessionsKind(replace(self.plan, baseline=False, per_agent=True))
 
     def for_slot(self, limit: int) -> tuple[int, SessionsKind]:
         """Each slot holds a session's longest turn, up to what the model was trained for; a plan without a cap is

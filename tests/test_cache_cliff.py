@@ -1,0 +1,104 @@
+"""The cache-cliff search's verdicts and arithmetic (cache_cliff.py), from stored levels: no server. The search on
+real engines is in test_capacity_engines.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tokenbench.cache_cliff import CHECK, KvPool, vllm_pool
+from tokenbench.capacity import SearchSpec, answer
+from tokenbench.cli import main
+from tokenbench.distribution import Distribution
+from tokenbench.levels import ServingLevel, SessionStats, TurnPoint
+from tokenbench.loadgen import Level
+from tokenbench.results import LevelOutcome, Manifest, RunResult
+
+#: agents -> (cached share, median TTFT ms): warm to 4, the pool's slots, then the cache thrashes
+MEASURED = {1: (0.60, 9.0), 2: (0.60, 15.0), 4: (0.59, 34.0), 5: (0.18, 52.0), 8: (0.02, 101.0)}
+
+
+def _level(agents: int, share: float | None, ttft: float, context: float = 324.0) -> ServingLevel:
+    turns = [TurnPoint(t, agents, context * (t + 1) / 4, None, None, Distribution(n=0), Distribution(n=0))
+             for t in range(4)]
+    return ServingLevel(concurrency=agents, test="serve", completed=4 * agents, ttft_ms=Distribution(n=4, p50=ttft),
+                        slo_met=True, slo_checks=[],
+                        session=SessionStats("warm", agents, agents, 4.0, Distribution(n=0), share, "usage",
+                                             turns=turns))
+
+
+def _run(measured: dict[int, tuple[float | None, float]], drop: float | None = 0.5,
+         server: dict[str, object] | None = None, pool: dict[str, object] | None = None) -> RunResult:
+    spec = SearchSpec("concurrency", 1, 8, sessions=True, cache_drop=drop)
+    stored = {**spec.to_dict(), "objectives": "TTFT p90 <= 5 s", "ended": "resolved",
+              **({"kv_pool": pool} if pool else {})}
+    manifest = Manifest(capacity=stored, server=server or {"slots": 4, "slot_ctx": 1024})
+    outcomes = [LevelOutcome(i, Level(concurrency=c, cache="warm"), _level(c, share, ttft), "complete")
+                for i, (c, (share, ttft)) in enumerate(measured.items())]
+    return RunResult("r", manifest, outcomes, "complete")
+
+
+def test_a_level_fails_once_its_cached_share_falls_below_half_the_warm_share() -> None:
+    found = answer(_run(MEASURED))
+    assert found is not None and (found.capacity, found.first_fail) == (4, 5)
+    checks = {v.value: next(c for c in v.checks if c.name == CHECK) for v in found.verdicts}
+    assert checks[1].limit == pytest.approx(0.30) and [checks[c].met for c in (1, 2, 4, 5, 8)] == \
+        [True, True, True, False, False]
+    assert "cached share of at least 50% of the lowest level's" in found.slo
+    cliff = found.cliff
+    assert cliff is not None and cliff.cache_failed
+    assert cliff.headline() == ("the cache keeps 4 sessions of up to 324 tokens warm; at 5 the cached share fell "
+                                "from 59% to 18% and median turn TTFT rose 1.5x")
+    # the working set at the cliff (sessions at every stage: 81 to 324 tokens, 202.5 on average) against the slots'
+    # pool: a session a slot, 4 slots of 1,024
+    assert (cliff.session_tokens, cliff.last_turn_tokens, cliff.working_set, cliff.holds) == (202.5, 324, 1012.5, 4)
+    assert "4 slots x 1,024 tokens (llama-server /props): it holds 4 such sessions" in " ".join(cliff.explained())
+    assert found.to_dict()["cache_cliff"]["fell_at"] == 5
+
+
+def test_a_stricter_drop_moves_the_cliff_down_and_no_drop_is_a_plain_search() -> None:
+    shares = {1: (0.60, 9.0), 2: (0.50, 12.0), 4: (0.40, 20.0), 8: (0.38, 30.0)}
+    strict = answer(_run(shares, drop=0.9))
+    assert strict is not None and (strict.capacity, strict.first_fail) == (1, 2)
+    plain = answer(_run(shares, drop=None))
+    assert plain is not None and plain.first_fail is None and plain.cliff is None
+    assert "cache_cliff" not in plain.to_dict()
+
+
+def test_a_cache_beyond_the_pool_is_said_and_a_silent_server_is_held_to_nothing() -> None:
+    warm = answer(_run({c: (0.6, 10.0) for c in (1, 2, 4, 8)}))
+    assert warm is not None and warm.first_fail is None and warm.cliff is not None
+    assert "8 stayed warm, more than the pool holds" in " ".join(warm.cliff.explained())
+    silent = answer(_run({c: (None, 10.0) for c in (1, 2, 4, 8)}))
+    assert silent is not None and silent.cliff is not None
+    assert not any(c.name == CHECK for v in silent.verdicts for c in v.checks)
+    assert "did not say how many prompt tokens its cache served" in silent.cliff.headline()
+
+
+def test_vllm_s_pool_is_its_blocks_and_a_session_takes_whole_blocks() -> None:
+    page = ('# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16",engine="0",'
+            'num_gpu_blocks="64",prefix_caching_hash_algo="sha256"} 1.0\n')
+    pool = vllm_pool(page)
+    assert pool is not None and (pool.tokens, pool.block_tokens) == (1024, 16)
+    assert pool.holds(324) == 3  # 21 blocks a session: 3 in 64
+    assert vllm_pool("vllm:num_requests_running 1\n") is None and vllm_pool("<html>") is None
+    found = answer(_run(MEASURED, server={}, pool=pool.to_dict()))
+    assert found is not None and found.cliff is not None and found.cliff.holds == 4  # 202.5 tokens: 13 blocks
+    assert KvPool.of_run(_run(MEASURED, server={})) is not None  # slots from the manifest
+    assert KvPool.of_run(_run(MEASURED, server={"slots": None})) is None
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--rate", "1:4"], "give --concurrency LOW:HIGH, not --rate"),
+    (["--sessions", "4"], "drop --sessions"),
+    (["--cache-cliff", "1.5"], "a share between 0 and 1"),
+])
+def test_a_cache_search_refuses_what_it_cannot_grow(args: list[str], says: str, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["capacity", "--url", "http://127.0.0.1:9/v1", "--slo", "ttft_p90=5s", "--db", str(tmp_path / "r.db")]
+    if "--cache-cliff" not in args:
+        argv.append("--cache-cliff")
+    assert main(argv + args) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1, err
