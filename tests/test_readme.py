@@ -211,3 +211,17 @@ def test_no_link_leaves_the_repository() -> None:
     """The product links nothing outside its own tree (a path like ../shared/ exists only beside a checkout)."""
     for page in LINKED + [ROOT / "docs" / "ARCHITECTURE.md"]:
         assert "../shared" not in page.read_text(), page
+
+
+def test_the_predicted_cache_cliffs_are_what_the_commands_print() -> None:
+    """The three seed boxes' predicted warm sessions in the README are what those commands print at 80 columns."""
+    found = [(i, t) for i, (k, t) in enumerate(blocks()) if "--sessions --turns 20" in t and "nvidia-a30" in t]
+    assert len(found) == 1
+    i, text = found[0]
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", COLUMNS="80")
+    said = []
+    for command in commands(text):
+        out = subprocess.run(shlex.split(command), env=env, capture_output=True, text=True, timeout=120,
+                             check=True).stdout
+        said += [ln.rstrip() for ln in out.splitlines() if ln.startswith("cache (PREDICTED)")]
+    assert said == blocks()[i + 1][1].rstrip("\n").splitlines()

@@ -154,7 +154,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         _print_sessions(a, console, shape, out)
         shown: dict[str, Any] = {"note": out.note, "tables": [
             {"agents": t.agents, "columns": t.columns, "rows": t.rows, "lines": t.lines} for t in out.tables],
-            "metrics": out.metrics}
+            "metrics": out.metrics, "warm": out.warm.to_dict() if out.warm is not None else None}
     else:
         for line in out.remarks:
             console.print(line, markup=False)
@@ -272,6 +272,8 @@ def _print_sessions(a: argparse.Namespace, console: Console, sh: SessionShape, o
             console.print(line, markup=False, highlight=False)
         for note in t.notes:
             console.print(note, markup=False, highlight=False, style="dim")
+    for line in out.warm.lines() if out.warm is not None else []:
+        console.print(line, markup=False, highlight=False)
     console.print(out.note, markup=False, highlight=False, style=None if out.setup.calibrated else "yellow")
 
 

@@ -23,6 +23,7 @@ from .session import SessionPrediction, SessionShape, predict_session
 from .setup import Setup, usual_setup
 from .specs import Catalog
 from .tables import band_note, bands, depth_table, serve_table, session_lines, session_metrics, session_table
+from .warm import WarmPrediction, predict_warm
 
 #: The published measurements the package ships (copies of the reference set, a test keeps them equal):
 #: what `calibrate` fits with no file given, and what the committed efficiency.toml was fitted on.
@@ -176,6 +177,7 @@ class Predicted:
     output_len: int | None
     remarks: list[str] = field(default_factory=list)
     session_predictions: list[SessionPrediction] = field(default_factory=list)
+    warm: WarmPrediction | None = None  # a session's: the live sessions its KV cache keeps warm
 
     def run(self) -> RunResult:
         """The prediction as a result (kind predict), not stored: its levels, as a stored run keeps them."""
@@ -263,7 +265,8 @@ def _predict_sessions(cfg: PredictConfig, shape: SessionShape, s: Setup, cal: Ca
         metrics += [m for m in session_metrics(n) if m not in metrics]
     # the note under the tables names what the furthest of them reaches: the deepest turn, the most agents
     s.reach = replace(s.reach, depth=max(p.turns[-1].context for p in sessions), concurrency=max(cfg.levels))
-    return Predicted(s, cal, cfg, described, shown, metrics, band_note(s, cal, metrics), None, None, [], sessions)
+    return Predicted(s, cal, cfg, described, shown, metrics, band_note(s, cal, metrics), None, None, [], sessions,
+                     predict_warm(s, sessions[0], cfg.setup.cache_ram))
 
 
 @dataclass(frozen=True, slots=True)
