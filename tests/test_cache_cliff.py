@@ -102,3 +102,25 @@ def test_a_cache_search_refuses_what_it_cannot_grow(args: list[str], says: str, 
     assert main(argv + args) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1, err
+
+
+def test_compare_sets_two_boxes_cliffs_side_by_side() -> None:
+    from tokenbench.compare.capacity import capacity_table, compare_answers
+
+    a, b = answer(_run(MEASURED)), answer(_run({c: (0.6, 10.0) for c in (1, 2, 4, 8)}))
+    assert a is not None and b is not None
+    cc = compare_answers(a, b)
+    _, rows = capacity_table(cc)
+    said = {r[0]: r[1:] for r in rows}
+    assert said["Cached share, warm"] == ["59% at 4", "60% at 8"] and said["Cached share, past"] == ["18% at 5", "—"]
+    assert said["KV pool"] == ["4,096 tok, holds 4", "4,096 tok, holds 4"]
+    assert cc.verdict() is not None and "B serves at least 2.00x the agents of A" in cc.verdict()
+
+
+def test_the_report_draws_the_cached_share_against_live_sessions() -> None:
+    from tokenbench.report import series
+
+    plots = {p.id: p for p in series.build([_run(MEASURED)])}
+    [line] = plots["cached_share"].lines
+    assert [(x, round(y)) for x, y in zip(line.xs, line.ys)] == [(1, 60), (2, 60), (4, 59), (5, 18), (8, 2)]
+    assert plots["ttft"].lines  # turn TTFT against the same live sessions

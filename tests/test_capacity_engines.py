@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,7 @@ def test_the_cache_cliff_on_llama_server_is_where_its_slots_run_out(llama_tiny_4
     on (its default), the same sessions stay warm at 8: what the host RAM is worth."""
     from test_result_schema import validator
 
-    found = {}
+    found, runs = {}, []
     for name, serving in (("off", llama_tiny_4_nohost), ("on", llama_tiny_4)):
         out = tmp_path / f"{name}.json"
         rc = main(["capacity", "--url", serving.server.base_url, *CLIFF, "--db", str(tmp_path / "r.db"),
@@ -144,6 +145,7 @@ def test_the_cache_cliff_on_llama_server_is_where_its_slots_run_out(llama_tiny_4
         doc = json.loads(out.read_text())
         assert not list(validator().iter_errors(doc)), [e.message for e in validator().iter_errors(doc)]
         found[name] = (doc["capacity"], " ".join(printed.split()))
+        runs.append(doc["run_id"])
         with capsys.disabled():
             print(f"\n--cache-ram {name}: {doc['capacity']['cache_cliff']}")
     off, said = found["off"]
@@ -155,3 +157,7 @@ def test_the_cache_cliff_on_llama_server_is_where_its_slots_run_out(llama_tiny_4
     on, said = found["on"]
     assert on["first_fail"] is None and on["cache_cliff"]["kept"] == 8 and on["cache_cliff"]["holds"] == 4, on
     assert "8 stayed warm, more than the pool holds" in said
+    # the two side by side, as two boxes' cliffs
+    assert main(["compare", *runs, "--db", str(tmp_path / "r.db")]) == 0
+    table = capsys.readouterr().out
+    assert re.search(r"Cached share, past\s+\d+% at 5\s+—", table) and "holds 4" in table, table

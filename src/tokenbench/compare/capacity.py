@@ -4,14 +4,18 @@ they compare (one axis, one SLO), a bound said as a bound, and the table that pr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..capacity import SURE_LEGEND, CapacityAnswer, answer
 from ..results import RunResult
 from ..slo import SLO
 from .levels import times
 from .sides import run_name
+
+if TYPE_CHECKING:
+    from ..cache_cliff import Cliff
 
 #: How a search ended, as a cell says it (``capacity.Ended``).
 _ENDED_CELL = {"resolved": "resolved", "none": "no level met", "all": "every level met",
@@ -236,6 +240,20 @@ def capacity_table(cc: CapacityComparison) -> tuple[list[str], list[list[str]]]:
                 ("Cost per Mtok out", [_money(f.cost_per_mtok(), 2, f.currency) for f in (fa, fb)]),
                 ("J per output token", [f"{j:.3f}" if (j := f.energy()[0]) is not None else "—" for f in (fa, fb)]),
                 ("Agents per kW", [f"{k:.1f}" if (k := f.energy()[1]) else "—" for f in (fa, fb)]),
-                ("Limit (not the box)", [f.limit if f.limit and f.first_fail is not None else "—" for f in (fa, fb)])]
+                ("Limit (not the box)", [f.limit if f.limit and f.first_fail is not None else "—" for f in (fa, fb)]),
+                *_cliff_rows(fa, fb)]
     rows += [[label, *cells] for label, cells in optional if any(c != "—" for c in cells)]
     return ["Capacity search", "A", "B"], rows
+
+
+def _cliff_rows(fa: CapacityAnswer, fb: CapacityAnswer) -> list[tuple[str, list[str]]]:
+    """A cache-cliff search's: the cached share either side of the cliff, a session's size, the engine's pool."""
+    def cells(f: Callable[[Cliff], str | None]) -> list[str]:
+        return [(f(c) or "—") if (c := x.cliff) is not None else "—" for x in (fa, fb)]
+
+    def pct(v: float | None) -> str:
+        return "—" if v is None else f"{v:.0%}"
+    return [("Cached share, warm", cells(lambda c: f"{pct(c.share_kept)} at {c.kept:.0f}" if c.kept else None)),
+            ("Cached share, past", cells(lambda c: f"{pct(c.share_fell)} at {c.fell_at:.0f}" if c.fell_at else None)),
+            ("Session context", cells(lambda c: f"{c.session_tokens:,.0f} tok mean" if c.session_tokens else None)),
+            ("KV pool", cells(lambda c: f"{c.pool.tokens:,} tok, holds {c.holds}" if c.pool else None))]

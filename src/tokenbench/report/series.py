@@ -189,6 +189,10 @@ def _session_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
         _add(plot, f"{run_name(r)} {cache}", pts, r, i, cache=cache, labels=labels)
     for cache in session_view.CACHES:
         levels = sorted((s for (c, k), s in by.items() if k == cache), key=lambda s: s.concurrency or 0)
+        # where live sessions stop staying warm (capacity --cache-cliff): the cached share falls at one more agent
+        shares = [(float(s.concurrency or 0), 100 * v) for s in levels
+                  if s.session is not None and (v := s.session.cached_share) is not None]
+        _add(plots["cached_share"], f"{run_name(r)} {cache}", shares, r, i, cache=cache)
         for pct in ("p50", "p90"):
             pts = [(float(s.concurrency or 0), v) for s in levels
                    if s.session is not None and (v := getattr(s.session.session_s, pct)) is not None]
@@ -233,6 +237,8 @@ def build(runs: list[RunResult], price_per_hour: float | None = None, currency: 
         "cost_interactivity": Plot("cost_interactivity", "Cost per million output tokens vs interactivity", inter,
                                    f"{one or 'cost'} per million output tokens", axis="interactivity",
                                    unit=f"{one}/M output tokens" if one else "per M output tokens"),
+        "cached_share": Plot("cached_share", "Agent sessions: share of prompt tokens served from the cache vs live "
+                             "sessions", "concurrent sessions", "cached share (%)", logx=True, unit="%"),
         "session_time": Plot("session_time", "Agent sessions: session time p50 (solid) and p90 (dotted) vs "
                              "concurrency", "concurrent sessions", "session time (s)", logx=True, unit="s"),
     }
@@ -243,5 +249,6 @@ def build(runs: list[RunResult], price_per_hour: float | None = None, currency: 
     for p in plots.values():
         if p.axis == "interactivity":  # per-agent rates span decades from one stream to hundreds
             p.logx = style.wide(x for line in p.lines for x in line.xs)
+    plots["cached_share"] = plots.pop("cached_share")  # after the turns, beside the session time
     plots["session_time"] = plots.pop("session_time")  # after the turns it sums up
     return [p for p in plots.values() if p.points]
