@@ -274,3 +274,53 @@ def test_session_options_without_sessions_are_refused(emitter: BackgroundEmitter
     code = main(["sweep", "--url", emitter.url, "--turns", "3", "--think-time", "1s", "--quiet"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--turns, --think-time shape agent sessions: add --sessions N" in err
+
+
+def test_a_soak_runs_sessions_back_to_back_for_its_duration(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """--duration: each agent starts a new session after its last until the time is up; no turn is sent after
+    it, the sessions it cut are counted apart from the finished ones, and the turns are read in tenths."""
+    code, doc = _run(emitter, tmp_path, "--sessions", "2", "--turns", "3", "--think-time", "100ms",
+                     "--duration", "2s", "--no-baseline")
+    assert code == 0, doc
+    [level] = doc["levels"]
+    s = level["session"]
+    # 2 agents, 3 turns a session, 100 ms between turns: far more than the 2 sessions --sessions names
+    assert s["sessions"] > 4 and s["sessions_finished"] + s["cut"] == s["sessions"] and s["cut"] <= 2
+    windows = s["over_time"]
+    assert len(windows) == 10 and windows[-1]["end_s"] == pytest.approx(2.0)
+    assert sum(w["turns"] for w in windows) == level["completed"] and all(w["turns"] for w in windows)
+    assert all(w["cached_share"] is None for w in windows)  # the emitter says nothing of a cache
+    assert "cache_decay" not in level["flags"]
+
+
+def test_a_soak_whose_cached_share_falls_is_flagged() -> None:
+    from tokenbench.findings import Code, LevelFacts, assess
+    from tokenbench.levels import ServingLevel, SessionStats
+    from tokenbench.distribution import Distribution
+    from tokenbench.soak import SoakWindow
+
+    def level(shares: list[float]) -> ServingLevel:
+        over = [SoakWindow(i, i + 1, 10, v, 50.0) for i, v in enumerate(shares)]
+        return ServingLevel(concurrency=4, session=SessionStats("warm", 8, 8, 4.0, Distribution(n=0), 0.5, "usage",
+                                                                over_time=over))
+    held, fell = level([0.6] * 10), level([0.62, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2])
+    for s in (held, fell):
+        assess(LevelFacts([], s))
+    assert held.finding(Code.CACHE_DECAY) is None
+    found = fell.finding(Code.CACHE_DECAY)
+    assert found is not None and "fell from 62% of prompt tokens in the run's first tenth to 20%" in found.message
+
+
+def test_the_report_draws_a_soak_over_time(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    from tokenbench.report import series
+    from tokenbench.reader import load_result
+
+    code, doc = _run(emitter, tmp_path, "--sessions", "2", "--turns", "3", "--think-time", "50ms",
+                     "--duration", "1s", "--no-baseline", "--db", str(tmp_path / "r.db"))
+    assert code == 0
+    run = load_result(Store(tmp_path / "r.db"), doc["run_id"])
+    plots = {p.id: p for p in series.build([run])}
+    [line] = plots["soak_ttft"].lines
+    assert len(line.xs) == 10 and line.xs[0] == pytest.approx(0.05) and all(y > 0 for y in line.ys)
+    assert plots["soak_ttft"].x_text(0.5) == "0.5 s into the soak"
+    assert "soak_cached" not in plots  # the emitter says nothing of a cache: no line drawn, no empty plot

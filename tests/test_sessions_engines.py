@@ -80,3 +80,21 @@ def test_llama_server_session_keeps_each_agent_in_its_slot(llama_tiny_4: Serving
     # llama.cpp says what its slot held (usage's prompt_tokens_details, or timings.cache_n in older builds)
     assert {lv["session"]["cached_source"] for lv in run["levels"]} <= {"server_timings", "usage"}
     _check_cache(run, server_counts=True)
+
+
+def test_a_soak_on_llama_server_reads_its_cache_in_every_tenth(llama_tiny_4: Serving, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Four agents, each on its slot, start sessions back to back for 8 s: every tenth of the run has its turns
+    and the server's cached share, steady (the cache holds), and no decay is flagged."""
+    out = tmp_path / "soak.json"
+    assert main(["sweep", "--url", llama_tiny_4.server.base_url, "--sessions", "4", "--turns", "4",
+                 "--shared-prefix", "0", "--input-len", "64", "--tool-len", "64", "--output-len", "8",
+                 "--think-time", "100ms", "--duration", "8s", "--no-baseline", "--guard", "off", "--quiet",
+                 "--db", str(tmp_path / "r.db"), "--json", str(out)]) == 0, capsys.readouterr().err
+    [level] = json.loads(out.read_text())["levels"]
+    s = level["session"]
+    shares = [w["cached_share"] for w in s["over_time"]]
+    with capsys.disabled():
+        print(f"\nsoak: {s['sessions']} sessions ({s['cut']} cut), cached share by tenth {[round(x, 2) for x in shares]}")
+    assert len(shares) == 10 and all(x is not None and abs(x - s["cached_share"]) < 0.2 for x in shares), shares
+    assert s["sessions"] > 8 and s["cut"] <= 4 and "cache_decay" not in level["flags"]

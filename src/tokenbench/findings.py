@@ -3,7 +3,7 @@
 A ``Finding`` is a typed value (hyperfine's ``Warnings``, guidellm's ``BenchmarkWarning``): a code from a closed
 set, a message, a remedy, and the observed value against its threshold, with its unit and the number of samples
 it rests on. The detection rules are the ordered list ``LEVEL_RULES``; each names its threshold constant and
-says why the threshold is what it is. The depth rules and the repetition rule follow below it.
+says why the threshold is what it is; the guard's finding follows it.
 
 ``flags`` and ``warnings`` of the JSON result contract are a view of a level's findings (``LevelSummary.add``
 keeps them), so scripts that read them keep working and stored runs made before findings still load.
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .guard_results import GuardSnapshot
 from .records import RequestRecord
 from .replay_stats import OVERFLOW_LIMIT
+from .soak import DECAY_MARGIN, decay
 from .steady import DRIFT_RATIO, TAIL_SHARE, drift, tail_cluster
 
 if TYPE_CHECKING:  # the summary carries its findings; this module only reads it
@@ -54,6 +55,7 @@ class Code(StrEnum):
     TAIL_CLUSTER = "tail_cluster"
     RATE_BELOW_TPOT = "rate_below_tpot"
     PHASE_LOCKED = "phase_locked"
+    CACHE_DECAY = "cache_decay"
 
 
 #: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.
@@ -303,6 +305,15 @@ def _slots_exceeded(f: LevelFacts) -> Finding | None:
     return Finding(Code.SLOTS_EXCEEDED, "; ".join(f.slot_reasons), observed=f.concurrency, unit="requests")
 
 
+def _cache_decay(f: LevelFacts) -> Finding | None:
+    fell = decay(f.summary.session.over_time) if f.summary.session is not None else None
+    return None if fell is None else Finding(
+        Code.CACHE_DECAY, f"the cached share fell from {fell[0]:.0%} of prompt tokens in the run's first tenth to "
+        f"{fell[1]:.0%} in its last: the cache stopped holding the sessions", "the report draws the share and turn "
+        "TTFT over time; a restart that restores the share says the engine lost its cache, not the box",
+        observed=fell[0] - fell[1], threshold=DECAY_MARGIN, unit="share of prompt tokens")
+
+
 def _context_overflow(f: LevelFacts) -> Finding | None:
     replay = f.summary.replay
     if replay is None or not replay.overflowed:
@@ -459,6 +470,8 @@ LEVEL_RULES: tuple[Rule, ...] = (
          "(steady.TAIL_SHARE, TAIL_RATIO)", _tail_cluster),
     Rule(Code.RATE_BELOW_TPOT, "a per-agent rate under half of what the level's own TTFT and TPOT give is "
          "not the server's rate (RATE_BELOW_TPOT_SHARE)", _rate_below_tpot),
+    Rule(Code.CACHE_DECAY, "a soak whose cached share falls from its first tenth to its last lost what its cache "
+         "held (soak.DECAY_MARGIN)", _cache_decay),
     Rule(Code.PHASE_LOCKED, "a closed loop whose streams keep one split (one alone, three together) reads a "
          "phase nobody chose into TTFT (steady.PHASE_TTFT_RATIO)", _phase_locked),
 )
@@ -475,16 +488,13 @@ def assess(facts: LevelFacts, rules: Iterable[Rule] = LEVEL_RULES) -> list[Findi
     return added
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The guard, repetitions and depth runs.
-
+# ---- the guard's finding, raised before a level (sweep.py) ----------------------------------------------
 
 def guard_finding(snap: GuardSnapshot | None, run_id: str = "") -> Finding | None:
     """A dirty guard snapshot as a finding: the failed checks, what each observed, and their advice."""
     if snap is None or not snap.dirty:
         return None
-    bad = snap.failed
-    names = ", ".join(c.name for c in bad)
+    names = ", ".join(c.name for c in snap.failed)
     where = f"'tokenbench show {run_id} --guard' prints the snapshots" if run_id else "the guard's snapshot says more"
     return Finding(Code.DIRTY_BENCH, f"the guard found the bench dirty before this level ({names})", where,
-                   observed=len(bad), threshold=0, unit="failed checks", n=len(snap.results))
+                   observed=len(snap.failed), threshold=0, unit="failed checks", n=len(snap.results))

@@ -17,6 +17,7 @@ from .distribution import Distribution
 from .findings import Code, Finding
 from .keyed import Keyed
 from .slo import SloCheck
+from .soak import SoakWindow
 
 T = TypeVar("T")
 
@@ -70,10 +71,13 @@ class SessionStats:
     compactions: int = 0  # sessions that reached the context cap and were compacted
     capped: int = 0  # sessions that reached the context cap and ended
     turns: list[TurnPoint] = field(default_factory=list)
+    cut: int = 0  # a soak's sessions its end cut short (not whole: out of session_s)
+    over_time: list[SoakWindow] = field(default_factory=list)  # a soak's turns in tenths of its duration
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["turns"] = [t.to_dict() for t in self.turns]
+        out["over_time"] = [w.to_dict() for w in self.over_time]
         return out
 
     @classmethod
@@ -81,6 +85,8 @@ class SessionStats:
         d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         d["session_s"] = Distribution(**d["session_s"]) if isinstance(d.get("session_s"), dict) else Distribution(n=0)
         d["turns"] = [TurnPoint.from_dict(t) for t in d.get("turns") or [] if isinstance(t, dict)]
+        d["over_time"] = [w for x in d.get("over_time") or [] if isinstance(x, dict)
+                          and (w := SoakWindow.from_dict(x)) is not None]
         return cls(**d)
 
 

@@ -21,6 +21,7 @@ from .levels import ServingLevel, SessionStats, TurnPoint
 from .steady import plateau, waves
 from .records import RequestRecord
 from .slo import SLO, assess, request_itls_ms, request_meets, request_tpot_ms, session_seconds
+from .soak import WINDOWS, SoakWindow
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -49,20 +50,36 @@ def cached_share(ok: list[RequestRecord]) -> tuple[float | None, str | None]:
     return (sum(r.cached_tokens or 0 for r in said) / prompt if prompt else None), _source(said, "cached_tokens_source")
 
 
-def session_stats(records: list[RequestRecord], cache: str) -> SessionStats:
-    """The session view of a level's measured records (each carries its ``session`` and ``turn``)."""
+def session_stats(records: list[RequestRecord], cache: str, cut: frozenset[int] = frozenset()) -> SessionStats:
+    """The session view of a level's measured records (each carries its ``session`` and ``turn``); ``cut``: the
+    sessions a soak's end cut short, left out of the sessions' times."""
     measured = [r for r in records if r.phase == "measured" and r.session is not None]
     by_session: dict[int, list[RequestRecord]] = {}
     for r in measured:
         by_session.setdefault(r.session or 0, []).append(r)
     ok = [r for r in measured if r.ok]
     share, source = cached_share(ok)
-    times = session_seconds(list(by_session.values()))
-    return SessionStats(
+    times = session_seconds([rs for k, rs in by_session.items() if k not in cut])
+    return SessionStats(cut=len(cut), 
         cache=cache, sessions=len(by_session), sessions_finished=len(times),
         turns_per_session=statistics.fmean(len(rs) for rs in by_session.values()) if by_session else None,
         session_s=Distribution.of(times), cached_share=share, cached_source=source,
         turns=[_turn_point(k, [r for r in ok if r.turn == k]) for k in sorted({r.turn for r in ok if r.turn is not None})])
+
+
+def soak_windows(records: list[RequestRecord], duration_s: float, n: int = WINDOWS) -> list[SoakWindow]:
+    """A soak level's successful measured turns in ``n`` windows of its duration, by the time each was sent."""
+    ok = [r for r in records if r.phase == "measured" and r.ok and r.session is not None]
+    if not ok or duration_s <= 0:
+        return []
+    start = min(r.sent_ns for r in ok)
+    width = duration_s / n
+    bins: list[list[RequestRecord]] = [[] for _ in range(n)]
+    for r in ok:
+        bins[min(n - 1, int((r.sent_ns - start) / NS_PER_S / width))].append(r)
+    return [SoakWindow(i * width, (i + 1) * width, len(b), cached_share(b)[0],
+                       statistics.median(t) if (t := [r.ttft_ns / NS_PER_MS for r in b if r.ttft_ns]) else None)
+            for i, b in enumerate(bins)]
 
 
 def _source(records: list[RequestRecord], attr: str) -> str | None:

@@ -62,7 +62,19 @@ def session_lines(s: ServingLevel) -> list[str]:
     parts = [", ".join(done), ", ".join(cache)]
     if st.capped or st.compactions:
         parts.append(f"at the context cap {st.capped} ended, {st.compactions} compacted")
-    return [f"{level_label(s)}: " + "; ".join(p for p in parts if p)]
+    if st.cut:
+        parts.append(f"{st.cut} cut short by the soak's end")
+    return [f"{level_label(s)}: " + "; ".join(p for p in parts if p), *_over_time(s)]
+
+
+def _over_time(s: ServingLevel) -> list[str]:
+    """A soak's tenths: the cached share and turn TTFT p50 in each, first to last."""
+    w = s.session.over_time if s.session is not None else []
+    if not w:
+        return []
+    shares = " ".join("—" if x.cached_share is None else f"{100 * x.cached_share:.0f}%" for x in w)
+    ttfts = " ".join(ms(x.ttft_ms_p50) for x in w)
+    return [f"  over time, each tenth of {w[-1].end_s:g} s: cached {shares}", f"  turn TTFT p50: {ttfts}"]
 
 
 def session_headline(warm: ServingLevel, busted: ServingLevel | None) -> str | None:

@@ -140,10 +140,17 @@ class SessionLevel:
         self.next_session = 0
         self.compactions = 0
         self.capped = 0
+        #: a soak (--duration): agents start sessions back to back until this long after the level's start, and no
+        #: turn is sent after it; the sessions it cut are not whole (``cut``)
+        self.duration_s: float | None = None
+        self.deadline_ns: int | None = None
+        self.cut: set[int] = set()
 
     async def run(self) -> tuple[int, int]:
         """Every session of the level, closed loop over the agents; returns the window (first send, last byte)."""
         start = time.perf_counter_ns()
+        if self.duration_s is not None:
+            self.deadline_ns = start + int(self.duration_s * 1e9)
         try:
             await asyncio.gather(*(self._agent(a) for a in range(self.agents)))
         except asyncio.CancelledError:  # Ctrl-C: turns in flight end as interrupted; finished ones are kept
@@ -157,10 +164,13 @@ class SessionLevel:
 
     async def _agent(self, agent: int) -> None:
         total = self.agents if self.plan.per_agent else self.plan.sessions
-        while self.next_session < total:
+        while (self.next_session < total) if self.deadline_ns is None else not self._over():
             session = self.next_session
             self.next_session += 1
             await self._session(agent, session)
+
+    def _over(self) -> bool:
+        return self.deadline_ns is not None and time.perf_counter_ns() >= self.deadline_ns
 
     async def _opening(self, session: int, what: str = "task", turn: int = 0, n: int | None = None) -> Conversation:
         """The shared system prompt (if any), then one user message: the session's task, or at the cap the summary
@@ -183,6 +193,9 @@ class SessionLevel:
         rng = random.Random(f"{self.texts.seed}/draws/{self.key}/{session}")
         think_ms: float | None = None
         for turn in range(plan.turns):
+            if turn and self._over():  # a soak's end: no new turn; the session was cut, not finished
+                self.cut.add(session)
+                return
             out_len = plan.output.draw(rng)
             if turn:
                 tool_len = plan.tool.draw(rng)

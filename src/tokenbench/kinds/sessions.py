@@ -12,7 +12,7 @@ from ..apis import CONVERSATIONAL
 from ..engines.embedded import slot_context
 from ..errors import UsageError
 from ..loadgen import Level
-from ..metrics import session_stats
+from ..metrics import session_stats, soak_windows
 from ..records import RequestRecord
 from ..sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
 from ..workload import WorkloadRecord
@@ -41,13 +41,16 @@ class SessionsWork:
 
     async def measure(self, load: LevelLoad, level: Level, duration_s: float | None, seed: int,
                       records: list[RequestRecord], on_done: OnDone) -> None:
+        self.run.duration_s = duration_s  # a soak: sessions back to back until the time is up
         await load.agents(self.run, level, records)
 
     def attach(self, summary: ServingLevel, records: list[RequestRecord]) -> None:
         """The session view, with what the runner alone knows (compactions, caps) and the server's own prefix-cache
         hit share over the level (/metrics), beside the responses' cached share."""
-        stats = session_stats(records, self.cache)
+        stats = session_stats(records, self.cache, frozenset(self.run.cut))
         stats.compactions, stats.capped = self.run.compactions, self.run.capped
+        if self.run.duration_s:
+            stats.over_time = soak_windows(records, self.run.duration_s)
         stats.server_hit_share = summary.telemetry.prefix_cache_hit_rate if summary.telemetry is not None else None
         summary.session = stats
 
@@ -94,8 +97,7 @@ class BoundSessions:
 #: The options a sessions run cannot take, as the sweep's options hold them: (flag, given).
 def _clashes(opts: SweepOptions) -> list[str]:
     return [flag for flag, given in (("--rate", bool(opts.rates)), ("--requests", opts.requests is not None),
-                                     ("--duration", opts.duration_s is not None), ("--ray", bool(opts.ray)))
-            if given]
+                                     ("--ray", bool(opts.ray))) if given]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,7 @@ class SessionsKind:
     def refuse(self, opts: SweepOptions) -> None:
         if clash := _clashes(opts):
             raise UsageError(f"--sessions runs whole sessions, closed loop over agents: drop {', '.join(clash)} "
-                             "(--shared-prefix sets the shared system prompt)")
+                             "(--shared-prefix sets the shared system prompt; --duration runs them as a soak)")
         if opts.api not in CONVERSATIONAL:
             raise UsageError(f"--sessions sends conversations: drop --api {opts.api}")
         if (opts.workers or 1) > 1:

@@ -47,7 +47,7 @@ class Plot:
     lines: list[Line] = field(default_factory=list)
     logx: bool = False
     #: what x is, for its ticks and the hover text: "concurrency", "depth", "context" (tokens a turn sent) or
-    #: "interactivity" (per-agent tok/s)
+    #: "interactivity" (per-agent tok/s) or "time" (seconds into a soak)
     axis: str = "concurrency"
     unit: str = ""  # the y values' unit, shown on hover
 
@@ -79,6 +79,9 @@ class Plot:
         if self.axis == "interactivity":
             ticks = style.log_ticks(xs) if self.logx else style.linear_ticks(xs)
             return ticks, [f"{t:,g}" for t in ticks]
+        if self.axis == "time":
+            ticks = style.linear_ticks(xs)
+            return ticks, [f"{t:,g}" for t in ticks]
         return xs, [f"{x:g}" for x in xs]
 
     def x_text(self, x: float) -> str:
@@ -88,6 +91,8 @@ class Plot:
             return f"{session_view.tokens(x)} tokens of context"
         if self.axis == "interactivity":
             return f"{style.number(x)} tok/s per agent"
+        if self.axis == "time":
+            return f"{x:,g} s into the soak"
         return f"concurrency {x:g}"
 
 
@@ -193,10 +198,22 @@ def _session_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
         shares = [(float(s.concurrency or 0), 100 * v) for s in levels
                   if s.session is not None and (v := s.session.cached_share) is not None]
         _add(plots["cached_share"], f"{run_name(r)} {cache}", shares, r, i, cache=cache)
+        _soak_lines(plots, r, i, cache, levels)
         for pct in ("p50", "p90"):
             pts = [(float(s.concurrency or 0), v) for s in levels
                    if s.session is not None and (v := getattr(s.session.session_s, pct)) is not None]
             _add(plots["session_time"], f"{run_name(r)} {cache} {pct}", pts, r, i, pct, cache)
+
+
+def _soak_lines(plots: dict[str, Plot], r: RunResult, i: int, cache: str, levels: list[ServingLevel]) -> None:
+    """A soak's tenths (``SessionStats.over_time``): does the cache keep holding the sessions over the run?"""
+    for s in levels:
+        over = s.session.over_time if s.session is not None else []
+        name = f"{run_name(r)} {cache} at {s.concurrency}"
+        _add(plots["soak_cached"], name, [((w.start_s + w.end_s) / 2, 100 * w.cached_share) for w in over
+                                          if w.cached_share is not None], r, i, cache=cache)
+        _add(plots["soak_ttft"], name, [((w.start_s + w.end_s) / 2, w.ttft_ms_p50) for w in over
+                                        if w.ttft_ms_p50 is not None], r, i, cache=cache)
 
 
 def _depth_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
@@ -239,6 +256,10 @@ def build(runs: list[RunResult], price_per_hour: float | None = None, currency: 
                                    unit=f"{one}/M output tokens" if one else "per M output tokens"),
         "cached_share": Plot("cached_share", "Agent sessions: share of prompt tokens served from the cache vs live "
                              "sessions", "concurrent sessions", "cached share (%)", logx=True, unit="%"),
+        "soak_cached": Plot("soak_cached", "Agent sessions over a soak: cached share of prompt tokens over time",
+                            "time into the run (s)", "cached share (%)", axis="time", unit="%"),
+        "soak_ttft": Plot("soak_ttft", "Agent sessions over a soak: turn TTFT p50 over time", "time into the run (s)",
+                          "TTFT p50 (ms)", axis="time", unit="ms"),
         "session_time": Plot("session_time", "Agent sessions: session time p50 (solid) and p90 (dotted) vs "
                              "concurrency", "concurrent sessions", "session time (s)", logx=True, unit="s"),
     }
