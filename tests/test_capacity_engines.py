@@ -161,3 +161,31 @@ def test_the_cache_cliff_on_llama_server_is_where_its_slots_run_out(llama_tiny_4
     assert main(["compare", *runs, "--db", str(tmp_path / "r.db")]) == 0
     table = capsys.readouterr().out
     assert re.search(r"Cached share, past\s+\d+% at 5\s+—", table) and "holds 4" in table, table
+
+
+@pytest.mark.timeout(300)
+def test_a_batch_load_beside_live_sessions_evicts_them_on_llama_server(llama_tiny_4_nohost: Serving,
+                                                                       tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The same four sessions (one --seed), each agent on its slot, alone and beside unique 256-token prompts at 6
+    a second: the batch takes the slots the sessions' histories were kept in between their turns, and the sessions'
+    cached share falls; compare sets the two runs side by side."""
+    shares, runs = {}, []
+    for name, extra in (("alone", []), ("beside", ["--background", "6,256,8"])):
+        out = tmp_path / f"{name}.json"
+        assert main(["sweep", "--url", llama_tiny_4_nohost.server.base_url, "--sessions", "8", "--concurrency", "4",
+                     "--turns", "6", "--shared-prefix", "0", "--input-len", "64", "--tool-len", "64",
+                     "--output-len", "8", "--think-time", "300ms", "--no-baseline", "--seed", "11", "--guard", "off",
+                     "--quiet", "--db", str(tmp_path / "r.db"), "--json", str(out), *extra]) == 0
+        doc = json.loads(out.read_text())
+        [level] = doc["levels"]
+        shares[name], bg = level["session"]["cached_share"], level["session"]["background"]
+        runs.append(doc["run_id"])
+        if name == "beside":
+            assert bg["ok"] >= 10, bg
+    with capsys.disabled():
+        print(f"\ncached share alone {shares['alone']:.2f}, beside the batch {shares['beside']:.2f}")
+    assert shares["beside"] < shares["alone"] - 0.05, shares
+    capsys.readouterr()
+    assert main(["compare", *runs, "--db", str(tmp_path / "r.db")]) == 0
+    assert "Cached" in capsys.readouterr().out

@@ -324,3 +324,32 @@ def test_the_report_draws_a_soak_over_time(emitter: BackgroundEmitter, tmp_path:
     assert len(line.xs) == 10 and line.xs[0] == pytest.approx(0.05) and all(y > 0 for y in line.ys)
     assert plots["soak_ttft"].x_text(0.5) == "0.5 s into the soak"
     assert "soak_cached" not in plots  # the emitter says nothing of a cache: no line drawn, no empty plot
+
+
+def test_a_background_load_runs_beside_the_sessions_and_is_kept_apart(emitter: BackgroundEmitter,
+                                                                       tmp_path: Path) -> None:
+    code, doc = _run(emitter, tmp_path, "--sessions", "2", "--turns", "3", "--think-time", "200ms",
+                     "--background", "20,32,4", "--no-baseline")
+    assert code == 0, doc
+    [level] = doc["levels"]
+    bg = level["session"]["background"]
+    assert bg["rate"] == 20 and bg["sent"] >= 3 and bg["ok"] >= 1 and bg["sent"] == bg["ok"] + bg["failed"]
+    # the level's figures are the sessions' turns alone
+    assert level["completed"] == 2 * 3
+    unique = [b for b in emitter.emitter.requests_seen if len(b.get("messages", ())) == 1
+              and b["max_tokens"] == 4 if "max_tokens" in b]
+    firsts = {b["messages"][0]["content"].split(" ", 1)[0] for b in unique}
+    assert len(unique) >= bg["sent"] - bg["failed"] and len(firsts) == len(unique)  # each from a marker of its own
+    assert doc["manifest"]["workload"]["background"] == {"rate": 20.0, "input_len": 32, "output_len": 4}
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--sessions", "2", "--background", "0"], "give RATE or RATE,INPUT,OUTPUT"),
+    (["--sessions", "2", "--background", "2,100"], "give RATE or RATE,INPUT,OUTPUT"),
+    (["--background", "2"], "shape agent sessions: add --sessions N"),
+])
+def test_a_background_is_refused_in_one_line(emitter: BackgroundEmitter, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str], extra: list[str], says: str) -> None:
+    code, _ = _run(emitter, tmp_path, *extra)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and says in err and len(err.splitlines()) == 1, err

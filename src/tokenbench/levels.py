@@ -18,6 +18,7 @@ from .findings import Code, Finding
 from .keyed import Keyed
 from .slo import SloCheck
 from .soak import SoakWindow
+from .tenants import BackgroundStats
 
 T = TypeVar("T")
 
@@ -73,11 +74,13 @@ class SessionStats:
     turns: list[TurnPoint] = field(default_factory=list)
     cut: int = 0  # a soak's sessions its end cut short (not whole: out of session_s)
     over_time: list[SoakWindow] = field(default_factory=list)  # a soak's turns in tenths of its duration
+    background: BackgroundStats | None = None  # the batch load beside the sessions (tenants.py)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["turns"] = [t.to_dict() for t in self.turns]
         out["over_time"] = [w.to_dict() for w in self.over_time]
+        out["background"] = self.background.to_dict() if self.background is not None else None
         return out
 
     @classmethod
@@ -87,6 +90,8 @@ class SessionStats:
         d["turns"] = [TurnPoint.from_dict(t) for t in d.get("turns") or [] if isinstance(t, dict)]
         d["over_time"] = [w for x in d.get("over_time") or [] if isinstance(x, dict)
                           and (w := SoakWindow.from_dict(x)) is not None]
+        bg = d.get("background")
+        d["background"] = BackgroundStats.from_dict(bg) if isinstance(bg, dict) else None
         return cls(**d)
 
 

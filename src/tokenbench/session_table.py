@@ -64,7 +64,8 @@ def session_lines(s: ServingLevel) -> list[str]:
         parts.append(f"at the context cap {st.capped} ended, {st.compactions} compacted")
     if st.cut:
         parts.append(f"{st.cut} cut short by the soak's end")
-    return [f"{level_label(s)}: " + "; ".join(p for p in parts if p), *_over_time(s)]
+    beside = ["  " + st.background.line()] if st.background is not None else []
+    return [f"{level_label(s)}: " + "; ".join(p for p in parts if p), *beside, *_over_time(s)]
 
 
 def _over_time(s: ServingLevel) -> list[str]:

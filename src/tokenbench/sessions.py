@@ -26,6 +26,7 @@ from typing import Any, Literal
 from .client import PreparedRequest, StreamClient
 from .draws import Draw
 from .records import RequestRecord
+from .tenants import Background
 from .workload import PromptBuilder
 
 CacheMode = Literal["warm", "busted"]
@@ -56,13 +57,15 @@ class SessionPlan:
     #: a cache-cliff search's levels: each agent runs one session, so a level of N agents keeps N sessions live
     #: (``sessions`` is then the most agents), and no agent is pinned to a slot (agents in the field are not)
     per_agent: bool = False
+    background: Background | None = None  # a batch load beside the sessions (tenants.py)
 
     def to_dict(self) -> dict[str, Any]:
         """What a run's manifest records as its workload."""
         return {"kind": "sessions", "sessions": self.sessions, "turns": self.turns,
                 "shared_prefix": self.shared_prefix, "task": self.task.to_dict(), "tool": self.tool.to_dict(),
                 "output": self.output.to_dict(), "think": self.think.to_dict(), "max_context": self.max_context,
-                "on_cap": self.on_cap, "baseline": self.baseline, **({"per_agent": True} if self.per_agent else {})}
+                "on_cap": self.on_cap, "baseline": self.baseline, **({"per_agent": True} if self.per_agent else {}),
+                **({"background": self.background.to_dict()} if self.background else {})}
 
     def describe(self) -> str:
         """One line for the table's heading."""
@@ -75,6 +78,8 @@ class SessionPlan:
             parts.append(f"think {self.think.describe()}")
         if self.max_context:
             parts.append(f"cap {self.max_context} ({self.on_cap})")
+        if self.background:
+            parts.append(self.background.describe())
         return ", ".join(parts)
 
     def first_turn(self) -> int:

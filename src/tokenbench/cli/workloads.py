@@ -19,6 +19,7 @@ from ..kinds.sessions import SessionsKind
 from ..kinds.trace import TraceKind
 from ..replay import ReplayPlan
 from ..sessions import SessionPlan
+from ..tenants import Background
 from ..trace import load_trace
 from ..trajectories.load import detect_format, load_trajectories
 from ..trajectories.model import TRACE_FORMATS, TRAJECTORY_FORMATS
@@ -63,6 +64,10 @@ def add_workload_options(s: argparse.ArgumentParser) -> None:
                    help="at the cap: end the session, or replace its history by a summary and go on")
     g.add_argument("--no-baseline", action="store_true",
                    help="skip the baseline: the same sessions with a marker at each turn's start that busts the cache")
+    g.add_argument("--background", metavar="RATE[,IN,OUT]",
+                   help="a batch load beside the sessions: unique prompts sent open loop at RATE requests/s, IN "
+                        "tokens in and OUT out (default 1024, 128); compare the run with the same sessions alone "
+                        "(same --seed)")
 
 
 def add_trace_options(s: argparse.ArgumentParser) -> None:
@@ -124,7 +129,7 @@ def _lengths(a: argparse.Namespace, d: dict[str, Any]) -> tuple[Draw, Draw]:
 
 #: The options that shape sessions: given without --sessions they would be ignored, so they are refused.
 SESSION_OPTIONS = ("--turns", "--shared-prefix", "--tool-len", "--think-time", "--max-context", "--on-cap",
-                   "--no-baseline")
+                   "--no-baseline", "--background")
 #: Other kinds' workload options, which a session's turns do not send.
 NOT_SESSIONS = ("--prefix-len", "--dataset", "--shape")
 #: What a trace says itself (its requests' lengths and times): the options that would say it again.
@@ -139,7 +144,8 @@ def _sessions(a: argparse.Namespace, given: set[str], task: Draw, output: Draw) 
         sessions=a.sessions, turns=a.turns, shared_prefix=a.shared_prefix, task=task,
         tool=parse_draw(a.tool_len, "--tool-len") or Draw.fixed(128), output=output,
         think=parse_draw(a.think_time, "--think-time", "s") or Draw.fixed(0, "s"), max_context=a.max_context,
-        on_cap=a.on_cap, baseline=not a.no_baseline))
+        on_cap=a.on_cap, baseline=not a.no_baseline,
+        background=Background.parse(a.background) if a.background else None))
 
 
 #: Options that only a replay of agent trajectories reads.

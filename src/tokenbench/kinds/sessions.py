@@ -5,6 +5,7 @@ waits for the answer before it)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -12,9 +13,11 @@ from ..apis import CONVERSATIONAL
 from ..engines.embedded import slot_context
 from ..errors import UsageError
 from ..loadgen import Level
+from ..background import cancel_and_wait
 from ..metrics import session_stats, soak_windows
 from ..records import RequestRecord
 from ..sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
+from ..tenants import BackgroundLoad
 from ..workload import WorkloadRecord
 from .base import Binding, LevelLoad, OnDone, SweepOptions
 
@@ -30,8 +33,8 @@ class SessionsWork:
     planned: int | None = None
     stoppable: bool = False  # its records arrive as sessions go: a search runs it whole
 
-    def __init__(self, run: SessionLevel, cache: CacheMode) -> None:
-        self.run, self.cache = run, cache
+    def __init__(self, run: SessionLevel, cache: CacheMode, background: BackgroundLoad | None = None) -> None:
+        self.run, self.cache, self.background = run, cache, background
 
     def prepare(self, warm: int) -> int:
         # one request of a first turn's size per agent, on prompts of their own (no session's text, so no cache is
@@ -42,7 +45,15 @@ class SessionsWork:
     async def measure(self, load: LevelLoad, level: Level, duration_s: float | None, seed: int,
                       records: list[RequestRecord], on_done: OnDone) -> None:
         self.run.duration_s = duration_s  # a soak: sessions back to back until the time is up
-        await load.agents(self.run, level, records)
+        if self.background is None:
+            await load.agents(self.run, level, records)
+            return
+        await self.background.prepare()
+        beside = asyncio.create_task(self.background.run())
+        try:
+            await load.agents(self.run, level, records)
+        finally:
+            await cancel_and_wait(beside)
 
     def attach(self, summary: ServingLevel, records: list[RequestRecord]) -> None:
         """The session view, with what the runner alone knows (compactions, caps) and the server's own prefix-cache
@@ -51,6 +62,8 @@ class SessionsWork:
         stats.compactions, stats.capped = self.run.compactions, self.run.capped
         if self.run.duration_s:
             stats.over_time = soak_windows(records, self.run.duration_s)
+        if self.background is not None:
+            stats.background = self.background.stats()
         stats.server_hit_share = summary.telemetry.prefix_cache_hit_rate if summary.telemetry is not None else None
         summary.session = stats
 
@@ -91,7 +104,15 @@ class BoundSessions:
         run = SessionLevel(self.client, self.texts, self.plan, f"{level.concurrency}/{repetition}",
                            level.concurrency or 1, level.cache, self.fields, records, on_done,
                            counter.count if counter is not None else None)
-        return SessionsWork(run, level.cache)
+        bg = self.plan.background
+        return SessionsWork(run, level.cache, None if bg is None else BackgroundLoad(
+            bg, self.client, self.b.builder, self.background_fields, self.b.seed, run.key))
+
+    def background_fields(self, out_len: int) -> dict[str, Any]:
+        """A background request's fields: its length fixed as the server allows, no slot of an agent's."""
+        ep, opts = self.b.endpoint, self.b.opts
+        fixed = ep.info.adapter.output_length_fields(out_len, ep.eos_token_id, opts.api) if opts.fixed_output else {}
+        return fixed | opts.extra_body
 
 
 #: The options a sessions run cannot take, as the sweep's options hold them: (flag, given).
