@@ -124,3 +124,19 @@ def test_the_report_draws_the_cached_share_against_live_sessions() -> None:
     [line] = plots["cached_share"].lines
     assert [(x, round(y)) for x, y in zip(line.xs, line.ys)] == [(1, 60), (2, 60), (4, 59), (5, 18), (8, 2)]
     assert plots["ttft"].lines  # turn TTFT against the same live sessions
+
+
+def test_vllm_s_cached_tokens_are_read_by_tier_over_a_level() -> None:
+    """vLLM 0.32 counts prefix-cache hits by the tier that supplied them (its prompt_tokens_cached_by_source,
+    labelled source): a level's telemetry says each tier's change, the tiers that served none left out."""
+    from tokenbench.prometheus import parse
+    from tokenbench.telemetry import TIERS, summarize
+
+    def page(device: int, host: int) -> dict[str, float]:
+        name = "vllm:prompt_tokens_cached_by_source_total"
+        text = "".join(f'{name}{{engine="0",model_name="m",source="{src}"}} {n}\n'
+                       for src, n in (("device", device), ("host", host), ("disk", 0)))
+        return parse("# TYPE vllm:prompt_tokens_cached_by_source counter\n" + text, TIERS)
+    out = summarize([(0.0, page(100, 40)), (1.0, page(1100, 90))])
+    assert out["cached_by_tier"] == {"device": 1000.0, "host": 50.0}
+    assert "cached_by_tier" not in summarize([(0.0, page(5, 0)), (1.0, page(5, 0))])

@@ -70,6 +70,10 @@ def test_vllm_session_is_served_from_its_prefix_cache(vllm_tiny: Serving, tmp_pa
     run = _session_run(vllm_tiny.server.base_url, tmp_path, capsys)
     assert {lv["session"]["cached_source"] for lv in run["levels"]} == {"usage"}
     _check_cache(run, server_counts=True)
+    # its cached tokens by tier: all from the device (no offload tier is configured), as many as its hits
+    warm = run["levels"][0]["telemetry"]
+    assert set(warm["cached_by_tier"]) == {"device"}, warm["cached_by_tier"]
+    assert warm["cached_by_tier"]["device"] == warm["counters"]["prefix_hits"]
 
 
 def test_llama_server_session_keeps_each_agent_in_its_slot(llama_tiny_4: Serving, tmp_path: Path,

@@ -144,6 +144,8 @@ class Telemetry(Keyed):
     busy_slots_per_decode_mean: float | None = None
     counters: dict[str, Any] | None = None  # each counter's change over the level
     prefix_cache_hit_rate: float | None = None
+    #: prompt tokens served from the cache, by the tier that supplied them ("device", "host", "disk"; vLLM)
+    cached_by_tier: dict[str, float] | None = None
     spec_acceptance_rate: float | None = None
     spec_mean_acceptance_length: float | None = None
     #: the mean time the level's finished requests waited in the engine's queue (its histogram's sum over count)

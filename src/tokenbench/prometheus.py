@@ -8,10 +8,13 @@ import math
 from prometheus_client.parser import text_string_to_metric_families
 
 
-def parse(text: str) -> dict[str, float]:
+def parse(text: str, by_label: dict[str, str] | None = None) -> dict[str, float]:
     """Prometheus text -> {sample name: value}, summed over label sets (engines, GPUs); buckets and values that
-    are not finite dropped. Text that is not Prometheus' raises ValueError, whatever the parser tripped on."""
+    are not finite dropped. A sample named in ``by_label`` is also kept apart by that label's value, as
+    ``name{label=value}`` (summed over the other labels): vLLM's cached tokens by tier. Text that is not
+    Prometheus' raises ValueError, whatever the parser tripped on."""
     out: dict[str, float] = {}
+    split = by_label or {}
     try:
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
@@ -19,6 +22,9 @@ def parse(text: str) -> dict[str, float]:
                 if s.name.endswith(("_bucket", "_created")) or not math.isfinite(v):
                     continue
                 out[s.name] = out.get(s.name, 0.0) + v
+                if (label := split.get(s.name)) is not None and label in s.labels:
+                    key = f"{s.name}{{{label}={s.labels[label]}}}"
+                    out[key] = out.get(key, 0.0) + v
     except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:
         raise ValueError(f"not Prometheus text: {type(e).__name__}") from None
     return out

@@ -156,6 +156,8 @@ def _server_parts(s: ServingLevel) -> list[str]:
                      + (f" (mean acceptance length {mal:.2f})" if mal else ""))
     if t.prefix_cache_hit_rate is not None:
         parts.append(f"prefix-cache hits {t.prefix_cache_hit_rate:.0%}")
+    if t.cached_by_tier:  # where the cached tokens came from: the device, or a tier beyond it
+        parts.append("cached tokens by tier: " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(t.cached_by_tier.items())))
     if s.cached_share:  # the responses' own count (usage or timings), beside the server's /metrics
         parts.append(f"{s.cached_share:.0%} of prompt tokens served from its cache ({s.cached_source})")
     if t.j_per_output_token is not None:

@@ -45,11 +45,23 @@ def _first(sample: dict[str, float], names: list[str]) -> float | None:
 
 
 KEPT = {n for names in (*GAUGES.values(), *COUNTERS.values()) for n in names}
+#: The counters of cached prompt tokens by the tier that supplied them, each read apart by its "source" label.
+TIERS = {n: "source" for n in _NAMES.get("cached_by_tier", ())}
 
 
 def kept(sample: dict[str, float]) -> dict[str, float]:
     """The part of a sample worth storing as a time series (a vLLM /metrics page is mostly histograms)."""
-    return {k: v for k, v in sample.items() if k in KEPT}
+    return {k: v for k, v in sample.items() if k in KEPT or k.split("{", 1)[0] in TIERS}
+
+
+def _tiers(first: dict[str, float], last: dict[str, float]) -> dict[str, float]:
+    """Cached prompt tokens by tier over the level (device, host, disk, ...), the tiers that served any."""
+    out = {}
+    for key, b in last.items():
+        name, _, label = key.partition("{")
+        if name in TIERS and label and (a := first.get(key)) is not None and b - a > 0:
+            out[label.rstrip("}").split("=", 1)[1]] = b - a
+    return out
 
 
 def summarize(samples: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
@@ -69,6 +81,8 @@ def summarize(samples: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
         if a is not None and b is not None:
             delta[key] = b - a
     out["counters"] = delta
+    if tiers := _tiers(first, last):
+        out["cached_by_tier"] = tiers
     if delta.get("prefix_queries"):
         out["prefix_cache_hit_rate"] = delta.get("prefix_hits", 0.0) / delta["prefix_queries"]
     elif "prefix_queries" not in delta and delta.get("prefix_hits") is not None and delta.get("prompt_tokens") is not None:
@@ -119,7 +133,7 @@ class MetricsSampler:
             self._fail()
             return
         try:
-            parsed = parse(text)
+            parsed = parse(text, TIERS)
         except ValueError:
             self._fail(absent=True)
             return

@@ -28,6 +28,8 @@ class VLLM(Adapter):
         # moments the gauges were sampled at
         "queue_time_sum": ("vllm:request_queue_time_seconds_sum",),
         "queue_time_count": ("vllm:request_queue_time_seconds_count",),
+        # prefix-cache hits by the tier that supplied them (device, host, disk, p2p), labelled "source" (0.32)
+        "cached_by_tier": ("vllm:prompt_tokens_cached_by_source_total",),
     }
     health_path = "/health"
     stream_options = {"include_usage": True, "continuous_usage_stats": True}
