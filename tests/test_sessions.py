@@ -353,3 +353,27 @@ def test_a_background_is_refused_in_one_line(emitter: BackgroundEmitter, tmp_pat
     code, _ = _run(emitter, tmp_path, *extra)
     err = capsys.readouterr().err.strip()
     assert code == 2 and says in err and len(err.splitlines()) == 1, err
+
+
+def test_a_soak_cut_by_ctrl_c_keeps_its_turns(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """A real SIGINT to the command 3 s into a 60 s soak: the level is stored, interrupted, with the turns it
+    finished and the soak's tenths so far; exit 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    db = tmp_path / "soak.db"
+    proc = subprocess.Popen([sys.executable, "-m", "tokenbench", "sweep", "--url", emitter.url, "--sessions", "2",
+                             "--turns", "4", "--think-time", "50ms", "--duration", "60s", "--no-baseline",
+                             "--guard", "off", "--no-metrics", "--quiet", "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    res = load_result(Store(db), Store(db).runs()[0].id)
+    [level] = res.outcomes
+    s = level.serving
+    assert res.status == "interrupted" and level.status == "interrupted" and s is not None and s.completed > 4
+    assert s.session is not None and s.session.sessions >= 2 and len(s.session.over_time) == 10

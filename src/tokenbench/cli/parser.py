@@ -68,10 +68,14 @@ SHARED_HELP = {
 EXAMPLES: dict[str, list[str]] = {
     "sweep": ["tokenbench sweep                      # the embedded engine, concurrency 1,2,4,8",
               "tokenbench sweep --url http://gpu-box:8000/v1 --concurrency 1,4,16 --requests 64 --label h100",
-              "tokenbench sweep --engine llama-server --sessions 8 --turns 20 --think-time uniform:1s-5s"],
+              "tokenbench sweep --engine llama-server --sessions 8 --turns 20 --think-time uniform:1s-5s",
+              "tokenbench sweep --url http://gpu-box:8000/v1 --sessions 16 --turns 20 --think-time uniform:1s-5s "
+              "--duration 1h --no-baseline   # a soak: does the cache keep holding?"],
     "capacity": ["tokenbench capacity --slo ttft_p99=2s,agent_tps=5   # the embedded engine, 1:16 agents",
                  "tokenbench capacity --url http://gpu-box:8000/v1 --slo ttft_p99=2s,tpot_p90=50ms --concurrency 1:64 "
-                 "--requests 128 --budget 20m --price-per-hour 2.5"],
+                 "--requests 128 --budget 20m --price-per-hour 2.5",
+                 "tokenbench capacity --url http://gpu-box:8000/v1 --cache-cliff --concurrency 1:32 --turns 20 "
+                 "--think-time 2s --slo ttft_p90=10s   # how many agents stay warm"],
     "depth": ["tokenbench depth                      # embedded llama-server, depths 0,1k,4k",
               "tokenbench depth --url http://strix:8080/v1 --depths 0,8k,32k,65k --repetitions 3"],
     "guard": ["tokenbench guard", "tokenbench guard --url http://127.0.0.1:8080/v1 --json guard.json"],
