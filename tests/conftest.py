@@ -143,7 +143,8 @@ SHARED: dict[str, Config] = {
     "llama_small_4": Config("llama-server", "small", parallel=4),  # slow enough a request that 4 slots show
     "llama_tiny_1": Config("llama-server", "tiny", parallel=1),  # one stream at a time
     "transformers_tiny": Config("transformers", "tiny", ctx=2048),
-    "vllm_tiny": Config("vllm", "tiny", parallel=4, ctx=8192),  # contexts of 5K tokens, prefilled fast
+    # contexts of 5K tokens, prefilled fast; a KV pool of 128 blocks of 128 tokens, for the cache cliff
+    "vllm_tiny": Config("vllm", "tiny", parallel=4, ctx=8192, extra=("--num-gpu-blocks-override", "128")),
     "vllm_utf8": Config("vllm", "small-utf8", parallel=4, ctx=2048),  # held-back chunks, --max-num-seqs 4
     # the trajectory replays beside AIPerf: four lanes and their subagents at once, calls of up to 4K tokens
     "vllm_small_8": Config("vllm", "small", parallel=8, ctx=4096),

@@ -37,7 +37,7 @@ class Config:
     size: str = "tiny"
     parallel: int = 1
     ctx: int = 8192  # tokens per slot
-    extra: tuple[str, ...] = ()  # llama-server's own flags
+    extra: tuple[str, ...] = ()  # the engine's own flags (llama-server's, vLLM's)
 
     def __str__(self) -> str:
         extra = f" {' '.join(self.extra)}" if self.extra else ""

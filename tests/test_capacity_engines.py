@@ -189,3 +189,26 @@ def test_a_batch_load_beside_live_sessions_evicts_them_on_llama_server(llama_tin
     capsys.readouterr()
     assert main(["compare", *runs, "--db", str(tmp_path / "r.db")]) == 0
     assert "Cached" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(600)
+def test_the_cache_cliff_on_vllm_is_where_the_working_set_passes_its_blocks(vllm_tiny: Serving, tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """vLLM with a KV pool of 128 blocks of 128 tokens (--num-gpu-blocks-override 128, as its /metrics says):
+    sessions of about 3,100 tokens on average (25 blocks) fit 5 at once; the search finds the cliff within one
+    session of where their working set passes the pool."""
+    out = tmp_path / "cliff.json"
+    rc = main(["capacity", "--url", vllm_tiny.server.base_url, "--cache-cliff", "--concurrency", "1:8",
+               "--turns", "3", "--shared-prefix", "0", "--input-len", "2048", "--tool-len", "1024",
+               "--output-len", "8", "--think-time", "200ms", "--slo", "ttft_p90=30s", "--quiet", "--guard", "off",
+               "--db", str(tmp_path / "r.db"), "--json", str(out)])
+    printed = " ".join(capsys.readouterr().out.split())
+    assert rc == 0, printed
+    cliff = json.loads(out.read_text())["capacity"]["cache_cliff"]
+    with capsys.disabled():
+        print(f"\nvLLM cache cliff: {cliff}")
+    assert cliff["pool"] == {"tokens": 128 * 128, "how": "128 blocks x 128 tokens (vLLM /metrics cache_config_info)",
+                             "slot_tokens": None, "block_tokens": 128}
+    assert cliff["cache_failed"] and cliff["holds"] is not None
+    assert abs(cliff["fell_at"] - (cliff["holds"] + 1)) <= 1, cliff
+    assert "the engine's KV pool: 16,384 tokens" in printed
