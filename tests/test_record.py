@@ -801,7 +801,8 @@ def test_a_real_llama_server_behind_the_proxy(tmp_path: Path, llama_tiny_1: Serv
         got_claude = asyncio.run(post(rec.root + "/v1/messages", claude))
         got_codex = asyncio.run(post(rec.root + "/v1/responses", codex))
     with recording(server.base_url, short, lengths_only=True, block_size=8) as rec2:
-        asyncio.run(turns(rec2.url, Agent(rec2.url)))
+        agent2 = Agent(rec2.url)
+        asyncio.run(turns(rec2.url, agent2))
     first = lines(short)[0]
     shown = asyncio.run(post(root + "/apply-template", {"messages": [
         {"role": "system", "content": "You are terse."},
@@ -826,8 +827,12 @@ def test_a_real_llama_server_behind_the_proxy(tmp_path: Path, llama_tiny_1: Serv
     ts = load_trajectories(full)
     assert [c.input_tokens for c in ts.trajectories[0].calls] == [ln["usage"]["prompt_tokens"] for ln in recorded]
     assert len(ts.trajectories) == 3
-    for ln, long in zip(lines(short), recorded):
-        assert ln["usage"]["prompt_tokens"] == long["usage"]["prompt_tokens"]
+    # the lengths-only log's counts are what the server said of that recording's own requests (its greedy
+    # answers may differ by a token from the first recording's: a CI run once read 92 against 93)
+    assert any(u is not None for u in agent2.usages)
+    for ln, said in zip(lines(short), agent2.usages):
+        if said is not None:
+            assert ln["usage"]["prompt_tokens"] == said["prompt_tokens"]
         assert len(ln["hash_ids"]) == ln["usage"]["prompt_tokens"] // 8
     load_trajectories(short)
 
