@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .cache_cliff import Cliff, cliff, hold_cache
 from .findings import Code
 from .loadgen import Level
 from .levels import Telemetry
@@ -34,7 +35,6 @@ from .records import RequestRecord
 from .slo import SLO, SloCheck, decided_fail
 
 if TYPE_CHECKING:
-    from .cache_cliff import Cliff
     from .levels import ServingLevel
     from .results import LevelOutcome, Manifest, RunResult
 
@@ -157,8 +157,6 @@ def verdicts(outcomes: list[LevelOutcome], spec: SearchSpec) -> list[Verdict]:
     """Every level's verdict; a cache-cliff search's also hold each level's cached share to the lowest level's."""
     found = [v for o in outcomes if (v := verdict(o, spec)) is not None]
     if spec.cache_drop is not None:
-        from .cache_cliff import hold_cache
-
         hold_cache(found, outcomes, spec.cache_drop)
     return found
 
@@ -425,8 +423,6 @@ def answer(result: RunResult) -> CapacityAnswer | None:
                             limit_cause(failing) if failing is not None else None,
                             result.manifest.price_per_hour, result.manifest.currency or "USD")
     if spec.cache_drop is not None:
-        from .cache_cliff import cliff
-
         found.cliff = cliff(result, found)
     return found
 
