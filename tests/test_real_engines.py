@@ -224,11 +224,11 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
       several modes, 36-39 ms or 42-65 ms measured here, whichever tool sends (a CI run read tokenbench in the
       slow mode and the reference in the fast one, +40%; the same tokenbench runs were within 3% of vLLM's own
       decode times). So at concurrency 4 TPOT and ITL are held to the server's account, not to the other tool.
-    - at concurrency 16, four times the server's 4 sequences at a time (``--max-num-seqs 4``), so that vLLM queues 12 of
-      them: throughput and TTFT, which is then mostly the wait in vLLM's queue, held as at concurrency 1; TPOT and
-      ITL to the server's account, as at concurrency 4. Measured: TTFT +1.4%, ITL -0.4%, output tok/s -3.4%
-      against the reference's pooled medians; tokenbench's TTFT 6.1-7.5 ms over vLLM's own, the reference's
-      8.4-15.7 ms.
+    - at concurrency 16, four times the server's 4 sequences at a time (``--max-num-seqs 4``), so that vLLM queues
+      12 of them: throughput and TTFT, which is then mostly the wait in vLLM's queue, held as at concurrency 1;
+      TPOT and ITL to the server's account, as at concurrency 4. Measured with 48 requests at 16: TTFT +1.4%, ITL
+      -0.4%, output tok/s -3.4% against the reference's pooled medians; tokenbench's TTFT 6.1-7.5 ms over vLLM's
+      own, the reference's 8.4-15.7 ms.
     - Neither tool's prompts came from vLLM's prefix cache during tokenbench's runs."""
     server, model = vllm_utf8
     n = {1: 12, 4: 24, 16: 32}
