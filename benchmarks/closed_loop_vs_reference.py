@@ -32,6 +32,7 @@ from pathlib import Path
 
 from tokenbench.engines import launch, tiny, vllm_env
 from tokenbench.engines.cache import cache_dir
+from tokenbench.prometheus import parse
 from tokenbench.records import RequestRecord
 from tokenbench.steady import waves
 from tokenbench.store import Store
@@ -43,15 +44,9 @@ TIMES = ("time_to_first_token", "request_prefill_time")
 
 def server_sums(base: str) -> dict[str, float]:
     """vLLM's TTFT and prefill-time histograms' sums and counts, summed over their label sets."""
-    text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        for name in TIMES:
-            for part in ("_sum", "_count"):
-                key = f"vllm:{name}_seconds{part}"
-                if line.startswith((key + "{", key + " ")):
-                    out[name + part] = out.get(name + part, 0.0) + float(line.rsplit(" ", 1)[1])
-    return out
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as f:
+        samples = parse(f.read().decode())
+    return {name + part: samples[f"vllm:{name}_seconds{part}"] for name in TIMES for part in ("_sum", "_count")}
 
 
 def server_means(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
