@@ -32,6 +32,7 @@ from pathlib import Path
 
 from tokenbench.engines import launch, tiny, vllm_env
 from tokenbench.engines.cache import cache_dir
+from tokenbench.importers.vllm import _requests as detailed_requests
 from tokenbench.prometheus import parse
 from tokenbench.records import RequestRecord
 from tokenbench.steady import waves
@@ -103,9 +104,7 @@ def run_reference(server: launch.RunningEngine, model: tiny.TinyModel, c: int, n
     if proc.returncode != 0:
         sys.exit(f"vllm bench serve failed: {proc.stdout[-1000:]}{proc.stderr[-1000:]}")
     d = json.loads(out.read_text())
-    recs = [RequestRecord(index=i, sent_ns=int(s * 1e9), first_token_ns=int((s + t) * 1e9),
-                          end_ns=int((s + lat) * 1e9))
-            for i, (s, t, lat) in enumerate(zip(d["start_times"], d["ttfts"], d["latencies"]))]
+    recs = detailed_requests(d, out)  # the importer's reading of --save-detailed
     ttfts = [t * 1000 for t in d["ttfts"]]
     return recs, ttfts, ttfts, float(d["output_throughput"])
 
