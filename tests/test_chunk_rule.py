@@ -76,8 +76,8 @@ def test_a_first_token_held_back_starts_ttft_at_its_own_chunk_not_at_the_first_t
     assert rec.ok and rec.output_tokens == 4
     assert rec.first_token_ns == 20  # the held-back token's own chunk
     assert rec.first_text_ns == rec.first_answer_ns == 30  # visible text, a metric of its own
-    assert rec.chunk_ns == [20, 30, 40, 50]  # every token-bearing chunk, for ITL
-    assert rec.chunk_chars == [0, 1, 0, 1]
+    assert list(rec.chunk_ns) == [20, 30, 40, 50]  # every token-bearing chunk, for ITL
+    assert list(rec.chunk_chars) == [0, 1, 0, 1]
     assert rec.answer_text == "世界"
 
 
@@ -90,7 +90,7 @@ def test_the_servers_running_count_decides_where_it_gives_one() -> None:
     rec = _decode([ev({"role": "assistant", "content": ""}, 0), ev({"content": ""}, 1), ev({"content": "ab"}, 3),
                    ev({"content": ""}, 3), ev({"content": "c"}, 4, "length")])
     assert rec.first_token_ns == 20 and rec.first_text_ns == 30
-    assert rec.chunk_ns == [20, 30, 50]  # the chunk at 40 moved no count and showed no text
+    assert list(rec.chunk_ns) == [20, 30, 50]  # the chunk at 40 moved no count and showed no text
     assert rec.output_tokens == 4 and rec.output_tokens_source == "usage"
 
 
@@ -104,18 +104,18 @@ def test_llama_cpp_timings_per_token_count_and_a_total_at_the_end_is_not_a_runni
     # timings_per_token: a count on every token chunk (the opening chunk has none and carries no token)
     rec = _decode([_chat({"role": "assistant", "content": None}), ev("a", 1), ev("", 1), ev("bc", 3),
                    {**_chat({}, "length")}, {"choices": [], "timings": {"predicted_n": 3, "prompt_n": 5}}])
-    assert rec.chunk_ns == [20, 40]
+    assert list(rec.chunk_ns) == [20, 40]
     # a total on the closing chunk only (older llama.cpp): not a chunk of 3 tokens
     rec = _decode([_chat({"role": "assistant", "content": None}), ev("a", None), ev("b", None),
                    {**_chat({}, "length"), "timings": {"predicted_n": 2, "prompt_n": 5}}])
-    assert rec.chunk_ns == [20, 30] and rec.output_tokens == 2
+    assert list(rec.chunk_ns) == [20, 30] and rec.output_tokens == 2
 
 
 def test_logprobs_say_how_many_tokens_a_chunk_carried() -> None:
     one = {"token": "\\xe4", "logprob": -1.0, "top_logprobs": []}
     rec = _decode([_chat({"content": ""}, logprobs={"content": [one]}), _chat({"content": ""}, logprobs={"content": []}),
                    _chat({"content": "世"}, logprobs={"content": [one, one]}), _chat({}, "length")])
-    assert rec.chunk_ns == [10, 30] and rec.first_text_ns == 30
+    assert list(rec.chunk_ns) == [10, 30] and rec.first_text_ns == 30
 
 
 def test_time_to_first_text_is_its_own_metric_beside_ttft() -> None:

@@ -151,7 +151,7 @@ def test_each_event_gets_the_stamp_of_the_read_that_finished_it() -> None:
     rec = RequestRecord(index=0)
     dec = StreamDecoder(rec, chat=False)
     dec.replay([data[:half], data[half:half + 5], data[half + 5:]], [10, 20, 30])
-    assert rec.chunk_ns == [20, 30] and rec.first_byte_ns == 10
+    assert list(rec.chunk_ns) == [20, 30] and rec.first_byte_ns == 10
 
 
 def test_a_stream_of_one_endless_event_is_cut_off_in_replay_too() -> None:

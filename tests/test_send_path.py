@@ -219,7 +219,7 @@ async def _both(url: str, **kw: Any) -> list[RequestRecord]:
 
 
 def _same(r: RequestRecord) -> tuple[Any, ...]:
-    return (r.ok, r.error_kind, r.http_status, len(r.chunk_ns), r.chunk_chars, r.answer_text, r.output_tokens,
+    return (r.ok, r.error_kind, r.http_status, len(r.chunk_ns), list(r.chunk_chars), r.answer_text, r.output_tokens,
             r.output_tokens_source, r.input_tokens, r.finish_reason, r.malformed_events, r.connection_retries)
 
 

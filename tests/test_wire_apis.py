@@ -127,7 +127,7 @@ def test_a_messages_tool_call_is_stamped_at_its_block_start() -> None:
         {"type": "content_block_stop", "index": 1}, stop="tool_use", output=7)), "messages")
     assert rec.ok and rec.finish_reason == "tool_use"
     assert rec.first_token_ns == 30 and rec.first_tool_ns == 50
-    assert rec.chunk_ns == [30, 50, 60, 70] and rec.chunk_chars == [12, 0, 0, 0]
+    assert list(rec.chunk_ns) == [30, 50, 60, 70] and list(rec.chunk_chars) == [12, 0, 0, 0]
     assert rec.answer_text == "Let me look." and rec.output_tokens == 7
 
 
@@ -137,7 +137,7 @@ def test_messages_thinking_is_reasoning_and_its_signature_no_token() -> None:
         _delta(0, "signature_delta", signature="abc"), {"type": "content_block_stop", "index": 0},
         _block(1, "text", text=""), _delta(1, "text_delta", text="ok"), {"type": "ping"})), "messages")
     assert rec.ok and rec.reasoning_text == "hmm" and rec.answer_text == "ok"
-    assert rec.chunk_ns == [30, 70] and rec.first_answer_ns == 70 and rec.reasoning_chunks == 1
+    assert list(rec.chunk_ns) == [30, 70] and rec.first_answer_ns == 70 and rec.reasoning_chunks == 1
 
 
 def test_messages_usage_prompt_is_input_plus_cache_reads_and_writes() -> None:
@@ -171,7 +171,7 @@ def test_a_responses_function_call_is_stamped_at_its_item() -> None:
     ]
     rec = _decode(_sse(events), "responses")
     assert rec.ok and rec.finish_reason == "completed"
-    assert rec.first_token_ns == 30 and rec.first_tool_ns == 50 and rec.chunk_ns == [30, 40, 50, 60]
+    assert rec.first_token_ns == 30 and rec.first_tool_ns == 50 and list(rec.chunk_ns) == [30, 40, 50, 60]
     assert rec.reasoning_text == "think more" and rec.reasoning_tokens == 5
     assert (rec.input_tokens, rec.cached_tokens, rec.output_tokens) == (40, 32, 9)
 

@@ -202,6 +202,7 @@ class StreamDecoder:
         record.end_ns = now
         record.answer_text = "".join(self._answer)
         record.reasoning_text = "".join(self._reasoning)
+        record.pack()
         if record.error_kind:
             return False
         if self._refused is not None:

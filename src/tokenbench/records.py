@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,8 +29,10 @@ class RequestRecord:
     #: or ``input_json_delta``, a Responses ``function_call`` item's start or ``function_call_arguments.delta``
     first_tool_ns: int | None = None
     end_ns: int | None = None  # last byte of the response
-    chunk_ns: list[int] = field(default_factory=list)  # token-bearing chunks only, held-back ones included
-    chunk_chars: list[int] = field(default_factory=list)  # characters of text in each of those chunks (0: held back)
+    #: token-bearing chunks only, held-back ones included; a list while the stream is read, packed when it ends
+    chunk_ns: MutableSequence[int] = field(default_factory=list)
+    #: characters of text in each of those chunks (0: held back)
+    chunk_chars: MutableSequence[int] = field(default_factory=list)
     reasoning_chunks: int = 0
     answer_text: str = ""
     reasoning_text: str = ""
@@ -71,11 +75,24 @@ class RequestRecord:
     def e2e_ns(self) -> int | None:
         return None if self.end_ns is None else self.end_ns - self.sent_ns
 
+    def pack(self) -> None:
+        """The chunk stamps and sizes into machine words (``array``): 8 and 4 bytes a chunk instead of a list's
+        40 and 8, for as long as the level keeps its records (a soak's hour of them). Done once, when the stream
+        ends: a list takes a chunk's append on the hot path five times faster than an array."""
+        if type(self.chunk_ns) is not array:
+            self.chunk_ns = array("q", self.chunk_ns)
+        if type(self.chunk_chars) is not array:
+            self.chunk_chars = array("i", self.chunk_chars)
+
     def to_dict(self, keep_text: bool = False) -> dict[str, Any]:
         """The record's fields, shallow: its lists are shared, not copied (``dataclasses.asdict`` deep-copied
         every chunk stamp, 657 µs for a 512-token record against 1.7 µs; it was measured at 14.5% of the client's
-        time in storing records). Serialise it; do not change it."""
+        time in storing records), but for packed stamps, which come out as lists (5 µs for 512). Serialise it; do not
+        change it."""
         d = {name: getattr(self, name) for name in _FIELDS}
+        for name in _PACKED:
+            if type(d[name]) is array:
+                d[name] = d[name].tolist()
         if not keep_text:
             # Generated text is large and not needed to recompute any metric; keep its length.
             d["answer_chars"] = len(self.answer_text)
@@ -86,8 +103,11 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
         # a record stored before a field existed reads with its default
-        return cls(**{k: v for k, v in d.items() if k in _KNOWN})
+        rec = cls(**{k: v for k, v in d.items() if k in _KNOWN})
+        rec.pack()
+        return rec
 
 
 _FIELDS = tuple(RequestRecord.__dataclass_fields__)
 _KNOWN = frozenset(_FIELDS)
+_PACKED = ("chunk_ns", "chunk_chars")

@@ -248,6 +248,7 @@ def _shift(r: RequestRecord, offset: int) -> None:
         if v is not None:
             setattr(r, name, v + offset)
     r.chunk_ns = [t + offset for t in r.chunk_ns]
+    r.pack()
 
 
 def _merge_client(reports: list[tuple[_Member, WorkerReport]]) -> dict[str, Any]:
