@@ -355,12 +355,11 @@ class Store:
                     json.dumps(summary.to_dict()),
                 ),
             )
+            # a generator, not a list: each row's JSON is written and dropped (a list held every row's at once,
+            # 2 KiB a 64-token record: 77 MiB more at the end of a soak's 38,000 turns)
             db.executemany(
                 "INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (run_id, idx, repetition, r.index, r.phase, int(r.ok), json.dumps(r.to_dict()))
-                    for r in records
-                ],
+                ((run_id, idx, repetition, r.index, r.phase, int(r.ok), json.dumps(r.to_dict())) for r in records),
             )
 
     def save_telemetry(self, run_id: str, level_idx: int, repetition: int,
