@@ -262,3 +262,20 @@ def test_a_metrics_page_is_numbers_or_a_value_error(text: str) -> None:
     except ValueError:
         return
     assert all(v == v and abs(v) != float("inf") for v in out.values())
+
+
+def test_llama_cpp_timings_keep_one_string_per_key_and_drop_what_is_not_a_number() -> None:
+    """A record keeps its last timings until the level ends; every record's dict names its keys with the same
+    strings (llama.cpp's own), not a new copy from each parse, and a field llama.cpp adds later is kept all the
+    same."""
+    from tokenbench.wire import parse_event
+
+    def timings(n: int) -> dict[str, float]:
+        ev = parse_event(json.dumps({"choices": [], "timings": {"prompt_n": n, "predicted_ms": 1.5 * n,
+                                                                 "new_field": 2, "note": "x"}}).encode(), True)
+        assert ev is not None and ev.timings is not None
+        return ev.timings
+
+    a, b = timings(3), timings(4)
+    assert a == {"prompt_n": 3, "predicted_ms": 4.5, "new_field": 2} and b["prompt_n"] == 4
+    assert all(x is y for x, y in zip(a, b) if x != "new_field")

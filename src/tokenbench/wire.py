@@ -103,6 +103,13 @@ def _usage(value: Any) -> Usage | None:
                  count(prompt_details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens"))
 
 
+#: llama.cpp's timings keys, one string each for every record that keeps them (a JSON parse makes its keys anew:
+#: nine of them took half a kilobyte of each turn a soak keeps until its level ends)
+_TIMINGS_KEYS = {k: k for k in ("cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
+                                 "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second",
+                                 "draft_n", "draft_n_accepted")}
+
+
 def _timings(value: Any) -> dict[str, float] | None:
     """llama.cpp's timings: its numbers, each finite and non-negative. Non-numeric fields are dropped."""
     obj = _object(value, "timings")
@@ -114,7 +121,7 @@ def _timings(value: Any) -> dict[str, float] | None:
             continue
         if v < 0 or v > MAX_COUNT or not math.isfinite(v):  # the bound first: a 400-digit int overflows isfinite
             raise WireError("invalid_usage", f"timings.{key} is out of range")
-        out[str(key)] = v
+        out[_TIMINGS_KEYS.get(key) or str(key)] = v
     return out
 
 
