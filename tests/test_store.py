@@ -113,3 +113,18 @@ def test_a_finished_record_keeps_its_stamps_packed_and_stores_them_as_before() -
     assert json.dumps(packed.to_dict()) == json.dumps(loose.to_dict())
     back = RequestRecord.from_dict(json.loads(json.dumps(packed.to_dict())))
     assert list(back.chunk_ns) == stamps
+
+
+def test_a_released_text_leaves_its_lengths_to_the_stored_record() -> None:
+    """An agent's answer goes into its conversation and out of its record: the stored record says the same."""
+    import json
+
+    from tokenbench.records import RequestRecord
+
+    kept = RequestRecord(index=0, answer_text="four", reasoning_text="thinking", output_tokens=3)
+    let_go = RequestRecord(index=0, answer_text="four", reasoning_text="thinking", output_tokens=3)
+    let_go.release_text()
+    let_go.release_text()  # a second time keeps the lengths of the first
+    assert let_go.answer_text == let_go.reasoning_text == ""
+    assert json.dumps(let_go.to_dict()) == json.dumps(kept.to_dict())
+    assert kept.to_dict()["answer_chars"] == 4 and "released_chars" not in kept.to_dict(keep_text=True)

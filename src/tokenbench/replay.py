@@ -372,6 +372,7 @@ class ReplayLevel:
             self.on_done(rec)
         if rec.ok and self.plan.answers == "live" and call.answer is not None:
             live[id(call.answer)] = rec.answer_text
+        rec.release_text()  # what the tree's later calls re-send is in ``live``; no metric reads it
         return rec
 
     async def _request(self, call: Call, tree: _Tree, live: dict[int, str]) -> PreparedRequest:

@@ -219,6 +219,7 @@ class SessionLevel:
             answer = rec.answer_text
             conv.messages.append({"role": "assistant", "content": answer})
             conv.tokens += self.count(answer) if self.count is not None else len(answer.split())
+            rec.release_text()  # the conversation has it; the record would keep it until the level ends
             if rec.input_tokens is not None and rec.output_tokens is not None:
                 conv.server_context = rec.input_tokens + rec.output_tokens
             think_ms = plan.think.sample(rng) * 1000.0
