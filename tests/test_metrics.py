@@ -5,10 +5,13 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from conftest import fuzz_examples
 from tokenbench import findings
 from tokenbench.pricing import cost_per_mtok
-from tokenbench.distribution import Distribution, percentile
+from tokenbench.distribution import Distribution, Tally, percentile
 from tokenbench.levels import LEVEL_KEYS, DepthLevel, LevelSummary, ServingLevel, depth_levels, serving
 from tokenbench.metrics import summarize
 from tokenbench.slo import SLO, parse_duration_ms, request_tpot_ms
@@ -264,3 +267,16 @@ def test_each_kind_holds_its_own_figures_only() -> None:
     assert serving([d, s]) == [s] and depth_levels([d, s]) == [d]
     d.add(findings.Finding(findings.Code.UNSTABLE, "spread"))
     assert LevelSummary.from_dict(d.to_dict()).flags == ["unstable"]
+
+
+@given(st.lists(st.floats(min_value=0, max_value=5000, allow_nan=False), min_size=1, max_size=400),
+       st.sampled_from([0, 1, 50, 90, 99, 100]))
+@settings(max_examples=fuzz_examples(200), deadline=None)
+def test_a_tally_reads_the_percentile_of_its_rounded_samples(values: list[float], q: float) -> None:
+    """The watch's tally of an hour of samples reads what the sorted list of the same samples, rounded to its
+    resolution, reads: the same rule, in memory of its distinct values."""
+    t = Tally(0.01, values)
+    rounded = sorted(round(v / 0.01) * 0.01 for v in values)
+    assert len(t) == len(values) and len(t.counts) == len(set(round(v / 0.01) for v in values))
+    assert t.percentile(q) == pytest.approx(percentile(rounded, q), abs=1e-9)
+    assert t.max() == pytest.approx(rounded[-1]) and abs(t.percentile(q) - percentile(sorted(values), q)) <= 0.005

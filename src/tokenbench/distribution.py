@@ -1,11 +1,13 @@
 """One measured quantity's statistics: count, mean, spread and percentiles (``Distribution``), the percentile
 rule they use (linear between closest ranks: numpy's default, as ``vllm bench serve`` uses), and the spread of a
-figure over repetitions (``coefficient_of_variation``)."""
+figure over repetitions (``coefficient_of_variation``), and samples kept as a tally of their values for a watch
+that runs as long as a soak (``Tally``)."""
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,6 +23,50 @@ def percentile(sorted_values: list[float], q: float) -> float:
     hi = min(lo + 1, len(sorted_values) - 1)
     frac = pos - lo
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+class Tally:
+    """Samples kept as counts of their values rounded to ``resolution``, their percentiles read as ``percentile``
+    reads a sorted list of the rounded values: memory bounded by the distinct values, not the samples (a watch
+    of the event loop every 10 ms takes 360,000 samples an hour, of a few hundred values at 10 µs)."""
+
+    __slots__ = ("counts", "n", "resolution")
+
+    def __init__(self, resolution: float, values: Iterable[float] = ()) -> None:
+        self.counts: dict[int, int] = {}
+        self.n = 0
+        self.resolution = resolution
+        for v in values:
+            self.append(v)
+
+    def append(self, value: float) -> None:
+        k = round(value / self.resolution)
+        self.counts[k] = self.counts.get(k, 0) + 1
+        self.n += 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def max(self) -> float:
+        return max(self.counts) * self.resolution
+
+    def percentile(self, q: float) -> float:
+        """As ``percentile`` on the sorted rounded samples: linear between the two closest ranks."""
+        if not self.n:
+            raise ValueError("percentile of no values")
+        pos = (self.n - 1) * q / 100.0
+        lo = math.floor(pos)
+        hi = min(lo + 1, self.n - 1)
+        at_lo = at_hi = 0
+        seen = 0
+        for k in sorted(self.counts):
+            seen += self.counts[k]
+            if seen > lo and seen - self.counts[k] <= lo:
+                at_lo = k
+            if seen > hi:
+                at_hi = k
+                break
+        return (at_lo + (at_hi - at_lo) * (pos - lo)) * self.resolution
 
 
 @dataclass(slots=True)
