@@ -242,11 +242,13 @@ def test_an_open_loop_level_stops_when_its_queue_grows(tmp_path: Path) -> None:
     through the level; the level stops, says so, and the search goes on below it."""
     slow = EmitterConfig(ttft_s=0.01, itl_s=0.005, slots=2)
     with BackgroundEmitter(slow) as em:
-        rc, doc = _capacity(em.url, tmp_path / "r.db", "--slo", "agent_tps=1", "--rate", "4:64", "--requests",
+        rc, doc = _capacity(em.url, tmp_path / "r.db", "--slo", "agent_tps=1", "--rate", "16:64", "--requests",
                             "160", "--arrival", "constant", "--resolution", "0.5", "--output-len", "16")
     assert rc == 0, doc
     stopped = [lv for lv in doc["levels"] if "stopped_early" in lv["flags"]]
     assert stopped and all(lv["rate"] >= 22 for lv in stopped)
+    # and the search went on below it: between the doubling's last rate served (16) and the stopped one
+    assert any(16 < lv["rate"] < stopped[0]["rate"] and "stopped_early" not in lv["flags"] for lv in doc["levels"])
     assert all(not lv["slo_met"] for lv in stopped)  # a rate the box does not sustain is not served
     assert any("over-saturated" in f["message"] for lv in stopped for f in lv["findings"])
     assert all(lv["completed"] + lv["failed"] < 160 for lv in stopped)
