@@ -108,10 +108,33 @@ def test_each_fold_builds_its_own_rows(cat: Catalog, monkeypatch: pytest.MonkeyP
         return real(c, rs)
 
     monkeypatch.setattr(fitting, "fittable_rows", spy)
+    monkeypatch.setattr(fitting, "_fold_processes", lambda folds: 1)  # in this process, where the spy is
     fitting.cross_validate(cat, rows)
     sources = {r.raw["source"] for r in rows}
     # one build per fold, each from every source but the one it predicts
     assert sorted(map(sorted, seen)) == sorted(sorted(sources - {s}) for s in sources)
+
+
+def test_folds_fitted_side_by_side_predict_what_one_process_does(cat: Catalog,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folds fitted in two processes give the predictions, bands and order that one process fitting them in
+    turn gives, to the bit (four small sources, so that each fold is quick)."""
+    from tokenbench.predict import fitting
+    from tokenbench.predict.measured import read_rows
+
+    from tokenbench.predict.entrypoints import PUBLISHED_FILES
+
+    small = {"lcpp-pr2059", "lcpp-pr4406", "lcpp-pr5835", "h100-tfcb"}
+    rows = [r for f in PUBLISHED_FILES for r in read_rows(Path(f)) if r.raw["source"] in small]
+
+    def run(procs: int) -> list[tuple[object, ...]]:
+        monkeypatch.setattr(fitting, "_fold_processes", lambda folds: procs)
+        return [(r.row.raw["source"], r.row.hardware, r.predicted, r.ceiling, r.flags, r.backend, r.band, r.kind)
+                for r in fitting.cross_validate(cat, rows)]
+
+    alone, side_by_side = run(1), run(2)
+    assert len(alone) == len(rows) and {s for s, *_ in alone} == small
+    assert side_by_side == alone
 
 
 def test_serving_reuses_the_memoised_costs(cat: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,8 +4,12 @@ its family's, anchored on the user's own runs, with bands from leave-one-source-
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
+from multiprocessing import get_context
 from dataclasses import dataclass, replace
 
 from ..errors import UsageError
@@ -250,20 +254,49 @@ def _source(r: Row) -> str:
     return r.raw.get("source", "")
 
 
+def _fold(cat: Catalog, kept: list[Row], held: list[Row], key: str, bands: bool) -> list[RowResult]:
+    """One fold: the held-out rows predicted by a fit on the kept ones. bands=True: the fold with bands of its own,
+    cross-validated on its kept rows alone (nested), so whether a held-out row falls inside its band is never
+    decided by that row's own source."""
+    cal = fit_calibration(cat, kept, "", bands=True) if bands else _calibration(cat, kept, "")
+    cal.origin = f"all but {key}"
+    return [predict_row(cat, cal, r) for r in held]
+
+
+def _in_a_fold() -> None:
+    global _FOLD_PROCESS
+    _FOLD_PROCESS = True
+
+
+#: True in a process that fits a fold: its own folds (bands=True nests them) run one after another there.
+_FOLD_PROCESS = False
+
+
+def _fold_processes(folds: int) -> int:
+    """Processes to fit ``folds`` folds in: one per core this process may use, at most one per fold. The fit is
+    pure Python, so threads would take turns; the folds are independent, so each process's result is what one
+    process fitting them in turn gets, to the bit."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 1 if _FOLD_PROCESS else max(1, min(folds, cores))
+
+
 def cross_validate(cat: Catalog, rows: list[Row], bands: bool = False,
                    fold: Callable[[Row], str] = _source) -> list[RowResult]:
     """Leave one source out (``fold``: what a fold leaves out): every source's rows predicted by a fit on all the
-    other sources. Each fold builds its own fittable rows from the rows it keeps, so nothing the full fit built
-    (setups, memoised costs, the constants its valuers were last evaluated at) reaches a fold."""
-    out: list[RowResult] = []
-    for key in sorted({fold(r) for r in rows}):
-        kept = [r for r in rows if fold(r) != key]
-        # bands=True: each fold with bands of its own, cross-validated on its kept rows alone (nested), so
-        # whether a held-out row falls inside its band is never decided by that row's own source
-        cal = fit_calibration(cat, kept, "", bands=True) if bands else _calibration(cat, kept, "")
-        cal.origin = f"all but {key}"
-        out += [predict_row(cat, cal, r) for r in rows if fold(r) == key]
-    return out
+    other sources, the folds fitted side by side on the cores there are (``_fold_processes``). Each fold builds
+    its own fittable rows from the rows it keeps, so nothing the full fit built (setups, memoised costs, the
+    constants its valuers were last evaluated at) reaches a fold."""
+    keys = sorted({fold(r) for r in rows})
+    kept = [[r for r in rows if fold(r) != key] for key in keys]
+    held = [[r for r in rows if fold(r) == key] for key in keys]
+    procs = _fold_processes(len(keys))
+    if procs == 1:
+        parts = list(map(_fold, repeat(cat), kept, held, keys, repeat(bands)))
+    else:
+        # spawned, not forked: a fork copies whatever lock another thread of this process held at that moment
+        with ProcessPoolExecutor(procs, mp_context=get_context("spawn"), initializer=_in_a_fold) as pool:
+            parts = list(pool.map(_fold, repeat(cat), kept, held, keys, repeat(bands)))
+    return [res for part in parts for res in part]
 
 
 def fit_calibration(cat: Catalog, rows: list[Row], command: str, bands: bool = True) -> Calibration:
