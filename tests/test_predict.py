@@ -35,7 +35,7 @@ def cat() -> Catalog:
 
 def test_dense_gqa_kv_and_decode_bytes(cat: Catalog) -> None:
     m, hw = cat.find_model("llama-3.1-8b"), cat.find_hardware("nvidia-h100-sxm")
-    # 2 (K,V) * 32 layers * 8 KV heads * 128 head_dim * 2 bytes = 128 KiB per token (roofline.md)
+    # 2 (K,V) * 32 layers * 8 KV heads * 128 head_dim * 2 bytes = 128 KiB per token
     assert memory.kv_bytes(m, BF16, 1) == 2 * 32 * 8 * 128 * 2 == 128 * 1024
     assert memory.kv_bytes(m, BF16, 1000) == 131072 * 1000
     assert memory.total_weight_bytes(m, BF16) == pytest.approx(8.03e9 * 2)
@@ -83,7 +83,7 @@ def test_hybrid_linear_attention_state_and_kv(cat: Catalog) -> None:
     # conv (2*16*128 + 32*128) * (4-1) + ssm 32*128*128 per layer, fp32, 36 linear layers
     assert m.linear_state_elems() == (2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128
     assert memory.state_bytes(m) == 36 * 548864 * 4
-    assert memory.kv_bytes(m, BF16, 1) == 12 * 2 * 2 * 256 * 2 == 24 * 1024  # 24 KiB (roofline.md)
+    assert memory.kv_bytes(m, BF16, 1) == 12 * 2 * 2 * 256 * 2 == 24 * 1024  # 24 KiB
     # decode reads and writes the state every step
     hw = cat.find_hardware("nvidia-h100-sxm")
     c = rf.decode_cost(m, hw, BF16, 1, 0, "cuda")

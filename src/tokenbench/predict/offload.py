@@ -10,9 +10,9 @@ from .specs import HardwareSpec, ModelSpec
 
 
 #: Host memory reached from a GPU-offloading llama.cpp: the CPU runs its layers at this share of the host's
-#: bandwidth (EPYC tg128 evidence in roofline.md: 0.30).
+#: bandwidth (published llama.cpp tg128 on EPYC CPUs: 0.30).
 CPU_ETA_BW = 0.30
-#: PCIe transfers reach this share of the link's nominal rate (roofline.md: 80–85%).
+#: PCIe transfers reach this share of the link's nominal rate (80–85% as measured by bandwidth tests).
 PCIE_ETA = 0.8
 
 

@@ -17,10 +17,10 @@ def with_constants(e: Efficiency, constants: dict[str, float]) -> Efficiency:
     return replace(e, **changes)
 
 
-#: Physical priors per backend family, and where they come from (roofline.md "Efficiency evidence").
+#: Physical priors per backend family, and where they come from (published measurements).
 #: llama.cpp tg128 reaches 0.59–0.66 of nominal bandwidth on RTX 3090/4090 and M3 Max, 0.38 on ROCm (7900
 #: XTX); Strix Halo's BF16 GEMM reaches 36.9 of 59.4 TF (0.62). An f16 KV stream is a stream like the
-#: weights'; a dequantizing (q8_0/q4_0) KV read runs well below it. roofline.md's fixed step cost, 0.5–3 ms,
+#: weights'; a dequantizing (q8_0/q4_0) KV read runs well below it. A fixed step cost (launches, sampling) of 0.5–3 ms
 #: over ~32 layers is ~15–90 µs per layer. (The generic defaults are
 #: roofline.Efficiency's.) LITERATURE: what the literature says about one backend, beyond the generic
 #: defaults; these values win over the family's fit a backend starts from (backend_prior).

@@ -2,9 +2,9 @@
 
 Every time has two forms: the physical *ceiling* (efficiency 1: nominal bandwidth and peak FLOPs, no
 overhead) and the calibrated *estimate* (a backend's fitted efficiencies and fixed costs, see
-``calibration.py``). Formulas follow the roofline reference notes (roofline.md), where the existing tools go wrong:
+``calibration.py``). The formulas correct where the existing tools go wrong (docs/calibration.md):
 causal prefill attention (T²/2, not T²), KV traffic with KV heads and the config's head_dim, MoE expert
-coverage growing with batch, per-engine efficiencies. Beyond it: arithmetic limited by the board's power as well
+coverage growing with batch, per-engine efficiencies. Beyond them: arithmetic limited by the board's power as well
 as its peak, routed-expert matmuls at their own rate, all-reduces on the critical path of a tensor-parallel step
 (parallelism.py splits the step), and fixed per-layer costs counted in GPU cycles (a 1.41 GHz A100 pays more per
 layer than a 1.755 GHz H100 PCIe with the same bandwidth). Formats are in formats.py, what fits in memory.py,
@@ -243,7 +243,7 @@ class Efficiency:
     eta_kv: float = 0.65
     eta_kvq: float = 0.3
     t_layer: float = 30e-6
-    eta_c: float = 0.6  # Strix Halo's hipBLASLt BF16 GEMM reaches 36.9 of 59.4 TF (roofline.md): 0.62
+    eta_c: float = 0.6  # Strix Halo's hipBLASLt BF16 GEMM reaches 36.9 of 59.4 TF (published): 0.62
     eta_q: float = 1.0
     eta_moe: float = 1.0
     t_expert: float = 5e-6

@@ -52,7 +52,7 @@ class Speculation:
 def speculation(s: Setup, tokens: int, acceptance: float | None, acceptance_length: float | None,
                 draft_cost: float | None) -> Speculation:
     """The speed-up of ``tokens`` drafted tokens, from one of an acceptance probability or a mean acceptance
-    length (Leviathan et al. 2023; roofline.md "Speculative decoding")."""
+    length (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding")."""
     if (acceptance is None) == (acceptance_length is None):
         raise UsageError("with --spec-tokens give one of --acceptance (0..1) or --acceptance-length")
     alpha = acceptance if acceptance is not None else alpha_from_acceptance_length(acceptance_length or 0.0,
