@@ -72,6 +72,8 @@ def add_import_parser(sub: Any) -> None:
     """``tokenbench import``'s options."""
     im = sub.add_parser("import", help="vllm bench serve, llama-bench, llama-benchy, AIPerf, inference-perf, InferenceX, "
                         "GuideLLM or published.csv results into the store")
-    im.add_argument("files", nargs="+")
+    im.add_argument("files", nargs="+", metavar="FILE", help="a result file of vllm bench serve, llama-bench, "
+                    "llama-benchy, AIPerf, inference-perf, InferenceX or GuideLLM, or a published.csv (the format is "
+                    "read from the file)")
     im.add_argument("--label", help="label for the imported runs (default: from the file)")
     add_db(im)

@@ -213,10 +213,13 @@ def print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
 
 
 def saved(console: Console, res: RunResult, db: Path, fmt: str) -> None:
-    """Where the run is. Markdown output is not wrapped (it is pasted, and its notes are whole lines too), so its
-    path stays whole; a table keeps to the terminal's width."""
-    console.print(f"run {res.run_id} ({res.status}) saved in {db}", style="dim", markup=False, highlight=False,
-                  soft_wrap=fmt == "markdown")
+    """Where the run is. Markdown output is pasted or redirected into a file, which is no place for a local path:
+    there the line goes to stderr, whole; a table keeps to the terminal's width."""
+    line = f"run {res.run_id} ({res.status}) saved in {db}"
+    if fmt == "markdown":
+        print(line, file=sys.stderr)
+    else:
+        console.print(line, style="dim", markup=False, highlight=False)
 
 
 def embedded_ctx(cfg: SweepConfig) -> int:
