@@ -230,3 +230,22 @@ def test_the_readme_report_example_builds_levels_the_report_reads(tmp_path: Path
                        "measured", levels, "0", "2026", "2026")
     back = load_result(Store(db), "mini-pc (fixture)")
     assert [o.serving.ttft_ms.p50 for o in back.outcomes if o.serving] == [lv.ttft_ms.p50 for lv in levels]
+
+
+def test_a_report_whose_plots_need_a_missing_package_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Without Plotly, `report --md X --html Y` says what to install and writes neither: it wrote the Markdown
+    first, then stopped at the HTML."""
+    import importlib.util
+
+    db = str(tmp_path / "r.db")
+    data = Path(__file__).resolve().parent / "data" / "guidellm_benchmarks.json"
+    assert main(["import", str(data), "--label", "g", "--db", db]) == 0
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a))
+    md, page = tmp_path / "BENCHMARKS.md", tmp_path / "report.html"
+    capsys.readouterr()
+    assert main(["report", "g", "--db", db, "--md", str(md), "--html", str(page)]) == 2
+    err = capsys.readouterr().err
+    assert "--html needs plotly: pip install 'tokenbench[report]'" in err and len(err.strip().splitlines()) == 1
+    assert not md.exists() and not page.exists()

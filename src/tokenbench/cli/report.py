@@ -3,6 +3,7 @@ writes with."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,10 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
     asked = [(e, Path(p)) for e in EXPORTERS if (p := getattr(a, e.option[2:]))]
     if not asked:
         raise UsageError("say what to write: " + ", ".join(f"{e.option} {e.target.upper()}" for e in EXPORTERS))
-    for e, path in asked:  # refused before anything is read
+    for e, path in asked:  # refused before anything is read or written
+        if e.needs is not None and importlib.util.find_spec(e.needs) is None:
+            raise UsageError(f"{e.option} needs {e.needs}: pip install 'tokenbench[report]' (in a clone: "
+                             "pip install -e '.[report]')")
         if e.target == "file":
             check_output(str(path), e.option)
         elif path.exists() and not path.is_dir():

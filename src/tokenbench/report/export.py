@@ -28,6 +28,8 @@ class Exporter(Protocol):
     #: the option that names where it writes, and whether that is a file or a directory
     option: ClassVar[str]
     target: ClassVar[Target]
+    #: the optional package it draws with (the ``report`` extra), checked before anything is written
+    needs: ClassVar[str | None]
 
     def write(self, rep: Report, path: Path) -> str:
         """Write the report at ``path``; return what was written, in words."""
@@ -37,6 +39,7 @@ class Exporter(Protocol):
 class MarkdownExport:
     option: ClassVar[str] = "--md"
     target: ClassVar[Target] = "file"
+    needs: ClassVar[str | None] = None
 
     def write(self, rep: Report, path: Path) -> str:
         markdown.write(path, rep.runs)
@@ -46,6 +49,7 @@ class MarkdownExport:
 class HtmlExport:
     option: ClassVar[str] = "--html"
     target: ClassVar[Target] = "file"
+    needs: ClassVar[str | None] = "plotly"
 
     def write(self, rep: Report, path: Path) -> str:
         path.write_text(html.render(rep), encoding="utf-8")
@@ -55,6 +59,7 @@ class HtmlExport:
 class PngExport:
     option: ClassVar[str] = "--png"
     target: ClassVar[Target] = "dir"
+    needs: ClassVar[str | None] = "matplotlib"
 
     def write(self, rep: Report, path: Path) -> str:
         from . import plots  # matplotlib: loaded only when PNGs are asked for
@@ -76,6 +81,7 @@ def plot_dict(p: Plot) -> dict[str, Any]:
 class JsonExport:
     option: ClassVar[str] = "--json"
     target: ClassVar[Target] = "file"
+    needs: ClassVar[str | None] = None
 
     def write(self, rep: Report, path: Path) -> str:
         doc = {"tool": "tokenbench", "kind": "report", "version": __version__, "title": rep.title,
