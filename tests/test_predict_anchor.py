@@ -3,6 +3,7 @@ predict the box you don't" uses real data from the user's stack (issue 11, must-
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -115,7 +116,10 @@ def test_calibrate_runs_checks_the_run_against_what_it_says_of_itself(tmp_path: 
     said = " ".join(capsys.readouterr().out.split())
     assert "3 of its 3 measurements are under a third of what the packaged calibration predicts on amd-mi300x" in said
     assert main(base + ["--hardware", BOX, "--model", MODEL]) == 0
-    assert "under a third" not in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "under a third" not in out and "one source left out" in err  # said before the half minute's fit
+    lines = re.findall(r"(\S+): bandwidth share (.*?)(?= \S+: bandwidth share| wrote )", " ".join(out.split()))
+    assert [b for b, text in lines if text.endswith("anchored on your runs")] == ["llamacpp-vulkan"], out
 
 
 def test_a_measurement_beyond_the_physical_limit_is_not_anchored(tmp_path: Path,

@@ -108,7 +108,7 @@ def test_each_fold_builds_its_own_rows(cat: Catalog, monkeypatch: pytest.MonkeyP
         return real(c, rs)
 
     monkeypatch.setattr(fitting, "fittable_rows", spy)
-    monkeypatch.setattr(fitting, "_fold_processes", lambda folds: 1)  # in this process, where the spy is
+    monkeypatch.setattr(fitting, "fold_processes", lambda folds: 1)  # in this process, where the spy is
     fitting.cross_validate(cat, rows)
     sources = {r.raw["source"] for r in rows}
     # one build per fold, each from every source but the one it predicts
@@ -128,7 +128,7 @@ def test_folds_fitted_side_by_side_predict_what_one_process_does(cat: Catalog,
     rows = [r for f in PUBLISHED_FILES for r in read_rows(Path(f)) if r.raw["source"] in small]
 
     def run(procs: int) -> list[tuple[object, ...]]:
-        monkeypatch.setattr(fitting, "_fold_processes", lambda folds: procs)
+        monkeypatch.setattr(fitting, "fold_processes", lambda folds: procs)
         return [(r.row.raw["source"], r.row.hardware, r.predicted, r.ceiling, r.flags, r.backend, r.band, r.kind)
                 for r in fitting.cross_validate(cat, rows)]
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from rich.console import Console
@@ -299,12 +300,16 @@ def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Cal
 def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> int:
     from ..predict.calibration import write
     from ..predict.entrypoints import OwnRuns, calibrate
+    from ..predict.fitting import fold_processes
     from ..predict.tables import band_text
 
     if not a.runs and (a.hardware or a.model):
         raise UsageError("--hardware and --model go with --runs RUN...: the box and model of your own runs")
     own = OwnRuns(Store(a.db, readonly=True), a.runs, a.latest, a.hardware, a.model, a.engine, a.weights, a.kv) \
         if a.runs else None
+    # the fit, then one fit per source left out (the bands): half a minute on one core, less on more
+    print(f"fitting every backend, then each with one source left out, on {fold_processes(64)} process(es)...",
+          file=sys.stderr, flush=True)
     fitted = calibrate([Path(f) for f in a.file] if a.file else None, "tokenbench " + redact.command(argv), own)
     if own is not None:
         for w in fitted.warnings:
@@ -317,7 +322,8 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
         bands = ", ".join(f"{m} {band_text(b)}" for m, b in sorted(cal.bands.get(name, {}).items()))
         console.print(f"{name}: bandwidth share {e.eta_w:.2f}, {e.t_layer * 1e6:.0f} µs per layer; matmul share "
                       f"{e.eta_c:.2f} (routed experts x{e.eta_moe:.2f}), attention {e.eta_att:.2f}, "
-                      f"{e.flops_per_w:.2f} TF/W of TDP ({e.rows} rows; cross-validated bands: {bands or 'none'})",
+                      f"{e.flops_per_w:.2f} TF/W of TDP ({e.rows} rows; cross-validated bands: {bands or 'none'})"
+                      f"{'; anchored on your runs' if own is not None and 'anchored' in e.source else ''}",
                       markup=False)
     console.print(f"wrote {a.out}", markup=False)
     return 0

@@ -272,7 +272,7 @@ def _in_a_fold() -> None:
 _FOLD_PROCESS = False
 
 
-def _fold_processes(folds: int) -> int:
+def fold_processes(folds: int) -> int:
     """Processes to fit ``folds`` folds in: one per core this process may use, at most one per fold. The fit is
     pure Python, so threads would take turns; the folds are independent, so each process's result is what one
     process fitting them in turn gets, to the bit."""
@@ -283,13 +283,13 @@ def _fold_processes(folds: int) -> int:
 def cross_validate(cat: Catalog, rows: list[Row], bands: bool = False,
                    fold: Callable[[Row], str] = _source) -> list[RowResult]:
     """Leave one source out (``fold``: what a fold leaves out): every source's rows predicted by a fit on all the
-    other sources, the folds fitted side by side on the cores there are (``_fold_processes``). Each fold builds
+    other sources, the folds fitted side by side on the cores there are (``fold_processes``). Each fold builds
     its own fittable rows from the rows it keeps, so nothing the full fit built (setups, memoised costs, the
     constants its valuers were last evaluated at) reaches a fold."""
     keys = sorted({fold(r) for r in rows})
     kept = [[r for r in rows if fold(r) != key] for key in keys]
     held = [[r for r in rows if fold(r) == key] for key in keys]
-    procs = _fold_processes(len(keys))
+    procs = fold_processes(len(keys))
     if procs == 1:
         parts = list(map(_fold, repeat(cat), kept, held, keys, repeat(bands)))
     else:
