@@ -224,3 +224,13 @@ def test_sigterm_ends_a_depth_run_in_one_line(tmp_path: Path) -> None:
     assert cli.returncode == 130 and b"Traceback" not in err, err.decode()
     (run,) = Store(db).runs()
     assert run.status in ("interrupted", "partial", "failed") and run.status != "running"
+
+
+def test_a_misspelt_option_is_answered_with_the_one_meant_and_its_commands_help(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--hardwre", "nvidia-a30", "--model", "llama-3.1-8b"]) == 2
+    assert main(["predict", "--hardware", "nvidia-a30", "--model", "llama-3.1-8b", "--zzz"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("tokenbench: error: unrecognized arguments: --hardwre nvidia-a30 (did you mean --hardware?); "
+                      "see tokenbench predict --help"), err
+    assert err[1] == "tokenbench: error: unrecognized arguments: --zzz; see tokenbench predict --help", err

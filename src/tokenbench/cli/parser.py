@@ -4,6 +4,7 @@ codes, and the parser that turns a bad argument into one line."""
 from __future__ import annotations
 
 import argparse
+import difflib
 from typing import Any, NoReturn
 from .. import __version__, redact
 from .agent import add_agent_parser
@@ -153,8 +154,18 @@ class Parser(argparse.ArgumentParser):
         # from the option before it: they are shown here from the list
         parsed, refused = self.parse_known_args(args, namespace)
         if refused:
-            self._fail("unrecognized arguments: " + redact.arguments(refused, self._options()))
+            command = self._command(getattr(parsed, "command", None))
+            told = "unrecognized arguments: " + redact.arguments(refused, self._options())
+            command._fail(told + _did_you_mean(refused, command._options()))
         return parsed
+
+    def _command(self, name: str | None) -> Parser:
+        """The subcommand's parser, whose options and help a refused word is measured against (else this one)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+                sub = action.choices[name]
+                return sub if isinstance(sub, Parser) else self
+        return self
 
     def _options(self) -> frozenset[str]:
         """Every option of this parser and its subcommands'."""
@@ -173,8 +184,16 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"tokenbench: error: {message}; see {self.prog} --help\n")
 
 
+def _did_you_mean(refused: list[str], options: frozenset[str]) -> str:
+    """" (did you mean --hardware?)" for a misspelt option among the refused words; "" for none. Only a near
+    miss (a ratio of 0.9): --concurrency, an option of other commands, is 0.87 like recommend's --currency."""
+    near = [m[0] for w in refused if w.startswith("--")
+            if (m := difflib.get_close_matches(w.split("=", 1)[0], sorted(options), n=1, cutoff=0.9))]
+    return f" (did you mean {', '.join(dict.fromkeys(near))}?)" if near else ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="tokenbench", description="Measure LLM serving stacks you can trust.", epilog=EXIT_CODES,
+    ap = Parser(prog="tokenbench", description="Measure LLM serving stacks, with numbers you can trust.", epilog=EXIT_CODES,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"tokenbench {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
