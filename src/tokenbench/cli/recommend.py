@@ -128,7 +128,7 @@ def band_line(ranked: list[Candidate]) -> str | None:
         said = ", ".join(f"{name} {band_span(c.bands[m])}" for m, name in BAND_NAMES if m in c.bands)
         if c.capacity_band is not None:  # the capacity searched again with every figure at either end of its band
             low, high, every = c.capacity_band
-            said = f"agents {low}-{'>=' if every else ''}{high}, " + said
+            said = f"agents {low} to {'at least ' if every else ''}{high}, " + said
         if c.source == "predicted" and said:
             groups.setdefault(said, []).append(c.box)
     if not groups:
