@@ -483,3 +483,13 @@ def test_markdown_output_keeps_the_saved_in_path_whole(tmp_path: Path, capsys: p
     assert err.splitlines()[-1].endswith(f"saved in {deep}") and "saved in" not in out and out.startswith("|")
     assert main(["show", "g", "--db", str(deep)]) == 0  # a table keeps to the terminal's 80 columns
     assert max(len(ln) for ln in capsys.readouterr().out.splitlines()) <= 80
+
+
+def test_a_capacity_band_reads_as_a_range_of_agents() -> None:
+    from tokenbench.cli.recommend import band_line
+    from tokenbench.recommend import Candidate
+
+    h100 = Candidate("h100", "vllm FP8", "predicted", bands={"throughput": 85.0}, capacity_band=(49, 74, False))
+    strix = Candidate("strix", "llama.cpp", "predicted", bands={"throughput": 59.0}, capacity_band=(7, 128, True))
+    line = band_line([h100, strix]) or ""
+    assert "h100: agents 49 to 74, tok/s ±85%" in line and "strix: agents 7 to at least 128, tok/s ±59%" in line
