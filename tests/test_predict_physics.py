@@ -352,6 +352,19 @@ def test_flags_that_would_be_ignored_are_refused_before_anything_prints(
     assert says in out.err and out.out == ""
 
 
+@pytest.mark.parametrize("args,says", [
+    (["--context", "64q"], "--context '64q' is not a token count"),
+    (["--concurrency", "0"], "--concurrency must be at least 1"),
+])
+def test_fit_refuses_a_bad_argument_before_it_says_anything(args: list[str], says: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Not the engine it chose and then the error: the error alone."""
+    assert main(["fit", "--hardware", "nvidia-a30", "--model", "qwen3-coder-next-80b-a3b", "--weights", "Q4_K_M",
+                 *args]) == 2
+    out = capsys.readouterr()
+    assert says in out.err and out.out == ""
+
+
 def test_a_hand_edited_calibration_constant_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for value, says in (('"abc"', "eta_w = 'abc' is not a number"), ("1" + "0" * 400, "is not a number")):
         text = Calibration.packaged().to_toml().replace("eta_w = ", f"eta_w = {value} #", 1)

@@ -54,19 +54,16 @@ def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
 
 def cmd_fit(a: argparse.Namespace, console: Console) -> int:
     from ..predict import tables
-
-    from ..predict.entrypoints import setup
-
-    from ..predict.entrypoints import engine_note
+    from ..predict.entrypoints import engine_note, setup
 
     check_output(a.json, "--json")
+    ctx = tokens(a.context, "--context")  # every argument checked before anything is said
+    if a.concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
     cfg = _setup_config(a)
     s, _ = setup(cfg)
     if note := engine_note(cfg, s):
         console.print(note, markup=False, highlight=False)
-    ctx = tokens(a.context, "--context")
-    if a.concurrency < 1:
-        raise UsageError("--concurrency must be at least 1")
     f = s.fit(ctx, a.concurrency)
     for line in tables.fit_lines(s, f, ctx, a.concurrency):
         console.print(line, markup=False, highlight=False)
