@@ -354,7 +354,7 @@ def test_flags_that_would_be_ignored_are_refused_before_anything_prints(
 
 @pytest.mark.parametrize("args,says", [
     (["--context", "64q"], "--context '64q' is not a token count"),
-    (["--concurrency", "0"], "--concurrency must be at least 1"),
+    (["--concurrency", "0"], "argument --concurrency: '0' is not a positive whole number"),
 ])
 def test_fit_refuses_a_bad_argument_before_it_says_anything(args: list[str], says: str,
                                                               capsys: pytest.CaptureFixture[str]) -> None:

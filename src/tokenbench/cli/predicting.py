@@ -58,8 +58,6 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
 
     check_output(a.json, "--json")
     ctx = tokens(a.context, "--context")  # every argument checked before anything is said
-    if a.concurrency < 1:
-        raise UsageError("--concurrency must be at least 1")
     cfg = _setup_config(a)
     s, _ = setup(cfg)
     if note := engine_note(cfg, s):
