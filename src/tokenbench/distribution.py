@@ -18,11 +18,15 @@ def percentile(sorted_values: list[float], q: float) -> float:
         raise ValueError("percentile of no values")
     if len(sorted_values) == 1:
         return sorted_values[0]
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    frac = pos - lo
+    lo, hi, frac = _ranks(len(sorted_values), q)
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+def _ranks(n: int, q: float) -> tuple[int, int, float]:
+    """The two closest ranks (0-based) of the q-th percentile of n sorted values, and how far between them."""
+    pos = (n - 1) * q / 100.0
+    lo = math.floor(pos)
+    return lo, min(lo + 1, n - 1), pos - lo
 
 
 class Tally:
@@ -54,9 +58,7 @@ class Tally:
         """As ``percentile`` on the sorted rounded samples: linear between the two closest ranks."""
         if not self.n:
             raise ValueError("percentile of no values")
-        pos = (self.n - 1) * q / 100.0
-        lo = math.floor(pos)
-        hi = min(lo + 1, self.n - 1)
+        lo, hi, frac = _ranks(self.n, q)
         at_lo = at_hi = 0
         seen = 0
         for k in sorted(self.counts):
@@ -66,7 +68,7 @@ class Tally:
             if seen > hi:
                 at_hi = k
                 break
-        return (at_lo + (at_hi - at_lo) * (pos - lo)) * self.resolution
+        return (at_lo + (at_hi - at_lo) * frac) * self.resolution
 
 
 @dataclass(slots=True)

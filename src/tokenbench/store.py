@@ -318,8 +318,8 @@ class Store:
     def save_requests_in_tx(self, run_id: str, level_idx: int, records: list[RequestRecord]) -> None:
         """An imported level's requests (a tool's per-request export), inside the caller's transaction."""
         self.db.executemany("INSERT INTO requests VALUES (?, ?, 0, ?, ?, ?, ?)",
-                            [(run_id, level_idx, r.index, r.phase, int(r.ok), json.dumps(r.to_dict()))
-                             for r in records])
+                            ((run_id, level_idx, r.index, r.phase, int(r.ok), json.dumps(r.to_dict()))
+                             for r in records))  # as save_level: each row's JSON written and dropped
 
     def update_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
         with self.tx() as db:
