@@ -54,6 +54,8 @@ def table_at(lines: list[str], *heads: str) -> int:
 def readable(lines: list[str], width: int) -> None:
     assert max(len(ln) for ln in lines) <= width, "\n".join(ln for ln in lines if len(ln) > width)
     assert not any("\x1b[" in ln for ln in lines)  # no colour codes in a file
+    # no line ends in spaces: a padded last cell or a wrapped line's break, which a file or a diff of two runs keeps
+    assert not [ln for ln in lines if ln.endswith(" ")], "\n".join(repr(ln) for ln in lines if ln.endswith(" "))
 
 
 @pytest.mark.parametrize("columns", [80, None])

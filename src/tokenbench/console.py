@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import re
 import textwrap
 import unicodedata
 from collections.abc import Collection
@@ -61,12 +62,22 @@ def ascii_spelled(text: str, encoding: str) -> str:
         return "".join(map(_spelt, text))
 
 
+#: Spaces that end a line: Rich pads a table's last cell to its column and keeps the space a wrapped line broke at.
+_TRAILING = re.compile(r" +(?=\n)")
+
+
 class ReadableConsole(Console):
     """Rich's console, its strings spelt in ASCII where its output cannot encode them before they are measured, so
-    a table's columns stay aligned ("77.5 +/-4%" is three cells wider than "77.5 ±4%")."""
+    a table's columns stay aligned ("77.5 +/-4%" is three cells wider than "77.5 ±4%"); and no line of what it
+    writes ends in spaces, which a file or a diff of two runs would keep."""
 
     def render_str(self, text: str, **kwargs: Any) -> Any:
         return super().render_str(ascii_spelled(text, self.encoding), **kwargs)
+
+    def _render_buffer(self, buffer: Any) -> str:
+        # Rich's one place where a print becomes the text written (a styled line ends in its reset code instead,
+        # and keeps its spaces: a terminal shows none of them)
+        return _TRAILING.sub("", super()._render_buffer(buffer))
 
 
 def print_vertical(console: Console, header: list[str], rows: list[list[str]], title: str | None = None) -> None:
