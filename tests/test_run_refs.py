@@ -195,3 +195,31 @@ def test_a_long_value_wraps_between_words_under_its_column() -> None:
     print_table(Console(file=buf, width=80), ["Test", label, "Winner"], [["pp512", "1,287", "→ " + label[3:]]])
     lines = buf.getvalue().splitlines()
     assert all(len(ln) <= 80 for ln in lines) and "    1,287" in lines and f"    → {label[3:]}" in lines
+
+
+@pytest.mark.parametrize("columns", ["80", "160"])
+def test_runs_at_80_columns_is_a_table_whose_ids_say_when(tmp_path: Path, columns: str) -> None:
+    """At 80 columns `runs` printed a block of 8 lines per run: the run id, never cut, and its start left no room
+    for a table. The id holds the start (UTC, to the second), so a narrow terminal gets the table without the
+    Started column and one line that says where the start is; a wide one keeps the column."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "ids.db"
+    for run_id, kind, label, model, engine in (
+            ("20261122-101010-abcd", "sweep", "a-rather-long-label-for-a-box", "org/a-long-model-name-8B", "vllm"),
+            ("20261123-090807-ef01", "depth", "b", "other-org/model-70B", "llama.cpp cuda")):
+        started = f"{run_id[:4]}-{run_id[4:6]}-{run_id[6:8]}T{run_id[9:11]}:{run_id[11:13]}:{run_id[13:15]}+00:00"
+        Store(db).save_run(run_id, kind, label, {"model": model, "engine": engine}, "measured", [], "0", started,
+                           started)
+    out = subprocess.run([sys.executable, "-m", "tokenbench", "runs", "--db", str(db)], capture_output=True,
+                         text=True, env={**__import__("os").environ, "COLUMNS": columns}, check=True).stdout
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= int(columns)
+    rule = next(i for i, ln in enumerate(lines) if set(ln.strip()) == {"━"})  # a table, not a block per run
+    assert "Run" in lines[rule - 1] and "Label" in lines[rule - 1]
+    assert any(ln.startswith(" 20261122-101010-abcd ") for ln in lines) and "20261123-090807-ef01" in out
+    if columns == "80":
+        assert "Started" not in lines[rule - 1] and "Started: the date and time in each run id (UTC)" in out
+    else:
+        assert "Started" in lines[rule - 1] and "2026-11-22 10:10Z" in out and "each run id" not in out

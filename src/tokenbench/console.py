@@ -130,14 +130,16 @@ def _drawn(layout: Layout, body: list[list[str]], marks: set[int]) -> Table:
 
 def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",
                 title: str | None = None, numeric: bool = False, keep: Collection[int] | None = None,
-                aside: int | None = None, group: int | None = None) -> None:
+                aside: int | None = None, group: int | None = None, spare: tuple[int, str] | None = None) -> None:
     """Any (header, rows) table, for a terminal or as Markdown (every column, as given). On a terminal, headers
     go onto two lines and text wraps to fit the width; ``keep`` given, the columns that hold one value in every
     row are said once in a heading line above it (``keep``: columns that stay whatever they hold; a column empty
     in every row is left out); ``group``: a column that, where it varies, heads each run of rows on a row of its
     own instead of taking a column ("Concurrency 4", the rows sorted by it); ``aside``: a text column (notes,
-    flags) said under the table, row by row, where the table does not fit with it. One block per row only when a
-    row still cannot fit. ``numeric``: only the last column is text that may wrap."""
+    flags) said under the table, row by row, where the table does not fit with it; ``spare``: a column another
+    already says (a run id holds its start), left out where the table does not fit with it, and the line given
+    said above the table instead. One block per row only when a row still cannot fit. ``numeric``: only the last
+    column is text that may wrap."""
     if fmt == "markdown":
         console.print(format_markdown(header, rows), markup=False, highlight=False, soft_wrap=True)
         return
@@ -156,6 +158,11 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     if layout is None and aside is not None and header[aside] in head and len(head) > 2 and not marks:
         head, body, under = _aside(head, body, head.index(header[aside]))
         layout = table_layout(head, body, console.width, numeric)
+    if layout is None and spare is not None and header[spare[0]] in head and len(head) > 2 and not marks:
+        k = head.index(header[spare[0]])
+        layout = table_layout(head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body], console.width, numeric)
+        if layout is not None:
+            head, body, said = head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body], [*said, spare[1]]
     if title:
         console.print(title, markup=False, highlight=False)
     for line in heading_lines(said, console.width):

@@ -41,9 +41,23 @@ def cmd_runs(a: argparse.Namespace, console: Console) -> int:
     header = ["Run", "Started", "Kind", "Label", "Model", "Engine", "Levels", "Status"]
     cells = [[r.id, started_cell(r.started), r.kind, r.label or "", manifests[r.id].model or "",
               manifests[r.id].engine or "", str(counts.get(r.id, 0)), r.status] for r in rows]
-    # what every run shares goes above the table; a run id is never cut (show and compare take it)
-    print_table(console, header, cells, keep=(0,))
+    # what every run shares goes above the table; a run id is never cut (show and compare take it), and where the
+    # table cannot fit a narrow terminal with both, the start it holds stands for the Started column
+    said = all(cell[1] == id_started(r.id) for r, cell in zip(rows, cells))
+    print_table(console, header, cells, keep=(0,),
+                spare=(1, "Started: the date and time in each run id (UTC)") if said else None)
     return 0
+
+
+def id_started(run_id: str) -> str | None:
+    """The minute a run id says its run started ("20261202-103941-1a30": "2026-12-02 10:39Z"), as ``started_cell``
+    writes it; None for an id that does not start with one."""
+    import datetime as dt
+
+    try:
+        return dt.datetime.strptime(run_id[:15], "%Y%m%d-%H%M%S").strftime("%Y-%m-%d %H:%MZ")
+    except ValueError:
+        return None
 
 
 def started_cell(started: str | None) -> str:
