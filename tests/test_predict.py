@@ -374,3 +374,26 @@ def test_the_shipped_published_data_is_shared_references() -> None:
         assert all(r.era for r in shipped), name  # every shipped row is dated
     current = figures(read_rows(PUBLISHED.parent / "published-current.csv"))
     assert set(figures(read_rows(shared / "current-builds.csv"))) <= set(current)
+
+
+def test_against_at_80_columns_is_a_table_that_names_its_flagged_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`predict --against` of the packaged rows printed a block of 12 lines per row at 80 columns (1,700 lines for
+    154 rows) and counted the flagged rows without naming them. Now: one table, each box and model heading its
+    rows, the test in llama-bench's words ("tg32 @ d4096"), and each flag under it beside the row it flags."""
+    src = PUBLISHED.read_text().splitlines()
+    header = [ln for ln in src if ln.startswith("source,")][0]
+    body = [ln for ln in src if ln and not ln.startswith(("#", "source,"))][:4]
+    body.append("x,A30,nvidia-a30,llama.cpp cuda,phi-4,Q4_K_M,q4_0,tg128,4096,1,0,128,decode_tps,5.0,tok/s,")
+    f = tmp_path / "m.csv"
+    f.write_text("\n".join([header, *body]) + "\n")
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["predict", "--against", str(f)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 80
+    rule = next(i for i, ln in enumerate(lines) if set(ln.strip()) == {"━"})
+    assert lines[rule - 1].split()[:3] == ["Test", "Measured", "Predicted"]
+    assert " On A30, phi-4" in lines and any(ln.startswith(" tg128 @ d4096 ") for ln in lines)
+    assert "1 row(s) flagged as a likely software bottleneck" in lines
+    flagged = " ".join(lines[lines.index("1 row(s) flagged as a likely software bottleneck") + 1:])
+    assert flagged.startswith("A30, phi-4, tg128 @ d4096: likely software bottleneck: measured is ")

@@ -128,6 +128,21 @@ def _drawn(layout: Layout, body: list[list[str]], marks: set[int]) -> Table:
     return t
 
 
+def _print_apart(console: Console, layout: Layout, body: list[list[str]], marks: set[int]) -> None:
+    """A grouped table whose group rows ("Host M2 Ultra 76-Core GPU 192GB") are wider than its first column: the
+    header, then each group's row on a line of its own, bold, above its rows, the columns as ``layout`` places
+    them in every group."""
+    starts = sorted(marks) + [len(body)]
+    for n, (at, end) in enumerate(zip(starts, starts[1:])):
+        if n == 0:  # the header and its rule, over no rows
+            console.print(_drawn(layout, [], set()))
+        console.print(" " + body[at][0], style="bold", markup=False, highlight=False)
+        if end > at + 1:
+            t = _drawn(layout, body[at + 1:end], set())
+            t.show_header = False
+            console.print(t)
+
+
 def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",
                 title: str | None = None, numeric: bool = False, keep: Collection[int] | None = None,
                 aside: int | None = None, group: int | None = None, spare: tuple[int, str] | None = None) -> None:
@@ -158,6 +173,10 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     if layout is None and aside is not None and header[aside] in head and len(head) > 2 and not marks:
         head, body, under = _aside(head, body, head.index(header[aside]))
         layout = table_layout(head, body, console.width, numeric)
+    apart = False  # the group rows on lines of their own, where one is wider than the table's first column
+    if layout is None and marks:
+        layout = table_layout(head, [r for i, r in enumerate(body) if i not in marks], console.width, numeric)
+        apart = layout is not None
     if layout is None and spare is not None and header[spare[0]] in head and len(head) > 2 and not marks:
         k = head.index(header[spare[0]])
         layout = table_layout(head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body], console.width, numeric)
@@ -170,6 +189,9 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     if layout is None:
         print_vertical(console, *plain)
         return
-    console.print(_drawn(layout, body, marks))
+    if apart:
+        _print_apart(console, layout, body, marks)
+    else:
+        console.print(_drawn(layout, body, marks))
     for line in under:
         console.print(line, markup=False, highlight=False)

@@ -112,7 +112,7 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
         return 0
     rep = against(Catalog.load(), cal, read_rows(Path(a.against)))
     head, rows = tables.against_table(rep)
-    print_table(console, head, rows, a.format)
+    print_table(console, head, rows, a.format, keep=(), group=0)
     for line in tables.summary_lines(rep):
         console.print(line, markup=False, highlight=False)
     if a.json:

@@ -198,19 +198,30 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
 
 
 def against_table(rep: AgainstReport) -> Table:
-    head = ["Host", "Model", "Test", "Depth", "Conc.", "Metric", "Measured", "Predicted", "Error %", "Split",
-            "Measured/ceiling", "Flags"]
+    """One row per published figure: what was measured, what the model predicts, the error; the test, its depth,
+    its concurrency and the metric in one cell, as llama-bench names them ("tg32 @ d4096"), so the table fits 80
+    columns with the host and model heading their rows. A row's flags are said under the table (``summary_lines``)."""
+    head = ["On", "Test", "Measured", "Predicted", "Error %", "Split", "Of ceiling"]
     rows = []
     for r in rep.results:
         unit = f" {r.row.unit}" if r.predicted is not None else ""  # the measured value's unit, as beside it
         pred = f"{_f(r.predicted)}{unit}" if r.calibrated or r.predicted is None else \
             f"{_f(r.predicted)}{unit} UNCALIBRATED"
-        rows.append([r.row.raw.get("host", r.row.hardware), r.row.model, r.row.test, str(r.row.depth),
-                     str(r.row.concurrency), r.row.metric, f"{_f(r.row.value)} {r.row.unit}",
+        rows.append([f"{r.row.raw.get('host', r.row.hardware)}, {r.row.model}", test_cell(r.row.test, r.row.depth,
+                     r.row.concurrency, r.row.metric), f"{_f(r.row.value)} {r.row.unit}",
                      pred, _f(r.error_pct, 0) if r.error_pct is not None else "—", r.split,
-                     f"{r.measured_over_ceiling:.2f}" if r.measured_over_ceiling is not None else "—",
-                     "; ".join(r.flags)])
+                     f"{r.measured_over_ceiling:.2f}" if r.measured_over_ceiling is not None else "—"])
     return head, rows
+
+
+#: The metric a llama-bench test measures: named in the test cell only where the row's is another.
+_TEST_METRIC = {"pp": "prefill_tps", "tg": "decode_tps"}
+
+
+def test_cell(test: str, depth: int, concurrency: int, metric: str) -> str:
+    """A published figure's test in one cell: "pp512", "tg32 @ d4096", "serve c8: output_tps"."""
+    cell = test + (f" @ d{depth}" if depth else "") + (f" c{concurrency}" if concurrency > 1 or test == "serve" else "")
+    return cell if _TEST_METRIC.get(test[:2]) == metric else f"{cell}: {metric}"
 
 
 def summary_lines(rep: AgainstReport) -> list[str]:
@@ -230,6 +241,10 @@ def summary_lines(rep: AgainstReport) -> list[str]:
                "python benchmarks/predictor_accuracy.py")
     if rep.summary["flagged"]:
         out.append(f"{rep.summary['flagged']} row(s) flagged as a likely software bottleneck")
+    for r in rep.results:  # each flagged row by name, as the table shows it
+        for flag in r.flags:
+            out.append(f"{r.row.raw.get('host', r.row.hardware)}, {r.row.model}, "
+                       f"{test_cell(r.row.test, r.row.depth, r.row.concurrency, r.row.metric)}: {flag}")
     return out
 
 
