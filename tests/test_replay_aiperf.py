@@ -65,14 +65,14 @@ def _cache(model_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def write_traces(folder: Path, seed: int = 11) -> Path:
-    """TRACES Weka traces of CALLS calls each, light enough for vLLM on 2 CPU cores: a first prompt of 1,024-1,408
+    """TRACES Weka traces of CALLS calls each, light enough for vLLM on 2 CPU cores: a first prompt of 512-768
     tokens, each later call re-sending the one before and adding 128-384 tokens (its answer and a tool's result),
-    24 or 32 tokens out, recorded pauses of THINKS. ``t`` is the call before's ``t`` + ``api_time`` +
+    8 or 16 tokens out, recorded pauses of THINKS. ``t`` is the call before's ``t`` + ``api_time`` +
     ``think_time``, so AIPerf's pause (``t`` less the call before's end) and tokenbench's (``think_time``) agree."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     for i in range(TRACES):
-        blocks = 2 * rng.randint(8, 11)
+        blocks = 2 * rng.randint(4, 6)
         reqs: list[dict[str, Any]] = []
         t = 0.0
         for k in range(CALLS):
@@ -80,7 +80,7 @@ def write_traces(folder: Path, seed: int = 11) -> Path:
             t = round(t + think, 3)
             api = round(rng.uniform(1.0, 3.0), 2)
             reqs.append({"t": t, "type": "n", "model": "claude-example", "in": blocks * BLOCK,
-                         "out": rng.choice((24, 32)), "hash_ids": list(range(1, blocks + 1)), "api_time": api,
+                         "out": rng.choice((8, 16)), "hash_ids": list(range(1, blocks + 1)), "api_time": api,
                          "think_time": think, "stop": "tool_use"})
             t += api
             blocks += 2 * rng.randint(1, 3)
@@ -293,8 +293,11 @@ def test_trajectory_replay_matches_aiperf_on_vllm(vllm_small_8: Serving,
     for r in ours + theirs:
         assert r["completed"] == n
         assert r["output_tokens"] == ours[0]["output_tokens"]
-    # the same prompt tokens, but for the chat template's tokens around each of AIPerf's messages
-    assert all(abs(r["input_tokens"] / ours[0]["input_tokens"] - 1) < 0.02 for r in ours + theirs)
+    # the same prompt tokens, but for the chat template's few tokens (measured: 6.4) around each message AIPerf
+    # adds: an assistant and a user message for every call after a trace's first, one more each call
+    assert all(r["input_tokens"] == ours[0]["input_tokens"] for r in ours)
+    added = TRACES * sum(2 * k for k in range(CALLS))
+    assert all(0 <= r["input_tokens"] - ours[0]["input_tokens"] <= 8 * added for r in theirs), (added, theirs)
     # and vLLM served each from its cache what the trace shares (a block of slack for the whole run)
     assert all(abs(r["hit_tokens"] - ideal_cached_tokens(folder)) <= VLLM_BLOCK for r in ours + theirs)
     for k in ("ttft_over_server", "tps_over_server", "hit_share"):
@@ -307,7 +310,7 @@ def test_trajectory_replay_matches_aiperf_on_vllm(vllm_small_8: Serving,
         assert r["cached_share"] == pytest.approx(r["ideal"], abs=0.03)
 
 
-@pytest.mark.timeout(1800)  # about 6 minutes on the shared 2-core machine
+@pytest.mark.timeout(1800)  # about 4.5 minutes on the shared 2-core machine
 def test_the_packaged_agents_replay_on_vllm(vllm_small_8: Serving, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
@@ -321,7 +324,7 @@ def test_the_packaged_agents_replay_on_vllm(vllm_small_8: Serving, tmp_path: Pat
     out = tmp_path / "agents.json"
     code = main(["sweep", "--url", server.base_url, "--tokenizer", str(model.hf_dir), "--trace",
                  str(AGENTS.relative_to(AGENTS.parents[2])),
-                 "--concurrency", "4", "--trace-scale", "8", "--max-think", "2s", "--seed", "1", "--guard", "off",
+                 "--concurrency", "4", "--trace-scale", "8", "--max-think", "0.5s", "--seed", "1", "--guard", "off",
                  "--json", str(out)])
     printed = capsys.readouterr().out
     with capsys.disabled():  # as the terminal takes it: the tables' rules are not ASCII, a C locale's stdout is
