@@ -112,6 +112,15 @@ def test_runnable_blocks_run_as_written(tmp_path: Path) -> None:
     assert any((scratch / "plots").iterdir())
     # following the README leaves nothing in a clone that git would show as new
     assert git_ignored(made) == made
+    # the agents' replay on llama-server: each lane warms its first call inside the level, uncounted; the server's
+    # /metrics counts it, so the responses' share is read over the same calls (it once flagged 94% against 81%)
+    from tokenbench.reader import load_result
+    from tokenbench.store import Store
+
+    store = Store(tmp_path / "results.db", readonly=True)
+    [replay] = [o.summary for o in load_result(store, store.resolve("agents-demo", False).id, None).outcomes]
+    assert replay.telemetry is not None and replay.telemetry.prefix_cache_hit_rate is not None
+    assert "cache_counts_disagree" not in replay.flags, replay.warnings
 
 
 def test_every_command_has_examples_in_its_help_and_they_parse() -> None:

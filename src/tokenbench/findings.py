@@ -79,9 +79,7 @@ class Finding:
         return f"{self.message}; {self.remedy}" if self.remedy else self.message
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["code"] = self.code.value
-        return d
+        return {**asdict(self), "code": self.code.value}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding | None:
@@ -155,6 +153,8 @@ class LevelFacts:
     #: why the level stopped sending before its requests were all sent (a capacity search: its verdict was
     #: decided, the server over-saturated, the time budget spent); None: it ran to its end
     stopped: str | None = None
+    #: the cached share the responses say over every request /metrics counted too (a replay's lanes' warm calls)
+    sent_cached_share: float | None = None
     measured: list[RequestRecord] = field(init=False)
     ok: list[RequestRecord] = field(init=False)
     failed: list[RequestRecord] = field(init=False)
@@ -227,14 +227,14 @@ def _prompt_truncated(f: LevelFacts) -> Finding | None:
 
 def _cache_counts_disagree(f: LevelFacts) -> Finding | None:
     """The responses' cached share (usage or llama.cpp's timings) against the server's /metrics over the level."""
-    said = f.summary.cached_share
+    said = f.summary.cached_share if f.sent_cached_share is None else f.sent_cached_share
     hit = f.summary.telemetry.prefix_cache_hit_rate if f.summary.telemetry is not None else None
     if said is None or hit is None or abs(said - hit) <= CACHE_COUNT_TOLERANCE:
         return None
     return Finding(
         Code.CACHE_COUNTS_DISAGREE,
         f"the responses say the prefix cache served {said:.0%} of the prompt tokens, the server's /metrics "
-        f"{hit:.0%} over the same level",
+        f"{hit:.0%} over the same requests",
         "another client on the server, or a server that counts otherwise: trust neither cached share until "
         "one is explained", abs(said - hit), CACHE_COUNT_TOLERANCE, "share points", len(f.ok))
 
