@@ -128,6 +128,23 @@ def _drawn(layout: Layout, body: list[list[str]], marks: set[int]) -> Table:
     return t
 
 
+def _narrower(head: list[str], body: list[list[str]], marks: set[int], spare: tuple[int, str] | None, width: int,
+              numeric: bool) -> tuple[Layout | None, list[str], list[list[str]], bool, list[str]]:
+    """A table that does not fit as it is: its group rows (``marks``) on lines of their own, where one is wider
+    than the first column; else without its spare column (its index in ``head``), the line given said above it.
+    Returns the layout (None: still none fits), the head and body, whether the group rows go apart, and the lines
+    to say above the table."""
+    if marks:
+        layout = table_layout(head, [r for i, r in enumerate(body) if i not in marks], width, numeric)
+        return layout, head, body, layout is not None, []
+    if spare is None or len(head) <= 2:
+        return None, head, body, False, []
+    k, line = spare
+    head, body = head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body]
+    layout = table_layout(head, body, width, numeric)
+    return layout, head, body, False, [line] if layout is not None else []
+
+
 def _print_apart(console: Console, layout: Layout, body: list[list[str]], marks: set[int]) -> None:
     """A grouped table whose group rows ("Host M2 Ultra 76-Core GPU 192GB") are wider than its first column: the
     header, then each group's row on a line of its own, bold, above its rows, the columns as ``layout`` places
@@ -173,15 +190,11 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     if layout is None and aside is not None and header[aside] in head and len(head) > 2 and not marks:
         head, body, under = _aside(head, body, head.index(header[aside]))
         layout = table_layout(head, body, console.width, numeric)
-    apart = False  # the group rows on lines of their own, where one is wider than the table's first column
-    if layout is None and marks:
-        layout = table_layout(head, [r for i, r in enumerate(body) if i not in marks], console.width, numeric)
-        apart = layout is not None
-    if layout is None and spare is not None and header[spare[0]] in head and len(head) > 2 and not marks:
-        k = head.index(header[spare[0]])
-        layout = table_layout(head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body], console.width, numeric)
-        if layout is not None:
-            head, body, said = head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body], [*said, spare[1]]
+    apart = False
+    if layout is None:
+        spared = (head.index(header[spare[0]]), spare[1]) if spare is not None and header[spare[0]] in head else None
+        layout, head, body, apart, says = _narrower(head, body, marks, spared, console.width, numeric)
+        said = [*said, *says]
     if title:
         console.print(title, markup=False, highlight=False)
     for line in heading_lines(said, console.width):
