@@ -284,14 +284,20 @@ def test_committed_calibration_is_what_the_command_produces(tmp_path: Path,
             assert getattr(e, k) == pytest.approx(getattr(packaged.families[name], k), rel=1e-4), (name, k)
 
 
-def test_against_json_keeps_every_row_in_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def four_published_and(row: str, tmp_path: Path) -> tuple[Path, str, list[str]]:
+    """A measured-rows file: the packaged file's header and first four rows, then ``row``."""
     src = PUBLISHED.read_text().splitlines()
     header = [ln for ln in src if ln.startswith("source,")][0]
-    body = [ln for ln in src if ln and not ln.startswith(("#", "source,"))][:4]
-    # an unknown box, and a decode far below what its backend reaches: a software bottleneck
-    body.append("x,Mystery,nvidia-z99,llama.cpp cuda,phi-4,Q4_K_M,q4_0,tg128,0,1,0,128,decode_tps,5.0,tok/s,")
+    body = [ln for ln in src if ln and not ln.startswith(("#", "source,"))][:4] + [row]
     f = tmp_path / "m.csv"
     f.write_text("\n".join([header, *body]) + "\n")
+    return f, header, body
+
+
+def test_against_json_keeps_every_row_in_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # an unknown box, and a decode far below what its backend reaches: a software bottleneck
+    f, header, body = four_published_and(
+        "x,Mystery,nvidia-z99,llama.cpp cuda,phi-4,Q4_K_M,q4_0,tg128,0,1,0,128,decode_tps,5.0,tok/s,", tmp_path)
     out = tmp_path / "o.json"
     assert main(["predict", "--against", str(f), "--json", str(out)]) == 0
     table = capsys.readouterr().out
@@ -381,12 +387,8 @@ def test_against_at_80_columns_is_a_table_that_names_its_flagged_rows(tmp_path: 
     """`predict --against` of the packaged rows printed a block of 12 lines per row at 80 columns (1,700 lines for
     154 rows) and counted the flagged rows without naming them. Now: one table, each box and model heading its
     rows, the test in llama-bench's words ("tg32 @ d4096"), and each flag under it beside the row it flags."""
-    src = PUBLISHED.read_text().splitlines()
-    header = [ln for ln in src if ln.startswith("source,")][0]
-    body = [ln for ln in src if ln and not ln.startswith(("#", "source,"))][:4]
-    body.append("x,A30,nvidia-a30,llama.cpp cuda,phi-4,Q4_K_M,q4_0,tg128,4096,1,0,128,decode_tps,5.0,tok/s,")
-    f = tmp_path / "m.csv"
-    f.write_text("\n".join([header, *body]) + "\n")
+    f, _, _ = four_published_and(
+        "x,A30,nvidia-a30,llama.cpp cuda,phi-4,Q4_K_M,q4_0,tg128,4096,1,0,128,decode_tps,5.0,tok/s,", tmp_path)
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["predict", "--against", str(f)]) == 0
     lines = capsys.readouterr().out.splitlines()
