@@ -149,10 +149,9 @@ def _print_apart(console: Console, layout: Layout, body: list[list[str]], marks:
     """A grouped table whose group rows ("Host M2 Ultra 76-Core GPU 192GB") are wider than its first column: the
     header, then each group's row on a line of its own, bold, above its rows, the columns as ``layout`` places
     them in every group."""
+    console.print(_drawn(layout, [], set()))  # the header and its rule, over no rows
     starts = sorted(marks) + [len(body)]
-    for n, (at, end) in enumerate(zip(starts, starts[1:])):
-        if n == 0:  # the header and its rule, over no rows
-            console.print(_drawn(layout, [], set()))
+    for at, end in zip(starts, starts[1:]):
         console.print(" " + body[at][0], style="bold", markup=False, highlight=False)
         if end > at + 1:
             t = _drawn(layout, body[at + 1:end], set())

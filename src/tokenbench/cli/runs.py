@@ -55,9 +55,10 @@ def id_started(run_id: str) -> str | None:
     import datetime as dt
 
     try:
-        return dt.datetime.strptime(run_id[:15], "%Y%m%d-%H%M%S").strftime("%Y-%m-%d %H:%MZ")
+        start = dt.datetime.strptime(run_id[:15], "%Y%m%d-%H%M%S").replace(tzinfo=dt.timezone.utc)
     except ValueError:
         return None
+    return started_cell(start.isoformat())
 
 
 def started_cell(started: str | None) -> str:

@@ -6,6 +6,7 @@ from . import roofline as rf
 from .bands import WIDE_BAND_PCT, Band
 from .calibration import Calibration
 from .accuracy import AgainstReport
+from .rows import RowResult
 from .setup import Setup
 from .memory import Fit, FIT_SEARCH_TOKENS, kv_bytes, state_bytes
 from .specs import GIB
@@ -207,8 +208,7 @@ def against_table(rep: AgainstReport) -> Table:
         unit = f" {r.row.unit}" if r.predicted is not None else ""  # the measured value's unit, as beside it
         pred = f"{_f(r.predicted)}{unit}" if r.calibrated or r.predicted is None else \
             f"{_f(r.predicted)}{unit} UNCALIBRATED"
-        rows.append([f"{r.row.raw.get('host', r.row.hardware)}, {r.row.model}", test_cell(r.row.test, r.row.depth,
-                     r.row.concurrency, r.row.metric), f"{_f(r.row.value)} {r.row.unit}",
+        rows.append([_on(r), _test(r), f"{_f(r.row.value)} {r.row.unit}",
                      pred, _f(r.error_pct, 0) if r.error_pct is not None else "—", r.split,
                      f"{r.measured_over_ceiling:.2f}" if r.measured_over_ceiling is not None else "—"])
     return head, rows
@@ -218,10 +218,17 @@ def against_table(rep: AgainstReport) -> Table:
 _TEST_METRIC = {"pp": "prefill_tps", "tg": "decode_tps"}
 
 
-def test_cell(test: str, depth: int, concurrency: int, metric: str) -> str:
+def _on(r: RowResult) -> str:
+    """The box and model a published figure was measured on: "RTX 3090 24GB, llama-3.1-8b"."""
+    return f"{r.row.raw.get('host', r.row.hardware)}, {r.row.model}"
+
+
+def _test(r: RowResult) -> str:
     """A published figure's test in one cell: "pp512", "tg32 @ d4096", "serve c8: output_tps"."""
-    cell = test + (f" @ d{depth}" if depth else "") + (f" c{concurrency}" if concurrency > 1 or test == "serve" else "")
-    return cell if _TEST_METRIC.get(test[:2]) == metric else f"{cell}: {metric}"
+    row = r.row
+    cell = row.test + (f" @ d{row.depth}" if row.depth else "") + \
+        (f" c{row.concurrency}" if row.concurrency > 1 or row.test == "serve" else "")
+    return cell if _TEST_METRIC.get(row.test[:2]) == row.metric else f"{cell}: {row.metric}"
 
 
 def summary_lines(rep: AgainstReport) -> list[str]:
@@ -243,8 +250,7 @@ def summary_lines(rep: AgainstReport) -> list[str]:
         out.append(f"{rep.summary['flagged']} row(s) flagged as a likely software bottleneck")
     for r in rep.results:  # each flagged row by name, as the table shows it
         for flag in r.flags:
-            out.append(f"{r.row.raw.get('host', r.row.hardware)}, {r.row.model}, "
-                       f"{test_cell(r.row.test, r.row.depth, r.row.concurrency, r.row.metric)}: {flag}")
+            out.append(f"{_on(r)}, {_test(r)}: {flag}")
     return out
 
 
