@@ -20,7 +20,7 @@ def ms(v: float | None) -> str:
     if v >= 10_000:
         return f"{v / 1000:.1f} s"
     if v >= 100:
-        return f"{v:.0f} ms"
+        return f"{v:,.0f} ms"
     return f"{v:.1f} ms"
 
 
