@@ -159,3 +159,5 @@ def test_the_agent_question_in_the_docs_prints_what_they_show() -> None:
     for box in ("nvidia-h100-sxm", "amd-ryzen-ai-max-395"):  # each with its source, its agents' range and band
         assert box in said
     assert "Source: PREDICTED" in said and "bands of the predicted figures" in said and "for 16 agents:" in said
+    # the Strix Halo's team at the slow end of its band (1 agent a box) is said beside the estimate's six boxes
+    assert "amd-ryzen-ai-max-395 x6 (x16 at the slow end of its bands)" in said

@@ -112,8 +112,21 @@ def team_line(done: Recommendation) -> str | None:
                    if c.boxes and c.capacity and c.cost_per_agent_hour)
     if not teams:
         return None
-    said = [f"{c.box} x{c.boxes}, {cur} {hourly:,.2f}/hour ({hourly / n:.3f} per agent-hour)" for hourly, c in teams]
+    said = [f"{c.box} x{c.boxes}{_slow_end(c, n)}, {cur} {hourly:,.2f}/hour ({hourly / n:.3f} per agent-hour)"
+            for hourly, c in teams]
     return f"for {n} agents: " + "; ".join(said)
+
+
+def _slow_end(c: Candidate, n: int) -> str:
+    """The boxes a predicted box's team needs with every figure at the slow end of its band, where that is more
+    than its estimate needs: how far the answer may move."""
+    if c.capacity_band is None or c.boxes is None:
+        return ""
+    low = c.capacity_band[0]
+    if low <= 0:
+        return " (at the slow end of its bands it serves none)"
+    need = -(-n // low)
+    return f" (x{need} at the slow end of its bands)" if need > c.boxes else ""
 
 
 #: The bands a ranking's predicted figures are said with, and how each is named.
