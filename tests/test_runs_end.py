@@ -234,3 +234,21 @@ def test_a_misspelt_option_is_answered_with_the_one_meant_and_its_commands_help(
     assert err[0] == ("tokenbench: error: unrecognized arguments: --hardwre nvidia-a30 (did you mean --hardware?); "
                       "see tokenbench predict --help"), err
     assert err[1] == "tokenbench: error: unrecognized arguments: --zzz; see tokenbench predict --help", err
+
+
+def test_a_misspelt_command_is_answered_with_the_one_meant_and_a_bare_call_with_the_help(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["swep", "--requests", "4"]) == 2
+    assert capsys.readouterr().err == "tokenbench: error: unknown command 'swep' (did you mean 'sweep'?); see tokenbench --help\n"
+    assert main(["xyzzy"]) == 2  # near no command: argparse's list of them
+    assert "invalid choice: 'xyzzy' (choose from 'sweep'," in capsys.readouterr().err
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    *help_lines, last = err.splitlines()
+    assert out == "" and help_lines[0].startswith("usage: tokenbench") and any(ln.split()[:1] == ["compare"] for ln in help_lines)
+    assert last == "tokenbench: error: the following arguments are required: COMMAND; see tokenbench --help"
+
+
+def test_format_json_says_where_json_is(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "demo", "--format", "json"]) == 2
+    assert "JSON is --json FILE (- for stdout); see tokenbench show --help" in capsys.readouterr().err

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
+import sys
 from typing import Any, NoReturn
 from .. import __version__, redact
 from .agent import add_agent_parser
@@ -178,10 +180,24 @@ class Parser(argparse.ArgumentParser):
         return frozenset(found)
 
     def error(self, message: str) -> NoReturn:
-        self._fail(redact.keys(message))  # e.g. "invalid choice: 'sk-…'" where a key was typed for a command
+        if message.endswith("required: COMMAND"):  # bare ``tokenbench``: what it can do, not only that it needs more
+            self.print_help(sys.stderr)
+        if "--format: invalid choice: 'json'" in message:
+            message += "; JSON is --json FILE (- for stdout)"
+        self._fail(_command_meant(message, self) or redact.keys(message))  # a key typed for a command: "sk-…"
+
 
     def _fail(self, message: str) -> NoReturn:
         self.exit(2, f"tokenbench: error: {message}; see {self.prog} --help\n")
+
+
+def _command_meant(message: str, parser: argparse.ArgumentParser) -> str | None:
+    """"unknown command 'swep' (did you mean 'sweep'?)" for a misspelt command; None for anything else (a word
+    near no command keeps argparse's list of them)."""
+    m = re.search(r"argument COMMAND: invalid choice: '([^']*)'", message)
+    commands = [c for a in parser._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices]
+    near = difflib.get_close_matches(m.group(1), commands, n=1, cutoff=0.75) if m and len(m.group(1)) <= 20 else []
+    return f"unknown command '{m.group(1)}' (did you mean '{near[0]}'?)" if m and near else None
 
 
 def _did_you_mean(refused: list[str], options: frozenset[str]) -> str:
