@@ -190,3 +190,18 @@ def test_catalog_and_fit_write_json(capsys: pytest.CaptureFixture[str]) -> None:
     f = json.loads(capsys.readouterr().out)
     assert f["unit"] == "GiB" and f["usable_gb"] == 16.0
     assert f["fits"] == (f["total_gb"] <= f["usable_gb"]) and 0 < f["max_context"] < 8192
+
+
+def test_markdown_notes_are_paragraphs_of_their_own() -> None:
+    """Pasted into Markdown, notes one under the other ran into one paragraph and the p99 footnote's "*" made a
+    bullet: each is a paragraph, the mark escaped, "<=" kept as written and a tag made text."""
+    from tokenbench.layout import md_paragraph
+
+    assert md_paragraph("* p99 over fewer than 100 requests") == "\\* p99 over fewer than 100 requests"
+    assert md_paragraph("SLO ttft_p99<=2000ms; a < b") == "SLO ttft_p99<=2000ms; a < b"
+    assert md_paragraph("error <script>x</script>") == "error &lt;script>x&lt;/script>"
+    slo = SLO.parse("ttft_p99=2s")
+    md = format_sweep_markdown([ServingLevel(concurrency=1, output_throughput_tps=10.0, goodput_rps=0.5,
+                                             slo=slo.describe(), slo_met=True)])
+    tail = md.split("|\n\n", 1)[1].split("\n")
+    assert tail[0] and all(not ln for ln in tail[1::2]) and all(tail[0::2]), md  # note, blank, note, ...

@@ -4,6 +4,7 @@ same rows as a Markdown table. Strings in, strings out: nothing here prints."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -16,6 +17,13 @@ def md_escape(text: str) -> str:
     (a newline in a label used to start a heading of its own)."""
     text = " ".join(text.splitlines())
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def md_paragraph(text: str) -> str:
+    """A line of text made a Markdown paragraph that says what it says: a leading "*" (a footnote's mark) not read
+    as a bullet, and nothing read as an HTML tag; "<=" and "a < b" stay as written."""
+    text = re.sub(r"<(?=[A-Za-z/!?])", "&lt;", " ".join(text.splitlines()))
+    return "\\" + text if text.startswith(("*", "+", "-", "#")) else text
 
 
 def format_markdown(header: list[str], rows: list[list[str]]) -> str:

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from .cells import level_label, ms, num
 from .console import print_table
-from .layout import format_markdown
+from .layout import format_markdown, md_paragraph
 from .levels import ServingLevel, Telemetry
 from .replay_table import print_replays
 from .session_table import print_sessions
@@ -168,9 +168,9 @@ def _server_parts(s: ServingLevel) -> list[str]:
 def format_sweep_markdown(levels: list[ServingLevel], currency: str = "USD") -> str:
     header, rows = sweep_rows(levels, currency)
     parts = [format_markdown(header, rows)]
-    extra = single_stream_lines(levels) + notes(levels)
-    if extra:
-        parts += ["", *extra]
+    # each note a paragraph of its own: lines one under the other would render as one, and a note's leading "*"
+    # (the p99 footnote) as a bullet
+    parts += [x for line in single_stream_lines(levels) + notes(levels) for x in ("", md_paragraph(line))]
     return "\n".join(parts)
 
 
