@@ -107,3 +107,12 @@ def test_recommend_answers_a_typed_config_with_a_ranking(tmp_path: Path) -> None
         recommend(RecommendConfig("qwen3.6-35b-a3b", capacity=True))
     with pytest.raises(UsageError, match="--agents must be at least 1"):
         recommend(RecommendConfig("qwen3.6-35b-a3b", agents=0))
+
+
+@pytest.mark.parametrize("cost_, api, said", [(12.88, 13.34, "1.04x cheaper"), (13.34, 12.88, "1.04x dearer"),
+                                              (1.0, 3.0, "3.0x cheaper"), (2.5, 1.0, "2.5x dearer"), (1.0, 1.0, "1.00x dearer")])
+def test_a_price_against_the_api_keeps_what_tells_two_prices_apart(cost_: float, api: float, said: str) -> None:
+    """A ratio under 1.1 gets two decimals: 13.34 against 12.88 read "1.0x dearer", the same as equal prices."""
+    from tokenbench.pricing import vs_api
+
+    assert vs_api(cost_, api) == said

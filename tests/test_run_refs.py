@@ -223,3 +223,28 @@ def test_runs_at_80_columns_is_a_table_whose_ids_say_when(tmp_path: Path, column
         assert "Started" not in lines[rule - 1] and "Started: the date and time in each run id (UTC)" in out
     else:
         assert "Started" in lines[rule - 1] and "2026-11-22 10:10Z" in out and "each run id" not in out
+
+
+def test_runs_writes_a_local_model_directory_by_its_last_parts(tmp_path: Path) -> None:
+    """Transformers' server names its model by the directory it loaded: the runs table writes the last parts of
+    that path, so the quick start's runs still make a table at 80 columns; a hub id stays whole."""
+    import subprocess
+    import sys
+
+    from tokenbench.cli.runs import MODEL_PATH_CELL, model_cell
+
+    assert model_cell("/root/.cache/tokenbench/tiny-llama-v2/hf") == "…/tiny-llama-v2/hf"
+    assert model_cell("Qwen/Qwen3.6-35B-A3B-FP8") == "Qwen/Qwen3.6-35B-A3B-FP8"
+    assert model_cell("/m/hf") == "/m/hf"
+    assert model_cell("/a/" + "x" * 40) == "…/" + "x" * 40  # a last part too long for the cell is kept whole
+    assert all(len(model_cell(p)) <= MODEL_PATH_CELL for p in ("/srv/models/llama-3.1-8b-instruct/hf", "/a/b/c/d/e/f/g"))
+    db = tmp_path / "local.db"
+    for run_id in ("20261202-140225-8ad4", "20261202-140347-8ab7"):
+        started = f"{run_id[:4]}-{run_id[4:6]}-{run_id[6:8]}T{run_id[9:11]}:{run_id[11:13]}:{run_id[13:15]}+00:00"
+        Store(db).save_run(run_id, "sweep", "demo", {"model": "/root/.cache/tokenbench/tiny-llama-v2/hf",
+                                                     "engine": "transformers"}, "measured", [], "0", started, started)
+    out = subprocess.run([sys.executable, "-m", "tokenbench", "runs", "--db", str(db)], capture_output=True,
+                         text=True, env={**__import__("os").environ, "COLUMNS": "80"}, check=True).stdout
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 80 and any(set(ln.strip()) == {"━"} for ln in lines), out  # a table
+    assert "…/tiny-llama-v2/hf" in out and "/root/" not in out, out

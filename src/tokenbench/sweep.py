@@ -336,7 +336,7 @@ class _Sweep:
         server_snap = await self.host.guard(cfg.guard, f"before level {level.describe()}")
         try:
             if n_warm:
-                rep.note(f"{desc}: {n_warm} warm-up requests (not counted)")
+                rep.note(f"{desc}: {n_warm} warm-up request{'s' if n_warm != 1 else ''} (not counted)")
                 await load.warmup(level, n_warm, self.seed, records)
                 if cfg.warmup_auto:
                     await self.settle(load, level, n_warm, records, desc)

@@ -39,7 +39,7 @@ def cmd_runs(a: argparse.Namespace, console: Console) -> int:
         console.print(f"no runs in {store.path}", markup=False)
         return 0
     header = ["Run", "Started", "Kind", "Label", "Model", "Engine", "Levels", "Status"]
-    cells = [[r.id, started_cell(r.started), r.kind, r.label or "", manifests[r.id].model or "",
+    cells = [[r.id, started_cell(r.started), r.kind, r.label or "", model_cell(manifests[r.id].model or ""),
               manifests[r.id].engine or "", str(counts.get(r.id, 0)), r.status] for r in rows]
     # what every run shares goes above the table; a run id is never cut (show and compare take it), and where the
     # table cannot fit a narrow terminal with both, the start it holds stands for the Started column
@@ -47,6 +47,25 @@ def cmd_runs(a: argparse.Namespace, console: Console) -> int:
     print_table(console, header, cells, keep=(0,),
                 spare=(1, "Started: the date and time in each run id (UTC)") if said else None)
     return 0
+
+
+#: the widest a model served from a local directory is written in the runs table
+MODEL_PATH_CELL = 24
+
+
+def model_cell(model: str) -> str:
+    """A model as the runs table writes it: a local directory (a server that names its model by the path it
+    loaded, as Transformers' does) by its last parts, "…/tiny-llama-v2/hf", so the table still fits 80 columns;
+    a hub id or a served name whole (``show`` and ``--json`` keep the path)."""
+    if not model.startswith(("/", "~")) or len(model) <= MODEL_PATH_CELL:
+        return model
+    parts = model.rstrip("/").split("/")
+    tail = parts[-1]
+    for part in reversed(parts[:-1]):
+        if len(part) + len(tail) + 3 > MODEL_PATH_CELL:
+            break
+        tail = f"{part}/{tail}"
+    return "…/" + tail
 
 
 def id_started(run_id: str) -> str | None:
@@ -102,7 +121,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     if res.kind == "coldstart":
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
         print_table(console, *boot_rows(res.manifest.boots or []), a.format)
-        saved(console, res, store.path, a.format)
+        saved(console, res, store.path, a.format, "from")
     elif any(isinstance(o.summary, DepthLevel) for o in res.outcomes):
         # pp/tg at depths (depth runs, llama-bench and published imports, predicted depths): their own table;
         # a published run that also has serving levels gets the sweep table for those as well
@@ -117,9 +136,9 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         if serve:
             print_sweep(console, serve, res.manifest.currency or DEFAULT_CURRENCY,
                         f"{res.predicted_mark} (not measured)" if res.predicted_mark else "serving")
-        saved(console, res, store.path, a.format)
+        saved(console, res, store.path, a.format, "from")
     else:
-        print_result(console, res, a.format, store.path)
+        print_result(console, res, a.format, store.path, "from")
         _show_capacity(console, res, a.format)
     if res.kind == "predict" and res.manifest.bands:  # how far to trust it, as predict said under its table
         console.print(res.manifest.bands, markup=False, highlight=False, style="dim")

@@ -196,7 +196,7 @@ def sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
     return load_config(a, argv, kind, d, levels, requests, _slo(a.slo))
 
 
-def print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
+def print_result(console: Console, res: RunResult, fmt: str, db: Path, where: str = "saved in") -> None:
     levels = serving(o.summary for o in res.outcomes)
     currency = res.manifest.currency or DEFAULT_CURRENCY
     lengths = lengths_line(res.manifest)  # lengths that vary: the distribution or the dataset each level drew
@@ -209,13 +209,14 @@ def print_result(console: Console, res: RunResult, fmt: str, db: Path) -> None:
         if lengths:
             console.print(lengths, markup=False, highlight=False)
         print_sweep(console, levels, currency, f"{res.predicted_mark} (not measured)" if res.predicted_mark else None)
-    saved(console, res, db, fmt)
+    saved(console, res, db, fmt, where)
 
 
-def saved(console: Console, res: RunResult, db: Path, fmt: str) -> None:
-    """Where the run is. Markdown output is pasted or redirected into a file, which is no place for a local path:
-    there the line goes to stderr, whole; a table keeps to the terminal's width."""
-    line = f"run {res.run_id} ({res.status}) saved in {db}"
+def saved(console: Console, res: RunResult, db: Path, fmt: str, where: str = "saved in") -> None:
+    """Where the run is ("saved in" after a run, "from" when shown again). Markdown output is pasted or redirected
+    into a file, which is no place for a local path: there the line goes to stderr, whole; a table keeps to the
+    terminal's width."""
+    line = f"run {res.run_id} ({res.status}) {where} {db}"
     if fmt == "markdown":
         print(line, file=sys.stderr)
     else:

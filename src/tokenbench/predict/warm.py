@@ -85,6 +85,6 @@ def predict_warm(s: Setup, p: SessionPrediction, cache_ram_mib: int | None = Non
     spare = max(0.0, free - slots * last)
     if restored(spare) > restored(room):  # the setting, not the box, is the limit
         how += (f"; the box's free memory would hold {slots + restored(spare):,} with --cache-ram "
-                f"{int(spare // MIB):,}")
+                f"{int(spare // MIB)} (MiB)")  # as llama-server takes it: no thousands separator
     return WarmPrediction(slots + restored(room), slots + restored(room * (1 - POOL_BAND)),
                           slots + restored(room * (1 + POOL_BAND)), mean, per / MIB, (slots * last + room) / MIB, how)
