@@ -119,6 +119,24 @@ def test_compare_warns_on_different_model_shapes_and_still_prints(tmp_path: Path
     assert "5% rule: 5 of 5 rows have no interval" in " ".join(out.split())
 
 
+def test_two_runs_of_one_label_are_told_apart_by_their_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same command run twice shares its label: compare wrote "A = demo, B = demo" and "demo: ..." lines a
+    reader could not place; each side is now its label and run id, in the table and in the JSON."""
+    db = str(tmp_path / "c.db")
+    store = Store(db)
+    for rid, tps in (("20261202-140225-8ad4", 60), ("20261202-140347-8ab7", 50)):
+        store.save_run(rid, "sweep", "demo", {"label": "demo"}, "measured", [serve(1, tps, 50, 16)], "0", "2026",
+                       "2026")
+    assert main(["compare", "20261202-140225", "20261202-140347", "--db", db, "--format", "markdown"]) == 0
+    assert "A = demo 20261202-140225-8ad4, B = demo 20261202-140347-8ab7" in capsys.readouterr().out
+    assert main(["compare", "20261202-140225", "20261202-140347", "--db", db, "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["a"], doc["b"]) == ("demo 20261202-140225-8ad4", "demo 20261202-140347-8ab7")
+    _run(store, "other", [serve(1, 40, 50, 16)])
+    assert main(["compare", "20261202-140225", "other", "--db", db, "--format", "markdown"]) == 0
+    assert "A = demo, B = other" in capsys.readouterr().out  # labels that differ stay as they are
+
+
 def test_a_served_name_and_the_catalog_id_of_one_model_are_the_same_shape(tmp_path: Path) -> None:
     """A measured vLLM run names Qwen/Qwen3.6-27B-FP8; its prediction names qwen3.6-27b. compare called them
     different models."""

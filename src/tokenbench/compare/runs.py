@@ -72,6 +72,8 @@ def compare_runs(cfg: CompareConfig) -> Compared:
 
     store = Store(cfg.db, readonly=True)
     ra, rb = (load_result(store, ref, latest=cfg.latest, kinds=REPORTED, command="compare") for ref in (cfg.a, cfg.b))
+    labels = ra.manifest.label, rb.manifest.label  # quality is found by label
+    ra, rb = _apart(ra, rb)
     replays = compare_replays(ra, rb) if is_replay_run(ra) or is_replay_run(rb) else None
     why = mismatch(ra, rb)  # a session run beside a plain sweep: refused in one line
     if why is not None:
@@ -83,4 +85,17 @@ def compare_runs(cfg: CompareConfig) -> Compared:
     if sessions is None and replays is None and not c.rows and len(c.effective) < 2 and cap is None:
         raise UsageError(f"runs {ra.run_id} and {rb.run_id} share no operating point to compare: the first has "
                          f"{points(ra)}; the second {points(rb)}")
-    return Compared(ra, rb, c, sessions, replays, cap, beside(store, ra.manifest.label, rb.manifest.label))
+    return Compared(ra, rb, c, sessions, replays, cap, beside(store, *labels))
+
+
+def _apart(a: RunResult, b: RunResult) -> tuple[RunResult, RunResult]:
+    """Two runs of one label (the same command run twice) named by label and run id, so every line of the
+    comparison says which side it is; otherwise as they are."""
+    if a.run_id == b.run_id or a.manifest.label is None or a.manifest.label != b.manifest.label:
+        return a, b
+    from dataclasses import replace
+
+    def named(r: RunResult) -> RunResult:
+        return replace(r, manifest=replace(r.manifest, label=f"{r.manifest.label} {r.run_id}"))
+
+    return named(a), named(b)
