@@ -348,6 +348,12 @@ class ServingLevel(LevelSummary):
     waves: Waves | None = None
 
     @property
+    def sustained_tps(self) -> float:
+        """The aggregate output rate the sweep table shows and a level's cost is priced at: over its plateau
+        where it held its load (steady.py), else over its whole window, ramp and drain included."""
+        return self.plateau.output_throughput_tps if self.plateau is not None else self.output_throughput_tps
+
+    @property
     def per_agent_tps(self) -> float | None:
         """Aggregate output throughput / concurrency (how the published tables define it); an open-loop level
         divides by the concurrency it achieved. None for a level with no throughput figure."""

@@ -150,11 +150,12 @@ def effective_serving_s(agents: int, tokens: int, tokens_per_s: float) -> float:
 
 def output_rate(s: LevelSummary) -> float | None:
     """The output tokens per second a level sustains: the rate its cost is priced at (a serving level's aggregate
-    throughput, else a single-stream decode rate, else a depth run's tg)."""
+    throughput over its plateau, as the sweep table shows it, else a single-stream decode rate, else a depth
+    run's tg)."""
     if isinstance(s, DepthLevel):
         return s.tg_tps or None
     assert isinstance(s, ServingLevel)
-    return s.output_throughput_tps or s.decode_tps or None
+    return s.sustained_tps or s.decode_tps or None
 
 
 def operating_point(s: LevelSummary) -> str:

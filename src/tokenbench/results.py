@@ -245,13 +245,19 @@ def repetition_stats(reps: list[ServingLevel]) -> dict[str, Any]:
 def combine_repetitions(given: Sequence[LevelSummary], price_per_hour: float | None,
                         currency: str | None = None) -> LevelSummary:
     """Repetitions of a level: the first summary with throughput, percentiles and prefill rate replaced by their
-    medians over the repetitions (what compare's interval over repetitions resamples), and the cost per million
-    tokens at the median throughput (it was dropped: a priced run with --repetitions 3 showed no cost at all)."""
+    medians over the repetitions (what compare's interval over repetitions resamples; the plateau's throughput
+    too, where every repetition held its load), and the cost per million tokens at the median throughput (it was dropped: a priced run with --repetitions 3 showed no cost at all)."""
     reps = serving(given)
     if len(given) == 1 or len(reps) != len(given):  # a depth level is stored once
         return given[0]
     base = copy.deepcopy(reps[0])
     base.output_throughput_tps = statistics.median(r.output_throughput_tps for r in reps)
+    if base.plateau is not None:  # the table's rate and the cost's: the median plateau, where every one held its load
+        held = [r.plateau.output_throughput_tps for r in reps if r.plateau is not None]
+        if len(held) == len(reps):
+            base.plateau.output_throughput_tps = statistics.median(held)
+        else:
+            base.plateau = None
     base.completed = sum(r.completed for r in reps)
     base.failed = sum(r.failed for r in reps)
     unstable = depth_findings.unstable_repetitions(coefficient_of_variation([r.output_throughput_tps for r in reps]),
@@ -267,5 +273,5 @@ def combine_repetitions(given: Sequence[LevelSummary], price_per_hour: float | N
     prefill = [r.prefill_tps for r in reps if r.prefill_tps is not None]
     if prefill:
         base.prefill_tps = statistics.median(prefill)
-    base.cost_per_mtok = level_cost(price_per_hour, currency, base.output_throughput_tps)
+    base.cost_per_mtok = level_cost(price_per_hour, currency, base.sustained_tps)
     return base

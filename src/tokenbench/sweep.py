@@ -355,7 +355,7 @@ class _Sweep:
         window = load.window
         summary = summarize(records, concurrency=level.concurrency, rate=level.offered_rate, window_start_ns=window[0],
                             window_end_ns=window[1], slo=cfg.slo)
-        summary.cost_per_mtok = level_cost(cfg.price_per_hour, cfg.currency, summary.output_throughput_tps)
+        summary.cost_per_mtok = level_cost(cfg.price_per_hour, cfg.currency, summary.sustained_tps)
         summary.client = ClientReport.written(**load.client_report)
         summary.guard = snap
         if tele is not None:

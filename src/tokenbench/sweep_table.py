@@ -25,9 +25,7 @@ def _p99_ttft(s: ServingLevel) -> str:
 def _aggregate(s: ServingLevel) -> str:
     # over the plateau where the level had one (steady.py); an imported or predicted row without this figure has
     # 0.0 stored: not a measured zero
-    if s.plateau is not None:
-        return num(s.plateau.output_throughput_tps)
-    return num(s.output_throughput_tps) if s.output_throughput_tps or s.completed or s.failed else "—"
+    return num(s.sustained_tps) if s.plateau is not None or s.output_throughput_tps or s.completed or s.failed else "—"
 
 
 def _per_agent(s: ServingLevel) -> str:

@@ -90,7 +90,7 @@ class RichReporter:
                 self.progress.update(self.task, advance=1, count=self._count())
 
     def level_end(self, summary: ServingLevel) -> None:
-        info = f"{summary.output_throughput_tps:.1f} tok/s, TTFT p50 {summary.ttft_ms.p50 or 0:.0f} ms"
+        info = f"{summary.sustained_tps:.1f} tok/s, TTFT p50 {summary.ttft_ms.p50 or 0:.0f} ms"
         if summary.failed:
             info += f", {summary.failed} failed"
         if self.progress is not None and self.task is not None:
