@@ -504,6 +504,26 @@ def test_markdown_output_keeps_the_saved_in_path_whole(tmp_path: Path, capsys: p
     assert max(len(ln) for ln in capsys.readouterr().out.splitlines()) <= 80
 
 
+def test_a_ranked_box_its_band_could_fail_is_said_to() -> None:
+    """A box ranked first at a 7.08 s TTFT p99 under a 10 s limit, with a band of ±95%: the slow end of its band
+    misses, and a line under the table says so; one whose slow end still meets it, or a measured box, is not named."""
+    from tokenbench.candidates import Workload
+    from tokenbench.cli.recommend import unsure_line
+    from tokenbench.recommend import Candidate, Recommendation
+
+    w = Workload("m", 16, 4096, 512, ttft_p99_ms=10_000, tpot_ms=50)
+    l40s = Candidate("nvidia-l40s", "vllm FP8", "predicted", ttft_p99_ms=7082, tpot_ms=40.8,
+                     bands={"ttft": 95.0, "tpot": 10.0})
+    h100 = Candidate("nvidia-h100-pcie", "vllm FP8", "predicted", ttft_p99_ms=2017, tpot_ms=16.2,
+                     bands={"ttft": 88.0, "tpot": 62.0})
+    mine = Candidate("my-box", "vllm", "measured", ttft_p99_ms=9000, tpot_ms=45.0)
+    line = unsure_line(Recommendation(w, False, [l40s, h100, mine], [], []))
+    assert line == ("within their bands these may miss the SLOs: nvidia-l40s (TTFT p99 7.08 s, 13.8 s at the slow "
+                    "end of its band, against 10 s)")
+    assert unsure_line(Recommendation(w, False, [h100], [], [])) is None
+    assert unsure_line(Recommendation(w, True, [l40s], [], [])) is None  # by capacity: the team line says it
+
+
 def test_a_capacity_band_reads_as_a_range_of_agents() -> None:
     from tokenbench.cli.recommend import band_line
     from tokenbench.recommend import Candidate

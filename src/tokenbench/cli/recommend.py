@@ -13,7 +13,7 @@ from ..pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from ..errors import UsageError
 from ..predict.setup import LLAMA_DEFAULT_SLOTS
 from ..predict.tables import band_span
-from ..slo import parse_duration_ms
+from ..slo import duration_text, parse_duration_ms
 from .common import check_output, emit_json
 from .predicting import add_session_options
 from .options import UNIT, CURRENCY, LATENCY, NONNEG, POSITIVE_INT, add_db, add_json, add_latest
@@ -59,7 +59,7 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
         print_table(console, head, [row(i, c) for i, c in enumerate(done.ranked)], a.format,
                     keep=(0, 1, *range(4, len(head) - 1)), aside=len(head) - 1)
         bands = band_line(done.ranked) if not done.capacity or done.workload.sessions is not None else None
-        for line in filter(None, (team_line(done), kv_line(done.ranked), bands)):
+        for line in filter(None, (team_line(done), unsure_line(done), kv_line(done.ranked), bands)):
             console.print(line, markup=False, highlight=False)
     elif done.closest:
         _print_closest(console, done.closest, a.currency)
@@ -127,6 +127,26 @@ def _slow_end(c: Candidate, n: int) -> str:
         return " (at the slow end of its bands it serves none)"
     need = -(-n // low)
     return f" (x{need} at the slow end of its bands)" if need > c.boxes else ""
+
+
+def unsure_line(done: Recommendation) -> str | None:
+    """The ranked boxes whose predicted TTFT p99 or TPOT meets its limit while the slow end of its band does not:
+    a ranking at the estimate that its band could overturn (by capacity, the team line says as much in boxes)."""
+    if done.capacity:
+        return None
+    w, said = done.workload, []
+    for c in done.ranked:
+        if c.source != "predicted":
+            continue
+        for name, metric, value, limit in (("TTFT p99", "ttft", c.ttft_p99_ms, w.ttft_p99_ms),
+                                           ("TPOT", "tpot", c.tpot_ms, w.tpot_ms)):
+            if value is None or limit is None or metric not in c.bands:
+                continue
+            slow = value * (1 + c.bands[metric] / 100)
+            if value <= limit < slow:
+                said.append(f"{c.box} ({name} {duration_text(value)}, {duration_text(slow)} at the slow end of its "
+                            f"band, against {duration_text(limit)})")
+    return "within their bands these may miss the SLOs: " + "; ".join(said) if said else None
 
 
 #: The bands a ranking's predicted figures are said with, and how each is named.
