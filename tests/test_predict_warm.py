@@ -33,7 +33,9 @@ def test_a_batching_engine_keeps_as_many_sessions_as_its_free_memory_holds(tmp_p
     w = _warm(tmp_path, "--hardware", "nvidia-h100-sxm")
     assert w["session_mib"] == pytest.approx(w["session_tokens"] * LLAMA_8B_KIB_A_TOKEN / 1024)
     assert w["holds"] == math.floor(w["pool_mib"] / w["session_mib"]) and w["low"] < w["holds"] < w["high"]
-    assert "cache (PREDICTED): " + f"{w['holds']:,} live sessions stay warm" in capsys.readouterr().out
+    # the band is the cliff's, one past the warm count at either end as at the estimate
+    assert (f"cache (PREDICTED): {w['holds']:,} live sessions stay warm, the cliff at {w['holds'] + 1:,} "
+            f"(band {w['low'] + 1:,}-{w['high'] + 1:,})") in capsys.readouterr().out
     longer = _warm(tmp_path, "--hardware", "nvidia-h100-sxm", "--tool-len", "1024")
     assert longer["session_tokens"] > w["session_tokens"] and longer["holds"] < w["holds"]
     small = _warm(tmp_path, "--hardware", "nvidia-a30")

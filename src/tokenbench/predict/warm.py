@@ -47,9 +47,9 @@ class WarmPrediction:
         if self.pool_mib <= 0:
             return ["cache (PREDICTED): no room for a session's KV cache beside the weights and the engine's own "
                     "memory: the model does not fit this box as asked"]
-        band = f" (band {self.low:,}-{self.high:,})" if (self.low, self.high) != (self.holds, self.holds) else ""
-        return [f"cache (PREDICTED): {self.holds:,} live sessions stay warm{band}, the cliff at "
-                f"{self.holds + 1:,}",
+        # the cliff is one session past the warm count, at either end of the band as at the estimate
+        band = f" (band {self.low + 1:,}-{self.high + 1:,})" if (self.low, self.high) != (self.holds, self.holds) else ""
+        return [f"cache (PREDICTED): {self.holds:,} live sessions stay warm, the cliff at {self.holds + 1:,}{band}",
                 f"  the pool: {self.how}",
                 f"  a session: {self.session_mib:,.0f} MiB of KV cache at its mean context of "
                 f"{self.session_tokens:,.0f} tokens"]
