@@ -248,3 +248,28 @@ def test_runs_writes_a_local_model_directory_by_its_last_parts(tmp_path: Path) -
     lines = out.splitlines()
     assert max(map(len, lines)) <= 80 and any(set(ln.strip()) == {"━"} for ln in lines), out  # a table
     assert "…/tiny-llama-v2/hf" in out and "/root/" not in out, out
+
+
+def test_the_progress_bar_says_the_time_left_whole_at_80_columns() -> None:
+    """At 80 columns Rich cut both times to "0:00:…": a narrow terminal gets a short bar and the time left only."""
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.cli.sweep import RichReporter
+    from tokenbench.records import RequestRecord
+
+    for width in (80, 160):
+        rep = RichReporter(Console(file=io.StringIO(), force_terminal=True, width=width), enabled=True)
+        rep.level_start("level 2/4 concurrency 4", 16, None)
+        for i in range(8):
+            rep.request_done(RequestRecord(index=i, phase="measured"))
+        assert rep.progress is not None
+        rep.progress.update(rep.task, info="55.3 tok/s, TTFT p50 33 ms")
+        shown = Console(file=io.StringIO(), width=width, color_system=None)
+        with shown.capture() as cap:
+            shown.print(rep.progress.get_renderable())
+        line = cap.get().rstrip("\n")
+        rep.close()
+        assert "…" not in line and "8/16" in line and "55.3 tok/s, TTFT p50 33 ms" in line and " left " in line, line
+        assert len(line) <= width

@@ -66,10 +66,13 @@ class RichReporter:
         if self.progress is None:
             # a level bounded by time fills its bar with time (it read "54/?"); one bounded by a count, with
             # requests; both say how long is left
+            # under 100 columns the bar is short and only the time left is said: at 80 Rich cut both times to "0:00:…"
+            narrow = self.console.width < 100
+            times = (TextColumn("left"), TimeRemainingColumn()) if narrow else \
+                (TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
             self.progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
-                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-                console=self.console,
+                TextColumn("{task.description}"), BarColumn(bar_width=10 if narrow else 40),
+                TextColumn("{task.fields[count]}"), TextColumn("{task.fields[info]}"), *times, console=self.console,
             )
             self.progress.start()
         self.task = self.progress.add_task(description, total=duration_s if total is None else total,
