@@ -185,9 +185,10 @@ def vs_api(cost: float | None, api: float | None) -> str | None:
     """"3.2x cheaper" or "1.5x dearer" than the API, or None without both prices."""
     if api is None or not cost:
         return None
-    ratio = api / cost if cost < api else cost / api
+    cheaper = cost < api
+    ratio = api / cost if cheaper else cost / api
     said = f"{ratio:.2f}" if ratio < 1.1 else f"{ratio:.1f}"  # 13.34 against 12.88 is 1.04x, not "1.0x dearer"
-    return f"{said}x cheaper" if cost < api else f"{said}x dearer"
+    return f"{said}x cheaper" if cheaper else f"{said}x dearer"
 
 
 def cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: float | None = None) -> list[CostPoint]:

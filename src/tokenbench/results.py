@@ -246,7 +246,8 @@ def combine_repetitions(given: Sequence[LevelSummary], price_per_hour: float | N
                         currency: str | None = None) -> LevelSummary:
     """Repetitions of a level: the first summary with throughput, percentiles and prefill rate replaced by their
     medians over the repetitions (what compare's interval over repetitions resamples; the plateau's throughput
-    too, where every repetition held its load), and the cost per million tokens at the median throughput (it was dropped: a priced run with --repetitions 3 showed no cost at all)."""
+    too, where every repetition held its load), and the cost per million tokens at the median of the rate the
+    table shows (it was dropped: a priced run with --repetitions 3 showed no cost at all)."""
     reps = serving(given)
     if len(given) == 1 or len(reps) != len(given):  # a depth level is stored once
         return given[0]

@@ -221,12 +221,13 @@ def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRec
     snap, node_snaps, server_snap = snaps
     slots = info.adapter.slot_warnings(info.slots, info.slot_ctx, level.concurrency, longest or cfg.longest_request())
     measured = [r for r in records if r.phase == "measured"]
-    sent = [r for r in records if r.ok and r.sent_ns >= load.window[0]]
+    # the responses' cached share over every request sent in the measured window (None without one: the summary's)
+    sent = cached_share([r for r in records if r.ok and r.sent_ns >= load.window[0]])[0] if load.window[1] else None
     return findings.LevelFacts(
         records, summary, level.concurrency, cfg.requests, run_id=run_id, guard=snap, client_reasons=load.reasons,
         slot_reasons=slots, max_error_rate=cfg.max_error_rate, peak_in_flight=peak_in_flight(measured),
         node_guards=node_snaps, server_guard=server_snap, lost_workers=load.lost,
-        stopped=load.stop.reason if load.stop else None, sent_cached_share=cached_share(sent)[0] if load.window[1] else None)
+        stopped=load.stop.reason if load.stop else None, sent_cached_share=sent)
 
 
 class _Load:

@@ -30,7 +30,7 @@ def _aggregate(s: ServingLevel) -> str:
 
 def _per_agent(s: ServingLevel) -> str:
     if s.plateau is not None and s.concurrency:
-        return num(s.plateau.output_throughput_tps / s.concurrency)
+        return num(s.sustained_tps / s.concurrency)
     return num(s.per_agent_tps)
 
 
