@@ -110,9 +110,11 @@ def test_recommend_answers_a_typed_config_with_a_ranking(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("cost_, api, said", [(12.88, 13.34, "1.04x cheaper"), (13.34, 12.88, "1.04x dearer"),
-                                              (1.0, 3.0, "3.0x cheaper"), (2.5, 1.0, "2.5x dearer"), (1.0, 1.0, "1.00x dearer")])
+                                              (1.0, 3.0, "3.0x cheaper"), (2.5, 1.0, "2.5x dearer"), (1.0, 1.0, "the same price"),
+                                              (1.004, 1.0, "the same price"), (1.006, 1.0, "1.01x dearer")])
 def test_a_price_against_the_api_keeps_what_tells_two_prices_apart(cost_: float, api: float, said: str) -> None:
-    """A ratio under 1.1 gets two decimals: 13.34 against 12.88 read "1.0x dearer", the same as equal prices."""
+    """A ratio under 1.1 gets two decimals: 13.34 against 12.88 read "1.0x dearer", as equal prices did; prices
+    within half a percent are the same price, not "1.00x dearer"."""
     from tokenbench.pricing import vs_api
 
     assert vs_api(cost_, api) == said

@@ -182,12 +182,15 @@ class CostPoint:
 
 
 def vs_api(cost: float | None, api: float | None) -> str | None:
-    """"3.2x cheaper" or "1.5x dearer" than the API, or None without both prices."""
+    """"3.2x cheaper" or "1.5x dearer" than the API, "the same price" within half a percent, or None without both
+    prices."""
     if api is None or not cost:
         return None
     cheaper = cost < api
     ratio = api / cost if cheaper else cost / api
     said = f"{ratio:.2f}" if ratio < 1.1 else f"{ratio:.1f}"  # 13.34 against 12.88 is 1.04x, not "1.0x dearer"
+    if said == "1.00":
+        return "the same price"
     return f"{said}x cheaper" if cheaper else f"{said}x dearer"
 
 
