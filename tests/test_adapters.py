@@ -205,5 +205,10 @@ def test_one_failed_metrics_get_does_not_stop_sampling(emitter: BackgroundEmitte
 
     m = asyncio.run(go(1))
     assert m.available is True and m.failed == 1 and len(m.samples) >= 3
+    # each sample keeps the series a summary reads, not the page's others (a soak keeps one every interval)
+    from tokenbench.telemetry import KEPT
+
+    assert all(set(s) <= KEPT and "vllm:num_requests_running" in s for _, s in m.samples)
+    assert not any("process_resident_memory_bytes" in s for _, s in m.samples)
     m = asyncio.run(go(10))  # never answered: taken as no /metrics, and said
     assert m.available is False and m.failed == 3

@@ -116,6 +116,11 @@ class Emitter:
             f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="{MODEL}"}} {3 * steps}.0\n'
             "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
             f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="{MODEL}"}} {2 * steps}.0\n'
+            # what every real page carries beside the engine's series, and tokenbench does not read
+            "# TYPE python_gc_objects_collected_total counter\n"
+            'python_gc_objects_collected_total{generation="0"} 1234.0\n'
+            "# TYPE process_resident_memory_bytes gauge\n"
+            "process_resident_memory_bytes 1.5e+09\n"
         )
         return web.Response(text=text, content_type="text/plain")
 

@@ -140,7 +140,9 @@ class MetricsSampler:
         self.available = True
         self._in_a_row = 0
         now = time.perf_counter_ns()
-        self.samples.append((now / 1e9, parsed))
+        # only the series a summary reads and the run stores: a level keeps a sample every interval for as long
+        # as it runs (a soak's hour), and a vLLM page parses into a hundred-odd series
+        self.samples.append((now / 1e9, kept(parsed)))
 
     async def _loop(self) -> None:
         while True:
@@ -221,5 +223,5 @@ class LevelTelemetry:
         return Telemetry.written(**self.metrics_summary, **self.power_summary(output_tokens, seconds))
 
     def series(self) -> list[tuple[int, dict[str, float]]]:
-        """The samples worth storing, as (perf_counter_ns, {name: value})."""
-        return [(int(t * 1e9), kept(v)) for t, v in self.metrics.samples] if self.metrics is not None else []
+        """The samples worth storing (``kept`` when sampled), as (perf_counter_ns, {name: value})."""
+        return [(int(t * 1e9), v) for t, v in self.metrics.samples] if self.metrics is not None else []
