@@ -311,7 +311,8 @@ def test_markdown_report_appends_then_rewrites_its_section(tmp_path: Path, capsy
     assert text.startswith("# Benchmarks\n\nNotes written by hand.")
     assert text.count("<!-- tokenbench:run run-gpu -->") == 1  # rewritten, not appended twice
     assert "## h100-pred (PREDICTED)" in text and "| tg128 | 32,768 | 56.9 ± 0.3 |" in text
-    assert "bands: 80% of held-out rows of vllm-cuda" in text  # the prediction's, as predict printed them
+    # the prediction's, as predict printed them
+    assert "bands (each source's rows predicted by a fit on the others: 80% measured within): vllm-cuda's" in text
     assert "<script>" not in text and "&lt;script&gt;" in text
 
 
@@ -329,7 +330,8 @@ def test_html_report_self_contained_escaped_with_png(tmp_path: Path, capsys: pyt
     html = out.read_text(encoding="utf-8")
     assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     # the prediction's bands beside its figures, as predict printed them; the measured runs have none
-    assert '<th class="text">Bands</th><td>—</td><td>—</td><td>bands: 80% of held-out rows of vllm-cuda' in html
+    assert ('<th class="text">Bands</th><td>—</td><td>—</td><td>bands (each source&#x27;s rows predicted by a fit on '
+            'the others: 80% measured within): vllm-cuda&#x27;s') in html
     import re
 
     # nothing is fetched from elsewhere: every script inline, no stylesheet link, no external image or frame

@@ -203,7 +203,7 @@ def test_predict_test_honours_input_len_and_shows_bands(capsys: pytest.CaptureFi
                  "--depth", "0,8k", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     # --test pp512 is llama-bench's prompt test alone (-n 0): no generation column, no decode band
-    assert "pp2048" in text and "tg128" not in text and "±" in text and "leave-one-source-out" in text
+    assert "pp2048" in text and "tg128" not in text and "±" in text and "predicted by a fit on the others" in " ".join(text.split())
     assert "prefill ±" in " ".join(text.split()) and "decode ±" not in " ".join(text.split())
     doc = json.loads(out.read_text())
     assert doc["calibrated"] is True and doc["band_pct"]["prefill"] > 0 and doc["calibration"]["rows"] > 0
@@ -250,7 +250,7 @@ def test_a_stored_prediction_keeps_its_shape_and_its_uncalibrated_mark(tmp_path:
         assert "2x nvidia-h100-sxm (tensor parallel)" in " ".join(text.split())
         assert "speculative decoding, 2 tokens at acceptance 0.7" in " ".join(text.split())
         # and the bands predict printed under its table: a stored estimate without them read as exact
-        assert "bands: 80% of held-out rows of vllm-cuda measured within" in " ".join(text.split())
+        assert "bands (each source's rows predicted by a fit on the others: 80% measured within): vllm-cuda's" in " ".join(text.split())
         assert "bands widen by its gain" in " ".join(text.split())
     # an UNCALIBRATED prediction has no estimate predict would show (only ceilings): none is stored to be compared
     assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--engine", "ollama",

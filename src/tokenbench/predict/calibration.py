@@ -151,7 +151,7 @@ class Calibration:
         if not borrowed:
             return b
         return widen(Band(b.pct * self.borrow, b.median_pct, b.n, (), True),
-                     [(BORROW_TERM, f"too few held-out rows of {kind.words()}: {whose}'s band, borrowed")])
+                     [(BORROW_TERM, f"too few rows of {kind.words()} of its own: {whose}'s band, borrowed")])
 
     def moe_terms(self, kind: Kind) -> list[tuple[float, str]]:
         """A MoE model predicted by a backend whose fitted rows are all of dense models (a calibration that counts

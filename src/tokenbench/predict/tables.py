@@ -118,8 +118,8 @@ def bands(s: Setup, cal: Calibration, metrics: list[str]) -> dict[str, float | N
 
 
 def source_text(s: Setup, cal: Calibration, metrics: list[str]) -> str:
-    """Whose held-out rows each metric's band comes from, in one sentence: the prediction's own kind's, or those it
-    borrows (a borrowed band states at least 80%: the widest at hand, widened further)."""
+    """Whose rows each metric's band comes from, in one sentence that says first what a band is: the prediction's
+    own kind's, or those it borrows (a borrowed band states at least 80%: the widest at hand, widened further)."""
     kind = s.kind_of(s.reach.concurrency)
     groups: dict[tuple[str, bool], list[str]] = {}
     for m in metrics:
@@ -127,12 +127,9 @@ def source_text(s: Setup, cal: Calibration, metrics: list[str]) -> str:
         whose, b, borrowed = found or (s.backend, cal.bands.get(s.backend, {}).get(m), False)
         if b is not None:
             groups.setdefault((whose, borrowed), []).append(f"{m} {band_span(b.pct)} (n={b.n})")
-    said = [f"80% of held-out rows of {whose} measured within {', '.join(ms)} of their prediction"
-            + (" (borrowed: at least 80%)" if borrowed else "") for (whose, borrowed), ms in groups.items()]
-    text = "bands: " + "; ".join(said)
-    if any(borrowed for _, borrowed in groups):
-        text += f"; {kind.words()} has too few held-out rows of its own: a band borrowed from others is widened"
-    return text
+    said = [f"{whose}'s {', '.join(ms)}" + (", borrowed (at least 80%)" if borrowed else "")
+            for (whose, borrowed), ms in groups.items()]
+    return "bands (each source's rows predicted by a fit on the others: 80% measured within): " + "; ".join(said)
 
 
 def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
@@ -155,12 +152,11 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
                      + ("; ≤Nx: from zero to N times the estimate" if any(b.pct >= TIMES_FROM_PCT for b in banded.values())
                         else ""))
     if len(banded) < len(metrics):
-        parts.append("too few held-out rows for a band: " + ", ".join(m for m in metrics if m not in banded))
-    tail = " (leave-one-source-out: each source predicted by a fit on the others)"
+        parts.append("too few rows held out for a band: " + ", ".join(m for m in metrics if m not in banded))
     if s.spec is not None:
-        tail += ("; no published row used speculative decoding: the decode, TPOT and throughput bands widen by its "
-                 "gain, which the acceptance rate you gave decides")
-    return "; ".join(parts) + tail
+        parts.append("no published row used speculative decoding: the decode, TPOT and throughput bands widen by "
+                     "its gain, which the acceptance rate you gave decides")
+    return "; ".join(parts)
 
 
 def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int, tests: tuple[str, ...]) -> Table:
