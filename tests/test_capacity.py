@@ -364,3 +364,24 @@ def test_a_session_search_holds_turn_ttft_and_session_time(tmp_path: Path) -> No
     session_p90 = {lv["value"]: {c["name"]: c for c in lv["checks"]}["session_p90"]["value"] for lv in cap["levels"]}
     assert session_p90[cap["capacity"]] <= 350 < session_p90[cap["first_fail"]], session_p90
     assert 1 <= cap["capacity"] < cap["first_fail"] <= 8
+
+
+def test_capacity_of_a_url_without_lengths_takes_the_default_shape(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A search of a server given by its URL and no lengths, as the README writes it, reached for the embedded
+    engine's lengths (an internal error, exit 70): it takes the default shape, and a server nothing answers at is
+    said in a line (exit 3), for every kind of search."""
+    dead = ["capacity", "--url", "http://127.0.0.1:9/v1", "--slo", "ttft_p90=1s", "--concurrency", "1:4",
+            "--db", str(tmp_path / "r.db")]
+    for extra in ([], ["--sessions", "4"], ["--cache-cliff"]):
+        rc = main([*dead, *extra])
+        err = capsys.readouterr().err
+        assert rc == 3 and "internal error" not in err and "Traceback" not in err, (extra, err)
+    with BackgroundEmitter(EmitterConfig()) as em:
+        out = tmp_path / "c.json"
+        assert main(["capacity", "--url", em.url, "--slo", "ttft_p90=10s", "--concurrency", "1:2", "--requests", "8",
+                     "--quiet", "--no-metrics", "--guard", "off", "--db", str(tmp_path / "c.db"), "--json",
+                     str(out)]) == 0
+    from tokenbench.workload import resolve_shape
+
+    assert json.loads(out.read_text())["levels"][0]["input_tokens_mean"] == resolve_shape(None, None, None)[0]

@@ -127,3 +127,14 @@ def test_extra_body_with_a_number_too_long_to_convert_is_a_one_line_error(capsys
     body = '{"seed": ' + "1" * 5000 + "}"
     code, _, err = run(["sweep", "--url", "http://127.0.0.1:9/v1", "--extra-body", body], capsys)
     assert code == 2 and "--extra-body is not valid JSON (Exceeds the limit" in err and len(err.splitlines()) == 1
+
+
+def test_runs_given_twice_are_all_kept() -> None:
+    """--price and --owned repeat, so a user repeats --runs too: the second took the first's place, and the runs it
+    named were dropped without a word."""
+    from tokenbench.cli.parser import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["recommend", "--model", "x", "--runs", "a", "--runs", "b", "c"]).runs == ["a", "b", "c"]
+    assert p.parse_args(["calibrate", "--runs", "a", "--runs", "b", "--out", "x.toml"]).runs == ["a", "b"]
+    assert p.parse_args(["recommend", "--model", "x"]).runs == []

@@ -95,3 +95,16 @@ def test_recommend_capacity_needs_an_slo(capsys: pytest.CaptureFixture[str], tmp
     assert main(["recommend", "--model", "llama-3.1-8b", "--capacity", "--db", str(tmp_path / "r.db")]) == 2
     err = capsys.readouterr().err
     assert "give --ttft-p99" in err and len(err.strip().splitlines()) == 1
+
+
+def test_two_boxes_at_one_team_price_are_listed_in_ranked_order() -> None:
+    """Two boxes whose teams cost the same an hour (two runs given one price) stopped recommend after its table:
+    the sort fell through to comparing the boxes themselves."""
+    from tokenbench.candidates import Candidate, Workload
+    from tokenbench.cli.recommend import team_line
+    from tokenbench.recommend import Recommendation
+
+    a, b = (Candidate(box, "vllm", "measured", capacity=4, cost_per_agent_hour=0.125, boxes=1) for box in ("a", "b"))
+    done = Recommendation(Workload("llama-3.1-8b", 2, 16, 24), True, [a, b], [], [])
+    assert team_line(done) == ("for 2 agents: a x1, USD 0.50/hour (0.250 per agent-hour); "
+                               "b x1, USD 0.50/hour (0.250 per agent-hour)")

@@ -437,7 +437,7 @@ def add_calibrate_parser(sub: Any) -> None:
                     "default: the published measurements the package ships)")
     cp.add_argument("--out", required=True, help="efficiency TOML to write (predict --calibration FILE uses it)")
     own = cp.add_argument_group("your own runs (anchor the fit on the box you measured)")
-    own.add_argument("--runs", nargs="+", default=[], metavar="RUN",
+    own.add_argument("--runs", nargs="+", action="extend", default=[], metavar="RUN",
                      help="stored sweep, depth or llama-bench runs (ids or labels) of one box, model and weights")
     own.add_argument("--hardware", help="with --runs: the box they ran on ('tokenbench hardware' lists ids)")
     own.add_argument("--model", help="with --runs: the catalog model they served")

@@ -108,8 +108,9 @@ def team_line(done: Recommendation) -> str | None:
     if not done.capacity:
         return None
     n, cur = done.workload.agents, done.workload.currency
-    teams = sorted((c.boxes * c.cost_per_agent_hour * c.capacity, c) for c in done.ranked
-                   if c.boxes and c.capacity and c.cost_per_agent_hour)
+    # by the hour, ties in ranked order (two boxes at one price: a Candidate has no order of its own)
+    teams = sorted(((c.boxes * c.cost_per_agent_hour * c.capacity, c) for c in done.ranked
+                    if c.boxes and c.capacity and c.cost_per_agent_hour), key=lambda t: t[0])
     if not teams:
         return None
     said = [f"{c.box} x{c.boxes}{_slow_end(c, n)}, {cur} {hourly:,.2f}/hour ({hourly / n:.3f} per agent-hour)"
@@ -305,7 +306,8 @@ def add_recommend_parser(sub: Any) -> None:
     rc.add_argument("--parallel", type=POSITIVE_INT, metavar="N",
                     help="llama.cpp's server slots (-np N) on the boxes it runs on (default: its own, "
                     f"{LLAMA_DEFAULT_SLOTS}, or as many as the memory holds); said in the Engine column")
-    rc.add_argument("--runs", nargs="*", default=[], help="measured runs (ids or labels) to rank beside the predictions")
+    rc.add_argument("--runs", nargs="*", action="extend", default=[],
+                    help="measured runs (ids or labels) to rank beside the predictions (repeatable)")
     rc.add_argument("--capacity", action="store_true",
                     help="rank by cost per agent-hour at the SLOs: each box's capacity (the most agents it serves "
                     "within --ttft-p99/--tpot), measured from a run's levels (tokenbench capacity) or PREDICTED")

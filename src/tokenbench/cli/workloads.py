@@ -117,7 +117,7 @@ def _lengths(a: argparse.Namespace, d: dict[str, Any]) -> tuple[Draw, Draw]:
     if a.dataset is not None and (given_in is not None or a.shape is not None or a.prefix_len):
         raise UsageError("--dataset's prompts are its own: drop --input-len, --shape and --prefix-len "
                          "(--output-len gives the items without a length theirs)")
-    if a.shape is None and given_in is None and given_out is None and d:
+    if a.shape is None and given_in is None and given_out is None and "input_len" in d:
         base = int(d["input_len"]), int(d["output_len"])
     else:
         base = resolve_shape(a.shape, None, None)
