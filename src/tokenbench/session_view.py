@@ -187,7 +187,7 @@ def warnings(r: RunResult) -> list[str]:
             out.append(f"{where}: the busted level still had {share(bs.cached_share)} of its prompt tokens served "
                        "from the cache: it is no uncached baseline")
         for st in (ws, bs):
-            if st is not None and st.sessions_finished < st.sessions:
-                out.append(f"{where} {st.cache}: {st.sessions - st.sessions_finished} of {st.sessions} sessions did "
-                           "not finish (a turn failed)")
+            # a soak's end cuts the sessions then running short: no turn of theirs failed (show says how many)
+            if st is not None and (failed := st.sessions - st.sessions_finished - st.cut) > 0:
+                out.append(f"{where} {st.cache}: {failed} of {st.sessions} sessions did not finish (a turn failed)")
     return out
