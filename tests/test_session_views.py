@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -438,3 +439,18 @@ def test_small_prices_are_written_out_not_in_scientific_notation() -> None:
 
     assert [_money(v) for v in (6.2e-05, 0.0002, 0.013, 0.5, 1.3, 1234.5)] == \
         ["0.000062", "0.00020", "0.013", "0.50", "1.30", "1,234.50"]
+
+
+def test_workloads_that_differ_are_said_as_their_headings_say_them() -> None:
+    """A drawn length was printed as the manifest's dict ("task {'kind': 'fixed', 'unit': 'tokens', ...}")."""
+    from types import SimpleNamespace
+
+    from tokenbench.compare.sessions import _session_workload_warnings
+    from tokenbench.draws import Draw, parse
+
+    def run(task: Draw, prefix: int) -> Any:
+        return SimpleNamespace(manifest=SimpleNamespace(workload={"kind": "sessions", "turns": 6, "seed": prefix,
+                                                                  "shared_prefix": prefix, "task": task.to_dict()}))
+
+    said = _session_workload_warnings(run(Draw.fixed(1024), 0), run(parse("uniform:512-2048", "x"), 512))
+    assert said == ["the session workloads differ (shared prefix 0 vs 512; task 1024 vs uniform 512-2048)"]

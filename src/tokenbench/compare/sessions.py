@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import session_view
 from ..errors import UsageError
@@ -106,9 +107,19 @@ def _session_workload_warnings(a: RunResult, b: RunResult) -> list[str]:
     """The session parameters the two runs' manifests give differently (turns, shared prefix, distributions). The
     seed is not one: it picks the words, not the shape, and two runs without --seed always differ in it."""
     wa, wb = a.manifest.workload or {}, b.manifest.workload or {}
-    said = [f"{k} {wa.get(k, '(not given)')} vs {wb.get(k, '(not given)')}" for k in dict.fromkeys([*wa, *wb])
-            if k != "seed" and wa.get(k) != wb.get(k)]
+    said = [f"{k.replace('_', ' ')} {x} vs {y}" for k in dict.fromkeys([*wa, *wb])
+            if k != "seed" and (x := _said(wa.get(k))) != (y := _said(wb.get(k)))]
     return [f"the session workloads differ ({'; '.join(said)})"] if said else []
+
+
+def _said(v: Any) -> str:
+    """A workload parameter as its table heading states it: a drawn length by its text ("uniform 64-256"), not
+    the dict the manifest keeps."""
+    if v is None:
+        return "(not given)"
+    if isinstance(v, dict):
+        return str(v["text"]) if "text" in v else ", ".join(f"{k} {_said(x)}" for k, x in v.items())
+    return str(v)
 
 
 def compare_sessions(a: RunResult, b: RunResult) -> SessionComparison:
