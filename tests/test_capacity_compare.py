@@ -287,3 +287,15 @@ def test_two_searches_of_agent_sessions_compare_their_capacities(tmp_path: Path,
     assert re.search(rf"Capacity\s+{said[0]}\s+{said[1]}", out), out
     assert cap["ratio"] == pytest.approx(cap["b"]["capacity"] / cap["a"]["capacity"])
     assert cap["verdict"] is not None and cap["verdict"] in out
+
+
+def test_two_cache_cliffs_under_one_rule_compare() -> None:
+    """A cliff's share limit is a share of each search's own lowest level (0.45 on one box, 0.38 on the other):
+    compare called them different SLOs and printed the same words for both. The rule in words decides."""
+    words = "TTFT p90 <= 5 s and a cached share of at least 50% of the lowest level's"
+    a = found(4, 5, name="cached_share", limit=0.45, slo=words)
+    b = found(8, 9, name="cached_share", limit=0.38, slo=words)
+    cc = compare_answers(a, b)
+    assert cc.same_slo and cc.ratio == 2.0 and not any("different SLOs" in w for w in cc.warnings)
+    other = found(8, 9, name="cached_share", limit=0.38, slo=words.replace("50%", "30%"))
+    assert not compare_answers(a, other).same_slo

@@ -142,7 +142,11 @@ def test_a_cache_that_did_not_serve_and_a_baseline_it_did_are_said(tmp_path: Pat
     said = " ".join(warnings(load_result(store, "odd")))
     assert "served only 5% of the warm prompt tokens: is its prefix cache on" in said
     assert "still had 60% of its prompt tokens served from the cache: it is no uncached baseline" in said
-    assert "odd at concurrency 8 has no busted level: what the cache bought cannot be said" in said
+    assert "odd has no busted level at concurrency 8: what the cache bought cannot be said" in said
+    # a run of warm levels only (a cache-cliff search, --no-baseline) says so once, not once a level
+    _store(store, "warm-only", [session_level(c, "warm") for c in (1, 2, 4)])
+    assert warnings(load_result(store, "warm-only")) == [
+        "warm-only has no busted level at concurrencies 1, 2, 4: what the cache bought cannot be said"]
 
 
 def test_long_sessions_show_a_sample_of_turns_first_and_last_kept() -> None:

@@ -171,13 +171,14 @@ def warnings(r: RunResult) -> list[str]:
     level it did, a concurrency with one mode only, sessions that did not finish."""
     out = []
     by = levels(r)
+    alone: dict[str, list[int]] = {}  # the concurrencies with one mode only, by the mode missing: said once
     for c in concurrencies(r):
         where = f"{name(r)} at concurrency {c}"
         warm, busted = by.get((c, WARM)), by.get((c, BUSTED))
         ws = warm.session if warm is not None else None
         bs = busted.session if busted is not None else None
         if ws is None or bs is None:
-            out.append(f"{where} has no {BUSTED if bs is None else WARM} level: what the cache bought cannot be said")
+            alone.setdefault(BUSTED if bs is None else WARM, []).append(c)
         if ws is not None and ws.cached_share is not None and ws.cached_share < WARM_CACHED_MIN \
                 and (ws.turns_per_session or 0) > 1 and ws.cached_source != "predicted":
             out.append(f"{where}: the server said its cache served only {share(ws.cached_share)} of the warm prompt "
@@ -190,4 +191,7 @@ def warnings(r: RunResult) -> list[str]:
             # a soak's end cuts the sessions then running short: no turn of theirs failed (show says how many)
             if st is not None and (failed := st.sessions - st.sessions_finished - st.cut) > 0:
                 out.append(f"{where} {st.cache}: {failed} of {st.sessions} sessions did not finish (a turn failed)")
+    for mode, cs in alone.items():
+        at = f"concurrency {cs[0]}" if len(cs) == 1 else f"concurrencies {', '.join(map(str, cs))}"
+        out.insert(0, f"{name(r)} has no {mode} level at {at}: what the cache bought cannot be said")
     return out

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from ..cache_cliff import CHECK as CLIFF_CHECK
 from ..capacity import SURE_LEGEND, CapacityAnswer, answer
 from ..results import RunResult
 from ..slo import SLO
@@ -70,16 +71,20 @@ def slo_words(found: CapacityAnswer) -> str:
         return found.slo
 
 
-def _slo_key(found: CapacityAnswer) -> frozenset[tuple[str, float]]:
+def _slo_key(found: CapacityAnswer) -> frozenset[tuple[str, float | None]]:
     """The objectives that decided the verdicts, each with its limit (the errors budget included, an
     over-saturated level's queue not): what makes two searches' capacities comparable."""
-    return frozenset((c.name, round(c.limit, 9)) for v in found.verdicts for c in v.checks if c.name != _QUEUE)
+    # a cache-cliff search's limit is a share of its own lowest level's (cache_cliff.CHECK): the rule is the same
+    # on both sides where the number is not, and the rule is what the words say
+    return frozenset((c.name, None if c.name == CLIFF_CHECK else round(c.limit, 9))
+                     for v in found.verdicts for c in v.checks if c.name != _QUEUE)
 
 
 def same_slo(a: CapacityAnswer, b: CapacityAnswer) -> bool:
     ka, kb = _slo_key(a), _slo_key(b)
     if ka and kb:
-        return ka == kb
+        # a cliff's share is said in words only ("at least 50% of the lowest level's"): those must agree too
+        return ka == kb and (CLIFF_CHECK not in {name for name, _ in ka} or slo_words(a) == slo_words(b))
     return slo_words(a) == slo_words(b)  # no stored checks on a side: the objectives as written
 
 
