@@ -57,6 +57,35 @@ def test_a_level_fails_once_its_cached_share_falls_below_half_the_warm_share() -
     assert found.to_dict()["cache_cliff"]["fell_at"] == 5
 
 
+def test_each_level_s_own_verdict_holds_its_cached_share_and_show_says_so(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A level's SLO verdict was its SLO's objectives alone: show said "SLO: pass" of every level of a search whose
+    cache fell at 5, above "this box serves 4 agents (5 did not)". The answer puts the cached share's verdict on
+    each level's summary, once however often it is read, and the stored run reads back so."""
+    run = _run(MEASURED)
+    for _ in range(2):
+        answer(run)
+    levels = {o.level.concurrency: o.serving for o in run.outcomes}
+    assert {c: s.slo_met for c, s in levels.items() if s is not None} == {1: True, 2: True, 4: True, 5: False,
+                                                                           8: False}
+    assert all([c.name for c in s.slo_checks] == [CHECK] for s in levels.values() if s is not None)
+    found = answer(run)
+    assert found is not None and (found.capacity, found.first_fail) == (4, 5)
+    assert all(len([c for c in v.checks if c.name == CHECK]) == 1 for v in found.verdicts)
+    from tokenbench.store import Store
+
+    stored = _run(MEASURED)
+    levels_ = [o.serving for o in stored.outcomes if o.serving is not None]
+    for s in levels_:
+        s.slo = "ttft_p90<=5000ms"
+    Store(tmp_path / "r.db").save_run("run-cliff", "capacity", "cliff", {"label": "cliff", **stored.manifest.to_dict()},
+                                      "measured", levels_, "0", "2026", "2026")
+    assert main(["show", "cliff", "--db", str(tmp_path / "r.db")]) == 0
+    out = capsys.readouterr().out
+    assert "SLO: pass" not in out and [ln.split()[-2] for ln in out.splitlines() if " warm " in ln][:5] == \
+        ["pass", "pass", "pass", "FAIL", "FAIL"], out
+
+
 def test_a_stricter_drop_moves_the_cliff_down_and_no_drop_is_a_plain_search() -> None:
     shares = {1: (0.60, 9.0), 2: (0.50, 12.0), 4: (0.40, 20.0), 8: (0.38, 30.0)}
     strict = answer(_run(shares, drop=0.9))

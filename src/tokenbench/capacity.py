@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .cache_cliff import Cliff, cliff, hold_cache
+from .cache_cliff import CHECK as CLIFF_CHECK, Cliff, cliff, hold_cache
 from .findings import Code
 from .loadgen import Level
 from .levels import Telemetry
@@ -150,7 +150,9 @@ def verdict(outcome: LevelOutcome, spec: SearchSpec) -> Verdict | None:
         met = False  # more failures than --max-error-rate: no SLO allows that
     else:
         met = s.slo_met
-    return Verdict(value, met, list(s.slo_checks), requests, stopped.message if stopped else None, outcome.idx)
+    # a cliff's check put on the summary (mark_levels) is decided again here, against the levels measured now
+    checks = [c for c in s.slo_checks if c.name != CLIFF_CHECK]
+    return Verdict(value, met, checks, requests, stopped.message if stopped else None, outcome.idx)
 
 
 def verdicts(outcomes: list[LevelOutcome], spec: SearchSpec) -> list[Verdict]:
@@ -424,7 +426,23 @@ def answer(result: RunResult) -> CapacityAnswer | None:
                             result.manifest.price_per_hour, result.manifest.currency or "USD")
     if spec.cache_drop is not None:
         found.cliff = cliff(result, found)
+        mark_levels(result, found)
     return found
+
+
+def mark_levels(result: RunResult, found: CapacityAnswer) -> None:
+    """A cache-cliff search's cached-share verdict put on each level's own summary, beside its SLO's: ``show``,
+    ``report`` and ``cost`` read a level's ``slo_met``, which the SLO's objectives alone decided, and printed
+    "pass" at every level of a search that found the cliff at the fifth."""
+    by_idx = {v.idx: v for v in found.verdicts}
+    for o in result.outcomes:
+        v, s = by_idx.get(o.idx), o.serving
+        held = [c for c in v.checks if c.name == CLIFF_CHECK] if v is not None else []
+        if s is None or not held:
+            continue
+        s.slo_checks = [c for c in s.slo_checks if c.name != CLIFF_CHECK] + held
+        if s.slo_met and not held[0].met:
+            s.slo_met = False
 
 
 def _spec(result: RunResult, stored: dict[str, Any]) -> SearchSpec | None:

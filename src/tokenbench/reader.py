@@ -35,7 +35,12 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
         combined = combine_repetitions(reps, run_price(manifest), manifest.currency)
         outcomes.append(LevelOutcome(idx, level, combined, status, reps))
     quality_items = load_items(store, row.id) if row.kind == "quality" else []
-    return RunResult(row.id, manifest, outcomes, row.status, row.error, kind=row.kind, items=quality_items)
+    result = RunResult(row.id, manifest, outcomes, row.status, row.error, kind=row.kind, items=quality_items)
+    if (manifest.capacity or {}).get("cache_drop") is not None:
+        from .capacity import answer  # a cache-cliff search: its cached-share verdict on each level (mark_levels)
+
+        answer(result)
+    return result
 
 
 def load_items(store: Store, run_id: str) -> list[Item]:

@@ -34,6 +34,9 @@ def _per_agent(s: ServingLevel) -> str:
     return num(s.per_agent_tps)
 
 
+GOODPUT = "Goodput req/s"
+
+
 def _sweep_columns(levels: list[ServingLevel], currency: str) -> list[Column]:
     """The sweep table's columns: the fixed ones, and those only some runs have a figure for."""
     # imported rows at one concurrency can differ by prompt length only: say which is which
@@ -49,7 +52,7 @@ def _sweep_columns(levels: list[ServingLevel], currency: str) -> list[Column]:
     if any(s.cost_per_mtok is not None for s in levels):
         cols.append((f"{currency}/M output", lambda s: num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—"))
     if any(s.slo for s in levels):  # --slo given: its verdict and goodput per level, before the counts
-        cols += [("SLO", slo_verdict), ("Goodput req/s", lambda s: num(s.goodput_rps, 2))]
+        cols += [("SLO", slo_verdict), (GOODPUT, lambda s: num(s.goodput_rps, 2))]
     # published rows that give only a prefill or a decode rate: those columns, or the row would be blank
     if any((s.prefill_tps or s.decode_tps) and not (s.completed or s.failed) for s in levels):
         cols += [("Prefill tok/s", lambda s: num(s.prefill_tps)), ("Decode tok/s", lambda s: num(s.decode_tps))]
@@ -174,8 +177,11 @@ def format_sweep_markdown(levels: list[ServingLevel], currency: str = "USD") -> 
 
 def print_sweep(console: Console, levels: list[ServingLevel], currency: str, title: str | None = None) -> None:
     header, rows = sweep_rows(levels, currency)
-    # what every level shares said once above the table; the flags under it where they do not fit in it
-    print_table(console, header, rows, title=title, numeric=True, keep=(0,), aside=len(header) - 1)
+    # what every level shares said once above the table; the flags under it where they do not fit in it; goodput
+    # left out before the table becomes a block per level (an SLO's verdict that varies takes a column at 80)
+    spare = (header.index(GOODPUT), f"{GOODPUT} (requests a second within the SLO's per-request limits) left out "
+             "at this width: --format markdown and --json have it") if GOODPUT in header else None
+    print_table(console, header, rows, title=title, numeric=True, keep=(0,), aside=len(header) - 1, spare=spare)
     if any(s.replay is not None for s in levels):
         print_replays(console, levels)
     elif any(s.session is not None for s in levels):
