@@ -270,6 +270,15 @@ def test_session_cost_points_warm_and_busted(db: Path) -> None:
     # the busted level is slower and lost a session: a finished session costs more
     assert busted.sessions_finished == 7 and (busted.cost_per_session or 0) > 2 * (warm.cost_per_session or 0)
     assert warm.vs_api() == "1.4x cheaper"
+    assert all(p.slo_met is None for p in points)
+    # a search's levels, in the order it ran them and past its SLO at 8: by agents, each with its verdict
+    searched = [session_level(c, "warm") for c in (1, 2, 8, 4)]
+    for lv in searched:
+        assert isinstance(lv, ServingLevel)
+        lv.slo_met = lv.concurrency != 8
+    points = session_cost_points(price, searched)
+    assert [(p.level, p.slo_met) for p in points] == [("1 warm", True), ("2 warm", True), ("4 warm", True),
+                                                       ("8 warm", False)]
 
 
 def test_cost_cli_prices_sessions_in_80_columns(db: Path, narrow: None, capsys: pytest.CaptureFixture[str]) -> None:

@@ -215,6 +215,7 @@ class SessionCostPoint:
     output_tps: float | None
     cost_per_mtok: float | None
     api_cost_per_mtok: float | None = None
+    slo_met: bool | None = None  # the level's SLO verdict, where it had one (a capacity search's levels)
 
     @property
     def level(self) -> str:
@@ -226,14 +227,15 @@ class SessionCostPoint:
 
 def session_cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: float | None = None) -> list[SessionCostPoint]:
     """Every agent-session level priced by ``pricing``: per finished session (``cost_per_session``) and per
-    million output tokens at the level's output rate, warm and busted alike."""
+    million output tokens at the level's output rate, warm and busted alike, by agents (a search ran them in the
+    order it chose: 1, 2, 4, 8, 6, 5)."""
     out = []
-    for s in serving(levels):
+    for s in sorted(serving(levels), key=lambda s: s.concurrency or 0):
         st = s.session
         if st is None:
             continue
         rate = output_rate(s)
         out.append(SessionCostPoint(s.concurrency, st.cache, st.sessions, st.sessions_finished, st.session_s.p50,
                                     s.duration_s / 3600.0, pricing.per_session(s.duration_s, st.sessions_finished),
-                                    rate, pricing.per_mtok(rate), api))
+                                    rate, pricing.per_mtok(rate), api, s.slo_met))
     return out

@@ -92,6 +92,10 @@ def _print_sessions(console: Console, done: Costed, fmt: str) -> None:
     rows = [[p.level, f"{p.sessions_finished}/{p.sessions}", f"{seconds(p.session_p50_s * 1000)} s"
              if p.session_p50_s is not None else "—", _money(p.cost_per_session),
              f"{p.output_tps:,.1f}" if p.output_tps else "—", _money(p.cost_per_mtok)] for p in points]
+    if any(p.slo_met is not None for p in points):  # a level past an SLO (a search's) is no price to pay for it
+        head.append("SLO")
+        for row, p in zip(rows, points):
+            row.append("—" if p.slo_met is None else "pass" if p.slo_met else "FAIL")
     print_table(console, head, rows, fmt, numeric=True)
     said = [f"{vs} at {p.level}" for p in points if (vs := p.vs_api())]
     if api is not None and said:
