@@ -43,7 +43,9 @@ _BREAKS = " -/_,"
 def _numeric(cells: list[str]) -> bool:
     """A column of numbers (with their units, "—" where there is none): right-aligned, never wrapped."""
     said = [c.strip() for c in cells if c.strip() not in ("", "—")]
-    return bool(said) and all(c[:1].isdigit() or (c[:1] in "+-" and c[1:2].isdigit()) for c in said)
+    if not said:  # a figure no row has ("—" in each): placed as the numbers it stands for
+        return any(c.strip() == "—" for c in cells)
+    return all(c[:1].isdigit() or (c[:1] in "+-" and c[1:2].isdigit()) for c in said)
 
 
 def _width(text: str) -> int:

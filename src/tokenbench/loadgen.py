@@ -99,7 +99,10 @@ class Level:
     def describe(self) -> str:
         if self.schedule is not None:
             span = self.schedule[-1] - self.schedule[0] if self.schedule else 0.0
-            return f"trace {len(self.schedule)} requests over {span:g} s"
+            n, over = len(self.schedule), f"{round(span, 1):g}" if span < 10 else f"{span:,.0f}"
+            if self.cache is not None:  # a replay's schedule: when each trajectory (its first call) starts
+                return "replay of 1 trajectory" if n == 1 else f"replay of {n} trajectories starting over {over} s"
+            return f"trace {n} {'request' if n == 1 else 'requests'} over {over} s"
         if self.rate is not None:
             return f"rate {self.rate:g}/s {self.arrival}"
         if self.cache is not None:

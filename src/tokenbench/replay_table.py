@@ -54,8 +54,10 @@ def replay_lines(s: ServingLevel) -> list[str]:
     hits = s.telemetry.prefix_cache_hit_rate if s.telemetry is not None else None
     if hits is not None:
         cache.append(f"the server's prefix-cache hits {hits:.0%} (/metrics)")
-    rate = f"p90 per-agent rate {r.agent_tps_p90:,.1f} tok/s" if r.agent_tps_p90 is not None else \
-        "no per-agent rate"
+    # each call's own rate (its output over its send to last byte), not the table's per-agent share of the
+    # aggregate, which the agents' pauses between calls are part of
+    rate = f"90% of calls streamed at {r.agent_tps_p90:,.1f} tok/s or faster" if r.agent_tps_p90 is not None else \
+        "no call's rate"
     over = f"{r.overflowed} of {r.calls} calls overflowed the context" + (" (INVALID: over 1%)" if r.invalid else "")
     return [f"{level_label(s)}: {trees}; " + "; ".join(cache) + f"; {rate}; {over}"]
 

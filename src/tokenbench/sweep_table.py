@@ -29,6 +29,10 @@ def _aggregate(s: ServingLevel) -> str:
 
 
 def _per_agent(s: ServingLevel) -> str:
+    if s.replay is not None and not s.concurrency:
+        # a replay at the recorded times: no agent count stands behind it (the open loop's requests in flight
+        # would divide the aggregate into a call's own speed, 90x it); the replay's line says the calls' rate
+        return "—"
     if s.plateau is not None and s.concurrency:
         return num(s.sustained_tps / s.concurrency)
     return num(s.per_agent_tps)
