@@ -318,6 +318,10 @@ def test_a_schedule_level_sends_at_its_times() -> None:
     assert lv.open and lv.offered_rate == 1.0 and lv.describe() == "trace 3 requests over 2 s"
     assert list(lv.arrivals(0.1, random.Random(1))) == [0.1, 0.6, 2.1]
     assert Level(schedule=(0.0, 0.0)).offered_rate is None and not Level(concurrency=2).open
+    # one is one: the progress said "1 agents" and "trace 1 requests over 0 s"
+    assert [Level(concurrency=c, cache="warm").describe() for c in (1, 2)] == ["1 agent, cache warm",
+                                                                             "2 agents, cache warm"]
+    assert Level(schedule=(0.0,)).describe() == "trace 1 request over 0 s"
 
 
 def test_a_rate_level_draws_the_same_arrivals_as_before() -> None:

@@ -106,7 +106,7 @@ class Level:
         if self.rate is not None:
             return f"rate {self.rate:g}/s {self.arrival}"
         if self.cache is not None:
-            return f"{self.concurrency} agents, cache {self.cache}"
+            return f"{self.concurrency} agent{'' if self.concurrency == 1 else 's'}, cache {self.cache}"
         return f"concurrency {self.concurrency}"
 
     @property

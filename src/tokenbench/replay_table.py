@@ -41,7 +41,7 @@ def replay_lines(s: ServingLevel) -> list[str]:
     r = s.replay
     if r is None:
         return []
-    trees = f"{r.trees_finished}/{r.trees} trees finished" + (f" ({r.subagents} subagents)" if r.subagents else "")
+    trees = f"{r.trees_finished}/{r.trees} trees finished" + (f" ({r.subagents} subagent{'' if r.subagents == 1 else 's'})" if r.subagents else "")
     if r.tree_s.p50 is not None:
         trees += f", tree time p50 {r.tree_s.p50:.1f} s" + (
             f" (p90 {r.tree_s.p90:.1f} s)" if r.tree_s.p90 is not None and r.tree_s.n > 1 else "")
@@ -81,7 +81,7 @@ def replay_heading(wl: dict[str, Any]) -> str:
     think = wl.get("max_think_s")
     n = t.get("trajectories")
     parts = [f"replay of {t.get('path')} ({t.get('format')}: {n} {'trajectory' if n == 1 else 'trajectories'}, "
-             f"{t.get('calls')} calls, {t.get('subagents')} subagents)",
+             f"{t.get('calls')} calls, {t.get('subagents')} subagent{'' if t.get('subagents') == 1 else 's'})",
              "pauses as recorded" if think is None else f"pauses capped at {think:g} s"]
     if wl.get("scale") not in (None, 1, 1.0):
         parts.append(f"lengths / {wl['scale']:g}")

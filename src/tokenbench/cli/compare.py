@@ -122,7 +122,7 @@ def _print_sessions(console: Console, done: Compared, fmt: str) -> None:
                   "turn, so no cache serves it. A/B: A's figure over B's (a time below 1, or a rate above 1: A is faster).",
                   markup=False, highlight=False)
     for block in sc.blocks:
-        console.print(f"\nconcurrency {block.concurrency} ({block.concurrency} sessions at once)", markup=False,
+        console.print(f"\nconcurrency {block.concurrency} ({block.concurrency} session{'' if block.concurrency == 1 else 's'} at once)", markup=False,
                       highlight=False)
         gap = "\n" if fmt == "markdown" else ""  # two Markdown tables apart, not one
         head, rows = session_turn_table(block)
