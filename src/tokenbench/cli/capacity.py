@@ -314,8 +314,8 @@ def add_capacity_parser(sub: Any) -> None:
     cap.add_argument("--cache-cliff", type=float, nargs="?", const=DEFAULT_DROP, metavar="SHARE",
                      help="search how many live agent sessions the server's cache keeps warm: one session per agent, "
                           "a level failing once its cached share of prompt tokens falls below SHARE (default "
-                          f"{DEFAULT_DROP:g}) of the lowest level's, or --slo breaks; prints the working set "
-                          "against the engine's KV pool (docs/capacity.md)")
+                          f"{DEFAULT_DROP:g}) of the lowest level's, or when --slo (still needed: the turn TTFT you "
+                          "accept) breaks; prints the working set against the engine's KV pool (docs/capacity.md)")
     add_output(cap)
     add_power_options(cap.add_argument_group("the box under test: power and its host's guard (docs/power.md)"))
     cap.set_defaults(duration=None, repetitions=1)
