@@ -905,3 +905,11 @@ def test_a_writer_that_dies_leaves_the_agent_served_and_says_so(tmp_path: Path, 
     assert rec.summary.lost and "the log writer stopped" in rec.summary.lost
     assert rec.summary.forwarded == 4
     load_trajectories(out)  # what it wrote before is whole
+
+
+def test_an_upstream_nothing_answers_at_is_said_when_recording_starts(emitter: BackgroundEmitter) -> None:
+    """The proxy started happily in front of a dead port and said so only at Ctrl-C, as a count of failures."""
+    from tokenbench.cli.record import unreachable, upstream_root
+
+    assert unreachable(upstream_root(emitter.url)) is None
+    assert unreachable("http://127.0.0.1:9") is not None

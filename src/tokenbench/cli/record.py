@@ -68,6 +68,21 @@ def record_config(a: argparse.Namespace) -> Any:
     return RecordConfig(root, out, a.host, a.port, a.lengths_only, a.block_size or DEFAULT_BLOCK, a.tokenizer)
 
 
+def unreachable(root: str, timeout_s: float = 2.0) -> str | None:
+    """Why nothing takes a connection at the upstream now (refused, no such host, a timeout), or None where
+    something does. The proxy starts either way (the server may be on its way up); the user hears it at once,
+    not from a count of failures at Ctrl-C."""
+    import socket
+
+    u = urlsplit(root)
+    try:
+        with socket.create_connection((u.hostname or "", u.port or (443 if u.scheme == "https" else 80)),
+                                      timeout=timeout_s):
+            return None
+    except OSError as e:
+        return e.strerror or type(e).__name__
+
+
 def fast_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's event loop where it is installed (a dependency off Windows), else asyncio's: the proxy stands
     between an agent and its server, and on uvloop its tail under many streams is shorter (32 streams of 256 KB
@@ -89,6 +104,9 @@ def cmd_record(a: argparse.Namespace, console: Console) -> int:
     def ready(root: str) -> None:
         console.print(f"recording to {config.out}: point the agent at OPENAI_BASE_URL={root}/v1 (Anthropic-speaking "
                       f"agents: ANTHROPIC_BASE_URL={root}); Ctrl-C stops", soft_wrap=True)
+        if (why := unreachable(config.upstream)) is not None:
+            console.print(f"warning: nothing answers at {redact.url(config.upstream)} now ({why}): the agent's "
+                          "requests fail until it does", style="yellow", markup=False, highlight=False, soft_wrap=True)
         console.file.flush()
 
     try:
