@@ -534,3 +534,19 @@ def test_a_capacity_band_reads_as_a_range_of_agents() -> None:
     strix = Candidate("strix", "llama.cpp", "predicted", bands={"throughput": 59.0}, capacity_band=(7, 128, True))
     line = band_line([h100, strix]) or ""
     assert "h100: agents 49 to 74, tok/s ±85%" in line and "strix: agents 7 to at least 128, tok/s ±59%" in line
+
+
+def test_compare_says_a_side_was_cut_short_or_ran_on_a_busy_machine(tmp_path: Path) -> None:
+    """Two runs of one command on one box, interrupted and on a machine the guard found busy, read "B 1.17x",
+    "A 1.37x" and a crossover, without a word of either."""
+    store = Store(tmp_path / "r.db")
+    busy = serve(2, 90.0, 60.0, 10.0)
+    busy.flags.append("dirty_bench")
+    _run(store, "one", [serve(1, 50.0, 50.0, 10.0), busy])
+    store.finish_run("run-one", "interrupted", "2026")
+    _run(store, "two", [serve(1, 55.0, 45.0, 9.0), serve(2, 100.0, 55.0, 9.0)])
+    said = compare(load_result(store, "one"), load_result(store, "two")).warnings
+    assert "one was interrupted: its figures are of the levels it finished" in said
+    assert "one: 1 of 2 levels ran where the guard found the machine busy (dirty_bench): other work's share is in " \
+           "its figures" in said
+    assert not any(w.startswith("two") for w in said)

@@ -12,7 +12,7 @@ from ..errors import UsageError
 from ..levels import ServingLevel, serving
 from ..replay_stats import ContextBin
 from ..results import RunResult
-from .sides import model_warnings, run_name
+from .sides import condition_warnings, model_warnings, run_name
 
 
 def is_replay_run(r: RunResult) -> bool:
@@ -99,7 +99,7 @@ def compare_replays(a: RunResult, b: RunResult) -> ReplayComparison:
         raise UsageError(f"{run_name(a)} and {run_name(b)} share no lane count: the first ran "
                          f"{', '.join(map(str, sorted(la))) or 'none'}; the second {', '.join(map(str, sorted(lb))) or 'none'}")
     blocks = [ReplayBlock(c, _rows(la[c], lb[c]), _bins(_context_bins(la[c]), _context_bins(lb[c]))) for c in shared]
-    warnings = model_warnings(a.manifest, b.manifest)
+    warnings = model_warnings(a.manifest, b.manifest) + condition_warnings(a, b)
     ta = ((a.manifest.workload or {}).get("trajectories") or {}).get("sha256")
     tb = ((b.manifest.workload or {}).get("trajectories") or {}).get("sha256")
     if ta != tb:

@@ -13,7 +13,7 @@ from ..levels import ServingLevel
 from ..results import RunResult
 from ..session_view import BUSTED, WARM
 from .levels import band_of, band_range, figure, times
-from .sides import model_warnings, run_name
+from .sides import condition_warnings, model_warnings, run_name
 
 #: Two sides' contexts at a turn closer than this are one context (a chat template or a marker apart).
 SAME_CONTEXT = 0.05
@@ -145,7 +145,7 @@ def compare_sessions(a: RunResult, b: RunResult) -> SessionComparison:
             {k: SessionSide.of(s) for (cc, k), s in lb.items() if cc == c}, gains,
             {m: (band_of(a, name), band_of(b, name)) for m, name in (("ttft", "Median TTFT"),
                                                                      ("throughput", "Aggregate output"))}))
-    warnings = model_warnings(a.manifest, b.manifest) + _session_workload_warnings(a, b)
+    warnings = model_warnings(a.manifest, b.manifest) + condition_warnings(a, b) + _session_workload_warnings(a, b)
     warnings += session_view.warnings(a) + session_view.warnings(b)
     warnings += [f"{run_name(r)} is {r.predicted_mark}, not measured" for r in (a, b) if r.predicted_mark]
     if a.predicted_mark or b.predicted_mark:

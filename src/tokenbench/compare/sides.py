@@ -58,9 +58,24 @@ def model_warnings(ma: Manifest, mb: Manifest) -> list[str]:
     return out
 
 
+def condition_warnings(a: RunResult, b: RunResult) -> list[str]:
+    """A side that did not run to its end, or ran where its guard found other work: a ratio then says as much of
+    that as of the boxes (two runs of one command on one box read "B 1.17x", "A 1.37x" without a word of it)."""
+    out = []
+    for r in (a, b):
+        if r.status not in ("complete", ""):
+            out.append(f"{run_name(r)} was {r.status}: its figures are of the levels it finished")
+        levels = [s for o in r.outcomes if (s := o.serving) is not None]
+        dirty = sum("dirty_bench" in s.flags for s in levels)
+        if dirty:
+            out.append(f"{run_name(r)}: {dirty} of {len(levels)} levels ran where the guard found the machine busy "
+                       "(dirty_bench): other work's share is in its figures")
+    return out
+
+
 def shape_warnings(a: RunResult, b: RunResult) -> list[str]:
     ma, mb = a.manifest, b.manifest
-    out = model_warnings(ma, mb)
+    out = model_warnings(ma, mb) + condition_warnings(a, b)
     wa, wb = ma.workload or {}, mb.workload or {}
     la = (wa.get("input_len"), wa.get("output_len"))
     lb = (wb.get("input_len"), wb.get("output_len"))
