@@ -138,3 +138,19 @@ def test_runs_given_twice_are_all_kept() -> None:
     assert p.parse_args(["recommend", "--model", "x", "--runs", "a", "--runs", "b", "c"]).runs == ["a", "b", "c"]
     assert p.parse_args(["calibrate", "--runs", "a", "--runs", "b", "--out", "x.toml"]).runs == ["a", "b"]
     assert p.parse_args(["recommend", "--model", "x"]).runs == []
+
+
+def test_runs_names_a_capacity_search_by_its_command(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capacity search is stored as the sweep it ran: the list called it "sweep"."""
+    from tokenbench.store import Store
+
+    monkeypatch.setenv("COLUMNS", "120")
+    store = Store(tmp_path / "r.db")
+    store.save_run("run-cap", "sweep", "cap", {"label": "cap", "capacity": {"axis": "concurrency"}}, "measured", [],
+                   "0", "2026", "2026")
+    store.save_run("run-plain", "sweep", "plain", {"label": "plain"}, "measured", [], "0", "2026", "2026")
+    assert main(["runs", "--db", str(tmp_path / "r.db")]) == 0
+    rows = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines() if ln.split()[:1] and
+            ln.split()[0].startswith("run-")}
+    assert "capacity" in rows["run-cap"] and "sweep" not in rows["run-cap"] and "sweep" in rows["run-plain"], rows

@@ -25,6 +25,14 @@ from .options import POSITIVE_INT, add_db, add_json, add_latest
 from typing import Any
 
 
+def _kind(stored: str, m: Manifest) -> str:
+    """The command that made a run, as a user typed it: a capacity search is stored as the sweep it ran (its
+    manifest says how it searched), and read "sweep" in the list."""
+    if stored == "sweep" and m.capacity:
+        return "capacity"
+    return stored
+
+
 def cmd_runs(a: argparse.Namespace, console: Console) -> int:
     check_output(a.json, "--json")
     store = Store(a.db, readonly=True)
@@ -39,7 +47,7 @@ def cmd_runs(a: argparse.Namespace, console: Console) -> int:
         console.print(f"no runs in {store.path}", markup=False)
         return 0
     header = ["Run", "Started", "Kind", "Label", "Model", "Engine", "Levels", "Status"]
-    cells = [[r.id, started_cell(r.started), r.kind, r.label or "", model_cell(manifests[r.id].model or ""),
+    cells = [[r.id, started_cell(r.started), _kind(r.kind, manifests[r.id]), r.label or "", model_cell(manifests[r.id].model or ""),
               manifests[r.id].engine or "", str(counts.get(r.id, 0)), r.status] for r in rows]
     # what every run shares goes above the table; a run id is never cut (show and compare take it), and where the
     # table cannot fit a narrow terminal with both, the start it holds stands for the Started column
