@@ -58,14 +58,15 @@ PYTEST := env $(ENGINES_SEEN) $(HOSTILE_ENV) $(BIN)/python -m pytest
 
 # The tests that need no engine mostly wait on sockets and timers (one process used a seventh of a core through
 # them), so they run in WORKERS processes side by side (pytest-xdist); the engine tests run one at a time after
-# them, as their cross-checks time real servers that share the machine's cores.
+# them, as their cross-checks time real servers that share the machine's cores, and so do the tests marked alone,
+# which read the whole machine (its processes, its CPU load), where the tests beside them would be other work.
 WORKERS ?= 4
 
 ## make test: pyflakes and mypy, then every test: the real engines and the cross-checks against the reference tools included
 # (the generated inputs at CI's full count)
 test: lint engines $(VENV)/.installed-llama-cpp-python
-	TOKENBENCH_FUZZ=ci $(PYTEST) -m "not engine" -n $(WORKERS)
-	TOKENBENCH_FUZZ=ci $(PYTEST) -m engine
+	TOKENBENCH_FUZZ=ci $(PYTEST) -m "not engine and not alone" -n $(WORKERS)
+	TOKENBENCH_FUZZ=ci $(PYTEST) -m "engine or alone"
 
 lint: $(VENV)/.installed
 	$(BIN)/python -m pyflakes src tests benchmarks
@@ -73,7 +74,8 @@ lint: $(VENV)/.installed
 
 ## make test-fast: every test that needs no engine and is not marked slow, with a twentieth of the generated inputs
 test-fast: $(VENV)/.installed
-	TOKENBENCH_FUZZ=fast $(PYTEST) -m "not engine and not slow" -n $(WORKERS)
+	TOKENBENCH_FUZZ=fast $(PYTEST) -m "not engine and not slow and not alone" -n $(WORKERS)
+	TOKENBENCH_FUZZ=fast $(PYTEST) -m "alone and not engine and not slow"
 
 ## make bench: the client-overhead benchmark (a table; not a test)
 bench: $(VENV)/.installed

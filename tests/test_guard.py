@@ -98,6 +98,7 @@ def test_thresholds_from_a_toml_file(tmp_path: Path) -> None:
     assert r["cpu_governor"].status == "fail"
 
 
+@pytest.mark.alone  # any server-like process of a test beside it is found too
 def test_a_real_second_server_process_is_found() -> None:
     # a real process whose command line is a llama.cpp server's (bash's exec -a sets argv[0])
     p = subprocess.Popen(["bash", "-c", "exec -a llama-server sleep 30"])
@@ -170,6 +171,7 @@ def test_a_real_llama_server_beside_the_target_is_found(model_cache: Path, monke
         assert guard.ServingProcesses().run(env).status == "pass"
 
 
+@pytest.mark.alone  # the tests beside it are other work: 99% against 69% busy, where one core is 50 points
 def test_the_measured_servers_own_children_are_not_other_work() -> None:
     # vLLM runs its engine and workers as child processes: their CPU is the target's, not another job's.
     import sys

@@ -90,6 +90,7 @@ def test_guard_over_the_agent_is_the_hosts_snapshot() -> None:
     assert all(isinstance(r, guard.CheckResult) for r in snap.results)
 
 
+@pytest.mark.alone  # any server-like process of a test beside it is found too
 def test_the_guard_does_not_count_the_servers_own_processes() -> None:
     # a process whose command line is a llama.cpp server's, on this host
     other = subprocess.Popen(["bash", "-c", "exec -a llama-server sleep 30"])
