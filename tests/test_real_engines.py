@@ -170,57 +170,18 @@ def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
 # its tokens are pieces of a multi-byte character, which vLLM streams as chunks with empty text (the chunk rule).
 
 
-#: the line the reference writes once vLLM is imported and after each run (tests/reference/vllm_bench_serve.py)
-DONE_MARK = "@@vllm-bench-serve-done"
-
-
-class ReferenceBench:
-    """``vllm bench serve`` in one process of vLLM's environment for the whole test, a run per line it is sent
-    (``tests/reference/vllm_bench_serve.py --each-line``): importing vLLM took 8.6 s a run on 2 cores, 77 s of the test."""
-
-    def __init__(self, log: Path) -> None:
-        self.log = log.open("w")  # vLLM's warnings: a pipe nobody reads would fill and stop it
-        self.proc = subprocess.Popen([str(vllm_env.python()), str(REFERENCE / "vllm_bench_serve.py"), "--each-line"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        self._done()  # vLLM imported: nothing else runs beside a timed run
-
-    def run(self, args: list[str]) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(args) + "\n")
-        self.proc.stdin.flush()
-        self._done()
-
-    def _done(self) -> None:
-        assert self.proc.stdout is not None
-        said: list[str] = []
-        for line in self.proc.stdout:
-            if line.startswith(DONE_MARK):
-                assert line.split()[1] == "0", "".join(said[-40:]) + Path(self.log.name).read_text()[-2000:]
-                return
-            said.append(line)
-        pytest.fail("vllm bench serve stopped: " + "".join(said[-40:]) + Path(self.log.name).read_text()[-2000:])
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-
-
-def _vllm_bench(ref: ReferenceBench, server: RunningEngine, model: tiny.TinyModel, concurrency: int, n: int,
-                seed: int, out: Path) -> dict[str, Any]:
+def _vllm_bench(server: RunningEngine, model: tiny.TinyModel, concurrency: int, n: int, seed: int,
+                out: Path) -> dict[str, Any]:
     # A new --seed every run: with its default seed vllm bench serve sends the same prompts every run, and vLLM's
     # prefix cache serves them (measured: 512 of 3,080 prompt tokens from the cache on a repeat, median TTFT at
     # concurrency 4 down 19%). No ready check: it would be one more request in the server's own TTFT metrics.
-    ref.run(["--backend", "openai", "--base-url", server.base_url[:-3], "--model", server.model,
-             "--tokenizer", str(model.hf_dir), "--dataset-name", "random", "--random-input-len", "128",
-             "--random-output-len", "32", "--num-prompts", str(n), "--max-concurrency", str(concurrency),
-             "--ignore-eos", "--seed", str(seed), "--ready-check-timeout-sec", "0", "--save-result",
-             "--save-detailed", "--result-filename", str(out)])
+    cmd = [str(vllm_env.python()), str(REFERENCE / "vllm_bench_serve.py"), "--backend", "openai",
+           "--base-url", server.base_url[:-3], "--model", server.model, "--tokenizer", str(model.hf_dir),
+           "--dataset-name", "random", "--random-input-len", "128", "--random-output-len", "32",
+           "--num-prompts", str(n), "--max-concurrency", str(concurrency), "--ignore-eos", "--seed", str(seed),
+           "--ready-check-timeout-sec", "0", "--save-result", "--save-detailed", "--result-filename", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return _json(out)  # type: ignore[no-any-return]
 
 
@@ -332,7 +293,7 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
 
     def run_theirs(c: int, rnd: int) -> None:
         before = _metrics(server)
-        ref = _vllm_bench(reference, server, model, c, n[c], 1000 * rnd + c, tmp_path / f"vb-{rnd}-{c}.json")
+        ref = _vllm_bench(server, model, c, n[c], 1000 * rnd + c, tmp_path / f"vb-{rnd}-{c}.json")
         after = _metrics(server)
         assert ref["completed"] == n[c] and ref["total_output_tokens"] == 32 * n[c]
         one = {"tps": [ref["output_throughput"]], "ttft": [t * 1000 for t in ref["ttfts"]],
@@ -349,15 +310,11 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
         decode.setdefault(("vllm bench serve", c), []).append(
             statistics.fmean(theirs_decode) / server_decode(before, after, n[c]) - 1)
 
-    reference = ReferenceBench(tmp_path / "vllm-bench-serve.log")
-    try:
-        for rnd in range(3):
-            for c in n:
-                first, second = (run_ours, run_theirs) if rnd % 2 == 0 else (run_theirs, run_ours)
-                first(c, rnd)
-                second(c, rnd)
-    finally:
-        reference.close()
+    for rnd in range(3):
+        for c in n:
+            first, second = (run_ours, run_theirs) if rnd % 2 == 0 else (run_theirs, run_ours)
+            first(c, rnd)
+            second(c, rnd)
     table = {}
     for c in n:
         for k in keys:
