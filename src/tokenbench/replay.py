@@ -99,7 +99,8 @@ class ReplayPlan:
         """One line for the table's heading: the set, how pauses were capped, lengths and times as scaled."""
         f = self.trajectories.figures
         parts = [f"replay of {self.trajectories.path.name} ({self.trajectories.format}, {f.trajectories} "
-                 f"trajector{'y' if f.trajectories == 1 else 'ies'}, {f.calls} calls, {f.subagents} subagent{'' if f.subagents == 1 else 's'})",
+                 f"trajector{'y' if f.trajectories == 1 else 'ies'}, {f.calls} calls, "
+                 f"{f.subagents} subagent{'' if f.subagents == 1 else 's'})",
                  "pauses as recorded" if self.max_think_s is None else f"pauses capped at {self.max_think_s:g} s"]
         if self.scale != 1:
             parts.append(f"lengths / {self.scale:g}")

@@ -41,7 +41,8 @@ def replay_lines(s: ServingLevel) -> list[str]:
     r = s.replay
     if r is None:
         return []
-    trees = f"{r.trees_finished}/{r.trees} trees finished" + (f" ({r.subagents} subagent{'' if r.subagents == 1 else 's'})" if r.subagents else "")
+    subagents = f"{r.subagents} subagent{'' if r.subagents == 1 else 's'}"
+    trees = f"{r.trees_finished}/{r.trees} trees finished" + (f" ({subagents})" if r.subagents else "")
     if r.tree_s.p50 is not None:
         trees += f", tree time p50 {r.tree_s.p50:.1f} s" + (
             f" (p90 {r.tree_s.p90:.1f} s)" if r.tree_s.p90 is not None and r.tree_s.n > 1 else "")

@@ -122,8 +122,8 @@ def _print_sessions(console: Console, done: Compared, fmt: str) -> None:
                   "turn, so no cache serves it. A/B: A's figure over B's (a time below 1, or a rate above 1: A is faster).",
                   markup=False, highlight=False)
     for block in sc.blocks:
-        console.print(f"\nconcurrency {block.concurrency} ({block.concurrency} session{'' if block.concurrency == 1 else 's'} at once)", markup=False,
-                      highlight=False)
+        sessions = f"{block.concurrency} session{'' if block.concurrency == 1 else 's'}"
+        console.print(f"\nconcurrency {block.concurrency} ({sessions} at once)", markup=False, highlight=False)
         gap = "\n" if fmt == "markdown" else ""  # two Markdown tables apart, not one
         head, rows = session_turn_table(block)
         print_table(console, head, rows, fmt, numeric=True)

@@ -47,8 +47,9 @@ def cmd_runs(a: argparse.Namespace, console: Console) -> int:
         console.print(f"no runs in {store.path}", markup=False)
         return 0
     header = ["Run", "Started", "Kind", "Label", "Model", "Engine", "Levels", "Status"]
-    cells = [[r.id, started_cell(r.started), _kind(r.kind, manifests[r.id]), r.label or "", model_cell(manifests[r.id].model or ""),
-              manifests[r.id].engine or "", str(counts.get(r.id, 0)), r.status] for r in rows]
+    cells = [[r.id, started_cell(r.started), _kind(r.kind, manifests[r.id]), r.label or "",
+              model_cell(manifests[r.id].model or ""), manifests[r.id].engine or "", str(counts.get(r.id, 0)),
+              r.status] for r in rows]
     # what every run shares goes above the table; a run id is never cut (show and compare take it), and where the
     # table cannot fit a narrow terminal with both, the start it holds stands for the Started column
     said = all(cell[1] == id_started(r.id) for r, cell in zip(rows, cells))

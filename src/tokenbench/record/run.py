@@ -58,8 +58,8 @@ class Summary:
         if self.skipped:
             out.append(f"{sum(self.skipped.values())} answered but not recorded: " + _reasons(self.skipped))
         if self.others:
-            out.append(f"{self.others} other request{'' if self.others == 1 else 's'} forwarded (paths that are not chat completions, messages "
-                       "or responses)")
+            out.append(f"{self.others} other request{'' if self.others == 1 else 's'} forwarded (paths that are not "
+                       "chat completions, messages or responses)")
         if self.lost:
             out.append(f"{self.lost}: the log holds what it wrote before")
         return out
