@@ -215,9 +215,13 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
       tokenbench run saw is printed. Since then one CI run read one run of three 8.2% short (the others -0.03%
       and +0.03%): one first token delivered late on a 2-core host that vLLM's engine keeps busy. A client
       that reads late does so in every run, so the median run is held to 3% and each run to 15%.
-    Against the reference tool, at every concurrency: TTFT, TPOT, ITL (medians pooled over every request) and
-    output tok/s (the median run) within 10% of the reference's. Measured: within 3.2% for every metric at 1, 4 and
-    16 in two runs (an earlier run read output tok/s at 1 6.5% low). Beside that, each value lies within the range of the reference's own run medians widened by
+    Against the reference tool, at every concurrency: TTFT (the median pooled over every request), TPOT and ITL
+    (the means pooled over every request) and output tok/s (the median run) within 10% of the reference's.
+    TPOT's and ITL's medians were compared first, within 3.2% in two runs, until a CI run read TPOT at
+    concurrency 4 or 16 13% apart: that run's requests fell at about 25 and about 43 ms, and a median over two such
+    modes jumps from one to the other as their shares pass a half. In one run of the test the means agreed within
+    2.1% at every concurrency, where ITL's medians at 16 read 9.1% apart. Beside that, each value lies within the
+    range of the reference's own run medians widened by
     10% (TTFT at concurrency 4 by 25%), where that range means something:
     - every metric at concurrency 1;
     - throughput and TTFT at concurrency 4. Equal-length requests drive vLLM in lock-step waves: of four requests
@@ -321,7 +325,10 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
             a, b = statistics.median(ours[c][k]), statistics.median(theirs[c][k])
             lo, hi = min(their_runs[c][k]), max(their_runs[c][k])
             table[f"c{c} {k}"] = (round(a, 2), round(b, 2), f"{a / b - 1:+.1%}", f"ref runs {lo:.2f}..{hi:.2f}")
-    print("tokenbench vs vllm bench serve (median):", table)
+            if k in ("tpot", "itl"):
+                a, b = statistics.fmean(ours[c][k]), statistics.fmean(theirs[c][k])
+                table[f"c{c} mean {k}"] = (round(a, 2), round(b, 2), f"{a / b - 1:+.1%}")
+    print("tokenbench vs vllm bench serve (medians, and TPOT's and ITL's means):", table)
     print("TTFT over the server's own (ms):", {f"{t} c{c}": [round(x, 1) for x in v] for (t, c), v in overhead.items()})
     print("decode time against the server's own:", {f"{t} c{c}": [f"{x:+.1%}" for x in v] for (t, c), v in decode.items()})
     print("run medians, TPOT (ms):", {f"c{c}": {"tokenbench": [round(x, 1) for x in our_runs[c]],
@@ -331,8 +338,11 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
     print("token chunks with no visible text (held back):", {f"c{c}": f"{h}/{t}" for c, (h, t) in held.items()})
     for c in n:
         for k in keys:
-            # the two tools' medians pooled over their rounds, within 10% of each other
-            assert abs(statistics.median(ours[c][k]) / statistics.median(theirs[c][k]) - 1) <= 0.10, table
+            # the two tools pooled over their rounds, within 10% of each other: TTFT's medians, TPOT's and ITL's
+            # means (requests fall in a few speeds, and a median jumps from one to the next as their shares pass
+            # half; the mean moves with the shares)
+            pooled = statistics.fmean if k in ("tpot", "itl") else statistics.median
+            assert abs(pooled(ours[c][k]) / pooled(theirs[c][k]) - 1) <= 0.10, table
             if c > 1 and k in ("tpot", "itl"):
                 continue  # a run's lock-step mode: held to the server's own decode times below
             band = 0.25 if (c, k) == (4, "ttft") else 0.10
