@@ -205,3 +205,11 @@ def test_markdown_notes_are_paragraphs_of_their_own() -> None:
                                              slo=slo.describe(), slo_met=True)])
     tail = md.split("|\n\n", 1)[1].split("\n")
     assert tail[0] and all(not ln for ln in tail[1::2]) and all(tail[0::2]), md  # note, blank, note, ...
+
+
+def test_a_count_of_one_reads_in_the_singular() -> None:
+    """"1 agents", "1 subagents", "0 slot": a count and its noun, written in one place."""
+    from tokenbench.layout import plural
+
+    assert [plural(n, "agent") for n in (0, 1, 2)] == ["0 agents", "1 agent", "2 agents"]
+    assert plural(1, "warm-up request") == "1 warm-up request" and plural(3, "slot") == "3 slots"

@@ -16,6 +16,7 @@ from .predict import session as ps
 from .predict.calibration import Calibration
 from .predict.setup import LLAMA_DEFAULT_SLOTS, Setup, usual_setup
 from .predict.specs import Catalog, HardwareSpec
+from .layout import plural
 
 #: A predicted capacity is searched up to this many agents; a box that serves them all is "at least" this.
 PREDICTED_AGENTS_MAX = 1024
@@ -81,8 +82,8 @@ def _fitting(c: Candidate, s: Setup, cat: Catalog, cal: Calibration, w: Workload
     if f.fits:
         return s
     c.memory_gb = (f.total_gb, f.usable_gb)
-    c.exclude("does not fit", f"does not fit: needs {f.total_gb:,.0f} GiB of {f.usable_gb:,.0f} GiB for {agents} "
-              f"agent{'s' if agents != 1 else ''}")
+    c.exclude("does not fit", f"does not fit: needs {f.total_gb:,.0f} GiB of {f.usable_gb:,.0f} GiB for "
+              f"{plural(agents, 'agent')}")
     return None
 
 

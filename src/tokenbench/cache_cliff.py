@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import prometheus
 from .slo import SloCheck
+from .layout import plural
 
 if TYPE_CHECKING:
     from .capacity import CapacityAnswer, Verdict
@@ -138,7 +139,7 @@ class Cliff:
         size = f" of up to {self.last_turn_tokens:,.0f} tokens" if self.last_turn_tokens else ""
         if self.kept is None:
             return f"no level kept its sessions warm (the lowest, {self.warm_at:.0f}, cached {self.warm_share:.0%})"
-        kept = f"the cache keeps {self.kept:.0f} session{'s' if self.kept != 1 else ''}{size} warm"
+        kept = f"the cache keeps {plural(round(self.kept), 'session')}{size} warm"
         if self.fell_at is None:
             return f"{kept} (every level searched: cached share {self.share_kept:.0%} at {self.kept:.0f})"
         if not self.cache_failed:

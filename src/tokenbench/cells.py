@@ -3,6 +3,7 @@ concurrency, a session's cache mode), a count of agents."""
 
 from __future__ import annotations
 
+from .layout import plural
 from .levels import ServingLevel
 
 
@@ -35,4 +36,4 @@ def level_label(s: ServingLevel) -> str:
 
 def agents_text(n: int | None) -> str:
     """"1 agent", "8 agents"."""
-    return f"{n} agent{'' if n == 1 else 's'}"
+    return plural(n, "agent")

@@ -1,6 +1,7 @@
 """How a table fits a width: column widths, headers on two lines, text wrapped where it reads on, the columns
 that hold one value said once above it (a terminal of 80 columns is the width every table is held to), and the
-same rows as a Markdown table. Strings in, strings out: nothing here prints."""
+same rows as a Markdown table, and a count written with its noun. Strings in, strings out: nothing here
+prints."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from rich.cells import cell_len
+
+
+def plural(n: int | None, word: str) -> str:
+    """A count and its noun: "1 agent", "8 agents", "0 slots" (nouns whose plural adds an s)."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def md_escape(text: str) -> str:

@@ -24,6 +24,7 @@ from .metrics import client_delays
 from .records import Phase, RequestRecord
 from .background import cancel_and_wait
 from .errors import UsageError
+from .layout import plural
 
 NS_PER_S = 1_000_000_000
 
@@ -106,7 +107,7 @@ class Level:
         if self.rate is not None:
             return f"rate {self.rate:g}/s {self.arrival}"
         if self.cache is not None:
-            return f"{self.concurrency} agent{'' if self.concurrency == 1 else 's'}, cache {self.cache}"
+            return f"{plural(self.concurrency, 'agent')}, cache {self.cache}"
         return f"concurrency {self.concurrency}"
 
     @property

@@ -46,6 +46,7 @@ from .sessions import SESSION_HEADER
 from .chat import Message
 from .trajectories.model import Call, Trajectory, TrajectorySet
 from .workload import PromptBuilder, Tokenizer
+from .layout import plural
 
 Answers = Literal["recorded", "live"]
 #: AgentX's cap on a recorded pause between turns, seconds.
@@ -100,7 +101,7 @@ class ReplayPlan:
         f = self.trajectories.figures
         parts = [f"replay of {self.trajectories.path.name} ({self.trajectories.format}, {f.trajectories} "
                  f"trajector{'y' if f.trajectories == 1 else 'ies'}, {f.calls} calls, "
-                 f"{f.subagents} subagent{'' if f.subagents == 1 else 's'})",
+                 f"{plural(f.subagents, 'subagent')})",
                  "pauses as recorded" if self.max_think_s is None else f"pauses capped at {self.max_think_s:g} s"]
         if self.scale != 1:
             parts.append(f"lengths / {self.scale:g}")

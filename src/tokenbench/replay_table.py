@@ -12,6 +12,7 @@ from .cells import level_label, ms, num
 from .console import print_table
 from .levels import ServingLevel
 from .replay_stats import ContextBin
+from .layout import plural
 
 
 def _tokens(n: int) -> str:
@@ -41,7 +42,7 @@ def replay_lines(s: ServingLevel) -> list[str]:
     r = s.replay
     if r is None:
         return []
-    subagents = f"{r.subagents} subagent{'' if r.subagents == 1 else 's'}"
+    subagents = plural(r.subagents, "subagent")
     trees = f"{r.trees_finished}/{r.trees} trees finished" + (f" ({subagents})" if r.subagents else "")
     if r.tree_s.p50 is not None:
         trees += f", tree time p50 {r.tree_s.p50:.1f} s" + (
@@ -82,7 +83,7 @@ def replay_heading(wl: dict[str, Any]) -> str:
     think = wl.get("max_think_s")
     n = t.get("trajectories")
     parts = [f"replay of {t.get('path')} ({t.get('format')}: {n} {'trajectory' if n == 1 else 'trajectories'}, "
-             f"{t.get('calls')} calls, {t.get('subagents')} subagent{'' if t.get('subagents') == 1 else 's'})",
+             f"{t.get('calls')} calls, {plural(t.get('subagents'), 'subagent')})",
              "pauses as recorded" if think is None else f"pauses capped at {think:g} s"]
     if wl.get("scale") not in (None, 1, 1.0):
         parts.append(f"lengths / {wl['scale']:g}")

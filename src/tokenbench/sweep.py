@@ -44,6 +44,7 @@ from .workers.auto import start_workers
 from .workers.messages import ClientSpec
 from .workers.pool import WorkerPool
 from .workload import PromptBuilder
+from .layout import plural
 
 CONNECTION_ERRORS = {"connection", "disconnected", "stream_broken"}
 
@@ -337,7 +338,7 @@ class _Sweep:
         server_snap = await self.host.guard(cfg.guard, f"before level {level.describe()}")
         try:
             if n_warm:
-                rep.note(f"{desc}: {n_warm} warm-up request{'s' if n_warm != 1 else ''} (not counted)")
+                rep.note(f"{desc}: {plural(n_warm, 'warm-up request')} (not counted)")
                 await load.warmup(level, n_warm, self.seed, records)
                 if cfg.warmup_auto:
                     await self.settle(load, level, n_warm, records, desc)

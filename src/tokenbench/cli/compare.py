@@ -9,6 +9,7 @@ from rich.console import Console
 
 from .common import check_output, emit_json
 from .options import POSITIVE_INT, add_db, add_json, add_latest
+from ..layout import plural
 
 if TYPE_CHECKING:
     from ..compare.capacity import CapacityComparison
@@ -122,7 +123,7 @@ def _print_sessions(console: Console, done: Compared, fmt: str) -> None:
                   "turn, so no cache serves it. A/B: A's figure over B's (a time below 1, or a rate above 1: A is faster).",
                   markup=False, highlight=False)
     for block in sc.blocks:
-        sessions = f"{block.concurrency} session{'' if block.concurrency == 1 else 's'}"
+        sessions = plural(block.concurrency, "session")
         console.print(f"\nconcurrency {block.concurrency} ({sessions} at once)", markup=False, highlight=False)
         gap = "\n" if fmt == "markdown" else ""  # two Markdown tables apart, not one
         head, rows = session_turn_table(block)

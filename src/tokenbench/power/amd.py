@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import PowerError, PowerSource, Scope, read_microunits
+from ..layout import plural
 
 APU_NOTE = "on an APU the amdgpu sensor reads the whole package (GPU and CPU cores), not the GPU alone"
 #: amdsmi marks a field the device does not report with UINT32_MAX (or the text "N/A").
@@ -65,7 +66,7 @@ class AmdHwmonSource(PowerSource):
         apus = [f for f in self.files.values() if is_apu(f.parent)]
         self.measures = Scope.APU_PACKAGE if apus else Scope.GPU_BOARD
         kinds = sorted({f.name for f in self.files.values()})
-        self.note = f"amdgpu hwmon {', '.join(kinds)} ({len(self.files)} device{'s' if len(self.files) > 1 else ''})" \
+        self.note = f"amdgpu hwmon {', '.join(kinds)} ({plural(len(self.files), 'device')})" \
             + (f"; {APU_NOTE}" if apus else "; the GPU's socket power as its driver reports it")
         for ch, f in self.files.items():  # readable now, or say why at once
             try:
@@ -105,7 +106,7 @@ class AmdSmiSource(PowerSource):
         apu = any(is_apu(d) for d in amdgpu_hwmons(root))
         self.measures = Scope.APU_PACKAGE if apu else Scope.GPU_BOARD
         self.note = ("energy accumulators" if self.counter else "socket power, sampled") + \
-            f" of {len(self.handles)} device{'s' if len(self.handles) > 1 else ''}" + (f"; {APU_NOTE}" if apu else "")
+            f" of {plural(len(self.handles), 'device')}" + (f"; {APU_NOTE}" if apu else "")
 
     def _energy(self, h: Any) -> float | None:
         try:

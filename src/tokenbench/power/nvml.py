@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import PowerError, PowerSource, Scope
+from ..layout import plural
 
 
 def _load() -> Any:
@@ -39,7 +40,7 @@ class NvmlSource(PowerSource):
             raise PowerError("nvml: NVML sees no GPU")
         self.counter = all(self._energy(h) is not None for h in self.handles.values())
         self.note = ("GPU boards' energy counters" if self.counter else "GPU boards' power, sampled") + \
-            f" ({len(self.handles)} GPU{'s' if len(self.handles) > 1 else ''}, summed)"
+            f" ({plural(len(self.handles), 'GPU')}, summed)"
 
     def _energy(self, h: Any) -> float | None:
         try:

@@ -23,6 +23,7 @@ from ..errors import UsageError
 from . import roofline as rf
 from . import serving
 from .setup import Setup
+from ..layout import plural
 
 #: A session when nothing else is given: ``sweep --sessions``'s defaults, so that predict and recommend predict what
 #: it measures (a test holds them equal to sweep's options): turns, the shared system prompt, the task of turn 1 and
@@ -298,7 +299,7 @@ def assumptions(s: Setup, p: SessionPrediction) -> list[str]:
         else:
             how = "the estimates for several agents leave out llama.cpp's hybrid split: they are optimistic"
         n = held(s, p.agents)
-        out.append(f"from turn {unfit[0].turn} the box cannot hold {n} context{'s' if n > 1 else ''} of "
+        out.append(f"from turn {unfit[0].turn} the box cannot hold {plural(n, 'context')} of "
                    f"{unfit[0].context + sh.output:,} tokens beside the weights (as fit counts memory): {how}")
     return out
 

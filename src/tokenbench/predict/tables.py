@@ -12,6 +12,7 @@ from .memory import Fit, FIT_SEARCH_TOKENS, kv_bytes, state_bytes
 from .specs import GIB
 from .session import SessionPrediction, rounds
 from .specs import Catalog
+from ..layout import plural
 
 Table = tuple[list[str], list[list[str]]]
 
@@ -340,6 +341,6 @@ def session_lines(s: Setup, p: SessionPrediction, sessions: int | None = None) -
                      + what)
     if sessions:
         r = rounds(sessions, p.agents)
-        lines.append(f"{sessions} sessions on {p.agents} agent{'s' if p.agents > 1 else ''}: {r} after another, "
+        lines.append(f"{sessions} sessions on {plural(p.agents, 'agent')}: {r} after another, "
                      f"{_seconds(r * pick(warm.total))}{what}")
     return lines

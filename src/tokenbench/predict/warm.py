@@ -22,6 +22,7 @@ from typing import Any
 from . import memory
 from .session import SessionPrediction
 from .setup import Setup
+from ..layout import plural
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -79,7 +80,7 @@ def predict_warm(s: Setup, p: SessionPrediction, cache_ram_mib: int | None = Non
 
     def restored(r: float) -> int:
         return int(r // last) if last > 0 else 0
-    how = f"{slots} slot{'s' if slots > 1 else ''} (--parallel)" + (
+    how = f"{plural(slots, 'slot')} (--parallel)" + (
         f" and {ram / MIB:,.0f} MiB of host prompt cache (--cache-ram), {last / MIB:,.0f} MiB a session saved at "
         "its last turn" if ram else ", no host prompt cache (--cache-ram 0)")
     spare = max(0.0, free - slots * last)

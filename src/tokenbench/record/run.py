@@ -23,6 +23,7 @@ from aiohttp import web
 from ..errors import UsageError
 from .proxy import Proxy
 from .writer import WriterConfig, WriterCounts, WriterLink, header
+from ..layout import plural
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ class Summary:
         if self.skipped:
             out.append(f"{sum(self.skipped.values())} answered but not recorded: " + _reasons(self.skipped))
         if self.others:
-            out.append(f"{self.others} other request{'' if self.others == 1 else 's'} forwarded (paths that are not "
+            out.append(f"{plural(self.others, 'other request')} forwarded (paths that are not "
                        "chat completions, messages or responses)")
         if self.lost:
             out.append(f"{self.lost}: the log holds what it wrote before")

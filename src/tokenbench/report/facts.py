@@ -12,6 +12,7 @@ from ..levels import LevelSummary, ServingLevel
 from ..results import Manifest, RunResult
 from .series import is_predicted, pricing
 from .style import depth_label
+from ..layout import plural
 
 
 @dataclass(slots=True)
@@ -28,7 +29,7 @@ class GuardState:
         if not self.recorded:
             return "guard off" if self.mode == "off" else "not recorded"
         if not self.dirty and not self.problems:
-            return f"clean ({self.recorded} snapshot{'s' if self.recorded != 1 else ''})"
+            return f"clean ({plural(self.recorded, 'snapshot')})"
         names = ", ".join(dict.fromkeys(p[1] for p in self.problems))
         if not self.dirty:
             return f"clean with warnings: {names} ({self.recorded} snapshots)"

@@ -24,6 +24,7 @@ from ..results import RunResult
 from . import comparison, facts, figures, sessions, style
 from .document import Report
 from .series import Plot, is_predicted, pricing, run_name
+from ..layout import plural
 
 BOOT_SCRIPT = """
 (function () {
@@ -342,7 +343,7 @@ def render(rep: Report) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
-        f'<p class="meta">{len(runs)} run{"s" if len(runs) != 1 else ""}, written {rep.written} by tokenbench '
+        f'<p class="meta">{plural(len(runs), "run")}, written {rep.written} by tokenbench '
         f"{_e(__version__)}. Each run keeps its colour in every table and plot. Measured: solid lines, filled "
         "markers, drawn on top. PREDICTED: dashed lines, open markers. p50 solid, p99 dotted.</p>",
         '<section id="sides"><h2>The runs side by side</h2>', _sides(runs, price_per_hour, currency), "</section>",

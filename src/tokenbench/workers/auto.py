@@ -18,6 +18,7 @@ from .messages import ClientSpec
 from .pool import WorkerPool
 from .send_cost import send_cost_us
 from .split import SEND_QUEUE_GOAL_MS, auto_workers, usable_core_ids, usable_cores
+from ..layout import plural
 
 
 async def choose_workers(url: str, levels: list[Level], spec: ClientSpec,
@@ -33,8 +34,9 @@ async def choose_workers(url: str, levels: list[Level], spec: ClientSpec,
         cores = max(1, cores // 2)
     elif free:  # the server's processes are pinned to other cores (taskset, a cpuset): the client takes the rest
         cores = free
-    of = _cores(cores) + (" (half this machine's: the server shares it)" if shared else
-                          f" (the server's processes keep to {_cores(len(theirs or ()))} of their own)" if free else "")
+    of = plural(cores, "core") + (" (half this machine's: the server shares it)" if shared else
+                                  f" (the server's processes keep to {plural(len(theirs or ()), 'core')} of their own)"
+                                  if free else "")
     streams = max((lv.concurrency or lv.max_concurrency or 1) for lv in levels) if levels else 1
     send_us = await send_cost_us(spec, prompt_chars=4 * prompt_tokens) if streams > 1 and cores > 1 else None
     n = auto_workers(levels, cores, send_us)
@@ -44,10 +46,6 @@ async def choose_workers(url: str, levels: list[Level], spec: ClientSpec,
     return n, {"workers": n, "streams": streams, "cores": cores, "server_here": here, "shares_cores": shared,
                "send_us": round(send_us, 1) if send_us is not None else None,
                "send_queue_goal_ms": SEND_QUEUE_GOAL_MS, "why": why}
-
-
-def _cores(n: int) -> str:
-    return f"{n} core{'s' if n != 1 else ''}"
 
 
 async def start_workers(spec: ClientSpec, url: str, workers: int | None, ray: str | None, levels: list[Level],
