@@ -145,6 +145,10 @@ def test_the_cache_cliff_on_llama_server_is_where_its_slots_run_out(llama_tiny_4
         doc = json.loads(out.read_text())
         assert not list(validator().iter_errors(doc)), [e.message for e in validator().iter_errors(doc)]
         found[name] = (doc["capacity"], " ".join(printed.split()))
+        # each level's own verdict holds its cached share: none past the cliff reads as met
+        fell = doc["capacity"]["cache_cliff"]["fell_at"]
+        assert all(not lv["slo_met"] for lv in doc["levels"] if fell is not None and lv["concurrency"] >= fell), \
+            [(lv["concurrency"], lv["slo_met"]) for lv in doc["levels"]]
         runs.append(doc["run_id"])
         with capsys.disabled():
             print(f"\n--cache-ram {name}: {doc['capacity']['cache_cliff']}")

@@ -426,14 +426,17 @@ def answer(result: RunResult) -> CapacityAnswer | None:
                             result.manifest.price_per_hour, result.manifest.currency or "USD")
     if spec.cache_drop is not None:
         found.cliff = cliff(result, found)
-        mark_levels(result, found)
     return found
 
 
-def mark_levels(result: RunResult, found: CapacityAnswer) -> None:
+def mark_levels(result: RunResult) -> None:
     """A cache-cliff search's cached-share verdict put on each level's own summary, beside its SLO's: ``show``,
     ``report`` and ``cost`` read a level's ``slo_met``, which the SLO's objectives alone decided, and printed
-    "pass" at every level of a search that found the cliff at the fifth."""
+    "pass" at every level of a search that found the cliff at the fifth. The verdict is relative to the search's
+    lowest level, so it is put on when a search ends and when its levels are read back; nothing for other runs."""
+    found = answer(result) if (result.manifest.capacity or {}).get("cache_drop") is not None else None
+    if found is None:
+        return
     by_idx = {v.idx: v for v in found.verdicts}
     for o in result.outcomes:
         v, s = by_idx.get(o.idx), o.serving

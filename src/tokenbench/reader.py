@@ -37,9 +37,9 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
     quality_items = load_items(store, row.id) if row.kind == "quality" else []
     result = RunResult(row.id, manifest, outcomes, row.status, row.error, kind=row.kind, items=quality_items)
     if (manifest.capacity or {}).get("cache_drop") is not None:
-        from .capacity import answer  # a cache-cliff search: its cached-share verdict on each level (mark_levels)
+        from .capacity import mark_levels  # a cache-cliff search: its cached-share verdict on each level
 
-        answer(result)
+        mark_levels(result)
     return result
 
 

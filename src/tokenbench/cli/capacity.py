@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from ..cache_cliff import DEFAULT_DROP, vllm_pool
-from ..capacity import SURE_LEGEND, CapacityAnswer, CapacitySearch, SearchSpec, answer
+from ..capacity import SURE_LEGEND, CapacityAnswer, CapacitySearch, SearchSpec, answer, mark_levels
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
 from ..slo import SLO
@@ -182,10 +182,12 @@ def _search(a: argparse.Namespace, cfg: SweepConfig, search: CapacitySearch, sto
             reporter.close()
     except TokenbenchError as e:  # interrupted or failed after levels were stored: what they found is shown
         if e.result is not None and (e.result.outcomes or isinstance(e, RunInterrupted)):
+            mark_levels(e.result)
             _show(console, e.result, a.format, store)
             if a.json:
                 emit_json(a.json, _json(e.result))
         raise
+    mark_levels(res)
     _show(console, res, a.format, store)
     return res
 
