@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -329,6 +330,16 @@ def test_two_replays_compare_as_replays(emitter: BackgroundEmitter, tmp_path: Pa
     doc = json.loads((tmp_path / "c.json").read_text())
     rows = {r["label"]: r for r in doc["replays"]["blocks"][0]["rows"]}
     assert rows["TTFT p50"]["ratio"] < 0.5 and max(len(line) for line in out.splitlines()) <= 80
+    # each side's count of calls, and TTFT's interval where the calls allow one: a median from 10 calls a side, a
+    # p90 from 50 (these measured about 20)
+    calls = rows["Calls measured"]
+    assert calls["a"] >= 10 and calls["b"] >= 10 and calls["ratio"] is None, calls
+    iv = rows["TTFT p50"]["interval"]
+    assert iv is not None and iv["low"] <= rows["TTFT p50"]["ratio"] <= iv["high"] < 1, iv
+    assert rows["TTFT p90"]["interval"] is None and re.search(r"TTFT p90 .*×\*", out), out
+    assert "* no 95% interval: a side measured fewer calls than one needs (TTFT p50 10, p90 50)" in " ".join(out.split())
+    bins = doc["replays"]["blocks"][0]["ttft_by_context"]
+    assert sum(b["a_calls"] for b in bins) == calls["a"] and sum(b["b_calls"] for b in bins) == calls["b"], bins
     mooncake = tmp_path / "m.jsonl"
     mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 8, "output_length": 2}) + "\n")
     assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--concurrency", "2",

@@ -63,6 +63,7 @@ SEED = "tokenbench-bootstrap-1"
 #: The request values a figure is a quantile of: (values, percentile, the figure is 1000 / the quantile).
 QUANTILES: dict[str, tuple[str, float, bool]] = {
     "Median TTFT": ("ttft_ms", 50.0, False),
+    "P90 TTFT": ("ttft_ms", 90.0, False),
     "P99 TTFT": ("ttft_ms", 99.0, False),
     "Median TPOT": ("tpot_ms", 50.0, False),
     "Decode": ("tpot_ms", 50.0, True),  # LevelSummary.decode_tps: 1000 / median TPOT

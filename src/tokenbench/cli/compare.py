@@ -72,7 +72,7 @@ def _print_rows(console: Console, cfg: CompareConfig, done: Compared, fmt: str) 
 
 def _print_replays(console: Console, done: Compared, fmt: str) -> None:
     """Two replays of recorded agents at each lane count both ran: their levels, and TTFT by context."""
-    from ..compare.replays import replay_tables
+    from ..compare.replays import replay_notes, replay_tables
     from ..console import print_table
 
     r = done.replays
@@ -80,10 +80,12 @@ def _print_replays(console: Console, done: Compared, fmt: str) -> None:
     for w in r.warnings:
         console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
     console.print(f"replays of recorded agents: A = {r.a}, B = {r.b}. A/B: A's figure over B's (a time below 1, "
-                  "or a rate above 1: A is faster).", markup=False, highlight=False)
+                  "or a rate above 1: A is faster); TTFT's with its 95% interval.", markup=False, highlight=False)
     for block in r.blocks:
         (h1, r1), (h2, r2) = replay_tables(block)
         print_table(console, h1, r1, fmt, title=f"{block.lanes} lanes", numeric=True)
+        for note in replay_notes(block):
+            console.print(note, markup=False, highlight=False)
         if r2:
             print_table(console, h2, r2, fmt, title="TTFT by the context a call sent (tokens)", numeric=True)
 

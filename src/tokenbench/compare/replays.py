@@ -1,18 +1,28 @@
 """Two replays of recorded agents side by side (``compare_replays``): at each lane count both ran, the trees each
 box finished and how long they took, what its cache served beside what the trace allows, the per-agent rate 90%
-of calls reached, the calls it refused for their context, and TTFT against the context a call sent. A replay
-beside a run that is no replay is refused; two replays of different traces are compared with a warning."""
+of calls reached, the calls it refused for their context, and TTFT against the context a call sent. Each side
+says how many calls it measured, and TTFT's ratios carry their 95% interval (``bootstrap``) where both sides
+measured enough calls for one. A replay beside a run that is no replay is refused; two replays of different
+traces are compared with a warning."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..bootstrap import QUANTILES, TAIL, Interval, LevelSamples, interval, run_samples
 from ..errors import UsageError
-from ..levels import ServingLevel, serving
+from ..levels import LevelSummary, ServingLevel, serving
 from ..replay_stats import ContextBin
-from ..results import RunResult
+from ..results import LevelOutcome, RunResult
 from .sides import condition_warnings, model_warnings, run_name
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+#: The rows whose ratio has an interval where both sides measured calls enough: the row, the bootstrap's figure.
+RESAMPLED = {"TTFT p50": "Median TTFT", "TTFT p90": "P90 TTFT"}
 
 
 def is_replay_run(r: RunResult) -> bool:
@@ -20,8 +30,15 @@ def is_replay_run(r: RunResult) -> bool:
         s.replay is not None for s in serving(o.summary for o in r.outcomes))
 
 
-def _by_lanes(r: RunResult) -> dict[int, ServingLevel]:
-    return {s.concurrency or 0: s for s in serving(o.summary for o in r.outcomes) if s.replay is not None}
+def _by_lanes(r: RunResult) -> dict[int, LevelOutcome]:
+    return {o.summary.concurrency or 0: o for o in r.outcomes
+            if isinstance(o.summary, ServingLevel) and o.summary.replay is not None}
+
+
+def fewest_calls(metric: str) -> int:
+    """The calls a side needs for its quantile to have an interval: ``TAIL`` beyond it on its either side."""
+    q = QUANTILES[metric][1]
+    return -(-TAIL * 100 // int(min(q, 100 - q)))
 
 
 @dataclass(slots=True)
@@ -31,6 +48,7 @@ class ReplayRow:
     b: float | None
     unit: str  # "s", "ms", "share", "tok/s", "count"
     lower_is_better: bool | None  # None: no ratio (a count, a share)
+    interval: Interval | None = None  # A/B's 95% interval (RESAMPLED rows where both sides measured enough)
 
     @property
     def ratio(self) -> float | None:
@@ -41,7 +59,7 @@ class ReplayRow:
 class ReplayBlock:
     lanes: int
     rows: list[ReplayRow]
-    bins: list[tuple[int, int, float | None, float | None]]  # (low, high, A's TTFT p50 ms, B's)
+    bins: list[tuple[int, int, float | None, float | None, int, int]]  # (low, high, TTFT p50 ms, calls: A's, B's)
 
 
 @dataclass(slots=True)
@@ -53,16 +71,22 @@ class ReplayComparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "warnings": self.warnings, "blocks": [
-            {"lanes": b.lanes, "rows": [{"label": r.label, "a": r.a, "b": r.b, "unit": r.unit, "ratio": r.ratio}
-                                        for r in b.rows],
-             "ttft_by_context": [{"low": lo, "high": hi, "a_ms": x, "b_ms": y} for lo, hi, x, y in b.bins]}
+            {"lanes": b.lanes, "rows": [{"label": r.label, "a": r.a, "b": r.b, "unit": r.unit, "ratio": r.ratio,
+                                         "interval": _interval_dict(r.interval)} for r in b.rows],
+             "ttft_by_context": [{"low": lo, "high": hi, "a_ms": x, "b_ms": y, "a_calls": ca, "b_calls": cb}
+                                 for lo, hi, x, y, ca, cb in b.bins]}
             for b in self.blocks]}
+
+
+def _interval_dict(iv: Interval | None) -> dict[str, Any] | None:
+    return None if iv is None else {"low": iv.low, "high": iv.high, "level": 0.95, "how": iv.how}
 
 
 def _rows(x: ServingLevel, y: ServingLevel) -> list[ReplayRow]:
     rx, ry = x.replay, y.replay
     assert rx is not None and ry is not None
     return [
+        ReplayRow("Calls measured", x.completed, y.completed, "count", None),
         ReplayRow("Trees finished", rx.trees_finished, ry.trees_finished, "count", None),
         ReplayRow("Tree time p50", rx.tree_s.p50, ry.tree_s.p50, "s", True),
         ReplayRow("Tree time p90", rx.tree_s.p90, ry.tree_s.p90, "s", True),
@@ -76,19 +100,37 @@ def _rows(x: ServingLevel, y: ServingLevel) -> list[ReplayRow]:
     ]
 
 
-def _bins(x: list[ContextBin], y: list[ContextBin]) -> list[tuple[int, int, float | None, float | None]]:
+def _bins(x: list[ContextBin], y: list[ContextBin]) -> list[tuple[int, int, float | None, float | None, int, int]]:
     bx, by = {(b.low, b.high): b for b in x}, {(b.low, b.high): b for b in y}
-    return [(lo, hi, bx[k].ttft_ms.p50 if k in bx else None, by[k].ttft_ms.p50 if k in by else None)
+    return [(lo, hi, bx[k].ttft_ms.p50 if k in bx else None, by[k].ttft_ms.p50 if k in by else None,
+             bx[k].calls if k in bx else 0, by[k].calls if k in by else 0)
             for k in sorted(set(bx) | set(by)) for lo, hi in [k]]
+
+
+def _intervals(rows: list[ReplayRow], sides: tuple[tuple[RunResult, LevelOutcome, LevelSamples | None], ...]) -> None:
+    """TTFT's ratios given their 95% interval, from each side's measured calls (seeded by run and level, as the
+    level comparison's: the same runs give the same interval)."""
+    (ra, oa, sa), (rb, ob, sb) = sides
+    if not (ra.run_id and rb.run_id):
+        return
+    gets: dict[str, Callable[[LevelSummary], float | None]] = {
+        "Median TTFT": lambda s: s.ttft_ms.p50 if isinstance(s, ServingLevel) else None,
+        "P90 TTFT": lambda s: s.ttft_ms.p90 if isinstance(s, ServingLevel) else None}
+    for r in rows:
+        metric = RESAMPLED.get(r.label)
+        if metric is not None and r.a and r.b:
+            r.interval = interval(r.a, r.b, sa, sb, oa.summary, ob.summary, metric, gets[metric],
+                                  [f"{ra.run_id}:{oa.idx}", f"{rb.run_id}:{ob.idx}"])
 
 
 def _context_bins(s: ServingLevel) -> list[ContextBin]:
     return s.replay.by_context if s.replay is not None else []
 
 
-def compare_replays(a: RunResult, b: RunResult) -> ReplayComparison:
-    """Both replays at each lane count both ran. Refuses (``UsageError``) a replay beside a run that is not, and
-    two replays that share no lane count."""
+def compare_replays(a: RunResult, b: RunResult, store: Store | None = None) -> ReplayComparison:
+    """Both replays at each lane count both ran; ``store``: where their calls are, for TTFT's intervals (none
+    without it). Refuses (``UsageError``) a replay beside a run that is not, and two replays that share no lane
+    count."""
     if is_replay_run(a) != is_replay_run(b):
         other = b if is_replay_run(a) else a
         raise UsageError(f"{run_name(a if other is b else b)} replays recorded agents and {run_name(other)} does "
@@ -98,7 +140,13 @@ def compare_replays(a: RunResult, b: RunResult) -> ReplayComparison:
     if not shared:
         raise UsageError(f"{run_name(a)} and {run_name(b)} share no lane count: the first ran "
                          f"{', '.join(map(str, sorted(la))) or 'none'}; the second {', '.join(map(str, sorted(lb))) or 'none'}")
-    blocks = [ReplayBlock(c, _rows(la[c], lb[c]), _bins(_context_bins(la[c]), _context_bins(lb[c]))) for c in shared]
+    samples = (run_samples(a, store), run_samples(b, store)) if store is not None else ({}, {})
+    blocks = []
+    for c in shared:
+        x, y = serving_of(la[c]), serving_of(lb[c])
+        rows = _rows(x, y)
+        _intervals(rows, ((a, la[c], samples[0].get(la[c].idx)), (b, lb[c], samples[1].get(lb[c].idx))))
+        blocks.append(ReplayBlock(c, rows, _bins(_context_bins(x), _context_bins(y))))
     warnings = model_warnings(a.manifest, b.manifest) + condition_warnings(a, b)
     ta = ((a.manifest.workload or {}).get("trajectories") or {}).get("sha256")
     tb = ((b.manifest.workload or {}).get("trajectories") or {}).get("sha256")
@@ -108,24 +156,46 @@ def compare_replays(a: RunResult, b: RunResult) -> ReplayComparison:
     return ReplayComparison(run_name(a), run_name(b), blocks, warnings)
 
 
+def serving_of(o: LevelOutcome) -> ServingLevel:
+    assert isinstance(o.summary, ServingLevel)
+    return o.summary
+
+
 def _figure(v: float | None, unit: str) -> str:
     if v is None:
         return "—"
     if unit == "share":
         return f"{v:.0%}"
     if unit == "s":
-        return f"{v:,.1f} s"
+        return f"{v:,.1f} s" if v >= 1 else f"{v:.2g} s"
     if unit == "ms":
         return f"{v:,.0f} ms" if v >= 100 else f"{v:.3g} ms"
     return f"{v:,.1f}" if unit == "tok/s" else f"{v:,.0f}"
 
 
+def _ratio(r: ReplayRow) -> str:
+    if not r.ratio:
+        return ""
+    iv = r.interval
+    return f"{r.ratio:.2f}×" + (f" ({iv.low:.2f}–{iv.high:.2f})" if iv is not None else "*" if r.label in RESAMPLED
+                                else "")
+
+
 def replay_tables(block: ReplayBlock) -> list[tuple[list[str], list[list[str]]]]:
-    """The block's level table and its TTFT-by-context table (A/B: A's over B's, below 1 A is faster for a time)."""
+    """The block's level table and its TTFT-by-context table (A/B: A's over B's, below 1 A is faster for a time;
+    TTFT's with its 95% interval, or a "*" where a side measured too few calls for one: ``replay_notes``)."""
     level = (["Per level", "A", "B", "A/B"],
-             [[r.label, _figure(r.a, r.unit), _figure(r.b, r.unit), f"{r.ratio:.2f}×" if r.ratio else ""]
+             [[r.label, _figure(r.a, r.unit), _figure(r.b, r.unit), _ratio(r)]
               for r in block.rows if r.a is not None or r.b is not None])
-    bins = (["Context", "A TTFT p50", "B TTFT p50", "A/B"],
-            [[f"{lo:,}-{hi:,}", _figure(x, "ms"), _figure(y, "ms"), f"{x / y:.2f}×" if x and y else ""]
-             for lo, hi, x, y in block.bins])
+    bins = (["Context", "A TTFT p50", "B TTFT p50", "A/B", "Calls A/B"],
+            [[f"{lo:,}-{hi:,}", _figure(x, "ms"), _figure(y, "ms"), f"{x / y:.2f}×" if x and y else "",
+              f"{ca}/{cb}"] for lo, hi, x, y, ca, cb in block.bins])
     return [level, bins]
+
+
+def replay_notes(block: ReplayBlock) -> list[str]:
+    """What a "*" on a ratio means, where the block has one."""
+    if not any(r.label in RESAMPLED and r.ratio and r.interval is None for r in block.rows):
+        return []
+    return [f"* no 95% interval: a side measured fewer calls than one needs (TTFT p50 {fewest_calls('Median TTFT')}, "
+            f"p90 {fewest_calls('P90 TTFT')}), or its calls were not stored: the ratio alone"]

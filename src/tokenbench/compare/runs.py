@@ -74,7 +74,7 @@ def compare_runs(cfg: CompareConfig) -> Compared:
     ra, rb = (load_result(store, ref, latest=cfg.latest, kinds=REPORTED, command="compare") for ref in (cfg.a, cfg.b))
     labels = ra.manifest.label, rb.manifest.label  # quality is found by label
     ra, rb = _apart(ra, rb)
-    replays = compare_replays(ra, rb) if is_replay_run(ra) or is_replay_run(rb) else None
+    replays = compare_replays(ra, rb, store) if is_replay_run(ra) or is_replay_run(rb) else None
     why = mismatch(ra, rb)  # a session run beside a plain sweep: refused in one line
     if why is not None:
         raise UsageError(why)
