@@ -176,11 +176,19 @@ def test_replay_options_are_refused_in_one_line(emitter: BackgroundEmitter, tmp_
              (["--trace", str(weka_file), "--trace-speed", "2"], "records none: give --concurrency"),
              (["--trace", str(weka_file), "--input-len", "5"], "drop --input-len"),
              (["--trace", str(mooncake), "--answers", "live"], "--answers shape a replay of agent trajectories"),
-             (["--trace", str(EXAMPLES / "mlcommons-agentic.jsonl"), "--api", "completions"], "holds chat messages")]
+             (["--trace", str(EXAMPLES / "mlcommons-agentic.jsonl"), "--api", "completions"], "holds chat messages"),
+             # four lanes over one trajectory were three idle agents, counted in the per-agent rate
+             (["--trace", str(weka_file), "--concurrency", "1,4"],
+              "4 lanes replay 4 trajectories at once, and weka-claude-code.json holds 1 trajectory (each replayed "
+              "once a level): give --concurrency 1 at most")]
     for argv, message in cases:
         assert main(["sweep", "--url", emitter.url, "--guard", "off", "--quiet", *argv]) == 2, argv
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
+    assert main(["capacity", "--url", emitter.url, "--guard", "off", "--quiet", "--trace", str(weka_file),
+                 "--concurrency", "1:2", "--slo", "ttft_p90=1s"]) == 2
+    err = capsys.readouterr().err
+    assert "give --concurrency 1 at most" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_replay_from_the_command_line_prints_at_80_columns(emitter: BackgroundEmitter, tmp_path: Path,
@@ -189,9 +197,14 @@ def test_a_replay_from_the_command_line_prints_at_80_columns(emitter: Background
     monkeypatch.setenv("COLUMNS", "80")
     code = main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "1",
                  "--trace", str(EXAMPLES / "weka-claude-code.json"), "--max-think", "0s", "--concurrency", "1",
-                 "--json", str(tmp_path / "r.json")])
+                 "--requests", "20", "--json", str(tmp_path / "r.json")])
     out = capsys.readouterr().out
     assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
+    # the set ran out before the calls asked for: said, not left for the reader to count
+    replay = json.loads((tmp_path / "r.json").read_text())["levels"][0]["replay"]
+    assert replay["asked"] == 20 and replay["calls"] < 20, replay
+    assert f"{replay['calls']} of the 20 calls asked (--requests): a level replays each trajectory once" in \
+        " ".join(out.split()), out
     # each call's own rate, said apart from the table's per-agent share of the aggregate
     assert "of calls streamed at" in " ".join(out.split()) and "per-agent rate" not in out
     workload = json.loads((tmp_path / "r.json").read_text())["manifest"]["workload"]

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from rich.cells import cell_len
 
 
-def plural(n: int | None, word: str) -> str:
-    """A count and its noun: "1 agent", "8 agents", "0 slots" (nouns whose plural adds an s)."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def plural(n: int | None, word: str, many: str | None = None) -> str:
+    """A count and its noun: "1 agent", "8 agents", "0 slots"; ``many``: a plural that is not the noun and an s
+    ("trajectories")."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
 
 
 def md_escape(text: str) -> str:

@@ -99,8 +99,8 @@ class ReplayPlan:
     def describe(self) -> str:
         """One line for the table's heading: the set, how pauses were capped, lengths and times as scaled."""
         f = self.trajectories.figures
-        parts = [f"replay of {self.trajectories.path.name} ({self.trajectories.format}, {f.trajectories} "
-                 f"trajector{'y' if f.trajectories == 1 else 'ies'}, {f.calls} calls, "
+        parts = [f"replay of {self.trajectories.path.name} ({self.trajectories.format}, "
+                 f"{plural(f.trajectories, 'trajectory', 'trajectories')}, {f.calls} calls, "
                  f"{plural(f.subagents, 'subagent')})",
                  "pauses as recorded" if self.max_think_s is None else f"pauses capped at {self.max_think_s:g} s"]
         if self.scale != 1:

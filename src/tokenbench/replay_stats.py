@@ -71,6 +71,7 @@ class ReplayStats:
     overflow_share: float | None
     by_context: list[ContextBin] = field(default_factory=list)
     by_uncached: list[ContextBin] = field(default_factory=list)
+    asked: int | None = None  # the calls the level asked for (--requests); None: every trajectory once
 
     @property
     def invalid(self) -> bool:
@@ -91,9 +92,9 @@ class ReplayStats:
         return cls(**d)
 
 
-def replay_stats(records: list[RequestRecord], ideal: float | None) -> ReplayStats:
+def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int | None = None) -> ReplayStats:
     """A replay level's view of its measured calls (each carries its tree in ``session``, a subagent's parent
-    tree in ``parent``)."""
+    tree in ``parent``); ``asked``: the calls it was to measure (--requests), where it was given a count."""
     calls = [r for r in records if r.phase == "measured" and r.session is not None]
     trees = by_tree(calls)
     finished = [rs for rs in trees.values() if all(r.ok for r in rs)]
@@ -106,7 +107,7 @@ def replay_stats(records: list[RequestRecord], ideal: float | None) -> ReplaySta
         tree_s=Distribution.of([_span_s(rs) for rs in finished]), ideal_cached_share=ideal,
         agent_tps_p90=_rate_reached_by(ok, 0.9), overflowed=n_over,
         overflow_share=n_over / len(calls) if calls else None,
-        by_context=bins(ok, lambda r: r.input_tokens), by_uncached=bins(ok, _uncached))
+        by_context=bins(ok, lambda r: r.input_tokens), by_uncached=bins(ok, _uncached), asked=asked)
 
 
 def by_tree(calls: list[RequestRecord]) -> dict[int, list[RequestRecord]]:

@@ -61,7 +61,9 @@ def replay_lines(s: ServingLevel) -> list[str]:
     rate = f"90% of calls streamed at {r.agent_tps_p90:,.1f} tok/s or faster" if r.agent_tps_p90 is not None else \
         "no call's rate"
     over = f"{r.overflowed} of {r.calls} calls overflowed the context" + (" (INVALID: over 1%)" if r.invalid else "")
-    return [f"{level_label(s)}: {trees}; " + "; ".join(cache) + f"; {rate}; {over}"]
+    short = f"; {r.calls} of the {r.asked} calls asked (--requests): a level replays each trajectory once, and " \
+        "these were all it had" if r.asked and r.calls < r.asked else ""
+    return [f"{level_label(s)}: {trees}; " + "; ".join(cache) + f"; {rate}; {over}{short}"]
 
 
 def print_replays(console: Console, levels: list[ServingLevel], fmt: str = "table") -> None:
@@ -82,7 +84,7 @@ def replay_heading(wl: dict[str, Any]) -> str:
     assert isinstance(t, dict)
     think = wl.get("max_think_s")
     n = t.get("trajectories")
-    parts = [f"replay of {t.get('path')} ({t.get('format')}: {n} {'trajectory' if n == 1 else 'trajectories'}, "
+    parts = [f"replay of {t.get('path')} ({t.get('format')}: {plural(n, 'trajectory', 'trajectories')}, "
              f"{t.get('calls')} calls, {plural(t.get('subagents'), 'subagent')})",
              "pauses as recorded" if think is None else f"pauses capped at {think:g} s"]
     if wl.get("scale") not in (None, 1, 1.0):
