@@ -205,6 +205,11 @@ def test_a_replay_from_the_command_line_prints_at_80_columns(emitter: Background
     assert replay["asked"] == 20 and replay["calls"] < 20, replay
     assert f"{replay['calls']} of the 20 calls asked (--requests): a level replays each trajectory once" in \
         " ".join(out.split()), out
+    # as Markdown too: the level's bins and its trees, not the level table alone
+    run_id = json.loads((tmp_path / "r.json").read_text())["run_id"]
+    assert main(["show", run_id, "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "### Recorded agents, replayed" in md and "TTFT by the context a call sent" in md, md
     # each call's own rate, said apart from the table's per-agent share of the aggregate
     assert "of calls streamed at" in " ".join(out.split()) and "per-agent rate" not in out
     workload = json.loads((tmp_path / "r.json").read_text())["manifest"]["workload"]

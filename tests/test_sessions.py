@@ -5,6 +5,7 @@ tests/test_sessions_engines.py: the emitter has none."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -324,6 +325,22 @@ def test_the_report_draws_a_soak_over_time(emitter: BackgroundEmitter, tmp_path:
     assert len(line.xs) == 10 and line.xs[0] == pytest.approx(0.05) and all(y > 0 for y in line.ys)
     assert plots["soak_ttft"].x_text(0.5) == "0.5 s into the soak"
     assert "soak_cached" not in plots  # the emitter says nothing of a cache: no line drawn, no empty plot
+
+
+def test_show_as_markdown_keeps_the_turns_and_the_soak_over_time(emitter: BackgroundEmitter, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """show --format markdown, pasted into a file, printed the level table alone: each turn's table and a soak's
+    tenths, which the terminal's view prints under it, were lost."""
+    code, doc = _run(emitter, tmp_path, "--sessions", "2", "--turns", "3", "--think-time", "50ms",
+                     "--duration", "1s", "--no-baseline", "--db", str(tmp_path / "r.db"))
+    assert code == 0
+    capsys.readouterr()
+    assert main(["show", doc["run_id"], "--db", str(tmp_path / "r.db"), "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "### Agent sessions" in md and "Concurrency 2:" in md
+    turns = md.split("Concurrency 2:", 1)[1]
+    assert re.search(r"^\| Turn", turns, re.M) and turns.count("\n| ") >= 4, md  # the header and 3 turns at least
+    assert re.search(r"^- turn TTFT p50: (\S+ ms ?){10}$", md, re.M), md  # the soak's ten tenths
 
 
 def test_a_background_load_runs_beside_the_sessions_and_is_kept_apart(emitter: BackgroundEmitter,

@@ -65,10 +65,10 @@ def session_lines(s: ServingLevel) -> list[str]:
     if st.cut:
         parts.append(f"{st.cut} cut short by the soak's end")
     beside = ["  " + st.background.line()] if st.background is not None else []
-    return [f"{level_label(s)}: " + "; ".join(p for p in parts if p), *beside, *_over_time(s)]
+    return [f"{level_label(s)}: " + "; ".join(p for p in parts if p), *beside, *over_time(s)]
 
 
-def _over_time(s: ServingLevel) -> list[str]:
+def over_time(s: ServingLevel) -> list[str]:
     """A soak's tenths: the cached share and turn TTFT p50 in each, first to last."""
     w = s.session.over_time if s.session is not None else []
     if not w:

@@ -10,6 +10,7 @@ from ..cells import level_label
 from ..compare.replays import is_replay_run
 from ..levels import ServingLevel, depth_levels, serving
 from ..replay_table import bin_rows, replay_heading, replay_lines
+from ..session_table import over_time
 from ..layout import format_markdown, md_escape
 from ..sweep_table import format_sweep_markdown
 from ..results import RunResult
@@ -36,8 +37,9 @@ def _heading(r: RunResult) -> list[str]:
     return lines + [""]
 
 
-def _sessions(r: RunResult) -> list[str]:
-    """An agent-session run: what the cache bought, each turn at each concurrency, each level's session time."""
+def session_part(r: RunResult) -> list[str]:
+    """An agent-session run: what the cache bought, each turn at each concurrency, each level's session time,
+    and a soak's cached share and turn TTFT over its tenths."""
     lines = ["", "### Agent sessions", "", "Warm: the history re-sent for the prefix cache to serve; busted: a marker "
              "at the start of every turn, so no cache serves it. Turns are counted from 1.", ""]
     lines += [md_escape(f"- the cache's gain at {g}") for g in sessions.gains(r)]
@@ -45,10 +47,13 @@ def _sessions(r: RunResult) -> list[str]:
     for c in session_view.concurrencies(r):
         lines += ["", f"Concurrency {c}:", "", format_markdown(*sessions.turn_table(r, c))]
     lines += ["", format_markdown(*sessions.level_table(r, pricing(r)))]
+    soaks = [(s, over) for s in serving(o.summary for o in r.outcomes) if (over := over_time(s))]
+    for s, over in soaks:
+        lines += ["", md_escape(f"{level_label(s)}, over time:"), ""] + [md_escape(f"- {line.strip()}") for line in over]
     return lines
 
 
-def _replays(levels: list[ServingLevel]) -> list[str]:
+def replay_part(levels: list[ServingLevel]) -> list[str]:
     """A replay of recorded agents: each level's trees, cache and validity, and TTFT against context."""
     lines = ["", "### Recorded agents, replayed", ""]
     lines += [md_escape(f"- {line}") for s in levels for line in replay_lines(s)]
@@ -73,9 +78,9 @@ def section(r: RunResult) -> str:
                 for s in bench]
         lines.append(format_markdown(["Test", "Depth", "tok/s"], rows))
     if is_replay_run(r):
-        lines += _replays(serve)
+        lines += replay_part(serve)
     elif session_view.is_session_run(r):
-        lines += _sessions(r)
+        lines += session_part(r)
     lines += ["", f"<!-- /tokenbench:run {r.run_id} -->"]
     return "\n".join(lines)
 
