@@ -913,3 +913,56 @@ def test_an_upstream_nothing_answers_at_is_said_when_recording_starts(emitter: B
 
     assert unreachable(upstream_root(emitter.url)) is None
     assert unreachable("http://127.0.0.1:9") is not None
+
+
+@pytest.mark.engine
+def test_a_server_of_its_own_to_record_through_then_replay_on(tmp_path: Path) -> None:
+    """A user with no server yet, as docs/record.md says: `engines serve llama-server` until Ctrl-C, `record` in
+    front of it, an agent's two turns through the proxy, then the log replayed on the same server. Each command
+    ends at Ctrl-C with exit 0, and the served engine's process ends with it."""
+    from conftest import need_engine
+
+    need_engine("llama-server")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    serve = subprocess.Popen([sys.executable, "-m", "tokenbench", "engines", "serve", "llama-server", "--port", "0",
+                              "--parallel", "2", "--ctx", "2048"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    out = tmp_path / "mine.jsonl"
+    try:
+        assert serve.stdout is not None
+        said = serve.stdout.readline()
+        m = re.search(r"--url (\S+/v1), or record --upstream (\S+);", said)
+        assert m and "serving tokenbench-tiny-llama with llama-server" in said, (said, serve.stderr and serve.stderr.read())
+        url, upstream = m.groups()
+        served = [p for p in __import__("psutil").Process(serve.pid).children(recursive=True)]
+        assert served, "the engine runs as the command's child"
+        record = subprocess.Popen([sys.executable, "-m", "tokenbench", "record", "--upstream", upstream, "--port",
+                                   "0", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=env)
+        try:
+            assert record.stdout is not None
+            proxy = re.search(r"OPENAI_BASE_URL=(\S+/v1)", record.stdout.readline())
+            assert proxy
+            messages = [{"role": "user", "content": "hello there"}]
+            for _ in range(2):
+                status, body = asyncio.run(post(proxy.group(1) + "/chat/completions",
+                                                {**CHAT, "model": "tokenbench-tiny-llama", "messages": messages}))
+                assert status == 200, body[:300]
+                text = "".join(json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                               for line in body.decode().splitlines()
+                               if line.startswith("data: {") and json.loads(line[6:])["choices"])
+                messages = [*messages, {"role": "assistant", "content": text}, {"role": "user", "content": "go on"}]
+        finally:
+            record.send_signal(signal.SIGINT)
+            rest, err = record.communicate(timeout=60)
+        assert record.returncode == 0 and "recorded 2 requests in 1 session" in rest, (rest, err)
+        code = main(["sweep", "--url", url, "--trace", str(out), "--max-think", "0s", "--guard", "off", "--quiet",
+                     "--db", str(tmp_path / "r.db"), "--json", str(tmp_path / "r.json")])
+        assert code == 0
+        [level] = json.loads((tmp_path / "r.json").read_text())["levels"]
+        assert level["completed"] == 2 and level["failed"] == 0 and level["replay"]["trees_finished"] == 1
+    finally:
+        serve.send_signal(signal.SIGINT)
+        _, err = serve.communicate(timeout=60)
+    assert serve.returncode == 0, err
+    assert not any(p.is_running() and p.status() != "zombie" for p in served), "the engine outlived the command"

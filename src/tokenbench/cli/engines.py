@@ -1,27 +1,42 @@
-"""``tokenbench engines``: which embedded engines are built, and building them."""
+"""``tokenbench engines``: which embedded engines are built, building them, and serving one on its own."""
 
 from __future__ import annotations
 
 import argparse
+import time
+from typing import Any
 
 from rich.console import Console
 
-from ..errors import UsageError
 from ..console import print_table
+from ..errors import EngineError, UsageError
+from ..registry import LAUNCHERS
+from .record import PORT
 from .common import check_output, emit_json, notifier
-from .options import add_json
-from typing import Any
+from .options import POSITIVE_INT, add_json
+
+#: A served engine's slots and each slot's context unless --parallel and --ctx say: room for a few agents.
+SERVE_PARALLEL, SERVE_CTX = 4, 4096
+#: What ``engines`` does with the engines named after it (none: says which are ready).
+ACTIONS = ("build", "serve")
 
 
 def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
     from ..engines import status
 
+    # "engines vllm" names an engine; "engines build vllm" an action, then engines (a positional with choices would
+    # take the engine for a misspelt action)
+    action, given = (a.names[0], a.names[1:]) if a.names[:1] and a.names[0] in ACTIONS else (None, a.names)
+    if action == "serve":
+        if a.json:
+            raise UsageError("engines serve writes no JSON: drop --json")
+        return _serve(given, a, console, err)
     check_output(a.json, "--json")
-    names = list(status.NAMES) if not a.names or a.names == ["all"] else a.names
+    names = list(status.NAMES) if not given or given == ["all"] else given
     bad = [n for n in names if n not in status.NAMES and not status.known(n)]
     if bad:
         raise UsageError(f"unknown engine {bad[0]!r}: use {', '.join(status.NAMES)} or all")
-    if a.build:
+    if action == "build":
         note = notifier(err)
         for n in names:
             status.build(n, note)  # returns at once for an engine that is ready
@@ -33,10 +48,47 @@ def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
     return 0
 
 
+def _serve(names: list[str], a: argparse.Namespace, console: Console, err: Console) -> int:
+    """One embedded engine on the embedded model, on its own until Ctrl-C: a server to point ``record``, an agent
+    or any other client at, where there is none yet."""
+    from ..engines.embedded import Embedded, EmbeddedSpec
+
+    if len(names) != 1 or names[0] not in LAUNCHERS:
+        raise UsageError(f"engines serve starts one engine: give one of {', '.join(LAUNCHERS)}")
+    name = names[0]
+    engine = Embedded.start(EmbeddedSpec(name, a.model_size, a.quant), notifier(err), parallel=a.parallel,
+                            ctx=a.ctx, port=a.port)
+    try:
+        url = engine.engine.base_url
+        console.print(f"serving {engine.engine.model} with {name} at {url} ({a.parallel} at a time, "
+                      f"{a.ctx:,} tokens each): --url {url}, or record --upstream {url.removesuffix('/v1')}; "
+                      "Ctrl-C stops", markup=False, highlight=False, soft_wrap=True)
+        console.file.flush()
+        while engine.alive():
+            time.sleep(0.5)
+        raise EngineError(f"the {name} engine exited by itself (code {engine.engine.proc.returncode}); its log: "
+                          f"{engine.engine.log_path}\n{engine.engine.log_tail()}")
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) is how serving ends
+        return 0
+    finally:
+        engine.stop()
+
+
 def add_engines_parser(sub: Any) -> None:
     """``tokenbench engines``'s options."""
-    en = sub.add_parser("engines", help="the embedded engines: which are ready, what each needs; build them")
-    en.add_argument("build", nargs="?", choices=["build"], help="make the named engines ready now")
-    en.add_argument("names", nargs="*", metavar="ENGINE",
-                    help="transformers, vllm, llama-server, llama-cpp-python, aiperf (a reference tool), or all")
+    en = sub.add_parser("engines", help="the embedded engines: which are ready, what each needs; build them, "
+                                        "or serve one on its own")
+    en.add_argument("names", nargs="*", metavar="[build|serve] ENGINE",
+                    help="the engines: transformers, vllm, llama-server, llama-cpp-python, aiperf (a reference "
+                         "tool), or all; build first: make them ready now; serve first: start one on the embedded "
+                         "model until Ctrl-C")
     add_json(en, "each engine's state")
+    s = en.add_argument_group("serve")
+    s.add_argument("--model-size", choices=["tiny", "small", "small-utf8"], default="tiny",
+                   help="the embedded model served (as sweep's --model-size)")
+    s.add_argument("--quant", help="llama engines: a llama-quantize type for the embedded GGUF, e.g. Q8_0")
+    s.add_argument("--parallel", type=POSITIVE_INT, default=SERVE_PARALLEL, metavar="N",
+                   help=f"requests served at once (llama-server's slots, vLLM's sequences; default {SERVE_PARALLEL})")
+    s.add_argument("--ctx", type=POSITIVE_INT, default=SERVE_CTX, metavar="N",
+                   help=f"tokens of context each request may hold (default {SERVE_CTX})")
+    s.add_argument("--port", type=PORT, default=0, help="port to listen on, on 127.0.0.1 (default 0: any free one)")

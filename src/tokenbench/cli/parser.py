@@ -86,7 +86,8 @@ EXAMPLES: dict[str, list[str]] = {
               "tokenbench agent --host 0.0.0.0 --token-file agent.token --power-url http://127.0.0.1:9400/metrics"],
     "coldstart": ['tokenbench coldstart --cmd "llama-server -m model.gguf --port {port}" '
                   "--url http://127.0.0.1:8080/v1"],
-    "engines": ["tokenbench engines", "tokenbench engines build vllm llama-server"],
+    "engines": ["tokenbench engines", "tokenbench engines build vllm llama-server",
+                "tokenbench engines serve llama-server --port 8080   # until Ctrl-C: for record, or any client"],
     "runs": ["tokenbench runs", "tokenbench runs --limit 5 --json -"],
     "show": ["tokenbench show h100 --format markdown", "tokenbench show h100 --guard 2"],
     "fit": ["tokenbench fit --hardware nvidia-a30 --model gpt-oss-20b --weights Q4_K_M --context 65536"],

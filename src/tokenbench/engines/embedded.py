@@ -53,8 +53,10 @@ class Embedded:
     model: tiny.TinyModel
 
     @classmethod
-    def start(cls, spec: EmbeddedSpec, note: Callable[[str], None], parallel: int = 1, ctx: int = 8192) -> Embedded:
-        """Build (once) the embedded model and start ``spec.engine`` on it, healthy."""
+    def start(cls, spec: EmbeddedSpec, note: Callable[[str], None], parallel: int = 1, ctx: int = 8192,
+              port: int | None = None) -> Embedded:
+        """Build (once) the embedded model and start ``spec.engine`` on it (on ``port``: None, any free one),
+        healthy."""
         if tiny.is_built(size=spec.model_size):
             note(f"the embedded {spec.model_size} model, cached in {cache_dir()}")
         else:
@@ -66,7 +68,8 @@ class Embedded:
             raise UsageError(f"--quant applies to the llama engines only, not {spec.engine}")
         note(f"starting the embedded {spec.engine} engine …")
         extra = spec.server_flags if spec.engine == "llama-server" else ()
-        engine = launch.start(spec.engine, model, parallel=parallel, ctx=ctx, progress=note, gguf=gguf, extra=extra)
+        engine = launch.start(spec.engine, model, parallel=parallel, ctx=ctx, progress=note, gguf=gguf, extra=extra,
+                              port=port)
         note(f"{spec.engine} engine healthy after {engine.startup_s:.1f} s at {engine.base_url}")
         return cls(spec, engine, model)
 

@@ -176,10 +176,11 @@ class RunningEngine:
 
 def start(engine: str, model: TinyModel, timeout_s: float = STARTUP_TIMEOUT_S, parallel: int = 1,
           ctx: int = 8192, progress: Progress | None = None, gguf: Path | None = None,
-          extra: tuple[str, ...] = ()) -> RunningEngine:
-    """Start ``engine`` serving ``model``; returns once it answers. Startup time is measured (not the build)."""
+          extra: tuple[str, ...] = (), port: int | None = None) -> RunningEngine:
+    """Start ``engine`` serving ``model`` on ``port`` (None or 0: a free one); returns once it answers. Startup
+    time is measured (not the build)."""
     name = canonical(engine)
-    port = free_port()
+    port = port or free_port()
     launch = command(name, model, port, parallel, ctx, progress, gguf, extra)
     logs = cache_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
