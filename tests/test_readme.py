@@ -62,14 +62,22 @@ def git_ignored(names: list[str]) -> list[str]:
 
 
 def script() -> str:
-    """The runnable blocks as one bash script, each page's announced, so a failure names its page."""
+    """The runnable blocks as one bash script, each page's announced with the seconds since the start, so a
+    failure names its page and a pass says what each page's examples cost."""
     parts = ["set -euo pipefail"]
     for page in PAGES:
         runnable = [t for k, t in page_blocks(page) if k == "sh"]
         if runnable:
-            parts.append(f"echo '== {page.relative_to(ROOT)}' >&2")
+            parts.append(f"echo \"== {page.relative_to(ROOT)} at $SECONDS s\" >&2")
             parts.extend(runnable)
+    parts.append('echo "== end at $SECONDS s" >&2')
     return "\n".join(parts)
+
+
+def page_seconds(stderr: str) -> dict[str, int]:
+    """Each page's examples' seconds, from the script's announcements."""
+    marks = [(m.group(1), int(m.group(2))) for m in re.finditer(r"^== (\S+) at (\d+) s$", stderr, re.M)]
+    return {page: end - start for (page, start), (_, end) in zip(marks, marks[1:])}
 
 
 def test_the_readme_and_docs_have_runnable_blocks_and_templates() -> None:
@@ -90,7 +98,7 @@ def test_every_template_command_parses(command: str) -> None:
 
 @pytest.mark.engine
 @pytest.mark.timeout(1500)
-def test_runnable_blocks_run_as_written(tmp_path: Path) -> None:
+def test_runnable_blocks_run_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The measuring blocks use the embedded Transformers engine and llama.cpp's tools, as a fresh clone
     would after `make demo` and `make engines`; the others are predictions, imports and readers."""
     need_engine("transformers")
@@ -107,6 +115,10 @@ def test_runnable_blocks_run_as_written(tmp_path: Path) -> None:
                           timeout=1400, check=False)
     assert proc.returncode == 0, f"a README or docs/ block failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert "Traceback" not in proc.stdout + proc.stderr
+    took = page_seconds(proc.stderr)
+    assert set(took) == {str(p.relative_to(ROOT)) for p in PAGES if any(k == "sh" for k, _ in page_blocks(p))}, took
+    with capsys.disabled():
+        print("\nseconds each page's examples took:", took)
     made = sorted(e.name for e in scratch.iterdir() if not e.is_symlink())
     assert {"demo.json", "report.html", "BENCHMARKS.md", "plots"} <= set(made), made
     assert any((scratch / "plots").iterdir())
