@@ -358,6 +358,11 @@ def test_two_replays_compare_as_replays(emitter: BackgroundEmitter, tmp_path: Pa
     assert "* no 95% interval: a side measured fewer calls than one needs (TTFT p50 10, p90 50)" in " ".join(out.split())
     bins = doc["replays"]["blocks"][0]["ttft_by_context"]
     assert sum(b["a_calls"] for b in bins) == calls["a"] and sum(b["b_calls"] for b in bins) == calls["b"], bins
+    # pasted as Markdown: each table under its title, the note a paragraph, its "*" no bullet
+    assert main(["compare", "fast", "slow", "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "\n2 lanes:\n\n| Per level |" in md and "\n\\* no 95% interval" in md, md
+    assert "\nTTFT by the context a call sent (tokens):\n\n| Context |" in md, md
     mooncake = tmp_path / "m.jsonl"
     mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 8, "output_length": 2}) + "\n")
     assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--concurrency", "2",

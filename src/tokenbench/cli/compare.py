@@ -74,20 +74,32 @@ def _print_replays(console: Console, done: Compared, fmt: str) -> None:
     """Two replays of recorded agents at each lane count both ran: their levels, and TTFT by context."""
     from ..compare.replays import replay_notes, replay_tables
     from ..console import print_table
+    from ..layout import md_paragraph
 
     r = done.replays
     assert r is not None
+    md = fmt == "markdown"
+
+    def say(text: str, style: str | None = None) -> None:
+        """A line; in Markdown a paragraph of its own (a note's leading "*" not a bullet, a table's title apart)."""
+        console.print(f"\n{md_paragraph(text)}\n" if md else text, style=style, markup=False, highlight=False)
+
     for w in r.warnings:
-        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
-    console.print(f"replays of recorded agents: A = {r.a}, B = {r.b}. A/B: A's figure over B's (a time below 1, "
-                  "or a rate above 1: A is faster); TTFT's with its 95% interval.", markup=False, highlight=False)
+        say(f"warning: {w}", "yellow")
+    say(f"replays of recorded agents: A = {r.a}, B = {r.b}. A/B: A's figure over B's (a time below 1, or a rate "
+        "above 1: A is faster); TTFT's with its 95% interval.")
     for block in r.blocks:
         (h1, r1), (h2, r2) = replay_tables(block)
-        print_table(console, h1, r1, fmt, title=f"{block.lanes} lanes", numeric=True)
-        for note in replay_notes(block):
-            console.print(note, markup=False, highlight=False)
-        if r2:
-            print_table(console, h2, r2, fmt, title="TTFT by the context a call sent (tokens)", numeric=True)
+        for title, (head, rows) in ((f"{block.lanes} lanes", (h1, r1)),
+                                    ("TTFT by the context a call sent (tokens)", (h2, r2))):
+            if not rows:
+                continue
+            if md:
+                say(title + ":")
+            print_table(console, head, rows, fmt, title=None if md else title, numeric=True)
+            if rows is r1:
+                for note in replay_notes(block):
+                    say(note)
 
 
 def _print_capacity(console: Console, cap: CapacityComparison, fmt: str, after_table: bool) -> None:
