@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..bootstrap import QUANTILES, TAIL, Interval, LevelSamples, interval, run_samples
+from ..bootstrap import LEVEL, QUANTILES, TAIL, Interval, LevelSamples, interval, run_samples
 from ..errors import UsageError
 from ..levels import LevelSummary, ServingLevel, serving
 from ..replay_stats import ContextBin
@@ -79,7 +79,7 @@ class ReplayComparison:
 
 
 def _interval_dict(iv: Interval | None) -> dict[str, Any] | None:
-    return None if iv is None else {"low": iv.low, "high": iv.high, "level": 0.95, "how": iv.how}
+    return None if iv is None else {"low": iv.low, "high": iv.high, "level": LEVEL, "how": iv.how}
 
 
 def _rows(x: ServingLevel, y: ServingLevel) -> list[ReplayRow]:
