@@ -166,6 +166,20 @@ def test_scale_divides_every_length(emitter: BackgroundEmitter, tmp_path: Path) 
     assert [(r.expected_input_tokens, r.output_tokens) for r in measured(recs)] == [(16, 2), (24, 4)]  # the salt in place of the first tokens
 
 
+def test_an_open_loop_replay_caps_its_pauses_too(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """At the recorded times the cap still holds: session-log.jsonl's calls were sent over 9 s, and with pauses
+    capped at 0 s (the heading said so) the replay waited 9 s all the same. Capped, each call follows the answer
+    before it; as recorded, at 10 times the speed, the tree takes its 0.9 s."""
+    def span_s(recs: list[RequestRecord]) -> float:
+        calls = measured(recs)
+        return (max(r.end_ns or 0 for r in calls) - min(r.sent_ns for r in calls)) / NS
+
+    res, recs = replay(emitter.url, EXAMPLES / "session-log.jsonl", tmp_path, "chat", max_think_s=0.0, speed=1.0)
+    assert res.status == "complete" and len(measured(recs)) == 5 and span_s(recs) < 0.8, span_s(recs)
+    res, recs = replay(emitter.url, EXAMPLES / "session-log.jsonl", tmp_path, "chat", max_think_s=None, speed=10.0)
+    assert res.status == "complete" and 0.85 <= span_s(recs) < 1.6, span_s(recs)
+
+
 def test_replay_options_are_refused_in_one_line(emitter: BackgroundEmitter, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     weka_file = EXAMPLES / "weka-claude-code.json"

@@ -11,7 +11,8 @@ been replayed once in the level (or ``--requests`` calls were measured, or ``--d
 tree starts at a random call, drawn from the level's seed, after one uncounted call that warms the call before
 it, so lanes do not move in lock-step (AgentX starts each lane mid-trajectory the same way). Open loop
 (``--trace-speed``): each tree starts at its recorded start, the calls at their recorded times divided by the
-speed, never before the answer before them.
+speed, never before the answer before them; a recorded pause over the cap waits the cap, and the tree's later
+calls keep their times after it.
 
 What is sent:
 - length-only formats (Weka, TraceLab, a lengths-only session log): each hash id is a block of text of exactly its
@@ -318,6 +319,7 @@ class ReplayLevel:
         if start:
             await self._send(t, t.calls[start - 1], tree, live, "warmup", None)
         self._spawn(t, start - 1 if start else None, tree, children, spawned, start)
+        skipped_s = 0.0  # open loop: the recorded time the cap took out of the tree's pauses so far
         try:
             for k in range(start, len(t.calls)):
                 call = t.calls[k]
@@ -325,7 +327,13 @@ class ReplayLevel:
                     await asyncio.gather(*children.pop(k))
                 pause = self.plan.pause(call.pause_s) if k > start else 0.0
                 if origin_ns is not None and call.start_s is not None:
-                    pause = max(pause, origin_ns / 1e9 + call.start_s / (self.plan.speed or 1) - time.perf_counter())
+                    # at its recorded time, never before the answer before it; a recorded pause over the cap
+                    # waits the cap, and the tree's later calls keep their times after it
+                    until = origin_ns / 1e9 + call.start_s / (self.plan.speed or 1) - skipped_s - time.perf_counter()
+                    if self.plan.max_think_s is not None and k > start and call.pause_s > self.plan.max_think_s:
+                        skipped_s += max(0.0, until - pause)  # waits the cap, as in closed loop
+                    else:
+                        pause = max(pause, until)
                 if pause > 0:
                     await asyncio.sleep(pause)
                 if not self.more():
