@@ -180,6 +180,18 @@ def test_an_open_loop_replay_caps_its_pauses_too(emitter: BackgroundEmitter, tmp
     assert res.status == "complete" and 0.85 <= span_s(recs) < 1.6, span_s(recs)
 
 
+def test_a_tree_cut_by_the_levels_end_is_not_called_finished(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """A level that stopped at --requests (or at Ctrl-C) in the middle of a tree read "1/1 trees finished" for the
+    calls it did send: the tree was cut, and its time is no tree's time."""
+    res, recs = replay(emitter.url, EXAMPLES / "weka-claude-code.json", tmp_path, max_think_s=0.0, concurrency=[1],
+                       requests=3)
+    stats = res.outcomes[0].summary.replay
+    assert len(measured(recs)) == 3 and all(r.ok for r in measured(recs))
+    assert stats.trees == 1 and stats.trees_finished == 0 and stats.tree_s.n == 0, stats
+    res, recs = replay(emitter.url, EXAMPLES / "weka-claude-code.json", tmp_path, max_think_s=0.0, concurrency=[1])
+    assert res.outcomes[0].summary.replay.trees_finished == 1
+
+
 def test_replay_options_are_refused_in_one_line(emitter: BackgroundEmitter, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     weka_file = EXAMPLES / "weka-claude-code.json"

@@ -251,6 +251,7 @@ class ReplayLevel:
         self.sessions = 0
         self.measured = 0
         self.subagents = 0
+        self.finished: set[int] = set()  # trees (a subagent's its own) whose every call was sent and answered
         self.stop_ns: int | None = None
 
     def more(self) -> bool:
@@ -342,6 +343,8 @@ class ReplayLevel:
                 if not rec.ok:
                     break
                 self._spawn(t, k, tree, children, spawned, start)
+            else:  # not cut by the level's count or time, a failed call or an interrupt
+                self.finished.add(tree.session)
         finally:
             if spawned:
                 await asyncio.gather(*spawned, return_exceptions=True)

@@ -92,12 +92,16 @@ class ReplayStats:
         return cls(**d)
 
 
-def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int | None = None) -> ReplayStats:
+def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int | None = None,
+                 ended: set[int] | None = None) -> ReplayStats:
     """A replay level's view of its measured calls (each carries its tree in ``session``, a subagent's parent
-    tree in ``parent``); ``asked``: the calls it was to measure (--requests), where it was given a count."""
+    tree in ``parent``); ``asked``: the calls it was to measure (--requests), where it was given a count;
+    ``ended``: the trees (a subagent's its own) the replay sent to their last call, so a tree cut by the level's
+    end or an interrupt is not called finished for the calls it did send."""
     calls = [r for r in records if r.phase == "measured" and r.session is not None]
     trees = by_tree(calls)
-    finished = [rs for rs in trees.values() if all(r.ok for r in rs)]
+    finished = [rs for rs in trees.values()
+                if all(r.ok and (ended is None or r.session in ended) for r in rs)]
     ok = [r for r in calls if r.ok]
     n_over = sum(overflowed(r) for r in calls)
     return ReplayStats(

@@ -61,8 +61,9 @@ def replay_lines(s: ServingLevel) -> list[str]:
     rate = f"90% of calls streamed at {r.agent_tps_p90:,.1f} tok/s or faster" if r.agent_tps_p90 is not None else \
         "no call's rate"
     over = f"{r.overflowed} of {r.calls} calls overflowed the context" + (" (INVALID: over 1%)" if r.invalid else "")
-    short = f"; {r.calls} of the {r.asked} calls asked (--requests): a level replays each trajectory once, and " \
-        "these were all it had" if r.asked and r.calls < r.asked else ""
+    mid = ", each lane's first from a random call on" if (s.concurrency or 1) > 1 else ""
+    short = f"; {r.calls} of the {r.asked} calls asked (--requests): a level replays each trajectory once{mid}, " \
+        "and these were all it had" if r.asked and r.calls < r.asked else ""
     return [f"{level_label(s)}: {trees}; " + "; ".join(cache) + f"; {rate}; {over}{short}"]
 
 

@@ -49,7 +49,7 @@ class ReplayWork:
         stats = session_stats(records, "warm")
         stats.server_hit_share = summary.telemetry.prefix_cache_hit_rate if summary.telemetry is not None else None
         summary.session = stats
-        summary.replay = replay_stats(records, self.ideal, self.planned)
+        summary.replay = replay_stats(records, self.ideal, self.planned, self.run.finished)
 
 
 class BoundReplay:
