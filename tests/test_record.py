@@ -930,10 +930,16 @@ def test_a_server_of_its_own_to_record_through_then_replay_on(tmp_path: Path) ->
     out = tmp_path / "mine.jsonl"
     try:
         assert serve.stdout is not None
-        said = serve.stdout.readline()
-        m = re.search(r"--url (\S+/v1), or record --upstream (\S+);", said)
+        said = "".join(serve.stdout.readline() for _ in range(4))
+        m = re.search(r"^  --url (\S+/v1)\n  record --upstream (\S+)\nCtrl-C stops", said, re.M)
         assert m and "serving tokenbench-tiny-llama with llama-server" in said, (said, serve.stderr and serve.stderr.read())
+        assert max(len(line) for line in said.splitlines()) <= 80, said
         url, upstream = m.groups()
+        # the port taken: refused in one line before anything starts (it once found the other server healthy)
+        taken = subprocess.run([sys.executable, "-m", "tokenbench", "engines", "serve", "llama-server", "--port",
+                                url.rsplit(":", 1)[1].removesuffix("/v1")], capture_output=True, text=True, env=env,
+                               timeout=60)
+        assert taken.returncode == 2 and "is taken: give another --port" in taken.stderr, taken.stderr
         served = [p for p in __import__("psutil").Process(serve.pid).children(recursive=True)]
         assert served, "the engine runs as the command's child"
         record = subprocess.Popen([sys.executable, "-m", "tokenbench", "record", "--upstream", upstream, "--port",
@@ -963,6 +969,6 @@ def test_a_server_of_its_own_to_record_through_then_replay_on(tmp_path: Path) ->
         assert level["completed"] == 2 and level["failed"] == 0 and level["replay"]["trees_finished"] == 1
     finally:
         serve.send_signal(signal.SIGINT)
-        _, err = serve.communicate(timeout=60)
-    assert serve.returncode == 0, err
+        rest, err = serve.communicate(timeout=60)
+    assert serve.returncode == 0 and "stopped the llama-server engine" in rest, (rest, err)
     assert not any(p.is_running() and p.status() != "zombie" for p in served), "the engine outlived the command"

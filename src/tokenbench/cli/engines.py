@@ -52,23 +52,29 @@ def _serve(names: list[str], a: argparse.Namespace, console: Console, err: Conso
     """One embedded engine on the embedded model, on its own until Ctrl-C: a server to point ``record``, an agent
     or any other client at, where there is none yet."""
     from ..engines.embedded import Embedded, EmbeddedSpec
+    from ..engines.launch import port_taken
 
     if len(names) != 1 or names[0] not in LAUNCHERS:
         raise UsageError(f"engines serve starts one engine: give one of {', '.join(LAUNCHERS)}")
+    if a.port and port_taken(a.port):
+        raise UsageError(f"port {a.port} of 127.0.0.1 is taken: give another --port, or 0 for any free one")
     name = names[0]
     engine = Embedded.start(EmbeddedSpec(name, a.model_size, a.quant), notifier(err), parallel=a.parallel,
                             ctx=a.ctx, port=a.port)
     try:
         url = engine.engine.base_url
-        console.print(f"serving {engine.engine.model} with {name} at {url} ({a.parallel} at a time, "
-                      f"{a.ctx:,} tokens each): --url {url}, or record --upstream {url.removesuffix('/v1')}; "
-                      "Ctrl-C stops", markup=False, highlight=False, soft_wrap=True)
+        # the URLs each on a line of their own, whole, to be copied
+        for line in (f"serving {engine.engine.model} with {name}, {a.parallel} at a time, {a.ctx:,} tokens each:",
+                     f"  --url {url}", f"  record --upstream {url.removesuffix('/v1')}", "Ctrl-C stops"):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         console.file.flush()
         while engine.alive():
             time.sleep(0.5)
         raise EngineError(f"the {name} engine exited by itself (code {engine.engine.proc.returncode}); its log: "
                           f"{engine.engine.log_path}\n{engine.engine.log_tail()}")
-    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) is how serving ends
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) is how serving ends: exit 0, as record's
+        engine.stop()
+        console.print(f"stopped the {name} engine", markup=False, highlight=False)
         return 0
     finally:
         engine.stop()

@@ -76,6 +76,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_taken(port: int) -> bool:
+    """Whether something listens on ``port`` of 127.0.0.1 already: an engine started there would fail to bind,
+    while its health check found the other server healthy."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 def server_threads() -> int:
     """Threads for a CPU engine: leave a core to the client measuring it, as both run on this machine."""
     return max(1, min(4, (os.cpu_count() or 2) - 1))
