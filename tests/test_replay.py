@@ -389,6 +389,17 @@ def test_two_replays_compare_as_replays(emitter: BackgroundEmitter, tmp_path: Pa
     md = capsys.readouterr().out
     assert "\n2 lanes:\n\n| Per level |" in md and "\n\\* no 95% interval" in md, md
     assert "\nTTFT by the context a call sent (tokens):\n\n| Context |" in md, md
+    # the same trajectories replayed otherwise are other work, and said so
+    assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "1",
+                 "--trace", str(AGENTS), "--trace-scale", "8", "--max-think", "1s", "--concurrency", "2",
+                 "--requests", "8", "--label", "scaled"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "fast", "scaled"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "the two replays differ in lengths divided by: 16 vs 8" in said, said
+    assert "the two replays differ in pauses capped at (s): 0 vs 1" in said, said
+    from tokenbench.compare.replays import lanes_title
+    assert (lanes_title(1), lanes_title(4), lanes_title(0)) == ("1 lane", "4 lanes", "at the recorded times (open loop)")
     mooncake = tmp_path / "m.jsonl"
     mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 8, "output_length": 2}) + "\n")
     assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--concurrency", "2",

@@ -92,6 +92,11 @@ class ReplayStats:
         return cls(**d)
 
 
+def tokens(n: int) -> str:
+    """A bin's edge in tokens: "512", "2K"."""
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
+
+
 def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int | None = None,
                  ended: set[int] | None = None) -> ReplayStats:
     """A replay level's view of its measured calls (each carries its tree in ``session``, a subagent's parent

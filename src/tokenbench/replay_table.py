@@ -11,16 +11,17 @@ from rich.console import Console
 from .cells import level_label, ms, num
 from .console import print_table
 from .levels import ServingLevel
-from .replay_stats import ContextBin
+from .replay_stats import ContextBin, tokens
 from .layout import plural
 
 
-def _tokens(n: int) -> str:
-    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
+def seconds(v: float) -> str:
+    """A tree's time: "12.3 s", "0.047 s" (a tenth of a second is no resolution for a tree of fast calls)."""
+    return f"{v:,.1f} s" if v >= 1 else f"{v:.2g} s" if v >= 0.001 else "< 1 ms"
 
 
 def _range(b: ContextBin) -> str:
-    return f"{_tokens(b.low)}-{_tokens(b.high)}"
+    return f"{tokens(b.low)}-{tokens(b.high)}"
 
 
 def bin_rows(s: ServingLevel) -> tuple[list[str], list[list[str]]]:
@@ -45,8 +46,8 @@ def replay_lines(s: ServingLevel) -> list[str]:
     subagents = plural(r.subagents, "subagent")
     trees = f"{r.trees_finished}/{r.trees} trees finished" + (f" ({subagents})" if r.subagents else "")
     if r.tree_s.p50 is not None:
-        trees += f", tree time p50 {r.tree_s.p50:.1f} s" + (
-            f" (p90 {r.tree_s.p90:.1f} s)" if r.tree_s.p90 is not None and r.tree_s.n > 1 else "")
+        trees += f", tree time p50 {seconds(r.tree_s.p50)}" + (
+            f" (p90 {seconds(r.tree_s.p90)})" if r.tree_s.p90 is not None and r.tree_s.n > 1 else "")
     if r.calls_per_tree is not None:
         trees += f", {r.calls_per_tree:.1f} calls a tree"
     cache = [f"cached {s.cached_share:.0%} of prompt tokens ({s.cached_source})" if s.cached_share is not None

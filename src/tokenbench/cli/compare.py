@@ -72,7 +72,7 @@ def _print_rows(console: Console, cfg: CompareConfig, done: Compared, fmt: str) 
 
 def _print_replays(console: Console, done: Compared, fmt: str) -> None:
     """Two replays of recorded agents at each lane count both ran: their levels, and TTFT by context."""
-    from ..compare.replays import replay_notes, replay_tables
+    from ..compare.replays import lanes_title, replay_notes, replay_tables
     from ..console import print_table
     from ..layout import md_paragraph
 
@@ -90,7 +90,7 @@ def _print_replays(console: Console, done: Compared, fmt: str) -> None:
         "above 1: A is faster); TTFT's with its 95% interval.")
     for block in r.blocks:
         (h1, r1), (h2, r2) = replay_tables(block)
-        for title, (head, rows) in ((f"{block.lanes} lanes", (h1, r1)),
+        for title, (head, rows) in ((lanes_title(block.lanes), (h1, r1)),
                                     ("TTFT by the context a call sent (tokens)", (h2, r2))):
             if not rows:
                 continue

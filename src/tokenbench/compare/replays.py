@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..bootstrap import LEVEL, QUANTILES, TAIL, Interval, LevelSamples, interval, run_samples
 from ..errors import UsageError
+from ..layout import plural
 from ..levels import LevelSummary, ServingLevel, serving
-from ..replay_stats import ContextBin
+from ..replay_stats import ContextBin, tokens
+from ..replay_table import seconds
 from ..results import LevelOutcome, RunResult
 from .sides import condition_warnings, model_warnings, run_name
 
@@ -152,6 +154,7 @@ def compare_replays(a: RunResult, b: RunResult, store: Store | None = None) -> R
     tb = ((b.manifest.workload or {}).get("trajectories") or {}).get("sha256")
     if ta != tb:
         warnings.append("the two runs replayed different trajectories: their figures are of different work")
+    warnings += _replay_differences(a.manifest.workload or {}, b.manifest.workload or {})
     warnings += [f"{run_name(r)} is {r.predicted_mark}, not measured" for r in (a, b) if r.predicted_mark]
     return ReplayComparison(run_name(a), run_name(b), blocks, warnings)
 
@@ -161,13 +164,32 @@ def serving_of(o: LevelOutcome) -> ServingLevel:
     return o.summary
 
 
+#: How a replay was run, beside the trajectories it replayed: what differs makes the two runs different work.
+REPLAY_SETTINGS = (("scale", "lengths divided by", "1"), ("max_think_s", "pauses capped at (s)", "none"),
+                   ("speed", "the speed of the recorded times", "lanes"), ("answers", "answers sent", "recorded"))
+
+
+def _replay_differences(wa: dict[str, Any], wb: dict[str, Any]) -> list[str]:
+    """The replay settings the two runs differ in, said as values: "lengths divided by: 8 vs 16"."""
+    def said(v: Any, unset: str) -> str:
+        return unset if v is None else f"{v:g}" if isinstance(v, (int, float)) else str(v)
+
+    return [f"the two replays differ in {what}: {said(wa.get(key), unset)} vs {said(wb.get(key), unset)}"
+            for key, what, unset in REPLAY_SETTINGS if wa.get(key) != wb.get(key)]
+
+
+def lanes_title(lanes: int) -> str:
+    """A block's heading: its lanes, or the recorded times (an open loop has none)."""
+    return f"{plural(lanes, 'lane')}" if lanes else "at the recorded times (open loop)"
+
+
 def _figure(v: float | None, unit: str) -> str:
     if v is None:
         return "—"
     if unit == "share":
         return f"{v:.0%}"
     if unit == "s":
-        return f"{v:,.1f} s" if v >= 1 else f"{v:.2g} s"
+        return seconds(v)
     if unit == "ms":
         return f"{v:,.0f} ms" if v >= 100 else f"{v:.3g} ms"
     return f"{v:,.1f}" if unit == "tok/s" else f"{v:,.0f}"
@@ -188,7 +210,7 @@ def replay_tables(block: ReplayBlock) -> list[tuple[list[str], list[list[str]]]]
              [[r.label, _figure(r.a, r.unit), _figure(r.b, r.unit), _ratio(r)]
               for r in block.rows if r.a is not None or r.b is not None])
     bins = (["Context", "A TTFT p50", "B TTFT p50", "A/B", "Calls A/B"],
-            [[f"{lo:,}-{hi:,}", _figure(x, "ms"), _figure(y, "ms"), f"{x / y:.2f}×" if x and y else "",
+            [[f"{tokens(lo)}-{tokens(hi)}", _figure(x, "ms"), _figure(y, "ms"), f"{x / y:.2f}×" if x and y else "",
               f"{ca}/{cb}"] for lo, hi, x, y, ca, cb in block.bins])
     return [level, bins]
 
