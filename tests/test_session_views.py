@@ -463,7 +463,10 @@ def test_workloads_that_differ_are_said_as_their_headings_say_them() -> None:
 
     def run(task: Draw, prefix: int) -> Any:
         return SimpleNamespace(manifest=SimpleNamespace(workload={"kind": "sessions", "turns": 6, "seed": prefix,
-                                                                  "shared_prefix": prefix, "task": task.to_dict()}))
+                                                                  "shared_prefix": prefix, "task": task.to_dict(),
+                                                                  "baseline": prefix == 0}))
 
     said = _session_workload_warnings(run(Draw.fixed(1024), 0), run(parse("uniform:512-2048", "x"), 512))
-    assert said == ["the session workloads differ (shared prefix 0 vs 512; task 1024 vs uniform 512-2048)"]
+    # a switch as a word: it read "baseline True vs False"
+    assert said == ["the session workloads differ (shared prefix 0 vs 512; task 1024 vs uniform 512-2048; "
+                    "baseline on vs off)"]

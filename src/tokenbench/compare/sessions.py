@@ -117,6 +117,8 @@ def _said(v: Any) -> str:
     the dict the manifest keeps."""
     if v is None:
         return "(not given)"
+    if isinstance(v, bool):  # a switch ("baseline True vs False" read as Python)
+        return "on" if v else "off"
     if isinstance(v, dict):
         return str(v["text"]) if "text" in v else ", ".join(f"{k} {_said(x)}" for k, x in v.items())
     return str(v)
