@@ -213,3 +213,19 @@ def test_a_count_of_one_reads_in_the_singular() -> None:
 
     assert [plural(n, "agent") for n in (0, 1, 2)] == ["0 agents", "1 agent", "2 agents"]
     assert plural(1, "warm-up request") == "1 warm-up request" and plural(3, "slot") == "3 slots"
+
+
+def test_an_open_loop_under_one_request_in_flight_has_no_per_agent_rate() -> None:
+    """A trace at 3.35 requests a second read 46.3 tok/s aggregate and 810.8 per agent: under one request in
+    flight on average, the aggregate over it is a request's own speed. A closed loop and a busier open loop keep
+    theirs."""
+    from tokenbench.sweep_table import sweep_rows
+
+    levels = [ServingLevel(concurrency=None, rate=3.35, achieved_concurrency=0.057, output_throughput_tps=46.3,
+                           completed=16),
+              ServingLevel(concurrency=None, rate=20.0, achieved_concurrency=2.0, output_throughput_tps=400.0,
+                           completed=64),
+              ServingLevel(concurrency=4, output_throughput_tps=200.0, completed=32)]
+    header, rows = sweep_rows(levels, "USD")
+    col = header.index("Per-agent tok/s")
+    assert [r[col] for r in rows] == ["—", "200.0", "50.0"]
