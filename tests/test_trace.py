@@ -181,6 +181,15 @@ def test_the_cli_refuses_repetitions_and_workers_beside_a_trace(tmp_path: Path, 
     assert code == 2 and "--trace is replayed once, by one process" in err and len(err.strip().splitlines()) == 1
 
 
+def test_more_requests_than_the_trace_holds_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """--requests 2000 on the packaged 16-request trace ran 16 and said nothing of the rest."""
+    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace", str(EXAMPLE), "--trace-block", "64",
+                 "--requests", "2000", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--requests 2000: mooncake-trace.jsonl holds 16 requests, replayed once" in err
+
+
 # ---- what a trace says ------------------------------------------------------------------------------------------
 
 def test_mooncake_and_csv_read_the_same(tmp_path: Path) -> None:

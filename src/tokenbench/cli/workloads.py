@@ -5,6 +5,7 @@ options of one kind given to another."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from .. import draws
@@ -161,7 +162,12 @@ def _trace(a: argparse.Namespace, given: set[str]) -> TraceKind:
     if stray := [f for f in REPLAY_OPTIONS if f in given]:
         raise UsageError(f"{', '.join(stray)} shape a replay of agent trajectories, and {a.trace} is a request trace: "
                          "drop them")
-    return TraceKind(load_trace(a.trace, a.trace_block).head(a.requests), a.trace_speed)
+    trace = load_trace(a.trace, a.trace_block)
+    if a.requests is not None and a.requests > len(trace.requests):
+        # it ran the 16 it had, and said nothing of the 2,000 asked
+        raise UsageError(f"--requests {a.requests}: {Path(a.trace).name} holds {len(trace.requests)} requests, "
+                         "replayed once: drop --requests, or give at most that")
+    return TraceKind(trace.head(a.requests), a.trace_speed)
 
 
 def _replay(a: argparse.Namespace, given: set[str], defaults: dict[str, Any], lanes: bool) -> ReplayKind:
