@@ -341,6 +341,9 @@ def test_show_as_markdown_keeps_the_turns_and_the_soak_over_time(emitter: Backgr
     turns = md.split("Concurrency 2:", 1)[1]
     assert re.search(r"^\| Turn", turns, re.M) and turns.count("\n| ") >= 4, md  # the header and 3 turns at least
     assert re.search(r"^- turn TTFT p50: (\S+ ms ?){10}$", md, re.M), md  # the soak's ten tenths
+    # its heading: sessions back to back for the soak, not the "2 sessions x 3 turns" it read above 14 sessions
+    assert main(["show", doc["run_id"], "--db", str(tmp_path / "r.db")]) == 0
+    assert "sessions back to back for 1 s, each of 3 turns" in " ".join(capsys.readouterr().out.split())
 
 
 def test_a_background_load_runs_beside_the_sessions_and_is_kept_apart(emitter: BackgroundEmitter,

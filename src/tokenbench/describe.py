@@ -29,7 +29,7 @@ def describe_run(manifest: Manifest) -> str:
           and wl.get("kind") != "sessions"):  # a session's prompts grow turn by turn: said with the sessions
         parts.append(f"{wl['input_len']} in / {wl['output_len']} out tokens" + (f" ({wl['shape']})" if wl.get("shape") else ""))
     if wl.get("kind") == "sessions":
-        parts.append(_session_workload(wl))
+        parts.append(_session_workload(wl, (manifest.load or {}).get("duration_s")))
     if wl.get("api"):
         parts.append(f"{wl['api']} API")
     if manifest.tokenizer:
@@ -40,14 +40,17 @@ def describe_run(manifest: Manifest) -> str:
     return "; ".join(parts)
 
 
-def _session_workload(wl: dict[str, Any]) -> str:
-    """A session run's workload as a run's description states it (the manifest's texts, written by SessionPlan)."""
+def _session_workload(wl: dict[str, Any], soak_s: float | None = None) -> str:
+    """A session run's workload as a run's description states it (the manifest's texts, written by SessionPlan);
+    ``soak_s``: a soak's duration, in which each agent starts sessions back to back (their count is not
+    --sessions then)."""
     def text(key: str) -> str:
         d = wl.get(key)
         return str(d.get("text")) if isinstance(d, dict) else "?"
 
     # a cache search's levels run one session per agent; a prediction's sessions are per agent too
     runs = "one session per agent x " if wl.get("per_agent") else \
+        f"sessions back to back for {soak_s:g} s, each of " if soak_s else \
         f"{wl.get('sessions')} sessions x " if wl.get("sessions") else "sessions of "
     out = f"{runs}{wl.get('turns')} turns, shared prompt {wl.get('shared_prefix')}, " \
           f"task {text('task')}, tool {text('tool')}, output {text('output')} tokens"
