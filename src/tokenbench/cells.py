@@ -29,6 +29,8 @@ def level_label(s: ServingLevel) -> str:
     """A level in a table's first column: its rate or concurrency, and an agent session's cache mode ("4 warm":
     a session run measures each concurrency twice)."""
     cache = f" {s.session.cache}" if s.session is not None else ""
+    if s.replay is not None and not s.concurrency:
+        return "as recorded"  # a replay at the recorded times: no lanes, and no rate of requests (its heading says)
     if s.rate is not None:
         return f"{s.rate:g}/s{cache}"
     return f"{s.concurrency}{cache}" if s.concurrency is not None else "trace"  # a trace sent all at once

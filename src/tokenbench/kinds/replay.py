@@ -49,6 +49,8 @@ class ReplayWork:
         stats = session_stats(records, "warm")
         stats.server_hit_share = summary.telemetry.prefix_cache_hit_rate if summary.telemetry is not None else None
         summary.session = stats
+        if not summary.concurrency:  # at the recorded times: the schedule's rate is of trajectories, not requests
+            summary.rate = None
         summary.replay = replay_stats(records, self.ideal, self.planned, self.run.finished)
 
 
