@@ -432,10 +432,12 @@ def _end_status(summary: ServingLevel, load: _Load) -> str:
 
 
 def _describe(cfg: SweepConfig, plan: LevelPlan, level: Level, at: tuple[int, int]) -> str:
-    """"level 2/5 concurrency 4 (rep 1/3)": a search's levels are numbered without a total."""
+    """"level 2/5 concurrency 4 (rep 1/3)"; a search's levels are numbered without a total: "level 3 of the
+    search, 4 agents" (it read "level 3 4 agents")."""
     idx, repetition = at
     n_levels = plan.total
-    where = f"level {idx + 1} " if n_levels is None else f"level {idx + 1}/{n_levels} " if n_levels > 1 else ""
+    where = f"level {idx + 1} of the search, " if n_levels is None else \
+        f"level {idx + 1}/{n_levels} " if n_levels > 1 else ""
     return where + level.describe() + (f" (rep {repetition + 1}/{cfg.repetitions})" if cfg.repetitions > 1 else "")
 
 
