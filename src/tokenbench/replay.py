@@ -75,6 +75,10 @@ class ReplayPlan:
         return self.trajectories.format == "mlcommons" or any(
             c.messages for t in self.trajectories.trajectories for c in t.calls[:1])
 
+    def caps(self, seconds: float) -> bool:
+        """Whether a recorded pause is over the cap, and waits the cap instead."""
+        return self.max_think_s is not None and seconds > self.max_think_s
+
     def pause(self, seconds: float) -> float:
         """A recorded pause as replayed: capped, then divided by the speed of an open-loop replay."""
         capped = seconds if self.max_think_s is None else min(seconds, self.max_think_s)
@@ -331,7 +335,7 @@ class ReplayLevel:
                     # at its recorded time, never before the answer before it; a recorded pause over the cap
                     # waits the cap, and the tree's later calls keep their times after it
                     until = origin_ns / 1e9 + call.start_s / (self.plan.speed or 1) - skipped_s - time.perf_counter()
-                    if self.plan.max_think_s is not None and k > start and call.pause_s > self.plan.max_think_s:
+                    if k > start and self.plan.caps(call.pause_s):
                         skipped_s += max(0.0, until - pause)  # waits the cap, as in closed loop
                     else:
                         pause = max(pause, until)

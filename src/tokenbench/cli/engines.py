@@ -73,11 +73,11 @@ def _serve(names: list[str], a: argparse.Namespace, console: Console, err: Conso
         raise EngineError(f"the {name} engine exited by itself (code {engine.engine.proc.returncode}); its log: "
                           f"{engine.engine.log_path}\n{engine.engine.log_tail()}")
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) is how serving ends: exit 0, as record's
-        engine.stop()
-        console.print(f"stopped the {name} engine", markup=False, highlight=False)
-        return 0
+        pass
     finally:
         engine.stop()
+    console.print(f"stopped the {name} engine", markup=False, highlight=False)
+    return 0
 
 
 def add_engines_parser(sub: Any) -> None:

@@ -180,7 +180,7 @@ def _replay_differences(wa: dict[str, Any], wb: dict[str, Any]) -> list[str]:
 
 def lanes_title(lanes: int) -> str:
     """A block's heading: its lanes, or the recorded times (an open loop has none)."""
-    return f"{plural(lanes, 'lane')}" if lanes else "at the recorded times (open loop)"
+    return plural(lanes, "lane") if lanes else "at the recorded times (open loop)"
 
 
 def _figure(v: float | None, unit: str) -> str:
