@@ -920,6 +920,8 @@ def test_a_server_of_its_own_to_record_through_then_replay_on(tmp_path: Path) ->
     """A user with no server yet, as docs/record.md says: `engines serve llama-server` until Ctrl-C, `record` in
     front of it, an agent's two turns through the proxy, then the log replayed on the same server. Each command
     ends at Ctrl-C with exit 0, and the served engine's process ends with it."""
+    import psutil
+
     from conftest import need_engine
 
     need_engine("llama-server")
@@ -940,7 +942,7 @@ def test_a_server_of_its_own_to_record_through_then_replay_on(tmp_path: Path) ->
                                 url.rsplit(":", 1)[1].removesuffix("/v1")], capture_output=True, text=True, env=env,
                                timeout=60)
         assert taken.returncode == 2 and "is taken: give another --port" in taken.stderr, taken.stderr
-        served = [p for p in __import__("psutil").Process(serve.pid).children(recursive=True)]
+        served = psutil.Process(serve.pid).children(recursive=True)
         assert served, "the engine runs as the command's child"
         record = subprocess.Popen([sys.executable, "-m", "tokenbench", "record", "--upstream", upstream, "--port",
                                    "0", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
