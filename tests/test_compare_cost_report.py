@@ -3,6 +3,8 @@ importers on real-shaped files, the HTML report in real headless Chromium."""
 
 from __future__ import annotations
 
+import re
+
 import json
 import shutil
 import subprocess
@@ -456,14 +458,14 @@ def test_recommend_with_no_box_meeting_the_slos_lists_the_closest(tmp_path: Path
     out = capsys.readouterr().out
     lines = out.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith("no box meets the SLOs; the closest"))
-    near = [ln for ln in lines[head + 1:] if ln.startswith("  ")]
+    near = [ln for ln in lines[head + 1:] if re.match(r"  \d+\. ", ln)]
     assert 3 <= len(near) <= 5, out
     # each says the KV cache it assumes, and an uncalibrated estimate says so, as the ranking's Notes do
     assert all("(vllm FP8, fp8 KV, PREDICTED" in ln and "(limit 1.5 s, +" in ln for ln in near[:3]), near
     assert near[0].startswith("  1. amd-mi300x (vllm FP8, fp8 KV, PREDICTED, UNCALIBRATED (vllm-rocm)): "), near
     assert any(ln.startswith("  3. nvidia-h100-sxm") and ln.endswith("; EUR 0.38/M output") for ln in near), near
     assert "Rank" not in out  # no empty table
-    excluded = " ".join(" ".join(ln for ln in lines if not ln.startswith("  ")).split())
+    excluded = " ".join(" ".join(ln for ln in lines if not re.match(r"  \d+\. ", ln)).split())
     assert "more and the 5 above (23 predicted boxes" in excluded  # the groups name a few, count the rest
     assert main([*args, "--json", "-"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -141,3 +141,41 @@ def test_a_row_that_cannot_fit_is_a_card_and_says_its_shared_columns_once() -> N
     lines = buf.getvalue().splitlines()
     assert lines[0] == "Test: serve" and lines[1] == "Level 1" and "Level 2" in lines
     assert sum("serve" in ln for ln in lines) == 1
+
+
+def test_a_name_joined_by_underscores_moves_whole_to_the_next_line() -> None:
+    """A cell wraps between its words: ``agent_tps_p90`` and ``tok/s`` move whole to the next line where they fit
+    there (capacity's Objectives column had read "agent_" over "tps_p90"), and break inside only where the name
+    alone is wider than the column."""
+    from tokenbench.layout import wrap_cell
+
+    cell = "ttft_p90 884 ms; agent_tps_p90 14.3 tok/s, 3/40 under"
+    lines = wrap_cell(cell, 24)
+    assert lines == ["ttft_p90 884 ms;", "agent_tps_p90 14.3", "tok/s, 3/40 under"]
+    assert " ".join(lines) == cell and all(len(ln) <= 24 for ln in lines)
+    assert wrap_cell("a_very_long_name_that_is_wide", 10) == ["a_very_", "long_name_", "that_is_", "wide"]
+    assert wrap_cell("model tokenbench-small-utf8-llama", 12) == ["model", "tokenbench-", "small-utf8-", "llama"]
+
+
+def test_a_long_line_wraps_under_its_own_indent() -> None:
+    """A line of figures or names wider than the terminal goes on indented under its first line, never back at
+    the margin (a soak's ten TTFTs, recommend's closest boxes and its excluded ones), and no line is wider."""
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.console import print_hanging
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=40)
+    print_hanging(console, "  turn TTFT p50: " + " ".join(f"{1000 + i:,} ms" for i in range(10)))
+    print_hanging(console, "excluded, does not fit: " + ", ".join(f"box-{i}" for i in range(12)), hang=3)
+    print_hanging(console, "short")
+    lines = buf.getvalue().splitlines()
+    assert lines[0].startswith("  turn TTFT p50: 1,000 ms")
+    first = lines.index(next(ln for ln in lines if ln.startswith("excluded")))
+    assert first > 1 and all(ln.startswith("    ") and ln[4] != " " for ln in lines[1:first])
+    assert all(ln.startswith("   ") and ln[3] != " " for ln in lines[first + 1:-1]) and lines[-1] == "short"
+    assert all(len(ln) <= 40 for ln in lines)
+    words = " ".join(lines).split()
+    assert words.count("ms") == 10 and sum(w.startswith("box-") for w in words) == 12

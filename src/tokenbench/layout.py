@@ -81,19 +81,35 @@ def _pieces(text: str) -> list[str]:
 
 def wrap_cell(text: str, width: int) -> list[str]:
     """A text cell on lines of at most ``width``, broken after a space, hyphen, slash, underscore or comma (a
-    model name or a label breaks where it reads on); a piece longer than a line is cut (``table_layout`` gives no
-    column less than its longest piece)."""
-    pieces = _pieces(text)
+    model name or a label breaks where it reads on), after an underscore or a slash only where the name it joins
+    cannot move whole to the next line; a piece longer than a line is cut (``table_layout`` gives no column less than
+    its longest piece)."""
     lines = [""]
-    for p in pieces:
-        if lines[-1] and cell_len(lines[-1] + p.rstrip()) > width:
-            lines.append("")
-        while cell_len(lines[-1] + p.rstrip()) > width:
-            cut = max(1, width - cell_len(lines[-1]))
-            lines[-1], p = lines[-1] + p[:cut], p[cut:]
-            lines.append("")
-        lines[-1] += p
+    for name in _names(_pieces(text)):
+        joined = "".join(name)
+        if lines[-1] and cell_len(lines[-1] + joined.rstrip()) > width and cell_len(joined.rstrip()) <= width:
+            lines.append("")  # a name moves whole to the next line where it fits there
+        for p in name:
+            if lines[-1] and cell_len(lines[-1] + p.rstrip()) > width:
+                lines.append("")
+            while cell_len(lines[-1] + p.rstrip()) > width:
+                cut = max(1, width - cell_len(lines[-1]))
+                lines[-1], p = lines[-1] + p[:cut], p[cut:]
+                lines.append("")
+            lines[-1] += p
     return [ln.rstrip() for ln in lines if ln.strip()] or [""]
+
+
+def _names(pieces: list[str]) -> list[list[str]]:
+    """The pieces grouped into names joined by underscores or slashes (``agent_tps_p90``, ``tok/s``): a name breaks
+    inside only where it is wider than its column."""
+    names: list[list[str]] = []
+    for p in pieces:
+        if names and names[-1][-1][-1:] in "_/":
+            names[-1].append(p)
+        else:
+            names.append([p])
+    return names
 
 
 @dataclass(slots=True)

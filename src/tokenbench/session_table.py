@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from .cells import agents_text, level_label, ms, num
-from .console import print_table
+from .console import print_hanging, print_table
 from .levels import ServingLevel
 
 
@@ -114,4 +114,4 @@ def print_sessions(console: Console, levels: list[ServingLevel], fmt: str = "tab
             console.print(headline, markup=False, highlight=False)
     for s in levels:
         for line in session_lines(s):
-            console.print(line, markup=False, highlight=False)
+            print_hanging(console, line)

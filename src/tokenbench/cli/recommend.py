@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from ..candidates import figures_text
+from ..console import print_hanging
 from ..pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from ..errors import UsageError
 from ..predict.setup import LLAMA_DEFAULT_SLOTS
@@ -60,7 +61,7 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
                     keep=(0, 1, *range(4, len(head) - 1)), aside=len(head) - 1)
         bands = band_line(done.ranked) if not done.capacity or done.workload.sessions is not None else None
         for line in filter(None, (team_line(done), unsure_line(done), kv_line(done.ranked), bands)):
-            console.print(line, markup=False, highlight=False)
+            print_hanging(console, line)
     elif done.closest:
         _print_closest(console, done.closest, a.currency)
     else:
@@ -68,9 +69,8 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
     _print_yours(console, done.excluded, done.closest, a.currency)
     _print_excluded(console, done.excluded, done.closest)
     if a.owned:
-        console.print(f"owned boxes: purchase over its years, plus its watts at {a.kwh_price:g} {a.currency}/kWh"
-                      + (" (the default --kwh-price)" if a.kwh_price == DEFAULT_KWH_PRICE else ""), markup=False,
-                      highlight=False)
+        print_hanging(console, f"owned boxes: purchase over its years, plus its watts at {a.kwh_price:g} "
+                      f"{a.currency}/kWh" + (" (the default --kwh-price)" if a.kwh_price == DEFAULT_KWH_PRICE else ""))
     if a.json:
         emit_json(a.json, done.to_dict())
     return 0
@@ -178,8 +178,7 @@ def _print_yours(console: Console, excluded: list[Candidate], shown: list[Candid
     priced is the one they ask about, never hidden in a group."""
     for c in excluded:
         if c.priced and not any(c is x for x in shown):
-            console.print(f"your box {c.box} ({c.setup}, {c.mark}): {c.excluded}; {figures_text(c, currency)}",
-                          markup=False, highlight=False)
+            print_hanging(console, f"your box {c.box} ({c.setup}, {c.mark}): {c.excluded}; {figures_text(c, currency)}")
 
 
 #: Boxes an exclusion line names before it counts the rest.
@@ -193,15 +192,15 @@ def _print_excluded(console: Console, excluded: list[Any], shown: list[Any]) -> 
     groups: dict[str, list[Any]] = {}
     for c in excluded:
         if c.stored and not c.priced and not any(c is x for x in shown):
-            console.print(f"excluded {c.box} ({c.mark}): {c.excluded}", markup=False, highlight=False)
+            print_hanging(console, f"excluded {c.box} ({c.mark}): {c.excluded}")
         elif not (c.stored or c.priced):
             groups.setdefault(c.reason or "", []).append(c)
     for reason, cs in groups.items():
         if len(cs) == 1:
             if not any(cs[0] is x for x in shown):
-                console.print(f"excluded {cs[0].box} (predicted): {cs[0].excluded}", markup=False, highlight=False)
+                print_hanging(console, f"excluded {cs[0].box} (predicted): {cs[0].excluded}")
         elif line := _group_line(reason, cs, shown):
-            console.print(line, markup=False, highlight=False)
+            print_hanging(console, line)
 
 
 def _group_line(reason: str, cs: list[Any], shown: list[Any]) -> str | None:
@@ -243,8 +242,7 @@ def _print_closest(console: Console, near: list[Any], currency: str) -> None:
         cost = f"; {currency} {c.cost_per_mtok:.2f}/M output" if c.cost_per_mtok else ""
         kv = f", {c.kv} KV" if c.kv else ""
         notes = "".join(f", {n}" for n in c.notes)  # UNCALIBRATED, one stream at a time: as the table's Notes
-        console.print(f"  {i + 1}. {c.box} ({c.setup}{kv}, {source}{notes}): {miss_text(c)}{cost}", markup=False,
-                      highlight=False)
+        print_hanging(console, f"  {i + 1}. {c.box} ({c.setup}{kv}, {source}{notes}): {miss_text(c)}{cost}", hang=3)
 
 
 def _recommend_head(a: argparse.Namespace, done: Recommendation,
