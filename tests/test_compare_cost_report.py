@@ -3,9 +3,8 @@ importers on real-shaped files, the HTML report in real headless Chromium."""
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
