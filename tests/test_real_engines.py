@@ -216,7 +216,8 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
       and +0.03%): one first token delivered late on a 2-core host that vLLM's engine keeps busy. A client
       that reads late does so in every run, so the median run is held to 3% and each run to 15%.
     Against the reference tool, at every concurrency: TTFT (the median pooled over every request), TPOT and ITL
-    (the means pooled over every request) and output tok/s (the median run) within 10% of the reference's, or
+    (the means pooled over every request) and output tok/s (the median round's ratio of the two tools' runs, which
+    ran back to back) within 10% of the reference's, or
     within half the spread of the reference's own run medians where the server's speed moved more than 20%
     between them (on this shared 2-core machine it has moved by 27% at concurrency 1).
     TPOT's and ITL's medians were compared first, within 3.2% in two runs, until a CI run read TPOT at
@@ -327,6 +328,8 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
             a, b = statistics.median(ours[c][k]), statistics.median(theirs[c][k])
             lo, hi = min(their_runs[c][k]), max(their_runs[c][k])
             table[f"c{c} {k}"] = (round(a, 2), round(b, 2), f"{a / b - 1:+.1%}", f"ref runs {lo:.2f}..{hi:.2f}")
+            if k == "tps":
+                table[f"c{c} tps by round"] = [f"{x / y - 1:+.1%}" for x, y in zip(ours[c][k], their_runs[c][k])]
             if k in ("tpot", "itl"):
                 a, b = statistics.fmean(ours[c][k]), statistics.fmean(theirs[c][k])
                 table[f"c{c} mean {k}"] = (round(a, 2), round(b, 2), f"{a / b - 1:+.1%}")
@@ -346,9 +349,17 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
             # runs by more than 20%, within half that spread: a difference smaller than the runs' own is none
             # (a CI run: the reference's output tok/s at 1 read 30.9, 37.2 and 39.2 in its three runs, tokenbench's
             # 31.0, 35.7 and 32.8 in the rounds beside them, 12% apart by their medians)
-            pooled = statistics.fmean if k in ("tpot", "itl") else statistics.median
             limit = max(0.10, (max(their_runs[c][k]) / min(their_runs[c][k]) - 1) / 2)
-            assert abs(pooled(ours[c][k]) / pooled(theirs[c][k]) - 1) <= limit, (table, f"c{c} {k} limit {limit:.1%}")
+            if k == "tps":
+                # a run's throughput is one figure, and the server's speed drifts from round to round (a CI run at
+                # 16: the reference read 87.4, 83.5 and 74.2 tok/s, tokenbench 84.1, 73.8 and 71.2 beside them,
+                # 11.6% apart by their medians and 3.8, 11.6 and 4.0% within each round): the two tools in one
+                # round ran back to back, so their ratio there is free of the drift, and the median round's is held
+                apart = statistics.median(a / b for a, b in zip(ours[c][k], their_runs[c][k])) - 1
+            else:
+                pooled = statistics.fmean if k in ("tpot", "itl") else statistics.median
+                apart = pooled(ours[c][k]) / pooled(theirs[c][k]) - 1
+            assert abs(apart) <= limit, (table, f"c{c} {k} {apart:+.1%}, limit {limit:.1%}")
             if c > 1 and k in ("tpot", "itl"):
                 continue  # a run's lock-step mode: held to the server's own decode times below
             band = 0.25 if (c, k) == (4, "ttft") else 0.10
