@@ -927,12 +927,12 @@ def test_a_server_of_its_own_to_record_through_then_replay_on(tmp_path: Path) ->
     need_engine("llama-server")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     serve = subprocess.Popen([sys.executable, "-m", "tokenbench", "engines", "serve", "llama-server", "--port", "0",
-                              "--parallel", "2", "--ctx", "2048"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env)
+                              "--parallel", "2", "--ctx", "2048", "--cache-ram", "0"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
     out = tmp_path / "mine.jsonl"
     try:
         assert serve.stdout is not None
-        said = "".join(serve.stdout.readline() for _ in range(4))
+        said = "".join(serve.stdout.readline() for _ in range(5))
         m = re.search(r"^  --url (\S+/v1)\n  record --upstream (\S+)\nCtrl-C stops", said, re.M)
         assert m and "serving tokenbench-tiny-llama with llama-server" in said, (said, serve.stderr and serve.stderr.read())
         assert max(len(line) for line in said.splitlines()) <= 80, said
@@ -944,6 +944,9 @@ def test_a_server_of_its_own_to_record_through_then_replay_on(tmp_path: Path) ->
         assert taken.returncode == 2 and "is taken: give another --port" in taken.stderr, taken.stderr
         served = psutil.Process(serve.pid).children(recursive=True)
         assert served, "the engine runs as the command's child"
+        # --cache-ram reaches the server (a cache-cliff search wants only the slots to keep sessions)
+        assert said.startswith("its host prompt cache off (--cache-ram)\n"), said
+        assert any(" --cache-ram 0" in " ".join(p.cmdline()) for p in served), [p.cmdline() for p in served]
         record = subprocess.Popen([sys.executable, "-m", "tokenbench", "record", "--upstream", upstream, "--port",
                                    "0", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True, env=env)

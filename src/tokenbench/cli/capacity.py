@@ -17,7 +17,7 @@ from ..capacity import SURE_LEGEND, CapacityAnswer, CapacitySearch, SearchSpec, 
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
 from ..slo import SLO
-from ..console import print_table
+from ..console import print_hanging, print_table
 from ..results import RunResult
 from ..slo import SloCheck, duration_text
 from ..servers import root_url
@@ -251,9 +251,9 @@ def print_capacity(console: Console, found: CapacityAnswer, fmt: str = "table") 
     if found.cliff is not None:
         console.print(found.cliff.headline(), markup=False, highlight=False)
         for line in found.cliff.explained():
-            console.print("  " + line, markup=False, highlight=False)
+            print_hanging(console, "  " + line)
     for line in money_lines(found):
-        console.print("  " + line, markup=False, highlight=False)
+        print_hanging(console, "  " + line)
     if found.limit is not None and found.first_fail is not None:
         console.print(f"  limit at {_value_format(found)(found.first_fail)} {found.unit}: {found.limit}",
                       markup=False, highlight=False)

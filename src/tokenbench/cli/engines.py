@@ -13,7 +13,7 @@ from ..errors import EngineError, UsageError
 from ..registry import LAUNCHERS
 from .record import PORT
 from .common import check_output, emit_json, notifier
-from .options import POSITIVE_INT, add_json
+from .options import NONNEG_INT, POSITIVE_INT, add_json
 
 #: A served engine's slots and each slot's context unless --parallel and --ctx say: room for a few agents.
 SERVE_PARALLEL, SERVE_CTX = 4, 4096
@@ -59,12 +59,17 @@ def _serve(names: list[str], a: argparse.Namespace, console: Console, err: Conso
     if a.port and port_taken(a.port):
         raise UsageError(f"port {a.port} of 127.0.0.1 is taken: give another --port, or 0 for any free one")
     name = names[0]
-    engine = Embedded.start(EmbeddedSpec(name, a.model_size, a.quant), notifier(err), parallel=a.parallel,
+    if a.cache_ram is not None and name != "llama-server":
+        raise UsageError(f"--cache-ram is llama-server's host prompt cache; {name} has none")
+    flags = ("--cache-ram", str(a.cache_ram)) if a.cache_ram is not None else ()
+    engine = Embedded.start(EmbeddedSpec(name, a.model_size, a.quant, flags), notifier(err), parallel=a.parallel,
                             ctx=a.ctx, port=a.port)
     try:
         url = engine.engine.base_url
         # the URLs each on a line of their own, whole, to be copied
-        for line in (f"serving {engine.engine.model} with {name}, {a.parallel} at a time, {a.ctx:,} tokens each:",
+        host = () if a.cache_ram is None else \
+            (f"its host prompt cache {'off' if a.cache_ram == 0 else f'{a.cache_ram:,} MiB'} (--cache-ram)",)
+        for line in (*host, f"serving {engine.engine.model} with {name}, {a.parallel} at a time, {a.ctx:,} tokens each:",
                      f"  --url {url}", f"  record --upstream {url.removesuffix('/v1')}", "Ctrl-C stops"):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         console.file.flush()
@@ -98,3 +103,6 @@ def add_engines_parser(sub: Any) -> None:
     s.add_argument("--ctx", type=POSITIVE_INT, default=SERVE_CTX, metavar="N",
                    help=f"tokens of context each request may hold (default {SERVE_CTX})")
     s.add_argument("--port", type=PORT, default=0, help="port to listen on, on 127.0.0.1 (default 0: any free one)")
+    s.add_argument("--cache-ram", type=NONNEG_INT, metavar="MIB",
+                   help="llama-server's host prompt cache, in MiB (its --cache-ram; 0: off, the server's default: "
+                        "on), which keeps sessions evicted from its slots: off, the slots alone hold them")
