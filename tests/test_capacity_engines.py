@@ -158,6 +158,7 @@ def test_the_cache_cliff_on_llama_server_is_where_its_slots_run_out(llama_tiny_4
     assert cliff["cache_failed"] and abs(cliff["fell_at"] - (cliff["holds"] + 1)) <= 1, cliff
     assert cliff["share_fell"] < 0.5 * cliff["share_kept"] and off["capacity"] == cliff["kept"]
     assert f"the cache keeps {cliff['kept']} sessions of" in said and "it holds 4 such sessions" in said
+    assert "limit at" not in said and "-np" not in said  # more agents than slots is what a cliff search sends
     on, said = found["on"]
     assert on["first_fail"] is None and on["cache_cliff"]["kept"] == 8 and on["cache_cliff"]["holds"] == 4, on
     assert "8 stayed warm, more than the pool holds" in said
@@ -165,6 +166,28 @@ def test_the_cache_cliff_on_llama_server_is_where_its_slots_run_out(llama_tiny_4
     assert main(["compare", *runs, "--db", str(tmp_path / "r.db")]) == 0
     table = capsys.readouterr().out
     assert re.search(r"Cached share, past\s+\d+% at 5\s+—", table) and "holds 4" in table, table
+
+
+@pytest.mark.timeout(300)
+def test_a_cache_cliff_search_on_an_embedded_engine_keeps_its_slots(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A search on the embedded llama-server (--engine) starts it with as many slots as its range's top, so that
+    its batch is not what it finds; a cache-cliff search must not: slots grown with the agents kept every session,
+    and it could only say "raise the range's top", which raised the slots too. Its engine serves 4 at a time, as
+    `engines serve` does, and past 4 agents only its host prompt cache keeps them."""
+    from conftest import need_engine
+
+    need_engine("llama-server")
+    cliff = ["1:5" if a == "1:8" else a for a in CLIFF]
+    out = tmp_path / "c.json"
+    assert main(["capacity", "--engine", "llama-server", *cliff, "--db", str(tmp_path / "r.db"),
+                 "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    pool = doc["capacity"]["cache_cliff"]["pool"]
+    assert pool["slot_tokens"] is not None and pool["tokens"] == 4 * pool["slot_tokens"], pool
+    assert pool["how"].startswith("4 slots x"), pool
+    assert max(lv["concurrency"] for lv in doc["levels"]) > 4, [lv["concurrency"] for lv in doc["levels"]]
+    capsys.readouterr()
 
 
 @pytest.mark.timeout(300)

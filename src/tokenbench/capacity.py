@@ -426,6 +426,10 @@ def answer(result: RunResult) -> CapacityAnswer | None:
                             result.manifest.price_per_hour, result.manifest.currency or "USD")
     if spec.cache_drop is not None:
         found.cliff = cliff(result, found)
+        if found.cliff is not None and found.cliff.cache_failed:
+            # the cache failed: its cliff, said beside, is the answer; the engine's slots or queue, which a cliff
+            # search outgrows on purpose, are not a limit to raise ("start llama-server with -np 5")
+            found.limit = None
     return found
 
 

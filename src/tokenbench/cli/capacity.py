@@ -25,7 +25,7 @@ from ..store import Store
 from ..kinds.sessions import SessionsKind
 from ..sweep import SweepConfig, run_sweep
 from .common import check_output, embedded_spec, emit_json, int_list, notifier, seconds
-from .options import add_endpoint, add_load, add_output
+from .options import SERVE_PARALLEL, add_endpoint, add_load, add_output
 from .power import add_power_options
 from .sweep import EMBEDDED_DEFAULTS, RichReporter, embedded_ctx, load_config, print_result
 from .workloads import add_trace_options, add_workload_options, workload_kind
@@ -144,7 +144,10 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
         raise UsageError(f"--slo: {e}") from None
     store = Store(a.db)
     embedded = embedded_spec(a)
-    parallel = int(spec.high) if spec.axis == "concurrency" else (a.max_concurrency or 16)
+    # the embedded engine takes the range's top at once, so that its batch is not what the search finds; but a
+    # cache-cliff search measures its cache as it is served: slots grown with the agents would keep every session
+    parallel = SERVE_PARALLEL if spec.cache_drop is not None else \
+        int(spec.high) if spec.axis == "concurrency" else (a.max_concurrency or 16)
     results: list[RunResult] = []
     with running(embedded, cfgs[0], notifier(err), parallel=parallel,
                  ctx=embedded_ctx(cfgs[0]) if embedded else MIN_CONTEXT) as engine:

@@ -13,10 +13,10 @@ from ..errors import EngineError, UsageError
 from ..registry import LAUNCHERS
 from .record import PORT
 from .common import check_output, emit_json, notifier
-from .options import NONNEG_INT, POSITIVE_INT, add_json
+from .options import NONNEG_INT, POSITIVE_INT, SERVE_PARALLEL, add_json
 
 #: A served engine's slots and each slot's context unless --parallel and --ctx say: room for a few agents.
-SERVE_PARALLEL, SERVE_CTX = 4, 4096
+SERVE_CTX = 4096
 #: What ``engines`` does with the engines named after it (none: says which are ready).
 ACTIONS = ("build", "serve")
 

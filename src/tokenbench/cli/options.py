@@ -30,6 +30,9 @@ POSITIVE_INT = _number(int, 0, True, "a positive whole number")
 NONNEG_INT = _number(int, 0, False, "a whole number, 0 or more")
 POSITIVE = _number(float, 0, True, "a positive number")
 NONNEG = _number(float, 0, False, "a number, 0 or more")
+#: Requests an embedded engine serves at once where no search sets it (``engines serve``, a cache-cliff search):
+#: llama-server's slots, vLLM's sequences.
+SERVE_PARALLEL = 4
 
 
 def WARMUP(text: str) -> int | str:
