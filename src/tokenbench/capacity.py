@@ -425,12 +425,17 @@ def answer(result: RunResult) -> CapacityAnswer | None:
                             limit_cause(failing) if failing is not None else None,
                             result.manifest.price_per_hour, result.manifest.currency or "USD")
     if spec.cache_drop is not None:
-        found.cliff = cliff(result, found)
-        if found.cliff is not None and found.cliff.cache_failed:
-            # the cache failed: its cliff, said beside, is the answer; the engine's slots or queue, which a cliff
-            # search outgrows on purpose, are not a limit to raise ("start llama-server with -np 5")
-            found.limit = None
+        _add_cliff(result, found)
     return found
+
+
+def _add_cliff(result: RunResult, found: CapacityAnswer) -> None:
+    """A cache-cliff search's cliff put on its answer. Where the cache failed, the cliff is the answer: the
+    engine's slots or queue, which a cliff search outgrows on purpose, are not a limit to raise ("start
+    llama-server with -np 5")."""
+    found.cliff = cliff(result, found)
+    if found.cliff is not None and found.cliff.cache_failed:
+        found.limit = None
 
 
 def mark_levels(result: RunResult) -> None:
