@@ -84,7 +84,7 @@ def print_hanging(console: Console, line: str, hang: int = 2) -> None:
     """A line of text wrapped between its words to the console's width, each line it runs onto indented ``hang``
     past its own indent (a soak's ten figures under their label), never back at the margin as a terminal wraps."""
     lead = line[:len(line) - len(line.lstrip(" "))]
-    lines = textwrap.wrap(line, max(20, console.width), initial_indent="", subsequent_indent=lead + " " * hang,
+    lines = textwrap.wrap(line, max(20, console.width), subsequent_indent=lead + " " * hang,
                           break_long_words=False, break_on_hyphens=False) or [line]
     console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
 

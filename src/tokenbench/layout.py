@@ -105,7 +105,7 @@ def _names(pieces: list[str]) -> list[list[str]]:
     inside only where it is wider than its column."""
     names: list[list[str]] = []
     for p in pieces:
-        if names and names[-1][-1][-1:] in "_/":
+        if names and names[-1][-1].endswith(("_", "/")):
             names[-1].append(p)
         else:
             names.append([p])

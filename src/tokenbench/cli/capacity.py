@@ -146,8 +146,10 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
     embedded = embedded_spec(a)
     # the embedded engine takes the range's top at once, so that its batch is not what the search finds; but a
     # cache-cliff search measures its cache as it is served: slots grown with the agents would keep every session
-    parallel = SERVE_PARALLEL if spec.cache_drop is not None else \
-        int(spec.high) if spec.axis == "concurrency" else (a.max_concurrency or 16)
+    if spec.cache_drop is not None:
+        parallel = SERVE_PARALLEL
+    else:
+        parallel = int(spec.high) if spec.axis == "concurrency" else (a.max_concurrency or 16)
     results: list[RunResult] = []
     with running(embedded, cfgs[0], notifier(err), parallel=parallel,
                  ctx=embedded_ctx(cfgs[0]) if embedded else MIN_CONTEXT) as engine:
