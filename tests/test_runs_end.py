@@ -252,3 +252,40 @@ def test_a_misspelt_command_is_answered_with_the_one_meant_and_a_bare_call_with_
 def test_format_json_says_where_json_is(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", "demo", "--format", "json"]) == 2
     assert "JSON is --json FILE (- for stdout); see tokenbench show --help" in capsys.readouterr().err
+
+
+def _closed_reader() -> int:
+    """A pipe whose reader has gone: every write to it fails with EPIPE, as `tokenbench … | head -1` does once
+    head has its line."""
+    read, write = os.pipe()
+    os.close(read)
+    return write
+
+
+@pytest.mark.parametrize("json_to", ["file", "stdout"])
+def test_a_reader_that_goes_away_neither_fails_the_command_nor_cuts_the_run(json_to: str, emitter: BackgroundEmitter,
+                                                                            tmp_path: Path) -> None:
+    """Rich's own answer to a broken pipe was exit 1 from inside the print: `sweep … | head -1` exited 1 for a
+    run that had completed, and `runs | head -1` failed. Now the command prints nothing more, goes on to its end
+    (the run measured and stored whole), and exits with its own code."""
+    db, out = tmp_path / "r.db", tmp_path / "r.json"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("COLUMNS", None)
+    stdout = _closed_reader()
+    try:
+        sweep = subprocess.run(
+            [sys.executable, "-m", "tokenbench", "sweep", "--url", emitter.url, "--input-len", "8", "--output-len",
+             "4", "--concurrency", "1,2", "--requests", "6", "--guard", "off", "--db", str(db), "--json",
+             "-" if json_to == "stdout" else str(out)],
+            stdout=stdout, stderr=subprocess.PIPE, env=env, timeout=120)
+        runs = subprocess.run([sys.executable, "-m", "tokenbench", "runs", "--db", str(db)], stdout=stdout,
+                              stderr=subprocess.PIPE, env=env, timeout=60)
+    finally:
+        os.close(stdout)
+    assert sweep.returncode == 0 and b"Error" not in sweep.stderr, sweep.stderr.decode()
+    (run,) = Store(db).runs()
+    assert run.status == "complete"
+    assert [status for _, _, status, _ in Store(db).levels(run.id)] == ["complete", "complete"]
+    if json_to == "file":
+        assert len(json.loads(out.read_text())["levels"]) == 2
+    assert (runs.returncode, runs.stderr) == (0, b"")

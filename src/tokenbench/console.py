@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import codecs
 import io
+import os
 import re
 import textwrap
 import unicodedata
 from collections.abc import Collection
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 from rich import box
 from rich.console import Console
@@ -66,10 +67,31 @@ def ascii_spelled(text: str, encoding: str) -> str:
 _TRAILING = re.compile(r" +(?=\n)")
 
 
+def silence(stream: IO[str]) -> None:
+    """Writes to ``stream`` go nowhere from now on: its reader went away (``tokenbench runs | head -1``). Its file
+    descriptor is pointed at the null device, so neither a later print nor the interpreter's flush at exit fails."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # no descriptor (a test's StringIO): nothing to flush at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
 class ReadableConsole(Console):
     """Rich's console, its strings spelt in ASCII where its output cannot encode them before they are measured, so
     a table's columns stay aligned ("77.5 +/-4%" is three cells wider than "77.5 ±4%"); and no line of what it
-    writes ends in spaces, which a file or a diff of two runs would keep."""
+    writes ends in spaces, which a file or a diff of two runs would keep. Where its reader goes away, it prints
+    nothing more and the command goes on to its own end and exit code."""
+
+    def on_broken_pipe(self) -> None:
+        # Rich's own exits 1 from inside the print: a sweep piped into ``head`` exited 1 for a run that had
+        # completed, and a read-only command failed for a reader that had seen what it wanted
+        self.quiet = True
+        silence(self.file)
 
     def render_str(self, text: str, **kwargs: Any) -> Any:
         return super().render_str(ascii_spelled(text, self.encoding), **kwargs)

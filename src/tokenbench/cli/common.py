@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from ..console import silence
 from ..errors import UsageError
 from ..jsontext import json_text
 from ..slo import parse_duration_ms
@@ -95,12 +96,20 @@ def check_output(path: str | None, what: str) -> None:
         raise UsageError(f"{what} {path} cannot be written here (permission denied)")
 
 
+def write_stdout(text: str) -> None:
+    """``text`` onto stdout; a reader that went away (``| head``) has read what it wanted, which is no failure."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence(sys.stdout)
+
+
 def emit_json(path: str, obj: Any) -> None:
     """``obj`` as JSON into ``path``, or onto stdout for ``-`` (the tables then go to stderr: see cli.main)."""
     text = json_text(obj)
     if path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        write_stdout(text)
     else:
         Path(path).write_text(text)
 

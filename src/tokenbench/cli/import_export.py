@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from ..store import Store
-from .common import check_output
+from .common import check_output, write_stdout
 from .options import add_db, add_latest
 
 
@@ -30,8 +30,6 @@ def cmd_import(a: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_export(a: argparse.Namespace, console: Console) -> int:
-    import sys
-
     from ..exports import Placing, export
     from ..reader import load_result
 
@@ -40,7 +38,7 @@ def cmd_export(a: argparse.Namespace, console: Console) -> int:
     run = load_result(store, a.run, latest=a.latest, kinds=("sweep", "depth", "bench", "predict"), command="export")
     text = export(run, a.as_, Placing(a.hardware, a.model, a.engine, a.weights, a.kv))
     if a.out in (None, "-"):
-        sys.stdout.write(text)
+        write_stdout(text)
     else:
         Path(a.out).write_text(text, encoding="utf-8")
         console.print(f"wrote run {run.run_id} to {a.out} ({a.as_})", markup=False, highlight=False)
