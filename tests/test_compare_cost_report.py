@@ -105,7 +105,21 @@ def test_compare_golden_table_crossover_and_effective_line(tmp_path: Path) -> No
                            "TPOT 16.0 ms)",
                            "gpu: ~6.7 s batched (16 at once, each request TTFT 300 ms + 199 x TPOT 32.0 ms); 500 tok/s "
                            "aggregate"]  # the first token's wait counted: 16 x 200 / 500 tok/s alone is 6.4 s
-    assert c.warnings == []
+    assert c.warnings == [] and c.unmatched == []
+
+
+def test_levels_only_one_run_has_are_said_not_dropped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A sweep at 1, 2 and 4 beside one at 1, 2 and 8: the table had 1 and 2, and nothing said 4 and 8 were left
+    out."""
+    store = Store(tmp_path / "c.db")
+    _run(store, "a", [serve(c, 60 * c, 50, 16) for c in (1, 2, 4)], model="m")
+    _run(store, "b", [serve(c, 50 * c, 60, 18) for c in (1, 2, 8)], model="m")
+    c = compare(load_result(store, "a"), load_result(store, "b"))
+    assert sorted({r.concurrency for r in c.rows}) == [1, 2]
+    assert c.unmatched == ["only A has concurrency 4 at 128 tokens in", "only B has concurrency 8 at 128 tokens in"]
+    assert main(["compare", "a", "b", "--db", str(tmp_path / "c.db")]) == 0
+    assert "not compared: only A has concurrency 4 at 128 tokens in; only B has concurrency 8 at 128 tokens in" in \
+        " ".join(capsys.readouterr().out.split())
 
 
 def test_compare_warns_on_different_model_shapes_and_still_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -143,10 +143,32 @@ def test_a_cache_that_did_not_serve_and_a_baseline_it_did_are_said(tmp_path: Pat
     assert "served only 5% of the warm prompt tokens: is its prefix cache on" in said
     assert "still had 60% of its prompt tokens served from the cache: it is no uncached baseline" in said
     assert "odd has no busted level at concurrency 8: what the cache bought cannot be said" in said
-    # a run of warm levels only (a cache-cliff search, --no-baseline) says so once, not once a level
+    # a run of warm levels only that meant to have a baseline says so once, not once a level
     _store(store, "warm-only", [session_level(c, "warm") for c in (1, 2, 4)])
     assert warnings(load_result(store, "warm-only")) == [
         "warm-only has no busted level at concurrencies 1, 2, 4: what the cache bought cannot be said"]
+    # one that chose none (--no-baseline; a cache-cliff search) has no fault to be warned of
+    _store(store, "chosen", [session_level(c, "warm") for c in (1, 2, 4)],
+           workload={"kind": "sessions", "turns": 5, "baseline": False})
+    assert warnings(load_result(store, "chosen")) == []
+
+
+def test_two_runs_without_a_baseline_compare_warm_columns_only(tmp_path: Path) -> None:
+    """Two --no-baseline runs (or cache-cliff searches): a warning per run and two columns of dashes per table
+    were all their comparison said of the busted baseline; now one note, and the warm columns."""
+    store = Store(tmp_path / "n.db")
+    for label in ("a", "b"):
+        _store(store, label, [session_level(c, "warm") for c in (1, 2)],
+               workload={"kind": "sessions", "turns": 5, "baseline": False})
+    sc = compare_sessions(load_result(store, "a"), load_result(store, "b"))
+    assert sc.warnings == [] and not sc.busted
+    assert sc.notes == ["a and b ran without a busted baseline (--no-baseline, or a capacity search): what the "
+                        "cache bought is not measured there"]
+    head, rows = session_turn_table(sc.blocks[0])
+    assert head == ["Turn", "Context", "A warm", "B warm", "Warm A/B"] and rows[0] == ["1", "6.0K", "0.85", "0.85",
+                                                                                       "1.00×"]
+    head, rows = session_level_table(sc.blocks[0])
+    assert head == ["Per level", "A warm", "B warm", "Warm A/B"] and rows[0] == ["Sessions done", "8/8", "8/8", ""]
 
 
 def test_long_sessions_show_a_sample_of_turns_first_and_last_kept() -> None:
@@ -176,6 +198,8 @@ def test_compare_sessions_turn_by_turn(db: Path) -> None:
     assert block.gains[1].startswith("strix: turn 5 at 22K context: TTFT 5.05 s cached, 27.6 s uncached (5.5x")
     assert any("1 of 8 sessions did not finish" in w for w in sc.warnings)
     assert not any("workloads differ" in w for w in sc.warnings)
+    # the levels only one run has are said, not silently dropped
+    assert sc.notes == ["not compared: only A has concurrency 1", "not compared: only B has concurrency 8"]
 
 
 def test_level_rows_keep_warm_and_busted_apart(db: Path) -> None:

@@ -166,6 +166,12 @@ def gain_line(r: RunResult, concurrency: int) -> str | None:
             f"{seconds(t.busted_ttft_ms)} s uncached ({said})")
 
 
+def with_baseline(r: RunResult) -> bool:
+    """Whether the run set out to measure a busted baseline beside its warm levels (not ``--no-baseline``, not a
+    capacity search's warm-only levels); a run whose manifest does not say is taken to have."""
+    return (r.manifest.workload or {}).get("baseline") is not False
+
+
 def warnings(r: RunResult) -> list[str]:
     """What a session run's numbers cannot say by themselves: a warm level the cache did not serve, a busted
     level it did, a concurrency with one mode only, sessions that did not finish."""
@@ -191,6 +197,8 @@ def warnings(r: RunResult) -> list[str]:
             # a soak's end cuts the sessions then running short: no turn of theirs failed (show says how many)
             if st is not None and (failed := st.sessions - st.sessions_finished - st.cut) > 0:
                 out.append(f"{where} {st.cache}: {failed} of {st.sessions} sessions did not finish (a turn failed)")
+    if not with_baseline(r):  # no busted level by choice: not a fault of the run's
+        alone.pop(BUSTED, None)
     for mode, cs in alone.items():
         at = f"concurrency {cs[0]}" if len(cs) == 1 else f"concurrencies {', '.join(map(str, cs))}"
         out.insert(0, f"{name(r)} has no {mode} level at {at}: what the cache bought cannot be said")

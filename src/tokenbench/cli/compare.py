@@ -63,6 +63,9 @@ def _print_rows(console: Console, cfg: CompareConfig, done: Compared, fmt: str) 
         print_table(console, head, rows, fmt, keep=VALUE_COLUMNS, group=GROUP_COLUMN)
         for line in legend(c):
             console.print(line, markup=False, highlight=False)
+        if c.unmatched:
+            console.print(f"not compared: {'; '.join(c.unmatched)} (no level of the other run to set beside it)",
+                          markup=False, highlight=False)
     for line in c.crossovers:
         console.print(line, markup=False, highlight=False)
     if c.effective:
@@ -132,10 +135,12 @@ def _print_sessions(console: Console, done: Compared, fmt: str) -> None:
     assert sc is not None
     for w in sc.warnings:
         console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+    busted = "; busted: a marker at the start of every turn, so no cache serves it" if sc.busted else ""
     console.print(f"agent sessions: A = {sc.a}, B = {sc.b}. TTFT p50 in seconds at each turn (turn 1 is the first); "
-                  "warm: the history re-sent for the prefix cache to serve; busted: a marker at the start of every "
-                  "turn, so no cache serves it. A/B: A's figure over B's (a time below 1, or a rate above 1: A is faster).",
-                  markup=False, highlight=False)
+                  f"warm: the history re-sent for the prefix cache to serve{busted}. A/B: A's figure over B's (a time "
+                  "below 1, or a rate above 1: A is faster).", markup=False, highlight=False)
+    for note in sc.notes:
+        console.print(note, markup=False, highlight=False)
     for block in sc.blocks:
         sessions = plural(block.concurrency, "session")
         console.print(f"\nconcurrency {block.concurrency} ({sessions} at once)", markup=False, highlight=False)

@@ -82,9 +82,13 @@ def level_key(s: LevelSummary) -> tuple[str, int, int, int, str]:
 def points(res: RunResult, most: int = 4) -> str:
     """A run's operating points, as compare aligns them: "pp512 at depth 0, tg128 at depth 32768" or
     "concurrency 1 at 4096 tokens in, concurrency 4 at 4096 tokens in" or "concurrency 4, warm cache"."""
-    keys = sorted({level_key(o.summary) for o in res.outcomes})
+    return points_said({level_key(o.summary) for o in res.outcomes}, most)
+
+
+def points_said(keys: set[tuple[str, int, int, int, str]], most: int = 4) -> str:
+    """Operating points (``level_key``s) in words, in order, the first ``most`` of them."""
     said = [(f"concurrency {c}" + (f" at {p} tokens in" if p else "") + (f", {k} cache" if k else ""))
-            if t == "serve" else f"{t} at depth {d}" for t, d, c, p, k in keys]
+            if t == "serve" else f"{t} at depth {d}" for t, d, c, p, k in sorted(keys)]
     return ", ".join(said[:most]) + (f" and {len(said) - most} more" if len(said) > most else "") or "no levels"
 
 
@@ -147,6 +151,8 @@ class Comparison:
     crossovers: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     effective: list[str] = field(default_factory=list)
+    #: the operating points only one run has, in words ("only B has concurrency 8"): not in the rows
+    unmatched: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The rows as ``compare --json`` and the JSON report write them: each with its ratio, the winner's name
@@ -207,6 +213,9 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
     cmp = Comparison(run_name(a), run_name(b), rows, warnings=shape_warnings(a, b))
     if not rows:
         cmp.warnings.append(NO_SHARED_POINT)
+    else:  # a level only one run has is not compared, and the reader is told which
+        cmp.unmatched = [f"only {side} has {points_said(keys)}" for side, keys in (("A", set(oa) - set(ob)),
+                                                                                  ("B", set(ob) - set(oa))) if keys]
     cmp.crossovers = crossovers(rows, cmp.a, cmp.b)
     for res in (a, b):
         # a session's requests grow turn by turn: N agents x M tokens is no question a session run answers

@@ -89,6 +89,18 @@ class SessionComparison:
     b: str
     blocks: list[SessionBlock]
     warnings: list[str] = field(default_factory=list)
+    #: what the reader should know that is no fault: a run with no busted baseline by choice, the concurrencies
+    #: only one run has (not compared)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def busted(self) -> bool:
+        """Whether any block has a busted level on either side (else the tables show warm columns only)."""
+        return any(_has_busted(b) for b in self.blocks)
+
+
+def _has_busted(block: SessionBlock) -> bool:
+    return BUSTED in block.a or BUSTED in block.b
 
 
 def _session_turns(a: RunResult, b: RunResult, c: int) -> list[SessionTurn]:
@@ -138,8 +150,9 @@ def compare_sessions(a: RunResult, b: RunResult) -> SessionComparison:
     if why is not None:
         raise UsageError(why)
     la, lb = session_view.levels(a), session_view.levels(b)
+    ca, cb = set(session_view.concurrencies(a)), set(session_view.concurrencies(b))
     blocks = []
-    for c in sorted(set(session_view.concurrencies(a)) & set(session_view.concurrencies(b))):
+    for c in sorted(ca & cb):
         gains = [f"{run_name(r)}: {g}" for r in (a, b) if (g := session_view.gain_line(r, c))]
         blocks.append(SessionBlock(
             c, _session_turns(a, b, c),
@@ -153,7 +166,19 @@ def compare_sessions(a: RunResult, b: RunResult) -> SessionComparison:
     if a.predicted_mark or b.predicted_mark:
         warnings.append("Warm A/B (x–y): where the ratio lies when each PREDICTED side measures within its band (80% "
                         "of held-out rows of its kind do)")
-    return SessionComparison(run_name(a), run_name(b), blocks, warnings)
+    return SessionComparison(run_name(a), run_name(b), blocks, warnings, _notes(a, b, ca, cb))
+
+
+def _notes(a: RunResult, b: RunResult, ca: set[int], cb: set[int]) -> list[str]:
+    """A run with no busted baseline by choice (``--no-baseline``, a capacity search's warm levels), said once;
+    and the concurrencies only one run has, which are not compared."""
+    off = [run_name(r) for r in (a, b) if not session_view.with_baseline(r)]
+    out = [f"{' and '.join(off)} ran without a busted baseline (--no-baseline, or a capacity search): what the "
+           "cache bought is not measured there"] if off else []
+    for side, only in (("A", ca - cb), ("B", cb - ca)):
+        if only:
+            out.append(f"not compared: only {side} has concurrency {', '.join(map(str, sorted(only)))}")
+    return out
 
 
 def _ratio(x: float | None, y: float | None, bands: tuple[float | None, float | None] | None = None) -> str:
@@ -176,7 +201,16 @@ def session_turn_table(block: SessionBlock, every: bool = False) -> tuple[list[s
     s = session_view.seconds
     rows = [[str(t.turn + 1), t.context(), s(t.a_warm_ms), s(t.a_busted_ms), s(t.b_warm_ms), s(t.b_busted_ms),
              _ratio(t.a_warm_ms, t.b_warm_ms, block.bands.get("ttft"))] for t in block.turns if t.turn in shown]
-    return head, rows
+    return _warm_only(block, head, rows, (3, 5))
+
+
+def _warm_only(block: SessionBlock, head: list[str], rows: list[list[str]],
+               busted: tuple[int, ...]) -> tuple[list[str], list[list[str]]]:
+    """The table without its busted columns where neither side has a busted level (two columns of dashes)."""
+    if _has_busted(block):
+        return head, rows
+    return [h for i, h in enumerate(head) if i not in busted], [[c for i, c in enumerate(r) if i not in busted]
+                                                                for r in rows]
 
 
 #: The session table's rows: (label, the figure of one side's level, how it is written, a ratio makes sense).
@@ -203,4 +237,4 @@ def session_level_table(block: SessionBlock) -> tuple[list[str], list[list[str]]
         if any(v is not None for v in values):
             band = block.bands.get("throughput") if "tok/s" in label else None
             rows.append([label, *map(fmt, values), _ratio(values[0], values[2], band) if ratio else ""])
-    return head, rows
+    return _warm_only(block, head, rows, (2, 4))
