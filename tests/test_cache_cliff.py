@@ -87,6 +87,36 @@ def test_each_level_s_own_verdict_holds_its_cached_share_and_show_says_so(tmp_pa
     out = capsys.readouterr().out
     assert "SLO: pass" not in out and [ln.split()[-2] for ln in out.splitlines() if " warm " in ln][:5] == \
         ["pass", "pass", "pass", "FAIL", "FAIL"], out
+    # the level table's SLO line names the floor its verdicts held the cached share to, beside the SLO's own
+    assert "SLO ttft_p90<=5000ms, cached_share>=30.0% (the cache-cliff search's floor): pass when" in \
+        " ".join(out.split()), out
+
+
+def test_the_cached_share_s_verdict_is_sure_by_its_sessions_spread() -> None:
+    """"Sure" read "no" at every level of every cliff search: the cached share had no test. Now each session is
+    one sample of it (its turns share one cache's fate), and a verdict is sure where the floor lies outside the
+    share's 95% interval."""
+    from tokenbench.metrics import cached_share_se
+    from tokenbench.records import RequestRecord
+
+    def session(cached: int, prompt: int) -> list[RequestRecord]:
+        return [RequestRecord(0, input_tokens=prompt, cached_tokens=cached)]
+
+    # shares 0.8, 0.6 and 0.1 of equal prompts: R = 0.5, residuals 30, 10, -40 over mean prompt 100
+    se = cached_share_se([session(80, 100), session(60, 100), session(10, 100)])
+    assert se == pytest.approx(((30 ** 2 + 10 ** 2 + 40 ** 2) / 2 / 3) ** 0.5 / 100)
+    assert cached_share_se([session(80, 100)]) is None  # one session: no spread
+    assert cached_share_se([session(80, 100), [RequestRecord(1, input_tokens=100)]]) is None  # one said
+    run = _run(MEASURED)
+    spreads = {1: None, 2: 0.01, 4: 0.02, 5: 0.09, 8: 0.004}  # at 5: 18% against a 29.5% floor, 1.3 se apart
+    for o in run.outcomes:
+        assert o.serving is not None and o.serving.session is not None
+        o.serving.session.cached_share_se = spreads[o.level.concurrency or 0]
+    found = answer(run)
+    assert found is not None
+    sure = {v.value: next(c for c in v.checks if c.name == CHECK).sure for v in found.verdicts}
+    assert sure == {1: False, 2: True, 4: True, 5: False, 8: True}
+    assert [v.sure for v in sorted(found.verdicts, key=lambda v: v.value)] == [False, True, True, False, True]
 
 
 def test_a_stricter_drop_moves_the_cliff_down_and_no_drop_is_a_plain_search() -> None:

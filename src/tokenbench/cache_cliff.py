@@ -38,6 +38,18 @@ def _share(s: ServingLevel | None) -> float | None:
     return s.session.cached_share if s is not None and s.session is not None else None
 
 
+def _check(s: ServingLevel | None, share: float, floor: float) -> SloCheck:
+    """A level's cached share against the floor; sure when the floor lies outside the share's 95% interval,
+    each session one sample (a one-sided normal test, as ``agent_tps``'s); not sure where fewer than two
+    sessions said."""
+    st = s.session if s is not None else None
+    se = st.cached_share_se if st is not None else None
+    p = None
+    if se is not None:
+        p = 0.5 * math.erfc(abs(share - floor) / se / math.sqrt(2)) if se > 0 else 0.0
+    return SloCheck(CHECK, share, floor, "share", share >= floor, st.sessions if st is not None else 0, None, p)
+
+
 def hold_cache(verdicts: list[Verdict], outcomes: list[LevelOutcome], drop: float) -> None:
     """Each level's cached share against ``drop`` of the lowest level's (the warm share), as an objective of its
     own (``cached_share``): a level whose share fell below it fails. A level whose server did not say what its
@@ -52,9 +64,9 @@ def hold_cache(verdicts: list[Verdict], outcomes: list[LevelOutcome], drop: floa
         share = shares[v.idx]
         if share is None:
             continue
-        met = share >= warm * drop
-        v.checks.append(SloCheck(CHECK, share, warm * drop, "share", met, v.requests))
-        if not met and v.met:
+        check = _check(by_idx[v.idx].serving, share, warm * drop)
+        v.checks.append(check)
+        if not check.met and v.met:
             v.met = False
 
 

@@ -56,7 +56,8 @@ ENGINE_QUEUE_SHARE = 0.10
 Ended = Literal["resolved", "none", "all", "budget", "interrupted", "running"]
 #: What "Sure" means, under every table of verdicts.
 SURE_LEGEND = ("Sure: a one-sided binomial test at 5% (a p99 passes surely from 299 requests with none over it, a "
-               "p90 from 29); agent_tps: the limit outside the mean's 95% interval.")
+               "p90 from 29); agent_tps: the limit outside the mean's 95% interval; cached_share: the floor "
+               "outside the share's, each session one sample.")
 
 
 @dataclass(slots=True, frozen=True)

@@ -67,6 +67,8 @@ class SessionStats:
     session_s: Distribution  # first turn sent -> last turn's last byte, think times included (finished sessions)
     cached_share: float | None  # cached prompt tokens / prompt tokens, over the turns whose server said
     cached_source: str | None  # where the cached counts came from ("usage", "server_timings", mixed)
+    #: the cached share's standard error, each session one sample (None: fewer than two sessions said)
+    cached_share_se: float | None = None
     #: the server's own prefix-cache hit share over the level (/metrics), beside the responses' ``cached_share``
     server_hit_share: float | None = None
     compactions: int = 0  # sessions that reached the context cap and were compacted

@@ -13,6 +13,7 @@ Definitions (docs/metrics.md) match ``vllm bench serve`` so numbers are comparab
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 
@@ -60,11 +61,26 @@ def session_stats(records: list[RequestRecord], cache: str, cut: frozenset[int] 
     ok = [r for r in measured if r.ok]
     share, source = cached_share(ok)
     times = session_seconds([rs for k, rs in by_session.items() if k not in cut])
-    return SessionStats(cut=len(cut), 
-        cache=cache, sessions=len(by_session), sessions_finished=len(times),
+    return SessionStats(
+        cut=len(cut), cache=cache, sessions=len(by_session), sessions_finished=len(times),
         turns_per_session=statistics.fmean(len(rs) for rs in by_session.values()) if by_session else None,
         session_s=Distribution.of(times), cached_share=share, cached_source=source,
+        cached_share_se=cached_share_se([[r for r in rs if r.ok] for rs in by_session.values()]),
         turns=[_turn_point(k, [r for r in ok if r.turn == k]) for k in sorted({r.turn for r in ok if r.turn is not None})])
+
+
+def cached_share_se(sessions: list[list[RequestRecord]]) -> float | None:
+    """The standard error of the cached share (cached over prompt tokens, a ratio of two sums) with each session
+    one sample, as its turns share one cache's fate: the delta method's sqrt(sum((c_i - R p_i)^2) / (n (n - 1)))
+    / mean(p_i), over the sessions whose server said. None with fewer than two."""
+    pairs = [(sum(r.cached_tokens or 0 for r in said), sum(r.input_tokens or 0 for r in said)) for rs in sessions
+             if (said := [r for r in rs if r.cached_tokens is not None and r.input_tokens])]
+    n = len(pairs)
+    if n < 2:
+        return None
+    share = sum(c for c, _ in pairs) / sum(p for _, p in pairs)
+    spread = sum((c - share * p) ** 2 for c, p in pairs) / (n - 1)
+    return math.sqrt(spread / n) / (sum(p for _, p in pairs) / n)
 
 
 def soak_windows(records: list[RequestRecord], duration_s: float, n: int = WINDOWS) -> list[SoakWindow]:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from rich.console import Console
 
+from .cache_cliff import CHECK as CLIFF_CHECK
 from .cells import level_label, ms, num
 from .console import print_table
 from .layout import format_markdown, md_paragraph
@@ -97,12 +98,19 @@ def single_stream_lines(levels: list[ServingLevel]) -> list[str]:
 HELD_BACK_NOTE_MS = 1.0
 
 
+def _cliff_floor(levels: list[ServingLevel]) -> str:
+    """A cache-cliff search's own objective, beside the SLO's: the floor its levels' cached share was held to."""
+    floor = next((c.limit for s in levels for c in s.slo_checks if c.name == CLIFF_CHECK), None)
+    return "" if floor is None else f", {CLIFF_CHECK}>={floor:.1%} (the cache-cliff search's floor)"
+
+
 def notes(levels: list[ServingLevel]) -> list[str]:
     out = []
     slos = {s.slo for s in levels if s.slo}
     if slos:
-        out.append(f"SLO {', '.join(sorted(slos))}: pass when every level objective holds (no request failed, "
-                   "unless errors= allows some); goodput counts the requests within every per-request limit")
+        out.append(f"SLO {', '.join(sorted(slos))}{_cliff_floor(levels)}: pass when every level objective holds "
+                   "(no request failed, unless errors= allows some); goodput counts the requests within every "
+                   "per-request limit")
     if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
         out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
     out += _plateau_line(levels)
