@@ -202,3 +202,48 @@ def test_vllm_s_cached_tokens_are_read_by_tier_over_a_level() -> None:
     out = summarize([(0.0, page(100, 40)), (1.0, page(1100, 90))])
     assert out["cached_by_tier"] == {"device": 1000.0, "host": 50.0}
     assert "cached_by_tier" not in summarize([(0.0, page(5, 0)), (1.0, page(5, 0))])
+
+
+def test_show_writes_a_capacity_answer_as_markdown_that_renders(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The answer's lines ran together into one paragraph and its table followed a line of text with no blank
+    line between, which Markdown reads as no table at all. Each sentence is now a paragraph, the lines under it a
+    list, and the table set apart by blank lines."""
+    from tokenbench.store import Store
+
+    run = _run(MEASURED)
+    levels_ = [o.serving for o in run.outcomes if o.serving is not None]
+    Store(tmp_path / "r.db").save_run("run-md", "capacity", "md", {"label": "md", **run.manifest.to_dict()},
+                                      "measured", levels_, "0", "2026", "2026")
+    assert main(["show", "md", "--db", str(tmp_path / "r.db"), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    answer_md = out[out.index("this box serves"):]
+    blocks = answer_md.split("\n\n")
+    assert blocks[0].startswith("this box serves 4 agents") and blocks[1].startswith("the cache keeps 4 sessions")
+    assert all(ln.startswith("- ") for ln in blocks[2].splitlines()) and "search: 5 levels" in blocks[2]
+    assert blocks[3].startswith("| Agents | SLO | Sure |") and blocks[4].startswith("Sure: ")
+
+
+def test_the_report_writes_a_capacity_search_s_answer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The report drew a search's levels (in the order it ran them) and left out the answer the command printed:
+    how many agents the box serves, and where its cache fell. Both Markdown and HTML now say it, the levels in
+    the order of their value."""
+    from tokenbench.store import Store
+
+    run = _run({c: MEASURED[c] for c in (1, 8, 4, 5, 2)})
+    levels_ = [o.serving for o in run.outcomes if o.serving is not None]
+    db = tmp_path / "r.db"
+    Store(db).save_run("run-rep", "sweep", "rep", {"label": "rep", **run.manifest.to_dict()}, "measured", levels_,
+                       "0", "2026", "2026")
+    md, page = tmp_path / "B.md", tmp_path / "r.html"
+    assert main(["report", "rep", "--db", str(db), "--md", str(md), "--html", str(page)]) == 0, \
+        capsys.readouterr().err
+    text = md.read_text()
+    part = text[text.index("### Capacity"):]
+    assert part.split("\n\n")[1].startswith("this box serves 4 agents (4 met the SLO, 5 did not)")
+    assert "- the engine's KV pool: 4,096 tokens, 4 slots x 1,024 tokens" in part
+    table = text[:text.index("### Capacity")]
+    assert [ln.split("|")[1].strip() for ln in table.splitlines() if " warm |" in ln] == \
+        ["1 warm", "2 warm", "4 warm", "5 warm", "8 warm"]
+    html = page.read_text()
+    assert "<p><strong>the cache keeps 4 sessions of up to 324 tokens warm; at 5 the cached share fell" in html

@@ -14,10 +14,12 @@ from rich.console import Console
 
 from ..cache_cliff import DEFAULT_DROP, vllm_pool
 from ..capacity import SURE_LEGEND, CapacityAnswer, CapacitySearch, SearchSpec, answer, mark_levels
+from ..capacity_text import answer_lines, headline, value_format
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
 from ..slo import SLO
 from ..console import print_hanging, print_table
+from ..layout import md_paragraph
 from ..results import RunResult
 from ..slo import SloCheck, duration_text
 from ..servers import root_url
@@ -211,67 +213,31 @@ def _show(console: Console, res: RunResult, fmt: str, store: Store) -> None:
         print_capacity(console, found, fmt)
 
 
-def headline(found: CapacityAnswer) -> str:
-    """"this box serves 11 agents (11 met the SLO, 12 did not) at TTFT p99 <= 2 s": the sentence a buyer reads."""
-    unit, fmt = found.unit, _value_format(found)
-    if found.capacity is None and found.first_fail is None:
-        return f"no level gave a verdict on {found.slo} ({ENDED[found.ended]})"
-    if found.capacity is None:
-        return (f"no level met {found.slo}: not even {fmt(found.first_fail or found.spec.low)} {unit}")
-    if found.first_fail is None:
-        why = "every level searched met it: raise the range's top" if found.ended == "all" else \
-            f"{ENDED[found.ended]} before the limit was found"
-        return f"this box serves at least {fmt(found.capacity)} {unit} at {found.slo} ({why})"
-    one = unit == "agents" and found.capacity == 1  # "1 agent"
-    return (f"this box serves {fmt(found.capacity)} {'agent' if one else unit} ({fmt(found.capacity)} met the SLO, "
-            f"{fmt(found.first_fail)} did not) at {found.slo}")
-
-
-def _value_format(found: CapacityAnswer) -> Callable[[float | None], str]:
-    return (lambda v: f"{v:g}" if v is not None else "?") if found.spec.axis == "rate" else \
-        (lambda v: f"{v:.0f}" if v is not None else "?")
-
-
-def money_lines(found: CapacityAnswer) -> list[str]:
-    out = []
-    per_agent, per_mtok = found.cost_per_agent_hour(), found.cost_per_mtok()
-    if per_agent is not None or per_mtok is not None:
-        parts = [f"{per_agent:.3f} {found.currency} per agent-hour"] if per_agent is not None else []
-        parts += [f"{per_mtok:.2f} {found.currency} per million output tokens"] if per_mtok is not None else []
-        out.append(", ".join(parts) + " at that load")
-    j, per_kw = found.energy()
-    if j is not None:
-        out.append(f"{j:.3f} J per output token" + (f", {per_kw:.1f} agents per kW (GPU power)" if per_kw else ""))
-    return out
-
-
-ENDED = {"resolved": "resolved", "none": "no level met the SLO", "all": "every level met the SLO",
-         "budget": "the time budget ran out before the search resolved", "interrupted": "interrupted",
-         "running": "cut short"}
-
-
 def print_capacity(console: Console, found: CapacityAnswer, fmt: str = "table") -> None:
+    """The answer: its sentence (and the cliff's), the lines under it, the levels' verdicts and what "Sure"
+    means. In Markdown each sentence is a paragraph, the lines under it a list, the table set apart."""
+    md = fmt == "markdown"
+    sentences, details = answer_lines(found)
     console.print("")
-    console.print(headline(found), markup=False, highlight=False)
-    if found.cliff is not None:
-        console.print(found.cliff.headline(), markup=False, highlight=False)
-        for line in found.cliff.explained():
+    for line in sentences:
+        console.print(md_paragraph(line) + "\n" if md else line, markup=False, highlight=False)
+    for line in details:
+        if md:
+            console.print(f"- {md_paragraph(line)}", markup=False, highlight=False, soft_wrap=True)
+        else:
             print_hanging(console, "  " + line)
-    for line in money_lines(found):
-        print_hanging(console, "  " + line)
-    if found.limit is not None and found.first_fail is not None:
-        console.print(f"  limit at {_value_format(found)(found.first_fail)} {found.unit}: {found.limit}",
-                      markup=False, highlight=False)
-    console.print(f"  search: {len(found.verdicts)} levels, {found.requests} requests, {ENDED[found.ended]}",
-                  markup=False, highlight=False)
     header = ["Agents" if found.spec.axis == "concurrency" else "Rate req/s", "SLO", "Sure", "Requests",
               "Objectives"]
-    fmt_v = _value_format(found)
+    fmt_v = value_format(found)
     rows = [[fmt_v(v.value), "-" if v.met is None else "pass" if v.met else "FAIL",
              "-" if v.met is None else "yes" if v.sure else "no", str(v.requests),
              "; ".join(_check(c) for c in v.checks if c.name != "errors" or not c.met) + _stopped(v.stopped)]
             for v in sorted(found.verdicts, key=lambda v: v.value)]
+    if md:  # a table after a list needs a blank line, and so does a paragraph after a table
+        console.print("")
     print_table(console, header, rows, fmt, numeric=True)
+    if md:
+        console.print("")
     console.print(SURE_LEGEND, style="dim", markup=False, highlight=False)
 
 

@@ -147,8 +147,6 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
                         f"{res.predicted_mark} (not measured)" if res.predicted_mark else "serving")
         saved(console, res, store.path, a.format, "from")
     else:
-        if res.manifest.capacity:  # a search's levels in the order of their value, as capacity printed them
-            res.outcomes.sort(key=lambda o: (o.level.concurrency or 0, o.level.rate or 0.0))
         print_result(console, res, a.format, store.path, "from")
         _show_capacity(console, res, a.format)
     if res.kind == "predict" and res.manifest.bands:  # how far to trust it, as predict said under its table

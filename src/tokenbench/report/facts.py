@@ -201,3 +201,15 @@ def facts(r: RunResult, price_per_hour: float | None = None, currency: str | Non
         "Run id": r.run_id,
     }
     return {k: str(v) for k, v in out.items() if v}
+
+
+def capacity_answer(r: RunResult) -> tuple[list[str], list[str]] | None:
+    """A capacity search's answer as the command printed it: its sentences and the lines under them; None for
+    other runs."""
+    if not r.manifest.capacity:
+        return None
+    from ..capacity import answer
+    from ..capacity_text import answer_lines
+
+    found = answer(r)
+    return answer_lines(found) if found is not None else None

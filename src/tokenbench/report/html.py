@@ -373,6 +373,10 @@ def render(rep: Report) -> str:
         parts.append(f"<h3{cls}>{_swatch(i)}{_e(run_name(r))}</h3>")
         parts.append(f'<p class="meta">run {_e(r.run_id)}; {_e(facts.source(r))}; status {_e(r.status)}</p>')
         parts.append(_levels(r, price_per_hour, currency))
+        if (said := facts.capacity_answer(r)) is not None:  # a capacity search: its answer, as the command said it
+            sentences, details = said
+            parts += [f"<p><strong>{_e(x)}</strong></p>" for x in sentences]
+            parts.append("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in details) + "</ul>")
         g = facts.guard_state(r)
         guard = _guard(g)
         if guard:

@@ -77,6 +77,10 @@ def section(r: RunResult) -> str:
                  f"{s.pp_tps or s.tg_tps:,.1f}" + (f" ± {(s.pp_tps_sd or s.tg_tps_sd):.1f}" if (s.pp_tps_sd or s.tg_tps_sd) else "")]
                 for s in bench]
         lines.append(format_markdown(["Test", "Depth", "tok/s"], rows))
+    if (said := facts.capacity_answer(r)) is not None:
+        sentences, details = said
+        lines += ["", "### Capacity", ""] + [md_escape(x) + "\n" for x in sentences] + \
+            [md_escape(f"- {x}") for x in details]
     if is_replay_run(r):
         lines += replay_part(serve)
     elif session_view.is_session_run(r):

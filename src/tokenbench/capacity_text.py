@@ -1,0 +1,60 @@
+"""A capacity answer in words, as the command prints it and a report writes it: the sentence a buyer reads
+("this box serves 11 agents ..."), a cache cliff's beside it, and the lines under them (the cliff's arithmetic,
+what a level costs, what stopped the box, the search itself)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .capacity import CapacityAnswer
+
+
+def headline(found: CapacityAnswer) -> str:
+    """"this box serves 11 agents (11 met the SLO, 12 did not) at TTFT p99 <= 2 s": the sentence a buyer reads."""
+    unit, fmt = found.unit, value_format(found)
+    if found.capacity is None and found.first_fail is None:
+        return f"no level gave a verdict on {found.slo} ({ENDED[found.ended]})"
+    if found.capacity is None:
+        return (f"no level met {found.slo}: not even {fmt(found.first_fail or found.spec.low)} {unit}")
+    if found.first_fail is None:
+        why = "every level searched met it: raise the range's top" if found.ended == "all" else \
+            f"{ENDED[found.ended]} before the limit was found"
+        return f"this box serves at least {fmt(found.capacity)} {unit} at {found.slo} ({why})"
+    one = unit == "agents" and found.capacity == 1  # "1 agent"
+    return (f"this box serves {fmt(found.capacity)} {'agent' if one else unit} ({fmt(found.capacity)} met the SLO, "
+            f"{fmt(found.first_fail)} did not) at {found.slo}")
+
+
+def value_format(found: CapacityAnswer) -> Callable[[float | None], str]:
+    return (lambda v: f"{v:g}" if v is not None else "?") if found.spec.axis == "rate" else \
+        (lambda v: f"{v:.0f}" if v is not None else "?")
+
+
+def money_lines(found: CapacityAnswer) -> list[str]:
+    out = []
+    per_agent, per_mtok = found.cost_per_agent_hour(), found.cost_per_mtok()
+    if per_agent is not None or per_mtok is not None:
+        parts = [f"{per_agent:.3f} {found.currency} per agent-hour"] if per_agent is not None else []
+        parts += [f"{per_mtok:.2f} {found.currency} per million output tokens"] if per_mtok is not None else []
+        out.append(", ".join(parts) + " at that load")
+    j, per_kw = found.energy()
+    if j is not None:
+        out.append(f"{j:.3f} J per output token" + (f", {per_kw:.1f} agents per kW (GPU power)" if per_kw else ""))
+    return out
+
+
+ENDED = {"resolved": "resolved", "none": "no level met the SLO", "all": "every level met the SLO",
+         "budget": "the time budget ran out before the search resolved", "interrupted": "interrupted",
+         "running": "cut short"}
+
+
+def answer_lines(found: CapacityAnswer) -> tuple[list[str], list[str]]:
+    """The answer's sentences (its headline, and a cliff's), and the lines under them."""
+    sentences = [headline(found), *([found.cliff.headline()] if found.cliff is not None else [])]
+    details = [*(found.cliff.explained() if found.cliff is not None else []), *money_lines(found)]
+    if found.limit is not None and found.first_fail is not None:
+        details.append(f"limit at {value_format(found)(found.first_fail)} {found.unit}: {found.limit}")
+    details.append(f"search: {len(found.verdicts)} levels, {found.requests} requests, {ENDED[found.ended]}")
+    return sentences, details
