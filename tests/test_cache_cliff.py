@@ -247,3 +247,20 @@ def test_the_report_writes_a_capacity_search_s_answer(tmp_path: Path, capsys: py
         ["1 warm", "2 warm", "4 warm", "5 warm", "8 warm"]
     html = page.read_text()
     assert "<p><strong>the cache keeps 4 sessions of up to 324 tokens warm; at 5 the cached share fell" in html
+
+
+def test_only_a_cache_cliff_search_outgrows_the_engine_s_slots_on_purpose() -> None:
+    """Each level past the slots said "start llama-server with -np 5 for a true level" under a cliff search's
+    table, whose subject is that very pool: the sweep asks the kind, and a cliff search's levels are not held to
+    the slots (a plain session run's, a search's over sessions, and the request kinds' still are)."""
+    from tokenbench.draws import Draw
+    from tokenbench.kinds.lengths import LengthsKind
+    from tokenbench.kinds.sessions import SessionsKind
+    from tokenbench.sessions import SessionPlan
+
+    plan = SessionPlan(sessions=8, turns=3, shared_prefix=0, task=Draw.fixed(64), tool=Draw.fixed(64),
+                       output=Draw.fixed(8), think=Draw.fixed(0.2, "s"))
+    kind = SessionsKind(plan)
+    assert (kind.outgrows_slots, kind.for_search().outgrows_slots, kind.for_cache_search().outgrows_slots) == \
+        (False, False, True)
+    assert LengthsKind.outgrows_slots is False

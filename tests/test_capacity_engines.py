@@ -159,6 +159,7 @@ def test_the_cache_cliff_on_llama_server_is_where_its_slots_run_out(llama_tiny_4
     assert cliff["share_fell"] < 0.5 * cliff["share_kept"] and off["capacity"] == cliff["kept"]
     assert f"the cache keeps {cliff['kept']} sessions of" in said and "it holds 4 such sessions" in said
     assert "limit at" not in said  # more agents than slots is what a cliff search sends: no limit to raise
+    assert "-np" not in said and "slots_exceeded" not in said  # ... nor a level to rerun with more slots
     on, said = found["on"]
     assert on["first_fail"] is None and on["cache_cliff"]["kept"] == 8 and on["cache_cliff"]["holds"] == 4, on
     assert "8 stayed warm, more than the pool holds" in said
@@ -239,3 +240,24 @@ def test_the_cache_cliff_on_vllm_is_where_the_working_set_passes_its_blocks(vllm
     assert cliff["cache_failed"] and cliff["holds"] is not None
     assert abs(cliff["fell_at"] - (cliff["holds"] + 1)) <= 1, cliff
     assert "the engine's KV pool: 16,384 tokens" in printed
+
+
+def test_a_background_load_is_no_other_client_to_the_cache_count_check_on_vllm(vllm_tiny: Serving, tmp_path: Path,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The server's /metrics count a background load's unique prompts among its cache's lookups; the responses'
+    cached share over the sessions alone read far above it, and every --background level was flagged
+    cache_counts_disagree ("another client on the server"), about tokenbench's own load. The check now counts
+    the background's responses too."""
+    out = tmp_path / "bg.json"
+    assert main(["sweep", "--url", vllm_tiny.server.base_url, "--sessions", "2", "--concurrency", "2", "--turns", "4",
+                 "--shared-prefix", "0", "--input-len", "512", "--tool-len", "32", "--output-len", "4",
+                 "--think-time", "100ms", "--no-baseline", "--background", "8,512,4", "--guard", "off", "--quiet",
+                 "--db", str(tmp_path / "r.db"), "--json", str(out)]) == 0, capsys.readouterr().err
+    [level] = json.loads(out.read_text())["levels"]
+    session = level["session"]
+    with capsys.disabled():
+        print(f"\nsessions' cached share {session['cached_share']:.2f}, the server's hit share "
+              f"{session['server_hit_share']:.2f}, background {session['background']}")
+    # the background diluted the server's count: the two shares are apart by more than the check's tolerance
+    assert session["cached_share"] - session["server_hit_share"] > 0.10, session
+    assert "cache_counts_disagree" not in level["flags"], level["warnings"]

@@ -215,15 +215,19 @@ class FixedPlan:
 def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: ServingLevel,
            load: _Load, info: ServerInfo,
            snaps: tuple[GuardSnapshot | None, list[GuardSnapshot], GuardSnapshot | None],
-           longest: int) -> findings.LevelFacts:
+           longest: int, beside: list[RequestRecord]) -> findings.LevelFacts:
     """What the finding rules look at for a finished level: the client's reasons (its watch, or each worker's),
     the adapter's slot limits (against ``longest``, the most tokens a request of the run needed), the guard's
-    snapshots (this machine's and each load-generating node's), workers lost, and the most requests in flight."""
+    snapshots (this machine's and each load-generating node's), workers lost, the most requests in flight, and
+    the cached share of every request the server counted (``beside``: a background load's)."""
     snap, node_snaps, server_snap = snaps
-    slots = info.adapter.slot_warnings(info.slots, info.slot_ctx, level.concurrency, longest or cfg.longest_request())
+    slots = info.adapter.slot_warnings(info.slots, info.slot_ctx, None if cfg.workload.outgrows_slots else
+                                       level.concurrency, longest or cfg.longest_request())
     measured = [r for r in records if r.phase == "measured"]
-    # the responses' cached share over every request sent in the measured window (None without one: the summary's)
-    sent = cached_share([r for r in records if r.ok and r.sent_ns >= load.window[0]])[0] if load.window[1] else None
+    # the responses' cached share over every request sent in the measured window, a background load's beside the
+    # level's own, as the server's counters hold them all (None without a window: the summary's)
+    sent = cached_share([r for r in [*records, *beside] if r.ok and r.sent_ns >= load.window[0]])[0] \
+        if load.window[1] else None
     return findings.LevelFacts(
         records, summary, level.concurrency, cfg.requests, run_id=run_id, guard=snap, client_reasons=load.reasons,
         slot_reasons=slots, max_error_rate=cfg.max_error_rate, peak_in_flight=peak_in_flight(measured),
@@ -370,7 +374,7 @@ class _Sweep:
         if server_snap is not None:
             summary.client.put(server_guard=server_snap.to_dict())
         findings.assess(_facts(cfg, run_id, level, records, summary, load, self.ep.info,
-                               (snap, node_snaps, server_snap), prompts.longest))
+                               (snap, node_snaps, server_snap), prompts.longest, work.beside()))
         status = _end_status(summary, load)
         store.save_level(run_id, idx, repetition, summary, records, status=status, started=started,
                          finished=now_iso(), window=window)

@@ -109,6 +109,11 @@ class LevelWork(Protocol):
         """What the kind alone knows of the finished level, put on its summary."""
         ...
 
+    def beside(self) -> list[RequestRecord]:
+        """Requests the level sent beside its measured ones (a background load): the server's counters hold
+        them too, its figures do not."""
+        ...
+
 
 class RequestLevel:
     """A level of independent requests from the run's prompt pool: ``planned`` of them (or for the duration)."""
@@ -127,6 +132,9 @@ class RequestLevel:
 
     def attach(self, summary: ServingLevel, records: list[RequestRecord]) -> None:
         pass
+
+    def beside(self) -> list[RequestRecord]:
+        return []
 
 
 @dataclass(slots=True)
@@ -174,6 +182,9 @@ class Kind(Protocol):
     name: str
     #: its levels can be split over workers (independent requests); else it runs in this process
     splits: bool
+    #: its levels hold more agents than the engine has slots on purpose (a cache-cliff search: the pool is what
+    #: it measures), so a level past the slots is no level to rerun with more
+    outgrows_slots: bool
 
     def refuse(self, opts: SweepOptions) -> None:
         """Raise ``UsageError`` in one line for an option this kind cannot run with."""

@@ -36,6 +36,7 @@ class DatasetKind:
 
     name = "dataset"
     splits = True
+    outgrows_slots = False
 
     def refuse(self, opts: SweepOptions) -> None:
         pass

@@ -121,6 +121,7 @@ class LengthsKind:
 
     name = "lengths"
     splits = True
+    outgrows_slots = False
 
     @classmethod
     def fixed(cls, input_len: int = 128, output_len: int = 128, **kw: Any) -> LengthsKind:

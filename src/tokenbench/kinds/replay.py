@@ -53,6 +53,9 @@ class ReplayWork:
             summary.rate = None
         summary.replay = replay_stats(records, self.ideal, self.planned, self.run.finished)
 
+    def beside(self) -> list[RequestRecord]:
+        return []
+
 
 class BoundReplay:
     def __init__(self, plan: ReplayPlan, b: Binding) -> None:
@@ -95,6 +98,7 @@ class ReplayKind:
 
     name = "replay"
     splits = False  # each call waits for the answer before it: one process runs the lanes
+    outgrows_slots = False
 
     def refuse(self, opts: SweepOptions) -> None:
         if opts.rates:

@@ -67,6 +67,10 @@ class SessionsWork:
         stats.server_hit_share = summary.telemetry.prefix_cache_hit_rate if summary.telemetry is not None else None
         summary.session = stats
 
+    def beside(self) -> list[RequestRecord]:
+        """The background load's requests: unique prompts the server counted among its cache's lookups."""
+        return self.background.records if self.background is not None else []
+
 
 class BoundSessions:
     def __init__(self, plan: SessionPlan, b: Binding, client: StreamClient) -> None:
@@ -127,6 +131,11 @@ class SessionsKind:
 
     name = "sessions"
     splits = False  # each turn waits for the answer before it: one process runs the agents
+
+    @property
+    def outgrows_slots(self) -> bool:
+        """A cache-cliff search grows live sessions past the engine's slots to find where its cache stops."""
+        return self.plan.per_agent
 
     def refuse(self, opts: SweepOptions) -> None:
         if clash := _clashes(opts):

@@ -57,6 +57,7 @@ class TraceKind:
 
     name = "trace"
     splits = False  # one schedule, its prompts in order: one process replays it
+    outgrows_slots = False
 
     def refuse(self, opts: SweepOptions) -> None:
         if opts.repetitions > 1 or opts.ray or (opts.workers or 1) > 1:
