@@ -549,6 +549,11 @@ def test_a_capacity_band_reads_as_a_range_of_agents() -> None:
     strix = Candidate("strix", "llama.cpp", "predicted", bands={"throughput": 59.0}, capacity_band=(7, 128, True))
     line = band_line([h100, strix]) or ""
     assert "h100: agents 49 to 74, tok/s ±85%" in line and "strix: agents 7 to at least 128, tok/s ±59%" in line
+    # both ends at the search's top read "agents 128 to at least 128"; both ends agreeing, "agents 4 to 4"
+    h200 = Candidate("h200", "vllm FP8", "predicted", bands={"throughput": 80.0}, capacity_band=(128, 128, True))
+    mini = Candidate("mini", "llama.cpp", "predicted", bands={"throughput": 50.0}, capacity_band=(4, 4, False))
+    line = band_line([h200, mini]) or ""
+    assert "h200: agents at least 128, tok/s ±80%" in line and "mini: agents 4, tok/s ±50%" in line
 
 
 def test_compare_says_a_side_was_cut_short_or_ran_on_a_busy_machine(tmp_path: Path) -> None:

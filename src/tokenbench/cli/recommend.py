@@ -154,6 +154,14 @@ def unsure_line(done: Recommendation) -> str | None:
 BAND_NAMES = (("throughput", "tok/s"), ("ttft", "TTFT"), ("tpot", "TPOT"))
 
 
+def agents_span(low: int, high: int, every: bool) -> str:
+    """The capacity at the slow and the fast end of the bands: "49 to 74", "40 to at least 128" where the fast end
+    met the SLOs at every level searched, "at least 128" where the slow end did too, "4" where both ends agree."""
+    if low == high:
+        return f"at least {high}" if every else str(high)
+    return f"{low} to {'at least ' if every else ''}{high}"
+
+
 def band_line(ranked: list[Candidate]) -> str | None:
     """Every predicted figure's band, said once for the boxes that share them: 80% of held-out rows of their kind
     measured within it (a borrowed band, at least 80%); measured figures are the run's own."""
@@ -161,8 +169,7 @@ def band_line(ranked: list[Candidate]) -> str | None:
     for c in ranked:
         said = ", ".join(f"{name} {band_span(c.bands[m])}" for m, name in BAND_NAMES if m in c.bands)
         if c.capacity_band is not None:  # the capacity searched again with every figure at either end of its band
-            low, high, every = c.capacity_band
-            said = f"agents {low} to {'at least ' if every else ''}{high}, " + said
+            said = f"agents {agents_span(*c.capacity_band)}, " + said
         if c.source == "predicted" and said:
             groups.setdefault(said, []).append(c.box)
     if not groups:
