@@ -494,3 +494,18 @@ def test_workloads_that_differ_are_said_as_their_headings_say_them() -> None:
     # a switch as a word: it read "baseline True vs False"
     assert said == ["the session workloads differ (shared prefix 0 vs 512; task 1024 vs uniform 512-2048; "
                     "baseline on vs off)"]
+
+
+def test_a_turn_s_context_reads_the_same_in_the_sweep_s_table_and_in_compare(tmp_path: Path) -> None:
+    """The sweep's table said "6,000" of the context compare, the report and cost call "6.0K"."""
+    from tokenbench.session_table import session_headline, session_rows
+
+    warm, busted = session_level(4, "warm"), session_level(4, "busted")
+    _, rows = session_rows(warm, busted)  # type: ignore[arg-type]
+    store = Store(tmp_path / "t.db")
+    _store(store, "a", [warm, busted])
+    _store(store, "b", [session_level(4, m) for m in ("warm", "busted")])
+    (block,) = compare_sessions(load_result(store, "a"), load_result(store, "b")).blocks
+    _, compared = session_turn_table(block)
+    assert [r[1] for r in rows] == [r[1] for r in compared] == ["6.0K", "10K", "14K", "18K", "22K"]
+    assert "turn 5 at 22K tokens of context" in (session_headline(warm, busted) or "")  # type: ignore[arg-type]

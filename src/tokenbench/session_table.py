@@ -8,6 +8,7 @@ from rich.console import Console
 from .cells import agents_text, level_label, ms, num
 from .console import print_hanging, print_table
 from .levels import ServingLevel
+from .session_view import tokens
 
 
 #: A session table shows every turn up to this many, then a readable subset (the first turns, every k-th, the last).
@@ -37,7 +38,7 @@ def session_rows(warm: ServingLevel, busted: ServingLevel | None) -> tuple[list[
     for k in _shown_turns(sorted(by_turn)):
         t, b = by_turn[k], cold.get(k)
         gain = b.ttft_ms.p50 / t.ttft_ms.p50 if b is not None and b.ttft_ms.p50 and t.ttft_ms.p50 else None
-        rows.append([str(k + 1), num(t.context_tokens_mean, 0), _share(t.cached_tokens_mean, t.context_tokens_mean),
+        rows.append([str(k + 1), tokens(t.context_tokens_mean), _share(t.cached_tokens_mean, t.context_tokens_mean),
                      ms(t.ttft_ms.p50), ms(b.ttft_ms.p50) if b is not None else "—",
                      f"{gain:.1f}x" if gain else "—", num(t.decode_tps)])
     return header, rows
@@ -90,7 +91,7 @@ def session_headline(warm: ServingLevel, busted: ServingLevel | None) -> str | N
     t = both[-1]
     b = cold[t.turn]
     assert t.ttft_ms.p50 is not None and b.ttft_ms.p50 is not None
-    head = f"{agents_text(warm.concurrency)}, turn {t.turn + 1} at {num(t.context_tokens_mean, 0)} tokens of context: "
+    head = f"{agents_text(warm.concurrency)}, turn {t.turn + 1} at {tokens(t.context_tokens_mean)} tokens of context: "
     if not warm.session.cached_share:  # nothing said to be cached: the two are not the cache's doing
         return head + (f"TTFT {t.ttft_ms.p50 / 1000:.2f} s warm, {b.ttft_ms.p50 / 1000:.2f} s busted, and the "
                        "server reported no cached tokens: not a measure of its cache")
