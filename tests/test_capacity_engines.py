@@ -249,9 +249,9 @@ def test_a_background_load_is_no_other_client_to_the_cache_count_check_on_vllm(v
     cache_counts_disagree ("another client on the server"), about tokenbench's own load. The check now counts
     the background's responses too."""
     out = tmp_path / "bg.json"
-    assert main(["sweep", "--url", vllm_tiny.server.base_url, "--sessions", "2", "--concurrency", "2", "--turns", "4",
+    assert main(["sweep", "--url", vllm_tiny.server.base_url, "--sessions", "2", "--concurrency", "2", "--turns", "6",
                  "--shared-prefix", "0", "--input-len", "512", "--tool-len", "32", "--output-len", "4",
-                 "--think-time", "100ms", "--no-baseline", "--background", "8,512,4", "--guard", "off", "--quiet",
+                 "--think-time", "300ms", "--no-baseline", "--background", "8,512,4", "--guard", "off", "--quiet",
                  "--db", str(tmp_path / "r.db"), "--json", str(out)]) == 0, capsys.readouterr().err
     [level] = json.loads(out.read_text())["levels"]
     session = level["session"]
