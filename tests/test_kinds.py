@@ -61,6 +61,7 @@ class EchoKind:
 
     name = "echo"
     splits = False
+    outgrows_slots = False
 
     def refuse(self, opts: SweepOptions) -> None:
         if opts.rates:

@@ -67,8 +67,6 @@ class SessionStats:
     session_s: Distribution  # first turn sent -> last turn's last byte, think times included (finished sessions)
     cached_share: float | None  # cached prompt tokens / prompt tokens, over the turns whose server said
     cached_source: str | None  # where the cached counts came from ("usage", "server_timings", mixed)
-    #: the cached share's standard error, each session one sample (None: fewer than two sessions said)
-    cached_share_se: float | None = None
     #: the server's own prefix-cache hit share over the level (/metrics), beside the responses' ``cached_share``
     server_hit_share: float | None = None
     compactions: int = 0  # sessions that reached the context cap and were compacted
@@ -77,6 +75,8 @@ class SessionStats:
     cut: int = 0  # a soak's sessions its end cut short (not whole: out of session_s)
     over_time: list[SoakWindow] = field(default_factory=list)  # a soak's turns in tenths of its duration
     background: BackgroundStats | None = None  # the batch load beside the sessions (tenants.py)
+    #: the cached share's standard error, each session one sample (None: fewer than two sessions said)
+    cached_share_se: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
