@@ -151,6 +151,11 @@ def test_a_cache_that_did_not_serve_and_a_baseline_it_did_are_said(tmp_path: Pat
     _store(store, "chosen", [session_level(c, "warm") for c in (1, 2, 4)],
            workload={"kind": "sessions", "turns": 5, "baseline": False})
     assert warnings(load_result(store, "chosen")) == []
+    # a cache-cliff search whose cache stopped serving at 8 agents found what it looked for: no advice to turn the
+    # prefix cache on (the report and show --format markdown gave it)
+    _store(store, "cliff", [warm, session_level(8, "warm")], capacity={"axis": "concurrency", "cache_drop": 0.5},
+           workload={"kind": "sessions", "turns": 5, "baseline": False})
+    assert warnings(load_result(store, "cliff")) == []
 
 
 def test_two_runs_without_a_baseline_compare_warm_columns_only(tmp_path: Path) -> None:
@@ -509,3 +514,6 @@ def test_a_turn_s_context_reads_the_same_in_the_sweep_s_table_and_in_compare(tmp
     _, compared = session_turn_table(block)
     assert [r[1] for r in rows] == [r[1] for r in compared] == ["6.0K", "10K", "14K", "18K", "22K"]
     assert "turn 5 at 22K tokens of context" in (session_headline(warm, busted) or "")  # type: ignore[arg-type]
+    # a level with no busted baseline beside it has no busted TTFT and no gain: no columns of dashes
+    head, rows = session_rows(warm, None)  # type: ignore[arg-type]
+    assert head == ["Turn", "Context", "Cached", "TTFT warm", "Decode tok/s"] and len(rows[0]) == 5

@@ -41,6 +41,8 @@ def session_rows(warm: ServingLevel, busted: ServingLevel | None) -> tuple[list[
         rows.append([str(k + 1), tokens(t.context_tokens_mean), _share(t.cached_tokens_mean, t.context_tokens_mean),
                      ms(t.ttft_ms.p50), ms(b.ttft_ms.p50) if b is not None else "—",
                      f"{gain:.1f}x" if gain else "—", num(t.decode_tps)])
+    if busted is None:  # no baseline (--no-baseline, a cliff search): no busted TTFT, no gain, no columns of dashes
+        header, rows = header[:4] + header[6:], [r[:4] + r[6:] for r in rows]
     return header, rows
 
 

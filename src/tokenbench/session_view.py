@@ -177,6 +177,8 @@ def warnings(r: RunResult) -> list[str]:
     level it did, a concurrency with one mode only, sessions that did not finish."""
     out = []
     by = levels(r)
+    # a cache-cliff search grows the sessions until the cache stops serving them: a low share is its answer
+    cliff = (r.manifest.capacity or {}).get("cache_drop") is not None
     alone: dict[str, list[int]] = {}  # the concurrencies with one mode only, by the mode missing: said once
     for c in concurrencies(r):
         where = f"{name(r)} at concurrency {c}"
@@ -186,7 +188,7 @@ def warnings(r: RunResult) -> list[str]:
         if ws is None or bs is None:
             alone.setdefault(BUSTED if bs is None else WARM, []).append(c)
         if ws is not None and ws.cached_share is not None and ws.cached_share < WARM_CACHED_MIN \
-                and (ws.turns_per_session or 0) > 1 and ws.cached_source != "predicted":
+                and (ws.turns_per_session or 0) > 1 and ws.cached_source != "predicted" and not cliff:
             out.append(f"{where}: the server said its cache served only {share(ws.cached_share)} of the warm prompt "
                        "tokens: is its prefix cache on (vLLM --enable-prefix-caching, llama.cpp cache_prompt) and "
                        "large enough for every session?")
