@@ -132,6 +132,13 @@ def test_compare_warns_on_different_model_shapes_and_still_prints(tmp_path: Path
     assert "A = a, B = b" in out
     assert "| serve | 0 | 1 | 128 | Aggregate tok/s | 60.0 | 50.0 | 1.20 | A 1.20× (5% rule) |" in out
     assert "5% rule: 5 of 5 rows have no interval" in " ".join(out.split())
+    # every line that is not the table's is a paragraph of its own: a line right after a table is one more row
+    # (a GFM reader read compare's notes as 17 extra rows)
+    blocks = out.strip("\n").split("\n\n")
+    table = next(b for b in blocks if b.startswith("| Test |"))
+    assert all(ln.startswith("|") for ln in table.splitlines())
+    assert not any(ln.startswith("|") for b in blocks if b is not table for ln in b.splitlines())
+    assert any(b.startswith("warning: ") for b in blocks) and any(b.startswith("5% rule:") for b in blocks)
 
 
 def test_two_runs_of_one_label_are_told_apart_by_their_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

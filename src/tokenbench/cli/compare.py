@@ -51,26 +51,32 @@ def _print_rows(console: Console, cfg: CompareConfig, done: Compared, fmt: str) 
     line."""
     from ..compare.levels import GROUP_COLUMN, NO_SHARED_POINT, VALUE_COLUMNS, legend, table
     from ..console import print_table
+    from ..layout import md_paragraph
 
     c, cap = done.comparison, done.capacity
+    md = fmt == "markdown"
+
+    def say(text: str, style: str | None = None) -> None:
+        """A line; in Markdown a paragraph of its own (after a table, a line without a blank one is a row)."""
+        console.print(f"\n{md_paragraph(text)}" if md else text, style=style, markup=False, highlight=False)
+
     for w in c.warnings:
         if not (cap is not None and w == NO_SHARED_POINT):  # their capacities are what compares
-            console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
+            say(f"warning: {w}", "yellow")
     if c.rows:
         head, rows = table(c)
-        console.print(f"A = {c.a}, B = {c.b}" + ("\n" if fmt == "markdown" else ""), markup=False,
-                      highlight=False)
+        say(f"A = {c.a}, B = {c.b}")
+        if md:
+            console.print("")
         print_table(console, head, rows, fmt, keep=VALUE_COLUMNS, group=GROUP_COLUMN)
         for line in legend(c):
-            console.print(line, markup=False, highlight=False)
+            say(line)
         if c.unmatched:
-            console.print(f"not compared: {'; '.join(c.unmatched)} (no level of the other run to set beside it)",
-                          markup=False, highlight=False)
+            say(f"not compared: {'; '.join(c.unmatched)} (no level of the other run to set beside it)")
     for line in c.crossovers:
-        console.print(line, markup=False, highlight=False)
+        say(line)
     if c.effective:
-        console.print(f"{cfg.agents} agents x {cfg.tokens} tokens: " + "; ".join(c.effective), markup=False,
-                      highlight=False)
+        say(f"{cfg.agents} agents x {cfg.tokens} tokens: " + "; ".join(c.effective))
 
 
 def _print_replays(console: Console, done: Compared, fmt: str) -> None:
