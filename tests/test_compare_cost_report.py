@@ -122,6 +122,27 @@ def test_levels_only_one_run_has_are_said_not_dropped(tmp_path: Path, capsys: py
         " ".join(capsys.readouterr().out.split())
 
 
+def test_compare_reads_a_level_s_rates_as_the_sweep_table_shows_them(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """show printed 2,719 tok/s of a level (over its plateau, ramp and drain left out) and compare 2,676 of the
+    same level (its whole window): compare, recommend and the effective-serving line now read the rate the sweep
+    table shows."""
+    from tokenbench.steady import Plateau
+
+    store = Store(tmp_path / "c.db")
+    a, b = serve(4, 2676, 50, 16), serve(4, 2000, 60, 18)
+    assert isinstance(a, ServingLevel)
+    a.plateau = Plateau(0.5, 9.5, 0.9, 4.0, 2719.0, 21.0, Distribution(n=8, p50=50), Distribution(n=8, p50=16), 80)
+    _run(store, "a", [serve(1, 700, 40, 14), a], model="m")
+    _run(store, "b", [serve(1, 600, 45, 15), b], model="m")
+    c = compare(load_result(store, "a"), load_result(store, "b"), agents=4)
+    rates = {r.metric: r.a for r in c.rows if r.concurrency == 4}
+    assert rates["Aggregate output"] == 2719.0 and rates["Per-agent"] == pytest.approx(2719.0 / 4)
+    assert "2,719 tok/s aggregate" in c.effective[0]
+    assert main(["show", "a", "--db", str(tmp_path / "c.db")]) == 0
+    assert "2,719" in capsys.readouterr().out.split("\n 4 ")[1].split("\n")[0]
+
+
 def test_compare_warns_on_different_model_shapes_and_still_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = Store(tmp_path / "c.db")
     _run(store, "a", [serve(1, 60, 50, 16)], model="qwen3.6-27b", weights="FP8")

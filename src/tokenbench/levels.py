@@ -356,6 +356,14 @@ class ServingLevel(LevelSummary):
         return self.plateau.output_throughput_tps if self.plateau is not None else self.output_throughput_tps
 
     @property
+    def sustained_per_agent_tps(self) -> float | None:
+        """The per-agent rate the sweep table shows: the plateau's aggregate over the agents where the level held
+        its load, else ``per_agent_tps``."""
+        if self.plateau is not None and self.concurrency:
+            return self.sustained_tps / self.concurrency
+        return self.per_agent_tps
+
+    @property
     def per_agent_tps(self) -> float | None:
         """Aggregate output throughput / concurrency (how the published tables define it); an open-loop level
         divides by the concurrency it achieved. None for a level with no throughput figure."""

@@ -49,7 +49,7 @@ def _serving(r: RunResult, agents: int | None = None) -> list[tuple[LevelOutcome
 
 
 def _set_measured(c: Candidate, s: ServingLevel) -> None:
-    c.throughput, c.ttft_p99_ms, c.tpot_ms = s.output_throughput_tps, s.ttft_ms.p99, s.tpot_ms.p50
+    c.throughput, c.ttft_p99_ms, c.tpot_ms = s.sustained_tps, s.ttft_ms.p99, s.tpot_ms.p50  # as the sweep showed
     c.ttft_p50_ms = s.ttft_ms.p50
 
 

@@ -35,7 +35,7 @@ def _per_agent(s: ServingLevel) -> str:
         # would divide the aggregate into a call's own speed, 90x it); the replay's line says the calls' rate
         return "—"
     if s.plateau is not None and s.concurrency:
-        return num(s.sustained_tps / s.concurrency)
+        return num(s.sustained_per_agent_tps)
     if not s.concurrency and s.achieved_concurrency is not None and s.achieved_concurrency < 1:
         # an open loop with under one request in flight on average: the aggregate over that would be a request's
         # own speed, above the aggregate (a trace at 3.35/s read 46.3 tok/s aggregate, 810.8 per agent)

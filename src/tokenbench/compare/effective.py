@@ -59,9 +59,9 @@ def _batched_line(res: RunResult, serve: list[ServingLevel], agents: int, tokens
         t = rounds * (ttft + (tokens - 1) * tpot) / 1000
         each = (f"{rounds} rounds of {c}, each" if rounds > 1 else f"{min(agents, c)} at once, each request")
         return (f"{run_name(res)}: ~{t:,.1f} s batched ({each} TTFT {ttft:,.0f} ms + {tokens - 1} x TPOT {tpot:.1f} "
-                f"ms); {s.output_throughput_tps:,.0f} tok/s aggregate{note}")
-    t = effective_serving_s(agents, tokens, s.output_throughput_tps)
-    return f"{run_name(res)}: ~{t:,.1f} s batched, {s.output_throughput_tps:,.0f} tok/s aggregate{note}"
+                f"ms); {s.sustained_tps:,.0f} tok/s aggregate{note}")
+    t = effective_serving_s(agents, tokens, s.sustained_tps)
+    return f"{run_name(res)}: ~{t:,.1f} s batched, {s.sustained_tps:,.0f} tok/s aggregate{note}"
 
 
 def _sequential_line(res: RunResult, levels: list[LevelSummary], serve: list[ServingLevel], agents: int,
@@ -75,7 +75,7 @@ def _sequential_line(res: RunResult, levels: list[LevelSummary], serve: list[Ser
         return (f"{run_name(res)}: ~{t:,.1f} s as one sequential stream ({agents} requests in turn, each TTFT "
                 f"{ttft:,.0f} ms + {tokens - 1} x TPOT {tpot:.1f} ms)")
     single = next((rate for s in levels if (rate := _one_stream(s)) and not s.depth), None)
-    rate = single or (serve[0].output_throughput_tps if serve else None)
+    rate = single or (serve[0].sustained_tps if serve else None)
     if not rate:
         return None
     t = effective_serving_s(agents, tokens, rate)
