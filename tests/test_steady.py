@@ -51,6 +51,17 @@ def test_the_plateau_leaves_out_the_ramp_and_the_drain() -> None:
     assert whole.plateau is not None and whole.plateau.share == pytest.approx(850 / 1150)
 
 
+def test_records_without_chunk_stamps_count_their_tokens_over_the_plateau() -> None:
+    """A record stored without its chunk stamps counted no token: the plateau read 0 tok/s for 12 requests, and
+    the sweep table (and compare, which reads the same figure) printed 0.0. Its tokens now spread evenly from its
+    first token to its last."""
+    recs = closed_loop(4, 10, 100.0, 50.0)
+    for r in recs:
+        r.chunk_ns = []
+    p = plateau(recs, 4, (0, 1150 * MS))
+    assert p is not None and p.output_throughput_tps == pytest.approx(400.0, rel=0.05)
+
+
 def test_a_level_that_never_holds_its_load_has_no_plateau_and_says_so() -> None:
     recs = closed_loop(4, 1, 100.0, 90.0)  # four requests that barely overlap
     s = summarize(recs, concurrency=4, rate=None, window_start_ns=0, window_end_ns=370 * MS)

@@ -113,6 +113,12 @@ def _figures(measured: list[RequestRecord], start: int, end: int, window: tuple[
         if r.ok and r.chunk_ns and r.output_tokens:
             per = r.output_tokens / len(r.chunk_ns)
             tokens += per * sum(1 for t in r.chunk_ns if start <= t < end)
+        elif r.ok and r.output_tokens and r.first_token_ns is not None and r.end_ns is not None:
+            # no chunk stamps kept (a record stored without them): its tokens spread evenly from its first to its
+            # last, the share of that span inside the plateau (they counted none, and the plateau read 0 tok/s)
+            lo, hi = r.first_token_ns, r.end_ns
+            inside_ns = max(0, min(hi, end) - max(lo, start))
+            tokens += r.output_tokens * (inside_ns / (hi - lo) if hi > lo else float(start <= lo < end))
     inside = [r for r in measured if start <= r.sent_ns < end and r.ok]
     span_s = (end - start) / NS_PER_S
     done = sum(1 for r in measured if r.ok and r.end_ns is not None and start <= r.end_ns < end)
