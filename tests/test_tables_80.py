@@ -179,3 +179,17 @@ def test_a_long_line_wraps_under_its_own_indent() -> None:
     assert all(len(ln) <= 40 for ln in lines)
     words = " ".join(lines).split()
     assert words.count("ms") == 10 and sum(w.startswith("box-") for w in words) == 12
+
+
+def test_a_column_of_names_gives_way_after_the_columns_of_words() -> None:
+    """recommend at 80 columns cut "amd-ryzen-ai-" / "max-395" and "nvidia-h100-" / "sxm" while its Notes column
+    of words kept 18 columns: a name read across two lines cannot be copied. The words wrap first now."""
+    from tokenbench.layout import table_layout, wrap_cell
+
+    head = ["Rank", "Box", "Engine", "Agents", "Notes"]
+    rows = [["1", "amd-ryzen-ai-max-395", "llama.cpp vulkan Q4_K_M -np 4", "12", ""],
+            ["2", "nvidia-h100-sxm", "vllm FP8", ">=128", "at least: every count up to 128 met the SLOs"]]
+    layout = table_layout(head, rows, 72)
+    assert layout is not None and layout.total() <= 72
+    assert layout.widths[1] == len("amd-ryzen-ai-max-395")  # whole
+    assert wrap_cell(rows[1][4], layout.widths[4])[0] != rows[1][4]  # the notes wrapped instead

@@ -142,7 +142,8 @@ def table_layout(header: list[str], rows: list[list[str]], width: int, numeric: 
         two = _two_lines(header[i])
         if _width(two) < _width(header[i]) and body[i] < _width(header[i]):
             out.header[i], out.widths[i] = two, max(body[i], _width(two))
-    return _squeeze(out, header, _floors(header, cells, body), width)
+    names = [i for i in range(n) if cells[i] and all(" " not in c.strip() for c in cells[i])]
+    return _squeeze(out, header, _floors(header, cells, body), width, names)
 
 
 def _floors(header: list[str], cells: list[list[str]], body: list[int]) -> list[int]:
@@ -153,13 +154,16 @@ def _floors(header: list[str], cells: list[list[str]], body: list[int]) -> list[
             for i, h in enumerate(header)]
 
 
-def _squeeze(out: Layout, header: list[str], floor: list[int], width: int) -> Layout | None:
-    """Narrow the widest text column by one until the table fits ``width``; None where none can give more."""
+def _squeeze(out: Layout, header: list[str], floor: list[int], width: int,
+             names: Collection[int] = ()) -> Layout | None:
+    """Narrow the widest text column by one until the table fits ``width``; None where none can give more. A
+    column of ``names`` (identifiers, one word a cell: "amd-ryzen-ai-max-395") gives way only once no column of
+    words can: a name read across two lines cannot be copied."""
     while out.total() > width:
         squeeze = [i for i in range(len(header)) if out.wrap[i] and out.widths[i] > floor[i]]
         if not squeeze:
             return None
-        i = max(squeeze, key=lambda i: out.widths[i])
+        i = max(squeeze, key=lambda i: (i not in names, out.widths[i]))
         out.widths[i] -= 1
         if _width(out.header[i]) > out.widths[i]:
             out.header[i] = _two_lines(header[i])
