@@ -242,11 +242,15 @@ def test_the_report_writes_a_capacity_search_s_answer(tmp_path: Path, capsys: py
     part = text[text.index("### Capacity"):]
     assert part.split("\n\n")[1].startswith("this box serves 4 agents (4 met the SLO, 5 did not)")
     assert "- the engine's KV pool: 4,096 tokens, 4 slots x 1,024 tokens" in part
+    # the levels' verdicts and how sure each is, as the command printed them
+    assert "| Agents | SLO | Sure | Requests | Objectives |" in part and "| 5 | FAIL | no | 20 |" in part
+    assert "Sure: a one-sided binomial test" in part
     table = text[:text.index("### Capacity")]
     assert [ln.split("|")[1].strip() for ln in table.splitlines() if " warm |" in ln] == \
         ["1 warm", "2 warm", "4 warm", "5 warm", "8 warm"]
     html = page.read_text()
     assert "<p><strong>the cache keeps 4 sessions of up to 324 tokens warm; at 5 the cached share fell" in html
+    assert ">Sure</th>" in html and ">Objectives</th>" in html
 
 
 def test_only_a_cache_cliff_search_outgrows_the_engine_s_slots_on_purpose() -> None:

@@ -338,7 +338,7 @@ def test_a_check_reads_without_exponents_and_one_agent_is_an_agent() -> None:
     on vLLM, a FAIL whose failing objective was not said (TTFT within its limit, the agents' rate under it)."""
     from tokenbench.capacity import CapacityAnswer
     from tokenbench.capacity_text import headline
-    from tokenbench.cli.capacity import _check
+    from tokenbench.capacity_text import check_text as _check
 
     assert _check(SloCheck("ttft_p90", 1570.4, 1000.0, "ms", False, 7, 6)) == "ttft_p90 1.57 s (limit 1 s), 6/7 over"
     assert _check(SloCheck("ttft_p90", 830.2, 1000.0, "ms", True, 32, 0, needed=29)) == \

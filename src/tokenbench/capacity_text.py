@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .slo import SloCheck, duration_text
+
 if TYPE_CHECKING:
     from .capacity import CapacityAnswer
 
@@ -58,3 +60,44 @@ def answer_lines(found: CapacityAnswer) -> tuple[list[str], list[str]]:
         details.append(f"limit at {value_format(found)(found.first_fail)} {found.unit}: {found.limit}")
     details.append(f"search: {len(found.verdicts)} levels, {found.requests} requests, {ENDED[found.ended]}")
     return sentences, details
+
+
+def verdict_table(found: CapacityAnswer) -> tuple[list[str], list[list[str]]]:
+    """Each level the search ran, in the order of its value: its verdict, how sure, the requests it spent, and
+    each objective's figure (with the limit where it failed)."""
+    header = ["Agents" if found.spec.axis == "concurrency" else "Rate req/s", "SLO", "Sure", "Requests",
+              "Objectives"]
+    fmt_v = value_format(found)
+    rows = [[fmt_v(v.value), "-" if v.met is None else "pass" if v.met else "FAIL",
+             "-" if v.met is None else "yes" if v.sure else "no", str(v.requests),
+             "; ".join(check_text(c) for c in v.checks if c.name != "errors" or not c.met) + _stopped(v.stopped)]
+            for v in sorted(found.verdicts, key=lambda v: v.value)]
+    return header, rows
+
+
+def _amount(v: float) -> str:
+    """830, 41.3, 1,575: three significant digits, never an exponent."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def _quantity(v: float, unit: str) -> str:
+    """884 ms, 1.06 s (never 1.06e+03 ms), 14.3 tok/s, 1.0%."""
+    if unit == "share":
+        return f"{v:.1%}"
+    if unit == "ms":
+        return duration_text(v)
+    return f"{_amount(v)} {unit}"
+
+
+def check_text(c: SloCheck) -> str:
+    """One objective at one level: its value, and the limit where it failed."""
+    value = "-" if c.value is None else _quantity(c.value, c.unit)
+    limit = "" if c.met else f" (limit {_quantity(c.limit, c.unit)})"
+    over = f", {c.over}/{c.n} {'under' if c.unit == 'tok/s' else 'over'}" if c.over is not None else ""
+    more = f", sure from {c.needed}" if c.met and not c.sure and c.needed else ""
+    return f"{c.name} {value}{limit}{over}{more}"
+
+
+def _stopped(reason: str | None) -> str:
+    # the why in short ("the p90 cannot pass"); the whole reason is the level's stopped_early note above
+    return f" (stopped early: {reason.rsplit(': ', 1)[-1]})" if reason else ""

@@ -14,14 +14,13 @@ from rich.console import Console
 
 from ..cache_cliff import DEFAULT_DROP, vllm_pool
 from ..capacity import SURE_LEGEND, CapacityAnswer, CapacitySearch, SearchSpec, answer, mark_levels
-from ..capacity_text import answer_lines, headline, value_format
+from ..capacity_text import answer_lines, headline, verdict_table
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
 from ..slo import SLO
 from ..console import print_hanging, print_table
 from ..layout import md_paragraph
 from ..results import RunResult
-from ..slo import SloCheck, duration_text
 from ..servers import root_url
 from ..store import Store
 from ..kinds.sessions import SessionsKind
@@ -226,47 +225,13 @@ def print_capacity(console: Console, found: CapacityAnswer, fmt: str = "table") 
             console.print(f"- {md_paragraph(line)}", markup=False, highlight=False, soft_wrap=True)
         else:
             print_hanging(console, "  " + line)
-    header = ["Agents" if found.spec.axis == "concurrency" else "Rate req/s", "SLO", "Sure", "Requests",
-              "Objectives"]
-    fmt_v = value_format(found)
-    rows = [[fmt_v(v.value), "-" if v.met is None else "pass" if v.met else "FAIL",
-             "-" if v.met is None else "yes" if v.sure else "no", str(v.requests),
-             "; ".join(_check(c) for c in v.checks if c.name != "errors" or not c.met) + _stopped(v.stopped)]
-            for v in sorted(found.verdicts, key=lambda v: v.value)]
+    header, rows = verdict_table(found)
     if md:  # a table after a list needs a blank line, and so does a paragraph after a table
         console.print("")
     print_table(console, header, rows, fmt, numeric=True)
     if md:
         console.print("")
     console.print(SURE_LEGEND, style="dim", markup=False, highlight=False)
-
-
-def _amount(v: float) -> str:
-    """830, 41.3, 1,575: three significant digits, never an exponent."""
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
-
-
-def _quantity(v: float, unit: str) -> str:
-    """884 ms, 1.06 s (never 1.06e+03 ms), 14.3 tok/s, 1.0%."""
-    if unit == "share":
-        return f"{v:.1%}"
-    if unit == "ms":
-        return duration_text(v)
-    return f"{_amount(v)} {unit}"
-
-
-def _check(c: SloCheck) -> str:
-    """One objective at one level: its value, and the limit where it failed."""
-    value = "-" if c.value is None else _quantity(c.value, c.unit)
-    limit = "" if c.met else f" (limit {_quantity(c.limit, c.unit)})"
-    over = f", {c.over}/{c.n} {'under' if c.unit == 'tok/s' else 'over'}" if c.over is not None else ""
-    more = f", sure from {c.needed}" if c.met and not c.sure and c.needed else ""
-    return f"{c.name} {value}{limit}{over}{more}"
-
-
-def _stopped(reason: str | None) -> str:
-    # the why in short ("the p90 cannot pass"); the whole reason is the level's stopped_early note above
-    return f" (stopped early: {reason.rsplit(': ', 1)[-1]})" if reason else ""
 
 
 def add_capacity_parser(sub: Any) -> None:

@@ -203,13 +203,26 @@ def facts(r: RunResult, price_per_hour: float | None = None, currency: str | Non
     return {k: str(v) for k, v in out.items() if v}
 
 
-def capacity_answer(r: RunResult) -> tuple[list[str], list[str]] | None:
-    """A capacity search's answer as the command printed it: its sentences and the lines under them; None for
-    other runs."""
+@dataclass(frozen=True, slots=True)
+class CapacityWords:
+    """A capacity search's answer as the command printed it: its sentences, the lines under them, its levels'
+    verdicts (a table) and what "Sure" means."""
+
+    sentences: list[str]
+    details: list[str]
+    header: list[str]
+    rows: list[list[str]]
+    legend: str
+
+
+def capacity_answer(r: RunResult) -> CapacityWords | None:
+    """A capacity search's answer in words; None for other runs."""
     if not r.manifest.capacity:
         return None
-    from ..capacity import answer
-    from ..capacity_text import answer_lines
+    from ..capacity import SURE_LEGEND, answer
+    from ..capacity_text import answer_lines, verdict_table
 
     found = answer(r)
-    return answer_lines(found) if found is not None else None
+    if found is None:
+        return None
+    return CapacityWords(*answer_lines(found), *verdict_table(found), SURE_LEGEND)

@@ -374,9 +374,10 @@ def render(rep: Report) -> str:
         parts.append(f'<p class="meta">run {_e(r.run_id)}; {_e(facts.source(r))}; status {_e(r.status)}</p>')
         parts.append(_levels(r, price_per_hour, currency))
         if (said := facts.capacity_answer(r)) is not None:  # a capacity search: its answer, as the command said it
-            sentences, details = said
-            parts += [f"<p><strong>{_e(x)}</strong></p>" for x in sentences]
-            parts.append("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in details) + "</ul>")
+            parts += [f"<p><strong>{_e(x)}</strong></p>" for x in said.sentences]
+            parts.append("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in said.details) + "</ul>")
+            parts += [_table(said.header, said.rows, text_cols=len(said.header)),
+                      f'<p class="meta">{_e(said.legend)}</p>']
         g = facts.guard_state(r)
         guard = _guard(g)
         if guard:

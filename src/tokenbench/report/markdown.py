@@ -78,9 +78,9 @@ def section(r: RunResult) -> str:
                 for s in bench]
         lines.append(format_markdown(["Test", "Depth", "tok/s"], rows))
     if (said := facts.capacity_answer(r)) is not None:
-        sentences, details = said
-        lines += ["", "### Capacity", ""] + [md_escape(x) + "\n" for x in sentences] + \
-            [md_escape(f"- {x}") for x in details]
+        lines += ["", "### Capacity", ""] + [md_escape(x) + "\n" for x in said.sentences] + \
+            [md_escape(f"- {x}") for x in said.details] + \
+            ["", format_markdown(said.header, said.rows), "", md_escape(said.legend)]
     if is_replay_run(r):
         lines += replay_part(serve)
     elif session_view.is_session_run(r):
