@@ -107,18 +107,22 @@ def plateau(records: list[RequestRecord], concurrency: int | None, window: tuple
     return _figures(measured, start, end, window, target)
 
 
+def _tokens_within(r: RequestRecord, start: int, end: int) -> float:
+    """The output tokens of one successful request that arrived within [start, end): by its chunk stamps; a record
+    kept without them spreads its tokens evenly from its first to its last (it counted none, and a plateau of
+    such records read 0 tok/s)."""
+    if not (r.ok and r.output_tokens):
+        return 0.0
+    if r.chunk_ns:
+        return r.output_tokens / len(r.chunk_ns) * sum(1 for t in r.chunk_ns if start <= t < end)
+    if r.first_token_ns is None or r.end_ns is None:
+        return 0.0
+    lo, hi = r.first_token_ns, r.end_ns
+    return r.output_tokens * (max(0, min(hi, end) - max(lo, start)) / (hi - lo) if hi > lo else float(start <= lo < end))
+
+
 def _figures(measured: list[RequestRecord], start: int, end: int, window: tuple[int, int], target: float) -> Plateau:
-    tokens = 0.0
-    for r in measured:
-        if r.ok and r.chunk_ns and r.output_tokens:
-            per = r.output_tokens / len(r.chunk_ns)
-            tokens += per * sum(1 for t in r.chunk_ns if start <= t < end)
-        elif r.ok and r.output_tokens and r.first_token_ns is not None and r.end_ns is not None:
-            # no chunk stamps kept (a record stored without them): its tokens spread evenly from its first to its
-            # last, the share of that span inside the plateau (they counted none, and the plateau read 0 tok/s)
-            lo, hi = r.first_token_ns, r.end_ns
-            inside_ns = max(0, min(hi, end) - max(lo, start))
-            tokens += r.output_tokens * (inside_ns / (hi - lo) if hi > lo else float(start <= lo < end))
+    tokens = sum(_tokens_within(r, start, end) for r in measured)
     inside = [r for r in measured if start <= r.sent_ns < end and r.ok]
     span_s = (end - start) / NS_PER_S
     done = sum(1 for r in measured if r.ok and r.end_ns is not None and start <= r.end_ns < end)
