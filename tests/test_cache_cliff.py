@@ -268,3 +268,21 @@ def test_only_a_cache_cliff_search_outgrows_the_engine_s_slots_on_purpose() -> N
     assert (kind.outgrows_slots, kind.for_search().outgrows_slots, kind.for_cache_search().outgrows_slots) == \
         (False, False, True)
     assert LengthsKind.outgrows_slots is False
+
+
+def test_an_answer_resting_on_verdicts_that_are_not_sure_says_so() -> None:
+    """"this box serves 4 agents" stood unqualified above a table whose every verdict read Sure: no; the answer
+    now says which of the verdicts it rests on a rerun may turn."""
+    from tokenbench.capacity_text import answer_lines
+
+    found = answer(_run(MEASURED))
+    assert found is not None
+    _, details = answer_lines(found)
+    assert "not sure: the pass at 4 and the fail at 5 may turn on a rerun, and the capacity with it" in \
+        " ".join(details)
+    run = _run(MEASURED)
+    for o in run.outcomes:  # every session agreeing closely: both verdicts sure
+        assert o.serving is not None and o.serving.session is not None
+        o.serving.session.cached_share_se = 0.001
+    sure = answer(run)
+    assert sure is not None and not any(d.startswith("not sure") for d in answer_lines(sure)[1])

@@ -58,8 +58,23 @@ def answer_lines(found: CapacityAnswer) -> tuple[list[str], list[str]]:
     details = [*(found.cliff.explained() if found.cliff is not None else []), *money_lines(found)]
     if found.limit is not None and found.first_fail is not None:
         details.append(f"limit at {value_format(found)(found.first_fail)} {found.unit}: {found.limit}")
+    if (unsure := _unsure(found)) is not None:
+        details.append(unsure)
     details.append(f"search: {len(found.verdicts)} levels, {found.requests} requests, {ENDED[found.ended]}")
     return sentences, details
+
+
+def _unsure(found: CapacityAnswer) -> str | None:
+    """The verdicts the answer rests on (the last pass, the first fail) that are not sure: a rerun may turn them,
+    and the capacity with them."""
+    at = {v.value: v for v in found.verdicts}
+    fmt = value_format(found)
+    said = [f"the {what} at {fmt(value)}" for value, what in ((found.capacity, "pass"), (found.first_fail, "fail"))
+            if value is not None and (v := at.get(value)) is not None and v.met is not None and not v.sure]
+    if not said:
+        return None
+    return (f"not sure: {' and '.join(said)} may turn on a rerun, and the capacity with it (Sure below; more "
+            "requests a level make a verdict sure)")
 
 
 def verdict_table(found: CapacityAnswer) -> tuple[list[str], list[list[str]]]:
