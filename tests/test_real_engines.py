@@ -113,12 +113,16 @@ def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
 
     - tokenbench's pp and tg, timed by the client, agree within 3% with llama-server's own timings of the same
       requests at every depth. This is the client's honesty: nothing of the HTTP path is in the rate.
-    - llama-bench and tokenbench, paired round by round, agree within 25% at each depth (median of the rounds).
+    - llama-bench and tokenbench, paired round by round, agree within a factor of 1.6 at each depth (median of
+      the rounds).
       They are two harnesses over one engine, and on a 2-core VM the engine itself drifts: the same tool's tg at
       depth 0 read 74 and 87 tok/s in two runs here, and one CI machine read llama-server 20-25% faster than
       llama-bench at depth 2048 in three rounds while this one read it 7-13% slower, each time with the client
-      within 1% of the server's own timings. 25% still fails a rate measured at the wrong depth (tg at 2048 is
-      half the rate at depth 0) or a pp that prefilled the whole context (half the rate).
+      within 1% of the server's own timings. Another read the server's pp128 at 2048 at 300, 293 and 241 tok/s
+      in its three rounds against llama-bench's steady 213-224 (+39, +38 and +7%), the client again within 1% of
+      the server: a 25% band failed on the two harnesses, not on tokenbench. A factor of 1.6 still fails a rate
+      measured at the wrong depth (pp at depth 0 is 2.5 times the rate at 2048 there, tg twice) or a pp that
+      prefilled the whole context (half the rate or less).
 
     Also: depth --llama-bench imports exactly llama-bench's own values, records its options and keeps its JSON."""
     need_engine("llama-server")
@@ -151,7 +155,7 @@ def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
     table = {k: (f"{statistics.median(r) - 1:+.1%}", [f"{x - 1:+.0%}" for x in r]) for k, r in ratios.items()}
     print("tokenbench vs llama-bench, paired rounds (median, each):", table)
     for k, r in ratios.items():
-        assert abs(statistics.median(r) - 1) <= 0.25, table
+        assert 1 / 1.6 <= statistics.median(r) <= 1.6, table
     # the embedded server ran on the same threads as llama-bench
     assert f"-t {threads}" in " ".join(http[0]["manifest"]["embedded"]["command"])
     # the import is llama-bench's own numbers, exactly
