@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import prometheus
-from .slo import SloCheck
+from .slo import SloCheck, mean_p_value
 from .layout import plural
 
 if TYPE_CHECKING:
@@ -44,9 +44,7 @@ def _check(s: ServingLevel | None, share: float, floor: float) -> SloCheck:
     sessions said."""
     st = s.session if s is not None else None
     se = st.cached_share_se if st is not None else None
-    p = None
-    if se is not None:
-        p = 0.5 * math.erfc(abs(share - floor) / se / math.sqrt(2)) if se > 0 else 0.0
+    p = mean_p_value(share, floor, se) if se is not None else None
     return SloCheck(CHECK, share, floor, "share", share >= floor, st.sessions if st is not None else 0, None, p)
 
 

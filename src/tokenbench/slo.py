@@ -337,6 +337,13 @@ def _rate_share_check(name: str, rates: list[float], share: float, limit: float)
                     needed_for_sure_pass(allowed) if met else None)
 
 
+def mean_p_value(value: float, limit: float, se: float) -> float:
+    """The one-sided normal test's p-value of an estimate ``value`` (standard error ``se``) against ``limit``:
+    small where the limit lies far outside the estimate's interval (0 where the estimate has no spread)."""
+    z = abs(value - limit) / se if se > 0 else math.inf
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
 def _agent_rate_check(summary: ServingLevel, ok: list[RequestRecord], limit: float) -> SloCheck:
     """Per-agent tok/s against its floor; sure when the floor is outside the 95% interval of the mean (the
     per-request rates' relative standard error applied to the level's rate)."""
@@ -345,9 +352,8 @@ def _agent_rate_check(summary: ServingLevel, ok: list[RequestRecord], limit: flo
     met = value is not None and value >= limit
     p = None
     if value and len(rates) >= 2 and statistics.fmean(rates) > 0:
-        se = value * statistics.stdev(rates) / statistics.fmean(rates) / math.sqrt(len(rates))
-        z = abs(value - limit) / se if se > 0 else math.inf
-        p = 0.5 * math.erfc(z / math.sqrt(2))
+        p = mean_p_value(value, limit, value * statistics.stdev(rates) / statistics.fmean(rates) /
+                         math.sqrt(len(rates)))
     return SloCheck("agent_tps", value, limit, "tok/s", met, len(rates), None, p)
 
 
