@@ -84,6 +84,19 @@ def test_the_target_and_its_children_are_not_counted(tmp_path: Path) -> None:
     assert run(root, target_pids={4242})["serving_processes"].status == "pass"
 
 
+def test_a_process_that_ends_while_the_guard_reads_is_skipped(tmp_path: Path) -> None:
+    """A process can end between the listing of /proc and the read of its stat, which then fails (ESRCH, an
+    OSError: here a stat that cannot be read as a file); a process name need not be UTF-8. Neither stops the
+    guard, and the target's children are still found."""
+    root = fake_tree(tmp_path, procs={4242: "llama-server -m x.gguf", 4243: "llama-server --child",
+                                      4244: "sleep 1", 4245: "vllm serve m"})
+    (root / "proc/4243/stat").write_bytes(b"4243 (llama-\xff) S 4242 0 0\n")
+    (root / "proc/4244/stat").unlink()
+    (root / "proc/4244/stat").mkdir()  # reading it fails as reading a vanished process's stat does
+    r = run(root, target_pids={4242})["serving_processes"]
+    assert r.status == "fail" and r.observed == "vLLM (pid 4245)", r.observed
+
+
 def test_missing_tree_is_not_available_never_pass(tmp_path: Path) -> None:
     r = run(tmp_path)
     assert all(v.status == "not available" for v in r.values()), {k: v.status for k, v in r.items()}

@@ -47,7 +47,7 @@ class GuardEnv:
 
     def read(self, rel: str) -> str | None:
         try:
-            return (self.root / rel.lstrip("/")).read_text()
+            return (self.root / rel.lstrip("/")).read_text(errors="replace")
         except OSError:
             return None
 
@@ -90,7 +90,8 @@ def _descendants(env: GuardEnv, pids: set[int]) -> set[int]:
     """pids and all their descendants, from /proc/*/stat (parent is field 4)."""
     parent: dict[int, int] = {}
     for p in env.glob("proc/[0-9]*/stat"):
-        text = p.read_text(errors="replace") if p.exists() else ""
+        # a process that ends between the listing and the read is gone (ESRCH): skipped, as one never listed
+        text = env.read(str(p.relative_to(env.root))) or ""
         m = re.match(r"\d+ \(.*\) \S (\d+)", text)
         if m:
             parent[int(p.parent.name)] = int(m.group(1))
