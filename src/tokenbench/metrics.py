@@ -42,11 +42,16 @@ def _turn_point(turn: int, at: list[RequestRecord]) -> TurnPoint:
         tpot_ms=Distribution.of([v for r in at if len(set(r.chunk_ns)) > 1 and (v := request_tpot_ms(r)) is not None]))
 
 
+def _said_cached(records: list[RequestRecord]) -> list[RequestRecord]:
+    """The requests whose server said how many of their prompt tokens it served from its cache."""
+    return [r for r in records if r.cached_tokens is not None and r.input_tokens]
+
+
 def cached_share(ok: list[RequestRecord]) -> tuple[float | None, str | None]:
     """Cached prompt tokens / prompt tokens over the successful requests whose server said how many it served
     from its prefix cache, and where it said so (``usage``, ``server_timings``, mixed); (None, None) where no
     server said."""
-    said = [r for r in ok if r.cached_tokens is not None and r.input_tokens]
+    said = _said_cached(ok)
     prompt = sum(r.input_tokens or 0 for r in said)
     return (sum(r.cached_tokens or 0 for r in said) / prompt if prompt else None), _source(said, "cached_tokens_source")
 
@@ -74,7 +79,7 @@ def cached_share_se(sessions: list[list[RequestRecord]]) -> float | None:
     one sample, as its turns share one cache's fate: the delta method's sqrt(sum((c_i - R p_i)^2) / (n (n - 1)))
     / mean(p_i), over the sessions whose server said. None with fewer than two."""
     pairs = [(sum(r.cached_tokens or 0 for r in said), sum(r.input_tokens or 0 for r in said)) for rs in sessions
-             if (said := [r for r in rs if r.cached_tokens is not None and r.input_tokens])]
+             if (said := _said_cached(rs))]
     n = len(pairs)
     if n < 2:
         return None

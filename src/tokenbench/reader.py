@@ -37,7 +37,7 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
     quality_items = load_items(store, row.id) if row.kind == "quality" else []
     result = RunResult(row.id, manifest, outcomes, row.status, row.error, kind=row.kind, items=quality_items)
     if manifest.capacity:  # a search's levels in the order of their value, as capacity printed them (``idx``: run)
-        result.outcomes.sort(key=lambda o: (o.level.concurrency or 0, o.level.rate or 0.0))
+        result.sort_by_value()
     if (manifest.capacity or {}).get("cache_drop") is not None:
         from .capacity import mark_levels  # a cache-cliff search: its cached-share verdict on each level
 

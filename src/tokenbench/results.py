@@ -181,6 +181,11 @@ class RunResult:
         whatever its stored manifest says."""
         return self.manifest.predicted_mark or ("PREDICTED" if self.kind == "predict" else None)
 
+    def sort_by_value(self) -> None:
+        """A search's levels in the order of their value (concurrency, then rate), as capacity prints them; they
+        ran, and are indexed, in the order the search tried them."""
+        self.outcomes.sort(key=lambda o: (o.level.concurrency or 0, o.level.rate or 0.0))
+
     def to_json(self) -> dict[str, Any]:
         """The JSON result contract, docs/results.md and data/run.schema.json (the one writer every ``--json`` of a result goes through)."""
         levels = []

@@ -205,7 +205,7 @@ def _json(res: RunResult) -> dict[str, object]:
 
 def _show(console: Console, res: RunResult, fmt: str, store: Store) -> None:
     """The levels, in the order of their value (the order the search ran them in is their index), then the answer."""
-    res.outcomes.sort(key=lambda o: (o.level.concurrency or 0, o.level.rate or 0.0))
+    res.sort_by_value()
     print_result(console, res, fmt, store.path)
     found = answer(res)
     if found is not None:
