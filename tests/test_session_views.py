@@ -412,7 +412,7 @@ def test_html_report_has_a_session_section_and_compares_sessions(db: Path, tmp_p
     text = re.sub(r"\s+", " ", _visible(page))
     assert '<section id="sessions">' in page
     assert "The cache's gain at concurrency 4, turn 5 at 22K context: TTFT 0.25 s cached, 1.15 s uncached" in text
-    assert "5 | 22K | 18K | 0.25 | 1.15 | 4.6×" in rows  # h100's own turn table
+    assert "5 | 22K | 82% | 0.25 | 1.15 | 4.6× | —" in rows  # h100's own turn table (no decode rate per turn here)
     assert any(r.startswith("concurrency 4, busted | 7 of 8 |") for r in rows)  # strix's level table
     assert any(r.startswith("concurrency 4, warm | 8 of 8 | 8.2 | 8.2 | 5.0 | 71% | — | 237 | 59.2 | 0.00147 |")
                for r in rows), [r for r in rows if r.startswith("concurrency 4, warm")]
@@ -433,7 +433,7 @@ def test_markdown_and_png_of_a_session_run(db: Path, tmp_path: Path) -> None:
     text = md.read_text()
     assert "workload: agent sessions of 5 turns, 2,000-token shared prefix" in text
     assert "| 1 warm | 57.9 |" in text and "| 1 busted | 44.9 |" in text  # a level per cache mode
-    assert "| 5 | 22K | 18K | 0.25 | 1.15 | 4.6× |" in text
+    assert "| 5 | 22K | 82% | 0.25 | 1.15 | 4.6× | — |" in text  # 18K of 22K cached, as the terminal says it
     assert "the cache's gain at concurrency 1, turn 5 at 22K context" in text
     assert "prefill 56,000" not in text  # a warm level's input / TTFT is no prefill rate
     pytest.importorskip("matplotlib")

@@ -340,6 +340,14 @@ def test_show_as_markdown_keeps_the_turns_and_the_soak_over_time(emitter: Backgr
     assert "### Agent sessions" in md and "Concurrency 2:" in md
     turns = md.split("Concurrency 2:", 1)[1]
     assert re.search(r"^\| Turn", turns, re.M) and turns.count("\n| ") >= 4, md  # the header and 3 turns at least
+    # the figures the terminal's turn table shows (the share cached, the decode rate), and, with no baseline run,
+    # no busted columns of dashes
+    head = [c.strip() for c in re.search(r"^\| Turn.*$", turns, re.M).group(0).strip("|").split("|")]  # type: ignore[union-attr]
+    assert head == ["Turn", "Context (tokens)", "Cached (warm)", "TTFT p50 warm (s)", "Decode (tok/s, warm)"], head
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in turns.split("\n")
+            if re.match(r"^\| \d+ \|", line)]
+    # a number, or "—" where the answer came in one read (this emitter's often do): no decode time to measure
+    assert rows and all(r[-1] == "—" or float(r[-1].replace(",", "")) > 0 for r in rows), turns
     assert re.search(r"^- turn TTFT p50: (\S+ ms ?){10}$", md, re.M), md  # the soak's ten tenths
     # its heading: sessions back to back for the soak, not the "2 sessions x 3 turns" it read above 14 sessions
     assert main(["show", doc["run_id"], "--db", str(tmp_path / "r.db")]) == 0

@@ -85,6 +85,14 @@ class TurnRow:
     cached_tokens: float | None  # of which the warm level's server said its cache served
     warm_ttft_ms: float | None  # TTFT p50
     busted_ttft_ms: float | None
+    decode_tps: float | None = None  # the warm level's decode rate at this turn (1 / median TPOT)
+
+    @property
+    def cached_share(self) -> float | None:
+        """The share of the turn's context the warm level's server said its cache served."""
+        if self.cached_tokens is None or not self.context_tokens:
+            return None
+        return self.cached_tokens / self.context_tokens
 
     @property
     def gain(self) -> float | None:
@@ -94,8 +102,9 @@ class TurnRow:
         return None
 
 
-def _turns(stats: SessionStats | None) -> dict[int, tuple[float | None, float | None, float | None]]:
-    return {t.turn: (t.context_tokens_mean, t.cached_tokens_mean, t.ttft_ms.p50) for t in (stats.turns if stats else [])}
+def _turns(stats: SessionStats | None) -> dict[int, tuple[float | None, ...]]:
+    return {t.turn: (t.context_tokens_mean, t.cached_tokens_mean, t.ttft_ms.p50, t.decode_tps)
+            for t in (stats.turns if stats else [])}
 
 
 def turn_rows(r: RunResult, concurrency: int) -> list[TurnRow]:
@@ -105,8 +114,8 @@ def turn_rows(r: RunResult, concurrency: int) -> list[TurnRow]:
     busted = _turns(by[(concurrency, BUSTED)].session if (concurrency, BUSTED) in by else None)
     out = []
     for k in sorted(set(warm) | set(busted)):
-        w, b = warm.get(k, (None, None, None)), busted.get(k, (None, None, None))
-        out.append(TurnRow(k, w[0] if w[0] is not None else b[0], w[1], w[2], b[2]))
+        w, b = warm.get(k, (None,) * 4), busted.get(k, (None,) * 4)
+        out.append(TurnRow(k, w[0] if w[0] is not None else b[0], w[1], w[2], b[2], w[3]))
     return out
 
 

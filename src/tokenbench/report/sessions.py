@@ -14,12 +14,17 @@ NONE = "—"
 
 
 def turn_table(r: RunResult, concurrency: int) -> tuple[list[str], list[list[str]]]:
-    """Every turn at ``concurrency``: the context sent, what the cache served of it, TTFT p50 warm and busted,
-    and the cache's gain (busted over warm)."""
-    head = ["Turn", "Context (tokens)", "Cached (tokens, warm)", "TTFT p50 warm (s)", "TTFT p50 busted (s)",
-            "Busted / warm"]
-    rows = [[str(t.turn + 1), tokens(t.context_tokens), tokens(t.cached_tokens), seconds(t.warm_ttft_ms),
-             seconds(t.busted_ttft_ms), f"{t.gain:.1f}×" if t.gain else NONE] for t in turn_rows(r, concurrency)]
+    """Every turn at ``concurrency``, the figures the terminal's session table shows: the context sent, the share
+    the cache served of it, TTFT p50 warm and busted, the cache's gain (busted over warm), and the decode rate
+    (warm). Without a busted level (a run with no baseline) the busted and gain columns are left out, as there."""
+    head = ["Turn", "Context (tokens)", "Cached (warm)", "TTFT p50 warm (s)", "TTFT p50 busted (s)",
+            "Busted / warm", "Decode (tok/s, warm)"]
+    turns = turn_rows(r, concurrency)
+    rows = [[str(t.turn + 1), tokens(t.context_tokens), share(t.cached_share), seconds(t.warm_ttft_ms),
+             seconds(t.busted_ttft_ms), f"{t.gain:.1f}×" if t.gain else NONE,
+             style.number(t.decode_tps) if t.decode_tps else NONE] for t in turns]
+    if (concurrency, BUSTED) not in levels(r):
+        head, rows = head[:4] + head[6:], [row[:4] + row[6:] for row in rows]
     return head, rows
 
 
