@@ -200,7 +200,7 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
     """tokenbench sweep and vllm bench serve on the same vLLM server (the 140M small-utf8 model, whose tokens are
     often pieces of a multi-byte character that vLLM streams as chunks with empty text), 128 in / 32 out, three
     rounds each, interleaved A-B-B-A, each tool with fresh prompts every run. Definitions are the same
-    (DESIGN.md); tokenbench runs with --no-metrics because the reference tool does not poll /metrics (each poll
+    (docs/metrics.md); tokenbench runs with --no-metrics because the reference tool does not poll /metrics (each poll
     stalls vLLM's streams on 2 cores); the test reads /metrics only between runs.
 
     The tight rules hold each tool to vLLM's own account of the same requests (its /metrics histograms, read
@@ -231,7 +231,7 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
       reference's own run medians where that is wider (the scheduler's split of each wave, below, moves every
       run: one run of this test read TTFT at 4 +11.9, +17.7 and -1.5% apart by round, the reference's own runs
       13% apart); and within the range of those run medians widened by 10% (TTFT at 4 by 25%). Pooled over the
-      server's drift reads as a difference between the tools: two CI runs failed so (output tok/s at 16 11.6%
+      rounds, the server's drift reads as a difference between the tools: two CI runs failed so (output tok/s at 16 11.6%
       apart by the pooled medians and 3.8, 11.6 and 4.0% within each round).
     - TPOT and ITL at 4 and 16 are held to the server's account of each run only. Equal-length requests drive
       vLLM in lock-step waves whichever tool sends: of four requests sent within a millisecond, vLLM prefills
