@@ -188,6 +188,27 @@ def test_a_session_log_that_keeps_the_text_may_leave_the_counts_unsaid(tmp_path:
     assert s.trajectories[0].calls[1].pause_s == 1.0
 
 
+def test_a_session_log_cut_in_the_middle_of_its_last_write_loads_up_to_its_last_whole_line(tmp_path: Path) -> None:
+    """A crash or a full disk during the recorder's write leaves a last line with no newline, not JSON: it is left
+    out and counted, and the replay's heading says so. A broken line anywhere else is still refused, and a whole
+    last line without its newline is a request like any other."""
+    from tokenbench.replay import ReplayPlan
+    from tokenbench.trajectories.session_log import CUT_LAST_LINE
+
+    lines = SESSION_LOG.read_text().splitlines(True)
+    cut = load_trajectories(_write(tmp_path, "cut.jsonl", "".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2]))
+    whole = load_trajectories(SESSION_LOG)
+    assert cut.skipped == ((CUT_LAST_LINE, 1),)
+    assert cut.figures.calls == whole.figures.calls - 1
+    assert "1 line cut short in its write" in ReplayPlan(cut).describe()
+    assert "left out" not in ReplayPlan(whole).describe()
+    unended = load_trajectories(_write(tmp_path, "unended.jsonl", "".join(lines).rstrip("\n")))
+    assert unended.skipped == () and unended.figures.calls == whole.figures.calls
+    broken = "".join(lines[:2]) + lines[2][:20] + "\n" + "".join(lines[3:])
+    with pytest.raises(UsageError, match=r"broken.jsonl:3: line: not JSON"):
+        load_trajectories(_write(tmp_path, "broken.jsonl", broken))
+
+
 def test_the_lengths_only_session_log_has_the_same_calls_and_blocks() -> None:
     s = load_trajectories(SESSION_LENGTHS)
     assert s.block == 16 and all(c.messages == () for c in s.trajectories[0].calls)

@@ -114,6 +114,7 @@ class ReplayPlan:
             parts.append(f"open loop at {self.speed:g}x the recorded times")
         if self.trajectories.format == "mlcommons" or self.full_text:
             parts.append(f"answers {self.answers}")
+        parts += [f"{plural(n, 'line')} {why} left out" for why, n in self.trajectories.skipped]
         return ", ".join(parts)
 
 

@@ -124,7 +124,7 @@ def load_trajectories(path: str | Path, fmt: str | None = None, block: int | Non
         trees, skipped = load_tracelab(p, text, block)
         size = trees[0].calls[0].blocks.size if trees and trees[0].calls[0].blocks else block
     else:
-        trees, size = load_session_log(p, text, block)
+        trees, size, skipped = load_session_log(p, text, block)
     if not trees:
         raise UsageError(f"{p}: no trajectory in it" + (f" ({_skips(skipped)})" if skipped else ""))
     return _set(p, sha, kind, trees, size, skipped)

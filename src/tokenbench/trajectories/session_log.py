@@ -50,11 +50,15 @@ logged.
 Loading: a session's calls are in ``sent`` order; a subagent's anchor comes from the times: it starts after the
 parent's last call that ended before its first send; the parent's first call sent after it started waits for it
 (``joined_by``) when that call was sent after the subagent's last answer ended, and that call's pause then counts
-from the subagent's return.
+from the subagent's return. A last line with no newline that is not JSON, the mark of a write a crash or a full
+disk cut short, is left out and counted (the replay's heading says so); any other line that is not a request is
+refused.
 """
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -125,10 +129,31 @@ def header(obj: dict[str, Any]) -> Header:
     return Header(lengths, size, rounding, started)
 
 
-def load_session_log(path: Path, text: str, block: int | None) -> tuple[tuple[Trajectory, ...], int | None]:
+#: Why a log's last line is left out: the writer writes each line whole, with its newline, so a last line with no
+#: newline that is not JSON is one a crash or a full disk cut in the middle of its write.
+CUT_LAST_LINE = "cut short in its write (the log's last line, with no newline)"
+
+
+def _whole_lines(text: str) -> tuple[str, Counter[str]]:
+    """The log's text up to its last whole line, and what was left out."""
+    if text.endswith("\n") or "\n" not in text.strip():
+        return text, Counter()
+    head, _, last = text.rpartition("\n")
+    try:
+        json.loads(last)
+    except ValueError:
+        return head + "\n", Counter({CUT_LAST_LINE: 1})
+    return text, Counter()
+
+
+def load_session_log(path: Path, text: str, block: int | None) -> tuple[tuple[Trajectory, ...], int | None,
+                                                                        Counter[str]]:
+    """The log's sessions as trees, the block size of a lengths-only log, and the lines left out (a last line
+    cut in its write: ``CUT_LAST_LINE``); any other line that is not a request is refused."""
     sessions: dict[str, _Session] = {}
     head: Header | None = None
     last_end = 0.0
+    text, skipped = _whole_lines(text)
     for line, obj in json_lines(path, text):
         try:
             if head is None:
@@ -147,7 +172,7 @@ def load_session_log(path: Path, text: str, block: int | None) -> tuple[tuple[Tr
     if head is None or not sessions:
         raise refuse(path, Refusal("file", "a session log with no request in it", 1))
     try:
-        return _trees(path, sessions, head), head.block_size
+        return _trees(path, sessions, head), head.block_size, skipped
     except Refusal as r:
         raise refuse(path, r) from None
 
