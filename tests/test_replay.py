@@ -417,3 +417,6 @@ def test_the_report_reads_a_replay_as_one(emitter: BackgroundEmitter, tmp_path: 
     text = (tmp_path / "B.md").read_text()
     assert "### Recorded agents, replayed" in text and "trees finished" in text and "TTFT by the context" in text
     assert "### Agent sessions" not in text and "workload: replay of" in text
+    # the two bin tables side by side: no terminal bar inside a cell, where Markdown reads a bar as a cell's edge
+    head = next(line for line in text.splitlines() if line.startswith("| Context |"))
+    assert "\\|" not in text and head.endswith("| Prefilled | Calls (prefilled) | TTFT p50 (prefilled) |"), head

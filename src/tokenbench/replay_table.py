@@ -24,17 +24,21 @@ def _range(b: ContextBin) -> str:
     return f"{tokens(b.low)}-{tokens(b.high)}"
 
 
-def bin_rows(s: ServingLevel) -> tuple[list[str], list[list[str]]]:
-    """A level's calls by the context they sent (mean uncached tokens beside), and by the tokens prefilled."""
+def bin_rows(s: ServingLevel, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
+    """A level's calls by the context they sent (mean uncached tokens beside), and by the tokens prefilled: two
+    tables side by side, a bar between them in a terminal; in Markdown, where a bar is a cell's edge, the second
+    table's columns say "prefilled" instead."""
     assert s.replay is not None
-    header = ["Context", "Calls", "Uncached", "TTFT p50", "TTFT p90", "| Prefilled", "Calls", "TTFT p50"]
+    bar = "" if markdown else "| "
+    header = ["Context", "Calls", "Uncached", "TTFT p50", "TTFT p90"] + (
+        ["Prefilled", "Calls (prefilled)", "TTFT p50 (prefilled)"] if markdown else ["| Prefilled", "Calls", "TTFT p50"])
     left = [[_range(b), str(b.calls), num(b.uncached_tokens_mean, 0), ms(b.ttft_ms.p50), ms(b.ttft_ms.p90)]
             for b in s.replay.by_context]
-    right = [["| " + _range(b), str(b.calls), ms(b.ttft_ms.p50)] for b in s.replay.by_uncached]
+    right = [[bar + _range(b), str(b.calls), ms(b.ttft_ms.p50)] for b in s.replay.by_uncached]
     rows = []
     for i in range(max(len(left), len(right))):
         rows.append((left[i] if i < len(left) else ["", "", "", "", ""]) +
-                    (right[i] if i < len(right) else ["|", "", ""]))
+                    (right[i] if i < len(right) else [bar.strip(), "", ""]))
     return header, rows
 
 

@@ -60,7 +60,7 @@ def replay_part(levels: list[ServingLevel]) -> list[str]:
     for s in levels:
         if s.replay is not None and s.replay.by_context:
             lines += ["", md_escape(f"{level_label(s)}: TTFT by the context a call sent, and by the tokens prefilled:"),
-                      "", format_markdown(*bin_rows(s))]
+                      "", format_markdown(*bin_rows(s, markdown=True))]
     return lines
 
 
