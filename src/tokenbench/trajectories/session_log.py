@@ -57,7 +57,6 @@ refused.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -65,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from .boundary import (Refusal, as_hash_ids, as_list, as_obj, as_optional_seconds, as_seconds, as_text, as_tokens,
-                       json_lines, refuse, rounding_of)
+                       json_lines, parse_json, refuse, rounding_of)
 from .messages import MessageCache, message
 from .model import JSON, Blocks, Call, HashIdChain, PauseFrom, Rounding, Subagent, Trajectory
 
@@ -136,12 +135,12 @@ CUT_LAST_LINE = "cut short in its write (the log's last line, with no newline)"
 
 def _whole_lines(text: str) -> tuple[str, Counter[str]]:
     """The log's text up to its last whole line, and what was left out."""
-    if text.endswith("\n") or "\n" not in text.strip():
-        return text, Counter()
     head, _, last = text.rpartition("\n")
+    if not head.strip() or not last.strip():
+        return text, Counter()
     try:
-        json.loads(last)
-    except ValueError:
+        parse_json(last, "line")  # the boundary's own test of a line: a RecursionError is a refusal there too
+    except Refusal:
         return head + "\n", Counter({CUT_LAST_LINE: 1})
     return text, Counter()
 
