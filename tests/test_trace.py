@@ -160,6 +160,21 @@ def test_the_cli_refuses_a_malformed_trace_in_one_line_exit_2(tmp_path: Path,
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"{p}:2: timestamp: -3 is negative" in err and "Traceback" not in err
 
+@pytest.mark.parametrize("first", ['{"prompt": "hi", "answer": "x"}', "{}"])
+def test_a_json_file_of_no_format_is_refused_naming_the_formats_read(tmp_path: Path, first: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A dataset's JSONL given to --trace was refused as a Mooncake trace ("timestamp: missing"): the user was not
+    told which formats --trace reads, nor that prompts go to --dataset."""
+    p = tmp_path / "prompts.jsonl"
+    p.write_text(first + "\n")
+    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace", str(p), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    keys = "prompt, answer" if "prompt" in first else "none"
+    assert f"{p}: not a trace tokenbench reads: its first record's keys ({keys})" in err
+    assert "Mooncake JSONL" in err and "MLCommons" in err and "--dataset" in err and "missing" not in err
+
+
 
 @pytest.mark.parametrize("argv", [["--concurrency", "4"], ["--rate", "2"], ["--input-len", "100"],
                                   ["--output-len", "9"], ["--shape", "short"]])

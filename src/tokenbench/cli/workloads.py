@@ -22,7 +22,7 @@ from ..replay import ReplayPlan
 from ..sessions import SessionPlan
 from ..tenants import Background
 from ..trace import load_trace
-from ..trajectories.load import detect_format, load_trajectories
+from ..trajectories.load import detect_format, load_trajectories, refuse_unknown
 from ..trajectories.model import TRACE_FORMATS, TRAJECTORY_FORMATS
 from ..workload import resolve_shape
 from .common import seconds
@@ -203,7 +203,10 @@ def workload_kind(a: argparse.Namespace, argv: list[str], defaults: dict[str, An
     given = given_flags(argv)
     if getattr(a, "trace", None) is not None:
         defaults["requests"] = None  # all of it, unless --requests asks for its first N
-        if (a.trace_format or detect_format(a.trace)) in TRAJECTORY_FORMATS:
+        fmt = a.trace_format or detect_format(a.trace)
+        if fmt is None:
+            refuse_unknown(a.trace)
+        if fmt in TRAJECTORY_FORMATS:
             return _replay(a, given, defaults, search)
         return _trace(a, given)
     ins, outs = _lengths(a, defaults)

@@ -86,6 +86,28 @@ def detect_format(path: str | Path) -> str | None:
     return detect_text(text)
 
 
+#: The formats ``--trace`` reads, as a refusal names them.
+FORMATS_READ = ("Mooncake JSONL, CSV (timestamp,input_length,output_length), Weka/AgentX traces, MLCommons "
+                "agentic JSONL, TraceLab rows, a tokenbench session log")
+
+
+def refuse_unknown(path: str | Path) -> None:
+    """Refuse a JSON file whose first record is an object no format's keys match, naming the formats read (it
+    would otherwise be read as Mooncake and refused for its missing ``timestamp``). A file that is not JSON, or
+    whose first line is broken, is left to its loader, which names the line."""
+    p = Path(path)
+    if p.is_dir():
+        return
+    try:
+        first = first_json_line(p.read_bytes().decode("utf-8-sig"))
+    except (OSError, UnicodeDecodeError):
+        return
+    if isinstance(first, dict):
+        keys = ", ".join(list(first)[:6]) + (", ..." if len(first) > 6 else "") or "none"
+        raise UsageError(f"{p}: not a trace tokenbench reads: its first record's keys ({keys}) are no format's. "
+                         f"--trace reads {FORMATS_READ}; name one with --trace-format, or give prompts with --dataset")
+
+
 def is_trajectory_file(path: str | Path) -> bool:
     """Whether ``path`` holds agent trajectories (this package's formats) rather than an open-loop trace."""
     return detect_format(path) in TRAJECTORY_FORMATS
