@@ -35,6 +35,7 @@ from servers import Serving
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
 from tokenbench.record import BackgroundRecording, RecordConfig
+from tokenbench.record.run import Recording
 from tokenbench.record.sessions import Sessions, Turn
 from tokenbench.record.tokens import HashIds
 from tokenbench.trajectories.load import load_trajectories
@@ -187,6 +188,12 @@ async def post(url: str, body: Any, headers: dict[str, str] | None = None,
                 return r.status, await r.read()
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             return type(e).__name__, b""
+
+
+async def get(url: str) -> int:
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        await r.read()
+        return r.status
 
 
 CHAT = {"messages": [{"role": "user", "content": "hello there"}], "stream": True, "max_tokens": 4}
@@ -518,7 +525,10 @@ def test_an_upstream_that_breaks_mid_stream_breaks_the_clients_stream_too(tmp_pa
         proxied = asyncio.run(post(rec.url + "/chat/completions", CHAT))
     assert direct == proxied == ("ClientPayloadError", b"")  # never an answer made to look whole
     assert rec.summary.failed == {"the upstream cut its answer": 1} and rec.summary.recorded == 0
-    assert out.read_text().count("\n") == 1  # the header only: a failed request is not logged
+    # a failed request is not logged: the log held its header alone, and a log of nothing is not kept
+    assert rec.summary.removed and not out.exists()
+    assert rec.summary.lines()[:2] == [f"nothing recorded, so {out} was not kept",
+                                       "1 failed, not recorded: 1 the upstream cut its answer"]
 
 
 def test_an_error_status_is_forwarded_as_sent_and_counted(tmp_path: Path) -> None:
@@ -770,6 +780,37 @@ def test_the_command_records_until_ctrl_c_and_says_what_it_did(tmp_path: Path, e
     assert "recorded 3 requests in 3 sessions (0 of them subagents)" in rest and "Traceback" not in err
     assert len(load_trajectories(out).trajectories) == 3
     assert out.read_text().endswith("\n")
+
+
+def test_a_recording_of_nothing_says_so_keeps_no_log_and_exits_1(tmp_path: Path, emitter: BackgroundEmitter) -> None:
+    """An agent never pointed at the proxy: the recording exited 0 and left a log of its header alone, which the
+    next try with the same --out could not overwrite."""
+    out = tmp_path / "none.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "tokenbench", "record", "--upstream", emitter.url, "--port", "0",
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+    try:
+        assert proc.stdout is not None
+        m = re.search(r"OPENAI_BASE_URL=(\S+)/v1", proc.stdout.readline())
+        assert m and out.exists()
+        # a request of a path that is not recorded is forwarded, and still records nothing
+        assert asyncio.run(get(m.group(1) + "/v1/models")) == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, (rest, err)
+    assert f"nothing recorded, so {out} was not kept: no chat completion, message or response came through" in rest
+    assert "1 other request forwarded" in rest and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_log_that_was_there_before_is_never_removed(tmp_path: Path) -> None:
+    """The log of nothing is removed only where this recording made it."""
+    old = tmp_path / "old.jsonl"
+    old.write_text("")
+    rec = Recording(RecordConfig("http://127.0.0.1:9", old, port=0))
+    summary = asyncio.run(rec.stop())
+    assert old.exists() and not summary.removed and not summary.ok
 
 
 # ---- a real engine --------------------------------------------------------------------------------------------------

@@ -116,7 +116,8 @@ def cmd_record(a: argparse.Namespace, console: Console) -> int:
         pass
     for line in holder[0].lines() if holder else []:
         console.print(line, soft_wrap=True)
-    return 0
+    # a recording that holds nothing, or lost what its writer was handed, did not do its job
+    return 0 if holder and holder[0].ok else 1
 
 
 def add_record_parser(sub: Any) -> None:

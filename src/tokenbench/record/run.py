@@ -50,10 +50,21 @@ class Summary:
     failed: Counter[str] = field(default_factory=Counter)  # why -> recorded APIs' requests that failed
     skipped: Counter[str] = field(default_factory=Counter)  # why -> answered, but the log cannot hold them
     lost: str | None = None  # the writer stopped early: why
+    removed: bool = False  # nothing was recorded, and the log (its header alone) was removed
+
+    @property
+    def ok(self) -> bool:
+        """Whether the recording holds what it was for: a request at least, and all the writer was handed."""
+        return self.recorded > 0 and self.lost is None
 
     def lines(self) -> list[str]:
-        out = [f"recorded {self.recorded} request{'s' * (self.recorded != 1)} in {self.sessions} "
-               f"session{'s' * (self.sessions != 1)} ({self.subagents} of them subagents) to {self.out}"]
+        if self.removed:
+            why = "" if self.failed or self.skipped else \
+                ": no chat completion, message or response came through the proxy (is the agent pointed at it?)"
+            out = [f"nothing recorded, so {self.out} was not kept{why}"]
+        else:
+            out = [f"recorded {self.recorded} request{'s' * (self.recorded != 1)} in {self.sessions} "
+                   f"session{'s' * (self.sessions != 1)} ({self.subagents} of them subagents) to {self.out}"]
         if self.failed:
             out.append(f"{sum(self.failed.values())} failed, not recorded: " + _reasons(self.failed))
         if self.skipped:
@@ -79,6 +90,7 @@ class Recording:
         self.runner: web.AppRunner | None = None
         self.port = config.port
         self.summary: Summary | None = None
+        self._header_bytes = -1  # the log's header as written (-1: this recording made no log)
 
     def _hand(self, ex: Any) -> None:
         if self.link is not None:
@@ -125,7 +137,9 @@ class Recording:
         except OSError as e:
             raise UsageError(f"--out {c.out}: cannot create it ({e.strerror or e})") from None
         try:
-            os.write(fd, header(c.lengths_only, c.block_size, stamp))
+            head = header(c.lengths_only, c.block_size, stamp)
+            os.write(fd, head)
+            self._header_bytes = len(head)
         finally:
             os.close(fd)
 
@@ -146,8 +160,20 @@ class Recording:
             self.link = None
         w = counts or WriterCounts()
         self.summary = Summary(self.config.out, w.recorded, w.sessions, w.subagents, self.proxy.counts["forwarded"],
-                               self.proxy.counts["not recorded"], self.proxy.failed, w.skipped, lost)
+                               self.proxy.counts["not recorded"], self.proxy.failed, w.skipped, lost,
+                               removed=w.recorded == 0 and lost is None and self._remove_empty_log())
         return self.summary
+
+    def _remove_empty_log(self) -> bool:
+        """A log that holds its header alone is removed, so the same ``--out`` can be given again (a log is never
+        overwritten); one that holds anything more is kept."""
+        try:
+            if self.config.out.stat().st_size == self._header_bytes:
+                self.config.out.unlink()
+                return True
+        except OSError:
+            pass
+        return False
 
 
 async def record(config: RecordConfig, ready: Callable[[str], None], holder: list[Summary]) -> None:
