@@ -21,7 +21,7 @@ import pytest
 from tokenbench.capacity import SearchSpec, Verdict, answer, limit_cause, next_value
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig, EmitterProcess
-from tokenbench.findings import Code, Finding
+from tokenbench.finding import Code, Finding
 from tokenbench.distribution import Distribution
 from tokenbench.levels import Telemetry
 from tokenbench.metrics import summarize

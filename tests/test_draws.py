@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench import findings
+from tokenbench.finding import Code
 from tokenbench.cli import main
 from tokenbench.draws import Draw, DrawError, parse
 from tokenbench.emitter import BackgroundEmitter
@@ -111,14 +112,14 @@ def test_varying_lengths_raise_no_false_flag() -> None:
     rs = [_rec(i, asked, asked) for i, asked in enumerate([8, 24, 13, 17])]
     s = summarize(rs, concurrency=1, rate=None, window_start_ns=0)
     codes = {f.code for f in findings.assess(findings.LevelFacts(rs, s, 1))}
-    assert findings.Code.OUTPUT_SHORT not in codes and findings.Code.PROMPT_TRUNCATED not in codes
+    assert Code.OUTPUT_SHORT not in codes and Code.PROMPT_TRUNCATED not in codes
 
 
 def test_a_short_output_is_named_against_its_own_length() -> None:
     rs = [_rec(0, 8, 8), _rec(1, 24, 20), _rec(2, 13, 5)]
     s = summarize(rs, concurrency=1, rate=None, window_start_ns=0)
     findings.assess(findings.LevelFacts(rs, s, 1))
-    short = s.finding(findings.Code.OUTPUT_SHORT)
+    short = s.finding(Code.OUTPUT_SHORT)
     assert short is not None and (short.observed, short.threshold) == (5, 13)
     assert short.text.startswith("2/3 outputs stopped before the length each asked for (13..24 tokens) "
                                  "(reached 5..20")

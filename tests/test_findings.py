@@ -1,4 +1,4 @@
-"""Typed findings: a closed set of codes, one rule list, flags and warnings as their view (issue 8)."""
+"""Typed findings: a closed set of codes, one rule list, flags and warnings as their view."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from tokenbench import findings
 from tokenbench.guard_results import CheckResult, GuardSnapshot
-from tokenbench.findings import Code, Finding, LevelFacts
+from tokenbench.finding import Code, Finding
+from tokenbench.findings import LevelFacts
 from tokenbench.distribution import Distribution
 from tokenbench.levels import DepthLevel, LevelSummary, ServingLevel
 from tokenbench.metrics import summarize
@@ -51,6 +52,27 @@ def test_flags_and_warnings_are_a_view_of_the_findings() -> None:
     short = s.finding(Code.OUTPUT_SHORT)
     assert short is not None and (short.observed, short.threshold, short.unit, short.n) == (4, 64, "tokens", 3)
     assert short.remedy == "compare TPOT, not throughput" and short.text.endswith(short.remedy)
+
+
+def whole(i: int, out: int = 4) -> RequestRecord:
+    """An answer whose tokens all came in one network read: every chunk stamped alike."""
+    return rec(i, out, chunk_ns=[50 * MS] * out, first_token_ns=50 * MS, end_ns=50 * MS)
+
+
+@pytest.mark.parametrize("whole_answers, flagged", [(1, False), (2, True), (10, True)])
+def test_answers_that_arrive_in_one_read_are_flagged_past_a_tenth(whole_answers: int, flagged: bool) -> None:
+    """A replay on a server whose whole answers came in one read printed a median TPOT of 0.0 ms, unflagged. A
+    one-token answer has no TPOT and is not counted either way."""
+    rs = [whole(i) if i < whole_answers else rec(i) for i in range(10)] + [whole(10, out=1)]
+    s = level(rs)
+    findings.assess(LevelFacts(rs, s, 1))
+    found = s.finding(Code.ONE_READ)
+    assert (found is not None) == flagged
+    if found is not None:
+        assert (found.observed, found.threshold, found.unit, found.n) == (whole_answers / 10, 0.10, "share", 10)
+        assert found.message.startswith(f"{whole_answers} of 10 answers ({whole_answers / 10:.0%}) arrived whole")
+    if whole_answers == 10:
+        assert s.tpot_ms.p50 == 0.0  # the definition is vllm bench serve's: the finding says what it hides
 
 
 def test_slots_exceeded_is_added_once() -> None:
@@ -137,7 +159,8 @@ def test_findings_of_odd_shapes_in_a_stored_level_are_left_out() -> None:
 
 def test_a_cached_share_the_servers_counters_contradict_is_flagged() -> None:
     """Issue 25: the cached share the responses report is checked against the server's /metrics over the level."""
-    from tokenbench.findings import CACHE_COUNT_TOLERANCE, Code, LevelFacts, assess
+    from tokenbench.finding import Code
+    from tokenbench.findings import CACHE_COUNT_TOLERANCE, LevelFacts, assess
     from tokenbench.levels import LevelSummary, Telemetry
 
     def level(said: float | None, hit: float | None, sent: float | None = None) -> LevelSummary:

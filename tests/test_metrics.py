@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from conftest import fuzz_examples
 from tokenbench import findings
+from tokenbench.finding import Code, Finding
 from tokenbench.pricing import cost_per_mtok
 from tokenbench.distribution import Distribution, Tally, percentile
 from tokenbench.levels import LEVEL_KEYS, DepthLevel, LevelSummary, ServingLevel, depth_levels, serving
@@ -265,7 +266,7 @@ def test_each_kind_holds_its_own_figures_only() -> None:
     assert dd["ttft_ms"] == Distribution(n=0).to_dict() and dd["per_agent_tps"] is None and dd["tg_tps"] == 50.0
     assert sd["tg_tps"] is None and sd["pp_tps_dist"] is None and sd["per_agent_tps"] == 100.0
     assert serving([d, s]) == [s] and depth_levels([d, s]) == [d]
-    d.add(findings.Finding(findings.Code.UNSTABLE, "spread"))
+    d.add(Finding(Code.UNSTABLE, "spread"))
     assert LevelSummary.from_dict(d.to_dict()).flags == ["unstable"]
 
 

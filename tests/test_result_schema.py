@@ -27,7 +27,7 @@ import pytest
 from tokenbench.guard_results import CheckResult, GuardSnapshot
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
-from tokenbench.findings import Code, Finding
+from tokenbench.finding import Code, Finding
 from tokenbench.keyed import key_types
 from tokenbench.distribution import Distribution
 from tokenbench.levels import LEVEL_KEYS, ClientReport, SessionStats, Telemetry, TurnPoint

@@ -295,7 +295,8 @@ def test_a_soak_runs_sessions_back_to_back_for_its_duration(emitter: BackgroundE
 
 
 def test_a_soak_whose_cached_share_falls_is_flagged() -> None:
-    from tokenbench.findings import Code, LevelFacts, assess
+    from tokenbench.finding import Code
+    from tokenbench.findings import LevelFacts, assess
     from tokenbench.levels import ServingLevel, SessionStats
     from tokenbench.distribution import Distribution
     from tokenbench.soak import SoakWindow

@@ -12,7 +12,7 @@ import pytest
 from tokenbench import findings
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
-from tokenbench.findings import Code
+from tokenbench.finding import Code
 from tokenbench.kinds.lengths import LengthsKind
 from tokenbench.metrics import summarize
 from tokenbench.records import RequestRecord

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .cache_cliff import CHECK as CLIFF_CHECK, Cliff, cliff, hold_cache
-from .findings import Code
+from .finding import Code
 from .loadgen import Level
 from .levels import Telemetry
 from .records import RequestRecord

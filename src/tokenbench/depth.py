@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from . import depth_findings, findings
+from .finding import Finding
 from .adapters.base import Adapter
 from .aiohttp_path import trace_config
 from .client import PreparedRequest, StreamClient
@@ -130,7 +131,7 @@ async def run_step(client: StreamClient, builder: PromptBuilder, depth: int, pp:
     return step
 
 
-def _add(level: LevelSummary, finding: findings.Finding | None) -> bool:
+def _add(level: LevelSummary, finding: Finding | None) -> bool:
     return finding is not None and level.add(finding)
 
 

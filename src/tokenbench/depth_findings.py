@@ -1,14 +1,27 @@
 """What a level's repetitions and a depth run's steps cannot say by themselves: throughput that varies between
 repetitions, a depth rate whose spread is half its mean, a context that was not warm, the server's timings against
 the client's, a rate above the server's own, a depth that does not fit the slot. Each a ``findings.Finding``, its
-threshold a named constant in ``findings``."""
+threshold a named constant here."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .findings import (COLD_SHARE, SERVER_TG_MARGIN, TIMINGS_TOLERANCE, UNSTABLE_REPETITION_CV, UNSTABLE_SD_SHARE,
-                       Code, Finding)
+from .finding import Code, Finding
+
+#: Throughput varying this much (coefficient of variation) between repetitions: the bench is noisy (pyperf
+#: warns when the standard deviation is at least 10% of the mean).
+UNSTABLE_REPETITION_CV = 0.10
+#: Depth: the pp step re-processed the context when it took more than this share of the fill's time while the
+#: depth is much longer than pp (a warm prefix makes it far shorter).
+COLD_SHARE = 0.5
+#: Depth: server timings and the client's clock may disagree by this much before it is flagged.
+TIMINGS_TOLERANCE = 0.25
+#: Depth: a rate whose standard deviation is above this share of its mean is no measurement (the depth rule;
+#: pyperf warns at 10%, llama-bench prints whatever it got).
+UNSTABLE_SD_SHARE = 0.5
+#: Depth: the client's tg may read a little above the server's (it cannot see the server's first step), never more.
+SERVER_TG_MARGIN = 0.10
 
 
 def unstable_repetitions(cv: float | None, n: int) -> Finding | None:

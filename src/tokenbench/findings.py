@@ -1,21 +1,16 @@
 """Findings: what a level's numbers cannot say by themselves, decided here and nowhere else.
 
-A ``Finding`` is a typed value (hyperfine's ``Warnings``, guidellm's ``BenchmarkWarning``): a code from a closed
-set, a message, a remedy, and the observed value against its threshold, with its unit and the number of samples
-it rests on. The detection rules are the ordered list ``LEVEL_RULES``; each names its threshold constant and
-says why the threshold is what it is; the guard's finding follows it.
-
-``flags`` and ``warnings`` of the JSON result contract are a view of a level's findings (``LevelSummary.add``
-keeps them), so scripts that read them keep working and stored runs made before findings still load.
+Each finding is a typed value (``finding.Finding``). The detection rules are the ordered list ``LEVEL_RULES``;
+each names its threshold constant and says why the threshold is what it is; the guard's finding follows it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from .finding import Code, Finding
 from .guard_results import GuardSnapshot
 from .records import RequestRecord
 from .replay_stats import OVERFLOW_LIMIT
@@ -24,75 +19,6 @@ from .steady import DRIFT_RATIO, TAIL_SHARE, drift, tail_cluster
 
 if TYPE_CHECKING:  # the summary carries its findings; this module only reads it
     from .levels import ServingLevel
-
-
-class Code(StrEnum):
-    """The closed set of findings. The value is the flag of the JSON contract: extend, never rename."""
-
-    MULTI_TOKEN_CHUNKS = "multi_token_chunks"
-    USAGE_ABSENT = "usage_absent"
-    OUTPUT_SHORT = "output_short"
-    PROMPT_TRUNCATED = "prompt_truncated"
-    P99_ESTIMATE = "p99_estimate"
-    ERRORS = "errors"
-    INTERRUPTED = "interrupted"
-    DIRTY_BENCH = "dirty_bench"
-    CLIENT_BOUND = "client_bound"
-    SLOTS_EXCEEDED = "slots_exceeded"
-    CONCURRENCY_NOT_REACHED = "concurrency_not_reached"
-    ERROR_RATE = "error_rate"
-    UNSTABLE = "unstable"
-    CONTEXT_NOT_WARM = "context_not_warm"
-    TIMINGS_DISAGREE = "timings_disagree"
-    EXCEEDS_SERVER_TIMINGS = "exceeds_server_timings"
-    EXCEEDS_CONTEXT = "exceeds_context"
-    WORKER_LOST = "worker_lost"
-    CACHE_COUNTS_DISAGREE = "cache_counts_disagree"
-    STOPPED_EARLY = "stopped_early"
-    CONTEXT_OVERFLOW = "context_overflow"
-    NO_PLATEAU = "no_plateau"
-    DRIFT = "drift"
-    TAIL_CLUSTER = "tail_cluster"
-    RATE_BELOW_TPOT = "rate_below_tpot"
-    PHASE_LOCKED = "phase_locked"
-    CACHE_DECAY = "cache_decay"
-
-
-#: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.
-Severity = Literal["warning", "note"]
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    code: Code
-    message: str
-    remedy: str = ""
-    observed: float | None = None
-    threshold: float | None = None
-    unit: str = ""
-    n: int | None = None  # the samples the observed value rests on
-    severity: Severity = "warning"
-
-    @property
-    def text(self) -> str:
-        """The finding as one line: what was seen, then what to do (the ``warnings`` entry)."""
-        return f"{self.message}; {self.remedy}" if self.remedy else self.message
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "code": self.code.value}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Finding | None:
-        """A stored finding, or None for a code this version does not know (a newer tool wrote it)."""
-        try:
-            code = Code(d["code"])
-        except (KeyError, ValueError, TypeError):
-            return None
-        known = set(cls.__dataclass_fields__) - {"code"}
-        try:
-            return cls(code=code, **{k: v for k, v in d.items() if k in known})
-        except TypeError:  # a field of another shape: the flag and warning still say it
-            return None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -109,24 +35,14 @@ MULTI_TOKEN_CHUNK_MEAN = 1.05
 #: shortfall beyond a couple of tokens of tokenizer disagreement is truncation.
 PROMPT_TRUNCATION_SLACK_TOKENS = 2
 PROMPT_TRUNCATION_SLACK_RATIO = 0.02
-#: Throughput varying this much (coefficient of variation) between repetitions: the bench is noisy (pyperf
-#: warns when the standard deviation is at least 10% of the mean).
-UNSTABLE_REPETITION_CV = 0.10
-#: Depth: the pp step re-processed the context when it took more than this share of the fill's time while the
-#: depth is much longer than pp (a warm prefix makes it far shorter).
-COLD_SHARE = 0.5
-#: Depth: server timings and the client's clock may disagree by this much before it is flagged.
-TIMINGS_TOLERANCE = 0.25
 #: The share of prompt tokens the responses say the prefix cache served, against the server's own /metrics hit
 #: share over the level, may differ by this many points before it is flagged. Both count tokens, in the cache's
 #: blocks: on vLLM and llama-server they agreed within 1 point on every level measured (sessions and traces).
 CACHE_COUNT_TOLERANCE = 0.10
-#: Depth: a rate whose standard deviation is above this share of its mean is no measurement (the depth rule;
-#: pyperf warns at 10%, llama-bench prints whatever it got).
-UNSTABLE_SD_SHARE = 0.5
-#: Depth: the client's tg may read a little above the server's (it cannot see the server's first step), never more.
-SERVER_TG_MARGIN = 0.10
-
+#: Answers of two tokens or more whose tokens all came in one network read (a server that buffers its stream, a
+#: client too late to read it token by token): their TPOT reads 0 (as vllm bench serve's would), so this share of
+#: them moves the level's TPOT mean by as much and its low percentiles to 0.
+ONE_READ_SHARE = 0.10
 
 # ---------------------------------------------------------------------------------------------------------
 # The level rules, in the order their flags are listed.
@@ -178,6 +94,19 @@ def _multi_token_chunks(f: LevelFacts) -> Finding | None:
         return None
     return Finding(Code.MULTI_TOKEN_CHUNKS, f"chunks carry {tpc:.2f} tokens on average",
                    "ITL is per chunk, TPOT is per token", tpc, MULTI_TOKEN_CHUNK_MEAN, "tokens/chunk", len(f.ok))
+
+
+def _one_read(f: LevelFacts) -> Finding | None:
+    decoded = [r for r in f.ok if (r.output_tokens or 0) >= 2 and r.chunk_ns]
+    whole = sum(1 for r in decoded if r.chunk_ns[0] == r.chunk_ns[-1])
+    if not decoded or whole <= ONE_READ_SHARE * len(decoded):
+        return None
+    share = whole / len(decoded)
+    return Finding(Code.ONE_READ, f"{whole} of {len(decoded)} answers ({share:.0%}) arrived whole in one network "
+                   "read: their decode was not seen, and TPOT and ITL read 0 for them",
+                   "the server buffers its stream or the client read late (client_bound); longer answers "
+                   "(--output-len) or the server's own timings show the decode", share, ONE_READ_SHARE, "share",
+                   len(decoded))
 
 
 def _usage_absent(f: LevelFacts) -> Finding | None:
@@ -433,6 +362,8 @@ def _error_rate(f: LevelFacts) -> Finding | None:
 LEVEL_RULES: tuple[Rule, ...] = (
     Rule(Code.MULTI_TOKEN_CHUNKS, "ITL is per chunk; one chunk carrying several tokens makes ITL and TPOT differ "
          "(docs/metrics.md)", _multi_token_chunks),
+    Rule(Code.ONE_READ, "an answer whose tokens all came in one read has no decode time to measure: its TPOT "
+         "and ITL read 0 (ONE_READ_SHARE)", _one_read),
     Rule(Code.USAGE_ABSENT, "output tokens counted by a local tokenizer or by chunks are estimates "
          "(docs/metrics.md: usage, else server timings, else the tokenizer; record which)", _usage_absent),
     Rule(Code.OUTPUT_SHORT, "a server that ignores ignore_eos/min_tokens ends early, so throughput is not "

@@ -14,7 +14,7 @@ from .guard_results import GuardSnapshot
 from .replay_stats import ReplayStats
 from .steady import Plateau, Waves
 from .distribution import Distribution
-from .findings import Code, Finding
+from .finding import Code, Finding
 from .keyed import Keyed
 from .slo import SloCheck
 from .soak import SoakWindow

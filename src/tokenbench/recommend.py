@@ -18,7 +18,7 @@ from .candidates import NO_P99, NO_P99_PREDICTED, Candidate, SloMiss, Workload, 
 from .capacity import Verdict, bracket
 from .pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE, Pricing
 from .errors import UsageError
-from .findings import Code
+from .finding import Code
 from .levels import ServingLevel
 from .predict.calibration import Calibration
 from .predict.session import SessionShape

@@ -23,7 +23,7 @@ from .client import Api, StreamClient
 from .pricing import level_cost
 from .endpoint import Endpoint, RunLog, preflight
 from .errors import EndpointError, EngineError, LevelFailed
-from .findings import Code
+from .finding import Code
 from .guard import refuse_dirty_nodes, snapshot_before
 from .kinds import WorkloadKind
 from .kinds.base import AgentRun, Binding, Bound, LevelWork, OnDone, PromptPool, warmups
