@@ -60,7 +60,10 @@ def replay_lines(s: ServingLevel) -> list[str]:
         cache.append(f"the trace's ideal {r.ideal_cached_share:.0%}")
     hits = s.telemetry.prefix_cache_hit_rate if s.telemetry is not None else None
     if hits is not None:
-        cache.append(f"the server's prefix-cache hits {hits:.0%} (/metrics)")
+        # the server counts every call it served in the window: a lane's warm-up call (the one before its random
+        # first call) too, which the cached share above leaves out with the rest of the warm-up
+        warm = ", the lanes' warm-up calls too" if (s.concurrency or 1) > 1 else ""
+        cache.append(f"the server's prefix-cache hits {hits:.0%} (/metrics: every call it served{warm})")
     # each call's own rate (its output over its send to last byte), not the table's per-agent share of the
     # aggregate, which the agents' pauses between calls are part of
     rate = f"90% of calls streamed at {r.agent_tps_p90:,.1f} tok/s or faster" if r.agent_tps_p90 is not None else \

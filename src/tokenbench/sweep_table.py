@@ -172,7 +172,9 @@ def _server_parts(s: ServingLevel) -> list[str]:
         parts.append(f"speculative acceptance {t.spec_acceptance_rate:.2f}"
                      + (f" (mean acceptance length {mal:.2f})" if mal else ""))
     if t.prefix_cache_hit_rate is not None:
-        parts.append(f"prefix-cache hits {t.prefix_cache_hit_rate:.0%}")
+        # a replay's lanes each send an uncounted warm-up call in the window, which the server counts
+        lanes = " (the lanes' warm-up calls too)" if s.replay is not None and (s.concurrency or 1) > 1 else ""
+        parts.append(f"prefix-cache hits {t.prefix_cache_hit_rate:.0%}{lanes}")
     if t.cached_by_tier:  # where the cached tokens came from: the device, or a tier beyond it
         parts.append("cached tokens by tier: " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(t.cached_by_tier.items())))
     if s.cached_share:  # the responses' own count (usage or timings), beside the server's /metrics
