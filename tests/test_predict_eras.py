@@ -37,10 +37,16 @@ def test_a_version_dates_its_build() -> None:
     # past the last known release, dated at the known releases' pace (llama.cpp b4409 2025-01 to b9986 2026-07,
     # about 300 builds a month), not taken for the last one: a build number far beyond it is years ahead
     assert registry.version_date(registry.engine("llama.cpp"), "b10500") == "2026-09"
-    assert registry.era("llama.cpp", "b12000") == "2027" and int(registry.era("llama.cpp", "b99999")) > 2040
+    assert registry.era("llama.cpp", "b12000") == "2027"
+    # a build dated decades ahead (a typo) is refused: its band read as billions of times the estimate, and
+    # b99999999 overflowed the band's arithmetic into a traceback
+    for engine, version in [("llama.cpp", "b99999"), ("llama.cpp", "b99999999"), ("vllm", "2099")]:
+        with pytest.raises(UsageError, match=r"more than 5 years ahead: give a build up to 20\d\d$"):
+            registry.era(engine, version)
     assert registry.era("vllm", "0.40.0") == "2027"
     for engine, version in [("vllm", "0.5.4"), ("sglang", "0.4.9"), ("llama.cpp", "main"), ("llama.cpp", "b1000"),
-                            ("vllm", "1.0")]:  # a new major version: the minors' pace cannot date it
+                            ("vllm", "1.0"),  # a new major version: the minors' pace cannot date it
+                            ("vllm", "1999"), ("vllm", "b12000")]:  # a lone number is no vLLM version
         with pytest.raises(UsageError, match="cannot date") as e:
             registry.era(engine, version)
         assert "\n" not in str(e.value) and "--engine-version 2025" in str(e.value)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Literal
 
 from .errors import UsageError
@@ -268,8 +269,10 @@ def version_date(e: Engine, version: str) -> str | None:
     (first, d0), (last, d1) = known[0], known[-1]
     if n <= last or len(known) < 2 or _ordinal(last) <= _ordinal(first):
         return before[-1][1]
-    if len(n) > 1 and n[0] != last[0]:
-        return None  # a new major version: the minor releases' pace says nothing of when it came
+    if len(n) != len(last) or len(n) > 1 and n[0] != last[0]:
+        # a new major version: the minor releases' pace says nothing of when it came; a lone number where the
+        # engine numbers major.minor (vLLM "1999") is no version of it
+        return None
     pace = (_ordinal(last) - _ordinal(first)) / max(1, _months(d1) - _months(d0))  # steps a month
     m = _months(d1) + round((_ordinal(n) - _ordinal(last)) / pace)
     return f"{m // 12:04d}-{m % 12 + 1:02d}"
@@ -281,19 +284,32 @@ def era(text: str | None, version: str) -> str:
     return build_date(text, version)[:4]
 
 
+#: How many years past this one a build may be dated. Past the last known release a build's date is the releases'
+#: pace, and each year beyond the fitted rows widens the band (predict/bands.py); a build decades ahead (a typo:
+#: b99999999, 2099) is no build anyone runs, and its band read as billions of times the estimate.
+HORIZON_YEARS = 5
+
+
 def build_date(text: str | None, version: str) -> str:
     """The date ("YYYY-MM", or "YYYY" where only a year is stated) of the build a version or date stands for, as
-    ``era`` reads it; a one-line UsageError when it cannot."""
+    ``era`` reads it; a one-line UsageError when it cannot, or when it is more than ``HORIZON_YEARS`` ahead."""
     v = version.strip()
     if re.fullmatch(r"20\d\d(-\d\d)?", v):
-        return v
-    e = engine(text)
-    d = version_date(e, v)
-    if d is None:
-        known = " to ".join(f"{ver} ({date})" for ver, date in e.releases[:1] + e.releases[-1:])
-        raise UsageError(f"cannot date {e.name} version '{v}': give the year of the build (e.g. --engine-version "
-                         "2025)" + (f", or a version it can date ({known}, and later ones of the same major "
-                                    "version at their pace)" if known else ""))
+        d = v
+    else:
+        e = engine(text)
+        got = version_date(e, v)
+        if got is None:
+            known = " to ".join(f"{ver} ({date})" for ver, date in e.releases[:1] + e.releases[-1:])
+            raise UsageError(f"cannot date {e.name} version '{v}': give the year of the build (e.g. --engine-version "
+                             "2025)" + (f", or a version it can date ({known}, and later ones of the same major "
+                                        "version at their pace)" if known else ""))
+        d = got
+    latest = datetime.now(timezone.utc).year + HORIZON_YEARS
+    if int(d[:4]) > latest:
+        dated = " is" if d == v else f" dates to {d}, which is"
+        raise UsageError(f"--engine-version {v}{dated} more than {HORIZON_YEARS} years ahead: give a build up to "
+                         f"{latest}")
     return d
 
 
