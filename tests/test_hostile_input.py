@@ -129,3 +129,10 @@ def test_report_and_predict_outputs_and_inputs_are_checked_first(tmp_path: Path,
                  "--calibration", str(tmp_path / "missing.toml")]) == 2
     err = capsys.readouterr().err
     assert "--calibration" in err and "Traceback" not in err
+    # predict's --json was written after the table was printed and the run saved: exit 70, the run stored anyway
+    for out, said in [(tmp_path / "no" / "p.json", "does not exist; create it first"), (tmp_path, "is a directory")]:
+        assert main(["predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--db", str(db), "--save",
+                     "p", "--json", str(out)]) == 2
+        printed = capsys.readouterr()
+        assert said in printed.err and printed.out == "", printed
+    assert [r.id for r in __import__("tokenbench.store", fromlist=["Store"]).Store(db).runs()] == [run]

@@ -125,6 +125,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     from ..predict.entrypoints import PredictConfig, SpecConfig, engine_note, predict
     from ..predict.runs import headline, prediction_manifest
 
+    check_output(a.json, "--json")  # before the tables are printed and the prediction stored
     if a.against:
         if a.sessions is not None:
             raise UsageError("--against predicts the rows of a file; --sessions predicts an agent's session: drop one "
