@@ -159,3 +159,14 @@ def test_predict_takes_the_budget(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(UsageError, match="max-num-batched-tokens"):
         Setup.make(Catalog.load(), Calibration.packaged(), "nvidia-rtx-4090", "mistral-7b", "Q4_K_M", "f16",
                    "llama.cpp", batch_tokens=512)
+
+
+def test_more_agents_than_the_loop_simulates_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """--concurrency 100000 ran for more than nine minutes before it was killed: the loop's work grows with the
+    square of the agents."""
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--concurrency",
+                 f"1,{queue.MAX_AGENTS + 1}"]) == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and len(printed.err.strip().splitlines()) == 1
+    assert f"{queue.MAX_AGENTS + 1:,} agents: a prediction simulates every agent through vllm's scheduler, " \
+           f"{queue.MAX_AGENTS:,} at most" in printed.err

@@ -65,6 +65,11 @@ MEASURED_CYCLES = 4
 #: joins step k+3 and waits through k+1 and k+2, which may be long prompt steps. (With one step the H100 rows'
 #: TTFT came out 24-43% low at N=4-32; with two, within 10-19% either way.)
 RESEND_LAG = 2
+#: The most agents the closed loop simulates at once. Its time and memory grow with the square of the agents
+#: (each request's span is read over every step it waited; on the development machine 1,024 agents took 6 s and
+#: 0.2 GB, 2,048 took 24 s and 0.9 GB, 4,096 took 75 s and 3.9 GB), and past an engine's batch limit more
+#: agents only queue.
+MAX_AGENTS = 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -252,6 +252,10 @@ class Setup:
     def _serve_queue(self, n: int, prompt: int, output: int, cached: int) -> serving.ServePoint:
         """vLLM, SGLang, llama.cpp's server slots: the closed loop through their scheduler (queue.closed_loop,
         memoised per shape), each kind of step timed by the roofline with the current constants."""
+        if n > queue.MAX_AGENTS:
+            raise UsageError(f"{n:,} agents: a prediction simulates every agent through {self.engine}'s scheduler, "
+                             f"{queue.MAX_AGENTS:,} at most (past an engine's batch limit more agents only queue): "
+                             f"ask for {queue.MAX_AGENTS} or fewer")
         ctx = cached + prompt + output // 2
         per_step = self.spec.expected if self.spec else 1.0
         per_seq = self.spec.gamma + 1 if self.spec else 1
