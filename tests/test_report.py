@@ -249,3 +249,17 @@ def test_a_report_whose_plots_need_a_missing_package_writes_nothing(tmp_path: Pa
     err = capsys.readouterr().err
     assert "--html needs plotly: pip install 'tokenbench[report]'" in err and len(err.strip().splitlines()) == 1
     assert not md.exists() and not page.exists()
+
+
+def test_a_tie_within_predicted_bands_says_so_not_the_five_percent_rule() -> None:
+    """A measured run against a prediction, TTFT 0.84x: the HTML said "≈ tie (within 5%, no interval)", where
+    `compare` says the predicted bands decided it (a 16% difference is no 5% tie)."""
+    from tokenbench.compare.levels import CompareRow
+    from tokenbench.report.html import _winner
+
+    row = CompareRow("serve", 0, 4, 0, "ttft_ms_p50", "ms", 84.0, 100.0, False, band=(0.51, 2.45))
+    assert row.winner() == 0 and row.rule == "predicted bands"
+    cell = _winner(None, row)  # type: ignore[arg-type]  # a tie names no side
+    assert "within the predicted bands" in cell and "5%" not in cell
+    plain = CompareRow("serve", 0, 4, 0, "ttft_ms_p50", "ms", 98.0, 100.0, False)
+    assert "≈ tie (within 5%, no interval)" in _winner(None, plain)  # type: ignore[arg-type]

@@ -155,7 +155,8 @@ def _winner(p: comparison.Pair, r: CompareRow) -> str:
     the 5% rule decided it (compare.levels.verdict's words, with the run's name and colour)."""
     best = r.winner()
     if best == 0:
-        said = "not significant" if r.interval is not None else f"≈ tie (within {TIE - 1:.0%}, no interval)"
+        said = "not significant" if r.interval is not None else "≈ tie (within the predicted bands)" \
+            if r.band is not None else f"≈ tie (within {TIE - 1:.0%}, no interval)"
         return f'<td class="text tie">{said}</td>'
     side = p.a if best == 1 else p.b
     name = p.cmp.a if best == 1 else p.cmp.b
