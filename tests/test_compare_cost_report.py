@@ -77,6 +77,22 @@ def test_cost_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert "give a run, or --tps" in capsys.readouterr().err
 
 
+def test_cost_of_a_predicted_run_says_it_is_predicted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """cost printed a saved prediction's prices as a plain table, where show, compare and report name it
+    PREDICTED."""
+    db = str(tmp_path / "p.db")
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--concurrency", "1,8",
+                 "--save", "h100p", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["cost", "h100p", "--price-per-hour", "1.79", "--db", db, "--json", str(tmp_path / "c.json")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("PREDICTED: the rates were predicted, not measured ('tokenbench show h100p' prints their "
+                          "bands), so the prices are estimates too. rented at 1.79 USD/hour")
+    assert json.loads((tmp_path / "c.json").read_text())["predicted"] == "PREDICTED"
+    assert main(["cost", "--tps", "684", "--price-per-hour", "1.79"]) == 0
+    assert "PREDICTED" not in capsys.readouterr().out
+
+
 # --- compare ---------------------------------------------------------------------------------------------
 
 def test_compare_golden_table_crossover_and_effective_line(tmp_path: Path) -> None:

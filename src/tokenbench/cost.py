@@ -59,6 +59,7 @@ class Costed:
         """``cost --json``."""
         doc: dict[str, Any] = {"tool": "tokenbench", "kind": "cost", "currency": self.currency,
                                "run_id": self.run.run_id if self.run else None, "pricing": self.pricing.describe(),
+                               "predicted": self.run.predicted_mark if self.run else None,
                                "points": [asdict(p) for p in self.points]}
         if self.sessions is not None:
             doc["sessions"] = [dict(asdict(p), level=p.level) for p in self.sessions]

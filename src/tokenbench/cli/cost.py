@@ -60,10 +60,15 @@ def _print_points(console: Console, done: Costed, fmt: str) -> None:
 
 
 def describe(done: Costed) -> str:
-    """The price as ``Pricing.describe`` says it, and the electricity price's origin where it is the default."""
+    """The price as ``Pricing.describe`` says it, and the electricity price's origin where it is the default; a
+    predicted run's mark first, as show, compare and report name it."""
     said = done.pricing.describe()
     if done.pricing.owned and done.kwh_default:
         said += f" (the default --kwh-price, {DEFAULT_KWH_PRICE:g} {done.currency}/kWh)"
+    run = done.run
+    if run is not None and (mark := run.predicted_mark):
+        said = (f"{mark}: the rates were predicted, not measured ('tokenbench show {run.manifest.label or run.run_id}' "
+                f"prints their bands), so the prices are estimates too. {said}")
     return said
 
 
