@@ -501,6 +501,33 @@ def test_workloads_that_differ_are_said_as_their_headings_say_them() -> None:
                     "baseline on vs off)"]
 
 
+def test_a_measured_session_run_and_a_prediction_of_its_shape_do_not_differ() -> None:
+    """compare of a measured sessions run against a prediction of the same shape warned "sessions 2 vs (not
+    given); input len (not given) vs 1024; tool len (not given) vs 384 ...": the two manifests keep the shape under
+    the same keys and keep other keys each of its own."""
+    from types import SimpleNamespace
+
+    from tokenbench.compare.sessions import _session_workload_warnings
+    from tokenbench.draws import Draw
+    from tokenbench.predict.session import SessionShape
+    from tokenbench.sessions import SessionPlan
+
+    def run(workload: dict[str, Any]) -> Any:
+        return SimpleNamespace(manifest=SimpleNamespace(workload=workload))
+
+    def measured(turns: int) -> Any:
+        return run(SessionPlan(2, turns, 1024, Draw.fixed(1024), Draw.fixed(384), Draw.fixed(8),
+                               Draw.fixed(0.0)).to_dict())
+
+    shape = SessionShape(6, 1024, Draw.fixed(1024), Draw.fixed(384), Draw.fixed(8), Draw.fixed(0.0))
+    assert _session_workload_warnings(measured(6), run(shape.workload())) == []
+    assert _session_workload_warnings(measured(5), run(shape.workload())) == \
+        ["the session workloads differ (turns 5 vs 6)"]
+    # the sessions are compared where both sides say them
+    assert _session_workload_warnings(measured(6), run(shape.workload(3))) == \
+        ["the session workloads differ (sessions 2 vs 3)"]
+
+
 def test_a_turn_s_context_reads_the_same_in_the_sweep_s_table_and_in_compare(tmp_path: Path) -> None:
     """The sweep's table said "6,000" of the context compare, the report and cost call "6.0K"."""
     from tokenbench.session_table import session_headline, session_rows

@@ -115,12 +115,21 @@ def _session_turns(a: RunResult, b: RunResult, c: int) -> list[SessionTurn]:
     return out
 
 
+#: What shapes a session, as both a measured run's manifest and a prediction's record it: compared where either
+#: side has it. Other keys are compared where both sides record them: a prediction also keeps the lengths it used
+#: (``input_len``, ``draws``), a measured run how it ran (``on_cap``, ``baseline``), neither a difference of shape.
+SESSION_SHAPE = ("turns", "shared_prefix", "task", "tool", "output", "think", "max_context", "background")
+
+
 def _session_workload_warnings(a: RunResult, b: RunResult) -> list[str]:
     """The session parameters the two runs' manifests give differently (turns, shared prefix, distributions). The
-    seed is not one: it picks the words, not the shape, and two runs without --seed always differ in it."""
+    seed is not one: it picks the words, not the shape, and two runs without --seed always differ in it. Nor are
+    the sessions where one side does not say (a prediction's one session per agent)."""
     wa, wb = a.manifest.workload or {}, b.manifest.workload or {}
-    said = [f"{k.replace('_', ' ')} {x} vs {y}" for k in dict.fromkeys([*wa, *wb])
-            if k != "seed" and (x := _said(wa.get(k))) != (y := _said(wb.get(k)))]
+    keys = [k for k in dict.fromkeys([*wa, *wb]) if k in SESSION_SHAPE or k in wa and k in wb]
+    said = [f"{k.replace('_', ' ')} {x} vs {y}" for k in keys
+            if k != "seed" and not (k == "sessions" and None in (wa.get(k), wb.get(k)))
+            and (x := _said(wa.get(k))) != (y := _said(wb.get(k)))]
     return [f"the session workloads differ ({'; '.join(said)})"] if said else []
 
 
