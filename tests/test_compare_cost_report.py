@@ -216,6 +216,22 @@ def test_a_served_name_and_the_catalog_id_of_one_model_are_the_same_shape(tmp_pa
     assert any("different weight formats (Q4_K_M vs Q8_0)" in w for w in compare(bench, e).warnings)
 
 
+def test_the_embedded_model_on_two_engines_is_one_model() -> None:
+    """The embedded tiny model on Transformers serve (which lists it by its folder's path) against llama-server
+    (by its alias): compare warned "different models (/root/.cache/tokenbench/tiny-llama-v2/hf vs
+    tokenbench-tiny-llama)"."""
+    from tokenbench.compare.sides import model_warnings
+    from tokenbench.results import Manifest
+
+    tf = Manifest(model="/home/u/.cache/tokenbench/tiny-llama-v2/hf",
+                  embedded={"engine": "transformers", "model": "tokenbench-tiny-llama"})
+    llama = Manifest(model="tokenbench-tiny-llama", embedded={"engine": "llama-server", "model": "tokenbench-tiny-llama"})
+    small = Manifest(model="tokenbench-small-llama", embedded={"engine": "llama-server", "model": "tokenbench-small-llama"})
+    assert model_warnings(tf, llama) == []
+    assert model_warnings(tf, small)[0].startswith("the two sides ran different models (tokenbench-tiny-llama vs "
+                                                   "tokenbench-small-llama)")
+
+
 @pytest.mark.parametrize("name, same_as, weights", [
     ("gpt-oss-20b-UD-Q4_K_XL.gguf", "gpt-oss-20b", "Q4_K_XL"),
     ("gpt-oss-20b-MXFP4_MOE.gguf", "gpt-oss-20b", "MXFP4"),

@@ -40,12 +40,21 @@ def model_identity(name: str) -> tuple[str, str | None]:
     return key, weights
 
 
+def _model_name(m: Manifest) -> str | None:
+    """The model a run's side ran, by the name that identifies it: a llama-bench import's model file (llama.cpp's
+    own description of it, "gpt-oss 20B Q4_K - Medium", is no served name or catalog id); the embedded engine's
+    model (Transformers serve lists it by its folder's path, llama-server by its alias); else the served name."""
+    if isinstance(m.extra.get("model_file"), str):
+        return str(m.extra["model_file"])
+    if m.embedded is not None and isinstance(m.embedded.get("model"), str):
+        return str(m.embedded["model"])
+    return m.model
+
+
 def model_warnings(ma: Manifest, mb: Manifest) -> list[str]:
     """Different models, or different weight formats, on the two sides."""
     out = []
-    # a llama-bench import names its model file too: llama.cpp's own description of it ("gpt-oss 20B Q4_K -
-    # Medium") is no served name or catalog id
-    names = [str(m.extra["model_file"]) if isinstance(m.extra.get("model_file"), str) else m.model for m in (ma, mb)]
+    names = [_model_name(m) for m in (ma, mb)]
     ids = [model_identity(n) if n else ("", None) for n in names]
     if all(names) and ids[0][0] != ids[1][0]:
         out.append(f"the two sides ran different models ({names[0]} vs {names[1]}): a ratio compares boxes only for "
