@@ -180,14 +180,15 @@ def test_config_json(tmp_path: Path) -> None:
     m = model_from_config(tmp_path / "config.json")
     assert (m.layers, m.heads, m.kv_heads, m.head_dim) == (8, 8, 2, 256)
     assert (m.experts, m.top_k, m.shared_experts, m.linear_layers, m.n_full) == (64, 4, 1, 6, 2)
-    assert m.total_b > 0
+    assert m.total_b > 0 and m.context is None  # the config says none
     gemma = {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 12,
              "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
-             "vocab_size": 1000, "intermediate_size": 512, "sliding_window": 512}}
+             "vocab_size": 1000, "intermediate_size": 512, "sliding_window": 512,
+             "max_position_embeddings": 131072}}
     (tmp_path / "g").mkdir()
     (tmp_path / "g" / "config.json").write_text(json.dumps(gemma))
     g = model_from_config(tmp_path / "g" / "config.json")
-    assert (g.local_layers, g.n_full, g.window) == (10, 2, 512)
+    assert (g.local_layers, g.n_full, g.window, g.context) == (10, 2, 512, 131072)
 
 
 def test_gguf_header(tmp_path: Path) -> None:
@@ -214,7 +215,7 @@ def test_gguf_header(tmp_path: Path) -> None:
     m = model_from_gguf(path)
     assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn, m.vocab) == (2, 64, 4, 2, 16, 128, 100)
     assert m.total_b == pytest.approx((100 * 64 * 2 + 2 * 64 * 64) / 1e9)
-    assert m.file_bytes == path.stat().st_size and not m.tied
+    assert m.file_bytes == path.stat().st_size and not m.tied and m.context == 512
     # the real file size drives the weight bytes
     assert memory.total_weight_bytes(m, formats.Quant("Q4_K_M", "F16")) == pytest.approx(path.stat().st_size)
     assert Catalog.load().find_model(str(path)).layers == 2

@@ -158,6 +158,30 @@ def test_contexts_past_the_box_are_flagged(cat: Catalog, cal: Calibration) -> No
     assert rows[-1][0] == "Fits" and rows[-1][-1] == "NO"
 
 
+def test_a_context_past_the_model_s_own_is_said_wherever_fit_said_it_fits(capsys: pytest.CaptureFixture[str]) -> None:
+    """fit, a depth prediction and a session prediction said a context fits that the model cannot take: llama-2-7b
+    at 65,536 tokens (it was trained for 4,096), llama-3.1-8b's 1,000th turn at 256K (131,072)."""
+    assert main(["fit", "--hardware", "nvidia-a100-sxm-80gb", "--model", "llama-2-7b", "--context", "65536"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "-> fits in memory, past the model's context" in out and "117,648 tokens (the model's own: 4,096)" in out
+    assert "past model: 65,536 tokens of context pass llama-2-7b's own 4,096 (its config's max_position_embeddings)" \
+        in out
+    assert main(["fit", "--hardware", "nvidia-a100-sxm-80gb", "--model", "llama-2-7b", "--context", "4096"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "-> fits largest" in out and "past model" not in out
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-2-7b", "--test", "depth", "--depth",
+                 "0,2k,8k"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    fits = {r[0]: " ".join(r[-2:]) if r[-1] == "model" else r[-1] for r in rows if r and r[0] in ("0", "2,048", "8,192")}
+    assert fits == {"0": "yes", "2,048": "yes", "8,192": "past model"}  # 2,048 + 640 fit 4,096; 8,192 do not
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--sessions", "--turns",
+                 "1000"]) == 0
+    out = capsys.readouterr().out
+    fits = next(line for line in out.splitlines() if line.lstrip().startswith("Fits")).split()
+    assert fits[1:] == ["yes", "yes", "yes", "yes", "past", "model"]  # turn 500's 128,512 tokens fit 131,072
+    assert "past model: 256,512 tokens of context pass llama-3.1-8b's own 131,072" in " ".join(out.split())
+
+
 def test_shown_turns_are_all_or_a_readable_subset() -> None:
     assert shown_turns(4) == [1, 2, 3, 4]
     assert shown_turns(20) == [1, 2, 5, 10, 20]

@@ -68,7 +68,8 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
     if a.json:
         emit_json(a.json, {"tool": "tokenbench", "kind": "fit", "hardware": s.hw.id, "model": s.model.id,
                            "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine, "context": ctx,
-                           "concurrency": a.concurrency, "unit": "GiB", **asdict(f)})
+                           "concurrency": a.concurrency, "model_context": s.model.context,
+                           "past_model_context": s.model.past_context(ctx), "unit": "GiB", **asdict(f)})
     return 0
 
 
@@ -147,14 +148,14 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
                   "efficiency 1", markup=False, highlight=False)
     if note := engine_note(cfg.setup, s):
         console.print(note, markup=False, highlight=False)
+    for line in out.remarks:
+        console.print(line, markup=False)
     if shape is not None:
         _print_sessions(a, console, shape, out)
         shown: dict[str, Any] = {"note": out.note, "tables": [
             {"agents": t.agents, "columns": t.columns, "rows": t.rows, "lines": t.lines} for t in out.tables],
             "metrics": out.metrics, "warm": out.warm.to_dict() if out.warm is not None else None}
     else:
-        for line in out.remarks:
-            console.print(line, markup=False)
         (table,) = out.tables
         print_table(console, table.columns, table.rows, a.format)
         console.print(out.note, markup=False, highlight=False, style=None if s.calibrated else "yellow")

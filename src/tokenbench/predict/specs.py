@@ -97,8 +97,15 @@ class ModelSpec:
     expert_bpw: float | None = None
     mtp: bool = False
     file_bytes: int | None = None  # the real weights file, when given
+    #: the context the model was trained for: its config's max_position_embeddings (what vLLM takes as the longest
+    #: --max-model-len it allows), a GGUF's context_length; None where not known
+    context: int | None = None
     notes: str = ""
     source: str = ""
+
+    def past_context(self, tokens: int) -> bool:
+        """Whether ``tokens`` of context pass what the model was trained for (unknown: they do not)."""
+        return self.context is not None and tokens > self.context
 
     # --- derived -------------------------------------------------------------------------------------
     @property
@@ -353,6 +360,7 @@ def model_from_config(path: Path) -> ModelSpec:
         conv_kernel=int(g("linear_conv_kernel_dim", default=4)),
         kv_lora_rank=int(g("kv_lora_rank")), qk_rope_dim=qk_rope,
         mtp=bool(g("num_nextn_predict_layers", "mtp_num_hidden_layers")),
+        context=int(g("max_position_embeddings")) or None,
         source=f"config.json {path}",
     )
     m.total_b = _estimate_total(m)
@@ -422,7 +430,7 @@ def model_from_gguf(path: Path) -> ModelSpec:
         full_layers=layers - local - linear, local_layers=local, window=window if local else 0,
         linear_layers=linear,
         kv_lora_rank=int(val(a + "attention.kv_lora_rank", 0) or 0),
-        file_bytes=path.stat().st_size,
+        file_bytes=path.stat().st_size, context=int(val(a + "context_length", 0) or 0) or None,
         source=f"GGUF header {path}",
     )
     if not (heads and hidden and layers):

@@ -11,7 +11,7 @@ from .setup import Setup
 from .memory import Fit, FIT_SEARCH_TOKENS, kv_bytes, state_bytes
 from .specs import GIB
 from .session import SessionPrediction, rounds
-from .specs import Catalog
+from .specs import Catalog, ModelSpec
 from ..layout import plural
 
 Table = tuple[list[str], list[list[str]]]
@@ -56,8 +56,22 @@ def _box(s: Setup) -> str:
     return s.hw.id if s.tp == 1 else f"{s.tp}x {s.hw.id} (tensor parallel, memory pooled)"
 
 
+#: A "fits" cell whose context passes the model's own: the box may hold it, the model was not trained for it.
+PAST_MODEL = "past model"
+
+
+def context_remark(m: ModelSpec, tokens: int) -> str | None:
+    """What a context past the model's own means, said once under a table whose cells say ``PAST_MODEL``."""
+    if not m.past_context(tokens):
+        return None
+    return (f"{PAST_MODEL}: {tokens:,} tokens of context pass {m.id}'s own {m.context:,} (its config's "
+            "max_position_embeddings): vLLM refuses a longer --max-model-len, and llama.cpp runs it past what the "
+            "model was trained for; the figures are the box's, not an answer the model can give")
+
+
 def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
     m = s.model
+    past = context_remark(m, context)
     lines = [
         f"{m.id} ({s.quant.weights} weights, {s.quant.kv.lower()} KV) on {_box(s)} with {s.engine}: "
         f"{context:,} tokens x {concurrency} sequence(s)",
@@ -69,12 +83,15 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
     lines += [
         f"  runtime      {f.overhead_gb:8.2f} GiB",
         f"  total        {f.total_gb:8.2f} GiB of {f.usable_gb:.1f} GiB usable (a vendor's \"GB\" of memory is GiB) -> "
-        + ("fits" if f.fits else "does NOT fit"),
+        + ("fits" if f.fits else "does NOT fit") + (" in memory, past the model's context" if past else ""),
         f"  largest context at {concurrency} sequence(s): "
-        + (f"{f.max_context:,} tokens; " if f.max_context < FIT_SEARCH_TOKENS else
-           f"{FIT_SEARCH_TOKENS:,} tokens or more (memory is not the limit); ") +
+        + (f"{f.max_context:,} tokens" if f.max_context < FIT_SEARCH_TOKENS else
+           f"{FIT_SEARCH_TOKENS:,} tokens or more (memory is not the limit)")
+        + (f" (the model's own: {m.context:,})" if m.past_context(f.max_context) else "") + "; "
         f"most sequences at {context:,} tokens: {f.max_concurrency}",
     ]
+    if past:
+        lines.append(f"  {past}")
     if not f.fits:
         lines.append(
             f"  hybrid split (llama.cpp -ngl {f.gpu_layers}): {f.gpu_layers} of {m.layers} layers on the GPU, "
@@ -173,8 +190,10 @@ def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
         if "tg" in tests:
             t = s.decode(d + tg // 2)
             row += [estimate_cell(s, cal, "decode", _f(1 / t.estimate), d + tg), _f(1 / t.ceiling)]
-        f = s.fit(d + (pp if "pp" in tests else 0) + (tg if "tg" in tests else 0), 1)
-        rows.append(row + ["yes" if f.fits else f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)"])
+        ctx = d + (pp if "pp" in tests else 0) + (tg if "tg" in tests else 0)
+        f = s.fit(ctx, 1)
+        rows.append(row + [PAST_MODEL if s.model.past_context(ctx) else "yes" if f.fits else
+                           f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)"])
     return head, rows
 
 
@@ -191,7 +210,8 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
                      estimate_cell(s, cal, "ttft", f"{p.ttft_s.estimate * 1000:,.0f} ms", ctx, n),
                      f"{p.ttft_s.ceiling * 1000:,.0f} ms",
                      estimate_cell(s, cal, "tpot", f"{p.tpot_s.estimate * 1000:.1f} ms", ctx, n),
-                     f"{p.tpot_s.ceiling * 1000:.1f} ms", "yes" if f.fits else "no"])
+                     f"{p.tpot_s.ceiling * 1000:.1f} ms",
+                     "no" if not f.fits else PAST_MODEL if s.model.past_context(ctx) else "yes"])
     return head, rows
 
 
@@ -307,7 +327,10 @@ def session_table(s: Setup, cal: Calibration, p: SessionPrediction) -> Table:
         if s.calibrated:
             rows.append([label(name, metric)] + [fmt(get(t).estimate) for t in shown])
         rows.append(["  ceiling" if s.calibrated else f"{name}, ceiling"] + [fmt(get(t).ceiling) for t in shown])
-    rows.append(["Fits"] + ["offload" if t.offload else "yes" if t.fits else "NO" for t in shown])
+    out = p.shape.output
+    # what the box cannot hold first, then what the model was not trained for, then what runs slowly
+    rows.append(["Fits"] + ["NO" if not (t.fits or t.offload) else PAST_MODEL if s.model.past_context(t.context + out)
+                            else "offload" if t.offload else "yes" for t in shown])
     return ["Turn"] + [str(t.turn) for t in shown], rows
 
 
