@@ -263,3 +263,23 @@ def test_a_tie_within_predicted_bands_says_so_not_the_five_percent_rule() -> Non
     assert "within the predicted bands" in cell and "5%" not in cell
     plain = CompareRow("serve", 0, 4, 0, "ttft_ms_p50", "ms", 98.0, 100.0, False)
     assert "≈ tie (within 5%, no interval)" in _winner(None, plain)  # type: ignore[arg-type]
+
+
+def test_the_html_each_run_table_reads_the_plateau_as_the_terminal_does(tmp_path: Path) -> None:
+    """The HTML's run table and plots read a level's whole window (728 tok/s, ramp and drain included) where the
+    terminal, the Markdown table and cost read its plateau (733.2)."""
+    pytest.importorskip("plotly")
+    from tokenbench.steady import Plateau
+
+    db = tmp_path / "p.db"
+    s = serve(4, 728.0, 50, 5)
+    s.plateau = Plateau(0.1, 1.9, 0.9, 4.0, 733.2, 5.0, Distribution(n=8, p50=50), Distribution(n=8, p50=5), 8)
+    Store(db).save_run("run-p", "sweep", "plat", {"label": "plat", "model": "m", "engine": "vllm"}, "measured", [s],
+                       "0", "2026", "2026")
+    out = tmp_path / "p.html"
+    assert main(["report", "plat", "--html", str(out), "--db", str(db)]) == 0
+    rows = _rows(out.read_text(encoding="utf-8"))
+    level = next(r for r in rows if r.startswith("concurrency 4 |"))
+    assert level.split(" | ")[1:3] == ["733", "183"], level  # 733.2 / 4 agents
+    assert main(["report", "plat", "--md", str(tmp_path / "p.md"), "--db", str(db)]) == 0
+    assert "733" in (tmp_path / "p.md").read_text()

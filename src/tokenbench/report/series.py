@@ -150,12 +150,13 @@ def _serve_lines(plots: dict[str, Plot], r: RunResult, i: int, price: Pricing | 
     cost against interactivity; a session run's warm and busted levels as two lines each."""
     for cache, serve in _serve(r).items():
         name = run_name(r) + (f" {cache}" if cache else "")
+        # the rates the terminal's table shows and a level is priced at: over its plateau where it held its load
         sv = [s for s in serve if s.output_throughput_tps]
-        _add(plots["aggregate"], name, _points(sv, lambda s: s.output_throughput_tps), r, i, cache=cache)
-        _add(plots["per_agent"], name, _points(sv, lambda s: s.per_agent_tps), r, i, cache=cache)
+        _add(plots["aggregate"], name, _points(sv, lambda s: s.sustained_tps), r, i, cache=cache)
+        _add(plots["per_agent"], name, _points(sv, lambda s: s.sustained_per_agent_tps), r, i, cache=cache)
         if price:
             _add(plots["cost"], name if one else f"{name} ({price.currency})",
-                 _points(sv, lambda s: price.per_mtok(s.output_throughput_tps)), r, i, cache=cache)
+                 _points(sv, lambda s: price.per_mtok(s.sustained_tps)), r, i, cache=cache)
         for pct in ("p50", "p99"):
             _add(plots["ttft"], f"{name} {pct}", _points(serve, lambda s: getattr(s.ttft_ms, pct)), r, i, pct, cache)
         _add(plots["tpot"], name, _points(serve, lambda s: s.tpot_ms.p50), r, i, cache=cache)
@@ -166,12 +167,12 @@ def _interactivity_lines(plots: dict[str, Plot], name: str, levels: list[Serving
                          price: Pricing | None, one: str | None, cache: str | None) -> None:
     """InferenceMAX's view: aggregate output and cost per million output tokens against per-agent tok/s (how
     interactive each agent's stream is), one curve per box; each point says its concurrency on hover."""
-    pts = sorted((a, s) for s in levels if (a := s.per_agent_tps))
+    pts = sorted((a, s) for s in levels if (a := s.sustained_per_agent_tps))
     labels = [f"concurrency {s.concurrency}, {style.number(x)} tok/s per agent" for x, s in pts]
-    _add(plots["interactivity"], name, [(x, s.output_throughput_tps) for x, s in pts], r, i, cache=cache,
+    _add(plots["interactivity"], name, [(x, s.sustained_tps) for x, s in pts], r, i, cache=cache,
          labels=labels)
     if price:
-        costs = [(x, c, lab) for (x, s), lab in zip(pts, labels) if (c := price.per_mtok(s.output_throughput_tps))]
+        costs = [(x, c, lab) for (x, s), lab in zip(pts, labels) if (c := price.per_mtok(s.sustained_tps))]
         _add(plots["cost_interactivity"], name if one else f"{name} ({price.currency})",
              [(x, c) for x, c, _ in costs], r, i, cache=cache, labels=[lab for *_, lab in costs])
 
