@@ -36,6 +36,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
         (["--shape", "huge"], "unknown shape"),
         (["--duration", "soon"], "is not a duration"),
         (["--requests", "0"], "is not a positive whole number"),
+        (["--label", " "], "a label needs at least one character that is not a space"),
     ],
 )
 def test_bad_input_one_line_error_nonzero_exit(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,6 +44,12 @@ def test_bad_input_one_line_error_nonzero_exit(argv: list[str], message: str, ca
     assert code != 0
     assert message in err
     assert len(err.strip().splitlines()) == 1 and err.startswith("tokenbench: error:")
+
+
+def test_an_empty_label_to_save_a_prediction_under_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """predict --save '' stored nothing and said nothing."""
+    code, _, err = run(["predict", "--hardware", "h100-sxm", "--model", "llama-3.1-8b", "--save", ""], capsys)
+    assert code == 2 and "argument --save: a label needs at least one character" in err
 
 
 @pytest.mark.parametrize("argv", [["--tpot", "fast"], ["--ttft-p99=-2s"], ["--tpot", "0ms"]])

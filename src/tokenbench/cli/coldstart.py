@@ -12,7 +12,7 @@ from ..console import print_table
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import seconds, write_json
-from .options import UNIT, POSITIVE_INT, add_db
+from .options import LABEL, UNIT, POSITIVE_INT, add_db
 
 
 def boot_rows(boots: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -53,7 +53,7 @@ def add_coldstart_parser(sub: Any) -> None:
     cs.add_argument("--model")
     cs.add_argument("--repeat", type=POSITIVE_INT, default=3, help="boots; the first is the cold one")
     cs.add_argument("--timeout", default="600s", help="how long a boot may take (default 600s) " + UNIT)
-    cs.add_argument("--label")
+    cs.add_argument("--label", type=LABEL)
     cs.add_argument("--json", help="write the boots to this JSON file; - for stdout")
     cs.add_argument("--log", help="append the server's output to this file")
     add_db(cs)

@@ -19,7 +19,7 @@ from ..results import RunResult
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import check_output, embedded_spec, guard_config, guard_targets, llama_options, notifier, tokens, write_json
-from .options import NONNEG_INT, POSITIVE_INT, add_db, add_endpoint
+from .options import LABEL, NONNEG_INT, POSITIVE_INT, add_db, add_endpoint
 from typing import Any
 
 
@@ -110,7 +110,7 @@ def add_depth_parser(sub: Any) -> None:
     dp.add_argument("--pp", type=POSITIVE_INT, default=512, help="prompt tokens processed on top of the depth")
     dp.add_argument("--tg", type=POSITIVE_INT, default=128, help="tokens generated on top of the depth")
     dp.add_argument("--repetitions", type=POSITIVE_INT, default=3)
-    dp.add_argument("--label")
+    dp.add_argument("--label", type=LABEL)
     dp.add_argument("--seed", type=int)
     dp.add_argument("--json", help="write the run to this JSON file; - for stdout")
     dp.add_argument("--llama-bench", metavar="PATH", nargs="?", const="built",

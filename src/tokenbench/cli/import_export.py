@@ -10,7 +10,7 @@ from rich.console import Console
 
 from ..store import Store
 from .common import check_output, write_stdout
-from .options import add_db, add_latest
+from .options import LABEL, add_db, add_latest
 
 
 def cmd_import(a: argparse.Namespace, console: Console) -> int:
@@ -73,5 +73,5 @@ def add_import_parser(sub: Any) -> None:
     im.add_argument("files", nargs="+", metavar="FILE", help="a result file of vllm bench serve, llama-bench, "
                     "llama-benchy, AIPerf, inference-perf, InferenceX or GuideLLM, or a published.csv (the format is "
                     "read from the file)")
-    im.add_argument("--label", help="label for the imported runs (default: from the file)")
+    im.add_argument("--label", type=LABEL, help="label for the imported runs (default: from the file)")
     add_db(im)

@@ -35,6 +35,14 @@ NONNEG = _number(float, 0, False, "a number, 0 or more")
 SERVE_PARALLEL = 4
 
 
+def LABEL(text: str) -> str:
+    """A run's label: at least one character that is not a space (an empty one named nothing, and --save '' stored
+    nothing without a word)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a label needs at least one character that is not a space")
+    return text
+
+
 def WARMUP(text: str) -> int | str:
     """A warm-up count, or ``auto``."""
     return "auto" if text.strip().lower() == "auto" else int(NONNEG_INT(text))
@@ -213,7 +221,7 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
 def add_output(s: argparse.ArgumentParser) -> None:
     """Where the run goes and how it is shown, and the clean-bench guard."""
     g = s.add_argument_group("output")
-    g.add_argument("--label", help="host label (default: this hostname, or embedded-ENGINE)")
+    g.add_argument("--label", type=LABEL, help="host label (default: this hostname, or embedded-ENGINE)")
     g.add_argument("--price-per-hour", type=POSITIVE, help="box price for cost per million output tokens")
     g.add_argument("--currency", default=DEFAULT_CURRENCY, type=CURRENCY)
     g.add_argument("--json", help="write the run to this JSON file (its keys: docs/results.md); - for stdout")

@@ -11,7 +11,7 @@ from .. import redact
 from ..errors import UsageError
 from ..store import Store
 from .common import check_output, emit_json, int_list, tokens, write_json
-from .options import UNIT, NONNEG_INT, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
+from .options import LABEL, UNIT, NONNEG_INT, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
 from ..registry import known
 
 if TYPE_CHECKING:
@@ -411,7 +411,7 @@ def add_predict_parser(sub: Any) -> None:
                     "each row before (the packaged calibration) and after (yours)")
     pp.add_argument("--calibration", help="efficiency TOML to use instead of the packaged one")
     pp.add_argument("--json", help="write the predictions to this JSON file; - for stdout")
-    pp.add_argument("--save", metavar="LABEL", help="store the predictions as a run (provenance 'predicted')")
+    pp.add_argument("--save", type=LABEL, metavar="LABEL", help="store the predictions as a run (provenance 'predicted')")
     add_db(pp)
     pp.add_argument("--format", choices=["table", "markdown"], default="table")
 

@@ -17,7 +17,7 @@ from ..results import Manifest, RunResult
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import check_output, embedded_spec, emit_json, int_list, json_object, notifier, seconds, tokens
-from .options import UNIT, NONNEG, POSITIVE_INT, add_db, add_endpoint, add_json, add_latest
+from .options import LABEL, UNIT, NONNEG, POSITIVE_INT, add_db, add_endpoint, add_json, add_latest
 
 if TYPE_CHECKING:
     from ..engines.embedded import Embedded
@@ -42,7 +42,7 @@ def _items(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature (default 0: greedy)")
     p.add_argument("--seed", type=int, default=0,
                    help="item seed; two runs pair their items only with the same seed (default 0)")
-    p.add_argument("--label", help="a name for this run (default: this hostname, or embedded-ENGINE)")
+    p.add_argument("--label", type=LABEL, help="a name for this run (default: this hostname, or embedded-ENGINE)")
     add_json(p, "the run")
     add_db(p)
 
