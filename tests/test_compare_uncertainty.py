@@ -216,6 +216,8 @@ def test_single_numbers_have_no_interval_and_say_the_rule(tmp_path: Path, monkey
     flat = " ".join(out.split())
     assert "A 1.20× (5% rule)" in out
     assert "5% rule: 2 of 2 rows have no interval (no samples on a side" in flat and "rule of thumb, not a test" in flat
+    # the reason an 8-request run's median has none: fewer than 5 requests beyond it on a side
+    assert "fewer than 5 requests beyond a percentile on a side: a median needs 10, a p99 500)" in flat
 
 
 # --- what compare prints, and the report -----------------------------------------------------------------

@@ -305,7 +305,8 @@ def legend(c: Comparison) -> list[str]:
                    "range is where it lies when each predicted figure measures within its band (80% of held-out "
                    "rows of its kind do), and a side is named faster only where that range excludes 1.")
     if bare:
-        out.append(f"{TIE - 1:.0%} rule: {bare} of {len(c.rows)} rows have no interval (no samples on a side, or a p99 "
-                   f"of under {round(TAIL / 0.01)} requests); there a ratio beyond {TIE:g} names the faster side: a rule "
-                   "of thumb, not a test.")
+        out.append(f"{TIE - 1:.0%} rule: {bare} of {len(c.rows)} rows have no interval (no samples on a side, or "
+                   f"fewer than {TAIL} requests beyond a percentile on a side: a median needs {round(TAIL / 0.5)}, a "
+                   f"p99 {round(TAIL / 0.01)}); there a ratio beyond {TIE:g} names the faster side: a rule of thumb, "
+                   "not a test.")
     return out
