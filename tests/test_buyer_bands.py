@@ -71,6 +71,18 @@ def test_strix_halo_serving_figures_carry_a_band(capsys: pytest.CaptureFixture[s
     assert "no CV band" not in out and "borrowed (at least 80%)" in out and "of its own: " in out
 
 
+@pytest.mark.parametrize("argv", [["--test", "depth", "--depth", "0,8k"],
+                                  ["--sessions", "--turns", "4", "--concurrency", "1"]])
+def test_a_moe_model_s_one_stream_on_vllm_carries_a_band(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """gpt-oss-20b on an H100 with vLLM said "(no CV band)" for its prefill and decode (and its session table
+    printed bare figures): no kind one step from it has those metrics' rows, nor does vLLM's family. It borrows
+    from a kind two steps away (llama.cpp's rows on a datacenter GPU, or of MoE models), widened, and says so."""
+    assert main(["predict", "--hardware", "h100", "--model", "gpt-oss-20b", "--weights", "MXFP4", *argv]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no CV band" not in out and "too few rows held out" not in out
+    assert "borrowed (at least 80%)" in out and "of its own: llamacpp-" in out and "(wide)" in out
+
+
 def test_mlx_server_is_an_engine_of_its_own(cat: Catalog, capsys: pytest.CaptureFixture[str]) -> None:
     from tokenbench import registry
 

@@ -115,17 +115,19 @@ class Calibration:
             return b
         return widen(b, self.extrapolation_terms(backend, metric, reach))
 
-    def neighbour_band(self, kind: Kind, metric: str) -> tuple[Kind, Band] | None:
-        """The widest band of the kinds one step from ``kind`` (another backend, box class, operating point or
-        model class) that have one of their own, and which kind it is."""
+    def neighbour_band(self, kind: Kind, metric: str, steps: int = 1) -> tuple[Kind, Band] | None:
+        """The widest band of the kinds ``steps`` steps from ``kind`` (another backend, box class, operating point
+        or model class) that have one of their own, and which kind it is."""
         near = [(k, b) for key, per in self.kind_bands.items() if (b := per.get(metric)) is not None
-                and (k := Kind.parse(key)).step(kind) == 1]
+                and (k := Kind.parse(key)).step(kind) == steps]
         return max(near, key=lambda kb: kb[1].pct, default=None)
 
     def band_source(self, kind: Kind, metric: str) -> tuple[str, Band, bool] | None:
         """Whose held-out rows a kind's band comes from, their band, and whether it is borrowed: the kind's own
         (KIND_MIN_ROWS rows or more), else the widest of the kinds one step from it, else its backend's, else the
-        widest of its engine family's backends; None where none has one."""
+        widest of its engine family's backends, else the widest of the kinds two steps from it (a MoE model on a
+        backend whose rows of that metric are all of dense models: another backend's, of dense models); None where
+        none has one."""
         own = self.kind_bands.get(kind.key, {}).get(metric)
         if own is not None:
             return kind.words(), own, False
@@ -139,7 +141,8 @@ class Calibration:
         if kin:
             bk, b = max(kin, key=lambda x: x[1].pct)
             return bk, b, True
-        return None
+        far = self.neighbour_band(kind, metric, steps=2)
+        return (far[0].words(), far[1], True) if far is not None else None
 
     def kind_band(self, kind: Kind, metric: str, fallback: Band | None = None) -> Band | None:
         """``kind``'s band (``band_source``); a borrowed one scaled by ``borrow`` and widened by BORROW_TERM for
