@@ -125,6 +125,9 @@ def test_report_and_predict_outputs_and_inputs_are_checked_first(tmp_path: Path,
     (tmp_path / "a.png").write_text("x")
     assert main(["report", run, "--db", str(db), "--png", str(tmp_path / "a.png")]) == 2
     assert "is a file" in capsys.readouterr().err
+    # a tree of missing folders is a typo: --png made it all, where --html refuses a missing directory
+    assert main(["report", run, "--db", str(db), "--png", str(tmp_path / "no" / "such" / "pngs")]) == 2
+    assert "the directory" in capsys.readouterr().err and not (tmp_path / "no").exists()
     assert main(["predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
                  "--calibration", str(tmp_path / "missing.toml")]) == 2
     err = capsys.readouterr().err

@@ -38,6 +38,9 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
             check_output(str(path), e.option)
         elif path.exists() and not path.is_dir():
             raise UsageError(f"{e.option} {path} is a file: give a directory")
+        elif not path.exists() and not (path.parent if str(path.parent) else Path(".")).is_dir():
+            # the folder itself is made, as --html and --md make their file; a tree of missing ones is a typo
+            raise UsageError(f"{e.option} {path}: the directory {path.parent} does not exist; create it first")
     rep = report(report_config(a))
     for e, path in asked:
         console.print(e.write(rep, path), markup=False)

@@ -64,7 +64,7 @@ class PngExport:
     def write(self, rep: Report, path: Path) -> str:
         from . import plots  # matplotlib: loaded only when PNGs are asked for
 
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(exist_ok=True)
         for p in rep.plots:
             plots.png(p, path / f"{p.id}.png")
         return f"wrote {len(rep.plots)} PNGs to {path}"
