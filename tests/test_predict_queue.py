@@ -170,3 +170,11 @@ def test_more_agents_than_the_loop_simulates_are_refused_in_one_line(capsys: pyt
     assert printed.out == "" and len(printed.err.strip().splitlines()) == 1
     assert f"{queue.MAX_AGENTS + 1:,} agents: a prediction simulates every agent through vllm's scheduler, " \
            f"{queue.MAX_AGENTS:,} at most" in printed.err
+
+
+def test_a_serving_ttft_of_ten_seconds_or_more_reads_in_seconds() -> None:
+    """1,024 agents on a small box read "Median TTFT 604,956 ms"."""
+    from tokenbench.predict.tables import _ttft
+
+    assert [_ttft(v) for v in (0.0449, 2.935, 9.9994, 10.0, 604.956, 2776.2)] == \
+        ["45 ms", "2,935 ms", "9,999 ms", "10.0 s", "605 s", "2,776 s"]

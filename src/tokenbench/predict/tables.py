@@ -207,12 +207,16 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
         f = s.fit(ctx, n)
         rows.append([str(n), estimate_cell(s, cal, "throughput", _f(p.throughput[1]), ctx, n), _f(p.throughput[0]),
                      estimate_cell(s, cal, "throughput", _f(p.per_agent[1]), ctx, n),
-                     estimate_cell(s, cal, "ttft", f"{p.ttft_s.estimate * 1000:,.0f} ms", ctx, n),
-                     f"{p.ttft_s.ceiling * 1000:,.0f} ms",
+                     estimate_cell(s, cal, "ttft", _ttft(p.ttft_s.estimate), ctx, n), _ttft(p.ttft_s.ceiling),
                      estimate_cell(s, cal, "tpot", f"{p.tpot_s.estimate * 1000:.1f} ms", ctx, n),
                      f"{p.tpot_s.ceiling * 1000:.1f} ms",
                      "no" if not f.fits else PAST_MODEL if s.model.past_context(ctx) else "yes"])
     return head, rows
+
+
+def _ttft(v: float) -> str:
+    """A serving level's TTFT: in milliseconds, from 10 s in seconds (it read "604,956 ms")."""
+    return f"{v * 1000:,.0f} ms" if v < 10 else _seconds(v)
 
 
 def against_table(rep: AgainstReport) -> Table:
