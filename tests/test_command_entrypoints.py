@@ -59,7 +59,7 @@ def test_cost_prices_a_rate_and_says_an_api_price_it_cannot_convert() -> None:
     assert done.run is None and done.sessions is None and done.currency == "EUR" and done.api == 14
     (p,) = done.points
     assert p.operating_point == "given rate" and f"{p.cost_per_mtok:.2f}" == "0.73" and p.vs_api() == "19.3x cheaper"
-    assert done.to_dict() == {"tool": "tokenbench", "kind": "cost", "currency": "EUR", "run_id": None,
+    assert done.to_dict() == {"tool": "tokenbench", "kind": "cost", "currency": "EUR", "run_id": None, "predicted": None,
                               "pricing": "rented at 1.79 EUR/hour", "points": [
                                   {"operating_point": "given rate", "output_tps": 684, "cost_per_mtok": p.cost_per_mtok,
                                    "api_cost_per_mtok": 14}]}

@@ -760,11 +760,16 @@ def test_an_existing_log_is_never_overwritten(tmp_path: Path, capsys: pytest.Cap
     assert "already exists" in capsys.readouterr().err and old.read_text() == "yesterday's recording\n"
 
 
-def test_the_command_records_until_ctrl_c_and_says_what_it_did(tmp_path: Path, emitter: BackgroundEmitter) -> None:
-    out = tmp_path / "cli.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "tokenbench", "record", "--upstream", emitter.url, "--port", "0",
+def record_command(upstream: str, out: Path) -> subprocess.Popen[str]:
+    """``tokenbench record`` as a user runs it, in a process of its own (Ctrl-C is how it ends)."""
+    return subprocess.Popen([sys.executable, "-m", "tokenbench", "record", "--upstream", upstream, "--port", "0",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+
+
+def test_the_command_records_until_ctrl_c_and_says_what_it_did(tmp_path: Path, emitter: BackgroundEmitter) -> None:
+    out = tmp_path / "cli.jsonl"
+    proc = record_command(emitter.url, out)
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
@@ -786,9 +791,7 @@ def test_a_recording_of_nothing_says_so_keeps_no_log_and_exits_1(tmp_path: Path,
     """An agent never pointed at the proxy: the recording exited 0 and left a log of its header alone, which the
     next try with the same --out could not overwrite."""
     out = tmp_path / "none.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "tokenbench", "record", "--upstream", emitter.url, "--port", "0",
-                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+    proc = record_command(emitter.url, out)
     try:
         assert proc.stdout is not None
         m = re.search(r"OPENAI_BASE_URL=(\S+)/v1", proc.stdout.readline())
