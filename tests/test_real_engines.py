@@ -399,10 +399,14 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
             if k in ("tpot", "itl"):
                 continue  # a run's lock-step mode: held to the server's own decode times below
             # each round's two runs ran back to back, so their ratio is free of the server's drift between rounds,
-            # and the median round's is held: within 10%, or within the spread of the reference's own runs, which
-            # the scheduler's split of each wave moves (a difference smaller than the runs' own is none; one run of
-            # this test read TTFT at 4 +11.9, +17.7 and -1.5% apart by round, the reference's own runs 13%)
-            limit = max(0.10, max(their_runs[c][k]) / min(their_runs[c][k]) - 1)
+            # and the median round's is held: within 10%, or within the spread of either tool's own runs, which the
+            # scheduler's split of each wave moves (a difference smaller than the runs' own is none). One run of
+            # this test read TTFT at 4 +11.9, +17.7 and -1.5% apart by round, the reference's own runs 13%; another
+            # tok/s at 4 -10.6, -13.4 and +2.4%, its TPOT +13.5, +15.4 and -6.3% (the split's modes), both tools
+            # within 0.2% of the server's own decode times
+            runs = [[statistics.fmean(x) if k == "tps" else statistics.median(x) for x in our_each[c][k]],
+                    their_runs[c][k]]
+            limit = max(0.10, *(max(r) / min(r) - 1 for r in runs))
             apart = statistics.median(by_round(c, k)) - 1
             assert abs(apart) <= limit, (table, f"c{c} {k} {apart:+.1%}, limit {limit:.1%}")
             band = 0.25 if (c, k) == (4, "ttft") else 0.10
