@@ -42,6 +42,13 @@ def bin_rows(s: ServingLevel, markdown: bool = False) -> tuple[list[str], list[l
     return header, rows
 
 
+def lanes_warmed(s: ServingLevel) -> bool:
+    """Whether a level's lanes each sent an uncounted warm-up call (the one before its random first call) inside
+    the window: a replay with more than one lane. The server's /metrics count it; the cached share leaves it out
+    with the rest of the warm-up."""
+    return s.replay is not None and (s.concurrency or 1) > 1
+
+
 def replay_lines(s: ServingLevel) -> list[str]:
     """A replay level's totals in words."""
     r = s.replay
@@ -60,9 +67,7 @@ def replay_lines(s: ServingLevel) -> list[str]:
         cache.append(f"the trace's ideal {r.ideal_cached_share:.0%}")
     hits = s.telemetry.prefix_cache_hit_rate if s.telemetry is not None else None
     if hits is not None:
-        # the server counts every call it served in the window: a lane's warm-up call (the one before its random
-        # first call) too, which the cached share above leaves out with the rest of the warm-up
-        warm = ", the lanes' warm-up calls too" if (s.concurrency or 1) > 1 else ""
+        warm = ", the lanes' warm-up calls too" if lanes_warmed(s) else ""
         cache.append(f"the server's prefix-cache hits {hits:.0%} (/metrics: every call it served{warm})")
     # each call's own rate (its output over its send to last byte), not the table's per-agent share of the
     # aggregate, which the agents' pauses between calls are part of

@@ -12,7 +12,7 @@ from .cells import level_label, ms, num
 from .console import print_table
 from .layout import format_markdown, md_paragraph
 from .levels import ServingLevel, Telemetry
-from .replay_table import print_replays
+from .replay_table import lanes_warmed, print_replays
 from .session_table import print_sessions
 
 
@@ -172,8 +172,7 @@ def _server_parts(s: ServingLevel) -> list[str]:
         parts.append(f"speculative acceptance {t.spec_acceptance_rate:.2f}"
                      + (f" (mean acceptance length {mal:.2f})" if mal else ""))
     if t.prefix_cache_hit_rate is not None:
-        # a replay's lanes each send an uncounted warm-up call in the window, which the server counts
-        lanes = " (the lanes' warm-up calls too)" if s.replay is not None and (s.concurrency or 1) > 1 else ""
+        lanes = " (the lanes' warm-up calls too)" if lanes_warmed(s) else ""
         parts.append(f"prefix-cache hits {t.prefix_cache_hit_rate:.0%}{lanes}")
     if t.cached_by_tier:  # where the cached tokens came from: the device, or a tier beyond it
         parts.append("cached tokens by tier: " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(t.cached_by_tier.items())))

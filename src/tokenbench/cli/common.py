@@ -96,6 +96,16 @@ def check_output(path: str | None, what: str) -> None:
         raise UsageError(f"{what} {path} cannot be written here (permission denied)")
 
 
+def check_output_dir(path: str, what: str) -> None:
+    """Refuse, before any work, an output folder that is a file, or whose parent is missing: the folder itself
+    is made, as an output file is; a tree of missing ones is a typo."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{what} {path} is a file: give a directory")
+    if not p.exists() and not p.parent.is_dir():
+        raise UsageError(f"{what} {path}: the directory {p.parent} does not exist; create it first")
+
+
 def write_stdout(text: str) -> None:
     """``text`` onto stdout; a reader that went away (``| head``) has read what it wanted, which is no failure."""
     try:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from ..errors import UsageError
-from .common import check_output
+from .common import check_output, check_output_dir
 from .options import CURRENCY, POSITIVE, add_db, add_latest
 
 if TYPE_CHECKING:
@@ -34,13 +34,7 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
         if e.needs is not None and importlib.util.find_spec(e.needs) is None:
             raise UsageError(f"{e.option} needs {e.needs}: pip install 'tokenbench[report]' (in a clone: "
                              "pip install -e '.[report]')")
-        if e.target == "file":
-            check_output(str(path), e.option)
-        elif path.exists() and not path.is_dir():
-            raise UsageError(f"{e.option} {path} is a file: give a directory")
-        elif not path.exists() and not (path.parent if str(path.parent) else Path(".")).is_dir():
-            # the folder itself is made, as --html and --md make their file; a tree of missing ones is a typo
-            raise UsageError(f"{e.option} {path}: the directory {path.parent} does not exist; create it first")
+        (check_output if e.target == "file" else check_output_dir)(str(path), e.option)
     rep = report(report_config(a))
     for e, path in asked:
         console.print(e.write(rep, path), markup=False)

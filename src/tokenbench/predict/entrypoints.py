@@ -22,8 +22,8 @@ from .runs import depth_levels, prediction, serve_levels, session_level, specula
 from .session import SessionPrediction, SessionShape, predict_session
 from .setup import Setup, usual_setup
 from .specs import Catalog
-from .tables import (band_note, bands, context_remark, depth_table, serve_table, session_lines, session_metrics,
-                     session_table)
+from .tables import (band_note, bands, context_remark, depth_context, depth_table, serve_table, session_lines,
+                     session_metrics, session_table)
 from .warm import WarmPrediction, predict_warm
 
 #: The published measurements the package ships (copies of the reference set, a test keeps them equal):
@@ -244,8 +244,8 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
                            f"KV cache) to its host prompt cache before the next one starts: {saving * 1e3:,.0f} ms "
                            "a request, no slot running meanwhile (--cache-ram, on by default; --cache-ram 0 "
                            "removes it, and the cache with it: predict --cache-ram 0)")
-    longest = input_len + output_len if cfg.depths is None else max(cfg.depths) + \
-        (input_len if "pp" in cfg.tests else 0) + (output_len if "tg" in cfg.tests else 0)
+    longest = input_len + output_len if cfg.depths is None else \
+        depth_context(max(cfg.depths), input_len, output_len, cfg.tests)
     remarks += [r for r in [context_remark(s.model, longest)] if r]
     return Predicted(s, cal, cfg, described, [PredictedTable(head, rows)], metrics, band_note(s, cal, metrics),
                      input_len, output_len, remarks)

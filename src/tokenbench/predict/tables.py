@@ -177,6 +177,11 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
     return "; ".join(parts)
 
 
+def depth_context(depth: int, pp: int, tg: int, tests: tuple[str, ...]) -> int:
+    """The context a depth step holds at its end: the depth, and the prompt and generation its tests add."""
+    return depth + (pp if "pp" in tests else 0) + (tg if "tg" in tests else 0)
+
+
 def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int, tests: tuple[str, ...]) -> Table:
     """llama-bench's one stream at each depth: the columns of ``tests`` ("pp" prompt processing, "tg" generation)."""
     head = ["Depth", *([f"pp{pp} tok/s", f"pp{pp} ceiling"] if "pp" in tests else []),
@@ -190,7 +195,7 @@ def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
         if "tg" in tests:
             t = s.decode(d + tg // 2)
             row += [estimate_cell(s, cal, "decode", _f(1 / t.estimate), d + tg), _f(1 / t.ceiling)]
-        ctx = d + (pp if "pp" in tests else 0) + (tg if "tg" in tests else 0)
+        ctx = depth_context(d, pp, tg, tests)
         f = s.fit(ctx, 1)
         rows.append(row + [PAST_MODEL if s.model.past_context(ctx) else "yes" if f.fits else
                            f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)"])
