@@ -268,7 +268,7 @@ def test_a_stored_prediction_keeps_its_shape_and_its_uncalibrated_mark(tmp_path:
     assert "tp is PREDICTED, not measured" in text and "predicted at concurrency 8" in text
     assert "measured at concurrency" not in text
     assert "the two predictions assume different shapes (2x nvidia-h100-sxm (tensor parallel), speculative " \
-        "decoding, 2 tokens at acceptance 0.7 vs nvidia-dgx-spark)" in text
+        "decoding, 2 tokens at acceptance 0.7 vs nvidia-dgx-spark, 4 slots (-np))" in text
     # beside a measured run, what the prediction assumed is said
     data = Path(__file__).resolve().parent / "data" / "vllm_serve_result.json"
     assert main(["import", str(data), "--label", "h100-vllm", "--db", db]) == 0
@@ -282,10 +282,12 @@ def test_a_stored_prediction_keeps_its_shape_and_its_uncalibrated_mark(tmp_path:
     assert "speculative decoding, 2 tokens at acceptance 0.7, on 2x nvidia-h100-sxm (tensor parallel)" in md.read_text()
     assert "2x nvidia-h100-sxm (tensor parallel)" in html.read_text()
     assert main(["predict", "--hardware", "nvidia-dgx-spark", "--model", "gpt-oss-20b", "--engine", "llama.cpp",
-                 "--weights", "MXFP4", "--concurrency", "1,4", "--parallel", "4", "--save", "np4", "--db", db]) == 0
+                 "--weights", "MXFP4", "--concurrency", "1,4", "--parallel", "2", "--save", "np2", "--db", db]) == 0
     capsys.readouterr()
-    assert main(["compare", "np4", "spark", "--db", db]) == 0
-    assert "the two predictions assume different shapes (nvidia-dgx-spark, 4 slots (-np) vs nvidia-dgx-spark)" in \
+    assert main(["compare", "np2", "spark", "--db", db]) == 0
+    # without --parallel, llama-server's own 4 slots
+    assert "the two predictions assume different shapes (nvidia-dgx-spark, 2 slots (-np) vs nvidia-dgx-spark, 4 slots " \
+        "(-np))" in \
         " ".join(capsys.readouterr().out.split())
 
 

@@ -210,7 +210,8 @@ def test_the_table_fits_80_columns_and_the_headline_is_read_off_it(capsys: pytes
     assert f"turn 20: TTFT {cached} with the prefix cache, {uncached} without" in text
     assert re.search(r"session: 20 turns; tokens: shared prefix \d+, .*; think 5 s ", text)  # a time, not tokens
     assert re.search(r"TTFT cached ±\d+%", out)  # the band, on the estimate's row
-    assert "8 agents on one slot" in text and "host-memory prompt cache" in text
+    # llama-server's own 4 slots (its default since November 2025's builds): 8 agents wait for them
+    assert "8 agents on 4 slots" in text and "host-memory prompt cache" in text
     m = re.search(r"session \(20 turns\): ([\d.,]+) s = ([\d.,]+) s to first tokens \+ ([\d.,]+) s decoding "
                   r"\(20 x 399 tokens after the first\) \+ ([\d.,]+) s thinking \(19 x 5 s\)", text)
     assert m, out
@@ -262,7 +263,8 @@ def test_a_saved_session_prediction_round_trips_through_the_store(tmp_path: Path
     # with the cache and without it, as a measured session run with its baseline
     assert [(o.summary.concurrency, o.summary.session and o.summary.session.cache) for o in res.outcomes] == [
         (1, "warm"), (1, "busted"), (8, "warm"), (8, "busted")]
-    s = Setup.make(Catalog.load(), Calibration.packaged(), *STRIX)
+    assert res.manifest.shape is not None and res.manifest.shape["parallel"] == 4  # llama-server's own slots
+    s = Setup.make(Catalog.load(), Calibration.packaged(), *STRIX).with_slots(4)
     for o in res.outcomes:
         st = o.summary.session
         assert st is not None and st.sessions == 16 and st.cached_source == "predicted"

@@ -14,7 +14,7 @@ from .pricing import Pricing
 from .errors import UsageError
 from .predict import session as ps
 from .predict.calibration import Calibration
-from .predict.setup import LLAMA_DEFAULT_SLOTS, Setup, usual_setup
+from .predict.setup import Setup, default_slots, usual_setup
 from .predict.specs import Catalog, HardwareSpec
 from .layout import plural
 
@@ -87,14 +87,14 @@ def _fitting(c: Candidate, s: Setup, cat: Catalog, cal: Calibration, w: Workload
     return None
 
 
-def _slots(s: Setup, cat: Catalog, cal: Calibration, w: Workload, c: Candidate) -> Setup:
-    """llama.cpp's server with its slots: those given, else its own default (LLAMA_DEFAULT_SLOTS) or as many as
+def _slots(s: Setup, w: Workload, c: Candidate) -> Setup:
+    """llama.cpp's server with its slots: those given, else its own default (setup.default_slots) or as many as
     the box's memory holds contexts for; said in the candidate's setup."""
     if s.kind != "sequential":
         return s
-    slots = w.parallel or next((k for k in range(LLAMA_DEFAULT_SLOTS, 1, -1) if s.fit(context(w), k).fits), 1)
+    slots = w.parallel or default_slots(s, context(w))
     if slots > 1:
-        s = Setup.make(cat, cal, s.hw.id, w.model, s.quant.weights, s.quant.kv, s.engine, parallel=slots)
+        s = s.with_slots(slots)
     c.setup += f" -np {slots}"  # llama-server's own flag for its slots
     return s
 
@@ -180,7 +180,7 @@ def _one(hw: HardwareSpec, cat: Catalog, cal: Calibration, w: Workload, prices: 
     if s is None:
         _pricing(c, hw, prices, w.currency)
         return c
-    s = _slots(s, cat, cal, w, c)
+    s = _slots(s, w, c)
     if capacity:
         _capacity(c, s, cal, w)
     else:

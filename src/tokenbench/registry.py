@@ -80,10 +80,17 @@ class Engine:
     #: It saves idle slots' KV caches to a host prompt cache before each task (llama-server's --cache-ram), and no
     #: slot runs meanwhile (predict/serving.slot_save).
     host_prompt_cache: bool = False
+    #: The month ("YYYY-MM") from whose builds on its server starts AUTO_SLOTS slots sharing one unified KV cache
+    #: when none are asked for (-np auto); before it, and "" for an engine that serves one stream, one slot.
+    auto_slots_since: str = ""
 
     def mmq(self, build: str) -> bool:
         """Whether builds of ``build`` ("YYYY-MM", or "YYYY": counted from its January; "": the newest) run MMQ."""
         return bool(self.mmq_since) and (not build or build >= self.mmq_since)
+
+    def default_slots(self, build: str) -> int:
+        """The slots its server starts when none are asked for, in builds of ``build`` (as ``mmq`` reads it)."""
+        return AUTO_SLOTS if self.auto_slots_since and (not build or build >= self.auto_slots_since) else 1
 
     @property
     def gguf(self) -> bool:
@@ -133,6 +140,11 @@ VLLM_RELEASES = (("0.6.0", "2024-09"), ("0.7.0", "2025-01"), ("0.18.0", "2026-04
 #: 8115): from builds of July 2024 on (b3403 of 2024-07-16 and later; a build dated by LLAMACPP_BUILDS between b3078
 #: and b3403 counts as June's), a prompt's quantized matmuls run the int8 tensor-core MMQ kernels, not cuBLAS.
 MMQ_SINCE = "2024-07"
+#: llama-server's slots when -np is not given: 4, sharing one unified KV cache (-np auto), since ggml-org/llama.cpp
+#: PR 16736 (opened 2025-10-23; b7079 of 2025-11-16 starts 4 slots, as its users reported): builds of November 2025
+#: on; before it, one.
+AUTO_SLOTS = 4
+AUTO_SLOTS_SINCE = "2025-11"
 
 ENGINES: tuple[Engine, ...] = (
     # the order of the embedded launchers here is the order `tokenbench engines` lists them in
@@ -142,7 +154,8 @@ ENGINES: tuple[Engine, ...] = (
            platform="not-apple", reserve=0.10, releases=VLLM_RELEASES),
     Engine("llama.cpp", ("llama-server", "llama_cpp", "llamacpp-server", "llama-bench"), "sequential", "ggml",
            "llamacpp", "named", family="llamacpp", adapter="LlamaServer", launcher="llama-server",
-           releases=LLAMACPP_BUILDS, mmq_since=MMQ_SINCE, host_prompt_cache=True),
+           releases=LLAMACPP_BUILDS, mmq_since=MMQ_SINCE, host_prompt_cache=True,
+           auto_slots_since=AUTO_SLOTS_SINCE),
     Engine("llama-cpp-python", ("llamacpp", "llama_cpp_python"), "sequential", "ggml", "llama-cpp-python", "named",
            family="llamacpp", literature="llamacpp", adapter="LlamaCppPython", launcher="llama-cpp-python",
            mmq_since=MMQ_SINCE),
@@ -288,6 +301,16 @@ def era(text: str | None, version: str) -> str:
 #: pace, and each year beyond the fitted rows widens the band (predict/bands.py); a build decades ahead (a typo:
 #: b99999999, 2099) is no build anyone runs, and its band read as billions of times the estimate.
 HORIZON_YEARS = 5
+
+
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+
+
+def month_text(month: str) -> str:
+    """A build month in words: "2025-11" reads "November 2025" (a bare year as it is)."""
+    year, _, m = month.partition("-")
+    return f"{_MONTHS[int(m) - 1]} {year}" if m else year
 
 
 def build_date(text: str | None, version: str) -> str:

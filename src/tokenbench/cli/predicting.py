@@ -394,7 +394,8 @@ def add_predict_parser(sub: Any) -> None:
     pp.add_argument("--concurrency", help="serving levels, e.g. 1,4,8,16,32 (default 1)")
     add_flash_attn(pp, "slower at depth")
     pp.add_argument("--parallel", type=POSITIVE_INT,
-                    help="llama.cpp server slots (-np N): up to N sequences decode in one batch (default 1)")
+                    help="llama.cpp server slots (-np N): up to N sequences decode in one batch (default: its own, 4 in "
+                    "builds since November 2025 and 1 before, or as many as the memory holds)")
     pp.add_argument("--cache-ram", type=NONNEG_INT, metavar="MIB",
                     help="llama-server's host prompt cache (its --cache-ram; default on, 8192): each request waits "
                     "while it saves the slot the one before left; 0: off")

@@ -11,8 +11,8 @@ from rich.console import Console
 from ..candidates import figures_text
 from ..console import print_hanging
 from ..pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
+from .. import registry
 from ..errors import UsageError
-from ..predict.setup import LLAMA_DEFAULT_SLOTS
 from ..predict.tables import band_span
 from ..slo import duration_text, parse_duration_ms
 from .common import check_output, emit_json
@@ -310,7 +310,7 @@ def add_recommend_parser(sub: Any) -> None:
                     "as cost takes)")
     rc.add_argument("--parallel", type=POSITIVE_INT, metavar="N",
                     help="llama.cpp's server slots (-np N) on the boxes it runs on (default: its own, "
-                    f"{LLAMA_DEFAULT_SLOTS}, or as many as the memory holds); said in the Engine column")
+                    f"{registry.AUTO_SLOTS}, or as many as the memory holds); said in the Engine column")
     rc.add_argument("--runs", nargs="*", action="extend", default=[],
                     help="measured runs (ids or labels) to rank beside the predictions (repeatable)")
     rc.add_argument("--capacity", action="store_true",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .. import registry
 from ..errors import UsageError
+from ..layout import plural
 from ..results import RunResult
 from ..store import Store
 from .calibration import Calibration
@@ -20,7 +21,7 @@ from .own import own_rows
 from .queue import Arrivals
 from .runs import depth_levels, prediction, serve_levels, session_level, speculation
 from .session import SessionPrediction, SessionShape, predict_session
-from .setup import Setup, usual_setup
+from .setup import Setup, default_slots, usual_setup
 from .specs import Catalog
 from .tables import (band_note, bands, context_remark, depth_context, depth_table, serve_table, session_lines,
                      session_metrics, session_table)
@@ -46,7 +47,7 @@ class SetupConfig:
     engine_version: str | None = None
     calibration: str | None = None
     ubatch: int | None = None  # llama.cpp's -ub (None: 512)
-    parallel: int | None = None  # llama.cpp's slots (None: 1)
+    parallel: int | None = None  # llama.cpp's slots (None: its server's own default, _own_slots)
     tp: int | None = None  # GPUs sharing every layer (None: 1)
     flash_attn: bool = True
     batch_tokens: int | None = None  # a batching engine's token budget per step (None: its default)
@@ -210,6 +211,10 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
     """
     s, cal = setup(cfg.setup)
     input_len, output_len = cfg.lengths()
+    slots = None
+    if cfg.setup.parallel is None and cfg.depths is None and s.kind == "sequential":
+        s, slots = _own_slots(cfg, s, input_len + output_len if cfg.session is None else
+                              cfg.session.context(max(1, cfg.session.sent())) + cfg.session.output)
     # the deepest context the tables reach (bands widen beyond the backend's rows): a depth's prompt or its
     # generation on top of the depth, a serving request's prompt and output; a session's grows turn by turn
     reached = 0 if cfg.session is not None else (max(cfg.depths or [0]) + max(input_len, output_len)
@@ -226,7 +231,7 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
         s.spec = spec.spec()
         described = spec.describe()
     if cfg.session is not None:
-        return _predict_sessions(cfg, cfg.session, s, cal, described)
+        return _predict_sessions(cfg, cfg.session, s, cal, described, [slots] if slots else [])
     remarks: list[str] = []
     if cfg.depths is not None:
         head, rows = depth_table(s, cal, cfg.depths, input_len, output_len, cfg.tests)
@@ -234,6 +239,8 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
     else:
         head, rows = serve_table(s, cal, cfg.levels, input_len, output_len)
         metrics = ["throughput", "ttft", "tpot"]
+        if slots:
+            remarks.append(slots)
         if s.kind == "sequential" and s.parallel == 1:
             remarks.append(f"{s.engine} serves one stream at a time (one slot): concurrency only queues; "
                            "--parallel N models N slots")
@@ -251,8 +258,28 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
                      input_len, output_len, remarks)
 
 
+def _own_slots(cfg: PredictConfig, s: Setup, context: int) -> tuple[Setup, str | None]:
+    """llama.cpp's server with the slots it starts when --parallel is not given (setup.default_slots), in the
+    builds --engine-version names (none: the newest), and the line that says how many and why (None for an engine
+    whose server always starts one)."""
+    e = registry.engine(s.engine)
+    if not e.auto_slots_since:
+        return s, None
+    since = registry.month_text(e.auto_slots_since)
+    v = cfg.setup.engine_version
+    build = registry.build_date(s.engine, v) if v else ""
+    own = e.default_slots(build)
+    if own == 1:
+        return s, (f"1 slot: llama-server's default in builds before {since} (--engine-version {v}); later builds "
+                   f"start {registry.AUTO_SLOTS}")
+    slots = default_slots(s, context, build)
+    why = (f"its own default since builds of {since} (-np auto)" if slots == own
+           else f"of its default {own}, as many sequences of {context:,} tokens as the memory holds")
+    return s.with_slots(slots), f"{plural(slots, 'slot')} on llama-server: {why}; --parallel N to set them"
+
+
 def _predict_sessions(cfg: PredictConfig, shape: SessionShape, s: Setup, cal: Calibration,
-                      described: str | None) -> Predicted:
+                      described: str | None, remarks: list[str]) -> Predicted:
     """One table per number of agents, each with its session's time and tokens and the notes it is the first to
     raise; the run has two levels per number of agents, with the prefix cache and without it."""
     shown: list[PredictedTable] = []
@@ -271,7 +298,7 @@ def _predict_sessions(cfg: PredictConfig, shape: SessionShape, s: Setup, cal: Ca
     s.reach = replace(s.reach, depth=max(p.turns[-1].context for p in sessions), concurrency=max(cfg.levels))
     past = context_remark(s.model, max(p.turns[-1].context for p in sessions) + shape.output)
     return Predicted(s, cal, cfg, described, shown, metrics, band_note(s, cal, metrics), None, None,
-                     [past] if past else [], sessions, predict_warm(s, sessions[0], cfg.setup.cache_ram))
+                     remarks + ([past] if past else []), sessions, predict_warm(s, sessions[0], cfg.setup.cache_ram))
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,9 +24,16 @@ from .specs import Catalog, HardwareSpec, ModelSpec
 SPEC_METRICS = ("decode", "tpot", "throughput")
 #: The most GPUs one box holds (an HGX/DGX board): --tp beyond it would span boxes.
 MAX_TP = 8
-#: llama-server's slots when -np is not given: 4, sharing one unified KV cache (the "auto" default since
-#: ggml-org/llama.cpp PR 16736, October 2025; before it, one).
-LLAMA_DEFAULT_SLOTS = 4
+
+
+def default_slots(s: Setup, context: int, build: str = "") -> int:
+    """llama.cpp's server slots where none are given: its own default in builds of ``build`` ("YYYY-MM"; "": the
+    newest; registry.Engine.default_slots), fewer where the box's memory holds fewer sequences of ``context``
+    tokens; 1 on an engine that batches by itself or serves one stream."""
+    if s.kind != "sequential":
+        return 1
+    want = registry.engine(s.engine).default_slots(build)
+    return next((k for k in range(want, 1, -1) if s.fit(context, k).fits), 1)
 
 
 def usual_setup(hw: HardwareSpec) -> tuple[str, str, str]:
@@ -103,6 +110,10 @@ class Setup:
         return cls(m, hw, q, engine, backend, eff, kind, ubatch=ubatch, parallel=parallel, tp=tp,
                    flash_attn=flash_attn, era=eff.era, batch_tokens=batch_tokens, arrivals=arrivals,
                    prompt_cache=prompt_cache, mmq=mmq, reach=_extrapolation(cal, backend, eff, hw, year))
+
+    def with_slots(self, slots: int) -> Setup:
+        """The same setup with llama.cpp's server running ``slots`` slots (its memo of costs and fits anew)."""
+        return replace(self, parallel=slots, costs={}, fits={})
 
     def band(self, cal: Calibration, metric: str, depth: int | None = None, concurrency: int | None = None,
              fallback: Band | None = None) -> Band | None:
