@@ -211,10 +211,7 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
     """
     s, cal = setup(cfg.setup)
     input_len, output_len = cfg.lengths()
-    slots = None
-    if cfg.setup.parallel is None and cfg.depths is None and s.kind == "sequential":
-        s, slots = _own_slots(cfg, s, input_len + output_len if cfg.session is None else
-                              cfg.session.context(max(1, cfg.session.sent())) + cfg.session.output)
+    s, slots = _own_slots(cfg, s, input_len + output_len)
     # the deepest context the tables reach (bands widen beyond the backend's rows): a depth's prompt or its
     # generation on top of the depth, a serving request's prompt and output; a session's grows turn by turn
     reached = 0 if cfg.session is not None else (max(cfg.depths or [0]) + max(input_len, output_len)
@@ -258,13 +255,15 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
                      input_len, output_len, remarks)
 
 
-def _own_slots(cfg: PredictConfig, s: Setup, context: int) -> tuple[Setup, str | None]:
-    """llama.cpp's server with the slots it starts when --parallel is not given (setup.default_slots), in the
-    builds --engine-version names (none: the newest), and the line that says how many and why (None for an engine
-    whose server always starts one)."""
+def _own_slots(cfg: PredictConfig, s: Setup, request: int) -> tuple[Setup, str | None]:
+    """llama.cpp's server serving (not llama-bench's depths) with the slots it starts when --parallel is not given
+    (setup.default_slots) for sequences of ``request`` tokens or a session's last turn, in the builds
+    --engine-version names (none: the newest), and the line that says how many and why (None: no such line)."""
     e = registry.engine(s.engine)
-    if not e.auto_slots_since:
+    if cfg.setup.parallel is not None or cfg.depths is not None or s.kind != "sequential" or not e.auto_slots_since:
         return s, None
+    sh = cfg.session
+    context = request if sh is None else sh.context(max(1, sh.sent())) + sh.output
     since = registry.month_text(e.auto_slots_since)
     v = cfg.setup.engine_version
     build = registry.build_date(s.engine, v) if v else ""
