@@ -157,3 +157,51 @@ def test_ctrl_c_on_quality_and_depth_prints_and_writes_the_run_it_ended(tmp_path
         doc = json.loads(out.read_text())
         assert doc["run_id"] == run.id and doc["status"] == "interrupted" == run.status and doc["kind"] == what
         assert (doc["items"] if what == "quality" else doc["levels"]), doc
+
+
+def test_an_interrupted_level_keeps_its_guard_snapshot_and_the_servers_samples(tmp_path: Path) -> None:
+    """A level cut by Ctrl-C is stored as one measured to its end is: the guard's snapshot before it (and the
+    dirty bench it found), the server's /metrics samples it took. It once kept neither, and `show --guard` then
+    said it had run with --guard off."""
+    import asyncio
+
+    from tokenbench import guard
+    from tokenbench.emitter import EmitterConfig
+    from tokenbench.errors import RunInterrupted
+    from tokenbench.kinds.lengths import LengthsKind
+    from tokenbench.sweep import SweepConfig, run_sweep
+
+    dirty = guard.load_config()
+    dirty["cpu_load"].update(severity="fail", max_other_pct=-1.0)  # any load is too much: the bench is dirty
+    db = tmp_path / "r.db"
+    with BackgroundEmitter(EmitterConfig(itl_s=0.03)) as em:
+        cfg = SweepConfig(url=em.url, workload=LengthsKind.fixed(8, 4), concurrency=[2], requests=400, warmup=0,
+                          guard="warn", guard_config=dirty, metrics_interval_s=0.1)
+
+        async def cut() -> None:
+            task = asyncio.create_task(run_sweep(cfg, Store(db)))
+            deadline = time.monotonic() + 60
+            while len(em.emitter.stamps) < 20:
+                assert time.monotonic() < deadline and not task.done(), "the sweep never got going"
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # a few /metrics samples
+            task.cancel()
+            with pytest.raises((RunInterrupted, asyncio.CancelledError)):
+                await task
+
+        asyncio.run(cut())
+    store = Store(db, readonly=True)
+    (run,) = store.runs()
+    ((_, _, status, level),) = store.levels(run.id)
+    assert status == "interrupted" and level.completed > 5
+    assert level.guard is not None and not level.guard.clean
+    assert "dirty_bench" in level.flags and "interrupted" in level.flags
+    # the requests in flight at the interrupt are the interrupt's, not failures of the server
+    cut = level.errors.get("interrupted", 0)
+    assert "errors" not in level.flags and cut >= 1
+    from tokenbench.finding import Code
+
+    said = level.finding(Code.INTERRUPTED)
+    assert said is not None and said.text == f"the level was cut short: {cut} request{'s' if cut > 1 else ''} in " \
+        "flight left unfinished"
+    assert level.telemetry is not None and store.telemetry(run.id, 0)

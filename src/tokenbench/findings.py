@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .finding import Code, Finding
 from .guard_results import GuardSnapshot
 from .records import RequestRecord
+from .layout import plural
 from .replay_stats import OVERFLOW_LIMIT
 from .soak import DECAY_MARGIN, decay
 from .steady import DRIFT_RATIO, TAIL_SHARE, drift, tail_cluster
@@ -176,16 +177,19 @@ def _p99_estimate(f: LevelFacts) -> Finding | None:
 
 
 def _errors(f: LevelFacts) -> Finding | None:
-    if not f.failed:
+    failed = [r for r in f.failed if r.error_kind != "interrupted"]  # those in flight at Ctrl-C: _interrupted's
+    if not failed:
         return None
-    return Finding(Code.ERRORS, f"{len(f.failed)} requests failed", observed=len(f.failed), unit="requests",
+    return Finding(Code.ERRORS, f"{len(failed)} requests failed", observed=len(failed), unit="requests",
                    n=len(f.measured), severity="note")
 
 
 def _interrupted(f: LevelFacts) -> Finding | None:
     if not f.interrupted:
         return None
-    return Finding(Code.INTERRUPTED, "the level was cut short", n=len(f.measured), severity="note")
+    cut = sum(1 for r in f.failed if r.error_kind == "interrupted")
+    return Finding(Code.INTERRUPTED, "the level was cut short" + (f": {plural(cut, 'request')} in flight left "
+                   "unfinished" if cut else ""), n=len(f.measured), severity="note")
 
 
 def _stopped_early(f: LevelFacts) -> Finding | None:

@@ -8,11 +8,12 @@ plan's (``FixedPlan``: the levels the options list; a search that chooses each l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 
@@ -25,6 +26,7 @@ from .endpoint import Endpoint, RunLog, preflight
 from .errors import EndpointError, EngineError, LevelFailed
 from .finding import Code
 from .guard import refuse_dirty_nodes, snapshot_before
+from .plans import FixedPlan, LevelPlan, LevelStop
 from .kinds import WorkloadKind
 from .kinds.base import AgentRun, Binding, Bound, LevelWork, OnDone, PromptPool, warmups
 from .kinds.lengths import LengthsKind
@@ -148,70 +150,6 @@ def _manifest(cfg: SweepConfig, ep: Endpoint, workload: dict[str, Any], fields: 
     )
 
 
-class LevelStop(Protocol):
-    """A plan's watch on one level: it sees each finished request (``wrap``), says when to stop sending
-    (``halted``) and why (``reason``), whether the level was cut short of a verdict (``cut``), and puts what it
-    decided on the summary (``apply``)."""
-
-    reason: str | None
-    cut: bool
-
-    def wrap(self, on_done: OnDone | None) -> OnDone: ...
-
-    def halted(self) -> bool: ...
-
-    def apply(self, summary: ServingLevel) -> None: ...
-
-
-class LevelPlan(Protocol):
-    """Which level a sweep runs next, given the levels run so far: a fixed list (``FixedPlan``) or a search, which
-    may also stop a level early (``stop``), records how it planned in the manifest (``annotate``) and says how the
-    run ended (``verdict``)."""
-
-    total: int | None  # levels, where known beforehand ("level 2/5")
-
-    def widest(self) -> int:
-        """The most requests any of its levels keeps in flight."""
-        ...
-
-    def next_level(self, outcomes: list[LevelOutcome]) -> Level | None: ...
-
-    def stop(self, level: Level, planned: int | None, records: list[RequestRecord]) -> LevelStop | None: ...
-
-    def annotate(self, manifest: Manifest) -> None: ...
-
-    def verdict(self, outcomes: list[LevelOutcome], manifest: Manifest) -> tuple[str, str | None]: ...
-
-
-class FixedPlan:
-    """The levels the options list, in order."""
-
-    def __init__(self, levels: list[Level]) -> None:
-        self.levels = levels
-        self.total: int | None = len(levels)
-
-    def widest(self) -> int:
-        return max([lv.concurrency or lv.max_concurrency or 1 for lv in self.levels], default=1)
-
-    def next_level(self, outcomes: list[LevelOutcome]) -> Level | None:
-        return self.levels[len(outcomes)] if len(outcomes) < len(self.levels) else None
-
-    def stop(self, level: Level, planned: int | None, records: list[RequestRecord]) -> LevelStop | None:
-        return None
-
-    def annotate(self, manifest: Manifest) -> None:
-        pass
-
-    def verdict(self, outcomes: list[LevelOutcome], manifest: Manifest) -> tuple[str, str | None]:
-        """Complete when every level is; partial when some are; failed when none is."""
-        failed = [o for o in outcomes if o.status != "complete"]
-        if not failed:
-            return "complete", None
-        status = "partial" if len(failed) < len(outcomes) else "failed"
-        return status, f"{len(failed)} of {len(outcomes)} levels failed: " + "; ".join(
-            f"{o.level.describe()}: {', '.join(o.summary.flags) or o.status}" for o in failed)
-
-
 def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: ServingLevel,
            load: _Load, info: ServerInfo,
            snaps: tuple[GuardSnapshot | None, list[GuardSnapshot], GuardSnapshot | None],
@@ -248,6 +186,7 @@ class _Load:
         self.lost: list[str] = []
         self.stop: LevelStop | None = None  # a search's watch on the level: stop sending once its verdict is known
         self.stagger_s: float | None = None  # --phase staggered: the streams' first sends spread over this
+        self.telemetry: LevelTelemetry | None = None  # the server's /metrics and power sampled while it measured
 
     @property
     def cut(self) -> bool:
@@ -326,7 +265,7 @@ class _Sweep:
                     level: Level) -> tuple[ServingLevel, str]:
         """One repetition of a level (``at``: its index and repetition): warm-up, the measured window, its summary
         and findings, stored at once."""
-        cfg, store, run_id, rep = self.cfg, self.store, self.run_id, self.rep
+        cfg, rep = self.cfg, self.rep
         idx, repetition = at
         records: list[RequestRecord] = []
         work: LevelWork = bound.level(level, repetition, records, rep.request_done)
@@ -348,22 +287,34 @@ class _Sweep:
                     await self.settle(load, level, n_warm, records, desc)
             load.stagger_s = stagger_window(records) if cfg.phase == "staggered" else None
             rep.level_start(desc, work.planned, cfg.duration_s)
-            tele = await self.measure(work, load, level, (idx, repetition), records)
+            await self.measure(work, load, level, (idx, repetition), records)
         except asyncio.CancelledError:
-            measured = [r for r in records if r.phase == "measured"]
-            summary = summarize(records, concurrency=level.concurrency, rate=level.offered_rate,
-                                window_start_ns=min((r.sent_ns for r in measured), default=0))
-            work.attach(summary, records)
-            findings.assess(findings.LevelFacts(records, summary, level.concurrency, work.planned, interrupted=True))
-            store.save_level(run_id, idx, repetition, summary, records, status="interrupted", started=started,
-                             finished=now_iso(), window=load.window)
+            # Ctrl-C: what was measured is kept, with the guard's snapshots and the server's samples it had
+            self.finish(work, load, level, at, records, (snap, node_snaps, server_snap), prompts, started, True)
             raise
+        summary, status = self.finish(work, load, level, at, records, (snap, node_snaps, server_snap), prompts,
+                                      started, False)
+        rep.level_end(summary)
+        return summary, status
+
+    def finish(self, work: LevelWork, load: _Load, level: Level, at: tuple[int, int], records: list[RequestRecord],
+               snaps: tuple[GuardSnapshot | None, list[GuardSnapshot], GuardSnapshot | None], prompts: PromptPool,
+               started: str, interrupted: bool) -> tuple[ServingLevel, str]:
+        """A repetition's summary, findings and status, stored: one it measured to its end, or one an interrupt cut
+        (its window from its first send to now, its status interrupted)."""
+        cfg, store, run_id = self.cfg, self.store, self.run_id
+        idx, repetition = at
+        snap, node_snaps, server_snap = snaps
         window = load.window
+        if interrupted:
+            measured = [r for r in records if r.phase == "measured"]
+            window = (min((r.sent_ns for r in measured), default=0), 0)
         summary = summarize(records, concurrency=level.concurrency, rate=level.offered_rate, window_start_ns=window[0],
-                            window_end_ns=window[1], slo=cfg.slo)
+                            window_end_ns=window[1] or None, slo=cfg.slo)
         summary.cost_per_mtok = level_cost(cfg.price_per_hour, cfg.currency, summary.sustained_tps)
         summary.client = ClientReport.written(**load.client_report)
         summary.guard = snap
+        tele = load.telemetry
         if tele is not None:
             summary.telemetry = tele.summary(summary.total_output_tokens, summary.duration_s)
             if tele.series():
@@ -373,12 +324,14 @@ class _Sweep:
             summary.client.put(node_guards=[n.to_dict() for n in node_snaps])
         if server_snap is not None:
             summary.client.put(server_guard=server_snap.to_dict())
-        findings.assess(_facts(cfg, run_id, level, records, summary, load, self.ep.info,
-                               (snap, node_snaps, server_snap), prompts.longest, work.beside()))
-        status = _end_status(summary, load)
+        facts = _facts(cfg, run_id, level, records, summary, load, self.ep.info, snaps, prompts.longest,
+                       work.beside())
+        if interrupted:  # "N of the M planned"
+            facts.interrupted, facts.requests = True, work.planned
+        findings.assess(facts)
+        status = "interrupted" if interrupted else _end_status(summary, load)
         store.save_level(run_id, idx, repetition, summary, records, status=status, started=started,
                          finished=now_iso(), window=window)
-        rep.level_end(summary)
         return summary, status
 
     async def settle(self, load: _Load, level: Level, n: int, records: list[RequestRecord], desc: str) -> None:
@@ -392,15 +345,15 @@ class _Sweep:
         self.rep.warn(f"{desc}: TTFT had not settled after {WARMUP_ROUNDS} warm-up rounds of {n}")
 
     async def measure(self, work: LevelWork, load: _Load, level: Level, at: tuple[int, int],
-                      records: list[RequestRecord]) -> LevelTelemetry | None:
-        """The measured phase of a level, with the server's /metrics sampled meanwhile; returns the telemetry,
-        stopped. ``at``: the level's index and repetition."""
+                      records: list[RequestRecord]) -> None:
+        """The measured phase of a level, with the server's /metrics sampled meanwhile (``load.telemetry``, stopped
+        however the phase ends). ``at``: the level's index and repetition."""
         cfg, (idx, repetition) = self.cfg, at
         tele = None
         if cfg.metrics_interval_s or self.host.meter is not None:
-            tele = LevelTelemetry(self.client.http, root_url(cfg.url), cfg.metrics_interval_s,
-                                  {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {},
-                                  self.host.meter, self.host.idle, self.host.note)
+            tele = load.telemetry = LevelTelemetry(self.client.http, root_url(cfg.url), cfg.metrics_interval_s,
+                                                   {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {},
+                                                   self.host.meter, self.host.idle, self.host.note)
             tele.start()
         try:
             await work.measure(load, level, cfg.duration_s, self.seed + idx * 7919 + repetition, records,
@@ -408,7 +361,6 @@ class _Sweep:
         finally:
             if tele is not None:
                 await tele.stop()
-        return tele
 
     async def stop_if_broken(self, level: Level, last: ServingLevel) -> None:
         """A truncated prompt fails the run; lost connections ask whether the server is still there."""
@@ -460,9 +412,13 @@ async def run_sweep(
     seed = cfg.seed if cfg.seed is not None else random.randrange(2**31)
     log = RunLog(store, new_run_id(), "sweep", cfg.label)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=connector, trace_configs=[trace_config()]) as http:
+    async with aiohttp.ClientSession(connector=connector, trace_configs=[trace_config()]) as http, \
+            contextlib.AsyncExitStack() as closing:
         ep = await Endpoint.open(http, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, rep.warn)
         host = await ServerHost.open(cfg.power)
+        closing.push_async_callback(host.close)  # whatever ends the run, a refusal before it starts too
+        if cfg.power is not None and cfg.power.idle_s and host.meter is None:
+            rep.warn(f"--idle-power: no idle figure, as {host.note}")
         client = ep.client(cfg.api, temperature=cfg.temperature, timeout_s=cfg.timeout_s,
                            stall_timeout_s=cfg.stall_timeout_s)
         builder = PromptBuilder(ep.tokenizer, seed, log.run_id.rsplit("-", 1)[-1] + secrets.token_hex(2))
@@ -494,6 +450,5 @@ async def run_sweep(
             if pool is not None:
                 await pool.close()
             await client.close()
-            await host.close()
         status, error = plan.verdict(sweep.outcomes, manifest)
         return log.close(status, error, sweep.outcomes)
