@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -372,3 +373,71 @@ def test_a_runs_power_meter_is_the_agents_or_this_machines(monkeypatch: pytest.M
     assert idle_seconds(p.parse_args(["--idle-power", "30s"])) == 30.0
     with pytest.raises(UsageError, match="not a duration"):
         idle_seconds(p.parse_args(["--idle-power", "soon"]))
+
+
+def test_a_run_through_an_agent_without_a_meter_says_the_agents_reasons() -> None:
+    """The agent's host reads no power: each level's note gives the agent's own reasons, not advice to pass
+    --agent, which the run did."""
+    from tokenbench.emitter import BackgroundEmitter
+    from tokenbench.kinds.lengths import LengthsKind
+    from tokenbench.serverhost import PowerPlan
+    from tokenbench.store import Store
+    from tokenbench.sweep import SweepConfig, run_sweep
+
+    with BackgroundEmitter() as em, tempfile.TemporaryDirectory() as d:
+        async def body(_: AgentClient, url: str) -> Any:
+            cfg = SweepConfig(url=em.url, workload=LengthsKind.fixed(8, 4), requests=4, guard="off",
+                              power=PowerPlan(agent=url, agent_token=TOKEN))
+            return await run_sweep(cfg, Store(Path(d) / "r.db"))
+
+        res = run_agent(body, sources=[], notes=("no RAPL counters here",))
+    (level,) = res.outcomes
+    tele = level.summary.telemetry
+    assert tele is not None and tele.gpu_power == "not available"
+    assert tele.power_note == "the server host has no power source its agent reads (no RAPL counters here)"
+
+
+def test_a_refused_agent_leaves_no_connection_open() -> None:
+    """An agent not there, a URL that is no agent, a name that resolves nowhere: one line, exit 3, and nothing
+    after it (the agent's HTTP session was left open: "Unclosed client session" under it)."""
+    script = """
+import sys, tempfile
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.cli import main
+with BackgroundEmitter() as em, tempfile.TemporaryDirectory() as d:
+    for agent in ["http://127.0.0.1:9", "notaurl.invalid", em.url.rsplit("/v1", 1)[0]]:
+        code = main(["sweep", "--url", em.url, "--requests", "2", "--quiet", "--db", d + "/r.db", "--agent", agent,
+                     "--agent-token", "x"])
+        print("exit", code, file=sys.stderr)
+"""
+    done = subprocess.run([sys.executable, "-X", "dev", "-c", script], capture_output=True, text=True, timeout=120)
+    err = done.stderr
+    assert err.count("exit 3") == 3 and err.count("tokenbench: error:") == 3, err
+    assert "Unclosed" not in err and "Traceback" not in err, err
+
+
+def test_idle_power_without_a_power_source_says_there_is_no_idle_figure(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from tokenbench.emitter import BackgroundEmitter
+
+    with BackgroundEmitter() as em:
+        assert main(["sweep", "--url", em.url, "--requests", "2", "--quiet", "--db", str(tmp_path / "r.db"),
+                     "--idle-power", "1s", "--power", "none"]) == 0
+    said = " ".join(capsys.readouterr().err.split())
+    assert "--idle-power: no idle figure, as no meter reads the box under test" in said
+
+
+def test_an_agent_given_as_the_server_is_named_for_what_it_is() -> None:
+    """--url at the agent's port: the agent refuses the run's key (401) as an OpenAI server would, and "pass
+    --api-key" sent the user the wrong way."""
+    from tokenbench.errors import EndpointError
+    from tokenbench.servers import discover
+
+    async def body(_: AgentClient, url: str) -> str:
+        async with aiohttp.ClientSession() as http:
+            with pytest.raises(EndpointError) as e:
+                await discover(http, url + "/v1")
+        return one_line(e.value)
+
+    said = run_agent(body)
+    assert "is a tokenbench agent, not a model server: give the server's own URL as --url" in said

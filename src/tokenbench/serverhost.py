@@ -60,7 +60,15 @@ class ServerHost:
 
             agent = AgentClient(plan.agent, plan.agent_token or "")
             host = cls(plan, agent, agent)
-            host.snapshot = (await agent.host()).to_dict()
+            try:
+                seen = await agent.host()
+            except BaseException:
+                await agent.close()
+                raise
+            host.snapshot = seen.to_dict()
+            if not seen.power_sources:  # the agent's own reasons, not advice to run one
+                why = "; ".join(str(n) for n in seen.power_notes or [])
+                host.note = "the server host has no power source its agent reads" + (f" ({why})" if why else "")
         elif plan.sources == "none" and not plan.url and not plan.cmd:
             return cls(plan, None, None)
         else:

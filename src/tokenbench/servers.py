@@ -166,6 +166,9 @@ async def discover(
         ) as r:
             server_header = r.headers.get("Server", "")
             if r.status in (401, 403):
+                if b"the agent's token" in await r.content.read(4096):  # hostagent/server.py's refusal
+                    raise EndpointError(f"{base_url} is a tokenbench agent, not a model server: give the server's "
+                                        "own URL as --url, and the agent's as --agent")
                 raise EndpointError(
                     f"{base_url} refused the API key (HTTP {r.status}): pass --api-key or set OPENAI_API_KEY"
                 )
