@@ -280,3 +280,31 @@ def test_no_engine_string_is_tested_by_its_prefix() -> None:
     bad = [f"{p.relative_to(SRC.parent)}:{line}" for p in sorted(SRC.rglob("*.py")) if p.name != "registry.py"
            for line in _prefix_tests(p.read_text())]
     assert not bad, "ask tokenbench.registry which engine a string names:\n" + "\n".join(bad)
+
+
+def test_a_port_a_stopped_server_left_in_time_wait_is_free_and_a_listened_one_taken() -> None:
+    """`engines serve` restarted on its port right after Ctrl-C: the connections of the stopped server wait out
+    TIME-WAIT, and the engines bind with SO_REUSEADDR, so the port is free; it once read as taken."""
+    import socket
+    import time
+
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    assert launch.port_taken(port)  # a server listens there
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = srv.accept()
+    conn.close()  # the server closes first: its side of the connection waits out TIME-WAIT
+    time.sleep(0.05)
+    client.close()
+    srv.close()
+    assert not launch.port_taken(port)
+    anywhere = socket.socket()
+    anywhere.bind(("0.0.0.0", 0))
+    anywhere.listen()
+    try:
+        assert launch.port_taken(anywhere.getsockname()[1])  # one listening on every address holds it too
+    finally:
+        anywhere.close()

@@ -78,8 +78,10 @@ def free_port() -> int:
 
 def port_taken(port: int) -> bool:
     """Whether something listens on ``port`` of 127.0.0.1 already: an engine started there would fail to bind,
-    while its health check found the other server healthy."""
+    while its health check found the other server healthy. Bound as the engines bind (SO_REUSEADDR): connections of
+    a server just stopped, still waiting out TIME-WAIT, take nothing from the next one."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
