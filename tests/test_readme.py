@@ -246,3 +246,13 @@ def test_the_predicted_cache_cliffs_are_what_the_commands_print() -> None:
                              check=True).stdout
         said += [ln.rstrip() for ln in out.splitlines() if ln.startswith("cache (PREDICTED)")]
     assert said == blocks()[i + 1][1].rstrip("\n").splitlines()
+
+
+def test_every_exit_code_is_in_the_readme() -> None:
+    """A script reads the exit code: every one an error class ends a command with is in the README's table (6,
+    --guard strict's refusal, was once missing)."""
+    src = ROOT / "src" / "tokenbench"
+    codes = {int(c) for f in src.rglob("*.py") for c in re.findall(r"^\s+exit_code = (\d+)$", f.read_text(), re.M)}
+    table = (ROOT / "README.md").read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    listed = {int(m) for m in re.findall(r"^\| (\d+) \|", table, re.M)}
+    assert {2, 3, 6} <= codes and codes <= listed, codes - listed
