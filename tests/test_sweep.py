@@ -90,6 +90,11 @@ def test_duration_levels(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     s = res.outcomes[0].summary  # type: ignore[attr-defined]
     # each request takes ~60 ms: about 10 per slot in 0.6 s
     assert 8 <= s.completed <= 30
+    # both: the level ends at whichever comes first (the docs and --help say so)
+    few = sweep(emitter.url, Store(tmp_path / "r.db"), concurrency=[2], requests=4, duration_s=30, warmup=0)
+    assert few.outcomes[0].summary.completed == 4 and few.outcomes[0].summary.duration_s < 5
+    short = sweep(emitter.url, Store(tmp_path / "r.db"), concurrency=[2], requests=10_000, duration_s=0.6, warmup=0)
+    assert 8 <= short.outcomes[0].summary.completed <= 30
 
 
 def test_repetitions_report_median_and_cv(emitter: BackgroundEmitter, tmp_path: Path) -> None:

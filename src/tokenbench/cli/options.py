@@ -194,7 +194,8 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
     g.add_argument("--max-concurrency", type=POSITIVE_INT, help="open loop: cap on requests in flight")
     g.add_argument("--requests", type=POSITIVE_INT, help="measured requests per level (default 32)")
     if not search:
-        g.add_argument("--duration", help="measure each level for this long instead, e.g. 60s " + UNIT)
+        g.add_argument("--duration", help="measure each level for this long, e.g. 60s; with --requests, the level "
+                       "ends at whichever comes first " + UNIT)
     g.add_argument("--warmup", type=WARMUP,
                    help="uncounted full-length requests per level (default: one per slot); auto: rounds of them "
                         "until TTFT settles (a round's median within a fifth of the last's, at most 6 rounds)")
