@@ -202,7 +202,7 @@ def test_compare_as_markdown_has_the_capacity_table(runs: tuple[Path, dict[str, 
     out = capsys.readouterr().out
     assert "| Capacity search | A | B |" in out
     assert f"| Capacity | {cap_b:.0f} agents | {cap_a:.0f} agents |" in out
-    assert "| SLO | &gt;= 90 tok/s each | same |" in out
+    assert "| SLO | >= 90 tok/s each | same |" in out
     assert f"| Cost per agent-hour | {2 / cap_b:.3f} USD | {2 / cap_a:.3f} USD |" in out
     assert " |\n\nSure: " in out  # the table ends before its legend (else Markdown reads it as a row)
     assert f"A serves {cap_b / cap_a:.2f}x the agents of B" in out

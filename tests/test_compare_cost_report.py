@@ -388,7 +388,7 @@ def test_markdown_report_appends_then_rewrites_its_section(tmp_path: Path, capsy
     assert "## h100-pred (PREDICTED)" in text and "| tg128 | 32,768 | 56.9 ± 0.3 |" in text
     # the prediction's, as predict printed them
     assert "bands (each source's rows predicted by a fit on the others: 80% measured within): vllm-cuda's" in text
-    assert "<script>" not in text and "&lt;script&gt;" in text
+    assert "<script>" not in text and "&lt;script>" in text
 
 
 def _png_width(path: Path) -> int:

@@ -78,7 +78,10 @@ def test_hostile_labels_break_no_output(label: str, emitter: BackgroundEmitter, 
 
 
 def test_md_escape_keeps_a_name_on_one_line() -> None:
-    assert md_escape("a\n# b|c<d>") == "a # b\\|c&lt;d&gt;"
+    assert md_escape("a\n# b|c<d>") == "a # b\\|c&lt;d>"
+    # what is no markup stays as written: a file read raw says "<=", not "&lt;="
+    assert md_escape("TTFT p90 <= 5 s; a < b & c > d") == "TTFT p90 <= 5 s; a < b & c > d"
+    assert md_escape("</table><!-- x --> &amp; &#60;") == "&lt;/table>&lt;!-- x --> &amp;amp; &amp;#60;"
 
 
 def test_max_error_rate_json_is_valid(emitter: BackgroundEmitter, tmp_path: Path) -> None:

@@ -657,3 +657,9 @@ def test_a_value_no_box_draws_is_a_failed_reading_not_a_figure() -> None:
                        ({}, {"a": -1.0}, "a counted -1.0 J"), ({}, {}, "no usable value")):
         r = Broken(w, j).read()
         assert not r.ok and said in (r.error or "") and r.error.startswith("command: ")
+
+
+def test_a_power_url_that_is_no_url_names_the_option() -> None:
+    with pytest.raises(PowerError) as e:
+        UrlSource("notaurl")
+    assert str(e.value) == "url: notaurl is not an http:// or https:// URL: give --power-url one"

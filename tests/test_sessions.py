@@ -255,6 +255,24 @@ def test_a_level_with_no_finished_session_reads_cleanly() -> None:
     assert session_lines(s) == ["2 busted: 0/2 sessions finished; cached 1% of prompt tokens (usage)"]
 
 
+def test_a_level_cut_before_any_turn_finished_prints_no_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """A cache-cliff search interrupted at 8 agents printed a header-only turn table for them and "8 warm: the
+    server reported no cached tokens"; no turn had finished to report anything."""
+    from rich.console import Console
+
+    from tokenbench.distribution import Distribution
+    from tokenbench.levels import ServingLevel, SessionStats
+    from tokenbench.session_table import print_sessions
+
+    s = ServingLevel(concurrency=8, completed=0, failed=8)
+    s.session = SessionStats(cache="warm", sessions=8, sessions_finished=0, turns_per_session=1.0,
+                             session_s=Distribution(n=0), cached_share=None, cached_source=None)
+    print_sessions(Console(width=80), [s])
+    out = capsys.readouterr().out
+    assert "each turn" not in out and "reported no cached tokens" not in out
+    assert " ".join(out.split()) == "8 warm: 0/8 sessions finished; no turn finished"
+
+
 def test_each_session_level_warms_up_on_prompts_of_its_own(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     """One request of a first turn's size per agent before each level, sharing no text with the sessions: vLLM
     compiled again at a busted level's first batch (2 x 2,079 tokens) and that turn read 43 s, a '175x' gain."""

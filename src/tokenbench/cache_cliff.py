@@ -155,9 +155,8 @@ class Cliff:
         if not self.cache_failed:
             return (f"{kept} as far as the SLO went: at {self.fell_at:.0f} turn TTFT broke it with the cached "
                     f"share still {self.share_fell:.0%}")
-        rose = f" and median turn TTFT rose {self.ttft_ratio:.1f}x" if self.ttft_ratio else ""
         return (f"{kept}; at {self.fell_at:.0f} the cached share fell from {self.share_kept:.0%} to "
-                f"{self.share_fell:.0%}{rose}")
+                f"{self.share_fell:.0%}{_ttft_moved(self.ttft_ratio)}")
 
     def explained(self) -> list[str]:
         out = []
@@ -208,3 +207,16 @@ def _session_tokens(s: ServingLevel | None) -> tuple[float | None, float | None]
         return None, None
     mean = sum((t.context_tokens_mean or 0.0) * t.n for t in turns) / sum(t.n for t in turns)
     return mean, max(t.context_tokens_mean or 0.0 for t in turns)
+
+
+def _ttft_moved(ratio: float | None) -> str:
+    """What median turn TTFT did at the cliff: a small model re-prefills a session in little more than its warm
+    turn took, so "rose 1.0x" would read as a rise."""
+    if not ratio:
+        return ""
+    if ratio >= 1.05:
+        return f" and median turn TTFT rose {ratio:.1f}x"
+    if ratio <= 0.95:
+        return f" and median turn TTFT fell to {ratio:.2f}x"
+    return f", median turn TTFT within 5% ({ratio:.2f}x): re-sending the sessions cost little here"
+

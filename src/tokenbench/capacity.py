@@ -82,7 +82,8 @@ class SearchSpec:
         if self.axis == "concurrency" and (self.low != int(self.low) or self.high != int(self.high)):
             raise ValueError("a concurrency range is whole agents, e.g. 1:64")
         if self.cache_drop is not None and not 0 < self.cache_drop < 1:
-            raise ValueError(f"a cached share's fall of {self.cache_drop:g}: give a share between 0 and 1, e.g. 0.5")
+            raise ValueError(f"a cached share's fall of {self.cache_drop:g}: give a share above 0 and below 1, e.g. "
+                             "0.5 (a level fails once its cached share is under half the lowest level's)")
 
     def level(self, value: float) -> Level:
         if self.axis == "concurrency":

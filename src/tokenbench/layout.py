@@ -21,9 +21,11 @@ def plural(n: int | None, word: str, many: str | None = None) -> str:
 
 def md_escape(text: str) -> str:
     """Untrusted text (a model name, a label) made inert in Markdown: no HTML, no table breaks, and no line break
-    (a newline in a label used to start a heading of its own)."""
+    (a newline in a label used to start a heading of its own); what is not markup stays as written ("TTFT p90 <= 5
+    s" read "&lt;=" in the file)."""
     text = " ".join(text.splitlines())
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    text = re.sub(r"&(?=#?\w+;)", "&amp;", text)  # an entity's start, shown as written
+    return re.sub(r"<(?=[A-Za-z/!?])", "&lt;", text).replace("|", "\\|")  # a tag's start; "<=" and "a < b" stay
 
 
 def md_paragraph(text: str) -> str:

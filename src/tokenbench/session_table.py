@@ -59,7 +59,8 @@ def session_lines(s: ServingLevel) -> list[str]:
         done.append(f"session time p50 {st.session_s.p50:.1f} s" +
                     (f" (p90 {st.session_s.p90:.1f} s)" if st.session_s.p90 is not None and st.session_s.n > 1 else ""))
     cache = [f"cached {100 * st.cached_share:.0f}% of prompt tokens ({st.cached_source})"
-             if st.cached_share is not None else "the server reported no cached tokens"]
+             if st.cached_share is not None else "no turn finished" if not s.completed else
+             "the server reported no cached tokens"]
     if st.server_hit_share is not None:
         cache.append(f"server prefix-cache hits {100 * st.server_hit_share:.0f}% (/metrics)")
     parts = [", ".join(done), ", ".join(cache)]
@@ -110,7 +111,10 @@ def session_pairs(levels: list[ServingLevel]) -> list[tuple[ServingLevel, Servin
 def print_sessions(console: Console, levels: list[ServingLevel], fmt: str = "table") -> None:
     """The session view of a run: per agent count, TTFT against the turn and its context, warm and busted."""
     for warm, busted in session_pairs(levels):
-        print_table(console, *session_rows(warm, busted), fmt,
+        header, rows = session_rows(warm, busted)
+        if not rows:  # a level an interrupt cut before any turn finished: no table of no rows
+            continue
+        print_table(console, header, rows, fmt,
                     title=f"{agents_text(warm.concurrency)}: each turn, p50 over the sessions", numeric=True)
         headline = session_headline(warm, busted)
         if headline:

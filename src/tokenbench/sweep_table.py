@@ -10,7 +10,7 @@ from rich.console import Console
 from .cache_cliff import CHECK as CLIFF_CHECK
 from .cells import level_label, ms, num
 from .console import print_table
-from .layout import format_markdown, md_paragraph
+from .layout import format_markdown, md_paragraph, plural
 from .levels import ServingLevel, Telemetry
 from .replay_table import lanes_warmed, print_replays
 from .session_table import print_sessions
@@ -166,7 +166,7 @@ def _server_parts(s: ServingLevel) -> list[str]:
     if t.kv_cache_usage_max is not None:
         parts.append(f"peak KV cache {t.kv_cache_usage_max:.0%}")
     if t.waiting_max:
-        parts.append(f"up to {t.waiting_max:.0f} requests waiting")
+        parts.append(f"up to {plural(round(t.waiting_max), 'request')} waiting")
     if t.spec_acceptance_rate is not None:
         mal = t.spec_mean_acceptance_length
         parts.append(f"speculative acceptance {t.spec_acceptance_rate:.2f}"

@@ -55,7 +55,7 @@ class UrlSource(PowerSource):
 
     def __init__(self, url: str, timeout_s: float = 3.0) -> None:
         if not url.startswith(("http://", "https://")):
-            raise PowerError(f"url: {redact.url(url)} is not an http:// or https:// URL")
+            raise PowerError(f"url: {redact.url(url)} is not an http:// or https:// URL: give --power-url one")
         self.url, self.timeout_s = url, timeout_s
         sample = self._page()
         for names, factor, counter, measures, note in METRICS:

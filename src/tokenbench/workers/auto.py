@@ -42,7 +42,7 @@ async def choose_workers(url: str, levels: list[Level], spec: ClientSpec,
     n = auto_workers(levels, cores, send_us)
     why = (f"{streams} streams at {send_us:.0f} µs a send: the fewest workers whose wave of re-sends keeps its "
            f"p90 send queue under {SEND_QUEUE_GOAL_MS:g} ms, at least one per 64 streams, of {of}"
-           if send_us is not None else f"{streams} streams on {of}: one per 64 streams")
+           if send_us is not None else f"{plural(streams, 'stream')} on {of}: one per 64 streams")
     return n, {"workers": n, "streams": streams, "cores": cores, "server_here": here, "shares_cores": shared,
                "send_us": round(send_us, 1) if send_us is not None else None,
                "send_queue_goal_ms": SEND_QUEUE_GOAL_MS, "why": why}
