@@ -30,8 +30,7 @@ def context(w: Workload) -> int:
     """The most tokens one agent's sequence holds: a request's prompt and answer, or a session's last turn."""
     if w.sessions is None:
         return w.input_len + w.output_len
-    sent = max(1, w.sessions.sent())
-    return w.sessions.context(sent) + w.sessions.output
+    return w.sessions.longest()
 
 
 def _bands(c: Candidate, s: Setup, cal: Calibration, w: Workload, agents: int) -> None:

@@ -262,8 +262,7 @@ def _own_slots(cfg: PredictConfig, s: Setup, request: int) -> tuple[Setup, str |
     e = registry.engine(s.engine)
     if cfg.setup.parallel is not None or cfg.depths is not None or s.kind != "sequential" or not e.auto_slots_since:
         return s, None
-    sh = cfg.session
-    context = request if sh is None else sh.context(max(1, sh.sent())) + sh.output
+    context = request if cfg.session is None else cfg.session.longest()
     since = registry.month_text(e.auto_slots_since)
     v = cfg.setup.engine_version
     build = registry.build_date(s.engine, v) if v else ""

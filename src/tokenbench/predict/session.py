@@ -103,6 +103,10 @@ class SessionShape:
         fit = (self.max_context - self.output - self.shared_prefix - self.task) // (self.output + self.tool) + 1
         return max(0, min(self.turns, fit))
 
+    def longest(self) -> int:
+        """The most tokens one session's sequence holds: its last turn sent, prompt and answer."""
+        return self.context(max(1, self.sent())) + self.output
+
     def check(self) -> None:
         if self.max_context is not None and self.sent() == 0:
             first = self.context(1) + self.output
