@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -174,19 +175,54 @@ def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
 # its tokens are pieces of a multi-byte character, which vLLM streams as chunks with empty text (the chunk rule).
 
 
-def _vllm_bench(server: RunningEngine, model: tiny.TinyModel, concurrency: int, n: int, seed: int,
-                out: Path) -> dict[str, Any]:
-    # A new --seed every run: with its default seed vllm bench serve sends the same prompts every run, and vLLM's
-    # prefix cache serves them (measured: 512 of 3,080 prompt tokens from the cache on a repeat, median TTFT at
-    # concurrency 4 down 19%). No ready check: it would be one more request in the server's own TTFT metrics.
-    cmd = [str(vllm_env.python()), str(REFERENCE / "vllm_bench_serve.py"), "--backend", "openai",
-           "--base-url", server.base_url[:-3], "--model", server.model, "--tokenizer", str(model.hf_dir),
-           "--dataset-name", "random", "--random-input-len", "128", "--random-output-len", "32",
-           "--num-prompts", str(n), "--max-concurrency", str(concurrency), "--ignore-eos", "--seed", str(seed),
-           "--ready-check-timeout-sec", "0", "--save-result", "--save-detailed", "--result-filename", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return _json(out)  # type: ignore[no-any-return]
+class _VllmBench:
+    """vllm bench serve, one process for every run of a test (``--runs-from-stdin``): vLLM's import, 11-15 s on 2
+    cores, is paid once and not once a run; between runs the process waits on its stdin, taking no CPU from the
+    server the other tool measures."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+
+    def run(self, server: RunningEngine, model: tiny.TinyModel, concurrency: int, n: int, seed: int,
+            out: Path) -> dict[str, Any]:
+        # A new --seed every run: with its default seed vllm bench serve sends the same prompts every run, and
+        # vLLM's prefix cache serves them (measured: 512 of 3,080 prompt tokens from the cache on a repeat, median
+        # TTFT at concurrency 4 down 19%). No ready check: it would be one more request in the server's own TTFT
+        # metrics.
+        args = ["--backend", "openai", "--base-url", server.base_url[:-3], "--model", server.model,
+                "--tokenizer", str(model.hf_dir), "--dataset-name", "random", "--random-input-len", "128",
+                "--random-output-len", "32", "--num-prompts", str(n), "--max-concurrency", str(concurrency),
+                "--ignore-eos", "--seed", str(seed), "--ready-check-timeout-sec", "0", "--save-result",
+                "--save-detailed", "--result-filename", str(out)]
+        if self.proc is None:
+            self.proc = subprocess.Popen([str(vllm_env.python()), str(REFERENCE / "vllm_bench_serve.py"),
+                                          "--runs-from-stdin"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(args) + "\n")
+        self.proc.stdin.flush()
+        said: list[str] = []
+        watchdog = threading.Timer(600, self.proc.kill)  # a run that hangs ends the process, and so this read
+        watchdog.start()
+        try:
+            for line in self.proc.stdout:
+                if line.startswith("@@ran "):
+                    assert line.split()[1] == "0", "".join(said)[-4000:]
+                    return _json(out)
+                said.append(line)
+        finally:
+            watchdog.cancel()
+        raise AssertionError("vllm bench serve stopped: " + "".join(said)[-4000:])
+
+    def close(self) -> None:
+        if self.proc is not None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 TTFT_SUM, TTFT_COUNT = "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count"
@@ -321,7 +357,7 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
 
     def run_theirs(c: int, rnd: int) -> None:
         before = _metrics(server)
-        ref = _vllm_bench(server, model, c, n[c], 1000 * rnd + c, tmp_path / f"vb-{rnd}-{c}.json")
+        ref = reference.run(server, model, c, n[c], 1000 * rnd + c, tmp_path / f"vb-{rnd}-{c}.json")
         after = _metrics(server)
         assert ref["completed"] == n[c] and ref["total_output_tokens"] == 32 * n[c]
         one = {"tps": [ref["output_throughput"]], "ttft": [t * 1000 for t in ref["ttfts"]],
@@ -340,11 +376,16 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
         decode.setdefault(("vllm bench serve", c), []).append(statistics.fmean(theirs_decode) / server_decode_ms - 1)
         their_server[c].append({"ttft": total / count, "decode": server_decode_ms})
 
-    for rnd in range(3):
-        for c in n:
-            first, second = (run_ours, run_theirs) if rnd % 2 == 0 else (run_theirs, run_ours)
-            first(c, rnd)
-            second(c, rnd)
+    reference = _VllmBench()
+    try:
+        for rnd in range(3):
+            for c in n:
+                first, second = (run_ours, run_theirs) if rnd % 2 == 0 else (run_theirs, run_ours)
+                first(c, rnd)
+                second(c, rnd)
+    finally:
+        reference.close()
+
     def by_round(c: int, k: str) -> list[float]:
         """Each round's ratio of the two tools' runs: TTFT's medians, TPOT's and ITL's means, output tok/s."""
         stat = statistics.median if k == "ttft" else statistics.fmean
