@@ -155,7 +155,7 @@ def test_contexts_past_the_box_are_flagged(cat: Catalog, cal: Calibration) -> No
     assert any(f"from turn {first} the box cannot hold 4 contexts" in n and "evicts cached prefixes" in n
                for n in p.notes)
     head, rows = session_table(s, cal, p)
-    assert rows[-1][0] == "Fits" and rows[-1][-1] == "NO"
+    assert rows[-1][0] == "Fits" and rows[-1][-1] == "no"
 
 
 def test_a_context_past_the_model_s_own_is_said_wherever_fit_said_it_fits(capsys: pytest.CaptureFixture[str]) -> None:

@@ -60,6 +60,17 @@ def _box(s: Setup) -> str:
 PAST_MODEL = "past model"
 
 
+def fits_cell(s: Setup, context: int, fits: bool, offload: str | None = None) -> str:
+    """A Fits cell, said alike in every predicted table: what the box cannot hold first ("no"), then a context the
+    model was not trained for (``PAST_MODEL``), then what runs slowly (``offload``: what says so, where the box holds
+    the rest on its CPU), else "yes"."""
+    if not fits and offload is None:
+        return "no"
+    if s.model.past_context(context):
+        return PAST_MODEL
+    return offload if not fits and offload is not None else "yes"
+
+
 def context_remark(m: ModelSpec, tokens: int) -> str | None:
     """What a context past the model's own means, said once under a table whose cells say ``PAST_MODEL``."""
     if not m.past_context(tokens):
@@ -197,8 +208,7 @@ def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
             row += [estimate_cell(s, cal, "decode", _f(1 / t.estimate), d + tg), _f(1 / t.ceiling)]
         ctx = depth_context(d, pp, tg, tests)
         f = s.fit(ctx, 1)
-        rows.append(row + [PAST_MODEL if s.model.past_context(ctx) else "yes" if f.fits else
-                           f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)"])
+        rows.append(row + [fits_cell(s, ctx, f.fits, f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)")])
     return head, rows
 
 
@@ -215,7 +225,7 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
                      estimate_cell(s, cal, "ttft", _ttft(p.ttft_s.estimate), ctx, n), _ttft(p.ttft_s.ceiling),
                      estimate_cell(s, cal, "tpot", f"{p.tpot_s.estimate * 1000:.1f} ms", ctx, n),
                      f"{p.tpot_s.ceiling * 1000:.1f} ms",
-                     "no" if not f.fits else PAST_MODEL if s.model.past_context(ctx) else "yes"])
+                     fits_cell(s, ctx, f.fits)])
     return head, rows
 
 
@@ -337,9 +347,7 @@ def session_table(s: Setup, cal: Calibration, p: SessionPrediction) -> Table:
             rows.append([label(name, metric)] + [fmt(get(t).estimate) for t in shown])
         rows.append(["  ceiling" if s.calibrated else f"{name}, ceiling"] + [fmt(get(t).ceiling) for t in shown])
     out = p.shape.output
-    # what the box cannot hold first, then what the model was not trained for, then what runs slowly
-    rows.append(["Fits"] + ["NO" if not (t.fits or t.offload) else PAST_MODEL if s.model.past_context(t.context + out)
-                            else "offload" if t.offload else "yes" for t in shown])
+    rows.append(["Fits"] + [fits_cell(s, t.context + out, t.fits, "offload" if t.offload else None) for t in shown])
     return ["Turn"] + [str(t.turn) for t in shown], rows
 
 
