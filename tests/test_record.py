@@ -272,12 +272,14 @@ def test_the_log_holds_the_servers_counts_and_the_tool_calls(agent_run: Any) -> 
 
 # ---- sessions: explicit ids, scopes, concurrency ---------------------------------------------------------------------
 
-def test_explicit_session_headers_name_the_session_and_its_parent(tmp_path: Path, emitter: BackgroundEmitter) -> None:
+def test_explicit_session_headers_group_the_session_and_its_parent_unwritten(tmp_path: Path,
+                                                                             emitter: BackgroundEmitter) -> None:
     out = tmp_path / "ids.jsonl"
 
     async def run(url: str) -> None:
-        main_a, sub_a = Agent(url, {"X-Session-ID": "build-42"}), Agent(url, {"X-Session-ID": "build-42/lint",
-                                                                             "X-Parent-Session-ID": "build-42"})
+        main_a = Agent(url, {"X-Session-ID": "alice@corp.example-laptop"})
+        sub_a = Agent(url, {"X-Session-ID": "alice@corp.example-laptop/lint",
+                            "X-Parent-Session-ID": "alice@corp.example-laptop"})
         async with aiohttp.ClientSession() as s:
             await main_a.ask(s, [{"role": "user", "content": "start"}])
             await sub_a.ask(s, [{"role": "user", "content": "lint it"}])
@@ -286,8 +288,9 @@ def test_explicit_session_headers_name_the_session_and_its_parent(tmp_path: Path
 
     with recording(emitter.url, out) as rec:
         asyncio.run(run(rec.url))
-    assert [(ln["session"], ln["parent"]) for ln in lines(out)] == [
-        ("build-42", None), ("build-42/lint", "build-42"), ("build-42", None)]
+    # the headers group and name the parent; what they said (a person, a machine) is not written
+    assert [(ln["session"], ln["parent"]) for ln in lines(out)] == [("s1", None), ("s2", "s1"), ("s1", None)]
+    assert "alice" not in out.read_text() and "corp.example" not in out.read_text()
     assert len(load_trajectories(out).trajectories) == 1
 
 

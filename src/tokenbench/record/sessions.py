@@ -3,7 +3,9 @@ requests say, in the order their answers ended (the order the log is written in)
 
 A request's session, by the first rule that applies:
 
-1. The ``X-Session-ID`` header, where the client sends one: that session, whatever its messages.
+1. The ``X-Session-ID`` header, where the client sends one: that session, whatever its messages. The header
+   groups, and is not written: every session is named ``s1``, ``s2``... in the order it began (a client's id may
+   name a person or a machine).
 2. The Responses API's ``previous_response_id``: the session of that response.
 3. Its conversation: a request whose messages begin with a session's last request's messages and go on (with
    that request's answer, or in place of the answer another message, as an agent that rewrites what it re-sends
@@ -42,8 +44,6 @@ HANDOFF_CHARS = 16
 WAITS_KEPT = 8
 #: The most answers whose conversation a later ``previous_response_id`` may name.
 RESPONSES_KEPT = 4096
-#: The longest session id taken from a header; a longer one is cut.
-MAX_ID = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,23 +192,14 @@ class Sessions:
         return None
 
     def _new(self, turn: Turn) -> _Session:
+        self._made += 1
+        name = f"s{self._made}"
         if turn.header is not None:
-            name = self._name(turn.header[:MAX_ID])
             self._by_header[turn.header] = name
-        else:
-            self._made += 1
-            name = self._name(f"s{self._made}")
         parent = self._by_header.get(turn.parent_header) if turn.parent_header is not None else None
         s = _Session(name, parent or self._handed(turn), turn.scope)
         self._sessions[name] = s
         return s
-
-    def _name(self, want: str) -> str:
-        name, n = want, 1
-        while name in self._sessions:
-            n += 1
-            name = f"{want}-{n}"
-        return name
 
     def _handed(self, turn: Turn) -> str | None:
         """The session that handed this new one its task (the module's rule), or None."""
