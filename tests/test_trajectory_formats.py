@@ -193,6 +193,7 @@ def test_a_session_log_cut_in_the_middle_of_its_last_write_loads_up_to_its_last_
     out and counted, and the replay's heading says so. A broken line anywhere else is still refused, and a whole
     last line without its newline is a request like any other."""
     from tokenbench.replay import ReplayPlan
+    from tokenbench.replay_table import replay_heading
     from tokenbench.trajectories.session_log import CUT_LAST_LINE
 
     lines = SESSION_LOG.read_text().splitlines(True)
@@ -202,6 +203,8 @@ def test_a_session_log_cut_in_the_middle_of_its_last_write_loads_up_to_its_last_
     assert cut.figures.calls == whole.figures.calls - 1
     assert "1 line cut short in its write" in ReplayPlan(cut).describe()
     assert "left out" not in ReplayPlan(whole).describe()
+    # the heading printed above the tables and in reports, read from the run's stored manifest
+    assert "1 line cut short in its write" in replay_heading(json.loads(json.dumps(ReplayPlan(cut).to_dict())))
     unended = load_trajectories(_write(tmp_path, "unended.jsonl", "".join(lines).rstrip("\n")))
     assert unended.skipped == () and unended.figures.calls == whole.figures.calls
     broken = "".join(lines[:2]) + lines[2][:20] + "\n" + "".join(lines[3:])

@@ -48,6 +48,7 @@ from .chat import Message
 from .trajectories.model import Call, Trajectory, TrajectorySet
 from .workload import PromptBuilder, Tokenizer
 from .layout import plural
+from .replay_table import replay_heading
 
 Answers = Literal["recorded", "live"]
 #: AgentX's cap on a recorded pause between turns, seconds.
@@ -99,23 +100,12 @@ class ReplayPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "replay", "trajectories": self.trajectories.describe(), "max_think_s": self.max_think_s,
-                "answers": self.answers, "speed": self.speed, "scale": self.scale}
+                "answers": self.answers, "speed": self.speed, "scale": self.scale, "full_text": self.full_text}
 
     def describe(self) -> str:
-        """One line for the table's heading: the set, how pauses were capped, lengths and times as scaled."""
-        f = self.trajectories.figures
-        parts = [f"replay of {self.trajectories.path.name} ({self.trajectories.format}, "
-                 f"{plural(f.trajectories, 'trajectory', 'trajectories')}, {f.calls} calls, "
-                 f"{plural(f.subagents, 'subagent')})",
-                 "pauses as recorded" if self.max_think_s is None else f"pauses capped at {self.max_think_s:g} s"]
-        if self.scale != 1:
-            parts.append(f"lengths / {self.scale:g}")
-        if self.speed is not None:
-            parts.append(f"open loop at {self.speed:g}x the recorded times")
-        if self.trajectories.format == "mlcommons" or self.full_text:
-            parts.append(f"answers {self.answers}")
-        parts += [f"{plural(n, 'line')} {why} left out" for why, n in self.trajectories.skipped]
-        return ", ".join(parts)
+        """One line for the table's heading: the set, how pauses were capped, lengths and times as scaled, the lines
+        left out (replay_table.replay_heading, from what the manifest stores)."""
+        return replay_heading(self.to_dict())
 
 
 class ReplayTexts:

@@ -105,6 +105,11 @@ def replay_heading(wl: dict[str, Any]) -> str:
         parts.append(f"lengths / {wl['scale']:g}")
     if wl.get("speed") is not None:
         parts.append(f"open loop at {wl['speed']:g}x the recorded times")
+    if wl.get("full_text") or t.get("format") == "mlcommons":
+        parts.append(f"answers {wl.get('answers')}")
     if t.get("ideal_cached_share") is not None:
         parts.append(f"ideal cached share {t['ideal_cached_share']:.0%}")
+    skipped = t.get("skipped") if isinstance(t.get("skipped"), dict) else {}
+    assert isinstance(skipped, dict)
+    parts += [f"{plural(n, 'line')} {why} left out" for why, n in skipped.items() if isinstance(n, int) and n]
     return ", ".join(parts)
