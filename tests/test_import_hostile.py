@@ -53,6 +53,9 @@ BAD = {
     "negative prompt length": lambda t: _llama(t, "pp.json", n_prompt=-512),
     "negative depth": lambda t: _llama(t, "d.json", n_depth=-4096),
     "zero duration": lambda t: _vllm(t, "z.json", duration=0),
+    "negative concurrency": lambda t: _vllm(t, "nc.json", max_concurrency=-3),
+    "empty": lambda t: _write(t / "e.json", b" \n"),
+    "cut short": lambda t: _write(t / "cut.json", (DATA / "vllm_serve_result.json").read_bytes()[:700]),
     "vllm NaN throughput": lambda t: _vllm(t, "vn.json", output_throughput=float("nan")),
     "infinite concurrency": lambda t: _write(t / "mc.json", (DATA / "vllm_serve_result.json").read_bytes()
                                             .replace(b'"max_concurrency": 16', b'"max_concurrency": 1e999')),
@@ -72,6 +75,9 @@ def test_a_malformed_file_is_refused_in_one_line(name: str, tmp_path: Path,
     assert len(out.strip().splitlines()) == 1 and "Traceback" not in out
     assert str(path) in out and "nothing was imported" in out
     assert Store(db).runs() == []
+    said = {"negative concurrency": "max_concurrency: -3 is negative", "empty": "the file is empty",
+            "cut short": "before its document does: cut short?"}
+    assert said.get(name, "") in out
 
 
 def test_several_files_are_all_or_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -168,7 +168,7 @@ def test_calibrate_runs_fits_the_queue_model_to_imported_requests(tmp_path: Path
     place = ["--hardware", BOX, "--model", MODEL, "--weights", WEIGHTS, "--kv", KV, "--engine", ENGINE]
     assert main(["calibrate", "--runs", "h100-mine", *place, "--out", str(mine), "--db", str(db)]) == 0
     said = capsys.readouterr().out
-    assert "3 measurements from 1 run(s) of your own" in said
+    assert "3 measurements from 1 run of your own" in said
     cal = Calibration.from_toml(mine.read_text(), origin=str(mine))
     assert "anchored on 3 measurements of your own" in cal.efficiency("vllm-cuda").source
     # the row calibrate read: the steady state's TTFT (the burst left out), 1.4x the packaged steady state

@@ -53,7 +53,7 @@ def test_own_runs_pull_the_backend_toward_what_the_box_measured(tmp_path: Path,
     _depth_run(Store(db), SCALE)
     assert main(["calibrate", "--runs", "my-strix", "--hardware", BOX, "--model", MODEL, "--out", str(out),
                  "--db", str(db)]) == 0
-    assert "6 measurements from 1 run(s) of your own" in capsys.readouterr().out
+    assert "6 measurements from 1 run of your own" in capsys.readouterr().out
     packaged = Calibration.packaged()
     mine = Calibration.from_toml(out.read_text(), origin=str(out))
     assert "anchored on 6 measurements of your own" in mine.efficiency("llamacpp-vulkan").source

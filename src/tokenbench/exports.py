@@ -23,6 +23,7 @@ from .errors import UsageError
 from .levels import DepthLevel
 from .predict.measured import COLUMNS, Row, run_rows
 from .results import RunResult
+from .layout import plural
 
 FORMATS = ("published-csv", "llama-bench-md")
 #: llama.cpp's backends as llama-bench names them in its table (tokenbench's engine names are lower case).
@@ -70,7 +71,7 @@ def _rows(run: RunResult, place: Placing) -> list[Row]:
 def _header(run: RunResult, rows: int, skipped: int) -> list[str]:
     m = run.manifest
     lines = [f"# tokenbench {__version__}: run {run.run_id} ({m.label or 'no label'}), {m.provenance or 'measured'}"
-             f", {rows} rows" + (f"; {skipped} level(s) it cannot hold left out (unfinished, or no lengths)"
+             f", {rows} rows" + (f"; {plural(skipped, 'level')} it cannot hold left out (unfinished, or no lengths)"
                                  if skipped else "") + "; a flagged level's rows name its flags, and calibrate --runs "
              "leaves such levels out",
              f"# engine: {m.engine or 'unknown'} {m.engine_version or ''}".rstrip()]

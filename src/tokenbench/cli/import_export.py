@@ -11,6 +11,7 @@ from rich.console import Console
 from ..store import Store
 from .common import check_output, write_stdout
 from .options import LABEL, add_db, add_latest
+from ..layout import plural
 
 
 def cmd_import(a: argparse.Namespace, console: Console) -> int:
@@ -22,9 +23,9 @@ def cmd_import(a: argparse.Namespace, console: Console) -> int:
         labels = sorted({store.resolve(i).label or i for i in ids})
         shown = ", ".join(labels[:6]) + (" ..." if len(labels) > 6 else "")
         if new:
-            console.print(f"{f}: {fmt}, {len(ids)} run(s) imported: {shown}", markup=False, highlight=False)
+            console.print(f"{f}: {fmt}, {plural(len(ids), 'run')} imported: {shown}", markup=False, highlight=False)
         else:
-            console.print(f"{f}: imported before, as {len(ids)} run(s) ({', '.join(ids[:3])}): not imported again",
+            console.print(f"{f}: imported before, as {plural(len(ids), 'run')} ({', '.join(ids[:3])}): not imported again",
                           markup=False, highlight=False)
     return 0
 

@@ -13,6 +13,7 @@ from ..store import Store
 from .common import check_output, emit_json, int_list, tokens, write_json
 from .options import LABEL, UNIT, NONNEG_INT, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
 from ..registry import known
+from ..layout import plural
 
 if TYPE_CHECKING:
     from ..predict.calibration import Calibration
@@ -311,7 +312,7 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
     if own is not None:
         for w in fitted.warnings:
             console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
-        console.print(f"{fitted.own} measurements from {len(a.runs)} run(s) of your own, on {a.hardware}",
+        console.print(f"{fitted.own} measurements from {plural(len(a.runs), 'run')} of your own, on {a.hardware}",
                       markup=False, highlight=False)
     cal = fitted.calibration
     write(cal, Path(a.out))

@@ -78,6 +78,8 @@ def parse_file(path: Path, label: str | None = None) -> tuple[str, list[Imported
     if not FORMATS:
         _register()
     text, digest = read_text(path)
+    if not text.strip():
+        raise UsageError(f"{path}: the file is empty; nothing was imported")
     for name, detect, parse in FORMATS:
         if detect(path, text):
             runs = _parse(name, parse, path, text, label)

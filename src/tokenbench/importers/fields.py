@@ -5,6 +5,8 @@ stored."""
 
 from __future__ import annotations
 
+import json
+
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -75,7 +77,20 @@ def load_json(path: Path, text: str) -> Any:
     try:
         return loads(text, "the file", max_bytes=None)
     except WireError as e:
-        raise UsageError(f"{path}: not valid JSON ({e}); nothing was imported") from None
+        raise UsageError(f"{path}: not valid JSON ({_where_not(text, e)}); nothing was imported") from None
+
+
+def _where_not(text: str, e: WireError) -> str:
+    """Where a document stops being JSON: the end of a file cut short, or the line and column of what is wrong."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as d:
+        if d.pos >= len(text.rstrip()):
+            return f"it ends at line {d.lineno} before its document does: cut short?"
+        return f"{d.msg} at line {d.lineno}, column {d.colno}"
+    except (ValueError, RecursionError):
+        pass
+    return str(e)
 
 
 def text_field(obj: Any, key: str, path: Path, where: str) -> str:

@@ -37,11 +37,13 @@ def _dist(d: dict, name: str, n: int) -> Distribution:  # type: ignore[type-arg]
     )
 
 
-def _load(d: dict[str, Any]) -> tuple[int | None, float | None]:
+def _load(d: dict[str, Any], path: Path) -> tuple[int | None, float | None]:
+    """The level's load: its --max-concurrency, else its --request-rate ("inf": every request at once, no rate)."""
     conc = d.get("max_concurrency")
+    conc = int(number(conc, path, "max_concurrency")) if conc is not None else None
     rate = d.get("request_rate")
-    rate = None if rate in (None, "inf", float("inf")) or conc else float(rate)
-    return (int(conc) if conc else None), rate
+    rate = None if rate in (None, "inf") or conc else number(rate, path, "request_rate")
+    return conc or None, rate
 
 
 def _requests(d: dict[str, Any], path: Path) -> list[RequestRecord]:
@@ -78,7 +80,7 @@ def _summary(d: dict[str, Any], path: Path) -> ServingLevel:
         raise FieldError(path, "duration", f"{duration!r} s: a run takes time")
     out_tps = float(need(d, "output_throughput", path, ""))
     need(d, "median_ttft_ms", path, "")
-    conc, rate = _load(d)
+    conc, rate = _load(d, path)
     return ServingLevel(
         concurrency=conc, rate=rate, completed=completed,
         failed=int(d.get("failed", 0) or 0), duration_s=duration, output_throughput_tps=out_tps,

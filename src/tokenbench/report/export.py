@@ -18,6 +18,7 @@ from ..jsontext import json_text
 from . import html, markdown
 from .document import Report
 from .series import Plot
+from ..layout import plural
 
 
 #: Where an exporter writes: one file, or a directory of files.
@@ -43,7 +44,7 @@ class MarkdownExport:
 
     def write(self, rep: Report, path: Path) -> str:
         markdown.write(path, rep.runs)
-        return f"wrote {len(rep.runs)} section(s) to {path}"
+        return f"wrote {plural(len(rep.runs), 'section')} to {path}"
 
 
 class HtmlExport:
