@@ -460,3 +460,21 @@ def test_a_generated_weka_trace_round_trips_its_totals(tmp_path_factory: pytest.
     assert f.distinct_block_tokens is not None and f.distinct_block_tokens <= f.input_tokens
     calls: list[Call] = [c for _, t in load_trajectories(p).trajectories[0].walk() for c in t.calls]
     assert all(c.pause_s >= 0 for c in calls)
+
+
+@pytest.mark.parametrize("holds", [[], ["a.jsonl", "b.jsonl"], ["notes.json"]])
+def test_a_folder_that_holds_no_weka_trace_says_what_a_folder_must_hold(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], holds: list[str]) -> None:
+    """A folder of session logs (or nothing) given to --trace: not "cannot read it (Is a directory)", but what a
+    folder is read as, what it holds, and to give one file."""
+    from tokenbench.cli import main
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for name in holds:
+        (folder / name).write_text(SESSION_LOG.read_text() if name.endswith(".jsonl") else '{"notes": 1}')
+    assert main(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Is a directory" not in err
+    assert "a folder is read as Weka/AgentX traces" in err and "give one file" in err
+    assert ("it is empty" in err) if not holds else all(name in err for name in holds)

@@ -97,7 +97,11 @@ def refuse_unknown(path: str | Path) -> None:
     whose first line is broken, is left to its loader, which names the line."""
     p = Path(path)
     if p.is_dir():
-        return
+        found = sorted(f.name for f in p.iterdir() if f.is_file())
+        has = f"none of its files ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}) is one" if found \
+            else "it is empty"
+        raise UsageError(f"--trace {p}: a folder is read as Weka/AgentX traces, a .json file each, and {has}: "
+                         "give one file (a session log, a trace) instead")
     try:
         first = first_json_line(p.read_bytes().decode("utf-8-sig"))
     except (OSError, UnicodeDecodeError):
