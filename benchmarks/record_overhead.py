@@ -106,7 +106,7 @@ def _proxy(direct: str, log: Path, loop: str, env: dict[str, str]) -> tuple[subp
     cmd = [sys.executable, "-m", "tokenbench"] if loop == "uvloop" else [sys.executable, "-c", NO_UVLOOP]
     proxy = subprocess.Popen([*cmd, *argv], stdout=subprocess.PIPE, text=True, env=env)
     assert proxy.stdout is not None
-    line = proxy.stdout.readline()
+    line = "".join(proxy.stdout.readline() for _ in range(2))  # the heading, then the OpenAI address
     m = re.search(r"OPENAI_BASE_URL=(http://\S+)/v1", line)
     if not m:
         proxy.kill()

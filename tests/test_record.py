@@ -775,9 +775,10 @@ def test_the_command_records_until_ctrl_c_and_says_what_it_did(tmp_path: Path, e
     proc = record_command(emitter.url, out)
     try:
         assert proc.stdout is not None
-        first = proc.stdout.readline()
+        first = "".join(proc.stdout.readline() for _ in range(3))
         m = re.search(r"OPENAI_BASE_URL=(\S+/v1)", first)
         assert m and "ANTHROPIC_BASE_URL=http://127.0.0.1:" in first, first
+        assert max(map(len, first.splitlines()[1:])) <= 80, first  # each address whole, on a line of its own
         for _ in range(3):
             assert asyncio.run(post(m.group(1) + "/chat/completions", CHAT))[0] == 200
     finally:
@@ -797,7 +798,7 @@ def test_a_recording_of_nothing_says_so_keeps_no_log_and_exits_1(tmp_path: Path,
     proc = record_command(emitter.url, out)
     try:
         assert proc.stdout is not None
-        m = re.search(r"OPENAI_BASE_URL=(\S+)/v1", proc.stdout.readline())
+        m = re.search(r"OPENAI_BASE_URL=(\S+)/v1", "".join(proc.stdout.readline() for _ in range(3)))
         assert m and out.exists()
         # a request of a path that is not recorded is forwarded, and still records nothing
         assert asyncio.run(get(m.group(1) + "/v1/models")) == 200
@@ -999,7 +1000,7 @@ def test_a_server_of_its_own_to_record_through_then_replay_on(tmp_path: Path) ->
                                   text=True, env=env)
         try:
             assert record.stdout is not None
-            proxy = re.search(r"OPENAI_BASE_URL=(\S+/v1)", record.stdout.readline())
+            proxy = re.search(r"OPENAI_BASE_URL=(\S+/v1)", "".join(record.stdout.readline() for _ in range(3)))
             assert proxy
             messages = [{"role": "user", "content": "hello there"}]
             for _ in range(2):

@@ -112,7 +112,7 @@ EXAMPLES: dict[str, list[str]] = {
     "recommend": ["tokenbench recommend --model qwen3.6-35b-a3b --agents 16 --ttft-p99 2s --currency EUR",
                   "tokenbench recommend --model llama-3.1-8b --capacity --ttft-p99 2s --tpot 50ms --runs h100-cap"],
     "record": ["tokenbench record --upstream http://gpu-box:8000 --out my-agents.jsonl",
-               "tokenbench record --upstream http://gpu-box:8000 --out shareable.jsonl --lengths-only --port 8101"],
+               "tokenbench record --upstream http://gpu-box:8000 --out a.jsonl --lengths-only"],
     "quality": ["tokenbench quality --tasks niah,agreement       # the embedded engine, offline",
                 "tokenbench quality --url http://strix:8080/v1 --label strix --tasks niah,agreement --contexts 4k,16k",
                 "tokenbench quality --url http://a30:8080/v1 --label a30 --tasks gsm8k --limit 200",

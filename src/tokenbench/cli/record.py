@@ -102,8 +102,10 @@ def cmd_record(a: argparse.Namespace, console: Console) -> int:
     holder: list[Summary] = []
 
     def ready(root: str) -> None:
-        console.print(f"recording to {config.out}: point the agent at OPENAI_BASE_URL={root}/v1 (Anthropic-speaking "
-                      f"agents: ANTHROPIC_BASE_URL={root}); Ctrl-C stops", soft_wrap=True)
+        # each address on a line of its own, whole, to copy (the three lines fit 80 columns but for a long --out)
+        console.print(f"recording to {config.out} until Ctrl-C; point the agents at\n"
+                      f"  OPENAI_BASE_URL={root}/v1\n  ANTHROPIC_BASE_URL={root}", soft_wrap=True, markup=False,
+                      highlight=False)
         if (why := unreachable(config.upstream)) is not None:
             console.print(f"warning: nothing answers at {redact.url(config.upstream)} now ({why}): the agent's "
                           "requests fail until it does", style="yellow", markup=False, highlight=False, soft_wrap=True)
