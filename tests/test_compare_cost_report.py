@@ -630,3 +630,23 @@ def test_compare_says_a_side_was_cut_short_or_ran_on_a_busy_machine(tmp_path: Pa
     assert "one: 1 of 2 levels ran where the guard found the machine busy (dirty_bench): other work's share is in " \
            "its figures" in said
     assert not any(w.startswith("two") for w in said)
+
+
+def test_imports_of_one_level_at_4_and_of_repeated_tests_give_the_rows_compare_shows(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An AIPerf run measured only at concurrency 4 is served in rounds of 4 by its own medians, not as one
+    sequential stream at its aggregate rate; llama-benchy's tg32 at depth 0, run after each pp (its first at 103,549
+    tok/s), is the row compare's table shows, and `show` keeps each row's concurrency."""
+    monkeypatch.setenv("COLUMNS", "80")
+    db = str(tmp_path / "r.db")
+    for f in ("llama_benchy.md", "aiperf/profile_export_aiperf.json"):
+        assert main(["import", str(DATA / f), "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["compare", "llama_benchy", "aiperf", "--db", db, "--agents", "16", "--tokens", "200"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "aiperf: ~11.4 s batched (4 rounds of 4, each TTFT 54 ms + 199 x TPOT 14.1 ms)" in said, said
+    assert "llama_benchy: ~3.1 s as one sequential stream at 1,044.8 tok/s" in said and "103,549" not in said, said
+    assert main(["show", "llama_benchy", "--db", db]) == 0
+    shown = capsys.readouterr().out
+    assert "Concurrency" in shown and re.search(r"pp128 @ d0\s+0\s+2\s+7,139\.49 ± 935\.60", shown), shown
+    assert "3,706.82 ± 1,990.27" in shown

@@ -33,17 +33,19 @@ def depth_notes(res: RunResult) -> list[str]:
 
 
 def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
-    """pp/tg per depth, as llama-bench prints them; flags on the row they concern, never below the table only."""
+    """pp/tg per depth, as llama-bench prints them; flags on the row they concern, never below the table only; a
+    Concurrency column where a row ran more than one request at once (llama-benchy's ``(c2)``)."""
     predicted = res.predicted_mark is not None
-    head = ["Model", "Test", "Depth", f"t/s ({res.predicted_mark})" if predicted else "t/s", "Flags"]
+    levels = [o.summary for o in res.outcomes if isinstance(o.summary, DepthLevel)]
+    concurrent = any((s.concurrency or 1) > 1 for s in levels)
+    head = ["Model", "Test", "Depth", *(["Concurrency"] if concurrent else []),
+            f"t/s ({res.predicted_mark})" if predicted else "t/s", "Flags"]
     rows = []
-    for o in res.outcomes:
-        s = o.summary
-        if not isinstance(s, DepthLevel):
-            continue
+    for s in levels:
         v, sd = (s.pp_tps, s.pp_tps_sd) if s.pp_tps is not None else (s.tg_tps, s.tg_tps_sd)
-        value = "—" if v is None else f"{v:,.2f}" if predicted else f"{v:,.2f} ± {sd or 0:.2f}"
-        rows.append([res.manifest.model or "", f"{s.test} @ d{s.depth}", f"{s.depth or 0:,}", value,
+        value = "—" if v is None else f"{v:,.2f}" if predicted else f"{v:,.2f} ± {sd or 0:,.2f}"
+        rows.append([res.manifest.model or "", f"{s.test} @ d{s.depth}", f"{s.depth or 0:,}",
+                     *([str(s.concurrency or 1)] if concurrent else []), value,
                      ",".join(f for f in s.flags if f != "p99_estimate")])
     if not any(r[-1] for r in rows):
         head.pop()

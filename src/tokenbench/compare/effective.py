@@ -25,7 +25,9 @@ def _sequential(res: RunResult) -> bool:
         return not batches
     serve = sorted((s for s in serving(o.summary for o in res.outcomes) if s.concurrency and s.output_throughput_tps),
                    key=lambda s: s.concurrency or 0)
-    if len(serve) < 2 or serve[0].concurrency != 1:
+    if serve and serve[0].concurrency != 1:
+        return False  # measured only with several requests in flight: its levels' own rounds say how long
+    if len(serve) < 2:
         return True  # nothing measured shows batching
     return serve[-1].output_throughput_tps < BATCHING_GAIN * serve[0].output_throughput_tps
 
@@ -74,7 +76,9 @@ def _sequential_line(res: RunResult, levels: list[LevelSummary], serve: list[Ser
         t = agents * (ttft + (tokens - 1) * tpot) / 1000
         return (f"{run_name(res)}: ~{t:,.1f} s as one sequential stream ({agents} requests in turn, each TTFT "
                 f"{ttft:,.0f} ms + {tokens - 1} x TPOT {tpot:.1f} ms)")
-    single = next((rate for s in levels if (rate := _one_stream(s)) and not s.depth), None)
+    # the last level of a test measured more than once (llama-benchy's tg after each pp), as compare's table shows it
+    single = next((rate for s in reversed(levels) if (rate := _one_stream(s)) and not s.depth
+                   and (s.concurrency or 1) == 1), None)
     rate = single or (serve[0].sustained_tps if serve else None)
     if not rate:
         return None
