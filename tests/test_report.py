@@ -283,3 +283,18 @@ def test_the_html_each_run_table_reads_the_plateau_as_the_terminal_does(tmp_path
     assert level.split(" | ")[1:3] == ["733", "183"], level  # 733.2 / 4 agents
     assert main(["report", "plat", "--md", str(tmp_path / "p.md"), "--db", str(db)]) == 0
     assert "733" in (tmp_path / "p.md").read_text()
+
+
+def test_llama_benchy_depth_lines_are_one_per_test_and_concurrency(tmp_path: Path) -> None:
+    """llama-benchy runs each test at c1 and c2 and its tg after each pp: one line per test and concurrency, one
+    point per depth (two rows at one depth drew a vertical zigzag)."""
+    db = str(tmp_path / "r.db")
+    assert main(["import", str(Path(__file__).parent / "data" / "llama_benchy.md"), "--db", db]) == 0
+    store = Store(Path(db))
+    run = load_result(store, store.runs()[0].id)
+    plots = {p.id: p for p in series.build([run])}
+    decode = {line.name.split(" ", 1)[1]: line for line in plots["decode_depth"].lines}
+    assert set(decode) == {"tg32 c1", "tg32 c2"}, list(decode)
+    for line in [*decode.values(), *plots["prefill_depth"].lines]:
+        assert len(set(line.xs)) == len(line.xs) == 2, (line.name, line.xs)
+    assert decode["tg32 c1"].ys == [1044.85, 206.2]  # the last row at each depth, as compare's table

@@ -218,15 +218,20 @@ def _soak_lines(plots: dict[str, Plot], r: RunResult, i: int, cache: str, levels
 
 
 def _depth_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
-    """A run's depth levels: prefill and decode against the tokens in cache, one line per test."""
+    """A run's depth levels: prefill and decode against the tokens in cache, one line per test and concurrency
+    (llama-benchy's ``(c2)``); a test measured twice at one depth (its tg after each pp) by its last row, as
+    compare's table shows it."""
     name = run_name(r)
+    levels = depth_levels(o.summary for o in r.outcomes)
+    concurrent = any((s.concurrency or 1) > 1 for s in levels)
     for key, attr in (("prefill_depth", "pp_tps"), ("decode_depth", "tg_tps")):
-        by_test: dict[str, list[tuple[float, float]]] = {}
-        for s in depth_levels(o.summary for o in r.outcomes):
+        by_test: dict[str, dict[float, float]] = {}
+        for s in levels:
             if getattr(s, attr):
-                by_test.setdefault(s.test or "", []).append((float(s.depth or 0), getattr(s, attr)))
+                test = f"{s.test or ''} c{s.concurrency or 1}" if concurrent else s.test or ""
+                by_test.setdefault(test, {})[float(s.depth or 0)] = getattr(s, attr)
         for test, pts in by_test.items():
-            _add(plots[key], name if len(by_test) == 1 else f"{name} {test}", sorted(pts), r, i)
+            _add(plots[key], name if len(by_test) == 1 else f"{name} {test}", sorted(pts.items()), r, i)
 
 
 def build(runs: list[RunResult], price_per_hour: float | None = None, currency: str | None = None) -> list[Plot]:
