@@ -149,6 +149,8 @@ def test_compare_reads_a_level_s_rates_as_the_sweep_table_shows_them(tmp_path: P
     a, b = serve(4, 2676, 50, 16), serve(4, 2000, 60, 18)
     assert isinstance(a, ServingLevel)
     a.plateau = Plateau(0.5, 9.5, 0.9, 4.0, 2719.0, 21.0, Distribution(n=8, p50=50), Distribution(n=8, p50=16), 80)
+    assert isinstance(b, ServingLevel)  # both over their plateaus (one side's against the other's whole window: below)
+    b.plateau = Plateau(0.5, 9.5, 0.9, 4.0, 2050.0, 21.0, Distribution(n=8, p50=60), Distribution(n=8, p50=18), 80)
     _run(store, "a", [serve(1, 700, 40, 14), a], model="m")
     _run(store, "b", [serve(1, 600, 45, 15), b], model="m")
     c = compare(load_result(store, "a"), load_result(store, "b"), agents=4)
@@ -650,3 +652,21 @@ def test_imports_of_one_level_at_4_and_of_repeated_tests_give_the_rows_compare_s
     shown = capsys.readouterr().out
     assert "Concurrency" in shown and re.search(r"pp128 @ d0\s+0\s+2\s+7,139\.49 ± 935\.60", shown), shown
     assert "3,706.82 ± 1,990.27" in shown
+
+
+def test_a_plateau_rate_is_not_set_against_a_whole_window_rate(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """One AIPerf run imported twice: from its requests (tokenbench finds the plateau: 224 tok/s) and from its
+    summary (the whole window AIPerf states: 171 tok/s). They read 1.31x apart; compared over the whole window
+    both, with a warning that says so, they agree."""
+    db = str(tmp_path / "r.db")
+    for f, label in (("aiperf/profile_export.jsonl", "requests"), ("aiperf/profile_export_aiperf.json", "summary")):
+        assert main(["import", str(DATA / f), "--db", db, "--label", label]) == 0
+    ra, rb = (load_result(Store(Path(db)), r) for r in ("requests", "summary"))
+    assert ra.outcomes[0].summary.plateau is not None and rb.outcomes[0].summary.plateau is None
+    c = compare(ra, rb)
+    agg = next(r for r in c.rows if r.metric == "Aggregate output")
+    assert agg.ratio == pytest.approx(1.0, abs=0.02), agg
+    assert any("both compared over the whole window" in w for w in c.warnings), c.warnings
+    # two runs that both have a plateau (or neither) keep the rate the sweep table shows
+    assert not any("whole window" in w for w in compare(ra, ra).warnings)

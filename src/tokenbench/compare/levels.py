@@ -188,6 +188,19 @@ def crossovers(rows: list[CompareRow], a: str, b: str) -> list[str]:
 
 #: The warning of two runs with no row in common (two capacity searches often: each bisects to its own levels).
 NO_SHARED_POINT = "the two runs share no operating point (test, depth, concurrency): nothing to align"
+#: The rates over a level's whole window, ramp and drain included: what both sides are compared by where only one
+#: has a plateau (a tool's summary file states no more than its whole window)
+WHOLE_WINDOW: dict[str, Getter] = {"Aggregate output": of_serving(lambda s: s.output_throughput_tps or None),
+                                   "Per-agent": of_serving(lambda s: s.per_agent_tps)}
+
+
+def _getter(name: str, get: Getter, sa: LevelSummary, sb: LevelSummary) -> tuple[Getter, bool]:
+    """The getter a row compares by, and whether it fell back to the whole window: a rate over one side's plateau
+    against the other's whole window is no comparison (two imports of one AIPerf run read 1.31x apart)."""
+    plateaus = {getattr(s, "plateau", None) is not None for s in (sa, sb)}
+    if name in WHOLE_WINDOW and len(plateaus) == 2:
+        return WHOLE_WINDOW[name], True
+    return get, False
 
 
 def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, store: Store | None = None) -> Comparison:
@@ -199,11 +212,14 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
     samples: tuple[dict[int, LevelSamples], dict[int, LevelSamples]] = (
         (run_samples(a, store), run_samples(b, store)) if shared else ({}, {}))
     rows = []
+    windowed = False
     for key in shared:
         sa, sb = oa[key].summary, ob[key].summary
         # the run and the level seed each side's draws: the same runs give the same interval every time
         seeds = [f"{r.run_id}:{o.idx}" for r, o in ((a, oa[key]), (b, ob[key]))]
         for name, unit, higher, get in METRICS:
+            get, whole = _getter(name, get, sa, sb)
+            windowed |= whole
             va, vb = get(sa), get(sb)
             if va and vb:
                 iv = interval(va, vb, samples[0].get(oa[key].idx), samples[1].get(ob[key].idx), sa, sb, name, get,
@@ -212,6 +228,10 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
                 rows.append(CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, key[4] or None,
                                        iv, band))
     cmp = Comparison(run_name(a), run_name(b), rows, warnings=shape_warnings(a, b))
+    if windowed:
+        cmp.warnings.append("one side's output rates are over its plateau and the other's only over its whole window "
+                            "(a tool's summary states no more): both compared over the whole window, ramp and drain "
+                            "included")
     if not rows:
         cmp.warnings.append(NO_SHARED_POINT)
     else:  # a level only one run has is not compared, and the reader is told which
