@@ -108,9 +108,9 @@ def test_compare_golden_table_crossover_and_effective_line(tmp_path: Path) -> No
     # single numbers (no requests, no repetitions): no interval, and the row says the rule that decided it
     agg = [r for r in rows if r[4] == "Aggregate tok/s"]
     assert agg == [
-        ["serve", "0", "1", "128", "Aggregate tok/s", "60.0", "40.0", "1.50", "A 1.50× (5% rule)"],
-        ["serve", "0", "4", "128", "Aggregate tok/s", "62.0", "150", "0.41", "B 2.42× (5% rule)"],
-        ["serve", "0", "16", "128", "Aggregate tok/s", "61.0", "500", "0.12", "B 8.20× (5% rule)"],
+        ["serve", "0", "1", "~128", "Aggregate tok/s", "60.0", "40.0", "1.50", "A 1.50× (5% rule)"],
+        ["serve", "0", "4", "~128", "Aggregate tok/s", "62.0", "150", "0.41", "B 2.42× (5% rule)"],
+        ["serve", "0", "16", "~128", "Aggregate tok/s", "61.0", "500", "0.12", "B 8.20× (5% rule)"],
     ]
     ttft = [r for r in rows if r[4] == "Median TTFT ms"]
     assert ttft[0][-1] == "A 1.60× (5% rule)"  # lower is better for latency
@@ -132,9 +132,9 @@ def test_levels_only_one_run_has_are_said_not_dropped(tmp_path: Path, capsys: py
     _run(store, "b", [serve(c, 50 * c, 60, 18) for c in (1, 2, 8)], model="m")
     c = compare(load_result(store, "a"), load_result(store, "b"))
     assert sorted({r.concurrency for r in c.rows}) == [1, 2]
-    assert c.unmatched == ["only A has concurrency 4 at 128 tokens in", "only B has concurrency 8 at 128 tokens in"]
+    assert c.unmatched == ["only A has concurrency 4 at ~128 tokens in", "only B has concurrency 8 at ~128 tokens in"]
     assert main(["compare", "a", "b", "--db", str(tmp_path / "c.db")]) == 0
-    assert "not compared: only A has concurrency 4 at 128 tokens in; only B has concurrency 8 at 128 tokens in" in \
+    assert "not compared: only A has concurrency 4 at ~128 tokens in; only B has concurrency 8 at ~128 tokens in" in \
         " ".join(capsys.readouterr().out.split())
 
 
@@ -169,7 +169,7 @@ def test_compare_warns_on_different_model_shapes_and_still_prints(tmp_path: Path
     out = capsys.readouterr().out
     assert "different models (qwen3.6-27b vs qwen3.6-35b-a3b)" in out and "different weight formats" in out
     assert "A = a, B = b" in out
-    assert "| serve | 0 | 1 | 128 | Aggregate tok/s | 60.0 | 50.0 | 1.20 | A 1.20× (5% rule) |" in out
+    assert "| serve | 0 | 1 | ~128 | Aggregate tok/s | 60.0 | 50.0 | 1.20 | A 1.20× (5% rule) |" in out
     assert "5% rule: 5 of 5 rows have no interval" in " ".join(out.split())
     # every line that is not the table's is a paragraph of its own: a line right after a table is one more row
     # (a GFM reader read compare's notes as 17 extra rows)

@@ -1,7 +1,7 @@
 """Tables stay tables at 80 columns (issue 23): compare, show, runs and recommend say the columns that hold one
 value in every row once, above the table, and fit the rest; one block per row (a card) only where a row cannot
 fit. compare of a 5-level sweep at 80 columns printed 245 lines of 9-line cards, each repeating "Test serve /
-Depth 0 / Concurrency 4 / Prompt 128". The width is set in each test, never taken from the caller's terminal."""
+Depth 0 / Concurrency 4 / Prompt ~128". The width is set in each test, never taken from the caller's terminal."""
 
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ def test_compare_of_5_levels_is_one_short_table(db: Path, capsys: pytest.Capture
     lines = printed(["compare", "box-a", "box-b", "--db", str(db)], capsys, monkeypatch, columns)
     readable(lines, columns or 160)
     i = table_at(lines, "Metric", "A", "B", "A/B (95% CI)", "Faster")
-    assert [ln for ln in lines if "Test: serve" in ln] == ["Test: serve; Depth: 0; Prompt: 128"]  # once, above
-    assert lines.index("Test: serve; Depth: 0; Prompt: 128") < i
+    assert [ln for ln in lines if "Test: serve" in ln] == ["Test: serve; Depth: 0; Prompt: ~128"]  # once, above
+    assert lines.index("Test: serve; Depth: 0; Prompt: ~128") < i
     rows = [ln.rstrip() for ln in lines[i + 1:]]
     # each concurrency heads its rows (a column of it left no room at 80 for an interval and its verdict)
     assert [k for k, ln in enumerate(rows) if ln.startswith(" Concurrency ")] == [0, 8, 14, 20, 26]

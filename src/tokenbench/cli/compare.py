@@ -61,7 +61,7 @@ def _print_rows(console: Console, cfg: CompareConfig, done: Compared, fmt: str) 
         console.print(f"\n{md_paragraph(text)}" if md else text, style=style, markup=False, highlight=False)
 
     for w in c.warnings:
-        if not (cap is not None and w == NO_SHARED_POINT):  # their capacities are what compares
+        if not (cap is not None and w.startswith(NO_SHARED_POINT)):  # their capacities are what compares
             say(f"warning: {w}", "yellow")
     if c.rows:
         head, rows = table(c)

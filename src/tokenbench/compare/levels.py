@@ -88,7 +88,7 @@ def points(res: RunResult, most: int = 4) -> str:
 
 def points_said(keys: set[tuple[str, int, int, int, str]], most: int = 4) -> str:
     """Operating points (``level_key``s) in words, in order, the first ``most`` of them."""
-    said = [(f"concurrency {c}" + (f" at {p} tokens in" if p else "") + (f", {k} cache" if k else ""))
+    said = [(f"concurrency {c}" + (f" at ~{p:,} tokens in" if p else "") + (f", {k} cache" if k else ""))
             if t == "serve" else f"{t} at depth {d}" for t, d, c, p, k in sorted(keys)]
     return ", ".join(said[:most]) + (f" and {len(said) - most} more" if len(said) > most else "") or "no levels"
 
@@ -187,7 +187,8 @@ def crossovers(rows: list[CompareRow], a: str, b: str) -> list[str]:
 
 
 #: The warning of two runs with no row in common (two capacity searches often: each bisects to its own levels).
-NO_SHARED_POINT = "the two runs share no operating point (test, depth, concurrency): nothing to align"
+NO_SHARED_POINT = ("the two runs share no operating point (test, depth, concurrency, prompt length to the nearest "
+                   "64 tokens, cache): nothing to align")
 #: The rates over a level's whole window, ramp and drain included: what both sides are compared by where only one
 #: has a plateau (a tool's summary file states no more than its whole window)
 WHOLE_WINDOW: dict[str, Getter] = {"Aggregate output": of_serving(lambda s: s.output_throughput_tps or None),
@@ -233,7 +234,7 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
                             "(a tool's summary states no more): both compared over the whole window, ramp and drain "
                             "included")
     if not rows:
-        cmp.warnings.append(NO_SHARED_POINT)
+        cmp.warnings.append(f"{NO_SHARED_POINT}; A has {points(a)}, B {points(b)}")
     else:  # a level only one run has is not compared, and the reader is told which
         cmp.unmatched = [f"only {side} has {points_said(keys)}" for side, keys in (("A", set(oa) - set(ob)),
                                                                                   ("B", set(ob) - set(oa))) if keys]
@@ -288,7 +289,7 @@ def table(c: Comparison) -> tuple[list[str], list[list[str]]]:
     out = []
     for r in c.rows:
         out.append([r.test + (f" {r.cache}" if r.cache else ""), f"{r.depth:,}", str(r.concurrency),
-                    str(r.input_len or "—"), metric_label(r.metric, r.unit), figure(r.a), figure(r.b), ratio_cell(r),
+                    f"~{r.input_len:,}" if r.input_len else "—", metric_label(r.metric, r.unit), figure(r.a), figure(r.b), ratio_cell(r),
                     verdict(r)])
     return head, out
 
