@@ -298,3 +298,25 @@ def test_llama_benchy_depth_lines_are_one_per_test_and_concurrency(tmp_path: Pat
     for line in [*decode.values(), *plots["prefill_depth"].lines]:
         assert len(set(line.xs)) == len(line.xs) == 2, (line.name, line.xs)
     assert decode["tg32 c1"].ys == [1044.85, 206.2]  # the last row at each depth, as compare's table
+
+
+def test_runs_of_one_label_are_named_with_their_ids_and_a_ninth_run_marked_apart(tmp_path: Path) -> None:
+    """Two imports of one file share its label: the report names each with its id too (sections read
+    "llama_benchy vs llama_benchy"); past the palette's eight colours a run's marks take the next shape."""
+    from tokenbench.report.document import ReportConfig, report
+
+    db = tmp_path / "r.db"
+    src = Path(__file__).parent / "data" / "vllm_serve_result.json"
+    for k in range(2):  # the same content twice is refused as imported before: a copy with one byte more
+        f = tmp_path / f"v{k}.json"
+        f.write_text(src.read_text() + " " * k)
+        assert main(["import", str(f), "--db", str(db), "--label", "same"]) == 0
+    ids = [r.id for r in Store(db).runs()]
+    rep = report(ReportConfig(tuple(ids)), Store(db, readonly=True))
+    names = [r.manifest.label for r in rep.runs]
+    assert sorted(names) == sorted(f"same {i}" for i in ids)
+    assert all(line.name.startswith(("same ",)) and line.name.split()[1] in ids
+               for p in rep.plots for line in p.lines)
+    assert [style.marker(False, None, i) for i in (0, 7, 8, 16)] == ["circle", "circle", "square", "triangle-up"]
+    assert style.colour(8) == style.colour(0) and style.marker(True, None, 8) == "square-open"
+    assert style.marker(False, "busted", 8) == "diamond"

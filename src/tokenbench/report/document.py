@@ -6,6 +6,7 @@ everything a report shows (the plotted series, each pair of runs compared, quali
 from __future__ import annotations
 
 import datetime
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -53,12 +54,23 @@ def report(cfg: ReportConfig, store: Store | None = None, now: datetime.datetime
     store = store if store is not None else Store(cfg.db, readonly=True)
     price_per_hour, currency = cfg.price_per_hour, cfg.currency
     runs = [load_result(store, r, latest=cfg.latest, kinds=REPORTED, command="report") for r in cfg.runs]
-    pairs, apart = comparison.pairs(runs, price_per_hour, currency, store)
     quality = {}
     for ra, rb in combinations(runs, 2):
         q = beside(store, ra.manifest.label, rb.manifest.label)
         if q is not None:
             quality[(ra.run_id, rb.run_id)] = q.lines(ra.manifest.label or ra.run_id, rb.manifest.label or rb.run_id)
+    _told_apart(runs)
+    pairs, apart = comparison.pairs(runs, price_per_hour, currency, store)
     when = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     return Report(runs, series.build(runs, price_per_hour, currency), pairs, apart, quality, cfg.title,
                   price_per_hour, currency, when)
+
+
+def _told_apart(runs: list[RunResult]) -> None:
+    """Runs of one label (two imports of one tool's output) named with their ids too, as compare names them: two
+    sections "llama_benchy vs llama_benchy" and a legend of one name twice told nothing. The runs are this
+    report's copies, read from the store; nothing is written back."""
+    labels = Counter(r.manifest.label for r in runs if r.manifest.label)
+    for r in runs:
+        if r.manifest.label and labels[r.manifest.label] > 1:
+            r.manifest.label = f"{r.manifest.label} {r.run_id}"

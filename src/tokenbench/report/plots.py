@@ -28,7 +28,7 @@ def _figure(plot: Plot):  # type: ignore[no-untyped-def]
     for z, line in enumerate(drawn):  # PREDICTED first, measured on top
         c = style.colour(line.run)
         measured = not line.predicted
-        shape = style.MPL_MARKER[style.marker(False, line.cache)]
+        shape = style.MPL_MARKER[style.marker(False, line.cache, line.run)]
         ax.plot(line.xs, line.ys, color=c, linestyle=style.MPL_DASH[style.dash(line.predicted, line.secondary)],
                 linewidth=2.5 if measured else 1.8, marker=shape, markersize=7 if measured else 6,
                 markerfacecolor=c if measured else "white", markeredgecolor=c, markeredgewidth=1.5,

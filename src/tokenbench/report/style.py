@@ -34,15 +34,18 @@ def dash(predicted: bool, secondary: bool) -> str:
 MPL_DASH = {"solid": "-", "dot": ":", "dash": "--", "dashdot": "-."}
 
 
-def marker(predicted: bool, cache: str | None) -> str:
+def marker(predicted: bool, cache: str | None, run: int = 0) -> str:
     """Plotly's marker symbol: a circle, a diamond for an agent session's busted level (no prefix cache, the
-    baseline), open where PREDICTED. The line style stays free for measured/PREDICTED and the percentiles."""
-    shape = "diamond" if cache == "busted" else "circle"
+    baseline), open where PREDICTED. The line style stays free for measured/PREDICTED and the percentiles. Past
+    the palette's colours, each turn around it takes the next shape (a square, a triangle, a cross), so a ninth
+    run is told from the first by its marks."""
+    shape = "diamond" if cache == "busted" else CYCLE_SHAPES[run // len(PALETTE) % len(CYCLE_SHAPES)]
     return shape if not predicted else f"{shape}-open"
 
 
-#: The same shapes for Matplotlib.
-MPL_MARKER = {"circle": "o", "diamond": "D"}
+#: The marker of a run, by its turn around the palette.
+CYCLE_SHAPES = ("circle", "square", "triangle-up", "cross")
+MPL_MARKER = {"circle": "o", "diamond": "D", "square": "s", "triangle-up": "^", "cross": "P"}
 
 
 def wide(values: Iterable[float]) -> bool:
