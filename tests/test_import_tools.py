@@ -42,6 +42,9 @@ def test_aiperf_summary_keeps_its_figures_under_tokenbenchs_names(tmp_path: Path
     m = store.resolve(rid).manifest
     assert (m["tool"], m["tool_version"], m["model"]) == ("aiperf", "0.13.0", "emitter")
     assert "inter_token_latency" in m["definitions"]["tpot_ms"] and "TPOT" in m["definitions"]["tpot_ms"]
+    # the lengths asked for, whole numbers as a sweep states them (its config writes 64.0)
+    assert (m["workload"]["input_len"], m["workload"]["output_len"]) == (64, 12)
+    assert type(m["workload"]["input_len"]) is int
     assert store.requests(rid) == []  # a summary keeps no requests
 
 

@@ -119,6 +119,11 @@ def _summary_level(d: dict[str, Any], path: Path) -> ServingLevel:
     )
 
 
+def _whole(v: Any) -> Any:
+    """A length AIPerf's config writes as a float (64.0) as the whole number it is."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
 def _manifest(d: dict[str, Any], path: Path) -> Manifest:
     cfg = obj(d, "input_config")
     models = ((cfg.get("models") or {}).get("items") or [{}]) if isinstance(cfg.get("models"), dict) else [{}]
@@ -130,8 +135,9 @@ def _manifest(d: dict[str, Any], path: Path) -> Manifest:
         "model": models[0].get("name") if isinstance(models[0], dict) else None, "engine": None,
         "endpoint": urls[0] if isinstance(urls, list) else None, "started": d.get("start_time"),
         "finished": d.get("end_time"),
-        "workload": {"input_len": (prompts.get("isl") or {}).get("mean"),
-                     "output_len": (prompts.get("osl") or {}).get("mean"), "api": ep.get("type")},
+        # the lengths asked for (its --isl, --osl), as a sweep's manifest states them; what was sent is the level's
+        "workload": {"input_len": _whole((prompts.get("isl") or {}).get("mean")),
+                     "output_len": _whole((prompts.get("osl") or {}).get("mean")), "api": ep.get("type")},
         "tool": "aiperf", "tool_version": d.get("aiperf_version"), "tool_command": run.get("cli_command"),
         "definitions": DEFINITIONS,
     })
