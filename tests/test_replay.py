@@ -420,3 +420,10 @@ def test_the_report_reads_a_replay_as_one(emitter: BackgroundEmitter, tmp_path: 
     # the two bin tables side by side: no terminal bar inside a cell, where Markdown reads a bar as a cell's edge
     head = next(line for line in text.splitlines() if line.startswith("| Context |"))
     assert "\\|" not in text and head.endswith("| Prefilled | Calls (prefilled) | TTFT p50 (prefilled) |"), head
+
+
+def test_replay_compare_writes_milliseconds_as_every_table_does() -> None:
+    """One row read "17 ms" beside "30.2 ms": the replay comparison now writes times as the other tables."""
+    from tokenbench.compare.replays import _figure
+
+    assert [_figure(v, "ms") for v in (17.0, 30.2, 250.4, 12_500.0)] == ["17.0 ms", "30.2 ms", "250 ms", "12.5 s"]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..cells import ms
 from ..bootstrap import LEVEL, QUANTILES, TAIL, Interval, LevelSamples, interval, run_samples
 from ..errors import UsageError
 from ..layout import plural
@@ -191,7 +192,7 @@ def _figure(v: float | None, unit: str) -> str:
     if unit == "s":
         return seconds(v)
     if unit == "ms":
-        return f"{v:,.0f} ms" if v >= 100 else f"{v:.3g} ms"
+        return ms(v)  # as every table: "17.0 ms" beside "30.2 ms", not "17 ms"
     return f"{v:,.1f}" if unit == "tok/s" else f"{v:,.0f}"
 
 
