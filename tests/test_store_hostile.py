@@ -138,3 +138,19 @@ def test_show_of_a_huge_run_prints_the_first_levels_and_says_so(tmp_path: Path,
     assert "tg128 @ d249" in capsys.readouterr().out
     import json
     assert len(json.loads((tmp_path / "o.json").read_text())["levels"]) == 250
+
+
+def test_a_directory_for_the_database_and_an_empty_run_name_are_refused_as_such(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """show --db DIR said "no results database at DIR: run a sweep first"; show '' said the empty name was
+    ambiguous (every run starts so); a name with LIKE's own characters matched ids it does not start."""
+    assert main(["show", "x", "--db", str(tmp_path)]) == 2
+    assert "is a directory: give a file, such as --db" in capsys.readouterr().err
+    db = str(tmp_path / "r.db")
+    assert main(["import", str(Path(__file__).parent / "data" / "vllm_serve_result.json"), "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["show", "", "--db", db]) == 2
+    assert "not by nothing" in capsys.readouterr().err
+    for wild in ("%", "_", "2026%"):
+        assert main(["show", wild, "--db", db]) == 2
+        assert "no run" in capsys.readouterr().err.lower(), wild

@@ -188,6 +188,9 @@ class Store:
         where = f"the results database {self.path}"
         try:
             if readonly:
+                if self.path.is_dir():
+                    raise UsageError(f"the results database {self.path} is a directory: give a file, such as "
+                                     f"--db {self.path / 'results.db'}")
                 if not self.path.is_file():
                     raise UsageError(f"no results database at {self.path}: run a sweep first, or pass --db PATH")
                 self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
@@ -407,9 +410,13 @@ class Store:
                 command: str = "") -> RunRow:
         """A run by id, unique id prefix, or label. A label several runs share is refused with the candidates,
         unless ``latest`` (then the newest is taken); a run whose kind is not in ``kinds`` is refused by name."""
+        if not ref.strip():
+            raise UsageError("a run is named by its id, an id prefix or its label, not by nothing: see tokenbench runs")
         r = self.db.execute("SELECT * FROM runs WHERE id = ?", (ref,)).fetchone()
-        if r is None:
-            rows = self.db.execute("SELECT * FROM runs WHERE id LIKE ? ORDER BY started DESC", (ref + "%",)).fetchall()
+        if r is None:  # a prefix of an id, with LIKE's own characters taken as written
+            like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            rows = self.db.execute("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY started DESC",
+                                   (like,)).fetchall()
             if len(rows) > 1:
                 raise UsageError(f"run '{ref}' is ambiguous ({len(rows)} runs start so): give more of the id")
             r = rows[0] if rows else None
