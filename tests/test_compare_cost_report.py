@@ -670,3 +670,15 @@ def test_a_plateau_rate_is_not_set_against_a_whole_window_rate(tmp_path: Path,
     assert any("both compared over the whole window" in w for w in c.warnings), c.warnings
     # two runs that both have a plateau (or neither) keep the rate the sweep table shows
     assert not any("whole window" in w for w in compare(ra, ra).warnings)
+
+
+def test_a_run_compared_with_itself_is_said_so_and_its_conditions_once(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    store = Store(tmp_path / "c.db")
+    dirty = serve(4, 100, 50, 16)
+    dirty.flags.append("dirty_bench")
+    _run(store, "a", [dirty], model="m")
+    assert main(["compare", "a", "a", "--db", str(tmp_path / "c.db")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "A and B are one run (run-a): every ratio reads 1" in out and out.count("dirty_bench") == 1, out
+    assert out.count("~12.9 s batched") == 1, out

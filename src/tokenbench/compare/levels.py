@@ -239,7 +239,7 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
         cmp.unmatched = [f"only {side} has {points_said(keys)}" for side, keys in (("A", set(oa) - set(ob)),
                                                                                   ("B", set(ob) - set(oa))) if keys]
     cmp.crossovers = crossovers(rows, cmp.a, cmp.b)
-    for res in (a, b):
+    for res in (a,) if a.run_id and a.run_id == b.run_id else (a, b):
         # a session's requests grow turn by turn: N agents x M tokens is no question a session run answers
         line = None if is_session_run(res) else effective_line(res, agents, tokens)
         if line:

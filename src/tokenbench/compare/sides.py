@@ -71,7 +71,10 @@ def condition_warnings(a: RunResult, b: RunResult) -> list[str]:
     """A side that did not run to its end, or ran where its guard found other work: a ratio then says as much of
     that as of the boxes (two runs of one command on one box read "B 1.17x", "A 1.37x" without a word of it)."""
     out = []
-    for r in (a, b):
+    same = bool(a.run_id) and a.run_id == b.run_id
+    if same:
+        out.append(f"A and B are one run ({a.run_id}): every ratio reads 1")
+    for r in (a,) if same else (a, b):
         if r.status not in ("complete", ""):
             out.append(f"{run_name(r)} was {r.status}: its figures are of the levels it finished")
         levels = [s for o in r.outcomes if (s := o.serving) is not None]
