@@ -330,3 +330,15 @@ def test_every_imported_shape_loads_as_a_result(tmp_path: Path) -> None:
         for rid in ids:
             doc = load_result(store, rid).to_json()
             json.loads(json.dumps(doc, allow_nan=False))
+
+
+def test_an_imported_rate_spread_over_half_its_mean_is_flagged_unstable(tmp_path: Path) -> None:
+    """llama-benchy's pp512 at depth 0 reads 3,706.82 ± 1,990.27 tok/s: a spread over half the mean is no
+    measurement, whoever measured it, and the row says so (as tokenbench's own depth rows do)."""
+    store = Store(tmp_path / "i.db")
+    _, (rid,) = import_file(store, DATA / "llama_benchy.md")
+    levels = _levels(store, rid)
+    flagged = {(s.test, s.depth, s.concurrency) for s in levels if "unstable" in s.flags}
+    assert flagged == {("pp512", 0, 1), ("tg32", 256, 1), ("pp512", 256, 1)}
+    pp = next(s for s in levels if (s.test, s.depth, s.concurrency) == ("pp512", 0, 1))
+    assert any("pp varies 54% of its mean (± 1,990.3 tok/s, as its file states)" in w for w in pp.warnings)

@@ -36,10 +36,12 @@ def unstable_depth_rate(kind: str, mean: float | None, sd: float | None, reps: l
     """A depth pp or tg rate whose spread is over ``UNSTABLE_SD_SHARE`` of its mean."""
     if not mean or sd is None or sd <= UNSTABLE_SD_SHARE * mean:
         return None
-    return Finding(Code.UNSTABLE,
-                   f"{kind} varies {sd / mean:.0%} of its mean over {len(reps)} repetitions "
-                   f"({', '.join(f'{v:,.1f}' for v in reps)} tok/s): not a measurement",
-                   "quiet the machine, raise --repetitions or --tg", sd / mean, UNSTABLE_SD_SHARE, "sd/mean", len(reps))
+    over = (f"over {len(reps)} repetitions ({', '.join(f'{v:,.1f}' for v in reps)} tok/s)" if reps else
+            f"(± {sd:,.1f} tok/s, as its file states)")  # an import: its spread, not its repetitions
+    return Finding(Code.UNSTABLE, f"{kind} varies {sd / mean:.0%} of its mean {over}: not a measurement",
+                   "quiet the machine, raise --repetitions or --tg" if reps else
+                   "quiet the machine and measure again, with more repetitions", sd / mean, UNSTABLE_SD_SHARE,
+                   "sd/mean", len(reps))
 
 
 def context_not_warm(depth: int, pp: int, steps: Sequence[tuple[float | None, float]]) -> Finding | None:

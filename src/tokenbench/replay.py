@@ -47,7 +47,6 @@ from .sessions import SESSION_HEADER
 from .chat import Message
 from .trajectories.model import Call, Trajectory, TrajectorySet
 from .workload import PromptBuilder, Tokenizer
-from .layout import plural
 from .replay_table import replay_heading
 
 Answers = Literal["recorded", "live"]

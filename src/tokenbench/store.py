@@ -188,11 +188,10 @@ class Store:
         where = f"the results database {self.path}"
         try:
             if readonly:
-                if self.path.is_dir():
-                    raise UsageError(f"the results database {self.path} is a directory: give a file, such as "
-                                     f"--db {self.path / 'results.db'}")
                 if not self.path.is_file():
-                    raise UsageError(f"no results database at {self.path}: run a sweep first, or pass --db PATH")
+                    raise UsageError(f"the results database {self.path} is a directory: give a file, such as --db "
+                                     f"{self.path / 'results.db'}" if self.path.is_dir() else
+                                     f"no results database at {self.path}: run a sweep first, or pass --db PATH")
                 self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
                                           isolation_level=None, timeout=LOCK_WAIT_S)
             else:
@@ -413,10 +412,9 @@ class Store:
         if not ref.strip():
             raise UsageError("a run is named by its id, an id prefix or its label, not by nothing: see tokenbench runs")
         r = self.db.execute("SELECT * FROM runs WHERE id = ?", (ref,)).fetchone()
-        if r is None:  # a prefix of an id, with LIKE's own characters taken as written
-            like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            rows = self.db.execute("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY started DESC",
-                                   (like,)).fetchall()
+        if r is None:  # a prefix of an id, as written (LIKE would take % and _ as patterns)
+            rows = self.db.execute("SELECT * FROM runs WHERE substr(id, 1, ?) = ? ORDER BY started DESC",
+                                   (len(ref), ref)).fetchall()
             if len(rows) > 1:
                 raise UsageError(f"run '{ref}' is ambiguous ({len(rows)} runs start so): give more of the id")
             r = rows[0] if rows else None

@@ -15,6 +15,8 @@ from typing import Any
 
 from .. import __version__
 from ..errors import UsageError
+from ..depth_findings import unstable_depth_rate
+from ..levels import DepthLevel
 from ..results import new_run_id, now_iso
 from ..store import Store
 from .fields import Imported, number
@@ -71,6 +73,10 @@ def _parse(name: str, parse: Callable[[Path, str, str | None], list[Imported]], 
                 v = getattr(lv, field_name, None)
                 if v is not None:
                     number(v, path, f"{lv.test or 'level'} {field_name}")
+            if isinstance(lv, DepthLevel):  # a spread over half the mean is no measurement, whoever measured it
+                for kind, mean, sd in (("pp", lv.pp_tps, lv.pp_tps_sd), ("tg", lv.tg_tps, lv.tg_tps_sd)):
+                    if (found := unstable_depth_rate(kind, mean, sd, [])) is not None:
+                        lv.add(found)
     return runs
 
 
