@@ -342,3 +342,14 @@ def test_an_imported_rate_spread_over_half_its_mean_is_flagged_unstable(tmp_path
     assert flagged == {("pp512", 0, 1), ("tg32", 256, 1), ("pp512", 256, 1)}
     pp = next(s for s in levels if (s.test, s.depth, s.concurrency) == ("pp512", 0, 1))
     assert any("pp varies 54% of its mean (± 1,990.3 tok/s, as its file states)" in w for w in pp.warnings)
+
+
+def test_an_imported_decode_rate_above_every_prefill_rate_is_flagged(tmp_path: Path) -> None:
+    """llama-benchy's first tg32 at depth 0 reads 103,549 tok/s beside pp at 6,668 and 3,707: no box decodes
+    faster than it prefills. Its other tg rows, below the prefill they sit beside, keep no such flag."""
+    store = Store(tmp_path / "i.db")
+    _, (rid,) = import_file(store, DATA / "llama_benchy.md")
+    flagged = [s for s in _levels(store, rid) if "decode_past_prefill" in s.flags]
+    assert [(s.test, s.depth, s.concurrency, s.tg_tps) for s in flagged] == [("tg32", 0, 1, 103549.41)]
+    assert "above every prefill rate this run measured at the same depth and concurrency (at most 6,667.5" in \
+        flagged[0].warnings[0]

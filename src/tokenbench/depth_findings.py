@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .finding import Code, Finding
+from .levels import DepthLevel
 
 #: Throughput varying this much (coefficient of variation) between repetitions: the bench is noisy (pyperf
 #: warns when the standard deviation is at least 10% of the mean).
@@ -86,3 +87,24 @@ def exceeds_context(depth: int, pp: int, tg: int, slot_ctx: int) -> Finding:
     return Finding(Code.EXCEEDS_CONTEXT,
                    f"depth {depth} + pp {pp} + tg {tg} does not fit the server's {slot_ctx}-token slot context",
                    "not run (raise the server's -c, or fewer slots)", depth + pp + tg, slot_ctx, "tokens")
+
+
+def decode_past_prefill(levels: Sequence[DepthLevel]) -> list[tuple[DepthLevel, Finding]]:
+    """tg rates above every pp rate the run measured at the same depth and concurrency: a box decodes one token a
+    step and prefills many in one, so such a decode rate is no measurement (a tool's first tg at 103,549 tok/s
+    beside pp at 6,668). Each tg level with the finding it takes."""
+    pp: dict[tuple[int, int], float] = {}
+    for s in levels:
+        if s.pp_tps:
+            key = (s.depth or 0, s.concurrency or 1)
+            pp[key] = max(pp.get(key, s.pp_tps), s.pp_tps)
+    out = []
+    for s in levels:
+        fastest = pp.get((s.depth or 0, s.concurrency or 1))
+        if s.tg_tps and fastest and s.tg_tps > fastest:
+            out.append((s, Finding(Code.DECODE_PAST_PREFILL,
+                                   f"tg at {s.tg_tps:,.1f} tok/s is above every prefill rate this run measured at "
+                                   f"the same depth and concurrency (at most {fastest:,.1f} tok/s): no box decodes "
+                                   "faster than it prefills", "leave this row out; measure again", s.tg_tps, fastest,
+                                   "tok/s")))
+    return out

@@ -44,6 +44,7 @@ class Code(StrEnum):
     PHASE_LOCKED = "phase_locked"
     CACHE_DECAY = "cache_decay"
     ONE_READ = "one_read"
+    DECODE_PAST_PREFILL = "decode_past_prefill"
 
 
 #: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.

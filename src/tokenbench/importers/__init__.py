@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import UsageError
-from ..depth_findings import unstable_depth_rate
+from ..depth_findings import decode_past_prefill, unstable_depth_rate
 from ..levels import DepthLevel
 from ..results import new_run_id, now_iso
 from ..store import Store
@@ -77,6 +77,8 @@ def _parse(name: str, parse: Callable[[Path, str, str | None], list[Imported]], 
                 for kind, mean, sd in (("pp", lv.pp_tps, lv.pp_tps_sd), ("tg", lv.tg_tps, lv.tg_tps_sd)):
                     if (found := unstable_depth_rate(kind, mean, sd, [])) is not None:
                         lv.add(found)
+        for lv, found in decode_past_prefill([lv for lv in r.levels if isinstance(lv, DepthLevel)]):
+            lv.add(found)
     return runs
 
 
