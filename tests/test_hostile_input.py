@@ -142,3 +142,37 @@ def test_report_and_predict_outputs_and_inputs_are_checked_first(tmp_path: Path,
         printed = capsys.readouterr()
         assert said in printed.err and printed.out == "", printed
     assert [r.id for r in __import__("tokenbench.store", fromlist=["Store"]).Store(db).runs()] == [run]
+
+
+def test_an_error_is_one_line_in_a_pipe_and_wrapped_between_words_on_a_terminal(tmp_path: Path) -> None:
+    """Scripts grep the one line a pipe gets; a terminal cut a 300-character error mid-word, so there it is
+    wrapped between words to the terminal's width (a real pseudo-terminal, 60 columns)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "tokenbench", "show", "x", "--db", str(tmp_path)]
+    env = {**os.environ, "COLUMNS": "60", "LINES": "24"}
+    piped = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert piped.returncode == 2 and len(piped.stderr.strip().splitlines()) == 1, piped.stderr
+    said = piped.stderr.strip()
+    assert len(said) > 60
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=follower, env=env)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal's other side closed: everything was read
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert proc.wait(timeout=120) == 2
+    lines = out.decode().replace("\r\n", "\n").strip().splitlines()
+    # a word longer than the width (a path) stands alone on its line, whole
+    assert len(lines) > 1 and all(len(ln) <= 60 or " " not in ln.strip() for ln in lines), lines
+    assert " ".join(ln.strip() for ln in lines) == said  # the same words, none cut

@@ -10,8 +10,10 @@ The commands live by what they do: one module each for ``sweep.py``, ``depth.py`
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -90,9 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tokenbench: {e}", file=sys.stderr)
         return e.exit_code
     except TokenbenchError as e:
-        # One line, never wrapped: scripts and people grep it.
+        # One line, never wrapped where it is read by a program (a pipe, a log: scripts grep it); on a terminal
+        # wrapped between words, as the terminal would cut it mid-word
         first, *rest = str(e).splitlines() or [""]
-        print(f"tokenbench: error: {first}", file=sys.stderr)
+        print(_on_terminal(f"tokenbench: error: {first}"), file=sys.stderr)
         if rest:  # e.g. an engine's log tail, after the one line
             print("\n".join(rest), file=sys.stderr)
         return e.exit_code
@@ -141,3 +144,13 @@ def _terminate_as_interrupt() -> Iterator[None]:
 def entrypoint() -> None:
     readable_output(sys.stdout, sys.stderr)  # an ASCII terminal (LANG=C, UTF-8 mode off) gets ASCII, not a crash
     sys.exit(main())
+
+
+def _on_terminal(line: str) -> str:
+    """``line`` wrapped between words to the terminal's width where stderr is one, each later line indented; as it
+    is where stderr is a pipe or a file."""
+    if not sys.stderr.isatty():
+        return line
+    width = shutil.get_terminal_size().columns
+    return textwrap.fill(line, max(40, width), subsequent_indent="  ", break_long_words=False,
+                         break_on_hyphens=False)
