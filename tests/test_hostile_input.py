@@ -176,3 +176,18 @@ def test_an_error_is_one_line_in_a_pipe_and_wrapped_between_words_on_a_terminal(
     # a word longer than the width (a path) stands alone on its line, whole
     assert len(lines) > 1 and all(len(ln) <= 60 or " " not in ln.strip() for ln in lines), lines
     assert " ".join(ln.strip() for ln in lines) == said  # the same words, none cut
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["sweep", "--url", DEAD, "--duration", "-5s"], "--duration must be positive"),
+    (["sweep", "--url", DEAD, "--duration", "-5"], "write 5ms or 5s"),
+    (["capacity", "--url", DEAD, "--slo", "ttft_p90=1s", "--budget", "-30m"], "--budget"),
+    (["sweep", "--url", DEAD, "--sessions", "2", "--think-time", "-2s"], "--think-time"),
+])
+def test_a_negative_value_with_its_unit_is_refused_by_what_the_option_takes(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse read "-5s" as an option and said only "expected one argument"; now the option's own check says
+    what it takes."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err and "expected one argument" not in err, err

@@ -56,8 +56,8 @@ def parse_duration_ms(text: str) -> float:
                 break
         else:
             v = float(t)
-            if v != 0:
-                raise ValueError(f"'{text}' has no unit: write {t}ms or {t}s ({DURATION_RULE})")
+            if v != 0:  # a negative one is shown as its size: the unit is what is missing (the sign is refused after)
+                raise ValueError(f"'{text}' has no unit: write {t.lstrip('-')}ms or {t.lstrip('-')}s ({DURATION_RULE})")
     except ValueError as e:
         if "has no unit" in str(e):
             raise

@@ -10,6 +10,7 @@ The commands live by what they do: one module each for ``sweep.py``, ``depth.py`
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import sys
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False, markup=False)
     parser = build_parser()
     try:
-        a = parser.parse_args(argv)
+        a = parser.parse_args(_negatives_attached(argv))
     except SystemExit as e:  # --help, or a one-line argument error already printed
         return int(e.code or 0)
     if getattr(a, "json", None) == "-":  # the JSON owns stdout: tables and messages go to stderr
@@ -154,3 +155,20 @@ def _on_terminal(line: str) -> str:
     width = shutil.get_terminal_size().columns
     return textwrap.fill(line, max(40, width), subsequent_indent="  ", break_long_words=False,
                          break_on_hyphens=False)
+
+
+
+def _negatives_attached(argv: list[str]) -> list[str]:
+    """A negative value with a unit after its option (``--duration -5s``) attached to it (``--duration=-5s``), so
+    the option's own check says what it takes: argparse reads "-5s" as an option and said only "expected one
+    argument". A plain negative number it takes as a value already; no option of tokenbench starts "-" and a digit,
+    so the token was an error either way."""
+    out: list[str] = []
+    for tok in argv:
+        prev = out[-1] if out else ""
+        if re.match(r"-\d", tok) and not re.fullmatch(r"-\d+|-\d*\.\d+", tok) and prev.startswith("--") \
+                and "=" not in prev:
+            out[-1] = f"{prev}={tok}"
+        else:
+            out.append(tok)
+    return out
