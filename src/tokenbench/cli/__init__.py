@@ -164,10 +164,12 @@ def _negatives_attached(argv: list[str]) -> list[str]:
     argument". A plain negative number it takes as a value already; no option of tokenbench starts "-" and a digit,
     so the token was an error either way."""
     out: list[str] = []
-    for tok in argv:
+    for k, tok in enumerate(argv):
+        if tok == "--":  # what follows is positional, as written
+            return out + argv[k:]
         prev = out[-1] if out else ""
         if re.match(r"-\d", tok) and not re.fullmatch(r"-\d+|-\d*\.\d+", tok) and prev.startswith("--") \
-                and "=" not in prev:
+                and prev != "--" and "=" not in prev:
             out[-1] = f"{prev}={tok}"
         else:
             out.append(tok)
