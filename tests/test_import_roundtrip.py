@@ -159,6 +159,10 @@ def _vllm_detailed(path: Path, n: int, prompt: int, output: int, slow_ttft: floa
         "errors": [""] * m}))
 
 
+# a full calibration fit with its cross-validation (about a minute alone on 2 cores, several beside
+# other tests): make test runs it, make test-fast leaves it out
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_calibrate_runs_fits_the_queue_model_to_imported_requests(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     db, mine, rows = tmp_path / "r.db", tmp_path / "mine.toml", tmp_path / "rows.csv"

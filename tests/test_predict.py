@@ -260,6 +260,10 @@ def test_backend_keys() -> None:
     assert backend_key("llama.cpp", "vulkan") == "llamacpp-vulkan"
 
 
+# a full calibration fit with its cross-validation (about a minute alone on 2 cores, several beside
+# other tests): make test runs it, make test-fast leaves it out
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_committed_calibration_is_what_the_command_produces(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     # the command itself, as the file's header says to re-run it: `tokenbench calibrate --out FILE`

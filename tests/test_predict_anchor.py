@@ -45,6 +45,10 @@ def _depth_run(store: Store, scale: float, gpu: str = "Radeon 8060S Graphics (RA
                    "measured", levels, "0", "2026-01-01T00:00:00", "2026-01-01T00:10:00")
 
 
+# a full calibration fit with its cross-validation (about a minute alone on 2 cores, several beside
+# other tests): make test runs it, make test-fast leaves it out
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_own_runs_pull_the_backend_toward_what_the_box_measured(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     db, out = tmp_path / "r.db", tmp_path / "mine.toml"
@@ -94,6 +98,10 @@ def test_calibrate_runs_refuses_what_it_cannot_place(tmp_path: Path, capsys: pyt
     assert not Path(out).exists()
 
 
+# a full calibration fit with its cross-validation (about a minute alone on 2 cores, several beside
+# other tests): make test runs it, make test-fast leaves it out
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_calibrate_runs_checks_the_run_against_what_it_says_of_itself(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     # llama-bench's own record of a Strix Halo run: Vulkan, gpt-oss-20b-Q4_K_M.gguf, pp512 and tg128 at 0 and 32K

@@ -49,6 +49,10 @@ def _store_capacity(url: str, db: Path, label: str, slo: str) -> dict:
     return json.loads(out.read_text())
 
 
+# a sweep of four levels, then every catalog box ranked (about a minute on 2 cores beside other tests):
+# make test runs it, make test-fast leaves it out
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_recommend_ranks_a_measured_capacity_beside_predicted_ones(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """A capacity search stored under a label; ``recommend --capacity`` under the same SLO reads the same

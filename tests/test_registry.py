@@ -203,6 +203,10 @@ def _run(store: Store, engine: str, scale: float = 1.3) -> None:
                    "2026-01-01T00:00:00", "2026-01-01T00:10:00")
 
 
+# a full calibration fit with its cross-validation (about a minute alone on 2 cores, several beside
+# other tests): make test runs it, make test-fast leaves it out
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_llama_cpp_python_run_never_anchors_llama_cpps_fit(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     db, out = str(tmp_path / "r.db"), tmp_path / "mine.toml"
