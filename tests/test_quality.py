@@ -327,8 +327,10 @@ def test_agreement_between_two_hosts(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["quality", "compare", "a", "c", "--json", str(out)]) == 0
     ag = json.loads(out.read_text())["tasks"][0]["agreement"]
     assert (ag["n"], ag["identical"], ag["unit"]) == (6, 6, "tokens")
-    assert main(["quality", "compare", "a", "b"]) == 0
-    assert "no item in common" in capsys.readouterr().out
+    # another --seed: no item in common, so no verdict (it read "same within noise on every task")
+    assert main(["quality", "compare", "a", "b"]) == 2
+    err = capsys.readouterr().err
+    assert "no verdict" in err and "--seed" in err and len(err.strip().splitlines()) == 1
 
 
 def _agreement_run(url: str, label: str, out: Path) -> str:
@@ -425,3 +427,22 @@ def test_unknown_task_is_refused_before_anything_runs(capsys: pytest.CaptureFixt
     assert main(["quality", "--url", "http://127.0.0.1:9/v1", "--tasks", "niah,no_such_task_xyz"]) == 2
     err = capsys.readouterr().err
     assert "unknown task 'no_such_task_xyz'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_no_verdict_without_an_item_answered_and_asked_in_both() -> None:
+    """Two runs whose servers failed every needle (or that share no item) read "same within noise on every task",
+    0.0 against 0.0; an item both servers failed says nothing of either model. One side answering is still
+    evidence (a box that fails long contexts against one that passes them)."""
+    from tokenbench.quality.parity import compare_items, overall
+
+    def needles(status: str, score: float | None, n: int = 12) -> list[Item]:
+        return [Item("niah", i, f"k{i}", "p", status=status, score=score, error="http_400: too long"
+                     if status == "error" else None) for i in range(n)]
+
+    both_failed = overall(compare_items(needles("error", None), needles("error", None)), "a", "b")
+    assert not both_failed.same and both_failed.text.startswith("no verdict")
+    apart = overall(compare_items(needles("error", None), [Item("niah", 99, "other", "p", status="pass", score=1.0)]),
+                    "a", "b")
+    assert apart.text.startswith("no verdict")
+    one_side = overall(compare_items(needles("error", None), needles("pass", 1.0)), "a", "b")
+    assert "differs" in one_side.text and not one_side.same, one_side.text

@@ -207,3 +207,19 @@ def test_a_proxy_that_corrupts_every_second_answer_is_named_different(
     assert not doc["verdict"]["same"] and "same" not in doc["verdict"]["text"]
     assert line.startswith("verdict: proxy differs from direct: agreement: 8 of 16 outputs identical") and \
         "same" not in line
+
+
+def test_needles_the_server_refuses_make_a_run_failed_or_partial(llama: RunningEngine, model: tiny.TinyModel,
+                                                                  tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """llama-server of 8,192 tokens refuses a 16K needle (HTTP 400): every item refused read "complete", exit 0.
+    All refused: the run failed; some refused: partial; both exit 5 and say the server's reason."""
+    base = ["quality", "--url", llama.base_url, "--model", llama.model, "--tokenizer", str(model.hf_dir),
+            "--tasks", "niah", "--max-tokens", "4", "--db", str(tmp_path / "r.db")]
+    for contexts, status, failed in (("16k", "failed", 3), ("256,16k", "partial", 3)):
+        out = tmp_path / f"{status}.json"
+        assert main([*base, "--contexts", contexts, "--json", str(out)]) == 5
+        err = capsys.readouterr().err
+        doc = json.loads(out.read_text())
+        assert doc["status"] == status and f"the server failed {failed} of" in doc["error"], doc["error"]
+        assert f"run {status}: the server failed {failed} of" in err and "http_400" in err, err

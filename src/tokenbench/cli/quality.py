@@ -204,11 +204,13 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
     la, lb = ra.label or ra.id, rb.label or rb.id
     if la == lb:
         la, lb = ra.id, rb.id
+    line = overall(cmp, la, lb)
+    if line.text.startswith("no verdict"):  # nothing to judge by: a refusal, not a verdict
+        raise UsageError(f"runs {la} and {lb}: {line.text}")
     ma, mb = Manifest.from_dict(ra.manifest), Manifest.from_dict(rb.manifest)
     console.print(f"A: {la} ({ra.id}, {ma.engine or '?'}, {ma.model})\n"
                   f"B: {lb} ({rb.id}, {mb.engine or '?'}, {mb.model})",
                   style="dim", markup=False, highlight=False)
-    line = overall(cmp, la, lb)
     console.print(f"verdict: {line.text}", style=None if line.same else "bold", markup=False, highlight=False)
     rows = []
     for tc in cmp:
@@ -282,4 +284,8 @@ def _knob(a: argparse.Namespace, argv: list[str], console: Console, err: Console
         doc = res.to_json()
         doc["knob"] = {"param": name, "values": values, "effects": [e.to_dict() for e in fx], "finding": text}
         emit_json(a.json, doc)
-    return 0
+    if not fx or fx[0].n == 0:  # no prompt answered by the baseline and its repeat: nothing to measure against
+        print(f"tokenbench: run {res.status}: the knob could not be measured: {res.error or 'no baseline output'}",
+              file=sys.stderr)
+        return LevelFailed.exit_code
+    return 0  # a value the server refuses is the knob's answer (the finding says so), not a failed run

@@ -87,7 +87,8 @@ def compare_task(task: str, a: dict[str, Item], b: dict[str, Item], seed: int = 
     if not keys:
         tc.notes.append("no item in common: were both runs made with the same --seed, contexts and depths?")
         return tc
-    scored = [k for k in keys if a[k].scored and b[k].scored]
+    # an item neither run's server answered says nothing of either model (both "score" 0): left out
+    scored = [k for k in keys if a[k].scored and b[k].scored and (_answered(a[k]) or _answered(b[k]))]
     if scored:
         tc.scores = compare_paired([a[k].value for k in scored], [b[k].value for k in scored], seed)
     tc.agreement = _agreement(a, b, keys)
@@ -198,6 +199,9 @@ def overall(tasks: list[TaskComparison], name_a: str, name_b: str) -> Overall:
     """Differences first (scores where one run is better, outputs that differ beyond the floor); "same within
     noise" only when there is none and every paired output is identical; otherwise "no difference beyond
     noise", with the outputs that do differ counted."""
+    if not any(tc.scores is not None or tc.agreement is not None for tc in tasks):
+        return Overall(False, "no verdict: no item was answered in either run and asked in both (a different "
+                              "--seed, contexts or --items, or a server that failed them)")
     found: list[str] = []
     for tc in tasks:
         s, g, v = tc.scores, tc.agreement, tc.agreement_verdict

@@ -233,8 +233,14 @@ class Recorder:
         return self.log.abort(e, bool(self.items))
 
     def close(self, status: str, error: str | None = None) -> RunResult:
-        """The run's final state; the result every command returns, of kind quality: its items, no levels."""
+        """The run's final state; the result every command returns, of kind quality: its items, no levels. Items
+        the server failed (an error, not a wrong answer) make a run that finished its tasks partial, and failed
+        where it failed them all: every item of a 64K needle refused by an 8K server read "complete"."""
         self.manifest.summary = task_summary(self.items)
+        failed = [it for it in self.items if it.status == "error"]
+        if status == "complete" and failed:
+            status = "failed" if len(failed) == len(self.items) else "partial"
+            error = f"the server failed {len(failed)} of {len(self.items)} items ({failed[0].error})"
         return self.log.close(status, error, [], list(self.items))
 
 
