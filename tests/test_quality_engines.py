@@ -96,6 +96,9 @@ def test_knob_check_on_llama_server(llama: RunningEngine, model: tiny.TinyModel,
     assert "the knob has no measurable effect" in capsys.readouterr().out
     assert main([*base, "--param", "temperature=0,1.5"]) == 0
     assert "temperature has an effect" in capsys.readouterr().out
+    # a baseline the server refuses (HTTP 400) leaves nothing to measure against: exit 5, not 0
+    assert main([*base, "--param", 'temperature="abc",0']) == 5
+    assert "the knob could not be measured" in capsys.readouterr().err
 
 
 def test_shipped_lm_eval_task_on_transformers(transformers: RunningEngine, model: tiny.TinyModel,
