@@ -44,7 +44,7 @@ def test_depths_beyond_the_slot_context_are_skipped_and_marked(emitter: Backgrou
     code = main(["depth", "--url", emitter.url, "--depths", "0,1k,4k", "--pp", "64", "--tg", "8",
                  "--repetitions", "2", "--json", str(out), "--guard", "off", "--no-metrics"])
     err = capsys.readouterr().err
-    assert code == 0, err
+    assert code == 5 and "run partial: some depths do not fit" in err, err  # kept and shown; a script is told
     doc = json.loads(out.read_text())
     assert doc["status"] == "partial" and "context" in doc["error"]
     by = {(lv["test"], lv["depth"]): lv for lv in doc["levels"]}
@@ -65,6 +65,29 @@ def test_depth_guard_strict_refuses_before_anything_runs(emitter: BackgroundEmit
     assert "the bench is dirty before depth 0" in capsys.readouterr().err
     assert emitter.emitter.requests_seen == []  # not even the warm-up ran
     assert Store().runs() == []  # and no failed run was left behind
+
+
+def test_depth_through_llama_bench_takes_the_guard_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--llama-bench ran and published whatever the guard said; strict now refuses before llama-bench runs, and
+    warn keeps the snapshot with each level, flagged dirty_bench."""
+    import stat
+    import sys
+
+    ran = tmp_path / "ran"
+    fake = tmp_path / "llama-bench"
+    fake.write_text(f"#!{sys.executable}\nopen({str(ran)!r}, 'w').close()\n"
+                    f"print(open({str(Path(__file__).parent / 'data' / 'llama_bench.json')!r}).read())\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    dirty = tmp_path / "g.toml"
+    dirty.write_text("[free_memory]\nseverity = \"fail\"\nmin_free_gb = 1e9\n")  # no machine passes this
+    base = ["depth", "--llama-bench", str(fake), "--model-file", "m.gguf", "--depths", "0", "--guard-config",
+            str(dirty), "--db", str(tmp_path / "d.db")]
+    assert main([*base, "--guard", "strict"]) == 6
+    assert "the bench is dirty before llama-bench" in capsys.readouterr().err and not ran.exists()
+    out = tmp_path / "d.json"
+    assert main([*base, "--guard", "warn", "--json", str(out)]) == 0 and ran.exists()
+    levels = json.loads(out.read_text())["levels"]
+    assert levels and all("dirty_bench" in lv["flags"] and lv["guard"]["clean"] is False for lv in levels), levels
 
 
 def test_llama_options_are_spelled_for_each_tool() -> None:

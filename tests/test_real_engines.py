@@ -83,7 +83,7 @@ def sweep_and_depth_lose_no_request(server: RunningEngine, slots: int, tmp_path:
 
     dout = tmp_path / "depth.json"
     assert main(["depth", "--url", server.base_url, "--depths", "0,1k,16k", "--pp", "64", "--tg", "16",
-                 "--repetitions", "2", "--json", str(dout)]) == 0, capsys.readouterr().err
+                 "--repetitions", "2", "--json", str(dout)]) == 5, capsys.readouterr().err  # partial: 16K
     d = _json(dout)
     by = {(lv["test"], lv["depth"]): lv for lv in d["levels"]}
     assert by[("tg16", 1024)]["status"] == "complete" and by[("pp64", 1024)]["pp_tps"] > 0

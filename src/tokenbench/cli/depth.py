@@ -6,17 +6,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 
 from rich.console import Console
 
 from .. import redact
 from ..engines.embedded import running
-from ..errors import TokenbenchError
+from ..errors import LevelFailed, TokenbenchError
 from ..console import print_table
 from ..reader import load_result
 from ..levels import DepthLevel
 from ..results import RunResult
 from ..servers import normalize_base_url
+from ..guard import snapshot_before
 from ..store import Store
 from .common import check_output, embedded_spec, guard_config, guard_targets, llama_options, notifier, tokens, write_json
 from .options import LABEL, NONNEG_INT, POSITIVE_INT, add_db, add_endpoint
@@ -56,8 +58,10 @@ def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
 def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err: Console) -> int:
     from ..engines.llamabench import LlamaBenchConfig, run_llama_bench
 
+    # the guard before llama-bench, as before an HTTP depth run: --guard strict refuses a dirty bench
+    snap = asyncio.run(snapshot_before(a.guard, guard_config(a.guard_config), set(), "before llama-bench"))
     cfg = LlamaBenchConfig(a.llama_bench, a.model_file, depths, a.pp, a.tg, a.repetitions, llama_options(a),
-                           a.model_size, a.quant, a.label)
+                           a.model_size, a.quant, a.label, snap)
     store = Store(a.db)
     res = load_result(store, run_llama_bench(cfg, store, notifier(err)))
     print_table(console, *depth_rows(res), a.format)
@@ -101,6 +105,9 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     console.print(f"run {res.run_id} (depth) saved in {store.path}", style="dim", markup=False)
     if a.json:
         write_json(a.json, res)  # the result in hand: what show --json reads back
+    if res.status != "complete":  # a depth the server cannot hold: its levels kept and shown, the run partial
+        print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
+        return LevelFailed.exit_code
     return 0
 
 

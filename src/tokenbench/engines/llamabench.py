@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .. import redact
 from ..errors import UsageError
+from ..guard_results import GuardSnapshot
 from ..store import Store
 
 
@@ -25,6 +26,8 @@ class LlamaBenchConfig:
     model_size: str = "tiny"
     quant: str | None = None
     label: str | None = None
+    #: the guard's snapshot taken before llama-bench ran (None: --guard off): kept with each level, a dirty one flagged
+    guard: GuardSnapshot | None = None
 
 
 def command(cfg: LlamaBenchConfig, exe: str, model_file: str) -> list[str]:
@@ -56,5 +59,5 @@ def run_llama_bench(cfg: LlamaBenchConfig, store: Store, note: Callable[[str], N
         raise UsageError(f"llama-bench exited with {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] or ''}")
     extra = {"llama_bench": {"command": redact.command(cmd), "options": cfg.options, "raw": proc.stdout}}
     ids = import_records(store, "llama-bench", proc.stdout, Path(model_file), cfg.label or Path(model_file).stem,
-                         extra)
+                         extra, cfg.guard)
     return ids[0]

@@ -15,6 +15,8 @@ from typing import Any
 
 from .. import __version__
 from ..errors import UsageError
+from ..findings import guard_finding
+from ..guard_results import GuardSnapshot
 from ..depth_findings import decode_past_prefill, unstable_depth_rate
 from ..levels import DepthLevel
 from ..results import new_run_id, now_iso
@@ -125,12 +127,18 @@ def import_files(store: Store, paths: list[Path], label: str | None = None) -> l
 
 
 def import_records(store: Store, fmt: str, text: str, source: Path, label: str | None,
-                   extra: dict[str, Any]) -> list[str]:
-    """Import a tool's output held in memory (``fmt`` names the format), with ``extra`` added to each manifest."""
+                   extra: dict[str, Any], guard: GuardSnapshot | None = None) -> list[str]:
+    """Import a tool's output held in memory (``fmt`` names the format), with ``extra`` added to each manifest;
+    ``guard``: the guard's snapshot before the tool ran, kept with each level (a dirty one flagged, as a sweep's)."""
     if not FORMATS:
         _register()
     parse = next(p for name, _, p in FORMATS if name == fmt)
     runs = _parse(fmt, parse, source, text, label)
+    for r in runs:
+        for lv in r.levels:
+            lv.guard = guard
+            if (dirty := guard_finding(guard)) is not None:
+                lv.add(dirty)
     with store.tx():
         return _store_in_tx(store, fmt, runs, str(source), extra)
 

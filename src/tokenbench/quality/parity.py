@@ -202,14 +202,7 @@ def overall(tasks: list[TaskComparison], name_a: str, name_b: str) -> Overall:
     if not any(tc.scores is not None or tc.agreement is not None for tc in tasks):
         return Overall(False, "no verdict: no item was answered in either run and asked in both (a different "
                               "--seed, contexts or --items, or a server that failed them)")
-    found: list[str] = []
-    for tc in tasks:
-        s, g, v = tc.scores, tc.agreement, tc.agreement_verdict
-        if s is not None and s.verdict != "same within noise":
-            found.append(f"{s.verdict_for(name_a, name_b)} on {tc.task} ({100 * s.mean_a:.1f} vs "
-                         f"{100 * s.mean_b:.1f} points, p = {s.p_value:.2g})")
-        if g is not None and v is not None and v.verdict == "different":
-            found.append(f"{tc.task}: {_agree_text(g, v)}")
+    found = _differences(tasks, name_a, name_b)
     if found:
         return Overall(False, f"{name_b} differs from {name_a}: " + "; ".join(found))
     differing = [f"{tc.task} {100 * tc.scores.mean_a:.1f} vs {100 * tc.scores.mean_b:.1f} points (p = "
@@ -225,6 +218,19 @@ def overall(tasks: list[TaskComparison], name_a: str, name_b: str) -> Overall:
         return Overall(False, "no difference shown" + tail)
     return Overall(True, "same within noise on every task" + (", every paired output identical"
                                                                if any(tc.agreement for tc in tasks) else ""))
+
+
+def _differences(tasks: list[TaskComparison], name_a: str, name_b: str) -> list[str]:
+    """What differs beyond noise: a task's scores, or its outputs beyond the floor."""
+    found: list[str] = []
+    for tc in tasks:
+        s, g, v = tc.scores, tc.agreement, tc.agreement_verdict
+        if s is not None and s.verdict != "same within noise":
+            found.append(f"{s.verdict_for(name_a, name_b)} on {tc.task} ({100 * s.mean_a:.1f} vs "
+                         f"{100 * s.mean_b:.1f} points, p = {s.p_value:.2g})")
+        if g is not None and v is not None and v.verdict == "different":
+            found.append(f"{tc.task}: {_agree_text(g, v)}")
+    return found
 
 
 def _agree_text(g: Agreement | None, v: AgreementVerdict | None) -> str:
