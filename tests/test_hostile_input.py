@@ -20,6 +20,7 @@ DEAD = "http://127.0.0.1:9/v1"  # nothing listens: an argument error must come b
 
 @pytest.mark.parametrize("argv", [
     ["sweep", "--url", DEAD, "--input-len", "0"],
+    ["engines", "serve", "llama-server", "--ctx", "100000", "--port", "0"],  # past the embedded model's 8,192
     ["sweep", "--url", DEAD, "--output-len", "-4"],
     ["sweep", "--url", DEAD, "--warmup", "-1"],
     ["sweep", "--url", DEAD, "--temperature", "-1"],

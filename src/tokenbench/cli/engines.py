@@ -51,6 +51,7 @@ def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
 def _serve(names: list[str], a: argparse.Namespace, console: Console, err: Console) -> int:
     """One embedded engine on the embedded model, on its own until Ctrl-C: a server to point ``record``, an agent
     or any other client at, where there is none yet."""
+    from ..engines import tiny
     from ..engines.embedded import Embedded, EmbeddedSpec
     from ..engines.launch import port_taken
 
@@ -61,6 +62,10 @@ def _serve(names: list[str], a: argparse.Namespace, console: Console, err: Conso
     name = names[0]
     if a.cache_ram is not None and name != "llama-server":
         raise UsageError(f"--cache-ram is llama-server's host prompt cache; {name} has none")
+    trained = tiny.CONFIG["max_position_embeddings"]
+    if a.ctx > trained:  # llama-server gave each slot the model's own and the banner said what was asked
+        raise UsageError(f"--ctx {a.ctx:,}: the embedded model was trained for {trained:,} tokens of context, and "
+                         f"the engine gives no more: give at most {trained:,}")
     flags = ("--cache-ram", str(a.cache_ram)) if a.cache_ram is not None else ()
     engine = Embedded.start(EmbeddedSpec(name, a.model_size, a.quant, flags), notifier(err), parallel=a.parallel,
                             ctx=a.ctx, port=a.port)
