@@ -226,3 +226,25 @@ def test_strict_refuses_a_dirty_load_generating_node_as_it_refuses_the_driver(tm
     with pytest.raises(guard.GuardFailed, match=r"dirty on load-generating node gen-b \(0123abcd\) before level "
                                                 r"concurrency 8: free_memory: .*--guard warn"):
         refuse_dirty_nodes("strict", [clean, dirty], "before level concurrency 8")
+
+
+@pytest.mark.parametrize(("toml", "said"), [
+    ("[cpu_load]\nmax_percent = -5\n", "[cpu_load] max_percent is no setting of this check"),
+    ('[cpu_load]\nseverity = "bogus"\n', 'give "fail" (the bench is dirty) or "warn"'),
+    ("[cpu_load]\nmax_other_pct = -5\n", "max_other_pct = -5: give a number of 0 or more"),
+    ('[cpu_load]\nmax_other_pct = "lots"\n', "give a number of 0 or more"),
+    ("[nope]\nx = 1\n", "[nope] is no check of the guard's"),
+])
+def test_a_guard_config_with_what_the_guard_does_not_know_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], toml: str, said: str) -> None:
+    """An unknown key was ignored, severity "bogus" read as warn and a negative limit shown as "<= -5%": each is
+    refused in one line naming it; a config the guard knows still runs."""
+    from tokenbench.cli import main
+
+    cfg = tmp_path / "g.toml"
+    cfg.write_text(toml)
+    assert main(["guard", "--guard-config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and said in err, err
+    cfg.write_text('[cpu_load]\nseverity = "warn"\nmax_other_pct = 100\n')
+    assert main(["guard", "--guard-config", str(cfg)]) in (0, 1)

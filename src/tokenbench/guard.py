@@ -68,9 +68,29 @@ def load_config(path: Path | None = None) -> dict[str, dict[str, Any]]:
             over = tomllib.loads(user.read_text())
         except tomllib.TOMLDecodeError as e:
             raise UsageError(f"{user} is not valid TOML ({e})") from None
+        _check_config(user, over, cfg)
         for k, v in over.items():
             cfg.setdefault(k, {}).update(v)
     return cfg
+
+
+def _check_config(path: Path, over: dict[str, Any], defaults: dict[str, dict[str, Any]]) -> None:
+    """A user's guard config, each key against the packaged one's: a check or a setting it does not have (a typo
+    the guard would go on without), a severity other than fail or warn, or a negative threshold, refused in one
+    line naming it."""
+    for check, settings in over.items():
+        if check not in defaults or not isinstance(settings, dict):
+            raise UsageError(f"{path}: [{check}] is no check of the guard's: it has {', '.join(defaults)}")
+        for key, value in settings.items():
+            known = defaults[check]
+            where = f"{path}: [{check}] {key}"
+            if key not in known:
+                raise UsageError(f"{where} is no setting of this check: it has {', '.join(known)}")
+            if key == "severity" and value not in ("fail", "warn"):
+                raise UsageError(f'{where} = {value!r}: give "fail" (the bench is dirty) or "warn" (recorded)')
+            if isinstance(known[key], (int, float)) and not isinstance(known[key], bool):
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                    raise UsageError(f"{where} = {value!r}: give a number of 0 or more, as {known[key]!r}")
 
 
 class Check:
