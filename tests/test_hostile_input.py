@@ -21,6 +21,7 @@ DEAD = "http://127.0.0.1:9/v1"  # nothing listens: an argument error must come b
 @pytest.mark.parametrize("argv", [
     ["sweep", "--url", DEAD, "--input-len", "0"],
     ["engines", "serve", "llama-server", "--ctx", "100000", "--port", "0"],  # past the embedded model's 8,192
+    ["depth", "--tg", "1"],  # refused before the embedded engine starts
     ["sweep", "--url", DEAD, "--output-len", "-4"],
     ["sweep", "--url", DEAD, "--warmup", "-1"],
     ["sweep", "--url", DEAD, "--temperature", "-1"],
@@ -192,3 +193,9 @@ def test_a_negative_value_with_its_unit_is_refused_by_what_the_option_takes(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and said in err and "expected one argument" not in err, err
+
+
+def test_a_llama_bench_that_fails_silently_is_said_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """It read "llama-bench exited with 1: " with nothing after the colon."""
+    assert main(["depth", "--llama-bench", "/bin/false", "--model-file", "x.gguf", "--guard", "off"]) == 2
+    assert capsys.readouterr().err.strip().endswith("tokenbench: error: llama-bench exited with 1: it printed nothing")

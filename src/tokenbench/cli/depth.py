@@ -12,7 +12,7 @@ from rich.console import Console
 
 from .. import redact
 from ..engines.embedded import running
-from ..errors import LevelFailed, TokenbenchError
+from ..errors import LevelFailed, TokenbenchError, UsageError
 from ..console import print_table
 from ..reader import load_result
 from ..levels import DepthLevel
@@ -77,6 +77,8 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     check_output(a.json, "--json")
     depths = [tokens(d, "--depths", zero=True) for d in (a.depths or ("0,1k,4k" if not a.url else "0,8k,32k")).split(",")
               if d.strip()]
+    if a.tg < 2:  # before any engine starts: tg is timed from the first token to the last
+        raise UsageError(f"--tg {a.tg}: give at least 2 tokens (tg is timed from the first token to the last)")
     if a.llama_bench:
         return _llama_bench(a, depths, console, err)
     cfg = DepthConfig(url=normalize_base_url(a.url) if a.url else "", depths=depths, pp=a.pp, tg=a.tg,

@@ -56,7 +56,8 @@ def run_llama_bench(cfg: LlamaBenchConfig, store: Store, note: Callable[[str], N
     except OSError as e:
         raise UsageError(f"cannot run {exe}: {e}") from None
     if proc.returncode != 0:
-        raise UsageError(f"llama-bench exited with {proc.returncode}: {proc.stderr.strip().splitlines()[-1:] or ''}")
+        said = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["it printed nothing"])[-1]
+        raise UsageError(f"llama-bench exited with {proc.returncode}: {said}")
     extra = {"llama_bench": {"command": redact.command(cmd), "options": cfg.options, "raw": proc.stdout}}
     ids = import_records(store, "llama-bench", proc.stdout, Path(model_file), cfg.label or Path(model_file).stem,
                          extra, cfg.guard)
