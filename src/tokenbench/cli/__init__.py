@@ -157,7 +157,6 @@ def _on_terminal(line: str) -> str:
                          break_on_hyphens=False)
 
 
-
 def _negatives_attached(argv: list[str]) -> list[str]:
     """A negative value with a unit after its option (``--duration -5s``) attached to it (``--duration=-5s``), so
     the option's own check says what it takes: argparse reads "-5s" as an option and said only "expected one

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from ..console import silence
-from ..errors import UsageError
+from ..errors import LevelFailed, UsageError
 from ..jsontext import json_text
 from ..slo import parse_duration_ms
 from ..results import RunResult
@@ -122,6 +122,15 @@ def emit_json(path: str, obj: Any) -> None:
         write_stdout(text)
     else:
         Path(path).write_text(text)
+
+
+def run_exit(res: RunResult) -> int:
+    """A finished command's exit: 0 for a complete run; else the run's state and reason on stderr, and the exit of
+    a failed level (its levels are kept and were shown, marked; the code tells a script or CI the run failed)."""
+    if res.status == "complete":
+        return 0
+    print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
+    return LevelFailed.exit_code
 
 
 def write_json(path: str, res: RunResult) -> None:

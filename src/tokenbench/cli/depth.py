@@ -6,13 +6,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 
 from rich.console import Console
 
 from .. import redact
 from ..engines.embedded import running
-from ..errors import LevelFailed, TokenbenchError, UsageError
+from ..errors import TokenbenchError, UsageError
 from ..console import print_table
 from ..reader import load_result
 from ..levels import DepthLevel
@@ -20,7 +19,8 @@ from ..results import RunResult
 from ..servers import normalize_base_url
 from ..guard import snapshot_before
 from ..store import Store
-from .common import check_output, embedded_spec, guard_config, guard_targets, llama_options, notifier, tokens, write_json
+from .common import (check_output, embedded_spec, guard_config, guard_targets, llama_options, notifier, run_exit,
+                     tokens, write_json)
 from .options import LABEL, NONNEG_INT, POSITIVE_INT, add_db, add_endpoint
 from typing import Any
 
@@ -107,10 +107,7 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     console.print(f"run {res.run_id} (depth) saved in {store.path}", style="dim", markup=False)
     if a.json:
         write_json(a.json, res)  # the result in hand: what show --json reads back
-    if res.status != "complete":  # a depth the server cannot hold: its levels kept and shown, the run partial
-        print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
-        return LevelFailed.exit_code
-    return 0
+    return run_exit(res)  # partial where a depth did not fit the server's context
 
 
 def add_depth_parser(sub: Any) -> None:

@@ -16,7 +16,8 @@ from ..errors import LevelFailed, TokenbenchError, UsageError
 from ..results import Manifest, RunResult
 from ..servers import normalize_base_url
 from ..store import Store
-from .common import check_output, embedded_spec, emit_json, int_list, json_object, notifier, seconds, tokens
+from .common import (check_output, embedded_spec, emit_json, int_list, json_object, notifier, run_exit, seconds,
+                     tokens)
 from .options import LABEL, UNIT, NONNEG, POSITIVE_INT, add_db, add_endpoint, add_json, add_latest
 
 if TYPE_CHECKING:
@@ -144,10 +145,7 @@ def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: C
     print_quality_run(console, res, store, a.format)
     if a.json:
         emit_json(a.json, res.to_json())
-    if res.status != "complete":
-        print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
-        return LevelFailed.exit_code
-    return 0
+    return run_exit(res)
 
 
 def _s(ms: float | None) -> str:
@@ -205,7 +203,7 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
     if la == lb:
         la, lb = ra.id, rb.id
     line = overall(cmp, la, lb)
-    if line.text.startswith("no verdict"):  # nothing to judge by: a refusal, not a verdict
+    if not line.judged:  # nothing to judge by: a refusal, not a verdict
         raise UsageError(f"runs {la} and {lb}: {line.text}")
     ma, mb = Manifest.from_dict(ra.manifest), Manifest.from_dict(rb.manifest)
     console.print(f"A: {la} ({ra.id}, {ma.engine or '?'}, {ma.model})\n"

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from .. import redact
 from ..pricing import DEFAULT_CURRENCY
 from ..engines.embedded import MIN_CONTEXT, running
-from ..errors import LevelFailed, RunInterrupted, TokenbenchError, UsageError
+from ..errors import RunInterrupted, TokenbenchError, UsageError
 from ..describe import describe_run, lengths_line
 from ..kinds import WorkloadKind
 from ..levels import ServingLevel, serving
@@ -31,7 +31,7 @@ from ..store import Store
 from ..sweep import SweepConfig, run_sweep
 from ..workers.split import parse_workers
 from .common import (check_output, embedded_spec, float_list, guard_config, guard_targets, int_list, json_object,
-                     notifier, seconds, write_json)
+                     notifier, run_exit, seconds, write_json)
 from .options import add_endpoint, add_load, add_output
 from .power import add_power_options, power_plan
 from .workloads import add_trace_options, add_workload_options, given_flags, workload_kind
@@ -267,11 +267,7 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     print_result(console, res, a.format, store.path)
     if a.json:
         write_json(a.json, res)  # the result in hand: what show --json reads back
-    if res.status != "complete":
-        # the levels are kept and shown, marked; the exit code tells a script or CI that the run failed
-        print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
-        return LevelFailed.exit_code
-    return 0
+    return run_exit(res)
 
 
 def add_sweep_parser(sub: Any) -> None:

@@ -16,7 +16,7 @@ from ..levels import LevelSummary, of_depth, of_serving
 from ..results import RunResult
 from ..session_view import BUSTED, cache_of, is_session_run
 from .effective import effective_line
-from .sides import run_name, shape_warnings
+from .sides import one_run, run_name, shape_warnings
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -239,7 +239,7 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
         cmp.unmatched = [f"only {side} has {points_said(keys)}" for side, keys in (("A", set(oa) - set(ob)),
                                                                                   ("B", set(ob) - set(oa))) if keys]
     cmp.crossovers = crossovers(rows, cmp.a, cmp.b)
-    for res in (a,) if a.run_id and a.run_id == b.run_id else (a, b):
+    for res in (a,) if one_run(a, b) else (a, b):
         # a session's requests grow turn by turn: N agents x M tokens is no question a session run answers
         line = None if is_session_run(res) else effective_line(res, agents, tokens)
         if line:
@@ -289,8 +289,8 @@ def table(c: Comparison) -> tuple[list[str], list[list[str]]]:
     out = []
     for r in c.rows:
         out.append([r.test + (f" {r.cache}" if r.cache else ""), f"{r.depth:,}", str(r.concurrency),
-                    f"~{r.input_len:,}" if r.input_len else "—", metric_label(r.metric, r.unit), figure(r.a), figure(r.b), ratio_cell(r),
-                    verdict(r)])
+                    f"~{r.input_len:,}" if r.input_len else "—", metric_label(r.metric, r.unit), figure(r.a),
+                    figure(r.b), ratio_cell(r), verdict(r)])
     return head, out
 
 

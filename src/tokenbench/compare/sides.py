@@ -67,11 +67,16 @@ def model_warnings(ma: Manifest, mb: Manifest) -> list[str]:
     return out
 
 
+def one_run(a: RunResult, b: RunResult) -> bool:
+    """A and B are the same stored run (compare demo demo): said once, not twice."""
+    return bool(a.run_id) and a.run_id == b.run_id
+
+
 def condition_warnings(a: RunResult, b: RunResult) -> list[str]:
     """A side that did not run to its end, or ran where its guard found other work: a ratio then says as much of
     that as of the boxes (two runs of one command on one box read "B 1.17x", "A 1.37x" without a word of it)."""
     out = []
-    same = bool(a.run_id) and a.run_id == b.run_id
+    same = one_run(a, b)
     if same:
         out.append(f"A and B are one run ({a.run_id}): every ratio reads 1")
     for r in (a,) if same else (a, b):

@@ -134,10 +134,11 @@ def import_records(store: Store, fmt: str, text: str, source: Path, label: str |
         _register()
     parse = next(p for name, _, p in FORMATS if name == fmt)
     runs = _parse(fmt, parse, source, text, label)
+    dirty = guard_finding(guard)
     for r in runs:
         for lv in r.levels:
             lv.guard = guard
-            if (dirty := guard_finding(guard)) is not None:
+            if dirty is not None:
                 lv.add(dirty)
     with store.tx():
         return _store_in_tx(store, fmt, runs, str(source), extra)

@@ -190,6 +190,7 @@ class Overall:
 
     same: bool  # no task differs and no output differs (the only case the line says "same")
     text: str
+    judged: bool = True  # False: nothing asked in both runs was answered in either, so no verdict at all
 
     def to_dict(self) -> dict[str, Any]:
         return {"same": self.same, "text": self.text}
@@ -201,7 +202,7 @@ def overall(tasks: list[TaskComparison], name_a: str, name_b: str) -> Overall:
     noise", with the outputs that do differ counted."""
     if not any(tc.scores is not None or tc.agreement is not None for tc in tasks):
         return Overall(False, "no verdict: no item was answered in either run and asked in both (a different "
-                              "--seed, contexts or --items, or a server that failed them)")
+                              "--seed, contexts or --items, or a server that failed them)", judged=False)
     found = _differences(tasks, name_a, name_b)
     if found:
         return Overall(False, f"{name_b} differs from {name_a}: " + "; ".join(found))
