@@ -429,6 +429,21 @@ def test_unknown_task_is_refused_before_anything_runs(capsys: pytest.CaptureFixt
     assert "unknown task 'no_such_task_xyz'" in err and len(err.strip().splitlines()) == 1
 
 
+def test_unknown_task_is_refused_before_the_embedded_engine_starts(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --url the embedded engine starts first (tens of seconds, a model loaded) unless the names are
+    checked before it."""
+    pytest.importorskip("lm_eval")
+    import tokenbench.engines.embedded as embedded
+
+    def start(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the embedded engine was started for a task no one knows")
+
+    monkeypatch.setattr(embedded, "running", start)
+    assert main(["quality", "--tasks", "no_such_task_xyz"]) == 2
+    assert "unknown task 'no_such_task_xyz'" in capsys.readouterr().err
+
+
 def test_no_verdict_without_an_item_answered_and_asked_in_both() -> None:
     """Two runs whose servers failed every needle (or that share no item) read "same within noise on every task",
     0.0 against 0.0; an item both servers failed says nothing of either model. One side answering is still

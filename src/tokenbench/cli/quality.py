@@ -128,9 +128,10 @@ def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: C
         return _compare(a, console)
     if a.quality_command == "knob":
         return _knob(a, argv, console, err)
-    from ..quality.runner import run_quality
+    from ..quality.runner import check_tasks, run_quality
 
     tasks = _tasks(a.tasks)
+    check_tasks(tasks)  # a name lm-eval does not know is refused before the embedded engine starts
     cfg = _config(a, argv, tasks)
     store = Store(a.db)
     try:

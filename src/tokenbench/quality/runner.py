@@ -244,13 +244,22 @@ class Recorder:
         return self.log.close(status, error, [], list(self.items))
 
 
+def check_tasks(tasks: list[str]) -> list[str]:
+    """The tasks lm-eval runs (not built in), refused where lm-eval is missing or knows none of that name: before
+    anything runs, an embedded engine's start too."""
+    from . import harness
+
+    harness_tasks = [t for t in tasks if t not in BUILTIN]
+    if harness_tasks:
+        harness.check_tasks(harness_tasks)
+    return harness_tasks
+
+
 def run_quality(cfg: QualityConfig, store: Store, note: Note = lambda t: None) -> RunResult:
     """Run ``cfg.tasks`` (built-in and harness tasks) against ``cfg.url`` and store them as one run."""
     from . import harness
 
-    harness_tasks = [t for t in cfg.tasks if t not in BUILTIN]
-    if harness_tasks:
-        harness.check_tasks(harness_tasks)  # unknown tasks or no lm-eval: refused before anything runs
+    harness_tasks = check_tasks(cfg.tasks)
     rec = Recorder(store, cfg.label)
 
     async def builtin() -> str:
