@@ -22,6 +22,8 @@ DEAD = "http://127.0.0.1:9/v1"  # nothing listens: an argument error must come b
     ["sweep", "--url", DEAD, "--input-len", "0"],
     ["engines", "serve", "llama-server", "--ctx", "100000", "--port", "0"],  # past the embedded model's 8,192
     ["depth", "--tg", "1"],  # refused before the embedded engine starts
+    ["engines", "--port", "8090"],  # serve's options without serve: nothing would listen there
+    ["engines", "build", "llama-server", "--cache-ram", "0"],
     ["sweep", "--url", DEAD, "--output-len", "-4"],
     ["sweep", "--url", DEAD, "--warmup", "-1"],
     ["sweep", "--url", DEAD, "--temperature", "-1"],

@@ -31,6 +31,10 @@ def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
         if a.json:
             raise UsageError("engines serve writes no JSON: drop --json")
         return _serve(given, a, console, err)
+    serving = _serve_options(a)
+    if serving:
+        raise UsageError(f"{serving[0]} is for 'engines serve' (e.g. tokenbench engines serve llama-server "
+                         f"{serving[0]} ...): without serve nothing is started")
     check_output(a.json, "--json")
     names = list(status.NAMES) if not given or given == ["all"] else given
     bad = [n for n in names if n not in status.NAMES and not status.known(n)]
@@ -46,6 +50,14 @@ def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
     if a.json:
         emit_json(a.json, [{"engine": s.name, "ready": s.ready, "where": s.where, "needs": s.needs} for s in states])
     return 0
+
+
+def _serve_options(a: argparse.Namespace) -> list[str]:
+    """The serve group's options given other than as their defaults: a listing or a build would ignore them."""
+    given = {"--model-size": a.model_size != "tiny", "--quant": a.quant is not None,
+             "--parallel": a.parallel != SERVE_PARALLEL, "--ctx": a.ctx != SERVE_CTX, "--port": a.port != 0,
+             "--cache-ram": a.cache_ram is not None}
+    return [name for name, on in given.items() if on]
 
 
 def _serve(names: list[str], a: argparse.Namespace, console: Console, err: Console) -> int:
