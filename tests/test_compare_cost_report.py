@@ -334,6 +334,20 @@ def test_import_llama_bench(tmp_path: Path, name: str) -> None:
     assert (m["engine_version"], m["build_commit"]) == ("b6123", "b5a7d8e")
 
 
+def test_one_llama_bench_repetition_has_no_spread(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """llama-bench -r 1 writes stddev 0: from one sample the spread is unknown, not 0, and is not shown as ± 0.00."""
+    recs = json.loads((DATA / "llama_bench.json").read_text())
+    recs[0]["samples_ts"], recs[0]["stddev_ts"] = [1287.0], 0.0
+    (tmp_path / "r1.json").write_text(json.dumps(recs))
+    db = str(tmp_path / "i.db")
+    assert main(["import", str(tmp_path / "r1.json"), "--db", db]) == 0
+    capsys.readouterr()
+    rid = Store(db).runs()[0].id
+    assert main(["show", rid, "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "1,287.00 ± " not in out and "1,287.00" in out and "80.80 ± 0.40" in out
+
+
 def test_import_guidellm(tmp_path: Path) -> None:
     store = Store(tmp_path / "i.db")
     fmt, (rid,) = import_file(store, DATA / "guidellm_benchmarks.json")

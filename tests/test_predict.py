@@ -191,11 +191,11 @@ def test_config_json(tmp_path: Path) -> None:
     assert (g.local_layers, g.n_full, g.window, g.context) == (10, 2, 512, 131072)
 
 
-def test_gguf_header(tmp_path: Path) -> None:
+def small_gguf(path: Path) -> Path:
+    """A two-layer GGUF of zeros, 512 tokens of trained context."""
     gguf = pytest.importorskip("gguf")
     import numpy as np
 
-    path = tmp_path / "small.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(2)
     w.add_embedding_length(64)
@@ -212,6 +212,11 @@ def test_gguf_header(tmp_path: Path) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def test_gguf_header(tmp_path: Path) -> None:
+    path = small_gguf(tmp_path / "small.gguf")
     m = model_from_gguf(path)
     assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn, m.vocab) == (2, 64, 4, 2, 16, 128, 100)
     assert m.total_b == pytest.approx((100 * 64 * 2 + 2 * 64 * 64) / 1e9)
@@ -219,6 +224,20 @@ def test_gguf_header(tmp_path: Path) -> None:
     # the real file size drives the weight bytes
     assert memory.total_weight_bytes(m, formats.Quant("Q4_K_M", "F16")) == pytest.approx(path.stat().st_size)
     assert Catalog.load().find_model(str(path)).layers == 2
+
+
+def test_llama_bench_warns_of_depths_past_the_trained_context(tmp_path: Path) -> None:
+    """llama-bench sizes its context to what it is asked and runs past what the model was trained on; the HTTP
+    path skips such depths (the server refuses them)."""
+    from tokenbench.engines.llamabench import LlamaBenchConfig, past_context
+
+    path = small_gguf(tmp_path / "small.gguf")
+    assert past_context(LlamaBenchConfig("built", str(path), [0, 256], pp=128, tg=128), path) is None
+    said = past_context(LlamaBenchConfig("built", str(path), [0, 256, 1024], pp=256, tg=16), path)
+    assert said is not None and said.startswith("depths 256 and 1,024 with pp 256 and tg 16 pass the 512 tokens")
+    one = past_context(LlamaBenchConfig("built", str(path), [0, 1024], pp=128, tg=16), path)
+    assert one is not None and one.startswith("depth 1,024 with") and "runs it on" in one
+    assert past_context(LlamaBenchConfig("built", None, [9999]), tmp_path / "not-a-gguf") is None
 
 
 def test_unknown_ids_suggest_close_ones(cat: Catalog) -> None:

@@ -135,8 +135,9 @@ def _add(level: LevelSummary, finding: Finding | None) -> bool:
     return finding is not None and level.add(finding)
 
 
-def _mean_sd(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+def _mean_sd(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation; no spread (None) from one repetition, where it is not 0 but unknown."""
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
 def _against_server_timings(lp: DepthLevel, lt: DepthLevel, steps: list[Step], pp_mean: float | None,
@@ -187,7 +188,9 @@ def skipped_depth(depth: int, pp: int, tg: int, slot_ctx: int) -> tuple[DepthLev
 
 
 def _rate(mean: float | None, sd: float | None) -> str:
-    return "not published (see the warnings)" if mean is None else f"{mean:,.1f} ± {sd or 0:.1f} tok/s"
+    if mean is None:
+        return "not published (see the warnings)"
+    return f"{mean:,.1f} tok/s" if sd is None else f"{mean:,.1f} ± {sd:.1f} tok/s"
 
 
 def _note(note: Note | None, text: str) -> None:

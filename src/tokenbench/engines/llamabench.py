@@ -35,6 +35,27 @@ def command(cfg: LlamaBenchConfig, exe: str, model_file: str) -> list[str]:
             "-r", str(cfg.repetitions), *cfg.options, "-o", "json"]
 
 
+def past_context(cfg: LlamaBenchConfig, model_file: Path) -> str | None:
+    """A warning where a depth with its prompt and generation passes the context the model was trained on (its
+    GGUF header's): llama-bench sizes its context to fit and runs it, on positions the model never saw. The speed
+    is measured, but no server of that model would be run so; the HTTP path skips such depths, as the server
+    refuses them."""
+    from ..predict.specs import model_from_gguf
+
+    try:
+        trained = model_from_gguf(model_file).context
+    except (UsageError, OSError, ValueError):
+        return None  # llama-bench says what it makes of a file that is not a GGUF
+    past = [d for d in cfg.depths if trained and d + cfg.pp + cfg.tg > trained]
+    if not past:
+        return None
+    said = [f"{d:,}" for d in past]
+    which = (f"depth {said[0]}" if len(said) == 1 else f"depths {', '.join(said[:-1])} and {said[-1]}")
+    return (f"{which} with pp {cfg.pp} and tg {cfg.tg} pass{'es' if len(said) == 1 else ''} the {trained:,} tokens "
+            f"the model was trained on (its GGUF header): llama-bench runs {'it' if len(said) == 1 else 'them'} on "
+            "positions the model never saw")
+
+
 def run_llama_bench(cfg: LlamaBenchConfig, store: Store, note: Callable[[str], None]) -> str:
     """Run llama-bench and import what it printed; returns the stored run's id."""
     from ..importers import import_records
@@ -49,6 +70,9 @@ def run_llama_bench(cfg: LlamaBenchConfig, store: Store, note: Callable[[str], N
         from . import tiny
 
         model_file = str(tiny.ensure(size=cfg.model_size).gguf(cfg.quant))
+    past = past_context(cfg, Path(model_file))
+    if past:
+        note(past)
     cmd = command(cfg, exe, model_file)
     note("running " + " ".join(cmd))
     try:

@@ -63,7 +63,9 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
     for i, r in enumerate(recs):
         n_prompt, n_gen, ts = (_num(r, k, path, i) for k in KEYS)
         depth = int(_num(r, "n_depth", path, i, default=0))
-        sd = _num(r, "stddev_ts", path, i, default=0.0)
+        sd: float | None = _num(r, "stddev_ts", path, i, default=0.0)
+        if isinstance(r.get("samples_ts"), list) and len(r["samples_ts"]) == 1:
+            sd = None  # one repetition has no spread: llama-bench writes 0
         if n_prompt and not n_gen:
             lv = DepthLevel(test=f"pp{int(n_prompt)}", depth=depth, pp_tps=ts, pp_tps_sd=sd)
         elif n_gen and not n_prompt:
