@@ -1,6 +1,6 @@
 """What every test starts from.
 
-The suite pins its own environment (issue 23: with ``COLUMNS=80`` exported five CLI tests failed, their tables
+The suite pins its own environment (with ``COLUMNS=80`` exported five CLI tests failed, their tables
 drawn at the caller's width): ``pytest_configure`` below scrubs what the caller's shell may hold before anything
 is collected, and ``make test`` runs the suite under a hostile environment to prove it (``HOSTILE_ENV`` in the
 Makefile, ``tests/test_hermetic.py``).

@@ -1,4 +1,4 @@
-"""The shape of the house (issue 8): no function too branchy to change safely, readers apart from runners,
+"""The shape of the house: no function too branchy to change safely, readers apart from runners,
 findings decided in one place."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Capacity under an SLO (issue 22): the objectives and how sure each verdict is (slo.py), the search
+"""Capacity under an SLO: the objectives and how sure each verdict is (slo.py), the search
 (capacity.py), and ``tokenbench capacity`` against the emitter set to saturate: monotone, noisy, an SLO no level
 meets, one every level meets, an open-loop queue that grows, a time budget, and an interrupt."""
 

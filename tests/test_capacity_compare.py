@@ -1,4 +1,4 @@
-"""Two boxes' capacities side by side (issue 22): ``tokenbench compare A B`` where both runs answer how many
+"""Two boxes' capacities side by side: ``tokenbench compare A B`` where both runs answer how many
 agents their box serves within an SLO (a ``tokenbench capacity`` run, or a sweep with --slo). Two searches
 bisect to levels of their own, so they often share no operating point; compare said so and stopped there.
 

@@ -1,5 +1,5 @@
-"""Capacity searches on the real engines, cross-checked against a plain sweep over every level of the same range
-(issue 22): the capacity found lies between the sweep's last passing and first failing level, and the search
+"""Capacity searches on the real engines, cross-checked against a plain sweep over every level of the same range:
+the capacity found lies between the sweep's last passing and first failing level, and the search
 spends fewer requests.
 
 The SLO's limit is placed in the step the engine's slots make (4 here: a fifth agent's request waits for a

@@ -1,4 +1,4 @@
-"""The chunk rule (issue 23): a chunk that carries a generated token is a token for TTFT and ITL whether or not
+"""The chunk rule: a chunk that carries a generated token is a token for TTFT and ITL whether or not
 its text is visible yet, as ``vllm bench serve`` counts chunks; where the server counts the tokens a chunk carried,
 its count decides. The event shapes are the ones vLLM 0.32 and llama.cpp's llama-server stream (recorded from the
 embedded engines serving the small-utf8 model, whose tokens are often pieces of a multi-byte character)."""

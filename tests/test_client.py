@@ -162,7 +162,7 @@ def test_api_key_sent_as_bearer(emitter: BackgroundEmitter) -> None:
 def test_a_sweep_says_how_much_of_the_output_was_reasoning(emitter: BackgroundEmitter,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """Reasoning tokens count as output, so a level's tok/s overstates the answers: 6 of 8 tokens reasoning
-    leave a quarter of the rate for answers (issue 12: about 80% reasoning halved useful throughput)."""
+    leave a quarter of the rate for answers (about 80% reasoning halved useful throughput)."""
     import json
 
     from tokenbench.cli import main
@@ -180,7 +180,7 @@ def test_a_sweep_says_how_much_of_the_output_was_reasoning(emitter: BackgroundEm
 def test_the_socket_write_is_stamped_and_the_clients_wait_reported_apart(emitter: BackgroundEmitter,
                                                                           tmp_path: Path) -> None:
     """TTFT starts when tokenbench starts a request; the request reaches the socket later. That wait is the
-    client's (issue 13: 41-128 ms at 512 streams), reported as send_queue_ms and judged client_bound when
+    client's (41-128 ms at 512 streams), reported as send_queue_ms and judged client_bound when
     large, so it can never pass as the server's time unnoticed."""
     import asyncio as aio
 

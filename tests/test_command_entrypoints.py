@@ -1,4 +1,4 @@
-"""compare, cost and recommend as a library (issue 20): each command's one entrypoint called with its typed config,
+"""compare, cost and recommend as a library: each command's one entrypoint called with its typed config,
 no argparse in between, answers with a typed result (what the CLI prints and writes as JSON)."""
 
 from __future__ import annotations

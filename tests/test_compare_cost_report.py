@@ -538,7 +538,7 @@ def test_recommend_ranks_by_cost_and_says_why_others_are_out(tmp_path: Path, cap
 
 def test_recommend_with_no_box_meeting_the_slos_lists_the_closest(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 23: the README's example printed a table with no rows and two paragraphs of excluded ids. Now the
+    """The README's example printed a table with no rows and two paragraphs of excluded ids. Now the
     closest boxes, by how far each missed (the worst SLO relative to its limit), with the value, the limit and
     PREDICTED; boxes that do not fit come after every SLO miss. Exit 0: an answer, not an error."""
     args = ["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "16", "--ttft-p99", "1.5s", "--currency", "EUR",

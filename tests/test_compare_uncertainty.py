@@ -1,4 +1,4 @@
-"""Comparisons state their uncertainty (issue 23): a ratio's 95% interval from a seeded bootstrap over a level's
+"""Comparisons state their uncertainty: a ratio's 95% interval from a seeded bootstrap over a level's
 requests or repetitions, a winner named only where the interval excludes 1, and a stated rule where a side has no
 samples. compare once called 1.06x a win whatever the runs' spread (a fixed 5% tie band)."""
 

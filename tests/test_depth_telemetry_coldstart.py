@@ -179,7 +179,7 @@ def test_depth_summary_flags_a_cold_context_and_disagreeing_timings() -> None:
     # mean ± sample standard deviation, as llama-bench reports
     lp, _ = summarize_depth(0, 100, 10, [Step(None, 0.1, 100, 1, 9), Step(None, 0.2, 100, 1, 9)])
     assert lp.pp_tps == pytest.approx(750) and lp.pp_tps_sd == pytest.approx(353.553, rel=1e-4)
-    # ... and the rate over the repetitions as a Distribution, as every measured quantity (issue 8)
+    # ... and the rate over the repetitions as a Distribution, as every measured quantity
     assert lp.pp_tps_dist is not None and (lp.pp_tps_dist.n, lp.pp_tps_dist.min, lp.pp_tps_dist.max) == (2, 500, 1000)
     assert lp.pp_tps_dist.std == pytest.approx(250) and lp.tg_tps_dist is None  # population std; pp level only
     assert LevelSummary.from_dict(lp.to_dict()).pp_tps_dist == lp.pp_tps_dist

@@ -1,4 +1,4 @@
-"""Library entry points the CLI only parses for (issue 8): llama-bench runs, speculative decoding, the embedded
+"""Library entry points the CLI only parses for: llama-bench runs, speculative decoding, the embedded
 engine's slot context."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_slot_context_rounds_up_to_a_kv_block() -> None:
 
 
 def test_one_step_runner_for_builds_and_installs() -> None:
-    """llamacpp_build._run and vllm_env._step were two copies of this (issue 8)."""
+    """llamacpp_build._run and vllm_env._step were two copies of this."""
     from tokenbench.engines.steps import ninja_progress, pip_progress, run_step
     from tokenbench.errors import EngineError
 
@@ -79,7 +79,7 @@ def test_one_step_runner_for_builds_and_installs() -> None:
 
 
 def test_run_log_closes_a_run_once_with_the_state_its_end_gives(tmp_path: Path) -> None:
-    """One lifecycle for sweep, depth and quality (issue 8): the run an exception ends is closed and named on it."""
+    """One lifecycle for sweep, depth and quality: the run an exception ends is closed and named on it."""
     import asyncio
 
     from tokenbench.endpoint import RunLog
@@ -115,7 +115,7 @@ def test_run_log_closes_a_run_once_with_the_state_its_end_gives(tmp_path: Path) 
 
 
 def test_the_embedded_engine_points_each_run_config_at_itself(tmp_path: Path) -> None:
-    """sweep, depth and quality each did this by hand (issue 8); no engine is started here."""
+    """sweep, depth and quality each did this by hand; no engine is started here."""
     from types import SimpleNamespace
 
     from tokenbench.depth import DepthConfig

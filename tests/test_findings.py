@@ -123,7 +123,7 @@ def test_every_rule_has_a_reason_and_one_code() -> None:
 
 
 def test_derived_rates_are_properties_with_one_definition() -> None:
-    """Per-agent throughput and decode rate were assigned in 6 and 2 places (issue 8): now derived once."""
+    """Per-agent throughput and decode rate were assigned in 6 and 2 places: now derived once."""
     lv = ServingLevel(concurrency=8, test="serve", output_throughput_tps=400.0)
     assert lv.per_agent_tps == 50.0
     lv.output_throughput_tps = 800.0  # a combined repetition's median: per agent follows
@@ -158,7 +158,7 @@ def test_findings_of_odd_shapes_in_a_stored_level_are_left_out() -> None:
 
 
 def test_a_cached_share_the_servers_counters_contradict_is_flagged() -> None:
-    """Issue 25: the cached share the responses report is checked against the server's /metrics over the level."""
+    """The cached share the responses report is checked against the server's /metrics over the level."""
     from tokenbench.finding import Code
     from tokenbench.findings import CACHE_COUNT_TOLERANCE, LevelFacts, assess
     from tokenbench.levels import LevelSummary, Telemetry

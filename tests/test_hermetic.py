@@ -1,5 +1,5 @@
 """The suite pins its own environment: no result depends on the caller's terminal, locale, zone, home or
-``TOKENBENCH_*`` variables (issue 23). With ``COLUMNS=80`` exported, as many shells and CI systems do, five CLI
+``TOKENBENCH_*`` variables. With ``COLUMNS=80`` exported, as many shells and CI systems do, five CLI
 tests used to fail: their tables were drawn at the caller's width instead of a pipe's 160 columns.
 
 `make test` runs the whole suite under such an environment (``HOSTILE_ENV`` in the Makefile); the tests here

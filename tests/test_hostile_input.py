@@ -1,5 +1,5 @@
 """A careless user and hostile names: bad arguments are one-line errors before any work, and no name breaks
-output (issue 9)."""
+output."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The client's hot path keeps bytes and stamps; parsing happens later, in batches (issue 13). Deferring it must
+"""The client's hot path keeps bytes and stamps; parsing happens later, in batches. Deferring it must
 change nothing: the batch decoder (``StreamDecoder.replay``) and the fast event parser (``wire.parse_event``) are
 held to the general ones (``StreamDecoder.feed``, ``wire.parse_chunk``) on generated streams."""
 

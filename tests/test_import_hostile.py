@@ -1,5 +1,5 @@
 """Imports are all-or-nothing: a malformed file is refused in one line naming the field, impossible values are
-refused, a file imported before is recognised, and the JSON written is always valid (issue 9)."""
+refused, a file imported before is recognised, and the JSON written is always valid."""
 
 from __future__ import annotations
 

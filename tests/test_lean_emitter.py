@@ -1,6 +1,6 @@
 """The client overhead benchmark's lean emitter (``lean_emitter.LeanServer``, ``--lean``): several processes share one
 port and each keeps its own stamps, its paced stream is what the lean client reads, and its timers are not rounded
-up to whole milliseconds (issue 24)."""
+up to whole milliseconds."""
 
 from __future__ import annotations
 

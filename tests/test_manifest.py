@@ -1,4 +1,4 @@
-"""The typed manifest (issue 8): readers read attributes, the stored JSON and the JSON contract stay as they were."""
+"""The typed manifest: readers read attributes, the stored JSON and the JSON contract stay as they were."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def test_a_runs_json_is_the_result_in_hand_and_reads_back_the_same(emitter: Back
 
 
 def test_an_imported_files_values_are_typed_at_the_boundary(tmp_path: Path) -> None:
-    """Importers build their manifest through Manifest.from_dict (issue 8): a field of the wrong type in a
+    """Importers build their manifest through Manifest.from_dict: a field of the wrong type in a
     foreign file is kept whole, never read as the typed attribute; the typed attributes set on import (its
     provenance, file, format, digest) are stored and read back."""
     from tokenbench.importers import import_file

@@ -106,7 +106,7 @@ def test_failed_requests_counted_by_kind_and_excluded_from_latency() -> None:
 
 
 def test_e2e_latency_is_split_by_success_and_error() -> None:
-    """E2E's error split (issue 8): how long failed requests took to fail, beside the successes' e2e_ms."""
+    """E2E's error split: how long failed requests took to fail, beside the successes' e2e_ms."""
     ok = rec(0, 0, [100, 200], out=2)
     slow_fail = rec(1, 0, [], out=0, error_kind="stall", error="no bytes", end_ns=60_000 * MS)
     quick_fail = rec(2, 10, [], out=0, error_kind="http_500", error="boom", end_ns=30 * MS)
@@ -124,7 +124,7 @@ def test_e2e_latency_is_split_by_success_and_error() -> None:
 
 def test_ttft_itl_and_ttfb_are_split_by_success_and_error_too() -> None:
     """A stream that dies mid-way had a first token and gaps between its chunks: they go to the error split,
-    never into the successes' ttft_ms and itl_ms (issue 8); an HTTP error's body is a first byte of a failure."""
+    never into the successes' ttft_ms and itl_ms; an HTTP error's body is a first byte of a failure."""
     ok = rec(0, 0, [100, 200], out=2)
     died = rec(1, 0, [40, 90, 5_090], out=0, error_kind="disconnect", error="server closed the stream")
     refused = rec(2, 0, [], out=0, error_kind="http_503", error="busy", end_ns=7 * MS, first_byte_ns=6 * MS)

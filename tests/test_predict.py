@@ -341,7 +341,7 @@ def test_against_json_keeps_every_row_in_order(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_a_llama_server_row_is_predicted_with_the_slots_its_note_names() -> None:
-    """A serving row of llama.cpp's server says its slots in the note, as -np N or --parallel N (the lent H200's
+    """A serving row of llama.cpp's server says its slots in the note, as -np N or --parallel N (an H200's
     rows say --parallel 32); read as one slot, the row would be predicted as one stream whose throughput cannot
     grow with the agents."""
     rows = [r for r in read_rows(PUBLISHED.parent / "published-current.csv")

@@ -1,5 +1,5 @@
 """calibrate --runs: the user's own stored runs anchor the fit of their backend, so "measure the box you own,
-predict the box you don't" uses real data from the user's stack (issue 11, must-have 3)."""
+predict the box you don't" uses real data from the user's stack."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The engine's version in the fit (issue 21): rows carry the date and version of the build they measured, each
+"""The engine's version in the fit: rows carry the date and version of the build they measured, each
 era of builds gets its own constants (old and new builds are never averaged into one), a prediction says which
 builds it assumes and takes --engine-version, and its band widens for what no row measured."""
 
@@ -118,7 +118,7 @@ def test_a_band_widens_for_what_no_row_measured(cat: Catalog) -> None:
 
 
 def test_a_kind_band_widens_for_a_thin_generation_not_a_thin_year(cat: Catalog) -> None:
-    """Issue 21 widened a band for a hardware generation or a year of builds with few rows (llama.cpp CUDA's sm_120
+    """The fit widened a band for a hardware generation or a year of builds with few rows (llama.cpp CUDA's sm_120
     boxes: the scoreboard's three; its 2026 builds: two boxes). A band kept per kind of row (here consumer GPUs, one
     stream, dense) still widens for the thin generation, which its held-out rows hardly hold (the RTX 5090
     measured 20% above its prediction), but not for the thin year or the backend's few rows: on the shipped rows

@@ -186,7 +186,7 @@ def test_llama_server_slots_share_one_batch_of_n_batch_tokens_in_micro_batches(c
     """llama.cpp's server (tools/server/server-context.cpp, update_slots) puts each step's decodes first and then
     its slots' prompt tokens, up to n_batch (2048), and runs that batch in micro-batches of -ub (512): four
     512-token prompts arriving together share one step of four passes, and each gets its first token only when
-    all four are in. On the lent H200 (h200-lcpp rows, 32 slots, 512 in / 128 out) TTFT was 121 ms at c1, 491 at
+    all four are in. On an H200 (h200-lcpp rows, 32 slots, 512 in / 128 out) TTFT was 121 ms at c1, 491 at
     c4 (4.05x) and 1,035 at c16 (8.5x)."""
     from tokenbench.predict.setup import Setup
 
@@ -485,7 +485,7 @@ def test_held_out_2025_prompt_rates_follow_the_sms_not_the_tensor_peak(cat: Cata
 
 def test_plain_blocks_unpack_faster_than_k_quants_on_hbm(cat: Catalog) -> None:
     # decode on HBM boxes, where unpacking binds: the A30's Q4_K_M rows (sh-a30) run at half their bandwidth
-    # roofline while the lent H100's Q4_0 (h100-lcpp, 2026 build) runs 341 t/s; one unpack rate for both put that
+    # roofline while an H100's Q4_0 (h100-lcpp, 2026 build) runs 341 t/s; one unpack rate for both put that
     # H100, held out, at 232 (-32%); a rate per kind of block (Efficiency.sm_simple) brings it within 20%
     from tokenbench.predict.fitting import cross_validate
 

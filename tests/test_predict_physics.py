@@ -1,4 +1,4 @@
-"""Issue 11's causes, each against a hand computation or a published row; the ceiling no measurement beats;
+"""The predictor's known errors, each against a hand computation or a published row; the ceiling no measurement beats;
 bands and UNCALIBRATED in the tables."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""predict --sessions: an agent session on a box you do not own, turn by turn, with the prefix cache and without it
-(issue 25). The figures come from the depth and serving estimates, so they are checked against those, not
+"""predict --sessions: an agent session on a box you do not own, turn by turn, with the prefix cache and without it.
+The figures come from the depth and serving estimates, so they are checked against those, not
 against numbers written here."""
 
 from __future__ import annotations
@@ -298,7 +298,7 @@ def test_a_saved_session_prediction_round_trips_through_the_store(tmp_path: Path
 
 def test_llama_server_agents_wait_for_its_slot_saves_as_measured_on_the_h200(cat: Catalog) -> None:
     """Four agents, 8 sessions of 6 turns (512 shared tokens, a 1,024-token task, tool results of 64-192,
-    answers of 128) against llama-server with 32 slots on the lent H200 (benchmarks/device/h200-2026-11/
+    answers of 128) against llama-server with 32 slots on an H200 (benchmarks/device/h200-2026-11/
     sessions.json, never in a fit): sessions took 9.3 s (p50) with the prefix cache and turns 2-6 waited 0.7-0.9 s
     for a first token where prefilling ~270 new tokens takes ~30 ms. As each turn starts llama-server saves the
     other agents' idle slots, their whole context's KV cache, to its host prompt cache (--cache-ram) with no slot

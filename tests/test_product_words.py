@@ -4,7 +4,8 @@ messages), the README, docs/, DEVELOPING.md, benchmarks/ and examples/. A commen
 was asked for; a figure names its machine (model, cores), not how the machine was come by.
 
 Citations of other projects stay, with their repository: "ggml-org/llama.cpp#8075", "llama.cpp PR 8075",
-"discussion 15013". The tests themselves are not scanned."""
+"discussion 15013". The tests are held to the words (no "issue 23", no "the lent H200"): they are the next
+engineer's reading; they may name ../shared, whose copies some of them check."""
 
 from __future__ import annotations
 
@@ -82,3 +83,14 @@ def test_the_shipped_data_tables_say_nothing_of_how_the_work_was_organised(path:
     bad = [(n, line[:120]) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
            if PROCESS.search(line)]
     assert not bad, bad
+
+
+#: In the tests: an issue named in words, or a machine said to be lent.
+TEST_WORDS = re.compile(r"\bissues?\s+#?\d+|\blent\s+(GPU|machine|H100|H200)|\b(a|the)\s+lent\b", re.I)
+
+
+def test_the_tests_name_no_issue_numbers() -> None:
+    found = [f"{p.relative_to(ROOT).as_posix()}:{n}: {line.strip()}"
+             for p in sorted((ROOT / "tests").rglob("*.py")) if p.name != "test_product_words.py"  # its examples
+             for n, line in enumerate(p.read_text().splitlines(), 1) if TEST_WORDS.search(line)]
+    assert not found, "say the reason, not where it was asked:\n" + "\n".join(found)

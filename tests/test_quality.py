@@ -137,7 +137,7 @@ def test_fisher_exact_by_hand() -> None:
 
 
 def test_agreement_verdict_against_the_noise_floor() -> None:
-    """Issue 23: a host that agreed 8/16 with the first, where the same host twice agreed 16/16, was printed
+    """A host that agreed 8/16 with the first, where the same host twice agreed 16/16, was printed
     only a needle task's "same within noise"."""
     half = agreement.judge(_pairs(16, 8, first=8), _pairs(16, 0), ("r1", "r2"))
     assert half.verdict == "different" and half.p_value is not None and half.p_value < 0.01
@@ -341,7 +341,7 @@ def _agreement_run(url: str, label: str, out: Path) -> str:
 
 def test_outputs_that_differ_beyond_the_floor_are_named_different(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 23: the same host twice agreed 16/16, a host corrupting every second answer 8/16, and `quality
+    """The same host twice agreed 16/16, a host corrupting every second answer 8/16, and `quality
     compare` printed no verdict on it. The repeat in the store is the floor; the verdict line comes first and
     names the second host different."""
     with serve(Answering()) as good:
@@ -461,3 +461,21 @@ def test_no_verdict_without_an_item_answered_and_asked_in_both() -> None:
     assert apart.text.startswith("no verdict")
     one_side = overall(compare_items(needles("error", None), needles("pass", 1.0)), "a", "b")
     assert "differs" in one_side.text and not one_side.same, one_side.text
+
+
+def test_needle_grid_counts_read_as_the_progress_writes_them() -> None:
+    """A cell the server refused was written '65518/?'; the progress lines write '65,518'."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from tokenbench.cli.quality import _print_tasks
+
+    cells = [Item("niah", 0, "65536@50%", "p", status="error", error="http_400", expected_prompt_tokens=65518,
+                  detail={"context": 65536, "depth": 50, "usage_check": "absent"}),
+             Item("niah", 1, "1024@50%", "p", status="pass", score=1.0, expected_prompt_tokens=1010,
+                  prompt_tokens=1012, latency_ms=900.0, detail={"context": 1024, "depth": 50, "usage_check": "ok"})]
+    out = StringIO()
+    _print_tasks(Console(file=out, width=120), {}, cells, "table")
+    text = out.getvalue()
+    assert "65,518/—" in text and "1,010/1,012" in text and "?" not in text

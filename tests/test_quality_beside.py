@@ -1,4 +1,4 @@
-"""Quality beside speed (issue 12): compare, report and recommend find each box's quality run by the speed run's
+"""Quality beside speed: compare, report and recommend find each box's quality run by the speed run's
 label and show the paired verdict; recommend --parity-with keeps only boxes shown to match a reference."""
 
 from __future__ import annotations

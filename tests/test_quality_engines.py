@@ -112,7 +112,7 @@ def test_shipped_lm_eval_task_on_transformers(transformers: RunningEngine, model
 
 class CorruptingProxy:
     """A proxy in front of a server that passes everything through, except that every second completion's text
-    gets a character put before it: its first token differs (the user's measurement, issue 23: a host that
+    gets a character put before it: its first token differs (the user's measurement: a host that
     corrupts half its answers agreed 8/16, and `quality compare` printed only "same within noise")."""
 
     def __init__(self, upstream: str) -> None:
@@ -174,7 +174,7 @@ class CorruptingProxy:
 def test_a_proxy_that_corrupts_every_second_answer_is_named_different(
         transformers: RunningEngine, model: tiny.TinyModel, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """The user's measurement (issue 23): the same server twice agrees on every output (the noise floor of greedy
+    """The user's measurement: the same server twice agrees on every output (the noise floor of greedy
     decoding); through a proxy that corrupts every second answer, half the outputs differ from the first token.
     The needle task ties (random weights fail every needle on both), and the verdict still names the proxy's
     host different, against the floor measured by the repeat, with a p-value; no verdict line says "same"."""

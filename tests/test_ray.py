@@ -1,6 +1,6 @@
 """Load from a Ray cluster (``--ray``): a head and a worker node as processes on this machine, the same workers as
 ``--workers`` placed one per node, the same level statistics as one process, and a worker killed mid-level ending
-the level as partial with its finished requests kept (issue 13)."""
+the level as partial with its finished requests kept."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``recommend --capacity`` (issue 22): boxes ranked by cost per agent-hour at the SLOs, each box's capacity
+"""``recommend --capacity``: boxes ranked by cost per agent-hour at the SLOs, each box's capacity
 predicted by the same search ``tokenbench capacity`` runs (marked PREDICTED) or read from a measured run's levels,
 beside one another."""
 

@@ -1,4 +1,4 @@
-"""One engine registry (issue 21, must-have 5): every engine written once, every engine string read through it,
+"""One engine registry: every engine written once, every engine string read through it,
 and llama-cpp-python never read as llama.cpp's server."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Every command that produces results returns one type, and the error that ends a stored run carries that run
-(issue 8): an interrupt as a ``RunInterrupted``, a user-facing error in its ``result``, each the run as a reader
+"""Every command that produces results returns one type, and the error that ends a stored run carries that run:
+an interrupt as a ``RunInterrupted``, a user-facing error in its ``result``, each the run as a reader
 loads it back. The interrupts are real SIGINTs, sent to a child process that calls the library as a script would."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Run references are unambiguous: a label several runs share is refused with the candidates (unless --latest),
-and a run of the wrong kind is refused by name (issue 10)."""
+and a run of the wrong kind is refused by name."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every run ends in a final state, and no secret reaches a file, the database, a report or a message (issue 9)."""
+"""Every run ends in a final state, and no secret reaches a file, the database, a report or a message."""
 
 from __future__ import annotations
 

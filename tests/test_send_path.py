@@ -1,4 +1,4 @@
-"""The lean send path (issue 24, ``http1.py``) held to the old one: the same body bytes, the same stream bytes with
+"""The lean send path (``http1.py``) held to the old one: the same body bytes, the same stream bytes with
 the same stamps, the same records, against generated responses cut anywhere and against the emitter's faults."""
 
 from __future__ import annotations

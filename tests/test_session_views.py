@@ -1,4 +1,4 @@
-"""Agent-session runs read back (issue 25): compare puts two boxes' sessions side by side turn by turn, cost
+"""Agent-session runs read back: compare puts two boxes' sessions side by side turn by turn, cost
 prices a finished session, the report draws turn TTFT against context and the interactivity view. Session levels
 are made from synthetic records through metrics.session_stats, as the session runner makes them; every figure
 checked here is computed by hand from the records' formula."""

@@ -1,5 +1,5 @@
 """show prints every kind of run in the table that fits it, and the guard snapshot of any level; SLO verdicts
-sit on their level's row; every command that prints a table can write JSON (issue 10)."""
+sit on their level's row; every command that prints a table can write JSON."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The results database against the wrong file, a foreign schema, racing first uses, a held lock and damage: one
-clear line each, and no finished level lost (issue 9)."""
+clear line each, and no finished level lost."""
 
 from __future__ import annotations
 

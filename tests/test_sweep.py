@@ -105,13 +105,13 @@ def test_repetitions_report_median_and_cv(emitter: BackgroundEmitter, tmp_path: 
     rep = res.to_json()["levels"][0]["repetitions"]  # type: ignore[attr-defined]
     assert rep["n"] == 3 and len(rep["output_throughput_tps"]["values"]) == 3
     assert rep["output_throughput_tps"]["cv"] is not None
-    dist = rep["output_throughput_tps"]["distribution"]  # as every measured quantity (issue 8)
+    dist = rep["output_throughput_tps"]["distribution"]  # as every measured quantity
     assert dist["n"] == 3 and dist["min"] <= rep["output_throughput_tps"]["median"] <= dist["max"]
     assert len(store.levels(res.run_id)) == 3  # type: ignore[attr-defined]
 
 
 def test_repetitions_keep_the_cost_at_the_median_throughput(emitter: BackgroundEmitter, tmp_path: Path) -> None:
-    """A priced run with --repetitions above 1 dropped its cost altogether (issue 8, confirmed)."""
+    """A priced run with --repetitions above 1 dropped its cost altogether."""
     from tokenbench.pricing import cost_per_mtok
     from tokenbench.reader import load_result
 
@@ -178,7 +178,7 @@ def test_server_dying_mid_level_keeps_finished_levels(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
-    """Also: the run printed is this sweep's, not the newest in the database (issue 8: another sweep sharing the
+    """Also: the run printed is this sweep's, not the newest in the database (another sweep sharing the
     database, here one dated later, used to be printed as "the finished levels")."""
     from tokenbench.levels import ServingLevel
 

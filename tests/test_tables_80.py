@@ -1,4 +1,4 @@
-"""Tables stay tables at 80 columns (issue 23): compare, show, runs and recommend say the columns that hold one
+"""Tables stay tables at 80 columns: compare, show, runs and recommend say the columns that hold one
 value in every row once, above the table, and fit the rest; one block per row (a card) only where a row cannot
 fit. compare of a 5-level sweep at 80 columns printed 245 lines of 9-line cards, each repeating "Test serve /
 Depth 0 / Concurrency 4 / Prompt ~128". The width is set in each test, never taken from the caller's terminal."""

@@ -1,6 +1,6 @@
 """The typed boundary (wire.py, decoder.StreamDecoder): whatever a server streams becomes typed values or a counted
 error record, never an exception; impossible values are errors, not data; and failure is never reported as
-success (issue 9)."""
+success."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Load from several processes (``--workers``): a level split exactly, merged into one, the same statistics as
 one process on the deterministic emitter, and a worker killed mid-level ending the level as partial with what it
-had finished kept (issue 13)."""
+had finished kept."""
 
 from __future__ import annotations
 

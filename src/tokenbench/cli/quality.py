@@ -149,6 +149,12 @@ def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: C
     return run_exit(res)
 
 
+def _count(tokens: int | None) -> str:
+    """A token count as the progress lines write it (65,518); a dash where none was said (a server that failed
+    the item counted nothing)."""
+    return "—" if tokens is None else f"{tokens:,}"
+
+
 def _s(ms: float | None) -> str:
     return "—" if ms is None else f"{ms / 1000:.2f} s"
 
@@ -183,7 +189,7 @@ def _print_tasks(console: Console, summary: dict[str, Any], items: list[Item], f
             for d in depths:
                 cell = cells.get(d)
                 row.append("—" if cell is None else f"{cell.status} {_s(cell.latency_ms)}")
-            sent = [f"{c.expected_prompt_tokens or '?'}/{c.prompt_tokens if c.prompt_tokens is not None else '?'}"
+            sent = [f"{_count(c.expected_prompt_tokens)}/{_count(c.prompt_tokens)}"
                     + ("" if c.detail.get("usage_check") in ("ok", "absent") else f" {c.detail['usage_check']}")
                     for c in cells.values()]
             row.append(", ".join(sent))
