@@ -193,3 +193,24 @@ def test_a_column_of_names_gives_way_after_the_columns_of_words() -> None:
     assert layout is not None and layout.total() <= 72
     assert layout.widths[1] == len("amd-ryzen-ai-max-395")  # whole
     assert wrap_cell(rows[1][4], layout.widths[4])[0] != rows[1][4]  # the notes wrapped instead
+
+
+def test_every_help_fits_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--help at 80 columns: argparse wraps option help but not a group's title, a usage line's list of choices
+    or the examples, which ran to 168 columns; the examples break before an option with a backslash, as a shell
+    takes them."""
+    import argparse
+
+    from tokenbench.cli.parser import build_parser
+
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = build_parser()
+    helps = {"tokenbench": parser.format_help()}
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sp in sub.choices.items():
+        helps[name] = sp.format_help()
+        for inner in (a for a in sp._actions if isinstance(a, argparse._SubParsersAction)):
+            helps.update({f"{name} {n}": p.format_help() for n, p in inner.choices.items()})
+    wide = [f"{name}: {line}" for name, text in helps.items() for line in text.splitlines() if len(line) > 80]
+    assert not wide, "\n".join(wide)
+    assert " qwen3.6-27b \\\n      --weights FP8 --concurrency 1,16\n" in helps["predict"]  # continued

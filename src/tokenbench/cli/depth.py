@@ -125,8 +125,8 @@ def add_depth_parser(sub: Any) -> None:
     dp.add_argument("--llama-bench", metavar="PATH", nargs="?", const="built",
                     help="drive llama-bench instead and import its JSON (no PATH: the one tokenbench builds)")
     dp.add_argument("--model-file", help="with --llama-bench: the GGUF to bench (default: the embedded model's)")
-    lb = dp.add_argument_group("llama.cpp options: passed to llama-bench, or to the embedded llama-server, and "
-                               "recorded")
+    lb = dp.add_argument_group("llama.cpp options", "passed to llama-bench, or to the embedded llama-server, "
+                                                    "and recorded")
     lb.add_argument("-t", "--threads", type=POSITIVE_INT, help="CPU threads")
     lb.add_argument("-fa", "--flash-attn", choices=["0", "1"], help="flash attention off/on")
     lb.add_argument("-b", "--batch-size", type=POSITIVE_INT, help="logical batch size")

@@ -118,10 +118,9 @@ def add_endpoint(g: argparse._ActionsContainer, engine: str, api: str | None = N
 
 
 def add_embedded(g: argparse._ActionsContainer, default: str) -> None:
-    g.add_argument("--engine", type=engine_name, default=default,
-                   choices=LAUNCHERS,
-                   help=f"embedded engine when no --url (default {default}); vllm and llama-server are made on "
-                        "first use (minutes; see the README)")
+    g.add_argument("--engine", type=engine_name, default=default, choices=LAUNCHERS, metavar="ENGINE",
+                   help=f"embedded engine when no --url: {', '.join(LAUNCHERS)} (default {default}); vllm and "
+                        "llama-server are made on first use (minutes; see the README)")
     g.add_argument("--model-size", choices=["tiny", "small", "small-utf8"], default="tiny",
                    help="embedded model: tiny (0.9M parameters, default), small (140M), or small-utf8 (140M, "
                         "its tokens often pieces of a multi-byte character, as real models' on CJK or emoji)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+import shlex
 import sys
 from typing import Any, NoReturn
 from .. import __version__, redact
@@ -74,7 +75,7 @@ EXAMPLES: dict[str, list[str]] = {
               "tokenbench sweep --engine llama-server --sessions 8 --turns 20 --think-time uniform:1s-5s",
               "tokenbench sweep --url http://gpu-box:8000/v1 --sessions 16 --turns 20 --think-time uniform:1s-5s "
               "--duration 1h --no-baseline   # a soak: does the cache keep holding?"],
-    "capacity": ["tokenbench capacity --slo ttft_p99=2s,agent_tps=5   # the embedded engine, 1:16 agents",
+    "capacity": ["tokenbench capacity --slo ttft_p99=2s,agent_tps=5   # embedded, 1:16 agents",
                  "tokenbench capacity --url http://gpu-box:8000/v1 --slo ttft_p99=2s,tpot_p90=50ms --concurrency 1:64 "
                  "--requests 128 --budget 20m --price-per-hour 2.5",
                  "tokenbench capacity --url http://gpu-box:8000/v1 --cache-cliff --concurrency 1:32 --turns 20 "
@@ -121,6 +122,31 @@ EXAMPLES: dict[str, list[str]] = {
 }
 
 
+def example_lines(example: str, width: int) -> str:
+    """One example as a shell would take it, within ``width`` columns where its words allow: its comment on a line
+    of its own above it where the two do not fit on one, and the command broken before an option (with its
+    values) with a backslash, its continuations indented."""
+    command, _, comment = example.partition("   # ")
+    command, comment = command.rstrip(), comment.strip()
+    if len(command) + 2 + (len(comment) + 5 if comment else 0) <= width:
+        return f"  {command}{'   # ' + comment if comment else ''}\n"
+    units: list[str] = []  # the command's words, each option with its values
+    for word in shlex.split(command, posix=False):  # a quoted word stays one, quotes kept
+        if word.startswith("-") or not units:
+            units.append(word)
+        else:
+            units[-1] += " " + word
+    out = [f"  # {comment}"] if comment else []
+    line = "  " + units[0]
+    for unit in units[1:]:
+        if len(line) + 1 + len(unit) + 2 > width:
+            out.append(line + " \\")
+            line = "      " + unit
+        else:
+            line += " " + unit
+    return "\n".join([*out, line]) + "\n"
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """Every option says its default, unless its help already does."""
 
@@ -150,7 +176,8 @@ class Parser(argparse.ArgumentParser):
         examples = [e for e in EXAMPLES.get(words[1], []) if e == self.prog or e.startswith(self.prog + " ")] \
             if len(words) > 1 else []
         text = super().format_help()
-        return text + ("\nexamples:\n" + "".join(f"  {e}\n" for e in examples) if examples else "")
+        width = self._get_formatter()._width  # argparse's: the terminal's columns less two
+        return text + ("\nexamples:\n" + "".join(example_lines(e, width + 2) for e in examples) if examples else "")
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
         # argparse's own would join the refused words into its message, where a value can no longer be told

@@ -72,16 +72,16 @@ def add_workload_options(s: argparse.ArgumentParser) -> None:
 
 
 def add_trace_options(s: argparse.ArgumentParser) -> None:
-    g = s.add_argument_group("trace replay (a request trace at its own times and lengths; recorded agents as they "
-                             "behaved)")
+    g = s.add_argument_group("trace replay", "a request trace at its own times and lengths; recorded agents as "
+                                             "they behaved")
     g.add_argument("--trace", metavar="FILE",
                    help="replay this trace: Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids "
                         "of shared prompt blocks) or CSV with the header timestamp,input_length,output_length, one "
                         "open-loop level (--requests N: its first N); or recorded agent trajectories (Weka/AgentX "
                         "traces or a folder of them, MLCommons agentic JSONL, TraceLab rows, a tokenbench record "
                         "log), replayed as agents: --concurrency N lanes, or at the recorded times")
-    g.add_argument("--trace-format", choices=TRACE_FORMATS,
-                   help="the trace's format (default: read from its content)")
+    g.add_argument("--trace-format", choices=TRACE_FORMATS, metavar="FORMAT",
+                   help=f"the trace's format: {', '.join(TRACE_FORMATS)} (default: read from its content)")
     g.add_argument("--trace-speed", type=POSITIVE, default=1.0,
                    help="replay this many times as fast (2: twice); for trajectories, at their recorded start "
                         "times (the default where they record them and no --concurrency is given)")
