@@ -175,7 +175,7 @@ def test_show_prints_a_quality_run_as_its_tasks_and_needle_grid(tmp_path: Path,
     store.save_quality_items("q-1", [it.to_row() for it in items])
     assert main(["show", "strix", "--db", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "niah" in out and "timeout 1.50 s" in out and "pass 1.50 s" in out and "1000/1000" in out
+    assert "niah" in out and "timeout 1.50 s" in out and "pass 1.50 s" in out and "1,000/1,000" in out
     assert "66.7" in out  # 2 of 3 passed: the timeout counts against the score
 
 
