@@ -30,9 +30,7 @@ DB_ENV = "TOKENBENCH_DB"
 
 def default_db_path() -> Path:
     env = os.environ.get(DB_ENV)
-    if env:
-        return Path(env)
-    return Path(platformdirs.user_data_dir("tokenbench")) / "results.db"
+    return Path(env) if env else Path(platformdirs.user_data_dir("tokenbench")) / "results.db"
 
 
 def _script(db: sqlite3.Connection, sql: str) -> None:
@@ -195,6 +193,8 @@ class Store:
                 self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
                                           isolation_level=None, timeout=LOCK_WAIT_S)
             else:
+                if path is not None and not self.path.parent.is_dir():  # the default's folder is made below
+                    raise UsageError(f"{where}: the directory {self.path.parent} does not exist; create it first")
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.db = sqlite3.connect(self.path, isolation_level=None, timeout=LOCK_WAIT_S)
             self.db.row_factory = sqlite3.Row

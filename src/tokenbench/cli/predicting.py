@@ -303,6 +303,7 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
 
     if not a.runs and (a.hardware or a.model):
         raise UsageError("--hardware and --model go with --runs RUN...: the box and model of your own runs")
+    check_output(a.out, "--out")  # before the fit's minute, not after it
     own = OwnRuns(Store(a.db, readonly=True), a.runs, a.latest, a.hardware, a.model, a.engine, a.weights, a.kv) \
         if a.runs else None
     # the fit, then one fit per source left out (the bands): half a minute on one core, less on more
