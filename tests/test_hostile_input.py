@@ -24,7 +24,9 @@ DEAD = "http://127.0.0.1:9/v1"  # nothing listens: an argument error must come b
     ["depth", "--tg", "1"],  # refused before the embedded engine starts
     ["engines", "--port", "8090"],  # serve's options without serve: nothing would listen there
     ["engines", "build", "llama-server", "--cache-ram", "0"],
-    ["calibrate", "--out", "/no-such-dir-tb/x.toml"],  # refused before the fit's minute, not after it
+    ["calibrate", "--out", "/no-such-dir-tb/x.toml"],
+    ["sweep", "--engine", "llama-server", "--model", "nosuch-model"],  # measured the embedded one under that name
+    ["depth", "--model", "qwen3.6-27b"],  # refused before the fit's minute, not after it
     ["import", str(Path(__file__).parent / "data" / "llama_bench.json"), "--db", "/no-such-dir-tb/x.db"],  # a typo made a new database
     ["sweep", "--url", DEAD, "--output-len", "-4"],
     ["sweep", "--url", DEAD, "--warmup", "-1"],

@@ -197,4 +197,10 @@ def embedded_spec(a: argparse.Namespace) -> EmbeddedSpec | None:
 
     if a.url:
         return None
+    from ..engines.tiny import served_name
+
+    model = getattr(a, "model", None)
+    if model and model != served_name(a.model_size):  # it would measure the embedded model under another's name
+        raise UsageError(f"--model {model}: without --url the embedded engine serves its own model "
+                         f"({served_name(a.model_size)}); give --url for a server of yours, or drop --model")
     return EmbeddedSpec(a.engine, a.model_size, a.quant, tuple(llama_options(a, server=True)))

@@ -81,6 +81,11 @@ class TinyModel:
         return quantize(self.gguf_path, dest, qtype.upper())
 
 
+def served_name(size: str) -> str:
+    """The name the embedded engine serves a size's model under."""
+    return _spec(size)[2]
+
+
 def _spec(size: str) -> tuple[dict[str, Any], str, str, str]:
     """(config, build directory, model name, GGUF type) of a size."""
     if size == "tiny":
