@@ -196,3 +196,28 @@ def test_the_embedded_model_says_building_only_when_it_builds(tmp_path: Path) ->
     assert not tiny.is_built(tmp_path)
     model = tiny.ensure(tmp_path)
     assert tiny.is_built(tmp_path) and (model.hf_dir / "config.json").is_file()
+
+
+def test_a_quant_type_llama_quantize_refuses_is_the_users_word(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """--quant Q9 exited 4 (an engine that failed to build) with the tool's raw line; it is a usage error, and
+    the types the tool knows are named from its own --help."""
+    from tokenbench.engines import llamacpp_build
+    from tokenbench.errors import EngineError
+
+    exe = tmp_path / "llama-quantize"
+    exe.write_text(f"#!{sys.executable}\nimport sys\n"
+                   "if sys.argv[1] == '--help':\n"
+                   "    print(' allowed quantization types\\n   2  or  Q4_0    :  4.34G\\n   7  or  Q8_0    :  7.96G')\n"
+                   "    sys.exit(1)\n"
+                   "if sys.argv[3] == 'BROKEN':\n"
+                   "    sys.exit(3)\n"
+                   "print(f\"main: invalid ftype '{sys.argv[3]}'\", file=sys.stderr)\n"
+                   "sys.exit(1)\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(llamacpp_build, "tool", lambda name: exe)
+    src = tmp_path / "m.gguf"
+    with pytest.raises(UsageError, match=r"^--quant Q9: llama-quantize knows no such type; it knows Q4_0, Q8_0$"):
+        llamacpp_build.quantize(src, tmp_path / "q9.gguf", "Q9")
+    with pytest.raises(EngineError, match="llama-quantize BROKEN failed: it printed nothing"):
+        llamacpp_build.quantize(src, tmp_path / "b.gguf", "BROKEN")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import EngineError
+from ..errors import EngineError, UsageError
 from .steps import ninja_progress, run_step
 from .cache import tools_dir
 
@@ -111,6 +112,13 @@ def ensure_tools(progress: Progress | None = None) -> Path:
     return d
 
 
+def quant_types(exe: Path) -> str:
+    """The types ``llama-quantize --help`` lists ("  2  or  Q4_0    :  4.34G, ..."), as one line."""
+    proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, check=False)
+    types = re.findall(r"^\s*\d+\s+or\s+(\S+)\s*:", proc.stdout + proc.stderr, re.M)
+    return ", ".join(types) if types else "those 'llama-quantize --help' lists"
+
+
 def quantize(src: Path, dest: Path, qtype: str, progress: Progress | None = None) -> Path:
     """``llama-quantize src dest qtype`` (Q8_0, Q4_0, Q4_K_M, ...), once; the result is cached beside src."""
     if dest.exists():
@@ -120,6 +128,9 @@ def quantize(src: Path, dest: Path, qtype: str, progress: Progress | None = None
     proc = subprocess.run([str(exe), str(src), str(tmp), qtype], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
-        raise EngineError(f"llama-quantize {qtype} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        said = (proc.stderr or proc.stdout).strip().splitlines()
+        if any("invalid ftype" in line for line in said):  # the user's word, not a broken tool
+            raise UsageError(f"--quant {qtype}: llama-quantize knows no such type; it knows {quant_types(exe)}")
+        raise EngineError(f"llama-quantize {qtype} failed: {said[-1] if said else 'it printed nothing'}")
     tmp.rename(dest)
     return dest
