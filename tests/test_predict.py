@@ -240,6 +240,20 @@ def test_llama_bench_warns_of_depths_past_the_trained_context(tmp_path: Path) ->
     assert past_context(LlamaBenchConfig("built", None, [9999]), tmp_path / "not-a-gguf") is None
 
 
+def test_a_model_path_says_what_is_wrong_with_it(cat: Catalog, tmp_path: Path) -> None:
+    """A missing config.json, a JSON file of something else and a folder without a config each read 'unknown
+    model ...; tokenbench models lists them', which sent the user to the catalog for a typo in a path."""
+    (tmp_path / "other.json").write_text('{"a": 1}')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for ident, said in ((str(tmp_path / "no" / "config.json"), "no such file"),
+                        (str(tmp_path / "m.gguf"), "no such file"),
+                        (str(tmp_path / "other.json"), "no num_hidden_layers"),
+                        (str(tmp_path / "list.json"), "not a model's config.json"),
+                        (str(tmp_path), "a folder without a config.json")):
+        with pytest.raises(UsageError, match=said):
+            cat.find_model(ident)
+
+
 def test_unknown_ids_suggest_close_ones(cat: Catalog) -> None:
     with pytest.raises(UsageError, match="did you mean nvidia-a30"):
         cat.find_hardware("nvidia-a3")

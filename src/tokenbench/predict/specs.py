@@ -263,14 +263,20 @@ class Catalog:
 
     def find_model(self, ident: str) -> ModelSpec:
         p = Path(ident)
-        if p.suffix == ".gguf" and p.exists():
+        if p.suffix in (".gguf", ".json") and not p.exists():  # a path, not an id: say what is wrong with it
+            raise UsageError(f"--model {ident}: no such file")
+        if p.suffix == ".gguf":
             return model_from_gguf(p)
-        if p.exists() and (p.name == "config.json" or (p / "config.json").exists()):
-            return model_from_config(p if p.name == "config.json" else p / "config.json")
+        if p.is_file() and p.suffix == ".json":  # a config.json by any name; its fields are checked
+            return model_from_config(p)
+        if p.is_dir() and (p / "config.json").is_file():
+            return model_from_config(p / "config.json")
         key = ident.lower().split("/")[-1]
         for k in (ident, key):
             if k in self.models:
                 return self.models[k]
+        if p.is_dir():
+            raise UsageError(f"--model {ident}: a folder without a config.json (a model's Hugging Face folder has one)")
         raise UsageError(
             f"unknown model '{ident}'{_suggest(key, list(self.models))}; 'tokenbench models' lists them, "
             "or give a config.json or .gguf path"
@@ -318,6 +324,8 @@ def model_from_config(path: Path) -> ModelSpec:
         cfg = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot read {path}: {e}") from None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("text_config") or {}, dict):
+        raise UsageError(f"{path}: not a model's config.json (it holds no JSON object of a model's fields)")
     cfg = {**cfg, **(cfg.get("text_config") or {})}
 
     def g(*keys: str, default: Any = 0) -> Any:
