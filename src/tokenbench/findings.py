@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .finding import Code, Finding
-from .guard_results import GuardSnapshot
+from .guard_results import AGENT_CHECK, GuardSnapshot
 from .records import RequestRecord
 from .layout import plural
 from .replay_stats import OVERFLOW_LIMIT
@@ -205,8 +205,10 @@ def _dirty_bench(f: LevelFacts) -> Finding | None:
     elsewhere = [f"load-generating node {n.node} dirty before this level (" + ", ".join(c.name for c in n.failed) + ")"
                  for n in f.node_guards if n.dirty]
     if f.server_guard is not None and f.server_guard.dirty:
-        elsewhere.append("the server host dirty before this level (" +
-                         ", ".join(c.name for c in f.server_guard.failed) + ")")
+        failed = f.server_guard.failed
+        elsewhere.append(f"the server host unchecked before this level ({failed[0].observed})"
+                         if [c.name for c in failed] == [AGENT_CHECK] else
+                         "the server host dirty before this level (" + ", ".join(c.name for c in failed) + ")")
     if not elsewhere:
         return here
     said = "; ".join(elsewhere)

@@ -12,6 +12,8 @@ from typing import Any
 from .keyed import Keyed
 
 PASS, FAIL, WARN, NA = "pass", "fail", "warn", "not available"
+#: The server host's check that stands for all of them where its agent did not answer: the host went unchecked.
+AGENT_CHECK = "agent_answers"
 
 
 @dataclass(slots=True)

@@ -125,6 +125,12 @@ class ClientReport(Keyed):
     tg_tps_client: float | None = None  # the client's tg rate, withheld above the server's (chunks held back)
 
 
+#: How a level's power note begins where no meter was there to read the box (none named, none on the host), not
+#: where one stopped: the first is said of every level alike, the second only of the levels it cost.
+NO_METER_NOTES = ("no meter reads the box under test", "the server host has no power source its agent reads",
+                  "this machine has no power source tokenbench reads")
+
+
 @dataclass(slots=True)
 class Telemetry(Keyed):
     """What the server said of itself during one level, typed: its /metrics sampled (telemetry.summarize: the

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .guard import refuse_if_dirty
+from .levels import NO_METER_NOTES
 
 if TYPE_CHECKING:
     from .guard_results import GuardSnapshot
@@ -48,7 +49,7 @@ class ServerHost:
         self.idle: list[Interval] = []
         self.snapshot: dict[str, Any] | None = None
         #: why no figure is read, where none is: each level's telemetry says it
-        self.note = "no meter reads the box under test: --agent on the server host, --power-url or --power-cmd"
+        self.note = f"{NO_METER_NOTES[0]}: --agent on the server host, --power-url or --power-cmd"
 
     @classmethod
     async def open(cls, plan: PowerPlan | None) -> ServerHost:
@@ -68,14 +69,14 @@ class ServerHost:
             host.snapshot = seen.to_dict()
             if not seen.power_sources:  # the agent's own reasons, not advice to run one
                 why = "; ".join(str(n) for n in seen.power_notes or [])
-                host.note = "the server host has no power source its agent reads" + (f" ({why})" if why else "")
+                host.note = NO_METER_NOTES[1] + (f" ({why})" if why else "")
         elif plan.sources == "none" and not plan.url and not plan.cmd:
             return cls(plan, None, None)
         else:
             meter = _local(plan)
             host = cls(plan, meter if meter.samplers else None, None)
             if not meter.samplers:
-                host.note = "this machine has no power source tokenbench reads" + (
+                host.note = NO_METER_NOTES[2] + (
                     f" ({'; '.join(meter.notes)})" if meter.notes else "")
         if plan.idle_s and host.meter is not None:
             from .power.sampler import measure_idle
@@ -88,7 +89,17 @@ class ServerHost:
         refuses a dirty host here."""
         if self.agent is None or mode == "off":
             return None
-        snap = await self.agent.guard()
+        from .guard_results import AGENT_CHECK, FAIL, CheckResult, GuardSnapshot
+        from .hostagent.client import AgentError
+
+        try:
+            snap = await self.agent.guard()
+        except AgentError as e:
+            if mode == "strict":  # strict runs only on a box it saw clean
+                raise
+            # an agent gone mid-run costs this level its host check, not the run: the level is flagged
+            return GuardSnapshot.of([CheckResult(AGENT_CHECK, FAIL, str(e).splitlines()[0] if str(e) else
+                                                 type(e).__name__)])
         refuse_if_dirty(mode, snap, f"on the server host ({self.plan.agent}) {where}")
         return snap
 

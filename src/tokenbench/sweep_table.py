@@ -11,7 +11,7 @@ from .cache_cliff import CHECK as CLIFF_CHECK
 from .cells import level_label, ms, num
 from .console import print_table
 from .layout import format_markdown, md_paragraph, plural
-from .levels import ServingLevel, Telemetry
+from .levels import NO_METER_NOTES, ServingLevel, Telemetry
 from .replay_table import lanes_warmed, print_replays
 from .session_table import print_sessions
 
@@ -138,6 +138,20 @@ def notes(levels: list[ServingLevel]) -> list[str]:
         parts = _server_parts(s)
         if parts:
             out.append(f"[{level_label(s)}] server: " + ", ".join(parts))
+    return out + _power_lines(levels)
+
+
+def _power_lines(levels: list[ServingLevel]) -> list[str]:
+    """Each level whose power figure is partial, or missing for a reason other than having no meter to read (a
+    meter or an agent that stopped answering mid-run), and why: the J/token of part of a level read as whole, and
+    the next level's figure went missing, without a word."""
+    out = []
+    for s in levels:
+        t = s.telemetry or Telemetry()
+        if t.power_source is not None and t.power_partial:
+            out.append(f"[{level_label(s)}] power partial: {t.power_note or 'its source stopped within the level'}")
+        elif t.power_source is None and t.power_note and not t.power_note.startswith(NO_METER_NOTES):
+            out.append(f"[{level_label(s)}] no power figure: {t.power_note}")
     return out
 
 
@@ -179,7 +193,8 @@ def _server_parts(s: ServingLevel) -> list[str]:
     if s.cached_share:  # the responses' own count (usage or timings), beside the server's /metrics
         parts.append(f"{s.cached_share:.0%} of prompt tokens served from its cache ({s.cached_source})")
     if t.j_per_output_token is not None:
-        parts.append(f"{t.j_per_output_token:.2f} J/token, {t.output_tokens_per_watt or 0:.2f} tok/s per W")
+        parts.append(f"{t.j_per_output_token:.2f} J/token, {t.output_tokens_per_watt or 0:.2f} tok/s per W"
+                     + (" (partial: see below)" if t.power_partial else ""))
     return parts
 
 
