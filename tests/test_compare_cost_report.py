@@ -114,7 +114,9 @@ def test_compare_golden_table_crossover_and_effective_line(tmp_path: Path) -> No
     ]
     ttft = [r for r in rows if r[4] == "Median TTFT ms"]
     assert ttft[0][-1] == "A 1.60× (5% rule)"  # lower is better for latency
-    assert all(r.interval is None and r.rule == "5% rule" for r in c.rows)
+    assert all(r.interval is None and r.rule == "5% rule" for r in c.rows if r.metric != "P99 TTFT")
+    # a p99 of 8 requests is their slowest: no side is named on it
+    assert {r[-1] for r in rows if r[4] == "P99 TTFT ms"} == {"— (p99 under 100 requests)"}
     assert any("between 1 and 4 concurrency (serve Aggregate output): mini-pc then gpu" in x for x in c.crossovers)
     # one stream: each request's first token, then its tokens, in turn (16 x 200 / 60 tok/s would be 53.3 s)
     assert c.effective == ["mini-pc: ~51.7 s as one sequential stream (16 requests in turn, each TTFT 50 ms + 199 x "
@@ -170,7 +172,8 @@ def test_compare_warns_on_different_model_shapes_and_still_prints(tmp_path: Path
     assert "different models (qwen3.6-27b vs qwen3.6-35b-a3b)" in out and "different weight formats" in out
     assert "A = a, B = b" in out
     assert "| serve | 0 | 1 | ~128 | Aggregate tok/s | 60.0 | 50.0 | 1.20 | A 1.20× (5% rule) |" in out
-    assert "5% rule: 5 of 5 rows have no interval" in " ".join(out.split())
+    assert "5% rule: 4 of 5 rows have no interval" in " ".join(out.split())
+    assert "p99 under 100 requests: 1 of 5 rows read a p99 from fewer requests" in " ".join(out.split())
     # every line that is not the table's is a paragraph of its own: a line right after a table is one more row
     # (a GFM reader read compare's notes as 17 extra rows)
     blocks = out.strip("\n").split("\n\n")

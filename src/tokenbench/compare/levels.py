@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 #: Where a ratio has no interval (a side without samples: an import, a prediction), ratios closer to 1 than this
 #: are a tie and farther a win: a stated rule, not a test (it guesses a run-to-run spread it did not measure).
 TIE = 1.05
+#: The fewest requests a p99 is read from before a side is named on it without an interval: below, it is the
+#: slowest request or two (the sweep marks such a p99 an estimate at the same count)
+P99_FLOOR = 100
 
 Getter = Callable[[LevelSummary], float | None]
 
@@ -109,6 +112,8 @@ class CompareRow:
     #: where a side is a prediction and no interval: the range A/B lies in when each predicted side measured within
     #: its band (80% of held-out rows of its kind do), a measured side being its figure
     band: tuple[float, float] | None = None
+    #: a p99 from fewer requests than it needs on a side (``P99_FLOOR``) and no interval: no side is named
+    thin: bool = False
 
     @property
     def ratio(self) -> float:
@@ -121,6 +126,8 @@ class CompareRow:
             if not self.interval.excludes_one():
                 return 0
             larger = self.interval.low > 1
+        elif self.thin:
+            return 0
         elif self.band is not None:
             if self.band[0] <= 1 <= self.band[1]:
                 return 0
@@ -137,6 +144,8 @@ class CompareRow:
         the fixed 5% rule."""
         if self.interval is not None:
             return "95% interval"
+        if self.thin:
+            return f"p99 under {P99_FLOOR} requests"
         return "predicted bands" if self.band is not None else f"{TIE - 1:.0%} rule"
 
     def factor(self) -> float:
@@ -204,6 +213,12 @@ def _getter(name: str, get: Getter, sa: LevelSummary, sb: LevelSummary) -> tuple
     return get, False
 
 
+def _fewest(*sides: LevelSummary) -> float:
+    """The fewest requests either side's TTFT was measured over; a side that does not say (a tool's summary of
+    percentiles alone) is not held to a count it never stated."""
+    return min(getattr(getattr(s, "ttft_ms", None), "n", 0) or float("inf") for s in sides)
+
+
 def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, store: Store | None = None) -> Comparison:
     """The two runs row by row. ``store``: where their requests are, for the intervals of levels run once (a
     repeated level's repetitions are in the results already); without it those rows have no interval."""
@@ -226,8 +241,9 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
                 iv = interval(va, vb, samples[0].get(oa[key].idx), samples[1].get(ob[key].idx), sa, sb, name, get,
                               seeds) if a.run_id and b.run_id else None
                 band = band_range(va / vb, band_of(a, name), band_of(b, name)) if iv is None else None
+                thin = iv is None and band is None and name == "P99 TTFT" and _fewest(sa, sb) < P99_FLOOR
                 rows.append(CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, key[4] or None,
-                                       iv, band))
+                                       iv, band, thin))
     cmp = Comparison(run_name(a), run_name(b), rows, warnings=shape_warnings(a, b))
     if windowed:
         cmp.warnings.append("one side's output rates are over its plateau and the other's only over its whole window "
@@ -275,6 +291,8 @@ def ratio_cell(r: CompareRow, mark: str = "") -> str:
 def verdict(r: CompareRow, a: str = "A", b: str = "B") -> str:
     """The faster side and by how much ("A 1.16×"), or "not significant" where the interval holds 1; a row with
     no interval says the rule that decided it ("A 1.21× (5% rule)", "tie (5% rule)")."""
+    if r.thin:  # a p99 of 8 requests is their slowest: no rule of thumb names a side on it
+        return f"— ({r.rule})"
     w = r.winner()
     said = "not significant" if w == 0 else f"{a if w == 1 else b} {r.factor():.2f}×"
     if r.interval is None:
@@ -310,7 +328,8 @@ def legend(c: Comparison) -> list[str]:
     rule that decided the rows without one."""
     sampled = [r.interval for r in c.rows if r.interval is not None]
     banded = sum(1 for r in c.rows if r.interval is None and r.band is not None)
-    bare = len(c.rows) - len(sampled) - banded
+    thin = sum(1 for r in c.rows if r.thin)
+    bare = len(c.rows) - len(sampled) - banded - thin
     if not sampled:
         out = ["A/B: A's figure over B's."]
     else:
@@ -330,4 +349,7 @@ def legend(c: Comparison) -> list[str]:
                    f"fewer than {TAIL} requests beyond a percentile on a side: a median needs {round(TAIL / 0.5)}, a "
                    f"p99 {round(TAIL / 0.01)}); there a ratio beyond {TIE:g} names the faster side: a rule of thumb, "
                    "not a test.")
+    if thin:
+        out.append(f"p99 under {P99_FLOOR} requests: {thin} of {len(c.rows)} rows read a p99 from fewer requests "
+                   "than it needs on a side (it is the slowest one or two): no side is named on it.")
     return out

@@ -156,7 +156,7 @@ def _winner(p: comparison.Pair, r: CompareRow) -> str:
     best = r.winner()
     if best == 0:
         said = "not significant" if r.interval is not None else "≈ tie (within the predicted bands)" \
-            if r.band is not None else f"≈ tie (within {TIE - 1:.0%}, no interval)"
+            if r.band is not None else f"— ({_e(r.rule)})" if r.thin else f"≈ tie (within {TIE - 1:.0%}, no interval)"
         return f'<td class="text tie">{said}</td>'
     side = p.a if best == 1 else p.b
     name = p.cmp.a if best == 1 else p.cmp.b
