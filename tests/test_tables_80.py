@@ -193,6 +193,9 @@ def test_a_column_of_names_gives_way_after_the_columns_of_words() -> None:
     assert layout is not None and layout.total() <= 72
     assert layout.widths[1] == len("amd-ryzen-ai-max-395")  # whole
     assert wrap_cell(rows[1][4], layout.widths[4])[0] != rows[1][4]  # the notes wrapped instead
+    # narrower still, the names are not cut at their hyphens when the words can give no more: no table (a block
+    # per row) rather than "amd-ryzen-ai-max-" over "395"
+    assert table_layout(head, rows, 58) is None  # the names cut to 15 columns before
 
 
 def test_every_help_fits_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -145,7 +145,10 @@ def table_layout(header: list[str], rows: list[list[str]], width: int, numeric: 
         if _width(two) < _width(header[i]) and body[i] < _width(header[i]):
             out.header[i], out.widths[i] = two, max(body[i], _width(two))
     names = [i for i in range(n) if cells[i] and all(" " not in c.strip() for c in cells[i])]
-    return _squeeze(out, header, _floors(header, cells, body), width, names)
+    # a name is never cut, not even at its hyphens ("amd-ryzen-ai-max-" over "395" cannot be copied): where the
+    # table cannot fit with its names whole, it is none (a block per row)
+    floors = [body[i] if i in names else f for i, f in enumerate(_floors(header, cells, body))]
+    return _squeeze(out, header, floors, width, names)
 
 
 def _floors(header: list[str], cells: list[list[str]], body: list[int]) -> list[int]:
@@ -160,7 +163,7 @@ def _squeeze(out: Layout, header: list[str], floor: list[int], width: int,
              names: Collection[int] = ()) -> Layout | None:
     """Narrow the widest text column by one until the table fits ``width``; None where none can give more. A
     column of ``names`` (identifiers, one word a cell: "amd-ryzen-ai-max-395") gives way only once no column of
-    words can: a name read across two lines cannot be copied."""
+    words can, and only down to its floor (``table_layout``'s: its longest name)."""
     while out.total() > width:
         squeeze = [i for i in range(len(header)) if out.wrap[i] and out.widths[i] > floor[i]]
         if not squeeze:
