@@ -379,7 +379,7 @@ def test_a_hand_edited_calibration_constant_is_a_clear_error(tmp_path: Path, cap
 
 def test_a_band_wider_than_half_its_estimate_is_flagged(capsys: pytest.CaptureFixture[str]) -> None:
     from tokenbench.predict.bands import WIDE_BAND_PCT, Band
-    from tokenbench.predict.tables import band_text
+    from tokenbench.predict.banding import band_text
 
     assert band_text(Band(27.0, 8.0, 125)) == "±27%"
     assert band_text(Band(WIDE_BAND_PCT + 1, 20.0, 9)) == f"±{WIDE_BAND_PCT + 1:.0f}% (wide)"

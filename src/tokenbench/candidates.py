@@ -159,7 +159,7 @@ def figures_text(c: Candidate, currency: str) -> str:
     """A candidate's figures in one line, each with its unit and (predicted) band: what a priced box shows when it
     is out of the ranking."""
     def band(metric: str) -> str:
-        from .predict.tables import band_span
+        from .predict.banding import band_span
 
         b = c.bands.get(metric)
         return f" {band_span(b)}" if b is not None else ""

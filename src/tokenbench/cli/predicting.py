@@ -60,17 +60,18 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
     check_output(a.json, "--json")
     ctx = tokens(a.context, "--context")  # every argument checked before anything is said
     cfg = _setup_config(a)
-    s, _ = setup(cfg)
+    s, cal = setup(cfg)
     if note := engine_note(cfg, s):
         console.print(note, markup=False, highlight=False)
     f = s.fit(ctx, a.concurrency)
-    for line in tables.fit_lines(s, f, ctx, a.concurrency):
+    for line in tables.fit_lines(s, f, ctx, a.concurrency, cal):
         console.print(line, markup=False, highlight=False)
     if a.json:
         emit_json(a.json, {"tool": "tokenbench", "kind": "fit", "hardware": s.hw.id, "model": s.model.id,
                            "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine, "context": ctx,
                            "concurrency": a.concurrency, "model_context": s.model.context,
-                           "past_model_context": s.model.past_context(ctx), "unit": "GiB", **asdict(f)})
+                           "past_model_context": s.model.past_context(ctx), "unit": "GiB", **asdict(f),
+                           "split_decode": tables.split_decode_json(s, cal, ctx) if not f.fits else None})
     return 0
 
 
@@ -156,11 +157,14 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         shown: dict[str, Any] = {"note": out.note, "tables": [
             {"agents": t.agents, "columns": t.columns, "rows": t.rows, "lines": t.lines} for t in out.tables],
             "metrics": out.metrics, "warm": out.warm.to_dict() if out.warm is not None else None}
+        shown["band_pct"] = out.band_pct()
     else:
         (table,) = out.tables
         print_table(console, table.columns, table.rows, a.format)
         console.print(out.note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
-        shown = {"note": out.note, "columns": table.columns, "rows": table.rows, "metrics": out.metrics}
+        shown = {"note": out.note, "columns": table.columns, "rows": table.rows, "metrics": out.metrics,
+                 "band_pct": out.band_pct()}
+    shown["band_held"] = out.band_held()
     if a.save or a.json:
         _store_and_write(a, console, s, cal, out.run(), shown)
     return 0
@@ -280,7 +284,6 @@ def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Cal
                      shown: dict[str, Any]) -> None:
     """A prediction stored with --save and written with --json, beside what the terminal showed (``shown``: the
     band note and metrics, and the table's columns and rows, or a session's tables)."""
-    from ..predict import tables
     from ..predict.runs import save_prediction
 
     if a.save:
@@ -290,7 +293,6 @@ def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Cal
         # the keys predict --json wrote before it went through the result contract, kept beside it
         res.legacy = {"predicted": True, "calibrated": s.calibrated, "backend": s.backend,
                       "calibration": {"origin": cal.origin, "source": s.eff.source, "rows": s.eff.rows},
-                      "band_pct": tables.bands(s, cal, shown["metrics"]),
                       **{k: v for k, v in shown.items() if k != "metrics"}}
         write_json(a.json, res)
 
@@ -299,7 +301,7 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
     from ..predict.calibration import write
     from ..predict.entrypoints import OwnRuns, calibrate
     from ..predict.fitting import fold_processes
-    from ..predict.tables import band_text
+    from ..predict.banding import band_text
 
     if not a.runs and (a.hardware or a.model):
         raise UsageError("--hardware and --model go with --runs RUN...: the box and model of your own runs")

@@ -13,7 +13,7 @@ from ..console import print_hanging
 from ..pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from .. import registry
 from ..errors import UsageError
-from ..predict.tables import band_span
+from ..predict.banding import band_span
 from ..slo import duration_text, parse_duration_ms
 from .common import check_output, emit_json
 from .predicting import add_session_options

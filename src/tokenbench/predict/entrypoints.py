@@ -23,8 +23,9 @@ from .runs import depth_levels, prediction, serve_levels, session_level, specula
 from .session import SessionPrediction, SessionShape, predict_session
 from .setup import Setup, default_slots, usual_setup
 from .specs import Catalog
-from .tables import (band_note, bands, context_remark, depth_context, depth_table, serve_table, session_lines,
-                     session_metrics, session_table)
+from .banding import BandLog, band_note
+from .tables import (context_remark, depth_context, depth_table, serve_table, session_lines, session_metrics,
+                     session_table)
 from .warm import WarmPrediction, predict_warm
 
 #: The published measurements the package ships (copies of the reference set, a test keeps them equal):
@@ -180,6 +181,7 @@ class Predicted:
     remarks: list[str] = field(default_factory=list)
     session_predictions: list[SessionPrediction] = field(default_factory=list)
     warm: WarmPrediction | None = None  # a session's: the live sessions its KV cache keeps warm
+    log: BandLog = field(default_factory=BandLog)  # every band the tables' cells printed: the note's and JSON's
 
     def run(self) -> RunResult:
         """The prediction as a result (kind predict), not stored: its levels, as a stored run keeps them."""
@@ -200,8 +202,12 @@ class Predicted:
                           band_pct=self.band_pct())
 
     def band_pct(self) -> dict[str, float | None] | None:
-        """Each metric's band at the furthest point the tables reach (None: uncalibrated)."""
-        return bands(self.setup, self.calibration, self.metrics)
+        """Each metric's widest band as the tables' cells printed it (None: uncalibrated)."""
+        return self.log.band_pct(self.metrics) if self.setup.calibrated else None
+
+    def band_held(self) -> list[dict[str, object]]:
+        """The cells whose band's fast end was held at the physical limit (a rate's ceiling, a time's floor)."""
+        return self.log.held()
 
 
 def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
@@ -230,11 +236,12 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
     if cfg.session is not None:
         return _predict_sessions(cfg, cfg.session, s, cal, described, [slots] if slots else [])
     remarks: list[str] = []
+    log = BandLog()
     if cfg.depths is not None:
-        head, rows = depth_table(s, cal, cfg.depths, input_len, output_len, cfg.tests)
+        head, rows = depth_table(s, cal, cfg.depths, input_len, output_len, cfg.tests, log)
         metrics = [m for t, m in (("pp", "prefill"), ("tg", "decode")) if t in cfg.tests]
     else:
-        head, rows = serve_table(s, cal, cfg.levels, input_len, output_len)
+        head, rows = serve_table(s, cal, cfg.levels, input_len, output_len, log)
         metrics = ["throughput", "ttft", "tpot"]
         if slots:
             remarks.append(slots)
@@ -251,8 +258,8 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
     longest = input_len + output_len if cfg.depths is None else \
         depth_context(max(cfg.depths), input_len, output_len, cfg.tests)
     remarks += [r for r in [context_remark(s.model, longest)] if r]
-    return Predicted(s, cal, cfg, described, [PredictedTable(head, rows)], metrics, band_note(s, cal, metrics),
-                     input_len, output_len, remarks)
+    return Predicted(s, cal, cfg, described, [PredictedTable(head, rows)], metrics, band_note(s, cal, metrics, log),
+                     input_len, output_len, remarks, log=log)
 
 
 def _own_slots(cfg: PredictConfig, s: Setup, request: int) -> tuple[Setup, str | None]:
@@ -284,9 +291,10 @@ def _predict_sessions(cfg: PredictConfig, shape: SessionShape, s: Setup, cal: Ca
     metrics: list[str] = []
     said: set[str] = set()
     sessions: list[SessionPrediction] = []
+    log = BandLog()
     for n in cfg.levels:
         p = predict_session(s, shape, n)
-        head, rows = session_table(s, cal, p)
+        head, rows = session_table(s, cal, p, log)
         new = [note for note in dict.fromkeys(p.notes) if note not in said]
         said.update(new)
         shown.append(PredictedTable(head, rows, n, session_lines(s, p, cfg.sessions or None), new))
@@ -295,8 +303,9 @@ def _predict_sessions(cfg: PredictConfig, shape: SessionShape, s: Setup, cal: Ca
     # the note under the tables names what the furthest of them reaches: the deepest turn, the most agents
     s.reach = replace(s.reach, depth=max(p.turns[-1].context for p in sessions), concurrency=max(cfg.levels))
     past = context_remark(s.model, max(p.turns[-1].context for p in sessions) + shape.output)
-    return Predicted(s, cal, cfg, described, shown, metrics, band_note(s, cal, metrics), None, None,
-                     remarks + ([past] if past else []), sessions, predict_warm(s, sessions[0], cfg.setup.cache_ram))
+    return Predicted(s, cal, cfg, described, shown, metrics, band_note(s, cal, metrics, log), None, None,
+                     remarks + ([past] if past else []), sessions, predict_warm(s, sessions[0], cfg.setup.cache_ram),
+                     log)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import roofline as rf
-from .bands import WIDE_BAND_PCT, Band
+from .banding import HELD_MARK, BandLog, band_text, estimate_cell, span
 from .calibration import Calibration
 from .accuracy import AgainstReport
 from .rows import RowResult
@@ -80,7 +80,7 @@ def context_remark(m: ModelSpec, tokens: int) -> str | None:
             "model was trained for; the figures are the box's, not an answer the model can give")
 
 
-def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
+def fit_lines(s: Setup, f: Fit, context: int, concurrency: int, cal: Calibration | None = None) -> list[str]:
     m = s.model
     past = context_remark(m, context)
     lines = [
@@ -111,81 +111,29 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int) -> list[str]:
         )
         dec_gpu = s.decode(context) if s.kind == "sequential" else None
         if dec_gpu is not None:
-            lines.append(f"  predicted decode with that split: {1 / dec_gpu.estimate:.1f} tok/s "
-                         f"(ceiling {1 / dec_gpu.ceiling:.1f})")
+            lines.append(f"  predicted decode with that split: {split_decode(s, cal, dec_gpu, context)} "
+                         f"(ceiling {1 / dec_gpu.ceiling:.1f} tok/s)")
     return lines
 
 
-#: From this band (percent) on, "±" would reach below zero, which no measurement can: band_span prints "≤Nx".
-TIMES_FROM_PCT = 100.0
+def split_decode(s: Setup, cal: Calibration | None, dec: rf.Estimate, context: int) -> str:
+    """The decode rate of a hybrid split with its band, as predict's tg cell at that context says it (its fast end
+    held at the ceiling)."""
+    text = f"{1 / dec.estimate:.1f} tok/s"
+    if cal is None or not s.calibrated:
+        return text + (" UNCALIBRATED" if not s.calibrated else "")
+    return estimate_cell(s, cal, "decode", text, context, 1, 1 / dec.estimate, 1 / dec.ceiling)
 
 
-def band_span(pct: float) -> str:
-    """A band's reach as printed: ±X%; from TIMES_FROM_PCT on "≤Nx" (up to N times the estimate)."""
-    return f"±{pct:.0f}%" if pct < TIMES_FROM_PCT else f"≤{1 + pct / 100:.1f}x"
-
-
-def band_text(b: Band) -> str:
-    """A band as printed beside its estimate (band_span), flagged "(wide)" past WIDE_BAND_PCT."""
-    return band_span(b.pct) + (" (wide)" if b.wide else "")
-
-
-def estimate_cell(s: Setup, cal: Calibration, metric: str, text: str, context: int, concurrency: int = 1) -> str:
-    """A calibrated estimate with its cross-validated band, widened for what this operating point (its
-    ``context`` tokens, its ``concurrency``) reaches beyond the rows; UNCALIBRATED where no fit stands behind it."""
-    if not s.calibrated:
-        return "UNCALIBRATED"
-    b = s.band(cal, metric, context, concurrency)
-    return f"{text} {band_text(b)}" if b else f"{text} (no CV band)"
-
-
-def bands(s: Setup, cal: Calibration, metrics: list[str]) -> dict[str, float | None] | None:
-    """Each metric's cross-validated band in percent (None: too few held-out rows); None when uncalibrated."""
-    if not s.calibrated:
+def split_decode_json(s: Setup, cal: Calibration, context: int) -> dict[str, object] | None:
+    """fit --json's hybrid split decode where the model does not fit: the estimate, its ceiling and its band (None:
+    a batching engine, which runs no split)."""
+    if s.kind != "sequential":
         return None
-    return {m: (b.pct if (b := s.band(cal, m)) else None) for m in metrics}
-
-
-def source_text(s: Setup, cal: Calibration, metrics: list[str]) -> str:
-    """Whose rows each metric's band comes from, in one sentence that says first what a band is: the prediction's
-    own kind's, or those it borrows (a borrowed band states at least 80%: the widest at hand, widened further)."""
-    kind = s.kind_of(s.reach.concurrency)
-    groups: dict[tuple[str, bool], list[str]] = {}
-    for m in metrics:
-        found = cal.band_source(kind, m) if cal.kind_bands else None
-        whose, b, borrowed = found or (s.backend, cal.bands.get(s.backend, {}).get(m), False)
-        if b is not None:
-            groups.setdefault((whose, borrowed), []).append(f"{m} {band_span(b.pct)} (n={b.n})")
-    said = [f"{whose}'s {', '.join(ms)}" + (", borrowed (at least 80%)" if borrowed else "")
-            for (whose, borrowed), ms in groups.items()]
-    return "bands (each source's rows predicted by a fit on the others: 80% measured within): " + "; ".join(said)
-
-
-def band_note(s: Setup, cal: Calibration, metrics: list[str]) -> str:
-    if not s.calibrated:
-        return (f"UNCALIBRATED: no measurements of {s.backend} stand behind a fitted estimate; only the physical "
-                "ceiling is shown")
-    banded = {m: b for m in metrics if (b := s.band(cal, m))}
-    parts = []
-    if banded:
-        parts.append(source_text(s, cal, list(banded)))
-        wider = sorted({why for b in banded.values() for why in b.widened})
-        if wider:
-            parts.append("widened, where an estimate reaches beyond the rows, up to "
-                         + ", ".join(f"{m} {band_span(b.pct)}" for m, b in banded.items())
-                         + " for what no row measured: " + "; ".join(wider))
-    wide = [m for m, b in banded.items() if b.wide]
-    if wide:
-        parts.append(f"flagged wide (over ±{WIDE_BAND_PCT:.0f}%, more than half the estimate): " + ", ".join(wide)
-                     + ": an order of magnitude, not a value"
-                     + ("; ≤Nx: from zero to N times the estimate" if any(b.pct >= TIMES_FROM_PCT for b in banded.values())
-                        else ""))
-    if len(banded) < len(metrics):
-        parts.append("too few rows held out for a band: " + ", ".join(m for m in metrics if m not in banded))
-    if s.spec is not None:
-        parts.append("no published row used speculative decoding: the decode, TPOT and throughput bands widen by "
-                     "its gain, which the acceptance rate you gave decides")
-    return "; ".join(parts)
+    dec = s.decode(context)
+    b = s.band(cal, "decode", context, 1) if s.calibrated else None
+    return {"tok_s": 1 / dec.estimate, "ceiling_tok_s": 1 / dec.ceiling, "calibrated": s.calibrated,
+            "band": span(b.pct, 1 / dec.estimate, 1 / dec.ceiling, True).to_dict() if b else None}
 
 
 def depth_context(depth: int, pp: int, tg: int, tests: tuple[str, ...]) -> int:
@@ -193,8 +141,10 @@ def depth_context(depth: int, pp: int, tg: int, tests: tuple[str, ...]) -> int:
     return depth + (pp if "pp" in tests else 0) + (tg if "tg" in tests else 0)
 
 
-def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int, tests: tuple[str, ...]) -> Table:
-    """llama-bench's one stream at each depth: the columns of ``tests`` ("pp" prompt processing, "tg" generation)."""
+def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int, tests: tuple[str, ...],
+                log: BandLog | None = None) -> Table:
+    """llama-bench's one stream at each depth: the columns of ``tests`` ("pp" prompt processing, "tg" generation);
+    ``log`` records each cell's band."""
     head = ["Depth", *([f"pp{pp} tok/s", f"pp{pp} ceiling"] if "pp" in tests else []),
             *([f"tg{tg} tok/s", f"tg{tg} ceiling"] if "tg" in tests else []), "fits"]
     rows = []
@@ -202,17 +152,20 @@ def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
         row = [f"{d:,}"]
         if "pp" in tests:
             p = s.prefill(pp, d)
-            row += [estimate_cell(s, cal, "prefill", _f(pp / p.estimate), d + pp), _f(pp / p.ceiling)]
+            row += [estimate_cell(s, cal, "prefill", _f(pp / p.estimate), d + pp, 1, pp / p.estimate,
+                                  pp / p.ceiling, log), _f(pp / p.ceiling)]
         if "tg" in tests:
             t = s.decode(d + tg // 2)
-            row += [estimate_cell(s, cal, "decode", _f(1 / t.estimate), d + tg), _f(1 / t.ceiling)]
+            row += [estimate_cell(s, cal, "decode", _f(1 / t.estimate), d + tg, 1, 1 / t.estimate, 1 / t.ceiling,
+                                  log), _f(1 / t.ceiling)]
         ctx = depth_context(d, pp, tg, tests)
         f = s.fit(ctx, 1)
         rows.append(row + [fits_cell(s, ctx, f.fits, f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)")])
     return head, rows
 
 
-def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int, output: int) -> Table:
+def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int, output: int,
+                log: BandLog | None = None) -> Table:
     head = ["Concurrency", "Aggregate tok/s", "ceiling", "Per-agent tok/s", "Median TTFT", "ceiling", "Median TPOT",
             "ceiling", "fits"]  # medians, as vllm bench serve's and compare's
     rows = []
@@ -220,10 +173,14 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
     for n in concurrency:
         p = s.serve(n, prompt, output)
         f = s.fit(ctx, n)
-        rows.append([str(n), estimate_cell(s, cal, "throughput", _f(p.throughput[1]), ctx, n), _f(p.throughput[0]),
-                     estimate_cell(s, cal, "throughput", _f(p.per_agent[1]), ctx, n),
-                     estimate_cell(s, cal, "ttft", _ttft(p.ttft_s.estimate), ctx, n), _ttft(p.ttft_s.ceiling),
-                     estimate_cell(s, cal, "tpot", f"{p.tpot_s.estimate * 1000:.1f} ms", ctx, n),
+        rows.append([str(n), estimate_cell(s, cal, "throughput", _f(p.throughput[1]), ctx, n, p.throughput[1],
+                                           p.throughput[0], log), _f(p.throughput[0]),
+                     estimate_cell(s, cal, "throughput", _f(p.per_agent[1]), ctx, n, p.per_agent[1], p.per_agent[0],
+                                   log),
+                     estimate_cell(s, cal, "ttft", _ttft(p.ttft_s.estimate), ctx, n, p.ttft_s.estimate,
+                                   p.ttft_s.ceiling, log), _ttft(p.ttft_s.ceiling),
+                     estimate_cell(s, cal, "tpot", f"{p.tpot_s.estimate * 1000:.1f} ms", ctx, n, p.tpot_s.estimate,
+                                   p.tpot_s.ceiling, log),
                      f"{p.tpot_s.ceiling * 1000:.1f} ms",
                      fits_cell(s, ctx, f.fits)])
     return head, rows
@@ -327,24 +284,31 @@ def session_metrics(agents: int) -> tuple[str, str]:
     return ("prefill", "decode") if agents == 1 else ("ttft", "tpot")
 
 
-def session_table(s: Setup, cal: Calibration, p: SessionPrediction) -> Table:
+def session_table(s: Setup, cal: Calibration, p: SessionPrediction, log: BandLog | None = None) -> Table:
     """One agent's session, turns as columns (a readable subset, ``shown_turns``): the context the turn sends, the
     uncached tokens it prefills, TTFT with the prefix cache and without it, the decode rate at that depth (per
-    agent), each beside its ceiling, and whether the contexts fit. Uncalibrated: the ceilings only."""
+    agent), each beside its ceiling, and whether the contexts fit. Uncalibrated: the ceilings only. A row's band is
+    in its label; a cell where the band's fast end would pass the ceiling below it is marked HELD_MARK (its fast
+    end held there); ``log`` records each cell's band."""
     shown = [t for t in p.turns if t.turn in shown_turns(len(p.turns))]
     ttft_m, dec_m = session_metrics(p.agents)
-
-    def label(name: str, metric: str) -> str:  # one band for the row: at its deepest turn, with all its agents
-        b = s.band(cal, metric, p.turns[-1].context, p.agents) if s.calibrated else None
-        return f"{name} {band_text(b)}" if b else name
-
+    log = log if log is not None else BandLog()
     rows = [["Context"] + [f"{t.context:,}" for t in shown], ["Uncached"] + [f"{t.uncached:,}" for t in shown]]
-    for name, metric, get, fmt in (
-            ("TTFT cached", ttft_m, lambda t: t.ttft_s, _seconds),
-            ("TTFT uncached", ttft_m, lambda t: t.cold_ttft_s, _seconds),
-            ("Decode tok/s", dec_m, lambda t: rf.Estimate(1 / t.tpot_s.ceiling, 1 / t.tpot_s.estimate), _f)):
+    for name, metric, rate, get, fmt in (
+            ("TTFT cached", ttft_m, False, lambda t: t.ttft_s, _seconds),
+            ("TTFT uncached", ttft_m, False, lambda t: t.cold_ttft_s, _seconds),
+            ("Decode tok/s", dec_m, True, lambda t: rf.Estimate(1 / t.tpot_s.ceiling, 1 / t.tpot_s.estimate), _f)):
         if s.calibrated:
-            rows.append([label(name, metric)] + [fmt(get(t).estimate) for t in shown])
+            # one band for the row: at its deepest turn, with all its agents
+            b = s.band(cal, metric, p.turns[-1].context, p.agents)
+            cells = []
+            for t in shown:
+                e = get(t)
+                sp = span(b.pct, e.estimate, e.ceiling, rate) if b else None
+                log.add(metric, b, sp, p.agents)
+                cells.append(fmt(e.estimate) + (HELD_MARK if sp is not None and sp.held else ""))
+            log.marked = log.marked or any(c.endswith(HELD_MARK) for c in cells)
+            rows.append([f"{name} {band_text(b)}" if b else name] + cells)
         rows.append(["  ceiling" if s.calibrated else f"{name}, ceiling"] + [fmt(get(t).ceiling) for t in shown])
     out = p.shape.output
     rows.append(["Fits"] + [fits_cell(s, t.context + out, t.fits, "offload" if t.offload else None) for t in shown])
