@@ -105,3 +105,32 @@ def test_fit_gives_its_split_decode_a_band_and_a_unit(tmp_path: Path, capsys: py
     assert d["band"]["pct"] > 0 and d["tok_s"] < d["ceiling_tok_s"] and not log.printed
     assert (f"predicted decode with that split: {d['tok_s']:.1f} tok/s ±{d['band']['pct']:.0f}%"
             f"{' (wide)' if d['band']['pct'] > 50 else ''} (ceiling {d['ceiling_tok_s']:.1f} tok/s)") in out
+
+
+def test_recommend_holds_a_fast_end_at_the_physical_floor(capsys: pytest.CaptureFixture[str]) -> None:
+    """Strix Halo, qwen3.6-35b-a3b sessions within TTFT p99 10 s: at the fast end of a ±92% TTFT band the capacity
+    read "7 to at least 128", where 128 agents' TTFT at the box's physical limit alone is past 10 s."""
+    from tokenbench.boxes import _slots
+    from tokenbench.candidates import Candidate
+    from tokenbench.predict import session as ps
+    from tokenbench.predict.calibration import Calibration
+    from tokenbench.predict.setup import Setup, usual_setup
+    from tokenbench.predict.specs import Catalog
+    from tokenbench.recommend import Workload
+
+    cat, cal = Catalog.load(), Calibration.packaged()
+    hw = cat.find_hardware("strix-halo")
+    engine, weights, kv = usual_setup(hw)
+    shape = ps.SessionShape()
+    w = Workload("qwen3.6-35b-a3b", 16, 0, 0, ttft_p99_ms=10_000.0, currency="EUR", sessions=shape)
+    s = _slots(Setup.make(cat, cal, hw.id, w.model, weights, kv, engine), w, Candidate(hw.id, "", "predicted"))
+    worst, _, _ = ps.probe(s, shape, 128)
+    assert worst.ceiling * 1000 > 10_000  # no measurement at 128 agents can meet the SLO
+    assert main(["recommend", "--model", "qwen3.6-35b-a3b", "--sessions", "--agents", "16", "--ttft-p99", "10s",
+                 "--currency", "EUR", "--owned", "strix-halo=2500:3:120"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    top = said.split("amd-ryzen-ai-max-395: agents ")[1].split(",")[0]
+    assert "at least" not in top
+    high = int(top.split(" to ")[-1])
+    assert ps.probe(s, shape, high)[0].ceiling * 1000 <= 10_000
+    assert "a fast end held at the physical limit reads +H/−L%" in said

@@ -45,7 +45,8 @@ def _predict_at(c: Candidate, s: Setup, cal: Calibration, w: Workload, agents: i
     from the first, middle and last turn only, as a capacity search checks them)."""
     if w.sessions is not None and quick:
         worst, median, tpot = ps.probe(s, w.sessions, agents)
-        c.ttft_p99_ms, c.ttft_p50_ms, c.tpot_ms = worst * 1000, median * 1000, tpot * 1000
+        c.ttft_p99_ms, c.ttft_p50_ms, c.tpot_ms = worst.estimate * 1000, median.estimate * 1000, tpot.estimate * 1000
+        c.limits = {"ttft": worst.ceiling * 1000, "tpot": tpot.ceiling * 1000}
     elif w.sessions is not None:
         p = ps.predict_session(s, w.sessions, agents, cold=False)
         # every turn's TTFT: the slowest is turn 1's last prompt (all agents start at once), what a p99 over a
@@ -55,6 +56,10 @@ def _predict_at(c: Candidate, s: Setup, cal: Calibration, w: Workload, agents: i
         c.tpot_ms = statistics.median(t.tpot_s.estimate for t in p.turns) * 1000
         c.throughput = p.throughput()[1]
         c.session_s = p.time().total.estimate
+        # each figure's physical limit, as it is taken over the turns (a max of floors, a median of floors)
+        c.limits = {"ttft": max((t.ttft_worst_s or t.ttft_s).ceiling for t in p.turns) * 1000,
+                    "tpot": statistics.median(t.tpot_s.ceiling for t in p.turns) * 1000,
+                    "throughput": p.throughput()[0]}
     else:
         pt = s.serve(agents, w.input_len, w.output_len)
         c.throughput = pt.throughput[1]
@@ -62,6 +67,8 @@ def _predict_at(c: Candidate, s: Setup, cal: Calibration, w: Workload, agents: i
         c.ttft_p50_ms = pt.ttft_s.estimate * 1000
         # the slowest prompt of the loop's start (all agents at once), as predict --against predicts a p99
         c.ttft_p99_ms = (pt.ttft_worst_s or pt.ttft_s).estimate * 1000
+        c.limits = {"ttft": (pt.ttft_worst_s or pt.ttft_s).ceiling * 1000, "tpot": pt.tpot_s.ceiling * 1000,
+                    "throughput": pt.throughput[0]}
     _bands(c, s, cal, w, agents)
 
 
@@ -98,19 +105,28 @@ def _slots(s: Setup, w: Workload, c: Candidate) -> Setup:
     return s
 
 
-def _search(c: Candidate, s: Setup, cal: Calibration, w: Workload) -> tuple[int | None, bool]:
+def _search(c: Candidate, s: Setup, cal: Calibration, w: Workload,
+            physical: Workload | None = None) -> tuple[int | None, bool]:
     """The most agents the setup is predicted to serve within ``w``'s SLOs (fitting in memory too), and whether
-    every count searched met them; ``c`` holds the figures of the last count tried."""
+    every count searched met them; ``c`` holds the figures of the last count tried. ``physical``: the SLOs as
+    given, which each figure's physical floor (the time at efficiency 1) must meet too: a band's fast end is held
+    there, never faster."""
     def ok(n: float) -> bool:
         if not _fits(s, w, int(n)):
             return False
         _predict_at(c, s, cal, w, int(n), quick=True)
-        return bool(meets(c, w))
+        return bool(meets(c, w)) and (physical is None or _floors_meet(c, physical))
 
     top = SESSION_AGENTS_MAX if w.sessions is not None else PREDICTED_AGENTS_MAX
     # to the agent: a prediction costs milliseconds, not a level's minutes
     last, _, ended = search_by(SearchSpec("concurrency", 1, top, resolution=0.0), ok)
     return (int(last) if last else None), ended == "all"
+
+
+def _floors_meet(c: Candidate, w: Workload) -> bool:
+    """Whether the candidate's physical floors of TTFT p99 and TPOT (``limits``) meet ``w``'s SLOs."""
+    return all(limit is None or c.limits.get(metric, 0.0) <= limit
+               for metric, limit in (("ttft", w.ttft_p99_ms), ("tpot", w.tpot_ms)))
 
 
 def _scaled(w: Workload, c: Candidate, sign: int) -> Workload:
@@ -135,7 +151,7 @@ def _capacity(c: Candidate, s: Setup, cal: Calibration, w: Workload) -> None:
     if c.capacity and c.bands and w.sessions is not None:  # what the ranking of sessions says beside each box
         probe = Candidate(c.box, c.setup, c.source, bands=dict(c.bands))
         low, _ = _search(probe, s, cal, _scaled(w, c, 1))
-        high, every = _search(probe, s, cal, _scaled(w, c, -1))
+        high, every = _search(probe, s, cal, _scaled(w, c, -1), physical=w)
         c.capacity_band = (low or 0, high or 0, every)
     if c.at_least:
         c.notes.append(f"at least: every count up to {SESSION_AGENTS_MAX if w.sessions else PREDICTED_AGENTS_MAX} "

@@ -77,6 +77,9 @@ class Candidate:
     priced: bool = False  # the user gave its price (--price, --owned): always listed, whatever its verdict
     calibrated: bool = True  # predicted: some measurement of its backend stands behind the estimate
     bands: dict[str, float] = field(default_factory=dict)  # predicted: metric -> band, % of the estimate
+    #: predicted: metric -> the figure's physical limit (throughput's ceiling in tok/s, TTFT p99's and TPOT's floor
+    #: in ms), where its band's fast end is held
+    limits: dict[str, float] = field(default_factory=dict)
     session_s: float | None = None  # sessions: one session's time at its capacity (or at ``agents``)
     stored: bool = False  # a stored run (--runs: measured, imported or a saved prediction), not a catalog box
     #: predicted capacity: the agents served were its figures at the slow end of their bands, and at the fast end
@@ -155,14 +158,24 @@ def price(c: Candidate, pricing: Pricing | None, agents: int) -> None:
         c.boxes = math.ceil(agents / c.capacity)
 
 
+def band_text(c: Candidate, metric: str) -> str:
+    """A predicted figure's band as printed, its fast end held at the figure's physical limit (``limits``: a rate's
+    ceiling, a time's floor); "" without a band."""
+    from .predict.banding import span
+
+    b = c.bands.get(metric)
+    if b is None:
+        return ""
+    figure = {"throughput": c.throughput, "ttft": c.ttft_p99_ms or c.ttft_p50_ms, "tpot": c.tpot_ms}[metric]
+    return span(b, figure, c.limits.get(metric), metric == "throughput").text()
+
+
 def figures_text(c: Candidate, currency: str) -> str:
     """A candidate's figures in one line, each with its unit and (predicted) band: what a priced box shows when it
     is out of the ranking."""
     def band(metric: str) -> str:
-        from .predict.banding import band_span
-
-        b = c.bands.get(metric)
-        return f" {band_span(b)}" if b is not None else ""
+        b = band_text(c, metric)
+        return f" {b}" if b else ""
 
     parts = []
     if c.capacity is not None:

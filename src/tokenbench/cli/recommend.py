@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from ..candidates import figures_text
+from ..candidates import band_text, figures_text
 from ..console import print_hanging
 from ..pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from .. import registry
 from ..errors import UsageError
-from ..predict.banding import band_span
 from ..slo import duration_text, parse_duration_ms
 from .common import check_output, emit_json
 from .predicting import add_session_options
@@ -167,7 +166,7 @@ def band_line(ranked: list[Candidate]) -> str | None:
     measured within it (a borrowed band, at least 80%); measured figures are the run's own."""
     groups: dict[str, list[str]] = {}
     for c in ranked:
-        said = ", ".join(f"{name} {band_span(c.bands[m])}" for m, name in BAND_NAMES if m in c.bands)
+        said = ", ".join(f"{name} {band_text(c, m)}" for m, name in BAND_NAMES if m in c.bands)
         if c.capacity_band is not None:  # the capacity searched again with every figure at either end of its band
             said = f"agents {agents_span(*c.capacity_band)}, " + said
         if c.source == "predicted" and said:
@@ -176,7 +175,9 @@ def band_line(ranked: list[Candidate]) -> str | None:
         return None
     return ("bands of the predicted figures (80% of held-out rows of the same kind measured within them; "
             "predict.md, Reading the bands; agents: the capacity with every figure at the slow end of its band, and "
-            "at the fast end): " + "; ".join(f"{', '.join(boxes)}: {said}"
+            "at the fast end" + ("; a fast end held at the physical limit reads +H/−L%, or ≤Nx for a rate's"
+                                 if any("/−" in said for said in groups) else "")
+            + "): " + "; ".join(f"{', '.join(boxes)}: {said}"
                                                           for said, boxes in groups.items()))
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..draws import Draw, parse
 from ..errors import UsageError
@@ -221,16 +221,23 @@ def probe_turns(shape: SessionShape) -> list[int]:
     return sorted({1, (1 + last) // 2, last})
 
 
-def probe(s: Setup, shape: SessionShape, agents: int) -> tuple[float, float, float]:
-    """A session's slowest TTFT, median TTFT and median TPOT over ``probe_turns`` (seconds, estimates): what a
-    capacity search checks the SLOs on at each count of agents, a third of the work of every turn."""
-    worst, ttfts, tpots = 0.0, [], []
+def probe(s: Setup, shape: SessionShape, agents: int) -> tuple[rf.Estimate, rf.Estimate, rf.Estimate]:
+    """A session's slowest TTFT, median TTFT and median TPOT over ``probe_turns`` (seconds, each at the ceiling
+    and estimated): what a capacity search checks the SLOs on at each count of agents, a third of the work of
+    every turn."""
+    worst, ttfts, tpots = [], [], []
     for k in probe_turns(shape):
         ttft, tpot, slowest = _turn_costs(s, agents, shape.context(k), shape.cached(k), shape.output, k == 1)
-        worst = max(worst, slowest.estimate, ttft.estimate)
-        ttfts.append(ttft.estimate)
-        tpots.append(tpot.estimate)
-    return worst, statistics.median(ttfts), statistics.median(tpots)
+        worst += [slowest, ttft]
+        ttfts.append(ttft)
+        tpots.append(tpot)
+    return _across(worst, max), _across(ttfts, statistics.median), _across(tpots, statistics.median)
+
+
+def _across(es: list[rf.Estimate], how: Callable[[list[float]], float]) -> rf.Estimate:
+    """The estimates' max or median, of their ceilings and of their estimates apart: a figure's floor stays at or
+    under the figure, as each turn's does."""
+    return rf.Estimate(how([e.ceiling for e in es]), how([e.estimate for e in es]))
 
 
 def held(s: Setup, agents: int) -> int:
