@@ -145,9 +145,11 @@ def table_layout(header: list[str], rows: list[list[str]], width: int, numeric: 
         if _width(two) < _width(header[i]) and body[i] < _width(header[i]):
             out.header[i], out.widths[i] = two, max(body[i], _width(two))
     names = [i for i in range(n) if cells[i] and all(" " not in c.strip() for c in cells[i])]
-    # a name is never cut, not even at its hyphens ("amd-ryzen-ai-max-" over "395" cannot be copied): where the
-    # table cannot fit with its names whole, it is none (a block per row)
-    floors = [body[i] if i in names else f for i, f in enumerate(_floors(header, cells, body))]
+    # the row's own name (its first column of names: a box, a run) is never cut, not even at its hyphens
+    # ("amd-ryzen-ai-max-" over "395" cannot be copied): where the table cannot fit with it whole, it is none (a
+    # block per row); the names beside it (a label, a model) may break at a hyphen or a slash
+    own = next((i for i in names if any(ch.isalpha() for c in cells[i] for ch in c)), None)  # not a rank
+    floors = [body[i] if i == own else f for i, f in enumerate(_floors(header, cells, body))]
     return _squeeze(out, header, floors, width, names)
 
 
