@@ -145,12 +145,18 @@ def table_layout(header: list[str], rows: list[list[str]], width: int, numeric: 
         if _width(two) < _width(header[i]) and body[i] < _width(header[i]):
             out.header[i], out.widths[i] = two, max(body[i], _width(two))
     names = [i for i in range(n) if cells[i] and all(" " not in c.strip() for c in cells[i])]
-    # the row's own name (its first column of names: a box, a run) is never cut, not even at its hyphens
-    # ("amd-ryzen-ai-max-" over "395" cannot be copied): where the table cannot fit with it whole, it is none (a
-    # block per row); the names beside it (a label, a model) may break at a hyphen or a slash
-    own = next((i for i in names if any(ch.isalpha() for c in cells[i] for ch in c)), None)  # not a rank
-    floors = [body[i] if i == own else f for i, f in enumerate(_floors(header, cells, body))]
+    floors = _floors(header, cells, body)
+    own = _own_name(cells, names)
+    if own is not None:
+        floors[own] = body[own]
     return _squeeze(out, header, floors, width, names)
+
+
+def _own_name(cells: list[list[str]], names: list[int]) -> int | None:
+    """The row's own name: its first column of names (a box, a run), a rank of digits not one. It is never cut,
+    not even at its hyphens ("amd-ryzen-ai-max-" over "395" cannot be copied): where the table cannot fit with it
+    whole, it is none (a block per row); the names beside it (a label, a model) may break at a hyphen or a slash."""
+    return next((i for i in names if any(ch.isalpha() for c in cells[i] for ch in c)), None)
 
 
 def _floors(header: list[str], cells: list[list[str]], body: list[int]) -> list[int]:
