@@ -264,3 +264,33 @@ def test_no_collection_of_the_whole_heap_stops_a_timed_phase(emitter: Background
     watch = ClientWatch(lags_ms=Tally(0.01, [0.5] * 200 + [LOOP_STALL_MS * 3]))  # p99 fine, one long stop
     assert watch.verdict(Level(concurrency=2), None)[0].startswith("the event loop stopped once for 300 ms")
     assert ClientWatch(lags_ms=Tally(0.01, [0.5] * 200 + [LOOP_STALL_MS / 2])).verdict(Level(concurrency=2), None) == []
+
+
+def test_repetitions_combine_every_repetitions_values_and_findings() -> None:
+    """--repetitions 3 kept the first repetition's findings alone (a third's client_bound lost, under a TPOT its
+    burst made 0.005 ms), its count, extremes and token totals (24 requests beside one repetition's 256 tokens),
+    and set the repetitions' median p50 beside the first one's min: a median below the minimum."""
+    from tokenbench.distribution import Distribution
+    from tokenbench.finding import Code, Finding
+    from tokenbench.levels import ServingLevel
+    from tokenbench.results import combine_repetitions
+
+    def rep(tpot: list[float], tokens: int, *codes: Code) -> ServingLevel:
+        s = ServingLevel(concurrency=1, completed=8, output_throughput_tps=100.0, tpot_ms=Distribution.of(tpot),
+                         total_output_tokens=tokens, total_input_tokens=512)
+        for c in codes:
+            s.add(Finding(c, f"{c.value} seen"))
+        return s
+
+    reps = [rep([0.33, 0.4, 0.5], 256, Code.ONE_READ), rep([0.003, 0.005, 0.006], 256, Code.ONE_READ),
+            rep([0.004, 0.005, 0.007], 256, Code.ONE_READ, Code.CLIENT_BOUND)]
+    s = combine_repetitions(reps, None)
+    assert isinstance(s, ServingLevel)
+    t = s.tpot_ms
+    assert t.n == 9 and t.min == 0.003 and t.max == 0.5 and t.p50 is not None and t.min <= t.p50 <= t.max
+    assert t.mean == pytest.approx(statistics.fmean([0.33, 0.4, 0.5, 0.003, 0.005, 0.006, 0.004, 0.005, 0.007]))
+    assert (s.completed, s.total_output_tokens, s.total_input_tokens) == (24, 768, 1536)
+    assert "one_read" in s.flags and "client_bound" in s.flags
+    bound = s.finding(Code.CLIENT_BOUND)
+    assert bound is not None and bound.message == "repetition 3 of 3: client_bound seen"
+    assert s.finding(Code.ONE_READ).message == "one_read seen"  # every repetition had it: said as it was

@@ -6,6 +6,7 @@ import this and ``reader``, never a runner."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import secrets
 import statistics
@@ -247,6 +248,47 @@ def repetition_stats(reps: list[ServingLevel]) -> dict[str, Any]:
     }
 
 
+def _pooled(dists: list[Distribution]) -> Distribution:
+    """A metric over every repetition: its count, extremes, mean and spread over all their values (the first
+    one's alone made a median below the minimum), each percentile the repetitions' median (p99 was the first
+    one's alone)."""
+    said = [d for d in dists if d.n]
+    if not said:
+        return copy.deepcopy(dists[0])
+    n = sum(d.n for d in said)
+    means = [(d.n, d.mean) for d in said if d.mean is not None]
+    mean = sum(k * m for k, m in means) / sum(k for k, _ in means) if means else None
+    spread = [(d.n, d.mean, d.std) for d in said if d.mean is not None and d.std is not None]
+    std = (sum(k * (sd ** 2 + (m - mean) ** 2) for k, m, sd in spread) / sum(k for k, _, _ in spread)) ** 0.5 \
+        if mean is not None and len(spread) == len(said) else None
+    out = Distribution(n=n, mean=mean, std=std, min=min((d.min for d in said if d.min is not None), default=None),
+                       max=max((d.max for d in said if d.max is not None), default=None))
+    for pct in ("p50", "p90", "p95", "p99"):
+        values = [v for d in said if (v := getattr(d, pct)) is not None]
+        setattr(out, pct, statistics.median(values) if values else None)
+    return out
+
+
+def _findings_of_every_repetition(base: LevelSummary, reps: Sequence[LevelSummary]) -> None:
+    """Each repetition's findings on the combined level, once a code, saying which repetitions had it where not
+    all did: the first one's alone dropped a later one's client_bound, under a TPOT its burst made 0.0 ms."""
+    had: dict[Any, list[int]] = {}
+    first: dict[Any, Any] = {}
+    for i, r in enumerate(reps, 1):
+        for f in r.findings:
+            had.setdefault(f.code, []).append(i)
+            first.setdefault(f.code, f)
+    own = {f.code.value for f in base.findings}, {f.text for f in base.findings}
+    kept = [fl for fl in base.flags if fl not in own[0]], [w for w in base.warnings if w not in own[1]]
+    base.findings, base.flags, base.warnings = [], *kept  # what no finding says stays as it was
+    for code, f in first.items():
+        which = had[code]
+        if len(which) < len(reps):
+            f = dataclasses.replace(f, message=f"repetition{'s' if len(which) > 1 else ''} "
+                                               f"{', '.join(map(str, which))} of {len(reps)}: {f.message}")
+        base.add(f)
+
+
 def combine_repetitions(given: Sequence[LevelSummary], price_per_hour: float | None,
                         currency: str | None = None) -> LevelSummary:
     """Repetitions of a level: the first summary with throughput, percentiles and prefill rate replaced by their
@@ -266,16 +308,15 @@ def combine_repetitions(given: Sequence[LevelSummary], price_per_hour: float | N
             base.plateau = None
     base.completed = sum(r.completed for r in reps)
     base.failed = sum(r.failed for r in reps)
+    base.total_input_tokens = sum(r.total_input_tokens for r in reps)
+    base.total_output_tokens = sum(r.total_output_tokens for r in reps)
+    _findings_of_every_repetition(base, reps)
     unstable = depth_findings.unstable_repetitions(coefficient_of_variation([r.output_throughput_tps for r in reps]),
                                              len(reps))
     if unstable is not None:
         base.add(unstable)
     for attr in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
-        dist = getattr(base, attr)
-        for pct in ("p50", "p90", "p95", "p99"):  # each the repetitions' median (p99 was the first one's alone)
-            said = [v for r in reps if (v := getattr(getattr(r, attr), pct)) is not None]
-            if said:
-                setattr(dist, pct, statistics.median(said))
+        setattr(base, attr, _pooled([getattr(r, attr) for r in reps]))
     prefill = [r.prefill_tps for r in reps if r.prefill_tps is not None]
     if prefill:
         base.prefill_tps = statistics.median(prefill)
