@@ -137,6 +137,12 @@ def test_a_cache_beyond_the_pool_is_said_and_a_silent_server_is_held_to_nothing(
     warm = answer(_run({c: (0.6, 10.0) for c in (1, 2, 4, 8)}))
     assert warm is not None and warm.first_fail is None and warm.cliff is not None
     assert "8 stayed warm, more than the pool holds" in " ".join(warm.cliff.explained())
+    # a share that fell from 60% to 33%, above the 30% floor, is no cache restoring them: partly warm
+    partly = answer(_run({1: (0.6, 10.0), 2: (0.6, 10.0), 4: (0.6, 10.0), 8: (0.33, 12.0)}))
+    assert partly is not None and partly.cliff is not None and partly.capacity == 8
+    said = " ".join(partly.cliff.explained())
+    assert "restored" not in said and "8 is more than the pool holds: their cached share fell to 33% (from 60%) " \
+        "and stayed above the floor of 30%, so they passed only partly warm" in said, said
     silent = answer(_run({c: (None, 10.0) for c in (1, 2, 4, 8)}))
     assert silent is not None and silent.cliff is not None
     assert not any(c.name == CHECK for v in silent.verdicts for c in v.checks)

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 #: A level fails once its cached share is below this share of the warm (lowest) level's, unless told otherwise.
 DEFAULT_DROP = 0.5
 CHECK = "cached_share"
+#: More sessions than the pool holds, their cached share within this share of the warm one: a cache beyond the
+#: pool kept them warm; below it they passed only partly warm.
+HELD_SHARE = 0.8
 
 
 def _share(s: ServingLevel | None) -> float | None:
@@ -167,12 +170,26 @@ class Cliff:
             holds = f": it holds {self.holds} such sessions" if self.holds is not None else ""
             out.append(f"the engine's KV pool: {self.pool.tokens:,} tokens, {self.pool.how}{holds}")
             if self.holds is not None and self.kept is not None and self.kept > self.holds:
-                beyond = "llama-server's host prompt cache, --cache-ram" if self.pool.slot_tokens else "an offload tier"
-                out.append(f"{self.kept:.0f} stayed warm, more than the pool holds: a cache beyond it restored them "
-                           f"({beyond})")
+                out.append(self._beyond_the_pool())
         else:
             out.append("the engine did not say how large its KV pool is")
         return out
+
+
+    def _beyond_the_pool(self) -> str:
+        """More sessions passed than the pool holds: kept warm by a cache beyond it where their cached share held
+        (within ``HELD_SHARE`` of the warm one), else only partly warm, above the floor. A share that fell from 60%
+        to 33% was said to be restored by a host cache a server had switched off."""
+        assert self.kept is not None
+        if self.share_kept is not None and self.warm_share and self.share_kept >= HELD_SHARE * self.warm_share:
+            beyond = "llama-server's host prompt cache, --cache-ram" if self.pool and self.pool.slot_tokens \
+                else "an offload tier"
+            return f"{self.kept:.0f} stayed warm, more than the pool holds: a cache beyond it restored them ({beyond})"
+        fell = f" fell to {self.share_kept:.0%} (from {self.warm_share:.0%}) and" \
+            if self.share_kept is not None and self.warm_share else ""
+        floor = f" of {self.drop * self.warm_share:.0%}" if self.warm_share else ""
+        return (f"{self.kept:.0f} is more than the pool holds: their cached share{fell} stayed above the "
+                f"floor{floor}, so they passed only partly warm")
 
 
 def cliff(result: RunResult, found: CapacityAnswer) -> Cliff | None:
