@@ -186,6 +186,12 @@ def test_goodput_and_slo() -> None:
     assert s.slo_met is False
     s2 = summarize(fast, concurrency=4, rate=None, window_start_ns=0, slo=slo)
     assert s2.slo_met is True
+    # a level an interrupt cut before any request ended has no verdict (it read FAIL, goodput 0.00)
+    cut = RequestRecord(index=20, sent_ns=0, error_kind="interrupted", error="interrupted")
+    s3 = summarize([cut], concurrency=4, rate=None, window_start_ns=0, window_end_ns=10**9, slo=slo)
+    assert s3.slo_met is None and s3.goodput_rps is None and s3.slo == slo.describe()
+    failed = RequestRecord(index=21, sent_ns=0, end_ns=10**6, error_kind="http_500", error="boom")
+    assert summarize([failed], concurrency=4, rate=None, window_start_ns=0, slo=slo).slo_met is False
 
 
 def test_slo_parse_errors_say_what_to_write() -> None:

@@ -188,10 +188,12 @@ def _goodput(summary: ServingLevel, measured: list[RequestRecord], slo: SLO | No
     (``slo.assess``: the value, pass or fail, how sure); the level meets the SLO when every objective passes."""
     if slo is None or not (slo.per_request_ms or slo.decides_levels):
         return
+    summary.slo = slo.describe()
+    if all(r.error_kind == "interrupted" for r in measured):  # nothing ended before the interrupt: no verdict
+        return  # (it read FAIL, goodput 0.00, beside "no level gave a verdict")
     ok = [r for r in measured if r.ok]
     good = [r for r in ok if request_meets(r, slo.per_request_ms)]
     summary.goodput_rps = len(good) / summary.duration_s
-    summary.slo = slo.describe()
     summary.slo_checks = assess(summary, measured, slo)
     summary.slo_met = all(c.met for c in summary.slo_checks)
 
