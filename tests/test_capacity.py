@@ -386,3 +386,16 @@ def test_capacity_of_a_url_without_lengths_takes_the_default_shape(tmp_path: Pat
     from tokenbench.workload import resolve_shape
 
     assert json.loads(out.read_text())["levels"][0]["input_tokens_mean"] == resolve_shape(None, None, None)[0]
+
+
+def test_the_agent_rate_objective_reads_the_rate_the_table_shows() -> None:
+    """At 4 agents the table said 382.8 tok/s each (over the level's plateau) and the verdict 'agent_tps 441 tok/s'
+    (over its whole window): a user could not tell which decided. Both are now the plateau's, where it held."""
+    from tokenbench.levels import ServingLevel
+    from tokenbench.slo import SLO, assess
+    from tokenbench.steady import Plateau
+
+    s = ServingLevel(concurrency=4, completed=80, output_throughput_tps=1764.0, duration_s=10.0)
+    s.plateau = Plateau(0.5, 9.5, 0.9, 4.0, 1531.2, 21.0, Distribution(n=8, p50=50), Distribution(n=8, p50=16), 80)
+    check = next(c for c in assess(s, [], SLO.parse("agent_tps=400")) if c.name == "agent_tps")
+    assert check.value == pytest.approx(382.8) == s.sustained_per_agent_tps and check.met is False

@@ -247,9 +247,9 @@ def summarize(
     summary.achieved_concurrency = _achieved_concurrency(measured, window_start_ns, end)
     summary.prefill_tps = _prefill_tps(summary, ok)
     _client_delays(summary, measured)
+    _steady(summary, measured, concurrency, (window_start_ns, end))  # the plateau before the SLO reads its rate
     _goodput(summary, measured, slo)
     summary.cached_share, summary.cached_source = cached_share(ok)
-    _steady(summary, measured, concurrency, (window_start_ns, end))
     return summary
 
 
