@@ -273,6 +273,15 @@ def test_published_effective_serving_example(tmp_path: Path) -> None:
     assert [r.depth for r in tg] == [0, 8192, 32768, 65536] and all(r.winner() == 2 for r in tg)
 
 
+def test_the_effective_line_builds_on_no_level_flagged_as_no_measurement(tmp_path: Path) -> None:
+    """llama-benchy's second tg32 at depth 0 varies 76% of its mean (flagged unstable: not a measurement); the
+    effective line read its 650 tok/s, not the steady 1,518 before it."""
+    store = Store(tmp_path / "e.db")
+    _, (rid,) = import_file(store, DATA / "llama_benchy.json", "benchy")
+    c = compare(load_result(store, rid), load_result(store, rid))
+    assert c.effective and "at 1,517.9 tok/s" in c.effective[0] and "650" not in c.effective[0], c.effective
+
+
 def test_compare_cli_takes_llama_bench_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The published write-up's llama-bench rows, Strix Halo beside the A30, through the command (it once
     refused every imported llama-bench run as not a sweep)."""

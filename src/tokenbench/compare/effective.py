@@ -37,9 +37,15 @@ def _one_stream(s: LevelSummary) -> float | None:
     return s.decode_tps if isinstance(s, ServingLevel) else s.tg_tps if isinstance(s, DepthLevel) else None
 
 
+#: Flags that say a level's figures are no measurement to build on.
+NOT_MEASURED = frozenset({"unstable", "decode_past_prefill", "exceeds_server_timings"})
+
+
 def effective_line(res: RunResult, agents: int, tokens: int) -> str | None:
-    """How long `agents` requests of `tokens` tokens take: batched at concurrency N, or one sequential stream."""
-    levels = [o.summary for o in res.outcomes]
+    """How long `agents` requests of `tokens` tokens take: batched at concurrency N, or one sequential stream;
+    from levels measured whole, not one an interrupt cut or one flagged as no measurement (``NOT_MEASURED``:
+    llama-benchy's unstable tg read 650 tok/s beside a steady 1,518)."""
+    levels = [o.summary for o in res.outcomes if o.status == "complete" and not NOT_MEASURED & set(o.summary.flags)]
     serve = [s for s in serving(levels) if s.concurrency and s.output_throughput_tps]
     if serve and not _sequential(res):
         return _batched_line(res, serve, agents, tokens)
