@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,8 @@ from tokenbench.distribution import Distribution
 from tokenbench.levels import DepthLevel, LevelSummary, ServingLevel
 from tokenbench.metrics import summarize
 from tokenbench.records import RequestRecord
+from tokenbench.cli import main
+from tokenbench.emitter import BackgroundEmitter
 
 MS = 1_000_000
 
@@ -180,3 +183,21 @@ def test_a_cached_share_the_servers_counters_contradict_is_flagged() -> None:
     # over every request sent in the window is what it is held to (on llama-server: 94% measured, 81% both ways)
     assert level(0.94, 0.81, sent=0.81).finding(Code.CACHE_COUNTS_DISAGREE) is None
     assert level(0.81, 0.81, sent=0.60).finding(Code.CACHE_COUNTS_DISAGREE) is not None
+
+
+def test_an_open_loop_of_few_arrivals_is_not_read_as_its_rate(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """One request at 0.5/s read 1,146 tok/s against 64 offered: the window from its first send to its last
+    answer was that request alone. Enough arrivals at constant gaps put out what they were offered."""
+    emitter.configure(itl_s=0.002)
+    runs = {}
+    for name, argv in (("one", ["--rate", "0.5", "--requests", "1"]),
+                       ("many", ["--rate", "20", "--arrival", "constant", "--requests", "40"])):
+        out = tmp_path / f"{name}.json"
+        assert main(["sweep", "--url", emitter.url, "--quiet", "--no-metrics", "--guard", "off", "--input-len", "16",
+                     "--output-len", "32", "--json", str(out), *argv]) == 0
+        runs[name] = json.loads(out.read_text())["levels"][0]
+    one = runs["one"]
+    assert "over_offered" in one["flags"]
+    said = next(f for f in one["findings"] if f["code"] == "over_offered")
+    assert "above the load offered (0.5/s x 32 tokens = 16.0 tok/s): over 1 arrival" in said["message"], said
+    assert "over_offered" not in runs["many"]["flags"], runs["many"]["findings"]

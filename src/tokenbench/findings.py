@@ -308,6 +308,27 @@ def _tail_cluster(f: LevelFacts) -> Finding | None:
                    n=len(f.ok))
 
 
+#: An open loop's output rate over this multiple of the load it offered (its rate x its mean output) measured
+#: its few arrivals' own speed, not the load: Poisson arrivals alone seldom run a level this far ahead.
+OVER_OFFERED_RATIO = 1.25
+
+
+def _over_offered(f: LevelFacts) -> Finding | None:
+    """An open-loop level whose output rate is well above the load it offered: the window from its first send to
+    its last answer held few arrivals (one request at 0.5/s read 1,146 tok/s against 64 offered)."""
+    s = f.summary
+    if s.rate is None or not s.output_tokens_mean or not s.sustained_tps:
+        return None
+    offered = s.rate * s.output_tokens_mean
+    if s.sustained_tps <= OVER_OFFERED_RATIO * offered:
+        return None
+    n = len(f.measured)
+    return Finding(Code.OVER_OFFERED, f"{s.sustained_tps:,.1f} tok/s out, above the load offered ({s.rate:g}/s x "
+                   f"{s.output_tokens_mean:,.0f} tokens = {offered:,.1f} tok/s): over {plural(n, 'arrival')} the "
+                   "window is those requests' own time, not the rate's", "more requests (--requests 30 or more) or "
+                   "--duration", observed=s.sustained_tps, threshold=OVER_OFFERED_RATIO * offered, unit="tok/s", n=n)
+
+
 def _rate_below_tpot(f: LevelFacts) -> Finding | None:
     """A per-agent rate below half of what a request of the level's median TTFT, TPOT and output length gives."""
     s = f.summary
@@ -407,6 +428,8 @@ LEVEL_RULES: tuple[Rule, ...] = (
          "(steady.TAIL_SHARE, TAIL_RATIO)", _tail_cluster),
     Rule(Code.RATE_BELOW_TPOT, "a per-agent rate under half of what the level's own TTFT and TPOT give is "
          "not the server's rate (RATE_BELOW_TPOT_SHARE)", _rate_below_tpot),
+    Rule(Code.OVER_OFFERED, "an open loop's output above the load it offered measured its few arrivals, not the "
+         "rate (OVER_OFFERED_RATIO)", _over_offered),
     Rule(Code.CACHE_DECAY, "a soak whose cached share falls from its first tenth to its last lost what its cache "
          "held (soak.DECAY_MARGIN)", _cache_decay),
     Rule(Code.PHASE_LOCKED, "a closed loop whose streams keep one split (one alone, three together) reads a "
