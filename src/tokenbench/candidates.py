@@ -12,6 +12,7 @@ from .slo import duration_text
 
 if TYPE_CHECKING:
     from .predict.session import SessionShape
+    from .predict.banding import Span
 
 
 @dataclass(slots=True)
@@ -158,24 +159,24 @@ def price(c: Candidate, pricing: Pricing | None, agents: int) -> None:
         c.boxes = math.ceil(agents / c.capacity)
 
 
-def band_text(c: Candidate, metric: str) -> str:
-    """A predicted figure's band as printed, its fast end held at the figure's physical limit (``limits``: a rate's
-    ceiling, a time's floor); "" without a band."""
+def figure_span(c: Candidate, metric: str) -> Span | None:
+    """A predicted figure's band, its fast end held at the figure's physical limit (``limits``: a rate's ceiling,
+    a time's floor); None without a band. Its ``text()`` is the band as printed."""
     from .predict.banding import span
 
     b = c.bands.get(metric)
     if b is None:
-        return ""
+        return None
     figure = {"throughput": c.throughput, "ttft": c.ttft_p99_ms or c.ttft_p50_ms, "tpot": c.tpot_ms}[metric]
-    return span(b, figure, c.limits.get(metric), metric == "throughput").text()
+    return span(b, figure, c.limits.get(metric), metric == "throughput")
 
 
 def figures_text(c: Candidate, currency: str) -> str:
     """A candidate's figures in one line, each with its unit and (predicted) band: what a priced box shows when it
     is out of the ranking."""
     def band(metric: str) -> str:
-        b = band_text(c, metric)
-        return f" {b}" if b else ""
+        sp = figure_span(c, metric)
+        return f" {sp.text()}" if sp is not None else ""
 
     parts = []
     if c.capacity is not None:

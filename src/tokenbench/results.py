@@ -24,6 +24,7 @@ from .levels import LevelSummary, ServingLevel, serving
 
 if TYPE_CHECKING:
     from .quality.items import Item
+    from .finding import Code, Finding
 
 
 @dataclass(slots=True)
@@ -272,8 +273,8 @@ def _pooled(dists: list[Distribution]) -> Distribution:
 def _findings_of_every_repetition(base: LevelSummary, reps: Sequence[LevelSummary]) -> None:
     """Each repetition's findings on the combined level, once a code, saying which repetitions had it where not
     all did: the first one's alone dropped a later one's client_bound, under a TPOT its burst made 0.0 ms."""
-    had: dict[Any, list[int]] = {}
-    first: dict[Any, Any] = {}
+    had: dict[Code, list[int]] = {}
+    first: dict[Code, Finding] = {}
     for i, r in enumerate(reps, 1):
         for f in r.findings:
             had.setdefault(f.code, []).append(i)

@@ -157,14 +157,12 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         shown: dict[str, Any] = {"note": out.note, "tables": [
             {"agents": t.agents, "columns": t.columns, "rows": t.rows, "lines": t.lines} for t in out.tables],
             "metrics": out.metrics, "warm": out.warm.to_dict() if out.warm is not None else None}
-        shown["band_pct"] = out.band_pct()
     else:
         (table,) = out.tables
         print_table(console, table.columns, table.rows, a.format)
         console.print(out.note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
-        shown = {"note": out.note, "columns": table.columns, "rows": table.rows, "metrics": out.metrics,
-                 "band_pct": out.band_pct()}
-    shown["band_held"] = out.band_held()
+        shown = {"note": out.note, "columns": table.columns, "rows": table.rows, "metrics": out.metrics}
+    shown["band_pct"], shown["band_held"] = out.band_pct(), out.band_held()
     if a.save or a.json:
         _store_and_write(a, console, s, cal, out.run(), shown)
     return 0

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from ..candidates import band_text, figures_text
+from ..candidates import figure_span, figures_text
 from ..console import print_hanging
 from ..pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from .. import registry
@@ -165,18 +165,21 @@ def band_line(ranked: list[Candidate]) -> str | None:
     """Every predicted figure's band, said once for the boxes that share them: 80% of held-out rows of their kind
     measured within it (a borrowed band, at least 80%); measured figures are the run's own."""
     groups: dict[str, list[str]] = {}
+    held = False  # a band's fast end held at its limit, said in the legend
     for c in ranked:
-        said = ", ".join(f"{name} {band_text(c, m)}" for m, name in BAND_NAMES if m in c.bands)
+        spans = [(name, sp) for m, name in BAND_NAMES if (sp := figure_span(c, m)) is not None]
+        said = ", ".join(f"{name} {sp.text()}" for name, sp in spans)
         if c.capacity_band is not None:  # the capacity searched again with every figure at either end of its band
             said = f"agents {agents_span(*c.capacity_band)}, " + said
         if c.source == "predicted" and said:
             groups.setdefault(said, []).append(c.box)
+            held |= any(sp.held for _, sp in spans)
     if not groups:
         return None
     return ("bands of the predicted figures (80% of held-out rows of the same kind measured within them; "
             "predict.md, Reading the bands; agents: the capacity with every figure at the slow end of its band, and "
             "at the fast end" + ("; a fast end held at the physical limit reads +H/−L%, or ≤Nx for a rate's"
-                                 if any("/−" in said for said in groups) else "")
+                                 if held else "")
             + "): " + "; ".join(f"{', '.join(boxes)}: {said}"
                                                           for said, boxes in groups.items()))
 
