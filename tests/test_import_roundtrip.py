@@ -98,6 +98,36 @@ def test_llama_bench_markdown_reads_back_and_writes_the_same_bytes(name: str, tm
         assert "build: b5a7d8e (6123)" in first and Store(db).resolve("back").manifest["engine_version"] == "b6123"
 
 
+def test_a_flagged_level_keeps_its_flags_through_the_markdown_table(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A rate its run doubted is never posted as a plain figure: the table gets a flags column (only where a level
+    is flagged), and reads back to the same flags; a flag the importer measures itself (a spread over half the
+    mean) reads back with its own reading, not the table's mark."""
+    db = tmp_path / "r.db"
+    assert main(["import", str(DATA / "llama_benchy.json"), "--label", "src", "--db", str(db)]) == 0
+    text = _export(db, "src", "llama-bench-md", tmp_path / "a.md")
+    head, rule, *rows = text.splitlines()
+    assert head.split("|")[-2].strip() == "flags"
+    unstable = [r for r in rows if r.rstrip(" |").endswith("unstable")]
+    assert len(unstable) == sum("unstable" in s.flags for s in _levels(db, "src")) >= 1
+    # a flag no figure in the table shows (a dirty bench) survives only by the column
+    first = rows[0].rstrip().rstrip("|").rstrip()
+    assert first.endswith("8583.12 ± 1031.64 |")  # pp128, not flagged
+    dirty = "\n".join([head, rule, first + " dirty_bench |", *rows[1:]]) + "\n"
+    (tmp_path / "b.md").write_text(dirty)
+    assert main(["import", str(tmp_path / "b.md"), "--label", "back", "--db", str(db)]) == 0
+    back = _levels(db, "back")
+    assert [s.flags for s in back] == [["dirty_bench"] if s.test == "pp128" and s.concurrency in (None, 1) and
+                                       not s.depth else s.flags for s in _levels(db, "src")]
+    doubted = next(s for s in back if "unstable" in s.flags)
+    assert doubted.warnings and not any("as the table marks it" in w for w in doubted.warnings)
+    (tmp_path / "c.md").write_text(dirty.replace("dirty_bench", "nosuch_flag"))
+    capsys.readouterr()
+    assert main(["import", str(tmp_path / "c.md"), "--label", "bad", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "'nosuch_flag' is no flag tokenbench knows" in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_serving_run_is_no_llama_bench_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = str(tmp_path / "r.db")
     assert main(["import", str(DATA / "vllm_serve_result.json"), "--label", "v", "--db", db]) == 0

@@ -7,7 +7,9 @@ reads back to the same levels:
   figures are the levels' own (a TTFT median over all of a level's requests), so the file reads back to the same
   levels; ``calibrate --runs`` reads a stored run's requests themselves;
 - ``llama-bench-md``: llama-bench's Markdown table (``-o md``: model, backend, test, t/s ``mean ± sd``, the
-  ``build:`` line under it), the shape llama.cpp's community posts, for depth and llama-bench runs.
+  ``build:`` line under it), the shape llama.cpp's community posts, for depth and llama-bench runs; a ``flags``
+  column after t/s where a level is flagged (``unstable``, ``dirty_bench``...), so a rate the run doubted is
+  never posted as a plain figure.
 """
 
 from __future__ import annotations
@@ -139,13 +141,15 @@ def llama_bench_md(run: RunResult) -> str:
             continue
         test = (s.test or "") + (f" @ d{s.depth}" if s.depth else "") + \
             (f" (c{s.concurrency})" if (s.concurrency or 1) > 1 else "")
-        cells.append([str(m.model or m.label or ""), backend, test, _rate(rate[0], rate[1])])
+        cells.append([str(m.model or m.label or ""), backend, test, _rate(rate[0], rate[1]), ", ".join(s.flags)])
     if not cells:
         raise UsageError(f"run {run.run_id} has no pp or tg level: a serving run is no llama-bench table; export it "
                          "--as published-csv")
-    head = ["model", "backend", "test", "t/s"]
+    head = ["model", "backend", "test", "t/s", "flags"]
+    if not any(c[-1] for c in cells):  # llama-bench's own columns; a flagged level's flags are never left out
+        head, cells = head[:-1], [c[:-1] for c in cells]
     width = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-    right = [False, False, True, True]
+    right = [False, False, True, True, False]
 
     def line(values: list[str]) -> str:
         return "| " + " | ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, width, right)) + " |"

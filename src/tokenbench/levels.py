@@ -227,11 +227,16 @@ class LevelSummary:
     #: the typed findings (findings.py) behind ``flags`` and ``warnings``, which are their view
     findings: list[Finding] = field(default_factory=list)
 
-    def add(self, finding: Finding) -> bool:
+    def add(self, finding: Finding, replace: bool = False) -> bool:
         """Record a finding, once per code, and keep ``flags`` and ``warnings`` (its view) in step. Returns
-        whether it was new."""
-        if self.finding(finding.code) is not None:
-            return False
+        whether it was new. ``replace``: this finding stands in for one of its code already there (a figure's own
+        reading of a flag an imported table only marked)."""
+        if (old := self.finding(finding.code)) is not None:
+            if not replace:
+                return False
+            self.findings.remove(old)
+            if old.text in self.warnings:
+                self.warnings.remove(old.text)
         self.findings.append(finding)
         if finding.code.value not in self.flags:
             self.flags.append(finding.code.value)

@@ -78,9 +78,9 @@ def _parse(name: str, parse: Callable[[Path, str, str | None], list[Imported]], 
             if isinstance(lv, DepthLevel):  # a spread over half the mean is no measurement, whoever measured it
                 for kind, mean, sd in (("pp", lv.pp_tps, lv.pp_tps_sd), ("tg", lv.tg_tps, lv.tg_tps_sd)):
                     if (found := unstable_depth_rate(kind, mean, sd, [])) is not None:
-                        lv.add(found)
+                        lv.add(found, replace=True)
         for lv, found in decode_past_prefill([lv for lv in r.levels if isinstance(lv, DepthLevel)]):
-            lv.add(found)
+            lv.add(found, replace=True)
     return runs
 
 

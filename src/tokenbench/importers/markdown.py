@@ -1,13 +1,15 @@
 """The Markdown tables llama-bench (``-o md``) and llama-benchy print, as owners post them: one depth level per row
 (``pp512``, ``tg128 @ d4096``, llama-benchy's ``pp2048 @ d4096 (c2)``), its rate ``mean ± sd`` in the ``t/s``
 column (llama-benchy's ``t/s (total)``), and llama-bench's ``build: HASH (NUMBER)`` line under the table.
-``tokenbench export RUN --as llama-bench-md`` writes this shape, and reads back to the same levels."""
+``tokenbench export RUN --as llama-bench-md`` writes this shape, a ``flags`` column where a level is flagged, and
+reads back to the same levels."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from ..finding import Code, Finding
 from ..levels import DepthLevel, LevelSummary
 from ..results import Manifest
 from .fields import FieldError, Imported, number
@@ -61,6 +63,13 @@ def _level(cells: list[str], head: list[str], path: Path, where: str, tg_sizes: 
     lv = DepthLevel(test=test, depth=depth, concurrency=c)
     setattr(lv, f"{test[:2]}_tps", mean)
     setattr(lv, f"{test[:2]}_tps_sd", sd)
+    if "flags" in head:  # tokenbench's export: the flags its run gave the level, read back as the table says them
+        for flag in filter(None, (f.strip() for f in cells[head.index("flags")].split(","))):
+            try:
+                code = Code(flag)
+            except ValueError:
+                raise FieldError(path, f"{where}: flags", f"{flag[:40]!r} is no flag tokenbench knows") from None
+            lv.add(Finding(code, f"{flag}, as the table marks it", severity="note"))
     return lv
 
 
