@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need_engine
-from tokenbench.cli.parser import build_parser
+from tokenbench.cli.parser import EXIT_CODES, build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
@@ -256,3 +256,6 @@ def test_every_exit_code_is_in_the_readme() -> None:
     table = (ROOT / "README.md").read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     listed = {int(m) for m in re.findall(r"^\| (\d+) \|", table, re.M)}
     assert {2, 3, 6} <= codes and codes <= listed, codes - listed
+    # and --help's list says the same codes as the README's table (130, an interrupt, was missing from the one,
+    # 6 from the other)
+    assert {int(c) for c in re.findall(r"^  (\d+) ", EXIT_CODES, re.M)} == listed

@@ -36,6 +36,7 @@ EXIT_CODES = """exit codes:
   4    the embedded engine could not be built or started
   5    a level failed (error rate above --max-error-rate, truncated prompts);
        its results are kept and marked
+  6    --guard strict found the bench dirty before a run or a level
   70   a bug in tokenbench (TOKENBENCH_DEBUG=1 shows the traceback)
   130  interrupted (Ctrl-C, SIGTERM, SIGHUP); finished levels kept"""
 
