@@ -411,6 +411,24 @@ def test_a_replay_sends_each_request_at_its_time_with_its_lengths(emitter: Backg
     assert res.manifest.load["levels"] == ["trace 4 requests over 0.2 s"]
 
 
+def test_more_warm_ups_than_the_trace_holds_leave_the_trace_whole(emitter: BackgroundEmitter,
+                                                                    tmp_path: Path) -> None:
+    """A warm-up plays the trace's first arrivals: asked for more than it holds (the default 4 on a short trace),
+    it sends as many as it holds, and the measured window is the trace, each request with its own lengths. The
+    rest of the warm-up prompts were once sent as the trace's first requests, and its last request not at all."""
+    emitter.configure(ttft_s=0.002, itl_s=0.001)
+    store = Store(tmp_path / "r.db")
+    res = replay(emitter.url, write(tmp_path, "t.jsonl", MOONCAKE), store, warmup=6, trace_speed=8.0)
+    assert res.status == "complete", res.error
+    recs = store.requests(res.run_id)
+    assert sum(r.phase == "warmup" for r in recs) == 4
+    measured = sorted((r for r in recs if r.phase == "measured"), key=lambda r: r.index)
+    assert [r.index for r in measured] == [0, 1, 2, 3]
+    assert [r.expected_output_tokens for r in measured] == [5, 7, 3, 4]
+    bodies = emitter.emitter.requests_seen[-4:]  # the measured ones, the trace in order
+    assert [(len(b["prompt"].split()), b["max_tokens"]) for b in bodies] == [(40, 5), (60, 7), (36, 3), (10, 4)]
+
+
 def test_requests_cut_the_trace_short(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     store = Store(tmp_path / "r.db")
     res = replay(emitter.url, write(tmp_path, "t.jsonl", MOONCAKE), store, warmup=0, requests=2)

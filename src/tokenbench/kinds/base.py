@@ -51,8 +51,11 @@ class SweepOptions(Protocol):
 
 
 def warmups(opts: SweepOptions, level: Level) -> int:
-    """Uncounted requests before a level: as asked, else one per concurrent slot (at most 4 in open loop)."""
-    return opts.warmup if opts.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
+    """Uncounted requests before a level: as asked, else one per concurrent slot (at most 4 in open loop); a
+    schedule's (a trace's) warm-up plays its first arrivals, so at most as many as it holds (more left the rest
+    of the warm-up prompts to be sent as the trace's first requests, and its last request unsent)."""
+    n = opts.warmup if opts.warmup is not None else (level.concurrency or min(4, level.max_concurrency or 4))
+    return n if level.schedule is None else min(n, len(level.schedule))
 
 
 def request_levels(opts: SweepOptions) -> list[Level]:
