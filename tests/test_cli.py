@@ -106,6 +106,23 @@ def test_sweep_table_json_runs_show(emitter: BackgroundEmitter, tmp_path: Path, 
     assert code != 0 and "no run 'nope'" in err
 
 
+def test_a_failed_slo_says_which_objective_and_a_bare_limit_says_it_judges_no_level(
+        emitter: BackgroundEmitter, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A per-request limit (tpot=...) counts toward goodput only: a level within every level objective passes
+    whatever its TPOT, and the table says so under it (it read "SLO pass" at a median TPOT five times the limit,
+    with nothing said). A level that fails names each objective it missed, its value against the limit."""
+    emitter.configure(ttft_s=0.02, itl_s=0.002)
+    code, out, err = run(["sweep", "--url", emitter.url, "--input-len", "16", "--output-len", "8", "--concurrency",
+                          "1", "--requests", "6", "--slo", "ttft_p50=5ms,e2e_p99=10s,tpot=1ms", "--db",
+                          str(tmp_path / "r.db"), "--guard", "off"], capsys)
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "tpot<=1ms: a per-request limit, counted in goodput, never in the verdict; a percentile (e.g. " \
+        "tpot_p90) holds the level to it" in text
+    assert "[1] SLO FAIL: ttft_p50 " in text and "against <= 5 ms (6 of 6 over)" in text
+    assert "e2e_p99" not in text.split("SLO FAIL:", 1)[1]  # a met objective is not named among the missed
+
+
 def test_api_key_from_environment_is_not_stored(emitter: BackgroundEmitter, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:

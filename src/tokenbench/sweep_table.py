@@ -3,6 +3,7 @@ and its printer for a terminal or Markdown."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from rich.console import Console
@@ -14,6 +15,7 @@ from .layout import format_markdown, md_paragraph, plural
 from .levels import NO_METER_NOTES, ServingLevel, Telemetry
 from .replay_table import lanes_warmed, print_replays
 from .session_table import print_sessions
+from .slo import SloCheck, duration_text
 
 
 Column = tuple[str, Callable[[ServingLevel], str]]
@@ -75,6 +77,22 @@ def sweep_rows(levels: list[ServingLevel], currency: str = "USD") -> tuple[list[
     return [h for h, _ in cols], [[cell(s) for _, cell in cols] for s in levels]
 
 
+#: An objective as ``SLO.describe`` writes it that is a per-request limit only (``tpot<=50ms``).
+PER_REQUEST = re.compile(r"^(ttft|tpot|e2e|itl)<=")
+
+
+def _missed(c: SloCheck) -> str:
+    """A failed objective, its value against its limit: "ttft_p50 20.6 ms against <= 10 ms (8 of 8 over)"."""
+    def value(v: float | None) -> str:
+        if v is None:
+            return "none measured"
+        return duration_text(v) if c.unit == "ms" else f"{v:.1%}" if c.unit == "share" else f"{num(v)} {c.unit}"
+    floor = c.unit == "tok/s" or c.name == CLIFF_CHECK  # a rate and the cached share are held from below
+    rel = ">=" if floor else "<="
+    basis = f" ({c.over} of {c.n} {'under' if floor else 'over'})" if c.over is not None else ""
+    return f"{c.name} {value(c.value)} against {rel} {value(c.limit)}{basis}"
+
+
 def slo_verdict(s: ServingLevel) -> str:
     if s.slo_met is None:
         return "—"
@@ -111,6 +129,15 @@ def notes(levels: list[ServingLevel]) -> list[str]:
         out.append(f"SLO {', '.join(sorted(slos))}{_cliff_floor(levels)}: pass when every level objective holds "
                    "(no request failed, unless errors= allows some); goodput counts the requests within every "
                    "per-request limit")
+        bare = sorted({p for slo in slos for p in slo.split(",") if PER_REQUEST.match(p)})
+        if bare:
+            out.append(f"{', '.join(bare)}: {'a per-request limit' if len(bare) == 1 else 'per-request limits'}, "
+                       "counted in goodput, never in the verdict; a percentile (e.g. "
+                       f"{bare[0].split('<=')[0]}_p90) holds the level to it")
+    for s in levels:
+        failed = [c for c in s.slo_checks if not c.met]
+        if s.slo_met is False and failed:
+            out.append(f"[{level_label(s)}] SLO FAIL: " + "; ".join(_missed(c) for c in failed))
     if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
         out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
     out += _plateau_line(levels)
