@@ -75,6 +75,12 @@ def test_drift_and_a_tail_cluster_are_told_from_noise() -> None:
     assert drift(rising) == ("TTFT", pytest.approx(14.5, abs=1), pytest.approx(34.5, abs=1))
     steady = [rec(i * 100, i * 100 + 90, ttft_ms=10 + (i % 3)) for i in range(30)]
     assert drift(steady) is None
+    # a trace's answers growing through the level (8 tokens, then 16, 2 ms each): E2E rises, the server does not
+    longer = [rec(i * 100, i * 100 + 10 + 2 * ((8 if i < 15 else 16) - 1), ttft_ms=10, tokens=8 if i < 15 else 16)
+              for i in range(30)]
+    assert drift(longer) is None
+    slower = [rec(i * 100, i * 100 + 10 + (2 if i < 15 else 5) * 9, ttft_ms=10) for i in range(30)]
+    assert drift(slower) == ("TPOT", pytest.approx(2.0, abs=0.01), pytest.approx(5.0, abs=0.01))
     assert tail_cluster([10.0] * 18 + [400.0, 420.0]) == (2, 400.0, 10.0)
     assert tail_cluster([10.0] * 15 + [30.0, 60.0, 90.0, 120.0, 150.0]) is None  # a spread tail, not a cluster
     assert tail_cluster([1.0] * 18 + [6.0, 7.0]) is None  # 5 ms outliers of a 1 ms body: noise
