@@ -248,9 +248,16 @@ class _Phase:
             (self.stop_ns is None or time.perf_counter_ns() < self.stop_ns) and not self.halt()
 
     async def closed_loop(self, n: int, stagger_s: float | None = None, rng: random.Random | None = None) -> None:
+        waiting = n if stagger_s and rng is not None else 0
+
         async def sender() -> None:
+            nonlocal waiting
             if stagger_s and rng is not None:  # desynchronised: each stream's first send at a random offset
                 await asyncio.sleep(rng.uniform(0.0, stagger_s))
+                waiting -= 1
+                # the streams' staggered starts are the load asked for, not a client falling behind: in flight is
+                # sampled once every stream has sent
+                self.watch.sampling_inflight = waiting == 0 and self.more()
             while self.more():
                 self.issued += 1
                 idx, req = await self.prompts.next()
@@ -259,6 +266,8 @@ class _Phase:
                 await self.one(req, rec)
             self.watch.sampling_inflight = False  # the tail of a level is not a shortfall of the client
 
+        if waiting:
+            self.watch.sampling_inflight = False
         await asyncio.gather(*(sender() for _ in range(n)))
 
     async def open_loop(self, level: Level, start_ns: int, offset_s: float, rng: random.Random) -> None:
