@@ -18,6 +18,8 @@ CONTRACT_LEVEL_KEYS = {
 }
 DIST_KEYS = {"mean", "p50", "p90", "p95", "p99", "n"}
 
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = main(argv)
@@ -37,6 +39,14 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
         (["--duration", "soon"], "is not a duration"),
         (["--requests", "0"], "is not a positive whole number"),
         (["--label", " "], "a label needs at least one character that is not a space"),
+        # an option of the other loop, or an entry left out, would change nothing: refused, not dropped
+        (["--concurrency", "1,,2"], "has an empty entry"),
+        (["--rate", "1,"], "has an empty entry"),
+        (["--concurrency", "2", "--arrival", "constant"], "--arrival shapes the open loop of --rate"),
+        (["--concurrency", "2", "--max-concurrency", "1"], "drop --max-concurrency"),
+        (["--rate", "2", "--phase", "staggered"], "which --rate does not send: drop --phase"),
+        (["--trace", str(EXAMPLES / "mooncake-trace.jsonl"), "--trace-block", "64", "--phase", "staggered"],
+         "which a trace workload does not"),
     ],
 )
 def test_bad_input_one_line_error_nonzero_exit(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

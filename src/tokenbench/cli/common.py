@@ -21,7 +21,14 @@ if TYPE_CHECKING:
     from ..engines.embedded import EmbeddedSpec
 
 
+def _no_empty_entry(text: str, what: str, example: str) -> None:
+    """``1,,2``: an entry left out by a slip is refused, not dropped without a word."""
+    if any(not x.strip() for x in text.split(",")):
+        raise UsageError(f"{what} '{text}' has an empty entry: write the values between commas, e.g. {example}")
+
+
 def int_list(text: str, what: str) -> list[int]:
+    _no_empty_entry(text, what, "1,4,8")
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -32,6 +39,7 @@ def int_list(text: str, what: str) -> list[int]:
 
 
 def float_list(text: str, what: str) -> list[float]:
+    _no_empty_entry(text, what, "0.5,1,2")
     try:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:

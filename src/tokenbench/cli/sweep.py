@@ -131,6 +131,21 @@ def _requests(a: argparse.Namespace, d: dict[str, Any], duration: float | None) 
     return int(requests) if requests is not None else None
 
 
+def _refuse_loop_options(a: argparse.Namespace, argv: list[str], kind: WorkloadKind) -> None:
+    """An option of the other loop would change nothing the run measures: refused, as --trace with --rate is."""
+    given = given_flags(argv)
+    requests_kind = kind.name in ("lengths", "dataset")  # independent requests, in a closed or an open loop
+    if "--arrival" in given and not a.rate:
+        raise UsageError("--arrival shapes the open loop of --rate: give --rate, or drop --arrival")
+    if a.max_concurrency is not None and requests_kind and not a.rate:
+        raise UsageError("--max-concurrency caps an open loop's requests in flight (--rate, --trace): a closed "
+                         "loop's --concurrency is its cap already; drop --max-concurrency")
+    if a.phase == "staggered" and (a.rate or not requests_kind):
+        what = "--rate" if a.rate else f"a {kind.name} workload"
+        raise UsageError(f"--phase staggered spreads a closed loop's first requests, which {what} does not send: "
+                         "drop --phase")
+
+
 def _phase(a: argparse.Namespace) -> str:
     if a.phase == "staggered" and (a.ray or parse_workers(a.workers) not in (None, 1)):
         raise UsageError("--phase staggered spreads one process's streams: drop --workers and --ray")
@@ -193,6 +208,7 @@ def sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
     kind = workload_kind(a, argv, d)
     if a.rate and a.concurrency:
         raise UsageError("give --concurrency or --rate, not both")
+    _refuse_loop_options(a, argv, kind)
     levels = (int_list(a.concurrency or str(d.get("concurrency", "1")), "--concurrency"),
               float_list(a.rate, "--rate") if a.rate else [])
     requests = _requests(a, d, seconds(a.duration, "--duration"))
