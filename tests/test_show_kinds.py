@@ -229,3 +229,21 @@ def test_an_open_loop_under_one_request_in_flight_has_no_per_agent_rate() -> Non
     header, rows = sweep_rows(levels, "USD")
     col = header.index("Per-agent tok/s")
     assert [r[col] for r in rows] == ["—", "200.0", "50.0"]
+
+
+def test_a_flag_the_table_shows_is_said_under_it() -> None:
+    """A note's flag (phase_locked, no_plateau) is in the Flags column: its finding is said under the table too,
+    once per text with the levels it is on; the p99 estimate, failed requests and an interrupt keep their own
+    lines."""
+    from tokenbench.finding import Code, Finding
+    from tokenbench.levels import ServingLevel
+    from tokenbench.sweep_table import notes
+
+    a, b = ServingLevel(concurrency=2), ServingLevel(concurrency=4)
+    for s in (a, b):
+        s.add(Finding(Code.PHASE_LOCKED, "the closed loop fell into waves it kept", "--phase staggered",
+                      severity="note"))
+        s.add(Finding(Code.P99_ESTIMATE, "p99 over 8 requests is an estimate", severity="note"))
+    said = notes([a, b])
+    assert "[2,4] phase_locked: the closed loop fell into waves it kept; --phase staggered" in said
+    assert not any("p99_estimate" in line for line in said)

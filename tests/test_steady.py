@@ -158,7 +158,7 @@ def test_a_loop_that_keeps_one_split_is_phase_locked() -> None:
     s.waves = w  # the summary read its waves at its own TPOT; the finding reads what it holds
     found = findings.assess(findings.LevelFacts(recs, s, 4, 32))
     (f,) = [f for f in found if f.code == Code.PHASE_LOCKED]
-    assert "8 of 1 (TTFT p50 80 ms), 8 of 3 (TTFT p50 280 ms)" in f.message
+    assert "8 waves of 1 (TTFT p50 80 ms), 8 waves of 3 (TTFT p50 280 ms)" in f.message
 
 
 def test_staggered_streams_start_apart(emitter: BackgroundEmitter, tmp_path: Path) -> None:

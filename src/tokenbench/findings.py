@@ -351,7 +351,7 @@ def _phase_locked(f: LevelFacts) -> Finding | None:
     w = f.summary.waves
     if w is None or not w.phase_locked:
         return None
-    said = ", ".join(f"{s.waves} of {s.size} (TTFT p50 {s.ttft_ms_p50:,.0f} ms)" for s in w.by_size
+    said = ", ".join(f"{plural(s.waves, 'wave')} of {s.size} (TTFT p50 {s.ttft_ms_p50:,.0f} ms)" for s in w.by_size
                      if s.waves >= 3 and s.ttft_ms_p50 is not None)
     return Finding(Code.PHASE_LOCKED, f"the closed loop fell into waves it kept, requests sent within {w.step_ms:,.1f} "
                    f"ms of each other: {said}; a request's TTFT says which wave it landed in as much as the server",

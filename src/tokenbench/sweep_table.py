@@ -11,6 +11,7 @@ from rich.console import Console
 from .cache_cliff import CHECK as CLIFF_CHECK
 from .cells import level_label, ms, num
 from .console import print_table
+from .finding import Code
 from .layout import format_markdown, md_paragraph, plural
 from .levels import NO_METER_NOTES, ServingLevel, Telemetry
 from .replay_table import lanes_warmed, print_replays
@@ -77,6 +78,8 @@ def sweep_rows(levels: list[ServingLevel], currency: str = "USD") -> tuple[list[
     return [h for h, _ in cols], [[cell(s) for _, cell in cols] for s in levels]
 
 
+#: Notes with a line of their own under the table (the p99 asterisk, the failed requests' kinds, the interrupt).
+SAID_ELSEWHERE = frozenset({Code.P99_ESTIMATE, Code.ERRORS, Code.INTERRUPTED})
 #: An objective as ``SLO.describe`` writes it that is a per-request limit only (``tpot<=50ms``).
 PER_REQUEST = re.compile(r"^(ttft|tpot|e2e|itl)<=")
 
@@ -148,6 +151,13 @@ def notes(levels: list[ServingLevel]) -> list[str]:
         if s.errors:
             kinds = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items()))
             by_text.setdefault(f"failed requests: {kinds}", []).append(level_label(s))
+    # a flag the table shows whose finding is a note (no warning line of its own) is said too: phase_locked and
+    # no_plateau were in the Flags column and in the JSON only (p99's asterisk, the failed requests and an
+    # interrupt each have their line)
+    for s in levels:
+        for f in s.findings:
+            if f.severity == "note" and f.code not in SAID_ELSEWHERE:
+                by_text.setdefault(f"{f.code.value}: {f.text}", []).append(level_label(s))
     out += [f"[{','.join(keys)}] {text}" for text, keys in by_text.items()]
     for s in levels:
         if s.reasoning_share is not None and s.answer_throughput_tps is not None:

@@ -69,7 +69,7 @@ def _level(cells: list[str], head: list[str], path: Path, where: str, tg_sizes: 
                 code = Code(flag)
             except ValueError:
                 raise FieldError(path, f"{where}: flags", f"{flag[:40]!r} is no flag tokenbench knows") from None
-            lv.add(Finding(code, f"{flag}, as the table marks it", severity="note"))
+            lv.add(Finding(code, "marked so in the table it was imported from", severity="note"))
     return lv
 
 
