@@ -55,6 +55,19 @@ def test_a_line_that_is_not_json_is_refused(tmp_path: Path) -> None:
     assert f"{p}:2: line: not JSON" in refused(p)
 
 
+def test_a_named_format_is_the_one_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--trace-format mooncake|csv is obeyed, not the file's name: a CSV named as Mooncake is refused as JSON it is
+    not (it was replayed as CSV, the option dropped), and a Mooncake file named as CSV for its missing header."""
+    csv = tmp_path / "t.csv"
+    csv.write_text("timestamp,input_length,output_length\n0,100,8\n")
+    assert load_trace(csv, 16, "csv").format == "csv"
+    with pytest.raises(UsageError, match="t.csv:1: line: not JSON"):
+        load_trace(csv, 16, "mooncake")
+    moon = write(tmp_path, "t.jsonl", [line(0, 40, 5)])
+    assert main(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace", str(moon), "--trace-format", "csv"]) == 2
+    assert "t.jsonl:1: header: a CSV trace starts with the header" in capsys.readouterr().err
+
+
 def test_a_line_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
     p = write(tmp_path, "t.jsonl", [line(), "[1, 2, 3]"])
     assert f"{p}:2: line: not a JSON object" in refused(p)

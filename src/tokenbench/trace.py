@@ -264,8 +264,9 @@ def _rows(fmt: TraceFormat, text: str, block: int) -> list[tuple[int, _Parsed | 
     return out
 
 
-def load_trace(path: str | Path, block: int = DEFAULT_BLOCK) -> Trace:
-    """Read and check a trace file; refuse a malformed one in one line naming the file, the line and the field."""
+def load_trace(path: str | Path, block: int = DEFAULT_BLOCK, fmt: TraceFormat | None = None) -> Trace:
+    """Read and check a trace file, in ``fmt`` where named (``--trace-format``), else the format its name or first
+    character says; refuse a malformed one in one line naming the file, the line and the field."""
     p = Path(path)
     if block < 1:
         raise UsageError(f"--trace-block must be at least 1 token, not {block}")
@@ -277,7 +278,7 @@ def load_trace(path: str | Path, block: int = DEFAULT_BLOCK) -> Trace:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise UsageError(f"{p}: not UTF-8 text (byte {e.start})") from None
-    fmt = _format(p, text)
+    fmt = fmt or _format(p, text)
     try:
         rows = _rows(fmt, text, block)
     except _LineRefusal as e:

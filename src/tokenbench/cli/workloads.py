@@ -162,7 +162,8 @@ def _trace(a: argparse.Namespace, given: set[str]) -> TraceKind:
     if stray := [f for f in REPLAY_OPTIONS if f in given]:
         raise UsageError(f"{', '.join(stray)} shape a replay of agent trajectories, and {a.trace} is a request trace: "
                          "drop them")
-    trace = load_trace(a.trace, a.trace_block)
+    named = a.trace_format if a.trace_format in ("mooncake", "csv") else None
+    trace = load_trace(a.trace, a.trace_block, named)
     if a.requests is not None and a.requests > len(trace.requests):
         # it ran the 16 it had, and said nothing of the 2,000 asked
         raise UsageError(f"--requests {a.requests}: {Path(a.trace).name} holds {len(trace.requests)} requests, "
