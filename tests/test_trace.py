@@ -68,6 +68,18 @@ def test_a_named_format_is_the_one_read(tmp_path: Path, capsys: pytest.CaptureFi
     assert "t.jsonl:1: header: a CSV trace starts with the header" in capsys.readouterr().err
 
 
+def test_a_trace_that_would_take_more_than_a_week_is_refused(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Timestamps of 1e20 ms started a replay that waited on without end; it is refused, with the speed that
+    would replay it in an hour, and a fast enough --trace-speed is taken."""
+    far = write(tmp_path, "far.jsonl", [line(0, 40, 5), line(1e10, 40, 5)])  # 116 days
+    assert main(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace", str(far)]) == 2
+    err = capsys.readouterr().err
+    assert "far.jsonl spans 116 days at --trace-speed 1, more than a week" in err and "--trace-speed 2,778" in err
+    # past the check, the next step (the server at port 9) is what refuses it
+    assert main(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace", str(far), "--trace-speed", "2778"]) == 3
+
+
 def test_a_line_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
     p = write(tmp_path, "t.jsonl", [line(), "[1, 2, 3]"])
     assert f"{p}:2: line: not a JSON object" in refused(p)

@@ -153,6 +153,10 @@ def _sessions(a: argparse.Namespace, given: set[str], task: Draw, output: Draw) 
 REPLAY_OPTIONS = ("--trace-scale", "--max-think", "--answers")
 
 
+#: The longest replay at recorded times tokenbench starts (a week).
+LONGEST_REPLAY_S = 7 * 86400
+
+
 def _trace(a: argparse.Namespace, given: set[str]) -> TraceKind:
     """--trace's file, read and checked (trace.load_trace), after refusing the options that cannot go with it;
     its first --requests N where given."""
@@ -168,7 +172,13 @@ def _trace(a: argparse.Namespace, given: set[str]) -> TraceKind:
         # it ran the 16 it had, and said nothing of the 2,000 asked
         raise UsageError(f"--requests {a.requests}: {Path(a.trace).name} holds {len(trace.requests)} requests, "
                          "replayed once: drop --requests, or give at most that")
-    return TraceKind(trace.head(a.requests), a.trace_speed)
+    head = trace.head(a.requests)
+    if head.span_s / a.trace_speed > LONGEST_REPLAY_S:  # a slip of the unit, or a trace of epochs: it would wait on
+        days = head.span_s / a.trace_speed / 86400
+        raise UsageError(f"{Path(a.trace).name} spans {days:,.3g} days at --trace-speed {a.trace_speed:g}, more than "
+                         f"a week to replay: its timestamps are milliseconds from its start; fix them, or replay it "
+                         f"faster (--trace-speed {head.span_s / 3600:,.0f} replays it in an hour)")
+    return TraceKind(head, a.trace_speed)
 
 
 def _replay(a: argparse.Namespace, given: set[str], defaults: dict[str, Any], lanes: bool) -> ReplayKind:
