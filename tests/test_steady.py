@@ -5,6 +5,7 @@ latency from arrival, and warm-up until TTFT settles."""
 from __future__ import annotations
 
 import asyncio
+import statistics
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,26 @@ def test_staggered_starts_are_no_shortfall_of_the_client(emitter: BackgroundEmit
 def test_staggered_is_refused_with_workers(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sweep", "--url", "http://127.0.0.1:9/v1", "--phase", "staggered", "--workers", "2"]) == 2
     assert "--phase staggered spreads one process's streams" in capsys.readouterr().err
+
+
+def test_an_open_loop_plateau_reads_the_load_it_offered() -> None:
+    """An open loop's plateau runs from one median request's time after its first send to its last send, edges
+    the sends set, not bursts of arrivals (edges put where many requests were in flight once read 21.7
+    requests/s of a 20/s load over 4 s): over a long window its rates are the arrivals'."""
+    import random
+
+    rng, t, recs = random.Random(4), 0.0, []
+    while t < 20_000:
+        length = rng.uniform(100, 400)
+        recs.append(rec(t, t + length, ttft_ms=20, tokens=rng.randint(16, 48)))
+        t += rng.expovariate(20) * 1000
+    window = (0, int(max(r.end_ns for r in recs)))
+    p = plateau(recs, None, window)
+    assert p is not None
+    sends = sorted(r.sent_ns for r in recs)
+    assert p.start_s == pytest.approx((sends[0] + statistics.median(r.end_ns - r.sent_ns for r in recs)) / 1e9)
+    assert p.end_s == pytest.approx(sends[-1] / 1e9)
+    offered = (len(sends) - 1) / ((sends[-1] - sends[0]) / 1e9)
+    assert p.request_throughput_rps == pytest.approx(offered, rel=0.05)
+    tokens = sum(r.output_tokens or 0 for r in recs) / ((sends[-1] - sends[0]) / 1e9)
+    assert p.output_throughput_tps == pytest.approx(tokens, rel=0.05)

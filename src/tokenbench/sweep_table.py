@@ -197,7 +197,9 @@ def _plateau_line(levels: list[ServingLevel]) -> list[str]:
     shares = ", ".join(f"{level_label(s)}: {s.plateau.share:.0%}" for s in levels if s.plateau is not None)
     if not shares:
         return []
-    return [f"tok/s over each level's plateau, in flight at least 95% of its load ({shares} of its window); over the "
+    closed = all(s.concurrency for s in levels if s.plateau is not None)
+    what = "in flight at least 95% of its load" if closed else "its load held, ramp and drain left out"
+    return [f"tok/s over each level's plateau, {what} ({shares} of its window); over the "
             "whole window, ramp and drain included, in the JSON (output_throughput_tps)"]
 
 
