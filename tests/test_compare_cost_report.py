@@ -694,6 +694,9 @@ def test_a_plateau_rate_is_not_set_against_a_whole_window_rate(tmp_path: Path,
     agg = next(r for r in c.rows if r.metric == "Aggregate output")
     assert agg.ratio == pytest.approx(1.0, abs=0.02), agg
     assert any("both compared over the whole window" in w for w in c.warnings), c.warnings
+    # the effective-serving line under it reads the same rate as the table (it read the plateau's 224)
+    line = next(e for e in c.effective if e.startswith("requests"))
+    assert f"{agg.a:,.0f} tok/s aggregate" in line and "over its whole window, as compared" in line, (line, agg.a)
     # two runs that both have a plateau (or neither) keep the rate the sweep table shows
     assert not any("whole window" in w for w in compare(ra, ra).warnings)
 

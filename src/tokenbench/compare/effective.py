@@ -41,24 +41,28 @@ def _one_stream(s: LevelSummary) -> float | None:
 NOT_MEASURED = frozenset({"unstable", "decode_past_prefill", "exceeds_server_timings"})
 
 
-def effective_line(res: RunResult, agents: int, tokens: int) -> str | None:
+def effective_line(res: RunResult, agents: int, tokens: int, whole: bool = False) -> str | None:
     """How long `agents` requests of `tokens` tokens take: batched at concurrency N, or one sequential stream;
     from levels measured whole, not one an interrupt cut or one flagged as no measurement (``NOT_MEASURED``:
-    llama-benchy's unstable tg read 650 tok/s beside a steady 1,518)."""
+    llama-benchy's unstable tg read 650 tok/s beside a steady 1,518). ``whole``: the comparison reads rates over
+    the whole window (one side has no plateau), and so does this line."""
     levels = [o.summary for o in res.outcomes if o.status == "complete" and not NOT_MEASURED & set(o.summary.flags)]
     serve = [s for s in serving(levels) if s.concurrency and s.output_throughput_tps]
     if serve and not _sequential(res):
-        return _batched_line(res, serve, agents, tokens)
+        return _batched_line(res, serve, agents, tokens, whole)
     return _sequential_line(res, levels, serve, agents, tokens)
 
 
-def _batched_line(res: RunResult, serve: list[ServingLevel], agents: int, tokens: int) -> str:
+def _batched_line(res: RunResult, serve: list[ServingLevel], agents: int, tokens: int, whole: bool = False) -> str:
     """N agents at the highest concurrency measured up to N (the lowest measured when all are above it)."""
     at = [s for s in serve if s.concurrency and s.concurrency <= agents]
     s = max(at, key=lambda x: x.concurrency or 0) if at else min(serve, key=lambda x: x.concurrency or 0)
     how = "predicted" if res.predicted_mark else "measured"
     note = "" if s.concurrency == agents else f" ({how} at concurrency {s.concurrency}, the nearest)"
     ttft, tpot = s.ttft_ms.p50, s.tpot_ms.p50
+    rate = s.output_throughput_tps if whole else s.sustained_tps
+    if whole and s.plateau is not None:
+        note += " over its whole window, as compared"
     if ttft is not None and tpot is not None and s.concurrency:
         # each request waits for its first token, then decodes the rest: the level's own medians, in rounds
         # of its concurrency (tokens / aggregate rate would leave the first token's wait out)
@@ -67,9 +71,9 @@ def _batched_line(res: RunResult, serve: list[ServingLevel], agents: int, tokens
         t = rounds * (ttft + (tokens - 1) * tpot) / 1000
         each = (f"{rounds} rounds of {c}, each" if rounds > 1 else f"{min(agents, c)} at once, each request")
         return (f"{run_name(res)}: ~{t:,.1f} s batched ({each} TTFT {ttft:,.0f} ms + {tokens - 1} x TPOT {tpot:.1f} "
-                f"ms); {s.sustained_tps:,.0f} tok/s aggregate{note}")
-    t = effective_serving_s(agents, tokens, s.sustained_tps)
-    return f"{run_name(res)}: ~{t:,.1f} s batched, {s.sustained_tps:,.0f} tok/s aggregate{note}"
+                f"ms); {rate:,.0f} tok/s aggregate{note}")
+    t = effective_serving_s(agents, tokens, rate)
+    return f"{run_name(res)}: ~{t:,.1f} s batched, {rate:,.0f} tok/s aggregate{note}"
 
 
 def _sequential_line(res: RunResult, levels: list[LevelSummary], serve: list[ServingLevel], agents: int,

@@ -257,7 +257,7 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
     cmp.crossovers = crossovers(rows, cmp.a, cmp.b)
     for res in (a,) if one_run(a, b) else (a, b):
         # a session's requests grow turn by turn: N agents x M tokens is no question a session run answers
-        line = None if is_session_run(res) else effective_line(res, agents, tokens)
+        line = None if is_session_run(res) else effective_line(res, agents, tokens, windowed)
         if line:
             cmp.effective.append(line)
     return cmp
