@@ -125,9 +125,8 @@ def _rate(mean: float, sd: float | None) -> str:
     return f"{mean:.2f} ± {sd or 0:.2f}"
 
 
-def llama_bench_md(run: RunResult) -> str:
-    """llama-bench's Markdown table of the run's pp and tg levels (``pp512 @ d4096``; llama-benchy's `` (c2)``
-    where a level ran at a concurrency above 1) and its ``build:`` line."""
+def _md_cells(run: RunResult) -> list[list[str]]:
+    """Each complete pp or tg level's cells: model, backend, test, ``mean ± sd`` and its flags."""
     m = run.manifest
     engine = (m.engine or "").split(" ", 1)
     backend = BACKENDS.get(engine[1].lower(), engine[1]) if len(engine) == 2 and engine[0] == "llama.cpp" else ""
@@ -142,6 +141,14 @@ def llama_bench_md(run: RunResult) -> str:
         test = (s.test or "") + (f" @ d{s.depth}" if s.depth else "") + \
             (f" (c{s.concurrency})" if (s.concurrency or 1) > 1 else "")
         cells.append([str(m.model or m.label or ""), backend, test, _rate(rate[0], rate[1]), ", ".join(s.flags)])
+    return cells
+
+
+def llama_bench_md(run: RunResult) -> str:
+    """llama-bench's Markdown table of the run's pp and tg levels (``pp512 @ d4096``; llama-benchy's `` (c2)``
+    where a level ran at a concurrency above 1) and its ``build:`` line."""
+    m = run.manifest
+    cells = _md_cells(run)
     if not cells:
         raise UsageError(f"run {run.run_id} has no pp or tg level: a serving run is no llama-bench table; export it "
                          "--as published-csv")

@@ -126,39 +126,13 @@ def _cliff_floor(levels: list[ServingLevel]) -> str:
 
 
 def notes(levels: list[ServingLevel]) -> list[str]:
-    out = []
-    slos = {s.slo for s in levels if s.slo}
-    if slos:
-        out.append(f"SLO {', '.join(sorted(slos))}{_cliff_floor(levels)}: pass when every level objective holds "
-                   "(no request failed, unless errors= allows some); goodput counts the requests within every "
-                   "per-request limit")
-        bare = sorted({p for slo in slos for p in slo.split(",") if PER_REQUEST.match(p)})
-        if bare:
-            out.append(f"{', '.join(bare)}: {'a per-request limit' if len(bare) == 1 else 'per-request limits'}, "
-                       "counted in goodput, never in the verdict; a percentile (e.g. "
-                       f"{bare[0].split('<=')[0]}_p90) holds the level to it")
-    for s in levels:
-        failed = [c for c in s.slo_checks if not c.met]
-        if s.slo_met is False and failed:
-            out.append(f"[{level_label(s)}] SLO FAIL: " + "; ".join(_missed(c) for c in failed))
+    """What the table leaves to the lines under it, in order: the SLO, the p99's asterisk, the plateau, each
+    warning and flag with its levels, then each level's reasoning, held-back text, tool calls, server and power."""
+    out = _slo_lines(levels)
     if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
         out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
     out += _plateau_line(levels)
-    by_text: dict[str, list[str]] = {}
-    for s in levels:
-        for w in s.warnings:
-            by_text.setdefault(w, []).append(level_label(s))
-        if s.errors:
-            kinds = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items()))
-            by_text.setdefault(f"failed requests: {kinds}", []).append(level_label(s))
-    # a flag the table shows whose finding is a note (no warning line of its own) is said too: phase_locked and
-    # no_plateau were in the Flags column and in the JSON only (p99's asterisk, the failed requests and an
-    # interrupt each have their line)
-    for s in levels:
-        for f in s.findings:
-            if f.severity == "note" and f.code not in SAID_ELSEWHERE:
-                by_text.setdefault(f"{f.code.value}: {f.text}", []).append(level_label(s))
-    out += [f"[{','.join(keys)}] {text}" for text, keys in by_text.items()]
+    out += _finding_lines(levels)
     for s in levels:
         if s.reasoning_share is not None and s.answer_throughput_tps is not None:
             out.append(f"[{level_label(s)}] reasoning took {s.reasoning_share:.0%} of the output tokens: answers "
@@ -176,6 +150,46 @@ def notes(levels: list[ServingLevel]) -> list[str]:
         if parts:
             out.append(f"[{level_label(s)}] server: " + ", ".join(parts))
     return out + _power_lines(levels)
+
+
+def _slo_lines(levels: list[ServingLevel]) -> list[str]:
+    """The SLO and how it judges, a bare per-request limit said to judge no level, and each failed level's
+    missed objectives."""
+    out = []
+    slos = {s.slo for s in levels if s.slo}
+    if slos:
+        out.append(f"SLO {', '.join(sorted(slos))}{_cliff_floor(levels)}: pass when every level objective holds "
+                   "(no request failed, unless errors= allows some); goodput counts the requests within every "
+                   "per-request limit")
+        bare = sorted({p for slo in slos for p in slo.split(",") if PER_REQUEST.match(p)})
+        if bare:
+            out.append(f"{', '.join(bare)}: {'a per-request limit' if len(bare) == 1 else 'per-request limits'}, "
+                       "counted in goodput, never in the verdict; a percentile (e.g. "
+                       f"{bare[0].split('<=')[0]}_p90) holds the level to it")
+    for s in levels:
+        failed = [c for c in s.slo_checks if not c.met]
+        if s.slo_met is False and failed:
+            out.append(f"[{level_label(s)}] SLO FAIL: " + "; ".join(_missed(c) for c in failed))
+    return out
+
+
+def _finding_lines(levels: list[ServingLevel]) -> list[str]:
+    """Each warning, failed requests' kinds and flag the table shows, once per text with the levels it is on."""
+    by_text: dict[str, list[str]] = {}
+    for s in levels:
+        for w in s.warnings:
+            by_text.setdefault(w, []).append(level_label(s))
+        if s.errors:
+            kinds = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items()))
+            by_text.setdefault(f"failed requests: {kinds}", []).append(level_label(s))
+    # a flag the table shows whose finding is a note (no warning line of its own) is said too: phase_locked and
+    # no_plateau were in the Flags column and in the JSON only (p99's asterisk, the failed requests and an
+    # interrupt each have their line)
+    for s in levels:
+        for f in s.findings:
+            if f.severity == "note" and f.code not in SAID_ELSEWHERE:
+                by_text.setdefault(f"{f.code.value}: {f.text}", []).append(level_label(s))
+    return [f"[{','.join(keys)}] {text}" for text, keys in by_text.items()]
 
 
 def _power_lines(levels: list[ServingLevel]) -> list[str]:
