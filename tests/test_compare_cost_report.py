@@ -93,6 +93,30 @@ def test_cost_of_a_predicted_run_says_it_is_predicted(tmp_path: Path, capsys: py
     assert "PREDICTED" not in capsys.readouterr().out
 
 
+def test_cost_names_an_open_loop_level_by_its_rate_and_a_trace_level_by_its_trace(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An open loop's levels and a trace's level have no concurrency: each read "serve c=None prompt=82", two
+    rates alike."""
+    db = tmp_path / "c.db"
+    store = Store(db)
+
+    def open_loop(rate: float, tps: float) -> LevelSummary:
+        return ServingLevel(concurrency=None, rate=rate, test="serve", output_throughput_tps=tps, completed=20,
+                            input_tokens_mean=82.0)
+
+    _run(store, "open", [open_loop(5, 150.0), open_loop(20, 600.0)])
+    _run(store, "traced", [open_loop(3.35, 45.0)],
+         workload={"input_len": 297, "output_len": 24, "trace": {"path": "examples/mooncake-trace.jsonl",
+                                                                 "requests": 16, "speed": 1.0}})
+    store.close()
+    assert main(["cost", "open", "--price-per-hour", "2", "--db", str(db), "--json", str(tmp_path / "o.json")]) == 0
+    points = [p["operating_point"] for p in json.loads((tmp_path / "o.json").read_text())["points"]]
+    assert points == ["serve 5/s prompt=82", "serve 20/s prompt=82"]
+    assert main(["cost", "traced", "--price-per-hour", "2", "--db", str(db), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "| serve trace mooncake-trace.jsonl prompt=82 |" in out and "None" not in out
+
+
 # --- compare ---------------------------------------------------------------------------------------------
 
 def test_compare_golden_table_crossover_and_effective_line(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ reads runs from the store, and ``reader`` imports ``pricing``."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from .pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE, CostPoint, Pricing, SessionCostPoint, api_in, cost_points, run_price, \
@@ -135,4 +136,16 @@ def cost(cfg: CostConfig) -> Costed:
                       api, note, default_kwh)
     levels = [o.summary for o in res.outcomes]
     sessions = session_cost_points(price, levels, api) if is_session_run(res) else None
-    return Costed(currency, price, res, cost_points(price, levels, api), sessions, api, note, default_kwh)
+    return Costed(currency, price, res, cost_points(price, levels, api, trace_name(res)), sessions, api, note,
+                  default_kwh)
+
+
+def trace_name(res: RunResult) -> str | None:
+    """A trace run's trace as its level is named: "trace NAME" (and its speed where replayed faster or slower);
+    None for any other run."""
+    trace = (res.manifest.workload or {}).get("trace")
+    if not isinstance(trace, dict) or not trace.get("path"):
+        return None
+    speed = trace.get("speed")
+    return f"trace {Path(str(trace['path'])).name}" + (
+        f" x{speed:g}" if isinstance(speed, (int, float)) and speed != 1 else "")

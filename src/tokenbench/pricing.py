@@ -158,12 +158,25 @@ def output_rate(s: LevelSummary) -> float | None:
     return s.sustained_tps or s.decode_tps or None
 
 
-def operating_point(s: LevelSummary) -> str:
-    """A level as the cost table names it: test, concurrency, depth and prompt length; a session level's cache
-    mode in place of its prompt length (its prompts grow turn by turn)."""
+def _load(s: LevelSummary, trace: str | None) -> str:
+    """The load a level ran at: its concurrency, an open loop's rate as the sweep table names it, or the trace it
+    replayed (a trace level has no concurrency, and its rate is the trace's own)."""
+    if trace:
+        return trace
+    if s.concurrency is not None:
+        return f"c={s.concurrency}"
+    if s.rate is not None:
+        return f"{s.rate:g}/s"
+    return "as recorded" if isinstance(s, ServingLevel) and s.replay is not None else "open loop"
+
+
+def operating_point(s: LevelSummary, trace: str | None = None) -> str:
+    """A level as the cost table names it: test, load (concurrency, rate or ``trace``: the trace a trace run
+    replayed), depth and prompt length; a session level's cache mode in place of its prompt length (its prompts
+    grow turn by turn)."""
     if isinstance(s, ServingLevel) and s.session is not None:
         return f"{s.test or 'serve'} c={s.concurrency} {s.session.cache}"
-    return (f"{s.test or 'serve'} c={s.concurrency}" + (f" depth={s.depth}" if s.depth else "")
+    return (f"{s.test or 'serve'} {_load(s, trace)}" + (f" depth={s.depth}" if s.depth else "")
             + (f" prompt={s.input_tokens_mean:.0f}" if s.input_tokens_mean else ""))
 
 
@@ -194,9 +207,11 @@ def vs_api(cost: float | None, api: float | None) -> str | None:
     return f"{said}x cheaper" if cheaper else f"{said}x dearer"
 
 
-def cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: float | None = None) -> list[CostPoint]:
-    """Every level with an output rate, priced by ``pricing``, beside the API's price per million tokens."""
-    return [CostPoint(operating_point(s), rate, pricing.per_mtok(rate), api) for s in levels
+def cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: float | None = None,
+                trace: str | None = None) -> list[CostPoint]:
+    """Every level with an output rate, priced by ``pricing``, beside the API's price per million tokens;
+    ``trace``: a trace run's trace, which names its level."""
+    return [CostPoint(operating_point(s, trace), rate, pricing.per_mtok(rate), api) for s in levels
             if (rate := output_rate(s))]
 
 
