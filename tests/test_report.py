@@ -320,3 +320,41 @@ def test_runs_of_one_label_are_named_with_their_ids_and_a_ninth_run_marked_apart
     assert [style.marker(False, None, i) for i in (0, 7, 8, 16)] == ["circle", "circle", "square", "triangle-up"]
     assert style.colour(8) == style.colour(0) and style.marker(True, None, 8) == "square-open"
     assert style.marker(False, "busted", 8) == "diamond"
+
+
+def test_an_open_loop_and_a_trace_are_described_as_run_and_per_agent_left_out_as_the_terminal_does(
+        tmp_path: Path) -> None:
+    """A trace's workload read "297 in / 24 out tokens per request" (the trace's longest input and output, its
+    inputs 162-297), drawn lengths their expected values ("80 in"); and the HTML's run table showed a per-agent
+    rate of 180 at 5/s (aggregate 150, 0.83 requests in flight) where the terminal and the Markdown print "—"."""
+    pytest.importorskip("plotly")
+    db = tmp_path / "o.db"
+    store = Store(db)
+
+    def rate(r: float, tps: float, in_flight: float) -> LevelSummary:
+        return ServingLevel(concurrency=None, rate=r, test="serve", output_throughput_tps=tps, completed=20,
+                            achieved_concurrency=in_flight, ttft_ms=Distribution(n=20, p50=20.0),
+                            input_tokens_mean=80.0)
+
+    drawn = {"kind": "uniform", "unit": "tokens", "text": "uniform 32-128", "low": 32.0, "high": 128.0}
+    store.save_run("run-open", "sweep", "open", {"label": "open", "model": "m", "workload": {
+        "input_len": 80, "output_len": 32, "input": drawn}}, "measured",
+        [rate(5, 150.0, 0.83), rate(20, 600.0, 3.3)], "0", "2026", "2026")
+    trace = {"path": "traces/t.jsonl", "requests": 16, "speed": 1.0, "input_tokens": 3619, "output_tokens": 208}
+    store.save_run("run-trace", "sweep", "traced", {"label": "traced", "model": "m", "workload": {
+        "input_len": 297, "output_len": 24, "trace": trace}}, "measured", [rate(3.35, 45.0, 0.3)], "0", "2026",
+        "2026")
+    store.close()
+    page, md = tmp_path / "o.html", tmp_path / "o.md"
+    assert main(["report", "open", "traced", "--html", str(page), "--md", str(md), "--db", str(db)]) == 0
+    rows = _rows(page.read_text(encoding="utf-8"))
+    assert ("Workload | uniform 32-128 in / 32 out tokens per request | trace traces/t.jsonl: 16 requests, mean "
+            "226 in / 13 out tokens per request") in rows
+    head = next(r for r in rows if r.startswith("Level | ")).split(" | ")
+    by_rate = {r.split(" | ")[0]: r.split(" | ") for r in rows if r.startswith("rate ")}
+    agent = head.index("Per-agent (tok/s)")
+    assert by_rate["rate 5/s"][agent] == "" and by_rate["rate 20/s"][agent] == "182"  # 600 / 3.3
+    text = md.read_text(encoding="utf-8")
+    assert "workload: uniform 32-128 in / 32 out tokens per request" in text
+    assert "workload: trace traces/t.jsonl: 16 requests, mean 226 in / 13 out tokens per request" in text
+    assert "| 5/s | 150.0 | — |" in text and "297 in" not in text and "80 in" not in text

@@ -32,18 +32,22 @@ def _aggregate(s: ServingLevel) -> str:
     return num(s.sustained_tps) if s.plateau is not None or s.output_throughput_tps or s.completed or s.failed else "—"
 
 
-def _per_agent(s: ServingLevel) -> str:
+def per_agent_shown(s: ServingLevel) -> float | None:
+    """The per-agent rate a level's table shows (the terminal's, the Markdown's and the HTML's); None where it
+    shows "—"."""
     if s.replay is not None and not s.concurrency:
         # a replay at the recorded times: no agent count stands behind it (the open loop's requests in flight
         # would divide the aggregate into a call's own speed, 90x it); the replay's line says the calls' rate
-        return "—"
-    if s.plateau is not None and s.concurrency:
-        return num(s.sustained_per_agent_tps)
+        return None
     if not s.concurrency and s.achieved_concurrency is not None and s.achieved_concurrency < 1:
         # an open loop with under one request in flight on average: the aggregate over that would be a request's
         # own speed, above the aggregate (a trace at 3.35/s read 46.3 tok/s aggregate, 810.8 per agent)
-        return "—"
-    return num(s.per_agent_tps)
+        return None
+    return s.sustained_per_agent_tps
+
+
+def _per_agent(s: ServingLevel) -> str:
+    return num(per_agent_shown(s))
 
 
 GOODPUT = "Goodput req/s"

@@ -145,13 +145,43 @@ def _session_workload(wl: dict[str, Any]) -> str:
     return out + "".join(f", {x}" for x in rest)
 
 
+def _trace_workload(trace: dict[str, Any]) -> str:
+    """A trace replay's workload: the trace, its requests, and their mean lengths (the manifest's input_len and
+    output_len are the trace's longest, which no request need have sent together)."""
+    n = _num(trace.get("requests"))
+    out = f"trace {trace.get('path')}"
+    speed = _num(trace.get("speed"))
+    if speed and speed != 1:
+        out += f" at x{speed:g} its recorded times"
+    if not n:
+        return out
+    out += f": {plural(int(n), 'request')}"
+    ins, outs = _num(trace.get("input_tokens")), _num(trace.get("output_tokens"))
+    if ins is not None and outs is not None:
+        out += f", mean {ins / n:,.0f} in / {outs / n:,.0f} out tokens per request"
+    return out
+
+
+def _length(drawn: object, fixed: object) -> str:
+    """A length as the run drew it ("uniform 32-128"), or the fixed length."""
+    text = drawn.get("text") if isinstance(drawn, dict) else None
+    if isinstance(text, str) and text:
+        return text
+    v = _num(fixed)
+    return f"{v:,.0f}" if v else "?"
+
+
 def workload(r: RunResult) -> str | None:
     wl = r.manifest.workload or {}
     if wl.get("kind") == "sessions":
         return _session_workload(wl)
+    if isinstance(wl.get("trace"), dict):
+        return _trace_workload(wl["trace"])
     if not _num(wl.get("input_len")):
         return None
-    out = f"{wl['input_len']:,} in / {wl.get('output_len') or '?'} out tokens per request"
+    # drawn lengths as drawn: input_len and output_len are then the draws' expected values
+    out = f"{_length(wl.get('input'), wl['input_len'])} in / {_length(wl.get('output'), wl.get('output_len'))} out " \
+          "tokens per request"
     if wl.get("shape"):
         out += f" ({wl['shape']})"
     if _num(wl.get("prefix_len")):

@@ -21,6 +21,7 @@ from ..compare.levels import TIE, CompareRow, ratio_cell
 from ..pricing import output_rate
 from ..levels import LevelSummary, of_depth, of_serving
 from ..results import RunResult
+from ..sweep_table import per_agent_shown
 from . import comparison, facts, figures, sessions, style
 from .document import Report
 from .series import Plot, is_predicted, pricing, run_name
@@ -291,7 +292,7 @@ def _levels(r: RunResult, price: float | None, currency: str | None) -> str:
         ("Level", facts.level_name),
         # over each level's plateau where it held its load, as the terminal's table and the cost column
         ("Aggregate output (tok/s)", of_serving(lambda s: _said(s.sustained_tps))),
-        ("Per-agent (tok/s)", of_serving(lambda s: _said(s.sustained_per_agent_tps))),
+        ("Per-agent (tok/s)", of_serving(lambda s: _said(per_agent_shown(s)))),
         ("TTFT p50 (ms)", of_serving(lambda s: _said(s.ttft_ms.p50))),
         ("TTFT p99 (ms)", of_serving(lambda s: _said(s.ttft_ms.p99))),
         ("TPOT p50 (ms)", of_serving(lambda s: _said(s.tpot_ms.p50))),

@@ -26,12 +26,10 @@ def _heading(r: RunResult) -> list[str]:
                                       f"on {m.box}" if m.box else None) if x)
     lines = [f"<!-- tokenbench:run {r.run_id} -->", f"## {md_escape(run_name(r))}", "",
              md_escape(f"{what}; {m.provenance or 'measured'} {m.started or ''}".strip())]
-    if wl.get("kind") == "sessions":
-        lines.append(md_escape(f"workload: {facts.workload(r)}"))
-    elif wl.get("kind") == "replay":
+    if wl.get("kind") == "replay":
         lines.append(md_escape(f"workload: {replay_heading(wl)}"))
-    elif wl.get("input_len"):
-        lines.append(f"workload: {wl.get('input_len')} in / {wl.get('output_len')} out tokens")
+    elif said := facts.workload(r):
+        lines.append(md_escape(f"workload: {said}"))
     if m.bands:  # a prediction's, as predict printed them
         lines.append(md_escape(m.bands))
     return lines + [""]
