@@ -54,7 +54,7 @@ def test_a_file_of_lengths(tmp_path: Path) -> None:
     ("normal:512,-1", "--input-len: a standard deviation cannot be negative"),
     ("gauss:5,1", "--input-len: 'gauss:5,1' is not a distribution: write a number, uniform:LOW-HIGH, "
                   "normal:MEAN,SD or file:PATH"),
-    ("0", "--input-len: 0 is below the least allowed, 1 tokens"),
+    ("0", "--input-len: 0 is below the least allowed, 1 token"),
     ("1.5", "--input-len: '1.5' is not a whole number of tokens"),
     ("lots", "--input-len: 'lots' is not a token count"),
     ("file:/no/such/file", "--input-len: cannot read /no/such/file: No such file or directory"),

@@ -108,3 +108,21 @@ def test_report_writes_every_format_asked_and_refuses_before_reading(tmp_path: P
     assert main(["report", *RUNS, "--db", str(db)]) == 2
     err = capsys.readouterr().err
     assert "--md FILE" in err and "--json FILE" in err and "--png DIR" in err, err
+
+
+def test_counts_of_one_are_said_in_the_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two runs of one level each read "(2 runs, 5 plots, 1 comparisons)" and "p99_estimate (1 of 1 levels)"."""
+    pytest.importorskip("plotly")
+    from test_report import _rows, serve
+
+    db = tmp_path / "one.db"
+    store = Store(db)
+    for label in ("a", "b"):
+        store.save_run(f"run-{label}", "sweep", label, {"label": label, "model": "m"}, "measured",
+                       [serve(4, 100, 50, 5, flags=["p99_estimate"])], "0", "2026", "2026")
+    store.close()
+    page = tmp_path / "one.html"
+    assert main(["report", "a", "b", "--db", str(db), "--json", str(tmp_path / "one.json"), "--html", str(page)]) == 0
+    said = capsys.readouterr().out
+    assert "(2 runs, " in said and ", 1 comparison)" in said, said
+    assert "Flags | p99_estimate (1 of 1 level) | p99_estimate (1 of 1 level)" in _rows(page.read_text(encoding="utf-8"))

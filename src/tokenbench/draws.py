@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from .layout import plural
+
 Kind = Literal["fixed", "uniform", "normal", "file"]
 #: A normal draw is clipped this many standard deviations above the mean (below, at the unit's minimum).
 NORMAL_CLIP_SD = 4.0
@@ -193,7 +195,8 @@ def parse(text: str, what: str, unit: str = "tokens", minimum: float | None = No
 
 def _at_least(v: float, low: float, what: str, unit: str) -> None:
     if v < low:
-        raise DrawError(f"{what}: {v:g} is below the least allowed, {low:g} {unit}")
+        least = plural(int(low), "token") if unit == "tokens" else f"{low:g} {unit}"
+        raise DrawError(f"{what}: {v:g} is below the least allowed, {least}")
 
 
 def _from_file(path: str, what: str, unit: str, low: float) -> Draw:

@@ -54,7 +54,7 @@ class HtmlExport:
 
     def write(self, rep: Report, path: Path) -> str:
         path.write_text(html.render(rep), encoding="utf-8")
-        return f"wrote {path} ({len(rep.plots)} plots)"
+        return f"wrote {path} ({plural(len(rep.plots), 'plot')})"
 
 
 class PngExport:
@@ -68,7 +68,7 @@ class PngExport:
         path.mkdir(exist_ok=True)
         for p in rep.plots:
             plots.png(p, path / f"{p.id}.png")
-        return f"wrote {len(rep.plots)} PNGs to {path}"
+        return f"wrote {plural(len(rep.plots), 'PNG')} to {path}"
 
 
 def plot_dict(p: Plot) -> dict[str, Any]:
@@ -93,7 +93,8 @@ class JsonExport:
                                for p in rep.pairs],
                "not_compared": rep.apart}
         path.write_text(json_text(doc), encoding="utf-8")
-        return f"wrote {path} ({len(rep.runs)} runs, {len(rep.plots)} plots, {len(rep.pairs)} comparisons)"
+        return (f"wrote {path} ({plural(len(rep.runs), 'run')}, {plural(len(rep.plots), 'plot')}, "
+                f"{plural(len(rep.pairs), 'comparison')})")
 
 
 #: Every exporter, in the order a report is written.

@@ -82,7 +82,7 @@ def flags(r: RunResult) -> str:
     n = Counter(f for s in levels for f in s.flags)
     if not n:
         return "none"
-    return ", ".join(f"{f} ({k} of {len(levels)} levels)" for f, k in n.most_common())
+    return ", ".join(f"{f} ({k} of {plural(len(levels), 'level')})" for f, k in n.most_common())
 
 
 def _num(v: Any) -> float | None:
