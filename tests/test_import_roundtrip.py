@@ -81,6 +81,26 @@ def test_a_measured_run_carries_its_guard_stamp_and_machine(emitter: BackgroundE
     assert sorted(_figures(s) for *_, s in store.levels(back.id)) == sorted(_figures(s) for s in _levels(db, "mine"))
 
 
+def test_an_empty_weights_field_leaves_no_slash_in_the_label(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A run exported without --weights came back labelled "mine/emitter/": compare then said no run
+    "mine/emitter". --label replaces the host in a file of one host and prefixes it in a file of several."""
+    db = str(tmp_path / "r.db")
+    head = "source,host,hardware,engine,model,weights,kv,test,depth,concurrency,input_len,output_len,metric,value,unit\n"
+    row = "vm,{host},,vllm,emitter,,,serve,0,1,64,32,output_tps,178.4,tok/s\n"
+    one, two, own = tmp_path / "one.csv", tmp_path / "two.csv", tmp_path / "own.csv"
+    one.write_text(head + row.format(host="vm"))
+    two.write_text(head + row.format(host="vm") + row.format(host="box"))
+    own.write_text(head + row.format(host="vm").replace("178.4", "180.0"))
+    assert main(["import", str(one), "--label", "mine", "--db", db]) == 0
+    assert main(["import", str(two), "--label", "both", "--db", db]) == 0
+    assert main(["import", str(own), "--db", db]) == 0
+    labels = sorted(r.label or "" for r in Store(Path(db)).runs())
+    assert labels == ["both/box/emitter", "both/vm/emitter", "mine/emitter", "vm/emitter"]
+    capsys.readouterr()
+    assert main(["compare", "mine/emitter", "vm/emitter", "--db", db]) == 0
+
+
 @pytest.mark.parametrize("name", ["llama_bench.json", "llama_benchy.json"])
 def test_llama_bench_markdown_reads_back_and_writes_the_same_bytes(name: str, tmp_path: Path) -> None:
     db = tmp_path / "r.db"

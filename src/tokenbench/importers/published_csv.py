@@ -34,7 +34,10 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         run = runs.get(key)
         if run is None:
             host = r.raw["host"].lower().replace(" ", "-")
-            name = f"{label + '/' + host if label and several_hosts else label or host}/{r.model}/{r.weights}"
+            first = f"{label}/{host}" if label and several_hosts else label or host
+            # a part the file leaves empty (a run exported without --weights) is left out: "mine/emitter/" was
+            # a label no one types
+            name = "/".join(x for x in (first, r.model, r.weights) if x)
             manifest = Manifest(model=r.model, weights=r.weights, kv=r.kv, engine=r.engine, hardware=r.hardware,
                                 source=r.raw["source"], host=r.raw["host"], workload={}, tool="published",
                                 engine_version=r.version or None, started=r.date or None)
