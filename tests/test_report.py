@@ -358,3 +358,20 @@ def test_an_open_loop_and_a_trace_are_described_as_run_and_per_agent_left_out_as
     assert "workload: uniform 32-128 in / 32 out tokens per request" in text
     assert "workload: trace traces/t.jsonl: 16 requests, mean 226 in / 13 out tokens per request" in text
     assert "| 5/s | 150.0 | — |" in text and "297 in" not in text and "80 in" not in text
+
+
+def test_a_png_leaves_room_above_its_highest_point() -> None:
+    """Two runs' costs close together (3.09-3.12): Matplotlib's margin, 5% of that span, put the axis's top at the
+    highest point, its marker cut in half."""
+    pytest.importorskip("matplotlib")
+    from tokenbench.report import plots
+
+    plot = series.Plot("cost", "Cost per million output tokens vs concurrency", "concurrent agents",
+                       "USD per million output tokens", [series.Line("a", [1, 4], [3.10, 3.12]),
+                                                         series.Line("b", [1, 4], [3.09, 3.11], run=1)], logx=True)
+    fig, plt = plots._figure(plot)
+    try:
+        bottom, top = fig.axes[0].get_ylim()
+    finally:
+        plt.close(fig)
+    assert bottom == 0 and top >= 3.12 * 1.05, top

@@ -10,6 +10,8 @@ from . import style
 from .series import Plot
 
 DPI = 150
+#: Room above the highest point on a linear axis from 0, as a share of that point: a marker's half fits.
+MARGIN = 0.06
 
 
 def _figure(plot: Plot):  # type: ignore[no-untyped-def]
@@ -50,7 +52,9 @@ def _figure(plot: Plot):  # type: ignore[no-untyped-def]
         ax.set_yticklabels([f"{t:,g}" for t in ticks])
         ax.set_ylim(lo, hi)
     else:
-        ax.set_ylim(bottom=0)
+        # Matplotlib's margin is 5% of the data's own span, none where values lie close: the top marker was cut
+        top = max((y for line in plot.lines for y in line.ys), default=0.0)
+        ax.set_ylim(0, max(ax.get_ylim()[1], top * (1 + MARGIN)) if top > 0 else None)
     ax.set_title(plot.title, loc="left", fontsize=15)
     ax.set_xlabel(plot.xlabel, fontsize=12)
     ax.set_ylabel(plot.ylabel + (" (log scale)" if plot.logy else ""), fontsize=12)
