@@ -144,6 +144,8 @@ def test_an_input_longer_than_its_blocks_is_refused(tmp_path: Path) -> None:
     p = write(tmp_path, "t.jsonl", [line(n_in=1100, hids=[0, 1])])
     assert f"{p}:1: hash_ids: 2 blocks of 512 tokens hold at most 1024 input tokens" in refused(p)
     assert load_trace(p, block=600).requests[0].block_tokens(600) == [600, 500]
+    one = write(tmp_path, "one.jsonl", [line(n_in=600, hids=[-1])])
+    assert f"{one}:1: hash_ids: 1 block of 512 tokens holds at most 512 input tokens" in refused(one)
 
 
 @pytest.mark.parametrize(("name", "text"), [("t.jsonl", ""), ("t.jsonl", "\n\n  \n"), ("t.csv", ""),

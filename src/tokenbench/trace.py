@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from .client import PreparedRequest
 from .errors import UsageError
+from .layout import plural
 from .workload import PromptBuilder
 
 #: Tokens per hash id, as Mooncake's traces and AIPerf's mooncake_trace loader count them.
@@ -175,10 +176,10 @@ def _hash_ids(value: Any, input_length: int, block: int) -> tuple[int, ...]:
         raise _Refusal("hash_ids", "not a list of whole numbers")
     n = len(value)
     if n and block * (n - 1) >= input_length:
-        raise _Refusal("hash_ids", f"{n} blocks of {block} tokens need more than {block * (n - 1)} input tokens, "
+        raise _Refusal("hash_ids", f"{plural(n, 'block')} of {block} tokens need{'s' if n == 1 else ''} more than {block * (n - 1)} input tokens, "
                                    f"and input_length is {input_length} (another --trace-block?)")
     if n and input_length > block * n:
-        raise _Refusal("hash_ids", f"{n} blocks of {block} tokens hold at most {block * n} input tokens, and "
+        raise _Refusal("hash_ids", f"{plural(n, 'block')} of {block} tokens hold{'s' if n == 1 else ''} at most {block * n} input tokens, and "
                                    f"input_length is {input_length} (another --trace-block?)")
     return tuple(value)
 
