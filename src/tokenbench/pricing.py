@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .cells import level_label
 from .errors import UsageError
 from .levels import DepthLevel, LevelSummary, ServingLevel, serving
 
@@ -159,15 +160,13 @@ def output_rate(s: LevelSummary) -> float | None:
 
 
 def _load(s: LevelSummary, trace: str | None) -> str:
-    """The load a level ran at: its concurrency, an open loop's rate as the sweep table names it, or the trace it
-    replayed (a trace level has no concurrency, and its rate is the trace's own)."""
+    """The load a level ran at: its concurrency, else the sweep table's name of it (an open loop's rate, a replay
+    "as recorded"), or the trace it replayed (a trace level has no concurrency, and its rate is the trace's own)."""
     if trace:
         return trace
     if s.concurrency is not None:
         return f"c={s.concurrency}"
-    if s.rate is not None:
-        return f"{s.rate:g}/s"
-    return "as recorded" if isinstance(s, ServingLevel) and s.replay is not None else "open loop"
+    return level_label(s) if isinstance(s, ServingLevel) else "open loop"
 
 
 def operating_point(s: LevelSummary, trace: str | None = None) -> str:

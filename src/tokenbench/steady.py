@@ -107,8 +107,9 @@ def plateau(records: list[RequestRecord], concurrency: int | None, window: tuple
 
 def _open_plateau(measured: list[RequestRecord], steps: list[tuple[int, int]], window: tuple[int, int]) -> Plateau | None:
     """An open loop's plateau: from one median request's time after its first send (the server filled) to its
-    last send (the drain after it is not the load). Its edges are fixed by the sends, not by how many were in
-    flight: edges put where in flight was high read the rate of the bursts (21.7 requests/s of a 20/s load)."""
+    last send (the drain after it is not the load). Its edges are fixed by the sends, not chosen where many
+    requests were in flight, which puts them at bursts of arrivals (a 4 s level at 20/s once read 21.7
+    requests/s over such edges; over short windows either reading moves by a few percent with the arrivals)."""
     e2e = [r.e2e_ns for r in measured if r.ok and r.e2e_ns is not None]
     if not e2e:
         return None
