@@ -571,8 +571,7 @@ def test_a_client_that_gives_up_on_a_stall_closes_the_upstream_connection(tmp_pa
         assert time.perf_counter() - t0 < 2
         assert closed.wait(5), "the proxy kept the upstream connection of a client that left"
         time.sleep(0.1)
-        connector = rec.proxy.http.connector if rec.proxy.http else None
-        assert connector is not None and not connector._acquired  # nothing held
+        assert not rec.proxy.flights and not rec.proxy.pool.open  # nothing held
     assert rec.summary.failed == {"the client gave up": 1}
 
 
@@ -916,6 +915,104 @@ def test_a_whole_compressed_answer_passes_as_sent_and_is_recorded(tmp_path: Path
     assert line["usage"] == {"prompt_tokens": 31, "completion_tokens": 7, "cached_tokens": 16}
     assert line["response"] == {"role": "assistant", "content": None, "reasoning_content": "hmm", "tool_calls": [
         {"id": "t1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]}
+
+
+def raw_exchange(port: int, data: bytes, quiet: float = 0.5) -> bytes:
+    """What a raw HTTP/1.1 client gets back for ``data`` on one connection: all that comes until the connection
+    closes or stays quiet for ``quiet`` seconds."""
+    got = b""
+    with socket.create_connection(("127.0.0.1", port), quiet) as s:
+        s.sendall(data)
+        while True:
+            try:
+                part = s.recv(1 << 16)
+            except socket.timeout:
+                break
+            if not part:
+                break
+            got += part
+    return got
+
+
+def test_requests_in_unusual_shapes_pass_whole(tmp_path: Path, emitter: BackgroundEmitter) -> None:
+    """What a hand-written client may send: two requests on one connection before the first's answer, a chunked
+    body, a body that waits for 100 Continue, a HEAD. Each reaches the upstream whole and in order."""
+    out = tmp_path / "shapes.jsonl"
+    chat = json.dumps(CHAT).encode()
+    with recording(emitter.url, out) as rec:
+        port = int(rec.root.rsplit(":", 1)[1])
+        # two requests in one write: the second waits in the buffer for the first's answer
+        one = (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+               b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(chat), chat))
+        got = raw_exchange(port, one)
+        assert got.count(b"HTTP/1.1 200") == 2 and got.index(b'"object"') < got.index(b"data: "), got[:300]
+        assert got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), got[-100:]  # the emitter's chunked framing, as sent
+        # a chunked body, split in two chunks
+        half = len(chat) // 2
+        chunked = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, chat[:half], len(chat) - half, chat[half:]))
+        assert b"data: [DONE]" in raw_exchange(port, chunked)
+        # Expect: 100-continue, the body sent only once the proxy said to go on
+        with socket.create_connection(("127.0.0.1", port), 5) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(chat))
+            assert s.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+            s.sendall(chat)
+            answer = b""
+            while b"[DONE]" not in answer:
+                part = s.recv(1 << 16)
+                assert part, answer
+                answer += part
+        # HEAD: the answer ends with its head, the connection serves the next request
+        head = raw_exchange(port, b"HEAD /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n"
+                                  b"\r\n")
+        assert head.count(b"HTTP/1.1 ") == 2 and head.count(b'"data"') == 1, head[:300]
+    assert rec.summary.recorded == 3 and not rec.summary.failed and rec.summary.others == 3
+    assert len(lines(out)) == 3
+
+
+def closing_upstream(served: list[int]) -> tuple[asyncio.AbstractEventLoop, threading.Thread, int]:
+    """An upstream that answers the first request of each connection, then closes the connection when the second
+    comes, without a byte of answer (as a server whose keep-alive timer ran out as the request came)."""
+    loop = asyncio.new_event_loop()
+    body = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\ndata: [DONE]\n\n'
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        n = 0
+        while True:
+            head = await r.readuntil(b"\r\n\r\n")
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+            await r.readexactly(length)
+            n += 1
+            if n > 1:
+                w.close()
+                return
+            served.append(1)
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(body), body))
+            await w.drain()
+
+    server = loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    return loop, thread, server.sockets[0].getsockname()[1]
+
+
+def test_a_kept_alive_connection_closed_under_a_request_is_tried_again_once(tmp_path: Path) -> None:
+    served: list[int] = []
+    loop, thread, port = closing_upstream(served)
+    try:
+        with recording(f"http://127.0.0.1:{port}", tmp_path / "retry.jsonl") as rec:
+            for _ in range(3):
+                status, body = asyncio.run(post(rec.url + "/chat/completions", CHAT))
+                assert status == 200 and body.endswith(b"data: [DONE]\n\n")
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+    # the second and third went first on the kept-alive connection, which closed under them: each was sent again
+    assert len(served) == 3
+    assert rec.summary.recorded == 3 and not rec.summary.failed
 
 
 def test_requests_of_one_session_in_flight_at_once_leave_the_pause_to_the_times(tmp_path: Path) -> None:

@@ -119,12 +119,13 @@ class RequestHead:
 class Exchange:
     """One request and its response on one connection: the status, then the body's bytes with their stamps."""
 
-    __slots__ = ("status", "reason", "reads", "stamps", "held", "spill", "limit", "end_ns", "error", "last_ns",
-                 "done", "keep_alive", "_waiter")
+    __slots__ = ("status", "reason", "headers", "reads", "stamps", "held", "spill", "limit", "end_ns", "error",
+                 "last_ns", "done", "keep_alive", "_waiter")
 
     def __init__(self, spill: Spill | None, limit: int) -> None:
         self.status: int | None = None
         self.reason = ""
+        self.headers: dict[str, str] = {}  # the response's, names in lower case
         self.reads: list[bytes] = []
         self.stamps: list[int] = []
         self.held = 0
@@ -287,7 +288,7 @@ class Connection(asyncio.Protocol):
                 self._fail(ex, now, f"a header line without a colon: {line[:80]!r}")
                 return b""
             headers[k.strip().lower()] = v.strip()
-        ex.status, ex.reason = status, parts[2] if len(parts) > 2 else ""
+        ex.status, ex.reason, ex.headers = status, parts[2] if len(parts) > 2 else "", headers
         if status != 200:
             ex.limit = ERROR_BODY_BYTES
         conn = headers.get("connection", "").lower()

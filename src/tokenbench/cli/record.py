@@ -85,8 +85,8 @@ def unreachable(root: str, timeout_s: float = 2.0) -> str | None:
 
 def fast_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's event loop where it is installed (a dependency off Windows), else asyncio's: the proxy stands
-    between an agent and its server, and on uvloop its tail under many streams is shorter (32 streams of 256 KB
-    prompts, 2 shared cores: +18 ms at p99 against +49 ms; one stream: the same +1.1 ms at p50;
+    between an agent and its server, and on uvloop its tail under many streams is shorter (16 cores, a core
+    each, 32 streams of 1 KB: +0.13 ms at p99 against +0.52 ms; one stream: +0.36 against +0.43 ms;
     benchmarks/record_overhead.py measures both side by side)."""
     try:
         import uvloop

@@ -1,8 +1,15 @@
-"""The forwarding side: an aiohttp server that sends every request on to the upstream as it came (any method and
-path, the body's bytes, the headers but the hop-by-hop ones) and streams the answer back chunk by chunk as it
-arrives, its bytes unchanged (a compressed answer stays compressed). Nothing is parsed here: for the APIs that are
-recorded (``exchange.api_of``) the request's and the answer's bytes are kept as they pass, with the clock's
-readings, and handed to the log writer once the answer ended.
+"""The forwarding side: a lean HTTP/1.1 forwarder on asyncio protocols. It reads each request from the agent
+(any method and path), sends it on to the upstream (the headers but the hop-by-hop ones, the body's bytes), and
+writes every byte of the answer back to the agent as it arrives, before anything else is done with it: the
+answer's bytes, head and framing included, are the upstream's own (a compressed answer stays compressed). Only then
+is the read parsed (``http1.Connection``'s state machine: the head, the chunked framing, the end), to know where
+the answer ends and to keep, for the APIs that are recorded (``exchange.api_of``), the request's bytes and the
+answer's body with the clock's readings, handed to the log writer once the answer ended.
+
+Why not aiohttp on both sides: a proxy in front of a server adds its own time to every TTFT it forwards, and an
+agent's turn waits for it. aiohttp's server and client each take their turn of the event loop and their copy of
+every chunk; on a 16-core machine, with a core each, they added 0.73 ms at p50 with one stream and 3.1 ms at p99
+with 32, where a bare TCP relay added 0.30 ms (``benchmarks/record_overhead.py``).
 
 What a client sees when the upstream fails: a 502 with a one-line reason where it cannot be reached (one retry
 first where a kept-alive connection was closed under the request before any answer, as llama-server closes one
@@ -13,179 +20,393 @@ proxy's upstream connection with it. None of these is logged; each is counted by
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable
-
-import aiohttp
-from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy
-from yarl import URL
+from typing import Any, cast
+from urllib.parse import urlsplit
 
 from .. import redact
+from ..http1 import ByteStream, Connection, HttpError, Pool, byte_stream
+from ..http1 import Exchange as Answer
 from .exchange import PARENT_HEADER, SESSION_HEADER, Api, Exchange, api_of
+from .inbound import BadRequest, Request, read_body, read_head
 from .parsed import MAX_ANSWER_BYTES
 
-#: Headers for one hop only (RFC 9110 7.6.1), and those aiohttp writes itself for the next hop.
+#: Headers for one hop only (RFC 9110 7.6.1), and those written here for the next hop (Host, Content-Length).
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
-                        "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length"})
-#: What aiohttp's client would add to a request unasked: the client's own, or none, is sent instead.
-SKIP_AUTO = frozenset({"Accept", "Accept-Encoding", "User-Agent", "Content-Type"})
+                        "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "expect"})
 #: The headers that carry a client's key: held for the upstream's tokenizer in a lengths-only log, never written.
 KEY_HEADERS = ("Authorization", "x-api-key", "api-key")
 CONNECT_TIMEOUT_S = 10.0
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class UpstreamDown(Exception):
     """The upstream could not be reached; the message is the 502's one line."""
 
 
-def _forwarded(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    named = {h.strip().lower() for h in headers.get("Connection", "").split(",")}
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in HOP_BY_HOP and k.lower() not in named)
+class Relay(Connection):
+    """A connection to the upstream whose every read goes on to the client (``sink``) as it comes, then is parsed."""
+
+    def __init__(self, pool: Pool) -> None:
+        super().__init__(pool)
+        self.sink: ByteStream | None = None
+        self.head_only = False  # a HEAD request: the answer ends with its head
+        self.paused = False  # reading paused while the client's writes are behind
+
+    def data_received(self, data: bytes) -> None:
+        if self.sink is not None:
+            self.sink.write(data)
+        super().data_received(data)
+
+    def _head(self, ex: Answer, data: bytes, now: int) -> bytes:
+        rest = super()._head(ex, data, now)
+        if self.head_only and ex.status is not None and not ex.done:
+            self._end(ex, now)
+            return b""
+        return rest
+
+    def pause(self, paused: bool) -> None:
+        t = cast(Any, self.transport)
+        if t is not None and not t.is_closing() and paused != self.paused:
+            self.paused = paused
+            t.pause_reading() if paused else t.resume_reading()
+
+
+class Upstream(Pool):
+    """Kept-alive connections to the upstream, with what a request's head needs of its URL."""
+
+    def __init__(self, root: str) -> None:
+        u = urlsplit(root)
+        https = u.scheme == "https"
+        super().__init__(u.hostname or "", u.port or (443 if https else 80))
+        self.netloc = u.netloc.rsplit("@", 1)[-1]
+        self.prefix = u.path.rstrip("/")
+        self.where = redact.url(root)
+        self.tls = ssl.create_default_context() if https else None
+
+    async def connect(self) -> Relay:
+        loop = asyncio.get_running_loop()
+        try:
+            _, proto = await asyncio.wait_for(loop.create_connection(
+                lambda: Relay(self), self.host, self.port, ssl=self.tls), CONNECT_TIMEOUT_S)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise UpstreamDown(f"the upstream {self.where} did not accept a connection within "
+                               f"{CONNECT_TIMEOUT_S:g} s") from None
+        except ssl.SSLError as e:
+            raise UpstreamDown(f"the upstream {self.where} failed the TLS handshake ({e.reason or e})") from None
+        except OSError as e:
+            raise UpstreamDown(f"cannot reach the upstream {self.where} ({e.strerror or type(e).__name__}): "
+                               "is it running?") from None
+        self.open.add(proto)
+        return proto
+
+
+class Kept(Answer):
+    """The upstream's answer to one request: its body kept where it is recorded (``keep``), with the time of its
+    first byte; ``flight.ended`` is called once it ends, whole or not."""
+
+    __slots__ = ("flight", "keep", "chunks", "size", "first_ns", "over")
+
+    def __init__(self, flight: Flight, keep: bool) -> None:
+        super().__init__(None, MAX_ANSWER_BYTES)
+        self.flight, self.keep = flight, keep
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.first_ns: int | None = None
+        self.over = False  # past MAX_ANSWER_BYTES: forwarded, not kept
+
+    def add(self, data: bytes, now: int) -> bool:
+        if self.first_ns is None:
+            self.first_ns = now
+        if self.keep:
+            self.chunks.append(data)
+            self.size += len(data)
+            if self.size > MAX_ANSWER_BYTES:
+                self.keep, self.over, self.chunks = False, True, []
+        return True  # forwarded whole, whatever is kept
+
+    def finish(self, now: int, error: HttpError | None = None) -> None:
+        if not self.done:
+            super().finish(now, error)
+            self.flight.ended(self)
+
+
+class Flight:
+    """One request from its read to its answer's end, on one upstream connection (a second, once, where a kept-alive
+    one was closed under it before any answer)."""
+
+    def __init__(self, proxy: Proxy, client: Client, req: Request, body: bytes, api: Api | None) -> None:
+        self.proxy, self.client, self.req, self.body, self.api = proxy, client, req, body, api
+        self.payload = proxy.request_bytes(req, body)
+        self.sid = req.header(SESSION_HEADER) or None if api else None
+        self.sent = proxy.clock()
+        self.conn: Relay | None = None
+        self.answer: Kept | None = None
+        self.reused = False
+        self.retried = False
+        self.left = False  # the client went before the answer ended
+        self.over = False  # this flight has ended
+        self.task: asyncio.Future[None] | None = None
+
+    def start(self, conn: Relay, reused: bool) -> None:
+        self.conn, self.reused = conn, reused
+        conn.sink = self.client.transport
+        conn.head_only = self.req.method == "HEAD"
+        self.answer = Kept(self, self.api is not None)
+        conn.start(self.answer, self.payload)
+
+    async def connect(self) -> None:
+        try:
+            conn = await self.proxy.pool.connect()
+        except UpstreamDown as e:
+            if not self.over:
+                self.client.answer("502 Bad Gateway", f"tokenbench record: {e}\n")
+                self._end("the upstream could not be reached")
+            return
+        if self.over:  # the client went while the connection was opened
+            self.proxy.pool.give_back(conn)
+            return
+        self.start(conn, reused=False)
+
+    def ended(self, ans: Kept) -> None:
+        """The answer ended: whole, cut by the upstream, or cut here because the client went."""
+        assert self.conn is not None
+        self.conn.sink = None
+        self.conn.pause(False)  # back to the pool reading, whatever the client's pace was
+        if self.left:
+            self._end(self._why_cut("the client gave up"))
+            return
+        err = ans.error
+        if err is not None and err.retry:  # closed before any byte of an answer
+            if self.reused and not self.retried:
+                self.retried = True
+                self.task = asyncio.ensure_future(self.connect())
+                return
+            where = self.proxy.pool.where
+            self.client.answer("502 Bad Gateway", f"tokenbench record: the upstream {where} closed the connection "
+                                                  "before answering\n")
+            self._end("the upstream could not be reached")
+        elif err is not None:  # the answer was cut: so is the client's, never made to look whole
+            self.client.close()
+            self._end(self._why_cut("the upstream cut its answer"))
+        else:
+            if not ans.keep_alive or self.req.closes:
+                self.client.close()
+            self._end(self._why_done(ans))
+
+    def _why_cut(self, why: str) -> str | None:
+        ans = self.answer
+        if ans is not None and ans.status is not None and not 200 <= ans.status < 300:
+            return f"the upstream answered HTTP {ans.status}"
+        if ans is not None and ans.over:
+            return f"an answer over {MAX_ANSWER_BYTES >> 20} MiB"
+        return "cut by the stop" if self.proxy.stopping and why == "the client gave up" else why
+
+    def _why_done(self, ans: Kept) -> str | None:
+        """None where the answer was whole and is recorded (handed to the writer here)."""
+        if ans.status is None or not 200 <= ans.status < 300:
+            return f"the upstream answered HTTP {ans.status}"
+        if ans.over:
+            return f"an answer over {MAX_ANSWER_BYTES >> 20} MiB"
+        if self.api is not None:
+            self.proxy.hand(self._exchange(ans))
+        return None
+
+    def client_left(self) -> None:
+        if self.over or self.left:
+            return
+        self.left = True
+        if self.conn is not None and self.answer is not None and not self.answer.done:
+            self.conn.close()  # the upstream sees its client go; its connection_lost ends the answer
+        else:
+            self._end(self._why_cut("the client gave up"))
+
+    def _end(self, why: str | None) -> None:
+        if self.over:
+            return
+        self.over = True
+        if why is not None and self.api is not None:
+            self.proxy.failed[why] += 1
+        self.proxy.landed(self)
+
+    def _exchange(self, ans: Kept) -> Exchange:
+        p = self.proxy
+        end = p.clock()
+        first = (ans.first_ns / 1e9 - p.clock0) if ans.first_ns is not None else end
+        overlapped = self.sid is not None and any(t < self.sent for t in p.sessions.get(self.sid, ()))
+        auth = {k: v for k in KEY_HEADERS if (v := self.req.header(k))} if p.keys else {}
+        assert self.api is not None
+        return Exchange(self.api, self.body, self.sent, first, end, ans.status or 0,
+                        ans.headers.get("content-type", ""), ans.headers.get("content-encoding", ""), ans.chunks,
+                        self.sid, self.req.header(PARENT_HEADER) or None, overlapped, auth)
+
+
+class Client(asyncio.Protocol):
+    """One agent's connection: its requests read one at a time (a second sent before the first's answer waits in
+    the buffer), each forwarded as a ``Flight``."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+        self.transport: ByteStream | None = None
+        self.buf = bytearray()
+        self.head: Request | None = None
+        self.flight: Flight | None = None
+        self.continued = False
+        self.gone = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = byte_stream(transport)
+        self.proxy.clients.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.gone = True
+        self.proxy.clients.discard(self)
+        if self.flight is not None:
+            self.flight.client_left()
+
+    def eof_received(self) -> bool:
+        return False  # a client that half-closes has gone: its connection closes, as aiohttp's server does
+
+    def pause_writing(self) -> None:  # a client slower than its upstream: the upstream waits for it
+        if self.flight is not None and self.flight.conn is not None:
+            self.flight.conn.pause(True)
+
+    def resume_writing(self) -> None:
+        if self.flight is not None and self.flight.conn is not None:
+            self.flight.conn.pause(False)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if self.flight is None:
+            self.next()
+
+    def next(self) -> None:
+        """Forward the next whole request in the buffer, if one is there and none is in flight."""
+        while self.flight is None and not self.gone and self.buf:
+            try:
+                if self.head is None:
+                    self.head = read_head(self.buf)
+                    if self.head is None:
+                        return
+                got = read_body(self.head, self.buf)
+            except BadRequest as e:
+                self.answer(e.status, f"tokenbench record: {e}\n")
+                self.close()
+                return
+            if got is None:
+                if not self.continued and self.head.header("expect").lower() == "100-continue":
+                    self.continued = True
+                    self.write(CONTINUE)
+                return
+            body, used = got
+            req, self.head, self.continued = self.head, None, False
+            del self.buf[:used]
+            self.proxy.forward(self, req, body)
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def answer(self, status: str, text: str) -> None:
+        """An answer of this forwarder's own (a 502, a 400): one line of text."""
+        body = text.encode()
+        self.write(f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}"
+                   f"\r\n\r\n".encode() + body)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            cast(Any, self.transport).abort()
 
 
 class Proxy:
-    """``handle`` is the aiohttp handler of every path. ``hand`` receives each recorded exchange as its answer
-    ends; ``counts``: forwarded requests, and the recorded APIs' failures by why."""
+    """The forwarder: ``serve`` listens, ``stop`` ends it. ``hand`` receives each recorded exchange as its answer
+    ends; ``counts``: forwarded requests, and the recorded APIs' failures (``failed``) by why."""
 
     def __init__(self, upstream: str, clock0: float, hand: Callable[[Exchange], None], keys: bool = False) -> None:
-        self.upstream = upstream.rstrip("/")
+        self.pool = Upstream(upstream.rstrip("/"))
         self.clock0 = clock0
         self.hand = hand
         self.keys = keys  # keep the client's key headers for the writer (a lengths-only log's tokenizer)
         self.counts: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
         self.stopping = False
-        self._in_flight: dict[str, list[float]] = {}  # X-Session-ID -> sent times of its requests in flight
-        self.http: aiohttp.ClientSession | None = None
+        self.clients: set[Client] = set()
+        self.flights: set[Flight] = set()
+        self.sessions: dict[str, list[float]] = {}  # X-Session-ID -> sent times of its requests in flight
+        self.server: asyncio.base_events.Server | None = None
 
-    async def start(self) -> None:
-        self.http = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
-            auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar())
-
-    async def close(self) -> None:
-        if self.http is not None:
-            await self.http.close()
+    async def serve(self, host: str, port: int) -> int:
+        """Listen on ``host:port``; the port it listens on (OSError where it cannot)."""
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: Client(self), host or None, port)
+        return int(self.server.sockets[0].getsockname()[1])
 
     def clock(self) -> float:
         return time.perf_counter() - self.clock0
 
-    def _fail(self, api: str | None, why: str) -> None:
-        if api is not None:
-            self.failed["cut by the stop" if self.stopping and why == "the client gave up" else why] += 1
+    def request_bytes(self, req: Request, body: bytes) -> bytes:
+        """The request as the upstream gets it: its own Host and Content-Length, the hop-by-hop headers left out
+        (those RFC 9110 names, and those the client's Connection header names)."""
+        named = {t.strip().lower() for t in req.header("connection").split(",")}
+        lines = [f"{req.method} {self.pool.prefix}{req.target} HTTP/1.1", f"Host: {self.pool.netloc}"]
+        lines += [f"{k}: {v}" for k, v in req.headers if k.lower() not in HOP_BY_HOP and k.lower() not in named]
+        if body or req.method in ("POST", "PUT", "PATCH"):
+            lines.append(f"Content-Length: {len(body)}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    def forward(self, client: Client, req: Request, body: bytes) -> None:
+        """Send the request on: at once on a kept-alive connection, else once one is opened."""
         self.counts["forwarded"] += 1
-        api = api_of(request.method, request.path)
+        api = api_of(req.method, req.path)
         if api is None:
             self.counts["not recorded"] += 1
-        body = await request.read()
-        headers = _forwarded(request.headers)
-        sid = request.headers.get(SESSION_HEADER) if api else None
-        sent = self.clock()
-        if sid is not None:
-            self._in_flight.setdefault(sid, []).append(sent)
-        try:
-            try:
-                up = await self._send(request.method, request.raw_path, headers, body)
-            except UpstreamDown as e:
-                self._fail(api, "the upstream could not be reached")
-                return web.Response(status=502, text=f"tokenbench record: {e}\n")
-            except asyncio.CancelledError:
-                self._fail(api, "the client gave up")
-                raise
-            try:
-                return await self._relay(request, up, api, body, sent, sid)
-            finally:
-                up.close()
-        finally:
-            if sid is not None:
-                self._done(sid, sent)
+        fl = Flight(self, client, req, body, api)
+        client.flight = fl
+        self.flights.add(fl)
+        if fl.sid is not None:
+            self.sessions.setdefault(fl.sid, []).append(fl.sent)
+        conn = self.pool.take()
+        if conn is not None:
+            fl.start(cast(Relay, conn), reused=True)
+        else:
+            fl.task = asyncio.ensure_future(fl.connect())
 
-    def _done(self, sid: str, sent: float) -> None:
-        times = self._in_flight[sid]
-        times.remove(sent)
-        if not times:
-            del self._in_flight[sid]
+    def landed(self, fl: Flight) -> None:
+        """A flight ended: its session's count of requests in flight falls, and its client reads on."""
+        self.flights.discard(fl)
+        if fl.sid is not None:
+            times = self.sessions[fl.sid]
+            times.remove(fl.sent)
+            if not times:
+                del self.sessions[fl.sid]
+        client = fl.client
+        client.flight = None
+        if self.stopping:
+            client.close()
+        elif client.buf:
+            client.next()
 
-    async def _send(self, method: str, path: str, headers: CIMultiDict[str], body: bytes) -> aiohttp.ClientResponse:
-        assert self.http is not None
-        url = URL(self.upstream + path, encoded=True)
-        for attempt in (1, 2):
-            try:
-                return await self.http.request(method, url, headers=headers, data=body or None,
-                                                  allow_redirects=False, skip_auto_headers=SKIP_AUTO)
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
-                if attempt == 2 or isinstance(e, aiohttp.ClientConnectorError):
-                    raise UpstreamDown(self._why(e)) from None
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
-                raise UpstreamDown(self._why(e)) from None
-        raise AssertionError("unreachable")
-
-    def _why(self, e: BaseException) -> str:
-        where = redact.url(self.upstream)
-        if isinstance(e, asyncio.TimeoutError):
-            return f"the upstream {where} did not accept a connection within {CONNECT_TIMEOUT_S:g} s"
-        if isinstance(e, aiohttp.ClientConnectorError):
-            return f"cannot reach the upstream {where} ({e.os_error.strerror or type(e.os_error).__name__}): is it running?"
-        return f"the upstream {where} closed the connection before answering ({type(e).__name__})"
-
-    async def _relay(self, request: web.Request, up: aiohttp.ClientResponse, api: Api | None, body: bytes, sent: float,
-                     sid: str | None) -> web.StreamResponse:
-        resp = web.StreamResponse(status=up.status, reason=up.reason, headers=_forwarded(up.headers))
-        if up.headers.get("Content-Length") is not None and "Transfer-Encoding" not in up.headers:
-            resp.content_length = up.content_length
-        keep = api is not None and 200 <= up.status < 300
-        if api is not None and not keep:
-            self._fail(api, f"the upstream answered HTTP {up.status}")
-        chunks: list[bytes] = []
-        size = 0
-        first: float | None = None
-        try:
-            await resp.prepare(request)
-            while True:
-                try:
-                    data = await up.content.readany()
-                except (aiohttp.ClientError, asyncio.TimeoutError):
-                    return self._cut(request, resp, api if keep else None)
-                if not data:
-                    break
-                if first is None:
-                    first = self.clock()
-                await resp.write(data)
-                if keep:
-                    chunks.append(data)
-                    size += len(data)
-                    if size > MAX_ANSWER_BYTES:
-                        keep, chunks = False, []
-                        self._fail(api, f"an answer over {MAX_ANSWER_BYTES >> 20} MiB")
-            await resp.write_eof()
-        except (ConnectionError, aiohttp.ClientConnectionResetError):
-            self._fail(api if keep else None, "the client gave up")
-            return resp
-        except asyncio.CancelledError:
-            self._fail(api if keep else None, "the client gave up")
-            raise
-        end = self.clock()
-        if keep and api is not None:
-            self.hand(self._exchange(request, api, up, body, chunks, sent, first, end, sid))
-        return resp
-
-    def _cut(self, request: web.Request, resp: web.StreamResponse, api: Api | None) -> web.StreamResponse:
-        """The upstream cut its answer: the client's is cut the same way (its connection closed before the
-        answer's end), never ended as if it were whole."""
-        self._fail(api, "the upstream cut its answer")
-        if request.transport is not None:
-            request.transport.close()
-        return resp
-
-    def _exchange(self, request: web.Request, api: Api, up: aiohttp.ClientResponse, body: bytes,
-                  chunks: list[bytes], sent: float, first: float | None, end: float, sid: str | None) -> Exchange:
-        overlapped = sid is not None and any(t < sent for t in self._in_flight.get(sid, ()))
-        auth = {k: request.headers[k] for k in KEY_HEADERS if k in request.headers} if self.keys else {}
-        return Exchange(api, body, sent, first if first is not None else end, end, up.status,
-                        up.headers.get("Content-Type", ""), up.headers.get("Content-Encoding", ""), chunks,
-                        sid, request.headers.get(PARENT_HEADER), overlapped, auth)
+    async def stop(self, grace_s: float) -> None:
+        """Stop listening; requests in flight get ``grace_s`` to end, then are cut (counted so); idle connections
+        close."""
+        self.stopping = True
+        if self.server is not None:
+            self.server.close()
+        for c in list(self.clients):
+            if c.flight is None:
+                c.close()
+        deadline = time.monotonic() + grace_s
+        while self.flights and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for fl in list(self.flights):
+            fl.client.abort()
+            fl.client_left()
+        self.pool.close()
+        await asyncio.sleep(0)  # the closed transports' callbacks run

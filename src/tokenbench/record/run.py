@@ -16,9 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, cast
-
-from aiohttp import web
+from typing import Any
 
 from ..errors import UsageError
 from .proxy import Proxy
@@ -87,7 +85,6 @@ class Recording:
         self.clock0 = time.perf_counter()
         self.link: WriterLink | None = None
         self.proxy = Proxy(config.upstream, self.clock0, self._hand, keys=config.lengths_only)
-        self.runner: web.AppRunner | None = None
         self.port = config.port
         self.summary: Summary | None = None
         self._header_bytes = -1  # the log's header as written (-1: this recording made no log)
@@ -98,27 +95,17 @@ class Recording:
 
     async def start(self) -> str:
         """Serve, make the log, start the writer; the proxy's root URL."""
-        app = web.Application(client_max_size=0)
-        app.router.add_route("*", "/{tail:.*}", self.proxy.handle)
-        self.runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
-                                    shutdown_timeout=self.config.grace_s)
-        await self.runner.setup()
-        await self.proxy.start()
-        site = web.TCPSite(self.runner, self.config.host, self.config.port)
         try:
-            await site.start()
+            self.port = await self.proxy.serve(self.config.host, self.config.port)
         except OSError as e:
-            await self._close_server()
             c = self.config
             if e.errno == errno.EADDRINUSE:
                 raise UsageError(f"--port {c.port}: {c.host}:{c.port} is in use; pick another with --port") from None
             raise UsageError(f"--host {c.host} --port {c.port}: cannot listen there ({e.strerror or e})") from None
-        server = cast(asyncio.base_events.Server, site._server)
-        self.port = server.sockets[0].getsockname()[1]
         try:
             self._make_log()
         except UsageError:
-            await self._close_server()
+            await self.proxy.stop(0)
             raise
         c = self.config
         self.link = WriterLink(WriterConfig(c.out, c.upstream, c.lengths_only, c.block_size, c.tokenizer, c.key))
@@ -143,15 +130,9 @@ class Recording:
         finally:
             os.close(fd)
 
-    async def _close_server(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
-        await self.proxy.close()
-
     async def stop(self) -> Summary:
         """Stop serving (requests in flight get ``grace_s`` to end), drain the writer, and say what was done."""
-        self.proxy.stopping = True
-        await self._close_server()
+        await self.proxy.stop(self.config.grace_s)
         counts: WriterCounts | None = None
         lost = None
         if self.link is not None:
