@@ -534,6 +534,42 @@ def test_an_upstream_that_breaks_mid_stream_breaks_the_clients_stream_too(tmp_pa
                                        "1 failed, not recorded: 1 the upstream cut its answer"]
 
 
+def resetting_upstream(after: bytes) -> tuple[asyncio.AbstractEventLoop, threading.Thread, int]:
+    """An upstream that answers a streamed head and ``after``, then resets the connection (RST, not FIN)."""
+    loop = asyncio.new_event_loop()
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        head = await r.readuntil(b"\r\n\r\n")
+        await r.readexactly(int(re.search(rb"(?i)content-length: *(\d+)", head).group(1)))  # type: ignore[union-attr]
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + after)
+        await w.drain()
+        await asyncio.sleep(0.05)
+        sock = w.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        w.transport.abort()
+
+    server = loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    return loop, thread, server.sockets[0].getsockname()[1]
+
+
+EVENT = b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\n'
+
+
+@pytest.mark.parametrize("after", [b"", b"%x\r\n%s\r\n" % (len(EVENT), EVENT)], ids=["before-a-chunk", "after-a-chunk"])
+def test_an_upstream_that_resets_mid_stream_cuts_the_clients_stream(tmp_path: Path, after: bytes) -> None:
+    loop, thread, port = resetting_upstream(after)
+    try:
+        with recording(f"http://127.0.0.1:{port}", tmp_path / "reset.jsonl") as rec:
+            got = asyncio.run(post(rec.url + "/chat/completions", CHAT))
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+    assert got[0] in ("ClientPayloadError", "ServerDisconnectedError", "ClientOSError"), got  # never made whole
+    assert rec.summary.failed == {"the upstream cut its answer": 1} and rec.summary.recorded == 0
+
+
 def test_an_error_status_is_forwarded_as_sent_and_counted(tmp_path: Path) -> None:
     with BackgroundEmitter(EmitterConfig(fault="http500")) as em, recording(em.url, tmp_path / "e.jsonl") as rec:
         direct = asyncio.run(post(em.url + "/chat/completions", CHAT))
