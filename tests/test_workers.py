@@ -5,6 +5,7 @@ had finished kept."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import statistics
@@ -20,14 +21,15 @@ from hypothesis import strategies as st
 from conftest import fuzz_examples
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
+from tokenbench.layout import plural
 from tokenbench.loadgen import Level
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
 from tokenbench.progress import QuietReporter
 from tokenbench.sweep import SweepConfig, run_sweep
 from tokenbench.kinds.lengths import LengthsKind
-from tokenbench.workers import (SEND_QUEUE_GOAL_MS, auto_workers, send_weights, split_level, wave_queue_p90_ms,
-                                worker_shares, workers_for_sends)
+from tokenbench.workers import (SEND_QUEUE_GOAL_MS, auto_workers, cap_workers, send_weights, split_level,
+                                wave_queue_p90_ms, worker_shares, workers_for_sends)
 
 
 @settings(max_examples=fuzz_examples(500), deadline=None)
@@ -222,6 +224,49 @@ def test_the_cli_takes_workers_and_refuses_a_bad_count(tmp_path: Path, capsys: p
                    "--json", str(tmp_path / "r.json")])
     assert rc == 0
     assert threading.active_count() < 20
+
+
+@settings(max_examples=fuzz_examples(300), deadline=None)
+@given(asked=st.integers(1, 5000), conc=st.lists(st.integers(1, 600), min_size=1, max_size=4),
+       cores=st.one_of(st.none(), st.integers(1, 64)))
+def test_a_worker_count_is_held_to_the_streams_and_cores_that_can_use_it(asked: int, conc: list[int],
+                                                                       cores: int | None) -> None:
+    levels = [Level(concurrency=c) for c in conc]
+    n, why = cap_workers(asked, levels, cores)
+    most = min(asked, max(conc), cores or asked)
+    assert n == most  # every worker started has a share of the busiest level
+    assert all(s is not None for s in worker_shares(Level(concurrency=max(conc)), None, n))
+    assert (why is None) == (n == asked)
+    if why is not None:
+        assert why.startswith(f"--workers {asked}: ") and str(n) in why and "\n" not in why
+    # an open loop's rate splits over any number of workers: only its cap on requests in flight, and the cores, hold
+    assert cap_workers(asked, [Level(rate=5.0)], cores)[0] == min(asked, cores or asked)
+    assert cap_workers(asked, [Level(rate=5.0, max_concurrency=3)], None)[0] == min(asked, 3)
+
+
+def test_the_cli_starts_no_more_workers_than_the_level_can_use(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from tokenbench.workers import usable_cores
+
+    out = tmp_path / "r.json"
+    with BackgroundEmitter() as em:
+        em.configure(ttft_s=0.005, itl_s=0.001)
+        rc = main(["sweep", "--url", em.url, "--concurrency", "1", "--requests", "4", "--workers", "999",
+                   "--guard", "off", "--quiet", "--input-len", "8", "--output-len", "4", "--db", str(tmp_path / "r.db"),
+                   "--json", str(out)])
+        assert rc == 0
+        err = " ".join(capsys.readouterr().err.split())  # one line, as wide as the terminal lets it be
+        assert err.count("--workers 999: starting 1 worker, as") == 1 and "1 request in flight" in err
+        assert not _worker_pids()
+        load = json.loads(out.read_text())["manifest"]["load"]
+        assert load["workers"]["workers"] == 1
+        rc = main(["sweep", "--url", em.url, "--rate", "20", "--requests", "4", "--workers", "999", "--guard", "off",
+                   "--quiet", "--input-len", "8", "--output-len", "4", "--db", str(tmp_path / "r.db"),
+                   "--json", str(out)])
+    assert rc == 0
+    assert json.loads(out.read_text())["manifest"]["load"]["workers"]["workers"] == usable_cores()
+    assert f"--workers 999: starting {plural(usable_cores(), 'worker')}, as one per core" in \
+        " ".join(capsys.readouterr().err.split())
 
 
 def test_a_worker_builds_the_client_the_driver_has() -> None:

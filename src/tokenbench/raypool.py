@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from .errors import UsageError
+from .layout import plural
 from .workers.handle import WorkerLost
 from .workers.messages import ClientSpec
 from .workers.pool import WorkerPool
@@ -61,7 +63,22 @@ def _reachable(address: str) -> None:
                          "'ray start --head' and pass the address it prints") from None
 
 
-async def ray_pool(address: str, spec: ClientSpec, workers: int | None) -> WorkerPool:
+def _cap(workers: int | None, nodes: list[dict[str, Any]], warn: Callable[[str], None] | None) -> int:
+    """One actor per node, or ``workers`` of them held to the actors the nodes' CPUs can hold: an actor Ray cannot
+    place would wait for a CPU for ever."""
+    room = sum(int(n.get("Resources", {}).get("CPU", 0) // ACTOR_CPUS) for n in nodes)
+    if workers is None:
+        return len(nodes)
+    if workers > room:
+        if warn is not None:
+            warn(f"--workers {workers}: starting {plural(room, 'worker')}, as the cluster's nodes have "
+                 f"{plural(room, 'CPU')} for them (one each)")
+        return room
+    return workers
+
+
+async def ray_pool(address: str, spec: ClientSpec, workers: int | None,
+                   warn: Callable[[str], None] | None = None) -> WorkerPool:
     try:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -79,7 +96,7 @@ async def ray_pool(address: str, spec: ClientSpec, workers: int | None) -> Worke
     nodes = [n for n in alive if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= ACTOR_CPUS]
     if not nodes:
         raise UsageError(f"--ray {address}: the cluster has no alive node with a free CPU for a worker")
-    count = workers or len(nodes)
+    count = _cap(workers, nodes, warn)
     actor_cls = ray.remote(num_cpus=ACTOR_CPUS, max_restarts=0)(LoadWorker)
     handles = []
     for k in range(count):

@@ -428,7 +428,7 @@ async def run_sweep(
         client.body_extras = bound.body_extras
         pool, auto = await start_workers(ClientSpec.of(client, ep.counter.path if ep.counter is not None else None),
                                          cfg.url, cfg.workers, cfg.ray, cfg.levels(), cfg.workload.typical_input(),
-                                         rep.note) if cfg.workload.splits else (None, None)
+                                         rep.note, rep.warn) if cfg.workload.splits else (None, None)
         manifest = _manifest(cfg, ep, bound.workload_entry(), bound.recorded_fields, probe, seed, pool, auto)
         manifest.guard, manifest.power, manifest.server_host = cfg.guard, host.manifest(), host.snapshot
         plan.annotate(manifest)

@@ -212,7 +212,9 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
                    help="load-generating processes, each with its own event loop; auto (default): the cost of "
                         "one send is measured here (a wave to a sink on the loopback), then the fewest workers "
                         "whose share of a wave of re-sends (every stream of the busiest level at once) keeps its "
-                        "p90 send queue under 1 ms, at least one per 64 streams, at most one per core")
+                        "p90 send queue under 1 ms, at least one per 64 streams, at most one per core; a count "
+                        "given is held to the busiest level's streams and one per core (with --ray, one per CPU "
+                        "of the cluster's nodes), and the run says so")
     g.add_argument("--ray", metavar="ADDRESS",
                    help="place the workers on a Ray cluster (its address, or auto on a node of it): one per node "
                         "unless --workers says how many; needs pip install 'tokenbench[ray]'")

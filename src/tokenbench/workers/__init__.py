@@ -30,14 +30,16 @@ from .messages import ClientSpec, Drained, PhaseTask, WorkerReport
 from .pool import DRAIN_PERIOD_S, START_LEAD_S, MergedPhase, PromptFeed, WorkerPool
 from .process import ProcessHandle, child_main
 from .send_cost import send_cost_us
-from .split import (SEND_QUEUE_GOAL_MS, STREAMS_PER_WORKER, auto_workers, parse_workers, send_weights, split_level,
-                    usable_core_ids, usable_cores, wave_queue_p90_ms, worker_shares, workers_for_sends)
+from .split import (SEND_QUEUE_GOAL_MS, STREAMS_PER_WORKER, auto_workers, cap_workers, parse_workers, send_weights,
+                    split_level, usable_core_ids, usable_cores, usable_streams, wave_queue_p90_ms, worker_shares,
+                    workers_for_sends)
 from .worker import LoadWorker
 
 __all__ = [
     "DRAIN_PERIOD_S", "SEND_QUEUE_GOAL_MS", "START_LEAD_S", "STREAMS_PER_WORKER", "ClientSpec", "ClockSample",
     "Drained", "Handle", "LoadWorker", "MergedPhase", "PhaseTask", "ProcessHandle", "PromptFeed", "WorkerLost",
-    "WorkerPool", "WorkerReport", "auto_workers", "boot_id", "child_main", "clock_sample", "parse_workers",
-    "send_cost_us", "send_weights", "split_level", "usable_core_ids", "usable_cores", "wave_queue_p90_ms", "worker_shares",
+    "WorkerPool", "WorkerReport", "auto_workers", "boot_id", "cap_workers", "child_main", "clock_sample", "parse_workers",
+    "send_cost_us", "send_weights", "split_level", "usable_core_ids", "usable_cores", "usable_streams", "wave_queue_p90_ms",
+    "worker_shares",
     "workers_for_sends",
 ]

@@ -17,7 +17,7 @@ from ..servers import on_this_machine, server_cores
 from .messages import ClientSpec
 from .pool import WorkerPool
 from .send_cost import send_cost_us
-from .split import SEND_QUEUE_GOAL_MS, auto_workers, usable_core_ids, usable_cores
+from .split import SEND_QUEUE_GOAL_MS, auto_workers, cap_workers, usable_core_ids, usable_cores
 from ..layout import plural
 
 
@@ -49,17 +49,23 @@ async def choose_workers(url: str, levels: list[Level], spec: ClientSpec,
 
 
 async def start_workers(spec: ClientSpec, url: str, workers: int | None, ray: str | None, levels: list[Level],
-                        prompt_tokens: int, note: Callable[[str], None]) -> tuple[WorkerPool | None, dict[str, Any] | None]:
+                        prompt_tokens: int, note: Callable[[str], None],
+                        warn: Callable[[str], None]) -> tuple[WorkerPool | None, dict[str, Any] | None]:
     """The load-generating workers, or None to run every level in the driver's process; and, for ``--workers auto``
-    on this machine (``workers`` None), how their number was chosen."""
+    on this machine (``workers`` None), how their number was chosen. A count given is held to what the levels
+    and this machine's cores can use (``split.cap_workers``; on Ray, the cluster's CPUs), said in ``warn``."""
     n, auto = workers, None
     if n is None and not ray:
         n, auto = await choose_workers(url, levels, spec, prompt_tokens)
         note(f"--workers auto: {n} ({auto['why']})")
+    elif n is not None:
+        n, capped = cap_workers(n, levels, None if ray else usable_cores())
+        if capped:
+            warn(capped)
     if ray:
         from ..raypool import ray_pool
 
-        pool = await ray_pool(ray, spec, workers)
+        pool = await ray_pool(ray, spec, n, warn)
     elif n is not None and n > 1:
         pool = await WorkerPool.local(spec, n)
     else:

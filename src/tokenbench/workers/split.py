@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
+from ..layout import plural
 from ..loadgen import Level
 from ..distribution import percentile
 
@@ -137,6 +138,33 @@ def auto_workers(levels: Sequence[Level], cores: int | None = None, send_us: flo
     if send_us is not None:
         n = max(n, workers_for_sends(streams, send_us, cores))
     return max(1, min(cores, n))
+
+
+def usable_streams(levels: Sequence[Level]) -> int | None:
+    """The most workers ``levels`` can give a share to (``worker_shares``): a closed loop's streams, an open loop's
+    cap on requests in flight; None where an open loop has no cap (its rate splits over any number of workers)."""
+    most = 1
+    for lv in levels:
+        if lv.open and not lv.max_concurrency:
+            return None
+        most = max(most, (lv.max_concurrency if lv.open else lv.concurrency) or 1)
+    return most
+
+
+def cap_workers(asked: int, levels: Sequence[Level], cores: int | None) -> tuple[int, str | None]:
+    """``--workers N`` held to what can use them: no more than the busiest level's streams (a worker beyond them
+    sits out every level, and starting one costs a second of a core) and, where they run on this machine
+    (``cores`` given), no more than one per core (more only share the cores and queue each other's sends). The
+    count, and the line that says so when it is less than asked (None when it is not)."""
+    n, why = asked, ""
+    streams = usable_streams(levels)
+    if streams is not None and n > streams:
+        n, why = streams, f"no level has more than {plural(streams, 'request')} in flight at once"
+    if cores is not None and n > cores:
+        n, why = cores, f"one per core this process may run on ({plural(cores, 'core')})"
+    if n == asked:
+        return asked, None
+    return n, f"--workers {asked}: starting {plural(n, 'worker')}, as {why}"
 
 
 def parse_workers(value: str) -> int | None:
