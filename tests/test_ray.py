@@ -72,6 +72,22 @@ def test_a_two_node_sweep_gives_the_statistics_one_process_gives(cluster: Any, t
     assert len(recs) == 24 and len({r.index for r in recs}) == 24
 
 
+def test_ray_workers_keep_their_streams_in_flight_from_the_shared_start(cluster: Any, tmp_path: Path) -> None:
+    """A Ray worker starts half a second after the driver asks (the calls' latency): that wait, sampled, once read
+    as requests not in flight (0.85 of 1 at concurrency 1, and client-bound)."""
+    with BackgroundEmitter() as em:
+        em.configure(ttft_s=0.02, itl_s=0.005)
+        res = _sweep(em.url, Store(tmp_path / "r.db"), concurrency=[2], requests=4, ray=cluster.address,
+                     workers=None)
+    s = res.outcomes[0].summary
+    workers = s.client.workers or []
+    assert s.completed == 4 and [w["streams"] for w in workers] == [1, 1]
+    for w in workers:
+        assert w["inflight_mean"] == pytest.approx(w["streams"], rel=0.05), w
+    assert s.client.inflight_mean == pytest.approx(s.achieved_concurrency, rel=0.05)
+    assert "client_bound" not in s.flags
+
+
 class _KillActor(QuietReporter):
     def __init__(self, n: int) -> None:
         self.n, self.seen, self.killed = n, 0, 0

@@ -164,6 +164,21 @@ def test_two_workers_give_the_statistics_one_gives(tmp_path: Path) -> None:
     assert len(recs) == 24 and len({r.index for r in recs}) == 24
 
 
+def test_two_workers_at_one_stream_each_keep_one_in_flight_each(tmp_path: Path) -> None:
+    """Each worker starts its share at the pool's shared start time: the wait before it is no part of the level,
+    and its in-flight samples, merged, read the streams the level kept (once read 0.89 of 1, and client-bound)."""
+    with BackgroundEmitter() as em:
+        em.configure(ttft_s=0.02, itl_s=0.005)
+        res = _sweep(em.url, Store(tmp_path / "r.db"), 2, concurrency=[2], requests=4, seed=2)
+    s = res.outcomes[0].summary
+    workers = s.client.workers or []
+    assert s.completed == 4 and len(workers) == 2 and [w["streams"] for w in workers] == [1, 1]
+    for w in workers:  # a closed loop re-sends at once: a stream is in flight all through its window
+        assert w["inflight_mean"] == pytest.approx(w["streams"], rel=0.05), w
+    assert s.client.inflight_mean == pytest.approx(s.achieved_concurrency, rel=0.05)
+    assert "client_bound" not in s.flags and not any("in flight" in w for w in s.warnings)
+
+
 def test_an_open_loop_level_over_two_workers_keeps_its_rate(tmp_path: Path) -> None:
     with BackgroundEmitter() as em:
         em.configure(ttft_s=0.01, itl_s=0.001)

@@ -153,7 +153,10 @@ class ClientWatch:
     _cpu0: float = 0.0
     _t0: float = 0.0
 
-    async def _run(self) -> None:
+    async def _run(self, at_ns: int | None) -> None:
+        if at_ns is not None and at_ns > time.perf_counter_ns():
+            await asyncio.sleep((at_ns - time.perf_counter_ns()) / NS_PER_S)
+            self._mark()
         while True:
             t = time.perf_counter()
             await asyncio.sleep(MONITOR_PERIOD_S)
@@ -162,11 +165,17 @@ class ClientWatch:
                 self.inflight_sum += self.inflight
                 self.inflight_count += 1
 
-    def start(self) -> None:
+    def _mark(self) -> None:
         ct = psutil.Process().cpu_times()
         self._cpu0 = ct.user + ct.system
         self._t0 = time.perf_counter()
-        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def start(self, at_ns: int | None = None) -> None:
+        """Watch from now, or from ``at_ns`` (perf_counter_ns): a worker's phase starts at the pool's shared start
+        time (run_phase's ``start_at_ns``), and the wait before it is no part of the level: sampled, it read as
+        requests not in flight (a worker at concurrency 1 read 0.89 in flight and was called client-bound)."""
+        self._mark()
+        self._task = asyncio.get_running_loop().create_task(self._run(at_ns))
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)

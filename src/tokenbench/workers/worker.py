@@ -80,7 +80,7 @@ class LoadWorker:
     async def _run(self, task: PhaseTask, start_at: int) -> None:
         assert self._client is not None
         if self._watch is not None:
-            self._watch.start()
+            self._watch.start(at_ns=start_at)  # the level's window, as every worker's, from the shared start
         try:
             res = await run_phase(self._client, self._prompts, task.level, task.phase, requests=task.requests,
                                   duration_s=task.duration_s, watch=self._watch, on_done=self._done.append,
