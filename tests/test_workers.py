@@ -284,6 +284,28 @@ def test_the_cli_starts_no_more_workers_than_the_level_can_use(tmp_path: Path,
         " ".join(capsys.readouterr().err.split())
 
 
+def test_the_note_of_the_workers_started_counts_them_in_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ray cluster of one node gives one worker: "load from 1 worker (ray)", never "1 workers"."""
+    import tokenbench.raypool
+    from tokenbench.workers.auto import start_workers
+
+    class _Pool:
+        kind = "ray"
+
+        def __init__(self, size: int) -> None:
+            self.size = size
+
+    for size in (1, 2):
+        async def one_node(address: str, spec: Any, workers: int | None, warn: Any = None, size: int = size) -> Any:
+            return _Pool(size)
+
+        monkeypatch.setattr(tokenbench.raypool, "ray_pool", one_node)
+        notes: list[str] = []
+        asyncio.run(start_workers(None, "http://gpu:8000/v1", None, "auto", [Level(concurrency=4)],  # type: ignore[arg-type]
+                                  16, notes.append, notes.append))
+        assert notes == [f"load from {plural(size, 'worker')} (ray)"]
+
+
 def test_a_worker_builds_the_client_the_driver_has() -> None:
     from tokenbench.client import StreamClient
     from tokenbench.workers import ClientSpec

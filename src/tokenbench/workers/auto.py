@@ -70,5 +70,5 @@ async def start_workers(spec: ClientSpec, url: str, workers: int | None, ray: st
         pool = await WorkerPool.local(spec, n)
     else:
         return None, auto
-    note(f"load from {pool.size} workers ({pool.kind})")
+    note(f"load from {plural(pool.size, 'worker')} ({pool.kind})")
     return pool, auto
