@@ -432,6 +432,23 @@ def test_auto_measures_a_send_and_keeps_its_choice_in_the_manifest(tmp_path: Pat
     assert (res.manifest.load or {})["workers"]["workers"] == auto["workers"]
 
 
+def test_auto_measures_no_send_for_one_stream_and_the_docs_say_send_us_is_null_then(tmp_path: Path) -> None:
+    """One stream needs one worker whatever a send costs: nothing is measured, ``send_us`` is null, and the docs
+    that describe ``load.workers.auto`` say when it is."""
+    import re
+
+    with BackgroundEmitter() as em:
+        em.configure(ttft_s=0.005, itl_s=0.001)
+        res = _sweep(em.url, Store(tmp_path / "r.db"), None, concurrency=[1], requests=2)
+    auto = (res.manifest.load or {})["workers"]["auto"]
+    assert auto["streams"] == 1 and auto["workers"] == 1 and auto["send_us"] is None
+    assert "µs a send" not in auto["why"]
+    docs = Path(__file__).parent.parent / "docs"
+    for name in ("workers.md", "results.md"):
+        text = " ".join((docs / name).read_text().split())
+        assert re.search(r"`send_us`[^|]*measured cost of one send[^|]*`null` where[^|]*one stream", text), name
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores: one for the server, one for the client")
 def test_auto_leaves_the_server_its_own_cores_and_takes_the_rest(tmp_path: Path) -> None:
     """A server on this machine pinned to cores of its own (taskset, a cpuset) does not share the client's: --workers

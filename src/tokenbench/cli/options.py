@@ -209,8 +209,9 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
                    help="a level with a larger share of failed requests is failed, and the run exits 5 "
                         "(default 0.1)")
     g.add_argument("--workers", default="auto",
-                   help="load-generating processes, each with its own event loop; auto (default): the cost of "
-                        "one send is measured here (a wave to a sink on the loopback), then the fewest workers "
+                   help="load-generating processes, each with its own event loop; auto (default): where a second "
+                        "worker could help (2 streams and 2 cores for the client or more), the cost of one send "
+                        "is measured here (a wave to a sink on the loopback), then the fewest workers "
                         "whose share of a wave of re-sends (every stream of the busiest level at once) keeps its "
                         "p90 send queue under 1 ms, at least one per 64 streams, at most one per core; a count "
                         "given is held to the busiest level's streams and one per core (with --ray, one per CPU "
