@@ -246,3 +246,28 @@ def test_coldstart_of_a_server_that_dies(tmp_path: Path, capsys: pytest.CaptureF
     err = capsys.readouterr().err
     assert code == 2 and "exited with code 3 before it was healthy" in err and len(err.strip().splitlines()) == 1
     assert os.environ.get("TOKENBENCH_DB")  # the autouse fixture kept the user's database out of it
+
+
+def test_coldstart_checks_its_arguments_before_it_starts_a_server(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A mistake in coldstart's arguments is told in one line before any server starts: found after, it cost a
+    boot and left the server's exit code to read (a {port} with no port to put there started the server with an
+    empty --port)."""
+    port = _free_port()
+    marker = tmp_path / "started"
+    server = f"sh -c 'touch {marker}' {{port}}"  # a server that leaves a mark when it is started
+    url = f"http://127.0.0.1:{port}/v1"
+    bad = {
+        "--url": ["--cmd", server, "--url", "http://127.0.0.1:{port}/v1"],
+        "{port}": ["--cmd", server, "--url", "http://127.0.0.1/v1"],
+        "--cmd": ["--cmd", "serve 'unclosed", "--url", url],
+        "no program": ["--cmd", f"{tmp_path / 'nosuch'} --port {{port}}", "--url", url],
+        "--health": ["--cmd", server, "--url", url, "--health", "localhost-health"],
+        "--model": ["--cmd", server, "--url", url, "--model", " "],
+    }
+    for what, args in bad.items():
+        code = main(["coldstart", *args, "--repeat", "1", "--timeout", "2s", "--db", str(tmp_path / "c.db")])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "internal error" not in err, (what, err)
+        assert what.split()[-1] in err, (what, err)  # the line names what to change
+        assert not marker.exists(), what

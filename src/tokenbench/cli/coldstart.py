@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import shlex
+import shutil
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from rich.console import Console
 
 from .. import redact
 from ..console import print_table
+from ..errors import UsageError
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import seconds, write_json
 from .options import LABEL, UNIT, POSITIVE_INT, add_db
+
+if TYPE_CHECKING:
+    from ..coldstart import ColdStartConfig
+
+EXAMPLE_URL = "http://127.0.0.1:8080/v1"
 
 
 def boot_rows(boots: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -22,16 +31,61 @@ def boot_rows(boots: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     return ["Boot", "Start -> healthy", "Start -> first token"], rows
 
 
+def server_command(cmd: str, port: int | None) -> str:
+    """--cmd with ``{port}`` replaced by --url's port, refused when it cannot be run as given."""
+    try:
+        argv = shlex.split(cmd)
+    except ValueError as e:
+        raise UsageError(f"--cmd: {e}: quote the server's command line as a shell would") from None
+    if not argv:
+        raise UsageError("--cmd is empty: give the server's command line")
+    if "{port}" in cmd and port is None:
+        raise UsageError(f"--cmd has {{port}} and --url names no port to put there: give one, e.g. --url {EXAMPLE_URL}")
+    if shutil.which(argv[0]) is None:
+        raise UsageError(f"--cmd: no program '{argv[0]}' here (not on PATH, or not executable): give the server's "
+                         "command as a shell here would run it")
+    return cmd.replace("{port}", str(port))
+
+
+def _url(flag: str, text: str) -> str:
+    """A URL --url or --health names, refused where it holds a placeholder or names no host."""
+    example = EXAMPLE_URL if flag == "--url" else EXAMPLE_URL.replace("/v1", "/health")
+    if "{port}" in text:
+        raise UsageError(f"{flag} {redact.url(text)}: give the port the server listens on (e.g. {example}); "
+                         "{port} in --cmd is replaced by --url's")
+    url = normalize_base_url(text) if flag == "--url" else text
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises on a port that is no number
+    except ValueError:
+        raise UsageError(f"{flag} {redact.url(text)}: the port is not a number from 1 to 65535") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"{flag} '{redact.url(text)}': give a whole http:// URL with its host, e.g. {example}")
+    return url
+
+
+def coldstart_config(a: argparse.Namespace, argv: list[str]) -> ColdStartConfig:
+    """The cold start's config, every argument checked before a server is started: a mistake found after would
+    cost a boot (minutes for a large model) and leave a server's exit code to read instead of what to change."""
+    from ..coldstart import ColdStartConfig
+
+    base = _url("--url", a.url)
+    port = urlsplit(base).port
+    health = base + "/models"
+    if a.health:
+        health = _url("--health", a.health.replace("{port}", str(port)) if port else a.health)
+    if a.model is not None and not a.model.strip():
+        raise UsageError("--model is empty: give the name the server serves, or leave --model out to take the first "
+                         "it lists")
+    return ColdStartConfig(cmd=server_command(a.cmd, port), base_url=base, health_url=health, model=a.model,
+                           timeout_s=seconds(a.timeout, "--timeout") or 600.0, repeat=a.repeat, log_path=a.log,
+                           label=a.label, command=redact.command(["tokenbench", *argv]))
+
+
 def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> int:
-    from urllib.parse import urlparse
+    from ..coldstart import boot_summary, run_coldstart
 
-    from ..coldstart import ColdStartConfig, boot_summary, run_coldstart
-
-    base = normalize_base_url(a.url)
-    cfg = ColdStartConfig(cmd=a.cmd.replace("{port}", str(urlparse(base).port or "")), base_url=base,
-                          health_url=a.health or base + "/models", model=a.model,
-                          timeout_s=seconds(a.timeout, "--timeout") or 600.0, repeat=a.repeat, log_path=a.log,
-                          label=a.label, command=redact.command(["tokenbench", *argv]))
+    cfg = coldstart_config(a, argv)
     res = run_coldstart(cfg, Store(a.db))
     boots = res.manifest.boots or []
     print_table(console, *boot_rows(boots))
@@ -48,8 +102,9 @@ def add_coldstart_parser(sub: Any) -> None:
     """``tokenbench coldstart``'s options."""
     cs = sub.add_parser("coldstart", help="time a server from start to healthy and to its first token, repeatedly")
     cs.add_argument("--cmd", required=True, help="the server's command line; {port} is replaced by --url's port")
-    cs.add_argument("--url", required=True, help="its OpenAI-compatible base URL")
-    cs.add_argument("--health", help="the URL that answers 200 when it is up (default: URL/models)")
+    cs.add_argument("--url", required=True, help="its OpenAI-compatible base URL, with the port it listens on")
+    cs.add_argument("--health", help="the URL that answers 200 when it is up (default: URL/models); {port} is "
+                    "replaced by --url's port")
     cs.add_argument("--model")
     cs.add_argument("--repeat", type=POSITIVE_INT, default=3, help="boots; the first is the cold one")
     cs.add_argument("--timeout", default="600s", help="how long a boot may take (default 600s) " + UNIT)
