@@ -244,7 +244,8 @@ def test_coldstart_of_a_server_that_dies(tmp_path: Path, capsys: pytest.CaptureF
     code = main(["coldstart", "--cmd", f"{sys.executable} -c 'raise SystemExit(3)'", "--url",
                  f"http://127.0.0.1:{port}/v1", "--repeat", "1", "--db", str(tmp_path / "c.db")])
     err = capsys.readouterr().err
-    assert code == 2 and "exited with code 3 before it was healthy" in err and len(err.strip().splitlines()) == 1
+    # the endpoint cannot be used: exit 3, as the exit-code table (README, --help) has it for a server that died
+    assert code == 3 and "exited with code 3 before it was healthy" in err and len(err.strip().splitlines()) == 1
     assert os.environ.get("TOKENBENCH_DB")  # the autouse fixture kept the user's database out of it
 
 
@@ -271,3 +272,14 @@ def test_coldstart_checks_its_arguments_before_it_starts_a_server(tmp_path: Path
         assert code == 2 and len(err.strip().splitlines()) == 1 and "internal error" not in err, (what, err)
         assert what.split()[-1] in err, (what, err)  # the line names what to change
         assert not marker.exists(), what
+
+
+def test_coldstart_of_a_model_the_server_does_not_serve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--model is held to what the server lists once it is up, as a sweep's is: exit 3 naming what it serves."""
+    port = _free_port()
+    code = main(["coldstart", "--cmd", f"{sys.executable} -m tokenbench.emitter --port {{port}}", "--url",
+                 f"http://127.0.0.1:{port}/v1", "--model", "no-such-model", "--repeat", "1",
+                 "--db", str(tmp_path / "c.db")])
+    err = capsys.readouterr().err
+    assert code == 3 and len(err.strip().splitlines()) == 1, err
+    assert "'no-such-model' is not served" in err and "served: emitter" in err and "--model" in err

@@ -20,7 +20,7 @@ from .endpoint import stream_client
 from .errors import EndpointError, UsageError
 from .records import RequestRecord
 from .results import Manifest, RunResult, new_run_id, now_iso
-from .servers import discover, http_ok
+from .servers import check_model, discover, http_ok
 from .store import Store
 
 
@@ -52,10 +52,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 async def _first_token(base_url: str, model: str | None) -> tuple[float, str | None]:
     async with aiohttp.ClientSession() as http:
-        info = await discover(http, base_url)
-        name = model or (info.models[0] if info.models else None)
-        if name is None:
-            raise EndpointError(f"{base_url} lists no models: pass --model")
+        info = await discover(http, base_url, model=model)
+        name = check_model(info, model, base_url)  # a name it does not serve: said so, not a failed request
         client = stream_client(http, base_url, name, info.adapter, timeout_s=600)
         rec = RequestRecord(index=0)
         try:
@@ -149,8 +147,8 @@ def run_coldstart(cfg: ColdStartConfig, store: Store) -> RunResult:
     for n in range(cfg.repeat):
         b = boot(n + 1, cfg.cmd, cfg.base_url, cfg.health_url, cfg.model, cfg.timeout_s, cfg.log_path)
         boots.append(b)
-        if b.error:
-            raise UsageError(f"boot {n + 1}: {b.error}; see the server's output (--log FILE)")
+        if b.error:  # the server died or never came up: the endpoint cannot be used (exit 3), as a sweep says
+            raise EndpointError(f"boot {n + 1}: {b.error}; see the server's output (--log FILE)")
     manifest = Manifest(command=cfg.command, endpoint=cfg.base_url, model=boots[0].model,
                         boots=[b.to_dict() for b in boots], label=cfg.label, key_order=("label",),
                         extra={"server_command": redact.command(shlex.split(cfg.cmd))})
