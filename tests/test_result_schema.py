@@ -196,7 +196,7 @@ def test_the_shapes_carry_what_the_schema_describes(runs: dict[str, dict[str, An
     assert any(lv["pp_tps"] for lv in levels) and any(lv["status"] == "skipped" for lv in levels)
     assert any(lv["findings"] for lv in levels) and any(lv["send_delay_ms"] for lv in levels)
     assert runs["capacity"]["capacity"]["levels"] and runs["quality knob"]["knob"]["effects"]
-    assert runs["quality"]["items"] and runs["coldstart"]["boots"] and runs["predict"]["band_pct"]
+    assert runs["quality"]["items"] and runs["coldstart"]["manifest"]["boots"] and runs["predict"]["band_pct"]
     assert runs["predict --sessions"]["tables"]
     assert runs["import aiperf profile_export.jsonl"]["manifest"]["definitions"]["tpot_ms"]
     assert runs["import llama_benchy.json"]["manifest"]["tool_version"] == "0.4.0"
@@ -254,7 +254,8 @@ def test_mutated_runs_of_the_other_kinds_are_rejected(runs: dict[str, dict[str, 
         _mutated(runs["quality"], lambda d: _rename(d["items"][0], "key", "pair")),
         _mutated(runs["capacity"], lambda d: _rename(d["capacity"], "first_fail", "first_failure")),
         _mutated(runs["coldstart"], lambda d: d["manifest"].pop("boots")),
-        _mutated(runs["coldstart"], lambda d: _rename(d["boots"][0], "healthy_s", "healthy")),
+        _mutated(runs["coldstart"], lambda d: _rename(d["manifest"]["boots"][0], "healthy_s", "healthy")),
+        _mutated(runs["coldstart"], lambda d: d.__setitem__("boots", d["manifest"]["boots"])),  # one shape: show's
         _mutated(runs["predict"], lambda d: d["manifest"].pop("hardware")),
         _mutated(runs["predict"], lambda d: d.__setitem__("predicted", False)),
         _mutated(runs["depth"], lambda d: _rename(d["levels"][0], "pp_tps", "pp")),

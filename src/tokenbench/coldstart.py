@@ -134,9 +134,10 @@ def boot_summary(boots: list[dict[str, Any]]) -> str | None:
 def run_coldstart(cfg: ColdStartConfig, store: Store) -> RunResult:
     """Boot the server ``cfg.repeat`` times and store the boots as one run of kind coldstart (its manifest holds
     the boots; it has no levels). Refuses when something already answers at the health URL (it would be timed
-    instead). The result's JSON keeps, at its top level, the keys ``coldstart --json`` wrote before it went
-    through the result contract (tool, kind, run_id and the manifest's keys: boots, server_command, ...)."""
+    instead). The result is the run as stored, read back as ``show`` reads it: ``coldstart --json`` and
+    ``show --json`` write one document."""
     from . import __version__, redact
+    from .reader import load_result
 
     if cfg.repeat < 1:
         raise UsageError("--repeat must be at least 1")
@@ -154,4 +155,4 @@ def run_coldstart(cfg: ColdStartConfig, store: Store) -> RunResult:
                         extra={"server_command": redact.command(shlex.split(cfg.cmd))})
     rid = new_run_id()
     store.save_run(rid, "coldstart", cfg.label, manifest.to_dict(), "measured", [], __version__, now_iso(), now_iso())
-    return RunResult(rid, manifest, [], "complete", kind="coldstart", legacy=manifest.to_dict())
+    return load_result(store, rid)
