@@ -285,3 +285,36 @@ def test_coldstart_of_a_model_the_server_does_not_serve(tmp_path: Path, capsys: 
     err = capsys.readouterr().err
     assert code == 3 and len(err.strip().splitlines()) == 1, err
     assert "'no-such-model' is not served" in err and "served: emitter" in err and "--model" in err
+
+
+def test_the_boot_summary_gives_a_range_only_where_the_later_boots_differ() -> None:
+    from tokenbench.coldstart import boot_summary
+
+    def boots(*healthy: float) -> list[dict[str, float]]:
+        return [{"n": k + 1, "healthy_s": h} for k, h in enumerate(healthy)]
+
+    assert boot_summary(boots(0.5)) is None  # nothing later to set against the first
+    for later in ([0.191], [0.191, 0.192], [0.19, 0.31], [0.2, 0.2, 0.2], [0.25, 0.4, 0.3]):
+        line = boot_summary(boots(1.0, *later)) or ""
+        shown = sorted({f"{v:.2f}" for v in later})
+        assert line.startswith("first boot 1.00 s to healthy; ")
+        assert ("later boot " if len(later) == 1 else "later boots ") in line
+        assert (f"{shown[0]}..{shown[-1]} s" if len(shown) > 1 else f" {shown[0]} s") in line and \
+            (".." in line) == (len(shown) > 1), line
+
+
+def test_show_of_a_coldstart_prints_what_coldstart_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The engine the boots ran and the first boot against the later ones, as coldstart said them."""
+    port = _free_port()
+    db = str(tmp_path / "c.db")
+    assert main(["coldstart", "--cmd", f"{sys.executable} -m tokenbench.emitter --port {{port}}",
+                 "--url", f"http://127.0.0.1:{port}/v1", "--repeat", "2", "--db", db, "--json", str(tmp_path / "c.json")]) == 0
+    ran = capsys.readouterr().out.splitlines()
+    run_id = json.loads((tmp_path / "c.json").read_text())["run_id"]
+    assert main(["show", run_id, "--db", db]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert ran[:-1] == shown[:-1] and run_id in ran[-1] and run_id in shown[-1]  # all but where the run is
+    assert ran[0].startswith("model emitter; engine ") and "engine unknown" not in ran[0]
+    assert any(line.startswith("first boot ") for line in shown)
+    doc = Store(tmp_path / "c.db").resolve(run_id).manifest
+    assert doc["engine"] and ran[0] == f"model emitter; engine {doc['engine']} {doc['engine_version']}"

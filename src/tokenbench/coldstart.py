@@ -31,9 +31,11 @@ class Boot:
     first_token_s: float | None
     model: str | None
     error: str | None = None
+    #: the engine and its version as the server says (servers.discover): the run's, in its manifest, not a boot's
+    engine: tuple[str | None, str | None] = (None, None)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "engine"}
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -50,7 +52,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=15)
 
 
-async def _first_token(base_url: str, model: str | None) -> tuple[float, str | None]:
+async def _first_token(base_url: str, model: str | None) -> tuple[float, str, tuple[str | None, str | None]]:
+    """When the first token came (perf_counter_ns), of which model, from which engine (its name and version)."""
     async with aiohttp.ClientSession() as http:
         info = await discover(http, base_url, model=model)
         name = check_model(info, model, base_url)  # a name it does not serve: said so, not a failed request
@@ -62,7 +65,7 @@ async def _first_token(base_url: str, model: str | None) -> tuple[float, str | N
             await client.close()
         if not rec.ok:
             raise EndpointError(f"the first request failed ({rec.error_kind}: {rec.error})")
-        return rec.first_token_ns or 0, name
+        return rec.first_token_ns or 0, name, (info.engine, info.engine_version)
 
 
 def boot(n: int, cmd: str, base_url: str, health_url: str, model: str | None, timeout_s: float,
@@ -87,8 +90,8 @@ def boot(n: int, cmd: str, base_url: str, health_url: str, model: str | None, ti
                 return Boot(n, timeout_s, None, model, error=f"not healthy within {timeout_s:g} s")
             time.sleep(0.05)
         healthy = (time.perf_counter_ns() - t0_ns) / 1e9
-        first_ns, name = asyncio.run(_first_token(base_url, model))
-        return Boot(n, healthy, (first_ns - t0_ns) / 1e9, name)
+        first_ns, name, engine = asyncio.run(_first_token(base_url, model))
+        return Boot(n, healthy, (first_ns - t0_ns) / 1e9, name, engine=engine)
     finally:
         _stop(proc)
         if log_path:
@@ -123,12 +126,15 @@ class ColdStartConfig:
 
 
 def boot_summary(boots: list[dict[str, Any]]) -> str | None:
-    """The first boot against the later ones (cached weights and compiled kernels), when there are later."""
+    """The first boot against the later ones (cached weights and compiled kernels), when there are later: their
+    range, or their one value where the range is one as printed."""
     if len(boots) < 2:
         return None
     later = [float(b["healthy_s"]) for b in boots[1:]]
-    return (f"first boot {float(boots[0]['healthy_s']):.2f} s to healthy; later boots {min(later):.2f}..{max(later):.2f} s "
-            "(cached weights and compiled kernels)")
+    low, high = f"{min(later):.2f}", f"{max(later):.2f}"
+    which = "later boot" if len(later) == 1 else "later boots"
+    return (f"first boot {float(boots[0]['healthy_s']):.2f} s to healthy; {which} "
+            f"{low if low == high else f'{low}..{high}'} s (cached weights and compiled kernels)")
 
 
 def run_coldstart(cfg: ColdStartConfig, store: Store) -> RunResult:
@@ -150,8 +156,9 @@ def run_coldstart(cfg: ColdStartConfig, store: Store) -> RunResult:
         boots.append(b)
         if b.error:  # the server died or never came up: the endpoint cannot be used (exit 3), as a sweep says
             raise EndpointError(f"boot {n + 1}: {b.error}; see the server's output (--log FILE)")
-    manifest = Manifest(command=cfg.command, endpoint=cfg.base_url, model=boots[0].model,
-                        boots=[b.to_dict() for b in boots], label=cfg.label, key_order=("label",),
+    engine, version = boots[0].engine
+    manifest = Manifest(command=cfg.command, endpoint=cfg.base_url, model=boots[0].model, engine=engine,
+                        engine_version=version, boots=[b.to_dict() for b in boots], label=cfg.label, key_order=("label",),
                         extra={"server_command": redact.command(shlex.split(cfg.cmd))})
     rid = new_run_id()
     store.save_run(rid, "coldstart", cfg.label, manifest.to_dict(), "measured", [], __version__, now_iso(), now_iso())

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from .. import redact
 from ..console import print_table
+from ..describe import describe_run
 from ..errors import UsageError
 from ..servers import normalize_base_url
 from ..store import Store
@@ -20,6 +21,7 @@ from .options import LABEL, UNIT, POSITIVE_INT, add_db
 
 if TYPE_CHECKING:
     from ..coldstart import ColdStartConfig
+    from ..results import RunResult
 
 EXAMPLE_URL = "http://127.0.0.1:8080/v1"
 
@@ -82,16 +84,25 @@ def coldstart_config(a: argparse.Namespace, argv: list[str]) -> ColdStartConfig:
                            label=a.label, command=redact.command(["tokenbench", *argv]))
 
 
+def print_boots(console: Console, res: RunResult, fmt: str = "table") -> None:
+    """A cold start as coldstart prints it and show prints it again: the model and engine, the boots, the first
+    against the later ones."""
+    from ..coldstart import boot_summary
+
+    boots = res.manifest.boots or []
+    console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
+    print_table(console, *boot_rows(boots), fmt)
+    line = boot_summary(boots)
+    if line:
+        console.print(line, markup=False, highlight=False)
+
+
 def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> int:
-    from ..coldstart import boot_summary, run_coldstart
+    from ..coldstart import run_coldstart
 
     cfg = coldstart_config(a, argv)
     res = run_coldstart(cfg, Store(a.db))
-    boots = res.manifest.boots or []
-    print_table(console, *boot_rows(boots))
-    line = boot_summary(boots)
-    if line:
-        console.print(line, markup=False)
+    print_boots(console, res)
     if a.json:
         write_json(a.json, res)
     console.print(f"run {res.run_id} (coldstart) saved", style="dim", markup=False)

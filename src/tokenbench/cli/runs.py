@@ -17,7 +17,7 @@ from ..results import Manifest, RunResult
 from ..reader import load_result
 from ..store import Store
 from .common import check_output, emit_json, write_json
-from .coldstart import boot_rows
+from .coldstart import print_boots
 from .depth import depth_notes, depth_rows
 from .guard import guard_rows
 from .sweep import print_result, saved
@@ -128,8 +128,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         console.print(f"{headline(res.manifest)}: not measured", markup=False, highlight=False,
                       style=None if res.manifest.calibrated is not False else "yellow")
     if res.kind == "coldstart":
-        console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
-        print_table(console, *boot_rows(res.manifest.boots or []), a.format)
+        print_boots(console, res, a.format)
         saved(console, res, store.path, a.format, "from")
     elif any(isinstance(o.summary, DepthLevel) for o in res.outcomes):
         # pp/tg at depths (depth runs, llama-bench and published imports, predicted depths): their own table;
