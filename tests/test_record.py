@@ -791,6 +791,20 @@ def test_bad_arguments_are_refused_in_one_line(args: list[str], said: str, tmp_p
     assert "Traceback" not in err and not (tmp_path / "x.jsonl").exists()
 
 
+def test_a_tokenizer_that_is_no_tokenizer_is_refused_before_agents_are_pointed_here(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], emitter: BackgroundEmitter) -> None:
+    """The writer process loads a lengths-only log's tokenizer: one that failed there crashed it with a
+    traceback after the proxy had said where to point the agents, and every request after was forwarded and lost."""
+    bogus = tmp_path / "passwd"
+    bogus.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    out = tmp_path / "x.jsonl"
+    assert main(["record", "--upstream", emitter.url, "--out", str(out), "--port", "0", "--lengths-only",
+                 "--tokenizer", str(bogus)]) == 2
+    got = capsys.readouterr()
+    assert got.err.count("\n") == 1 and f"--tokenizer {bogus}" in got.err and "Traceback" not in got.err, got.err
+    assert "point the agents" not in got.out and not out.exists()
+
+
 def test_an_existing_log_is_never_overwritten(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     old = tmp_path / "old.jsonl"
     old.write_text("yesterday's recording\n")

@@ -109,7 +109,13 @@ class Recording:
             raise
         c = self.config
         self.link = WriterLink(WriterConfig(c.out, c.upstream, c.lengths_only, c.block_size, c.tokenizer, c.key))
-        await self.link.open()
+        try:
+            await self.link.open()
+        except UsageError:  # the writer cannot start (its tokenizer): nothing is served, no log is left
+            self.link = None
+            await self.proxy.stop(0)
+            self._remove_empty_log()
+            raise
         host = "127.0.0.1" if self.config.host in ("0.0.0.0", "", "::") else self.config.host
         return f"http://{host}:{self.port}"
 

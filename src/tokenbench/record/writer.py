@@ -35,6 +35,7 @@ from .parsed import Answer, Request, Unrecordable, body_text
 from .responses import answer as responses_answer
 from .responses import request as responses_request
 from .sessions import Placed, Sessions, Turn
+from ..errors import UsageError
 from .tokens import ROUNDING, HashIds, LocalChatTokenizer, TokenizerError, UpstreamTokenizer, answer_text
 
 CHILD_ENTRY = "from tokenbench.record.writer import child_main; child_main({fd})"
@@ -208,7 +209,14 @@ def child_main(fd: int) -> None:
 
 
 async def _serve(conn: Any, config: WriterConfig) -> None:
-    writer = Writer(config)
+    try:
+        writer = Writer(config)
+    except Exception as e:  # a --tokenizer that is no tokenizer: said before the proxy says where to point agents
+        said = str(e) if isinstance(e, UsageError) else \
+            f"--tokenizer {config.tokenizer}: cannot be loaded as a tokenizer ({type(e).__name__})"
+        conn.send(("refused", said.splitlines()[0] if said else type(e).__name__))
+        return
+    conn.send(("ready", None))
     loop = asyncio.get_running_loop()
     while True:
         try:
@@ -236,22 +244,31 @@ def frame(obj: Any) -> bytes:
 
 
 class _Replies(asyncio.Protocol):
-    """The proxy's end of the socket: what the writer says back (its counts, once), and whether it went away."""
+    """The proxy's end of the socket: what the writer says back (whether it is ready, then its counts), and whether
+    it went away (each then None)."""
 
     def __init__(self) -> None:
         self.buf = b""
-        self.reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future[Any] = loop.create_future()
+        self.reply: asyncio.Future[Any] = loop.create_future()
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        if len(self.buf) >= 4 and not self.reply.done():
+        while len(self.buf) >= 4:
             (n,) = struct.unpack("!i", self.buf[:4])
-            if n >= 0 and len(self.buf) >= 4 + n:
-                self.reply.set_result(pickle.loads(self.buf[4:4 + n]))
+            if n < 0 or len(self.buf) < 4 + n:
+                return
+            message, self.buf = pickle.loads(self.buf[4:4 + n]), self.buf[4 + n:]
+            for waiting in (self.ready, self.reply):
+                if not waiting.done():
+                    waiting.set_result(message)
+                    break
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.reply.done():
-            self.reply.set_result(None)
+        for waiting in (self.ready, self.reply):
+            if not waiting.done():
+                waiting.set_result(None)
 
 
 class WriterLink:
@@ -270,11 +287,22 @@ class WriterLink:
         self._replies: _Replies | None = None
         self.lost: str | None = None
 
-    async def open(self) -> None:
+    async def open(self, timeout: float = 300.0) -> None:
+        """Start the writer: it loads what it needs (a lengths-only log's tokenizer) and says it is ready, or
+        why it cannot be (a ``UsageError``, the writer gone)."""
         loop = asyncio.get_running_loop()
         transport, self._replies = await loop.create_unix_connection(_Replies, sock=self._sock)
         self._transport = transport
         self._transport.write(frame(self.config))
+        try:
+            said = await asyncio.wait_for(asyncio.shield(self._replies.ready), timeout)
+        except asyncio.TimeoutError:
+            said = ("refused", f"the log writer did not start within {timeout:g} s")
+        if said is None:
+            said = ("refused", "the log writer stopped as it started")
+        if said[0] != "ready":
+            await self.close(timeout=5)
+            raise UsageError(said[1])
 
     def put(self, ex: Exchange) -> None:
         if self._transport is None or self._transport.is_closing():
