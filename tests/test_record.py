@@ -813,10 +813,12 @@ def test_an_existing_log_is_never_overwritten(tmp_path: Path, capsys: pytest.Cap
 
 
 def record_command(upstream: str, out: Path) -> subprocess.Popen[str]:
-    """``tokenbench record`` as a user runs it, in a process of its own (Ctrl-C is how it ends)."""
+    """``tokenbench record`` as a user runs it, in a process of its own (Ctrl-C is how it ends), on a terminal of
+    80 columns."""
     return subprocess.Popen([sys.executable, "-m", "tokenbench", "record", "--upstream", upstream, "--port", "0",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
+                                 "COLUMNS": "80"})
 
 
 def test_the_command_records_until_ctrl_c_and_says_what_it_did(tmp_path: Path, emitter: BackgroundEmitter) -> None:
@@ -855,8 +857,11 @@ def test_a_recording_of_nothing_says_so_keeps_no_log_and_exits_1(tmp_path: Path,
         proc.send_signal(signal.SIGINT)
         rest, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, (rest, err)
-    assert f"nothing recorded, so {out} was not kept: no chat completion, message or response came through" in rest
-    assert "1 other request forwarded" in rest and "Traceback" not in err
+    said = " ".join(rest.split())
+    assert f"nothing recorded, so {out} was not kept: no chat completion, message or response came through" in said
+    assert "1 other request forwarded" in said and "Traceback" not in err
+    # wrapped between words at the terminal's 80 columns, but for a word (the log's path) longer than a line
+    assert all(len(line) <= 80 or str(out) in line for line in rest.splitlines()), rest
     assert not out.exists()
 
 

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 
 from .. import redact
+from ..console import print_hanging
 from ..errors import UsageError
 from .common import check_output
 from .options import POSITIVE_INT
@@ -107,8 +108,8 @@ def cmd_record(a: argparse.Namespace, console: Console) -> int:
                       f"  OPENAI_BASE_URL={root}/v1\n  ANTHROPIC_BASE_URL={root}", soft_wrap=True, markup=False,
                       highlight=False)
         if (why := unreachable(config.upstream)) is not None:
-            console.print(f"warning: nothing answers at {redact.url(config.upstream)} now ({why}): the agent's "
-                          "requests fail until it does", style="yellow", markup=False, highlight=False, soft_wrap=True)
+            print_hanging(console, f"warning: nothing answers at {redact.url(config.upstream)} now ({why}): the "
+                                   "agent's requests fail until it does")
         console.file.flush()
 
     try:
@@ -117,7 +118,7 @@ def cmd_record(a: argparse.Namespace, console: Console) -> int:
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM, SIGHUP) is how a recording ends
         pass
     for line in holder[0].lines() if holder else []:
-        console.print(line, soft_wrap=True)
+        print_hanging(console, line)
     # a recording that holds nothing, or lost what its writer was handed, did not do its job
     return 0 if holder and holder[0].ok else 1
 
