@@ -683,6 +683,26 @@ def test_no_secret_reaches_the_log_or_the_output(tmp_path: Path, capsys: pytest.
     load_trajectories(out)
 
 
+def test_secrets_assigned_in_a_files_text_are_hidden_and_code_is_kept(tmp_path: Path) -> None:
+    """An agent reads .env files and configs: the value given to a secret-named name is hidden in what is
+    written, whatever its quoting, while code that only looks alike (``key=lambda``, ``max_tokens: 100``) is kept."""
+    env = "DB_PASSWORD=hunter2\ntoken: abc123xyz\n{\"api_key\": \"zz-top-9\"}\nexport AWS_SECRET_ACCESS_KEY='q1w2e3r4'"
+    code = "sorted(xs, key=lambda x: x.name); max_tokens: 100; token = get_token()"
+    body = {"model": "emitter", "stream": True, "max_tokens": 3, "messages": [
+        {"role": "user", "content": "read .env"}, {"role": "tool", "tool_call_id": "c1", "content": env},
+        {"role": "user", "content": code}]}
+    out = tmp_path / "env.jsonl"
+    with BackgroundEmitter(EmitterConfig()) as em, recording(em.url, out) as rec:
+        assert asyncio.run(post(rec.url + "/chat/completions", body))[0] == 200
+    text = out.read_text()
+    for secret in ("hunter2", "abc123xyz", "zz-top-9", "q1w2e3r4"):
+        assert secret not in text
+    [line] = lines(out)
+    assert line["request"]["messages"][1]["content"].splitlines() == [
+        "DB_PASSWORD=***", "token: ***", '{"api_key": "***"}', "export AWS_SECRET_ACCESS_KEY='***'"]
+    assert line["request"]["messages"][2]["content"] == code
+
+
 # ---- lengths only ---------------------------------------------------------------------------------------------------
 
 def chained(tokens: list[int], prompt: int, block: int) -> list[int]:

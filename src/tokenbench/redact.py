@@ -165,10 +165,35 @@ def looks_like_secret_option(word: str, known: frozenset[str] = frozenset()) -> 
             or bool(difflib.get_close_matches(bare.replace("_", "-"), secrets, n=1, cutoff=0.8)))
 
 
+#: A name in free text whose value is a secret (``DB_PASSWORD=...``, ``token: ...``, ``"api_key": "..."``): as
+#: ``SECRET_NAME``, but for the words that in code name something else too (``key=lambda``, ``auth: required``).
+_TEXT_SECRET_NAME = re.compile(r"(^|[_\-.])(api[_\-]?key|access[_\-]?key|private[_\-]?key|token|secret|password|"
+                               r"passwd|pwd|credentials?)($|[_\-.])", re.IGNORECASE)
+#: ``name = value`` or ``name: value`` in free text, the name and its value quoted or not.
+_TEXT_ASSIGN = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_.\-]*)([\"']?[ \t]*[:=][ \t]*)([\"']?)"
+                          r"([^\s\"'`,;)}\]]{3,})")
+_TEXT_HINTS = ("pass", "secret", "token", "key", "pwd", "credential")
+
+
+def _assignment(m: re.Match[str]) -> str:
+    name, value = m.group(1), m.group(4)
+    if value.isdigit() or value in ("null", "None", "true", "false") or value == HIDDEN or "(" in value \
+            or not _TEXT_SECRET_NAME.search(_CAMEL.sub("_", name)):
+        return m.group(0)
+    return m.group(1) + m.group(2) + m.group(3) + HIDDEN
+
+
 def keys(text: str) -> str:
-    """``text`` with words shaped like a key (``KEY_SHAPED``) and URL userinfo replaced: for a message."""
+    """``text`` with words shaped like a key (``KEY_SHAPED``), the values given to secret-named names
+    (``DB_PASSWORD=hunter2``, ``token: abc``) and URL userinfo replaced: for a message, a prompt, a file an agent
+    read."""
     text = url(text)
-    return KEY_SHAPED.sub(HIDDEN, text) if any(p in text for p in _KEY_PREFIXES) else text
+    if any(p in text for p in _KEY_PREFIXES):
+        text = KEY_SHAPED.sub(HIDDEN, text)
+    low = text.lower()
+    if any(h in low for h in _TEXT_HINTS):
+        text = _TEXT_ASSIGN.sub(_assignment, text)
+    return text
 
 
 def arguments(words: list[str], known: frozenset[str] = frozenset()) -> str:
