@@ -78,7 +78,7 @@ class Fit:
     fits: bool
     max_context: int  # at the asked concurrency
     max_concurrency: int  # at the asked context
-    gpu_layers: int | None = None  # hybrid split when it does not fit: layers kept on the GPU
+    gpu_layers: int | None = None  # llama.cpp's hybrid split when it does not fit: layers kept on the GPU
     offload_fraction: float = 0.0  # share of the weights left in host memory
 
 
@@ -112,8 +112,9 @@ def fit(m: ModelSpec, hw: HardwareSpec, q: Quant, context: int, concurrency: int
                 hi = mid - 1
         max_ctx = lo
     f = Fit(w / GIB, kv / GIB, st / GIB, ov / GIB, total / GIB, usable / GIB, total <= usable, max_ctx, max_conc)
-    if not f.fits:
+    if not f.fits and registry.engine(engine).gguf:
         # llama.cpp keeps the cache and as many whole layers as fit on the GPU (-ngl); the rest stay on the host.
+        # A batching engine (vLLM, SGLang) keeps every layer and the whole cache on its GPUs: no split to propose.
         per_layer = w / (m.layers + 1)
         room = usable - kv - st - ov - (w - per_layer * m.layers)  # embeddings/output stay
         f.gpu_layers = max(0, min(m.layers, int(room // per_layer)))

@@ -210,8 +210,10 @@ def predict_row(cat: Catalog, cal: Calibration, r: Row) -> RowResult:
         res.flags.append(f"UNCALIBRATED: no measurements of {s.backend}; priors only")
     n = max(1, r.concurrency)
     f = s.fit(context(r) + 1, n)
-    if not f.fits:
+    if not f.fits and f.gpu_layers is not None:
         res.flags.append(f"hybrid offload: {f.gpu_layers} of {s.model.layers} layers fit on the GPU")
+    elif not f.fits:
+        res.flags.append(f"does not fit: {f.total_gb:.1f} GiB by fit's count, of {f.usable_gb:.1f} GiB usable")
     ratio = res.measured_over_ceiling
     if ratio is not None and ratio > 1.0:
         res.flags.append(f"beats its physical ceiling ({ratio:.2f}x): a wrong spec, shape or format")

@@ -178,12 +178,16 @@ class Setup:
         calibration fit evaluates each row thousands of times; unmemoised, this was 86% of `calibrate`)."""
         key = ("f", context, concurrency)
         if key not in self.fits:
-            hw = self.hw if self.tp == 1 else replace(  # tp GPUs pool their memory (each runs the engine)
-                self.hw, mem_gb=self.hw.mem_gb * self.tp,
-                usable_gb=self.hw.usable_gb * self.tp if self.hw.usable_gb is not None else None)
-            self.fits[key] = memory.fit(self.model, hw, self.quant, context, concurrency, self.engine, self.ubatch,
-                                    self.flash_attn)
+            self.fits[key] = self.fit_as(self.quant, context, concurrency)
         return self.fits[key]
+
+    def fit_as(self, quant: formats.Quant, context: int, concurrency: int = 1) -> memory.Fit:
+        """The memory of this setup with ``quant`` for its own formats (what another KV cache would hold), not
+        memoised."""
+        hw = self.hw if self.tp == 1 else replace(  # tp GPUs pool their memory (each runs the engine)
+            self.hw, mem_gb=self.hw.mem_gb * self.tp,
+            usable_gb=self.hw.usable_gb * self.tp if self.hw.usable_gb is not None else None)
+        return memory.fit(self.model, hw, quant, context, concurrency, self.engine, self.ubatch, self.flash_attn)
 
     def decode(self, depth: int, n: int = 1) -> rf.Estimate:
         f = self.fit(depth + 1, n)

@@ -7,6 +7,7 @@ from .banding import HELD_MARK, BandLog, band_text, estimate_cell, span
 from .calibration import Calibration
 from .accuracy import AgainstReport
 from .rows import RowResult
+from .formats import Quant
 from .setup import Setup
 from .memory import Fit, FIT_SEARCH_TOKENS, kv_bytes, state_bytes
 from .specs import GIB
@@ -103,7 +104,9 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int, cal: Calibration
     ]
     if past:
         lines.append(f"  {past}")
-    if not f.fits:
+    if not f.fits and f.gpu_layers is None:
+        lines.append(f"  {what_fits(s, f, context, concurrency)}")
+    elif not f.fits:
         lines.append(
             f"  hybrid split (llama.cpp -ngl {f.gpu_layers}): {f.gpu_layers} of {m.layers} layers on the GPU, "
             f"{f.offload_fraction:.0%} of the weights in host memory ({s.hw.host_bw_gbs:g} GB/s): they are read "
@@ -114,6 +117,37 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int, cal: Calibration
             lines.append(f"  predicted decode with that split: {split_decode(s, cal, dec_gpu, context)} "
                          f"(ceiling {1 / dec_gpu.ceiling:.1f} tok/s)")
     return lines
+
+
+#: Each batching engine's flags for the context it holds, the sequences it runs at once and an FP8 KV cache.
+_FIT_FLAGS = {"vllm": ("--max-model-len", "--max-num-seqs", "--kv-cache-dtype fp8"),
+              "sglang": ("--context-length", "--max-running-requests", "--kv-cache-dtype fp8_e5m2")}
+
+
+def what_fits(s: Setup, f: Fit, context: int, concurrency: int) -> str:
+    """What would fit where a batching engine (vLLM, SGLang) cannot hold the model and its KV cache: it keeps every
+    layer on its GPUs, so no llama.cpp-style split runs; a shorter context, fewer sequences, an FP8 KV cache or a
+    box with the memory it needs."""
+    ctx_flag, seq_flag, kv_flag = _FIT_FLAGS.get(s.engine.split()[0], ("", "", ""))
+    head = f"{s.engine} keeps every layer and the KV cache in GPU memory (no layers in host memory): "
+    if f.max_context == 0 and f.max_concurrency == 0:
+        return (head + f"the weights and runtime alone ({f.weights_gb + f.overhead_gb:.1f} GiB) leave no room for a "
+                f"KV cache in {f.usable_gb:.1f} GiB; fewer bits per weight (--weights) or a box with more than "
+                f"{f.total_gb:.1f} GiB usable would fit")
+    ways = []
+    if f.max_context > 0:
+        ways.append(f"a context of at most {f.max_context:,} tokens" + (f" ({ctx_flag})" if ctx_flag else "")
+                    + (f" at {plural(concurrency, 'sequence')}" if concurrency > 1 else ""))
+    if 0 < f.max_concurrency < concurrency:
+        ways.append(f"at most {plural(f.max_concurrency, 'sequence')} of {context:,} tokens"
+                    + (f" ({seq_flag})" if seq_flag else ""))
+    fp8 = Quant(s.quant.weights, "FP8")
+    if s.quant.kv != "FP8" and s.hw.has_fp8 and s.kind == "batching" and ctx_flag:
+        half = s.fit_as(fp8, context, concurrency)
+        if half.fits:
+            ways.append(f"an FP8 KV cache (--kv fp8, {s.engine}'s {kv_flag}: {half.total_gb:.1f} GiB in all)")
+    ways.append(f"a box with {f.total_gb:.1f} GiB usable or more")
+    return head + "would fit with " + ", or ".join(ways)
 
 
 def split_decode(s: Setup, cal: Calibration | None, dec: rf.Estimate, context: int) -> str:
@@ -160,7 +194,8 @@ def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
                                   log), _f(1 / t.ceiling)]
         ctx = depth_context(d, pp, tg, tests)
         f = s.fit(ctx, 1)
-        rows.append(row + [fits_cell(s, ctx, f.fits, f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)")])
+        split = f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)" if f.gpu_layers is not None else None
+        rows.append(row + [fits_cell(s, ctx, f.fits, split)])
     return head, rows
 
 

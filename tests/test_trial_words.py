@@ -1,0 +1,39 @@
+"""What a first trial of fit, predict, compare and cost read: a split proposed only to the engine that runs one,
+no speed for a setup that does not fit, no nonzero figure printed as zero, lines within 80 columns, counts with
+their nouns, and a refused argument said in one line before anything else."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tokenbench.cli import main
+
+
+def _json_out(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[dict, str]:
+    assert main([*argv, "--json", "-"]) == 0
+    out = capsys.readouterr()
+    return json.loads(out.out), out.err
+
+
+def test_fit_proposes_a_layer_split_only_to_llama_cpp(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["fit", "--hardware", "nvidia-a30", "--model", "llama-3.1-8b", "--context", "128k", "--concurrency", "4"]
+    vllm, text = _json_out(capsys, [*args, "--engine", "vllm"])
+    assert not vllm["fits"] and vllm["gpu_layers"] is None and vllm["split_decode"] is None
+    assert "-ngl" not in text and "split" not in text
+    # what would fit instead: the largest context at these sequences, and a box with the memory it needs
+    flat = " ".join(text.split())
+    assert f"at most {vllm['max_context']:,} tokens" in flat and f"{vllm['total_gb']:.1f} GiB usable" in flat
+    lcpp, text = _json_out(capsys, [*args, "--engine", "llama.cpp"])
+    assert not lcpp["fits"] and lcpp["gpu_layers"] is not None and f"-ngl {lcpp['gpu_layers']}" in text
+
+
+def test_fit_names_an_fp8_cache_where_it_would_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["fit", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--context", "128k",
+            "--concurrency", "5"]
+    auto, text = _json_out(capsys, args)
+    fp8, _ = _json_out(capsys, [*args, "--kv", "fp8"])
+    assert not auto["fits"] and fp8["fits"]
+    assert f"FP8 KV cache (--kv fp8, vllm's --kv-cache-dtype fp8: {fp8['total_gb']:.1f} GiB" in " ".join(text.split())
