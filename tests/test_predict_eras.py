@@ -12,6 +12,7 @@ import pytest
 from tokenbench import registry
 from tokenbench.cli import main
 from tokenbench.errors import UsageError
+from tokenbench.layout import plural
 from tokenbench.predict.bands import ERA_MIN_BOXES, FEW_ROWS, Extrapolation
 from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.fitting import fit_calibration
@@ -132,16 +133,16 @@ def test_a_kind_band_widens_for_a_thin_generation_not_a_thin_year(cat: Catalog) 
     ada = Setup.make(cat, cal, "nvidia-rtx-4090", *args).band(cal, "decode")
     blackwell = Setup.make(cat, cal, "nvidia-rtx-5090", *args).band(cal, "decode")
     assert ada is not None and not ada.borrowed and not ada.widened
-    assert blackwell is not None and blackwell.widened == (f"{reach['arch_sm_120']} rows of sm_120 boxes",)
+    assert blackwell is not None and blackwell.widened == (f"{plural(reach['arch_sm_120'], 'row')} of sm_120 boxes",)
     assert Setup.make(cat, cal, "nvidia-rtx-4090", *args, era="2026").band(cal, "decode") == ada
     old = Calibration.from_toml("\n\n".join(part for part in cal.to_toml().split("\n\n")
                                           if not part.startswith("[kinds.")))
     base = old.band("llamacpp-cuda", "decode")
     assert base is not None and not old.kind_bands
     blackwell = Setup.make(cat, old, "nvidia-rtx-5090", *args).band(old, "decode")
-    assert blackwell is not None and blackwell.widened == (f"{reach['arch_sm_120']} rows of sm_120 boxes",)
+    assert blackwell is not None and blackwell.widened == (f"{plural(reach['arch_sm_120'], 'row')} of sm_120 boxes",)
     new = Setup.make(cat, old, "nvidia-rtx-4090", *args, era="2026").band(old, "decode")
-    assert new is not None and new.widened == (f"2026 builds measured on {reach['boxes_2026']} box(es)",)
+    assert new is not None and new.widened == (f"2026 builds measured on {plural(reach['boxes_2026'], 'box', 'boxes')}",)
 
 
 def test_reach_is_the_context_a_row_attended_to(cat: Catalog) -> None:

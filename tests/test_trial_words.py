@@ -37,3 +37,18 @@ def test_fit_names_an_fp8_cache_where_it_would_fit(capsys: pytest.CaptureFixture
     fp8, _ = _json_out(capsys, [*args, "--kv", "fp8"])
     assert not auto["fits"] and fp8["fits"]
     assert f"FP8 KV cache (--kv fp8, vllm's --kv-cache-dtype fp8: {fp8['total_gb']:.1f} GiB" in " ".join(text.split())
+
+
+def test_fit_says_its_counts_with_their_nouns_and_indents_what_runs_on(capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    for n in ("1", "4"):
+        assert main(["fit", "--hardware", "nvidia-a30", "--model", "llama-3.1-8b", "--context", "128k",
+                     "--concurrency", n]) == 0
+        out = capsys.readouterr().out
+        assert "(s)" not in out and ("1 sequence:" in out if n == "1" else "4 sequences:" in out)
+        lines = out.splitlines()
+        assert all(len(ln) <= 80 for ln in lines)
+        # each line that runs on sits under its own text: only a statement starts at the margin
+        starts = [ln for ln in lines if not ln.startswith(" ")]
+        assert [ln.split()[0] for ln in starts] == ["engine:", "llama-3.1-8b"][: len(starts)]

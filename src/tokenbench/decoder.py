@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from itertools import accumulate
 
+from .layout import plural
 from .records import RequestRecord
 from .sse import SSEParser
 from .wire import MAX_EVENT_BYTES, Chunk, Usage, WireError, parse_event
@@ -207,7 +208,7 @@ class StreamDecoder:
             return False
         if self._refused is not None:
             record.error_kind = self._refused.kind
-            record.error = f"{record.malformed_events} unusable event(s), the first: {self._refused}"
+            record.error = f"{plural(record.malformed_events, 'unusable event')}, the first: {self._refused}"
             return False
         if not self._done and record.finish_reason is None and not (self._parse is not None and self._parse.done):
             record.error_kind = "stream_incomplete"

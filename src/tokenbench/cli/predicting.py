@@ -54,6 +54,7 @@ def cmd_catalog(a: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_fit(a: argparse.Namespace, console: Console) -> int:
+    from ..console import print_hanging
     from ..predict import tables
     from ..predict.entrypoints import engine_note, setup
 
@@ -62,10 +63,10 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
     cfg = _setup_config(a)
     s, cal = setup(cfg)
     if note := engine_note(cfg, s):
-        console.print(note, markup=False, highlight=False)
+        print_hanging(console, note)
     f = s.fit(ctx, a.concurrency)
     for line in tables.fit_lines(s, f, ctx, a.concurrency, cal):
-        console.print(line, markup=False, highlight=False)
+        print_hanging(console, line)  # a line that runs on is indented under its own, never back at the margin
     if a.json:
         emit_json(a.json, {"tool": "tokenbench", "kind": "fit", "hardware": s.hw.id, "model": s.model.id,
                            "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine, "context": ctx,
@@ -307,7 +308,7 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
     own = OwnRuns(Store(a.db, readonly=True), a.runs, a.latest, a.hardware, a.model, a.engine, a.weights, a.kv) \
         if a.runs else None
     # the fit, then one fit per source left out (the bands): half a minute on one core, less on more
-    print(f"fitting every backend, then each with one source left out, on {fold_processes(64)} process(es)...",
+    print(f"fitting every backend, then each with one source left out, on {plural(fold_processes(64), 'process', 'processes')}...",
           file=sys.stderr, flush=True)
     fitted = calibrate([Path(f) for f in a.file] if a.file else None, "tokenbench " + redact.command(argv), own)
     if own is not None:

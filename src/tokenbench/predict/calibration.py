@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..layout import plural
 from .bands import (ARCH_KEY, BORROW_TERM, CONCURRENCY_TERM, DEPTH_TERM, DRIFT_PRIOR, ERA_MIN_BOXES, FEW_ROWS,
                     FEW_ROWS_TERM, MOE_KEY, MOE_TERM, YEAR_KEY, Band, Extrapolation, counts_rows_by,
                     drift_per_year, widen)
@@ -178,10 +179,10 @@ class Calibration:
         terms = []
         per_year = drift_per_year(self.drift)
         if reach.years > 0:
-            terms.append((per_year * reach.years, f"engine builds {reach.years} year(s) newer than any row "
+            terms.append((per_year * reach.years, f"engine builds {plural(reach.years, 'year')} newer than any row "
                                                   f"({self.newest_era(backend) or 'undated'})"))
         elif reach.years < 0:
-            terms.append((per_year * -reach.years, f"engine builds {-reach.years} year(s) older than any row "
+            terms.append((per_year * -reach.years, f"engine builds {plural(-reach.years, 'year')} older than any row "
                                                    f"({self.oldest_era(backend) or 'undated'})"))
         r = self.reach.get(backend) or self._family_reach(backend)
         deepest, widest = r.get("max_depth"), r.get("max_concurrency")
@@ -193,13 +194,13 @@ class Calibration:
                           f"concurrency {reach.concurrency} beyond the highest row ({widest})"))
         e = self.backends.get(backend)
         if thin and e is not None and e.rows < FEW_ROWS:
-            terms.append((FEW_ROWS_TERM, f"fitted on {e.rows} rows"))
+            terms.append((FEW_ROWS_TERM, f"fitted on {plural(e.rows, 'row')}"))
         elif (e is not None and reach.arch and counts_rows_by(r, ARCH_KEY)
               and r.get(ARCH_KEY + reach.arch, 0) < FEW_ROWS):
-            terms.append((FEW_ROWS_TERM, f"{r.get(ARCH_KEY + reach.arch, 0)} rows of {reach.arch} boxes"))
+            terms.append((FEW_ROWS_TERM, f"{plural(r.get(ARCH_KEY + reach.arch, 0), 'row')} of {reach.arch} boxes"))
         if (thin and e is not None and reach.years == 0 and reach.year and counts_rows_by(r, YEAR_KEY)
                 and r.get(YEAR_KEY + reach.year, 0) < ERA_MIN_BOXES):
-            terms.append((FEW_ROWS_TERM, f"{reach.year} builds measured on {r.get(YEAR_KEY + reach.year, 0)} box(es)"))
+            terms.append((FEW_ROWS_TERM, f"{reach.year} builds measured on {plural(r.get(YEAR_KEY + reach.year, 0), 'box', 'boxes')}"))
         return terms
 
     def to_toml(self) -> str:

@@ -81,7 +81,7 @@ def read_rows(path: Path) -> list[Row]:
     reader = csv.DictReader(lines)
     missing = [c for c in COLUMNS if c not in OPTIONAL and c not in (reader.fieldnames or [])]
     if missing:
-        raise UsageError(f"{path}: missing column(s) {', '.join(missing)}; expected the published.csv layout: {','.join(COLUMNS)}")
+        raise UsageError(f"{path}: missing {'column' if len(missing) == 1 else 'columns'} {', '.join(missing)}; expected the published.csv layout: {','.join(COLUMNS)}")
     rows = []
     for n, d in enumerate(reader, start=2):
         try:

@@ -175,11 +175,11 @@ def _from_table(cls: type, ident: str, table: dict[str, Any], what: str) -> Any:
                          f'quote it, [{section}."{dotted}"]')
     unknown = set(table) - names
     if unknown:
-        raise UsageError(f"{what} '{ident}': unknown field(s) {sorted(unknown)}; known: {sorted(names - {'id'})}")
+        raise UsageError(f"{what} '{ident}': unknown {'field' if len(unknown) == 1 else 'fields'} {sorted(unknown)}; known: {sorted(names - {'id'})}")
     required = [f.name for f in fields(cls) if f.name != "id" and f.default is MISSING
                 and f.default_factory is MISSING and f.name not in table]
     if required:
-        raise UsageError(f"{what} '{ident}': missing field(s) {', '.join(required)}")
+        raise UsageError(f"{what} '{ident}': missing {'field' if len(required) == 1 else 'fields'} {', '.join(required)}")
     for f in fields(cls):
         if f.name in table:
             _check_field(what, ident, f.name, str(f.type), table[f.name])

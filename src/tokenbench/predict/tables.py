@@ -86,7 +86,7 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int, cal: Calibration
     past = context_remark(m, context)
     lines = [
         f"{m.id} ({s.quant.weights} weights, {s.quant.kv.lower()} KV) on {_box(s)} with {s.engine}: "
-        f"{context:,} tokens x {concurrency} sequence(s)",
+        f"{context:,} tokens x {plural(concurrency, 'sequence')}",
         f"  weights      {f.weights_gb:8.2f} GiB  (all experts)" if m.is_moe else f"  weights      {f.weights_gb:8.2f} GiB",
         f"  KV cache     {f.kv_gb:8.2f} GiB  ({kv_bytes(m, s.quant, context) / GIB:.3f} GiB per sequence)",
     ]
@@ -96,7 +96,7 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int, cal: Calibration
         f"  runtime      {f.overhead_gb:8.2f} GiB",
         f"  total        {f.total_gb:8.2f} GiB of {f.usable_gb:.1f} GiB usable (a vendor's \"GB\" of memory is GiB) -> "
         + ("fits" if f.fits else "does NOT fit") + (" in memory, past the model's context" if past else ""),
-        f"  largest context at {concurrency} sequence(s): "
+        f"  largest context at {plural(concurrency, 'sequence')}: "
         + (f"{f.max_context:,} tokens" if f.max_context < FIT_SEARCH_TOKENS else
            f"{FIT_SEARCH_TOKENS:,} tokens or more (memory is not the limit)")
         + (f" (the model's own: {m.context:,})" if m.past_context(f.max_context) else "") + "; "
@@ -275,7 +275,7 @@ def summary_lines(rep: AgainstReport) -> list[str]:
     out.append("'fitted' rows are ones this calibration was fitted on (in-sample); cross-validated accuracy: "
                "python benchmarks/predictor_accuracy.py")
     if rep.summary["flagged"]:
-        out.append(f"{rep.summary['flagged']} row(s) flagged as a likely software bottleneck")
+        out.append(f"{plural(rep.summary['flagged'], 'row')} flagged as a likely software bottleneck")
     for r in rep.results:  # each flagged row by name, as the table shows it
         for flag in r.flags:
             out.append(f"{_on(r)}, {_test(r)}: {flag}")
