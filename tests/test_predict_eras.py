@@ -223,9 +223,9 @@ def test_a_cells_band_is_its_own_whatever_else_the_table_asks(capsys: pytest.Cap
         return {ln.split()[0]: [w for w in ln.split() if w.startswith("±")] for ln in out.splitlines()
                 if ln.split() and ln.split()[0].isdigit()}
 
-    alone, beside = cells("16"), cells("16,64,256")
+    alone, beside = cells("16"), cells("16,64,96")  # 96: the most that fit
     assert alone["16"] == beside["16"]
-    assert [float(b.strip("±%")) for b in beside["256"]] > [float(b.strip("±%")) for b in beside["16"]]
+    assert [float(b.strip("±%")) for b in beside["96"]] > [float(b.strip("±%")) for b in beside["16"]]
     # a session's bands widen for the context its turns reach, as a serving request of that length does
     session = ["predict", "--hardware", "nvidia-h100-sxm", "--model", "gpt-oss-20b", "--weights", "MXFP4",
                "--sessions", "--turns", "10", "--shared-prefix", "2000", "--input-len", "1000", "--tool-len", "800",

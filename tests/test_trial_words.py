@@ -52,3 +52,18 @@ def test_fit_says_its_counts_with_their_nouns_and_indents_what_runs_on(capsys: p
         # each line that runs on sits under its own text: only a statement starts at the margin
         starts = [ln for ln in lines if not ln.startswith(" ")]
         assert [ln.split()[0] for ln in starts] == ["engine:", "llama-3.1-8b"][: len(starts)]
+
+
+@pytest.mark.parametrize("args", [["--concurrency", "1,64", "--input-len", "16000"],
+                                  ["--test", "depth", "--depth", "0,256k"]])
+def test_predict_shows_no_speed_for_a_setup_that_does_not_fit(args: list[str],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    said, err = _json_out(capsys, ["predict", "--hardware", "nvidia-a30", "--model", "llama-3.1-8b", *args])
+    rows = said["rows"]
+    fit = [r for r in rows if r[-1] != "no"]
+    out = [r for r in rows if r[-1] == "no"]
+    assert fit and out
+    assert all(c != "—" for r in fit for c in r[1:-1])
+    assert all(set(r[1:-1]) == {"—"} for r in out)  # nothing a reader could take for a speed of it
+    assert "fits no (" in " ".join(err.split()) and "no speed is predicted" in " ".join(err.split())
+    assert len(said["levels"]) < len(rows) * (2 if "--test" in args else 1)  # nor stored for it

@@ -161,7 +161,8 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     else:
         (table,) = out.tables
         print_table(console, table.columns, table.rows, a.format)
-        console.print(out.note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
+        if out.note:
+            console.print(out.note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
         shown = {"note": out.note, "columns": table.columns, "rows": table.rows, "metrics": out.metrics}
     shown["band_pct"], shown["band_held"] = out.band_pct(), out.band_held()
     if a.save or a.json:

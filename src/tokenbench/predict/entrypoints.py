@@ -24,8 +24,8 @@ from .session import SessionPrediction, SessionShape, predict_session
 from .setup import Setup, default_slots, usual_setup
 from .specs import Catalog
 from .banding import BandLog, band_note
-from .tables import (context_remark, depth_context, depth_table, serve_table, session_lines, session_metrics,
-                     session_table)
+from .tables import (context_remark, depth_context, depth_table, not_run_remark, serve_table, session_lines,
+                     session_metrics, session_table)
 from .warm import WarmPrediction, predict_warm
 
 #: The published measurements the package ships (copies of the reference set, a test keeps them equal):
@@ -257,7 +257,10 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
                            "removes it, and the cache with it: predict --cache-ram 0)")
     longest = input_len + output_len if cfg.depths is None else \
         depth_context(max(cfg.depths), input_len, output_len, cfg.tests)
-    remarks += [r for r in [context_remark(s.model, longest)] if r]
+    if all(r[-1] == "no" for r in rows):
+        metrics = []  # no cell printed a band: no note on bands
+    remarks += [r for r in [context_remark(s.model, longest),
+                            not_run_remark(rows, "depth" if cfg.depths is not None else "concurrency")] if r]
     return Predicted(s, cal, cfg, described, [PredictedTable(head, rows)], metrics, band_note(s, cal, metrics, log),
                      input_len, output_len, remarks, log=log)
 

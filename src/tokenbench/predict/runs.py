@@ -65,9 +65,12 @@ def speculation(s: Setup, tokens: int, acceptance: float | None, acceptance_leng
 
 def depth_levels(s: Setup, depths: list[int], pp: int, tg: int, tests: tuple[str, ...]) -> list[DepthLevel]:
     """Predicted pp and tg rates per depth (those of ``tests``), as a depth run stores them (tg at the middle of its
-    output)."""
+    output); a depth whose context does not fit, and no split runs it, is left out (no speed for it)."""
     levels = []
     for d in depths:
+        f = s.fit(d + (pp if "pp" in tests else 0) + (tg if "tg" in tests else 0), 1)
+        if not f.fits and f.gpu_layers is None:
+            continue
         if "pp" in tests:
             levels.append(DepthLevel(test=f"pp{pp}", depth=d, pp_tps=pp / s.prefill(pp, d).estimate))
         if "tg" in tests:
@@ -76,9 +79,12 @@ def depth_levels(s: Setup, depths: list[int], pp: int, tg: int, tests: tuple[str
 
 
 def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: int) -> list[ServingLevel]:
-    """Predicted serving levels: aggregate throughput, median TTFT and TPOT per concurrency."""
+    """Predicted serving levels: aggregate throughput, median TTFT and TPOT per concurrency; a level that does not
+    fit the box's memory is left out (no speed for it)."""
     levels = []
     for n in concurrency:
+        if not s.fit(input_len + output_len, n).fits:
+            continue
         pt = s.serve(n, input_len, output_len)
         levels.append(ServingLevel(
             concurrency=n, test="serve", output_throughput_tps=pt.throughput[1],

@@ -57,6 +57,19 @@ def _box(s: Setup) -> str:
     return s.hw.id if s.tp == 1 else f"{s.tp}x {s.hw.id} (tensor parallel, memory pooled)"
 
 
+#: A speed cell of a row that does not fit: no figure for a setup that cannot run (``not_run_remark`` says why).
+NOT_RUN = "—"
+
+
+def not_run_remark(rows: list[list[str]], what: str) -> str | None:
+    """The line that says why a table's rows whose fits cell is "no" show no speed; None where every row fits."""
+    said = [r[0] for r in rows if r[-1] == "no"]
+    if not said:
+        return None
+    return (f"fits no ({what} {', '.join(said)}): the weights and KV cache pass the box's memory, and no speed is "
+            "predicted for a setup that cannot run; 'tokenbench fit' says what would fit")
+
+
 #: A "fits" cell whose context passes the model's own: the box may hold it, the model was not trained for it.
 PAST_MODEL = "past model"
 
@@ -184,6 +197,11 @@ def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
     rows = []
     for d in depths:
         row = [f"{d:,}"]
+        ctx = depth_context(d, pp, tg, tests)
+        f = s.fit(ctx, 1)
+        if not f.fits and f.gpu_layers is None:  # no split runs it: no speed for a setup that cannot run
+            rows.append(row + [NOT_RUN] * (len(head) - 2) + [fits_cell(s, ctx, f.fits)])
+            continue
         if "pp" in tests:
             p = s.prefill(pp, d)
             row += [estimate_cell(s, cal, "prefill", _f(pp / p.estimate), d + pp, 1, pp / p.estimate,
@@ -192,8 +210,6 @@ def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
             t = s.decode(d + tg // 2)
             row += [estimate_cell(s, cal, "decode", _f(1 / t.estimate), d + tg, 1, 1 / t.estimate, 1 / t.ceiling,
                                   log), _f(1 / t.ceiling)]
-        ctx = depth_context(d, pp, tg, tests)
-        f = s.fit(ctx, 1)
         split = f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)" if f.gpu_layers is not None else None
         rows.append(row + [fits_cell(s, ctx, f.fits, split)])
     return head, rows
@@ -206,8 +222,11 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
     rows = []
     ctx = prompt + output  # a request's context: each cell's band is its own level's (ctx, n)
     for n in concurrency:
-        p = s.serve(n, prompt, output)
+        p = s.serve(n, prompt, output)  # first: it refuses more agents than the loop simulates
         f = s.fit(ctx, n)
+        if not f.fits:  # the serving loop runs no split: no speed for a setup that cannot run
+            rows.append([str(n)] + [NOT_RUN] * (len(head) - 2) + [fits_cell(s, ctx, f.fits)])
+            continue
         rows.append([str(n), estimate_cell(s, cal, "throughput", _f(p.throughput[1]), ctx, n, p.throughput[1],
                                            p.throughput[0], log), _f(p.throughput[0]),
                      estimate_cell(s, cal, "throughput", _f(p.per_agent[1]), ctx, n, p.per_agent[1], p.per_agent[0],
