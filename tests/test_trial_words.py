@@ -67,3 +67,28 @@ def test_predict_shows_no_speed_for_a_setup_that_does_not_fit(args: list[str],
     assert all(set(r[1:-1]) == {"—"} for r in out)  # nothing a reader could take for a speed of it
     assert "fits no (" in " ".join(err.split()) and "no speed is predicted" in " ".join(err.split())
     assert len(said["levels"]) < len(rows) * (2 if "--test" in args else 1)  # nor stored for it
+
+
+def _lead(cell: str) -> float:
+    return float(cell.split()[0].replace(",", ""))
+
+
+def test_no_nonzero_prediction_prints_as_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    """256 agents queued behind one llama.cpp slot: each gets a hundredth of a token per second."""
+    said, _ = _json_out(capsys, ["predict", "--hardware", "amd-ryzen-ai-max-395", "--model", "llama-3.1-70b",
+                                 "--engine", "llama.cpp", "--parallel", "1", "--concurrency", "1,256"])
+    head, (one, many) = said["columns"], said["rows"]
+    assert many[-1] == "yes"  # the queued agents hold no cache: 256 of them fit as one slot does
+    aggregate, per_agent = _lead(many[head.index("Aggregate tok/s")]), _lead(many[head.index("Per-agent tok/s")])
+    assert per_agent > 0 and per_agent == pytest.approx(aggregate / 256, rel=0.1)
+    assert not [c for r in (one, many) for c in r[1:-1] if re.match(r"0\.0+( |$)", c)]
+
+
+def test_a_figure_keeps_its_significant_figures_and_a_held_reach_is_never_zero() -> None:
+    from tokenbench.layout import sig
+    from tokenbench.predict.banding import span
+
+    for v in (0.0043, 0.043, 0.43, 4.3, 43.0, 4321.0):
+        assert float(sig(v).replace(",", "")) == pytest.approx(v, rel=0.1) and sig(v) not in ("0", "0.0")
+    held = span(40.0, 10.0, 10.03, rate=True)  # the estimate 0.3% under its ceiling
+    assert held.held and not held.text().startswith("+0/") and held.text().startswith("+0.")

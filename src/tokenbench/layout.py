@@ -5,6 +5,7 @@ prints."""
 
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 from collections.abc import Collection
@@ -17,6 +18,19 @@ def plural(n: int | None, word: str, many: str | None = None) -> str:
     """A count and its noun: "1 agent", "8 agents", "0 slots"; ``many``: a plural that is not the noun and an s
     ("trajectories")."""
     return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+def sig(v: float, figures: int = 2) -> str:
+    """``v`` to ``figures`` significant figures in plain decimals, thousands separated: 0.0043, 0.43, 4.3, 43, 430,
+    4,300 (two figures). A nonzero value never reads 0.0, and none reads more precisely than it is known."""
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    places = figures - 1 - math.floor(math.log10(abs(v)))
+    r = round(v, places)
+    if r != 0 and math.floor(math.log10(abs(r))) > math.floor(math.log10(abs(v))):
+        places -= 1  # 9.96 rounds to 10.0: one figure more before the point, one fewer after it
+        r = round(v, places)
+    return f"{r:,.{max(0, places)}f}"
 
 
 def md_escape(text: str) -> str:

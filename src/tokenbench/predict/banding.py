@@ -33,6 +33,15 @@ def band_text(b: Band) -> str:
     return band_span(b.pct) + (" (wide)" if b.wide else "")
 
 
+def _floored(pct: float) -> str:
+    """A held end's reach rounded toward the estimate: whole percent, and under 1% its first significant figure
+    (an estimate 0.3% under its ceiling reads +0.3%, not +0%)."""
+    if pct >= 1 or pct <= 0:
+        return f"{math.floor(max(pct, 0)):.0f}"
+    unit = 10 ** math.floor(math.log10(pct))
+    return f"{math.floor(pct / unit) * unit:.{-math.floor(math.log10(pct))}f}"
+
+
 @dataclass(frozen=True, slots=True)
 class Span:
     """A band of ``pct`` around an estimate, in percent of it: how far it reaches below (``low``) and above
@@ -54,8 +63,8 @@ class Span:
         if self.pct >= TIMES_FROM_PCT:  # a rate's N held at its ceiling; a time's reaches down to its floor
             return f"≤{math.floor(10 + self.high / 10) / 10:.1f}x" if self.rate else band_span(self.pct)
         if self.rate:
-            return f"+{math.floor(self.high):.0f}/−{self.low:.0f}%"
-        return f"+{self.high:.0f}/−{math.floor(self.low):.0f}%"
+            return f"+{_floored(self.high)}/−{self.low:.0f}%"
+        return f"+{self.high:.0f}/−{_floored(self.low)}%"
 
     def to_dict(self) -> dict[str, Any]:
         return {"pct": self.pct, "low_pct": self.low, "high_pct": self.high, "held": self.held,

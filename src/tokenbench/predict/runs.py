@@ -83,7 +83,7 @@ def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: i
     fit the box's memory is left out (no speed for it)."""
     levels = []
     for n in concurrency:
-        if not s.fit(input_len + output_len, n).fits:
+        if not s.fit(input_len + output_len, s.held(n)).fits:
             continue
         pt = s.serve(n, input_len, output_len)
         levels.append(ServingLevel(

@@ -181,6 +181,11 @@ class Setup:
             self.fits[key] = self.fit_as(self.quant, context, concurrency)
         return self.fits[key]
 
+    def held(self, agents: int) -> int:
+        """The sequences the engine holds in memory for ``agents`` at once: a batching engine all of them,
+        llama.cpp's server its slots (more agents wait in its queue, holding no cache)."""
+        return agents if self.kind == "batching" else min(agents, self.parallel)
+
     def fit_as(self, quant: formats.Quant, context: int, concurrency: int = 1) -> memory.Fit:
         """The memory of this setup with ``quant`` for its own formats (what another KV cache would hold), not
         memoised."""

@@ -13,14 +13,18 @@ from .memory import Fit, FIT_SEARCH_TOKENS, kv_bytes, state_bytes
 from .specs import GIB
 from .session import SessionPrediction, rounds
 from .specs import Catalog, ModelSpec
-from ..layout import plural
+from ..layout import plural, sig
 
 Table = tuple[list[str], list[list[str]]]
 
 
 def _f(v: float | None, d: int = 1) -> str:
+    """A figure to ``d`` decimals, thousands separated; one that would round to zero to two significant figures
+    (0.043 tok/s never reads 0.0)."""
     if v is None:
         return "—"
+    if v != 0 and round(v, d) == 0:
+        return sig(v, 2)
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.{d}f}"
 
 
@@ -128,7 +132,7 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int, cal: Calibration
         dec_gpu = s.decode(context) if s.kind == "sequential" else None
         if dec_gpu is not None:
             lines.append(f"  predicted decode with that split: {split_decode(s, cal, dec_gpu, context)} "
-                         f"(ceiling {1 / dec_gpu.ceiling:.1f} tok/s)")
+                         f"(ceiling {_f(1 / dec_gpu.ceiling)} tok/s)")
     return lines
 
 
@@ -166,7 +170,7 @@ def what_fits(s: Setup, f: Fit, context: int, concurrency: int) -> str:
 def split_decode(s: Setup, cal: Calibration | None, dec: rf.Estimate, context: int) -> str:
     """The decode rate of a hybrid split with its band, as predict's tg cell at that context says it (its fast end
     held at the ceiling)."""
-    text = f"{1 / dec.estimate:.1f} tok/s"
+    text = f"{_f(1 / dec.estimate)} tok/s"
     if cal is None or not s.calibrated:
         return text + (" UNCALIBRATED" if not s.calibrated else "")
     return estimate_cell(s, cal, "decode", text, context, 1, 1 / dec.estimate, 1 / dec.ceiling)
@@ -223,7 +227,7 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
     ctx = prompt + output  # a request's context: each cell's band is its own level's (ctx, n)
     for n in concurrency:
         p = s.serve(n, prompt, output)  # first: it refuses more agents than the loop simulates
-        f = s.fit(ctx, n)
+        f = s.fit(ctx, s.held(n))
         if not f.fits:  # the serving loop runs no split: no speed for a setup that cannot run
             rows.append([str(n)] + [NOT_RUN] * (len(head) - 2) + [fits_cell(s, ctx, f.fits)])
             continue
