@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from tokenbench.cli import main
+from tokenbench.store import Store
 
 
 def _json_out(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[dict, str]:
@@ -92,3 +94,12 @@ def test_a_figure_keeps_its_significant_figures_and_a_held_reach_is_never_zero()
         assert float(sig(v).replace(",", "")) == pytest.approx(v, rel=0.1) and sig(v) not in ("0", "0.0")
     held = span(40.0, 10.0, 10.03, rate=True)  # the estimate 0.3% under its ceiling
     assert held.held and not held.text().startswith("+0/") and held.text().startswith("+0.")
+
+
+def test_calibrate_refuses_a_bad_run_before_it_says_it_is_fitting(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    Store(tmp_path / "t.db")  # a database without that run
+    assert main(["calibrate", "--out", str(tmp_path / "c.toml"), "--runs", "no-such-run", "--hardware", "nvidia-a30",
+                 "--model", "llama-3.1-8b", "--db", str(tmp_path / "t.db")]) == 2
+    err = capsys.readouterr().err
+    assert "fitting" not in err and len(err.strip().splitlines()) == 1 and "no-such-run" in err

@@ -308,10 +308,13 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
     check_output(a.out, "--out")  # before the fit's minute, not after it
     own = OwnRuns(Store(a.db, readonly=True), a.runs, a.latest, a.hardware, a.model, a.engine, a.weights, a.kv) \
         if a.runs else None
-    # the fit, then one fit per source left out (the bands): half a minute on one core, less on more
-    print(f"fitting every backend, then each with one source left out, on {plural(fold_processes(64), 'process', 'processes')}...",
-          file=sys.stderr, flush=True)
-    fitted = calibrate([Path(f) for f in a.file] if a.file else None, "tokenbench " + redact.command(argv), own)
+
+    def fitting() -> None:  # said once the files and runs are read: a bad one is refused before it
+        # the fit, then one fit per source left out (the bands): half a minute on one core, less on more
+        print(f"fitting every backend, then each with one source left out, on "
+              f"{plural(fold_processes(64), 'process', 'processes')}...", file=sys.stderr, flush=True)
+    fitted = calibrate([Path(f) for f in a.file] if a.file else None, "tokenbench " + redact.command(argv), own,
+                       fitting)
     if own is not None:
         for w in fitted.warnings:
             console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)

@@ -5,6 +5,7 @@ into these configs and prints what comes back; nothing here prints."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -336,9 +337,11 @@ class Calibrated:
     warnings: list[str] = field(default_factory=list)
 
 
-def calibrate(files: list[Path] | None, command: str, own: OwnRuns | None = None) -> Calibrated:
+def calibrate(files: list[Path] | None, command: str, own: OwnRuns | None = None,
+              fitting: Callable[[], None] | None = None) -> Calibrated:
     """Fit every backend's constants and bands to the rows of ``files`` (None: the published rows the package
-    ships) and ``own`` runs, recording ``command`` as how it was made."""
+    ships) and ``own`` runs, recording ``command`` as how it was made; ``fitting`` is called once every file and
+    run has been read (a bad one refused), as the fit starts."""
     rows: list[Row] = [r for f in (files or PUBLISHED_FILES) for r in read_rows(Path(f))]
     cat = Catalog.load()
     warnings: list[str] = []
@@ -346,4 +349,6 @@ def calibrate(files: list[Path] | None, command: str, own: OwnRuns | None = None
     if own is not None:
         mine, warnings = own_rows(own.store, own.refs, own.latest, cat, own.hardware, own.model, own.engine,
                                   own.weights, own.kv)
+    if fitting is not None:
+        fitting()
     return Calibrated(fit_calibration(cat, rows + mine, command), len(mine), warnings)
