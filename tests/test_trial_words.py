@@ -103,3 +103,18 @@ def test_calibrate_refuses_a_bad_run_before_it_says_it_is_fitting(tmp_path: Path
                  "--model", "llama-3.1-8b", "--db", str(tmp_path / "t.db")]) == 2
     err = capsys.readouterr().err
     assert "fitting" not in err and len(err.strip().splitlines()) == 1 and "no-such-run" in err
+
+
+@pytest.mark.parametrize("argv", [["cost", "--tps", "100", "--price-per-hour", "2"],
+                                  ["cost", "--tps", "100", "--price-per-hour", "2", "--api-price", "3", "--api-currency"],
+                                  ["recommend", "--model", "llama-3.1-8b", "--agents", "4"]])
+def test_an_unknown_currency_is_refused_in_one_line_naming_the_known(argv: list[str],
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from tokenbench.pricing import CURRENCIES
+
+    flag = [] if argv[-1] == "--api-currency" else ["--currency"]
+    assert main([*argv, *flag, "XYZ"]) == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and len(printed.err.strip().splitlines()) == 1
+    assert "XYZ" in printed.err and all(c in printed.err for c in CURRENCIES)
+    assert main([*argv, *flag, "eur"]) == 0  # a known one, in any case

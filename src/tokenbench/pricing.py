@@ -47,6 +47,9 @@ def cost_per_session(price_per_hour: float | None, box_s: float | None, sessions
 
 #: The one currency default of every command (sweep, cost, report, recommend): prices are in it unless told.
 DEFAULT_CURRENCY = "USD"
+#: The currencies a price may be given in (ISO 4217 codes): a code not among them is a typo until said otherwise.
+CURRENCIES = ("USD", "EUR", "GBP", "JPY", "CNY", "CHF", "CAD", "AUD", "NZD", "INR", "KRW", "SGD", "HKD", "SEK",
+              "NOK", "DKK", "PLN", "CZK", "BRL", "MXN", "ZAR")
 #: The electricity price an owned box's power is paid at unless told (per kWh, in the prices' currency): cost and
 #: recommend both take it and say so. About a European household's or a US commercial rate.
 DEFAULT_KWH_PRICE = 0.30

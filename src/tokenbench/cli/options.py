@@ -4,12 +4,11 @@ commands from them, and ``quality.py`` its own."""
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Any
 
 from ..apis import APIS, PATHS
 from ..registry import LAUNCHERS, find
-from ..pricing import DEFAULT_CURRENCY
+from ..pricing import CURRENCIES, DEFAULT_CURRENCY
 from ..slo import parse_duration_ms
 
 
@@ -74,9 +73,11 @@ def LATENCY(text: str) -> str:
 
 
 def CURRENCY(text: str) -> str:
-    if not re.fullmatch(r"[A-Za-z]{3}", text.strip()):
-        raise argparse.ArgumentTypeError(f"'{text}' is not a currency code: write e.g. USD or EUR")
-    return text.strip().upper()
+    code = text.strip().upper()
+    if code not in CURRENCIES:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a currency tokenbench knows: use one of "
+                                         f"{', '.join(CURRENCIES)}")
+    return code
 
 
 def add_latest(p: argparse.ArgumentParser) -> None:
