@@ -118,3 +118,20 @@ def test_an_unknown_currency_is_refused_in_one_line_naming_the_known(argv: list[
     assert printed.out == "" and len(printed.err.strip().splitlines()) == 1
     assert "XYZ" in printed.err and all(c in printed.err for c in CURRENCIES)
     assert main([*argv, *flag, "eur"]) == 0  # a known one, in any case
+
+
+def _save_predictions(db: Path, *boxes: str) -> None:
+    for box in boxes:
+        assert main(["predict", "--hardware", box, "--model", "llama-3.1-8b", "--concurrency", "1,16",
+                     "--save", box, "--db", str(db)]) == 0
+
+
+def test_compare_names_a_prediction_s_band_for_what_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    db = tmp_path / "p.db"
+    _save_predictions(db, "nvidia-h100-sxm", "nvidia-h200-sxm")
+    capsys.readouterr()
+    assert main(["compare", "nvidia-h100-sxm", "nvidia-h200-sxm", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "band)" in out and "A/B (80% band)" in out and "95% CI" not in out

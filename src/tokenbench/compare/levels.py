@@ -300,10 +300,19 @@ def verdict(r: CompareRow, a: str = "A", b: str = "B") -> str:
     return said
 
 
+def ratio_head(rows: list[CompareRow]) -> str:
+    """The ratio column's heading, naming the range its cells give: a 95% interval where both sides were sampled,
+    an 80% band where a side is a prediction (its band, not a confidence interval), both where the rows mix."""
+    sampled = any(r.interval is not None for r in rows)
+    banded = any(r.interval is None and r.band is not None for r in rows)
+    said = [w for w, has in (("95% CI", sampled), ("80% band", banded)) if has]
+    return f"A/B ({' or '.join(said)})" if said else "A/B"
+
+
 def table(c: Comparison) -> tuple[list[str], list[list[str]]]:
     """The rows as a table: the workload axes, the metric and its unit, both values (A and B: the heading names
-    the runs), A/B with its interval, and the faster side."""
-    head = ["Test", "Depth", "Concurrency", "Prompt", "Metric", "A", "B", "A/B (95% CI)", "Faster"]
+    the runs), A/B with its interval or band, and the faster side."""
+    head = ["Test", "Depth", "Concurrency", "Prompt", "Metric", "A", "B", ratio_head(c.rows), "Faster"]
     out = []
     for r in c.rows:
         out.append([r.test + (f" {r.cache}" if r.cache else ""), f"{r.depth:,}", str(r.concurrency),

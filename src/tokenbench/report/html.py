@@ -17,7 +17,7 @@ from collections.abc import Callable
 from .. import __version__, session_view
 from ..bootstrap import RESAMPLES
 from ..guard_results import FAIL
-from ..compare.levels import TIE, CompareRow, ratio_cell
+from ..compare.levels import TIE, CompareRow, ratio_cell, ratio_head
 from ..pricing import output_rate
 from ..levels import LevelSummary, of_depth, of_serving
 from ..results import RunResult
@@ -253,7 +253,7 @@ def _pair(p: comparison.Pair, runs: list[RunResult], quality: dict[tuple[str, st
                             f'{_e(pr.currency if pr else "")} per M output tokens</th>'
                             for i, r, pr in ((p.a, a, p.price_a), (p.b, b, p.price_b)))
     head = (f'<table class="cmp"><tr><th>Operating point</th>{_run_head(p.a, a)}{_run_head(p.b, b)}'
-            f"<th>A/B (95% CI)</th><th class=\"text\">Winner</th>{cost_head}</tr>")
+            f"<th>{_e(ratio_head(c.rows))}</th><th class=\"text\">Winner</th>{cost_head}</tr>")
     rows = [head]
     ncols = 5 + (2 if p.priced else 0)
     prompts = len({r.input_len for r in c.rows if r.test == "serve"})
