@@ -433,7 +433,7 @@ def test_against_at_80_columns_is_a_table_that_names_its_flagged_rows(tmp_path: 
     assert max(map(len, lines)) <= 80
     rule = next(i for i, ln in enumerate(lines) if set(ln.strip()) == {"━"})
     assert lines[rule - 1].split()[:3] == ["Test", "Measured", "Predicted"]
-    assert " On A30, phi-4" in lines and any(ln.startswith(" tg128 @ d4096 ") for ln in lines)
+    assert " On A30, phi-4 Q4_K_M" in lines and any(ln.startswith(" tg128 @ d4096 ") for ln in lines)
     assert "1 row flagged as a likely software bottleneck" in lines
     flagged = " ".join(lines[lines.index("1 row flagged as a likely software bottleneck") + 1:])
-    assert flagged.startswith("A30, phi-4, tg128 @ d4096: likely software bottleneck: measured is ")
+    assert flagged.startswith("A30, phi-4 Q4_K_M, tg128 @ d4096: likely software bottleneck: measured is ")

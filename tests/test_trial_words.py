@@ -135,3 +135,22 @@ def test_compare_names_a_prediction_s_band_for_what_it_is(tmp_path: Path, capsys
     assert main(["compare", "nvidia-h100-sxm", "nvidia-h200-sxm", "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "band)" in out and "A/B (80% band)" in out and "95% CI" not in out
+
+
+def test_against_heads_each_group_with_its_weight_format(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same box and model measured in two weight formats are two setups: each heading names its format."""
+    from tokenbench.predict.measured import COLUMNS
+
+    monkeypatch.setenv("COLUMNS", "80")
+    row = dict.fromkeys(COLUMNS, "")
+    row.update(source="s", host="A30", hardware="nvidia-a30", engine="llama.cpp cuda", model="llama-3.1-8b",
+               kv="f16", test="tg128", depth="0", concurrency="1", metric="decode_tps", unit="tok/s")
+    rows = [{**row, "weights": w, "value": v} for w, v in (("Q4_K_M", "100"), ("Q4_K_M", "900"), ("Q8_0", "70"))]
+    rows[1].update(test="pp512", metric="prefill_tps")
+    f = tmp_path / "p.csv"
+    f.write_text(",".join(COLUMNS) + "\n" + "".join(",".join(r[c] for c in COLUMNS) + "\n" for r in rows))
+    assert main(["predict", "--against", str(f)]) == 0
+    out = capsys.readouterr().out
+    heads = [ln.strip() for ln in out.splitlines() if ln.startswith(" On ")]
+    assert heads == ["On A30, llama-3.1-8b Q4_K_M", "On A30, llama-3.1-8b Q8_0"]

@@ -20,10 +20,10 @@ Table = tuple[list[str], list[list[str]]]
 
 def _f(v: float | None, d: int = 1) -> str:
     """A figure to ``d`` decimals, thousands separated; one that would round to zero to two significant figures
-    (0.043 tok/s never reads 0.0)."""
+    (0.043 tok/s never reads 0.0); ``d`` 0 a whole number (an error of 0.4% reads 0)."""
     if v is None:
         return "—"
-    if v != 0 and round(v, d) == 0:
+    if v != 0 and d > 0 and round(v, d) == 0:
         return sig(v, 2)
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.{d}f}"
 
@@ -270,8 +270,9 @@ _TEST_METRIC = {"pp": "prefill_tps", "tg": "decode_tps"}
 
 
 def _on(r: RowResult) -> str:
-    """The box and model a published figure was measured on: "RTX 3090 24GB, llama-3.1-8b"."""
-    return f"{r.row.raw.get('host', r.row.hardware)}, {r.row.model}"
+    """The box, model and weight format a published figure was measured on: "RTX 3090 24GB, llama-3.1-8b
+    Q4_K_M" (the same box and model in BF16 and Q4_K_M are two setups)."""
+    return f"{r.row.raw.get('host', r.row.hardware)}, {r.row.model} {r.row.weights}".rstrip()
 
 
 def _test(r: RowResult) -> str:
