@@ -154,3 +154,21 @@ def test_against_heads_each_group_with_its_weight_format(tmp_path: Path, capsys:
     out = capsys.readouterr().out
     heads = [ln.strip() for ln in out.splitlines() if ln.startswith(" On ")]
     assert heads == ["On A30, llama-3.1-8b Q4_K_M", "On A30, llama-3.1-8b Q8_0"]
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_a_saved_prediction_shows_the_precision_its_band_supports(fmt: str, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    db = tmp_path / "p.db"
+    _save_predictions(db, "nvidia-h100-sxm")
+    capsys.readouterr()
+    assert main(["show", "nvidia-h100-sxm", "--db", str(db), "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    rows = [[c.strip() for c in re.split(r"\s{2,}|\|", ln.strip(" |"))] for ln in out.splitlines()]
+    levels = [r for r in rows if r and r[0] in ("1", "16")]
+    figures = [c.split()[0] for r in levels for c in r[1:] if re.match(r"^[\d,.]+( m?s)?$", c)]
+    assert len(levels) == 2 and len(figures) == 10
+    # no more than two significant figures: a ±36% band supports no fourth
+    assert all(len(re.sub(r"\D", "", f).strip("0")) <= 2 for f in figures), figures

@@ -12,7 +12,7 @@ from .cache_cliff import CHECK as CLIFF_CHECK
 from .cells import level_label, ms, num
 from .console import print_table
 from .finding import Code
-from .layout import format_markdown, md_paragraph, plural
+from .layout import format_markdown, md_paragraph, plural, sig
 from .levels import NO_METER_NOTES, ServingLevel, Telemetry
 from .replay_table import lanes_warmed, print_replays
 from .session_table import print_sessions
@@ -22,14 +22,28 @@ from .slo import SloCheck, duration_text
 Column = tuple[str, Callable[[ServingLevel], str]]
 
 
-def _p99_ttft(s: ServingLevel) -> str:
+def _p99_ttft(s: ServingLevel, ms: Callable[[float | None], str] = ms) -> str:
     return ms(s.ttft_ms.p99) + ("*" if s.ttft_ms.n and s.ttft_ms.n < 100 else "")
 
 
-def _aggregate(s: ServingLevel) -> str:
+def _aggregate(s: ServingLevel, num: Callable[[float | None], str] = num) -> str:
     # over the plateau where the level had one (steady.py); an imported or predicted row without this figure has
     # 0.0 stored: not a measured zero
     return num(s.sustained_tps) if s.plateau is not None or s.output_throughput_tps or s.completed or s.failed else "—"
+
+
+#: A predicted figure's significant figures: its band (±20% and wider) supports no more.
+PREDICTED_FIGURES = 2
+
+
+def _predicted_num(v: float | None) -> str:
+    return "—" if v is None else sig(v, PREDICTED_FIGURES)
+
+
+def _predicted_ms(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{sig(v / 1000, PREDICTED_FIGURES)} s" if v >= 10_000 else f"{sig(v, PREDICTED_FIGURES)} ms"
 
 
 def per_agent_shown(s: ServingLevel) -> float | None:
@@ -46,15 +60,13 @@ def per_agent_shown(s: ServingLevel) -> float | None:
     return s.sustained_per_agent_tps
 
 
-def _per_agent(s: ServingLevel) -> str:
-    return num(per_agent_shown(s))
-
-
 GOODPUT = "Goodput req/s"
 
 
-def _sweep_columns(levels: list[ServingLevel], currency: str) -> list[Column]:
-    """The sweep table's columns: the fixed ones, and those only some runs have a figure for."""
+def _sweep_columns(levels: list[ServingLevel], currency: str, predicted: bool = False) -> list[Column]:
+    """The sweep table's columns: the fixed ones, and those only some runs have a figure for; ``predicted``: its
+    rates and times to the significant figures a prediction's band supports."""
+    rate, time = (_predicted_num, _predicted_ms) if predicted else (num, ms)
     # imported rows at one concurrency can differ by prompt length only: say which is which
     keys = [(level_label(s), s.input_tokens_mean) for s in levels]
     first = "Rate" if any(s.rate is not None for s in levels) else \
@@ -62,9 +74,10 @@ def _sweep_columns(levels: list[ServingLevel], currency: str) -> list[Column]:
     cols: list[Column] = [(first, level_label)]
     if len(set(keys)) > len({k for k, _ in keys}):
         cols.append(("Prompt tokens", lambda s: f"{s.input_tokens_mean:,.0f}" if s.input_tokens_mean else "—"))
-    cols += [("Aggregate output tok/s", _aggregate), ("Per-agent tok/s", _per_agent),
-             ("Median TTFT", lambda s: ms(s.ttft_ms.p50)), ("P99 TTFT", _p99_ttft),
-             ("Median TPOT", lambda s: ms(s.tpot_ms.p50))]
+    cols += [("Aggregate output tok/s", lambda s: _aggregate(s, rate)),
+             ("Per-agent tok/s", lambda s: rate(per_agent_shown(s))),
+             ("Median TTFT", lambda s: time(s.ttft_ms.p50)), ("P99 TTFT", lambda s: _p99_ttft(s, time)),
+             ("Median TPOT", lambda s: time(s.tpot_ms.p50))]
     if any(s.cost_per_mtok is not None for s in levels):
         cols.append((f"{currency}/M output", lambda s: num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—"))
     if any(s.slo for s in levels):  # --slo given: its verdict and goodput per level, before the counts
@@ -77,8 +90,9 @@ def _sweep_columns(levels: list[ServingLevel], currency: str) -> list[Column]:
     return cols
 
 
-def sweep_rows(levels: list[ServingLevel], currency: str = "USD") -> tuple[list[str], list[list[str]]]:
-    cols = _sweep_columns(levels, currency)
+def sweep_rows(levels: list[ServingLevel], currency: str = "USD",
+               predicted: bool = False) -> tuple[list[str], list[list[str]]]:
+    cols = _sweep_columns(levels, currency, predicted)
     return [h for h, _ in cols], [[cell(s) for _, cell in cols] for s in levels]
 
 
@@ -255,8 +269,8 @@ def _server_parts(s: ServingLevel) -> list[str]:
     return parts
 
 
-def format_sweep_markdown(levels: list[ServingLevel], currency: str = "USD") -> str:
-    header, rows = sweep_rows(levels, currency)
+def format_sweep_markdown(levels: list[ServingLevel], currency: str = "USD", predicted: bool = False) -> str:
+    header, rows = sweep_rows(levels, currency, predicted)
     parts = [format_markdown(header, rows)]
     # each note a paragraph of its own: lines one under the other would render as one, and a note's leading "*"
     # (the p99 footnote) as a bullet
@@ -264,8 +278,9 @@ def format_sweep_markdown(levels: list[ServingLevel], currency: str = "USD") -> 
     return "\n".join(parts)
 
 
-def print_sweep(console: Console, levels: list[ServingLevel], currency: str, title: str | None = None) -> None:
-    header, rows = sweep_rows(levels, currency)
+def print_sweep(console: Console, levels: list[ServingLevel], currency: str, title: str | None = None,
+                predicted: bool = False) -> None:
+    header, rows = sweep_rows(levels, currency, predicted)
     # what every level shares said once above the table; the flags under it where they do not fit in it; goodput
     # left out before the table becomes a block per level (an SLO's verdict that varies takes a column at 80)
     spare = (header.index(GOODPUT), f"{GOODPUT} (requests a second within the SLO's per-request limits) left out "

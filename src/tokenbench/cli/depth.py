@@ -14,7 +14,9 @@ from ..engines.embedded import running
 from ..errors import TokenbenchError, UsageError
 from ..console import print_table
 from ..reader import load_result
+from ..layout import sig
 from ..levels import DepthLevel
+from ..sweep_table import PREDICTED_FIGURES
 from ..results import RunResult
 from ..servers import normalize_base_url
 from ..guard import snapshot_before
@@ -45,8 +47,10 @@ def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
     rows = []
     for s in levels:
         v, sd = (s.pp_tps, s.pp_tps_sd) if s.pp_tps is not None else (s.tg_tps, s.tg_tps_sd)
-        # no spread where one repetition ran (llama-bench writes ± 0.00 for it)
-        value = "—" if v is None else f"{v:,.2f}" if predicted or sd is None else f"{v:,.2f} ± {sd:,.2f}"
+        # no spread where one repetition ran (llama-bench writes ± 0.00 for it); a prediction to the figures its
+        # band supports
+        value = "—" if v is None else sig(v, PREDICTED_FIGURES) if predicted else f"{v:,.2f}" if sd is None else \
+            f"{v:,.2f} ± {sd:,.2f}"
         rows.append([res.manifest.model or "", f"{s.test} @ d{s.depth}", f"{s.depth or 0:,}",
                      *([str(s.concurrency or 1)] if concurrent else []), value,
                      ",".join(f for f in s.flags if f != "p99_estimate")])

@@ -143,7 +143,8 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
             console.print(line, style="yellow", markup=False, highlight=False)
         if serve:
             print_sweep(console, serve, res.manifest.currency or DEFAULT_CURRENCY,
-                        f"{res.predicted_mark} (not measured)" if res.predicted_mark else "serving")
+                        f"{res.predicted_mark} (not measured)" if res.predicted_mark else "serving",
+                        res.kind == "predict")
         saved(console, res, store.path, a.format, "from")
     else:
         print_result(console, res, a.format, store.path, "from")

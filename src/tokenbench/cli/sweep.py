@@ -222,7 +222,7 @@ def print_result(console: Console, res: RunResult, fmt: str, db: Path, where: st
     if fmt == "markdown":
         if lengths:
             console.print(lengths + "\n", markup=False, highlight=False, soft_wrap=True)
-        console.print(format_sweep_markdown(levels, currency), markup=False, highlight=False, soft_wrap=True)
+        console.print(format_sweep_markdown(levels, currency, res.kind == "predict"), markup=False, highlight=False, soft_wrap=True)
         from ..compare.replays import is_replay_run
         from ..report.markdown import replay_part, session_part
         from ..session_view import is_session_run
@@ -235,7 +235,8 @@ def print_result(console: Console, res: RunResult, fmt: str, db: Path, where: st
         console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
         if lengths:
             console.print(lengths, markup=False, highlight=False)
-        print_sweep(console, levels, currency, f"{res.predicted_mark} (not measured)" if res.predicted_mark else None)
+        print_sweep(console, levels, currency, f"{res.predicted_mark} (not measured)" if res.predicted_mark else None,
+                    res.kind == "predict")
     saved(console, res, db, fmt, where)
 
 

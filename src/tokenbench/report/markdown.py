@@ -69,7 +69,7 @@ def section(r: RunResult) -> str:
     serve = [s for s in serving(levels) if s.output_throughput_tps or s.ttft_ms.p50]
     bench = depth_levels(levels)
     if serve:
-        lines.append(format_sweep_markdown(serve, m.currency or "USD"))
+        lines.append(format_sweep_markdown(serve, m.currency or "USD", r.kind == "predict"))
     if bench:
         rows = [[s.test or "", f"{s.depth or 0:,}",
                  f"{s.pp_tps or s.tg_tps:,.1f}" + (f" ± {(s.pp_tps_sd or s.tg_tps_sd):.1f}" if (s.pp_tps_sd or s.tg_tps_sd) else "")]
