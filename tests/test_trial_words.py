@@ -172,3 +172,13 @@ def test_a_saved_prediction_shows_the_precision_its_band_supports(fmt: str, tmp_
     assert len(levels) == 2 and len(figures) == 10
     # no more than two significant figures: a ±36% band supports no fourth
     assert all(len(re.sub(r"\D", "", f).strip("0")) <= 2 for f in figures), figures
+
+
+def test_a_depth_rate_s_spread_is_said_to_the_figures_it_knows() -> None:
+    from tokenbench.depth import _rate
+    from tokenbench.depth_findings import unstable_depth_rate
+
+    said = _rate(9_000.0, 6_277.3)
+    assert "± 6,300 tok/s" in said and "6277" not in said
+    found = unstable_depth_rate("tg", 650.35, 491.05, [])
+    assert found is not None and "± 490 tok/s" in found.text

@@ -36,6 +36,7 @@ from .guard_results import GuardSnapshot
 from .guard import snapshot_before
 from .loadgen import Level, still_heap
 from .distribution import Distribution
+from .layout import sig
 from .levels import ClientReport, DepthLevel, LevelSummary
 from .metrics import NS_PER_S
 from .records import RequestRecord
@@ -188,9 +189,11 @@ def skipped_depth(depth: int, pp: int, tg: int, slot_ctx: int) -> tuple[DepthLev
 
 
 def _rate(mean: float | None, sd: float | None) -> str:
+    """A depth step's rate as its progress line says it: the mean, and its spread to two significant figures (a
+    spread of 6,277.3 knows no tenth, nor its last two digits)."""
     if mean is None:
         return "not published (see the warnings)"
-    return f"{mean:,.1f} tok/s" if sd is None else f"{mean:,.1f} ± {sd:.1f} tok/s"
+    return f"{mean:,.1f} tok/s" if sd is None else f"{mean:,.1f} ± {sig(sd, 2)} tok/s"
 
 
 def _note(note: Note | None, text: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .finding import Code, Finding
+from .layout import sig
 from .levels import DepthLevel
 
 #: Throughput varying this much (coefficient of variation) between repetitions: the bench is noisy (pyperf
@@ -38,7 +39,7 @@ def unstable_depth_rate(kind: str, mean: float | None, sd: float | None, reps: l
     if not mean or sd is None or sd <= UNSTABLE_SD_SHARE * mean:
         return None
     over = (f"over {len(reps)} repetitions ({', '.join(f'{v:,.1f}' for v in reps)} tok/s)" if reps else
-            f"(± {sd:,.1f} tok/s, as its file states)")  # an import: its spread, not its repetitions
+            f"(± {sig(sd, 2)} tok/s, as its file states)")  # an import: its spread, not its repetitions
     return Finding(Code.UNSTABLE, f"{kind} varies {sd / mean:.0%} of its mean {over}: not a measurement",
                    "quiet the machine, raise --repetitions or --tg" if reps else
                    "quiet the machine and measure again, with more repetitions", sd / mean, UNSTABLE_SD_SHARE,
