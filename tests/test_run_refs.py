@@ -81,9 +81,10 @@ def test_piped_progress_is_one_line_per_level_as_it_finishes(tmp_path: Path) -> 
                                  str(tmp_path / "r.db")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert proc.stderr is not None
         first = ""
-        while "tok/s" not in first:
-            first = proc.stderr.readline()
-            assert first, "stderr ended without a level line"
+        while "elapsed" not in first:  # the level's line, wrapped to 80 columns where piped
+            line = proc.stderr.readline()
+            assert line, "stderr ended without a level line"
+            first = first + " " + line.strip() if "tok/s" in first or "tok/s" in line else ""
         rest, _ = proc.communicate(timeout=60)[1], None
     assert proc.returncode == 0
     assert "level 1/2 concurrency 1:" in first and "tok/s" in first and "s elapsed" in first
@@ -273,3 +274,26 @@ def test_the_progress_bar_says_the_time_left_whole_at_80_columns() -> None:
         rep.close()
         assert "…" not in line and "8/16" in line and "55.3 tok/s, TTFT p50 33 ms" in line and " left " in line, line
         assert len(line) <= width
+
+
+def test_a_piped_sweep_s_level_line_keeps_within_80_columns() -> None:
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.cli.sweep import RichReporter
+    from tokenbench.distribution import Distribution
+    from tokenbench.levels import ServingLevel
+
+    buf = io.StringIO()
+    rep = RichReporter(Console(file=buf, width=80), enabled=True)  # not a terminal: a line a level
+    rep.level_start("level 3/5 concurrency 16 prompt=4096 output=512", None, 30.0)
+    level = ServingLevel(concurrency=16, completed=480, failed=3, output_throughput_tps=1234.5,
+                         ttft_ms=Distribution(n=480, p50=812.0))
+    level.flags = ["client_bound", "concurrency_not_reached"]
+    rep.level_end(level)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) > 1 and all(len(ln) <= 80 for ln in lines), lines
+    assert lines[0].startswith("level 3/5") and all(ln.startswith("  ") for ln in lines[1:])
+    said = " ".join(ln.strip() for ln in lines)
+    assert "1,234.5 tok/s" in said and "480 ok" in said and "client_bound, concurrency_not_reached" in said

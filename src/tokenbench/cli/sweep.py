@@ -19,6 +19,7 @@ from .. import redact
 from ..pricing import DEFAULT_CURRENCY
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import RunInterrupted, TokenbenchError, UsageError
+from ..console import print_hanging
 from ..describe import describe_run, lengths_line
 from ..kinds import WorkloadKind
 from ..levels import ServingLevel, serving
@@ -93,7 +94,7 @@ class RichReporter:
                 self.progress.update(self.task, advance=1, count=self._count())
 
     def level_end(self, summary: ServingLevel) -> None:
-        info = f"{summary.sustained_tps:.1f} tok/s, TTFT p50 {summary.ttft_ms.p50 or 0:.0f} ms"
+        info = f"{summary.sustained_tps:,.1f} tok/s, TTFT p50 {summary.ttft_ms.p50 or 0:,.0f} ms"
         if summary.failed:
             info += f", {summary.failed} failed"
         if self.progress is not None and self.task is not None:
@@ -101,9 +102,9 @@ class RichReporter:
         elif self.enabled and not self.live:
             now = time.monotonic()
             flags = f" [{', '.join(summary.flags)}]" if summary.flags else ""
-            self.console.print(f"{self.description}: {info}, {summary.completed} ok{flags} "
-                               f"({now - self.level_t0:.1f} s; {now - self.t0:.0f} s elapsed)",
-                               markup=False, highlight=False, soft_wrap=True)
+            # wrapped to the console's width (80 where piped), what runs on indented under the level's name
+            print_hanging(self.console, f"{self.description}: {info}, {summary.completed} ok{flags} "
+                                        f"({now - self.level_t0:.1f} s; {now - self.t0:.0f} s elapsed)")
 
     def note(self, text: str) -> None:
         if self.enabled:
