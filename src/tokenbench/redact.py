@@ -169,8 +169,9 @@ def looks_like_secret_option(word: str, known: frozenset[str] = frozenset()) -> 
 #: ``SECRET_NAME``, but for the words that in code name something else too (``key=lambda``, ``auth: required``).
 _TEXT_SECRET_NAME = re.compile(r"(^|[_\-.])(api[_\-]?key|access[_\-]?key|private[_\-]?key|token|secret|password|"
                                r"passwd|pwd|credentials?)($|[_\-.])", re.IGNORECASE)
-#: ``name = value`` or ``name: value`` in free text, the name and its value quoted or not.
-_TEXT_ASSIGN = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_.\-]*)([\"']?[ \t]*[:=][ \t]*)([\"']?)"
+#: ``name = value`` or ``name: value`` in free text, the name and its value quoted or not; never an option
+#: (``--token-file: not allowed``, an error about one).
+_TEXT_ASSIGN = re.compile(r"(?<![A-Za-z0-9_\-])([A-Za-z_][A-Za-z0-9_.\-]*)([\"']?[ \t]*[:=][ \t]*)([\"']?)"
                           r"([^\s\"'`,;)}\]]{3,})")
 _TEXT_HINTS = ("pass", "secret", "token", "key", "pwd", "credential")
 
