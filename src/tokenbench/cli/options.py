@@ -75,8 +75,8 @@ def LATENCY(text: str) -> str:
 def CURRENCY(text: str) -> str:
     code = text.strip().upper()
     if code not in CURRENCIES:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a currency tokenbench knows: use one of "
-                                         f"{', '.join(CURRENCIES)}")
+        raise argparse.ArgumentTypeError(f"'{text}' is not an ISO 4217 currency code: write one such as USD, EUR, "
+                                         "GBP, JPY, CNY or INR")
     return code
 
 
