@@ -105,16 +105,14 @@ class Upstream(Pool):
 
 
 class Kept(Answer):
-    """The upstream's answer to one request: its body kept where it is recorded (``keep``), with the time of its
-    first byte; ``flight.ended`` is called once it ends, whole or not."""
+    """The upstream's answer to one request: its body kept in ``reads`` where it is recorded (``keep``), with the
+    time of its first byte; ``flight.ended`` is called once it ends, whole or not."""
 
-    __slots__ = ("flight", "keep", "chunks", "size", "first_ns", "over")
+    __slots__ = ("flight", "keep", "first_ns", "over")
 
     def __init__(self, flight: Flight, keep: bool) -> None:
         super().__init__(None, MAX_ANSWER_BYTES)
         self.flight, self.keep = flight, keep
-        self.chunks: list[bytes] = []
-        self.size = 0
         self.first_ns: int | None = None
         self.over = False  # past MAX_ANSWER_BYTES: forwarded, not kept
 
@@ -122,10 +120,10 @@ class Kept(Answer):
         if self.first_ns is None:
             self.first_ns = now
         if self.keep:
-            self.chunks.append(data)
-            self.size += len(data)
-            if self.size > MAX_ANSWER_BYTES:
-                self.keep, self.over, self.chunks = False, True, []
+            self.reads.append(data)
+            self.held += len(data)
+            if self.held > MAX_ANSWER_BYTES:
+                self.keep, self.over, self.reads = False, True, []
         return True  # forwarded whole, whatever is kept
 
     def finish(self, now: int, error: HttpError | None = None) -> None:
@@ -197,20 +195,23 @@ class Flight:
                 self.client.close()
             self._end(self._why_done(ans))
 
-    def _why_cut(self, why: str) -> str | None:
-        ans = self.answer
+    @staticmethod
+    def _unkept(ans: Kept | None) -> str | None:
+        """Why an answer is not recorded whatever became of it: an error status, or a size past the log's."""
         if ans is not None and ans.status is not None and not 200 <= ans.status < 300:
             return f"the upstream answered HTTP {ans.status}"
         if ans is not None and ans.over:
             return f"an answer over {MAX_ANSWER_BYTES >> 20} MiB"
-        return "cut by the stop" if self.proxy.stopping and why == "the client gave up" else why
+        return None
+
+    def _why_cut(self, why: str) -> str | None:
+        return self._unkept(self.answer) or \
+            ("cut by the stop" if self.proxy.stopping and why == "the client gave up" else why)
 
     def _why_done(self, ans: Kept) -> str | None:
         """None where the answer was whole and is recorded (handed to the writer here)."""
-        if ans.status is None or not 200 <= ans.status < 300:
-            return f"the upstream answered HTTP {ans.status}"
-        if ans.over:
-            return f"an answer over {MAX_ANSWER_BYTES >> 20} MiB"
+        if (why := self._unkept(ans)) is not None or ans.status is None:
+            return why or f"the upstream answered HTTP {ans.status}"
         if self.api is not None:
             self.proxy.hand(self._exchange(ans))
         return None
@@ -240,7 +241,7 @@ class Flight:
         auth = {k: v for k in KEY_HEADERS if (v := self.req.header(k))} if p.keys else {}
         assert self.api is not None
         return Exchange(self.api, self.body, self.sent, first, end, ans.status or 0,
-                        ans.headers.get("content-type", ""), ans.headers.get("content-encoding", ""), ans.chunks,
+                        ans.headers.get("content-type", ""), ans.headers.get("content-encoding", ""), ans.reads,
                         self.sid, self.req.header(PARENT_HEADER) or None, overlapped, auth)
 
 
