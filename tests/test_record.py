@@ -992,13 +992,14 @@ def test_a_whole_compressed_answer_passes_as_sent_and_is_recorded(tmp_path: Path
         {"id": "t1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]}
 
 
-def raw_exchange(port: int, data: bytes, quiet: float = 0.5) -> bytes:
-    """What a raw HTTP/1.1 client gets back for ``data`` on one connection: all that comes until the connection
-    closes or stays quiet for ``quiet`` seconds."""
+def raw_exchange(port: int, data: bytes, answers: int, wait: float = 20.0) -> bytes:
+    """What a raw HTTP/1.1 client gets back for ``data`` on one connection: read until the last of ``answers``
+    answers has ended (a chunked body's last chunk, or a Content-Length's bytes), the connection closes, or
+    ``wait`` seconds pass. Reading to an end, not to a quiet spell: a busy machine may pause longer than a spell."""
     got = b""
-    with socket.create_connection(("127.0.0.1", port), quiet) as s:
+    with socket.create_connection(("127.0.0.1", port), wait) as s:
         s.sendall(data)
-        while True:
+        while not _answered(got, answers):
             try:
                 part = s.recv(1 << 16)
             except socket.timeout:
@@ -1007,6 +1008,16 @@ def raw_exchange(port: int, data: bytes, quiet: float = 0.5) -> bytes:
                 break
             got += part
     return got
+
+
+def _answered(got: bytes, answers: int) -> bool:
+    """Whether ``got`` holds ``answers`` heads and the last one's body to its end."""
+    heads = list(re.finditer(rb"HTTP/1\.1 [0-9]{3}[^\r]*\r\n(?:[^\r]+\r\n)*\r\n", got))
+    if len(heads) < answers:
+        return False
+    body = got[heads[-1].end():]
+    size = re.search(rb"(?i)\r\ncontent-length: *(\d+)", heads[-1].group(0))
+    return len(body) >= int(size.group(1)) if size is not None else body.endswith(b"0\r\n\r\n")
 
 
 def test_requests_in_unusual_shapes_pass_whole(tmp_path: Path, emitter: BackgroundEmitter) -> None:
@@ -1020,14 +1031,14 @@ def test_requests_in_unusual_shapes_pass_whole(tmp_path: Path, emitter: Backgrou
         one = (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                b"Content-Length: %d\r\n\r\n%s" % (len(chat), chat))
-        got = raw_exchange(port, one)
+        got = raw_exchange(port, one, 2)
         assert got.count(b"HTTP/1.1 200") == 2 and got.index(b'"object"') < got.index(b"data: "), got[:300]
         assert got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), got[-100:]  # the emitter's chunked framing, as sent
         # a chunked body, split in two chunks
         half = len(chat) // 2
         chunked = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                    b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, chat[:half], len(chat) - half, chat[half:]))
-        assert b"data: [DONE]" in raw_exchange(port, chunked)
+        assert b"data: [DONE]" in raw_exchange(port, chunked, 1)
         # Expect: 100-continue, the body sent only once the proxy said to go on
         with socket.create_connection(("127.0.0.1", port), 5) as s:
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
@@ -1041,7 +1052,7 @@ def test_requests_in_unusual_shapes_pass_whole(tmp_path: Path, emitter: Backgrou
                 answer += part
         # HEAD: the answer ends with its head, the connection serves the next request
         head = raw_exchange(port, b"HEAD /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n"
-                                  b"\r\n")
+                                  b"\r\n", 2)
         assert head.count(b"HTTP/1.1 ") == 2 and head.count(b'"data"') == 1, head[:300]
     assert rec.summary.recorded == 3 and not rec.summary.failed and rec.summary.others == 3
     assert len(lines(out)) == 3
