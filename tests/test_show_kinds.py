@@ -248,3 +248,19 @@ def test_a_flag_the_table_shows_is_said_under_it() -> None:
     said = notes([a, b])
     assert "[2,4] phase_locked: the closed loop fell into waves it kept; --phase staggered" in said
     assert not any("p99_estimate" in line for line in said)
+
+
+def test_requests_cut_by_an_interrupt_are_shown_apart_from_those_that_failed() -> None:
+    """Ctrl-C ends the requests in flight as "interrupted": the table read them as failed (OK/failed 8/4), as if
+    the server had failed four. They are shown apart, and the failed requests' line names only the server's."""
+    from tokenbench.sweep_table import notes, sweep_rows
+
+    s = ServingLevel(concurrency=4, completed=20, failed=5, errors={"interrupted": 4, "http_500": 1},
+                     output_throughput_tps=80.0)
+    header, rows = sweep_rows([s], "USD")
+    assert rows[0][header.index("OK/failed")] == "20/1, 4 cut"
+    said = notes([s])
+    assert "[4] failed requests: http_500: 1" in said
+    assert any(line.startswith("[4] 4 cut: in flight at the interrupt") for line in said)
+    whole = ServingLevel(concurrency=4, completed=20, failed=1, errors={"http_500": 1})
+    assert whole.ok_failed() == "20/1" and not any("cut" in line for line in notes([whole]))

@@ -227,6 +227,19 @@ class LevelSummary:
     #: the typed findings (findings.py) behind ``flags`` and ``warnings``, which are their view
     findings: list[Finding] = field(default_factory=list)
 
+    @property
+    def cut(self) -> int:
+        """Requests in flight when the run was interrupted (Ctrl-C): counted in ``failed``, under ``errors``'
+        "interrupted", though no server failed them."""
+        return self.errors.get("interrupted", 0)
+
+    def ok_failed(self, sep: str = "/") -> str | None:
+        """The requests that came back and those that failed, the ones an interrupt cut apart ("8/0, 4 cut");
+        None for a level that sent none."""
+        if not (self.completed or self.failed):
+            return None
+        return f"{self.completed}{sep}{self.failed - self.cut}" + (f", {self.cut} cut" if self.cut else "")
+
     def add(self, finding: Finding, replace: bool = False) -> bool:
         """Record a finding, once per code, and keep ``flags`` and ``warnings`` (its view) in step. Returns
         whether it was new. ``replace``: this finding stands in for one of its code already there (a figure's own

@@ -85,7 +85,7 @@ def _sweep_columns(levels: list[ServingLevel], currency: str, predicted: bool = 
     # published rows that give only a prefill or a decode rate: those columns, or the row would be blank
     if any((s.prefill_tps or s.decode_tps) and not (s.completed or s.failed) for s in levels):
         cols += [("Prefill tok/s", lambda s: num(s.prefill_tps)), ("Decode tok/s", lambda s: num(s.decode_tps))]
-    cols += [("OK/failed", lambda s: f"{s.completed}/{s.failed}" if s.completed or s.failed else "—"),
+    cols += [("OK/failed", lambda s: s.ok_failed() or "—"),
              ("Flags", lambda s: ",".join(f for f in s.flags if f != "p99_estimate") or "")]
     return cols
 
@@ -197,9 +197,12 @@ def _finding_lines(levels: list[ServingLevel]) -> list[str]:
     for s in levels:
         for w in s.warnings:
             by_text.setdefault(w, []).append(level_label(s))
-        if s.errors:
-            kinds = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items()))
+        if failed := {k: v for k, v in s.errors.items() if k != "interrupted"}:  # the cut: the Flags' interrupt
+            kinds = ", ".join(f"{k}: {v}" for k, v in sorted(failed.items()))
             by_text.setdefault(f"failed requests: {kinds}", []).append(level_label(s))
+        if s.cut:
+            by_text.setdefault(f"{s.cut} cut: in flight at the interrupt, not failed by the server (the JSON "
+                               "counts them in failed, as errors.interrupted)", []).append(level_label(s))
     # a flag the table shows whose finding is a note (no warning line of its own) is said too: phase_locked and
     # no_plateau were in the Flags column and in the JSON only (p99's asterisk, the failed requests and an
     # interrupt each have their line)

@@ -95,8 +95,10 @@ class RichReporter:
 
     def level_end(self, summary: ServingLevel) -> None:
         info = f"{summary.sustained_tps:,.1f} tok/s, TTFT p50 {summary.ttft_ms.p50 or 0:,.0f} ms"
-        if summary.failed:
-            info += f", {summary.failed} failed"
+        if summary.failed - summary.cut:
+            info += f", {summary.failed - summary.cut} failed"
+        if summary.cut:
+            info += f", {summary.cut} cut by the interrupt"
         if self.progress is not None and self.task is not None:
             self.progress.update(self.task, info=info)
         elif self.enabled and not self.live:

@@ -300,7 +300,7 @@ def _levels(r: RunResult, price: float | None, currency: str | None) -> str:
         ("Decode tg (tok/s)", of_depth(lambda s: _pm(s.tg_tps, s.tg_tps_sd))),
         (f"Cost ({pr.currency if pr else ''}/M output tokens)",
          lambda s: _said(pr.per_mtok(output_rate(s))) if pr else None),
-        ("OK / failed (requests)", lambda s: f"{s.completed} / {s.failed}" if s.completed or s.failed else None),
+        ("OK / failed (requests)", lambda s: s.ok_failed(" / ")),
         ("Flags", lambda s: ", ".join(s.flags) or None),
     ]
     levels = [o.summary for o in r.outcomes]
