@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from .client import PreparedRequest
+from .engines.child import spawn
 from .endpoint import stream_client
 from .errors import EndpointError, UsageError
 from .records import RequestRecord
@@ -76,7 +77,7 @@ def boot(n: int, cmd: str, base_url: str, health_url: str, model: str | None, ti
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
     t0_ns = time.perf_counter_ns()
     try:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = spawn(argv, log)  # its own session, and it ends with tokenbench
     except OSError as e:
         raise UsageError(f"cannot start '{argv[0]}': {e}") from None
     try:

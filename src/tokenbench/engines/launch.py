@@ -23,6 +23,7 @@ from .. import adapters, registry
 from ..errors import EngineError
 from ..servers import http_ok
 from .cache import cache_dir
+from .child import spawn
 from .tiny import TinyModel
 
 #: The embedded engines, by their launcher names (the registry's: each engine's other spellings reach them too,
@@ -206,7 +207,7 @@ def start(engine: str, model: TinyModel, timeout_s: float = STARTUP_TIMEOUT_S, p
                HF_HUB_CACHE=str(hub), VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", **launch.env)
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(launch.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = spawn(launch.argv, log, env)  # its own session, and it ends with tokenbench
     base = f"http://127.0.0.1:{port}/v1"
     running = RunningEngine(name, base, launch.served, proc, log_path, 0.0, launch.argv)
     while time.perf_counter() - t0 < timeout_s:

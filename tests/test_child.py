@@ -1,0 +1,75 @@
+"""A server tokenbench starts ends when tokenbench is killed outright (kill -9, the OOM killer), instead of
+living on in its own session holding its port, memory and cores."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"  # a zombie has ended; only its parent's wait is left
+    except FileNotFoundError:
+        return False
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _parent(tmp_path: Path, code: str) -> tuple[subprocess.Popen[str], int]:
+    """A Python process that starts a child server with ``code`` and prints the child's pid."""
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert parent.stdout is not None
+    line = parent.stdout.readline()
+    assert line.strip().isdigit(), line
+    return parent, int(line)
+
+
+def test_a_started_server_ends_when_tokenbench_is_killed(tmp_path: Path) -> None:
+    """``engines serve``, a sweep's embedded engine and ``coldstart`` start their server through ``spawn``: in a
+    session of its own (Ctrl-C at the terminal does not reach it), and SIGTERM to it when its parent dies."""
+    parent, pid = _parent(tmp_path, "import subprocess, sys, time\n"
+                                    "from tokenbench.engines.child import spawn\n"
+                                    "p = spawn(['sleep', '60'], subprocess.DEVNULL)\n"
+                                    "print(p.pid, flush=True); time.sleep(60)")
+    try:
+        assert _alive(pid) and os.getsid(pid) == pid  # a session of its own
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        assert _gone_within(pid, 10), "the server outlived the process that started it"
+    finally:
+        parent.kill()
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_plain_popen_would_have_left_it_running(tmp_path: Path) -> None:
+    """The same child started as before (a session of its own, nothing more) outlives a killed parent: what the
+    test above would read without the kernel's signal."""
+    parent, pid = _parent(tmp_path, "import subprocess, time\n"
+                                    "p = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+                                    "print(p.pid, flush=True); time.sleep(60)")
+    try:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        assert not _gone_within(pid, 1)
+    finally:
+        parent.kill()
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
