@@ -201,3 +201,19 @@ def test_an_open_loop_of_few_arrivals_is_not_read_as_its_rate(emitter: Backgroun
     said = next(f for f in one["findings"] if f["code"] == "over_offered")
     assert "above the load offered (0.5/s x 32 tokens = 16.0 tok/s): over 1 arrival" in said["message"], said
     assert "over_offered" not in runs["many"]["flags"], runs["many"]["findings"]
+
+
+@pytest.mark.parametrize("slow_prompt, flagged", [(100, True), (4000, False)])
+def test_a_tail_of_large_prompts_is_not_blamed_on_warm_up(slow_prompt: int, flagged: bool) -> None:
+    """Two of twenty first tokens far slower than the rest read as a cost paid once (a compile, a cache fill),
+    and the advice is more warm-up. Where those two had 40 times the tokens to prefill (a trace's or a dataset's
+    large prompts) they are the workload, measured, and warm-up would not change them."""
+    def slow(i: int) -> RequestRecord:
+        r = rec(i, input_tokens=slow_prompt)
+        r.first_token_ns = 400 * MS  # 40 times the others' 10 ms
+        return r
+
+    rs = [rec(i) for i in range(18)] + [slow(18), slow(19)]
+    s = level(rs)
+    findings.assess(LevelFacts(rs, s, 1))
+    assert (Code.TAIL_CLUSTER in [f.code for f in s.findings]) is flagged

@@ -6,6 +6,7 @@ each names its threshold constant and says why the threshold is what it is; the 
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -296,11 +297,24 @@ def _drift(f: LevelFacts) -> Finding | None:
                    observed=b / a, threshold=DRIFT_RATIO, unit="x", n=len(f.ok))
 
 
+#: Slow first tokens whose prompts left this many times the rest's tokens to prefill (their median, uncached) are
+#: the workload's own large prompts (a trace's, a dataset's), not a cost paid once.
+TAIL_PREFILL_RATIO = 2.0
+
+
+def _uncached(r: RequestRecord) -> int:
+    return max(0, (r.input_tokens or 0) - (r.cached_tokens or 0))
+
+
 def _tail_cluster(f: LevelFacts) -> Finding | None:
-    found = tail_cluster([r.ttft_ns / 1e6 for r in f.ok if r.ttft_ns is not None])
+    timed = sorted((r for r in f.ok if r.ttft_ns is not None), key=lambda r: r.ttft_ns or 0)
+    found = tail_cluster([(r.ttft_ns or 0) / 1e6 for r in timed])
     if found is None:
         return None
     k, low, rest = found
+    slow, body = [_uncached(r) for r in timed[-k:]], [_uncached(r) for r in timed[:-k]]
+    if statistics.median(slow) >= TAIL_PREFILL_RATIO * max(statistics.median(body), 1):
+        return None  # the slow ones had the most to prefill: a trace's or a dataset's large prompts, measured
     return Finding(Code.TAIL_CLUSTER, f"{k} of {len(f.ok)} requests waited {low:,.0f} ms or more for their first "
                    f"token where the rest took {rest:,.1f} ms at the median: a cost paid once (a compile, a cache "
                    "fill) inside the measured window, not the level's tail",
