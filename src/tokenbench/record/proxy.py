@@ -342,6 +342,7 @@ class Proxy:
         self.flights: set[Flight] = set()
         self.sessions: dict[str, list[float]] = {}  # X-Session-ID -> sent times of its requests in flight
         self.server: asyncio.base_events.Server | None = None
+        self.drained: asyncio.Event | None = None  # set by stop: the last flight's landing sets it
 
     async def serve(self, host: str, port: int) -> int:
         """Listen on ``host:port``; the port it listens on (OSError where it cannot)."""
@@ -389,6 +390,8 @@ class Proxy:
                 del self.sessions[fl.sid]
         client = fl.client
         client.flight = None
+        if self.drained is not None and not self.flights:
+            self.drained.set()
         if self.stopping:
             client.close()
         elif client.buf:
@@ -403,9 +406,12 @@ class Proxy:
         for c in list(self.clients):
             if c.flight is None:
                 c.close()
-        deadline = time.monotonic() + grace_s
-        while self.flights and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        self.drained = asyncio.Event()
+        if self.flights:
+            try:  # woken by the last flight's landing, not a poll
+                await asyncio.wait_for(self.drained.wait(), grace_s)
+            except asyncio.TimeoutError:
+                pass
         for fl in list(self.flights):
             fl.client.abort()
             fl.client_left()
