@@ -31,6 +31,23 @@ def test_a_shared_label_is_refused_with_its_runs(tmp_path: Path, capsys: pytest.
     assert "run run-1 " in capsys.readouterr().out  # the newest
 
 
+
+def test_last_names_the_newest_run_of_the_kinds_a_command_takes(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """After a sweep a user asks for it again: "last" is the newest run, and for a command that takes some
+    kinds only, the newest of those; a run labelled "last" keeps its label."""
+    db = _db(tmp_path)
+    store = Store(db)
+    assert store.resolve("last").id == "run-2"  # the bench run, newest
+    assert store.resolve("last", kinds=("sweep",)).id == "run-1"
+    assert main(["show", "last", "--db", str(db)]) == 0 and "run run-2 " in capsys.readouterr().out
+    store.save_run("run-9", "sweep", "last", {"model": "m"}, "measured", [ServingLevel(concurrency=1)], "0",
+                   "2025-12-01T00:00:00", "2025-12-01T00:01:00")
+    assert store.resolve("last").id == "run-9"
+    empty = Store(tmp_path / "none.db")
+    with pytest.raises(Exception, match="no run 'last'"):
+        empty.resolve("last")
+
 def test_a_run_of_the_wrong_kind_is_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """compare once picked a depth run beside a sweep and printed an empty table; it compares runs of any kind
     that share an operating point (or that each have a decode rate for the effective-serving line), and says why

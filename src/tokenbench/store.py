@@ -407,8 +407,9 @@ class Store:
 
     def resolve(self, ref: str, latest: bool = False, kinds: tuple[str, ...] | None = None,
                 command: str = "") -> RunRow:
-        """A run by id, unique id prefix, or label. A label several runs share is refused with the candidates,
-        unless ``latest`` (then the newest is taken); a run whose kind is not in ``kinds`` is refused by name."""
+        """A run by id, unique id prefix, or label, or "last": the newest (of ``kinds``). A label several runs
+        share is refused with the candidates, unless ``latest`` (then the newest is taken); a run whose kind is not
+        in ``kinds`` is refused by name."""
         if not ref.strip():
             raise UsageError("a run is named by its id, an id prefix or its label, not by nothing: see tokenbench runs")
         r = self.db.execute("SELECT * FROM runs WHERE id = ?", (ref,)).fetchone()
@@ -429,6 +430,10 @@ class Store:
                 raise UsageError(f"label '{ref}' names {len(rows)} runs: {shown}{more}; give a run id, or --latest "
                                  "for the newest")
             r = rows[0] if rows else None
+        if r is None and ref == "last":  # the newest run (of the kinds asked for), unless a label says "last"
+            order = "ORDER BY started DESC, id DESC"
+            rows = self.db.execute(f"SELECT * FROM runs {order}").fetchall()
+            r = next((x for x in rows if not kinds or x["kind"] in kinds), rows[0] if rows else None)
         if r is None:
             raise UsageError(f"no run '{ref}' in {self.path}: 'tokenbench runs' lists them")
         if kinds and r["kind"] not in kinds:

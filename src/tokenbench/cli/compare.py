@@ -168,8 +168,8 @@ def add_compare_parser(sub: Any) -> None:
     """``tokenbench compare``'s options."""
     c = sub.add_parser("compare", help="two runs side by side: ratios with 95%% intervals, the faster side where it is "
                        "significant, crossovers, effective serving")
-    c.add_argument("a", metavar="RUN_A", help="the first run: id, id prefix or label")
-    c.add_argument("b", metavar="RUN_B", help="the second run: id, id prefix or label")
+    c.add_argument("a", metavar="RUN_A", help="the first run: id, id prefix, label or last")
+    c.add_argument("b", metavar="RUN_B", help="the second run: id, id prefix, label or last")
     c.add_argument("--agents", type=POSITIVE_INT, default=16, help="effective-serving line: this many agents ... (default 16)")
     c.add_argument("--tokens", type=POSITIVE_INT, default=200, help="... each asking for this many tokens (default 200)")
     c.add_argument("--format", choices=["table", "markdown"], default="table")

@@ -111,7 +111,7 @@ def _print_sessions(console: Console, done: Costed, fmt: str) -> None:
 def add_cost_parser(sub: Any) -> None:
     """``tokenbench cost``'s options."""
     co = sub.add_parser("cost", help="price per million output tokens at each operating point")
-    co.add_argument("run", nargs="?", help="run id, id prefix or label (or give --tps)")
+    co.add_argument("run", nargs="?", help="run id, id prefix, label or last (or give --tps)")
     co.add_argument("--tps", type=POSITIVE, help="an aggregate output rate instead of a run")
     co.add_argument("--price-per-hour", type=POSITIVE, help="rented: price per hour")
     co.add_argument("--busy-hours", type=POSITIVE,

@@ -206,7 +206,7 @@ def add_runs_parser(sub: Any) -> None:
 def add_show_parser(sub: Any) -> None:
     """``tokenbench show``'s options."""
     sh = sub.add_parser("show", help="print a saved run again")
-    sh.add_argument("run", help="run id, unique id prefix, or label")
+    sh.add_argument("run", help="run id, unique id prefix, label, or last (the newest run)")
     sh.add_argument("--json", help="also write it to this JSON file (every level); - for stdout")
     sh.add_argument("--all", action="store_true", help="print every level (default: the first 200)")
     sh.add_argument("--guard", nargs="?", const=0, type=POSITIVE_INT, metavar="LEVEL",
