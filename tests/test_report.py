@@ -20,10 +20,13 @@ from tokenbench.pricing import Pricing
 from tokenbench.distribution import Distribution
 from tokenbench.levels import DepthLevel, LevelSummary, ServingLevel
 from tokenbench.report import figures, series, style
+from tokenbench.emitter import BackgroundEmitter
 from tokenbench.store import Store
 from tokenbench.reader import load_result
 
 from test_compare_cost_report import CHROMIUM, chromium_dom, figures_in
+
+DATA = Path(__file__).parent / "data"
 
 DIRTY = {"clean": False, "taken": "2026-11-23T10:00:00+0000", "checks": [
     {"name": "cpu_load", "status": "fail", "observed": "85% of all cores busy with other work",
@@ -375,3 +378,16 @@ def test_a_png_leaves_room_above_its_highest_point() -> None:
     finally:
         plt.close(fig)
     assert bottom == 0 and top >= 3.12 * 1.05, top
+
+
+def test_a_dataset_run_says_its_workload(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """A run of a user's prompt file had no workload line in its report, where a lengths or a trace run has one:
+    the file, the prompts it sent, and where their output lengths came from."""
+    db, md = tmp_path / "d.db", tmp_path / "d.md"
+    assert main(["sweep", "--url", emitter.url, "--dataset", str(DATA / "prompts.jsonl"), "--output-len", "8",
+                 "--concurrency", "1", "--requests", "6", "--warmup", "0", "--guard", "off",
+                 "--db", str(db), "--label", "ds", "--quiet"]) == 0
+    assert main(["report", "ds", "--md", str(md), "--db", str(db)]) == 0
+    line = next(ln for ln in md.read_text(encoding="utf-8").splitlines() if ln.startswith("workload: "))
+    assert line.startswith(f"workload: dataset {DATA / 'prompts.jsonl'}: ") and " prompts, " in line
+    assert "tokens out" in line or "each with its own output length" in line

@@ -162,6 +162,18 @@ def _trace_workload(trace: dict[str, Any]) -> str:
     return out
 
 
+def _dataset_workload(ds: dict[str, Any], wl: dict[str, Any]) -> str:
+    """A dataset's workload: the file, the items it sent, and where their output lengths came from."""
+    out = f"dataset {ds.get('path')}"
+    used = _num(ds.get("used"))
+    if used:
+        out += f": {plural(int(used), 'prompt')}"
+    given, limit = _num(ds.get("output_from_file")), _length(wl.get("output"), wl.get("output_len"))
+    if given and used and given >= used:
+        return out + ", each with its own output length"
+    return out + (f", {limit} tokens out" + (" where an item gives none" if given else ""))
+
+
 def _length(drawn: object, fixed: object) -> str:
     """A length as the run drew it ("uniform 32-128"), or the fixed length."""
     text = drawn.get("text") if isinstance(drawn, dict) else None
@@ -177,6 +189,8 @@ def workload(r: RunResult) -> str | None:
         return _session_workload(wl)
     if isinstance(wl.get("trace"), dict):
         return _trace_workload(wl["trace"])
+    if isinstance(wl.get("dataset"), dict):
+        return _dataset_workload(wl["dataset"], wl)
     if not _num(wl.get("input_len")):
         return None
     # drawn lengths as drawn: input_len and output_len are then the draws' expected values
