@@ -73,3 +73,28 @@ def test_plain_popen_would_have_left_it_running(tmp_path: Path) -> None:
         parent.kill()
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_ctrl_c_while_an_engine_starts_stops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the embedded engine was still starting (vLLM compiling, a minute in) left it running on its
+    own with parent 1: the wait for its health had no way out but success. It is stopped, and the interrupt goes
+    on up to the command."""
+    from tokenbench.engines import launch
+
+    monkeypatch.setenv("TOKENBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(launch, "command", lambda *a, **k: launch.Launch(["sleep", "60"], "m"))
+    started: list[int] = []
+    real = launch.spawn
+
+    def spawn(*a: object, **k: object) -> subprocess.Popen[bytes]:
+        p = real(*a, **k)  # type: ignore[arg-type]
+        started.append(p.pid)
+        return p
+
+    calls = iter([False, False])
+    monkeypatch.setattr(launch, "spawn", spawn)
+    monkeypatch.setattr(launch, "http_ok", lambda url: next(calls, None) or (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        launch.start("transformers", object(), timeout_s=30)  # type: ignore[arg-type]
+    (pid,) = started
+    assert not _alive(pid), "the engine outlived the interrupted start"

@@ -178,8 +178,17 @@ class RunningEngine:
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            self._kill(timeout)
+        except KeyboardInterrupt:  # a second Ctrl-C while it stops (vLLM compiling can take its time): at once
+            self._kill(timeout)
+            raise
+
+    def _kill(self, timeout: float) -> None:
+        try:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=timeout)
+        except ProcessLookupError:
+            return
+        self.proc.wait(timeout=timeout)
 
     def __enter__(self) -> RunningEngine:
         return self
@@ -210,15 +219,19 @@ def start(engine: str, model: TinyModel, timeout_s: float = STARTUP_TIMEOUT_S, p
         proc = spawn(launch.argv, log, env)  # its own session, and it ends with tokenbench
     base = f"http://127.0.0.1:{port}/v1"
     running = RunningEngine(name, base, launch.served, proc, log_path, 0.0, launch.argv)
-    while time.perf_counter() - t0 < timeout_s:
-        if proc.poll() is not None:
-            raise EngineError(
-                f"the {name} engine exited with code {proc.returncode} while starting; its log: {log_path}\n"
-                + running.log_tail()
-            )
-        if http_ok(running.health_url):
-            running.startup_s = time.perf_counter() - t0
-            return running
-        time.sleep(0.2)
+    try:
+        while time.perf_counter() - t0 < timeout_s:
+            if proc.poll() is not None:
+                raise EngineError(
+                    f"the {name} engine exited with code {proc.returncode} while starting; its log: {log_path}\n"
+                    + running.log_tail()
+                )
+            if http_ok(running.health_url):
+                running.startup_s = time.perf_counter() - t0
+                return running
+            time.sleep(0.2)
+    except BaseException:  # Ctrl-C (or SIGTERM, which tokenbench takes as one) while it starts: it goes too
+        running.stop()
+        raise
     running.stop()
     raise EngineError(f"the {name} engine did not answer within {timeout_s:g} s; its log: {log_path}")
