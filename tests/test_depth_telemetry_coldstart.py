@@ -248,7 +248,27 @@ def test_coldstart_of_a_server_that_dies(tmp_path: Path, capsys: pytest.CaptureF
     err = capsys.readouterr().err
     # the endpoint cannot be used: exit 3, as the exit-code table (README, --help) has it for a server that died
     assert code == 3 and "exited with code 3 before it was healthy" in err and len(err.strip().splitlines()) == 1
+    assert "--log FILE keeps its output" in err
     assert os.environ.get("TOKENBENCH_DB")  # the autouse fixture kept the user's database out of it
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_a_server_that_dies_says_why_in_the_error(log: bool, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A llama-server given a model file that is not there said why on its output, and coldstart answered "see
+    the server's output (--log FILE)", which it had not kept: the boot had to be run again to read it. The
+    server's last lines are in the error, and the log file's name where --log kept it."""
+    port, kept = _free_port(), tmp_path / "server.log"
+    said = "import sys; print('llama_model_load: error loading model: /nonexistent.gguf'); sys.exit(1)"
+    code = main(["coldstart", "--cmd", f'{sys.executable} -c "{said}"', "--url", f"http://127.0.0.1:{port}/v1",
+                 "--repeat", "1", "--db", str(tmp_path / "c.db"), *(["--log", str(kept)] if log else [])])
+    err = capsys.readouterr().err
+    assert code == 3 and "exited with code 1" in err
+    assert err.strip().splitlines()[-1] == "llama_model_load: error loading model: /nonexistent.gguf"
+    if log:
+        assert f"its output: {kept}" in err and "error loading model" in kept.read_text()
+    else:
+        assert "--log FILE keeps its output" in err
 
 
 def test_coldstart_checks_its_arguments_before_it_starts_a_server(tmp_path: Path,

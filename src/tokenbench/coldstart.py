@@ -9,9 +9,10 @@ import os
 import shlex
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import IO, Any
 
 import aiohttp
 
@@ -34,9 +35,21 @@ class Boot:
     error: str | None = None
     #: the engine and its version as the server says (servers.discover): the run's, in its manifest, not a boot's
     engine: tuple[str | None, str | None] = (None, None)
+    #: a failed boot's last lines of the server's output, for the error (not stored: the log file keeps it whole)
+    said: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k != "engine"}
+        return {k: v for k, v in asdict(self).items() if k not in ("engine", "said")}
+
+
+def _tail(log: IO[bytes], n: int = 15, most: int = 4096) -> str:
+    """The last ``n`` lines of what the server wrote (at most ``most`` bytes of them)."""
+    try:
+        log.flush()
+        log.seek(max(0, log.seek(0, os.SEEK_END) - most))
+        return "\n".join(log.read().decode(errors="replace").splitlines()[-n:])
+    except (OSError, ValueError):
+        return ""
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -74,29 +87,30 @@ def boot(n: int, cmd: str, base_url: str, health_url: str, model: str | None, ti
     argv = shlex.split(cmd)
     if not argv:
         raise UsageError("--cmd is empty: give the server's command line")
-    log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    # without --log its output is kept in a temporary file until the boot ends, for the error's tail
+    log = open(log_path, "a+b") if log_path else tempfile.TemporaryFile()
     t0_ns = time.perf_counter_ns()
     try:
         proc = spawn(argv, log)  # its own session, and it ends with tokenbench
     except OSError as e:
+        log.close()
         raise UsageError(f"cannot start '{argv[0]}': {e}") from None
     try:
         while True:
             if proc.poll() is not None:
-                return Boot(n, (time.perf_counter_ns() - t0_ns) / 1e9, None, model,
+                return Boot(n, (time.perf_counter_ns() - t0_ns) / 1e9, None, model, said=_tail(log),
                             error=f"the server exited with code {proc.returncode} before it was healthy")
             if http_ok(health_url):
                 break
             if (time.perf_counter_ns() - t0_ns) / 1e9 > timeout_s:
-                return Boot(n, timeout_s, None, model, error=f"not healthy within {timeout_s:g} s")
+                return Boot(n, timeout_s, None, model, error=f"not healthy within {timeout_s:g} s", said=_tail(log))
             time.sleep(0.05)
         healthy = (time.perf_counter_ns() - t0_ns) / 1e9
         first_ns, name, engine = asyncio.run(_first_token(base_url, model))
         return Boot(n, healthy, (first_ns - t0_ns) / 1e9, name, engine=engine)
     finally:
         _stop(proc)
-        if log_path:
-            log.close()  # type: ignore[union-attr]
+        log.close()
 
 
 def answers(url: str) -> bool:
@@ -156,7 +170,8 @@ def run_coldstart(cfg: ColdStartConfig, store: Store) -> RunResult:
         b = boot(n + 1, cfg.cmd, cfg.base_url, cfg.health_url, cfg.model, cfg.timeout_s, cfg.log_path)
         boots.append(b)
         if b.error:  # the server died or never came up: the endpoint cannot be used (exit 3), as a sweep says
-            raise EndpointError(f"boot {n + 1}: {b.error}; see the server's output (--log FILE)")
+            where = f"its output: {cfg.log_path}" if cfg.log_path else "--log FILE keeps its output"
+            raise EndpointError(f"boot {n + 1}: {b.error} ({where})" + (f"; it said last:\n{b.said}" if b.said else ""))
     engine, version = boots[0].engine
     manifest = Manifest(command=cfg.command, endpoint=cfg.base_url, model=boots[0].model, engine=engine,
                         engine_version=version, boots=[b.to_dict() for b in boots], label=cfg.label, key_order=("label",),
