@@ -205,3 +205,16 @@ def test_a_llama_bench_that_fails_silently_is_said_so(capsys: pytest.CaptureFixt
     """It read "llama-bench exited with 1: " with nothing after the colon."""
     assert main(["depth", "--llama-bench", "/bin/false", "--model-file", "x.gguf", "--guard", "off"]) == 2
     assert capsys.readouterr().err.strip().endswith("tokenbench: error: llama-bench exited with 1: it printed nothing")
+
+
+def test_engines_serve_says_what_parallel_means_to_each_engine() -> None:
+    """engines serve transformers said "4 at a time", and a capacity search then ran 16 requests together on it:
+    Transformers serve sizes its KV cache by --parallel and admits every request. Each engine's banner says what
+    the number is to it."""
+    from tokenbench.cli.engines import _at_once
+
+    assert _at_once("llama-server", 4, 4096) == "4 at a time, 4,096 tokens each"
+    assert _at_once("vllm", 8, 2048) == "8 at a time, 2,048 tokens each"
+    assert "at a time" not in _at_once("transformers", 4, 4096) and "admits every request" in _at_once(
+        "transformers", 4, 4096)
+    assert _at_once("llama-cpp-python", 4, 4096).startswith("one request at a time")

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..console import print_table
+from ..console import print_hanging, print_table
 from ..errors import EngineError, UsageError
 from ..registry import LAUNCHERS
 from .record import PORT
@@ -86,8 +86,9 @@ def _serve(names: list[str], a: argparse.Namespace, console: Console, err: Conso
         # the URLs each on a line of their own, whole, to be copied
         host = () if a.cache_ram is None else \
             (f"its host prompt cache {'off' if a.cache_ram == 0 else f'{a.cache_ram:,} MiB'} (--cache-ram)",)
-        for line in (*host, f"serving {engine.engine.model} with {name}, {a.parallel} at a time, {a.ctx:,} tokens each:",
-                     f"  --url {url}", f"  record --upstream {url.removesuffix('/v1')}", "Ctrl-C stops"):
+        for line in (*host, f"serving {engine.engine.model} with {name}, {_at_once(name, a.parallel, a.ctx)}:"):
+            print_hanging(console, line)
+        for line in (f"  --url {url}", f"  record --upstream {url.removesuffix('/v1')}", "Ctrl-C stops"):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         console.file.flush()
         while engine.alive():
@@ -100,6 +101,17 @@ def _serve(names: list[str], a: argparse.Namespace, console: Console, err: Conso
         engine.stop()
     console.print(f"stopped the {name} engine", markup=False, highlight=False)
     return 0
+
+
+def _at_once(engine: str, parallel: int, ctx: int) -> str:
+    """What --parallel and --ctx mean to the engine: llama-server's slots and vLLM's sequences limit the requests
+    served at once; Transformers serve sizes its KV cache by them and admits every request; llama-cpp-python's
+    server takes one at a time whatever is asked."""
+    if engine == "transformers":
+        return f"a KV cache of {parallel} x {ctx:,} tokens (it admits every request; the cache bounds how many run)"
+    if engine == "llama-cpp-python":
+        return f"one request at a time, {ctx:,} tokens of context"
+    return f"{parallel} at a time, {ctx:,} tokens each"
 
 
 def add_engines_parser(sub: Any) -> None:
@@ -116,7 +128,8 @@ def add_engines_parser(sub: Any) -> None:
                    help="the embedded model served (as sweep's --model-size)")
     s.add_argument("--quant", help="llama engines: a llama-quantize type for the embedded GGUF, e.g. Q8_0")
     s.add_argument("--parallel", type=POSITIVE_INT, default=SERVE_PARALLEL, metavar="N",
-                   help=f"requests served at once (llama-server's slots, vLLM's sequences; default {SERVE_PARALLEL})")
+                   help=f"requests served at once (llama-server's slots, vLLM's sequences; Transformers serve: its KV cache "
+                        f"holds this many contexts; default {SERVE_PARALLEL})")
     s.add_argument("--ctx", type=POSITIVE_INT, default=SERVE_CTX, metavar="N",
                    help=f"tokens of context each request may hold (default {SERVE_CTX})")
     s.add_argument("--port", type=PORT, default=0, help="port to listen on, on 127.0.0.1 (default 0: any free one)")
