@@ -314,3 +314,26 @@ def test_a_piped_sweep_s_level_line_keeps_within_80_columns() -> None:
     assert lines[0].startswith("level 3/5") and all(ln.startswith("  ") for ln in lines[1:])
     said = " ".join(ln.strip() for ln in lines)
     assert "1,234.5 tok/s" in said and "480 ok" in said and "client_bound, concurrency_not_reached" in said
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_progress_notes_wrap_at_a_terminal_and_stay_whole_in_a_log(terminal: bool) -> None:
+    """A note longer than the terminal ("building the embedded small model (cached after this first run) in
+    /root/.cache/tokenbench …") was cut mid-word by an 80-column terminal; piped, a log keeps it on one line."""
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.cli.common import notifier
+
+    out = io.StringIO()
+    note = notifier(Console(file=out, width=80, force_terminal=terminal, no_color=True))
+    text = ("agreement: 8 greedy outputs stored; compare two runs with 'tokenbench quality compare A B' to see "
+            "whether the same model answers the same on another box")
+    note(text)
+    lines = out.getvalue().rstrip("\n").split("\n")
+    if terminal:
+        assert len(lines) > 1 and all(len(line) <= 80 for line in lines) and lines[1].startswith("  ")
+        assert " ".join(line.strip() for line in lines) == text
+    else:
+        assert lines == [text]

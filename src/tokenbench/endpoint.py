@@ -120,9 +120,9 @@ class Endpoint:
 
 
 #: What an interrupted run of each kind keeps, for the one line that says so.
-IN_PROGRESS = {"sweep": "its finished levels and the level in progress (its finished requests)",
-               "depth": "its finished depths (the depth in progress is not kept)",
-               "quality": "its finished items (the items in flight are not kept)"}
+IN_PROGRESS = {"sweep": "its finished requests",  # the level in progress too: its finished requests, marked
+               "depth": "its finished depths",  # the depth in progress is not kept
+               "quality": "its finished items"}  # the items in flight are not
 
 
 @dataclass(slots=True)
@@ -179,8 +179,8 @@ class RunLog:
             error = str(e) if isinstance(e, TokenbenchError) else f"crashed: {type(e).__name__}: {e}"[:500]
         self.finish(status, error)
         if interrupt:
-            stop = RunInterrupted(f"interrupted: run {self.run_id} is saved, marked interrupted, with "
-                                  f"{IN_PROGRESS.get(self.kind, 'what it finished')}")
+            # one line within 80 columns: the line before it said the run's status and where it was saved
+            stop = RunInterrupted(f"interrupted: run {self.run_id} keeps {IN_PROGRESS.get(self.kind, 'what it finished')}")
             stop.run_id, stop.result = self.run_id, self.result()
             return stop
         if isinstance(e, TokenbenchError):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 import json
 import os
 import sys
@@ -179,8 +180,15 @@ def guard_config(path: str | None) -> dict[str, dict[str, Any]]:
 
 
 def notifier(err: Console) -> Callable[[str], None]:
-    """Progress notes on stderr: dim, never wrapped (a log keeps each note on one line)."""
-    return lambda t: err.print(t, style="dim", markup=False, highlight=False, soft_wrap=True)
+    """Progress notes on stderr, dim: wrapped between words at a terminal's width (where the terminal would cut a
+    word), each on one line where piped (a log keeps a note whole, to grep)."""
+    def note(text: str) -> None:
+        if err.is_terminal:
+            text = "\n".join(textwrap.wrap(text, max(20, err.width), subsequent_indent="  ", break_long_words=False,
+                                            break_on_hyphens=False)) or text
+        err.print(text, style="dim", markup=False, highlight=False, soft_wrap=True)
+
+    return note
 
 
 #: depth's llama-bench options -> llama-bench's own flags (the same spellings llama-server takes).

@@ -264,7 +264,7 @@ def _floor_cells(v: AgreementVerdict | None) -> list[str]:
 
 
 def _knob(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
-    from ..console import print_table
+    from ..console import print_hanging, print_table
     from ..quality import knob
     from ..quality.runner import run_knob
 
@@ -283,7 +283,7 @@ def _knob(a: argparse.Namespace, argv: list[str], console: Console, err: Console
     print_table(console, [name, "Prompts", "Outputs changed", "p vs noise", "Output tokens", "Reasoning tokens",
                           "Failed"], rows)
     text = knob.finding(name, fx)
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    print_hanging(console, text)  # between words at the terminal's width: a log's tools read the JSON's
     console.print(f"run {res.run_id} (quality, knob) saved in {store.path}", style="dim", markup=False)
     if a.json:
         doc = res.to_json()
