@@ -8,7 +8,8 @@ import pytest
 from tokenbench.errors import UsageError
 from tokenbench.metrics import summarize
 from tokenbench.records import RequestRecord
-from tokenbench.store import MIGRATIONS, Store, default_db_path
+from tokenbench.store import Store, default_db_path
+from tokenbench.store_schema import MIGRATIONS
 
 
 def _level(store: Store, run_id: str, idx: int) -> None:

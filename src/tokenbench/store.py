@@ -12,7 +12,7 @@ import os
 import socket
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,7 @@ import psutil
 from .errors import UsageError
 from .levels import LevelSummary
 from .records import RequestRecord
+from .store_schema import MIGRATIONS
 
 DB_ENV = "TOKENBENCH_DB"
 
@@ -31,111 +32,6 @@ DB_ENV = "TOKENBENCH_DB"
 def default_db_path() -> Path:
     env = os.environ.get(DB_ENV)
     return Path(env) if env else Path(platformdirs.user_data_dir("tokenbench")) / "results.db"
-
-
-def _script(db: sqlite3.Connection, sql: str) -> None:
-    """Run statements one by one: ``executescript`` would commit the migration's transaction half way."""
-    for stmt in sql.split(";"):
-        lines = [ln.split("--", 1)[0] for ln in stmt.splitlines()]
-        if "".join(lines).strip():
-            db.execute("\n".join(lines))
-
-
-def _m001_initial(db: sqlite3.Connection) -> None:
-    _script(
-        db,
-        """
-        CREATE TABLE runs (
-            id TEXT PRIMARY KEY,
-            kind TEXT NOT NULL,
-            label TEXT,
-            status TEXT NOT NULL,          -- running | complete | partial | interrupted | failed
-            started TEXT NOT NULL,
-            finished TEXT,
-            tool_version TEXT NOT NULL,
-            provenance TEXT NOT NULL DEFAULT 'measured',
-            error TEXT,
-            manifest TEXT NOT NULL         -- JSON: endpoint, model, engine, workload, machine, command, seed
-        );
-        CREATE INDEX runs_label ON runs(label);
-        CREATE TABLE levels (
-            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            idx INTEGER NOT NULL,          -- position in the sweep
-            repetition INTEGER NOT NULL,
-            concurrency INTEGER,
-            rate REAL,
-            status TEXT NOT NULL,          -- complete | interrupted | failed
-            started TEXT,
-            finished TEXT,
-            window_start_ns INTEGER,
-            window_end_ns INTEGER,
-            summary TEXT NOT NULL,         -- JSON LevelSummary
-            PRIMARY KEY (run_id, idx, repetition)
-        );
-        CREATE TABLE requests (
-            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            level_idx INTEGER NOT NULL,
-            repetition INTEGER NOT NULL,
-            idx INTEGER NOT NULL,
-            phase TEXT NOT NULL,
-            ok INTEGER NOT NULL,
-            record TEXT NOT NULL           -- JSON RequestRecord, raw perf_counter_ns timestamps
-        );
-        CREATE INDEX requests_level ON requests(run_id, level_idx, repetition);
-        """
-    )
-
-
-def _m002_telemetry(db: sqlite3.Connection) -> None:
-    _script(
-        db,
-        """
-        CREATE TABLE telemetry (
-            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            level_idx INTEGER NOT NULL,
-            repetition INTEGER NOT NULL,
-            t_ns INTEGER NOT NULL,         -- perf_counter_ns of the sample
-            source TEXT NOT NULL,          -- 'metrics' (the server's /metrics), 'nvml'
-            sample TEXT NOT NULL           -- JSON {metric name: value}, the names telemetry.py summarizes
-        );
-        CREATE INDEX telemetry_level ON telemetry(run_id, level_idx, repetition)
-        """,
-    )
-
-
-def _m003_quality_items(db: sqlite3.Connection) -> None:
-    _script(
-        db,
-        """
-        CREATE TABLE quality_items (
-            run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            task TEXT NOT NULL,            -- niah, agreement, knob ..., or an lm-evaluation-harness task
-            idx INTEGER NOT NULL,
-            key TEXT NOT NULL,             -- pairs the item with the same item of another run
-            status TEXT NOT NULL,          -- pass | fail | done | timeout | error
-            score REAL,
-            latency_ms REAL,
-            prompt_tokens INTEGER,         -- the server's usage
-            expected_prompt_tokens INTEGER,  -- our tokenizer's count of what was sent
-            output_tokens INTEGER,
-            reasoning_tokens INTEGER,
-            prompt TEXT NOT NULL,
-            response TEXT NOT NULL,
-            reasoning TEXT NOT NULL,
-            expected TEXT,
-            error TEXT,
-            detail TEXT NOT NULL,          -- JSON: the quality task's facts (depth, needle, token ids, metrics)
-            PRIMARY KEY (run_id, task, idx)
-        )
-        """,
-    )
-
-
-MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
-    ("001_initial", _m001_initial),
-    ("002_telemetry", _m002_telemetry),
-    ("003_quality_items", _m003_quality_items),
-]
 
 
 def process_mark() -> dict[str, Any]:
@@ -412,34 +308,34 @@ class Store:
         in ``kinds`` is refused by name."""
         if not ref.strip():
             raise UsageError("a run is named by its id, an id prefix or its label, not by nothing: see tokenbench runs")
-        r = self.db.execute("SELECT * FROM runs WHERE id = ?", (ref,)).fetchone()
-        if r is None:  # a prefix of an id, as written (LIKE would take % and _ as patterns)
-            rows = self.db.execute("SELECT * FROM runs WHERE substr(id, 1, ?) = ? ORDER BY started DESC",
-                                   (len(ref), ref)).fetchall()
-            if len(rows) > 1:
-                raise UsageError(f"run '{ref}' is ambiguous ({len(rows)} runs start so): give more of the id")
-            r = rows[0] if rows else None
-        if r is None:
-            rows = self.db.execute("SELECT * FROM runs WHERE label = ? ORDER BY started DESC, id DESC",
-                                   (ref,)).fetchall()
-            if kinds and not latest:
-                rows = [x for x in rows if x["kind"] in kinds] or rows
-            if len(rows) > 1 and not latest:
-                shown = "; ".join(f"{x['id']} ({x['kind']}, {x['started']})" for x in rows[:5])
-                more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
-                raise UsageError(f"label '{ref}' names {len(rows)} runs: {shown}{more}; give a run id, or --latest "
-                                 "for the newest")
-            r = rows[0] if rows else None
+        # an id, or a prefix of one as written (LIKE would take % and _ as patterns)
+        rows = self.db.execute("SELECT * FROM runs WHERE substr(id, 1, ?) = ? ORDER BY started DESC",
+                               (len(ref), ref)).fetchall()
+        rows = [x for x in rows if x["id"] == ref] or rows
+        if len(rows) > 1:
+            raise UsageError(f"run '{ref}' is ambiguous ({len(rows)} runs start so): give more of the id")
+        r = self._row(rows[0]) if rows else self._labelled(ref, latest, kinds)
         if r is None and ref == "last":  # the newest run (of the kinds asked for), unless a label says "last"
-            order = "ORDER BY started DESC, id DESC"
-            rows = self.db.execute(f"SELECT * FROM runs {order}").fetchall()
-            r = next((x for x in rows if not kinds or x["kind"] in kinds), rows[0] if rows else None)
+            of = [x for x in self.db.execute("SELECT id, kind FROM runs ORDER BY started DESC, id DESC")]
+            newest = next((x["id"] for x in of if not kinds or x["kind"] in kinds), of[0]["id"] if of else None)
+            r = self._row(self.db.execute("SELECT * FROM runs WHERE id = ?", (newest,)).fetchone()) if newest else None
         if r is None:
             raise UsageError(f"no run '{ref}' in {self.path}: 'tokenbench runs' lists them")
-        if kinds and r["kind"] not in kinds:
-            raise UsageError(f"run {r['id']} is a {r['kind']} run: {command or 'this command'} takes "
-                             f"{' or '.join(kinds)} runs")
-        return self._row(r)
+        if kinds and r.kind not in kinds:
+            raise UsageError(f"run {r.id} is a {r.kind} run: {command or 'this command'} takes {' or '.join(kinds)} runs")
+        return r
+
+    def _labelled(self, label: str, latest: bool, kinds: tuple[str, ...] | None) -> RunRow | None:
+        """The run a label names: the one of ``kinds`` where several share it, or the newest with ``latest``."""
+        rows = self.runs_labelled(label)
+        if kinds and not latest:
+            rows = [x for x in rows if x.kind in kinds] or rows
+        if len(rows) > 1 and not latest:
+            shown = "; ".join(f"{x.id} ({x.kind}, {x.started})" for x in rows[:5])
+            more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+            raise UsageError(f"label '{label}' names {len(rows)} runs: {shown}{more}; give a run id, or --latest "
+                             "for the newest")
+        return rows[0] if rows else None
 
     def level_counts(self, run_ids: list[str]) -> dict[str, int]:
         """Levels per run, counted in SQL (loading every level's summary made `runs` take 22 s on a big import)."""
