@@ -13,6 +13,7 @@ outputs are judged against an assumed floor (every output identical), and the ou
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,13 +80,21 @@ def _agreement(a: dict[str, Item], b: dict[str, Item], keys: list[str]) -> Agree
     return agreement([(a[k].response, b[k].response) for k in both], "characters")
 
 
+def _pairing(task: str) -> tuple[str, str]:
+    """What pairs a task's items, as the options that set it: a needle cell is its context and depth; any other
+    item is its prompt, which the --seed chooses and the --api shapes (a chat cue, a chat template)."""
+    if task == "niah":
+        return "contexts and depths", "contexts or depths"
+    return "--seed and --api", "--seed, --api or --items"
+
+
 def compare_task(task: str, a: dict[str, Item], b: dict[str, Item], seed: int = 0) -> TaskComparison:
     """One task of two runs, item by item on the items both have."""
     keys = [k for k in a if k in b]
     tc = TaskComparison(task, len(keys), len(a) - len(keys), len(b) - len(keys), None, None,
                         (_count(a, "timeout"), _count(b, "timeout")), (_count(a, "error"), _count(b, "error")))
     if not keys:
-        tc.notes.append("no item in common: were both runs made with the same --seed, contexts and depths?")
+        tc.notes.append(f"no item in common: were both runs made with the same {_pairing(task)[0]}?")
         return tc
     # an item neither run's server answered says nothing of either model (both "score" 0): left out
     scored = [k for k in keys if a[k].scored and b[k].scored and (_answered(a[k]) or _answered(b[k]))]
@@ -93,8 +102,8 @@ def compare_task(task: str, a: dict[str, Item], b: dict[str, Item], seed: int = 
         tc.scores = compare_paired([a[k].value for k in scored], [b[k].value for k in scored], seed)
     tc.agreement = _agreement(a, b, keys)
     if tc.only_a or tc.only_b:
-        tc.notes.append(f"{tc.only_a + tc.only_b} items are in one run only (different --seed, contexts or "
-                        "--items?): left out")
+        tc.notes.append(f"{tc.only_a + tc.only_b} items are in one run only (different {_pairing(task)[1]}?): "
+                        "left out")
     return tc
 
 
@@ -107,6 +116,40 @@ def compare_items(items_a: list[Item], items_b: list[Item], seed: int = 0) -> li
 
 #: The workload settings that change what a server answers: two runs differing in one are not a repeat.
 OUTPUT_SETTINGS = ("api", "max_tokens", "temperature", "request_fields")
+
+#: Each output setting's option, and what differs between two runs made with different values of it.
+SETTING_OPTIONS = {"api": ("--api", "the prompts sent differ"),
+                   "max_tokens": ("--max-tokens", "the outputs were cut at different lengths"),
+                   "temperature": ("--temperature", "the outputs were sampled differently"),
+                   "request_fields": ("--extra-body", "the requests carried different fields")}
+
+
+def _as_option(key: str, value: Any) -> str:
+    """A setting as the option that gives it: "--api chat", "--extra-body '{"top_k":1}'", "no --extra-body"."""
+    opt = SETTING_OPTIONS[key][0]
+    if key == "request_fields":
+        return f"{opt} '{json.dumps(value, separators=(',', ':'))}'" if value else f"no {opt}"
+    if value is None:  # greedy, stored as 0
+        value = 0
+    return f"{opt} {value:g}" if isinstance(value, float) else f"{opt} {value}"
+
+
+def settings_apart(ra: RunRow, rb: RunRow, name_a: str, name_b: str) -> str | None:
+    """Why two runs cannot be compared as two servers, or None: the first output setting they were made with
+    different values of (a run that did not record it is not held against). Their paired items were sent or
+    generated differently, so a difference could be the setting's, not the servers'."""
+    wa = Manifest.from_dict(ra.manifest).workload or {}
+    wb = Manifest.from_dict(rb.manifest).workload or {}
+    for key in OUTPUT_SETTINGS:
+        if key not in wa or key not in wb:
+            continue
+        va, vb = wa[key] or None, wb[key] or None  # no --extra-body: None or {}; greedy: 0 or 0.0
+        if va != vb:
+            sa, sb = _as_option(key, va), _as_option(key, vb)
+            return (f"runs {name_a} and {name_b} were made with different settings ({sa} and {sb}): "
+                    f"{SETTING_OPTIONS[key][1]}, so no difference could be told from the servers'; rerun "
+                    f"{name_b} with {sa} (or {name_a} with {sb})")
+    return None
 
 
 def _host(r: RunRow) -> tuple[Any, ...]:
@@ -202,7 +245,7 @@ def overall(tasks: list[TaskComparison], name_a: str, name_b: str) -> Overall:
     noise", with the outputs that do differ counted."""
     if not any(tc.scores is not None or tc.agreement is not None for tc in tasks):
         return Overall(False, "no verdict: no item was answered in either run and asked in both (a different "
-                              "--seed, contexts or --items, or a server that failed them)", judged=False)
+                              "--seed, --api, contexts or --items, or a server that failed them)", judged=False)
     found = _differences(tasks, name_a, name_b)
     if found:
         return Overall(False, f"{name_b} differs from {name_a}: " + "; ".join(found))
@@ -259,6 +302,10 @@ def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False,
     if rf is not None and rf.id in (ra.id, rb.id):
         raise UsageError(f"--floor {ref_floor} is run {rf.id}, one of the two compared: give a third run, of A's "
                          "host run again")
+    la, lb = ra.label or ra.id, rb.label or rb.id
+    apart = settings_apart(ra, rb, *((la, lb) if la != lb else (ra.id, rb.id)))
+    if apart:
+        raise UsageError(apart)
     items_a, items_b = load_items(store, ra.id), load_items(store, rb.id)
     cmp = compare_items(items_a, items_b)
     if not cmp:
