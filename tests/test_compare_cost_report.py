@@ -262,6 +262,26 @@ def test_the_embedded_model_on_two_engines_is_one_model() -> None:
                                                    "tokenbench-small-llama)")
 
 
+def test_a_server_of_the_embedded_model_runs_the_embedded_model() -> None:
+    """A sweep of the embedded engine against a --url run on `engines serve transformers`, which serves the model
+    by its folder's path: compare warned "different models (tokenbench-tiny-llama vs
+    /root/.cache/tokenbench/tiny-llama-v2/hf)". The folder names the model from any cache, build or machine."""
+    from tokenbench.compare.sides import model_warnings
+    from tokenbench.results import Manifest
+
+    embedded = Manifest(model="/root/.cache/tokenbench/tiny-llama-v2/hf",
+                        embedded={"engine": "transformers", "model": "tokenbench-tiny-llama"})
+    assert model_warnings(embedded, Manifest(model="/root/.cache/tokenbench/tiny-llama-v2/hf")) == []
+    assert model_warnings(embedded, Manifest(model="/home/u/cache/tiny-llama-v3/hf/")) == []
+    assert model_warnings(Manifest(model="tokenbench-small-utf8-llama"),
+                          Manifest(model="/c/small-utf8-llama-v1/hf")) == []
+    # another size, or a folder of the user's, is another model
+    other = model_warnings(embedded, Manifest(model="/root/.cache/tokenbench/small-llama-v1/hf"))
+    assert other[0].startswith("the two sides ran different models (tokenbench-tiny-llama vs tokenbench-small-llama)")
+    assert "different models (tokenbench-tiny-llama vs /models/llama/hf)" in model_warnings(
+        embedded, Manifest(model="/models/llama/hf"))[0]
+
+
 @pytest.mark.parametrize("name, same_as, weights", [
     ("gpt-oss-20b-UD-Q4_K_XL.gguf", "gpt-oss-20b", "Q4_K_XL"),
     ("gpt-oss-20b-MXFP4_MOE.gguf", "gpt-oss-20b", "MXFP4"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from ..engines.tiny import model_name as embedded_name
 from ..predict.formats import WEIGHT_BPW
 from ..results import Manifest, RunResult
 
@@ -43,12 +44,13 @@ def model_identity(name: str) -> tuple[str, str | None]:
 def _model_name(m: Manifest) -> str | None:
     """The model a run's side ran, by the name that identifies it: a llama-bench import's model file (llama.cpp's
     own description of it, "gpt-oss 20B Q4_K - Medium", is no served name or catalog id); the embedded engine's
-    model (Transformers serve lists it by its folder's path, llama-server by its alias); else the served name."""
+    model (Transformers serve lists it by its folder's path, llama-server by its alias); else the served name, the
+    embedded model's own where a server of ``engines serve`` served it by its folder's path."""
     if isinstance(m.extra.get("model_file"), str):
         return str(m.extra["model_file"])
     if m.embedded is not None and isinstance(m.embedded.get("model"), str):
         return str(m.embedded["model"])
-    return m.model
+    return embedded_name(m.model) if m.model else m.model
 
 
 def model_warnings(ma: Manifest, mb: Manifest) -> list[str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -84,6 +85,19 @@ class TinyModel:
 def served_name(size: str) -> str:
     """The name the embedded engine serves a size's model under."""
     return _spec(size)[2]
+
+
+def model_name(served: str) -> str:
+    """The embedded model's own name for the name a server gave it: vLLM and the llama engines serve it under that
+    name, Transformers serve (``engines serve transformers``) under its built directory's path
+    (.../tiny-llama-v2/hf), which names it from any cache, build or machine. Any other name is returned as it is."""
+    parts = served.replace("\\", "/").rstrip("/").split("/")
+    if len(parts) >= 2 and parts[-1] == "hf":
+        for size in SIZES:
+            _, build_dir, name, _ = _spec(size)
+            if re.fullmatch(re.escape(build_dir.rsplit("-v", 1)[0]) + r"-v\d+", parts[-2]):
+                return name
+    return served
 
 
 def _spec(size: str) -> tuple[dict[str, Any], str, str, str]:
