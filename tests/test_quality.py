@@ -479,3 +479,11 @@ def test_needle_grid_counts_read_as_the_progress_writes_them() -> None:
     _print_tasks(Console(file=out, width=120), {}, cells, "table")
     text = out.getvalue()
     assert "65,518/—" in text and "1,010/1,012" in text and "?" not in text
+
+
+def test_a_cells_progress_writes_both_counts_alike(capsys: pytest.CaptureFixture[str]) -> None:
+    """It read "1,028 prompt tokens sent, the server counted 1028"."""
+    with serve(Answering()) as a:
+        assert main(["quality", "--url", a.url, "--tasks", "niah", "--contexts", "1100", "--depths", "50"]) == 0
+    line = next(ln for ln in capsys.readouterr().err.splitlines() if "the server counted" in ln)
+    assert re.search(r" 1,\d{3} prompt tokens sent, the server counted 1,\d{3}$", line), line

@@ -130,6 +130,15 @@ def usage_check(server: int | None, ours: int | None) -> str:
 
 # --- the built-in tasks -------------------------------------------------------------------------------------
 
+def cell_note(it: Item) -> str:
+    """A needle cell's progress line, both counts written alike: "1,028 prompt tokens sent, the server counted
+    1,028" (the server's count read "1028")."""
+    counted = "?" if it.prompt_tokens is None else f"{it.prompt_tokens:,}"
+    check = it.detail.get("usage_check")
+    return (f"niah {it.key}: {it.status} in {(it.latency_ms or 0) / 1000:.2f} s, {it.expected_prompt_tokens or 0:,} "
+            f"prompt tokens sent, the server counted {counted}" + ("" if check in ("ok", "absent") else f" ({check})"))
+
+
 async def run_niah(s: Session, save: Callable[[Item], None], note: Note) -> list[Item]:
     cfg, chat = s.cfg, s.cfg.api == "chat"
     counts: dict[str, int] = {}
@@ -148,9 +157,7 @@ async def run_niah(s: Session, save: Callable[[Item], None], note: Note) -> list
             it.detail.update(context=ctx, depth=depth, actual_depth=round(cell.actual_depth, 2))
             save(it)
             out.append(it)
-            note(f"niah {cell.key}: {it.status} in {(it.latency_ms or 0) / 1000:.2f} s, {it.expected_prompt_tokens or 0:,} "
-                 f"prompt tokens sent, the server counted {it.prompt_tokens if it.prompt_tokens is not None else '?'}"
-                 + ("" if it.detail["usage_check"] in ("ok", "absent") else f" ({it.detail['usage_check']})"))
+            note(cell_note(it))
             idx += 1
     return out
 
