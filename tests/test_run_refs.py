@@ -293,6 +293,33 @@ def test_the_progress_bar_says_the_time_left_whole_at_80_columns() -> None:
         assert len(line) <= width
 
 
+
+def test_a_finished_level_at_80_columns_is_a_whole_line_above_the_bar() -> None:
+    """An open loop's finished level at 80 columns read "level 1/3 rate 0.5/s poiss… 11 requests, 20/20… 62.0
+    tok/s, TTFT p50 19 ms  le…": its figures, bar and times did not fit one row. Its row gives way to its line,
+    printed whole above the live bar, as a piped run prints it."""
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.cli.sweep import RichReporter
+    from tokenbench.distribution import Distribution
+    from tokenbench.levels import ServingLevel
+    from tokenbench.records import RequestRecord
+
+    out = io.StringIO()
+    rep = RichReporter(Console(file=out, force_terminal=True, width=80, color_system=None), enabled=True)
+    rep.level_start("level 1/3 rate 0.5/s poisson", None, 20.0)
+    for i in range(11):
+        rep.request_done(RequestRecord(index=i, phase="measured"))
+    rep.level_end(ServingLevel(concurrency=None, rate=0.5, completed=11, output_throughput_tps=62.0,
+                               ttft_ms=Distribution(n=11, p50=19.0)))
+    assert rep.progress is not None and not rep.progress.tasks[0].visible
+    rep.close()
+    said = [ln for ln in out.getvalue().splitlines() if "62.0 tok/s" in ln]
+    assert said and said[0].startswith("level 1/3 rate 0.5/s poisson: 62.0 tok/s, TTFT p50 19 ms, 11 ok")
+    assert all("…" not in ln and len(ln) <= 80 for ln in said)
+
 def test_a_piped_sweep_s_level_line_keeps_within_80_columns() -> None:
     import io
 

@@ -40,6 +40,11 @@ from .workloads import add_trace_options, add_workload_options, given_flags, wor
 EMBEDDED_DEFAULTS: dict[str, Any] = {"concurrency": "1,2,4,8", "requests": 16, "input_len": 128, "output_len": 64}
 
 
+#: Columns under which the live bar is short, says only the time left, and a finished level's figures are a line
+#: of their own above it.
+NARROW = 100
+
+
 class RichReporter:
     """Progress on stderr: a live bar on a terminal; piped into a file or a CI log, one line per level as it
     finishes (a bar there printed nothing until the end: 6 minutes of silence in one run)."""
@@ -68,7 +73,7 @@ class RichReporter:
             # a level bounded by time fills its bar with time (it read "54/?"); one bounded by a count, with
             # requests; both say how long is left
             # under 100 columns the bar is short and only the time left is said: at 80 Rich cut both times to "0:00:…"
-            narrow = self.console.width < 100
+            narrow = self.console.width < NARROW
             times = (TextColumn("left"), TimeRemainingColumn()) if narrow else \
                 (TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
             self.progress = Progress(
@@ -99,14 +104,23 @@ class RichReporter:
             info += f", {summary.failed - summary.cut} failed"
         if summary.cut:
             info += f", {summary.cut} cut by the interrupt"
-        if self.progress is not None and self.task is not None:
+        if self.progress is not None and self.task is not None and self.console.width >= NARROW:
             self.progress.update(self.task, info=info)
+        elif self.progress is not None and self.task is not None:
+            # under NARROW columns a finished level's row, its figures beside its bar and times, was cut to
+            # "62.0 tok/s, TTFT p50 19 ms  le…": its line is printed whole above the bar instead, as where piped
+            self.progress.update(self.task, visible=False)
+            self._level_line(summary, info)
         elif self.enabled and not self.live:
-            now = time.monotonic()
-            flags = f" [{', '.join(summary.flags)}]" if summary.flags else ""
-            # wrapped to the console's width (80 where piped), what runs on indented under the level's name
-            print_hanging(self.console, f"{self.description}: {info}, {summary.completed} ok{flags} "
-                                        f"({now - self.level_t0:.1f} s; {now - self.t0:.0f} s elapsed)")
+            self._level_line(summary, info)
+
+    def _level_line(self, summary: ServingLevel, info: str) -> None:
+        """A finished level in a line, wrapped to the console's width (80 where piped), what runs on indented
+        under the level's name."""
+        now = time.monotonic()
+        flags = f" [{', '.join(summary.flags)}]" if summary.flags else ""
+        print_hanging(self.console, f"{self.description}: {info}, {summary.completed} ok{flags} "
+                                    f"({now - self.level_t0:.1f} s; {now - self.t0:.0f} s elapsed)")
 
     def note(self, text: str) -> None:
         if self.enabled:
