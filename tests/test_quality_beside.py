@@ -26,12 +26,13 @@ def _speed(store: Store, label: str, tps: float) -> None:
                    [lv], "0", "2026-01-01T00:00:00", "2026-01-01T00:01:00")
 
 
-def _quality(store: Store, label: str, wrong_every: int | None) -> None:
-    """16 needle cells; every ``wrong_every``-th answered wrong."""
+def _quality(store: Store, label: str, wrong_every: int | None, api: str | None = None) -> None:
+    """16 needle cells; every ``wrong_every``-th answered wrong; made with ``api`` (None: not recorded)."""
     items = [Item("niah", i, f"cell{i}", "p", status="fail" if wrong_every and i % wrong_every == 0 else "pass",
                   score=0.0 if wrong_every and i % wrong_every == 0 else 1.0, latency_ms=100.0,
                   detail={"context": 1024, "depth": 50}) for i in range(16)]
-    store.save_run(f"q-{label}", "quality", label, {"label": label, "model": MODEL, "seed": 0,
+    workload = {"workload": {"tasks": ["niah"], "api": api, "max_tokens": 64}} if api else {}
+    store.save_run(f"q-{label}", "quality", label, {"label": label, "model": MODEL, "seed": 0, **workload,
                                                      "summary": task_summary(items)}, "measured", [], "0",
                    "2026-01-02T00:00:00", "2026-01-02T00:01:00")
     store.save_quality_items(f"q-{label}", [it.to_row() for it in items])
@@ -85,3 +86,52 @@ def test_recommend_parity_keeps_only_boxes_shown_to_match(db: str, capsys: pytes
     assert why["nvidia-h100-sxm"].startswith("quality not measured")
     assert main(["recommend", "--model", MODEL, "--runs", "fast", "--parity-with", "nobody", "--db", db]) == 2
     assert "--parity-with nobody: no quality run labelled 'nobody'" in capsys.readouterr().err
+
+
+@pytest.fixture
+def apart(tmp_path: Path) -> str:
+    """fast's quality run made with --api completions, slow's (half its needles wrong) and ref's with --api
+    chat: the prompts sent differ, so no verdict could be the boxes'."""
+    store = Store(tmp_path / "r.db")
+    _speed(store, "fast", 800.0)
+    _speed(store, "slow", 300.0)
+    _quality(store, "fast", None, api="completions")
+    _quality(store, "slow", 2, api="chat")
+    _quality(store, "ref", None, api="completions")
+    return str(tmp_path / "r.db")
+
+
+NO_VERDICT = ("the quality runs were made with different settings (--api completions and --api chat): the "
+              "prompts sent differ, so no quality verdict is given")
+
+
+def test_compare_gives_no_quality_verdict_on_runs_made_with_other_settings(
+        apart: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A completions run beside a chat run read "niah: fast better": the chat template's, not the box's."""
+    assert main(["compare", "fast", "slow", "--db", apart]) == 0
+    out = capsys.readouterr().out
+    assert "better" not in out and f"quality (runs q-fast and q-slow): {NO_VERDICT}" in " ".join(out.split())
+    assert main(["compare", "fast", "slow", "--db", apart, "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)["quality"]
+    assert doc["tasks"] == [] and doc["no_verdict"] == NO_VERDICT
+
+
+def test_report_gives_no_quality_verdict_on_runs_made_with_other_settings(apart: str, tmp_path: Path) -> None:
+    page = tmp_path / "r.html"
+    assert main(["report", "fast", "slow", "--html", str(page), "--db", apart]) == 0
+    text = page.read_text()
+    assert "<b>Quality:</b> " + NO_VERDICT in text and "fast better" not in text
+
+
+def test_recommend_parity_names_other_settings_not_worse_quality(apart: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """slow's chat run read "quality below ref on niah" against ref's completions run: no verdict was there to
+    be had, so slow is left out for that, with the rerun that would give one."""
+    assert main(["recommend", "--model", MODEL, "--agents", "16", "--ttft-p99", "60s", "--runs", "fast", "slow",
+                 "--parity-with", "ref", "--currency", "EUR", "--db", apart, "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [c["box"] for c in doc["ranked"]] == ["fast"]
+    why = {c["box"]: c["excluded"] for c in doc["excluded"]}
+    assert why["slow"] == ("parity with ref not shown: the quality runs were made with different settings (--api "
+                           "chat and --api completions): the prompts sent differ, so no quality verdict is given; "
+                           "rerun slow's with --api completions")

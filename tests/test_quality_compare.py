@@ -17,16 +17,18 @@ from tokenbench.store import Store
 WORKLOAD = {"tasks": ["niah"], "api": "completions", "max_tokens": 64, "temperature": 0.0, "request_fields": {}}
 
 
-def _quality(store: Store, label: str, wrong_every: int = 0, **workload: Any) -> None:
-    """12 needle cells (every ``wrong_every``-th answered wrong), made with WORKLOAD's settings but ``workload``."""
+def _quality(store: Store, label: str, wrong_every: int = 0, run: str | None = None, **workload: Any) -> None:
+    """12 needle cells (every ``wrong_every``-th answered wrong), made with WORKLOAD's settings but ``workload``;
+    stored as run ``run`` (default: q-LABEL)."""
+    run = run or f"q-{label}"
     items = [Item("niah", i, f"cell{i}", "p", status="fail" if wrong_every and i % wrong_every == 0 else "pass",
                   score=0.0 if wrong_every and i % wrong_every == 0 else 1.0, latency_ms=100.0,
                   detail={"context": 512, "depth": 50}) for i in range(12)]
-    store.save_run(f"q-{label}", "quality", label, {"label": label, "model": "m", "seed": 0,
+    store.save_run(run, "quality", label, {"label": label, "model": "m", "seed": 0,
                                                      "workload": {**WORKLOAD, **workload},
                                                      "summary": task_summary(items)}, "measured", [], "0",
                    "2026-01-02T00:00:00", "2026-01-02T00:01:00")
-    store.save_quality_items(f"q-{label}", [it.to_row() for it in items])
+    store.save_quality_items(run, [it.to_row() for it in items])
 
 
 @pytest.fixture
@@ -61,6 +63,24 @@ def test_every_output_setting_is_checked(db: str, b: str, said: str, capsys: pyt
 def test_the_same_settings_stored_either_way_are_compared(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["quality", "compare", "completions", "same", "--db", db]) == 0
     assert "verdict: same within noise" in capsys.readouterr().out
+
+
+def test_a_floor_given_by_hand_is_held_to_the_runs_settings(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A floor found in the store matches the runs' settings; one given by --floor was taken as it came, so a
+    chat run of A's host judged two completions runs' outputs against outputs of other prompts."""
+    store = Store(Path(db))
+    _quality(store, "completions", run="q-again")  # A's host run again: a floor
+    _quality(store, "completions", run="q-again-chat", api="chat")  # A's host again, with another --api
+    store.close()
+    assert main(["quality", "compare", "q-completions", "same", "--floor", "q-again-chat", "--db", db]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "verdict" not in captured.out and len(err.splitlines()) == 1, err
+    assert err.endswith("--floor q-again-chat and run completions were made with different settings (--api "
+                        "completions and --api chat): the prompts sent differ, so it is no floor for them: give "
+                        "a repeat made with --api completions"), err
+    assert main(["quality", "compare", "q-completions", "same", "--floor", "q-again", "--db", db]) == 0
+    assert "(q-completions and q-again: given by --floor)" in capsys.readouterr().out
 
 
 def test_no_item_in_common_names_what_pairs_the_task() -> None:

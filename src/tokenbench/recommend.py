@@ -261,8 +261,8 @@ def parse_prices(prices: list[str], owned: list[str], currency: str, kwh_price: 
 
 def require_parity(store: Store, cands: list[Candidate], reference: str) -> None:
     """Exclude every candidate whose quality is not shown to match the reference box's: measured boxes need a
-    quality run under their label that no task of the reference's beats (paired verdict); a prediction has no
-    quality at all."""
+    quality run under their label, made with the reference's request settings, that no task of the reference's
+    beats (paired verdict); a prediction has no quality at all."""
     from .quality.parity import beside, newest_quality_run
 
     if newest_quality_run(store, reference) is None:
@@ -281,6 +281,10 @@ def require_parity(store: Store, cands: list[Candidate], reference: str) -> None
         if q is None:
             c.exclude("no quality run", f"no quality run labelled '{c.box}' sharing a task with {reference}'s: "
                       f"tokenbench quality --label {c.box} ...")
+            continue
+        if q.apart is not None:  # not compared: no verdict either way, so no parity shown
+            c.exclude("quality runs not comparable", f"parity with {reference} not shown: {q.apart.no_verdict()}; "
+                      f"rerun {c.box}'s with {q.apart.b}")
             continue
         worse = [(tc.task, tc.scores) for tc in q.tasks if tc.scores is not None and tc.scores.verdict == "B better"]
         if worse:

@@ -134,10 +134,35 @@ def _as_option(key: str, value: Any) -> str:
     return f"{opt} {value:g}" if isinstance(value, float) else f"{opt} {value}"
 
 
-def settings_apart(ra: RunRow, rb: RunRow, name_a: str, name_b: str) -> str | None:
-    """Why two runs cannot be compared as two servers, or None: the first output setting they were made with
-    different values of (a run that did not record it is not held against). Their paired items were sent or
-    generated differently, so a difference could be the setting's, not the servers'."""
+@dataclass(frozen=True, slots=True)
+class Apart:
+    """The first output setting two runs were made with different values of, as the options that give each:
+    their paired items were sent or generated differently, so a difference could be the setting's."""
+
+    key: str  # one of OUTPUT_SETTINGS
+    a: str  # the first run's, as its option: "--api completions"
+    b: str  # the second run's: "--api chat"
+
+    @property
+    def settings(self) -> str:
+        """"different settings (--api completions and --api chat): the prompts sent differ"."""
+        return f"different settings ({self.a} and {self.b}): {SETTING_OPTIONS[self.key][1]}"
+
+    def refusal(self, name_a: str, name_b: str) -> str:
+        """Why ``quality compare`` compares no two servers: the setting, both values and the rerun that pairs
+        them."""
+        return (f"runs {name_a} and {name_b} were made with {self.settings}, so no difference could be told from "
+                f"the servers'; rerun {name_b} with {self.a} (or {name_a} with {self.b})")
+
+    def no_verdict(self) -> str:
+        """What a speed comparison says in place of the quality runs' verdict."""
+        return f"the quality runs were made with {self.settings}, so no quality verdict is given"
+
+
+def settings_apart(ra: RunRow, rb: RunRow) -> Apart | None:
+    """The first output setting two runs were made with different values of, or None: the one check of every
+    pair of quality runs judged together (quality compare's A and B and its --floor, quality beside speed). A
+    run that did not record a setting is not held against."""
     wa = Manifest.from_dict(ra.manifest).workload or {}
     wb = Manifest.from_dict(rb.manifest).workload or {}
     for key in OUTPUT_SETTINGS:
@@ -145,10 +170,19 @@ def settings_apart(ra: RunRow, rb: RunRow, name_a: str, name_b: str) -> str | No
             continue
         va, vb = wa[key] or None, wb[key] or None  # no --extra-body: None or {}; greedy: 0 or 0.0
         if va != vb:
-            sa, sb = _as_option(key, va), _as_option(key, vb)
-            return (f"runs {name_a} and {name_b} were made with different settings ({sa} and {sb}): "
-                    f"{SETTING_OPTIONS[key][1]}, so no difference could be told from the servers'; rerun "
-                    f"{name_b} with {sa} (or {name_a} with {sb})")
+            return Apart(key, _as_option(key, va), _as_option(key, vb))
+    return None
+
+
+def _floor_apart(rf: RunRow, ref_floor: str, runs: dict[str, RunRow]) -> str | None:
+    """Why a run given by --floor measures no repeat of the compared runs' host, or None: made with another
+    value of an output setting than A or B (as a floor found in the store never is)."""
+    given = f"--floor {ref_floor}" + (f" (run {rf.id})" if ref_floor != rf.id else "")
+    for name, run in runs.items():
+        apart = settings_apart(run, rf)
+        if apart:
+            return (f"{given} and run {name} were made with {apart.settings}, so it is no floor for them: give "
+                    f"a repeat made with {apart.a}")
     return None
 
 
@@ -303,9 +337,14 @@ def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False,
         raise UsageError(f"--floor {ref_floor} is run {rf.id}, one of the two compared: give a third run, of A's "
                          "host run again")
     la, lb = ra.label or ra.id, rb.label or rb.id
-    apart = settings_apart(ra, rb, *((la, lb) if la != lb else (ra.id, rb.id)))
+    if la == lb:
+        la, lb = ra.id, rb.id
+    apart = settings_apart(ra, rb)
     if apart:
-        raise UsageError(apart)
+        raise UsageError(apart.refusal(la, lb))
+    why = _floor_apart(rf, ref_floor or "", {la: ra, lb: rb}) if rf is not None else None
+    if why:
+        raise UsageError(why)
     items_a, items_b = load_items(store, ra.id), load_items(store, rb.id)
     cmp = compare_items(items_a, items_b)
     if not cmp:
@@ -323,13 +362,17 @@ def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False,
 @dataclass(slots=True)
 class Beside:
     """The quality of two boxes, as a speed comparison shows it: their newest quality runs under the same
-    labels as the speed runs, compared task by task."""
+    labels as the speed runs, compared task by task; or, made with different request settings, not compared
+    (``apart``: no task, and one line that says why)."""
 
     run_a: str
     run_b: str
     tasks: list[TaskComparison]
+    apart: Apart | None = None
 
     def lines(self, name_a: str, name_b: str) -> list[str]:
+        if self.apart is not None:
+            return [self.apart.no_verdict()]
         out = []
         for tc in self.tasks:
             if tc.scores is not None:
@@ -344,7 +387,8 @@ class Beside:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"quality_run_a": self.run_a, "quality_run_b": self.run_b, "tasks": [t.to_dict() for t in self.tasks]}
+        return {"quality_run_a": self.run_a, "quality_run_b": self.run_b, "tasks": [t.to_dict() for t in self.tasks],
+                "no_verdict": self.apart.no_verdict() if self.apart is not None else None}
 
 
 def newest_quality_run(store: Store, label: str | None) -> RunRow | None:
@@ -356,12 +400,16 @@ def newest_quality_run(store: Store, label: str | None) -> RunRow | None:
 
 
 def beside(store: Store, label_a: str | None, label_b: str | None) -> Beside | None:
-    """Quality beside speed: None unless both labels have a quality run with a task in common."""
+    """Quality beside speed: None unless both labels have a quality run with a task in common; two made with
+    different request settings are not compared (no task, ``apart`` says why)."""
     qa, qb = newest_quality_run(store, label_a), newest_quality_run(store, label_b)
     if qa is None or qb is None or qa.id == qb.id:
         return None
     tasks = compare_items(load_items(store, qa.id), load_items(store, qb.id))
     if not tasks:
         return None
+    apart = settings_apart(qa, qb)
+    if apart is not None:
+        return Beside(qa.id, qb.id, [], apart)
     judge_tasks(tasks, find_floor(store, qa, qb), _sampled(qa) or _sampled(qb))
     return Beside(qa.id, qb.id, tasks)
