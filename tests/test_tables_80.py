@@ -198,6 +198,31 @@ def test_a_column_of_names_gives_way_after_the_columns_of_words() -> None:
     assert table_layout(head, rows, 58) is None  # the names cut to 15 columns before
 
 
+def test_the_line_above_a_table_ends_in_no_hanging_separator() -> None:
+    """capacity printed "SLO: pass; OK/failed: 32/0;" above its table at 80 columns, the ";" hanging over the next
+    line's sentence (goodput left out at that width): the parts are joined within a line, never after its last."""
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.distribution import Distribution
+    from tokenbench.levels import ServingLevel
+    from tokenbench.sweep_table import print_sweep
+
+    levels = []
+    for c in (1, 2, 4, 8):
+        s = ServingLevel(concurrency=c, output_throughput_tps=400.0 * c ** 0.5, completed=32, slo="ttft_p90<=100ms",
+                         slo_met=True, goodput_rps=24.0 + c, cost_per_mtok=1.23 * c)
+        s.ttft_ms, s.tpot_ms = Distribution(n=32, p50=10.0 + c, p99=13.0 + c), Distribution(n=32, p50=2.0 + c)
+        levels.append(s)
+    buf = io.StringIO()
+    print_sweep(Console(file=buf, width=80), levels, "EUR")
+    lines = [ln.rstrip() for ln in buf.getvalue().splitlines()]
+    assert lines[0] == "SLO: pass; OK/failed: 32/0"
+    assert lines[1].startswith("Goodput req/s (") and "left out" in " ".join(lines[1:3])
+    assert not any(ln.endswith(";") for ln in lines)
+
+
 def test_every_help_fits_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     """--help at 80 columns: argparse wraps option help but not a group's title, a usage line's list of choices
     or the examples, which ran to 168 columns; the examples break before an option with a backslash, as a shell

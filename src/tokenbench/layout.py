@@ -220,13 +220,12 @@ def split_constant(header: list[str], rows: list[list[str]],
 
 def heading_lines(said: list[str], width: int) -> list[str]:
     """The columns moved out of a table ("Test: serve"), joined by "; " on as few lines as fit ``width``; one
-    is broken between its words only when it alone is wider."""
+    is broken between its words only when it alone is wider. A line ends without a separator: capacity's read
+    "SLO: pass; OK/failed: 32/0;" over the next line's sentence, a ";" left hanging."""
     lines: list[str] = []
     for part in said:
-        if lines and cell_len(lines[-1]) + 3 + cell_len(part) <= width:  # room for "; " and a ";" after it
+        if lines and cell_len(lines[-1]) + 2 + cell_len(part) <= width:  # room for "; "
             lines[-1] += "; " + part
             continue
-        if lines:
-            lines[-1] += ";"
         lines += textwrap.wrap(part, width, break_long_words=False, break_on_hyphens=False) or [part]
     return lines
