@@ -43,9 +43,11 @@ def test_depths_beyond_the_slot_context_are_skipped_and_marked(emitter: Backgrou
     out = tmp_path / "d.json"
     code = main(["depth", "--url", emitter.url, "--depths", "0,1k,4k", "--pp", "64", "--tg", "8",
                  "--repetitions", "2", "--json", str(out), "--guard", "off", "--no-metrics"])
-    err = capsys.readouterr().err
+    printed, err = capsys.readouterr()
     assert code == 5 and "run partial: some depths do not fit" in err, err  # kept and shown; a script is told
     doc = json.loads(out.read_text())
+    # its closing line as sweep's, the run's status in it ("(depth)" stood there, the kind the command says itself)
+    assert printed.splitlines()[-1] == f"run {doc['run_id']} (partial) saved in {Store().path}"
     assert doc["status"] == "partial" and "context" in doc["error"]
     by = {(lv["test"], lv["depth"]): lv for lv in doc["levels"]}
     assert by[("pp64", 1024)]["pp_tps"] > 0 and by[("tg8", 1024)]["status"] == "complete"

@@ -201,6 +201,7 @@ def test_llama_bench_binary_is_driven_and_imported(tmp_path: Path, capsys: pytes
     text = capsys.readouterr().out
     assert "tg128 @ d32768" in text and "56.90 ± 0.30" in text
     doc = json.loads(out.read_text())
+    assert " ".join(text.split()).endswith(f"run {doc['run_id']} (complete) saved in {tmp_path / 'd.db'}")
     assert [(lv["test"], lv["depth"]) for lv in doc["levels"]] == [("pp512", 0), ("tg128", 0), ("tg128", 32768)]
     # the options are recorded and llama-bench's own JSON is kept whole
     lb = doc["manifest"]["llama_bench"]
@@ -334,6 +335,9 @@ def test_show_of_a_coldstart_prints_what_coldstart_printed(tmp_path: Path, capsy
     assert main(["show", run_id, "--db", db]) == 0
     shown = capsys.readouterr().out.splitlines()
     assert ran[:-1] == shown[:-1] and run_id in ran[-1] and run_id in shown[-1]  # all but where the run is
+    # the closing line as sweep's: its status, and where it is saved (coldstart's said "(coldstart) saved")
+    assert ran[-1] == f"run {run_id} (complete) saved in {db}", ran[-1]
+    assert shown[-1] == f"run {run_id} (complete) from {db}", shown[-1]
     assert ran[0].startswith("model emitter; engine ") and "engine unknown" not in ran[0]
     assert any(line.startswith("first boot ") for line in shown)
     doc = Store(tmp_path / "c.db").resolve(run_id).manifest

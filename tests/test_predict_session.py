@@ -256,7 +256,7 @@ def test_a_saved_session_prediction_round_trips_through_the_store(tmp_path: Path
     assert main([*STRIX_ARGS, "--concurrency", "1,8", "--think-time", "5s", "--sessions", "16", "--save",
                  "strix-session", "--db", db]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "saved as run" in out and "16 sessions on 8 agents: 2 after another" in out
+    assert ") saved in " in out and "16 sessions on 8 agents: 2 after another" in out
     res = load_result(Store(db, readonly=True), "strix-session")
     assert res.kind == "predict" and res.manifest.predicted_mark == "PREDICTED"
     assert res.manifest.workload is not None and res.manifest.workload["turns"] == 20

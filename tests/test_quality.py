@@ -390,7 +390,10 @@ def test_knob_check_finds_no_effect_on_a_server_that_ignores_it(capsys: pytest.C
         sent = [b.get("reasoning_effort") for b in a.emitter.requests_seen]
     # the check request, then low twice (the repeat is the noise floor), then high
     assert sent == [None] + ["low"] * 8 + ["high"] * 4
-    assert "the knob has no measurable effect" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the knob has no measurable effect" in out
+    # the closing line as every command's: the run's status where "(quality, knob)" stood
+    assert re.search(r"^run \S+ \(complete\) saved in \S", out, re.M), out
 
 
 def test_shipped_lm_eval_task_stores_every_item(tmp_path: Path) -> None:

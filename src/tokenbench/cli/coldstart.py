@@ -16,7 +16,7 @@ from ..describe import describe_run
 from ..errors import UsageError
 from ..servers import normalize_base_url
 from ..store import Store
-from .common import seconds, write_json
+from .common import saved, seconds, write_json
 from .options import LABEL, UNIT, POSITIVE_INT, add_db
 
 if TYPE_CHECKING:
@@ -101,11 +101,12 @@ def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> i
     from ..coldstart import run_coldstart
 
     cfg = coldstart_config(a, argv)
-    res = run_coldstart(cfg, Store(a.db))
+    store = Store(a.db)
+    res = run_coldstart(cfg, store)
     print_boots(console, res)
     if a.json:
         write_json(a.json, res)
-    console.print(f"run {res.run_id} (coldstart) saved", style="dim", markup=False)
+    saved(console, res, store.path)
     return 0
 
 

@@ -142,6 +142,18 @@ def run_exit(res: RunResult) -> int:
     return LevelFailed.exit_code
 
 
+def saved(console: Console, res: RunResult, db: Path, fmt: str = "table", where: str = "saved in") -> None:
+    """Every command's closing line, "run ID (STATUS) saved in DB" ("from" when shown again): depth's said its
+    kind where the others say the run's status, coldstart's not where. Markdown output is pasted or redirected
+    into a file, which is no place for a local path: there the line goes to stderr, whole; a table keeps to the
+    terminal's width."""
+    line = f"run {res.run_id} ({res.status}) {where} {db}"
+    if fmt == "markdown":
+        print(line, file=sys.stderr)
+    else:
+        console.print(line, style="dim", markup=False, highlight=False)
+
+
 def write_json(path: str, res: RunResult) -> None:
     emit_json(path, res.to_json())
 

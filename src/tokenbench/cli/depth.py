@@ -22,7 +22,7 @@ from ..servers import normalize_base_url
 from ..guard import snapshot_before
 from ..store import Store
 from .common import (check_output, embedded_spec, guard_config, guard_targets, llama_options, notifier, run_exit,
-                     tokens, write_json)
+                     saved, tokens, write_json)
 from .options import LABEL, NONNEG_INT, POSITIVE_INT, add_db, add_endpoint
 from typing import Any
 
@@ -70,7 +70,7 @@ def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err
     store = Store(a.db)
     res = load_result(store, run_llama_bench(cfg, store, notifier(err)))
     print_table(console, *depth_rows(res), a.format)
-    console.print(f"run {res.run_id} (llama-bench, imported) saved in {store.path}", markup=False)
+    saved(console, res, store.path, a.format)
     if a.json:
         write_json(a.json, res)
     return 0
@@ -109,7 +109,7 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     for o in res.outcomes:
         for w in o.summary.warnings:
             console.print(f"[{o.summary.test} @ d{o.summary.depth}] {w}", style="yellow", markup=False, highlight=False)
-    console.print(f"run {res.run_id} (depth) saved in {store.path}", style="dim", markup=False)
+    saved(console, res, store.path, a.format)
     if a.json:
         write_json(a.json, res)  # the result in hand: what show --json reads back
     return run_exit(res)  # partial where a depth did not fit the server's context

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .. import redact
 from ..errors import UsageError
 from ..store import Store
-from .common import check_output, emit_json, int_list, tokens, write_json
+from .common import check_output, emit_json, int_list, saved, tokens, write_json
 from .options import LABEL, UNIT, NONNEG_INT, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
 from ..registry import known
 from ..layout import plural
@@ -287,8 +287,9 @@ def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Cal
     from ..predict.runs import save_prediction
 
     if a.save:
-        res = save_prediction(Store(a.db), res, a.save)
-        console.print(f"saved as run {res.run_id} (label {a.save}, provenance predicted)", markup=False)
+        store = Store(a.db)
+        res = save_prediction(store, res, a.save)
+        saved(console, res, store.path, a.format)
     if a.json:
         # the keys predict --json wrote before it went through the result contract, kept beside it
         res.legacy = {"predicted": True, "calibrated": s.calibrated, "backend": s.backend,

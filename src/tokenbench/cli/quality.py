@@ -16,8 +16,8 @@ from ..errors import LevelFailed, TokenbenchError, UsageError
 from ..results import Manifest, RunResult
 from ..servers import normalize_base_url
 from ..store import Store
-from .common import (check_output, embedded_spec, emit_json, int_list, json_object, notifier, run_exit, seconds,
-                     tokens)
+from .common import (check_output, embedded_spec, emit_json, int_list, json_object, notifier, run_exit, saved,
+                     seconds, tokens)
 from .options import LABEL, UNIT, NONNEG, POSITIVE_INT, add_db, add_endpoint, add_json, add_latest
 
 if TYPE_CHECKING:
@@ -159,12 +159,11 @@ def _s(ms: float | None) -> str:
     return "—" if ms is None else f"{ms / 1000:.2f} s"
 
 
-def print_quality_run(console: Console, res: RunResult, store: Store, fmt: str) -> None:
+def print_quality_run(console: Console, res: RunResult, store: Store, fmt: str, where: str = "saved in") -> None:
     """A quality run's tasks (its manifest's ``summary``), its needle grid and where it is saved: after the run,
-    after an interrupt or an error, and by `show`."""
+    after an interrupt or an error, and by `show` (``where``: "from")."""
     _print_tasks(console, res.manifest.summary or {}, res.items, fmt)
-    console.print(f"run {res.run_id} (quality, {res.status}) saved in {store.path}", style="dim", markup=False,
-                  highlight=False)
+    saved(console, res, store.path, fmt, where)
 
 
 def _print_tasks(console: Console, summary: dict[str, Any], items: list[Item], fmt: str) -> None:
@@ -284,7 +283,7 @@ def _knob(a: argparse.Namespace, argv: list[str], console: Console, err: Console
                           "Failed"], rows)
     text = knob.finding(name, fx)
     print_hanging(console, text)  # between words at the terminal's width: a log's tools read the JSON's
-    console.print(f"run {res.run_id} (quality, knob) saved in {store.path}", style="dim", markup=False)
+    saved(console, res, store.path)
     if a.json:
         doc = res.to_json()
         doc["knob"] = {"param": name, "values": values, "effects": [e.to_dict() for e in fx], "finding": text}

@@ -16,11 +16,11 @@ from ..sweep_table import print_sweep
 from ..results import Manifest, RunResult
 from ..reader import load_result
 from ..store import Store
-from .common import check_output, emit_json, write_json
+from .common import check_output, emit_json, saved, write_json
 from .coldstart import print_boots
 from .depth import depth_notes, depth_rows
 from .guard import guard_rows
-from .sweep import print_result, saved
+from .sweep import print_result
 from .options import POSITIVE_INT, add_db, add_json, add_latest
 from typing import Any
 
@@ -118,7 +118,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     if res.kind == "quality":
         from .quality import print_quality_run
 
-        print_quality_run(console, res, store, a.format)
+        print_quality_run(console, res, store, a.format, "from")
         if a.json:
             write_json(a.json, res)
         return 0

@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from ..store import Store
 from ..sweep import SweepConfig, run_sweep
 from ..workers.split import parse_workers
 from .common import (check_output, embedded_spec, float_list, guard_config, guard_targets, int_list, json_object,
-                     notifier, run_exit, seconds, write_json)
+                     notifier, run_exit, saved, seconds, write_json)
 from .options import add_endpoint, add_load, add_output
 from .power import add_power_options, power_plan
 from .workloads import add_trace_options, add_workload_options, given_flags, workload_kind
@@ -255,17 +254,6 @@ def print_result(console: Console, res: RunResult, fmt: str, db: Path, where: st
         print_sweep(console, levels, currency, f"{res.predicted_mark} (not measured)" if res.predicted_mark else None,
                     res.kind == "predict")
     saved(console, res, db, fmt, where)
-
-
-def saved(console: Console, res: RunResult, db: Path, fmt: str, where: str = "saved in") -> None:
-    """Where the run is ("saved in" after a run, "from" when shown again). Markdown output is pasted or redirected
-    into a file, which is no place for a local path: there the line goes to stderr, whole; a table keeps to the
-    terminal's width."""
-    line = f"run {res.run_id} ({res.status}) {where} {db}"
-    if fmt == "markdown":
-        print(line, file=sys.stderr)
-    else:
-        console.print(line, style="dim", markup=False, highlight=False)
 
 
 def embedded_ctx(cfg: SweepConfig) -> int:
