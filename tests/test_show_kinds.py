@@ -232,6 +232,21 @@ def test_an_open_loop_under_one_request_in_flight_has_no_per_agent_rate() -> Non
     assert [r[col] for r in rows] == ["—", "200.0", "50.0"]
 
 
+def test_a_per_agent_rate_withheld_is_said_under_the_table() -> None:
+    """A sweep at 0.5, 1 and 2/s showed "—" under Per-agent tok/s at the first two rates and 189.7 at the third,
+    with no word why: a note under the table says it, with each level's requests in flight."""
+    from tokenbench.sweep_table import notes, sweep_rows
+
+    levels = [ServingLevel(concurrency=None, rate=r, achieved_concurrency=held, output_throughput_tps=tps,
+                           completed=12) for r, held, tps in ((0.5, 0.42, 62.0), (1.0, 0.81, 73.6), (2.0, 1.37, 260.3))]
+    header, rows = sweep_rows(levels, "USD")
+    assert [r[header.index("Per-agent tok/s")] for r in rows] == ["—", "—", "190.0"]
+    said = [line for line in notes(levels) if "per-agent" in line]
+    assert said == ["[0.5/s,1/s] no per-agent tok/s (—): under one request in flight on average (0.42, 0.81); the "
+                    "aggregate divided by that would be one request's own speed, above the aggregate"]
+    assert not [line for line in notes(levels[2:]) if "per-agent" in line]  # every row has its figure
+
+
 def test_a_flag_the_table_shows_is_said_under_it() -> None:
     """A note's flag (phase_locked, no_plateau) is in the Flags column: its finding is said under the table too,
     once per text with the levels it is on; the p99 estimate, failed requests and an interrupt keep their own

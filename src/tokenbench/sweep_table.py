@@ -53,11 +53,28 @@ def per_agent_shown(s: ServingLevel) -> float | None:
         # a replay at the recorded times: no agent count stands behind it (the open loop's requests in flight
         # would divide the aggregate into a call's own speed, 90x it); the replay's line says the calls' rate
         return None
-    if not s.concurrency and s.achieved_concurrency is not None and s.achieved_concurrency < 1:
-        # an open loop with under one request in flight on average: the aggregate over that would be a request's
-        # own speed, above the aggregate (a trace at 3.35/s read 46.3 tok/s aggregate, 810.8 per agent)
+    if under_one_in_flight(s):
+        # the aggregate over that would be a request's own speed, above the aggregate (a trace at 3.35/s read
+        # 46.3 tok/s aggregate, 810.8 per agent)
         return None
     return s.sustained_per_agent_tps
+
+
+def under_one_in_flight(s: ServingLevel) -> bool:
+    """An open loop with under one request in flight on average: its per-agent rate is withheld."""
+    return not s.concurrency and s.achieved_concurrency is not None and s.achieved_concurrency < 1
+
+
+def _per_agent_line(levels: list[ServingLevel]) -> list[str]:
+    """Why a level's per-agent rate reads "—" where its open loop had under one request in flight: a sweep at
+    0.5, 1 and 2/s showed "—" at the first two and a figure at the third, and said nothing of it."""
+    under = [s for s in levels if s.replay is None and under_one_in_flight(s) and s.sustained_per_agent_tps]
+    if not under:
+        return []
+    keys = ",".join(level_label(s) for s in under)
+    held = ", ".join(f"{s.achieved_concurrency:.2f}" for s in under)
+    return [f"[{keys}] no per-agent tok/s (—): under one request in flight on average ({held}); "
+            "the aggregate divided by that would be one request's own speed, above the aggregate"]
 
 
 GOODPUT = "Goodput req/s"
@@ -144,12 +161,12 @@ def _cliff_floor(levels: list[ServingLevel]) -> str:
 
 
 def notes(levels: list[ServingLevel]) -> list[str]:
-    """What the table leaves to the lines under it, in order: the SLO, the p99's asterisk, the plateau, each
-    warning and flag with its levels, then each level's reasoning, held-back text, tool calls, server and power."""
+    """What the table leaves to the lines under it, in order: the SLO, the p99's asterisk, the plateau, a per-agent
+    rate withheld, each warning and flag with its levels, then each level's reasoning, held-back text, tool calls, server and power."""
     out = _slo_lines(levels)
     if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
         out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
-    out += _plateau_line(levels)
+    out += _plateau_line(levels) + _per_agent_line(levels)
     out += _finding_lines(levels)
     for s in levels:
         if s.reasoning_share is not None and s.answer_throughput_tps is not None:
