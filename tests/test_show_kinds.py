@@ -232,6 +232,59 @@ def test_an_open_loop_under_one_request_in_flight_has_no_per_agent_rate() -> Non
     assert [r[col] for r in rows] == ["—", "200.0", "50.0"]
 
 
+def _one_read(concurrency: int, share: float | None, tpot_p50: float) -> ServingLevel:
+    """A level some of whose answers came whole in one network read (``share``; None: a run stored with the flag
+    alone), its median TPOT as measured."""
+    from tokenbench.finding import Code, Finding
+
+    s = ServingLevel(concurrency=concurrency, output_throughput_tps=900.0, completed=16,
+                     ttft_ms=Distribution(n=16, p50=146.0, p99=177.0), tpot_ms=Distribution(n=16, p50=tpot_p50))
+    s.add(Finding(Code.ONE_READ, "some answers arrived whole in one network read", observed=share, threshold=0.1,
+                  unit="share", n=16))
+    return s
+
+
+def test_a_median_tpot_of_answers_that_came_whole_is_withheld_and_said_why() -> None:
+    """make demo-vllm printed a median TPOT of 0.0 ms as a figure (12 of 16 answers whole in one read), and 2-token
+    answers at concurrency 1 "single-stream decode 39,716 tok/s": the cell reads "—", the decode rate is none, a
+    note under the table says why, and the JSON keeps what was measured."""
+    from tokenbench.sweep_table import notes, single_stream_lines, sweep_rows
+
+    half = _one_read(1, 0.5, 0.0252)  # halfway between a 0 and the next: 39,683 tok/s
+    most = _one_read(2, 0.75, 0.0)
+    header, rows = sweep_rows([half, most], "USD")
+    assert [r[header.index("Median TPOT")] for r in rows] == ["—", "—"]
+    assert single_stream_lines([half, most]) == ["Concurrency 1: no single-stream decode (its median TPOT is "
+                                                 "withheld: one_read)"]
+    assert half.decode_tps and half.decode_tps > 39_000  # the JSON's, unchanged
+    said = [line for line in notes([half, most]) if "TPOT (—)" in line]
+    assert said == ["[1,2] no median TPOT (—): half its answers or more arrived whole in one network read "
+                    "(one_read): the median is their TPOT of 0, or halfway to it, not a decode; the JSON keeps "
+                    "tpot_ms as measured"]
+    assert half.to_dict()["tpot_ms"]["p50"] == 0.0252 and most.to_dict()["tpot_ms"]["p50"] == 0.0
+    assert "no median TPOT (—)" in format_sweep_markdown([half, most])
+    # fewer whole, the rest as fast: the median reads 0.0 ms; a run stored with the flag alone and a median of 0
+    for s in (_one_read(1, 0.25, 0.02), _one_read(1, None, 0.0)):
+        header, rows = sweep_rows([s], "USD")
+        assert rows[0][header.index("Median TPOT")] == "—"
+        assert any("reads 0.0 ms where answers arrived whole" in line for line in notes([s]))
+        assert "no single-stream decode" in single_stream_lines([s])[0]
+
+
+def test_a_decode_rate_some_whole_answers_pull_up_is_said_to_read_high() -> None:
+    from tokenbench.sweep_table import notes, single_stream_lines, sweep_rows
+
+    few = _one_read(1, 0.2, 8.0)  # 1 in 5 answers whole: the median is the seen ones', pulled down
+    header, rows = sweep_rows([few], "USD")
+    assert rows[0][header.index("Median TPOT")] == "8.0 ms"
+    assert single_stream_lines([few]) == ["Concurrency 1: single-stream decode 125.0 tok/s (1 / median TPOT; "
+                                          "reads high: 20% of its answers came whole in one read, one_read)"]
+    assert not any("TPOT (—)" in line for line in notes([few]))
+    clean = ServingLevel(concurrency=1, output_throughput_tps=100.0, completed=16,
+                         tpot_ms=Distribution(n=16, p50=10.0))
+    assert single_stream_lines([clean]) == ["Concurrency 1: single-stream decode 100.0 tok/s (1 / median TPOT)"]
+
+
 def test_a_per_agent_rate_withheld_is_said_under_the_table() -> None:
     """A sweep at 0.5, 1 and 2/s showed "—" under Per-agent tok/s at the first two rates and 189.7 at the third,
     with no word why: a note under the table says it, with each level's requests in flight."""

@@ -65,6 +65,16 @@ def under_one_in_flight(s: ServingLevel) -> bool:
     return not s.concurrency and s.achieved_concurrency is not None and s.achieved_concurrency < 1
 
 
+def _tpot_line(levels: list[ServingLevel]) -> list[str]:
+    """Why a level's median TPOT reads "—", once per reason with the levels it is on."""
+    by_why: dict[str, list[str]] = {}
+    for s in levels:
+        if why := tpot_unseen(s):
+            by_why.setdefault(why, []).append(level_label(s))
+    return [f"[{','.join(keys)}] no median TPOT (—): {why}; the JSON keeps tpot_ms as measured"
+            for why, keys in by_why.items()]
+
+
 def _per_agent_line(levels: list[ServingLevel]) -> list[str]:
     """Why a level's per-agent rate reads "—" where its open loop had under one request in flight: a sweep at
     0.5, 1 and 2/s showed "—" at the first two and a figure at the third, and said nothing of it."""
@@ -75,6 +85,36 @@ def _per_agent_line(levels: list[ServingLevel]) -> list[str]:
     held = ", ".join(f"{s.achieved_concurrency:.2f}" for s in under)
     return [f"[{keys}] no per-agent tok/s (—): under one request in flight on average ({held}); "
             "the aggregate divided by that would be one request's own speed, above the aggregate"]
+
+
+#: Answers that came whole in one read (the one_read finding) this share of a level's or more put its median TPOT
+#: on one of their 0s, or halfway to one: a figure no decode stands behind.
+ONE_READ_MEDIAN = 0.5
+#: A median TPOT under this reads "0.0 ms" in the table: no decode a client could time, beside the one_read flag.
+TPOT_READS_ZERO_MS = 0.05
+
+
+def tpot_unseen(s: ServingLevel) -> str | None:
+    """Why the level's median TPOT is no decode seen, or None where it is one: half its answers or more came whole
+    in one network read, or with some of them whole the rest came as fast and the median reads 0.0 ms.
+    ``make demo-vllm`` printed "0.0 ms" as a figure, 12 of 16 answers whole; the JSON keeps the value as
+    measured."""
+    found = s.finding(Code.ONE_READ)
+    if Code.ONE_READ.value not in s.flags or s.tpot_ms.p50 is None:
+        return None
+    if found is not None and found.observed is not None and found.observed >= ONE_READ_MEDIAN:
+        return ("half its answers or more arrived whole in one network read (one_read): the median is their TPOT "
+                "of 0, or halfway to it, not a decode")
+    if s.tpot_ms.p50 < TPOT_READS_ZERO_MS:
+        return ("it reads 0.0 ms where answers arrived whole in one network read (one_read): the client timed no "
+                "decode")
+    return None
+
+
+def tpot_shown(s: ServingLevel) -> float | None:
+    """The median TPOT a level's table shows (the terminal's, the Markdown's and the HTML's); None where it shows
+    "—"."""
+    return None if tpot_unseen(s) else s.tpot_ms.p50
 
 
 GOODPUT = "Goodput req/s"
@@ -94,7 +134,7 @@ def _sweep_columns(levels: list[ServingLevel], currency: str, predicted: bool = 
     cols += [("Aggregate output tok/s", lambda s: _aggregate(s, rate)),
              ("Per-agent tok/s", lambda s: rate(per_agent_shown(s))),
              ("Median TTFT", lambda s: time(s.ttft_ms.p50)), ("P99 TTFT", lambda s: _p99_ttft(s, time)),
-             ("Median TPOT", lambda s: time(s.tpot_ms.p50))]
+             ("Median TPOT", lambda s: time(tpot_shown(s)))]
     if any(s.cost_per_mtok is not None for s in levels):
         cols.append((f"{currency}/M output", lambda s: num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—"))
     if any(s.slo for s in levels):  # --slo given: its verdict and goodput per level, before the counts
@@ -142,12 +182,31 @@ def single_stream_lines(levels: list[ServingLevel]) -> list[str]:
     for s in levels:
         if s.session is not None and s.session.cache == "warm":
             continue  # its prompts were mostly served from the cache: input / TTFT is no prefill rate
-        if s.concurrency == 1 and (s.prefill_tps or s.decode_tps):
+        decode = _decode_part(s)
+        if s.concurrency == 1 and (s.prefill_tps or decode):
             parts = ([f"prefill {num(s.prefill_tps)} tok/s (input tokens / TTFT, median)"] if s.prefill_tps else []) \
-                + ([f"single-stream decode {num(s.decode_tps)} tok/s (1 / median TPOT)"] if s.decode_tps else [])
+                + decode
             out.append("Concurrency 1: " + ", ".join(parts))
             break
     return out
+
+
+def _decode_part(s: ServingLevel) -> list[str]:
+    """The single-stream decode rate, 1 / median TPOT: none where the median TPOT is withheld, and said to read
+    high where some answers came whole in one read (their TPOT 0 pulls the median down): a run of 2-token answers
+    printed "single-stream decode 39,716 tok/s" as a figure."""
+    if s.concurrency != 1:
+        return []
+    if tpot_unseen(s):
+        return ["no single-stream decode (its median TPOT is withheld: one_read)"]
+    if not s.decode_tps:
+        return []
+    found = s.finding(Code.ONE_READ)
+    if found is None and Code.ONE_READ.value not in s.flags:
+        return [f"single-stream decode {num(s.decode_tps)} tok/s (1 / median TPOT)"]
+    share = f"{found.observed:.0%} of " if found is not None and found.observed is not None else "some "
+    return [f"single-stream decode {num(s.decode_tps)} tok/s (1 / median TPOT; reads high: {share}its answers "
+            "came whole in one read, one_read)"]
 
 
 #: Time to first text this far past the median TTFT is worth a note: tokens were streamed before their text.
@@ -162,12 +221,13 @@ def _cliff_floor(levels: list[ServingLevel]) -> str:
 
 def notes(levels: list[ServingLevel]) -> list[str]:
     """What the table leaves to the lines under it, in order: the SLO, the p99's asterisk, the plateau, a per-agent
-    rate withheld, each warning and flag with its levels, then each level's reasoning, held-back text, tool calls, server and power."""
+    rate withheld, each warning and flag with its levels, a median TPOT withheld, then each level's reasoning,
+    held-back text, tool calls, server and power."""
     out = _slo_lines(levels)
     if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
         out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
     out += _plateau_line(levels) + _per_agent_line(levels)
-    out += _finding_lines(levels)
+    out += _finding_lines(levels) + _tpot_line(levels)
     for s in levels:
         if s.reasoning_share is not None and s.answer_throughput_tps is not None:
             out.append(f"[{level_label(s)}] reasoning took {s.reasoning_share:.0%} of the output tokens: answers "

@@ -21,7 +21,7 @@ from ..compare.levels import TIE, CompareRow, ratio_cell, ratio_head
 from ..pricing import output_rate
 from ..levels import LevelSummary, of_depth, of_serving
 from ..results import RunResult
-from ..sweep_table import per_agent_shown
+from ..sweep_table import per_agent_shown, tpot_shown
 from . import comparison, facts, figures, sessions, style
 from .document import Report
 from .series import Plot, is_predicted, pricing, run_name
@@ -295,7 +295,7 @@ def _levels(r: RunResult, price: float | None, currency: str | None) -> str:
         ("Per-agent (tok/s)", of_serving(lambda s: _said(per_agent_shown(s)))),
         ("TTFT p50 (ms)", of_serving(lambda s: _said(s.ttft_ms.p50))),
         ("TTFT p99 (ms)", of_serving(lambda s: _said(s.ttft_ms.p99))),
-        ("TPOT p50 (ms)", of_serving(lambda s: _said(s.tpot_ms.p50))),
+        ("TPOT p50 (ms)", of_serving(lambda s: _said(tpot_shown(s)))),
         ("Prefill pp (tok/s)", of_depth(lambda s: _pm(s.pp_tps, s.pp_tps_sd))),
         ("Decode tg (tok/s)", of_depth(lambda s: _pm(s.tg_tps, s.tg_tps_sd))),
         (f"Cost ({pr.currency if pr else ''}/M output tokens)",
