@@ -97,6 +97,52 @@ def test_runs_is_a_table_with_what_they_share_above(db: Path, capsys: pytest.Cap
                                                     ["run-box-a", "box-a", "5"]]
 
 
+def _realistic_runs(path: Path, interrupted: bool = False) -> None:
+    """30 runs as a user's store holds them: five kinds, labels, a served name, a local directory and a hub id for
+    the model, four engines; ids that hold their start. ``interrupted``: one run was cut short."""
+    import datetime as dt
+
+    from tokenbench.levels import ServingLevel
+
+    store = Store(path)
+    kinds = ["sweep", "depth", "capacity", "quality", "coldstart"]
+    labels = ["q-transformers", "box-a", None, "vllm-h200-fp8", "llama-b6000"]
+    models = ["tokenbench-tiny-llama", "/root/.cache/tokenbench/tiny-llama-v2/hf", "Qwen/Qwen3-Coder-30B-A3B-Instruct"]
+    engines = ["vllm 0.32.0", "llama.cpp b6000", "transformers 4.57.1", "emitter"]
+    t0 = dt.datetime(2026, 12, 4, 17, 47, 37, tzinfo=dt.timezone.utc)
+    for i in range(30):
+        t = t0 + dt.timedelta(minutes=7 * i, seconds=13 * i)
+        manifest: dict[str, object] = {"model": models[i % 3], "engine": engines[i % 4]}
+        if kinds[i % 5] == "capacity":  # stored as the sweep it ran
+            manifest["capacity"] = {"slo": "ttft_p90<=2s"}
+        store.save_run(f"{t:%Y%m%d-%H%M%S}-{i * 4099 % 65536:04x}", "sweep" if "capacity" in manifest else
+                       kinds[i % 5], labels[i % 5], manifest, "measured", [ServingLevel()] * (1 + i % 6), "0",
+                       t.isoformat(), t.isoformat())
+    if interrupted:
+        store.db.execute("UPDATE runs SET status = 'interrupted' WHERE id = (SELECT MIN(id) FROM runs)")
+
+
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_runs_of_many_kinds_labels_and_models_are_rows_at_80(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            interrupted: bool) -> None:
+    """30 runs that differ in kind, label and model were one block of 8 lines each at 80 columns (240 lines): the
+    start (the run id holds it), the engine and, where the status varies, the level count are left out, each
+    said above the table, and every run is a row of at most 2 lines."""
+    _realistic_runs(tmp_path / "r.db", interrupted)
+    lines = printed(["runs", "--db", str(tmp_path / "r.db")], capsys, monkeypatch, 80)
+    readable(lines, 80)
+    i = table_at(lines, "Run", "Kind", "Label", "Model")
+    above = " ".join(lines[:i])
+    assert "Engine left out at this width" in above and "Started: the date and time in each run id" in above
+    assert ("Levels left out at this width" in above) == interrupted
+    starts = [k for k, ln in enumerate(lines) if ln.startswith(" 2026")]
+    assert len(starts) == 30 and starts[0] == i + 1
+    assert max(b - a for a, b in zip(starts, starts[1:] + [len(lines)])) <= 2
+    assert len(lines) <= 70
+    assert any("Qwen/Qwen3-Coder-" in ln for ln in lines)  # a hub id broken at its hyphens, never cut
+
+
 @pytest.mark.parametrize("columns", [80, None])
 def test_recommend_is_a_table_with_engine_and_source_said_once(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                               monkeypatch: pytest.MonkeyPatch,

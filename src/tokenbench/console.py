@@ -9,7 +9,7 @@ import os
 import re
 import textwrap
 import unicodedata
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import IO, Any, TextIO
 
 from rich import box
@@ -159,21 +159,25 @@ def _drawn(layout: Layout, body: list[list[str]], marks: set[int]) -> Table:
     return t
 
 
-def _narrower(head: list[str], body: list[list[str]], marks: set[int], spare: tuple[int, str] | None, width: int,
+def _narrower(head: list[str], body: list[list[str]], marks: set[int], spare: Sequence[tuple[str, str]], width: int,
               numeric: bool) -> tuple[Layout | None, list[str], list[list[str]], bool, list[str]]:
     """A table that does not fit as it is: its group rows (``marks``) on lines of their own, where one is wider
-    than the first column; else without its spare column (its index in ``head``), the line given said above it.
-    Returns the layout (None: still none fits), the head and body, whether the group rows go apart, and the lines
-    to say above the table."""
+    than the first column; else without its spare columns (named as in ``head``), one at a time in their order
+    until it fits, the line given for each left out said above it. Returns the layout (None: still none fits), the
+    head and body, whether the group rows go apart, and the lines to say above the table."""
     if marks:
         layout = table_layout(head, [r for i, r in enumerate(body) if i not in marks], width, numeric)
         return layout, head, body, layout is not None, []
-    if spare is None or len(head) <= 2:
-        return None, head, body, False, []
-    k, line = spare
-    head, body = head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body]
-    layout = table_layout(head, body, width, numeric)
-    return layout, head, body, False, [line] if layout is not None else []
+    says = []
+    for name, line in spare:
+        if len(head) <= 2:
+            break
+        k = head.index(name)
+        head, body = head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body]
+        says.append(line)
+        if (layout := table_layout(head, body, width, numeric)) is not None:
+            return layout, head, body, False, says
+    return None, head, body, False, []
 
 
 def _print_apart(console: Console, layout: Layout, body: list[list[str]], marks: set[int]) -> None:
@@ -192,16 +196,16 @@ def _print_apart(console: Console, layout: Layout, body: list[list[str]], marks:
 
 def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",
                 title: str | None = None, numeric: bool = False, keep: Collection[int] | None = None,
-                aside: int | None = None, group: int | None = None, spare: tuple[int, str] | None = None) -> None:
+                aside: int | None = None, group: int | None = None, spare: Sequence[tuple[int, str]] = ()) -> None:
     """Any (header, rows) table, for a terminal or as Markdown (every column, as given). On a terminal, headers
     go onto two lines and text wraps to fit the width; ``keep`` given, the columns that hold one value in every
     row are said once in a heading line above it (``keep``: columns that stay whatever they hold; a column empty
     in every row is left out); ``group``: a column that, where it varies, heads each run of rows on a row of its
     own instead of taking a column ("Concurrency 4", the rows sorted by it); ``aside``: a text column (notes,
-    flags) said under the table, row by row, where the table does not fit with it; ``spare``: a column another
-    already says (a run id holds its start), left out where the table does not fit with it, and the line given
-    said above the table instead. One block per row only when a row still cannot fit. ``numeric``: only the last
-    column is text that may wrap."""
+    flags) said under the table, row by row, where the table does not fit with it; ``spare``: columns another
+    already says (a run id holds its start) or another command shows, each with its line, left out in their order
+    where the table does not fit with them, and each one's line said above the table instead. One block per row
+    only when a row still cannot fit. ``numeric``: only the last column is text that may wrap."""
     if fmt == "markdown":
         console.print(format_markdown(header, rows), markup=False, highlight=False, soft_wrap=True)
         return
@@ -222,7 +226,7 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
         layout = table_layout(head, body, console.width, numeric)
     apart = False
     if layout is None:
-        spared = (head.index(header[spare[0]]), spare[1]) if spare is not None and header[spare[0]] in head else None
+        spared = [(header[k], line) for k, line in spare if header[k] in head]
         layout, head, body, apart, says = _narrower(head, body, marks, spared, console.width, numeric)
         said = [*said, *says]
     if title:

@@ -363,8 +363,8 @@ def print_sweep(console: Console, levels: list[ServingLevel], currency: str, tit
     header, rows = sweep_rows(levels, currency, predicted)
     # what every level shares said once above the table; the flags under it where they do not fit in it; goodput
     # left out before the table becomes a block per level (an SLO's verdict that varies takes a column at 80)
-    spare = (header.index(GOODPUT), f"{GOODPUT} (requests a second within the SLO's per-request limits) left out "
-             "at this width: --format markdown and --json have it") if GOODPUT in header else None
+    spare = [(header.index(GOODPUT), f"{GOODPUT} (requests a second within the SLO's per-request limits) left out "
+              "at this width: --format markdown and --json have it")] if GOODPUT in header else []
     print_table(console, header, rows, title=title, numeric=True, keep=(0,), aside=len(header) - 1, spare=spare)
     if any(s.replay is not None for s in levels):
         print_replays(console, levels)

@@ -51,10 +51,13 @@ def cmd_runs(a: argparse.Namespace, console: Console) -> int:
               model_cell(manifests[r.id].model or ""), manifests[r.id].engine or "", str(counts.get(r.id, 0)),
               r.status] for r in rows]
     # what every run shares goes above the table; a run id is never cut (show and compare take it), and where the
-    # table cannot fit a narrow terminal with both, the start it holds stands for the Started column
+    # table cannot fit a narrow terminal with both, the start it holds stands for the Started column; then the
+    # engine and the level count go, which show says (runs of several kinds, labels and models were one block of 8
+    # lines each at 80 columns)
     said = all(cell[1] == id_started(r.id) for r, cell in zip(rows, cells))
-    print_table(console, header, cells, keep=(0,),
-                spare=(1, "Started: the date and time in each run id (UTC)") if said else None)
+    spare = [(1, "Started: the date and time in each run id (UTC)")] if said else []
+    spare += [(k, f"{header[k]} left out at this width: show RUN and --json have it") for k in (5, 6)]
+    print_table(console, header, cells, keep=(0,), spare=spare)
     return 0
 
 
