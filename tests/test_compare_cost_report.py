@@ -151,6 +151,29 @@ def test_compare_golden_table_crossover_and_effective_line(tmp_path: Path) -> No
     assert c.warnings == [] and c.unmatched == []
 
 
+
+def test_compare_sets_no_figure_the_sweep_table_withholds(tmp_path: Path) -> None:
+    """A level whose answers came whole in one network read has a median TPOT of 0 that no decode stands behind,
+    and the sweep table shows "—" for it and its decode rate: compare set that 0 against the other box's TPOT as a
+    real figure. An open loop under one request in flight has no per-agent rate in either."""
+    from tokenbench.finding import Code, Finding
+
+    store = Store(tmp_path / "c.db")
+    whole = serve(1, 600, 5, 0.0)
+    whole.add(Finding(Code.ONE_READ, "12 of 16 answers arrived whole in one network read", observed=0.75,
+                      severity="note"))
+    whole.flags.append(Code.ONE_READ.value)
+    steady = [serve(1, 60, 50, 16) for _ in range(2)]
+    for lv in (whole, *steady):
+        lv.completed = 8  # type: ignore[attr-defined]
+    _run(store, "a", [whole], model="m")
+    _run(store, "b", [steady[0]], model="m")
+    names = {r.metric for r in compare(load_result(store, "a"), load_result(store, "b")).rows}
+    assert "Median TTFT" in names and not names & {"Median TPOT", "Decode"}
+    _run(store, "c", [steady[1]], model="m")
+    assert {"Median TPOT", "Decode"} <= {r.metric for r in compare(load_result(store, "b"),
+                                                                   load_result(store, "c")).rows}
+
 def test_levels_only_one_run_has_are_said_not_dropped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A sweep at 1, 2 and 4 beside one at 1, 2 and 8: the table had 1 and 2, and nothing said 4 and 8 were left
     out."""

@@ -15,6 +15,7 @@ from ..bootstrap import RESAMPLES, TAIL, Interval, LevelSamples, interval, run_s
 from ..levels import LevelSummary, of_depth, of_serving
 from ..results import RunResult
 from ..session_view import BUSTED, cache_of, is_session_run
+from ..sweep_table import per_agent_shown, tpot_shown, tpot_unseen
 from .effective import effective_line
 from .sides import one_run, run_name, shape_warnings
 
@@ -60,12 +61,14 @@ def band_range(ratio: float, x: float | None, y: float | None) -> tuple[float, f
 METRICS: list[tuple[str, str, bool, Getter]] = [
     # the rates as the sweep table shows them: over a level's plateau where it held its load
     ("Aggregate output", "tok/s", True, of_serving(lambda s: s.sustained_tps or None)),
-    ("Per-agent", "tok/s", True, of_serving(lambda s: s.sustained_per_agent_tps)),
+    # each figure as the sweep table shows it, none where the table shows "—": a per-agent rate under one request
+    # in flight, a median TPOT (and the decode rate from it) of answers that came whole in one network read
+    ("Per-agent", "tok/s", True, of_serving(per_agent_shown)),
     ("Median TTFT", "ms", False, of_serving(lambda s: s.ttft_ms.p50)),
     ("P99 TTFT", "ms", False, of_serving(lambda s: s.ttft_ms.p99)),
-    ("Median TPOT", "ms", False, of_serving(lambda s: s.tpot_ms.p50)),
+    ("Median TPOT", "ms", False, of_serving(tpot_shown)),
     ("Prefill", "tok/s", True, of_serving(lambda s: s.prefill_tps)),
-    ("Decode", "tok/s", True, of_serving(lambda s: s.decode_tps)),
+    ("Decode", "tok/s", True, of_serving(lambda s: None if tpot_unseen(s) else s.decode_tps)),
     ("pp", "tok/s", True, of_depth(lambda s: s.pp_tps)),
     ("tg", "tok/s", True, of_depth(lambda s: s.tg_tps)),
 ]
