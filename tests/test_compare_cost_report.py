@@ -159,7 +159,7 @@ def test_compare_sets_no_figure_the_sweep_table_withholds(tmp_path: Path) -> Non
     from tokenbench.finding import Code, Finding
 
     store = Store(tmp_path / "c.db")
-    whole = serve(1, 600, 5, 0.0)
+    whole = serve(1, 600, 5, 2.5)  # halfway between a whole answer's 0 and a streamed one's TPOT
     whole.add(Finding(Code.ONE_READ, "12 of 16 answers arrived whole in one network read", observed=0.75,
                       severity="note"))
     whole.flags.append(Code.ONE_READ.value)
