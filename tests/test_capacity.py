@@ -337,7 +337,7 @@ def test_a_check_reads_without_exponents_and_one_agent_is_an_agent() -> None:
     """Seen on llama-server: "ttft_p90 1.57e+03 ms" in the verdict table and "serves 1 agents" in the headline;
     on vLLM, a FAIL whose failing objective was not said (TTFT within its limit, the agents' rate under it)."""
     from tokenbench.capacity import CapacityAnswer
-    from tokenbench.capacity_text import headline
+    from tokenbench.capacity_text import answer_lines, headline
     from tokenbench.capacity_text import check_text as _check
 
     assert _check(SloCheck("ttft_p90", 1570.4, 1000.0, "ms", False, 7, 6)) == "ttft_p90 1.57 s (limit 1 s), 6/7 over"
@@ -347,6 +347,12 @@ def test_a_check_reads_without_exponents_and_one_agent_is_an_agent() -> None:
     assert _check(SloCheck("agent_tps", 14.3, 15.0, "tok/s", False, 32)) == "agent_tps 14.3 tok/s (limit 15 tok/s)"
     one = CapacityAnswer(SearchSpec("concurrency", 1, 16), "TTFT p90 <= 1 s", "resolved", [], 1.0, 2.0, None, None)
     assert headline(one) == "this box serves 1 agent (1 met the SLO, 2 did not) at TTFT p90 <= 1 s"
+    # nor "not even 1 agents", "limit at 1 agents" or "search: 1 levels"
+    none = CapacityAnswer(SearchSpec("concurrency", 1, 16), "TTFT p90 <= 1 s", "none", [], None, 1.0, None,
+                          "its TTFT")
+    assert headline(none) == "no level met TTFT p90 <= 1 s: not even 1 agent"
+    sentences, details = answer_lines(none)
+    assert "limit at 1 agent: its TTFT" in details and any(d.startswith("search: 0 levels, 0 requests") for d in details)
 
 
 def test_a_session_search_holds_turn_ttft_and_session_time(tmp_path: Path) -> None:

@@ -7,25 +7,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .layout import plural
 from .slo import SloCheck, duration_text
 
 if TYPE_CHECKING:
     from .capacity import CapacityAnswer
 
 
+def amount(found: CapacityAnswer, v: float) -> str:
+    """A value on the search's axis with its unit: "1 agent", "12 agents", "3.5 requests/s"."""
+    unit = "agent" if found.unit == "agents" and v == 1 else found.unit
+    return f"{value_format(found)(v)} {unit}"
+
+
 def headline(found: CapacityAnswer) -> str:
     """"this box serves 11 agents (11 met the SLO, 12 did not) at TTFT p99 <= 2 s": the sentence a buyer reads."""
-    unit, fmt = found.unit, value_format(found)
+    fmt = value_format(found)
     if found.capacity is None and found.first_fail is None:
         return f"no level gave a verdict on {found.slo} ({ENDED[found.ended]})"
     if found.capacity is None:
-        return (f"no level met {found.slo}: not even {fmt(found.first_fail or found.spec.low)} {unit}")
+        return f"no level met {found.slo}: not even {amount(found, found.first_fail or found.spec.low)}"
     if found.first_fail is None:
         why = "every level searched met it: raise the range's top" if found.ended == "all" else \
             f"{ENDED[found.ended]} before the limit was found"
-        return f"this box serves at least {fmt(found.capacity)} {unit} at {found.slo} ({why})"
-    one = unit == "agents" and found.capacity == 1  # "1 agent"
-    return (f"this box serves {fmt(found.capacity)} {'agent' if one else unit} ({fmt(found.capacity)} met the SLO, "
+        return f"this box serves at least {amount(found, found.capacity)} at {found.slo} ({why})"
+    return (f"this box serves {amount(found, found.capacity)} ({fmt(found.capacity)} met the SLO, "
             f"{fmt(found.first_fail)} did not) at {found.slo}")
 
 
@@ -57,10 +63,11 @@ def answer_lines(found: CapacityAnswer) -> tuple[list[str], list[str]]:
     sentences = [headline(found), *([found.cliff.headline()] if found.cliff is not None else [])]
     details = [*(found.cliff.explained() if found.cliff is not None else []), *money_lines(found)]
     if found.limit is not None and found.first_fail is not None:
-        details.append(f"limit at {value_format(found)(found.first_fail)} {found.unit}: {found.limit}")
+        details.append(f"limit at {amount(found, found.first_fail)}: {found.limit}")
     if (unsure := _unsure(found)) is not None:
         details.append(unsure)
-    details.append(f"search: {len(found.verdicts)} levels, {found.requests} requests, {ENDED[found.ended]}")
+    details.append(f"search: {plural(len(found.verdicts), 'level')}, {plural(found.requests, 'request')}, "
+                   f"{ENDED[found.ended]}")
     return sentences, details
 
 
