@@ -332,3 +332,14 @@ def test_requests_cut_by_an_interrupt_are_shown_apart_from_those_that_failed() -
     assert any(line.startswith("[4] 4 cut: in flight at the interrupt") for line in said)
     whole = ServingLevel(concurrency=4, completed=20, failed=1, errors={"http_500": 1})
     assert whole.ok_failed() == "20/1" and not any("cut" in line for line in notes([whole]))
+
+
+def test_small_replay_times_and_spans_read_as_the_rest() -> None:
+    """A tree of fast calls read "tree time p50 0.029 s" where every other time is in ms, and trajectories that
+    all start at once read "starting over 0 s"."""
+    from tokenbench.loadgen import Level
+    from tokenbench.replay_table import seconds
+
+    assert seconds(0.029) == "29.0 ms" and seconds(0.29) == "290 ms" and seconds(12.34) == "12.3 s"
+    assert Level(schedule=(0.0, 0.0, 0.0), cache="warm").describe() == "replay of 3 trajectories, all started at once"
+    assert Level(schedule=(0.0, 2.5), cache="warm").describe() == "replay of 2 trajectories starting over 2.5 s"

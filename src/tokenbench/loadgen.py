@@ -102,7 +102,9 @@ class Level:
             span = self.schedule[-1] - self.schedule[0] if self.schedule else 0.0
             n, over = len(self.schedule), f"{round(span, 1):g}" if span < 10 else f"{span:,.0f}"
             if self.cache is not None:  # a replay's schedule: when each trajectory (its first call) starts
-                return "replay of 1 trajectory" if n == 1 else f"replay of {n} trajectories starting over {over} s"
+                if n == 1 or span <= 0:
+                    return "replay of 1 trajectory" if n == 1 else f"replay of {n} trajectories, all started at once"
+                return f"replay of {n} trajectories starting over {over} s"
             return f"trace {plural(n, 'request')} over {over} s"
         if self.rate is not None:
             return f"rate {self.rate:g}/s {self.arrival}"

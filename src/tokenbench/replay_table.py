@@ -16,8 +16,8 @@ from .layout import plural
 
 
 def seconds(v: float) -> str:
-    """A tree's time: "12.3 s", "0.047 s" (a tenth of a second is no resolution for a tree of fast calls)."""
-    return f"{v:,.1f} s" if v >= 1 else f"{v:.2g} s" if v >= 0.001 else "< 1 ms"
+    """A tree's time: "12.3 s"; under a second in ms, as every other time here ("47.0 ms", "290 ms")."""
+    return f"{v:,.1f} s" if v >= 1 else ms(v * 1000)
 
 
 def _range(b: ContextBin) -> str:
