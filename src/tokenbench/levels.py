@@ -72,7 +72,7 @@ class SessionStats:
     compactions: int = 0  # sessions that reached the context cap and were compacted
     capped: int = 0  # sessions that reached the context cap and ended
     turns: list[TurnPoint] = field(default_factory=list)
-    cut: int = 0  # a soak's sessions its end cut short (not whole: out of session_s)
+    cut: int = 0  # sessions a soak's end or an interrupt cut short (not whole: out of session_s)
     over_time: list[SoakWindow] = field(default_factory=list)  # a soak's turns in tenths of its duration
     background: BackgroundStats | None = None  # the batch load beside the sessions (tenants.py)
     #: the cached share's standard error, each session one sample (None: fewer than two sessions said)

@@ -66,8 +66,9 @@ def session_lines(s: ServingLevel) -> list[str]:
     parts = [", ".join(done), ", ".join(cache)]
     if st.capped or st.compactions:
         parts.append(f"at the context cap {st.capped} ended, {st.compactions} compacted")
-    if st.cut:
-        parts.append(f"{st.cut} cut short by the soak's end")
+    if st.cut:  # an interrupt's cut requests (OK/failed's "cut") ended them, where there are any; else the soak's end
+        by = "the interrupt" if s.cut else "the soak's end"
+        parts.append(f"{st.cut} cut short by {by}")
     beside = ["  " + st.background.line()] if st.background is not None else []
     return [f"{level_label(s)}: " + "; ".join(p for p in parts if p), *beside, *over_time(s)]
 

@@ -58,7 +58,9 @@ class SessionsWork:
     def attach(self, summary: ServingLevel, records: list[RequestRecord]) -> None:
         """The session view, with what the runner alone knows (compactions, caps) and the server's own prefix-cache
         hit share over the level (/metrics), beside the responses' cached share."""
-        stats = session_stats(records, self.cache, frozenset(self.run.cut))
+        # cut short, not failed: those a soak's end let send no next turn, and those whose turn an interrupt cut
+        cut = self.run.cut | {r.session for r in records if r.error_kind == "interrupted" and r.session is not None}
+        stats = session_stats(records, self.cache, frozenset(cut))
         stats.compactions, stats.capped = self.run.compactions, self.run.capped
         if self.run.duration_s:
             stats.over_time = soak_windows(records, self.run.duration_s)
