@@ -160,8 +160,8 @@ def _cache_counts_disagree(f: LevelFacts) -> Finding | None:
     """The responses' cached share (usage or llama.cpp's timings) against the server's /metrics over the level."""
     said = f.summary.cached_share if f.sent_cached_share is None else f.sent_cached_share
     hit = f.summary.telemetry.prefix_cache_hit_rate if f.summary.telemetry is not None else None
-    if said is None or hit is None or abs(said - hit) <= CACHE_COUNT_TOLERANCE:
-        return None
+    if said is None or hit is None or abs(said - hit) <= CACHE_COUNT_TOLERANCE or f.interrupted:
+        return None  # an interrupt cut requests the server had counted and no response said: not the same requests
     return Finding(
         Code.CACHE_COUNTS_DISAGREE,
         f"the responses say the prefix cache served {said:.0%} of the prompt tokens, the server's /metrics "
