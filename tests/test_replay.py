@@ -93,7 +93,17 @@ def test_a_subagent_starts_after_its_anchor_and_its_parent_waits(emitter: Backgr
     assert len(parent) == 2 and len(child) == 2 and {r.parent for r in child} == {parent[0].session}
     assert child[0].sent_ns >= (parent[0].end_ns or 0)  # started once the call it followed answered
     assert parent[1].sent_ns >= max(r.end_ns or 0 for r in child)  # the parent's next call waited for it
-    assert res.outcomes[0].summary.session.sessions == 2
+    assert res.outcomes[0].summary.session.sessions == 1  # the tree is the session, its subagent in it
+
+
+def test_the_session_view_counts_the_trees_replay_stats_does(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    # 4 lanes cut at 24 calls: the table said 1/4 trees finished while the session view (which cost prices)
+    # said 4 of 4 sessions, counting subagents and cut trees as sessions finished
+    res, _ = replay(emitter.url, AGENTS, tmp_path, max_think_s=0.0, scale=8, concurrency=[4], requests=24)
+    s = res.outcomes[0].summary
+    assert s.session.sessions == s.replay.trees and s.session.sessions_finished == s.replay.trees_finished
+    assert s.session.session_s.n == s.replay.tree_s.n
+    assert s.session.sessions - s.session.sessions_finished - s.session.cut == 0  # a cut tree is not failed
 
 
 def test_lanes_start_mid_trajectory_after_warming_the_call_before(emitter: BackgroundEmitter, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .distribution import Distribution, percentile
@@ -129,6 +129,17 @@ def by_tree(calls: list[RequestRecord]) -> dict[int, list[RequestRecord]]:
     for r in calls:
         out.setdefault(root[r.session or 0], []).append(r)
     return out
+
+
+def tree_sessions(records: list[RequestRecord], ended: set[int] | None = None
+                  ) -> tuple[list[RequestRecord], frozenset[int]]:
+    """A replay level's measured calls as sessions, one a tree (a subagent's calls in its root tree's session),
+    and the trees the level's end cut (a call of theirs never sent, ``ended`` as in ``replay_stats``): the
+    session view then counts finished what ``replay_stats`` does, so a tree of 4 sessions is one, not four."""
+    calls = [r for r in records if r.phase == "measured" and r.session is not None]
+    trees = by_tree(calls)
+    cut = frozenset(k for k, rs in trees.items() if ended is not None and any(r.session not in ended for r in rs))
+    return [replace(r, session=k) for k, rs in trees.items() for r in rs], cut
 
 
 def _span_s(calls: list[RequestRecord]) -> float:

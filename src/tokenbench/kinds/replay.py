@@ -15,7 +15,7 @@ from ..loadgen import Level
 from ..metrics import session_stats
 from ..records import RequestRecord
 from ..replay import ReplayLevel, ReplayPlan, ReplayTexts
-from ..replay_stats import replay_stats
+from ..replay_stats import replay_stats, tree_sessions
 from ..workload import WorkloadRecord
 from .base import Binding, LevelLoad, OnDone, SweepOptions
 
@@ -44,9 +44,11 @@ class ReplayWork:
         await load.agents(self.run, level, records)
 
     def attach(self, summary: ServingLevel, records: list[RequestRecord]) -> None:
-        """The session view of the trees replayed (each tree a session, a subagent's its own), with the server's
-        own prefix-cache hit share over the level beside the responses' cached share."""
-        stats = session_stats(records, "warm")
+        """The session view of the trees replayed (each tree a session, its subagents in it; a tree the level's
+        end cut is cut), with the server's own prefix-cache hit share over the level beside the responses' cached
+        share."""
+        calls, cut = tree_sessions(records, self.run.finished)
+        stats = session_stats(calls, "warm", cut)
         stats.server_hit_share = summary.telemetry.prefix_cache_hit_rate if summary.telemetry is not None else None
         summary.session = stats
         if not summary.concurrency:  # at the recorded times: the schedule's rate is of trajectories, not requests
