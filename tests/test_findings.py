@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,6 +124,22 @@ def test_every_rule_has_a_reason_and_one_code() -> None:
     assert len(codes) == len(set(codes))
     assert all(len(r.reason) > 20 for r in findings.LEVEL_RULES)
     assert set(codes) <= set(Code)
+
+
+def test_an_open_loops_json_withholds_the_per_agent_rate_its_table_does() -> None:
+    """A trace at its recorded times showed "—" per agent and wrote 631.5 tok/s to the JSON, aggregate 46.3."""
+    from tokenbench.replay_stats import replay_stats
+    from tokenbench.sweep_table import per_agent_shown
+
+    def open_loop(held: float, **kw: Any) -> ServingLevel:
+        return ServingLevel(concurrency=None, rate=3.57, test="serve", output_throughput_tps=46.3, completed=16,
+                            achieved_concurrency=held, **kw)
+
+    for s in open_loop(0.0733), open_loop(2.0, replay=replay_stats([], None)):
+        assert s.to_dict()["per_agent_tps"] is None and per_agent_shown(s) is None
+    over = open_loop(2.0)
+    assert over.to_dict()["per_agent_tps"] == per_agent_shown(over) == 46.3 / 2
+    assert ServingLevel(concurrency=8, test="serve", output_throughput_tps=400.0).to_dict()["per_agent_tps"] == 50.0
 
 
 def test_derived_rates_are_properties_with_one_definition() -> None:

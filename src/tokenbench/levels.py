@@ -397,6 +397,14 @@ class ServingLevel(LevelSummary):
         return self.output_throughput_tps / agents
 
     @property
+    def per_agent_withheld(self) -> bool:
+        """An open loop's per-agent rate is no figure (the tables show "—", the JSON null): a replay at the recorded
+        times has no agent count, and under one request in flight on average the aggregate over that would be a
+        request's own speed, above the aggregate (a trace read 46.3 tok/s aggregate, 631.5 per agent)."""
+        held = self.achieved_concurrency
+        return not self.concurrency and (self.replay is not None or (held is not None and held < 1))
+
+    @property
     def decode_tps(self) -> float | None:
         """Single-stream decode rate, 1 / median TPOT of the requests measured at concurrency 1 (llama-bench's
         "tg"), unless a source gave one."""
@@ -408,7 +416,8 @@ class ServingLevel(LevelSummary):
 
     def to_dict(self) -> dict[str, Any]:
         own = self._own()
-        own["per_agent_tps"], own["decode_tps"] = self.per_agent_tps, self.decode_tps
+        own["per_agent_tps"] = None if self.per_agent_withheld else self.per_agent_tps
+        own["decode_tps"] = self.decode_tps
         return {k: own.get(k) for k in LEVEL_KEYS}
 
     @classmethod

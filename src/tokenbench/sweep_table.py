@@ -47,17 +47,11 @@ def _predicted_ms(v: float | None) -> str:
 
 
 def per_agent_shown(s: ServingLevel) -> float | None:
-    """The per-agent rate a level's table shows (the terminal's, the Markdown's and the HTML's); None where it
-    shows "—"."""
-    if s.replay is not None and not s.concurrency:
-        # a replay at the recorded times: no agent count stands behind it (the open loop's requests in flight
-        # would divide the aggregate into a call's own speed, 90x it); the replay's line says the calls' rate
-        return None
-    if under_one_in_flight(s):
-        # the aggregate over that would be a request's own speed, above the aggregate (a trace at 3.35/s read
-        # 46.3 tok/s aggregate, 810.8 per agent)
-        return None
-    return s.sustained_per_agent_tps
+    """The per-agent rate a level's table shows (the terminal's, the Markdown's and the HTML's, as the JSON's
+    ``per_agent_tps``); None where it shows "—": a replay at the recorded times has no agent count behind it (the
+    open loop's requests in flight would divide the aggregate into a call's own speed, 90x it), and under one
+    request in flight it would be a request's own speed, above the aggregate (``ServingLevel.per_agent_withheld``)."""
+    return None if s.per_agent_withheld else s.sustained_per_agent_tps
 
 
 def under_one_in_flight(s: ServingLevel) -> bool:
