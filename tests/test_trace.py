@@ -364,6 +364,17 @@ def test_a_count_off_at_a_block_boundary_is_fixed_at_the_tail(tmp_path: Path) ->
 
 # ---- the open-loop schedule -------------------------------------------------------------------------------------
 
+def test_a_trace_heading_says_the_rate_its_row_is_labelled() -> None:
+    # "16 requests over 4.478 s" above a row labelled 3.35/s read as 3.57/s: 16 sends over that span are 15 gaps
+    from tokenbench.describe import trace_heading
+
+    schedule = tuple(4.478 * k / 15 for k in range(16))
+    rate = Level(schedule=schedule).offered_rate
+    head = trace_heading({"path": "t.jsonl", "requests": 16, "replay_s": 4.478, "speed": 1.0})
+    assert rate == 3.35 and f"16 requests over 4.478 s (x1.0), sent at {rate:g}/s (15 gaps" in head
+    assert "sent at" not in trace_heading({"path": "t.jsonl", "requests": 1, "replay_s": 0.0, "speed": 1.0})
+
+
 def test_a_schedule_level_sends_at_its_times() -> None:
     lv = Level(schedule=(0.0, 0.5, 2.0))
     assert lv.open and lv.offered_rate == 1.0 and lv.describe() == "trace 3 requests over 2 s"

@@ -21,8 +21,7 @@ def describe_run(manifest: Manifest) -> str:
     # are stated on a line of their own (lengths_line)
     trace = wl.get("trace")
     if isinstance(trace, dict):  # a trace replay: its lengths are per request
-        parts.append(f"trace {trace.get('path')}: {trace.get('requests')} requests over {trace.get('replay_s')} s "
-                     f"(x{trace.get('speed')}), ideal cached share {trace.get('ideal_cached_share', 0):.0%}")
+        parts.append(trace_heading(trace))
     elif wl.get("kind") == "replay":
         parts.append(replay_heading(wl))
     elif (wl.get("input_len") is not None and wl.get("output_len") is not None and lengths_line(manifest) is None
@@ -83,3 +82,14 @@ def lengths_line(manifest: Manifest) -> str | None:
     if not isinstance(wl.get("input"), dict) and not isinstance(wl.get("output"), dict):
         return None
     return f"input {_text(wl.get('input'), wl.get('input_len'))} tokens, {out}"
+
+
+def trace_heading(trace: dict[str, Any]) -> str:
+    """A trace replay's heading, with the rate its row is labelled: n requests over a span of s seconds from the
+    first send to the last are n - 1 gaps, so (n - 1) / s a second (16 over 4.478 s: 3.35/s, not 16 / 4.478)."""
+    n, span = trace.get("requests"), trace.get("replay_s")
+    sent = ""
+    if isinstance(n, int) and n > 1 and isinstance(span, (int, float)) and span > 0:
+        sent = f", sent at {(n - 1) / span:.3g}/s ({n - 1} gaps between sends over that span)"
+    return (f"trace {trace.get('path')}: {n} requests over {span} s (x{trace.get('speed')}){sent}, "
+            f"ideal cached share {trace.get('ideal_cached_share', 0):.0%}")
