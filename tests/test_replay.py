@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,18 @@ def test_live_answers_put_the_servers_own_in_the_history(emitter: BackgroundEmit
     said = [m["content"] for b in later for m in b["messages"] if m["role"] == "assistant" and m["content"]]
     # the emitter's own answers ("w0 w1 ..."), not the recorded ones
     assert said and all(s.split()[0] == "w0" for s in said)
+
+
+def test_an_open_loop_level_ends_with_its_last_call_not_its_next_trees_time(emitter: BackgroundEmitter,
+                                                                             tmp_path: Path) -> None:
+    # --requests 3 sent the first tree's calls in 0.56 s, then held the level until the second tree's recorded
+    # start at 2 s to send nothing: the progress said 2.0 s beside a rate over 0.56 s
+    t0 = time.monotonic()
+    res, recs = replay(emitter.url, EXAMPLES / "tracelab-rounds.jsonl", tmp_path, max_think_s=0.0, speed=1.0,
+                       concurrency=[1], requests=3)
+    took = time.monotonic() - t0
+    assert len(measured(recs)) == 3 and len({r.session for r in measured(recs)}) == 1
+    assert took < 1.5 and res.status == "complete"
 
 
 def test_open_loop_sends_each_tree_at_its_recorded_start(emitter: BackgroundEmitter, tmp_path: Path) -> None:

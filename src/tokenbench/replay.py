@@ -247,6 +247,7 @@ class ReplayLevel:
         self.subagents = 0
         self.finished: set[int] = set()  # trees (a subagent's its own) whose every call was sent and answered
         self.stop_ns: int | None = None
+        self.full = asyncio.Event()  # the level's count sent: a call waiting for its time sends nothing
 
     def more(self) -> bool:
         """Whether another call may be sent: within the level's count and time."""
@@ -298,8 +299,7 @@ class ReplayLevel:
 
         async def one(i: int, t: Trajectory) -> None:
             delay = ((epochs[i] or first) - first) / speed - (time.perf_counter_ns() - origin_ns) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await self._wait(delay)
             if self.more():
                 await self._replay(t, self._tree(i), 0, origin_ns=time.perf_counter_ns())
 
@@ -329,8 +329,7 @@ class ReplayLevel:
                         skipped_s += max(0.0, until - pause)  # waits the cap, as in closed loop
                     else:
                         pause = max(pause, until)
-                if pause > 0:
-                    await asyncio.sleep(pause)
+                await self._wait(pause)
                 if not self.more():
                     break
                 rec = await self._send(t, call, tree, live, "measured", pause * 1000.0 if k > start else None)
@@ -362,9 +361,20 @@ class ReplayLevel:
                 children.setdefault(sub.joined_by, []).append(task)
 
     async def _child(self, t: Trajectory, tree: _Tree, delay: float) -> None:
-        if delay > 0:
-            await asyncio.sleep(delay)
+        await self._wait(delay)
         await self._replay(t, tree, 0)
+
+    async def _wait(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less where the level ends first (its count sent, its time up): a tree waiting for
+        its recorded time after the last call was sent held the level 2.0 s where its calls took 0.56 s."""
+        if self.stop_ns is not None:
+            seconds = min(seconds, max(0.0, (self.stop_ns - time.perf_counter_ns()) / 1e9))
+        if seconds <= 0 or self.full.is_set():
+            return
+        try:
+            await asyncio.wait_for(self.full.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
 
     async def _send(self, t: Trajectory, call: Call, tree: _Tree, live: dict[int, str], phase: Any,
                     think_ms: float | None) -> RequestRecord:
@@ -374,6 +384,8 @@ class ReplayLevel:
         self.records.append(rec)
         if phase == "measured":
             self.measured += 1
+            if self.requests is not None and self.measured >= self.requests:
+                self.full.set()
         await self.client.send(req, rec)
         if phase == "measured":
             self.on_done(rec)
