@@ -434,3 +434,50 @@ def test_a_soak_cut_by_ctrl_c_keeps_its_turns(emitter: BackgroundEmitter, tmp_pa
     st = s.session
     assert st.sessions - st.sessions_finished - st.cut == 0 and st.cut >= s.cut, (st.sessions, st.sessions_finished,
                                                                                   st.cut, s.cut)
+
+
+def test_a_background_past_its_ceiling_is_refused(emitter: BackgroundEmitter, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """--background 1e6 sent 429,132 requests in a minute and left a llama-server unresponsive."""
+    code, _ = _run(emitter, tmp_path, "--sessions", "2", "--background", "1e6,64,8", "--no-baseline")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "give at most 100 requests/s" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_background_keeps_a_bounded_number_in_flight_and_counts_the_rest() -> None:
+    import asyncio
+    import random
+
+    from tokenbench.tenants import MAX_IN_FLIGHT, Background, BackgroundLoad
+
+    class Never:  # a server that never answers: every request stays in flight
+        async def send(self, req: Any, rec: Any) -> None:
+            await asyncio.sleep(3600)
+
+    class Builder:
+        async def exact(self, prefix: str, n: int, rng: random.Random) -> tuple[str, int]:
+            return "x " * n, n
+
+    async def go() -> BackgroundLoad:
+        load = BackgroundLoad(Background(100.0, 8, 2), Never(), Builder(),  # type: ignore[arg-type]
+                              lambda n: {}, 1, "t")
+        await load.prepare()
+        task = asyncio.create_task(load.run())
+        await asyncio.sleep(1.5)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return load
+
+    load = asyncio.run(go())
+    st = load.stats()
+    assert st.sent == MAX_IN_FLIGHT and st.unsent > 20, (st.sent, st.unsent)
+    line = st.line()
+    assert f"{st.unsent:,} not sent ({MAX_IN_FLIGHT} in flight already" in line, line
+
+
+def test_the_background_line_writes_its_counts_as_the_tables_do() -> None:
+    from tokenbench.distribution import Distribution
+    from tokenbench.tenants import BackgroundStats
+
+    line = BackgroundStats(2.5, 1024, 8, 429132, 1200, 427932, Distribution.of([5.0])).line()
+    assert "2.5 req/s of unique 1,024-token prompts: 429,132 sent, 1,200 finished" in line, line

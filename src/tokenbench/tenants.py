@@ -29,6 +29,18 @@ if TYPE_CHECKING:
     from .workload import PromptBuilder
 
 NS_PER_MS = 1_000_000
+#: The most requests a second the background is sent at: one process sends it open loop beside the sessions'
+#: turns, and past this it buries the server under unique prompts rather than loading it (1e6/s sent 429,132
+#: requests in a minute and left a llama-server unresponsive).
+MAX_RATE = 100.0
+#: The most background requests in flight at once: an arrival while this many are is not sent, and is counted
+#: (``unsent``) as the client's shortfall, as an open loop's lateness is.
+MAX_IN_FLIGHT = 64
+
+
+def rate_text(rate: float) -> str:
+    """Requests a second as the tables write them: 0.5, 20, 1,000."""
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +52,7 @@ class Background:
     output_len: int = 128
 
     def describe(self) -> str:
-        return f"beside {self.rate:g} req/s of unique {self.input_len}-token prompts ({self.output_len} out)"
+        return f"beside {rate_text(self.rate)} req/s of unique {self.input_len}-token prompts ({self.output_len} out)"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,6 +69,9 @@ class Background:
         if not rate > 0 or len(parts) not in (1, 3) or any(n <= 0 for n in lengths):
             raise UsageError(f"--background {text}: give RATE or RATE,INPUT,OUTPUT, e.g. --background 2 or "
                              "--background 2,1024,128 (requests a second, tokens in and out)")
+        if rate > MAX_RATE:
+            raise UsageError(f"--background {text}: give at most {MAX_RATE:g} requests/s (one process sends them "
+                             "beside the sessions; more buries the server rather than loads it)")
         return cls(rate, *lengths)
 
 
@@ -71,6 +86,7 @@ class BackgroundStats:
     ok: int
     failed: int  # cut by the level's end included
     ttft_ms: Distribution
+    unsent: int = 0  # arrivals not sent: MAX_IN_FLIGHT were in flight (the client's shortfall)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,7 +94,8 @@ class BackgroundStats:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BackgroundStats | None:
         try:
-            fields = {k: d[k] for k in cls.__dataclass_fields__}
+            fields = {k: d[k] for k in cls.__dataclass_fields__ if k != "unsent"}
+            fields["unsent"] = int(d.get("unsent", 0))
             fields["ttft_ms"] = Distribution(**d["ttft_ms"])
             return cls(**fields)
         except (KeyError, TypeError):
@@ -86,8 +103,10 @@ class BackgroundStats:
 
     def line(self) -> str:
         ttft = f", TTFT p50 {self.ttft_ms.p50:,.0f} ms" if self.ttft_ms.p50 is not None else ""
-        return (f"background: {self.rate:g} req/s of unique {self.input_len}-token prompts: {self.sent} sent, "
-                f"{self.ok} finished{ttft} (not in the sessions' figures)")
+        short = (f", {self.unsent:,} not sent ({MAX_IN_FLIGHT} in flight already: the client's shortfall)"
+                 if self.unsent else "")
+        return (f"background: {rate_text(self.rate)} req/s of unique {self.input_len:,}-token prompts: "
+                f"{self.sent:,} sent, {self.ok:,} finished{ttft}{short} (not in the sessions' figures)")
 
 
 class BackgroundLoad:
@@ -99,6 +118,7 @@ class BackgroundLoad:
         self.rng = random.Random(f"{seed}/{tag}/background")
         self.tag = tag
         self.records: list[RequestRecord] = []
+        self.unsent = 0
         self._text: str | None = None
 
     async def prepare(self) -> None:
@@ -111,6 +131,9 @@ class BackgroundLoad:
         try:
             while True:
                 await asyncio.sleep(self.rng.expovariate(self.bg.rate))
+                if len(sends) >= MAX_IN_FLIGHT:
+                    self.unsent += 1
+                    continue
                 marker = f"{self.rng.getrandbits(64):016x} "
                 rec = RequestRecord(index=len(self.records))
                 self.records.append(rec)
@@ -128,4 +151,5 @@ class BackgroundLoad:
         ok = [r for r in self.records if r.ok]
         return BackgroundStats(self.bg.rate, self.bg.input_len, self.bg.output_len, len(self.records), len(ok),
                                len(self.records) - len(ok),
-                               Distribution.of([r.ttft_ns / NS_PER_MS for r in ok if r.ttft_ns is not None]))
+                               Distribution.of([r.ttft_ns / NS_PER_MS for r in ok if r.ttft_ns is not None]),
+                               self.unsent)
