@@ -393,7 +393,8 @@ def test_a_background_load_runs_beside_the_sessions_and_is_kept_apart(emitter: B
 @pytest.mark.parametrize("extra, says", [
     (["--sessions", "2", "--background", "0"], "give RATE or RATE,INPUT,OUTPUT"),
     (["--sessions", "2", "--background", "2,100"], "give RATE or RATE,INPUT,OUTPUT"),
-    (["--background", "2"], "shape agent sessions: add --sessions N"),
+    (["--background", "2"], "--tool-len shape agent sessions and --background runs beside them: add --sessions N, "
+                            "or drop them"),
 ])
 def test_a_background_is_refused_in_one_line(emitter: BackgroundEmitter, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str], extra: list[str], says: str) -> None:

@@ -232,6 +232,32 @@ def test_more_requests_than_the_trace_holds_are_refused(capsys: pytest.CaptureFi
     assert "--requests 2000: mooncake-trace.jsonl holds 16 requests, replayed once" in err
 
 
+TRAJECTORIES = EXAMPLE.parent / "trajectories" / "agents"
+
+
+@pytest.mark.parametrize("trace", [EXAMPLE, TRAJECTORIES])
+@pytest.mark.parametrize("extra, says", [
+    (["--background", "2"], "--background runs beside agent sessions"),
+    (["--turns", "3"], "--turns shapes agent sessions"),
+])
+def test_session_options_on_a_trace_are_refused(capsys: pytest.CaptureFixture[str], trace: Path,
+                                                extra: list[str], says: str) -> None:
+    """--background with --trace ran the replay alone, said nothing, and stored no background."""
+    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace", str(trace), "--trace-block", "64",
+                 *extra, "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and says in err and ": drop it" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_missing_trace_is_said_before_the_options_that_go_with_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--answers live on a missing file said it was a request trace."""
+    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace", str(tmp_path / "x"), "--answers", "live",
+                 "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "cannot read it (No such file or directory)" in err, err
+
+
 # ---- what a trace says ------------------------------------------------------------------------------------------
 
 def test_mooncake_and_csv_read_the_same(tmp_path: Path) -> None:

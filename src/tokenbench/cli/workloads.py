@@ -163,11 +163,12 @@ def _trace(a: argparse.Namespace, given: set[str]) -> TraceKind:
     said = [f"--{k.replace('_', '-')}" for k in TRACE_EXCLUSIVE if getattr(a, k, None)]
     if said:
         raise UsageError(f"--trace sets every request's length and send time: drop {', '.join(said)}")
+    named = a.trace_format if a.trace_format in ("mooncake", "csv") else None
+    trace = load_trace(a.trace, a.trace_block, named)  # a file it cannot read is said before what goes with it
     if stray := [f for f in REPLAY_OPTIONS if f in given]:
         raise UsageError(f"{', '.join(stray)} shape a replay of agent trajectories, and {a.trace} is a request trace: "
                          "drop them")
-    named = a.trace_format if a.trace_format in ("mooncake", "csv") else None
-    trace = load_trace(a.trace, a.trace_block, named)
+    _no_sessions(given, "a trace replays its own requests alone")
     if a.requests is not None and a.requests > len(trace.requests):
         # it ran the 16 it had, and said nothing of the 2,000 asked
         raise UsageError(f"--requests {a.requests}: {Path(a.trace).name} holds {len(trace.requests)} requests, "
@@ -189,6 +190,7 @@ def _replay(a: argparse.Namespace, given: set[str], defaults: dict[str, Any], la
         raise UsageError(f"a replay sends the recorded calls' own lengths, one lane per agent: drop {', '.join(said)}")
     block = a.trace_block if "--trace-block" in given else None
     trajectories = load_trajectories(a.trace, a.trace_format, block)
+    _no_sessions(given, "a replay sends the recorded calls alone")
     timed = all(t.epoch_s is not None for t in trajectories.trajectories)
     if "--trace-speed" in given and a.concurrency:
         raise UsageError("--trace-speed replays at the recorded times and --concurrency runs lanes: give one")
@@ -196,6 +198,19 @@ def _replay(a: argparse.Namespace, given: set[str], defaults: dict[str, Any], la
     plan = ReplayPlan(trajectories, _max_think(a.max_think), a.answers, speed, a.trace_scale)
     defaults.update(requests=None, concurrency="1", **({"api": "chat"} if plan.full_text else {}))
     return ReplayKind(plan)
+
+
+def _no_sessions(given: set[str], alone: str | None = None) -> None:
+    """Refuse the session options given without sessions (they would be ignored); ``alone``: why a trace cannot
+    take them (--sessions cannot go with it), else the run could add --sessions."""
+    stray = [f for f in SESSION_OPTIONS if f in given]
+    shape = [f for f in stray if f != "--background"]
+    said = [f"{', '.join(shape)} {'shape' if len(shape) > 1 else 'shapes'} agent sessions"] if shape else []
+    if "--background" in stray:
+        said.append("--background runs beside them" if shape else "--background runs beside agent sessions")
+    if said:
+        fix = f"{alone}: drop" if alone else "add --sessions N, or drop"
+        raise UsageError(f"{' and '.join(said)}: {fix} {'them' if len(stray) > 1 else 'it'}")
 
 
 def _max_think(text: str) -> float | None:
@@ -225,8 +240,7 @@ def workload_kind(a: argparse.Namespace, argv: list[str], defaults: dict[str, An
         # sessions speak chat, one agent per session unless --concurrency says otherwise, whole sessions a level
         defaults.update(api="chat", concurrency=str(a.sessions), requests=None)
         return _sessions(a, given, ins, outs)
-    if stray := [f for f in SESSION_OPTIONS if f in given]:
-        raise UsageError(f"{', '.join(stray)} shape agent sessions: add --sessions N, or drop them")
+    _no_sessions(given)
     if a.dataset is not None:
         return DatasetKind(load_dataset(a.dataset, a.api), outs)
     return LengthsKind(ins, outs, a.shape, a.prefix_len)
