@@ -225,6 +225,9 @@ def test_replay_options_are_refused_in_one_line(emitter: BackgroundEmitter, tmp_
              (["--trace", str(weka_file), "--trace-speed", "2"], "records none: give --concurrency"),
              (["--trace", str(weka_file), "--input-len", "5"], "drop --input-len"),
              (["--trace", str(mooncake), "--answers", "live"], "--answers shape a replay of agent trajectories"),
+             # a length-only trace has no recorded answers to feed back: --answers live was ignored, unsaid
+             (["--trace", str(weka_file), "--answers", "live"],
+              "--answers live: weka-claude-code.json records lengths only, no answers to replace"),
              (["--trace", str(EXAMPLES / "mlcommons-agentic.jsonl"), "--api", "completions"], "holds chat messages"),
              # four lanes over one trajectory were three idle agents, counted in the per-agent rate
              (["--trace", str(weka_file), "--concurrency", "1,4"],

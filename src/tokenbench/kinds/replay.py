@@ -109,6 +109,9 @@ class ReplayKind:
         if (opts.workers or 1) > 1 or opts.ray:
             raise UsageError("a replay runs in one process (each call waits for the answer before it): "
                              "drop --workers and --ray")
+        if self.plan.answers == "live" and not self.plan.full_text:
+            raise UsageError(f"--answers live: {self.plan.trajectories.path.name} records lengths only, no answers to "
+                             "replace with the server's: drop it")
         if self.plan.full_text and opts.api not in CONVERSATIONAL:
             raise UsageError(f"{self.plan.trajectories.path.name} holds chat messages: drop --api {opts.api}")
         trees, lanes = len(self.plan.trajectories.trajectories), max(opts.concurrency, default=1)
