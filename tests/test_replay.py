@@ -344,7 +344,11 @@ def test_a_request_trace_and_a_timed_replay_have_no_load_to_search(emitter: Back
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     mooncake = tmp_path / "m.jsonl"
     mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 8, "output_length": 2}) + "\n")
+    # the packaged trace with --concurrency asked to drop it, then for another --trace-block, and only then said
+    # there was no load to search: the real answer comes first
     for argv, said in ((["--trace", str(mooncake)], "no load to search"),
+                       (["--trace", str(EXAMPLES.parent / "mooncake-trace.jsonl"), "--concurrency", "1:4"],
+                        "no load to search"),
                        (["--trace", str(EXAMPLES / "session-log.jsonl"), "--trace-speed", "2"], "search lanes")):
         assert main(["capacity", "--url", emitter.url, "--slo", "ttft_p90=1s", "--quiet", *argv]) == 2
         err = capsys.readouterr().err

@@ -17,7 +17,7 @@ from ..kinds.dataset import DatasetKind
 from ..kinds.lengths import LengthsKind
 from ..kinds.replay import ReplayKind
 from ..kinds.sessions import SessionsKind
-from ..kinds.trace import TraceKind
+from ..kinds.trace import NO_SEARCH, TraceKind
 from ..replay import ReplayPlan
 from ..sessions import SessionPlan
 from ..tenants import Background
@@ -234,6 +234,8 @@ def workload_kind(a: argparse.Namespace, argv: list[str], defaults: dict[str, An
             refuse_unknown(a.trace)
         if fmt in TRAJECTORY_FORMATS:
             return _replay(a, given, defaults, search)
+        if search and fmt is not None:  # said first: no option given with it would make it searchable
+            raise UsageError(NO_SEARCH)
         return _trace(a, given)
     ins, outs = _lengths(a, defaults)
     if a.sessions is not None:

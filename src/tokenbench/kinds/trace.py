@@ -48,6 +48,11 @@ class BoundTrace:
         return RequestLevel(len(level.schedule or ()), level)
 
 
+#: A capacity search of a request trace, refused before any option that goes with it is looked at.
+NO_SEARCH = ("a request trace is replayed once at its own times: there is no load to search (search lengths, "
+             "sessions or agent trajectories)")
+
+
 @dataclass(frozen=True, slots=True)
 class TraceKind:
     """``trace`` as replayed (its first N requests where asked: ``Trace.head``), ``speed`` times as fast."""
@@ -73,8 +78,7 @@ class TraceKind:
         return self.trace.max_input
 
     def for_search(self) -> TraceKind:
-        raise UsageError("a request trace is replayed once at its own times: there is no load to search (search "
-                         "lengths, sessions or agent trajectories)")
+        raise UsageError(NO_SEARCH)
 
     def for_slot(self, limit: int) -> tuple[int, TraceKind]:
         ctx, _ = plain_slot(self)
