@@ -482,3 +482,12 @@ def test_the_background_line_writes_its_counts_as_the_tables_do() -> None:
 
     line = BackgroundStats(2.5, 1024, 8, 429132, 1200, 427932, Distribution.of([5.0])).line()
     assert "2.5 req/s of unique 1,024-token prompts: 429,132 sent, 1,200 finished" in line, line
+
+
+@pytest.mark.parametrize("extra", [["--sessions", "2", "--turns", "2"], []])
+def test_a_duration_past_a_week_is_refused(capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
+    """--duration 1e9h was accepted: "sessions back to back for 3.6e+12 s"."""
+    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--quiet", *extra, "--duration", "1e9h"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--duration of 41,666,667 days: a level runs a week (168h) at most" in err, err
+    assert len(err.splitlines()) == 1

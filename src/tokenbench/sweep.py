@@ -23,7 +23,7 @@ from .guard_results import GuardSnapshot
 from .client import Api, StreamClient
 from .pricing import level_cost
 from .endpoint import Endpoint, RunLog, preflight
-from .errors import EndpointError, EngineError, LevelFailed
+from .errors import EndpointError, EngineError, LevelFailed, UsageError
 from .finding import Code
 from .guard import refuse_dirty_nodes, snapshot_before
 from .plans import FixedPlan, LevelPlan, LevelStop
@@ -49,6 +49,9 @@ from .workload import PromptBuilder
 from .layout import plural
 
 CONNECTION_ERRORS = {"connection", "disconnected", "stream_broken"}
+#: The longest level --duration runs (a week, as the longest trace replay): past it a soak holds the server
+#: for years, a slip of the unit (--duration 1e9h was accepted and said "back to back for 3.6e+12 s").
+LONGEST_LEVEL_S = 7 * 86400
 
 
 @dataclass(slots=True)
@@ -102,6 +105,10 @@ class SweepConfig:
     power: PowerPlan | None = None
 
     def __post_init__(self) -> None:
+        if self.duration_s is not None and self.duration_s > LONGEST_LEVEL_S:
+            days = self.duration_s / 86400
+            raise UsageError(f"--duration of {days:,.0f} days: a level runs a week (168h) at most, and longer is "
+                             "likely a slip of the unit: give at most 168h")
         self.workload.refuse(self)  # the options a kind cannot run with, refused before anything starts
 
     def longest_request(self) -> int:  # what an engine's slot must hold
