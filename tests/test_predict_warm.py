@@ -34,8 +34,9 @@ def test_a_batching_engine_keeps_as_many_sessions_as_its_free_memory_holds(tmp_p
     assert w["session_mib"] == pytest.approx(w["session_tokens"] * LLAMA_8B_KIB_A_TOKEN / 1024)
     assert w["holds"] == math.floor(w["pool_mib"] / w["session_mib"]) and w["low"] < w["holds"] < w["high"]
     # the band is the cliff's, one past the warm count at either end as at the estimate
-    assert (f"cache (PREDICTED): {w['holds']:,} live sessions stay warm, the cliff at {w['holds'] + 1:,} "
-            f"(band {w['low'] + 1:,}-{w['high'] + 1:,})") in capsys.readouterr().out
+    assert (f"cache (PREDICTED): {w['holds']:,} live sessions stay warm, the cliff at {w['cliff']:,} "
+            f"(band {w['cliff_low']:,}-{w['cliff_high']:,})") in capsys.readouterr().out
+    assert (w["cliff"], w["cliff_low"], w["cliff_high"]) == (w["holds"] + 1, w["low"] + 1, w["high"] + 1)
     longer = _warm(tmp_path, "--hardware", "nvidia-h100-sxm", "--tool-len", "1024")
     assert longer["session_tokens"] > w["session_tokens"] and longer["holds"] < w["holds"]
     small = _warm(tmp_path, "--hardware", "nvidia-a30")

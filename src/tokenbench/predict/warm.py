@@ -56,7 +56,9 @@ class WarmPrediction:
                 f"{self.session_tokens:,.0f} tokens"]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, and the cliff the line says with its band (one session past the warm count and its band's
+        ends): the JSON held only the warm count's band, 10-13, beside a line that said the cliff's, 11-14."""
+        return {**asdict(self), "cliff": self.holds + 1, "cliff_low": self.low + 1, "cliff_high": self.high + 1}
 
 
 def predict_warm(s: Setup, p: SessionPrediction, cache_ram_mib: int | None = None) -> WarmPrediction:
