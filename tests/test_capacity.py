@@ -324,6 +324,15 @@ def test_the_engine_s_queue_is_named_before_a_flagged_client() -> None:
     level.telemetry.queue_time_mean_ms = 120.0
     assert (limit_cause(level) or "").startswith("requests waited 120 ms each in the engine's queue on average (30% "
                                                  "of the median TTFT")
+    # slots the passing level below also exceeded are no limit: a search answered 5 agents on 4 slots and said
+    # "limit at 6 agents: concurrency 6 exceeds the server's 4 slots"
+    level.telemetry = None
+    six, five = level, summarize([], concurrency=5, rate=None, window_start_ns=0, window_end_ns=1_000_000_000)
+    six.findings.append(Finding(Code.SLOTS_EXCEEDED, "concurrency 6 exceeds the server's 4 slots"))
+    assert limit_cause(six) == "the engine's slots: concurrency 6 exceeds the server's 4 slots"
+    assert limit_cause(six, five) == "the engine's slots: concurrency 6 exceeds the server's 4 slots"
+    five.findings.append(Finding(Code.SLOTS_EXCEEDED, "concurrency 5 exceeds the server's 4 slots"))
+    assert limit_cause(six, five) is None
 
 
 def test_a_stored_check_reads_back_as_written() -> None:

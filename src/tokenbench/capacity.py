@@ -373,21 +373,22 @@ class CapacityAnswer:
                             "stopped": v.stopped, "checks": [c.to_dict() for c in v.checks]} for v in self.verdicts]}
 
 
-def limit_cause(s: ServingLevel) -> str | None:
+def limit_cause(s: ServingLevel, passed: ServingLevel | None = None) -> str | None:
     """What held a failing level back when it was not the hardware: the engine's slots, a full KV cache, an engine
     that ran fewer requests at once than were sent, or the client. When the engine showed its own limit and the
     client was also flagged, both are said, the engine's first: a client that waited a few milliseconds does not
-    explain a queue the engine's /metrics saw."""
+    explain a queue the engine's /metrics saw. ``passed``: the level below it that met the SLO; slots it also
+    exceeded are no limit (a search answered 5 agents on 4 slots and blamed the slots for 6)."""
     client = s.finding(Code.CLIENT_BOUND)
     said = client.message.split(": ", 1)[-1] if client is not None else ""
-    engine = _engine_limit(s)
+    engine = _engine_limit(s, slots=passed is None or passed.finding(Code.SLOTS_EXCEEDED) is None)
     if engine is None:
         return f"the client (not the box): {said}" if client is not None else None
     return f"{engine}; the client was also flagged: {said}" if client is not None else engine
 
 
-def _engine_limit(s: ServingLevel) -> str | None:
-    if (f := s.finding(Code.SLOTS_EXCEEDED)) is not None:
+def _engine_limit(s: ServingLevel, slots: bool = True) -> str | None:
+    if slots and (f := s.finding(Code.SLOTS_EXCEEDED)) is not None:
         return "the engine's slots: " + f.message
     tele = s.telemetry or Telemetry()
     kv = tele.kv_cache_usage_max
@@ -424,7 +425,7 @@ def answer(result: RunResult) -> CapacityAnswer | None:
     if spec.cache_drop is not None:
         slo += f" and a cached share of at least {spec.cache_drop:.0%} of the lowest level's"
     found = CapacityAnswer(spec, slo, ended, vs, last_pass, first_fail, at,
-                            limit_cause(failing) if failing is not None else None,
+                            limit_cause(failing, at) if failing is not None else None,
                             result.manifest.price_per_hour, result.manifest.currency or "USD")
     if spec.cache_drop is not None:
         _add_cliff(result, found)
