@@ -309,7 +309,7 @@ def test_the_engine_s_queue_is_named_before_a_flagged_client() -> None:
     assert limit_cause(level) is None
     client = Finding(Code.CLIENT_BOUND, "client-bound: requests waited 16.7 ms at p90 in the client")
     level.findings.append(client)
-    assert limit_cause(level) == "the client (not the box): requests waited 16.7 ms at p90 in the client"
+    assert limit_cause(level) == "perhaps the client, not the box (it was flagged): requests waited 16.7 ms at p90 in the client"
     level.telemetry = Telemetry(running_max=4, waiting_max=3)
     said = limit_cause(level) or ""
     assert said.startswith("requests waited in the engine's queue (at most 3 waiting and 4 running") and \

@@ -383,7 +383,7 @@ def limit_cause(s: ServingLevel, passed: ServingLevel | None = None) -> str | No
     said = client.message.split(": ", 1)[-1] if client is not None else ""
     engine = _engine_limit(s, slots=passed is None or passed.finding(Code.SLOTS_EXCEEDED) is None)
     if engine is None:
-        return f"the client (not the box): {said}" if client is not None else None
+        return f"perhaps the client, not the box (it was flagged): {said}" if client is not None else None
     return f"{engine}; the client was also flagged: {said}" if client is not None else engine
 
 
