@@ -87,7 +87,7 @@ def test_run_log_closes_a_run_once_with_the_state_its_end_gives(tmp_path: Path) 
     from tokenbench.errors import EndpointError
 
     store = Store(tmp_path / "r.db")
-    cases = [(asyncio.CancelledError(), False, "interrupted", "interrupted by the user"),
+    cases = [(asyncio.CancelledError(), False, "interrupted", "interrupted (Ctrl-C, SIGTERM or SIGHUP)"),
              (EndpointError("the server went away"), True, "partial", "the server went away"),
              (ValueError("bug"), False, "failed", "crashed: ValueError: bug")]
     for i, (exc, done, status, error) in enumerate(cases):

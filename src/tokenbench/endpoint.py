@@ -173,7 +173,7 @@ class RunLog:
             return None
         interrupt = isinstance(e, (KeyboardInterrupt, asyncio.CancelledError))
         if interrupt:
-            status, error = "interrupted", "interrupted by the user"
+            status, error = "interrupted", "interrupted (Ctrl-C, SIGTERM or SIGHUP)"
         else:
             status = "partial" if done else "failed"
             error = str(e) if isinstance(e, TokenbenchError) else f"crashed: {type(e).__name__}: {e}"[:500]
