@@ -391,3 +391,14 @@ def test_a_dataset_run_says_its_workload(emitter: BackgroundEmitter, tmp_path: P
     line = next(ln for ln in md.read_text(encoding="utf-8").splitlines() if ln.startswith("workload: "))
     assert line.startswith(f"workload: dataset {DATA / 'prompts.jsonl'}: ") and " prompts, " in line
     assert "tokens out" in line or "each with its own output length" in line
+
+
+def test_a_session_run_with_a_batch_beside_it_says_so_in_its_workload(emitter: BackgroundEmitter,
+                                                                      tmp_path: Path) -> None:
+    """A run with --background read in report exactly as the same sessions alone: nothing said the batch load."""
+    db, md = tmp_path / "b.db", tmp_path / "b.md"
+    assert main(["sweep", "--url", emitter.url, "--sessions", "2", "--turns", "2", "--background", "2,64,8",
+                 "--no-baseline", "--guard", "off", "--db", str(db), "--label", "beside", "--quiet"]) == 0
+    assert main(["report", "beside", "--md", str(md), "--db", str(db)]) == 0
+    line = next(ln for ln in md.read_text(encoding="utf-8").splitlines() if ln.startswith("workload: "))
+    assert "beside 2 req/s of unique 64-token prompts (8 out)" in line, line

@@ -140,6 +140,9 @@ def _session_workload(wl: dict[str, Any]) -> str:
             out += f", {word} {d['text']}"
     if cap := _num(wl.get("max_context")):
         out += f", context capped at {cap:,.0f}" + (f" ({wl['on_cap']})" if isinstance(wl.get("on_cap"), str) else "")
+    if isinstance(bg := wl.get("background"), dict) and _num(bg.get("rate")):  # a batch load beside them
+        out += (f", beside {_num(bg.get('rate')):g} req/s of unique {_num(bg.get('input_len')) or 0:,.0f}-token "
+                f"prompts ({_num(bg.get('output_len')) or 0:,.0f} out)")
     rest = [f"{str(k).replace('_', ' ')} {v}" for k, v in wl.items()
             if k not in _SESSION_KEYS and isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != ""]
     return out + "".join(f", {x}" for x in rest)
