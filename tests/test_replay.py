@@ -448,6 +448,14 @@ def test_the_report_reads_a_replay_as_one(emitter: BackgroundEmitter, tmp_path: 
     text = (tmp_path / "B.md").read_text()
     assert "### Recorded agents, replayed" in text and "trees finished" in text and "TTFT by the context" in text
     assert "### Agent sessions" not in text and "workload: replay of" in text
+    # its calls are no turns of a session: no line of turn TTFT against context (it zig-zagged along the axis)
+    from tokenbench.reader import load_result
+    from tokenbench.report import series
+    from tokenbench.store import Store
+
+    store = Store()
+    assert not [p for p in series.build([load_result(store, store.resolve("agents").id)]) if
+                p.id.startswith("session_ttft")]
     # the two bin tables side by side: no terminal bar inside a cell, where Markdown reads a bar as a cell's edge
     head = next(line for line in text.splitlines() if line.startswith("| Context |"))
     assert "\\|" not in text and head.endswith("| Prefilled | Calls (prefilled) | TTFT p50 (prefilled) |"), head

@@ -184,6 +184,8 @@ def _session_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
     for (c, cache), s in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] == BUSTED)):
         st = s.session
         assert st is not None
+        if s.replay is not None:  # a replay's calls are no turns of one session: its TTFT by context is its table's
+            continue
         plot = plots.setdefault(f"session_ttft_c{c}", Plot(
             f"session_ttft_c{c}", f"Agent sessions at concurrency {c}: each turn's TTFT p50 vs its context",
             "context the turn sent (tokens)", "TTFT p50 (s)", axis="context", unit="s"))
