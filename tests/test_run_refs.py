@@ -320,6 +320,29 @@ def test_a_finished_level_at_80_columns_is_a_whole_line_above_the_bar() -> None:
     assert said and said[0].startswith("level 1/3 rate 0.5/s poisson: 62.0 tok/s, TTFT p50 19 ms, 11 ok")
     assert all("…" not in ln and len(ln) <= 80 for ln in said)
 
+
+def test_a_level_of_whole_sessions_says_no_time_left() -> None:
+    """Agent sessions run whole sessions, no count or time to reach: the bar read "8 requests  left " with
+    nothing after it."""
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.cli.sweep import RichReporter
+    from tokenbench.records import RequestRecord
+
+    rep = RichReporter(Console(file=io.StringIO(), force_terminal=True, width=80), enabled=True)
+    rep.level_start("level 1/2 2 agents, cache warm", None, None)
+    for i in range(8):
+        rep.request_done(RequestRecord(index=i, phase="measured"))
+    assert rep.progress is not None
+    shown = Console(file=io.StringIO(), width=80, color_system=None)
+    with shown.capture() as cap:
+        shown.print(rep.progress.get_renderable())
+    rep.close()
+    line = cap.get().rstrip()
+    assert line.endswith("8 requests") and "left" not in line, line
+
 def test_a_piped_sweep_s_level_line_keeps_within_80_columns() -> None:
     import io
 

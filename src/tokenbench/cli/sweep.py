@@ -73,15 +73,16 @@ class RichReporter:
             # requests; both say how long is left
             # under 100 columns the bar is short and only the time left is said: at 80 Rich cut both times to "0:00:…"
             narrow = self.console.width < NARROW
-            times = (TextColumn("left"), TimeRemainingColumn()) if narrow else \
-                (TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
+            # "left" only where the level has an end to count to (agent sessions run whole sessions: none)
+            times = (TextColumn("{task.fields[left]}"), TimeRemainingColumn()) if narrow else \
+                (TimeElapsedColumn(), TextColumn("{task.fields[left]}"), TimeRemainingColumn())
             self.progress = Progress(
                 TextColumn("{task.description}"), BarColumn(bar_width=10 if narrow else 40),
                 TextColumn("{task.fields[count]}"), TextColumn("{task.fields[info]}"), *times, console=self.console,
             )
             self.progress.start()
-        self.task = self.progress.add_task(description, total=duration_s if total is None else total,
-                                           info="", count=self._count())
+        self.task = self.progress.add_task(description, total=duration_s if total is None else total, info="",
+                                           count=self._count(), left="left" if total or duration_s else "")
 
     def _count(self) -> str:
         if self.total is None and self.duration_s:
