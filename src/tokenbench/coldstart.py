@@ -5,19 +5,16 @@ Repeated, the first boot (nothing cached: weights from disk, kernels compiled) i
 from __future__ import annotations
 
 import asyncio
-import os
 import shlex
-import signal
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import IO, Any
+from typing import Any
 
 import aiohttp
 
 from .client import PreparedRequest
-from .engines.child import spawn
+from .engines.child import spawn, stop, tail
 from .endpoint import stream_client
 from .errors import EndpointError, UsageError
 from .records import RequestRecord
@@ -40,30 +37,6 @@ class Boot:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k not in ("engine", "said")}
-
-
-def _tail(log: IO[bytes], n: int = 15, most: int = 4096) -> str:
-    """The last ``n`` lines of what the server wrote (at most ``most`` bytes of them)."""
-    try:
-        log.flush()
-        log.seek(max(0, log.seek(0, os.SEEK_END) - most))
-        return "\n".join(log.read().decode(errors="replace").splitlines()[-n:])
-    except (OSError, ValueError):
-        return ""
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=15)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=15)
 
 
 async def _first_token(base_url: str, model: str | None) -> tuple[float, str, tuple[str | None, str | None]]:
@@ -98,18 +71,18 @@ def boot(n: int, cmd: str, base_url: str, health_url: str, model: str | None, ti
     try:
         while True:
             if proc.poll() is not None:
-                return Boot(n, (time.perf_counter_ns() - t0_ns) / 1e9, None, model, said=_tail(log),
+                return Boot(n, (time.perf_counter_ns() - t0_ns) / 1e9, None, model, said=tail(log),
                             error=f"the server exited with code {proc.returncode} before it was healthy")
             if http_ok(health_url):
                 break
             if (time.perf_counter_ns() - t0_ns) / 1e9 > timeout_s:
-                return Boot(n, timeout_s, None, model, error=f"not healthy within {timeout_s:g} s", said=_tail(log))
+                return Boot(n, timeout_s, None, model, error=f"not healthy within {timeout_s:g} s", said=tail(log))
             time.sleep(0.05)
         healthy = (time.perf_counter_ns() - t0_ns) / 1e9
         first_ns, name, engine = asyncio.run(_first_token(base_url, model))
         return Boot(n, healthy, (first_ns - t0_ns) / 1e9, name, engine=engine)
     finally:
-        _stop(proc)
+        stop(proc, 15)
         log.close()
 
 

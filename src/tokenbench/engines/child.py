@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import signal
 import subprocess
 import sys
@@ -49,3 +50,41 @@ def spawn(argv: Sequence[str], out: IO[Any] | int | None, env: Mapping[str, str]
     other threads (the emitter's loop, power samplers) end before the process does."""
     return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                             preexec_fn=_ASK, **kw)
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """Stop ``spawn``'s child and its session's processes (vLLM's engine core beside its API server): SIGTERM,
+    then SIGKILL after ``timeout`` seconds, or at once on a second Ctrl-C while it stops (vLLM compiling takes its
+    time)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(proc, timeout)
+    except KeyboardInterrupt:
+        _kill(proc, timeout)
+        raise
+
+
+def _kill(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    proc.wait(timeout=timeout)
+
+
+def tail(log: IO[bytes], n: int = 15, most: int = 1 << 16) -> str:
+    """The last ``n`` lines a child wrote to ``log`` (of its last ``most`` bytes), for an error that says why it
+    stopped."""
+    try:
+        log.flush()
+        log.seek(max(0, log.seek(0, os.SEEK_END) - most))
+        return "\n".join(log.read().decode(errors="replace").splitlines()[-n:])
+    except (OSError, ValueError):
+        return ""

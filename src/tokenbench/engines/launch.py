@@ -10,7 +10,6 @@ The engines, each a real serving stack:
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from .. import adapters, registry
 from ..errors import EngineError
 from ..servers import http_ok
 from .cache import cache_dir
-from .child import spawn
+from .child import spawn, stop, tail
 from .tiny import TinyModel
 
 #: The embedded engines, by their launcher names (the registry's: each engine's other spellings reach them too,
@@ -163,32 +162,13 @@ class RunningEngine:
 
     def log_tail(self, n: int = 15) -> str:
         try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
+            with open(self.log_path, "rb") as log:
+                return tail(log, n)
         except OSError:
             return ""
-        return "\n".join(lines[-n:])
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self._kill(timeout)
-        except KeyboardInterrupt:  # a second Ctrl-C while it stops (vLLM compiling can take its time): at once
-            self._kill(timeout)
-            raise
-
-    def _kill(self, timeout: float) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        self.proc.wait(timeout=timeout)
+        stop(self.proc, timeout)
 
     def __enter__(self) -> RunningEngine:
         return self
