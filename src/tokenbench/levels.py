@@ -397,12 +397,17 @@ class ServingLevel(LevelSummary):
         return self.output_throughput_tps / agents
 
     @property
+    def under_one_in_flight(self) -> bool:
+        """An open loop with under one request in flight on average: the aggregate over that would be a request's
+        own speed, above the aggregate (a trace read 46.3 tok/s aggregate, 631.5 per agent)."""
+        held = self.achieved_concurrency
+        return not self.concurrency and held is not None and held < 1
+
+    @property
     def per_agent_withheld(self) -> bool:
         """An open loop's per-agent rate is no figure (the tables show "—", the JSON null): a replay at the recorded
-        times has no agent count, and under one request in flight on average the aggregate over that would be a
-        request's own speed, above the aggregate (a trace read 46.3 tok/s aggregate, 631.5 per agent)."""
-        held = self.achieved_concurrency
-        return not self.concurrency and (self.replay is not None or (held is not None and held < 1))
+        times has no agent count, nor a level ``under_one_in_flight``."""
+        return (not self.concurrency and self.replay is not None) or self.under_one_in_flight
 
     @property
     def decode_tps(self) -> float | None:

@@ -54,11 +54,6 @@ def per_agent_shown(s: ServingLevel) -> float | None:
     return None if s.per_agent_withheld else s.sustained_per_agent_tps
 
 
-def under_one_in_flight(s: ServingLevel) -> bool:
-    """An open loop with under one request in flight on average: its per-agent rate is withheld."""
-    return not s.concurrency and s.achieved_concurrency is not None and s.achieved_concurrency < 1
-
-
 def _tpot_line(levels: list[ServingLevel]) -> list[str]:
     """Why a level's median TPOT reads "—", once per reason with the levels it is on."""
     by_why: dict[str, list[str]] = {}
@@ -72,7 +67,7 @@ def _tpot_line(levels: list[ServingLevel]) -> list[str]:
 def _per_agent_line(levels: list[ServingLevel]) -> list[str]:
     """Why a level's per-agent rate reads "—" where its open loop had under one request in flight: a sweep at
     0.5, 1 and 2/s showed "—" at the first two and a figure at the third, and said nothing of it."""
-    under = [s for s in levels if s.replay is None and under_one_in_flight(s) and s.sustained_per_agent_tps]
+    under = [s for s in levels if s.replay is None and s.under_one_in_flight and s.sustained_per_agent_tps]
     if not under:
         return []
     keys = ",".join(level_label(s) for s in under)
