@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from .common import check_output, emit_json
-from .options import POSITIVE_INT, add_db, add_json, add_latest
+from .options import POSITIVE_INT, RUN_REF, add_db, add_json, add_latest
 from ..layout import plural
 
 if TYPE_CHECKING:
@@ -168,8 +168,8 @@ def add_compare_parser(sub: Any) -> None:
     """``tokenbench compare``'s options."""
     c = sub.add_parser("compare", help="two runs side by side: ratios with 95%% intervals, the faster side where it is "
                        "significant, crossovers, effective serving")
-    c.add_argument("a", metavar="RUN_A", help="the first run: id, id prefix, label or last")
-    c.add_argument("b", metavar="RUN_B", help="the second run: id, id prefix, label or last")
+    c.add_argument("a", metavar="RUN_A", help=f"the first run: {RUN_REF}")
+    c.add_argument("b", metavar="RUN_B", help=f"the second run: {RUN_REF}")
     c.add_argument("--agents", type=POSITIVE_INT, default=16, help="effective-serving line: this many agents ... (default 16)")
     c.add_argument("--tokens", type=POSITIVE_INT, default=200, help="... each asking for this many tokens (default 200)")
     c.add_argument("--format", choices=["table", "markdown"], default="table")

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from ..pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from .common import check_output, emit_json
-from .options import CURRENCY, NONNEG, POSITIVE, add_db, add_json, add_latest
+from .options import CURRENCY, NONNEG, POSITIVE, RUN_REF, add_db, add_json, add_latest
 
 if TYPE_CHECKING:
     from ..cost import CostConfig, Costed
@@ -111,7 +111,7 @@ def _print_sessions(console: Console, done: Costed, fmt: str) -> None:
 def add_cost_parser(sub: Any) -> None:
     """``tokenbench cost``'s options."""
     co = sub.add_parser("cost", help="price per million output tokens at each operating point")
-    co.add_argument("run", nargs="?", help="run id, id prefix, label or last (or give --tps)")
+    co.add_argument("run", nargs="?", help=f"the run: {RUN_REF}; or give --tps")
     co.add_argument("--tps", type=POSITIVE, help="an aggregate output rate instead of a run")
     co.add_argument("--price-per-hour", type=POSITIVE, help="rented: price per hour")
     co.add_argument("--busy-hours", type=POSITIVE,

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from ..store import Store
 from .common import check_output, write_stdout
-from .options import LABEL, add_db, add_latest
+from .options import LABEL, RUN_REF, add_db, add_latest
 from ..layout import plural
 
 
@@ -52,7 +52,7 @@ def add_export_parser(sub: Any) -> None:
 
     ex = sub.add_parser("export", help="a stored run as published.csv rows or a llama-bench Markdown table, which "
                         "import reads back")
-    ex.add_argument("run", help="run id, id prefix, label or last")
+    ex.add_argument("run", help=f"the run: {RUN_REF}")
     ex.add_argument("--as", dest="as_", choices=FORMATS, required=True,
                     help="published-csv: the rows calibrate reads, with the engine build, guard stamp and machine "
                     "snapshot; llama-bench-md: llama-bench's Markdown table (depth and llama-bench runs)")

@@ -49,6 +49,8 @@ def WARMUP(text: str) -> int | str:
 
 #: Said in the help of every option that takes a duration (slo.DURATION_RULE).
 UNIT = "(a duration takes its unit: ms, s, m or h)"
+#: How a command's argument names a stored run (Store.resolve).
+RUN_REF = "id, id prefix, label or last (the newest run)"
 
 
 def SHARE(text: str) -> float:

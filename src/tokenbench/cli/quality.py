@@ -18,7 +18,7 @@ from ..servers import normalize_base_url
 from ..store import Store
 from .common import (check_output, embedded_spec, emit_json, int_list, json_object, notifier, run_exit, saved,
                      seconds, tokens)
-from .options import LABEL, UNIT, NONNEG, POSITIVE_INT, add_db, add_endpoint, add_json, add_latest
+from .options import LABEL, UNIT, NONNEG, POSITIVE_INT, RUN_REF, add_db, add_endpoint, add_json, add_latest
 
 if TYPE_CHECKING:
     from ..engines.embedded import Embedded
@@ -64,8 +64,8 @@ def add_quality_parser(sub: Any) -> None:
     _items(q)
     qs = q.add_subparsers(dest="quality_command", metavar="{compare,knob}")  # of q's class: Parser
     c = qs.add_parser("compare", help="two quality runs item by item: difference, 95%% interval, p-value, verdict")
-    c.add_argument("a", metavar="RUN_A", help="the first run: id, id prefix, label or last")
-    c.add_argument("b", metavar="RUN_B", help="the second run: id, id prefix, label or last")
+    c.add_argument("a", metavar="RUN_A", help=f"the first run: {RUN_REF}")
+    c.add_argument("b", metavar="RUN_B", help=f"the second run: {RUN_REF}")
     c.add_argument("--floor", metavar="RUN",
                    help="a second run of A's host (or B's): how often the same host's outputs differ is the noise "
                         "floor agreement is judged against (default: the newest run in the store with A's label, "

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from ..errors import UsageError
 from .common import check_output, check_output_dir
-from .options import CURRENCY, POSITIVE, add_db, add_latest
+from .options import CURRENCY, POSITIVE, RUN_REF, add_db, add_latest
 
 if TYPE_CHECKING:
     from ..report.document import ReportConfig
@@ -44,7 +44,7 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
 def add_report_parser(sub: Any) -> None:
     """``tokenbench report``'s options."""
     rp = sub.add_parser("report", help="Markdown (BENCHMARKS.md), a self-contained HTML report with plots, PNGs, JSON")
-    rp.add_argument("runs", nargs="+", help="run ids, id prefixes or labels (predicted runs are drawn dashed)")
+    rp.add_argument("runs", nargs="+", help=f"the runs, each by {RUN_REF} (predicted runs are drawn dashed)")
     rp.add_argument("--html", help="write the HTML report here")
     rp.add_argument("--md", help="append or rewrite each run's section of this Markdown file")
     rp.add_argument("--png", help="write each plot as a PNG into this directory")

@@ -21,7 +21,7 @@ from .coldstart import print_boots
 from .depth import depth_notes, depth_rows
 from .guard import guard_rows
 from .sweep import print_result
-from .options import POSITIVE_INT, add_db, add_json, add_latest
+from .options import POSITIVE_INT, RUN_REF, add_db, add_json, add_latest
 from typing import Any
 
 
@@ -209,7 +209,7 @@ def add_runs_parser(sub: Any) -> None:
 def add_show_parser(sub: Any) -> None:
     """``tokenbench show``'s options."""
     sh = sub.add_parser("show", help="print a saved run again")
-    sh.add_argument("run", help="run id, unique id prefix, label, or last (the newest run)")
+    sh.add_argument("run", help=f"the run: {RUN_REF}")
     sh.add_argument("--json", help="also write it to this JSON file (every level); - for stdout")
     sh.add_argument("--all", action="store_true", help="print every level (default: the first 200)")
     sh.add_argument("--guard", nargs="?", const=0, type=POSITIVE_INT, metavar="LEVEL",
