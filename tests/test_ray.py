@@ -84,7 +84,10 @@ def test_ray_workers_keep_their_streams_in_flight_from_the_shared_start(cluster:
     assert s.completed == 4 and [w["streams"] for w in workers] == [1, 1]
     for w in workers:
         assert w["inflight_mean"] == pytest.approx(w["streams"], rel=0.05), w
-    assert s.client.inflight_mean == pytest.approx(s.achieved_concurrency, rel=0.05)
+    # the level's figure is the workers' sum; the achieved concurrency also counts the drain, where one worker's
+    # last answer has come and the other's has not, so it can only read lower (1.83 once, on a loaded machine)
+    assert s.client.inflight_mean == pytest.approx(sum(w["streams"] for w in workers), rel=0.05)
+    assert 0.75 * s.client.inflight_mean <= s.achieved_concurrency <= 1.05 * s.client.inflight_mean
     assert "client_bound" not in s.flags
 
 
