@@ -88,7 +88,9 @@ def test_ray_workers_keep_their_streams_in_flight_from_the_shared_start(cluster:
     # last answer has come and the other's has not, so it can only read lower (1.83 once, on a loaded machine)
     assert s.client.inflight_mean == pytest.approx(sum(w["streams"] for w in workers), rel=0.05)
     assert 0.75 * s.client.inflight_mean <= s.achieved_concurrency <= 1.05 * s.client.inflight_mean
-    assert "client_bound" not in s.flags
+    # the in-flight shortfall is what the wait once read as; another reason (an event-loop stop while Ray's own
+    # processes share the two cores) says nothing of the shared start
+    assert not [f for f in s.findings if f.code == "client_bound" and "in flight of" in f.message], s.findings
 
 
 class _KillActor(QuietReporter):
