@@ -243,6 +243,59 @@ def test_an_interrupted_session_level_keeps_its_turns_and_marks_those_in_flight(
     assert len(cut) == 2 and {r.error_kind for r in cut} == {"interrupted"} and all(r.end_ns for r in cut)
 
 
+def test_an_interrupt_between_two_turns_cuts_the_session(emitter: BackgroundEmitter) -> None:
+    """Ctrl-C while every agent thinks between turns: no turn is in flight, so none is marked interrupted, and the
+    sessions (one finished turn each of three) are cut, not finished: they once counted finished, with the time of
+    one turn, and a session objective read them as fast sessions."""
+    import asyncio
+
+    import aiohttp
+
+    from tokenbench.client import StreamClient
+    from tokenbench.draws import Draw
+    from tokenbench.metrics import session_stats
+    from tokenbench.records import RequestRecord
+    from tokenbench.sessions import SessionLevel, SessionPlan, SessionTexts
+    from tokenbench.workload import PromptBuilder
+
+    class Words:
+        description = "words"
+
+        async def encode(self, text: str) -> list[int]:
+            return [hash(w) for w in text.split()]
+
+        async def decode(self, ids: list[int]) -> str:
+            return " ".join("a" for _ in ids)
+
+    emitter.configure(ttft_s=0.01, itl_s=0.0)
+    plan = SessionPlan(sessions=2, turns=3, shared_prefix=4, task=Draw.fixed(6), tool=Draw.fixed(4),
+                       output=Draw.fixed(4), think=Draw.fixed(30, "s"))
+    records: list[RequestRecord] = []
+    level_of: list[SessionLevel] = []
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as http:
+            client = StreamClient(http, emitter.url, "emitter", api="chat")
+            level = SessionLevel(client, SessionTexts(PromptBuilder(Words(), 1, "t"), plan, 1, "t"), plan, "2/0", 2,
+                                 "warm", lambda agent, n: {"max_tokens": n}, records, lambda r: None)
+            level_of.append(level)
+            task = asyncio.ensure_future(level.run())
+            while len([r for r in records if r.end_ns]) < 2:  # both first turns answered: both agents think
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(go())
+    for r in records:
+        r.phase = "measured"
+    assert len(records) == 2 and all(r.ok for r in records)
+    assert level_of[0].cut == {0, 1}
+    st = session_stats(records, "warm", frozenset(level_of[0].cut))
+    assert (st.sessions, st.sessions_finished, st.cut) == (2, 0, 2)
+
+
 def test_a_level_with_no_finished_session_reads_cleanly() -> None:
     """An interrupted busted level printed '0/2 sessions finished, ; cached 1%' (measured on llama-server)."""
     from tokenbench.distribution import Distribution
@@ -310,6 +363,20 @@ def test_a_soak_runs_sessions_back_to_back_for_its_duration(emitter: BackgroundE
     assert sum(w["turns"] for w in windows) == level["completed"] and all(w["turns"] for w in windows)
     assert all(w["cached_share"] is None for w in windows)  # the emitter says nothing of a cache
     assert "cache_decay" not in level["flags"]
+
+
+def test_a_soaks_session_objective_is_judged_on_the_sessions_it_finished(emitter: BackgroundEmitter,
+                                                                          tmp_path: Path) -> None:
+    """A soak's end cuts the sessions it catches, with fewer turns and a shorter time: the session objective reads
+    only the finished ones, as the session view's times do (it read every session, the cut ones as fast)."""
+    code, doc = _run(emitter, tmp_path, "--sessions", "2", "--turns", "3", "--think-time", "300ms",
+                     "--duration", "2s", "--no-baseline", "--slo", "session_p50=10m")
+    assert code == 0, doc
+    [level] = doc["levels"]
+    s = level["session"]
+    [check] = [c for c in level["slo_checks"] if c["name"] == "session_p50"]
+    assert s["cut"] >= 1 and check["n"] == s["sessions_finished"], (s, check)
+    assert check["value"] == pytest.approx(s["session_s"]["p50"] * 1000, rel=1e-6)
 
 
 def test_a_soak_whose_cached_share_falls_is_flagged() -> None:

@@ -21,7 +21,7 @@ from .distribution import Distribution
 from .levels import ServingLevel, SessionStats, TurnPoint
 from .steady import plateau, waves
 from .records import RequestRecord
-from .slo import SLO, assess, request_itls_ms, request_meets, request_tpot_ms, session_seconds
+from .slo import SLO, assess, by_session, request_itls_ms, request_meets, request_tpot_ms, session_seconds
 from .soak import WINDOWS, SoakWindow
 
 NS_PER_MS = 1_000_000
@@ -60,18 +60,21 @@ def session_stats(records: list[RequestRecord], cache: str, cut: frozenset[int] 
     """The session view of a level's measured records (each carries its ``session`` and ``turn``); ``cut``: the
     sessions a soak's end cut short, left out of the sessions' times."""
     measured = [r for r in records if r.phase == "measured" and r.session is not None]
-    by_session: dict[int, list[RequestRecord]] = {}
-    for r in measured:
-        by_session.setdefault(r.session or 0, []).append(r)
+    sessions = by_session(measured)
     ok = [r for r in measured if r.ok]
     share, source = cached_share(ok)
-    times = session_seconds([rs for k, rs in by_session.items() if k not in cut])
+    times = session_seconds(whole_sessions(records, cut))
     return SessionStats(
-        cut=len(cut), cache=cache, sessions=len(by_session), sessions_finished=len(times),
-        turns_per_session=statistics.fmean(len(rs) for rs in by_session.values()) if by_session else None,
+        cut=len(cut), cache=cache, sessions=len(sessions), sessions_finished=len(times),
+        turns_per_session=statistics.fmean(len(rs) for rs in sessions.values()) if sessions else None,
         session_s=Distribution.of(times), cached_share=share, cached_source=source,
-        cached_share_se=cached_share_se([[r for r in rs if r.ok] for rs in by_session.values()]),
+        cached_share_se=cached_share_se([[r for r in rs if r.ok] for rs in sessions.values()]),
         turns=[_turn_point(k, [r for r in ok if r.turn == k]) for k in sorted({r.turn for r in ok if r.turn is not None})])
+
+
+def whole_sessions(records: list[RequestRecord], cut: frozenset[int]) -> list[list[RequestRecord]]:
+    """The measured calls of each session not in ``cut`` (those a soak's end or an interrupt cut short)."""
+    return [rs for k, rs in by_session([r for r in records if r.phase == "measured"]).items() if k not in cut]
 
 
 def cached_share_se(sessions: list[list[RequestRecord]]) -> float | None:
@@ -183,7 +186,8 @@ def _client_delays(summary: ServingLevel, measured: list[RequestRecord]) -> None
     summary.send_delay_ms, summary.send_queue_ms = client_delays(measured)
 
 
-def _goodput(summary: ServingLevel, measured: list[RequestRecord], slo: SLO | None) -> None:
+def _goodput(summary: ServingLevel, measured: list[RequestRecord], slo: SLO | None,
+             sessions: list[list[RequestRecord]] | None) -> None:
     """Goodput (the requests within every per-request limit, per second) and each level objective's verdict
     (``slo.assess``: the value, pass or fail, how sure); the level meets the SLO when every objective passes."""
     if slo is None or not (slo.per_request_ms or slo.decides_levels):
@@ -194,7 +198,7 @@ def _goodput(summary: ServingLevel, measured: list[RequestRecord], slo: SLO | No
     ok = [r for r in measured if r.ok]
     good = [r for r in ok if request_meets(r, slo.per_request_ms)]
     summary.goodput_rps = len(good) / summary.duration_s
-    summary.slo_checks = assess(summary, measured, slo)
+    summary.slo_checks = assess(summary, measured, slo, sessions)
     summary.slo_met = all(c.met for c in summary.slo_checks)
 
 
@@ -206,9 +210,11 @@ def summarize(
     window_start_ns: int,
     window_end_ns: int | None = None,
     slo: SLO | None = None,
+    sessions: list[list[RequestRecord]] | None = None,
 ) -> ServingLevel:
     """The statistics of one level's measured requests (warm-up records are ignored here). What the numbers
-    cannot say by themselves is decided in ``findings``, and what they cost in ``cost``."""
+    cannot say by themselves is decided in ``findings``, and what they cost in ``cost``. ``sessions``: the
+    sessions that ran to their end, as the level's kind knows them (``slo.assess``)."""
     measured = [r for r in records if r.phase == "measured"]
     ok = [r for r in measured if r.ok]
     failed = [r for r in measured if not r.ok]
@@ -248,7 +254,7 @@ def summarize(
     summary.prefill_tps = _prefill_tps(summary, ok)
     _client_delays(summary, measured)
     _steady(summary, measured, concurrency, (window_start_ns, end))  # the plateau before the SLO reads its rate
-    _goodput(summary, measured, slo)
+    _goodput(summary, measured, slo, sessions)
     summary.cached_share, summary.cached_source = cached_share(ok)
     return summary
 

@@ -150,6 +150,8 @@ class SessionLevel:
         self.duration_s: float | None = None
         self.deadline_ns: int | None = None
         self.cut: set[int] = set()
+        self._begun: set[int] = set()  # sessions an agent took up, and those it finished (or gave up on)
+        self._ended: set[int] = set()
 
     async def run(self) -> tuple[int, int]:
         """Every session of the level, closed loop over the agents; returns the window (first send, last byte)."""
@@ -159,6 +161,8 @@ class SessionLevel:
         try:
             await asyncio.gather(*(self._agent(a) for a in range(self.agents)))
         except asyncio.CancelledError:  # Ctrl-C: turns in flight end as interrupted; finished ones are kept
+            # a session the interrupt caught between two turns (thinking) has only finished turns, and is cut too
+            self.cut |= self._begun - self._ended
             now = time.perf_counter_ns()
             for r in self.records:
                 if r.end_ns is None and r.error_kind is None:
@@ -172,7 +176,9 @@ class SessionLevel:
         while (self.next_session < total) if self.deadline_ns is None else not self._over():
             session = self.next_session
             self.next_session += 1
+            self._begun.add(session)
             await self._session(agent, session)
+            self._ended.add(session)
 
     def _over(self) -> bool:
         return self.deadline_ns is not None and time.perf_counter_ns() >= self.deadline_ns

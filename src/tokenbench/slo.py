@@ -313,12 +313,13 @@ def session_seconds(sessions: list[list[RequestRecord]]) -> list[float]:
             for rs in sessions if rs and all(r.ok for r in rs)]
 
 
-def _by_session(records: list[RequestRecord]) -> list[list[RequestRecord]]:
+def by_session(records: list[RequestRecord]) -> dict[int, list[RequestRecord]]:
+    """The records of each session, in the order sent."""
     out: dict[int, list[RequestRecord]] = {}
     for r in records:
         if r.session is not None:
             out.setdefault(r.session, []).append(r)
-    return list(out.values())
+    return out
 
 
 def request_rates(ok: list[RequestRecord]) -> list[float]:
@@ -359,8 +360,11 @@ def _agent_rate_check(summary: ServingLevel, ok: list[RequestRecord], limit: flo
     return SloCheck("agent_tps", value, limit, "tok/s", met, len(rates), None, p)
 
 
-def assess(summary: ServingLevel, measured: list[RequestRecord], slo: SLO) -> list[SloCheck]:
-    """Every level objective of ``slo`` on one level's measured requests, in the order written."""
+def assess(summary: ServingLevel, measured: list[RequestRecord], slo: SLO,
+           sessions: list[list[RequestRecord]] | None = None) -> list[SloCheck]:
+    """Every level objective of ``slo`` on one level's measured requests, in the order written. ``sessions``: the
+    level's sessions that ran to their end, as its kind knows them (a session a soak's end or an interrupt cut has
+    fewer turns, and a shorter time, than a finished one); by default every session among the requests."""
     ok = [r for r in measured if r.ok]
     checks: list[SloCheck] = []
     for (metric, pct), limit in slo.percentile_ms.items():
@@ -374,7 +378,8 @@ def assess(summary: ServingLevel, measured: list[RequestRecord], slo: SLO) -> li
     for pct, limit in slo.agent_tps_pct.items():
         checks.append(_rate_share_check(f"agent_tps_{pct}", sorted(request_rates(ok)), int(pct[1:]) / 100, limit))
     for pct, limit in slo.session_ms.items():
-        times = sorted(t * 1000 for t in session_seconds(_by_session(measured)))
+        whole = sessions if sessions is not None else list(by_session(measured).values())
+        times = sorted(t * 1000 for t in session_seconds(whole))
         value = _percentile(times, int(pct[1:])) if times else None
         checks.append(share_check(f"session_{pct}", sum(t > limit for t in times), len(times),
                                   1 - int(pct[1:]) / 100, value, limit, "ms"))

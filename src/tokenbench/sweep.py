@@ -317,7 +317,7 @@ class _Sweep:
             measured = [r for r in records if r.phase == "measured"]
             window = (min((r.sent_ns for r in measured), default=0), 0)
         summary = summarize(records, concurrency=level.concurrency, rate=level.offered_rate, window_start_ns=window[0],
-                            window_end_ns=window[1] or None, slo=cfg.slo)
+                            window_end_ns=window[1] or None, slo=cfg.slo, sessions=work.whole(records))
         summary.cost_per_mtok = level_cost(cfg.price_per_hour, cfg.currency, summary.sustained_tps)
         summary.client = ClientReport.written(**load.client_report)
         summary.guard = snap

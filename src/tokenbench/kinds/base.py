@@ -117,6 +117,11 @@ class LevelWork(Protocol):
         them too, its figures do not."""
         ...
 
+    def whole(self, records: list[RequestRecord]) -> list[list[RequestRecord]] | None:
+        """The level's sessions that ran to their end, each its measured calls (None: the kind sends no
+        sessions): the session objectives are judged on them."""
+        ...
+
 
 class RequestLevel:
     """A level of independent requests from the run's prompt pool: ``planned`` of them (or for the duration)."""
@@ -135,6 +140,9 @@ class RequestLevel:
 
     def attach(self, summary: ServingLevel, records: list[RequestRecord]) -> None:
         pass
+
+    def whole(self, records: list[RequestRecord]) -> list[list[RequestRecord]] | None:
+        return None
 
     def beside(self) -> list[RequestRecord]:
         return []

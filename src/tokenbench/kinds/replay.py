@@ -12,7 +12,7 @@ from ..engines.embedded import slot_context
 from ..errors import UsageError
 from ..layout import plural
 from ..loadgen import Level
-from ..metrics import session_stats
+from ..metrics import session_stats, whole_sessions
 from ..records import RequestRecord
 from ..replay import ReplayLevel, ReplayPlan, ReplayTexts
 from ..replay_stats import replay_stats, tree_sessions
@@ -57,6 +57,9 @@ class ReplayWork:
 
     def beside(self) -> list[RequestRecord]:
         return []
+
+    def whole(self, records: list[RequestRecord]) -> list[list[RequestRecord]] | None:
+        return whole_sessions(*tree_sessions(records, self.run.finished))
 
 
 class BoundReplay:

@@ -14,7 +14,7 @@ from ..engines.embedded import slot_context
 from ..errors import UsageError
 from ..loadgen import Level
 from ..background import cancel_and_wait
-from ..metrics import session_stats, soak_windows
+from ..metrics import session_stats, soak_windows, whole_sessions
 from ..records import RequestRecord
 from ..sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
 from ..tenants import BackgroundLoad
@@ -58,9 +58,8 @@ class SessionsWork:
     def attach(self, summary: ServingLevel, records: list[RequestRecord]) -> None:
         """The session view, with what the runner alone knows (compactions, caps) and the server's own prefix-cache
         hit share over the level (/metrics), beside the responses' cached share."""
-        # cut short, not failed: those a soak's end let send no next turn, and those whose turn an interrupt cut
-        cut = self.run.cut | {r.session for r in records if r.error_kind == "interrupted" and r.session is not None}
-        stats = session_stats(records, self.cache, frozenset(cut))
+        cut = self._cut(records)
+        stats = session_stats(records, self.cache, cut)
         stats.compactions, stats.capped = self.run.compactions, self.run.capped
         if self.run.duration_s:
             stats.over_time = soak_windows(records, self.run.duration_s)
@@ -72,6 +71,15 @@ class SessionsWork:
     def beside(self) -> list[RequestRecord]:
         """The background load's requests: unique prompts the server counted among its cache's lookups."""
         return self.background.records if self.background is not None else []
+
+    def whole(self, records: list[RequestRecord]) -> list[list[RequestRecord]] | None:
+        return whole_sessions(records, self._cut(records))
+
+    def _cut(self, records: list[RequestRecord]) -> frozenset[int]:
+        """Cut short, not failed: the sessions a soak's end let send no next turn, and those an interrupt caught
+        in a turn or between two."""
+        return frozenset(self.run.cut | {r.session for r in records
+                                         if r.error_kind == "interrupted" and r.session is not None})
 
 
 class BoundSessions:
