@@ -30,7 +30,7 @@ demo-vllm: $(VENV)/.installed
 demo-llama-server: $(VENV)/.installed
 	$(BIN)/tokenbench sweep --engine llama-server
 
-## make engines: build llama.cpp's tools, vLLM's and AIPerf's environments into the user cache (once; ~15 minutes)
+## make engines: build llama.cpp's tools, vLLM's and AIPerf's environments into the user cache (once; 12-25 minutes on 2 cores)
 engines: engine-llama-server engine-vllm engine-aiperf
 
 engine-llama-server: $(VENV)/.installed

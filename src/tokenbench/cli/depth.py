@@ -119,7 +119,7 @@ def add_depth_parser(sub: Any) -> None:
     """``tokenbench depth``'s options."""
     dp = sub.add_parser("depth", help="llama-bench style pp/tg at context depths, over HTTP")
     add_endpoint(dp, "llama-server")
-    dp.add_argument("--depths", help="tokens of context, e.g. 0,8k,32k,65k (embedded default 0,1k,4k)")
+    dp.add_argument("--depths", help="tokens of context, e.g. 0,8k,32k,65k (default 0,8k,32k; embedded 0,1k,4k)")
     dp.add_argument("--pp", type=POSITIVE_INT, default=512, help="prompt tokens processed on top of the depth")
     dp.add_argument("--tg", type=POSITIVE_INT, default=128, help="tokens generated on top of the depth")
     dp.add_argument("--repetitions", type=POSITIVE_INT, default=3)

@@ -35,7 +35,7 @@ def cmd_guard(a: argparse.Namespace, console: Console) -> int:
 def add_guard_parser(sub: Any) -> None:
     """``tokenbench guard``'s options."""
     gd = sub.add_parser("guard", help="check the machine is clean enough to measure (exit 1 if not)")
-    gd.add_argument("--guard-config", help="thresholds TOML")
+    gd.add_argument("--guard-config", help="guard thresholds TOML (default: packaged, then the user config dir)")
     gd.add_argument("--url", help="the server to be measured, if on this machine (not counted against the bench)")
     gd.add_argument("--root", default="/", help=argparse.SUPPRESS)
     gd.add_argument("--json", help="write the snapshot to this JSON file; - for stdout")

@@ -123,50 +123,11 @@ def add_endpoint(g: argparse._ActionsContainer, engine: str, api: str | None = N
 def add_embedded(g: argparse._ActionsContainer, default: str) -> None:
     g.add_argument("--engine", type=engine_name, default=default, choices=LAUNCHERS, metavar="ENGINE",
                    help=f"embedded engine when no --url: {', '.join(LAUNCHERS)} (default {default}); vllm and "
-                        "llama-server are made on first use (minutes; see the README)")
+                        "llama-server are made on first use (minutes; see docs/engines.md)")
     g.add_argument("--model-size", choices=["tiny", "small", "small-utf8"], default="tiny",
                    help="embedded model: tiny (0.9M parameters, default), small (140M), or small-utf8 (140M, "
                         "its tokens often pieces of a multi-byte character, as real models' on CJK or emoji)")
     g.add_argument("--quant", help="llama engines: a llama-quantize type for the embedded GGUF, e.g. Q8_0")
-
-
-def add_workload(s: argparse.ArgumentParser) -> None:
-    """The endpoint, what each request sends, and agent sessions: a sweep's and a capacity search's."""
-    add_endpoint(s.add_argument_group("endpoint"), "transformers", "completions", "exact prompt lengths")
-    g = s.add_argument_group("workload")
-    g.add_argument("--shape", help="agentic (4096/512), short (128/128), pp512, tg128")
-    g.add_argument("--input-len", metavar="N|DIST",
-                   help="prompt tokens per request: N, or drawn per request from uniform:LOW-HIGH, "
-                        "normal:MEAN,SD or file:PATH (a list of lengths)")
-    g.add_argument("--output-len", metavar="N|DIST",
-                   help="output tokens per request (fixed where the server allows), N or a distribution as "
-                        "--input-len; with --dataset, for items that give no length")
-    g.add_argument("--dataset", metavar="FILE",
-                   help="prompts from a file, shuffled by --seed: JSON lines of {\"prompt\"} (and max_tokens) or "
-                        "{\"messages\"} (--api chat), or ShareGPT conversations (JSON lines or a JSON list)")
-    g.add_argument("--prefix-len", type=NONNEG_INT, default=0, help="tokens shared by all prompts (default 0: all unique)")
-    g.add_argument("--no-fixed-output", action="store_true", help="let the model stop at EOS")
-    g.add_argument("--temperature", type=NONNEG, default=0.0, help="sampling temperature (default 0: greedy)")
-    g.add_argument("--extra-body", help="JSON object merged into every request body")
-    g.add_argument("--seed", type=int, help="workload seed (default: random, recorded)")
-    g = s.add_argument_group("agent sessions (a conversation that grows turn by turn, the prefix cache on)")
-    g.add_argument("--sessions", type=POSITIVE_INT,
-                   help="run agent sessions: this many per level, by --concurrency agents (default: one each); "
-                        "--input-len is the task, --output-len each answer")
-    g.add_argument("--turns", type=POSITIVE_INT, default=10, help="turns per session")
-    g.add_argument("--shared-prefix", type=NONNEG_INT, default=512,
-                   help="tokens of the system prompt every agent shares")
-    g.add_argument("--tool-len", default="uniform:64-192",
-                   help="tokens of the tool result each turn appends: a number, uniform:LOW-HIGH, normal:MEAN,SD "
-                        "or file:PATH")
-    g.add_argument("--think-time", default="0s", help="an agent's pause between turns, e.g. 2s or uniform:1s-5s " + UNIT)
-    g.add_argument("--max-context", type=POSITIVE_INT,
-                   help="a session whose next turn would pass this many tokens ends (or is compacted: --on-cap) "
-                        "(default: the server's slot context where it says, else none)")
-    g.add_argument("--on-cap", choices=["end", "compact"], default="end",
-                   help="at the cap: end the session, or replace its history by a summary and go on")
-    g.add_argument("--no-baseline", action="store_true",
-                   help="skip the baseline: the same sessions with a marker at each turn's start that busts the cache")
 
 
 def add_load(s: argparse.ArgumentParser, search: bool) -> None:
@@ -186,7 +147,8 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
                             "(concurrency: or the next whole agent)")
         g.add_argument("--budget", help="spend at most this long searching, e.g. 20m (default: no limit) " + UNIT)
     else:
-        g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,8,16,32")
+        g.add_argument("--concurrency", help="closed-loop levels, e.g. 1,4,8,16,32 (default 1; the embedded "
+                       "engine's 1,2,4,8)")
         g.add_argument("--rate", help="open-loop levels in requests/s, e.g. 0.5,1,2 (instead of --concurrency)")
     g.add_argument("--arrival", choices=["poisson", "constant"], default="poisson")
     g.add_argument("--phase", choices=["together", "staggered"], default="together",
@@ -194,7 +156,8 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
                         "does), or staggered: each at a random offset within a warm-up request's time, as agents "
                         "arrive; each level reports the waves its requests fell into")
     g.add_argument("--max-concurrency", type=POSITIVE_INT, help="open loop: cap on requests in flight")
-    g.add_argument("--requests", type=POSITIVE_INT, help="measured requests per level (default 32)")
+    g.add_argument("--requests", type=POSITIVE_INT, help="measured requests per level (default 32"
+                   + (")" if search else "; the embedded engine's 16)"))
     if not search:
         g.add_argument("--duration", help="measure each level for this long, e.g. 60s; with --requests, the level "
                        "ends at whichever comes first " + UNIT)

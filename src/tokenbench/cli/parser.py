@@ -153,7 +153,9 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if action.default not in (None, False, argparse.SUPPRESS) and "default" not in text and action.option_strings:
+        empty = isinstance(action.default, list) and not action.default  # a repeated option given no time: none
+        if action.default not in (None, False, argparse.SUPPRESS) and not empty and "default" not in text \
+                and action.option_strings:
             text += (" " if text else "") + "(default: %(default)s)"
         return text
 

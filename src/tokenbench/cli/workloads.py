@@ -32,7 +32,8 @@ from .options import NONNEG, NONNEG_INT, POSITIVE, POSITIVE_INT
 def add_workload_options(s: argparse.ArgumentParser) -> None:
     """What each request sends (fixed or drawn lengths, a dataset), and agent sessions."""
     g = s.add_argument_group("workload")
-    g.add_argument("--shape", help="agentic (4096/512), short (128/128), pp512, tg128")
+    g.add_argument("--shape", help="agentic (4096/512), short (128/128), pp512, tg128 (default short; the "
+                   "embedded engine's 128/64)")
     g.add_argument("--input-len", metavar="N|DIST",
                    help="prompt tokens per request: N, or drawn per request from uniform:LOW-HIGH, "
                         "normal:MEAN,SD or file:PATH (a list of lengths)")
@@ -60,7 +61,7 @@ def add_workload_options(s: argparse.ArgumentParser) -> None:
     g.add_argument("--think-time", default="0s", help="an agent's pause between turns, e.g. 2s or uniform:1s-5s")
     g.add_argument("--max-context", type=POSITIVE_INT,
                    help="a session whose next turn would pass this many tokens ends (or is compacted: --on-cap) "
-                        "(default: the server's slot context where it says, else none)")
+                        "(default: the server's slot context where it says, else the embedded model's)")
     g.add_argument("--on-cap", choices=["end", "compact"], default="end",
                    help="at the cap: end the session, or replace its history by a summary and go on")
     g.add_argument("--no-baseline", action="store_true",
