@@ -87,10 +87,27 @@ def test_cost_of_a_predicted_run_says_it_is_predicted(tmp_path: Path, capsys: py
     assert main(["cost", "h100p", "--price-per-hour", "1.79", "--db", db, "--json", str(tmp_path / "c.json")]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert out.startswith("PREDICTED: the rates were predicted, not measured ('tokenbench show h100p' prints their "
-                          "bands), so the prices are estimates too. rented at 1.79 USD/hour")
+                          "bands), so the prices are estimates too. Rented at 1.79 USD/hour")
     assert json.loads((tmp_path / "c.json").read_text())["predicted"] == "PREDICTED"
     assert main(["cost", "--tps", "684", "--price-per-hour", "1.79"]) == 0
     assert "PREDICTED" not in capsys.readouterr().out
+
+
+def test_cost_in_another_currency_than_the_runs_price_is_refused(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A run swept at 1.5 USD/hour, costed with --currency EUR, printed "rented at 1.5 EUR/hour" and the USD
+    figures as EUR ones: a relabelled price, not a converted one."""
+    db = tmp_path / "c.db"
+    store = Store(db)
+    _run(store, "usd", [serve(1, 50.0, 20.0, 10.0)], price_per_hour=1.5, currency="USD")
+    store.close()
+    assert main(["cost", "usd", "--currency", "EUR", "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "priced at 1.5 USD/hour, not in EUR" in err and len(err.splitlines()) == 1
+    assert main(["cost", "usd", "--currency", "EUR", "--price-per-hour", "1.4", "--db", str(db)]) == 0
+    assert "1.4 EUR/hour" in " ".join(capsys.readouterr().out.split())
+    assert main(["cost", "usd", "--db", str(db)]) == 0
+    assert "1.5 USD/hour" in " ".join(capsys.readouterr().out.split())
 
 
 def test_cost_names_an_open_loop_level_by_its_rate_and_a_trace_level_by_its_trace(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tokenbench.cli import main
+from tokenbench.reader import load_result
 from tokenbench.store import Store
 
 DATA = Path(__file__).parent / "data"
@@ -61,6 +62,9 @@ BAD = {
                                             .replace(b'"max_concurrency": 16', b'"max_concurrency": 1e999')),
     "a 400-digit count": lambda t: _write(t / "big.json", (DATA / "vllm_serve_result.json").read_bytes()
                                          .replace(b'"completed": 64', b'"completed": 1' + b"0" * 400)),
+    "tokens from no request": lambda t: _vllm(t, "zc.json", completed=0),
+    "a p99 below the median": lambda t: _vllm(t, "p99.json", p99_ttft_ms=10.0),
+    "JSON cut short, of no format": lambda t: _write(t / "trunc.json", b'{"a": 1'),
     "nested too deep": lambda t: _write(t / "deep.json", b'[{"avg_ts": 1, "n_prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}]"),
 }
 
@@ -76,8 +80,21 @@ def test_a_malformed_file_is_refused_in_one_line(name: str, tmp_path: Path,
     assert str(path) in out and "nothing was imported" in out
     assert Store(db).runs() == []
     said = {"negative concurrency": "max_concurrency: -3 is negative", "empty": "the file is empty",
-            "cut short": "before its document does: cut short?"}
+            "cut short": "before its document does: cut short?",
+            "tokens from no request": "completed: 0 requests finished, yet output_throughput",
+            "a p99 below the median": "serve ttft: its p99 (10 ms) is below its p50 (1,420 ms)",
+            "JSON cut short, of no format": "not valid JSON ("}
     assert said.get(name, "") in out
+
+
+def test_vllms_default_rate_is_every_request_in_flight(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--request-rate inf (vllm bench serve's default) with no --max-concurrency sends all --num-prompts at once: the
+    level is a closed loop of that many, where it was shown as a trace (no concurrency, no rate)."""
+    db = tmp_path / "r.db"
+    assert _import([_vllm(tmp_path, "burst.json", max_concurrency=None, request_rate="inf")], db, capsys)[0] == 0
+    [run] = Store(db).runs()
+    [level] = load_result(Store(db), run.id).outcomes
+    assert level.summary.concurrency == 64 and level.summary.rate is None
 
 
 def test_several_files_are_all_or_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -156,6 +156,21 @@ def test_a_serving_run_is_no_llama_bench_table(tmp_path: Path, capsys: pytest.Ca
     assert "export it --as published-csv" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("fmt", ["published-csv", "llama-bench-md"])
+def test_a_prediction_is_not_exported_as_a_measurement(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       fmt: str) -> None:
+    """Neither format can mark a row predicted: an exported prediction, imported back, was shown unmarked, compared
+    as the faster box and taken by calibrate as four measurements of one's own."""
+    db = str(tmp_path / "r.db")
+    assert main(["predict", "--hardware", "amd-ryzen-ai-max-395", "--model", "gpt-oss-20b", "--engine", "llama.cpp",
+                 "--test", "depth", "--depth", "0,32k", "--save", "pred", "--db", db]) == 0
+    capsys.readouterr()
+    out = tmp_path / "p.out"
+    assert main(["export", "pred", "--as", fmt, "--out", str(out), "--db", db]) == 2
+    err = capsys.readouterr().err
+    assert "is a prediction" in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
 # --- per-request rows for the queue model ----------------------------------------------------------------------
 
 def _rec(i: int, sent_ms: float, ttft_ms: float, out: int = 128) -> RequestRecord:

@@ -101,6 +101,10 @@ def pricing(cfg: CostConfig, currency: str, res: RunResult | None) -> Pricing:
     price = cfg.price_per_hour
     if price is None and res is not None:
         price = run_price(res.manifest)
+        theirs = res.manifest.currency or DEFAULT_CURRENCY
+        if price is not None and theirs != currency:  # a price in USD relabelled EUR is no conversion
+            raise UsageError(f"run {res.manifest.label or res.run_id} was priced at {price:g} {theirs}/hour, not in "
+                             f"{currency}: give --price-per-hour in {currency}, or leave --currency out")
     return Pricing(currency=currency, price_per_hour=price, busy_hours_per_day=cfg.busy_hours or 24.0)
 
 

@@ -170,6 +170,13 @@ def llama_bench_md(run: RunResult) -> str:
 
 
 def export(run: RunResult, fmt: str, place: Placing) -> str:
+    """The run in ``fmt``. A prediction is refused: neither format can say a row was predicted (llama-bench's table
+    has no such column, and published.csv's rows are what ``calibrate`` and ``import`` read as measured), so an
+    exported prediction came back from ``import`` as a measured run that compare, cost and calibrate trusted."""
+    if run.manifest.predicted_mark:
+        raise UsageError(f"run {run.manifest.label or run.run_id} is a prediction, and --as {fmt} would read as a "
+                         "measurement: export writes measured runs; 'tokenbench show RUN --json FILE' keeps a "
+                         "prediction marked as one")
     if fmt == "published-csv":
         return published_csv(run, place)
     if fmt == "llama-bench-md":

@@ -68,7 +68,7 @@ def describe(done: Costed) -> str:
     run = done.run
     if run is not None and (mark := run.predicted_mark):
         said = (f"{mark}: the rates were predicted, not measured ('tokenbench show {run.manifest.label or run.run_id}' "
-                f"prints their bands), so the prices are estimates too. {said}")
+                f"prints their bands), so the prices are estimates too. {said[:1].upper()}{said[1:]}")
     return said
 
 

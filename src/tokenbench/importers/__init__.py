@@ -9,6 +9,7 @@ file, the line where it has lines, and the field; nothing of it is stored (one t
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,10 @@ from ..errors import UsageError
 from ..findings import guard_finding
 from ..guard_results import GuardSnapshot
 from ..depth_findings import decode_past_prefill, unstable_depth_rate
-from ..levels import DepthLevel
+from ..levels import DepthLevel, ServingLevel
 from ..results import new_run_id, now_iso
 from ..store import Store
-from .fields import Imported, number
+from .fields import FieldError, Imported, number
 
 
 FORMATS: list[tuple[str, Callable[[Path, str], bool], Callable[[Path, str, str | None], list[Imported]]]] = []
@@ -75,6 +76,8 @@ def _parse(name: str, parse: Callable[[Path, str, str | None], list[Imported]], 
                 v = getattr(lv, field_name, None)
                 if v is not None:
                     number(v, path, f"{lv.test or 'level'} {field_name}")
+            if isinstance(lv, ServingLevel):
+                _possible(lv, path)
             if isinstance(lv, DepthLevel):  # a spread over half the mean is no measurement, whoever measured it
                 for kind, mean, sd in (("pp", lv.pp_tps, lv.pp_tps_sd), ("tg", lv.tg_tps, lv.tg_tps_sd)):
                     if (found := unstable_depth_rate(kind, mean, sd, [])) is not None:
@@ -82,6 +85,41 @@ def _parse(name: str, parse: Callable[[Path, str, str | None], list[Imported]], 
         for lv, found in decode_past_prefill([lv for lv in r.levels if isinstance(lv, DepthLevel)]):
             lv.add(found, replace=True)
     return runs
+
+
+#: how far a higher percentile may read below a lower one in another tool's file (its interpolation's rounding)
+PERCENTILE_SLACK = 0.05
+
+
+def _possible(lv: ServingLevel, path: Path) -> None:
+    """A serving level no measurement can give is refused, whoever wrote it: a distribution whose percentiles fall
+    as they rise (a p99 below the median). Tools interpolate their percentiles in their own ways (GuideLLM's TPOT
+    p99 read 1.2% under its p95), so a fall within PERCENTILE_SLACK is the tool's, not the file's."""
+    where = lv.test or "level"
+    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        d = getattr(lv, name)
+        given = [(k, v) for k in ("p50", "p90", "p95", "p99") if (v := getattr(d, k)) is not None]
+        for (k1, v1), (k2, v2) in zip(given, given[1:]):
+            if v2 < v1 * (1 - PERCENTILE_SLACK):
+                raise FieldError(path, f"{where} {name[:-3]}", f"its {k2} ({v2:,.4g} ms) is below its {k1} "
+                                 f"({v1:,.4g} ms)")
+
+
+def _broken_json(text: str) -> str | None:
+    """Why a file that opens as JSON (or JSON lines) does not parse as either, or None: a truncated file was
+    called "not a format tokenbench imports"."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return None
+    try:
+        json.loads(text)
+        return None
+    except ValueError as whole:
+        first = text.lstrip().splitlines()[0]
+        try:
+            json.loads(first)
+            return None  # JSON lines
+        except ValueError:
+            return str(whole)[:120]
 
 
 def parse_file(path: Path, label: str | None = None) -> tuple[str, list[Imported]]:
@@ -96,6 +134,8 @@ def parse_file(path: Path, label: str | None = None) -> tuple[str, list[Imported
             for r in runs:
                 r.manifest.source_sha256 = digest
             return name, runs
+    if (why := _broken_json(text)) is not None:
+        raise UsageError(f"{path}: not valid JSON ({why}); nothing was imported")
     raise UsageError(
         f"{path}: not a format tokenbench imports (vllm bench serve JSON, llama-bench JSON/CSV/JSONL or Markdown, "
         "llama-benchy JSON/CSV/Markdown, AIPerf's profile_export_aiperf.json or profile_export.jsonl, "

@@ -38,11 +38,14 @@ def _dist(d: dict, name: str, n: int) -> Distribution:  # type: ignore[type-arg]
 
 
 def _load(d: dict[str, Any], path: Path) -> tuple[int | None, float | None]:
-    """The level's load: its --max-concurrency, else its --request-rate ("inf": every request at once, no rate)."""
+    """The level's load: its --max-concurrency, else its --request-rate ("inf", its default: every request sent
+    at once, so all of --num-prompts in flight, as a closed loop of that many: it was shown as a trace)."""
     conc = d.get("max_concurrency")
     conc = int(number(conc, path, "max_concurrency")) if conc is not None else None
     rate = d.get("request_rate")
     rate = None if rate in (None, "inf") or conc else number(rate, path, "request_rate")
+    if conc is None and rate is None and isinstance(d.get("num_prompts"), int) and d["num_prompts"] > 0:
+        conc = d["num_prompts"]
     return conc or None, rate
 
 
@@ -79,6 +82,8 @@ def _summary(d: dict[str, Any], path: Path) -> ServingLevel:
     if duration <= 0:
         raise FieldError(path, "duration", f"{duration!r} s: a run takes time")
     out_tps = float(need(d, "output_throughput", path, ""))
+    if completed == 0 and out_tps > 0:
+        raise FieldError(path, "completed", f"0 requests finished, yet output_throughput {out_tps:g} tok/s")
     need(d, "median_ttft_ms", path, "")
     conc, rate = _load(d, path)
     return ServingLevel(
