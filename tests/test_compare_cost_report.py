@@ -75,6 +75,9 @@ def test_cost_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert "API: 14 USD/M output tokens; pass --exchange-rate (EUR per 1 USD)" in capsys.readouterr().out
     assert main(["cost", "--price-per-hour", "1"]) == 2
     assert "give a run, or --tps" in capsys.readouterr().err
+    # the limit is named as the option is typed (it said --busy-hours-per-day, which does not exist)
+    assert main(["cost", "--tps", "684", "--price-per-hour", "1", "--busy-hours", "25"]) == 2
+    assert "--busy-hours must be above 0 and at most 24 (hours a day), got 25" in capsys.readouterr().err
 
 
 def test_cost_of_a_predicted_run_says_it_is_predicted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -437,3 +437,24 @@ def test_against_at_80_columns_is_a_table_that_names_its_flagged_rows(tmp_path: 
     assert "1 row flagged as a likely software bottleneck" in lines
     flagged = " ".join(lines[lines.index("1 row flagged as a likely software bottleneck") + 1:])
     assert flagged.startswith("A30, phi-4 Q4_K_M, tg128 @ d4096: likely software bottleneck: measured is ")
+
+
+def test_against_a_file_of_no_row_it_can_predict_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file whose every row names no box tokenbench knows printed each row's reason, "0/0 pairs", and exited 0."""
+    src = PUBLISHED.read_text().splitlines()
+    header = [ln for ln in src if ln.startswith("source,")][0]
+    f = tmp_path / "none.csv"
+    f.write_text(header + "\nx,A30,,llama.cpp cuda,phi-4,Q4_K_M,q4_0,tg128,0,1,0,128,decode_tps,5.0,tok/s,,,\n")
+    assert main(["predict", "--against", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("check its hardware, model and metric columns against 'tokenbench hardware' and "
+                        "'tokenbench models'") and len(err.splitlines()) == 1
+
+
+def test_one_output_token_has_no_tpot(capsys: pytest.CaptureFixture[str]) -> None:
+    """TPOT divides by the tokens after the first: with one output token it read "0.0 ms ±35%", ceiling "0.0 ms"."""
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--output-len", "1",
+                 "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    col = doc["columns"].index("Median TPOT")
+    assert [row[col] for row in doc["rows"]] == ["—"] and [row[col + 1] for row in doc["rows"]] == ["—"]

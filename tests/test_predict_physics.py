@@ -12,6 +12,7 @@ import pytest
 
 from tokenbench.cli import main
 from tokenbench.errors import UsageError
+from tokenbench.store import Store
 from tokenbench.predict import formats, memory
 from tokenbench.predict import roofline as rf
 from tokenbench.predict.bands import make_band
@@ -257,6 +258,11 @@ def test_a_stored_prediction_keeps_its_shape_and_its_uncalibrated_mark(tmp_path:
                  "--weights", "Q4_K_M", "--concurrency", "1,4", "--save", "ol", "--db", db]) == 2
     out = capsys.readouterr()
     assert "no measurements of ollama stand behind an estimate" in out.err and out.out == ""
+    # nothing fits: nothing to store (it was stored as a complete run of no level, shown as an empty table)
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--input-len", "10000000",
+                 "--save", "toolong", "--db", db]) == 2
+    assert "nothing was predicted (no setup above fits the box)" in capsys.readouterr().err
+    assert not [r for r in Store(db).runs() if r.label == "toolong"]
     # one stored before this rule (a manifest with calibrated false) is still named for what it is
     from tokenbench.results import Manifest
     assert Manifest(predicted=True, calibrated=False).predicted_mark == "PREDICTED, UNCALIBRATED"

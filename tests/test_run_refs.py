@@ -65,7 +65,8 @@ def test_a_run_of_the_wrong_kind_is_refused_by_name(tmp_path: Path, capsys: pyte
     out = capsys.readouterr().out
     assert "share no operating point" in out and "one sequential stream at 50.0 tok/s" in out and "Metric" not in out
     assert main(["cost", "mini", "--price-per-hour", "2", "--db", db]) == 2
-    assert "run run-2 is a bench run: cost takes sweep or predict runs" in capsys.readouterr().err
+    assert ("run mini is a bench run: cost takes sweep or predict runs; price its rate with 'tokenbench cost --tps "
+            "RATE'") in capsys.readouterr().err
 
 
 def test_every_option_has_help_and_says_its_default() -> None:

@@ -79,8 +79,9 @@ class Pricing:
             raise UsageError("give a rental price (--price-per-hour) or an owned box (--owned --purchase PRICE)")
         for name in ("busy_hours_per_day", "hours_per_day"):
             v = getattr(self, name)
-            if not 0 < v <= 24:
-                raise UsageError(f"--{name.replace('_', '-')} must be between 0 and 24, got {v:g}")
+            if not 0 < v <= 24:  # named as the option is (--busy-hours, --hours-per-day)
+                flag = "--busy-hours" if name == "busy_hours_per_day" else "--hours-per-day"
+                raise UsageError(f"{flag} must be above 0 and at most 24 (hours a day), got {v:g}")
         if self.life_years <= 0:
             raise UsageError("--life-years must be positive")
 

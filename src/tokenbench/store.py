@@ -322,7 +322,10 @@ class Store:
         if r is None:
             raise UsageError(f"no run '{ref}' in {self.path}: 'tokenbench runs' lists them")
         if kinds and r.kind not in kinds:
-            raise UsageError(f"run {r.id} is a {r.kind} run: {command or 'this command'} takes {' or '.join(kinds)} runs")
+            why = f"run {r.label or r.id} is a {r.kind} run: {command or 'this command'} takes {' or '.join(kinds)} runs"
+            if command == "cost" and r.kind == "bench":  # a llama-bench rate prices as any rate does
+                why += "; price its rate with 'tokenbench cost --tps RATE'"
+            raise UsageError(why)
         return r
 
     def _labelled(self, label: str, latest: bool, kinds: tuple[str, ...] | None) -> RunRow | None:

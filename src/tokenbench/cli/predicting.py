@@ -121,6 +121,9 @@ def _predict_against(a: argparse.Namespace, console: Console) -> int:
         console.print(line, markup=False, highlight=False)
     if a.json:
         emit_json(a.json, rep.to_json())
+    if rep.results and all(r.predicted is None and r.ceiling is None for r in rep.results):
+        raise UsageError(f"{a.against}: no row could be predicted (each row's reason is above): check its hardware, "
+                         "model and metric columns against 'tokenbench hardware' and 'tokenbench models'")
     return 0
 
 
@@ -287,6 +290,9 @@ def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Cal
     from ..predict.runs import save_prediction
 
     if a.save:
+        if not res.outcomes:  # a run of no level, stored "complete", that show printed as an empty table
+            raise UsageError(f"--save {a.save}: nothing was predicted (no setup above fits the box), so no run was "
+                             "saved; 'tokenbench fit' says what would fit")
         store = Store(a.db)
         res = save_prediction(store, res, a.save)
         saved(console, res, store.path, a.format)
