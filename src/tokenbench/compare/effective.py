@@ -70,10 +70,15 @@ def _batched_line(res: RunResult, serve: list[ServingLevel], agents: int, tokens
         rounds = math.ceil(agents / c)
         t = rounds * (ttft + (tokens - 1) * tpot) / 1000
         each = (f"{rounds} rounds of {c}, each" if rounds > 1 else f"{min(agents, c)} at once, each request")
-        return (f"{run_name(res)}: ~{t:,.1f} s batched ({each} TTFT {ttft:,.0f} ms + {tokens - 1} x TPOT {tpot:.1f} "
+        return (f"{_named(res)}: ~{t:,.1f} s batched ({each} TTFT {ttft:,.0f} ms + {tokens - 1} x TPOT {tpot:.1f} "
                 f"ms); {rate:,.0f} tok/s aggregate{note}")
     t = effective_serving_s(agents, tokens, rate)
-    return f"{run_name(res)}: ~{t:,.1f} s batched, {rate:,.0f} tok/s aggregate{note}"
+    return f"{_named(res)}: ~{t:,.1f} s batched, {rate:,.0f} tok/s aggregate{note}"
+
+
+def _named(res: RunResult) -> str:
+    """A run's name on an effective-serving line, marked where its figures were predicted (as show names it)."""
+    return run_name(res) + (f" ({res.predicted_mark})" if res.predicted_mark else "")
 
 
 def _sequential_line(res: RunResult, levels: list[LevelSummary], serve: list[ServingLevel], agents: int,
@@ -84,7 +89,7 @@ def _sequential_line(res: RunResult, levels: list[LevelSummary], serve: list[Ser
     ttft, tpot = (one.ttft_ms.p50, one.tpot_ms.p50) if one is not None else (None, None)
     if ttft is not None and tpot is not None:
         t = agents * (ttft + (tokens - 1) * tpot) / 1000
-        return (f"{run_name(res)}: ~{t:,.1f} s as one sequential stream ({agents} requests in turn, each TTFT "
+        return (f"{_named(res)}: ~{t:,.1f} s as one sequential stream ({agents} requests in turn, each TTFT "
                 f"{ttft:,.0f} ms + {tokens - 1} x TPOT {tpot:.1f} ms)")
     # the last level of a test measured more than once (llama-benchy's tg after each pp), as compare's table shows it
     single = next((rate for s in reversed(levels) if (rate := _one_stream(s)) and not s.depth
@@ -93,5 +98,6 @@ def _sequential_line(res: RunResult, levels: list[LevelSummary], serve: list[Ser
     if not rate:
         return None
     t = effective_serving_s(agents, tokens, rate)
-    return (f"{run_name(res)}: ~{t:,.1f} s as one sequential stream at {rate:,.1f} tok/s"
-            + (", decoding only: no time to first token measured" if single else ""))
+    how = "predicted" if res.predicted_mark else "measured"
+    return (f"{_named(res)}: ~{t:,.1f} s as one sequential stream at {rate:,.1f} tok/s"
+            + (f", decoding only: no time to first token {how}" if single else ""))
