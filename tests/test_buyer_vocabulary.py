@@ -143,3 +143,9 @@ def test_capacity_refuses_a_session_objective_without_sessions(capsys: pytest.Ca
 def test_a_price_no_box_has_is_refused(option: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     err = _refused(["recommend", "--model", "qwen3.6-35b-a3b", *option], capsys)
     assert f"{option[0]} {option[1]}: write ID=" in err
+
+
+def test_recommend_refuses_a_number_of_sessions(capsys: pytest.CaptureFixture[str]) -> None:
+    """predict's --sessions N (sessions in all) was taken by recommend and ignored: --agents is its team."""
+    assert "recommend's team is --agents N; write --sessions alone" in _refused(
+        ["recommend", "--model", "llama-3.1-8b", "--sessions", "32", "--agents", "16", "--ttft-p99", "10s"], capsys)

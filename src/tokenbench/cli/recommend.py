@@ -35,6 +35,8 @@ def recommend_config(a: argparse.Namespace) -> RecommendConfig:
     if a.sessions is None and given:
         raise UsageError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} an agent's session: add "
                          "--sessions")
+    if a.sessions:  # predict's N (sessions in all) has no meaning here: it was taken and ignored
+        raise UsageError(f"--sessions {a.sessions}: recommend's team is --agents N; write --sessions alone")
     shape = session_shape(a) if a.sessions is not None else None
     input_len = output_len = 0
     if shape is None:
@@ -324,7 +326,8 @@ def add_recommend_parser(sub: Any) -> None:
                     help="keep only measured boxes whose quality runs (tokenbench quality --label BOX) are the "
                     "same within noise as, or better than, this box's")
     add_session_options(rc, "rank on agent sessions, the prefix cache on, by cost per agent-hour at each box's "
-                        "capacity within the SLOs (measured session runs and PREDICTED boxes side by side)")
+                        "capacity within the SLOs (measured session runs and PREDICTED boxes side by side); no N: "
+                        "--agents is the team")
     rc.add_argument("--format", choices=["table", "markdown"], default="table")
     add_json(rc, "the ranking and the exclusions")
     add_latest(rc)
