@@ -51,6 +51,11 @@ def test_llama_cpp_keeps_a_session_a_slot_and_what_its_host_cache_holds(tmp_path
     assert on["holds"] == 4 + math.floor(8192 / last_mib)
     # the 128 GiB box would hold far more than llama-server's default host cache keeps: said, with the setting
     assert "the box's free memory would hold" in on["how"]
+    would = int(on["how"].split("the box's free memory would hold ")[1].split(" ")[0].replace(",", ""))
+    # llama-server's -1, no limit of its own: the box's free memory holds them (it was refused as negative)
+    unlimited = _warm(tmp_path, "--hardware", "strix-halo", "--parallel", "4", "--cache-ram=-1")
+    assert unlimited["holds"] == would and "(--cache-ram -1: the box's free memory" in unlimited["how"]
+    assert "would hold" not in unlimited["how"]
 
 
 def test_a_model_that_does_not_fit_keeps_no_session(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

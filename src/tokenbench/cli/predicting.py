@@ -11,7 +11,7 @@ from .. import redact
 from ..errors import UsageError
 from ..store import Store
 from .common import check_output, emit_json, int_list, saved, tokens, write_json
-from .options import LABEL, UNIT, NONNEG_INT, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
+from .options import LABEL, UNIT, _number, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
 from ..registry import known
 from ..layout import plural
 
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from ..predict.session import SessionShape
     from ..results import RunResult
 
+
+#: llama-server's --cache-ram as it takes it: MiB, 0 off, -1 no limit
+CACHE_RAM = _number(int, -1, False, "a number of MiB, 0 (off) or -1 (no limit)")
 
 def _setup_config(a: argparse.Namespace) -> SetupConfig:
     """The box, model and engine the options name (fit's and predict's: fit has no --ubatch, --parallel, ...)."""
@@ -410,9 +413,9 @@ def add_predict_parser(sub: Any) -> None:
     pp.add_argument("--parallel", type=POSITIVE_INT,
                     help="llama.cpp server slots (-np N): up to N sequences decode in one batch (default: its own, 4 in "
                     "builds since November 2025 and 1 before, or as many as the memory holds)")
-    pp.add_argument("--cache-ram", type=NONNEG_INT, metavar="MIB",
+    pp.add_argument("--cache-ram", type=CACHE_RAM, metavar="MIB",
                     help="llama-server's host prompt cache (its --cache-ram; default on, 8192): each request waits "
-                    "while it saves the slot the one before left; 0: off")
+                    "while it saves the slot the one before left; 0: off; -1: no limit but the box's memory")
     pp.add_argument("--test", choices=list(TESTS), help="llama-bench's tests at --depth: tg128 generation (-p 0), "
                     "pp512 the prompt (-n 0), depth both")
     pp.add_argument("--depth", help="with --test: tokens already in the cache, e.g. 0,8k,32k,65536 (default 0)")

@@ -76,16 +76,19 @@ def predict_warm(s: Setup, p: SessionPrediction, cache_ram_mib: int | None = Non
         return WarmPrediction(holds(free), holds(free * (1 - POOL_BAND)), holds(free * (1 + POOL_BAND)), mean,
                               per / MIB, free / MIB, how)
     slots = max(1, s.parallel)
-    ram = (LLAMA_CACHE_RAM_MIB if cache_ram_mib is None else cache_ram_mib) * MIB if s.prompt_cache else 0
     last = memory.kv_bytes(s.model, s.quant, contexts[-1]) + memory.state_bytes(s.model)
-    room = min(float(ram), max(0.0, free - slots * last))  # the host cache lives in the same memory on one box
+    spare = max(0.0, free - slots * last)  # the host cache lives in the same memory on one box
+    unlimited = cache_ram_mib == -1  # llama-server's -1: no limit of its own, the box's memory the only one
+    ram = (spare if unlimited else (LLAMA_CACHE_RAM_MIB if cache_ram_mib is None else cache_ram_mib) * MIB) \
+        if s.prompt_cache else 0
+    room = min(float(ram), spare)
 
     def restored(r: float) -> int:
         return int(r // last) if last > 0 else 0
+    said = "-1: the box's free memory, no limit of its own" if unlimited else ""
     how = f"{plural(slots, 'slot')} (--parallel)" + (
-        f" and {ram / MIB:,.0f} MiB of host prompt cache (--cache-ram), {last / MIB:,.0f} MiB a session saved at "
-        "its last turn" if ram else ", no host prompt cache (--cache-ram 0)")
-    spare = max(0.0, free - slots * last)
+        f" and {ram / MIB:,.0f} MiB of host prompt cache (--cache-ram{said and ' ' + said}), {last / MIB:,.0f} MiB "
+        "a session saved at its last turn" if ram or unlimited else ", no host prompt cache (--cache-ram 0)")
     if restored(spare) > restored(room):  # the setting, not the box, is the limit
         how += (f"; the box's free memory would hold {slots + restored(spare):,} with --cache-ram "
                 f"{int(spare // MIB)} (MiB)")  # as llama-server takes it: no thousands separator
