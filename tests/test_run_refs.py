@@ -51,7 +51,7 @@ def test_last_names_the_newest_run_of_the_kinds_a_command_takes(tmp_path: Path,
 def test_a_run_of_the_wrong_kind_is_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """compare once picked a depth run beside a sweep and printed an empty table; it compares runs of any kind
     that share an operating point (or that each have a decode rate for the effective-serving line), and says why
-    when they share nothing. cost prices load levels only."""
+    when they share nothing. recommend ranks load levels only."""
     db = str(_db(tmp_path))
     store = Store(db)
     store.save_run("run-3", "depth", "deep", {"model": "m"}, "measured",
@@ -64,9 +64,11 @@ def test_a_run_of_the_wrong_kind_is_refused_by_name(tmp_path: Path, capsys: pyte
     assert main(["compare", "run-0", "mini", "--db", db]) == 0  # no shared row; each has a decode rate
     out = capsys.readouterr().out
     assert "share no operating point" in out and "one sequential stream at 50.0 tok/s" in out and "Metric" not in out
-    assert main(["cost", "mini", "--price-per-hour", "2", "--db", db]) == 2
-    assert ("run mini is a bench run: cost takes sweep or predict runs; price its rate with 'tokenbench cost --tps "
-            "RATE'") in capsys.readouterr().err
+    # a llama-bench run's decode rate prices as any rate does (a published.csv import is one: cost refused it)
+    assert main(["cost", "mini", "--price-per-hour", "2", "--db", db, "--format", "markdown"]) == 0
+    assert "| 50.0 | 11.11 |" in capsys.readouterr().out  # 2 / (50 x 3600 / 1e6)
+    assert main(["recommend", "--model", "llama-3.1-8b", "--runs", "mini", "--ttft-p99", "2s", "--db", db]) == 2
+    assert "run mini is a bench run: recommend takes sweep or predict runs" in capsys.readouterr().err
 
 
 def test_every_option_has_help_and_says_its_default() -> None:

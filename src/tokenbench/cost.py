@@ -121,13 +121,13 @@ def api_price(cfg: CostConfig, currency: str) -> tuple[float | None, str | None]
 def cost(cfg: CostConfig) -> Costed:
     """``tokenbench cost``'s work: the run read from the store (or the rate given), its price, every level
     priced."""
-    from .reader import LOADED, load_result
+    from .reader import REPORTED, load_result
     from .session_view import is_session_run
     from .store import Store
 
     res = None
     if cfg.run:
-        res = load_result(Store(cfg.db, readonly=True), cfg.run, latest=cfg.latest, kinds=LOADED, command="cost")
+        res = load_result(Store(cfg.db, readonly=True), cfg.run, latest=cfg.latest, kinds=REPORTED, command="cost")
     elif cfg.tps is None:
         raise UsageError("give a run, or --tps RATE for a rate you know")
     currency = cfg.currency or (res.manifest.currency if res else None) or DEFAULT_CURRENCY

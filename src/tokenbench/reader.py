@@ -14,7 +14,7 @@ from .store import Store
 
 #: Every kind of run with levels: what a report draws and compare aligns (test, depth, concurrency).
 REPORTED = ("sweep", "predict", "depth", "bench")
-#: Runs measured (or predicted) at load levels: what cost and recommend work on.
+#: Runs measured (or predicted) at load levels: what recommend ranks (cost prices any run with a rate: REPORTED).
 LOADED = ("sweep", "predict")
 
 

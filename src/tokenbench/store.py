@@ -322,10 +322,8 @@ class Store:
         if r is None:
             raise UsageError(f"no run '{ref}' in {self.path}: 'tokenbench runs' lists them")
         if kinds and r.kind not in kinds:
-            why = f"run {r.label or r.id} is a {r.kind} run: {command or 'this command'} takes {' or '.join(kinds)} runs"
-            if command == "cost" and r.kind == "bench":  # a llama-bench rate prices as any rate does
-                why += "; price its rate with 'tokenbench cost --tps RATE'"
-            raise UsageError(why)
+            raise UsageError(f"run {r.label or r.id} is a {r.kind} run: {command or 'this command'} takes "
+                             f"{' or '.join(kinds)} runs")
         return r
 
     def _labelled(self, label: str, latest: bool, kinds: tuple[str, ...] | None) -> RunRow | None:
