@@ -140,3 +140,21 @@ def test_llama_cpp_ttft_of_agents_sent_together_grows_with_them(capsys: pytest.C
     worst = firsts[32].ttft_worst_s
     assert worst is not None and worst.ceiling >= 0.9 * 32 * one.ceiling  # every prompt's arithmetic before the last
     assert firsts[32].ttft_s.ceiling >= 0.9 * 16 * one.ceiling
+
+
+def test_a_capacity_ranking_of_predicted_boxes_gives_each_its_band(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """recommend --capacity ranked the L40S first at 8 agents with a TTFT p99 of 1.93 s against 2 s and a ±74%
+    TTFT band, and said no band: only --sessions gave the range of agents the bands allow."""
+    out = tmp_path / "r.json"
+    assert main(["recommend", "--model", "llama-3.1-8b", "--capacity", "--ttft-p99", "2s", "--tpot", "50ms",
+                 "--agents", "64", "--price", "nvidia-l40s=0.9", "--price", "nvidia-h100-pcie=2.5",
+                 "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    ranked = json.loads(out.read_text())["ranked"]
+    assert ranked and all(c["capacity_band"] is not None for c in ranked)
+    for c in ranked:
+        low, high, _every = c["capacity_band"]
+        assert low <= c["capacity"] <= high and low < high, c
+        assert f"{c['box']}: agents {low} to {high}" in text
+    assert "at the slow end of its bands" in text

@@ -141,14 +141,14 @@ def _scaled(w: Workload, c: Candidate, sign: int) -> Workload:
 
 def _capacity(c: Candidate, s: Setup, cal: Calibration, w: Workload) -> None:
     """The most agents the setup is predicted to serve within the SLOs, its figures there (at one agent when it
-    serves none), and on sessions the range the bands give it (``capacity_band``): the agents served were every
+    serves none), and the range the bands give it (``capacity_band``): the agents served were every
     figure at the slow end of its band, or at the fast end."""
     c.capacity, c.at_least = _search(c, s, cal, w)
     _predict_at(c, s, cal, w, c.capacity or 1)
     while c.capacity and not meets(c, w):  # a turn the quick look skipped misses: every turn decides
         c.capacity, c.at_least = c.capacity - 1 or None, False
         _predict_at(c, s, cal, w, c.capacity or 1)
-    if c.capacity and c.bands and w.sessions is not None:  # what the ranking of sessions says beside each box
+    if c.capacity and c.bands:  # the range the bands give each box, which the ranking says beside it
         probe = Candidate(c.box, c.setup, c.source, bands=dict(c.bands))
         low, _ = _search(probe, s, cal, _scaled(w, c, 1))
         high, every = _search(probe, s, cal, _scaled(w, c, -1), physical=w)

@@ -60,7 +60,7 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
         # engine and source said once where every box shares them; notes under the table where they do not fit
         print_table(console, head, [row(i, c) for i, c in enumerate(done.ranked)], a.format,
                     keep=(0, 1, *range(4, len(head) - 1)), aside=len(head) - 1)
-        bands = band_line(done.ranked) if not done.capacity or done.workload.sessions is not None else None
+        bands = band_line(done.ranked)
         for line in filter(None, (team_line(done), unsure_line(done), kv_line(done.ranked), bands)):
             print_hanging(console, line)
     elif done.closest:
@@ -86,10 +86,11 @@ def _recommend_row(i: int, c: Candidate) -> list[str]:
 
 def _capacity_row(i: int, c: Candidate) -> list[str]:
     """--capacity: the agents a box serves within the SLOs ('>=' where every count tried met them), the boxes the
-    team needs, and the price per agent-hour and per million tokens there."""
+    team needs, and the price per agent-hour and per million tokens there (an agent-hour at a capacity that is a
+    floor costs at most that: '<=')."""
     agents = f"{'>=' if c.at_least else ''}{c.capacity}"
     return [str(i + 1), c.box, c.setup, c.mark, agents, str(c.boxes) if c.boxes else "—",
-            f"{c.cost_per_agent_hour:.3f}" if c.cost_per_agent_hour else "—",
+            f"{'<=' if c.at_least else ''}{c.cost_per_agent_hour:.3f}" if c.cost_per_agent_hour else "—",
             f"{c.cost_per_mtok:.2f}" if c.cost_per_mtok else "—", "; ".join(c.notes)]
 
 
