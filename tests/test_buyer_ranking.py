@@ -104,6 +104,11 @@ def test_a_session_run_is_ranked_only_on_sessions(tmp_path: Path, capsys: pytest
                       "--price", "h100-sessions=1.79", "--db", db], capsys)
     mine = _find(sessions, "h100-sessions")
     assert mine["excluded"] is None and mine["capacity"] == 4 and mine["at_least"]
+    assert not [n for n in mine["notes"] if n.startswith("measured with")]
+    # sessions of another shape are ranked with what the run's were (a 3-turn run was ranked for 10 turns, unsaid)
+    other = _json([*RECOMMEND, "--sessions", "--turns", "10", "--shared-prefix", "1024", "--ttft-p99", "30s",
+                   "--runs", "h100-sessions", "--price", "h100-sessions=1.79", "--db", db], capsys)
+    assert "measured with turns 3, shared prefix 512" in _find(other, "h100-sessions")["notes"]
 
 
 @pytest.mark.parametrize("option, box", [("--price", "h100=1.79"), ("--owned", "strix-halo=2500:3:120"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from .boxes import PREDICTED_AGENTS_MAX, predicted
 from .candidates import NO_P99, NO_P99_PREDICTED, Candidate, SloMiss, Workload, judge, meets, price
@@ -112,14 +113,29 @@ def _run_price(label: str, r: RunResult, prices: dict[str, Pricing], cat: Catalo
     return (Pricing(currency=w.currency, price_per_hour=own) if own else None), False
 
 
+def _session_apart(recorded: dict[str, Any], shape: SessionShape) -> str:
+    """What a session run's recorded shape has that the ranked sessions do not ("turns 4, shared prefix 256"): its
+    figures stand for other sessions (it was ranked for 10 turns with no word)."""
+    ours = {"turns": str(shape.turns), "shared prefix": str(shape.shared_prefix), "task": shape.input_len.describe(),
+            "tool results": shape.tool_len.describe(), "answers": shape.output_len.describe(),
+            "think": shape.think_time.describe()}
+    theirs = {"turns": recorded.get("turns"), "shared prefix": recorded.get("shared_prefix"),
+              "task": (recorded.get("task") or {}).get("text"), "tool results": (recorded.get("tool") or {}).get("text"),
+              "answers": (recorded.get("output") or {}).get("text"), "think": (recorded.get("think") or {}).get("text")}
+    return ", ".join(f"{k} {theirs[k]}" for k in ours if theirs[k] is not None and str(theirs[k]) != ours[k])
+
+
 def _run_notes(r: RunResult, s: ServingLevel, w: Workload, c: Candidate) -> list[str]:
     """What a run's figures stand for, where it is not quite the workload ranked: another model, other lengths, a
     prediction no measurement stands behind."""
     m, out = r.manifest, []
     if m.model and m.model.split("/")[-1].lower() != w.model.lower():
         out.append(f"measured with {m.model}")
-    if w.sessions is None and s.input_tokens_mean and abs(s.input_tokens_mean / w.input_len - 1) > 0.1:
-        out.append(f"measured at {s.input_tokens_mean:,.0f} in / {s.output_tokens_mean or 0:,.0f} out tokens")
+    apart = (lambda have, want: bool(have) and abs(have / want - 1) > 0.1) if w.sessions is None else None
+    if apart is not None and (apart(s.input_tokens_mean, w.input_len) or apart(s.output_tokens_mean, w.output_len)):
+        out.append(f"measured at {s.input_tokens_mean or 0:,.0f} in / {s.output_tokens_mean or 0:,.0f} out tokens")
+    if w.sessions is not None and (shape := _session_apart(m.workload or {}, w.sessions)):
+        out.append(f"measured with {shape}")
     if c.source == "predicted" and not c.calibrated:
         out.append("UNCALIBRATED")
     return out
