@@ -111,3 +111,19 @@ def test_llama_options_are_spelled_for_each_tool() -> None:
     argv = launch.command("llama-server", model, 8080, extra=tuple(server)).argv
     # given after tokenbench's own -t, so the user's value wins
     assert argv[-len(server):] == server and argv.index("-t") < len(argv) - len(server)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--depths", "0,0"], "--depths gives 0 twice: each depth once, and --repetitions for more passes"),
+    (["--depths", " , "], "--depths is empty"),
+    (["--llama-bench", "--depths", "0"], "--llama-bench runs llama-bench on this machine; --url measures a server"),
+    (["-t", "4", "-fa", "1"], "-t, -fa: set on the server you started, not over HTTP"),
+])
+def test_depth_refuses_what_it_would_misread_or_ignore(args: list[str], says: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """--depths 0,0 sent the same prompts twice: the second pass came from the prompt cache and published 135,804
+    prompt tok/s; --llama-bench with --url ran llama-bench here, the llama options over HTTP were recorded and not
+    applied, and an empty --depths took the defaults."""
+    assert main(["depth", "--url", "http://127.0.0.1:9/v1", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1, err

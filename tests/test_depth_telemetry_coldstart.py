@@ -237,6 +237,11 @@ def test_coldstart_times_real_boots(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["show", doc["run_id"], "--db", str(tmp_path / "c.db"), "--json", str(tmp_path / "s.json")]) == 0
     assert json.loads((tmp_path / "s.json").read_text()) == doc
     assert "sk-srv" not in out.read_text() and "--api-key ***" in doc["manifest"]["server_command"]
+    # the command as stored runs again: --cmd's words kept together, quoted (they were stored bare)
+    import shlex
+    said = shlex.split(doc["manifest"]["command"])
+    assert said[said.index("--cmd") + 1].endswith("--port {port} --api-key ***")
+    assert doc["manifest"]["label"]  # the hostname, as --help says (it was none)
     assert all(b"sk-srv" not in f.read_bytes() for f in tmp_path.glob("c.db*"))
     for b in boots:
         assert 0 < b["healthy_s"] <= b["first_token_s"] < 60 and b["model"] == "emitter"
@@ -288,6 +293,9 @@ def test_coldstart_checks_its_arguments_before_it_starts_a_server(tmp_path: Path
         "no program": ["--cmd", f"{tmp_path / 'nosuch'} --port {{port}}", "--url", url],
         "--health": ["--cmd", server, "--url", url, "--health", "localhost-health"],
         "--model": ["--cmd", server, "--url", url, "--model", " "],
+        # a path found unwritable after every boot had run and the run was stored: exit 70
+        "--json": ["--cmd", server, "--url", url, "--json", str(tmp_path / "nosuch" / "c.json")],
+        "--log": ["--cmd", server, "--url", url, "--log", str(tmp_path)],
     }
     for what, args in bad.items():
         code = main(["coldstart", *args, "--repeat", "1", "--timeout", "2s", "--db", str(tmp_path / "c.db")])

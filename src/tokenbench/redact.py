@@ -146,8 +146,8 @@ def command(argv: list[str]) -> str:
                 out.append(shlex.quote(command(shlex.split(a))))
             except ValueError:
                 out.append(url(a))
-        else:
-            out.append(url(a))
+        else:  # quoted as a shell needs it, so the stored line runs again (a --cmd of spaces lost its quotes)
+            out.append(shlex.quote(url(a)) if any(c.isspace() for c in a) else url(a))
     return " ".join(out)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import shutil
+import socket
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -16,7 +17,7 @@ from ..describe import describe_run
 from ..errors import UsageError
 from ..servers import normalize_base_url
 from ..store import Store
-from .common import saved, seconds, write_json
+from .common import check_output, saved, seconds, write_json
 from .options import LABEL, UNIT, POSITIVE_INT, add_db
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ def coldstart_config(a: argparse.Namespace, argv: list[str]) -> ColdStartConfig:
     cost a boot (minutes for a large model) and leave a server's exit code to read instead of what to change."""
     from ..coldstart import ColdStartConfig
 
+    check_output(a.json, "--json")  # before the boots: a path found unwritable after them lost them (exit 70)
+    check_output(a.log, "--log")
     base = _url("--url", a.url)
     port = urlsplit(base).port
     health = base + "/models"
@@ -81,7 +84,7 @@ def coldstart_config(a: argparse.Namespace, argv: list[str]) -> ColdStartConfig:
                          "it lists")
     return ColdStartConfig(cmd=server_command(a.cmd, port), base_url=base, health_url=health, model=a.model,
                            timeout_s=seconds(a.timeout, "--timeout") or 600.0, repeat=a.repeat, log_path=a.log,
-                           label=a.label, command=redact.command(["tokenbench", *argv]))
+                           label=a.label or socket.gethostname(), command=redact.command(["tokenbench", *argv]))
 
 
 def print_boots(console: Console, res: RunResult, fmt: str = "table") -> None:

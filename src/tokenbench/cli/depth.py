@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 
 from rich.console import Console
 
@@ -76,12 +77,32 @@ def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err
     return 0
 
 
+def _depths(a: argparse.Namespace) -> list[int]:
+    """The depths asked for, each once, after the options that apply to one mode only were checked."""
+    if a.llama_bench and a.url:  # llama-bench runs here, on a model file: --url only changed the default depths
+        raise UsageError("--llama-bench runs llama-bench on this machine; --url measures a server over HTTP: drop one")
+    given = [flag for flag, v in (("-t", a.threads), ("-fa", a.flash_attn), ("-b", a.batch_size),
+                                  ("-ub", a.ubatch_size), ("-ctk", a.cache_type_k), ("-ctv", a.cache_type_v),
+                                  ("-ngl", a.n_gpu_layers), ("--model-file", a.model_file)) if v is not None]
+    if a.url and given:  # the server was started with its own: these would be recorded and not applied
+        raise UsageError(f"{', '.join(given)}: set on the server you started, not over HTTP; they apply to "
+                         "--llama-bench or the embedded engine (without --url)")
+    if a.depths is not None and not a.depths.strip(" ,"):
+        raise UsageError("--depths is empty: give tokens of context, e.g. --depths 0,8k,32k")
+    depths = [tokens(d, "--depths", zero=True)
+              for d in (a.depths or ("0,1k,4k" if not a.url else "0,8k,32k")).split(",") if d.strip()]
+    if len(set(depths)) < len(depths):  # the same prompts again, served from the prompt cache: an impossible rate
+        twice = sorted({d for d in depths if depths.count(d) > 1})
+        raise UsageError(f"--depths gives {', '.join(map(str, twice))} twice: each depth once, and --repetitions "
+                         "for more passes")
+    return depths
+
+
 def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
     from ..depth import DepthConfig, run_depth
 
     check_output(a.json, "--json")
-    depths = [tokens(d, "--depths", zero=True) for d in (a.depths or ("0,1k,4k" if not a.url else "0,8k,32k")).split(",")
-              if d.strip()]
+    depths = _depths(a)
     if a.tg < 2:  # before any engine starts: tg is timed from the first token to the last
         raise UsageError(f"--tg {a.tg}: give at least 2 tokens (tg is timed from the first token to the last)")
     if a.llama_bench:
@@ -94,8 +115,7 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     store = Store(a.db)
     note = notifier(err)
     with running(embedded_spec(a), cfg, note) as engine:
-        if engine is not None:
-            cfg.label = cfg.label or f"embedded-{a.engine}"
+        cfg.label = cfg.label or (f"embedded-{a.engine}" if engine is not None else socket.gethostname())
         try:
             res = asyncio.run(run_depth(cfg, store, note))
         except TokenbenchError as e:  # an interrupt or an error after the run was stored: the depths it finished
@@ -123,7 +143,8 @@ def add_depth_parser(sub: Any) -> None:
     dp.add_argument("--pp", type=POSITIVE_INT, default=512, help="prompt tokens processed on top of the depth")
     dp.add_argument("--tg", type=POSITIVE_INT, default=128, help="tokens generated on top of the depth")
     dp.add_argument("--repetitions", type=POSITIVE_INT, default=3)
-    dp.add_argument("--label", type=LABEL)
+    dp.add_argument("--label", type=LABEL, help="a name for this run, to find it again (default: this hostname; "
+                    "embedded-ENGINE on the embedded engine, the model file's name with --llama-bench)")
     dp.add_argument("--seed", type=int)
     dp.add_argument("--json", help="write the run to this JSON file; - for stdout")
     dp.add_argument("--llama-bench", metavar="PATH", nargs="?", const="built",
