@@ -501,7 +501,7 @@ def test_markdown_report_appends_then_rewrites_its_section(tmp_path: Path, capsy
     text = md.read_text()
     assert text.startswith("# Benchmarks\n\nNotes written by hand.")
     assert text.count("<!-- tokenbench:run run-gpu -->") == 1  # rewritten, not appended twice
-    assert "## h100-pred (PREDICTED)" in text and "| tg128 | 32,768 | 56.9 ± 0.3 |" in text
+    assert "## h100-pred (PREDICTED)" in text and "| tg128 @ d32768 | 32,768 | 56.90 ± 0.30 |" in text
     # the prediction's, as predict printed them
     assert "bands (each source's rows predicted by a fit on the others: 80% measured within): vllm-cuda's" in text
     assert "<script>" not in text and "&lt;script>" in text
@@ -799,3 +799,22 @@ def test_a_run_compared_with_itself_is_said_so_and_its_conditions_once(tmp_path:
     out = " ".join(capsys.readouterr().out.split())
     assert "A and B are one run (run-a): every ratio reads 1" in out and out.count("dirty_bench") == 1, out
     assert out.count("~12.9 s batched") == 1, out
+
+
+def test_markdown_report_of_a_depth_run_keeps_its_flags_and_held_back_rates(tmp_path: Path) -> None:
+    """report --md crashed (exit 70) on a depth run with a held-back rate, and posted a doubted rate with its flag
+    left off, where depth, show and export --as llama-bench-md keep it."""
+    from tokenbench.levels import DepthLevel
+
+    db = tmp_path / "d.db"
+    store = Store(db)
+    ok = DepthLevel(concurrency=1, test="pp512", depth=0, pp_tps=900.0, pp_tps_sd=10.0)
+    doubted = DepthLevel(concurrency=1, test="pp512", depth=4096, pp_tps=135803.7, flags=["timings_disagree"])
+    held = DepthLevel(concurrency=1, test="tg128", depth=4096, tg_tps=None, flags=["unstable"])
+    _run(store, "deep", [ok, doubted, held], model="m")
+    store.close()
+    md = tmp_path / "B.md"
+    assert main(["report", "deep", "--md", str(md), "--db", str(db)]) == 0
+    text = md.read_text()
+    assert "| pp512 @ d4096 | 4,096 | 135,803.70 | timings_disagree |" in text
+    assert "| tg128 @ d4096 | 4,096 | — | unstable |" in text

@@ -14,11 +14,8 @@ from .. import redact
 from ..engines.embedded import running
 from ..errors import TokenbenchError, UsageError
 from ..console import print_table
+from ..depth_table import depth_rows
 from ..reader import load_result
-from ..layout import sig
-from ..levels import DepthLevel
-from ..sweep_table import PREDICTED_FIGURES
-from ..results import RunResult
 from ..servers import normalize_base_url
 from ..guard import snapshot_before
 from ..store import Store
@@ -26,39 +23,6 @@ from .common import (check_output, embedded_spec, guard_config, guard_targets, l
                      saved, tokens, write_json)
 from .options import LABEL, NONNEG_INT, POSITIVE_INT, add_db, add_endpoint
 from typing import Any
-
-
-def depth_notes(res: RunResult) -> list[str]:
-    """The warnings of pp/tg rows, each once, with the rows it concerns (the Flags column names them)."""
-    by_text: dict[str, list[str]] = {}
-    for o in res.outcomes:
-        for w in o.summary.warnings:
-            by_text.setdefault(w, []).append(f"{o.summary.test} @ d{o.summary.depth}")
-    return [f"[{', '.join(rows)}] {text}" for text, rows in by_text.items()]
-
-
-def depth_rows(res: RunResult) -> tuple[list[str], list[list[str]]]:
-    """pp/tg per depth, as llama-bench prints them; flags on the row they concern, never below the table only; a
-    Concurrency column where a row ran more than one request at once (llama-benchy's ``(c2)``)."""
-    predicted = res.predicted_mark is not None
-    levels = [o.summary for o in res.outcomes if isinstance(o.summary, DepthLevel)]
-    concurrent = any((s.concurrency or 1) > 1 for s in levels)
-    head = ["Model", "Test", "Depth", *(["Concurrency"] if concurrent else []),
-            f"t/s ({res.predicted_mark})" if predicted else "t/s", "Flags"]
-    rows = []
-    for s in levels:
-        v, sd = (s.pp_tps, s.pp_tps_sd) if s.pp_tps is not None else (s.tg_tps, s.tg_tps_sd)
-        # no spread where one repetition ran (llama-bench writes ± 0.00 for it); a prediction to the figures its
-        # band supports
-        value = "—" if v is None else sig(v, PREDICTED_FIGURES) if predicted else f"{v:,.2f}" if sd is None else \
-            f"{v:,.2f} ± {sd:,.2f}"
-        rows.append([res.manifest.model or "", f"{s.test} @ d{s.depth}", f"{s.depth or 0:,}",
-                     *([str(s.concurrency or 1)] if concurrent else []), value,
-                     ",".join(f for f in s.flags if f != "p99_estimate")])
-    if not any(r[-1] for r in rows):
-        head.pop()
-        rows = [r[:-1] for r in rows]
-    return head, rows
 
 
 def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err: Console) -> int:

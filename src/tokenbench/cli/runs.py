@@ -18,7 +18,7 @@ from ..reader import load_result
 from ..store import Store
 from .common import check_output, emit_json, saved, write_json
 from .coldstart import print_boots
-from .depth import depth_notes, depth_rows
+from ..depth_table import depth_notes, depth_rows
 from .guard import guard_rows
 from .sweep import print_result
 from .options import POSITIVE_INT, RUN_REF, add_db, add_json, add_latest

@@ -8,6 +8,7 @@ from pathlib import Path
 from .. import session_view
 from ..cells import level_label
 from ..compare.replays import is_replay_run
+from ..depth_table import depth_notes, depth_rows
 from ..levels import ServingLevel, depth_levels, serving
 from ..replay_table import bin_rows, replay_heading, replay_lines
 from ..session_table import over_time
@@ -70,11 +71,10 @@ def section(r: RunResult) -> str:
     bench = depth_levels(levels)
     if serve:
         lines.append(format_sweep_markdown(serve, m.currency or "USD", r.kind == "predict"))
-    if bench:
-        rows = [[s.test or "", f"{s.depth or 0:,}",
-                 f"{s.pp_tps or s.tg_tps:,.1f}" + (f" ± {(s.pp_tps_sd or s.tg_tps_sd):.1f}" if (s.pp_tps_sd or s.tg_tps_sd) else "")]
-                for s in bench]
-        lines.append(format_markdown(["Test", "Depth", "tok/s"], rows))
+    if bench:  # the rows depth and show print, flags and all: a held-back rate is '—', a doubted one flagged
+        head, rows = depth_rows(r)
+        lines.append(format_markdown(head[1:], [row[1:] for row in rows]))  # the model: in the line above
+        lines += [md_escape(f"- {note}") for note in depth_notes(r)]
     if (said := facts.capacity_answer(r)) is not None:
         lines += ["", "### Capacity", ""] + [md_escape(x) + "\n" for x in said.sentences] + \
             [md_escape(f"- {x}") for x in said.details] + \
