@@ -127,3 +127,16 @@ def test_depth_refuses_what_it_would_misread_or_ignore(args: list[str], says: st
     assert main(["depth", "--url", "http://127.0.0.1:9/v1", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1, err
+
+
+def test_a_dirty_bench_flags_every_row_it_measured_over_http(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """--guard warn: the tg row of a dirty depth read clean (no flag) while its own guard snapshot said dirty, and
+    show --guard called it DIRTY."""
+    dirty = tmp_path / "g.toml"
+    dirty.write_text("[free_memory]\nseverity = \"fail\"\nmin_free_gb = 1e9\n")  # no machine passes this
+    out = tmp_path / "d.json"
+    assert main(["depth", "--url", emitter.url, "--depths", "0", "--pp", "8", "--tg", "4", "--repetitions", "1",
+                 "--guard", "warn", "--guard-config", str(dirty), "--no-metrics", "--json", str(out)]) == 0
+    levels = json.loads(out.read_text())["levels"]
+    assert [lv["test"] for lv in levels] == ["pp8", "tg4"]
+    assert all("dirty_bench" in lv["flags"] and lv["guard"]["clean"] is False for lv in levels), levels

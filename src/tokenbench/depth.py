@@ -251,7 +251,8 @@ class _DepthRun:
                 await tele.stop()
         lp, lt = summarize_depth(d, cfg.pp, cfg.tg, steps)
         lp.guard = lt.guard = snap
-        _add(lp, findings.guard_finding(snap, self.run_id))
+        for level in (lp, lt):  # both rows ran on that machine: the tg row read clean while its guard said dirty
+            _add(level, findings.guard_finding(snap, self.run_id))
         if tele:
             lp.telemetry = lt.telemetry = tele.summary(sum(s.tg_tokens + 1 for s in steps), sum(s.tg_s for s in steps))
             if tele.series():
