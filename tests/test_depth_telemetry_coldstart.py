@@ -176,6 +176,13 @@ def test_depth_summary_flags_a_cold_context_and_disagreeing_timings() -> None:
     lp, _ = summarize_depth(8192, 512, 128, cold)
     assert "context_not_warm" in lp.flags and "did not keep it warm" in lp.warnings[0]
     assert "timings_disagree" in lp.flags
+    # the server's own count of the context it took from its cache decides where it says it: a warm step at 0.51
+    # of the fill's time (attention-bound at 4 x pp) was called cold, and one that re-read the context is
+    said_warm = [Step(fill_s=0.215, pp_s=0.110, pp_tokens=512, tg_s=1.0, tg_tokens=127, cached_tokens=2048)]
+    assert "context_not_warm" not in summarize_depth(2048, 512, 128, said_warm)[0].flags
+    said_cold = [Step(fill_s=2.0, pp_s=0.1, pp_tokens=512, tg_s=1.0, tg_tokens=127, cached_tokens=0)]
+    lp, _ = summarize_depth(8192, 512, 128, said_cold)
+    assert "context_not_warm" in lp.flags and "took 0 of the 8,192-token context from its cache" in lp.warnings[0]
     # mean ± sample standard deviation, as llama-bench reports
     lp, _ = summarize_depth(0, 100, 10, [Step(None, 0.1, 100, 1, 9), Step(None, 0.2, 100, 1, 9)])
     assert lp.pp_tps == pytest.approx(750) and lp.pp_tps_sd == pytest.approx(353.553, rel=1e-4)

@@ -171,7 +171,7 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[De
     lt.client = ClientReport.written(tg_tps_reps=[round(v, 2) for v in tg_rates])
     for lvl, kind, mean, sd, reps in ((lp, "pp", pp_mean, pp_sd, pp_rates), (lt, "tg", tg_mean, tg_sd, tg_rates)):
         _add(lvl, depth_findings.unstable_depth_rate(kind, mean, sd, reps))
-    _add(lp, depth_findings.context_not_warm(depth, pp, [(s.fill_s, s.pp_s) for s in steps]))
+    _add(lp, depth_findings.context_not_warm(depth, pp, [(s.fill_s, s.pp_s, s.cached_tokens) for s in steps]))
     lp.client.put(fill_ms=[round((s.fill_s or 0) * 1000, 2) for s in steps],
                   pp_ms=[round(s.pp_s * 1000, 2) for s in steps])
     _against_server_timings(lp, lt, steps, pp_mean, tg_mean)

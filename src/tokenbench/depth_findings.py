@@ -17,6 +17,8 @@ UNSTABLE_REPETITION_CV = 0.10
 #: Depth: the pp step re-processed the context when it took more than this share of the fill's time while the
 #: depth is much longer than pp (a warm prefix makes it far shorter).
 COLD_SHARE = 0.5
+#: Depth: the pp step found its context warm when the server took at least this share of the depth from its cache.
+WARM_SHARE = 0.9
 #: Depth: server timings and the client's clock may disagree by this much before it is flagged.
 TIMINGS_TOLERANCE = 0.25
 #: Depth: a rate whose standard deviation is above this share of its mean is no measurement (the depth rule;
@@ -46,12 +48,26 @@ def unstable_depth_rate(kind: str, mean: float | None, sd: float | None, reps: l
                    "sd/mean", len(reps))
 
 
-def context_not_warm(depth: int, pp: int, steps: Sequence[tuple[float | None, float]]) -> Finding | None:
-    """Depth: (fill_s, pp_s) per repetition; the pp step re-processed the context (``COLD_SHARE``)."""
-    fills = [fill for fill, _ in steps if fill]
-    if not fills or depth < 4 * pp:
+def context_not_warm(depth: int, pp: int, steps: Sequence[tuple[float | None, float, int | None]]) -> Finding | None:
+    """Depth: (fill_s, pp_s, cached tokens the server said) per repetition; the pp step re-processed the context.
+    Where the server says how many of the prompt's tokens it took from its cache (llama.cpp's ``cache_n``), that
+    decides: under WARM_SHARE of the depth is cold. Else the time (``COLD_SHARE`` of the fill's), which misreads a
+    warm context at depth 4 x pp on a model whose attention dominates (a ratio near 0.5, warm: 110 ms against a
+    215 ms fill, the server's cache_n the whole depth)."""
+    if depth < 4 * pp or not any(fill for fill, _, _ in steps):
         return None
-    cold = [(fill or 0.0, pp_s) for fill, pp_s in steps if fill and pp_s > COLD_SHARE * fill]
+    said = [(fill, pp_s, cached) for fill, pp_s, cached in steps if fill and cached is not None]
+    if said:
+        cold_said = [s for s in said if s[2] < WARM_SHARE * depth]
+        if not cold_said:
+            return None
+        _, _, cached = cold_said[0]
+        return Finding(Code.CONTEXT_NOT_WARM,
+                       f"the server took {cached:,} of the {depth:,}-token context from its cache for the pp step: it "
+                       "did not keep it warm, so pp includes the depth's prefill",
+                       "vLLM: --enable-prefix-caching; llama.cpp: one client per slot",
+                       cached / depth, WARM_SHARE, "cached share of the depth", len(steps))
+    cold = [(fill or 0.0, pp_s) for fill, pp_s, _ in steps if fill and pp_s > COLD_SHARE * fill]
     if not cold:
         return None
     fill_s, pp_s = cold[0]
