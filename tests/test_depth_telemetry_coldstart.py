@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from tokenbench.cli import main
 from tokenbench.depth import Step, summarize_depth
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.levels import LevelSummary
+from tokenbench.reader import load_result
 from tokenbench.store import Store
 
 DATA = Path(__file__).parent / "data"
@@ -357,3 +359,40 @@ def test_show_of_a_coldstart_prints_what_coldstart_printed(tmp_path: Path, capsy
     assert any(line.startswith("first boot ") for line in shown)
     doc = Store(tmp_path / "c.db").resolve(run_id).manifest
     assert doc["engine"] and ran[0] == f"model emitter; engine {doc['engine']} {doc['engine_version']}"
+
+
+def test_a_later_boot_that_fails_keeps_the_boots_before_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A failure on a later boot (or a Ctrl-C) lost every boot that had finished: no run was stored, no table."""
+    port, mark = _free_port(), tmp_path / "booted"
+    once = f"if [ -e {mark} ]; then exit 3; fi; touch {mark}; exec {sys.executable} -m tokenbench.emitter --port {{port}}"
+    db = tmp_path / "c.db"
+    code = main(["coldstart", "--cmd", f"sh -c '{once}'", "--url", f"http://127.0.0.1:{port}/v1", "--repeat", "3",
+                 "--db", str(db)])
+    out = capsys.readouterr()
+    assert code == 3 and "boot 2: " in out.err and "1 (cold)" in out.out
+    [run] = Store(db).runs()
+    res = load_result(Store(db), run.id)
+    assert res.status == "failed" and len(res.manifest.boots or []) == 1
+
+
+def test_a_ctrl_c_between_boots_keeps_those_finished(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import tokenbench.coldstart as cs
+
+    port = _free_port()
+    real = cs.boot
+
+    def boot_then_interrupt(n: int, *args: Any, **kwargs: Any) -> Any:
+        if n == 2:
+            raise KeyboardInterrupt
+        return real(n, *args, **kwargs)
+
+    monkeypatch.setattr(cs, "boot", boot_then_interrupt)
+    db = tmp_path / "c.db"
+    code = main(["coldstart", "--cmd", f"{sys.executable} -m tokenbench.emitter --port {{port}}", "--url",
+                 f"http://127.0.0.1:{port}/v1", "--repeat", "3", "--db", str(db)])
+    out = capsys.readouterr()
+    assert code == 130 and "interrupted after 1 of 3 boots: the run keeps them" in out.err and "1 (cold)" in out.out
+    [run] = Store(db).runs()
+    res = load_result(Store(db), run.id)
+    assert res.status == "interrupted" and len(res.manifest.boots or []) == 1

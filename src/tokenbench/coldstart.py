@@ -16,7 +16,7 @@ import aiohttp
 from .client import PreparedRequest
 from .engines.child import spawn, stop, tail
 from .endpoint import stream_client
-from .errors import EndpointError, UsageError
+from .errors import EndpointError, RunInterrupted, UsageError
 from .records import RequestRecord
 from .results import Manifest, RunResult, new_run_id, now_iso
 from .servers import check_model, discover, http_ok
@@ -138,17 +138,38 @@ def run_coldstart(cfg: ColdStartConfig, store: Store) -> RunResult:
     if answers(cfg.health_url):
         raise UsageError(f"something already answers at {cfg.health_url}: stop it first, or give the server another "
                          "port (--cmd '... --port {port}' with a free port in --url); it would be timed instead")
-    boots = []
-    for n in range(cfg.repeat):
-        b = boot(n + 1, cfg.cmd, cfg.base_url, cfg.health_url, cfg.model, cfg.timeout_s, cfg.log_path)
-        boots.append(b)
-        if b.error:  # the server died or never came up: the endpoint cannot be used (exit 3), as a sweep says
-            where = f"its output: {cfg.log_path}" if cfg.log_path else "--log FILE keeps its output"
-            raise EndpointError(f"boot {n + 1}: {b.error} ({where})" + (f"; it said last:\n{b.said}" if b.said else ""))
-    engine, version = boots[0].engine
-    manifest = Manifest(command=cfg.command, endpoint=cfg.base_url, model=boots[0].model, engine=engine,
-                        engine_version=version, boots=[b.to_dict() for b in boots], label=cfg.label, key_order=("label",),
-                        extra={"server_command": redact.command(shlex.split(cfg.cmd))})
-    rid = new_run_id()
-    store.save_run(rid, "coldstart", cfg.label, manifest.to_dict(), "measured", [], __version__, now_iso(), now_iso())
-    return load_result(store, rid)
+    boots: list[Boot] = []
+    started = now_iso()
+
+    def stored(status: str, error: str | None = None) -> RunResult:
+        engine, version = boots[0].engine
+        manifest = Manifest(command=cfg.command, endpoint=cfg.base_url, model=boots[0].model, engine=engine,
+                            engine_version=version, boots=[b.to_dict() for b in boots], label=cfg.label,
+                            key_order=("label",), extra={"server_command": redact.command(shlex.split(cfg.cmd))})
+        rid = new_run_id()
+        store.save_run(rid, "coldstart", cfg.label, manifest.to_dict(), "measured", [], __version__, started, now_iso())
+        if status != "complete":
+            store.finish_run(rid, status, now_iso(), error)
+        return load_result(store, rid)
+
+    try:
+        for n in range(cfg.repeat):
+            b = boot(n + 1, cfg.cmd, cfg.base_url, cfg.health_url, cfg.model, cfg.timeout_s, cfg.log_path)
+            if b.error:  # the server died or never came up: the endpoint cannot be used (exit 3), as a sweep says
+                where = f"its output: {cfg.log_path}" if cfg.log_path else "--log FILE keeps its output"
+                raise EndpointError(f"boot {n + 1}: {b.error} ({where})" +
+                                    (f"; it said last:\n{b.said}" if b.said else ""))
+            boots.append(b)
+    except KeyboardInterrupt:  # the boots that finished are kept, as a sweep keeps its levels
+        if not boots:
+            raise
+        cut = RunInterrupted(f"interrupted after {len(boots)} of {cfg.repeat} boots: the run keeps them")
+        cut.result = stored("interrupted", "interrupted")
+        cut.run_id = cut.result.run_id
+        raise cut from None
+    except EndpointError as e:
+        if boots:
+            e.result = stored("failed", str(e).splitlines()[0])
+            e.run_id = e.result.run_id
+        raise
+    return stored("complete")

@@ -14,7 +14,7 @@ from rich.console import Console
 from .. import redact
 from ..console import print_table
 from ..describe import describe_run
-from ..errors import UsageError
+from ..errors import TokenbenchError, UsageError
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import check_output, saved, seconds, write_json
@@ -105,7 +105,15 @@ def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> i
 
     cfg = coldstart_config(a, argv)
     store = Store(a.db)
-    res = run_coldstart(cfg, store)
+    try:
+        res = run_coldstart(cfg, store)
+    except TokenbenchError as e:  # interrupted, or a later boot failed: the boots that finished, shown and kept
+        if e.result is not None:
+            print_boots(console, e.result)
+            if a.json:
+                write_json(a.json, e.result)
+            saved(console, e.result, store.path)
+        raise
     print_boots(console, res)
     if a.json:
         write_json(a.json, res)
