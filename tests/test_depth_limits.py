@@ -140,3 +140,17 @@ def test_a_dirty_bench_flags_every_row_it_measured_over_http(emitter: Background
     levels = json.loads(out.read_text())["levels"]
     assert [lv["test"] for lv in levels] == ["pp8", "tg4"]
     assert all("dirty_bench" in lv["flags"] and lv["guard"]["clean"] is False for lv in levels), levels
+
+
+def test_a_llama_bench_that_crashes_is_an_engine_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """llama-bench killed by SIGSEGV (a quantized tiny model the build cannot run) was "exited with -11", exit 2:
+    bad arguments, which it was not."""
+    import stat
+
+    fake = tmp_path / "llama-bench"
+    fake.write_text("#!/bin/sh\necho 'load_tensors: loading model' >&2\nkill -SEGV $$\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    assert main(["depth", "--llama-bench", str(fake), "--model-file", "m.gguf", "--depths", "0", "--guard", "off",
+                 "--db", str(tmp_path / "d.db")]) == 4
+    err = capsys.readouterr().err
+    assert "llama-bench crashed (SIGSEGV) on m.gguf: load_tensors: loading model" in err

@@ -3,13 +3,14 @@ tokenbench's over HTTP. The JSON is kept whole in the run's manifest, with the c
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import redact
-from ..errors import UsageError
+from ..errors import EngineError, UsageError
 from ..guard_results import GuardSnapshot
 from ..store import Store
 
@@ -81,6 +82,11 @@ def run_llama_bench(cfg: LlamaBenchConfig, store: Store, note: Callable[[str], N
         raise UsageError(f"cannot run {exe}: {e}") from None
     if proc.returncode != 0:
         said = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["it printed nothing"])[-1]
+        if proc.returncode < 0:  # killed by a signal: the tool crashed (a SIGSEGV on a model it cannot run), which
+            # no argument of the user's explains; exit 4, as an engine that cannot start
+            name = signal.Signals(-proc.returncode).name if -proc.returncode in signal.valid_signals() else \
+                f"signal {-proc.returncode}"
+            raise EngineError(f"llama-bench crashed ({name}) on {model_file}: {said}")
         raise UsageError(f"llama-bench exited with {proc.returncode}: {said}")
     extra = {"llama_bench": {"command": redact.command(cmd), "options": cfg.options, "raw": proc.stdout}}
     ids = import_records(store, "llama-bench", proc.stdout, Path(model_file), cfg.label or Path(model_file).stem,
