@@ -86,6 +86,9 @@ def test_show_guard_prints_each_levels_snapshot(tmp_path: Path, capsys: pytest.C
     assert json.loads(cap.out) == [{"level": 2, "guard": DIRTY}] and "level 1/2" not in cap.err
     assert main(["show", "box", "--guard", "3", "--db", str(db)]) == 2
     assert "--guard 3: run s-1 has levels 1..2" in capsys.readouterr().err
+    _save(Store(db), "c-1", "coldstart", {"label": "boots", "model": "m"}, [])
+    assert main(["show", "boots", "--guard", "1", "--db", str(db)]) == 2  # it said "has levels 1..0"
+    assert "--guard 1: run c-1 has no levels (a coldstart run)" in capsys.readouterr().err
     assert main(["show", "box", "--db", str(db)]) == 0
     assert "dirty_bench" in capsys.readouterr().out  # on the row, not only below the table
 

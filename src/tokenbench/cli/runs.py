@@ -179,6 +179,9 @@ def _show_guard(a: argparse.Namespace, console: Console, res: RunResult) -> int:
     """The guard's snapshot before each level (or level ``--guard K``): what a dirty_bench warning points at."""
     snaps = [(i + 1, o) for i, o in enumerate(res.outcomes) if o.summary.guard]
     if a.guard:
+        if not res.outcomes:  # a cold start's boots, an import of no level: "has levels 1..0"
+            raise UsageError(f"--guard {a.guard}: run {res.run_id} has no levels (a {res.kind} run): show it without "
+                             "a level number")
         if not 1 <= a.guard <= len(res.outcomes):
             raise UsageError(f"--guard {a.guard}: run {res.run_id} has levels 1..{len(res.outcomes)}")
         snaps = [(k, o) for k, o in snaps if k == a.guard]
