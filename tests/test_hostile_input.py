@@ -21,6 +21,7 @@ DEAD = "http://127.0.0.1:9/v1"  # nothing listens: an argument error must come b
 @pytest.mark.parametrize("argv", [
     ["sweep", "--url", DEAD, "--input-len", "0"],
     ["engines", "serve", "llama-server", "--ctx", "100000", "--port", "0"],  # past the embedded model's 8,192
+    ["engines", "serve", "llama-server", "--ctx", "10", "--port", "0"],  # llama-server raises it to 256: said "10"
     ["depth", "--tg", "1"],  # refused before the embedded engine starts
     ["engines", "--port", "8090"],  # serve's options without serve: nothing would listen there
     ["engines", "build", "llama-server", "--cache-ram", "0"],

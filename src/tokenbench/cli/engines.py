@@ -21,6 +21,10 @@ SERVE_CTX = 4096
 ACTIONS = ("build", "serve")
 
 
+#: The least context llama-server gives a slot: a smaller -c is raised to it (a banner said '10 tokens each' of
+#: a server that gave 256).
+LLAMA_MIN_CTX = 256
+
 def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
     from ..engines import status
 
@@ -78,6 +82,9 @@ def _serve(names: list[str], a: argparse.Namespace, console: Console, err: Conso
     if a.ctx > trained:  # llama-server gave each slot the model's own and the banner said what was asked
         raise UsageError(f"--ctx {a.ctx:,}: the embedded model was trained for {trained:,} tokens of context, and "
                          f"the engine gives no more: give at most {trained:,}")
+    if name == "llama-server" and a.ctx < LLAMA_MIN_CTX:  # it raises a smaller one, and the banner said the asked
+        raise UsageError(f"--ctx {a.ctx}: llama-server gives a slot at least {LLAMA_MIN_CTX} tokens of context: "
+                         f"give {LLAMA_MIN_CTX} or more")
     flags = ("--cache-ram", str(a.cache_ram)) if a.cache_ram is not None else ()
     engine = Embedded.start(EmbeddedSpec(name, a.model_size, a.quant, flags), notifier(err), parallel=a.parallel,
                             ctx=a.ctx, port=a.port)
