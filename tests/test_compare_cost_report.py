@@ -818,3 +818,23 @@ def test_markdown_report_of_a_depth_run_keeps_its_flags_and_held_back_rates(tmp_
     text = md.read_text()
     assert "| pp512 @ d4096 | 4,096 | 135,803.70 | timings_disagree |" in text
     assert "| tg128 @ d4096 | 4,096 | — | unstable |" in text
+
+
+def test_depth_rates_within_their_spreads_are_not_called_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A llama-bench import gives mean ± sd and no count, so no interval: the 5% rule named "B 1.15x" of 2,744
+    against 3,142 ± 1,031."""
+    from tokenbench.compare.levels import compare
+    from tokenbench.levels import DepthLevel
+    from tokenbench.reader import load_result
+
+    db = tmp_path / "d.db"
+    store = Store(db)
+    _run(store, "a", [DepthLevel(concurrency=1, test="tg128", depth=0, tg_tps=2744.0, tg_tps_sd=60.0)])
+    _run(store, "b", [DepthLevel(concurrency=1, test="tg128", depth=0, tg_tps=3142.0, tg_tps_sd=1031.0)])
+    _run(store, "c", [DepthLevel(concurrency=1, test="tg128", depth=0, tg_tps=4000.0, tg_tps_sd=100.0)])
+    store.close()
+    runs = {k: load_result(Store(db), k) for k in "abc"}
+    [row] = compare(runs["a"], runs["b"]).rows
+    assert row.winner() == 0 and row.rule == "mean ± sd" and row.interval is None
+    [row] = compare(runs["a"], runs["c"]).rows  # apart by more than both spreads: named, by that rule
+    assert row.winner() == 2 and row.rule == "mean ± sd"

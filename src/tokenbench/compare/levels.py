@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..bootstrap import RESAMPLES, TAIL, Interval, LevelSamples, interval, run_samples
+from ..bootstrap import MEANS, RESAMPLES, TAIL, Interval, LevelSamples, interval, run_samples
 from ..levels import LevelSummary, of_depth, of_serving
 from ..results import RunResult
 from ..session_view import BUSTED, cache_of, is_session_run
@@ -117,6 +117,9 @@ class CompareRow:
     band: tuple[float, float] | None = None
     #: a p99 from fewer requests than it needs on a side (``P99_FLOOR``) and no interval: no side is named
     thin: bool = False
+    #: a depth rate's standard deviation on each side where no interval could be drawn (a llama-bench import gives
+    #: a sd and no count): means apart by no more than the two together are not called apart
+    spread: tuple[float, float] | None = None
 
     @property
     def ratio(self) -> float:
@@ -135,6 +138,8 @@ class CompareRow:
             if self.band[0] <= 1 <= self.band[1]:
                 return 0
             larger = self.band[0] > 1
+        elif self.spread is not None and abs(self.a - self.b) <= sum(self.spread):
+            return 0  # "B 1.15x (5% rule)" of 2,744 against 3,142 ± 1,031
         else:
             if 1 / TIE < self.ratio < TIE:
                 return 0
@@ -149,7 +154,9 @@ class CompareRow:
             return "95% interval"
         if self.thin:
             return f"p99 under {P99_FLOOR} requests"
-        return "predicted bands" if self.band is not None else f"{TIE - 1:.0%} rule"
+        if self.band is not None:
+            return "predicted bands"
+        return "mean ± sd" if self.spread is not None else f"{TIE - 1:.0%} rule"
 
     def factor(self) -> float:
         r = self.ratio
@@ -222,6 +229,14 @@ def _fewest(*sides: LevelSummary) -> float:
     return min(getattr(getattr(s, "ttft_ms", None), "n", 0) or float("inf") for s in sides)
 
 
+def _spread(metric: str, sa: LevelSummary, sb: LevelSummary) -> tuple[float, float] | None:
+    """Each side's standard deviation of a depth rate, where either side gives one."""
+    if metric not in MEANS:
+        return None
+    sds = [getattr(s, MEANS[metric][1], None) for s in (sa, sb)]
+    return (sds[0] or 0.0, sds[1] or 0.0) if any(sds) else None
+
+
 def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, store: Store | None = None) -> Comparison:
     """The two runs row by row. ``store``: where their requests are, for the intervals of levels run once (a
     repeated level's repetitions are in the results already); without it those rows have no interval."""
@@ -246,7 +261,7 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
                 band = band_range(va / vb, band_of(a, name), band_of(b, name)) if iv is None else None
                 thin = iv is None and band is None and name == "P99 TTFT" and _fewest(sa, sb) < P99_FLOOR
                 rows.append(CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, key[4] or None,
-                                       iv, band, thin))
+                                       iv, band, thin, _spread(name, sa, sb) if iv is None and band is None else None))
     cmp = Comparison(run_name(a), run_name(b), rows, warnings=shape_warnings(a, b))
     if windowed:
         cmp.warnings.append("one side's output rates are over its plateau and the other's only over its whole window "
