@@ -20,6 +20,9 @@ DEAD = "http://127.0.0.1:9/v1"  # nothing listens: an argument error must come b
 
 @pytest.mark.parametrize("argv", [
     ["sweep", "--url", DEAD, "--input-len", "0"],
+    ["sweep", "--url", DEAD, "--engine", "vllm"],  # the embedded engine's choice, which --url replaces: ignored
+    ["depth", "--url", DEAD, "--model-size=small"],
+    ["capacity", "--url", DEAD, "--slo", "ttft_p99=2s", "--quant", "Q8_0"],
     ["engines", "serve", "llama-server", "--ctx", "100000", "--port", "0"],  # past the embedded model's 8,192
     ["engines", "serve", "llama-server", "--ctx", "10", "--port", "0"],  # llama-server raises it to 256: said "10"
     ["depth", "--tg", "1"],  # refused before the embedded engine starts

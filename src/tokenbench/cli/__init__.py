@@ -29,6 +29,7 @@ from .capacity import cmd_capacity
 from .import_export import cmd_export, cmd_import
 from .report import cmd_report
 from .coldstart import cmd_coldstart
+from .common import refuse_embedded_with_url
 from .compare import cmd_compare
 from .cost import cmd_cost
 from .depth import cmd_depth
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         "record": lambda: cmd_record(a, console),
     }
     try:
+        refuse_embedded_with_url(a, argv)
         with _terminate_as_interrupt():
             return int(handlers[a.command]())
     except RunInterrupted as e:  # a stored run the user stopped, closed as interrupted (the command showed it)

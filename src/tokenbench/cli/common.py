@@ -232,3 +232,14 @@ def embedded_spec(a: argparse.Namespace) -> EmbeddedSpec | None:
         raise UsageError(f"--model {model}: without --url the embedded engine serves its own model "
                          f"({served_name(a.model_size)}); give --url for a server of yours, or drop --model")
     return EmbeddedSpec(a.engine, a.model_size, a.quant, tuple(llama_options(a, server=True)))
+
+
+def refuse_embedded_with_url(a: argparse.Namespace, argv: list[str]) -> None:
+    """--engine, --model-size and --quant choose the embedded engine, which --url replaces: given with it, they were
+    accepted and ignored (sweep --url ... --engine vllm measured the server at the URL, whatever it ran)."""
+    if not getattr(a, "url", None) or getattr(a, "llama_bench", None):
+        return
+    given = sorted({w.split("=", 1)[0] for w in argv} & {"--engine", "--model-size", "--quant"})
+    if given:
+        raise UsageError(f"{', '.join(given)} choose{'s' if len(given) == 1 else ''} the embedded engine, which "
+                         "--url replaces: drop one or the other")
