@@ -229,6 +229,16 @@ def _fewest(*sides: LevelSummary) -> float:
     return min(getattr(getattr(s, "ttft_ms", None), "n", 0) or float("inf") for s in sides)
 
 
+def _unsampled(row: CompareRow, a: RunResult, b: RunResult, sa: LevelSummary, sb: LevelSummary) -> CompareRow:
+    """A row no interval could be drawn for, with what decides it instead: a predicted side's band, a p99 too thin
+    to name a side on, or a depth rate's standard deviations."""
+    row.band = band_range(row.a / row.b, band_of(a, row.metric), band_of(b, row.metric))
+    if row.band is None:
+        row.thin = row.metric == "P99 TTFT" and _fewest(sa, sb) < P99_FLOOR
+        row.spread = _spread(row.metric, sa, sb)
+    return row
+
+
 def _spread(metric: str, sa: LevelSummary, sb: LevelSummary) -> tuple[float, float] | None:
     """Each side's standard deviation of a depth rate, where either side gives one."""
     if metric not in MEANS:
@@ -258,10 +268,8 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
             if va and vb:
                 iv = interval(va, vb, samples[0].get(oa[key].idx), samples[1].get(ob[key].idx), sa, sb, name, get,
                               seeds) if a.run_id and b.run_id else None
-                band = band_range(va / vb, band_of(a, name), band_of(b, name)) if iv is None else None
-                thin = iv is None and band is None and name == "P99 TTFT" and _fewest(sa, sb) < P99_FLOOR
-                rows.append(CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, key[4] or None,
-                                       iv, band, thin, _spread(name, sa, sb) if iv is None and band is None else None))
+                row = CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, key[4] or None, iv)
+                rows.append(_unsampled(row, a, b, sa, sb) if iv is None else row)
     cmp = Comparison(run_name(a), run_name(b), rows, warnings=shape_warnings(a, b))
     if windowed:
         cmp.warnings.append("one side's output rates are over its plateau and the other's only over its whole window "
