@@ -197,11 +197,23 @@ def test_a_session_draws_each_answer_and_tool_result_length(emitter: BackgroundE
     assert wl["output"]["text"] == "uniform 3-9" and wl["tool"]["kind"] == "normal"
 
 
-def test_an_interrupted_session_level_keeps_its_turns_and_marks_those_in_flight(emitter: BackgroundEmitter) -> None:
-    """Ctrl-C (the task cancelled) mid-level: finished turns stay successes, a turn in flight is interrupted, never
-    a success with no end."""
+class _Words:
+    """A tokenizer of words, for a session level driven by hand."""
+
+    description = "words"
+
+    async def encode(self, text: str) -> list[int]:
+        return [hash(w) for w in text.split()]
+
+    async def decode(self, ids: list[int]) -> str:
+        return " ".join("abc"[i % 3] for i in ids)
+
+
+def _cancelled_level(emitter: BackgroundEmitter, turns: int, think_s: float,
+                     ready: Any) -> tuple[Any, list[Any]]:
+    """Two agents' sessions against the emitter, the level's task cancelled (Ctrl-C) once ``ready(records)``: the
+    level and its records."""
     import asyncio
-    import random
 
     import aiohttp
 
@@ -211,32 +223,36 @@ def test_an_interrupted_session_level_keeps_its_turns_and_marks_those_in_flight(
     from tokenbench.sessions import SessionLevel, SessionPlan, SessionTexts
     from tokenbench.workload import PromptBuilder
 
-    class Words:
-        description = "words"
-
-        async def encode(self, text: str) -> list[int]:
-            return [hash(w) for w in text.split()]
-
-        async def decode(self, ids: list[int]) -> str:
-            return " ".join(random.Random(i).choice(["a", "b", "c"]) for i in ids)
-
-    emitter.configure(ttft_s=0.02, itl_s=0.05)
-    plan = SessionPlan(sessions=2, turns=50, shared_prefix=4, task=Draw.fixed(6), tool=Draw.fixed(4),
-                       output=Draw.fixed(6), think=Draw.fixed(0, "s"))
+    plan = SessionPlan(sessions=2, turns=turns, shared_prefix=4, task=Draw.fixed(6), tool=Draw.fixed(4),
+                       output=Draw.fixed(6), think=Draw.fixed(think_s, "s"))
     records: list[RequestRecord] = []
+    made: list[SessionLevel] = []
 
     async def go() -> None:
         async with aiohttp.ClientSession() as http:
             client = StreamClient(http, emitter.url, "emitter", api="chat")
-            level = SessionLevel(client, SessionTexts(PromptBuilder(Words(), 1, "t"), plan, 1, "t"), plan, "2/0", 2,
+            level = SessionLevel(client, SessionTexts(PromptBuilder(_Words(), 1, "t"), plan, 1, "t"), plan, "2/0", 2,
                                  "warm", lambda agent, n: {"max_tokens": n}, records, lambda r: None)
+            made.append(level)
             task = asyncio.ensure_future(level.run())
-            await asyncio.sleep(1.0)
+            while not ready(records):
+                await asyncio.sleep(0.02)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
 
     asyncio.run(go())
+    return made[0], records
+
+
+def test_an_interrupted_session_level_keeps_its_turns_and_marks_those_in_flight(emitter: BackgroundEmitter) -> None:
+    """Ctrl-C (the task cancelled) mid-level: finished turns stay successes, a turn in flight is interrupted, never
+    a success with no end."""
+    import time
+
+    emitter.configure(ttft_s=0.02, itl_s=0.05)
+    t0 = time.monotonic()
+    _, records = _cancelled_level(emitter, 50, 0, lambda recs: time.monotonic() - t0 > 1.0)
     done = [r for r in records if r.ok]
     cut = [r for r in records if not r.ok]
     assert done and all(r.end_ns is not None and r.output_tokens == 6 for r in done)
@@ -247,52 +263,24 @@ def test_an_interrupt_between_two_turns_cuts_the_session(emitter: BackgroundEmit
     """Ctrl-C while every agent thinks between turns: no turn is in flight, so none is marked interrupted, and the
     sessions (one finished turn each of three) are cut, not finished: they once counted finished, with the time of
     one turn, and a session objective read them as fast sessions."""
-    import asyncio
+    import time
 
-    import aiohttp
-
-    from tokenbench.client import StreamClient
-    from tokenbench.draws import Draw
     from tokenbench.metrics import session_stats
-    from tokenbench.records import RequestRecord
-    from tokenbench.sessions import SessionLevel, SessionPlan, SessionTexts
-    from tokenbench.workload import PromptBuilder
-
-    class Words:
-        description = "words"
-
-        async def encode(self, text: str) -> list[int]:
-            return [hash(w) for w in text.split()]
-
-        async def decode(self, ids: list[int]) -> str:
-            return " ".join("a" for _ in ids)
 
     emitter.configure(ttft_s=0.01, itl_s=0.0)
-    plan = SessionPlan(sessions=2, turns=3, shared_prefix=4, task=Draw.fixed(6), tool=Draw.fixed(4),
-                       output=Draw.fixed(4), think=Draw.fixed(30, "s"))
-    records: list[RequestRecord] = []
-    level_of: list[SessionLevel] = []
+    answered: list[float] = []
 
-    async def go() -> None:
-        async with aiohttp.ClientSession() as http:
-            client = StreamClient(http, emitter.url, "emitter", api="chat")
-            level = SessionLevel(client, SessionTexts(PromptBuilder(Words(), 1, "t"), plan, 1, "t"), plan, "2/0", 2,
-                                 "warm", lambda agent, n: {"max_tokens": n}, records, lambda r: None)
-            level_of.append(level)
-            task = asyncio.ensure_future(level.run())
-            while len([r for r in records if r.end_ns]) < 2:  # both first turns answered: both agents think
-                await asyncio.sleep(0.02)
-            await asyncio.sleep(0.1)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+    def both_think(recs: list[Any]) -> bool:  # both first turns answered, then a moment: both agents think
+        if len([r for r in recs if r.end_ns]) >= 2 and not answered:
+            answered.append(time.monotonic())
+        return bool(answered) and time.monotonic() - answered[0] > 0.1
 
-    asyncio.run(go())
+    level, records = _cancelled_level(emitter, 3, 30, both_think)
     for r in records:
         r.phase = "measured"
     assert len(records) == 2 and all(r.ok for r in records)
-    assert level_of[0].cut == {0, 1}
-    st = session_stats(records, "warm", frozenset(level_of[0].cut))
+    assert level.cut == {0, 1}
+    st = session_stats(records, "warm", frozenset(level.cut))
     assert (st.sessions, st.sessions_finished, st.cut) == (2, 0, 2)
 
 
