@@ -99,6 +99,11 @@ def test_an_empty_weights_field_leaves_no_slash_in_the_label(tmp_path: Path,
     assert labels == ["both/box/emitter", "both/vm/emitter", "mine/emitter", "vm/emitter"]
     capsys.readouterr()
     assert main(["compare", "mine/emitter", "vm/emitter", "--db", db]) == 0
+    capsys.readouterr()
+    # the label as given finds nothing by itself: the runs stored under it are named (it said only "no run")
+    assert main(["show", "both", "--db", db]) == 2
+    assert "no run 'both' in" in (err := capsys.readouterr().err) and \
+        "runs labelled under it: both/box/emitter, both/vm/emitter" in err
 
 
 @pytest.mark.parametrize("name", ["llama_bench.json", "llama_benchy.json"])

@@ -320,6 +320,12 @@ class Store:
             newest = next((x["id"] for x in of if not kinds or x["kind"] in kinds), of[0]["id"] if of else None)
             r = self._row(self.db.execute("SELECT * FROM runs WHERE id = ?", (newest,)).fetchone()) if newest else None
         if r is None:
+            # an import of several boxes labels each LABEL/box/model/weights: name them where the label was given
+            under = [x["label"] for x in self.db.execute(
+                "SELECT DISTINCT label FROM runs WHERE substr(label, 1, ?) = ? ORDER BY label", (len(ref) + 1, ref + "/"))]
+            if under:
+                more = f" and {len(under) - 3} more" if len(under) > 3 else ""
+                raise UsageError(f"no run '{ref}' in {self.path}; runs labelled under it: {', '.join(under[:3])}{more}")
             raise UsageError(f"no run '{ref}' in {self.path}: 'tokenbench runs' lists them")
         if kinds and r.kind not in kinds:
             raise UsageError(f"run {r.label or r.id} is a {r.kind} run: {command or 'this command'} takes "
