@@ -335,3 +335,21 @@ def test_llama_servers_slot_saves_one_a_request_and_none_of_an_agents_own_next_t
     # four agents in step: each turn's first launch saves the three others' slots, then none is left to save
     assert saves_per_request(4, 1024) == pytest.approx(3 / 4)
     assert saves_per_request(4, 0, slot_saves=False) == 0.0
+
+
+def test_turns_the_box_cannot_hold_get_no_speed(tmp_path: Path) -> None:
+    """An A30 cannot hold 8 agents' contexts from turn 17: turn 20's TTFT and decode were printed, and the session's
+    time and the agents' rate summed them, beside "Fits no" (plain predict gives no speed for a setup that cannot
+    run)."""
+    out = tmp_path / "p.json"
+    assert main(["predict", "--hardware", "nvidia-a30", "--model", "llama-3.1-8b", "--sessions", "--turns", "20",
+                 "--concurrency", "8", "--json", str(out)]) == 0
+    [table] = json.loads(out.read_text())["tables"]
+    rows = {r[0].split(" ±")[0].strip(): r[1:] for r in table["rows"]}
+    fits = rows["Fits"]
+    assert fits[0] == "yes" and fits[-1].startswith("no")
+    for name in ("TTFT cached", "TTFT uncached", "Decode tok/s"):
+        assert rows[name][-1] == "—" and rows[name][0] != "—", (name, rows[name])
+    assert any(ln.startswith("session (20 turns): no time or rate predicted: from turn 17 the box cannot hold "
+                             "8 contexts") for ln in table["lines"]), table["lines"]
+    assert not any("sessions back to back" in ln for ln in table["lines"])

@@ -362,13 +362,17 @@ def session_table(s: Setup, cal: Calibration, p: SessionPrediction, log: BandLog
             b = s.band(cal, metric, p.turns[-1].context, p.agents)
             cells = []
             for t in shown:
+                if not t.fits:  # no speed for a turn the box cannot hold, as plain predict says of a setup
+                    cells.append(NOT_RUN)
+                    continue
                 e = get(t)
                 sp = span(b.pct, e.estimate, e.ceiling, rate) if b else None
                 log.add(metric, b, sp, p.agents)
                 cells.append(fmt(e.estimate) + (HELD_MARK if sp is not None and sp.held else ""))
             log.marked = log.marked or any(c.endswith(HELD_MARK) for c in cells)
             rows.append([f"{name} {band_text(b)}" if b else name] + cells)
-        rows.append(["  ceiling" if s.calibrated else f"{name}, ceiling"] + [fmt(get(t).ceiling) for t in shown])
+        rows.append(["  ceiling" if s.calibrated else f"{name}, ceiling"] +
+                    [fmt(get(t).ceiling) if t.fits else NOT_RUN for t in shown])
     out = p.shape.output
     rows.append(["Fits"] + [fits_cell(s, t.context + out, t.fits, "offload" if t.offload else None) for t in shown])
     return ["Turn"] + [str(t.turn) for t in shown], rows
@@ -384,6 +388,12 @@ def session_lines(s: Setup, p: SessionPrediction, sessions: int | None = None) -
         return e.estimate if est else e.ceiling
 
     last, sh = p.turns[-1], p.shape
+    tokens = (f"per session: {p.output_tokens:,} output tokens; {p.prompt_tokens:,} prompt tokens sent, "
+              f"{p.prefilled_tokens:,} prefilled ({1 - p.prefilled_tokens / p.prompt_tokens:.0%} from the cache)")
+    out_from = next((t.turn for t in p.turns if not t.fits), None)
+    if out_from is not None:  # its time and rates would rest on turns that cannot run: none is given
+        return [f"session ({len(p.turns)} turns): no time or rate predicted: from turn {out_from} the box cannot hold "
+                f"{plural(p.agents, 'context')} (Fits, above)", tokens]
     warm, cold = p.time(True), p.time(False)
     what = "" if est else " (ceilings: UNCALIBRATED, no estimate)"
     think = f" + {_seconds(warm.think_s)} thinking ({len(p.turns) - 1} x {sh.think_time.describe()})" \
@@ -395,8 +405,7 @@ def session_lines(s: Setup, p: SessionPrediction, sessions: int | None = None) -
         f"session ({len(p.turns)} turns){what}: {_seconds(pick(warm.total))} = {_seconds(pick(warm.ttft))} to first "
         f"tokens + {_seconds(pick(warm.decode))} decoding ({len(p.turns)} x {sh.output - 1} tokens after the first)"
         f"{think}; without the cache {_seconds(pick(cold.total))}",
-        f"per session: {p.output_tokens:,} output tokens; {p.prompt_tokens:,} prompt tokens sent, "
-        f"{p.prefilled_tokens:,} prefilled ({1 - p.prefilled_tokens / p.prompt_tokens:.0%} from the cache)",
+        tokens,
     ]
     if p.agents > 1:
         thr = p.throughput(True)
