@@ -90,6 +90,11 @@ def test_depth_through_llama_bench_takes_the_guard_too(tmp_path: Path, capsys: p
     assert main([*base, "--guard", "warn", "--json", str(out)]) == 0 and ran.exists()
     levels = json.loads(out.read_text())["levels"]
     assert levels and all("dirty_bench" in lv["flags"] and lv["guard"]["clean"] is False for lv in levels), levels
+    # which checks failed, and the command that prints the snapshot (the rows were flagged with no word why)
+    said = " ".join(capsys.readouterr().out.split())
+    run_id = json.loads(out.read_text())["run_id"]
+    assert "the guard found the bench dirty before this level (free_memory)" in said
+    assert f"'tokenbench show {run_id} --guard' prints the snapshots" in said
 
 
 def test_llama_options_are_spelled_for_each_tool() -> None:

@@ -14,7 +14,7 @@ from .. import redact
 from ..engines.embedded import running
 from ..errors import TokenbenchError, UsageError
 from ..console import print_table
-from ..depth_table import depth_rows
+from ..depth_table import depth_notes, depth_rows
 from ..reader import load_result
 from ..servers import normalize_base_url
 from ..guard import snapshot_before
@@ -35,6 +35,8 @@ def _llama_bench(a: argparse.Namespace, depths: list[int], console: Console, err
     store = Store(a.db)
     res = load_result(store, run_llama_bench(cfg, store, notifier(err)))
     print_table(console, *depth_rows(res), a.format)
+    for line in depth_notes(res):  # what a flag says, as the HTTP run prints it (a dirty bench: which checks)
+        console.print(line, style="yellow", markup=False, highlight=False)
     saved(console, res, store.path, a.format)
     if a.json:
         write_json(a.json, res)

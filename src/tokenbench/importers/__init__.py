@@ -174,23 +174,31 @@ def import_records(store: Store, fmt: str, text: str, source: Path, label: str |
         _register()
     parse = next(p for name, _, p in FORMATS if name == fmt)
     runs = _parse(fmt, parse, source, text, label)
-    dirty = guard_finding(guard)
-    for r in runs:
-        for lv in r.levels:
-            lv.guard = guard
-            if dirty is not None:
-                lv.add(dirty)
     with store.tx():
-        return _store_in_tx(store, fmt, runs, str(source), extra)
+        ids = [_new_id(store, []) for _ in runs]
+        for r, rid in zip(runs, ids):
+            dirty = guard_finding(guard, rid)  # naming the command that prints the snapshot, as a sweep's does
+            for lv in r.levels:
+                lv.guard = guard
+                if dirty is not None:
+                    lv.add(dirty)
+        return _store_in_tx(store, fmt, runs, str(source), extra, ids)
 
 
-def _store_in_tx(store: Store, fmt: str, runs: list[Imported], source: str, extra: dict[str, Any]) -> list[str]:
+def _new_id(store: Store, taken: list[str]) -> str:
+    rid = new_run_id()
+    while rid in taken or store.db.execute("SELECT 1 FROM runs WHERE id = ?", (rid,)).fetchone():
+        rid = new_run_id()  # ids are a second and 2 random bytes: many runs in one second can collide
+    return rid
+
+
+def _store_in_tx(store: Store, fmt: str, runs: list[Imported], source: str, extra: dict[str, Any],
+                 given: list[str] | None = None) -> list[str]:
+    """Each run stored, under ``given`` ids where the caller chose them, else new ones."""
     now = now_iso()
     ids: list[str] = []
-    for r in runs:
-        rid = new_run_id()
-        while rid in ids or store.db.execute("SELECT 1 FROM runs WHERE id = ?", (rid,)).fetchone():
-            rid = new_run_id()  # ids are a second and 2 random bytes: many runs in one second can collide
+    for i, r in enumerate(runs):
+        rid = given[i] if given is not None else _new_id(store, ids)
         m = r.manifest
         m.provenance, m.imported_from, m.format, m.label = "imported", source, fmt, r.label
         m.update(extra)
