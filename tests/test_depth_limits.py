@@ -93,7 +93,8 @@ def test_depth_through_llama_bench_takes_the_guard_too(tmp_path: Path, capsys: p
     # which checks failed, and the command that prints the snapshot (the rows were flagged with no word why)
     said = " ".join(capsys.readouterr().out.split())
     run_id = json.loads(out.read_text())["run_id"]
-    assert "the guard found the bench dirty before this level (free_memory)" in said
+    assert "the guard found the bench dirty before this level (" in said and "free_memory" in said  # (a busy
+    # machine fails cpu_load beside it)
     assert f"'tokenbench show {run_id} --guard' prints the snapshots" in said
 
 
