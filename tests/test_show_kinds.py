@@ -84,6 +84,9 @@ def test_show_guard_prints_each_levels_snapshot(tmp_path: Path, capsys: pytest.C
     assert main(["show", "box", "--guard", "2", "--db", str(db), "--json", "-"]) == 0
     cap = capsys.readouterr()
     assert json.loads(cap.out) == [{"level": 2, "guard": DIRTY}] and "level 1/2" not in cap.err
+    assert main(["show", "box", "--guard", "--format", "markdown", "--db", str(db)]) == 0
+    md = capsys.readouterr().out  # each table under its level's verdict, as on a terminal (they were bare)
+    assert "level 2/2 (concurrency 4): DIRTY\n\n| " in md and "level 1/2 (concurrency 1): clean\n\n| " in md
     assert main(["show", "box", "--guard", "3", "--db", str(db)]) == 2
     assert "--guard 3: run s-1 has levels 1..2" in capsys.readouterr().err
     _save(Store(db), "c-1", "coldstart", {"label": "boots", "model": "m"}, [])

@@ -16,7 +16,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .layout import Layout, format_markdown, heading_lines, split_constant, table_layout, wrap_cell
+from .layout import Layout, format_markdown, heading_lines, md_escape, split_constant, table_layout, wrap_cell
 
 
 #: ASCII spellings of what tokenbench prints beyond ASCII, for an output that cannot encode it: a C or POSIX locale
@@ -206,8 +206,9 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     already says (a run id holds its start) or another command shows, each with its line, left out in their order
     where the table does not fit with them, and each one's line said above the table instead. One block per row
     only when a row still cannot fit. ``numeric``: only the last column is text that may wrap."""
-    if fmt == "markdown":
-        console.print(format_markdown(header, rows), markup=False, highlight=False, soft_wrap=True)
+    if fmt == "markdown":  # the title a line of its own above the table (show --guard's were lost)
+        console.print((f"{md_escape(title)}\n\n" if title else "") + format_markdown(header, rows), markup=False,
+                      highlight=False, soft_wrap=True)
         return
     # spelt as the output will show them before they are measured ("±" is "+/-" on an ASCII terminal)
     header = [ascii_spelled(h, console.encoding) for h in header]
