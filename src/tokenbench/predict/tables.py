@@ -104,14 +104,14 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int, cal: Calibration
     lines = [
         f"{m.id} ({s.quant.weights} weights, {s.quant.kv.lower()} KV) on {_box(s)} with {s.engine}: "
         f"{context:,} tokens x {plural(concurrency, 'sequence')}",
-        f"  weights      {f.weights_gb:8.2f} GiB  (all experts)" if m.is_moe else f"  weights      {f.weights_gb:8.2f} GiB",
-        f"  KV cache     {f.kv_gb:8.2f} GiB  ({kv_bytes(m, s.quant, context) / GIB:.3f} GiB per sequence)",
+        f"  weights      {f.weights_gb:8,.2f} GiB  (all experts)" if m.is_moe else f"  weights      {f.weights_gb:8,.2f} GiB",
+        f"  KV cache     {f.kv_gb:8,.2f} GiB  ({kv_bytes(m, s.quant, context) / GIB:,.3f} GiB per sequence)",
     ]
     if m.linear_layers:
-        lines.append(f"  state        {f.state_gb:8.2f} GiB  ({state_bytes(m) / 1e6:.1f} MB per sequence, fp32)")
+        lines.append(f"  state        {f.state_gb:8,.2f} GiB  ({state_bytes(m) / 1e6:.1f} MB per sequence, fp32)")
     lines += [
-        f"  runtime      {f.overhead_gb:8.2f} GiB",
-        f"  total        {f.total_gb:8.2f} GiB of {f.usable_gb:.1f} GiB usable (a vendor's \"GB\" of memory is GiB) -> "
+        f"  runtime      {f.overhead_gb:8,.2f} GiB",
+        f"  total        {f.total_gb:8,.2f} GiB of {f.usable_gb:,.1f} GiB usable (a vendor's \"GB\" of memory is GiB) -> "
         + ("fits" if f.fits else "does NOT fit") + (" in memory, past the model's context" if past else ""),
         f"  largest context at {plural(concurrency, 'sequence')}: "
         + (f"{f.max_context:,} tokens" if f.max_context < FIT_SEARCH_TOKENS else
@@ -148,9 +148,9 @@ def what_fits(s: Setup, f: Fit, context: int, concurrency: int) -> str:
     ctx_flag, seq_flag, kv_flag = _FIT_FLAGS.get(s.engine.split()[0], ("", "", ""))
     head = f"{s.engine} keeps every layer and the KV cache in GPU memory (no layers in host memory): "
     if f.max_context == 0 and f.max_concurrency == 0:
-        return (head + f"the weights and runtime alone ({f.weights_gb + f.overhead_gb:.1f} GiB) leave no room for a "
-                f"KV cache in {f.usable_gb:.1f} GiB; fewer bits per weight (--weights) or a box with more than "
-                f"{f.total_gb:.1f} GiB usable would fit")
+        return (head + f"the weights and runtime alone ({f.weights_gb + f.overhead_gb:,.1f} GiB) leave no room for a "
+                f"KV cache in {f.usable_gb:,.1f} GiB; fewer bits per weight (--weights) or a box with more than "
+                f"{f.total_gb:,.1f} GiB usable would fit")
     ways = []
     if f.max_context > 0:
         ways.append(f"a context of at most {f.max_context:,} tokens" + (f" ({ctx_flag})" if ctx_flag else "")
@@ -162,8 +162,8 @@ def what_fits(s: Setup, f: Fit, context: int, concurrency: int) -> str:
     if s.quant.kv != "FP8" and s.hw.has_fp8 and s.kind == "batching" and ctx_flag:
         half = s.fit_as(fp8, context, concurrency)
         if half.fits:
-            ways.append(f"an FP8 KV cache (--kv fp8, {s.engine}'s {kv_flag}: {half.total_gb:.1f} GiB in all)")
-    ways.append(f"a box with {f.total_gb:.1f} GiB usable or more")
+            ways.append(f"an FP8 KV cache (--kv fp8, {s.engine}'s {kv_flag}: {half.total_gb:,.1f} GiB in all)")
+    ways.append(f"a box with {f.total_gb:,.1f} GiB usable or more")
     return head + "would fit with " + ", or ".join(ways)
 
 
