@@ -458,3 +458,10 @@ def test_one_output_token_has_no_tpot(capsys: pytest.CaptureFixture[str]) -> Non
     doc = json.loads(capsys.readouterr().out)
     col = doc["columns"].index("Median TPOT")
     assert [row[col] for row in doc["rows"]] == ["—"] and [row[col + 1] for row in doc["rows"]] == ["—"]
+
+
+def test_fit_writes_large_memory_with_separators(capsys: pytest.CaptureFixture[str]) -> None:
+    """'1220.70 GiB' beside '441,088 tokens': every count tokenbench prints carries its thousands separators."""
+    assert main(["fit", "--hardware", "nvidia-a30", "--model", "llama-3.1-70b", "--context", "4000000"]) == 0
+    out = capsys.readouterr().out
+    assert "KV cache     1,220.70 GiB  (1,220.703 GiB per sequence)" in out and "1220.7" not in out
