@@ -194,6 +194,12 @@ def _print_apart(console: Console, layout: Layout, body: list[list[str]], marks:
             console.print(t)
 
 
+def _print_markdown(console: Console, header: list[str], rows: list[list[str]], title: str | None) -> None:
+    """A Markdown table, its title a line of its own above it (show --guard's verdicts were lost)."""
+    console.print((f"{md_escape(title)}\n\n" if title else "") + format_markdown(header, rows), markup=False,
+                  highlight=False, soft_wrap=True)
+
+
 def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",
                 title: str | None = None, numeric: bool = False, keep: Collection[int] | None = None,
                 aside: int | None = None, group: int | None = None, spare: Sequence[tuple[int, str]] = ()) -> None:
@@ -206,9 +212,8 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     already says (a run id holds its start) or another command shows, each with its line, left out in their order
     where the table does not fit with them, and each one's line said above the table instead. One block per row
     only when a row still cannot fit. ``numeric``: only the last column is text that may wrap."""
-    if fmt == "markdown":  # the title a line of its own above the table (show --guard's were lost)
-        console.print((f"{md_escape(title)}\n\n" if title else "") + format_markdown(header, rows), markup=False,
-                      highlight=False, soft_wrap=True)
+    if fmt == "markdown":
+        _print_markdown(console, header, rows, title)
         return
     # spelt as the output will show them before they are measured ("±" is "+/-" on an ASCII terminal)
     header = [ascii_spelled(h, console.encoding) for h in header]
