@@ -838,3 +838,14 @@ def test_depth_rates_within_their_spreads_are_not_called_apart(tmp_path: Path, c
     assert row.winner() == 0 and row.rule == "mean ± sd" and row.interval is None
     [row] = compare(runs["a"], runs["c"]).rows  # apart by more than both spreads: named, by that rule
     assert row.winner() == 2 and row.rule == "mean ± sd"
+
+
+def test_the_report_names_the_kv_format_as_fit_and_predict_do(tmp_path: Path) -> None:
+    """The HTML report wrote "kv AUTO" and "kv FP8" where fit and predict say "auto KV" and "fp8"."""
+    db = str(tmp_path / "p.db")
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--concurrency", "1,8",
+                 "--save", "h100p", "--db", db]) == 0
+    page = tmp_path / "r.html"
+    assert main(["report", "h100p", "--html", str(page), "--db", db]) == 0
+    html = page.read_text()
+    assert "kv auto" in html and "kv AUTO" not in html

@@ -465,3 +465,11 @@ def test_fit_writes_large_memory_with_separators(capsys: pytest.CaptureFixture[s
     assert main(["fit", "--hardware", "nvidia-a30", "--model", "llama-3.1-70b", "--context", "4000000"]) == 0
     out = capsys.readouterr().out
     assert "KV cache     1,220.70 GiB  (1,220.703 GiB per sequence)" in out and "1220.7" not in out
+
+
+def test_a_box_is_found_in_any_case(capsys: pytest.CaptureFixture[str]) -> None:
+    """'--hardware H100' was refused while '--model Llama-3.1-8B' was found: ids and aliases are matched in any case."""
+    assert main(["fit", "--hardware", "H100", "--model", "llama-3.1-8b"]) == 0
+    assert "on nvidia-h100-sxm" in capsys.readouterr().out
+    assert main(["fit", "--hardware", "NVIDIA-A30", "--model", "llama-3.1-8b"]) == 0
+    assert "on nvidia-a30" in capsys.readouterr().out

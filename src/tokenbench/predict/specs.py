@@ -253,10 +253,15 @@ class Catalog:
         return cls(hw, models, used)
 
     def find_hardware(self, ident: str) -> HardwareSpec:
+        """A box by its id or an alias, in any case (``H100`` as ``h100``), as a model is found."""
         if ident in self.hardware:
             return self.hardware[ident]
         for hw in self.hardware.values():
             if ident in hw.aliases:
+                return hw
+        folded = ident.lower()
+        for hw in self.hardware.values():
+            if folded == hw.id.lower() or folded in (a.lower() for a in hw.aliases):
                 return hw
         names = list(self.hardware) + [a for h in self.hardware.values() for a in h.aliases]
         raise UsageError(f"unknown hardware '{ident}'{_suggest(ident, names)}; 'tokenbench hardware' lists them")

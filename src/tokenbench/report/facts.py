@@ -233,7 +233,7 @@ def facts(r: RunResult, price_per_hour: float | None = None, currency: str | Non
         "Source": source(r),
         "Bands": m.bands,  # a prediction's, as predict printed them
         "Model": m.model,
-        "Weights": " / ".join(x for x in (m.weights, f"kv {m.kv}" if m.kv else None) if x),
+        "Weights": " / ".join(x for x in (m.weights, f"kv {str(m.kv).lower()}" if m.kv else None) if x),
         "Engine": engine,
         "Hardware": hw,
         "Machine": _machine(m),
