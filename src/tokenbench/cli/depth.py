@@ -19,8 +19,8 @@ from ..reader import load_result
 from ..servers import normalize_base_url
 from ..guard import snapshot_before
 from ..store import Store
-from .common import (check_output, embedded_spec, guard_config, guard_targets, llama_options, notifier, run_exit,
-                     saved, tokens, write_json)
+from .common import (LLAMA_BENCH_FLAGS, check_output, embedded_spec, guard_config, guard_targets, llama_options,
+                     notifier, run_exit, saved, tokens, write_json)
 from .options import LABEL, NONNEG_INT, POSITIVE_INT, add_db, add_endpoint
 from typing import Any
 
@@ -47,9 +47,8 @@ def _depths(a: argparse.Namespace) -> list[int]:
     """The depths asked for, each once, after the options that apply to one mode only were checked."""
     if a.llama_bench and a.url:  # llama-bench runs here, on a model file: --url only changed the default depths
         raise UsageError("--llama-bench runs llama-bench on this machine; --url measures a server over HTTP: drop one")
-    given = [flag for flag, v in (("-t", a.threads), ("-fa", a.flash_attn), ("-b", a.batch_size),
-                                  ("-ub", a.ubatch_size), ("-ctk", a.cache_type_k), ("-ctv", a.cache_type_v),
-                                  ("-ngl", a.n_gpu_layers), ("--model-file", a.model_file)) if v is not None]
+    given = [flag for key, flag in LLAMA_BENCH_FLAGS.items() if getattr(a, key) is not None] + \
+        (["--model-file"] if a.model_file is not None else [])
     if a.url and given:  # the server was started with its own: these would be recorded and not applied
         raise UsageError(f"{', '.join(given)}: set on the server you started, not over HTTP; they apply to "
                          "--llama-bench or the embedded engine (without --url)")

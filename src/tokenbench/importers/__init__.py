@@ -175,8 +175,10 @@ def import_records(store: Store, fmt: str, text: str, source: Path, label: str |
     parse = next(p for name, _, p in FORMATS if name == fmt)
     runs = _parse(fmt, parse, source, text, label)
     with store.tx():
-        ids = [_new_id(store, []) for _ in runs]
-        for r, rid in zip(runs, ids):
+        ids: list[str] = []
+        for r in runs:
+            rid = _new_id(store, ids)  # none of the batch's own: ids drawn in one second can collide
+            ids.append(rid)
             dirty = guard_finding(guard, rid)  # naming the command that prints the snapshot, as a sweep's does
             for lv in r.levels:
                 lv.guard = guard
