@@ -125,14 +125,18 @@ def _session_apart(recorded: dict[str, Any], shape: SessionShape) -> str:
     return ", ".join(f"{k} {theirs[k]}" for k in ours if theirs[k] is not None and str(theirs[k]) != ours[k])
 
 
+def _apart(have: float | None, want: int) -> bool:
+    """A run's mean length more than a tenth from the length ranked."""
+    return bool(have) and abs((have or 0) / want - 1) > 0.1
+
+
 def _run_notes(r: RunResult, s: ServingLevel, w: Workload, c: Candidate) -> list[str]:
     """What a run's figures stand for, where it is not quite the workload ranked: another model, other lengths, a
     prediction no measurement stands behind."""
     m, out = r.manifest, []
     if m.model and m.model.split("/")[-1].lower() != w.model.lower():
         out.append(f"measured with {m.model}")
-    apart = (lambda have, want: bool(have) and abs(have / want - 1) > 0.1) if w.sessions is None else None
-    if apart is not None and (apart(s.input_tokens_mean, w.input_len) or apart(s.output_tokens_mean, w.output_len)):
+    if w.sessions is None and (_apart(s.input_tokens_mean, w.input_len) or _apart(s.output_tokens_mean, w.output_len)):
         out.append(f"measured at {s.input_tokens_mean or 0:,.0f} in / {s.output_tokens_mean or 0:,.0f} out tokens")
     if w.sessions is not None and (shape := _session_apart(m.workload or {}, w.sessions)):
         out.append(f"measured with {shape}")

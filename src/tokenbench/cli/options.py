@@ -29,6 +29,8 @@ POSITIVE_INT = _number(int, 0, True, "a positive whole number")
 NONNEG_INT = _number(int, 0, False, "a whole number, 0 or more")
 POSITIVE = _number(float, 0, True, "a positive number")
 NONNEG = _number(float, 0, False, "a number, 0 or more")
+#: llama-server's --cache-ram as it takes it: MiB, 0 off, -1 no limit
+CACHE_RAM = _number(int, -1, False, "a number of MiB, 0 (off) or -1 (no limit)")
 #: Requests an embedded engine serves at once where no search sets it (``engines serve``, a cache-cliff search):
 #: llama-server's slots, vLLM's sequences.
 SERVE_PARALLEL = 4

@@ -11,7 +11,7 @@ from .. import redact
 from ..errors import UsageError
 from ..store import Store
 from .common import check_output, emit_json, int_list, saved, tokens, write_json
-from .options import LABEL, UNIT, _number, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
+from .options import CACHE_RAM, LABEL, UNIT, POSITIVE, POSITIVE_INT, SHARE, add_db, add_json, add_latest
 from ..registry import known
 from ..layout import plural
 
@@ -22,9 +22,6 @@ if TYPE_CHECKING:
     from ..predict.session import SessionShape
     from ..results import RunResult
 
-
-#: llama-server's --cache-ram as it takes it: MiB, 0 off, -1 no limit
-CACHE_RAM = _number(int, -1, False, "a number of MiB, 0 (off) or -1 (no limit)")
 
 def _setup_config(a: argparse.Namespace) -> SetupConfig:
     """The box, model and engine the options name (fit's and predict's: fit has no --ubatch, --parallel, ...)."""
