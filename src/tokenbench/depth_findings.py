@@ -19,6 +19,8 @@ UNSTABLE_REPETITION_CV = 0.10
 COLD_SHARE = 0.5
 #: Depth: the pp step found its context warm when the server took at least this share of the depth from its cache.
 WARM_SHARE = 0.9
+#: What keeps a depth's context warm between its fill and its pp step.
+COLD_REMEDY = "vLLM: --enable-prefix-caching; llama.cpp: one client per slot"
 #: Depth: server timings and the client's clock may disagree by this much before it is flagged.
 TIMINGS_TOLERANCE = 0.25
 #: Depth: a rate whose standard deviation is above this share of its mean is no measurement (the depth rule;
@@ -56,16 +58,14 @@ def context_not_warm(depth: int, pp: int, steps: Sequence[tuple[float | None, fl
     215 ms fill, the server's cache_n the whole depth)."""
     if depth < 4 * pp or not any(fill for fill, _, _ in steps):
         return None
-    said = [(fill, pp_s, cached) for fill, pp_s, cached in steps if fill and cached is not None]
+    said = [cached for fill, _, cached in steps if fill and cached is not None]
     if said:
-        cold_said = [s for s in said if s[2] < WARM_SHARE * depth]
-        if not cold_said:
+        cached = next((c for c in said if c < WARM_SHARE * depth), None)
+        if cached is None:
             return None
-        _, _, cached = cold_said[0]
         return Finding(Code.CONTEXT_NOT_WARM,
                        f"the server took {cached:,} of the {depth:,}-token context from its cache for the pp step: it "
-                       "did not keep it warm, so pp includes the depth's prefill",
-                       "vLLM: --enable-prefix-caching; llama.cpp: one client per slot",
+                       "did not keep it warm, so pp includes the depth's prefill", COLD_REMEDY,
                        cached / depth, WARM_SHARE, "cached share of the depth", len(steps))
     cold = [(fill or 0.0, pp_s) for fill, pp_s, _ in steps if fill and pp_s > COLD_SHARE * fill]
     if not cold:
@@ -73,8 +73,7 @@ def context_not_warm(depth: int, pp: int, steps: Sequence[tuple[float | None, fl
     fill_s, pp_s = cold[0]
     return Finding(Code.CONTEXT_NOT_WARM,
                    f"the pp step took {pp_s * 1000:.0f} ms against {fill_s * 1000:.0f} ms to fill the {depth}-token "
-                   "context: the server did not keep it warm, so pp includes the depth's prefill",
-                   "vLLM: --enable-prefix-caching; llama.cpp: one client per slot",
+                   "context: the server did not keep it warm, so pp includes the depth's prefill", COLD_REMEDY,
                    pp_s / fill_s, COLD_SHARE, "pp time / fill time", len(steps))
 
 

@@ -25,6 +25,7 @@ ACTIONS = ("build", "serve")
 #: a server that gave 256).
 LLAMA_MIN_CTX = 256
 
+
 def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
     from ..engines import status
 
