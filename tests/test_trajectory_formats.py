@@ -478,3 +478,21 @@ def test_a_folder_that_holds_no_weka_trace_says_what_a_folder_must_hold(
     assert len(err.strip().splitlines()) == 1 and "Is a directory" not in err
     assert "a folder is read as Weka/AgentX traces" in err and "give one file" in err
     assert ("it is empty" in err) if not holds else all(name in err for name in holds)
+
+
+def test_milliseconds_are_held_to_a_year_as_milliseconds(tmp_path: Path) -> None:
+    """A tool left running overnight (11 h, 4e7 ms) or a subagent of 11 h is a real recording, not another unit;
+    a year of milliseconds is still refused, and said in milliseconds."""
+    hours = 11 * 3600 * 1000
+    p = _write(tmp_path, "t.jsonl", _lines(TRACELAB, 1, _set("tools.0.tool_wall_latency_ms", hours)))
+    tool = load_trajectories(p, fmt="tracelab").trajectories[0].calls[0].tool_uses[0]
+    assert tool.seconds == 11 * 3600
+    p = _write(tmp_path, "y.jsonl", _lines(TRACELAB, 1, _set("tools.0.tool_wall_latency_ms", 400 * 86400e3)))
+    assert "3.456e+10 ms is more than a year" in one_line(lambda: load_trajectories(p, fmt="tracelab"))
+
+    def long_subagent(d: dict[str, Any]) -> None:
+        sub = next(r for r in d["requests"] if r.get("status") == "completed")
+        sub["t"], sub["duration_ms"] = 12 * 3600.0, hours
+    p = _write(tmp_path, "w.json", _weka(long_subagent))
+    subs = load_trajectories(p, fmt="weka").trajectories[0].subagents
+    assert any(s.start_s == 3600.0 for s in subs)

@@ -417,11 +417,11 @@ class ReplayLevel:
 
     async def _answer_tokens(self, call: Call) -> int:
         """A call whose output length is not recorded: its recorded answer's tokens as the run's tokenizer counts
-        them (text and tool calls), at least 1."""
+        them (reasoning, text and tool calls: a reasoning model generates all three), at least 1."""
         answer: Message | None = call.answer
         if answer is None:
             return 1
-        parts = [answer.content if isinstance(answer.content, str) else ""]
+        parts = [answer.reasoning_content or "", answer.content if isinstance(answer.content, str) else ""]
         parts += [c.name + c.arguments for c in answer.tool_calls]
         text = " ".join(p for p in parts if p)
         n = len(await self.texts.builder.tok.encode(text)) if text else 1

@@ -148,6 +148,17 @@ def as_seconds(value: Any, name: str) -> float:
     return float(value)
 
 
+def as_milliseconds(value: Any, name: str) -> float:
+    """A finite, non-negative number of milliseconds, as seconds (held to the same year as ``as_seconds``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise Refusal(name, f"{value!r} is not a number of milliseconds")
+    if value < 0:
+        raise Refusal(name, f"{value} is negative")
+    if value > MAX_SECONDS * 1000.0:
+        raise Refusal(name, f"{value:g} ms is more than a year (another unit?)")
+    return float(value) / 1000.0
+
+
 def as_optional_seconds(value: Any, name: str) -> float | None:
     return None if value is None else as_seconds(value, name)
 

@@ -40,7 +40,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .boundary import Refusal, as_list, as_obj, as_optional_text, as_seconds, as_text, as_tokens, json_lines, refuse
+from .boundary import (Refusal, as_list, as_milliseconds, as_obj, as_optional_text, as_seconds, as_text, as_tokens,
+                       json_lines, refuse)
 from .model import Blocks, Call, HashIdChain, ToolUse, Trajectory
 
 #: Tokens a hash id names where the caller gives no block size (AIPerf's default for TraceLab).
@@ -139,7 +140,7 @@ def _tools(value: Any) -> tuple[ToolUse, ...]:
         field = "tool_internal_latency_ms"
         if ms is None:
             ms, field = tool.get("tool_wall_latency_ms"), "tool_wall_latency_ms"
-        secs = None if ms is None else as_seconds(ms, f"{name}.{field}") / 1000.0
+        secs = None if ms is None else as_milliseconds(ms, f"{name}.{field}")
         out.append(ToolUse(as_text(tool.get("tool_name"), f"{name}.tool_name", allow_empty=False), secs))
     return tuple(out)
 

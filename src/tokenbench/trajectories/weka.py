@@ -60,8 +60,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .boundary import (Refusal, as_hash_ids, as_list, as_obj, as_optional_seconds, as_optional_text, as_seconds,
-                       as_text, as_tokens, parse_json, read_text, refuse, rounding_of)
+from .boundary import (Refusal, as_hash_ids, as_list, as_milliseconds, as_obj, as_optional_seconds, as_optional_text,
+                       as_seconds, as_text, as_tokens, parse_json, read_text, refuse, rounding_of)
 from .model import Blocks, Call, HashIdChain, Subagent, Trajectory
 
 
@@ -169,7 +169,7 @@ def _subagent(path: Path, tid: str, at: str, e: dict[str, Any], size: int, seen:
         raise Refusal("requests", "missing (a subagent lists its own calls)")
     t = as_seconds(e["t"], "t")
     dur = e.get("duration_ms")
-    duration = None if dur is None else as_seconds(dur, "duration_ms") / 1000.0
+    duration = None if dur is None else as_milliseconds(dur, "duration_ms")
     status = as_optional_text(e.get("status"), "status")
     agent = as_optional_text(e.get("agent_id"), "agent_id") or at
     sid = f"{tid}/{agent}" if f"{tid}/{agent}" not in seen else f"{tid}/{at}"

@@ -1,0 +1,139 @@
+"""The trajectory loaders and the replay held to real public recordings (``examples/trajectories/public``, whose
+README names each file's source and licence): what each file says, counted here from its raw JSON, against what
+tokenbench reads of it; then each replayed against the emitter, every recorded call sent."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.trajectories.load import detect_format, load_trajectories
+from tokenbench.trajectories.model import Trajectory
+
+from test_replay import measured, replay
+
+PUBLIC = Path(__file__).resolve().parents[1] / "examples" / "trajectories" / "public"
+WEKA = PUBLIC / "kv-cache-tester"
+MLCOMMONS = PUBLIC / "mlcommons-edge-flask-5014.jsonl"
+TRACELAB = PUBLIC / "tracelab-round_trace.jsonl"
+
+
+def weka_calls(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every model call of a Weka trace, its subagents' included, as the file lists them."""
+    out = []
+    for r in requests:
+        out += weka_calls(r["requests"]) if r.get("type") == "subagent" else [r]
+    return out
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_the_public_files_are_told_apart_by_their_content() -> None:
+    assert [detect_format(p) for p in (WEKA / "trace_0277.json", MLCOMMONS, TRACELAB)] == \
+        ["weka", "mlcommons", "tracelab"]
+
+
+def test_real_weka_traces_load_as_recorded() -> None:
+    raws = {p.stem: json.loads(p.read_text()) for p in sorted(WEKA.glob("*.json"))}
+    got = load_trajectories(WEKA)
+    calls = [c for raw in raws.values() for c in weka_calls(raw["requests"])]
+    assert got.figures.trajectories == len(raws) == 2
+    assert got.figures.calls == len(calls) == 85
+    assert got.figures.subagents == sum(1 for raw in raws.values() for r in raw["requests"]
+                                        if r.get("type") == "subagent") == 6
+    assert got.figures.input_tokens == sum(c["in"] for c in calls)
+    assert got.figures.output_tokens == sum(c["out"] for c in calls)
+    # each call's blocks: its hash ids, a block of block_size tokens each, covering floor(in / block_size)
+    for tree in got.trajectories:
+        size = raws[tree.id]["block_size"]
+        for _, t in tree.walk():
+            for c in t.calls:
+                assert c.blocks is not None and c.input_tokens is not None
+                assert len(c.blocks.hash_ids) in (c.input_tokens // size, math.ceil(c.input_tokens / size))
+    # a completed subagent's t is when it returned: it started duration_ms before, and ended at t
+    for tree in got.trajectories:
+        entries = {e["agent_id"]: e for e in raws[tree.id]["requests"] if e.get("type") == "subagent"}
+        assert len(tree.subagents) == len(entries)
+        for sub in tree.subagents:
+            e = entries[sub.trajectory.id.split("/")[-1]]
+            assert len(sub.trajectory.calls) == len(e["requests"])
+            if e["status"] == "completed":
+                assert sub.end_s == pytest.approx(e["t"])
+                assert sub.start_s == pytest.approx(e["t"] - e["duration_ms"] / 1000)
+
+
+def test_a_real_mlcommons_conversation_loads_as_recorded() -> None:
+    rows = lines(MLCOMMONS)
+    roles = Counter(r["role"] for r in rows)
+    (tree,) = load_trajectories(MLCOMMONS).trajectories
+    # one call per assistant row: its request is every row before it, its answer the row itself
+    assert len(tree.calls) == roles["assistant"] == 27
+    assistants = [i for i, r in enumerate(rows) if r["role"] == "assistant"]
+    for call, i in zip(tree.calls, assistants):
+        assert call.answer is not None
+        assert call.answer.reasoning_content == rows[i].get("reasoning_content")
+        assert [c.name for c in call.answer.tool_calls] == [c["function"]["name"] for c in rows[i].get("tool_calls", ())]
+        assert call.pause_s == rows[i - 1].get("delay_seconds", 0.0)
+    assert tree.calls[0].tools is not None and list(tree.calls[0].tools) == rows[0]["tools"]
+    # the system prompt, then each row's messages (a tool row carries one per result)
+    last = tree.calls[-1].messages
+    assert last[0].role == "system" and last[1].role == "user" and last[-1].role == "tool"
+
+
+def test_real_tracelab_rounds_load_as_recorded() -> None:
+    rows = lines(TRACELAB)
+    got = load_trajectories(TRACELAB)
+    sessions = Counter(r["session_id"] for r in rows)
+    assert got.figures.trajectories == len(sessions) == 2
+    assert sorted(len(t.calls) for t in got.trajectories) == sorted(sessions.values())
+    assert got.figures.input_tokens == sum(r["input_tokens_total"] for r in rows)
+    assert got.figures.output_tokens == sum(r["output_tokens"] for r in rows)
+    by_round = {r["round_id"]: r for r in rows}
+    assert {c.input_tokens for t in got.trajectories for c in t.calls} == \
+        {r["input_tokens_total"] for r in by_round.values()}
+
+
+def sent(tree: Trajectory) -> int:
+    return sum(len(t.calls) for _, t in tree.walk())
+
+
+@pytest.mark.parametrize("path, api, scale", [(WEKA, "completions", 64.0), (TRACELAB, "completions", 64.0),
+                                              (MLCOMMONS, "chat", None)], ids=["weka", "tracelab", "mlcommons"])
+def test_each_real_recording_is_replayed_whole(emitter: BackgroundEmitter, tmp_path: Path, path: Path, api: str,
+                                               scale: float | None) -> None:
+    trees = load_trajectories(path).trajectories
+    kw: dict[str, Any] = {"scale": scale} if scale else {}
+    res, recs = replay(emitter.url, path, tmp_path, api=api, max_think_s=0.0, concurrency=[1], **kw)
+    done = measured(recs)
+    assert res.status == "complete" and all(r.ok for r in done)
+    # every recorded call, subagents' included, was sent and answered
+    assert len(done) == sum(sent(t) for t in trees)
+    if scale:
+        # each call's prompt as recorded, divided by the scale (each block and the tail rounded up on their own)
+        recorded = [c.input_tokens / scale for t in trees for _, s in t.walk() for c in s.calls if c.input_tokens]
+        for r in done:
+            assert r.expected_input_tokens is not None
+            assert any(0 <= r.expected_input_tokens - n < 2 for n in recorded), r.expected_input_tokens
+
+
+def test_a_reasoning_answers_fixed_length_counts_its_reasoning(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """MLCommons' assistant rows are mostly reasoning and a tool call with no text: the length a replay fixes for
+    such a call counts the reasoning a reasoning model generates, not the tool call alone."""
+    (tree,) = load_trajectories(MLCOMMONS).trajectories
+    replay(emitter.url, MLCOMMONS, tmp_path, api="chat", max_think_s=0.0, concurrency=[1])
+    bodies = [b for b in emitter.emitter.requests_seen if b.get("messages")]
+    by_history = {len(b["messages"]): b["max_tokens"] for b in bodies}
+    for call in tree.calls:
+        n = by_history.get(len(call.messages))
+        if n is None or call.answer is None or not call.answer.reasoning_content:
+            continue
+        # a token is at most a word's worth of text: the fixed length is at least the reasoning's words
+        assert n >= len(call.answer.reasoning_content.split()), call.where
