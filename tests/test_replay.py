@@ -10,6 +10,7 @@ import json
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -313,6 +314,36 @@ def test_the_replay_view_counts_trees_subagents_and_overflows() -> None:
     assert r.agent_tps_p90 == pytest.approx(10.0)  # 10 tokens in 1 s each
     assert [(b.low, b.high, b.calls) for b in r.by_context] == [(0, 256, 5), (256, 512, 1)]
     assert r.by_context[0].uncached_tokens_mean == 40
+
+
+def test_a_level_held_to_an_slo_fails_when_over_1_percent_of_its_calls_overflowed() -> None:
+    """AgentX's validity rule decides a level held to an SLO: its TTFT of the calls that fit cannot pass a box that
+    refused 2 of 10 calls for their context (so a capacity search does not count it as served); 1 of 200 passes."""
+    from tokenbench.capacity import SearchSpec, verdict
+    from tokenbench.kinds.replay import ReplayWork
+    from tokenbench.loadgen import Level
+    from tokenbench.metrics import summarize
+    from tokenbench.results import LevelOutcome
+    from tokenbench.slo import SLO
+
+    def level(n: int, over: int) -> Any:
+        calls = [_rec(k) for k in range(n - over)]
+        calls += [_rec(n + k, ok=False, status=400, error="request (9000 tokens) exceeds the available context size")
+                  for k in range(over)]
+        for i, r in enumerate(calls):
+            r.index = i
+        s = summarize(calls, concurrency=4, rate=None, window_start_ns=10**9, slo=SLO.parse("errors=25%"))
+        # the level's work as the replay kind attaches it (a stand-in for the level's run: the trees it ended)
+        ReplayWork(SimpleNamespace(finished={r.session for r in calls}), None, None).attach(s, calls)  # type: ignore[arg-type]
+        return s
+
+    bad, fine = level(10, 2), level(200, 1)
+    assert [c.name for c in bad.slo_checks] == ["errors", "context_overflow"]
+    assert bad.slo_checks[0].met and not bad.slo_checks[1].met and bad.slo_met is False
+    assert fine.slo_met is True and fine.slo_checks[-1].value == pytest.approx(0.005)
+    outcome = LevelOutcome(0, Level(concurrency=4), bad, "complete")
+    v = verdict(outcome, SearchSpec("concurrency", 1, 8))
+    assert v is not None and v.met is False and v.sure
 
 
 # ---- capacity over a replay, at per-agent speed tiers -----------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 from .distribution import Distribution, percentile
 from .records import RequestRecord
+from .slo import SloCheck
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
@@ -117,6 +118,21 @@ def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int |
         agent_tps_p90=_rate_reached_by(ok, 0.9), overflowed=n_over,
         overflow_share=n_over / len(calls) if calls else None,
         by_context=bins(ok, lambda r: r.input_tokens), by_uncached=bins(ok, _uncached), asked=asked)
+
+
+#: The objective a replay level held to an SLO is also held to: its share of calls refused for their context.
+VALIDITY_CHECK = "context_overflow"
+
+
+def validity_check(stats: ReplayStats) -> SloCheck | None:
+    """AgentX's validity rule as one more objective of a level held to an SLO: more than 1% of its calls refused
+    for their context fails the level (a capacity search then does not count it as served), whatever its TTFT
+    said of the calls that fit. The share observed is the verdict, as AgentX reads it, not an estimate of a rate;
+    a level with no call refused has nothing to add."""
+    if not stats.overflowed or stats.overflow_share is None:
+        return None
+    return SloCheck(VALIDITY_CHECK, stats.overflow_share, OVERFLOW_LIMIT, "share", not stats.invalid, stats.calls,
+                    stats.overflowed, 0.0)
 
 
 def by_tree(calls: list[RequestRecord]) -> dict[int, list[RequestRecord]]:

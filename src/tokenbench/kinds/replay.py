@@ -15,7 +15,7 @@ from ..loadgen import Level
 from ..metrics import session_stats, whole_sessions
 from ..records import RequestRecord
 from ..replay import ReplayLevel, ReplayPlan, ReplayTexts
-from ..replay_stats import replay_stats, tree_sessions
+from ..replay_stats import replay_stats, tree_sessions, validity_check
 from ..workload import WorkloadRecord
 from .base import Binding, LevelLoad, OnDone, SweepOptions
 
@@ -54,6 +54,10 @@ class ReplayWork:
         if not summary.concurrency:  # at the recorded times: the schedule's rate is of trajectories, not requests
             summary.rate = None
         summary.replay = replay_stats(records, self.ideal, self.planned, self.run.finished)
+        check = validity_check(summary.replay)
+        if check is not None and summary.slo_met is not None:
+            summary.slo_checks.append(check)
+            summary.slo_met = summary.slo_met and check.met
 
     def beside(self) -> list[RequestRecord]:
         return []
