@@ -40,8 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .boundary import (Refusal, as_list, as_milliseconds, as_obj, as_optional_text, as_seconds, as_text, as_tokens,
-                       json_lines, refuse)
+from .boundary import Refusal, as_list, as_milliseconds, as_obj, as_optional_text, as_text, as_tokens, json_lines, refuse
 from .model import Blocks, Call, HashIdChain, ToolUse, Trajectory
 
 #: Tokens a hash id names where the caller gives no block size (AIPerf's default for TraceLab).
