@@ -7,7 +7,9 @@ nothing of the box). A subagent starts beside its parent's lane once the parent 
 answered (after its recorded delay, capped alike), and the parent call that waited for its return waits for it.
 
 Closed loop (``--concurrency N``): N lanes, each replaying one tree after another until every tree of the set has
-been replayed once in the level (or ``--requests`` calls were measured, or ``--duration`` ran out). A lane's first
+been replayed once in the level (or ``--requests`` calls were measured, or ``--duration`` ran out); with more lanes
+than trees, every tree as many times as gives each lane one, each time a user of its own (a salt of its own), as
+AgentX re-salts a trajectory it reuses. A lane's first
 tree starts at a random call, drawn from the level's seed, after one uncounted call that warms the call before
 it, so lanes do not move in lock-step (AgentX starts each lane mid-trajectory the same way). Open loop
 (``--trace-speed``): each tree starts at its recorded start, the calls at their recorded times divided by the
@@ -214,6 +216,11 @@ def _salted(salt: str, content: Any) -> Any:
     return f"{salt} {content or ''}"
 
 
+def passes(lanes: int, trees: int) -> int:
+    """How many times a closed-loop level replays its set: once, or as often as gives each of its lanes a tree."""
+    return max(1, -(-lanes // max(1, trees)))
+
+
 Fields = Callable[[int, int], dict[str, Any]]  # (lane, output tokens) -> the request's fields
 OnDone = Callable[[RequestRecord], None]
 
@@ -273,11 +280,13 @@ class ReplayLevel:
         return start, max(ends, default=time.perf_counter_ns())
 
     def _take(self) -> Trajectory | None:
+        """The next tree to replay: the set in order, as many times over as gives every lane a tree (each time
+        salted anew by ``_tree``)."""
         trees = self.plan.trajectories.trajectories
-        if self.next_tree >= len(trees) or not self.more():
+        if self.next_tree >= passes(self.lanes, len(trees)) * len(trees) or not self.more():
             return None
         self.next_tree += 1
-        return trees[self.next_tree - 1]
+        return trees[(self.next_tree - 1) % len(trees)]
 
     def _tree(self, agent: int, parent: int | None = None) -> _Tree:
         self.sessions += 1

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from ..apis import CONVERSATIONAL
 from ..engines.embedded import slot_context
 from ..errors import UsageError
-from ..layout import plural
 from ..loadgen import Level
 from ..metrics import session_stats, whole_sessions
 from ..records import RequestRecord
@@ -121,12 +120,6 @@ class ReplayKind:
                              "replace with the server's: drop it")
         if self.plan.full_text and opts.api not in CONVERSATIONAL:
             raise UsageError(f"{self.plan.trajectories.path.name} holds chat messages: drop --api {opts.api}")
-        trees, lanes = len(self.plan.trajectories.trajectories), max(opts.concurrency, default=1)
-        if self.plan.speed is None and lanes > trees:
-            # a lane with no trajectory to replay is no agent: the level would count it, and divide by it
-            raise UsageError(f"{lanes} lanes replay {lanes} trajectories at once, and "
-                             f"{self.plan.trajectories.path.name} holds {plural(trees, 'trajectory', 'trajectories')}"
-                             f" (each replayed once a level): give --concurrency {trees} at most, or more trajectories")
         if self.plan.speed is not None and any(t.epoch_s is None for t in self.plan.trajectories.trajectories):
             raise UsageError(f"--trace-speed replays at the recorded start times, and this {self.plan.trajectories.format} "
                              "file records none: give --concurrency N lanes instead")
