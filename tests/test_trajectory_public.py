@@ -137,3 +137,51 @@ def test_a_reasoning_answers_fixed_length_counts_its_reasoning(emitter: Backgrou
             continue
         # a token is at most a word's worth of text: the fixed length is at least the reasoning's words
         assert n >= len(call.answer.reasoning_content.split()), call.where
+
+
+def test_a_full_text_set_has_an_ideal_share_of_its_characters() -> None:
+    """Each call of a full-text conversation re-sends the one before and its answer: what a prefix cache could
+    serve of it, counted here from the raw rows (each call's tools and its history but the rows since the call
+    before), is the share tokenbench states, said to be of characters."""
+    rows = lines(MLCOMMONS)
+    got = load_trajectories(MLCOMMONS).figures
+    assert got.ideal_basis == "characters"
+
+    def size(row: dict[str, Any]) -> int:
+        # the text a message puts in the prompt (chat.Message.texts): reasoning is not re-sent as prompt text
+        texts = [row.get("system") or "", row.get("content") or ""]
+        texts += [c["function"]["name"] + c["function"]["arguments"] for c in row.get("tool_calls", ())]
+        texts += [r.get("content") or "" for r in row.get("tool_results", ())]
+        return sum(len(t) for t in texts if isinstance(t, str))
+
+    tools = len(json.dumps(rows[0]["tools"]))
+    sent = served = 0
+    history = 0  # characters of the rows before the call
+    before = None  # characters the call before sent, with its answer
+    for i, row in enumerate(rows):
+        if row["role"] == "assistant":
+            sent += tools + history
+            served += (tools + before) if before is not None else 0
+            before = history + size(row)
+        history += size(row)
+    assert got.ideal_cached_share == pytest.approx(served / sent, rel=0.001)
+    assert 0.9 < got.ideal_cached_share < 1.0
+
+
+def test_the_replay_of_a_full_text_set_says_its_ideal_is_of_characters(
+        emitter: BackgroundEmitter, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenbench.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    out = tmp_path / "r.json"
+    assert main(["sweep", "--url", emitter.url, "--trace", str(MLCOMMONS), "--api", "chat", "--max-think", "0s",
+                 "--guard", "off", "--no-metrics", "--warmup", "0", "--db", str(tmp_path / "r.db"),
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    flat = " ".join(text.split())
+    share = load_trajectories(MLCOMMONS).figures.ideal_cached_share
+    assert share is not None and f"the trace's ideal {share:.0%} (of characters)" in flat, text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    replay_doc = json.loads(out.read_text())["levels"][0]["replay"]
+    assert replay_doc["ideal_basis"] == "characters"

@@ -73,6 +73,8 @@ class ReplayStats:
     by_context: list[ContextBin] = field(default_factory=list)
     by_uncached: list[ContextBin] = field(default_factory=list)
     asked: int | None = None  # the calls the level asked for (--requests); None: every trajectory once
+    #: what the ideal share is of: "tokens" (hash-id blocks), "characters" (a full-text set's messages)
+    ideal_basis: str | None = None
 
     @property
     def invalid(self) -> bool:
@@ -99,7 +101,7 @@ def tokens(n: int) -> str:
 
 
 def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int | None = None,
-                 ended: set[int] | None = None) -> ReplayStats:
+                 ended: set[int] | None = None, basis: str | None = None) -> ReplayStats:
     """A replay level's view of its measured calls (each carries its tree in ``session``, a subagent's parent
     tree in ``parent``); ``asked``: the calls it was to measure (--requests), where it was given a count;
     ``ended``: the trees (a subagent's its own) the replay sent to their last call, so a tree cut by the level's
@@ -117,7 +119,8 @@ def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int |
         tree_s=Distribution.of([_span_s(rs) for rs in finished]), ideal_cached_share=ideal,
         agent_tps_p90=_rate_reached_by(ok, 0.9), overflowed=n_over,
         overflow_share=n_over / len(calls) if calls else None,
-        by_context=bins(ok, lambda r: r.input_tokens), by_uncached=bins(ok, _uncached), asked=asked)
+        by_context=bins(ok, lambda r: r.input_tokens), by_uncached=bins(ok, _uncached), asked=asked,
+        ideal_basis=basis if ideal is not None else None)
 
 
 #: The objective a replay level held to an SLO is also held to: its share of calls refused for their context.

@@ -64,7 +64,7 @@ def replay_lines(s: ServingLevel) -> list[str]:
     cache = [f"cached {s.cached_share:.0%} of prompt tokens ({s.cached_source})" if s.cached_share is not None
              else "the server reported no cached tokens"]
     if r.ideal_cached_share is not None:
-        cache.append(f"the trace's ideal {r.ideal_cached_share:.0%}")
+        cache.append(f"the trace's ideal {r.ideal_cached_share:.0%}" + _of(r.ideal_basis))
     hits = s.telemetry.prefix_cache_hit_rate if s.telemetry is not None else None
     if hits is not None:
         warm = ", the lanes' warm-up calls too" if lanes_warmed(s) else ""
@@ -108,8 +108,13 @@ def replay_heading(wl: dict[str, Any]) -> str:
     if wl.get("full_text") or t.get("format") == "mlcommons":
         parts.append(f"answers {wl.get('answers')}")
     if t.get("ideal_cached_share") is not None:
-        parts.append(f"ideal cached share {t['ideal_cached_share']:.0%}")
+        parts.append(f"ideal cached share {t['ideal_cached_share']:.0%}" + _of(t.get("ideal_basis")))
     skipped = t.get("skipped") if isinstance(t.get("skipped"), dict) else {}
     assert isinstance(skipped, dict)
     parts += [f"{plural(n, 'line')} {why} left out" for why, n in skipped.items() if isinstance(n, int) and n]
     return ", ".join(parts)
+
+
+def _of(basis: object) -> str:
+    """A full-text set's ideal share is of its characters (trajectories/figures.py): said beside it."""
+    return " (of characters)" if basis == "characters" else ""

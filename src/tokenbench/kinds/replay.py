@@ -31,8 +31,8 @@ class ReplayWork:
 
     stoppable: bool = False  # trees end as they end: a search runs the level whole
 
-    def __init__(self, run: ReplayLevel, planned: int | None, ideal: float | None) -> None:
-        self.run, self.ideal = run, ideal
+    def __init__(self, run: ReplayLevel, planned: int | None, ideal: float | None, basis: str | None = None) -> None:
+        self.run, self.ideal, self.basis = run, ideal, basis
         self.planned: int | None = planned
 
     def prepare(self, warm: int) -> int:
@@ -52,7 +52,7 @@ class ReplayWork:
         summary.session = stats
         if not summary.concurrency:  # at the recorded times: the schedule's rate is of trajectories, not requests
             summary.rate = None
-        summary.replay = replay_stats(records, self.ideal, self.planned, self.run.finished)
+        summary.replay = replay_stats(records, self.ideal, self.planned, self.run.finished, self.basis)
         check = validity_check(summary.replay)
         if check is not None and summary.slo_met is not None:
             summary.slo_checks.append(check)
@@ -97,7 +97,8 @@ class BoundReplay:
         run = ReplayLevel(self.b.client, self.texts, self.plan, f"{level.concurrency or 'open'}/{repetition}",
                           level.concurrency or 1, self.fields, records, on_done, self.b.opts.requests,
                           self.b.opts.duration_s, counter.count if counter is not None else None)
-        return ReplayWork(run, self.b.opts.requests, self.plan.trajectories.figures.ideal_cached_share)
+        f = self.plan.trajectories.figures
+        return ReplayWork(run, self.b.opts.requests, f.ideal_cached_share, f.ideal_basis)
 
 
 @dataclass(frozen=True, slots=True)

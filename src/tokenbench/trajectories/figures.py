@@ -7,15 +7,23 @@ prompt tokens. Calls are taken in the order they were sent across the tree (a su
 Hash ids are per tree (a Weka trace's ids are ``local``), so no two trees share a block; a floor-rounded call's
 unhashed tail is never served. Only a call's blocks beyond the prefix it shares with its own trajectory's call
 before are looked up, so the work follows the distinct blocks, not the re-sent ones.
+
+A full-text set (MLCommons' rows, a session log that keeps the text) has no tokens counted per block, so its ideal
+share is of characters (``ideal_basis``): a call's tool schemas and leading messages that its trajectory's call
+before sent, with that call's answer after them, over all the characters its calls send. A template and a
+tokenizer turn both into tokens alike, so the shares agree but for the template's own words; a subagent's first
+call counts nothing served, so the share is a floor where subagents share their parent's prompt.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from array import array
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..chat import Message
 from .model import Blocks, Call, Trajectory
 
 
@@ -30,7 +38,8 @@ class Figures:
     output_tokens: int | None
     median_input_tokens: float | None  # per call
     distinct_block_tokens: int | None  # tokens in distinct blocks (None: no hash ids)
-    ideal_cached_share: float | None  # None: no hash ids
+    ideal_cached_share: float | None  # None: neither hash ids nor messages
+    ideal_basis: str | None = None  # "tokens" (hash-id blocks) or "characters" (full text)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -48,6 +57,7 @@ def figures(trees: tuple[Trajectory, ...]) -> Figures:
     for t in trees:
         s, n, d, b = _tree_cache(t)
         served, total, distinct, blocked = served + s, total + n, distinct + d, blocked or b
+    ideal, basis = _ideal(trees, calls, served, total, blocked)
     return Figures(
         trajectories=len(trees), calls=len(calls),
         subagents=sum(1 for t in trees for _ in t.walk()) - len(trees),
@@ -55,8 +65,43 @@ def figures(trees: tuple[Trajectory, ...]) -> Figures:
         median_calls=statistics.median(sum(len(s.calls) for _, s in t.walk()) for t in trees) if trees else 0.0,
         input_tokens=sum(ins) if ins else None, output_tokens=sum(outs) if outs else None,
         median_input_tokens=statistics.median(ins) if ins else None,
-        distinct_block_tokens=distinct if blocked else None,
-        ideal_cached_share=(served / total if total else 0.0) if blocked else None)
+        distinct_block_tokens=distinct if blocked else None, ideal_cached_share=ideal, ideal_basis=basis)
+
+
+def _ideal(trees: tuple[Trajectory, ...], calls: list[Call], served: int, total: int, blocked: bool
+           ) -> tuple[float | None, str | None]:
+    """The ideal cached share and what it is of: tokens where the set has hash ids, else characters where it has
+    messages, else none."""
+    if blocked:
+        return (served / total if total else 0.0), "tokens"
+    if not any(c.messages for c in calls):
+        return None, None
+    same, chars = map(sum, zip(*(_text_cache(t) for t in trees)))
+    return (same / chars if chars else 0.0), "characters"
+
+
+def _chars(m: Message) -> int:
+    return sum(len(t) for t in m.texts())
+
+
+def _text_cache(tree: Trajectory) -> tuple[int, int]:
+    """(characters a prefix cache could serve, characters sent) of one full-text tree: each call against its own
+    trajectory's call before, that call's answer after its messages; the tool schemas first, as templates put them."""
+    before: dict[str, tuple[Any, tuple[Message, ...]]] = {}  # trajectory id -> (tools, messages and answer)
+    same = total = 0
+    for _, t, c in tree.timeline():
+        tools = len(json.dumps(c.tools)) if c.tools else 0
+        sizes = [_chars(m) for m in c.messages]
+        total += tools + sum(sizes)
+        prev = before.get(t.id)
+        if prev is not None and prev[0] == c.tools:
+            same += tools
+            for m, old, n in zip(c.messages, prev[1], sizes):
+                if m != old:
+                    break
+                same += n
+        before[t.id] = (c.tools, c.messages + ((c.answer,) if c.answer is not None else ()))
+    return same, total
 
 
 def _max_concurrent(tree: Trajectory) -> int:
