@@ -367,12 +367,16 @@ class Store:
         )
         return [(r[0], r[1], r[2], LevelSummary.from_dict(json.loads(r[3]))) for r in rows]
 
-    def requests(self, run_id: str, level_idx: int | None = None) -> list[RequestRecord]:
+    def requests(self, run_id: str, level_idx: int | None = None, repetition: int | None = None
+                 ) -> list[RequestRecord]:
         q = "SELECT record FROM requests WHERE run_id = ?"
         args: tuple[Any, ...] = (run_id,)
         if level_idx is not None:
             q += " AND level_idx = ?"
             args += (level_idx,)
+        if repetition is not None:  # a replay's trees are numbered afresh in each repetition
+            q += " AND repetition = ?"
+            args += (repetition,)
         return [RequestRecord.from_dict(json.loads(r[0])) for r in self.db.execute(q, args)]
 
     #: What a record's times and token counts are (``request_times``), as stored: the rest is not read.

@@ -91,7 +91,8 @@ EXAMPLES: dict[str, list[str]] = {
     "engines": ["tokenbench engines", "tokenbench engines build vllm llama-server",
                 "tokenbench engines serve llama-server --port 8080   # until Ctrl-C: for record, or any client"],
     "runs": ["tokenbench runs", "tokenbench runs --limit 5 --json -"],
-    "show": ["tokenbench show h100 --format markdown", "tokenbench show h100 --guard 2"],
+    "show": ["tokenbench show h100 --format markdown", "tokenbench show h100 --guard 2",
+             "tokenbench show agents-demo --trees   # a replay's trees one by one"],
     "fit": ["tokenbench fit --hardware nvidia-a30 --model gpt-oss-20b --weights Q4_K_M --context 65536"],
     "predict": ["tokenbench predict --hardware nvidia-h100-sxm --model qwen3.6-27b --weights FP8 --concurrency 1,16",
                 "tokenbench predict --hardware amd-ryzen-ai-max-395 --model gpt-oss-20b --engine llama.cpp "

@@ -9,7 +9,8 @@ from rich.console import Console
 
 from ..pricing import DEFAULT_CURRENCY
 from ..errors import UsageError
-from ..levels import DepthLevel, serving
+from ..cells import level_label
+from ..levels import DepthLevel, ServingLevel, serving
 from ..console import print_table
 from ..describe import describe_run
 from ..sweep_table import print_sweep
@@ -118,6 +119,8 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     res = load_result(store, row.id, None if a.all else SHOW_LEVELS)
     if a.guard is not None:
         return _show_guard(a, console, res)
+    if a.trees is not None:
+        return _show_trees(a, console, res, store)
     if res.kind == "quality":
         from .quality import print_quality_run
 
@@ -201,6 +204,38 @@ def _show_guard(a: argparse.Namespace, console: Console, res: RunResult) -> int:
     return 0
 
 
+def _show_trees(a: argparse.Namespace, console: Console, res: RunResult, store: Store) -> int:
+    """A replay level's trees one by one (each level's, or level ``--trees K``'s): read from its stored calls."""
+    from ..replay_trees import tree_notes, tree_rows, tree_table
+
+    levels = [(k, o) for k, o in enumerate(res.outcomes, 1) if o.serving is not None and o.serving.replay is not None]
+    if not levels:
+        raise UsageError(f"--trees: run {res.run_id} replayed no agent trajectories (a {_kind(res.kind, res.manifest)} "
+                         "run): --trees shows the trees of a sweep --trace of recorded agents")
+    if a.trees:
+        if a.trees not in dict(levels):
+            raise UsageError(f"--trees {a.trees}: run {res.run_id} has replay levels "
+                             f"{', '.join(str(k) for k, _ in levels)}")
+        levels = [(k, o) for k, o in levels if k == a.trees]
+    out = []
+    for k, o in levels:
+        reps = [s for s in [*o.repetitions] or [o.summary] if isinstance(s, ServingLevel)]
+        for rep, s in enumerate(reps):
+            rows = tree_rows(store.requests(res.run_id, o.idx, rep), s.replay)
+            where = f"level {k}/{len(res.outcomes)} ({level_label(s)}" + (f", repetition {rep + 1})" if len(reps) > 1
+                                                                          else ")")
+            if rows:
+                print_table(console, *tree_table(rows), a.format, numeric=True, title=f"{where}: each tree")
+            else:  # an import of its figures only: no call stored
+                console.print(f"{where}: no call stored", markup=False, highlight=False)
+            for line in tree_notes(rows, s.replay):
+                console.print(line, style="dim", markup=False, highlight=False)
+            out.append({"level": k, "repetition": rep, "trees": [t.to_dict() for t in rows]})
+    if a.json:
+        emit_json(a.json, out)
+    return 0
+
+
 def add_runs_parser(sub: Any) -> None:
     """``tokenbench runs``'s options."""
     r = sub.add_parser("runs", help="list saved runs")
@@ -215,8 +250,12 @@ def add_show_parser(sub: Any) -> None:
     sh.add_argument("run", help=f"the run: {RUN_REF}")
     sh.add_argument("--json", help="also write it to this JSON file (every level); - for stdout")
     sh.add_argument("--all", action="store_true", help="print every level (default: the first 200)")
-    sh.add_argument("--guard", nargs="?", const=0, type=POSITIVE_INT, metavar="LEVEL",
-                    help="print the guard's snapshot taken before each level, or before level LEVEL (1 is the first)")
+    one = sh.add_mutually_exclusive_group()
+    one.add_argument("--guard", nargs="?", const=0, type=POSITIVE_INT, metavar="LEVEL",
+                     help="print the guard's snapshot taken before each level, or before level LEVEL (1 is the first)")
+    one.add_argument("--trees", nargs="?", const=0, type=POSITIVE_INT, metavar="LEVEL",
+                     help="a replay's trees one by one (sweep --trace of agents): each finished or cut, its time, "
+                          "calls, subagents and TTFT p50; every replay level's, or level LEVEL's")
     sh.add_argument("--format", choices=["table", "markdown"], default="table")
     add_latest(sh)
     add_db(sh)
