@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -637,6 +638,212 @@ def test_chunks_of_megabytes_pass_whole_and_are_recorded(tmp_path: Path) -> None
     assert direct == proxied and len(proxied[1]) > size
     [line] = lines(out)
     assert len(line["response"]["content"]) == size
+
+
+class Scripted:
+    """How an upstream sends one stream: ``wire``, every byte of its answer (head, framing, body), written in
+    ``pieces`` (seconds to wait, then the bytes), with ``text`` and ``prompt`` the answer's content and prompt count;
+    ``resumed`` is when the upstream wrote again after its longest wait (perf_counter), ``auth`` what Authorization
+    header reached it."""
+
+    def __init__(self, tag: str, words: int, prompt: int, framing: str, cuts: list[int] | None = None,
+                 stall_s: float = 0.0, stall_at: int = 0, one_event: bool = False) -> None:
+        self.text = "".join(f"{tag}w{j:06d} " for j in range(words))  # unique to the stream, and in order
+        first = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+        last = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": words}}
+        if one_event:
+            deltas = [{"choices": [{"index": 0, "delta": {"content": self.text}}]}]
+        else:
+            deltas = [{"choices": [{"index": 0, "delta": {"content": f"{tag}w{j:06d} "}}]} for j in range(words)]
+        events = [sse(e) for e in (first, *deltas, last)] + [b"data: [DONE]\n\n"]
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        if framing == "chunked":  # a chunk per event, as servers send them
+            self.wire = head + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(
+                b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+        elif framing == "length":
+            body = b"".join(events)
+            self.wire = head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        else:  # "close": no length, no chunks; the body ends where the upstream closes the connection
+            self.wire = head + b"Connection: close\r\n\r\n" + b"".join(events)
+        self.closes = framing == "close"
+        self.prompt = prompt
+        bounds = [0, *sorted(set(c for c in (cuts or []) if 0 < c < len(self.wire))), len(self.wire)]
+        self.pieces = [(0.0, self.wire[a:b]) for a, b in zip(bounds, bounds[1:])]
+        if stall_s:
+            at = min(range(1, len(bounds) - 1), key=lambda k: abs(bounds[k] - stall_at))
+            self.pieces[at] = (stall_s, self.pieces[at][1])
+            self.before_stall = self.wire[:bounds[at]]
+        self.resumed = 0.0
+        self.auth = ""
+
+
+TINY = (1, 1, 1, 2, 3, 5, 11, 64, 300, 1500, 4096)
+
+
+def tiny_cuts(size: int, rng: random.Random, sizes: tuple[int, ...] = TINY) -> list[int]:
+    """Cuts of ``size`` bytes into pieces of ``sizes``, by default 1 byte to 4 KiB, the small ones most often: a
+    split inside the head, a chunk-size line, a CRLF, a JSON string."""
+    cuts, at = [], 0
+    while at < size:
+        at += rng.choice(sizes)
+        cuts.append(at)
+    return cuts
+
+
+def scripted_upstream(plans: dict[str, Scripted], busy: list[int] | None = None,
+                      ) -> tuple[asyncio.AbstractEventLoop, threading.Thread, int]:
+    """An upstream that answers each request with the plan its first message names (``plans``' key), piece by
+    piece, each written and drained on its own; it serves requests on a connection as long as it is kept alive.
+    ``busy``: [answers being written now, the most at once]."""
+    loop = asyncio.new_event_loop()
+    busy = busy if busy is not None else [0, 0]
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await r.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                size = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+                body = json.loads(await r.readexactly(int(size.group(1)) if size else 0))
+                plan = plans[body["messages"][0]["content"]]
+                said = re.search(rb"(?i)\r\nauthorization: *([^\r]*)", head)
+                plan.auth = said.group(1).decode() if said else ""
+                busy[0] += 1
+                busy[1] = max(busy)
+                for wait, piece in plan.pieces:
+                    if wait:
+                        await asyncio.sleep(wait)
+                        plan.resumed = time.perf_counter()
+                    w.write(piece)
+                    await w.drain()
+                    if len(plan.pieces) > 2:
+                        await asyncio.sleep(0.0005)  # each piece on the wire alone, not merged with the next
+                busy[0] -= 1
+                if plan.closes:
+                    return
+        finally:
+            w.close()
+
+    server = loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    return loop, thread, server.sockets[0].getsockname()[1]
+
+
+async def raw_stream(port: int, first: str, auth: str, wait: float = 10.0) -> list[tuple[float, bytes]]:
+    """A streamed chat request whose first message is ``first``, on a connection of its own, and each read of the
+    answer as it came (perf_counter, bytes), the head and framing included, to its end, the connection's close, or
+    ``wait`` seconds (what came by then: a byte short of the end shows as a difference, not a timeout)."""
+    body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": first}]}).encode()
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: %s"
+            b"\r\nContent-Length: %d\r\n\r\n%s" % (auth.encode(), len(body), body))
+    reads: list[tuple[float, bytes]] = []
+    got = b""
+    try:
+        async with asyncio.timeout(wait):
+            while not _answered(got, 1) or b"Connection: close" in got[:500]:
+                part = await r.read(1 << 16)
+                if not part:
+                    break
+                reads.append((time.perf_counter(), part))
+                got += part
+    except TimeoutError:
+        pass
+    finally:
+        w.close()
+    return reads
+
+
+def test_an_upstream_that_stalls_mid_stream_then_resumes_is_forwarded_whole_and_recorded(tmp_path: Path) -> None:
+    """1.5 s of silence after a few events, then the rest: the client got the events before the stall while the
+    upstream was silent (forwarded as they came, not held back), then every byte after, the whole answer byte for
+    byte as the upstream wrote it; the proxy neither gave up on the stall nor cut the stream, and the log's line is
+    whole: the whole text and usage, its first byte before the stall and its end after it."""
+    stall = 1.5
+    plan = Scripted("solo", 40, 321, "chunked", cuts=list(range(100, 4000, 100)), stall_s=stall, stall_at=700)
+    out = tmp_path / "stall-resume.jsonl"
+    loop, thread, port = scripted_upstream({"stalled then resumed": plan})
+    try:
+        with recording(f"http://127.0.0.1:{port}", out) as rec:
+            proxy_port = int(rec.root.rsplit(":", 1)[1])
+            reads = asyncio.run(raw_stream(proxy_port, "stalled then resumed", f"Bearer {SECRET}"))
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+    assert b"".join(p for _, p in reads) == plan.wire
+    assert plan.resumed and len(plan.before_stall) > 600 and plan.auth == f"Bearer {SECRET}"
+    assert b"".join(p for t, p in reads if t < plan.resumed) == plan.before_stall  # no more, no less
+    assert rec.summary.recorded == 1 and not rec.summary.failed
+    [line] = lines(out)
+    assert line["response"] == {"role": "assistant", "content": plan.text}
+    assert line["usage"] == {"prompt_tokens": 321, "completion_tokens": 40, "cached_tokens": None}
+    # the first byte came before the stall, the end after it: the line's times are the stream's own
+    assert line["sent"] <= line["first_byte"] < line["sent"] + stall / 2
+    assert line["end"] - line["first_byte"] >= stall - 0.05
+    assert SECRET not in out.read_text()
+    load_trajectories(out)
+
+
+def test_many_streams_at_once_from_a_misbehaving_upstream_each_reach_their_client_whole(tmp_path: Path) -> None:
+    """32 clients at once through one proxy, each stream sent its own way: in pieces of 1 byte to 4 KiB (the head
+    and the chunked framing cut anywhere), with a stall of up to 0.8 s mid-stream then the rest, as one write of
+    a megabyte, or as a body that ends where the upstream closes the connection. Every stream's text is its own
+    (its tag on each word, the words numbered), so a byte lost, repeated, reordered or handed to another client
+    shows: each client got exactly the bytes the upstream wrote for its request. The log holds one line per
+    request, each with its own stream's text and counts, and none of the keys the clients sent."""
+    n = 32
+    plans: dict[str, Scripted] = {}
+    for i in range(n):
+        rng, tag, kind = random.Random(i), f"s{i:02d}", i % 4
+        if kind == 0:  # tiny pieces
+            p = Scripted(tag, 200, 1000 + i, "chunked", cuts=tiny_cuts(16000, rng))
+        elif kind == 1:  # a stall mid-stream, then the rest
+            p = Scripted(tag, 30, 1000 + i, "chunked", cuts=tiny_cuts(4000, rng, (1, 7, 50, 200)),
+                         stall_s=0.3 + 0.5 * rng.random(), stall_at=rng.randrange(300, 2000))
+        elif kind == 2:  # one huge write: head and body at once
+            p = Scripted(tag, 100_000 + i, 1000 + i, "length", one_event=True)
+        else:  # to the connection's close, in middling pieces
+            p = Scripted(tag, 40, 1000 + i, "close", cuts=tiny_cuts(5000, rng, (100, 500, 1000)))
+        plans[f"task of stream {tag}"] = p
+    keys = {first: f"Bearer sk-live-{i:02d}-Zq8TtopSecretKeyValue" for i, first in enumerate(plans)}
+    out = tmp_path / "many-hostile.jsonl"
+    busy = [0, 0]
+    loop, thread, port = scripted_upstream(plans, busy)
+
+    async def clients(proxy_port: int) -> list[list[tuple[float, bytes]]]:
+        return await asyncio.gather(*(raw_stream(proxy_port, first, keys[first]) for first in plans))
+
+    try:
+        with recording(f"http://127.0.0.1:{port}", out) as rec:
+            got = asyncio.run(clients(int(rec.root.rsplit(":", 1)[1])))
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+    assert busy[1] >= n // 2, busy  # the streams were at once, not one after another
+    assert sum(len(p.wire) > 1_000_000 for p in plans.values()) == n // 4
+    tiny = list(plans.values())[::4]  # cut fine, as said: 1-byte pieces among many
+    assert all(len(p.pieces) >= 15 and any(len(b) == 1 for _, b in p.pieces) for p in tiny)
+    for (first, plan), reads in zip(plans.items(), got):
+        data = b"".join(p for _, p in reads)
+        assert data == plan.wire, (first, len(data), len(plan.wire))
+        assert plan.auth == keys[first]  # forwarded as sent
+    assert rec.summary.recorded == n and not rec.summary.failed and not rec.summary.skipped
+    recorded = lines(out)
+    assert len(recorded) == n
+    by_first = {ln["request"]["messages"][0]["content"]: ln for ln in recorded}
+    assert set(by_first) == set(plans)
+    for first, plan in plans.items():
+        ln = by_first[first]
+        assert ln["response"] == {"role": "assistant", "content": plan.text}, first
+        assert ln["usage"]["prompt_tokens"] == plan.prompt, first
+    text = out.read_text()
+    assert "Bearer" not in text and "sk-live" not in text
+    assert not [k for k in keys.values() if k.split()[1] in text or k.split()[1][-20:] in text]
+    assert len(load_trajectories(out).trajectories) == n
 
 
 def test_an_upstream_down_at_start_gets_a_502_then_is_recorded_once_up(tmp_path: Path) -> None:
