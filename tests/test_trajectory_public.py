@@ -185,3 +185,33 @@ def test_the_replay_of_a_full_text_set_says_its_ideal_is_of_characters(
     assert max(len(line) for line in text.splitlines()) <= 80
     replay_doc = json.loads(out.read_text())["levels"][0]["replay"]
     assert replay_doc["ideal_basis"] == "characters"
+
+
+def test_an_open_loop_replay_cuts_the_idle_time_between_recorded_sessions(emitter: BackgroundEmitter,
+                                                                          tmp_path: Path) -> None:
+    """TraceLab's example records its two sessions 72 days apart: at the recorded times the second would start 34
+    hours into a replay at 50x. The time no session was running is cut to the pause cap, as AgentX caps idle gaps:
+    the second starts when the first's recorded calls end, plus the cap; sessions that overlap keep their times."""
+    from tokenbench.replay import ReplayPlan
+
+    trees = load_trajectories(TRACELAB)
+    first, second = sorted(trees.trajectories, key=lambda t: t.epoch_s or 0.0)
+    assert first.epoch_s is not None and second.epoch_s is not None
+    assert second.epoch_s - first.epoch_s > 70 * 86400
+    # the first session's recorded end, counted here from its rows: its last round's last timing event
+    rows = [r for r in lines(TRACELAB) if r["session_id"] == first.id]
+    stamps = [e["timestamp"] for r in rows for e in r["timing_events"]]
+    from datetime import datetime
+
+    span = (max(map(datetime.fromisoformat, stamps)) - min(map(datetime.fromisoformat, stamps))).total_seconds()
+    plan = ReplayPlan(trees, max_think_s=10.0, speed=100.0)
+    starts = dict(zip((t.id for t in trees.trajectories), plan.starts()))
+    assert starts[first.id] == 0.0 and starts[second.id] == pytest.approx(span + 10.0, abs=1.0)
+    assert ReplayPlan(trees, max_think_s=None).starts()[trees.trajectories.index(second)] == \
+        pytest.approx(second.epoch_s - first.epoch_s)
+
+    res, recs = replay(emitter.url, TRACELAB, tmp_path, max_think_s=10.0, speed=100.0, scale=64.0,
+                       concurrency=[1])
+    firsts = sorted(min(r.sent_ns for r in measured(recs) if r.session == s) for s in {r.session for r in recs})
+    assert res.status == "complete" and len(firsts) == 2
+    assert abs((firsts[1] - firsts[0]) / 1e9 - (span + 10.0) / 100.0) < 0.15

@@ -89,6 +89,27 @@ class ReplayPlan:
     def tokens(self, n: int) -> int:
         return max(1, math.ceil(n / self.scale))
 
+    def starts(self) -> list[float]:
+        """Open loop: each tree's start, seconds after the set's first, before the speed divides it (in the set's
+        order). As recorded, but a stretch in which no tree of the recording was running (from its first call sent
+        to its last answered, subagents' included) is cut to the pause cap, as AgentX caps idle gaps: the day
+        between two recorded sessions says nothing of the box, and waited out would make a replay of hours."""
+        trees = self.trajectories.trajectories
+        epochs = [t.epoch_s for t in trees]
+        first = min((e for e in epochs if e is not None), default=0.0)
+        at = [(e if e is not None else first) - first for e in epochs]
+        if self.max_think_s is None:
+            return at
+        out = list(at)
+        removed, busy = 0.0, None  # recorded idle time cut so far; when the recording's running trees end
+        for i in sorted(range(len(trees)), key=lambda i: at[i]):
+            if busy is not None and at[i] - busy > self.max_think_s:
+                removed += at[i] - busy - self.max_think_s
+            out[i] = at[i] - removed
+            end = at[i] + _recorded_span(trees[i])
+            busy = end if busy is None else max(busy, end)
+        return out
+
     def longest_call(self) -> int:
         """The most tokens (prompt and output) one call sends and gets back, as scaled (0 where not recorded)."""
         most = 0
@@ -216,6 +237,11 @@ def _salted(salt: str, content: Any) -> Any:
     return f"{salt} {content or ''}"
 
 
+def _recorded_span(tree: Trajectory) -> float:
+    """A tree's recorded length: its first call's start to its last call's end (or start), subagents' included."""
+    return max(((at + (c.duration_s or 0.0)) for at, _, c in tree.timeline()), default=0.0)
+
+
 def passes(lanes: int, trees: int) -> int:
     """How many times a closed-loop level replays its set: once, or as often as gives each of its lanes a tree."""
     return max(1, -(-lanes // max(1, trees)))
@@ -300,14 +326,14 @@ class ReplayLevel:
             first = False
 
     async def _open(self, origin_ns: int) -> None:
-        """Every tree at its recorded start (its epoch), relative to the set's first, divided by the speed."""
+        """Every tree at its recorded start (its epoch), relative to the set's first, idle stretches cut to the cap
+        (``ReplayPlan.starts``), divided by the speed."""
         trees = self.plan.trajectories.trajectories
-        epochs = [t.epoch_s for t in trees]
-        first = min((e for e in epochs if e is not None), default=0.0)
+        starts = self.plan.starts()
         speed = self.plan.speed or 1.0
 
         async def one(i: int, t: Trajectory) -> None:
-            delay = ((epochs[i] or first) - first) / speed - (time.perf_counter_ns() - origin_ns) / 1e9
+            delay = starts[i] / speed - (time.perf_counter_ns() - origin_ns) / 1e9
             await self._wait(delay)
             if self.more():
                 await self._replay(t, self._tree(i), 0, origin_ns=time.perf_counter_ns())

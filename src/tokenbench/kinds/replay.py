@@ -128,9 +128,7 @@ class ReplayKind:
     def levels(self, opts: SweepOptions) -> list[Level]:
         if self.plan.speed is None:
             return [Level(concurrency=c, cache="warm") for c in opts.concurrency]
-        trees = self.plan.trajectories.trajectories
-        epochs = sorted(t.epoch_s or 0.0 for t in trees)
-        return [Level(schedule=tuple((e - epochs[0]) / self.plan.speed for e in epochs), cache="warm")]
+        return [Level(schedule=tuple(s / self.plan.speed for s in sorted(self.plan.starts())), cache="warm")]
 
     def longest_request(self) -> int:
         """The longest call recorded, as scaled; for full text, its bytes (a byte-level tokenizer's most)."""
