@@ -1265,6 +1265,31 @@ def test_requests_in_unusual_shapes_pass_whole(tmp_path: Path, emitter: Backgrou
     assert len(lines(out)) == 3
 
 
+def test_an_http_1_0_client_gets_an_answer_it_can_read(tmp_path: Path, emitter: BackgroundEmitter) -> None:
+    """An HTTP/1.0 client (curl --http1.0, an old library) cannot read chunked framing, which HTTP/1.0 does not
+    have: the request goes on in the client's version, so the upstream answers it as HTTP/1.0 does (its body ends
+    with the connection), and the agent gets that answer whole, recorded."""
+    out = tmp_path / "old.jsonl"
+    chat = json.dumps(CHAT).encode()
+    with recording(emitter.url, out) as rec:
+        port = int(rec.root.rsplit(":", 1)[1])
+        got = b""
+        with socket.create_connection(("127.0.0.1", port), 20) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(chat), chat))
+            while part := s.recv(1 << 16):  # to the close that ends an HTTP/1.0 body
+                got += part
+        # the upstream connection the answer ended by closing is not lent to the next request
+        after = raw_exchange(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(chat), chat), 1)
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower(), head
+    assert body.rstrip().endswith(b"data: [DONE]"), body[-100:]
+    assert after.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in after, after[:200]
+    assert rec.summary.recorded == 2 and not rec.summary.failed
+    assert len(lines(out)) == 2
+
+
 def closing_upstream(served: list[int]) -> tuple[asyncio.AbstractEventLoop, threading.Thread, int]:
     """An upstream that answers the first request of each connection, then closes the connection when the second
     comes, without a byte of answer (as a server whose keep-alive timer ran out as the request came)."""

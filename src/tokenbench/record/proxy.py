@@ -355,9 +355,12 @@ class Proxy:
 
     def request_bytes(self, req: Request, body: bytes) -> bytes:
         """The request as the upstream gets it: its own Host and Content-Length, the hop-by-hop headers left out
-        (those RFC 9110 names, and those the client's Connection header names)."""
+        (those RFC 9110 names, and those the client's Connection header names); in the client's version where that
+        is HTTP/1.0, so the upstream answers in framing the client reads (no chunks: the body ends with the
+        connection), which the agent then gets unchanged."""
         named = {t.strip().lower() for t in req.header("connection").split(",")}
-        lines = [f"{req.method} {self.pool.prefix}{req.target} HTTP/1.1", f"Host: {self.pool.netloc}"]
+        version = "HTTP/1.0" if req.version == "HTTP/1.0" else "HTTP/1.1"
+        lines = [f"{req.method} {self.pool.prefix}{req.target} {version}", f"Host: {self.pool.netloc}"]
         lines += [f"{k}: {v}" for k, v in req.headers if k.lower() not in HOP_BY_HOP and k.lower() not in named]
         if body or req.method in ("POST", "PUT", "PATCH"):
             lines.append(f"Content-Length: {len(body)}")
