@@ -9,12 +9,12 @@ answered (after its recorded delay, capped alike), and the parent call that wait
 Closed loop (``--concurrency N``): N lanes, each replaying one tree after another until every tree of the set has
 been replayed once in the level (or ``--requests`` calls were measured, or ``--duration`` ran out); with more lanes
 than trees, every tree as many times as gives each lane one, each time a user of its own (a salt of its own), as
-AgentX re-salts a trajectory it reuses. A lane's first
-tree starts at a random call, drawn from the level's seed, after one uncounted call that warms the call before
-it, so lanes do not move in lock-step (AgentX starts each lane mid-trajectory the same way). Open loop
-(``--trace-speed``): each tree starts at its recorded start, the calls at their recorded times divided by the
-speed, never before the answer before them; a recorded pause over the cap waits the cap, and the tree's later
-calls keep their times after it.
+AgentX re-salts a trajectory it reuses. A lane's first tree starts at a random call, drawn from the level's seed,
+after one uncounted call that warms the call before it, so lanes do not move in lock-step (AgentX starts each lane
+mid-trajectory the same way). Open loop (``--trace-speed``): each tree starts at its recorded start (a stretch in
+which no recorded tree was running cut to the cap), the calls at their recorded times divided by the speed, never
+before the answer before them; a recorded pause over the cap waits the cap, and the tree's later calls keep their
+times after it.
 
 What is sent:
 - length-only formats (Weka, TraceLab, a lengths-only session log): each hash id is a block of text of exactly its
