@@ -215,3 +215,22 @@ def test_an_open_loop_replay_cuts_the_idle_time_between_recorded_sessions(emitte
     firsts = sorted(min(r.sent_ns for r in measured(recs) if r.session == s) for s in {r.session for r in recs})
     assert res.status == "complete" and len(firsts) == 2
     assert abs((firsts[1] - firsts[0]) / 1e9 - (span + 10.0) / 100.0) < 0.15
+
+
+def test_cost_prices_a_replay_per_finished_session(emitter: BackgroundEmitter, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A replay of the real Weka traces, priced: each finished tree (a session with its subagents) costs the hours
+    the level held the box over the trees it finished."""
+    from tokenbench.cli import main
+
+    db, run = tmp_path / "r.db", tmp_path / "run.json"
+    assert main(["sweep", "--url", emitter.url, "--trace", str(WEKA), "--trace-scale", "64", "--concurrency", "2",
+                 "--max-think", "0s", "--guard", "off", "--no-metrics", "--quiet", "--db", str(db),
+                 "--json", str(run)]) == 0
+    lv = json.loads(run.read_text())["levels"][0]
+    capsys.readouterr()
+    assert main(["cost", "last", "--price-per-hour", "3.6", "--db", str(db), "--json", "-"]) == 0
+    (s,) = json.loads(capsys.readouterr().out)["sessions"]
+    assert s["sessions"] == lv["replay"]["trees"] == 2 and s["sessions_finished"] == lv["replay"]["trees_finished"]
+    assert s["box_hours"] == pytest.approx(lv["duration_s"] / 3600, rel=1e-6)
+    assert s["cost_per_session"] == pytest.approx(3.6 * s["box_hours"] / s["sessions_finished"], rel=1e-6)
