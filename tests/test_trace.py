@@ -251,11 +251,13 @@ def test_session_options_on_a_trace_are_refused(capsys: pytest.CaptureFixture[st
 
 def test_a_missing_trace_is_said_before_the_options_that_go_with_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--answers live on a missing file said it was a request trace."""
-    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace", str(tmp_path / "x"), "--answers", "live",
-                 "--quiet"])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and "cannot read it (No such file or directory)" in err, err
+    """--answers live on a missing file said it was a request trace; --concurrency said to drop it, which capacity
+    needs for its search."""
+    for cmd, more in (("sweep", ["--answers", "live"]), ("sweep", ["--concurrency", "2"]),
+                      ("capacity", ["--concurrency", "1:4", "--slo", "ttft_p90=10s"])):
+        code = main([cmd, "--url", "http://127.0.0.1:9/v1", "--trace", str(tmp_path / "x"), *more, "--quiet"])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and "cannot read it (No such file or directory)" in err, (cmd, more, err)
 
 
 # ---- what a trace says ------------------------------------------------------------------------------------------

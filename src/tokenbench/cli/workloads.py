@@ -230,6 +230,8 @@ def workload_kind(a: argparse.Namespace, argv: list[str], defaults: dict[str, An
     given = given_flags(argv)
     if getattr(a, "trace", None) is not None:
         defaults["requests"] = None  # all of it, unless --requests asks for its first N
+        if not Path(a.trace).exists():  # said before any option that would not go with what it holds
+            raise UsageError(f"--trace {a.trace}: cannot read it (No such file or directory)")
         fmt = a.trace_format or detect_format(a.trace)
         if fmt is None:
             refuse_unknown(a.trace)
