@@ -215,6 +215,10 @@ def test_an_open_loop_replay_cuts_the_idle_time_between_recorded_sessions(emitte
     firsts = sorted(min(r.sent_ns for r in measured(recs) if r.session == s) for s in {r.session for r in recs})
     assert res.status == "complete" and len(firsts) == 2
     assert abs((firsts[1] - firsts[0]) / 1e9 - (span + 10.0) / 100.0) < 0.15
+    # its row is named for its loop, not "as recorded": it ran at 100x the recorded times
+    from tokenbench.cells import level_label
+
+    assert res.outcomes[0].serving is not None and level_label(res.outcomes[0].serving) == "open loop"
 
 
 def test_cost_prices_a_replay_per_finished_session(emitter: BackgroundEmitter, tmp_path: Path,

@@ -30,7 +30,8 @@ def level_label(s: ServingLevel) -> str:
     a session run measures each concurrency twice)."""
     cache = f" {s.session.cache}" if s.session is not None else ""
     if s.replay is not None and not s.concurrency:
-        return "as recorded"  # a replay at the recorded times: no lanes, and no rate of requests (its heading says)
+        # a replay at the recorded times (its heading says how fast): no lanes, and no rate of requests
+        return "open loop"
     if s.rate is not None:
         return f"{s.rate:g}/s{cache}"
     return f"{s.concurrency}{cache}" if s.concurrency is not None else "trace"  # a trace sent all at once

@@ -171,7 +171,7 @@ def output_rate(s: LevelSummary) -> float | None:
 
 def _load(s: LevelSummary, trace: str | None) -> str:
     """The load a level ran at: its concurrency, else the sweep table's name of it (an open loop's rate, a replay
-    "as recorded"), or the trace it replayed (a trace level has no concurrency, and its rate is the trace's own)."""
+    "open loop"), or the trace it replayed (a trace level has no concurrency, and its rate is the trace's own)."""
     if trace:
         return trace
     if s.concurrency is not None:
