@@ -238,3 +238,24 @@ def test_cost_prices_a_replay_per_finished_session(emitter: BackgroundEmitter, t
     assert s["sessions"] == lv["replay"]["trees"] == 2 and s["sessions_finished"] == lv["replay"]["trees_finished"]
     assert s["box_hours"] == pytest.approx(lv["duration_s"] / 3600, rel=1e-6)
     assert s["cost_per_session"] == pytest.approx(3.6 * s["box_hours"] / s["sessions_finished"], rel=1e-6)
+
+
+def test_a_set_with_subagents_names_no_llama_server_slot(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """On llama-server a tree keeps a slot of its own (id_slot) where only its calls are in flight; a set with
+    subagents sends more calls at once than there are slots, and a call named to a busy slot wedged llama.cpp's
+    server: those calls name none, and the server picks the slot that holds most of each prompt."""
+    emitter.configure(slot_ctx=65536)  # looks like llama-server
+    replay(emitter.url, WEKA, tmp_path, max_think_s=0.0, scale=64.0, concurrency=[1], requests=4)
+    # the replay's calls (the endpoint's check request before them keeps no cache)
+    with_subagents = [b for b in emitter.emitter.requests_seen if b.get("cache_prompt")]
+    assert len(with_subagents) >= 4 and all("id_slot" not in b for b in with_subagents)
+    emitter.emitter.requests_seen.clear()
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "t.json").write_text(json.dumps({"id": "t", "block_size": 4, "requests": [
+        {"t": float(k), "type": "n", "in": 8 * (k + 1), "out": 2, "hash_ids": list(range(2 * (k + 1))),
+         "think_time": 0.0, "api_time": 0.1} for k in range(3)]}))
+    (tmp_path / "p").mkdir()
+    replay(emitter.url, plain, tmp_path / "p", max_think_s=0.0, concurrency=[1])
+    calls = [b for b in emitter.emitter.requests_seen if b.get("cache_prompt")]
+    assert len(calls) == 3 and all(b.get("id_slot") == 0 for b in calls)

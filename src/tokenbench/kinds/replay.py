@@ -76,10 +76,21 @@ class BoundReplay:
 
     def fields(self, agent: int, out_len: int) -> dict[str, Any]:
         """A call's fields: its output length fixed as the server allows, the cache kept warm for its tree (a slot
-        of its own where the server has slots), the user's --extra-body on top."""
+        of its own where the server has slots, but for a set with subagents: see ``pins``), the user's
+        --extra-body on top."""
         ep, opts = self.b.endpoint, self.b.opts
         fixed = ep.info.adapter.output_length_fields(out_len, ep.eos_token_id, opts.api) if opts.fixed_output else {}
-        return fixed | ep.info.adapter.session_fields(agent, ep.info.slots) | opts.extra_body
+        slots = ep.info.slots if self.pins else None
+        return fixed | ep.info.adapter.session_fields(agent, slots) | opts.extra_body
+
+    @property
+    def pins(self) -> bool:
+        """Whether each tree names its slot (llama-server's ``id_slot``). Not where the set has subagents: they run
+        beside their parents, so more calls are in flight than there are slots, and a call named to a slot busy
+        with a long prompt's prefill wedged llama.cpp's server (3 lanes of one kv-cache-tester trace at 3 slots:
+        no progress in 150 s; unnamed, 30 calls in 21 s with 90% of prompt tokens cached). Unnamed, llama-server
+        gives a call the idle slot whose cache holds most of its prompt."""
+        return not self.plan.trajectories.figures.subagents
 
     def workload_entry(self) -> dict[str, Any]:
         return self.plan.to_dict() | {"seed": self.b.seed}
