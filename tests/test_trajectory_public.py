@@ -259,3 +259,13 @@ def test_a_set_with_subagents_names_no_llama_server_slot(emitter: BackgroundEmit
     replay(emitter.url, plain, tmp_path / "p", max_think_s=0.0, concurrency=[1])
     calls = [b for b in emitter.emitter.requests_seen if b.get("cache_prompt")]
     assert len(calls) == 3 and all(b.get("id_slot") == 0 for b in calls)
+
+
+def test_a_folder_without_start_times_is_named_as_a_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    from tokenbench.cli import main
+
+    assert main(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace", str(WEKA), "--trace-speed", "5",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "kv-cache-tester (folder of weka traces) records none: give --concurrency" in err and \
+        len(err.splitlines()) == 1, err

@@ -133,8 +133,10 @@ class ReplayKind:
         if self.plan.full_text and opts.api not in CONVERSATIONAL:
             raise UsageError(f"{self.plan.trajectories.path.name} holds chat messages: drop --api {opts.api}")
         if self.plan.speed is not None and any(t.epoch_s is None for t in self.plan.trajectories.trajectories):
-            raise UsageError(f"--trace-speed replays at the recorded start times, and this {self.plan.trajectories.format} "
-                             "file records none: give --concurrency N lanes instead")
+            what = "folder of" if self.plan.trajectories.path.is_dir() else "file of"
+            raise UsageError(f"--trace-speed replays at the recorded start times, and {self.plan.trajectories.path.name} "
+                             f"({what} {self.plan.trajectories.format} traces) records none: give --concurrency N lanes "
+                             "instead")
 
     def levels(self, opts: SweepOptions) -> list[Level]:
         if self.plan.speed is None:
