@@ -10,7 +10,10 @@ traces of that shape made here), this loads the set, then builds every call's pr
 at a time, none kept; a tree's blocks dropped when it is done) with the embedded model's tokenizer, and prints: tokens the calls send, distinct block
 tokens, seconds and peak traced memory for loading and for building. A benchmark, not a test: it prints a table.
 
-    python benchmarks/replay_prep.py [--traces DIR] [--limit 20]
+    python benchmarks/replay_prep.py [--traces DIR] [--limit 20] [--rss]
+
+``--rss``: tracemalloc off (it slows building several-fold on a large set, more than the set's size would say),
+and the process's peak resident memory in place of the traced peaks.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import asyncio
 import json
 import random
+import resource
 import statistics
 import tempfile
 import time
@@ -64,26 +68,34 @@ async def build_all(plan: ReplayPlan, builder: PromptBuilder) -> tuple[int, int]
     return sent, texts.built
 
 
-def measure(path: Path) -> None:
+def measure(path: Path, traced: bool = True) -> None:
     tok = LocalTokenizer(str(tiny.ensure().hf_dir))
-    tracemalloc.start()
+    if traced:
+        tracemalloc.start()
     t0 = time.perf_counter()
     trajectories = load_trajectories(path)
     load_s, (_, load_peak) = time.perf_counter() - t0, tracemalloc.get_traced_memory()
-    tracemalloc.reset_peak()
+    if traced:
+        tracemalloc.reset_peak()
     f = trajectories.figures
     t0 = time.perf_counter()
     sent, built = asyncio.run(build_all(ReplayPlan(trajectories), PromptBuilder(tok, 1, "bench")))
     build_s, (_, build_peak) = time.perf_counter() - t0, tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    if traced:
+        tracemalloc.stop()
     print(f"{'trajectories':<34} {f.trajectories:>14,}")
     print(f"{'calls (median per tree)':<34} {f.calls:>14,} ({statistics.median([len(t.calls) for t in trajectories.trajectories]):g})")
     print(f"{'input tokens the calls send':<34} {sent:>14,}")
     print(f"{'distinct block tokens (file)':<34} {f.distinct_block_tokens or 0:>14,}")
     print(f"{'block tokens built':<34} {built:>14,}")
     print(f"{'ideal cached share':<34} {f.ideal_cached_share or 0:>14.2%}")
-    print(f"{'load: seconds, peak MB':<34} {load_s:>7.1f} {load_peak / 2**20:>6.0f}")
-    print(f"{'build: seconds, peak MB':<34} {build_s:>7.1f} {build_peak / 2**20:>6.0f}")
+    if traced:
+        print(f"{'load: seconds, peak MB':<34} {load_s:>7.1f} {load_peak / 2**20:>6.0f}")
+        print(f"{'build: seconds, peak MB':<34} {build_s:>7.1f} {build_peak / 2**20:>6.0f}")
+    else:
+        print(f"{'load, build: seconds':<34} {load_s:>7.1f} {build_s:>6.1f}")
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        print(f"{'peak resident MB (the process)':<34} {rss:>14.0f}")
     print(f"{'build: µs per token sent':<34} {1e6 * build_s / max(1, sent):>14.3f}")
     print(f"{'build: µs per distinct token':<34} {1e6 * build_s / max(1, built):>14.3f}")
 
@@ -92,6 +104,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--traces", type=Path, help="a folder of Weka/AgentX trace files (default: made here)")
     ap.add_argument("--limit", type=int, default=20, help="the first N traces of the folder (default 20)")
+    ap.add_argument("--rss", action="store_true", help="tracemalloc off: time, and the peak resident memory")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d)
@@ -102,7 +115,7 @@ def main() -> None:
             for src in sorted(a.traces.glob("*.json"))[: a.limit]:
                 (folder / src.name).symlink_to(src.resolve())
             print(f"the first {a.limit} traces of {a.traces}")
-        measure(folder)
+        measure(folder, traced=not a.rss)
 
 
 if __name__ == "__main__":
