@@ -139,24 +139,23 @@ def as_tokens(value: Any, name: str, minimum: int = 1) -> int:
 
 def as_seconds(value: Any, name: str) -> float:
     """A finite, non-negative number of seconds."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise Refusal(name, f"{value!r} is not a number of seconds")
-    if value < 0:
-        raise Refusal(name, f"{value} is negative")
-    if value > MAX_SECONDS:
-        raise Refusal(name, f"{value:g} seconds is more than a year (another unit?)")
-    return float(value)
+    return _time(value, name, "seconds", "seconds", 1.0)
 
 
 def as_milliseconds(value: Any, name: str) -> float:
     """A finite, non-negative number of milliseconds, as seconds (held to the same year as ``as_seconds``)."""
+    return _time(value, name, "milliseconds", "ms", 1000.0)
+
+
+def _time(value: Any, name: str, unit: str, short: str, per_second: float) -> float:
+    """A finite, non-negative time in ``unit`` (``per_second`` of them a second), at most a year, as seconds."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise Refusal(name, f"{value!r} is not a number of milliseconds")
+        raise Refusal(name, f"{value!r} is not a number of {unit}")
     if value < 0:
         raise Refusal(name, f"{value} is negative")
-    if value > MAX_SECONDS * 1000.0:
-        raise Refusal(name, f"{value:g} ms is more than a year (another unit?)")
-    return float(value) / 1000.0
+    if value > MAX_SECONDS * per_second:
+        raise Refusal(name, f"{value:g} {short} is more than a year (another unit?)")
+    return float(value) / per_second
 
 
 def as_optional_seconds(value: Any, name: str) -> float | None:
