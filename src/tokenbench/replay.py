@@ -146,7 +146,8 @@ class ReplayTexts:
         if self.words is not None:
             return
         tok: Tokenizer = self.builder.tok
-        one = [w for w in self.builder.words[:_ONE_TOKEN_SAMPLE] if len(await tok.encode(" " + w)) == 1]
+        one = [w for w in self.builder.words[:_ONE_TOKEN_SAMPLE]
+               if w.split() == [w] and len(await tok.encode(" " + w)) == 1]
         sample = "".join(" " + one[i % len(one)] for i in range(97)) if one else ""
         self.words = one if len(one) >= _MIN_ONE_TOKEN_WORDS and len(await tok.encode(sample)) == 97 else []
 
@@ -191,9 +192,11 @@ class ReplayTexts:
         parts: list[str] = []
         count = 0
         size = scale(blocks.size)
+        tree = self.blocks.setdefault(salt, {})
         for h, t in zip(blocks.hash_ids, blocks.block_tokens()):
             n = size if t == blocks.size else min(size, scale(t))
-            parts.append(await self.block(salt, h, size, n))
+            whole = tree.get(h) if n == size else None  # most blocks: sent before, whole (no await for them)
+            parts.append(whole if whole is not None else await self.block(salt, h, size, n))
             count += n
         tail = blocks.partial if blocks.rounding == "floor" else 0
         if tail:
@@ -206,7 +209,13 @@ class ReplayTexts:
         or a tokenizer without such words, gets the salt before it, its tokens counted."""
         head = await self.salt(salt)
         if self.words and count > SALT_TOKENS:
-            return head + "".join(" " + w for w in text.split()[SALT_TOKENS:]), count
+            # The text is words of no whitespace, each after one space: the salt's words end where the word after
+            # them starts. Found by its space, not by splitting the prompt: a replay's calls send billions of
+            # words, and splitting and re-joining each prompt cost most of a replay's preparation.
+            cut = -1
+            for _ in range(SALT_TOKENS + 1):
+                cut = text.find(" ", cut + 1)
+            return head + text[cut:], count
         return head + text, count + SALT_TOKENS
 
     async def messages(self, salt: str, call: Call, live: dict[int, str]) -> list[dict[str, Any]]:
