@@ -32,6 +32,18 @@ def test_a_shared_label_is_refused_with_its_runs(tmp_path: Path, capsys: pytest.
 
 
 
+def test_a_shared_label_names_each_runs_own_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A capacity search is stored as the sweep it ran: the candidates of a shared label read "capacity", as the
+    runs list does, not "sweep"."""
+    store = Store(tmp_path / "r.db")
+    for i in range(2):
+        store.save_run(f"cap-{i}", "sweep", "box", {"model": "m", "capacity": {"axis": "concurrency"}}, "measured",
+                       [ServingLevel(concurrency=1)], "0", f"2026-01-0{i + 1}T00:00:00", f"2026-01-0{i + 1}T00:01:00")
+    assert main(["show", "box", "--db", str(store.path)]) == 2
+    err = capsys.readouterr().err
+    assert "cap-1 (capacity, " in err and "cap-0 (capacity, " in err and "(sweep" not in err
+
+
 def test_last_names_the_newest_run_of_the_kinds_a_command_takes(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """After a sweep a user asks for it again: "last" is the newest run, and for a command that takes some

@@ -65,6 +65,14 @@ class RunRow:
     error: str | None
     manifest: dict[str, Any]
 
+    @property
+    def shown_kind(self) -> str:
+        """The command that made the run, as a user typed it: a capacity search is stored as the sweep it ran (its
+        manifest says how it searched) and reads "capacity"."""
+        if self.kind == "sweep" and self.manifest.get("capacity"):
+            return "capacity"
+        return self.kind
+
 
 #: How long a write waits for another writer's lock before it gives up (SQLite's busy timeout), seconds.
 LOCK_WAIT_S = 60.0
@@ -328,7 +336,7 @@ class Store:
                 raise UsageError(f"no run '{ref}' in {self.path}; runs labelled under it: {', '.join(under[:3])}{more}")
             raise UsageError(f"no run '{ref}' in {self.path}: 'tokenbench runs' lists them")
         if kinds and r.kind not in kinds:
-            raise UsageError(f"run {r.label or r.id} is a {r.kind} run: {command or 'this command'} takes "
+            raise UsageError(f"run {r.label or r.id} is a {r.shown_kind} run: {command or 'this command'} takes "
                              f"{' or '.join(kinds)} runs")
         return r
 
@@ -338,7 +346,7 @@ class Store:
         if kinds and not latest:
             rows = [x for x in rows if x.kind in kinds] or rows
         if len(rows) > 1 and not latest:
-            shown = "; ".join(f"{x.id} ({x.kind}, {x.started})" for x in rows[:5])
+            shown = "; ".join(f"{x.id} ({x.shown_kind}, {x.started})" for x in rows[:5])
             more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
             raise UsageError(f"label '{label}' names {len(rows)} runs: {shown}{more}; give a run id, or --latest "
                              "for the newest")
