@@ -254,7 +254,8 @@ def test_a_mooncake_trace_is_not_loaded_as_trajectories(tmp_path: Path) -> None:
 
 def test_a_named_format_is_used_as_named(tmp_path: Path) -> None:
     assert load_trajectories(MLCOMMONS, fmt="mlcommons").format == "mlcommons"
-    assert "file: not JSON" in one_line(lambda: load_trajectories(MLCOMMONS, fmt="weka"))
+    assert ":2: line: a second JSON record: a Weka trace is one JSON object, not JSON lines" in one_line(
+        lambda: load_trajectories(MLCOMMONS, fmt="weka"))
     assert "--trace-format 'nope'" in one_line(lambda: load_trajectories(MLCOMMONS, fmt="nope"))
 
 
@@ -325,6 +326,8 @@ REFUSALS: list[tuple[str, str, str | bytes, str]] = [
      ": requests[1].t: nan is not a number of seconds"),
     ("weka global scope", "weka.json", _weka(_set("hash_id_scope", "global")), ": hash_id_scope: 'global'"),
     ("weka not an object", "weka.json", "[1, 2]", ": file: a list is not a JSON object"),
+    ("weka as json lines", "weka.json", json.dumps(json.loads(WEKA.read_text())) + "\n" + '{"id": "b"}\n',
+     "t.json:2: line: a second JSON record: a Weka trace is one JSON object, not JSON lines"),
     ("mlcommons unknown role", "m.jsonl", _lines(MLCOMMONS, 2, _set("role", "robot")),
      ":2: role: 'robot' is not user, assistant or tool"),
     ("mlcommons tool call without id", "m.jsonl", _lines(MLCOMMONS, 2, _set("tool_calls.0.id", _DEL)),

@@ -54,6 +54,7 @@ declares its own).
 from __future__ import annotations
 
 import hashlib
+import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,11 +107,25 @@ def load_weka(path: Path, block: int | None, read: tuple[bytes, str] | None = No
         else:
             digest.update(raw)
         try:
-            trees.append(_trace(f, parse_json(text), block))
+            trees.append(_trace(f, _document(text), block))
         except Refusal as r:
             raise refuse(f, r) from None
     sizes = {t.calls[0].blocks.size for t in trees if t.calls and t.calls[0].blocks}
     return digest.hexdigest(), tuple(trees), sizes.pop() if len(sizes) == 1 else None
+
+
+def _document(text: str) -> Any:
+    """A Weka trace's one JSON document. JSON lines (a record a line, as the line formats hold) are refused at the
+    line where the second record starts, as a line format names a line, not as a file that is "not JSON"."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        if e.msg == "Extra data":
+            raise Refusal("line", "a second JSON record: a Weka trace is one JSON object, not JSON lines (several "
+                                  "traces: a folder of .json files)", e.lineno) from None
+    except RecursionError:
+        pass
+    return parse_json(text)
 
 
 def _trace(path: Path, doc: Any, block: int | None) -> Trajectory:
