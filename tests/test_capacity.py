@@ -353,7 +353,10 @@ def test_a_check_reads_without_exponents_and_one_agent_is_an_agent() -> None:
     assert _check(SloCheck("ttft_p90", 830.2, 1000.0, "ms", True, 32, 0, needed=29)) == \
         "ttft_p90 830 ms, 0/32 over, sure from 29"
     assert _check(SloCheck("agent_tps", 1234.5, 15.0, "tok/s", True, 32)) == "agent_tps 1,234 tok/s"
-    assert _check(SloCheck("agent_tps", 14.3, 15.0, "tok/s", False, 32)) == "agent_tps 14.3 tok/s (limit 15 tok/s)"
+    assert _check(SloCheck("agent_tps", 14.3, 15.0, "tok/s", False, 32)) == "agent_tps 14.3 tok/s (limit 15.0 tok/s)"
+    # a rate reads as the table's and the SLO FAIL line's do, one decimal: "14.0", not "14"
+    assert _check(SloCheck("agent_tps_p90", 14.0, 15.0, "tok/s", False, 32, 30)) == \
+        "agent_tps_p90 14.0 tok/s (limit 15.0 tok/s), 30/32 under"
     one = CapacityAnswer(SearchSpec("concurrency", 1, 16), "TTFT p90 <= 1 s", "resolved", [], 1.0, 2.0, None, None)
     assert headline(one) == "this box serves 1 agent (1 met the SLO, 2 did not) at TTFT p90 <= 1 s"
     # nor "not even 1 agents", "limit at 1 agents" or "search: 1 levels"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .cells import num
 from .layout import plural
 from .slo import SloCheck, duration_text
 
@@ -97,18 +98,13 @@ def verdict_table(found: CapacityAnswer) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def _amount(v: float) -> str:
-    """830, 41.3, 1,575: three significant digits, never an exponent."""
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
-
-
 def _quantity(v: float, unit: str) -> str:
-    """884 ms, 1.06 s (never 1.06e+03 ms), 14.3 tok/s, 1.0%."""
+    """884 ms, 1.06 s (never 1.06e+03 ms), 14.0 tok/s, 1,575 tok/s, 1.0%: a rate as the tables write it."""
     if unit == "share":
         return f"{v:.1%}"
     if unit == "ms":
         return duration_text(v)
-    return f"{_amount(v)} {unit}"
+    return f"{num(v)} {unit}"
 
 
 def check_text(c: SloCheck) -> str:
