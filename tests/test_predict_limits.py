@@ -98,7 +98,7 @@ def test_a_session_note_names_the_bands_its_tables_carry() -> None:
 def test_fit_gives_its_split_decode_a_band_and_a_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     js = tmp_path / "fit.json"
     assert main(["fit", "--hardware", "nvidia-a30", "--model", "qwen3-coder-next-80b-a3b", "--weights", "Q4_K_M",
-                 "--kv", "q4_0", "--context", "65536", "--json", str(js)]) == 0
+                 "--kv", "q4_0", "--context", "65536", "--json", str(js)]) == 1  # does not fit: a split
     out = " ".join(capsys.readouterr().out.split())
     d = json.loads(js.read_text())["split_decode"]
     log = BandLog()

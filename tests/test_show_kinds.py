@@ -192,9 +192,10 @@ def test_catalog_and_fit_write_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert any(e["id"] == "nvidia-h100-sxm" and e["mem_gb"] == 80 for e in hw)
     assert main(["models", "--json", "-"]) == 0
     assert any(e["id"] == "llama-3.1-8b" for e in json.loads(capsys.readouterr().out)["entries"])
-    assert main(["fit", "--hardware", "nvidia-rtx-4080", "--model", "llama-3.1-8b", "--weights", "F16",
-                 "--engine", "llama.cpp", "--context", "8192", "--json", "-"]) == 0
+    rc = main(["fit", "--hardware", "nvidia-rtx-4080", "--model", "llama-3.1-8b", "--weights", "F16",
+               "--engine", "llama.cpp", "--context", "8192", "--json", "-"])
     f = json.loads(capsys.readouterr().out)
+    assert rc == (0 if f["fits"] else 1)
     assert f["unit"] == "GiB" and f["usable_gb"] == 16.0
     assert f["fits"] == (f["total_gb"] <= f["usable_gb"]) and 0 < f["max_context"] < 8192
 

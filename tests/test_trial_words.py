@@ -15,9 +15,11 @@ from tokenbench.store import Store
 
 
 def _json_out(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[dict, str]:
-    assert main([*argv, "--json", "-"]) == 0
+    rc = main([*argv, "--json", "-"])
     out = capsys.readouterr()
-    return json.loads(out.out), out.err
+    doc = json.loads(out.out)
+    assert rc == (0 if doc.get("fits", True) else 1)  # fit: 1 where the model does not fit, the JSON written
+    return doc, out.err
 
 
 def test_fit_proposes_a_layer_split_only_to_llama_cpp(capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,7 +48,7 @@ def test_fit_says_its_counts_with_their_nouns_and_indents_what_runs_on(capsys: p
     monkeypatch.setenv("COLUMNS", "80")
     for n in ("1", "4"):
         assert main(["fit", "--hardware", "nvidia-a30", "--model", "llama-3.1-8b", "--context", "128k",
-                     "--concurrency", n]) == 0
+                     "--concurrency", n]) == 1  # does not fit
         out = capsys.readouterr().out
         assert "(s)" not in out and ("1 sequence:" in out if n == "1" else "4 sequences:" in out)
         lines = out.splitlines()

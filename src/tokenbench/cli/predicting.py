@@ -73,7 +73,7 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
                            "concurrency": a.concurrency, "model_context": s.model.context,
                            "past_model_context": s.model.past_context(ctx), "unit": "GiB", **asdict(f),
                            "split_decode": tables.split_decode_json(s, cal, ctx) if not f.fits else None})
-    return 0
+    return 0 if f.fits else 1  # "does NOT fit" is an answer, as a dirty bench is guard's: 1, the JSON written
 
 
 #: What predict --against reads besides its file: every row says its own box, model and setup.
