@@ -86,6 +86,37 @@ def test_show_says_what_every_level_shares_once(db: Path, capsys: pytest.Capture
     assert [ln.split()[0] for ln in lines[i + 1:i + 6]] == ["1", "2", "3", "4", "5"]
 
 
+#: published serve rows of one box and model: a prefill-only and a decode-only row beside the load levels, at two
+#: prompt lengths (the Prompt tokens, Prefill and Decode columns a sweep does not have)
+PUBLISHED = """source,host,hardware,engine,model,weights,kv,test,depth,concurrency,input_len,output_len,metric,value,unit,date,version,note
+pub,H100 SXM,nvidia-h100-sxm,vllm,qwen3.6-27b,FP8,fp8,serve,0,1,512,0,prefill_tps,11378,tok/s,2026,0.21,
+pub,H100 SXM,nvidia-h100-sxm,vllm,qwen3.6-27b,FP8,fp8,serve,0,1,0,0,decode_tps,77,tok/s,2026,0.21,
+""" + "".join(f"pub,H100 SXM,nvidia-h100-sxm,vllm,qwen3.6-27b,FP8,fp8,serve,0,{c},4096,512,{m},{v},{u},2026,0.21,\n"
+              for c in (1, 4, 8, 16, 32)
+              for m, v, u in (("output_tps", 30 * c, "tok/s"), ("ttft_median", 200 + 50 * c, "ms"),
+                              ("ttft_p99", 900 + 200 * c, "ms"), ("tpot_median", 12 + c / 2, "ms")))
+
+
+@pytest.mark.parametrize("columns", [80, None])
+def test_show_of_a_published_import_is_one_table(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch, columns: int | None) -> None:
+    """A published.csv run at 80 columns printed a 9-line block per row: its prompt lengths and prefill- and
+    decode-only rows made the table 91 columns wide. The per-agent rate (the aggregate over the concurrency)
+    gives way first, said above the table, and the rest stays one table."""
+    csv, db = tmp_path / "published.csv", str(tmp_path / "p.db")
+    csv.write_text(PUBLISHED)
+    assert main(["import", str(csv), "--db", db]) == 0
+    capsys.readouterr()
+    lines = printed(["show", "last", "--db", db], capsys, monkeypatch, columns)
+    readable(lines, columns or 160)
+    i = table_at(lines, "Concurrency", "Prompt", "Aggregate", "Median", "P99 TTFT", "Prefill", "Decode")
+    assert [ln.split()[0] for ln in lines[i + 1:i + 8]] == ["1", "1", "1", "4", "8", "16", "32"]
+    assert not any(ln.startswith("Concurrency 4") for ln in lines)  # no block per row
+    assert ("Per-agent" in " ".join(lines[i - 2:i])) == (columns is None)
+    if columns == 80:
+        assert "Per-agent tok/s (the aggregate over the concurrency) left out at this width:" in lines[:i][-4]
+
+
 @pytest.mark.parametrize("columns", [80, None])
 def test_runs_is_a_table_with_what_they_share_above(db: Path, capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch, columns: int | None) -> None:

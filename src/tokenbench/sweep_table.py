@@ -107,6 +107,7 @@ def tpot_shown(s: ServingLevel) -> float | None:
 
 
 GOODPUT = "Goodput req/s"
+PER_AGENT = "Per-agent tok/s"
 
 
 def _sweep_columns(levels: list[ServingLevel], currency: str, predicted: bool = False) -> list[Column]:
@@ -121,7 +122,7 @@ def _sweep_columns(levels: list[ServingLevel], currency: str, predicted: bool = 
     if len(set(keys)) > len({k for k, _ in keys}):
         cols.append(("Prompt tokens", lambda s: f"{s.input_tokens_mean:,.0f}" if s.input_tokens_mean else "—"))
     cols += [("Aggregate output tok/s", lambda s: _aggregate(s, rate)),
-             ("Per-agent tok/s", lambda s: rate(per_agent_shown(s))),
+             (PER_AGENT, lambda s: rate(per_agent_shown(s))),
              ("Median TTFT", lambda s: time(s.ttft_ms.p50)), ("P99 TTFT", lambda s: _p99_ttft(s, time)),
              ("Median TPOT", lambda s: time(tpot_shown(s)))]
     if any(s.cost_per_mtok is not None for s in levels):
@@ -350,10 +351,14 @@ def format_sweep_markdown(levels: list[ServingLevel], currency: str = "USD", pre
 def print_sweep(console: Console, levels: list[ServingLevel], currency: str, title: str | None = None,
                 predicted: bool = False) -> None:
     header, rows = sweep_rows(levels, currency, predicted)
-    # what every level shares said once above the table; the flags under it where they do not fit in it; goodput
-    # left out before the table becomes a block per level (an SLO's verdict that varies takes a column at 80)
+    # what every level shares said once above the table; the flags under it where they do not fit in it; goodput,
+    # then the per-agent rate (the aggregate over the concurrency) left out before the table becomes a block per
+    # level (an SLO's verdict that varies takes a column at 80; a published import's prompt lengths and its
+    # prefill- or decode-only rows take three)
     spare = [(header.index(GOODPUT), f"{GOODPUT} (requests a second within the SLO's per-request limits) left out "
               "at this width: --format markdown and --json have it")] if GOODPUT in header else []
+    spare.append((header.index(PER_AGENT), f"{PER_AGENT} (the aggregate over the concurrency) left out at this "
+                  "width: --format markdown and --json have it"))
     print_table(console, header, rows, title=title, numeric=True, keep=(0,), aside=len(header) - 1, spare=spare)
     if any(s.replay is not None for s in levels):
         print_replays(console, levels)
