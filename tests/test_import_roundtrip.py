@@ -81,6 +81,31 @@ def test_a_measured_run_carries_its_guard_stamp_and_machine(emitter: BackgroundE
     assert sorted(_figures(s) for *_, s in store.levels(back.id)) == sorted(_figures(s) for s in _levels(db, "mine"))
 
 
+def test_a_session_run_s_cache_mode_is_said_in_each_row_and_by_export(
+        emitter: BackgroundEmitter, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A session run measures each agent count warm and busted: published.csv has no column for that, and the
+    rows lost it without a word. Each row's note now says its level's cache mode, export says in one line that
+    import reads the rows back as plain serving levels, and the figures still read back the same."""
+    db = tmp_path / "r.db"
+    emitter.configure(ttft_s=0.005, itl_s=0.002)
+    assert main(["sweep", "--url", emitter.url, "--sessions", "2", "--turns", "2", "--concurrency", "1",
+                 "--seed", "3", "--input-len", "20", "--output-len", "6", "--tool-len", "12", "--label", "agents",
+                 "--quiet", "--guard", "off", "--no-metrics", "--db", str(db)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "agents.csv"
+    _export(db, "agents", "published-csv", out, "--hardware", BOX)
+    rows = read_rows(out)
+    err = capsys.readouterr().err
+    assert "published.csv has no column for the cache mode" in err and "cache warm and busted" in err
+    assert err.count("\n") == 1
+    modes = {r.raw["note"].split("; ")[1] for r in rows}  # after the guard stamp
+    assert modes == {"cache warm", "cache busted"}
+    assert main(["import", str(out), "--label", "back", "--db", str(db)]) == 0
+    store = Store(db)
+    back = next(r for r in store.runs() if (r.label or "").startswith("back"))
+    assert sorted(_figures(s) for *_, s in store.levels(back.id)) == sorted(_figures(s) for s in _levels(db, "agents"))
+
+
 def test_an_empty_weights_field_leaves_no_slash_in_the_label(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """A run exported without --weights came back labelled "mine/emitter/": compare then said no run

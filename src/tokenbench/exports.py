@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from . import __version__
 from .errors import UsageError
-from .levels import DepthLevel
+from .levels import DepthLevel, ServingLevel
 from .predict.measured import COLUMNS, Row, run_rows
 from .results import RunResult
 from .layout import plural
@@ -167,6 +167,18 @@ def llama_bench_md(run: RunResult) -> str:
     if build:
         out += ["", f"build: {m.extra.get('build_commit') or 'unknown'} ({build.group(1)})"]
     return "\n".join(out) + "\n"
+
+
+def unkept(run: RunResult, fmt: str) -> str | None:
+    """What ``fmt`` cannot carry of the run, in a line (None: nothing): published.csv has no column for an agent
+    session level's cache mode, so its rows' note says it and ``import`` reads them back as plain serving levels."""
+    modes = list(dict.fromkeys(o.summary.session.cache for o in run.outcomes
+                               if isinstance(o.summary, ServingLevel) and o.summary.session is not None))
+    if fmt != "published-csv" or not modes:
+        return None
+    return (f"run {run.manifest.label or run.run_id} measured agent sessions with the cache {' and '.join(modes)}: "
+            "published.csv has no column for the cache mode, so each row's note says it, and import reads the "
+            "rows back as plain serving levels")
 
 
 def export(run: RunResult, fmt: str, place: Placing) -> str:

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         "compare": lambda: cmd_compare(a, console),
         "cost": lambda: cmd_cost(a, console),
         "import": lambda: cmd_import(a, console),
-        "export": lambda: cmd_export(a, console),
+        "export": lambda: cmd_export(a, console, err),
         "report": lambda: cmd_report(a, console),
         "recommend": lambda: cmd_recommend(a, console),
         "quality": lambda: cmd_quality(a, argv, console, err),

@@ -30,14 +30,16 @@ def cmd_import(a: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def cmd_export(a: argparse.Namespace, console: Console) -> int:
-    from ..exports import Placing, export
+def cmd_export(a: argparse.Namespace, console: Console, err: Console) -> int:
+    from ..exports import Placing, export, unkept
     from ..reader import load_result
 
     check_output(a.out, "--out")
     store = Store(a.db, readonly=True)
     run = load_result(store, a.run, latest=a.latest, kinds=("sweep", "depth", "bench", "predict"), command="export")
     text = export(run, a.as_, Placing(a.hardware, a.model, a.engine, a.weights, a.kv))
+    if lost := unkept(run, a.as_):
+        err.print(lost, markup=False, highlight=False, soft_wrap=True)  # stderr: the rows may be going to stdout
     if a.out in (None, "-"):
         write_stdout(text)
     else:

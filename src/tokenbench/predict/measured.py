@@ -185,9 +185,12 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
             _depth_row(s, depth, flags, add)
         elif isinstance(s, ServingLevel) and s.concurrency and s.input_tokens_mean and s.output_tokens_mean:
             inp, outp, c = round(s.input_tokens_mean), round(s.output_tokens_mean), s.concurrency
-            ttft, note = s.ttft_ms.p50, flags
+            # an agent-session level's cache mode has no column: its note says it (warm and busted share the rest)
+            mode = f"cache {s.session.cache}" if s.session is not None else ""
+            ttft, note = s.ttft_ms.p50, "; ".join(x for x in (mode, flags) if x)
             if requests and requests.get(o.idx):
                 ttft, note = steady_state(requests[o.idx], c)
+                note = "; ".join(x for x in (mode, note) if x)
             add("serve", depth, c, inp, outp, "output_tps", s.output_throughput_tps, "tok/s", note)
             add("serve", depth, c, inp, outp, "ttft_median", ttft, "ms", note)
             if p99:
