@@ -106,6 +106,42 @@ def test_a_session_run_s_cache_mode_is_said_in_each_row_and_by_export(
     assert sorted(_figures(s) for *_, s in store.levels(back.id)) == sorted(_figures(s) for s in _levels(db, "agents"))
 
 
+HEAD = "source,host,hardware,engine,model,weights,kv,test,depth,concurrency,input_len,output_len,metric,value,unit,note\n"
+
+
+def test_a_warm_and_a_busted_level_of_one_prompt_length_stay_two_levels(tmp_path: Path) -> None:
+    """An agent count's warm and busted levels can round to one prompt length, and import grouped rows by
+    concurrency and that length: the two merged into one level and the busted figures overwrote the warm ones.
+    The note's cache mode now keeps them apart, each with its own figures."""
+    db = tmp_path / "r.db"
+    rows = "".join(f"vm,vm,,vllm,emitter,,,serve,0,2,541,6,{metric},{value},{unit},no guard; cache {mode}\n"
+                   for mode, tps, ttft in (("warm", 326.5, 5.4), ("busted", 310.8, 9.1))
+                   for metric, value, unit in (("output_tps", tps, "tok/s"), ("ttft_median", ttft, "ms")))
+    (out := tmp_path / "agents.csv").write_text(HEAD + rows)
+    assert main(["import", str(out), "--db", str(db)]) == 0
+    levels = _levels(db, "vm/emitter")
+    assert sorted((s.concurrency, s.input_tokens_mean, s.output_throughput_tps, s.ttft_ms.p50) for s in levels) == \
+        [(2, 541.0, 310.8, 9.1), (2, 541.0, 326.5, 5.4)]
+
+
+def test_two_rows_giving_one_level_two_figures_are_refused_naming_both(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Two rows of one level and metric with different values: the later one silently overwrote the earlier.
+    Import now refuses the file in one line naming it and both data rows, and stores nothing; a row repeated
+    with the same value is one figure and reads as it did."""
+    db = tmp_path / "r.db"
+    row = "vm,vm,,vllm,emitter,,,serve,0,1,64,32,output_tps,{},tok/s,guard clean\n"
+    (same := tmp_path / "same.csv").write_text(HEAD + row.format(178.4) + row.format(178.4))
+    (twice := tmp_path / "twice.csv").write_text(HEAD + row.format(178.4) + row.format(150.0))
+    assert main(["import", str(twice), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert f"{twice}: data rows 1 and 2 give one level (test serve, concurrency 1, lengths 64/32) two output_tps " \
+        "figures, 178.4 and 150.0" in err and err.count("\n") == 1
+    assert not list(Store(db).runs())
+    assert main(["import", str(same), "--db", str(db)]) == 0
+    assert [s.output_throughput_tps for s in _levels(db, "vm/emitter")] == [178.4]
+
+
 def test_an_empty_weights_field_leaves_no_slash_in_the_label(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """A run exported without --weights came back labelled "mine/emitter/": compare then said no run

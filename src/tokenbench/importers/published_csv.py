@@ -5,6 +5,7 @@ relabelled every host, so a Strix Halo row read as the A30 the user named."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..errors import UsageError
@@ -28,8 +29,10 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         raise UsageError(f"{e}; nothing was imported") from None
     stamps = _stamps(path, text)
     runs: dict[tuple[str, str, str, str], Imported] = {}
+    levels: dict[tuple[object, ...], LevelSummary] = {}
+    given: dict[tuple[object, ...], tuple[int, float]] = {}  # each level's figure: the data row that gave it
     several_hosts = len({r.raw["host"] for r in rows}) > 1
-    for r in rows:
+    for n, r in enumerate(rows, start=1):
         key = (r.raw["source"], r.raw["host"], r.model, r.weights)
         run = runs.get(key)
         if run is None:
@@ -43,20 +46,43 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
                                 engine_version=r.version or None, started=r.date or None)
             manifest.update(stamps)
             run = runs[key] = Imported(name, "bench", manifest)
-        test = r.test if r.test != "serve" else "serve"
-        lv = next((s for s in run.levels if (s.test, s.depth, s.concurrency, s.input_tokens_mean) ==
-                   (test, r.depth, r.concurrency, float(r.input_len or 0) or None)), None)
+        # one level per test, depth, concurrency, lengths and cache mode: an agent count's warm and busted levels
+        # can round to one prompt length, and only the note tells them apart (published.csv has no column for it)
+        at = (*key, r.test, r.depth, r.concurrency, r.input_len, r.output_len, cache_mode(r))
+        lv = levels.get(at)
         if lv is None:
-            kind: type[LevelSummary] = ServingLevel if test == "serve" else DepthLevel
-            lv = kind(concurrency=r.concurrency, test=test, depth=r.depth, input_tokens_mean=float(r.input_len) or None,
-                      output_tokens_mean=float(r.output_len) or None)
+            kind: type[LevelSummary] = ServingLevel if r.test == "serve" else DepthLevel
+            lv = levels[at] = kind(concurrency=r.concurrency, test=r.test, depth=r.depth,
+                                   input_tokens_mean=float(r.input_len) or None,
+                                   output_tokens_mean=float(r.output_len) or None)
             run.levels.append(lv)
+        if (before := given.setdefault((*at, r.metric), (n, r.value)))[1] != r.value:
+            where = f"test {r.test}" + (f", depth {r.depth}" if r.depth else "") + \
+                f", concurrency {r.concurrency}, lengths {r.input_len}/{r.output_len}{_mode_text(at[-1])}"
+            raise UsageError(f"{path}: data rows {before[0]} and {n} give one level ({where}) two {r.metric} "
+                             f"figures, {before[1]!r} and {r.value!r}, and nothing in the rows tells them apart; "
+                             "nothing was imported")
         if isinstance(lv, DepthLevel):
             _depth_figure(lv, r)
         else:
             assert isinstance(lv, ServingLevel)
             _serving_figure(lv, r)
     return list(runs.values())
+
+
+#: an agent session level's cache mode, in a part of a row's note as export writes it ("cache warm")
+CACHE_NOTE = re.compile(r"cache (warm|busted)")
+
+
+def cache_mode(r: Row) -> str:
+    """The cache mode a row's note names ("warm", "busted"), or "": the one thing that tells an agent count's warm
+    level from its busted one where both round to the same prompt length."""
+    return next((m.group(1) for part in (r.raw.get("note") or "").split(";")
+                 if (m := CACHE_NOTE.fullmatch(part.strip().lower()))), "")
+
+
+def _mode_text(mode: object) -> str:
+    return f", cache {mode}" if mode else ""
 
 
 #: What ``tokenbench export --as published-csv`` writes above the header, each on a ``# KEY: JSON`` line.
