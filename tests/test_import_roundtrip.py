@@ -142,6 +142,26 @@ def test_two_rows_giving_one_level_two_figures_are_refused_naming_both(tmp_path:
     assert [s.output_throughput_tps for s in _levels(db, "vm/emitter")] == [178.4]
 
 
+def test_an_engine_named_with_its_version_is_shown_with_it_once(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The shipped rows name their engine "vllm 0.21" beside version 0.21: the import kept the version in the
+    engine and in its version, and show said "engine vllm 0.21 0.21". The engine is now the engine; a word that is
+    not the version (llama.cpp's backend) stays."""
+    db = str(tmp_path / "r.db")
+    head = HEAD.replace(",note", ",version")
+    (out := tmp_path / "rows.csv").write_text(
+        head + "h100,h100,,vllm 0.21,qwen,FP8,,serve,0,1,512,64,output_tps,75,tok/s,0.21\n"
+        "strix,strix,,llama.cpp vulkan,qwen,Q8_0,,serve,0,1,512,64,output_tps,40,tok/s,b6123\n")
+    assert main(["import", str(out), "--db", db]) == 0
+    runs = {r.label: r.manifest for r in Store(Path(db)).runs()}
+    assert (runs["h100/qwen/FP8"]["engine"], runs["h100/qwen/FP8"]["engine_version"]) == ("vllm", "0.21")
+    assert (runs["strix/qwen/Q8_0"]["engine"], runs["strix/qwen/Q8_0"]["engine_version"]) == \
+        ("llama.cpp vulkan", "b6123")
+    capsys.readouterr()
+    assert main(["show", "h100/qwen/FP8", "--db", db]) == 0
+    assert "model qwen; engine vllm 0.21\n" in (text := capsys.readouterr().out) and "0.21 0.21" not in text
+
+
 def test_an_empty_weights_field_leaves_no_slash_in_the_label(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """A run exported without --weights came back labelled "mine/emitter/": compare then said no run

@@ -41,7 +41,7 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
             # a part the file leaves empty (a run exported without --weights) is left out: "mine/emitter/" was
             # a label no one types
             name = "/".join(x for x in (first, r.model, r.weights) if x)
-            manifest = Manifest(model=r.model, weights=r.weights, kv=r.kv, engine=r.engine, hardware=r.hardware,
+            manifest = Manifest(model=r.model, weights=r.weights, kv=r.kv, engine=engine(r), hardware=r.hardware,
                                 source=r.raw["source"], host=r.raw["host"], workload={}, tool="published",
                                 engine_version=r.version or None, started=r.date or None)
             manifest.update(stamps)
@@ -68,6 +68,16 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
             assert isinstance(lv, ServingLevel)
             _serving_figure(lv, r)
     return list(runs.values())
+
+
+def engine(r: Row) -> str:
+    """The row's engine without the version its own column states: the shipped rows name their engine "vllm 0.21"
+    beside version 0.21, and the run kept the version in both, so show said "engine vllm 0.21 0.21". The engine's
+    other words stay (a llama.cpp row's backend: "llama.cpp vulkan")."""
+    words, version = r.engine.split(), r.version.lower().removeprefix("v")
+    if version and len(words) > 1 and words[-1].lower().removeprefix("v") == version:
+        return " ".join(words[:-1])
+    return r.engine
 
 
 #: an agent session level's cache mode, in a part of a row's note as export writes it ("cache warm")
