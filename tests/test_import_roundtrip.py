@@ -5,6 +5,7 @@ requests (imported or measured) anchors the serving and queue model (``calibrate
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -14,12 +15,14 @@ import pytest
 
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
+from tokenbench.exports import Placing, _level_of, _rows, published_csv
 from tokenbench.levels import DepthLevel, ServingLevel
 from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.measured import read_rows, steady_state
 from tokenbench.predict.rows import row_arrivals
 from tokenbench.predict.setup import Setup
 from tokenbench.predict.specs import Catalog
+from tokenbench.reader import load_result
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
 
@@ -104,6 +107,28 @@ def test_a_session_run_s_cache_mode_is_said_in_each_row_and_by_export(
     store = Store(db)
     back = next(r for r in store.runs() if (r.label or "").startswith("back"))
     assert sorted(_figures(s) for *_, s in store.levels(back.id)) == sorted(_figures(s) for s in _levels(db, "agents"))
+
+
+def test_export_finds_each_rows_level_by_its_cache_mode(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """Export found a row's level by its concurrency and rounded prompt length: where an agent count's warm and
+    busted levels round to one length, the busted rows took the warm level's guard stamp and the header counted
+    the busted level as left out. The row's cache mode now picks its level."""
+    db = tmp_path / "r.db"
+    assert main(["sweep", "--url", emitter.url, "--sessions", "2", "--turns", "2", "--concurrency", "1",
+                 "--seed", "3", "--input-len", "20", "--output-len", "6", "--tool-len", "12", "--label", "agents",
+                 "--quiet", "--guard", "off", "--no-metrics", "--db", str(db)]) == 0
+    store = Store(db, readonly=True)
+    run = load_result(store, store.resolve("agents", False).id, None)
+    warm = next(o.summary for o in run.outcomes if o.summary.session and o.summary.session.cache == "warm")
+    # the busted level at the warm one's prompt length, as two levels of close lengths can round
+    run = dataclasses.replace(run, outcomes=[
+        dataclasses.replace(o, summary=dataclasses.replace(o.summary, input_tokens_mean=warm.input_tokens_mean))
+        for o in run.outcomes])
+    text = published_csv(run, Placing(hardware=BOX))
+    assert "left out" not in text.splitlines()[0], text.splitlines()[0]
+    for r in _rows(run, Placing(hardware=BOX)):
+        level = next(o.summary for o in run.outcomes if o.idx == _level_of(r, run))
+        assert f"cache {level.session.cache}" in r.raw["note"], (r.raw["note"], level.session.cache)
 
 
 HEAD = "source,host,hardware,engine,model,weights,kv,test,depth,concurrency,input_len,output_len,metric,value,unit,note\n"

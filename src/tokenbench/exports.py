@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from . import __version__
 from .errors import UsageError
+from .importers.published_csv import cache_mode
 from .levels import DepthLevel, ServingLevel
 from .predict.measured import COLUMNS, Row, run_rows
 from .results import RunResult
@@ -106,13 +107,15 @@ def published_csv(run: RunResult, place: Placing) -> str:
 
 
 def _level_of(r: Row, run: RunResult) -> int:
-    """The level a row came from (its test, depth, concurrency and lengths)."""
+    """The level a row came from (its test, depth, concurrency and lengths, and an agent count's cache mode:
+    its warm and busted levels can round to one prompt length)."""
     for o in run.outcomes:
         s = o.summary
         if isinstance(s, DepthLevel) and s.test == r.test and (s.depth or 0) == r.depth:
             return o.idx
         if r.test == "serve" and s.concurrency == r.concurrency and (s.depth or 0) == r.depth and \
-                s.input_tokens_mean and round(s.input_tokens_mean) == r.input_len:
+                s.input_tokens_mean and round(s.input_tokens_mean) == r.input_len and \
+                (s.session.cache if isinstance(s, ServingLevel) and s.session else "") == cache_mode(r):
             return o.idx
     return -1
 
