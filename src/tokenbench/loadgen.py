@@ -24,6 +24,7 @@ from .metrics import client_delays
 from .records import Phase, RequestRecord
 from .background import cancel_and_wait
 from .errors import UsageError
+from .grace import INTERRUPTED, last_answer, mark_unfinished, within_grace
 from .layout import plural
 
 NS_PER_S = 1_000_000_000
@@ -335,13 +336,16 @@ async def run_phase(
     offset_s: float = 0.0,
     halt: Callable[[], bool] | None = None,
     stagger_s: float | None = None,
+    grace_s: float | None = None,
 ) -> PhaseResult:
     """Run one phase (warm-up or measured) of a level. Cancellation keeps the records gathered so far.
 
     ``start_at_ns`` (perf_counter_ns) starts the phase at that moment, so workers sharing a level start together;
     ``offset_s`` delays an open-loop worker's first arrival (constant arrivals split over workers interleave);
     ``halt`` (asked before each send) stops sending once true: the requests in flight finish and are kept;
-    ``stagger_s``: a closed loop's streams start at random offsets within it (desynchronised), not together."""
+    ``stagger_s``: a closed loop's streams start at random offsets within it (desynchronised), not together;
+    ``grace_s``: with a duration, requests still in flight this long after its end are cancelled, cut by the
+    level's end (grace.LEVEL_END; None: wait for every one)."""
     if requests is None and duration_s is None:
         raise ValueError("a level needs a request count or a duration")
     records: list[RequestRecord] = [] if sink is None else sink  # the caller's list survives a cancel
@@ -352,24 +356,18 @@ async def run_phase(
         stop_ns = start_ns + int(duration_s * NS_PER_S) if duration_s else None
         run = _Phase(backend, prompts, phase, records, watch or ClientWatch(), on_done or _ignore, requests, stop_ns,
                      halt)
+        loop = run.closed_loop(level.concurrency or 1, stagger_s, random.Random(seed)) if not level.open else \
+            run.open_loop(level, start_ns, offset_s, random.Random(seed))
         try:
-            if not level.open:
-                await run.closed_loop(level.concurrency or 1, stagger_s, random.Random(seed))
-            else:
-                await run.open_loop(level, start_ns, offset_s, random.Random(seed))
+            await within_grace(loop, records, stop_ns, grace_s)
         except asyncio.CancelledError:
             # Ctrl-C: requests still in flight end as "interrupted"; finished ones are kept.
             backend.flush()
-            now = time.perf_counter_ns()
-            for r in records:
-                if r.end_ns is None and r.error_kind is None:
-                    r.error_kind = "interrupted"
-                    r.error = "the run was interrupted"
-                    r.end_ns = now
+            mark_unfinished(records, INTERRUPTED, "the run was interrupted")
             raise
         backend.flush()
-    ends = [r.end_ns for r in records if r.end_ns is not None and r.phase == phase]
-    return PhaseResult(records=records, start_ns=start_ns, end_ns=max(ends) if ends else time.perf_counter_ns())
+    end = last_answer(records, phase)  # a request the level's end cut is not in its window
+    return PhaseResult(records=records, start_ns=start_ns, end_ns=end if end is not None else time.perf_counter_ns())
 
 
 def ensure_open_files(concurrency: int) -> None:

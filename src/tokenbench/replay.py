@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .client import PreparedRequest, StreamClient
+from .grace import DEFAULT_GRACE_S, INTERRUPTED, last_answer, mark_unfinished, within_grace
 from .records import RequestRecord
 from .sessions import SESSION_HEADER
 from .chat import Message
@@ -278,10 +279,12 @@ class ReplayLevel:
 
     def __init__(self, client: StreamClient, texts: ReplayTexts, plan: ReplayPlan, key: str, lanes: int,
                  fields: Fields, records: list[RequestRecord], on_done: OnDone, requests: int | None = None,
-                 duration_s: float | None = None, counter: Callable[[str], int] | None = None) -> None:
+                 duration_s: float | None = None, counter: Callable[[str], int] | None = None,
+                 grace_s: float | None = DEFAULT_GRACE_S) -> None:
         self.client, self.texts, self.plan, self.key, self.lanes = client, texts, plan, key, lanes
         self.fields, self.records, self.on_done = fields, records, on_done
         self.requests, self.duration_s, self.count = requests, duration_s, counter
+        self.grace_s = grace_s  # calls in flight this long after the level's time are cancelled (None: waited for)
         self.rng = random.Random(f"{texts.builder.seed}/{key}/starts")
         self.next_tree = 0
         self.sessions = 0
@@ -304,15 +307,12 @@ class ReplayLevel:
         await self.texts.start()
         runs = [self._open(start)] if self.plan.speed is not None else [self._lane(i) for i in range(self.lanes)]
         try:
-            await asyncio.gather(*runs)
+            await within_grace(asyncio.gather(*runs), self.records, self.stop_ns, self.grace_s)
         except asyncio.CancelledError:  # Ctrl-C: calls in flight end as interrupted; finished ones are kept
-            now = time.perf_counter_ns()
-            for r in self.records:
-                if r.end_ns is None and r.error_kind is None:
-                    r.error_kind, r.error, r.end_ns = "interrupted", "the run was interrupted", now
+            mark_unfinished(self.records, INTERRUPTED, "the run was interrupted")
             raise
-        ends = [r.end_ns for r in self.records if r.end_ns is not None and r.phase == "measured"]
-        return start, max(ends, default=time.perf_counter_ns())
+        end = last_answer(self.records)  # a call the level's end cut is not in its window
+        return start, end if end is not None else time.perf_counter_ns()
 
     def _take(self) -> Trajectory | None:
         """The next tree to replay: the set in order, as many times over as gives every lane a tree (each time
@@ -382,6 +382,10 @@ class ReplayLevel:
                 self._spawn(t, k, tree, children, spawned, start)
             else:  # not cut by the level's count or time, a failed call or an interrupt
                 self.finished.add(tree.session)
+        except asyncio.CancelledError:  # the level's end or an interrupt: the subagents stop with their tree
+            for task in spawned:
+                task.cancel()
+            raise
         finally:
             if spawned:
                 await asyncio.gather(*spawned, return_exceptions=True)

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from .client import PreparedRequest, StreamClient
 from .draws import Draw
+from .grace import DEFAULT_GRACE_S, INTERRUPTED, last_answer, mark_unfinished, within_grace
 from .records import RequestRecord
 from .tenants import Background
 from .workload import PromptBuilder
@@ -149,6 +150,8 @@ class SessionLevel:
         #: turn is sent after it; the sessions it cut are not whole (``cut``)
         self.duration_s: float | None = None
         self.deadline_ns: int | None = None
+        #: a soak's turns still in flight this long after its end are cancelled, cut by it (None: wait for them)
+        self.grace_s: float | None = DEFAULT_GRACE_S
         self.cut: set[int] = set()
         self._begun: set[int] = set()  # sessions an agent took up, and those it finished (or gave up on)
         self._ended: set[int] = set()
@@ -158,18 +161,17 @@ class SessionLevel:
         start = time.perf_counter_ns()
         if self.duration_s is not None:
             self.deadline_ns = start + int(self.duration_s * 1e9)
+        agents = asyncio.gather(*(self._agent(a) for a in range(self.agents)))
         try:
-            await asyncio.gather(*(self._agent(a) for a in range(self.agents)))
+            if await within_grace(agents, self.records, self.deadline_ns, self.grace_s):
+                self.cut |= self._begun - self._ended  # the sessions the soak's end cancelled mid-turn or thinking
         except asyncio.CancelledError:  # Ctrl-C: turns in flight end as interrupted; finished ones are kept
             # a session the interrupt caught between two turns (thinking) has only finished turns, and is cut too
             self.cut |= self._begun - self._ended
-            now = time.perf_counter_ns()
-            for r in self.records:
-                if r.end_ns is None and r.error_kind is None:
-                    r.error_kind, r.error, r.end_ns = "interrupted", "the run was interrupted", now
+            mark_unfinished(self.records, INTERRUPTED, "the run was interrupted")
             raise
-        ends = [r.end_ns for r in self.records if r.end_ns is not None]
-        return start, max(ends, default=time.perf_counter_ns())
+        end = last_answer(self.records, None)  # a turn the soak's end cut is not in its window
+        return start, end if end is not None else time.perf_counter_ns()
 
     async def _agent(self, agent: int) -> None:
         total = self.agents if self.plan.per_agent else self.plan.sessions

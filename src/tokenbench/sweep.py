@@ -25,6 +25,7 @@ from .pricing import level_cost
 from .endpoint import Endpoint, RunLog, preflight
 from .errors import EndpointError, EngineError, LevelFailed, UsageError
 from .finding import Code
+from .grace import DEFAULT_GRACE_S
 from .guard import refuse_dirty_nodes, snapshot_before
 from .plans import FixedPlan, LevelPlan, LevelStop
 from .kinds import WorkloadKind
@@ -68,6 +69,9 @@ class SweepConfig:
     max_concurrency: int | None = None
     requests: int | None = 16
     duration_s: float | None = None
+    #: with a duration, requests still in flight this long after a level's end are cancelled, cut by its end
+    #: (None: wait for every one)
+    grace_s: float | None = DEFAULT_GRACE_S
     warmup: int | None = None  # None: one request per concurrent slot
     #: warm up in rounds (of ``warmup`` requests) until the median TTFT of one round is within a fifth of the last's
     warmup_auto: bool = False
@@ -142,6 +146,7 @@ def _manifest(cfg: SweepConfig, ep: Endpoint, workload: dict[str, Any], fields: 
             "levels": [lv.describe() for lv in cfg.levels()],
             "requests": cfg.requests,
             "duration_s": cfg.duration_s,
+            "grace_s": cfg.grace_s,
             "warmup": cfg.warmup,
             "repetitions": cfg.repetitions,
             "timeout_s": cfg.timeout_s,
@@ -194,6 +199,7 @@ class _Load:
         self.stop: LevelStop | None = None  # a search's watch on the level: stop sending once its verdict is known
         self.stagger_s: float | None = None  # --phase staggered: the streams' first sends spread over this
         self.telemetry: LevelTelemetry | None = None  # the server's /metrics and power sampled while it measured
+        self.grace_s: float | None = DEFAULT_GRACE_S  # requests in flight past a duration's end get this long
 
     @property
     def cut(self) -> bool:
@@ -212,7 +218,8 @@ class _Load:
                        records: list[RequestRecord], on_done: OnDone) -> None:
         if self.pool is not None:
             merged = await self.pool.run_phase(level, "measured", requests=n, duration_s=duration_s, seed=seed,
-                                               prompts=self.prompts, sink=records, on_done=on_done)
+                                               prompts=self.prompts, sink=records, on_done=on_done,
+                                               grace_s=self.grace_s)
             self.window = (merged.start_ns, merged.end_ns)
             self.client_report, self.reasons, self.lost = merged.client, merged.reasons, self.lost + merged.lost
             return
@@ -222,7 +229,8 @@ class _Load:
         try:
             res = await run_phase(self.stream, self.prompts, level, "measured", requests=n, duration_s=duration_s,
                                   watch=watch, on_done=stop.wrap(on_done) if stop else on_done, seed=seed,
-                                  sink=records, halt=stop.halted if stop else None, stagger_s=self.stagger_s)
+                                  sink=records, halt=stop.halted if stop else None, stagger_s=self.stagger_s,
+                                  grace_s=self.grace_s)
             self.window = (res.start_ns, res.end_ns)
         finally:
             await watch.stop()
@@ -282,6 +290,7 @@ class _Sweep:
         started = now_iso()
         desc = _describe(cfg, self.plan, level, at)
         load = _Load(self.client, prompts, self.pool)
+        load.grace_s = cfg.grace_s
         load.stop = self.plan.stop(level, work.planned, records) if work.stoppable else None
         node_snaps = await self.pool.guards(cfg.guard, cfg.guard_config) if self.pool is not None else []
         refuse_dirty_nodes(cfg.guard, node_snaps, f"before level {level.describe()}")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from ..console import silence
 from ..errors import LevelFailed, UsageError
+from ..grace import DEFAULT_GRACE_S
 from ..jsontext import json_text
 from ..slo import parse_duration_ms
 from ..results import RunResult
@@ -61,6 +62,21 @@ def seconds(text: str | None, what: str) -> float | None:
         raise UsageError(f"{what} '{text}' is not a duration: write e.g. 30s, 500ms or 2m") from None
     if v <= 0:
         raise UsageError(f"{what} must be positive")
+    return v
+
+
+def grace(text: str | None, what: str = "--grace") -> float | None:
+    """A grace period: a duration, 0s (cancel at once), or inf (wait for every request: None)."""
+    if text is None:
+        return DEFAULT_GRACE_S
+    if text.strip().lower() in ("inf", "none"):
+        return None
+    try:
+        v = parse_duration_ms(text) / 1000.0
+    except ValueError as e:
+        raise UsageError(f"{what} {e}; or inf to wait for every request") from None
+    if v < 0:
+        raise UsageError(f"{what} must be 0 or more, or inf")
     return v
 
 

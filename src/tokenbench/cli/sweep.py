@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from ..grace import INTERRUPTED, LEVEL_END
 from .. import redact
 from ..pricing import DEFAULT_CURRENCY
 from ..engines.embedded import MIN_CONTEXT, running
@@ -31,7 +32,7 @@ from ..store import Store
 from ..sweep import SweepConfig, run_sweep
 from ..workers.split import parse_workers
 from .common import (check_output, embedded_spec, float_list, guard_config, guard_targets, int_list, json_object,
-                     notifier, run_exit, saved, seconds, write_json)
+                     grace, notifier, run_exit, saved, seconds, write_json)
 from .options import add_endpoint, add_load, add_output
 from .power import add_power_options, power_plan
 from .workloads import add_trace_options, add_workload_options, given_flags, workload_kind
@@ -102,8 +103,10 @@ class RichReporter:
         info = f"{summary.sustained_tps:,.1f} tok/s, TTFT p50 {summary.ttft_ms.p50 or 0:,.0f} ms"
         if summary.failed - summary.cut:
             info += f", {summary.failed - summary.cut} failed"
-        if summary.cut:
-            info += f", {summary.cut} cut by the interrupt"
+        if summary.errors.get(INTERRUPTED):
+            info += f", {summary.errors[INTERRUPTED]} cut by the interrupt"
+        if summary.errors.get(LEVEL_END):
+            info += f", {summary.errors[LEVEL_END]} cut by the level's end"
         if self.progress is not None and self.task is not None and self.console.width >= NARROW:
             self.progress.update(self.task, info=info)
         elif self.progress is not None and self.task is not None:
@@ -163,6 +166,14 @@ def _refuse_loop_options(a: argparse.Namespace, argv: list[str], kind: WorkloadK
                          "drop --phase")
 
 
+def _grace(a: argparse.Namespace) -> float | None:
+    """--grace bounds what a --duration level waits for after its end: without one it would change nothing."""
+    text = getattr(a, "grace", None)
+    if text is not None and getattr(a, "duration", None) is None:
+        raise UsageError("--grace bounds the wait after a --duration level's end: give --duration, or drop --grace")
+    return grace(text)
+
+
 def _phase(a: argparse.Namespace) -> str:
     if a.phase == "staggered" and (a.ray or parse_workers(a.workers) not in (None, 1)):
         raise UsageError("--phase staggered spreads one process's streams: drop --workers and --ray")
@@ -193,6 +204,7 @@ def load_config(a: argparse.Namespace, argv: list[str], kind: WorkloadKind, d: d
         max_concurrency=a.max_concurrency,
         requests=requests,
         duration_s=seconds(getattr(a, "duration", None), "--duration"),
+        grace_s=_grace(a),
         warmup=None if a.warmup == "auto" else a.warmup,
         warmup_auto=a.warmup == "auto",
         phase=_phase(a),

@@ -42,6 +42,7 @@ class SweepOptions(Protocol):
     max_concurrency: int | None
     requests: int | None
     duration_s: float | None
+    grace_s: float | None
     warmup: int | None
     repetitions: int
     workers: int | None

@@ -107,7 +107,8 @@ class BoundReplay:
         counter = self.b.endpoint.counter
         run = ReplayLevel(self.b.client, self.texts, self.plan, f"{level.concurrency or 'open'}/{repetition}",
                           level.concurrency or 1, self.fields, records, on_done, self.b.opts.requests,
-                          self.b.opts.duration_s, counter.count if counter is not None else None)
+                          self.b.opts.duration_s, counter.count if counter is not None else None,
+                          self.b.opts.grace_s)
         f = self.plan.trajectories.figures
         return ReplayWork(run, self.b.opts.requests, f.ideal_cached_share, f.ideal_basis)
 

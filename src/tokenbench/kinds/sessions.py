@@ -9,6 +9,7 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ..grace import CUT_KINDS
 from ..apis import CONVERSATIONAL
 from ..engines.embedded import slot_context
 from ..errors import UsageError
@@ -76,10 +77,10 @@ class SessionsWork:
         return whole_sessions(records, self._cut(records))
 
     def _cut(self, records: list[RequestRecord]) -> frozenset[int]:
-        """Cut short, not failed: the sessions a soak's end let send no next turn, and those an interrupt caught
-        in a turn or between two."""
+        """Cut short, not failed: the sessions a soak's end let send no next turn or cancelled after its grace, and
+        those an interrupt caught in a turn or between two."""
         return frozenset(self.run.cut | {r.session for r in records
-                                         if r.error_kind == "interrupted" and r.session is not None})
+                                         if r.error_kind in CUT_KINDS and r.session is not None})
 
 
 class BoundSessions:
@@ -118,6 +119,7 @@ class BoundSessions:
         run = SessionLevel(self.client, self.texts, self.plan, f"{level.concurrency}/{repetition}",
                            level.concurrency or 1, level.cache, self.fields, records, on_done,
                            counter.count if counter is not None else None)
+        run.grace_s = self.b.opts.grace_s  # a soak's turns in flight past its end get this long
         bg = self.plan.background
         return SessionsWork(run, level.cache, None if bg is None else BackgroundLoad(
             bg, self.client, self.b.builder, self.background_fields, self.b.seed, run.key))

@@ -62,6 +62,7 @@ class PhaseTask:
     prompts: list[tuple[int, PreparedRequest]]
     offset_s: float = 0.0
     watch: bool = False
+    grace_s: float | None = None  # with a duration: requests in flight this long after its end are cancelled
 
 
 @dataclass(slots=True)

@@ -143,7 +143,8 @@ class WorkerPool:
 
     async def run_phase(self, level: Level, phase: Phase, *, requests: int | None, duration_s: float | None,
                         seed: int, prompts: PromptFeed, sink: list[RequestRecord],
-                        on_done: Callable[[RequestRecord], None] | None = None) -> MergedPhase:
+                        on_done: Callable[[RequestRecord], None] | None = None,
+                        grace_s: float | None = None) -> MergedPhase:
         members = [m for m in self.members if m.alive]
         weights = send_weights([m.send_queue_ms for m in members])
         parts = [(m, s) for m, s in zip(members, worker_shares(level, requests, len(members), weights))
@@ -156,7 +157,7 @@ class WorkerPool:
             m.delivered, m.queues = 0, []
             first = count if count is not None else 2 * (share.concurrency or share.max_concurrency or 4)
             task = PhaseTask(share, phase, count, duration_s, seed * 1009 + k, start_wall, await prompts.take(first),
-                             offset, watch=phase == "measured")
+                             offset, watch=phase == "measured", grace_s=grace_s)
             try:
                 await m.handle.call("start", task)
                 started.append(m)

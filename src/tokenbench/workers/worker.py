@@ -84,7 +84,8 @@ class LoadWorker:
         try:
             res = await run_phase(self._client, self._prompts, task.level, task.phase, requests=task.requests,
                                   duration_s=task.duration_s, watch=self._watch, on_done=self._done.append,
-                                  seed=task.seed, sink=self._records, start_at_ns=start_at, offset_s=task.offset_s)
+                                  seed=task.seed, sink=self._records, start_at_ns=start_at, offset_s=task.offset_s,
+                                  grace_s=task.grace_s)
             self._result = (res.start_ns, res.end_ns)
         finally:
             if self._watch is not None:
