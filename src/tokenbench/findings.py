@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .grace import CUT_KINDS
 from .finding import Code, Finding
 from .guard_results import AGENT_CHECK, GuardSnapshot
 from .records import RequestRecord
@@ -178,7 +179,8 @@ def _p99_estimate(f: LevelFacts) -> Finding | None:
 
 
 def _errors(f: LevelFacts) -> Finding | None:
-    failed = [r for r in f.failed if r.error_kind != "interrupted"]  # those in flight at Ctrl-C: _interrupted's
+    # those in flight at Ctrl-C (_interrupted's) or past a duration's grace (the table's "cut") failed nowhere
+    failed = [r for r in f.failed if r.error_kind not in CUT_KINDS]
     if not failed:
         return None
     return Finding(Code.ERRORS, f"{len(failed)} requests failed", observed=len(failed), unit="requests",
@@ -388,13 +390,14 @@ def _concurrency_not_reached(f: LevelFacts) -> Finding | None:
 
 def _error_rate(f: LevelFacts) -> Finding | None:
     s = f.summary
-    attempted = s.completed + s.failed
-    if f.max_error_rate is None or f.interrupted or not attempted or s.failed / attempted <= f.max_error_rate:
+    attempted = s.completed + s.failed - s.cut  # a request the level's end cut was not the server's to fail
+    failed = s.failed - s.cut
+    if f.max_error_rate is None or f.interrupted or not attempted or failed / attempted <= f.max_error_rate:
         return None
-    share = s.failed / attempted
-    kinds = ", ".join(f"{k} x{n}" for k, n in sorted(s.errors.items()))
+    share = failed / attempted
+    kinds = ", ".join(f"{k} x{n}" for k, n in sorted(s.errors.items()) if k not in CUT_KINDS)
     return Finding(Code.ERROR_RATE,
-                   f"{s.failed} of {attempted} requests failed ({share:.0%}, above --max-error-rate "
+                   f"{failed} of {attempted} requests failed ({share:.0%}, above --max-error-rate "
                    f"{f.max_error_rate:.0%}): {kinds}", "the level is failed, not a result",
                    share, f.max_error_rate, "share", attempted)
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
+from .grace import CUT_KINDS
 from .guard_results import GuardSnapshot
 from .replay_stats import ReplayStats
 from .steady import Plateau, Waves
@@ -229,9 +230,9 @@ class LevelSummary:
 
     @property
     def cut(self) -> int:
-        """Requests in flight when the run was interrupted (Ctrl-C): counted in ``failed``, under ``errors``'
-        "interrupted", though no server failed them."""
-        return self.errors.get("interrupted", 0)
+        """Requests in flight when the run was interrupted (Ctrl-C) or a duration's grace ran out: counted in
+        ``failed``, under ``errors``' "interrupted" or "level_end" (grace.CUT_KINDS), though no server failed them."""
+        return sum(self.errors.get(k, 0) for k in CUT_KINDS)
 
     def ok_failed(self, sep: str = "/") -> str | None:
         """The requests that came back and those that failed, the ones an interrupt cut apart ("8/0, 4 cut");

@@ -14,6 +14,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .grace import CUT_KINDS
 from .cells import ms
 from .records import RequestRecord
 from .replay_stats import NS_PER_MS, NS_PER_S, ReplayStats, by_tree
@@ -39,8 +40,9 @@ class TreeRow:
 
 
 def _ended(rs: list[RequestRecord]) -> str | None:
-    """A tree's end where its calls say it: cut by an interrupt, failed; None where every call answered."""
-    if any(r.error_kind == "interrupted" for r in rs):
+    """A tree's end where its calls say it: cut by an interrupt or the level's end, failed; None where every call
+    answered."""
+    if any(r.error_kind in CUT_KINDS for r in rs):
         return CUT
     return FAILED if any(not r.ok for r in rs) else None
 

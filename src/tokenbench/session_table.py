@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from .grace import INTERRUPTED
 from .cells import agents_text, level_label, ms, num
 from .console import print_hanging, print_table
 from .levels import ServingLevel
@@ -67,7 +68,7 @@ def session_lines(s: ServingLevel) -> list[str]:
     if st.capped or st.compactions:
         parts.append(f"at the context cap {st.capped} ended, {st.compactions} compacted")
     if st.cut:  # an interrupt's cut requests (OK/failed's "cut") ended them, where there are any; else the soak's end
-        by = "the interrupt" if s.cut else "the soak's end"
+        by = "the interrupt" if s.errors.get(INTERRUPTED) else "the soak's end"
         parts.append(f"{st.cut} cut short by {by}")
     beside = ["  " + st.background.line()] if st.background is not None else []
     return [f"{level_label(s)}: " + "; ".join(p for p in parts if p), *beside, *over_time(s)]

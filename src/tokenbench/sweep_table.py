@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from rich.console import Console
 
+from .grace import CUT_KINDS, INTERRUPTED, LEVEL_END
 from .cache_cliff import CHECK as CLIFF_CHECK
 from .cells import level_label, ms, num
 from .console import print_table
@@ -264,12 +265,16 @@ def _finding_lines(levels: list[ServingLevel]) -> list[str]:
     for s in levels:
         for w in s.warnings:
             by_text.setdefault(w, []).append(level_label(s))
-        if failed := {k: v for k, v in s.errors.items() if k != "interrupted"}:  # the cut: the Flags' interrupt
+        if failed := {k: v for k, v in s.errors.items() if k not in CUT_KINDS}:  # the cut: a line of their own
             kinds = ", ".join(f"{k}: {v}" for k, v in sorted(failed.items()))
             by_text.setdefault(f"failed requests: {kinds}", []).append(level_label(s))
-        if s.cut:
-            by_text.setdefault(f"{s.cut} cut: in flight at the interrupt, not failed by the server (the JSON "
+        if n := s.errors.get(INTERRUPTED, 0):
+            by_text.setdefault(f"{n} cut: in flight at the interrupt, not failed by the server (the JSON "
                                "counts them in failed, as errors.interrupted)", []).append(level_label(s))
+        if n := s.errors.get(LEVEL_END, 0):
+            by_text.setdefault(f"{n} cut: in flight past the level's end and its grace (--grace), cancelled, not "
+                               "failed by the server (the JSON counts them in failed, as errors.level_end)",
+                               []).append(level_label(s))
     # a flag the table shows whose finding is a note (no warning line of its own) is said too: phase_locked and
     # no_plateau were in the Flags column and in the JSON only (p99's asterisk, the failed requests and an
     # interrupt each have their line)

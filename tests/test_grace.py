@@ -1,0 +1,139 @@
+"""A level bounded by time ends within its duration and grace: calls a wedged server never answers are cancelled
+after the grace, counted as cut by the level's end (neither failed nor measured), and the figures come from the
+calls that answered."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenbench.cli import main
+from tokenbench.emitter import BackgroundEmitter
+from tokenbench.grace import LEVEL_END, within_grace
+from tokenbench.kinds.lengths import LengthsKind
+from tokenbench.records import RequestRecord
+from tokenbench.store import Store
+from tokenbench.sweep import SweepConfig, run_sweep
+
+#: the client's own limit on a stream without a byte: what each wedged call waited for before a grace
+STALL = "30s"
+#: time a sweep takes around its level here (the check request, the store), with room for a busy 2-core box
+MARGIN_S = 6.0
+
+
+def _sweep(url: str, tmp_path: Path, **kw: Any) -> tuple[Any, float]:
+    kw.setdefault("stall_timeout_s", 30.0)
+    cfg = SweepConfig(url=url, workload=LengthsKind.fixed(24, 6), guard="off", metrics_interval_s=None, warmup=0,
+                      requests=None, **kw)
+    t0 = time.monotonic()
+    res = asyncio.run(run_sweep(cfg, Store(tmp_path / "r.db")))
+    return res, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("load", [{"concurrency": [2]}, {"rates": [40.0]}], ids=["closed", "open"])
+def test_stalled_calls_are_cut_after_the_grace(emitter: BackgroundEmitter, tmp_path: Path,
+                                               load: dict[str, Any]) -> None:
+    """The check request and 6 calls answer, then the server wedges: every later call stalls for an hour after its
+    first chunks. The level ends within its duration and grace, not at the stall limit."""
+    emitter.configure(itl_s=0.01, fault="stall", fault_from=7, fault_after=2)
+    res, took = _sweep(emitter.url, tmp_path, duration_s=1.0, grace_s=0.5, **load)
+    assert took < 1.0 + 0.5 + MARGIN_S, took
+    (o,) = res.outcomes
+    s = o.summary
+    assert s.completed == 6 and s.errors == {LEVEL_END: s.failed} and s.failed >= 1
+    assert s.cut == s.failed and s.ok_failed() == f"6/0, {s.failed} cut"
+    # the figures are the answered calls': a cut call's first chunks are no TTFT, failed or not
+    assert s.ttft_ms.n == 6 and s.e2e_ms.n == 6 and s.ttft_failed_ms.n == 0
+    assert s.total_output_tokens == 6 * 6
+    # the window ends at the last answer, not at the cut: the grace a wedged call waited is not serving time
+    assert s.duration_s < 1.0
+    # not a failed level: no server failed these calls
+    assert o.status == "complete" and "error_rate" not in s.flags and "errors" not in s.flags
+    assert res.to_json()["manifest"]["load"]["grace_s"] == 0.5
+    stored = Store(tmp_path / "r.db").requests(res.run_id)
+    cut = [r for r in stored if r.error_kind == LEVEL_END]
+    assert len(cut) == s.failed and all(r.end_ns is not None and "grace" in (r.error or "") for r in cut)
+
+
+def test_a_soak_cuts_its_wedged_turns_after_the_grace(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """A soak (sessions for a duration): the turns a wedged server never answers are cut after the grace, and so
+    are their sessions; the turns that answered are its figures."""
+    emitter.configure(itl_s=0.01, fault="stall", fault_from=9, fault_after=2)  # check + 2 warm-ups + 6 turns
+    out = tmp_path / "run.json"
+    t0 = time.monotonic()
+    code = main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "3",
+                 "--input-len", "20", "--output-len", "6", "--tool-len", "12", "--sessions", "2", "--turns", "3",
+                 "--duration", "1s", "--grace", "500ms", "--stall-timeout", STALL, "--no-baseline",
+                 "--db", str(tmp_path / "r.db"), "--json", str(out)])
+    took = time.monotonic() - t0
+    doc = json.loads(out.read_text())
+    assert code == 0, doc
+    assert took < 1.0 + 0.5 + MARGIN_S, took
+    [level] = doc["levels"]
+    assert level["completed"] == 6 and level["errors"] == {LEVEL_END: 2} and level["failed"] == 2
+    assert level["ttft_ms"]["n"] == 6 and level["status"] == "complete"
+    s = level["session"]
+    assert s["cut"] == 2 and s["sessions_finished"] + s["cut"] == s["sessions"]
+
+
+def test_grace_inf_waits_for_the_calls_in_flight(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """No grace bound (inf): the level waits for its calls, here until the client's stall limit fails them."""
+    emitter.configure(itl_s=0.01, fault="stall", fault_from=3, fault_after=2)
+    res, took = _sweep(emitter.url, tmp_path, duration_s=0.5, grace_s=None, concurrency=[1],
+                       stall_timeout_s=1.5)
+    s = res.outcomes[0].summary
+    assert took >= 1.5 and s.completed == 2 and s.errors == {"stall": 1} and s.cut == 0
+
+
+def _stalled(records: list[RequestRecord]) -> Any:
+    async def call() -> None:
+        rec = RequestRecord(index=len(records), sent_ns=time.perf_counter_ns())
+        records.append(rec)
+        await asyncio.sleep(3600)
+
+    return asyncio.gather(call(), call())
+
+
+def test_within_grace_cancels_at_the_end_and_marks_the_calls() -> None:
+    async def go() -> tuple[bool, list[RequestRecord], float]:
+        records: list[RequestRecord] = []
+        t0 = time.perf_counter()
+        cut = await within_grace(_stalled(records), records, time.perf_counter_ns() + 100_000_000, 0.1)
+        return cut, records, time.perf_counter() - t0
+
+    cut, records, took = asyncio.run(go())
+    assert cut and 0.19 <= took < 1.0
+    assert [r.error_kind for r in records] == [LEVEL_END, LEVEL_END] and all(r.end_ns for r in records)
+
+
+def test_within_grace_keeps_an_interrupt_an_interrupt() -> None:
+    """Ctrl-C during the level cancels the calls and propagates; the caller marks them interrupted."""
+    async def go() -> list[RequestRecord]:
+        records: list[RequestRecord] = []
+        task = asyncio.ensure_future(within_grace(_stalled(records), records, time.perf_counter_ns(), 60.0))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return records
+
+    records = asyncio.run(go())
+    assert len(records) == 2 and all(r.error_kind is None for r in records)
+
+
+def test_grace_is_given_with_a_duration(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--quiet", "--grace", "10s"])
+    assert code == 2 and "--grace bounds the wait after a --duration level's end" in capsys.readouterr().err
+    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--quiet", "--duration", "5s", "--grace", "10"])
+    assert code == 2 and "--grace '10' has no unit" in capsys.readouterr().err
+
+
+def test_grace_reads_a_duration_zero_or_inf() -> None:
+    from tokenbench.cli.common import grace
+
+    assert grace(None) == 30.0 and grace("0s") == 0.0 and grace("2m") == 120.0 and grace("inf") is None
