@@ -137,3 +137,37 @@ def test_grace_reads_a_duration_zero_or_inf() -> None:
     from tokenbench.cli.common import grace
 
     assert grace(None) == 30.0 and grace("0s") == 0.0 and grace("2m") == 120.0 and grace("inf") is None
+
+
+def test_a_replay_cuts_its_wedged_call_and_its_tree_after_the_grace(emitter: BackgroundEmitter,
+                                                                   tmp_path: Path) -> None:
+    """A replay level with a duration: the call a wedged server never answers is cut after the grace, and its tree
+    with it; the calls that answered are the level's figures."""
+    from tokenbench.kinds.replay import ReplayKind
+    from tokenbench.replay import ReplayPlan
+    from tokenbench.trajectories.load import load_trajectories
+
+    folder = tmp_path / "weka"
+    folder.mkdir()
+    calls = [{"t": float(k), "type": "n", "in": 16 + 8 * k, "out": 4, "hash_ids": list(range(4 + 2 * k)),
+              "think_time": 0.0, "api_time": 0.1} for k in range(10)]
+    (folder / "t0.json").write_text(json.dumps({"id": "t0", "block_size": 4, "requests": calls}))
+    emitter.configure(itl_s=0.01, fault="stall", fault_from=4, fault_after=2)  # the check request and 3 calls
+    cfg = SweepConfig(url=emitter.url, workload=ReplayKind(ReplayPlan(load_trajectories(folder), max_think_s=0.0)),
+                      requests=None, guard="off", seed=7, metrics_interval_s=None, warmup=0, concurrency=[1],
+                      duration_s=1.0, grace_s=0.5, stall_timeout_s=30.0)
+    t0 = time.monotonic()
+    res = asyncio.run(run_sweep(cfg, Store(tmp_path / "r.db")))
+    assert time.monotonic() - t0 < 1.0 + 0.5 + MARGIN_S
+    s = res.outcomes[0].summary
+    assert s.completed == 3 and s.errors == {LEVEL_END: 1} and s.ttft_ms.n == 3
+    assert s.session is not None and s.session.cut == 1 and s.session.sessions_finished == 0
+
+
+def test_workers_cut_their_wedged_calls_after_the_grace(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """Over load-generating workers, each cancels its own calls after the grace, and the driver counts them."""
+    emitter.configure(itl_s=0.01, fault="stall", fault_from=7, fault_after=2)
+    res, took = _sweep(emitter.url, tmp_path, duration_s=1.0, grace_s=0.5, concurrency=[2], workers=2)
+    assert took < 1.0 + 0.5 + MARGIN_S + 5.0, took  # and the workers' start
+    s = res.outcomes[0].summary
+    assert s.completed == 6 and s.errors == {LEVEL_END: s.failed} and s.failed >= 1 and s.ttft_ms.n == 6
