@@ -17,6 +17,7 @@ from tokenbench.emitter import BackgroundEmitter
 from tokenbench.grace import LEVEL_END, within_grace
 from tokenbench.kinds.lengths import LengthsKind
 from tokenbench.records import RequestRecord
+from tokenbench.slo import SLO
 from tokenbench.store import Store
 from tokenbench.sweep import SweepConfig, run_sweep
 
@@ -41,7 +42,7 @@ def test_stalled_calls_are_cut_after_the_grace(emitter: BackgroundEmitter, tmp_p
     """The check request and 6 calls answer, then the server wedges: every later call stalls for an hour after its
     first chunks. The level ends within its duration and grace, not at the stall limit."""
     emitter.configure(itl_s=0.01, fault="stall", fault_from=7, fault_after=2)
-    res, took = _sweep(emitter.url, tmp_path, duration_s=1.0, grace_s=0.5, **load)
+    res, took = _sweep(emitter.url, tmp_path, duration_s=1.0, grace_s=0.5, slo=SLO.parse("ttft_p99=10s"), **load)
     assert took < 1.0 + 0.5 + MARGIN_S, took
     (o,) = res.outcomes
     s = o.summary
@@ -54,6 +55,8 @@ def test_stalled_calls_are_cut_after_the_grace(emitter: BackgroundEmitter, tmp_p
     assert s.duration_s < 1.0
     # not a failed level: no server failed these calls
     assert o.status == "complete" and "error_rate" not in s.flags and "errors" not in s.flags
+    (errors,) = [c for c in s.slo_checks if c.name == "errors"]
+    assert errors.met and errors.value == 0.0
     assert res.to_json()["manifest"]["load"]["grace_s"] == 0.5
     stored = Store(tmp_path / "r.db").requests(res.run_id)
     cut = [r for r in stored if r.error_kind == LEVEL_END]

@@ -26,6 +26,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .grace import LEVEL_END
 from .records import RequestRecord
 
 if TYPE_CHECKING:
@@ -383,10 +384,11 @@ def assess(summary: ServingLevel, measured: list[RequestRecord], slo: SLO,
         value = _percentile(times, int(pct[1:])) if times else None
         checks.append(share_check(f"session_{pct}", sum(t > limit for t in times), len(times),
                                   1 - int(pct[1:]) / 100, value, limit, "ms"))
-    failed = len(measured) - len(ok)
-    share = failed / len(measured) if measured else None
+    judged = [r for r in measured if r.error_kind != LEVEL_END]  # a request the level's end cut failed nowhere
+    failed = len(judged) - len(ok)
+    share = failed / len(judged) if judged else None
     allowed_fail = slo.error_share if slo.error_share is not None else 0.0
-    checks.append(share_check("errors", failed, len(measured), allowed_fail, share, allowed_fail, "share"))
+    checks.append(share_check("errors", failed, len(judged), allowed_fail, share, allowed_fail, "share"))
     return checks
 
 
