@@ -164,8 +164,9 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
         g.add_argument("--duration", help="measure each level for this long, e.g. 60s; with --requests, the level "
                        "ends at whichever comes first " + UNIT)
         g.add_argument("--grace", help="with --duration: requests still in flight this long after a level's end "
-                       "are cancelled and counted as cut by its end, neither failed nor measured (default 30s, as "
-                       "AIPerf's --benchmark-grace-period; 0s cancels them at the end, inf waits for every one) "
+                       "are cancelled and counted as cut by its end (errors.level_end), no failure of the server and "
+                       "in no latency (default 30s, as AIPerf's --benchmark-grace-period; 0s cancels them at the "
+                       "end, inf waits for every one) "
                        + UNIT)
     g.add_argument("--warmup", type=WARMUP,
                    help="uncounted full-length requests per level (default: one per slot); auto: rounds of them "
