@@ -174,3 +174,19 @@ def test_workers_cut_their_wedged_calls_after_the_grace(emitter: BackgroundEmitt
     assert took < 1.0 + 0.5 + MARGIN_S + 5.0, took  # and the workers' start
     s = res.outcomes[0].summary
     assert s.completed == 6 and s.errors == {LEVEL_END: s.failed} and s.failed >= 1 and s.ttft_ms.n == 6
+
+
+def test_a_soak_ends_at_its_end_while_its_agents_think(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """An agent thinking at a soak's end sends no further turn: the level does not wait out its pause."""
+    out = tmp_path / "run.json"
+    t0 = time.monotonic()
+    code = main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "3",
+                 "--input-len", "20", "--output-len", "6", "--tool-len", "12", "--sessions", "2", "--turns", "3",
+                 "--think-time", "20s", "--duration", "1s", "--no-baseline",
+                 "--db", str(tmp_path / "r.db"), "--json", str(out)])
+    took = time.monotonic() - t0
+    doc = json.loads(out.read_text())
+    assert code == 0, doc
+    assert took < 1.0 + MARGIN_S, took
+    [level] = doc["levels"]
+    assert level["completed"] == 2 and level["failed"] == 0 and level["session"]["cut"] == 2

@@ -182,6 +182,13 @@ class SessionLevel:
             await self._session(agent, session)
             self._ended.add(session)
 
+    def _thinking(self, seconds: float) -> float:
+        """An agent's pause between turns, to a soak's end at most: no turn is sent after it, so a longer pause
+        only held the level past its end."""
+        if self.deadline_ns is None:
+            return seconds
+        return min(seconds, max(0.0, (self.deadline_ns - time.perf_counter_ns()) / 1e9))
+
     def _over(self) -> bool:
         return self.deadline_ns is not None and time.perf_counter_ns() >= self.deadline_ns
 
@@ -232,7 +239,7 @@ class SessionLevel:
                 conv.server_context = rec.input_tokens + rec.output_tokens
             think_ms = plan.think.sample(rng) * 1000.0
             if think_ms and turn + 1 < plan.turns:
-                await asyncio.sleep(think_ms / 1000.0)
+                await asyncio.sleep(self._thinking(think_ms / 1000.0))
 
     async def _compacted(self, session: int, turn: int) -> Conversation:
         """The session's history replaced by a summary as long as a task (what agents do at the cap): the system
