@@ -16,6 +16,7 @@ from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.grace import LEVEL_END, within_grace
 from tokenbench.kinds.lengths import LengthsKind
+from tokenbench.loadgen import Level, run_phase
 from tokenbench.records import RequestRecord
 from tokenbench.slo import SLO
 from tokenbench.store import Store
@@ -190,3 +191,36 @@ def test_a_soak_ends_at_its_end_while_its_agents_think(emitter: BackgroundEmitte
     assert took < 1.0 + MARGIN_S, took
     [level] = doc["levels"]
     assert level["completed"] == 2 and level["failed"] == 0 and level["session"]["cut"] == 2
+
+
+class _Wedged:
+    """A server that admits every request and never answers it."""
+
+    async def send(self, req: Any, record: RequestRecord, on_done: Any = None) -> RequestRecord:
+        record.sent_ns = time.perf_counter_ns()
+        await asyncio.sleep(3600)
+        return record
+
+    def flush(self) -> None:
+        pass
+
+
+class _Prompts:
+    def __init__(self) -> None:
+        self.n = 0
+
+    async def next(self) -> tuple[int, Any]:
+        self.n += 1
+        return self.n - 1, None
+
+
+@pytest.mark.parametrize("level", [Level(concurrency=3), Level(rate=50.0)], ids=["closed", "open"])
+def test_no_request_outlives_a_level_cut_at_its_end(level: Level) -> None:
+    """--grace 0s cancels at the end itself, an open loop then perhaps still waiting for its next arrival: every
+    request it sent stops with it, none is left running into the next level."""
+    async def go() -> tuple[list[RequestRecord], list[asyncio.Task[Any]]]:
+        res = await run_phase(_Wedged(), _Prompts(), level, "measured", requests=None, duration_s=0.3, grace_s=0.0)
+        return res.records, [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    records, running = asyncio.run(go())
+    assert records and all(r.error_kind == LEVEL_END for r in records) and running == []

@@ -283,8 +283,21 @@ class _Phase:
         await asyncio.gather(*(sender() for _ in range(n)))
 
     async def open_loop(self, level: Level, start_ns: int, offset_s: float, rng: random.Random) -> None:
-        sem = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
         tasks: list[asyncio.Task[None]] = []
+        try:
+            await self._arrivals(level, start_ns, offset_s, rng, tasks)
+        except asyncio.CancelledError:  # cancelled while sending (--grace 0s, an interrupt): the sent ones stop too
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        self.watch.sampling_inflight = False
+        await asyncio.gather(*tasks)
+
+    async def _arrivals(self, level: Level, start_ns: int, offset_s: float, rng: random.Random,
+                        tasks: list[asyncio.Task[None]]) -> None:
+        """Send a request at each arrival until the level's count or time, each a task of ``tasks``."""
+        sem = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
         for t_next in level.arrivals(offset_s, rng):
             if self.requests is not None and self.issued >= self.requests:
                 break
@@ -301,8 +314,6 @@ class _Phase:
             self.records.append(rec)
             tasks.append(asyncio.get_running_loop().create_task(self._capped(sem, req, rec)))
             self.issued += 1
-        self.watch.sampling_inflight = False
-        await asyncio.gather(*tasks)
 
     async def _capped(self, sem: asyncio.Semaphore | None, req: PreparedRequest, rec: RequestRecord) -> None:
         if sem is None:
