@@ -36,13 +36,6 @@ def mark_unfinished(records: Iterable[RequestRecord], kind: str, why: str) -> in
     return n
 
 
-def last_answer(records: Iterable[RequestRecord], phase: str | None = "measured") -> int | None:
-    """The end of the last call that was not cut by the level's end (of ``phase``; None: any): where the level's
-    window ends, so the grace a wedged call waited is not read as time the level served in."""
-    return max((r.end_ns for r in records if r.end_ns is not None and r.error_kind != LEVEL_END
-                and (phase is None or r.phase == phase)), default=None)
-
-
 async def within_grace(work: Awaitable[Any], records: list[RequestRecord], stop_ns: int | None,
                        grace_s: float | None) -> bool:
     """Run ``work``: a level's sending and the calls it waits for. Where the level ends at ``stop_ns``

@@ -24,7 +24,7 @@ from .metrics import client_delays
 from .records import Phase, RequestRecord
 from .background import cancel_and_wait
 from .errors import UsageError
-from .grace import INTERRUPTED, last_answer, mark_unfinished, within_grace
+from .grace import INTERRUPTED, mark_unfinished, within_grace
 from .layout import plural
 
 NS_PER_S = 1_000_000_000
@@ -377,8 +377,9 @@ async def run_phase(
             mark_unfinished(records, INTERRUPTED, "the run was interrupted")
             raise
         backend.flush()
-    end = last_answer(records, phase)  # a request the level's end cut is not in its window
-    return PhaseResult(records=records, start_ns=start_ns, end_ns=end if end is not None else time.perf_counter_ns())
+    # the window ends at the last request's end, or the cut of those the grace let go: the level held them till then
+    ends = [r.end_ns for r in records if r.end_ns is not None and r.phase == phase]
+    return PhaseResult(records=records, start_ns=start_ns, end_ns=max(ends) if ends else time.perf_counter_ns())
 
 
 def ensure_open_files(concurrency: int) -> None:

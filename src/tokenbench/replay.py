@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .client import PreparedRequest, StreamClient
-from .grace import DEFAULT_GRACE_S, INTERRUPTED, last_answer, mark_unfinished, within_grace
+from .grace import DEFAULT_GRACE_S, INTERRUPTED, mark_unfinished, within_grace
 from .records import RequestRecord
 from .sessions import SESSION_HEADER
 from .chat import Message
@@ -311,8 +311,9 @@ class ReplayLevel:
         except asyncio.CancelledError:  # Ctrl-C: calls in flight end as interrupted; finished ones are kept
             mark_unfinished(self.records, INTERRUPTED, "the run was interrupted")
             raise
-        end = last_answer(self.records)  # a call the level's end cut is not in its window
-        return start, end if end is not None else time.perf_counter_ns()
+        # a call the level's end cut ends at the cut: the level held it till then
+        ends = [r.end_ns for r in self.records if r.end_ns is not None and r.phase == "measured"]
+        return start, max(ends, default=time.perf_counter_ns())
 
     def _take(self) -> Trajectory | None:
         """The next tree to replay: the set in order, as many times over as gives every lane a tree (each time

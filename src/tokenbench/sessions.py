@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from .client import PreparedRequest, StreamClient
 from .draws import Draw
-from .grace import DEFAULT_GRACE_S, INTERRUPTED, last_answer, mark_unfinished, within_grace
+from .grace import DEFAULT_GRACE_S, INTERRUPTED, mark_unfinished, within_grace
 from .records import RequestRecord
 from .tenants import Background
 from .workload import PromptBuilder
@@ -170,8 +170,8 @@ class SessionLevel:
             self.cut |= self._begun - self._ended
             mark_unfinished(self.records, INTERRUPTED, "the run was interrupted")
             raise
-        end = last_answer(self.records, None)  # a turn the soak's end cut is not in its window
-        return start, end if end is not None else time.perf_counter_ns()
+        ends = [r.end_ns for r in self.records if r.end_ns is not None]  # a turn the soak's end cut: at the cut
+        return start, max(ends, default=time.perf_counter_ns())
 
     async def _agent(self, agent: int) -> None:
         total = self.agents if self.plan.per_agent else self.plan.sessions
