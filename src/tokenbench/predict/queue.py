@@ -251,15 +251,22 @@ def _group(items: list[Counts]) -> tuple[tuple[Counts, int], ...]:
 def _summarise(kinds: tuple[StepKind, ...], runs: list[tuple[int, int, int, int, int]],
                done: list[tuple[int, int, int, int, int]]) -> Loop:
     starts = [r[0] for r in runs]
+    seen: dict[tuple[int, int], Counts] = {}
+
+    def counts(a: int, b: int) -> Counts:  # a request's span is read for its TTFT, its cycle and its start
+        if (a, b) not in seen:
+            seen[a, b] = _counts(runs, starts, a, b)
+        return seen[a, b]
+
     steady = [d for d in done if d[1] >= WARM_CYCLES]
-    ttft = _group([_counts(runs, starts, a, f) for _, _, a, f, _ in steady])
-    start = _group([_counts(runs, starts, a, f) for _, num, a, f, _ in done if num == 0])
-    tpot = _group([_counts(runs, starts, f + 1, e) for _, _, _, f, e in steady])
+    ttft = _group([counts(a, f) for _, _, a, f, _ in steady])
+    start = _group([counts(a, f) for _, num, a, f, _ in done if num == 0])
+    tpot = _group([counts(f + 1, e) for _, _, _, f, e in steady])
     total: dict[int, int] = {}
     for _, _, a, _, e in steady:
-        for kind, m in _counts(runs, starts, a, e):
+        for kind, m in counts(a, e):
             total[kind] = total.get(kind, 0) + m
-    cycles = tuple(_group([_counts(runs, starts, a, f) for _, num, a, f, _ in done if num == c])
+    cycles = tuple(_group([counts(a, f) for _, num, a, f, _ in done if num == c])
                    for c in range(WARM_CYCLES + MEASURED_CYCLES))
     return Loop(kinds, ttft, start, tpot, tuple(sorted(total.items())), len(steady), cycles)
 
