@@ -192,6 +192,12 @@ def test_goodput_and_slo() -> None:
     assert s3.slo_met is None and s3.goodput_rps is None and s3.slo == slo.describe()
     failed = RequestRecord(index=21, sent_ns=0, end_ns=10**6, error_kind="http_500", error="boom")
     assert summarize([failed], concurrency=4, rate=None, window_start_ns=0, slo=slo).slo_met is False
+    # a level an interrupt cut after some requests ended is judged on those: the cut one failed nowhere, so it
+    # neither fails the errors objective nor enters the failed requests' latencies
+    late = RequestRecord(index=22, sent_ns=0, first_token_ns=4 * 10**9, end_ns=5 * 10**9, error_kind="interrupted",
+                         error="interrupted")
+    s4 = summarize([*fast, late], concurrency=4, rate=None, window_start_ns=0, slo=slo)
+    assert s4.slo_met is True and not (s4.ttft_failed_ms and s4.ttft_failed_ms.n), (s4.slo_met, s4.ttft_failed_ms)
 
 
 def test_slo_parse_errors_say_what_to_write() -> None:

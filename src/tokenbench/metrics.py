@@ -17,7 +17,7 @@ import math
 import statistics
 from collections import Counter
 
-from .grace import LEVEL_END
+from .grace import CUT_KINDS
 from .distribution import Distribution
 from .levels import ServingLevel, SessionStats, TurnPoint
 from .steady import plateau, waves
@@ -142,8 +142,8 @@ def _latencies(ok: list[RequestRecord]) -> tuple[Distribution, ...]:
 
 def _failure_split(summary: ServingLevel, failed: list[RequestRecord]) -> None:
     """Each latency's error split: the same definitions as the success split, over the failed requests (not those
-    a duration's grace cut: they failed nowhere)."""
-    ttft, _tpot, itl, e2e, ttfb, _ttfa, _text = _latencies([r for r in failed if r.error_kind != LEVEL_END])
+    a duration's grace or an interrupt cut: they failed nowhere)."""
+    ttft, _tpot, itl, e2e, ttfb, _ttfa, _text = _latencies([r for r in failed if r.error_kind not in CUT_KINDS])
     summary.e2e_failed_ms, summary.ttft_failed_ms, summary.itl_failed_ms, summary.ttfb_failed_ms = e2e, ttft, itl, ttfb
 
 

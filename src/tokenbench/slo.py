@@ -26,7 +26,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .grace import LEVEL_END
+from .grace import CUT_KINDS
 from .records import RequestRecord
 
 if TYPE_CHECKING:
@@ -384,7 +384,8 @@ def assess(summary: ServingLevel, measured: list[RequestRecord], slo: SLO,
         value = _percentile(times, int(pct[1:])) if times else None
         checks.append(share_check(f"session_{pct}", sum(t > limit for t in times), len(times),
                                   1 - int(pct[1:]) / 100, value, limit, "ms"))
-    judged = [r for r in measured if r.error_kind != LEVEL_END]  # a request the level's end cut failed nowhere
+    # a request the level's end or an interrupt cut failed nowhere
+    judged = [r for r in measured if r.error_kind not in CUT_KINDS]
     failed = len(judged) - len(ok)
     share = failed / len(judged) if judged else None
     allowed_fail = slo.error_share if slo.error_share is not None else 0.0
