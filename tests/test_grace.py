@@ -192,6 +192,9 @@ def test_a_soak_ends_at_its_end_while_its_agents_think(emitter: BackgroundEmitte
     assert took < 1.0 + MARGIN_S, took
     [level] = doc["levels"]
     assert level["completed"] == 2 and level["failed"] == 0 and level["session"]["cut"] == 2
+    # its window is the soak's second, in which its agents thought: it ended at the last answer (0.15 s), and its
+    # rate read 13 times what the server gave
+    assert 0.9 <= level["duration_s"] <= 1.5, level["duration_s"]
 
 
 class _Wedged:
@@ -225,3 +228,28 @@ def test_no_request_outlives_a_level_cut_at_its_end(level: Level) -> None:
 
     records, running = asyncio.run(go())
     assert records and all(r.error_kind == LEVEL_END for r in records) and running == []
+
+
+def test_calls_cut_waiting_past_a_limit_fail_it_and_are_said(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """A server that wedges before the first token: its calls are cut, not answered, and an SLO over the answered
+    ones passed it (TTFT p99 53 ms, exit 0). A cut call that had already waited past a TTFT limit is over it, and
+    the level says its figures are the answered requests'."""
+    emitter.configure(itl_s=0.01, fault="stall", fault_from=7, fault_after=0)
+    res, _ = _sweep(emitter.url, tmp_path, duration_s=1.0, grace_s=1.5, slo=SLO.parse("ttft_p99=1s"),
+                    concurrency=[2])
+    (o,) = res.outcomes
+    s = o.summary
+    assert s.completed == 6 and s.errors.get(LEVEL_END, 0) >= 1 and s.ttft_ms.p99 < 1000
+    (ttft,) = [c for c in s.slo_checks if c.name == "ttft_p99"]
+    assert not ttft.met and ttft.over == s.failed and ttft.n == 6 + s.failed and ttft.value >= 1500
+    assert s.slo_met is False and "unanswered" in s.flags
+    assert any("still unanswered at the level's end" in w for w in s.warnings), s.warnings
+
+
+def test_a_level_that_answered_nothing_failed(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """Every call wedged: the level read '0/0, 2 cut', 0.0 tok/s, complete, exit 0. It measured nothing."""
+    emitter.configure(itl_s=0.01, fault="stall", fault_from=1, fault_after=0)
+    res, _ = _sweep(emitter.url, tmp_path, duration_s=0.5, grace_s=0.5, concurrency=[2])
+    (o,) = res.outcomes
+    assert o.summary.completed == 0 and o.summary.cut >= 1 and o.status == "failed"
+    assert res.status != "complete"

@@ -46,6 +46,7 @@ class Code(StrEnum):
     ONE_READ = "one_read"
     DECODE_PAST_PREFILL = "decode_past_prefill"
     OVER_OFFERED = "over_offered"
+    UNANSWERED = "unanswered"
 
 
 #: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.

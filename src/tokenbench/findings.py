@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .grace import CUT_KINDS
+from .grace import CUT_KINDS, unanswered
 from .finding import Code, Finding
 from .guard_results import AGENT_CHECK, GuardSnapshot
 from .records import RequestRecord
@@ -418,6 +418,8 @@ LEVEL_RULES: tuple[Rule, ...] = (
          "(P99_MIN_SAMPLES)", _p99_estimate),
     Rule(Code.ERRORS, "failed requests are left out of the latencies; the level says there were some", _errors),
     Rule(Code.INTERRUPTED, "a level cut short by the user keeps what it measured, marked", _interrupted),
+    Rule(Code.UNANSWERED, "a --duration level cancels what is unanswered after its grace (grace.py); the figures "
+         "are then the answered requests', which a stalling server makes look fast", lambda f: unanswered(f.measured)),
     Rule(Code.STOPPED_EARLY, "a capacity search stops a level once its verdict cannot change, the server is "
          "clearly over-saturated, or its time budget is spent (capacity.LevelStop); what it measured is kept",
          _stopped_early),

@@ -11,6 +11,8 @@ import time
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
+from .finding import Code, Finding
+from .layout import plural
 from .records import RequestRecord
 
 #: ``error_kind`` of a call still in flight when a duration's grace ran out, cancelled by the client
@@ -67,3 +69,32 @@ async def _cancelled(task: asyncio.Future[Any]) -> None:
         await task
     except asyncio.CancelledError:
         pass
+
+
+def waited_ms(r: RequestRecord) -> float:
+    """How long a request cut at a level's end had waited when it was cut (ms): its TTFT, had it none yet, and its
+    end-to-end time are at least that."""
+    return ((r.end_ns or r.sent_ns) - r.sent_ns) / 1e6
+
+
+def known_over(measured: list[RequestRecord], metric: str, limit_ms: float) -> list[float]:
+    """The requests a level's end cut whose ``metric`` (ttft, e2e) is known to be over ``limit_ms`` already: each
+    one's wait, a lower bound of it. A wedged server's calls are cut, not answered; without these an SLO over the
+    answered ones would pass the server that wedged."""
+    cut = [r for r in measured if r.error_kind == LEVEL_END and (metric == "e2e" or r.first_token_ns is None)]
+    return [w for r in cut if (w := waited_ms(r)) > limit_ms] if metric in ("ttft", "e2e") else []
+
+
+def unanswered(measured: list[RequestRecord]) -> Finding | None:
+    """Requests still unanswered at a level's end and its grace: the figures are the answered ones', and a server
+    that stalls reads fast on those."""
+    cut = [r for r in measured if r.error_kind == LEVEL_END]
+    if not cut:
+        return None
+    longest = max(waited_ms(r) for r in cut) / 1000
+    silent = sum(1 for r in cut if r.first_token_ns is None)
+    return Finding(Code.UNANSWERED, f"{plural(len(cut), 'request')} still unanswered at the level's end and its grace "
+                   f"({silent} without a first token; the longest had waited {longest:.1f} s), cancelled: the "
+                   "latencies and rates are the answered requests'",
+                   "a server that stalls reads fast on what it answered: look at the server, or wait for every "
+                   "request with --grace inf", len(cut), None, "requests", len(measured))

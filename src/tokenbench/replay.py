@@ -313,6 +313,8 @@ class ReplayLevel:
             raise
         # a call the level's end cut ends at the cut: the level held it till then
         ends = [r.end_ns for r in self.records if r.end_ns is not None and r.phase == "measured"]
+        if self.stop_ns is not None:  # its lanes ran to its end, pausing between calls till then: its window too
+            ends.append(min(self.stop_ns, time.perf_counter_ns()))
         return start, max(ends, default=time.perf_counter_ns())
 
     def _take(self) -> Trajectory | None:

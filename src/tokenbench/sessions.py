@@ -171,6 +171,8 @@ class SessionLevel:
             mark_unfinished(self.records, INTERRUPTED, "the run was interrupted")
             raise
         ends = [r.end_ns for r in self.records if r.end_ns is not None]  # a turn the soak's end cut: at the cut
+        if self.deadline_ns is not None:  # a soak runs to its end, its agents thinking till then: its window too
+            ends.append(min(self.deadline_ns, time.perf_counter_ns()))
         return start, max(ends, default=time.perf_counter_ns())
 
     async def _agent(self, agent: int) -> None:

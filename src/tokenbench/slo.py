@@ -26,7 +26,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .grace import CUT_KINDS
+from .grace import CUT_KINDS, known_over
 from .records import RequestRecord
 
 if TYPE_CHECKING:
@@ -371,6 +371,9 @@ def assess(summary: ServingLevel, measured: list[RequestRecord], slo: SLO,
     for (metric, pct), limit in slo.percentile_ms.items():
         samples = [v for r in ok for v in request_values(r, metric)]
         value = getattr(getattr(summary, f"{metric}_ms"), pct) if samples else None
+        if over := known_over(measured, metric, limit):  # cut unanswered at the level's end, already over
+            samples += over
+            value = _percentile(sorted(samples), int(pct[1:]))
         allowed = 1 - int(pct[1:]) / 100
         checks.append(share_check(f"{metric}_{pct}", sum(v > limit for v in samples), len(samples), allowed,
                                   value, limit, "ms"))

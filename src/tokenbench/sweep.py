@@ -400,6 +400,8 @@ def _end_status(summary: ServingLevel, load: _Load) -> str:
         load.stop.apply(summary)
     if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED):
         return "failed"
+    if not summary.completed and summary.finding(Code.UNANSWERED):  # it measured nothing
+        return "failed"
     return "partial" if load.cut else "complete"
 
 

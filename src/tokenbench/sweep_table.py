@@ -272,9 +272,8 @@ def _finding_lines(levels: list[ServingLevel]) -> list[str]:
             by_text.setdefault(f"{n} cut: in flight at the interrupt, not failed by the server (the JSON "
                                "counts them in failed, as errors.interrupted)", []).append(level_label(s))
         if n := s.errors.get(LEVEL_END, 0):
-            by_text.setdefault(f"{n} cut: in flight past the level's end and its grace (--grace), cancelled, not "
-                               "failed by the server (the JSON counts them in failed, as errors.level_end)",
-                               []).append(level_label(s))
+            by_text.setdefault(f"{n} cut: unanswered at the level's end and its grace (--grace), cancelled (the "
+                               "JSON counts them in failed, as errors.level_end)", []).append(level_label(s))
     # a flag the table shows whose finding is a note (no warning line of its own) is said too: phase_locked and
     # no_plateau were in the Flags column and in the JSON only (p99's asterisk, the failed requests and an
     # interrupt each have their line)
