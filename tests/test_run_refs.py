@@ -336,6 +336,29 @@ def test_a_finished_level_at_80_columns_is_a_whole_line_above_the_bar() -> None:
     assert all("…" not in ln and len(ln) <= 80 for ln in said)
 
 
+def test_a_level_where_nothing_answered_shows_no_ttft_not_zero() -> None:
+    """Every request of a --duration level cut at its end: no TTFT was measured, and the level's line said
+    "TTFT p50 0 ms" where its table row shows "—"."""
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.cli.sweep import RichReporter
+    from tokenbench.distribution import Distribution
+    from tokenbench.grace import LEVEL_END
+    from tokenbench.levels import ServingLevel
+
+    buf = io.StringIO()
+    rep = RichReporter(Console(file=buf, width=80), enabled=True)
+    rep.level_start("level 1/1 concurrency 4", None, 5.0)
+    level = ServingLevel(concurrency=4, completed=0, failed=4, output_throughput_tps=0.0,
+                         ttft_ms=Distribution(n=0))
+    level.errors = {LEVEL_END: 4}
+    rep.level_end(level)
+    said = " ".join(ln.strip() for ln in buf.getvalue().splitlines())
+    assert "TTFT p50 —" in said and "0 ms" not in said, said
+
+
 def test_a_level_of_whole_sessions_says_no_time_left() -> None:
     """Agent sessions run whole sessions, no count or time to reach: the bar read "8 requests  left " with
     nothing after it."""

@@ -100,7 +100,10 @@ class RichReporter:
                 self.progress.update(self.task, advance=1, count=self._count())
 
     def level_end(self, summary: ServingLevel) -> None:
-        info = f"{summary.sustained_tps:,.1f} tok/s, TTFT p50 {summary.ttft_ms.p50 or 0:,.0f} ms"
+        # a level where nothing answered (all cut at a duration's end) has no TTFT: "—", as its table row shows,
+        # not a 0 ms no request had
+        p50 = summary.ttft_ms.p50
+        info = f"{summary.sustained_tps:,.1f} tok/s, TTFT p50 {'—' if p50 is None else f'{p50:,.0f} ms'}"
         if summary.failed - summary.cut:
             info += f", {summary.failed - summary.cut} failed"
         if summary.errors.get(INTERRUPTED):
