@@ -253,3 +253,18 @@ def test_a_level_that_answered_nothing_failed(emitter: BackgroundEmitter, tmp_pa
     (o,) = res.outcomes
     assert o.summary.completed == 0 and o.summary.cut >= 1 and o.status == "failed"
     assert res.status != "complete"
+
+
+@pytest.mark.parametrize("option,text", [("--grace", "nan"), ("--grace", "nans"), ("--grace", "infs"),
+                                         ("--duration", "inf"), ("--duration", "infs"), ("--duration", "nan")])
+def test_a_non_finite_duration_is_refused_without_suggesting_a_spelling(capsys: pytest.CaptureFixture[str],
+                                                                          option: str, text: str) -> None:
+    """--grace nan said "write nanms or nans", and nans was then refused; --duration inf said "write infms or
+    infs", then "infs is not a duration". Each is refused in one line that says what to write instead."""
+    args = {"--grace": ["--duration", "5s", "--grace", text], "--duration": ["--duration", text]}[option]
+    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--quiet", *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"{option} '{text}' is not a finite duration: write a number with a unit, e.g. 2s" in err, err
+    assert "infs" not in err.replace(f"'{text}'", "") and "nans" not in err.replace(f"'{text}'", ""), err
+

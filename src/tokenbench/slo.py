@@ -57,14 +57,15 @@ def parse_duration_ms(text: str) -> float:
                 break
         else:
             v = float(t)
-            if v != 0:  # a negative one is shown as its size: the unit is what is missing (the sign is refused after)
+            if math.isfinite(v) and v != 0:  # a negative one is shown as its size: the unit is what is missing
                 raise ValueError(f"'{text}' has no unit: write {t.lstrip('-')}ms or {t.lstrip('-')}s ({DURATION_RULE})")
     except ValueError as e:
         if "has no unit" in str(e):
             raise
         raise ValueError(f"'{text}' is not a duration: write a number with a unit, e.g. 2s, 500ms or 5m") from None
     if not math.isfinite(v):
-        raise ValueError(f"{text} is not a finite duration")
+        # nan and inf, bare or with a unit: no unit makes them a time, so none is suggested
+        raise ValueError(f"'{text}' is not a finite duration: write a number with a unit, e.g. 2s, 500ms or 5m")
     return v
 
 

@@ -57,7 +57,7 @@ def seconds(text: str | None, what: str) -> float | None:
     try:
         v = parse_duration_ms(text) / 1000.0  # a bare number is refused, as every duration (slo.DURATION_RULE)
     except ValueError as e:
-        if "has no unit" in str(e):
+        if "has no unit" in str(e) or "not a finite" in str(e):
             raise UsageError(f"{what} {e}") from None
         raise UsageError(f"{what} '{text}' is not a duration: write e.g. 30s, 500ms or 2m") from None
     if v <= 0:
