@@ -14,6 +14,7 @@ import pytest
 
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
+from tokenbench.errors import UsageError
 from tokenbench.grace import LEVEL_END, within_grace
 from tokenbench.kinds.lengths import LengthsKind
 from tokenbench.loadgen import Level, run_phase
@@ -268,3 +269,15 @@ def test_a_non_finite_duration_is_refused_without_suggesting_a_spelling(capsys: 
     assert f"{option} '{text}' is not a finite duration: write a number with a unit, e.g. 2s" in err, err
     assert "infs" not in err.replace(f"'{text}'", "") and "nans" not in err.replace(f"'{text}'", ""), err
 
+
+def test_a_grace_past_a_week_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """A level runs a week at most (--duration's bound): a longer grace is a slip of the unit too; inf, waiting
+    for every request, stays."""
+    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--quiet", "--duration", "5s", "--grace", "200h"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "--grace of 8.3 days: a level waits a week (168h) at most" in err and "or inf" in err, err
+    with pytest.raises(UsageError):
+        SweepConfig(url="http://127.0.0.1:9/v1", duration_s=5.0, grace_s=7 * 86400 + 1)
+    assert SweepConfig(url="http://127.0.0.1:9/v1", duration_s=5.0, grace_s=None).grace_s is None
+    assert SweepConfig(url="http://127.0.0.1:9/v1", duration_s=5.0, grace_s=7 * 86400).grace_s == 7 * 86400

@@ -110,9 +110,14 @@ class SweepConfig:
 
     def __post_init__(self) -> None:
         if self.duration_s is not None and self.duration_s > LONGEST_LEVEL_S:
-            days = self.duration_s / 86400
-            raise UsageError(f"--duration of {days:,.0f} days: a level runs a week (168h) at most, and longer is "
-                             "likely a slip of the unit: give at most 168h")
+            raise UsageError(f"--duration of {_days(self.duration_s)} days: a level runs a week (168h) at most, and "
+                             "longer is likely a slip of the unit: give at most 168h")
+        if self.grace_s is not None and self.grace_s > LONGEST_LEVEL_S:
+            # the wait after a level's end, held to the level's own bound (--grace 1e9h held the server for years);
+            # inf (None) still waits for every request
+            raise UsageError(f"--grace of {_days(self.grace_s)} days: a level waits a week (168h) at most after its "
+                             "end, and longer is likely a slip of the unit: give at most 168h, or inf to wait for "
+                             "every request")
         self.workload.refuse(self)  # the options a kind cannot run with, refused before anything starts
 
     def longest_request(self) -> int:  # what an engine's slot must hold
@@ -120,6 +125,11 @@ class SweepConfig:
 
     def levels(self) -> list[Level]:
         return self.workload.levels(self)
+
+
+def _days(s: float) -> str:
+    days = s / 86400
+    return f"{days:,.1f}" if days < 100 else f"{days:,.0f}"
 
 
 def _ms(ns: int | None) -> float | None:
