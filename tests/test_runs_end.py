@@ -211,6 +211,14 @@ def test_exit_codes_are_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"\n  {code}" in out
 
 
+def test_fit_s_help_says_its_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    """fit answers in its exit code (0 fits, 1 does not, a hybrid split included), as the top-level help and the
+    README say; its own --help said neither."""
+    assert main(["fit", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Exit 0 when it fits, 1 when it does not (a hybrid split included)" in out, out
+
+
 def test_sigterm_ends_a_depth_run_in_one_line(tmp_path: Path) -> None:
     """depth closes its run on any exception; the CLI used to let the KeyboardInterrupt out as a traceback."""
     db = tmp_path / "r.db"

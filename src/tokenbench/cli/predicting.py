@@ -378,7 +378,12 @@ def add_models_parser(sub: Any) -> None:
 
 def add_fit_parser(sub: Any) -> None:
     """``tokenbench fit``'s options."""
-    fp = sub.add_parser("fit", help="does a model and its KV cache fit a box? largest context and concurrency")
+    fp = sub.add_parser("fit", help="does a model and its KV cache fit a box? largest context and concurrency",
+                        description="Whether a model's weights and KV cache fit a box's memory at a context and "
+                        "concurrency, the largest context and concurrency that do, and otherwise llama.cpp's hybrid "
+                        "split (-ngl) and its speed. Exit 0 when it fits, 1 when it does not (a hybrid split "
+                        "included), as guard exits 1 on a dirty bench: a script can ask `tokenbench fit ... && ...`; "
+                        "--json is written either way.")
     add_setup(fp)
     fp.add_argument("--context", default="8192", help="tokens per sequence, e.g. 65536 or 64k")
     fp.add_argument("--concurrency", type=POSITIVE_INT, default=1, help="sequences held at once")
