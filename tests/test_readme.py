@@ -166,6 +166,45 @@ def test_a_predicted_example_prints_what_the_docs_show() -> None:
     assert [ln.rstrip() for ln in out.stdout.rstrip("\n").splitlines()] == shown
 
 
+def _capacity_levels(*rows: tuple[int, int, float, int, float, bool]) -> list[str]:
+    """The verdict table capacity prints at 80 columns for levels of a TTFT p90 <= 1 s and >= 15 tok/s search
+    (agents, requests, TTFT p90 in ms, requests over it, tok/s per agent, stopped early), sure verdicts."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from tokenbench.capacity import Verdict
+    from tokenbench.capacity_text import verdict_table
+    from tokenbench.console import print_table
+    from tokenbench.slo import SloCheck
+
+    verdicts = [Verdict(agents, ttft <= 1000 and tps >= 15,
+                        [SloCheck("ttft_p90", ttft, 1000.0, "ms", ttft <= 1000, n, over=over, p_value=0.01),
+                         SloCheck("agent_tps", tps, 15.0, "tok/s", tps >= 15, n, p_value=0.01)],
+                        n, "stopped sending: the p90 cannot pass" if stopped else None, 0)
+                for agents, n, ttft, over, tps, stopped in rows]
+    header, body = verdict_table(SimpleNamespace(spec=SimpleNamespace(axis="concurrency"),  # type: ignore
+                                                 verdicts=verdicts))
+    out = io.StringIO()
+    print_table(Console(file=out, width=80, color_system=None), header, body, "table", numeric=True)
+    return [ln.rstrip() for ln in out.getvalue().rstrip("\n").splitlines()]
+
+
+def test_the_capacity_examples_show_the_table_capacity_prints() -> None:
+    """docs/capacity.md's searches show their levels' table as capacity writes it now: rates with one decimal
+    (17.0 tok/s, the limit 15.0 tok/s), as the tables write them; the vLLM one still showed "17 tok/s" and
+    "(limit 15 tok/s)" beside the llama.cpp one's "15.0"."""
+    text = (ROOT / "docs" / "capacity.md").read_text()
+    llama = _capacity_levels((1, 32, 212, 0, 59.4, False), (2, 32, 420, 0, 26.0, False), (4, 32, 819, 0, 18.7, False),
+                             (5, 15, 1010, 8, 13.8, True), (6, 12, 1190, 7, 12.6, True), (8, 16, 1540, 16, 11.0, True))
+    vllm = _capacity_levels((1, 32, 231, 0, 21.2, False), (2, 32, 366, 0, 17.0, False), (4, 32, 701, 0, 18.3, False),
+                            (5, 32, 884, 0, 14.3, False), (6, 12, 1060, 10, 14.8, True), (8, 16, 1350, 15, 11.5, True))
+    for table in (llama, vllm):
+        assert "\n".join(table) + "\n```" in text, "\n".join(table)
+    assert "(limit 15 tok/s)" not in text and "agent_tps 17 tok/s" not in text
+
+
 def test_the_session_example_says_what_the_commands_print() -> None:
     """The turn-20 figures under the session examples (docs/predict.md) are what those commands print with the
     packaged calibration (they went stale once: 1.76 s where the command printed 2.00 s)."""
