@@ -220,6 +220,27 @@ def test_a_row_that_cannot_fit_is_a_card_and_says_its_shared_columns_once() -> N
     assert sum("serve" in ln for ln in lines) == 1
 
 
+def test_flags_said_under_the_table_name_their_row_as_a_sentence() -> None:
+    """Flags that do not fit go under the table, a line a row: a figure after its column's heading ("Agents 4
+    flags"), and a row named in words on its own: an open-loop replay's read "Agents open loop flags: ..."."""
+    import io
+
+    from rich.console import Console
+
+    from tokenbench.console import print_table
+
+    buf = io.StringIO()
+    header = ["Agents", "Aggregate output tok/s", "Per-agent tok/s", "Median TTFT", "P99 TTFT", "Median TPOT",
+              "OK/failed", "Flags"]
+    print_table(Console(file=buf, width=80), header,
+                [["open loop", "2,368", "—", "1.5 ms", "3.3 ms*", "0.0 ms", "6/0", "client_bound, tpot_estimated"],
+                 ["4", "1,234", "308.5", "2.5 ms", "4.3 ms*", "1.0 ms", "8/0", "client_bound, concurrency_low"]],
+                numeric=True, keep=(0,), aside=7)
+    lines = buf.getvalue().splitlines()
+    assert "Open loop flags: client_bound, tpot_estimated" in lines, lines
+    assert "Agents 4 flags: client_bound, concurrency_low" in lines, lines
+
+
 def test_a_name_joined_by_underscores_moves_whole_to_the_next_line() -> None:
     """A cell wraps between its words: ``agent_tps_p90`` and ``tok/s`` move whole to the next line where they fit
     there (capacity's Objectives column had read "agent_" over "tps_p90"), and break inside only where the name

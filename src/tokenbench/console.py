@@ -143,9 +143,17 @@ def _grouped(head: list[str], body: list[list[str]], g: int) -> tuple[list[str],
 
 
 def _aside(head: list[str], body: list[list[str]], k: int) -> tuple[list[str], list[list[str]], list[str]]:
-    """The table without column ``k``, and its values as lines under it ("Concurrency 4 flags: client_bound")."""
-    under = [f"{head[0]} {r[0]} {head[k].lower()}: {r[k]}" for r in body if r[k].strip()]
+    """The table without column ``k``, and its values as lines under it ("Concurrency 4 flags: client_bound"). A
+    row named in words says them alone ("Open loop flags: client_bound", not "Agents open loop flags: ...")."""
+    under = [f"{_row_name(head[0], r[0])} {head[k].lower()}: {r[k]}" for r in body if r[k].strip()]
     return head[:k] + head[k + 1:], [r[:k] + r[k + 1:] for r in body], under
+
+
+def _row_name(heading: str, cell: str) -> str:
+    """A row as a line under its table names it: a figure after its column's heading ("Concurrency 4", "Rate
+    0.5/s", "Rank 1"), a name in words on its own ("Open loop", "Trace")."""
+    cell = cell.strip()
+    return f"{heading} {cell}" if cell[:1].isdigit() or not cell else cell[:1].upper() + cell[1:]
 
 
 def _drawn(layout: Layout, body: list[list[str]], marks: set[int]) -> Table:
