@@ -386,6 +386,26 @@ def test_a_soak_whose_cached_share_falls_is_flagged() -> None:
     assert found is not None and "fell from 62% of prompt tokens in the run's first tenth to 20%" in found.message
 
 
+def test_a_soak_s_tenths_say_their_own_length() -> None:
+    """A 40 s soak's line read "each tenth of 40 s": the whole soak's length, read as each tenth's; its windows
+    were 4 s each."""
+    from tokenbench.distribution import Distribution
+    from tokenbench.levels import ServingLevel, SessionStats
+    from tokenbench.metrics import soak_windows
+    from tokenbench.records import RequestRecord
+    from tokenbench.session_table import over_time
+
+    sent = [RequestRecord(index=i, phase="measured", session=0, sent_ns=int(i * 4e9),
+                          first_token_ns=int(i * 4e9 + 5e7), input_tokens=100, cached_tokens=50) for i in range(10)]
+    windows = soak_windows(sent, 40.0)
+    assert len(windows) == 10 and windows[0].end_s - windows[0].start_s == 4.0
+    s = ServingLevel(concurrency=4, session=SessionStats("warm", 8, 8, 4.0, Distribution(n=0), 0.5, "usage",
+                                                         over_time=windows))
+    said = over_time(s)
+    assert said[0].startswith("  over time, in tenths of the soak (4 s each): cached 50% 50%"), said
+    assert "40 s" not in said[0]
+
+
 def test_the_report_draws_a_soak_over_time(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     from tokenbench.report import series
     from tokenbench.reader import load_result

@@ -10,6 +10,7 @@ from .cells import agents_text, level_label, ms, num
 from .console import print_hanging, print_table
 from .levels import ServingLevel
 from .session_view import tokens
+from .slo import duration_text
 
 
 #: A session table shows every turn up to this many, then a readable subset (the first turns, every k-th, the last).
@@ -81,7 +82,9 @@ def over_time(s: ServingLevel) -> list[str]:
         return []
     shares = " ".join("—" if x.cached_share is None else f"{100 * x.cached_share:.0f}%" for x in w)
     ttfts = " ".join(ms(x.ttft_ms_p50) for x in w)
-    return [f"  over time, each tenth of {w[-1].end_s:g} s: cached {shares}", f"  turn TTFT p50: {ttfts}"]
+    # a window's own length, by send time: "each tenth of 40 s" gave the whole soak's, read as each tenth's
+    tenth = duration_text((w[0].end_s - w[0].start_s) * 1000)
+    return [f"  over time, in tenths of the soak ({tenth} each): cached {shares}", f"  turn TTFT p50: {ttfts}"]
 
 
 def session_headline(warm: ServingLevel, busted: ServingLevel | None) -> str | None:
