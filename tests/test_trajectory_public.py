@@ -4,6 +4,8 @@ tokenbench reads of it; then each replayed against the emitter, every recorded c
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import math
 from collections import Counter
@@ -188,11 +190,22 @@ def test_the_replay_of_a_full_text_set_says_its_ideal_is_of_characters(
 
 
 def test_an_open_loop_replay_cuts_the_idle_time_between_recorded_sessions(emitter: BackgroundEmitter,
-                                                                          tmp_path: Path) -> None:
+                                                                          tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """TraceLab's example records its two sessions 72 days apart: at the recorded times the second would start 34
     hours into a replay at 50x. The time no session was running is cut to the pause cap, as AgentX caps idle gaps:
-    the second starts when the first's recorded calls end, plus the cap; sessions that overlap keep their times."""
-    from tokenbench.replay import ReplayPlan
+    the second starts when the first's recorded calls end, plus the cap; sessions that overlap keep their times.
+    The recorded times count from the level's first send, after its preparation (which took 0.16 s on a busy CI
+    machine, and the first session started that late against the second)."""
+    from tokenbench.replay import ReplayPlan, ReplayTexts
+
+    prepare = ReplayTexts.start
+
+    async def slow(self: ReplayTexts) -> None:
+        await asyncio.sleep(0.3)  # a busy machine's preparation
+        await prepare(self)
+
+    monkeypatch.setattr(ReplayTexts, "start", slow)
 
     trees = load_trajectories(TRACELAB)
     first, second = sorted(trees.trajectories, key=lambda t: t.epoch_s or 0.0)

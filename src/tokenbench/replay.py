@@ -302,9 +302,9 @@ class ReplayLevel:
 
     async def run(self) -> tuple[int, int]:
         """Every tree of the level; returns the window (first send, last byte)."""
+        await self.texts.start()  # before the level's time starts: the recorded times count from its first send
         start = time.perf_counter_ns()
         self.stop_ns = start + int(self.duration_s * 1e9) if self.duration_s else None
-        await self.texts.start()
         runs = [self._open(start)] if self.plan.speed is not None else [self._lane(i) for i in range(self.lanes)]
         try:
             await within_grace(asyncio.gather(*runs), self.records, self.stop_ns, self.grace_s)
