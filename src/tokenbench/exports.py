@@ -22,9 +22,8 @@ from dataclasses import dataclass
 
 from . import __version__
 from .errors import UsageError
-from .importers.published_csv import cache_mode
 from .levels import DepthLevel, ServingLevel
-from .predict.measured import COLUMNS, Row, run_rows
+from .predict.measured import COLUMNS, Row, cache_mode, run_rows
 from .results import RunResult
 from .layout import plural
 

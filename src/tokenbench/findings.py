@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .grace import CUT_KINDS, unanswered
+from .grace import CUT_KINDS, INTERRUPTED, unanswered
 from .finding import Code, Finding
 from .guard_results import AGENT_CHECK, GuardSnapshot
 from .records import RequestRecord
@@ -190,7 +190,7 @@ def _errors(f: LevelFacts) -> Finding | None:
 def _interrupted(f: LevelFacts) -> Finding | None:
     if not f.interrupted:
         return None
-    cut = sum(1 for r in f.failed if r.error_kind == "interrupted")
+    cut = sum(1 for r in f.failed if r.error_kind == INTERRUPTED)
     return Finding(Code.INTERRUPTED, "the level was cut short" + (f": {plural(cut, 'request')} in flight left "
                    "unfinished" if cut else ""), n=len(f.measured), severity="note")
 

@@ -81,8 +81,10 @@ def known_over(measured: list[RequestRecord], metric: str, limit_ms: float) -> l
     """The requests a level's end cut whose ``metric`` (ttft, e2e) is known to be over ``limit_ms`` already: each
     one's wait, a lower bound of it. A wedged server's calls are cut, not answered; without these an SLO over the
     answered ones would pass the server that wedged."""
-    cut = [r for r in measured if r.error_kind == LEVEL_END and (metric == "e2e" or r.first_token_ns is None)]
-    return [w for r in cut if (w := waited_ms(r)) > limit_ms] if metric in ("ttft", "e2e") else []
+    if metric not in ("ttft", "e2e"):
+        return []
+    return [w for r in measured if r.error_kind == LEVEL_END and (metric == "e2e" or r.first_token_ns is None)
+            and (w := waited_ms(r)) > limit_ms]
 
 
 def unanswered(measured: list[RequestRecord]) -> Finding | None:

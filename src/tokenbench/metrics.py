@@ -17,7 +17,7 @@ import math
 import statistics
 from collections import Counter
 
-from .grace import CUT_KINDS
+from .grace import CUT_KINDS, INTERRUPTED
 from .distribution import Distribution
 from .levels import ServingLevel, SessionStats, TurnPoint
 from .steady import plateau, waves
@@ -195,7 +195,7 @@ def _goodput(summary: ServingLevel, measured: list[RequestRecord], slo: SLO | No
     if slo is None or not (slo.per_request_ms or slo.decides_levels):
         return
     summary.slo = slo.describe()
-    if all(r.error_kind == "interrupted" for r in measured):  # nothing ended before the interrupt: no verdict
+    if all(r.error_kind == INTERRUPTED for r in measured):  # nothing ended before the interrupt: no verdict
         return  # (it read FAIL, goodput 0.00, beside "no level gave a verdict")
     ok = [r for r in measured if r.ok]
     good = [r for r in ok if request_meets(r, slo.per_request_ms)]

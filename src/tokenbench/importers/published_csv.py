@@ -5,14 +5,13 @@ relabelled every host, so a Strix Halo row read as the A30 the user named."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from ..errors import UsageError
 from ..distribution import Distribution
 from ..levels import DepthLevel, LevelSummary, ServingLevel
 from ..results import Manifest
-from ..predict.measured import COLUMNS, Row, read_rows
+from ..predict.measured import COLUMNS, Row, cache_mode, read_rows
 from ..wire import WireError, loads
 from .fields import Imported
 
@@ -78,17 +77,6 @@ def engine(r: Row) -> str:
     if version and len(words) > 1 and words[-1].lower().removeprefix("v") == version:
         return " ".join(words[:-1])
     return r.engine
-
-
-#: an agent session level's cache mode, in a part of a row's note as export writes it ("cache warm")
-CACHE_NOTE = re.compile(r"cache (warm|busted)")
-
-
-def cache_mode(r: Row) -> str:
-    """The cache mode a row's note names ("warm", "busted"), or "": the one thing that tells an agent count's warm
-    level from its busted one where both round to the same prompt length."""
-    return next((m.group(1) for part in (r.raw.get("note") or "").split(";")
-                 if (m := CACHE_NOTE.fullmatch(part.strip().lower()))), "")
 
 
 def _mode_text(mode: object) -> str:

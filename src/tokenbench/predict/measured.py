@@ -148,6 +148,22 @@ def _depth_row(s: DepthLevel, depth: int, flags: str, add: Callable[..., None]) 
         add(s.test, depth, 1, 0, int(s.test[2:]), "decode_tps", s.tg_tps, "tok/s", flags)
 
 
+#: an agent session level's cache mode, in a part of a row's note ("cache warm"): published.csv has no column for it
+CACHE_NOTE = re.compile(r"cache (warm|busted)")
+
+
+def cache_note(mode: str) -> str:
+    """The part of a row's note that says its level's cache mode (read back by ``cache_mode``)."""
+    return f"cache {mode}"
+
+
+def cache_mode(r: Row) -> str:
+    """The cache mode a row's note names ("warm", "busted"), or "": the one thing that tells an agent count's warm
+    level from its busted one where both round to the same prompt length."""
+    return next((m.group(1) for part in (r.raw.get("note") or "").split(";")
+                 if (m := CACHE_NOTE.fullmatch(part.strip().lower()))), "")
+
+
 def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: str, kv: str,
              requests: dict[int, list[RequestRecord]] | None = None, p99: bool = False,
              flagged: bool = False) -> list[Row]:
@@ -186,7 +202,7 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
         elif isinstance(s, ServingLevel) and s.concurrency and s.input_tokens_mean and s.output_tokens_mean:
             inp, outp, c = round(s.input_tokens_mean), round(s.output_tokens_mean), s.concurrency
             # an agent-session level's cache mode has no column: its note says it (warm and busted share the rest)
-            mode = f"cache {s.session.cache}" if s.session is not None else ""
+            mode = cache_note(s.session.cache) if s.session is not None else ""
             ttft, note = s.ttft_ms.p50, "; ".join(x for x in (mode, flags) if x)
             if requests and requests.get(o.idx):
                 ttft, note = steady_state(requests[o.idx], c)
