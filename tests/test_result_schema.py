@@ -30,7 +30,8 @@ from tokenbench.emitter import BackgroundEmitter, EmitterConfig
 from tokenbench.finding import Code, Finding
 from tokenbench.keyed import key_types
 from tokenbench.distribution import Distribution
-from tokenbench.levels import LEVEL_KEYS, ClientReport, SessionStats, Telemetry, TurnPoint
+from tokenbench.client_report import ClientReport
+from tokenbench.levels import LEVEL_KEYS, SessionStats, Telemetry, TurnPoint
 from tokenbench.quality.items import Item
 from tokenbench.replay_stats import ContextBin, ReplayStats
 from tokenbench.steady import Plateau, Waves, WaveSize

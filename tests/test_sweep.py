@@ -266,6 +266,45 @@ def test_no_collection_of_the_whole_heap_stops_a_timed_phase(emitter: Background
     assert ClientWatch(lags_ms=Tally(0.01, [0.5] * 200 + [LOOP_STALL_MS / 2])).verdict(Level(concurrency=2), None) == []
 
 
+def test_a_loop_stop_says_whether_the_process_was_busy_or_not_given_a_core() -> None:
+    """A stop of the event loop is the client's own work (busy: its CPU time runs with the stop, a long garbage
+    collection named) or other work on the machine's cores (the process not run: little CPU in the stop). A CI run
+    read two runs of three 12-13% late against vLLM's own decode times, with a stop of the loop seen and nothing
+    to tell which it was."""
+    import gc
+    from collections.abc import Callable
+
+    from tokenbench import loadgen
+    from tokenbench.loadgen import ClientWatch
+
+    async def stop_once(block: Callable[[], None]) -> ClientWatch:
+        watch = ClientWatch()
+        watch.start()
+        await asyncio.sleep(0.05)
+        block()
+        await asyncio.sleep(0.05)
+        await watch.stop()
+        return watch
+
+    def spin() -> None:  # 0.3 s of the process's own CPU time, however long the machine takes to give it
+        end = time.process_time() + 0.3
+        while time.process_time() < end:
+            pass
+
+    busy = asyncio.run(stop_once(spin))
+    assert busy.stop_cpu_ms is not None and busy.stop_cpu_ms >= 290, busy.report()
+    assert "the process busy for" in loadgen.stopped_by({**busy.report(), "loop_lag_ms_max": 300.0})
+    idle = asyncio.run(stop_once(lambda: time.sleep(0.3)))  # the process not run meanwhile, as when starved
+    assert idle.stop_cpu_ms is not None and idle.stop_cpu_ms < 100, idle.report()
+    assert "other work held the machine's cores" in loadgen.stopped_by(idle.report())
+    collected = asyncio.run(stop_once(gc.collect))
+    assert collected.report()["gc_ms_max"] > 0 and collected._collected not in gc.callbacks
+    assert "garbage collection" in loadgen.stopped_by({"loop_lag_ms_max": 400.0, "loop_stop_cpu_ms": 390.0,
+                                                       "gc_ms_max": 350.0})
+    assert "garbage collection" not in loadgen.stopped_by({"loop_lag_ms_max": 400.0, "loop_stop_cpu_ms": 390.0,
+                                                           "gc_ms_max": 2.0})
+
+
 def test_repetitions_combine_every_repetitions_values_and_findings() -> None:
     """--repetitions 3 kept the first repetition's findings alone (a third's client_bound lost, under a TPOT its
     burst made 0.005 ms), its count, extremes and token totals (24 requests beside one repetition's 256 tokens),

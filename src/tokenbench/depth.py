@@ -37,7 +37,8 @@ from .guard import snapshot_before
 from .loadgen import Level, still_heap
 from .distribution import Distribution
 from .layout import sig
-from .levels import ClientReport, DepthLevel, LevelSummary
+from .client_report import ClientReport
+from .levels import DepthLevel, LevelSummary
 from .metrics import NS_PER_S
 from .records import RequestRecord
 from .results import LevelOutcome, RunResult, new_run_id, now_iso

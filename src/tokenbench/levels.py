@@ -15,6 +15,7 @@ from .guard_results import GuardSnapshot
 from .replay_stats import ReplayStats
 from .steady import Plateau, Waves
 from .distribution import Distribution
+from .client_report import ClientReport
 from .finding import Code, Finding
 from .keyed import Keyed
 from .slo import SloCheck
@@ -96,34 +97,6 @@ class SessionStats:
         bg = d.get("background")
         d["background"] = BackgroundStats.from_dict(bg) if isinstance(bg, dict) else None
         return cls(**d)
-
-
-@dataclass(slots=True)
-class ClientReport(Keyed):
-    """What the client saw of itself during one level (loadgen.ClientWatch: its CPU, event-loop lag and requests
-    in flight; with several workers, the busiest one's figures, every worker's and their clocks; with Ray, each
-    node's guard), and for a llama-bench style depth level, its steps one by one. The JSON contract's ``client``
-    object, written back with the keys, values and order it was read with (keyed.Keyed)."""
-
-    cpu_pct: float | None = None
-    loop_lag_samples: int | None = None
-    loop_lag_ms_p50: float | None = None
-    loop_lag_ms_p99: float | None = None
-    loop_lag_ms_max: float | None = None
-    inflight_mean: float | None = None
-    worker: str | None = None  # one worker's report: its name
-    workers: list[Any] | None = None  # every worker's report
-    clocks: list[Any] | None = None  # each worker's clock against the parent's
-    node_guards: list[Any] | None = None  # Ray: each node's guard snapshot
-    server_guard: dict[str, Any] | None = None  # the server host's guard snapshot, through its agent
-    # a depth level's steps: the rate of each repetition, the fill and prompt times, the server's own timings
-    pp_tps_reps: list[Any] | None = None
-    tg_tps_reps: list[Any] | None = None
-    fill_ms: list[Any] | None = None
-    pp_ms: list[Any] | None = None
-    server_pp_tps: float | None = None
-    server_tg_tps: float | None = None
-    tg_tps_client: float | None = None  # the client's tg rate, withheld above the server's (chunks held back)
 
 
 #: How a level's power note begins where no meter was there to read the box (none named, none on the host), not

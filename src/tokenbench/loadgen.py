@@ -140,6 +140,18 @@ class Level:
             t += rng.expovariate(self.rate) if self.arrival == "poisson" else 1.0 / self.rate
 
 
+def stopped_by(report: dict[str, Any]) -> str:
+    """What held the event loop at its longest stop, from a ``ClientWatch.report``: the process itself (busy for
+    most of it, a garbage collection named where one was long), or other work on the machine's cores."""
+    stop, cpu, collected = report["loop_lag_ms_max"], report.get("loop_stop_cpu_ms"), report.get("gc_ms_max") or 0
+    if cpu is None:
+        return ""
+    if cpu < stop / 2:
+        return f", the process given a core for {cpu:.0f} ms of it: other work held the machine's cores"
+    said = f", the process busy for {cpu:.0f} ms of it"
+    return said + (f" ({collected:.0f} ms in one garbage collection)" if collected > LOOP_STALL_MS else "")
+
+
 @dataclass(slots=True)
 class ClientWatch:
     """Event-loop lag, the client's own CPU, requests in flight: is the client or the server the limit?"""
@@ -152,6 +164,12 @@ class ClientWatch:
     inflight: int = 0
     sampling_inflight: bool = True
     cpu_pct: float | None = None
+    #: what stopped the loop at its longest stop: the CPU time the process had meanwhile (ms: near the stop, it
+    #: was busy itself; near nothing, other work held the cores), and the longest garbage collection (ms)
+    stop_cpu_ms: float | None = None
+    gc_ms_max: float | None = None
+    _longest_ms: float = -1.0
+    _gc_t0: float = 0.0
     _task: asyncio.Task[None] | None = None
     _cpu0: float = 0.0
     _t0: float = 0.0
@@ -161,9 +179,12 @@ class ClientWatch:
             await asyncio.sleep((at_ns - time.perf_counter_ns()) / NS_PER_S)
             self._mark()
         while True:
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             await asyncio.sleep(MONITOR_PERIOD_S)
-            self.lags_ms.append(max(0.0, (time.perf_counter() - t - MONITOR_PERIOD_S) * 1000))
+            lag = max(0.0, (time.perf_counter() - t - MONITOR_PERIOD_S) * 1000)
+            self.lags_ms.append(lag)
+            if lag > self._longest_ms:
+                self._longest_ms, self.stop_cpu_ms = lag, (time.process_time() - cpu) * 1000
             if self.sampling_inflight:
                 self.inflight_sum += self.inflight
                 self.inflight_count += 1
@@ -173,14 +194,25 @@ class ClientWatch:
         self._cpu0 = ct.user + ct.system
         self._t0 = time.perf_counter()
 
+    def _collected(self, phase: str, info: dict[str, int]) -> None:
+        """``gc.callbacks``: each garbage collection's length."""
+        now = time.perf_counter()
+        if phase == "start":
+            self._gc_t0 = now
+        else:
+            self.gc_ms_max = max(self.gc_ms_max or 0.0, (now - self._gc_t0) * 1000)
+
     def start(self, at_ns: int | None = None) -> None:
         """Watch from now, or from ``at_ns`` (perf_counter_ns): a worker's phase starts at the pool's shared start
         time (run_phase's ``start_at_ns``), and the wait before it is no part of the level: sampled, it read as
         requests not in flight (a worker at concurrency 1 read 0.89 in flight and was called client-bound)."""
         self._mark()
+        gc.callbacks.append(self._collected)
         self._task = asyncio.get_running_loop().create_task(self._run(at_ns))
 
     async def stop(self) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._collected)
         await cancel_and_wait(self._task)
         ct = psutil.Process().cpu_times()
         wall = time.perf_counter() - self._t0
@@ -193,6 +225,9 @@ class ClientWatch:
             out["loop_lag_ms_p50"] = lags.percentile(50)  # the one percentile definition (distribution)
             out["loop_lag_ms_p99"] = lags.percentile(99)
             out["loop_lag_ms_max"] = lags.max()
+            out["loop_stop_cpu_ms"] = None if self.stop_cpu_ms is None else round(self.stop_cpu_ms, 1)
+        if self.gc_ms_max is not None:
+            out["gc_ms_max"] = round(self.gc_ms_max, 1)
         if self.inflight_count:
             out["inflight_mean"] = self.inflight_sum / self.inflight_count
         return out
@@ -213,8 +248,8 @@ class ClientWatch:
         if r.get("loop_lag_ms_p99", 0) > LOOP_LAG_P99_MS:
             reasons.append(f"event-loop lag p99 {r['loop_lag_ms_p99']:.1f} ms > {LOOP_LAG_P99_MS:g} ms")
         elif r.get("loop_lag_ms_max", 0) > LOOP_STALL_MS:
-            reasons.append(f"the event loop stopped once for {r['loop_lag_ms_max']:.0f} ms (> {LOOP_STALL_MS:g} ms): "
-                           f"the streams in flight then read their tokens that much late")
+            reasons.append(f"the event loop stopped once for {r['loop_lag_ms_max']:.0f} ms (> {LOOP_STALL_MS:g} ms)"
+                           f"{stopped_by(r)}: the streams in flight then read their tokens that much late")
         if (self.cpu_pct or 0) > CLIENT_CPU_PCT:
             reasons.append(f"client CPU {self.cpu_pct:.0f}% of a core > {CLIENT_CPU_PCT:g}%")
         if level.concurrency and r.get("inflight_mean") is not None and self.inflight_count >= 20:

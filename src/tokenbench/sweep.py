@@ -31,7 +31,8 @@ from .plans import FixedPlan, LevelPlan, LevelStop
 from .kinds import WorkloadKind
 from .kinds.base import AgentRun, Binding, Bound, LevelWork, OnDone, PromptPool, warmups
 from .kinds.lengths import LengthsKind
-from .levels import ClientReport, ServingLevel
+from .client_report import ClientReport
+from .levels import ServingLevel
 from .loadgen import ClientWatch, Level, ensure_open_files, run_phase, still_heap
 from .metrics import cached_share, peak_in_flight, summarize
 from .slo import SLO

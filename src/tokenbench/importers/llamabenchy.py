@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..distribution import Distribution
-from ..levels import ClientReport, DepthLevel, LevelSummary
+from ..client_report import ClientReport
+from ..levels import DepthLevel, LevelSummary
 from ..results import Manifest
 from .fields import FieldError, Imported, load_json, need, number
 
