@@ -22,6 +22,7 @@ from servers import Serving
 from tokenbench.cli import main
 from tokenbench.engines import launch, tiny, vllm_env
 from tokenbench.engines.launch import RunningEngine
+from tokenbench.loadgen import LOOP_STALL_MS
 from tokenbench.store import Store
 from tokenbench.telemetry import parse
 
@@ -254,7 +255,11 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
       machine); timed phases now run with that heap frozen (loadgen.still_heap), and the longest stop each
       tokenbench run saw is printed. Since then one CI run read one run of three 8.2% short (the others -0.03%
       and +0.03%): one first token delivered late on a 2-core host that vLLM's engine keeps busy. A client
-      that reads late does so in every run, so the median run is held to 3% and each run to 15%.
+      that reads late does so in every run, so the median run is held to 3% and each run to 15%. Another CI run
+      read two runs of three 12-13% long, with a stop of tokenbench's loop seen in another test of that run
+      (2.3 s). A run in which tokenbench's own watch saw its loop stop over 100 ms (which it flags, and says what
+      held it: loadgen.stopped_by) is held to having read no later than the stop explains (the stop's length for
+      each stream in flight), and run again once: a client that reads late unseen still fails.
     Against the reference tool, each metric by the median round's ratio of the two tools' runs, which ran back to
     back in that round (TTFT's median, TPOT's and ITL's means, output tok/s):
     - at concurrency 1, with the server's own change between the two runs taken out (its mean TTFT, its mean
@@ -301,6 +306,10 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
     their_server: dict[int, list[dict[str, float]]] = {c: [] for c in n}
     our_cpu: dict[int, list[float]] = {c: [] for c in n}  # each run: tokenbench's client CPU, % of one core
     our_prefix_hits = 0.0
+    #: tokenbench runs whose own watch saw its event loop stop past LOOP_STALL_MS, each run again: (concurrency,
+    #: the stop in ms, the ms its requests' decode times read over vLLM's own in all, the CPU the process had in
+    #: the stop, its longest garbage collection)
+    stopped: list[tuple[int, int, int, Any, Any]] = []
 
     def server_ttft(before: dict[str, float], after: dict[str, float]) -> tuple[float, float]:
         """Sum (ms) and count of vLLM's own TTFTs between two /metrics reads."""
@@ -311,16 +320,40 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
         assert after[DECODE_COUNT] - before[DECODE_COUNT] == n_requests
         return (after[DECODE_SUM] - before[DECODE_SUM]) * 1000 / n_requests
 
-    def run_ours(c: int, rnd: int) -> None:
+    def sweep_once(c: int, name: str) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
+        """One tokenbench run at concurrency ``c``: its JSON document and vLLM's /metrics before and after it."""
         nonlocal our_prefix_hits
-        out = tmp_path / f"tb-{rnd}-{c}.json"
+        out = tmp_path / f"tb-{name}-{c}.json"
         before = _metrics(server)
         assert main(["sweep", "--url", server.base_url, "--tokenizer", str(model.hf_dir), "--input-len", "128",
                      "--output-len", "32", "--concurrency", str(c), "--requests", str(n[c]), "--json", str(out),
                      "--quiet", "--guard", "off", "--no-metrics"]) == 0, capsys.readouterr().err
         after = _metrics(server)
         our_prefix_hits += after[PREFIX_HITS] - before[PREFIX_HITS]
-        doc = _json(out)
+        return _json(out), before, after
+
+    def our_decode(doc: dict[str, Any], recs: list[Any], before: dict[str, float], after: dict[str, float]
+                   ) -> tuple[list[float], float]:
+        """tokenbench's decode time (ms, first to last token) of every request the server saw in a run, the check
+        request's included, and vLLM's own mean over the same requests."""
+        check = doc["manifest"]["check_request"]
+        ours_decode = [(r.end_ns - r.first_token_ns) / 1e6 for r in recs] + [check["e2e_ms"] - check["ttft_ms"]]
+        return ours_decode, server_decode(before, after, len(ours_decode))
+
+    def run_ours(c: int, rnd: int) -> None:
+        doc, before, after = sweep_once(c, str(rnd))
+        client = doc["levels"][0]["client"]
+        stop = client.get("loop_lag_ms_max", 0.0)
+        if stop > LOOP_STALL_MS:
+            # tokenbench's own watch saw its event loop stop (it says so in its output, as a client-limited level):
+            # every stream in flight read its tokens that much late. The run is kept aside, held to having read
+            # late by no more than the stop explains, and run again once
+            recs = Store().requests(doc["run_id"])
+            ours_decode, vllm_decode = our_decode(doc, recs, before, after)
+            excess = sum(ours_decode) - vllm_decode * len(ours_decode)
+            stopped.append((c, round(stop), round(excess), client.get("loop_stop_cpu_ms"), client.get("gc_ms_max")))
+            assert excess <= stop * c + 5 * len(ours_decode), stopped
+            doc, before, after = sweep_once(c, f"{rnd}-again")
         lv = doc["levels"][0]
         assert lv["completed"] == n[c] and lv["failed"] == 0
         ours[c]["tps"].append(lv["output_throughput_tps"])
@@ -350,8 +383,7 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
         overhead.setdefault(("first visible text", c), []).append(statistics.fmean(visible) - total / count)
         held[c][0] += sum(1 for r in recs for k in r.chunk_chars if k == 0)
         held[c][1] += sum(len(r.chunk_chars) for r in recs)
-        ours_decode = [(r.end_ns - r.first_token_ns) / 1e6 for r in recs] + [check["e2e_ms"] - check["ttft_ms"]]
-        vllm_decode = server_decode(before, after, len(ours_decode))
+        ours_decode, vllm_decode = our_decode(doc, recs, before, after)
         decode.setdefault(("tokenbench", c), []).append(statistics.fmean(ours_decode) / vllm_decode - 1)
         # the server's speed over the run's full-length requests: its sums less the check request (2 tokens from
         # a short prompt), by tokenbench's reading of it (within a few ms of vLLM's own, as above); with it in,
@@ -429,7 +461,7 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
     print("run medians, TPOT (ms):", {f"c{c}": {"tokenbench": [round(x, 1) for x in our_runs[c]],
                                                  "vllm bench serve": [round(x, 1) for x in their_runs[c]["tpot"]]}
                                        for c in n})
-    print("tokenbench's longest event-loop stop per run (ms):", our_stops)
+    print("tokenbench's longest event-loop stop per run (ms):", our_stops, "runs it flagged, run again:", stopped)
     print("tokenbench's client CPU per run (% of a core):", our_cpu)
     print("token chunks with no visible text (held back):", {f"c{c}": f"{h}/{t}" for c, (h, t) in held.items()})
     for c in n:
@@ -473,7 +505,7 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
         assert statistics.fmean(overhead[("first visible text", c)]) > statistics.fmean(overhead[("tokenbench", c)]) + 1, \
             overhead
         for tool in ("tokenbench", "vllm bench serve"):
-            assert abs(statistics.median(decode[(tool, c)])) <= 0.03, decode
+            assert abs(statistics.median(decode[(tool, c)])) <= 0.03, (decode, our_stops, stopped)
             assert all(abs(x) <= 0.15 for x in decode[(tool, c)]), (decode, our_stops)
     assert our_prefix_hits == 0  # tokenbench's prompts are new every run: no prefix cache served them
     # the rule can fail: the first report of a slower tokenbench, 239-258 ms against the reference's 132-181 ms
