@@ -14,15 +14,21 @@ from typing import Any
 import pytest
 
 from tokenbench.cli import main
+from tokenbench.distribution import Distribution
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.exports import Placing, _level_of, _rows, published_csv
+from tokenbench.finding import Code, Finding
+from tokenbench.findings import guard_finding
+from tokenbench.guard_results import GuardSnapshot
 from tokenbench.levels import DepthLevel, ServingLevel
 from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.measured import read_rows, steady_state
+from tokenbench.predict.own import own_rows
 from tokenbench.predict.rows import row_arrivals
 from tokenbench.predict.setup import Setup
 from tokenbench.predict.specs import Catalog
 from tokenbench.reader import load_result
+from tokenbench.report.facts import guard_state
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
 
@@ -383,3 +389,83 @@ def test_calibrate_reads_a_measured_runs_requests_too(tmp_path: Path) -> None:
     assert all(row_arrivals(r) == "together" for r in rows)
     ttft = next(r for r in rows if r.metric == "ttft_median")
     assert math.isclose(ttft.value, _prediction(4, 1024, 128)[0] * 1000, rel_tol=1e-6)
+
+
+# --- what a level's rows say of it beyond its figures -------------------------------------------------------------
+
+DIRTY = {"clean": False, "checks": [{"name": "cpu_load", "status": "fail", "observed": "load 3.1",
+                                     "threshold": "< 0.5", "advice": "stop the build"}]}
+
+
+def _sweep_run(db: Path) -> None:
+    """A measured sweep as the store keeps it (figures a 27B FP8 model can give on an H100): a clean level, one
+    whose --duration cut 3 requests unanswered, and one the guard found dirty."""
+    def level(c: int, tps: float, guard: dict[str, Any], **kw: Any) -> ServingLevel:
+        s = ServingLevel(concurrency=c, test="serve", completed=12, input_tokens_mean=64.0, output_tokens_mean=32.0,
+                         output_throughput_tps=tps, ttft_ms=Distribution(n=12, p50=60.0, p99=90.0),
+                         tpot_ms=Distribution(n=12, p50=30.0 + c), **kw)
+        s.guard = GuardSnapshot.from_dict(guard)
+        if (dirty := guard_finding(s.guard, "s-1")) is not None:
+            s.add(dirty)
+        return s
+
+    cut = level(2, 55.0, {"clean": True, "checks": []}, failed=4, errors={"level_end": 3, "http_500": 1})
+    cut.add(Finding(Code.UNANSWERED, "3 requests still unanswered at the level's end and its grace"))
+    cut.add(Finding(Code.ERRORS, "1 requests failed", severity="note"))
+    manifest = {"label": "mine", "model": "emitter", "engine": "vllm", "weights": WEIGHTS, "guard": "warn",
+                "guard_before_run": {"clean": True, "checks": []}, "machine": {"cpu": "x"}}
+    Store(db).save_run("s-1", "sweep", "mine", manifest, "measured",
+                       [level(1, 30.0, {"clean": True, "checks": []}), cut, level(4, 100.0, DIRTY)], "0",
+                       "2026-01-01T00:00:00", "2026-01-01T00:01:00")
+
+
+def test_a_levels_flags_guard_and_cut_requests_read_back(tmp_path: Path) -> None:
+    """published.csv rows came back as plain levels: the unanswered level lost its flag and its cut requests
+    (errors.level_end), the dirty level its guard verdict and dirty_bench, and calibrate --runs then took the
+    dirty level that it leaves out of the run itself. Each row's note now says its level's state (guard stamp,
+    flags, requests, errors), and import reads it back."""
+    db = tmp_path / "r.db"
+    _sweep_run(db)
+    out = tmp_path / "mine.csv"
+    _export(db, "mine", "published-csv", out)
+    assert main(["import", str(out), "--label", "back", "--db", str(db)]) == 0
+
+    def state(s: Any) -> tuple[Any, ...]:
+        return (s.concurrency, s.flags, s.errors, s.completed, s.failed, s.cut, s.guard and s.guard.clean,
+                s.guard and [c.name for c in s.guard.failed])
+
+    assert [state(s) for s in _levels(db, "back/emitter/FP8")] == [state(s) for s in _levels(db, "mine")]
+    store = Store(db)
+    src, back = load_result(store, "mine"), load_result(store, "back/emitter/FP8")
+    assert guard_state(back).summary() == guard_state(src).summary() == "DIRTY in 1 of 4 snapshots: cpu_load"
+
+    def used(ref: str) -> list[int]:
+        rows, _ = own_rows(store, [ref], False, Catalog.load(), BOX, MODEL, ENGINE, WEIGHTS, KV)
+        return sorted({r.concurrency for r in rows})
+
+    assert used("back/emitter/FP8") == used("mine") == [1]  # the failed and the dirty levels left out of both
+
+
+def test_a_note_that_says_an_unknown_flag_or_two_states_is_refused(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A row's note is read for its level's state: a flag tokenbench does not know, or two rows of one level whose
+    notes say two states, is refused in one line naming the data rows; a note of other words is the note's."""
+    db = str(tmp_path / "r.db")
+    row = "vm,vm,,vllm,emitter,,,serve,0,1,64,32,{},tok/s,{}\n"
+    (unknown := tmp_path / "unknown.csv").write_text(HEAD + row.format("output_tps,30", "guard clean; flags: nosuch"))
+    (two := tmp_path / "two.csv").write_text(HEAD + row.format("output_tps,30", "guard clean") +
+                                             row.format("ttft_median,60", "guard dirty: cpu_load"))
+    (words := tmp_path / "words.csv").write_text(HEAD + row.format("output_tps,30", "flagship box; guarded"))
+    assert main(["import", str(unknown), "--db", db]) == 2
+    err = capsys.readouterr().err
+    assert f"{unknown}: data row 1: its note's flag 'nosuch' is no flag tokenbench knows" in err
+    assert err.count("\n") == 1
+    assert main(["import", str(two), "--db", db]) == 2
+    err = capsys.readouterr().err
+    assert f"{two}: data rows 1 and 2 give one level (test serve, concurrency 1, lengths 64/32) two states in " \
+        "their notes (guard clean; guard dirty: cpu_load)" in err and err.count("\n") == 1
+    assert not list(Store(Path(db)).runs())
+    assert main(["import", str(words), "--db", db]) == 0
+    (s,) = _levels(Path(db), "vm/emitter")
+    assert (s.flags, s.guard, s.errors) == ([], None, {})
+

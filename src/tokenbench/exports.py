@@ -2,8 +2,9 @@
 reads back to the same levels:
 
 - ``published-csv``: the rows ``calibrate`` reads (predict/measured.py's layout), one figure a row at full
-  precision, each row's engine build (``date``, ``version``) and guard stamp (``note``), and the run's machine
-  snapshot and guard verdict in ``#`` lines above the header, which ``calibrate`` skips and ``import`` keeps. The
+  precision, each row's engine build (``date``, ``version``) and, in its ``note``, its level's state (guard stamp,
+  flags, requests answered and failed, errors by kind: measured.level_note), and the run's machine snapshot and
+  guard mode in ``#`` lines above the header, which ``calibrate`` skips and ``import`` keeps. The
   figures are the levels' own (a TTFT median over all of a level's requests), so the file reads back to the same
   levels; ``calibrate --runs`` reads a stored run's requests themselves;
 - ``llama-bench-md``: llama-bench's Markdown table (``-o md``: model, backend, test, t/s ``mean ± sd``, the
@@ -44,21 +45,6 @@ class Placing:
     kv: str | None = None
 
 
-def _guard_stamp(run: RunResult) -> dict[int, str]:
-    """Each level's guard stamp, in words: clean, or the checks that failed before it."""
-    out = {}
-    for o in run.outcomes:
-        g = o.summary.guard
-        if g is None:
-            out[o.idx] = "no guard"
-        elif g.clean:
-            out[o.idx] = "guard clean"
-        else:
-            failed = [str(getattr(c, "name", c.get("name") if isinstance(c, dict) else c)) for c in g.failed]
-            out[o.idx] = "guard dirty: " + (", ".join(failed) or "a check failed")
-    return out
-
-
 def _rows(run: RunResult, place: Placing) -> list[Row]:
     m = run.manifest
     rows = run_rows(run, place.hardware or m.hardware or "", place.engine or m.engine or "",
@@ -89,7 +75,6 @@ def _header(run: RunResult, rows: int, skipped: int) -> list[str]:
 def published_csv(run: RunResult, place: Placing) -> str:
     """The run's rows in the published.csv layout, values at full precision (they read back bit for bit)."""
     rows = _rows(run, place)
-    stamps = _guard_stamp(run)
     source = re.sub(r"[\s,]+", "-", str(run.manifest.source or run.manifest.label or run.run_id))
     host = str(run.manifest.host or run.manifest.label or run.run_id)
     used = _levels_in(rows, run)
@@ -98,10 +83,8 @@ def published_csv(run: RunResult, place: Placing) -> str:
         buf.write(line + "\n")
     w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
     w.writeheader()
-    for r in rows:
-        idx = _level_of(r, run)
-        note = r.raw["note"].replace(f"run {run.run_id}", stamps.get(idx, "no guard"), 1)
-        w.writerow({**r.raw, "source": source, "host": host, "value": repr(r.value), "note": note})
+    for r in rows:  # each note says its level's guard stamp, flags, requests and errors (measured.level_note)
+        w.writerow({**r.raw, "source": source, "host": host, "value": repr(r.value)})
     return buf.getvalue()
 
 

@@ -56,8 +56,9 @@ def add_export_parser(sub: Any) -> None:
                         "import reads back")
     ex.add_argument("run", help=f"the run: {RUN_REF}")
     ex.add_argument("--as", dest="as_", choices=FORMATS, required=True,
-                    help="published-csv: the rows calibrate reads, with the engine build, guard stamp and machine "
-                    "snapshot; llama-bench-md: llama-bench's Markdown table (depth and llama-bench runs)")
+                    help="published-csv: the rows calibrate reads, with the engine build, each level's guard verdict, "
+                    "flags, requests and errors in its rows' note, and the machine snapshot; llama-bench-md: "
+                    "llama-bench's Markdown table (depth and llama-bench runs)")
     ex.add_argument("--out", help="write here (default: stdout)")
     place = ex.add_argument_group("published-csv: what the rows say of the box (default: what the run says)")
     place.add_argument("--hardware", help="the catalog box it ran on ('tokenbench hardware' lists ids)")

@@ -1,7 +1,8 @@
 """The published.csv layout (src/tokenbench/data/published.csv): one figure per row, grouped into one run per
 source, host, model and weights, labelled HOST/MODEL/WEIGHTS. --label replaces the host in a file of one
 host (LABEL/MODEL/WEIGHTS) and prefixes it in a file of several (LABEL/HOST/MODEL/WEIGHTS): it once
-relabelled every host, so a Strix Halo row read as the A30 the user named."""
+relabelled every host, so a Strix Halo row read as the A30 the user named. A row's note may say its level's
+state as export writes it (measured.level_note): its guard verdict, flags, requests and errors."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..distribution import Distribution
+from ..finding import Code, Finding
+from ..findings import guard_finding
+from ..guard_results import FAIL, CheckResult, GuardSnapshot
 from ..levels import DepthLevel, LevelSummary, ServingLevel
 from ..results import Manifest
-from ..predict.measured import COLUMNS, Row, cache_mode, read_rows
+from ..predict.measured import COLUMNS, LevelNote, Row, cache_mode, note_state, read_rows
 from ..wire import WireError, loads
 from .fields import Imported
 
@@ -28,37 +32,20 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         raise UsageError(f"{e}; nothing was imported") from None
     stamps = _stamps(path, text)
     runs: dict[tuple[str, str, str, str], Imported] = {}
-    levels: dict[tuple[object, ...], LevelSummary] = {}
+    levels: dict[tuple[object, ...], tuple[int, LevelSummary, LevelNote]] = {}
     given: dict[tuple[object, ...], tuple[int, float]] = {}  # each level's figure: the data row that gave it
     several_hosts = len({r.raw["host"] for r in rows}) > 1
     for n, r in enumerate(rows, start=1):
         key = (r.raw["source"], r.raw["host"], r.model, r.weights)
         run = runs.get(key)
         if run is None:
-            host = r.raw["host"].lower().replace(" ", "-")
-            first = f"{label}/{host}" if label and several_hosts else label or host
-            # a part the file leaves empty (a run exported without --weights) is left out: "mine/emitter/" was
-            # a label no one types
-            name = "/".join(x for x in (first, r.model, r.weights) if x)
-            manifest = Manifest(model=r.model, weights=r.weights, kv=r.kv, engine=engine(r), hardware=r.hardware,
-                                source=r.raw["source"], host=r.raw["host"], workload={}, tool="published",
-                                engine_version=r.version or None, started=r.date or None)
-            manifest.update(stamps)
-            run = runs[key] = Imported(name, "bench", manifest)
+            run = runs[key] = _run(r, label, several_hosts, stamps)
         # one level per test, depth, concurrency, lengths and cache mode: an agent count's warm and busted levels
         # can round to one prompt length, and only the note tells them apart (published.csv has no column for it)
         at = (*key, r.test, r.depth, r.concurrency, r.input_len, r.output_len, cache_mode(r))
-        lv = levels.get(at)
-        if lv is None:
-            kind: type[LevelSummary] = ServingLevel if r.test == "serve" else DepthLevel
-            lv = levels[at] = kind(concurrency=r.concurrency, test=r.test, depth=r.depth,
-                                   input_tokens_mean=float(r.input_len) or None,
-                                   output_tokens_mean=float(r.output_len) or None)
-            run.levels.append(lv)
+        lv = _level(path, n, r, at, levels, run)
         if (before := given.setdefault((*at, r.metric), (n, r.value)))[1] != r.value:
-            where = f"test {r.test}" + (f", depth {r.depth}" if r.depth else "") + \
-                f", concurrency {r.concurrency}, lengths {r.input_len}/{r.output_len}{_mode_text(at[-1])}"
-            raise UsageError(f"{path}: data rows {before[0]} and {n} give one level ({where}) two {r.metric} "
+            raise UsageError(f"{path}: data rows {before[0]} and {n} give one level ({_where(r)}) two {r.metric} "
                              f"figures, {before[1]!r} and {r.value!r}, and nothing in the rows tells them apart; "
                              "nothing was imported")
         if isinstance(lv, DepthLevel):
@@ -69,6 +56,79 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
     return list(runs.values())
 
 
+def _run(r: Row, label: str | None, several_hosts: bool, stamps: dict[str, object]) -> Imported:
+    """The run a row starts, labelled HOST/MODEL/WEIGHTS (``label`` in place of the host, or before it where the
+    file has several)."""
+    host = r.raw["host"].lower().replace(" ", "-")
+    first = f"{label}/{host}" if label and several_hosts else label or host
+    # a part the file leaves empty (a run exported without --weights) is left out: "mine/emitter/" was
+    # a label no one types
+    name = "/".join(x for x in (first, r.model, r.weights) if x)
+    manifest = Manifest(model=r.model, weights=r.weights, kv=r.kv, engine=engine(r), hardware=r.hardware,
+                        source=r.raw["source"], host=r.raw["host"], workload={}, tool="published",
+                        engine_version=r.version or None, started=r.date or None)
+    manifest.update(stamps)
+    return Imported(name, "bench", manifest)
+
+
+def _level(path: Path, n: int, r: Row, at: tuple[object, ...],
+           levels: dict[tuple[object, ...], tuple[int, LevelSummary, LevelNote]], run: Imported) -> LevelSummary:
+    """The level data row ``n`` gives a figure of, made at its first row with the state its note says (guard
+    stamp, flags, requests, errors: an exported run's); a later row of it whose note says another is refused."""
+    try:
+        state = note_state(r)
+    except ValueError as e:
+        raise UsageError(f"{path}: data row {n}: {e}; nothing was imported") from None
+    if at in levels:
+        first, lv, said = levels[at]
+        if state != said:
+            raise UsageError(f"{path}: data rows {first} and {n} give one level ({_where(r)}) two states in their "
+                             f"notes ({_said(said)}; {_said(state)}); nothing was imported")
+        return lv
+    kind: type[LevelSummary] = ServingLevel if r.test == "serve" else DepthLevel
+    lv = kind(concurrency=r.concurrency, test=r.test, depth=r.depth, input_tokens_mean=float(r.input_len) or None,
+              output_tokens_mean=float(r.output_len) or None)
+    _state(lv, state)
+    levels[at] = (n, lv, state)
+    run.levels.append(lv)
+    return lv
+
+
+#: what a level's guard snapshot says of a check its exported rows name: the note keeps the name alone
+KEPT = "not in the exported file: its note names the check only"
+
+
+def _state(lv: LevelSummary, st: LevelNote) -> None:
+    """A level's state as its exported rows' notes say it: the guard's verdict (a dirty one flagged, as a measured
+    level's is), flags, requests and errors; so commands that leave a flagged or dirty level of a measured run out
+    (calibrate --runs) leave its import out too."""
+    if st.guard == "clean":
+        lv.guard = GuardSnapshot.written(clean=True, checks=[])
+    elif st.guard == "dirty":
+        lv.guard = GuardSnapshot.written(clean=False, checks=[CheckResult(c, FAIL, KEPT) for c in st.checks])
+    for flag in st.flags:
+        lv.add(Finding(Code(flag), "marked so in the file it was imported from", severity="note"))
+    if (dirty := guard_finding(lv.guard)) is not None:
+        lv.add(dirty, replace=True)
+    lv.completed, lv.failed, lv.errors = st.completed or 0, st.failed or 0, dict(st.errors)
+
+
+def _where(r: Row) -> str:
+    """A level, as a refusal names it."""
+    mode = cache_mode(r)
+    return f"test {r.test}" + (f", depth {r.depth}" if r.depth else "") + \
+        f", concurrency {r.concurrency}, lengths {r.input_len}/{r.output_len}" + (f", cache {mode}" if mode else "")
+
+
+def _said(st: LevelNote) -> str:
+    """A level's state as its note says it, in a refusal's words."""
+    parts = [f"guard {st.guard}" + (f": {', '.join(st.checks)}" if st.checks else "")] if st.guard else []
+    parts += [f"flags {' '.join(st.flags)}"] if st.flags else []
+    parts += [f"{st.completed} completed, {st.failed} failed"] if st.completed is not None else []
+    parts += [f"errors {', '.join(f'{k} {n}' for k, n in st.errors)}"] if st.errors else []
+    return ", ".join(parts) or "nothing of it"
+
+
 def engine(r: Row) -> str:
     """The row's engine without the version its own column states: the shipped rows name their engine "vllm 0.21"
     beside version 0.21, and the run kept the version in both, so show said "engine vllm 0.21 0.21". The engine's
@@ -77,10 +137,6 @@ def engine(r: Row) -> str:
     if version and len(words) > 1 and words[-1].lower().removeprefix("v") == version:
         return " ".join(words[:-1])
     return r.engine
-
-
-def _mode_text(mode: object) -> str:
-    return f", cache {mode}" if mode else ""
 
 
 #: What ``tokenbench export --as published-csv`` writes above the header, each on a ``# KEY: JSON`` line.

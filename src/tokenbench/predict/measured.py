@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from .. import registry
 from ..errors import UsageError
-from ..levels import DepthLevel, ServingLevel
+from ..finding import Code
+from ..levels import DepthLevel, LevelSummary, ServingLevel
 
 #: A row's date: the year and month the measurement (or the build it ran) is from.
 DATE = re.compile(r"\d{4}(-\d{2})?")
@@ -138,14 +139,14 @@ def _month(run: RunResult) -> str:
     return date if DATE.fullmatch(date) else ""
 
 
-def _depth_row(s: DepthLevel, depth: int, flags: str, add: Callable[..., None]) -> None:
+def _depth_row(s: DepthLevel, depth: int, note: str, add: Callable[..., None]) -> None:
     """A pp or tg test of one stream as a prefill or decode rate; a batch's total rate (llama-benchy's c2) is none."""
     if (s.concurrency or 1) > 1 or not s.test or not s.test[2:].isdigit():
         return
     if s.test.startswith("pp"):
-        add(s.test, depth, 1, int(s.test[2:]), 0, "prefill_tps", s.pp_tps, "tok/s", flags)
+        add(s.test, depth, 1, int(s.test[2:]), 0, "prefill_tps", s.pp_tps, "tok/s", note)
     elif s.test.startswith("tg"):
-        add(s.test, depth, 1, 0, int(s.test[2:]), "decode_tps", s.tg_tps, "tok/s", flags)
+        add(s.test, depth, 1, 0, int(s.test[2:]), "decode_tps", s.tg_tps, "tok/s", note)
 
 
 #: an agent session level's cache mode, in a part of a row's note ("cache warm"): published.csv has no column for it
@@ -164,6 +165,80 @@ def cache_mode(r: Row) -> str:
                  if (m := CACHE_NOTE.fullmatch(part.strip().lower()))), "")
 
 
+#: The parts of an exported row's note that say its level's state, which published.csv has no column for:
+#: its guard stamp (before the shape llama-bench ran, `` -ub 512``), flags, requests and errors by kind.
+GUARD_NOTE = re.compile(r"(guard clean|no guard|guard dirty: (.*?))((?: -ub \d+| -fa 0)*)")
+FLAGS_NOTE = re.compile(r"flags: (.*)")
+REQUESTS_NOTE = re.compile(r"requests: (\d+) completed, (\d+) failed")
+ERRORS_NOTE = re.compile(r"errors: (.*)")
+ERROR = re.compile(r"([\w.-]+) (\d+)")
+NOT_WORD = re.compile(r"[^\w.-]+")
+#: the guard stamp of a dirty level whose snapshot named no failed check
+NO_CHECK = "a check failed"
+
+
+@dataclass(frozen=True, slots=True)
+class LevelNote:
+    """A level's state as its rows' note says it (``level_note`` writes it, ``note_state`` reads it back):
+    ``guard`` "clean", "dirty" or "none" ("" where the note does not say), the checks a dirty guard failed, the
+    flags, the requests answered and failed (None where not said), and the errors by kind."""
+
+    guard: str = ""
+    checks: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    completed: int | None = None
+    failed: int | None = None
+    errors: tuple[tuple[str, int], ...] = ()
+
+
+def guard_note(s: LevelSummary) -> str:
+    """A level's guard stamp, in words: clean, or the checks that failed before it, or no guard."""
+    g = s.guard
+    if g is None:
+        return "no guard"
+    if g.clean:
+        return "guard clean"
+    return "guard dirty: " + (", ".join(c.name for c in g.failed) or NO_CHECK)
+
+
+def level_note(s: LevelSummary) -> list[str]:
+    """The parts of a row's note after its guard stamp that say its level's state: its flags, the requests it
+    answered and failed, and the errors by kind (a cut request is one: ``level_end``, ``interrupted``)."""
+    out = [f"flags: {' '.join(s.flags)}"] if s.flags else []
+    if s.completed or s.failed:
+        out.append(f"requests: {s.completed} completed, {s.failed} failed")
+    if s.errors:  # a foreign file's error kind may hold any text: a word of the note's own characters
+        out.append("errors: " + ", ".join(f"{NOT_WORD.sub('_', k) or 'error'} {n}"
+                                          for k, n in sorted(s.errors.items())))
+    return out
+
+
+def note_state(r: Row) -> LevelNote:
+    """The level state a row's note says (``level_note``'s parts and the guard stamp); a part of another shape
+    is the note's own text, read as nothing. Raises ValueError for a flag tokenbench does not know."""
+    guard = ""
+    checks: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    counts: tuple[int | None, int | None] = (None, None)
+    errors: tuple[tuple[str, int], ...] = ()
+    for part in (p.strip() for p in (r.raw.get("note") or "").split(";")):
+        if m := GUARD_NOTE.fullmatch(part):
+            guard = "clean" if m.group(1) == "guard clean" else "none" if m.group(1) == "no guard" else "dirty"
+            checks = tuple(c for c in (m.group(2) or "").split(", ") if c and c != NO_CHECK)
+        elif m := FLAGS_NOTE.fullmatch(part):
+            flags = tuple(m.group(1).split())
+            for flag in flags:
+                try:
+                    Code(flag)
+                except ValueError:
+                    raise ValueError(f"its note's flag {flag[:40]!r} is no flag tokenbench knows") from None
+        elif m := REQUESTS_NOTE.fullmatch(part):
+            counts = (int(m.group(1)), int(m.group(2)))
+        elif (m := ERRORS_NOTE.fullmatch(part)) and all(ERROR.fullmatch(e) for e in m.group(1).split(", ")):
+            errors = tuple((k, int(n)) for k, n in (e.rsplit(" ", 1) for e in m.group(1).split(", ")))
+    return LevelNote(guard, checks, flags, *counts, errors)
+
+
 def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: str, kv: str,
              requests: dict[int, list[RequestRecord]] | None = None, p99: bool = False,
              flagged: bool = False) -> list[Row]:
@@ -171,23 +246,23 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
     pp/tg levels (depth runs, llama-bench imports) as prefill and decode rates at their depth; sweep levels as
     output throughput, median TTFT (``p99``: and its p99) and median TPOT at their concurrency and lengths. Flagged
     levels (unstable, dirty, cold context, client-bound, failed requests) are left out: they are not what the box
-    does (``flagged``: kept, each row's note naming its level's flags, for an export that shows them). Where a
-    level's ``requests`` are given (a measured run's, or a tool's per-request export), its TTFT median
-    is the steady state's (``steady_state``) and its note says how the answers' lengths varied."""
+    does (``flagged``: kept, for an export, each row's note then saying its level's state in place of the run:
+    its guard stamp, flags, requests and errors, which ``note_state`` reads back). Where a level's ``requests`` are
+    given (a measured run's, or a tool's per-request export), its TTFT median is the steady state's
+    (``steady_state``) and its note says how the answers' lengths varied."""
     label = str(run.manifest.label or run.run_id)
     shape, date = _shape(run), _month(run)
     version = run.manifest.engine_version or ""
     out: list[Row] = []
 
     def add(test: str, depth: int, conc: int, inp: int, outp: int, metric: str, value: float | None, unit: str,
-            note: str = "") -> None:
+            note: str) -> None:
         if value is None or not value > 0:
             return
         raw = {"source": f"run:{label}", "host": label, "hardware": hardware, "engine": engine, "model": model,
                "weights": weights, "kv": kv, "test": test, "depth": str(depth), "concurrency": str(conc),
                "input_len": str(inp), "output_len": str(outp), "metric": metric, "value": f"{value:g}",
-               "unit": unit, "date": date, "version": version,
-               "note": f"run {run.run_id}{shape}" + (f"; {note}" if note else "")}
+               "unit": unit, "date": date, "version": version, "note": note}
         out.append(Row(raw, hardware, engine, model, weights, kv, test, depth, conc, inp, outp, metric, value, unit,
                        date, version))
 
@@ -196,17 +271,18 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
         if o.status != "complete" or (SKIPPED & set(s.flags) and not flagged):
             continue
         depth = s.depth or 0
-        flags = f"flags: {' '.join(s.flags)}" if flagged and s.flags else ""
+        head = (guard_note(s) if flagged else f"run {run.run_id}") + shape
+        state = level_note(s) if flagged else []
         if isinstance(s, DepthLevel):
-            _depth_row(s, depth, flags, add)
+            _depth_row(s, depth, "; ".join([head, *state]), add)
         elif isinstance(s, ServingLevel) and s.concurrency and s.input_tokens_mean and s.output_tokens_mean:
             inp, outp, c = round(s.input_tokens_mean), round(s.output_tokens_mean), s.concurrency
             # an agent-session level's cache mode has no column: its note says it (warm and busted share the rest)
             mode = cache_note(s.session.cache) if s.session is not None else ""
-            ttft, note = s.ttft_ms.p50, "; ".join(x for x in (mode, flags) if x)
+            ttft, steady = s.ttft_ms.p50, ""
             if requests and requests.get(o.idx):
-                ttft, note = steady_state(requests[o.idx], c)
-                note = "; ".join(x for x in (mode, note) if x)
+                ttft, steady = steady_state(requests[o.idx], c)
+            note = "; ".join(x for x in (head, mode, steady, *state) if x)
             add("serve", depth, c, inp, outp, "output_tps", s.output_throughput_tps, "tok/s", note)
             add("serve", depth, c, inp, outp, "ttft_median", ttft, "ms", note)
             if p99:
