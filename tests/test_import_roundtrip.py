@@ -469,3 +469,31 @@ def test_a_note_that_says_an_unknown_flag_or_two_states_is_refused(tmp_path: Pat
     (s,) = _levels(Path(db), "vm/emitter")
     assert (s.flags, s.guard, s.errors) == ([], None, {})
 
+def test_rows_of_one_host_on_two_engines_boxes_or_dates_are_runs_apart(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Rows of one write-up, host, model and weights were one run whatever engine, box or date they gave: its
+    manifest took the first row's, so an sglang level read as vLLM's and an H200's as an H100's (and two rows of
+    one level on two engines were refused as two figures). Each engine, box and date is now a run of its own, its
+    label adding what tells it from the others."""
+    db = str(tmp_path / "r.db")
+    head = HEAD.replace(",note", ",date,note")
+    ran = [("h100", "vllm", "2025-01", 100.0), ("h100", "sglang", "2025-01", 110.0), ("h200", "vllm", "2025-01", 120.0),
+           ("h100", "vllm", "2025-06", 105.0)]
+    one = "wu,vm,{},{},emitter,FP8,,serve,0,{},64,32,output_tps,{},tok/s,{},\n"
+    (out := tmp_path / "rows.csv").write_text(head + "".join(one.format(hw, engine, 1, tps, date)
+                                                             for hw, engine, date, tps in ran))
+    (apart := tmp_path / "apart.csv").write_text(head + "".join(one.format(hw, engine, 2 ** i, tps, date)
+                                                                for i, (hw, engine, date, tps) in enumerate(ran)))
+    assert main(["import", str(apart), "--label", "apart", "--db", db]) == 0  # one level each: they were joined
+    assert "4 runs imported" in capsys.readouterr().out
+    assert main(["import", str(out), "--db", db]) == 0
+    assert "4 runs imported" in capsys.readouterr().out
+    runs = {r.label: r for r in Store(Path(db)).runs() if not r.label.startswith("apart")}
+    assert sorted(runs) == ["vm/emitter/FP8/sglang/2025-01/h100", "vm/emitter/FP8/vllm/2025-01/h100",
+                            "vm/emitter/FP8/vllm/2025-01/h200", "vm/emitter/FP8/vllm/2025-06/h100"]
+    for hw, engine, date, tps in ran:
+        label = f"vm/emitter/FP8/{engine}/{date}/{hw}"
+        m = runs[label].manifest
+        assert (m["hardware"], m["engine"], m["started"]) == (hw, engine, date)
+        assert [s.output_throughput_tps for s in _levels(Path(db), label)] == [tps]
+

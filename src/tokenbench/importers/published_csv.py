@@ -1,11 +1,14 @@
 """The published.csv layout (src/tokenbench/data/published.csv): one figure per row, grouped into one run per
-source, host, model and weights, labelled HOST/MODEL/WEIGHTS. --label replaces the host in a file of one
+source, host, model and weights, and per engine, version, date, hardware and KV format (each a fact the run's
+manifest states once: rows of two engines were one run, named by its first row's), labelled HOST/MODEL/WEIGHTS,
+with what tells it apart added where several runs share that. --label replaces the host in a file of one
 host (LABEL/MODEL/WEIGHTS) and prefixes it in a file of several (LABEL/HOST/MODEL/WEIGHTS): it once
 relabelled every host, so a Strix Halo row read as the A30 the user named. A row's note may say its level's
 state as export writes it (measured.level_note): its guard verdict, flags, requests and errors."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..errors import UsageError
@@ -25,18 +28,27 @@ def detect(path: Path, text: str) -> bool:
     return bool(lines) and lines[0].startswith(",".join(COLUMNS[:5]))
 
 
+#: What the rows of one run share: the write-up and host, the model and weights (its label), and the engine, its
+#: version and date, the box and the KV cache format, each a fact its manifest states once.
+RunKey = tuple[str, str, str, str, str, str, str, str, str]
+
+
+def _run_key(r: Row) -> RunKey:
+    return r.raw["source"], r.raw["host"], r.model, r.weights, engine(r), r.version, r.date, r.hardware, r.kv
+
+
 def parse(path: Path, text: str, label: str | None) -> list[Imported]:
     try:
         rows = read_rows(path)
     except UsageError as e:
         raise UsageError(f"{e}; nothing was imported") from None
     stamps = _stamps(path, text)
-    runs: dict[tuple[str, str, str, str], Imported] = {}
+    runs: dict[RunKey, Imported] = {}
     levels: dict[tuple[object, ...], tuple[int, LevelSummary, LevelNote]] = {}
     given: dict[tuple[object, ...], tuple[int, float]] = {}  # each level's figure: the data row that gave it
     several_hosts = len({r.raw["host"] for r in rows}) > 1
     for n, r in enumerate(rows, start=1):
-        key = (r.raw["source"], r.raw["host"], r.model, r.weights)
+        key = _run_key(r)
         run = runs.get(key)
         if run is None:
             run = runs[key] = _run(r, label, several_hosts, stamps)
@@ -53,6 +65,7 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         else:
             assert isinstance(lv, ServingLevel)
             _serving_figure(lv, r)
+    _distinct_labels(runs)
     return list(runs.values())
 
 
@@ -127,6 +140,26 @@ def _said(st: LevelNote) -> str:
     parts += [f"{st.completed} completed, {st.failed} failed"] if st.completed is not None else []
     parts += [f"errors {', '.join(f'{k} {n}' for k, n in st.errors)}"] if st.errors else []
     return ", ".join(parts) or "nothing of it"
+
+
+def _distinct_labels(runs: dict[RunKey, Imported]) -> None:
+    """Runs of one label (host, model and weights) that differ in engine, version, date, box or KV format (a
+    write-up's two engines, a box measured twice a year apart), or in the write-up itself, are labelled apart: each
+    label adds what tells its run from the others (HOST/MODEL/WEIGHTS/vllm, .../sglang), numbered where even that
+    is alike."""
+    by: dict[str, list[tuple[RunKey, Imported]]] = {}
+    for key, run in runs.items():
+        by.setdefault(run.label, []).append((key, run))
+    taken: set[str] = set()
+    for name, same in by.items():
+        differ = [i for i in (4, 5, 6, 7, 8, 0) if len({k[i] for k, _ in same}) > 1]
+        for key, run in same:
+            run.label = "/".join([name, *(re.sub(r"\s+", "-", key[i]) for i in differ if key[i])])
+            n, base = 1, run.label
+            while run.label in taken:
+                n += 1
+                run.label = f"{base}-{n}"
+            taken.add(run.label)
 
 
 def engine(r: Row) -> str:
