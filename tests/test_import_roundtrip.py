@@ -469,6 +469,7 @@ def test_a_note_that_says_an_unknown_flag_or_two_states_is_refused(tmp_path: Pat
     (s,) = _levels(Path(db), "vm/emitter")
     assert (s.flags, s.guard, s.errors) == ([], None, {})
 
+
 def test_rows_of_one_host_on_two_engines_boxes_or_dates_are_runs_apart(tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """Rows of one write-up, host, model and weights were one run whatever engine, box or date they gave: its
@@ -497,3 +498,40 @@ def test_rows_of_one_host_on_two_engines_boxes_or_dates_are_runs_apart(tmp_path:
         assert (m["hardware"], m["engine"], m["started"]) == (hw, engine, date)
         assert [s.output_throughput_tps for s in _levels(Path(db), label)] == [tps]
 
+
+@pytest.mark.parametrize("name,fmt", [("vllm_serve_result.json", "vllm bench serve"),
+                                      ("llama_bench.json", "llama-bench"), ("out.csv", "published.csv")])
+def test_show_says_an_imported_run_was_imported_and_from_what(name: str, fmt: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """show of an import printed its figures as a sweep's: nothing said they were another tool's, from which file.
+    Its first line now says the file's name (not its directory) and its format; a measured run says nothing."""
+    db = str(tmp_path / "r.db")
+    src = DATA / name
+    if name == "out.csv":
+        assert main(["import", str(DATA / "vllm_serve_result.json"), "--label", "v", "--db", db]) == 0
+        _export(Path(db), "v", "published-csv", src := tmp_path / name)
+    assert main(["import", str(src), "--label", "it", "--db", db]) == 0
+    capsys.readouterr()
+    ref = "it" if name != "out.csv" else next(r.label for r in Store(Path(db)).runs() if r.label.startswith("it"))
+    assert main(["show", ref, "--db", db]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"imported from {name} ({fmt})"
+    assert main(["show", ref, "--format", "markdown", "--db", db]) == 0
+    out, err = capsys.readouterr()  # Markdown is the table, to be pasted: the line goes beside it, to stderr
+    assert f"imported from {name} ({fmt})" in err.splitlines() and "imported from" not in out
+    _sweep_run(Path(db))
+    assert main(["show", "mine", "--db", db]) == 0
+    assert "imported from" not in capsys.readouterr().out
+
+
+def test_a_llama_bench_run_tokenbench_started_is_not_called_an_import() -> None:
+    """depth --llama-bench stores llama-bench's output through the importer, from the model file: show says
+    tokenbench ran it, not that the model file was imported."""
+    from tokenbench.describe import imported_line
+    from tokenbench.results import Manifest
+
+    ran = Manifest.from_dict({"provenance": "imported", "imported_from": "/models/gpt-oss-20b.gguf",
+                              "format": "llama-bench", "llama_bench": {"command": "llama-bench -m gpt-oss-20b.gguf"}})
+    assert imported_line(ran) == "llama-bench's results, run by tokenbench depth --llama-bench on gpt-oss-20b.gguf"
+    assert imported_line(Manifest.from_dict({"provenance": "imported"})) == "imported from a file it did not record"
+    assert imported_line(Manifest.from_dict({"provenance": "measured"})) is None

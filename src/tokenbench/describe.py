@@ -3,6 +3,7 @@ and the lengths it drew where they vary."""
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from .replay_table import replay_heading
@@ -37,6 +38,18 @@ def describe_run(manifest: Manifest) -> str:
     if emb:
         parts.append(f"embedded {emb.get('engine')} engine, healthy after {emb.get('startup_s', 0):.1f} s (cold start)")
     return "; ".join(parts)
+
+
+def imported_line(manifest: Manifest) -> str | None:
+    """Where an imported run came from, as show says it above its table: the file's name (not its directory) and
+    its format; a llama-bench run tokenbench started (depth --llama-bench) says so. None for any other run."""
+    if manifest.provenance != "imported":
+        return None
+    name = PurePath(manifest.imported_from).name if manifest.imported_from else ""
+    ran = manifest.extra.get("llama_bench")
+    if isinstance(ran, dict) and ran.get("command"):
+        return "llama-bench's results, run by tokenbench depth --llama-bench" + (f" on {name}" if name else "")
+    return f"imported from {name or 'a file it did not record'}" + (f" ({manifest.format})" if manifest.format else "")
 
 
 def _session_workload(wl: dict[str, Any], soak_s: float | None = None) -> str:

@@ -4,6 +4,7 @@ answer from capacity.py)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
 
@@ -12,7 +13,7 @@ from ..errors import UsageError
 from ..cells import level_label
 from ..levels import DepthLevel, ServingLevel, serving
 from ..console import print_table
-from ..describe import describe_run
+from ..describe import describe_run, imported_line
 from ..sweep_table import print_sweep
 from ..results import Manifest, RunResult
 from ..reader import load_result
@@ -121,6 +122,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         return _show_guard(a, console, res)
     if a.trees is not None:
         return _show_trees(a, console, res, store)
+    _say_imported(console, res, a.format)
     if res.kind == "quality":
         from .quality import print_quality_run
 
@@ -165,6 +167,17 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     if a.json:
         write_json(a.json, res if len(res.outcomes) == total else load_result(store, row.id))
     return 0
+
+
+def _say_imported(console: Console, res: RunResult, fmt: str) -> None:
+    """An imported run's first line: the file it came from and its format (its figures are another tool's). Markdown
+    is the table alone, to be pasted: there the line goes to stderr, as the line saying where the run is stored."""
+    if (came := imported_line(res.manifest)) is None:
+        return
+    if fmt == "markdown":
+        print(came, file=sys.stderr)
+    else:
+        console.print(came, style="dim", markup=False, highlight=False)
 
 
 def _show_capacity(console: Console, res: RunResult, fmt: str) -> None:
