@@ -535,3 +535,28 @@ def test_a_llama_bench_run_tokenbench_started_is_not_called_an_import() -> None:
     assert imported_line(ran) == "llama-bench's results, run by tokenbench depth --llama-bench on gpt-oss-20b.gguf"
     assert imported_line(Manifest.from_dict({"provenance": "imported"})) == "imported from a file it did not record"
     assert imported_line(Manifest.from_dict({"provenance": "measured"})) is None
+
+
+def test_calibration_leaves_out_a_level_with_requests_unanswered(tmp_path: Path) -> None:
+    """A level whose end cut requests still unanswered kept only its faster requests' times: calibrate --runs
+    took it as the box's speed, where every other flag that says a level is not what the box does left it out."""
+    from tokenbench.predict.own import own_rows
+
+    db = tmp_path / "r.db"
+
+    def level(c: int, *findings: Finding) -> ServingLevel:
+        s = ServingLevel(concurrency=c, test="serve", completed=12, input_tokens_mean=64.0, output_tokens_mean=32.0,
+                         output_throughput_tps=30.0 * c, ttft_ms=Distribution(n=12, p50=60.0, p99=90.0),
+                         tpot_ms=Distribution(n=12, p50=30.0 + c), errors={"level_end": 3} if findings else {})
+        s.guard = GuardSnapshot.from_dict({"clean": True, "checks": []})
+        for f in findings:
+            s.add(f)
+        return s
+
+    manifest = {"label": "mine", "model": "emitter", "engine": "vllm", "weights": WEIGHTS, "guard": "warn",
+                "guard_before_run": {"clean": True, "checks": []}, "machine": {"cpu": "x"}}
+    Store(db).save_run("s-2", "sweep", "mine", manifest, "measured",
+                       [level(1), level(2, Finding(Code.UNANSWERED, "3 requests still unanswered at its end"))],
+                       "0", "2026-01-01T00:00:00", "2026-01-01T00:01:00")
+    rows, _ = own_rows(Store(db), ["mine"], False, Catalog.load(), BOX, MODEL, ENGINE, WEIGHTS, KV)
+    assert sorted({r.concurrency for r in rows}) == [1]
