@@ -214,3 +214,17 @@ def test_an_open_loop_plateau_reads_the_load_it_offered() -> None:
     assert p.request_throughput_rps == pytest.approx(offered, rel=0.05)
     tokens = sum(r.output_tokens or 0 for r in recs) / ((sends[-1] - sends[0]) / 1e9)
     assert p.output_throughput_tps == pytest.approx(tokens, rel=0.05)
+
+
+def test_the_plateau_note_says_its_share_is_of_the_window_not_of_the_load() -> None:
+    """'in flight at least 95% of its load (4: 91% of its window)' read as a level that fell short of its own
+    rule: the 91% is the plateau's part of the level's window. The note says the rule, then the share."""
+    from tokenbench.distribution import Distribution
+    from tokenbench.levels import ServingLevel
+    from tokenbench.steady import Plateau
+    from tokenbench.sweep_table import _plateau_line
+
+    s = ServingLevel(concurrency=4, test="serve")
+    s.plateau = Plateau(0.5, 9.6, 0.91, 4.0, 100.0, 3.0, Distribution(n=1), Distribution(n=1), 30)
+    line = _plateau_line([s])[0]
+    assert "(the span with at least 95% of its load in flight), which took 4: 91% of its window" in line, line

@@ -304,8 +304,10 @@ def _plateau_line(levels: list[ServingLevel]) -> list[str]:
     if not shares:
         return []
     closed = all(s.concurrency for s in levels if s.plateau is not None)
-    what = "in flight at least 95% of its load" if closed else "its load held, ramp and drain left out"
-    return [f"tok/s over each level's plateau, {what} ({shares} of its window); over the "
+    # the shares are the plateau's part of the window, not of the load: "in flight at least 95% of its load
+    # (4: 91% ...)" read as a level that fell short of its own rule
+    what = "the span with at least 95% of its load in flight" if closed else "its load held, ramp and drain left out"
+    return [f"tok/s over each level's plateau ({what}), which took {shares} of its window; over the "
             "whole window, ramp and drain included, in the JSON (output_throughput_tps)"]
 
 
