@@ -187,7 +187,8 @@ def test_a_tools_own_environment_is_made_once_and_marked_with_its_version(tmp_pa
         broken.make(said.append, "tiny", lambda e, say: None)
 
 
-def test_the_embedded_model_says_building_only_when_it_builds(tmp_path: Path) -> None:
+def test_the_embedded_model_says_building_only_when_it_builds(tmp_path: Path,
+                                                             capfd: pytest.CaptureFixture[str]) -> None:
     # Embedded.start says "building ..." only where tiny.is_built is False: a first run, or a build killed half way
     from tokenbench.engines import tiny
 
@@ -196,6 +197,8 @@ def test_the_embedded_model_says_building_only_when_it_builds(tmp_path: Path) ->
     assert not tiny.is_built(tmp_path)
     model = tiny.ensure(tmp_path)
     assert tiny.is_built(tmp_path) and (model.hf_dir / "config.json").is_file()
+    # transformers' "Writing model shards" bar, a carriage-return line, came out in make demo's piped output
+    assert "model shards" not in capfd.readouterr().err
 
 
 def test_a_quant_type_llama_quantize_refuses_is_the_users_word(tmp_path: Path,

@@ -23,11 +23,13 @@ client that waits for visible text reads TTFT and ITL late (docs/metrics.md).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,6 +174,20 @@ def _train_tokenizer(out: Path, multibyte: bool = False) -> object:
         )
     )
     return tok
+
+
+@contextlib.contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """Transformers' progress bars off, as they were after."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def _silent_tokens(tok: object, pieces: bool = True) -> list[int]:
@@ -336,7 +352,8 @@ def build(dest: Path, size: str = "tiny") -> TinyModel:
     model.generation_config.eos_token_id = eos
     model.generation_config.bos_token_id = vocab["<s>"]
     model.generation_config.do_sample = False
-    model.save_pretrained(hf_dir, safe_serialization=True)
+    with _no_progress_bar():  # transformers' "Writing model shards" bar: a carriage-return line in a piped log
+        model.save_pretrained(hf_dir, safe_serialization=True)
     state = model.state_dict()
     gguf_path = dest / f"{model_name}-{ftype}.gguf"
     _write_gguf(hf_dir, tok, state, cfg, gguf_path, model_name, ftype)
