@@ -543,3 +543,16 @@ def test_sweep_trace_from_the_command_line(emitter: BackgroundEmitter, tmp_path:
     assert doc["manifest"]["workload"]["trace"]["speed"] == 8.0
     assert doc["manifest"]["workload"]["trace"]["requests"] == 6
     assert "/s" in cap.out  # the table labels the level by its offered rate
+
+
+def test_a_served_path_is_named_once_above_the_table() -> None:
+    """The embedded engine serves its model by its path, and the tokenizer is read from the same folder: the
+    heading printed the path twice ('model /.../hf; ...; tokenizer: local /.../hf'), a new user found."""
+    from tokenbench.describe import describe_run
+    from tokenbench.results import Manifest
+
+    path = "/home/me/.cache/tokenbench/tiny-llama-v2/hf"
+    line = describe_run(Manifest.from_dict({"model": path, "engine": "transformers", "tokenizer": f"local {path}"}))
+    assert line.count(path) == 1 and "tokenizer: the model's own" in line, line
+    other = describe_run(Manifest.from_dict({"model": "qwen", "engine": "vllm", "tokenizer": f"local {path}"}))
+    assert f"tokenizer: local {path}" in other

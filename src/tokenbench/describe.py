@@ -32,7 +32,9 @@ def describe_run(manifest: Manifest) -> str:
         parts.append(_session_workload(wl, (manifest.load or {}).get("duration_s")))
     if wl.get("api"):
         parts.append(f"{wl['api']} API")
-    if manifest.tokenizer:
+    if manifest.tokenizer == f"local {manifest.model}":  # a served path: said once (the embedded engine's)
+        parts.append("tokenizer: the model's own")
+    elif manifest.tokenizer:
         parts.append(f"tokenizer: {manifest.tokenizer}")
     emb = manifest.embedded
     if emb:
