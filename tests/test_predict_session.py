@@ -158,12 +158,24 @@ def test_contexts_past_the_box_are_flagged(cat: Catalog, cal: Calibration) -> No
     assert rows[-1][0] == "Fits" and rows[-1][-1] == "no"
 
 
-def test_a_context_past_the_model_s_own_is_said_wherever_fit_said_it_fits(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_context_past_the_model_s_own_is_said_wherever_fit_said_it_fits(capsys: pytest.CaptureFixture[str],
+                                                                          tmp_path: Path) -> None:
     """fit, a depth prediction and a session prediction said a context fits that the model cannot take: llama-2-7b
-    at 65,536 tokens (it was trained for 4,096), llama-3.1-8b's 1,000th turn at 256K (131,072)."""
-    assert main(["fit", "--hardware", "nvidia-a100-sxm-80gb", "--model", "llama-2-7b", "--context", "65536"]) == 0
+    at 65,536 tokens (it was trained for 4,096), llama-3.1-8b's 1,000th turn at 256K (131,072). fit exits 1 there,
+    as where the memory does not hold it: vLLM refuses to start with that --max-model-len (it exited 0, "fits")."""
+    assert main(["fit", "--hardware", "nvidia-a100-sxm-80gb", "--model", "llama-2-7b", "--context", "65536"]) == 1
     out = " ".join(capsys.readouterr().out.split())
-    assert "-> fits in memory, past the model's context" in out and "117,648 tokens (the model's own: 4,096)" in out
+    assert "-> fits in memory, but not llama-2-7b's own context of 4,096 tokens" in out
+    assert "117,648 tokens (the model's own: 4,096)" in out
+    assert main(["fit", "--hardware", "nvidia-a100-sxm-80gb", "--model", "llama-2-7b", "--context", "65536",
+                 "--json", str(tmp_path / "fit.json")]) == 1
+    capsys.readouterr()
+    doc = json.loads((tmp_path / "fit.json").read_text())  # written either way: the memory's answer beside the model's
+    assert doc["fits"] is True and doc["past_model_context"] is True and doc["model_context"] == 4096
+    # a model whose own context is not known is judged by the memory alone, and says nothing of a context
+    assert main(["fit", "--hardware", "nvidia-a100-sxm-80gb", "--model", "m8b-random", "--weights", "Q4_0",
+                 "--context", "65536"]) == 0
+    assert "own context" not in capsys.readouterr().out
     assert "past model: 65,536 tokens of context pass llama-2-7b's own 4,096 (its config's max_position_embeddings)" \
         in out
     assert main(["fit", "--hardware", "nvidia-a100-sxm-80gb", "--model", "llama-2-7b", "--context", "4096"]) == 0

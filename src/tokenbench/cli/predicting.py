@@ -73,7 +73,9 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
                            "concurrency": a.concurrency, "model_context": s.model.context,
                            "past_model_context": s.model.past_context(ctx), "unit": "GiB", **asdict(f),
                            "split_decode": tables.split_decode_json(s, cal, ctx) if not f.fits else None})
-    return 0 if f.fits else 1  # "does NOT fit" is an answer, as a dirty bench is guard's: 1, the JSON written
+    # "does NOT fit" is an answer, as a dirty bench is guard's: 1, the JSON written; so is a context past the
+    # model's own, which vLLM refuses to start with whatever the memory holds
+    return 0 if f.fits and not s.model.past_context(ctx) else 1
 
 
 #: What predict --against reads besides its file: every row says its own box, model and setup.
@@ -382,8 +384,9 @@ def add_fit_parser(sub: Any) -> None:
                         description="Whether a model's weights and KV cache fit a box's memory at a context and "
                         "concurrency, the largest context and concurrency that do, and otherwise llama.cpp's hybrid "
                         "split (-ngl) and its speed. Exit 0 when it fits, 1 when it does not (a hybrid split "
-                        "included), as guard exits 1 on a dirty bench: a script can ask `tokenbench fit ... && ...`; "
-                        "--json is written either way.")
+                        "included) or when --context passes the model's own (its config's max_position_embeddings, "
+                        "where known: vLLM refuses a longer --max-model-len), as guard exits 1 on a dirty bench: a "
+                        "script can ask `tokenbench fit ... && ...`; --json is written either way.")
     add_setup(fp)
     fp.add_argument("--context", default="8192", help="tokens per sequence, e.g. 65536 or 64k")
     fp.add_argument("--concurrency", type=POSITIVE_INT, default=1, help="sequences held at once")

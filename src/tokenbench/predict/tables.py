@@ -98,6 +98,12 @@ def context_remark(m: ModelSpec, tokens: int) -> str | None:
             "model was trained for; the figures are the box's, not an answer the model can give")
 
 
+def past_verdict(m: ModelSpec, fits: bool) -> str:
+    """What fit's verdict adds for a context past the model's own: the box's memory is half the answer, and the
+    model (its config's limit, which vLLM holds --max-model-len to) the other; fit exits 1 on it."""
+    return f"{' in memory, but not' if fits else ', nor'} {m.id}'s own context of {m.context:,} tokens"
+
+
 def fit_lines(s: Setup, f: Fit, context: int, concurrency: int, cal: Calibration | None = None) -> list[str]:
     m = s.model
     past = context_remark(m, context)
@@ -112,7 +118,7 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int, cal: Calibration
     lines += [
         f"  runtime      {f.overhead_gb:8,.2f} GiB",
         f"  total        {f.total_gb:8,.2f} GiB of {f.usable_gb:,.1f} GiB usable (a vendor's \"GB\" of memory is GiB) -> "
-        + ("fits" if f.fits else "does NOT fit") + (" in memory, past the model's context" if past else ""),
+        + ("fits" if f.fits else "does NOT fit") + (past_verdict(m, f.fits) if past else ""),
         f"  largest context at {plural(concurrency, 'sequence')}: "
         + (f"{f.max_context:,} tokens" if f.max_context < FIT_SEARCH_TOKENS else
            f"{FIT_SEARCH_TOKENS:,} tokens or more (memory is not the limit)")
