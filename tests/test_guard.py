@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import time
@@ -136,6 +137,22 @@ def test_guard_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["guard", "--root", str(dirty)]) == 1
     out = capsys.readouterr().out
     assert "DIRTY" in out and "Ollama (pid 7)" in out
+    # a --json it cannot write is bad input, said in one line before the checks: it ended in an internal error
+    # (exit 70) after them
+    assert main(["guard", "--root", str(clean), "--json", str(tmp_path / "no" / "g.json")]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.strip().count("\n") == 0 and "the directory" in said.err, said
+
+
+def test_guard_help_states_its_exit_codes() -> None:
+    """A script reads guard's exit code; its --help said none of them but "exit 1 if not" in the command list."""
+    from tokenbench.cli.parser import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    text = " ".join(sub.choices["guard"].format_help().split())
+    for said in ("Exit 0 when it is clean", "1 when it is dirty", "2 on bad arguments or input",
+                 "130 when interrupted", "--json is written on 0 and 1"):
+        assert said in text, text
 
 
 def test_sweep_records_the_guard_before_each_level_and_strict_refuses(emitter: BackgroundEmitter, tmp_path: Path,

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from ..guard_results import GuardSnapshot
 from ..console import print_table
-from .common import emit_json, guard_targets
+from .common import check_output, emit_json, guard_targets
 from typing import Any
 
 
@@ -21,6 +21,7 @@ def guard_rows(snap: GuardSnapshot) -> tuple[list[str], list[list[str]]]:
 def cmd_guard(a: argparse.Namespace, console: Console) -> int:
     from .. import guard
 
+    check_output(a.json, "--json")  # before the checks' seconds of sampling: an unwritable file is bad input (2)
     env = guard.GuardEnv(root=Path(a.root), config=guard.load_config(Path(a.guard_config) if a.guard_config else None),
                          target_pids=guard_targets(a.url) if a.url else set())
     snap = guard.snapshot(env)
@@ -34,7 +35,13 @@ def cmd_guard(a: argparse.Namespace, console: Console) -> int:
 
 def add_guard_parser(sub: Any) -> None:
     """``tokenbench guard``'s options."""
-    gd = sub.add_parser("guard", help="check the machine is clean enough to measure (exit 1 if not)")
+    gd = sub.add_parser("guard", help="check the machine is clean enough to measure (exit 1 if not)",
+                        description="Check this machine is clean enough to measure: each check with what it "
+                        "observed, its threshold and advice. Exit 0 when it is clean (no check failed; a check "
+                        "at severity warn, or one this machine cannot read, does not make it dirty), 1 when it is "
+                        "dirty (a check failed), 2 on bad arguments or input (a --guard-config that is missing or "
+                        "refused, a --json that cannot be written), 130 when interrupted; --json is written on 0 "
+                        "and 1, so a script can ask `tokenbench guard && ...`.")
     gd.add_argument("--guard-config", help="guard thresholds TOML (default: packaged, then the user config dir)")
     gd.add_argument("--url", help="the server to be measured, if on this machine (not counted against the bench)")
     gd.add_argument("--root", default="/", help=argparse.SUPPRESS)
