@@ -237,6 +237,25 @@ def test_replay_options_are_refused_in_one_line(emitter: BackgroundEmitter, tmp_
         assert message in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("scale", ["1e9", "1025", "0.5", "1e-9", "nan", "inf", "0"])
+def test_a_trace_scale_outside_what_it_can_replay_is_refused_in_one_line(
+        scale: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--trace-scale divides every length, rounded up to a token: 1e9 sent every call as one token, and 1e-6
+    multiplied a 100K-token call to 10^11 tokens and built text until killed a minute later. Refused before anything is read or
+    sent; from 1 to 1,024 it replays."""
+    assert main(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace", str(AGENTS), f"--trace-scale={scale}"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "give a number from 1 (the trace as recorded) to 1,024" in err, err
+
+
+def test_a_trace_scale_from_1_to_1024_is_taken() -> None:
+    from tokenbench.cli.parser import build_parser
+
+    for scale in ("1", "16", "1024"):
+        a = build_parser().parse_args(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace-scale", scale])
+        assert a.trace_scale == float(scale)
+
+
 def test_more_lanes_than_trajectories_replay_each_again_as_a_user_of_its_own(emitter: BackgroundEmitter,
                                                                               tmp_path: Path) -> None:
     """Three lanes over one recorded session: it is replayed three times at once, each a salt of its own (three

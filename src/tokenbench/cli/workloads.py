@@ -29,6 +29,27 @@ from .common import seconds
 from .options import NONNEG, NONNEG_INT, POSITIVE, POSITIVE_INT
 
 
+#: The most --trace-scale divides a replay's lengths by. Lengths are rounded up to whole tokens, one at least:
+#: by 1,024 every block of the formats read (64 to 512 tokens) is long since one token and a 100K-token call, an
+#: agent's longest near a 128K context, is 98; past it a trace's lengths say nothing of its shape.
+MAX_TRACE_SCALE = 1024
+
+
+def trace_scale(text: str) -> float:
+    """--trace-scale: from 1 (the trace as recorded) to ``MAX_TRACE_SCALE``. Below 1 it would lengthen every call
+    past the recorded one (0.001: a 100K-token call as 100M tokens, which no model holds, and text that takes
+    minutes to build); nan and inf are no scale."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 1 <= v <= MAX_TRACE_SCALE:  # nan fails both sides
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is no scale: give a number from 1 (the trace as recorded) to {MAX_TRACE_SCALE:,}, which "
+            "every length is divided by (--trace-scale 16 replays a 100K-token call as 6,250 tokens)")
+    return v
+
+
 def add_workload_options(s: argparse.ArgumentParser) -> None:
     """What each request sends (fixed or drawn lengths, a dataset), and agent sessions."""
     g = s.add_argument_group("workload")
@@ -89,9 +110,11 @@ def add_trace_options(s: argparse.ArgumentParser) -> None:
     g.add_argument("--trace-block", type=POSITIVE_INT, default=512,
                    help="prompt tokens per hash id (default 512, as Mooncake's traces; a Weka trace says its own, "
                         "TraceLab rows 64)")
-    g.add_argument("--trace-scale", type=POSITIVE, default=1.0,
+    g.add_argument("--trace-scale", type=trace_scale, default=1.0,
                    help="trajectories: divide every length by this, to replay a trace's shape on a small model or "
-                        "box (stated in the table's heading)")
+                        f"box (stated in the table's heading): from 1 (as recorded) to {MAX_TRACE_SCALE:,}, as "
+                        "lengths are rounded up to whole tokens and by then every block is one token and a "
+                        "100K-token call 98 (below 1 it would lengthen calls past any recorded)")
     g.add_argument("--max-think", default="10s",
                    help="trajectories: a recorded pause or subagent delay longer than this waits this long "
                         "(default 10s, as AgentX caps idle gaps; 0s: no pauses; none: as recorded)")
