@@ -200,6 +200,33 @@ def test_goodput_and_slo() -> None:
     assert s4.slo_met is True and not (s4.ttft_failed_ms and s4.ttft_failed_ms.n), (s4.slo_met, s4.ttft_failed_ms)
 
 
+def test_goodput_leaves_out_a_request_under_the_agent_tps_percentile_floor() -> None:
+    """agent_tps_p50=20 holds a share of the requests to a rate each reads at (output tokens over send to last
+    byte), as ttft_p99=2s holds a share to a latency: a request under the floor is not good, as one over the TTFT
+    limit is not. Goodput counted it (5 good of 5, 10 tok/s among 40s); the mean agent_tps judges no request."""
+    fast = [rec(i, 0, [100, 1000], out=40) for i in range(4)]  # 40 tok/s each: 40 tokens in 1 s
+    slow = rec(4, 0, [100, 1000], out=10)  # 10 tok/s
+    for text, good in (("agent_tps_p50=20", 4), ("ttft_p99=2s,agent_tps_p90=5,agent_tps_p50=20", 4),
+                       ("agent_tps_p90=5", 5), ("agent_tps=10", 5)):
+        s = summarize([*fast, slow], concurrency=5, rate=None, window_start_ns=0, slo=SLO.parse(text))
+        assert s.goodput_rps == pytest.approx(good / s.duration_s), text
+        assert s.slo_met is True, (text, s.slo_checks)  # each level objective passes: goodput alone tells
+    assert SLO.parse("agent_tps_p90=5,agent_tps_p50=20").rate_floor == 20  # the highest floor, as the lowest limit
+    assert SLO.parse("agent_tps=10").rate_floor is None
+    # a request whose rate is not known (no output tokens counted) is left out of the floor, as out of the level's
+    # rate check
+    unknown = rec(5, 0, [100, 1000], out=0)
+    s = summarize([*fast, unknown], concurrency=5, rate=None, window_start_ns=0, slo=SLO.parse("agent_tps_p50=20"))
+    assert s.goodput_rps == pytest.approx(5 / s.duration_s)
+    # and the table under the levels says what goodput counted
+    from tokenbench.sweep_table import format_sweep_markdown
+
+    assert "goodput counts the requests within every per-request limit and at the agent_tps_pNN rate or faster" \
+        in " ".join(format_sweep_markdown([s]).split())
+    plain = summarize(fast, concurrency=4, rate=None, window_start_ns=0, slo=SLO.parse("ttft_p99=2s"))
+    assert "agent_tps_pNN" not in format_sweep_markdown([plain])
+
+
 def test_slo_parse_errors_say_what_to_write() -> None:
     with pytest.raises(ValueError, match="metric=limit"):
         SLO.parse("ttft")

@@ -190,15 +190,16 @@ def _client_delays(summary: ServingLevel, measured: list[RequestRecord]) -> None
 
 def _goodput(summary: ServingLevel, measured: list[RequestRecord], slo: SLO | None,
              sessions: list[list[RequestRecord]] | None) -> None:
-    """Goodput (the requests within every per-request limit, per second) and each level objective's verdict
-    (``slo.assess``: the value, pass or fail, how sure); the level meets the SLO when every objective passes."""
+    """Goodput (the requests within every per-request limit and at the rate floor, ``slo.request_meets``, per
+    second) and each level objective's verdict (``slo.assess``: the value, pass or fail, how sure); the level
+    meets the SLO when every objective passes."""
     if slo is None or not (slo.per_request_ms or slo.decides_levels):
         return
     summary.slo = slo.describe()
     if all(r.error_kind == INTERRUPTED for r in measured):  # nothing ended before the interrupt: no verdict
         return  # (it read FAIL, goodput 0.00, beside "no level gave a verdict")
     ok = [r for r in measured if r.ok]
-    good = [r for r in ok if request_meets(r, slo.per_request_ms)]
+    good = [r for r in ok if request_meets(r, slo)]
     summary.goodput_rps = len(good) / summary.duration_s
     summary.slo_checks = assess(summary, measured, slo, sessions)
     summary.slo_met = all(c.met for c in summary.slo_checks)

@@ -13,7 +13,7 @@ from typing import Any
 
 from .distribution import Distribution, percentile
 from .records import RequestRecord
-from .slo import SloCheck
+from .slo import SloCheck, request_rates
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
@@ -167,7 +167,7 @@ def _span_s(calls: list[RequestRecord]) -> float:
 
 def _rate_reached_by(ok: list[RequestRecord], share: float) -> float | None:
     """The per-call output rate (tokens over send to last byte) that ``share`` of the calls reached or passed."""
-    rates = sorted(r.output_tokens / (r.e2e_ns / NS_PER_S) for r in ok if r.output_tokens and r.e2e_ns)
+    rates = sorted(request_rates(ok))
     return percentile(rates, 100 * (1 - share)) if rates else None
 
 

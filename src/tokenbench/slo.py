@@ -8,6 +8,9 @@ An objective is one of:
 - a per-request limit, the same names without a percentile (``tpot=50ms``): a request over it is not good
   (goodput, as ``vllm bench serve --goodput``); it decides no level by itself;
 - ``agent_tps=30``: at least this many output tokens per second per agent (``ServingLevel.per_agent_tps``);
+- ``agent_tps_p90=20``: at least 90% of the requests read at this rate or faster, each its output tokens over its
+  send to last byte (``request_rate``); a request slower than the floor is not good, as one over a percentile's
+  latency limit is not;
 - ``errors=1%``: at most this share of failed requests (without it, one failed request fails the level);
 - ``session_p90=5m``: an agent session's time, first turn sent to last byte, at a percentile.
 
@@ -168,6 +171,13 @@ class SLO:
         self.per_request_ms[metric] = min(limit, self.per_request_ms.get(metric, math.inf))
 
     @property
+    def rate_floor(self) -> float | None:
+        """The rate a good request reads at, at least: the highest ``agent_tps_pNN`` floor, as a latency's
+        per-request limit is its lowest (None: no such objective). ``agent_tps`` is the level's mean per agent,
+        no request's."""
+        return max(self.agent_tps_pct.values(), default=None)
+
+    @property
     def decides_levels(self) -> bool:
         """Whether a level can fail it other than by a failed request (a per-request limit alone cannot)."""
         return bool(self.percentile_ms or self.agent_tps is not None or self.session_ms
@@ -299,14 +309,17 @@ def request_values(r: RequestRecord, metric: str) -> list[float]:
     return [] if v is None else [v]
 
 
-def request_meets(r: RequestRecord, per_request_ms: dict[str, float]) -> bool:
-    for metric, limit in per_request_ms.items():
+def request_meets(r: RequestRecord, slo: SLO) -> bool:
+    """Whether a request is good: within every per-request latency limit, and at the rate floor or faster where
+    its rate is known (``request_rate``: a request without one is left out of the level's rate check too)."""
+    for metric, limit in slo.per_request_ms.items():
         values = request_values(r, metric)
         if values and max(values) > limit:
             return False
         if not values and metric in ("ttft", "e2e"):  # a request that never answered is not good
             return False
-    return True
+    floor, rate = slo.rate_floor, request_rate(r)
+    return floor is None or rate is None or rate >= floor
 
 
 def session_seconds(sessions: list[list[RequestRecord]]) -> list[float]:
@@ -324,9 +337,15 @@ def by_session(records: list[RequestRecord]) -> dict[int, list[RequestRecord]]:
     return out
 
 
+def request_rate(r: RequestRecord) -> float | None:
+    """A request's output tokens over its send to last byte, tok/s: the rate its agent read it at (None without
+    output tokens or an end)."""
+    return r.output_tokens / (r.e2e_ns / NS_PER_S) if r.output_tokens and r.e2e_ns else None
+
+
 def request_rates(ok: list[RequestRecord]) -> list[float]:
-    """Each request's output tokens over its send to last byte, tok/s: the rate its agent read it at."""
-    return [r.output_tokens / (r.e2e_ns / NS_PER_S) for r in ok if r.output_tokens and r.e2e_ns]
+    """Each request's rate (``request_rate``), those that have one."""
+    return [v for r in ok if (v := request_rate(r)) is not None]
 
 
 def _rate_share_check(name: str, rates: list[float], share: float, limit: float) -> SloCheck:
@@ -353,7 +372,7 @@ def _agent_rate_check(summary: ServingLevel, ok: list[RequestRecord], limit: flo
     shows beside the verdict (over the level's plateau where it held its load): the whole window's read 441 tok/s
     against the table's 382.8."""
     value = summary.sustained_per_agent_tps
-    rates = [r.output_tokens / (r.e2e_ns / NS_PER_S) for r in ok if r.output_tokens and r.e2e_ns]
+    rates = request_rates(ok)
     met = value is not None and value >= limit
     p = None
     if value and len(rates) >= 2 and statistics.fmean(rates) > 0:

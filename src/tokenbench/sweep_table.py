@@ -246,7 +246,8 @@ def _slo_lines(levels: list[ServingLevel]) -> list[str]:
     if slos:
         out.append(f"SLO {', '.join(sorted(slos))}{_cliff_floor(levels)}: pass when every level objective holds "
                    "(no request failed, unless errors= allows some); goodput counts the requests within every "
-                   "per-request limit")
+                   "per-request limit" + (" and at the agent_tps_pNN rate or faster"
+                                          if any("agent_tps_p" in s for s in slos) else ""))
         bare = sorted({p for slo in slos for p in slo.split(",") if PER_REQUEST.match(p)})
         if bare:
             out.append(f"{', '.join(bare)}: {'a per-request limit' if len(bare) == 1 else 'per-request limits'}, "

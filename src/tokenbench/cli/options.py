@@ -138,7 +138,8 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
     if search:
         g.add_argument("--slo", required=True,
                        help="the objectives every level must meet, e.g. ttft_p99=2s,agent_tps=30: ttft/tpot/itl/e2e "
-                            "with _p50/_p90/_p95/_p99, agent_tps (tok/s each, at least), errors (share, e.g. 1%%), "
+                            "with _p50/_p90/_p95/_p99, agent_tps (tok/s each, at least), agent_tps_p90 (tok/s that 90%% of "
+                            "requests read at, each its own, at least; in goodput too), errors (share, e.g. 1%%), "
                             "session_p90 (agent sessions); every latency with its unit: ms, s, m or h")
         g.add_argument("--concurrency", metavar="LOW:HIGH",
                        help="search the agents (closed loop) in this range (default 1:16)")
@@ -177,7 +178,8 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
     g.add_argument("--stall-timeout", default="60s", help="fail a request after this long without a byte " + UNIT)
     if not search:
         g.add_argument("--slo", help="e.g. ttft_p99=2s,tpot=50ms: goodput and pass/fail per level; every latency with its unit: "
-                       "ms, s, m or h")
+                       "ms, s, m or h; goodput counts the requests within every latency limit and, with "
+                       "agent_tps_p90=20, each read at that rate or faster")
     g.add_argument("--max-error-rate", type=SHARE, default=0.1,
                    help="a level with a larger share of failed requests is failed, and the run exits 5 "
                         "(default 0.1)")
