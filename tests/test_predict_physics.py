@@ -402,3 +402,31 @@ def test_a_band_wider_than_half_its_estimate_is_flagged(capsys: pytest.CaptureFi
     out = " ".join(capsys.readouterr().out.split())
     assert all(Calibration.packaged().bands["llamacpp-cuda"][m].pct < WIDE_BAND_PCT for m in ("decode", "prefill"))
     assert "(wide)" not in out and "flagged wide" not in out
+
+
+def test_the_band_note_says_each_reason_on_a_line_of_its_own(capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    """The note under a prediction was one paragraph of 15 lines joined by semicolons, the reasons a band was
+    widened among them ('...MoE of its own: vllm-cuda's band, borrowed; too few rows of...'), which a new user
+    found very hard to read. Each part is a line, each reason a line under it; a Markdown table's note and the
+    report's cell keep the one line they had."""
+    from tokenbench.predict.banding import REASON, one_line
+
+    monkeypatch.setenv("COLUMNS", "80")
+    argv = ["predict", "--hardware", "nvidia-h100-sxm", "--model", "qwen3.6-35b-a3b", "--weights", "FP8", "--kv",
+            "fp8", "--engine", "vllm", "--input-len", "4096", "--output-len", "512", "--concurrency", "1,8",
+            "--spec-tokens", "2", "--acceptance", "0.7", "--save", "spec", "--db", str(tmp_path / "r.db")]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("widened, where an estimate"))
+    reasons = [line for line in lines[start:] if line.startswith(REASON)]
+    assert any("speculative decoding's x" in r for r in reasons) and any("a MoE model" in r for r in reasons)
+    assert max(len(line) for line in lines) <= 80
+    assert main(["show", "spec", "--db", str(tmp_path / "r.db")]) == 0  # as predict said it
+    assert sum(line.startswith(REASON) for line in capsys.readouterr().out.splitlines()) == len(reasons)
+    assert main(argv[:-4] + ["--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "for what no row measured: a MoE model" in out and not any(line.startswith(REASON)
+                                                                        for line in out.splitlines())
+    assert one_line("a:\n  - b\n  - c\nd") == "a: b; c; d"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from dataclasses import asdict
 from pathlib import Path
 from rich.console import Console
@@ -167,7 +168,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
         (table,) = out.tables
         print_table(console, table.columns, table.rows, a.format)
         if out.note:
-            console.print(out.note, markup=False, highlight=False, style=None if s.calibrated else "yellow")
+            print_band_note(console, out.note, a.format, None if s.calibrated else "yellow")
         shown = {"note": out.note, "columns": table.columns, "rows": table.rows, "metrics": out.metrics}
     shown["band_pct"], shown["band_held"] = out.band_pct(), out.band_held()
     if a.save or a.json:
@@ -282,7 +283,22 @@ def _print_sessions(a: argparse.Namespace, console: Console, sh: SessionShape, o
             console.print(note, markup=False, highlight=False, style="dim")
     for line in out.warm.lines() if out.warm is not None else []:
         console.print(line, markup=False, highlight=False)
-    console.print(out.note, markup=False, highlight=False, style=None if out.setup.calibrated else "yellow")
+    print_band_note(console, out.note, a.format, None if out.setup.calibrated else "yellow")
+
+
+def print_band_note(console: Console, note: str, fmt: str, style: str | None) -> None:
+    """A prediction's band note (banding.band_note) under its table: each of its lines wrapped between words, a
+    line's run-on indented past its own start; in one paragraph beside a Markdown table."""
+    from ..predict.banding import one_line
+
+    if fmt == "markdown":
+        console.print(one_line(note), markup=False, highlight=False, style=style, soft_wrap=True)
+        return
+    for line in note.splitlines():
+        lead = line[:len(line) - len(line.lstrip(" -"))]  # a reason's "  - ": its run-on under its text
+        wrapped = textwrap.wrap(line, max(20, console.width), subsequent_indent=" " * (len(lead) if lead else 2),
+                                break_long_words=False, break_on_hyphens=False) or [line]
+        console.print("\n".join(wrapped), markup=False, highlight=False, style=style, soft_wrap=True)
 
 
 def _store_and_write(a: argparse.Namespace, console: Console, s: Setup, cal: Calibration, res: RunResult,

@@ -14,6 +14,7 @@ from ..cells import level_label
 from ..levels import DepthLevel, ServingLevel, serving
 from ..console import print_table
 from ..describe import describe_run, imported_line
+from .predicting import print_band_note
 from ..sweep_table import print_sweep
 from ..results import Manifest, RunResult
 from ..reader import load_result
@@ -158,7 +159,7 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
         print_result(console, res, a.format, store.path, "from")
         _show_capacity(console, res, a.format)
     if res.kind == "predict" and res.manifest.bands:  # how far to trust it, as predict said under its table
-        console.print(res.manifest.bands, markup=False, highlight=False, style="dim")
+        print_band_note(console, res.manifest.bands, a.format, "dim")
     if len(res.outcomes) < total:
         console.print(f"showing the first {len(res.outcomes):,} of {total:,} levels: --all prints every one, "
                       "--json FILE writes them", style="yellow", markup=False, highlight=False)

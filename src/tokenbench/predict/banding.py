@@ -180,10 +180,10 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str], log: BandLog) -> s
     if banded:
         parts.append(source_text(s, cal, log, banded))
         wider = sorted({why for p in log.printed for why in p.band.widened})
-        if wider:
+        if wider:  # each reason on a line of its own: joined by semicolons, they read as one 600-character blur
             parts.append("widened, where an estimate reaches beyond the rows, up to "
                          + ", ".join(f"{m} {band_span(b.pct)}" for m in banded if (b := log.widest(m)))
-                         + " for what no row measured: " + "; ".join(wider))
+                         + " for what no row measured:" + "".join(f"\n{REASON}{why}" for why in wider))
     wide = [m for m in banded if (b := log.widest(m)) and b.wide]
     if wide:
         parts.append(f"flagged wide (over ±{WIDE_BAND_PCT:.0f}%, more than half the estimate): " + ", ".join(wide)
@@ -201,4 +201,20 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str], log: BandLog) -> s
     if s.spec is not None:
         parts.append("no published row used speculative decoding: the decode, TPOT and throughput bands widen by "
                      "its gain, which the acceptance rate you gave decides")
-    return "; ".join(parts)
+    return "\n".join(parts)
+
+
+#: How a reason a band was widened begins its line in ``band_note``.
+REASON = "  - "
+
+
+def one_line(note: str) -> str:
+    """``band_note`` in one line, for a table's cell or a Markdown paragraph: its lines joined by semicolons,
+    the reasons after their colon."""
+    out: list[str] = []
+    for line in note.splitlines():
+        if line.startswith(REASON) and out:
+            out[-1] += ("" if out[-1].endswith(":") else ";") + " " + line[len(REASON):]
+        else:
+            out.append(line)
+    return "; ".join(out)

@@ -13,6 +13,7 @@ from ..results import Manifest, RunResult
 from .series import is_predicted, pricing
 from .style import depth_label
 from ..layout import plural
+from ..predict.banding import one_line
 
 
 @dataclass(slots=True)
@@ -231,7 +232,7 @@ def facts(r: RunResult, price_per_hour: float | None = None, currency: str | Non
     levels = [o.summary for o in r.outcomes]
     out = {
         "Source": source(r),
-        "Bands": m.bands,  # a prediction's, as predict printed them
+        "Bands": one_line(m.bands) if m.bands else m.bands,  # a prediction's, as predict printed them
         "Model": m.model,
         "Weights": " / ".join(x for x in (m.weights, f"kv {str(m.kv).lower()}" if m.kv else None) if x),
         "Engine": engine,

@@ -13,6 +13,7 @@ from ..levels import ServingLevel, depth_levels, serving
 from ..replay_table import bin_rows, replay_heading, replay_lines
 from ..session_table import over_time
 from ..layout import format_markdown, md_escape
+from ..predict.banding import one_line
 from ..sweep_table import format_sweep_markdown
 from ..results import RunResult
 from . import facts, sessions
@@ -32,7 +33,7 @@ def _heading(r: RunResult) -> list[str]:
     elif said := facts.workload(r):
         lines.append(md_escape(f"workload: {said}"))
     if m.bands:  # a prediction's, as predict printed them
-        lines.append(md_escape(m.bands))
+        lines.append(md_escape(one_line(m.bands)))
     return lines + [""]
 
 
