@@ -560,3 +560,28 @@ def test_calibration_leaves_out_a_level_with_requests_unanswered(tmp_path: Path)
                        "0", "2026-01-01T00:00:00", "2026-01-01T00:01:00")
     rows, _ = own_rows(Store(db), ["mine"], False, Catalog.load(), BOX, MODEL, ENGINE, WEIGHTS, KV)
     assert sorted({r.concurrency for r in rows}) == [1]
+
+
+def test_calibrating_on_an_exported_file_leaves_out_the_levels_its_notes_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """calibrate FILE read every row of a file tokenbench exported, its notes saying a level was dirty or cut
+    unanswered, and fitted them as the box's speed, where calibrate --runs of the same run leaves them out. The
+    rows are left out and the count said."""
+    from tokenbench.predict import entrypoints
+
+    db = tmp_path / "r.db"
+    _sweep_run(db)
+    out = tmp_path / "mine.csv"
+    _export(db, "mine", "published-csv", out)
+    fitted: list[Any] = []
+
+    def fit(cat: Any, rows: list[Any], command: str, bands: bool = True) -> Calibration:  # the rows it was given
+        fitted.extend(rows)
+        return Calibration.packaged()
+
+    monkeypatch.setattr(entrypoints, "fit_calibration", fit)
+    assert main(["calibrate", str(out), "--out", str(tmp_path / "cal.toml")]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert {r.concurrency for r in fitted} == {1} and {r.concurrency for r in read_rows(out)} == {1, 2, 4}
+    left = sum(1 for r in read_rows(out) if r.concurrency != 1)
+    assert f"warning: left out {left} rows whose note says its level is not what the box does" in said, said

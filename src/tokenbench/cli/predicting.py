@@ -340,9 +340,9 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
               f"{plural(fold_processes(64), 'process', 'processes')}...", file=sys.stderr, flush=True)
     fitted = calibrate([Path(f) for f in a.file] if a.file else None, "tokenbench " + redact.command(argv), own,
                        fitting)
+    for w in fitted.warnings:
+        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
     if own is not None:
-        for w in fitted.warnings:
-            console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
         console.print(f"{fitted.own} measurements from {plural(len(a.runs), 'run')} of your own, on {a.hardware}",
                       markup=False, highlight=False)
     cal = fitted.calibration

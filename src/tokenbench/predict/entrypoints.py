@@ -17,7 +17,7 @@ from ..store import Store
 from .calibration import Calibration
 from .fitting import fit_calibration
 from .formats import GGUF_FORMATS
-from .measured import Row, read_rows
+from .measured import SKIPPED, Row, read_rows, rows_measured_clean
 from .own import own_rows
 from .queue import Arrivals
 from .runs import depth_levels, prediction, serve_levels, session_level, speculation
@@ -345,6 +345,11 @@ def calibrate(files: list[Path] | None, command: str, own: OwnRuns | None = None
     rows: list[Row] = [r for f in (files or PUBLISHED_FILES) for r in read_rows(Path(f))]
     cat = Catalog.load()
     warnings: list[str] = []
+    if files:  # a file tokenbench exported says each level's state in its rows' notes: a flagged one is left out
+        rows, skipped = rows_measured_clean(rows)
+        if skipped:
+            warnings.append(f"left out {plural(skipped, 'row')} whose note says its level is not what the box does "
+                            f"({', '.join(sorted(SKIPPED))}, or a dirty guard), as calibrate --runs leaves it out")
     mine: list[Row] = []
     if own is not None:
         mine, warnings = own_rows(own.store, own.refs, own.latest, cat, own.hardware, own.model, own.engine,

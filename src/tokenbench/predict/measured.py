@@ -239,6 +239,22 @@ def note_state(r: Row) -> LevelNote:
     return LevelNote(guard, checks, flags, *counts, errors)
 
 
+def rows_measured_clean(rows: list[Row]) -> tuple[list[Row], int]:
+    """The rows whose note does not say their level was flagged (``SKIPPED``) or measured on a dirty machine, as
+    an export writes it (``level_note``), and how many were left out. A note that names an unknown flag is read as
+    saying nothing (a foreign file's words)."""
+    kept = []
+    for r in rows:
+        try:
+            state = note_state(r)
+        except ValueError:
+            kept.append(r)
+            continue
+        if state.guard != "dirty" and not SKIPPED & set(state.flags):
+            kept.append(r)
+    return kept, len(rows) - len(kept)
+
+
 def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: str, kv: str,
              requests: dict[int, list[RequestRecord]] | None = None, p99: bool = False,
              flagged: bool = False) -> list[Row]:
