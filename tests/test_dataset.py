@@ -288,7 +288,7 @@ def test_nothing_usable(tmp_path: Path) -> None:
 
 
 def test_a_file_that_cannot_be_read(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match=r"^--dataset .*missing\.jsonl: cannot read it: No such file"):
+    with pytest.raises(UsageError, match=r"^--dataset .*missing\.jsonl: cannot read it \(No such file or directory\)"):
         load(tmp_path / "missing.jsonl")
 
 

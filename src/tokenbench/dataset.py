@@ -155,7 +155,7 @@ def load(path: str | Path, api: str = "completions") -> Dataset:
     try:
         raw = Path(path).expanduser().read_bytes()
     except OSError as e:
-        raise UsageError(f"--dataset {name}: cannot read it: {e.strerror or e}") from None
+        raise UsageError(f"--dataset {name}: cannot read it ({e.strerror or e})") from None
     if not raw.strip():
         raise UsageError(f"{name}: the file is empty: write one JSON item per line, or a JSON list of items")
     text = _decode(raw, name)
