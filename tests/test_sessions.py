@@ -442,7 +442,8 @@ def test_show_as_markdown_keeps_the_turns_and_the_soak_over_time(emitter: Backgr
             if re.match(r"^\| \d+ \|", line)]
     # a number, or "—" where the answer came in one read (this emitter's often do): no decode time to measure
     assert rows and all(r[-1] == "—" or float(r[-1].replace(",", "")) > 0 for r in rows), turns
-    assert re.search(r"^- turn TTFT p50: (\S+ ms ?){10}$", md, re.M), md  # the soak's ten tenths
+    # the soak's ten tenths: "—" for a tenth no turn was sent in (its 100 ms, on a machine busy with other work)
+    assert re.search(r"^- turn TTFT p50: ((\S+ ms|—) ?){10}$", md, re.M), md
     # its heading: sessions back to back for the soak, not the "2 sessions x 3 turns" it read above 14 sessions
     assert main(["show", doc["run_id"], "--db", str(tmp_path / "r.db")]) == 0
     assert "sessions back to back for 1 s, each of 3 turns" in " ".join(capsys.readouterr().out.split())
