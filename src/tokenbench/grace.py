@@ -2,13 +2,17 @@
 get a grace period (``--grace``) to answer. A call still running after it is cancelled and marked cut by the
 level's end (``LEVEL_END``): a wedged server (a slot that admitted a request and never ran it) held a 20 s level
 4 minutes, each call waiting for the stall limit. A cut call is neither a sample nor a failure of the server:
-``errors`` counts it apart, as an interrupt's, and no latency or throughput reads it."""
+``errors`` counts it apart, as an interrupt's, and no latency or throughput reads it.
+
+While it waits, the level says so (``Waiting``): the bar had reached its end and sat there, up to 30 s, with
+nothing said."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from .finding import Code, Finding
@@ -25,6 +29,11 @@ CUT_KINDS = frozenset({INTERRUPTED, LEVEL_END})
 #: --benchmark-grace-period: long enough for a healthy server's longest usual answer to finish (and count),
 #: well under the 60 s stall limit that a wedged server's calls would otherwise each wait out.
 DEFAULT_GRACE_S = 30.0
+#: How often a wait past a level's end is told again (the requests still in flight, the time left)
+WAIT_TICK_S = 0.5
+
+#: Where a phase says what it waits for, as a line of text (progress.Reporter.waiting); None: it waits no more
+Waiting = Callable[[str | None], None]
 
 
 def mark_unfinished(records: Iterable[RequestRecord], kind: str, why: str) -> int:
@@ -39,27 +48,65 @@ def mark_unfinished(records: Iterable[RequestRecord], kind: str, why: str) -> in
 
 
 async def within_grace(work: Awaitable[Any], records: list[RequestRecord], stop_ns: int | None,
-                       grace_s: float | None) -> bool:
+                       grace_s: float | None, waiting: Waiting | None = None) -> bool:
     """Run ``work``: a level's sending and the calls it waits for. Where the level ends at ``stop_ns``
     (perf_counter_ns) and ``grace_s`` is not None, what is still running ``grace_s`` after it is cancelled, its
     calls in flight marked ``LEVEL_END``; returns whether it was. An interrupt cancels ``work`` as well and
-    propagates (the caller marks what it cut)."""
+    propagates (the caller marks what it cut). ``waiting``: told, past the level's end, how many of ``records``
+    are still in flight and how long the grace has left, until they are done."""
     task = asyncio.ensure_future(work)
-    if stop_ns is None or grace_s is None:
+    if stop_ns is None or (grace_s is None and waiting is None):
         await task  # cancelling this await cancels the work
         return False
+    until_ns = None if grace_s is None else stop_ns + int(grace_s * 1e9)
     try:
-        left_s = (stop_ns - time.perf_counter_ns()) / 1e9 + grace_s
-        done, _ = await asyncio.wait({task}, timeout=max(0.0, left_s))
+        done = await _until(task, stop_ns)
+        if not done:
+            done = await _until(task, until_ns) if waiting is None else \
+                await _told(task, records, until_ns, waiting)
     except asyncio.CancelledError:
         await _cancelled(task)
         raise
+    finally:
+        if waiting is not None:
+            waiting(None)
     if done:
         task.result()
         return False
     await _cancelled(task)
     mark_unfinished(records, LEVEL_END, f"in flight {grace_s:g} s after the level's end (its grace): cancelled")
     return True
+
+
+async def _until(task: asyncio.Future[Any], at_ns: int | None) -> bool:
+    """Wait for ``task`` until ``at_ns`` (perf_counter_ns; None: for as long as it runs); whether it finished."""
+    timeout = None if at_ns is None else max(0.0, (at_ns - time.perf_counter_ns()) / 1e9)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    return bool(done)
+
+
+async def _told(task: asyncio.Future[Any], records: list[RequestRecord], until_ns: int | None,
+                waiting: Waiting) -> bool:
+    """Past the level's end: wait for ``task`` until ``until_ns``, telling ``waiting`` every WAIT_TICK_S how
+    many calls are still in flight. No call is sent after the end, so the ones in flight then are the only ones
+    to follow (a soak's records run to millions: they are read once)."""
+    left = [r for r in records if r.end_ns is None and r.error_kind is None]
+    while True:
+        left = [r for r in left if r.end_ns is None and r.error_kind is None]
+        now = time.perf_counter_ns()
+        if until_ns is not None and now >= until_ns:
+            return False
+        waiting(overtime(len(left), None if until_ns is None else (until_ns - now) / 1e9) if left else None)
+        tick_ns = now + int(WAIT_TICK_S * 1e9)
+        if await _until(task, tick_ns if until_ns is None else min(tick_ns, until_ns)):
+            return True
+
+
+def overtime(in_flight: int, left_s: float | None) -> str:
+    """What a level past its end waits for: its requests in flight, up to the grace's ``left_s`` (None: no
+    bound, --grace inf)."""
+    up_to = " (no bound: --grace inf)" if left_s is None else f", up to {max(1, math.ceil(left_s)):,} s more"
+    return f"the level's time is up: waiting for {plural(in_flight, 'request')} in flight{up_to}"
 
 
 async def _cancelled(task: asyncio.Future[Any]) -> None:

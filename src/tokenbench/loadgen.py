@@ -24,7 +24,7 @@ from .metrics import client_delays
 from .records import Phase, RequestRecord
 from .background import cancel_and_wait
 from .errors import UsageError
-from .grace import INTERRUPTED, mark_unfinished, within_grace
+from .grace import INTERRUPTED, Waiting, mark_unfinished, within_grace
 from .layout import plural
 
 NS_PER_S = 1_000_000_000
@@ -383,6 +383,7 @@ async def run_phase(
     halt: Callable[[], bool] | None = None,
     stagger_s: float | None = None,
     grace_s: float | None = None,
+    waiting: Waiting | None = None,
 ) -> PhaseResult:
     """Run one phase (warm-up or measured) of a level. Cancellation keeps the records gathered so far.
 
@@ -391,7 +392,8 @@ async def run_phase(
     ``halt`` (asked before each send) stops sending once true: the requests in flight finish and are kept;
     ``stagger_s``: a closed loop's streams start at random offsets within it (desynchronised), not together;
     ``grace_s``: with a duration, requests still in flight this long after its end are cancelled, cut by the
-    level's end (grace.LEVEL_END; None: wait for every one)."""
+    level's end (grace.LEVEL_END; None: wait for every one); ``waiting`` is told meanwhile what is still in
+    flight (grace.within_grace)."""
     if requests is None and duration_s is None:
         raise ValueError("a level needs a request count or a duration")
     records: list[RequestRecord] = [] if sink is None else sink  # the caller's list survives a cancel
@@ -405,7 +407,7 @@ async def run_phase(
         loop = run.closed_loop(level.concurrency or 1, stagger_s, random.Random(seed)) if not level.open else \
             run.open_loop(level, start_ns, offset_s, random.Random(seed))
         try:
-            await within_grace(loop, records, stop_ns, grace_s)
+            await within_grace(loop, records, stop_ns, grace_s, waiting)
         except asyncio.CancelledError:
             # Ctrl-C: requests still in flight end as "interrupted"; finished ones are kept.
             backend.flush()

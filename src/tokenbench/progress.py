@@ -1,6 +1,7 @@
-"""What a measuring run tells its caller as it goes: a level starting and ending, each request done, notes and
-warnings. The CLI shows them (``cli/sweep.py``'s ``RichReporter``: a live bar, or a line a level); a library caller
-may pass ``QuietReporter``."""
+"""What a measuring run tells its caller as it goes: a level starting and ending, each request done, what it waits
+for while nothing comes back (a level past its end waiting out its grace), notes and warnings. The CLI shows them
+(``cli/sweep.py``'s ``RichReporter``: a live bar, or a line a level); a library caller may pass
+``QuietReporter``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ class Reporter(Protocol):
     def level_start(self, description: str, total: int | None, duration_s: float | None) -> None: ...
     def request_done(self, record: RequestRecord) -> None: ...
     def level_end(self, summary: ServingLevel) -> None: ...
+    def waiting(self, text: str | None) -> None: ...
     def note(self, text: str) -> None: ...
     def warn(self, text: str) -> None: ...
 
@@ -27,6 +29,9 @@ class QuietReporter:
         pass
 
     def level_end(self, summary: ServingLevel) -> None:
+        pass
+
+    def waiting(self, text: str | None) -> None:
         pass
 
     def note(self, text: str) -> None:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .client import PreparedRequest, StreamClient
-from .grace import DEFAULT_GRACE_S, INTERRUPTED, mark_unfinished, within_grace
+from .grace import DEFAULT_GRACE_S, INTERRUPTED, Waiting, mark_unfinished, within_grace
 from .records import RequestRecord
 from .sessions import SESSION_HEADER
 from .chat import Message
@@ -300,14 +300,15 @@ class ReplayLevel:
             return False
         return self.stop_ns is None or time.perf_counter_ns() < self.stop_ns
 
-    async def run(self) -> tuple[int, int]:
-        """Every tree of the level; returns the window (first send, last byte)."""
+    async def run(self, waiting: Waiting | None = None) -> tuple[int, int]:
+        """Every tree of the level; returns the window (first send, last byte). ``waiting``: told, past the
+        level's time, of the calls still in flight (grace.within_grace)."""
         await self.texts.start()  # before the level's time starts: the recorded times count from its first send
         start = time.perf_counter_ns()
         self.stop_ns = start + int(self.duration_s * 1e9) if self.duration_s else None
         runs = [self._open(start)] if self.plan.speed is not None else [self._lane(i) for i in range(self.lanes)]
         try:
-            await within_grace(asyncio.gather(*runs), self.records, self.stop_ns, self.grace_s)
+            await within_grace(asyncio.gather(*runs), self.records, self.stop_ns, self.grace_s, waiting)
         except asyncio.CancelledError:  # Ctrl-C: calls in flight end as interrupted; finished ones are kept
             mark_unfinished(self.records, INTERRUPTED, "the run was interrupted")
             raise

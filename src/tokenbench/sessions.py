@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from .client import PreparedRequest, StreamClient
 from .draws import Draw
-from .grace import DEFAULT_GRACE_S, INTERRUPTED, mark_unfinished, within_grace
+from .grace import DEFAULT_GRACE_S, INTERRUPTED, Waiting, mark_unfinished, within_grace
 from .records import RequestRecord
 from .tenants import Background
 from .workload import PromptBuilder
@@ -156,14 +156,15 @@ class SessionLevel:
         self._begun: set[int] = set()  # sessions an agent took up, and those it finished (or gave up on)
         self._ended: set[int] = set()
 
-    async def run(self) -> tuple[int, int]:
-        """Every session of the level, closed loop over the agents; returns the window (first send, last byte)."""
+    async def run(self, waiting: Waiting | None = None) -> tuple[int, int]:
+        """Every session of the level, closed loop over the agents; returns the window (first send, last byte).
+        ``waiting``: told, past a soak's end, of the turns still in flight (grace.within_grace)."""
         start = time.perf_counter_ns()
         if self.duration_s is not None:
             self.deadline_ns = start + int(self.duration_s * 1e9)
         agents = asyncio.gather(*(self._agent(a) for a in range(self.agents)))
         try:
-            if await within_grace(agents, self.records, self.deadline_ns, self.grace_s):
+            if await within_grace(agents, self.records, self.deadline_ns, self.grace_s, waiting):
                 self.cut |= self._begun - self._ended  # the sessions the soak's end cancelled mid-turn or thinking
         except asyncio.CancelledError:  # Ctrl-C: turns in flight end as interrupted; finished ones are kept
             # a session the interrupt caught between two turns (thinking) has only finished turns, and is cut too

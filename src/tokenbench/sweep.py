@@ -25,7 +25,7 @@ from .pricing import level_cost
 from .endpoint import Endpoint, RunLog, preflight
 from .errors import EndpointError, EngineError, LevelFailed, UsageError
 from .finding import Code
-from .grace import DEFAULT_GRACE_S
+from .grace import DEFAULT_GRACE_S, Waiting
 from .guard import refuse_dirty_nodes, snapshot_before
 from .plans import FixedPlan, LevelPlan, LevelStop
 from .kinds import WorkloadKind
@@ -211,6 +211,7 @@ class _Load:
         self.stagger_s: float | None = None  # --phase staggered: the streams' first sends spread over this
         self.telemetry: LevelTelemetry | None = None  # the server's /metrics and power sampled while it measured
         self.grace_s: float | None = DEFAULT_GRACE_S  # requests in flight past a duration's end get this long
+        self.waiting: Waiting | None = None  # told what a phase waits for (a level past its end)
 
     @property
     def cut(self) -> bool:
@@ -230,7 +231,7 @@ class _Load:
         if self.pool is not None:
             merged = await self.pool.run_phase(level, "measured", requests=n, duration_s=duration_s, seed=seed,
                                                prompts=self.prompts, sink=records, on_done=on_done,
-                                               grace_s=self.grace_s)
+                                               grace_s=self.grace_s, waiting=self.waiting)
             self.window = (merged.start_ns, merged.end_ns)
             self.client_report, self.reasons, self.lost = merged.client, merged.reasons, self.lost + merged.lost
             return
@@ -241,7 +242,7 @@ class _Load:
             res = await run_phase(self.stream, self.prompts, level, "measured", requests=n, duration_s=duration_s,
                                   watch=watch, on_done=stop.wrap(on_done) if stop else on_done, seed=seed,
                                   sink=records, halt=stop.halted if stop else None, stagger_s=self.stagger_s,
-                                  grace_s=self.grace_s)
+                                  grace_s=self.grace_s, waiting=self.waiting)
             self.window = (res.start_ns, res.end_ns)
         finally:
             await watch.stop()
@@ -255,7 +256,7 @@ class _Load:
         watch.start()
         try:
             with still_heap():
-                self.window = await run.run()
+                self.window = await run.run(self.waiting)
         finally:
             await watch.stop()
             self.client_report = watch.report()
@@ -301,7 +302,7 @@ class _Sweep:
         started = now_iso()
         desc = _describe(cfg, self.plan, level, at)
         load = _Load(self.client, prompts, self.pool)
-        load.grace_s = cfg.grace_s
+        load.grace_s, load.waiting = cfg.grace_s, rep.waiting
         load.stop = self.plan.stop(level, work.planned, records) if work.stoppable else None
         node_snaps = await self.pool.guards(cfg.guard, cfg.guard_config) if self.pool is not None else []
         refuse_dirty_nodes(cfg.guard, node_snaps, f"before level {level.describe()}")

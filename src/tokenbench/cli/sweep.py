@@ -8,11 +8,13 @@ import asyncio
 import os
 import socket
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 
 from ..grace import INTERRUPTED, LEVEL_END
 from .. import redact
@@ -45,15 +47,29 @@ EMBEDDED_DEFAULTS: dict[str, Any] = {"concurrency": "1,2,4,8", "requests": 16, "
 NARROW = 100
 
 
+class _Bars(Progress):
+    """The live bars, and under them what the run waits for while nothing comes back (``RichReporter.waiting``),
+    a line of its own: beside a bar at 80 columns it was cut."""
+
+    below: str | None = None
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        yield from super().get_renderables()
+        if self.below:
+            yield Text(self.below, overflow="fold")
+
+
 class RichReporter:
     """Progress on stderr: a live bar on a terminal; piped into a file or a CI log, one line per level as it
-    finishes (a bar there printed nothing until the end: 6 minutes of silence in one run)."""
+    finishes (a bar there printed nothing until the end: 6 minutes of silence in one run). On a terminal, a line
+    under the bar says what the run waits for while nothing comes back (a level past its end waiting out its
+    grace); a log gets no such line, only the level's, which says what was cut."""
 
     def __init__(self, console: Console, enabled: bool) -> None:
         self.console = console
         self.enabled = enabled
         self.live = console.is_terminal
-        self.progress: Progress | None = None
+        self.progress: _Bars | None = None
         self.task: Any = None
         self.description = ""
         self.t0 = time.monotonic()
@@ -61,14 +77,20 @@ class RichReporter:
         self.total: int | None = None
         self.duration_s: float | None = None
         self.done = 0
+        self.measuring = False  # between a level's start and its end
 
     def level_start(self, description: str, total: int | None, duration_s: float | None) -> None:
         if not self.enabled:
             return
         self.description, self.level_t0 = description, time.monotonic()
-        self.total, self.duration_s, self.done = total, duration_s, 0
+        self.total, self.duration_s, self.done, self.measuring = total, duration_s, 0, True
         if not self.live:
             return
+        self.task = self._bars().add_task(description, total=duration_s if total is None else total, info="",
+                                          count=self._count(), left="left" if total or duration_s else "")
+
+    def _bars(self) -> _Bars:
+        """The live bars, started at the first level (or the first wait said before it)."""
         if self.progress is None:
             # a level bounded by time fills its bar with time (it read "54/?"); one bounded by a count, with
             # requests; both say how long is left
@@ -77,29 +99,46 @@ class RichReporter:
             # "left" only where the level has an end to count to (agent sessions run whole sessions: none)
             times = (TextColumn("{task.fields[left]}"), TimeRemainingColumn()) if narrow else \
                 (TimeElapsedColumn(), TextColumn("{task.fields[left]}"), TimeRemainingColumn())
-            self.progress = Progress(
+            self.progress = _Bars(
                 TextColumn("{task.description}"), BarColumn(bar_width=10 if narrow else 40),
                 TextColumn("{task.fields[count]}"), TextColumn("{task.fields[info]}"), *times, console=self.console,
             )
             self.progress.start()
-        self.task = self.progress.add_task(description, total=duration_s if total is None else total, info="",
-                                           count=self._count(), left="left" if total or duration_s else "")
+        return self.progress
 
     def _count(self) -> str:
         if self.total is None and self.duration_s:
-            return f"{self.done} requests, {time.monotonic() - self.level_t0:.0f}/{self.duration_s:g} s"
+            return f"{self.done} requests, {min(time.monotonic() - self.level_t0, self.duration_s):.0f}/" \
+                f"{self.duration_s:g} s"
         return f"{self.done}/{self.total}" if self.total else f"{self.done} requests"
 
     def request_done(self, record: RequestRecord) -> None:
         self.done += 1
         if self.progress is not None and self.task is not None:
             if self.total is None and self.duration_s:
-                self.progress.update(self.task, completed=min(time.monotonic() - self.level_t0, self.duration_s),
-                                     count=self._count())
+                self._timed()
             else:
                 self.progress.update(self.task, advance=1, count=self._count())
 
+    def _timed(self) -> None:
+        """A level bounded by time: its bar and count to the time now."""
+        if self.progress is not None and self.task is not None and self.duration_s:
+            self.progress.update(self.task, completed=min(time.monotonic() - self.level_t0, self.duration_s),
+                                 count=self._count())
+
+    def waiting(self, text: str | None) -> None:
+        """What the run waits for, on a line under the bar (None: nothing now). A terminal's only: a log would
+        get a line for every change."""
+        if not (self.enabled and self.live) or (text is None and self.progress is None):
+            return
+        bars = self._bars()
+        if text is not None and self.measuring and self.total is None:
+            self._timed()  # past a timed level's end the bar had stopped where its last request ended
+        bars.below = text
+        bars.refresh()
+
     def level_end(self, summary: ServingLevel) -> None:
+        self.measuring = False
         # a level where nothing answered (all cut at a duration's end) has no TTFT: "—", as its table row shows,
         # not a 0 ms no request had
         p50 = summary.ttft_ms.p50
@@ -137,6 +176,7 @@ class RichReporter:
 
     def close(self) -> None:
         if self.progress is not None:
+            self.progress.below = None
             self.progress.stop()
             self.progress = None
 

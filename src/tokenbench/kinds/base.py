@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..client import Api
 from ..engines.embedded import slot_context
+from ..grace import Waiting
 from ..loadgen import Level
 from ..records import RequestRecord
 
@@ -91,9 +92,10 @@ class LevelLoad(Protocol):
 
 
 class AgentRun(Protocol):
-    """Agents that each wait for their last answer (sessions, replays): run them all, return the window."""
+    """Agents that each wait for their last answer (sessions, replays): run them all, return the window;
+    ``waiting`` is told, past a level's time, what is still in flight (grace.within_grace)."""
 
-    async def run(self) -> tuple[int, int]: ...
+    async def run(self, waiting: Waiting | None = None) -> tuple[int, int]: ...
 
 
 class LevelWork(Protocol):

@@ -70,6 +70,7 @@ class Drained:
     records: list[RequestRecord]
     prompts_left: int
     done: bool
+    in_flight: int = 0  # a measured phase's requests sent and not yet ended
 
 
 @dataclass(slots=True)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..grace import Waiting, overtime
 from ..guard_results import GuardSnapshot
 from ..client import PreparedRequest
 from ..loadgen import Level
@@ -63,6 +64,7 @@ class _Member:
     delivered: int = 0  # finished records handed over in the current phase
     send_queue_ms: float | None = None  # the median send queue of its last phase with enough sends
     queues: list[float] = field(default_factory=list)  # the current phase's send queues, ms
+    in_flight: int = 0  # requests in flight, as its last drain said
 
     def take(self, r: RequestRecord, sink: list[RequestRecord]) -> None:
         """One of this worker's records, put on the driver's clock and in ``sink``; its send queue noted."""
@@ -144,7 +146,9 @@ class WorkerPool:
     async def run_phase(self, level: Level, phase: Phase, *, requests: int | None, duration_s: float | None,
                         seed: int, prompts: PromptFeed, sink: list[RequestRecord],
                         on_done: Callable[[RequestRecord], None] | None = None,
-                        grace_s: float | None = None) -> MergedPhase:
+                        grace_s: float | None = None, waiting: Waiting | None = None) -> MergedPhase:
+        """Each worker's share of one phase, merged. ``waiting``: told, past a duration's end, how many requests
+        the workers still have in flight and how long the grace has left (as grace.within_grace tells it)."""
         members = [m for m in self.members if m.alive]
         weights = send_weights([m.send_queue_ms for m in members])
         parts = [(m, s) for m, s in zip(members, worker_shares(level, requests, len(members), weights))
@@ -154,7 +158,7 @@ class WorkerPool:
         started = []
         lost: list[str] = []
         for k, (m, (share, count, offset)) in enumerate(parts):
-            m.delivered, m.queues = 0, []
+            m.delivered, m.queues, m.in_flight = 0, [], 0
             first = count if count is not None else 2 * (share.concurrency or share.max_concurrency or 4)
             task = PhaseTask(share, phase, count, duration_s, seed * 1009 + k, start_wall, await prompts.take(first),
                              offset, watch=phase == "measured", grace_s=grace_s)
@@ -163,11 +167,17 @@ class WorkerPool:
                 started.append(m)
             except WorkerLost as e:
                 lost.append(self._lose(m, str(e)))
+        # the level's end and its grace's on the driver's clock (None: no end, or no bound after it)
+        stop_ns = None if duration_s is None or waiting is None else \
+            time.perf_counter_ns() + start_wall - time.time_ns() + int(duration_s * NS_PER_S)
+        over = _Overtime(stop_ns, grace_s, waiting, started)
         try:
-            await self._follow(started, duration_s is not None, prompts, sink, on_done, lost)
+            await self._follow(started, duration_s is not None, prompts, sink, on_done, lost, over)
         except asyncio.CancelledError:
             await asyncio.shield(self._collect(started, sink, lost, "cancel"))
             raise
+        finally:
+            over.done()
         reports = await self._collect(started, sink, lost, "finish", on_done)
         streams = {id(m): share.concurrency or share.max_concurrency for m, (share, _, _) in parts}
         for m, rep in reports:
@@ -182,10 +192,13 @@ class WorkerPool:
         return MergedPhase(sink, start_ns, end_ns, _merge_client(reports), _reasons(reports), lost)
 
     async def _follow(self, started: list[_Member], timed: bool, prompts: PromptFeed, sink: list[RequestRecord],
-                      on_done: Callable[[RequestRecord], None] | None, lost: list[str]) -> None:
+                      on_done: Callable[[RequestRecord], None] | None, lost: list[str],
+                      over: _Overtime | None = None) -> None:
         running = list(started)
         while running:
             await asyncio.sleep(DRAIN_PERIOD_S)
+            if over is not None:
+                over.tell()
             for m in list(running):
                 try:
                     d: Drained = await m.handle.call("drain")
@@ -194,6 +207,7 @@ class WorkerPool:
                     lost.append(self._lose(m, str(e)))
                     continue
                 m.delivered += len(d.records)
+                m.in_flight = 0 if d.done else d.in_flight
                 for r in d.records:
                     m.take(r, sink)
                     if on_done is not None:
@@ -239,6 +253,30 @@ class WorkerPool:
         await asyncio.gather(*(m.handle.close() for m in self.members), return_exceptions=True)
         for close in self.closers:
             close()
+
+
+class _Overtime:
+    """A timed phase past its end: what the workers still have in flight, told to ``waiting`` until the grace
+    runs out (each worker cuts its own then)."""
+
+    def __init__(self, stop_ns: int | None, grace_s: float | None, waiting: Waiting | None,
+                 members: list[_Member]) -> None:
+        self.stop_ns, self.waiting, self.members = stop_ns, waiting, members
+        self.until_ns = None if stop_ns is None or grace_s is None else stop_ns + int(grace_s * NS_PER_S)
+        self.said = False
+
+    def tell(self) -> None:
+        now = time.perf_counter_ns()
+        if self.waiting is None or self.stop_ns is None or now < self.stop_ns:
+            return
+        n = sum(m.in_flight for m in self.members if m.alive)
+        left = None if self.until_ns is None else (self.until_ns - now) / NS_PER_S
+        self.said = bool(n) and (left is None or left > 0)
+        self.waiting(overtime(n, left) if self.said else None)
+
+    def done(self) -> None:
+        if self.waiting is not None and self.said:
+            self.waiting(None)
 
 
 def _shift(r: RequestRecord, offset: int) -> None:

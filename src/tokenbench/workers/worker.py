@@ -98,7 +98,9 @@ class LoadWorker:
         out = self._done[:]  # run_phase holds self._done.append: the list itself stays
         self._done.clear()
         self._drained.update(id(r) for r in out)
-        return Drained(out, len(self._prompts.pool), self._task is None or self._task.done())
+        # in flight: as a measured phase's watch counts them (its records run to millions)
+        return Drained(out, len(self._prompts.pool), self._task is None or self._task.done(),
+                       self._watch.inflight if self._watch is not None else 0)
 
     async def finish(self) -> WorkerReport:
         error = None
