@@ -48,12 +48,13 @@ def mark_unfinished(records: Iterable[RequestRecord], kind: str, why: str) -> in
 
 
 async def within_grace(work: Awaitable[Any], records: list[RequestRecord], stop_ns: int | None,
-                       grace_s: float | None, waiting: Waiting | None = None) -> bool:
+                       grace_s: float | None, waiting: Waiting | None = None,
+                       in_flight: Callable[[], int] | None = None) -> bool:
     """Run ``work``: a level's sending and the calls it waits for. Where the level ends at ``stop_ns``
     (perf_counter_ns) and ``grace_s`` is not None, what is still running ``grace_s`` after it is cancelled, its
     calls in flight marked ``LEVEL_END``; returns whether it was. An interrupt cancels ``work`` as well and
-    propagates (the caller marks what it cut). ``waiting``: told, past the level's end, how many of ``records``
-    are still in flight and how long the grace has left, until they are done."""
+    propagates (the caller marks what it cut). ``waiting``: told, past the level's end, how many calls are still
+    in flight (``in_flight``, or those of ``records``) and how long the grace has left, until they are done."""
     task = asyncio.ensure_future(work)
     if stop_ns is None or (grace_s is None and waiting is None):
         await task  # cancelling this await cancels the work
@@ -63,7 +64,7 @@ async def within_grace(work: Awaitable[Any], records: list[RequestRecord], stop_
         done = await _until(task, stop_ns)
         if not done:
             done = await _until(task, until_ns) if waiting is None else \
-                await _told(task, records, until_ns, waiting)
+                await _told(task, in_flight or _left(records), until_ns, waiting)
     except asyncio.CancelledError:
         await _cancelled(task)
         raise
@@ -85,18 +86,28 @@ async def _until(task: asyncio.Future[Any], at_ns: int | None) -> bool:
     return bool(done)
 
 
-async def _told(task: asyncio.Future[Any], records: list[RequestRecord], until_ns: int | None,
+def _left(records: list[RequestRecord]) -> Callable[[], int]:
+    """How many of ``records`` are in flight, asked past the level's end: no call is sent after it, so the ones
+    in flight then are the only ones to follow, and the records (a soak's run to millions) are read once."""
+    left = [r for r in records if r.end_ns is None and r.error_kind is None]
+
+    def count() -> int:
+        left[:] = [r for r in left if r.end_ns is None and r.error_kind is None]
+        return len(left)
+
+    return count
+
+
+async def _told(task: asyncio.Future[Any], in_flight: Callable[[], int], until_ns: int | None,
                 waiting: Waiting) -> bool:
     """Past the level's end: wait for ``task`` until ``until_ns``, telling ``waiting`` every WAIT_TICK_S how
-    many calls are still in flight. No call is sent after the end, so the ones in flight then are the only ones
-    to follow (a soak's records run to millions: they are read once)."""
-    left = [r for r in records if r.end_ns is None and r.error_kind is None]
+    many calls are still in flight."""
     while True:
-        left = [r for r in left if r.end_ns is None and r.error_kind is None]
+        n = in_flight()
         now = time.perf_counter_ns()
         if until_ns is not None and now >= until_ns:
             return False
-        waiting(overtime(len(left), None if until_ns is None else (until_ns - now) / 1e9) if left else None)
+        waiting(overtime(n, None if until_ns is None else (until_ns - now) / 1e9) if n else None)
         tick_ns = now + int(WAIT_TICK_S * 1e9)
         if await _until(task, tick_ns if until_ns is None else min(tick_ns, until_ns)):
             return True

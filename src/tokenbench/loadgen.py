@@ -407,7 +407,8 @@ async def run_phase(
         loop = run.closed_loop(level.concurrency or 1, stagger_s, random.Random(seed)) if not level.open else \
             run.open_loop(level, start_ns, offset_s, random.Random(seed))
         try:
-            await within_grace(loop, records, stop_ns, grace_s, waiting)
+            # past the end, the requests in flight as the watch counts them (a long level's records are many)
+            await within_grace(loop, records, stop_ns, grace_s, waiting, lambda: run.watch.inflight)
         except asyncio.CancelledError:
             # Ctrl-C: requests still in flight end as "interrupted"; finished ones are kept.
             backend.flush()
