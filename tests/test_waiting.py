@@ -1,6 +1,7 @@
 """What a run says while it waits and nothing comes back: a level past its end waiting out its grace (the bar sat
-at its end up to 30 s, nothing said). On a terminal, a line under the bar; in a log, nothing but the level's
-line."""
+at its end up to 30 s, nothing said), a warm-up waiting on a server that does not answer (60 s of silence, then
+nothing said of it either). On a terminal, a line under the bar; in a log, nothing but the level's line and a
+warning for a warm-up that failed at a limit."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from tokenbench import warmup
 from tokenbench.cli import main
 from tokenbench.cli.sweep import RichReporter
 from tokenbench.emitter import BackgroundEmitter
@@ -126,7 +128,7 @@ def test_a_level_past_its_end_says_what_it_waits_for(emitter: BackgroundEmitter,
     assert shown and all(GRACE_LINE.fullmatch(t) for t in shown), shown
     assert any(m.group(1) == "2" for t in shown if (m := GRACE_LINE.fullmatch(t)))
     left = [int(m.group(2)) for t in shown if (m := GRACE_LINE.fullmatch(t))]
-    assert left == sorted(left, reverse=True) and left[0] == 2 and left[-1] == 1
+    assert left == sorted(left, reverse=True) and left[0] <= 2 and left[-1] == 1
     assert rep.said[-1] is None
 
 
@@ -165,6 +167,62 @@ def test_a_soak_past_its_end_says_what_it_waits_for(emitter: BackgroundEmitter, 
     assert said[-1] is None
 
 
+@pytest.mark.parametrize("workers", [1, 2], ids=["in-process", "workers"])
+def test_a_stalled_warmup_says_it_waits_on_the_server_and_that_it_stalled(
+        emitter: BackgroundEmitter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """The check request answers; every later request stalls before its first byte. The warm-up says it waits on
+    the server, against the stall limit, and once the limit fails its requests, that the warm-up stalled and after
+    how long. The level then runs as before: its requests meet the stalled server and fail at the limit."""
+    monkeypatch.setattr(warmup, "WARMUP_QUIET_S", 0.3)
+    emitter.configure(itl_s=0.01, fault="stall", fault_from=1, fault_after=0)
+    rep = Told()
+    res = _sweep(emitter.url, tmp_path, rep, warmup=2, requests=2, concurrency=[2], stall_timeout_s=1.5,
+                 workers=workers)
+    line = re.compile(r"warm-up: waiting on the server for \d+ s \(([12]) requests?; --stall-timeout 1\.5s\)")
+    shown = rep.shown()
+    # both out till the limit, the one whose limit fires first may leave the other alone a moment
+    assert shown and all(line.fullmatch(t) for t in shown), shown
+    assert any(m.group(1) == "2" for t in shown if (m := line.fullmatch(t))), shown
+    assert rep.said[-1] is None
+    [warned] = [w for w in rep.warned if "warm-up" in w]
+    assert re.fullmatch(r"concurrency 2: the warm-up stalled: 2 of 2 warm-up requests failed after up to \d+\.\d s, "
+                        r"no bytes for 1\.5 s \(--stall-timeout\); the level goes on", warned), warned
+    s = res.outcomes[0].summary
+    assert s.errors == {"stall": 2} and s.completed == 0
+
+
+def test_a_warmup_that_answers_says_nothing(emitter: BackgroundEmitter, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(warmup, "WARMUP_QUIET_S", 0.3)
+    emitter.configure(itl_s=0.01)
+    rep = Told()
+    _sweep(emitter.url, tmp_path, rep, warmup=2, requests=2, concurrency=[2])
+    assert not rep.shown() and not rep.warned
+
+
+def _warm(kind: str | None, error: str | None, took_s: float) -> RequestRecord:
+    return RequestRecord(index=-1, phase="warmup", sent_ns=0, end_ns=int(took_s * 1e9), error_kind=kind,
+                         error=error)
+
+
+def test_a_warmup_failed_at_a_limit_is_named_with_its_wait() -> None:
+    assert warmup.failed_at_a_limit([_warm(None, None, 2.0), _warm("http_500", "boom", 0.1)]) is None
+    assert warmup.failed_at_a_limit([_warm("stall", "no bytes for 60 s", 60.02), _warm(None, None, 3.0)]) == (
+        "the warm-up stalled: 1 of 2 warm-up requests failed after 60.0 s, no bytes for 60 s (--stall-timeout); "
+        "the level goes on")
+    assert warmup.failed_at_a_limit([_warm("timeout", "request exceeded 600 s", 600.0)]) == (
+        "the warm-up ran out of time: 1 of 1 warm-up request failed after 600.0 s, request exceeded 600 s "
+        "(--timeout); the level goes on")
+    both = warmup.failed_at_a_limit([_warm("timeout", "request exceeded 90 s", 90.0),
+                                     _warm("stall", "no bytes for 60 s", 75.5)])
+    assert both == ("the warm-up failed: 2 of 2 warm-up requests failed after up to 90.0 s, no bytes for 60 s "
+                    "(--stall-timeout); request exceeded 90 s (--timeout); the level goes on")
+    # a measured request's stall is the level's to count, not the warm-up's
+    measured = _warm("stall", "no bytes for 60 s", 60.0)
+    measured.phase = "measured"
+    assert warmup.failed_at_a_limit([measured]) is None
+
+
 def _rendered(rep: RichReporter, width: int) -> list[str]:
     assert rep.progress is not None
     shown = Console(file=io.StringIO(), width=width, color_system=None)
@@ -194,13 +252,23 @@ def test_the_wait_is_a_whole_line_under_the_bar(width: int) -> None:
     assert len(lines) == 1 and "waiting" not in lines[0]
 
 
+def test_a_warmup_before_the_first_level_has_its_line_alone() -> None:
+    rep = RichReporter(Console(file=io.StringIO(), force_terminal=True, width=80, color_system=None), enabled=True)
+    text = warmup.waiting_on_server(4, 12.3, 60.0)
+    rep.waiting(text)
+    assert _rendered(rep, 80) == ["warm-up: waiting on the server for 12 s (4 requests; --stall-timeout 60s)"]
+    rep.waiting(None)
+    assert _rendered(rep, 80) == []
+    rep.close()
+
+
 @pytest.mark.parametrize("quiet", [False, True])
 def test_a_log_or_a_quiet_run_gets_no_waiting_line(quiet: bool) -> None:
     out = io.StringIO()
     rep = RichReporter(Console(file=out, width=80), enabled=not quiet)  # piped: not a terminal
     rep.level_start("level 1/1 concurrency 4", None, 5.0)
     rep.waiting(overtime(4, 10.0))
-    rep.waiting("a wait of a warm-up")
+    rep.waiting(warmup.waiting_on_server(1, 8.0, 60.0))
     rep.waiting(None)
     rep.close()
     assert rep.progress is None and out.getvalue() == ""

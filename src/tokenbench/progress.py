@@ -1,7 +1,7 @@
 """What a measuring run tells its caller as it goes: a level starting and ending, each request done, what it waits
-for while nothing comes back (a level past its end waiting out its grace), notes and warnings. The CLI shows them
-(``cli/sweep.py``'s ``RichReporter``: a live bar, or a line a level); a library caller may pass
-``QuietReporter``."""
+for while nothing comes back (a warm-up waiting on the server, a level past its end waiting out its grace), notes
+and warnings. The CLI shows them (``cli/sweep.py``'s ``RichReporter``: a live bar, or a line a level); a library
+caller may pass ``QuietReporter``."""
 
 from __future__ import annotations
 

@@ -47,6 +47,7 @@ from .telemetry import LevelTelemetry
 from .workers.auto import start_workers
 from .workers.messages import ClientSpec
 from .workers.pool import WorkerPool
+from .warmup import failed_at_a_limit, in_flight, watched
 from .workload import PromptBuilder
 from .layout import plural
 
@@ -211,7 +212,7 @@ class _Load:
         self.stagger_s: float | None = None  # --phase staggered: the streams' first sends spread over this
         self.telemetry: LevelTelemetry | None = None  # the server's /metrics and power sampled while it measured
         self.grace_s: float | None = DEFAULT_GRACE_S  # requests in flight past a duration's end get this long
-        self.waiting: Waiting | None = None  # told what a phase waits for (a level past its end)
+        self.waiting: Waiting | None = None  # told what a phase waits for (a warm-up, a level past its end)
 
     @property
     def cut(self) -> bool:
@@ -219,12 +220,14 @@ class _Load:
         return bool(self.lost) or (self.stop is not None and self.stop.cut)
 
     async def warmup(self, level: Level, n: int, seed: int, records: list[RequestRecord]) -> None:
+        stall_s = self.stream.stall_timeout_s  # what a warm-up waits on the server is said (warmup.watched)
         if self.pool is None:
-            await run_phase(self.stream, self.prompts, level, "warmup", requests=n, duration_s=None, seed=seed,
-                            sink=records)
+            await watched(run_phase(self.stream, self.prompts, level, "warmup", requests=n, duration_s=None,
+                                    seed=seed, sink=records), in_flight(records), stall_s, self.waiting)
         else:
-            self.lost += (await self.pool.run_phase(level, "warmup", requests=n, duration_s=None, seed=seed,
-                                                    prompts=self.prompts, sink=records)).lost
+            self.lost += (await watched(self.pool.run_phase(level, "warmup", requests=n, duration_s=None, seed=seed,
+                                                            prompts=self.prompts, sink=records),
+                                        self.pool.in_flight, stall_s, self.waiting)).lost
 
     async def measured(self, level: Level, n: int | None, duration_s: float | None, seed: int,
                        records: list[RequestRecord], on_done: OnDone) -> None:
@@ -313,6 +316,8 @@ class _Sweep:
                 await load.warmup(level, n_warm, self.seed, records)
                 if cfg.warmup_auto:
                     await self.settle(load, level, n_warm, records, desc)
+                if (limit := failed_at_a_limit(records)) is not None:
+                    rep.warn(f"{desc}: {limit}")
             load.stagger_s = stagger_window(records) if cfg.phase == "staggered" else None
             rep.level_start(desc, work.planned, cfg.duration_s)
             await self.measure(work, load, level, (idx, repetition), records)

@@ -62,8 +62,8 @@ class _Bars(Progress):
 class RichReporter:
     """Progress on stderr: a live bar on a terminal; piped into a file or a CI log, one line per level as it
     finishes (a bar there printed nothing until the end: 6 minutes of silence in one run). On a terminal, a line
-    under the bar says what the run waits for while nothing comes back (a level past its end waiting out its
-    grace); a log gets no such line, only the level's, which says what was cut."""
+    under the bar says what the run waits for while nothing comes back (a warm-up waiting on the server, a level
+    past its end waiting out its grace); a log gets no such line, only the level's, which says what was cut."""
 
     def __init__(self, console: Console, enabled: bool) -> None:
         self.console = console
@@ -90,7 +90,7 @@ class RichReporter:
                                           count=self._count(), left="left" if total or duration_s else "")
 
     def _bars(self) -> _Bars:
-        """The live bars, started at the first level (or the first wait said before it)."""
+        """The live bars, started at the first level (or the first warm-up that waits)."""
         if self.progress is None:
             # a level bounded by time fills its bar with time (it read "54/?"); one bounded by a count, with
             # requests; both say how long is left

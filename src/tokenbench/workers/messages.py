@@ -70,7 +70,9 @@ class Drained:
     records: list[RequestRecord]
     prompts_left: int
     done: bool
-    in_flight: int = 0  # a measured phase's requests sent and not yet ended
+    in_flight: int = 0  # requests sent and not yet ended
+    #: a warm-up's: when its longest-waiting request in flight was sent (the worker's perf_counter_ns)
+    waiting_since_ns: int | None = None
 
 
 @dataclass(slots=True)

@@ -65,6 +65,7 @@ class _Member:
     send_queue_ms: float | None = None  # the median send queue of its last phase with enough sends
     queues: list[float] = field(default_factory=list)  # the current phase's send queues, ms
     in_flight: int = 0  # requests in flight, as its last drain said
+    waiting_since_ns: int | None = None  # a warm-up's longest-waiting request's send, on the driver's clock
 
     def take(self, r: RequestRecord, sink: list[RequestRecord]) -> None:
         """One of this worker's records, put on the driver's clock and in ``sink``; its send queue noted."""
@@ -158,7 +159,7 @@ class WorkerPool:
         started = []
         lost: list[str] = []
         for k, (m, (share, count, offset)) in enumerate(parts):
-            m.delivered, m.queues, m.in_flight = 0, [], 0
+            m.delivered, m.queues, m.in_flight, m.waiting_since_ns = 0, [], 0, None
             first = count if count is not None else 2 * (share.concurrency or share.max_concurrency or 4)
             task = PhaseTask(share, phase, count, duration_s, seed * 1009 + k, start_wall, await prompts.take(first),
                              offset, watch=phase == "measured", grace_s=grace_s)
@@ -191,6 +192,13 @@ class WorkerPool:
         end_ns = max(r.end_ns for _, r in reports)
         return MergedPhase(sink, start_ns, end_ns, _merge_client(reports), _reasons(reports), lost)
 
+    def in_flight(self) -> tuple[int, int | None]:
+        """The requests the workers have in flight, as their last drains said, and when a warm-up's
+        longest-waiting one was sent (perf_counter_ns on the driver's clock; None: not said)."""
+        alive = [m for m in self.members if m.alive]
+        since = [m.waiting_since_ns for m in alive if m.waiting_since_ns is not None]
+        return sum(m.in_flight for m in alive), min(since, default=None)
+
     async def _follow(self, started: list[_Member], timed: bool, prompts: PromptFeed, sink: list[RequestRecord],
                       on_done: Callable[[RequestRecord], None] | None, lost: list[str],
                       over: _Overtime | None = None) -> None:
@@ -208,6 +216,7 @@ class WorkerPool:
                     continue
                 m.delivered += len(d.records)
                 m.in_flight = 0 if d.done else d.in_flight
+                m.waiting_since_ns = None if d.waiting_since_ns is None else d.waiting_since_ns + m.offset_ns
                 for r in d.records:
                     m.take(r, sink)
                     if on_done is not None:

@@ -98,9 +98,15 @@ class LoadWorker:
         out = self._done[:]  # run_phase holds self._done.append: the list itself stays
         self._done.clear()
         self._drained.update(id(r) for r in out)
-        # in flight: as a measured phase's watch counts them (its records run to millions)
-        return Drained(out, len(self._prompts.pool), self._task is None or self._task.done(),
-                       self._watch.inflight if self._watch is not None else 0)
+        return Drained(out, len(self._prompts.pool), self._task is None or self._task.done(), *self._in_flight())
+
+    def _in_flight(self) -> tuple[int, int | None]:
+        """Requests in flight: a measured phase's as its watch counts them (its records run to millions), a
+        warm-up's few read off its records, with the send of the one that has waited longest."""
+        if self._watch is not None:
+            return self._watch.inflight, None
+        sent = [r.sent_ns for r in self._records if r.end_ns is None and r.error_kind is None and r.sent_ns]
+        return len(sent), min(sent, default=None)
 
     async def finish(self) -> WorkerReport:
         error = None
