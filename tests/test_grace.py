@@ -145,10 +145,9 @@ def test_grace_reads_a_duration_zero_or_inf() -> None:
     assert grace(None) == 30.0 and grace("0s") == 0.0 and grace("2m") == 120.0 and grace("inf") is None
 
 
-def test_a_replay_cuts_its_wedged_call_and_its_tree_after_the_grace(emitter: BackgroundEmitter,
-                                                                   tmp_path: Path) -> None:
-    """A replay level with a duration: the call a wedged server never answers is cut after the grace, and its tree
-    with it; the calls that answered are the level's figures."""
+def wedged_replay(emitter: BackgroundEmitter, tmp_path: Path, grace_s: float) -> SweepConfig:
+    """A one-second replay level of one trace of ten calls, on an emitter that answers the check request and
+    three calls, then wedges the fourth (its first bytes sent, then nothing)."""
     from tokenbench.kinds.replay import ReplayKind
     from tokenbench.replay import ReplayPlan
     from tokenbench.trajectories.load import load_trajectories
@@ -159,9 +158,16 @@ def test_a_replay_cuts_its_wedged_call_and_its_tree_after_the_grace(emitter: Bac
               "think_time": 0.0, "api_time": 0.1} for k in range(10)]
     (folder / "t0.json").write_text(json.dumps({"id": "t0", "block_size": 4, "requests": calls}))
     emitter.configure(itl_s=0.01, fault="stall", fault_from=4, fault_after=2)  # the check request and 3 calls
-    cfg = SweepConfig(url=emitter.url, workload=ReplayKind(ReplayPlan(load_trajectories(folder), max_think_s=0.0)),
-                      requests=None, guard="off", seed=7, metrics_interval_s=None, warmup=0, concurrency=[1],
-                      duration_s=1.0, grace_s=0.5, stall_timeout_s=30.0)
+    return SweepConfig(url=emitter.url, workload=ReplayKind(ReplayPlan(load_trajectories(folder), max_think_s=0.0)),
+                       requests=None, guard="off", seed=7, metrics_interval_s=None, warmup=0, concurrency=[1],
+                       duration_s=1.0, grace_s=grace_s, stall_timeout_s=30.0)
+
+
+def test_a_replay_cuts_its_wedged_call_and_its_tree_after_the_grace(emitter: BackgroundEmitter,
+                                                                   tmp_path: Path) -> None:
+    """A replay level with a duration: the call a wedged server never answers is cut after the grace, and its tree
+    with it; the calls that answered are the level's figures."""
+    cfg = wedged_replay(emitter, tmp_path, 0.5)
     t0 = time.monotonic()
     res = asyncio.run(run_sweep(cfg, Store(tmp_path / "r.db")))
     assert time.monotonic() - t0 < 1.0 + 0.5 + MARGIN_S

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import re
 import time
 from pathlib import Path
@@ -133,19 +132,9 @@ def test_a_level_past_its_end_says_what_it_waits_for(emitter: BackgroundEmitter,
 
 
 def test_a_replay_past_its_end_says_what_it_waits_for(emitter: BackgroundEmitter, tmp_path: Path) -> None:
-    from tokenbench.kinds.replay import ReplayKind
-    from tokenbench.replay import ReplayPlan
-    from tokenbench.trajectories.load import load_trajectories
+    from test_grace import wedged_replay
 
-    folder = tmp_path / "weka"
-    folder.mkdir()
-    calls = [{"t": float(k), "type": "n", "in": 16 + 8 * k, "out": 4, "hash_ids": list(range(4 + 2 * k)),
-              "think_time": 0.0, "api_time": 0.1} for k in range(10)]
-    (folder / "t0.json").write_text(json.dumps({"id": "t0", "block_size": 4, "requests": calls}))
-    emitter.configure(itl_s=0.01, fault="stall", fault_from=4, fault_after=2)  # the check request and 3 calls
-    cfg = SweepConfig(url=emitter.url, workload=ReplayKind(ReplayPlan(load_trajectories(folder), max_think_s=0.0)),
-                      requests=None, guard="off", seed=7, metrics_interval_s=None, warmup=0, concurrency=[1],
-                      duration_s=1.0, grace_s=1.0, stall_timeout_s=30.0)
+    cfg = wedged_replay(emitter, tmp_path, 1.0)
     rep = Told()
     asyncio.run(run_sweep(cfg, Store(tmp_path / "r.db"), rep))
     assert rep.shown() and rep.shown()[0] == "the level's time is up: waiting for 1 request in flight, up to 1 s more"
