@@ -72,6 +72,8 @@ def test_a_two_node_sweep_gives_the_statistics_one_process_gives(cluster: Any, t
     assert len(recs) == 24 and len({r.index for r in recs}) == 24
 
 
+@pytest.mark.alone  # times two Ray workers' overlap: on a CI run the tests beside it (the machine 1.7x slower) read
+# an achieved concurrency of 1.09 of 2, the emitter serving their requests one at a time
 def test_ray_workers_keep_their_streams_in_flight_from_the_shared_start(cluster: Any, tmp_path: Path) -> None:
     """A Ray worker starts half a second after the driver asks (the calls' latency): that wait, sampled, once read
     as requests not in flight (0.85 of 1 at concurrency 1, and client-bound)."""

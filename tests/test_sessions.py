@@ -210,7 +210,7 @@ class _Words:
 
 
 def _cancelled_level(emitter: BackgroundEmitter, turns: int, think_s: float,
-                     ready: Any) -> tuple[Any, list[Any]]:
+                     ready: Any, sessions: int = 2) -> tuple[Any, list[Any]]:
     """Two agents' sessions against the emitter, the level's task cancelled (Ctrl-C) once ``ready(records)``: the
     level and its records."""
     import asyncio
@@ -223,7 +223,7 @@ def _cancelled_level(emitter: BackgroundEmitter, turns: int, think_s: float,
     from tokenbench.sessions import SessionLevel, SessionPlan, SessionTexts
     from tokenbench.workload import PromptBuilder
 
-    plan = SessionPlan(sessions=2, turns=turns, shared_prefix=4, task=Draw.fixed(6), tool=Draw.fixed(4),
+    plan = SessionPlan(sessions=sessions, turns=turns, shared_prefix=4, task=Draw.fixed(6), tool=Draw.fixed(4),
                        output=Draw.fixed(6), think=Draw.fixed(think_s, "s"))
     records: list[RequestRecord] = []
     made: list[SessionLevel] = []
@@ -243,6 +243,29 @@ def _cancelled_level(emitter: BackgroundEmitter, turns: int, think_s: float,
 
     asyncio.run(go())
     return made[0], records
+
+
+def test_a_session_cut_before_its_first_send_is_no_session_cut(emitter: BackgroundEmitter,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CI run's soak read 2 sessions, 2 finished and 2 cut: an interrupt on a slow machine caught two agents
+    building their next sessions' openings, before a turn was sent, and those were counted cut. A session that
+    sent nothing is none of the level's: the level's sessions are its finished ones and its cut ones."""
+    import asyncio
+
+    from tokenbench.sessions import SessionLevel
+
+    opening = SessionLevel._opening
+
+    async def slow(self: Any, session: int, *args: Any, **kw: Any) -> Any:
+        if session >= 2:  # the agents' second sessions: caught before their first send
+            await asyncio.sleep(30)
+        return await opening(self, session, *args, **kw)
+
+    monkeypatch.setattr(SessionLevel, "_opening", slow)
+    level, records = _cancelled_level(emitter, 1, 0.0, lambda rs: sum(r.end_ns is not None for r in rs) >= 2,
+                                      sessions=4)
+    assert {r.session for r in records} == {0, 1} and all(r.ok for r in records)
+    assert level.cut == set(), level.cut
 
 
 def test_an_interrupted_session_level_keeps_its_turns_and_marks_those_in_flight(emitter: BackgroundEmitter) -> None:

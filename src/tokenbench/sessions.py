@@ -165,16 +165,22 @@ class SessionLevel:
         agents = asyncio.gather(*(self._agent(a) for a in range(self.agents)))
         try:
             if await within_grace(agents, self.records, self.deadline_ns, self.grace_s, waiting):
-                self.cut |= self._begun - self._ended  # the sessions the soak's end cancelled mid-turn or thinking
+                self.cut |= self._cut_short()  # the sessions the soak's end cancelled mid-turn or thinking
         except asyncio.CancelledError:  # Ctrl-C: turns in flight end as interrupted; finished ones are kept
             # a session the interrupt caught between two turns (thinking) has only finished turns, and is cut too
-            self.cut |= self._begun - self._ended
+            self.cut |= self._cut_short()
             mark_unfinished(self.records, INTERRUPTED, "the run was interrupted")
             raise
         ends = [r.end_ns for r in self.records if r.end_ns is not None]  # a turn the soak's end cut: at the cut
         if self.deadline_ns is not None:  # a soak runs to its end, its agents thinking till then: its window too
             ends.append(min(self.deadline_ns, time.perf_counter_ns()))
         return start, max(ends, default=time.perf_counter_ns())
+
+    def _cut_short(self) -> set[int]:
+        """The sessions taken up and not ended that sent a turn: one caught while its opening was built, before its
+        first send, is no session of the level's (a soak read 2 sessions, 2 finished and 2 cut)."""
+        sent = {r.session for r in self.records if r.session is not None}
+        return (self._begun - self._ended) & sent
 
     async def _agent(self, agent: int) -> None:
         total = self.agents if self.plan.per_agent else self.plan.sessions
