@@ -113,8 +113,11 @@ def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
     """tokenbench depth over HTTP against llama-server, and llama-bench -d on the same GGUF and thread count,
     three rounds each, interleaved. Two rules:
 
-    - tokenbench's pp and tg, timed by the client, agree within 3% with llama-server's own timings of the same
-      requests at every depth. This is the client's honesty: nothing of the HTTP path is in the rate.
+    - tokenbench's tg, timed by the client, agrees within 3% with llama-server's own timings of the same requests
+      at every depth; its pp, the prompt over the time to the first token, takes no longer than the server's own
+      prefill plus one decode step and 8 ms. This is the client's honesty: nothing of the HTTP path is in the
+      rate but the first token's own trip. (A CI run read pp128 at depth 0 2-3.4% under the server's prefill: 12-20
+      ms, one decode step.)
     - llama-bench and tokenbench, paired round by round, agree within a factor of 1.6 at each depth (median of
       the rounds).
       They are two harnesses over one engine, and on a 2-core VM the engine itself drifts: the same tool's tg at
@@ -145,13 +148,20 @@ def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
 
     server = {}
     for doc in http:
+        step_s = {lv["depth"]: 1 / lv["client"]["server_tg_tps"] for lv in doc["levels"] if lv.get("tg_tps")}
         for lv in doc["levels"]:
             ours = lv.get("pp_tps") or lv.get("tg_tps")
             own = lv["client"].get("server_pp_tps") or lv["client"].get("server_tg_tps")
             server.setdefault((lv["test"], lv["depth"]), []).append((round(ours, 1), round(own, 1)))
+            if lv.get("pp_tps"):
+                # the client's pp is its time to the first token, which holds the server's prefill and then one
+                # decode step and the HTTP path: at depth 0 that step alone is 2-3% of the prefill
+                pp = int(lv["test"][2:])
+                excess = pp / ours - pp / own
+                assert -0.01 * pp / own <= excess <= step_s[lv["depth"]] + 0.008, (lv["depth"], ours, own, excess)
+            else:
+                assert abs(ours / own - 1) <= 0.03, (lv["test"], lv["depth"], ours, own)
     print("tokenbench vs llama-server's own timings:", server)
-    for k, pairs in server.items():
-        assert all(abs(ours / own - 1) <= 0.03 for ours, own in pairs), (k, pairs)
 
     ratios = {k: [_rates(h)[k] / _rates(b)[k] for h, b in zip(http, bench)] for k in sorted(keys)}
     table = {k: (f"{statistics.median(r) - 1:+.1%}", [f"{x - 1:+.0%}" for x in r]) for k, r in ratios.items()}
