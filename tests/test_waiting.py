@@ -194,22 +194,29 @@ def _warm(kind: str | None, error: str | None, took_s: float) -> RequestRecord:
                          error=error)
 
 
-def test_a_warmup_failed_at_a_limit_is_named_with_its_wait() -> None:
-    assert warmup.failed_at_a_limit([_warm(None, None, 2.0), _warm("http_500", "boom", 0.1)]) is None
-    assert warmup.failed_at_a_limit([_warm("stall", "no bytes for 60 s", 60.02), _warm(None, None, 3.0)]) == (
+def test_a_failed_warmup_is_named_with_its_wait_or_its_error() -> None:
+    assert warmup.failures([_warm(None, None, 2.0), _warm("interrupted", "interrupted", 0.1)]) is None
+    # an error the server answered, once silent: the level then met a server that had failed its warm-up
+    assert warmup.failures([_warm(None, None, 2.0), _warm("http_500", "boom", 0.1)]) == (
+        "the warm-up failed: 1 of 2 warm-up requests failed, http_500: boom; the level goes on")
+    assert warmup.failures([_warm("stall", "no bytes for 60 s", 60.02), _warm(None, None, 3.0)]) == (
         "the warm-up stalled: 1 of 2 warm-up requests failed after 60.0 s, no bytes for 60 s (--stall-timeout); "
         "the level goes on")
-    assert warmup.failed_at_a_limit([_warm("timeout", "request exceeded 600 s", 600.0)]) == (
+    assert warmup.failures([_warm("timeout", "request exceeded 600 s", 600.0)]) == (
         "the warm-up ran out of time: 1 of 1 warm-up request failed after 600.0 s, request exceeded 600 s "
         "(--timeout); the level goes on")
-    both = warmup.failed_at_a_limit([_warm("timeout", "request exceeded 90 s", 90.0),
+    both = warmup.failures([_warm("timeout", "request exceeded 90 s", 90.0),
                                      _warm("stall", "no bytes for 60 s", 75.5)])
     assert both == ("the warm-up failed: 2 of 2 warm-up requests failed after up to 90.0 s, no bytes for 60 s "
                     "(--stall-timeout); request exceeded 90 s (--timeout); the level goes on")
     # a measured request's stall is the level's to count, not the warm-up's
     measured = _warm("stall", "no bytes for 60 s", 60.0)
     measured.phase = "measured"
-    assert warmup.failed_at_a_limit([measured]) is None
+    assert warmup.failures([measured]) is None
+    mixed = warmup.failures([_warm("stall", "no bytes for 60 s", 60.0), _warm("http_503", "loading model", 0.2),
+                             _warm(None, None, 1.0)])
+    assert mixed == ("the warm-up failed: 1 of 3 warm-up requests failed after 60.0 s, no bytes for 60 s "
+                     "(--stall-timeout); 1 with an error, http_503: loading model; the level goes on")
 
 
 def _rendered(rep: RichReporter, width: int) -> list[str]:

@@ -47,7 +47,7 @@ from .telemetry import LevelTelemetry
 from .workers.auto import start_workers
 from .workers.messages import ClientSpec
 from .workers.pool import WorkerPool
-from .warmup import failed_at_a_limit, in_flight, watched
+from .warmup import failures, in_flight, watched
 from .workload import PromptBuilder
 from .layout import plural
 
@@ -316,8 +316,8 @@ class _Sweep:
                 await load.warmup(level, n_warm, self.seed, records)
                 if cfg.warmup_auto:
                     await self.settle(load, level, n_warm, records, desc)
-                if (limit := failed_at_a_limit(records)) is not None:
-                    rep.warn(f"{desc}: {limit}")
+                if (failed := failures(records)) is not None:
+                    rep.warn(f"{desc}: {failed}")
             load.stagger_s = stagger_window(records) if cfg.phase == "staggered" else None
             rep.level_start(desc, work.planned, cfg.duration_s)
             await self.measure(work, load, level, (idx, repetition), records)

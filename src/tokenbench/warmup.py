@@ -6,7 +6,8 @@ on a server not yet warm. What it waits for is said instead, where a stalled war
 
 - past ``WARMUP_QUIET_S`` the progress line says the warm-up is waiting on the server, for how long its
   longest-waiting request has been out, against the stall limit (``watched``);
-- a warm-up request that failed at a limit is named in a warning, with how long it had waited (``failed_at_a_limit``).
+- a warm-up request that failed at a limit is named in a warning, with how long it had waited, and one the server
+  answered with an error with that error (``failures``).
 
 The client reads a stream's bytes into tokens after it ends, so while a request is out it knows only when it was
 sent: the wait said is from its send, and a stream that is still sending tokens waits on the server too."""
@@ -18,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from .grace import WAIT_TICK_S, Waiting
+from .grace import CUT_KINDS, WAIT_TICK_S, Waiting
 from .layout import plural
 from .records import RequestRecord
 
@@ -72,18 +73,32 @@ def waiting_on_server(n: int, waited_s: float, stall_s: float) -> str:
             f"--stall-timeout {stall_s:g}s)")
 
 
-def failed_at_a_limit(records: list[RequestRecord]) -> str | None:
-    """A warning for the warm-up requests among ``records`` that the client gave up on at a limit (a stall, the
-    request's time): how many, after how long, and which limit; None where none did. The level goes on: its
+def failures(records: list[RequestRecord]) -> str | None:
+    """A warning for the warm-up requests among ``records`` that failed: those the client gave up on at a limit (a
+    stall, the request's time), how many and after how long, and those the server answered with an error (an
+    HTTP 500 at first use), by kind with the first one's message; None where none did. The level goes on: its
     measured requests meet the server as it is."""
     warm = [r for r in records if r.phase == "warmup"]
-    failed = [r for r in warm if r.error_kind in LIMITS]
-    if not failed:
+    limited = [r for r in warm if r.error_kind in LIMITS]
+    errors = [r for r in warm if r.error_kind is not None and r.error_kind not in LIMITS and r.error_kind not in CUT_KINDS]
+    if not limited and not errors:
         return None
+    kinds = sorted({r.error_kind for r in errors if r.error_kind is not None})
+    answered = "; ".join(f"{k}: {next(r.error for r in errors if r.error_kind == k)}" for k in kinds)
+    if not limited:
+        return f"the warm-up failed: {len(errors)} of {plural(len(warm), 'warm-up request')} failed, {answered}; " \
+            "the level goes on"
+    what = "failed" if errors or len({r.error_kind for r in limited}) > 1 else \
+        "stalled" if limited[0].error_kind == "stall" else "ran out of time"
+    also = f"; {len(errors)} with an error, {answered}" if errors else ""
+    return f"the warm-up {what}: {len(limited)} of {plural(len(warm), 'warm-up request')} failed " \
+        f"{_at_a_limit(limited)}{also}; the level goes on"
+
+
+def _at_a_limit(failed: list[RequestRecord]) -> str:
+    """The warm-up requests the client gave up on at a limit: after how long, and which limit."""
     longest = max(((r.end_ns or r.sent_ns) - r.sent_ns) / 1e9 for r in failed)
     kinds = sorted({r.error_kind for r in failed if r.error_kind is not None})
-    what = "stalled" if kinds == ["stall"] else "ran out of time" if kinds == ["timeout"] else "failed"
-    why = "; ".join(f"{next(r.error for r in failed if r.error_kind == k)} ({LIMITS[k]})" for k in kinds)
     after = f"after {longest:,.1f} s" if len(failed) == 1 else f"after up to {longest:,.1f} s"
-    return (f"the warm-up {what}: {len(failed)} of {plural(len(warm), 'warm-up request')} failed {after}, {why}; "
-            "the level goes on")
+    return f"{after}, " + "; ".join(f"{next(r.error for r in failed if r.error_kind == k)} ({LIMITS[k]})"
+                                   for k in kinds)
