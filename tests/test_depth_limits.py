@@ -48,6 +48,10 @@ def test_depths_beyond_the_slot_context_are_skipped_and_marked(emitter: Backgrou
     doc = json.loads(out.read_text())
     # its closing line as sweep's, the run's status in it ("(depth)" stood there, the kind the command says itself)
     assert printed.splitlines()[-1] == f"run {doc['run_id']} (partial) saved in {Store().path}"
+    # a depth's fill is said before it runs (at 65K on a slow box it takes minutes), and not a skipped one's
+    said = (printed + err).splitlines()
+    assert "depth 1024: filling 1,024 tokens of context, then pp64 and tg8, 2 times" in said, said
+    assert not [line for line in said if line.startswith("depth 4096: filling")]
     assert doc["status"] == "partial" and "context" in doc["error"]
     by = {(lv["test"], lv["depth"]): lv for lv in doc["levels"]}
     assert by[("pp64", 1024)]["pp_tps"] > 0 and by[("tg8", 1024)]["status"] == "complete"

@@ -243,6 +243,9 @@ class _DepthRun:
         if tele:
             tele.start()
         steps = []
+        if d:  # a deep context's fill may take minutes on a slow box: say what runs before it is done
+            _note(self.note, f"depth {d}: filling {d:,} tokens of context, then pp{cfg.pp} and tg{cfg.tg}"
+                             f"{'' if cfg.repetitions == 1 else f', {cfg.repetitions} times'}")
         try:
             for r in range(cfg.repetitions):
                 steps.append(await run_step(self.client, self.builder, d, cfg.pp, cfg.tg, r, self.ep.info.adapter,
