@@ -102,12 +102,22 @@ async def _told(task: asyncio.Future[Any], in_flight: Callable[[], int], until_n
                 waiting: Waiting) -> bool:
     """Past the level's end: wait for ``task`` until ``until_ns``, telling ``waiting`` every WAIT_TICK_S how
     many calls are still in flight."""
-    while True:
+    def say(now: int) -> str | None:
         n = in_flight()
+        return overtime(n, None if until_ns is None else (until_ns - now) / 1e9) if n else None
+
+    return await told_until(task, say, until_ns, waiting)
+
+
+async def told_until(task: asyncio.Future[Any], say: Callable[[int], str | None], until_ns: int | None,
+                     waiting: Waiting) -> bool:
+    """Wait for ``task`` until ``until_ns`` (perf_counter_ns; None: for as long as it runs), telling ``waiting``
+    every WAIT_TICK_S what ``say`` says at that moment (None: nothing to say); whether it finished."""
+    while True:
         now = time.perf_counter_ns()
         if until_ns is not None and now >= until_ns:
             return False
-        waiting(overtime(n, None if until_ns is None else (until_ns - now) / 1e9) if n else None)
+        waiting(say(now))
         tick_ns = now + int(WAIT_TICK_S * 1e9)
         if await _until(task, tick_ns if until_ns is None else min(tick_ns, until_ns)):
             return True

@@ -15,11 +15,10 @@ sent: the wait said is from its send, and a stream that is still sending tokens 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from .grace import CUT_KINDS, WAIT_TICK_S, Waiting
+from .grace import CUT_KINDS, Waiting, told_until
 from .layout import plural
 from .records import RequestRecord
 
@@ -53,11 +52,13 @@ async def watched(phase: Awaitable[T], out: InFlight, stall_s: float, waiting: W
     task = asyncio.ensure_future(phase)
     if waiting is None:
         return await task
+    def say(now: int) -> str | None:
+        n, since = out()
+        waited_s = 0.0 if since is None else (now - since) / 1e9
+        return waiting_on_server(n, waited_s, stall_s) if n and waited_s >= WARMUP_QUIET_S else None
+
     try:
-        while not (await asyncio.wait({task}, timeout=WAIT_TICK_S))[0]:
-            n, since = out()
-            waited_s = 0.0 if since is None else (time.perf_counter_ns() - since) / 1e9
-            waiting(waiting_on_server(n, waited_s, stall_s) if n and waited_s >= WARMUP_QUIET_S else None)
+        await told_until(task, say, None, waiting)
     except asyncio.CancelledError:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
