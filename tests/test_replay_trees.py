@@ -79,6 +79,28 @@ def test_a_tree_the_levels_end_cut_is_said_cut(emitter: BackgroundEmitter, tmp_p
     assert (row.status, row.calls) == ("cut", 3)
 
 
+def test_which_trees_the_levels_end_cut_is_stored_not_guessed() -> None:
+    """Two trees running at the level's last send, one of them cut: the stored calls alone cannot say which (a
+    level stored without ``cut_trees`` reads both "cut?"); the level's own account of the trees it sent to their
+    last call says it, and a tree that failed stays failed."""
+    from tokenbench.replay_stats import replay_stats
+    from tokenbench.replay_trees import tree_notes, tree_rows
+
+    def rec(session: int, sent_s: float, end_s: float, error: str | None = None) -> RequestRecord:
+        return RequestRecord(index=0, session=session, sent_ns=int(sent_s * 1e9), turn=0,
+                             first_token_ns=int((sent_s + 0.1) * 1e9), end_ns=int(end_s * 1e9), error_kind=error)
+
+    calls = [rec(0, 1.0, 2.0), rec(1, 1.5, 9.0), rec(2, 3.0, 9.5), rec(3, 2.0, 3.0, "http_500")]
+    stats = replay_stats(calls, None, ended={0, 2})
+    assert stats.cut_trees == [1] and stats.trees_finished == 2
+    rows = tree_rows(calls, stats)
+    assert [t.status for t in rows] == ["finished", "cut", "finished", "failed"]
+    assert not tree_notes(rows, stats)
+    stats.cut_trees = None  # as a level stored before it was kept
+    guessed = tree_rows(calls, stats)
+    assert [t.status for t in guessed] == ["finished", "cut?", "cut?", "failed"] and tree_notes(guessed, stats)
+
+
 def test_trees_of_a_run_that_replayed_none_are_refused_in_one_line(emitter: BackgroundEmitter, tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     db = str(tmp_path / "t.db")

@@ -75,6 +75,9 @@ class ReplayStats:
     asked: int | None = None  # the calls the level asked for (--requests); None: every trajectory once
     #: what the ideal share is of: "tokens" (hash-id blocks), "characters" (a full-text set's messages)
     ideal_basis: str | None = None
+    #: the trees (numbered as ``by_tree`` keys them: their root session) whose every call answered but that the
+    #: level's end or an interrupt cut before their last call; None: not known (a level stored without it)
+    cut_trees: list[int] | None = None
 
     @property
     def invalid(self) -> bool:
@@ -110,6 +113,8 @@ def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int |
     trees = by_tree(calls)
     finished = [rs for rs in trees.values()
                 if all(r.ok and (ended is None or r.session in ended) for r in rs)]
+    cut = None if ended is None else \
+        sorted(k for k, rs in trees.items() if all(r.ok for r in rs) and any(r.session not in ended for r in rs))
     ok = [r for r in calls if r.ok]
     n_over = sum(overflowed(r) for r in calls)
     return ReplayStats(
@@ -120,7 +125,7 @@ def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int |
         agent_tps_p90=_rate_reached_by(ok, 0.9), overflowed=n_over,
         overflow_share=n_over / len(calls) if calls else None,
         by_context=bins(ok, lambda r: r.input_tokens), by_uncached=bins(ok, _uncached), asked=asked,
-        ideal_basis=basis if ideal is not None else None)
+        ideal_basis=basis if ideal is not None else None, cut_trees=cut)
 
 
 #: The objective a replay level held to an SLO is also held to: its share of calls refused for their context.

@@ -4,9 +4,9 @@ finished, failed or was cut, its time from first send to last byte, its calls, i
 Read from the level's stored calls (each carries its tree in ``session``, a subagent's parent in ``parent``) and
 its ``ReplayStats``, so a run stored before this view shows it too. A tree is numbered in the order the level
 started it (closed loop: the trace's order); the records keep no trajectory id. Which answered trees the level's
-end cut is not in the records, only how many (``ReplayStats.trees_finished``): a tree that ended before the
-level's last send was not cut; one still running then was, where as many were running as were cut; otherwise it
-is said as "cut?"."""
+end cut is in ``ReplayStats.cut_trees``. A level stored before it says only how many (``trees_finished``): a tree
+that ended before the level's last send was not cut; one still running then was, where as many were running as
+were cut; otherwise it is said as "cut?"."""
 
 from __future__ import annotations
 
@@ -64,6 +64,10 @@ def tree_rows(records: list[RequestRecord], stats: ReplayStats | None) -> list[T
         return []
     status = {k: _ended(rs) for k, rs in trees}
     answered = [k for k, _ in trees if status[k] is None]
+    if stats is not None and stats.cut_trees is not None:
+        cut_trees = set(stats.cut_trees)
+        return [_row(i + 1, k, rs, status[k] or (CUT if k in cut_trees else FINISHED))
+                for i, (k, rs) in enumerate(trees)]
     cut = len(answered) - stats.trees_finished if stats is not None else 0
     last_send = max(r.sent_ns for r in calls)
     running = {k for k, rs in trees if k in answered and max(r.end_ns or 0 for r in rs) >= last_send}
