@@ -191,7 +191,7 @@ def test_a_wrong_token_is_one_line_before_anything_runs(emitter: BackgroundEmitt
 def _plan(url: str | None, *argv: str) -> Any:
     p = argparse.ArgumentParser()
     p.add_argument("--url")
-    from tokenbench.cli.power import add_power_options
+    from tokenbench.cli.grammar.power import add_power_options
 
     add_power_options(p)
     a = p.parse_args(["--url", url, *argv] if url else list(argv))

@@ -117,7 +117,7 @@ def test_predict_sessions_takes_sweep_sessions_defaults() -> None:
     1,024-token tasks, 512-token tool results, 256-token answers against 512, 128, 64-192 and 128)."""
     import argparse
 
-    from tokenbench.cli.workloads import add_workload_options
+    from tokenbench.cli.grammar.workloads import add_workload_options
     from tokenbench.predict import session as ps
     from tokenbench.workload import resolve_shape
 

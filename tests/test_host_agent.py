@@ -349,7 +349,8 @@ def test_the_agents_guard_refuses_a_busy_host_beside_a_real_llama_server(model_c
 def test_a_runs_power_meter_is_the_agents_or_this_machines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import argparse
 
-    from tokenbench.cli.power import add_power_options, idle_seconds, power_meter
+    from tokenbench.cli.grammar.power import add_power_options
+    from tokenbench.cli.power import idle_seconds, power_meter
     from tokenbench.errors import UsageError
 
     p = argparse.ArgumentParser()

@@ -4,11 +4,14 @@
 The commands live by what they do: one module each for ``sweep.py``, ``depth.py``, ``coldstart.py``, ``guard.py``,
 ``engines.py``, ``capacity.py``, ``quality.py``, ``compare.py``, ``cost.py``, ``recommend.py``, ``report.py`` and
 ``record.py``; ``predicting.py`` (fit, predict, calibrate, the catalogs), ``import_export.py`` (import, export),
-``runs.py`` (runs and show); the grammar in ``parser.py``, its shared parts in ``options.py``.
+``runs.py`` (runs and show); the grammar in ``parser.py``, its shared parts in ``options.py``, each command's options
+in ``grammar/``. A command's module is imported only when it runs: ``--help`` and a bad argument import the grammar
+alone, not the HTTP client, the engines or the store.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -16,7 +19,7 @@ import signal
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,24 +27,7 @@ from .. import redact
 from ..errors import RunInterrupted, TokenbenchError
 from ..console import ReadableConsole as Console
 from ..console import readable_output
-from .agent import cmd_agent
-from .capacity import cmd_capacity
-from .import_export import cmd_export, cmd_import
-from .report import cmd_report
-from .coldstart import cmd_coldstart
-from .common import refuse_embedded_with_url
-from .compare import cmd_compare
-from .cost import cmd_cost
-from .depth import cmd_depth
-from .engines import cmd_engines
-from .guard import cmd_guard
-from .sweep import cmd_sweep
 from .parser import build_parser
-from .predicting import cmd_calibrate, cmd_catalog, cmd_fit, cmd_predict
-from .quality import cmd_quality
-from .recommend import cmd_recommend
-from .record import cmd_record
-from .runs import cmd_runs, cmd_show
 
 __all__ = ["main", "entrypoint"]
 
@@ -50,44 +36,46 @@ INTERNAL_ERROR = 70  # EX_SOFTWARE
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        a = parser.parse_args(_negatives_attached(argv))
+    except SystemExit as e:  # --help, or a one-line argument error already printed
+        return int(e.code or 0)
     # A table piped to a file or a CI log keeps its width instead of wrapping at 80 columns.
     # markup off: a label or model name like "[/bold]" is text, not a style (it used to crash the tables)
     # $COLUMNS, when set, wins (Rich reads it); otherwise a pipe gets 160 so tables keep their columns in a log
     wide = sys.stdout.isatty() or "COLUMNS" in os.environ
     console = Console(highlight=False, markup=False, width=None if wide else 160)
     err = Console(stderr=True, highlight=False, markup=False)
-    parser = build_parser()
-    try:
-        a = parser.parse_args(_negatives_attached(argv))
-    except SystemExit as e:  # --help, or a one-line argument error already printed
-        return int(e.code or 0)
     if getattr(a, "json", None) == "-":  # the JSON owns stdout: tables and messages go to stderr
         console = Console(stderr=True, highlight=False, markup=False)
     handlers = {
-        "sweep": lambda: cmd_sweep(a, argv, console, err),
-        "capacity": lambda: cmd_capacity(a, argv, console, err),
-        "runs": lambda: cmd_runs(a, console),
-        "show": lambda: cmd_show(a, console),
-        "coldstart": lambda: cmd_coldstart(a, argv, console),
-        "guard": lambda: cmd_guard(a, console),
-        "agent": lambda: cmd_agent(a, console),
-        "engines": lambda: cmd_engines(a, console, err),
-        "depth": lambda: cmd_depth(a, argv, console, err),
-        "hardware": lambda: cmd_catalog(a, console),
-        "models": lambda: cmd_catalog(a, console),
-        "fit": lambda: cmd_fit(a, console),
-        "predict": lambda: cmd_predict(a, console),
-        "calibrate": lambda: cmd_calibrate(a, argv, console),
-        "compare": lambda: cmd_compare(a, console),
-        "cost": lambda: cmd_cost(a, console),
-        "import": lambda: cmd_import(a, console),
-        "export": lambda: cmd_export(a, console, err),
-        "report": lambda: cmd_report(a, console),
-        "recommend": lambda: cmd_recommend(a, console),
-        "quality": lambda: cmd_quality(a, argv, console, err),
-        "record": lambda: cmd_record(a, console),
+        "sweep": lambda: _handler("sweep:cmd_sweep")(a, argv, console, err),
+        "capacity": lambda: _handler("capacity:cmd_capacity")(a, argv, console, err),
+        "runs": lambda: _handler("runs:cmd_runs")(a, console),
+        "show": lambda: _handler("runs:cmd_show")(a, console),
+        "coldstart": lambda: _handler("coldstart:cmd_coldstart")(a, argv, console),
+        "guard": lambda: _handler("guard:cmd_guard")(a, console),
+        "agent": lambda: _handler("agent:cmd_agent")(a, console),
+        "engines": lambda: _handler("engines:cmd_engines")(a, console, err),
+        "depth": lambda: _handler("depth:cmd_depth")(a, argv, console, err),
+        "hardware": lambda: _handler("predicting:cmd_catalog")(a, console),
+        "models": lambda: _handler("predicting:cmd_catalog")(a, console),
+        "fit": lambda: _handler("predicting:cmd_fit")(a, console),
+        "predict": lambda: _handler("predicting:cmd_predict")(a, console),
+        "calibrate": lambda: _handler("predicting:cmd_calibrate")(a, argv, console),
+        "compare": lambda: _handler("compare:cmd_compare")(a, console),
+        "cost": lambda: _handler("cost:cmd_cost")(a, console),
+        "import": lambda: _handler("import_export:cmd_import")(a, console),
+        "export": lambda: _handler("import_export:cmd_export")(a, console, err),
+        "report": lambda: _handler("report:cmd_report")(a, console),
+        "recommend": lambda: _handler("recommend:cmd_recommend")(a, console),
+        "quality": lambda: _handler("quality:cmd_quality")(a, argv, console, err),
+        "record": lambda: _handler("record:cmd_record")(a, console),
     }
     try:
+        from .common import refuse_embedded_with_url
+
         refuse_embedded_with_url(a, argv)
         with _terminate_as_interrupt():
             return int(handlers[a.command]())
@@ -111,6 +99,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tokenbench: internal error: {type(e).__name__}: {redact.url(str(e))[:300]} (a bug: rerun with "
               "TOKENBENCH_DEBUG=1 for the traceback and report it)", file=sys.stderr)
         return INTERNAL_ERROR
+
+
+def _handler(where: str) -> Callable[..., int]:
+    """The command function ``where`` names ("sweep:cmd_sweep": a module of this package, a function in it), its
+    module imported now: what a command needs only to run (the HTTP client, the engines, the store) is read when
+    it runs, never for ``--help`` or a bad argument."""
+    module, _, function = where.partition(":")
+    handler: Callable[..., int] = getattr(importlib.import_module(f"{__name__}.{module}"), function)
+    return handler
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..cache_cliff import DEFAULT_DROP, vllm_pool
+from ..cache_cliff import vllm_pool
 from ..capacity import SURE_LEGEND, CapacityAnswer, CapacitySearch, SearchSpec, answer, mark_levels
 from ..capacity_text import answer_lines, headline, verdict_table
 from ..engines.embedded import MIN_CONTEXT, running
@@ -26,10 +26,9 @@ from ..store import Store
 from ..kinds.sessions import SessionsKind
 from ..sweep import SweepConfig, run_sweep
 from .common import check_output, embedded_spec, emit_json, int_list, notifier, seconds
-from .options import SERVE_PARALLEL, add_endpoint, add_load, add_output
-from .power import add_power_options
+from .options import SERVE_PARALLEL
 from .sweep import EMBEDDED_DEFAULTS, RichReporter, embedded_ctx, load_config, print_result
-from .workloads import add_trace_options, add_workload_options, workload_kind
+from .workloads import workload_kind
 
 DEFAULT_RANGE = "1:16"
 
@@ -232,28 +231,3 @@ def print_capacity(console: Console, found: CapacityAnswer, fmt: str = "table") 
     if md:
         console.print("")
     console.print(SURE_LEGEND, style="dim", markup=False, highlight=False)
-
-
-def add_capacity_parser(sub: Any) -> None:
-    """``tokenbench capacity``'s options."""
-    cap = sub.add_parser("capacity", help="search the most agents (or requests/s) a box serves within an SLO",
-                         description="Bracket, then bisect, the concurrency (or rate) at which the server still "
-                                     "meets every objective of --slo. Each level stops early once its verdict "
-                                     "cannot change; every level is stored. Prints how many agents the box "
-                                     "serves, between which levels, how sure each verdict was, and the cost per "
-                                     "agent-hour with --price-per-hour.")
-    add_endpoint(cap.add_argument_group("endpoint"), "transformers", "completions", "exact prompt lengths")
-    add_workload_options(cap)
-    add_trace_options(cap)
-    add_load(cap, search=True)
-    cap.add_argument("--tiers", metavar="TOK_S,...",
-                     help="search once per per-agent speed: at least 90%% of requests read at that many tok/s or "
-                          "faster (agent_tps_p90), beside --slo's other objectives; AA-AgentPerf's tiers are 20,60")
-    cap.add_argument("--cache-cliff", type=float, nargs="?", const=DEFAULT_DROP, metavar="SHARE",
-                     help="search how many live agent sessions the server's cache keeps warm: one session per agent, "
-                          "a level failing once its cached share of prompt tokens falls below SHARE (default "
-                          f"{DEFAULT_DROP:g}) of the lowest level's, or when --slo (still needed: the turn TTFT you "
-                          "accept) breaks; prints the working set against the engine's KV pool (docs/capacity.md)")
-    add_output(cap)
-    add_power_options(cap.add_argument_group("the box under test: power and its host's guard (docs/power.md)"))
-    cap.set_defaults(duration=None, repetitions=1)

@@ -1,14 +1,13 @@
-"""``tokenbench compare``: its options, its typed config (``compare.runs.CompareConfig``), one library call
+"""``tokenbench compare``: its typed config (``compare.runs.CompareConfig``), one library call
 (``compare.runs.compare_runs``) and the printing of what comes back."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from .common import check_output, emit_json
-from .options import POSITIVE_INT, RUN_REF, add_db, add_json, add_latest
 from ..layout import plural
 
 if TYPE_CHECKING:
@@ -162,17 +161,3 @@ def _print_sessions(console: Console, done: Compared, fmt: str) -> None:
         console.print(gap, end="")
         for line in block.gains:
             console.print(f"the cache's gain on {line}", markup=False, highlight=False)
-
-
-def add_compare_parser(sub: Any) -> None:
-    """``tokenbench compare``'s options."""
-    c = sub.add_parser("compare", help="two runs side by side: ratios with 95%% intervals, the faster side where it is "
-                       "significant, crossovers, effective serving")
-    c.add_argument("a", metavar="RUN_A", help=f"the first run: {RUN_REF}")
-    c.add_argument("b", metavar="RUN_B", help=f"the second run: {RUN_REF}")
-    c.add_argument("--agents", type=POSITIVE_INT, default=16, help="effective-serving line: this many agents ... (default 16)")
-    c.add_argument("--tokens", type=POSITIVE_INT, default=200, help="... each asking for this many tokens (default 200)")
-    c.add_argument("--format", choices=["table", "markdown"], default="table")
-    add_json(c, "the comparison")
-    add_latest(c)
-    add_db(c)

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 from rich.console import Console
 
 from ..console import print_hanging, print_table
 from ..errors import EngineError, UsageError
 from ..registry import LAUNCHERS
-from .record import PORT
 from .common import check_output, emit_json, notifier
-from .options import NONNEG_INT, POSITIVE_INT, SERVE_PARALLEL, add_json
+from .options import SERVE_PARALLEL
+from .grammar.engines import SERVE_CTX
 
-#: A served engine's slots and each slot's context unless --parallel and --ctx say: room for a few agents.
-SERVE_CTX = 4096
 #: What ``engines`` does with the engines named after it (none: says which are ready).
 ACTIONS = ("build", "serve")
 
@@ -120,27 +117,3 @@ def _at_once(engine: str, parallel: int, ctx: int) -> str:
     if engine == "llama-cpp-python":
         return f"one request at a time, {ctx:,} tokens of context"
     return f"{parallel} at a time, {ctx:,} tokens each"
-
-
-def add_engines_parser(sub: Any) -> None:
-    """``tokenbench engines``'s options."""
-    en = sub.add_parser("engines", help="the embedded engines: which are ready, what each needs; build them, "
-                                        "or serve one on its own")
-    en.add_argument("names", nargs="*", metavar="[build|serve] ENGINE",
-                    help="the engines: transformers, vllm, llama-server, llama-cpp-python, aiperf (a reference "
-                         "tool), or all; build first: make them ready now; serve first: start one on the embedded "
-                         "model until Ctrl-C")
-    add_json(en, "each engine's state")
-    s = en.add_argument_group("serve")
-    s.add_argument("--model-size", choices=["tiny", "small", "small-utf8"], default="tiny",
-                   help="the embedded model served (as sweep's --model-size)")
-    s.add_argument("--quant", help="llama engines: a llama-quantize type for the embedded GGUF, e.g. Q8_0")
-    s.add_argument("--parallel", type=POSITIVE_INT, default=SERVE_PARALLEL, metavar="N",
-                   help=f"requests served at once (llama-server's slots, vLLM's sequences; Transformers serve: its KV cache "
-                        f"holds this many contexts; default {SERVE_PARALLEL})")
-    s.add_argument("--ctx", type=POSITIVE_INT, default=SERVE_CTX, metavar="N",
-                   help=f"tokens of context each request may hold (default {SERVE_CTX})")
-    s.add_argument("--port", type=PORT, default=0, help="port to listen on, on 127.0.0.1 (default 0: any free one)")
-    s.add_argument("--cache-ram", type=NONNEG_INT, metavar="MIB",
-                   help="llama-server's host prompt cache, in MiB (its --cache-ram; 0: off, the server's default: "
-                        "on), which keeps sessions evicted from its slots: off, the slots alone hold them")

@@ -1,6 +1,6 @@
 """The command line's top-level grammar: the commands in the order ``--help`` lists them (each command's options
-are in its own module's ``add_NAME_parser``), the help shared by options of one meaning, the examples, the exit
-codes, and the parser that turns a bad argument into one line."""
+are in its ``grammar/`` module's ``add_NAME_parser``), the help shared by options of one meaning, the examples, the
+exit codes, and the parser that turns a bad argument into one line."""
 from __future__ import annotations
 
 import argparse
@@ -10,22 +10,22 @@ import shlex
 import sys
 from typing import Any, NoReturn
 from .. import __version__, redact
-from .agent import add_agent_parser
-from .import_export import add_export_parser, add_import_parser
-from .report import add_report_parser
-from .capacity import add_capacity_parser
-from .coldstart import add_coldstart_parser
-from .compare import add_compare_parser
-from .cost import add_cost_parser
-from .depth import add_depth_parser
-from .engines import add_engines_parser
-from .guard import add_guard_parser
-from .predicting import add_calibrate_parser, add_fit_parser, add_hardware_parser, add_models_parser, add_predict_parser
-from .recommend import add_recommend_parser
-from .record import add_record_parser
-from .runs import add_runs_parser, add_show_parser
-from .sweep import add_sweep_parser
-from .quality import add_quality_parser
+from .grammar.agent import add_agent_parser
+from .grammar.import_export import add_export_parser, add_import_parser
+from .grammar.report import add_report_parser
+from .grammar.capacity import add_capacity_parser
+from .grammar.coldstart import add_coldstart_parser
+from .grammar.compare import add_compare_parser
+from .grammar.cost import add_cost_parser
+from .grammar.depth import add_depth_parser
+from .grammar.engines import add_engines_parser
+from .grammar.guard import add_guard_parser
+from .grammar.predicting import add_calibrate_parser, add_fit_parser, add_hardware_parser, add_models_parser, add_predict_parser
+from .grammar.recommend import add_recommend_parser
+from .grammar.record import add_record_parser
+from .grammar.runs import add_runs_parser, add_show_parser
+from .grammar.sweep import add_sweep_parser
+from .grammar.quality import add_quality_parser
 
 
 EXIT_CODES = """exit codes:

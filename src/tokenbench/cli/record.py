@@ -1,4 +1,4 @@
-"""``tokenbench record``: its options, its typed config (``record.RecordConfig``), the recording (``record.record``,
+"""``tokenbench record``: its typed config (``record.RecordConfig``), the recording (``record.record``,
 until Ctrl-C) and the lines it prints: where to point the agent, then what was recorded and what failed."""
 from __future__ import annotations
 
@@ -15,21 +15,7 @@ from .. import redact
 from ..console import print_hanging
 from ..errors import UsageError
 from .common import check_output
-from .options import POSITIVE_INT
-
-DEFAULT_PORT = 8100
-DEFAULT_BLOCK = 64
-
-
-def PORT(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if not 0 <= v <= 65535:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a port from 1 to 65535 (0: any free one)")
-    return v
-
+from .grammar.record import DEFAULT_BLOCK
 
 def upstream_root(text: str) -> str:
     """The upstream's root URL (``http://host:port``, any path before ``/v1`` kept) from what the user typed."""
@@ -121,25 +107,3 @@ def cmd_record(a: argparse.Namespace, console: Console) -> int:
         print_hanging(console, line)
     # a recording that holds nothing, or lost what its writer was handed, did not do its job
     return 0 if holder and holder[0].ok else 1
-
-
-def add_record_parser(sub: Any) -> None:
-    """``tokenbench record``'s options."""
-    r = sub.add_parser("record", help="record your own agents' requests through a proxy, to replay them elsewhere",
-                       description="A proxy in front of your server: point your agents at it, work as usual, and "
-                                   "their chat requests are written to a session log that `tokenbench sweep --trace` "
-                                   "replays on another box. Everything is forwarded unchanged; keys and headers are "
-                                   "never written. Runs until Ctrl-C.")
-    r.add_argument("--upstream", required=True, metavar="URL",
-                   help="the server the agents use now, e.g. http://gpu-box:8000 (its /v1 may be given or not)")
-    r.add_argument("--out", required=True, metavar="FILE", help="the session log to write (a new file)")
-    r.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: other machines' agents too)")
-    r.add_argument("--port", type=PORT, default=DEFAULT_PORT, help="port to listen on (0: any free one)")
-    r.add_argument("--lengths-only", action="store_true",
-                   help="keep token counts and hash ids of the prompts instead of their text, to share a log "
-                        "without the code in it")
-    r.add_argument("--block-size", type=POSITIVE_INT, metavar="N",
-                   help=f"lengths-only: tokens per hash id (default {DEFAULT_BLOCK})")
-    r.add_argument("--tokenizer", metavar="PATH",
-                   help="lengths-only: a tokenizer.json or Hugging Face folder of the served model (default: the "
-                        "upstream's own tokenize endpoint)")

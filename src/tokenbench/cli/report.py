@@ -1,17 +1,16 @@
-"""``tokenbench report``: its options, its typed config (``report.document.ReportConfig``) and the exporters it
+"""``tokenbench report``: its typed config (``report.document.ReportConfig``) and the exporters it
 writes with."""
 from __future__ import annotations
 
 import argparse
 import importlib.util
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ..errors import UsageError
 from .common import check_output, check_output_dir
-from .options import CURRENCY, POSITIVE, RUN_REF, add_db, add_latest
 
 if TYPE_CHECKING:
     from ..report.document import ReportConfig
@@ -39,20 +38,3 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
     for e, path in asked:
         console.print(e.write(rep, path), markup=False)
     return 0
-
-
-def add_report_parser(sub: Any) -> None:
-    """``tokenbench report``'s options."""
-    rp = sub.add_parser("report", help="Markdown (BENCHMARKS.md), a self-contained HTML report with plots, PNGs, JSON")
-    rp.add_argument("runs", nargs="+", help=f"the runs, each by {RUN_REF} (predicted runs are drawn dashed)")
-    rp.add_argument("--html", help="write the HTML report here")
-    rp.add_argument("--md", help="append or rewrite each run's section of this Markdown file")
-    rp.add_argument("--png", help="write each plot as a PNG into this directory")
-    rp.add_argument("--json", help="write the runs, the plotted series and each pair compared as JSON here")
-    rp.add_argument("--price-per-hour", type=POSITIVE,
-                    help="price per hour for the cost columns and plot (default: each run's own price, if it has one)")
-    rp.add_argument("--currency", type=CURRENCY)
-    rp.add_argument("--title", default="tokenbench report")
-    add_latest(rp)
-    add_db(rp)
-

@@ -1,4 +1,4 @@
-"""``tokenbench sweep``: its options read into a ``SweepConfig``, the embedded engine started where no --url is
+"""``tokenbench sweep``: its options (``grammar/sweep.py``) read into a ``SweepConfig``, the embedded engine started where no --url is
 given, the run, and the tables it prints (``show`` and ``capacity`` print them too)."""
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ from ..sweep import SweepConfig, run_sweep
 from ..workers.split import parse_workers
 from .common import (check_output, embedded_spec, float_list, guard_config, guard_targets, int_list, json_object,
                      grace, notifier, run_exit, saved, seconds, write_json)
-from .options import add_endpoint, add_load, add_output
-from .power import add_power_options, power_plan
-from .workloads import add_trace_options, add_workload_options, given_flags, workload_kind
+from .power import power_plan
+from .workloads import given_flags, workload_kind
 
 EMBEDDED_DEFAULTS: dict[str, Any] = {"concurrency": "1,2,4,8", "requests": 16, "input_len": 128, "output_len": 64}
 
@@ -346,14 +345,3 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     if a.json:
         write_json(a.json, res)  # the result in hand: what show --json reads back
     return run_exit(res)
-
-
-def add_sweep_parser(sub: Any) -> None:
-    """``tokenbench sweep``'s options."""
-    s = sub.add_parser("sweep", help="load-test an OpenAI-compatible endpoint over concurrency or rate levels")
-    add_endpoint(s.add_argument_group("endpoint"), "transformers", "completions", "exact prompt lengths")
-    add_workload_options(s)
-    add_load(s, search=False)
-    add_trace_options(s)
-    add_output(s)
-    add_power_options(s.add_argument_group("the box under test: power and its host's guard (docs/power.md)"))
