@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from .levels import ServingLevel
     from .results import LevelOutcome, RunResult
 
-#: A level fails once its cached share is below this share of the warm (lowest) level's, unless told otherwise.
-DEFAULT_DROP = 0.5
 CHECK = "cached_share"
 #: More sessions than the pool holds, their cached share within this share of the warm one: a cache beyond the
 #: pool kept them warm; below it they passed only partly warm.

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .pricing import DEFAULT_CURRENCY, Pricing
+from .money import DEFAULT_CURRENCY
+from .pricing import Pricing
 from .slo import duration_text
 
 if TYPE_CHECKING:

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE, CostPoint, Pricing, SessionCostPoint, api_in, cost_points, run_price, \
+from .money import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
+from .pricing import CostPoint, Pricing, SessionCostPoint, api_in, cost_points, run_price, \
     session_cost_points
 from .errors import UsageError
 from .results import RunResult

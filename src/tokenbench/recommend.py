@@ -17,7 +17,8 @@ from typing import Any
 from .boxes import PREDICTED_AGENTS_MAX, predicted
 from .candidates import NO_P99, NO_P99_PREDICTED, Candidate, SloMiss, Workload, judge, meets, price
 from .capacity import Verdict, bracket
-from .pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE, Pricing
+from .money import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
+from .pricing import Pricing
 from .errors import UsageError
 from .finding import Code
 from .levels import ServingLevel

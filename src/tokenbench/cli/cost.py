@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ..pricing import DEFAULT_KWH_PRICE
+from ..money import DEFAULT_KWH_PRICE
 from .common import check_output, emit_json
 
 if TYPE_CHECKING:

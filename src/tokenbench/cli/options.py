@@ -8,8 +8,7 @@ from typing import Any
 
 from ..apis import APIS, PATHS
 from ..registry import LAUNCHERS, find
-from ..pricing import CURRENCIES, DEFAULT_CURRENCY
-from ..slo import parse_duration_ms
+from ..money import CURRENCIES, DEFAULT_CURRENCY
 
 
 def _number(kind: type, low: float, strict: bool, what: str) -> Any:
@@ -65,6 +64,8 @@ def SHARE(text: str) -> float:
 def LATENCY(text: str) -> str:
     """An SLO's latency limit as written (2s, 50ms: with its unit, slo.DURATION_RULE), refused here when it is not
     one, and kept as written for the headings that quote it."""
+    from ..slo import parse_duration_ms  # read with the SLO checks (asyncio's among them): not for every --help
+
     try:
         ok = parse_duration_ms(text) > 0
     except ValueError as e:

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from ..candidates import figure_span, figures_text
 from ..console import print_hanging
-from ..pricing import DEFAULT_KWH_PRICE
+from ..money import DEFAULT_KWH_PRICE
 from ..errors import UsageError
 from ..slo import duration_text, parse_duration_ms
 from .common import check_output, emit_json

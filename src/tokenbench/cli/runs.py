@@ -8,7 +8,7 @@ import sys
 
 from rich.console import Console
 
-from ..pricing import DEFAULT_CURRENCY
+from ..money import DEFAULT_CURRENCY
 from ..errors import UsageError
 from ..cells import level_label
 from ..levels import DepthLevel, ServingLevel, serving

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from ..grace import INTERRUPTED, LEVEL_END
 from .. import redact
-from ..pricing import DEFAULT_CURRENCY
+from ..money import DEFAULT_CURRENCY
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import RunInterrupted, TokenbenchError, UsageError
 from ..console import print_hanging

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...cache_cliff import DEFAULT_DROP
 from ..options import add_endpoint, add_load, add_output
 from .power import add_power_options
 from .workloads import add_trace_options, add_workload_options
+
+#: A level fails once its cached share is below this share of the warm (lowest) level's, where --cache-cliff gives
+#: no share.
+DEFAULT_DROP = 0.5
 
 
 def add_capacity_parser(sub: Any) -> None:

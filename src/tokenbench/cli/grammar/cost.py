@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
+from ...money import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from ..options import CURRENCY, NONNEG, POSITIVE, RUN_REF, add_db, add_json, add_latest
 
 

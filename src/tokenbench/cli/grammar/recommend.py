@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import registry
-from ...pricing import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
+from ...money import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from ..options import UNIT, CURRENCY, LATENCY, NONNEG, POSITIVE_INT, add_db, add_json, add_latest
 from .predicting import add_session_options
 
