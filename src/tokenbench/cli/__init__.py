@@ -25,8 +25,7 @@ from typing import Any
 
 from .. import redact
 from ..errors import RunInterrupted, TokenbenchError
-from ..console import ReadableConsole as Console
-from ..console import readable_output
+from ..spelling import readable_output
 from .parser import build_parser
 
 __all__ = ["main", "entrypoint"]
@@ -41,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         a = parser.parse_args(_negatives_attached(argv))
     except SystemExit as e:  # --help, or a one-line argument error already printed
         return int(e.code or 0)
+    from ..console import ReadableConsole as Console  # Rich: only for a command that runs
+
     # A table piped to a file or a CI log keeps its width instead of wrapping at 80 columns.
     # markup off: a label or model name like "[/bold]" is text, not a style (it used to crash the tables)
     # $COLUMNS, when set, wins (Rich reads it); otherwise a pipe gets 160 so tables keep their columns in a log
