@@ -25,7 +25,8 @@ from tokenbench.cli import main
 from tokenbench.cli.power import power_plan
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.hostagent.server import AgentConfig, serve
-from tokenbench.power import LocalMeter, PowerSource, Scope
+from tokenbench.power.base import PowerSource, Scope
+from tokenbench.power.sampler import LocalMeter
 
 TOKEN = "box-token-123456"
 WARN_ONLY = ("serving_processes", "free_memory", "swap_activity", "cpu_load", "gpu_nvml", "gpu_amd", "temperature",

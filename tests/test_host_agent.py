@@ -28,7 +28,8 @@ from tokenbench.cli import main
 from tokenbench.hostagent.client import AgentClient, AgentError, agent_url
 from tokenbench.hostagent.host import HostSnapshot
 from tokenbench.hostagent.server import Agent, AgentConfig
-from tokenbench.power import LocalMeter, PowerSource, Scope
+from tokenbench.power.base import PowerSource, Scope
+from tokenbench.power.sampler import LocalMeter
 from tokenbench.power.command import CommandSource
 
 TOKEN = "s3cret-agent-token"

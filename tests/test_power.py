@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
-from tokenbench.power import (BackgroundSampler, Interval, LocalMeter, PowerError, Reading, Scope, above_idle,
-                              discover, integrate, measure_idle, open_sources)
+from tokenbench.power.base import PowerError, Reading, Scope
+from tokenbench.power.choose import discover, open_sources
+from tokenbench.power.interval import Interval, above_idle, integrate
+from tokenbench.power.sampler import BackgroundSampler, LocalMeter, measure_idle
 from tokenbench.power.amd import AmdHwmonSource, AmdSmiSource, amdgpu_hwmons
 from tokenbench.power.command import CommandSource, parse_watts
 from tokenbench.power.nvml import NvmlSource

@@ -20,13 +20,16 @@ import io
 import json
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import UsageError
 from .levels import DepthLevel, ServingLevel
 from .predict.measured import COLUMNS, Row, cache_mode, run_rows
-from .results import RunResult
 from .layout import plural
+
+if TYPE_CHECKING:
+    from .results import RunResult
 
 FORMATS = ("published-csv", "llama-bench-md")
 #: llama.cpp's backends as llama-bench names them in its table (tokenbench's engine names are lower case).

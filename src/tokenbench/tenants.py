@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .client import PreparedRequest
 from .distribution import Distribution
 from .errors import UsageError
 from .records import RequestRecord
@@ -127,6 +126,8 @@ class BackgroundLoad:
 
     async def run(self) -> None:
         assert self._text is not None, "prepare() first"
+        from .client import PreparedRequest  # aiohttp's: not for what only reads a level's BackgroundStats
+
         sends: set[asyncio.Task[RequestRecord]] = set()
         try:
             while True:

@@ -9,13 +9,7 @@
   load's share above idle; ``sampler``: sources read in the background, and the ``PowerMeter`` a run asks at each
   level's start and end (``LocalMeter`` here, ``hostagent.client.AgentClient`` on the server host);
 - ``report``: what ``tokenbench agent`` answers on ``/v1/power``, typed.
+
+Each is imported by itself (this package imports none of them): the options of ``--power`` name
+``choose.CHOICES`` without reading a Prometheus page's parser or starting asyncio.
 """
-
-from .base import PowerError, PowerSource, Reading, Scope, SourceInfo
-from .choose import CHOICES, discover, open_sources
-from .interval import AboveIdle, Interval, above_idle, integrate
-from .sampler import BackgroundSampler, LocalMeter, PowerMeter, measure_idle
-
-__all__ = ["AboveIdle", "BackgroundSampler", "CHOICES", "Interval", "LocalMeter", "PowerError", "PowerMeter",
-           "PowerSource", "Reading", "Scope", "SourceInfo", "above_idle", "discover", "integrate", "measure_idle",
-           "open_sources"]

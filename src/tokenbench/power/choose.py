@@ -12,7 +12,6 @@ from .base import PowerError, PowerSource
 from .command import CommandSource
 from .nvml import NvmlSource
 from .rapl import RaplSource
-from .url import UrlSource
 
 #: The machine's own sources, in the order ``auto`` prefers them: the accelerator first (what a box serving a model
 #: mostly draws), then the CPU package.
@@ -54,6 +53,8 @@ def open_sources(power: str = "auto", url: str | None = None, cmd: str | None = 
         raise PowerError(f"--power {power}: use one of {', '.join(CHOICES)}")
     given: list[PowerSource] = []
     if url:
+        from .url import UrlSource  # urllib's and the Prometheus parser: not for --power's choices
+
         given.append(UrlSource(url))
     if cmd:
         given.append(CommandSource(cmd))
