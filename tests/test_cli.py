@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CONTRACT_LEVEL_KEYS = {
     "concurrency", "rate", "completed", "failed", "errors", "duration_s", "output_throughput_tps",
@@ -188,3 +193,33 @@ def test_runs_names_a_capacity_search_by_its_command(tmp_path: Path, capsys: pyt
     rows = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines() if ln.split()[:1] and
             ln.split()[0].startswith("run-")}
     assert "capacity" in rows["run-cap"] and "sweep" not in rows["run-cap"] and "sweep" in rows["run-plain"], rows
+
+
+
+#: What only running a command needs: the HTTP client and its aiohttp, Rich's console, the load generator, the
+#: results and their store, the metrics parser, any array library.
+RUN_ONLY = ("aiohttp", "rich.console", "tokenbench.client", "tokenbench.loadgen", "tokenbench.results",
+            "tokenbench.store", "prometheus_client", "numpy", "scipy")
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"], ["sweep", "--help"], ["quality", "compare", "--help"], ["engines", "serve", "--help"],
+    ["swep"], ["sweep", "--concurency", "4"], ["recommend", "--ttft-p99", "2"], ["--version"],
+])
+def test_help_and_a_bad_argument_import_only_the_grammar(argv: list[str]) -> None:
+    """``--help`` and an argument error build the parser and stop: they import each command's grammar
+    (``cli/grammar/``), never a command's own module nor what it runs with (which took half a second of a 2-core
+    machine before the first line of help)."""
+    code = ("import contextlib, io, sys\nfrom tokenbench.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            "    main(sys.argv[1:])\n"
+            "print('\\n'.join(sorted(sys.modules)))")
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60, check=True,
+                          env=env)
+    loaded = proc.stdout.split()
+    heavy = [m for m in loaded if any(m == r or m.startswith(r + ".") for r in RUN_ONLY)]
+    commands = [m for m in loaded
+                if m.startswith("tokenbench.cli.") and m.split(".")[2] not in ("parser", "options", "grammar")]
+    assert "tokenbench.cli.parser" in loaded and not heavy and not commands, f"{argv} imported {heavy + commands}"
