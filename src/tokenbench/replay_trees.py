@@ -57,7 +57,7 @@ def _row(n: int, root: int, rs: list[RequestRecord], status: str) -> TreeRow:
 
 def tree_rows(records: list[RequestRecord], stats: ReplayStats | None) -> list[TreeRow]:
     """The level's trees in the order it started them, from its stored calls; ``stats``: the level's replay view,
-    which counts the trees it finished."""
+    which says which trees its end cut (or, stored before it did, how many it finished)."""
     calls = [r for r in records if r.phase == "measured" and r.session is not None]
     trees = sorted(by_tree(calls).items())
     if not trees:
@@ -65,16 +65,20 @@ def tree_rows(records: list[RequestRecord], stats: ReplayStats | None) -> list[T
     status = {k: _ended(rs) for k, rs in trees}
     answered = [k for k, _ in trees if status[k] is None]
     if stats is not None and stats.cut_trees is not None:
-        cut_trees = set(stats.cut_trees)
-        return [_row(i + 1, k, rs, status[k] or (CUT if k in cut_trees else FINISHED))
-                for i, (k, rs) in enumerate(trees)]
-    cut = len(answered) - stats.trees_finished if stats is not None else 0
-    last_send = max(r.sent_ns for r in calls)
-    running = {k for k, rs in trees if k in answered and max(r.end_ns or 0 for r in rs) >= last_send}
-    for k in answered:
-        # running at the level's last send and as many running as were cut: those were; else it is not known which
-        status[k] = FINISHED if cut <= 0 or k not in running else CUT if len(running) == cut else UNSAID
+        status.update({k: CUT if k in stats.cut_trees else FINISHED for k in answered})
+    else:
+        status.update(_guessed(trees, answered, stats, max(r.sent_ns for r in calls)))
     return [_row(i + 1, k, rs, status[k] or FINISHED) for i, (k, rs) in enumerate(trees)]
+
+
+def _guessed(trees: list[tuple[int, list[RequestRecord]]], answered: list[int], stats: ReplayStats | None,
+             last_send: int) -> dict[int, str]:
+    """A level stored without its cut trees: those running at its last send were cut where as many were running as
+    were cut; otherwise it is not known which."""
+    cut = len(answered) - stats.trees_finished if stats is not None else 0
+    running = {k for k, rs in trees if k in answered and max(r.end_ns or 0 for r in rs) >= last_send}
+    return {k: FINISHED if cut <= 0 or k not in running else CUT if len(running) == cut else UNSAID
+            for k in answered}
 
 
 def tree_table(rows: list[TreeRow]) -> tuple[list[str], list[list[str]]]:
