@@ -340,3 +340,28 @@ def test_every_help_fits_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     wide = [f"{name}: {line}" for name, text in helps.items() for line in text.splitlines() if len(line) > 80]
     assert not wide, "\n".join(wide)
     assert " qwen3.6-27b \\\n      --weights FP8 --concurrency 1,16\n" in helps["predict"]  # continued
+
+
+#: The addresses the packaged catalogs give as their sources (a box's launch figures reported on a web page).
+CATALOG_URL = re.compile(r"[\w-]+(?:\.[\w-]+)*\.(?:com|de|org)/\S+")
+
+
+@pytest.mark.parametrize("command", ["hardware", "models"])
+@pytest.mark.parametrize("columns", [80, None])
+def test_a_catalog_s_source_addresses_stay_whole_within_the_width(command: str, capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  columns: int | None) -> None:
+    """hardware at 80 columns printed a source's address beside its label, 88 columns wide; piped into a file, its
+    table broke the address at its hyphens over three lines. Each address is whole on one line, and every line fits
+    the width."""
+    from tokenbench.predict.specs import Catalog
+
+    cat = Catalog.load()
+    entries = cat.hardware if command == "hardware" else cat.models
+    urls = [u.rstrip(",;:)") for e in entries.values() for u in CATALOG_URL.findall(e.source)]
+    assert urls or command == "models"
+    lines = printed([command], capsys, monkeypatch, columns)
+    readable(lines, columns or 160)
+    text = "\n".join(lines)
+    for url in urls:
+        assert url in text, url

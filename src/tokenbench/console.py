@@ -10,6 +10,7 @@ from collections.abc import Collection, Sequence
 from typing import IO, Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
@@ -79,8 +80,20 @@ def print_vertical(console: Console, header: list[str], rows: list[list[str]], t
             if v:
                 lines = textwrap.wrap(v, max(20, console.width - len(indent)), break_long_words=False,
                                       break_on_hyphens=False) or [v]
-                head = f"  {h:<{width}}  " if beside else f"  {h}\n{indent}"
-                console.print(head + f"\n{indent}".join(lines), markup=False, highlight=False, soft_wrap=True)
+                body = _indented(lines, indent, console.width)
+                if beside and body[0].startswith(indent):  # else (an address wider than the room) under its label
+                    body[0] = f"  {h:<{width}}  " + body[0][len(indent):]
+                else:
+                    body.insert(0, f"  {h}")
+                console.print("\n".join(body), markup=False, highlight=False, soft_wrap=True)
+
+
+def _indented(lines: list[str], indent: str, width: int) -> list[str]:
+    """A value's wrapped lines under their indent; a word wider than the room beside it (a source's web address)
+    alone on its line, indented as a value under its label is (4), or less where it needs to end within
+    ``width``, never cut."""
+    return [indent + ln if len(indent) + cell_len(ln) <= width else " " * max(0, min(4, width - cell_len(ln))) + ln
+            for ln in lines]
 
 
 def _grouped(head: list[str], body: list[list[str]], g: int) -> tuple[list[str], list[list[str]], set[int]]:

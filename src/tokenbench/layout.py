@@ -61,6 +61,9 @@ GAP = 2
 WRAP_MIN = 12
 #: Where a text cell may break onto its next line: after a space, a hyphen, a slash, an underscore or a comma.
 _BREAKS = " -/_,"
+#: A web address in a text (a catalog's source, "hardware-helden.de/radeon-rx-6700-xt-..."): never broken, as one cut
+#: at its hyphens cannot be copied.
+URL = re.compile(r"(?:https?://)?[\w-]+(?:\.[\w-]+)*\.[a-z]{2,}/\S*")
 
 
 def _numeric(cells: list[str]) -> bool:
@@ -85,7 +88,20 @@ def _two_lines(header: str) -> str:
 
 
 def _pieces(text: str) -> list[str]:
-    """The text cut after each place it may break (a space, a hyphen, a slash, an underscore, a comma)."""
+    """The text cut after each place it may break (a space, a hyphen, a slash, an underscore, a comma); a web
+    address (``URL``) is one piece, with the space after it."""
+    pieces: list[str] = []
+    at = 0
+    for m in URL.finditer(text):
+        pieces += _broken(text[at:m.start()])
+        end = m.end() + (text[m.end():m.end() + 1] == " ")
+        stuck = pieces.pop() if pieces and pieces[-1][-1] not in _BREAKS else ""  # "(" before it goes with it
+        pieces.append(stuck + text[m.start():end])
+        at = end
+    return pieces + _broken(text[at:])
+
+
+def _broken(text: str) -> list[str]:
     pieces, word = [], ""
     for ch in text:
         word += ch
