@@ -96,6 +96,45 @@ def test_show_guard_prints_each_levels_snapshot(tmp_path: Path, capsys: pytest.C
     assert "dirty_bench" in capsys.readouterr().out  # on the row, not only below the table
 
 
+#: A guard's snapshot as a machine running another server reads it: advice of a sentence and more.
+BUSY = {"clean": False, "checks": [
+    {"name": "serving_processes", "status": "fail", "observed": "llama.cpp server (pid 30555)",
+     "threshold": "no other model server",
+     "advice": "stop the other servers: they share memory bandwidth and compute with the one measured"},
+    {"name": "free_memory", "status": "pass", "observed": "24.0 GB free (95%)", "threshold": ">= 2 GB and 10%",
+     "advice": ""},
+    {"name": "cpu_load", "status": "fail", "observed": "99% of all cores busy with other work", "threshold": "<= 15%",
+     "advice": "other processes use the CPU: stop them (see top)"},
+    {"name": "gpu_nvml", "status": "not available", "observed": "no NVIDIA GPU or NVML (pip install nvidia-ml-py)",
+     "threshold": "", "advice": ""}]}
+
+
+@pytest.mark.parametrize("columns", [80, None])
+def test_show_guard_says_each_advice_readably_at_80_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             columns: int | None) -> None:
+    """At 80 columns the Advice column was 14 wide: "stop the other servers: they share memory bandwidth and
+    compute with the one measured" ran down seven lines of two or three words. Each advice reads as a sentence,
+    under its own check's row where the table is too narrow for it beside the rest."""
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", str(columns))
+    db = tmp_path / "r.db"
+    lv = ServingLevel(concurrency=1, output_throughput_tps=10.0)
+    lv.guard = GuardSnapshot.from_dict(BUSY)
+    _save(Store(db), "s-1", "sweep", {"label": "box", "model": "m"}, [lv])
+    assert main(["show", "box", "--guard", "--db", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= (columns or 160), "\n".join(lines)
+    text = "\n".join(lines)
+    for check in BUSY["checks"]:
+        if advice := str(check["advice"]):  # each advice's opening on one line ("stop the other" / "servers:")
+            assert any(advice.split(":")[0] in ln for ln in lines), text
+    assert len(lines) <= 16, text  # its title, the header and its rule, 4 checks and their advice: it was 22
+    assert "DIRTY" in lines[0]
+
+
 def test_slo_verdict_and_goodput_are_on_each_row() -> None:
     """They were computed into the JSON only, while the README promised them per level."""
     slo = SLO.parse("ttft_p99=2s")

@@ -223,3 +223,28 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
         console.print(_drawn(layout, body, marks))
     for line in under:
         console.print(line, markup=False, highlight=False)
+
+
+def print_noted(console: Console, header: list[str], rows: list[list[str]], note: int, fmt: str = "table",
+                title: str | None = None) -> None:
+    """A table whose column ``note`` holds sentences (a guard check's advice): beside the rest where every column
+    fits whole; else each row's note on lines of their own under it, across the width ("advice: stop the other
+    servers: ..."), not down a column of two words a line. Markdown, or a row that cannot fit: ``print_table``."""
+    spelt = [[ascii_spelled(c, console.encoding) for c in r] for r in rows]
+    whole = table_layout(header, spelt, 10 ** 6)
+    rest = [h for i, h in enumerate(header) if i != note]
+    body = [[c for i, c in enumerate(r) if i != note] for r in spelt]
+    layout = table_layout(rest, body, console.width)
+    if fmt == "markdown" or (whole is not None and whole.total() <= console.width) or layout is None:
+        print_table(console, header, rows, fmt, title=title)
+        return
+    if title:
+        console.print(title, markup=False, highlight=False)
+    console.print(_drawn(layout, [], set()))  # the header and its rule, over no rows
+    label = f"{ascii_spelled(header[note], console.encoding).lower()}: "
+    for r, row in zip(spelt, body):
+        t = _drawn(layout, [row], set())
+        t.show_header = False
+        console.print(t)
+        if r[note].strip():
+            print_hanging(console, "   " + label + r[note], hang=len(label))

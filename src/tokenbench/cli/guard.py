@@ -8,13 +8,22 @@ from pathlib import Path
 from rich.console import Console
 
 from ..guard_results import GuardSnapshot
-from ..console import print_table
+from ..console import print_noted
 from .common import check_output, emit_json, guard_targets
 
 
 def guard_rows(snap: GuardSnapshot) -> tuple[list[str], list[list[str]]]:
     return (["Check", "Status", "Observed", "Threshold", "Advice"],
             [[c.name, c.status, c.observed, c.threshold, c.advice] for c in snap.results])
+
+
+#: The column of guard_rows that holds sentences: under each check's row where the table is too narrow for it.
+ADVICE = 4
+
+
+def print_guard(console: Console, snap: GuardSnapshot, fmt: str = "table", title: str | None = None) -> None:
+    """A snapshot's checks as a table, each check's advice under its row where the width leaves it no room."""
+    print_noted(console, *guard_rows(snap), ADVICE, fmt, title=title)
 
 
 def cmd_guard(a: argparse.Namespace, console: Console) -> int:
@@ -24,7 +33,7 @@ def cmd_guard(a: argparse.Namespace, console: Console) -> int:
     env = guard.GuardEnv(root=Path(a.root), config=guard.load_config(Path(a.guard_config) if a.guard_config else None),
                          target_pids=guard_targets(a.url) if a.url else set())
     snap = guard.snapshot(env)
-    print_table(console, *guard_rows(snap))
+    print_guard(console, snap)
     console.print("DIRTY: fix the failed checks before measuring" if snap.dirty else "clean: ready to measure",
                   markup=False)
     if a.json:

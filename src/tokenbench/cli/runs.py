@@ -22,7 +22,7 @@ from ..store import Store
 from .common import check_output, emit_json, saved, write_json
 from .coldstart import print_boots
 from ..depth_table import depth_notes, depth_rows
-from .guard import guard_rows
+from .guard import print_guard
 from .sweep import print_result
 
 
@@ -209,7 +209,7 @@ def _show_guard(a: argparse.Namespace, console: Console, res: RunResult) -> int:
         assert snap is not None  # only levels with a snapshot are listed
         title = f"level {k}/{len(res.outcomes)} ({o.level.describe() if o.summary.test in (None, 'serve') else f'{o.summary.test} @ d{o.summary.depth}'}): " \
             + ("DIRTY" if snap.dirty else "clean")
-        print_table(console, *guard_rows(snap), a.format, title=title)
+        print_guard(console, snap, a.format, title=title)
     if a.json:
         emit_json(a.json, [{"level": k, "guard": o.summary.guard.to_dict() if o.summary.guard else None}
                            for k, o in snaps])
