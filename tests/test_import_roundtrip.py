@@ -446,6 +446,47 @@ def test_a_levels_flags_guard_and_cut_requests_read_back(tmp_path: Path) -> None
     assert used("back/emitter/FP8") == used("mine") == [1]  # the failed and the dirty levels left out of both
 
 
+#: A check at severity warn that did not pass: the bench stays clean, and the snapshot says it.
+WARM = {"name": "temperature", "status": "warn", "observed": "GPU 86 C", "threshold": "< 80 C",
+        "advice": "let the GPU cool"}
+
+
+def test_a_clean_guard_s_warnings_read_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A level whose guard passed with a warning came back from export and import as plain "guard clean": the
+    report's machine state read "clean (4 snapshots)" in place of "clean with warnings: temperature", and show
+    --guard had no check to show. Each row's note says the checks that warned, as a dirty guard's failed ones."""
+    db = tmp_path / "r.db"
+    store = Store(db)
+    levels = []
+    for c, guard in ((1, {"clean": True, "checks": [WARM]}), (2, {"clean": True, "checks": []}),
+                     (4, {"clean": False, "checks": [*DIRTY["checks"], WARM]})):
+        s = ServingLevel(concurrency=c, test="serve", completed=12, input_tokens_mean=64.0, output_tokens_mean=32.0,
+                         output_throughput_tps=30.0 * c, ttft_ms=Distribution(n=12, p50=60.0),
+                         tpot_ms=Distribution(n=12, p50=30.0 + c))
+        s.guard = GuardSnapshot.from_dict(guard)
+        if (dirty := guard_finding(s.guard, "s-1")) is not None:
+            s.add(dirty)
+        levels.append(s)
+    manifest = {"label": "mine", "model": "emitter", "engine": "vllm", "weights": WEIGHTS, "guard": "warn"}
+    store.save_run("s-1", "sweep", "mine", manifest, "measured", levels, "0", "2026-01-01T00:00:00",
+                   "2026-01-01T00:01:00")
+    out = tmp_path / "mine.csv"
+    assert "guard clean; guard warnings: temperature" in _export(db, "mine", "published-csv", out)
+    assert main(["import", str(out), "--label", "back", "--db", str(db)]) == 0
+    src, back = load_result(store, "mine"), load_result(Store(db), "back/emitter/FP8")
+    assert guard_state(src).summary() == "DIRTY in 1 of 3 snapshots: temperature, cpu_load"
+    assert guard_state(back).summary() == guard_state(src).summary()
+
+    def checks(ref: str) -> list[list[tuple[str, str]]]:
+        return [[(c.name, c.status) for c in s.guard.results] for s in _levels(db, ref)]
+
+    assert checks("back/emitter/FP8") == checks("mine")
+    capsys.readouterr()
+    assert main(["show", "back/emitter/FP8", "--guard", "1", "--db", str(db)]) == 0
+    shown = capsys.readouterr().out
+    assert "level 1/3 (concurrency 1): clean" in shown and "temperature" in shown and "warn" in shown, shown
+
+
 def test_a_note_that_says_an_unknown_flag_or_two_states_is_refused(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """A row's note is read for its level's state: a flag tokenbench does not know, or two rows of one level whose

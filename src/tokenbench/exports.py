@@ -3,7 +3,7 @@ reads back to the same levels:
 
 - ``published-csv``: the rows ``calibrate`` reads (predict/measured.py's layout), one figure a row at full
   precision, each row's engine build (``date``, ``version``) and, in its ``note``, its level's state (guard stamp,
-  flags, requests answered and failed, errors by kind: measured.level_note), and the run's machine snapshot and
+  the checks that warned, flags, requests answered and failed, errors by kind: measured.level_note), and the run's machine snapshot and
   guard mode in ``#`` lines above the header, which ``calibrate`` skips and ``import`` keeps. The
   figures are the levels' own (a TTFT median over all of a level's requests), so the file reads back to the same
   levels; ``calibrate --runs`` reads a stored run's requests themselves;

@@ -4,7 +4,7 @@ manifest states once: rows of two engines were one run, named by its first row's
 with what tells it apart added where several runs share that. --label replaces the host in a file of one
 host (LABEL/MODEL/WEIGHTS) and prefixes it in a file of several (LABEL/HOST/MODEL/WEIGHTS): it once
 relabelled every host, so a Strix Halo row read as the A30 the user named. A row's note may say its level's
-state as export writes it (measured.level_note): its guard verdict, flags, requests and errors."""
+state as export writes it (measured.level_note): its guard verdict and warnings, flags, requests and errors."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..errors import UsageError
 from ..distribution import Distribution
 from ..finding import Code, Finding
 from ..findings import guard_finding
-from ..guard_results import FAIL, CheckResult, GuardSnapshot
+from ..guard_results import FAIL, WARN, CheckResult, GuardSnapshot
 from ..levels import DepthLevel, LevelSummary, ServingLevel
 from ..results import Manifest
 from ..predict.measured import COLUMNS, LevelNote, Row, cache_mode, note_state, read_rows
@@ -113,12 +113,13 @@ KEPT = "not in the exported file: its note names the check only"
 
 def _state(lv: LevelSummary, st: LevelNote) -> None:
     """A level's state as its exported rows' notes say it: the guard's verdict (a dirty one flagged, as a measured
-    level's is), flags, requests and errors; so commands that leave a flagged or dirty level of a measured run out
+    level's is) and the checks that warned, flags, requests and errors; so commands that leave a flagged or dirty level of a measured run out
     (calibrate --runs) leave its import out too."""
+    warned = [CheckResult(c, WARN, KEPT) for c in st.warned]
     if st.guard == "clean":
-        lv.guard = GuardSnapshot.written(clean=True, checks=[])
+        lv.guard = GuardSnapshot.written(clean=True, checks=warned)
     elif st.guard == "dirty":
-        lv.guard = GuardSnapshot.written(clean=False, checks=[CheckResult(c, FAIL, KEPT) for c in st.checks])
+        lv.guard = GuardSnapshot.written(clean=False, checks=[CheckResult(c, FAIL, KEPT) for c in st.checks] + warned)
     for flag in st.flags:
         lv.add(Finding(Code(flag), "marked so in the file it was imported from", severity="note"))
     if (dirty := guard_finding(lv.guard)) is not None:
@@ -136,6 +137,7 @@ def _where(r: Row) -> str:
 def _said(st: LevelNote) -> str:
     """A level's state as its note says it, in a refusal's words."""
     parts = [f"guard {st.guard}" + (f": {', '.join(st.checks)}" if st.checks else "")] if st.guard else []
+    parts += [f"guard warnings {', '.join(st.warned)}"] if st.warned else []
     parts += [f"flags {' '.join(st.flags)}"] if st.flags else []
     parts += [f"{st.completed} completed, {st.failed} failed"] if st.completed is not None else []
     parts += [f"errors {', '.join(f'{k} {n}' for k, n in st.errors)}"] if st.errors else []

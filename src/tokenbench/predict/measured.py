@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .. import registry
 from ..errors import UsageError
 from ..finding import Code
+from ..guard_results import WARN
 from ..levels import DepthLevel, LevelSummary, ServingLevel
 
 #: A row's date: the year and month the measurement (or the build it ran) is from.
@@ -168,6 +169,8 @@ def cache_mode(r: Row) -> str:
 #: The parts of an exported row's note that say its level's state, which published.csv has no column for:
 #: its guard stamp (before the shape llama-bench ran, `` -ub 512``), flags, requests and errors by kind.
 GUARD_NOTE = re.compile(r"(guard clean|no guard|guard dirty: (.*?))((?: -ub \d+| -fa 0)*)")
+#: the checks at severity warn that did not pass: a clean guard's (or a dirty one's) warnings
+WARNED_NOTE = re.compile(r"guard warnings: (.*)")
 FLAGS_NOTE = re.compile(r"flags: (.*)")
 REQUESTS_NOTE = re.compile(r"requests: (\d+) completed, (\d+) failed")
 ERRORS_NOTE = re.compile(r"errors: (.*)")
@@ -181,7 +184,8 @@ NO_CHECK = "a check failed"
 class LevelNote:
     """A level's state as its rows' note says it (``level_note`` writes it, ``note_state`` reads it back):
     ``guard`` "clean", "dirty" or "none" ("" where the note does not say), the checks a dirty guard failed, the
-    flags, the requests answered and failed (None where not said), and the errors by kind."""
+    flags, the requests answered and failed (None where not said), the errors by kind, and the checks that warned
+    (``warned``: a guard clean or dirty)."""
 
     guard: str = ""
     checks: tuple[str, ...] = ()
@@ -189,6 +193,7 @@ class LevelNote:
     completed: int | None = None
     failed: int | None = None
     errors: tuple[tuple[str, int], ...] = ()
+    warned: tuple[str, ...] = ()
 
 
 def guard_note(s: LevelSummary) -> str:
@@ -202,9 +207,12 @@ def guard_note(s: LevelSummary) -> str:
 
 
 def level_note(s: LevelSummary) -> list[str]:
-    """The parts of a row's note after its guard stamp that say its level's state: its flags, the requests it
-    answered and failed, and the errors by kind (a cut request is one: ``level_end``, ``interrupted``)."""
-    out = [f"flags: {' '.join(s.flags)}"] if s.flags else []
+    """The parts of a row's note after its guard stamp that say its level's state: the checks that warned (a
+    clean guard's warnings, which its stamp does not say), its flags, the requests it answered and failed, and the
+    errors by kind (a cut request is one: ``level_end``, ``interrupted``)."""
+    warned = [c.name for c in s.guard.results if c.status == WARN] if s.guard is not None else []
+    out = [f"guard warnings: {', '.join(warned)}"] if warned else []
+    out += [f"flags: {' '.join(s.flags)}"] if s.flags else []
     if s.completed or s.failed:
         out.append(f"requests: {s.completed} completed, {s.failed} failed")
     if s.errors:  # a foreign file's error kind may hold any text: a word of the note's own characters
@@ -221,10 +229,13 @@ def note_state(r: Row) -> LevelNote:
     flags: tuple[str, ...] = ()
     counts: tuple[int | None, int | None] = (None, None)
     errors: tuple[tuple[str, int], ...] = ()
+    warned: tuple[str, ...] = ()
     for part in (p.strip() for p in (r.raw.get("note") or "").split(";")):
         if m := GUARD_NOTE.fullmatch(part):
             guard = "clean" if m.group(1) == "guard clean" else "none" if m.group(1) == "no guard" else "dirty"
             checks = tuple(c for c in (m.group(2) or "").split(", ") if c and c != NO_CHECK)
+        elif m := WARNED_NOTE.fullmatch(part):
+            warned = tuple(c for c in m.group(1).split(", ") if c)
         elif m := FLAGS_NOTE.fullmatch(part):
             flags = tuple(m.group(1).split())
             for flag in flags:
@@ -236,7 +247,7 @@ def note_state(r: Row) -> LevelNote:
             counts = (int(m.group(1)), int(m.group(2)))
         elif (m := ERRORS_NOTE.fullmatch(part)) and all(ERROR.fullmatch(e) for e in m.group(1).split(", ")):
             errors = tuple((k, int(n)) for k, n in (e.rsplit(" ", 1) for e in m.group(1).split(", ")))
-    return LevelNote(guard, checks, flags, *counts, errors)
+    return LevelNote(guard, checks, flags, *counts, errors, warned)
 
 
 def rows_measured_clean(rows: list[Row]) -> tuple[list[Row], int]:
