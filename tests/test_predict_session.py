@@ -170,8 +170,9 @@ def test_a_context_past_the_model_s_own_is_said_wherever_fit_said_it_fits(capsys
     assert main(["fit", "--hardware", "nvidia-a100-sxm-80gb", "--model", "llama-2-7b", "--context", "65536",
                  "--json", str(tmp_path / "fit.json")]) == 1
     capsys.readouterr()
-    doc = json.loads((tmp_path / "fit.json").read_text())  # written either way: the memory's answer beside the model's
-    assert doc["fits"] is True and doc["past_model_context"] is True and doc["model_context"] == 4096
+    doc = json.loads((tmp_path / "fit.json").read_text())  # written either way: the verdict, as printed and exited
+    assert doc["fits"] is False and doc["fits_in_memory"] is True and doc["past_model_context"] is True
+    assert doc["model_context"] == 4096
     # a model whose own context is not known is judged by the memory alone, and says nothing of a context
     assert main(["fit", "--hardware", "nvidia-a100-sxm-80gb", "--model", "m8b-random", "--weights", "Q4_0",
                  "--context", "65536"]) == 0
@@ -192,6 +193,30 @@ def test_a_context_past_the_model_s_own_is_said_wherever_fit_said_it_fits(capsys
     fits = next(line for line in out.splitlines() if line.lstrip().startswith("Fits")).split()
     assert fits[1:] == ["yes", "yes", "yes", "yes", "past", "model"]  # turn 500's 128,512 tokens fit 131,072
     assert "past model: 256,512 tokens of context pass llama-3.1-8b's own 131,072" in " ".join(out.split())
+
+
+FIT_SCHEMA = Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data" / "fit.schema.json"
+
+
+@pytest.mark.parametrize("argv", [
+    ["--hardware", "nvidia-a30", "--model", "llama-3.1-8b", "--context", "8k"],  # fits
+    ["--hardware", "nvidia-a100-sxm-80gb", "--model", "llama-2-7b", "--context", "65536"],  # past the model's own
+    ["--hardware", "nvidia-a30", "--model", "qwen3-coder-next-80b-a3b", "--weights", "Q4_K_M", "--kv", "q4_0",
+     "--context", "64k"],  # a hybrid split
+    ["--hardware", "nvidia-a100-sxm-80gb", "--model", "m8b-random", "--weights", "Q4_0", "--context", "65536"]])
+def test_fit_json_says_the_verdict_it_prints_and_exits_on(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """fit --json's fits was the memory's answer alone: llama-2-7b at 65,536 tokens printed "fits in memory, but
+    not llama-2-7b's own context", exited 1, and wrote fits true. fits is the verdict, the memory's answer is
+    fits_in_memory, and the JSON meets its schema."""
+    import jsonschema
+
+    rc = main(["fit", *argv, "--json", "-"])
+    doc = json.loads(capsys.readouterr().out)
+    jsonschema.Draft202012Validator.check_schema(json.loads(FIT_SCHEMA.read_text()))
+    jsonschema.validate(doc, json.loads(FIT_SCHEMA.read_text()))
+    assert doc["fits"] is (rc == 0)
+    assert doc["fits"] is (doc["fits_in_memory"] and not doc["past_model_context"])
+    assert doc["fits_in_memory"] is (doc["total_gb"] <= doc["usable_gb"])
 
 
 def test_shown_turns_are_all_or_a_readable_subset() -> None:

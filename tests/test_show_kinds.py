@@ -236,7 +236,7 @@ def test_catalog_and_fit_write_json(capsys: pytest.CaptureFixture[str]) -> None:
     f = json.loads(capsys.readouterr().out)
     assert rc == (0 if f["fits"] else 1)
     assert f["unit"] == "GiB" and f["usable_gb"] == 16.0
-    assert f["fits"] == (f["total_gb"] <= f["usable_gb"]) and 0 < f["max_context"] < 8192
+    assert f["fits_in_memory"] == (f["total_gb"] <= f["usable_gb"]) and 0 < f["max_context"] < 8192
 
 
 def test_markdown_notes_are_paragraphs_of_their_own() -> None:

@@ -67,15 +67,18 @@ def cmd_fit(a: argparse.Namespace, console: Console) -> int:
     f = s.fit(ctx, a.concurrency)
     for line in tables.fit_lines(s, f, ctx, a.concurrency, cal):
         print_hanging(console, line)  # a line that runs on is indented under its own, never back at the margin
-    if a.json:
-        emit_json(a.json, {"tool": "tokenbench", "kind": "fit", "hardware": s.hw.id, "model": s.model.id,
-                           "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine, "context": ctx,
-                           "concurrency": a.concurrency, "model_context": s.model.context,
-                           "past_model_context": s.model.past_context(ctx), "unit": "GiB", **asdict(f),
-                           "split_decode": tables.split_decode_json(s, cal, ctx) if not f.fits else None})
     # "does NOT fit" is an answer, as a dirty bench is guard's: 1, the JSON written; so is a context past the
     # model's own, which vLLM refuses to start with whatever the memory holds
-    return 0 if f.fits and not s.model.past_context(ctx) else 1
+    verdict = f.fits and not s.model.past_context(ctx)
+    if a.json:  # fits: the verdict printed and exited on (data/fit.schema.json); the memory's answer beside it
+        memory = asdict(f)
+        emit_json(a.json, {"tool": "tokenbench", "kind": "fit", "hardware": s.hw.id, "model": s.model.id,
+                           "weights": s.quant.weights, "kv": s.quant.kv, "engine": s.engine, "context": ctx,
+                           "concurrency": a.concurrency, "model_context": s.model.context, "fits": verdict,
+                           "fits_in_memory": memory.pop("fits"), "past_model_context": s.model.past_context(ctx),
+                           "unit": "GiB", **memory,
+                           "split_decode": tables.split_decode_json(s, cal, ctx) if not f.fits else None})
+    return 0 if verdict else 1
 
 
 #: What predict --against reads besides its file: every row says its own box, model and setup.

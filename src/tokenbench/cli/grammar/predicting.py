@@ -61,7 +61,7 @@ def add_fit_parser(sub: Any) -> None:
     fp.add_argument("--context", default="8192", help="tokens per sequence, e.g. 65536 or 64k")
     fp.add_argument("--concurrency", type=POSITIVE_INT, default=1, help="sequences held at once")
     add_flash_attn(fp, "its F32 score buffer takes memory")
-    add_json(fp, "the memory budget, in GiB")
+    add_json(fp, "the verdict (fits) and the memory budget, in GiB")
 
 
 def add_predict_parser(sub: Any) -> None:
