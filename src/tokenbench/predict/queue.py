@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import mul
 from typing import Literal
 
 Arrivals = Literal["together", "spread"]
@@ -87,6 +88,35 @@ Counts = tuple[tuple[int, int], ...]  # (index of a step kind, how many such ste
 
 
 @dataclass(frozen=True, slots=True)
+class _Flat:
+    """A loop's groups laid out for ``evaluate``, which the calibration fit calls for every set of constants it
+    tries: every Counts of the groups (ttft, ttft_start, tpot, then cycles) one after another as its step kinds and
+    their numbers of steps, each Counts a slice of them (``spans``, per group) and how many requests had it
+    (``repeats``). Summed slice by slice in their order, the totals are _total's to the bit."""
+
+    kinds: tuple[int, ...]
+    steps: tuple[int, ...]
+    spans: tuple[tuple[tuple[int, int], ...], ...]
+    repeats: tuple[tuple[int, ...], ...]
+
+
+def _flatten(groups: tuple[tuple[tuple[Counts, int], ...], ...]) -> _Flat:
+    kinds: list[int] = []
+    steps: list[int] = []
+    spans, repeats = [], []
+    for group in groups:
+        span = []
+        for c, _ in group:
+            first = len(kinds)
+            kinds += [k for k, _ in c]
+            steps += [m for _, m in c]
+            span.append((first, len(kinds)))
+        spans.append(tuple(span))
+        repeats.append(tuple(m for _, m in group))
+    return _Flat(tuple(kinds), tuple(steps), tuple(spans), tuple(repeats))
+
+
+@dataclass(frozen=True, slots=True)
 class Loop:
     """The simulated schedule: the kinds of step it ran, and for each group of requests the steps their times
     are made of. Each group is a list of (counts, how many requests had exactly those)."""
@@ -98,6 +128,10 @@ class Loop:
     cycles: Counts  # every steady-state request's steps from its arrival to its last token, summed
     requests: int  # ... over this many requests
     ttft_cycles: tuple[tuple[tuple[Counts, int], ...], ...] = ()  # every cycle's requests, the first first
+    flat: _Flat = field(init=False, repr=False, compare=False)  # ttft, ttft_start, tpot and cycles for evaluate
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flat", _flatten((self.ttft, self.ttft_start, self.tpot, ((self.cycles, 1),))))
 
 
 @dataclass(slots=True)
@@ -271,31 +305,33 @@ def _summarise(kinds: tuple[StepKind, ...], runs: list[tuple[int, int, int, int,
     return Loop(kinds, ttft, start, tpot, tuple(sorted(total.items())), len(steady), cycles)
 
 
-def _total(c: Counts, times: list[float]) -> float:
-    return sum(times[k] * m for k, m in c)
-
-
-def _median(group: tuple[tuple[Counts, int], ...], times: list[float]) -> float:
-    """The median of a group's times, each counted as often as it occurred; the mean of the middle two when
-    their number is even, as numpy's (what vllm bench serve reports)."""
-    vals = sorted((_total(c, times), m) for c, m in group)
-    total = sum(m for _, m in vals)
+def _median(totals: list[float], repeats: tuple[int, ...]) -> float:
+    """The median of a group's times (``totals``), each counted as often as it occurred (``repeats``); the mean of
+    the middle two when their number is even, as numpy's (what vllm bench serve reports)."""
+    vals = sorted(zip(totals, repeats))
+    total = sum(repeats)
     if not total:
         return 0.0
     lo, hi = (total - 1) // 2, total // 2
-    seen, out = 0, []
+    seen, low = 0, 0.0
     for v, m in vals:
-        out += [v] * sum(1 for pos in (lo, hi) if seen <= pos < seen + m)
+        if seen <= lo < seen + m:
+            low = v
+        if hi < seen + m:
+            return sum((low, v)) / 2
         seen += m
-    return sum(out) / 2
+    return 0.0
 
 
 def evaluate(loop: Loop, times: list[float]) -> LoopTimes:
-    """The loop's times, given each step kind's time (``times[i]`` for ``loop.kinds[i]``)."""
-    worst = max((_total(c, times) for c, _ in loop.ttft_start), default=0.0)
-    return LoopTimes(_median(loop.ttft, times), _median(loop.ttft_start, times), worst,
-                     _median(loop.tpot, times) if loop.tpot else 0.0,
-                     _total(loop.cycles, times) / loop.requests if loop.requests else 0.0)
+    """The loop's times, given each step kind's time (``times[i]`` for ``loop.kinds[i]``): every request's steps
+    multiplied out at once (``Loop.flat``), then summed request by request."""
+    f = loop.flat
+    parts = list(map(mul, map(times.__getitem__, f.kinds), f.steps))
+    ttft, start, tpot, cycles = ([sum(parts[a:b]) for a, b in spans] for spans in f.spans)
+    return LoopTimes(_median(ttft, f.repeats[0]), _median(start, f.repeats[1]), max(start, default=0.0),
+                     _median(tpot, f.repeats[2]) if loop.tpot else 0.0,
+                     cycles[0] / loop.requests if loop.requests else 0.0)
 
 
 def decode_steps(output: int, tokens_per_step: float = 1.0) -> int:
