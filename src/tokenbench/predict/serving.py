@@ -136,17 +136,16 @@ def one_stream(pf: StepCost, t_dec: Estimate, eff: Efficiency, n: int, prompt: i
                       ttft_start_s=after((n - 1) // 2), ttft_worst_s=ttft)
 
 
-def serve_queue(loop: queue.Loop, times: tuple[list[float], list[float]], t_out: Estimate, n: int,
-                output: int) -> ServePoint:
+def serve_queue(c: queue.LoopTimes, e: queue.LoopTimes, t_out: Estimate, n: int, output: int) -> ServePoint:
     """A batching engine's closed loop (vLLM, SGLang, llama.cpp's server slots) from its simulated schedule
-    (queue.closed_loop) and the time of each kind of step it ran (``times``: at the ceiling, and estimated). TTFT:
+    (queue.closed_loop) timed with the time of each kind of step it ran (queue.evaluate: ``c`` at the ceiling,
+    ``e`` estimated). TTFT:
     the steps from a prompt's arrival to the step that finishes it (queueing behind other prompts' chunks, sharing
     steps with the running decodes), plus ``t_out``, one decode step of one sequence: the first token's way out to
     the client (sampling, detokenising, the stream), which alone makes one agent's TTFT one prefill plus one step.
     TPOT: a request's steps after its first token over its O−1 tokens, so a step that carries a prompt chunk is a
     slower decode step for everyone in it. Throughput: N agents each get O tokens per cycle, the mean time from a
     request's arrival to its last token (Little's law), so it agrees with the TTFT and TPOT it is made of."""
-    c, e = queue.evaluate(loop, times[0]), queue.evaluate(loop, times[1])
     steps = max(output - 1, 1)
     ttft = Estimate(c.ttft + t_out.ceiling, e.ttft + t_out.estimate)
     tpot = Estimate(c.tpot_steps / steps, e.tpot_steps / steps)

@@ -68,6 +68,8 @@ class Setup:
     mmq: bool = True  # ggml's CUDA backend multiplies quantized prompts with MMQ (registry.Engine.mmq_since)
     costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
     fits: dict[tuple[Any, ...], memory.Fit] = field(default_factory=dict)  # memory per shape, memoised
+    #: mean context -> the loop last timed at it, the speculative decoding it was timed with, its ceiling times
+    ceilings: dict[int, tuple[queue.Loop, speculation.Spec | None, queue.LoopTimes]] = field(default_factory=dict)
 
     @classmethod
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
@@ -113,7 +115,7 @@ class Setup:
 
     def with_slots(self, slots: int) -> Setup:
         """The same setup with llama.cpp's server running ``slots`` slots (its memo of costs and fits anew)."""
-        return replace(self, parallel=slots, costs={}, fits={})
+        return replace(self, parallel=slots, costs={}, fits={}, ceilings={})
 
     def band(self, cal: Calibration, metric: str, depth: int | None = None, concurrency: int | None = None,
              fallback: Band | None = None) -> Band | None:
@@ -249,25 +251,38 @@ class Setup:
             self.costs[key] = serving.batch_step(parts, passes)
         return self.costs[key]
 
-    def _step_times(self, kinds: tuple[queue.StepKind, ...], ctx: int,
-                    save: float = 0.0) -> tuple[list[float], list[float]]:
-        """Each kind of step's time, at the ceiling and estimated. With speculative decoding a decode step is
-        one verification pass and its drafts (``_decode_step`` per token, times E), and prompt chunks add what
-        they add to a plain step of the same decodes. ``save``: seconds per slot saved before the step
-        (StepKind.saves: llama.cpp's server saving idle slots to its host prompt cache, slot_save); a software
-        cost, not in the ceiling."""
-        ceil, est = [], []
-        for kind in kinds:
-            c = self._step_cost(kind, ctx)
-            t_c, t_e = c.ceiling, rf.prefill_time(c, self.eff)
+    def _step_ceilings(self, loop: queue.Loop, ctx: int) -> queue.LoopTimes:
+        """The loop's times at the ceiling: each kind of step's at the nominal peaks, which no constant moves, so
+        once per loop (``ceilings``; the calibration fit re-times a loop for every set of constants it tries). With
+        speculative decoding a decode step is one verification pass and its drafts (``_decode_step`` per token,
+        times E), and prompt chunks add what they add to a plain step of the same decodes."""
+        hit = self.ceilings.get(ctx)
+        if hit is not None and hit[0] is loop and hit[1] is self.spec:
+            return hit[2]
+        ceil = []
+        for kind in loop.kinds:
+            t_c = self._step_cost(kind, ctx).ceiling
             if self.spec is not None and kind.decodes:
                 plain = self._step_cost(queue.StepKind(kind.decodes), ctx)
-                d = self._decode_step(kind.decodes, ctx)
-                t_c += d.ceiling * self.spec.expected - plain.ceiling
-                t_e += d.estimate * self.spec.expected - rf.prefill_time(plain, self.eff)
+                t_c += self._decode_step(kind.decodes, ctx).ceiling * self.spec.expected - plain.ceiling
             ceil.append(t_c)
+        times = queue.evaluate(loop, ceil)
+        self.ceilings[ctx] = (loop, self.spec, times)
+        return times
+
+    def _step_estimates(self, kinds: tuple[queue.StepKind, ...], ctx: int, save: float = 0.0) -> list[float]:
+        """Each kind of step's estimated time, with the constants (as ``_step_ceilings``). ``save``: seconds per
+        slot saved before the step (StepKind.saves: llama.cpp's server saving idle slots to its host prompt cache,
+        slot_save); a software cost, not in the ceiling."""
+        est = []
+        for kind in kinds:
+            t_e = rf.prefill_time(self._step_cost(kind, ctx), self.eff)
+            if self.spec is not None and kind.decodes:
+                plain = self._step_cost(queue.StepKind(kind.decodes), ctx)
+                t_e += self._decode_step(kind.decodes, ctx).estimate * self.spec.expected - rf.prefill_time(plain,
+                                                                                                            self.eff)
             est.append(t_e + kind.saves * save)  # llama.cpp's server saving idle slots before the step
-        return ceil, est
+        return est
 
     def _serve_queue(self, n: int, prompt: int, output: int, cached: int) -> serving.ServePoint:
         """vLLM, SGLang, llama.cpp's server slots: the closed loop through their scheduler (queue.closed_loop,
@@ -283,8 +298,9 @@ class Setup:
         loop = queue.closed_loop(n, max(prompt, 1), queue.decode_steps(output, per_step), self.budget,
                                  serving.mixes_prefill(self.engine), self.arrivals, per_seq, cached,
                                  serving.resend_lag(self.engine), save > 0)
-        times = self._step_times(loop.kinds, ctx, save)
-        p = serving.serve_queue(loop, times, self._decode_step(1, ctx), n, output)
+        p = serving.serve_queue(self._step_ceilings(loop, ctx),
+                                queue.evaluate(loop, self._step_estimates(loop.kinds, ctx, save)),
+                                self._decode_step(1, ctx), n, output)
         if not output:  # prompts only: the decode rate of the batch stands for throughput
             d = self._decode_step(n, ctx)
             p.throughput = (n / d.ceiling, n / d.estimate)
