@@ -11,6 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from multiprocessing import get_context
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..errors import UsageError
 from . import roofline as rf
@@ -20,7 +21,8 @@ from .kind import Kind
 from .priors import backend_prior, family, prior
 from .solver import ANCHOR_PRIOR_WEIGHT, PRIOR_WEIGHT, fit_constants
 from .measured import METRICS, Row
-from .rows import RowResult, Valuer, band_metric, context, predict_row, row_setup, row_valuer
+from .rows import RowResult, Valuer, band_metric, context, predict_row, row_setup, row_setup_args, row_valuer
+from .setup import Setup
 from .specs import Catalog
 
 #: Metrics the fit uses (a p99 is a tail, not what the constants describe).
@@ -39,14 +41,17 @@ class Fittable:
 
 
 def fittable_rows(cat: Catalog, rows: list[Row]) -> list[Fittable]:
-    """Rows the fit can use: a known box, model, format and engine, a fitted metric, and no hybrid offload."""
+    """Rows the fit can use: a known box, model, format and engine, a fitted metric, and no hybrid offload. Rows
+    of one setup share it (its memoised costs, and one closed loop per set of constants: Setup.serve_once)."""
     out = []
     blank = Calibration({}, {})
+    setups: dict[tuple[tuple[str, Any], ...], Setup] = {}
     for r in rows:
         if r.metric not in FITTED_METRICS or r.value <= 0:
             continue
+        key = tuple(row_setup_args(r).items())
         try:
-            s = row_setup(cat, blank, r)
+            s = setups[key] if key in setups else setups.setdefault(key, row_setup(cat, blank, r))
         except UsageError:
             continue
         if not s.fit(context(r) + 1, max(1, r.concurrency)).fits:

@@ -114,14 +114,19 @@ class RowResult:
 Valuer = Callable[[rf.Efficiency], tuple[float | None, float | None]]  # constants -> (ceiling, predicted)
 
 
-def row_setup(cat: Catalog, cal: Calibration, r: Row) -> Setup:
+def row_setup_args(r: Row) -> dict[str, Any]:
+    """What a row's setup is made of (Setup.make's arguments): rows with the same are of one setup."""
     kv = "AUTO" if r.kv.lower() == "auto" else r.kv
     parallel = row_parallel(r) if engine_kind(r.engine) == "sequential" else 1
     batching = engine_kind(r.engine) != "sequential"
-    return Setup.make(cat, cal, r.hardware, r.model, r.weights, kv, r.engine, check=False, ubatch=row_ubatch(r),
-                      parallel=parallel, flash_attn=row_flash_attn(r) or batching,
-                      batch_tokens=row_batch_tokens(r) if batching else None,
-                      arrivals=row_arrivals(r) if batching else "together", era=r.build or None)
+    return dict(hardware=r.hardware, model=r.model, weights=r.weights, kv=kv, engine=r.engine, check=False,
+                ubatch=row_ubatch(r), parallel=parallel, flash_attn=row_flash_attn(r) or batching,
+                batch_tokens=row_batch_tokens(r) if batching else None,
+                arrivals=row_arrivals(r) if batching else "together", era=r.build or None)
+
+
+def row_setup(cat: Catalog, cal: Calibration, r: Row) -> Setup:
+    return Setup.make(cat, cal, **row_setup_args(r))
 
 
 def row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
@@ -156,7 +161,7 @@ def row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
 
         def v(e: rf.Efficiency) -> tuple[float | None, float | None]:
             s.eff = e
-            p = s.serve(n, prompt, output)
+            p = s.serve_once(n, prompt, output)
             if r.metric == "output_tps":
                 return p.throughput
             if r.metric == "tpot_median":

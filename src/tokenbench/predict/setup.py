@@ -70,6 +70,8 @@ class Setup:
     fits: dict[tuple[Any, ...], memory.Fit] = field(default_factory=dict)  # memory per shape, memoised
     #: mean context -> the loop last timed at it, the speculative decoding it was timed with, its ceiling times
     ceilings: dict[int, tuple[queue.Loop, speculation.Spec | None, queue.LoopTimes]] = field(default_factory=dict)
+    #: (agents, prompt, output) -> the constants it was last served with (serve_once), and what they served
+    served: dict[tuple[int, int, int], tuple[rf.Efficiency, serving.ServePoint]] = field(default_factory=dict)
 
     @classmethod
     def make(cls, cat: Catalog, cal: Calibration, hardware: str, model: str, weights: str, kv: str,
@@ -115,7 +117,7 @@ class Setup:
 
     def with_slots(self, slots: int) -> Setup:
         """The same setup with llama.cpp's server running ``slots`` slots (its memo of costs and fits anew)."""
-        return replace(self, parallel=slots, costs={}, fits={}, ceilings={})
+        return replace(self, parallel=slots, costs={}, fits={}, ceilings={}, served={})
 
     def band(self, cal: Calibration, metric: str, depth: int | None = None, concurrency: int | None = None,
              fallback: Band | None = None) -> Band | None:
@@ -226,6 +228,15 @@ class Setup:
         pf = self._prefill_cost(max(prompt, 1), cached, self.ubatch)
         return serving.one_stream(pf, self._decode_step(1, ctx), self.eff, n, prompt, output,
                                   self.slot_save(cached + prompt + output))
+
+    def serve_once(self, n: int, prompt: int, output: int) -> serving.ServePoint:
+        """``serve``, once per set of constants (``eff``, which is frozen: the same object, the same constants):
+        the rows of one run on one setup (its TTFT, TPOT and throughput) each ask it of every set the calibration
+        fit tries. The point is shared by whoever asks: read it, do not change it."""
+        hit = self.served.get((n, prompt, output))
+        if hit is None or hit[0] is not self.eff:
+            hit = self.served[n, prompt, output] = (self.eff, self.serve(n, prompt, output))
+        return hit[1]
 
     def slot_state_bytes(self, context: int) -> float:
         """A sequence's state at ``context`` tokens, as llama.cpp's server saves a slot: its KV cache and recurrent
