@@ -68,8 +68,10 @@ class Setup:
     mmq: bool = True  # ggml's CUDA backend multiplies quantized prompts with MMQ (registry.Engine.mmq_since)
     costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
     fits: dict[tuple[Any, ...], memory.Fit] = field(default_factory=dict)  # memory per shape, memoised
-    #: mean context -> the loop last timed at it, the speculative decoding it was timed with, its ceiling times
-    ceilings: dict[int, tuple[queue.Loop, speculation.Spec | None, queue.LoopTimes]] = field(default_factory=dict)
+    #: (id of a loop, mean context) -> the loop (held, so its id is never another's), the speculative decoding it
+    #: was timed with, and its times at the ceiling
+    ceilings: dict[tuple[int, int], tuple[queue.Loop, speculation.Spec | None, queue.LoopTimes]] = \
+        field(default_factory=dict)
     #: (agents, prompt, output) -> the constants it was last served with (serve_once), and what they served
     served: dict[tuple[int, int, int], tuple[rf.Efficiency, serving.ServePoint]] = field(default_factory=dict)
 
@@ -267,7 +269,7 @@ class Setup:
         once per loop (``ceilings``; the calibration fit re-times a loop for every set of constants it tries). With
         speculative decoding a decode step is one verification pass and its drafts (``_decode_step`` per token,
         times E), and prompt chunks add what they add to a plain step of the same decodes."""
-        hit = self.ceilings.get(ctx)
+        hit = self.ceilings.get((id(loop), ctx))
         if hit is not None and hit[0] is loop and hit[1] is self.spec:
             return hit[2]
         ceil = []
@@ -278,7 +280,7 @@ class Setup:
                 t_c += self._decode_step(kind.decodes, ctx).ceiling * self.spec.expected - plain.ceiling
             ceil.append(t_c)
         times = queue.evaluate(loop, ceil)
-        self.ceilings[ctx] = (loop, self.spec, times)
+        self.ceilings[id(loop), ctx] = (loop, self.spec, times)
         return times
 
     def _step_estimates(self, kinds: tuple[queue.StepKind, ...], ctx: int, save: float = 0.0) -> list[float]:
