@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from operator import mul
 
 from .priors import with_constants
 from .roofline import PARAM_BOUNDS, Efficiency
@@ -69,8 +70,12 @@ def _normal_equations(residuals: Callable[[list[float]], tuple[list[float], list
         rj, pj = residuals(zj)
         jac_cols.append([(w * (a - b)) / h for w, a, b in zip(wts, rj, rs)] + [(a - b) / h for a, b in zip(pj, pr)])
     k = len(z)
-    jtj = [[sum(x * y for x, y in zip(jac_cols[i], jac_cols[j])) for j in range(k)] for i in range(k)]
-    jtr = [sum(x * y for x, y in zip(jac_cols[i], res)) for i in range(k)]
+    # JᵀJ is symmetric, and x·y is y·x to the bit: each product summed once, in the columns' order
+    jtj = [[0.0] * k for _ in range(k)]
+    for i in range(k):
+        for j in range(i, k):
+            jtj[i][j] = jtj[j][i] = sum(map(mul, jac_cols[i], jac_cols[j]))
+    jtr = [sum(map(mul, jac_cols[i], res)) for i in range(k)]
     return jtj, jtr
 
 
