@@ -129,11 +129,24 @@ def row_setup(cat: Catalog, cal: Calibration, r: Row) -> Setup:
     return Setup.make(cat, cal, **row_setup_args(r))
 
 
+def _timed(c: rf.StepCost, units: float, time: Callable[[rf.StepCost, rf.Efficiency], float]) -> Valuer:
+    """A step whose work no constant changes, as a rate: ``units`` over its ceiling and over its ``time`` at the
+    constants (what Estimate.rate makes of Setup.prefill and Setup.decode, without their lookups for every set of
+    constants the calibration fit tries)."""
+    ceiling = c.ceiling
+
+    def v(e: rf.Efficiency) -> tuple[float | None, float | None]:
+        return units / ceiling, units / time(c, e)
+    return v
+
+
 def row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
     """How a row's quantity follows from a backend's constants, in the row's unit."""
     n = max(1, r.concurrency)
     if r.metric == "prefill_tps":
         t = r.input_len or 512
+        if (pc := s.plain_prefill(t, r.depth)) is not None:  # its work fixed: only its time is the constants'
+            return _timed(pc, t, rf.prefill_time)
 
         def v(e: rf.Efficiency) -> tuple[float | None, float | None]:
             s.eff = e
@@ -141,6 +154,8 @@ def row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
         return v
     if r.metric == "decode_tps":
         ctx = r.depth + (r.output_len // 2 if r.test.startswith("tg") else 0)
+        if (dc := s.plain_decode(ctx)) is not None:
+            return _timed(dc, 1.0, rf.decode_time)
 
         def v(e: rf.Efficiency) -> tuple[float | None, float | None]:
             s.eff = e

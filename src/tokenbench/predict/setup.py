@@ -207,12 +207,26 @@ class Setup:
                                           self.flash_attn, self.mmq)
         return self._decode_step(n, depth)
 
+    def plain_decode(self, depth: int) -> rf.StepCost | None:
+        """The work of the step ``decode`` times for one sequence, which no constant changes (the calibration fit's
+        rows take it once and time it for every set of constants they are asked of); None where the constants
+        decide more than its time: hybrid offload (where the layers run), speculative decoding (its drafts)."""
+        if self.spec is not None or (not self.fit(depth + 1, 1).fits and self.kind == "sequential"):
+            return None
+        return self._decode_cost(1, depth)
+
+    def plain_prefill(self, tokens: int, depth: int = 0) -> rf.StepCost | None:
+        """The work ``prefill`` times (as ``plain_decode``); None where the prompt runs in hybrid offload."""
+        if not self.fit(depth + tokens, 1).fits and self.kind == "sequential":
+            return None
+        return self._prefill_cost(tokens, depth, self.pass_tokens)
+
     def prefill(self, tokens: int, depth: int = 0) -> rf.Estimate:
-        f = self.fit(depth + tokens, 1)
-        if not f.fits and self.kind == "sequential":
-            return offload.offload_prefill(self.model, self.hw, self.quant, tokens, depth, self.backend, f, self.eff,
-                                           self.ubatch, self.flash_attn, self.mmq)
-        c = self._prefill_cost(tokens, depth, self.pass_tokens)
+        c = self.plain_prefill(tokens, depth)
+        if c is None:
+            return offload.offload_prefill(self.model, self.hw, self.quant, tokens, depth, self.backend,
+                                           self.fit(depth + tokens, 1), self.eff, self.ubatch, self.flash_attn,
+                                           self.mmq)
         return rf.Estimate(c.ceiling, rf.prefill_time(c, self.eff))
 
     def serve(self, n: int, prompt: int, output: int, cached: int = 0) -> serving.ServePoint:
