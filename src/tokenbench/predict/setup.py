@@ -69,9 +69,9 @@ class Setup:
     costs: dict[tuple[Any, ...], rf.StepCost] = field(default_factory=dict)  # physical work, memoised
     fits: dict[tuple[Any, ...], memory.Fit] = field(default_factory=dict)  # memory per shape, memoised
     #: (id of a loop, mean context) -> the loop (held, so its id is never another's), the speculative decoding it
-    #: was timed with, and its times at the ceiling
-    ceilings: dict[tuple[int, int], tuple[queue.Loop, speculation.Spec | None, queue.LoopTimes]] = \
-        field(default_factory=dict)
+    #: was timed with, each kind of its steps' work and its times at the ceiling
+    ceilings: dict[tuple[int, int], tuple[queue.Loop, speculation.Spec | None, list[rf.StepCost], queue.LoopTimes]] \
+        = field(default_factory=dict)
     #: (agents, prompt, output) -> the constants it was last served with (serve_once), and what they served
     served: dict[tuple[int, int, int], tuple[rf.Efficiency, serving.ServePoint]] = field(default_factory=dict)
 
@@ -278,32 +278,35 @@ class Setup:
             self.costs[key] = serving.batch_step(parts, passes)
         return self.costs[key]
 
-    def _step_ceilings(self, loop: queue.Loop, ctx: int) -> queue.LoopTimes:
-        """The loop's times at the ceiling: each kind of step's at the nominal peaks, which no constant moves, so
-        once per loop (``ceilings``; the calibration fit re-times a loop for every set of constants it tries). With
-        speculative decoding a decode step is one verification pass and its drafts (``_decode_step`` per token,
-        times E), and prompt chunks add what they add to a plain step of the same decodes."""
+    def _timed_loop(self, loop: queue.Loop, ctx: int) -> tuple[list[rf.StepCost], queue.LoopTimes]:
+        """Each kind of the loop's steps' work and the loop's times at the ceiling: at the nominal peaks, which no
+        constant moves, so once per loop (``ceilings``; the calibration fit re-times a loop for every set of
+        constants it tries). With speculative decoding a decode step is one verification pass and its drafts
+        (``_decode_step`` per token, times E), and prompt chunks add what they add to a plain step of the same
+        decodes."""
         hit = self.ceilings.get((id(loop), ctx))
         if hit is not None and hit[0] is loop and hit[1] is self.spec:
-            return hit[2]
+            return hit[2], hit[3]
+        costs = [self._step_cost(kind, ctx) for kind in loop.kinds]
         ceil = []
-        for kind in loop.kinds:
-            t_c = self._step_cost(kind, ctx).ceiling
+        for kind, c in zip(loop.kinds, costs):
+            t_c = c.ceiling
             if self.spec is not None and kind.decodes:
                 plain = self._step_cost(queue.StepKind(kind.decodes), ctx)
                 t_c += self._decode_step(kind.decodes, ctx).ceiling * self.spec.expected - plain.ceiling
             ceil.append(t_c)
         times = queue.evaluate(loop, ceil)
-        self.ceilings[id(loop), ctx] = (loop, self.spec, times)
-        return times
+        self.ceilings[id(loop), ctx] = (loop, self.spec, costs, times)
+        return costs, times
 
-    def _step_estimates(self, kinds: tuple[queue.StepKind, ...], ctx: int, save: float = 0.0) -> list[float]:
-        """Each kind of step's estimated time, with the constants (as ``_step_ceilings``). ``save``: seconds per
-        slot saved before the step (StepKind.saves: llama.cpp's server saving idle slots to its host prompt cache,
-        slot_save); a software cost, not in the ceiling."""
+    def _step_estimates(self, kinds: tuple[queue.StepKind, ...], costs: list[rf.StepCost], ctx: int,
+                        save: float = 0.0) -> list[float]:
+        """Each kind of step's estimated time, with the constants (as ``_timed_loop``; ``costs``: their work).
+        ``save``: seconds per slot saved before the step (StepKind.saves: llama.cpp's server saving idle slots to
+        its host prompt cache, slot_save); a software cost, not in the ceiling."""
         est = []
-        for kind in kinds:
-            t_e = rf.prefill_time(self._step_cost(kind, ctx), self.eff)
+        for kind, c in zip(kinds, costs):
+            t_e = rf.prefill_time(c, self.eff)
             if self.spec is not None and kind.decodes:
                 plain = self._step_cost(queue.StepKind(kind.decodes), ctx)
                 t_e += self._decode_step(kind.decodes, ctx).estimate * self.spec.expected - rf.prefill_time(plain,
@@ -325,8 +328,8 @@ class Setup:
         loop = queue.closed_loop(n, max(prompt, 1), queue.decode_steps(output, per_step), self.budget,
                                  serving.mixes_prefill(self.engine), self.arrivals, per_seq, cached,
                                  serving.resend_lag(self.engine), save > 0)
-        p = serving.serve_queue(self._step_ceilings(loop, ctx),
-                                queue.evaluate(loop, self._step_estimates(loop.kinds, ctx, save)),
+        costs, ceiling = self._timed_loop(loop, ctx)
+        p = serving.serve_queue(ceiling, queue.evaluate(loop, self._step_estimates(loop.kinds, costs, ctx, save)),
                                 self._decode_step(1, ctx), n, output)
         if not output:  # prompts only: the decode rate of the batch stands for throughput
             d = self._decode_step(n, ctx)
