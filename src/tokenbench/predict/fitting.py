@@ -285,35 +285,47 @@ def fold_processes(folds: int) -> int:
     return 1 if _FOLD_PROCESS else max(1, min(folds, cores))
 
 
-def cross_validate(cat: Catalog, rows: list[Row], bands: bool = False,
-                   fold: Callable[[Row], str] = _source) -> list[RowResult]:
+def cross_validate(cat: Catalog, rows: list[Row], bands: bool = False, fold: Callable[[Row], str] = _source,
+                   meanwhile: Callable[[], object] = lambda: None) -> list[RowResult]:
     """Leave one source out (``fold``: what a fold leaves out): every source's rows predicted by a fit on all the
     other sources, the folds fitted side by side on the cores there are (``fold_processes``). Each fold builds
     its own fittable rows from the rows it keeps, so nothing the full fit built (setups, memoised costs, the
-    constants its valuers were last evaluated at) reaches a fold."""
+    constants its valuers were last evaluated at) reaches a fold. ``meanwhile`` runs in this process while the
+    folds' processes start and fit (first, where there are none)."""
     keys = sorted({fold(r) for r in rows})
     kept = [[r for r in rows if fold(r) != key] for key in keys]
     held = [[r for r in rows if fold(r) == key] for key in keys]
     procs = fold_processes(len(keys))
     if procs == 1:
+        meanwhile()
         parts = list(map(_fold, repeat(cat), kept, held, keys, repeat(bands)))
     else:
         # spawned, not forked: a fork copies whatever lock another thread of this process held at that moment
         with ProcessPoolExecutor(procs, mp_context=get_context("spawn"), initializer=_in_a_fold) as pool:
-            parts = list(pool.map(_fold, repeat(cat), kept, held, keys, repeat(bands)))
+            folds = pool.map(_fold, repeat(cat), kept, held, keys, repeat(bands))  # every fold submitted
+            try:
+                meanwhile()
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # what has not started will not
+                raise
+            parts = list(folds)
     return [res for part in parts for res in part]
 
 
 def fit_calibration(cat: Catalog, rows: list[Row], command: str, bands: bool = True) -> Calibration:
     """The fit on every row, and (``bands``) its bands: leave-one-source-out residuals per backend and metric.
-    Rows of a single source are held out a box at a time instead (each box predicted by a fit on the others)."""
-    cal = _calibration(cat, rows, "fitted", command)
+    Rows of a single source are held out a box at a time instead (each box predicted by a fit on the others). The
+    fit on every row runs while the folds' processes start and fit theirs (``cross_validate``'s ``meanwhile``)."""
     if not bands:
-        return cal
+        return _calibration(cat, rows, "fitted", command)
     fold = _source if len({_source(r) for r in rows}) > 1 else (lambda r: r.hardware)
+    full: list[Calibration] = []
+    held_out = cross_validate(cat, rows, fold=fold,
+                              meanwhile=lambda: full.append(_calibration(cat, rows, "fitted", command)))
+    cal = full[0]
     devs: dict[str, dict[str, list[float]]] = {}
     kinds: dict[str, dict[str, list[float]]] = {}
-    for res in cross_validate(cat, rows, fold=fold):
+    for res in held_out:
         if res.backend and res.deviation_pct is not None:
             devs.setdefault(res.backend, {}).setdefault(band_metric(res.row), []).append(res.deviation_pct)
             if res.kind is not None:
