@@ -333,7 +333,7 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
         if a.runs else None
 
     def fitting() -> None:  # said once the files and runs are read: a bad one is refused before it
-        # the fit, then one fit per source left out (the bands): half a minute on one core, less on more
+        # the fit, then one fit per source left out (the bands): about 10 s on one core, less on more
         print(f"fitting every backend, then each with one source left out, on "
               f"{plural(fold_processes(64), 'process', 'processes')}...", file=sys.stderr, flush=True)
     fitted = calibrate([Path(f) for f in a.file] if a.file else None, "tokenbench " + redact.command(argv), own,
