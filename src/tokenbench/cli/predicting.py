@@ -328,7 +328,7 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
 
     if not a.runs and (a.hardware or a.model):
         raise UsageError("--hardware and --model go with --runs RUN...: the box and model of your own runs")
-    check_output(a.out, "--out")  # before the fit's minute, not after it
+    check_output(a.out, "--out")  # before the fit's seconds, not after them
     own = OwnRuns(Store(a.db, readonly=True), a.runs, a.latest, a.hardware, a.model, a.engine, a.weights, a.kv) \
         if a.runs else None
 
