@@ -6,8 +6,10 @@ after 20 ms, each in a chunk of its own, as a real server streams them (each chu
 own).
 
 It prints the RSS at the start of the level and at each tenth of the run, the turns finished, and what each turn
-kept: the growth from the level's first tenth to its last divided by the turns between (the summary and the
-store at the level's end are transient, and shown by the last row). A client whose memory grew with the run's
+kept: the growth from the level's first tenth to its last divided by the turns between, and the same over its
+second half, once the soak holds as many turns as it keeps (``sessions.KEEP_TURNS``: past them it keeps a sample
+of its ended sessions and stores the rest); the summary and the store at the level's end are transient, and
+shown by the last row. A client whose memory grew with the run's
 length, not its load, keeps something per turn; the figure says how much.
 
 ``--where`` runs the same soak in this process under tracemalloc instead and prints where the memory that stayed
@@ -77,9 +79,10 @@ def rss(seconds: float, paced: bool) -> None:
     print("|---|---|")
     for tenth in range(11):
         print(f"| {seconds * tenth / 10:,.0f} | {at(seconds * tenth / 10):,.1f} |")
-    grown = at(seconds * 0.9) - at(seconds * 0.1)
-    print(f"grew {grown:,.1f} MiB from the first tenth to the last, over about {turns * 0.8:,.0f} turns: "
-          f"{grown * 1024 / max(turns * 0.8, 1):,.2f} KiB a turn")
+    for since, share in ((0.1, 0.8), (0.5, 0.4)):  # the second half: past the turns a soak keeps (KEEP_TURNS)
+        grown = at(seconds * 0.9) - at(seconds * since)
+        print(f"grew {grown:,.1f} MiB from {since:.0%} of the level to 90%, over about {turns * share:,.0f} turns: "
+              f"{grown * 1024 / max(turns * share, 1):,.2f} KiB a turn")
 
 
 def where(seconds: float, paced: bool) -> None:

@@ -79,6 +79,10 @@ class SessionStats:
     background: BackgroundStats | None = None  # the batch load beside the sessions (tenants.py)
     #: the cached share's standard error, each session one sample (None: fewer than two sessions said)
     cached_share_se: float | None = None
+    #: a soak that let go of ended sessions' records to bound its memory: the sessions it kept, a uniform sample.
+    #: Its counts, rates, shares, latencies and tenths are over every turn; its per-turn rows, error split,
+    #: objectives and findings over the sample (None: every session kept)
+    sampled_sessions: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

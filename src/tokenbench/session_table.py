@@ -84,7 +84,11 @@ def over_time(s: ServingLevel) -> list[str]:
     ttfts = " ".join(ms(x.ttft_ms_p50) for x in w)
     # a window's own length, by send time: "each tenth of 40 s" gave the whole soak's, read as each tenth's
     tenth = duration_text((w[0].end_s - w[0].start_s) * 1000)
-    return [f"  over time, in tenths of the soak ({tenth} each): cached {shares}", f"  turn TTFT p50: {ttfts}"]
+    lines = [f"  over time, in tenths of the soak ({tenth} each): cached {shares}", f"  turn TTFT p50: {ttfts}"]
+    if s.session is not None and (kept := s.session.sampled_sessions) is not None:
+        lines.append(f"  kept {kept:,} of {s.session.sessions:,} sessions in memory (every turn stored): figures "
+                     "over every turn, per-turn rows and findings over those kept")
+    return lines
 
 
 def session_headline(warm: ServingLevel, busted: ServingLevel | None) -> str | None:

@@ -27,6 +27,8 @@ from .client import PreparedRequest, StreamClient
 from .draws import Draw
 from .grace import DEFAULT_GRACE_S, INTERRUPTED, Waiting, mark_unfinished, within_grace
 from .records import RequestRecord
+from .slo import SLO
+from .soak_totals import Keeper
 from .tenants import Background
 from .workload import PromptBuilder
 
@@ -36,6 +38,10 @@ OnCap = Literal["end", "compact"]
 #: The header that names an agent's conversation to the server (as MLCommons' agentic benchmark and AIPerf's
 #: --session-header send it): a router or a cache may keep a session's turns together by it.
 SESSION_HEADER = "X-Session-ID"
+#: The turns a soak keeps in memory, about: past them it keeps a uniform sample of its ended sessions and folds
+#: the rest into exact totals and latency sketches (soak_totals.py), so an hour's soak holds what a few minutes'
+#: did (a turn's record is 2-4 KiB; the store keeps every turn).
+KEEP_TURNS = 10_000
 #: Tokens a chat template adds per message ("role: ", a newline, special tokens), counted toward the context cap
 #: before the server has said what a turn's prompt came to.
 TEMPLATE_TOKENS_PER_MESSAGE = 8
@@ -153,15 +159,26 @@ class SessionLevel:
         #: a soak's turns still in flight this long after its end are cancelled, cut by it (None: wait for them)
         self.grace_s: float | None = DEFAULT_GRACE_S
         self.cut: set[int] = set()
-        self._begun: set[int] = set()  # sessions an agent took up, and those it finished (or gave up on)
-        self._ended: set[int] = set()
+        #: where a soak's records go once their session is let go (the store's requests table); with it a soak
+        #: keeps a sample of its ended sessions in ``records`` and the rest folded (soak_totals.Keeper)
+        self.spill: Callable[[list[RequestRecord]], None] | None = None
+        self.keep_turns = KEEP_TURNS
+        self.slo: SLO | None = None
+        self.keeper: Keeper | None = None
+        self._sent = 0  # the index of the level's next record
+        self._open: set[int] = set()  # sessions an agent took up and has not finished (or given up on)
 
     async def run(self, waiting: Waiting | None = None) -> tuple[int, int]:
         """Every session of the level, closed loop over the agents; returns the window (first send, last byte).
         ``waiting``: told, past a soak's end, of the turns still in flight (grace.within_grace)."""
         start = time.perf_counter_ns()
+        self._sent = len(self.records)
         if self.duration_s is not None:
             self.deadline_ns = start + int(self.duration_s * 1e9)
+            if self.spill is not None:
+                keep = max(1, self.keep_turns // max(1, self.plan.turns))
+                self.keeper = Keeper(self.records, keep, (start, int(self.duration_s * 1e9)),
+                                     f"{self.texts.seed}/{self.key}/{self.cache}", self.spill, self.slo)
         agents = asyncio.gather(*(self._agent(a) for a in range(self.agents)))
         try:
             if await within_grace(agents, self.records, self.deadline_ns, self.grace_s, waiting):
@@ -180,16 +197,18 @@ class SessionLevel:
         """The sessions taken up and not ended that sent a turn: one caught while its opening was built, before its
         first send, is no session of the level's (a soak read 2 sessions, 2 finished and 2 cut)."""
         sent = {r.session for r in self.records if r.session is not None}
-        return (self._begun - self._ended) & sent
+        return self._open & sent
 
     async def _agent(self, agent: int) -> None:
         total = self.agents if self.plan.per_agent else self.plan.sessions
         while (self.next_session < total) if self.deadline_ns is None else not self._over():
             session = self.next_session
             self.next_session += 1
-            self._begun.add(session)
+            self._open.add(session)
             await self._session(agent, session)
-            self._ended.add(session)
+            self._open.discard(session)
+            if self.keeper is not None:
+                self.keeper.ended(session, session in self.cut)
 
     def _thinking(self, seconds: float) -> float:
         """An agent's pause between turns, to a soak's end at most: no turn is sent after it, so a longer pause
@@ -267,9 +286,11 @@ class SessionLevel:
             messages = [first, *messages[1:]]
         req = PreparedRequest("", out_len, conv.tokens, self.fields(agent, out_len), messages=list(messages),
                               headers={SESSION_HEADER: f"{self.texts.tag}-{self.key}-{session}-{self.cache}"})
-        rec = RequestRecord(index=len(self.records), session=session, turn=turn, think_ms=think_ms,
-                            cache_busted=busted)
+        rec = RequestRecord(index=self._sent, session=session, turn=turn, think_ms=think_ms, cache_busted=busted)
+        self._sent += 1
         self.records.append(rec)
+        if self.keeper is not None:
+            self.keeper.add(rec)
         await self.client.send(req, rec)
         self.on_done(rec)
         return rec

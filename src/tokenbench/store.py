@@ -261,12 +261,22 @@ class Store:
                     json.dumps(summary.to_dict()),
                 ),
             )
-            # a generator, not a list: each row's JSON is written and dropped (a list held every row's at once,
-            # 2 KiB a 64-token record: 77 MiB more at the end of a soak's 38,000 turns)
-            db.executemany(
-                "INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?, ?)",
-                ((run_id, idx, repetition, r.index, r.phase, int(r.ok), json.dumps(r.to_dict())) for r in records),
-            )
+            self._requests(db, run_id, idx, repetition, records)
+
+    def save_requests(self, run_id: str, idx: int, repetition: int, records: list[RequestRecord]) -> None:
+        """Records of a level still running (a soak's sessions it let go): its ``save_level`` stores the rest."""
+        with self.tx() as db:
+            self._requests(db, run_id, idx, repetition, records)
+
+    @staticmethod
+    def _requests(db: sqlite3.Connection, run_id: str, idx: int, repetition: int,
+                  records: list[RequestRecord]) -> None:
+        # a generator, not a list: each row's JSON is written and dropped (a list held every row's at once,
+        # 2 KiB a 64-token record: 77 MiB more at the end of a soak's 38,000 turns)
+        db.executemany(
+            "INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ((run_id, idx, repetition, r.index, r.phase, int(r.ok), json.dumps(r.to_dict())) for r in records),
+        )
 
     def save_telemetry(self, run_id: str, level_idx: int, repetition: int,
                        samples: list[tuple[int, dict[str, float]]], source: str = "metrics") -> None:
@@ -385,7 +395,9 @@ class Store:
         if repetition is not None:  # a replay's trees are numbered afresh in each repetition
             q += " AND repetition = ?"
             args += (repetition,)
-        return [RequestRecord.from_dict(json.loads(r[0])) for r in self.db.execute(q, args)]
+        # in the order sent: a soak stores the sessions it let go before the level's end stores the rest
+        return [RequestRecord.from_dict(json.loads(r[0]))
+                for r in self.db.execute(q + " ORDER BY level_idx, repetition, idx", args)]
 
     #: What a record's times and token counts are (``request_times``), as stored: the rest is not read.
     TIMED = ("index", "sent_ns", "first_token_ns", "end_ns", "input_tokens", "output_tokens")

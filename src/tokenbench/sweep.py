@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import random
 import secrets
+from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -213,6 +214,7 @@ class _Load:
         self.telemetry: LevelTelemetry | None = None  # the server's /metrics and power sampled while it measured
         self.grace_s: float | None = DEFAULT_GRACE_S  # requests in flight past a duration's end get this long
         self.waiting: Waiting | None = None  # told what a phase waits for (a warm-up, a level past its end)
+        self.spill: Callable[[list[RequestRecord]], None] | None = None  # the level's records stored before its end
 
     @property
     def cut(self) -> bool:
@@ -306,6 +308,7 @@ class _Sweep:
         desc = _describe(cfg, self.plan, level, at)
         load = _Load(self.client, prompts, self.pool)
         load.grace_s, load.waiting = cfg.grace_s, rep.waiting
+        load.spill = partial(self.store.save_requests, self.run_id, idx, repetition)
         load.stop = self.plan.stop(level, work.planned, records) if work.stoppable else None
         node_snaps = await self.pool.guards(cfg.guard, cfg.guard_config) if self.pool is not None else []
         refuse_dirty_nodes(cfg.guard, node_snaps, f"before level {level.describe()}")
@@ -344,6 +347,7 @@ class _Sweep:
             window = (min((r.sent_ns for r in measured), default=0), 0)
         summary = summarize(records, concurrency=level.concurrency, rate=level.offered_rate, window_start_ns=window[0],
                             window_end_ns=window[1] or None, slo=cfg.slo, sessions=work.whole(records))
+        work.attach(summary, records)  # before what reads its totals: a soak's are over turns it let go
         summary.cost_per_mtok = level_cost(cfg.price_per_hour, cfg.currency, summary.sustained_tps)
         summary.client = ClientReport.written(**load.client_report)
         summary.guard = snap
@@ -352,7 +356,8 @@ class _Sweep:
             summary.telemetry = tele.summary(summary.total_output_tokens, summary.duration_s)
             if tele.series():
                 store.save_telemetry(run_id, idx, repetition, tele.series())
-        work.attach(summary, records)
+            if summary.session is not None:  # the server's own hit share (/metrics) beside the responses'
+                summary.session.server_hit_share = summary.telemetry.prefix_cache_hit_rate
         if node_snaps:
             summary.client.put(node_guards=[n.to_dict() for n in node_snaps])
         if server_snap is not None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..client import StreamClient
     from ..endpoint import Endpoint
     from ..levels import ServingLevel
+    from ..slo import SLO
     from ..workload import PromptBuilder
 
 OnDone = Callable[[RequestRecord], None]
@@ -50,6 +51,7 @@ class SweepOptions(Protocol):
     ray: str | None
     fixed_output: bool
     extra_body: dict[str, Any]
+    slo: SLO | None
 
 
 def warmups(opts: SweepOptions, level: Level) -> int:
@@ -89,6 +91,10 @@ class LevelLoad(Protocol):
                        records: list[RequestRecord], on_done: OnDone) -> None: ...
 
     async def agents(self, run: AgentRun, level: Level, records: list[RequestRecord]) -> None: ...
+
+    #: where a level's records can go before its end (the store's requests table), so a soak need not hold
+    #: every turn: each record handed here once, and never stored again at the end
+    spill: Callable[[list[RequestRecord]], None] | None
 
 
 class AgentRun(Protocol):

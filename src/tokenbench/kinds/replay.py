@@ -44,12 +44,9 @@ class ReplayWork:
 
     def attach(self, summary: ServingLevel, records: list[RequestRecord]) -> None:
         """The session view of the trees replayed (each tree a session, its subagents in it; a tree the level's
-        end cut is cut), with the server's own prefix-cache hit share over the level beside the responses' cached
-        share."""
+        end cut is cut)."""
         calls, cut = tree_sessions(records, self.run.finished)
-        stats = session_stats(calls, "warm", cut)
-        stats.server_hit_share = summary.telemetry.prefix_cache_hit_rate if summary.telemetry is not None else None
-        summary.session = stats
+        summary.session = session_stats(calls, "warm", cut)
         if not summary.concurrency:  # at the recorded times: the schedule's rate is of trajectories, not requests
             summary.rate = None
         summary.replay = replay_stats(records, self.ideal, self.planned, self.run.finished, self.basis)

@@ -17,6 +17,7 @@ from ..loadgen import Level
 from ..background import cancel_and_wait
 from ..metrics import session_stats, soak_windows, whole_sessions
 from ..records import RequestRecord
+from ..soak_totals import apply
 from ..sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
 from ..tenants import BackgroundLoad
 from ..workload import WorkloadRecord
@@ -46,6 +47,7 @@ class SessionsWork:
     async def measure(self, load: LevelLoad, level: Level, duration_s: float | None, seed: int,
                       records: list[RequestRecord], on_done: OnDone) -> None:
         self.run.duration_s = duration_s  # a soak: sessions back to back until the time is up
+        self.run.spill = load.spill  # ... holding a sample of its ended sessions, the rest stored and folded
         if self.background is None:
             await load.agents(self.run, level, records)
             return
@@ -57,8 +59,7 @@ class SessionsWork:
             await cancel_and_wait(beside)
 
     def attach(self, summary: ServingLevel, records: list[RequestRecord]) -> None:
-        """The session view, with what the runner alone knows (compactions, caps) and the server's own prefix-cache
-        hit share over the level (/metrics), beside the responses' cached share."""
+        """The session view, with what the runner alone knows (compactions, caps, a soak's sessions let go)."""
         cut = self._cut(records)
         stats = session_stats(records, self.cache, cut)
         stats.compactions, stats.capped = self.run.compactions, self.run.capped
@@ -66,8 +67,11 @@ class SessionsWork:
             stats.over_time = soak_windows(records, self.run.duration_s)
         if self.background is not None:
             stats.background = self.background.stats()
-        stats.server_hit_share = summary.telemetry.prefix_cache_hit_rate if summary.telemetry is not None else None
         summary.session = stats
+        keeper = self.run.keeper
+        if keeper is not None and keeper.finish(cut):  # a soak that let sessions go: its figures over every turn
+            stats.sampled_sessions = keeper.kept_sessions()
+            apply(keeper.folded, summary)
 
     def beside(self) -> list[RequestRecord]:
         """The background load's requests: unique prompts the server counted among its cache's lookups."""
@@ -120,6 +124,7 @@ class BoundSessions:
                            level.concurrency or 1, level.cache, self.fields, records, on_done,
                            counter.count if counter is not None else None)
         run.grace_s = self.b.opts.grace_s  # a soak's turns in flight past its end get this long
+        run.slo = self.b.opts.slo  # a soak's goodput counts every turn within its limits
         bg = self.plan.background
         return SessionsWork(run, level.cache, None if bg is None else BackgroundLoad(
             bg, self.client, self.b.builder, self.background_fields, self.b.seed, run.key))
