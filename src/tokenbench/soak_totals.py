@@ -3,11 +3,13 @@ turn's record to its end grew the client by 1.8-4.2 KiB a turn (benchmarks/soak_
 that has ended is folded into running figures as it ends, and its records can be let go:
 
 - counts and sums exactly (requests, errors, tokens, cached tokens, busy time, each tenth of the run's turns);
-- latencies as ``Sketch``es: count, mean, spread, least and most exactly, percentiles read at ``RESOLUTION_MS``
-  (a soak's TTFT p99 read at 10 µs, a TPOT at 10 µs of a 20 ms step), in memory bounded by the distinct values.
+- latencies as ``Sketch``es: count, mean, spread, least and most exactly, percentiles to ``RESOLUTION_MS`` or to
+  0.05% of the value, whichever is more (a TTFT p99 of 1,500 ms read to 0.5 ms), in memory bounded by the range of
+  the values, not their number.
 
-``fold`` takes a session's measured records; ``Folded.distribution`` and the totals then stand for every turn the
-soak sent, those it let go and those it kept."""
+``Keeper`` does it for a soak's level (``sessions.SessionLevel``, past ``sessions.KEEP_TURNS``): ``fold`` takes each
+ended session's measured records, a uniform sample of the sessions stays in the level's records, the rest go to
+the store at once, and ``apply`` makes the summary over the sample stand for every turn the soak sent."""
 
 from __future__ import annotations
 
@@ -29,8 +31,25 @@ NS_PER_MS = 1_000_000
 SINCE_SENT = (("ttfb", "first_byte_ns"), ("answer", "first_answer_ns"), ("text", "first_text_ns"),
               ("tool", "first_tool_ns"))
 
-#: The resolution a sketch reads its percentiles at (ms): far below what a client on a shared machine can time.
+#: The resolution a sketch reads its percentiles at (ms): far below what a client on a shared machine can time;
+#: from 10 ms up, to this share of the value (``_rounded``).
 RESOLUTION_MS = 0.01
+RELATIVE = 5e-4
+
+
+def tolerance(value: float) -> float:
+    """How far a sketch's percentile can read from the exact one, at ``value`` (ms)."""
+    return max(RESOLUTION_MS, RELATIVE * abs(value))
+
+
+def _rounded(v: float) -> float:
+    """A latency kept to four significant digits from 10 ms up (a step of 0.01-0.1% of it), to ``RESOLUTION_MS``
+    below: a sketch then holds at most 9,000 values a decade, however long the soak (to 10 µs, an hour's E2E
+    times spread over seconds could each be a value of their own)."""
+    if v < 10.0:
+        return v
+    step = 10.0 ** (math.floor(math.log10(v)) - 3)
+    return round(v / step) * step
 
 
 class Sketch:
@@ -44,7 +63,7 @@ class Sketch:
         self.lo, self.hi = math.inf, -math.inf
 
     def add(self, v: float) -> None:
-        self.tally.append(v)
+        self.tally.append(_rounded(v))
         self.n += 1
         self.sum += v
         self.sumsq += v * v
