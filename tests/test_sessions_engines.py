@@ -87,9 +87,17 @@ def test_llama_server_session_keeps_each_agent_in_its_slot(llama_tiny_4: Serving
 
 
 def test_a_soak_on_llama_server_reads_its_cache_in_every_tenth(llama_tiny_4: Serving, tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+                                                                capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Four agents, each on its slot, start sessions back to back for 8 s: every tenth of the run has its turns
-    and the server's cached share, steady (the cache holds), and no decay is flagged."""
+    and the server's cached share, steady (the cache holds), and no decay is flagged. The soak keeps 16 turns in
+    memory (a soak keeps 10,000), so it lets most sessions go: its cached share, counts and tokens are still every
+    stored turn's, as the server reported them."""
+    from tokenbench import sessions
+    from tokenbench.metrics import summarize
+    from tokenbench.store import Store
+
+    monkeypatch.setattr(sessions, "KEEP_TURNS", 16)
     out = tmp_path / "soak.json"
     assert main(["sweep", "--url", llama_tiny_4.server.base_url, "--sessions", "4", "--turns", "4",
                  "--shared-prefix", "0", "--input-len", "64", "--tool-len", "64", "--output-len", "8",
@@ -102,3 +110,10 @@ def test_a_soak_on_llama_server_reads_its_cache_in_every_tenth(llama_tiny_4: Ser
         print(f"\nsoak: {s['sessions']} sessions ({s['cut']} cut), cached share by tenth {[round(x, 2) for x in shares]}")
     assert len(shares) == 10 and all(x is not None and abs(x - s["cached_share"]) < 0.2 for x in shares), shares
     assert s["sessions"] > 8 and s["cut"] <= 4 and "cache_decay" not in level["flags"]
+    store = Store(tmp_path / "r.db")
+    stored = store.requests(store.runs()[0].id, 0)
+    start, end = store.db.execute("SELECT window_start_ns, window_end_ns FROM levels").fetchone()
+    every = summarize(stored, concurrency=4, rate=None, window_start_ns=start, window_end_ns=end)
+    assert s["sampled_sessions"] is not None and s["sampled_sessions"] < s["sessions"], s
+    assert (level["completed"], level["total_input_tokens"]) == (every.completed, every.total_input_tokens)
+    assert every.cached_share is not None and level["cached_share"] == pytest.approx(every.cached_share)
