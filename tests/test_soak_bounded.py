@@ -5,8 +5,10 @@ at once. Its figures must still be every turn's: the same as a summary over ever
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from tokenbench import sessions, soak_totals
@@ -45,6 +47,8 @@ def test_a_soak_past_its_bound_keeps_a_sample_and_reports_every_turn(
     assert len(measured) > 60 and max(held) <= 2 + 6 + 2 * 3 + 8 + 2, (len(measured), max(held))
     assert sorted(r.index for r in stored) == list(range(len(stored)))  # every turn stored once, in order
     s = level["session"]
+    schema = json.loads(files("tokenbench").joinpath("data/run.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(doc)  # the sampled shape is in the contract
     assert 2 <= s["sampled_sessions"] <= 4 and s["sessions"] > 20
 
     # the same figures from every stored turn
