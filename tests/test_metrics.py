@@ -266,7 +266,8 @@ def test_rate_level_send_delay_and_achieved_concurrency() -> None:
 STORED = Path(__file__).parent / "data" / "stored_levels.json"
 #: What an agent-session level gained since those were stored, as a level stored before it writes it: a soak's cut
 #: sessions and tenths, a background load's figures.
-SESSION_ADDED: dict[str, object] = {"cut": 0, "over_time": [], "background": None, "cached_share_se": None}
+SESSION_ADDED: dict[str, object] = {"cut": 0, "over_time": [], "background": None, "cached_share_se": None,
+                                   "sampled_sessions": None}
 
 
 def test_a_stored_level_reads_as_its_kind_and_writes_back_byte_for_byte() -> None:

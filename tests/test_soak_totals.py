@@ -11,7 +11,8 @@ import pytest
 from tokenbench import metrics
 from tokenbench.distribution import Distribution
 from tokenbench.records import RequestRecord
-from tokenbench.soak_totals import Folded, Sketch, cached_share_se, fold, tolerance
+from tokenbench.distribution import Sketch, tolerance
+from tokenbench.soak_totals import Folded, cached_share_se, fold
 
 MS = 1_000_000
 

@@ -53,8 +53,15 @@ def cached_share(ok: list[RequestRecord]) -> tuple[float | None, str | None]:
     from its prefix cache, and where it said so (``usage``, ``server_timings``, mixed); (None, None) where no
     server said."""
     said = _said_cached(ok)
-    prompt = sum(r.input_tokens or 0 for r in said)
-    return (sum(r.cached_tokens or 0 for r in said) / prompt if prompt else None), _source(said, "cached_tokens_source")
+    cached, prompt = cached_counts(said)
+    return (cached / prompt if prompt else None), _source(said, "cached_tokens_source")
+
+
+def cached_counts(ok: list[RequestRecord]) -> tuple[int, int]:
+    """Cached prompt tokens and prompt tokens, over the successful requests whose server said how many it served
+    from its prefix cache."""
+    said = _said_cached(ok)
+    return sum(r.cached_tokens or 0 for r in said), sum(r.input_tokens or 0 for r in said)
 
 
 def session_stats(records: list[RequestRecord], cache: str, cut: frozenset[int] = frozenset()) -> SessionStats:

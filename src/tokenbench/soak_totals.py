@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .distribution import Distribution, Tally
+from .distribution import Sketch
 from .levels import ServingLevel
 from .records import RequestRecord
 from .slo import SLO, request_itls_ms, request_meets, request_tpot_ms
@@ -30,55 +30,6 @@ NS_PER_MS = 1_000_000
 #: The latencies timed from a request's send besides TTFT and E2E: (the sketch's name, the record's stamp).
 SINCE_SENT = (("ttfb", "first_byte_ns"), ("answer", "first_answer_ns"), ("text", "first_text_ns"),
               ("tool", "first_tool_ns"))
-
-#: The resolution a sketch reads its percentiles at (ms): far below what a client on a shared machine can time;
-#: from 10 ms up, to this share of the value (``_rounded``).
-RESOLUTION_MS = 0.01
-RELATIVE = 5e-4
-
-
-def tolerance(value: float) -> float:
-    """How far a sketch's percentile can read from the exact one, at ``value`` (ms)."""
-    return max(RESOLUTION_MS, RELATIVE * abs(value))
-
-
-def _rounded(v: float) -> float:
-    """A latency kept to four significant digits from 10 ms up (a step of 0.01-0.1% of it), to ``RESOLUTION_MS``
-    below: a sketch then holds at most 9,000 values a decade, however long the soak (to 10 µs, an hour's E2E
-    times spread over seconds could each be a value of their own)."""
-    if v < 10.0:
-        return v
-    step = 10.0 ** (math.floor(math.log10(v)) - 3)
-    return round(v / step) * step
-
-
-class Sketch:
-    """One latency's samples, folded: exact count, mean, spread, least and most; percentiles from a ``Tally``."""
-
-    __slots__ = ("hi", "lo", "n", "sum", "sumsq", "tally")
-
-    def __init__(self) -> None:
-        self.tally = Tally(RESOLUTION_MS)
-        self.n, self.sum, self.sumsq = 0, 0.0, 0.0
-        self.lo, self.hi = math.inf, -math.inf
-
-    def add(self, v: float) -> None:
-        self.tally.append(_rounded(v))
-        self.n += 1
-        self.sum += v
-        self.sumsq += v * v
-        self.lo, self.hi = min(self.lo, v), max(self.hi, v)
-
-    def distribution(self) -> Distribution:
-        """As ``Distribution.of`` the samples, its percentiles at the resolution (the population's std)."""
-        if not self.n:
-            return Distribution(n=0)
-        mean = self.sum / self.n
-        std = math.sqrt(max(0.0, self.sumsq / self.n - mean * mean)) if self.n > 1 else 0.0
-        p = self.tally.percentile
-        return Distribution(n=self.n, mean=mean, std=std, min=self.lo, max=self.hi, p50=p(50), p90=p(90),
-                            p95=p(95), p99=p(99))
-
 
 @dataclass(slots=True)
 class Window:

@@ -35,7 +35,7 @@ from .kinds.lengths import LengthsKind
 from .client_report import ClientReport
 from .levels import ServingLevel
 from .loadgen import ClientWatch, Level, ensure_open_files, run_phase, still_heap
-from .metrics import cached_share, peak_in_flight, summarize
+from .metrics import peak_in_flight, summarize
 from .slo import SLO
 from .steady import WARMUP_ROUNDS, settled, stagger_window
 from .progress import QuietReporter, Reporter
@@ -178,19 +178,19 @@ def _manifest(cfg: SweepConfig, ep: Endpoint, workload: dict[str, Any], fields: 
 def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRecord], summary: ServingLevel,
            load: _Load, info: ServerInfo,
            snaps: tuple[GuardSnapshot | None, list[GuardSnapshot], GuardSnapshot | None],
-           longest: int, beside: list[RequestRecord]) -> findings.LevelFacts:
+           longest: int, work: LevelWork) -> findings.LevelFacts:
     """What the finding rules look at for a finished level: the client's reasons (its watch, or each worker's),
     the adapter's slot limits (against ``longest``, the most tokens a request of the run needed), the guard's
     snapshots (this machine's and each load-generating node's), workers lost, the most requests in flight, and
-    the cached share of every request the server counted (``beside``: a background load's)."""
+    the cached share of every request the server counted (``work.counted``: a background load's too)."""
     snap, node_snaps, server_snap = snaps
     slots = info.adapter.slot_warnings(info.slots, info.slot_ctx, None if cfg.workload.outgrows_slots else
                                        level.concurrency, longest or cfg.longest_request())
     measured = [r for r in records if r.phase == "measured"]
     # the responses' cached share over every request sent in the measured window, a background load's beside the
     # level's own, as the server's counters hold them all (None without a window: the summary's)
-    sent = cached_share([r for r in [*records, *beside] if r.ok and r.sent_ns >= load.window[0]])[0] \
-        if load.window[1] else None
+    cached, prompt = work.counted(records, load.window[0]) if load.window[1] else (0, 0)
+    sent = cached / prompt if prompt else None
     return findings.LevelFacts(
         records, summary, level.concurrency, cfg.requests, run_id=run_id, guard=snap, client_reasons=load.reasons,
         slot_reasons=slots, max_error_rate=cfg.max_error_rate, peak_in_flight=peak_in_flight(measured),
@@ -362,8 +362,7 @@ class _Sweep:
             summary.client.put(node_guards=[n.to_dict() for n in node_snaps])
         if server_snap is not None:
             summary.client.put(server_guard=server_snap.to_dict())
-        facts = _facts(cfg, run_id, level, records, summary, load, self.ep.info, snaps, prompts.longest,
-                       work.beside())
+        facts = _facts(cfg, run_id, level, records, summary, load, self.ep.info, snaps, prompts.longest, work)
         if interrupted:  # "N of the M planned"
             facts.interrupted, facts.requests = True, work.planned
         findings.assess(facts)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+from functools import partial
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .distribution import Distribution
+from .distribution import Distribution, Sketch
 from .errors import UsageError
 from .records import RequestRecord
 
@@ -116,8 +117,10 @@ class BackgroundLoad:
         self.bg, self.client, self.builder, self.fields = bg, client, builder, fields
         self.rng = random.Random(f"{seed}/{tag}/background")
         self.tag = tag
-        self.records: list[RequestRecord] = []
-        self.unsent = 0
+        # each request folded as it ends (a soak's background runs as long as the soak): no record is kept
+        self.sent = self.ok = self.failed = self.unsent = 0
+        self.cached = self.prompt = 0  # cached prompt tokens and prompt tokens, of the answers that said
+        self.ttft = Sketch()
         self._text: str | None = None
 
     async def prepare(self) -> None:
@@ -136,21 +139,30 @@ class BackgroundLoad:
                     self.unsent += 1
                     continue
                 marker = f"{self.rng.getrandbits(64):016x} "
-                rec = RequestRecord(index=len(self.records))
-                self.records.append(rec)
+                rec = RequestRecord(index=self.sent)
+                self.sent += 1
                 req = PreparedRequest(marker + self._text, self.bg.output_len, self.bg.input_len,
                                       self.fields(self.bg.output_len))
                 task = asyncio.create_task(self.client.send(req, rec))
                 sends.add(task)
                 task.add_done_callback(sends.discard)
+                task.add_done_callback(partial(self._ended, rec))
         finally:  # the sessions ended: what is still in flight is cut, not waited for
             for t in list(sends):
                 t.cancel()
             await asyncio.gather(*sends, return_exceptions=True)
 
+    def _ended(self, r: RequestRecord, _: object) -> None:
+        """A background request answered, failed or cut by the level's end."""
+        if not r.ok:
+            self.failed += 1
+            return
+        self.ok += 1
+        if r.ttft_ns is not None:
+            self.ttft.add(r.ttft_ns / NS_PER_MS)
+        if r.cached_tokens is not None and r.input_tokens:  # as metrics.cached_counts
+            self.cached, self.prompt = self.cached + r.cached_tokens, self.prompt + r.input_tokens
+
     def stats(self) -> BackgroundStats:
-        ok = [r for r in self.records if r.ok]
-        return BackgroundStats(self.bg.rate, self.bg.input_len, self.bg.output_len, len(self.records), len(ok),
-                               len(self.records) - len(ok),
-                               Distribution.of([r.ttft_ns / NS_PER_MS for r in ok if r.ttft_ns is not None]),
-                               self.unsent)
+        return BackgroundStats(self.bg.rate, self.bg.input_len, self.bg.output_len, self.sent, self.ok, self.failed,
+                               self.ttft.distribution(), self.unsent)

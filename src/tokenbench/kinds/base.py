@@ -21,6 +21,7 @@ from ..client import Api
 from ..engines.embedded import slot_context
 from ..grace import Waiting
 from ..loadgen import Level
+from ..metrics import cached_counts
 from ..records import RequestRecord
 
 if TYPE_CHECKING:
@@ -121,15 +122,21 @@ class LevelWork(Protocol):
         """What the kind alone knows of the finished level, put on its summary."""
         ...
 
-    def beside(self) -> list[RequestRecord]:
-        """Requests the level sent beside its measured ones (a background load): the server's counters hold
-        them too, its figures do not."""
+    def counted(self, records: list[RequestRecord], since_ns: int) -> tuple[int, int]:
+        """Cached prompt tokens and prompt tokens, as the responses said, of every request the server counted
+        from ``since_ns`` on: the measured ones (those a soak let go too), and any the level sent beside them (a
+        background load), which its figures leave out and the server's counters hold."""
         ...
 
     def whole(self, records: list[RequestRecord]) -> list[list[RequestRecord]] | None:
         """The level's sessions that ran to their end, each its measured calls (None: the kind sends no
         sessions): the session objectives are judged on them."""
         ...
+
+
+def sent_since(records: list[RequestRecord], since_ns: int) -> tuple[int, int]:
+    """``LevelWork.counted`` over a level's own records."""
+    return cached_counts([r for r in records if r.ok and r.sent_ns >= since_ns])
 
 
 class RequestLevel:
@@ -153,8 +160,8 @@ class RequestLevel:
     def whole(self, records: list[RequestRecord]) -> list[list[RequestRecord]] | None:
         return None
 
-    def beside(self) -> list[RequestRecord]:
-        return []
+    def counted(self, records: list[RequestRecord], since_ns: int) -> tuple[int, int]:
+        return sent_since(records, since_ns)
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from ..records import RequestRecord
 from ..replay import ReplayLevel, ReplayPlan, ReplayTexts
 from ..replay_stats import replay_stats, tree_sessions, validity_check
 from ..workload import WorkloadRecord
-from .base import Binding, LevelLoad, OnDone, SweepOptions
+from .base import Binding, LevelLoad, OnDone, sent_since, SweepOptions
 
 if TYPE_CHECKING:
     from ..levels import ServingLevel
@@ -55,8 +55,8 @@ class ReplayWork:
             summary.slo_checks.append(check)
             summary.slo_met = summary.slo_met and check.met
 
-    def beside(self) -> list[RequestRecord]:
-        return []
+    def counted(self, records: list[RequestRecord], since_ns: int) -> tuple[int, int]:
+        return sent_since(records, since_ns)
 
     def whole(self, records: list[RequestRecord]) -> list[list[RequestRecord]] | None:
         return whole_sessions(*tree_sessions(records, self.run.finished))

@@ -21,7 +21,7 @@ from ..soak_totals import apply
 from ..sessions import CacheMode, SessionLevel, SessionPlan, SessionTexts
 from ..tenants import BackgroundLoad
 from ..workload import WorkloadRecord
-from .base import Binding, LevelLoad, OnDone, SweepOptions
+from .base import Binding, LevelLoad, OnDone, SweepOptions, sent_since
 
 if TYPE_CHECKING:
     from ..client import StreamClient
@@ -73,9 +73,15 @@ class SessionsWork:
             stats.sampled_sessions = keeper.kept_sessions()
             apply(keeper.folded, summary)
 
-    def beside(self) -> list[RequestRecord]:
-        """The background load's requests: unique prompts the server counted among its cache's lookups."""
-        return self.background.records if self.background is not None else []
+    def counted(self, records: list[RequestRecord], since_ns: int) -> tuple[int, int]:
+        """The sessions' turns (a soak's from its totals, the turns it let go included), and the background
+        load's requests: unique prompts the server counted among its cache's lookups."""
+        keeper = self.run.keeper
+        cached, prompt = (keeper.folded.cached, keeper.folded.prompt_said) if keeper is not None and keeper.let_go \
+            else sent_since(records, since_ns)
+        if self.background is not None:
+            cached, prompt = cached + self.background.cached, prompt + self.background.prompt
+        return cached, prompt
 
     def whole(self, records: list[RequestRecord]) -> list[list[RequestRecord]] | None:
         return whole_sessions(records, self._cut(records))
