@@ -16,7 +16,7 @@ from ..records import RequestRecord
 from ..replay import ReplayLevel, ReplayPlan, ReplayTexts
 from ..replay_stats import replay_stats, tree_sessions, validity_check
 from ..workload import WorkloadRecord
-from .base import Binding, LevelLoad, OnDone, sent_since, SweepOptions
+from .base import Binding, LevelLoad, OnDone, SweepOptions, sent_since
 
 if TYPE_CHECKING:
     from ..levels import ServingLevel
