@@ -74,7 +74,7 @@ def rss(seconds: float, paced: bool) -> None:
 
     print(f"soak of {seconds:g} s, 8 agents, 10-turn sessions, {out_len} tokens an answer"
           f"{' (paced)' if paced else ''}: {turns:,} turns ({turns / seconds:,.0f} a second), "
-          f"{level['session']['sessions']:,} sessions")
+          f"{level['session']['sessions']:,} sessions, {level['session'].get('sampled_sessions') or 'all'} kept")
     print("| time into the level (s) | client RSS (MiB) |")
     print("|---|---|")
     for tenth in range(11):
