@@ -202,6 +202,7 @@ def test_a_real_llama_server_beside_the_target_is_found(model_cache: Path, monke
 
 
 @pytest.mark.alone  # the tests beside it are other work: 99% against 69% busy, where one core is 50 points
+@pytest.mark.alone  # it reads the whole machine's CPU: a test busy beside it took the child's core from it
 def test_the_measured_servers_own_children_are_not_other_work() -> None:
     # vLLM runs its engine and workers as child processes: their CPU is the target's, not another job's.
     import sys
