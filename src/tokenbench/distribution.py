@@ -152,6 +152,16 @@ class Sketch:
         self.sumsq += v * v
         self.lo, self.hi = min(self.lo, v), max(self.hi, v)
 
+    def merge(self, other: Sketch) -> None:
+        """``other``'s samples added to these, as if each had been added here."""
+        for k, c in other.tally.counts.items():
+            self.tally.counts[k] = self.tally.counts.get(k, 0) + c
+        self.tally.n += other.tally.n
+        self.n += other.n
+        self.sum += other.sum
+        self.sumsq += other.sumsq
+        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
+
     def distribution(self) -> Distribution:
         """As ``Distribution.of`` the samples, its percentiles at the resolution (the population's std)."""
         if not self.n:

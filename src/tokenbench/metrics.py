@@ -45,7 +45,7 @@ def _turn_point(turn: int, at: list[RequestRecord]) -> TurnPoint:
 
 def _said_cached(records: list[RequestRecord]) -> list[RequestRecord]:
     """The requests whose server said how many of their prompt tokens it served from its cache."""
-    return [r for r in records if r.cached_tokens is not None and r.input_tokens]
+    return [r for r in records if r.said_cached]
 
 
 def cached_share(ok: list[RequestRecord]) -> tuple[float | None, str | None]:

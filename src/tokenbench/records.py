@@ -66,6 +66,11 @@ class RequestRecord:
     error: str | None = None
 
     @property
+    def said_cached(self) -> bool:
+        """Whether the server said how many of this request's prompt tokens it served from its prefix cache."""
+        return self.cached_tokens is not None and bool(self.input_tokens)
+
+    @property
     def ok(self) -> bool:
         return self.error_kind is None
 

@@ -162,7 +162,6 @@ class SessionLevel:
         #: where a soak's records go once their session is let go (the store's requests table); with it a soak
         #: keeps a sample of its ended sessions in ``records`` and the rest folded (soak_totals.Keeper)
         self.spill: Callable[[list[RequestRecord]], None] | None = None
-        self.keep_turns = KEEP_TURNS
         self.slo: SLO | None = None
         self.keeper: Keeper | None = None
         self._sent = 0  # the index of the level's next record
@@ -176,7 +175,7 @@ class SessionLevel:
         if self.duration_s is not None:
             self.deadline_ns = start + int(self.duration_s * 1e9)
             if self.spill is not None:
-                keep = max(1, self.keep_turns // max(1, self.plan.turns))
+                keep = max(1, KEEP_TURNS // max(1, self.plan.turns))
                 self.keeper = Keeper(self.records, keep, (start, int(self.duration_s * 1e9)),
                                      f"{self.texts.seed}/{self.key}/{self.cache}", self.spill, self.slo)
         agents = asyncio.gather(*(self._agent(a) for a in range(self.agents)))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from .distribution import Sketch
 from .levels import ServingLevel
+from .metrics import cached_counts
 from .records import RequestRecord
 from .slo import SLO, request_itls_ms, request_meets, request_tpot_ms
 from .soak import WINDOWS, SoakWindow
@@ -108,9 +109,9 @@ def _one(f: Folded, r: RequestRecord, slo: SLO | None) -> None:
         f.sketch("tpot").add(tpot)
     for gap in request_itls_ms(r):
         f.sketch("itl").add(gap)
-    if r.cached_tokens is not None and r.input_tokens:
-        f.cached += r.cached_tokens
-        f.prompt_said += r.input_tokens
+    if r.said_cached:
+        f.cached += r.cached_tokens or 0
+        f.prompt_said += r.input_tokens or 0
     _windowed(f, r)
 
 
@@ -121,9 +122,9 @@ def _windowed(f: Folded, r: RequestRecord) -> None:
         f.windows.append(Window())
     w = f.windows[k]
     w.turns += 1
-    if r.cached_tokens is not None and r.input_tokens:
-        w.cached += r.cached_tokens
-        w.prompt += r.input_tokens
+    if r.said_cached:
+        w.cached += r.cached_tokens or 0
+        w.prompt += r.input_tokens or 0
     if r.ttft_ns:
         w.ttft.add(r.ttft_ns / NS_PER_MS)
 
@@ -138,9 +139,8 @@ def fold(f: Folded, session: list[RequestRecord], cut: bool, slo: SLO | None = N
     f.turns += len(measured)
     for r in measured:
         _one(f, r, slo)
-    said = [r for r in measured if r.ok and r.cached_tokens is not None and r.input_tokens]
-    if said:
-        c, p = sum(r.cached_tokens or 0 for r in said), sum(r.input_tokens or 0 for r in said)
+    c, p = cached_counts([r for r in measured if r.ok])
+    if p:  # the server said, for some turn of the session
         for i, v in enumerate((1, c, p, c * c, c * p, p * p)):
             f.share_sums[i] += v
     if not cut and all(r.ok for r in measured):
@@ -169,19 +169,9 @@ def windows(f: Folded, n: int) -> list[SoakWindow]:
         into.turns += w.turns
         into.cached += w.cached
         into.prompt += w.prompt
-        _merge(into.ttft, w.ttft)
+        into.ttft.merge(w.ttft)
     return [SoakWindow(i * width_s, (i + 1) * width_s, w.turns, w.cached / w.prompt if w.prompt else None,
                        w.ttft.tally.percentile(50) if w.ttft.n else None) for i, w in enumerate(out)]
-
-
-def _merge(into: Sketch, other: Sketch) -> None:
-    for k, c in other.tally.counts.items():
-        into.tally.counts[k] = into.tally.counts.get(k, 0) + c
-    into.tally.n += other.tally.n
-    into.n += other.n
-    into.sum += other.sum
-    into.sumsq += other.sumsq
-    into.lo, into.hi = min(into.lo, other.lo), max(into.hi, other.hi)
 
 
 def apply(f: Folded, summary: ServingLevel) -> None:
@@ -283,10 +273,11 @@ class Keeper:
     def finish(self, cut: frozenset[int]) -> bool:
         """The level has ended: the sessions that never ended (those its end or an interrupt cut) folded, what was
         let go out of ``records``. Whether any session was let go."""
+        kept = set(self._kept)
         for session, rs in self._held.items():
-            if session not in self._kept:
+            if session not in kept:
                 fold(self.folded, rs, session in cut, self.slo)
-        self._held = {k: v for k, v in self._held.items() if k in self._kept}
+        self._held = {k: v for k, v in self._held.items() if k in kept}
         self._compact()
         return self.let_go > 0
 

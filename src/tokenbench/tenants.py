@@ -160,8 +160,8 @@ class BackgroundLoad:
         self.ok += 1
         if r.ttft_ns is not None:
             self.ttft.add(r.ttft_ns / NS_PER_MS)
-        if r.cached_tokens is not None and r.input_tokens:  # as metrics.cached_counts
-            self.cached, self.prompt = self.cached + r.cached_tokens, self.prompt + r.input_tokens
+        if r.said_cached:
+            self.cached, self.prompt = self.cached + (r.cached_tokens or 0), self.prompt + (r.input_tokens or 0)
 
     def stats(self) -> BackgroundStats:
         return BackgroundStats(self.bg.rate, self.bg.input_len, self.bg.output_len, self.sent, self.ok, self.failed,
