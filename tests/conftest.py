@@ -26,9 +26,11 @@ Makefile, ``tests/test_hermetic.py``).
 
 from __future__ import annotations
 
+import io
 import locale
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, MutableMapping
@@ -87,6 +89,11 @@ def pytest_configure(config: pytest.Config) -> None:
         locale.setlocale(locale.LC_CTYPE, PINNED["LANG"])
     except locale.Error:  # no C.UTF-8 here: Python's UTF-8 mode gives subprocesses UTF-8 under C anyway
         pass
+    # with -s a test's prints reach the caller's own stdout, ASCII under a C locale with Python's UTF-8 mode off: a
+    # table's rules printed there failed the test that printed them, at the stream's next flush
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     fuzz = os.environ.get(FUZZ_ENV)
     if fuzz:
         if fuzz not in FUZZ_PROFILES:
