@@ -68,7 +68,8 @@ def cross_check(url: str, tmp_path: Path, slots: int, top: int, capsys: pytest.C
     plain = tmp_path / "plain.json"
     assert main(["sweep", "--url", url, "--concurrency", ",".join(map(str, range(1, slots + 2))), "--json",
                  str(plain), *COMMON]) == 0, capsys.readouterr().err
-    levels = json.loads(plain.read_text())["levels"]
+    plain_doc = json.loads(plain.read_text())
+    levels = plain_doc["levels"]
     ttft = {lv["concurrency"]: lv["ttft_ms"]["p90"] for lv in levels}
     room = max(ttft[c] for c in range(1, slots + 1))
     queued = ttft[slots + 1]
@@ -101,7 +102,6 @@ def cross_check(url: str, tmp_path: Path, slots: int, top: int, capsys: pytest.C
     # the limit is the engine's, not the hardware's, and the answer says so
     assert limit_says in (cap["limit"] or ""), cap["limit"]
     assert f"limit at {slots + 1} agents: {cap['limit']}" in " ".join(out.split()), out
-    plain_doc = json.loads(plain.read_text())
     assert _spent(plain_doc) == REQUESTS * (slots + 1), plain_doc["levels"]  # a plain level sends all it is asked
     searched, swept = _spent(doc), REQUESTS * top  # what a plain sweep over 1..top sends
     assert searched < swept, (searched, swept)
