@@ -89,9 +89,10 @@ def pytest_configure(config: pytest.Config) -> None:
         locale.setlocale(locale.LC_CTYPE, PINNED["LANG"])
     except locale.Error:  # no C.UTF-8 here: Python's UTF-8 mode gives subprocesses UTF-8 under C anyway
         pass
-    # with -s a test's prints reach the caller's own stdout, ASCII under a C locale with Python's UTF-8 mode off: a
-    # table's rules printed there failed the test that printed them, at the stream's next flush
-    for stream in (sys.stdout, sys.stderr):
+    # what a test prints with capture off (-s, or in capsys.disabled()) reaches the process's own stdout, ASCII under
+    # a C locale with Python's UTF-8 mode off: a table's rules printed there failed the test that printed them, at
+    # the stream's next flush. (sys.stdout is pytest's capture here, when capture is on.)
+    for stream in (sys.__stdout__, sys.__stderr__):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
     fuzz = os.environ.get(FUZZ_ENV)

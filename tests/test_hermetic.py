@@ -103,15 +103,19 @@ def test_an_ascii_terminal_gets_ascii_not_a_crash(tmp_path: Path, encoding: dict
         assert "unrecognized arguments: --slo tpot=50ms;" in err  # the user's words, in ASCII as typed
 
 
-def test_a_tests_own_prints_pass_under_an_ascii_locale_with_capture_off(tmp_path: Path) -> None:
-    """``pytest -s`` hands a test's prints to the caller's stdout, ASCII under ``LC_ALL=C`` with Python's UTF-8
-    mode off: a table's rules printed there failed the test at the stream's next flush (14 engine tests did, each
-    after passing its own asserts). The suite's configuration (tests/conftest.py, loaded here as a plugin) lets
-    such a print through, escaped."""
-    (tmp_path / "test_prints.py").write_text("def test_prints_a_rule():\n    print('━━ rule ━━', flush=True)\n")
+@pytest.mark.parametrize("capture", [["-s"], []])
+def test_a_tests_own_prints_pass_under_an_ascii_locale_with_capture_off(tmp_path: Path, capture: list[str]) -> None:
+    """``pytest -s``, or ``capsys.disabled()``, hands a test's prints to the process's stdout, ASCII under
+    ``LC_ALL=C`` with Python's UTF-8 mode off: a table's rules printed there failed the test at the stream's next
+    flush (14 engine tests did under -s, each after passing its own asserts). The suite's configuration
+    (tests/conftest.py, loaded here as a plugin) lets such a print through, escaped."""
+    (tmp_path / "test_prints.py").write_text(
+        "def test_prints_a_rule(capsys):\n"
+        "    with capsys.disabled():\n"
+        "        print('━━ rule ━━', flush=True)\n")
     path = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])
     env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}, **HOSTILE, "PYTHONPATH": path}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "conftest",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", *capture, "-p", "no:cacheprovider", "-p", "conftest",
                            "--rootdir", str(tmp_path), "--basetemp", str(tmp_path / "base"),
                            str(tmp_path / "test_prints.py")],
                           cwd=tmp_path, env=env, capture_output=True, timeout=120, check=False)
