@@ -193,13 +193,13 @@ def _capacity_levels(*rows: tuple[int, int, float, int, float, bool]) -> list[st
 
 def test_the_capacity_examples_show_the_table_capacity_prints() -> None:
     """docs/capacity.md's searches show their levels' table as capacity writes it now: rates with one decimal
-    (17.0 tok/s, the limit 15.0 tok/s), as the tables write them; the vLLM one still showed "17 tok/s" and
-    "(limit 15 tok/s)" beside the llama.cpp one's "15.0"."""
+    (17.0 tok/s, the limit 15.0 tok/s), as the tables write them (one once showed "17 tok/s" and "(limit 15
+    tok/s)" beside the other's "15.0")."""
     text = (ROOT / "docs" / "capacity.md").read_text()
     llama = _capacity_levels((1, 32, 212, 0, 59.4, False), (2, 32, 420, 0, 26.0, False), (4, 32, 819, 0, 18.7, False),
                              (5, 15, 1010, 8, 13.8, True), (6, 12, 1190, 7, 12.6, True), (8, 16, 1540, 16, 11.0, True))
-    vllm = _capacity_levels((1, 32, 231, 0, 21.2, False), (2, 32, 366, 0, 17.0, False), (4, 32, 701, 0, 18.3, False),
-                            (5, 32, 884, 0, 14.3, False), (6, 12, 1060, 10, 14.8, True), (8, 16, 1350, 15, 11.5, True))
+    vllm = _capacity_levels((1, 32, 48.7, 0, 36.3, False), (2, 32, 89.7, 0, 33.4, False), (4, 32, 119, 0, 32.2, False),
+                            (8, 32, 259, 0, 27.5, False), (16, 32, 635, 0, 19.9, False))
     for table in (llama, vllm):
         assert "\n".join(table) + "\n```" in text, "\n".join(table)
     assert "(limit 15 tok/s)" not in text and "agent_tps 17 tok/s" not in text

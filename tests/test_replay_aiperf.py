@@ -17,7 +17,6 @@ import os
 import random
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -235,10 +234,11 @@ def run_tokenbench(server: RunningEngine, model: tiny.TinyModel, folder: Path, s
 @pytest.mark.timeout(2400)  # vLLM's start (~90 s), six replays of ~60 s, AIPerf's own start (~15 s) in each of its
 def test_trajectory_replay_matches_aiperf_on_vllm(vllm_small_8: Serving,
                                                   tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The same Weka traces replayed by both tools on the same vLLM server agree within 10% on TTFT (each tool's
-    mean over vLLM's own mean TTFT of the same requests), output throughput (over the throughput vLLM's own time
-    implies: its send-to-last-token seconds on the calls and the capped pauses) and vLLM's prefix-cache hit share
-    (its /metrics counters over each run); each figure is the median of a tool's three runs, A-B-B-A-A-B, so a
+    """The same Weka traces replayed by both tools on the same vLLM server agree within 10% on output throughput
+    (over the throughput vLLM's own time implies: its send-to-last-token seconds on the calls and the capped
+    pauses) and vLLM's prefix-cache hit share (its /metrics counters over each run), and tokenbench's TTFT (its
+    mean over vLLM's own mean TTFT of the same requests) is at most 10% over AIPerf's and not under vLLM's own;
+    each figure is the median of a tool's three runs, A-B-B-A-A-B, so a
     drift of the shared 2-core machine falls on both and one slowed run does not decide. Raw TTFT and throughput
     are printed, not held to each other: one session at a time, both follow the server's speed, which on the shared
     2-core machine moves by more than 10% between runs of one tool, and a client's own processes take from it
@@ -300,9 +300,15 @@ def test_trajectory_replay_matches_aiperf_on_vllm(vllm_small_8: Serving,
     assert all(0 <= r["input_tokens"] - ours[0]["input_tokens"] <= 8 * added for r in theirs), (added, theirs)
     # and vLLM served each from its cache what the trace shares (a block of slack for the whole run)
     assert all(abs(r["hit_tokens"] - ideal_cached_tokens(folder)) <= VLLM_BLOCK for r in ours + theirs)
-    for k in ("ttft_over_server", "tps_over_server", "hit_share"):
+    for k in ("tps_over_server", "hit_share"):
         a, b = med[k]
         assert abs(a / b - 1) <= TOLERANCE, (k, med)
+    # TTFT over vLLM's own is what each client adds: tokenbench's at most AIPerf's and 10%, and never under the
+    # server's own (a client reads the first token after the engine made it). Not held from below by AIPerf's:
+    # AIPerf's processes take from the cores vLLM uses, so its share grows as the server gets faster (on vLLM in
+    # bfloat16: AIPerf 1.116, tokenbench 1.018)
+    a, b = med["ttft_over_server"]
+    assert 1 <= a <= b * (1 + TOLERANCE), med["ttft_over_server"]
     for r in ours:
         assert abs(r["idle_s"] - pauses) <= 0.05 * pauses  # the recorded pauses, capped, and no more
         assert r["cached_source"] == "usage" and r["cached_share"] > 0
@@ -327,9 +333,8 @@ def test_the_packaged_agents_replay_on_vllm(vllm_small_8: Serving, tmp_path: Pat
                  "--concurrency", "4", "--trace-scale", "8", "--max-think", "0.5s", "--seed", "1", "--guard", "off",
                  "--json", str(out)])
     printed = capsys.readouterr().out
-    with capsys.disabled():  # as the terminal takes it: the tables' rules are not ASCII, a C locale's stdout is
-        enc = sys.stdout.encoding or "utf-8"
-        print(("\n" + printed).encode(enc, "replace").decode(enc))
+    with capsys.disabled():  # as the terminal takes it (conftest.py escapes what a C locale's stdout cannot encode)
+        print("\n" + printed)
     assert code == 0 and max(len(line) for line in printed.splitlines()) <= 80
     doc = json.loads(out.read_text())
     lv = doc["levels"][0]

@@ -126,9 +126,9 @@ def run_tokenbench(server: RunningEngine, model: tiny.TinyModel, trace: Path, se
 @pytest.mark.timeout(1500)  # vLLM's start (~90 s), six replays of ~20 s, AIPerf's own start (~10 s) in each of its
 def test_trace_replay_matches_aiperf_on_vllm(vllm_server: Serving, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    """The same trace replayed by both tools on the same vLLM server agrees within 10% on mean TTFT (over vLLM's
-    own TTFT of the same requests, below), output throughput and the server's own prefix-cache hit share (vLLM's
-    /metrics counters over each run). Three runs each, A-B-B-A-A-B so a drift of the shared 2-core machine falls
+    """The same trace replayed by both tools on the same vLLM server agrees within 10% on output throughput and
+    the server's own prefix-cache hit share (vLLM's /metrics counters over each run), and tokenbench's mean TTFT
+    (over vLLM's own TTFT of the same requests, below) is at most 10% over AIPerf's. Three runs each, A-B-B-A-A-B so a drift of the shared 2-core machine falls
     on both; each figure is the median of a tool's three run means, so one run that another job on the same
     cores slowed does not decide. (Measured
     on a machine busy with other builds: one tokenbench run's mean TTFT read 489 ms where its other read 352 ms
@@ -167,10 +167,12 @@ def test_trace_replay_matches_aiperf_on_vllm(vllm_server: Serving, tmp_path: Pat
         assert abs(med_ours[k] / med_theirs[k] - 1) <= TOLERANCE, table
     # TTFT as each tool read it over vLLM's own TTFT of the same requests: on 2 cores AIPerf's own processes can
     # slow the server during its runs (seen: vLLM's TTFT 12-34% higher in each of AIPerf's runs than in the
-    # tokenbench run beside it, while each client added 3-6 ms), which a raw comparison would blame on a client
+    # tokenbench run beside it, while each client added 3-6 ms), which a raw comparison would blame on a client.
+    # tokenbench's at most AIPerf's and 10%, not held from below: AIPerf's processes take from the cores vLLM uses,
+    # and its few ms are a larger share of a faster server's TTFT (vLLM in bfloat16: 64 ms, AIPerf adding 5-14)
     seen = {name: statistics.median(r["ttft_ms"] / r["server_ttft_ms"] for r in runs)
             for name, runs in (("tokenbench", ours), ("AIPerf", theirs))}
-    assert abs(seen["tokenbench"] / seen["AIPerf"] - 1) <= TOLERANCE, (seen, table)
+    assert seen["tokenbench"] <= seen["AIPerf"] * (1 + TOLERANCE), (seen, table)
     # what each client adds to vLLM's own TTFT of the same requests: the rule a busy machine cannot blur
     added = {"tokenbench": [round(r["client_adds_ms"], 1) for r in ours],
              "AIPerf": [round(r["client_adds_ms"], 1) for r in theirs]}
