@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import need_engine
 from servers import Serving
 from tokenbench.cli import main
+from tokenbench.engines import launch
 from tokenbench.store import Store
 
 pytestmark = pytest.mark.engine
@@ -89,3 +91,19 @@ def test_gguf_holds_the_same_weights(transformers_tiny: Serving, llama_tiny_1: S
     # Random weights leave near-ties where float rounding may pick another token; a wrong tensor layout
     # (e.g. RoPE rows not permuted) would agree on almost none.
     assert same >= 6, outs
+
+
+def test_llama_server_serves_a_quantized_gguf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--quant Q4_0: llama-quantize writes the GGUF beside the built one and llama-server serves it; on a core
+    with AMX with its weight repacking off, which in this llama.cpp build crashes loading quantized weights."""
+    need_engine("llama-server")
+    out = tmp_path / "q4.json"
+    code = main(["sweep", "--engine", "llama-server", "--quant", "Q4_0", "--input-len", "32", "--output-len", "8",
+                 "--concurrency", "1", "--requests", "2", "--json", str(out), "--quiet"])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    assert doc["levels"][0]["completed"] == 2 and doc["levels"][0]["failed"] == 0
+    command = doc["manifest"]["embedded"]["command"]
+    assert any(a.endswith("q4_0.gguf") for a in command)
+    assert ("--no-repack" in command) == launch.llama_repack_crashes()

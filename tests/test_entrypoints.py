@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tokenbench.engines.embedded import slot_context
+from tokenbench.engines import llamabench
 from tokenbench.engines.llamabench import LlamaBenchConfig, run_llama_bench
 from tokenbench.errors import UsageError
 from tokenbench.reader import load_result
@@ -18,7 +19,11 @@ from tokenbench.store import Store
 DATA = Path(__file__).parent / "data"
 
 
-def test_llama_bench_runs_and_is_imported_with_its_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("amx", "repack"), [(False, ""), (True, "--repack 0 ")])
+def test_llama_bench_runs_and_is_imported_with_its_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           amx: bool, repack: str) -> None:
+    """On a core with AMX, where this llama.cpp build's repacking of quantized weights crashes, repacking is off."""
+    monkeypatch.setattr(llamabench, "llama_repack_crashes", lambda: amx)
     exe = tmp_path / "llama-bench"
     exe.write_text(f"#!{sys.executable}\nimport sys\nprint(open({str(DATA / 'llama_bench.json')!r}).read())\n"
                    "open(sys.argv[0] + '.args', 'w').write(' '.join(sys.argv[1:]))\n")
@@ -31,7 +36,13 @@ def test_llama_bench_runs_and_is_imported_with_its_command(tmp_path: Path) -> No
     res = load_result(store, run_llama_bench(cfg, store, notes.append))
     assert res.kind == "bench" and res.outcomes and res.manifest.extra["llama_bench"]["options"] == ["-fa", "1"]
     args = (tmp_path / "llama-bench.args").read_text()
-    assert args == f"-m {model} -p 64 -n 16 -d 0,4096 -r 2 -fa 1 -o json" and notes[0].startswith("running ")
+    assert args == f"-m {model} -p 64 -n 16 -d 0,4096 -r 2 {repack}-fa 1 -o json" and notes[0].startswith("running ")
+
+
+def test_llama_bench_repacks_where_its_options_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(llamabench, "llama_repack_crashes", lambda: True)
+    cfg = LlamaBenchConfig("llama-bench", "m.gguf", [0], options=["--repack", "1"])
+    assert llamabench.command(cfg, "llama-bench", "m.gguf").count("--repack") == 1
 
 
 def test_llama_bench_failure_is_one_line(tmp_path: Path) -> None:

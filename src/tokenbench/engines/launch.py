@@ -40,16 +40,29 @@ Progress = Callable[[str], None]
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
+def core_flags(cpuinfo: str = "/proc/cpuinfo") -> list[set[str]]:
+    """Each core's CPU flags, as /proc/cpuinfo lists them (none where it cannot be read or lists none: not x86)."""
+    try:
+        with open(cpuinfo) as f:
+            return [set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")]
+    except OSError:
+        return []
+
+
 def vllm_dtype(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The embedded model's type on vLLM: bfloat16 where every core computes it itself, as vLLM's CPU guide
     advises (on a 2-core Sapphire Rapids: 5x float32's prefill, 1.8x its single-stream decode); float32 where
     bfloat16 would be emulated and slower, or the flags cannot be read."""
-    try:
-        with open(cpuinfo) as f:
-            cores = [set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")]
-    except OSError:
-        return "float32"
+    cores = core_flags(cpuinfo)
     return "bfloat16" if cores and all(BF16_FLAGS & flags for flags in cores) else "float32"
+
+
+def llama_repack_crashes(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the embedded llama.cpp build would repack quantized weights (Q4_0, Q8_0) into AMX tiles here, which
+    crashes it as it loads them (SIGSEGV; seen on a Sapphire Rapids core). Its servers and llama-bench then run
+    with repacking off: F16 and F32 weights are never repacked, and quantized ones run on AVX-512 as on a core
+    without AMX."""
+    return any("amx_int8" in flags for flags in core_flags(cpuinfo))
 
 
 def canonical(engine: str) -> str:
@@ -150,7 +163,8 @@ def command(engine: str, model: TinyModel, port: int, parallel: int = 1, ctx: in
         # -c is the whole KV cache, split across the -np slots: each slot gets ctx tokens.
         return Launch([str(exe), "-m", str(gguf or model.gguf_path), "--alias", model.name, *host,
                        "-c", str(ctx * parallel), "-np", str(parallel), "-t", str(server_threads()),
-                       "--metrics", "--no-webui", *extra], model.name)
+                       "--metrics", "--no-webui", *(["--no-repack"] if llama_repack_crashes() else []), *extra],
+                      model.name)
     return Launch([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf or model.gguf_path),
                    "--model_alias", model.name, *host, "--n_ctx", str(ctx), "--n_threads", str(server_threads()),
                    # Its default cancels the running request when another arrives; a benchmark wants them queued.

@@ -13,6 +13,7 @@ from .. import redact
 from ..errors import EngineError, UsageError
 from ..guard_results import GuardSnapshot
 from ..store import Store
+from .launch import llama_repack_crashes
 
 
 @dataclass(slots=True)
@@ -32,8 +33,11 @@ class LlamaBenchConfig:
 
 
 def command(cfg: LlamaBenchConfig, exe: str, model_file: str) -> list[str]:
+    """llama-bench's command line; repacking off where this build's repacking crashes (launch.py), unless the
+    options say otherwise."""
+    repack = ["--repack", "0"] if llama_repack_crashes() and "--repack" not in cfg.options else []
     return [exe, "-m", model_file, "-p", str(cfg.pp), "-n", str(cfg.tg), "-d", ",".join(map(str, cfg.depths)),
-            "-r", str(cfg.repetitions), *cfg.options, "-o", "json"]
+            "-r", str(cfg.repetitions), *repack, *cfg.options, "-o", "json"]
 
 
 def past_context(cfg: LlamaBenchConfig, model_file: Path) -> str | None:
