@@ -19,11 +19,9 @@ from tokenbench.store import Store
 DATA = Path(__file__).parent / "data"
 
 
-@pytest.mark.parametrize(("amx", "repack"), [(False, ""), (True, "--repack 0 ")])
-def test_llama_bench_runs_and_is_imported_with_its_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           amx: bool, repack: str) -> None:
-    """On a core with AMX, where this llama.cpp build's repacking of quantized weights crashes, repacking is off."""
-    monkeypatch.setattr(llamabench, "llama_repack_crashes", lambda: amx)
+def test_llama_bench_runs_and_is_imported_with_its_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A llama-bench of the user's runs with the options given and no others, whatever the cores."""
+    monkeypatch.setattr(llamabench, "llama_repack_crashes", lambda: True)
     exe = tmp_path / "llama-bench"
     exe.write_text(f"#!{sys.executable}\nimport sys\nprint(open({str(DATA / 'llama_bench.json')!r}).read())\n"
                    "open(sys.argv[0] + '.args', 'w').write(' '.join(sys.argv[1:]))\n")
@@ -36,13 +34,19 @@ def test_llama_bench_runs_and_is_imported_with_its_command(tmp_path: Path, monke
     res = load_result(store, run_llama_bench(cfg, store, notes.append))
     assert res.kind == "bench" and res.outcomes and res.manifest.extra["llama_bench"]["options"] == ["-fa", "1"]
     args = (tmp_path / "llama-bench.args").read_text()
-    assert args == f"-m {model} -p 64 -n 16 -d 0,4096 -r 2 {repack}-fa 1 -o json" and notes[0].startswith("running ")
+    assert args == f"-m {model} -p 64 -n 16 -d 0,4096 -r 2 -fa 1 -o json" and notes[0].startswith("running ")
 
 
-def test_llama_bench_repacks_where_its_options_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(llamabench, "llama_repack_crashes", lambda: True)
-    cfg = LlamaBenchConfig("llama-bench", "m.gguf", [0], options=["--repack", "1"])
-    assert llamabench.command(cfg, "llama-bench", "m.gguf").count("--repack") == 1
+@pytest.mark.parametrize(("amx", "options", "repack"), [
+    (True, [], ["--repack", "0"]),  # the embedded build crashes repacking quantized weights into AMX tiles
+    (False, [], []),
+    (True, ["--repack", "1"], ["--repack", "1"]),  # as the user asked
+])
+def test_the_built_llama_bench_repacks_no_weights_where_it_crashes(monkeypatch: pytest.MonkeyPatch, amx: bool,
+                                                                   options: list[str], repack: list[str]) -> None:
+    monkeypatch.setattr(llamabench, "llama_repack_crashes", lambda: amx)
+    cmd = llamabench.command(LlamaBenchConfig("built", "m.gguf", [0], options=options), "/tools/llama-bench", "m.gguf")
+    assert [a for i, a in enumerate(cmd) if "--repack" in cmd[i - 1:i + 1]] == repack
 
 
 def test_llama_bench_failure_is_one_line(tmp_path: Path) -> None:

@@ -33,9 +33,10 @@ class LlamaBenchConfig:
 
 
 def command(cfg: LlamaBenchConfig, exe: str, model_file: str) -> list[str]:
-    """llama-bench's command line; repacking off where this build's repacking crashes (launch.py), unless the
-    options say otherwise."""
-    repack = ["--repack", "0"] if llama_repack_crashes() and "--repack" not in cfg.options else []
+    """llama-bench's command line; the embedded build's repacking off where it crashes (launch.py), unless the
+    options say otherwise (another build is left as it is: it may crash on no core, or take no --repack)."""
+    off = cfg.exe == "built" and llama_repack_crashes() and "--repack" not in cfg.options
+    repack = ["--repack", "0"] if off else []
     return [exe, "-m", model_file, "-p", str(cfg.pp), "-n", str(cfg.tg), "-d", ",".join(map(str, cfg.depths)),
             "-r", str(cfg.repetitions), *repack, *cfg.options, "-o", "json"]
 
