@@ -33,3 +33,4 @@ def ratio_within(ours: Sequence[float], theirs: Sequence[float], lo: float, hi: 
 def more_rounds(done: int, settled: bool) -> bool:
     """Whether to run another round after ``done``: two at least, a third only when a rule is still open."""
     return done < 2 or (done < ROUNDS and not settled)
+

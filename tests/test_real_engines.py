@@ -145,7 +145,7 @@ def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
         return {k: [_rates(h)[k] / _rates(b)[k] for h, b in zip(http, bench)] for k in sorted(keys)}
 
     i = 0
-    while rounds.more_rounds(i, i >= 2 and all(rounds.within(r, 1 / 1.6, 1.6) for r in paired().values())):
+    while rounds.more_rounds(i, i == 2 and all(rounds.within(r, 1 / 1.6, 1.6) for r in paired().values())):
         out = tmp_path / f"http{i}.json"
         assert main(["depth", "--engine", "llama-server", *common, "--json", str(out)]) == 0, capsys.readouterr().err
         http.append(_json(out))
@@ -252,12 +252,13 @@ DECODE_SUM, DECODE_COUNT = "vllm:request_decode_time_seconds_sum", "vllm:request
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 
 
-@pytest.mark.timeout(1500)  # vLLM's start (~90 s) and eighteen interleaved runs
+@pytest.mark.timeout(1500)  # vLLM's start (~40 s) and twelve or eighteen interleaved runs
 def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     """tokenbench sweep and vllm bench serve on the same vLLM server (the 140M small-utf8 model, whose tokens are
-    often pieces of a multi-byte character that vLLM streams as chunks with empty text), 128 in / 32 out, three
-    rounds each, interleaved A-B-B-A, each tool with fresh prompts every run. Definitions are the same
+    often pieces of a multi-byte character that vLLM streams as chunks with empty text), 128 in / 32 out, two
+    rounds each, interleaved A-B-B-A, and A-B again when the first two leave a rule open (rounds.py), each tool
+    with fresh prompts every run. Definitions are the same
     (docs/metrics.md); tokenbench runs with --no-metrics because the reference tool does not poll /metrics (each poll
     stalls vLLM's streams on 2 cores); the test reads /metrics only between runs.
 
@@ -436,16 +437,6 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
         decode.setdefault(("vllm bench serve", c), []).append(statistics.fmean(theirs_decode) / server_decode_ms - 1)
         their_server[c].append({"ttft": total / count, "decode": server_decode_ms})
 
-    reference = _VllmBench()
-    try:
-        for rnd in range(3):
-            for c in n:
-                first, second = (run_ours, run_theirs) if rnd % 2 == 0 else (run_theirs, run_ours)
-                first(c, rnd)
-                second(c, rnd)
-    finally:
-        reference.close()
-
     def by_round(c: int, k: str) -> list[float]:
         """Each round's ratio of the two tools' runs: TTFT's medians, TPOT's and ITL's means, output tok/s."""
         stat = statistics.median if k == "ttft" else statistics.fmean
@@ -464,6 +455,44 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
         taken out: what the clients read differently of a server that moved."""
         return [r / s for r, s in zip(by_round(c, k), server_by_round(c, k))]
 
+    def our_medians(c: int, k: str) -> list[float]:
+        """Each tokenbench run's median, as their_runs holds the reference's."""
+        return [statistics.median(x) for x in our_each[c][k]]
+
+    def still_open() -> list[str]:
+        """The rules below that read more than one run and that a third round could still change (rounds.py): a
+        median of three runs lies between the other two, and a third reference run only widens its range."""
+        found = []
+        for c in n:
+            if c == 1:
+                found += [f"c1 {k}" for k in keys if not rounds.within(corrected_by_round(c, k), 0.9, 1.1)]
+            else:
+                if not all(within_reference(x, their_runs[c]["ttft"], 0.25) for x in our_medians(c, "ttft")):
+                    found.append(f"c{c} ttft")
+                if not (rounds.within(by_round(c, "tps"), 0.9, 1.1)  # the smallest the limit can be
+                        and all(within_reference(x, their_runs[c]["tps"], 0.10) for x in ours[c]["tps"])):
+                    found.append(f"c{c} tps")
+            visible = sum(overhead[("first visible text", c)]) - sum(overhead[("tokenbench", c)])
+            if not (held[c][0] >= 0.15 * held[c][1]  # a third run's chunks add half as many again
+                    and max(overhead[("tokenbench", c)]) <= max(overhead[("vllm bench serve", c)]) + 2
+                    and visible > 3):  # a run's visible-text overhead is never under its first-token one
+                found.append(f"c{c} overhead")
+            if not all(rounds.within(decode[(t, c)], -0.03, 0.03) for t in ("tokenbench", "vllm bench serve")):
+                found.append(f"c{c} decode")
+        return found
+
+    reference = _VllmBench()
+    try:
+        rnd, left_open = 0, []
+        while rounds.more_rounds(rnd, rnd == 2 and not (left_open := still_open())):
+            for c in n:
+                first, second = (run_ours, run_theirs) if rnd % 2 == 0 else (run_theirs, run_ours)
+                first(c, rnd)
+                second(c, rnd)
+            rnd += 1
+    finally:
+        reference.close()
+
     table: dict[str, object] = {}
     for c in n:
         for k in keys:
@@ -479,7 +508,8 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
             if k in ("tpot", "itl"):
                 a, b = statistics.fmean(ours[c][k]), statistics.fmean(theirs[c][k])
                 table[f"c{c} mean {k}"] = (round(a, 2), round(b, 2), f"{a / b - 1:+.1%}")
-    print("tokenbench vs vllm bench serve (medians, and TPOT's and ITL's means):", table)
+    print(f"tokenbench vs vllm bench serve over {rnd} rounds (medians, and TPOT's and ITL's means):", table)
+    print("rules two rounds left open:", left_open)
     print("TTFT over the server's own (ms):", {f"{t} c{c}": [round(x, 1) for x in v] for (t, c), v in overhead.items()})
     print("decode time against the server's own:", {f"{t} c{c}": [f"{x:+.1%}" for x in v] for (t, c), v in decode.items()})
     print("run medians, TPOT (ms):", {f"c{c}": {"tokenbench": [round(x, 1) for x in our_runs[c]],
@@ -506,9 +536,9 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
                 # scheduler's split moves by whole runs, not the client: one run of this test read TTFT at 16
                 # -13.8, -3.0 and +11.1% apart by round, and a CI run +14.6% by the median round with each tool's
                 # runs within 10% of each other. What the client reads of it is held to vLLM's own TTFT below
-                # (a few ms over it, as the reference's), and the figure to the reference's run range, widened
-                # by a quarter
-                assert within_reference(statistics.median(ours[c][k]), their_runs[c][k], 0.25), table
+                # (a few ms over it, as the reference's), and the median of tokenbench's run medians, as the
+                # reference's runs are read, to the reference's run range, widened by a quarter
+                assert within_reference(statistics.median(our_medians(c, k)), their_runs[c][k], 0.25), table
                 continue
             # each round's two runs ran back to back, so their ratio is free of the server's drift between rounds,
             # and the median round's is held: within 10%, or within the spread of either tool's own runs, which the

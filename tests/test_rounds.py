@@ -51,3 +51,4 @@ def test_two_rounds_at_least_and_a_third_only_while_a_rule_is_open() -> None:
     assert rounds.more_rounds(2, False)
     assert not rounds.more_rounds(3, False)
     assert len(rounds.ORDERS) == rounds.ROUNDS
+
