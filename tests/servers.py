@@ -1,6 +1,6 @@
 """Real servers the engine tests share: one per configuration for the whole session.
 
-Starting a server is most of what an engine test costs (vLLM about 90 s on 2 cores, Transformers serve about 8 s),
+Starting a server is most of what an engine test costs (vLLM about 30 s on 2 cores, Transformers serve about 8 s),
 so a configuration (``Config``: engine, model size, slots, context per slot, extra flags) is started the first
 time a test asks for it and kept for every later test that asks for the same one. ``tests/conftest.py`` names the
 configurations the tests use (``SHARED``), one fixture each, runs the tests on them last, grouped by

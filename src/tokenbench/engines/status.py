@@ -20,7 +20,7 @@ NAMES: tuple[str, ...] = ENGINES + TOOLS
 #: What making each engine costs on a 2-core, 24 GiB machine, measured (docs/engines.md's table says how).
 NEEDS = {
     "transformers": "extra 'engine': 1.5 GB; starts in 8-30 s",
-    "vllm": "own env on first use: 2.5-9 min, 3.4 GB; starts in ~90 s",
+    "vllm": "own env on first use: 2.5-9 min, 3.4 GB; starts in 25-90 s",
     "llama-server": "built on first use: 10-17 min, 35 MB; starts in < 1 s",
     "llama-cpp-python": "extra 'llama-cpp-python': compiles ~6 min",
     "aiperf": "reference tool (trace replay cross-check): own env on first use, 1-5 min, 1.2 GB",

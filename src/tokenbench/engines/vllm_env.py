@@ -7,7 +7,9 @@ learned making it work here:
   and break vLLM's import;
 - the server is started as ``python -m vllm.entrypoints.openai.api_server``: the ``vllm`` command looks up a
   distribution named ``vllm`` and crashes;
-- ``VLLM_CPU_KVCACHE_SPACE`` sets its KV-cache memory in GiB.
+- ``VLLM_CPU_KVCACHE_SPACE`` sets its KV-cache memory in GiB;
+- ``VLLM_USE_AOT_COMPILE=0``: its saved compiled graph does not load back on a CPU, and saving it again costs
+  every start 13 s (``launch.VLLM_ENV``).
 Making it takes a few minutes (mostly downloads) and about 2 GB of disk.
 """
 
