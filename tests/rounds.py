@@ -11,11 +11,9 @@ prompt tokens sent) is checked on every run made, two or three.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
-#: At most; the third only when the first two leave a rule open (``settled``).
-ROUNDS = 3
-#: Each round's order of the two tools, "a" the one under test.
+#: Each round's order of the two tools, "a" the one under test: three rounds at most.
 ORDERS = ("ab", "ba", "ab")
 
 
@@ -30,7 +28,17 @@ def ratio_within(ours: Sequence[float], theirs: Sequence[float], lo: float, hi: 
     return lo <= min(ours) / max(theirs) and max(ours) / min(theirs) <= hi
 
 
-def more_rounds(done: int, settled: bool) -> bool:
-    """Whether to run another round after ``done``: two at least, a third only when a rule is still open."""
-    return done < 2 or (done < ROUNDS and not settled)
+def played(settled: Callable[[], bool]) -> Iterator[tuple[int, str]]:
+    """Each round to run, and its order of the two tools: two, and the third unless ``settled()``, asked once
+    the two have run, says it cannot change a verdict."""
+    for rnd, order in enumerate(ORDERS):
+        if rnd == 2 and settled():
+            return
+        yield rnd, order
 
+
+def runs_within(ours: Sequence[Mapping[str, float]], theirs: Sequence[Mapping[str, float]], keys: Sequence[str],
+                tolerance: float) -> bool:
+    """``ratio_within`` both ways by ``tolerance``, for each of ``keys`` of the two tools' runs."""
+    return all(ratio_within([r[k] for r in ours], [r[k] for r in theirs], 1 - tolerance, 1 + tolerance)
+               for k in keys)

@@ -144,8 +144,7 @@ def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
         """Each round's tokenbench rate over llama-bench's, at each test and depth."""
         return {k: [_rates(h)[k] / _rates(b)[k] for h, b in zip(http, bench)] for k in sorted(keys)}
 
-    i = 0
-    while rounds.more_rounds(i, i == 2 and all(rounds.within(r, 1 / 1.6, 1.6) for r in paired().values())):
+    for i, _ in rounds.played(lambda: all(rounds.within(r, 1 / 1.6, 1.6) for r in paired().values())):
         out = tmp_path / f"http{i}.json"
         assert main(["depth", "--engine", "llama-server", *common, "--json", str(out)]) == 0, capsys.readouterr().err
         http.append(_json(out))
@@ -153,7 +152,6 @@ def test_depth_over_http_matches_the_server_and_llama_bench(tmp_path: Path,
         assert main(["depth", "--llama-bench", *common, "-t", threads, "--json", str(out)]) == 0, \
             capsys.readouterr().err
         bench.append(_json(out))
-        i += 1
     assert all(set(_rates(doc)) == keys for doc in http + bench)
 
     server = {}
@@ -483,13 +481,17 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
 
     reference = _VllmBench()
     try:
-        rnd, left_open = 0, []
-        while rounds.more_rounds(rnd, rnd == 2 and not (left_open := still_open())):
+        left_open: list[str] = []
+
+        def settled() -> bool:
+            left_open.extend(still_open())
+            return not left_open
+
+        for rnd, order in rounds.played(settled):
             for c in n:
-                first, second = (run_ours, run_theirs) if rnd % 2 == 0 else (run_theirs, run_ours)
+                first, second = (run_ours, run_theirs) if order == "ab" else (run_theirs, run_ours)
                 first(c, rnd)
                 second(c, rnd)
-            rnd += 1
     finally:
         reference.close()
 
@@ -508,7 +510,7 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
             if k in ("tpot", "itl"):
                 a, b = statistics.fmean(ours[c][k]), statistics.fmean(theirs[c][k])
                 table[f"c{c} mean {k}"] = (round(a, 2), round(b, 2), f"{a / b - 1:+.1%}")
-    print(f"tokenbench vs vllm bench serve over {rnd} rounds (medians, and TPOT's and ITL's means):", table)
+    print(f"tokenbench vs vllm bench serve over {len(our_runs[1])} rounds (medians, and TPOT's and ITL's means):", table)
     print("rules two rounds left open:", left_open)
     print("TTFT over the server's own (ms):", {f"{t} c{c}": [round(x, 1) for x in v] for (t, c), v in overhead.items()})
     print("decode time against the server's own:", {f"{t} c{c}": [f"{x:+.1%}" for x in v] for (t, c), v in decode.items()})

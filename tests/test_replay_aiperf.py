@@ -238,12 +238,9 @@ def settled(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> bool:
     """Whether the rules on the tools' median runs (the test's, below) hold whatever a third round reads
     (rounds.py): throughput over vLLM's and the hit share within TOLERANCE both ways, TTFT over vLLM's own at
     least 1 and at most AIPerf's and TOLERANCE."""
-    both = all(rounds.ratio_within([r[k] for r in ours], [r[k] for r in theirs], 1 - TOLERANCE, 1 + TOLERANCE)
-               for k in BOTH_WAYS)
-    mine = [r["ttft_over_server"] for r in ours]
-    ttft = rounds.within(mine, 1, float("inf")) and rounds.ratio_within(mine, [r["ttft_over_server"] for r in theirs], 0,
-                                                             1 + TOLERANCE)
-    return both and ttft
+    mine, aiperf = ([r["ttft_over_server"] for r in runs] for runs in (ours, theirs))
+    ttft = rounds.within(mine, 1, float("inf")) and rounds.ratio_within(mine, aiperf, 0, 1 + TOLERANCE)
+    return rounds.runs_within(ours, theirs, BOTH_WAYS, TOLERANCE) and ttft
 
 
 @pytest.mark.timeout(2400)  # vLLM's start (~40 s), four or six replays of ~20 s, AIPerf's own start in each of its
@@ -277,9 +274,8 @@ def test_trajectory_replay_matches_aiperf_on_vllm(vllm_small_8: Serving,
     pauses = capped_pauses_s(folder)
     ours: list[dict[str, Any]] = []
     theirs: list[dict[str, Any]] = []
-    rnd = 0
-    while rounds.more_rounds(rnd, rnd == 2 and settled(ours, theirs)):
-        for tool in rounds.ORDERS[rnd]:
+    for rnd, order in rounds.played(lambda: settled(ours, theirs)):
+        for tool in order:
             seed = 100 * rnd + (1 if tool == "a" else 2)
             if tool == "a":
                 r = run_tokenbench(server, model, folder, seed, tmp_path / f"tb-{rnd}.json", capsys)
@@ -289,7 +285,6 @@ def test_trajectory_replay_matches_aiperf_on_vllm(vllm_small_8: Serving,
                 theirs.append(r)
             # the throughput the server's own time implies: its send-to-last-token seconds and the capped pauses
             r["tps_over_server"] = r["output_tps"] * (r["server_busy_s"] + pauses) / r["output_tokens"]
-        rnd += 1
     rows = (("client_ttft_ms", "TTFT, mean ms"), ("server_ttft_ms", "vLLM's own TTFT, mean ms"),
             ("ttft_over_server", "TTFT over vLLM's own"), ("output_tps", "output tok/s"),
             ("server_busy_s", "vLLM's time on the calls, s"), ("tps_over_server", "output tok/s over vLLM's"),
@@ -299,7 +294,7 @@ def test_trajectory_replay_matches_aiperf_on_vllm(vllm_small_8: Serving,
             ("client_cpu_s", "client CPU, s"))
     med = {k: (statistics.median(r[k] for r in ours), statistics.median(r[k] for r in theirs)) for k, _ in rows}
     with capsys.disabled():
-        print(f"\nWeka traces replayed on vLLM, tokenbench vs AIPerf 0.13, median of {rnd} runs each "
+        print(f"\nWeka traces replayed on vLLM, tokenbench vs AIPerf 0.13, median of {len(ours)} runs each "
               f"({n} calls, capped pauses {pauses:.1f} s):")
         print(f"{'':30} {'tokenbench':>11} {'AIPerf':>11} {'difference':>11}")
         for k, label in rows:

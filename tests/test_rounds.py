@@ -46,9 +46,23 @@ def test_a_settled_ratio_of_medians_holds_whatever_either_third_run_reads() -> N
 
 
 def test_two_rounds_at_least_and_a_third_only_while_a_rule_is_open() -> None:
-    assert rounds.more_rounds(0, True) and rounds.more_rounds(1, True)
-    assert not rounds.more_rounds(2, True)
-    assert rounds.more_rounds(2, False)
-    assert not rounds.more_rounds(3, False)
-    assert len(rounds.ORDERS) == rounds.ROUNDS
+    asked: list[int] = []
 
+    def settled(answer: bool) -> bool:
+        asked.append(len(ran))
+        return answer
+
+    for answer, rounds_run in ((True, [(0, "ab"), (1, "ba")]), (False, [(0, "ab"), (1, "ba"), (2, "ab")])):
+        ran: list[tuple[int, str]] = []
+        asked.clear()
+        for rnd in rounds.played(lambda: settled(answer)):
+            ran.append(rnd)
+        assert ran == rounds_run and asked == [2]  # asked once, after the two
+
+
+def test_runs_within_holds_every_key_both_ways() -> None:
+    ours = [{"a": 1.0, "b": 1.0}, {"a": 1.05, "b": 0.95}]
+    theirs = [{"a": 1.0, "b": 1.0}, {"a": 1.02, "b": 1.0}]
+    assert rounds.runs_within(ours, theirs, ("a", "b"), 0.10)
+    assert not rounds.runs_within(ours, [{"a": 1.0, "b": 1.2}, {"a": 1.0, "b": 1.0}], ("a", "b"), 0.10)
+    assert rounds.runs_within(ours, [{"a": 1.0, "b": 1.2}, {"a": 1.0, "b": 1.0}], ("a",), 0.10)

@@ -134,8 +134,7 @@ def settled(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> bool:
     """Whether the rules on the tools' median runs (the test's, below) hold whatever a third round reads
     (rounds.py): throughput and hit share within TOLERANCE both ways, TTFT over vLLM's own at most AIPerf's and
     TOLERANCE, the ms tokenbench adds at most AIPerf's largest and 10."""
-    both = all(rounds.ratio_within([r[k] for r in ours], [r[k] for r in theirs], 1 - TOLERANCE, 1 + TOLERANCE)
-               for k in BOTH_WAYS)
+    both = rounds.runs_within(ours, theirs, BOTH_WAYS, TOLERANCE)
     ttft = rounds.ratio_within(over_server(ours), over_server(theirs), 0, 1 + TOLERANCE)
     added = max(r["client_adds_ms"] for r in ours) <= max(r["client_adds_ms"] for r in theirs) + 10
     return both and ttft and added
@@ -163,21 +162,19 @@ def test_trace_replay_matches_aiperf_on_vllm(vllm_server: Serving, tmp_path: Pat
     n = len(load_trace(trace, BLOCK).requests)
     ours: list[dict[str, Any]] = []
     theirs: list[dict[str, Any]] = []
-    rnd = 0
-    while rounds.more_rounds(rnd, rnd == 2 and settled(ours, theirs)):
-        for tool in rounds.ORDERS[rnd]:
+    for rnd, order in rounds.played(lambda: settled(ours, theirs)):
+        for tool in order:
             seed = 100 * rnd + (1 if tool == "a" else 2)
             if tool == "a":
                 ours.append(run_tokenbench(server, model, trace, seed, tmp_path / f"tb-{rnd}.json", capsys))
             else:
                 theirs.append(run_aiperf(server, model, trace, seed, tmp_path / f"aiperf-{rnd}", hub))
-        rnd += 1
     keys = ("ttft_ms", "output_tps", "hit_share", "server_ttft_ms")
     med_ours = {k: statistics.median(r[k] for r in ours) for k in keys}
     med_theirs = {k: statistics.median(r[k] for r in theirs) for k in keys}
     table = {k: (round(med_ours[k], 3), round(med_theirs[k], 3), f"{med_ours[k] / med_theirs[k] - 1:+.1%}")
              for k in keys}
-    print(f"trace replay, tokenbench vs AIPerf (median of the {rnd} runs' means):", table)
+    print(f"trace replay, tokenbench vs AIPerf (median of the {len(ours)} runs' means):", table)
     print("tokenbench runs:", [{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in ours])
     print("AIPerf runs:", [{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in theirs])
     for r in ours + theirs:
