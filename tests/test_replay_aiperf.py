@@ -334,16 +334,18 @@ def test_the_packaged_agents_replay_on_vllm(vllm_small_8: Serving, tmp_path: Pat
                                             capsys: pytest.CaptureFixture[str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """examples/trajectories/agents (12 sessions, 7 subagents) on vLLM as a user would replay it, 4 lanes, lengths
-    divided by 8: every tree finishes, nothing overflows the context, the cache serves most of what the trace
-    shares (lengths / 8 make its 64-token blocks 8 tokens, so a call's last partial vLLM block of 128 is not
-    served), and the tables fit 80 columns. They are printed (docs/validation.md shows them)."""
+    divided by 16: every tree finishes, nothing overflows the context, the cache serves what the trace shares
+    but the last partial vLLM block of each call (lengths / 16 make the trace's 64-token blocks 4 tokens, and vLLM
+    serves from its cache in whole blocks of 128: half a block a call unserved, on average), and the tables fit
+    80 columns. They are printed (docs/validation.md shows them). Lengths / 8 took 1.5 times as long (117 s
+    against 78) and hold the same rule."""
     server, model = vllm_small_8
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.chdir(AGENTS.parents[2])  # the heading names the folder as a user in the repository would
     out = tmp_path / "agents.json"
     code = main(["sweep", "--url", server.base_url, "--tokenizer", str(model.hf_dir), "--trace",
                  str(AGENTS.relative_to(AGENTS.parents[2])),
-                 "--concurrency", "4", "--trace-scale", "8", "--max-think", "0.5s", "--seed", "1", "--guard", "off",
+                 "--concurrency", "4", "--trace-scale", "16", "--max-think", "0.5s", "--seed", "1", "--guard", "off",
                  "--json", str(out)])
     printed = capsys.readouterr().out
     with capsys.disabled():  # as the terminal takes it (conftest.py escapes what a C locale's stdout cannot encode)
@@ -354,4 +356,7 @@ def test_the_packaged_agents_replay_on_vllm(vllm_small_8: Serving, tmp_path: Pat
     replay, ideal = lv["replay"], doc["manifest"]["workload"]["trajectories"]["ideal_cached_share"]
     assert lv["failed"] == 0 and replay["trees_finished"] == replay["trees"] == 12
     assert replay["overflowed"] == 0 and replay["subagents"] > 0
-    assert lv["cached_source"] == "usage" and ideal - 0.08 <= lv["cached_share"] <= ideal + 0.03
+    # measured 86% at lengths / 16 and 90% at / 8, against a trace's ideal of 93% and an expected 85.6% and 89.3%
+    partial = VLLM_BLOCK / 2 / lv["input_tokens_mean"]
+    assert lv["cached_source"] == "usage", lv["cached_source"]
+    assert ideal - partial - 0.03 <= lv["cached_share"] <= ideal + 0.03, (ideal, partial, lv["cached_share"])
