@@ -33,7 +33,7 @@ from tokenbench.predict import queue
 
 SLOTS = 8
 AGENTS = (1, 2, 4, 8)
-PROMPT_WORDS = 400  # about 520 tokens of the small model's tokenizer: 8 of them take two steps of 2048
+PROMPT_WORDS = 400  # 402 tokens of the small model's tokenizer (measured): 8 of them take two steps of 2048
 OUTPUT = 16
 BUDGET = 2048  # llama-server's -b (n_batch): prompt tokens a step takes
 WORDS = (Path(__file__).resolve().parents[1] / "src" / "tokenbench" / "data" / "words.txt").read_text().split()
