@@ -329,7 +329,7 @@ def test_trajectory_replay_matches_aiperf_on_vllm(vllm_small_8: Serving,
         assert r["cached_share"] == pytest.approx(r["ideal"], abs=0.03)
 
 
-@pytest.mark.timeout(1800)  # about 4.5 minutes on the shared 2-core machine
+@pytest.mark.timeout(1800)  # 67-94 s on the shared 2-core machine; a slack for one as slow again
 def test_the_packaged_agents_replay_on_vllm(vllm_small_8: Serving, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
@@ -338,14 +338,15 @@ def test_the_packaged_agents_replay_on_vllm(vllm_small_8: Serving, tmp_path: Pat
     but the last partial vLLM block of each call (lengths / 16 make the trace's 64-token blocks 4 tokens, and vLLM
     serves from its cache in whole blocks of 128: half a block a call unserved, on average), and the tables fit
     80 columns. They are printed (docs/validation.md shows them). Lengths / 8 took 1.5 times as long (117 s
-    against 78) and hold the same rule."""
+    against 78) and hold the same rule; pauses capped at 0.5 s, not 0.2, took 78-94 s against 67 and read the
+    same shares."""
     server, model = vllm_small_8
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.chdir(AGENTS.parents[2])  # the heading names the folder as a user in the repository would
     out = tmp_path / "agents.json"
     code = main(["sweep", "--url", server.base_url, "--tokenizer", str(model.hf_dir), "--trace",
                  str(AGENTS.relative_to(AGENTS.parents[2])),
-                 "--concurrency", "4", "--trace-scale", "16", "--max-think", "0.5s", "--seed", "1", "--guard", "off",
+                 "--concurrency", "4", "--trace-scale", "16", "--max-think", "0.2s", "--seed", "1", "--guard", "off",
                  "--json", str(out)])
     printed = capsys.readouterr().out
     with capsys.disabled():  # as the terminal takes it (conftest.py escapes what a C locale's stdout cannot encode)
