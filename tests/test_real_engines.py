@@ -514,7 +514,8 @@ def test_sweep_matches_vllm_bench_serve(vllm_utf8: Serving, tmp_path: Path,
                 a, b = statistics.fmean(ours[c][k]), statistics.fmean(theirs[c][k])
                 table[f"c{c} mean {k}"] = (round(a, 2), round(b, 2), f"{a / b - 1:+.1%}")
     print(f"tokenbench vs vllm bench serve over {len(our_runs[1])} rounds (medians, and TPOT's and ITL's means):", table)
-    print("rules two rounds left open:", left_open)
+    with capsys.disabled():  # in every run's log, so a third round's cause can be read after a passing run
+        print(f"\nsweep beside vllm bench serve: {len(our_runs[1])} rounds; rules two rounds left open: {left_open}")
     print("TTFT over the server's own (ms):", {f"{t} c{c}": [round(x, 1) for x in v] for (t, c), v in overhead.items()})
     print("decode time against the server's own:", {f"{t} c{c}": [f"{x:+.1%}" for x in v] for (t, c), v in decode.items()})
     print("run medians, TPOT (ms):", {f"c{c}": {"tokenbench": [round(x, 1) for x in our_runs[c]],
