@@ -112,7 +112,8 @@ async def _measure(job: dict[str, Any]) -> dict[str, Any]:
     import aiohttp
 
     from tokenbench import client as tc
-    from tokenbench.loadgen import ClientWatch, Level, run_phase
+    from tokenbench.loadgen import ClientWatch, run_phase
+    from tokenbench.offered_load import Level
 
     root, c, n_req, out, tag, workers = job["root"], job["streams"], job["requests"], job["out"], job["tag"], \
         job["workers"]
@@ -375,7 +376,7 @@ def _workers_label(w: int | str) -> str:
 def _auto_line(cores: int) -> str:
     """What ``--workers auto`` would start on ``cores`` cores, from the send cost measured here on each path."""
     from tokenbench.client import StreamClient
-    from tokenbench.loadgen import Level
+    from tokenbench.offered_load import Level
     from tokenbench.workers import ClientSpec, auto_workers, send_cost_us
 
     parts = []

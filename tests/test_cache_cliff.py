@@ -12,7 +12,7 @@ from tokenbench.capacity import SearchSpec, answer, mark_levels
 from tokenbench.cli import main
 from tokenbench.distribution import Distribution
 from tokenbench.levels import ServingLevel, SessionStats, TurnPoint
-from tokenbench.loadgen import Level
+from tokenbench.offered_load import Level
 from tokenbench.results import LevelOutcome, Manifest, RunResult
 
 #: agents -> (cached share, median TTFT ms): warm to 4, the pool's slots, then the cache thrashes

@@ -223,3 +223,29 @@ def test_help_and_a_bad_argument_import_only_the_grammar(argv: list[str]) -> Non
     commands = [m for m in loaded
                 if m.startswith("tokenbench.cli.") and m.split(".")[2] not in ("parser", "options", "grammar")]
     assert "tokenbench.cli.parser" in loaded and not heavy and not commands, f"{argv} imported {heavy + commands}"
+
+
+#: What only a command that talks to a server needs: the HTTP client, its aiohttp, the load generator.
+SEND_ONLY = ("aiohttp", "tokenbench.client", "tokenbench.loadgen", "tokenbench.servers", "tokenbench.sweep")
+
+
+def test_the_commands_that_read_a_store_or_the_catalogs_import_no_http_client(tmp_path: Path) -> None:
+    """A prediction saved, shown, compared and listed, the catalogs, fit and recommend talk to no server: they
+    never import the HTTP client and the load generator (a third of such a command's start, where a run's
+    result type once imported them)."""
+    code = ("import contextlib, io, sys\nfrom tokenbench.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            "    code = main(sys.argv[1:])\n"
+            "print(code, *sorted(sys.modules))")
+    env = {**os.environ, "TOKENBENCH_DB": str(tmp_path / "r.db"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    predict = ["predict", "--hardware", "nvidia-a30", "--model", "llama-3.1-8b", "--concurrency", "1,4", "--save"]
+    for argv in ([*predict, "p1"], [*predict, "p2"], ["show", "p1"], ["show", "p1", "--format", "markdown"],
+                 ["compare", "p1", "p2"], ["runs"], ["hardware"], ["models"],
+                 ["fit", "--hardware", "nvidia-a30", "--model", "llama-3.1-8b"],
+                 ["recommend", "--model", "llama-3.1-8b"]):
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60,
+                              check=True, env=env)
+        exit_code, *loaded = proc.stdout.split()
+        heavy = sorted({r for m in loaded for r in SEND_ONLY if m == r or m.startswith(r + ".")})
+        assert exit_code == "0" and not heavy, f"{argv}: exit {exit_code}, imported {heavy}"

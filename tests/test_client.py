@@ -184,7 +184,9 @@ def test_the_socket_write_is_stamped_and_the_clients_wait_reported_apart(emitter
     large, so it can never pass as the server's time unnoticed."""
     import asyncio as aio
 
-    from tokenbench.loadgen import SEND_QUEUE_P90_MS, ClientWatch, Level
+    from tokenbench.loadgen import SEND_QUEUE_P90_MS, ClientWatch
+
+    from tokenbench.offered_load import Level
     from tokenbench.store import Store
     from tokenbench.sweep import SweepConfig, run_sweep
     from tokenbench.kinds.lengths import LengthsKind

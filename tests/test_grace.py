@@ -17,7 +17,8 @@ from tokenbench.emitter import BackgroundEmitter
 from tokenbench.errors import UsageError
 from tokenbench.grace import LEVEL_END, within_grace
 from tokenbench.kinds.lengths import LengthsKind
-from tokenbench.loadgen import Level, run_phase
+from tokenbench.loadgen import run_phase
+from tokenbench.offered_load import Level
 from tokenbench.records import RequestRecord
 from tokenbench.slo import SLO
 from tokenbench.store import Store

@@ -14,7 +14,7 @@ from tokenbench.client import PreparedRequest
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.errors import UsageError
 from tokenbench.kinds.base import Binding, LevelWork, OnDone, RequestLevel, SweepOptions
-from tokenbench.loadgen import Level
+from tokenbench.offered_load import Level
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
 from tokenbench.sweep import SweepConfig, run_sweep

@@ -348,7 +348,7 @@ def test_a_level_held_to_an_slo_fails_when_over_1_percent_of_its_calls_overflowe
     refused 2 of 10 calls for their context (so a capacity search does not count it as served); 1 of 200 passes."""
     from tokenbench.capacity import SearchSpec, verdict
     from tokenbench.kinds.replay import ReplayWork
-    from tokenbench.loadgen import Level
+    from tokenbench.offered_load import Level
     from tokenbench.metrics import summarize
     from tokenbench.results import LevelOutcome
     from tokenbench.slo import SLO

@@ -383,7 +383,7 @@ def test_requests_cut_by_an_interrupt_are_shown_apart_from_those_that_failed() -
 def test_small_replay_times_and_spans_read_as_the_rest() -> None:
     """A tree of fast calls read "tree time p50 0.029 s" where every other time is in ms, and trajectories that
     all start at once read "starting over 0 s"."""
-    from tokenbench.loadgen import Level
+    from tokenbench.offered_load import Level
     from tokenbench.replay_table import seconds
 
     assert seconds(0.029) == "29.0 ms" and seconds(0.29) == "290 ms" and seconds(12.34) == "12.3 s"

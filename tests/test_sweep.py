@@ -233,7 +233,8 @@ def test_no_collection_of_the_whole_heap_stops_a_timed_phase(emitter: Background
     import gc
 
     from tokenbench import loadgen
-    from tokenbench.loadgen import LOOP_STALL_MS, ClientWatch, Level, still_heap
+    from tokenbench.loadgen import LOOP_STALL_MS, ClientWatch, still_heap
+    from tokenbench.offered_load import Level
     from tokenbench.progress import QuietReporter
 
     held = [[i] for i in range(50_000)]  # a caller's long-lived objects

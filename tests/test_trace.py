@@ -15,7 +15,7 @@ import pytest
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.errors import UsageError
-from tokenbench.loadgen import Level
+from tokenbench.offered_load import Level
 from tokenbench.metrics import cached_share, summarize
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store

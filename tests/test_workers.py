@@ -22,7 +22,7 @@ from conftest import fuzz_examples
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.layout import plural
-from tokenbench.loadgen import Level
+from tokenbench.offered_load import Level
 from tokenbench.records import RequestRecord
 from tokenbench.store import Store
 from tokenbench.progress import QuietReporter

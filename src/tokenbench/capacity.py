@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .cache_cliff import CHECK as CLIFF_CHECK, Cliff, cliff, hold_cache
 from .finding import Code
-from .loadgen import Level
+from .offered_load import Level
 from .levels import Telemetry
 from .records import RequestRecord
 from .slo import SLO, SloCheck, decided_fail

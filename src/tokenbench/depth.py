@@ -34,7 +34,8 @@ from .endpoint import Endpoint, RunLog
 from .errors import EndpointError, UsageError
 from .guard_results import GuardSnapshot
 from .guard import snapshot_before
-from .loadgen import Level, still_heap
+from .loadgen import still_heap
+from .offered_load import Level
 from .distribution import Distribution
 from .layout import sig
 from .client_report import ClientReport

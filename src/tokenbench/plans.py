@@ -9,7 +9,7 @@ from typing import Protocol
 
 from .kinds.base import OnDone
 from .levels import ServingLevel
-from .loadgen import Level
+from .offered_load import Level
 from .records import RequestRecord
 from .results import LevelOutcome, Manifest
 

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from .pricing import run_price
-from .loadgen import Level
+from .offered_load import Level
 from .levels import LevelSummary
 from .quality.items import Item
 from .results import LevelOutcome, RunResult, as_read, combine_repetitions

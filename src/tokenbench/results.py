@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .loadgen import Level
+from .offered_load import Level
 from . import depth_findings, registry
 from .keyed import Keyed
 from .pricing import level_cost

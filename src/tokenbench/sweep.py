@@ -34,7 +34,8 @@ from .kinds.base import AgentRun, Binding, Bound, LevelWork, OnDone, PromptPool,
 from .kinds.lengths import LengthsKind
 from .client_report import ClientReport
 from .levels import ServingLevel
-from .loadgen import ClientWatch, Level, ensure_open_files, run_phase, still_heap
+from .loadgen import ClientWatch, ensure_open_files, run_phase, still_heap
+from .offered_load import Level
 from .metrics import peak_in_flight, summarize
 from .slo import SLO
 from .steady import WARMUP_ROUNDS, settled, stagger_window

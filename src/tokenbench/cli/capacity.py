@@ -27,7 +27,8 @@ from ..kinds.sessions import SessionsKind
 from ..sweep import SweepConfig, run_sweep
 from .common import check_output, embedded_spec, emit_json, int_list, notifier, seconds
 from .options import SERVE_PARALLEL
-from .sweep import EMBEDDED_DEFAULTS, RichReporter, embedded_ctx, load_config, print_result
+from .printing import print_result
+from .sweep import EMBEDDED_DEFAULTS, RichReporter, embedded_ctx, load_config
 from .workloads import workload_kind
 
 DEFAULT_RANGE = "1:16"

@@ -1,4 +1,5 @@
-"""``tokenbench coldstart``: how long a server takes from start to healthy and to its first token; its table."""
+"""``tokenbench coldstart``: how long a server takes from start to healthy and to its first token (its table in
+printing.py, which `show` prints too)."""
 
 from __future__ import annotations
 
@@ -6,31 +7,22 @@ import argparse
 import shlex
 import shutil
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from rich.console import Console
 
 from .. import redact
-from ..console import print_table
-from ..describe import describe_run
 from ..errors import TokenbenchError, UsageError
 from ..servers import normalize_base_url
 from ..store import Store
 from .common import check_output, saved, seconds, write_json
+from .printing import print_boots
 
 if TYPE_CHECKING:
     from ..coldstart import ColdStartConfig
-    from ..results import RunResult
 
 EXAMPLE_URL = "http://127.0.0.1:8080/v1"
-
-
-def boot_rows(boots: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """A cold start's boots: the first is the cold one (nothing cached)."""
-    rows = [[str(b["n"]) + (" (cold)" if b["n"] == 1 else ""), f"{b['healthy_s']:.2f} s",
-             f"{b['first_token_s']:.2f} s" if b.get("first_token_s") is not None else "—"] for b in boots]
-    return ["Boot", "Start -> healthy", "Start -> first token"], rows
 
 
 def server_command(cmd: str, port: int | None) -> str:
@@ -84,19 +76,6 @@ def coldstart_config(a: argparse.Namespace, argv: list[str]) -> ColdStartConfig:
     return ColdStartConfig(cmd=server_command(a.cmd, port), base_url=base, health_url=health, model=a.model,
                            timeout_s=seconds(a.timeout, "--timeout") or 600.0, repeat=a.repeat, log_path=a.log,
                            label=a.label or socket.gethostname(), command=redact.command(["tokenbench", *argv]))
-
-
-def print_boots(console: Console, res: RunResult, fmt: str = "table") -> None:
-    """A cold start as coldstart prints it and show prints it again: the model and engine, the boots, the first
-    against the later ones."""
-    from ..coldstart import boot_summary
-
-    boots = res.manifest.boots or []
-    console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
-    print_table(console, *boot_rows(boots), fmt)
-    line = boot_summary(boots)
-    if line:
-        console.print(line, markup=False, highlight=False)
 
 
 def cmd_coldstart(a: argparse.Namespace, argv: list[str], console: Console) -> int:

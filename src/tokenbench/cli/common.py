@@ -17,9 +17,9 @@ from ..errors import LevelFailed, UsageError
 from ..grace import DEFAULT_GRACE_S
 from ..jsontext import json_text
 from ..slo import parse_duration_ms
-from ..results import RunResult
 
 if TYPE_CHECKING:
+    from ..results import RunResult
     from ..engines.embedded import EmbeddedSpec
 
 

@@ -1,6 +1,6 @@
 """The read commands of the store: `runs` lists the runs, `show` prints one again as the command that made it did
-(a sweep's, depth's or cold start's tables from sweep.py, depth.py and coldstart.py, a quality run's from quality.py, a capacity search's
-answer from capacity.py)."""
+(a sweep's tables from printing.py, depth's and a cold start's from depth.py and coldstart.py, a quality run's from
+quality.py, a capacity search's answer from capacity.py)."""
 from __future__ import annotations
 
 import argparse
@@ -20,10 +20,9 @@ from ..results import Manifest, RunResult
 from ..reader import load_result
 from ..store import Store
 from .common import check_output, emit_json, saved, write_json
-from .coldstart import print_boots
 from ..depth_table import depth_notes, depth_rows
 from .guard import print_guard
-from .sweep import print_result
+from .printing import print_boots, print_result
 
 
 def _kind(stored: str, m: Manifest) -> str:

@@ -9,7 +9,6 @@ import os
 import socket
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console, RenderableType
@@ -18,24 +17,21 @@ from rich.text import Text
 
 from ..grace import INTERRUPTED, LEVEL_END
 from .. import redact
-from ..money import DEFAULT_CURRENCY
 from ..engines.embedded import MIN_CONTEXT, running
 from ..errors import RunInterrupted, TokenbenchError, UsageError
 from ..console import print_hanging
-from ..describe import describe_run, lengths_line
 from ..kinds import WorkloadKind
-from ..levels import ServingLevel, serving
+from ..levels import ServingLevel
 from ..slo import SLO
-from ..sweep_table import format_sweep_markdown, print_sweep
 from ..records import RequestRecord
-from ..results import RunResult
 from ..servers import normalize_base_url
 from ..store import Store
 from ..sweep import SweepConfig, run_sweep
 from ..workers.split import parse_workers
 from .common import (check_output, embedded_spec, float_list, guard_config, guard_targets, int_list, json_object,
-                     grace, notifier, run_exit, saved, seconds, write_json)
+                     grace, notifier, run_exit, seconds, write_json)
 from .power import power_plan
+from .printing import print_result
 from .workloads import given_flags, workload_kind
 
 EMBEDDED_DEFAULTS: dict[str, Any] = {"concurrency": "1,2,4,8", "requests": 16, "input_len": 128, "output_len": 64}
@@ -284,31 +280,6 @@ def sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
               float_list(a.rate, "--rate") if a.rate else [])
     requests = _requests(a, d, seconds(a.duration, "--duration"))
     return load_config(a, argv, kind, d, levels, requests, _slo(a.slo))
-
-
-def print_result(console: Console, res: RunResult, fmt: str, db: Path, where: str = "saved in") -> None:
-    levels = serving(o.summary for o in res.outcomes)
-    currency = res.manifest.currency or DEFAULT_CURRENCY
-    lengths = lengths_line(res.manifest)  # lengths that vary: the distribution or the dataset each level drew
-    if fmt == "markdown":
-        if lengths:
-            console.print(lengths + "\n", markup=False, highlight=False, soft_wrap=True)
-        console.print(format_sweep_markdown(levels, currency, res.kind == "predict"), markup=False, highlight=False, soft_wrap=True)
-        from ..compare.replays import is_replay_run
-        from ..report.markdown import replay_part, session_part
-        from ..session_view import is_session_run
-
-        # what the table view prints under the table (each turn, each replay's bins), as the report writes it
-        views = replay_part(levels) if is_replay_run(res) else session_part(res) if is_session_run(res) else []
-        if views:
-            console.print("\n".join(views), markup=False, highlight=False, soft_wrap=True)
-    else:
-        console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
-        if lengths:
-            console.print(lengths, markup=False, highlight=False)
-        print_sweep(console, levels, currency, f"{res.predicted_mark} (not measured)" if res.predicted_mark else None,
-                    res.kind == "predict")
-    saved(console, res, db, fmt, where)
 
 
 def embedded_ctx(cfg: SweepConfig) -> int:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from ..client import Api
 from ..engines.embedded import slot_context
 from ..grace import Waiting
-from ..loadgen import Level
+from ..offered_load import Level
 from ..metrics import cached_counts
 from ..records import RequestRecord
 

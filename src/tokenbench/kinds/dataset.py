@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..dataset import Dataset
 from ..draws import Draw
 from ..engines.embedded import slot_context
-from ..loadgen import Level
+from ..offered_load import Level
 from ..workload import WorkloadRecord
 from .base import Binding, SweepOptions, request_levels
 from .lengths import BoundRequests, RequestPrompts

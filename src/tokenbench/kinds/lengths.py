@@ -15,7 +15,7 @@ from ..apis import CONVERSATIONAL
 from ..client import PreparedRequest
 from ..dataset import PromptItem, measure
 from ..draws import Draw
-from ..loadgen import Level
+from ..offered_load import Level
 from ..records import RequestRecord
 from ..workload import PromptBuilder, WorkloadRecord
 from .base import Binding, LevelWork, OnDone, RequestLevel, SweepOptions, plain_slot, request_levels

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..apis import CONVERSATIONAL
 from ..engines.embedded import slot_context
 from ..errors import UsageError
-from ..loadgen import Level
+from ..offered_load import Level
 from ..metrics import session_stats, whole_sessions
 from ..records import RequestRecord
 from ..replay import ReplayLevel, ReplayPlan, ReplayTexts

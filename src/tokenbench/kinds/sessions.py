@@ -13,7 +13,7 @@ from ..grace import CUT_KINDS
 from ..apis import CONVERSATIONAL
 from ..engines.embedded import slot_context
 from ..errors import UsageError
-from ..loadgen import Level
+from ..offered_load import Level
 from ..background import cancel_and_wait
 from ..metrics import session_stats, soak_windows, whole_sessions
 from ..records import RequestRecord

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import redact
 from ..errors import UsageError
-from ..loadgen import Level
+from ..offered_load import Level
 from ..records import RequestRecord
 from ..trace import Trace, TracePrompts
 from ..workload import WorkloadRecord

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import registry
 from ..errors import UsageError
 from ..layout import plural
-from ..results import RunResult
 from ..store import Store
 from .calibration import Calibration
 from .fitting import fit_calibration
@@ -28,6 +28,9 @@ from .banding import BandLog, band_note
 from .tables import (context_remark, depth_context, depth_table, not_run_remark, serve_table, session_lines,
                      session_metrics, session_table)
 from .warm import WarmPrediction, predict_warm
+
+if TYPE_CHECKING:
+    from ..results import RunResult
 
 #: The published measurements the package ships (copies of the reference set, a test keeps them equal):
 #: what `calibrate` fits with no file given, and what the committed efficiency.toml was fitted on.

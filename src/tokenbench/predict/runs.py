@@ -18,7 +18,7 @@ from .. import __version__
 from ..errors import UsageError
 from ..distribution import Distribution
 from ..levels import DepthLevel, LevelSummary, ServingLevel, SessionStats, TurnPoint
-from ..loadgen import Level
+from ..offered_load import Level
 from ..results import LevelOutcome, Manifest, RunResult, new_run_id, now_iso
 from ..store import Store
 from .speculation import Spec, alpha_from_acceptance_length, expected_tokens, spec_speedup

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..loadgen import Level
+from ..offered_load import Level
 from ..servers import on_this_machine, server_cores
 from .messages import ClientSpec
 from .pool import WorkerPool

@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 
 from ..client import Api, PreparedRequest, StreamClient
-from ..loadgen import Level
+from ..offered_load import Level
 from ..records import Phase, RequestRecord
 
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from ..grace import Waiting, overtime
 from ..guard_results import GuardSnapshot
 from ..client import PreparedRequest
-from ..loadgen import Level
+from ..offered_load import Level
 from ..records import Phase, RequestRecord
 from .clocks import ClockSample, boot_id, clock_sample
 from .handle import Handle, WorkerLost

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..layout import plural
-from ..loadgen import Level
+from ..offered_load import Level
 from ..distribution import percentile
 
 #: Streams one worker is given before ``--workers auto`` adds another: at 64 streams of 100 tok/s one

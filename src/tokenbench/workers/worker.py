@@ -13,7 +13,8 @@ import aiohttp
 
 from ..aiohttp_path import trace_config
 from ..client import PreparedRequest, StreamClient
-from ..loadgen import ClientWatch, Level, freeze_heap, run_phase
+from ..loadgen import ClientWatch, freeze_heap, run_phase
+from ..offered_load import Level
 from ..records import RequestRecord
 from .clocks import ClockSample, clock_sample
 from .messages import ClientSpec, Drained, PhaseTask, WorkerReport
