@@ -140,7 +140,7 @@ def test_unescaped_line_separator_inside_a_string(tmp_path: Path) -> None:
 
 def test_not_json(tmp_path: Path) -> None:
     assert refused(tmp_path, '{"prompt": "a"}\n{"prompt": "b",}\n') == \
-        ":2: not JSON (Expecting property name enclosed in double quotes, column 16)"
+        ":2: not JSON (Expecting property name enclosed in double quotes at column 16)"
 
 
 def test_more_than_one_value_on_a_line(tmp_path: Path) -> None:
@@ -259,7 +259,7 @@ def test_a_list_item_names_its_own_line(tmp_path: Path) -> None:
 
 def test_a_fault_inside_a_list_item_names_its_own_line(tmp_path: Path) -> None:
     text = '[\n {"conversations": [\n  {"from": "human",\n   "value": "a" "b"}]}\n]\n'
-    assert refused(tmp_path, text, name="d.json") == ":4: not JSON (Expecting ',' delimiter, column 17)"
+    assert refused(tmp_path, text, name="d.json") == ":4: not JSON (Expecting ',' delimiter at column 17)"
 
 
 def test_a_big_list_is_read_in_one_pass(tmp_path: Path) -> None:

@@ -52,7 +52,10 @@ def refused(path: Path, block: int = 512) -> str:
 
 def test_a_line_that_is_not_json_is_refused(tmp_path: Path) -> None:
     p = write(tmp_path, "t.jsonl", [line(), '{"timestamp": 5, "input_length": 6'])
-    assert f"{p}:2: line: not JSON" in refused(p)
+    assert f"{p}:2: line: not JSON (Expecting ',' delimiter at column 35)" in refused(p)
+    # Python's words for a string cut short end in "at": the column follows them ("starting at at" once)
+    p = write(tmp_path, "t.jsonl", [line(), '{"timestamp": 5, "input_len'])
+    assert refused(p).endswith(f"{p}:2: line: not JSON (Unterminated string starting at column 18)")
 
 
 def test_a_named_format_is_the_one_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

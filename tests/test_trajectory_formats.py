@@ -301,7 +301,7 @@ _DEL = object()
 REFUSALS: list[tuple[str, str, str | bytes, str]] = [
     ("not utf-8", "weka.json", b'{"id": "\xff"}', ": not UTF-8 text (byte 8)"),
     ("empty", "weka.json", "  \n", ": an empty file: no trajectories in it"),
-    ("not json", "weka.json", '{"id": "x", "block_size": 64, "requests": [', "t.json: file: not JSON"),
+    ("not json", "weka.json", '{"id": "x", "block_size": 64, "requests": [', "t.json: file: not JSON (Expecting value at line 1, column 44)"),
     ("weka in negative", "weka.json", _weka(_set("requests.2.in", -4)),
      ": requests[2].in: -4 is not a positive number of tokens"),
     ("weka out not a number", "weka.json", _weka(_set("requests.0.out", "50")),

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from .apis import CONVERSATIONAL
+from .jsontext import json_fault
 from .chat import ROLES, Message, Role, ToolCall
 from .errors import UsageError
 
@@ -203,7 +204,7 @@ def _parse(text: str, pos: int, name: str, first_line: int, item_line: int) -> t
     try:
         return _DECODER.raw_decode(text, pos)
     except json.JSONDecodeError as e:
-        raise UsageError(f"{name}:{first_line + e.lineno - 1}: not JSON ({e.msg}, column {e.colno})") from None
+        raise UsageError(f"{name}:{first_line + e.lineno - 1}: not JSON ({json_fault(e, line=False)})") from None
     except RecursionError:
         raise UsageError(f"{name}:{item_line}: not JSON (nested too deep)") from None
     except ValueError as e:  # NaN, Infinity; an integer with too many digits

@@ -1,5 +1,5 @@
 """JSON as every ``--json`` of tokenbench writes it: indented, and always valid JSON (a NaN or an infinity, which
-JSON cannot say, is written as null)."""
+JSON cannot say, is written as null); and where a text read as JSON stops being JSON, said one way everywhere."""
 
 from __future__ import annotations
 
@@ -22,3 +22,11 @@ def finite(obj: Any) -> Any:
 def json_text(obj: Any) -> str:
     """``obj`` as the text of a JSON file, newline-terminated."""
     return json.dumps(finite(obj), indent=2, allow_nan=False) + "\n"
+
+
+def json_fault(e: json.JSONDecodeError, line: bool = True) -> str:
+    """Where and why ``e``'s text stops being JSON, as a message says it: "Expecting value at line 3, column 1",
+    "Unterminated string starting at column 12" (Python's own words end in "at" for some faults and not others;
+    ``line``: False where the text is one line of a file whose line the message names already)."""
+    where = f"line {e.lineno}, column {e.colno}" if line else f"column {e.colno}"
+    return f"{e.msg} {where}" if e.msg.endswith(" at") else f"{e.msg} at {where}"

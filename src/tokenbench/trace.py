@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from .client import PreparedRequest
 from .errors import UsageError
+from .jsontext import json_fault
 from .layout import plural
 from .workload import PromptBuilder
 
@@ -188,7 +189,7 @@ def _mooncake_line(text: str, block: int) -> _Parsed:
     try:
         obj = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as e:
-        raise _Refusal("line", f"not JSON ({e.msg if isinstance(e, json.JSONDecodeError) else 'nested too deep'})")
+        raise _Refusal("line", f"not JSON ({json_fault(e, line=False) if isinstance(e, json.JSONDecodeError) else 'nested too deep'})")
     if not isinstance(obj, dict):
         raise _Refusal("line", "not a JSON object")
     for name in ("timestamp", "input_length", "output_length"):

@@ -15,7 +15,7 @@ from rich.console import Console
 from ..console import silence
 from ..errors import LevelFailed, UsageError
 from ..grace import DEFAULT_GRACE_S
-from ..jsontext import json_text
+from ..jsontext import json_fault, json_text
 from ..slo import parse_duration_ms
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ def json_object(text: str | None, flag: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except ValueError as e:  # JSONDecodeError, or a number too long to convert (no .msg then)
-        why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+        why = json_fault(e, line=False) if isinstance(e, json.JSONDecodeError) else str(e)
         raise UsageError(f"{flag} is not valid JSON ({why}): quote it, e.g. '{{\"top_k\": 1}}'") from None
     if not isinstance(value, dict):
         raise UsageError(f"{flag} must be a JSON object")

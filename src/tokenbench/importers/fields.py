@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..jsontext import json_fault
 from ..levels import LevelSummary
 from ..records import RequestRecord
 from ..results import Manifest
@@ -87,7 +88,7 @@ def _where_not(text: str, e: WireError) -> str:
     except json.JSONDecodeError as d:
         if d.pos >= len(text.rstrip()):
             return f"it ends at line {d.lineno} before its document does: cut short?"
-        return f"{d.msg} at line {d.lineno}, column {d.colno}"
+        return json_fault(d)
     except (ValueError, RecursionError):
         pass
     return str(e)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..jsontext import json_fault
 from .model import Rounding
 
 #: The most tokens one call may send or answer: far beyond any served context (as trace.MAX_LENGTH), and a bound
@@ -66,7 +67,7 @@ def parse_json(text: str, field: str = "file") -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise Refusal(field, f"not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+        raise Refusal(field, f"not JSON ({json_fault(e)})") from None
     except RecursionError:
         raise Refusal(field, "not JSON (nested too deep)") from None
 
