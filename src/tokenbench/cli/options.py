@@ -180,7 +180,8 @@ def add_load(s: argparse.ArgumentParser, search: bool) -> None:
     if not search:
         g.add_argument("--slo", help="e.g. ttft_p99=2s,tpot=50ms: goodput and pass/fail per level; every latency with its unit: "
                        "ms, s, m or h; goodput counts the requests within every latency limit and, with "
-                       "agent_tps_p90=20, each read at that rate or faster")
+                       "agent_tps_p90=20, each read at that rate or faster; a level that misses one is a result, not a failure "
+                       "(the exit stays 0: a script reads each level's slo_met in --json)")
     g.add_argument("--max-error-rate", type=SHARE, default=0.1,
                    help="a level with a larger share of failed requests is failed, and the run exits 5 "
                         "(default 0.1)")

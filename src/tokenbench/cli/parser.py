@@ -29,7 +29,9 @@ from .grammar.quality import add_quality_parser
 
 
 EXIT_CODES = """exit codes:
-  0    done: every level measured; record and engines serve: stopped by Ctrl-C
+  0    done: every level measured (an --slo objective missed is a result, not
+       a failure: a script reads each level's slo_met in --json); record and
+       engines serve: stopped by Ctrl-C
   1    guard: the bench is dirty; record: nothing recorded; fit: the model
        does not fit the box (its hybrid split, if any, is said), or the
        context passes the model's own
