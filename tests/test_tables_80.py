@@ -81,7 +81,7 @@ def test_show_says_what_every_level_shares_once(db: Path, capsys: pytest.Capture
     lines = printed(["show", "box-a", "--db", str(db)], capsys, monkeypatch, columns)
     readable(lines, columns or 160)
     i = table_at(lines, "Concurrency", "Aggregate", "Per-agent", "Median TTFT", "P99 TTFT")
-    assert "Median TPOT: 10.0 ms; OK/failed: 12/0" in lines[:i]  # the same at every level: said once
+    assert "Median TPOT: 10.0 ms; OK/failed: 12/0 a level" in lines[:i]  # the same at every level: said once
     assert not any("OK/failed" in ln or "Median TPOT" in ln for ln in lines[i - 1:i + 6])
     assert [ln.split()[0] for ln in lines[i + 1:i + 6]] == ["1", "2", "3", "4", "5"]
 
@@ -316,7 +316,7 @@ def test_the_line_above_a_table_ends_in_no_hanging_separator() -> None:
     buf = io.StringIO()
     print_sweep(Console(file=buf, width=80), levels, "EUR")
     lines = [ln.rstrip() for ln in buf.getvalue().splitlines()]
-    assert lines[0] == "SLO: pass; OK/failed: 32/0"
+    assert lines[0] == "SLO: pass; OK/failed: 32/0 a level"  # a level's count, not the run's
     assert lines[1].startswith("Goodput req/s (") and "left out" in " ".join(lines[1:3])
     assert not any(ln.endswith(";") for ln in lines)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import textwrap
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import IO, Any
 
 from rich import box
@@ -177,7 +177,8 @@ def _print_markdown(console: Console, header: list[str], rows: list[list[str]], 
 
 def print_table(console: Console, header: list[str], rows: list[list[str]], fmt: str = "table",
                 title: str | None = None, numeric: bool = False, keep: Collection[int] | None = None,
-                aside: int | None = None, group: int | None = None, spare: Sequence[tuple[int, str]] = ()) -> None:
+                aside: int | None = None, group: int | None = None, spare: Sequence[tuple[int, str]] = (),
+                per_row: Mapping[int, str] | None = None) -> None:
     """Any (header, rows) table, for a terminal or as Markdown (every column, as given). On a terminal, headers
     go onto two lines and text wraps to fit the width; ``keep`` given, the columns that hold one value in every
     row are said once in a heading line above it (``keep``: columns that stay whatever they hold; a column empty
@@ -185,15 +186,16 @@ def print_table(console: Console, header: list[str], rows: list[list[str]], fmt:
     own instead of taking a column ("Concurrency 4", the rows sorted by it); ``aside``: a text column (notes,
     flags) said under the table, row by row, where the table does not fit with it; ``spare``: columns another
     already says (a run id holds its start) or another command shows, each with its line, left out in their order
-    where the table does not fit with them, and each one's line said above the table instead. One block per row
-    only when a row still cannot fit. ``numeric``: only the last column is text that may wrap."""
+    where the table does not fit with them, and each one's line said above the table instead; ``per_row``: columns
+    that count something of each row, said above it with what they count over (``layout.split_constant``). One
+    block per row only when a row still cannot fit. ``numeric``: only the last column is text that may wrap."""
     if fmt == "markdown":
         _print_markdown(console, header, rows, title)
         return
     # spelt as the output will show them before they are measured ("±" is "+/-" on an ASCII terminal)
     header = [ascii_spelled(h, console.encoding) for h in header]
     rows = [[ascii_spelled(c, console.encoding) for c in r] for r in rows]
-    kept, said = split_constant(header, rows, keep) if keep is not None else (list(range(len(header))), [])
+    kept, said = split_constant(header, rows, keep, per_row) if keep is not None else (list(range(len(header))), [])
     head = [header[i] for i in kept]
     body = [[r[i] if i < len(r) else "" for i in kept] for r in rows]
     plain = head, body  # for one block per row, where it comes to that

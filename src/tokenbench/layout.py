@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 import textwrap
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from rich.cells import cell_len
@@ -213,11 +213,13 @@ def _squeeze(out: Layout, header: list[str], floor: list[int], width: int,
     return out
 
 
-def split_constant(header: list[str], rows: list[list[str]],
-                   keep: Collection[int] = (0,)) -> tuple[list[int], list[str]]:
+def split_constant(header: list[str], rows: list[list[str]], keep: Collection[int] = (0,),
+                   per_row: Mapping[int, str] | None = None) -> tuple[list[int], list[str]]:
     """The columns a table keeps, and "Header: value" for each column that holds one value in every row (of
     two or more), said once above the table instead of on every row. A column empty in every row is left out, and
-    one with no figure ("—") in every row of two or more; ``keep``: columns that stay whatever they hold."""
+    one with no figure ("—") in every row of two or more; ``keep``: columns that stay whatever they hold;
+    ``per_row``: columns that count something of each row, said with what they count over ("OK/failed: 8/0 a
+    level": said bare, it read as the run's total)."""
     kept, said = [], []
     for i, h in enumerate(header):
         values = {r[i] if i < len(r) else "" for r in rows}
@@ -230,7 +232,7 @@ def split_constant(header: list[str], rows: list[list[str]],
         if len(rows) < 2:
             kept.append(i)  # one row: its values are the table
         elif value != "—":  # no figure in any row is nothing to share
-            said.append(f"{h}: {value}")
+            said.append(f"{h}: {value}" + (f" {per_row[i]}" if per_row and i in per_row else ""))
     return kept, said
 
 

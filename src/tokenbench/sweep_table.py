@@ -366,7 +366,8 @@ def print_sweep(console: Console, levels: list[ServingLevel], currency: str, tit
               "at this width: --format markdown and --json have it")] if GOODPUT in header else []
     spare.append((header.index(PER_AGENT), f"{PER_AGENT} (the aggregate over the concurrency) left out at this "
                   "width: --format markdown and --json have it"))
-    print_table(console, header, rows, title=title, numeric=True, keep=(0,), aside=len(header) - 1, spare=spare)
+    print_table(console, header, rows, title=title, numeric=True, keep=(0,), aside=len(header) - 1, spare=spare,
+                per_row={header.index("OK/failed"): "a level"})
     if any(s.replay is not None for s in levels):
         print_replays(console, levels)
     elif any(s.session is not None for s in levels):
