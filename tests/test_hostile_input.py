@@ -60,8 +60,11 @@ def test_a_bare_duration_is_refused() -> None:
     """`--duration 60` measured 60 ms and `--timeout 600` meant 0.6 s; then a bare number was seconds here and
     milliseconds in an SLO. Every duration now takes its unit, and a bare one is refused in one line."""
     for text in ("60", "600"):
-        with pytest.raises(UsageError, match=rf"--duration '{text}' has no unit: write {text}ms or {text}s"):
-            seconds(text, "--duration")
+        with pytest.raises(UsageError, match=rf"--timeout '{text}' has no unit: write {text}ms or {text}s"):
+            seconds(text, "--timeout")
+        # each suggested in the units its values are likely in: a search's budget is not 30ms
+        with pytest.raises(UsageError, match=rf"--budget '{text}' has no unit: write {text}m or {text}h"):
+            seconds(text, "--budget", ("m", "h"))
     assert seconds("500ms", "--timeout") == 0.5 and seconds("2m", "--duration") == 120.0 and seconds("60s", "x") == 60
 
 
@@ -192,7 +195,12 @@ def test_an_error_is_one_line_in_a_pipe_and_wrapped_between_words_on_a_terminal(
 
 @pytest.mark.parametrize(("argv", "said"), [
     (["sweep", "--url", DEAD, "--duration", "-5s"], "--duration must be positive"),
-    (["sweep", "--url", DEAD, "--duration", "-5"], "write 5ms or 5s"),
+    (["sweep", "--url", DEAD, "--duration", "-5"], "write 5s or 5m"),
+    (["capacity", "--url", DEAD, "--slo", "ttft_p90=1s", "--budget", "30"], "--budget '30' has no unit: write 30m or 30h"),
+    # 0s is no pause (documented), so a negative cap is not "must be positive"
+    (["sweep", "--url", DEAD, "--trace", str(Path(__file__).resolve().parents[1] / "examples" / "trajectories"
+                                              / "mlcommons-agentic.jsonl"), "--max-think", "-1s"],
+     "--max-think '-1s' is negative"),
     (["capacity", "--url", DEAD, "--slo", "ttft_p90=1s", "--budget", "-30m"], "--budget"),
     (["sweep", "--url", DEAD, "--sessions", "2", "--think-time", "-2s"], "--think-time"),
 ])

@@ -24,6 +24,7 @@ over, a p90 from 29, a p50 from 5. ``agent_tps`` is a mean: sure when the limit 
 
 from __future__ import annotations
 
+import difflib
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -48,7 +49,7 @@ DURATION_RULE = "a duration takes its unit: ms, s, m or h (500ms, 2s, 5m); a bar
 _UNITS = (("ms", 1.0), ("us", 1e-3), ("s", 1000.0), ("m", 60_000.0), ("h", 3_600_000.0))
 
 
-def parse_duration_ms(text: str) -> float:
+def parse_duration_ms(text: str, units: tuple[str, str] = ("ms", "s")) -> float:
     """``2s``, ``50ms``, ``1.5m``, ``1h`` -> milliseconds. A bare number is refused (DURATION_RULE), but 0, which
     is 0 in any unit: ``ttft_p99=2`` read as 2 ms and ``--think-time 5000`` as 5,000 s, each by the convention of
     the tool it came from, and neither said what it meant."""
@@ -61,7 +62,8 @@ def parse_duration_ms(text: str) -> float:
         else:
             v = float(t)
             if math.isfinite(v) and v != 0:  # a negative one is shown as its size: the unit is what is missing
-                raise ValueError(f"'{text}' has no unit: write {t.lstrip('-')}ms or {t.lstrip('-')}s ({DURATION_RULE})")
+                bare = t.lstrip("-")  # ``units``: the two a value of this kind is likely in, suggested
+                raise ValueError(f"'{text}' has no unit: write {bare}{units[0]} or {bare}{units[1]} ({DURATION_RULE})")
     except ValueError as e:
         if "has no unit" in str(e):
             raise
@@ -155,7 +157,12 @@ class SLO:
             return
         metric, _, pct = key.partition("_")
         if metric not in (*LATENCIES, "session"):
-            raise ValueError(f"unknown SLO metric '{metric}': use ttft, tpot, e2e, itl, session, agent_tps or errors")
+            known = [*LATENCIES, "agent_tps", "errors", *(f"{m}_{p}" for m in (*LATENCIES, "session", "agent_tps")
+                                                        for p in PERCENTILES)]
+            near = difflib.get_close_matches(key, known, n=1)  # ttftp99: a slip of ttft_p99
+            hint = f"{near[0]}? " if near else ""
+            raise ValueError(f"unknown SLO metric '{key}': {hint and 'did you mean ' + hint}use ttft, tpot, e2e, itl or "
+                             "agent_tps (bare, or with a percentile: ttft_p99=2s), session_pNN, or errors")
         if pct and pct not in PERCENTILES:
             raise ValueError(f"unknown SLO percentile '{pct}': use p50, p90, p95 or p99")
         limit = parse_duration_ms(value)

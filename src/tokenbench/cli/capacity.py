@@ -51,7 +51,7 @@ def search_spec(a: argparse.Namespace) -> SearchSpec:
     flag = f"--{axis}"
     lo, hi = _range(a.rate or a.concurrency or DEFAULT_RANGE, flag)
     try:
-        return SearchSpec(axis, lo, hi, a.resolution, seconds(a.budget, "--budget") if a.budget else None,  # type: ignore[arg-type]
+        return SearchSpec(axis, lo, hi, a.resolution, seconds(a.budget, "--budget", ("m", "h")) if a.budget else None,  # type: ignore[arg-type]
                           a.arrival, a.max_concurrency)
     except ValueError as e:
         raise UsageError(f"{flag}: {e}") from None

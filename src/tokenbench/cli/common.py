@@ -51,11 +51,13 @@ def float_list(text: str, what: str) -> list[float]:
     return vals
 
 
-def seconds(text: str | None, what: str) -> float | None:
+def seconds(text: str | None, what: str, units: tuple[str, str] = ("ms", "s")) -> float | None:
+    """A positive duration option in seconds; ``units``: the two a bare number is suggested in (a level's
+    ``--duration 60`` is 60s or 60m, not 60ms)."""
     if text is None:
         return None
     try:
-        v = parse_duration_ms(text) / 1000.0  # a bare number is refused, as every duration (slo.DURATION_RULE)
+        v = parse_duration_ms(text, units) / 1000.0  # a bare number is refused, as every duration (slo.DURATION_RULE)
     except ValueError as e:
         if "has no unit" in str(e) or "not a finite" in str(e):
             raise UsageError(f"{what} {e}") from None

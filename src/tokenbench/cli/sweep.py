@@ -241,7 +241,7 @@ def load_config(a: argparse.Namespace, argv: list[str], kind: WorkloadKind, d: d
         arrival=a.arrival,
         max_concurrency=a.max_concurrency,
         requests=requests,
-        duration_s=seconds(getattr(a, "duration", None), "--duration"),
+        duration_s=seconds(getattr(a, "duration", None), "--duration", ("s", "m")),
         grace_s=_grace(a),
         warmup=None if a.warmup == "auto" else a.warmup,
         warmup_auto=a.warmup == "auto",
@@ -278,7 +278,7 @@ def sweep_config(a: argparse.Namespace, argv: list[str]) -> SweepConfig:
     _refuse_loop_options(a, argv, kind)
     levels = (int_list(a.concurrency or str(d.get("concurrency", "1")), "--concurrency"),
               float_list(a.rate, "--rate") if a.rate else [])
-    requests = _requests(a, d, seconds(a.duration, "--duration"))
+    requests = _requests(a, d, seconds(a.duration, "--duration", ("s", "m")))
     return load_config(a, argv, kind, d, levels, requests, _slo(a.slo))
 
 

@@ -147,7 +147,10 @@ def _max_think(text: str) -> float | None:
         return None
     if text.strip() in ("0", "0s"):
         return 0.0
-    return seconds(text, "--max-think")
+    if text.strip().startswith("-"):
+        raise UsageError(f"--max-think '{text}' is negative: give the longest pause to keep (e.g. 5s), 0s for none "
+                         "or none for every pause as recorded")
+    return seconds(text, "--max-think", ("s", "m"))
 
 
 def workload_kind(a: argparse.Namespace, argv: list[str], defaults: dict[str, Any],
