@@ -252,6 +252,8 @@ def test_strict_refuses_a_dirty_load_generating_node_as_it_refuses_the_driver(tm
     ("[cpu_load]\nmax_other_pct = -5\n", "max_other_pct = -5: give a number of 0 or more"),
     ('[cpu_load]\nmax_other_pct = "lots"\n', "give a number of 0 or more"),
     ("[nope]\nx = 1\n", "[nope] is no check of the guard's"),
+    ("nope = 1\n", "nope = 1 is no check of the guard's"),  # a key, not a table: not said as "[nope]"
+    ("cpu_load = 1\n", "cpu_load = 1 is a key, not a table: put its settings under a line [cpu_load]"),
 ])
 def test_a_guard_config_with_what_the_guard_does_not_know_is_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], toml: str, said: str) -> None:

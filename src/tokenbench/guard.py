@@ -79,8 +79,13 @@ def _check_config(path: Path, over: dict[str, Any], defaults: dict[str, dict[str
     the guard would go on without), a severity other than fail or warn, or a negative threshold, refused in one
     line naming it."""
     for check, settings in over.items():
-        if check not in defaults or not isinstance(settings, dict):
-            raise UsageError(f"{path}: [{check}] is no check of the guard's: it has {', '.join(defaults)}")
+        if check not in defaults:
+            said = f"[{check}]" if isinstance(settings, dict) else f"{check} = {settings!r}"
+            raise UsageError(f"{path}: {said} is no check of the guard's: it has {', '.join(defaults)}")
+        if not isinstance(settings, dict):  # `cpu_load = 1`: a key where a table of settings belongs
+            example = next(iter(defaults[check]), "severity")
+            raise UsageError(f"{path}: {check} = {settings!r} is a key, not a table: put its settings under a line "
+                             f"[{check}] (e.g. {example} = ...)")
         for key, value in settings.items():
             known = defaults[check]
             where = f"{path}: [{check}] {key}"
