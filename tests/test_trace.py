@@ -58,6 +58,22 @@ def test_a_line_that_is_not_json_is_refused(tmp_path: Path) -> None:
     assert refused(p).endswith(f"{p}:2: line: not JSON (Unterminated string starting at column 18)")
 
 
+@pytest.mark.parametrize("body", ['{"id": "t", "block_size": 64, "requests": [{"t": 0, "in": 1', ""])
+def test_a_file_whose_format_cannot_be_told_is_refused_for_its_fault_not_an_option(
+        tmp_path: Path, body: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Weka trace cut short (a Weka trace goes with --concurrency), or an empty file, was told "--trace sets every
+    request's length and send time: drop --concurrency": its format cannot be told, so it is read as Mooncake
+    JSONL, and what is wrong with it is said, with how to name its format."""
+    p = tmp_path / "t.json"
+    p.write_text(body)
+    argv = ["sweep", "--url", "http://127.0.0.1:9/v1", "--model", "m", "--trace", str(p), "--concurrency", "2",
+            "--db", str(tmp_path / "r.db")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "drop --concurrency" not in err, err
+    assert f"{p}" in err and "--trace-format" in err and ("not JSON" in err if body else "empty" in err), err
+
+
 def test_a_named_format_is_the_one_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--trace-format mooncake|csv is obeyed, not the file's name: a CSV named as Mooncake is refused as JSON it is
     not (it was replayed as CSV, the option dropped), and a Mooncake file named as CSV for its missing header."""

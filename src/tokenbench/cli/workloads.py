@@ -86,13 +86,21 @@ REPLAY_OPTIONS = ("--trace-scale", "--max-think", "--answers")
 LONGEST_REPLAY_S = 7 * 86400
 
 
-def _trace(a: argparse.Namespace, given: set[str]) -> TraceKind:
+def _trace(a: argparse.Namespace, given: set[str], told: bool = True) -> TraceKind:
     """--trace's file, read and checked (trace.load_trace), after refusing the options that cannot go with it;
-    its first --requests N where given."""
+    its first --requests N where given. ``told``: False where the file's format could not be told (an empty file,
+    a first line cut short): it is read first, as Mooncake JSONL, so its fault is said, not an option that goes
+    with another format (a Weka trace cut short was told to drop its --concurrency)."""
+    named = a.trace_format if a.trace_format in ("mooncake", "csv") else None
+    if not told:
+        try:
+            load_trace(a.trace, a.trace_block, named)
+        except UsageError as e:
+            raise UsageError(f"{e} (read as Mooncake JSONL, as no format could be told from its start: name its "
+                             "format with --trace-format)") from None
     said = [f"--{k.replace('_', '-')}" for k in TRACE_EXCLUSIVE if getattr(a, k, None)]
     if said:
         raise UsageError(f"--trace sets every request's length and send time: drop {', '.join(said)}")
-    named = a.trace_format if a.trace_format in ("mooncake", "csv") else None
     trace = load_trace(a.trace, a.trace_block, named)  # a file it cannot read is said before what goes with it
     if stray := [f for f in REPLAY_OPTIONS if f in given]:
         raise UsageError(f"{', '.join(stray)} shape a replay of agent trajectories, and {a.trace} is a request trace: "
@@ -170,7 +178,7 @@ def workload_kind(a: argparse.Namespace, argv: list[str], defaults: dict[str, An
             return _replay(a, given, defaults, search)
         if search and fmt is not None:  # said first: no option given with it would make it searchable
             raise UsageError(NO_SEARCH)
-        return _trace(a, given)
+        return _trace(a, given, told=fmt is not None)
     ins, outs = _lengths(a, defaults)
     if a.sessions is not None:
         # sessions speak chat, one agent per session unless --concurrency says otherwise, whole sessions a level
