@@ -87,6 +87,11 @@ def test_recommend_ranks_a_measured_capacity_beside_predicted_ones(tmp_path: Pat
     assert cells[3:7] == ["measured", str(cap["capacity"]), str(math.ceil(40 / cap["capacity"])),
                           f"{2 / cap['capacity']:.3f}"], cells
     assert any("| PREDICTED |" in ln and "nvidia-l40s" in ln for ln in out.splitlines()), out
+    # the emitter's model is not llama-3.1-8b: said under the table, apart from the notes, and in the JSON
+    said = " ".join(out.split())
+    line = said[said.index("measured with another model than llama-3.1-8b: "):]
+    assert "emitter-box (emitter)" in line and "swept (emitter)" in line, out
+    assert mine["other_model"] == "emitter"
     # asked of another workload than the run measured (4096 in / 512 out, recommend's default), it says so
     assert main(["recommend", "--model", "llama-3.1-8b", "--capacity", "--tpot", "40ms", "--runs", "emitter-box",
                  "--db", str(db), "--json", "-"]) == 0

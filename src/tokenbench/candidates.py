@@ -87,6 +87,8 @@ class Candidate:
     #: predicted capacity: the agents served were its figures at the slow end of their bands, and at the fast end
     #: (and whether every count searched met them there)
     capacity_band: tuple[int, int, bool] | None = None
+    #: a stored run measured with a model of another name than the one ranked: that model's name
+    other_model: str | None = None
 
     def exclude(self, reason: str, message: str) -> None:
         """Out of the ranking for the first reason found: a box that does not fit is not also 'no price'."""

@@ -57,13 +57,14 @@ class ReadableConsole(Console):
         return _TRAILING.sub("", super()._render_buffer(buffer))
 
 
-def print_hanging(console: Console, line: str, hang: int = 2) -> None:
+def print_hanging(console: Console, line: str, hang: int = 2, style: str | None = None) -> None:
     """A line of text wrapped between its words to the console's width, each line it runs onto indented ``hang``
-    past its own indent (a soak's ten figures under their label), never back at the margin as a terminal wraps."""
+    past its own indent (a soak's ten figures under their label), never back at the margin as a terminal wraps;
+    ``style``: Rich's, e.g. yellow for a warning."""
     lead = line[:len(line) - len(line.lstrip(" "))]
     lines = textwrap.wrap(line, max(20, console.width), subsequent_indent=lead + " " * hang,
                           break_long_words=False, break_on_hyphens=False) or [line]
-    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+    console.print("\n".join(lines), style=style, markup=False, highlight=False, soft_wrap=True)
 
 
 def print_vertical(console: Console, header: list[str], rows: list[list[str]], title: str | None = None) -> None:

@@ -137,6 +137,7 @@ def _run_notes(r: RunResult, s: ServingLevel, w: Workload, c: Candidate) -> list
     m, out = r.manifest, []
     if m.model and m.model.split("/")[-1].lower() != w.model.lower():
         out.append(f"measured with {m.model}")
+        c.other_model = m.model
     if w.sessions is None and (_apart(s.input_tokens_mean, w.input_len) or _apart(s.output_tokens_mean, w.output_len)):
         out.append(f"measured at {s.input_tokens_mean or 0:,.0f} in / {s.output_tokens_mean or 0:,.0f} out tokens")
     if w.sessions is not None and (shape := _session_apart(m.workload or {}, w.sessions)):

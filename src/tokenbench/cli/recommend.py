@@ -58,6 +58,8 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
         bands = band_line(done.ranked)
         for line in filter(None, (team_line(done), unsure_line(done), kv_line(done.ranked), bands)):
             print_hanging(console, line)
+        if other := other_model_line(done.ranked, a.model):
+            print_hanging(console, other, style="yellow")
     elif done.closest:
         _print_closest(console, done.closest, a.currency)
     else:
@@ -228,6 +230,17 @@ def _group_line(reason: str, cs: list[Any], shown: list[Any]) -> str | None:
     remedy = " (give --price ID=PER_HOUR or --owned ID=PURCHASE:YEARS:WATTS)" if reason == "no price" else ""
     return (f"excluded, {reason}{remedy}: {named}{tail if more else ''} ({len(cs)} predicted boxes; "
             "--json has each one's figures)")
+
+
+def other_model_line(ranked: list[Candidate], model: str) -> str | None:
+    """The ranked runs measured with a model of another name: their figures are that model's, ranked as given
+    (a server may name the model its own way), said apart from the notes, where a tiny test model ranked first
+    for a 35B one read as an answer."""
+    said = [f"{c.box} ({c.other_model})" for c in ranked if c.other_model]
+    if not said:
+        return None
+    return (f"measured with another model than {model}: {', '.join(said)}; {'its' if len(said) == 1 else 'their'} "
+            "figures are that model's, ranked as given: give runs of this model, or rank for the model measured")
 
 
 def kv_line(ranked: list[Candidate]) -> str | None:
