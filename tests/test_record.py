@@ -964,6 +964,49 @@ def test_lengths_only_keeps_counts_and_hash_ids_and_no_text(tmp_path: Path) -> N
     assert ts.block == 4 and ts.trajectories[0].calls[1].blocks is not None
 
 
+def test_sessions_of_a_lengths_only_log_share_on_replay_what_they_shared_recorded(tmp_path: Path) -> None:
+    """Two agents' sessions with one system prompt: the log gives both its ids (one key for the recording), so the
+    replay sends both the same leading text and the ideal share counts it. Each replayed tree had its own salt in
+    place of its first tokens and blocks of its own: on llama-server a replay read 0% cached, its ideal 0%, where
+    the recording's second session had 80 of 81 tokens cached. A second pass over the set (more lanes than
+    sessions) shares nothing with the first, as another team's agents would not."""
+    out, db = tmp_path / "l.jsonl", tmp_path / "r.db"
+    system = {"role": "system", "content": " ".join(f"rule{i}" for i in range(40))}
+
+    async def run(url: str) -> None:
+        async with aiohttp.ClientSession() as s:  # no answer carried over: the second is a session of its own
+            await Agent(url, {}).ask(s, [system, {"role": "user", "content": "fix the parser"}])
+            await Agent(url, {}).ask(s, [system, {"role": "user", "content": "write the tests"}])
+
+    def sent(em: BackgroundEmitter, lanes: int) -> list[list[str]]:
+        """The words of the replay's calls (the last ones sent: a preflight and a warm-up come first)."""
+        em.emitter.requests_seen.clear()
+        assert main(["sweep", "--url", em.url, "--model", "emitter", "--trace", str(out), "--concurrency", str(lanes),
+                     "--max-think", "0s", "--db", str(db)]) == 0
+        calls = em.emitter.requests_seen[-2 * -(-lanes // 2):]
+        return [" ".join(str(m.get("content", "")) for m in b["messages"]).split() if "messages" in b
+                else str(b["prompt"]).split() for b in calls]
+
+    def shared(a: list[str], b: list[str]) -> int:
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    with BackgroundEmitter(EmitterConfig()) as em:
+        with recording(em.url, out, lengths_only=True, block_size=4) as rec:
+            asyncio.run(run(rec.url))
+        ts = load_trajectories(out)
+        assert len(ts.trajectories) == 2 and ts.shared_blocks
+        one, two = (t.calls[0].blocks.hash_ids.array() for t in ts.trajectories)  # type: ignore[union-attr]
+        common = shared([str(h) for h in one], [str(h) for h in two])
+        assert common >= 40 // 4 - 1  # the system prompt's whole blocks (the template's words may shift the last)
+        total = sum(t.calls[0].input_tokens or 0 for t in ts.trajectories)
+        assert ts.figures.ideal_cached_share == pytest.approx(common * 4 / total)
+        a, b = sent(em, 1)
+        assert shared(a, b) >= common * 4 - 1  # the blocks' words, one token each on the emitter
+        first, *others = sent(em, 4)  # two passes of two: each pass's pair shares its prefix, the passes nothing
+        pairs = sorted(shared(first, o) for o in others)
+        assert pairs[0] == 0 and pairs[-1] >= common * 4 - 1, pairs
+
+
 def test_hash_ids_past_the_tokenizers_count_chain_on() -> None:
     """A tokenizer that counts fewer tokens than the server (no chat template): the server's count decides how
     many ids; the ids past the tokenizer's tokens still differ where the tokens before them did."""

@@ -19,7 +19,10 @@ times after it.
 What is sent:
 - length-only formats (Weka, TraceLab, a lengths-only session log): each hash id is a block of text of exactly its
   tokens, built once per tree replayed and salted by it, so two lanes replaying one trace share only what two real
-  users would (nothing: the salt is counted in the lengths, as its own words). A floor-rounded call's unhashed tail
+  users would (nothing: the salt is counted in the lengths, as its own words). A session log's ids name one block
+  whichever session sent it (its recorder keys them once): its blocks and salt are each pass over the set's, so its
+  sessions share what they were recorded sharing (an agent's system prompt), and a second pass shares nothing
+  with the first. A floor-rounded call's unhashed tail
   is text of its own; a prefix cache serves a call up to its last block the tree sent before.
 - full-text formats (MLCommons, a session log): the recorded messages, tool schemas (``tools``), tool calls,
   ``tool`` results and ``tool_choice``; the salt at the start of the first user message, so the system prompt and
@@ -270,6 +273,7 @@ class _Tree:
     agent: int
     session: int
     parent: int | None
+    blocks: str = ""  # the salt its blocks' text is built with: its own, or its pass's where trees share blocks
 
 
 class ReplayLevel:
@@ -291,6 +295,7 @@ class ReplayLevel:
         self.measured = 0
         self.subagents = 0
         self.finished: set[int] = set()  # trees (a subagent's its own) whose every call was sent and answered
+        self.passes: set[str] = set()  # the salts of the passes whose trees share blocks
         self.stop_ns: int | None = None
         self.full = asyncio.Event()  # the level's count sent: a call waiting for its time sends nothing
 
@@ -312,6 +317,9 @@ class ReplayLevel:
         except asyncio.CancelledError:  # Ctrl-C: calls in flight end as interrupted; finished ones are kept
             mark_unfinished(self.records, INTERRUPTED, "the run was interrupted")
             raise
+        finally:
+            for salt in self.passes:  # a pass's blocks, shared by its trees: none is sent again after the level
+                self.texts.forget(salt)
         # a call the level's end cut ends at the cut: the level held it till then
         ends = [r.end_ns for r in self.records if r.end_ns is not None and r.phase == "measured"]
         if self.stop_ns is not None:  # its lanes ran to its end, pausing between calls till then: its window too
@@ -327,15 +335,23 @@ class ReplayLevel:
         self.next_tree += 1
         return trees[(self.next_tree - 1) % len(trees)]
 
-    def _tree(self, agent: int, parent: int | None = None) -> _Tree:
+    def _tree(self, agent: int, parent: int | None = None, pass_no: int = 0) -> _Tree:
+        """A tree replayed anew, salted apart from every other; where the set's trees share blocks, its blocks are
+        its pass's (``pass_no``: which time over the set this is)."""
         self.sessions += 1
-        return _Tree(f"{self.texts.builder.run_tag}-{self.key}-{self.sessions - 1}", agent, self.sessions - 1, parent)
+        tag = f"{self.texts.builder.run_tag}-{self.key}"
+        salt = f"{tag}-{self.sessions - 1}"
+        if not self.plan.trajectories.shared_blocks:
+            return _Tree(salt, agent, self.sessions - 1, parent, salt)
+        self.passes.add(f"{tag}-pass{pass_no}")
+        return _Tree(salt, agent, self.sessions - 1, parent, f"{tag}-pass{pass_no}")
 
     async def _lane(self, lane: int) -> None:
         first = True
         while (t := self._take()) is not None:
             start = self.rng.randrange(len(t.calls)) if first and self.lanes > 1 and len(t.calls) > 1 else 0
-            await self._replay(t, self._tree(lane), start)
+            pass_no = (self.next_tree - 1) // len(self.plan.trajectories.trajectories)
+            await self._replay(t, self._tree(lane, pass_no=pass_no), start)
             first = False
 
     async def _open(self, origin_ns: int) -> None:
@@ -393,8 +409,8 @@ class ReplayLevel:
         finally:
             if spawned:
                 await asyncio.gather(*spawned, return_exceptions=True)
-            if tree.parent is None:
-                self.texts.forget(tree.salt)  # the tree is done: its blocks are not sent again
+            if tree.parent is None and tree.blocks == tree.salt:
+                self.texts.forget(tree.blocks)  # the tree is done: its blocks are not sent again (a pass's may be)
 
     def _spawn(self, t: Trajectory, after: int | None, tree: _Tree, children: dict[int, list[asyncio.Task[None]]],
                spawned: list[asyncio.Task[None]], start: int) -> None:
@@ -407,6 +423,7 @@ class ReplayLevel:
             self.subagents += 1
             child = self._tree(self.lanes + self.subagents - 1, tree.session)
             child.salt = tree.salt  # a subagent's hash ids are its tree's: the blocks it shares with its parent, shared
+            child.blocks = tree.blocks
             task = asyncio.get_running_loop().create_task(self._child(sub.trajectory, child, self.plan.pause(sub.delay_s)))
             spawned.append(task)
             if sub.joined_by is not None:
@@ -450,7 +467,7 @@ class ReplayLevel:
         out = self.plan.tokens(call.output_tokens) if call.output_tokens else await self._answer_tokens(call)
         fields = self.fields(tree.agent, out)
         if call.blocks is not None:
-            text, count = await self.texts.prompt(tree.salt, call, f"{tree.session}/{call.index}")
+            text, count = await self.texts.prompt(tree.blocks, call, f"{tree.session}/{call.index}")
             return PreparedRequest(text, out, count, fields, headers=self._header(tree))
         extra = dict(fields)
         if call.tools is not None:

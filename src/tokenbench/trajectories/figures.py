@@ -4,7 +4,9 @@ subagents ran at once, the tokens sent and answered, and what an unbounded prefi
 The ideal cached share follows ``trace.Trace.ideal_cached_share``: a call's leading blocks whose whole prefix of
 hash ids an earlier call of the same tree already sent (a partial block as far as the earlier one went), over all
 prompt tokens. Calls are taken in the order they were sent across the tree (a subagent's calls between its parent's).
-Hash ids are per tree (a Weka trace's ids are ``local``), so no two trees share a block; a floor-rounded call's
+Hash ids are per tree (a Weka trace's ids are ``local``), so no two trees share a block, but in a set whose ids
+are shared (``shared``: a session log's, keyed once for the recording), where a call may be served what any tree
+sent before it, the calls taken in the order of their recorded times across the set; a floor-rounded call's
 unhashed tail is never served. Only a call's blocks beyond the prefix it shares with its own trajectory's call
 before are looked up, so the work follows the distinct blocks, not the re-sent ones.
 
@@ -48,14 +50,18 @@ class Figures:
         return d
 
 
-def figures(trees: tuple[Trajectory, ...]) -> Figures:
+def figures(trees: tuple[Trajectory, ...], shared: bool = False) -> Figures:
     calls = [c for t in trees for _, sub in t.walk() for c in sub.calls]
     ins = [c.input_tokens for c in calls if c.input_tokens is not None]
     outs = [c.output_tokens for c in calls if c.output_tokens is not None]
     served = total = distinct = 0
     blocked = False
-    for t in trees:
-        s, n, d, b = _tree_cache(t)
+    if shared:  # one cache for the set, every call in its recorded order across the trees
+        merged = sorted(((t.epoch_s or 0.0) + at, i, k, f"{i}/{sub.id}", c)
+                        for i, t in enumerate(trees) for k, (at, sub, c) in enumerate(t.timeline()))
+        served, total, distinct, blocked = _cache([(key, c) for *_, key, c in merged])
+    for t in () if shared else trees:
+        s, n, d, b = _cache([(sub.id, c) for _, sub, c in t.timeline()])
         served, total, distinct, blocked = served + s, total + n, distinct + d, blocked or b
     ideal, basis = _ideal(trees, calls, served, total, blocked)
     return Figures(
@@ -158,14 +164,14 @@ class _Trie:
         return node, sent
 
 
-def _tree_cache(tree: Trajectory) -> tuple[int, int, int, bool]:
-    """(tokens an unbounded prefix cache could serve, prompt tokens, distinct block tokens, any hash ids) of one
-    tree."""
+def _cache(calls: list[tuple[str, Call]]) -> tuple[int, int, int, bool]:
+    """(tokens an unbounded prefix cache could serve, prompt tokens, distinct block tokens, any hash ids) of calls
+    sent in this order (one tree's, or a shared set's), each with its trajectory's key."""
     tries: dict[int, _Trie] = {}
-    last: dict[str, tuple[array[int], array[int], int]] = {}  # trajectory id -> (ids, node path, full blocks)
+    last: dict[str, tuple[array[int], array[int], int]] = {}  # trajectory key -> (ids, node path, full blocks)
     served = total = 0
     blocked = False
-    for _, t, c in tree.timeline():
+    for key, c in calls:
         total += c.input_tokens or 0
         if c.blocks is None:
             continue
@@ -173,7 +179,7 @@ def _tree_cache(tree: Trajectory) -> tuple[int, int, int, bool]:
         if not len(c.blocks.hash_ids):
             continue
         trie = tries.setdefault(c.blocks.size, _Trie(c.blocks.size))
-        got, last[t.id] = _send(trie, c, last.get(t.id))
+        got, last[key] = _send(trie, c, last.get(key))
         served += got
     return served, total, sum(t.distinct for t in tries.values()), blocked
 

@@ -153,7 +153,9 @@ def load_trajectories(path: str | Path, fmt: str | None = None, block: int | Non
         trees, size, skipped = load_session_log(p, text, block)
     if not trees:
         raise UsageError(f"{p}: no trajectory in it" + (f" ({_skips(skipped)})" if skipped else ""))
-    return _set(p, sha, kind, trees, size, skipped)
+    # a session log's hash ids are keyed once for the whole recording: two sessions' same system prompt has the
+    # same ids (a Weka trace's and TraceLab's are each trajectory's own)
+    return _set(p, sha, kind, trees, size, skipped, shared=kind == "session-log")
 
 
 def _skips(skipped: Counter[str]) -> str:
@@ -161,5 +163,6 @@ def _skips(skipped: Counter[str]) -> str:
 
 
 def _set(path: Path, sha: str, kind: TrajectoryFormat, trees: tuple[Trajectory, ...], size: int | None,
-         skipped: Counter[str] | None = None) -> TrajectorySet:
-    return TrajectorySet(path, sha, kind, trees, figures(trees), size, tuple(sorted((skipped or {}).items())))
+         skipped: Counter[str] | None = None, shared: bool = False) -> TrajectorySet:
+    return TrajectorySet(path, sha, kind, trees, figures(trees, shared), size,
+                         tuple(sorted((skipped or {}).items())), shared_blocks=shared)

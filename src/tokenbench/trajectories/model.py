@@ -236,6 +236,9 @@ class TrajectorySet:
     figures: Figures
     block: int | None = None  # tokens per hash id block, for length-only formats
     skipped: tuple[tuple[str, int], ...] = field(default=())
+    #: hash ids name one block whichever tree sent it (a session log's: one key for the whole recording), so
+    #: trees share the blocks they recorded sharing (an agent's system prompt); else they are each tree's own
+    shared_blocks: bool = False
 
     def describe(self) -> dict[str, Any]:
         """What a run's manifest records of the trajectories it replayed."""
