@@ -365,3 +365,22 @@ def test_a_catalog_s_source_addresses_stay_whole_within_the_width(command: str, 
     text = "\n".join(lines)
     for url in urls:
         assert url in text, url
+
+
+@pytest.mark.parametrize("columns", [80, None])
+def test_engines_paths_are_never_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch, columns: int | None) -> None:
+    """At 80 columns the engines' paths wrapped inside the table ("/root/.cache/tokenbench/llama.cpp-0.3.36-" over
+    "e46764b2/bin"), which no one can copy: where one would wrap, each goes under the table whole; piped (160
+    columns) they stay in it."""
+    tools = tmp_path / "a-tools-directory-with-a-long-name"
+    monkeypatch.setenv("TOKENBENCH_TOOLS", str(tools))
+    lines = printed(["engines"], capsys, monkeypatch, columns)
+    paths = [ln for ln in lines if str(tools) in ln]
+    below = {ln.split(":")[0] for ln in paths if not ln.startswith(" ")}
+    assert below >= {"vllm", "llama-server"} if columns or below else len(paths) >= 2, lines
+    for ln in paths:  # each whole: the tools directory, then the engine's own folder, on one line
+        path = ln[ln.index(str(tools)):].split()[0]
+        assert path.endswith(("-env", "/bin")), ln
+    # the table fits; only a path longer than the line may pass it
+    assert all(len(ln) <= (columns or 160) for ln in lines if ln not in paths or ":" not in ln), lines

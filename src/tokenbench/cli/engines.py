@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ..console import print_hanging, print_table
+from ..layout import table_layout
 from ..errors import EngineError, UsageError
 from ..registry import LAUNCHERS
 from .common import check_output, emit_json, notifier
 from .options import SERVE_PARALLEL
 from .grammar.engines import SERVE_CTX
+
+if TYPE_CHECKING:
+    from ..engines.status import EngineStatus
 
 #: What ``engines`` does with the engines named after it (none: says which are ready).
 ACTIONS = ("build", "serve")
@@ -21,6 +26,21 @@ ACTIONS = ("build", "serve")
 #: The least context llama-server gives a slot: a smaller -c is raised to it (a banner said '10 tokens each' of
 #: a server that gave 256).
 LLAMA_MIN_CTX = 256
+
+
+def _print_states(console: Console, states: list[EngineStatus]) -> None:
+    """The engines' table; where a path would wrap in it (cut mid-name at 80 columns, so it could not be copied),
+    the paths go under the table instead, each whole on a line of its own."""
+    header = ["Engine", "State", "Where", "What it needs"]
+    rows = [[s.name, "ready" if s.ready else "not yet", s.where, s.needs] for s in states]
+    layout = table_layout(header, rows, console.width)
+    if layout is None or layout.widths[2] >= max(len(s.where) for s in states):
+        print_table(console, header, rows)
+        return
+    paths = [s for s in states if s.where.startswith("/")]
+    print_table(console, header, [[*r[:2], "path below" if s in paths else r[2], r[3]] for r, s in zip(rows, states)])
+    for s in paths:
+        console.print(f"{s.name}: {s.where}", markup=False, highlight=False, soft_wrap=True)
 
 
 def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
@@ -47,8 +67,7 @@ def cmd_engines(a: argparse.Namespace, console: Console, err: Console) -> int:
         for n in names:
             status.build(n, note)  # returns at once for an engine that is ready
     states = [status.status(n) for n in names]
-    rows = [[s.name, "ready" if s.ready else "not yet", s.where, s.needs] for s in states]
-    print_table(console, ["Engine", "State", "Where", "What it needs"], rows)
+    _print_states(console, states)
     if a.json:
         emit_json(a.json, [{"engine": s.name, "ready": s.ready, "where": s.where, "needs": s.needs} for s in states])
     return 0
