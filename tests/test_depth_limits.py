@@ -73,6 +73,18 @@ def test_depth_guard_strict_refuses_before_anything_runs(emitter: BackgroundEmit
     assert Store().runs() == []  # and no failed run was left behind
 
 
+def test_depth_says_a_warning_every_row_shares_once(emitter: BackgroundEmitter, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A dirty bench before every level: depth over HTTP printed the guard's line once per row (four times at two
+    depths), where show and the llama-bench path said it once, naming its rows."""
+    dirty = tmp_path / "g.toml"
+    dirty.write_text("[free_memory]\nseverity = \"warn\"\nmin_free_gb = 1e9\n")  # no machine passes this
+    assert main(["depth", "--url", emitter.url, "--depths", "0", "--pp", "8", "--tg", "4", "--repetitions", "1",
+                 "--guard", "warn", "--guard-config", str(dirty), "--no-metrics"]) == 0
+    said = [ln for ln in " ".join(capsys.readouterr().out.split("\n")).split("[") if "the guard found" in ln]
+    assert len(said) == 1 and said[0].startswith("pp8 @ d0, tg4 @ d0] the guard found the bench dirty"), said
+
+
 def test_depth_through_llama_bench_takes_the_guard_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--llama-bench ran and published whatever the guard said; strict now refuses before llama-bench runs, and
     warn keeps the snapshot with each level, flagged dirty_bench."""

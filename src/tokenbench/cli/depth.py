@@ -89,9 +89,8 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
                     write_json(a.json, e.result)
             raise
     print_table(console, *depth_rows(res), a.format)
-    for o in res.outcomes:
-        for w in o.summary.warnings:
-            console.print(f"[{o.summary.test} @ d{o.summary.depth}] {w}", style="yellow", markup=False, highlight=False)
+    for line in depth_notes(res):  # each warning once, with the rows it concerns, as show prints them
+        console.print(line, style="yellow", markup=False, highlight=False)
     saved(console, res, store.path, a.format)
     if a.json:
         write_json(a.json, res)  # the result in hand: what show --json reads back
