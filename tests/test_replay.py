@@ -386,7 +386,8 @@ def test_capacity_over_a_replay_answers_at_each_speed_tier(emitter: BackgroundEm
     out = tmp_path / "cap.json"
     code = main(["capacity", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "2",
                  "--trace", str(weka(tmp_path, [tree] * 8)), "--max-think", "0s", "--concurrency", "1:8",
-                 "--slo", "errors=10%", "--tiers", "20,60", "--requests", "16", "--json", str(out)])
+                 "--slo", "errors=10%", "--tiers", "20,60", "--requests", "16", "--json", str(out),
+                 "--label", "cap-agents"])
     text = capsys.readouterr().out
     assert code == 0, text
     tiers = json.loads(out.read_text())["tiers"]
@@ -394,9 +395,12 @@ def test_capacity_over_a_replay_answers_at_each_speed_tier(emitter: BackgroundEm
     assert found[60] is not None and found[20] is not None and found[60] < found[20], found
     assert all(t["manifest"]["workload"]["kind"] == "replay" for t in tiers)
     flat = " ".join(text.split())
-    assert f"at 60 tok/s each: this box serves {found[60]} agents" in flat
-    assert "at 20 tok/s each: this box serves" in flat and f"{found[20]} agents" in flat
+    assert f"at 60 tok/s each (cap-agents-60tps): this box serves {found[60]} agents" in flat
+    assert "at 20 tok/s each (cap-agents-20tps): this box serves" in flat and f"{found[20]} agents" in flat
     assert max(len(line) for line in text.splitlines()) <= 80
+    # each tier's run its own label (one label for both: runs could not tell them apart, show refused it)
+    assert [t["manifest"]["label"] for t in tiers] == ["cap-agents-20tps", "cap-agents-60tps"]
+    assert main(["show", "cap-agents-60tps"]) == 0
 
 
 def test_a_request_trace_and_a_timed_replay_have_no_load_to_search(emitter: BackgroundEmitter, tmp_path: Path,

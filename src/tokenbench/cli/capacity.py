@@ -137,6 +137,9 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
     tiers = _tiers(a)
     slos = [_slo(a.slo + (f",agent_tps_p90={t:g}" if t is not None else "")) for t in tiers]
     cfgs = [capacity_config(a, argv, spec, slo) for slo in slos]
+    if len(tiers) > 1:  # a run per tier, each its own label: under one, runs could not tell them apart, nor show one
+        for cfg, tier in zip(cfgs, tiers):
+            cfg.label = f"{cfg.label}-{tier:g}tps"
     # levels of agents keeping their cache (sessions, replays) are searched as such
     spec = replace(spec, sessions=cfgs[0].levels()[0].cache is not None)
     try:  # an objective the workload cannot measure (a session's time without sessions) is refused before any run
@@ -166,7 +169,8 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
         console.print("")
         for tier, res in zip(tiers, results):
             found = answer(res)
-            console.print(f"at {tier:g} tok/s each: " + (headline(found) if found else "no verdict"),
+            console.print(f"at {tier:g} tok/s each ({res.manifest.label}): " + (headline(found) if found else
+                                                                                   "no verdict"),
                           markup=False, highlight=False)
     if a.json:
         emit_json(a.json, _json(results[0]) if len(results) == 1 else
