@@ -166,12 +166,7 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
             results.append(_search(a, cfg, CapacitySearch(spec, slo, kv_pool=pool), store, console, err,
                                    engine.alive if engine else None))
     if len(results) > 1:
-        console.print("")
-        for tier, res in zip(tiers, results):
-            found = answer(res)
-            console.print(f"at {tier:g} tok/s each ({res.manifest.label}): " + (headline(found) if found else
-                                                                                   "no verdict"),
-                          markup=False, highlight=False)
+        _print_tiers(console, tiers, results)
     if a.json:
         emit_json(a.json, _json(results[0]) if len(results) == 1 else
                   {"tiers": [{"tok_s": t, **_json(r)} for t, r in zip(tiers, results)]})
@@ -179,6 +174,15 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
     for res in bad:
         print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
     return LevelFailed.exit_code if bad else 0
+
+
+def _print_tiers(console: Console, tiers: list[float | None], results: list[RunResult]) -> None:
+    """Each tier's answer on a line, with the label its run is stored under."""
+    console.print("")
+    for tier, res in zip(tiers, results):
+        found = answer(res)
+        console.print(f"at {tier:g} tok/s each ({res.manifest.label}): " + (headline(found) if found else "no verdict"),
+                      markup=False, highlight=False)
 
 
 def _search(a: argparse.Namespace, cfg: SweepConfig, search: CapacitySearch, store: Store, console: Console,

@@ -54,15 +54,7 @@ def figures(trees: tuple[Trajectory, ...], shared: bool = False) -> Figures:
     calls = [c for t in trees for _, sub in t.walk() for c in sub.calls]
     ins = [c.input_tokens for c in calls if c.input_tokens is not None]
     outs = [c.output_tokens for c in calls if c.output_tokens is not None]
-    served = total = distinct = 0
-    blocked = False
-    if shared:  # one cache for the set, every call in its recorded order across the trees
-        merged = sorted(((t.epoch_s or 0.0) + at, i, k, f"{i}/{sub.id}", c)
-                        for i, t in enumerate(trees) for k, (at, sub, c) in enumerate(t.timeline()))
-        served, total, distinct, blocked = _cache([(key, c) for *_, key, c in merged])
-    for t in () if shared else trees:
-        s, n, d, b = _cache([(sub.id, c) for _, sub, c in t.timeline()])
-        served, total, distinct, blocked = served + s, total + n, distinct + d, blocked or b
+    served, total, distinct, blocked = _set_cache(trees, shared)
     ideal, basis = _ideal(trees, calls, served, total, blocked)
     return Figures(
         trajectories=len(trees), calls=len(calls),
@@ -72,6 +64,21 @@ def figures(trees: tuple[Trajectory, ...], shared: bool = False) -> Figures:
         input_tokens=sum(ins) if ins else None, output_tokens=sum(outs) if outs else None,
         median_input_tokens=statistics.median(ins) if ins else None,
         distinct_block_tokens=distinct if blocked else None, ideal_cached_share=ideal, ideal_basis=basis)
+
+
+def _set_cache(trees: tuple[Trajectory, ...], shared: bool) -> tuple[int, int, int, bool]:
+    """``_cache`` of a set: one cache for every tree where they share blocks (``shared``), each call in its
+    recorded order across the trees; else one per tree, summed."""
+    if shared:
+        merged = sorted(((t.epoch_s or 0.0) + at, i, k, f"{i}/{sub.id}", c)
+                        for i, t in enumerate(trees) for k, (at, sub, c) in enumerate(t.timeline()))
+        return _cache([(key, c) for *_, key, c in merged])
+    served = total = distinct = 0
+    blocked = False
+    for t in trees:
+        s, n, d, b = _cache([(sub.id, c) for _, sub, c in t.timeline()])
+        served, total, distinct, blocked = served + s, total + n, distinct + d, blocked or b
+    return served, total, distinct, blocked
 
 
 def _ideal(trees: tuple[Trajectory, ...], calls: list[Call], served: int, total: int, blocked: bool
