@@ -22,8 +22,8 @@ What is sent:
   users would (nothing: the salt is counted in the lengths, as its own words). A session log's ids name one block
   whichever session sent it (its recorder keys them once): its blocks and salt are each pass over the set's, so its
   sessions share what they were recorded sharing (an agent's system prompt), and a second pass shares nothing
-  with the first. A floor-rounded call's unhashed tail
-  is text of its own; a prefix cache serves a call up to its last block the tree sent before.
+  with the first. A floor-rounded call's unhashed tail is text of its own; a prefix cache serves a call up to its
+  last block the tree (or, in a session log, any session of its pass) sent before.
 - full-text formats (MLCommons, a session log): the recorded messages, tool schemas (``tools``), tool calls,
   ``tool`` results and ``tool_choice``; the salt at the start of the first user message, so the system prompt and
   tools stay shared as they are between real users of one agent. ``answers="recorded"`` re-sends the recorded
