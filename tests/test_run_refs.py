@@ -123,6 +123,29 @@ def test_piped_progress_is_one_line_per_level_as_it_finishes(tmp_path: Path) -> 
     assert "level 2/2 concurrency 2:" in rest
 
 
+def test_a_stalled_level_in_a_log_says_how_far_it_is_while_it_waits(capsys: pytest.CaptureFixture[str],
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """Piped, a level whose server stalls said nothing until each request reached the stall limit (a minute
+    each by default): every HEARTBEAT_S of a running level it says how many answered, and nothing once it ended."""
+    from tokenbench.cli import main
+    from tokenbench.cli.sweep import RichReporter
+    from tokenbench.emitter import BackgroundEmitter, EmitterConfig
+
+    monkeypatch.setattr(RichReporter, "HEARTBEAT_S", 0.5)
+    with BackgroundEmitter(EmitterConfig(fault="stall", fault_from=4, fault_after=1)) as em:  # after the warm-up
+        code = main(["sweep", "--url", em.url, "--concurrency", "1", "--requests", "3", "--input-len", "8",
+                     "--output-len", "4", "--stall-timeout", "1600ms", "--max-error-rate", "1", "--db",
+                     str(tmp_path / "r.db")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    lines = err.splitlines()
+    beats = [i for i, ln in enumerate(lines) if "answered after" in ln]
+    assert beats and all(lines[i].startswith("concurrency 1: 2/3 answered after ") for i in beats), err
+    ended = next(i for i, ln in enumerate(lines) if "tok/s" in ln)  # the level's own line: none after it
+    assert max(beats) < ended, err
+
+
 def test_the_live_bar_of_a_timed_level_counts_time_not_an_unknown_total() -> None:
     """With --duration the bar read '54/?'; now it fills with time and says how many requests finished."""
     import io

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -56,9 +57,14 @@ class _Bars(Progress):
 
 class RichReporter:
     """Progress on stderr: a live bar on a terminal; piped into a file or a CI log, one line per level as it
-    finishes (a bar there printed nothing until the end: 6 minutes of silence in one run). On a terminal, a line
-    under the bar says what the run waits for while nothing comes back (a warm-up waiting on the server, a level
-    past its end waiting out its grace); a log gets no such line, only the level's, which says what was cut."""
+    finishes (a bar there printed nothing until the end: 6 minutes of silence in one run), and every
+    ``HEARTBEAT_S`` of a level still running a line of how far it is (a server that stalls held a level a minute a
+    request, and a long ``--duration`` its whole time, without a word). On a terminal, a line under the bar says
+    what the run waits for while nothing comes back (a warm-up waiting on the server, a level past its end waiting
+    out its grace); a log gets no such line, only the level's, which says what was cut."""
+
+    #: Seconds between a running level's lines in a log.
+    HEARTBEAT_S = 30.0
 
     def __init__(self, console: Console, enabled: bool) -> None:
         self.console = console
@@ -73,6 +79,7 @@ class RichReporter:
         self.duration_s: float | None = None
         self.done = 0
         self.measuring = False  # between a level's start and its end
+        self._beating: threading.Event | None = None  # set when the level's heartbeat is to stop
 
     def level_start(self, description: str, total: int | None, duration_s: float | None) -> None:
         if not self.enabled:
@@ -80,6 +87,7 @@ class RichReporter:
         self.description, self.level_t0 = description, time.monotonic()
         self.total, self.duration_s, self.done, self.measuring = total, duration_s, 0, True
         if not self.live:
+            self._heartbeat()
             return
         self.task = self._bars().add_task(description, total=duration_s if total is None else total, info="",
                                           count=self._count(), left="left" if total or duration_s else "")
@@ -132,7 +140,29 @@ class RichReporter:
         bars.below = text
         bars.refresh()
 
+    def _heartbeat(self) -> None:
+        """A line every ``HEARTBEAT_S`` until the level ends, on a thread of its own: a level that nothing
+        answers calls nothing here to say it."""
+        self._stop_heartbeat()
+        stop = self._beating = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.HEARTBEAT_S):
+                took = time.monotonic() - self.level_t0
+                timed = self.total is None and self.duration_s
+                said = self._count() if timed else f"{self._count()} answered after {took:.0f} s"
+                if not stop.is_set():  # the level may have ended while this line was made
+                    self.console.print(f"{self.description}: {said}", style="dim", markup=False, highlight=False)
+
+        threading.Thread(target=beat, name="tokenbench-heartbeat", daemon=True).start()
+
+    def _stop_heartbeat(self) -> None:
+        if self._beating is not None:
+            self._beating.set()
+            self._beating = None
+
     def level_end(self, summary: ServingLevel) -> None:
+        self._stop_heartbeat()
         self.measuring = False
         # a level where nothing answered (all cut at a duration's end) has no TTFT: "—", as its table row shows,
         # not a 0 ms no request had
@@ -170,6 +200,7 @@ class RichReporter:
         self.console.print(text, style="yellow", markup=False, highlight=False)
 
     def close(self) -> None:
+        self._stop_heartbeat()
         if self.progress is not None:
             self.progress.below = None
             self.progress.stop()
