@@ -295,7 +295,6 @@ class ReplayLevel:
         self.measured = 0
         self.subagents = 0
         self.finished: set[int] = set()  # trees (a subagent's its own) whose every call was sent and answered
-        self.passes: set[str] = set()  # the salts of the passes whose trees share blocks
         self.stop_ns: int | None = None
         self.full = asyncio.Event()  # the level's count sent: a call waiting for its time sends nothing
 
@@ -318,8 +317,9 @@ class ReplayLevel:
             mark_unfinished(self.records, INTERRUPTED, "the run was interrupted")
             raise
         finally:
-            for salt in self.passes:  # a pass's blocks, shared by its trees: none is sent again after the level
-                self.texts.forget(salt)
+            if self.plan.trajectories.shared_blocks:  # a pass's blocks, its trees': none is sent after the level
+                for k in range(passes(self.lanes, len(self.plan.trajectories.trajectories))):
+                    self.texts.forget(self._pass_salt(k))
         # a call the level's end cut ends at the cut: the level held it till then
         ends = [r.end_ns for r in self.records if r.end_ns is not None and r.phase == "measured"]
         if self.stop_ns is not None:  # its lanes ran to its end, pausing between calls till then: its window too
@@ -339,12 +339,13 @@ class ReplayLevel:
         """A tree replayed anew, salted apart from every other; where the set's trees share blocks, its blocks are
         its pass's (``pass_no``: which time over the set this is)."""
         self.sessions += 1
-        tag = f"{self.texts.builder.run_tag}-{self.key}"
-        salt = f"{tag}-{self.sessions - 1}"
-        if not self.plan.trajectories.shared_blocks:
-            return _Tree(salt, agent, self.sessions - 1, parent, salt)
-        self.passes.add(f"{tag}-pass{pass_no}")
-        return _Tree(salt, agent, self.sessions - 1, parent, f"{tag}-pass{pass_no}")
+        salt = f"{self.texts.builder.run_tag}-{self.key}-{self.sessions - 1}"
+        blocks = self._pass_salt(pass_no) if self.plan.trajectories.shared_blocks else salt
+        return _Tree(salt, agent, self.sessions - 1, parent, blocks)
+
+    def _pass_salt(self, pass_no: int) -> str:
+        """The salt of a pass over a set whose trees share blocks: its blocks' text and its prompts' first words."""
+        return f"{self.texts.builder.run_tag}-{self.key}-pass{pass_no}"
 
     async def _lane(self, lane: int) -> None:
         first = True

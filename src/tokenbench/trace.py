@@ -188,8 +188,10 @@ def _hash_ids(value: Any, input_length: int, block: int) -> tuple[int, ...]:
 def _mooncake_line(text: str, block: int) -> _Parsed:
     try:
         obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise _Refusal("line", f"not JSON ({json_fault(e, line=False) if isinstance(e, json.JSONDecodeError) else 'nested too deep'})")
+    except json.JSONDecodeError as e:
+        raise _Refusal("line", f"not JSON ({json_fault(e, line=False)})") from None
+    except RecursionError:
+        raise _Refusal("line", "not JSON (nested too deep)") from None
     if not isinstance(obj, dict):
         raise _Refusal("line", "not a JSON object")
     for name in ("timestamp", "input_length", "output_length"):

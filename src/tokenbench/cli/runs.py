@@ -1,6 +1,6 @@
 """The read commands of the store: `runs` lists the runs, `show` prints one again as the command that made it did
-(a sweep's tables from printing.py, depth's and a cold start's from depth.py and coldstart.py, a quality run's from
-quality.py, a capacity search's answer from capacity.py)."""
+(a sweep's and a cold start's tables from printing.py, depth's from depth_table.py, a quality run's from quality.py,
+a capacity search's answer from capacity.py)."""
 from __future__ import annotations
 
 import argparse

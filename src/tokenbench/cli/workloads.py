@@ -92,16 +92,19 @@ def _trace(a: argparse.Namespace, given: set[str], told: bool = True) -> TraceKi
     a first line cut short): it is read first, as Mooncake JSONL, so its fault is said, not an option that goes
     with another format (a Weka trace cut short was told to drop its --concurrency)."""
     named = a.trace_format if a.trace_format in ("mooncake", "csv") else None
+    trace = None
     if not told:
         try:
-            load_trace(a.trace, a.trace_block, named)
+            trace = load_trace(a.trace, a.trace_block, named)
         except UsageError as e:
             raise UsageError(f"{e} (read as Mooncake JSONL, as no format could be told from its start: name its "
                              "format with --trace-format)") from None
     said = [f"--{k.replace('_', '-')}" for k in TRACE_EXCLUSIVE if getattr(a, k, None)]
     if said:
         raise UsageError(f"--trace sets every request's length and send time: drop {', '.join(said)}")
-    trace = load_trace(a.trace, a.trace_block, named)  # a file it cannot read is said before what goes with it
+    # a file it cannot read is said before what goes with it
+    if trace is None:
+        trace = load_trace(a.trace, a.trace_block, named)
     if stray := [f for f in REPLAY_OPTIONS if f in given]:
         raise UsageError(f"{', '.join(stray)} shape a replay of agent trajectories, and {a.trace} is a request trace: "
                          "drop them")

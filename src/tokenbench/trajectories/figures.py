@@ -4,10 +4,10 @@ subagents ran at once, the tokens sent and answered, and what an unbounded prefi
 The ideal cached share follows ``trace.Trace.ideal_cached_share``: a call's leading blocks whose whole prefix of
 hash ids an earlier call of the same tree already sent (a partial block as far as the earlier one went), over all
 prompt tokens. Calls are taken in the order they were sent across the tree (a subagent's calls between its parent's).
-Hash ids are per tree (a Weka trace's ids are ``local``), so no two trees share a block, but in a set whose ids
-are shared (``shared``: a session log's, keyed once for the recording), where a call may be served what any tree
-sent before it, the calls taken in the order of their recorded times across the set; a floor-rounded call's
-unhashed tail is never served. Only a call's blocks beyond the prefix it shares with its own trajectory's call
+Hash ids are per tree (a Weka trace's ids are ``local``), so no two trees share a block; a floor-rounded call's
+unhashed tail is never served. A set whose ids are shared (``shared``: a session log's, keyed once for the
+recording) has one cache: a call may be served what any tree sent before it, the calls taken in the order of
+their recorded times across the set. Only a call's blocks beyond the prefix it shares with its own trajectory's call
 before are looked up, so the work follows the distinct blocks, not the re-sent ones.
 
 A full-text set (MLCommons' rows, a session log that keeps the text) has no tokens counted per block, so its ideal
