@@ -241,7 +241,7 @@ def test_flags_said_under_the_table_name_their_row_as_a_sentence() -> None:
     assert "Agents 4 flags: client_bound, concurrency_low" in lines, lines
 
 
-def test_a_name_joined_by_underscores_moves_whole_to_the_next_line() -> None:
+def test_a_name_joined_by_hyphens_underscores_or_slashes_moves_whole() -> None:
     """A cell wraps between its words: ``agent_tps_p90`` and ``tok/s`` move whole to the next line where they fit
     there (capacity's Objectives column had read "agent_" over "tps_p90"), and break inside only where the name
     alone is wider than the column."""
@@ -253,6 +253,10 @@ def test_a_name_joined_by_underscores_moves_whole_to_the_next_line() -> None:
     assert " ".join(lines) == cell and all(len(ln) <= 24 for ln in lines)
     assert wrap_cell("a_very_long_name_that_is_wide", 10) == ["a_very_", "long_name_", "that_is_", "wide"]
     assert wrap_cell("model tokenbench-small-utf8-llama", 12) == ["model", "tokenbench-", "small-utf8-", "llama"]
+    # show --guard read "(pip install nvidia-ml-" over "py)": a hyphenated name moves whole where it fits
+    assert wrap_cell("no NVIDIA GPU or NVML (pip install nvidia-ml-py)", 24) == [
+        "no NVIDIA GPU or NVML", "(pip install", "nvidia-ml-py)"]
+    assert wrap_cell("meta-llama/Llama-3.1-70B-Instruct", 12) == ["meta-llama/", "Llama-3.1-", "70B-Instruct"]
 
 
 def test_a_long_line_wraps_under_its_own_indent() -> None:

@@ -113,9 +113,9 @@ def _broken(text: str) -> list[str]:
 
 def wrap_cell(text: str, width: int) -> list[str]:
     """A text cell on lines of at most ``width``, broken after a space, hyphen, slash, underscore or comma (a
-    model name or a label breaks where it reads on), after an underscore or a slash only where the name it joins
-    cannot move whole to the next line; a piece longer than a line is cut (``table_layout`` gives no column less than
-    its longest piece)."""
+    model name or a label breaks where it reads on), after a hyphen, an underscore or a slash only where the name
+    it joins cannot move whole to the next line (a package to install, a model to copy); a piece longer than a line
+    is cut (``table_layout`` gives no column less than its longest piece)."""
     lines = [""]
     for name in _names(_pieces(text)):
         joined = "".join(name)
@@ -133,11 +133,11 @@ def wrap_cell(text: str, width: int) -> list[str]:
 
 
 def _names(pieces: list[str]) -> list[list[str]]:
-    """The pieces grouped into names joined by underscores or slashes (``agent_tps_p90``, ``tok/s``): a name breaks
-    inside only where it is wider than its column."""
+    """The pieces grouped into names joined by hyphens, underscores or slashes (``agent_tps_p90``, ``tok/s``,
+    ``nvidia-ml-py``): a name breaks inside only where it is wider than its column."""
     names: list[list[str]] = []
     for p in pieces:
-        if names and names[-1][-1].endswith(("_", "/")):
+        if names and names[-1][-1].endswith(("_", "/", "-")):
             names[-1].append(p)
         else:
             names.append([p])
