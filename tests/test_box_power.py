@@ -173,11 +173,19 @@ def test_an_agent_gone_before_a_level_flags_that_level_and_the_run_goes_on(
     first = doc["levels"][0]
     # the host's own guard may find this busy machine dirty (its agent keeps the default config): not the point
     assert "unchecked" not in json.dumps(first["findings"]) and first["telemetry"]["power_source"], first["findings"]
-    assert "dirty_bench" in second["flags"], second["flags"]
+    # a host nobody could check is said as such, not as a dirty bench
+    assert "host_unchecked" in second["flags"] and "dirty_bench" not in second["flags"], second["flags"]
     said = " ".join(f["message"] for f in second["findings"])
-    assert "the server host unchecked before this level (cannot reach" in said, said
+    assert "the guard could not check the server host before this level (cannot reach" in said, said
     lines = " ".join(shown.split())
     assert f"[1] no power figure: cannot reach the agent at {url}" in lines and "[2] no power" not in lines, lines
+    # show --guard printed the client's snapshot alone, titled as the level's: a host found dirty read "clean"
+    assert main(["show", doc["run_id"], "--guard", "--db", str(db)]) == 0
+    titles = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("level ")]
+    assert [t.split(": ")[0] for t in titles] == [
+        "level 1/2 (concurrency 2), this machine (the client)", "level 1/2 (concurrency 2), the server host",
+        "level 2/2 (concurrency 1), this machine (the client)", "level 2/2 (concurrency 1), the server host"], titles
+    assert titles[3].endswith("DIRTY"), titles
 
 
 def test_a_wrong_token_is_one_line_before_anything_runs(emitter: BackgroundEmitter, tmp_path: Path,

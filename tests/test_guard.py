@@ -72,6 +72,8 @@ def test_dirty_fake_machine_each_failure_says_what_to_do(tmp_path: Path) -> None
                              4444: "/usr/bin/bash"}))
     assert r["serving_processes"].status == "fail"
     assert r["serving_processes"].observed == "llama.cpp server (pid 4242), vLLM (pid 4343)"
+    # no server named as the one measured: either may be it, and the advice says how to name it
+    assert "tokenbench guard --url URL" in r["serving_processes"].advice
     assert r["free_memory"].status == "fail" and r["temperature"].status == "fail"
     assert r["cpu_load"].status == "fail" and r["gpu_amd"].status == "fail"
     assert r["cpu_governor"].status == "warn"  # recorded, does not make the bench dirty by default
@@ -96,6 +98,7 @@ def test_a_process_that_ends_while_the_guard_reads_is_skipped(tmp_path: Path) ->
     (root / "proc/4244/stat").mkdir()  # reading it fails as reading a vanished process's stat does
     r = run(root, target_pids={4242})["serving_processes"]
     assert r.status == "fail" and r.observed == "vLLM (pid 4245)", r.observed
+    assert "--url" not in r.advice and r.advice.startswith("stop the other servers")  # the measured one is named
 
 
 def test_missing_tree_is_not_available_never_pass(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ class Code(StrEnum):
     DECODE_PAST_PREFILL = "decode_past_prefill"
     OVER_OFFERED = "over_offered"
     UNANSWERED = "unanswered"
+    HOST_UNCHECKED = "host_unchecked"
 
 
 #: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.

@@ -207,18 +207,34 @@ def _dirty_bench(f: LevelFacts) -> Finding | None:
     here = guard_finding(f.guard, f.run_id)
     elsewhere = [f"load-generating node {n.node} dirty before this level (" + ", ".join(c.name for c in n.failed) + ")"
                  for n in f.node_guards if n.dirty]
-    if f.server_guard is not None and f.server_guard.dirty:
-        failed = f.server_guard.failed
-        elsewhere.append(f"the server host unchecked before this level ({failed[0].observed})"
-                         if [c.name for c in failed] == [AGENT_CHECK] else
-                         "the server host dirty before this level (" + ", ".join(c.name for c in failed) + ")")
+    if f.server_guard is not None and f.server_guard.dirty and not _unchecked(f.server_guard):
+        elsewhere.append("the server host dirty before this level ("
+                         + ", ".join(c.name for c in f.server_guard.failed) + ")")
     if not elsewhere:
         return here
     said = "; ".join(elsewhere)
     message = f"{here.message}; the guard found {said}" if here else f"the guard found {said}"
-    return Finding(Code.DIRTY_BENCH, message,
-                   here.remedy if here else "the level's client.node_guards and client.server_guard say more",
+    return Finding(Code.DIRTY_BENCH, message, here.remedy if here else _where_snapshots(f.run_id),
                    observed=((here.observed or 0) if here else 0) + len(elsewhere), threshold=0, unit="dirty machines")
+
+
+def _unchecked(snap: GuardSnapshot) -> bool:
+    """A server host's snapshot that is only its agent's silence: the host went unchecked, not found dirty."""
+    return [c.name for c in snap.failed] == [AGENT_CHECK]
+
+
+def _host_unchecked(f: LevelFacts) -> Finding | None:
+    if f.server_guard is None or not f.server_guard.dirty or not _unchecked(f.server_guard):
+        return None
+    return Finding(Code.HOST_UNCHECKED, "the guard could not check the server host before this level "
+                   f"({f.server_guard.failed[0].observed})",
+                   "nobody saw the host clean or dirty: start its agent again (tokenbench agent), or measure "
+                   "without --agent", observed=1, threshold=0, unit="unchecked hosts")
+
+
+def _where_snapshots(run_id: str) -> str:
+    return (f"'tokenbench show {run_id} --guard' prints each machine's checks" if run_id else
+            "the level's client.node_guards and client.server_guard say more")
 
 
 def _worker_lost(f: LevelFacts) -> Finding | None:
@@ -427,6 +443,8 @@ LEVEL_RULES: tuple[Rule, ...] = (
          "flight with it; what it had finished is kept and the level is partial (workers.py)", _worker_lost),
     Rule(Code.DIRTY_BENCH, "the clean-bench guard failed a check before the level (guard.py, pyperf's system "
          "checks)", _dirty_bench),
+    Rule(Code.HOST_UNCHECKED, "the server host's guard runs through its agent; an agent that does not answer "
+         "leaves the level on a host nobody checked (serverhost.ServerHost.guard)", _host_unchecked),
     Rule(Code.CLIENT_BOUND, "the client's own limits (loop lag, CPU, send delay; loadgen.ClientWatch and its "
          "thresholds) make timings read late", _client_bound),
     Rule(Code.SLOTS_EXCEEDED, "the server's slots or slot context cannot hold the level (the adapter's "

@@ -131,6 +131,15 @@ def _descendants(env: GuardEnv, pids: set[int]) -> set[int]:
     return out
 
 
+def _serving_advice(env: GuardEnv) -> str:
+    said = "stop the other servers: they share memory bandwidth and compute with the one measured"
+    if env.target_pids:
+        return said
+    # nothing named as the server measured: the one found may be it
+    return (f"{said}; if one is the server you measure, name it (tokenbench guard --url URL; on a server host, "
+            "tokenbench agent --port-of-server PORT)")
+
+
 class ServingProcesses(Check):
     name = "serving_processes"
 
@@ -154,8 +163,7 @@ class ServingProcesses(Check):
                     break
         ok = not found
         return CheckResult(self.name, self.verdict(env, ok), ", ".join(found) or "none besides the target",
-                           "no other model server", "" if ok else "stop the other servers: they share memory "
-                           "bandwidth and compute with the one measured")
+                           "no other model server", "" if ok else _serving_advice(env))
 
 
 def _meminfo(env: GuardEnv) -> dict[str, int]:

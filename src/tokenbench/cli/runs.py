@@ -11,7 +11,8 @@ from rich.console import Console
 from ..money import DEFAULT_CURRENCY
 from ..errors import UsageError
 from ..cells import level_label
-from ..levels import DepthLevel, ServingLevel, serving
+from ..guard_results import GuardSnapshot
+from ..levels import DepthLevel, LevelSummary, ServingLevel, serving
 from ..console import print_table
 from ..describe import describe_run, imported_line
 from .predicting import print_band_note
@@ -190,29 +191,51 @@ def _show_capacity(console: Console, res: RunResult, fmt: str) -> None:
 
 
 def _show_guard(a: argparse.Namespace, console: Console, res: RunResult) -> int:
-    """The guard's snapshot before each level (or level ``--guard K``): what a dirty_bench warning points at."""
-    snaps = [(i + 1, o) for i, o in enumerate(res.outcomes) if o.summary.guard]
+    """The guard's snapshots before each level (or level ``--guard K``): what a dirty_bench warning points at. A
+    level that ran with an agent on the server host, or with Ray nodes, has a snapshot of each machine, each named."""
+    levels = [(i + 1, o, _machines(o.summary)) for i, o in enumerate(res.outcomes)]
+    snaps = [(k, o, m) for k, o, m in levels if m]
     if a.guard:
         if not res.outcomes:  # a cold start's boots, an import of no level: "has levels 1..0"
             raise UsageError(f"--guard {a.guard}: run {res.run_id} has no levels (a {res.kind} run): show it without "
                              "a level number")
         if not 1 <= a.guard <= len(res.outcomes):
             raise UsageError(f"--guard {a.guard}: run {res.run_id} has levels 1..{len(res.outcomes)}")
-        snaps = [(k, o) for k, o in snaps if k == a.guard]
+        snaps = [(k, o, m) for k, o, m in snaps if k == a.guard]
     if not snaps:
         console.print(f"run {res.run_id} stored no guard snapshot" + (f" for level {a.guard}" if a.guard else "")
                       + " (it ran with --guard off, or was imported)", markup=False, highlight=False)
         return 0
-    for k, o in snaps:
-        snap = o.summary.guard
-        assert snap is not None  # only levels with a snapshot are listed
-        title = f"level {k}/{len(res.outcomes)} ({o.level.describe() if o.summary.test in (None, 'serve') else f'{o.summary.test} @ d{o.summary.depth}'}): " \
-            + ("DIRTY" if snap.dirty else "clean")
-        print_guard(console, snap, a.format, title=title)
+    for k, o, machines in snaps:
+        level = o.level.describe() if o.summary.test in (None, "serve") else f"{o.summary.test} @ d{o.summary.depth}"
+        for where, snap in machines:
+            on = f", {where}" if len(machines) > 1 or where != CLIENT else ""
+            title = f"level {k}/{len(res.outcomes)} ({level}){on}: " + ("DIRTY" if snap.dirty else "clean")
+            print_guard(console, snap, a.format, title=title)
     if a.json:
-        emit_json(a.json, [{"level": k, "guard": o.summary.guard.to_dict() if o.summary.guard else None}
-                           for k, o in snaps])
+        emit_json(a.json, [{"level": k, "guard": o.summary.guard.to_dict() if o.summary.guard else None,
+                            **({"server_guard": o.summary.client.server_guard} if o.summary.client.server_guard
+                               else {}),
+                            **({"node_guards": o.summary.client.node_guards} if o.summary.client.node_guards
+                               else {})} for k, o, _ in snaps])
     return 0
+
+
+#: Where a level's own guard snapshot was taken: the machine tokenbench ran on.
+CLIENT = "this machine (the client)"
+
+
+def _machines(s: LevelSummary) -> list[tuple[str, GuardSnapshot]]:
+    """A level's guard snapshots, each with the machine it describes: this machine's, the server host's (through
+    its agent) and each load-generating node's (Ray)."""
+    out = [(CLIENT, s.guard)] if s.guard else []
+    if isinstance(s.client.server_guard, dict):
+        out.append(("the server host", GuardSnapshot.from_dict(s.client.server_guard)))
+    for n in s.client.node_guards or []:
+        if isinstance(n, dict):
+            snap = GuardSnapshot.from_dict(n)
+            out.append((f"node {snap.node or '?'}", snap))
+    return out
 
 
 def _show_trees(a: argparse.Namespace, console: Console, res: RunResult, store: Store) -> int:

@@ -123,8 +123,8 @@ def steady_state(records: list[RequestRecord], concurrency: int) -> tuple[float 
 
 
 #: A level with one of these flags is not what the box does: calibration leaves it out.
-SKIPPED = {"unstable", "dirty_bench", "context_not_warm", "client_bound", "errors", "exceeds_server_timings",
-           "prompt_truncated", "slots_exceeded", "unanswered"}
+SKIPPED = {"unstable", "dirty_bench", "host_unchecked", "context_not_warm", "client_bound", "errors",
+           "exceeds_server_timings", "prompt_truncated", "slots_exceeded", "unanswered"}
 
 
 def _shape(run: RunResult) -> str:
