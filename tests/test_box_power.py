@@ -219,3 +219,19 @@ def test_power_is_read_where_the_box_is() -> None:
 
     with pytest.raises(UsageError, match="--idle-power measures the box under test"):
         _plan("http://gpu-box.example:8000/v1", "--idle-power", "10s")
+
+
+def test_a_levels_power_line_names_what_the_meter_measures_and_its_share_above_idle(
+        emitter: BackgroundEmitter, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A whole-box meter's figure was labelled "GPU power" in capacity's answer, and --idle-power's share above
+    idle was in the JSON only. Each level's power line now names what its meter measures and that share."""
+    emitter.configure(itl_s=0.01)
+    with agent() as (url, _):
+        code = main(["capacity", "--url", emitter.url, "--no-metrics", "--concurrency", "1:2", "--requests", "8",
+                     "--input-len", "16", "--output-len", "24", "--slo", "ttft_p90=5s", "--agent", url,
+                     "--agent-token", TOKEN, "--guard", "off", "--idle-power", "0.3s"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert code == 0, said
+    # the steady box draws 250 W idle or not: none of a level's watts are above idle
+    assert "J/token" in said and "tok/s per W (whole box), 0% of it above the idle 250 W" in said, said
+    assert "agents per kW (whole box power)" in said and "GPU power" not in said, said

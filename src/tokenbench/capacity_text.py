@@ -50,7 +50,9 @@ def money_lines(found: CapacityAnswer) -> list[str]:
         out.append(", ".join(parts) + " at that load")
     j, per_kw = found.energy()
     if j is not None:
-        out.append(f"{j:.3f} J per output token" + (f", {per_kw:.1f} agents per kW (GPU power)" if per_kw else ""))
+        tele = found.at.telemetry if found.at is not None else None
+        measures = f" ({tele.power_measures} power)" if tele is not None and tele.power_measures else ""
+        out.append(f"{j:.3f} J per output token" + (f", {per_kw:.1f} agents per kW" if per_kw else "") + measures)
     return out
 
 

@@ -341,7 +341,10 @@ def _server_parts(s: ServingLevel) -> list[str]:
     if s.cached_share:  # the responses' own count (usage or timings), beside the server's /metrics
         parts.append(f"{s.cached_share:.0%} of prompt tokens served from its cache ({s.cached_source})")
     if t.j_per_output_token is not None:
+        idle = (f", {t.power_above_idle_share:.0%} of it above the idle {t.idle_power_w:.0f} W"
+                if t.power_above_idle_share is not None and t.idle_power_w is not None else "")
         parts.append(f"{t.j_per_output_token:.2f} J/token, {t.output_tokens_per_watt or 0:.2f} tok/s per W"
+                     + (f" ({t.power_measures})" if t.power_measures else "") + idle
                      + (" (partial: see below)" if t.power_partial else ""))
     return parts
 
