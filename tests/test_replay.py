@@ -286,6 +286,20 @@ def test_a_replay_from_the_command_line_prints_at_80_columns(emitter: Background
     assert replay["asked"] == 20 and replay["calls"] < 20, replay
     assert f"{replay['calls']} of the 20 calls asked (--requests): a level replays each trajectory once" in \
         " ".join(out.split()), out
+    # a level cut short, or whose calls failed, did not run out of trajectories: it says why it sent fewer
+    from tokenbench.levels import ServingLevel
+    from tokenbench.reader import load_result
+    from tokenbench.replay_table import replay_lines
+    from tokenbench.store import Store
+
+    level = load_result(Store(), json.loads((tmp_path / "r.json").read_text())["run_id"]).outcomes[0].summary
+    assert isinstance(level, ServingLevel)
+    level.flags.append("interrupted")
+    assert replay_lines(level)[0].endswith("calls asked (--requests): the level was interrupted")
+    level.flags.remove("interrupted")
+    level.failed = 2
+    assert replay_lines(level)[0].endswith("2 calls failed, and a failed call ends its tree (an agent with no answer "
+                                           "has nothing to go on)")
     # as Markdown too: the level's bins and its trees, not the level table alone
     run_id = json.loads((tmp_path / "r.json").read_text())["run_id"]
     assert main(["show", run_id, "--format", "markdown"]) == 0

@@ -74,10 +74,22 @@ def replay_lines(s: ServingLevel) -> list[str]:
     rate = f"90% of calls streamed at {r.agent_tps_p90:,.1f} tok/s or faster" if r.agent_tps_p90 is not None else \
         "no call's rate"
     over = f"{r.overflowed} of {r.calls} calls overflowed the context" + (" (INVALID: over 1%)" if r.invalid else "")
-    mid = ", each lane's first from a random call on" if (s.concurrency or 1) > 1 else ""
-    short = f"; {r.calls} of the {r.asked} calls asked (--requests): a level replays each trajectory once{mid}, " \
-        "and these were all it had" if r.asked and r.calls < r.asked else ""
+    short = f"; {r.calls} of the {r.asked} calls asked (--requests): {_why_fewer(s)}" if r.asked and \
+        r.calls < r.asked else ""
     return [f"{level_label(s)}: {trees}; " + "; ".join(cache) + f"; {rate}; {over}{short}"]
+
+
+def _why_fewer(s: ServingLevel) -> str:
+    """Why a replay level sent fewer calls than --requests asked."""
+    if "interrupted" in s.flags:
+        return "the level was interrupted"
+    if "stopped_early" in s.flags:
+        return "the search stopped the level once its verdict could not change"
+    if s.failed:
+        return f"{plural(s.failed, 'call')} failed, and a failed call ends its tree (an agent with no answer has " \
+            "nothing to go on)"
+    mid = ", each lane's first from a random call on" if (s.concurrency or 1) > 1 else ""
+    return f"a level replays each trajectory once{mid}, and these were all it had"
 
 
 def print_replays(console: Console, levels: list[ServingLevel], fmt: str = "table") -> None:
