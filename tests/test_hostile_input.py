@@ -146,6 +146,12 @@ def test_report_and_predict_outputs_and_inputs_are_checked_first(tmp_path: Path,
     # a tree of missing folders is a typo: --png made it all, where --html refuses a missing directory
     assert main(["report", run, "--db", str(db), "--png", str(tmp_path / "no" / "such" / "pngs")]) == 2
     assert "the directory" in capsys.readouterr().err and not (tmp_path / "no").exists()
+    # a parent that is a file, not a missing folder; a place the checks pass and the write cannot (procfs): one
+    # line and exit 2, where the second was an internal error (exit 70)
+    assert main(["report", run, "--db", str(db), "--png", "/dev/null/pngs"]) == 2
+    assert "/dev/null is not a directory" in capsys.readouterr().err
+    assert main(["report", run, "--db", str(db), "--png", "/proc/tokenbench-pngs"]) == 2
+    assert "--png /proc/tokenbench-pngs: cannot write it (" in capsys.readouterr().err
     assert main(["predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
                  "--calibration", str(tmp_path / "missing.toml")]) == 2
     err = capsys.readouterr().err

@@ -118,7 +118,7 @@ def check_output(path: str | None, what: str) -> None:
         raise UsageError(f"{what} {path} is a directory: give a file name")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
-        raise UsageError(f"{what} {path}: the directory {parent} does not exist; create it first")
+        raise UsageError(f"{what} {path}: " + _not_a_folder(parent))
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UsageError(f"{what} {path} cannot be written here (permission denied)")
 
@@ -130,7 +130,12 @@ def check_output_dir(path: str, what: str) -> None:
     if p.exists() and not p.is_dir():
         raise UsageError(f"{what} {path} is a file: give a directory")
     if not p.exists() and not p.parent.is_dir():
-        raise UsageError(f"{what} {path}: the directory {p.parent} does not exist; create it first")
+        raise UsageError(f"{what} {path}: " + _not_a_folder(p.parent))
+
+
+def _not_a_folder(parent: Path) -> str:
+    return (f"{parent} is not a directory" if parent.exists() else
+            f"the directory {parent} does not exist; create it first")
 
 
 def write_stdout(text: str) -> None:

@@ -36,5 +36,9 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
         (check_output if e.target == "file" else check_output_dir)(str(path), e.option)
     rep = report(report_config(a))
     for e, path in asked:
-        console.print(e.write(rep, path), markup=False)
+        try:
+            said = e.write(rep, path)
+        except OSError as err:  # a place no check can foresee: /proc, a full disk, a folder made read-only since
+            raise UsageError(f"{e.option} {path}: cannot write it ({err.strerror or type(err).__name__})") from None
+        console.print(said, markup=False)
     return 0
