@@ -236,3 +236,17 @@ def test_a_tail_of_large_prompts_is_not_blamed_on_warm_up(slow_prompt: int, flag
     s = level(rs)
     findings.assess(LevelFacts(rs, s, 1))
     assert (Code.TAIL_CLUSTER in [f.code for f in s.findings]) is flagged
+
+
+def test_a_peak_kv_cache_no_sample_saw_is_not_printed_as_zero() -> None:
+    """A 1-second level between two 5-second /metrics samples printed "peak KV cache 0%": both samples found the
+    server idle. Where no sample caught a request running, the note says the peak was not seen."""
+    from tokenbench.levels import Telemetry
+    from tokenbench.sweep_table import notes
+
+    s = ServingLevel(concurrency=4, completed=24)
+    s.telemetry = Telemetry(samples=2, running_max=0.0, kv_cache_usage_max=0.0)
+    said = " ".join(notes([s]))
+    assert "peak KV cache 0%" not in said and "peak KV cache not seen (no /metrics sample of 2" in said, said
+    s.telemetry = Telemetry(samples=5, running_max=4.0, kv_cache_usage_max=0.25)
+    assert "peak KV cache 25%" in " ".join(notes([s]))

@@ -325,7 +325,11 @@ def _server_parts(s: ServingLevel) -> list[str]:
     """What the server said of a level: its /metrics (and power), and what its responses said of its cache."""
     t = s.telemetry or Telemetry()
     parts: list[str] = []
-    if t.kv_cache_usage_max is not None:
+    if t.kv_cache_usage_max is not None and t.running_max == 0 and s.completed:
+        # a level shorter than the sampling interval: its samples saw the server idle, not its peak
+        parts.append(f"peak KV cache not seen (no /metrics sample of {t.samples or 0} caught a request running; "
+                     "--metrics-interval samples more often)")
+    elif t.kv_cache_usage_max is not None:
         parts.append(f"peak KV cache {t.kv_cache_usage_max:.0%}")
     if t.waiting_max:
         parts.append(f"up to {plural(round(t.waiting_max), 'request')} waiting")
