@@ -310,6 +310,15 @@ def test_a_replay_from_the_command_line_prints_at_80_columns(emitter: Background
     workload = json.loads((tmp_path / "r.json").read_text())["manifest"]["workload"]
     assert workload["kind"] == "replay" and workload["trajectories"]["format"] == "weka"
     assert workload["max_think_s"] == 0.0 and workload["trajectories"]["subagents"] == 2
+    # a replay's levels carry session statistics over its lanes, and the report drew its calls as the turns of
+    # agent sessions, recommend called it "an agent-session run": it is a replay, and says so everywhere
+    assert main(["report", run_id, "--html", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "Recorded agents, replayed" in page and "TTFT by the context a call sent" in page
+    assert "Agent sessions" not in page and "each turn" not in page
+    capsys.readouterr()
+    assert main(["recommend", "--model", "qwen3.6-35b-a3b", "--agents", "4", "--runs", run_id, "--json", "-"]) == 0
+    assert "a replay of recorded agents: compare it with other replays" in capsys.readouterr().out
 
 
 def test_library_refusals() -> None:

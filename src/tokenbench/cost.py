@@ -123,7 +123,7 @@ def cost(cfg: CostConfig) -> Costed:
     """``tokenbench cost``'s work: the run read from the store (or the rate given), its price, every level
     priced."""
     from .reader import REPORTED, load_result
-    from .session_view import is_session_run
+    from .session_view import is_replay_run, is_session_run
     from .store import Store
 
     res = None
@@ -140,7 +140,8 @@ def cost(cfg: CostConfig) -> Costed:
         return Costed(currency, price, None, [CostPoint("given rate", cfg.tps, price.per_mtok(cfg.tps), api)], None,
                       api, note, default_kwh)
     levels = [o.summary for o in res.outcomes]
-    sessions = session_cost_points(price, levels, api) if is_session_run(res) else None
+    # a replay's finished trees are priced as sessions are: each a session with its subagents
+    sessions = session_cost_points(price, levels, api) if is_session_run(res) or is_replay_run(res) else None
     return Costed(currency, price, res, cost_points(price, levels, api, trace_name(res)), sessions, api, note,
                   default_kwh)
 

@@ -160,10 +160,15 @@ def llama_bench_md(run: RunResult) -> str:
 def unkept(run: RunResult, fmt: str) -> str | None:
     """What ``fmt`` cannot carry of the run, in a line (None: nothing): published.csv has no column for an agent
     session level's cache mode, so its rows' note says it and ``import`` reads them back as plain serving levels."""
+    from .session_view import is_replay_run
+
     modes = list(dict.fromkeys(o.summary.session.cache for o in run.outcomes
                                if isinstance(o.summary, ServingLevel) and o.summary.session is not None))
     if fmt != "published-csv" or not modes:
         return None
+    if is_replay_run(run):
+        return (f"run {run.manifest.label or run.run_id} replayed recorded agents: published.csv has no column for "
+                "a replay's trees and calls, so import reads the rows back as plain serving levels")
     return (f"run {run.manifest.label or run.run_id} measured agent sessions with the cache {' and '.join(modes)}: "
             "published.csv has no column for the cache mode, so each row's note says it, and import reads the "
             "rows back as plain serving levels")

@@ -88,8 +88,10 @@ def _measured_capacity(c: Candidate, r: RunResult, w: Workload) -> ServingLevel 
 def _workload_differs(r: RunResult, w: Workload) -> str | None:
     """Why a run cannot stand for a box on this workload: agent sessions (the prefix cache serving each turn's
     history) and requests of fixed length are never ranked against each other."""
-    from .session_view import is_session_run
+    from .session_view import is_replay_run, is_session_run
 
+    if is_replay_run(r):  # its calls are a recording's: neither fixed-length requests nor the sessions asked
+        return "a replay of recorded agents: compare it with other replays (tokenbench compare)"
     if is_session_run(r) and w.sessions is None:
         return "an agent-session run: rank it on sessions (recommend --sessions)"
     if w.sessions is not None and not is_session_run(r):

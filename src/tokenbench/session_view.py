@@ -26,15 +26,24 @@ BUSTED_CACHED_MAX = 0.1
 MOST_TURNS = 16
 
 
+def is_replay_run(r: RunResult) -> bool:
+    """A replay of recorded agent trajectories (``sweep --trace`` of agents): its levels carry tree statistics."""
+    return (r.manifest.workload or {}).get("kind") == "replay" or any(
+        s.replay is not None for s in serving(o.summary for o in r.outcomes))
+
+
 def is_session_run(r: RunResult) -> bool:
-    """An agent-session run: its levels carry session statistics, or its workload says so."""
-    return any((s := o.serving) is not None and s.session is not None for o in r.outcomes) or (r.manifest.workload or {}).get("kind") == \
-        "sessions"
+    """An agent-session run: its levels carry session statistics, or its workload says so. A replay's levels carry
+    them too (over its lanes), but its calls are a recording's, not turns of one growing session: it is none."""
+    if is_replay_run(r):
+        return False
+    return any((s := o.serving) is not None and s.session is not None for o in r.outcomes) or \
+        (r.manifest.workload or {}).get("kind") == "sessions"
 
 
 def cache_of(s: LevelSummary) -> str | None:
     """A level's cache mode (warm, busted), None for a level that is no session level."""
-    return s.session.cache if isinstance(s, ServingLevel) and s.session is not None else None
+    return s.session.cache if isinstance(s, ServingLevel) and s.session is not None and s.replay is None else None
 
 
 def name(r: RunResult) -> str:
@@ -45,6 +54,8 @@ _KINDS = {"sweep": "a plain sweep", "depth": "a depth run", "bench": "a llama-be
 
 
 def described(r: RunResult) -> str:
+    if is_replay_run(r):
+        return "a replay of recorded agents"
     return "an agent-session run" if is_session_run(r) else _KINDS.get(r.kind, f"a {r.kind} run")
 
 
@@ -58,8 +69,10 @@ def mismatch(a: RunResult, b: RunResult) -> str | None:
 
 
 def levels(r: RunResult) -> dict[tuple[int, str], ServingLevel]:
-    """The run's session levels by (concurrency, cache mode); the first where a key repeats."""
+    """The run's session levels by (concurrency, cache mode); the first where a key repeats. None for a replay."""
     out: dict[tuple[int, str], ServingLevel] = {}
+    if is_replay_run(r):
+        return out
     for s in serving(o.summary for o in r.outcomes):
         if s.session is not None:
             out.setdefault((s.concurrency or 0, s.session.cache), s)

@@ -25,9 +25,8 @@ def print_result(console: Console, res: RunResult, fmt: str, db: Path, where: st
         if lengths:
             console.print(lengths + "\n", markup=False, highlight=False, soft_wrap=True)
         console.print(format_sweep_markdown(levels, currency, res.kind == "predict"), markup=False, highlight=False, soft_wrap=True)
-        from ..compare.replays import is_replay_run
         from ..report.markdown import replay_part, session_part
-        from ..session_view import is_session_run
+        from ..session_view import is_replay_run, is_session_run
 
         # what the table view prints under the table (each turn, each replay's bins), as the report writes it
         views = replay_part(levels) if is_replay_run(res) else session_part(res) if is_session_run(res) else []

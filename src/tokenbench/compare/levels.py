@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..bootstrap import MEANS, RESAMPLES, TAIL, Interval, LevelSamples, interval, run_samples
 from ..levels import LevelSummary, of_depth, of_serving
 from ..results import RunResult
-from ..session_view import BUSTED, cache_of, is_session_run
+from ..session_view import BUSTED, cache_of, is_replay_run, is_session_run
 from ..sweep_table import per_agent_shown, tpot_shown, tpot_unseen
 from .effective import effective_line
 from .sides import one_run, run_name, shape_warnings
@@ -283,7 +283,7 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
     cmp.crossovers = crossovers(rows, cmp.a, cmp.b)
     for res in (a,) if one_run(a, b) else (a, b):
         # a session's requests grow turn by turn: N agents x M tokens is no question a session run answers
-        line = None if is_session_run(res) else effective_line(res, agents, tokens, windowed)
+        line = None if is_session_run(res) or is_replay_run(res) else effective_line(res, agents, tokens, windowed)
         if line:
             cmp.effective.append(line)
     return cmp

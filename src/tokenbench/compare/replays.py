@@ -15,10 +15,11 @@ from ..cells import ms
 from ..bootstrap import LEVEL, QUANTILES, TAIL, Interval, LevelSamples, interval, run_samples
 from ..errors import UsageError
 from ..layout import plural
-from ..levels import LevelSummary, ServingLevel, serving
+from ..levels import LevelSummary, ServingLevel
 from ..replay_stats import ContextBin, tokens
 from ..replay_table import seconds
 from ..results import LevelOutcome, RunResult
+from ..session_view import is_replay_run
 from .sides import condition_warnings, model_warnings, run_name
 
 if TYPE_CHECKING:
@@ -26,11 +27,6 @@ if TYPE_CHECKING:
 
 #: The rows whose ratio has an interval where both sides measured calls enough: the row, the bootstrap's figure.
 RESAMPLED = {"TTFT p50": "Median TTFT", "TTFT p90": "P90 TTFT"}
-
-
-def is_replay_run(r: RunResult) -> bool:
-    return (r.manifest.workload or {}).get("kind") == "replay" or any(
-        s.replay is not None for s in serving(o.summary for o in r.outcomes))
 
 
 def _by_lanes(r: RunResult) -> dict[int, LevelOutcome]:

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..results import RunResult
-from ..session_view import is_session_run
+from ..session_view import is_replay_run, is_session_run
 from .capacity import CapacityComparison, compare_capacity
 from .levels import Comparison, compare, points
-from .replays import ReplayComparison, compare_replays, is_replay_run
+from .replays import ReplayComparison, compare_replays
 from .sessions import SessionComparison, compare_sessions
 
 if TYPE_CHECKING:

@@ -19,7 +19,8 @@ from ..bootstrap import RESAMPLES
 from ..guard_results import FAIL
 from ..compare.levels import TIE, CompareRow, ratio_cell, ratio_head
 from ..pricing import output_rate
-from ..levels import LevelSummary, of_depth, of_serving
+from ..cells import level_label
+from ..levels import LevelSummary, of_depth, of_serving, serving
 from ..results import RunResult
 from ..sweep_table import per_agent_shown, tpot_shown
 from . import comparison, facts, figures, sessions, style
@@ -242,6 +243,27 @@ def _sessions(runs: list[RunResult], price: float | None, currency: str | None) 
             "finished.</p>", *parts, "</section>"]
 
 
+def _replays(runs: list[RunResult]) -> list[str]:
+    """Each replay of recorded agents: its levels' trees, cache and validity in words, and TTFT against the
+    context each call sent (its calls are a recording's, not the turns of one session)."""
+    from ..replay_table import bin_rows, replay_lines
+
+    parts = []
+    for i, r in enumerate(runs):
+        if not session_view.is_replay_run(r):
+            continue
+        parts.append(f"<h3>{_swatch(i)}{_e(run_name(r))}</h3>")
+        for s in serving(o.summary for o in r.outcomes):
+            parts += [f"<p>{_e(line)}</p>" for line in replay_lines(s)]
+            if s.replay is not None and s.replay.by_context:
+                parts.append(f"<h4>{_e(level_label(s))}: TTFT by the context a call sent, and by the tokens "
+                             "prefilled</h4>")
+                parts.append(_table(*bin_rows(s, markdown=True)))
+    if not parts:
+        return []
+    return ['<section id="replays"><h2>Recorded agents, replayed</h2>', *parts, "</section>"]
+
+
 def _pair(p: comparison.Pair, runs: list[RunResult], quality: dict[tuple[str, str], list[str]]) -> str:
     c = p.cmp
     a, b = runs[p.a], runs[p.b]
@@ -364,6 +386,7 @@ def render(rep: Report) -> str:
         parts += [f'<p class="meta">{_e(x)}.</p>' for x in apart]
         parts.append("</section>")
     parts += _sessions(runs, price_per_hour, currency)
+    parts += _replays(runs)
     if plots:
         w, h = style.SLIDE_PX
         parts.append('<section id="plots"><h2>Plots</h2>')

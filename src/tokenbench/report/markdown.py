@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import session_view
 from ..cells import level_label
-from ..compare.replays import is_replay_run
+from ..session_view import is_replay_run
 from ..depth_table import depth_notes, depth_rows
 from ..levels import ServingLevel, depth_levels, serving
 from ..replay_table import bin_rows, replay_heading, replay_lines
