@@ -740,12 +740,15 @@ def test_compare_says_a_side_was_cut_short_or_ran_on_a_busy_machine(tmp_path: Pa
     busy.flags.append("dirty_bench")
     _run(store, "one", [serve(1, 50.0, 50.0, 10.0), busy])
     store.finish_run("run-one", "interrupted", "2026")
-    _run(store, "two", [serve(1, 55.0, 45.0, 9.0), serve(2, 100.0, 55.0, 9.0)])
+    bound = serve(2, 100.0, 55.0, 9.0)
+    bound.flags.append("client_bound")  # the client's limit, said as the guard's is (it was not, on either side)
+    _run(store, "two", [serve(1, 55.0, 45.0, 9.0), bound])
     said = compare(load_result(store, "one"), load_result(store, "two")).warnings
     assert "one was interrupted: its figures are of the levels it finished" in said
     assert "one: 1 of 2 levels ran where the guard found the machine busy (dirty_bench): other work's share is in " \
            "its figures" in said
-    assert not any(w.startswith("two") for w in said)
+    assert [w for w in said if w.startswith("two")] == [
+        "two: 1 of 2 levels had the client as a limit (client_bound): their timings read late"]
 
 
 def test_imports_of_one_level_at_4_and_of_repeated_tests_give_the_rows_compare_shows(

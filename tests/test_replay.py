@@ -507,11 +507,13 @@ def test_two_replays_compare_as_replays(emitter: BackgroundEmitter, tmp_path: Pa
     assert "\nTTFT by the context a call sent (tokens):\n\n| Context |" in md, md
     # the same trajectories replayed otherwise are other work, and said so
     assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "1",
-                 "--trace", str(AGENTS), "--trace-scale", "8", "--max-think", "1s", "--concurrency", "2",
+                 "--trace", str(AGENTS), "--trace-scale", "8", "--max-think", "1s", "--concurrency", "2,1",
                  "--requests", "8", "--label", "scaled"]) == 0
     capsys.readouterr()
     assert main(["compare", "fast", "scaled"]) == 0
     said = " ".join(capsys.readouterr().out.split())
+    # a lane count one side ran alone is named, as compare names a level of a plain sweep (the JSON alone had it)
+    assert "not compared: only B has 1 lane (no level of the other run to set beside it)" in said, said
     assert "the two replays differ in lengths divided by: 16 vs 8" in said, said
     assert "the two replays differ in pauses capped at (s): 0 vs 1" in said, said
     from tokenbench.compare.replays import lanes_title

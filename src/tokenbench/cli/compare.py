@@ -108,6 +108,8 @@ def _print_replays(console: Console, done: Compared, fmt: str) -> None:
             if rows is r1:
                 for note in replay_notes(block):
                     say(note)
+    if r.unmatched:
+        say(f"not compared: {'; '.join(r.unmatched)} (no level of the other run to set beside it)")
 
 
 def _print_capacity(console: Console, cap: CapacityComparison, fmt: str, after_table: bool) -> None:

@@ -89,6 +89,10 @@ def condition_warnings(a: RunResult, b: RunResult) -> list[str]:
         if dirty:
             out.append(f"{run_name(r)}: {dirty} of {len(levels)} levels ran where the guard found the machine busy "
                        "(dirty_bench): other work's share is in its figures")
+        bound = sum("client_bound" in s.flags for s in levels)
+        if bound:
+            out.append(f"{run_name(r)}: {bound} of {len(levels)} levels had the client as a limit (client_bound): "
+                       "their timings read late")
     return out
 
 
