@@ -156,11 +156,15 @@ def test_table_commands_write_json_to_stdout(tmp_path: Path, capsys: pytest.Capt
     db = tmp_path / "r.db"
     store = Store(db)
     for rid, label, tps in (("a-1", "fast", 100.0), ("b-1", "slow", 25.0)):
-        _save(store, rid, "sweep", {"label": label, "model": "m"},
+        _save(store, rid, "sweep", {"label": label, "model": "m", **({"capacity": {"slo": "ttft_p90<=1s"}}
+                                                                       if label == "slow" else {})},
               [ServingLevel(concurrency=1, output_throughput_tps=tps, ttft_ms=Distribution(n=10, p50=50.0))])
     assert main(["runs", "--db", str(db), "--json", "-"]) == 0
     cap = capsys.readouterr()
     assert {r["run_id"]: r["label"] for r in json.loads(cap.out)} == {"a-1": "fast", "b-1": "slow"}
+    # the table's Kind is the command that made the run; the JSON keeps the stored kind beside it
+    assert {r["run_id"]: (r["kind"], r["command"]) for r in json.loads(cap.out)} == {
+        "a-1": ("sweep", "sweep"), "b-1": ("sweep", "capacity")}
     assert "a-1" in cap.err  # the table went to stderr
     assert main(["compare", "fast", "slow", "--db", str(db), "--json", "-"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -41,7 +41,9 @@ def cmd_runs(a: argparse.Namespace, console: Console) -> int:
     counts = store.level_counts([r.id for r in rows])
     manifests = {r.id: Manifest.from_dict(r.manifest) for r in rows}
     if a.json:
-        emit_json(a.json, [{"run_id": r.id, "started": r.started, "kind": r.kind, "label": r.label,
+        # kind: as stored (a capacity search is the sweep it ran); command: the one that made it, as the table says
+        emit_json(a.json, [{"run_id": r.id, "started": r.started, "kind": r.kind,
+                            "command": _kind(r.kind, manifests[r.id]), "label": r.label,
                             "model": manifests[r.id].model, "engine": manifests[r.id].engine,
                             "levels": counts.get(r.id, 0), "status": r.status} for r in rows])
     if not rows:
