@@ -195,6 +195,9 @@ def test_capacity_finds_the_agents_a_saturating_server_serves(tmp_path: Path, ca
     again = capsys.readouterr().out
     assert "this box serves 4 agents (4 met the SLO, 5 did not) at >= 90 tok/s each" in again
     assert said.split("this box serves", 1)[1] == again.split("this box serves", 1)[1]
+    # and as JSON: the search's answer, which only capacity --json wrote
+    assert main(["show", doc["run_id"], "--db", str(tmp_path / "c.db"), "--json", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["capacity"] == cap
 
 
 def test_a_noisy_server_is_found_within_what_a_full_sweep_shows(tmp_path: Path) -> None:

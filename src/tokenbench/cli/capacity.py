@@ -168,8 +168,8 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
     if len(results) > 1:
         _print_tiers(console, tiers, results)
     if a.json:
-        emit_json(a.json, _json(results[0]) if len(results) == 1 else
-                  {"tiers": [{"tok_s": t, **_json(r)} for t, r in zip(tiers, results)]})
+        emit_json(a.json, capacity_json(results[0]) if len(results) == 1 else
+                  {"tiers": [{"tok_s": t, **capacity_json(r)} for t, r in zip(tiers, results)]})
     bad = [r for r in results if r.status != "complete"]
     for res in bad:
         print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
@@ -199,14 +199,16 @@ def _search(a: argparse.Namespace, cfg: SweepConfig, search: CapacitySearch, sto
             mark_levels(e.result)
             _show(console, e.result, a.format, store)
             if a.json:
-                emit_json(a.json, _json(e.result))
+                emit_json(a.json, capacity_json(e.result))
         raise
     mark_levels(res)
     _show(console, res, a.format, store)
     return res
 
 
-def _json(res: RunResult) -> dict[str, object]:
+def capacity_json(res: RunResult) -> dict[str, object]:
+    """A capacity run's JSON: the run's, and the search's answer (``capacity``), as ``capacity --json`` and
+    ``show RUN --json`` write it."""
     found = answer(res)
     return {**res.to_json(), "capacity": found.to_dict() if found is not None else None}
 

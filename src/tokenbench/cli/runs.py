@@ -166,7 +166,13 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     if res.error:
         console.print(f"this run ended early: {res.error}", style="yellow", markup=False, highlight=False)
     if a.json:
-        write_json(a.json, res if len(res.outcomes) == total else load_result(store, row.id))
+        whole = res if len(res.outcomes) == total else load_result(store, row.id)
+        if whole.manifest.capacity:  # the search's answer too, as capacity --json wrote it
+            from .capacity import capacity_json
+
+            emit_json(a.json, capacity_json(whole))
+        else:
+            write_json(a.json, whole)
     return 0
 
 
