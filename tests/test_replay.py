@@ -424,6 +424,19 @@ def test_capacity_over_a_replay_answers_at_each_speed_tier(emitter: BackgroundEm
     # each tier's run its own label (one label for both: runs could not tell them apart, show refused it)
     assert [t["manifest"]["label"] for t in tiers] == ["cap-agents-20tps", "cap-agents-60tps"]
     assert main(["show", "cap-agents-60tps"]) == 0
+    # Ctrl-C in the first tier's search: the second is never run, and said so (it printed the first's answer alone)
+    import tokenbench.cli.capacity as capacity_cli
+    from tokenbench.errors import RunInterrupted
+
+    def interrupted(*_a: object, **_k: object) -> None:
+        raise RunInterrupted("interrupted (Ctrl-C)")
+
+    monkeypatch.setattr(capacity_cli, "_search", interrupted)
+    capsys.readouterr()
+    assert main(["capacity", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet",
+                 "--trace", str(weka(tmp_path, [tree] * 8)), "--max-think", "0s", "--concurrency", "1:8",
+                 "--slo", "errors=10%", "--tiers", "20,60", "--requests", "16"]) == 130
+    assert "not searched: 60 tok/s each (the search at 20 tok/s each ended the command)" in capsys.readouterr().err
 
 
 def test_a_request_trace_and_a_timed_replay_have_no_load_to_search(emitter: BackgroundEmitter, tmp_path: Path,

@@ -162,9 +162,15 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
                 embedded_ctx(cfg)
                 engine.configure(cfg)
         pool = kv_pool(cfgs[0].url, cfgs[0].api_key) if spec.cache_drop is not None else None
-        for cfg, slo in zip(cfgs, slos):
-            results.append(_search(a, cfg, CapacitySearch(spec, slo, kv_pool=pool), store, console, err,
-                                   engine.alive if engine else None))
+        for k, (cfg, slo) in enumerate(zip(cfgs, slos)):
+            try:
+                results.append(_search(a, cfg, CapacitySearch(spec, slo, kv_pool=pool), store, console, err,
+                                       engine.alive if engine else None))
+            except TokenbenchError:
+                if k + 1 < len(tiers):  # the tiers after this one: never searched, and said so
+                    err.print(f"not searched: {', '.join(f'{t:g} tok/s each' for t in tiers[k + 1:])} (the search "
+                              f"at {tiers[k]:g} tok/s each ended the command)", markup=False, highlight=False)
+                raise
     if len(results) > 1:
         _print_tiers(console, tiers, results)
     if a.json:
