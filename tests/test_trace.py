@@ -72,6 +72,13 @@ def test_a_file_whose_format_cannot_be_told_is_refused_for_its_fault_not_an_opti
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "drop --concurrency" not in err, err
     assert f"{p}" in err and "--trace-format" in err and ("not JSON" in err if body else "empty" in err), err
+    if body:  # said as a JSON document cut short, not as line 1 of a Mooncake JSONL file
+        assert f"{p} is not JSON (Expecting ',' delimiter at line 1, column 60, at its end: cut short?)" in err, err
+        assert "read as Mooncake" not in err, err
+        # in a folder, where only a file of Weka traces is read: its fault is said, not only that it is none
+        assert main([*argv[:6], str(tmp_path), *argv[7:]]) == 2
+        err = capsys.readouterr().err
+        assert "is one; t.json is not JSON (" in err, err
 
 
 def test_a_named_format_is_the_one_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import UsageError
+from ..jsontext import json_fault
 from .boundary import first_json_line, read_text
 from .figures import figures
 from .mlcommons import load_mlcommons
@@ -100,16 +101,39 @@ def refuse_unknown(path: str | Path) -> None:
         found = sorted(f.name for f in p.iterdir() if f.is_file())
         has = f"none of its files ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}) is one" if found \
             else "it is empty"
-        raise UsageError(f"--trace {p}: a folder is read as Weka/AgentX traces, a .json file each, and {has}: "
-                         "give one file (a session log, a trace) instead")
+        broken = [f"{f.name} {why}" for f in sorted(p.glob("*.json")) if (why := _broken_json(f))][:1]
+        raise UsageError(f"--trace {p}: a folder is read as Weka/AgentX traces, a .json file each, and {has}"
+                         + (f"; {broken[0]}" if broken else "") + ": give one file (a session log, a trace) instead")
     try:
-        first = first_json_line(p.read_bytes().decode("utf-8-sig"))
+        text = p.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError):
         return
+    first = first_json_line(text)
+    if first is None and (why := _broken_json(p, text)):
+        raise UsageError(f"{p} {why}; --trace reads {FORMATS_READ}: name one with --trace-format")
     if isinstance(first, dict):
         keys = ", ".join(list(first)[:6]) + (", ..." if len(first) > 6 else "") or "none"
         raise UsageError(f"{p}: not a trace tokenbench reads: its first record's keys ({keys}) are no format's. "
                          f"--trace reads {FORMATS_READ}; name one with --trace-format, or give prompts with --dataset")
+
+
+def _broken_json(p: Path, text: str | None = None) -> str | None:
+    """Why a file that opens as JSON ("{" or "[") is not JSON, as a whole or as JSONL (a Weka trace cut short):
+    "is not JSON (Expecting value at line 1, column 3001, at its end: cut short?)"; None where it is JSON or opens as none."""
+    try:
+        text = text if text is not None else p.read_bytes().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.lstrip().startswith(("{", "[")) or first_json_line(text) is not None:
+        return None
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        end = ", at its end: cut short?" if e.pos >= len(text.rstrip()) else ""
+        return f"is not JSON ({json_fault(e)}{end})"
+    except RecursionError:
+        return "is not JSON (nested too deep)"
+    return None
 
 
 def is_trajectory_file(path: str | Path) -> bool:
