@@ -110,6 +110,12 @@ def test_power_and_the_guard_are_read_on_the_server_host(emitter: BackgroundEmit
     # joules per token: the box's 250 W over the level's span, per output token it made
     assert tele["j_per_output_token"] == pytest.approx(tele["energy_j"] / lv["total_output_tokens"])
     assert lv["client"]["server_guard"]["checks"]
+    # an owned box is priced at the draw each level measured: cost asked for --watts the run had read
+    out = tmp_path / "cost.json"
+    assert main(["cost", doc["run_id"], "--owned", "--purchase", "2500", "--kwh-price", "0.3", "--json", str(out)]) == 0
+    (point,) = json.loads(out.read_text())["points"]
+    hourly = 2500 / (3 * 365 * 24) + tele["gpu_power_w_mean"] / 1000 * 0.3
+    assert point["cost_per_mtok"] == pytest.approx(hourly / (point["output_tps"] * 3600) * 1e6)
 
 
 def test_a_dirty_server_host_refuses_a_strict_run_naming_the_host(emitter: BackgroundEmitter, tmp_path: Path,

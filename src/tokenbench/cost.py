@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from .money import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
-from .pricing import CostPoint, Pricing, SessionCostPoint, api_in, cost_points, run_price, \
+from .pricing import CostPoint, Pricing, SessionCostPoint, api_in, cost_points, output_rate, run_price, \
     session_cost_points
 from .errors import UsageError
+from .levels import serving
 from .results import RunResult
 
 
@@ -86,17 +87,25 @@ def _refuse_what_does_not_apply(cfg: CostConfig) -> None:
     if cfg.owned and cfg.purchase is None:
         raise UsageError("--owned needs --purchase PRICE and --watts W (and --life-years, --kwh-price, "
                          "--hours-per-day)")
-    if cfg.owned and cfg.watts is None:
-        raise UsageError("--owned needs --watts: the box's draw under this load, e.g. --watts 120 (0 leaves "
-                         "power out)")
+
+
+def _measured_watts(res: RunResult | None) -> bool:
+    """Whether every level with an output rate read the box's draw (a meter, or the server host's agent)."""
+    levels = [s for s in serving(o.summary for o in res.outcomes) if output_rate(s)] if res is not None else []
+    return bool(levels) and all(s.telemetry is not None and s.telemetry.gpu_power_w_mean for s in levels)
 
 
 def pricing(cfg: CostConfig, currency: str, res: RunResult | None) -> Pricing:
-    """The box's price as the config gives it: rented at ``price_per_hour`` (else the run's own), or owned."""
+    """The box's price as the config gives it: rented at ``price_per_hour`` (else the run's own), or owned (its
+    draw given with --watts, else each level's measured one)."""
     _refuse_what_does_not_apply(cfg)
     if cfg.owned:
+        measured = cfg.watts is None and _measured_watts(res)
+        if cfg.watts is None and not measured:
+            raise UsageError("--owned needs --watts: the box's draw under this load, e.g. --watts 120 (0 leaves "
+                             "power out), unless every level of the run measured it (docs/power.md)")
         return Pricing(currency=currency, purchase=cfg.purchase, life_years=cfg.life_years or 3.0,
-                       watts=cfg.watts or 0.0,
+                       watts=cfg.watts or 0.0, measured_watts=measured,
                        kwh_price=DEFAULT_KWH_PRICE if cfg.kwh_price is None else cfg.kwh_price,
                        hours_per_day=cfg.hours_per_day or 24.0)
     price = cfg.price_per_hour

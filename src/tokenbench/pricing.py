@@ -12,7 +12,7 @@ level held the box, shared by the sessions it finished.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .cells import level_label
@@ -58,6 +58,7 @@ class Pricing:
     watts: float = 0.0
     kwh_price: float = 0.0
     hours_per_day: float = 24.0  # owned: hours a day the box does this work
+    measured_watts: bool = False  # owned: each level's own measured draw, not ``watts`` (for_level)
 
     def __post_init__(self) -> None:
         if (self.price_per_hour is None) == (self.purchase is None):
@@ -83,6 +84,12 @@ class Pricing:
         power = self.watts / 1000.0 * self.kwh_price
         return capital + power
 
+    def for_level(self, s: LevelSummary) -> Pricing:
+        """The price of the hours of level ``s``: with ``measured_watts``, at the draw its meter read."""
+        w = s.telemetry.gpu_power_w_mean if self.measured_watts and isinstance(s, ServingLevel) and s.telemetry \
+            else None
+        return replace(self, watts=w) if w is not None else self
+
     def per_mtok(self, tokens_per_s: float | None) -> float | None:
         return cost_per_mtok(self.effective_hourly(), tokens_per_s)
 
@@ -107,6 +114,10 @@ class Pricing:
         if self.price_per_hour is not None:
             busy = "" if self.busy_hours_per_day == 24 else f", busy {self.busy_hours_per_day:g} h/day"
             return f"rented at {self.price_per_hour:g} {self.currency}/hour{busy}"
+        if self.measured_watts:  # the hourly price differs level by level
+            return (f"owned: {self.purchase:g} {self.currency} over {self.life_years:g} years at "
+                    f"{self.hours_per_day:g} h/day, the watts each level measured at {self.kwh_price:g} "
+                    f"{self.currency}/kWh")
         return (f"owned: {self.purchase:g} {self.currency} over {self.life_years:g} years at "
                 f"{self.hours_per_day:g} h/day, {self.watts:g} W at {self.kwh_price:g} {self.currency}/kWh "
                 f"= {self.effective_hourly():.3f} {self.currency}/hour")
@@ -205,7 +216,7 @@ def cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: float | N
                 trace: str | None = None) -> list[CostPoint]:
     """Every level with an output rate, priced by ``pricing``, beside the API's price per million tokens;
     ``trace``: a trace run's trace, which names its level."""
-    return [CostPoint(operating_point(s, trace), rate, pricing.per_mtok(rate), api) for s in levels
+    return [CostPoint(operating_point(s, trace), rate, pricing.for_level(s).per_mtok(rate), api) for s in levels
             if (rate := output_rate(s))]
 
 
@@ -245,6 +256,7 @@ def session_cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: f
             continue
         rate = output_rate(s)
         out.append(SessionCostPoint(s.concurrency, st.cache, st.sessions, st.sessions_finished, st.session_s.p50,
-                                    s.duration_s / 3600.0, pricing.per_session(s.duration_s, st.sessions_finished),
-                                    rate, pricing.per_mtok(rate), api, s.slo_met))
+                                    s.duration_s / 3600.0,
+                                    pricing.for_level(s).per_session(s.duration_s, st.sessions_finished),
+                                    rate, pricing.for_level(s).per_mtok(rate), api, s.slo_met))
     return out
