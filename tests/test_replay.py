@@ -293,7 +293,11 @@ def test_a_replay_from_the_command_line_prints_at_80_columns(emitter: Background
     from tokenbench.store import Store
 
     level = load_result(Store(), json.loads((tmp_path / "r.json").read_text())["run_id"]).outcomes[0].summary
-    assert isinstance(level, ServingLevel)
+    assert isinstance(level, ServingLevel) and level.replay is not None
+    # the subagents are of every tree the level ran: "1/4 trees finished (1 subagent)" read as the finished one's
+    level.replay.subagents, level.replay.trees = 1, 4
+    assert "/4 trees finished, " in replay_lines(level)[0] and "; 1 subagent among the 4 trees;" in \
+        replay_lines(level)[0]
     level.flags.append("interrupted")
     assert replay_lines(level)[0].endswith("calls asked (--requests): the level was interrupted")
     level.flags.remove("interrupted")

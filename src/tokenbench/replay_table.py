@@ -54,13 +54,14 @@ def replay_lines(s: ServingLevel) -> list[str]:
     r = s.replay
     if r is None:
         return []
-    subagents = plural(r.subagents, "subagent")
-    trees = f"{r.trees_finished}/{r.trees} trees finished" + (f" ({subagents})" if r.subagents else "")
+    trees = f"{r.trees_finished}/{r.trees} trees finished"
     if r.tree_s.p50 is not None:
         trees += f", tree time p50 {seconds(r.tree_s.p50)}" + (
             f" (p90 {seconds(r.tree_s.p90)})" if r.tree_s.p90 is not None and r.tree_s.n > 1 else "")
     if r.calls_per_tree is not None:
         trees += f", {r.calls_per_tree:.1f} calls a tree"
+    if r.subagents:  # of every tree the level ran ("1/4 trees finished (1 subagent)" read as the finished one's)
+        trees += f"; {plural(r.subagents, 'subagent')} among the {plural(r.trees, 'tree')}"
     cache = [f"cached {s.cached_share:.0%} of prompt tokens ({s.cached_source})" if s.cached_share is not None
              else "the server reported no cached tokens"]
     if r.ideal_cached_share is not None:
