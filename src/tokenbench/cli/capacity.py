@@ -148,14 +148,8 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
         raise UsageError(f"--slo: {e}") from None
     store = Store(a.db)
     embedded = embedded_spec(a)
-    # the embedded engine takes the range's top at once, so that its batch is not what the search finds; but a
-    # cache-cliff search measures its cache as it is served: slots grown with the agents would keep every session
-    if spec.cache_drop is not None:
-        parallel = SERVE_PARALLEL
-    else:
-        parallel = int(spec.high) if spec.axis == "concurrency" else (a.max_concurrency or 16)
     results: list[RunResult] = []
-    with running(embedded, cfgs[0], notifier(err), parallel=parallel,
+    with running(embedded, cfgs[0], notifier(err), parallel=_engine_parallel(a, spec),
                  ctx=embedded_ctx(cfgs[0]) if embedded else MIN_CONTEXT) as engine:
         for cfg in cfgs[1:]:
             if engine is not None:
@@ -180,6 +174,14 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
     for res in bad:
         print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
     return LevelFailed.exit_code if bad else 0
+
+
+def _engine_parallel(a: argparse.Namespace, spec: SearchSpec) -> int:
+    """The embedded engine's slots: the range's top at once, so that its batch is not what the search finds; but a
+    cache-cliff search measures its cache as it is served: slots grown with the agents would keep every session."""
+    if spec.cache_drop is not None:
+        return SERVE_PARALLEL
+    return int(spec.high) if spec.axis == "concurrency" else (a.max_concurrency or 16)
 
 
 def _print_tiers(console: Console, tiers: list[float | None], results: list[RunResult]) -> None:
