@@ -113,7 +113,9 @@ def test_power_and_the_guard_are_read_on_the_server_host(emitter: BackgroundEmit
     # an owned box is priced at the draw each level measured: cost asked for --watts the run had read
     out = tmp_path / "cost.json"
     assert main(["cost", doc["run_id"], "--owned", "--purchase", "2500", "--kwh-price", "0.3", "--json", str(out)]) == 0
-    (point,) = json.loads(out.read_text())["points"]
+    priced = json.loads(out.read_text())
+    assert "the watts each level measured (whole box)" in priced["pricing"], priced["pricing"]
+    (point,) = priced["points"]
     hourly = 2500 / (3 * 365 * 24) + tele["gpu_power_w_mean"] / 1000 * 0.3
     assert point["cost_per_mtok"] == pytest.approx(hourly / (point["output_tps"] * 3600) * 1e6)
 

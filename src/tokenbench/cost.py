@@ -89,10 +89,13 @@ def _refuse_what_does_not_apply(cfg: CostConfig) -> None:
                          "--hours-per-day)")
 
 
-def _measured_watts(res: RunResult | None) -> bool:
-    """Whether every level with an output rate read the box's draw (a meter, or the server host's agent)."""
+def _measured_watts(res: RunResult | None) -> str | None:
+    """What the draw every level with an output rate read covers ("whole box", "GPU board"), or None where one
+    did not read it (a meter, or the server host's agent, reads it)."""
     levels = [s for s in serving(o.summary for o in res.outcomes) if output_rate(s)] if res is not None else []
-    return bool(levels) and all(s.telemetry is not None and s.telemetry.gpu_power_w_mean for s in levels)
+    if not levels or not all(s.telemetry is not None and s.telemetry.gpu_power_w_mean for s in levels):
+        return None
+    return ", ".join(sorted({s.telemetry.power_measures or "a meter" for s in levels if s.telemetry is not None}))
 
 
 def pricing(cfg: CostConfig, currency: str, res: RunResult | None) -> Pricing:
@@ -100,12 +103,12 @@ def pricing(cfg: CostConfig, currency: str, res: RunResult | None) -> Pricing:
     draw given with --watts, else each level's measured one)."""
     _refuse_what_does_not_apply(cfg)
     if cfg.owned:
-        measured = cfg.watts is None and _measured_watts(res)
-        if cfg.watts is None and not measured:
+        measures = _measured_watts(res) if cfg.watts is None else None
+        if cfg.watts is None and measures is None:
             raise UsageError("--owned needs --watts: the box's draw under this load, e.g. --watts 120 (0 leaves "
                              "power out), unless every level of the run measured it (docs/power.md)")
         return Pricing(currency=currency, purchase=cfg.purchase, life_years=cfg.life_years or 3.0,
-                       watts=cfg.watts or 0.0, measured_watts=measured,
+                       watts=cfg.watts or 0.0, measured_watts=measures is not None, measures=measures or "",
                        kwh_price=DEFAULT_KWH_PRICE if cfg.kwh_price is None else cfg.kwh_price,
                        hours_per_day=cfg.hours_per_day or 24.0)
     price = cfg.price_per_hour

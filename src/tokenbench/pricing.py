@@ -59,6 +59,7 @@ class Pricing:
     kwh_price: float = 0.0
     hours_per_day: float = 24.0  # owned: hours a day the box does this work
     measured_watts: bool = False  # owned: each level's own measured draw, not ``watts`` (for_level)
+    measures: str = ""  # what that draw covers, as the meter said (a whole box, a GPU board)
 
     def __post_init__(self) -> None:
         if (self.price_per_hour is None) == (self.purchase is None):
@@ -116,8 +117,8 @@ class Pricing:
             return f"rented at {self.price_per_hour:g} {self.currency}/hour{busy}"
         if self.measured_watts:  # the hourly price differs level by level
             return (f"owned: {self.purchase:g} {self.currency} over {self.life_years:g} years at "
-                    f"{self.hours_per_day:g} h/day, the watts each level measured at {self.kwh_price:g} "
-                    f"{self.currency}/kWh")
+                    f"{self.hours_per_day:g} h/day, the watts each level measured ({self.measures or 'a meter'}) "
+                    f"at {self.kwh_price:g} {self.currency}/kWh")
         return (f"owned: {self.purchase:g} {self.currency} over {self.life_years:g} years at "
                 f"{self.hours_per_day:g} h/day, {self.watts:g} W at {self.kwh_price:g} {self.currency}/kWh "
                 f"= {self.effective_hourly():.3f} {self.currency}/hour")

@@ -69,7 +69,7 @@ def mismatch(a: RunResult, b: RunResult) -> str | None:
 
 
 def levels(r: RunResult) -> dict[tuple[int, str], ServingLevel]:
-    """The run's session levels by (concurrency, cache mode); the first where a key repeats. None for a replay."""
+    """The run's session levels by (concurrency, cache mode); the first where a key repeats; none for a replay."""
     out: dict[tuple[int, str], ServingLevel] = {}
     if is_replay_run(r):
         return out

@@ -200,8 +200,8 @@ def _ratio(r: ReplayRow) -> str:
         return ""
     iv = r.interval
     # two significant figures where two decimals would read 0.00x (a tree of 19 ms beside one of 7.7 s)
-    return (f"{r.ratio:.2f}×" if r.ratio >= 0.1 else f"{r.ratio:.2g}×") + (f" ({iv.low:.2f}–{iv.high:.2f})" if iv is not None else "*" if r.label in RESAMPLED
-                                else "")
+    ratio = f"{r.ratio:.2f}×" if r.ratio >= 0.1 else f"{r.ratio:.2g}×"
+    return ratio + (f" ({iv.low:.2f}–{iv.high:.2f})" if iv is not None else "*" if r.label in RESAMPLED else "")
 
 
 def replay_tables(block: ReplayBlock) -> list[tuple[list[str], list[list[str]]]]:
