@@ -531,6 +531,11 @@ def test_two_replays_compare_as_replays(emitter: BackgroundEmitter, tmp_path: Pa
     said = " ".join(capsys.readouterr().out.split())
     # a lane count one side ran alone is named, as compare names a level of a plain sweep (the JSON alone had it)
     assert "not compared: only B has 1 lane (no level of the other run to set beside it)" in said, said
+    assert "--agents, --tokens" not in said  # not asked for: nothing said of them
+    assert main(["compare", "fast", "scaled", "--agents", "8", "--tokens", "100"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "--agents, --tokens: the effective-serving line is for runs of fixed-length requests; the levels of " \
+        "replays are their agents already" in said, said
     assert "the two replays differ in lengths divided by: 16 vs 8" in said, said
     assert "the two replays differ in pauses capped at (s): 0 vs 1" in said, said
     from tokenbench.compare.replays import lanes_title

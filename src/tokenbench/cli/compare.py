@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def compare_config(a: argparse.Namespace) -> CompareConfig:
     from ..compare.runs import CompareConfig
 
-    return CompareConfig(a.a, a.b, agents=a.agents, tokens=a.tokens, latest=a.latest, db=a.db)
+    return CompareConfig(a.a, a.b, agents=a.agents or 16, tokens=a.tokens or 200, latest=a.latest, db=a.db)
 
 
 def cmd_compare(a: argparse.Namespace, console: Console) -> int:
@@ -27,10 +27,12 @@ def cmd_compare(a: argparse.Namespace, console: Console) -> int:
     check_output(a.json, "--json")
     cfg = compare_config(a)
     done = compare_runs(cfg)
-    if done.replays is not None:
-        _print_replays(console, done, a.format)
-    elif done.sessions is not None:
-        _print_sessions(console, done, a.format)
+    if done.replays is not None or done.sessions is not None:
+        (_print_replays if done.replays is not None else _print_sessions)(console, done, a.format)
+        if a.agents is not None or a.tokens is not None:  # asked for, and no line of it: said, not dropped
+            console.print("--agents, --tokens: the effective-serving line is for runs of fixed-length requests; "
+                          f"the levels of {'replays' if done.replays is not None else 'agent sessions'} are their "
+                          "agents already", style="yellow", markup=False, highlight=False)
     else:
         _print_rows(console, cfg, done, a.format)
     if done.capacity is not None:

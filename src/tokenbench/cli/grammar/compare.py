@@ -13,8 +13,9 @@ def add_compare_parser(sub: Any) -> None:
                        "significant, crossovers, effective serving")
     c.add_argument("a", metavar="RUN_A", help=f"the first run: {RUN_REF}")
     c.add_argument("b", metavar="RUN_B", help=f"the second run: {RUN_REF}")
-    c.add_argument("--agents", type=POSITIVE_INT, default=16, help="effective-serving line: this many agents ... (default 16)")
-    c.add_argument("--tokens", type=POSITIVE_INT, default=200, help="... each asking for this many tokens (default 200)")
+    # default None: given, they are said to apply to neither sessions nor replays, where no effective line is
+    c.add_argument("--agents", type=POSITIVE_INT, help="effective-serving line: this many agents ... (default 16)")
+    c.add_argument("--tokens", type=POSITIVE_INT, help="... each asking for this many tokens (default 200)")
     c.add_argument("--format", choices=["table", "markdown"], default="table")
     add_json(c, "the comparison")
     add_latest(c)
