@@ -120,7 +120,7 @@ class Dataset:
 
     def summary(self) -> str:
         """``read 1,000 items, used 998, skipped 2: 1 with no user turn, 1 empty prompt``"""
-        out = f"read {self.read:,} items, used {self.used:,}"
+        out = f"read {self.read:,} item{'' if self.read == 1 else 's'}, used {self.used:,}"
         n = sum(c for _, c in self.skipped)
         if n:
             out += f", skipped {n:,}: " + ", ".join(f"{c:,} {why}" for why, c in self.skipped)
