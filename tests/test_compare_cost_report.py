@@ -852,3 +852,27 @@ def test_the_report_names_the_kv_format_as_fit_and_predict_do(tmp_path: Path) ->
     assert main(["report", "h100p", "--html", str(page), "--db", db]) == 0
     html = page.read_text()
     assert "kv auto" in html and "kv AUTO" not in html
+
+
+def test_open_loop_levels_are_set_beside_the_other_runs_at_the_same_rate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An open loop's levels all have concurrency 0: compare set a run's 2/s level beside another's 0.5/s one, named
+    a faster side from it, and dropped the rest without a word. They are paired by rate, and the rest named."""
+    store = Store(tmp_path / "r.db")
+
+    def at(rate: float, tps: float) -> LevelSummary:
+        s = serve(0, tps, 20.0, 1.0)
+        assert isinstance(s, ServingLevel)
+        s.rate = rate
+        return s
+
+    _run(store, "poisson", [at(0.5, 60.0), at(1.0, 120.0), at(2.0, 300.0)])
+    _run(store, "constant", [at(0.5, 62.0)])
+    cmp = compare(load_result(store, "poisson"), load_result(store, "constant"))
+    tps = next(r for r in cmp.rows if r.unit == "tok/s")
+    assert (tps.rate, tps.a, tps.b) == (0.5, 60.0, 62.0), tps
+    assert {r.rate for r in cmp.rows} == {0.5}
+    assert cmp.unmatched == ["only A has rate 1/s at ~128 tokens in, rate 2/s at ~128 tokens in"]
+    assert main(["compare", "poisson", "constant", "--db", str(tmp_path / "r.db")]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "Concurrency: rate 0.5/s" in said and "not compared: only A has rate 1/s" in said, said

@@ -83,7 +83,21 @@ def level_key(s: LevelSummary) -> tuple[str, int, int, int, str]:
     test = s.test or "serve"
     cache = cache_of(s) or ""
     prompt = round((s.input_tokens_mean or 0) / 64) * 64 if test == "serve" and not cache else 0
-    return (test, s.depth or 0, s.concurrency or 0, prompt, cache)
+    # an open loop's levels are its rates (their concurrency is 0): "@0.5/s" where a session level has its cache
+    rate = getattr(s, "rate", None)
+    return (test, s.depth or 0, s.concurrency or 0, prompt, cache or (f"{RATE_MARK}{rate:g}/s" if rate else ""))
+
+
+#: The mark that tells an open loop's rate from a session's cache mode in a level key's last place.
+RATE_MARK = "@"
+
+
+def _point(c: int, p: int, mode: str) -> str:
+    """A serving point in words: "concurrency 4 at ~128 tokens in", "rate 0.5/s at ~128 tokens in"."""
+    prompt = f" at ~{p:,} tokens in" if p else ""
+    if mode.startswith(RATE_MARK):
+        return f"rate {mode[len(RATE_MARK):]}{prompt}"
+    return f"concurrency {c}{prompt}" + (f", {mode} cache" if mode else "")
 
 
 def points(res: RunResult, most: int = 4) -> str:
@@ -94,8 +108,7 @@ def points(res: RunResult, most: int = 4) -> str:
 
 def points_said(keys: set[tuple[str, int, int, int, str]], most: int = 4) -> str:
     """Operating points (``level_key``s) in words, in order, the first ``most`` of them."""
-    said = [(f"concurrency {c}" + (f" at ~{p:,} tokens in" if p else "") + (f", {k} cache" if k else ""))
-            if t == "serve" else f"{t} at depth {d}" for t, d, c, p, k in sorted(keys)]
+    said = [_point(c, p, k) if t == "serve" else f"{t} at depth {d}" for t, d, c, p, k in sorted(keys)]
     return ", ".join(said[:most]) + (f" and {len(said) - most} more" if len(said) > most else "") or "no levels"
 
 
@@ -112,6 +125,7 @@ class CompareRow:
     higher_better: bool
     cache: str | None = None  # a session level's cache mode (warm, busted)
     interval: Interval | None = None  # A/B's 95% interval; None where a side has no samples
+    rate: float | None = None  # an open loop's level: the requests a second it offered (its concurrency is 0)
     #: where a side is a prediction and no interval: the range A/B lies in when each predicted side measured within
     #: its band (80% of held-out rows of its kind do), a measured side being its figure
     band: tuple[float, float] | None = None
@@ -190,7 +204,9 @@ def crossovers(rows: list[CompareRow], a: str, b: str) -> list[str]:
     series: dict[tuple[str, str, int, str], list[CompareRow]] = {}
     for r in rows:
         fixed = r.concurrency if r.test != "serve" else r.depth
-        series.setdefault((r.test, r.metric, fixed * 1_000_000 + r.input_len, r.cache or ""), []).append(r)
+        # each rate a series of its own: an open loop's levels have no concurrency to cross over along
+        series.setdefault((r.test, r.metric, fixed * 1_000_000 + r.input_len, r.cache or (f"{r.rate:g}" if r.rate
+                                                                                              else "")), []).append(r)
     for (test, metric, _, cache), rs in series.items():
         axis = "depth" if test != "serve" else "concurrency"
         rs.sort(key=lambda r: r.depth if axis == "depth" else r.concurrency)
@@ -268,7 +284,10 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
             if va and vb:
                 iv = interval(va, vb, samples[0].get(oa[key].idx), samples[1].get(ob[key].idx), sa, sb, name, get,
                               seeds) if a.run_id and b.run_id else None
-                row = CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, key[4] or None, iv)
+                mode = key[4] or None
+                cache = None if mode and mode.startswith(RATE_MARK) else mode
+                row = CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, cache, iv,
+                                 rate=getattr(sa, "rate", None))
                 rows.append(_unsampled(row, a, b, sa, sb) if iv is None else row)
     cmp = Comparison(run_name(a), run_name(b), rows, warnings=shape_warnings(a, b))
     if windowed:
@@ -341,7 +360,8 @@ def table(c: Comparison) -> tuple[list[str], list[list[str]]]:
     head = ["Test", "Depth", "Concurrency", "Prompt", "Metric", "A", "B", ratio_head(c.rows), "Faster"]
     out = []
     for r in c.rows:
-        out.append([r.test + (f" {r.cache}" if r.cache else ""), f"{r.depth:,}", str(r.concurrency),
+        out.append([r.test + (f" {r.cache}" if r.cache else ""), f"{r.depth:,}",
+                    f"rate {r.rate:g}/s" if r.rate else str(r.concurrency),
                     f"~{r.input_len:,}" if r.input_len else "—", metric_label(r.metric, r.unit), figure(r.a),
                     figure(r.b), ratio_cell(r), verdict(r)])
     return head, out

@@ -58,7 +58,8 @@ class Pair:
 def point(row: CompareRow, prompts: int) -> str:
     """A row's operating point in words: "concurrency 4", "tg128 at depth 32K"."""
     if row.test == "serve":
-        out = f"concurrency {row.concurrency}" + (f", {row.cache} cache" if row.cache else "")
+        out = (f"rate {row.rate:g}/s" if row.rate else f"concurrency {row.concurrency}") + (
+            f", {row.cache} cache" if row.cache else "")
         if row.depth:
             out += f" at depth {depth_label(row.depth)}"
         if prompts > 1 and row.input_len:
