@@ -875,4 +875,4 @@ def test_open_loop_levels_are_set_beside_the_other_runs_at_the_same_rate(
     assert cmp.unmatched == ["only A has rate 1/s at ~128 tokens in, rate 2/s at ~128 tokens in"]
     assert main(["compare", "poisson", "constant", "--db", str(tmp_path / "r.db")]) == 0
     said = " ".join(capsys.readouterr().out.split())
-    assert "Concurrency: rate 0.5/s" in said and "not compared: only A has rate 1/s" in said, said
+    assert "Rate: 0.5/s" in said and "not compared: only A has rate 1/s" in said, said

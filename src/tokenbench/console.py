@@ -105,7 +105,7 @@ def _grouped(head: list[str], body: list[list[str]], g: int) -> tuple[list[str],
     for i, r in enumerate(body):
         if i == 0 or r[g] != body[i - 1][g]:
             marks.add(len(rows))
-            rows.append([_row_name(head[g], r[g])] + [""] * (len(head) - 2))  # "Concurrency 4", "Rate 0.5/s"
+            rows.append([f"{head[g]} {r[g]}"] + [""] * (len(head) - 2))
         rows.append(r[:g] + r[g + 1:])
     return head[:g] + head[g + 1:], rows, marks
 

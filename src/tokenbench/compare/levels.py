@@ -357,11 +357,13 @@ def ratio_head(rows: list[CompareRow]) -> str:
 def table(c: Comparison) -> tuple[list[str], list[list[str]]]:
     """The rows as a table: the workload axes, the metric and its unit, both values (A and B: the heading names
     the runs), A/B with its interval or band, and the faster side."""
-    head = ["Test", "Depth", "Concurrency", "Prompt", "Metric", "A", "B", ratio_head(c.rows), "Faster"]
+    rates = bool(c.rows) and all(r.rate for r in c.rows)  # open loops: the column is their rate
+    head = ["Test", "Depth", "Rate" if rates else "Concurrency", "Prompt", "Metric", "A", "B", ratio_head(c.rows),
+            "Faster"]
     out = []
     for r in c.rows:
         out.append([r.test + (f" {r.cache}" if r.cache else ""), f"{r.depth:,}",
-                    f"rate {r.rate:g}/s" if r.rate else str(r.concurrency),
+                    (f"{r.rate:g}/s" if rates else f"rate {r.rate:g}/s") if r.rate else str(r.concurrency),
                     f"~{r.input_len:,}" if r.input_len else "—", metric_label(r.metric, r.unit), figure(r.a),
                     figure(r.b), ratio_cell(r), verdict(r)])
     return head, out
