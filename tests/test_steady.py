@@ -195,9 +195,9 @@ def test_staggered_is_refused_with_workers(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_an_open_loop_plateau_reads_the_load_it_offered() -> None:
-    """An open loop's plateau runs from one median request's time after its first send to its last send, edges
-    the sends set, not bursts of arrivals (edges put where many requests were in flight once read 21.7
-    requests/s of a 20/s load over 4 s): over a long window its rates are the arrivals'."""
+    """An open loop's plateau runs from one median request's time after its first send to one after its last
+    send, edges the sends set, not bursts of arrivals (edges put where many requests were in flight once read
+    21.7 requests/s of a 20/s load over 4 s): over a long window its rates are the arrivals'."""
     import random
 
     rng, t, recs = random.Random(4), 0.0, []
@@ -210,11 +210,20 @@ def test_an_open_loop_plateau_reads_the_load_it_offered() -> None:
     assert p is not None
     sends = sorted(r.sent_ns for r in recs)
     assert p.start_s == pytest.approx((sends[0] + statistics.median(r.end_ns - r.sent_ns for r in recs)) / 1e9)
-    assert p.end_s == pytest.approx(sends[-1] / 1e9)
+    assert p.end_s == pytest.approx((sends[-1] + statistics.median(r.end_ns - r.sent_ns for r in recs)) / 1e9)
     offered = (len(sends) - 1) / ((sends[-1] - sends[0]) / 1e9)
     assert p.request_throughput_rps == pytest.approx(offered, rel=0.05)
     tokens = sum(r.output_tokens or 0 for r in recs) / ((sends[-1] - sends[0]) / 1e9)
     assert p.output_throughput_tps == pytest.approx(tokens, rel=0.05)
+
+
+def test_a_short_open_loop_plateau_holds_its_last_answer() -> None:
+    """A constant 0.5/s of 128 tokens over 10 s, each answered in 100 ms: its plateau ended at the last send and
+    read 48.6 tok/s, three answers over four gaps, where the server made the 64 tok/s offered."""
+    recs = [rec(t, t + 100, ttft_ms=20, tokens=128) for t in (0.0, 2000.0, 4000.0, 6000.0, 8000.0)]
+    p = plateau(recs, None, (0, int(10e9)))
+    assert p is not None
+    assert p.output_throughput_tps == pytest.approx(64.0, rel=0.01) and p.request_throughput_rps == pytest.approx(0.5)
 
 
 def test_the_plateau_note_says_its_share_is_of_the_window_not_of_the_load() -> None:
