@@ -108,7 +108,7 @@ def pricing(cfg: CostConfig, currency: str, res: RunResult | None) -> Pricing:
             raise UsageError("--owned needs --watts: the box's draw under this load, e.g. --watts 120 (0 leaves "
                              "power out), unless every level of the run measured it (docs/power.md)")
         return Pricing(currency=currency, purchase=cfg.purchase, life_years=cfg.life_years or 3.0,
-                       watts=cfg.watts or 0.0, measured_watts=measures is not None, measures=measures or "",
+                       watts=cfg.watts or 0.0, measures=measures or "",
                        kwh_price=DEFAULT_KWH_PRICE if cfg.kwh_price is None else cfg.kwh_price,
                        hours_per_day=cfg.hours_per_day or 24.0)
     price = cfg.price_per_hour

@@ -58,8 +58,9 @@ class Pricing:
     watts: float = 0.0
     kwh_price: float = 0.0
     hours_per_day: float = 24.0  # owned: hours a day the box does this work
-    measured_watts: bool = False  # owned: each level's own measured draw, not ``watts`` (for_level)
-    measures: str = ""  # what that draw covers, as the meter said (a whole box, a GPU board)
+    #: owned, priced at each level's own measured draw, not ``watts`` (for_level): what that draw covers, as the
+    #: meter said ("whole box", "GPU board"); "" where ``watts`` is the draw
+    measures: str = ""
 
     def __post_init__(self) -> None:
         if (self.price_per_hour is None) == (self.purchase is None):
@@ -86,9 +87,8 @@ class Pricing:
         return capital + power
 
     def for_level(self, s: LevelSummary) -> Pricing:
-        """The price of the hours of level ``s``: with ``measured_watts``, at the draw its meter read."""
-        w = s.telemetry.gpu_power_w_mean if self.measured_watts and isinstance(s, ServingLevel) and s.telemetry \
-            else None
+        """The price of the hours of level ``s``: where ``measures`` says so, at the draw its meter read."""
+        w = s.telemetry.gpu_power_w_mean if self.measures and isinstance(s, ServingLevel) and s.telemetry else None
         return replace(self, watts=w) if w is not None else self
 
     def per_mtok(self, tokens_per_s: float | None) -> float | None:
@@ -115,9 +115,9 @@ class Pricing:
         if self.price_per_hour is not None:
             busy = "" if self.busy_hours_per_day == 24 else f", busy {self.busy_hours_per_day:g} h/day"
             return f"rented at {self.price_per_hour:g} {self.currency}/hour{busy}"
-        if self.measured_watts:  # the hourly price differs level by level
+        if self.measures:  # the hourly price differs level by level
             return (f"owned: {self.purchase:g} {self.currency} over {self.life_years:g} years at "
-                    f"{self.hours_per_day:g} h/day, the watts each level measured ({self.measures or 'a meter'}) "
+                    f"{self.hours_per_day:g} h/day, the watts each level measured ({self.measures}) "
                     f"at {self.kwh_price:g} {self.currency}/kWh")
         return (f"owned: {self.purchase:g} {self.currency} over {self.life_years:g} years at "
                 f"{self.hours_per_day:g} h/day, {self.watts:g} W at {self.kwh_price:g} {self.currency}/kWh "
@@ -255,9 +255,8 @@ def session_cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: f
         st = s.session
         if st is None:
             continue
-        rate = output_rate(s)
+        rate, priced = output_rate(s), pricing.for_level(s)
         out.append(SessionCostPoint(s.concurrency, st.cache, st.sessions, st.sessions_finished, st.session_s.p50,
-                                    s.duration_s / 3600.0,
-                                    pricing.for_level(s).per_session(s.duration_s, st.sessions_finished),
-                                    rate, pricing.for_level(s).per_mtok(rate), api, s.slo_met))
+                                    s.duration_s / 3600.0, priced.per_session(s.duration_s, st.sessions_finished),
+                                    rate, priced.per_mtok(rate), api, s.slo_met))
     return out

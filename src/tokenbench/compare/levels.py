@@ -74,30 +74,24 @@ METRICS: list[tuple[str, str, bool, Getter]] = [
 ]
 
 
-def level_key(s: LevelSummary) -> tuple[str, int, int, int, str]:
+def level_key(s: LevelSummary) -> tuple[str, int, int, int, str, float]:
     """The workload axes a row is aligned on: test, depth, concurrency, a serving level's prompt length (to the
-    nearest 64 tokens, so a BOS token or a chat template does not split a row) and a session level's cache mode
+    nearest 64 tokens, so a BOS token or a chat template does not split a row), a session level's cache mode
     (a session run measures each concurrency twice, warm and busted; its prompts grow turn by turn, so their mean
-    length aligns nothing). A llama-bench test names its own length (pp512), which some sources also state as a
-    prompt length and others do not."""
+    length aligns nothing) and an open loop's rate (its levels all have concurrency 0). A llama-bench test names
+    its own length (pp512), which some sources also state as a prompt length and others do not."""
     test = s.test or "serve"
     cache = cache_of(s) or ""
     prompt = round((s.input_tokens_mean or 0) / 64) * 64 if test == "serve" and not cache else 0
-    # an open loop's levels are its rates (their concurrency is 0): "@0.5/s" where a session level has its cache
-    rate = getattr(s, "rate", None)
-    return (test, s.depth or 0, s.concurrency or 0, prompt, cache or (f"{RATE_MARK}{rate:g}/s" if rate else ""))
+    return (test, s.depth or 0, s.concurrency or 0, prompt, cache, getattr(s, "rate", None) or 0.0)
 
 
-#: The mark that tells an open loop's rate from a session's cache mode in a level key's last place.
-RATE_MARK = "@"
-
-
-def _point(c: int, p: int, mode: str) -> str:
+def _point(c: int, p: int, cache: str, rate: float) -> str:
     """A serving point in words: "concurrency 4 at ~128 tokens in", "rate 0.5/s at ~128 tokens in"."""
     prompt = f" at ~{p:,} tokens in" if p else ""
-    if mode.startswith(RATE_MARK):
-        return f"rate {mode[len(RATE_MARK):]}{prompt}"
-    return f"concurrency {c}{prompt}" + (f", {mode} cache" if mode else "")
+    if rate:
+        return f"rate {rate:g}/s{prompt}"
+    return f"concurrency {c}{prompt}" + (f", {cache} cache" if cache else "")
 
 
 def points(res: RunResult, most: int = 4) -> str:
@@ -106,9 +100,9 @@ def points(res: RunResult, most: int = 4) -> str:
     return points_said({level_key(o.summary) for o in res.outcomes}, most)
 
 
-def points_said(keys: set[tuple[str, int, int, int, str]], most: int = 4) -> str:
+def points_said(keys: set[tuple[str, int, int, int, str, float]], most: int = 4) -> str:
     """Operating points (``level_key``s) in words, in order, the first ``most`` of them."""
-    said = [_point(c, p, k) if t == "serve" else f"{t} at depth {d}" for t, d, c, p, k in sorted(keys)]
+    said = [_point(c, p, k, r) if t == "serve" else f"{t} at depth {d}" for t, d, c, p, k, r in sorted(keys)]
     return ", ".join(said[:most]) + (f" and {len(said) - most} more" if len(said) > most else "") or "no levels"
 
 
@@ -268,7 +262,7 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
     repeated level's repetitions are in the results already); without it those rows have no interval."""
     oa = {level_key(o.summary): o for o in a.outcomes}
     ob = {level_key(o.summary): o for o in b.outcomes}
-    shared = sorted(set(oa) & set(ob), key=lambda k: (*k[:4], k[4] == BUSTED))  # warm before busted
+    shared = sorted(set(oa) & set(ob), key=lambda k: (*k[:4], k[4] == BUSTED, k[5]))  # warm before busted
     samples: tuple[dict[int, LevelSamples], dict[int, LevelSamples]] = (
         (run_samples(a, store), run_samples(b, store)) if shared else ({}, {}))
     rows = []
@@ -284,10 +278,8 @@ def compare(a: RunResult, b: RunResult, agents: int = 16, tokens: int = 200, sto
             if va and vb:
                 iv = interval(va, vb, samples[0].get(oa[key].idx), samples[1].get(ob[key].idx), sa, sb, name, get,
                               seeds) if a.run_id and b.run_id else None
-                mode = key[4] or None
-                cache = None if mode and mode.startswith(RATE_MARK) else mode
-                row = CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, cache, iv,
-                                 rate=getattr(sa, "rate", None))
+                row = CompareRow(key[0], key[1], key[2], key[3], name, unit, va, vb, higher, key[4] or None, iv,
+                                 rate=key[5] or None)
                 rows.append(_unsampled(row, a, b, sa, sb) if iv is None else row)
     cmp = Comparison(run_name(a), run_name(b), rows, warnings=shape_warnings(a, b))
     if windowed:
