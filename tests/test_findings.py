@@ -206,11 +206,13 @@ def test_a_cached_share_the_servers_counters_contradict_is_flagged() -> None:
 
 def test_an_open_loop_of_few_arrivals_is_not_read_as_its_rate(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     """One request at 0.5/s read 1,146 tok/s against 64 offered: the window from its first send to its last
-    answer was that request alone. Enough arrivals at constant gaps put out what they were offered."""
+    answer was that request alone. Enough arrivals at constant gaps put out what they were offered, and so does a
+    level held for a duration: its window is the duration, however few arrived in it."""
     emitter.configure(itl_s=0.002)
     runs = {}
     for name, argv in (("one", ["--rate", "0.5", "--requests", "1"]),
-                       ("many", ["--rate", "20", "--arrival", "constant", "--requests", "40"])):
+                       ("many", ["--rate", "20", "--arrival", "constant", "--requests", "40"]),
+                       ("held", ["--rate", "0.5", "--arrival", "constant", "--duration", "2s"])):
         out = tmp_path / f"{name}.json"
         assert main(["sweep", "--url", emitter.url, "--quiet", "--no-metrics", "--guard", "off", "--input-len", "16",
                      "--output-len", "32", "--json", str(out), *argv]) == 0
@@ -220,6 +222,10 @@ def test_an_open_loop_of_few_arrivals_is_not_read_as_its_rate(emitter: Backgroun
     said = next(f for f in one["findings"] if f["code"] == "over_offered")
     assert "above the load offered (0.5/s x 32 tokens = 16.0 tok/s): over 1 arrival" in said["message"], said
     assert "over_offered" not in runs["many"]["flags"], runs["many"]["findings"]
+    assert said["remedy"] == "more requests (--requests 30 or more) or --duration", said
+    held = runs["held"]  # one arrival, at 0 s (the next, at 2 s, is the level's end): 32 tokens over 2 s
+    assert held["completed"] == 1 and held["duration_s"] >= 2.0, held
+    assert held["output_throughput_tps"] <= 16.0 and "over_offered" not in held["flags"], held
 
 
 @pytest.mark.parametrize("slow_prompt, flagged", [(100, True), (4000, False)])
@@ -250,3 +256,12 @@ def test_a_peak_kv_cache_no_sample_saw_is_not_printed_as_zero() -> None:
     assert "peak KV cache 0%" not in said and "peak KV cache not seen (no /metrics sample of 2" in said, said
     s.telemetry = Telemetry(samples=5, running_max=4.0, kv_cache_usage_max=0.25)
     assert "peak KV cache 25%" in " ".join(notes([s]))
+
+
+def test_an_over_offered_level_held_for_a_duration_is_told_to_hold_longer() -> None:
+    """A level held for a duration was told "--duration" for the few arrivals it had: its remedy is a longer one."""
+    rs = [rec(i, out=32, sent_ns=i * 10 * MS) for i in range(4)]  # 4 arrivals at 0.5/s in 0.35 s: 365 tok/s
+    s = summarize(rs, concurrency=None, rate=0.5, window_start_ns=0)
+    for requests, remedy in ((None, "a longer --duration"), (4, "more requests (--requests 30 or more) or --duration")):
+        found = findings._over_offered(LevelFacts(rs, s, None, requests))
+        assert found is not None and found.remedy == remedy, found

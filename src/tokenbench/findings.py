@@ -357,8 +357,9 @@ def _over_offered(f: LevelFacts) -> Finding | None:
     n = len(f.measured)
     return Finding(Code.OVER_OFFERED, f"{s.sustained_tps:,.1f} tok/s out, above the load offered ({s.rate:g}/s x "
                    f"{s.output_tokens_mean:,.0f} tokens = {offered:,.1f} tok/s): over {plural(n, 'arrival')} the "
-                   "window is those requests' own time, not the rate's", "more requests (--requests 30 or more) or "
-                   "--duration", observed=s.sustained_tps, threshold=OVER_OFFERED_RATIO * offered, unit="tok/s", n=n)
+                   "window is those requests' own time, not the rate's",
+                   "a longer --duration" if f.requests is None else "more requests (--requests 30 or more) or --duration",
+                   observed=s.sustained_tps, threshold=OVER_OFFERED_RATIO * offered, unit="tok/s", n=n)
 
 
 def _rate_below_tpot(f: LevelFacts) -> Finding | None:
