@@ -455,6 +455,9 @@ def test_import_guidellm(tmp_path: Path) -> None:
     levels = [s for *_, s in store.levels(rid)]
     assert [(s.concurrency, s.output_throughput_tps, s.ttft_ms.p50) for s in levels] == [(1, 75.0, 243.0), (4, 259.0, 876.0)]
     assert levels[0].e2e_ms.p50 == pytest.approx(6900.0)  # request latency seconds -> ms
+    # GuideLLM's inter-token latency is (last token - first) / (tokens - 1), tokenbench's TPOT; its "time per output
+    # token" counts from the request's start, and it keeps no gap between chunks (tokenbench's ITL)
+    assert [(s.tpot_ms.p50, s.tpot_ms.n, s.itl_ms.n) for s in levels] == [(12.7, 32, 0), (12.7, 32, 0)]
 
 
 def test_malformed_import_names_file_and_field_and_stores_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from ..distribution import Distribution
 from ..levels import LevelSummary, ServingLevel
 from ..results import Manifest
-from .fields import FieldError, Imported, load_json, need
+from .fields import FieldError, Imported, load_json, need, number
 
 
 def detect(path: Path, text: str) -> bool:
@@ -21,13 +21,16 @@ def _dist(m: dict[str, Any], key: str, path: Path, where: str, scale: float = 1.
         return Distribution(n=0)
     ok = need(sd, "successful", path, f"{where}.{key}", kind=dict)
     pct = ok.get("percentiles") or {}
+    at = f"{where}.{key}.successful"
 
-    def g(v: Any) -> float | None:
-        return None if v is None else float(v) * scale
+    def g(v: Any, name: str) -> float | None:
+        return None if v is None else number(v, path, f"{at}.{name}") * scale
 
-    return Distribution(n=int(ok.get("count") or 0), mean=g(ok.get("mean")), std=g(ok.get("std_dev")),
-                        min=g(ok.get("min")), max=g(ok.get("max")), p50=g(ok.get("median", pct.get("p50"))),
-                        p90=g(pct.get("p90")), p95=g(pct.get("p95")), p99=g(pct.get("p99")))
+    n = int(number(ok.get("count") or 0, path, f"{at}.count"))
+    return Distribution(n=n, mean=g(ok.get("mean"), "mean"), std=g(ok.get("std_dev"), "std_dev"),
+                        min=g(ok.get("min"), "min"), max=g(ok.get("max"), "max"),
+                        p50=g(ok.get("median", pct.get("p50")), "median"), p90=g(pct.get("p90"), "p90"),
+                        p95=g(pct.get("p95"), "p95"), p99=g(pct.get("p99"), "p99"))
 
 
 def _strategy(b: dict[str, Any]) -> dict[str, Any]:
@@ -57,9 +60,11 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         s = ServingLevel(
             concurrency=conc, rate=rate, completed=int(totals.get("successful") or 0),
             failed=int(totals.get("errored") or 0), output_throughput_tps=float(tps),
+            # GuideLLM's inter-token latency is each request's (last token - first) / (tokens - 1): tokenbench's
+            # TPOT. Its "time per output token" counts from the request's start (TTFT included), and it keeps no
+            # gap between chunks, tokenbench's ITL
             ttft_ms=_dist(m, "time_to_first_token_ms", path, where),
-            tpot_ms=_dist(m, "time_per_output_token_ms", path, where),
-            itl_ms=_dist(m, "inter_token_latency_ms", path, where),
+            tpot_ms=_dist(m, "inter_token_latency_ms", path, where),
             e2e_ms=_dist(m, "request_latency", path, where, scale=1000.0), test="serve",
         )
         rps = m.get("requests_per_second", {}).get("successful", {}).get("mean")
