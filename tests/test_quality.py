@@ -290,6 +290,9 @@ def test_verdict_a_degraded_host_is_worse_and_a_copy_is_the_same(capsys: pytest.
     assert (s["n"], s["score_a"], s["score_b"], s["a_only"], s["b_only"]) == (16, 1.0, 0.5, 8, 0)
     assert s["verdict"] == "A better" and s["p_value"] < 0.05 and s["ci_points"][0] > 0
     assert "good better" in text and "+50.0" in text
+    # a task has two verdicts, its scores' and its outputs': each table names its own (both read "Verdict", and a
+    # headline "differs" stood over a row "same within noise" for the same task)
+    assert "Score verdict" in text and "Output verdict" in text
     assert main(["quality", "compare", "good", "good-again", "--json", str(out)]) == 0
     s = json.loads(out.read_text())["tasks"][0]["scores"]
     assert s["verdict"] == "same within noise" and s["p_value"] == 1.0 and s["diff_points"] == 0

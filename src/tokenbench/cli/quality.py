@@ -172,7 +172,8 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
                      f"{s.diff_points:+.1f} [{s.ci_points[0]:+.1f}, {s.ci_points[1]:+.1f}]", f"{s.p_value:.3g}",
                      verdict + timeouts, f"{s.items_needed:,}" if s.items_needed else "—"])
     if rows:
-        print_table(console, ["Task", "Items", "A", "B", "A-B points [95% CI]", "p", "Verdict", "Items for ±2 pts"],
+        print_table(console, ["Task", "Items", "A", "B", "A-B points [95% CI]", "p", "Score verdict",
+                             "Items for ±2 pts"],
                     rows, a.format)
     agree = [[tc.task, str(tc.agreement.n), f"{tc.agreement.identical} ({tc.agreement.share:.0%})",
               f"{100 * tc.agreement.interval[0]:.0f}-{100 * tc.agreement.interval[1]:.0f}%",
@@ -183,7 +184,7 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
         if rows and a.format == "markdown":
             console.print()
         print_table(console, ["Task", "Pairs", "Identical outputs", "95% CI", "First difference (median)",
-                              "Output length", "Floor", "p", "Verdict"], agree, a.format,
+                              "Output length", "Floor", "p", "Output verdict"], agree, a.format,
                     title="agreement of outputs")
         console.print(floor.describe({ra.id: la, rb.id: lb}), style="dim", markup=False, highlight=False)
     for tc in cmp:
