@@ -388,3 +388,26 @@ def test_engines_paths_are_never_cut(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert path.endswith(("-env", "/bin")), ln
     # the table fits; only a path longer than the line may pass it
     assert all(len(ln) <= (columns or 160) for ln in lines if ln not in paths or ":" not in ln), lines
+
+
+def test_a_line_of_text_breaks_between_words_not_inside_a_command_or_a_number_and_its_unit() -> None:
+    """At 80 columns a finding's remedy broke its command ("'tokenbench show" / "RUN --guard'") and a progress
+    line its time ("(0.4" / "s; ..."): a copied command then missed its argument. Both stay whole; a path wider
+    than the line is still cut at it, as Rich folds it, so no line runs past the terminal."""
+    import io
+
+    from tokenbench.console import ReadableConsole
+
+    out = io.StringIO()
+    console = ReadableConsole(file=out, width=80, markup=False, highlight=False)
+    remedy = "the server host's checks were not read: see 'tokenbench show RUN --guard' for what this machine found"
+    progress = "level 2/3 concurrency 2: 128.9 tok/s, TTFT p50 3 ms, 20 ok, no failures (0.4 s; 12 s elapsed)"
+    path = "saved in /tmp/" + "d" * 100 + "/results.db"
+    for text in (remedy, progress, path):
+        for shift in range(12):  # the span lands on every column near the break
+            console.print("x" * shift + " " + text, style="yellow")
+    lines = out.getvalue().splitlines()
+    assert max(len(ln) for ln in lines) <= 80
+    assert sum("'tokenbench show RUN --guard'" in ln for ln in lines) == 12, lines
+    assert sum("(0.4 s;" in ln for ln in lines) == 12, lines
+    assert not any(ln.endswith(("'tokenbench", "show", "(0.4")) for ln in lines), lines

@@ -21,6 +21,25 @@ from .layout import Layout, format_markdown, heading_lines, md_escape, split_con
 #: Spaces that end a line: Rich pads a table's last cell to its column and keeps the space a wrapped line broke at.
 _TRAILING = re.compile(r" +(?=\n)")
 
+#: What a line of text never breaks inside: a quoted command to copy ('tokenbench show RUN --guard', `--slo
+#: ttft=2s`), and a number with its unit ("0.4 s", "250 W"). A quote opens after a space or a bracket, not inside
+#: a word ("the server's"), and a span wider than half a line may break as words do.
+_WHOLE = re.compile(r"(?<![\w'`])(?:'[^'\s][^'\n]*?'|`[^`\s][^`\n]*?`)(?![\w])"
+                    r"|\b\d[\d,.]* (?:s|ms|µs|min|h|%|W|kW|GB|GiB|MB|MiB|tok/s|TF)(?=[\s,;:.)\]]|$)")
+#: Stands for a space inside a span kept whole while textwrap places the breaks.
+_HELD = "\x00"
+
+
+def wrap_words(text: str, width: int, subsequent_indent: str = "", cut: bool = False) -> list[str]:
+    """``text`` on lines of at most ``width``, broken between words, never inside a span ``_WHOLE`` keeps; each line
+    it runs onto begins with ``subsequent_indent``. A word wider than a line stays whole, or with ``cut`` is cut at
+    the width (as Rich folds it: a path in a message)."""
+    held = _WHOLE.sub(lambda m: m.group(0).replace(" ", _HELD) if len(m.group(0)) <= width // 2 else m.group(0),
+                      text)
+    lines = textwrap.wrap(held, max(20, width), subsequent_indent=subsequent_indent, break_long_words=cut,
+                          break_on_hyphens=False)
+    return [ln.replace(_HELD, " ") for ln in lines] or [text]
+
 
 def silence(stream: IO[str]) -> None:
     """Writes to ``stream`` go nowhere from now on: its reader went away (``tokenbench runs | head -1``). Its file
@@ -48,6 +67,18 @@ class ReadableConsole(Console):
         self.quiet = True
         silence(self.file)
 
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        """A line of plain text (markup off) wrapped as ``wrap_words`` does, between words but never inside a
+        quoted command or between a number and its unit; anything else as Rich prints it."""
+        plain = objects and all(isinstance(o, str) for o in objects) and not kwargs.get("soft_wrap") and \
+            not kwargs.get("markup", self._markup) and not any(kwargs.get(k) for k in ("overflow", "no_wrap", "crop", "width", "justify"))
+        if plain and "end" not in kwargs and "sep" not in kwargs:
+            text = " ".join(objects)
+            lines = [w for line in text.split("\n") for w in (wrap_words(line, self.width, cut=True) if line.strip() else [line])]
+            kwargs["soft_wrap"] = True
+            objects = ("\n".join(lines),)
+        super().print(*objects, **kwargs)
+
     def render_str(self, text: str, **kwargs: Any) -> Any:
         return super().render_str(ascii_spelled(text, self.encoding), **kwargs)
 
@@ -62,8 +93,7 @@ def print_hanging(console: Console, line: str, hang: int = 2, style: str | None 
     past its own indent (a soak's ten figures under their label), never back at the margin as a terminal wraps;
     ``style``: Rich's, e.g. yellow for a warning."""
     lead = line[:len(line) - len(line.lstrip(" "))]
-    lines = textwrap.wrap(line, max(20, console.width), subsequent_indent=lead + " " * hang,
-                          break_long_words=False, break_on_hyphens=False) or [line]
+    lines = wrap_words(line, console.width, subsequent_indent=lead + " " * hang)
     console.print("\n".join(lines), style=style, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -79,8 +109,7 @@ def print_vertical(console: Console, header: list[str], rows: list[list[str]], t
         console.print(f"{header[0]} {r[0]}", style="bold", markup=False, highlight=False)
         for h, v in zip(header[1:], r[1:]):
             if v:
-                lines = textwrap.wrap(v, max(20, console.width - len(indent)), break_long_words=False,
-                                      break_on_hyphens=False) or [v]
+                lines = wrap_words(v, console.width - len(indent))
                 body = _indented(lines, indent, console.width)
                 if beside and body[0].startswith(indent):  # else (an address wider than the room) under its label
                     body[0] = f"  {h:<{width}}  " + body[0][len(indent):]
