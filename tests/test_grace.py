@@ -15,6 +15,7 @@ import pytest
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.errors import UsageError
+from tokenbench.finding import Code
 from tokenbench.grace import LEVEL_END, within_grace
 from tokenbench.kinds.lengths import LengthsKind
 from tokenbench.loadgen import run_phase
@@ -65,6 +66,18 @@ def test_stalled_calls_are_cut_after_the_grace(emitter: BackgroundEmitter, tmp_p
     stored = Store(tmp_path / "r.db").requests(res.run_id)
     cut = [r for r in stored if r.error_kind == LEVEL_END]
     assert len(cut) == s.failed and all(r.end_ns is not None and "grace" in (r.error or "") for r in cut)
+
+
+def test_grace_zero_cuts_what_is_in_flight_as_asked_not_as_a_stall(emitter: BackgroundEmitter,
+                                                                    tmp_path: Path) -> None:
+    """--grace 0s cancels every request in flight at the end, as asked: the finding says so in a note, where it
+    told a user who chose it to look at a stalling server."""
+    emitter.configure(itl_s=0.02)
+    res, _ = _sweep(emitter.url, tmp_path, duration_s=0.6, grace_s=0.0, concurrency=[2])
+    s = res.outcomes[0].summary
+    found = s.finding(Code.UNANSWERED)
+    assert s.cut == 2 and found is not None and found.severity == "note", s.findings
+    assert "as --grace 0s asks" in found.message and "stall" not in found.text, found
 
 
 def test_a_soak_cuts_its_wedged_turns_after_the_grace(emitter: BackgroundEmitter, tmp_path: Path) -> None:

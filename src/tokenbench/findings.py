@@ -74,6 +74,8 @@ class LevelFacts:
     stopped: str | None = None
     #: the cached share the responses say over every request /metrics counted too (a replay's lanes' warm calls)
     sent_cached_share: float | None = None
+    #: ``--grace``: how long a --duration level waited for its requests in flight after its end (None: every one)
+    grace_s: float | None = None
     measured: list[RequestRecord] = field(init=False)
     ok: list[RequestRecord] = field(init=False)
     failed: list[RequestRecord] = field(init=False)
@@ -436,7 +438,7 @@ LEVEL_RULES: tuple[Rule, ...] = (
     Rule(Code.ERRORS, "failed requests are left out of the latencies; the level says there were some", _errors),
     Rule(Code.INTERRUPTED, "a level cut short by the user keeps what it measured, marked", _interrupted),
     Rule(Code.UNANSWERED, "a --duration level cancels what is unanswered after its grace (grace.py); the figures "
-         "are then the answered requests', which a stalling server makes look fast", lambda f: unanswered(f.measured)),
+         "are then the answered requests', which a stalling server makes look fast", lambda f: unanswered(f.measured, f.grace_s)),
     Rule(Code.STOPPED_EARLY, "a capacity search stops a level once its verdict cannot change, the server is "
          "clearly over-saturated, or its time budget is spent (capacity.LevelStop); what it measured is kept",
          _stopped_early),

@@ -155,14 +155,20 @@ def known_over(measured: list[RequestRecord], metric: str, limit_ms: float) -> l
             and (w := waited_ms(r)) > limit_ms]
 
 
-def unanswered(measured: list[RequestRecord]) -> Finding | None:
+def unanswered(measured: list[RequestRecord], grace_s: float | None = None) -> Finding | None:
     """Requests still unanswered at a level's end and its grace: the figures are the answered ones', and a server
-    that stalls reads fast on those."""
+    that stalls reads fast on those. With ``--grace 0s`` every request in flight at the end is cut, as asked: a
+    note, not a server's stall."""
     cut = [r for r in measured if r.error_kind == LEVEL_END]
     if not cut:
         return None
     longest = max(waited_ms(r) for r in cut) / 1000
     silent = sum(1 for r in cut if r.first_token_ns is None)
+    if grace_s == 0:
+        return Finding(Code.UNANSWERED, f"{plural(len(cut), 'request')} in flight at the level's end cancelled, as "
+                       f"--grace 0s asks ({silent} without a first token; the longest had waited {longest:.1f} s): the "
+                       "latencies and rates are the answered requests'", "--grace inf waits for every one",
+                       len(cut), None, "requests", len(measured), severity="note")
     return Finding(Code.UNANSWERED, f"{plural(len(cut), 'request')} still unanswered at the level's end and its grace "
                    f"({silent} without a first token; the longest had waited {longest:.1f} s), cancelled: the "
                    "latencies and rates are the answered requests'",

@@ -196,7 +196,7 @@ def _facts(cfg: SweepConfig, run_id: str, level: Level, records: list[RequestRec
         records, summary, level.concurrency, cfg.requests, run_id=run_id, guard=snap, client_reasons=load.reasons,
         slot_reasons=slots, max_error_rate=cfg.max_error_rate, peak_in_flight=peak_in_flight(measured),
         node_guards=node_snaps, server_guard=server_snap, lost_workers=load.lost,
-        stopped=load.stop.reason if load.stop else None, sent_cached_share=sent)
+        stopped=load.stop.reason if load.stop else None, sent_cached_share=sent, grace_s=cfg.grace_s)
 
 
 class _Load:
