@@ -134,3 +134,16 @@ def test_recommend_holds_a_fast_end_at_the_physical_floor(capsys: pytest.Capture
     high = int(top.split(" to ")[-1])
     assert ps.probe(s, shape, high)[0].ceiling * 1000 <= 10_000
     assert "a fast end held at the physical limit reads +H/−L%" in said
+
+
+def test_calibrate_says_which_constants_the_fit_pushed_to_a_bound() -> None:
+    """vLLM's power term fitted at 9.87 of a 10 TF/W bound that means no limit, printed as "9.87 TF/W of TDP"; a
+    bandwidth share at its floor read as measured."""
+    from tokenbench.cli.predicting import _fitted
+    from tokenbench.predict.roofline import Efficiency
+
+    e = Efficiency(eta_w=0.2, flops_per_w=9.87, eta_moe=1.0, t_layer=65e-6)
+    assert _fitted(e, "flops_per_w") == "no power limit (TF/W at its bound)"
+    assert _fitted(e, "eta_w") == "0.20 (at its lower bound)" and _fitted(e, "eta_moe") == "1.00"
+    assert _fitted(e, "t_layer") == "65 µs"
+    assert _fitted(Efficiency(flops_per_w=0.6), "flops_per_w") == "0.60 TF/W of TDP"

@@ -18,6 +18,7 @@ from ..layout import plural
 if TYPE_CHECKING:
     from ..predict.calibration import Calibration
     from ..predict.entrypoints import Predicted, SetupConfig
+    from ..predict.roofline import Efficiency
     from ..predict.setup import Setup
     from ..predict.session import SessionShape
     from ..results import RunResult
@@ -347,10 +348,31 @@ def cmd_calibrate(a: argparse.Namespace, argv: list[str], console: Console) -> i
     write(cal, Path(a.out))
     for name, e in sorted(cal.backends.items()):
         bands = ", ".join(f"{m} {band_text(b)}" for m, b in sorted(cal.bands.get(name, {}).items()))
-        console.print(f"{name}: bandwidth share {e.eta_w:.2f}, {e.t_layer * 1e6:.0f} µs per layer; matmul share "
-                      f"{e.eta_c:.2f} (routed experts x{e.eta_moe:.2f}), attention {e.eta_att:.2f}, "
-                      f"{e.flops_per_w:.2f} TF/W of TDP ({e.rows} rows; cross-validated bands: {bands or 'none'})"
+        console.print(f"{name}: bandwidth share {_fitted(e, 'eta_w')}, {_fitted(e, 't_layer')} per layer; matmul "
+                      f"share {_fitted(e, 'eta_c')} (routed experts x{_fitted(e, 'eta_moe')}), attention "
+                      f"{_fitted(e, 'eta_att')}, {_fitted(e, 'flops_per_w')} ({e.rows} rows; cross-validated bands: "
+                      f"{bands or 'none'})"
                       f"{'; anchored on your runs' if own is not None and 'anchored' in e.source else ''}",
                       markup=False)
     console.print(f"wrote {a.out}", markup=False)
     return 0
+
+
+#: A fitted constant within this share of its range from a bound sits at it: the fit would have gone past it.
+AT_BOUND = 0.02
+
+
+def _fitted(e: Efficiency, name: str) -> str:
+    """A fitted constant as `calibrate` prints it; one the fit pushed to a bound says so, as it was not measured
+    there (the power term at its upper bound is no limit at all, not 9.87 TF/W). Routed experts at 1.00 lose
+    nothing: a share, not a bound the fit ran into."""
+    from ..predict.roofline import PARAM_BOUNDS
+
+    v = getattr(e, name)
+    lo, hi = PARAM_BOUNDS[name]
+    at = "" if name == "eta_moe" else "low" if v <= lo + AT_BOUND * (hi - lo) else "high" if v >= hi - AT_BOUND * (hi - lo) else ""
+    if name == "flops_per_w":
+        return "no power limit (TF/W at its bound)" if at == "high" else \
+            f"{v:.2f} TF/W of TDP" + (" (at its bound)" if at else "")
+    text = f"{v * 1e6:.0f} µs" if name == "t_layer" else f"{v:.2f}"
+    return text + (f" (at its {'lower' if at == 'low' else 'upper'} bound)" if at else "")
