@@ -493,3 +493,13 @@ def test_a_cells_progress_writes_both_counts_alike(capsys: pytest.CaptureFixture
         assert main(["quality", "--url", a.url, "--tasks", "niah", "--contexts", "1100", "--depths", "50"]) == 0
     line = next(ln for ln in capsys.readouterr().err.splitlines() if "the server counted" in ln)
     assert re.search(r" 1,\d{3} prompt tokens sent, the server counted 1,\d{3}$", line), line
+
+
+def test_a_needle_cell_larger_than_the_embedded_model_is_refused_before_it_starts(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--contexts 8k on the embedded llama-server sent 8,193 tokens to a model that reads 8,192: HTTP 400, a
+    failed run. It is refused first, with the largest context that fits."""
+    assert main(["quality", "--engine", "llama-server", "--tasks", "niah", "--contexts", "8k"]) == 2
+    err = capsys.readouterr().err
+    assert "the embedded model reads at most 8,192 tokens" in err and "contexts up to 8,064 tokens" in err, err
+    assert len(err.strip().splitlines()) == 1

@@ -63,8 +63,27 @@ def _embedded(a: argparse.Namespace, cfg: QualityConfig, err: Console) -> Abstra
 
     spec = embedded_spec(a)
     longest = (max(cfg.contexts) if "niah" in cfg.tasks else 1024) if spec else 0
+    if spec and "niah" in cfg.tasks:
+        _fits_the_embedded_model(longest, cfg.max_tokens)
     return running(spec, cfg, notifier(err), parallel=1,
                    ctx=slot_context(longest + cfg.max_tokens, margin=256) if spec else MIN_CONTEXT)
+
+
+#: Tokens a needle cell needs beside its haystack: the answer's and the prompt's own (a BOS, a chat template).
+TEMPLATE_TOKENS = 64
+
+
+def _fits_the_embedded_model(context: int, max_tokens: int) -> None:
+    """The embedded model reads at most its trained context: a needle cell larger than that was sent and refused
+    by the server (llama-server caps a slot at it: "8193 tokens exceeds the available context size (8192)")."""
+    from ..engines.tiny import CONFIG
+
+    limit = int(CONFIG["max_position_embeddings"])
+    if context + max_tokens + TEMPLATE_TOKENS > limit:
+        raise UsageError(f"--contexts {context:,}: the embedded model reads at most {limit:,} tokens, and a needle "
+                         f"cell needs its context, {max_tokens:,} to answer (--max-tokens) and {TEMPLATE_TOKENS} for "
+                         f"the template: give contexts up to {limit - max_tokens - TEMPLATE_TOKENS:,} tokens, or "
+                         "--url a server of a longer model")
 
 
 def cmd_quality(a: argparse.Namespace, argv: list[str], console: Console, err: Console) -> int:
