@@ -35,6 +35,10 @@ try:
         cfg = SweepConfig(url=url, workload=LengthsKind.fixed(8, 4), concurrency=[1, 2], requests=200, warmup=0,
                           guard="off")
         asyncio.run(run_sweep(cfg, Store(db)))
+    elif what == "depth":
+        from tokenbench.depth import DepthConfig, run_depth
+        asyncio.run(run_depth(DepthConfig(url=url, depths=[0, 64], pp=8, tg=4, repetitions=100, guard="off",
+                                          metrics=False), Store(db)))
     else:
         from tokenbench.quality.runner import QualityConfig, run_quality
         run_quality(QualityConfig(url=url, tasks=["agreement"], items=400, max_tokens=4), Store(db))
@@ -91,6 +95,17 @@ def test_an_interrupted_sweep_raises_its_own_run(tmp_path: Path) -> None:
     assert doc["run_id"] == run.id and doc["kind"] == "sweep" and doc["status"] == "interrupted"
     (level,) = doc["levels"]  # the level in progress, kept and marked
     assert level["status"] == "interrupted" and level["completed"] > 3
+
+
+def test_an_interrupted_depth_keeps_the_repetitions_of_the_depth_in_progress(tmp_path: Path) -> None:
+    """Ctrl-C in a depth's repetitions lost all of them: the run kept only the depths it had finished."""
+    said, run = _interrupted("depth", tmp_path / "r.db")
+    assert run.status == "interrupted" and said["message"].endswith("keeps its finished depths"), said
+    pp, tg = said["result"]["levels"]  # depth 0 of 100 repetitions, cut after a few, kept and marked
+    assert pp["status"] == tg["status"] == "interrupted" and pp["depth"] == tg["depth"] == 0
+    assert "interrupted" in pp["flags"] and pp["pp_tps"] > 0 and tg["tg_tps"] > 0
+    (cut,) = [f for f in pp["findings"] if f["code"] == "interrupted"]
+    assert cut["threshold"] == 100 and 3 <= cut["observed"] < 100, cut
 
 
 def test_an_interrupted_quality_run_raises_its_own_run_with_its_items(tmp_path: Path) -> None:
@@ -205,3 +220,15 @@ def test_an_interrupted_level_keeps_its_guard_snapshot_and_the_servers_samples(t
     assert said is not None and said.text == f"the level was cut short: {cut} request{'s' if cut > 1 else ''} in " \
         "flight left unfinished"
     assert level.telemetry is not None and store.telemetry(run.id, 0)
+
+
+def test_an_interrupt_before_anything_finished_says_so(tmp_path: Path) -> None:
+    """"keeps its finished depths" was said of a run that had finished none."""
+    from tokenbench.endpoint import RunLog
+    from tokenbench.results import Manifest
+
+    log = RunLog(Store(tmp_path / "r.db"), "r-1", "depth", "box")
+    log.create(Manifest(model="m"))
+    stop = log.abort(KeyboardInterrupt(), False)
+    assert stop is not None and str(stop) == "interrupted: run r-1 had finished nothing"
+    assert Store(tmp_path / "r.db").runs()[0].status == "interrupted"

@@ -393,3 +393,16 @@ def test_small_replay_times_and_spans_read_as_the_rest() -> None:
     assert seconds(0.029) == "29.0 ms" and seconds(0.29) == "290 ms" and seconds(12.34) == "12.3 s"
     assert Level(schedule=(0.0, 0.0, 0.0), cache="warm").describe() == "replay of 3 trajectories, all started at once"
     assert Level(schedule=(0.0, 2.5), cache="warm").describe() == "replay of 2 trajectories starting over 2.5 s"
+
+
+@pytest.mark.parametrize("kind, what", [("depth", "depth"), ("sweep", "level")])
+def test_a_run_that_finished_nothing_says_so_not_an_empty_table(kind: str, what: str, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A depth run interrupted in its first depth printed the headings of an empty sweep table."""
+    db = tmp_path / "r.db"
+    store = Store(db)
+    store.create_run("r-1", kind, "box", "2026-12-06T10:00:00", "0", {"model": "m"})
+    store.finish_run("r-1", "interrupted", "2026-12-06T10:00:03", "interrupted (Ctrl-C, SIGTERM or SIGHUP)")
+    assert main(["show", "r-1", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert f"no {what} finished before the run ended" in out and "Concurrency" not in out, out

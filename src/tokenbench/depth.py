@@ -17,6 +17,7 @@ Impossible numbers are not published as measurements: a rate whose spread is ove
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable
 import statistics
@@ -26,7 +27,7 @@ from typing import Any
 import aiohttp
 
 from . import depth_findings, findings
-from .finding import Finding
+from .finding import Code, Finding
 from .adapters.base import Adapter
 from .aiohttp_path import trace_config
 from .client import PreparedRequest, StreamClient
@@ -251,10 +252,26 @@ class _DepthRun:
             for r in range(cfg.repetitions):
                 steps.append(await run_step(self.client, self.builder, d, cfg.pp, cfg.tg, r, self.ep.info.adapter,
                                             self.ep.eos_token_id, 1000 * i + 10 * r))
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            # Ctrl-C: the repetitions this depth finished are kept, marked, as a sweep keeps a level's requests
+            if steps:
+                self.store_depth(i, d, steps, snap, None, "interrupted")
+            raise
         finally:
             if tele:
                 await tele.stop()
+        self.store_depth(i, d, steps, snap, tele, "complete")
+
+    def store_depth(self, i: int, d: int, steps: list[Step], snap: GuardSnapshot | None,
+                    tele: LevelTelemetry | None, status: str) -> None:
+        """A depth's pp and tg rows from its repetitions, stored; one cut short says how many of them ran."""
+        cfg = self.cfg
         lp, lt = summarize_depth(d, cfg.pp, cfg.tg, steps)
+        if status == "interrupted":
+            cut = Finding(Code.INTERRUPTED, f"interrupted after {len(steps)} of {cfg.repetitions} repetitions",
+                          observed=len(steps), threshold=cfg.repetitions, unit="repetitions")
+            for level in (lp, lt):
+                level.add(cut)
         lp.guard = lt.guard = snap
         for level in (lp, lt):  # both rows ran on that machine: the tg row read clean while its guard said dirty
             _add(level, findings.guard_finding(snap, self.run_id))
@@ -263,10 +280,11 @@ class _DepthRun:
             if tele.series():
                 self.store.save_telemetry(self.run_id, 2 * i, 0, tele.series())
         now = now_iso()
-        self._save(2 * i, lp, [rec for s in steps for rec in s.records], "complete", now)
-        self._save(2 * i + 1, lt, [], "complete", now)
-        _note(self.note, f"depth {d}: pp{cfg.pp} {_rate(lp.pp_tps, lp.pp_tps_sd)}, "
-                         f"tg{cfg.tg} {_rate(lt.tg_tps, lt.tg_tps_sd)}")
+        self._save(2 * i, lp, [rec for s in steps for rec in s.records], status, now)
+        self._save(2 * i + 1, lt, [], status, now)
+        if status == "complete":
+            _note(self.note, f"depth {d}: pp{cfg.pp} {_rate(lp.pp_tps, lp.pp_tps_sd)}, "
+                             f"tg{cfg.tg} {_rate(lt.tg_tps, lt.tg_tps_sd)}")
 
 
 async def run_depth(cfg: DepthConfig, store: Store, note: Note | None = None) -> RunResult:

@@ -121,7 +121,7 @@ class Endpoint:
 
 #: What an interrupted run of each kind keeps, for the one line that says so.
 IN_PROGRESS = {"sweep": "its finished requests",  # the level in progress too: its finished requests, marked
-               "depth": "its finished depths",  # the depth in progress is not kept
+               "depth": "its finished depths",  # and the repetitions of the depth in progress, marked
                "quality": "its finished items"}  # the items in flight are not
 
 
@@ -180,8 +180,11 @@ class RunLog:
         self.finish(status, error)
         if interrupt:
             # one line within 80 columns: the line before it said the run's status and where it was saved
-            stop = RunInterrupted(f"interrupted: run {self.run_id} keeps {IN_PROGRESS.get(self.kind, 'what it finished')}")
-            stop.run_id, stop.result = self.run_id, self.result()
+            result = self.result()
+            kept = "had finished nothing" if result is not None and not (result.outcomes or result.items) else \
+                f"keeps {IN_PROGRESS.get(self.kind, 'what it finished')}"
+            stop = RunInterrupted(f"interrupted: run {self.run_id} {kept}")
+            stop.run_id, stop.result = self.run_id, result
             return stop
         if isinstance(e, TokenbenchError):
             e.run_id, e.result = self.run_id, self.result()

@@ -85,6 +85,8 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
             if e.result is not None:
                 if e.result.outcomes:
                     print_table(console, *depth_rows(e.result), a.format)
+                    for line in depth_notes(e.result):  # a depth cut short says how many repetitions it ran
+                        console.print(line, style="yellow", markup=False, highlight=False)
                 if a.json:
                     write_json(a.json, e.result)
             raise

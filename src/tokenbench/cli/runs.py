@@ -139,6 +139,11 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     if res.kind == "coldstart":
         print_boots(console, res, a.format)
         saved(console, res, store.path, a.format, "from")
+    elif not res.outcomes and res.status != "running":  # an empty table's headings said nothing of why
+        console.print(describe_run(res.manifest), style="dim", markup=False, highlight=False)
+        console.print(f"no {'depth' if res.kind == 'depth' else 'level'} finished before the run ended",
+                      style="yellow", markup=False, highlight=False)
+        saved(console, res, store.path, a.format, "from")
     elif any(isinstance(o.summary, DepthLevel) for o in res.outcomes):
         # pp/tg at depths (depth runs, llama-bench and published imports, predicted depths): their own table;
         # a published run that also has serving levels gets the sweep table for those as well
