@@ -461,6 +461,9 @@ def test_one_output_token_has_no_tpot(capsys: pytest.CaptureFixture[str]) -> Non
     doc = json.loads(capsys.readouterr().out)
     col = doc["columns"].index("Median TPOT")
     assert [row[col] for row in doc["rows"]] == ["—"] and [row[col + 1] for row in doc["rows"]] == ["—"]
+    # beside a rate its ceiling, beside a time its floor (a TTFT's limit was labelled "ceiling")
+    assert doc["columns"][1:] == ["Aggregate tok/s", "ceiling", "Per-agent tok/s", "Median TTFT", "floor",
+                                  "Median TPOT", "floor", "fits"]
 
 
 def test_fit_writes_large_memory_with_separators(capsys: pytest.CaptureFixture[str]) -> None:

@@ -156,8 +156,8 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     s, cal = out.setup, out.calibration
     if out.speculation:
         console.print(out.speculation, markup=False, highlight=False)
-    console.print(f"{headline(prediction_manifest(s))}; calibration {cal.origin}; the ceiling is the physical limit at "
-                  "efficiency 1", markup=False, highlight=False)
+    console.print(f"{headline(prediction_manifest(s))}; calibration {cal.origin}; a rate's ceiling and a time's floor "
+                  "are its physical limits, at efficiency 1", markup=False, highlight=False)
     if note := engine_note(cfg.setup, s):
         console.print(note, markup=False, highlight=False)
     for line in out.remarks:

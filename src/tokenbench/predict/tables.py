@@ -227,8 +227,9 @@ def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
 
 def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int, output: int,
                 log: BandLog | None = None) -> Table:
-    head = ["Concurrency", "Aggregate tok/s", "ceiling", "Per-agent tok/s", "Median TTFT", "ceiling", "Median TPOT",
-            "ceiling", "fits"]  # medians, as vllm bench serve's and compare's
+    # medians, as vllm bench serve's and compare's; beside each, its physical limit: a rate's ceiling, a time's floor
+    head = ["Concurrency", "Aggregate tok/s", "ceiling", "Per-agent tok/s", "Median TTFT", "floor", "Median TPOT",
+            "floor", "fits"]
     rows = []
     ctx = prompt + output  # a request's context: each cell's band is its own level's (ctx, n)
     for n in concurrency:
