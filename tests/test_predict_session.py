@@ -262,7 +262,7 @@ def test_an_uncalibrated_backend_shows_ceilings_marked(capsys: pytest.CaptureFix
                  *SESSION]) == 0
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 80
-    assert "TTFT cached, ceiling" in out
+    assert "TTFT cached, floor" in out and "Decode tok/s, ceiling" in out
     text = " ".join(out.split())
     assert "PREDICTED, UNCALIBRATED" in text and "(ceilings: UNCALIBRATED, no estimate)" in text
 

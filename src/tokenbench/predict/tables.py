@@ -353,7 +353,8 @@ def session_metrics(agents: int) -> tuple[str, str]:
 def session_table(s: Setup, cal: Calibration, p: SessionPrediction, log: BandLog | None = None) -> Table:
     """One agent's session, turns as columns (a readable subset, ``shown_turns``): the context the turn sends, the
     uncached tokens it prefills, TTFT with the prefix cache and without it, the decode rate at that depth (per
-    agent), each beside its ceiling, and whether the contexts fit. Uncalibrated: the ceilings only. A row's band is
+    agent), each beside its physical limit (a rate's ceiling, a time's floor), and whether the contexts fit.
+    Uncalibrated: the limits only. A row's band is
     in its label; a cell where the band's fast end would pass the ceiling below it is marked HELD_MARK (its fast
     end held there); ``log`` records each cell's band."""
     shown = [t for t in p.turns if t.turn in shown_turns(len(p.turns))]
@@ -378,7 +379,8 @@ def session_table(s: Setup, cal: Calibration, p: SessionPrediction, log: BandLog
                 cells.append(fmt(e.estimate) + (HELD_MARK if sp is not None and sp.held else ""))
             log.marked = log.marked or any(c.endswith(HELD_MARK) for c in cells)
             rows.append([f"{name} {band_text(b)}" if b else name] + cells)
-        rows.append(["  ceiling" if s.calibrated else f"{name}, ceiling"] +
+        limit = "ceiling" if rate else "floor"  # a rate's physical limit, a time's
+        rows.append([f"  {limit}" if s.calibrated else f"{name}, {limit}"] +
                     [fmt(get(t).ceiling) if t.fits else NOT_RUN for t in shown])
     out = p.shape.output
     rows.append(["Fits"] + [fits_cell(s, t.context + out, t.fits, "offload" if t.offload else None) for t in shown])
