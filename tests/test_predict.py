@@ -280,6 +280,24 @@ def test_user_catalog_adds_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         Catalog.load()
 
 
+def test_a_box_without_bf16_says_what_its_half_precision_figure_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The catalog's BF16 column held an FP32 rate for Apple's M1 and an FP16 one for RDNA 1, unmarked."""
+    cat = Catalog.load()
+    assert cat.find_hardware("apple-m1-7c").half_is == "fp32"
+    assert cat.find_hardware("amd-radeon-rx-5700-xt").half_is == "fp16"
+    assert cat.find_hardware("nvidia-h100-sxm").half_is == ""
+    assert main(["hardware", "--format", "markdown"]) == 0
+    rows = {r.split("|")[1].strip(): r for r in capsys.readouterr().out.splitlines() if r.startswith("| ")}
+    assert "| 2.3 (FP32: no BF16) |" in rows["apple-m1-7c"] and "| 19.5 (FP16: no BF16) |" in rows["amd-radeon-rx-5700-xt"]
+    assert "no BF16" not in rows["nvidia-h100-sxm"]
+    f = tmp_path / "catalog.toml"
+    f.write_text('[hardware.my-box]\nname = "Mine"\nmem_gb = 16\nbw_gbs = 100\nbf16_tflops = 10\nhalf_is = "int4"\n')
+    monkeypatch.setenv("TOKENBENCH_CATALOG", str(f))
+    with pytest.raises(UsageError, match="half_is is"):
+        Catalog.load()
+
+
 def test_token_counts_with_k() -> None:
     from tokenbench.cli.common import tokens
 

@@ -28,6 +28,9 @@ class HardwareSpec:
     mem_gb: float
     bw_gbs: float
     bf16_tflops: float
+    #: what ``bf16_tflops`` holds on a box without BF16 matmuls: "fp16" (its FP16 rate: RDNA 1 and 2) or "fp32"
+    #: (its FP32 rate, at which it runs half precision too: Apple's GPUs); "" for a BF16 peak
+    half_is: str = ""
     kind: str = "gpu"
     arch: str = ""  # the instruction set kernels are built for (sm_90, gfx1151, apple9): its hardware generation
     unified: bool = False
@@ -249,6 +252,10 @@ class Catalog:
                     raw[k] = {**raw[k], **v} if isinstance(v, dict) and isinstance(raw.get(k), dict) else v
             used = path
         hw = {k: _from_table(HardwareSpec, k, v, "hardware") for k, v in hw_raw.items()}
+        for k, h in hw.items():
+            if h.half_is not in ("", "fp16", "fp32"):
+                raise UsageError(f"hardware '{k}': half_is is \"fp16\" or \"fp32\" (what bf16_tflops holds on a box "
+                                 f"without BF16), not {h.half_is!r}")
         models = {k: _from_table(ModelSpec, k, v, "model") for k, v in mdl_raw.items()}
         return cls(hw, models, used)
 

@@ -31,8 +31,10 @@ def _f(v: float | None, d: int = 1) -> str:
 def hardware_table(cat: Catalog) -> Table:
     """Every box, its id and the other names every command takes for it (--hardware, --price, --owned)."""
     head = ["Hardware", "Name", "Memory GiB", "BW GB/s", "BF16 TFLOPS", "FP8 TFLOPS", "GHz", "Source"]
+    # a box without BF16 matmuls holds its FP16 (or FP32) rate there, and says which
     rows = [[h.id, h.name + (f" (also: {', '.join(h.aliases)})" if h.aliases else ""), _f(h.mem_gb, 0), _f(h.bw_gbs, 0),
-             _f(h.bf16_tflops), _f(h.fp8_tflops), _f(h.boost_ghz, 2), h.source] for h in cat.hardware.values()]
+             _f(h.bf16_tflops) + (f" ({h.half_is.upper()}: no BF16)" if h.half_is else ""), _f(h.fp8_tflops),
+             _f(h.boost_ghz, 2), h.source] for h in cat.hardware.values()]
     return head, rows
 
 
