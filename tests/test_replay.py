@@ -522,6 +522,8 @@ def test_two_replays_compare_as_replays(emitter: BackgroundEmitter, tmp_path: Pa
     md = capsys.readouterr().out
     assert "\n2 lanes:\n\n| Per level |" in md and "\n\\* no 95% interval" in md, md
     assert "\nTTFT by the context a call sent (tokens):\n\n| Context |" in md, md
+    # each side's calls a column of its own ("Calls A/B" over "12/14" read as a ratio)
+    assert "| Context | A TTFT p50 | B TTFT p50 | A/B | A calls | B calls |" in md, md
     # the same trajectories replayed otherwise are other work, and said so
     assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "1",
                  "--trace", str(AGENTS), "--trace-scale", "8", "--max-think", "1s", "--concurrency", "2,1",

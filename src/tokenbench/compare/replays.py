@@ -210,9 +210,10 @@ def replay_tables(block: ReplayBlock) -> list[tuple[list[str], list[list[str]]]]
     level = (["Per level", "A", "B", "A/B"],
              [[r.label, _figure(r.a, r.unit), _figure(r.b, r.unit), _ratio(r)]
               for r in block.rows if r.a is not None or r.b is not None])
-    bins = (["Context", "A TTFT p50", "B TTFT p50", "A/B", "Calls A/B"],
+    # the calls each side measured in a bin, in two columns ("Calls A/B" with "12/14" read as a ratio)
+    bins = (["Context", "A TTFT p50", "B TTFT p50", "A/B", "A calls", "B calls"],
             [[f"{tokens(lo)}-{tokens(hi)}", _figure(x, "ms"), _figure(y, "ms"), f"{x / y:.2f}×" if x and y else "",
-              f"{ca}/{cb}"] for lo, hi, x, y, ca, cb in block.bins])
+              f"{ca:,}", f"{cb:,}"] for lo, hi, x, y, ca, cb in block.bins])
     return [level, bins]
 
 
