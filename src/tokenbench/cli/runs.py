@@ -136,6 +136,28 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
 
         console.print(f"{headline(res.manifest)}: not measured", markup=False, highlight=False,
                       style=None if res.manifest.calibrated is not False else "yellow")
+    _show_levels(a, console, res, store)
+    if res.kind == "predict" and res.manifest.bands:  # how far to trust it, as predict said under its table
+        print_band_note(console, res.manifest.bands, a.format, "dim")
+    if len(res.outcomes) < total:
+        console.print(f"showing the first {len(res.outcomes):,} of {total:,} levels: --all prints every one, "
+                      "--json FILE writes them", style="yellow", markup=False, highlight=False)
+    if res.error:
+        console.print(f"this run ended early: {res.error}", style="yellow", markup=False, highlight=False)
+    if a.json:
+        whole = res if len(res.outcomes) == total else load_result(store, row.id)
+        if whole.manifest.capacity:  # the search's answer too, as capacity --json wrote it
+            from .capacity import capacity_json
+
+            emit_json(a.json, capacity_json(whole))
+        else:
+            write_json(a.json, whole)
+    return 0
+
+
+def _show_levels(a: argparse.Namespace, console: Console, res: RunResult, store: Store) -> None:
+    """A run's levels as its kind prints them: a cold start's boots, a depth run's pp/tg table (and a published
+    run's serving levels beside it), a sweep's table with its capacity answer; or that nothing finished."""
     if res.kind == "coldstart":
         print_boots(console, res, a.format)
         saved(console, res, store.path, a.format, "from")
@@ -163,22 +185,6 @@ def cmd_show(a: argparse.Namespace, console: Console) -> int:
     else:
         print_result(console, res, a.format, store.path, "from")
         _show_capacity(console, res, a.format)
-    if res.kind == "predict" and res.manifest.bands:  # how far to trust it, as predict said under its table
-        print_band_note(console, res.manifest.bands, a.format, "dim")
-    if len(res.outcomes) < total:
-        console.print(f"showing the first {len(res.outcomes):,} of {total:,} levels: --all prints every one, "
-                      "--json FILE writes them", style="yellow", markup=False, highlight=False)
-    if res.error:
-        console.print(f"this run ended early: {res.error}", style="yellow", markup=False, highlight=False)
-    if a.json:
-        whole = res if len(res.outcomes) == total else load_result(store, row.id)
-        if whole.manifest.capacity:  # the search's answer too, as capacity --json wrote it
-            from .capacity import capacity_json
-
-            emit_json(a.json, capacity_json(whole))
-        else:
-            write_json(a.json, whole)
-    return 0
 
 
 def _say_imported(console: Console, res: RunResult, fmt: str) -> None:
