@@ -70,11 +70,11 @@ class ReadableConsole(Console):
     def print(self, *objects: Any, **kwargs: Any) -> None:
         """A line of plain text (markup off) wrapped as ``wrap_words`` does, between words but never inside a
         quoted command or between a number and its unit; anything else as Rich prints it."""
-        plain = objects and all(isinstance(o, str) for o in objects) and not kwargs.get("soft_wrap") and \
-            not kwargs.get("markup", self._markup) and not any(kwargs.get(k) for k in ("overflow", "no_wrap", "crop", "width", "justify"))
-        if plain and "end" not in kwargs and "sep" not in kwargs:
-            text = " ".join(objects)
-            lines = [w for line in text.split("\n") for w in (wrap_words(line, self.width, cut=True) if line.strip() else [line])]
+        laid_out = ("soft_wrap", "overflow", "no_wrap", "crop", "width", "justify", "end", "sep")
+        if objects and all(isinstance(o, str) for o in objects) and not kwargs.get("markup", self._markup) and \
+                not any(kwargs.get(k) for k in laid_out):
+            lines = [w for line in " ".join(objects).split("\n")
+                     for w in (wrap_words(line, self.width, cut=True) if line.strip() else [line])]
             kwargs["soft_wrap"] = True
             objects = ("\n".join(lines),)
         super().print(*objects, **kwargs)

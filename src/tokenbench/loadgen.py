@@ -238,6 +238,10 @@ class _Phase:
         finally:
             self.watch.inflight -= 1
 
+    def timed_out(self) -> bool:
+        """Whether the phase stopped sending for its duration: not halted, and not at its request count."""
+        return self.stop_ns is not None and not self.halt() and (self.requests is None or self.issued < self.requests)
+
     def more(self) -> bool:
         return (self.requests is None or self.issued < self.requests) and \
             (self.stop_ns is None or time.perf_counter_ns() < self.stop_ns) and not self.halt()
@@ -275,8 +279,8 @@ class _Phase:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
         self.watch.sampling_inflight = False
-        if self.stop_ns is not None and not self.halt():  # the next arrival falls past the end: the level lasts
-            await asyncio.sleep(max(0.0, (self.stop_ns - time.perf_counter_ns()) / NS_PER_S))  # to it regardless
+        if self.timed_out():  # the next arrival falls past the level's end: the level lasts to it regardless
+            await asyncio.sleep(max(0.0, ((self.stop_ns or 0) - time.perf_counter_ns()) / NS_PER_S))
         await asyncio.gather(*tasks)
 
     async def _arrivals(self, level: Level, start_ns: int, offset_s: float, rng: random.Random,
@@ -369,8 +373,8 @@ async def run_phase(
     # a level held for a duration spans it, unless halted: an open loop's sparse arrivals (one request of 0.12 s in a
     # 5 s level at 0.5/s) offered their load over the duration, not over their own time (it read 1,093 tok/s)
     ends = [r.end_ns for r in records if r.end_ns is not None and r.phase == phase]
-    if stop_ns is not None and not run.halt():
-        ends.append(min(stop_ns, time.perf_counter_ns()))
+    if stop_ns is not None and run.timed_out() and time.perf_counter_ns() >= stop_ns:
+        ends.append(stop_ns)
     return PhaseResult(records=records, start_ns=start_ns, end_ns=max(ends) if ends else time.perf_counter_ns())
 
 
