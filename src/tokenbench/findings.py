@@ -74,8 +74,7 @@ class LevelFacts:
     stopped: str | None = None
     #: the cached share the responses say over every request /metrics counted too (a replay's lanes' warm calls)
     sent_cached_share: float | None = None
-    #: ``--grace``: how long a --duration level waited for its requests in flight after its end (None: every one)
-    grace_s: float | None = None
+    grace_s: float | None = None  # --grace: a --duration level's wait for those in flight at its end (None: all)
     measured: list[RequestRecord] = field(init=False)
     ok: list[RequestRecord] = field(init=False)
     failed: list[RequestRecord] = field(init=False)
@@ -357,11 +356,11 @@ def _over_offered(f: LevelFacts) -> Finding | None:
     if s.sustained_tps <= OVER_OFFERED_RATIO * offered:
         return None
     n = len(f.measured)
+    more = "a longer --duration" if f.requests is None else "more requests (--requests 30 or more) or --duration"
     return Finding(Code.OVER_OFFERED, f"{s.sustained_tps:,.1f} tok/s out, above the load offered ({s.rate:g}/s x "
                    f"{s.output_tokens_mean:,.0f} tokens = {offered:,.1f} tok/s): over {plural(n, 'arrival')} the "
-                   "window is those requests' own time, not the rate's",
-                   "a longer --duration" if f.requests is None else "more requests (--requests 30 or more) or --duration",
-                   observed=s.sustained_tps, threshold=OVER_OFFERED_RATIO * offered, unit="tok/s", n=n)
+                   "window is those requests' own time, not the rate's", more, observed=s.sustained_tps,
+                   threshold=OVER_OFFERED_RATIO * offered, unit="tok/s", n=n)
 
 
 def _rate_below_tpot(f: LevelFacts) -> Finding | None:
@@ -438,7 +437,8 @@ LEVEL_RULES: tuple[Rule, ...] = (
     Rule(Code.ERRORS, "failed requests are left out of the latencies; the level says there were some", _errors),
     Rule(Code.INTERRUPTED, "a level cut short by the user keeps what it measured, marked", _interrupted),
     Rule(Code.UNANSWERED, "a --duration level cancels what is unanswered after its grace (grace.py); the figures "
-         "are then the answered requests', which a stalling server makes look fast", lambda f: unanswered(f.measured, f.grace_s)),
+         "are then the answered requests', which a stalling server makes look fast",
+         lambda f: unanswered(f.measured, f.grace_s)),
     Rule(Code.STOPPED_EARLY, "a capacity search stops a level once its verdict cannot change, the server is "
          "clearly over-saturated, or its time budget is spent (capacity.LevelStop); what it measured is kept",
          _stopped_early),

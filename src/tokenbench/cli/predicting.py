@@ -370,9 +370,10 @@ def _fitted(e: Efficiency, name: str) -> str:
 
     v = getattr(e, name)
     lo, hi = PARAM_BOUNDS[name]
-    at = "" if name == "eta_moe" else "low" if v <= lo + AT_BOUND * (hi - lo) else "high" if v >= hi - AT_BOUND * (hi - lo) else ""
+    room = AT_BOUND * (hi - lo)
+    at = "" if name == "eta_moe" else "lower" if v <= lo + room else "upper" if v >= hi - room else ""
     if name == "flops_per_w":
-        return "no power limit (TF/W at its bound)" if at == "high" else \
+        return "no power limit (TF/W at its bound)" if at == "upper" else \
             f"{v:.2f} TF/W of TDP" + (" (at its bound)" if at else "")
     text = f"{v * 1e6:.0f} µs" if name == "t_layer" else f"{v:.2f}"
-    return text + (f" (at its {'lower' if at == 'low' else 'upper'} bound)" if at else "")
+    return text + (f" (at its {at} bound)" if at else "")

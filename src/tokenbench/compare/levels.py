@@ -197,10 +197,10 @@ def crossovers(rows: list[CompareRow], a: str, b: str) -> list[str]:
     out = []
     series: dict[tuple[str, str, int, str], list[CompareRow]] = {}
     for r in rows:
+        if r.rate:  # an open loop's levels have no concurrency to cross over along
+            continue
         fixed = r.concurrency if r.test != "serve" else r.depth
-        # each rate a series of its own: an open loop's levels have no concurrency to cross over along
-        series.setdefault((r.test, r.metric, fixed * 1_000_000 + r.input_len, r.cache or (f"{r.rate:g}" if r.rate
-                                                                                              else "")), []).append(r)
+        series.setdefault((r.test, r.metric, fixed * 1_000_000 + r.input_len, r.cache or ""), []).append(r)
     for (test, metric, _, cache), rs in series.items():
         axis = "depth" if test != "serve" else "concurrency"
         rs.sort(key=lambda r: r.depth if axis == "depth" else r.concurrency)

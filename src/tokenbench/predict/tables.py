@@ -356,9 +356,8 @@ def session_table(s: Setup, cal: Calibration, p: SessionPrediction, log: BandLog
     """One agent's session, turns as columns (a readable subset, ``shown_turns``): the context the turn sends, the
     uncached tokens it prefills, TTFT with the prefix cache and without it, the decode rate at that depth (per
     agent), each beside its physical limit (a rate's ceiling, a time's floor), and whether the contexts fit.
-    Uncalibrated: the limits only. A row's band is
-    in its label; a cell where the band's fast end would pass the ceiling below it is marked HELD_MARK (its fast
-    end held there); ``log`` records each cell's band."""
+    Uncalibrated: the limits only. A row's band is in its label; a cell where the band's fast end would pass the
+    limit below it is marked HELD_MARK (its fast end held there); ``log`` records each cell's band."""
     shown = [t for t in p.turns if t.turn in shown_turns(len(p.turns))]
     ttft_m, dec_m = session_metrics(p.agents)
     log = log if log is not None else BandLog()
