@@ -177,6 +177,31 @@ def test_server_dying_mid_level_keeps_finished_levels(tmp_path: Path) -> None:
         assert res.outcomes[1].summary.failed == 3
 
 
+@pytest.mark.engine
+def test_a_server_killed_mid_level_keeps_the_level_its_tokenizer_was_building(
+        model_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A level held for a duration builds its prompts as it goes, with the server's own /tokenize where no
+    --tokenizer is given. A llama-server killed mid-level ended the run with no level at all, the requests the
+    level had measured lost. Sending stops, the level is kept, marked failed, and the error says why it stopped."""
+    import threading
+
+    from conftest import need_engine
+    from tokenbench.engines import launch, tiny
+
+    need_engine("llama-server")
+    monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
+    # a server of its own, not a shared one (conftest.py): this one is killed
+    with launch.start("llama-server", tiny.ensure(), parallel=2) as server:
+        store = Store(tmp_path / "r.db")
+        threading.Timer(3.0, server.proc.kill).start()
+        with pytest.raises(EndpointError, match="level concurrency 2 stopped sending: the server's tokenizer"):
+            sweep(server.base_url, store, concurrency=[2, 4], requests=None, duration_s=60, warmup=0,
+                  stall_timeout_s=2)
+    (run,) = store.runs()
+    ((_, _, status, level),) = store.levels(run.id)
+    assert status == "failed" and level.completed > 8 and level.duration_s < 10, level  # it stopped with its server
+
+
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
     """Also: the run printed is this sweep's, not the newest in the database (another sweep sharing the
     database, here one dated later, used to be printed as "the finished levels")."""

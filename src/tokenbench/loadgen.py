@@ -23,7 +23,7 @@ from .distribution import Tally
 from .metrics import client_delays
 from .records import Phase, RequestRecord
 from .background import cancel_and_wait
-from .errors import UsageError
+from .errors import EndpointError, UsageError
 from .grace import INTERRUPTED, Waiting, mark_unfinished, within_grace
 from .offered_load import Level
 
@@ -214,6 +214,9 @@ class PhaseResult:
     records: list[RequestRecord]
     start_ns: int
     end_ns: int
+    #: why sending stopped before the phase's end: its prompts' source failed (a server's own tokenizer, gone
+    #: with its server); the requests sent before it are in ``records``
+    source_error: str | None = None
 
 
 OnDone = Callable[[RequestRecord], None]
@@ -230,6 +233,16 @@ class _Phase:
         self.watch, self.done, self.requests, self.stop_ns = watch, done, requests, stop_ns
         self.halt = halt or _never
         self.issued = 0
+        self.source_error: str | None = None
+
+    async def _prompt(self) -> tuple[int, PreparedRequest] | None:
+        """The next prompt, or None once the prompts' source failed (a server's own tokenizer, built from as the
+        level goes): no more is sent, and the requests in flight end as they end."""
+        try:
+            return await self.prompts.next()
+        except EndpointError as e:
+            self.source_error = self.source_error or str(e)
+            return None
 
     async def one(self, req: PreparedRequest, rec: RequestRecord) -> None:
         self.watch.inflight += 1
@@ -239,11 +252,13 @@ class _Phase:
             self.watch.inflight -= 1
 
     def timed_out(self) -> bool:
-        """Whether the phase stopped sending for its duration: not halted, and not at its request count."""
-        return self.stop_ns is not None and not self.halt() and (self.requests is None or self.issued < self.requests)
+        """Whether the phase stopped sending for its duration: not halted, not at its request count, and not
+        for want of prompts."""
+        return self.stop_ns is not None and not self.halt() and self.source_error is None and \
+            (self.requests is None or self.issued < self.requests)
 
     def more(self) -> bool:
-        return (self.requests is None or self.issued < self.requests) and \
+        return (self.requests is None or self.issued < self.requests) and self.source_error is None and \
             (self.stop_ns is None or time.perf_counter_ns() < self.stop_ns) and not self.halt()
 
     async def closed_loop(self, n: int, stagger_s: float | None = None, rng: random.Random | None = None) -> None:
@@ -259,7 +274,10 @@ class _Phase:
                 self.watch.sampling_inflight = waiting == 0 and self.more()
             while self.more():
                 self.issued += 1
-                idx, req = await self.prompts.next()
+                if (got := await self._prompt()) is None:
+                    self.issued -= 1
+                    break
+                idx, req = got
                 rec = RequestRecord(index=idx, phase=self.phase)
                 self.records.append(rec)
                 await self.one(req, rec)
@@ -293,7 +311,9 @@ class _Phase:
             scheduled = start_ns + int(t_next * NS_PER_S)
             if (self.stop_ns is not None and scheduled >= self.stop_ns) or self.halt():
                 break
-            idx, req = await self.prompts.next()
+            if (got := await self._prompt()) is None:
+                break
+            idx, req = got
             delay = (scheduled - time.perf_counter_ns()) / NS_PER_S
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -375,7 +395,8 @@ async def run_phase(
     ends = [r.end_ns for r in records if r.end_ns is not None and r.phase == phase]
     if stop_ns is not None and run.timed_out() and time.perf_counter_ns() >= stop_ns:
         ends.append(stop_ns)
-    return PhaseResult(records=records, start_ns=start_ns, end_ns=max(ends) if ends else time.perf_counter_ns())
+    return PhaseResult(records=records, start_ns=start_ns, end_ns=max(ends) if ends else time.perf_counter_ns(),
+                       source_error=run.source_error)
 
 
 def ensure_open_files(concurrency: int) -> None:

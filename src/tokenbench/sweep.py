@@ -216,6 +216,7 @@ class _Load:
         self.grace_s: float | None = DEFAULT_GRACE_S  # requests in flight past a duration's end get this long
         self.waiting: Waiting | None = None  # told what a phase waits for (a warm-up, a level past its end)
         self.spill: Callable[[list[RequestRecord]], None] | None = None  # the level's records stored before its end
+        self.source_error: str | None = None  # the prompts' source failed mid-level (loadgen.PhaseResult)
 
     @property
     def cut(self) -> bool:
@@ -225,8 +226,10 @@ class _Load:
     async def warmup(self, level: Level, n: int, seed: int, records: list[RequestRecord]) -> None:
         stall_s = self.stream.stall_timeout_s  # what a warm-up waits on the server is said (warmup.watched)
         if self.pool is None:
-            await watched(run_phase(self.stream, self.prompts, level, "warmup", requests=n, duration_s=None,
-                                    seed=seed, sink=records), in_flight(records), stall_s, self.waiting)
+            res = await watched(run_phase(self.stream, self.prompts, level, "warmup", requests=n, duration_s=None,
+                                          seed=seed, sink=records), in_flight(records), stall_s, self.waiting)
+            if res.source_error is not None:
+                raise EndpointError(res.source_error)
         else:
             self.lost += (await watched(self.pool.run_phase(level, "warmup", requests=n, duration_s=None, seed=seed,
                                                             prompts=self.prompts, sink=records),
@@ -249,7 +252,7 @@ class _Load:
                                   watch=watch, on_done=stop.wrap(on_done) if stop else on_done, seed=seed,
                                   sink=records, halt=stop.halted if stop else None, stagger_s=self.stagger_s,
                                   grace_s=self.grace_s, waiting=self.waiting)
-            self.window = (res.start_ns, res.end_ns)
+            self.window, self.source_error = (res.start_ns, res.end_ns), res.source_error
         finally:
             await watch.stop()
             self.client_report = watch.report()
@@ -278,6 +281,7 @@ class _Sweep:
         self.cfg, self.store, self.run_id, self.ep, self.client = cfg, store, run_id, ep, client
         self.rep, self.seed, self.alive, self.pool, self.plan, self.host = rep, seed, alive, pool, plan, host
         self.outcomes: list[LevelOutcome] = []
+        self.source_error: str | None = None  # a level's prompts could not be built: it ends the run, kept
 
     async def run(self, bound: Bound, prompts: PromptPool) -> None:
         idx = 0
@@ -296,8 +300,7 @@ class _Sweep:
 
     async def level(self, bound: Bound, prompts: PromptPool, at: tuple[int, int],
                     level: Level) -> tuple[ServingLevel, str]:
-        """One repetition of a level (``at``: its index and repetition): warm-up, the measured window, its summary
-        and findings, stored at once."""
+        """One repetition of a level (``at``: its index and repetition): warm-up, measured window, findings, stored."""
         cfg, rep = self.cfg, self.rep
         idx, repetition = at
         records: list[RequestRecord] = []
@@ -331,6 +334,7 @@ class _Sweep:
             raise
         summary, status = self.finish(work, load, level, at, records, (snap, node_snaps, server_snap), prompts,
                                       started, False)
+        self.source_error = load.source_error
         rep.level_end(summary)
         return summary, status
 
@@ -402,6 +406,8 @@ class _Sweep:
 
     async def stop_if_broken(self, level: Level, last: ServingLevel) -> None:
         """A truncated prompt fails the run; lost connections ask whether the server is still there."""
+        if self.source_error is not None:  # its prompts could not be built: the server's tokenizer is gone
+            raise EndpointError(f"level {level.describe()} stopped sending: {self.source_error}")
         truncated = last.finding(Code.PROMPT_TRUNCATED)
         if truncated is not None:
             raise LevelFailed(f"level {level.describe()} failed: {truncated.text}")
@@ -420,7 +426,7 @@ def _end_status(summary: ServingLevel, load: _Load) -> str:
     complete; a search's early stop adds its verdict's reason first."""
     if load.stop is not None:
         load.stop.apply(summary)
-    if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED):
+    if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED) or load.source_error:
         return "failed"
     if not summary.completed and summary.finding(Code.UNANSWERED):  # it measured nothing
         return "failed"
