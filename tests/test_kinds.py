@@ -103,3 +103,16 @@ def test_a_kind_the_sweep_never_saw_runs_through_it(emitter: BackgroundEmitter, 
 def test_a_kind_refuses_its_options_when_the_config_is_made() -> None:
     with pytest.raises(UsageError, match="drop --rate"):
         SweepConfig(url="http://127.0.0.1:9/v1", workload=EchoKind(), rates=[1.0])  # type: ignore[arg-type]
+
+
+def test_a_level_that_may_end_at_its_duration_builds_few_prompts_ahead() -> None:
+    """``--duration 2s --requests 1000000`` ends at whichever comes first: it built all million prompts before its
+    two seconds (minutes of silence, 650 MB). A level held for a duration builds a bounded few ahead and the rest
+    as it goes; one of a count alone builds them all, so that building never delays a send."""
+    from tokenbench.kinds.base import PREBUILT_TIMED
+
+    level = Level(concurrency=4)
+    assert RequestLevel(1_000_000, level, timed=True).prepare(2) == 2 + PREBUILT_TIMED
+    assert RequestLevel(100, level, timed=True).prepare(2) == 102
+    assert RequestLevel(1_000_000, level).prepare(2) == 1_000_002
+    assert RequestLevel(None, level).prepare(2) == 2 + 8

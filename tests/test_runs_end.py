@@ -62,6 +62,39 @@ def test_sigterm_and_sighup_end_a_run_as_ctrl_c_does(sig: signal.Signals, sigint
     assert json.loads(out.read_text())["status"] == "interrupted"
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_tokenbench_is_imported_ends_in_one_line(sig: signal.Signals) -> None:
+    """Ctrl-C in a command's first few tenths of a second (Python reading tokenbench's modules, Rich's among
+    them) printed a traceback, and SIGTERM then killed it (exit 143). Here the signal arrives as the command
+    line's module is looked up, as it would mid-import."""
+    code = (f"import os, signal, sys\nsys.argv = ['tokenbench', 'runs']\nfrom tokenbench import entry\n"
+            f"class Interrupting:\n    def find_spec(self, name, path=None, target=None):\n"
+            f"        if name == 'tokenbench.cli':\n            os.kill(os.getpid(), {int(sig)})\n\n"
+            f"sys.meta_path.insert(0, Interrupting())\nentry.run()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and done.stderr == "tokenbench: interrupted\n", done.stderr
+
+
+def test_sigterm_while_prompts_are_built_ends_the_run_at_once(model_cache: Path, tmp_path: Path) -> None:
+    """A local tokenizer builds a level's prompts without ever waiting, so the event loop never took the cancel
+    SIGTERM asks for: `timeout` could not stop a sweep of 200,000 requests for the minutes its prompts took."""
+    from tokenbench.engines import tiny
+
+    tok = tiny.ensure(model_cache).hf_dir
+    with EmitterProcess() as em:
+        cli = subprocess.Popen([sys.executable, "-m", "tokenbench", "sweep", "--url", em.url, "--tokenizer", str(tok),
+                                "--input-len", "64", "--output-len", "4", "--requests", "200000", "--warmup", "0",
+                                "--db", str(tmp_path / "r.db"), "--guard", "off"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(4)  # past the start, into the prompts (about 90 s of them on 2 cores)
+        cli.send_signal(signal.SIGTERM)
+        try:
+            _, err = cli.communicate(timeout=15)
+        finally:
+            cli.kill()
+    assert cli.returncode == 130 and b"interrupted" in err and b"Traceback" not in err, err.decode()
+
+
 def test_a_killed_run_reads_as_abandoned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """kill -9 leaves no chance to close the run: its process mark says it is gone, so runs and show say
     'abandoned' instead of 'running' forever."""

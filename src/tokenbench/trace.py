@@ -20,6 +20,7 @@ prompt's count is checked with the tokenizer, and the tail fixed where a tokeniz
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import hashlib
 import json
@@ -335,6 +336,8 @@ class TracePrompts:
                 text, count = await self.prompt(i)
                 self.pool.append((i, PreparedRequest(text, r.output_length, count, self.fields(r.output_length))))
             self.built += 1
+            if k % 64 == 63:  # a local tokenizer never waits: let an interrupt (Ctrl-C, SIGTERM) through
+                await asyncio.sleep(0)
 
     async def next(self) -> tuple[int, PreparedRequest]:
         if not self.pool:

@@ -139,16 +139,25 @@ def sent_since(records: list[RequestRecord], since_ns: int) -> tuple[int, int]:
     return cached_counts([r for r in records if r.ok and r.sent_ns >= since_ns])
 
 
+#: Prompts built before a level held for a duration, at most: the rest are built as it goes. A level of
+#: ``--duration 2s --requests 1000000`` ends at whichever comes first, and built every prompt first (minutes).
+PREBUILT_TIMED = 256
+
+
 class RequestLevel:
-    """A level of independent requests from the run's prompt pool: ``planned`` of them (or for the duration)."""
+    """A level of independent requests from the run's prompt pool: ``planned`` of them (or for the duration;
+    ``timed``: the level also ends at its duration, so not every planned prompt may be sent)."""
 
     stoppable = True
 
-    def __init__(self, planned: int | None, level: Level) -> None:
-        self.planned, self.level = planned, level
+    def __init__(self, planned: int | None, level: Level, timed: bool = False) -> None:
+        self.planned, self.level, self.timed = planned, level, timed
 
     def prepare(self, warm: int) -> int:
-        return warm + (self.planned or max(8, 2 * (self.level.concurrency or 4)))
+        ahead = max(8, 2 * (self.level.concurrency or 4))
+        if self.planned is None:
+            return warm + ahead
+        return warm + (min(self.planned, max(ahead, PREBUILT_TIMED)) if self.timed else self.planned)
 
     async def measure(self, load: LevelLoad, level: Level, duration_s: float | None, seed: int,
                       records: list[RequestRecord], on_done: OnDone) -> None:

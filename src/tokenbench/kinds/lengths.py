@@ -7,6 +7,7 @@ file instead of a built prompt.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,9 +45,11 @@ class RequestPrompts:
         self.longest = 0  # the most tokens (prompt and output) of a request prepared so far
 
     async def prepare(self, n: int) -> None:
-        for _ in range(n - len(self.pool)):
+        for k in range(n - len(self.pool)):
             self.pool.append((self.counter, await self._one(self.counter)))
             self.counter += 1
+            if k % 64 == 63:  # a local tokenizer never waits: let an interrupt (Ctrl-C, SIGTERM) through
+                await asyncio.sleep(0)
 
     async def _one(self, i: int) -> PreparedRequest:
         n_in, n_out = self.workload.request_lengths(i)
@@ -107,7 +110,7 @@ class BoundRequests:
                               self.b.warn if self.items else None)
 
     def level(self, level: Level, repetition: int, records: list[RequestRecord], on_done: OnDone) -> LevelWork:
-        return RequestLevel(self.b.opts.requests, level)
+        return RequestLevel(self.b.opts.requests, level, timed=self.b.opts.duration_s is not None)
 
 
 @dataclass(frozen=True, slots=True)
