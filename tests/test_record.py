@@ -912,6 +912,23 @@ def test_secrets_assigned_in_a_files_text_are_hidden_and_code_is_kept(tmp_path: 
     assert line["request"]["messages"][2]["content"] == code
 
 
+def test_a_secret_behind_a_label_or_a_bearer_is_hidden_too(tmp_path: Path) -> None:
+    """Tool output and logs put a label first (``Output: GITHUB_TOKEN=...``): the label took the whole
+    ``NAME=value`` as its own value, which it is not a secret's, and the secret behind it was written. A bearer
+    credential in a command an agent ran is hidden as well."""
+    said = ["Config: DB_PASSWORD=hunter2x", "Output: GITHUB_TOKEN=plaintok123", "note: password: hunter4x",
+            "Error: token=abcdef12345", "curl -H 'Authorization: Bearer plainbearer123456' http://h"]
+    body = {"model": "emitter", "stream": True, "max_tokens": 3, "messages": [
+        {"role": "user", "content": "run it"}, {"role": "tool", "tool_call_id": "c1", "content": "\n".join(said)}]}
+    out = tmp_path / "labels.jsonl"
+    with BackgroundEmitter(EmitterConfig()) as em, recording(em.url, out) as rec:
+        assert asyncio.run(post(rec.url + "/chat/completions", body))[0] == 200
+    [line] = lines(out)
+    assert line["request"]["messages"][1]["content"].splitlines() == [
+        "Config: DB_PASSWORD=***", "Output: GITHUB_TOKEN=***", "note: password: ***", "Error: token=***",
+        "curl -H 'Authorization: Bearer ***' http://h"]
+
+
 # ---- lengths only ---------------------------------------------------------------------------------------------------
 
 def chained(tokens: list[int], prompt: int, block: int) -> list[int]:

@@ -173,15 +173,29 @@ _TEXT_SECRET_NAME = re.compile(r"(^|[_\-.])(api[_\-]?key|access[_\-]?key|private
 #: (``--token-file: not allowed``, an error about one).
 _TEXT_ASSIGN = re.compile(r"(?<![A-Za-z0-9_\-])([A-Za-z_][A-Za-z0-9_.\-]*)([\"']?[ \t]*[:=][ \t]*)([\"']?)"
                           r"([^\s\"'`,;)}\]]{3,})")
-_TEXT_HINTS = ("pass", "secret", "token", "key", "pwd", "credential")
+_TEXT_HINTS = ("pass", "secret", "token", "key", "pwd", "credential", "bearer")
+#: An HTTP bearer credential in text (a curl command an agent ran, a log it read): ``Bearer <token>``.
+_BEARER = re.compile(r"(\b[Bb]earer[ \t]+)([A-Za-z0-9\-._~+/]{8,}=*)")
 
 
-def _assignment(m: re.Match[str]) -> str:
+def _secret_value(m: re.Match[str]) -> bool:
     name, value = m.group(1), m.group(4)
-    if value.isdigit() or value in ("null", "None", "true", "false") or value == HIDDEN or "(" in value \
-            or not _TEXT_SECRET_NAME.search(_CAMEL.sub("_", name)):
-        return m.group(0)
-    return m.group(1) + m.group(2) + m.group(3) + HIDDEN
+    return not (value.isdigit() or value in ("null", "None", "true", "false") or value == HIDDEN or "(" in value
+                or not _TEXT_SECRET_NAME.search(_CAMEL.sub("_", name)))
+
+
+def _assignments(text: str) -> str:
+    """``text`` with the values of secret-named names hidden. A name that is not a secret's gives up its value
+    to what follows: in ``Config: DB_PASSWORD=hunter2`` or ``note: password: x`` the label's "value" holds one."""
+    out, pos = [], 0
+    while (m := _TEXT_ASSIGN.search(text, pos)) is not None:
+        if _secret_value(m):
+            out.append(text[pos:m.start(4)] + HIDDEN)
+            pos = m.end(4)
+        else:
+            out.append(text[pos:m.end(2)])
+            pos = m.end(2)
+    return "".join(out) + text[pos:]
 
 
 def keys(text: str) -> str:
@@ -193,7 +207,7 @@ def keys(text: str) -> str:
         text = KEY_SHAPED.sub(HIDDEN, text)
     low = text.lower()
     if any(h in low for h in _TEXT_HINTS):
-        text = _TEXT_ASSIGN.sub(_assignment, text)
+        text = _BEARER.sub(lambda m: m.group(1) + HIDDEN, _assignments(text))
     return text
 
 
