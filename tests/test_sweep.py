@@ -175,6 +175,11 @@ def test_server_dying_mid_level_keeps_finished_levels(tmp_path: Path) -> None:
         res = load_result(store, run.id)
         assert [o.summary.completed for o in res.outcomes] == [4, 1]
         assert res.outcomes[1].summary.failed == 3
+        # a send retried on a fresh connection that could not open was never written: its first attempt's write
+        # stamp read as a negative wait (send_queue_ms)
+        assert all(r.written_ns is None or r.written_ns >= r.sent_ns for r in store.requests(run.id)), \
+            [(r.sent_ns, r.written_ns, r.connection_retries) for r in store.requests(run.id)]
+        assert res.outcomes[1].summary.send_queue_ms is None or res.outcomes[1].summary.send_queue_ms.min >= 0
 
 
 @pytest.mark.engine

@@ -232,6 +232,7 @@ class StreamClient:
                 break
             record.connection_retries += 1
             record.error_kind = record.error = None
+            record.written_ns = None  # the retry is written anew, or not at all (its connection may not open)
             # let the loop see the closes already on the wire, so the pool drops those connections too (at
             # concurrency 4, several pooled connections can die at once: one retry once met a second dead one)
             await asyncio.sleep(0)
