@@ -125,4 +125,10 @@ def test_counts_of_one_are_said_in_the_singular(tmp_path: Path, capsys: pytest.C
     assert main(["report", "a", "b", "--db", str(db), "--json", str(tmp_path / "one.json"), "--html", str(page)]) == 0
     said = capsys.readouterr().out
     assert "(2 runs, " in said and ", 1 comparison)" in said, said
+    # "-" is stdout, as for every --json (it wrote a file named "-"): the document alone there
+    assert main(["report", "a", "b", "--db", str(db), "--json", "-"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["runs"][0]["run_id"] == "run-a" and not Path("-").exists()
+    assert main(["report", "a", "--db", str(db), "--md", "-"]) == 2
+    assert "only --json writes to stdout" in capsys.readouterr().err
     assert "Flags | p99_estimate (1 of 1 level) | p99_estimate (1 of 1 level)" in _rows(page.read_text(encoding="utf-8"))

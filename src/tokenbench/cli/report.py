@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from ..errors import UsageError
-from .common import check_output, check_output_dir
+from .common import check_output, check_output_dir, write_stdout
 
 if TYPE_CHECKING:
     from ..report.document import ReportConfig
@@ -24,7 +24,7 @@ def report_config(a: argparse.Namespace) -> ReportConfig:
 
 def cmd_report(a: argparse.Namespace, console: Console) -> int:
     from ..report.document import report
-    from ..report.export import EXPORTERS
+    from ..report.export import EXPORTERS, JsonExport
 
     asked = [(e, Path(p)) for e in EXPORTERS if (p := getattr(a, e.option[2:]))]
     if not asked:
@@ -33,9 +33,14 @@ def cmd_report(a: argparse.Namespace, console: Console) -> int:
         if e.needs is not None and importlib.util.find_spec(e.needs) is None:
             raise UsageError(f"{e.option} needs {e.needs}: pip install 'tokenbench[report]' (in a clone: "
                              "pip install -e '.[report]')")
+        if str(path) == "-" and not isinstance(e, JsonExport):
+            raise UsageError(f"{e.option} -: only --json writes to stdout; give {e.option} a file name")
         (check_output if e.target == "file" else check_output_dir)(str(path), e.option)
     rep = report(report_config(a))
     for e, path in asked:
+        if isinstance(e, JsonExport) and str(path) == "-":  # the document alone on stdout, as every --json -
+            write_stdout(e.text(rep))
+            continue
         try:
             said = e.write(rep, path)
         except OSError as err:  # a place no check can foresee: /proc, a full disk, a folder made read-only since

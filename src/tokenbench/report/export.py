@@ -85,6 +85,12 @@ class JsonExport:
     needs: ClassVar[str | None] = None
 
     def write(self, rep: Report, path: Path) -> str:
+        path.write_text(self.text(rep), encoding="utf-8")
+        return (f"wrote {path} ({plural(len(rep.runs), 'run')}, {plural(len(rep.plots), 'plot')}, "
+                f"{plural(len(rep.pairs), 'comparison')})")
+
+    def text(self, rep: Report) -> str:
+        """The report as a JSON document."""
         doc = {"tool": "tokenbench", "kind": "report", "version": __version__, "title": rep.title,
                "written": rep.written, "runs": [r.to_json() for r in rep.runs],
                "plots": [plot_dict(p) for p in rep.plots],
@@ -92,9 +98,7 @@ class JsonExport:
                                 "quality": rep.quality.get((rep.runs[p.a].run_id, rep.runs[p.b].run_id))}
                                for p in rep.pairs],
                "not_compared": rep.apart}
-        path.write_text(json_text(doc), encoding="utf-8")
-        return (f"wrote {path} ({plural(len(rep.runs), 'run')}, {plural(len(rep.plots), 'plot')}, "
-                f"{plural(len(rep.pairs), 'comparison')})")
+        return json_text(doc)
 
 
 #: Every exporter, in the order a report is written.

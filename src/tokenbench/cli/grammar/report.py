@@ -14,7 +14,8 @@ def add_report_parser(sub: Any) -> None:
     rp.add_argument("--html", help="write the HTML report here")
     rp.add_argument("--md", help="append or rewrite each run's section of this Markdown file")
     rp.add_argument("--png", help="write each plot as a PNG into this directory")
-    rp.add_argument("--json", help="write the runs, the plotted series and each pair compared as JSON here")
+    rp.add_argument("--json", help="write the runs, the plotted series and each pair compared as JSON here; - for "
+                    "stdout")
     rp.add_argument("--price-per-hour", type=POSITIVE,
                     help="price per hour for the cost columns and plot (default: each run's own price, if it has one)")
     rp.add_argument("--currency", type=CURRENCY)
