@@ -98,3 +98,21 @@ def test_ctrl_c_while_an_engine_starts_stops_it(tmp_path: Path, monkeypatch: pyt
         launch.start("transformers", object(), timeout_s=30)  # type: ignore[arg-type]
     (pid,) = started
     assert not _alive(pid), "the engine outlived the interrupted start"
+
+
+@pytest.mark.parametrize("engine, module, extra", [("llama-cpp-python", "llama_cpp", "llama-cpp-python"),
+                                                   ("transformers", "transformers", "engine")])
+def test_an_engine_whose_package_is_missing_is_refused_with_its_install(engine: str, module: str, extra: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--engine llama-cpp-python without its package started the server anyway, which died at its import: "exited
+    with code 1 while starting", a ModuleNotFoundError in its log, and no word of how to install it."""
+    import importlib.util
+
+    from tokenbench.engines import launch
+    from tokenbench.errors import EngineError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
+    monkeypatch.setattr(launch, "spawn", lambda *a, **k: pytest.fail("started an engine that cannot import"))
+    with pytest.raises(EngineError, match=rf"needs the '{extra}' extra: pip install -e '\.\[{extra}\]'"):
+        launch.start(engine, object(), timeout_s=30)  # type: ignore[arg-type]

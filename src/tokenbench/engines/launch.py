@@ -9,6 +9,7 @@ The engines, each a real serving stack:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -133,12 +134,20 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
 
 
+#: The engines this Python environment runs, by the module each needs and the pip extra that installs it.
+PIP_ENGINES = {"transformers": ("transformers", "engine"), "llama-cpp-python": ("llama_cpp", "llama-cpp-python")}
+
+
 def command(engine: str, model: TinyModel, port: int, parallel: int = 1, ctx: int = 8192,
             progress: Progress | None = None, gguf: Path | None = None, extra: tuple[str, ...] = ()) -> Launch:
     """The server command line for ``engine``; installs or builds the engine on first use. ``extra`` options
     are appended for llama-server and vLLM (later options override earlier ones in both)."""
     name = canonical(engine)
     host = ["--host", "127.0.0.1", "--port", str(port)]
+    package, extra_name = PIP_ENGINES.get(name, (None, ""))
+    if package is not None and importlib.util.find_spec(package) is None:  # it died at its import, said as such
+        raise EngineError(f"the {name} engine needs the '{extra_name}' extra: pip install -e '.[{extra_name}]' "
+                          "(install torch==2.13.0 first), or choose another --engine (tokenbench engines)")
     if name == "transformers":
         # Its continuous-batching KV cache otherwise takes 60-80% of the machine's free memory (8-14 GB seen on a
         # 24 GB machine for a 4-layer model): size it for the sequences a run can have in flight.
