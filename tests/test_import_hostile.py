@@ -64,6 +64,11 @@ BAD = {
                                          .replace(b'"completed": 64', b'"completed": 1' + b"0" * 400)),
     "tokens from no request": lambda t: _vllm(t, "zc.json", completed=0),
     "a p99 below the median": lambda t: _vllm(t, "p99.json", p99_ttft_ms=10.0),
+    # vllm bench serve divides its total output tokens by its duration: a billion tok/s from 64 requests is a typo
+    "a throughput its own totals deny": lambda t: _vllm(t, "tps.json", output_throughput=1e9),
+    "a null for a number": lambda t: _vllm(t, "null.json", median_ttft_ms=None),
+    "a figure missing": lambda t: _write(t / "miss.json", json.dumps({k: v for k, v in json.loads(
+        (DATA / "vllm_serve_result.json").read_text()).items() if k != "output_throughput"}).encode()),
     "JSON cut short, of no format": lambda t: _write(t / "trunc.json", b'{"a": 1'),
     "nested too deep": lambda t: _write(t / "deep.json", b'[{"avg_ts": 1, "n_prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}]"),
 }
@@ -83,7 +88,11 @@ def test_a_malformed_file_is_refused_in_one_line(name: str, tmp_path: Path,
             "cut short": "before its document does: cut short?",
             "tokens from no request": "completed: 0 requests finished, yet output_throughput",
             "a p99 below the median": "serve ttft: its p99 (10 ms) is below its p50 (1,420 ms)",
-            "JSON cut short, of no format": "not valid JSON ("}
+            "JSON cut short, of no format": "not valid JSON (",
+            "a throughput its own totals deny": "output_throughput: 1e+09 tok/s, where total_output_tokens over "
+                                                "duration is",
+            "a null for a number": "median_ttft_ms: expected a number, got null",
+            "a figure missing": "output_throughput: missing"}
     assert said.get(name, "") in out
 
 

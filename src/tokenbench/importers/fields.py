@@ -47,10 +47,22 @@ def need(obj: Any, key: str, path: Path, where: str, kind: type | tuple[type, ..
         raise FieldError(path, name, "missing")
     v = obj[key]
     if kind is not None and not isinstance(v, kind) or isinstance(v, bool) and kind == (int, float):
-        raise FieldError(path, name, f"expected {getattr(kind, '__name__', 'a number')}, got {type(v).__name__}")
+        raise FieldError(path, name, f"expected {JSON_NAMES.get(kind, 'a number')}, got {json_kind(v)}")
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         number(v, path, name)
     return v
+
+
+#: A field's expected Python type as JSON names it.
+JSON_NAMES: dict[Any, str] = {list: "a list", dict: "an object", str: "a string", int: "a whole number",
+                              float: "a number", bool: "true or false"}
+
+
+def json_kind(v: Any) -> str:
+    """What a parsed JSON value is, as JSON names it (null, not NoneType)."""
+    if v is None:
+        return "null"
+    return JSON_NAMES.get(type(v), type(v).__name__)
 
 
 def field_name(where: str, key: str) -> str:

@@ -26,8 +26,11 @@ DEFINITIONS = {
 
 
 def detect(path: Path, text: str) -> bool:
+    """vllm bench serve's result: its TTFT statistics beside two of its run figures (one may be missing, which
+    the import then names)."""
     head = text.lstrip()[:1]
-    return head == "{" and '"output_throughput"' in text and ('"median_ttft_ms"' in text or '"mean_ttft_ms"' in text)
+    figures = sum(f'"{k}"' in text for k in ("output_throughput", "total_output_tokens", "request_throughput"))
+    return head == "{" and figures >= 2 and ('"median_ttft_ms"' in text or '"mean_ttft_ms"' in text)
 
 
 def _dist(d: dict, name: str, n: int) -> Distribution:  # type: ignore[type-arg]
@@ -84,6 +87,11 @@ def _summary(d: dict[str, Any], path: Path) -> ServingLevel:
     out_tps = float(need(d, "output_throughput", path, ""))
     if completed == 0 and out_tps > 0:
         raise FieldError(path, "completed", f"0 requests finished, yet output_throughput {out_tps:g} tok/s")
+    total = d.get("total_output_tokens")
+    if total is not None and abs(number(total, path, "total_output_tokens") / duration - out_tps) > \
+            0.01 * out_tps + 0.01:  # vllm bench serve's own definition: the one divided by the other
+        raise FieldError(path, "output_throughput", f"{out_tps:g} tok/s, where total_output_tokens over duration "
+                         f"is {total / duration:.4g}: the file contradicts itself")
     need(d, "median_ttft_ms", path, "")
     conc, rate = _load(d, path)
     return ServingLevel(
