@@ -117,3 +117,15 @@ def test_two_boxes_at_one_team_price_are_listed_in_ranked_order() -> None:
     done = Recommendation(Workload("llama-3.1-8b", 2, 16, 24), True, [a, b], [], [])
     assert team_line(done) == ("for 2 agents: a x1, USD 0.50/hour (0.250 per agent-hour); "
                                "b x1, USD 0.50/hour (0.250 per agent-hour)")
+
+
+@pytest.mark.parametrize("costs, said", [
+    (["--price", "nvidia-l40s=0.9", "--owned", "nvidia-l40s=9000:3:300"], "nvidia-l40s is given --price and --owned"),
+    (["--price", "nvidia-l40s=0.9", "--price", "nvidia-l40s=1.2"], "nvidia-l40s is priced twice"),
+])
+def test_a_box_given_two_costs_is_refused(costs: list[str], said: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The owned cost silently won over the rented price of the same box (its hourly cost 0.43, not 0.9)."""
+    assert main(["recommend", "--model", "llama-3.1-8b", "--db", str(tmp_path / "r.db"), *costs]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1, err

@@ -270,7 +270,10 @@ def parse_prices(prices: list[str], owned: list[str], currency: str, kwh_price: 
             (price,) = _numbers([val] if sep else [], positive=1)
         except ValueError:
             raise UsageError(f"--price {p}: write ID=PER_HOUR, a price above 0, e.g. nvidia-l40s=0.9") from None
-        out[_box_key(key, "--price", cat, labels)] = Pricing(currency=currency, price_per_hour=price)
+        box = _box_key(key, "--price", cat, labels)
+        if box in out:
+            raise UsageError(f"--price {p}: {box} is priced twice; give each box one price")
+        out[box] = Pricing(currency=currency, price_per_hour=price)
     for o in owned:
         key, _, val = o.partition("=")
         try:
@@ -278,8 +281,11 @@ def parse_prices(prices: list[str], owned: list[str], currency: str, kwh_price: 
         except ValueError:
             raise UsageError(f"--owned {o}: write ID=PURCHASE:YEARS:WATTS (a price and years above 0, watts 0 or "
                              "more), e.g. amd-ryzen-ai-max-395=2500:3:120") from None
-        out[_box_key(key, "--owned", cat, labels)] = Pricing(currency=currency, purchase=purchase, life_years=years,
-                                                            watts=watts, kwh_price=kwh_price)
+        box = _box_key(key, "--owned", cat, labels)
+        if box in out:  # one box, two costs: one of them would be dropped without a word
+            twice = "given --price and --owned" if out[box].price_per_hour is not None else "owned twice"
+            raise UsageError(f"--owned {o}: {box} is {twice}; give each box one cost")
+        out[box] = Pricing(currency=currency, purchase=purchase, life_years=years, watts=watts, kwh_price=kwh_price)
     return out
 
 
