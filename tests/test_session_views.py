@@ -544,3 +544,19 @@ def test_a_turn_s_context_reads_the_same_in_the_sweep_s_table_and_in_compare(tmp
     # a level with no busted baseline beside it has no busted TTFT and no gain: no columns of dashes
     head, rows = session_rows(warm, None)  # type: ignore[arg-type]
     assert head == ["Turn", "Context", "Cached", "TTFT warm", "Decode tok/s"] and len(rows[0]) == 5
+
+
+@pytest.mark.parametrize("interrupted, by", [(True, "the interrupt"), (False, "the soak's end")])
+def test_sessions_cut_short_say_what_cut_them(interrupted: bool, by: str) -> None:
+    """A Ctrl-C while every session thought between turns cuts no request, and the line said the sessions were
+    "cut short by the soak's end" of a run that had no soak."""
+    from tokenbench.finding import Code, Finding
+    from tokenbench.levels import SessionStats
+    from tokenbench.session_table import session_lines
+
+    st = SessionStats(cache="warm", sessions=4, sessions_finished=2, turns_per_session=3.0,
+                      session_s=Distribution.of([1.0, 2.0]), cached_share=0.5, cached_source="usage", cut=2)
+    s = ServingLevel(concurrency=2, completed=8, session=st,
+                     findings=[Finding(Code.INTERRUPTED, "the level was cut short", severity="note")] if interrupted
+                     else [])
+    assert f"2 cut short by {by}" in session_lines(s)[0]

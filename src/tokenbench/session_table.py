@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from .finding import Code
 from .grace import INTERRUPTED
 from .cells import agents_text, level_label, ms, num
 from .console import print_hanging, print_table
@@ -68,8 +69,8 @@ def session_lines(s: ServingLevel) -> list[str]:
     parts = [", ".join(done), ", ".join(cache)]
     if st.capped or st.compactions:
         parts.append(f"at the context cap {st.capped} ended, {st.compactions} compacted")
-    if st.cut:  # an interrupt's cut requests (OK/failed's "cut") ended them, where there are any; else the soak's end
-        by = "the interrupt" if s.errors.get(INTERRUPTED) else "the soak's end"
+    if st.cut:  # an interrupt (one that cut requests, or found every session thinking), else the soak's end
+        by = "the interrupt" if s.errors.get(INTERRUPTED) or s.finding(Code.INTERRUPTED) else "the soak's end"
         parts.append(f"{st.cut} cut short by {by}")
     beside = ["  " + st.background.line()] if st.background is not None else []
     return [f"{level_label(s)}: " + "; ".join(p for p in parts if p), *beside, *over_time(s)]
