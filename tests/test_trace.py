@@ -58,7 +58,7 @@ def test_a_line_that_is_not_json_is_refused(tmp_path: Path) -> None:
     assert refused(p).endswith(f"{p}:2: line: not JSON (Unterminated string starting at column 18)")
 
 
-@pytest.mark.parametrize("body", ['{"id": "t", "block_size": 64, "requests": [{"t": 0, "in": 1', ""])
+@pytest.mark.parametrize("body", ['{"id": "t", "block_size": 64, "requests": [{"t": 0, "in": 1', "", "[]", "[1, 2]"])
 def test_a_file_whose_format_cannot_be_told_is_refused_for_its_fault_not_an_option(
         tmp_path: Path, body: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A Weka trace cut short (a Weka trace goes with --concurrency), or an empty file, was told "--trace sets every
@@ -71,8 +71,9 @@ def test_a_file_whose_format_cannot_be_told_is_refused_for_its_fault_not_an_opti
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "drop --concurrency" not in err, err
-    assert f"{p}" in err and "--trace-format" in err and ("not JSON" in err if body else "empty" in err), err
-    if body:  # said as a JSON document cut short, not as line 1 of a Mooncake JSONL file
+    said = "not a JSON object" if body.startswith("[") else "not JSON" if body else "empty"
+    assert f"{p}" in err and "--trace-format" in err and said in err, err
+    if body.startswith("{"):  # said as a JSON document cut short, not as line 1 of a Mooncake JSONL file
         assert f"{p} is not JSON (Expecting ',' delimiter at line 1, column 60, at its end: cut short?)" in err, err
         assert "read as Mooncake" not in err, err
         # in a folder, where only a file of Weka traces is read: its fault is said, not only that it is none

@@ -238,7 +238,7 @@ def _write(tmp_path: Path, name: str, body: str | bytes) -> Path:
     ("t.jsonl", SESSION_LOG.read_text(), "session-log"),
     ("t.json", "timestamp,input_length,output_length\n0,5,2\n", "csv"),
     ("t.jsonl", '{"prompt": "hello"}\n', None),
-    ("t.jsonl", "[1, 2]\n", "mooncake"),
+    ("t.jsonl", "[1, 2]\n", None),  # an array of no records tells no format: read as Mooncake, its fault said
 ])
 def test_the_format_is_detected_by_content_not_suffix(tmp_path: Path, name: str, body: str, fmt: str | None) -> None:
     p = _write(tmp_path, name, body)

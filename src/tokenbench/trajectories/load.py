@@ -56,8 +56,8 @@ def detect_text(text: str) -> str | None:
         else:
             line = head.splitlines()[0] if head else ""
             return "csv" if line.replace(" ", "").lower().startswith(CSV_HEADER) else None
-    if isinstance(first, list):
-        return "mooncake"
+    if isinstance(first, list):  # records in an array; an empty one, or one of no records, tells no format
+        return "mooncake" if first and isinstance(first[0], dict) else None
     if not isinstance(first, dict):
         return None
     keys = first.keys()
