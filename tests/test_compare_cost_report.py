@@ -460,6 +460,24 @@ def test_import_guidellm(tmp_path: Path) -> None:
     assert [(s.tpot_ms.p50, s.tpot_ms.n, s.itl_ms.n) for s in levels] == [(12.7, 32, 0), (12.7, 32, 0)]
 
 
+def test_guidellm_profiles_of_both_loops_are_told_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A GuideLLM run of a synchronous, a concurrent and a Poisson profile was shown under "Rate" as 1, 8 and
+    2/s: its concurrencies read as rates. Its throughput profile's cap is its concurrency."""
+    d = json.loads((DATA / "guidellm_benchmarks.json").read_text())
+    b = d["benchmarks"][0]
+    strategies = [{"type_": "synchronous"}, {"type_": "concurrent", "streams": 8}, {"type_": "poisson", "rate": 2},
+                  {"type_": "throughput", "max_concurrency": 16}]
+    d["benchmarks"] = [{**b, "config": {**b["config"], "strategy": st}} for st in strategies]
+    f = tmp_path / "mixed.json"
+    f.write_text(json.dumps(d))
+    db = str(tmp_path / "i.db")
+    assert main(["import", str(f), "--label", "mixed", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["show", "mixed", "--db", db, "--format", "markdown"]) == 0
+    rows = [ln.split("|")[1].strip() for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")]
+    assert rows[:5] == ["Load", "c=1", "c=8", "2/s", "c=16"], rows
+
+
 def test_malformed_import_names_file_and_field_and_stores_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "i.db"
     bad = json.loads((DATA / "guidellm_benchmarks.json").read_text())

@@ -111,6 +111,11 @@ GOODPUT = "Goodput req/s"
 PER_AGENT = "Per-agent tok/s"
 
 
+def mixed_label(s: ServingLevel) -> str:
+    """A level among both open and closed loops: "c=8" for a concurrency, as the rates are "2/s"."""
+    return f"c={level_label(s)}" if s.rate is None and s.concurrency is not None else level_label(s)
+
+
 def _sweep_columns(levels: list[ServingLevel], currency: str, predicted: bool = False) -> list[Column]:
     """The sweep table's columns: the fixed ones, and those only some runs have a figure for; ``predicted``: its
     rates and times to the significant figures a prediction's band supports."""
@@ -119,7 +124,11 @@ def _sweep_columns(levels: list[ServingLevel], currency: str, predicted: bool = 
     keys = [(level_label(s), s.input_tokens_mean) for s in levels]
     first = "Rate" if any(s.rate is not None for s in levels) else \
         "Agents" if any(s.session is not None for s in levels) else "Concurrency"
-    cols: list[Column] = [(first, level_label)]
+    label = level_label
+    if first == "Rate" and any(s.rate is None and s.concurrency is not None for s in levels):
+        # an imported run of open and closed loops both (GuideLLM's profiles): "8" under "Rate" read as 8/s
+        first, label = "Load", mixed_label
+    cols: list[Column] = [(first, label)]
     if len(set(keys)) > len({k for k, _ in keys}):
         cols.append(("Prompt tokens", lambda s: f"{s.input_tokens_mean:,.0f}" if s.input_tokens_mean else "—"))
     cols += [("Aggregate output tok/s", lambda s: _aggregate(s, rate)),

@@ -54,7 +54,10 @@ def parse(path: Path, text: str, label: str | None) -> list[Imported]:
         tps = need(out_ok, "mean", path, f"{where}.metrics.output_tokens_per_second.successful")
         st = _strategy(b)
         kind = str(st.get("type_") or st.get("type") or "")
+        # synchronous: one at a time; concurrent: its streams; throughput: all at once, to its cap where it has one
         conc = int(st["streams"]) if st.get("streams") else (1 if kind == "synchronous" else None)
+        if conc is None and kind == "throughput" and st.get("max_concurrency"):
+            conc = int(st["max_concurrency"])
         rate = float(st["rate"]) if st.get("rate") and not conc else None
         totals = m.get("request_totals") or {}
         s = ServingLevel(
