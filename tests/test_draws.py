@@ -212,3 +212,19 @@ def test_the_embedded_engine_holds_the_longest_draw() -> None:
     cfg = SweepConfig(url="", workload=LengthsKind(parse("uniform:64-256", "--input-len"),
                                                    parse("normal:32,8", "--output-len")))
     assert cfg.longest_request() == 256 + 64 and embedded_ctx(cfg) == slot_context(320)
+
+
+def test_a_level_of_drawn_output_lengths_asked_no_one_length() -> None:
+    """expected_output_tokens was the first request's draw (48, where the level's ran 48-161), which a script
+    set beside output_tokens_mean read as the length asked for."""
+    from tokenbench.metrics import summarize
+    from tokenbench.records import RequestRecord
+
+    def rec(i: int, asked: int) -> RequestRecord:
+        r = RequestRecord(index=i, phase="measured", sent_ns=i * 10**9, first_token_ns=i * 10**9 + 10**7,
+                          end_ns=i * 10**9 + 10**8, output_tokens=asked, expected_output_tokens=asked)
+        r.input_tokens = 16
+        return r
+
+    assert summarize([rec(0, 48), rec(1, 161)], concurrency=1, rate=None, window_start_ns=0).expected_output_tokens is None
+    assert summarize([rec(0, 64), rec(1, 64)], concurrency=1, rate=None, window_start_ns=0).expected_output_tokens == 64

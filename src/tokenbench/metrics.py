@@ -183,6 +183,13 @@ def _prefill_tps(summary: ServingLevel, ok: list[RequestRecord]) -> float | None
     return statistics.median(pp) if pp else None
 
 
+def _one_asked(ok: list[RequestRecord]) -> int | None:
+    """The output length the level's requests asked for, where they all asked the same (drawn lengths, a dataset
+    or a trace ask each their own: it was the first request's, read as the level's)."""
+    asked = {r.expected_output_tokens for r in ok if r.expected_output_tokens}
+    return asked.pop() if len(asked) == 1 else None
+
+
 def client_delays(measured: list[RequestRecord]) -> tuple[Distribution | None, Distribution | None]:
     """The client's own lateness: sends after their scheduled arrival (open loop), and the wait from the start
     of a send to its last byte on the socket (``send_queue_ms``)."""
@@ -252,7 +259,7 @@ def summarize(
         total_output_tokens=sum(out_tokens),
         output_tokens_min=min(out_tokens, default=None),
         output_tokens_max=max(out_tokens, default=None),
-        expected_output_tokens=next((r.expected_output_tokens for r in ok if r.expected_output_tokens), None),
+        expected_output_tokens=_one_asked(ok),
         input_tokens_source=_source(ok, "input_tokens_source"),
         tokens_per_chunk_mean=sum(out_tokens) / chunks if chunks else None,
         time_to_first_text_ms=ttftext,
