@@ -942,6 +942,51 @@ def chained(tokens: list[int], prompt: int, block: int) -> list[int]:
     return out
 
 
+def test_nothing_is_served_before_the_writer_can_record_it(model_cache: Path, tmp_path: Path) -> None:
+    """A lengths-only log's tokenizer loads in the writer (4 s with Transformers) while the proxy already served:
+    a Ctrl-C then, soon after the agent's last answer, left a log of its header alone, exit 1 and not a word.
+    Now the proxy serves once the writer is ready (requests before are refused, never answered unwritten), and an
+    interrupt while it loads leaves no log and no writer."""
+    from tokenbench.engines import launch, tiny
+
+    tok = str(tiny.ensure(model_cache).hf_dir)
+    out = tmp_path / "lt.jsonl"
+    body = {"model": "emitter", "stream": True, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+
+    def recording_of(url: str, port: int) -> Recording:
+        return Recording(RecordConfig(url[:-3], out, port=port, lengths_only=True, tokenizer=tok, key=KEY))
+
+    async def go(url: str) -> tuple[list[Any], Any]:
+        port = launch.free_port()
+        rec = recording_of(url, port)
+        starting = asyncio.ensure_future(rec.start())
+        early = []
+        while not starting.done():  # an agent that sends from the first moment
+            early.append((await post(f"http://127.0.0.1:{port}/v1/chat/completions", body))[0])
+            await asyncio.sleep(0.05)
+        await starting
+        status, _ = await post(f"http://127.0.0.1:{port}/v1/chat/completions", body)
+        assert status == 200
+        return early, await rec.stop()
+
+    async def interrupted(url: str) -> Recording:
+        rec = recording_of(url, launch.free_port())
+        starting = asyncio.ensure_future(rec.start())
+        await asyncio.sleep(0.5)  # the writer still loads its tokenizer
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        return rec
+
+    with BackgroundEmitter(EmitterConfig()) as em:
+        early, summary = asyncio.run(go(em.url))
+        assert set(early) == {"ClientConnectorError"}, early
+        assert summary.recorded == len(lines(out)) == 1
+        out.unlink()
+        rec = asyncio.run(interrupted(em.url))
+    assert not out.exists() and rec.link is None
+
+
 def test_lengths_only_keeps_counts_and_hash_ids_and_no_text(tmp_path: Path) -> None:
     out = tmp_path / "lengths.jsonl"
     prompt = [{"role": "system", "content": "alpha beta gamma delta epsilon zeta"},

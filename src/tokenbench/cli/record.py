@@ -102,7 +102,8 @@ def cmd_record(a: argparse.Namespace, console: Console) -> int:
         with asyncio.Runner(loop_factory=fast_loop()) as runner:
             runner.run(record(config, ready, holder))
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM, SIGHUP) is how a recording ends
-        pass
+        if not holder:  # before the proxy served: its writer (a lengths-only log's tokenizer) was still loading
+            print_hanging(console, f"interrupted before the proxy was ready: nothing recorded, no {config.out} left")
     for line in holder[0].lines() if holder else []:
         print_hanging(console, line)
     # a recording that holds nothing, or lost what its writer was handed, did not do its job

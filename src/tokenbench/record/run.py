@@ -94,28 +94,23 @@ class Recording:
             self.link.put(ex)
 
     async def start(self) -> str:
-        """Serve, make the log, start the writer; the proxy's root URL."""
-        try:
-            self.port = await self.proxy.serve(self.config.host, self.config.port)
-        except OSError as e:
-            c = self.config
-            if e.errno == errno.EADDRINUSE:
-                raise UsageError(f"--port {c.port}: {c.host}:{c.port} is in use; pick another with --port") from None
-            raise UsageError(f"--host {c.host} --port {c.port}: cannot listen there ({e.strerror or e})") from None
-        try:
-            self._make_log()
-        except UsageError:
-            await self.proxy.stop(0)
-            raise
+        """Make the log, start the writer (a lengths-only log's tokenizer loaded), then serve: the proxy forwarded
+        requests while the tokenizer loaded (4 s), and dropped them unwritten. The proxy's root URL."""
+        self._make_log()
         c = self.config
-        self.link = WriterLink(WriterConfig(c.out, c.upstream, c.lengths_only, c.block_size, c.tokenizer, c.key))
+        link = WriterLink(WriterConfig(c.out, c.upstream, c.lengths_only, c.block_size, c.tokenizer, c.key))
         try:
-            await self.link.open()
-        except UsageError:  # the writer cannot start (its tokenizer): nothing is served, no log is left
-            self.link = None
-            await self.proxy.stop(0)
+            await link.open()
+            self.port = await self.proxy.serve(c.host, c.port)
+        except BaseException as e:  # the writer cannot start, the port is taken, or an interrupt: no log is left
+            link.abort()
             self._remove_empty_log()
+            if isinstance(e, OSError) and e.errno == errno.EADDRINUSE:
+                raise UsageError(f"--port {c.port}: {c.host}:{c.port} is in use; pick another with --port") from None
+            if isinstance(e, OSError):
+                raise UsageError(f"--host {c.host} --port {c.port}: cannot listen there ({e.strerror or e})") from None
             raise
+        self.link = link
         host = "127.0.0.1" if self.config.host in ("0.0.0.0", "", "::") else self.config.host
         return f"http://{host}:{self.port}"
 

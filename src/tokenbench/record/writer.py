@@ -304,6 +304,14 @@ class WriterLink:
             await self.close(timeout=5)
             raise UsageError(said[1])
 
+    def abort(self) -> None:
+        """Stop the writer at once, whatever it was doing (it had written nothing: the proxy had not served)."""
+        if self._transport is not None:
+            self._transport.abort()
+        self._sock.close()
+        self.proc.kill()
+        self.proc.wait()
+
     def put(self, ex: Exchange) -> None:
         if self._transport is None or self._transport.is_closing():
             self.lost = self.lost or "the log writer stopped"
