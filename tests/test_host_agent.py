@@ -397,6 +397,11 @@ def test_a_run_through_an_agent_without_a_meter_says_the_agents_reasons() -> Non
     tele = level.summary.telemetry
     assert tele is not None and tele.gpu_power == "not available"
     assert tele.power_note == "the server host has no power source its agent reads (no RAPL counters here)"
+    # said under the table once: a run given an agent for its power heard nothing of it where it had none
+    from tokenbench.sweep_table import notes
+
+    said = [n for n in notes([o.summary for o in res.outcomes] * 2) if "power" in n]
+    assert said == ["no power figure: the server host has no power source its agent reads (no RAPL counters here)"]
 
 
 def test_a_refused_agent_leaves_no_connection_open() -> None:

@@ -298,13 +298,18 @@ def _power_lines(levels: list[ServingLevel]) -> list[str]:
     """Each level whose power figure is partial, or missing for a reason other than having no meter to read (a
     meter or an agent that stopped answering mid-run), and why: the J/token of part of a level read as whole, and
     the next level's figure went missing, without a word."""
-    out = []
+    out: list[str] = []
     for s in levels:
         t = s.telemetry or Telemetry()
         if t.power_source is not None and t.power_partial:
             out.append(f"[{level_label(s)}] power partial: {t.power_note or 'its source stopped within the level'}")
         elif t.power_source is None and t.power_note and not t.power_note.startswith(NO_METER_NOTES):
             out.append(f"[{level_label(s)}] no power figure: {t.power_note}")
+        elif t.power_source is None and t.power_note and (t.power_note.startswith(NO_METER_NOTES[1])
+                                                          or "--idle-power" in t.power_note):
+            # no meter where one was asked for (an agent on the server host, --idle-power): said once, for all
+            line = f"no power figure: {t.power_note}"
+            out += [line] if line not in out else []
     return out
 
 
