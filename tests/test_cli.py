@@ -249,3 +249,10 @@ def test_the_commands_that_read_a_store_or_the_catalogs_import_no_http_client(tm
         exit_code, *loaded = proc.stdout.split()
         heavy = sorted({r for m in loaded for r in SEND_ONLY if m == r or m.startswith(r + ".")})
         assert exit_code == "0" and not heavy, f"{argv}: exit {exit_code}, imported {heavy}"
+
+
+def test_a_number_past_the_bound_is_told_the_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    """--price-per-hour 1e12 was told "'1e12' is not a positive number": it is one; the bound is what refused it."""
+    assert main(["cost", "x", "--price-per-hour", "1e12"]) == 2
+    err = capsys.readouterr().err
+    assert "'1e12' is more than tokenbench takes (2,147,483,648 at most)" in err and len(err.splitlines()) == 1

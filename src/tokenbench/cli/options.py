@@ -17,8 +17,10 @@ def _number(kind: type, low: float, strict: bool, what: str) -> Any:
             v = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"'{text}' is not {what}") from None
-        if v != v or abs(v) > 2**31 or (v <= low if strict else v < low):
+        if v != v or (v <= low if strict else v < low):
             raise argparse.ArgumentTypeError(f"'{text}' is not {what}")
+        if abs(v) > 2**31:  # it is one: say the bound, not that it is not
+            raise argparse.ArgumentTypeError(f"'{text}' is more than tokenbench takes ({2**31:,} at most)")
         return v
     parse.__name__ = what
     return parse
