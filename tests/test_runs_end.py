@@ -330,3 +330,63 @@ def test_a_reader_that_goes_away_neither_fails_the_command_nor_cuts_the_run(json
     if json_to == "file":
         assert len(json.loads(out.read_text())["levels"]) == 2
     assert (runs.returncode, runs.stderr) == (0, b"")
+
+
+@pytest.mark.parametrize("key, said", [(None, "asks for an API key (HTTP 401): pass --api-key or set OPENAI_API_KEY"),
+                                       ("wrong", "refused the API key given (HTTP 401): check --api-key or "
+                                                 "OPENAI_API_KEY")])
+def test_a_server_that_wants_a_key_says_whether_one_was_given(key: str | None, said: str) -> None:
+    """A run with no key and one with a wrong key were both told the server "refused the API key": pass one."""
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from tokenbench.errors import EndpointError
+    from tokenbench.servers import discover
+
+    async def go() -> str:
+        app = web.Application()
+        app.router.add_get("/v1/models", lambda _: web.json_response({"error": "Invalid API Key"}, status=401))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            async with aiohttp.ClientSession() as http:
+                with pytest.raises(EndpointError) as e:
+                    await discover(http, f"http://127.0.0.1:{port}/v1", key)
+            return str(e.value)
+        finally:
+            await runner.cleanup()
+
+    assert said in asyncio.run(go())
+
+
+def test_https_to_a_server_that_waits_hints_at_plain_http() -> None:
+    """https:// to llama-server (plain HTTP) waits out the timeout: the TLS hello gets no answer. It was told only
+    "did not answer within 10 s"."""
+    import asyncio
+
+    import aiohttp
+
+    from tokenbench.errors import EndpointError
+    from tokenbench.servers import discover
+
+    async def go() -> str:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1 << 16)  # as a plain-HTTP server waits for a request line after a TLS hello
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with aiohttp.ClientSession() as http:
+                with pytest.raises(EndpointError) as e:
+                    await discover(http, f"https://127.0.0.1:{port}/v1", None, timeout=0.5)
+            return str(e.value)
+        finally:
+            server.close()
+
+    said = asyncio.run(go())
+    assert "did not answer within 0.5 s: check --url (if it serves plain HTTP: http://, not https://)" in said

@@ -169,9 +169,10 @@ async def discover(
                 if b"the agent's token" in await r.content.read(4096):  # hostagent/server.py's refusal
                     raise EndpointError(f"{base_url} is a tokenbench agent, not a model server: give the server's "
                                         "own URL as --url, and the agent's as --agent")
-                raise EndpointError(
-                    f"{base_url} refused the API key (HTTP {r.status}): pass --api-key or set OPENAI_API_KEY"
-                )
+                raise EndpointError(  # a key given was wrong; none given, the server asks for one
+                    f"{base_url} refused the API key given (HTTP {r.status}): check --api-key or OPENAI_API_KEY"
+                    if api_key else f"{base_url} asks for an API key (HTTP {r.status}): pass --api-key or set "
+                    "OPENAI_API_KEY")
             if r.status != 200:
                 models_error = f"{base_url}/models answered HTTP {r.status}"
             else:
@@ -182,7 +183,9 @@ async def discover(
     except aiohttp.ClientConnectorError as e:
         raise EndpointError(f"cannot reach {base_url} ({e.os_error or e}): is the server running? check --url") from e
     except (asyncio.TimeoutError, TimeoutError) as e:
-        raise EndpointError(f"{base_url} did not answer within {timeout:g} s: check --url and the server") from e
+        # a plain-HTTP server waits for the TLS handshake's request that never comes
+        tls = " (if it serves plain HTTP: http://, not https://)" if base_url.startswith("https://") else ""
+        raise EndpointError(f"{base_url} did not answer within {timeout:g} s: check --url{tls} and the server") from e
     except aiohttp.ClientError as e:
         raise EndpointError(f"cannot talk to {base_url}: {e}; check --url") from e
     if models_error and model is None:

@@ -52,8 +52,8 @@ def _print_points(console: Console, done: Costed, fmt: str) -> None:
     for p in done.points:
         vs = p.vs_api()
         rows.append([p.operating_point, f"{p.output_tps:,.1f}",
-                     f"{p.cost_per_mtok:.2f}" if p.cost_per_mtok is not None else "—",
-                     *([f"{api:.2f}", vs] if api is not None and vs else [])])
+                     f"{p.cost_per_mtok:,.2f}" if p.cost_per_mtok is not None else "—",
+                     *([f"{api:,.2f}", vs] if api is not None and vs else [])])
     console.print(describe(done), markup=False, highlight=False)
     print_table(console, head, rows, fmt)
 
