@@ -499,3 +499,29 @@ def test_milliseconds_are_held_to_a_year_as_milliseconds(tmp_path: Path) -> None
     p = _write(tmp_path, "w.json", _weka(long_subagent))
     subs = load_trajectories(p, fmt="weka").trajectories[0].subagents
     assert any(s.start_s == 3600.0 for s in subs)
+
+
+def test_a_full_text_sets_ideal_counts_the_system_prompt_its_sessions_share(tmp_path: Path) -> None:
+    """Two recorded sessions of one agent: the same tools and system prompt, each its own task. A replay's salt
+    goes before the first user message, so the second session's tools and system prompt are served from the
+    first's: the ideal counted only what a session's own call before sent (0 here), and the server read 42-55%
+    cached against an "ideal" 6%."""
+    tools = [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object", "properties": {}}}}]
+    system = {"role": "system", "content": "You are a coding agent. " * 20}
+
+    def call(session: str, sent: float, task: str) -> str:
+        return json.dumps({"session": session, "parent": None, "sent": sent, "first_byte": sent + 0.1,
+                           "end": sent + 0.5, "pause": None,
+                           "usage": {"prompt_tokens": 120, "completion_tokens": 2, "cached_tokens": 0},
+                           "request": {"messages": [system, {"role": "user", "content": task}], "tools": tools},
+                           "response": {"role": "assistant", "content": "ok"}})
+
+    head = {"format": "tokenbench-session-log", "version": 1, "lengths_only": False,
+            "started_at": "2026-05-01T09:00:00Z"}
+    p = tmp_path / "two.jsonl"
+    p.write_text("\n".join([json.dumps(head), call("a", 0.0, "fix the parser"), call("b", 1.0, "add a test")]) + "\n")
+    figures = load_trajectories(p).figures
+    schemas, prompt = len(json.dumps(tools)), len(system["content"])
+    sent = 2 * (schemas + prompt) + len("fix the parser") + len("add a test")
+    assert figures.ideal_basis == "characters"
+    assert figures.ideal_cached_share == pytest.approx((schemas + prompt) / sent)

@@ -12,9 +12,12 @@ before are looked up, so the work follows the distinct blocks, not the re-sent o
 
 A full-text set (MLCommons' rows, a session log that keeps the text) has no tokens counted per block, so its ideal
 share is of characters (``ideal_basis``): a call's tool schemas and leading messages that its trajectory's call
-before sent, with that call's answer after them, over all the characters its calls send. A template and a
+before sent, with that call's answer after them, or, where more, the tool schemas and messages before its first
+user message that any call before it sent (an agent's system prompt, which a replay's salt leaves shared), over
+all the characters its calls send. A template and a
 tokenizer turn both into tokens alike, so the shares agree but for the template's own words; a subagent's first
-call counts nothing served, so the share is a floor where subagents share their parent's prompt.
+call is served only what calls before sent ahead of their first user message, so the share is a floor where
+subagents share more of their parent's prompt.
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ def _ideal(trees: tuple[Trajectory, ...], calls: list[Call], served: int, total:
         return (served / total if total else 0.0), "tokens"
     if not any(c.messages for c in calls):
         return None, None
-    same, chars = map(sum, zip(*(_text_cache(t) for t in trees)))
+    lead: set[int] = set()  # what every call sent before its first user message, across the set (_text_cache)
+    same, chars = map(sum, zip(*(_text_cache(t, lead) for t in trees)))
     return (same / chars if chars else 0.0), "characters"
 
 
@@ -97,22 +101,38 @@ def _chars(m: Message) -> int:
     return sum(len(t) for t in m.texts())
 
 
-def _text_cache(tree: Trajectory) -> tuple[int, int]:
+def _text_cache(tree: Trajectory, lead: set[int]) -> tuple[int, int]:
     """(characters a prefix cache could serve, characters sent) of one full-text tree: each call against its own
-    trajectory's call before, that call's answer after its messages; the tool schemas first, as templates put them."""
+    trajectory's call before, that call's answer after its messages; the tool schemas first, as templates put them.
+    And against every call sent before it, of this tree or another, as far as the tools and the messages before
+    its first user message go, which a replay's salt leaves shared (an agent's system prompt): ``lead`` holds
+    those prefixes, chained, as the calls are taken."""
     before: dict[str, tuple[Any, tuple[Message, ...]]] = {}  # trajectory id -> (tools, messages and answer)
     same = total = 0
     for _, t, c in tree.timeline():
-        tools = len(json.dumps(c.tools)) if c.tools else 0
+        schemas = json.dumps(c.tools) if c.tools else ""
         sizes = [_chars(m) for m in c.messages]
-        total += tools + sum(sizes)
+        total += len(schemas) + sum(sizes)
+        own = 0
         prev = before.get(t.id)
         if prev is not None and prev[0] == c.tools:
-            same += tools
+            own = len(schemas)
             for m, old, n in zip(c.messages, prev[1], sizes):
                 if m != old:
                     break
-                same += n
+                own += n
+        key = hash(schemas)
+        seen = key in lead
+        shared = len(schemas) if seen else 0
+        lead.add(key)
+        for m, n in zip(c.messages, sizes):
+            if m.role == "user":
+                break
+            key = hash((key, repr(m)))
+            seen = seen and key in lead
+            shared += n if seen else 0
+            lead.add(key)
+        same += max(own, shared)
         before[t.id] = (c.tools, c.messages + ((c.answer,) if c.answer is not None else ()))
     return same, total
 
