@@ -116,19 +116,23 @@ def mixed_label(s: ServingLevel) -> str:
     return f"c={level_label(s)}" if s.rate is None and s.concurrency is not None else level_label(s)
 
 
+def _first_column(levels: list[ServingLevel]) -> Column:
+    """The levels' load: rates, agents or concurrencies; both rates and concurrencies in an imported run of open
+    and closed loops (GuideLLM's profiles), where "8" under "Rate" read as 8/s."""
+    if any(s.rate is not None for s in levels):
+        if any(s.rate is None and s.concurrency is not None for s in levels):
+            return "Load", mixed_label
+        return "Rate", level_label
+    return ("Agents" if any(s.session is not None for s in levels) else "Concurrency"), level_label
+
+
 def _sweep_columns(levels: list[ServingLevel], currency: str, predicted: bool = False) -> list[Column]:
     """The sweep table's columns: the fixed ones, and those only some runs have a figure for; ``predicted``: its
     rates and times to the significant figures a prediction's band supports."""
     rate, time = (_predicted_num, _predicted_ms) if predicted else (num, ms)
     # imported rows at one concurrency can differ by prompt length only: say which is which
     keys = [(level_label(s), s.input_tokens_mean) for s in levels]
-    first = "Rate" if any(s.rate is not None for s in levels) else \
-        "Agents" if any(s.session is not None for s in levels) else "Concurrency"
-    label = level_label
-    if first == "Rate" and any(s.rate is None and s.concurrency is not None for s in levels):
-        # an imported run of open and closed loops both (GuideLLM's profiles): "8" under "Rate" read as 8/s
-        first, label = "Load", mixed_label
-    cols: list[Column] = [(first, label)]
+    cols: list[Column] = [_first_column(levels)]
     if len(set(keys)) > len({k for k, _ in keys}):
         cols.append(("Prompt tokens", lambda s: f"{s.input_tokens_mean:,.0f}" if s.input_tokens_mean else "—"))
     cols += [("Aggregate output tok/s", lambda s: _aggregate(s, rate)),
