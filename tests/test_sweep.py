@@ -207,6 +207,24 @@ def test_a_server_killed_mid_level_keeps_the_level_its_tokenizer_was_building(
     assert status == "failed" and level.completed > 8 and level.duration_s < 10, level  # it stopped with its server
 
 
+def test_a_closed_loop_stops_sending_to_a_server_gone(model_cache: Path, tmp_path: Path) -> None:
+    """A server gone mid-level refuses each send at once: a closed loop with its prompts at hand (a local
+    tokenizer) sent thousands a second until its duration ended (4,848 refused in 5 s). It stops after a run of
+    refusals, the level kept and failed, and the run says the server stopped answering."""
+    from tokenbench.engines import tiny
+
+    tok = str(tiny.ensure(model_cache).hf_dir)
+    with EmitterProcess("--exit-after", "6") as em:  # the check request and 5 of the level, then it dies
+        store = Store(tmp_path / "r.db")
+        with pytest.raises(EndpointError, match="stopped answering during level concurrency 2"):
+            sweep(em.url, store, concurrency=[2], requests=None, duration_s=60, warmup=0, tokenizer=tok,
+                  stall_timeout_s=2)
+    (run,) = store.runs()
+    ((_, _, status, level),) = store.levels(run.id)
+    assert status == "failed" and level.completed >= 4 and 1 <= level.failed <= 20, level
+    assert level.duration_s < 10
+
+
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
     """Also: the run printed is this sweep's, not the newest in the database (another sweep sharing the
     database, here one dated later, used to be printed as "the finished levels")."""

@@ -88,6 +88,11 @@ class PromptSource(Protocol):
     async def next(self) -> tuple[int, PreparedRequest]: ...
 
 
+#: Sends in a row whose connection could not open (at least; twice a closed loop's streams) that end its sending:
+#: the server is gone, and the level ends with them, failed (the sweep then asks whether it is still there).
+REFUSED_IN_A_ROW = 16
+
+
 def stopped_by(report: dict[str, Any]) -> str:
     """What held the event loop at its longest stop, from a ``ClientWatch.report``: the process itself (busy for
     most of it, a garbage collection named where one was long), or other work on the machine's cores."""
@@ -234,6 +239,8 @@ class _Phase:
         self.halt = halt or _never
         self.issued = 0
         self.source_error: str | None = None
+        self.gone_after = REFUSED_IN_A_ROW
+        self.refused = 0  # a closed loop's sends in a row whose connection could not open: the server is gone
 
     async def _prompt(self) -> tuple[int, PreparedRequest] | None:
         """The next prompt, or None once the prompts' source failed (a server's own tokenizer, built from as the
@@ -252,16 +259,20 @@ class _Phase:
             self.watch.inflight -= 1
 
     def timed_out(self) -> bool:
-        """Whether the phase stopped sending for its duration: not halted, not at its request count, and not
-        for want of prompts."""
+        """Whether the phase stopped sending for its duration: not halted, not at its request count, not for want
+        of prompts, nor for a server gone."""
         return self.stop_ns is not None and not self.halt() and self.source_error is None and \
+            self.refused < self.gone_after and \
             (self.requests is None or self.issued < self.requests)
 
     def more(self) -> bool:
         return (self.requests is None or self.issued < self.requests) and self.source_error is None and \
-            (self.stop_ns is None or time.perf_counter_ns() < self.stop_ns) and not self.halt()
+            (self.stop_ns is None or time.perf_counter_ns() < self.stop_ns) and not self.halt() and \
+            self.refused < self.gone_after
 
     async def closed_loop(self, n: int, stagger_s: float | None = None, rng: random.Random | None = None) -> None:
+        # a server gone refuses each send at once: a closed loop sent thousands a second until its duration ended
+        self.gone_after = max(REFUSED_IN_A_ROW, 2 * n)
         waiting = n if stagger_s and rng is not None else 0
 
         async def sender() -> None:
@@ -281,6 +292,7 @@ class _Phase:
                 rec = RequestRecord(index=idx, phase=self.phase)
                 self.records.append(rec)
                 await self.one(req, rec)
+                self.refused = self.refused + 1 if rec.error_kind == "connection" else 0
             self.watch.sampling_inflight = False  # the tail of a level is not a shortfall of the client
 
         if waiting:
