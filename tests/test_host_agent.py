@@ -265,6 +265,8 @@ def test_agent_help_and_a_missing_token(capsys: pytest.CaptureFixture[str]) -> N
     assert err.startswith("tokenbench: error: tokenbench agent needs a token") and "\n" not in err
     assert main(["agent", "--token", " "]) == 2
     assert "--token is empty" in capsys.readouterr().err
+    assert main(["agent", "--token", "abc"]) == 2  # it was taken, for a service a network reaches
+    assert "a token of 3 characters is guessed in moments; give one of 16 or more" in capsys.readouterr().err
     assert main(["agent", "--token", "a", "--token-file", "f"]) == 2
     assert "not allowed with argument" in capsys.readouterr().err
 

@@ -14,12 +14,23 @@ from ..errors import UsageError
 from .common import guard_config
 
 
+#: The shortest token the agent takes: it guards a box's processes and power on whatever network reaches it.
+MIN_TOKEN = 16
+
+
+def _long_enough(token: str, where: str) -> str:
+    if len(token) < MIN_TOKEN:
+        raise UsageError(f"{where}: a token of {len(token)} characters is guessed in moments; give one of "
+                         f"{MIN_TOKEN} or more, or a new --token-file FILE to have one made")
+    return token
+
+
 def agent_token(token: str | None, path: str | None, console: Console) -> str:
     """The token every request must carry: given, read from a file, or made into a new file (0600) and printed."""
     if token is not None:
         if not token.strip():
             raise UsageError("--token is empty: give a token, or --token-file FILE to have one made")
-        return token.strip()
+        return _long_enough(token.strip(), "--token")
     if path is None:
         raise UsageError("tokenbench agent needs a token: --token-file FILE (a new one is made there and printed "
                          "when FILE does not exist) or --token TOKEN")
@@ -31,7 +42,7 @@ def agent_token(token: str | None, path: str | None, console: Console) -> str:
             raise UsageError(f"--token-file {p}: {e.strerror or e}") from None
         if not text:
             raise UsageError(f"--token-file {p} is empty: put a token in it, or remove it to have one made")
-        return text
+        return _long_enough(text, f"--token-file {p}")
     new = secrets.token_urlsafe(24)
     try:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
