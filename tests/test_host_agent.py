@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -272,9 +273,11 @@ def test_agent_help_and_a_missing_token(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_the_command_makes_a_token_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
-    token_file, port = tmp_path / "agent.token", free_port()
+    """Also: --port 0 takes any free port, and the line that says where it serves names it (record and engines
+    serve took 0; the agent refused it)."""
+    token_file = tmp_path / "agent.token"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"), PYTHONUNBUFFERED="1")
-    p = subprocess.Popen([sys.executable, "-m", "tokenbench", "agent", "--port", str(port), "--token-file",
+    p = subprocess.Popen([sys.executable, "-m", "tokenbench", "agent", "--port", "0", "--token-file",
                           str(token_file), "--power", "none", "--power-cmd", "echo 75 W"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -286,6 +289,8 @@ def test_the_command_makes_a_token_serves_and_stops_on_sigterm(tmp_path: Path) -
             lines.append(line)
         token = token_file.read_text().strip()
         assert oct(token_file.stat().st_mode & 0o777) == "0o600" and token in "".join(lines)
+        port = int(re.search(r"serving http://127\.0\.0\.1:(\d+) ", lines[-1])[1])  # type: ignore[index]
+        assert port > 0
 
         async def ask() -> Any:
             async with AgentClient(f"127.0.0.1:{port}", token) as c:

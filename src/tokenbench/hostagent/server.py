@@ -140,7 +140,8 @@ async def serve(cfg: AgentConfig, meter: LocalMeter, ready: Callable[[str], None
         await site.start()
         if ready is not None:
             host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
-            ready(f"http://{host}:{cfg.port}")
+            bound = runner.addresses  # the port it bound: --port 0 takes any free one
+            ready(f"http://{host}:{bound[0][1] if bound else cfg.port}")
         await (stop or asyncio.Event()).wait()
     finally:
         await runner.cleanup()

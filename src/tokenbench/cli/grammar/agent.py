@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..options import POSITIVE, POSITIVE_INT
+from ..options import NONNEG_INT, POSITIVE, POSITIVE_INT
 from .power import add_power_sources
 
 
 def PORT(text: str) -> int:
-    v = POSITIVE_INT(text)
+    v = NONNEG_INT(text)
     if v > 65535:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a port from 1 to 65535")
+        raise argparse.ArgumentTypeError(f"'{text}' is not a port from 0 (any free one) to 65535")
     return int(v)
 
 
@@ -27,7 +27,7 @@ def add_agent_parser(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on; 0.0.0.0 for every interface (anyone who reaches the port and holds "
                         "the token reads this host's state)")
-    p.add_argument("--port", type=PORT, default=DEFAULT_PORT, help="port to listen on")
+    p.add_argument("--port", type=PORT, default=DEFAULT_PORT, help="port to listen on (0: any free one)")
     tok = p.add_mutually_exclusive_group()
     tok.add_argument("--token-file", metavar="FILE",
                      help="read the token from FILE; where FILE does not exist a new token is made there (0600) "
