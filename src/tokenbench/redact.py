@@ -179,9 +179,11 @@ _BEARER = re.compile(r"(\b[Bb]earer[ \t]+)([A-Za-z0-9\-._~+/]{8,}=*)")
 
 
 def _secret_value(m: re.Match[str]) -> bool:
+    """Whether an assignment gives a secret-named name a value that could be a secret (not a number, a constant,
+    a call, or one hidden already)."""
     name, value = m.group(1), m.group(4)
-    return not (value.isdigit() or value in ("null", "None", "true", "false") or value == HIDDEN or "(" in value
-                or not _TEXT_SECRET_NAME.search(_CAMEL.sub("_", name)))
+    plain = value.isdigit() or value in ("null", "None", "true", "false", HIDDEN) or "(" in value
+    return not plain and bool(_TEXT_SECRET_NAME.search(_CAMEL.sub("_", name)))
 
 
 def _assignments(text: str) -> str:

@@ -312,8 +312,8 @@ def _power_lines(levels: list[ServingLevel]) -> list[str]:
         elif t.power_source is None and t.power_note and (t.power_note.startswith(NO_METER_NOTES[1])
                                                           or "--idle-power" in t.power_note):
             # no meter where one was asked for (an agent on the server host, --idle-power): said once, for all
-            line = f"no power figure: {t.power_note}"
-            out += [line] if line not in out else []
+            if (line := f"no power figure: {t.power_note}") not in out:
+                out.append(line)
     return out
 
 

@@ -138,16 +138,20 @@ class Launch:
 PIP_ENGINES = {"transformers": ("transformers", "engine"), "llama-cpp-python": ("llama_cpp", "llama-cpp-python")}
 
 
+def install_line(name: str) -> str:
+    """How to install an engine this Python environment runs (one of ``PIP_ENGINES``)."""
+    extra = PIP_ENGINES[name][1]
+    return f"the {name} engine needs the '{extra}' extra: pip install -e '.[{extra}]' (install torch==2.13.0 first)"
+
+
 def command(engine: str, model: TinyModel, port: int, parallel: int = 1, ctx: int = 8192,
             progress: Progress | None = None, gguf: Path | None = None, extra: tuple[str, ...] = ()) -> Launch:
     """The server command line for ``engine``; installs or builds the engine on first use. ``extra`` options
     are appended for llama-server and vLLM (later options override earlier ones in both)."""
     name = canonical(engine)
     host = ["--host", "127.0.0.1", "--port", str(port)]
-    package, extra_name = PIP_ENGINES.get(name, (None, ""))
-    if package is not None and importlib.util.find_spec(package) is None:  # it died at its import, said as such
-        raise EngineError(f"the {name} engine needs the '{extra_name}' extra: pip install -e '.[{extra_name}]' "
-                          "(install torch==2.13.0 first), or choose another --engine (tokenbench engines)")
+    if name in PIP_ENGINES and importlib.util.find_spec(PIP_ENGINES[name][0]) is None:  # it died at its import
+        raise EngineError(f"{install_line(name)}, or choose another --engine (tokenbench engines)")
     if name == "transformers":
         # Its continuous-batching KV cache otherwise takes 60-80% of the machine's free memory (8-14 GB seen on a
         # 24 GB machine for a 4-layer model): size it for the sequences a run can have in flight.

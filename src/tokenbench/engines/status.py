@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .. import registry
 from ..errors import EngineError
 from . import aiperf_env, llamacpp_build, vllm_env
-from .launch import ENGINES, PIP_ENGINES, canonical
+from .launch import ENGINES, canonical, install_line
 
 #: Reference tools made like an engine (an environment of their own in the cache), served by no command.
 TOOLS: tuple[str, ...] = ("aiperf",)
@@ -69,9 +69,7 @@ def build(name: str, progress: Callable[[str], None]) -> None:
     elif name == "llama-server":
         llamacpp_build.ensure_tools(progress)
     elif not status(name).ready:
-        extra = PIP_ENGINES[name][1]
-        raise EngineError(f"the {name} engine needs the '{extra}' extra: pip install -e '.[{extra}]' "
-                          "(install torch==2.13.0 first)")
+        raise EngineError(install_line(name))
 
 
 __all__ = ["ENGINES", "NAMES", "TOOLS", "EngineStatus", "build", "known", "status"]

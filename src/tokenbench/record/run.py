@@ -111,7 +111,7 @@ class Recording:
                 raise UsageError(f"--host {c.host} --port {c.port}: cannot listen there ({e.strerror or e})") from None
             raise
         self.link = link
-        host = "127.0.0.1" if self.config.host in ("0.0.0.0", "", "::") else self.config.host
+        host = "127.0.0.1" if c.host in ("0.0.0.0", "", "::") else c.host
         return f"http://{host}:{self.port}"
 
     def _make_log(self) -> None:
