@@ -37,9 +37,8 @@ def _spent(doc: dict[str, Any]) -> int:
 
 class Wobble(Exception):
     """The search measured a level more than WOBBLE times slower or faster than the plain sweep had, minutes
-    before, on the same server, or the plain sweep flagged its own client as stalled: the machine, not the search
-    (a CI run once measured 2 agents' TTFT p90 over 1 s in the search against 356 ms in the sweep, on 2 shared
-    cores)."""
+    before, on the same server, or the plain sweep showed no step at the slots: the machine, not the search (a CI
+    run once measured 2 agents' TTFT p90 over 1 s in the search against 356 ms in the sweep, on 2 shared cores)."""
 
 
 WOBBLE = 2.0
@@ -78,11 +77,14 @@ def cross_check(url: str, tmp_path: Path, slots: int, top: int, capsys: pytest.C
     # the step is the slots': from slots + 1 agents on, a request waits for one (measured 4.1x on vLLM, 2.3x on
     # llama-server, at 32 in / 16 out; 2.3x and 2.9x at 64 in / 32 out, in twice the time); 1.5x leaves the
     # limit 22% from either side
-    if queued <= 1.5 * room and (stalled := [lv["concurrency"] for lv in levels if "client_bound" in lv["flags"]]):
-        # the sweep said itself that its client stalled (a CI run: the event loop stopped 1.9 s at 3 agents, whose
-        # p90 read 1,925 ms against 548 ms at 4): the machine, not the engine
-        raise Wobble(f"the plain sweep's client stalled at {stalled}: TTFT p90 ms {ttft}")
-    assert queued > 1.5 * room, ttft
+    if queued <= 1.5 * room:
+        # measured once more before it fails: a CI run's sweep said itself that its client stalled (the event loop
+        # stopped 1.9 s at 3 agents, whose p90 read 1,925 ms against 548 ms at 4), and another read 4 agents' p90
+        # at 827 ms against 465-513 in three other runs, unflagged (one slow request of 12 on 2 busy
+        # cores): the machine, not the engine. Slots that make no step make none twice.
+        stalled = [lv["concurrency"] for lv in levels if "client_bound" in lv["flags"]]
+        raise Wobble(f"no step of 1.5x at {slots + 1} agents (the client stalled at {stalled or 'no level'}): "
+                     f"TTFT p90 ms {ttft}")
     limit = math.sqrt(room * queued)
     found = tmp_path / "found.json"
     rc = main(["capacity", "--url", url, "--slo", f"ttft_p90={limit:.2f}ms", "--concurrency", f"1:{top}",
