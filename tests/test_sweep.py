@@ -183,11 +183,13 @@ def test_server_dying_mid_level_keeps_finished_levels(tmp_path: Path) -> None:
 
 
 @pytest.mark.engine
+@pytest.mark.parametrize("workers", [1, 2])
 def test_a_server_killed_mid_level_keeps_the_level_its_tokenizer_was_building(
-        model_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        workers: int, model_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A level held for a duration builds its prompts as it goes, with the server's own /tokenize where no
     --tokenizer is given. A llama-server killed mid-level ended the run with no level at all, the requests the
-    level had measured lost. Sending stops, the level is kept, marked failed, and the error says why it stopped."""
+    level had measured lost. Sending stops, the level is kept, marked failed, and the error says why it stopped;
+    so too where worker processes send (--workers 2), whom the run tops up with prompts as they go."""
     import threading
 
     from conftest import need_engine
@@ -201,7 +203,7 @@ def test_a_server_killed_mid_level_keeps_the_level_its_tokenizer_was_building(
         threading.Timer(3.0, server.proc.kill).start()
         with pytest.raises(EndpointError, match="level concurrency 2 stopped sending: the server's tokenizer"):
             sweep(server.base_url, store, concurrency=[2, 4], requests=None, duration_s=60, warmup=0,
-                  stall_timeout_s=2)
+                  stall_timeout_s=2, workers=workers)
     (run,) = store.runs()
     ((_, _, status, level),) = store.levels(run.id)
     assert status == "failed" and level.completed > 8 and level.duration_s < 10, level  # it stopped with its server

@@ -132,8 +132,7 @@ class SweepConfig:
 
 
 def _days(s: float) -> str:
-    days = s / 86400
-    return f"{days:,.1f}" if days < 100 else f"{days:,.0f}"
+    return f"{s / 86400:,.1f}" if s < 100 * 86400 else f"{s / 86400:,.0f}"
 
 
 def _ms(ns: int | None) -> float | None:
@@ -205,8 +204,7 @@ class _Load:
     reasons to be called the limit, and the workers lost (the window is kept as far as it got)."""
 
     def __init__(self, client: StreamClient, prompts: PromptPool, pool: WorkerPool | None) -> None:
-        self.stream, self.prompts, self.pool = client, prompts, pool
-        self.window = (0, 0)
+        self.stream, self.prompts, self.pool, self.window = client, prompts, pool, (0, 0)
         self.client_report: dict[str, Any] = {}
         self.reasons: list[str] = []
         self.lost: list[str] = []
@@ -226,14 +224,16 @@ class _Load:
     async def warmup(self, level: Level, n: int, seed: int, records: list[RequestRecord]) -> None:
         stall_s = self.stream.stall_timeout_s  # what a warm-up waits on the server is said (warmup.watched)
         if self.pool is None:
-            res = await watched(run_phase(self.stream, self.prompts, level, "warmup", requests=n, duration_s=None,
-                                          seed=seed, sink=records), in_flight(records), stall_s, self.waiting)
-            if res.source_error is not None:
-                raise EndpointError(res.source_error)
+            error = (await watched(run_phase(self.stream, self.prompts, level, "warmup", requests=n, duration_s=None,
+                                             seed=seed, sink=records), in_flight(records), stall_s,
+                                   self.waiting)).source_error
         else:
-            self.lost += (await watched(self.pool.run_phase(level, "warmup", requests=n, duration_s=None, seed=seed,
-                                                            prompts=self.prompts, sink=records),
-                                        self.pool.in_flight, stall_s, self.waiting)).lost
+            merged = await watched(self.pool.run_phase(level, "warmup", requests=n, duration_s=None, seed=seed,
+                                                       prompts=self.prompts, sink=records),
+                                   self.pool.in_flight, stall_s, self.waiting)
+            self.lost, error = self.lost + merged.lost, merged.source_error
+        if error is not None:  # the prompts' source failed: the server's tokenizer is gone
+            raise EndpointError(error)
 
     async def measured(self, level: Level, n: int | None, duration_s: float | None, seed: int,
                        records: list[RequestRecord], on_done: OnDone) -> None:
@@ -241,7 +241,7 @@ class _Load:
             merged = await self.pool.run_phase(level, "measured", requests=n, duration_s=duration_s, seed=seed,
                                                prompts=self.prompts, sink=records, on_done=on_done,
                                                grace_s=self.grace_s, waiting=self.waiting)
-            self.window = (merged.start_ns, merged.end_ns)
+            self.window, self.source_error = (merged.start_ns, merged.end_ns), merged.source_error
             self.client_report, self.reasons, self.lost = merged.client, merged.reasons, self.lost + merged.lost
             return
         watch = ClientWatch()

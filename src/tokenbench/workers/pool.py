@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from ..grace import Waiting, overtime
 from ..guard_results import GuardSnapshot
 from ..client import PreparedRequest
+from ..errors import EndpointError
 from ..offered_load import Level
 from ..records import Phase, RequestRecord
 from .clocks import ClockSample, boot_id, clock_sample
@@ -45,6 +46,24 @@ class PromptFeed(Protocol):
     async def take(self, n: int) -> list[tuple[int, PreparedRequest]]: ...
 
 
+class _Feed:
+    """A phase's prompts from the run's source, which may fail as it goes (a server's own tokenizer, gone with
+    its server): then ``take`` gives None, and ``error`` says why."""
+
+    def __init__(self, prompts: PromptFeed) -> None:
+        self.prompts = prompts
+        self.error: str | None = None
+
+    async def take(self, n: int) -> list[tuple[int, PreparedRequest]] | None:
+        if self.error is not None:
+            return None
+        try:
+            return await self.prompts.take(n)
+        except EndpointError as e:
+            self.error = str(e)
+            return None
+
+
 @dataclass(slots=True)
 class MergedPhase:
     records: list[RequestRecord]
@@ -53,6 +72,7 @@ class MergedPhase:
     client: dict[str, Any]
     reasons: list[str]
     lost: list[str] = field(default_factory=list)
+    source_error: str | None = None  # the prompts' source failed mid-phase: the workers sent what they held
 
 
 @dataclass(slots=True)
@@ -158,11 +178,15 @@ class WorkerPool:
         start_wall = time.time_ns() + int(lead * NS_PER_S)
         started = []
         lost: list[str] = []
+        feed = _Feed(prompts)
         for k, (m, (share, count, offset)) in enumerate(parts):
             m.delivered, m.queues, m.in_flight, m.waiting_since_ns = 0, [], 0, None
             first = count if count is not None else 2 * (share.concurrency or share.max_concurrency or 4)
-            task = PhaseTask(share, phase, count, duration_s, seed * 1009 + k, start_wall, await prompts.take(first),
-                             offset, watch=phase == "measured", grace_s=grace_s)
+            held = await feed.take(first)
+            if held is None:
+                break  # the source failed: the workers started send what they hold (_follow ends theirs)
+            task = PhaseTask(share, phase, count, duration_s, seed * 1009 + k, start_wall, held, offset,
+                             watch=phase == "measured", grace_s=grace_s)
             try:
                 await m.handle.call("start", task)
                 started.append(m)
@@ -173,7 +197,7 @@ class WorkerPool:
             time.perf_counter_ns() + start_wall - time.time_ns() + int(duration_s * NS_PER_S)
         over = _Overtime(stop_ns, grace_s, waiting, started)
         try:
-            await self._follow(started, duration_s is not None, prompts, sink, on_done, lost, over)
+            await self._follow(started, duration_s is not None, feed, sink, on_done, lost, over)
         except asyncio.CancelledError:
             await asyncio.shield(self._collect(started, sink, lost, "cancel"))
             raise
@@ -187,10 +211,10 @@ class WorkerPool:
             m.settle()
         if not reports:
             now = time.perf_counter_ns()
-            return MergedPhase([], now, now, {}, [], lost)
+            return MergedPhase([], now, now, {}, [], lost, feed.error)
         start_ns = min(r.start_ns for _, r in reports)
         end_ns = max(r.end_ns for _, r in reports)
-        return MergedPhase(sink, start_ns, end_ns, _merge_client(reports), _reasons(reports), lost)
+        return MergedPhase(sink, start_ns, end_ns, _merge_client(reports), _reasons(reports), lost, feed.error)
 
     def in_flight(self) -> tuple[int, int | None]:
         """The requests the workers have in flight, as their last drains said, and when a warm-up's
@@ -199,11 +223,20 @@ class WorkerPool:
         since = [m.waiting_since_ns for m in alive if m.waiting_since_ns is not None]
         return sum(m.in_flight for m in alive), min(since, default=None)
 
-    async def _follow(self, started: list[_Member], timed: bool, prompts: PromptFeed, sink: list[RequestRecord],
+    async def _follow(self, started: list[_Member], timed: bool, feed: _Feed, sink: list[RequestRecord],
                       on_done: Callable[[RequestRecord], None] | None, lost: list[str],
                       over: _Overtime | None = None) -> None:
         running = list(started)
+        ended = False
         while running:
+            if feed.error is not None and not ended:  # each worker sends what it holds, then stops
+                ended = True
+                for m in list(running):
+                    try:
+                        await m.handle.call("end_prompts", feed.error)
+                    except WorkerLost as e:
+                        running.remove(m)
+                        lost.append(self._lose(m, str(e)))
             await asyncio.sleep(DRAIN_PERIOD_S)
             if over is not None:
                 over.tell()
@@ -223,9 +256,9 @@ class WorkerPool:
                         on_done(r)
                 if d.done:
                     running.remove(m)
-                elif timed and d.prompts_left < 8:
+                elif timed and d.prompts_left < 8 and not ended and (more := await feed.take(32)) is not None:
                     try:
-                        await m.handle.call("add_prompts", await prompts.take(32))
+                        await m.handle.call("add_prompts", more)
                     except WorkerLost as e:
                         running.remove(m)
                         lost.append(self._lose(m, str(e)))

@@ -13,6 +13,7 @@ import aiohttp
 
 from ..aiohttp_path import trace_config
 from ..client import PreparedRequest, StreamClient
+from ..errors import EndpointError
 from ..loadgen import ClientWatch, freeze_heap, run_phase
 from ..offered_load import Level
 from ..records import RequestRecord
@@ -21,18 +22,26 @@ from .messages import ClientSpec, Drained, PhaseTask, WorkerReport
 
 
 class _QueuedPrompts:
-    """A worker's prompts: handed over by the driver, topped up while a timed level runs."""
+    """A worker's prompts: handed over by the driver, topped up while a timed level runs, until the driver's
+    source fails (``end``): then the phase sends what it holds and stops, as the driver's own loop does."""
 
     def __init__(self, prompts: list[tuple[int, PreparedRequest]]) -> None:
         self.pool = list(reversed(prompts))
         self.more = asyncio.Event()
+        self.ended: str | None = None  # why no more will come
 
     def add(self, prompts: list[tuple[int, PreparedRequest]]) -> None:
         self.pool[:0] = list(reversed(prompts))
         self.more.set()
 
+    def end(self, why: str) -> None:
+        self.ended = why
+        self.more.set()
+
     async def next(self) -> tuple[int, PreparedRequest]:
         while not self.pool:
+            if self.ended is not None:
+                raise EndpointError(self.ended)  # run_phase stops sending (loadgen._Phase._prompt)
             self.more.clear()
             await self.more.wait()
         return self.pool.pop()
@@ -94,6 +103,10 @@ class LoadWorker:
 
     async def add_prompts(self, prompts: list[tuple[int, PreparedRequest]]) -> None:
         self._prompts.add(prompts)
+
+    async def end_prompts(self, why: str) -> None:
+        """The driver's prompts' source failed: send no more once those held are sent."""
+        self._prompts.end(why)
 
     async def drain(self) -> Drained:
         out = self._done[:]  # run_phase holds self._done.append: the list itself stays
