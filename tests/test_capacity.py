@@ -241,9 +241,11 @@ def test_an_slo_every_level_meets_says_the_range_was_too_small(tmp_path: Path,
 
 
 def test_an_open_loop_level_stops_when_its_queue_grows(tmp_path: Path) -> None:
-    """Two slots, 90 ms a request: about 22 requests/s. Sent faster, requests pile up in flight and TTFT climbs
-    through the level; the level stops, says so, and the search goes on below it."""
-    slow = EmitterConfig(ttft_s=0.01, itl_s=0.005, slots=2)
+    """Two slots, 74 ms a request: about 27 requests/s. Sent faster, requests pile up in flight and TTFT climbs
+    through the level; the level stops, says so, and the search goes on below it. (At 90 ms a request, 22 a
+    second, the search's middle level of 22.6/s sat at the limit, and a busy machine stopped it too: the search
+    then had no level between it and the 16/s served.)"""
+    slow = EmitterConfig(ttft_s=0.01, itl_s=0.004, slots=2)
     with BackgroundEmitter(slow) as em:
         rc, doc = _capacity(em.url, tmp_path / "r.db", "--slo", "agent_tps=1", "--rate", "16:64", "--requests",
                             "160", "--arrival", "constant", "--resolution", "0.5", "--output-len", "16")
