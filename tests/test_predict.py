@@ -497,3 +497,19 @@ def test_a_box_is_found_in_any_case(capsys: pytest.CaptureFixture[str]) -> None:
     assert "on nvidia-h100-sxm" in capsys.readouterr().out
     assert main(["fit", "--hardware", "NVIDIA-A30", "--model", "llama-3.1-8b"]) == 0
     assert "on nvidia-a30" in capsys.readouterr().out
+
+
+def test_fit_says_experts_that_keep_the_format_they_ship_in(capsys: pytest.CaptureFixture[str]) -> None:
+    """gpt-oss ships its experts in MXFP4, which the catalog keeps whatever --weights says: a BF16 gpt-oss-120b read
+    as "BF16 weights ... 60.69 GiB", where BF16 experts would need about 218. The header and the weights line say
+    the experts are kept as shipped; a format that is theirs says nothing more. Counts carry separators."""
+    assert main(["fit", "--hardware", "nvidia-h100-sxm", "--model", "gpt-oss-120b", "--weights", "BF16"]) == 0
+    out = capsys.readouterr().out
+    assert "(BF16 weights, experts as shipped, auto KV)" in out
+    assert "(all experts, theirs 4.25 bits a weight as shipped)" in out
+    assert main(["fit", "--hardware", "nvidia-h100-sxm", "--model", "gpt-oss-120b", "--weights", "MXFP4"]) == 0
+    out = capsys.readouterr().out
+    assert "as shipped" not in out and "(MXFP4 weights, auto KV)" in out
+    assert main(["fit", "--hardware", "nvidia-h200-sxm", "--model", "llama-3.1-8b", "--context", "128"]) == 0
+    most = re.search(r"most sequences at 128 tokens: ([\d,]+)", capsys.readouterr().out)
+    assert most is not None and int(most.group(1).replace(",", "")) >= 1000 and "," in most.group(1)

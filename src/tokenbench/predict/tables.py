@@ -109,10 +109,14 @@ def past_verdict(m: ModelSpec, fits: bool) -> str:
 def fit_lines(s: Setup, f: Fit, context: int, concurrency: int, cal: Calibration | None = None) -> list[str]:
     m = s.model
     past = context_remark(m, context)
+    # experts that ship in a format of their own (gpt-oss's MXFP4) keep it whatever --weights says: said twice
+    kept = m.expert_bpw is not None and m.expert_bpw != s.quant.bpw
     lines = [
-        f"{m.id} ({s.quant.weights} weights, {s.quant.kv.lower()} KV) on {_box(s)} with {s.engine}: "
-        f"{context:,} tokens x {plural(concurrency, 'sequence')}",
-        f"  weights      {f.weights_gb:8,.2f} GiB  (all experts)" if m.is_moe else f"  weights      {f.weights_gb:8,.2f} GiB",
+        f"{m.id} ({s.quant.weights} weights{', experts as shipped' if kept else ''}, {s.quant.kv.lower()} KV) on "
+        f"{_box(s)} with {s.engine}: {context:,} tokens x {plural(concurrency, 'sequence')}",
+        f"  weights      {f.weights_gb:8,.2f} GiB  (all experts"
+        + (f", theirs {m.expert_bpw:g} bits a weight as shipped)" if kept else ")")
+        if m.is_moe else f"  weights      {f.weights_gb:8,.2f} GiB",
         f"  KV cache     {f.kv_gb:8,.2f} GiB  ({kv_bytes(m, s.quant, context) / GIB:,.3f} GiB per sequence)",
     ]
     if m.linear_layers:
@@ -125,7 +129,7 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int, cal: Calibration
         + (f"{f.max_context:,} tokens" if f.max_context < FIT_SEARCH_TOKENS else
            f"{FIT_SEARCH_TOKENS:,} tokens or more (memory is not the limit)")
         + (f" (the model's own: {m.context:,})" if m.past_context(f.max_context) else "") + "; "
-        f"most sequences at {context:,} tokens: {f.max_concurrency}",
+        f"most sequences at {context:,} tokens: {f.max_concurrency:,}",
     ]
     if past:
         lines.append(f"  {past}")
