@@ -273,6 +273,19 @@ def _run(url: str, label: str, *extra: str) -> None:
     assert main(["quality", "--url", url, "--label", label, *NIAH, *extra]) == 0
 
 
+def test_needles_of_another_seed_get_no_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    """Another --seed hides other needles in cells of the same name: the cells were paired by name and read "no
+    difference beyond noise", exit 0. They are refused in one line that names both seeds."""
+    with serve(Answering()) as good:
+        _run(good.url, "s3", "--seed", "3")
+        _run(good.url, "s4", "--seed", "4")
+    capsys.readouterr()
+    assert main(["quality", "compare", "s3", "s4"]) == 2
+    captured = capsys.readouterr()
+    assert "verdict" not in captured.out and len(captured.err.strip().splitlines()) == 1, captured
+    assert "(--seed 3 and --seed 4): their items differ" in captured.err and "no verdict is given" in captured.err
+
+
 def test_verdict_a_degraded_host_is_worse_and_a_copy_is_the_same(capsys: pytest.CaptureFixture[str],
                                                                    tmp_path: Path) -> None:
     with serve(Answering()) as good:
@@ -379,12 +392,17 @@ def test_outputs_that_differ_beyond_the_floor_are_named_different(tmp_path: Path
     text = " ".join(capsys.readouterr().out.split())
     v = json.loads(out.read_text())["tasks"][0]["agreement_verdict"]
     assert v["verdict"] == "different" and v["floor_assumed"] and "the floor is assumed" in text
-    # a floor named by hand
-    assert main(["quality", "compare", other, through, "--floor", first, "--json", str(out)]) == 0
-    assert json.loads(out.read_text())["floor"] == {"runs": [other, first], "given": True,
-                                                   "text": f"the floor: other run twice ({other} and {first}: "
+    # a floor named by hand: a repeat of A's host
+    assert main(["quality", "compare", first, through, "--floor", again, "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["floor"] == {"runs": [first, again], "given": True,
+                                                   "text": f"the floor: host run twice ({first} and {again}: "
                                                            "given by --floor)"}
     assert main(["quality", "compare", first, through, "--floor", through]) == 2
+    # a run of another host (here another label) is no floor for them: it read "other run twice", exit 0
+    capsys.readouterr()
+    assert main(["quality", "compare", other, through, "--floor", first]) == 2
+    err = capsys.readouterr().err
+    assert "is no repeat of other or proxy" in err and "label host" in err and len(err.strip().splitlines()) == 1
 
 
 def test_knob_check_finds_no_effect_on_a_server_that_ignores_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -121,7 +121,8 @@ OUTPUT_SETTINGS = ("api", "max_tokens", "temperature", "request_fields")
 SETTING_OPTIONS = {"api": ("--api", "the prompts sent differ"),
                    "max_tokens": ("--max-tokens", "the outputs were cut at different lengths"),
                    "temperature": ("--temperature", "the outputs were sampled differently"),
-                   "request_fields": ("--extra-body", "the requests carried different fields")}
+                   "request_fields": ("--extra-body", "the requests carried different fields"),
+                   "seed": ("--seed", "their items differ (the needles, the prompts drawn)")}
 
 
 def _as_option(key: str, value: Any) -> str:
@@ -152,7 +153,7 @@ class Apart:
         """Why ``quality compare`` compares no two servers: the setting, both values and the rerun that pairs
         them."""
         return (f"runs {name_a} and {name_b} were made with {self.settings}, so no difference could be told from "
-                f"the servers'; rerun {name_b} with {self.a} (or {name_a} with {self.b})")
+                f"the servers' and no verdict is given; rerun {name_b} with {self.a} (or {name_a} with {self.b})")
 
     def no_verdict(self) -> str:
         """What a speed comparison says in place of the quality runs' verdict."""
@@ -163,8 +164,10 @@ def settings_apart(ra: RunRow, rb: RunRow) -> Apart | None:
     """The first output setting two runs were made with different values of, or None: the one check of every
     pair of quality runs judged together (quality compare's A and B and its --floor, quality beside speed). A
     run that did not record a setting is not held against."""
-    wa = Manifest.from_dict(ra.manifest).workload or {}
-    wb = Manifest.from_dict(rb.manifest).workload or {}
+    ma, mb = Manifest.from_dict(ra.manifest), Manifest.from_dict(rb.manifest)
+    if ma.seed is not None and mb.seed is not None and ma.seed != mb.seed:  # the items: none asked in both
+        return Apart("seed", _as_option("seed", ma.seed), _as_option("seed", mb.seed))
+    wa, wb = ma.workload or {}, mb.workload or {}
     for key in OUTPUT_SETTINGS:
         if key not in wa or key not in wb:
             continue
@@ -183,7 +186,17 @@ def _floor_apart(rf: RunRow, ref_floor: str, runs: dict[str, RunRow]) -> str | N
         if apart:
             return (f"{given} and run {name} were made with {apart.settings}, so it is no floor for them: give "
                     f"a repeat made with {apart.a}")
+    if _host(rf) not in {_host(run) for run in runs.values()}:  # another label, server, model or engine
+        return (f"{given} is no repeat of {' or '.join(runs)}: it was made with another label, server, model or "
+                f"engine ({_where(rf)}), so it is no floor for them: give a run of A's host made again")
     return None
+
+
+def _where(r: RunRow) -> str:
+    """A quality run's host in a few words: "label s1, model tokenbench-tiny-llama at http://.../v1"."""
+    m = Manifest.from_dict(r.manifest)
+    at = f"the embedded {(m.embedded or {}).get('engine')}" if m.embedded else m.endpoint
+    return f"label {r.label or 'none'}, model {m.model} at {at}"
 
 
 def _host(r: RunRow) -> tuple[Any, ...]:
@@ -351,9 +364,6 @@ def compare_runs(store: Store, ref_a: str, ref_b: str, latest: bool = False,
         ta, tb = sorted({i.task for i in items_a}), sorted({i.task for i in items_b})
         raise UsageError(f"runs {ra.id} ({', '.join(ta) or 'no items'}) and {rb.id} ({', '.join(tb) or 'no items'}) "
                          "have no task in common")
-    ma, mb = Manifest.from_dict(ra.manifest).seed, Manifest.from_dict(rb.manifest).seed
-    for tc in cmp if ma != mb else []:
-        tc.notes.append(f"the runs used different seeds ({ma} and {mb}): their items differ")
     floor = find_floor(store, ra, rb, rf)
     judge_tasks(cmp, floor, _sampled(ra) or _sampled(rb))
     return ra, rb, cmp, floor
