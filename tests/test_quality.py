@@ -185,6 +185,15 @@ def test_knob_effects_against_the_noise_floor() -> None:
     fx = knob.effects("k", ["low", "high"], items)
     assert fx[2].changed == 8 and fx[2].effect and fx[2].p_value == pytest.approx(2 / 256)
     assert knob.finding("k", fx).startswith("k has an effect")
+    # 5 outputs, every one changed: p = 0.0625 at best, so the check cannot tell (it read "no measurable effect")
+    few = same[:5]
+    items = (_items(knob.knob_task("k", "low"), few) + _items(knob.knob_task("k", "low", True), few)
+             + _items(knob.knob_task("k", "high"), [t + "!" for t in few]))
+    fx = knob.effects("k", ["low", "high"], items)
+    assert fx[2].changed == 5 and not fx[2].effect
+    said = knob.finding("k", fx)
+    assert said.startswith("too few outputs to tell whether the knob has an effect: k = \"high\" changed 5/5")
+    assert said.endswith("give --items 6 or more") and "no measurable effect" not in said
 
 
 # --- the store -----------------------------------------------------------------------------------------------
@@ -407,10 +416,10 @@ def test_outputs_that_differ_beyond_the_floor_are_named_different(tmp_path: Path
 
 def test_knob_check_finds_no_effect_on_a_server_that_ignores_it(capsys: pytest.CaptureFixture[str]) -> None:
     with serve(Answering()) as a:
-        assert main(["quality", "knob", "--url", a.url, "--param", "reasoning_effort=low,high", "--items", "4"]) == 0
+        assert main(["quality", "knob", "--url", a.url, "--param", "reasoning_effort=low,high", "--items", "6"]) == 0
         sent = [b.get("reasoning_effort") for b in a.emitter.requests_seen]
     # the check request, then low twice (the repeat is the noise floor), then high
-    assert sent == [None] + ["low"] * 8 + ["high"] * 4
+    assert sent == [None] + ["low"] * 12 + ["high"] * 6
     out = capsys.readouterr().out
     assert "the knob has no measurable effect" in out
     # the closing line as every command's: the run's status where "(quality, knob)" stood
@@ -521,3 +530,11 @@ def test_a_needle_cell_larger_than_the_embedded_model_is_refused_before_it_start
     err = capsys.readouterr().err
     assert "the embedded model reads at most 8,192 tokens" in err and "contexts up to 8,064 tokens" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_knob_check_takes_one_param(capsys: pytest.CaptureFixture[str]) -> None:
+    """A second --param took the first's place unsaid: temperature was never tested, and the check exited 0."""
+    assert main(["quality", "knob", "--url", "http://127.0.0.1:9/v1", "--param", "temperature=0,1.5",
+                 "--param", "top_k=1,2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "give one --param (got 2: temperature, top_k)" in err, err

@@ -232,7 +232,10 @@ def _knob(a: argparse.Namespace, argv: list[str], console: Console, err: Console
     from ..quality import knob
     from ..quality.runner import run_knob
 
-    name, values = knob.parse_param(a.param)
+    if len(a.param) > 1:  # a second one took the first's place, unsaid
+        raise UsageError(f"give one --param (got {len(a.param)}: {', '.join(p.split('=')[0] for p in a.param)}): "
+                         "a knob check tests one parameter at a time; run it once for each")
+    name, values = knob.parse_param(a.param[0])
     cfg = _config(a, argv, ["knob"])
     store = Store(a.db)
     with _embedded(a, cfg, err):

@@ -122,9 +122,14 @@ def finding(name: str, fx: list[ValueEffect]) -> str:
                           for e in others if e.effect)
         return (f"{name} has an effect: {shown}; repeating {json.dumps(base.value)} changed "
                 f"{rep.changed}/{rep.n}")
-    text = (f"the knob has no measurable effect: {name} = " + ", ".join(json.dumps(e.value) for e in others)
+    said = (f"{name} = " + ", ".join(json.dumps(e.value) for e in others)
             + f" changed {max((e.changed for e in others), default=0)}/{base.n} outputs at most against "
             + json.dumps(base.value) + f", and repeating {json.dumps(base.value)} changed {rep.changed}/{rep.n}")
+    if mcnemar_exact(base.n, 0) >= ALPHA:  # every output changed would still not be an effect: no power
+        least = next(n for n in range(1, 64) if mcnemar_exact(n, 0) < ALPHA)
+        return (f"too few outputs to tell whether the knob has an effect: {said}; {base.n} cannot show one at "
+                f"p < {ALPHA:g} even if every one changed: give --items {least} or more")
+    text = f"the knob has no measurable effect: {said}"
     if failed:
         text += f" ({sum(e.failed for e in failed)} requests failed: see the items)"
     return text

@@ -58,6 +58,7 @@ def add_quality_parser(sub: Any) -> None:
     add_db(c)
     k = qs.add_parser("knob", help="does a request parameter change the outputs more than sampling noise?")
     _endpoint(k)
-    k.add_argument("--param", required=True, metavar="NAME=V1,V2,...",
-                   help="e.g. reasoning_effort=low,medium,high or chat_template_kwargs.enable_thinking=true,false")
+    k.add_argument("--param", required=True, metavar="NAME=V1,V2,...", action="append",
+                   help="one parameter and its values, e.g. reasoning_effort=low,medium,high or "
+                        "chat_template_kwargs.enable_thinking=true,false")
     _items(k)
