@@ -107,6 +107,28 @@ def test_cells_fit_their_context_and_place_the_needle() -> None:
     assert not any(ch.isdigit() for s in haystack.filler_sentences() for ch in s)
 
 
+def test_a_cell_leaves_room_for_the_template_and_the_answer() -> None:
+    """A 1k cell sent 1,029 prompt tokens to llama-server on the chat API (its template's tokens were not taken
+    off), and a server of exactly that context refused every needle. The prompt, what the server adds around it
+    and the answer asked now fit the context; a context that holds no filler is refused before a cell is sent."""
+    cell = asyncio.run(haystack.build_cell(Words(), 1000, 50, seed=1, chat=True, around=35, answer=64))
+    assert 850 < cell.prompt_tokens <= 1000 - 35 - 64
+    assert haystack.needle_sentence(cell.needle) in cell.prompt
+    least = asyncio.run(haystack.least_context(Words(), True, 35, 64))
+    bare = asyncio.run(haystack.build_cell(Words(), least, 50, seed=1, chat=True, around=35, answer=64))
+    assert bare.prompt_tokens + 35 + 64 <= least
+
+
+def test_a_context_too_small_for_a_needle_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """--contexts 10,100 sent the same 107-token prompt twice, labelled 10 and 100."""
+    with serve(Answering()) as a:
+        assert main(["quality", "--url", a.url, "--label", "small", "--tasks", "niah", "--contexts", "10,100",
+                     "--depths", "50"]) == 2
+        assert not any("secret number" in str(b) for b in a.emitter.requests_seen[1:]), "a needle was sent"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--contexts 10: a needle cell needs" in err[0] and "64-token answer" in err[0], err
+
+
 def test_agreement_first_difference() -> None:
     assert agreement.first_difference([1, 2, 3], [1, 2, 3]) is None
     assert agreement.first_difference([1, 2, 3], [1, 5, 3]) == 1

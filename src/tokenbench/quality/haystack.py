@@ -62,10 +62,23 @@ def cell_needle(seed: int, context: int, depth: int) -> str:
     return str(rng.randrange(10 ** (NEEDLE_DIGITS - 1), 10**NEEDLE_DIGITS))
 
 
+async def fixed_tokens(tok: Counter, needle: str, chat: bool) -> int:
+    """A cell's tokens before any filler: the intro, the needle's sentence and the question."""
+    return len(await tok.encode(INTRO + needle_sentence(needle) + QUESTION + ("" if chat else COMPLETION_CUE)))
+
+
+async def least_context(tok: Counter, chat: bool, around: int, answer: int) -> int:
+    """The smallest context a cell fits in with no filler at all: its fixed part, what the server adds around
+    it (``around``: a chat template, a BOS) and the answer's room (``answer``: the output tokens asked)."""
+    return await fixed_tokens(tok, "9" * NEEDLE_DIGITS, chat) + around + answer
+
+
 async def build_cell(tok: Counter, context: int, depth: int, seed: int, chat: bool,
-                     sentence_tokens: dict[str, int] | None = None) -> Cell:
-    """One cell's prompt: filler sentences in a seeded order up to ``context`` tokens, the needle sentence at
-    ``depth`` percent of the filler's tokens. ``sentence_tokens`` caches each sentence's count."""
+                     sentence_tokens: dict[str, int] | None = None, around: int = 0, answer: int = 0) -> Cell:
+    """One cell's prompt: filler sentences in a seeded order, the needle sentence at ``depth`` percent of the
+    filler's tokens, so that the request fits in ``context`` tokens with what the server adds around the prompt
+    (``around``: its chat template) and the answer's room (``answer``), as RULER holds its inputs to the context
+    less the tokens to generate. ``sentence_tokens`` caches each sentence's count."""
     sentences = filler_sentences()
     counts = sentence_tokens if sentence_tokens is not None else {}
     for s in sentences:
@@ -73,8 +86,7 @@ async def build_cell(tok: Counter, context: int, depth: int, seed: int, chat: bo
             counts[s] = len(await tok.encode(" " + s))
     needle = cell_needle(seed, context, depth)
     tail = QUESTION + ("" if chat else COMPLETION_CUE)
-    fixed = len(await tok.encode(INTRO + needle_sentence(needle) + tail))
-    budget = context - fixed
+    budget = context - await fixed_tokens(tok, needle, chat) - around - answer
     rng = random.Random(f"haystack/{seed}/{context}")
     chosen: list[str] = []
     used = 0

@@ -17,7 +17,7 @@ import aiohttp
 from .. import redact
 from ..client import Api, PreparedRequest
 from ..endpoint import Endpoint, RunLog
-from ..errors import EndpointError, RunInterrupted, TokenbenchError
+from ..errors import EndpointError, RunInterrupted, TokenbenchError, UsageError
 from ..records import RequestRecord
 from ..results import Manifest, RunResult, new_run_id
 from ..store import Store
@@ -141,12 +141,18 @@ def cell_note(it: Item) -> str:
 
 async def run_niah(s: Session, save: Callable[[Item], None], note: Note) -> list[Item]:
     cfg, chat = s.cfg, s.cfg.api == "chat"
+    around = max(s.template_tokens, 0)
+    least = await haystack.least_context(s.tokenizer, chat, around, cfg.max_tokens)
+    if min(cfg.contexts) < least:  # no filler would fit: every such cell was the same prompt, labelled apart
+        raise UsageError(f"--contexts {min(cfg.contexts):,}: a needle cell needs {least:,} tokens before any "
+                         f"filler (its question and needle, the server's template, a {cfg.max_tokens}-token "
+                         f"answer): give contexts of {least:,} or more")
     counts: dict[str, int] = {}
     out = []
     idx = 0
     for ctx in cfg.contexts:
         for depth in cfg.depths:
-            cell = await haystack.build_cell(s.tokenizer, ctx, depth, cfg.seed, chat, counts)
+            cell = await haystack.build_cell(s.tokenizer, ctx, depth, cfg.seed, chat, counts, around, cfg.max_tokens)
             rec = await s.send(cell.prompt, idx, cell.prompt_tokens)
             it = s.item("niah", idx, cell.key, cell.prompt, rec)
             it.expected = cell.needle
