@@ -263,5 +263,5 @@ def test_an_over_offered_level_held_for_a_duration_is_told_to_hold_longer() -> N
     rs = [rec(i, out=32, sent_ns=i * 10 * MS) for i in range(4)]  # 4 arrivals at 0.5/s in 0.35 s: 365 tok/s
     s = summarize(rs, concurrency=None, rate=0.5, window_start_ns=0)
     for requests, remedy in ((None, "a longer --duration"), (4, "more requests (--requests 30 or more) or --duration")):
-        found = findings._over_offered(LevelFacts(rs, s, None, requests))
+        found = findings.over_offered(LevelFacts(rs, s, None, requests))
         assert found is not None and found.remedy == remedy, found

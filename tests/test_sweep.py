@@ -386,3 +386,28 @@ def test_repetitions_combine_every_repetitions_values_and_findings() -> None:
     bound = s.finding(Code.CLIENT_BOUND)
     assert bound is not None and bound.message == "repetition 3 of 3: client_bound seen"
     assert s.finding(Code.ONE_READ).message == "one_read seen"  # every repetition had it: said as it was
+
+
+def test_an_open_loop_past_what_the_server_answers_says_so(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Two slots of 74 ms a request answer about 27 a second. At 60/s the queue grows through the level: it read
+    "the server (or the client) had not settled", with more warm-up advised. It is flagged rate_not_sustained,
+    with the requests in flight as they grew and what was answered, and drift is not said; at 10/s, neither."""
+    import json
+
+    from tokenbench.cli import main
+    from tokenbench.emitter import EmitterConfig
+
+    out = tmp_path / "r.json"
+    with BackgroundEmitter(EmitterConfig(ttft_s=0.01, itl_s=0.004, slots=2)) as em:
+        assert main(["sweep", "--url", em.url, "--rate", "10,60", "--arrival", "constant", "--requests", "90",
+                     "--input-len", "16", "--output-len", "16", "--guard", "off", "--db", str(tmp_path / "r.db"),
+                     "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    calm, over = json.loads(out.read_text())["levels"]
+    assert "rate_not_sustained" not in calm["flags"], calm["flags"]
+    assert "rate_not_sustained" in over["flags"] and "drift" not in over["flags"], over["flags"]
+    found = next(f for f in over["findings"] if f["code"] == "rate_not_sustained")
+    assert found["observed"] >= found["threshold"] >= 2 and over["request_throughput_rps"] < 40, found
+    assert "[60/s] the server did not keep up with 60 requests/s (answered " in text
+    assert "a lower --rate, or capacity --rate to find the highest it sustains" in text

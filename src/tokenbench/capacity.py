@@ -33,6 +33,7 @@ from .offered_load import Level
 from .levels import Telemetry
 from .records import RequestRecord
 from .slo import SLO, SloCheck, decided_fail
+from .steady import OVERSATURATED_MIN_DONE, OVERSATURATED_MIN_GROWTH, OVERSATURATED_TTFT_RATIO
 
 if TYPE_CHECKING:
     from .levels import ServingLevel
@@ -41,12 +42,6 @@ if TYPE_CHECKING:
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
 Axis = Literal["concurrency", "rate"]
-#: An open-loop level is over-saturated when, over at least this many finished requests, the last third's median
-#: TTFT is OVERSATURATED_TTFT_RATIO times the first third's and the requests in flight grew as much, by at least
-#: OVERSATURATED_MIN_GROWTH: the queue grows without bound, so its TTFT says how long the level ran, not the box.
-OVERSATURATED_MIN_DONE = 12
-OVERSATURATED_TTFT_RATIO = 2.0
-OVERSATURATED_MIN_GROWTH = 4
 #: A KV cache this full at its peak is the engine's limit (preemption, queueing), not the hardware's speed.
 KV_FULL = 0.95
 #: Requests that waited in the engine's queue (its own count, not a sampled gauge) this share of the level's median

@@ -48,6 +48,7 @@ class Code(StrEnum):
     OVER_OFFERED = "over_offered"
     UNANSWERED = "unanswered"
     HOST_UNCHECKED = "host_unchecked"
+    RATE_NOT_SUSTAINED = "rate_not_sustained"
 
 
 #: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.

@@ -18,7 +18,8 @@ from .records import RequestRecord
 from .layout import plural
 from .replay_stats import OVERFLOW_LIMIT
 from .soak import DECAY_MARGIN, decay
-from .steady import DRIFT_RATIO, TAIL_SHARE, drift, tail_cluster
+from .rate_findings import over_offered, rate_not_sustained
+from .steady import DRIFT_RATIO, TAIL_SHARE, drift, queue_growth, tail_cluster
 
 if TYPE_CHECKING:  # the summary carries its findings; this module only reads it
     from .levels import ServingLevel
@@ -299,15 +300,16 @@ def _no_plateau(f: LevelFacts) -> Finding | None:
     s = f.summary
     if s.plateau is not None or _agents(f) or len(f.ok) < 4 or f.interrupted or f.stopped:
         return None
+    more = "a longer --duration" if f.requests is None else "run more requests per level (--requests), or a --duration"
     return Finding(Code.NO_PLATEAU, "the level never held its load for half its window: its figures are mostly "
-                   "ramp-up and drain", "run more requests per level (--requests), or a --duration",
+                   "ramp-up and drain", more,
                    n=len(f.measured), severity="note")
 
 
 def _drift(f: LevelFacts) -> Finding | None:
     found = drift(f.records)
-    if found is None or _agents(f):
-        return None
+    if found is None or _agents(f) or f.summary.rate is not None and queue_growth(f.records) is not None:
+        return None  # a queue that grew is no server unsettled: rate_not_sustained says it
     name, a, b = found
     way = "rose" if b > a else "fell"
     return Finding(Code.DRIFT, f"median {name} {way} from {a:,.1f} ms in the level's first third to {b:,.1f} ms in "
@@ -339,28 +341,6 @@ def _tail_cluster(f: LevelFacts) -> Finding | None:
                    "fill) inside the measured window, not the level's tail",
                    "more warm-up (--warmup auto)", observed=k, threshold=TAIL_SHARE * len(f.ok), unit="requests",
                    n=len(f.ok))
-
-
-#: An open loop's output rate over this multiple of the load it offered (its rate x its mean output) measured
-#: its few arrivals' own speed, not the load: Poisson arrivals alone seldom run a level this far ahead.
-OVER_OFFERED_RATIO = 1.25
-
-
-def _over_offered(f: LevelFacts) -> Finding | None:
-    """An open-loop level whose output rate is well above the load it offered: the window from its first send to
-    its last answer held few arrivals (one request at 0.5/s read 1,146 tok/s against 64 offered)."""
-    s = f.summary
-    if s.rate is None or not s.output_tokens_mean or not s.sustained_tps:
-        return None
-    offered = s.rate * s.output_tokens_mean
-    if s.sustained_tps <= OVER_OFFERED_RATIO * offered:
-        return None
-    n = len(f.measured)
-    more = "a longer --duration" if f.requests is None else "more requests (--requests 30 or more) or --duration"
-    return Finding(Code.OVER_OFFERED, f"{s.sustained_tps:,.1f} tok/s out, above the load offered ({s.rate:g}/s x "
-                   f"{s.output_tokens_mean:,.0f} tokens = {offered:,.1f} tok/s): over {plural(n, 'arrival')} the "
-                   "window is those requests' own time, not the rate's", more, observed=s.sustained_tps,
-                   threshold=OVER_OFFERED_RATIO * offered, unit="tok/s", n=n)
 
 
 def _rate_below_tpot(f: LevelFacts) -> Finding | None:
@@ -469,7 +449,9 @@ LEVEL_RULES: tuple[Rule, ...] = (
     Rule(Code.RATE_BELOW_TPOT, "a per-agent rate under half of what the level's own TTFT and TPOT give is "
          "not the server's rate (RATE_BELOW_TPOT_SHARE)", _rate_below_tpot),
     Rule(Code.OVER_OFFERED, "an open loop's output above the load it offered measured its few arrivals, not the "
-         "rate (OVER_OFFERED_RATIO)", _over_offered),
+         "rate (rate_findings.OVER_OFFERED_RATIO)", over_offered),
+    Rule(Code.RATE_NOT_SUSTAINED, "an open loop whose queue grew through the level measured how long it ran, not "
+         "the box at that rate (steady.queue_growth, as a capacity search stops such a level)", rate_not_sustained),
     Rule(Code.CACHE_DECAY, "a soak whose cached share falls from its first tenth to its last lost what its cache "
          "held (soak.DECAY_MARGIN)", _cache_decay),
     Rule(Code.PHASE_LOCKED, "a closed loop whose streams keep one split (one alone, three together) reads a "

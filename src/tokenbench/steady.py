@@ -18,6 +18,7 @@ TTFT nor pauses explain.
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -189,6 +190,49 @@ def drift(records: list[RequestRecord]) -> tuple[str, float, float] | None:
         a, b = statistics.median(first), statistics.median(last)
         if a > 0 and b > 0 and max(a, b) / min(a, b) >= DRIFT_RATIO and abs(b - a) >= least:
             return name, a, b
+    return None
+
+
+#: An open-loop level is over-saturated when, over at least this many finished requests, the last third's median
+#: TTFT is OVERSATURATED_TTFT_RATIO times the first third's and the requests in flight grew as much, by at least
+#: OVERSATURATED_MIN_GROWTH: the queue grows without bound, so its TTFT says how long the level ran, not the box.
+OVERSATURATED_MIN_DONE = 12
+OVERSATURATED_TTFT_RATIO = 2.0
+OVERSATURATED_MIN_GROWTH = 4
+
+
+@dataclass(frozen=True, slots=True)
+class QueueGrowth:
+    """An open-loop level whose queue grew through it: the requests in flight as its first and last thirds were
+    sent (each third's median), and those thirds' median TTFTs in ms."""
+
+    first: int
+    last: int
+    early_ms: float
+    late_ms: float
+
+
+def queue_growth(records: list[RequestRecord]) -> QueueGrowth | None:
+    """Over-saturation read from a level's records after it ran, by the rule a capacity search applies while it
+    runs (capacity.LevelStop): None where the queue held."""
+    measured = [r for r in records if r.phase == "measured" and r.sent_ns]
+    done = sorted((r for r in measured if r.ok and r.ttft_ns is not None), key=lambda r: r.sent_ns)
+    third = len(done) // 3
+    if len(done) < OVERSATURATED_MIN_DONE:
+        return None
+    sends = sorted(r.sent_ns for r in measured)
+    ends = sorted(r.end_ns for r in measured if r.end_ns is not None)
+
+    def in_flight(at: int) -> int:
+        return bisect_right(sends, at) - bisect_right(ends, at)
+
+    early = statistics.median(r.ttft_ns or 0 for r in done[:third]) / NS_PER_MS
+    late = statistics.median(r.ttft_ns or 0 for r in done[-third:]) / NS_PER_MS
+    first = round(statistics.median(in_flight(r.sent_ns) for r in done[:third]))
+    last = round(statistics.median(in_flight(r.sent_ns) for r in done[-third:]))
+    if late >= OVERSATURATED_TTFT_RATIO * max(early, 1e-3) and last >= OVERSATURATED_TTFT_RATIO * max(first, 1) \
+            and last - first >= OVERSATURATED_MIN_GROWTH:
+        return QueueGrowth(first, last, early, late)
     return None
 
 
