@@ -612,8 +612,8 @@ def test_calibrating_on_an_exported_file_leaves_out_the_levels_its_notes_flag(
 
     db = tmp_path / "r.db"
     _sweep_run(db)
-    out = tmp_path / "mine.csv"
-    _export(db, "mine", "published-csv", out)
+    out = tmp_path / "mine.csv"  # placed on a box and a model of the catalogs: rows the fit can read
+    _export(db, "mine", "published-csv", out, "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b")
     fitted: list[Any] = []
 
     def fit(cat: Any, rows: list[Any], command: str, bands: bool = True) -> Calibration:  # the rows it was given
@@ -626,3 +626,27 @@ def test_calibrating_on_an_exported_file_leaves_out_the_levels_its_notes_flag(
     assert {r.concurrency for r in fitted} == {1} and {r.concurrency for r in read_rows(out)} == {1, 2, 4}
     left = sum(1 for r in read_rows(out) if r.concurrency != 1)
     assert f"warning: left out {left} rows whose note says its level is not what the box does" in said, said
+
+
+def test_calibrate_says_which_rows_of_a_file_it_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An imported vllm bench serve run exported as published.csv, its KV unsaid (an empty cell), fitted nothing:
+    calibrate wrote a calibration of no backend and exited 0, and every later predict read UNCALIBRATED. An empty
+    KV cell is the engine's own; the rows fitted are counted; a file of no row to fit is refused in one line."""
+    db, csv_path = str(tmp_path / "r.db"), tmp_path / "mine.csv"
+    assert main(["import", str(DATA / "vllm_serve_result.json"), "--label", "h100-vllm", "--db", db]) == 0
+    assert main(["export", "h100-vllm", "--as", "published-csv", "--hardware", "nvidia-h100-sxm", "--model",
+                 "qwen3.6-27b", "--weights", "FP8", "--out", str(csv_path), "--db", db]) == 0
+    assert read_rows(csv_path)[0].kv == ""
+    out = tmp_path / "mine.toml"
+    capsys.readouterr()
+    assert main(["calibrate", str(csv_path), "--out", str(out)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "fitted 3 of 4 rows; left out 1 row: a metric the fit does not read (ttft_p99)" in said
+    assert "vllm-cuda: bandwidth share" in said and "(3 rows;" in said
+    assert "[backends.vllm-cuda]" in out.read_text() or "vllm-cuda" in out.read_text()
+    bad = tmp_path / "bad.csv"
+    bad.write_text(csv_path.read_text().replace(",qwen3.6-27b,", ",no-such-model,"))
+    assert main(["calibrate", str(bad), "--out", str(tmp_path / "bad.toml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no row of" in err and "unknown model 'no-such-model'" in err, err
+    assert not (tmp_path / "bad.toml").exists()

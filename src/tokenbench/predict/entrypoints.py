@@ -15,7 +15,7 @@ from ..errors import UsageError
 from ..layout import plural
 from ..store import Store
 from .calibration import Calibration
-from .fitting import fit_calibration
+from .fitting import fit_calibration, fittable_rows
 from .formats import GGUF_FORMATS
 from .measured import SKIPPED, Row, read_rows, rows_measured_clean
 from .own import own_rows
@@ -353,6 +353,16 @@ def calibrate(files: list[Path] | None, command: str, own: OwnRuns | None = None
         if skipped:
             warnings.append(f"left out {plural(skipped, 'row')} whose note says its level is not what the box does "
                             f"({', '.join(sorted(SKIPPED))}, or a dirty guard), as calibrate --runs leaves it out")
+    if files:  # a file whose rows the fit cannot read made a calibration of nothing, said by nothing
+        why: dict[str, int] = {}
+        used = len(fittable_rows(cat, rows, why))
+        told = "; ".join(f"{plural(n, 'row')}: {reason}" for reason, n in sorted(why.items(), key=lambda x: -x[1]))
+        if not used:
+            raise UsageError(f"calibrate: no row of {', '.join(map(str, files))} can be fitted "
+                             f"({told or 'no rows'}): give each row a box and a model of the catalogs "
+                             "('tokenbench hardware', 'tokenbench models') and their formats")
+        if why:
+            warnings.append(f"fitted {used} of {plural(len(rows), 'row')}; left out {told}")
     mine: list[Row] = []
     if own is not None:
         mine, warnings = own_rows(own.store, own.refs, own.latest, cat, own.hardware, own.model, own.engine,

@@ -116,7 +116,7 @@ Valuer = Callable[[rf.Efficiency], tuple[float | None, float | None]]  # constan
 
 def row_setup_args(r: Row) -> dict[str, Any]:
     """What a row's setup is made of (Setup.make's arguments): rows with the same are of one setup."""
-    kv = "AUTO" if r.kv.lower() == "auto" else r.kv
+    kv = "AUTO" if r.kv.lower() in ("auto", "") else r.kv  # an empty cell: the engine's own (a run that said none)
     parallel = row_parallel(r) if engine_kind(r.engine) == "sequential" else 1
     batching = engine_kind(r.engine) != "sequential"
     return dict(hardware=r.hardware, model=r.model, weights=r.weights, kv=kv, engine=r.engine, check=False,
