@@ -56,6 +56,9 @@ def test_compare_prints_the_quality_verdict_beside_the_speed(db: str, capsys: py
     assert main(["compare", "fast", "slow", "--db", db, "--json", "-"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["quality"]["tasks"][0]["scores"]["verdict"] == "A better"
+    # --latest takes the newest run of a kind compare takes: it took the newer quality run and refused it
+    assert main(["compare", "fast", "slow", "--latest", "--db", db]) == 0
+    assert "quality (runs q-fast and q-slow)" in capsys.readouterr().out
 
 
 def test_a_box_without_a_quality_run_is_compared_on_speed_alone(tmp_path: Path,

@@ -351,9 +351,10 @@ class Store:
         return r
 
     def _labelled(self, label: str, latest: bool, kinds: tuple[str, ...] | None) -> RunRow | None:
-        """The run a label names: the one of ``kinds`` where several share it, or the newest with ``latest``."""
+        """The run a label names: the one of ``kinds`` where several share it, or the newest of them with ``latest``
+        (a box's speed runs and its quality runs share a label: compare --latest took the newer quality run)."""
         rows = self.runs_labelled(label)
-        if kinds and not latest:
+        if kinds:
             rows = [x for x in rows if x.kind in kinds] or rows
         if len(rows) > 1 and not latest:
             shown = "; ".join(f"{x.id} ({x.shown_kind}, {x.started})" for x in rows[:5])
