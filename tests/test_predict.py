@@ -513,3 +513,16 @@ def test_fit_says_experts_that_keep_the_format_they_ship_in(capsys: pytest.Captu
     assert main(["fit", "--hardware", "nvidia-h200-sxm", "--model", "llama-3.1-8b", "--context", "128"]) == 0
     most = re.search(r"most sequences at 128 tokens: ([\d,]+)", capsys.readouterr().out)
     assert most is not None and int(most.group(1).replace(",", "")) >= 1000 and "," in most.group(1)
+
+
+def test_predict_states_its_lengths_and_exits_1_where_nothing_fits(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A serving table's TTFT read without the prompt it was for (4,096 tokens unless given: only the JSON said
+    so); and a box that runs no level (a 70B in BF16 on a 24 GB A30) printed every row as "—" and exited 0, where
+    fit exits 1 on the same question. The JSON is written either way."""
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--concurrency", "1"]) == 0
+    assert "4,096 in / 512 out tokens a request (--input-len, --output-len)" in capsys.readouterr().out
+    out = tmp_path / "p.json"
+    assert main(["predict", "--hardware", "nvidia-a30", "--model", "llama-3.1-70b", "--json", str(out)]) == 1
+    assert "fits no (concurrency 1)" in " ".join(capsys.readouterr().out.split()) and out.exists()
+    assert main(["fit", "--hardware", "nvidia-a30", "--model", "llama-3.1-70b"]) == 1

@@ -34,7 +34,8 @@ EXIT_CODES = """exit codes:
        engines serve: stopped by Ctrl-C
   1    guard: the bench is dirty; record: nothing recorded; fit: the model
        does not fit the box (its hybrid split, if any, is said), or the
-       context passes the model's own
+       context passes the model's own; predict: no level fits, so none was
+       predicted
   2    bad arguments or input (one line says what to do)
   3    the endpoint cannot be used (unreachable, wrong model, refused, died)
   4    the embedded engine could not be built or started

@@ -137,6 +137,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     from ..console import print_table
     from ..predict.entrypoints import PredictConfig, SpecConfig, engine_note, predict
     from ..predict.runs import headline, prediction_manifest
+    from ..predict.tables import none_run
 
     check_output(a.json, "--json")  # before the tables are printed and the prediction stored
     if a.against:
@@ -169,6 +170,9 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
             "metrics": out.metrics, "warm": out.warm.to_dict() if out.warm is not None else None}
     else:
         (table,) = out.tables
+        if cfg.depths is None and out.input_len is not None and out.output_len is not None:  # a TTFT needs its prompt
+            console.print(f"{out.input_len:,} in / {out.output_len:,} out tokens a request (--input-len, "
+                          "--output-len)", markup=False, highlight=False)
         print_table(console, table.columns, table.rows, a.format)
         if out.note:
             print_band_note(console, out.note, a.format, None if s.calibrated else "yellow")
@@ -176,7 +180,7 @@ def cmd_predict(a: argparse.Namespace, console: Console) -> int:
     shown["band_pct"], shown["band_held"] = out.band_pct(), out.band_held()
     if a.save or a.json:
         _store_and_write(a, console, s, cal, out.run(), shown)
-    return 0
+    return 1 if shape is None and none_run(table.rows) else 0  # nothing predicted: as fit, where nothing fits
 
 
 def _check_flags(a: argparse.Namespace) -> tuple[list[int] | None, list[int], int | None, int | None]:

@@ -76,6 +76,11 @@ def not_run_remark(rows: list[list[str]], what: str) -> str | None:
             "predicted for a setup that cannot run; 'tokenbench fit' says what would fit")
 
 
+def none_run(rows: list[list[str]]) -> bool:
+    """Whether no row of a table fits: nothing was predicted (predict then exits 1, as fit does)."""
+    return bool(rows) and all(r[-1] == "no" for r in rows)
+
+
 #: A "fits" cell whose context passes the model's own: the box may hold it, the model was not trained for it.
 PAST_MODEL = "past model"
 
