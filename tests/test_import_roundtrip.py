@@ -650,3 +650,16 @@ def test_calibrate_says_which_rows_of_a_file_it_fits(tmp_path: Path, capsys: pyt
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no row of" in err and "unknown model 'no-such-model'" in err, err
     assert not (tmp_path / "bad.toml").exists()
+
+
+def test_an_open_loop_run_is_refused_by_published_csv_for_its_reason(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """An open loop's levels are complete and have their lengths; they were refused as if they had neither."""
+    db = tmp_path / "r.db"
+    with BackgroundEmitter() as em:
+        assert main(["sweep", "--url", em.url, "--rate", "20", "--requests", "8", "--input-len", "16",
+                     "--output-len", "8", "--label", "r", "--guard", "off", "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["export", "r", "--as", "published-csv", "--out", str(tmp_path / "r.csv"), "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is an open loop (--rate)" in err and "show RUN --json FILE" in err, err
