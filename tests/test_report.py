@@ -402,3 +402,23 @@ def test_a_session_run_with_a_batch_beside_it_says_so_in_its_workload(emitter: B
     assert main(["report", "beside", "--md", str(md), "--db", str(db)]) == 0
     line = next(ln for ln in md.read_text(encoding="utf-8").splitlines() if ln.startswith("workload: "))
     assert "beside 2 req/s of unique 64-token prompts (8 out)" in line, line
+
+
+def test_a_report_says_which_runs_no_plot_draws(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Open loops have no concurrency to plot over: a report of two wrote "0 plots" and "0 PNGs", exit 0, and
+    said nothing of them. It names them, on the terminal and on the page."""
+    pytest.importorskip("plotly")
+    pytest.importorskip("matplotlib")
+    from tokenbench.emitter import BackgroundEmitter
+
+    db = str(tmp_path / "r.db")
+    with BackgroundEmitter() as em:
+        for label, rate in (("r-slow", "5"), ("r-fast", "20")):
+            assert main(["sweep", "--url", em.url, "--rate", rate, "--requests", "8", "--input-len", "16",
+                         "--output-len", "8", "--label", label, "--guard", "off", "--db", db]) == 0
+    capsys.readouterr()
+    page, pngs = tmp_path / "r.html", tmp_path / "png"
+    assert main(["report", "r-slow", "r-fast", "--html", str(page), "--png", str(pngs), "--db", db]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "(0 plots); not plotted: r-slow, r-fast (open loops:" in said and "wrote 0 PNGs to" in said, said
+    assert "Not plotted: r-slow, r-fast (open loops:" in page.read_text()
