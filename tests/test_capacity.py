@@ -293,6 +293,11 @@ def test_an_interrupted_search_keeps_what_it_measured(tmp_path: Path) -> None:
     found = answer(res)
     assert found is not None and found.ended == "interrupted" and found.capacity is not None
     assert "this box serves" in out
+    # the level the interrupt cut has no verdict, in the search's table and in its own slo_met (which read true)
+    cut = [o for o in res.outcomes if o.status == "interrupted"]
+    assert cut and all(o.serving is not None and o.serving.slo_met is None for o in cut), \
+        [(o.status, o.serving and o.serving.slo_met) for o in res.outcomes]
+    assert all(v.met is None for v in found.verdicts if v.idx in {o.idx for o in cut})
 
 
 def test_capacity_refuses_what_it_cannot_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

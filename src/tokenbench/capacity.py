@@ -437,10 +437,15 @@ def _add_cliff(result: RunResult, found: CapacityAnswer) -> None:
 
 
 def mark_levels(result: RunResult) -> None:
-    """A cache-cliff search's cached-share verdict put on each level's own summary, beside its SLO's: ``show``,
+    """A search's verdicts put on each level's own summary: a level cut or interrupted before its verdict was
+    decided has none (its slo_met read true where the search's table said no verdict). A cache-cliff search's
+    cached-share verdict too, beside its SLO's: ``show``,
     ``report`` and ``cost`` read a level's ``slo_met``, which the SLO's objectives alone decided, and printed
     "pass" at every level of a search that found the cliff at the fifth. The verdict is relative to the search's
     lowest level, so it is put on when a search ends and when its levels are read back; nothing for other runs."""
+    for o in result.outcomes:  # a level the search gave no verdict (cut, interrupted) reads none of its own either
+        if o.status in ("interrupted", "partial") and (cut := o.serving) is not None:
+            cut.slo_met = None
     found = answer(result) if (result.manifest.capacity or {}).get("cache_drop") is not None else None
     if found is None:
         return

@@ -38,8 +38,8 @@ def load_result(store: Store, ref: str, first: int | None = None, latest: bool =
     result = RunResult(row.id, manifest, outcomes, row.status, row.error, kind=row.kind, items=quality_items)
     if manifest.capacity:  # a search's levels in the order of their value, as capacity printed them (``idx``: run)
         result.sort_by_value()
-    if (manifest.capacity or {}).get("cache_drop") is not None:
-        from .capacity import mark_levels  # a cache-cliff search: its cached-share verdict on each level
+    if manifest.capacity:
+        from .capacity import mark_levels  # a search's verdicts on each level (a cliff's cached share too)
 
         mark_levels(result)
     return result
