@@ -411,3 +411,26 @@ def test_an_open_loop_past_what_the_server_answers_says_so(tmp_path: Path,
     assert found["observed"] >= found["threshold"] >= 2 and over["request_throughput_rps"] < 40, found
     assert "[60/s] the server did not keep up with 60 requests/s (answered " in text
     assert "a lower --rate, or capacity --rate to find the highest it sustains" in text
+
+
+def test_a_capped_open_loop_says_its_wait_from_arrival_not_a_client_behind(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--rate 40 --max-concurrency 2 on requests of about 60 ms: requests wait for one of the 2 slots by design.
+    That wait read as the client being a limit (client_bound: "requests sent ... late", "a server on the same
+    cores competes with it"), and the TTFT it adds, from each arrival, was in the JSON alone."""
+    import json
+
+    from tokenbench.cli import main
+    from tokenbench.emitter import EmitterConfig
+
+    out = tmp_path / "r.json"
+    with BackgroundEmitter(EmitterConfig(ttft_s=0.02, itl_s=0.005)) as em:
+        assert main(["sweep", "--url", em.url, "--rate", "40", "--max-concurrency", "2", "--arrival", "constant",
+                     "--requests", "40", "--input-len", "16", "--output-len", "8", "--guard", "off",
+                     "--db", str(tmp_path / "r.db"), "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    (level,) = json.loads(out.read_text())["levels"]
+    assert not any("late at p90" in r for r in level["client"].get("reasons", [])), level["client"]
+    assert "sent" not in " ".join(f["message"] for f in level["findings"] if f["code"] == "client_bound")
+    assert level["ttft_from_arrival_ms"]["p50"] > 2 * level["ttft_ms"]["p50"], level["ttft_from_arrival_ms"]
+    assert "[40/s] TTFT from each request's arrival: median" in text and "a --max-concurrency cap" in text, text

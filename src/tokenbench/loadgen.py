@@ -208,9 +208,11 @@ class ClientWatch:
         if level.concurrency and r.get("inflight_mean") is not None and self.inflight_count >= 20:
             if r["inflight_mean"] < INFLIGHT_SHORTFALL * level.concurrency:
                 reasons.append(f"kept {r['inflight_mean']:.1f} requests in flight of {level.concurrency} asked")
-        if level.open and send_delay_p90_ms is not None and send_delay_p90_ms > SEND_DELAY_P90_MS:
-            capped = f" (capped at {level.max_concurrency} in flight)" if level.max_concurrency else ""
-            reasons.append(f"requests sent {send_delay_p90_ms:.1f} ms late at p90{capped}")
+        # a --max-concurrency cap holds requests past their arrival by design: their wait is the workload's (said
+        # under the table, from arrival), not a client behind
+        if level.open and not level.max_concurrency and send_delay_p90_ms is not None \
+                and send_delay_p90_ms > SEND_DELAY_P90_MS:
+            reasons.append(f"requests sent {send_delay_p90_ms:.1f} ms late at p90")
         return reasons
 
 

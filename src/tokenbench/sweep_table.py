@@ -65,6 +65,26 @@ def _tpot_line(levels: list[ServingLevel]) -> list[str]:
             for why, keys in by_why.items()]
 
 
+#: An open loop's median TTFT from each request's arrival this many times its TTFT from the send (and 10 ms more or
+#: over) is said under the table: its requests waited to be sent, which the table's TTFT does not count.
+FROM_ARRIVAL_RATIO = 1.5
+
+
+def _arrival_line(levels: list[ServingLevel]) -> list[str]:
+    """An open loop whose requests waited to be sent (a --max-concurrency cap, a client behind): a level capped at
+    2 in flight read 33 ms TTFT in the table, 897 ms from arrival in the JSON alone."""
+    out = []
+    for s in levels:
+        arrived, sent = s.ttft_from_arrival_ms, s.ttft_ms.p50
+        if arrived is None or arrived.p50 is None or sent is None:
+            continue
+        if arrived.p50 >= FROM_ARRIVAL_RATIO * sent and arrived.p50 - sent >= 10:
+            out.append(f"[{level_label(s)}] TTFT from each request's arrival: median {ms(arrived.p50)}, against "
+                       f"{ms(sent)} from its send: requests waited to be sent (a --max-concurrency cap, or a client "
+                       "behind); ttft_from_arrival_ms in the JSON")
+    return out
+
+
 def _per_agent_line(levels: list[ServingLevel]) -> list[str]:
     """Why a level's per-agent rate reads "—" where its open loop had under one request in flight: a sweep at
     0.5, 1 and 2/s showed "—" at the first two and a figure at the third, and said nothing of it."""
@@ -230,7 +250,7 @@ def notes(levels: list[ServingLevel]) -> list[str]:
     out = _slo_lines(levels)
     if any(s.ttft_ms.n and s.ttft_ms.n < 100 for s in levels):
         out.append("* p99 over fewer than 100 requests: an estimate from few tail samples")
-    out += _plateau_line(levels) + _per_agent_line(levels)
+    out += _plateau_line(levels) + _per_agent_line(levels) + _arrival_line(levels)
     out += _finding_lines(levels) + _tpot_line(levels)
     for s in levels:
         if s.reasoning_share is not None and s.answer_throughput_tps is not None:
