@@ -560,3 +560,11 @@ def test_a_knob_check_takes_one_param(capsys: pytest.CaptureFixture[str]) -> Non
                  "--param", "top_k=1,2"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "give one --param (got 2: temperature, top_k)" in err, err
+
+
+def test_a_first_request_past_the_timeout_names_the_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    """--timeout 1ms failed the first request and was blamed on the server alone ("check the server")."""
+    with serve(Answering(slow_words=1, slow_s=0.05)) as a:  # every prompt of 2 words or more waits 50 ms
+        assert main(["quality", "--url", a.url, "--label", "t", "--tasks", "niah", "--timeout", "1ms"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "did not finish within --timeout 0.001 s" in err[0] and "longer --timeout" in err[0], err

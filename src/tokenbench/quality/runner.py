@@ -89,6 +89,10 @@ class Session:
             if rec.http_status is not None and 400 <= rec.http_status < 500:
                 raise EndpointError(f"the server refused a {self.cfg.api} request (HTTP {rec.http_status}: "
                                     f"{rec.error}); check --model and --api")
+            if rec.error_kind in ("timeout", "stall"):  # the user's limit may be what failed it: say which
+                raise EndpointError(f"the first request, 2 tokens, did not finish within --timeout "
+                                    f"{self.cfg.timeout_s:g} s ({rec.error_kind}); give a longer --timeout, or "
+                                    "check the server")
             raise EndpointError(f"the first request failed ({rec.error_kind}: {rec.error}); check the server")
         if rec.input_tokens is not None and rec.input_tokens_source == "usage":
             self.template_tokens = rec.input_tokens - len(await self.tokenizer.encode(text))
