@@ -196,6 +196,22 @@ def _items(task: str, texts: list[str]) -> list[Item]:
     return [Item(task=task, idx=i, key=str(i), prompt="p", response=t) for i, t in enumerate(texts)]
 
 
+def test_agreement_reads_output_length_as_the_server_counted_it() -> None:
+    """The ids compared are the answer's text encoded again: 66 of them for an answer the server counted 64 (its
+    --max-tokens), and the table read "Output length 66 tokens", past the cap. The length is the server's count
+    where every output has one, else the ids'."""
+    def one(n_ids: int, counted: int | None) -> dict[str, Item]:
+        it = Item(task="agreement", idx=0, key="k", prompt="p", status="done", response="x",
+                  detail={"tokens": list(range(n_ids))}, output_tokens=counted)
+        return {"k": it}
+
+    from tokenbench.quality.parity import compare_items
+    (tc,) = compare_items(list(one(66, 64).values()), list(one(66, 64).values()))
+    assert tc.agreement is not None and tc.agreement.unit == "tokens" and tc.agreement.mean_length == 64
+    (tc,) = compare_items(list(one(66, None).values()), list(one(66, None).values()))
+    assert tc.agreement is not None and tc.agreement.mean_length == 66
+
+
 def test_knob_effects_against_the_noise_floor() -> None:
     same = ["a", "b", "c", "d", "e", "f", "g", "h"]
     items = (_items(knob.knob_task("k", "low"), same) + _items(knob.knob_task("k", "low", True), same)

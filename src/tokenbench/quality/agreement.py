@@ -75,14 +75,18 @@ class Agreement:
                 "mean_length": self.mean_length}
 
 
-def agreement(pairs: list[tuple[list[int] | str, list[int] | str]], unit: str) -> Agreement:
-    """Agreement over paired outputs (tokens or texts)."""
+def agreement(pairs: list[tuple[list[int] | str, list[int] | str]], unit: str,
+              lengths: list[int] | None = None) -> Agreement:
+    """Agreement over paired outputs (tokens or texts). ``lengths``: A's outputs' lengths as the server counted
+    them (usage), where it did: the ids compared are the answer's text encoded again by the tokenizer, which can
+    count a token or two more or fewer (65 at --max-tokens 64)."""
     diffs = [d for d in (first_difference(a, b) for a, b in pairs) if d is not None]
     n = len(pairs)
     same = n - len(diffs)
+    counted = lengths if lengths else [len(a) for a, _ in pairs]
     return Agreement(n, same, same / n if n else 0.0, wilson_interval(same, n),
                      statistics.median(diffs) if diffs else None, diffs, unit,
-                     statistics.fmean(len(a) for a, _ in pairs) if pairs else 0.0)
+                     statistics.fmean(counted) if counted else 0.0)
 
 
 #: An agreement verdict: the outputs differ more than the floor's (p < ALPHA), or not; or no floor to judge by

@@ -76,7 +76,8 @@ def _agreement(a: dict[str, Item], b: dict[str, Item], keys: list[str]) -> Agree
         return None
     pairs = [_outputs(a[k], b[k]) for k in both]
     if all(u == "tokens" for _, _, u in pairs):
-        return agreement([(x, y) for x, y, _ in pairs], "tokens")
+        counted = [n for k in both if (n := a[k].output_tokens) is not None]  # the server's, where it said
+        return agreement([(x, y) for x, y, _ in pairs], "tokens", counted if len(counted) == len(both) else None)
     return agreement([(a[k].response, b[k].response) for k in both], "characters")
 
 
