@@ -526,3 +526,12 @@ def test_predict_states_its_lengths_and_exits_1_where_nothing_fits(tmp_path: Pat
     assert main(["predict", "--hardware", "nvidia-a30", "--model", "llama-3.1-70b", "--json", str(out)]) == 1
     assert "fits no (concurrency 1)" in " ".join(capsys.readouterr().out.split()) and out.exists()
     assert main(["fit", "--hardware", "nvidia-a30", "--model", "llama-3.1-70b"]) == 1
+
+
+def test_an_error_that_rounds_to_zero_reads_0_not_minus_0() -> None:
+    """predict --against printed "-0" in an Error % cell (an error of -0.4% to a whole number)."""
+    from tokenbench.predict.accuracy import _num
+    from tokenbench.predict.tables import _f
+
+    assert _f(-0.4, 0) == "0" and _num(-0.4, 0) == "0" and _f(-0.6, 0) == "-1" and _num(-1.4, 0) == "-1"
+    assert _f(-0.04, 1) == "-0.040" and _num(0.0) == "0.0"  # a figure near zero keeps its sign and digits

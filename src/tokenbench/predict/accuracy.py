@@ -108,6 +108,8 @@ def before_after(cat: Catalog, before: Calibration, after: Calibration, rows: li
 def _num(v: float | None, d: int = 1) -> str:
     if v is None:
         return "—"
+    if round(v, d) == 0:  # -0.4% to a whole number: 0, not "-0"
+        v = 0.0
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.{d}f}"
 
 

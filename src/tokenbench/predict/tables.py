@@ -25,6 +25,8 @@ def _f(v: float | None, d: int = 1) -> str:
         return "—"
     if v != 0 and d > 0 and round(v, d) == 0:
         return sig(v, 2)
+    if round(v, d) == 0:  # -0.4% to a whole number: 0, not "-0"
+        v = 0.0
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.{d}f}"
 
 
