@@ -21,7 +21,6 @@ bisection assumes only that more load is no better, and says how sure each verdi
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -33,14 +32,13 @@ from .offered_load import Level
 from .levels import Telemetry
 from .records import RequestRecord
 from .slo import SLO, SloCheck, decided_fail
-from .steady import OVERSATURATED_MIN_DONE, OVERSATURATED_MIN_GROWTH, OVERSATURATED_TTFT_RATIO
+from .steady import OVERSATURATED_MIN_DONE, oversaturated, thirds_ttft_ms
 
 if TYPE_CHECKING:
     from .levels import ServingLevel
     from .results import LevelOutcome, Manifest, RunResult
 
 NS_PER_S = 1_000_000_000
-NS_PER_MS = 1_000_000
 Axis = Literal["concurrency", "rate"]
 #: A KV cache this full at its peak is the engine's limit (preemption, queueing), not the hardware's speed.
 KV_FULL = 0.95
@@ -237,13 +235,9 @@ class LevelStop:
         done = [r for r in self.done if r.ok and r.ttft_ns is not None]
         if len(done) < OVERSATURATED_MIN_DONE:
             return None
-        by_send = sorted(done, key=lambda r: r.sent_ns)
-        third = len(by_send) // 3
-        early = statistics.median(r.ttft_ns or 0 for r in by_send[:third]) / NS_PER_MS
-        late = statistics.median(r.ttft_ns or 0 for r in by_send[-third:]) / NS_PER_MS
+        early, late = thirds_ttft_ms(sorted(done, key=lambda r: r.sent_ns))
         first, now = self.in_flight_at_done[len(self.in_flight_at_done) // 3], self.in_flight_at_done[-1]
-        if late >= OVERSATURATED_TTFT_RATIO * max(early, 1e-3) and now >= OVERSATURATED_TTFT_RATIO * max(first, 1) \
-                and now - first >= OVERSATURATED_MIN_GROWTH:
+        if oversaturated(first, now, early, late):
             self.saturated = (first, now)
             return (f"over-saturated: requests in flight grew from {first} to {now} while TTFT rose from "
                     f"{early:.0f} to {late:.0f} ms through the level")

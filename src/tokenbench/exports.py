@@ -54,7 +54,7 @@ def _rows(run: RunResult, place: Placing) -> list[Row]:
                     place.model or m.model or "", (place.weights or m.weights or m.quant or "").upper(),
                     (place.kv or m.kv or "").upper(), p99=True, flagged=True)
     if not rows:
-        if run.outcomes and all(getattr(o.summary, "rate", None) for o in run.outcomes):
+        if run.open_loop:
             # its columns place a serving level by its concurrency: an open loop's levels have a rate instead
             raise UsageError(f"run {run.run_id} is an open loop (--rate): published.csv places a serving level by "
                              "its concurrency, which a rate's level has none of; 'tokenbench show RUN --json FILE' "

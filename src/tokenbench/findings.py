@@ -19,7 +19,7 @@ from .layout import plural
 from .replay_stats import OVERFLOW_LIMIT
 from .soak import DECAY_MARGIN, decay
 from .rate_findings import over_offered, rate_not_sustained
-from .steady import DRIFT_RATIO, TAIL_SHARE, drift, queue_growth, tail_cluster
+from .steady import DRIFT_RATIO, TAIL_SHARE, QueueGrowth, drift, queue_growth, tail_cluster
 
 if TYPE_CHECKING:  # the summary carries its findings; this module only reads it
     from .levels import ServingLevel
@@ -79,11 +79,13 @@ class LevelFacts:
     measured: list[RequestRecord] = field(init=False)
     ok: list[RequestRecord] = field(init=False)
     failed: list[RequestRecord] = field(init=False)
+    grew: QueueGrowth | None = field(init=False)  # an open loop's queue grew through it (read by two rules)
 
     def __post_init__(self) -> None:
         self.measured = [r for r in self.records if r.phase == "measured"]
         self.ok = [r for r in self.measured if r.ok]
         self.failed = [r for r in self.measured if not r.ok]
+        self.grew = queue_growth(self.records) if self.summary.rate is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +310,7 @@ def _no_plateau(f: LevelFacts) -> Finding | None:
 
 def _drift(f: LevelFacts) -> Finding | None:
     found = drift(f.records)
-    if found is None or _agents(f) or f.summary.rate is not None and queue_growth(f.records) is not None:
+    if found is None or _agents(f) or f.grew is not None:
         return None  # a queue that grew is no server unsettled: rate_not_sustained says it
     name, a, b = found
     way = "rose" if b > a else "fell"

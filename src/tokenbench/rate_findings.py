@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from .finding import Code, Finding
 from .layout import plural
-from .steady import OVERSATURATED_TTFT_RATIO, queue_growth
+from .steady import OVERSATURATED_TTFT_RATIO
 
 if TYPE_CHECKING:
     from .findings import LevelFacts
@@ -40,11 +40,8 @@ def rate_not_sustained(f: LevelFacts) -> Finding | None:
     with them, so the level's latencies say how long it ran, not what the box does at that rate (a level of 30/s
     on a server answering 8 a second read "had not settled", with more warm-up advised). A capacity search stops
     such a level as it runs (its own stopped_early); a sweep runs it to its end and says so."""
-    s = f.summary
-    if s.rate is None or f.stopped is not None:
-        return None
-    grew = queue_growth(f.records)
-    if grew is None:
+    s, grew = f.summary, f.grew
+    if s.rate is None or f.stopped is not None or grew is None:
         return None
     answered = f" (answered {s.request_throughput_rps:,.2f}/s)" if s.request_throughput_rps else ""
     return Finding(Code.RATE_NOT_SUSTAINED, f"the server did not keep up with {s.rate:g} requests/s{answered}: "

@@ -183,6 +183,12 @@ class RunResult:
         whatever its stored manifest says."""
         return self.manifest.predicted_mark or ("PREDICTED" if self.kind == "predict" else None)
 
+    @property
+    def open_loop(self) -> bool:
+        """Every level an open loop (--rate): levels with no concurrency to place them by (a plot's axis, a
+        published.csv row)."""
+        return bool(self.outcomes) and all(o.level.rate for o in self.outcomes)
+
     def sort_by_value(self) -> None:
         """A search's levels in the order of their value (concurrency, then rate), as capacity prints them; they
         ran, and are indexed, in the order the search tried them."""

@@ -212,12 +212,25 @@ class QueueGrowth:
     late_ms: float
 
 
+def thirds_ttft_ms(done: list[RequestRecord]) -> tuple[float, float]:
+    """The median TTFT in ms of the first and the last third of ``done``: finished requests in the order sent."""
+    third = len(done) // 3
+    return (statistics.median(r.ttft_ns or 0 for r in done[:third]) / NS_PER_MS,
+            statistics.median(r.ttft_ns or 0 for r in done[-third:]) / NS_PER_MS)
+
+
+def oversaturated(first: int, last: int, early_ms: float, late_ms: float) -> bool:
+    """The over-saturation rule, on the requests in flight and the median TTFT of a level's first and last thirds:
+    both grew OVERSATURATED_TTFT_RATIO times, the requests in flight by OVERSATURATED_MIN_GROWTH or more."""
+    return late_ms >= OVERSATURATED_TTFT_RATIO * max(early_ms, 1e-3) and \
+        last >= OVERSATURATED_TTFT_RATIO * max(first, 1) and last - first >= OVERSATURATED_MIN_GROWTH
+
+
 def queue_growth(records: list[RequestRecord]) -> QueueGrowth | None:
     """Over-saturation read from a level's records after it ran, by the rule a capacity search applies while it
     runs (capacity.LevelStop): None where the queue held."""
     measured = [r for r in records if r.phase == "measured" and r.sent_ns]
     done = sorted((r for r in measured if r.ok and r.ttft_ns is not None), key=lambda r: r.sent_ns)
-    third = len(done) // 3
     if len(done) < OVERSATURATED_MIN_DONE:
         return None
     sends = sorted(r.sent_ns for r in measured)
@@ -226,14 +239,11 @@ def queue_growth(records: list[RequestRecord]) -> QueueGrowth | None:
     def in_flight(at: int) -> int:
         return bisect_right(sends, at) - bisect_right(ends, at)
 
-    early = statistics.median(r.ttft_ns or 0 for r in done[:third]) / NS_PER_MS
-    late = statistics.median(r.ttft_ns or 0 for r in done[-third:]) / NS_PER_MS
+    third = len(done) // 3
+    early, late = thirds_ttft_ms(done)
     first = round(statistics.median(in_flight(r.sent_ns) for r in done[:third]))
     last = round(statistics.median(in_flight(r.sent_ns) for r in done[-third:]))
-    if late >= OVERSATURATED_TTFT_RATIO * max(early, 1e-3) and last >= OVERSATURATED_TTFT_RATIO * max(first, 1) \
-            and last - first >= OVERSATURATED_MIN_GROWTH:
-        return QueueGrowth(first, last, early, late)
-    return None
+    return QueueGrowth(first, last, early, late) if oversaturated(first, last, early, late) else None
 
 
 def _tpot_ns(r: RequestRecord) -> float | None:

@@ -5,6 +5,7 @@ into these configs and prints what comes back; nothing here prints."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -354,9 +355,9 @@ def calibrate(files: list[Path] | None, command: str, own: OwnRuns | None = None
             warnings.append(f"left out {plural(skipped, 'row')} whose note says its level is not what the box does "
                             f"({', '.join(sorted(SKIPPED))}, or a dirty guard), as calibrate --runs leaves it out")
     if files:  # a file whose rows the fit cannot read made a calibration of nothing, said by nothing
-        why: dict[str, int] = {}
+        why: Counter[str] = Counter()
         used = len(fittable_rows(cat, rows, why))
-        told = "; ".join(f"{plural(n, 'row')}: {reason}" for reason, n in sorted(why.items(), key=lambda x: -x[1]))
+        told = "; ".join(f"{plural(n, 'row')}: {reason}" for reason, n in why.most_common())
         if not used:
             raise UsageError(f"calibrate: no row of {', '.join(map(str, files))} can be fitted "
                              f"({told or 'no rows'}): give each row a box and a model of the catalogs "

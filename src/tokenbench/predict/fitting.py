@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
@@ -40,18 +41,17 @@ class Fittable:
     moe: bool = False  # a mixture-of-experts model
 
 
-def fittable_rows(cat: Catalog, rows: list[Row], why: dict[str, int] | None = None) -> list[Fittable]:
+def fittable_rows(cat: Catalog, rows: list[Row], why: Counter[str] | None = None) -> list[Fittable]:
     """Rows the fit can use: a known box, model, format and engine, a fitted metric, and no hybrid offload. Rows
     of one setup share it (its memoised costs, and one closed loop per set of constants: Setup.serve_once).
     ``why``: counts, by reason, the rows it cannot use."""
     out = []
     blank = Calibration({}, {})
     setups: dict[tuple[tuple[str, Any], ...], Setup | str] = {}
-    left = why if why is not None else {}
+    left: Counter[str] = why if why is not None else Counter()
     for r in rows:
         if r.metric not in FITTED_METRICS or r.value <= 0:
-            reason = f"a metric the fit does not read ({r.metric})" if r.value > 0 else "a value of 0 or less"
-            left[reason] = left.get(reason, 0) + 1
+            left[f"a metric the fit does not read ({r.metric})" if r.value > 0 else "a value of 0 or less"] += 1
             continue
         key = tuple(row_setup_args(r).items())
         if key not in setups:
@@ -61,14 +61,13 @@ def fittable_rows(cat: Catalog, rows: list[Row], why: dict[str, int] | None = No
                 setups[key] = str(e)
         s = setups[key]
         if isinstance(s, str) or not s.fit(context(r) + 1, max(1, r.concurrency)).fits:
-            reason = s if isinstance(s, str) else f"{r.model} does not fit {r.hardware} at its context"
-            left[reason] = left.get(reason, 0) + 1
+            left[s if isinstance(s, str) else f"{r.model} does not fit {r.hardware} at its context"] += 1
             continue
         v = row_valuer(s, r, [])
         if v is not None:
             out.append(Fittable(r, s.backend, v, r.raw.get("source", ""), r.era, s.hw.arch, s.model.experts > 0))
         else:
-            left["a test the fit does not read"] = left.get("a test the fit does not read", 0) + 1
+            left["a test the fit does not read"] += 1
     return out
 
 

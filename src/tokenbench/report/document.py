@@ -52,7 +52,7 @@ class Report:
     def unplotted(self) -> str | None:
         """What no plot draws, in a sentence: open loops (--rate), whose levels have no concurrency to plot over
         (their tables and comparisons show them); None where every run is plotted."""
-        rates = [run_name(r) for r in self.runs if r.outcomes and all(o.level.rate for o in r.outcomes)]
+        rates = [run_name(r) for r in self.runs if r.open_loop]
         if not rates:
             return None
         return (f"not plotted: {', '.join(rates)} (open loops: the plots are over concurrency and context depth, "
