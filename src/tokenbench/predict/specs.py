@@ -239,24 +239,36 @@ class Catalog:
         mdl_raw = tomllib.loads(pkg.joinpath("models.toml").read_text())
         path = user_file or user_catalog_path()
         used = None
+        mine_ids: set[tuple[str, str]] = set()  # (what, id) of each entry the user's file wrote or changed
         if path.exists():
             try:
                 user = tomllib.loads(path.read_text())
             except tomllib.TOMLDecodeError as e:
                 raise UsageError(f"{path} is not valid TOML ({e}): fix it or move it away") from None
             # a user's table for a packaged id overrides the fields it names and keeps the others
-            for raw, mine in ((hw_raw, user.get("hardware", {})), (mdl_raw, user.get("models", {}))):
+            for what, raw, mine in (("hardware", hw_raw, user.get("hardware", {})),
+                                     ("model", mdl_raw, user.get("models", {}))):
                 if not isinstance(mine, dict):
                     raise UsageError(f"{path}: [hardware.ID] and [models.ID] must be tables")
                 for k, v in mine.items():
                     raw[k] = {**raw[k], **v} if isinstance(v, dict) and isinstance(raw.get(k), dict) else v
+                    mine_ids.add((what, k))
             used = path
-        hw = {k: _from_table(HardwareSpec, k, v, "hardware") for k, v in hw_raw.items()}
-        for k, h in hw.items():
-            if h.half_is not in ("", "fp16", "fp32"):
-                raise UsageError(f"hardware '{k}': half_is is \"fp16\" or \"fp32\" (what bf16_tflops holds on a box "
-                                 f"without BF16), not {h.half_is!r}")
-        models = {k: _from_table(ModelSpec, k, v, "model") for k, v in mdl_raw.items()}
+
+        def entry(cls_: type, what: str, k: str, v: Any) -> Any:
+            try:
+                spec = _from_table(cls_, k, v, what)
+                if what == "hardware" and spec.half_is not in ("", "fp16", "fp32"):
+                    raise UsageError(f"hardware '{k}': half_is is \"fp16\" or \"fp32\" (what bf16_tflops holds on a "
+                                     f"box without BF16), not {spec.half_is!r}")
+                return spec
+            except UsageError as e:
+                if (what, k) in mine_ids:  # the user's entry: say which file to fix
+                    raise UsageError(f"{path}: {e}") from None
+                raise
+
+        hw = {k: entry(HardwareSpec, "hardware", k, v) for k, v in hw_raw.items()}
+        models = {k: entry(ModelSpec, "model", k, v) for k, v in mdl_raw.items()}
         return cls(hw, models, used)
 
     def find_hardware(self, ident: str) -> HardwareSpec:
