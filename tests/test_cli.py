@@ -47,6 +47,9 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
         # an option of the other loop, or an entry left out, would change nothing: refused, not dropped
         (["--concurrency", "1,,2"], "has an empty entry"),
         (["--rate", "1,"], "has an empty entry"),
+        # vllm bench serve's default rate: what a migrating user types, answered with tokenbench's way to say it
+        (["--rate", "inf"], "give --concurrency N --requests N"),
+        (["--rate", "-1"], "needs positive numbers"),
         (["--concurrency", "2", "--arrival", "constant"], "--arrival shapes the open loop of --rate"),
         (["--concurrency", "2", "--max-concurrency", "1"], "drop --max-concurrency"),
         (["--rate", "2", "--phase", "staggered"], "which --rate does not send: drop --phase"),

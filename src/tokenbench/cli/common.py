@@ -46,6 +46,9 @@ def float_list(text: str, what: str) -> list[float]:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise UsageError(f"{what} '{text}' is not a comma-separated list of numbers, e.g. 0.5,1,2") from None
+    if math.inf in vals:  # vllm bench serve's default --request-rate: every request sent at t=0
+        raise UsageError(f"{what} '{text}': an infinite rate sends every request at once, which is a closed loop: "
+                         "give --concurrency N --requests N")
     if not vals or any(not (0 < v < math.inf) for v in vals):
         raise UsageError(f"{what} '{text}' needs positive numbers, e.g. 0.5,1,2")
     return vals
