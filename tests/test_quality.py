@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import re
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 import pytest
 from aiohttp import web
@@ -465,11 +468,17 @@ def test_knob_check_finds_no_effect_on_a_server_that_ignores_it(capsys: pytest.C
 
 
 def test_shipped_lm_eval_task_stores_every_item(tmp_path: Path) -> None:
+    """Run as a user runs it, in a process of its own: lm-eval's progress bars (tqdm's, drawn with carriage
+    returns into a piped log) stay out of what tokenbench writes, which notes each task instead."""
     pytest.importorskip("lm_eval")
     out = tmp_path / "h.json"
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
     with serve(Answering()) as a:
-        assert main(["quality", "--url", a.url, "--label", "h", "--tasks", "tokenbench_arith", "--limit", "6",
-                     "--json", str(out)]) == 0
+        proc = subprocess.run([sys.executable, "-m", "tokenbench", "quality", "--url", a.url, "--label", "h",
+                               "--tasks", "tokenbench_arith", "--limit", "6", "--json", str(out)],
+                              capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "it/s" not in proc.stderr and "\r" not in proc.stderr, proc.stderr
     doc = json.loads(out.read_text())
     assert len(doc["items"]) == 6 and {i["status"] for i in doc["items"]} == {"pass"}
     assert all(i["latency_ms"] is not None and i["score"] == 1.0 for i in doc["items"])
@@ -513,6 +522,26 @@ def test_unknown_task_is_refused_before_the_embedded_engine_starts(monkeypatch: 
     monkeypatch.setattr(embedded, "running", start)
     assert main(["quality", "--tasks", "no_such_task_xyz"]) == 2
     assert "unknown task 'no_such_task_xyz'" in capsys.readouterr().err
+
+
+def test_a_task_whose_data_cannot_come_down_is_refused_before_the_embedded_engine_starts(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With no hub and no cached data the task could only fail after the engine's start: an empty table, the error
+    twice and exit 5. A .invalid host never resolves, and an empty datasets cache holds nothing."""
+    pytest.importorskip("lm_eval")
+    import datasets.config
+
+    import tokenbench.engines.embedded as embedded
+
+    def start(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the embedded engine was started for a task whose data is not here")
+
+    monkeypatch.setattr(embedded, "running", start)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)
+    assert main(["quality", "--tasks", "gsm8k", "--limit", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "task gsm8k needs its data from the Hugging Face hub" in err and len(err.strip().splitlines()) == 1
 
 
 def test_no_verdict_without_an_item_answered_and_asked_in_both() -> None:

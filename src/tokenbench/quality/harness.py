@@ -36,6 +36,9 @@ _manager: Any = None
 
 
 def _lm_eval() -> Any:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # lm-eval's progress bars: tokenbench notes each task instead. tqdm reads this when it is first imported.
+    os.environ.setdefault("TQDM_DISABLE", "1")
     try:
         import lm_eval
     except ImportError:
@@ -68,6 +71,22 @@ def check_tasks(names: list[str]) -> None:
         if n not in known:
             raise UsageError(f"unknown task '{n}': built in are niah, agreement and {', '.join(SHIPPED)}; "
                              "lm-eval lists its own with 'lm-eval ls tasks'")
+    if _hub_reachable():
+        return  # the data comes down when the task runs
+    for n in others:  # no hub: a task whose data is not cached here would only fail after the server is up
+        try:
+            with _offline_when_unreachable(n):
+                _task_manager().load([n])
+        except Exception as e:  # datasets raises many kinds; only a missing download is this one's to say
+            if _offline(e):
+                raise UsageError(_no_hub(n)) from None
+            raise
+
+
+def _no_hub(task: str) -> str:
+    return (f"task {task} needs its data from the Hugging Face hub, which cannot be reached from here: run it once "
+            f"where the hub is reachable (the data is cached then), or use a task whose data is local "
+            f"({', '.join(SHIPPED)})")
 
 
 def shipped_config(name: str) -> dict[str, Any]:
@@ -163,8 +182,6 @@ def evaluate(task: str, cfg: QualityConfig, model: str, note: Any = None) -> lis
     spec: Any = shipped_config(task) if task in SHIPPED else task
     if note:
         note(f"{task}: lm-evaluation-harness, {cfg.limit or 'all'} items, {cfg.api} API")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("TQDM_DISABLE", "1")  # lm-eval's progress bars: tokenbench notes each task instead
     try:
         with _offline_when_unreachable(task):
             res = simple_evaluate(model=lm, tasks=[spec], limit=cfg.limit, log_samples=True,
@@ -176,9 +193,7 @@ def evaluate(task: str, cfg: QualityConfig, model: str, note: Any = None) -> lis
         raise
     except Exception as e:  # lm-eval and datasets raise many kinds; each becomes one line
         if _offline(e):
-            raise UsageError(f"task {task} needs its data from the Hugging Face hub, which cannot be reached "
-                             "from here: run it once where the hub is reachable (the data is cached then), or use "
-                             f"a task whose data is local ({', '.join(SHIPPED)})") from None
+            raise UsageError(_no_hub(task)) from None
         first = (str(e).strip().splitlines() or [""])[0][:200]
         raise EndpointError(f"task {task} failed in lm-evaluation-harness ({type(e).__name__}: {first}); check "
                             "the server, --api and --model") from None
