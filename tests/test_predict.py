@@ -535,3 +535,16 @@ def test_an_error_that_rounds_to_zero_reads_0_not_minus_0() -> None:
 
     assert _f(-0.4, 0) == "0" and _num(-0.4, 0) == "0" and _f(-0.6, 0) == "-1" and _num(-1.4, 0) == "-1"
     assert _f(-0.04, 1) == "-0.040" and _num(0.0) == "0.0"  # a figure near zero keeps its sign and digits
+
+
+def test_a_predicted_level_says_its_request_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    """A predicted level's JSON read 0.0 requests/s beside its predicted tok/s: a script dividing by it, or
+    comparing it with a measured run's, read a box that answers nothing. Each request's answer is
+    --output-len tokens, so the rate is the throughput over them."""
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--engine", "vllm",
+                 "--concurrency", "1,8", "--output-len", "256", "--json", "-"]) == 0
+    levels = json.loads(capsys.readouterr().out)["levels"]
+    assert [lv["concurrency"] for lv in levels] == [1, 8]
+    for lv in levels:
+        assert lv["request_throughput_rps"] == pytest.approx(lv["output_throughput_tps"] / 256)
+    assert levels[1]["request_throughput_rps"] > levels[0]["request_throughput_rps"] > 0

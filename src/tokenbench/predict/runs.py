@@ -88,6 +88,7 @@ def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: i
         pt = s.serve(n, input_len, output_len)
         levels.append(ServingLevel(
             concurrency=n, test="serve", output_throughput_tps=pt.throughput[1],
+            request_throughput_rps=pt.throughput[1] / output_len,  # each request's answer is output_len tokens
             # p99: the slowest prompt of the loop's start (all agents at once), as predict --against predicts one
             ttft_ms=Distribution(n=0, p50=pt.ttft_s.estimate * 1000,
                                  p99=(pt.ttft_worst_s or pt.ttft_s).estimate * 1000),
@@ -136,6 +137,7 @@ def session_level(p: SessionPrediction, sessions: int | None = None, cache: bool
         tpot_ms=_ms([x.tpot_ms.p50 or 0.0 for x in turns]),
         # the time the level holds the box: its agents run the sessions back to back (what cost prices it at)
         duration_s=math.ceil(n / p.agents) * t.total.estimate)
+    lv.request_throughput_rps = n * len(p.turns) / lv.duration_s if lv.duration_s else 0.0
     prompt = p.prompt_tokens
     lv.session = SessionStats(
         cache="warm" if cache else "busted", sessions=n, sessions_finished=n, turns_per_session=float(len(p.turns)),
