@@ -362,6 +362,18 @@ def test_verdict_a_degraded_host_is_worse_and_a_copy_is_the_same(capsys: pytest.
     assert "same within noise" in capsys.readouterr().out
 
 
+def test_one_host_run_twice_is_named_as_such(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two runs of one host compared read "no second run of either host in the store", each being the other's."""
+    with serve(Answering()) as good:
+        _run(good.url, "twice", "--seed", "5")
+        _run(good.url, "twice", "--seed", "5")
+    first, second = sorted(r.id for r in Store().runs_labelled("twice"))
+    capsys.readouterr()
+    assert main(["quality", "compare", first, second]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "A and B are one host run twice" in text and "no second run" not in text
+
+
 def test_cells_record_tokens_and_timeouts_are_kept(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     with serve(Answering(slow_words=350, slow_s=3.0)) as slow:
         out = tmp_path / "run.json"

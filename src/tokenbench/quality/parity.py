@@ -231,8 +231,13 @@ class Floor:
     runs: tuple[str, str] | None
     tasks: dict[str, Agreement]
     given: bool = False  # named by --floor, not found
+    one_host: bool = False  # A and B are one host run twice: what they show is that host's floor
 
     def describe(self, names: dict[str, str]) -> str:
+        if self.runs is None and self.one_host:
+            return ("A and B are one host run twice (same label, server, model and settings), so this comparison "
+                    "measures its noise floor; held against the assumed floor (every greedy output identical), "
+                    "as no third run of it is in the store")
         if self.runs is None:
             return ("no second run of either host in the store: the floor is assumed, as greedy decoding on one "
                     "host repeats itself (every output identical); run a host twice to measure it")
@@ -261,7 +266,7 @@ def find_floor(store: Store, ra: RunRow, rb: RunRow, floor: RunRow | None = None
             tasks = _floor_tasks(store, run, again)
             if tasks:
                 return Floor((run.id, again.id), tasks)
-    return Floor(None, {})
+    return Floor(None, {}, one_host=_host(ra) == _host(rb))
 
 
 def judge_tasks(tasks: list[TaskComparison], floor: Floor, sampled: bool) -> None:
