@@ -358,8 +358,7 @@ def test_flags_that_would_be_ignored_are_refused_before_anything_prints(
         args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-70b", *args]) == 2
     out = capsys.readouterr()
-    # the one line names the file to fix: a catalog set in the environment is easy to forget
-    assert says in out.err and out.err.startswith(f"tokenbench: error: {f}: hardware 'mybox'") and out.out == ""
+    assert says in out.err and out.out == ""
 
 
 @pytest.mark.parametrize("args,says", [
@@ -372,8 +371,7 @@ def test_fit_refuses_a_bad_argument_before_it_says_anything(args: list[str], say
     assert main(["fit", "--hardware", "nvidia-a30", "--model", "qwen3-coder-next-80b-a3b", "--weights", "Q4_K_M",
                  *args]) == 2
     out = capsys.readouterr()
-    # the one line names the file to fix: a catalog set in the environment is easy to forget
-    assert says in out.err and out.err.startswith(f"tokenbench: error: {f}: hardware 'mybox'") and out.out == ""
+    assert says in out.err and out.out == ""
 
 
 def test_a_hand_edited_calibration_constant_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
