@@ -548,3 +548,25 @@ def test_a_predicted_level_says_its_request_rate(capsys: pytest.CaptureFixture[s
     for lv in levels:
         assert lv["request_throughput_rps"] == pytest.approx(lv["output_throughput_tps"] / 256)
     assert levels[1]["request_throughput_rps"] > levels[0]["request_throughput_rps"] > 0
+
+
+def test_a_level_past_vllms_kv_cache_is_predicted_queued(capsys: pytest.CaptureFixture[str]) -> None:
+    """An A30's memory holds 4 contexts of 8,704 tokens beside llama-3.1-8b (fit says so). 8 agents read "fits no",
+    no speed, where vLLM runs 4 and queues 4: the level is predicted as it runs, the wait in its TTFT."""
+    args = ["predict", "--hardware", "nvidia-a30", "--model", "llama-3.1-8b", "--engine", "vllm", "--input-len",
+            "8192", "--output-len", "512", "--concurrency", "4,8"]
+    assert main([*args, "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    four, eight = doc["levels"]
+    assert [r[-1] for r in doc["rows"]] == ["yes", "queued (4 at once)"]
+    assert eight["output_throughput_tps"] == pytest.approx(four["output_throughput_tps"])
+    # each of the 4 waiting waits a whole round of the 4 running: 4 requests' 512 tokens at their rate
+    wait_ms = 4 * 512 / four["output_throughput_tps"] * 1000
+    assert eight["ttft_ms"]["p50"] == pytest.approx(four["ttft_ms"]["p50"] + wait_ms)
+    assert eight["tpot_ms"]["p50"] == pytest.approx(four["tpot_ms"]["p50"])
+    assert main(args) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "queued (concurrency 8): the KV cache holds fewer requests' contexts than are sent" in said
+    assert "fits no" not in said
+    # not one context fits: still no speed, and exit 1
+    assert main([*args[:-1], "1", "--input-len", "60000"]) == 1

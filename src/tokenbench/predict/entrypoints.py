@@ -26,8 +26,8 @@ from .session import SessionPrediction, SessionShape, predict_session
 from .setup import Setup, default_slots, usual_setup
 from .specs import Catalog
 from .banding import BandLog, band_note
-from .tables import (context_remark, depth_context, depth_table, not_run_remark, serve_table, session_lines,
-                     session_metrics, session_table)
+from .tables import (context_remark, depth_context, depth_table, not_run_remark, queued_remark, serve_table,
+                     session_lines, session_metrics, session_table)
 from .warm import WarmPrediction, predict_warm
 
 if TYPE_CHECKING:
@@ -265,7 +265,8 @@ def predict(cfg: PredictConfig, save: bool = False) -> Predicted:
     if all(r[-1] == "no" for r in rows):
         metrics = []  # no cell printed a band: no note on bands
     remarks += [r for r in [context_remark(s.model, longest),
-                            not_run_remark(rows, "depth" if cfg.depths is not None else "concurrency")] if r]
+                            not_run_remark(rows, "depth" if cfg.depths is not None else "concurrency"),
+                            queued_remark(rows, "concurrency")] if r]
     return Predicted(s, cal, cfg, described, [PredictedTable(head, rows)], metrics, band_note(s, cal, metrics, log),
                      input_len, output_len, remarks, log=log)
 

@@ -80,12 +80,13 @@ def depth_levels(s: Setup, depths: list[int], pp: int, tg: int, tests: tuple[str
 
 def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: int) -> list[ServingLevel]:
     """Predicted serving levels: aggregate throughput, median TTFT and TPOT per concurrency; a level that does not
-    fit the box's memory is left out (no speed for it)."""
+    fit the box's memory is left out (no speed for it), and one a batching engine queues is its queue's
+    (``Setup.serve_held``)."""
     levels = []
     for n in concurrency:
-        if not s.fit(input_len + output_len, s.held(n)).fits:
+        pt, _ = s.serve_held(n, input_len, output_len)
+        if pt is None:
             continue
-        pt = s.serve(n, input_len, output_len)
         levels.append(ServingLevel(
             concurrency=n, test="serve", output_throughput_tps=pt.throughput[1],
             request_throughput_rps=pt.throughput[1] / output_len,  # each request's answer is output_len tokens

@@ -192,6 +192,19 @@ class Setup:
         llama.cpp's server its slots (more agents wait in its queue, holding no cache)."""
         return agents if self.kind == "batching" else min(agents, self.parallel)
 
+    def serve_held(self, n: int, prompt: int, output: int) -> tuple[serving.ServePoint | None, int]:
+        """``serve`` where the box's memory holds it, and the sequences it runs at once. A batching engine whose
+        KV cache holds fewer than ``n`` requests' contexts (and at least one) runs as many as it holds and queues
+        the rest, as vLLM's scheduler does (``behind_slots``, as llama.cpp's slots); None, 0: not one fits."""
+        ctx = prompt + output
+        f = self.fit(ctx, self.held(n))
+        if f.fits:
+            return self.serve(n, prompt, output), self.held(n)
+        at_once = self.fit(ctx, 1).max_concurrency if self.kind == "batching" else 0
+        if at_once < 1:
+            return None, 0
+        return serving.behind_slots(self.serve(at_once, prompt, output), n, output), at_once
+
     def fit_as(self, quant: formats.Quant, context: int, concurrency: int = 1) -> memory.Fit:
         """The memory of this setup with ``quant`` for its own formats (what another KV cache would hold), not
         memoised."""

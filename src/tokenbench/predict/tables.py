@@ -83,6 +83,9 @@ def none_run(rows: list[list[str]]) -> bool:
     return bool(rows) and all(r[-1] == "no" for r in rows)
 
 
+#: A "fits" cell of a batching engine's level whose KV cache holds fewer requests than it sends (queued_cell).
+QUEUED = "queued"
+
 #: A "fits" cell whose context passes the model's own: the box may hold it, the model was not trained for it.
 PAST_MODEL = "past model"
 
@@ -246,10 +249,10 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
     rows = []
     ctx = prompt + output  # a request's context: each cell's band is its own level's (ctx, n)
     for n in concurrency:
-        p = s.serve(n, prompt, output)  # first: it refuses more agents than the loop simulates
-        f = s.fit(ctx, s.held(n))
-        if not f.fits:  # the serving loop runs no split: no speed for a setup that cannot run
-            rows.append([str(n)] + [NOT_RUN] * (len(head) - 2) + [fits_cell(s, ctx, f.fits)])
+        s.serve(n, prompt, output)  # first: it refuses more agents than the loop simulates
+        p, at_once = s.serve_held(n, prompt, output)
+        if p is None:  # the serving loop runs no split: no speed for a setup that cannot run
+            rows.append([str(n)] + [NOT_RUN] * (len(head) - 2) + [fits_cell(s, ctx, False)])
             continue
         # one output token has no time per output token after it (TPOT divides by output - 1): it read 0.0 ms ±35%
         tpot = [estimate_cell(s, cal, "tpot", f"{p.tpot_s.estimate * 1000:.1f} ms", ctx, n, p.tpot_s.estimate,
@@ -260,8 +263,23 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
                                    log),
                      estimate_cell(s, cal, "ttft", _ttft(p.ttft_s.estimate), ctx, n, p.ttft_s.estimate,
                                    p.ttft_s.ceiling, log), _ttft(p.ttft_s.ceiling),
-                     *tpot, fits_cell(s, ctx, f.fits)])
+                     *tpot, queued_cell(at_once) if at_once < s.held(n) else fits_cell(s, ctx, True)])
     return head, rows
+
+
+def queued_cell(at_once: int) -> str:
+    """The fits cell of a batching engine's level whose KV cache holds fewer requests than it sends."""
+    return f"{QUEUED} ({at_once} at once)"
+
+
+def queued_remark(rows: list[list[str]], what: str) -> str | None:
+    """The line under a serving table that says what its queued rows mean; None where no row is queued."""
+    said = [r[0] for r in rows if r[-1].startswith(QUEUED)]
+    if not said:
+        return None
+    return (f"{QUEUED} ({what} {', '.join(said)}): the KV cache holds fewer requests' contexts than are sent, so "
+            "the engine runs as many as it holds and the rest wait for one to end, as vLLM's and SGLang's "
+            "schedulers do: its throughput is theirs, and the wait is in TTFT")
 
 
 def _ttft(v: float) -> str:
