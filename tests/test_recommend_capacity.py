@@ -115,8 +115,11 @@ def test_two_boxes_at_one_team_price_are_listed_in_ranked_order() -> None:
 
     a, b = (Candidate(box, "vllm", "measured", capacity=4, cost_per_agent_hour=0.125, boxes=1) for box in ("a", "b"))
     done = Recommendation(Workload("llama-3.1-8b", 2, 16, 24), True, [a, b], [], [])
-    assert team_line(done) == ("for 2 agents: a x1, USD 0.50/hour (0.250 per agent-hour); "
-                               "b x1, USD 0.50/hour (0.250 per agent-hour)")
+    # each box serves 4 and the team is 2: the team pays 0.250 an agent-hour where the table says 0.125, and says why
+    assert team_line(done) == ("for 2 agents: a x1, USD 0.50/hour (0.250 per agent-hour, whole boxes paid); "
+                               "b x1, USD 0.50/hour (0.250 per agent-hour, whole boxes paid)")
+    full = Recommendation(Workload("llama-3.1-8b", 4, 16, 24), True, [a], [], [])
+    assert team_line(full) == "for 4 agents: a x1, USD 0.50/hour (0.125 per agent-hour)"
 
 
 @pytest.mark.parametrize("costs, said", [

@@ -112,8 +112,9 @@ def team_line(done: Recommendation) -> str | None:
                     if c.boxes and c.capacity and c.cost_per_agent_hour), key=lambda t: t[0])
     if not teams:
         return None
-    said = [f"{c.box} x{c.boxes}{_slow_end(c, n)}, {cur} {hourly:,.2f}/hour ({hourly / n:.3f} per agent-hour)"
-            for hourly, c in teams]
+    # the table's per agent-hour is at the box's capacity; a team that leaves a box part idle pays it whole
+    said = [f"{c.box} x{c.boxes}{_slow_end(c, n)}, {cur} {hourly:,.2f}/hour ({hourly / n:.3f} per agent-hour"
+            f"{', whole boxes paid' if c.boxes * (c.capacity or 0) > n else ''})" for hourly, c in teams]
     return f"for {n} agents: " + "; ".join(said)
 
 
