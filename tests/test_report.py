@@ -404,21 +404,29 @@ def test_a_session_run_with_a_batch_beside_it_says_so_in_its_workload(emitter: B
     assert "beside 2 req/s of unique 64-token prompts (8 out)" in line, line
 
 
-def test_a_report_says_which_runs_no_plot_draws(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Open loops have no concurrency to plot over: a report of two wrote "0 plots" and "0 PNGs", exit 0, and
-    said nothing of them. It names them, on the terminal and on the page."""
+def test_open_loops_are_plotted_against_the_rate_offered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Open loops have no concurrency to plot over: a report of two wrote "0 plots" and "0 PNGs", exit 0. They are
+    drawn against the rate offered, as GuideLLM draws its rate sweeps: each run a line through its levels."""
     pytest.importorskip("plotly")
     pytest.importorskip("matplotlib")
     from tokenbench.emitter import BackgroundEmitter
 
     db = str(tmp_path / "r.db")
     with BackgroundEmitter() as em:
-        for label, rate in (("r-slow", "5"), ("r-fast", "20")):
+        for label, rate in (("r-slow", "5,10"), ("r-fast", "20")):
             assert main(["sweep", "--url", em.url, "--rate", rate, "--requests", "8", "--input-len", "16",
                          "--output-len", "8", "--label", label, "--guard", "off", "--db", db]) == 0
     capsys.readouterr()
-    page, pngs = tmp_path / "r.html", tmp_path / "png"
-    assert main(["report", "r-slow", "r-fast", "--html", str(page), "--png", str(pngs), "--db", db]) == 0
+    page, pngs, js = tmp_path / "r.html", tmp_path / "png", tmp_path / "r.json"
+    assert main(["report", "r-slow", "r-fast", "--html", str(page), "--png", str(pngs), "--json", str(js),
+                 "--db", db]) == 0
     said = " ".join(capsys.readouterr().out.split())
-    assert "(0 plots); not plotted: r-slow, r-fast (open loops:" in said and "wrote 0 PNGs to" in said, said
-    assert "Not plotted: r-slow, r-fast (open loops:" in page.read_text()
+    assert "(3 plots)" in said and "wrote 3 PNGs to" in said, said
+    plots = {p["id"]: p for p in json.loads(js.read_text())["plots"]}
+    assert set(plots) == {"rate_throughput", "rate_ttft", "rate_tpot"}
+    lines = {ln["name"]: ln for ln in plots["rate_throughput"]["lines"]}
+    assert [x for x, _ in lines["r-slow"]["points"]] == [5, 10] and [x for x, _ in lines["r-fast"]["points"]] == [20]
+    assert all(y > 0 for ln in lines.values() for _, y in ln["points"])
+    assert {ln["name"] for ln in plots["rate_ttft"]["lines"]} == {"r-slow p50", "r-slow p99", "r-fast p50",
+                                                                  "r-fast p99"}
+    assert "vs offered rate (open loop)" in page.read_text() and "Not plotted" not in page.read_text()

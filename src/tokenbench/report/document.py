@@ -15,7 +15,6 @@ from ..results import RunResult
 from ..reader import REPORTED, load_result
 from ..store import Store
 from . import comparison, series
-from .series import run_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,16 +46,6 @@ class Report:
     price_per_hour: float | None = None
     currency: str | None = None
     written: str = ""
-
-    @property
-    def unplotted(self) -> str | None:
-        """What no plot draws, in a sentence: open loops (--rate), whose levels have no concurrency to plot over
-        (their tables and comparisons show them); None where every run is plotted."""
-        rates = [run_name(r) for r in self.runs if r.open_loop]
-        if not rates:
-            return None
-        return (f"not plotted: {', '.join(rates)} (open loops: the plots are over concurrency and context depth, "
-                "and a rate's level has neither; the tables show them)")
 
 
 def report(cfg: ReportConfig, store: Store | None = None, now: datetime.datetime | None = None) -> Report:

@@ -54,7 +54,7 @@ class HtmlExport:
 
     def write(self, rep: Report, path: Path) -> str:
         path.write_text(html.render(rep), encoding="utf-8")
-        return f"wrote {path} ({plural(len(rep.plots), 'plot')})" + (f"; {rep.unplotted}" if rep.unplotted else "")
+        return f"wrote {path} ({plural(len(rep.plots), 'plot')})"
 
 
 class PngExport:
@@ -68,7 +68,7 @@ class PngExport:
         path.mkdir(exist_ok=True)
         for p in rep.plots:
             plots.png(p, path / f"{p.id}.png")
-        return f"wrote {plural(len(rep.plots), 'PNG')} to {path}" + (f"; {rep.unplotted}" if rep.unplotted else "")
+        return f"wrote {plural(len(rep.plots), 'PNG')} to {path}"
 
 
 def plot_dict(p: Plot) -> dict[str, Any]:

@@ -393,8 +393,6 @@ def render(rep: Report) -> str:
         parts.append(f'<p class="meta">Hover for values, drag to zoom (double-click resets), click a legend entry '
                      f"to hide or show a series; the camera button saves a {w}×{h} px PNG.</p>")
         parts.append('<div class="plots">' + "".join(_figure(p) for p in plots) + "</div></section>")
-    if rep.unplotted:
-        parts.append(f'<p class="meta">{_e(rep.unplotted[0].upper() + rep.unplotted[1:])}.</p>')
     parts.append('<section id="runs"><h2>Each run</h2>')
     for i, r in enumerate(runs):
         cls = ' class="predicted"' if is_predicted(r) else ""

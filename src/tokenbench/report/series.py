@@ -47,7 +47,7 @@ class Plot:
     lines: list[Line] = field(default_factory=list)
     logx: bool = False
     #: what x is, for its ticks and the hover text: "concurrency", "depth", "context" (tokens a turn sent) or
-    #: "interactivity" (per-agent tok/s) or "time" (seconds into a soak)
+    #: "interactivity" (per-agent tok/s), "time" (seconds into a soak) or "rate" (an open loop's requests/s)
     axis: str = "concurrency"
     unit: str = ""  # the y values' unit, shown on hover
 
@@ -82,6 +82,8 @@ class Plot:
         if self.axis == "time":
             ticks = style.linear_ticks(xs)
             return ticks, [f"{t:,g}" for t in ticks]
+        if self.axis == "rate":
+            return xs, [f"{x:g}/s" for x in xs]
         return xs, [f"{x:g}" for x in xs]
 
     def x_text(self, x: float) -> str:
@@ -93,6 +95,8 @@ class Plot:
             return f"{style.number(x)} tok/s per agent"
         if self.axis == "time":
             return f"{x:,g} s into the soak"
+        if self.axis == "rate":
+            return f"{x:g} requests/s offered"
         return f"concurrency {x:g}"
 
 
@@ -219,6 +223,22 @@ def _soak_lines(plots: dict[str, Plot], r: RunResult, i: int, cache: str, levels
                                         if w.ttft_ms_p50 is not None], r, i, cache=cache)
 
 
+def _rate_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
+    """An open loop's levels (--rate): throughput, TTFT and TPOT against the rate offered, as GuideLLM plots its
+    rate sweeps. A level the server did not keep up with still plots: its TTFT is where that shows."""
+    levels = sorted((s for s in serving(o.summary for o in r.outcomes) if s.rate and not s.concurrency),
+                    key=lambda s: s.rate or 0.0)
+    name = run_name(r)
+
+    def pts(value: Callable[[ServingLevel], float | None]) -> list[tuple[float, float]]:
+        return [(float(s.rate or 0.0), v) for s in levels if (v := value(s))]
+
+    _add(plots["rate_throughput"], name, pts(lambda s: s.sustained_tps if s.output_throughput_tps else None), r, i)
+    for pct in ("p50", "p99"):
+        _add(plots["rate_ttft"], f"{name} {pct}", pts(lambda s: getattr(s.ttft_ms, pct)), r, i, pct)
+    _add(plots["rate_tpot"], name, pts(lambda s: s.tpot_ms.p50), r, i)
+
+
 def _depth_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
     """A run's depth levels: prefill and decode against the tokens in cache, one line per test and concurrency
     (llama-benchy's ``(c2)``); a test measured twice at one depth (its tg after each pp) by its last row, as
@@ -242,6 +262,7 @@ def build(runs: list[RunResult], price_per_hour: float | None = None, currency: 
     one = next(iter(currencies)) if len(currencies) == 1 else None
     conc = "concurrent agents"
     inter = "interactivity: output tok/s per agent"
+    rate = "offered rate (requests/s)"
     plots = {
         "aggregate": Plot("aggregate", "Aggregate output throughput vs concurrency", conc, "output tok/s", logx=True,
                           unit="tok/s"),
@@ -250,6 +271,12 @@ def build(runs: list[RunResult], price_per_hour: float | None = None, currency: 
         "ttft": Plot("ttft", "TTFT p50 (solid) and p99 (dotted) vs concurrency", conc, "TTFT (ms)", logx=True, unit="ms"),
         "tpot": Plot("tpot", "TPOT (median) vs concurrency", conc, "TPOT (ms per output token)", logx=True,
                      unit="ms per output token"),
+        "rate_throughput": Plot("rate_throughput", "Output throughput vs offered rate (open loop)", rate,
+                                "output tok/s", axis="rate", unit="tok/s"),
+        "rate_ttft": Plot("rate_ttft", "TTFT p50 (solid) and p99 (dotted) vs offered rate (open loop)", rate,
+                          "TTFT (ms)", axis="rate", unit="ms"),
+        "rate_tpot": Plot("rate_tpot", "TPOT (median) vs offered rate (open loop)", rate,
+                          "TPOT (ms per output token)", axis="rate", unit="ms per output token"),
         "prefill_depth": Plot("prefill_depth", "Prefill vs context depth", "depth (tokens in cache)",
                               "prompt tok/s", axis="depth", unit="prompt tok/s"),
         "decode_depth": Plot("decode_depth", "Decode vs context depth", "depth (tokens in cache)",
@@ -273,10 +300,11 @@ def build(runs: list[RunResult], price_per_hour: float | None = None, currency: 
     }
     for i, r in enumerate(runs):
         _serve_lines(plots, r, i, prices[i], one)
+        _rate_lines(plots, r, i)
         _depth_lines(plots, r, i)
         _session_lines(plots, r, i)
     for p in plots.values():
-        if p.axis == "interactivity":  # per-agent rates span decades from one stream to hundreds
+        if p.axis in ("interactivity", "rate"):  # per-agent rates span decades from one stream to hundreds
             p.logx = style.wide(x for line in p.lines for x in line.xs)
     plots["cached_share"] = plots.pop("cached_share")  # after the turns, beside the session time
     plots["session_time"] = plots.pop("session_time")  # after the turns it sums up
