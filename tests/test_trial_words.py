@@ -58,7 +58,9 @@ def test_fit_says_its_counts_with_their_nouns_and_indents_what_runs_on(capsys: p
         assert [ln.split()[0] for ln in starts] == ["engine:", "llama-3.1-8b"][: len(starts)]
 
 
-@pytest.mark.parametrize("args", [["--concurrency", "1,64", "--input-len", "16000"],
+# llama.cpp's 64 slots each hold their context (vLLM would run as many as its cache holds and queue the rest)
+@pytest.mark.parametrize("args", [["--concurrency", "1,64", "--input-len", "16000", "--engine", "llama.cpp",
+                                   "--parallel", "64"],
                                   ["--test", "depth", "--depth", "0,256k"]])
 def test_predict_shows_no_speed_for_a_setup_that_does_not_fit(args: list[str],
                                                               capsys: pytest.CaptureFixture[str]) -> None:

@@ -114,7 +114,7 @@ def team_line(done: Recommendation) -> str | None:
         return None
     # the table's per agent-hour is at the box's capacity; a team that leaves a box part idle pays it whole
     said = [f"{c.box} x{c.boxes}{_slow_end(c, n)}, {cur} {hourly:,.2f}/hour ({hourly / n:.3f} per agent-hour"
-            f"{', whole boxes paid' if c.boxes * (c.capacity or 0) > n else ''})" for hourly, c in teams]
+            f"{', whole boxes paid' if (c.boxes or 0) * (c.capacity or 0) > n else ''})" for hourly, c in teams]
     return f"for {n} agents: " + "; ".join(said)
 
 
