@@ -204,6 +204,20 @@ def test_a_refused_secret_is_masked_and_the_words_around_it_shown(words: list[st
     assert SECRET not in err and f"{shown} --slo tpot=50ms;" in err, err
 
 
+@pytest.mark.parametrize("words, shown", [
+    (["--agent-tok", "s3cr3tTOKENxyz123456"], "--agent-tok ***"),  # the host agent's token, abbreviated
+    (["--agent-toke", "s3cr3tTOKENxyz123456"], "--agent-toke ***"),
+    (["--agent-tokn=s3cr3tTOKENxyz123456"], "--agent-tokn=***"),  # misspelt
+    (["--agenttoken", "s3cr3tTOKENxyz123456"], "--agenttoken ***"),
+])
+def test_a_misspelt_agent_token_is_masked(words: list[str], shown: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A token that is no key in shape (the agent's are the user's own words) showed in clear after a misspelt
+    --agent-token: only options named like a secret, or close to one the tool knows, were masked."""
+    assert main(["sweep", "--url", "http://127.0.0.1:9/v1", *words, "--requests", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "s3cr3tTOKEN" not in err and f"{shown} " in err, err
+
+
 def test_a_key_typed_for_a_command_is_masked(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([SECRET, "--api-key", SECRET]) == 2
     err = capsys.readouterr().err

@@ -20,7 +20,7 @@ import shlex
 from typing import Any
 from urllib.parse import urlsplit
 
-SECRET_OPTIONS = ("--api-key", "--api_key", "--hf-token", "--token", "--password")
+SECRET_OPTIONS = ("--api-key", "--api_key", "--hf-token", "--token", "--password", "--agent-token")
 #: A name that holds a secret: KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL, AUTH, as a word of the name.
 SECRET_NAME = re.compile(r"(^|[_\-.])(api[_\-]?key|key|token|secret|password|passwd|credentials?|auth|"
                          r"authorization|bearer)($|[_\-.])", re.IGNORECASE)
