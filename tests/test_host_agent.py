@@ -255,6 +255,22 @@ def test_agent_urls() -> None:
             agent_url(bad)
 
 
+@pytest.mark.parametrize("words, said", [
+    # the agent's client refused the header beside URL credentials: "internal error: ValueError", exit 70
+    (["--agent", "http://user:PASSWORDsecret99@127.0.0.1:18765", "--agent-token", "t" * 20],
+     "--agent http://***@127.0.0.1:18765 carries credentials"),
+    # an unset $AGENT_URL measured with no agent, unsaid
+    (["--agent", "", "--agent-token", "t" * 20], "--agent is empty"),
+    (["--agent-token-file", "agent.token"], "--agent-token-file is the token of --agent"),
+])
+def test_agent_options_that_cannot_be_used_are_refused_before_anything_runs(
+        words: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (["sweep"], ["capacity", "--slo", "ttft_p99=2s"]):
+        assert main([*command, "--url", "http://127.0.0.1:9/v1", *words]) == 2
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1 and "PASSWORDsecret99" not in err, err
+
+
 # ---- the command ---------------------------------------------------------------------------------------------------
 
 def test_agent_help_and_a_missing_token(capsys: pytest.CaptureFixture[str]) -> None:

@@ -38,6 +38,24 @@ def agent_token(a: argparse.Namespace) -> str:
                      "$TOKENBENCH_AGENT_TOKEN")
 
 
+def agent_given(a: argparse.Namespace) -> bool:
+    """Whether --agent names the server host's agent; refuses an empty one (an unset variable would measure with
+    no agent, unsaid) and a token for no agent."""
+    agent = getattr(a, "agent", None)
+    if agent is not None and not agent.strip():
+        raise UsageError("--agent is empty: give the agent's URL, e.g. http://gpu-box:8765 (a variable not set?)")
+    if agent is None:
+        for option in ("agent_token", "agent_token_file"):
+            if getattr(a, option, None):
+                raise UsageError(f"--{option.replace('_', '-')} is the token of --agent: give --agent URL too, or "
+                                 "drop it")
+    if agent is not None:
+        from ..hostagent.client import agent_url
+
+        agent_url(agent)  # its shape, before anything runs
+    return agent is not None
+
+
 def power_meter(a: argparse.Namespace, interval_s: float = 0.5) -> AgentClient | LocalMeter:
     """The meter a run reads each level's power from: the agent's where ``--agent`` is given, else this machine's
     sources (started; its ``notes`` say what was not found). The caller closes it."""
@@ -45,7 +63,7 @@ def power_meter(a: argparse.Namespace, interval_s: float = 0.5) -> AgentClient |
     from ..power.choose import open_sources
     from ..power.sampler import LocalMeter
 
-    if getattr(a, "agent", None):
+    if agent_given(a):
         if a.power_url or a.power_cmd or a.power not in ("auto", "none"):
             raise UsageError("--agent reads power on the server host: give --power, --power-url or --power-cmd to "
                              "`tokenbench agent` there, not here")
@@ -62,7 +80,7 @@ def power_plan(a: argparse.Namespace, argv: list[str]) -> PowerPlan:
     from ..serverhost import PowerPlan
 
     idle = idle_seconds(a)
-    if getattr(a, "agent", None):
+    if agent_given(a):
         if a.power_url or a.power_cmd or "--power" in " ".join(argv):
             raise UsageError("--agent reads power on the server host: give --power, --power-url or --power-cmd to "
                              "`tokenbench agent` there, not here")

@@ -15,7 +15,7 @@ import aiohttp
 
 from .. import redact
 from ..guard_results import GuardSnapshot
-from ..errors import EndpointError
+from ..errors import EndpointError, UsageError
 from ..power.interval import Interval
 from ..power.report import PowerReport
 from ..wire import WireError, loads
@@ -42,6 +42,9 @@ def agent_url(url: str) -> str:
         raise AgentError(f"--agent {redact.url(url)}: not a URL with a port from 1 to 65535") from None
     if u.scheme not in ("http", "https") or not u.hostname:
         raise AgentError(f"--agent {redact.url(url)}: give the agent's http:// URL, e.g. http://gpu-box:8765")
+    if redact.has_userinfo(url):  # the agent takes its token as a bearer, never as URL credentials
+        raise UsageError(f"--agent {redact.url(url)} carries credentials: the agent takes its token from "
+                         "--agent-token-file, --agent-token or $TOKENBENCH_AGENT_TOKEN; drop them from the URL")
     return url
 
 
