@@ -74,7 +74,8 @@ def _door(token: str) -> Callable[..., Awaitable[web.StreamResponse]]:
     async def door(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                    ) -> web.StreamResponse:
         auth = request.headers.get("Authorization", "")
-        given = auth[len("Bearer "):].strip().encode() if auth.startswith("Bearer ") else b""
+        scheme, _, credentials = auth.strip().partition(" ")
+        given = credentials.strip().encode() if scheme.lower() == "bearer" else b""  # any case (RFC 7235)
         if not given or not hmac.compare_digest(given, expected):
             why = "no bearer token" if not given else "wrong bearer token"
             return _error(401, f"{why}: send the agent's token as 'Authorization: Bearer TOKEN'",
