@@ -429,6 +429,35 @@ def test_a_run_through_an_agent_without_a_meter_says_the_agents_reasons() -> Non
     assert said == ["no power figure: the server host has no power source its agent reads (no RAPL counters here)"]
 
 
+def test_an_agents_idle_figure_is_not_said_to_be_missing() -> None:
+    """--idle-power with an agent whose meter reads: the run said "no idle figure, as no meter reads the box under
+    test", then priced its energy above the idle the agent had measured."""
+    from tokenbench.emitter import BackgroundEmitter
+    from tokenbench.kinds.lengths import LengthsKind
+    from tokenbench.progress import QuietReporter
+    from tokenbench.serverhost import PowerPlan
+    from tokenbench.store import Store
+    from tokenbench.sweep import SweepConfig, run_sweep
+
+    class Warned(QuietReporter):
+        def __init__(self) -> None:
+            self.warned: list[str] = []
+
+        def warn(self, text: str) -> None:
+            self.warned.append(text)
+
+    told = Warned()
+    with BackgroundEmitter() as em, tempfile.TemporaryDirectory() as d:
+        async def body(_: AgentClient, url: str) -> Any:
+            cfg = SweepConfig(url=em.url, workload=LengthsKind.fixed(8, 4), requests=4, guard="off",
+                              power=PowerPlan(agent=url, agent_token=TOKEN, idle_s=0.3))
+            return await run_sweep(cfg, Store(Path(d) / "r.db"), told)
+
+        res = run_agent(body)
+    assert res.manifest.power and res.manifest.power.get("idle"), res.manifest.power
+    assert not any("idle" in w for w in told.warned), told.warned
+
+
 def test_a_refused_agent_leaves_no_connection_open() -> None:
     """An agent not there, a URL that is no agent, a name that resolves nowhere: one line, exit 3, and nothing
     after it (the agent's HTTP session was left open: "Unclosed client session" under it)."""

@@ -33,7 +33,7 @@ from .kinds import WorkloadKind
 from .kinds.base import AgentRun, Binding, Bound, LevelWork, OnDone, PromptPool, warmups
 from .kinds.lengths import LengthsKind
 from .client_report import ClientReport
-from .levels import NO_METER_NOTES, ServingLevel
+from .levels import ServingLevel
 from .loadgen import ClientWatch, ensure_open_files, run_phase, still_heap
 from .offered_load import Level
 from .metrics import peak_in_flight, summarize
@@ -463,7 +463,7 @@ async def run_sweep(
         ep = await Endpoint.open(http, cfg.url, cfg.api_key, cfg.model, cfg.tokenizer, rep.warn)
         host = await ServerHost.open(cfg.power)
         closing.push_async_callback(host.close)  # whatever ends the run, a refusal before it starts too
-        if cfg.power and cfg.power.idle_s and (host.meter is None or (host.note or "").startswith(NO_METER_NOTES)):
+        if cfg.power and cfg.power.idle_s and not host.idle:  # an agent's meter measures it too
             rep.warn(f"--idle-power: no idle figure, as {host.note}")
         client = ep.client(cfg.api, temperature=cfg.temperature, timeout_s=cfg.timeout_s,
                            stall_timeout_s=cfg.stall_timeout_s)
