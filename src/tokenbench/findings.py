@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .grace import CUT_KINDS, INTERRUPTED, unanswered
 from .finding import Code, Finding
-from .guard_results import AGENT_CHECK, GuardSnapshot
+from .guard_results import GuardSnapshot
 from .records import RequestRecord
 from .layout import plural
 from .replay_stats import OVERFLOW_LIMIT
@@ -211,7 +211,7 @@ def _dirty_bench(f: LevelFacts) -> Finding | None:
     here = guard_finding(f.guard, f.run_id)
     elsewhere = [f"load-generating node {n.node} dirty before this level (" + ", ".join(c.name for c in n.failed) + ")"
                  for n in f.node_guards if n.dirty]
-    if f.server_guard is not None and f.server_guard.dirty and not _unchecked(f.server_guard):
+    if f.server_guard is not None and f.server_guard.dirty and not f.server_guard.unchecked:
         elsewhere.append("the server host dirty before this level ("
                          + ", ".join(c.name for c in f.server_guard.failed) + ")")
     if not elsewhere:
@@ -222,13 +222,8 @@ def _dirty_bench(f: LevelFacts) -> Finding | None:
                    observed=((here.observed or 0) if here else 0) + len(elsewhere), threshold=0, unit="dirty machines")
 
 
-def _unchecked(snap: GuardSnapshot) -> bool:
-    """A server host's snapshot that is only its agent's silence: the host went unchecked, not found dirty."""
-    return [c.name for c in snap.failed] == [AGENT_CHECK]
-
-
 def _host_unchecked(f: LevelFacts) -> Finding | None:
-    if f.server_guard is None or not f.server_guard.dirty or not _unchecked(f.server_guard):
+    if f.server_guard is None or not f.server_guard.dirty or not f.server_guard.unchecked:
         return None
     return Finding(Code.HOST_UNCHECKED, "the guard could not check the server host before this level "
                    f"({f.server_guard.failed[0].observed})",

@@ -66,6 +66,11 @@ class GuardSnapshot(Keyed):
     def dirty(self) -> bool:
         return self.clean is False
 
+    @property
+    def unchecked(self) -> bool:
+        """A server host's snapshot that is only its agent's silence: the host went unchecked, not found dirty."""
+        return [c.name for c in self.failed] == [AGENT_CHECK]
+
     def update(self, d: dict[str, Any]) -> None:
         Keyed.update(self, d)
         if self.checks is not None:

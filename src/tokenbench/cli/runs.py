@@ -229,7 +229,8 @@ def _show_guard(a: argparse.Namespace, console: Console, res: RunResult) -> int:
         level = o.level.describe() if o.summary.test in (None, "serve") else f"{o.summary.test} @ d{o.summary.depth}"
         for where, snap in machines:
             on = f", {where}" if len(machines) > 1 or where != CLIENT else ""
-            title = f"level {k}/{len(res.outcomes)} ({level}){on}: " + ("DIRTY" if snap.dirty else "clean")
+            state = ("UNCHECKED (its agent did not answer)" if snap.unchecked else "DIRTY") if snap.dirty else "clean"
+            title = f"level {k}/{len(res.outcomes)} ({level}){on}: {state}"
             print_guard(console, snap, a.format, title=title)
     if a.json:
         emit_json(a.json, [{"level": k, "guard": o.summary.guard.to_dict() if o.summary.guard else None,
