@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -401,3 +402,38 @@ def test_a_ctrl_c_between_boots_keeps_those_finished(tmp_path: Path, capsys: pyt
     [run] = Store(db).runs()
     res = load_result(Store(db), run.id)
     assert res.status == "interrupted" and len(res.manifest.boots or []) == 1
+
+
+@pytest.mark.engine
+def test_coldstart_of_a_real_llama_server_that_asks_for_a_key(model_cache: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """llama-server --api-key answers 401 to a health probe without the key: coldstart sent none, waited out its
+    whole --timeout (600 s by default) and said "not healthy"; its advice, "pass --api-key", named an option it
+    refused. It sends the key (--api-key or $OPENAI_API_KEY), and a refusal is said at once."""
+    import shlex
+
+    from conftest import need_engine
+    from tokenbench.engines import launch, tiny
+
+    need_engine("llama-server")
+    monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    port = _free_port()
+    argv = launch.command("llama-server", tiny.ensure(), port, extra=("--api-key", "sk-srv-key")).argv
+    argv[argv.index("--port") + 1] = "{port}"
+    cmd = shlex.join(argv)
+    base = ["coldstart", "--cmd", cmd, "--url", f"http://127.0.0.1:{port}/v1", "--health",
+            "http://127.0.0.1:{port}/v1/models", "--repeat", "1", "--timeout", "120s", "--db", str(tmp_path / "c.db")]
+    t0 = time.monotonic()
+    assert main(base) == 3
+    err = " ".join(capsys.readouterr().err.split())
+    assert "asks for an API key (HTTP 401): pass --api-key or set OPENAI_API_KEY" in err and time.monotonic() - t0 < 60
+    assert main([*base, "--api-key", "sk-wrong"]) == 3
+    assert "refused the API key given (HTTP 401)" in capsys.readouterr().err
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-srv-key")
+    out = tmp_path / "c.json"
+    assert main([*base, "--json", str(out)]) == 0
+    (b,) = json.loads(out.read_text())["manifest"]["boots"]
+    assert 0 < b["healthy_s"] <= b["first_token_s"] < 120 and b["error"] is None, b
+    assert all(b"sk-srv-key" not in f.read_bytes() for f in tmp_path.glob("c.*"))

@@ -19,7 +19,7 @@ from .endpoint import stream_client
 from .errors import EndpointError, RunInterrupted, UsageError
 from .records import RequestRecord
 from .results import Manifest, RunResult, new_run_id, now_iso
-from .servers import check_model, discover, http_ok
+from .servers import check_model, discover, http_status
 from .store import Store
 
 
@@ -39,12 +39,13 @@ class Boot:
         return {k: v for k, v in asdict(self).items() if k not in ("engine", "said")}
 
 
-async def _first_token(base_url: str, model: str | None) -> tuple[float, str, tuple[str | None, str | None]]:
+async def _first_token(base_url: str, model: str | None,
+                       api_key: str | None) -> tuple[float, str, tuple[str | None, str | None]]:
     """When the first token came (perf_counter_ns), of which model, from which engine (its name and version)."""
     async with aiohttp.ClientSession() as http:
-        info = await discover(http, base_url, model=model)
+        info = await discover(http, base_url, api_key, model=model)
         name = check_model(info, model, base_url)  # a name it does not serve: said so, not a failed request
-        client = stream_client(http, base_url, name, info.adapter, timeout_s=600)
+        client = stream_client(http, base_url, name, info.adapter, api_key=api_key, timeout_s=600)
         rec = RequestRecord(index=0)
         try:
             await client.send(PreparedRequest("Hello", 4), rec)
@@ -56,7 +57,7 @@ async def _first_token(base_url: str, model: str | None) -> tuple[float, str, tu
 
 
 def boot(n: int, cmd: str, base_url: str, health_url: str, model: str | None, timeout_s: float,
-         log_path: str | None = None) -> Boot:
+         log_path: str | None = None, api_key: str | None = None) -> Boot:
     argv = shlex.split(cmd)
     if not argv:
         raise UsageError("--cmd is empty: give the server's command line")
@@ -73,13 +74,19 @@ def boot(n: int, cmd: str, base_url: str, health_url: str, model: str | None, ti
             if proc.poll() is not None:
                 return Boot(n, (time.perf_counter_ns() - t0_ns) / 1e9, None, model, said=tail(log),
                             error=f"the server exited with code {proc.returncode} before it was healthy")
-            if http_ok(health_url):
+            status = http_status(health_url, api_key)
+            if status == 200:
                 break
+            if status in (401, 403):  # up, and refusing: waiting out --timeout would not change its answer
+                raise EndpointError(
+                    f"{health_url} refused the API key given (HTTP {status}): check --api-key or OPENAI_API_KEY"
+                    if api_key else f"{health_url} asks for an API key (HTTP {status}): pass --api-key or set "
+                    "OPENAI_API_KEY")
             if (time.perf_counter_ns() - t0_ns) / 1e9 > timeout_s:
                 return Boot(n, timeout_s, None, model, error=f"not healthy within {timeout_s:g} s", said=tail(log))
             time.sleep(0.05)
         healthy = (time.perf_counter_ns() - t0_ns) / 1e9
-        first_ns, name, engine = asyncio.run(_first_token(base_url, model))
+        first_ns, name, engine = asyncio.run(_first_token(base_url, model, api_key))
         return Boot(n, healthy, (first_ns - t0_ns) / 1e9, name, engine=engine)
     finally:
         stop(proc, 15)
@@ -106,6 +113,7 @@ class ColdStartConfig:
     base_url: str
     health_url: str
     model: str | None = None
+    api_key: str | None = None  # sent, never stored
     timeout_s: float = 600.0
     repeat: int = 1
     log_path: str | None = None
@@ -157,7 +165,8 @@ def run_coldstart(cfg: ColdStartConfig, store: Store) -> RunResult:
 
     try:
         for n in range(cfg.repeat):
-            b = boot(n + 1, cfg.cmd, cfg.base_url, cfg.health_url, cfg.model, cfg.timeout_s, cfg.log_path)
+            b = boot(n + 1, cfg.cmd, cfg.base_url, cfg.health_url, cfg.model, cfg.timeout_s, cfg.log_path,
+                     cfg.api_key)
             if b.error:  # the server died or never came up: the endpoint cannot be used (exit 3), as a sweep says
                 where = f"its output: {cfg.log_path}" if cfg.log_path else "--log FILE keeps its output"
                 raise EndpointError(f"boot {n + 1}: {b.error} ({where})" +

@@ -64,14 +64,23 @@ class ServerInfo:
 
 def http_ok(url: str, timeout: float = 2.0) -> bool:
     """A blocking probe: does ``url`` answer 200? (For waiting on a server that is starting.)"""
+    return http_status(url, timeout=timeout) == 200
+
+
+def http_status(url: str, api_key: str | None = None, timeout: float = 2.0) -> int | None:
+    """A blocking probe: the HTTP status ``url`` answers with (``api_key`` sent as a bearer), None where nothing
+    answers yet. (For waiting on a server that is starting.)"""
     import urllib.error
     import urllib.request
 
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return bool(r.status == 200)
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
     except (urllib.error.URLError, OSError, ValueError):
-        return False
+        return None
 
 
 def normalize_base_url(url: str) -> str:

@@ -4,6 +4,7 @@ printing.py, which `show` prints too)."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import shutil
 import socket
@@ -74,6 +75,7 @@ def coldstart_config(a: argparse.Namespace, argv: list[str]) -> ColdStartConfig:
         raise UsageError("--model is empty: give the name the server serves, or leave --model out to take the first "
                          "it lists")
     return ColdStartConfig(cmd=server_command(a.cmd, port), base_url=base, health_url=health, model=a.model,
+                           api_key=a.api_key or os.environ.get("OPENAI_API_KEY"),
                            timeout_s=seconds(a.timeout, "--timeout") or 600.0, repeat=a.repeat, log_path=a.log,
                            label=a.label or socket.gethostname(), command=redact.command(["tokenbench", *argv]))
 

@@ -15,6 +15,7 @@ def add_coldstart_parser(sub: Any) -> None:
     cs.add_argument("--health", help="the URL that answers 200 when it is up (default: URL/models); {port} is "
                     "replaced by --url's port")
     cs.add_argument("--model")
+    cs.add_argument("--api-key")
     cs.add_argument("--repeat", type=POSITIVE_INT, default=3, help="boots; the first is the cold one")
     cs.add_argument("--timeout", default="600s", help="how long a boot may take (default 600s) " + UNIT)
     cs.add_argument("--label", type=LABEL)
