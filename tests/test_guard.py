@@ -145,6 +145,13 @@ def test_guard_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["guard", "--root", str(clean), "--json", str(tmp_path / "no" / "g.json")]) == 2
     said = capsys.readouterr()
     assert said.out == "" and said.err.strip().count("\n") == 0 and "the directory" in said.err, said
+    # a --url that names no port names no server: the checks ran without it, and the server measured, counted as
+    # other work, read dirty (exit 1)
+    for url, why in (("notaurl", "give the measured server's URL with its port"), ("", "with its port"),
+                     ("ftp://x", "only http:// and https://")):
+        assert main(["guard", "--root", str(clean), "--url", url]) == 2
+        said = capsys.readouterr()
+        assert said.out == "" and why in said.err and said.err.strip().count("\n") == 0, said
 
 
 def test_guard_help_states_its_exit_codes() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ..errors import UsageError
 from ..guard_results import GuardSnapshot
 from ..console import print_noted
 from .common import check_output, emit_json, guard_targets
@@ -26,10 +27,24 @@ def print_guard(console: Console, snap: GuardSnapshot, fmt: str = "table", title
     print_noted(console, *guard_rows(snap), ADVICE, fmt, title=title)
 
 
+def _check_target(url: str) -> None:
+    """--url names the server measured, found by its port: one that names none would count it as other work."""
+    from urllib.parse import urlsplit
+
+    from ..servers import normalize_base_url
+
+    base = normalize_base_url(url) if url.strip() else ""  # refuses another scheme, a bad port, credentials
+    if not base or urlsplit(base).port is None:
+        raise UsageError(f"--url '{url}': give the measured server's URL with its port, e.g. "
+                         "http://127.0.0.1:8080/v1 (the guard leaves out the processes listening there)")
+
+
 def cmd_guard(a: argparse.Namespace, console: Console) -> int:
     from .. import guard
 
     check_output(a.json, "--json")  # before the checks' seconds of sampling: an unwritable file is bad input (2)
+    if a.url is not None:
+        _check_target(a.url)
     env = guard.GuardEnv(root=Path(a.root), config=guard.load_config(Path(a.guard_config) if a.guard_config else None),
                          target_pids=guard_targets(a.url) if a.url else set())
     snap = guard.snapshot(env)
