@@ -548,6 +548,11 @@ def test_interval_telemetry_keys_and_scaling_of_a_partial_one() -> None:
     assert t == {"gpu_power_w_mean": 200.0, "energy_j": 1000.0, "j_per_output_token": 0.5,
                  "output_tokens_per_watt": 2.0}
     assert Interval.from_dict(iv.to_dict()) == iv
+    # an interval longer than the level (--workers: their start and drain): per token, the draw over the level
+    longer = Interval("agent", "whole box", 0.0, 3.14, 471.0, 150.0, "counter", 30, 3.14, False, "")
+    t = longer.telemetry(output_tokens=960, seconds=3.0)
+    assert t["j_per_output_token"] == pytest.approx(150.0 * 3.0 / 960)
+    assert t["j_per_output_token"] * t["output_tokens_per_watt"] == pytest.approx(1.0)
     none = Interval("x", "", 0.0, 1.0, None, None, "none", 0, 0.0, True, "x")
     assert none.telemetry(10, 1.0) == {"gpu_power": "not available"}
 

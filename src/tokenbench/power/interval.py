@@ -69,9 +69,10 @@ class Interval:
             return {"gpu_power": "not available"}
         out: dict[str, Any] = {"gpu_power_w_mean": self.mean_w, "energy_j": self.joules}
         if output_tokens:
-            # joules over the covered span, tokens over the level: scaled to the level where a source stopped
-            scale = seconds / self.covered_s if self.partial and self.covered_s > 0 and seconds else 1.0
-            out["j_per_output_token"] = self.joules * scale / output_tokens
+            # the mean draw over the level's own seconds, as tok/s per W reads it: the interval can run past the
+            # level (--workers: their start and drain) or stop short of it (a source gone), and per token they
+            # are then each other's inverse
+            out["j_per_output_token"] = (self.mean_w * seconds if seconds else self.joules) / output_tokens
             out["output_tokens_per_watt"] = (output_tokens / seconds) / self.mean_w if seconds and self.mean_w \
                 else None
         return out
