@@ -449,6 +449,16 @@ def test_auto_measures_no_send_for_one_stream_and_the_docs_say_send_us_is_null_t
         assert re.search(r"`send_us`[^|]*measured cost of one send[^|]*`null` where[^|]*one stream", text), name
 
 
+def test_auto_says_an_open_loop_has_no_streams(tmp_path: Path) -> None:
+    """An uncapped --rate 40 read "1 stream on 1 core", where 13 requests were in flight on average: an open loop
+    sends each request as it arrives, and its reason says so."""
+    with BackgroundEmitter() as em:
+        res = _sweep(em.url, Store(tmp_path / "r.db"), None, rates=[20.0, 40.0], requests=8)
+    auto = (res.manifest.load or {})["workers"]["auto"]
+    assert auto["workers"] == 1 and "stream" not in auto["why"].split(":")[0], auto["why"]
+    assert auto["why"].startswith("an open loop of up to 40 requests/s with no cap on requests in flight")
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores: one for the server, one for the client")
 def test_auto_leaves_the_server_its_own_cores_and_takes_the_rest(tmp_path: Path) -> None:
     """A server on this machine pinned to cores of its own (taskset, a cpuset) does not share the client's: --workers
