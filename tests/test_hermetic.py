@@ -122,3 +122,19 @@ def test_a_tests_own_prints_pass_under_an_ascii_locale_with_capture_off(tmp_path
     out = proc.stdout.decode("ascii", "replace")
     assert proc.returncode == 0 and "1 passed" in out, (out + proc.stderr.decode("ascii", "replace"))[-3000:]
     assert "\\u2501\\u2501 rule" in out, out[-3000:]
+
+
+def test_a_piped_run_writes_its_progress_at_the_tables_width(tmp_path: Path) -> None:
+    """Piped into one log (2>&1), a sweep's tables kept 160 columns and its progress lines broke at 80, a level's
+    figures running onto a second line: both now take the table's width where no terminal gives one."""
+    from tokenbench.emitter import BackgroundEmitter
+
+    env = {**os.environ, "TOKENBENCH_DB": str(tmp_path / "r.db"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    with BackgroundEmitter() as em:
+        proc = subprocess.run([sys.executable, "-m", "tokenbench", "sweep", "--url", em.url, "--concurrency", "1",
+                               "--requests", "4", "--input-len", "16", "--output-len", "8", "--guard", "off"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("concurrency 1: ") and " tok/s, " in ln]
+    assert len(line) > 80 and line.endswith("elapsed)"), proc.stdout

@@ -47,9 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     # $COLUMNS, when set, wins (Rich reads it); otherwise a pipe gets 160 so tables keep their columns in a log
     wide = sys.stdout.isatty() or "COLUMNS" in os.environ
     console = Console(highlight=False, markup=False, width=None if wide else 160)
-    err = Console(stderr=True, highlight=False, markup=False)
+    # stderr alike: its progress and notes beside the table in one log (2>&1) at the table's width
+    err_wide = sys.stderr.isatty() or "COLUMNS" in os.environ
+    err = Console(stderr=True, highlight=False, markup=False, width=None if err_wide else 160)
     if getattr(a, "json", None) == "-":  # the JSON owns stdout: tables and messages go to stderr
-        console = Console(stderr=True, highlight=False, markup=False)
+        console = Console(stderr=True, highlight=False, markup=False, width=None if err_wide else 160)
     handlers = {
         "sweep": lambda: _handler("sweep:cmd_sweep")(a, argv, console, err),
         "capacity": lambda: _handler("capacity:cmd_capacity")(a, argv, console, err),

@@ -185,7 +185,7 @@ class RichReporter:
             self._level_line(summary, info)
 
     def _level_line(self, summary: ServingLevel, info: str) -> None:
-        """A finished level in a line, wrapped to the console's width (80 where piped), what runs on indented
+        """A finished level in a line, wrapped to the console's width (160 where piped), what runs on indented
         under the level's name."""
         now = time.monotonic()
         flags = f" [{', '.join(summary.flags)}]" if summary.flags else ""
