@@ -372,6 +372,7 @@ def page() -> Iterator[tuple[str, dict[str, Any]]]:
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            state["auth"] = self.headers.get("Authorization")
             body = state["text"].encode()
             self.send_response(state["status"])
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -399,6 +400,18 @@ def test_dcgm_energy_counter_in_millijoules(page: tuple[str, dict[str, Any]]) ->
     state["text"] = DCGM.replace("{e0}", "5900000")  # +900 J on gpu 0
     b = src.read()
     assert integrate([a, Reading(b.source, a.t + 3.0, joules=b.joules)]).mean_w == pytest.approx(300.0)
+
+
+def test_a_page_behind_basic_auth_is_read_with_the_urls_user_and_password(page: tuple[str, dict[str, Any]]) -> None:
+    """http://u:pw@host/metrics read "Name or service not known" for 127.0.0.1: urllib took "u:pw@127.0.0.1" for
+    the host. The user and password go as HTTP Basic auth, as curl sends them."""
+    import base64
+
+    url, state = page
+    state["text"] = DCGM.split("# HELP DCGM_FI_DEV_TOTAL")[0]
+    src = UrlSource(url.replace("http://", "http://u%40x:p%3Aw@"))
+    assert src.read().total_w == pytest.approx(141.0)
+    assert state["auth"] == "Basic " + base64.b64encode(b"u@x:p:w").decode()
 
 
 def test_dcgm_power_only_is_sampled(page: tuple[str, dict[str, Any]]) -> None:

@@ -12,8 +12,10 @@ is marked partial."""
 
 from __future__ import annotations
 
+import base64
 import urllib.error
 import urllib.request
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .. import redact
 from ..prometheus import parse
@@ -39,13 +41,26 @@ def fetch(url: str, timeout_s: float) -> str:
     """The page's text; a PowerError in one line when it cannot be had."""
     shown = redact.url(url)
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 - the user's own http(s) URL
+        with urllib.request.urlopen(_request(url), timeout=timeout_s) as r:  # noqa: S310 - the user's own http(s) URL
             return bytes(r.read(MAX_PAGE_BYTES)).decode("utf-8", errors="replace")
     except urllib.error.HTTPError as e:
         raise PowerError(f"url: {shown} answered HTTP {e.code}") from None
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
         raise PowerError(f"url: cannot read {shown} ({reason})") from None
+
+
+def _request(url: str) -> urllib.request.Request:
+    """The page's request: a URL's user and password (an exporter behind HTTP Basic auth) sent as its header, as
+    curl sends them; urllib would take them for part of the host name."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return urllib.request.Request(url)
+    host = parts.hostname or ""
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+    creds = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+    return urllib.request.Request(urlunsplit(parts._replace(netloc=netloc)),
+                                  headers={"Authorization": "Basic " + base64.b64encode(creds).decode()})
 
 
 class UrlSource(PowerSource):
