@@ -414,6 +414,25 @@ def test_a_page_behind_basic_auth_is_read_with_the_urls_user_and_password(page: 
     assert state["auth"] == "Basic " + base64.b64encode(b"u@x:p:w").decode()
 
 
+def test_a_meters_password_reaches_no_file(page: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
+    """The run's manifest kept --power-url as typed, its exporter's password with it, in the JSON and the store;
+    --power-cmd's key alike."""
+    from tokenbench.cli import main
+    from tokenbench.emitter import BackgroundEmitter
+
+    url, state = page
+    state["text"] = DCGM.split("# HELP DCGM_FI_DEV_TOTAL")[0]
+    db, out = tmp_path / "r.db", tmp_path / "r.json"
+    with BackgroundEmitter() as em:
+        for meter in (["--power-url", url.replace("http://", "http://u:SECRETPW99@")],
+                      ["--power-cmd", f"{sys.executable} -c \"print('150 W')\" --api-key SECRETPW99abcdef"]):
+            assert main(["sweep", "--url", em.url, "--requests", "2", "--guard", "off", "--quiet", "--db", str(db),
+                         "--json", str(out), *meter]) == 0
+            assert "SECRETPW99" not in out.read_text()  # the manifest, and the level's note of its meter
+            assert (tmp_path / "r.json").read_text().count("***") >= 1
+    assert all(b"SECRETPW99" not in f.read_bytes() for f in tmp_path.glob("r.db*"))
+
+
 def test_dcgm_power_only_is_sampled(page: tuple[str, dict[str, Any]]) -> None:
     url, state = page
     state["text"] = DCGM.split("# HELP DCGM_FI_DEV_TOTAL")[0]
@@ -500,6 +519,13 @@ def test_watts_printed(text: str, watts: float) -> None:
 def test_not_watts(text: str) -> None:
     with pytest.raises(ValueError, match="not a number of watts"):
         parse_watts(text)
+
+
+def test_what_a_meter_printed_is_quoted_without_its_secrets() -> None:
+    """A command that printed its own request (a curl -v, a wrapper's usage line) had the key in the error."""
+    with pytest.raises(ValueError) as e:
+        parse_watts("Authorization: Bearer SECRETPW99abcdef for http://u:pw2secret@meter/x")
+    assert "SECRETPW99" not in str(e.value) and "pw2secret" not in str(e.value) and "***" in str(e.value)
 
 
 def test_a_command_meter_is_read_without_a_shell(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import redact
 from .guard import refuse_if_dirty
 from .levels import NO_METER_NOTES
 
@@ -37,8 +38,21 @@ class PowerPlan:
         """What a run's manifest records (no token)."""
         where = "agent" if self.agent else "url" if self.url else "command" if self.cmd else \
             "none" if self.sources == "none" else "this machine"
-        return {"read": where, "agent": self.agent, "sources": self.sources, "url": self.url,
-                "command": self.cmd, "idle_s": self.idle_s}
+        # a meter's URL may carry its exporter's password, and its command a key: both stored as any command line
+        return {"read": where, "agent": self.agent, "sources": self.sources,
+                "url": redact.url(self.url) if self.url else None,
+                "command": _command(self.cmd) if self.cmd else None, "idle_s": self.idle_s}
+
+
+def _command(cmd: str) -> str:
+    """A meter's command line as it may be stored: the values of secret options and anything shaped like a key
+    hidden."""
+    import shlex
+
+    try:
+        return redact.command(shlex.split(cmd))
+    except ValueError:  # unbalanced quotes: not split, its key-shaped words hidden
+        return redact.keys(cmd)
 
 
 class ServerHost:

@@ -12,6 +12,7 @@ import re
 import shlex
 import subprocess
 
+from .. import redact
 from .base import PowerError, PowerSource, Scope
 
 WATTS = re.compile(r"^\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*(?:W|w|[Ww]atts?)?\s*$")
@@ -21,7 +22,7 @@ def parse_watts(text: str) -> float:
     """``"312.5 W\\n"`` -> 312.5; anything else a ValueError quoting what was printed."""
     m = WATTS.match(text)
     if m is None:
-        shown = text.strip().splitlines()[0][:60] if text.strip() else "nothing"
+        shown = redact.keys(text.strip().splitlines()[0])[:60] if text.strip() else "nothing"  # a meter's key
         raise ValueError(f"printed {shown!r}, not a number of watts")
     return float(m.group(1))
 
@@ -36,11 +37,13 @@ class CommandSource(PowerSource):
         try:
             self.argv = shlex.split(cmd)
         except ValueError as e:
-            raise PowerError(f"command: --power-cmd {cmd!r} cannot be split into words ({e})") from None
+            raise PowerError(f"command: --power-cmd {redact.keys(cmd)!r} cannot be split into words ({e})") from None
         if not self.argv:
             raise PowerError("command: --power-cmd is empty")
         self.timeout_s = timeout_s
-        self.note = f"the watts `{cmd}` prints (what its meter is wired to: a wall meter reads the whole box)"
+        # the note reaches the run's telemetry and the agent's answers: the command's secrets hidden
+        self.note = (f"the watts `{redact.keys(redact.command(self.argv))}` prints (what its meter is wired to: a wall "
+                     "meter reads the whole box)")
         self.sample()  # a meter that cannot be read is refused at once, in its own words
 
     def sample(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
