@@ -264,6 +264,8 @@ def test_agent_urls() -> None:
     # an unset $AGENT_URL measured with no agent, unsaid
     (["--agent", "", "--agent-token", "t" * 20], "--agent is empty"),
     (["--agent-token-file", "agent.token"], "--agent-token-file is the token of --agent"),
+    (["--power-cmd", ""], "--power-cmd is empty"),  # an unset variable read no meter, unsaid
+    (["--power-url", " "], "--power-url is empty"),
 ])
 def test_agent_options_that_cannot_be_used_are_refused_before_anything_runs(
         words: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -288,6 +290,10 @@ def test_agent_help_and_a_missing_token(capsys: pytest.CaptureFixture[str]) -> N
     assert "a token of 3 characters is guessed in moments; give one of 16 or more" in capsys.readouterr().err
     assert main(["agent", "--token", "a", "--token-file", "f"]) == 2
     assert "not allowed with argument" in capsys.readouterr().err
+    assert main(["agent", "--token", "t" * 20, "--port-of-server", "0"]) == 2  # it named no server, unsaid
+    assert "'0' names no server" in capsys.readouterr().err
+    assert main(["agent", "--token", "t" * 20, "--power-cmd", ""]) == 2
+    assert "--power-cmd is empty" in capsys.readouterr().err
 
 
 def test_the_command_makes_a_token_serves_and_stops_on_sigterm(tmp_path: Path) -> None:

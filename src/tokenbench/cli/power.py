@@ -41,6 +41,11 @@ def agent_token(a: argparse.Namespace) -> str:
 def agent_given(a: argparse.Namespace) -> bool:
     """Whether --agent names the server host's agent; refuses an empty one (an unset variable would measure with
     no agent, unsaid) and a token for no agent."""
+    for flag in ("power_url", "power_cmd"):  # an unset variable: no meter, unsaid
+        value = getattr(a, flag, None)
+        if value is not None and not value.strip():
+            raise UsageError(f"--{flag.replace('_', '-')} is empty: give the meter's "
+                             f"{'URL' if flag == 'power_url' else 'command'}, or leave it out")
     agent = getattr(a, "agent", None)
     if agent is not None and not agent.strip():
         raise UsageError("--agent is empty: give the agent's URL, e.g. http://gpu-box:8765 (a variable not set?)")

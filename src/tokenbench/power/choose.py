@@ -52,6 +52,10 @@ def open_sources(power: str = "auto", url: str | None = None, cmd: str | None = 
     if power not in CHOICES:
         raise PowerError(f"--power {power}: use one of {', '.join(CHOICES)}")
     given: list[PowerSource] = []
+    for flag, given_value in (("--power-url", url), ("--power-cmd", cmd)):
+        if given_value is not None and not given_value.strip():  # an unset variable: no meter, unsaid
+            raise PowerError(f"{flag} is empty: give the meter's {'URL' if flag == '--power-url' else 'command'}, "
+                             "or leave it out")
     if url:
         from .url import UrlSource  # urllib's and the Prometheus parser: not for --power's choices
 

@@ -16,6 +16,14 @@ def PORT(text: str) -> int:
     return int(v)
 
 
+def SERVER_PORT(text: str) -> int:
+    """A port a server listens on: 0 names none (a server asked for any free one has one of its own)."""
+    v = PORT(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError("'0' names no server: give the port the model server listens on, 1 to 65535")
+    return v
+
+
 #: The agent's port unless --port says otherwise (hostagent.server.DEFAULT_PORT, not imported for --help's sake).
 DEFAULT_PORT = 8765
 
@@ -37,7 +45,7 @@ def add_agent_parser(sub: Any) -> None:
                           "--token-file)")
     p.add_argument("--pid", type=POSITIVE_INT, action="append", metavar="PID",
                    help="a process of the model server (repeat): the guard does not count it as other work")
-    p.add_argument("--port-of-server", type=PORT, metavar="PORT",
+    p.add_argument("--port-of-server", type=SERVER_PORT, metavar="PORT",
                    help="the model server's port on this host: the processes listening on it are the server")
     add_power_sources(p, default="all")
     p.add_argument("--interval", type=POSITIVE, default=0.5, help="seconds between power readings")
