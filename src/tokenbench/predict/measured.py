@@ -310,7 +310,7 @@ def run_rows(run: RunResult, hardware: str, engine: str, model: str, weights: st
             if requests and requests.get(o.idx):
                 ttft, steady = steady_state(requests[o.idx], c)
             note = "; ".join(x for x in (head, mode, steady, *state) if x)
-            # the rate the tables show and cost prices: over the level's plateau where it had one, not its ramp and drain
+            # the rate the tables show and cost prices: over the level's plateau where it had one, not ramp and drain
             add("serve", depth, c, inp, outp, "output_tps", s.sustained_tps, "tok/s", note)
             add("serve", depth, c, inp, outp, "ttft_median", ttft, "ms", note)
             if p99:
