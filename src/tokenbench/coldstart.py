@@ -19,7 +19,7 @@ from .endpoint import stream_client
 from .errors import EndpointError, RunInterrupted, UsageError
 from .records import RequestRecord
 from .results import Manifest, RunResult, new_run_id, now_iso
-from .servers import check_model, discover, http_status
+from .servers import check_model, discover, http_status, key_refused
 from .store import Store
 
 
@@ -78,10 +78,7 @@ def boot(n: int, cmd: str, base_url: str, health_url: str, model: str | None, ti
             if status == 200:
                 break
             if status in (401, 403):  # up, and refusing: waiting out --timeout would not change its answer
-                raise EndpointError(
-                    f"{health_url} refused the API key given (HTTP {status}): check --api-key or OPENAI_API_KEY"
-                    if api_key else f"{health_url} asks for an API key (HTTP {status}): pass --api-key or set "
-                    "OPENAI_API_KEY")
+                raise EndpointError(key_refused(health_url, status, api_key))
             if (time.perf_counter_ns() - t0_ns) / 1e9 > timeout_s:
                 return Boot(n, timeout_s, None, model, error=f"not healthy within {timeout_s:g} s", said=tail(log))
             time.sleep(0.05)

@@ -41,7 +41,7 @@ def rate_not_sustained(f: LevelFacts) -> Finding | None:
     on a server answering 8 a second read "had not settled", with more warm-up advised). A capacity search stops
     such a level as it runs (its own stopped_early); a sweep runs it to its end and says so."""
     s, grew = f.summary, f.grew
-    if s.rate is None or f.stopped is not None or grew is None:
+    if grew is None or f.stopped is not None:  # grew: an open loop's (LevelFacts), None for any other level
         return None
     answered = f" (answered {s.request_throughput_rps:,.2f}/s)" if s.request_throughput_rps else ""
     return Finding(Code.RATE_NOT_SUSTAINED, f"the server did not keep up with {s.rate:g} requests/s{answered}: "

@@ -151,6 +151,15 @@ def command(argv: list[str]) -> str:
     return " ".join(out)
 
 
+def command_line(text: str) -> str:
+    """A command line given as one string (a power meter's), as ``command`` stores a split one; one that cannot be
+    split (unbalanced quotes) with its key-shaped words and URL userinfo hidden."""
+    try:
+        return command(shlex.split(text))
+    except ValueError:
+        return keys(text)
+
+
 def looks_like_secret_option(word: str, known: frozenset[str] = frozenset()) -> bool:
     """An option word whose value is a secret, or may be: a secret option (``--api-key``), one named like a
     secret (``--auth-token``), or one of them abbreviated or misspelt (``--api-ke``, ``--apikey``, ``--hf-tokn``).

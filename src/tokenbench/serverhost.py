@@ -41,18 +41,7 @@ class PowerPlan:
         # a meter's URL may carry its exporter's password, and its command a key: both stored as any command line
         return {"read": where, "agent": self.agent, "sources": self.sources,
                 "url": redact.url(self.url) if self.url else None,
-                "command": _command(self.cmd) if self.cmd else None, "idle_s": self.idle_s}
-
-
-def _command(cmd: str) -> str:
-    """A meter's command line as it may be stored: the values of secret options and anything shaped like a key
-    hidden."""
-    import shlex
-
-    try:
-        return redact.command(shlex.split(cmd))
-    except ValueError:  # unbalanced quotes: not split, its key-shaped words hidden
-        return redact.keys(cmd)
+                "command": redact.command_line(self.cmd) if self.cmd else None, "idle_s": self.idle_s}
 
 
 class ServerHost:

@@ -83,6 +83,13 @@ def http_status(url: str, api_key: str | None = None, timeout: float = 2.0) -> i
         return None
 
 
+def key_refused(url: str, status: int, api_key: str | None) -> str:
+    """What a 401 or 403 says: the key given was wrong, or, none given, the server asks for one."""
+    if api_key:
+        return f"{url} refused the API key given (HTTP {status}): check --api-key or OPENAI_API_KEY"
+    return f"{url} asks for an API key (HTTP {status}): pass --api-key or set OPENAI_API_KEY"
+
+
 def normalize_base_url(url: str) -> str:
     """The OpenAI base URL (``…/v1``) of what a user typed; refuses what cannot be measured safely."""
     url = url.strip().rstrip("/")
@@ -178,10 +185,7 @@ async def discover(
                 if b"the agent's token" in await r.content.read(4096):  # hostagent/server.py's refusal
                     raise EndpointError(f"{base_url} is a tokenbench agent, not a model server: give the server's "
                                         "own URL as --url, and the agent's as --agent")
-                raise EndpointError(  # a key given was wrong; none given, the server asks for one
-                    f"{base_url} refused the API key given (HTTP {r.status}): check --api-key or OPENAI_API_KEY"
-                    if api_key else f"{base_url} asks for an API key (HTTP {r.status}): pass --api-key or set "
-                    "OPENAI_API_KEY")
+                raise EndpointError(key_refused(base_url, r.status, api_key))
             if r.status != 200:
                 models_error = f"{base_url}/models answered HTTP {r.status}"
             else:

@@ -48,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     wide = sys.stdout.isatty() or "COLUMNS" in os.environ
     console = Console(highlight=False, markup=False, width=None if wide else 160)
     # stderr alike: its progress and notes beside the table in one log (2>&1) at the table's width
-    err_wide = sys.stderr.isatty() or "COLUMNS" in os.environ
-    err = Console(stderr=True, highlight=False, markup=False, width=None if err_wide else 160)
+    err_width = None if sys.stderr.isatty() or "COLUMNS" in os.environ else 160
+    err = Console(stderr=True, highlight=False, markup=False, width=err_width)
     if getattr(a, "json", None) == "-":  # the JSON owns stdout: tables and messages go to stderr
-        console = Console(stderr=True, highlight=False, markup=False, width=None if err_wide else 160)
+        console = Console(stderr=True, highlight=False, markup=False, width=err_width)
     handlers = {
         "sweep": lambda: _handler("sweep:cmd_sweep")(a, argv, console, err),
         "capacity": lambda: _handler("capacity:cmd_capacity")(a, argv, console, err),

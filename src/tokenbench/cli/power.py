@@ -41,11 +41,6 @@ def agent_token(a: argparse.Namespace) -> str:
 def agent_given(a: argparse.Namespace) -> bool:
     """Whether --agent names the server host's agent; refuses an empty one (an unset variable would measure with
     no agent, unsaid) and a token for no agent."""
-    for flag in ("power_url", "power_cmd"):  # an unset variable: no meter, unsaid
-        value = getattr(a, flag, None)
-        if value is not None and not value.strip():
-            raise UsageError(f"--{flag.replace('_', '-')} is empty: give the meter's "
-                             f"{'URL' if flag == 'power_url' else 'command'}, or leave it out")
     agent = getattr(a, "agent", None)
     if agent is not None and not agent.strip():
         raise UsageError("--agent is empty: give the agent's URL, e.g. http://gpu-box:8765 (a variable not set?)")
@@ -65,9 +60,10 @@ def power_meter(a: argparse.Namespace, interval_s: float = 0.5) -> AgentClient |
     """The meter a run reads each level's power from: the agent's where ``--agent`` is given, else this machine's
     sources (started; its ``notes`` say what was not found). The caller closes it."""
     from ..hostagent.client import AgentClient
-    from ..power.choose import open_sources
+    from ..power.choose import open_sources, refuse_empty
     from ..power.sampler import LocalMeter
 
+    refuse_empty(a.power_url, a.power_cmd)
     if agent_given(a):
         if a.power_url or a.power_cmd or a.power not in ("auto", "none"):
             raise UsageError("--agent reads power on the server host: give --power, --power-url or --power-cmd to "
@@ -81,9 +77,11 @@ def power_plan(a: argparse.Namespace, argv: list[str]) -> PowerPlan:
     """Where a run reads power and the server host's guard: its agent where --agent is given, a meter the user
     names, or this machine's sources where the server runs here (embedded, a loopback URL) or --power is given; a
     server elsewhere with none of those has no power figure (this machine's would describe the client)."""
+    from ..power.choose import refuse_empty
     from ..servers import on_this_machine
     from ..serverhost import PowerPlan
 
+    refuse_empty(a.power_url, a.power_cmd)  # a server elsewhere with no meter opens none to refuse it
     idle = idle_seconds(a)
     if agent_given(a):
         if a.power_url or a.power_cmd or "--power" in " ".join(argv):

@@ -43,6 +43,13 @@ def discover(root: Path = Path("/"), names: tuple[str, ...] = tuple(LOCAL), firs
     return found, notes
 
 
+def refuse_empty(url: str | None, cmd: str | None) -> None:
+    """A --power-url or --power-cmd given empty (an unset variable) would read no meter and say nothing."""
+    for flag, value, what in (("--power-url", url, "URL"), ("--power-cmd", cmd, "command")):
+        if value is not None and not value.strip():
+            raise PowerError(f"{flag} is empty: give the meter's {what}, or leave it out")
+
+
 def open_sources(power: str = "auto", url: str | None = None, cmd: str | None = None, root: Path = Path("/")
                  ) -> tuple[list[PowerSource], list[str]]:
     """The sources a run reads: ``url`` (``--power-url``) and ``cmd`` (``--power-cmd``) where given, then the
@@ -52,10 +59,7 @@ def open_sources(power: str = "auto", url: str | None = None, cmd: str | None = 
     if power not in CHOICES:
         raise PowerError(f"--power {power}: use one of {', '.join(CHOICES)}")
     given: list[PowerSource] = []
-    for flag, given_value in (("--power-url", url), ("--power-cmd", cmd)):
-        if given_value is not None and not given_value.strip():  # an unset variable: no meter, unsaid
-            raise PowerError(f"{flag} is empty: give the meter's {'URL' if flag == '--power-url' else 'command'}, "
-                             "or leave it out")
+    refuse_empty(url, cmd)
     if url:
         from .url import UrlSource  # urllib's and the Prometheus parser: not for --power's choices
 

@@ -195,11 +195,12 @@ class Setup:
     def serve_held(self, n: int, prompt: int, output: int) -> tuple[serving.ServePoint | None, int]:
         """``serve`` where the box's memory holds it, and the sequences it runs at once. A batching engine whose
         KV cache holds fewer than ``n`` requests' contexts (and at least one) runs as many as it holds and queues
-        the rest, as vLLM's scheduler does (``behind_slots``, as llama.cpp's slots); None, 0: not one fits."""
+        the rest, as vLLM's scheduler does (``behind_slots``, as llama.cpp's slots); None, 0: not one fits.
+        ``serve(n)`` runs first, whatever fits: it refuses more agents than the loop simulates."""
         ctx = prompt + output
-        f = self.fit(ctx, self.held(n))
-        if f.fits:
-            return self.serve(n, prompt, output), self.held(n)
+        p = self.serve(n, prompt, output)
+        if self.fit(ctx, self.held(n)).fits:
+            return p, self.held(n)
         at_once = self.fit(ctx, 1).max_concurrency if self.kind == "batching" else 0
         if at_once < 1:
             return None, 0

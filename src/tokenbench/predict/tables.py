@@ -249,8 +249,7 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
     rows = []
     ctx = prompt + output  # a request's context: each cell's band is its own level's (ctx, n)
     for n in concurrency:
-        s.serve(n, prompt, output)  # first: it refuses more agents than the loop simulates
-        p, at_once = s.serve_held(n, prompt, output)
+        p, at_once = s.serve_held(n, prompt, output)  # it refuses more agents than the loop simulates
         if p is None:  # the serving loop runs no split: no speed for a setup that cannot run
             rows.append([str(n)] + [NOT_RUN] * (len(head) - 2) + [fits_cell(s, ctx, False)])
             continue

@@ -75,7 +75,7 @@ def check_tasks(names: list[str]) -> None:
         return  # the data comes down when the task runs
     for n in others:  # no hub: a task whose data is not cached here would only fail after the server is up
         try:
-            with _offline_when_unreachable(n):
+            with _offline_mode():
                 _task_manager().load([n])
         except Exception as e:  # datasets raises many kinds; only a missing download is this one's to say
             if _offline(e):
@@ -157,6 +157,13 @@ def _offline_when_unreachable(task: str) -> Iterator[None]:
     if task in SHIPPED or _hub_reachable():
         yield
         return
+    with _offline_mode():
+        yield
+
+
+@contextmanager
+def _offline_mode() -> Iterator[None]:
+    """Hugging Face's offline mode, its flags put back as they were after."""
     flags = [("huggingface_hub.constants", "HF_HUB_OFFLINE"), ("datasets.config", "HF_HUB_OFFLINE"),
              ("datasets.config", "HF_DATASETS_OFFLINE")]
     import importlib

@@ -40,13 +40,15 @@ async def choose_workers(url: str, levels: list[Level], spec: ClientSpec,
     streams = max((lv.concurrency or lv.max_concurrency or 1) for lv in levels) if levels else 1
     send_us = await send_cost_us(spec, prompt_chars=4 * prompt_tokens) if streams > 1 and cores > 1 else None
     n = auto_workers(levels, cores, send_us)
-    why = (f"{streams} streams at {send_us:.0f} µs a send: the fewest workers whose wave of re-sends keeps its "
-           f"p90 send queue under {SEND_QUEUE_GOAL_MS:g} ms, at least one per 64 streams, of {of}"
-           if send_us is not None else f"{plural(streams, 'stream')} on {of}: one per 64 streams")
     if levels and all(lv.open and not lv.max_concurrency for lv in levels):  # no streams: requests as they arrive
         fastest = max(lv.offered_rate or 0.0 for lv in levels)
         why = (f"an open loop of up to {fastest:g} requests/s with no cap on requests in flight: its sends come "
                f"one at a time as they arrive, not in waves of re-sends, on {of}")
+    elif send_us is not None:
+        why = (f"{streams} streams at {send_us:.0f} µs a send: the fewest workers whose wave of re-sends keeps its "
+               f"p90 send queue under {SEND_QUEUE_GOAL_MS:g} ms, at least one per 64 streams, of {of}")
+    else:
+        why = f"{plural(streams, 'stream')} on {of}: one per 64 streams"
     return n, {"workers": n, "streams": streams, "cores": cores, "server_here": here, "shares_cores": shared,
                "send_us": round(send_us, 1) if send_us is not None else None,
                "send_queue_goal_ms": SEND_QUEUE_GOAL_MS, "why": why}
