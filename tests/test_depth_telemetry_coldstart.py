@@ -15,6 +15,7 @@ import pytest
 from tokenbench import telemetry
 from tokenbench.prometheus import parse
 from tokenbench.cli import main
+from tokenbench.engines.launch import free_port
 from tokenbench.depth import Step, summarize_depth
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.levels import LevelSummary
@@ -223,16 +224,9 @@ def test_llama_bench_binary_is_driven_and_imported(tmp_path: Path, capsys: pytes
 
 # --- cold start ------------------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def test_coldstart_times_real_boots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    port = _free_port()
+    port = free_port()
     out = tmp_path / "c.json"
     # the emitter ignores unknown options after --: a secret on the server's command line must not be stored
     assert main(["coldstart", "--cmd", f"{sys.executable} -m tokenbench.emitter --port {{port}} --api-key sk-srv",
@@ -260,7 +254,7 @@ def test_coldstart_times_real_boots(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_coldstart_of_a_server_that_dies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    port = _free_port()
+    port = free_port()
     code = main(["coldstart", "--cmd", f"{sys.executable} -c 'raise SystemExit(3)'", "--url",
                  f"http://127.0.0.1:{port}/v1", "--repeat", "1", "--db", str(tmp_path / "c.db")])
     err = capsys.readouterr().err
@@ -276,7 +270,7 @@ def test_a_server_that_dies_says_why_in_the_error(log: bool, tmp_path: Path,
     """A llama-server given a model file that is not there said why on its output, and coldstart answered "see
     the server's output (--log FILE)", which it had not kept: the boot had to be run again to read it. The
     server's last lines are in the error, and the log file's name where --log kept it."""
-    port, kept = _free_port(), tmp_path / "server.log"
+    port, kept = free_port(), tmp_path / "server.log"
     said = "import sys; print('llama_model_load: error loading model: /nonexistent.gguf'); sys.exit(1)"
     code = main(["coldstart", "--cmd", f'{sys.executable} -c "{said}"', "--url", f"http://127.0.0.1:{port}/v1",
                  "--repeat", "1", "--db", str(tmp_path / "c.db"), *(["--log", str(kept)] if log else [])])
@@ -294,7 +288,7 @@ def test_coldstart_checks_its_arguments_before_it_starts_a_server(tmp_path: Path
     """A mistake in coldstart's arguments is told in one line before any server starts: found after, it cost a
     boot and left the server's exit code to read (a {port} with no port to put there started the server with an
     empty --port)."""
-    port = _free_port()
+    port = free_port()
     marker = tmp_path / "started"
     server = f"sh -c 'touch {marker}' {{port}}"  # a server that leaves a mark when it is started
     url = f"http://127.0.0.1:{port}/v1"
@@ -319,7 +313,7 @@ def test_coldstart_checks_its_arguments_before_it_starts_a_server(tmp_path: Path
 
 def test_coldstart_of_a_model_the_server_does_not_serve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--model is held to what the server lists once it is up, as a sweep's is: exit 3 naming what it serves."""
-    port = _free_port()
+    port = free_port()
     code = main(["coldstart", "--cmd", f"{sys.executable} -m tokenbench.emitter --port {{port}}", "--url",
                  f"http://127.0.0.1:{port}/v1", "--model", "no-such-model", "--repeat", "1",
                  "--db", str(tmp_path / "c.db")])
@@ -349,7 +343,7 @@ def test_the_boot_summary_gives_a_range_only_where_the_later_boots_differ() -> N
 
 def test_show_of_a_coldstart_prints_what_coldstart_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The engine the boots ran and the first boot against the later ones, as coldstart said them."""
-    port = _free_port()
+    port = free_port()
     db = str(tmp_path / "c.db")
     assert main(["coldstart", "--cmd", f"{sys.executable} -m tokenbench.emitter --port {{port}}",
                  "--url", f"http://127.0.0.1:{port}/v1", "--repeat", "2", "--db", db, "--json", str(tmp_path / "c.json")]) == 0
@@ -369,7 +363,7 @@ def test_show_of_a_coldstart_prints_what_coldstart_printed(tmp_path: Path, capsy
 
 def test_a_later_boot_that_fails_keeps_the_boots_before_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A failure on a later boot (or a Ctrl-C) lost every boot that had finished: no run was stored, no table."""
-    port, mark = _free_port(), tmp_path / "booted"
+    port, mark = free_port(), tmp_path / "booted"
     once = f"if [ -e {mark} ]; then exit 3; fi; touch {mark}; exec {sys.executable} -m tokenbench.emitter --port {{port}}"
     db = tmp_path / "c.db"
     code = main(["coldstart", "--cmd", f"sh -c '{once}'", "--url", f"http://127.0.0.1:{port}/v1", "--repeat", "3",
@@ -385,7 +379,7 @@ def test_a_ctrl_c_between_boots_keeps_those_finished(tmp_path: Path, capsys: pyt
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import tokenbench.coldstart as cs
 
-    port = _free_port()
+    port = free_port()
     real = cs.boot
 
     def boot_then_interrupt(n: int, *args: Any, **kwargs: Any) -> Any:
@@ -419,7 +413,7 @@ def test_coldstart_of_a_real_llama_server_that_asks_for_a_key(model_cache: Path,
     need_engine("llama-server")
     monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    port = _free_port()
+    port = free_port()
     argv = launch.command("llama-server", tiny.ensure(), port, extra=("--api-key", "sk-srv-key")).argv
     argv[argv.index("--port") + 1] = "{port}"
     cmd = shlex.join(argv)

@@ -26,6 +26,7 @@ from aiohttp.test_utils import TestServer
 from tokenbench import guard
 from tokenbench.guard_results import GuardSnapshot
 from tokenbench.cli import main
+from tokenbench.engines.launch import free_port
 from tokenbench.hostagent.client import AgentClient, AgentError, agent_url
 from tokenbench.hostagent.host import HostSnapshot
 from tokenbench.hostagent.server import Agent, AgentConfig
@@ -50,12 +51,6 @@ class Steady(PowerSource):
 
     def sample(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
         return {"box": 250.0}, {"box": 250.0 * (time.monotonic() - self.t0)}, {}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_agent(body: Callable[[AgentClient, str], Awaitable[T]], sources: list[PowerSource] | None = None,

@@ -312,3 +312,22 @@ def test_a_port_a_stopped_server_left_in_time_wait_is_free_and_a_listened_one_ta
         assert launch.port_taken(anywhere.getsockname()[1])  # one listening on every address holds it too
     finally:
         anywhere.close()
+
+
+def test_a_free_port_is_drawn_below_the_range_the_kernel_hands_out() -> None:
+    """A port the kernel chose for a bind to port 0, closed and given to a server that binds it seconds later, was
+    taken in between by another program's port-0 bind in one CI run: coldstart's health check then found that
+    program's server, and its first request found nothing. free_port draws below the kernel's ephemeral range."""
+    import socket
+
+    low = launch._ephemeral_low()
+    ports = {launch.free_port() for _ in range(20)}
+    assert all(launch.PORTS.start <= p < min(low, launch.PORTS.stop) for p in ports), (low, ports)
+    assert len(ports) > 1  # drawn, not one port every time
+    held = socket.socket()
+    held.bind(("127.0.0.1", min(ports)))
+    held.listen()
+    try:
+        assert launch.port_taken(min(ports)) and min(ports) not in {launch.free_port() for _ in range(50)}
+    finally:
+        held.close()

@@ -409,10 +409,11 @@ def test_open_loops_are_plotted_against_the_rate_offered(tmp_path: Path, capsys:
     drawn against the rate offered, as GuideLLM draws its rate sweeps: each run a line through its levels."""
     pytest.importorskip("plotly")
     pytest.importorskip("matplotlib")
-    from tokenbench.emitter import BackgroundEmitter
+    from tokenbench.emitter import BackgroundEmitter, EmitterConfig
 
     db = str(tmp_path / "r.db")
-    with BackgroundEmitter() as em:
+    # tokens 2 ms apart: sent back to back, a busy machine reads them in one chunk, a TPOT of 0 that has no plot
+    with BackgroundEmitter(EmitterConfig(itl_s=0.002)) as em:
         for label, rate in (("r-slow", "5,10"), ("r-fast", "20")):
             assert main(["sweep", "--url", em.url, "--rate", rate, "--requests", "8", "--input-len", "16",
                          "--output-len", "8", "--label", label, "--guard", "off", "--db", db]) == 0

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import socket
 import stat
 import sys
 from importlib import resources
@@ -26,6 +25,7 @@ import pytest
 
 from tokenbench.guard_results import CheckResult, GuardSnapshot
 from tokenbench.cli import main
+from tokenbench.engines.launch import free_port
 from tokenbench.emitter import BackgroundEmitter, EmitterConfig
 from tokenbench.finding import Code, Finding
 from tokenbench.keyed import key_types
@@ -50,12 +50,6 @@ def schema() -> dict[str, Any]:
 
 def validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema())
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Runs:
@@ -122,7 +116,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     r.run("depth --llama-bench", ["depth", "--llama-bench", str(fake), "--model-file", "gpt-oss-20b-Q4_K_M.gguf",
                                   "--depths", "0,32k"])
-    port = _free_port()
+    port = free_port()
     r.run("coldstart", ["coldstart", "--cmd", f"{sys.executable} -m tokenbench.emitter --port {{port}}", "--url",
                         f"http://127.0.0.1:{port}/v1", "--repeat", "1", "--label", "boot"])
     r.show("coldstart, show --json", "boot")
@@ -151,7 +145,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
 IMPORTED = ("aiperf/profile_export_aiperf.json", "aiperf/profile_export.jsonl", "vllm_serve_detailed.json",
             "inference_perf/per_request_lifecycle_metrics.json", "llama_benchy.json", "llama_benchy.csv",
             "llama_benchy.md", "inferencex_agg.json")
-
 
 
 def _shape(name: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -103,10 +104,31 @@ def engine_version(engine: str) -> str | None:
         return None
 
 
+#: Where a free port is drawn from: below Linux's default ephemeral range (32768-60999), which the kernel draws
+#: from for every outgoing connection and every bind to port 0. A port it handed out, closed and given to a server
+#: that takes seconds to bind can be taken in between; one below that range is not.
+PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port of 127.0.0.1 nothing listens on, for a server started next."""
+    low = _ephemeral_low()
+    span = range(PORTS.start, min(PORTS.stop, low)) if low > PORTS.start + 100 else PORTS
+    for _ in range(50):
+        port = random.choice(span)
+        if not port_taken(port):
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # all those taken: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux), or the default range's where it cannot be read."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return PORTS.stop
 
 
 def port_taken(port: int) -> bool:
