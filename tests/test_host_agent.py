@@ -373,31 +373,33 @@ def test_the_agents_guard_refuses_a_busy_host_beside_a_real_llama_server(model_c
             guard.refuse_if_dirty("strict", busy, "on the server host")
 
 
-def test_a_runs_power_meter_is_the_agents_or_this_machines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_runs_power_is_read_by_the_agent_or_by_this_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import argparse
 
     from tokenbench.cli.grammar.power import add_power_options
-    from tokenbench.cli.power import idle_seconds, power_meter
+    from tokenbench.cli.power import idle_seconds, power_plan
     from tokenbench.errors import UsageError
 
     p = argparse.ArgumentParser()
+    p.add_argument("--url")
     add_power_options(p)
+
+    def plan(*argv: str) -> Any:
+        return power_plan(p.parse_args(list(argv)), list(argv))
+
     monkeypatch.delenv("TOKENBENCH_AGENT_TOKEN", raising=False)
     with pytest.raises(UsageError, match="--agent needs the agent's token"):
-        power_meter(p.parse_args(["--agent", "http://gpu-box:8765"]))
-    with pytest.raises(UsageError, match="give --power, --power-url or --power-cmd to `tokenbench agent` there"):
-        power_meter(p.parse_args(["--agent", "gpu-box:8765", "--agent-token", "t", "--power-cmd", "echo 1"]))
+        plan("--agent", "http://gpu-box:8765")
+    for mine in (["--power-cmd", "echo 1"], ["--power", "rapl"], ["--power=auto"]):
+        with pytest.raises(UsageError, match="give --power, --power-url or --power-cmd to `tokenbench agent` there"):
+            plan("--agent", "gpu-box:8765", "--agent-token", "t", *mine)
     monkeypatch.setenv("TOKENBENCH_AGENT_TOKEN", "from-env")
-    remote = power_meter(p.parse_args(["--agent", "gpu-box:8765"]))
-    assert isinstance(remote, AgentClient) and remote.token == "from-env" and remote.url == "http://gpu-box:8765"
+    remote = plan("--agent", "gpu-box:8765")
+    assert remote.agent == "gpu-box:8765" and remote.agent_token == "from-env" and remote.describe()["read"] == "agent"
     (tmp_path / "t").write_text("from-file\n")
-    assert power_meter(p.parse_args(["--agent", "gpu-box", "--agent-token-file", str(tmp_path / "t")])).token \
-        == "from-file"
-    local = power_meter(p.parse_args(["--power-cmd", "echo 90 W", "--idle-power", "30s"]))
-    try:
-        assert isinstance(local, LocalMeter) and [s.name for s in local.sources] == ["command"]
-    finally:
-        local.stop()
+    assert plan("--agent", "gpu-box", "--agent-token-file", str(tmp_path / "t")).agent_token == "from-file"
+    local = plan("--power-cmd", "echo 90 W", "--idle-power", "30s")
+    assert local.agent is None and local.cmd == "echo 90 W" and local.idle_s == 30.0
     assert idle_seconds(p.parse_args(["--idle-power", "30s"])) == 30.0
     with pytest.raises(UsageError, match="not a duration"):
         idle_seconds(p.parse_args(["--idle-power", "soon"]))

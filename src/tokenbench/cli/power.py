@@ -1,4 +1,4 @@
-"""The meter a measuring command's power options (``grammar/power.py``) make: this machine's sources (``--power``,
+"""The power plan a measuring command's options (``grammar/power.py``) make: this machine's sources (``--power``,
 ``--power-url``, ``--power-cmd``), or the server host's through its agent (``--agent``, ``--agent-token``), and the
 idle figure before a run (``--idle-power``)."""
 
@@ -14,8 +14,6 @@ from ..errors import UsageError
 from .common import seconds
 
 if TYPE_CHECKING:
-    from ..hostagent.client import AgentClient
-    from ..power.sampler import LocalMeter
     from ..serverhost import PowerPlan
 
 
@@ -56,23 +54,6 @@ def agent_given(a: argparse.Namespace) -> bool:
     return agent is not None
 
 
-def power_meter(a: argparse.Namespace, interval_s: float = 0.5) -> AgentClient | LocalMeter:
-    """The meter a run reads each level's power from: the agent's where ``--agent`` is given, else this machine's
-    sources (started; its ``notes`` say what was not found). The caller closes it."""
-    from ..hostagent.client import AgentClient
-    from ..power.choose import open_sources, refuse_empty
-    from ..power.sampler import LocalMeter
-
-    refuse_empty(a.power_url, a.power_cmd)
-    if agent_given(a):
-        if a.power_url or a.power_cmd or a.power not in ("auto", "none"):
-            raise UsageError("--agent reads power on the server host: give --power, --power-url or --power-cmd to "
-                             "`tokenbench agent` there, not here")
-        return AgentClient(a.agent, agent_token(a))
-    sources, notes = open_sources(a.power, a.power_url, a.power_cmd)
-    return LocalMeter(sources, interval_s, notes).start()
-
-
 def power_plan(a: argparse.Namespace, argv: list[str]) -> PowerPlan:
     """Where a run reads power and the server host's guard: its agent where --agent is given, a meter the user
     names, or this machine's sources where the server runs here (embedded, a loopback URL) or --power is given; a
@@ -83,13 +64,14 @@ def power_plan(a: argparse.Namespace, argv: list[str]) -> PowerPlan:
 
     refuse_empty(a.power_url, a.power_cmd)  # a server elsewhere with no meter opens none to refuse it
     idle = idle_seconds(a)
+    power_named = any(w == "--power" or w.startswith("--power=") for w in argv)  # its default is "auto"
     if agent_given(a):
-        if a.power_url or a.power_cmd or "--power" in " ".join(argv):
+        if a.power_url or a.power_cmd or power_named:
             raise UsageError("--agent reads power on the server host: give --power, --power-url or --power-cmd to "
                              "`tokenbench agent` there, not here")
         return PowerPlan(agent=a.agent, agent_token=agent_token(a), idle_s=idle)
     here = a.url is None or on_this_machine(a.url)
-    if a.power_url or a.power_cmd or here or any(w == "--power" or w.startswith("--power=") for w in argv):
+    if a.power_url or a.power_cmd or here or power_named:
         return PowerPlan(sources=a.power, url=a.power_url, cmd=a.power_cmd, idle_s=idle)
     if idle:
         raise UsageError("--idle-power measures the box under test: give --agent, --power-url or --power-cmd for a "
