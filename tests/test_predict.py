@@ -529,12 +529,13 @@ def test_predict_states_its_lengths_and_exits_1_where_nothing_fits(tmp_path: Pat
 
 
 def test_an_error_that_rounds_to_zero_reads_0_not_minus_0() -> None:
-    """predict --against printed "-0" in an Error % cell (an error of -0.4% to a whole number)."""
-    from tokenbench.predict.accuracy import _num
-    from tokenbench.predict.tables import _f
+    """predict --against printed "-0" in an Error % cell (an error of -0.4% to a whole number); its measured and
+    predicted cells, written by a formatter of their own, read 0.04 tok/s as "0.0"."""
+    from tokenbench.layout import figure
 
-    assert _f(-0.4, 0) == "0" and _num(-0.4, 0) == "0" and _f(-0.6, 0) == "-1" and _num(-1.4, 0) == "-1"
-    assert _f(-0.04, 1) == "-0.040" and _num(0.0) == "0.0"  # a figure near zero keeps its sign and digits
+    assert figure(-0.4, 0) == "0" and figure(-0.6, 0) == "-1" and figure(-1.4, 0) == "-1"
+    assert figure(-0.04, 1) == "-0.040" and figure(0.0) == "0.0"  # a figure near zero keeps its sign and digits
+    assert figure(1234.5) == "1,234" and figure(None) == "—"
 
 
 def test_a_predicted_level_says_its_request_rate(capsys: pytest.CaptureFixture[str]) -> None:

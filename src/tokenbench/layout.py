@@ -33,6 +33,19 @@ def sig(v: float, figures: int = 2) -> str:
     return f"{r:,.{max(0, places)}f}"
 
 
+def figure(v: float | None, d: int = 1) -> str:
+    """A figure to ``d`` decimals, thousands separated (from 1,000, as a whole number); one that would round to
+    zero to two significant figures (0.043 tok/s never reads 0.0); ``d`` 0 a whole number (an error of 0.4% reads
+    0, -0.4% not "-0"). None: "—"."""
+    if v is None:
+        return "—"
+    if v != 0 and d > 0 and round(v, d) == 0:
+        return sig(v, 2)
+    if round(v, d) == 0:
+        v = 0.0
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.{d}f}"
+
+
 def md_escape(text: str) -> str:
     """Untrusted text (a model name, a label) made inert in Markdown: no HTML, no table breaks, and no line break
     (a newline in a label used to start a heading of its own); what is not markup stays as written ("TTFT p90 <= 5

@@ -6,6 +6,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from ..layout import figure
 from .calibration import Calibration
 from .fitting import fittable_rows
 from .measured import Row
@@ -105,14 +106,6 @@ def before_after(cat: Catalog, before: Calibration, after: Calibration, rows: li
     return BeforeAfter(against(cat, before, rows), against(cat, after, rows), after.origin)
 
 
-def _num(v: float | None, d: int = 1) -> str:
-    if v is None:
-        return "—"
-    if round(v, d) == 0:  # -0.4% to a whole number: 0, not "-0"
-        v = 0.0
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.{d}f}"
-
-
 def before_after_table(ba: BeforeAfter) -> tuple[list[str], list[list[str]]]:
     """Each row measured, then predicted before and after, with each prediction's error (percent of measured)."""
     head = ["Host", "Model", "Test", "Depth", "Conc.", "Metric", "Measured", "Before", "Error %", "After",
@@ -121,8 +114,8 @@ def before_after_table(ba: BeforeAfter) -> tuple[list[str], list[list[str]]]:
     for b, a in zip(ba.before.results, ba.after.results):
         r = b.row
         rows.append([r.raw.get("host", r.hardware), r.model, r.test, str(r.depth), str(r.concurrency), r.metric,
-                     f"{_num(r.value)} {r.unit}", _num(b.predicted), _num(b.error_pct, 0), _num(a.predicted),
-                     _num(a.error_pct, 0)])
+                     f"{figure(r.value)} {r.unit}", figure(b.predicted), figure(b.error_pct, 0), figure(a.predicted),
+                     figure(a.error_pct, 0)])
     return head, rows
 
 

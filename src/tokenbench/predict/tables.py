@@ -13,30 +13,18 @@ from .memory import Fit, FIT_SEARCH_TOKENS, kv_bytes, state_bytes
 from .specs import GIB
 from .session import SessionPrediction, rounds
 from .specs import Catalog, ModelSpec
-from ..layout import plural, sig
+from ..layout import figure, plural
 
 Table = tuple[list[str], list[list[str]]]
-
-
-def _f(v: float | None, d: int = 1) -> str:
-    """A figure to ``d`` decimals, thousands separated; one that would round to zero to two significant figures
-    (0.043 tok/s never reads 0.0); ``d`` 0 a whole number (an error of 0.4% reads 0)."""
-    if v is None:
-        return "—"
-    if v != 0 and d > 0 and round(v, d) == 0:
-        return sig(v, 2)
-    if round(v, d) == 0:  # -0.4% to a whole number: 0, not "-0"
-        v = 0.0
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.{d}f}"
 
 
 def hardware_table(cat: Catalog) -> Table:
     """Every box, its id and the other names every command takes for it (--hardware, --price, --owned)."""
     head = ["Hardware", "Name", "Memory GiB", "BW GB/s", "BF16 TFLOPS", "FP8 TFLOPS", "GHz", "Source"]
     # a box without BF16 matmuls holds its FP16 (or FP32) rate there, and says which
-    rows = [[h.id, h.name + (f" (also: {', '.join(h.aliases)})" if h.aliases else ""), _f(h.mem_gb, 0), _f(h.bw_gbs, 0),
-             _f(h.bf16_tflops) + (f" ({h.half_is.upper()}: no BF16)" if h.half_is else ""), _f(h.fp8_tflops),
-             _f(h.boost_ghz, 2), h.source] for h in cat.hardware.values()]
+    rows = [[h.id, h.name + (f" (also: {', '.join(h.aliases)})" if h.aliases else ""), figure(h.mem_gb, 0),
+             figure(h.bw_gbs, 0), figure(h.bf16_tflops) + (f" ({h.half_is.upper()}: no BF16)" if h.half_is else ""),
+             figure(h.fp8_tflops), figure(h.boost_ghz, 2), h.source] for h in cat.hardware.values()]
     return head, rows
 
 
@@ -57,7 +45,7 @@ def models_table(cat: Catalog) -> Table:
             kinds.append(f"MoE {m.experts} top-{m.top_k}")
         kv = m.kv_elems_per_token_layer() * 2 * (m.n_full + m.local_layers) / 1024
         active = (m.active_nonemb_params + m.lm_params + (m.emb_params if m.tied else 0)) / 1e9
-        rows.append([m.id, _f(m.total_b), _f(active), str(m.layers), ", ".join(kinds), _f(kv, 0), m.source])
+        rows.append([m.id, figure(m.total_b), figure(active), str(m.layers), ", ".join(kinds), figure(kv, 0), m.source])
     return head, rows
 
 
@@ -154,7 +142,7 @@ def fit_lines(s: Setup, f: Fit, context: int, concurrency: int, cal: Calibration
         dec_gpu = s.decode(context) if s.kind == "sequential" else None
         if dec_gpu is not None:
             lines.append(f"  predicted decode with that split: {split_decode(s, cal, dec_gpu, context)} "
-                         f"(ceiling {_f(1 / dec_gpu.ceiling)} tok/s)")
+                         f"(ceiling {figure(1 / dec_gpu.ceiling)} tok/s)")
     return lines
 
 
@@ -192,7 +180,7 @@ def what_fits(s: Setup, f: Fit, context: int, concurrency: int) -> str:
 def split_decode(s: Setup, cal: Calibration | None, dec: rf.Estimate, context: int) -> str:
     """The decode rate of a hybrid split with its band, as predict's tg cell at that context says it (its fast end
     held at the ceiling)."""
-    text = f"{_f(1 / dec.estimate)} tok/s"
+    text = f"{figure(1 / dec.estimate)} tok/s"
     if cal is None or not s.calibrated:
         return text + (" UNCALIBRATED" if not s.calibrated else "")
     return estimate_cell(s, cal, "decode", text, context, 1, 1 / dec.estimate, 1 / dec.ceiling)
@@ -230,12 +218,12 @@ def depth_table(s: Setup, cal: Calibration, depths: list[int], pp: int, tg: int,
             continue
         if "pp" in tests:
             p = s.prefill(pp, d)
-            row += [estimate_cell(s, cal, "prefill", _f(pp / p.estimate), d + pp, 1, pp / p.estimate,
-                                  pp / p.ceiling, log), _f(pp / p.ceiling)]
+            row += [estimate_cell(s, cal, "prefill", figure(pp / p.estimate), d + pp, 1, pp / p.estimate,
+                                  pp / p.ceiling, log), figure(pp / p.ceiling)]
         if "tg" in tests:
             t = s.decode(d + tg // 2)
-            row += [estimate_cell(s, cal, "decode", _f(1 / t.estimate), d + tg, 1, 1 / t.estimate, 1 / t.ceiling,
-                                  log), _f(1 / t.ceiling)]
+            row += [estimate_cell(s, cal, "decode", figure(1 / t.estimate), d + tg, 1, 1 / t.estimate, 1 / t.ceiling,
+                                  log), figure(1 / t.ceiling)]
         split = f"offload ({f.gpu_layers}/{s.model.layers} layers on GPU)" if f.gpu_layers is not None else None
         rows.append(row + [fits_cell(s, ctx, f.fits, split)])
     return head, rows
@@ -256,9 +244,9 @@ def serve_table(s: Setup, cal: Calibration, concurrency: list[int], prompt: int,
         # one output token has no time per output token after it (TPOT divides by output - 1): it read 0.0 ms ±35%
         tpot = [estimate_cell(s, cal, "tpot", f"{p.tpot_s.estimate * 1000:.1f} ms", ctx, n, p.tpot_s.estimate,
                               p.tpot_s.ceiling, log), f"{p.tpot_s.ceiling * 1000:.1f} ms"] if output > 1 else [NOT_RUN] * 2
-        rows.append([str(n), estimate_cell(s, cal, "throughput", _f(p.throughput[1]), ctx, n, p.throughput[1],
-                                           p.throughput[0], log), _f(p.throughput[0]),
-                     estimate_cell(s, cal, "throughput", _f(p.per_agent[1]), ctx, n, p.per_agent[1], p.per_agent[0],
+        rows.append([str(n), estimate_cell(s, cal, "throughput", figure(p.throughput[1]), ctx, n, p.throughput[1],
+                                           p.throughput[0], log), figure(p.throughput[0]),
+                     estimate_cell(s, cal, "throughput", figure(p.per_agent[1]), ctx, n, p.per_agent[1], p.per_agent[0],
                                    log),
                      estimate_cell(s, cal, "ttft", _ttft(p.ttft_s.estimate), ctx, n, p.ttft_s.estimate,
                                    p.ttft_s.ceiling, log), _ttft(p.ttft_s.ceiling),
@@ -294,10 +282,10 @@ def against_table(rep: AgainstReport) -> Table:
     rows = []
     for r in rep.results:
         unit = f" {r.row.unit}" if r.predicted is not None else ""  # the measured value's unit, as beside it
-        pred = f"{_f(r.predicted)}{unit}" if r.calibrated or r.predicted is None else \
-            f"{_f(r.predicted)}{unit} UNCALIBRATED"
-        rows.append([_on(r), _test(r), f"{_f(r.row.value)} {r.row.unit}",
-                     pred, _f(r.error_pct, 0) if r.error_pct is not None else "—", r.split,
+        pred = f"{figure(r.predicted)}{unit}" if r.calibrated or r.predicted is None else \
+            f"{figure(r.predicted)}{unit} UNCALIBRATED"
+        rows.append([_on(r), _test(r), f"{figure(r.row.value)} {r.row.unit}",
+                     pred, figure(r.error_pct, 0) if r.error_pct is not None else "—", r.split,
                      f"{r.measured_over_ceiling:.2f}" if r.measured_over_ceiling is not None else "—"])
     return head, rows
 
@@ -393,7 +381,7 @@ def session_table(s: Setup, cal: Calibration, p: SessionPrediction, log: BandLog
     for name, metric, rate, get, fmt in (
             ("TTFT cached", ttft_m, False, lambda t: t.ttft_s, _seconds),
             ("TTFT uncached", ttft_m, False, lambda t: t.cold_ttft_s, _seconds),
-            ("Decode tok/s", dec_m, True, lambda t: rf.Estimate(1 / t.tpot_s.ceiling, 1 / t.tpot_s.estimate), _f)):
+            ("Decode tok/s", dec_m, True, lambda t: rf.Estimate(1 / t.tpot_s.ceiling, 1 / t.tpot_s.estimate), figure)):
         if s.calibrated:
             # one band for the row: at its deepest turn, with all its agents
             b = s.band(cal, metric, p.turns[-1].context, p.agents)
@@ -438,7 +426,7 @@ def session_lines(s: Setup, p: SessionPrediction, sessions: int | None = None) -
         if warm.think_s else ""
     lines = [
         f"turn {last.turn}{what}: TTFT {_seconds(pick(last.ttft_s))} with the prefix cache, "
-        f"{_seconds(pick(last.cold_ttft_s))} without; decode {_f(1 / pick(last.tpot_s))} tok/s at "
+        f"{_seconds(pick(last.cold_ttft_s))} without; decode {figure(1 / pick(last.tpot_s))} tok/s at "
         f"{last.context:,} tokens",
         f"session ({len(p.turns)} turns){what}: {_seconds(pick(warm.total))} = {_seconds(pick(warm.ttft))} to first "
         f"tokens + {_seconds(pick(warm.decode))} decoding ({len(p.turns)} x {sh.output - 1} tokens after the first)"
@@ -447,8 +435,8 @@ def session_lines(s: Setup, p: SessionPrediction, sessions: int | None = None) -
     ]
     if p.agents > 1:
         thr = p.throughput(True)
-        lines.append(f"{p.agents} agents, sessions back to back: {_f(thr[1] if est else thr[0])} output tok/s in all"
-                     + what)
+        total = figure(thr[1] if est else thr[0])
+        lines.append(f"{p.agents} agents, sessions back to back: {total} output tok/s in all" + what)
     if sessions:
         r = rounds(sessions, p.agents)
         lines.append(f"{sessions} sessions on {plural(p.agents, 'agent')}: {r} after another, "
