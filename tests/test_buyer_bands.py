@@ -109,6 +109,57 @@ def test_compare_of_two_predictions_goes_by_their_bands(tmp_path: Path, capsys: 
     assert ttft["band"][0] < 1 < ttft["band"][1] and ttft["winner"] is None  # within each other's bands: no winner
 
 
+def test_a_predicted_sides_band_stops_at_its_physical_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """compare held a predicted side anywhere within its band, where predict holds the band's fast end at the
+    physical limit (a time's floor, a rate's ceiling): an H100's predicted TTFT band reached 0.34 of its figure,
+    below its floor at 0.39, a time no measurement passes. Against a measured run the band stops at the floor."""
+    from tokenbench.distribution import Distribution
+    from tokenbench.levels import ServingLevel
+    from tokenbench.store import Store
+
+    db = tmp_path / "r.db"
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--concurrency", "1,8",
+                 "--save", "p", "--db", str(db), "--json", str(tmp_path / "p.json")]) == 0
+    predicted = {lv["concurrency"]: lv for lv in json.loads((tmp_path / "p.json").read_text())["levels"]}
+    assert all(set(lv["limits"]) == {"output_throughput_tps", "ttft_ms", "tpot_ms"} for lv in predicted.values())
+    measured = [ServingLevel(concurrency=c, test="serve", output_throughput_tps=tps, input_tokens_mean=4096.0,
+                             output_tokens_mean=512.0, ttft_ms=Distribution(n=16, p50=ttft, p99=ttft * 1.5),
+                             tpot_ms=Distribution(n=16, p50=tpot))
+                for c, tps, ttft, tpot in ((1, 120.0, 200.0, 8.0), (8, 650.0, 700.0, 11.0))]
+    Store(db).save_run("run-m", "sweep", "m", {"label": "m"}, "measured", measured, "0", "2026", "2026")
+    capsys.readouterr()
+    assert main(["compare", "p", "m", "--db", str(db), "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    fields = {"Median TTFT": ("ttft_ms", "p50"), "P99 TTFT": ("ttft_ms", "p99"), "Median TPOT": ("tpot_ms", "p50"),
+              "Aggregate output": ("output_throughput_tps", None)}
+    held = 0
+    for r in (r for r in rows if r["metric"] in fields):
+        key, pct = fields[r["metric"]]
+        lv = predicted[r["concurrency"]]
+        limit = lv["limits"][key]
+        assert r["a"] == pytest.approx(lv[key][pct] if pct else lv[key]), r
+        if r["metric"] == "Aggregate output":  # A at most its ceiling: A/B at most ceiling / B
+            assert r["band"][1] <= limit / r["b"] * (1 + 1e-9), (r, limit)
+            continue
+        assert r["band"][0] >= limit / r["b"] * (1 - 1e-9), (r, limit)  # A at least its floor
+        ratio = r["a"] / r["b"]
+        x = r["band"][1] / ratio - 1  # the band's share, from its slow end (which no limit holds)
+        held += ratio * (1 - x) < r["band"][0] * (1 - 1e-6)  # its fast end, unheld, would have passed the floor
+    assert held, "no row's band reached past its floor: the test no longer tries what it is for"
+
+
+def test_a_band_stops_where_its_side_cannot_go() -> None:
+    """A predicted time within ±103% could alone be zero, and A/B unbounded; its floor (0.71 of it) bounds A/B. A
+    rate's ceiling holds the top of its band, and nothing its bottom."""
+    from tokenbench.compare.levels import band_range
+
+    assert band_range(0.25, 0.0, 1.03, False) == (pytest.approx(0.25 / 2.03), float("inf"))
+    assert band_range(0.25, 0.0, 1.03, False, (None, 0.71)) == pytest.approx((0.25 / 2.03, 0.25 / 0.71))
+    assert band_range(2.0, 0.5, 0.0, True, (1.2, None)) == pytest.approx((1.0, 2.4))
+    assert band_range(2.0, 0.5, 0.0, True, (3.0, None)) == pytest.approx((1.0, 3.0))  # a ceiling beyond the band
+    assert band_range(2.0, 0.0, 0.0, True, (1.2, 1.2)) is None  # two measured sides: no band
+
+
 def test_compare_of_predicted_sessions_says_predicted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two predicted session runs said "the server said its cache served 92%"."""
     db = str(tmp_path / "r.db")

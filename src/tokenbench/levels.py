@@ -6,6 +6,7 @@ written in and read back from (``LEVEL_KEYS``, ``LevelSummary.from_dict``). The 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
@@ -165,8 +166,11 @@ LEVEL_KEYS = (
     "goodput_rps", "slo", "slo_met", "slo_checks", "warnings", "client", "test", "depth", "pp_tps", "tg_tps",
     "pp_tps_sd", "tg_tps_sd", "pp_tps_dist", "tg_tps_dist", "guard", "telemetry", "findings", "session",
     "cached_share", "cached_source", "replay", "time_to_first_tool_ms", "plateau", "ttft_from_arrival_ms",
-    "e2e_from_arrival_ms", "waves",
+    "e2e_from_arrival_ms", "waves", "limits",
 )
+
+#: The figures a predicted level's ``limits`` may hold (LevelSummary.limits).
+LIMITS = ("output_throughput_tps", "ttft_ms", "tpot_ms", "pp_tps", "tg_tps")
 
 #: The keys whose value is a Distribution, in either kind of level.
 DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms",
@@ -204,6 +208,10 @@ class LevelSummary:
     telemetry: Telemetry | None = None  # what the server's /metrics (and NVML) said during this level
     #: the typed findings (findings.py) behind ``flags`` and ``warnings``, which are their view
     findings: list[Finding] = field(default_factory=list)
+    #: a predicted level's physical limits, in its figures' units: the fastest each could be at efficiency 1 (a
+    #: rate's ceiling: ``output_throughput_tps``, ``pp_tps``, ``tg_tps``; a time's floor: ``ttft_ms``, ``tpot_ms``),
+    #: which no band around the prediction reaches past; None for a level measured or imported
+    limits: dict[str, float] | None = None
 
     @property
     def cut(self) -> int:
@@ -273,6 +281,7 @@ class LevelSummary:
         stored = d.get("findings")
         d["findings"] = [f for x in (stored if isinstance(stored, list) else [])
                          if isinstance(x, dict) and (f := Finding.from_dict(x))]
+        d["limits"] = _limits(d.get("limits"))
         kind: type[LevelSummary] = ServingLevel if d.get("test") in (None, "serve") else DepthLevel
         return kind._read(d)
 
@@ -440,6 +449,15 @@ class DepthLevel(LevelSummary):
         own = self._own()
         blank = _serving_blank()
         return {k: own[k] if k in own else blank.get(k) for k in LEVEL_KEYS}
+
+
+def _limits(v: Any) -> dict[str, float] | None:
+    """A stored level's ``limits``: the known figures' finite positive limits; anything else read as absent."""
+    if not isinstance(v, dict):
+        return None
+    out = {k: float(x) for k, x in v.items() if k in LIMITS and isinstance(x, (int, float))
+           and not isinstance(x, bool) and math.isfinite(x) and x > 0}
+    return out or None
 
 
 def _built(kind: type[LevelSummary], d: dict[str, Any]) -> LevelSummary:

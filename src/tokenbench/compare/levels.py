@@ -47,14 +47,48 @@ def band_of(r: RunResult, metric: str) -> float | None:
     return float(pct) / 100 if isinstance(pct, (int, float)) else None
 
 
-def band_range(ratio: float, x: float | None, y: float | None) -> tuple[float, float] | None:
+def band_range(ratio: float, x: float | None, y: float | None, higher_better: bool = True,
+               fast: tuple[float | None, float | None] = (None, None)) -> tuple[float, float] | None:
     """Where A/B lies when A measures within ±x of its figure and B within ±y (None without both bands); a band
-    of 100% or more reaches zero, so the range is unbounded on that side."""
+    of 100% or more reaches zero, so the range is unbounded on that side. ``fast``: each side's physical limit as
+    a share of its figure (a rate's ceiling, a time's floor; None: not known), where its band's fast end stops."""
     if x is None or y is None or (x == 0 and y == 0):
         return None
-    low = ratio * (1 - x) / (1 + y) if x < 1 else 0.0
-    high = ratio * (1 + x) / (1 - y) if y < 1 else float("inf")
-    return low, high
+    (a_low, a_high), (b_low, b_high) = (_reach(x, fast[0], higher_better), _reach(y, fast[1], higher_better))
+    return ratio * a_low / b_high, ratio * a_high / b_low if b_low > 0 else float("inf")
+
+
+def _reach(pct: float, fast: float | None, higher_better: bool) -> tuple[float, float]:
+    """Where a side's figure may lie, as a share of it, within ±``pct``: down to zero at most, its fast end (a
+    rate's top, a time's bottom) no further than its limit."""
+    low, high = max(1 - pct, 0.0), 1 + pct
+    if fast is None:
+        return low, high
+    return (low, min(high, max(fast, 1.0))) if higher_better else (max(low, min(fast, 1.0)), high)
+
+
+def fast_share(metric: str, s: LevelSummary) -> float | None:
+    """A predicted level's physical limit for ``metric`` as a share of its figure there (None: the level keeps
+    none): the rates' ceilings, the times' floors, and the rates made of a time (prefill from TTFT, decode from
+    TPOT) from that time's floor. A p99 TTFT is held at the same floor: no request is faster than it."""
+    limits = s.limits or {}
+    ttft, tpot = getattr(s, "ttft_ms", None), getattr(s, "tpot_ms", None)
+    shares: dict[str, tuple[str, float | None, bool]] = {  # the limit's key, the figure, whether it is its inverse
+        "Aggregate output": ("output_throughput_tps", getattr(s, "output_throughput_tps", None), False),
+        "Per-agent": ("output_throughput_tps", getattr(s, "output_throughput_tps", None), False),
+        "Median TTFT": ("ttft_ms", ttft.p50 if ttft else None, False),
+        "P99 TTFT": ("ttft_ms", ttft.p99 if ttft else None, False),
+        "Median TPOT": ("tpot_ms", tpot.p50 if tpot else None, False),
+        "Prefill": ("ttft_ms", ttft.p50 if ttft else None, True),
+        "Decode": ("tpot_ms", tpot.p50 if tpot else None, True),
+        "pp": ("pp_tps", getattr(s, "pp_tps", None), False),
+        "tg": ("tg_tps", getattr(s, "tg_tps", None), False),
+    }
+    key, figure, inverse = shares.get(metric, ("", None, False))
+    limit = limits.get(key)
+    if not limit or not figure:
+        return None
+    return figure / limit if inverse else limit / figure
 
 
 #: (name, unit, higher is better, getter)
@@ -242,7 +276,8 @@ def _fewest(*sides: LevelSummary) -> float:
 def _unsampled(row: CompareRow, a: RunResult, b: RunResult, sa: LevelSummary, sb: LevelSummary) -> CompareRow:
     """A row no interval could be drawn for, with what decides it instead: a predicted side's band, a p99 too thin
     to name a side on, or a depth rate's standard deviations."""
-    row.band = band_range(row.a / row.b, band_of(a, row.metric), band_of(b, row.metric))
+    row.band = band_range(row.a / row.b, band_of(a, row.metric), band_of(b, row.metric), row.higher_better,
+                          (fast_share(row.metric, sa), fast_share(row.metric, sb)))
     if row.band is None:
         row.thin = row.metric == "P99 TTFT" and _fewest(sa, sb) < P99_FLOOR
         row.spread = _spread(row.metric, sa, sb)

@@ -72,9 +72,12 @@ def depth_levels(s: Setup, depths: list[int], pp: int, tg: int, tests: tuple[str
         if not f.fits and f.gpu_layers is None:
             continue
         if "pp" in tests:
-            levels.append(DepthLevel(test=f"pp{pp}", depth=d, pp_tps=pp / s.prefill(pp, d).estimate))
+            t = s.prefill(pp, d)
+            levels.append(DepthLevel(test=f"pp{pp}", depth=d, pp_tps=pp / t.estimate,
+                                     limits={"pp_tps": pp / t.ceiling}))
         if "tg" in tests:
-            levels.append(DepthLevel(test=f"tg{tg}", depth=d, tg_tps=1 / s.decode(d + tg // 2).estimate))
+            t = s.decode(d + tg // 2)
+            levels.append(DepthLevel(test=f"tg{tg}", depth=d, tg_tps=1 / t.estimate, limits={"tg_tps": 1 / t.ceiling}))
     return levels
 
 
@@ -94,7 +97,10 @@ def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: i
             ttft_ms=Distribution(n=0, p50=pt.ttft_s.estimate * 1000,
                                  p99=(pt.ttft_worst_s or pt.ttft_s).estimate * 1000),
             tpot_ms=Distribution(n=0, p50=pt.tpot_s.estimate * 1000),
-            input_tokens_mean=float(input_len), output_tokens_mean=float(output_len)))
+            input_tokens_mean=float(input_len), output_tokens_mean=float(output_len),
+            # the fastest each could be (a time's floor holds for the slowest prompt too): no band reaches past it
+            limits={"output_throughput_tps": pt.throughput[0], "ttft_ms": pt.ttft_s.ceiling * 1000,
+                    "tpot_ms": pt.tpot_s.ceiling * 1000}))
     return levels
 
 
