@@ -289,6 +289,11 @@ def test_agent_help_and_a_missing_token(capsys: pytest.CaptureFixture[str]) -> N
     assert "'0' names no server" in capsys.readouterr().err
     assert main(["agent", "--token", "t" * 20, "--power-cmd", ""]) == 2
     assert "--power-cmd is empty" in capsys.readouterr().err
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that was a process and is none now
+    assert main(["agent", "--token", "t" * 20, "--pid", str(os.getpid()), "--pid", str(gone.pid)]) == 2
+    err = capsys.readouterr().err
+    assert f"--pid {gone.pid}: no such process on this host" in err and len(err.strip().splitlines()) == 1
 
 
 def test_the_command_makes_a_token_serves_and_stops_on_sigterm(tmp_path: Path) -> None:

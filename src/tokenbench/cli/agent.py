@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 
 from rich.console import Console
@@ -54,11 +55,23 @@ def agent_token(token: str | None, path: str | None, console: Console) -> str:
     return new
 
 
+def _refuse_missing_pids(pids: Iterable[int]) -> None:
+    """A --pid no process has: the server it meant would count as other work, and a server started later gets
+    another pid."""
+    import psutil
+
+    for pid in pids:
+        if not psutil.pid_exists(pid):
+            raise UsageError(f"--pid {pid}: no such process on this host: give the model server's pid (pgrep -f "
+                             "llama-server), or --port-of-server PORT to find it at each request")
+
+
 def cmd_agent(a: argparse.Namespace, console: Console) -> int:
     from ..hostagent.server import AgentConfig, serve  # aiohttp's server: only for this command
     from ..power.choose import open_sources
     from ..power.sampler import LocalMeter
 
+    _refuse_missing_pids(a.pid or ())
     token = agent_token(a.token, a.token_file, console)
     sources, notes = open_sources(a.power, a.power_url, a.power_cmd)
     cfg = AgentConfig(token, a.host, a.port, set(a.pid or ()), a.port_of_server, guard_config(a.guard_config))
