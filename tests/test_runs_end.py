@@ -62,6 +62,52 @@ def test_sigterm_and_sighup_end_a_run_as_ctrl_c_does(sig: signal.Signals, sigint
     assert json.loads(out.read_text())["status"] == "interrupted"
 
 
+@pytest.mark.parametrize("apart_s", [0.002, 0.01])
+def test_a_second_ctrl_c_while_the_run_stops_loses_nothing(apart_s: float, tmp_path: Path) -> None:
+    """Ctrl-C twice, milliseconds apart, in a level: asyncio's handler raised the second as a KeyboardInterrupt
+    wherever the run's wind-down was, and printed a traceback of the task it left; the run was stored but neither
+    shown nor written (--json). The second is now said and held; the run is shown and written as after one."""
+    db, out = tmp_path / "r.db", tmp_path / "r.json"
+    with EmitterProcess("--itl", "0.05") as em:
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "tokenbench", "sweep", "--url", em.url, "--input-len", "8", "--output-len", "4",
+             "--concurrency", "1,2", "--requests", "200", "--warmup", "0", "--db", str(db), "--json", str(out),
+             "--guard", "off"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        _wait_served(em.root, 8)
+        cli.send_signal(signal.SIGINT)
+        time.sleep(apart_s)
+        cli.send_signal(signal.SIGINT)
+        shown, err = (x.decode() for x in cli.communicate(timeout=30))
+    assert cli.returncode == 130, err
+    assert "Traceback" not in err and "unhandled exception" not in err, err
+    assert json.loads(out.read_text())["status"] == "interrupted"
+    (run,) = Store(db).runs()
+    assert run.status == "interrupted" and f"run {run.id} (interrupted)" in " ".join(shown.split()), shown
+
+
+def test_an_interrupt_after_the_run_ended_waits_for_its_json(tmp_path: Path) -> None:
+    """Ctrl-C as the run's table was printed: the run was stored complete, and its JSON never written. One that
+    comes once the run has ended is held while it is shown and written, then obeyed."""
+    from tokenbench.cli import interrupts
+
+    out = tmp_path / "r.json"
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.held() as ctrl_c:
+            assert ctrl_c.run(_returns(7)) == 7
+            os.kill(os.getpid(), signal.SIGINT)  # delivered at the next bytecode: held
+            out.write_text("written")
+    assert out.read_text() == "written"
+    with pytest.raises(KeyboardInterrupt), interrupts.held() as ctrl_c:  # the third press quits at once
+        for _ in range(3):
+            os.kill(os.getpid(), signal.SIGINT)
+        out.write_text("never")
+    assert out.read_text() == "written"
+
+
+async def _returns(value: int) -> int:
+    return value
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupt_while_tokenbench_is_imported_ends_in_one_line(sig: signal.Signals) -> None:
     """Ctrl-C in a command's first few tenths of a second (Python reading tokenbench's modules, Rich's among

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,6 +24,7 @@ from ..servers import root_url
 from ..store import Store
 from ..kinds.sessions import SessionsKind
 from ..sweep import SweepConfig, run_sweep
+from . import interrupts
 from .common import check_output, embedded_spec, emit_json, int_list, notifier, seconds
 from .options import SERVE_PARALLEL
 from .printing import print_result
@@ -150,7 +150,7 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
     embedded = embedded_spec(a)
     results: list[RunResult] = []
     with running(embedded, cfgs[0], notifier(err), parallel=_engine_parallel(a, spec),
-                 ctx=embedded_ctx(cfgs[0]) if embedded else MIN_CONTEXT) as engine:
+                 ctx=embedded_ctx(cfgs[0]) if embedded else MIN_CONTEXT) as engine, interrupts.held() as ctrl_c:
         for cfg in cfgs[1:]:
             if engine is not None:
                 embedded_ctx(cfg)
@@ -159,17 +159,17 @@ def cmd_capacity(a: argparse.Namespace, argv: list[str], console: Console, err: 
         for k, (cfg, slo) in enumerate(zip(cfgs, slos)):
             try:
                 results.append(_search(a, cfg, CapacitySearch(spec, slo, kv_pool=pool), store, console, err,
-                                       engine.alive if engine else None))
+                                       engine.alive if engine else None, ctrl_c))
             except TokenbenchError:
                 if k + 1 < len(tiers):  # the tiers after this one: never searched, and said so
                     err.print(f"not searched: {', '.join(f'{t:g} tok/s each' for t in tiers[k + 1:])} (the search "
                               f"at {tiers[k]:g} tok/s each ended the command)", markup=False, highlight=False)
                 raise
-    if len(results) > 1:
-        _print_tiers(console, tiers, results)
-    if a.json:
-        emit_json(a.json, capacity_json(results[0]) if len(results) == 1 else
-                  {"tiers": [{"tok_s": t, **capacity_json(r)} for t, r in zip(tiers, results)]})
+        if len(results) > 1:
+            _print_tiers(console, tiers, results)
+        if a.json:
+            emit_json(a.json, capacity_json(results[0]) if len(results) == 1 else
+                      {"tiers": [{"tok_s": t, **capacity_json(r)} for t, r in zip(tiers, results)]})
     bad = [r for r in results if r.status != "complete"]
     for res in bad:
         print(f"tokenbench: run {res.status}: {res.error}", file=sys.stderr)
@@ -194,12 +194,12 @@ def _print_tiers(console: Console, tiers: list[float | None], results: list[RunR
 
 
 def _search(a: argparse.Namespace, cfg: SweepConfig, search: CapacitySearch, store: Store, console: Console,
-            err: Console, alive: Callable[[], bool] | None) -> RunResult:
+            err: Console, alive: Callable[[], bool] | None, ctrl_c: interrupts.Interrupts) -> RunResult:
     """One search, its levels and answer shown (and, when it ended early, what it found before)."""
     reporter = RichReporter(err, enabled=not a.quiet)
     try:
         try:
-            res = asyncio.run(run_sweep(cfg, store, reporter, alive=alive, plan=search))
+            res = ctrl_c.run(run_sweep(cfg, store, reporter, alive=alive, plan=search))
         finally:
             reporter.close()
     except TokenbenchError as e:  # interrupted or failed after levels were stored: what they found is shown

@@ -19,6 +19,7 @@ from ..reader import load_result
 from ..servers import normalize_base_url
 from ..guard import snapshot_before
 from ..store import Store
+from . import interrupts
 from .common import (LLAMA_BENCH_FLAGS, check_output, embedded_spec, guard_config, guard_targets, llama_options,
                      notifier, run_exit, saved, tokens, write_json)
 
@@ -77,10 +78,10 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
                       target_pids=guard_targets(a.url))
     store = Store(a.db)
     note = notifier(err)
-    with running(embedded_spec(a), cfg, note) as engine:
+    with running(embedded_spec(a), cfg, note) as engine, interrupts.held() as ctrl_c:
         cfg.label = cfg.label or (f"embedded-{a.engine}" if engine is not None else socket.gethostname())
         try:
-            res = asyncio.run(run_depth(cfg, store, note))
+            res = ctrl_c.run(run_depth(cfg, store, note))
         except TokenbenchError as e:  # an interrupt or an error after the run was stored: the depths it finished
             if e.result is not None:
                 if e.result.outcomes:
@@ -90,10 +91,10 @@ def cmd_depth(a: argparse.Namespace, argv: list[str], console: Console, err: Con
                 if a.json:
                     write_json(a.json, e.result)
             raise
-    print_table(console, *depth_rows(res), a.format)
-    for line in depth_notes(res):  # each warning once, with the rows it concerns, as show prints them
-        console.print(line, style="yellow", markup=False, highlight=False)
-    saved(console, res, store.path, a.format)
-    if a.json:
-        write_json(a.json, res)  # the result in hand: what show --json reads back
+        print_table(console, *depth_rows(res), a.format)
+        for line in depth_notes(res):  # each warning once, with the rows it concerns, as show prints them
+            console.print(line, style="yellow", markup=False, highlight=False)
+        saved(console, res, store.path, a.format)
+        if a.json:
+            write_json(a.json, res)  # the result in hand: what show --json reads back
     return run_exit(res)  # partial where a depth did not fit the server's context

@@ -4,7 +4,6 @@ given, the run, and the tables it prints (``show`` and ``capacity`` print them t
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import socket
 import threading
@@ -29,6 +28,7 @@ from ..servers import normalize_base_url
 from ..store import Store
 from ..sweep import SweepConfig, run_sweep
 from ..workers.split import parse_workers
+from . import interrupts
 from .common import (check_output, embedded_spec, float_list, guard_config, guard_targets, int_list, json_object,
                      grace, notifier, run_exit, seconds, write_json)
 from .power import power_plan
@@ -330,10 +330,10 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
     reporter = RichReporter(err, enabled=not a.quiet)
     spec = embedded_spec(a)
     with running(spec, cfg, notifier(err), parallel=max(cfg.concurrency or [1]),
-                 ctx=embedded_ctx(cfg) if spec else MIN_CONTEXT) as engine:
+                 ctx=embedded_ctx(cfg) if spec else MIN_CONTEXT) as engine, interrupts.held() as ctrl_c:
         try:
             try:
-                res = asyncio.run(run_sweep(cfg, store, reporter, alive=engine.alive if engine else None))
+                res = ctrl_c.run(run_sweep(cfg, store, reporter, alive=engine.alive if engine else None))
             finally:
                 reporter.close()
         except TokenbenchError as e:  # an interrupt or an error after the run was stored: this sweep's run, never
@@ -343,7 +343,7 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str], console: Console, err: Con
                 if a.json:
                     write_json(a.json, e.result)
             raise
-    print_result(console, res, a.format, store.path)
-    if a.json:
-        write_json(a.json, res)  # the result in hand: what show --json reads back
+        print_result(console, res, a.format, store.path)
+        if a.json:
+            write_json(a.json, res)  # the result in hand: what show --json reads back
     return run_exit(res)
