@@ -66,7 +66,41 @@ def test_a_damaged_database_is_noticed(tmp_path: Path, capsys: pytest.CaptureFix
     db.write_bytes(bytes(data))
     code, out = _runs(db, capsys)
     assert code == 2 and ("damaged" in out or "not an SQLite database" in out), out
-    assert "Traceback" not in out
+    assert "Traceback" not in out and len(out.strip().splitlines()) == 1, out  # SQLite's report spans lines
+
+
+def test_a_damaged_page_is_said_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SQLite's integrity report of a damaged page spans lines ("*** in database main ***", "Page 38: ..."): the
+    error quoted it as it came, four lines where every error is one."""
+    db = tmp_path / "r.db"
+    store = Store(db)
+    for i in range(300):
+        store.save_run(f"run-{i:04d}", "sweep", "x" * 200, {"model": "m" * 500}, "measured", [], "0", "t", "t")
+    store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    data = bytearray(db.read_bytes())
+    data[150_000:153_000] = b"\xa5" * 3000  # inside one page of the runs' table
+    db.write_bytes(bytes(data))
+    code, out = _runs(db, capsys)
+    assert code == 2 and "is damaged (*** in database main *** Page " in out, out
+    assert len(out.strip().splitlines()) == 1, out
+
+
+def test_a_database_this_user_cannot_write_is_one_line_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A results database of mode 0444, up to date: SQLite opens it for reading without a word, and every command
+    that writes (sweep, depth, capacity, import, predict --save) ended on an internal error at its first row, exit
+    70. (The test runs where root writes anything: the file's mode is what os.access answers.)"""
+    import os
+
+    db = tmp_path / "r.db"
+    Store(db).close()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == db and mode == os.W_OK else real(p, mode))
+    assert main(["predict", "--hardware", "h100", "--model", "llama-3.1-8b", "--save", "p", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "is read-only here" in err and "pass --db PATH" in err and len(err.strip().splitlines()) == 1, err
+    assert main(["runs", "--db", str(db)]) == 0  # reading it still works
 
 
 def _open_new(path: str, start: "mp.synchronize.Barrier", q: "mp.Queue[str]") -> None:

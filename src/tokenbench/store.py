@@ -104,6 +104,8 @@ class Store:
             self.db.row_factory = sqlite3.Row
             self.db.execute("PRAGMA foreign_keys = ON")
             tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.OperationalError as e:  # a file it cannot open or write: what it is does not come into it
+            raise UsageError(self._cannot(e)) from None
         except sqlite3.DatabaseError as e:
             raise UsageError(f"{where} is not an SQLite database ({e}): pass --db PATH for a new one") from None
         except OSError as e:
@@ -117,13 +119,27 @@ class Store:
                 raise UsageError(f"{where} is empty: run a sweep first, or pass --db PATH")
             return
         try:
+            # a database up to date, in WAL mode already, opens without a write, and SQLite opens a file it cannot
+            # write for reading: it would fail at the run's first row, after the server was started
+            if not os.access(self.path, os.W_OK):
+                raise UsageError(self._read_only())
             self._wal()
             self.migrate()
         except sqlite3.OperationalError as e:
-            if "readonly" in str(e) or "read-only" in str(e):
-                raise UsageError(f"{where} is read-only here: reading commands (runs, show, compare) still work; "
-                                 "pass --db PATH to write elsewhere") from None
-            raise UsageError(f"{where} cannot be written ({e}); pass --db PATH") from None
+            raise UsageError(self._cannot(e)) from None
+
+    def _read_only(self) -> str:
+        return (f"the results database {self.path} is read-only here: reading commands (runs, show, compare) still "
+                "work; pass --db PATH to write elsewhere")
+
+    def _cannot(self, e: sqlite3.OperationalError) -> str:
+        """Why a database cannot be opened or written, in one line."""
+        where = f"the results database {self.path}"
+        if "readonly" in str(e) or "read-only" in str(e):
+            return self._read_only()
+        if "unable to open" in str(e) and not os.access(self.path.parent, os.W_OK):
+            return f"cannot open {where}: its directory {self.path.parent} cannot be written; pass --db PATH"
+        return f"{where} cannot be opened or written ({e}); pass --db PATH"
 
     def _wal(self) -> None:
         """Write-ahead logging, so readers never block a sweep. Switching to it skips SQLite's busy wait, so two
@@ -146,8 +162,9 @@ class Store:
         except (OSError, sqlite3.DatabaseError) as e:
             bad = [str(e)]
         if bad != ["ok"]:
-            raise UsageError(f"the results database {self.path} is damaged ({'; '.join(bad)[:200]}): restore it "
-                             "from a copy, or pass --db PATH for a new one")
+            said = " ".join("; ".join(bad).split())  # SQLite's report spans lines: one line, as every error
+            raise UsageError(f"the results database {self.path} is damaged ({said[:200]}): restore it from a copy, "
+                             "or pass --db PATH for a new one")
 
     def close(self) -> None:
         self.db.close()
