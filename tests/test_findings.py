@@ -79,6 +79,25 @@ def test_answers_that_arrive_in_one_read_are_flagged_past_a_tenth(whole_answers:
         assert s.tpot_ms.p50 == 0.0  # the definition is vllm bench serve's: the finding says what it hides
 
 
+def test_answers_read_back_to_back_after_a_stall_count_as_whole() -> None:
+    """A client whose loop stalled read each answer's first token, then the rest microseconds later: 0.02 ms a
+    token, a median TPOT printed "0.0 ms" and "single-stream decode 53,695 tok/s" from a model that decodes 200,
+    with no one_read flag. Reads 2 ms a token apart are a decode, and stay one."""
+    from tokenbench.sweep_table import tpot_shown
+
+    burst = [rec(i, 8, chunk_ns=[50 * MS] + [50 * MS + 20_000 + k * 20 for k in range(7)], first_token_ns=50 * MS,
+                 end_ns=50 * MS + 20_200) for i in range(10)]
+    s = level(burst)
+    findings.assess(LevelFacts(burst, s, 1))
+    assert s.finding(Code.ONE_READ) is not None and 0 < (s.tpot_ms.p50 or 0) < 0.05
+    assert tpot_shown(s) is None  # "—", and no decode rate beside it
+    paced = [rec(i, 8, chunk_ns=[50 * MS + k * 2 * MS for k in range(8)], first_token_ns=50 * MS, end_ns=64 * MS)
+             for i in range(10)]
+    t = level(paced)
+    findings.assess(LevelFacts(paced, t, 1))
+    assert t.finding(Code.ONE_READ) is None and tpot_shown(t) == pytest.approx(2.0)
+
+
 def test_slots_exceeded_is_added_once() -> None:
     """Two slot warnings from the adapter used to add the flag twice to one level."""
     r = rec(0)

@@ -13,6 +13,7 @@ from .cache_cliff import CHECK as CLIFF_CHECK
 from .cells import level_label, ms, num
 from .console import print_table
 from .finding import Code
+from .findings import UNSEEN_TPOT_MS
 from .layout import format_markdown, md_paragraph, plural, sig
 from .levels import NO_METER_NOTES, ServingLevel, Telemetry
 from .replay_table import lanes_warmed, print_replays
@@ -101,7 +102,7 @@ def _per_agent_line(levels: list[ServingLevel]) -> list[str]:
 #: on one of their 0s, or halfway to one: a figure no decode stands behind.
 ONE_READ_MEDIAN = 0.5
 #: A median TPOT under this reads "0.0 ms" in the table: no decode a client could time, beside the one_read flag.
-TPOT_READS_ZERO_MS = 0.05
+TPOT_READS_ZERO_MS = UNSEEN_TPOT_MS
 
 
 def tpot_unseen(s: ServingLevel) -> str | None:
