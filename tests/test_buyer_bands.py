@@ -130,8 +130,11 @@ def test_a_predicted_sides_band_stops_at_its_physical_limit(tmp_path: Path, caps
     capsys.readouterr()
     assert main(["compare", "p", "m", "--db", str(db), "--json", "-"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    fields = {"Median TTFT": ("ttft_ms", "p50"), "P99 TTFT": ("ttft_ms", "p99"), "Median TPOT": ("tpot_ms", "p50"),
+    fields = {"Median TTFT": ("ttft_ms", "p50"), "Median TPOT": ("tpot_ms", "p50"),
               "Aggregate output": ("output_throughput_tps", None)}
+    # a measured p99 of 16 requests is their slowest one or two: no side named on it, against a prediction too
+    p99 = [r for r in rows if r["metric"] == "P99 TTFT"]
+    assert p99 and all(r["thin"] and r["band"] is None and r["winner"] is None for r in p99), p99
     held = 0
     for r in (r for r in rows if r["metric"] in fields):
         key, pct = fields[r["metric"]]

@@ -276,10 +276,13 @@ def _fewest(*sides: LevelSummary) -> float:
 def _unsampled(row: CompareRow, a: RunResult, b: RunResult, sa: LevelSummary, sb: LevelSummary) -> CompareRow:
     """A row no interval could be drawn for, with what decides it instead: a predicted side's band, a p99 too thin
     to name a side on, or a depth rate's standard deviations."""
+    # a measured p99 of a few requests is their slowest one or two, against a prediction as against a measurement
+    row.thin = row.metric == "P99 TTFT" and _fewest(sa, sb) < P99_FLOOR
+    if row.thin:
+        return row
     row.band = band_range(row.a / row.b, band_of(a, row.metric), band_of(b, row.metric), row.higher_better,
                           (fast_share(row.metric, sa), fast_share(row.metric, sb)))
     if row.band is None:
-        row.thin = row.metric == "P99 TTFT" and _fewest(sa, sb) < P99_FLOOR
         row.spread = _spread(row.metric, sa, sb)
     return row
 
