@@ -121,7 +121,8 @@ def test_a_predicted_sides_band_stops_at_its_physical_limit(tmp_path: Path, caps
     assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--concurrency", "1,8",
                  "--save", "p", "--db", str(db), "--json", str(tmp_path / "p.json")]) == 0
     predicted = {lv["concurrency"]: lv for lv in json.loads((tmp_path / "p.json").read_text())["levels"]}
-    assert all(set(lv["limits"]) == {"output_throughput_tps", "ttft_ms", "tpot_ms"} for lv in predicted.values())
+    assert all(set(lv["limits"]) == {"output_throughput_tps", "ttft_ms", "ttft_p99_ms", "tpot_ms"}
+               for lv in predicted.values())
     measured = [ServingLevel(concurrency=c, test="serve", output_throughput_tps=tps, input_tokens_mean=4096.0,
                              output_tokens_mean=512.0, ttft_ms=Distribution(n=16, p50=ttft, p99=ttft * 1.5),
                              tpot_ms=Distribution(n=16, p50=tpot))
@@ -161,6 +162,27 @@ def test_a_band_stops_where_its_side_cannot_go() -> None:
     assert band_range(2.0, 0.5, 0.0, True, (1.2, None)) == pytest.approx((1.0, 2.4))
     assert band_range(2.0, 0.5, 0.0, True, (3.0, None)) == pytest.approx((1.0, 3.0))  # a ceiling beyond the band
     assert band_range(2.0, 0.0, 0.0, True, (1.2, 1.2)) is None  # two measured sides: no band
+
+
+def test_a_saved_prediction_is_ranked_within_its_bands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """recommend --runs read a saved prediction's figures without its bands ("bands": {}): the catalog's H100 was
+    said to possibly miss the TTFT SLO at the slow end of its band, and the same prediction, saved, never was."""
+    db = str(tmp_path / "r.db")
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "qwen3.6-27b", "--weights", "FP8",
+                 "--concurrency", "1,4,16", "--save", "h100-pred", "--db", db]) == 0
+    args = ["recommend", "--model", "qwen3.6-27b", "--agents", "16", "--input-len", "4096", "--output-len", "512",
+            "--ttft-p99", "4.6s", "--runs", "h100-pred", "--price", "h100-pred=1.79", "--price", "nvidia-h100-sxm=1.79",
+            "--db", db]
+    capsys.readouterr()
+    assert main([*args, "--json", "-"]) == 0
+    ranked = {c["box"]: c for c in json.loads(capsys.readouterr().out)["ranked"]}
+    saved, fresh = ranked["h100-pred"], ranked["nvidia-h100-sxm"]
+    assert saved["source"] == "predicted" and set(saved["bands"]) == {"throughput", "ttft", "tpot"}, saved
+    assert all(saved["bands"][m] >= fresh["bands"][m] for m in saved["bands"])  # the widest its cells printed
+    assert main(args) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    line = said[said.index("within their bands these may miss the SLOs: "):]
+    assert "nvidia-h100-sxm (TTFT p99" in line and "h100-pred (TTFT p99" in line, line
 
 
 def test_compare_of_predicted_sessions_says_predicted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -170,7 +170,7 @@ LEVEL_KEYS = (
 )
 
 #: The figures a predicted level's ``limits`` may hold (LevelSummary.limits).
-LIMITS = ("output_throughput_tps", "ttft_ms", "tpot_ms", "pp_tps", "tg_tps")
+LIMITS = ("output_throughput_tps", "ttft_ms", "ttft_p99_ms", "tpot_ms", "pp_tps", "tg_tps")
 
 #: The keys whose value is a Distribution, in either kind of level.
 DISTRIBUTIONS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "ttfb_ms", "time_to_first_answer_ms", "send_delay_ms",
@@ -209,7 +209,8 @@ class LevelSummary:
     #: the typed findings (findings.py) behind ``flags`` and ``warnings``, which are their view
     findings: list[Finding] = field(default_factory=list)
     #: a predicted level's physical limits, in its figures' units: the fastest each could be at efficiency 1 (a
-    #: rate's ceiling: ``output_throughput_tps``, ``pp_tps``, ``tg_tps``; a time's floor: ``ttft_ms``, ``tpot_ms``),
+    #: rate's ceiling: ``output_throughput_tps``, ``pp_tps``, ``tg_tps``; a time's floor: ``ttft_ms`` the median's,
+    #: ``ttft_p99_ms`` the slowest prompt's, ``tpot_ms``),
     #: which no band around the prediction reaches past; None for a level measured or imported
     limits: dict[str, float] | None = None
 

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .boxes import PREDICTED_AGENTS_MAX, predicted
+from .boxes import BAND_METRICS, PREDICTED_AGENTS_MAX, predicted
 from .candidates import NO_P99, NO_P99_PREDICTED, Candidate, SloMiss, Workload, judge, meets, price
 from .capacity import Verdict, bracket
 from .money import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
@@ -149,6 +149,17 @@ def _run_notes(r: RunResult, s: ServingLevel, w: Workload, c: Candidate) -> list
     return out
 
 
+def _stored_bands(c: Candidate, r: RunResult, s: ServingLevel) -> None:
+    """A saved prediction's bands, the widest its cells printed, and its level's physical limits: a box ranked
+    from it is held to them as the same prediction made afresh is."""
+    c.bands = {m: float(v) for m, v in (r.manifest.band_pct or {}).items()
+               if m in BAND_METRICS and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    limits = s.limits or {}
+    ttft = "ttft_p99_ms" if c.ttft_p99_ms is not None and "ttft_p99_ms" in limits else "ttft_ms"  # its TTFT figure's
+    c.limits = {m: limits[key] for m, key in (("throughput", "output_throughput_tps"), ("ttft", ttft),
+                                              ("tpot", "tpot_ms")) if key in limits}
+
+
 def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing], capacity: bool = False,
              cat: Catalog | None = None) -> list[Candidate]:
     """Each stored run as a box (a stored prediction as PREDICTED): its level at ``w.agents`` (``capacity``, and
@@ -173,6 +184,8 @@ def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing], cap
             c.exclude("no measured level", "no serving level" if capacity else f"no level at {w.agents} agents")
             continue
         _set_measured(c, s)
+        if mark:
+            _stored_bands(c, r, s)
         c.notes += _run_notes(r, s, w, c)
         judge(c, w, NO_P99_PREDICTED if mark else NO_P99)
         if capacity and c.capacity is None and not c.excluded:

@@ -70,14 +70,15 @@ def _reach(pct: float, fast: float | None, higher_better: bool) -> tuple[float, 
 def fast_share(metric: str, s: LevelSummary) -> float | None:
     """A predicted level's physical limit for ``metric`` as a share of its figure there (None: the level keeps
     none): the rates' ceilings, the times' floors, and the rates made of a time (prefill from TTFT, decode from
-    TPOT) from that time's floor. A p99 TTFT is held at the same floor: no request is faster than it."""
+    TPOT) from that time's floor. A p99 TTFT is held at the slowest prompt's floor, or the median's where the
+    level keeps no other: no request is faster than that."""
     limits = s.limits or {}
     ttft, tpot = getattr(s, "ttft_ms", None), getattr(s, "tpot_ms", None)
     shares: dict[str, tuple[str, float | None, bool]] = {  # the limit's key, the figure, whether it is its inverse
         "Aggregate output": ("output_throughput_tps", getattr(s, "output_throughput_tps", None), False),
         "Per-agent": ("output_throughput_tps", getattr(s, "output_throughput_tps", None), False),
         "Median TTFT": ("ttft_ms", ttft.p50 if ttft else None, False),
-        "P99 TTFT": ("ttft_ms", ttft.p99 if ttft else None, False),
+        "P99 TTFT": ("ttft_p99_ms" if "ttft_p99_ms" in limits else "ttft_ms", ttft.p99 if ttft else None, False),
         "Median TPOT": ("tpot_ms", tpot.p50 if tpot else None, False),
         "Prefill": ("ttft_ms", ttft.p50 if ttft else None, True),
         "Decode": ("tpot_ms", tpot.p50 if tpot else None, True),
