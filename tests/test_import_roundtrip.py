@@ -289,6 +289,23 @@ def test_a_prediction_is_not_exported_as_a_measurement(tmp_path: Path, capsys: p
     assert "is a prediction" in err and len(err.strip().splitlines()) == 1 and not out.exists()
 
 
+def test_a_run_still_running_is_exported_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run exported while its second level ran wrote its first level's rows under a header of a finished run,
+    with no word of it: import read them back as a run that had ended. compare said it; export now does too."""
+    db = tmp_path / "r.db"
+    store = Store(db)
+    store.create_run("run-live", "sweep", "live", "2026-12-07T03:00:00Z", "0", {"label": "live"})
+    level = ServingLevel(concurrency=2, test="serve", completed=8, output_throughput_tps=100.0, input_tokens_mean=128.0,
+                         output_tokens_mean=64.0, ttft_ms=Distribution(n=8, p50=30.0, p99=40.0),
+                         tpot_ms=Distribution(n=8, p50=5.0))
+    store.save_level("run-live", 0, 0, level, [], status="complete", started="t", finished="t", window=(0, 0))
+    out = tmp_path / "live.csv"
+    assert main(["export", "live", "--as", "published-csv", "--out", str(out), "--db", str(db)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "run live is still running: its rows are of the levels it finished" in err, err
+    assert "(running: rows of the levels it finished)" in out.read_text().splitlines()[0]
+
+
 # --- per-request rows for the queue model ----------------------------------------------------------------------
 
 def _rec(i: int, sent_ms: float, ttft_ms: float, out: int = 128) -> RequestRecord:

@@ -64,10 +64,19 @@ def _rows(run: RunResult, place: Placing) -> list[Row]:
     return rows
 
 
+def unfinished(run: RunResult) -> str | None:
+    """What became of a run that did not end complete, in words ("is still running", "was interrupted"); None for
+    one that did. Its rows are of the levels it finished."""
+    if run.status in ("complete", ""):
+        return None
+    return "is still running" if run.status == "running" else f"was {run.status}"
+
+
 def _header(run: RunResult, rows: int, skipped: int) -> list[str]:
     m = run.manifest
     lines = [f"# tokenbench {__version__}: run {run.run_id} ({m.label or 'no label'}), {m.provenance or 'measured'}"
-             f", {rows} rows" + (f"; {plural(skipped, 'level')} it cannot hold left out (unfinished, or no lengths)"
+             + (f" ({run.status}: rows of the levels it finished)" if unfinished(run) else "")
+             + f", {rows} rows" + (f"; {plural(skipped, 'level')} it cannot hold left out (unfinished, or no lengths)"
                                  if skipped else "") + "; a flagged level's rows name its flags, and calibrate --runs "
              "leaves such levels out",
              f"# engine: {m.engine or 'unknown'} {m.engine_version or ''}".rstrip()]

@@ -29,15 +29,18 @@ def cmd_import(a: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_export(a: argparse.Namespace, console: Console, err: Console) -> int:
-    from ..exports import Placing, export, unkept
+    from ..exports import Placing, export, unfinished, unkept
     from ..reader import load_result
 
     check_output(a.out, "--out")
     store = Store(a.db, readonly=True)
     run = load_result(store, a.run, latest=a.latest, kinds=("sweep", "depth", "bench", "predict"), command="export")
     text = export(run, a.as_, Placing(a.hardware, a.model, a.engine, a.weights, a.kv))
-    if lost := unkept(run, a.as_):
-        err.print(lost, markup=False, highlight=False, soft_wrap=True)  # stderr: the rows may be going to stdout
+    cut = unfinished(run)
+    for lost in (unkept(run, a.as_),
+                 f"run {run.manifest.label or run.run_id} {cut}: its rows are of the levels it finished" if cut else None):
+        if lost:
+            err.print(lost, markup=False, highlight=False, soft_wrap=True)  # stderr: the rows may be going to stdout
     if a.out in (None, "-"):
         write_stdout(text)
     else:
