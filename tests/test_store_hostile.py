@@ -52,13 +52,18 @@ def test_reading_commands_create_nothing(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["show", "x", "--db", str(db)]) == 2
 
 
-def test_a_damaged_database_is_noticed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    db = tmp_path / "r.db"
+def _filled(db: Path, runs: int) -> Path:
+    """A database of ``runs`` runs, all in its main file (no write-ahead log beside it), to damage."""
     store = Store(db)
-    for i in range(200):
+    for i in range(runs):
         store.save_run(f"run-{i:04d}", "sweep", "x" * 200, {"model": "m" * 500}, "measured", [], "0", "t", "t")
     store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
+    return db
+
+
+def test_a_damaged_database_is_noticed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = _filled(tmp_path / "r.db", 200)
     data = bytearray(db.read_bytes())
     page = 4096
     for p in range(2, len(data) // page - 1):  # scribble over the middle of every page but the header page
@@ -72,12 +77,7 @@ def test_a_damaged_database_is_noticed(tmp_path: Path, capsys: pytest.CaptureFix
 def test_a_damaged_page_is_said_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """SQLite's integrity report of a damaged page spans lines ("*** in database main ***", "Page 38: ..."): the
     error quoted it as it came, four lines where every error is one."""
-    db = tmp_path / "r.db"
-    store = Store(db)
-    for i in range(300):
-        store.save_run(f"run-{i:04d}", "sweep", "x" * 200, {"model": "m" * 500}, "measured", [], "0", "t", "t")
-    store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    store.close()
+    db = _filled(tmp_path / "r.db", 300)
     data = bytearray(db.read_bytes())
     data[150_000:153_000] = b"\xa5" * 3000  # inside one page of the runs' table
     db.write_bytes(bytes(data))
