@@ -325,3 +325,13 @@ def test_a_tally_reads_the_percentile_of_its_rounded_samples(values: list[float]
     assert t.percentile(q) == pytest.approx(percentile(rounded, q), abs=1e-9)
     # half the resolution, and a float's error: 0.125 rounds to 0.12, 0.005000000000000004 away
     assert t.max() == pytest.approx(rounded[-1]) and abs(t.percentile(q) - percentile(sorted(values), q)) <= 0.005 + 1e-12
+
+
+def test_a_stored_levels_limits_are_read_as_numbers_or_not_at_all() -> None:
+    """A predicted level's limits from a file: an integer too large for a float crashed the read (OverflowError
+    from math.isfinite); it, NaN, a bool, a negative and an unknown key read as absent, a good one as a float."""
+    d = {"test": "serve", "limits": {"ttft_ms": 10**400, "tpot_ms": 2, "pp_tps": float("nan"), "tg_tps": True,
+                                     "output_throughput_tps": -1.0, "watts": 5.0}}
+    assert LevelSummary.from_dict(d).limits == {"tpot_ms": 2.0}
+    assert LevelSummary.from_dict({"test": "serve", "limits": {"ttft_ms": 10**400}}).limits is None
+    assert LevelSummary.from_dict({"test": "serve", "limits": "fast"}).limits is None

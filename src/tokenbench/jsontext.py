@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 
 def finite(obj: Any) -> Any:
@@ -17,6 +17,12 @@ def finite(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [finite(v) for v in obj]
     return obj
+
+
+def finite_number(v: Any) -> TypeGuard[float]:
+    """A number as a hand-edited file or a stored JSON may give one: an int or a float, not a bool, and finite (an
+    integer too large for a float is not: math.isfinite cannot even take it)."""
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) < 1e300
 
 
 def json_text(obj: Any) -> str:

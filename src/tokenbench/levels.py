@@ -6,7 +6,6 @@ written in and read back from (``LEVEL_KEYS``, ``LevelSummary.from_dict``). The 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
@@ -18,6 +17,7 @@ from .steady import Plateau, Waves
 from .distribution import Distribution
 from .client_report import ClientReport
 from .finding import Code, Finding
+from .jsontext import finite_number
 from .keyed import Keyed
 from .slo import SloCheck
 from .soak import SoakWindow
@@ -456,8 +456,7 @@ def _limits(v: Any) -> dict[str, float] | None:
     """A stored level's ``limits``: the known figures' finite positive limits; anything else read as absent."""
     if not isinstance(v, dict):
         return None
-    out = {k: float(x) for k, x in v.items() if k in LIMITS and isinstance(x, (int, float))
-           and not isinstance(x, bool) and math.isfinite(x) and x > 0}
+    out = {k: float(x) for k, x in v.items() if k in LIMITS and finite_number(x) and x > 0}
     return out or None
 
 

@@ -21,6 +21,7 @@ from .money import DEFAULT_CURRENCY, DEFAULT_KWH_PRICE
 from .pricing import Pricing
 from .errors import UsageError
 from .finding import Code
+from .jsontext import finite_number
 from .levels import ServingLevel
 from .predict.calibration import Calibration
 from .predict.session import SessionShape
@@ -152,8 +153,7 @@ def _run_notes(r: RunResult, s: ServingLevel, w: Workload, c: Candidate) -> list
 def _stored_bands(c: Candidate, r: RunResult, s: ServingLevel) -> None:
     """A saved prediction's bands, the widest its cells printed, and its level's physical limits: a box ranked
     from it is held to them as the same prediction made afresh is."""
-    c.bands = {m: float(v) for m, v in (r.manifest.band_pct or {}).items()
-               if m in BAND_METRICS and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    c.bands = {m: float(v) for m, v in (r.manifest.band_pct or {}).items() if m in BAND_METRICS and finite_number(v)}
     limits = s.limits or {}
     ttft = "ttft_p99_ms" if c.ttft_p99_ms is not None and "ttft_p99_ms" in limits else "ttft_ms"  # its TTFT figure's
     c.limits = {m: limits[key] for m, key in (("throughput", "output_throughput_tps"), ("ttft", ttft),

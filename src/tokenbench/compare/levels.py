@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..bootstrap import MEANS, RESAMPLES, TAIL, Interval, LevelSamples, interval, run_samples
+from ..jsontext import finite_number
 from ..levels import LevelSummary, of_depth, of_serving
 from ..results import RunResult
 from ..session_view import BUSTED, cache_of, is_replay_run, is_session_run
@@ -44,7 +45,7 @@ def band_of(r: RunResult, metric: str) -> float | None:
     if not r.predicted_mark:
         return 0.0
     pct = (r.manifest.band_pct or {}).get(BAND_OF.get(metric, ""))
-    return float(pct) / 100 if isinstance(pct, (int, float)) else None
+    return float(pct) / 100 if finite_number(pct) else None
 
 
 def band_range(ratio: float, x: float | None, y: float | None, higher_better: bool = True,

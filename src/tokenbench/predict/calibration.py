@@ -47,7 +47,7 @@ from .bands import (ARCH_KEY, BORROW_TERM, CONCURRENCY_TERM, DEPTH_TERM, DRIFT_P
 from .kind import Kind
 from .priors import backend_prior, family, prior
 from .roofline import Efficiency, PARAM_BOUNDS
-from .specs import finite_number
+from ..jsontext import finite_number
 
 
 def era_for(eras: Iterable[str], year: str) -> str | None:

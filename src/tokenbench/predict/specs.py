@@ -15,6 +15,7 @@ from typing import Any
 import platformdirs
 
 from ..errors import UsageError
+from ..jsontext import finite_number
 
 CATALOG_ENV = "TOKENBENCH_CATALOG"
 #: Bytes in the "GB" of a memory size (vendors quote VRAM and RAM in binary units).
@@ -187,12 +188,6 @@ def _from_table(cls: type, ident: str, table: dict[str, Any], what: str) -> Any:
         if f.name in table:
             _check_field(what, ident, f.name, str(f.type), table[f.name])
     return cls(id=ident, **table)
-
-
-def finite_number(v: Any) -> bool:
-    """A number as a hand-edited catalog or calibration file may give one: an int or a float, not a bool, and
-    finite (an integer too large for a float is not: math.isfinite cannot even take it)."""
-    return not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) < 1e300
 
 
 #: A model's sizes every formula divides by or multiplies through: none may be 0.
