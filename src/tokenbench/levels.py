@@ -210,8 +210,8 @@ class LevelSummary:
     findings: list[Finding] = field(default_factory=list)
     #: a predicted level's physical limits, in its figures' units: the fastest each could be at efficiency 1 (a
     #: rate's ceiling: ``output_throughput_tps``, ``pp_tps``, ``tg_tps``; a time's floor: ``ttft_ms`` the median's,
-    #: ``ttft_p99_ms`` the slowest prompt's, ``tpot_ms``),
-    #: which no band around the prediction reaches past; None for a level measured or imported
+    #: ``ttft_p99_ms`` the slowest prompt's, ``tpot_ms``), which no band around the prediction reaches past; None
+    #: for a level measured or imported
     limits: dict[str, float] | None = None
 
     @property

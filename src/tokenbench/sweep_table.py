@@ -101,8 +101,6 @@ def _per_agent_line(levels: list[ServingLevel]) -> list[str]:
 #: Answers that came whole in one read (the one_read finding) this share of a level's or more put its median TPOT
 #: on one of their 0s, or halfway to one: a figure no decode stands behind.
 ONE_READ_MEDIAN = 0.5
-#: A median TPOT under this reads "0.0 ms" in the table: no decode a client could time, beside the one_read flag.
-TPOT_READS_ZERO_MS = UNSEEN_TPOT_MS
 
 
 def tpot_unseen(s: ServingLevel) -> str | None:
@@ -116,7 +114,7 @@ def tpot_unseen(s: ServingLevel) -> str | None:
     if found is not None and found.observed is not None and found.observed >= ONE_READ_MEDIAN:
         return ("half its answers or more arrived whole in one network read (one_read): the median is their TPOT "
                 "of 0, or halfway to it, not a decode")
-    if s.tpot_ms.p50 < TPOT_READS_ZERO_MS:
+    if s.tpot_ms.p50 < UNSEEN_TPOT_MS:  # it reads "0.0 ms": no decode a client could time
         return ("it reads 0.0 ms where answers arrived whole in one network read (one_read): the client timed no "
                 "decode")
     return None

@@ -21,7 +21,7 @@ import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TextIO
 
 from .. import redact
 from ..errors import RunInterrupted, TokenbenchError
@@ -44,14 +44,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # A table piped to a file or a CI log keeps its width instead of wrapping at 80 columns.
     # markup off: a label or model name like "[/bold]" is text, not a style (it used to crash the tables)
-    # $COLUMNS, when set, wins (Rich reads it); otherwise a pipe gets 160 so tables keep their columns in a log
-    wide = sys.stdout.isatty() or "COLUMNS" in os.environ
-    console = Console(highlight=False, markup=False, width=None if wide else 160)
     # stderr alike: its progress and notes beside the table in one log (2>&1) at the table's width
-    err_width = None if sys.stderr.isatty() or "COLUMNS" in os.environ else 160
-    err = Console(stderr=True, highlight=False, markup=False, width=err_width)
+    console = Console(highlight=False, markup=False, width=_width(sys.stdout))
+    err = Console(stderr=True, highlight=False, markup=False, width=_width(sys.stderr))
     if getattr(a, "json", None) == "-":  # the JSON owns stdout: tables and messages go to stderr
-        console = Console(stderr=True, highlight=False, markup=False, width=err_width)
+        console = Console(stderr=True, highlight=False, markup=False, width=_width(sys.stderr))
     handlers = {
         "sweep": lambda: _handler("sweep:cmd_sweep")(a, argv, console, err),
         "capacity": lambda: _handler("capacity:cmd_capacity")(a, argv, console, err),
@@ -102,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tokenbench: internal error: {type(e).__name__}: {redact.url(str(e))[:300]} (a bug: rerun with "
               "TOKENBENCH_DEBUG=1 for the traceback and report it)", file=sys.stderr)
         return INTERNAL_ERROR
+
+
+def _width(stream: TextIO) -> int | None:
+    """A console's width: $COLUMNS when set (Rich reads it), a terminal's own, else 160 (a pipe, a log), so tables
+    keep their columns."""
+    return None if stream.isatty() or "COLUMNS" in os.environ else 160
 
 
 def _handler(where: str) -> Callable[..., int]:
