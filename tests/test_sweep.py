@@ -201,7 +201,10 @@ def test_a_server_killed_mid_level_keeps_the_level_its_tokenizer_was_building(
     with launch.start("llama-server", tiny.ensure(), parallel=2) as server:
         store = Store(tmp_path / "r.db")
         threading.Timer(3.0, server.proc.kill).start()
-        with pytest.raises(EndpointError, match="level concurrency 2 stopped sending: the server's tokenizer"):
+        # which notices first is a race: the tokenizer asked for the next prompts, or the sends refused where
+        # the prompts at hand (the workers' stock) outlast the server; either way the error says the server went
+        with pytest.raises(EndpointError, match="level concurrency 2 stopped sending: the server's tokenizer|"
+                                                "the server stopped answering during level concurrency 2"):
             sweep(server.base_url, store, concurrency=[2, 4], requests=None, duration_s=60, warmup=0,
                   stall_timeout_s=2, workers=workers)
     (run,) = store.runs()
