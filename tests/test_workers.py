@@ -139,6 +139,7 @@ def _sweep(url: str, store: Store, workers: int | None, reporter: Any = None, **
     return asyncio.run(run_sweep(cfg, store, reporter))
 
 
+@pytest.mark.alone  # times one process against two within 8 ms: the tests beside it take from either run
 def test_two_workers_give_the_statistics_one_gives(tmp_path: Path) -> None:
     with BackgroundEmitter() as em:
         em.configure(ttft_s=0.05, itl_s=0.01)
