@@ -38,6 +38,9 @@ class TurnPoint:
     uncached_tokens_mean: float | None  # the rest, which it prefilled
     ttft_ms: Distribution
     tpot_ms: Distribution
+    #: a predicted turn's floors (ms), the fastest it could be at efficiency 1 (``ttft_ms``, ``tpot_ms``: the
+    #: medians'), which no band around the prediction reaches past; None for a turn measured
+    limits: dict[str, float] | None = None
 
     @property
     def decode_tps(self) -> float | None:
@@ -54,6 +57,7 @@ class TurnPoint:
         d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         for k in ("ttft_ms", "tpot_ms"):
             d[k] = Distribution(**d[k]) if isinstance(d.get(k), dict) else Distribution(n=0)
+        d["limits"] = _limits(d.get("limits"))
         return cls(**d)
 
 

@@ -99,6 +99,7 @@ class TurnRow:
     warm_ttft_ms: float | None  # TTFT p50
     busted_ttft_ms: float | None
     decode_tps: float | None = None  # the warm level's decode rate at this turn (1 / median TPOT)
+    warm_ttft_floor_ms: float | None = None  # a predicted warm turn's TTFT floor (TurnPoint.limits)
 
     @property
     def cached_share(self) -> float | None:
@@ -116,8 +117,8 @@ class TurnRow:
 
 
 def _turns(stats: SessionStats | None) -> dict[int, tuple[float | None, ...]]:
-    return {t.turn: (t.context_tokens_mean, t.cached_tokens_mean, t.ttft_ms.p50, t.decode_tps)
-            for t in (stats.turns if stats else [])}
+    return {t.turn: (t.context_tokens_mean, t.cached_tokens_mean, t.ttft_ms.p50, t.decode_tps,
+                     (t.limits or {}).get("ttft_ms")) for t in (stats.turns if stats else [])}
 
 
 def turn_rows(r: RunResult, concurrency: int) -> list[TurnRow]:
@@ -127,8 +128,8 @@ def turn_rows(r: RunResult, concurrency: int) -> list[TurnRow]:
     busted = _turns(by[(concurrency, BUSTED)].session if (concurrency, BUSTED) in by else None)
     out = []
     for k in sorted(set(warm) | set(busted)):
-        w, b = warm.get(k, (None,) * 4), busted.get(k, (None,) * 4)
-        out.append(TurnRow(k, w[0] if w[0] is not None else b[0], w[1], w[2], b[2], w[3]))
+        w, b = warm.get(k, (None,) * 5), busted.get(k, (None,) * 5)
+        out.append(TurnRow(k, w[0] if w[0] is not None else b[0], w[1], w[2], b[2], w[3], w[4]))
     return out
 
 

@@ -30,6 +30,8 @@ class SessionTurn:
     a_busted_ms: float | None
     b_warm_ms: float | None
     b_busted_ms: float | None
+    #: each side's warm TTFT floor as a share of its figure, where a prediction keeps one (compare.levels._reach)
+    warm_fast: tuple[float | None, float | None] = (None, None)
 
     @property
     def warm_ratio(self) -> float | None:
@@ -61,13 +63,15 @@ class SessionSide:
     server_hit_share: float | None  # the server's own prefix-cache hit share (/metrics)
     output_tps: float | None
     per_agent_tps: float | None
+    output_fast: float | None = None  # a prediction's throughput ceiling as a share of its figure
 
     @classmethod
     def of(cls, s: ServingLevel) -> SessionSide:
         st = s.session
         assert st is not None
         return cls(st.cache, st.sessions, st.sessions_finished, st.session_s.p50, st.session_s.p90, st.cached_share,
-                   st.server_hit_share, s.output_throughput_tps or None, s.per_agent_tps)
+                   st.server_hit_share, s.output_throughput_tps or None, s.per_agent_tps,
+                   _share((s.limits or {}).get("output_throughput_tps"), s.output_throughput_tps))
 
 
 @dataclass(slots=True)
@@ -111,8 +115,15 @@ def _session_turns(a: RunResult, b: RunResult, c: int) -> list[SessionTurn]:
         x, y = ta.get(k), tb.get(k)
         out.append(SessionTurn(k, x.context_tokens if x else None, y.context_tokens if y else None,
                                x.warm_ttft_ms if x else None, x.busted_ttft_ms if x else None,
-                               y.warm_ttft_ms if y else None, y.busted_ttft_ms if y else None))
+                               y.warm_ttft_ms if y else None, y.busted_ttft_ms if y else None,
+                               (_share(x.warm_ttft_floor_ms, x.warm_ttft_ms) if x else None,
+                                _share(y.warm_ttft_floor_ms, y.warm_ttft_ms) if y else None)))
     return out
+
+
+def _share(limit: float | None, value: float | None) -> float | None:
+    """A limit as a share of its figure (None where either is missing)."""
+    return limit / value if limit and value else None
 
 
 #: What shapes a session, as both a measured run's manifest and a prediction's record it: compared where either
@@ -190,13 +201,15 @@ def _notes(a: RunResult, b: RunResult, ca: set[int], cb: set[int]) -> list[str]:
     return out
 
 
-def _ratio(x: float | None, y: float | None, bands: tuple[float | None, float | None] | None = None) -> str:
-    """A/B, and where a side is PREDICTED the range the bands allow it ("0.18× (0.12–0.27)")."""
+def _ratio(x: float | None, y: float | None, bands: tuple[float | None, float | None] | None = None,
+           higher_better: bool = True, fast: tuple[float | None, float | None] = (None, None)) -> str:
+    """A/B, and where a side is PREDICTED the range the bands allow it ("0.18× (0.12–0.27)"), each side's fast end
+    held at its physical limit (``fast``, a share of its figure)."""
     if not (x and y):
         return "—"
     r = x / y
     said = f"{r:.2f}×" if r >= 0.1 else f"{r:.2g}×"
-    span = band_range(r, *bands) if bands else None
+    span = band_range(r, *bands, higher_better, fast) if bands else None
     return said + (f" ({times(span[0])}–{times(span[1])})" if span else "")
 
 
@@ -209,7 +222,8 @@ def session_turn_table(block: SessionBlock, every: bool = False) -> tuple[list[s
     shown = set(turns if every else session_view.shown_turns(turns))
     s = session_view.seconds
     rows = [[str(t.turn + 1), t.context(), s(t.a_warm_ms), s(t.a_busted_ms), s(t.b_warm_ms), s(t.b_busted_ms),
-             _ratio(t.a_warm_ms, t.b_warm_ms, block.bands.get("ttft"))] for t in block.turns if t.turn in shown]
+             _ratio(t.a_warm_ms, t.b_warm_ms, block.bands.get("ttft"), False, t.warm_fast)]
+            for t in block.turns if t.turn in shown]
     return _warm_only(block, head, rows, (3, 5))
 
 
@@ -245,5 +259,6 @@ def session_level_table(block: SessionBlock) -> tuple[list[str], list[list[str]]
         values = [get(x) if x else None for x in sides]
         if any(v is not None for v in values):
             band = block.bands.get("throughput") if "tok/s" in label else None
-            rows.append([label, *map(fmt, values), _ratio(values[0], values[2], band) if ratio else ""])
+            fast = (sides[0].output_fast if sides[0] else None, sides[2].output_fast if sides[2] else None)
+            rows.append([label, *map(fmt, values), _ratio(values[0], values[2], band, True, fast) if ratio else ""])
     return _warm_only(block, head, rows, (2, 4))

@@ -105,12 +105,16 @@ def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: i
 
 
 def _turn_points(p: SessionPrediction, cache: bool) -> list[TurnPoint]:
-    return [TurnPoint(turn=t.turn - 1, n=0, context_tokens_mean=float(t.context),
-                      cached_tokens_mean=float(t.cached if cache else 0),
-                      uncached_tokens_mean=float(t.uncached if cache else t.context),
-                      ttft_ms=Distribution(n=0, p50=(t.ttft_s if cache else t.cold_ttft_s).estimate * 1000),
-                      tpot_ms=Distribution(n=0, p50=(t.tpot_s if cache else t.cold_tpot_s).estimate * 1000))
-            for t in p.turns]
+    out = []
+    for t in p.turns:
+        ttft, tpot = (t.ttft_s, t.tpot_s) if cache else (t.cold_ttft_s, t.cold_tpot_s)
+        out.append(TurnPoint(turn=t.turn - 1, n=0, context_tokens_mean=float(t.context),
+                             cached_tokens_mean=float(t.cached if cache else 0),
+                             uncached_tokens_mean=float(t.uncached if cache else t.context),
+                             ttft_ms=Distribution(n=0, p50=ttft.estimate * 1000),
+                             tpot_ms=Distribution(n=0, p50=tpot.estimate * 1000),
+                             limits=_positive({"ttft_ms": ttft.ceiling * 1000, "tpot_ms": tpot.ceiling * 1000})))
+    return out
 
 
 def _ms(values: list[float], p99: float | None = None) -> Distribution:
@@ -120,12 +124,27 @@ def _ms(values: list[float], p99: float | None = None) -> Distribution:
     return Distribution(n=0, mean=d.mean, p50=d.p50, p99=p99)
 
 
-def _slowest(p: SessionPrediction, cache: bool) -> float | None:
+def _slowest(p: SessionPrediction, cache: bool, floor: bool = False) -> float | None:
     """A session's slowest TTFT in ms, what a p99 over its turns sees (turn 1's last prompt, every agent sending it
-    at once); with the cache only (the cold figures keep their medians)."""
+    at once), or its floor; with the cache only (the cold figures keep their medians)."""
     if not cache:
         return None
-    return max((t.ttft_worst_s or t.ttft_s).estimate for t in p.turns) * 1000
+    worst = [t.ttft_worst_s or t.ttft_s for t in p.turns]
+    return max(w.ceiling if floor else w.estimate for w in worst) * 1000
+
+
+def _session_limits(p: SessionPrediction, turns: list[TurnPoint], cache: bool) -> dict[str, float]:
+    """A predicted session level's physical limits: its throughput's ceiling, and the floors of its TTFT and TPOT
+    over the turns (the median of the turns' floors, as the figure is the median of their estimates: no turn
+    faster than its floor makes the median faster than theirs), the slowest prompt's for the p99."""
+    floors = {k: [(t.limits or {}).get(k, 0.0) for t in turns] for k in ("ttft_ms", "tpot_ms")}
+    return _positive({"output_throughput_tps": p.throughput(cache)[0], "ttft_ms": _ms(floors["ttft_ms"]).p50,
+                      "tpot_ms": _ms(floors["tpot_ms"]).p50, "ttft_p99_ms": _slowest(p, cache, floor=True)})
+
+
+def _positive(limits: dict[str, float | None]) -> dict[str, float]:
+    """The limits known (positive): a zero or a missing one bounds nothing."""
+    return {k: v for k, v in limits.items() if v is not None and v > 0}
 
 
 def session_level(p: SessionPrediction, sessions: int | None = None, cache: bool = True) -> ServingLevel:
@@ -141,7 +160,7 @@ def session_level(p: SessionPrediction, sessions: int | None = None, cache: bool
         concurrency=p.agents, test="serve", output_throughput_tps=p.throughput(cache)[1],
         input_tokens_mean=statistics.fmean(x.context for x in p.turns), output_tokens_mean=float(p.shape.output),
         ttft_ms=_ms([x.ttft_ms.p50 or 0.0 for x in turns], _slowest(p, cache)),
-        tpot_ms=_ms([x.tpot_ms.p50 or 0.0 for x in turns]),
+        tpot_ms=_ms([x.tpot_ms.p50 or 0.0 for x in turns]), limits=_session_limits(p, turns, cache),
         # the time the level holds the box: its agents run the sessions back to back (what cost prices it at)
         duration_s=math.ceil(n / p.agents) * t.total.estimate)
     lv.request_throughput_rps = n * len(p.turns) / lv.duration_s if lv.duration_s else 0.0
