@@ -644,6 +644,12 @@ def test_calibrating_on_an_exported_file_leaves_out_the_levels_its_notes_flag(
     assert {r.concurrency for r in fitted} == {1} and {r.concurrency for r in read_rows(out)} == {1, 2, 4}
     left = sum(1 for r in read_rows(out) if r.concurrency != 1)
     assert f"warning: left out {left} rows whose note says its level is not what the box does" in said, said
+    # with runs of your own beside the file, the file's warning stays (the runs' replaced it)
+    assert main(["calibrate", str(out), "--runs", "mine", "--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b",
+                 "--out", str(tmp_path / "cal2.toml"), "--db", str(db)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"warning: left out {left} rows whose note says its level is not what the box does" in said, said
+    assert "measurements from 1 run of your own" in said, said
 
 
 def test_calibrate_says_which_rows_of_a_file_it_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

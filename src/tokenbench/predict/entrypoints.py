@@ -367,8 +367,9 @@ def calibrate(files: list[Path] | None, command: str, own: OwnRuns | None = None
             warnings.append(f"fitted {used} of {plural(len(rows), 'row')}; left out {told}")
     mine: list[Row] = []
     if own is not None:
-        mine, warnings = own_rows(own.store, own.refs, own.latest, cat, own.hardware, own.model, own.engine,
-                                  own.weights, own.kv)
+        mine, said = own_rows(own.store, own.refs, own.latest, cat, own.hardware, own.model, own.engine,
+                              own.weights, own.kv)
+        warnings += said  # beside the files' own, which a run's used to replace
     if fitting is not None:
         fitting()
     return Calibrated(fit_calibration(cat, rows + mine, command), len(mine), warnings)
