@@ -49,8 +49,8 @@ class TurnPoint:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["decode_tps"] = self.decode_tps
-        return out
+        limits = out.pop("limits")  # the keys the contract gained come after the ones it had (decode_tps)
+        return out | {"decode_tps": self.decode_tps, "limits": limits}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TurnPoint:
