@@ -791,6 +791,74 @@ def test_an_upstream_that_stalls_mid_stream_then_resumes_is_forwarded_whole_and_
     load_trajectories(out)
 
 
+async def read_to_done(port: int, first: str) -> bytes:
+    """A streamed chat request read to its ``[DONE]`` event, then its connection closed, as the openai SDK does
+    (it closes a connection whose chunked body it did not read to the end)."""
+    body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": first}]}).encode()
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    got = b""
+    async with asyncio.timeout(10):
+        while b"data: [DONE]\n\n" not in got:
+            part = await r.read(1 << 16)
+            assert part, got
+            got += part
+    w.close()
+    return got
+
+
+@pytest.mark.parametrize("ends", [True, False])
+def test_a_client_that_goes_at_its_streams_last_event_has_its_answer_recorded(
+        tmp_path: Path, ends: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent got every call's whole answer, and record counted one of its 14 calls "the client gave up", not
+    recorded: the SDK closed its connection at the stream's [DONE], before the chunked body's last chunk reached
+    the proxy. The answer is recorded once that chunk comes (here 0.4 s later); where it never comes (``ends``
+    False) the answer is cut after END_GRACE_S, as a client that gave up."""
+    from tokenbench.record import proxy
+
+    monkeypatch.setattr(proxy, "END_GRACE_S", 1.0)
+    plan = Scripted("went", 12, 77, "chunked")
+    last = len(plan.wire) - len(b"0\r\n\r\n")
+    plan.pieces = [(0.0, plan.wire[:last]), (0.4 if ends else 1.2, plan.wire[last:])]  # 1.2: after the grace
+    out = tmp_path / "went.jsonl"
+    loop, thread, port = scripted_upstream({"went at done": plan})
+    try:
+        with recording(f"http://127.0.0.1:{port}", out) as rec:
+            got = asyncio.run(read_to_done(int(rec.root.rsplit(":", 1)[1]), "went at done"))
+            assert got == plan.wire[:last]  # the client had every event, and went before the body's end
+            time.sleep(0.6 if ends else 1.5)
+            assert not rec.proxy.flights, "the flight of a client that went was held past its end"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+    if ends:
+        assert rec.summary.recorded == 1 and not rec.summary.failed, rec.summary
+        [line] = lines(out)
+        assert line["response"] == {"role": "assistant", "content": plan.text}
+        assert line["usage"]["completion_tokens"] == 12
+    else:
+        assert rec.summary.failed == {"the client gave up": 1} and not out.exists()
+
+
+@pytest.mark.parametrize("api, body, ended", [
+    ("chat", b'data: {"choices": []}\n\ndata: [DONE]\n\n', True),
+    ("chat", b'data: {"choices": []}\n\ndata: [DO', False),  # the last event still being sent
+    ("chat", b'data: {"choices": []}\n\n', False),
+    ("messages", b'event: message_delta\ndata: {"type": "message_delta"}\n\n'
+                 b'event: message_stop\ndata: {"type": "message_stop"}\n\n', True),
+    ("messages", b'event: message_delta\ndata: {"type": "message_delta"}\n\n', False),
+    ("responses", b'event: response.completed\ndata: {"type": "response.completed", "response": {}}\n\n', True),
+    ("responses", b'event: response.output_text.delta\ndata: {"type": "response.output_text.delta"}\n\n', False),
+    ("responses", b'data: not json\n\n', False),
+])
+def test_a_streams_end_is_its_apis_last_event(api: str, body: bytes, ended: bool) -> None:
+    from tokenbench.record.parsed import stream_ended
+
+    assert stream_ended(api, "text/event-stream; charset=utf-8", "", [body[:7], body[7:]]) is ended
+    assert not stream_ended(api, "application/json", "", [body])  # a JSON answer ends with its body only
+
+
 def test_many_streams_at_once_from_a_misbehaving_upstream_each_reach_their_client_whole(tmp_path: Path) -> None:
     """32 clients at once through one proxy, each stream sent its own way: in pieces of 1 byte to 4 KiB (the head
     and the chunked framing cut anywhere), with a stall of up to 0.8 s mid-stream then the rest, as one write of

@@ -101,6 +101,33 @@ def is_stream(content_type: str) -> bool:
     return content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
 
 
+#: The events after which a stream's client has its whole answer, by API (chat's is the ``[DONE]`` line).
+LAST_EVENTS = {"messages": ("message_stop",), "responses": ("response.completed", "response.incomplete")}
+
+
+def stream_ended(api: str, content_type: str, encoding: str, chunks: list[bytes]) -> bool:
+    """Whether a streamed answer's body so far ends with its API's last event, a whole one: what a client reads as
+    its answer's end, and may close its connection at, before the body's own end (the chunked framing's last
+    chunk) reaches the proxy."""
+    if not is_stream(content_type):
+        return False
+    try:
+        data = body_text(chunks, encoding)
+    except Unrecordable:
+        return False
+    last = None
+    for last in SSEParser().feed(data):  # whole events only: one still being sent is no end
+        pass
+    if last is None:
+        return False
+    if api == "chat":
+        return last.data.strip() == "[DONE]"
+    try:
+        return json_object(last.data, "an event").get("type") in LAST_EVENTS.get(api, ())
+    except Unrecordable:
+        return False
+
+
 def counts(prompt: Any, completion: Any, cached: Any) -> Counts:
     """Counts as the log takes them: a prompt of at least one token, cached tokens no more than the prompt's;
     anything else the server said is not a count and is left out (None)."""

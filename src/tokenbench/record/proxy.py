@@ -15,7 +15,8 @@ What a client sees when the upstream fails: a 502 with a one-line reason where i
 first where a kept-alive connection was closed under the request before any answer, as llama-server closes one
 after each stream); an error status and body as the upstream sent them; a connection cut where the upstream cut
 its answer (a stream that ends early, never one made to look complete). A client that gives up closes the
-proxy's upstream connection with it. None of these is logged; each is counted by why."""
+proxy's upstream connection with it; one that goes after its stream's last event (as SDKs do, at ``[DONE]``) had
+its whole answer, which is recorded. None of these is logged; each is counted by why."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from ..http1 import ByteStream, Connection, HttpError, Pool, byte_stream
 from ..http1 import Exchange as Answer
 from .exchange import PARENT_HEADER, SESSION_HEADER, Api, Exchange, api_of
 from .inbound import BadRequest, Request, read_body, read_head
-from .parsed import MAX_ANSWER_BYTES
+from .parsed import MAX_ANSWER_BYTES, stream_ended
 
 #: Headers for one hop only (RFC 9110 7.6.1), and those written here for the next hop (Host, Content-Length).
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
@@ -40,6 +41,8 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-a
 #: The headers that carry a client's key: held for the upstream's tokenizer in a lengths-only log, never written.
 KEY_HEADERS = ("Authorization", "x-api-key", "api-key")
 CONNECT_TIMEOUT_S = 10.0
+#: How long an answer whose client went after its stream's last event may take to reach its body's end.
+END_GRACE_S = 5.0
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
@@ -146,6 +149,8 @@ class Flight:
         self.reused = False
         self.retried = False
         self.left = False  # the client went before the answer ended
+        self.whole = False  # ... after reading its stream's last event: its answer is whole
+        self.late: asyncio.TimerHandle | None = None  # when a whole answer's end stops being waited for
         self.over = False  # this flight has ended
         self.task: asyncio.Future[None] | None = None
 
@@ -174,7 +179,9 @@ class Flight:
         assert self.conn is not None
         self.conn.sink = None
         self.conn.pause(False)  # back to the pool reading, whatever the client's pace was
-        if self.left:
+        if self.late is not None:
+            self.late.cancel()
+        if self.left and not self.whole:
             self._end(self._why_cut("the client gave up"))
             return
         err = ans.error
@@ -220,10 +227,25 @@ class Flight:
         if self.over or self.left:
             return
         self.left = True
-        if self.conn is not None and self.answer is not None and not self.answer.done:
-            self.conn.close()  # the upstream sees its client go; its connection_lost ends the answer
-        else:
+        ans = self.answer
+        if self.conn is None or ans is None or ans.done:
             self._end(self._why_cut("the client gave up"))
+        elif self.api is not None and ans.keep and stream_ended(self.api, ans.headers.get("content-type", ""),
+                                                                ans.headers.get("content-encoding", ""), ans.reads):
+            # an SDK closes its connection at the stream's last event, before the chunked body's own end: the
+            # answer is whole, and recorded once that end comes (the upstream's read no longer waits on the client)
+            self.whole = True
+            self.conn.sink = None
+            self.conn.pause(False)
+            self.late = asyncio.get_running_loop().call_later(END_GRACE_S, self._not_ended)
+        else:
+            self.conn.close()  # the upstream sees its client go; its connection_lost ends the answer
+
+    def _not_ended(self) -> None:
+        """A whole stream whose body did not end within END_GRACE_S: cut, as a client that gave up."""
+        self.whole = False
+        if self.conn is not None:
+            self.conn.close()
 
     def _end(self, why: str | None) -> None:
         if self.over:
