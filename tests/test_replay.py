@@ -551,6 +551,21 @@ def test_two_replays_compare_as_replays(emitter: BackgroundEmitter, tmp_path: Pa
     assert "compare replays with replays" in capsys.readouterr().err
 
 
+def test_replays_of_no_lane_count_in_common_are_refused_for_what_each_ran(
+        emitter: BackgroundEmitter, capsys: pytest.CaptureFixture[str]) -> None:
+    """A replay at the recorded times beside one in 2 lanes was refused with "the first ran 0", read as a run
+    that measured nothing: an open loop has no lanes, and the refusal says so."""
+    for label, lanes in (("open", ["--trace-speed", "100"]), ("lanes", ["--concurrency", "2"])):
+        assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "1",
+                     "--trace", str(EXAMPLES / "session-log-lengths.jsonl"), "--max-think", "0s", *lanes,
+                     "--requests", "6", "--label", label]) == 0
+    capsys.readouterr()
+    assert main(["compare", "open", "lanes"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("open and lanes share no lane count: the first replayed at the recorded times (an open "
+                        "loop: no lanes); the second ran 2 lanes"), err
+
+
 def test_the_report_reads_a_replay_as_one(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--quiet", "--seed", "1",
                  "--trace", str(AGENTS), "--trace-scale", "16", "--max-think", "0s", "--concurrency", "2",

@@ -34,6 +34,14 @@ def _by_lanes(r: RunResult) -> dict[int, LevelOutcome]:
             if isinstance(o.summary, ServingLevel) and o.summary.replay is not None}
 
 
+def _lanes(by: dict[int, LevelOutcome]) -> str:
+    """What a replay's lane counts were, as a refusal says them: an open loop at the recorded times has none."""
+    closed = sorted(c for c in by if c)
+    if not closed:
+        return "replayed at the recorded times (an open loop: no lanes)"
+    return f"ran {', '.join(map(str, closed))} lanes" + (" and at the recorded times" if 0 in by else "")
+
+
 def fewest_calls(metric: str) -> int:
     """The calls a side needs for its quantile to have an interval: ``TAIL`` beyond it on its either side."""
     q = QUANTILES[metric][1]
@@ -138,8 +146,8 @@ def compare_replays(a: RunResult, b: RunResult, store: Store | None = None) -> R
     la, lb = _by_lanes(a), _by_lanes(b)
     shared = sorted(set(la) & set(lb))
     if not shared:
-        raise UsageError(f"{run_name(a)} and {run_name(b)} share no lane count: the first ran "
-                         f"{', '.join(map(str, sorted(la))) or 'none'}; the second {', '.join(map(str, sorted(lb))) or 'none'}")
+        raise UsageError(f"{run_name(a)} and {run_name(b)} share no lane count: the first {_lanes(la)}; the second "
+                         f"{_lanes(lb)}")
     samples = (run_samples(a, store), run_samples(b, store)) if store is not None else ({}, {})
     blocks = []
     for c in shared:
