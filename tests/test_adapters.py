@@ -212,3 +212,56 @@ def test_one_failed_metrics_get_does_not_stop_sampling(emitter: BackgroundEmitte
     assert not any("process_resident_memory_bytes" in s for _, s in m.samples)
     m = asyncio.run(go(10))  # never answered: taken as no /metrics, and said
     assert m.available is False and m.failed == 3
+
+
+def test_the_servers_tokenizer_tries_again_once_where_the_server_closed_a_kept_alive_connection() -> None:
+    """A capacity search on vLLM through its /tokenize ended with "the server's tokenizer ... failed (Server
+    disconnected)", exit 3: uvicorn closes a connection idle for 5 s, and the next call reused it as it closed.
+    The server here answers each connection's first request, kept alive, and closes it at the second, as a real
+    one does when the two cross; the tokenizer asks again on a new connection. A server that closes every
+    connection unanswered still fails, in one line."""
+    from tokenbench.adapters.vllm import VLLM
+    from tokenbench.errors import EndpointError
+    from tokenbench.servers import ServerInfo, ServerTokenizer
+
+    async def run(answer_first: bool) -> tuple[list[list[int]] | str, int]:
+        connections = 0
+
+        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            answered = False
+            while True:
+                try:
+                    head = await r.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                size = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                await r.readexactly(size)
+                if answered or not answer_first:
+                    break  # closed as the request came: no answer
+                body = b'{"tokens": [5, 6, 7], "count": 3}'
+                w.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                        % (len(body), body))
+                await w.drain()
+                answered = True
+            w.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        info = ServerInfo(base_url=f"http://127.0.0.1:{port}/v1", models=["m"], adapter=VLLM())
+        try:
+            async with aiohttp.ClientSession() as http:
+                tok = ServerTokenizer(http, info, "m", None)
+                try:
+                    return [await tok.encode("a b c") for _ in range(3)], connections
+                except EndpointError as e:
+                    return str(e), connections
+        finally:
+            server.close()
+
+    got, connections = asyncio.run(run(True))
+    assert got == [[5, 6, 7]] * 3 and connections == 3, (got, connections)  # one new connection for each reuse
+    said, connections = asyncio.run(run(False))
+    assert isinstance(said, str) and "the server's tokenizer at" in said and "Server disconnected" in said, said
+    assert connections == 2  # asked twice, not more

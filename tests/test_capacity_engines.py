@@ -244,8 +244,9 @@ def test_the_cache_cliff_on_vllm_is_where_the_working_set_passes_its_blocks(vllm
                "--turns", "3", "--shared-prefix", "0", "--input-len", "2048", "--tool-len", "1024",
                "--output-len", "8", "--think-time", "200ms", "--slo", "ttft_p90=30s", "--quiet", "--guard", "off",
                "--db", str(tmp_path / "r.db"), "--json", str(out)])
-    printed = " ".join(capsys.readouterr().out.split())
-    assert rc == 0, printed
+    said = capsys.readouterr()
+    printed = " ".join(said.out.split())
+    assert rc == 0, (said.err, printed)
     cliff = json.loads(out.read_text())["capacity"]["cache_cliff"]
     with capsys.disabled():
         print(f"\nvLLM cache cliff: {cliff}")

@@ -251,14 +251,23 @@ class ServerTokenizer:
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         try:
-            async with self.http.post(f"{self.info.root}{path}", json=body, headers=self.headers) as r:
-                if r.status != 200:
-                    raise EndpointError(f"{self.info.root}{path} answered HTTP {r.status}; pass --tokenizer instead")
-                return loads(await r.read(), f"{self.info.root}{path}")
+            try:
+                return await self._post_once(path, body)
+            except aiohttp.ServerDisconnectedError:
+                # a kept-alive connection the server closed as it was reused (uvicorn closes one idle for 5 s,
+                # vLLM's between a capacity search's levels): once more, on a new connection; tokenizing changes
+                # nothing on the server
+                return await self._post_once(path, body)
         except WireError as e:
             raise EndpointError(f"the server's tokenizer failed: {e}; pass --tokenizer instead") from e
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             raise EndpointError(f"the server's tokenizer at {self.info.root}{path} failed ({e}); is it still up?") from e
+
+    async def _post_once(self, path: str, body: dict[str, Any]) -> Any:
+        async with self.http.post(f"{self.info.root}{path}", json=body, headers=self.headers) as r:
+            if r.status != 200:
+                raise EndpointError(f"{self.info.root}{path} answered HTTP {r.status}; pass --tokenizer instead")
+            return loads(await r.read(), f"{self.info.root}{path}")
 
     async def encode(self, text: str) -> list[int]:
         body = await self._post(self.info.tokenize_path or "", self.info.adapter.tokenize_request(text, self.model))
