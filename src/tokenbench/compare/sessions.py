@@ -12,7 +12,7 @@ from ..errors import UsageError
 from ..levels import ServingLevel
 from ..results import RunResult
 from ..session_view import BUSTED, WARM
-from .levels import band_of, band_range, figure, times
+from .levels import band_of, band_range, fast_share, figure, times
 from .sides import condition_warnings, model_warnings, run_name
 
 #: Two sides' contexts at a turn closer than this are one context (a chat template or a marker apart).
@@ -71,7 +71,7 @@ class SessionSide:
         assert st is not None
         return cls(st.cache, st.sessions, st.sessions_finished, st.session_s.p50, st.session_s.p90, st.cached_share,
                    st.server_hit_share, s.output_throughput_tps or None, s.per_agent_tps,
-                   _share((s.limits or {}).get("output_throughput_tps"), s.output_throughput_tps))
+                   fast_share("Aggregate output", s))
 
 
 @dataclass(slots=True)
