@@ -271,6 +271,31 @@ def test_a_time_budget_ends_the_search_and_keeps_its_levels(tmp_path: Path) -> N
     assert rc == 0 and doc["status"] == "complete"
 
 
+def test_a_search_whose_server_went_is_cut_short_not_answered_by_it(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The server gone mid-level (here in level 8's measured phase): that level is failed and says why, but gives
+    no verdict, as a crash says nothing sure about the load; the search is cut short, not out of a --budget it
+    never had (it said "the time budget ran out before the search resolved"). Exit 3, the run partial."""
+    with EmitterProcess("--ttft", "0.01", "--itl", "0.004", "--itl-per-stream", "0.002", "--exit-after", "100") as em:
+        # the check request, then levels 1, 2 and 4 with their warm-ups (25 + 26 + 28), 8's warm-up and 12 more
+        rc, doc = _capacity(em.url, tmp_path / "g.db", "--slo", "agent_tps=90", "--concurrency", "1:16",
+                            "--requests", "24", "--stall-timeout", "2s")
+    said = capsys.readouterr().out
+    assert rc == 3 and doc["status"] == "partial"
+    gone = [lv for lv in doc["levels"] if "server_gone" in lv["flags"]]
+    assert [lv["concurrency"] for lv in gone] == [8] and gone[0]["status"] == "failed" and gone[0]["completed"] > 0
+    assert gone[0]["slo_met"] is None
+    cap = doc["capacity"]
+    assert cap["ended"] == "running" and (cap["capacity"], cap["first_fail"]) == (4, None), cap
+    assert [v["met"] for v in cap["levels"]] == [True, True, True, None]
+    assert "this box serves at least 4 agents at >= 90 tok/s each (cut short before the limit was found)" in said
+    assert "the run stopped here: the server stopped answering during level concurrency 8" in said
+    # read back, the stored level says the same
+    res = load_result(Store(tmp_path / "g.db"), doc["run_id"])
+    found = answer(res)
+    assert found is not None and found.ended == "running" and found.first_fail is None
+
+
 def test_an_interrupted_search_keeps_what_it_measured(tmp_path: Path) -> None:
     """A real SIGINT to the command mid-search: the finished levels are stored and their verdicts answer as far
     as they go; the run is interrupted, exit 130."""

@@ -232,6 +232,24 @@ def test_a_closed_loop_stops_sending_to_a_server_gone(model_cache: Path, tmp_pat
     assert level.duration_s < 10
 
 
+def test_a_level_whose_server_went_is_failed_under_its_error_threshold(model_cache: Path, tmp_path: Path) -> None:
+    """A server gone after most of a level was served leaves fewer failed requests than --max-error-rate allows
+    (here 2 of 402): the level was stored complete though the run then stopped because its server stopped
+    answering, and the run's status came from it. The level is failed, in the database and in the run."""
+    from tokenbench.engines import tiny
+
+    tok = str(tiny.ensure(model_cache).hf_dir)
+    with EmitterProcess("--exit-after", "401", "--no-usage") as em:
+        store = Store(tmp_path / "r.db")
+        with pytest.raises(EndpointError, match="stopped answering during level concurrency 2"):
+            sweep(em.url, store, concurrency=[2, 4], requests=None, duration_s=60, warmup=0, tokenizer=tok,
+                  stall_timeout_s=2)
+    (run,) = store.runs()
+    ((_, _, status, level),) = store.levels(run.id)
+    assert 0 < level.failed < 0.1 * (level.completed + level.failed), level  # under the threshold
+    assert status == "failed" and run.status == "failed", (status, run.status)
+
+
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
     """Also: the run printed is this sweep's, not the newest in the database (another sweep sharing the
     database, here one dated later, used to be printed as "the finished levels")."""

@@ -139,8 +139,8 @@ def verdict(outcome: LevelOutcome, spec: SearchSpec) -> Verdict | None:
     requests = s.completed + s.failed
     # a level cut (by the budget, a lost worker) or interrupted before its verdict was decided gives none; a
     # level stopped because its verdict was decided is complete
-    if outcome.status in ("interrupted", "partial") or s.slo_met is None:
-        met: bool | None = None
+    if outcome.status in ("interrupted", "partial") or s.slo_met is None or s.finding(Code.SERVER_GONE):
+        met: bool | None = None  # the last: its server went, and what the load did to it is unknown
     elif outcome.status == "failed":
         met = False  # more failures than --max-error-rate: no SLO allows that
     else:
@@ -409,7 +409,7 @@ def answer(result: RunResult) -> CapacityAnswer | None:
     met = {v.idx for v in vs if v.met}
     at = next((o.serving for o in result.outcomes if spec.value(o.level) == last_pass and o.idx in met), None)
     failing = next((o.serving for o in result.outcomes if spec.value(o.level) == first_fail), None)
-    ended: Ended = stored.get("ended") or _ended(spec, last_pass, first_fail, result.status)
+    ended: Ended = stored.get("ended") or _ended(spec, last_pass, first_fail, result.status, bool(stored))
     slo = str(stored.get("objectives") or next((s.slo for o in result.outcomes if (s := o.serving) and s.slo), ""))
     if spec.cache_drop is not None:
         slo += f" and a cached share of at least {spec.cache_drop:.0%} of the lowest level's"
@@ -438,7 +438,7 @@ def mark_levels(result: RunResult) -> None:
     "pass" at every level of a search that found the cliff at the fifth. The verdict is relative to the search's
     lowest level, so it is put on when a search ends and when its levels are read back; nothing for other runs."""
     for o in result.outcomes:  # a level the search gave no verdict (cut, interrupted) reads none of its own either
-        if o.status in ("interrupted", "partial") and (cut := o.serving) is not None:
+        if (cut := o.serving) is not None and (o.status in ("interrupted", "partial") or cut.finding(Code.SERVER_GONE)):
             cut.slo_met = None
     found = answer(result) if (result.manifest.capacity or {}).get("cache_drop") is not None else None
     if found is None:
@@ -468,9 +468,14 @@ def _spec(result: RunResult, stored: dict[str, Any]) -> SearchSpec | None:
     return SearchSpec(axis, min(values), max(values)) if values else None
 
 
-def _ended(spec: SearchSpec, last_pass: float | None, first_fail: float | None, status: str) -> Ended:
+def _ended(spec: SearchSpec, last_pass: float | None, first_fail: float | None, status: str,
+           searched: bool) -> Ended:
+    """How a search ended where it did not say (it says once it ends): interrupted, or cut short by an error (its
+    server gone); a sweep's levels read as a search, by the range they span."""
     if status == "interrupted":
         return "interrupted"
+    if searched:
+        return "running"
     if last_pass is None:
         return "none"
     if first_fail is None:

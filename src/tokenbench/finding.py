@@ -49,6 +49,7 @@ class Code(StrEnum):
     UNANSWERED = "unanswered"
     HOST_UNCHECKED = "host_unchecked"
     RATE_NOT_SUSTAINED = "rate_not_sustained"
+    SERVER_GONE = "server_gone"
 
 
 #: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.

@@ -473,6 +473,15 @@ def assess(facts: LevelFacts, rules: Iterable[Rule] = LEVEL_RULES) -> list[Findi
     return added
 
 
+def server_gone(why: Exception, *summaries: ServingLevel | None) -> None:
+    """The server stopped answering in a level (or its engine died), which ended the run: the level, stored when
+    it ended, is failed, and says why. Its answers before are kept; it is no verdict on the load it offered."""
+    for s in filter(None, summaries):  # a level's repetition, and the level they make (one object where one ran)
+        s.add(Finding(Code.SERVER_GONE, f"the run stopped here: {why}",
+                      "its answers before the server went are measured; run the level again once the server is up",
+                      n=s.completed + s.failed))
+
+
 # ---- the guard's finding, raised before a level (sweep.py) ----------------------------------------------
 
 def guard_finding(snap: GuardSnapshot | None, run_id: str = "") -> Finding | None:

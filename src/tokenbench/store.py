@@ -280,6 +280,12 @@ class Store:
             )
             self._requests(db, run_id, idx, repetition, records)
 
+    def restate_level(self, run_id: str, idx: int, repetition: int, status: str, summary: LevelSummary) -> None:
+        """A stored level's status and summary, changed by what was learnt after it was stored (its server gone)."""
+        with self.tx() as db:
+            db.execute("UPDATE levels SET status = ?, summary = ? WHERE run_id = ? AND idx = ? AND repetition = ?",
+                       (status, json.dumps(summary.to_dict()), run_id, idx, repetition))
+
     def save_requests(self, run_id: str, idx: int, repetition: int, records: list[RequestRecord]) -> None:
         """Records of a level still running (a soak's sessions it let go): its ``save_level`` stores the rest."""
         with self.tx() as db:

@@ -284,19 +284,22 @@ class _Sweep:
         self.source_error: str | None = None  # a level's prompts could not be built: it ends the run, kept
 
     async def run(self, bound: Bound, prompts: PromptPool) -> None:
-        idx = 0
         while (level := self.plan.next_level(self.outcomes)) is not None:
-            reps: list[ServingLevel] = []
-            level_status = "complete"
+            idx, reps, level_status = len(self.outcomes), [], "complete"
             for r in range(self.cfg.repetitions):
                 summary, level_status = await self.level(bound, prompts, (idx, r), level)
                 reps.append(summary)
                 if level_status != "complete":
                     break
             combined = combine_repetitions(reps, self.cfg.price_per_hour, self.cfg.currency)
-            self.outcomes.append(LevelOutcome(idx, level, combined, level_status, reps))
-            idx += 1
-            await self.stop_if_broken(level, reps[-1])
+            self.outcomes.append(outcome := LevelOutcome(idx, level, combined, level_status, reps))
+            try:
+                await self.stop_if_broken(level, reps[-1])
+            except (EndpointError, EngineError) as e:  # its server went: the level is kept, failed, and says why
+                findings.server_gone(e, reps[-1], outcome.serving)
+                outcome.status = "failed"
+                self.store.restate_level(self.run_id, idx, len(reps) - 1, "failed", reps[-1])
+                raise
 
     async def level(self, bound: Bound, prompts: PromptPool, at: tuple[int, int],
                     level: Level) -> tuple[ServingLevel, str]:
@@ -426,18 +429,15 @@ def _end_status(summary: ServingLevel, load: _Load) -> str:
     complete; a search's early stop adds its verdict's reason first."""
     if load.stop is not None:
         load.stop.apply(summary)
-    if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED) or load.source_error:
-        return "failed"
-    if not summary.completed and summary.finding(Code.UNANSWERED):  # it measured nothing
+    if summary.finding(Code.ERROR_RATE) or summary.finding(Code.PROMPT_TRUNCATED) or load.source_error \
+            or (not summary.completed and summary.finding(Code.UNANSWERED)):  # the last: it measured nothing
         return "failed"
     return "partial" if load.cut else "complete"
 
 
 def _describe(cfg: SweepConfig, plan: LevelPlan, level: Level, at: tuple[int, int]) -> str:
-    """"level 2/5 concurrency 4 (rep 1/3)"; a search's levels are numbered without a total: "level 3 of the
-    search, 4 agents" (it read "level 3 4 agents")."""
-    idx, repetition = at
-    n_levels = plan.total
+    """"level 2/5 concurrency 4 (rep 1/3)"; a search's levels have no total: "level 3 of the search, 4 agents"."""
+    (idx, repetition), n_levels = at, plan.total
     where = f"level {idx + 1} of the search, " if n_levels is None else \
         f"level {idx + 1}/{n_levels} " if n_levels > 1 else ""
     return where + level.describe() + (f" (rep {repetition + 1}/{cfg.repetitions})" if cfg.repetitions > 1 else "")
