@@ -214,54 +214,131 @@ def test_one_failed_metrics_get_does_not_stop_sampling(emitter: BackgroundEmitte
     assert m.available is False and m.failed == 3
 
 
+class _ClosingServer:
+    """A server that answers each connection's first request, kept alive, and closes it at the second as it comes
+    in, unanswered: what a real server does when a reused connection and its idle close cross (uvicorn and
+    llama.cpp's server close one idle for 5 s), which no real one does on demand. ``answer_first=False``: it
+    closes every connection unanswered. Answers by path; 404 elsewhere."""
+
+    def __init__(self, answers: dict[str, bytes], answer_first: bool = True) -> None:
+        self.answers, self.answer_first, self.connections = answers, answer_first, 0
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *_: object) -> None:
+        self.server.close()
+
+    async def _handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        answered = False
+        while True:
+            try:
+                head = await r.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            size = head.lower().split(b"content-length:")[1].split(b"\r\n")[0] if b"content-length:" in \
+                head.lower() else b"0"
+            await r.readexactly(int(size))
+            if answered or not self.answer_first:
+                break  # closed as the request came: no answer
+            body = self.answers.get(head.split(b" ")[1].decode())
+            status = b"200 OK" if body is not None else b"404 Not Found"
+            body = body if body is not None else b"{}"
+            w.write(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    % (status, len(body), body))
+            await w.drain()
+            answered = True
+        w.close()
+
+
 def test_the_servers_tokenizer_tries_again_once_where_the_server_closed_a_kept_alive_connection() -> None:
     """A capacity search on vLLM through its /tokenize ended with "the server's tokenizer ... failed (Server
     disconnected)", exit 3: uvicorn closes a connection idle for 5 s, and the next call reused it as it closed.
-    The server here answers each connection's first request, kept alive, and closes it at the second, as a real
-    one does when the two cross; the tokenizer asks again on a new connection. A server that closes every
-    connection unanswered still fails, in one line."""
+    The tokenizer asks again on a new connection. A server that closes every connection unanswered still fails,
+    in one line."""
     from tokenbench.adapters.vllm import VLLM
     from tokenbench.errors import EndpointError
     from tokenbench.servers import ServerInfo, ServerTokenizer
 
     async def run(answer_first: bool) -> tuple[list[list[int]] | str, int]:
-        connections = 0
-
-        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            nonlocal connections
-            connections += 1
-            answered = False
-            while True:
-                try:
-                    head = await r.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-                size = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                await r.readexactly(size)
-                if answered or not answer_first:
-                    break  # closed as the request came: no answer
-                body = b'{"tokens": [5, 6, 7], "count": 3}'
-                w.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                        % (len(body), body))
-                await w.drain()
-                answered = True
-            w.close()
-
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        info = ServerInfo(base_url=f"http://127.0.0.1:{port}/v1", models=["m"], adapter=VLLM())
-        try:
-            async with aiohttp.ClientSession() as http:
-                tok = ServerTokenizer(http, info, "m", None)
-                try:
-                    return [await tok.encode("a b c") for _ in range(3)], connections
-                except EndpointError as e:
-                    return str(e), connections
-        finally:
-            server.close()
+        fake = _ClosingServer({"/tokenize": b'{"tokens": [5, 6, 7], "count": 3}'}, answer_first)
+        async with fake as root, aiohttp.ClientSession() as http:
+            tok = ServerTokenizer(http, ServerInfo(base_url=f"{root}/v1", models=["m"], adapter=VLLM()), "m", None)
+            try:
+                return [await tok.encode("a b c") for _ in range(3)], fake.connections
+            except EndpointError as e:
+                return str(e), fake.connections
 
     got, connections = asyncio.run(run(True))
     assert got == [[5, 6, 7]] * 3 and connections == 3, (got, connections)  # one new connection for each reuse
     said, connections = asyncio.run(run(False))
     assert isinstance(said, str) and "the server's tokenizer at" in said and "Server disconnected" in said, said
     assert connections == 2  # asked twice, not more
+
+
+def test_discovery_tries_again_where_a_kept_alive_connection_was_closed() -> None:
+    """The same crossing in the check between levels whether a server is still up (discovery, on the run's pooled
+    connections): it would read a closed kept-alive connection as the server gone, and end the run. Its probes, sent
+    together, leave several connections in the pool, which a server's idle close takes together: the second try
+    goes on a connection of its own."""
+    from tokenbench.errors import EndpointError
+    from tokenbench.servers import discover
+
+    models = b'{"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm"}]}'
+
+    async def found(answer_first: bool) -> list[list[str]] | str:
+        async with _ClosingServer({"/v1/models": models}, answer_first) as root, aiohttp.ClientSession() as http:
+            try:
+                return [(await discover(http, f"{root}/v1", timeout=5)).models for _ in range(3)]
+            except EndpointError as e:
+                return str(e)
+
+    assert asyncio.run(found(True)) == [["m"]] * 3
+    said = asyncio.run(found(False))
+    assert isinstance(said, str) and said.startswith("cannot talk to") and "Server disconnected" in said, said
+
+
+def test_the_recorders_tokenizer_tries_again_where_a_kept_alive_connection_was_closed() -> None:
+    """The same crossing in a lengths-only recording's count of a call's tokens through the upstream's tokenizer:
+    it would leave the call out ("not counted: the upstream's /tokenize failed")."""
+    from tokenbench.record.tokens import UpstreamTokenizer
+
+    async def counted() -> tuple[list[dict[str, object]], int]:
+        fake = _ClosingServer({"/tokenize": b'{"tokens": [1, 2], "count": 2}'})
+        async with fake as root:
+            tok = UpstreamTokenizer(root)
+            tok._http = aiohttp.ClientSession()
+            try:
+                return [await tok._post("/tokenize", {"prompt": "a b"}, {}) for _ in range(3)], fake.connections
+            finally:
+                await tok.close()
+
+    got, connections = asyncio.run(counted())
+    assert got == [{"tokens": [1, 2], "count": 2}] * 3 and connections == 3, (got, connections)
+
+
+def test_the_metrics_sampler_tries_again_where_a_kept_alive_connection_was_closed() -> None:
+    """The same crossing in /metrics, sampled every 5 s by default: as often as uvicorn closes an idle connection.
+    A sample sent as the close came was lost, counted failed, where the run's pool held other idle connections
+    (aiohttp's own second try of a GET takes one of them)."""
+    from tokenbench.telemetry import MetricsSampler
+
+    page = b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n"
+
+    async def sampled() -> MetricsSampler:
+        async with _ClosingServer({"/metrics": page}) as root, aiohttp.ClientSession() as http:
+            async def get() -> None:
+                async with http.get(f"{root}/metrics") as r:
+                    await r.read()
+
+            await asyncio.gather(*(get() for _ in range(4)))  # four connections in the pool, each answered once
+            m = MetricsSampler(http, root)
+            for _ in range(3):
+                await m.sample()
+            return m
+
+    m = asyncio.run(sampled())
+    assert m.failed == 0 and [s.get("vllm:num_requests_running") for _, s in m.samples] == [3.0] * 3, \
+        (m.failed, m.samples)

@@ -5,9 +5,10 @@ own tokenizer endpoint. Everything that differs per engine lives in its adapter 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -16,6 +17,23 @@ from .adapters.base import Adapter, Probes
 from . import redact
 from .errors import EndpointError, UsageError
 from .wire import WireError, loads
+
+
+T = TypeVar("T")
+
+
+async def once_more_if_closed(http: aiohttp.ClientSession,
+                              call: Callable[[aiohttp.ClientSession], Awaitable[T]]) -> T:
+    """``call``, a request that changes nothing on the server (a GET, a tokenize), sent once more where the server
+    closed the kept-alive connection it went out on. Servers close a connection left idle (uvicorn, which serves
+    vLLM, and llama.cpp's server, after 5 s); a request sent as that close comes fails before any answer. aiohttp
+    sends a POST no more, and a GET once more through its pool, whose other connections were left idle as long
+    and may be closing too. The second try here goes on a new connection of its own."""
+    try:
+        return await call(http)
+    except aiohttp.ServerDisconnectedError:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
+            return await call(fresh)
 
 
 @dataclass(slots=True)
@@ -154,12 +172,20 @@ def root_url(base_url: str) -> str:
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 
 
+async def _get(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
+               timeout: float) -> tuple[int, str, bytes]:
+    """A GET's status, Server header and body, of an error at most its first 4 KiB (asked once more where a
+    kept-alive connection was closed)."""
+    async def once(on: aiohttp.ClientSession) -> tuple[int, str, bytes]:
+        async with on.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+            return r.status, r.headers.get("Server", ""), await (r.read() if r.status == 200 else r.content.read(4096))
+    return await once_more_if_closed(http, once)
+
+
 async def _get_json(http: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout: float) -> Any:
     try:
-        async with http.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)) as r:
-            if r.status != 200:
-                return None
-            return loads(await r.read(), url)
+        status, _, body = await _get(http, url, headers, timeout)
+        return loads(body, url) if status == 200 else None
     except (aiohttp.ClientError, asyncio.TimeoutError, WireError):
         return None
 
@@ -174,25 +200,9 @@ async def discover(
     500) is noted in ``models_error`` instead of stopping the run: the check request proves the name."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     body: Any = None
-    server_header = ""
     models_error = None
     try:
-        async with http.get(
-            f"{base_url}/models", headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
-        ) as r:
-            server_header = r.headers.get("Server", "")
-            if r.status in (401, 403):
-                if b"the agent's token" in await r.content.read(4096):  # hostagent/server.py's refusal
-                    raise EndpointError(f"{base_url} is a tokenbench agent, not a model server: give the server's "
-                                        "own URL as --url, and the agent's as --agent")
-                raise EndpointError(key_refused(base_url, r.status, api_key))
-            if r.status != 200:
-                models_error = f"{base_url}/models answered HTTP {r.status}"
-            else:
-                try:
-                    body = loads(await r.read(), f"{base_url}/models")
-                except WireError:
-                    models_error = f"{base_url}/models did not return JSON"
+        status, server_header, answer = await _get(http, f"{base_url}/models", headers, timeout)
     except aiohttp.ClientConnectorError as e:
         raise EndpointError(f"cannot reach {base_url} ({e.os_error or e}): is the server running? check --url") from e
     except (asyncio.TimeoutError, TimeoutError) as e:
@@ -201,6 +211,18 @@ async def discover(
         raise EndpointError(f"{base_url} did not answer within {timeout:g} s: check --url{tls} and the server") from e
     except aiohttp.ClientError as e:
         raise EndpointError(f"cannot talk to {base_url}: {e}; check --url") from e
+    if status in (401, 403):
+        if b"the agent's token" in answer[:4096]:  # hostagent/server.py's refusal
+            raise EndpointError(f"{base_url} is a tokenbench agent, not a model server: give the server's "
+                                "own URL as --url, and the agent's as --agent")
+        raise EndpointError(key_refused(base_url, status, api_key))
+    if status != 200:
+        models_error = f"{base_url}/models answered HTTP {status}"
+    else:
+        try:
+            body = loads(answer, f"{base_url}/models")
+        except WireError:
+            models_error = f"{base_url}/models did not return JSON"
     if models_error and model is None:
         raise EndpointError(f"{models_error}: is --url the OpenAI-compatible base (…/v1)? "
                             "If it is right but cannot list its models, pass --model")
@@ -250,21 +272,15 @@ class ServerTokenizer:
         self.description = f"server {info.tokenize_path}"
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
-        try:
-            try:
-                return await self._post_once(path, body)
-            except aiohttp.ServerDisconnectedError:
-                # a kept-alive connection the server closed as it was reused (uvicorn closes one idle for 5 s,
-                # vLLM's between a capacity search's levels): once more, on a new connection; tokenizing changes
-                # nothing on the server
-                return await self._post_once(path, body)
+        try:  # tokenizing changes nothing on the server: asked again where a kept-alive connection was closed
+            return await once_more_if_closed(self.http, lambda on: self._post_once(on, path, body))
         except WireError as e:
             raise EndpointError(f"the server's tokenizer failed: {e}; pass --tokenizer instead") from e
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             raise EndpointError(f"the server's tokenizer at {self.info.root}{path} failed ({e}); is it still up?") from e
 
-    async def _post_once(self, path: str, body: dict[str, Any]) -> Any:
-        async with self.http.post(f"{self.info.root}{path}", json=body, headers=self.headers) as r:
+    async def _post_once(self, http: aiohttp.ClientSession, path: str, body: dict[str, Any]) -> Any:
+        async with http.post(f"{self.info.root}{path}", json=body, headers=self.headers) as r:
             if r.status != 200:
                 raise EndpointError(f"{self.info.root}{path} answered HTTP {r.status}; pass --tokenizer instead")
             return loads(await r.read(), f"{self.info.root}{path}")

@@ -21,6 +21,7 @@ from .background import cancel_and_wait
 from .errors import TokenbenchError
 from .levels import Telemetry
 from .prometheus import parse
+from .servers import once_more_if_closed
 from .power.interval import Interval, above_idle
 
 if TYPE_CHECKING:
@@ -122,15 +123,18 @@ class MetricsSampler:
             self.available = False
 
     async def sample(self) -> None:
-        try:
-            async with self.http.get(f"{self.root}/metrics", headers=self.headers,
-                                        timeout=aiohttp.ClientTimeout(total=5)) as r:
-                if r.status != 200:
-                    self._fail(absent=r.status in (404, 405, 501))
-                    return
-                text = await r.text(errors="replace")
+        async def once(http: aiohttp.ClientSession) -> tuple[int, str]:
+            async with http.get(f"{self.root}/metrics", headers=self.headers,
+                                timeout=aiohttp.ClientTimeout(total=5)) as r:
+                return r.status, (await r.text(errors="replace") if r.status == 200 else "")
+
+        try:  # a GET: asked again where a kept-alive connection was closed (a sample every 5 s meets idle closes)
+            status, text = await once_more_if_closed(self.http, once)
         except (aiohttp.ClientError, asyncio.TimeoutError):
             self._fail()
+            return
+        if status != 200:
+            self._fail(absent=status in (404, 405, 501))
             return
         try:
             parsed = parse(text, TIERS)

@@ -108,10 +108,16 @@ class UpstreamTokenizer:
         return self._adapter
 
     async def _post(self, path: str, body: dict[str, Any], auth: dict[str, str]) -> dict[str, Any]:
+        from ..servers import once_more_if_closed
+
         assert self._http is not None
-        try:
-            async with self._http.post(self.root + path, json=body, headers=auth) as r:
-                got = await r.json(content_type=None) if r.status == 200 else None
+
+        async def once(http: aiohttp.ClientSession) -> Any:
+            async with http.post(self.root + path, json=body, headers=auth) as r:
+                return await r.json(content_type=None) if r.status == 200 else None
+
+        try:  # tokenizing changes nothing upstream: asked again where a kept-alive connection was closed
+            got = await once_more_if_closed(self._http, once)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
             raise TokenizerError(f"the upstream's {path} failed ({type(e).__name__})") from None
         if not isinstance(got, dict):
