@@ -185,6 +185,19 @@ def test_a_saved_prediction_is_ranked_within_its_bands(tmp_path: Path, capsys: p
     assert "nvidia-h100-sxm (TTFT p99" in line and "h100-pred (TTFT p99" in line, line
 
 
+def test_a_saved_prediction_says_the_kv_cache_it_assumed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A prediction saved with the model's dtype for its KV cache ranked at 1,471 tok/s beside the same box
+    predicted afresh with fp8's at 1,822, both "vllm FP8", and the note named only fp8: each says its own."""
+    db = str(tmp_path / "r.db")
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "qwen3-8b", "--weights", "FP8",
+                 "--concurrency", "16", "--save", "h100-saved", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["recommend", "--model", "qwen3-8b", "--agents", "16", "--runs", "h100-saved", "--price",
+                 "h100-saved=2.5", "--price", "nvidia-h100-sxm=2.5", "--db", db]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "KV cache assumed: fp8 with vllm FP8; auto (the model dtype) with h100-saved (as saved)" in said, said
+
+
 def test_compare_of_predicted_sessions_says_predicted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two predicted session runs said "the server said its cache served 92%"."""
     db = str(tmp_path / "r.db")

@@ -186,6 +186,7 @@ def measured(runs: list[RunResult], w: Workload, prices: dict[str, Pricing], cap
         _set_measured(c, s)
         if mark:
             _stored_bands(c, r, s)
+            c.kv = (m.kv or "").lower()  # as predicted then: it may differ from what the catalog's boxes assume
         c.notes += _run_notes(r, s, w, c)
         judge(c, w, NO_P99_PREDICTED if mark else NO_P99)
         if capacity and c.capacity is None and not c.excluded:

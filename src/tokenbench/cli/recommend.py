@@ -245,13 +245,13 @@ def other_model_line(ranked: list[Candidate], model: str) -> str | None:
 
 
 def kv_line(ranked: list[Candidate]) -> str | None:
-    """The KV cache each predicted setup in the ranking assumes, said once per setup (it moves the numbers: an
-    fp8 cache holds twice the tokens of a 16-bit one and reads half the bytes); None when none is predicted."""
-    per = {c.setup: c.kv for c in ranked if c.kv}
-    if not per:
-        return None
-    said = [f"{kv}{' (the model dtype)' if kv == 'auto' else ''} with {setup}" for setup, kv in per.items()]
-    return "KV cache assumed: " + "; ".join(said)
+    """The KV cache each predicted setup in the ranking assumes, said once per setup, and each saved prediction's
+    by its name (it moves the numbers: an fp8 cache holds twice the tokens of a 16-bit one and reads half the
+    bytes; a box saved with a 16-bit cache ranked below itself predicted afresh with fp8, and nothing said why);
+    None when none is predicted."""
+    said = {f"{c.kv}{' (the model dtype)' if c.kv == 'auto' else ''} with "
+            f"{f'{c.box} (as saved)' if c.stored else c.setup}": None for c in ranked if c.kv}
+    return "KV cache assumed: " + "; ".join(said) if said else None
 
 
 def _print_closest(console: Console, near: list[Any], currency: str) -> None:
