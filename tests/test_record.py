@@ -841,6 +841,23 @@ def test_a_client_that_goes_at_its_streams_last_event_has_its_answer_recorded(
         assert rec.summary.failed == {"the client gave up": 1} and not out.exists()
 
 
+def test_a_stop_while_a_whole_answers_end_is_awaited_says_it_cut_it(tmp_path: Path) -> None:
+    """A stop that came while the proxy read on to the end of an answer its client had whole (the SDK gone at
+    [DONE]) counted it "the upstream cut its answer": the stop closed the upstream connection. It says the stop."""
+    plan = Scripted("went", 12, 77, "chunked")
+    last = len(plan.wire) - len(b"0\r\n\r\n")
+    plan.pieces = [(0.0, plan.wire[:last]), (3.0, plan.wire[last:])]  # the body's end, past the stop's grace
+    loop, thread, port = scripted_upstream({"went at done": plan})
+    try:
+        with recording(f"http://127.0.0.1:{port}", tmp_path / "stop.jsonl", grace_s=0.2) as rec:
+            asyncio.run(read_to_done(int(rec.root.rsplit(":", 1)[1]), "went at done"))
+            summary = rec.stop()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+    assert summary.failed == {"cut by the stop": 1} and summary.recorded == 0, summary
+
+
 @pytest.mark.parametrize("api, body, ended", [
     ("chat", b'data: {"choices": []}\n\ndata: [DONE]\n\n', True),
     ("chat", b'data: {"choices": []}\n\ndata: [DO', False),  # the last event still being sent

@@ -212,8 +212,10 @@ class Flight:
         return None
 
     def _why_cut(self, why: str) -> str | None:
-        return self._unkept(self.answer) or \
-            ("cut by the stop" if self.proxy.stopping and why == "the client gave up" else why)
+        """Why an answer was not recorded; a stop's cut says so, where the client's connection was cut by it, or
+        where the client had gone with its whole answer, and the upstream's cut was the stop's."""
+        stopped = self.proxy.stopping and (why == "the client gave up" or self.whole)
+        return self._unkept(self.answer) or ("cut by the stop" if stopped else why)
 
     def _why_done(self, ans: Kept) -> str | None:
         """None where the answer was whole and is recorded (handed to the writer here)."""
