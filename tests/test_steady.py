@@ -63,6 +63,23 @@ def test_records_without_chunk_stamps_count_their_tokens_over_the_plateau() -> N
     assert p is not None and p.output_throughput_tps == pytest.approx(400.0, rel=0.05)
 
 
+@pytest.mark.parametrize("c", [1, 2])
+def test_answers_that_came_whole_in_one_read_count_over_the_plateau(c: int) -> None:
+    """Answers that came whole in one read (vLLM ahead of a busy client: ``one_read``) have every chunk stamped at
+    their end, and a closed loop's plateau ends at a request's end: that request's tokens fell out. A level of 8
+    requests at 2 read 243.6 tok/s over a plateau of 99.6% of its window, against 323.6 over the window."""
+    recs = [rec(k * 0.3 + i * 60.0, k * 0.3 + (i + 1) * 60.0, ttft_ms=60.0, tokens=16)
+            for k in range(c) for i in range(12 // c)]
+    for r in recs:  # every chunk in the one read at the end
+        r.chunk_ns = [r.end_ns] * 16  # type: ignore[list-item]
+        r.first_token_ns = r.end_ns
+    window = (0, int(max(r.end_ns for r in recs if r.end_ns)))
+    whole = summarize(recs, concurrency=c, rate=None, window_start_ns=window[0], window_end_ns=window[1])
+    assert whole.plateau is not None and whole.plateau.share > 0.99
+    assert whole.plateau.output_throughput_tps == pytest.approx(whole.output_throughput_tps, rel=0.02), \
+        (whole.plateau.output_throughput_tps, whole.output_throughput_tps)
+
+
 def test_a_level_that_never_holds_its_load_has_no_plateau_and_says_so() -> None:
     recs = closed_loop(4, 1, 100.0, 90.0)  # four requests that barely overlap
     s = summarize(recs, concurrency=4, rate=None, window_start_ns=0, window_end_ns=370 * MS)

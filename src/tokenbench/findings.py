@@ -19,7 +19,8 @@ from .layout import plural
 from .replay_stats import OVERFLOW_LIMIT
 from .soak import DECAY_MARGIN, decay
 from .rate_findings import over_offered, rate_not_sustained
-from .steady import DRIFT_RATIO, TAIL_SHARE, QueueGrowth, drift, queue_growth, tail_cluster
+from .steady import DRIFT_RATIO, TAIL_SHARE, UNSEEN_TPOT_MS, QueueGrowth, decode_unseen, drift, queue_growth, \
+    tail_cluster
 
 if TYPE_CHECKING:  # the summary carries its findings; this module only reads it
     from .levels import ServingLevel
@@ -50,7 +51,6 @@ ONE_READ_SHARE = 0.10
 #: An answer whose reads came closer together than this per token had no decode a client timed either: the
 #: client's loop stalled while the tokens arrived, then read them back to back (a TPOT of 0.02 ms, "decode 53,695
 #: tok/s", from a model that decodes 200). It counts as whole.
-UNSEEN_TPOT_MS = 0.05
 
 # ---------------------------------------------------------------------------------------------------------
 # The level rules, in the order their flags are listed.
@@ -109,8 +109,7 @@ def _multi_token_chunks(f: LevelFacts) -> Finding | None:
 
 def _one_read(f: LevelFacts) -> Finding | None:
     decoded = [r for r in f.ok if (r.output_tokens or 0) >= 2 and r.chunk_ns]
-    whole = sum(1 for r in decoded
-                if r.chunk_ns[-1] - r.chunk_ns[0] < UNSEEN_TPOT_MS * 1e6 * ((r.output_tokens or 2) - 1))
+    whole = sum(1 for r in decoded if decode_unseen(r))
     if not decoded or whole <= ONE_READ_SHARE * len(decoded):
         return None
     share = whole / len(decoded)

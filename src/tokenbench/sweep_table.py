@@ -13,7 +13,7 @@ from .cache_cliff import CHECK as CLIFF_CHECK
 from .cells import level_label, ms, num
 from .console import print_table
 from .finding import Code
-from .findings import UNSEEN_TPOT_MS
+from .steady import UNSEEN_TPOT_MS
 from .layout import format_markdown, md_paragraph, plural, sig
 from .levels import NO_METER_NOTES, ServingLevel, Telemetry
 from .replay_table import lanes_warmed, print_replays
