@@ -95,13 +95,22 @@ def sweep(emitter: BackgroundEmitter, tmp_path: Path, *argv: str) -> tuple[int, 
     return code, json.loads(out.read_text()) if out.exists() else {}
 
 
-def test_power_and_the_guard_are_read_on_the_server_host(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+def test_power_and_the_guard_are_read_on_the_server_host(emitter: BackgroundEmitter, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Also: the run says above its table where power and the guard were read (a sweep through an agent printed
+    "(whole box)" as a local meter would), and records none of this machine's sources ("auto" read as the
+    agent's)."""
     emitter.configure(itl_s=0.01)
     with agent() as (url, _):
         code, doc = sweep(emitter, tmp_path, "--agent", url, "--agent-token", TOKEN, "--guard", "warn")
     assert code == 0, doc
     man = doc["manifest"]
     assert man["power"]["read"] == "agent" and man["power"]["agent"] == url and TOKEN not in json.dumps(doc)
+    assert man["power"]["sources"] is None
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"power and the guard read on the server host, through its agent at {url}" in said, said
+    assert main(["show", doc["run_id"]]) == 0
+    assert f"through its agent at {url}" in " ".join(capsys.readouterr().out.split())
     assert man["server_host"] and man["server_host"]["power_sources"]
     lv = doc["levels"][0]
     tele = lv["telemetry"]

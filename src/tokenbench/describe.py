@@ -36,6 +36,9 @@ def describe_run(manifest: Manifest) -> str:
         parts.append("tokenizer: the model's own")
     elif manifest.tokenizer:
         parts.append(f"tokenizer: {manifest.tokenizer}")
+    power = manifest.power if isinstance(manifest.power, dict) else {}
+    if power.get("read") == "agent" and power.get("agent"):  # not this machine's: said where the figures are read
+        parts.append(f"power and the guard read on the server host, through its agent at {power['agent']}")
     emb = manifest.embedded
     if emb:
         parts.append(f"embedded {emb.get('engine')} engine, healthy after {emb.get('startup_s', 0):.1f} s (cold start)")

@@ -39,7 +39,9 @@ class PowerPlan:
         where = "agent" if self.agent else "url" if self.url else "command" if self.cmd else \
             "none" if self.sources == "none" else "this machine"
         # a meter's URL may carry its exporter's password, and its command a key: both stored as any command line
-        return {"read": where, "agent": self.agent, "sources": self.sources,
+        # this machine's sources are not read where the agent reads its own (the server host's snapshot says which)
+        return {"read": where, "agent": redact.url(self.agent) if self.agent else None,
+                "sources": None if self.agent else self.sources,
                 "url": redact.url(self.url) if self.url else None,
                 "command": redact.command_line(self.cmd) if self.cmd else None, "idle_s": self.idle_s}
 
