@@ -47,6 +47,9 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
         # an option of the other loop, or an entry left out, would change nothing: refused, not dropped
         (["--concurrency", "1,,2"], "has an empty entry"),
         (["--rate", "1,"], "has an empty entry"),
+        # a level twice: its notes, labelled by the level's value, could not be told apart ("[2] ..." twice)
+        (["--concurrency", "1,2,2"], "lists 2 more than once: give each value once"),
+        (["--rate", "0.5,1,0.5"], "lists 0.5 more than once"),
         # vllm bench serve's default rate: what a migrating user types, answered with tokenbench's way to say it
         (["--rate", "inf"], "give --concurrency N --requests N"),
         (["--rate", "-1"], "needs positive numbers"),

@@ -8,7 +8,7 @@ import os
 import sys
 import math
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -29,6 +29,14 @@ def _no_empty_entry(text: str, what: str, example: str) -> None:
         raise UsageError(f"{what} '{text}' has an empty entry: write the values between commas, e.g. {example}")
 
 
+def _once_each(vals: Sequence[float], text: str, what: str) -> None:
+    """``1,2,2``: a value twice is refused; its levels' notes, labelled by value, could not be told apart."""
+    twice = sorted({v for v in vals if vals.count(v) > 1})
+    if twice:
+        raise UsageError(f"{what} '{text}' lists {', '.join(f'{v:g}' for v in twice)} more than once: give each value "
+                         "once (a sweep's --repetitions N measures each level N times)")
+
+
 def int_list(text: str, what: str) -> list[int]:
     _no_empty_entry(text, what, "1,4,8")
     try:
@@ -37,6 +45,7 @@ def int_list(text: str, what: str) -> list[int]:
         raise UsageError(f"{what} '{text}' is not a comma-separated list of integers, e.g. 1,4,8") from None
     if not vals or any(v < 1 for v in vals):
         raise UsageError(f"{what} '{text}' needs positive integers, e.g. 1,4,8")
+    _once_each(vals, text, what)
     return vals
 
 
@@ -51,6 +60,7 @@ def float_list(text: str, what: str) -> list[float]:
                          "give --concurrency N --requests N")
     if not vals or any(not (0 < v < math.inf) for v in vals):
         raise UsageError(f"{what} '{text}' needs positive numbers, e.g. 0.5,1,2")
+    _once_each(vals, text, what)
     return vals
 
 
