@@ -170,6 +170,9 @@ def test_the_door_401_404_405_over_plain_http() -> None:
                                           ("GET", "/", {"Authorization": f"Bearer {TOKEN}"}),
                                           ("POST", "/v1/guard", {"Authorization": f"Bearer {TOKEN}"}),
                                           ("GET", "/v1/power?since=nan", {"Authorization": f"Bearer {TOKEN}"}),
+                                          # marks it never answered: not yet come, and from before it started
+                                          ("GET", "/v1/power?since=1e308", {"Authorization": f"Bearer {TOKEN}"}),
+                                          ("GET", "/v1/power?since=-5", {"Authorization": f"Bearer {TOKEN}"}),
                                           # the scheme in any case (RFC 7235): the token was read as missing
                                           ("GET", "/v1/nope", {"Authorization": f"bearer {TOKEN}"})):
                 async with s.request(method, url + path, headers=headers) as r:
@@ -180,7 +183,8 @@ def test_the_door_401_404_405_over_plain_http() -> None:
         return out
 
     answers = run_agent(raw)
-    assert [s for s, _ in answers] == [401, 401, 404, 404, 405, 400, 404]
+    assert [s for s, _ in answers] == [401, 401, 404, 404, 405, 400, 400, 400, 404]
+    assert all("give a mark this agent answered" in said for _, said in answers[5:8])
     assert answers[0][1].startswith("no bearer token") and "GET only" in answers[4][1]
     assert all("\n" not in said for _, said in answers)
 

@@ -24,6 +24,7 @@ import asyncio
 import hmac
 import math
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,6 +98,7 @@ class Agent:
         self.cfg = cfg
         self.meter = meter
         self.hostname = socket.gethostname()
+        self.started = time.monotonic()  # no mark it answered is older
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[_door(self.cfg.token)], client_max_size=4096)
@@ -119,7 +121,9 @@ class Agent:
                 since = float(request.query["since"])
             except ValueError:
                 since = math.nan
-            if not math.isfinite(since):
+            # a mark from before this agent started, or not yet come, is none it answered: its interval would be
+            # empty or span hours it never read
+            if not math.isfinite(since) or not self.started <= since <= time.monotonic():
                 return _error(400, f"since={request.query['since'][:40]!r}: give a mark this agent answered (now)")
         rep = await asyncio.to_thread(report, self.meter.samplers, self.meter.notes, since)
         return web.json_response({"host": self.hostname, **rep.to_dict()})
