@@ -9,8 +9,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tokenbench.errors import EngineError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 
@@ -116,3 +119,26 @@ def test_an_engine_whose_package_is_missing_is_refused_with_its_install(engine: 
     monkeypatch.setattr(launch, "spawn", lambda *a, **k: pytest.fail("started an engine that cannot import"))
     with pytest.raises(EngineError, match=rf"needs the '{extra}' extra: pip install -e '\.\[{extra}\]'"):
         launch.start(engine, object(), timeout_s=30)  # type: ignore[arg-type]
+
+
+def test_engines_serve_gives_vllm_its_kv_pool(model_cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """capacity.md's vLLM cache cliff needs a small KV pool, which `engines serve vllm` could not ask for: its
+    --kv-blocks N reaches vLLM as --num-gpu-blocks-override N. (That vLLM serves the pool it is given, 32 blocks
+    of 128 tokens as its /metrics said, and a cache-cliff search on it kept 5 sessions warm, was run by hand; a
+    real start here would be one more vLLM start in the suite.) Where the command stops, the start is refused."""
+    from tokenbench.cli import main
+    from tokenbench.engines import launch
+
+    monkeypatch.setenv("TOKENBENCH_CACHE", str(model_cache))
+    given: list[tuple[str, ...]] = []
+
+    def start(engine: str, model: object, **kw: Any) -> None:
+        given.append(tuple(kw["extra"]))
+        raise EngineError("stopped here: the command line is what this test reads")
+
+    monkeypatch.setattr(launch, "start", start)
+    assert main(["engines", "serve", "vllm", "--kv-blocks", "32", "--port", "0"]) != 0
+    assert main(["engines", "serve", "llama-server", "--cache-ram", "0", "--port", "0"]) != 0
+    assert given == [("--num-gpu-blocks-override", "32"), ("--cache-ram", "0")], given
+    assert "stopped here" in capsys.readouterr().err

@@ -28,6 +28,9 @@ DEAD = "http://127.0.0.1:9/v1"  # nothing listens: an argument error must come b
     ["depth", "--tg", "1"],  # refused before the embedded engine starts
     ["engines", "--port", "8090"],  # serve's options without serve: nothing would listen there
     ["engines", "build", "llama-server", "--cache-ram", "0"],
+    ["engines", "serve", "vllm", "--kv-blocks", "8", "--port", "0"],  # 1,024 tokens: less than one --ctx (4,096)
+    ["engines", "serve", "llama-server", "--kv-blocks", "32", "--port", "0"],  # vLLM's pool: llama-server has none
+    ["engines", "build", "vllm", "--kv-blocks", "32"],
     ["calibrate", "--out", "/no-such-dir-tb/x.toml"],
     ["sweep", "--engine", "llama-server", "--model", "nosuch-model"],  # measured the embedded one under that name
     ["depth", "--model", "qwen3.6-27b"],  # refused before the fit's minute, not after it

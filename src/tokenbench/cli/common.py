@@ -267,7 +267,8 @@ def embedded_spec(a: argparse.Namespace) -> EmbeddedSpec | None:
     if model and model != served_name(a.model_size):  # it would measure the embedded model under another's name
         raise UsageError(f"--model {model}: without --url the embedded engine serves its own model "
                          f"({served_name(a.model_size)}); give --url for a server of yours, or drop --model")
-    return EmbeddedSpec(a.engine, a.model_size, a.quant, tuple(llama_options(a, server=True)))
+    flags = tuple(llama_options(a, server=True)) if a.engine == "llama-server" else ()  # its server's, no other's
+    return EmbeddedSpec(a.engine, a.model_size, a.quant, flags)
 
 
 def refuse_embedded_with_url(a: argparse.Namespace, argv: list[str]) -> None:

@@ -34,7 +34,7 @@ class EmbeddedSpec:
     engine: str
     model_size: str = "tiny"
     quant: str | None = None
-    server_flags: tuple[str, ...] = ()  # llama-server's own flags the user gave
+    server_flags: tuple[str, ...] = ()  # the engine's own flags the user gave (llama-server's; vLLM's KV pool)
 
 
 class RunTarget(Protocol):
@@ -67,9 +67,8 @@ class Embedded:
         if spec.quant and gguf is None:
             raise UsageError(f"--quant applies to the llama engines only, not {spec.engine}")
         note(f"starting the embedded {spec.engine} engine …")
-        extra = spec.server_flags if spec.engine == "llama-server" else ()
-        engine = launch.start(spec.engine, model, parallel=parallel, ctx=ctx, progress=note, gguf=gguf, extra=extra,
-                              port=port)
+        engine = launch.start(spec.engine, model, parallel=parallel, ctx=ctx, progress=note, gguf=gguf,
+                              extra=spec.server_flags, port=port)
         note(f"{spec.engine} engine healthy after {engine.startup_s:.1f} s at {engine.base_url}")
         return cls(spec, engine, model)
 

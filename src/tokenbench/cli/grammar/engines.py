@@ -33,3 +33,7 @@ def add_engines_parser(sub: Any) -> None:
     s.add_argument("--cache-ram", type=NONNEG_INT, metavar="MIB",
                    help="llama-server's host prompt cache, in MiB (its --cache-ram; 0: off, the server's default: "
                         "on), which keeps sessions evicted from its slots: off, the slots alone hold them")
+    s.add_argument("--kv-blocks", type=POSITIVE_INT, metavar="N",
+                   help="vLLM's KV cache pool, in blocks of 128 tokens (its --num-gpu-blocks-override; default: as "
+                        "much as its memory holds): a small pool shows where sessions stop staying warm "
+                        "(capacity --cache-cliff)")
