@@ -129,6 +129,13 @@ class Verdict:
         return any(c.sure for c in self.checks if not c.met)
 
 
+def cut_short(outcome: LevelOutcome) -> bool:
+    """A level that gives no verdict of its own: cut (by the budget, a lost worker) or interrupted before it was
+    decided, or where its server went (what the load did to it is unknown)."""
+    s = outcome.serving
+    return outcome.status in ("interrupted", "partial") or (s is not None and s.finding(Code.SERVER_GONE) is not None)
+
+
 def verdict(outcome: LevelOutcome, spec: SearchSpec) -> Verdict | None:
     """A level's verdict: its SLO's, unless it was cut before the verdict was decided."""
     value = spec.value(outcome.level)
@@ -139,8 +146,8 @@ def verdict(outcome: LevelOutcome, spec: SearchSpec) -> Verdict | None:
     requests = s.completed + s.failed
     # a level cut (by the budget, a lost worker) or interrupted before its verdict was decided gives none; a
     # level stopped because its verdict was decided is complete
-    if outcome.status in ("interrupted", "partial") or s.slo_met is None or s.finding(Code.SERVER_GONE):
-        met: bool | None = None  # the last: its server went, and what the load did to it is unknown
+    if cut_short(outcome) or s.slo_met is None:
+        met: bool | None = None
     elif outcome.status == "failed":
         met = False  # more failures than --max-error-rate: no SLO allows that
     else:
@@ -438,7 +445,7 @@ def mark_levels(result: RunResult) -> None:
     "pass" at every level of a search that found the cliff at the fifth. The verdict is relative to the search's
     lowest level, so it is put on when a search ends and when its levels are read back; nothing for other runs."""
     for o in result.outcomes:  # a level the search gave no verdict (cut, interrupted) reads none of its own either
-        if (cut := o.serving) is not None and (o.status in ("interrupted", "partial") or cut.finding(Code.SERVER_GONE)):
+        if (cut := o.serving) is not None and cut_short(o):
             cut.slo_met = None
     found = answer(result) if (result.manifest.capacity or {}).get("cache_drop") is not None else None
     if found is None:

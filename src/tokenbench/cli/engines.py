@@ -101,7 +101,8 @@ def _serve(names: list[str], a: argparse.Namespace, console: Console, err: Conso
         raise UsageError(f"--kv-blocks is vLLM's KV cache pool; {name} has other limits (--parallel, --ctx)")
     if a.kv_blocks is not None and a.kv_blocks * VLLM_BLOCK < a.ctx:  # vLLM refuses to start, in a long log
         raise UsageError(f"--kv-blocks {a.kv_blocks} holds {a.kv_blocks * VLLM_BLOCK:,} tokens, less than one "
-                         f"request's --ctx {a.ctx:,}: give at least {-(-a.ctx // VLLM_BLOCK)} blocks, or a smaller --ctx")
+                         f"request's --ctx {a.ctx:,}: give at least {-(-a.ctx // VLLM_BLOCK)} blocks, or a smaller "
+                         "--ctx")
     trained = tiny.CONFIG["max_position_embeddings"]
     if a.ctx > trained:  # llama-server gave each slot the model's own and the banner said what was asked
         raise UsageError(f"--ctx {a.ctx:,}: the embedded model was trained for {trained:,} tokens of context, and "
@@ -109,17 +110,20 @@ def _serve(names: list[str], a: argparse.Namespace, console: Console, err: Conso
     if name == "llama-server" and a.ctx < LLAMA_MIN_CTX:  # it raises a smaller one, and the banner said the asked
         raise UsageError(f"--ctx {a.ctx}: llama-server gives a slot at least {LLAMA_MIN_CTX} tokens of context: "
                          f"give {LLAMA_MIN_CTX} or more")
-    flags = ("--cache-ram", str(a.cache_ram)) if a.cache_ram is not None else \
-        ("--num-gpu-blocks-override", str(a.kv_blocks)) if a.kv_blocks is not None else ()
+    flags: tuple[str, ...] = ()
+    host: tuple[str, ...] = ()  # what the flags give the engine, said before it serves
+    if a.cache_ram is not None:
+        flags = ("--cache-ram", str(a.cache_ram))
+        host = (f"its host prompt cache {'off' if a.cache_ram == 0 else f'{a.cache_ram:,} MiB'} (--cache-ram)",)
+    if a.kv_blocks is not None:
+        flags = ("--num-gpu-blocks-override", str(a.kv_blocks))
+        host = (f"its KV cache pool {a.kv_blocks} blocks of {VLLM_BLOCK} tokens, {a.kv_blocks * VLLM_BLOCK:,} tokens "
+                "(--kv-blocks)",)
     engine = Embedded.start(EmbeddedSpec(name, a.model_size, a.quant, flags), notifier(err), parallel=a.parallel,
                             ctx=a.ctx, port=a.port)
     try:
         url = engine.engine.base_url
         # the URLs each on a line of their own, whole, to be copied
-        host = (f"its host prompt cache {'off' if a.cache_ram == 0 else f'{a.cache_ram:,} MiB'} (--cache-ram)",) \
-            if a.cache_ram is not None else \
-            (f"its KV cache pool {a.kv_blocks} blocks of {VLLM_BLOCK} tokens, {a.kv_blocks * VLLM_BLOCK:,} tokens "
-             "(--kv-blocks)",) if a.kv_blocks else ()
         for line in (*host, f"serving {engine.engine.model} with {name}, {_at_once(name, a.parallel, a.ctx)}:"):
             print_hanging(console, line)
         for line in (f"  --url {url}", f"  record --upstream {url.removesuffix('/v1')}", "Ctrl-C stops"):
