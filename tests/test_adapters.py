@@ -57,6 +57,28 @@ def test_llamacpp_facts_and_batching_come_from_its_slots() -> None:
     assert a.facts(probes(props={**LLAMA_PROPS, "build_info": "b0-unknown"})).version is None
 
 
+#: /v1/models of vLLM 0.32 (vllm/entrypoints/openai/protocol.py's ModelCard), serving with --max-model-len 2048.
+VLLM_MODELS = {"object": "list", "data": [
+    {"id": "m", "object": "model", "created": 1765100000, "owned_by": "vllm", "root": "/models/m", "parent": None,
+     "max_model_len": 2048, "permission": [{"id": "modelperm-1", "object": "model_permission"}]}]}
+
+
+def test_vllm_says_the_context_a_request_may_fill_in_its_model_list() -> None:
+    a = adapters.detect(probes(models=VLLM_MODELS, version={"version": "0.32.0"}))
+    f = a.facts(probes(models=VLLM_MODELS, version={"version": "0.32.0"}))
+    assert (a.name, f.version, f.slots, f.slot_ctx) == ("vllm", "0.32.0", None, 2048)
+    entry = VLLM_MODELS["data"][0]  # type: ignore[index]
+    for odd in ("2048", True, -1, 0, None, 2048.5):
+        assert a.facts(probes(models={"data": [{**entry, "max_model_len": odd}]})).slot_ctx is None, odd
+    # a LoRA adapter is listed beside its base with the base's length; entries that disagree say nothing sure
+    assert a.facts(probes(models={"data": [entry, {**entry, "id": "lora"}]})).slot_ctx == 2048
+    assert a.facts(probes(models={"data": [entry, {**entry, "max_model_len": 4096}]})).slot_ctx is None
+    # a request longer than it is warned of, with vLLM's own flag named
+    said = a.slot_warnings(None, 2048, 4, 3000)
+    assert len(said) == 1 and "3000 tokens" in said[0] and "--max-model-len" in said[0]
+    assert a.slot_warnings(None, 2048, 4, 2048) == [] and a.slot_warnings(None, None, 4, 10**6) == []
+
+
 def test_check_request_does_not_generate_the_full_length() -> None:
     # llama-server gives n_predict priority over max_tokens: the 2-token check must carry its own n_predict.
     a = LlamaServer()

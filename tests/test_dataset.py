@@ -375,3 +375,27 @@ def test_prompt_items_on_the_chat_api_are_one_user_message(emitter: BackgroundEm
     for b in emitter.emitter.requests_seen[1:]:
         (m,) = b["messages"]
         assert m["role"] == "user" and m["content"] in prompts
+
+
+def test_an_item_longer_than_the_servers_context_is_warned_of_and_counted(emitter: BackgroundEmitter,
+                                                                           tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """vLLM lists its max_model_len and refuses a longer request with a 400: the first such item is said as it is
+    prepared, each counts as a failed request, and the level says why."""
+    emitter.configure(max_model_len=64)
+    f = tmp_path / "p.jsonl"
+    rows = [{"prompt": "a short question about rivers"}] * 3 + [{"prompt": " ".join(["word"] * 80)}] * 2
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run.json"
+    code = main(["sweep", "--url", emitter.url, "--dataset", str(f), "--output-len", "8", "--concurrency", "1",
+                 "--requests", "5", "--warmup", "0", "--guard", "off", "--no-metrics", "--max-error-rate", "0.5",
+                 "--json", str(out)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 0, err
+    said = "a dataset item of 80 prompt tokens and 8 out passes the server's 64-token context a request"
+    assert err.count(said) == 1, err  # once, for the first such item
+    lv = json.loads(out.read_text())["levels"][0]
+    assert (lv["completed"], lv["failed"]) == (3, 2)
+    assert "slots_exceeded" in lv["flags"]
+    why = next(x for x in lv["findings"] if x["code"] == "slots_exceeded")
+    assert "88 tokens of context but the server's max_model_len is 64" in why["message"], why

@@ -61,6 +61,24 @@ def test_depths_beyond_the_slot_context_are_skipped_and_marked(emitter: Backgrou
     assert Store().resolve(doc["run_id"]).status == "partial"
 
 
+def test_depths_beyond_vllms_max_model_len_are_skipped_and_name_its_flag(emitter: BackgroundEmitter,
+                                                                         tmp_path: Path) -> None:
+    emitter.configure(max_model_len=2048)  # vLLM's /v1/models says it, and it refuses a longer request with a 400
+    out = tmp_path / "d.json"
+    code = main(["depth", "--url", emitter.url, "--depths", "0,4k", "--pp", "64", "--tg", "8", "--repetitions", "1",
+                 "--json", str(out), "--guard", "off", "--no-metrics"])
+    assert code == 5
+    doc = json.loads(out.read_text())
+    assert doc["manifest"]["engine"] == "vllm" and doc["manifest"]["server"]["slot_ctx"] == 2048
+    by = {(lv["test"], lv["depth"]): lv for lv in doc["levels"]}
+    assert by[("tg8", 0)]["status"] == "complete" and by[("pp64", 4096)]["status"] == "skipped"
+    why = next(f for f in by[("pp64", 4096)]["findings"] if f["code"] == "exceeds_context")
+    assert "2048-token context" in why["message"] and "--max-model-len" in why["remedy"], why
+    # nothing was sent at the depth that does not fit: every request fit the server's context
+    assert all(len(b["prompt"].split()) + b["max_tokens"] <= 2048 for b in emitter.emitter.requests_seen
+               if "prompt" in b)
+
+
 def test_depth_guard_strict_refuses_before_anything_runs(emitter: BackgroundEmitter, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     strict = tmp_path / "g.toml"

@@ -7,6 +7,7 @@ without them, and fail instead under CI (TOKENBENCH_REQUIRE_ENGINES=1).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 import subprocess
@@ -15,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 import rounds
@@ -24,6 +26,7 @@ from tokenbench.cli import main
 from tokenbench.engines import launch, tiny, vllm_env
 from tokenbench.engines.launch import RunningEngine
 from tokenbench.loadgen import LOOP_STALL_MS
+from tokenbench.servers import ServerInfo, discover
 from tokenbench.store import Store
 from tokenbench.telemetry import parse
 
@@ -579,6 +582,18 @@ def test_the_embedded_vllm_compiles_its_graph_without_saving_it(vllm_utf8: Servi
     log = vllm_utf8.server.log_path.read_text(errors="replace")
     assert "Warming up model for the compilation" in log, log[-3000:]
     assert "saved AOT compiled function" not in log and "Compiling model again" not in log, log[-3000:]
+
+
+def test_vllm_says_the_context_it_gives_a_request(vllm_utf8: Serving) -> None:
+    """The real server's /v1/models lists max_model_len (the fixture's 2048), which discovery reads as the context
+    a request may fill: depth skips what does not fit, and sessions end before they pass it."""
+    info = asyncio.run(_discover(vllm_utf8.server.base_url))
+    assert (info.engine, info.slot_ctx, info.slots) == ("vllm", 2048, None), info.to_dict()
+
+
+async def _discover(url: str) -> ServerInfo:
+    async with aiohttp.ClientSession() as http:
+        return await discover(http, url)
 
 
 # --- lengths that vary, and prompts from a file, on vLLM ----------------------------------------------------

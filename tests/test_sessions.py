@@ -115,6 +115,18 @@ def test_a_session_ends_or_is_compacted_at_the_context_cap(emitter: BackgroundEm
     assert min(len(b["messages"]) for b in bodies[2:]) == 3  # system, summary, the new tool result
 
 
+def test_sessions_on_vllm_end_at_its_max_model_len_by_default(emitter: BackgroundEmitter, tmp_path: Path) -> None:
+    """vLLM's /v1/models says the context a request may fill, and it refuses a longer one: with no --max-context,
+    a session ends before a turn would pass it, and no turn is refused."""
+    emitter.configure(ttft_s=0.002, itl_s=0.001, max_model_len=116)
+    code, run = _run(emitter, tmp_path, "--sessions", "2", "--turns", "8", "--no-baseline")
+    assert code == 0
+    assert run["manifest"]["workload"]["max_context"] == 116 - 6  # less the answer's tokens
+    st = run["levels"][0]["session"]
+    assert st["capped"] == 2 and 1 < len(st["turns"]) < 8
+    assert run["levels"][0]["failed"] == 0
+
+
 def test_think_time_paces_each_session(emitter: BackgroundEmitter, tmp_path: Path) -> None:
     emitter.configure(ttft_s=0.002, itl_s=0.001)
     code, run = _run(emitter, tmp_path, "--sessions", "1", "--turns", "3", "--no-baseline", "--think-time", "300ms")

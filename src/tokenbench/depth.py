@@ -12,7 +12,7 @@ are used when the server sends them and cross-checked against the client's clock
 
 Impossible numbers are not published as measurements: a rate whose spread is over half its mean is flagged
 ``unstable`` with its repetitions shown, a tg faster than the server's own timings allow is withheld
-(``exceeds_server_timings``), and depths that do not fit the server's slot context are kept as ``skipped``.
+(``exceeds_server_timings``), and depths that do not fit the server's context a request are kept as ``skipped``.
 """
 
 from __future__ import annotations
@@ -181,12 +181,12 @@ def summarize_depth(depth: int, pp: int, tg: int, steps: list[Step]) -> tuple[De
     return lp, lt
 
 
-def skipped_depth(depth: int, pp: int, tg: int, slot_ctx: int) -> tuple[DepthLevel, DepthLevel]:
+def skipped_depth(depth: int, pp: int, tg: int, slot_ctx: int, advice: str) -> tuple[DepthLevel, DepthLevel]:
     """Levels for a depth that does not fit the server's context: kept, marked, with no numbers."""
     out = []
     for test in (f"pp{pp}", f"tg{tg}"):
         lvl = DepthLevel(test=test, depth=depth)
-        lvl.add(depth_findings.exceeds_context(depth, pp, tg, slot_ctx))
+        lvl.add(depth_findings.exceeds_context(depth, pp, tg, slot_ctx, advice))
         out.append(lvl)
     return out[0], out[1]
 
@@ -231,7 +231,7 @@ class _DepthRun:
 
     def skip(self, i: int, d: int) -> None:
         slot_ctx = self.ep.info.slot_ctx or 0
-        lp, lt = skipped_depth(d, self.cfg.pp, self.cfg.tg, slot_ctx)
+        lp, lt = skipped_depth(d, self.cfg.pp, self.cfg.tg, slot_ctx, self.ep.info.adapter.more_context)
         now = now_iso()
         self._save(2 * i, lp, [], "skipped", now)
         self._save(2 * i + 1, lt, [], "skipped", now)
@@ -297,8 +297,8 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Note | None = None) ->
         slot_ctx = ep.info.slot_ctx
         fits = [d for d in cfg.depths if not slot_ctx or d + cfg.pp + cfg.tg <= slot_ctx]
         if not fits:
-            raise UsageError(f"no depth fits the server's {slot_ctx}-token slot context with pp {cfg.pp} and "
-                             f"tg {cfg.tg}: lower --depths or raise the server's -c")
+            raise UsageError(f"no depth fits the server's {slot_ctx}-token context a request with pp {cfg.pp} and "
+                             f"tg {cfg.tg}: lower --depths, or {ep.info.adapter.more_context}")
         client = ep.client(timeout_s=cfg.timeout_s)
         builder = PromptBuilder(ep.tokenizer, seed, log.run_id.rsplit("-", 1)[-1])
         manifest = ep.manifest(cfg.embedded, cfg.label, cfg.command, seed=seed, workload={

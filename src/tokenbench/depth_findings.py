@@ -98,11 +98,12 @@ def exceeds_server_timings(client_tg: float, server_tg: float) -> Finding | None
                    client_tg, server_tg * (1 + SERVER_TG_MARGIN), "tok/s")
 
 
-def exceeds_context(depth: int, pp: int, tg: int, slot_ctx: int) -> Finding:
-    """Depth: a depth that does not fit the server's slot context, kept as skipped."""
+def exceeds_context(depth: int, pp: int, tg: int, slot_ctx: int, advice: str) -> Finding:
+    """Depth: a depth that does not fit the context the server gives a request, kept as skipped. ``advice``: the
+    server's way to give more (its adapter's ``more_context``)."""
     return Finding(Code.EXCEEDS_CONTEXT,
-                   f"depth {depth} + pp {pp} + tg {tg} does not fit the server's {slot_ctx}-token slot context",
-                   "not run (raise the server's -c, or fewer slots)", depth + pp + tg, slot_ctx, "tokens")
+                   f"depth {depth} + pp {pp} + tg {tg} does not fit the server's {slot_ctx}-token context a request",
+                   f"not run ({advice})", depth + pp + tg, slot_ctx, "tokens")
 
 
 def decode_past_prefill(levels: Sequence[DepthLevel]) -> list[tuple[DepthLevel, Finding]]:

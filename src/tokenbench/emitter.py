@@ -50,6 +50,8 @@ class EmitterConfig:
     close_after_stream_s: float | None = None
     models_status: int = 200  # /v1/models answers this (Transformers serve without an HF cache: 500)
     slot_ctx: int | None = None  # serve llama-server's /props with this context per slot (it then looks like one)
+    #: vLLM's context a request: listed in /v1/models, and a longer request refused with HTTP 400, as vLLM does
+    max_model_len: int | None = None
     metrics_fail_first: int = 0  # answer this many /metrics GETs with 500 (a server busy or restarting)
     poison: str = "{}"  # fault "poison": this event data is sent in place of a token chunk, then the stream goes on
     #: A server that saturates: at most ``slots`` streams generate at once (the rest wait, their TTFT growing with
@@ -139,7 +141,10 @@ class Emitter:
     async def models(self, request: web.Request) -> web.Response:
         if self.config.models_status != 200:
             return web.json_response({"detail": "no cache"}, status=self.config.models_status)
-        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": self.config.owned_by}]})
+        entry: dict[str, Any] = {"id": MODEL, "object": "model", "owned_by": self.config.owned_by}
+        if self.config.max_model_len is not None:
+            entry["max_model_len"] = self.config.max_model_len
+        return web.json_response({"object": "list", "data": [entry]})
 
     # One "token" per whitespace-separated word: the emitter's tokenizer, served like vLLM's /tokenize.
     async def tokenize(self, request: web.Request) -> web.Response:
@@ -175,6 +180,11 @@ class Emitter:
         max_tokens = int(body.get("max_output_tokens" if api == "responses" else "max_tokens") or 16)
         n_tokens = min(max_tokens, c.early_stop_tokens) if c.fault == "early_stop" else max_tokens
         prompt_tokens = c.truncate_to if c.fault == "truncate" else count_prompt(body, api)
+        if c.max_model_len is not None and prompt_tokens + max_tokens > c.max_model_len:
+            return web.json_response({"error": {
+                "message": f"This model's maximum context length is {c.max_model_len} tokens. However, you "
+                           f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
+                           f"{max_tokens} in the completion).", "type": "BadRequestError", "code": 400}}, status=400)
         # usage: where chat and completions ask for it (stream_options.include_usage); always on the others
         usage = c.usage and (api in ("messages", "responses") or bool((body.get("stream_options") or {})
                                                                        .get("include_usage")))

@@ -432,8 +432,8 @@ LEVEL_RULES: tuple[Rule, ...] = (
          "leaves the level on a host nobody checked (serverhost.ServerHost.guard)", _host_unchecked),
     Rule(Code.CLIENT_BOUND, "the client's own limits (loop lag, CPU, send delay; loadgen.ClientWatch and its "
          "thresholds) make timings read late", _client_bound),
-    Rule(Code.SLOTS_EXCEEDED, "the server's slots or slot context cannot hold the level (the adapter's "
-         "slot_warnings: each server's own limits)", _slots_exceeded),
+    Rule(Code.SLOTS_EXCEEDED, "the server's slots or the context it gives a request cannot hold the level (the "
+         "adapter's slot_warnings: each server's own limits)", _slots_exceeded),
     Rule(Code.CONCURRENCY_NOT_REACHED, "a level that never had its concurrency in flight did not measure it",
          _concurrency_not_reached),
     Rule(Code.ERROR_RATE, "a level with more failures than --max-error-rate is failed, not published",

@@ -43,7 +43,7 @@ class ServerInfo:
     owned_by: str | None = None
     engine_version: str | None = None
     slots: int | None = None  # llama.cpp: parallel slots
-    slot_ctx: int | None = None  # llama.cpp: context per slot
+    slot_ctx: int | None = None  # the context one request may fill (llama.cpp: a slot's; vLLM: max_model_len)
     adapter: Adapter = adapters.GENERIC  # the server's quirks: everything that differs per server
     models_error: str | None = None  # why /v1/models could not be read, when --model made it optional
 

@@ -57,7 +57,7 @@ class ServerFacts:
 
     version: str | None = None
     slots: int | None = None  # parallel slots (llama.cpp)
-    slot_ctx: int | None = None  # context per slot (llama.cpp)
+    slot_ctx: int | None = None  # the context one request may fill (llama.cpp: a slot's; vLLM: max_model_len)
 
 
 class Adapter:
@@ -85,6 +85,8 @@ class Adapter:
     metric_names: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: The root-relative path that says the server is up (for embedded engines and cold starts).
     health_path: ClassVar[str] = "/v1/models"
+    #: What gives a request more context on this server, said where one does not fit.
+    more_context: ClassVar[str] = "serve a longer context"
 
     def detect(self, p: Probes) -> bool:
         return False

@@ -49,6 +49,7 @@ class LlamaServer(Adapter):
         "busy_slots_per_decode": ("llamacpp:n_busy_slots_per_decode",),
     }
     health_path = "/health"
+    more_context = "raise the server's -c, or fewer slots (-np): its context is split across them"
 
     def detect(self, p: Probes) -> bool:
         return p.props is not None and ("default_generation_settings" in p.props or "total_slots" in p.props)

@@ -32,6 +32,7 @@ class VLLM(Adapter):
         "cached_by_tier": ("vllm:prompt_tokens_cached_by_source_total",),
     }
     health_path = "/health"
+    more_context = "raise vLLM's --max-model-len"
     stream_options = {"include_usage": True, "continuous_usage_stats": True}
 
     def chat_tokenize_steps(self, messages: list[dict[str, Any]], tools: list[Any] | None,
@@ -48,8 +49,20 @@ class VLLM(Adapter):
         return p.version is not None and "version" in p.version and p.owned_by != "llamacpp"
 
     def facts(self, p: Probes) -> ServerFacts:
+        """The version from ``/version``; the context a request may fill from ``/v1/models``, whose entries carry
+        the served model's ``max_model_len`` (a longer request is refused with HTTP 400)."""
         v = (p.version or {}).get("version")
-        return ServerFacts(version=v if isinstance(v, str) else None)
+        lens = {m.get("max_model_len") for m in p.model_entries}
+        ctx = lens.pop() if len(lens) == 1 else None
+        ok = isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0
+        return ServerFacts(version=v if isinstance(v, str) else None, slot_ctx=ctx if ok else None)
+
+    def slot_warnings(self, slots: int | None, slot_ctx: int | None, concurrency: int | None,
+                      tokens_per_request: int) -> list[str]:
+        if slot_ctx and tokens_per_request > slot_ctx:
+            return [f"a request needs {tokens_per_request} tokens of context but the server's max_model_len is "
+                    f"{slot_ctx}: vLLM refuses such a request; {self.more_context}"]
+        return []
 
     def output_length_fields(self, max_tokens: int, eos_token_id: int | None, api: str) -> dict[str, Any]:
         """vLLM 0.32: its Responses request has ``ignore_eos`` but no ``min_tokens`` (``ignore_eos`` and

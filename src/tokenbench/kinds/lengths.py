@@ -29,11 +29,12 @@ class RequestPrompts:
     (``WorkloadRecord.request_lengths``: the same seed draws the same lengths), or from a dataset the next of its
     ``items`` (in the run's shuffled order) with the output length it gives, else the drawn one. ``fields`` gives
     the request fields that fix one output length, put in each request when lengths vary (None: every request's
-    are the client's ``body_extras``)."""
+    are the client's ``body_extras``). ``context``: the most tokens the server gives a request, where it says; the
+    first item that passes it is warned of, as the server will refuse it."""
 
     def __init__(self, builder: PromptBuilder, workload: WorkloadRecord, extra: dict[str, Any],
                  fields: LengthFields | None = None, items: list[PromptItem] | None = None,
-                 warn: Callable[[str], None] | None = None) -> None:
+                 warn: Callable[[str], None] | None = None, context: int | None = None) -> None:
         self.builder = builder
         self.workload = workload
         self.extra = extra
@@ -43,6 +44,8 @@ class RequestPrompts:
         self.pool: list[tuple[int, PreparedRequest]] = []
         self.counter = 0
         self.longest = 0  # the most tokens (prompt and output) of a request prepared so far
+        self.context = context
+        self.over_context = False  # an item that passes the server's context was warned of
 
     async def prepare(self, n: int) -> None:
         for k in range(n - len(self.pool)):
@@ -61,6 +64,11 @@ class RequestPrompts:
                           "repeat, and a server's prefix cache can serve a repeated prompt")
             count, reply = await measure(item, self.builder.tok)
             n_out = item.output_len or reply or n_out
+            if self.context and count + n_out > self.context and not self.over_context and self.warn is not None:
+                self.over_context = True
+                self.warn(f"a dataset item of {count:,} prompt tokens and {n_out:,} out passes the server's "
+                          f"{self.context:,}-token context a request: the server will refuse it, and such items "
+                          "count as failed requests (the level is flagged slots_exceeded)")
             text = item.text()
             messages = item.wire_messages() if self.workload.api in CONVERSATIONAL else None
         else:
@@ -107,7 +115,7 @@ class BoundRequests:
 
     def prompts(self) -> RequestPrompts:
         return RequestPrompts(self.b.builder, self.workload, {}, self.fields, self.items,
-                              self.b.warn if self.items else None)
+                              self.b.warn if self.items else None, self.b.endpoint.info.slot_ctx)
 
     def level(self, level: Level, repetition: int, records: list[RequestRecord], on_done: OnDone) -> LevelWork:
         return RequestLevel(self.b.opts.requests, level, timed=self.b.opts.duration_s is not None)

@@ -205,7 +205,8 @@ class SessionsKind:
         return ctx, self
 
     def bind(self, b: Binding) -> BoundSessions:
-        """A session ends where the server's slot would overflow (llama.cpp answers a longer prompt with an error)."""
+        """A session ends where the context the server gives a request would overflow (llama.cpp's slot, vLLM's
+        max_model_len: either answers a longer prompt with an error)."""
         plan, slot_ctx = self.plan, b.endpoint.info.slot_ctx
         if plan.max_context is None and slot_ctx:
             plan = replace(plan, max_context=slot_ctx - int(plan.output.maximum()))

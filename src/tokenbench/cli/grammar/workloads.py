@@ -60,7 +60,7 @@ def add_workload_options(s: argparse.ArgumentParser) -> None:
     g.add_argument("--think-time", default="0s", help="an agent's pause between turns, e.g. 2s or uniform:1s-5s")
     g.add_argument("--max-context", type=POSITIVE_INT,
                    help="a session whose next turn would pass this many tokens ends (or is compacted: --on-cap) "
-                        "(default: the server's slot context where it says, else the embedded model's)")
+                        "(default: the context the server gives a request where it says, else the embedded model's)")
     g.add_argument("--on-cap", choices=["end", "compact"], default="end",
                    help="at the cap: end the session, or replace its history by a summary and go on")
     g.add_argument("--no-baseline", action="store_true",
