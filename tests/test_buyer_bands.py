@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from tokenbench.cli import main
+from tokenbench.reader import load_result
 from tokenbench.predict.calibration import Calibration
 from tokenbench.predict.kind import Kind, box_class
 from tokenbench.predict.setup import Setup
 from tokenbench.predict.specs import Catalog
+from tokenbench.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -206,9 +208,27 @@ def test_compare_of_predicted_sessions_says_predicted(tmp_path: Path, capsys: py
                      "--concurrency", "1,4", "--save", box, "--db", db]) == 0
     capsys.readouterr()
     assert main(["compare", "h100", "strix-halo", "--db", db]) == 0
-    out = " ".join(capsys.readouterr().out.split())
+    printed = capsys.readouterr().out
+    out = " ".join(printed.split())
     assert "server said" not in out and "predicted: the cache serves" in out
     assert "where the ratio lies when each PREDICTED side measures within its band" in out
+    # the throughput rows carry the band the 4-agent line printed (the serving loop's), as the TTFT rows carry
+    # theirs; the session's time, for which no prediction keeps a band, says it has none
+    bands = {}
+    for box in ("h100", "strix-halo"):
+        pct = load_result(Store(db, readonly=True), box).manifest.band_pct or {}
+        assert pct.get("throughput"), pct
+        bands[box] = pct["throughput"] / 100
+    tps = [ln.split()[-2:] for ln in printed.splitlines() if ln.strip().startswith("Output tok/s")]
+    assert len(tps) == 2, printed  # one a number of agents
+    for ratio_text, span in tps:
+        ratio = float(ratio_text.rstrip("×"))
+        low, high = (float(x) for x in span.strip("()").split("–"))
+        # as wide as the two bands allow, each side's fast end no further than its ceiling
+        assert low == pytest.approx(ratio * (1 - bands["h100"]) / (1 + bands["strix-halo"]), rel=0.02) and \
+            ratio < high, (ratio, low, high, bands)
+    times = [ln for ln in printed.splitlines() if ln.strip().startswith("Session p50 (s)")]
+    assert len(times) == 2 and all(ln.endswith("(no band)") for ln in times), times
 
 
 def test_llama_cpp_ttft_of_agents_sent_together_grows_with_them(capsys: pytest.CaptureFixture[str]) -> None:

@@ -92,7 +92,13 @@ def test_a_session_note_names_the_bands_its_tables_carry() -> None:
     for t, metrics in zip(out.tables, (("prefill", "decode"), ("ttft", "tpot"))):
         ttft, _, dec = [r[0] for r in t.rows if "±" in r[0] or "≤" in r[0]]
         assert f"{metrics[0]} {ttft.split()[2]}" in out.note and f"{metrics[1]} {dec.split()[2]}" in out.note
-    assert set(out.band_pct() or {}) == {"prefill", "decode", "ttft", "tpot"} and None not in out.band_pct().values()
+    # and the 8 agents' aggregate rate, under its table, with the serving loop's throughput band (its fast end
+    # held at the rate's ceiling: +61/−63%)
+    line = next(ln for ln in out.tables[1].lines if "output tok/s in all" in ln)
+    pct = round((out.band_pct() or {})["throughput"] or 0)
+    assert pct > 0 and f"throughput ±{pct}%" in out.note and f"{pct}% (wide)" in line, (line, out.note)
+    assert set(out.band_pct() or {}) == {"prefill", "decode", "ttft", "tpot", "throughput"} and \
+        None not in out.band_pct().values()
 
 
 def test_fit_gives_its_split_decode_a_band_and_a_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

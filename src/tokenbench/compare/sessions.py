@@ -83,7 +83,8 @@ class SessionBlock:
     a: dict[str, SessionSide]
     b: dict[str, SessionSide]
     gains: list[str]  # "NAME: turn 20 at 48K context: TTFT 0.31 s cached, 9.8 s uncached (...)"
-    #: each side's band (a share of its figure: 0 measured, None a prediction without one) for TTFT and throughput
+    #: each side's band (a share of its figure: 0 measured, None a prediction without one) for TTFT, throughput and
+    #: the session's time (for which no prediction keeps one)
     bands: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
 
 
@@ -179,7 +180,8 @@ def compare_sessions(a: RunResult, b: RunResult) -> SessionComparison:
             {k: SessionSide.of(s) for (cc, k), s in la.items() if cc == c},
             {k: SessionSide.of(s) for (cc, k), s in lb.items() if cc == c}, gains,
             {m: (band_of(a, name), band_of(b, name)) for m, name in (("ttft", "Median TTFT"),
-                                                                     ("throughput", "Aggregate output"))}))
+                                                                     ("throughput", "Aggregate output"),
+                                                                     ("session", "Session time"))}))
     warnings = model_warnings(a.manifest, b.manifest) + condition_warnings(a, b) + _session_workload_warnings(a, b)
     warnings += session_view.warnings(a) + session_view.warnings(b)
     warnings += [f"{run_name(r)} is {r.predicted_mark}, not measured" for r in (a, b) if r.predicted_mark]
@@ -204,12 +206,17 @@ def _notes(a: RunResult, b: RunResult, ca: set[int], cb: set[int]) -> list[str]:
 def _ratio(x: float | None, y: float | None, bands: tuple[float | None, float | None] | None = None,
            higher_better: bool = True, fast: tuple[float | None, float | None] = (None, None)) -> str:
     """A/B, and where a side is PREDICTED the range the bands allow it ("0.18× (0.12–0.27)"), each side's fast end
-    held at its physical limit (``fast``, a share of its figure)."""
+    held at its physical limit (``fast``, a share of its figure); "no band" where a predicted side kept none for
+    the row, so no range can be given (``bands``' None)."""
     if not (x and y):
         return "—"
     r = x / y
     said = f"{r:.2f}×" if r >= 0.1 else f"{r:.2g}×"
-    span = band_range(r, *bands, higher_better, fast) if bands else None
+    if bands is None:
+        return said
+    if None in bands:
+        return said + " (no band)"
+    span = band_range(r, *bands, higher_better, fast)
     return said + (f" ({times(span[0])}–{times(span[1])})" if span else "")
 
 
@@ -258,7 +265,7 @@ def session_level_table(block: SessionBlock) -> tuple[list[str], list[list[str]]
     for label, get, fmt, ratio in _SESSION_ROWS:
         values = [get(x) if x else None for x in sides]
         if any(v is not None for v in values):
-            band = block.bands.get("throughput") if "tok/s" in label else None
+            band = block.bands.get("throughput" if "tok/s" in label else "session")
             fast = (sides[0].output_fast if sides[0] else None, sides[2].output_fast if sides[2] else None)
             rows.append([label, *map(fmt, values), _ratio(values[0], values[2], band, True, fast) if ratio else ""])
     return _warm_only(block, head, rows, (2, 4))

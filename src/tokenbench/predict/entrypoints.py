@@ -306,9 +306,9 @@ def _predict_sessions(cfg: PredictConfig, shape: SessionShape, s: Setup, cal: Ca
         head, rows = session_table(s, cal, p, log)
         new = [note for note in dict.fromkeys(p.notes) if note not in said]
         said.update(new)
-        shown.append(PredictedTable(head, rows, n, session_lines(s, p, cfg.sessions or None), new))
+        shown.append(PredictedTable(head, rows, n, session_lines(s, cal, p, cfg.sessions or None, log), new))
         sessions.append(p)
-        metrics += [m for m in session_metrics(n) if m not in metrics]
+        metrics += [m for m in (*session_metrics(n), *(("throughput",) if n > 1 else ())) if m not in metrics]
     # the note under the tables names what the furthest of them reaches: the deepest turn, the most agents
     s.reach = replace(s.reach, depth=max(p.turns[-1].context for p in sessions), concurrency=max(cfg.levels))
     past = context_remark(s.model, max(p.turns[-1].context for p in sessions) + shape.output)

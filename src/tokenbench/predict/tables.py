@@ -404,10 +404,13 @@ def session_table(s: Setup, cal: Calibration, p: SessionPrediction, log: BandLog
     return ["Turn"] + [str(t.turn) for t in shown], rows
 
 
-def session_lines(s: Setup, p: SessionPrediction, sessions: int | None = None) -> list[str]:
+def session_lines(s: Setup, cal: Calibration, p: SessionPrediction, sessions: int | None = None,
+                  log: BandLog | None = None) -> list[str]:
     """The lines under a session table: its last turn, the session's time as the sum of its parts (with the
-    cache and without it), the tokens of one session, for N agents their aggregate rate, and with ``sessions``
-    how long they take. Uncalibrated: the ceilings (the least time the box allows), said so."""
+    cache and without it), the tokens of one session, for N agents their aggregate rate (with the serving loop's
+    throughput band at that many agents and the deepest turn's context, as the serve table bands its own; ``log``
+    records it), and with ``sessions`` how long they take. Uncalibrated: the ceilings (the least time the box
+    allows), said so."""
     est = s.calibrated
 
     def pick(e: rf.Estimate) -> float:
@@ -435,8 +438,9 @@ def session_lines(s: Setup, p: SessionPrediction, sessions: int | None = None) -
     ]
     if p.agents > 1:
         thr = p.throughput(True)
-        total = figure(thr[1] if est else thr[0])
-        lines.append(f"{p.agents} agents, sessions back to back: {total} output tok/s in all" + what)
+        total = estimate_cell(s, cal, "throughput", f"{figure(thr[1])} output tok/s in all", last.context + sh.output,
+                              p.agents, thr[1], thr[0], log) if est else f"{figure(thr[0])} output tok/s in all"
+        lines.append(f"{p.agents} agents, sessions back to back: {total}" + what)
     if sessions:
         r = rounds(sessions, p.agents)
         lines.append(f"{sessions} sessions on {plural(p.agents, 'agent')}: {r} after another, "
