@@ -364,3 +364,18 @@ def test_the_metrics_sampler_tries_again_where_a_kept_alive_connection_was_close
     m = asyncio.run(sampled())
     assert m.failed == 0 and [s.get("vllm:num_requests_running") for _, s in m.samples] == [3.0] * 3, \
         (m.failed, m.samples)
+
+
+def test_the_host_agents_client_tries_again_where_a_kept_alive_connection_was_closed() -> None:
+    """`--agent`: the power and guard reads go to `tokenbench agent` (or a proxy in front of it) over kept-alive
+    connections, and a read sent as the other end closed one was lost, ending the read with an error (aiohttp's
+    own second try of a GET takes another connection of the pool, closing too)."""
+    from tokenbench.hostagent.client import AgentClient
+
+    async def read() -> list[object]:
+        async with _ClosingServer({"/mark": b'{"t": 1.5}'}) as root, aiohttp.ClientSession() as http:
+            agent = AgentClient(root, "secret", http=http)
+            await asyncio.gather(*(agent.get("/mark") for _ in range(4)))  # four connections in the pool
+            return [await agent.get("/mark") for _ in range(3)]
+
+    assert asyncio.run(read()) == [{"t": 1.5}] * 3

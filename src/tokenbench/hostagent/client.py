@@ -18,6 +18,7 @@ from ..guard_results import GuardSnapshot
 from ..errors import EndpointError, UsageError
 from ..power.interval import Interval
 from ..power.report import PowerReport
+from ..servers import once_more_if_closed
 from ..wire import WireError, loads
 from .host import HostSnapshot
 
@@ -79,14 +80,18 @@ class AgentClient:
         if self._http is None:
             self._http = aiohttp.ClientSession()
         headers = {"Authorization": f"Bearer {self.token}"}
-        try:
-            async with self._http.get(self.url + path, params=params, headers=headers,
-                                         timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as r:
+
+        async def call(http: aiohttp.ClientSession) -> tuple[int, bytes]:
+            async with http.get(self.url + path, params=params, headers=headers,
+                                timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as r:
                 if (r.content_length or 0) > MAX_ANSWER_BYTES:
                     raise AgentError(f"{self._where()} answered {path} with {r.content_length:,} bytes: is the URL "
                                      "the agent's?")
-                body = await r.read()
-                status = r.status
+                return r.status, await r.read()
+
+        try:
+            # a proxy in front of the agent, or the agent itself, may close a kept-alive connection as it is reused
+            status, body = await once_more_if_closed(self._http, call)
         except aiohttp.ClientConnectorError as e:
             raise AgentError(f"cannot reach {self._where()} ({e.os_error or e}): is `tokenbench agent` running on "
                              "the server host, listening on an address this machine reaches (--host)?") from None
