@@ -122,7 +122,10 @@ def test_sweep_table_json_runs_show(emitter: BackgroundEmitter, tmp_path: Path, 
     code, out, _ = run(["runs", "--db", str(db)], capsys)
     assert code == 0 and doc["run_id"] in out and "emit" in out
     code, out2, _ = run(["show", "emit", "--db", str(db), "--format", "markdown"], capsys)
-    assert code == 0 and out2.startswith("| Concurrency |")
+    # the run's heading (model, engine, workload) above the table, as the table view has it, a paragraph apart
+    head, blank, table = out2.splitlines()[:3]
+    assert code == 0 and head.startswith("model emitter; engine vllm") and "16 in / 8 out tokens" in head
+    assert blank == "" and table.startswith("| Concurrency |")
     code, _, err = run(["show", "nope", "--db", str(db)], capsys)
     assert code != 0 and "no run 'nope'" in err
 

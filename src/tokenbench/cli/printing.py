@@ -22,6 +22,9 @@ def print_result(console: Console, res: RunResult, fmt: str, db: Path, where: st
     currency = res.manifest.currency or DEFAULT_CURRENCY
     lengths = lengths_line(res.manifest)  # lengths that vary: the distribution or the dataset each level drew
     if fmt == "markdown":
+        # the model, the engine and the workload (a replay's pause cap and length scale among them) head the
+        # pasted table as they head the printed one: without them its numbers read as the recorded load's
+        console.print(describe_run(res.manifest) + "\n", markup=False, highlight=False, soft_wrap=True)
         if lengths:
             console.print(lengths + "\n", markup=False, highlight=False, soft_wrap=True)
         console.print(format_sweep_markdown(levels, currency, res.kind == "predict"), markup=False, highlight=False, soft_wrap=True)
