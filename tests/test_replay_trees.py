@@ -54,6 +54,28 @@ def test_show_trees_has_a_row_per_tree_with_its_calls_and_subagents(emitter: Bac
         assert all(t["time_s"] > 0 and t["ttft_ms_p50"] is not None and t["first_call"] == 1 for t in rows)
 
 
+def test_a_replay_in_lanes_says_the_calls_its_mid_trajectory_starts_left_out(emitter: BackgroundEmitter,
+                                                                              tmp_path: Path,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Three lanes of a three-tree set, each lane's first tree from a random call: a replay of 13 calls measured
+    fewer, and its output said so only as a count to compare with the heading's. The level's line says how many
+    trees started mid-trajectory and how many calls before were not measured, as the trees view counts them."""
+    db = str(tmp_path / "t.db")
+    out = tmp_path / "run.json"
+    assert main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--db", db, "--seed", "5",
+                 "--trace", str(weka(tmp_path, TREES)), "--max-think", "0s", "--concurrency", "3",
+                 "--json", str(out)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    stats = json.loads(out.read_text())["levels"][0]["replay"]
+    assert main(["show", "last", "--trees", "--db", db, "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)[0]["trees"]
+    late = [t["first_call"] - 1 for t in rows if t["first_call"] > 1]
+    assert late, rows  # seed 5 starts at least one lane past its trajectory's first call
+    assert (stats["mid_trees"], stats["calls_skipped"]) == (len(late), sum(late))
+    assert f"{len(late)} tree{'s' * (len(late) > 1)} started mid-trajectory" in said, said
+    assert f"{sum(late)} call{'s' * (sum(late) > 1)} before not measured" in said, said
+
+
 def test_a_subagent_is_no_tree_of_its_own() -> None:
     """A subagent's calls (nested too) belong to its root tree's row: a view that grouped by session alone would
     give the five sessions here five rows."""

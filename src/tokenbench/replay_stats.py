@@ -78,6 +78,11 @@ class ReplayStats:
     #: the trees (numbered as ``by_tree`` keys them: their root session) whose every call answered but that the
     #: level's end or an interrupt cut before their last call; None: not known (a level stored without it)
     cut_trees: list[int] | None = None
+    #: the trees whose first call measured was past their trajectory's first (a lane's first tree starts at a
+    #: random call), and the calls of their own sessions before it, not measured (the one just before was sent
+    #: uncounted, to warm the cache); None: not known (a level stored before)
+    mid_trees: int | None = None
+    calls_skipped: int | None = None
 
     @property
     def invalid(self) -> bool:
@@ -117,6 +122,9 @@ def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int |
         sorted(k for k, rs in trees.items() if all(r.ok for r in rs) and any(r.session not in ended for r in rs))
     ok = [r for r in calls if r.ok]
     n_over = sum(overflowed(r) for r in calls)
+    # each tree's first call of its own session sent, 0 its trajectory's first
+    starts = [min(r.turn or 0 for r in rs if r.session == k) for k, rs in trees.items()
+              if any(r.session == k for r in rs)]
     return ReplayStats(
         trees=len(trees), trees_finished=len(finished),
         subagents=len({r.session for r in calls if r.parent is not None}), calls=len(calls),
@@ -125,7 +133,8 @@ def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int |
         agent_tps_p90=_rate_reached_by(ok, 0.9), overflowed=n_over,
         overflow_share=n_over / len(calls) if calls else None,
         by_context=bins(ok, lambda r: r.input_tokens), by_uncached=bins(ok, _uncached), asked=asked,
-        ideal_basis=basis if ideal is not None else None, cut_trees=cut)
+        ideal_basis=basis if ideal is not None else None, cut_trees=cut, mid_trees=sum(1 for s in starts if s),
+        calls_skipped=sum(starts))
 
 
 #: The objective a replay level held to an SLO is also held to: its share of calls refused for their context.

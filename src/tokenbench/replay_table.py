@@ -11,7 +11,7 @@ from rich.console import Console
 from .cells import level_label, ms, num
 from .console import print_table
 from .levels import ServingLevel
-from .replay_stats import ContextBin, tokens
+from .replay_stats import ContextBin, ReplayStats, tokens
 from .layout import plural
 
 
@@ -77,7 +77,17 @@ def replay_lines(s: ServingLevel) -> list[str]:
     over = f"{r.overflowed} of {r.calls} calls overflowed the context" + (" (INVALID: over 1%)" if r.invalid else "")
     short = f"; {r.calls} of the {r.asked} calls asked (--requests): {_why_fewer(s)}" if r.asked and \
         r.calls < r.asked else ""
-    return [f"{level_label(s)}: {trees}; " + "; ".join(cache) + f"; {rate}; {over}{short}"]
+    return [f"{level_label(s)}: {trees}; " + "; ".join(cache) + f"; {rate}; {over}{short}{_mid(r)}"]
+
+
+def _mid(r: ReplayStats) -> str:
+    """Trees a lane started mid-trajectory, and their calls before that point, which were not measured (the one
+    just before was sent uncounted, to warm the cache; those before it not at all): a short recording replayed
+    in several lanes can leave a large share of its calls out so."""
+    if not r.mid_trees:
+        return ""
+    return (f"; {plural(r.mid_trees, 'tree')} started mid-trajectory, as each lane's first does (at a random "
+            f"call): {plural(r.calls_skipped or 0, 'call')} before not measured ('show RUN --trees': From call)")
 
 
 def _why_fewer(s: ServingLevel) -> str:
