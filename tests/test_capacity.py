@@ -392,6 +392,12 @@ def test_a_check_reads_without_exponents_and_one_agent_is_an_agent() -> None:
     # a rate reads as the table's and the SLO FAIL line's do, one decimal: "14.0", not "14"
     assert _check(SloCheck("agent_tps_p90", 14.0, 15.0, "tok/s", False, 32, 30)) == \
         "agent_tps_p90 14.0 tok/s (limit 15.0 tok/s), 30/32 under"
+    # a FAIL whose value rounds to its limit (a real llama-server level read 30.013 ms against 30 ms) shows the
+    # decimals that tell them apart, not "30 ms (limit 30 ms)", which reads as a tie that failed
+    assert _check(SloCheck("ttft_p90", 30.013, 30.0, "ms", False, 40, 4)) == \
+        "ttft_p90 30.01 ms (limit 30 ms), 4/40 over"
+    assert _check(SloCheck("agent_tps", 14.996, 15.0, "tok/s", False, 32)) == "agent_tps 14.996 tok/s (limit 15.0 tok/s)"
+    assert _check(SloCheck("error_rate", 0.01001, 0.01, "share", False, 999)) == "error_rate 1.001% (limit 1.0%)"
     one = CapacityAnswer(SearchSpec("concurrency", 1, 16), "TTFT p90 <= 1 s", "resolved", [], 1.0, 2.0, None, None)
     assert headline(one) == "this box serves 1 agent (1 met the SLO, 2 did not) at TTFT p90 <= 1 s"
     # nor "not even 1 agents", "limit at 1 agents" or "search: 1 levels"

@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .cells import num
 from .layout import plural
-from .slo import SloCheck, duration_text
+from .slo import SloCheck, beside_limit, quantity
 
 if TYPE_CHECKING:
     from .capacity import CapacityAnswer
@@ -100,19 +99,10 @@ def verdict_table(found: CapacityAnswer) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def _quantity(v: float, unit: str) -> str:
-    """884 ms, 1.06 s (never 1.06e+03 ms), 14.0 tok/s, 1,575 tok/s, 1.0%: a rate as the tables write it."""
-    if unit == "share":
-        return f"{v:.1%}"
-    if unit == "ms":
-        return duration_text(v)
-    return f"{num(v)} {unit}"
-
-
 def check_text(c: SloCheck) -> str:
     """One objective at one level: its value, and the limit where it failed."""
-    value = "-" if c.value is None else _quantity(c.value, c.unit)
-    limit = "" if c.met else f" (limit {_quantity(c.limit, c.unit)})"
+    value = "-" if c.value is None else quantity(c.value, c.unit) if c.met else beside_limit(c.value, c.limit, c.unit)
+    limit = "" if c.met else f" (limit {quantity(c.limit, c.unit)})"
     over = f", {c.over}/{c.n} {'under' if c.unit == 'tok/s' else 'over'}" if c.over is not None else ""
     more = f", sure from {c.needed}" if c.met and not c.sure and c.needed else ""
     return f"{c.name} {value}{limit}{over}{more}"

@@ -18,7 +18,7 @@ from .layout import format_markdown, md_paragraph, plural, sig
 from .levels import NO_METER_NOTES, ServingLevel, Telemetry
 from .replay_table import lanes_warmed, print_replays
 from .session_table import print_sessions
-from .slo import SloCheck, duration_text
+from .slo import SloCheck, beside_limit, quantity
 
 
 Column = tuple[str, Callable[[ServingLevel], str]]
@@ -184,14 +184,11 @@ PER_REQUEST = re.compile(r"^(ttft|tpot|e2e|itl)<=")
 
 def _missed(c: SloCheck) -> str:
     """A failed objective, its value against its limit: "ttft_p50 20.6 ms against <= 10 ms (8 of 8 over)"."""
-    def value(v: float | None) -> str:
-        if v is None:
-            return "none measured"
-        return duration_text(v) if c.unit == "ms" else f"{v:.1%}" if c.unit == "share" else f"{num(v)} {c.unit}"
+    value = "none measured" if c.value is None else beside_limit(c.value, c.limit, c.unit)
     floor = c.unit == "tok/s" or c.name == CLIFF_CHECK  # a rate and the cached share are held from below
     rel = ">=" if floor else "<="
     basis = f" ({c.over} of {c.n} {'under' if floor else 'over'})" if c.over is not None else ""
-    return f"{c.name} {value(c.value)} against {rel} {value(c.limit)}{basis}"
+    return f"{c.name} {value} against {rel} {quantity(c.limit, c.unit)}{basis}"
 
 
 def slo_verdict(s: ServingLevel) -> str:
