@@ -398,6 +398,9 @@ def test_a_check_reads_without_exponents_and_one_agent_is_an_agent() -> None:
         "ttft_p90 30.01 ms (limit 30 ms), 4/40 over"
     assert _check(SloCheck("agent_tps", 14.996, 15.0, "tok/s", False, 32)) == "agent_tps 14.996 tok/s (limit 15.0 tok/s)"
     assert _check(SloCheck("error_rate", 0.01001, 0.01, "share", False, 999)) == "error_rate 1.001% (limit 1.0%)"
+    from tokenbench.sweep_table import _missed  # the sweep's SLO FAIL line, alike
+    assert _missed(SloCheck("ttft_p90", 30.013, 30.0, "ms", False, 40, 4)) == \
+        "ttft_p90 30.01 ms against <= 30 ms (4 of 40 over)"
     one = CapacityAnswer(SearchSpec("concurrency", 1, 16), "TTFT p90 <= 1 s", "resolved", [], 1.0, 2.0, None, None)
     assert headline(one) == "this box serves 1 agent (1 met the SLO, 2 did not) at TTFT p90 <= 1 s"
     # nor "not even 1 agents", "limit at 1 agents" or "search: 1 levels"
