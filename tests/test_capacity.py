@@ -289,7 +289,7 @@ def test_a_search_whose_server_went_is_cut_short_not_answered_by_it(tmp_path: Pa
     assert cap["ended"] == "running" and (cap["capacity"], cap["first_fail"]) == (4, None), cap
     assert [v["met"] for v in cap["levels"]] == [True, True, True, None]
     assert "this box serves at least 4 agents at >= 90 tok/s each (cut short before the limit was found)" in said
-    assert "the run stopped here: the server stopped answering during level concurrency 8" in said
+    assert "the run stopped here: the server stopped answering during the level (concurrency 8)" in said
     # read back, the stored level says the same
     res = load_result(Store(tmp_path / "g.db"), doc["run_id"])
     found = answer(res)

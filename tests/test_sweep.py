@@ -168,7 +168,7 @@ def test_truncated_prompts_fail_the_level_and_keep_it(emitter: BackgroundEmitter
 def test_server_dying_mid_level_keeps_finished_levels(tmp_path: Path) -> None:
     with EmitterProcess("--exit-after", "6") as em:  # preflight + 5 requests, then it dies
         store = Store(tmp_path / "r.db")
-        with pytest.raises(EndpointError, match="stopped answering during level concurrency 2"):
+        with pytest.raises(EndpointError, match=r"stopped answering during the level \(concurrency 2\)"):
             sweep(em.url, store, concurrency=[1, 2, 4], requests=4, warmup=0, stall_timeout_s=2)
         (run,) = store.runs()
         assert run.status == "partial"
@@ -203,8 +203,8 @@ def test_a_server_killed_mid_level_keeps_the_level_its_tokenizer_was_building(
         threading.Timer(3.0, server.proc.kill).start()
         # which notices first is a race: the tokenizer asked for the next prompts, or the sends refused where
         # the prompts at hand (the workers' stock) outlast the server; either way the error says the server went
-        with pytest.raises(EndpointError, match="level concurrency 2 stopped sending: the server's tokenizer|"
-                                                "the server stopped answering during level concurrency 2"):
+        with pytest.raises(EndpointError, match=r"the level \(concurrency 2\) stopped sending: the server's tokenizer|"
+                                                r"the server stopped answering during the level \(concurrency 2\)"):
             sweep(server.base_url, store, concurrency=[2, 4], requests=None, duration_s=60, warmup=0,
                   stall_timeout_s=2, workers=workers)
     (run,) = store.runs()
@@ -223,7 +223,7 @@ def test_a_closed_loop_stops_sending_to_a_server_gone(model_cache: Path, tmp_pat
     # tiny tokenizer's tokens outnumber where it splits a word (24 sent read as 21 counted: "truncated")
     with EmitterProcess("--exit-after", "6", "--no-usage") as em:
         store = Store(tmp_path / "r.db")
-        with pytest.raises(EndpointError, match="stopped answering during level concurrency 2"):
+        with pytest.raises(EndpointError, match=r"stopped answering during the level \(concurrency 2\)"):
             sweep(em.url, store, concurrency=[2], requests=None, duration_s=60, warmup=0, tokenizer=tok,
                   stall_timeout_s=2)
     (run,) = store.runs()
@@ -241,7 +241,7 @@ def test_a_level_whose_server_went_is_failed_under_its_error_threshold(model_cac
     tok = str(tiny.ensure(model_cache).hf_dir)
     with EmitterProcess("--exit-after", "401", "--no-usage") as em:
         store = Store(tmp_path / "r.db")
-        with pytest.raises(EndpointError, match="stopped answering during level concurrency 2"):
+        with pytest.raises(EndpointError, match=r"stopped answering during the level \(concurrency 2\)"):
             sweep(em.url, store, concurrency=[2, 4], requests=None, duration_s=60, warmup=0, tokenizer=tok,
                   stall_timeout_s=2)
     (run,) = store.runs()

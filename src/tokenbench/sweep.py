@@ -410,18 +410,18 @@ class _Sweep:
     async def stop_if_broken(self, level: Level, last: ServingLevel) -> None:
         """A truncated prompt fails the run; lost connections ask whether the server is still there."""
         if self.source_error is not None:  # its prompts could not be built: the server's tokenizer is gone
-            raise EndpointError(f"level {level.describe()} stopped sending: {self.source_error}")
+            raise EndpointError(f"the level ({level.describe()}) stopped sending: {self.source_error}")
         truncated = last.finding(Code.PROMPT_TRUNCATED)
         if truncated is not None:
-            raise LevelFailed(f"level {level.describe()} failed: {truncated.text}")
+            raise LevelFailed(f"the level ({level.describe()}) failed: {truncated.text}")
         if not (set(last.errors) & CONNECTION_ERRORS or (last.failed and not last.completed)):
             return
         if self.alive is not None and not self.alive():
-            raise EngineError(f"the embedded engine died during level {level.describe()}: see its log")
+            raise EngineError(f"the embedded engine died during the level ({level.describe()}): see its log")
         try:
             await discover(self.ep.http, self.cfg.url, self.cfg.api_key, timeout=5, model=self.ep.model)
         except EndpointError as e:
-            raise EndpointError(f"the server stopped answering during level {level.describe()}: {e}") from e
+            raise EndpointError(f"the server stopped answering during the level ({level.describe()}): {e}") from e
 
 
 def _end_status(summary: ServingLevel, load: _Load) -> str:
