@@ -229,6 +229,19 @@ def test_a_json_file_of_no_format_is_refused_naming_the_formats_read(tmp_path: P
     assert "Mooncake JSONL" in err and "MLCommons" in err and "--dataset" in err and "missing" not in err
 
 
+def test_a_session_log_whose_header_line_was_removed_is_said_so(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A recording with its first line removed by hand was "not a trace tokenbench reads: its first record's keys
+    (session, parent, sent, ...) are no format's": those are a session log's own keys."""
+    log = Path(__file__).resolve().parents[1] / "examples" / "trajectories" / "session-log.jsonl"
+    p = tmp_path / "mine.jsonl"
+    p.write_text("".join(log.read_text().splitlines(True)[1:]))
+    code = main(["sweep", "--url", "http://127.0.0.1:9/v1", "--trace", str(p), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{p}: its first record is a session log's call, with no header line before it" in err, err
+
+
 
 @pytest.mark.parametrize("argv", [["--concurrency", "4"], ["--rate", "2"], ["--input-len", "100"],
                                   ["--output-len", "9"], ["--shape", "short"]])

@@ -358,7 +358,10 @@ REFUSALS: list[tuple[str, str, str | bytes, str]] = [
     ("tracelab tool latency", "t.jsonl", _lines(TRACELAB, 1, _set("tools.0.tool_wall_latency_ms", -3)),
      ":1: tools[0].tool_wall_latency_ms: -3 is negative"),
     ("session log without header", "s.jsonl", "".join(SESSION_LOG.read_text().splitlines(True)[1:]),
-     ":1: format: None: a session log starts with a header"),
+     ":1: format: this line is a call, not the header a session log starts with (naming 'tokenbench-session-log', "
+     "as record writes it first): was the header line removed?"),
+    ("session log header not a log's", "s.jsonl", _lines(SESSION_LOG, 1, _set("format", "other")),
+     ":1: format: 'other': a session log starts with a header naming 'tokenbench-session-log'"),
     ("session log version", "s.jsonl", _lines(SESSION_LOG, 1, _set("version", 2)), ":1: version: 2"),
     ("session log headers", "s.jsonl", _lines(SESSION_LOG, 2, _set("headers", {"x": "y"})),
      ":2: headers: a session log holds no headers or keys"),
@@ -367,7 +370,9 @@ REFUSALS: list[tuple[str, str, str | bytes, str]] = [
     ("session log pause", "s.jsonl", _lines(SESSION_LOG, 5, _set("pause", 1.0)),
      ":5: pause: 1 s where the times say 4 s"),
     ("session log end order", "s.jsonl", _lines(SESSION_LOG, 3, _set("end", 1.0)),
-     ":3: first_byte: sent 2.5, first_byte 2.7, end 1 s are not in that order"),
+     ":3: end: sent 2.5, first_byte 2.7, end 1 s are not in that order"),  # the field out of order is named
+    ("session log first byte order", "s.jsonl", _lines(SESSION_LOG, 3, _set("first_byte", 2.0)),
+     ":3: first_byte: sent 2.5, first_byte 2, end 3.5 s are not in that order"),
     ("session log lines order", "s.jsonl", _lines(SESSION_LOG, 3, lambda d: {**d, "sent": 1.0, "first_byte": 1.2, "end": 1.5}),
      ":3: end: 1.5 s is before the line before's 2 s"),
     ("session log unknown role", "s.jsonl", _lines(SESSION_LOG, 2, _set("request.messages.1.role", "boss")),

@@ -111,6 +111,9 @@ def refuse_unknown(path: str | Path) -> None:
     first = first_json_line(text)
     if first is None and (why := _broken_json(p, text)):
         raise UsageError(f"{p} {why}; --trace reads {FORMATS_READ}: name one with --trace-format")
+    if isinstance(first, dict) and {"session", "sent", "first_byte", "end"} <= first.keys():
+        raise UsageError(f"{p}: its first record is a session log's call, with no header line before it: a session "
+                         "log starts with the line `tokenbench record` writes first, naming its format; restore it")
     if isinstance(first, dict):
         keys = ", ".join(list(first)[:6]) + (", ..." if len(first) > 6 else "") or "none"
         raise UsageError(f"{p}: not a trace tokenbench reads: its first record's keys ({keys}) are no format's. "

@@ -105,6 +105,9 @@ class _Session:
 
 
 def header(obj: dict[str, Any]) -> Header:
+    if "format" not in obj and {"session", "sent"} <= obj.keys():
+        raise Refusal("format", f"this line is a call, not the header a session log starts with (naming {FORMAT!r}, "
+                                "as record writes it first): was the header line removed?")
     if obj.get("format") != FORMAT:
         raise Refusal("format", f"{obj.get('format')!r}: a session log starts with a header naming {FORMAT!r}")
     if obj.get("version") != VERSION:
@@ -191,8 +194,9 @@ def _request(obj: dict[str, Any], line: int, head: Header, sessions: dict[str, _
     if s.parent != parent:
         raise Refusal("parent", f"{parent!r}, where line {s.line} gave session {sid!r} the parent {s.parent!r}")
     sent, first, end = (as_seconds(obj.get(k), k) for k in ("sent", "first_byte", "end"))
-    if not sent <= first <= end:
-        raise Refusal("first_byte", f"sent {sent:g}, first_byte {first:g}, end {end:g} s are not in that order")
+    if not sent <= first <= end:  # the field named is the first out of order
+        raise Refusal("first_byte" if first < sent else "end",
+                      f"sent {sent:g}, first_byte {first:g}, end {end:g} s are not in that order")
     pause = as_optional_seconds(obj.get("pause"), "pause")
     n_in, n_out, cached = _usage(as_obj(obj.get("usage"), "usage"), head.lengths_only)
     call = Call(0, f"line {line}", n_in, n_out, 0.0, "start", duration_s=end - sent, ttft_s=first - sent,
