@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tokenbench.cells import ms
 from tokenbench.cli import main
 from tokenbench.emitter import BackgroundEmitter
 from tokenbench.errors import UsageError
@@ -286,6 +287,15 @@ def test_a_replay_from_the_command_line_prints_at_80_columns(emitter: Background
     assert replay["asked"] == 20 and replay["calls"] < 20, replay
     assert f"{replay['calls']} of the 20 calls asked (--requests): a level replays each trajectory once" in \
         " ".join(out.split()), out
+    # TTFT by the call's place in its session, an agent's first question ("turn 1 against turn 20"), which the
+    # JSON held and no table showed: a row per call (up to ten), as the level's session turns give it
+    turns = json.loads((tmp_path / "r.json").read_text())["levels"][0]["session"]["turns"]
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(" Call  Sessions  Context"))
+    shown = [line.split() for line in lines[at + 2:at + 2 + min(len(turns), 10)]]
+    assert [int(r[0]) for r in shown] == [t["turn"] + 1 for t in turns][:len(shown)], shown
+    assert all(r[1] == str(t["n"]) and " ".join(r[4:6]) == ms(t["ttft_ms"]["p50"]) for r, t in zip(shown, turns)), \
+        (shown, turns)
     # a level cut short, or whose calls failed, did not run out of trajectories: it says why it sent fewer
     from tokenbench.levels import ServingLevel
     from tokenbench.reader import load_result

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from .cells import level_label, ms, num
 from .console import print_table
-from .levels import ServingLevel
+from .levels import ServingLevel, TurnPoint
 from .replay_stats import ContextBin, ReplayStats, tokens
 from .layout import plural
 
@@ -40,6 +40,32 @@ def bin_rows(s: ServingLevel, markdown: bool = False) -> tuple[list[str], list[l
         rows.append((left[i] if i < len(left) else ["", "", "", "", ""]) +
                     (right[i] if i < len(right) else [bar.strip(), "", ""]))
     return header, rows
+
+
+#: The most calls of a session the by-call table shows: every one up to it, then a readable subset.
+CALLS_SHOWN = 10
+BY_CALL_TITLE = "TTFT by the call's place in its recorded session (a subagent's in its own), p50 over the " \
+    "sessions that reached it"
+
+
+def call_rows(s: ServingLevel) -> tuple[list[str], list[list[str]]]:
+    """A replay level's calls by their place in their recorded session: how many sessions reached it, the mean
+    context they sent and its cached share, TTFT p50 and p90. Every call up to CALLS_SHOWN, then the first three,
+    every k-th and the last."""
+    assert s.session is not None
+    by = {t.turn: t for t in s.session.turns if t.n}
+    turns = sorted(by)
+    if len(turns) > CALLS_SHOWN:
+        step = -(-len(turns) // (CALLS_SHOWN - 3))
+        keep = set(turns[:3]) | set(turns[step - 1::step]) | {turns[-1]}
+        turns = [t for t in turns if t in keep]
+    return ["Call", "Sessions", "Context", "Cached", "TTFT p50", "TTFT p90"], [_call_row(by[k]) for k in turns]
+
+
+def _call_row(t: TurnPoint) -> list[str]:
+    ctx, cached = t.context_tokens_mean, t.cached_tokens_mean
+    return [str(t.turn + 1), str(t.n), tokens(round(ctx)) if ctx is not None else "—",
+            f"{cached / ctx:.0%}" if cached is not None and ctx else "—", ms(t.ttft_ms.p50), ms(t.ttft_ms.p90)]
 
 
 def lanes_warmed(s: ServingLevel) -> bool:
@@ -110,6 +136,8 @@ def print_replays(console: Console, levels: list[ServingLevel], fmt: str = "tabl
             continue
         print_table(console, *bin_rows(s), fmt, numeric=True,
                     title=f"{level_label(s)}: TTFT by the context a call sent, and by the tokens prefilled")
+        if s.session is not None and any(t.n for t in s.session.turns):
+            print_table(console, *call_rows(s), fmt, numeric=True, title=f"{level_label(s)}: {BY_CALL_TITLE}")
     for s in levels:
         for line in replay_lines(s):
             console.print(line, markup=False, highlight=False)

@@ -10,7 +10,7 @@ from ..cells import level_label
 from ..session_view import is_replay_run
 from ..depth_table import depth_notes, depth_rows
 from ..levels import ServingLevel, depth_levels, serving
-from ..replay_table import bin_rows, replay_heading, replay_lines
+from ..replay_table import BY_CALL_TITLE, bin_rows, call_rows, replay_heading, replay_lines
 from ..session_table import over_time
 from ..layout import format_markdown, md_escape
 from ..predict.banding import one_line
@@ -61,6 +61,8 @@ def replay_part(levels: list[ServingLevel]) -> list[str]:
         if s.replay is not None and s.replay.by_context:
             lines += ["", md_escape(f"{level_label(s)}: TTFT by the context a call sent, and by the tokens prefilled:"),
                       "", format_markdown(*bin_rows(s, markdown=True))]
+        if s.replay is not None and s.session is not None and any(t.n for t in s.session.turns):
+            lines += ["", md_escape(f"{level_label(s)}: {BY_CALL_TITLE}:"), "", format_markdown(*call_rows(s))]
     return lines
 
 
