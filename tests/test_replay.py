@@ -324,6 +324,8 @@ def test_a_replay_from_the_command_line_prints_at_80_columns(emitter: Background
     workload = json.loads((tmp_path / "r.json").read_text())["manifest"]["workload"]
     assert workload["kind"] == "replay" and workload["trajectories"]["format"] == "weka"
     assert workload["max_think_s"] == 0.0 and workload["trajectories"]["subagents"] == 2
+    # the API the calls went to, in the manifest and the heading, as a sweep's (a length-only set: completions)
+    assert workload["api"] == "completions" and "; completions API;" in " ".join(out.split()), out
     # a replay's levels carry session statistics over its lanes, and the report drew its calls as the turns of
     # agent sessions, recommend called it "an agent-session run": it is a replay, and says so everywhere
     assert main(["report", run_id, "--html", str(tmp_path / "r.html")]) == 0

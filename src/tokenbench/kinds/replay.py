@@ -90,7 +90,9 @@ class BoundReplay:
         return not self.plan.trajectories.figures.subagents
 
     def workload_entry(self) -> dict[str, Any]:
-        return self.plan.to_dict() | {"seed": self.b.seed}
+        """The plan, the seed, and the API the calls went to (a length-only set's completions, a full-text set's
+        chat or messages), which the run's heading states as a sweep's does."""
+        return self.plan.to_dict() | {"seed": self.b.seed, "api": self.b.opts.api}
 
     def prompts(self) -> RequestPrompts:
         """The warm-ups' prompts: unique, of the set's median call, so an engine's one-time costs are paid there."""
