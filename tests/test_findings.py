@@ -275,6 +275,9 @@ def test_a_peak_kv_cache_no_sample_saw_is_not_printed_as_zero() -> None:
     assert "peak KV cache 0%" not in said and "peak KV cache not seen (no /metrics sample of 2" in said, said
     s.telemetry = Telemetry(samples=5, running_max=4.0, kv_cache_usage_max=0.25)
     assert "peak KV cache 25%" in " ".join(notes([s]))
+    # a small use of a large pool (a real vLLM read 0.12% of its 1 GiB pool) is not "0%"
+    s.telemetry = Telemetry(samples=5, running_max=4.0, kv_cache_usage_max=0.0012)
+    assert "peak KV cache 0.12%" in " ".join(notes([s]))
 
 
 def test_an_over_offered_level_held_for_a_duration_is_told_to_hold_longer() -> None:
