@@ -118,13 +118,9 @@ def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int |
     trees = by_tree(calls)
     finished = [rs for rs in trees.values()
                 if all(r.ok and (ended is None or r.session in ended) for r in rs)]
-    cut = None if ended is None else \
-        sorted(k for k, rs in trees.items() if all(r.ok for r in rs) and any(r.session not in ended for r in rs))
     ok = [r for r in calls if r.ok]
     n_over = sum(overflowed(r) for r in calls)
-    # each tree's first call of its own session sent, 0 its trajectory's first
-    starts = [min(r.turn or 0 for r in rs if r.session == k) for k, rs in trees.items()
-              if any(r.session == k for r in rs)]
+    starts = _starts(trees)
     return ReplayStats(
         trees=len(trees), trees_finished=len(finished),
         subagents=len({r.session for r in calls if r.parent is not None}), calls=len(calls),
@@ -133,8 +129,22 @@ def replay_stats(records: list[RequestRecord], ideal: float | None, asked: int |
         agent_tps_p90=_rate_reached_by(ok, 0.9), overflowed=n_over,
         overflow_share=n_over / len(calls) if calls else None,
         by_context=bins(ok, lambda r: r.input_tokens), by_uncached=bins(ok, _uncached), asked=asked,
-        ideal_basis=basis if ideal is not None else None, cut_trees=cut, mid_trees=sum(1 for s in starts if s),
+        ideal_basis=basis if ideal is not None else None, cut_trees=_cut(trees, ended),
+        mid_trees=sum(1 for s in starts if s),
         calls_skipped=sum(starts))
+
+
+def _cut(trees: dict[int, list[RequestRecord]], ended: set[int] | None) -> list[int] | None:
+    """The trees whose every call answered but that did not reach their last call (None: not known)."""
+    if ended is None:
+        return None
+    return sorted(k for k, rs in trees.items() if all(r.ok for r in rs) and any(r.session not in ended for r in rs))
+
+
+def _starts(trees: dict[int, list[RequestRecord]]) -> list[int]:
+    """Each tree's first call of its own session measured, 0 its trajectory's first."""
+    return [min(r.turn or 0 for r in rs if r.session == k) for k, rs in trees.items()
+            if any(r.session == k for r in rs)]
 
 
 #: The objective a replay level held to an SLO is also held to: its share of calls refused for their context.
