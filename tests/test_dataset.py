@@ -392,7 +392,7 @@ def test_an_item_longer_than_the_servers_context_is_warned_of_and_counted(emitte
                  "--json", str(out)])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 0, err
-    said = "a dataset item of 80 prompt tokens and 8 out passes the server's 64-token context a request"
+    said = "a dataset item of 80 prompt tokens and 8 out passes the 64 tokens of context the server gives a request"
     assert err.count(said) == 1, err  # once, for the first such item
     lv = json.loads(out.read_text())["levels"][0]
     assert (lv["completed"], lv["failed"]) == (3, 2)
