@@ -396,7 +396,8 @@ def test_a_check_reads_without_exponents_and_one_agent_is_an_agent() -> None:
     # decimals that tell them apart, not "30 ms (limit 30 ms)", which reads as a tie that failed
     assert _check(SloCheck("ttft_p90", 30.013, 30.0, "ms", False, 40, 4)) == \
         "ttft_p90 30.01 ms (limit 30 ms), 4/40 over"
-    assert _check(SloCheck("agent_tps", 14.996, 15.0, "tok/s", False, 32)) == "agent_tps 14.996 tok/s (limit 15.0 tok/s)"
+    assert _check(SloCheck("agent_tps", 14.996, 15.0, "tok/s", False, 32)) == \
+        "agent_tps 14.996 tok/s (limit 15.0 tok/s)"
     assert _check(SloCheck("error_rate", 0.01001, 0.01, "share", False, 999)) == "error_rate 1.001% (limit 1.0%)"
     from tokenbench.sweep_table import _missed  # the sweep's SLO FAIL line, alike
     assert _missed(SloCheck("ttft_p90", 30.013, 30.0, "ms", False, 40, 4)) == \

@@ -73,7 +73,8 @@ def test_depths_beyond_vllms_max_model_len_are_skipped_and_name_its_flag(emitter
     by = {(lv["test"], lv["depth"]): lv for lv in doc["levels"]}
     assert by[("tg8", 0)]["status"] == "complete" and by[("pp64", 4096)]["status"] == "skipped"
     why = next(f for f in by[("pp64", 4096)]["findings"] if f["code"] == "exceeds_context")
-    assert "the 2048 tokens of context the server gives a request" in why["message"] and "--max-model-len" in why["remedy"], why
+    assert "the 2048 tokens of context the server gives a request" in why["message"], why
+    assert "--max-model-len" in why["remedy"], why
     # nothing was sent at the depth that does not fit: every request fit the server's context
     assert all(len(b["prompt"].split()) + b["max_tokens"] <= 2048 for b in emitter.emitter.requests_seen
                if "prompt" in b)

@@ -54,9 +54,8 @@ def test_show_trees_has_a_row_per_tree_with_its_calls_and_subagents(emitter: Bac
         assert all(t["time_s"] > 0 and t["ttft_ms_p50"] is not None and t["first_call"] == 1 for t in rows)
 
 
-def test_a_replay_in_lanes_says_the_calls_its_mid_trajectory_starts_left_out(emitter: BackgroundEmitter,
-                                                                              tmp_path: Path,
-                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_replay_in_lanes_says_the_calls_its_mid_trajectory_starts_left_out(
+        emitter: BackgroundEmitter, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Three lanes of a three-tree set, each lane's first tree from a random call: a replay of 13 calls measured
     fewer, and its output said so only as a count to compare with the heading's. The level's line says how many
     trees started mid-trajectory and how many calls before were not measured, as the trees view counts them."""

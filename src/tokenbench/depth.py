@@ -297,8 +297,8 @@ async def run_depth(cfg: DepthConfig, store: Store, note: Note | None = None) ->
         slot_ctx = ep.info.slot_ctx
         fits = [d for d in cfg.depths if not slot_ctx or d + cfg.pp + cfg.tg <= slot_ctx]
         if not fits:
-            raise UsageError(f"no depth fits the {slot_ctx} tokens of context the server gives a request with pp {cfg.pp} and "
-                             f"tg {cfg.tg}: lower --depths, or {ep.info.adapter.more_context}")
+            raise UsageError(f"no depth fits the {slot_ctx} tokens of context the server gives a request with pp "
+                             f"{cfg.pp} and tg {cfg.tg}: lower --depths, or {ep.info.adapter.more_context}")
         client = ep.client(timeout_s=cfg.timeout_s)
         builder = PromptBuilder(ep.tokenizer, seed, log.run_id.rsplit("-", 1)[-1])
         manifest = ep.manifest(cfg.embedded, cfg.label, cfg.command, seed=seed, workload={

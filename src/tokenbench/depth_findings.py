@@ -102,7 +102,8 @@ def exceeds_context(depth: int, pp: int, tg: int, slot_ctx: int, advice: str) ->
     """Depth: a depth that does not fit the context the server gives a request, kept as skipped. ``advice``: the
     server's way to give more (its adapter's ``more_context``)."""
     return Finding(Code.EXCEEDS_CONTEXT,
-                   f"depth {depth} + pp {pp} + tg {tg} does not fit the {slot_ctx} tokens of context the server gives a request",
+                   f"depth {depth} + pp {pp} + tg {tg} does not fit the {slot_ctx} tokens of context the server "
+                   "gives a request",
                    f"not run ({advice})", depth + pp + tg, slot_ctx, "tokens")
 
 

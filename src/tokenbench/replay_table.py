@@ -13,6 +13,7 @@ from .console import print_table
 from .levels import ServingLevel, TurnPoint
 from .replay_stats import ContextBin, ReplayStats, tokens
 from .layout import plural
+from .session_table import readable_turns
 
 
 def seconds(v: float) -> str:
@@ -54,12 +55,8 @@ def call_rows(s: ServingLevel) -> tuple[list[str], list[list[str]]]:
     every k-th and the last."""
     assert s.session is not None
     by = {t.turn: t for t in s.session.turns if t.n}
-    turns = sorted(by)
-    if len(turns) > CALLS_SHOWN:
-        step = -(-len(turns) // (CALLS_SHOWN - 3))
-        keep = set(turns[:3]) | set(turns[step - 1::step]) | {turns[-1]}
-        turns = [t for t in turns if t in keep]
-    return ["Call", "Sessions", "Context", "Cached", "TTFT p50", "TTFT p90"], [_call_row(by[k]) for k in turns]
+    return ["Call", "Sessions", "Context", "Cached", "TTFT p50", "TTFT p90"], \
+        [_call_row(by[k]) for k in readable_turns(sorted(by), CALLS_SHOWN)]
 
 
 def _call_row(t: TurnPoint) -> list[str]:

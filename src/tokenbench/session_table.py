@@ -18,10 +18,11 @@ from .slo import duration_text
 SESSION_TURNS_SHOWN = 12
 
 
-def _shown_turns(turns: list[int]) -> list[int]:
-    if len(turns) <= SESSION_TURNS_SHOWN:
+def readable_turns(turns: list[int], most: int = SESSION_TURNS_SHOWN) -> list[int]:
+    """Every turn up to ``most``, else the first three, every k-th and the last (about ``most`` in all)."""
+    if len(turns) <= most:
         return turns
-    step = -(-len(turns) // (SESSION_TURNS_SHOWN - 3))
+    step = -(-len(turns) // (most - 3))
     keep = set(turns[:3]) | set(turns[step - 1::step]) | {turns[-1]}
     return [t for t in turns if t in keep]
 
@@ -38,7 +39,7 @@ def session_rows(warm: ServingLevel, busted: ServingLevel | None) -> tuple[list[
     by_turn = {t.turn: t for t in warm.session.turns}
     header = ["Turn", "Context", "Cached", "TTFT warm", "TTFT busted", "Gain", "Decode tok/s"]
     rows = []
-    for k in _shown_turns(sorted(by_turn)):
+    for k in readable_turns(sorted(by_turn)):
         t, b = by_turn[k], cold.get(k)
         gain = b.ttft_ms.p50 / t.ttft_ms.p50 if b is not None and b.ttft_ms.p50 and t.ttft_ms.p50 else None
         rows.append([str(k + 1), tokens(t.context_tokens_mean), _share(t.cached_tokens_mean, t.context_tokens_mean),

@@ -67,8 +67,8 @@ class RequestPrompts:
             if self.context and count + n_out > self.context and not self.over_context and self.warn is not None:
                 self.over_context = True
                 self.warn(f"a dataset item of {count:,} prompt tokens and {n_out:,} out passes the "
-                          f"{self.context:,} tokens of context the server gives a request: the server will refuse it, and such items "
-                          "count as failed requests (the level is flagged slots_exceeded)")
+                          f"{self.context:,} tokens of context the server gives a request: the server will refuse "
+                          "it, and such items count as failed requests (the level is flagged slots_exceeded)")
             text = item.text()
             messages = item.wire_messages() if self.workload.api in CONVERSATIONAL else None
         else:
