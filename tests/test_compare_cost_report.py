@@ -17,6 +17,7 @@ from tokenbench.pricing import Pricing, api_in
 from tokenbench.errors import UsageError
 from tokenbench.importers import import_file
 from tokenbench.distribution import Distribution
+from tokenbench.emitter import BackgroundEmitter
 from tokenbench.levels import LevelSummary, ServingLevel
 from tokenbench.store import Store
 from tokenbench.reader import load_result
@@ -899,3 +900,27 @@ def test_open_loop_levels_are_set_beside_the_other_runs_at_the_same_rate(
     assert main(["compare", "poisson", "constant", "--db", str(tmp_path / "r.db")]) == 0
     said = " ".join(capsys.readouterr().out.split())
     assert "Rate: 0.5/s" in said and "not compared: only A has rate 1/s" in said, said
+
+
+def test_the_effective_line_and_the_report_withhold_a_tpot_the_table_withholds(emitter: BackgroundEmitter,
+                                                                             tmp_path: Path) -> None:
+    """A real vLLM level whose answers came whole in one read showed "—" for its median TPOT (0.6 ms is no
+    decode), yet compare built "~0.8 s batched (... 199 x TPOT 0.6 ms)" on it, as fast as a llama-server 1.5x its
+    throughput, and the report drew the point. Both now leave it out: the line falls back on the level's rate."""
+    from tokenbench.report.series import build
+
+    db = str(tmp_path / "r.db")
+    for label, burst in (("whole", True), ("streamed", False)):
+        emitter.configure(burst=burst, ttft_s=0.002, itl_s=0.002)
+        assert main(["sweep", "--url", emitter.url, "--concurrency", "1,2", "--requests", "8", "--warmup", "0",
+                     "--input-len", "16", "--output-len", "32", "--guard", "off", "--no-metrics", "--quiet",
+                     "--label", label, "--db", db]) == 0
+    store = Store(db)
+    whole, streamed = load_result(store, "whole"), load_result(store, "streamed")
+    assert all("one_read" in o.summary.flags for o in whole.outcomes)
+    said = compare(whole, streamed).effective
+    mine = next(line for line in said if line.startswith("whole:"))
+    assert "TPOT" not in mine and "tok/s aggregate" in mine, said
+    assert "x TPOT" in next(line for line in said if line.startswith("streamed:")), said
+    tpot = next(p for p in build([whole, streamed]) if p.id == "tpot")
+    assert [line.name for line in tpot.lines] == ["streamed"], tpot.lines

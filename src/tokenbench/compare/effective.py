@@ -9,6 +9,7 @@ from .. import adapters
 from ..pricing import effective_serving_s
 from ..levels import DepthLevel, LevelSummary, ServingLevel, serving
 from ..results import RunResult
+from ..sweep_table import tpot_shown
 from .sides import run_name
 
 #: Aggregate throughput at the highest concurrency over single-stream throughput above which a server whose
@@ -59,7 +60,9 @@ def _batched_line(res: RunResult, serve: list[ServingLevel], agents: int, tokens
     s = max(at, key=lambda x: x.concurrency or 0) if at else min(serve, key=lambda x: x.concurrency or 0)
     how = "predicted" if res.predicted_mark else "measured"
     note = "" if s.concurrency == agents else f" ({how} at concurrency {s.concurrency}, the nearest)"
-    ttft, tpot = s.ttft_ms.p50, s.tpot_ms.p50
+    # the median TPOT the tables show: none where the answers came whole in one read (its 0 is no decode, and a
+    # time built on it read a vLLM level as fast as a llama-server one 1.5x its throughput): the rate serves then
+    ttft, tpot = s.ttft_ms.p50, tpot_shown(s)
     rate = s.output_throughput_tps if whole else s.sustained_tps
     if whole and s.plateau is not None:
         note += " over its whole window, as compared"
@@ -86,7 +89,7 @@ def _sequential_line(res: RunResult, levels: list[LevelSummary], serve: list[Ser
     """N agents in turn on one stream: each request's first token, then its tokens, where a concurrency-1 level
     measured both; else tokens over the decode rate (llama-bench's tg: decoding only, said so)."""
     one = next((s for s in serve if s.concurrency == 1), None)
-    ttft, tpot = (one.ttft_ms.p50, one.tpot_ms.p50) if one is not None else (None, None)
+    ttft, tpot = (one.ttft_ms.p50, tpot_shown(one)) if one is not None else (None, None)
     if ttft is not None and tpot is not None:
         t = agents * (ttft + (tokens - 1) * tpot) / 1000
         return (f"{_named(res)}: ~{t:,.1f} s as one sequential stream ({agents} requests in turn, each TTFT "

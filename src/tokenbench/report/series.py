@@ -18,6 +18,7 @@ from ..pricing import Pricing
 from ..levels import ServingLevel, depth_levels, serving
 from ..results import RunResult
 from ..session_view import BUSTED, cache_of
+from ..sweep_table import tpot_shown
 from . import style
 
 
@@ -163,7 +164,7 @@ def _serve_lines(plots: dict[str, Plot], r: RunResult, i: int, price: Pricing | 
                  _points(sv, lambda s: price.per_mtok(s.sustained_tps)), r, i, cache=cache)
         for pct in ("p50", "p99"):
             _add(plots["ttft"], f"{name} {pct}", _points(serve, lambda s: getattr(s.ttft_ms, pct)), r, i, pct, cache)
-        _add(plots["tpot"], name, _points(serve, lambda s: s.tpot_ms.p50), r, i, cache=cache)
+        _add(plots["tpot"], name, _points(serve, tpot_shown), r, i, cache=cache)  # none the tables withhold
         _interactivity_lines(plots, name, sv, r, i, price, one, cache)
 
 
@@ -236,7 +237,7 @@ def _rate_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
     _add(plots["rate_throughput"], name, pts(lambda s: s.sustained_tps if s.output_throughput_tps else None), r, i)
     for pct in ("p50", "p99"):
         _add(plots["rate_ttft"], f"{name} {pct}", pts(lambda s: getattr(s.ttft_ms, pct)), r, i, pct)
-    _add(plots["rate_tpot"], name, pts(lambda s: s.tpot_ms.p50), r, i)
+    _add(plots["rate_tpot"], name, pts(tpot_shown), r, i)
 
 
 def _depth_lines(plots: dict[str, Plot], r: RunResult, i: int) -> None:
