@@ -26,13 +26,16 @@ def _speed(store: Store, label: str, tps: float) -> None:
                    [lv], "0", "2026-01-01T00:00:00", "2026-01-01T00:01:00")
 
 
-def _quality(store: Store, label: str, wrong_every: int | None, api: str | None = None) -> None:
-    """16 needle cells; every ``wrong_every``-th answered wrong; made with ``api`` (None: not recorded)."""
+def _quality(store: Store, label: str, wrong_every: int | None, api: str | None = None, model: str = MODEL,
+             answer: str = "the needle is 42") -> None:
+    """16 needle cells; every ``wrong_every``-th answered wrong; made with ``api`` (None: not recorded); each
+    answer ``answer``, the first cell's excepted (its own), so outputs pair for agreement."""
     items = [Item("niah", i, f"cell{i}", "p", status="fail" if wrong_every and i % wrong_every == 0 else "pass",
                   score=0.0 if wrong_every and i % wrong_every == 0 else 1.0, latency_ms=100.0,
-                  detail={"context": 1024, "depth": 50}) for i in range(16)]
+                  response=answer if i else "the needle is 42", detail={"context": 1024, "depth": 50})
+             for i in range(16)]
     workload = {"workload": {"tasks": ["niah"], "api": api, "max_tokens": 64}} if api else {}
-    store.save_run(f"q-{label}", "quality", label, {"label": label, "model": MODEL, "seed": 0, **workload,
+    store.save_run(f"q-{label}", "quality", label, {"label": label, "model": model, "seed": 0, **workload,
                                                      "summary": task_summary(items)}, "measured", [], "0",
                    "2026-01-02T00:00:00", "2026-01-02T00:01:00")
     store.save_quality_items(f"q-{label}", [it.to_row() for it in items])
@@ -59,6 +62,43 @@ def test_compare_prints_the_quality_verdict_beside_the_speed(db: str, capsys: py
     # --latest takes the newest run of a kind compare takes: it took the newer quality run and refused it
     assert main(["compare", "fast", "slow", "--latest", "--db", db]) == 0
     assert "quality (runs q-fast and q-slow)" in capsys.readouterr().out
+
+
+def test_the_quality_line_beside_speed_says_outputs_that_differ_as_well_as_the_score(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On real servers a needle task read "niah: same within noise (0.0 vs 0.0 points, p = 1, 6 items)" beside
+    the speed table and in the report, where quality compare found its outputs differ beyond the floor: the line
+    said the score's verdict alone."""
+    store = Store(tmp_path / "r.db")
+    _speed(store, "a", 800.0)
+    _speed(store, "b", 300.0)
+    _quality(store, "a", None)
+    _quality(store, "b", None, answer="a needle, I think")  # the same scores, 15 of 16 outputs not the same
+    assert main(["compare", "a", "b", "--db", str(tmp_path / "r.db")]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "niah: same within noise (100.0 vs 100.0 points, p = 1, 16 items); outputs different: 1 of 16 outputs " \
+        "identical" in said, said
+
+
+def test_quality_compare_warns_of_two_models_and_a_run_that_did_not_finish(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """quality compare of the tiny model against the small one blamed the difference on the box without a word,
+    and two interrupted runs read "same within noise on every task" with only a note at the end."""
+    db = str(tmp_path / "r.db")
+    store = Store(db)
+    _quality(store, "tiny", None, model="tokenbench-tiny-llama")
+    _quality(store, "small", None, model="tokenbench-small-llama")
+    store.finish_run("q-small", "interrupted", "2026-01-02T00:01:00")
+    assert main(["quality", "compare", "tiny", "small", "--db", db]) == 0
+    out = capsys.readouterr().out.splitlines()
+    verdict = next(i for i, line in enumerate(out) if line.startswith("verdict: "))
+    warned = " ".join(" ".join(out[:verdict]).split())  # before the verdict, where it is read
+    assert "warning: the two sides ran different models (tokenbench-tiny-llama vs tokenbench-small-llama): a " \
+        "difference below is the models' as much as the boxes'" in warned, out
+    assert "warning: small is interrupted, not complete: only the items both runs finished are compared" in warned
+    _quality(store, "tiny-again", None, model="tokenbench-tiny-llama")
+    assert main(["quality", "compare", "tiny", "tiny-again", "--db", db]) == 0
+    assert "warning" not in capsys.readouterr().out
 
 
 def test_a_box_without_a_quality_run_is_compared_on_speed_alone(tmp_path: Path,

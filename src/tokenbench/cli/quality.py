@@ -15,7 +15,7 @@ from .. import redact
 from ..errors import LevelFailed, TokenbenchError, UsageError
 from ..results import Manifest, RunResult
 from ..servers import normalize_base_url
-from ..store import Store
+from ..store import RunRow, Store
 from .common import (check_output, embedded_spec, emit_json, int_list, json_object, notifier, run_exit, saved,
                      seconds, tokens)
 from .grammar.quality import EMBEDDED_CONTEXTS, REMOTE_CONTEXTS
@@ -176,6 +176,8 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
     if not line.judged:  # nothing to judge by: a refusal, not a verdict
         raise UsageError(f"runs {la} and {lb}: {line.text}")
     ma, mb = Manifest.from_dict(ra.manifest), Manifest.from_dict(rb.manifest)
+    for w in quality_warnings(ra, rb, ma, mb, la, lb):
+        console.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
     console.print(f"A: {la} ({ra.id}, {ma.engine or '?'}, {ma.model})\n"
                   f"B: {lb} ({rb.id}, {mb.engine or '?'}, {mb.model})",
                   style="dim", markup=False, highlight=False)
@@ -216,6 +218,17 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
                                      "text": floor.describe({ra.id: la, rb.id: lb})},
                            "tasks": [tc.to_dict() for tc in cmp]})
     return 0
+
+
+def quality_warnings(ra: RunRow, rb: RunRow, ma: Manifest, mb: Manifest, la: str, lb: str) -> list[str]:
+    """What the verdict below cannot say of the boxes alone: two models or weight formats (a difference is then
+    theirs as much as the boxes'), a run that did not finish (only the items both answered are compared)."""
+    from ..compare.sides import model_warnings
+
+    out = model_warnings(ma, mb, "a difference below is the models' as much as the boxes'")
+    out += [f"{name} is {r.status}, not complete: only the items both runs finished are compared (the rest are "
+            "named as left out below)" for name, r in ((la, ra), (lb, rb)) if r.status != "complete"]
+    return out
 
 
 def _floor_cells(v: AgreementVerdict | None) -> list[str]:

@@ -53,19 +53,19 @@ def _model_name(m: Manifest) -> str | None:
     return embedded_name(m.model) if m.model else m.model
 
 
-def model_warnings(ma: Manifest, mb: Manifest) -> list[str]:
-    """Different models, or different weight formats, on the two sides."""
+def model_warnings(ma: Manifest, mb: Manifest, why: str = "a ratio compares boxes only for the same model shape"
+                   ) -> list[str]:
+    """Different models, or different weight formats, on the two sides; ``why`` says what that takes from the
+    comparison."""
     out = []
     names = [_model_name(m) for m in (ma, mb)]
     ids = [model_identity(n) if n else ("", None) for n in names]
     if all(names) and ids[0][0] != ids[1][0]:
-        out.append(f"the two sides ran different models ({names[0]} vs {names[1]}): a ratio compares boxes only for "
-                   "the same model shape")
+        out.append(f"the two sides ran different models ({names[0]} vs {names[1]}): {why}")
     # the format a run states, else the one its model's name carries (a llama-bench import states none)
     fa, fb = ((m.weights or i[1] or "").upper().replace("-", "_") or None for m, i in ((ma, ids[0]), (mb, ids[1])))
     if fa and fb and fa != fb:
-        out.append(f"the two sides ran different weight formats ({fa} vs {fb}): a ratio compares boxes only for the "
-                   "same model shape")
+        out.append(f"the two sides ran different weight formats ({fa} vs {fb}): {why}")
     return out
 
 

@@ -391,15 +391,20 @@ class Beside:
             return [self.apart.no_verdict()]
         out = []
         for tc in self.tasks:
+            # a task's score and its outputs each have a verdict: both said, as quality compare says them (a
+            # line of the score alone read "same within noise" where the outputs differed beyond the floor)
+            said = []
             if tc.scores is not None:
                 s = tc.scores
-                out.append(f"{tc.task}: {s.verdict_for(name_a, name_b)} ({100 * s.mean_a:.1f} vs {100 * s.mean_b:.1f} points, "
-                           f"p = {s.p_value:.2g}, {s.n} items)")
-            elif tc.agreement is not None:
+                said.append(f"{s.verdict_for(name_a, name_b)} ({100 * s.mean_a:.1f} vs {100 * s.mean_b:.1f} "
+                            f"points, p = {s.p_value:.2g}, {s.n} items)")
+            if tc.agreement is not None:
                 v = tc.agreement_verdict
                 what = "different" if v and v.verdict == "different" else \
                     "within noise" if v and v.verdict == "within noise" else "no floor (sampled, no repeat)"
-                out.append(f"{tc.task}: {what}: {_agree_text(tc.agreement, v)}")
+                said.append(f"outputs {what}: {_agree_text(tc.agreement, v)}")
+            if said:
+                out.append(f"{tc.task}: " + "; ".join(said))
         return out
 
     def to_dict(self) -> dict[str, Any]:
