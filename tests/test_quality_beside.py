@@ -178,3 +178,21 @@ def test_recommend_parity_names_other_settings_not_worse_quality(apart: str,
     assert why["slow"] == ("parity with ref not shown: the quality runs were made with different settings (--api "
                            "chat and --api completions): the prompts sent differ, so no quality verdict is given; "
                            "rerun slow's with --api completions")
+
+
+def test_quality_compare_in_markdown_keeps_its_lines_out_of_the_tables(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The floor's line came straight under the agreement table, so a Markdown renderer read it as one more row,
+    and the verdict was wrapped at the terminal's width inside a paragraph meant to be pasted whole."""
+    monkeypatch.setenv("COLUMNS", "80")
+    db = str(tmp_path / "r.db")
+    store = Store(db)
+    _quality(store, "a", None)
+    _quality(store, "b", 2, answer="a needle, I think")
+    assert main(["quality", "compare", "a", "b", "--db", db, "--format", "markdown"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    assert lines[verdict + 1] == "" and len(lines[verdict]) > 80, lines  # one line, a blank after it
+    for i, line in enumerate(lines[1:], 1):  # every table ends before a line that is not a row of it
+        if lines[i - 1].startswith("|") and line and not line.startswith("|"):
+            raise AssertionError(f"line {i} follows a table without a blank line: {line!r}")

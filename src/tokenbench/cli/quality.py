@@ -181,7 +181,9 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
     console.print(f"A: {la} ({ra.id}, {ma.engine or '?'}, {ma.model})\n"
                   f"B: {lb} ({rb.id}, {mb.engine or '?'}, {mb.model})",
                   style="dim", markup=False, highlight=False)
-    console.print(f"verdict: {line.text}", style=None if line.same else "bold", markup=False, highlight=False)
+    md = a.format == "markdown"  # a paragraph whole (a wrapped line is two), a line after a table a blank apart
+    console.print(f"verdict: {line.text}" + ("\n" if md else ""), style=None if line.same else "bold", markup=False,
+                  highlight=False, soft_wrap=md)
     rows = []
     for tc in cmp:
         s = tc.scores
@@ -207,10 +209,11 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
         print_table(console, ["Task", "Pairs", "Identical outputs", "95% CI", "First difference (median)",
                               "Output length", "Floor", "p", "Output verdict"], agree, a.format,
                     title="agreement of outputs")
-        console.print(floor.describe({ra.id: la, rb.id: lb}), style="dim", markup=False, highlight=False)
+        console.print(("\n" if md else "") + floor.describe({ra.id: la, rb.id: lb}), style="dim", markup=False,
+                      highlight=False, soft_wrap=md)
     for tc in cmp:
         for n in tc.notes:
-            console.print(f"{tc.task}: {n}", style="yellow", markup=False, highlight=False)
+            console.print(f"{tc.task}: {n}", style="yellow", markup=False, highlight=False, soft_wrap=md)
     if a.json:
         emit_json(a.json, {"a": {"run_id": ra.id, "label": ra.label}, "b": {"run_id": rb.id, "label": rb.label},
                            "verdict": line.to_dict(),
