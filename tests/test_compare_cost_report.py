@@ -924,3 +924,9 @@ def test_the_effective_line_and_the_report_withhold_a_tpot_the_table_withholds(e
     assert "x TPOT" in next(line for line in said if line.startswith("streamed:")), said
     tpot = next(p for p in build([whole, streamed]) if p.id == "tpot")
     assert [line.name for line in tpot.lines] == ["streamed"], tpot.lines
+    # the HTML's table of each run says "—" there, and the notes under it are the terminal's, with their levels
+    # and why the TPOT is withheld (they were the levels' warnings, untagged, without that line)
+    page = tmp_path / "r.html"
+    assert main(["report", "whole", "--html", str(page), "--db", db]) == 0
+    text = page.read_text()
+    assert "<td>—</td>" in text and "[1,2] no median TPOT (—)" in text, text[-3000:]

@@ -20,9 +20,9 @@ from ..guard_results import FAIL
 from ..compare.levels import TIE, CompareRow, ratio_cell, ratio_head
 from ..pricing import output_rate
 from ..cells import level_label
-from ..levels import LevelSummary, of_depth, of_serving, serving
+from ..levels import LevelSummary, ServingLevel, of_depth, of_serving, serving
 from ..results import RunResult
-from ..sweep_table import per_agent_shown, tpot_shown
+from ..sweep_table import notes as sweep_notes, per_agent_shown, tpot_unseen
 from . import comparison, facts, figures, sessions, style
 from .document import Report
 from .series import Plot, is_predicted, pricing, run_name
@@ -302,6 +302,13 @@ def _said(v: float | None) -> str | None:
     return style.number(v) if v else None
 
 
+def _p99(s: ServingLevel) -> str | None:
+    """A level's TTFT p99, marked "*" over fewer than 100 requests, as the terminal's table marks it and the note
+    under it says."""
+    said = _said(s.ttft_ms.p99)
+    return said + ("*" if s.ttft_ms.n and s.ttft_ms.n < 100 else "") if said else None
+
+
 def _pm(v: float | None, sd: float | None) -> str | None:
     if not v:
         return None
@@ -316,8 +323,9 @@ def _levels(r: RunResult, price: float | None, currency: str | None) -> str:
         ("Aggregate output (tok/s)", of_serving(lambda s: _said(s.sustained_tps))),
         ("Per-agent (tok/s)", of_serving(lambda s: _said(per_agent_shown(s)))),
         ("TTFT p50 (ms)", of_serving(lambda s: _said(s.ttft_ms.p50))),
-        ("TTFT p99 (ms)", of_serving(lambda s: _said(s.ttft_ms.p99))),
-        ("TPOT p50 (ms)", of_serving(lambda s: _said(tpot_shown(s)))),
+        ("TTFT p99 (ms)", of_serving(_p99)),
+        # "—" where the table withholds it (answers whole in one read), as the terminal's table says it
+        ("TPOT p50 (ms)", of_serving(lambda s: "—" if tpot_unseen(s) else _said(s.tpot_ms.p50))),
         ("Prefill pp (tok/s)", of_depth(lambda s: _pm(s.pp_tps, s.pp_tps_sd))),
         ("Decode tg (tok/s)", of_depth(lambda s: _pm(s.tg_tps, s.tg_tps_sd))),
         (f"Cost ({pr.currency if pr else ''}/M output tokens)",
@@ -408,7 +416,10 @@ def render(rep: Report) -> str:
         guard = _guard(g)
         if guard:
             parts.append(f"<p>Machine state: {_e(g.summary())}</p>{guard}")
-        notes = list(dict.fromkeys(w for o in r.outcomes for w in o.summary.warnings))
+        # a serving run's notes as the terminal prints them under its table: each with its levels, a median TPOT
+        # withheld and why, the servers' own figures; another kind's warnings as they are
+        serve = serving(o.summary for o in r.outcomes)
+        notes = sweep_notes(serve) if serve else list(dict.fromkeys(w for o in r.outcomes for w in o.summary.warnings))
         if notes:
             parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     parts.append("</section>")
