@@ -96,6 +96,17 @@ def test_quality_compare_warns_of_two_models_and_a_run_that_did_not_finish(
     assert "warning: the two sides ran different models (tokenbench-tiny-llama vs tokenbench-small-llama): a " \
         "difference below is the models' as much as the boxes'" in warned, out
     assert "warning: small is interrupted, not complete: only the items both runs finished are compared" in warned
+    # an item in one run only, said in the singular, its causes among them a run that did not finish
+    items = [Item("niah", 0, "cell0", "p", status="pass", score=1.0, response="the needle is 42")]
+    store.save_run("q-one", "quality", "one", {"label": "one", "model": "tokenbench-tiny-llama", "seed": 0,
+                                                "summary": task_summary(items)}, "measured", [], "0",
+                   "2026-01-02T00:00:00", "2026-01-02T00:01:00")
+    store.save_quality_items("q-one", [it.to_row() for it in items])
+    store.finish_run("q-one", "interrupted", "2026-01-02T00:01:00")
+    assert main(["quality", "compare", "tiny", "one", "--db", db]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "niah: 15 items are in one run only (different contexts or depths, or a run that did not finish?)" \
+        in said, said
     _quality(store, "tiny-again", None, model="tokenbench-tiny-llama")
     assert main(["quality", "compare", "tiny", "tiny-again", "--db", db]) == 0
     assert "warning" not in capsys.readouterr().out

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
+from ..layout import plural
 from ..results import Manifest
 from ..reader import load_items
 from ..store import RunRow, Store
@@ -103,8 +104,9 @@ def compare_task(task: str, a: dict[str, Item], b: dict[str, Item], seed: int = 
         tc.scores = compare_paired([a[k].value for k in scored], [b[k].value for k in scored], seed)
     tc.agreement = _agreement(a, b, keys)
     if tc.only_a or tc.only_b:
-        tc.notes.append(f"{tc.only_a + tc.only_b} items are in one run only (different {_pairing(task)[1]}?): "
-                        "left out")
+        n = tc.only_a + tc.only_b
+        tc.notes.append(f"{plural(n, 'item')} {'is' if n == 1 else 'are'} in one run only (different "
+                        f"{_pairing(task)[1]}, or a run that did not finish?): left out")
     return tc
 
 
