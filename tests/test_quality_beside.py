@@ -112,6 +112,14 @@ def test_quality_compare_warns_of_two_models_and_a_run_that_did_not_finish(
     assert "warning" not in capsys.readouterr().out
 
 
+def test_compare_of_quality_runs_points_at_quality_compare(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "q-fast", "q-slow", "--db", db]) == 2
+    assert "run fast is a quality run: compare takes sweep or predict or depth or bench runs ('tokenbench quality " \
+        "compare' compares quality runs)" in " ".join(capsys.readouterr().err.split())
+    assert main(["cost", "q-fast", "--price-per-hour", "2", "--db", db]) == 2
+    assert "quality compare" not in capsys.readouterr().err  # cost has no such command to point at
+
+
 def test_a_box_without_a_quality_run_is_compared_on_speed_alone(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     store = Store(tmp_path / "r.db")

@@ -369,8 +369,11 @@ class Store:
                 raise UsageError(f"no run '{ref}' in {self.path}; runs labelled under it: {', '.join(under[:3])}{more}")
             raise UsageError(f"no run '{ref}' in {self.path}: 'tokenbench runs' lists them")
         if kinds and r.kind not in kinds:
+            # the command that reads such a run, where it is another: quality runs have their own compare
+            other = " ('tokenbench quality compare' compares quality runs)" \
+                if r.kind == "quality" and command == "compare" else ""
             raise UsageError(f"run {r.label or r.id} is a {r.shown_kind} run: {command or 'this command'} takes "
-                             f"{' or '.join(kinds)} runs")
+                             f"{' or '.join(kinds)} runs{other}")
         return r
 
     def _labelled(self, label: str, latest: bool, kinds: tuple[str, ...] | None) -> RunRow | None:
