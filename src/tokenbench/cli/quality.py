@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..engines.embedded import Embedded
     from ..quality.agreement import AgreementVerdict
     from ..quality.items import Item
+    from ..quality.parity import TaskComparison
     from ..quality.runner import QualityConfig
 
 
@@ -184,25 +185,12 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
     md = a.format == "markdown"  # a paragraph whole (a wrapped line is two), a line after a table a blank apart
     console.print(f"verdict: {line.text}" + ("\n" if md else ""), style=None if line.same else "bold", markup=False,
                   highlight=False, soft_wrap=md)
-    rows = []
-    for tc in cmp:
-        s = tc.scores
-        if s is None:
-            continue
-        verdict = s.verdict_for(la, lb)
-        timeouts = f" ({tc.timeouts[0]}/{tc.timeouts[1]} timeouts)" if any(tc.timeouts) else ""
-        rows.append([tc.task, str(s.n), f"{s.mean_a * 100:.1f}", f"{s.mean_b * 100:.1f}",
-                     f"{s.diff_points:+.1f} [{s.ci_points[0]:+.1f}, {s.ci_points[1]:+.1f}]", f"{s.p_value:.3g}",
-                     verdict + timeouts, f"{s.items_needed:,}" if s.items_needed else "—"])
+    rows = _score_rows(cmp, la, lb)
     if rows:
         print_table(console, ["Task", "Items", "A", "B", "A-B points [95% CI]", "p", "Score verdict",
                              "Items for ±2 pts"],
                     rows, a.format)
-    agree = [[tc.task, str(tc.agreement.n), f"{tc.agreement.identical} ({tc.agreement.share:.0%})",
-              f"{100 * tc.agreement.interval[0]:.0f}-{100 * tc.agreement.interval[1]:.0f}%",
-              "—" if tc.agreement.first_diff_median is None else f"{tc.agreement.first_diff_median:g} {tc.agreement.unit}",
-              f"{tc.agreement.mean_length:.0f} {tc.agreement.unit}", *_floor_cells(tc.agreement_verdict)]
-             for tc in cmp if tc.agreement is not None]
+    agree = _agreement_rows(cmp)
     if agree:
         if rows and a.format == "markdown":
             console.print()
@@ -221,6 +209,31 @@ def _compare(a: argparse.Namespace, console: Console) -> int:
                                      "text": floor.describe({ra.id: la, rb.id: lb})},
                            "tasks": [tc.to_dict() for tc in cmp]})
     return 0
+
+
+def _score_rows(cmp: list[TaskComparison], la: str, lb: str) -> list[list[str]]:
+    """Each task with scores: its items, both scores, the difference with its interval, p, the verdict and the
+    items a 2-point difference would need."""
+    rows = []
+    for tc in cmp:
+        s = tc.scores
+        if s is None:
+            continue
+        timeouts = f" ({tc.timeouts[0]}/{tc.timeouts[1]} timeouts)" if any(tc.timeouts) else ""
+        rows.append([tc.task, str(s.n), f"{s.mean_a * 100:.1f}", f"{s.mean_b * 100:.1f}",
+                     f"{s.diff_points:+.1f} [{s.ci_points[0]:+.1f}, {s.ci_points[1]:+.1f}]", f"{s.p_value:.3g}",
+                     s.verdict_for(la, lb) + timeouts, f"{s.items_needed:,}" if s.items_needed else "—"])
+    return rows
+
+
+def _agreement_rows(cmp: list[TaskComparison]) -> list[list[str]]:
+    """Each task with paired outputs: the pairs, those identical, their interval, the first difference, the
+    outputs' length, and the floor's cells."""
+    return [[tc.task, str(g.n), f"{g.identical} ({g.share:.0%})",
+             f"{100 * g.interval[0]:.0f}-{100 * g.interval[1]:.0f}%",
+             "—" if g.first_diff_median is None else f"{g.first_diff_median:g} {g.unit}",
+             f"{g.mean_length:.0f} {g.unit}", *_floor_cells(tc.agreement_verdict)]
+            for tc in cmp if (g := tc.agreement) is not None]
 
 
 def quality_warnings(ra: RunRow, rb: RunRow, ma: Manifest, mb: Manifest, la: str, lb: str) -> list[str]:
