@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import statistics
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import rounds
 from conftest import need_engine
 from servers import Serving
 from tokenbench.cli import main
@@ -36,16 +38,32 @@ def sweep(tmp_path: Path, engine: str, concurrency: str, requests: int, capsys: 
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
+#: A batching engine serves 4 agents faster in aggregate than 1 (the first), and faster than one stream can
+#: generate (the second): the median run's ratios must pass these.
+SCALES = {"over_one": 1.3, "over_one_stream": 1.2}
+
+
 def test_transformers_continuous_batching_scales(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    doc = sweep(tmp_path, "transformers", "1,4", 12, capsys)
-    c1, c4 = doc["levels"]
-    for lv in (c1, c4):
-        assert lv["completed"] == 12 and lv["failed"] == 0
-        assert lv["output_tokens_mean"] == 48 and lv["output_tokens_source"] == "usage"
-        assert lv["input_tokens_mean"] == 96 and "output_short" not in lv["flags"]
-    # A batching engine serves 4 agents faster in aggregate than 1, and faster than one stream can generate.
-    assert c4["output_throughput_tps"] > 1.3 * c1["output_throughput_tps"]
-    assert c4["output_throughput_tps"] > 1.2 * c1["decode_tps"]
+    """The tiny model on 2 cores shared with the client scales unevenly run to run: 8 runs of one machine read
+    4 agents 1.23-1.77x one agent's throughput, and 1.19-1.58x one stream's decode rate, so one run fell below
+    the rules a quarter of the time. The rules are held by the median of two runs, and of a third where the two
+    straddle a limit (rounds.py: the third cannot change a verdict the two agree on)."""
+    ratios: dict[str, list[float]] = {k: [] for k in SCALES}
+
+    def settled() -> bool:
+        return all(min(v) > SCALES[k] or max(v) <= SCALES[k] for k, v in ratios.items())
+
+    for rnd, _ in rounds.played(settled):
+        (tmp_path / str(rnd)).mkdir()
+        doc = sweep(tmp_path / str(rnd), "transformers", "1,4", 12, capsys)
+        c1, c4 = doc["levels"]
+        for lv in (c1, c4):
+            assert lv["completed"] == 12 and lv["failed"] == 0
+            assert lv["output_tokens_mean"] == 48 and lv["output_tokens_source"] == "usage"
+            assert lv["input_tokens_mean"] == 96 and "output_short" not in lv["flags"]
+        ratios["over_one"].append(c4["output_throughput_tps"] / c1["output_throughput_tps"])
+        ratios["over_one_stream"].append(c4["output_throughput_tps"] / c1["decode_tps"])
+    assert all(statistics.median(v) > SCALES[k] for k, v in ratios.items()), ratios
     m = doc["manifest"]
     assert m["engine"] == "transformers" and m["engine_version"]
     assert m["embedded"]["startup_s"] > 0 and "--continuous-batching" in m["server_flags"]
