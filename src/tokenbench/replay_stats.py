@@ -141,10 +141,15 @@ def _cut(trees: dict[int, list[RequestRecord]], ended: set[int] | None) -> list[
     return sorted(k for k, rs in trees.items() if all(r.ok for r in rs) and any(r.session not in ended for r in rs))
 
 
+def first_own_call(root: int, calls: list[RequestRecord]) -> int | None:
+    """A tree's first call of its own session measured (its place in the trajectory, 0 the first); None where
+    only its subagents' calls were."""
+    return min((r.turn or 0 for r in calls if r.session == root), default=None)
+
+
 def _starts(trees: dict[int, list[RequestRecord]]) -> list[int]:
     """Each tree's first call of its own session measured, 0 its trajectory's first."""
-    return [min(r.turn or 0 for r in rs if r.session == k) for k, rs in trees.items()
-            if any(r.session == k for r in rs)]
+    return [k for root, rs in trees.items() if (k := first_own_call(root, rs)) is not None]
 
 
 #: The objective a replay level held to an SLO is also held to: its share of calls refused for their context.

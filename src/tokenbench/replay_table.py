@@ -13,7 +13,7 @@ from .console import print_table
 from .levels import ServingLevel, TurnPoint
 from .replay_stats import ContextBin, ReplayStats, tokens
 from .layout import plural
-from .session_table import readable_turns
+from .session_table import readable_turns, share_of
 
 
 def seconds(v: float) -> str:
@@ -60,9 +60,9 @@ def call_rows(s: ServingLevel) -> tuple[list[str], list[list[str]]]:
 
 
 def _call_row(t: TurnPoint) -> list[str]:
-    ctx, cached = t.context_tokens_mean, t.cached_tokens_mean
+    ctx = t.context_tokens_mean
     return [str(t.turn + 1), str(t.n), tokens(round(ctx)) if ctx is not None else "—",
-            f"{cached / ctx:.0%}" if cached is not None and ctx else "—", ms(t.ttft_ms.p50), ms(t.ttft_ms.p90)]
+            share_of(t.cached_tokens_mean, ctx), ms(t.ttft_ms.p50), ms(t.ttft_ms.p90)]
 
 
 def lanes_warmed(s: ServingLevel) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 from .grace import CUT_KINDS
 from .cells import ms
 from .records import RequestRecord
-from .replay_stats import NS_PER_MS, NS_PER_S, ReplayStats, by_tree
+from .replay_stats import NS_PER_MS, NS_PER_S, ReplayStats, by_tree, first_own_call
 from .replay_table import seconds
 
 FINISHED, FAILED, CUT, UNSAID = "finished", "failed", "cut", "cut?"
@@ -49,8 +49,8 @@ def _ended(rs: list[RequestRecord]) -> str | None:
 
 def _row(n: int, root: int, rs: list[RequestRecord], status: str) -> TreeRow:
     ttfts = [r.ttft_ns / NS_PER_MS for r in rs if r.ok and r.ttft_ns is not None]
-    own = [r.turn or 0 for r in rs if r.session == root]
-    return TreeRow(n, status, min(own, default=0) + 1, len(rs), len({r.session for r in rs if r.parent is not None}),
+    return TreeRow(n, status, (first_own_call(root, rs) or 0) + 1, len(rs),
+                   len({r.session for r in rs if r.parent is not None}),
                    (max(r.end_ns or r.sent_ns for r in rs) - min(r.sent_ns for r in rs)) / NS_PER_S,
                    statistics.median(ttfts) if ttfts else None)
 

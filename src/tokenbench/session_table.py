@@ -27,7 +27,8 @@ def readable_turns(turns: list[int], most: int = SESSION_TURNS_SHOWN) -> list[in
     return [t for t in turns if t in keep]
 
 
-def _share(part: float | None, whole: float | None) -> str:
+def share_of(part: float | None, whole: float | None) -> str:
+    """``part`` as a whole percentage of ``whole``; "—" where either is not known (or the whole is 0)."""
     return f"{100 * part / whole:.0f}%" if part is not None and whole else "—"
 
 
@@ -42,7 +43,7 @@ def session_rows(warm: ServingLevel, busted: ServingLevel | None) -> tuple[list[
     for k in readable_turns(sorted(by_turn)):
         t, b = by_turn[k], cold.get(k)
         gain = b.ttft_ms.p50 / t.ttft_ms.p50 if b is not None and b.ttft_ms.p50 and t.ttft_ms.p50 else None
-        rows.append([str(k + 1), tokens(t.context_tokens_mean), _share(t.cached_tokens_mean, t.context_tokens_mean),
+        rows.append([str(k + 1), tokens(t.context_tokens_mean), share_of(t.cached_tokens_mean, t.context_tokens_mean),
                      ms(t.ttft_ms.p50), ms(b.ttft_ms.p50) if b is not None else "—",
                      f"{gain:.1f}x" if gain else "—", num(t.decode_tps)])
     if busted is None:  # no baseline (--no-baseline, a cliff search): no busted TTFT, no gain, no columns of dashes
