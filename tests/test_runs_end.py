@@ -78,7 +78,9 @@ def test_a_second_ctrl_c_while_the_run_stops_loses_nothing(apart_s: float, tmp_p
         time.sleep(apart_s)
         cli.send_signal(signal.SIGINT)
         shown, err = (x.decode() for x in cli.communicate(timeout=30))
-    assert cli.returncode == 130, err
+    # 130, or death by SIGINT where the second press came once the run was written, as the command exited (Python
+    # ends on a KeyboardInterrupt nothing catches so): a shell reads both as 130
+    assert cli.returncode in (130, -signal.SIGINT), err
     assert "Traceback" not in err and "unhandled exception" not in err, err
     assert json.loads(out.read_text())["status"] == "interrupted"
     (run,) = Store(db).runs()
