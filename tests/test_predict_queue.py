@@ -7,7 +7,10 @@ import statistics
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from conftest import fuzz_examples
 from tokenbench.cli import main
 from tokenbench.errors import UsageError
 from tokenbench.predict import queue
@@ -178,3 +181,31 @@ def test_a_serving_ttft_of_ten_seconds_or_more_reads_in_seconds() -> None:
 
     assert [_ttft(v) for v in (0.0449, 2.935, 9.9994, 10.0, 604.956, 2776.2)] == \
         ["45 ms", "2,935 ms", "9,999 ms", "10.0 s", "605 s", "2,776 s"]
+
+
+@settings(max_examples=fuzz_examples(300), deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 9), st.integers(0, 3)), min_size=1, max_size=12),
+       st.lists(st.tuples(st.integers(0, 120), st.integers(-1, 120)), max_size=10))
+def test_a_span_is_read_step_by_step(shape: list[tuple[int, int]], spans: list[tuple[int, int]]) -> None:
+    """A span's step kinds (``_counts``, read run by run) and every span's summed (``_covered``, one sweep) are
+    what counting each step a..b one at a time gives, wherever a span starts and ends in its runs."""
+    runs, first = [], 0
+    for steps, kind in shape:  # the runs tile the steps from 0, as closed_loop writes them
+        runs.append((first, steps, kind, 0, 0))
+        first += steps
+    each = [kind for _, steps, kind, _, _ in runs for _ in range(steps)]
+    spans = [(min(a, first - 1), min(b, first - 1)) for a, b in spans]
+
+    def by_step(a: int, b: int) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for kind in each[a:b + 1]:
+            out[kind] = out.get(kind, 0) + 1
+        return out
+
+    starts = [r[0] for r in runs]
+    summed: dict[int, int] = {}
+    for a, b in spans:
+        assert queue._counts(runs, starts, a, b) == tuple(sorted(by_step(a, b).items()))
+        for kind, m in by_step(a, b).items():
+            summed[kind] = summed.get(kind, 0) + m
+    assert queue._covered(runs, [s for s in spans if s[0] <= s[1]]) == tuple(sorted(summed.items()))
