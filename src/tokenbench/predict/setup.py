@@ -285,7 +285,8 @@ class Setup:
         if key not in self.costs:
             per_seq = self.spec.gamma + 1 if self.spec else 1
             parts = [self._decode_cost(kind.decodes, ctx, per_seq)] if kind.decodes else []
-            parts += [self._prefill_cost(t, c, self.pass_tokens) for t, c in kind.chunks]
+            pass_tokens = self.pass_tokens
+            parts += [self._prefill_cost(t, c, pass_tokens) for t, c in kind.chunks]
             # llama.cpp runs the step's batch in micro-batches of -ub tokens; a batching engine's is one pass
             tokens = kind.decodes * per_seq + sum(t for t, _ in kind.chunks)
             passes = math.ceil(tokens / max(1, self.ubatch)) if self.kind == "sequential" else 0
