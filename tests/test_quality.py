@@ -505,17 +505,18 @@ def test_knob_check_finds_no_effect_on_a_server_that_ignores_it(capsys: pytest.C
 
 
 def test_shipped_lm_eval_task_stores_every_item(tmp_path: Path) -> None:
-    """Run as a user runs it, in a process of its own: lm-eval's progress bars (tqdm's, drawn with carriage
-    returns into a piped log) stay out of what tokenbench writes, which notes each task instead."""
+    """Run as a user runs it, in a process of its own and in a folder that is no git checkout: lm-eval's progress
+    bars (tqdm's, drawn with carriage returns into a piped log) and its `git describe`'s "fatal: not a git
+    repository" stay out of what tokenbench writes, which notes each task instead."""
     pytest.importorskip("lm_eval")
     out = tmp_path / "h.json"
     env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
     with serve(Answering()) as a:
         proc = subprocess.run([sys.executable, "-m", "tokenbench", "quality", "--url", a.url, "--label", "h",
                                "--tasks", "tokenbench_arith", "--limit", "6", "--json", str(out)],
-                              capture_output=True, text=True, env=env, timeout=300)
+                              capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "it/s" not in proc.stderr and "\r" not in proc.stderr, proc.stderr
+    assert "it/s" not in proc.stderr and "\r" not in proc.stderr and "fatal" not in proc.stderr, proc.stderr
     doc = json.loads(out.read_text())
     assert len(doc["items"]) == 6 and {i["status"] for i in doc["items"]} == {"pass"}
     assert all(i["latency_ms"] is not None and i["score"] == 1.0 for i in doc["items"])

@@ -162,6 +162,22 @@ def _offline_when_unreachable(task: str) -> Iterator[None]:
 
 
 @contextmanager
+def _git_hash_read_not_asked() -> Iterator[None]:
+    """lm-eval records the working directory's git commit by running `git describe`, whose "fatal: not a git
+    repository" reached the terminal wherever tokenbench ran outside a checkout. Its own fallback, which reads the
+    commit from the .git folder without running git, stands in for it while a task runs."""
+    from lm_eval import evaluator
+    from lm_eval.loggers import utils
+
+    before = evaluator.get_git_commit_hash
+    evaluator.get_git_commit_hash = lambda: utils.get_commit_from_path(os.getcwd())
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = before
+
+
+@contextmanager
 def _offline_mode() -> Iterator[None]:
     """Hugging Face's offline mode, its flags put back as they were after."""
     flags = [("huggingface_hub.constants", "HF_HUB_OFFLINE"), ("datasets.config", "HF_HUB_OFFLINE"),
@@ -190,7 +206,7 @@ def evaluate(task: str, cfg: QualityConfig, model: str, note: Any = None) -> lis
     if note:
         note(f"{task}: lm-evaluation-harness, {cfg.limit or 'all'} items, {cfg.api} API")
     try:
-        with _offline_when_unreachable(task):
+        with _offline_when_unreachable(task), _git_hash_read_not_asked():
             res = simple_evaluate(model=lm, tasks=[spec], limit=cfg.limit, log_samples=True,
                                   task_manager=_task_manager(), bootstrap_iters=0, random_seed=cfg.seed,
                                   numpy_random_seed=cfg.seed, torch_random_seed=cfg.seed,
