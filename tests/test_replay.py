@@ -604,3 +604,18 @@ def test_replay_compare_writes_milliseconds_as_every_table_does() -> None:
     from tokenbench.compare.replays import _figure
 
     assert [_figure(v, "ms") for v in (17.0, 30.2, 250.4, 12_500.0)] == ["17.0 ms", "30.2 ms", "250 ms", "12.5 s"]
+
+
+def test_a_call_recorded_with_no_output_is_sent_for_one_token_and_said(emitter: BackgroundEmitter, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A call recorded with 0 output tokens (cut off, or failed, where it was recorded) cannot be asked for 0: it
+    was sent for 1 with no word of it. It still is, and the run says so once, counted."""
+    path = weka(tmp_path, [[call(0, 8, 3, [1, 2]), call(1, 12, 0, [1, 2, 3]), call(2, 16, 0, [1, 2, 3, 4])]])
+    code = main(["sweep", "--url", emitter.url, "--guard", "off", "--no-metrics", "--trace", str(path),
+                 "--max-think", "0s", "--concurrency", "1", "--db", str(tmp_path / "r.db"),
+                 "--json", str(tmp_path / "r.json")])
+    said = " ".join(capsys.readouterr().err.split())
+    assert code == 0 and said.count("2 recorded calls answered nothing (0 tokens: cut off or failed where "
+                                    "recorded): each is sent for 1 token") == 1, said
+    recs = Store(tmp_path / "r.db").requests(json.loads((tmp_path / "r.json").read_text())["run_id"])
+    assert [r.output_tokens for r in measured(recs)] == [3, 1, 1]

@@ -50,7 +50,6 @@ from .client import PreparedRequest, StreamClient
 from .grace import DEFAULT_GRACE_S, INTERRUPTED, Waiting, mark_unfinished, within_grace
 from .records import RequestRecord
 from .sessions import SESSION_HEADER
-from .chat import Message
 from .trajectories.model import Call, Trajectory, TrajectorySet
 from .workload import PromptBuilder, Tokenizer
 from .replay_table import replay_heading
@@ -487,13 +486,8 @@ class ReplayLevel:
 
     async def _answer_tokens(self, call: Call) -> int:
         """A call whose output length is not recorded: its recorded answer's tokens as the run's tokenizer counts
-        them (reasoning, text and tool calls: a reasoning model generates all three), at least 1."""
-        answer: Message | None = call.answer
-        if answer is None:
-            return 1
-        parts = [answer.reasoning_content or "", answer.content if isinstance(answer.content, str) else ""]
-        parts += [c.name + c.arguments for c in answer.tool_calls]
-        text = " ".join(p for p in parts if p)
+        them (``Call.answer_text``), at least 1."""
+        text = call.answer_text
         n = len(await self.texts.builder.tok.encode(text)) if text else 1
         return self.plan.tokens(max(1, n))
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..apis import CONVERSATIONAL
 from ..engines.embedded import slot_context
 from ..errors import UsageError
+from ..layout import plural
 from ..offered_load import Level
 from ..metrics import session_stats, whole_sessions
 from ..records import RequestRecord
@@ -70,6 +71,10 @@ class BoundReplay:
         # a field that follows each call's length or tree says so
         one, two = self.fields(0, 1), self.fields(1, 2)
         self.recorded_fields = {k: v if one.get(k) == v else "per request" for k, v in two.items()}
+        empty = sum(c.sent_for_one for tree in plan.trajectories.trajectories for _, t in tree.walk() for c in t.calls)
+        if empty:
+            b.warn(f"{plural(empty, 'recorded call')} answered nothing (0 tokens: cut off or failed where recorded): "
+                   f"{'each is' if empty > 1 else 'it is'} sent for 1 token, the least a server generates")
 
     def fields(self, agent: int, out_len: int) -> dict[str, Any]:
         """A call's fields: its output length fixed as the server allows, the cache kept warm for its tree (a slot

@@ -173,6 +173,24 @@ class Call:
     answer: Message | None = None  # the recorded output, where the format has it
     tool_uses: tuple[ToolUse, ...] = ()
 
+    @property
+    def answer_text(self) -> str:
+        """The recorded answer as a tokenizer counts it: its reasoning, text and tool calls (a reasoning model
+        generates all three), "" where none is recorded."""
+        a = self.answer
+        if a is None:
+            return ""
+        parts = [a.reasoning_content or "", a.content if isinstance(a.content, str) else ""]
+        parts += [c.name + c.arguments for c in a.tool_calls]
+        return " ".join(p for p in parts if p)
+
+    @property
+    def sent_for_one(self) -> bool:
+        """A call recorded with no output (cut off, or failed, where it was recorded: 0 tokens and no answer's
+        text), which a replay sends for 1 token, the least a server generates."""
+        recorded = self.output_tokens == 0 or (self.output_tokens is None and self.answer is not None)
+        return recorded and not self.answer_text
+
 
 @dataclass(frozen=True, slots=True)
 class Subagent:
