@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 from pathlib import Path
 
@@ -209,3 +210,21 @@ def test_a_span_is_read_step_by_step(shape: list[tuple[int, int]], spans: list[t
         for kind, m in by_step(a, b).items():
             summed[kind] = summed.get(kind, 0) + m
     assert queue._covered(runs, [s for s in spans if s[0] <= s[1]]) == tuple(sorted(summed.items()))
+
+
+@pytest.mark.parametrize("box", [
+    ["--hardware", "amd-ryzen-ai-max-395", "--model", "qwen3-30b-a3b-2507", "--kv", "q8_0"],  # llama.cpp, prompt cache
+    ["--hardware", "nvidia-rtx-4090", "--model", "llama-3.1-8b", "--engine", "llama.cpp", "--parallel", "4"],
+    ["--hardware", "nvidia-h100-sxm", "--model", "qwen3.6-35b-a3b", "--weights", "FP8", "--engine", "vllm",
+     "--spec-tokens", "2", "--acceptance", "0.7"],
+    ["--hardware", "nvidia-h100-sxm", "--model", "llama-3.1-8b", "--engine", "sglang"]],
+    ids=["llama.cpp-cache", "llama.cpp-slots", "vllm-spec", "sglang"])
+def test_a_predicted_p99_ttft_is_never_below_its_median(box: list[str], tmp_path: Path) -> None:
+    """The p99 was the slowest prompt of the start's burst alone, where llama.cpp's server saves no slot yet: on a
+    Strix Halo it read 251 ms against a median of 260 (the median pays the save, 377 ms a request at 4,096 in).
+    It is the slowest of the burst and of the steady state after it."""
+    out = tmp_path / "p.json"
+    for shape in (["--input-len", "128", "--output-len", "64"], ["--input-len", "4096", "--output-len", "256"]):
+        assert main(["predict", *box, *shape, "--concurrency", "1,2,4,16", "--json", str(out)]) == 0
+        for lv in json.loads(out.read_text())["levels"]:
+            assert lv["ttft_ms"]["p99"] >= lv["ttft_ms"]["p50"], (shape, lv["concurrency"], lv["ttft_ms"])

@@ -140,7 +140,7 @@ class LoopTimes:
 
     ttft: float  # median, steady state
     ttft_start: float  # median of the first cycle
-    ttft_worst: float  # the slowest request of the first cycle
+    ttft_worst: float  # the slowest request, of the first cycle's burst or the steady state after it
     tpot_steps: float  # median time of a request's steps after its first token
     cycle: float  # mean time from a steady-state request's arrival to its last token: an agent's cycle
 
@@ -358,7 +358,7 @@ def evaluate(loop: Loop, times: list[float]) -> LoopTimes:
     f = loop.flat
     parts = list(map(mul, map(times.__getitem__, f.kinds), f.steps))
     ttft, start, tpot, cycles = ([sum(parts[a:b]) for a, b in spans] for spans in f.spans)
-    return LoopTimes(_median(ttft, f.repeats[0]), _median(start, f.repeats[1]), max(start, default=0.0),
+    return LoopTimes(_median(ttft, f.repeats[0]), _median(start, f.repeats[1]), max(start + ttft, default=0.0),
                      _median(tpot, f.repeats[2]) if loop.tpot else 0.0,
                      cycles[0] / loop.requests if loop.requests else 0.0)
 
