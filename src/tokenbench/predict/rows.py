@@ -183,7 +183,7 @@ def row_valuer(s: Setup, r: Row, notes: list[str]) -> Valuer | None:
                 return p.tpot_s.ceiling * 1000, p.tpot_s.estimate * 1000
             if r.metric == "ttft_median":
                 return p.ttft_s.ceiling * 1000, p.ttft_s.estimate * 1000
-            if p.ttft_worst_s is not None:  # batching: the slowest prompt of the start's burst
+            if p.ttft_worst_s is not None:  # batching: the slowest prompt, of the start's burst or after it
                 return p.ttft_worst_s.ceiling * 1000, p.ttft_worst_s.estimate * 1000
             # p99 of a closed loop: near the worst case, a request behind every other prefill
             pf = s.prefill(prompt)

@@ -93,7 +93,8 @@ def serve_levels(s: Setup, concurrency: list[int], input_len: int, output_len: i
         levels.append(ServingLevel(
             concurrency=n, test="serve", output_throughput_tps=pt.throughput[1],
             request_throughput_rps=pt.throughput[1] / output_len,  # each request's answer is output_len tokens
-            # p99: the slowest prompt of the loop's start (all agents at once), as predict --against predicts one
+            # p99: the slowest prompt, of the loop's start (all agents at once) or its steady state, as predict
+            # --against predicts one
             ttft_ms=Distribution(n=0, p50=pt.ttft_s.estimate * 1000,
                                  p99=(pt.ttft_worst_s or pt.ttft_s).estimate * 1000),
             tpot_ms=Distribution(n=0, p50=pt.tpot_s.estimate * 1000),

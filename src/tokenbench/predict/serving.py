@@ -48,7 +48,7 @@ class ServePoint:
     per_agent: tuple[float, float]
     notes: list[str] = field(default_factory=list)
     ttft_start_s: Estimate | None = None  # the first cycle (the start's burst): median ...
-    ttft_worst_s: Estimate | None = None  # ... and its slowest request (what a p99 of a short benchmark sees)
+    ttft_worst_s: Estimate | None = None  # the slowest request, of the start or after (what a p99 sees)
 
 
 def default_batch_tokens(engine: str, hw: HardwareSpec) -> int:
