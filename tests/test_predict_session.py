@@ -403,3 +403,26 @@ def test_a_turn_without_the_cache_is_never_predicted_faster_than_with_it(cat: Ca
     for t in p.turns:
         assert t.cold_ttft_s.ceiling >= t.ttft_s.ceiling and t.cold_ttft_s.estimate >= t.ttft_s.estimate, t.turn
         assert t.cold_tpot_s.estimate >= t.tpot_s.estimate, t.turn
+
+
+def test_agents_past_the_cache_cliff_are_said_stored_and_priced_so(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A Strix Halo keeps 7 such sessions warm, yet 16 agents were printed, stored and priced "16 warm" as if
+    every session stayed in the cache. The table says where its agents pass the cliff, the stored warm level is
+    flagged past_cache_cliff, and cost marks its row."""
+    db, out = tmp_path / "r.db", tmp_path / "p.json"
+    args = ["predict", "--hardware", "amd-ryzen-ai-max-395", "--model", "qwen3-30b-a3b-2507", "--kv", "q8_0",
+            "--sessions", "--turns", "20", "--shared-prefix", "4000", "--input-len", "2000", "--tool-len", "1650",
+            "--output-len", "400", "--concurrency", "4,16", "--db", str(db), "--save", "strix", "--json", str(out)]
+    assert main(args) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    doc = json.loads(out.read_text())
+    holds = doc["warm"]["holds"]
+    assert 4 < holds < 16, holds
+    assert f"16 agents pass the {holds} live sessions the cache keeps warm" in said and "4 agents pass" not in said
+    flagged = {(lv["concurrency"], lv["session"]["cache"]) for lv in doc["levels"] if "past_cache_cliff" in lv["flags"]}
+    assert flagged == {(16, "warm")}, flagged
+    assert main(["cost", "strix", "--db", str(db), "--owned", "--purchase", "2500", "--life-years", "3",
+                 "--watts", "120"]) == 0
+    rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines() if line.startswith(" 16 ")]
+    assert rows == [["16", "warm*"], ["16", "busted"]], rows

@@ -50,6 +50,7 @@ class Code(StrEnum):
     HOST_UNCHECKED = "host_unchecked"
     RATE_NOT_SUSTAINED = "rate_not_sustained"
     SERVER_GONE = "server_gone"
+    PAST_CACHE_CLIFF = "past_cache_cliff"
 
 
 #: "warning": shown and listed in ``warnings``; "note": a flag only (an estimate, a state), no text of its own.

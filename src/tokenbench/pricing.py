@@ -237,10 +237,12 @@ class SessionCostPoint:
     cost_per_mtok: float | None
     api_cost_per_mtok: float | None = None
     slo_met: bool | None = None  # the level's SLO verdict, where it had one (a capacity search's levels)
+    #: a predicted warm level of more agents than the box's cache keeps warm: its rate assumes every one does
+    past_cache_cliff: bool = False
 
     @property
     def level(self) -> str:
-        return f"{self.concurrency} {self.cache}"
+        return f"{self.concurrency} {self.cache}" + ("*" if self.past_cache_cliff else "")
 
     def vs_api(self) -> str | None:
         return vs_api(self.cost_per_mtok, self.api_cost_per_mtok)
@@ -258,5 +260,5 @@ def session_cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: f
         rate, priced = output_rate(s), pricing.for_level(s)
         out.append(SessionCostPoint(s.concurrency, st.cache, st.sessions, st.sessions_finished, st.session_s.p50,
                                     s.duration_s / 3600.0, priced.per_session(s.duration_s, st.sessions_finished),
-                                    rate, priced.per_mtok(rate), api, s.slo_met))
+                                    rate, priced.per_mtok(rate), api, s.slo_met, "past_cache_cliff" in s.flags))
     return out

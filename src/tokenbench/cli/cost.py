@@ -101,6 +101,9 @@ def _print_sessions(console: Console, done: Costed, fmt: str) -> None:
         for row, p in zip(rows, points):
             row.append("—" if p.slo_met is None else "pass" if p.slo_met else "FAIL")
     print_table(console, head, rows, fmt, numeric=True)
+    if any(p.past_cache_cliff for p in points):
+        console.print("*: more agents than the box's cache keeps warm (predicted; 'tokenbench show' names the "
+                      "cliff): the warm rate assumes every session stays warm", markup=False, highlight=False)
     said = [f"{vs} at {p.level}" for p in points if (vs := p.vs_api())]
     if api is not None and said:
         console.print(f"API {api:.2f} {currency}/M output tokens: the box is " + ", ".join(said), markup=False,

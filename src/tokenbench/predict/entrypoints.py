@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from .. import registry
 from ..errors import UsageError
+from ..finding import Code, Finding
 from ..layout import plural
 from ..store import Store
 from .calibration import Calibration
@@ -196,6 +197,12 @@ class Predicted:
             # what the cache bought from the pair
             levels = [session_level(p, cfg.sessions or None, cache) for p in self.session_predictions
                       for cache in (True, False)]
+            past = [(lv, self.warm.past(lv.concurrency or 0)) for lv in levels[::2]] if self.warm else []
+            for lv, why in past:
+                if why:
+                    lv.add(Finding(Code.PAST_CACHE_CLIFF, why, "read the uncached figures for the sessions past it",
+                                   observed=lv.concurrency, threshold=self.warm.holds if self.warm else None,
+                                   unit="agents"))
             return prediction(s, levels, cfg.session.workload(cfg.sessions or None), bands=self.note,
                               band_pct=self.band_pct())
         assert self.input_len is not None and self.output_len is not None
@@ -301,20 +308,23 @@ def _predict_sessions(cfg: PredictConfig, shape: SessionShape, s: Setup, cal: Ca
     said: set[str] = set()
     sessions: list[SessionPrediction] = []
     log = BandLog()
+    warm: WarmPrediction | None = None
     for n in cfg.levels:
         p = predict_session(s, shape, n)
+        warm = warm or predict_warm(s, p, cfg.setup.cache_ram)  # of the session's shape, whatever the agents
         head, rows = session_table(s, cal, p, log)
         new = [note for note in dict.fromkeys(p.notes) if note not in said]
         said.update(new)
-        shown.append(PredictedTable(head, rows, n, session_lines(s, cal, p, cfg.sessions or None, log), new))
+        past_cliff = warm.past(n)
+        shown.append(PredictedTable(head, rows, n, session_lines(s, cal, p, cfg.sessions or None, log)
+                                    + ([past_cliff] if past_cliff else []), new))
         sessions.append(p)
         metrics += [m for m in (*session_metrics(n), *(("throughput",) if n > 1 else ())) if m not in metrics]
     # the note under the tables names what the furthest of them reaches: the deepest turn, the most agents
     s.reach = replace(s.reach, depth=max(p.turns[-1].context for p in sessions), concurrency=max(cfg.levels))
     past = context_remark(s.model, max(p.turns[-1].context for p in sessions) + shape.output)
     return Predicted(s, cal, cfg, described, shown, metrics, band_note(s, cal, metrics, log), None, None,
-                     remarks + ([past] if past else []), sessions, predict_warm(s, sessions[0], cfg.setup.cache_ram),
-                     log)
+                     remarks + ([past] if past else []), sessions, warm, log)
 
 
 @dataclass(frozen=True, slots=True)

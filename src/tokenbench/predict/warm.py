@@ -55,6 +55,15 @@ class WarmPrediction:
                 f"  a session: {self.session_mib:,.0f} MiB of KV cache at its mean context of "
                 f"{self.session_tokens:,.0f} tokens"]
 
+    def past(self, agents: int) -> str | None:
+        """What a table of ``agents`` agents must say where they pass the sessions kept warm: its cached figures
+        assume every session stays warm (None where they do)."""
+        if self.pool_mib <= 0 or agents <= self.holds:
+            return None
+        return (f"{agents:,} agents pass the {self.holds:,} live sessions the cache keeps warm (predicted; the cliff "
+                f"at {self.holds + 1:,}): the cached figures assume every session stays warm, and past the cliff "
+                "a turn is prefilled whole, as the uncached ones are")
+
     def to_dict(self) -> dict[str, Any]:
         """The fields, and the cliff the line says with its band (one session past the warm count and its band's
         ends): the JSON held only the warm count's band, 10-13, beside a line that said the cliff's, 11-14."""
