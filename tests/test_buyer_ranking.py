@@ -166,3 +166,29 @@ def test_the_agent_question_in_the_docs_prints_what_they_show() -> None:
     assert "Source: PREDICTED" in said and "bands of the predicted figures" in said and "for 16 agents:" in said
     # the Strix Halo's team at the slow end of its band (1 agent a box) is said beside the estimate's six boxes
     assert "amd-ryzen-ai-max-395 x6 (x16 at the slow end of its bands)" in said
+
+
+def test_a_box_is_one_setup_whether_its_capacity_is_searched_or_not(capsys: pytest.CaptureFixture[str]) -> None:
+    """The A100 80 GB was vLLM AWQ asked for 40 agents, and vLLM BF16 with --capacity (which fitted one agent, so
+    never tried 4-bit) at 3 agents; and an A30 vLLM could not hold one session of 45K tokens on was "does not fit",
+    where llama.cpp's server with Q4_K_M holds it, as `fit` says. Both modes now take 4-bit where BF16 does not
+    hold the agents asked, and a GPU vLLM holds not one agent on is predicted on llama.cpp."""
+    session = ["--sessions", "--turns", "20", "--shared-prefix", "4000", "--input-len", "2000", "--tool-len",
+               "uniform:300-3000", "--output-len", "400", "--ttft-p99", "10s", "--tpot", "50ms"]
+    asked = ["recommend", "--model", "qwen3-30b-a3b-2507", "--agents", "40"]
+    plain = _json(asked, capsys)
+    searched = _json([*asked, "--capacity", "--tpot", "50ms"], capsys)
+    sessions = _json([*asked, *session], capsys)
+    setups = [_find(doc, "nvidia-a100-sxm-80gb")["setup"] for doc in (plain, searched, sessions)]
+    assert setups == ["vllm AWQ"] * 3, setups
+    a30 = _find(sessions, "nvidia-a30")
+    assert a30["setup"].startswith("llama.cpp cuda Q4_K_M") and a30["kv"] == "q8_0" and a30["capacity"], a30
+    assert main(["fit", "--hardware", "nvidia-a30", "--model", "qwen3-30b-a3b-2507", "--weights", "Q4_K_M",
+                 "--kv", "q8_0", "--engine", "llama.cpp", "--context", "45350"]) == 0
+
+
+def test_figures_that_round_alike_get_the_decimals_that_tell_them_apart() -> None:
+    from tokenbench.layout import apart
+
+    assert apart(6.2, 5.1) == ("6", "5") and apart(24.18, 24.0) == ("24.2", "24.0")
+    assert apart(24.004, 24.0) == ("24.00", "24.00") and apart(1234.6, 1234.4) == ("1,235", "1,234")

@@ -16,7 +16,7 @@ from .predict import session as ps
 from .predict.calibration import Calibration
 from .predict.setup import Setup, default_slots, usual_setup
 from .predict.specs import Catalog, HardwareSpec
-from .layout import plural
+from .layout import apart, plural
 
 #: A predicted capacity is searched up to this many agents; a box that serves them all is "at least" this.
 PREDICTED_AGENTS_MAX = 1024
@@ -79,16 +79,26 @@ def _fits(s: Setup, w: Workload, agents: int) -> bool:
 
 
 def _fitting(c: Candidate, s: Setup, cat: Catalog, cal: Calibration, w: Workload, agents: int) -> Setup | None:
-    """The setup if the model and ``agents`` agents' KV cache fit (vLLM BF16 tries a 4-bit format before giving
-    up); None, with the candidate excluded, if not."""
-    if not _fits(s, w, agents) and s.engine == "vllm" and s.quant.weights == "BF16":
+    """The setup if the model and ``agents`` agents' KV cache fit; None, with the candidate excluded, if not. Where
+    vLLM BF16 does not hold the agents asked (``w.agents``, in either mode, so a box is one setup whether its
+    capacity is searched or not) it tries a 4-bit format, and where vLLM holds not one agent, llama.cpp's server
+    with Q4_K_M and a q8_0 cache, as people run a model too large for the card."""
+    if not _fits(s, w, w.agents) and s.engine == "vllm" and s.quant.weights == "BF16":
         s = Setup.make(cat, cal, s.hw.id, w.model, "AWQ", s.quant.kv, s.engine)
         c.setup = f"{s.engine} AWQ"
+    if not _fits(s, w, agents) and s.engine == "vllm":
+        try:
+            llama = Setup.make(cat, cal, s.hw.id, w.model, "Q4_K_M", "Q8_0", f"llama.cpp {s.hw.default_backend}")
+        except UsageError:
+            llama = None
+        if llama is not None and _fits(llama, w, agents):
+            s, c.setup, c.kv = llama, f"{llama.engine} Q4_K_M", "q8_0"
     f = s.fit(context(w), ps.held(s, agents))
     if f.fits:
         return s
     c.memory_gb = (f.total_gb, f.usable_gb)
-    c.exclude("does not fit", f"does not fit: needs {f.total_gb:,.0f} GiB of {f.usable_gb:,.0f} GiB for "
+    need, usable = apart(f.total_gb, f.usable_gb)
+    c.exclude("does not fit", f"does not fit: needs {need} GiB of {usable} GiB for "
               f"{plural(agents, 'agent')}")
     return None
 

@@ -33,6 +33,13 @@ def sig(v: float, figures: int = 2) -> str:
     return f"{r:,.{max(0, places)}f}"
 
 
+def apart(a: float, b: float) -> tuple[str, str]:
+    """Two figures with the fewest decimals, none to two, that tell them apart: "6" and "5", but "24.2" and
+    "24.0" where whole numbers would read as a tie ("needs 24 GiB of 24 GiB" for a model that does not fit)."""
+    places = next((p for p in range(3) if f"{a:,.{p}f}" != f"{b:,.{p}f}"), 2)
+    return f"{a:,.{places}f}", f"{b:,.{places}f}"
+
+
 def figure(v: float | None, d: int = 1) -> str:
     """A figure to ``d`` decimals, thousands separated (from 1,000, as a whole number); one that would round to
     zero to two significant figures (0.043 tok/s never reads 0.0); ``d`` 0 a whole number (an error of 0.4% reads

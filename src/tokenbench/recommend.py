@@ -22,6 +22,7 @@ from .pricing import Pricing
 from .errors import UsageError
 from .finding import Code
 from .jsontext import finite_number
+from .layout import apart
 from .levels import ServingLevel
 from .predict.calibration import Calibration
 from .predict.session import SessionShape
@@ -246,7 +247,8 @@ def miss_text(c: Candidate) -> str:
                          for m in c.misses)
     if c.memory_gb is not None:
         need, usable = c.memory_gb
-        return f"does not fit: needs {need:,.0f} GiB of {usable:,.0f} GiB ({_over(need / usable - 1)})"
+        said = apart(need, usable)
+        return f"does not fit: needs {said[0]} GiB of {said[1]} GiB ({_over(need / usable - 1)})"
     return c.excluded or ""
 
 
