@@ -192,3 +192,17 @@ def test_figures_that_round_alike_get_the_decimals_that_tell_them_apart() -> Non
 
     assert apart(6.2, 5.1) == ("6", "5") and apart(24.18, 24.0) == ("24.2", "24.0")
     assert apart(24.004, 24.0) == ("24.00", "24.00") and apart(1234.6, 1234.4) == ("1,235", "1,234")
+
+
+def test_a_capacity_that_memory_stops_is_said_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """An H100 read "agents 19" with no range, beside `predict --sessions`' 34 sessions kept warm, and nothing said
+    why: its capacity is memory's, every session at its last turn at once, which no band of the speed moves."""
+    args = ["recommend", "--model", "qwen3-30b-a3b-2507", "--agents", "40", "--sessions", "--turns", "20",
+            "--shared-prefix", "4000", "--input-len", "2000", "--tool-len", "uniform:300-3000", "--output-len", "400",
+            "--ttft-p99", "10s", "--tpot", "50ms", "--price", "nvidia-h100-sxm=2.5"]
+    h100 = _find(_json(args, capsys), "nvidia-h100-sxm")
+    assert "memory-bound" in h100["notes"] and h100["capacity_band"][:2] == [h100["capacity"]] * 2, h100
+    assert main(args) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert ("memory-bound: nvidia-h100-sxm: one agent more does not fit beside the weights, with every session at "
+            "its last turn at once (45,350 tokens each)") in said, said

@@ -127,10 +127,19 @@ def _search(c: Candidate, s: Setup, cal: Calibration, w: Workload,
         _predict_at(c, s, cal, w, int(n), quick=True)
         return bool(meets(c, w)) and (physical is None or _floors_meet(c, physical))
 
-    top = SESSION_AGENTS_MAX if w.sessions is not None else PREDICTED_AGENTS_MAX
+    top = _top(w)
     # to the agent: a prediction costs milliseconds, not a level's minutes
     last, _, ended = search_by(SearchSpec("concurrency", 1, top, resolution=0.0), ok)
     return (int(last) if last else None), ended == "all"
+
+
+#: A capacity that memory stops, not the SLOs: one agent more does not fit (cli/recommend.py says the rest).
+MEMORY_BOUND = "memory-bound"
+
+
+def _top(w: Workload) -> int:
+    """The most agents a capacity search predicts."""
+    return SESSION_AGENTS_MAX if w.sessions is not None else PREDICTED_AGENTS_MAX
 
 
 def _floors_meet(c: Candidate, w: Workload) -> bool:
@@ -158,6 +167,8 @@ def _capacity(c: Candidate, s: Setup, cal: Calibration, w: Workload) -> None:
     while c.capacity and not meets(c, w):  # a turn the quick look skipped misses: every turn decides
         c.capacity, c.at_least = c.capacity - 1 or None, False
         _predict_at(c, s, cal, w, c.capacity or 1)
+    if c.capacity and c.capacity < _top(w) and not _fits(s, w, c.capacity + 1):  # memory stops it, not the SLOs
+        c.notes.append(MEMORY_BOUND)
     if c.capacity and c.bands:  # the range the bands give each box, which the ranking says beside it
         probe = Candidate(c.box, c.setup, c.source, bands=dict(c.bands))
         low, _ = _search(probe, s, cal, _scaled(w, c, 1))

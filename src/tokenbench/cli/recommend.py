@@ -17,6 +17,7 @@ from .common import check_output, emit_json
 from .grammar.recommend import DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN
 
 if TYPE_CHECKING:
+    from ..candidates import Workload
     from ..recommend import Candidate, RecommendConfig, Recommendation
 
 
@@ -56,7 +57,8 @@ def cmd_recommend(a: argparse.Namespace, console: Console) -> int:
         print_table(console, head, [row(i, c) for i, c in enumerate(done.ranked)], a.format,
                     keep=(0, 1, *range(4, len(head) - 1)), aside=len(head) - 1)
         bands = band_line(done.ranked)
-        for line in filter(None, (team_line(done), unsure_line(done), kv_line(done.ranked), bands)):
+        for line in filter(None, (team_line(done), unsure_line(done), kv_line(done.ranked),
+                                  memory_line(done.ranked, done.workload), bands)):
             print_hanging(console, line)
         if other := other_model_line(done.ranked, a.model):
             print_hanging(console, other, style="yellow")
@@ -242,6 +244,22 @@ def other_model_line(ranked: list[Candidate], model: str) -> str | None:
         return None
     return (f"measured with another model than {model}: {', '.join(said)}; {'its' if len(said) == 1 else 'their'} "
             "figures are that model's, ranked as given: give runs of this model, or rank for the model measured")
+
+
+def memory_line(ranked: list[Candidate], w: Workload) -> str | None:
+    """What a memory-bound capacity assumes, where one is ranked: every agent's context at its longest at once (a
+    session's last turn), which the bands, being the speed's, do not move."""
+    from ..boxes import MEMORY_BOUND, context
+
+    bound = [c.box for c in ranked if MEMORY_BOUND in c.notes]
+    if not bound:
+        return None
+    at = "every session at its last turn at once" if w.sessions is not None else "every request at once"
+    return (f"{MEMORY_BOUND}: {', '.join(bound)}: one agent more does not fit beside the weights, with {at} "
+            f"({context(w):,} tokens each); the speed's bands can lower {'such a' if len(bound) > 1 else 'this'} "
+            "capacity, never raise it"
+            + ("; `predict --sessions` says how many sessions stay warm at a session's mean context"
+               if w.sessions is not None else ""))
 
 
 def kv_line(ranked: list[Candidate]) -> str | None:
