@@ -259,6 +259,9 @@ def test_unknown_ids_suggest_close_ones(cat: Catalog) -> None:
         cat.find_hardware("nvidia-a3")
     with pytest.raises(UsageError, match="did you mean qwen3.6-35b-a3b"):
         cat.find_model("qwen3.6-35b")
+    # an id's beginning names it first, where a spelling match ranked qwen3-8b above it and left it out
+    with pytest.raises(UsageError, match=r"did you mean qwen3-30b-a3b-2507, "):
+        cat.find_model("qwen3-30b")
     assert cat.find_hardware("nvidia-a100-80gb").id.startswith("nvidia-a100")
 
 

@@ -303,7 +303,10 @@ class Catalog:
 
 
 def _suggest(ident: str, names: list[str]) -> str:
-    close = difflib.get_close_matches(ident, names, n=3, cutoff=0.4)
+    """The ids that start with what was typed ("qwen3-30b": qwen3-30b-a3b-2507, which a spelling match ranked
+    below qwen3-8b and left out), then the closest spellings; three at most."""
+    started = [n for n in names if n.startswith(ident)]
+    close = list(dict.fromkeys(started + difflib.get_close_matches(ident, names, n=3, cutoff=0.4)))[:3]
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
