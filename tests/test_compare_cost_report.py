@@ -645,7 +645,7 @@ def test_recommend_ranks_by_cost_and_says_why_others_are_out(tmp_path: Path, cap
     assert any("| my-h100 |" in r and "| measured |" in r for r in rows)
     assert any("| nvidia-h100-sxm |" in r and "PREDICTED" in r for r in rows)
     fits = " ".join(out.split()).split("excluded, does not fit", 1)[1].split("excluded", 1)[0]  # wrapped at the width
-    assert "nvidia-a30" in fits and "predicted boxes" in fits
+    assert "nvidia-rtx-3060" in fits and "predicted boxes" in fits
     price = next(ln for ln in out.splitlines() if ln.startswith("excluded, no price (give --price ID=PER_HOUR"))
     assert "nvidia-h200-sxm" in price
     assert "no box meets the SLOs" not in out  # some box meets them: the ranking, no closest boxes
@@ -677,7 +677,7 @@ def test_recommend_with_no_box_meeting_the_slos_lists_the_closest(tmp_path: Path
     assert any(ln.startswith("  3. nvidia-h100-sxm") and ln.endswith("; EUR 0.38/M output") for ln in near), near
     assert "Rank" not in out  # no empty table
     excluded = " ".join(" ".join(ln for ln in lines if not re.match(r"  \d+\. ", ln)).split())
-    assert "more and the 5 above (23 predicted boxes" in excluded  # the groups name a few, count the rest
+    assert "more and the 5 above (29 predicted boxes" in excluded  # the groups name a few, count the rest
     assert main([*args, "--json", "-"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ranked"] == [] and len(doc["closest"]) == 5
