@@ -426,3 +426,12 @@ def test_agents_past_the_cache_cliff_are_said_stored_and_priced_so(tmp_path: Pat
                  "--watts", "120"]) == 0
     rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines() if line.startswith(" 16 ")]
     assert rows == [["16", "warm*"], ["16", "busted"]], rows
+
+
+def test_the_reasons_a_band_widened_are_in_the_order_of_their_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    """"concurrency 16, 32, 40, 8 beyond the highest row" read as a plain sort put them."""
+    assert main(["predict", "--hardware", "amd-ryzen-ai-max-395", "--model", "qwen3-30b-a3b-2507", "--kv", "q8_0",
+                 "--input-len", "512", "--output-len", "64", "--parallel", "4", "--concurrency", "8,16,32,40",
+                 "--db", "/dev/null/none"]) == 0
+    said = [int(m) for m in re.findall(r"concurrency (\d+) beyond the highest row", capsys.readouterr().out)]
+    assert len(said) >= 2 and said == sorted(said), said

@@ -8,6 +8,7 @@ below (``Span``). Every cell records the band it printed in a ``BandLog``, and t
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,6 +170,13 @@ def source_text(s: Setup, cal: Calibration, log: BandLog, metrics: list[str]) ->
     return "bands (each source's rows predicted by a fit on the others: 80% measured within): " + "; ".join(said)
 
 
+def _numbers_as_numbers(text: str) -> list[tuple[int, str]]:
+    """A reason's sort key that reads its numbers as numbers ("concurrency 8" before "concurrency 16", which a
+    plain sort put after 40), thousands separators and all."""
+    return [(int(part.replace(",", "")), "") if part[:1].isdigit() else (-1, part)
+            for part in re.split(r"(\d[\d,]*)", text) if part]
+
+
 def band_note(s: Setup, cal: Calibration, metrics: list[str], log: BandLog) -> str:
     """The note under a prediction's table: where each band its cells printed (``log``) comes from, what widened
     it, which are wide, which had their fast end held at the physical limit, and which metrics had none."""
@@ -179,7 +187,7 @@ def band_note(s: Setup, cal: Calibration, metrics: list[str], log: BandLog) -> s
     parts = []
     if banded:
         parts.append(source_text(s, cal, log, banded))
-        wider = sorted({why for p in log.printed for why in p.band.widened})
+        wider = sorted({why for p in log.printed for why in p.band.widened}, key=_numbers_as_numbers)
         if wider:  # each reason on a line of its own: joined by semicolons, they read as one 600-character blur
             parts.append("widened, where an estimate reaches beyond the rows, up to "
                          + ", ".join(f"{m} {band_span(b.pct)}" for m in banded if (b := log.widest(m)))
