@@ -435,3 +435,35 @@ def test_the_reasons_a_band_widened_are_in_the_order_of_their_numbers(capsys: py
                  "--db", "/dev/null/none"]) == 0
     said = [int(m) for m in re.findall(r"concurrency (\d+) beyond the highest row", capsys.readouterr().out)]
     assert len(said) >= 2 and said == sorted(said), said
+
+
+def test_a_ratio_whose_band_has_no_upper_end_says_so_in_words(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A Strix Halo's session throughput band reaches no rate at all at its slow end, so the H100's ratio over it
+    has no upper end: it read "21.36× (2.08–∞)"."""
+    db = tmp_path / "r.db"
+    session = ["--sessions", "--turns", "20", "--shared-prefix", "4000", "--input-len", "2000", "--tool-len", "1650",
+               "--output-len", "400", "--concurrency", "16", "--db", str(db)]
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "qwen3-30b-a3b-2507", "--weights", "FP8",
+                 "--kv", "fp8", *session, "--save", "h100"]) == 0
+    assert main(["predict", "--hardware", "amd-ryzen-ai-max-395", "--model", "qwen3-30b-a3b-2507", "--kv", "q8_0",
+                 *session, "--save", "strix"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "h100", "strix", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    rate = next(line for line in out.splitlines() if line.lstrip().startswith("Output tok/s"))
+    assert "∞" not in out and re.search(r"× \([\d.]+ or more\)$", rate.rstrip()), rate
+
+
+def test_a_sweeps_ratio_whose_band_has_no_upper_end_says_so_in_words(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "r.db"
+    shape = ["--concurrency", "1,16", "--input-len", "2000", "--output-len", "400", "--db", str(db)]
+    assert main(["predict", "--hardware", "nvidia-h100-sxm", "--model", "qwen3-30b-a3b-2507", *shape,
+                 "--save", "h"]) == 0
+    assert main(["predict", "--hardware", "amd-ryzen-ai-max-395", "--model", "qwen3-30b-a3b-2507", *shape,
+                 "--save", "s"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "h", "s", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "∞" not in out and re.search(r"\([\d.]+ or more, band\)", out), out

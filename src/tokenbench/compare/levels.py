@@ -361,6 +361,8 @@ def ratio_cell(r: CompareRow, mark: str = "") -> str:
     ratio ("×" in the report)."""
     iv = r.interval
     if iv is None and r.band is not None:
+        if r.band[1] == float("inf"):  # B's band reaches no rate at all: A/B has no upper end
+            return times(r.ratio) + mark + f" ({times(r.band[0])} or more, band)"
         return times(r.ratio) + mark + f" ({times(r.band[0])}–{times(r.band[1])} band)"
     return times(r.ratio) + mark + (f" ({times(iv.low)}–{times(iv.high)})" if iv is not None else "")
 

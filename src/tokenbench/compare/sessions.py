@@ -217,6 +217,8 @@ def _ratio(x: float | None, y: float | None, bands: tuple[float | None, float | 
     if None in bands:
         return said + " (no band)"
     span = band_range(r, *bands, higher_better, fast)
+    if span and span[1] == float("inf"):  # B's band reaches no rate at all: A/B has no upper end
+        return said + f" ({times(span[0])} or more)"
     return said + (f" ({times(span[0])}–{times(span[1])})" if span else "")
 
 
