@@ -200,7 +200,13 @@ def test_a_capacity_that_memory_stops_is_said_so(capsys: pytest.CaptureFixture[s
     args = ["recommend", "--model", "qwen3-30b-a3b-2507", "--agents", "40", "--sessions", "--turns", "20",
             "--shared-prefix", "4000", "--input-len", "2000", "--tool-len", "uniform:300-3000", "--output-len", "400",
             "--ttft-p99", "10s", "--tpot", "50ms", "--price", "nvidia-h100-sxm=2.5"]
-    h100 = _find(_json(args, capsys), "nvidia-h100-sxm")
+    doc = _json(args, capsys)
+    # the JSON's workload is the session's: no request lengths of 0, no draw whose unused fields read a mean of 0
+    w = doc["workload"]
+    assert w["input_len"] is None and w["sessions"]["tool_len"] == 1650, w
+    assert w["sessions"]["tool"] == {"kind": "uniform", "unit": "tokens", "text": "uniform 300-3000", "low": 300.0,
+                                     "high": 3000.0}, w
+    h100 = _find(doc, "nvidia-h100-sxm")
     assert "memory-bound" in h100["notes"] and h100["capacity_band"][:2] == [h100["capacity"]] * 2, h100
     assert main(args) == 0
     said = " ".join(capsys.readouterr().out.split())

@@ -384,8 +384,11 @@ class Recommendation:
         """``recommend --json``."""
         from dataclasses import asdict
 
-        return {"tool": "tokenbench", "kind": "recommend", "currency": self.workload.currency,
-                "workload": asdict(self.workload),
+        w = asdict(self.workload)
+        if self.workload.sessions is not None:  # a session's lengths as a prediction's manifest keeps them (its
+            # draws' own fields, not the dataclass's unused zeros), and no request lengths it never had
+            w |= {"sessions": self.workload.sessions.workload(), "input_len": None, "output_len": None}
+        return {"tool": "tokenbench", "kind": "recommend", "currency": self.workload.currency, "workload": w,
                 "ranked_by": "cost_per_agent_hour" if self.capacity else "cost_per_mtok",
                 "ranked": [asdict(c) for c in self.ranked], "excluded": [asdict(c) for c in self.excluded],
                 "closest": [asdict(c) | {"relative_miss": (shortfall(c) or (0, None))[1]} for c in self.closest]}
