@@ -136,4 +136,7 @@ def test_a_measurement_beyond_the_physical_limit_is_not_anchored(tmp_path: Path,
     _depth_run(Store(db), 3.0)  # 3x the packaged decode: above the box's ceiling (127 tok/s at depth 0)
     assert main(["calibrate", "--runs", "my-strix", "--hardware", BOX, "--model", MODEL, "--out", out,
                  "--db", str(db)]) == 2
-    assert "beyond the physical limit of gpt-oss-20b (Q4_K_M) on amd-ryzen-ai-max-395" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "beyond the physical limit of gpt-oss-20b (Q4_K_M) on amd-ryzen-ai-max-395" in err
+    # the limit in the measurement's unit, where it stood bare ("(36.34)")
+    assert re.search(r"measured [\d.]+ (tok/s|ms), beyond .* \([\d.]+ \1\)", err), err

@@ -78,7 +78,7 @@ def _physical(run_id: str, rows: list[Row], cat: Catalog) -> str | None:
         above = r.value < res.ceiling if r.unit == "ms" else r.value > res.ceiling
         if above:
             raise UsageError(f"run {run_id}: {r.test} at depth {r.depth} measured {r.value:g} {r.unit}, beyond the "
-                             f"physical limit of {r.model} ({r.weights}) on {r.hardware} ({res.ceiling:.4g}): it ran "
+                             f"physical limit of {r.model} ({r.weights}) on {r.hardware} ({res.ceiling:.4g} {r.unit}): it ran "
                              "another box, model or format than --hardware, --model and --weights say")
         share = res.predicted / r.value if r.unit == "ms" else r.value / res.predicted
         if share < 1 / 3:
