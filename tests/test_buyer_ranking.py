@@ -5,6 +5,7 @@ boxes a buyer priced are always listed with their figures; prices name boxes thr
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,15 @@ def test_a_capacity_that_memory_stops_is_said_so(capsys: pytest.CaptureFixture[s
     said = " ".join(capsys.readouterr().out.split())
     assert ("memory-bound: nvidia-h100-sxm: one agent more does not fit beside the weights, with every session at "
             "its last turn at once (45,350 tokens each)") in said, said
+
+
+def test_a_priced_box_that_serves_no_agent_says_at_how_many_its_figures_are(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """"your box amd-ryzen-ai-max-395 ...: misses TTFT p99: 14,488 ms > 10,000 ms; 15 tok/s" did not say those
+    were one agent's figures."""
+    assert main(["recommend", "--model", "qwen3-30b-a3b-2507", "--agents", "40", "--sessions", "--turns", "20",
+                 "--shared-prefix", "4000", "--input-len", "2000", "--tool-len", "1650", "--output-len", "400",
+                 "--ttft-p99", "10s", "--owned", "strix-halo=2500:3:120"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert re.search(r"your box amd-ryzen-ai-max-395 \([^)]*\): misses TTFT p99: [\d,]+ ms > 10,000 ms; at 1 agent, ",
+                     said), said

@@ -43,6 +43,7 @@ def _bands(c: Candidate, s: Setup, cal: Calibration, w: Workload, agents: int) -
 def _predict_at(c: Candidate, s: Setup, cal: Calibration, w: Workload, agents: int, quick: bool = False) -> None:
     """The candidate's predicted figures at ``agents`` concurrent agents (``quick``, on sessions: its SLO figures
     from the first, middle and last turn only, as a capacity search checks them)."""
+    c.at_agents = agents
     if w.sessions is not None and quick:
         worst, median, tpot = ps.probe(s, w.sessions, agents)
         c.ttft_p99_ms, c.ttft_p50_ms, c.tpot_ms = worst.estimate * 1000, median.estimate * 1000, tpot.estimate * 1000

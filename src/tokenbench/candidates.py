@@ -89,6 +89,8 @@ class Candidate:
     capacity_band: tuple[int, int, bool] | None = None
     #: a stored run measured with a model of another name than the one ranked: that model's name
     other_model: str | None = None
+    #: predicted: the agents its figures are at (its capacity, or one agent where it serves none, or those asked)
+    at_agents: int | None = None
 
     def exclude(self, reason: str, message: str) -> None:
         """Out of the ranking for the first reason found: a box that does not fit is not also 'no price'."""
@@ -184,6 +186,8 @@ def figures_text(c: Candidate, currency: str) -> str:
     parts = []
     if c.capacity is not None:
         parts.append(f"{'>=' if c.at_least else ''}{c.capacity} agents")
+    elif c.at_agents is not None:  # a box that serves none within the SLOs is said at the count it was read at
+        parts.append(f"at {c.at_agents} agent{'s' if c.at_agents != 1 else ''}")
     if c.throughput:
         parts.append(f"{c.throughput:,.0f} tok/s{band('throughput')}")
     if c.ttft_p99_ms is not None:
