@@ -87,12 +87,12 @@ def _fitting(c: Candidate, s: Setup, cat: Catalog, cal: Calibration, w: Workload
     if not _fits(s, w, w.agents) and s.engine == "vllm" and s.quant.weights == "BF16":
         s = Setup.make(cat, cal, s.hw.id, w.model, "AWQ", s.quant.kv, s.engine)
         c.setup = f"{s.engine} AWQ"
-    if not _fits(s, w, agents) and s.engine == "vllm":
+    if not _fits(s, w, 1) and s.engine == "vllm":
         try:
             llama = Setup.make(cat, cal, s.hw.id, w.model, "Q4_K_M", "Q8_0", f"llama.cpp {s.hw.default_backend}")
         except UsageError:
             llama = None
-        if llama is not None and _fits(llama, w, agents):
+        if llama is not None and _fits(llama, w, 1):
             s, c.setup, c.kv = llama, f"{llama.engine} Q4_K_M", "q8_0"
     f = s.fit(context(w), ps.held(s, agents))
     if f.fits:
