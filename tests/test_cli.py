@@ -265,3 +265,21 @@ def test_a_number_past_the_bound_is_told_the_bound(capsys: pytest.CaptureFixture
     assert main(["cost", "x", "--price-per-hour", "1e12"]) == 2
     err = capsys.readouterr().err
     assert "'1e12' is more than tokenbench takes (2,147,483,648 at most)" in err and len(err.splitlines()) == 1
+
+
+def test_a_sweeps_prices_under_a_cent_keep_what_tells_them_apart(emitter: BackgroundEmitter, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Two decimals wrote 0.011 and 0.0087 USD/M both as "0.01", and a column of one value is said once above the
+    table: levels of different prices read as one. Under 1, a price keeps two significant digits, as cost's do."""
+    from tokenbench.cells import money
+
+    assert [money(v) for v in (0.011, 0.0087, 0.000062, 0.65, 12.345, 0.0)] == \
+        ["0.011", "0.0087", "0.000062", "0.65", "12.35", "0.00"]
+    out_json = tmp_path / "r.json"
+    code, out, err = run(["sweep", "--url", emitter.url, "--input-len", "16", "--output-len", "8", "--concurrency",
+                          "1,4", "--requests", "8", "--price-per-hour", "0.01", "--json", str(out_json), "--db",
+                          str(tmp_path / "r.db"), "--quiet"], capsys)
+    assert code == 0, err
+    costs = [lv["cost_per_mtok"] for lv in json.loads(out_json.read_text())["levels"]]
+    assert all(c < 0.1 for c in costs) and money(costs[0]) != money(costs[1]), costs
+    assert all(money(c) in out for c in costs), out

@@ -3,6 +3,8 @@ concurrency, a session's cache mode), a count of agents."""
 
 from __future__ import annotations
 
+import math
+
 from .layout import plural
 from .levels import ServingLevel
 
@@ -13,6 +15,16 @@ def num(v: float | None, digits: int = 1) -> str:
     if abs(v) >= 1000:
         return f"{v:,.0f}"
     return f"{v:.{digits}f}"
+
+
+def money(v: float | None) -> str:
+    """A price: two decimals from 1 up; below, two significant digits written out (0.000062, never 6.2e-05), so
+    0.011 and 0.0087 are not both "0.01"."""
+    if v is None:
+        return "—"
+    if v >= 1 or v == 0:
+        return f"{v:,.2f}"
+    return f"{float(f'{v:.2g}'):.{max(2, 1 - math.floor(math.log10(abs(v))))}f}"
 
 
 def ms(v: float | None) -> str:

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from .grace import CUT_KINDS, INTERRUPTED, LEVEL_END
 from .cache_cliff import CHECK as CLIFF_CHECK
-from .cells import level_label, ms, num
+from .cells import level_label, money, ms, num
 from .console import print_table
 from .finding import Code
 from .steady import UNSEEN_TPOT_MS
@@ -159,7 +159,7 @@ def _sweep_columns(levels: list[ServingLevel], currency: str, predicted: bool = 
              ("Median TTFT", lambda s: time(s.ttft_ms.p50)), ("P99 TTFT", lambda s: _p99_ttft(s, time)),
              ("Median TPOT", lambda s: time(tpot_shown(s)))]
     if any(s.cost_per_mtok is not None for s in levels):
-        cols.append((f"{currency}/M output", lambda s: num(s.cost_per_mtok, 2) if s.cost_per_mtok is not None else "—"))
+        cols.append((f"{currency}/M output", lambda s: money(s.cost_per_mtok)))
     if any(s.slo for s in levels):  # --slo given: its verdict and goodput per level, before the counts
         cols += [("SLO", slo_verdict), (GOODPUT, lambda s: num(s.goodput_rps, 2))]
     # published rows that give only a prefill or a decode rate: those columns, or the row would be blank

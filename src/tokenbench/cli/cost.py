@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import math
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from ..cells import money
 from ..money import DEFAULT_KWH_PRICE
 from .common import check_output, emit_json
 
@@ -71,15 +71,6 @@ def describe(done: Costed) -> str:
     return said
 
 
-def _money(v: float | None) -> str:
-    """Two decimals from 1 up; below, two significant digits written out (0.000062, never 6.2e-05)."""
-    if v is None:
-        return "—"
-    if v >= 1 or v == 0:
-        return f"{v:,.2f}"
-    return f"{float(f'{v:.2g}'):.{max(2, 1 - math.floor(math.log10(abs(v))))}f}"
-
-
 def _print_sessions(console: Console, done: Costed, fmt: str) -> None:
     """An agent-session run priced level by level, warm and busted: per finished session and per million output
     tokens."""
@@ -94,8 +85,8 @@ def _print_sessions(console: Console, done: Costed, fmt: str) -> None:
                   markup=False, highlight=False)
     head = ["Level", "Sessions", "Session p50", f"{currency}/session", "tok/s", f"{currency}/M output"]
     rows = [[p.level, f"{p.sessions_finished}/{p.sessions}", f"{seconds(p.session_p50_s * 1000)} s"
-             if p.session_p50_s is not None else "—", _money(p.cost_per_session),
-             f"{p.output_tps:,.1f}" if p.output_tps else "—", _money(p.cost_per_mtok)] for p in points]
+             if p.session_p50_s is not None else "—", money(p.cost_per_session),
+             f"{p.output_tps:,.1f}" if p.output_tps else "—", money(p.cost_per_mtok)] for p in points]
     if any(p.slo_met is not None for p in points):  # a level past an SLO (a search's) is no price to pay for it
         head.append("SLO")
         for row, p in zip(rows, points):
