@@ -477,9 +477,9 @@ def test_runs_that_differ_only_in_their_seed_are_not_warned_about(db: Path, caps
 
 def test_small_prices_are_written_out_not_in_scientific_notation() -> None:
     """A tiny model's session cost 6.2e-05 USD on a real llama-server run; a money column reads 0.000062."""
-    from tokenbench.cli.cost import _money
+    from tokenbench.cells import money
 
-    assert [_money(v) for v in (6.2e-05, 0.0002, 0.013, 0.5, 1.3, 1234.5)] == \
+    assert [money(v) for v in (6.2e-05, 0.0002, 0.013, 0.5, 1.3, 1234.5)] == \
         ["0.000062", "0.00020", "0.013", "0.50", "1.30", "1,234.50"]
 
 
