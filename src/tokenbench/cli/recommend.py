@@ -248,7 +248,7 @@ def other_model_line(ranked: list[Candidate], model: str) -> str | None:
 
 def memory_line(ranked: list[Candidate], w: Workload) -> str | None:
     """What a memory-bound capacity assumes, where one is ranked: every agent's context at its longest at once (a
-    session's last turn), which the bands, being the speed's, do not move."""
+    session's last turn), which the bands, being the speed's, can lower but never raise."""
     from ..boxes import MEMORY_BOUND, context
 
     bound = [c.box for c in ranked if MEMORY_BOUND in c.notes]
