@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from .cells import level_label
 from .errors import UsageError
+from .finding import Code
 from .money import DEFAULT_CURRENCY
 from .levels import DepthLevel, LevelSummary, ServingLevel, serving
 
@@ -260,5 +261,5 @@ def session_cost_points(pricing: Pricing, levels: Sequence[LevelSummary], api: f
         rate, priced = output_rate(s), pricing.for_level(s)
         out.append(SessionCostPoint(s.concurrency, st.cache, st.sessions, st.sessions_finished, st.session_s.p50,
                                     s.duration_s / 3600.0, priced.per_session(s.duration_s, st.sessions_finished),
-                                    rate, priced.per_mtok(rate), api, s.slo_met, "past_cache_cliff" in s.flags))
+                                    rate, priced.per_mtok(rate), api, s.slo_met, Code.PAST_CACHE_CLIFF in s.flags))
     return out

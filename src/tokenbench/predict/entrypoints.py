@@ -197,12 +197,10 @@ class Predicted:
             # what the cache bought from the pair
             levels = [session_level(p, cfg.sessions or None, cache) for p in self.session_predictions
                       for cache in (True, False)]
-            past = [(lv, self.warm.past(lv.concurrency or 0)) for lv in levels[::2]] if self.warm else []
-            for lv, why in past:
-                if why:
+            for lv in levels[::2]:  # the warm ones: flagged where they pass the sessions the cache keeps warm
+                if self.warm is not None and (why := self.warm.past(lv.concurrency or 0)):
                     lv.add(Finding(Code.PAST_CACHE_CLIFF, why, "read the uncached figures for the sessions past it",
-                                   observed=lv.concurrency, threshold=self.warm.holds if self.warm else None,
-                                   unit="agents"))
+                                   observed=lv.concurrency, threshold=self.warm.holds, unit="agents"))
             return prediction(s, levels, cfg.session.workload(cfg.sessions or None), bands=self.note,
                               band_pct=self.band_pct())
         assert self.input_len is not None and self.output_len is not None
