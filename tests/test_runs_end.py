@@ -114,12 +114,14 @@ async def _returns(value: int) -> int:
 def test_an_interrupt_while_tokenbench_is_imported_ends_in_one_line(sig: signal.Signals) -> None:
     """Ctrl-C in a command's first few tenths of a second (Python reading tokenbench's modules, Rich's among
     them) printed a traceback, and SIGTERM then killed it (exit 143). Here the signal arrives as the command
-    line's module is looked up, as it would mid-import."""
+    line's module is looked up, as it would mid-import. The command starts with Ctrl-C as a terminal gives it: a
+    shell's background job (a CI script run with &) passes SIGINT on ignored, and Python then keeps ignoring it."""
     code = (f"import os, signal, sys\nsys.argv = ['tokenbench', 'runs']\nfrom tokenbench import entry\n"
             f"class Interrupting:\n    def find_spec(self, name, path=None, target=None):\n"
             f"        if name == 'tokenbench.cli':\n            os.kill(os.getpid(), {int(sig)})\n\n"
             f"sys.meta_path.insert(0, Interrupting())\nentry.run()\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert done.returncode == 130 and done.stderr == "tokenbench: interrupted\n", done.stderr
 
 
