@@ -116,9 +116,13 @@ def test_power_and_the_guard_are_read_on_the_server_host(emitter: BackgroundEmit
     tele = lv["telemetry"]
     assert tele["power_source"] == "steady" and tele["power_measures"] == Scope.WHOLE_BOX.value
     assert tele["gpu_power_w_mean"] == pytest.approx(250.0, rel=0.02)
-    # joules per token: the box's 250 W over the level's span, per output token it made; the inverse of the
-    # output tok/s per W beside it (with --workers the interval ran past the level, and they read 0.49 and 2.13)
-    assert tele["j_per_output_token"] == pytest.approx(tele["energy_j"] / lv["total_output_tokens"], rel=0.05)
+    # joules per token: the box's mean draw over the level's own span, per output token it made; the inverse of
+    # the output tok/s per W beside it (with --workers the interval ran past the level, and they read 0.49 and
+    # 2.13). The energy is the whole interval's, which the agent reads from the level's start to past its end: on
+    # a loaded machine it ran 9% longer than the level, so the two are held apart, not to each other
+    span = tele["gpu_power_w_mean"] * lv["duration_s"]
+    assert tele["j_per_output_token"] == pytest.approx(span / lv["total_output_tokens"])
+    assert span * 0.98 <= tele["energy_j"] <= span * 1.5, (tele["energy_j"], span)
     assert tele["j_per_output_token"] * tele["output_tokens_per_watt"] == pytest.approx(1.0)
     assert lv["client"]["server_guard"]["checks"]
     # an owned box is priced at the draw each level measured: cost asked for --watts the run had read
