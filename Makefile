@@ -55,7 +55,10 @@ HOSTILE_ENV := COLUMNS=80 LINES=24 TERM=dumb NO_COLOR=1 FORCE_COLOR=1 LANG=C LC_
 # TOKENBENCH_TEST_CACHE and the like (default: the user cache), so the caller's are passed on under those names.
 ENGINES_SEEN := $(foreach v,TOOLS CACHE LLAMA_CPP_BIN VLLM_ENV AIPERF_ENV,\
 	TOKENBENCH_TEST_$(v)="$${TOKENBENCH_TEST_$(v):-$${TOKENBENCH_$(v):-}}")
-PYTEST := env $(ENGINES_SEEN) $(HOSTILE_ENV) $(BIN)/python -m pytest
+# Python writes its bytecode, and pytest its rewritten test modules, beside the sources in __pycache__ (which git
+# ignores) whatever the caller's PYTHONDONTWRITEBYTECODE says: without them every test process, and every tokenbench
+# command a test starts, compiles the package and rewrites the tests again.
+PYTEST := env $(ENGINES_SEEN) $(HOSTILE_ENV) PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 
 # The tests that need no engine mostly wait on sockets and timers (one process used a seventh of a core through
 # them), so they run in WORKERS processes side by side (pytest-xdist); the engine tests run one at a time after
@@ -70,8 +73,11 @@ test: engines $(VENV)/.installed-llama-cpp-python
 	$(MAKE) --no-print-directory -j2 lint test-no-engine
 	TOKENBENCH_FUZZ=ci $(PYTEST) -m "engine or alone"
 
-# make test's first half: the tests that need no engine, side by side, at CI's count of generated inputs
+# make test's first half: the tests that need no engine, side by side, at CI's count of generated inputs. Collecting
+# them once first (beside mypy) rewrites the test modules into __pycache__ for the processes to load, where each
+# would rewrite them all.
 test-no-engine: $(VENV)/.installed
+	$(PYTEST) --collect-only -q | tail -n 1
 	TOKENBENCH_FUZZ=ci $(PYTEST) -m "not engine and not alone" -n $(WORKERS)
 
 lint: $(VENV)/.installed
