@@ -16,7 +16,7 @@ from .predict import session as ps
 from .predict.calibration import Calibration
 from .predict.setup import Setup, default_slots, usual_setup
 from .predict.specs import Catalog, HardwareSpec
-from .layout import apart, plural
+from .layout import plural
 
 #: A predicted capacity is searched up to this many agents; a box that serves them all is "at least" this.
 PREDICTED_AGENTS_MAX = 1024
@@ -98,9 +98,7 @@ def _fitting(c: Candidate, s: Setup, cat: Catalog, cal: Calibration, w: Workload
     if f.fits:
         return s
     c.memory_gb = (f.total_gb, f.usable_gb)
-    need, usable = apart(f.total_gb, f.usable_gb)
-    c.exclude("does not fit", f"does not fit: needs {need} GiB of {usable} GiB for "
-              f"{plural(agents, 'agent')}")
+    c.exclude("does not fit", f"does not fit: {c.memory_text()} for {plural(agents, 'agent')}")
     return None
 
 

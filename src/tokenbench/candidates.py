@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .layout import apart
 from .money import DEFAULT_CURRENCY
 from .pricing import Pricing
 from .slo import duration_text
@@ -96,6 +97,13 @@ class Candidate:
         """Out of the ranking for the first reason found: a box that does not fit is not also 'no price'."""
         if self.excluded is None:
             self.reason, self.excluded = reason, message
+
+    def memory_text(self) -> str:
+        """What a box that does not fit needs against what it has, in the decimals that tell them apart: "needs
+        24.2 GiB of 24.0 GiB"."""
+        assert self.memory_gb is not None
+        need, usable = apart(*self.memory_gb)
+        return f"needs {need} GiB of {usable} GiB"
 
     @property
     def mark(self) -> str:

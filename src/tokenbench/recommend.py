@@ -22,7 +22,6 @@ from .pricing import Pricing
 from .errors import UsageError
 from .finding import Code
 from .jsontext import finite_number
-from .layout import apart
 from .levels import ServingLevel
 from .predict.calibration import Calibration
 from .predict.session import SessionShape
@@ -247,8 +246,7 @@ def miss_text(c: Candidate) -> str:
                          for m in c.misses)
     if c.memory_gb is not None:
         need, usable = c.memory_gb
-        said = apart(need, usable)
-        return f"does not fit: needs {said[0]} GiB of {said[1]} GiB ({_over(need / usable - 1)})"
+        return f"does not fit: {c.memory_text()} ({_over(need / usable - 1)})"
     return c.excluded or ""
 
 
