@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .layout import apart
+from .layout import apart, plural
 from .money import DEFAULT_CURRENCY
 from .pricing import Pricing
 from .slo import duration_text
@@ -195,7 +195,7 @@ def figures_text(c: Candidate, currency: str) -> str:
     if c.capacity is not None:
         parts.append(f"{'>=' if c.at_least else ''}{c.capacity} agents")
     elif c.at_agents is not None:  # a box that serves none within the SLOs is said at the count it was read at
-        parts.append(f"at {c.at_agents} agent{'s' if c.at_agents != 1 else ''}")
+        parts.append(f"at {plural(c.at_agents, 'agent')}")
     if c.throughput:
         parts.append(f"{c.throughput:,.0f} tok/s{band('throughput')}")
     if c.ttft_p99_ms is not None:
