@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from conftest import need_modules
 from servers import Serving
 from tokenbench.cli import main
 from tokenbench.client import PreparedRequest
@@ -30,8 +31,7 @@ from tokenbench.records import RequestRecord
 from tokenbench.store import Store
 
 pytestmark = pytest.mark.engine
-pytest.importorskip("torch")
-pytest.importorskip("gguf")
+need_modules("torch", "gguf")
 
 #: The prompts: a bare one (one user turn), a system prompt and a task, and an agent's history with a tool call
 #: and its result (its arguments as Python's json.dumps writes them, as vLLM re-writes a tool_use block's input).

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
+from conftest import need_modules
 from servers import Serving
 from tokenbench.cli import main
 
 pytestmark = pytest.mark.engine
-pytest.importorskip("torch")
-pytest.importorskip("gguf")
+need_modules("torch", "gguf")
 
 #: 32 in / 16 out: a request is about 0.5 s on llama-server's 140M model, yet a fifth agent's wait for a slot still
 #: doubles TTFT p90 (64 in / 32 out measured the same step in twice the time); 12 a level give a p90 its 11th value

@@ -11,16 +11,14 @@ from pathlib import Path
 import pytest
 
 import rounds
-from conftest import need_engine
+from conftest import need_engine, need_modules
 from servers import Serving
 from tokenbench.cli import main
 from tokenbench.engines import launch
 from tokenbench.store import Store
 
 pytestmark = pytest.mark.engine
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("gguf")
+need_modules("torch", "transformers", "gguf")
 
 
 @pytest.fixture(autouse=True)

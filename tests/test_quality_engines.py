@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
+from conftest import need_modules
 from servers import Servers, Serving
 from tokenbench.cli import main
 from tokenbench.engines import tiny
 from tokenbench.engines.launch import RunningEngine
 
 pytestmark = pytest.mark.engine
-pytest.importorskip("torch")
-pytest.importorskip("gguf")
+need_modules("torch", "gguf")
 
 
 # The shared servers (conftest.py): Transformers serve and llama-server of one slot, on the same tiny model.

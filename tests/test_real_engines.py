@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 import rounds
-from conftest import need_engine
+from conftest import need_engine, need_modules
 from servers import Serving
 from tokenbench.cli import main
 from tokenbench.engines import launch, tiny, vllm_env
@@ -31,8 +31,7 @@ from tokenbench.store import Store
 from tokenbench.telemetry import parse
 
 pytestmark = pytest.mark.engine
-pytest.importorskip("torch")
-pytest.importorskip("gguf")
+need_modules("torch", "gguf")
 
 REFERENCE = Path(__file__).parent / "reference"
 

@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 import rounds
-from conftest import need_engine
+from conftest import need_engine, need_modules
 from servers import Serving, hub_cache, metrics
 from tokenbench.cli import main
 from tokenbench.engines import aiperf_env, tiny
@@ -36,7 +36,7 @@ from tokenbench.store import Store
 from tokenbench.trajectories.load import load_trajectories
 
 pytestmark = pytest.mark.engine
-pytest.importorskip("torch")
+need_modules("torch")
 
 AGENTS = Path(__file__).resolve().parents[1] / "examples" / "trajectories" / "agents"
 #: Tokens a hash id stands for. AIPerf 0.13's weka_trace loader decodes every hash id into 64 tokens whatever

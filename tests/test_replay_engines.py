@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from conftest import need_engine
+from conftest import need_engine, need_modules
 from servers import Serving
 from tokenbench.cli import main
 from tokenbench.engines import launch, tiny
@@ -23,7 +23,7 @@ from tokenbench.record import BackgroundRecording, RecordConfig
 from tokenbench.store import Store
 
 pytestmark = pytest.mark.engine
-pytest.importorskip("torch")
+need_modules("torch")
 
 AGENTS = Path(__file__).resolve().parents[1] / "examples" / "trajectories" / "agents"
 

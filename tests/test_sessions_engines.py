@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
+from conftest import need_modules
 from servers import Serving
 from tokenbench.cli import main
 
 pytestmark = pytest.mark.engine
-pytest.importorskip("torch")
-pytest.importorskip("gguf")
+need_modules("torch", "gguf")
 
 #: Long enough that prefilling the whole context costs more than the server's fixed overhead per request.
 WORKLOAD = ["--sessions", "2", "--turns", "6", "--shared-prefix", "1024", "--input-len", "1024",

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import rounds
-from conftest import need_engine
+from conftest import need_engine, need_modules
 from servers import Serving, hub_cache, metrics
 from tokenbench.cli import main
 from tokenbench.engines import aiperf_env, tiny
@@ -31,7 +31,7 @@ from tokenbench.store import Store
 from tokenbench.trace import load_trace
 
 pytestmark = pytest.mark.engine
-pytest.importorskip("torch")
+need_modules("torch")
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mooncake-trace.jsonl"
 #: vLLM's KV-cache block on a CPU is 128 tokens: trace blocks of the same size are cached whole.
