@@ -143,21 +143,27 @@ def fuzz_examples(ci: int) -> int:
 # ---- the built models and the real servers the engine tests share -------------------------------------------------
 
 #: The servers the engine tests share, by fixture name, in the order their tests run (last in the session, grouped
-#: by server: see ``pytest_collection_modifyitems``). One configuration serves every test that can agree on it; a
-#: second exists only where a test needs what the first cannot give (one slot, the small model, its vocabulary).
+#: by server: see ``pytest_collection_modifyitems``; vLLM's first, as they are started ahead: ``servers_ahead``;
+#: each after the one it shares a test with, which then stops at its group's first test).
+#: One configuration serves every test that can agree on it; a second exists only where a test needs what the first
+#: cannot give (one slot, the small model, its vocabulary).
 SHARED: dict[str, Config] = {
-    "llama_tiny_4": Config("llama-server", "tiny", parallel=4),
-    # no host prompt cache: a session evicted from its slot is prefilled again (the cache cliff at the slots)
-    "llama_tiny_4_nohost": Config("llama-server", "tiny", parallel=4, ctx=1024, extra=("--cache-ram", "0")),
-    "llama_small_4": Config("llama-server", "small", parallel=4),  # slow enough a request that 4 slots show
-    "llama_tiny_1": Config("llama-server", "tiny", parallel=1),  # one stream at a time
-    "transformers_tiny": Config("transformers", "tiny", ctx=2048),
     # contexts of 5K tokens, prefilled fast; a KV pool of 128 blocks of 128 tokens, for the cache cliff
     "vllm_tiny": Config("vllm", "tiny", parallel=4, ctx=8192, extra=("--num-gpu-blocks-override", "128")),
     "vllm_utf8": Config("vllm", "small-utf8", parallel=4, ctx=2048),  # held-back chunks, --max-num-seqs 4
     # the trajectory replays beside AIPerf: four lanes and their subagents at once, calls of up to 4K tokens
     "vllm_small_8": Config("vllm", "small", parallel=8, ctx=4096),
+    "llama_tiny_4": Config("llama-server", "tiny", parallel=4),
+    # no host prompt cache: a session evicted from its slot is prefilled again (the cache cliff at the slots)
+    "llama_tiny_4_nohost": Config("llama-server", "tiny", parallel=4, ctx=1024, extra=("--cache-ram", "0")),
+    "transformers_tiny": Config("transformers", "tiny", ctx=2048),
+    "llama_tiny_1": Config("llama-server", "tiny", parallel=1),  # one stream at a time
+    "llama_small_4": Config("llama-server", "small", parallel=4),  # slow enough a request that 4 slots show
 }
+#: The engines whose start is worth making ahead, beside a test that times nothing (``servers_ahead``): vLLM's takes
+#: 26-34 s on 2 cores, Transformers' about 8 and llama-server's about a second. An idle one took 1.3% of a core
+#: (vLLM) and 0.4% (Transformers) in the tests before its own.
+SLOW_TO_START = {"vllm", "transformers"}
 
 _models: ModelGuard | None = None
 _servers: Servers | None = None
@@ -251,17 +257,33 @@ def _servers_of(item: pytest.Item) -> list[str]:
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tests on a shared server last, grouped by server (in ``SHARED``'s order; a test on two servers with the
-    later one's), each group in the order collected: a server is up from its group's first test to its last, and
-    the rest of the suite runs with none of them."""
-    def group(pair: tuple[int, pytest.Item]) -> tuple[int, int]:
+    later one's, first in its group, so the earlier one stops soon), each group in the order collected: a server
+    is up from its group's first test to its last, and the rest of the suite runs with none of them. Right before
+    them, the tests that start the servers ahead. The tests marked slow first: side by side (pytest-xdist), a
+    process that takes one late runs on alone."""
+    def group(pair: tuple[int, pytest.Item]) -> tuple[int, bool, int, bool, int]:
         index, item = pair
-        names = _servers_of(item)
-        return (1 + max(list(SHARED).index(n) for n in names) if names else 0, index)
+        at = [list(SHARED).index(n) for n in _servers_of(item)]
+        ahead = "servers_ahead" in getattr(item, "fixturenames", ())
+        quick = item.get_closest_marker("slow") is None
+        return (1 + max(at) if at else 0, ahead, min(at) if at else 0, quick, index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=group)]
     _last_user.clear()
     for item in items:
         _last_user.update(dict.fromkeys(_servers_of(item), item))
+
+
+@pytest.fixture
+def servers_ahead(serving: Servers, request: pytest.FixtureRequest) -> None:
+    """For a test that times nothing: the slow servers (``SLOW_TO_START``) the tests after it use start beside it,
+    so they find them up. Only an engine that is ready here: a start would otherwise build it."""
+    from tokenbench.engines import status
+
+    items = request.session.items
+    later = dict.fromkeys(n for item in items[items.index(request.node) + 1:] for n in _servers_of(item))
+    slow = [SHARED[n] for n in later if SHARED[n].engine in SLOW_TO_START]
+    serving.prestart(c for c in slow if status.status(c.engine).ready)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -5,7 +5,9 @@ so a configuration (``Config``: engine, model size, slots, context per slot, ext
 time a test asks for it and kept for every later test that asks for the same one. ``tests/conftest.py`` names the
 configurations the tests use (``SHARED``), one fixture each, runs the tests on them last, grouped by
 configuration, and stops each server after the last test of the session that uses it, so the rest of the suite
-never runs beside them (the guard's tests count the serving processes on this machine).
+never runs beside them (the guard's tests count the serving processes on this machine). A vLLM start (about 30 s of
+mostly importing, three of them) is made beside a test that times nothing (``Servers.prestart``), so the tests
+after it find their servers up.
 
 A shared server is not fresh: its prefix cache holds what earlier tests sent and its ``/metrics`` counters are not
 at zero. A test on one reads counters as the difference over its own requests and sends prompts of its own (a new
@@ -20,6 +22,8 @@ the session.
 from __future__ import annotations
 
 import urllib.request
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -83,32 +87,60 @@ class ModelGuard:
 
 
 class Servers:
-    """The session's servers, one per ``Config``, started on first use."""
+    """The session's servers, one per ``Config``, started on first use or ahead of it (``prestart``)."""
 
     def __init__(self, models: ModelGuard) -> None:
         self.models = models
         self.running: dict[Config, Serving] = {}
+        self.starting: dict[Config, Future[Serving]] = {}
+        self._ahead: ThreadPoolExecutor | None = None
+
+    def _start(self, config: Config) -> Serving:
+        model = self.models.model(config.size)
+        server = launch.start(config.engine, model, parallel=config.parallel, ctx=config.ctx, extra=config.extra)
+        return Serving(server, model)
+
+    def prestart(self, configs: Iterable[Config]) -> None:
+        """Start ``configs`` that do not run yet, one after another in a thread of their own, while the caller goes
+        on: a start is mostly imports, on one core; two at once would only share it. ``get`` waits for its own,
+        and raises what stopped it. The thread lives until ``stop_all``, after the servers it started: a server's
+        death signal follows the thread that started it (``child.spawn``)."""
+        for config in configs:
+            if config in self.running or config in self.starting:
+                continue
+            if self._ahead is None:
+                self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prestart")
+            self.starting[config] = self._ahead.submit(self._start, config)
 
     def get(self, config: Config) -> Serving:
         """The running server of ``config``; started now if none runs (or the one that ran has died)."""
+        if config in self.starting:
+            self.running[config] = self.starting.pop(config).result()
         got = self.running.get(config)
         if got is not None and got.server.alive():
             return got
         if got is not None:
             got.server.stop()
-        model = self.models.model(config.size)
-        server = launch.start(config.engine, model, parallel=config.parallel, ctx=config.ctx, extra=config.extra)
-        self.running[config] = Serving(server, model)
+        self.running[config] = self._start(config)
         return self.running[config]
 
     def stop(self, config: Config) -> None:
+        """Stop ``config``'s server; one still starting ahead is waited for, one not begun never starts."""
+        pending = self.starting.pop(config, None)
+        if pending is not None and not pending.cancel() and pending.exception() is None:
+            pending.result().server.stop()
         got = self.running.pop(config, None)
         if got is not None:
             got.server.stop()
 
     def stop_all(self) -> None:
-        for config in list(self.running):
+        for pending in self.starting.values():  # what has not begun starting, first, so none begins now
+            pending.cancel()
+        for config in [*self.starting, *self.running]:
             self.stop(config)
+        if self._ahead is not None:
+            self._ahead.shutdown()
+            self._ahead = None
 
 
 def hub_cache(root: Path, model: tiny.TinyModel) -> tuple[Path, str]:

@@ -98,9 +98,11 @@ def test_every_template_command_parses(command: str) -> None:
 
 @pytest.mark.engine
 @pytest.mark.timeout(1500)
-def test_runnable_blocks_run_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_runnable_blocks_run_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        servers_ahead: None) -> None:
     """The measuring blocks use the embedded Transformers engine and llama.cpp's tools, as a fresh clone
-    would after `make demo` and `make engines`; the others are predictions, imports and readers."""
+    would after `make demo` and `make engines`; the others are predictions, imports and readers. They time nothing
+    the test reads, so the vLLM servers of the tests after it start beside them (``servers_ahead``)."""
     need_engine("transformers")
     need_engine("llama-server")
     scratch = tmp_path / "clone"
