@@ -259,14 +259,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The tests on a shared server last, grouped by server (in ``SHARED``'s order; a test on two servers with the
     later one's, first in its group, so the earlier one stops soon), each group in the order collected: a server
     is up from its group's first test to its last, and the rest of the suite runs with none of them. Right before
-    them, the tests that start the servers ahead. The tests marked slow first: side by side (pytest-xdist), a
-    process that takes one late runs on alone."""
-    def group(pair: tuple[int, pytest.Item]) -> tuple[int, bool, int, bool, int]:
+    them, the tests that start the servers ahead."""
+    def group(pair: tuple[int, pytest.Item]) -> tuple[int, bool, int, int]:
         index, item = pair
         at = [list(SHARED).index(n) for n in _servers_of(item)]
         ahead = "servers_ahead" in getattr(item, "fixturenames", ())
-        quick = item.get_closest_marker("slow") is None
-        return (1 + max(at) if at else 0, ahead, min(at) if at else 0, quick, index)
+        return (1 + max(at) if at else 0, ahead, min(at) if at else 0, index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=group)]
     _last_user.clear()
