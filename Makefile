@@ -81,7 +81,8 @@ test-no-engine: $(VENV)/.installed
 	TOKENBENCH_FUZZ=ci $(PYTEST) -m "not engine and not alone" -n $(WORKERS)
 
 # mypy's cache outside the checkout, so a fresh clone (as CI makes) checks only what changed: without it mypy takes
-# 33 s of a core, with it 1 s. mypy keys its cache by each file's content, so what it reuses is what it would find.
+# 33 s of a core, with it 1-3 s. mypy checks each file against its entry (size, then a hash of the content where the
+# time differs), so what it reuses is what it would find again.
 MYPY_CACHE ?= $${XDG_CACHE_HOME:-$$HOME/.cache}/tokenbench/mypy
 
 lint: $(VENV)/.installed
