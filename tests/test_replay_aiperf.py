@@ -47,9 +47,9 @@ BLOCK = 64
 #: these, so the prefix cache can serve every block a call re-sends.
 VLLM_BLOCK = 128
 TRACES, CALLS = 4, 5
-#: The recorded pauses, in turn; each tool caps them at MAX_THINK_S (the last two replay as the cap): 6.4 s a run.
+#: The recorded pauses, in turn; each tool caps them at MAX_THINK_S (the last three replay as the cap): 3.8 s a run.
 THINKS = (0.2, 0.4, 3.0, 20.0)
-MAX_THINK_S = 0.5
+MAX_THINK_S = 0.25
 QUERIES, HITS = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
 TTFT_SUM, TTFT_COUNT = "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count"
 E2E_SUM = "vllm:e2e_request_latency_seconds_sum"
@@ -243,7 +243,7 @@ def settled(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> bool:
     return rounds.runs_within(ours, theirs, BOTH_WAYS, TOLERANCE) and ttft
 
 
-@pytest.mark.timeout(2400)  # vLLM's start (~40 s), four or six replays of ~18 s, AIPerf's own start in each of its
+@pytest.mark.timeout(2400)  # vLLM's start (~40 s), four or six replays of ~13 s, AIPerf's own start in each of its
 def test_trajectory_replay_matches_aiperf_on_vllm(vllm_small_8: Serving,
                                                   tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The same Weka traces replayed by both tools on the same vLLM server agree within 10% on output throughput
