@@ -5,9 +5,9 @@ so a configuration (``Config``: engine, model size, slots, context per slot, ext
 time a test asks for it and kept for every later test that asks for the same one. ``tests/conftest.py`` names the
 configurations the tests use (``SHARED``), one fixture each, runs the tests on them last, grouped by
 configuration, and stops each server after the last test of the session that uses it, so the rest of the suite
-never runs beside them (the guard's tests count the serving processes on this machine). A vLLM start (about 30 s of
-mostly importing, three of them) is made beside a test that times nothing (``Servers.prestart``), so the tests
-after it find their servers up.
+never runs beside them (the guard's tests count the serving processes on this machine). The slow starts (vLLM's,
+about 30 s of mostly importing, three of them; Transformers', about 8 s) are made beside a test that times nothing
+(``Servers.prestart``), so the tests after it find their servers up.
 
 A shared server is not fresh: its prefix cache holds what earlier tests sent and its ``/metrics`` counters are not
 at zero. A test on one reads counters as the difference over its own requests and sends prompts of its own (a new
