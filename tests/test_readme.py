@@ -102,7 +102,8 @@ def test_runnable_blocks_run_as_written(tmp_path: Path, capsys: pytest.CaptureFi
                                         servers_ahead: None) -> None:
     """The measuring blocks use the embedded Transformers engine and llama.cpp's tools, as a fresh clone
     would after `make demo` and `make engines`; the others are predictions, imports and readers. They time nothing
-    the test reads, so the vLLM servers of the tests after it start beside them (``servers_ahead``)."""
+    the test reads, so the vLLM and Transformers servers of the tests after it start beside them
+    (``servers_ahead``)."""
     need_engine("transformers")
     need_engine("llama-server")
     scratch = tmp_path / "clone"

@@ -23,8 +23,9 @@ class _Launches:
     """``launch.start`` as the shared servers call it: a process per start, in the order asked, each taking
     ``seconds``; a configuration in ``failing`` does not start."""
 
-    def __init__(self, tmp_path: Path, seconds: float = 0.0, failing: tuple[Config, ...] = ()) -> None:
-        self.tmp_path, self.seconds, self.failing = tmp_path, seconds, failing
+    def __init__(self, tmp_path: Path, seconds: float) -> None:
+        self.tmp_path, self.seconds = tmp_path, seconds
+        self.failing: tuple[Config, ...] = ()
         self.started: list[tuple[str, int, RunningEngine]] = []
         self.threads: list[str] = []
 
@@ -70,16 +71,15 @@ def test_a_server_started_ahead_is_the_one_a_later_test_gets(launches: _Launches
     assert all(r.proc.poll() is not None for _, _, r in launches.started)
 
 
-def test_a_start_that_failed_ahead_fails_the_test_that_asks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    made = _Launches(tmp_path, failing=(VLLM,))
-    monkeypatch.setattr(servers.launch, "start", made)
+def test_a_start_that_failed_ahead_fails_the_test_that_asks(launches: _Launches) -> None:
+    launches.failing = (VLLM,)
     pool = Servers(_Models())  # type: ignore[arg-type]
     pool.prestart([VLLM, OTHER])
     with pytest.raises(EngineError, match="while starting"):
         pool.get(VLLM)
     assert pool.get(OTHER).server.alive()
     pool.stop_all()
-    assert [r.proc.poll() is not None for _, _, r in made.started] == [True]
+    assert [r.proc.poll() is not None for _, _, r in launches.started] == [True]
 
 
 def test_servers_started_ahead_and_never_asked_for_are_stopped(launches: _Launches) -> None:
